@@ -1,0 +1,55 @@
+/* rocmforge/quant.h — the type table: block size, bytes per block, (de)quantize per format.
+ * The one place that knows about a block format (DESIGN.md §4); layouts are ggml's, byte for byte. */
+#ifndef ROCMFORGE_QUANT_H
+#define ROCMFORGE_QUANT_H
+
+#include "rocmforge/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RF_QK_K 256 /* elements per K-quant super-block */
+
+/* Converts n contiguous elements of a row (n a multiple of block_size) to/from f32. */
+typedef void (*rf_to_f32_fn)(const void *src, float *dst, int64_t n);
+typedef void (*rf_from_f32_fn)(const float *src, void *dst, int64_t n);
+
+typedef struct rf_type_traits {
+    const char *name;        /* ggml's name: "f32", "q4_0", "q4_K", "bf16", "mxfp4", ... */
+    int64_t block_size;      /* elements per block (1 for plain floats) */
+    size_t type_size;        /* bytes per block */
+    bool is_quantized;
+    rf_to_f32_fn to_f32;     /* NULL where ROCmForge cannot dequantize this type */
+    rf_from_f32_fn from_f32; /* NULL where there is no reference quantizer */
+} rf_type_traits;
+
+/* Traits of a type id, or NULL for an id that is not a valid ggml type (removed or >= COUNT).
+ * Types we can only size (IQ*, TQ*) have a row with to_f32/from_f32 NULL. */
+const rf_type_traits *rf_type_info(int type);
+
+/* "q4_K" etc.; "?" for an invalid id. */
+const char *rf_type_name(int type);
+
+/* Parses a type name, case-insensitive ("Q4_K", "q8_0", "F16", "bf16"). Returns false if unknown. */
+bool rf_type_from_name(const char *name, rf_type *out);
+
+/* Bytes of a row of n elements. Fails (RF_ERR_INVALID_ARG) if the type is invalid or n is not a
+ * multiple of its block size, and RF_ERR_RANGE on overflow. */
+rf_status rf_row_size(rf_type type, int64_t n, size_t *out);
+
+/* Dequantize / quantize one row of n elements (n a multiple of the block size).
+ * Errors: invalid type, n not a multiple of the block, no converter for this type. */
+rf_status rf_dequantize_row(rf_type type, const void *src, float *dst, int64_t n);
+rf_status rf_quantize_row(rf_type type, const float *src, void *dst, int64_t n);
+
+/* IEEE half and bfloat16 conversions (round-to-nearest-even on the way down; NaN stays NaN). */
+float rf_fp16_to_f32(uint16_t h);
+uint16_t rf_f32_to_fp16(float f);
+float rf_bf16_to_f32(uint16_t h);
+uint16_t rf_f32_to_bf16(float f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,89 @@
+/* rocmforge.c — the `rocmforge` command: dispatches to one subcommand per file (cmd_*.c). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#pragma weak rf_cmd_inspect
+#pragma weak rf_cmd_mkmodel
+#pragma weak rf_cmd_tokenize
+#pragma weak rf_cmd_detokenize
+#pragma weak rf_cmd_run
+#pragma weak rf_cmd_chat
+#pragma weak rf_cmd_perplexity
+#pragma weak rf_cmd_bench
+#pragma weak rf_cmd_serve
+
+typedef struct rf_cmd {
+    const char *name;
+    rf_cmd_fn fn;
+    const char *summary;
+} rf_cmd;
+
+int rf_cli_fail(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+int rf_cli_is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
+
+int rf_cli_parse_i64(const char *s, long long lo, long long hi, long long *out) {
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+static void usage(FILE *f, const rf_cmd *cmds, size_t n) {
+    fprintf(f, "rocmforge %s — GGUF LLM inference on AMD and NVIDIA GPUs and the CPU\n\n"
+               "usage: rocmforge <command> [options]   (rocmforge <command> --help for details)\n\n"
+               "commands:\n", RF_VERSION_STRING);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "  %-12s %s%s\n", cmds[i].name, cmds[i].summary,
+                cmds[i].fn ? "" : " (not in this build yet)");
+}
+
+int main(int argc, char **argv) {
+    const rf_cmd cmds[] = {
+        {"run", rf_cmd_run, "generate text from a prompt"},
+        {"chat", rf_cmd_chat, "interactive chat with the model's template"},
+        {"serve", rf_cmd_serve, "OpenAI-compatible HTTP server"},
+        {"bench", rf_cmd_bench, "prompt/generation speed and memory bandwidth"},
+        {"perplexity", rf_cmd_perplexity, "perplexity of a model over a text file"},
+        {"inspect", rf_cmd_inspect, "show a GGUF file's metadata and tensors"},
+        {"mkmodel", rf_cmd_mkmodel, "write a synthetic GGUF model (random weights, real shapes)"},
+        {"tokenize", rf_cmd_tokenize, "text to token ids with a model's vocabulary"},
+        {"detokenize", rf_cmd_detokenize, "token ids to text"},
+    };
+    const size_t n = sizeof cmds / sizeof cmds[0];
+    if (argc < 2) {
+        usage(stderr, cmds, n);
+        return 2;
+    }
+    if (rf_cli_is_help(argv[1]) || !strcmp(argv[1], "help")) {
+        usage(stdout, cmds, n);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("rocmforge %s\n", RF_VERSION_STRING);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(argv[1], cmds[i].name)) continue;
+        if (!cmds[i].fn)
+            return rf_cli_fail(2, "'%s' is not part of this build of rocmforge yet", cmds[i].name);
+        return cmds[i].fn(argc - 1, argv + 1);
+    }
+    usage(stderr, cmds, n);
+    return rf_cli_fail(2, "unknown command '%s'", argv[1]);
+}
