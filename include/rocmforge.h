@@ -6,5 +6,7 @@
 #include "rocmforge/core.h"     /* status codes, errors, logging, tensor types */
 #include "rocmforge/gguf.h"     /* GGUF reader and writer */
 #include "rocmforge/quant.h"    /* block formats: type table, (de)quantize rows */
+#include "rocmforge/tokenizer.h" /* vocabulary, tokenize/detokenize, chat templates */
+#include "rocmforge/engine.h"   /* models, sessions, generation */
 
 #endif

@@ -1,0 +1,86 @@
+/* rocmforge/tokenizer.h — vocabulary from GGUF metadata, tokenize / detokenize (SPM and
+ * byte-level BPE), streaming-safe detokenizer, and chat templates (a Jinja subset). */
+#ifndef ROCMFORGE_TOKENIZER_H
+#define ROCMFORGE_TOKENIZER_H
+
+#include "rocmforge/core.h"
+#include "rocmforge/gguf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rf_vocab rf_vocab;
+
+/* Builds the vocabulary from `tokenizer.ggml.*` metadata (the gguf handle may be closed
+ * afterwards: everything is copied). Errors name the key: missing tokens, an unknown
+ * `tokenizer.ggml.model` or `tokenizer.ggml.pre`, arrays of different lengths. */
+rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out);
+void rf_vocab_free(rf_vocab *v);
+
+int32_t rf_vocab_n_tokens(const rf_vocab *v);
+int32_t rf_vocab_bos(const rf_vocab *v); /* -1 when the model has none */
+int32_t rf_vocab_eos(const rf_vocab *v);
+int32_t rf_vocab_eot(const rf_vocab *v);
+bool rf_vocab_add_bos(const rf_vocab *v); /* whether tokenize(add_special) prepends BOS */
+/* End of generation: EOS, EOT or any other token the vocabulary marks as ending a turn. */
+bool rf_vocab_is_eog(const rf_vocab *v, int32_t id);
+/* The token's text as stored ("▁the", "<0x0A>", "<|im_end|>"); NULL for an id out of range. */
+const char *rf_vocab_token_text(const rf_vocab *v, int32_t id);
+
+/* Text -> ids. add_special: BOS/EOS as the model's add_bos/add_eos say. parse_special:
+ * control/user-defined token strings in the text map to their ids (else they are plain text).
+ * Writes up to `cap` ids and sets *n_out to the number the text needs (call with cap 0 to
+ * size); RF_ERR_RANGE if cap was too small (ids[0..cap) is then filled). */
+rf_status rf_tokenize(const rf_vocab *v, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t *ids, size_t cap, size_t *n_out);
+
+/* The bytes one token stands for, as generation output shows it (byte tokens decoded, SPM
+ * "▁" as space, BPE byte-level mapping undone). Control tokens give "" unless render_special.
+ * Writes up to cap bytes (no NUL) and sets *n_out to the full length. */
+rf_status rf_token_to_piece(const rf_vocab *v, int32_t id, bool render_special, char *buf,
+                            size_t cap, size_t *n_out);
+
+/* ids -> text, malloc'd and NUL-terminated in *out (caller frees). Matches the reference
+ * detokenizer: SPM strips the leading space of the first piece where the reference does. */
+rf_status rf_detokenize(const rf_vocab *v, const int32_t *ids, size_t n, bool render_special,
+                        char **out, size_t *out_len);
+
+/* Streaming detokenizer: never emits half of a UTF-8 character; holds bytes until the
+ * character completes. */
+typedef struct rf_detok rf_detok;
+rf_status rf_detok_new(const rf_vocab *v, bool render_special, rf_detok **out);
+void rf_detok_free(rf_detok *d);
+/* Appends token `id`; writes the newly completed text (up to cap bytes) and its length. */
+rf_status rf_detok_push(rf_detok *d, int32_t id, char *buf, size_t cap, size_t *n_out);
+/* Emits whatever is held (incomplete UTF-8 as U+FFFD). */
+rf_status rf_detok_flush(rf_detok *d, char *buf, size_t cap, size_t *n_out);
+
+/* ---- chat templates -------------------------------------------------------------------- */
+
+typedef struct rf_chat_msg {
+    const char *role;    /* "system", "user", "assistant", ... */
+    const char *content;
+} rf_chat_msg;
+
+typedef struct rf_chat_template rf_chat_template;
+
+/* Parses a Jinja chat template (done at model load so an unsupported template is reported
+ * then). RF_ERR_UNSUPPORTED / RF_ERR_FORMAT with line:column and the construct. */
+rf_status rf_chat_template_parse(const char *source, rf_chat_template **out);
+void rf_chat_template_free(rf_chat_template *t);
+
+/* Renders messages; *out is malloc'd, NUL-terminated. bos/eos may be NULL (empty). */
+rf_status rf_chat_template_render(const rf_chat_template *t, const rf_chat_msg *msgs, size_t n,
+                                  bool add_generation_prompt, const char *bos_token,
+                                  const char *eos_token, char **out);
+
+/* Convenience: the model's own `tokenizer.chat_template`, or (if absent or unparseable, with a
+ * logged warning) the recognised family's built-in template. `tmpl` NULL = the model's. */
+rf_status rf_chat_apply_template(const rf_gguf *g, const char *tmpl, const rf_chat_msg *msgs,
+                                 size_t n, bool add_generation_prompt, char **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
