@@ -67,7 +67,7 @@ typedef struct rf_gguf_tensor {
     rf_type type;
     uint64_t offset;   /* relative to the start of the data section */
     uint64_t n_bytes;  /* validated: offset + n_bytes inside the file */
-    const void *data;  /* points into the mapped file (NULL when opened header-only) */
+    const void *data;  /* points into the mapped file (or the open_memory buffer) */
 } rf_gguf_tensor;
 
 typedef struct rf_gguf rf_gguf; /* an open, validated file */
