@@ -15,6 +15,14 @@ extern "C" {
 typedef void (*rf_to_f32_fn)(const void *src, float *dst, int64_t n);
 typedef void (*rf_from_f32_fn)(const float *src, void *dst, int64_t n);
 
+/* Dot product of one weight row with one activation row:
+ *   *out = sum_i w[i] * x[i], i < n
+ * w: n elements of the weight type (n a multiple of its block size);
+ * x: n elements already converted to the traits' vec_dot_type (rf_quantize_row(vec_dot_type, ...)).
+ * Computed in f32/int32 (like ggml); vs a double dot of the dequantized operands the relative
+ * error is < 1e-2 of sum|w_i*x_i| (tests/unit/test_quant_dot.c). No allocation, never fails. */
+typedef void (*rf_vec_dot_fn)(int64_t n, float *out, const void *w, const void *x);
+
 typedef struct rf_type_traits {
     const char *name;        /* ggml's name: "f32", "q4_0", "q4_K", "bf16", "mxfp4", ... */
     int64_t block_size;      /* elements per block (1 for plain floats) */
@@ -22,7 +30,15 @@ typedef struct rf_type_traits {
     bool is_quantized;
     rf_to_f32_fn to_f32;     /* NULL where ROCmForge cannot dequantize this type */
     rf_from_f32_fn from_f32; /* NULL where there is no reference quantizer */
+    rf_type vec_dot_type;    /* activation format vec_dot expects (F32 for float weights) */
+    rf_vec_dot_fn vec_dot;   /* NULL where there is no dot kernel; SIMD chosen at first use */
 } rf_type_traits;
+
+/* Number of ids the type table covers (ggml's GGML_TYPE_COUNT of the Aug-2026 tree, which adds
+ * Q1_0 = 41 and Q2_0 = 42 after NVFP4). rf_type_info(id) is NULL for id >= RF_TYPE_TABLE_SIZE. */
+#define RF_TYPE_TABLE_SIZE 43
+#define RF_TYPE_ID_Q1_0 41
+#define RF_TYPE_ID_Q2_0 42
 
 /* Traits of a type id, or NULL for an id that is not a valid ggml type (removed or >= COUNT).
  * Types we can only size (IQ*, TQ*) have a row with to_f32/from_f32 NULL. */
@@ -42,6 +58,19 @@ rf_status rf_row_size(rf_type type, int64_t n, size_t *out);
  * Errors: invalid type, n not a multiple of the block, no converter for this type. */
 rf_status rf_dequantize_row(rf_type type, const void *src, float *dst, int64_t n);
 rf_status rf_quantize_row(rf_type type, const float *src, void *dst, int64_t n);
+
+/* Which implementation of the dot kernels a table entry uses. The table picks
+ * RF_SIMD_AVX2 when the CPU has AVX2+FMA+F16C and RF_NO_SIMD is not set to a non-empty value
+ * other than "0"; otherwise RF_SIMD_SCALAR. */
+typedef enum rf_simd_level { RF_SIMD_SCALAR = 0, RF_SIMD_AVX2 = 1 } rf_simd_level;
+
+/* The level the table uses (decided once, at the first call of any table function). */
+rf_simd_level rf_quant_simd_level(void);
+
+/* The dot kernel of `type` at a given level, for tests and benchmarks: NULL if the type has no
+ * kernel at that level or the CPU cannot run it (RF_SIMD_AVX2 without AVX2/FMA/F16C). A type
+ * without a hand-written AVX2 kernel returns its scalar kernel for RF_SIMD_AVX2. */
+rf_vec_dot_fn rf_vec_dot_impl(rf_type type, rf_simd_level level);
 
 /* IEEE half and bfloat16 conversions (round-to-nearest-even on the way down; NaN stays NaN). */
 float rf_fp16_to_f32(uint16_t h);

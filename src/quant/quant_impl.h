@@ -1,0 +1,79 @@
+/* quant/quant_impl.h — internal declarations shared by the files of src/quant: per-type row
+ * converters (dequant.c, quantize.c), dot kernels (vec_dot.c, vec_dot_avx2.c) and unpack helpers.
+ * Contracts: n is a multiple of the type's block size (the public wrappers check it). */
+#ifndef RF_QUANT_IMPL_H
+#define RF_QUANT_IMPL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "rocmforge/quant.h"
+#include "quant/blocks.h"
+
+/* ---- small shared helpers ---- */
+static inline float rf_bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t rf_f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* 2^(e-128): E8M0 exponent times 0.5, because the FP4 tables hold doubled values.
+ * e = 0 and 1 give the subnormals 2^-128 and 2^-127; e = 255 (NaN in the spec) gives 2^127. */
+static inline float rf_e8m0_to_f32_half(uint8_t e) {
+    return rf_bits_to_f32(e < 2 ? (0x00200000u << e) : ((uint32_t)(e - 1) << 23));
+}
+/* UE4M3 scale (bias 7) times 0.5; 0 and 0x7F decode to 0 (ggml's convention). */
+float rf_ue4m3_to_f32_half(uint8_t x);
+
+/* Unpacks a 6-bit scale/min pair j (0..7) of Q4_K/Q5_K's 12-byte scales field. */
+static inline void rf_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+/* Unpacks Q3_K's 16 signed 6-bit scales (already minus 32). */
+void rf_q3_K_scales(const uint8_t packed[12], int8_t out[16]);
+
+/* Per-element quant values of one K-quant super-block, in element order (index e = 0..255). */
+void rf_q2_K_unpack(const rf_block_q2_K *b, uint8_t q[256]);          /* 0..3 */
+void rf_q3_K_unpack(const rf_block_q3_K *b, int8_t q[256]);           /* -4..3 */
+void rf_q4_K_unpack(const rf_block_q4_K *b, uint8_t q[256]);          /* 0..15 */
+void rf_q5_K_unpack(const rf_block_q5_K *b, uint8_t q[256]);          /* 0..31 */
+void rf_q6_K_unpack(const rf_block_q6_K *b, int8_t q[256]);           /* -32..31 */
+
+/* ---- row converters: rf_dq_<type> to f32 (dequant.c) ---- */
+#define RF_DECL_TO(name) void rf_dq_##name(const void *src, float *dst, int64_t n)
+RF_DECL_TO(f32); RF_DECL_TO(f16); RF_DECL_TO(bf16); RF_DECL_TO(f64);
+RF_DECL_TO(i8); RF_DECL_TO(i16); RF_DECL_TO(i32); RF_DECL_TO(i64);
+RF_DECL_TO(q4_0); RF_DECL_TO(q4_1); RF_DECL_TO(q5_0); RF_DECL_TO(q5_1);
+RF_DECL_TO(q8_0); RF_DECL_TO(q8_1); RF_DECL_TO(mxfp4); RF_DECL_TO(nvfp4);
+RF_DECL_TO(iq4_nl); RF_DECL_TO(iq4_xs); RF_DECL_TO(tq1_0); RF_DECL_TO(tq2_0);
+RF_DECL_TO(q1_0); RF_DECL_TO(q2_0);
+RF_DECL_TO(q2_K); RF_DECL_TO(q3_K); RF_DECL_TO(q4_K); RF_DECL_TO(q5_K); RF_DECL_TO(q6_K);
+RF_DECL_TO(q8_K);
+#undef RF_DECL_TO
+
+/* ---- row converters: rf_qz_<type> from f32 (quantize.c), ggml's reference algorithms ---- */
+#define RF_DECL_FROM(name) void rf_qz_##name(const float *src, void *dst, int64_t n)
+RF_DECL_FROM(f32); RF_DECL_FROM(f16); RF_DECL_FROM(bf16);
+RF_DECL_FROM(q4_0); RF_DECL_FROM(q4_1); RF_DECL_FROM(q5_0); RF_DECL_FROM(q5_1);
+RF_DECL_FROM(q8_0); RF_DECL_FROM(q8_1); RF_DECL_FROM(mxfp4);
+RF_DECL_FROM(q2_K); RF_DECL_FROM(q3_K); RF_DECL_FROM(q4_K); RF_DECL_FROM(q5_K); RF_DECL_FROM(q6_K);
+RF_DECL_FROM(q8_K);
+#undef RF_DECL_FROM
+
+/* ---- dot kernels: scalar reference (vec_dot.c) and AVX2 (vec_dot_avx2.c) ---- */
+#define RF_DECL_DOT(name) \
+    void rf_vec_dot_##name(int64_t n, float *out, const void *w, const void *x); \
+    void rf_vec_dot_##name##_avx2(int64_t n, float *out, const void *w, const void *x)
+RF_DECL_DOT(f32); RF_DECL_DOT(f16); RF_DECL_DOT(bf16);
+RF_DECL_DOT(q4_0); RF_DECL_DOT(q4_1); RF_DECL_DOT(q5_0); RF_DECL_DOT(q5_1); RF_DECL_DOT(q8_0);
+RF_DECL_DOT(mxfp4); RF_DECL_DOT(iq4_nl);
+RF_DECL_DOT(q2_K); RF_DECL_DOT(q3_K); RF_DECL_DOT(q4_K); RF_DECL_DOT(q5_K); RF_DECL_DOT(q6_K);
+#undef RF_DECL_DOT
+
+/* True when the CPU can run the *_avx2 kernels (AVX2, FMA and F16C). */
+bool rf_cpu_has_avx2(void);
+
+#endif

@@ -1,0 +1,182 @@
+/* quant/type_table.c — the type table (ggml ids, names, block sizes, bytes per block, converters,
+ * dot kernels) and the checked row helpers. Sizes are ggml's (ggml.c type_traits, ggml-common.h);
+ * removed ids (4, 5, 31-33, 36-38) have no entry. The dot kernel of each type is picked once at
+ * first use: AVX2 where the CPU has it and RF_NO_SIMD is unset/"0", else scalar. */
+#include <ctype.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "quant/quant_impl.h"
+
+#define F(x) rf_dq_##x
+#define Q(x) rf_qz_##x
+#define T(id, nm, bs, sz, isq, to, from, vdt) \
+    [id] = {.name = nm, .block_size = bs, .type_size = sz, .is_quantized = isq, .to_f32 = to, .from_f32 = from, .vec_dot_type = vdt}
+
+static rf_type_traits g_traits[RF_TYPE_TABLE_SIZE] = {
+    T(RF_TYPE_F32, "f32", 1, 4, false, F(f32), Q(f32), RF_TYPE_F32),
+    T(RF_TYPE_F16, "f16", 1, 2, false, F(f16), Q(f16), RF_TYPE_F32),
+    T(RF_TYPE_Q4_0, "q4_0", 32, sizeof(rf_block_q4_0), true, F(q4_0), Q(q4_0), RF_TYPE_Q8_0),
+    T(RF_TYPE_Q4_1, "q4_1", 32, sizeof(rf_block_q4_1), true, F(q4_1), Q(q4_1), RF_TYPE_Q8_1),
+    T(RF_TYPE_Q5_0, "q5_0", 32, sizeof(rf_block_q5_0), true, F(q5_0), Q(q5_0), RF_TYPE_Q8_0),
+    T(RF_TYPE_Q5_1, "q5_1", 32, sizeof(rf_block_q5_1), true, F(q5_1), Q(q5_1), RF_TYPE_Q8_1),
+    T(RF_TYPE_Q8_0, "q8_0", 32, sizeof(rf_block_q8_0), true, F(q8_0), Q(q8_0), RF_TYPE_Q8_0),
+    T(RF_TYPE_Q8_1, "q8_1", 32, sizeof(rf_block_q8_1), true, F(q8_1), Q(q8_1), RF_TYPE_Q8_1),
+    T(RF_TYPE_Q2_K, "q2_K", 256, sizeof(rf_block_q2_K), true, F(q2_K), Q(q2_K), RF_TYPE_Q8_K),
+    T(RF_TYPE_Q3_K, "q3_K", 256, sizeof(rf_block_q3_K), true, F(q3_K), Q(q3_K), RF_TYPE_Q8_K),
+    T(RF_TYPE_Q4_K, "q4_K", 256, sizeof(rf_block_q4_K), true, F(q4_K), Q(q4_K), RF_TYPE_Q8_K),
+    T(RF_TYPE_Q5_K, "q5_K", 256, sizeof(rf_block_q5_K), true, F(q5_K), Q(q5_K), RF_TYPE_Q8_K),
+    T(RF_TYPE_Q6_K, "q6_K", 256, sizeof(rf_block_q6_K), true, F(q6_K), Q(q6_K), RF_TYPE_Q8_K),
+    T(RF_TYPE_Q8_K, "q8_K", 256, sizeof(rf_block_q8_K), true, F(q8_K), Q(q8_K), RF_TYPE_Q8_K),
+    T(RF_TYPE_IQ2_XXS, "iq2_xxs", 256, sizeof(rf_block_iq2_xxs), true, NULL, NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_IQ2_XS, "iq2_xs", 256, sizeof(rf_block_iq2_xs), true, NULL, NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_IQ3_XXS, "iq3_xxs", 256, sizeof(rf_block_iq3_xxs), true, NULL, NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_IQ1_S, "iq1_s", 256, sizeof(rf_block_iq1_s), true, NULL, NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_IQ4_NL, "iq4_nl", 32, sizeof(rf_block_iq4_nl), true, F(iq4_nl), NULL, RF_TYPE_Q8_0),
+    T(RF_TYPE_IQ3_S, "iq3_s", 256, sizeof(rf_block_iq3_s), true, NULL, NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_IQ2_S, "iq2_s", 256, sizeof(rf_block_iq2_s), true, NULL, NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_IQ4_XS, "iq4_xs", 256, sizeof(rf_block_iq4_xs), true, F(iq4_xs), NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_I8, "i8", 1, 1, false, F(i8), NULL, RF_TYPE_F32),
+    T(RF_TYPE_I16, "i16", 1, 2, false, F(i16), NULL, RF_TYPE_F32),
+    T(RF_TYPE_I32, "i32", 1, 4, false, F(i32), NULL, RF_TYPE_F32),
+    T(RF_TYPE_I64, "i64", 1, 8, false, F(i64), NULL, RF_TYPE_F32),
+    T(RF_TYPE_F64, "f64", 1, 8, false, F(f64), NULL, RF_TYPE_F32),
+    T(RF_TYPE_IQ1_M, "iq1_m", 256, sizeof(rf_block_iq1_m), true, NULL, NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_BF16, "bf16", 1, 2, false, F(bf16), Q(bf16), RF_TYPE_F32),
+    T(RF_TYPE_TQ1_0, "tq1_0", 256, sizeof(rf_block_tq1_0), true, F(tq1_0), NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_TQ2_0, "tq2_0", 256, sizeof(rf_block_tq2_0), true, F(tq2_0), NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_MXFP4, "mxfp4", 32, sizeof(rf_block_mxfp4), true, F(mxfp4), Q(mxfp4), RF_TYPE_Q8_0),
+    T(RF_TYPE_NVFP4, "nvfp4", 64, sizeof(rf_block_nvfp4), true, F(nvfp4), NULL, RF_TYPE_Q8_0),
+    T(RF_TYPE_ID_Q1_0, "q1_0", 128, sizeof(rf_block_q1_0), true, F(q1_0), NULL, RF_TYPE_Q8_0),
+    T(RF_TYPE_ID_Q2_0, "q2_0", 64, sizeof(rf_block_q2_0), true, F(q2_0), NULL, RF_TYPE_Q8_0),
+};
+#undef T
+#undef F
+#undef Q
+
+/* Dot kernels per type: scalar reference and AVX2 (NULL = no hand-written AVX2 kernel). */
+typedef struct { rf_vec_dot_fn scalar, avx2; } dot_impls;
+static const dot_impls g_dots[RF_TYPE_TABLE_SIZE] = {
+    [RF_TYPE_F32] = {rf_vec_dot_f32, NULL /* AVX2: rf_vec_dot_f32 */},
+    [RF_TYPE_F16] = {rf_vec_dot_f16, NULL /* AVX2: rf_vec_dot_f16 */},
+    [RF_TYPE_BF16] = {rf_vec_dot_bf16, NULL},
+    [RF_TYPE_Q4_0] = {rf_vec_dot_q4_0, NULL /* AVX2: rf_vec_dot_q4_0 */},
+    [RF_TYPE_Q4_1] = {rf_vec_dot_q4_1, NULL /* AVX2: rf_vec_dot_q4_1 */},
+    [RF_TYPE_Q5_0] = {rf_vec_dot_q5_0, NULL /* AVX2: rf_vec_dot_q5_0 */},
+    [RF_TYPE_Q5_1] = {rf_vec_dot_q5_1, NULL},
+    [RF_TYPE_Q8_0] = {rf_vec_dot_q8_0, NULL /* AVX2: rf_vec_dot_q8_0 */},
+    [RF_TYPE_MXFP4] = {rf_vec_dot_mxfp4, NULL},
+    [RF_TYPE_IQ4_NL] = {rf_vec_dot_iq4_nl, NULL},
+    [RF_TYPE_Q2_K] = {rf_vec_dot_q2_K, NULL},
+    [RF_TYPE_Q3_K] = {rf_vec_dot_q3_K, NULL},
+    [RF_TYPE_Q4_K] = {rf_vec_dot_q4_K, NULL /* AVX2: rf_vec_dot_q4_K */},
+    [RF_TYPE_Q5_K] = {rf_vec_dot_q5_K, NULL},
+    [RF_TYPE_Q6_K] = {rf_vec_dot_q6_K, NULL /* AVX2: rf_vec_dot_q6_K */},
+};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static rf_simd_level g_level = RF_SIMD_SCALAR;
+
+bool rf_cpu_has_avx2(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+static void init_table(void) {
+    const char *env = getenv("RF_NO_SIMD");
+    bool no_simd = env && env[0] && strcmp(env, "0") != 0;
+    g_level = (!no_simd && rf_cpu_has_avx2()) ? RF_SIMD_AVX2 : RF_SIMD_SCALAR;
+    for (int t = 0; t < RF_TYPE_TABLE_SIZE; t++) {
+        const dot_impls *d = &g_dots[t];
+        g_traits[t].vec_dot = (g_level == RF_SIMD_AVX2 && d->avx2) ? d->avx2 : d->scalar;
+    }
+}
+
+rf_simd_level rf_quant_simd_level(void) {
+    pthread_once(&g_once, init_table);
+    return g_level;
+}
+
+rf_vec_dot_fn rf_vec_dot_impl(rf_type type, rf_simd_level level) {
+    if ((int)type < 0 || (int)type >= RF_TYPE_TABLE_SIZE || !g_traits[type].name) return NULL;
+    const dot_impls *d = &g_dots[type];
+    if (level == RF_SIMD_SCALAR) return d->scalar;
+    if (level == RF_SIMD_AVX2) {
+        if (!d->scalar || !rf_cpu_has_avx2()) return NULL;
+        return d->avx2 ? d->avx2 : d->scalar;
+    }
+    return NULL;
+}
+
+const rf_type_traits *rf_type_info(int type) {
+    if (type < 0 || type >= RF_TYPE_TABLE_SIZE || !g_traits[type].name) return NULL;
+    pthread_once(&g_once, init_table);
+    return &g_traits[type];
+}
+
+const char *rf_type_name(int type) {
+    const rf_type_traits *t = rf_type_info(type);
+    return t ? t->name : "?";
+}
+
+bool rf_type_from_name(const char *name, rf_type *out) {
+    if (!name) return false;
+    for (int t = 0; t < RF_TYPE_TABLE_SIZE; t++) {
+        const char *nm = g_traits[t].name;
+        if (!nm) continue;
+        size_t i = 0;
+        while (nm[i] && name[i] && tolower((unsigned char)nm[i]) == tolower((unsigned char)name[i])) i++;
+        if (!nm[i] && !name[i]) {
+            if (out) *out = (rf_type)t;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Shared argument checks of the row helpers: valid type, n >= 0 and a multiple of the block. */
+static rf_status check_row(rf_type type, int64_t n, const rf_type_traits **out) {
+    const rf_type_traits *t = rf_type_info((int)type);
+    if (!t) return rf_set_error(RF_ERR_INVALID_ARG, "invalid tensor type id %d", (int)type);
+    if (n < 0) return rf_set_error(RF_ERR_INVALID_ARG, "%s row: negative length %lld", t->name, (long long)n);
+    if (n % t->block_size != 0)
+        return rf_set_error(RF_ERR_INVALID_ARG, "%s row: length %lld is not a multiple of the block size %lld",
+                            t->name, (long long)n, (long long)t->block_size);
+    *out = t;
+    return RF_OK;
+}
+
+rf_status rf_row_size(rf_type type, int64_t n, size_t *out) {
+    const rf_type_traits *t = NULL;
+    rf_status st = check_row(type, n, &t);
+    if (st) return st;
+    uint64_t bytes;
+    if (rf_mul_overflow_u64((uint64_t)(n / t->block_size), (uint64_t)t->type_size, &bytes) || bytes > SIZE_MAX)
+        return rf_set_error(RF_ERR_RANGE, "%s row of %lld elements: size overflows", t->name, (long long)n);
+    if (out) *out = (size_t)bytes;
+    return RF_OK;
+}
+
+rf_status rf_dequantize_row(rf_type type, const void *src, float *dst, int64_t n) {
+    const rf_type_traits *t = NULL;
+    rf_status st = check_row(type, n, &t);
+    if (st) return st;
+    if (!t->to_f32) return rf_set_error(RF_ERR_UNSUPPORTED, "cannot dequantize type %s (not implemented)", t->name);
+    if (n > 0 && (!src || !dst)) return rf_set_error(RF_ERR_INVALID_ARG, "%s dequantize: NULL buffer", t->name);
+    if (n > 0) t->to_f32(src, dst, n);
+    return RF_OK;
+}
+
+rf_status rf_quantize_row(rf_type type, const float *src, void *dst, int64_t n) {
+    const rf_type_traits *t = NULL;
+    rf_status st = check_row(type, n, &t);
+    if (st) return st;
+    if (!t->from_f32) return rf_set_error(RF_ERR_UNSUPPORTED, "no quantizer for type %s", t->name);
+    if (n > 0 && (!src || !dst)) return rf_set_error(RF_ERR_INVALID_ARG, "%s quantize: NULL buffer", t->name);
+    if (n > 0) t->from_f32(src, dst, n);
+    return RF_OK;
+}

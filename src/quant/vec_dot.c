@@ -1,0 +1,265 @@
+/* quant/vec_dot.c — scalar reference dot kernels: weight row (any table type) · activation row
+ * (the weight type's vec_dot_type). Integer sums per block, float accumulation across blocks,
+ * like ggml's generic kernels; the AVX2 kernels (vec_dot_avx2.c) are tested against these. */
+#include "quant/quant_impl.h"
+
+static const int8_t k_fp4[16] = RF_KVALUES_FP4_INIT;
+static const int8_t k_iq4nl[16] = RF_KVALUES_IQ4NL_INIT;
+
+/* ---- float weights x f32 activations (double accumulation: this is the reference) ---- */
+
+void rf_vec_dot_f32(int64_t n, float *out, const void *w, const void *x) {
+    const float *a = w, *b = x;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    *out = (float)s;
+}
+
+void rf_vec_dot_f16(int64_t n, float *out, const void *w, const void *x) {
+    const uint8_t *a = w;
+    const float *b = x;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, a + 2 * i, 2);
+        s += (double)rf_fp16_to_f32(h) * b[i];
+    }
+    *out = (float)s;
+}
+
+void rf_vec_dot_bf16(int64_t n, float *out, const void *w, const void *x) {
+    const uint8_t *a = w;
+    const float *b = x;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, a + 2 * i, 2);
+        s += (double)rf_bf16_to_f32(h) * b[i];
+    }
+    *out = (float)s;
+}
+
+/* ---- 32-blocks x Q8_0 / Q8_1 ---- */
+
+void rf_vec_dot_q4_0(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q4_0 *a = w;
+    const rf_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j];
+            sumi += ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
+        }
+        s += (float)sumi * (rf_fp16_to_f32(a[i].d) * rf_fp16_to_f32(b[i].d));
+    }
+    *out = s;
+}
+
+/* (d q + m) . (dx qx) = d dx sum(q qx) + m * (dx sum qx) = ... + m * s */
+void rf_vec_dot_q4_1(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q4_1 *a = w;
+    const rf_block_q8_1 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += (a[i].qs[j] & 0xF) * b[i].qs[j];
+            sumi += (a[i].qs[j] >> 4) * b[i].qs[j + 16];
+        }
+        s += (float)sumi * (rf_fp16_to_f32(a[i].d) * rf_fp16_to_f32(b[i].d)) +
+             rf_fp16_to_f32(a[i].m) * rf_fp16_to_f32(b[i].s);
+    }
+    *out = s;
+}
+
+static inline uint32_t load_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+void rf_vec_dot_q5_0(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q5_0 *a = w;
+    const rf_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        const uint32_t qh = load_u32(a[i].qh);
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int q0 = ((a[i].qs[j] & 0xF) | (int)(((qh >> j) & 1u) << 4)) - 16;
+            int q1 = ((a[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4)) - 16;
+            sumi += q0 * b[i].qs[j] + q1 * b[i].qs[j + 16];
+        }
+        s += (float)sumi * (rf_fp16_to_f32(a[i].d) * rf_fp16_to_f32(b[i].d));
+    }
+    *out = s;
+}
+
+void rf_vec_dot_q5_1(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q5_1 *a = w;
+    const rf_block_q8_1 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        const uint32_t qh = load_u32(a[i].qh);
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int q0 = (a[i].qs[j] & 0xF) | (int)(((qh >> j) & 1u) << 4);
+            int q1 = (a[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+            sumi += q0 * b[i].qs[j] + q1 * b[i].qs[j + 16];
+        }
+        s += (float)sumi * (rf_fp16_to_f32(a[i].d) * rf_fp16_to_f32(b[i].d)) +
+             rf_fp16_to_f32(a[i].m) * rf_fp16_to_f32(b[i].s);
+    }
+    *out = s;
+}
+
+void rf_vec_dot_q8_0(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q8_0 *a = w;
+    const rf_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 32; j++) sumi += a[i].qs[j] * b[i].qs[j];
+        s += (float)sumi * (rf_fp16_to_f32(a[i].d) * rf_fp16_to_f32(b[i].d));
+    }
+    *out = s;
+}
+
+void rf_vec_dot_mxfp4(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_mxfp4 *a = w;
+    const rf_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += k_fp4[a[i].qs[j] & 0xF] * b[i].qs[j];
+            sumi += k_fp4[a[i].qs[j] >> 4] * b[i].qs[j + 16];
+        }
+        s += (float)sumi * (rf_e8m0_to_f32_half(a[i].e) * rf_fp16_to_f32(b[i].d));
+    }
+    *out = s;
+}
+
+void rf_vec_dot_iq4_nl(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_iq4_nl *a = w;
+    const rf_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += k_iq4nl[a[i].qs[j] & 0xF] * b[i].qs[j];
+            sumi += k_iq4nl[a[i].qs[j] >> 4] * b[i].qs[j + 16];
+        }
+        s += (float)sumi * (rf_fp16_to_f32(a[i].d) * rf_fp16_to_f32(b[i].d));
+    }
+    *out = s;
+}
+
+/* ---- K-quants x Q8_K ---- */
+
+static inline float q8k_d(const rf_block_q8_K *b) {
+    float d;
+    memcpy(&d, &b->d, 4);
+    return d;
+}
+
+/* x = d*sc*q - dmin*m per 16: the min term uses the activation's 16-element bsums. */
+void rf_vec_dot_q2_K(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q2_K *a = w;
+    const rf_block_q8_K *b = x;
+    uint8_t q[256];
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        rf_q2_K_unpack(&a[i], q);
+        int isum = 0, summs = 0;
+        for (int j = 0; j < 16; j++) {
+            int t = 0;
+            for (int l = 0; l < 16; l++) t += q[16 * j + l] * b[i].qs[16 * j + l];
+            isum += (a[i].scales[j] & 0xF) * t;
+            summs += (a[i].scales[j] >> 4) * b[i].bsums[j];
+        }
+        const float d8 = q8k_d(&b[i]);
+        s += d8 * rf_fp16_to_f32(a[i].d) * (float)isum - d8 * rf_fp16_to_f32(a[i].dmin) * (float)summs;
+    }
+    *out = s;
+}
+
+void rf_vec_dot_q3_K(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q3_K *a = w;
+    const rf_block_q8_K *b = x;
+    int8_t q[256], sc[16];
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        rf_q3_K_unpack(&a[i], q);
+        rf_q3_K_scales(a[i].scales, sc);
+        int isum = 0;
+        for (int j = 0; j < 16; j++) {
+            int t = 0;
+            for (int l = 0; l < 16; l++) t += q[16 * j + l] * b[i].qs[16 * j + l];
+            isum += sc[j] * t;
+        }
+        s += q8k_d(&b[i]) * rf_fp16_to_f32(a[i].d) * (float)isum;
+    }
+    *out = s;
+}
+
+void rf_vec_dot_q4_K(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q4_K *a = w;
+    const rf_block_q8_K *b = x;
+    uint8_t q[256];
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        rf_q4_K_unpack(&a[i], q);
+        int isum = 0, summs = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            rf_k4_scale_min(j, a[i].scales, &sc, &m);
+            int t = 0;
+            for (int l = 0; l < 32; l++) t += q[32 * j + l] * b[i].qs[32 * j + l];
+            isum += sc * t;
+            summs += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        const float d8 = q8k_d(&b[i]);
+        s += d8 * rf_fp16_to_f32(a[i].d) * (float)isum - d8 * rf_fp16_to_f32(a[i].dmin) * (float)summs;
+    }
+    *out = s;
+}
+
+void rf_vec_dot_q5_K(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q5_K *a = w;
+    const rf_block_q8_K *b = x;
+    uint8_t q[256];
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        rf_q5_K_unpack(&a[i], q);
+        int isum = 0, summs = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            rf_k4_scale_min(j, a[i].scales, &sc, &m);
+            int t = 0;
+            for (int l = 0; l < 32; l++) t += q[32 * j + l] * b[i].qs[32 * j + l];
+            isum += sc * t;
+            summs += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        const float d8 = q8k_d(&b[i]);
+        s += d8 * rf_fp16_to_f32(a[i].d) * (float)isum - d8 * rf_fp16_to_f32(a[i].dmin) * (float)summs;
+    }
+    *out = s;
+}
+
+void rf_vec_dot_q6_K(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q6_K *a = w;
+    const rf_block_q8_K *b = x;
+    int8_t q[256];
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        rf_q6_K_unpack(&a[i], q);
+        int isum = 0;
+        for (int j = 0; j < 16; j++) {
+            int t = 0;
+            for (int l = 0; l < 16; l++) t += q[16 * j + l] * b[i].qs[16 * j + l];
+            isum += a[i].scales[j] * t;
+        }
+        s += q8k_d(&b[i]) * rf_fp16_to_f32(a[i].d) * (float)isum;
+    }
+    *out = s;
+}
