@@ -60,7 +60,7 @@ RF_DECL_FROM(f32); RF_DECL_FROM(f16); RF_DECL_FROM(bf16);
 RF_DECL_FROM(q4_0); RF_DECL_FROM(q4_1); RF_DECL_FROM(q5_0); RF_DECL_FROM(q5_1);
 RF_DECL_FROM(q8_0); RF_DECL_FROM(q8_1); RF_DECL_FROM(mxfp4);
 RF_DECL_FROM(q2_K); RF_DECL_FROM(q3_K); RF_DECL_FROM(q4_K); RF_DECL_FROM(q5_K); RF_DECL_FROM(q6_K);
-RF_DECL_FROM(q8_K);
+RF_DECL_FROM(q8_K); RF_DECL_FROM(tq1_0); RF_DECL_FROM(tq2_0);
 #undef RF_DECL_FROM
 
 /* ---- dot kernels: scalar reference (vec_dot.c) and AVX2 (vec_dot_avx2.c) ---- */

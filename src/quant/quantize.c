@@ -607,3 +607,55 @@ void rf_qz_q8_K(const float *x, void *dst, int64_t n) {
         y[i].d = 1 / iscale;
     }
 }
+
+/* ---- ternary (TQ1_0, TQ2_0): d = amax, q = lroundf(x/d) in {-1,0,1} stored as 0..2 ---- */
+
+static inline int trit(float v, float id) { return (int)lroundf(v * id) + 1; }
+
+/* TQ1_0 packs 5 trits per byte as ceil(value * 256 / 243), the base-3 number read as a
+ * fraction of 243 (so that decoding is a multiply and a shift): 32 bytes x 5 strides of 32,
+ * 16 bytes x 5 strides of 16, then 4 bytes x 4 strides of 4 in qh. */
+void rf_qz_tq1_0(const float *x, void *dst, int64_t n) {
+    rf_block_tq1_0 *y = dst;
+    for (int64_t i = 0; i < n / 256; i++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 256; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax, id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = rf_f32_to_fp16(d);
+        for (int m = 0; m < 32; m++) {
+            int q = 0;
+            for (int k = 0; k < 5; k++) q = q * 3 + trit(x[m + 32 * k], id);
+            y[i].qs[m] = (uint8_t)((q * 256 + 242) / 243);
+        }
+        x += 160;
+        for (int m = 0; m < 16; m++) {
+            int q = 0;
+            for (int k = 0; k < 5; k++) q = q * 3 + trit(x[m + 16 * k], id);
+            y[i].qs[32 + m] = (uint8_t)((q * 256 + 242) / 243);
+        }
+        x += 80;
+        for (int j = 0; j < 4; j++) {
+            int q = 0;
+            for (int k = 0; k < 4; k++) q = q * 3 + trit(x[j + 4 * k], id);
+            q *= 3; /* the first trit goes to the most significant place */
+            y[i].qh[j] = (uint8_t)((q * 256 + 242) / 243);
+        }
+        x += 16;
+    }
+}
+
+void rf_qz_tq2_0(const float *x, void *dst, int64_t n) {
+    rf_block_tq2_0 *y = dst;
+    for (int64_t i = 0; i < n / 256; i++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 256; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax, id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = rf_f32_to_fp16(d);
+        for (int j = 0; j < 64; j += 32, x += 128)
+            for (int m = 0; m < 32; m++) {
+                int q = 0;
+                for (int k = 0; k < 4; k++) q |= (trit(x[m + 32 * k], id) & 3) << (2 * k);
+                y[i].qs[j + m] = (uint8_t)q;
+            }
+    }
+}
