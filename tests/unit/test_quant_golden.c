@@ -1,5 +1,7 @@
 /* test_quant_golden.c — our dequantizers and quantizers against goldens made by an independent
- * oracle (gguf-py's numpy code; tests/data/quant/NOTE.md, scripts/gen-quant-goldens.py).
+ * oracle: gguf-py's numpy code (tests/data/quant/NOTE.md, scripts/gen-quant-goldens.py) for
+ * dequantization and the simple quantizers, and ggml's C reference quantizers for the K-quants,
+ * Q8_1 and Q8_K, which gguf-py lacks (tests/data/quant/ggml/NOTE.md).
  * Tolerance: bit-exact. gguf-py evaluates the same per-element expression as ggml (e.g.
  * (d*sc)*q - (dmin*m)) in f32 without FMA, and so do we, so there is no reordering to excuse;
  * NaN never appears in the goldens and never passes. */
@@ -47,17 +49,24 @@ static void free_golden(golden *g) {
     free(g->vals_copy);
 }
 
-/* Lists the .bin files of tests/data/quant; returns the count. */
+/* Lists the .bin files of tests/data/quant (gguf-py goldens) and tests/data/quant/ggml (goldens
+ * from ggml's reference quantizers, see the NOTE.md there) as paths relative to tests/data/quant. */
 static int list_goldens(char names[][256], int max) {
-    DIR *d = opendir(rf_test_data("quant"));
-    if (!d) return 0;
+    static const char *dirs[] = {"", "ggml/"};
     int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
-        size_t l = strlen(e->d_name);
-        if (l > 4 && l < 256 && strcmp(e->d_name + l - 4, ".bin") == 0) strcpy(names[n++], e->d_name);
+    for (int k = 0; k < 2; k++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "quant/%s", dirs[k]);
+        DIR *d = opendir(rf_test_data(rel));
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d)) && n < max) {
+            size_t l = strlen(e->d_name);
+            if (l > 4 && l < 200 && strcmp(e->d_name + l - 4, ".bin") == 0)
+                snprintf(names[n++], 256, "%s%s", dirs[k], e->d_name);
+        }
+        closedir(d);
     }
-    closedir(d);
     return n;
 }
 
@@ -126,12 +135,13 @@ static void test_quant_goldens(void **state) {
                             i / g.type_size, i % g.type_size, out[i], g.blocks[i]);
         }
         if (bad) fail_msg("%s: %d of %zu bytes differ", names[f], bad, nbytes);
-        print_message("quant   %-8s %4u blocks byte-identical to gguf.quants.quantize\n", t->name, g.n_blocks);
+        print_message("quant   %-8s %4u blocks byte-identical to %s\n", t->name, g.n_blocks,
+                      strncmp(names[f], "ggml/", 5) == 0 ? "ggml quantize_row_*_ref" : "gguf.quants.quantize");
         free(out);
         free_golden(&g);
         checked++;
     }
-    assert_true(checked >= 10);
+    assert_true(checked >= 17);
 }
 
 int main(void) {
