@@ -1,0 +1,113 @@
+/* backend.h — the op table the model's forward is written against (DESIGN.md §3): a small set
+ * of ops over backend-owned tensors. The CPU backend (src/backend/cpu) implements it; a GPU
+ * backend implements the same table, so architecture code never sees CUDA/HIP.
+ *
+ * Conventions for every op: activations are f32, row-major [rows, n] (ne[0] = n contiguous);
+ * a weight of GGUF shape [n_in, n_out] is n_out rows of n_in elements of its own type.
+ * Tensors passed to an op belong to the backend (device memory on a GPU). Ops return RF_OK or
+ * a status with rf_set_error's message; they never abort. Outputs may alias inputs only where
+ * the op says so. */
+#ifndef RF_BACKEND_H
+#define RF_BACKEND_H
+
+#include "rocmforge/core.h"
+
+typedef struct rf_backend rf_backend;
+
+/* A backend tensor: up to 2 used dims here (rows of ne[0] elements). `data` is backend memory.
+ * `nb1` is the stride between rows in bytes. `owned` says whether free() releases data. */
+typedef struct rf_tensor {
+    rf_type type;
+    int64_t ne[2];
+    size_t nb1;
+    void *data;
+    bool owned;
+} rf_tensor;
+
+/* Rows [r0, r0 + n) of t as a view (no copy). */
+static inline rf_tensor rf_tensor_rows(const rf_tensor *t, int64_t r0, int64_t n) {
+    rf_tensor v = *t;
+    v.ne[1] = n;
+    v.data = (char *)t->data + (size_t)r0 * t->nb1;
+    v.owned = false;
+    return v;
+}
+
+typedef enum rf_glu_kind {
+    RF_GLU_SWIGLU = 0, /* y = silu(gate) * up */
+    RF_GLU_GEGLU = 1   /* y = gelu_tanh(gate) * up */
+} rf_glu_kind;
+
+typedef struct rf_backend_ops {
+    const char *name;
+
+    /* ---- memory ---- */
+    /* Allocates rows x n elements of `type` (zeroed). RF_ERR_OOM names the size. */
+    rf_status (*alloc)(rf_backend *be, rf_type type, int64_t n, int64_t rows, rf_tensor *out);
+    void (*free)(rf_backend *be, rf_tensor *t);
+    /* Wraps host memory holding a weight (mmapped file). A GPU backend copies it to the device;
+     * the CPU backend borrows the pointer. */
+    rf_status (*weight)(rf_backend *be, rf_type type, int64_t n, int64_t rows, const void *host,
+                        rf_tensor *out);
+    /* Copies f32 rows [r0, r0+n) of t to host memory. */
+    rf_status (*read_rows)(rf_backend *be, const rf_tensor *t, int64_t r0, int64_t n, float *dst);
+
+    /* ---- compute ---- */
+    /* y[t,:] = dequantize(row ids[t] of w) for t < n_ids; y f32 [n_ids, w.ne[0]].
+     * RF_ERR_RANGE if an id is outside [0, w.ne[1]). */
+    rf_status (*get_rows)(rf_backend *be, rf_tensor *y, const rf_tensor *w, const int32_t *ids,
+                          int64_t n_ids);
+    /* y[t,o] = sum_i w[o,i] x[t,i] for t < n_tokens; x f32 [n_tokens, w.ne[0]],
+     * y f32 [n_tokens, w.ne[1]] (no aliasing). Quantized weights may quantize x the way ggml
+     * does (Q8_0/Q8_1/Q8_K activations): tolerance vs rf_ref_matmul rel. L2 < 1e-2. */
+    rf_status (*matmul)(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x,
+                        int64_t n_tokens);
+    /* y[r,i] += b[i] for r < rows, b f32 [n] (a bias). */
+    rf_status (*add_bias)(rf_backend *be, rf_tensor *y, const rf_tensor *b, int64_t rows, int64_t n);
+    /* rf_ref_rmsnorm over rows x n (w f32 [n] or NULL); y may alias x. */
+    rf_status (*rmsnorm)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w,
+                         int64_t rows, int64_t n, float eps);
+    /* RoPE in place over x [n_tokens, n_heads, head_dim] at positions pos0 + t
+     * (rf_ref_rope's rule; freq_factors f32 [n_rot/2] or NULL). */
+    rf_status (*rope)(rf_backend *be, rf_tensor *x, int64_t n_tokens, int64_t n_heads,
+                      int64_t head_dim, int64_t n_rot, int64_t pos0, float freq_base,
+                      float freq_scale, const rf_tensor *freq_factors, int mode);
+    /* Stores f32 rows src [n, cache.ne[0]] into cache rows [row0, row0+n), converting to the
+     * cache's type (f32, f16 or q8_0). */
+    rf_status (*store_rows)(rf_backend *be, rf_tensor *cache, int64_t row0, const rf_tensor *src,
+                            int64_t n);
+    /* Causal grouped-query attention (rf_ref_attention's contract) of q f32
+     * [n_q, n_head, head_dim] at positions pos0.. against the first n_kv rows of the caches
+     * k, v [n_ctx, n_head_kv * head_dim] (their own type); out f32 [n_q, n_head, head_dim]. */
+    rf_status (*attention)(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k,
+                           const rf_tensor *v, int64_t n_q, int64_t n_kv, int64_t n_head,
+                           int64_t n_head_kv, int64_t head_dim, float scale, int64_t pos0,
+                           int64_t window, float softcap);
+    /* y[i] = act(gate[i]) * up[i] over n elements (y may alias gate or up). */
+    rf_status (*glu)(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up,
+                     int64_t n, rf_glu_kind kind);
+    /* y[i] = a[i] + b[i] over n elements (y may alias a or b). */
+    rf_status (*add)(rf_backend *be, rf_tensor *y, const rf_tensor *a, const rf_tensor *b, int64_t n);
+    /* x[i] *= s over n elements. */
+    rf_status (*scale)(rf_backend *be, rf_tensor *x, float s, int64_t n);
+    /* y[i] = cap * tanh(x[i] / cap) in place over n elements. */
+    rf_status (*softcap)(rf_backend *be, rf_tensor *x, float cap, int64_t n);
+
+    void (*destroy)(rf_backend *be);
+} rf_backend_ops;
+
+struct rf_backend {
+    const rf_backend_ops *ops;
+    void *impl;
+};
+
+/* The CPU backend with n_threads workers (0 = number of cores). */
+rf_status rf_backend_cpu_new(int n_threads, rf_backend **out);
+int rf_backend_cpu_n_threads(const rf_backend *be);
+/* Changes the worker count (>= 1). */
+rf_status rf_backend_cpu_set_threads(rf_backend *be, int n_threads);
+
+/* Number of online CPU cores (>= 1). */
+int rf_cpu_count(void);
+
+#endif

@@ -1,0 +1,554 @@
+/* cpu_backend.c — the CPU backend: the op table of backend.h over host memory, threaded with
+ * rf_pool. Norms, RoPE, attention, GLU and elementwise ops live here; matmul in cpu_matmul.c.
+ * Each op has the contract written in backend.h; the scalar references are in ref_ops.h. */
+#include "backend/cpu/cpu_backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rocmforge/quant.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define RF_X86 1
+#endif
+
+/* ---- row helpers ------------------------------------------------------------------------ */
+
+static float half_to_f32_sw(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalise */
+            int e = -1;
+            do { man <<= 1; e++; } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint16_t f32_to_half_sw(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to inf */
+    if (ax < 0x38800000u) { /* subnormal or zero in half */
+        if (ax < 0x33000000u) return (uint16_t)sign;
+        uint32_t m = (ax & 0x7fffff) | 0x800000;
+        int shift = 113 - (int)(ax >> 23) + 13; /* 126 - e + 13 - 13 ... */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((ax - 0x38000000u) >> 13);
+    uint32_t rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+}
+
+static int g_have_f16c = -1;
+static int have_f16c(void) {
+#if RF_X86
+    if (g_have_f16c < 0)
+        g_have_f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") &&
+                      __builtin_cpu_supports("fma");
+    return g_have_f16c;
+#else
+    return 0;
+#endif
+}
+
+#if RF_X86
+__attribute__((target("avx2,f16c,fma"))) static void f16_to_f32_avx(const uint16_t *s, float *d,
+                                                                    int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    for (; i < n; i++) d[i] = _cvtsh_ss(s[i]);
+}
+__attribute__((target("avx2,f16c,fma"))) static void f32_to_f16_avx(const float *s, uint16_t *d,
+                                                                    int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), 0));
+    for (; i < n; i++) d[i] = _cvtss_sh(s[i], 0);
+}
+__attribute__((target("avx2,fma"))) static float dot_f32_avx(const float *a, const float *b,
+                                                             int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc0 = _mm256_add_ps(acc0, acc1);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    float r = _mm_cvtss_f32(s);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+__attribute__((target("avx2,fma"))) static void axpy_f32_avx(float *y, const float *x, float s,
+                                                             int64_t n) {
+    __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vs, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += s * x[i];
+}
+#endif
+
+void rf_cpu_row_to_f32(rf_type type, const void *src, float *dst, int64_t n) {
+    switch (type) {
+    case RF_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    case RF_TYPE_F16:
+#if RF_X86
+        if (have_f16c()) {
+            f16_to_f32_avx(src, dst, n);
+            return;
+        }
+#endif
+        for (int64_t i = 0; i < n; i++) dst[i] = half_to_f32_sw(((const uint16_t *)src)[i]);
+        return;
+    case RF_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t b = (uint32_t)((const uint16_t *)src)[i] << 16;
+            memcpy(&dst[i], &b, 4);
+        }
+        return;
+    case RF_TYPE_Q8_0: /* hot in the q8_0 KV cache: done here without a table lookup */
+        for (int64_t b = 0; b < n / 32; b++) {
+            const uint8_t *blk = (const uint8_t *)src + b * 34;
+            uint16_t dh;
+            memcpy(&dh, blk, 2);
+            float d = half_to_f32_sw(dh);
+            const int8_t *q = (const int8_t *)(blk + 2);
+            for (int j = 0; j < 32; j++) dst[b * 32 + j] = d * q[j];
+        }
+        return;
+    default:
+        rf_dequantize_row(type, src, dst, n);
+        return;
+    }
+}
+
+void rf_cpu_f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
+#if RF_X86
+    if (have_f16c()) {
+        f32_to_f16_avx(src, dst, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) dst[i] = f32_to_half_sw(src[i]);
+}
+
+float rf_cpu_dot_f32(const float *a, const float *b, int64_t n) {
+#if RF_X86
+    if (have_f16c()) return dot_f32_avx(a, b, n);
+#endif
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void rf_cpu_axpy_f32(float *y, const float *x, float s, int64_t n) {
+#if RF_X86
+    if (have_f16c()) {
+        axpy_f32_avx(y, x, s, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] += s * x[i];
+}
+
+/* Quantizes one row to q8_0 (ggml's rule: d = amax/127, q = round(x/d)). */
+static void row_to_q8_0(const float *x, uint8_t *dst, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        uint8_t *blk = dst + b * 34;
+        uint16_t dh = f32_to_half_sw(d);
+        memcpy(blk, &dh, 2);
+        int8_t *q = (int8_t *)(blk + 2);
+        for (int j = 0; j < 32; j++) q[j] = (int8_t)roundf(xb[j] * id);
+    }
+}
+
+/* ---- memory ----------------------------------------------------------------------------- */
+
+rf_status rf_cpu_scratch(rf_cpu *cpu, size_t size) {
+    if (cpu->scratch_size >= size) return RF_OK;
+    size = (size + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, size)) return rf_set_error(RF_ERR_OOM, "CPU scratch of %zu bytes", size);
+    free(cpu->scratch);
+    cpu->scratch = p;
+    cpu->scratch_size = size;
+    return RF_OK;
+}
+
+static rf_status row_bytes(rf_type type, int64_t n, size_t *out) {
+    if (type == RF_TYPE_F32) { *out = (size_t)n * 4; return RF_OK; }
+    if (type == RF_TYPE_F16 || type == RF_TYPE_BF16) { *out = (size_t)n * 2; return RF_OK; }
+    return rf_row_size(type, n, out);
+}
+
+static rf_status cpu_alloc(rf_backend *be, rf_type type, int64_t n, int64_t rows, rf_tensor *out) {
+    memset(out, 0, sizeof *out);
+    size_t rb;
+    rf_status st = row_bytes(type, n, &rb);
+    if (st) return st;
+    uint64_t total;
+    if (rf_mul_overflow_u64(rb, (uint64_t)rows, &total) || total > SIZE_MAX - 64)
+        return rf_set_error(RF_ERR_RANGE, "tensor of %lld x %lld elements is too large",
+                            (long long)rows, (long long)n);
+    void *p = NULL;
+    size_t sz = total ? (size_t)total : 64;
+    if (posix_memalign(&p, 64, (sz + 63) & ~(size_t)63))
+        return rf_set_error(RF_ERR_OOM, "cannot allocate %.1f MiB on the CPU", sz / 1048576.0);
+    memset(p, 0, sz);
+    out->type = type;
+    out->ne[0] = n;
+    out->ne[1] = rows;
+    out->nb1 = rb;
+    out->data = p;
+    out->owned = true;
+    return RF_OK;
+}
+
+static void cpu_free(rf_backend *be, rf_tensor *t) {
+    if (t && t->owned) free(t->data);
+    if (t) memset(t, 0, sizeof *t);
+}
+
+static rf_status cpu_weight(rf_backend *be, rf_type type, int64_t n, int64_t rows,
+                            const void *host, rf_tensor *out) {
+    memset(out, 0, sizeof *out);
+    size_t rb;
+    rf_status st = row_bytes(type, n, &rb);
+    if (st) return st;
+    out->type = type;
+    out->ne[0] = n;
+    out->ne[1] = rows;
+    out->nb1 = rb;
+    out->data = (void *)host;
+    out->owned = false;
+    return RF_OK;
+}
+
+static rf_status cpu_read_rows(rf_backend *be, const rf_tensor *t, int64_t r0, int64_t n, float *dst) {
+    for (int64_t r = 0; r < n; r++)
+        rf_cpu_row_to_f32(t->type, (const char *)t->data + (size_t)(r0 + r) * t->nb1,
+                          dst + r * t->ne[0], t->ne[0]);
+    return RF_OK;
+}
+
+/* ---- elementwise and row ops ------------------------------------------------------------ */
+
+static rf_status cpu_get_rows(rf_backend *be, rf_tensor *y, const rf_tensor *w, const int32_t *ids,
+                              int64_t n_ids) {
+    for (int64_t t = 0; t < n_ids; t++)
+        if (ids[t] < 0 || ids[t] >= w->ne[1])
+            return rf_set_error(RF_ERR_RANGE, "token id %d outside the vocabulary [0, %lld)",
+                                ids[t], (long long)w->ne[1]);
+    for (int64_t t = 0; t < n_ids; t++)
+        rf_cpu_row_to_f32(w->type, (const char *)w->data + (size_t)ids[t] * w->nb1,
+                          (float *)y->data + t * w->ne[0], w->ne[0]);
+    return RF_OK;
+}
+
+static rf_status cpu_add_bias(rf_backend *be, rf_tensor *y, const rf_tensor *b, int64_t rows, int64_t n) {
+    float *yd = y->data;
+    const float *bd = b->data;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) yd[r * n + i] += bd[i];
+    return RF_OK;
+}
+
+static rf_status cpu_rmsnorm(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w,
+                             int64_t rows, int64_t n, float eps) {
+    const float *xd = x->data;
+    float *yd = y->data;
+    const float *wd = w ? w->data : NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = xd + r * n;
+        float *yr = yd + r * n;
+        double ss = 0; /* ggml sums in ggml_float (double) */
+        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        float scale = (float)(1.0 / sqrt(ss / n + eps));
+        if (wd)
+            for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * scale * wd[i];
+        else
+            for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * scale;
+    }
+    return RF_OK;
+}
+
+static rf_status cpu_rope(rf_backend *be, rf_tensor *x, int64_t n_tokens, int64_t n_heads,
+                          int64_t head_dim, int64_t n_rot, int64_t pos0, float freq_base,
+                          float freq_scale, const rf_tensor *freq_factors, int mode) {
+    const float *ff = freq_factors ? freq_factors->data : NULL;
+    float *xd = x->data;
+    int64_t half = n_rot / 2;
+    /* theta_i computed as ggml does: theta = p * scale, multiplied by base^(-2/n_rot) per pair. */
+    float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    float cs[1024], sn[1024]; /* head_dim <= 2048 checked at load */
+    for (int64_t t = 0; t < n_tokens; t++) {
+        float theta = (float)(pos0 + t);
+        for (int64_t i = 0; i < half; i++) {
+            float th = theta * freq_scale / (ff ? ff[i] : 1.0f);
+            cs[i] = cosf(th);
+            sn[i] = sinf(th);
+            theta *= theta_scale;
+        }
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *v = xd + (t * n_heads + h) * head_dim;
+            for (int64_t i = 0; i < half; i++) {
+                int64_t i0 = mode == 2 ? i : 2 * i, i1 = mode == 2 ? i + half : 2 * i + 1;
+                float a = v[i0], b = v[i1];
+                v[i0] = a * cs[i] - b * sn[i];
+                v[i1] = a * sn[i] + b * cs[i];
+            }
+        }
+    }
+    return RF_OK;
+}
+
+static rf_status cpu_store_rows(rf_backend *be, rf_tensor *cache, int64_t row0, const rf_tensor *src,
+                                int64_t n) {
+    int64_t ne = cache->ne[0];
+    if (row0 < 0 || row0 + n > cache->ne[1])
+        return rf_set_error(RF_ERR_RANGE, "KV rows %lld..%lld outside the cache of %lld",
+                            (long long)row0, (long long)(row0 + n), (long long)cache->ne[1]);
+    for (int64_t r = 0; r < n; r++) {
+        const float *s = (const float *)src->data + r * ne;
+        char *d = (char *)cache->data + (size_t)(row0 + r) * cache->nb1;
+        switch (cache->type) {
+        case RF_TYPE_F32: memcpy(d, s, (size_t)ne * 4); break;
+        case RF_TYPE_F16: rf_cpu_f32_to_f16(s, (uint16_t *)d, ne); break;
+        case RF_TYPE_Q8_0: row_to_q8_0(s, (uint8_t *)d, ne); break;
+        default: return rf_set_error(RF_ERR_UNSUPPORTED, "KV cache type %s", rf_type_name(cache->type));
+        }
+    }
+    return RF_OK;
+}
+
+/* Attention: one task per (query, head). Each thread owns a scratch slice of n_kv scores plus
+ * head_dim floats for a converted K/V row. */
+typedef struct attn_job {
+    float *out;
+    const float *q;
+    const rf_tensor *k, *v;
+    int64_t n_q, n_kv, n_head, n_head_kv, head_dim, pos0, window;
+    float scale, softcap;
+    float *scratch;
+    int64_t per_thread;
+} attn_job;
+
+static void attn_worker(void *ctx, int ith, int nth) {
+    attn_job *j = ctx;
+    int64_t lo, hi;
+    rf_pool_range(j->n_q * j->n_head, ith, nth, &lo, &hi);
+    float *sc = j->scratch + ith * j->per_thread;
+    float *row = sc + ((j->n_kv + 15) & ~15);
+    int64_t hd = j->head_dim, group = j->n_head / j->n_head_kv;
+    bool is_f32 = j->k->type == RF_TYPE_F32;
+    for (int64_t task = lo; task < hi; task++) {
+        int64_t iq = task / j->n_head, h = task % j->n_head, hk = h / group;
+        const float *q = j->q + (iq * j->n_head + h) * hd;
+        float *o = j->out + (iq * j->n_head + h) * hd;
+        int64_t p = j->pos0 + iq;
+        int64_t kmax = p < j->n_kv - 1 ? p : j->n_kv - 1; /* causal: keys 0..p */
+        int64_t kmin = 0;
+        if (j->window > 0 && p - j->window + 1 > 0) kmin = p - j->window + 1;
+        float mx = -INFINITY;
+        for (int64_t kk = kmin; kk <= kmax; kk++) {
+            const char *kr = (const char *)j->k->data + (size_t)kk * j->k->nb1;
+            const float *kv;
+            if (is_f32) {
+                kv = (const float *)kr + hk * hd;
+            } else {
+                size_t off = j->k->type == RF_TYPE_F16 ? (size_t)hk * hd * 2 : (size_t)hk * hd / 32 * 34;
+                rf_cpu_row_to_f32(j->k->type, kr + off, row, hd);
+                kv = row;
+            }
+            float s = rf_cpu_dot_f32(q, kv, hd) * j->scale;
+            if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
+            sc[kk] = s;
+            if (s > mx) mx = s;
+        }
+        memset(o, 0, (size_t)hd * sizeof(float));
+        if (kmax < kmin || mx == -INFINITY) continue;
+        double sum = 0;
+        for (int64_t kk = kmin; kk <= kmax; kk++) {
+            float e = expf(sc[kk] - mx);
+            sc[kk] = e;
+            sum += e;
+        }
+        float inv = (float)(1.0 / sum);
+        for (int64_t kk = kmin; kk <= kmax; kk++) {
+            const char *vr = (const char *)j->v->data + (size_t)kk * j->v->nb1;
+            const float *vv;
+            if (is_f32) {
+                vv = (const float *)vr + hk * hd;
+            } else {
+                size_t off = j->v->type == RF_TYPE_F16 ? (size_t)hk * hd * 2 : (size_t)hk * hd / 32 * 34;
+                rf_cpu_row_to_f32(j->v->type, vr + off, row, hd);
+                vv = row;
+            }
+            rf_cpu_axpy_f32(o, vv, sc[kk] * inv, hd);
+        }
+    }
+}
+
+static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k,
+                               const rf_tensor *v, int64_t n_q, int64_t n_kv, int64_t n_head,
+                               int64_t n_head_kv, int64_t head_dim, float scale, int64_t pos0,
+                               int64_t window, float softcap) {
+    rf_cpu *cpu = be->impl;
+    if (n_head_kv <= 0 || n_head % n_head_kv)
+        return rf_set_error(RF_ERR_INVALID_ARG, "attention: n_head %lld not a multiple of n_head_kv %lld",
+                            (long long)n_head, (long long)n_head_kv);
+    if (k->type == RF_TYPE_Q8_0 && head_dim % 32)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "q8_0 KV cache needs head_dim %% 32 == 0 (head_dim %lld)",
+                            (long long)head_dim);
+    attn_job j = {out->data, q->data, k, v, n_q, n_kv, n_head, n_head_kv, head_dim, pos0, window,
+                  scale, softcap, NULL, 0};
+    j.per_thread = ((n_kv + 15) & ~15) + ((head_dim + 15) & ~15);
+    rf_status st = rf_cpu_scratch(cpu, (size_t)j.per_thread * cpu->n_threads * sizeof(float));
+    if (st) return st;
+    j.scratch = cpu->scratch;
+    rf_pool_run(cpu->pool, attn_worker, &j);
+    return RF_OK;
+}
+
+static float gelu_tanh(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+static rf_status cpu_glu(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up,
+                         int64_t n, rf_glu_kind kind) {
+    float *yd = y->data;
+    const float *g = gate->data, *u = up->data;
+    if (kind == RF_GLU_SWIGLU)
+        for (int64_t i = 0; i < n; i++) yd[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    else
+        for (int64_t i = 0; i < n; i++) yd[i] = gelu_tanh(g[i]) * u[i];
+    return RF_OK;
+}
+
+static rf_status cpu_add(rf_backend *be, rf_tensor *y, const rf_tensor *a, const rf_tensor *b, int64_t n) {
+    float *yd = y->data;
+    const float *ad = a->data, *bd = b->data;
+    for (int64_t i = 0; i < n; i++) yd[i] = ad[i] + bd[i];
+    return RF_OK;
+}
+
+static rf_status cpu_scale(rf_backend *be, rf_tensor *x, float s, int64_t n) {
+    float *xd = x->data;
+    for (int64_t i = 0; i < n; i++) xd[i] *= s;
+    return RF_OK;
+}
+
+static rf_status cpu_softcap(rf_backend *be, rf_tensor *x, float cap, int64_t n) {
+    float *xd = x->data;
+    for (int64_t i = 0; i < n; i++) xd[i] = cap * tanhf(xd[i] / cap);
+    return RF_OK;
+}
+
+static void cpu_destroy(rf_backend *be) {
+    if (!be) return;
+    rf_cpu *cpu = be->impl;
+    if (cpu) {
+        rf_pool_free(cpu->pool);
+        free(cpu->scratch);
+        free(cpu);
+    }
+    free(be);
+}
+
+static const rf_backend_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .weight = cpu_weight,
+    .read_rows = cpu_read_rows,
+    .get_rows = cpu_get_rows,
+    .matmul = rf_cpu_matmul,
+    .add_bias = cpu_add_bias,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .store_rows = cpu_store_rows,
+    .attention = cpu_attention,
+    .glu = cpu_glu,
+    .add = cpu_add,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
+    .destroy = cpu_destroy,
+};
+
+int rf_cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+rf_status rf_backend_cpu_new(int n_threads, rf_backend **out) {
+    *out = NULL;
+    if (n_threads < 0) return rf_set_error(RF_ERR_INVALID_ARG, "thread count %d must be >= 1", n_threads);
+    if (n_threads == 0) n_threads = rf_cpu_count();
+    rf_backend *be = calloc(1, sizeof *be);
+    rf_cpu *cpu = calloc(1, sizeof *cpu);
+    if (!be || !cpu) {
+        free(be);
+        free(cpu);
+        return rf_set_error(RF_ERR_OOM, "CPU backend: out of memory");
+    }
+    rf_status st = rf_pool_new(n_threads, &cpu->pool);
+    if (st) {
+        free(be);
+        free(cpu);
+        return st;
+    }
+    cpu->n_threads = n_threads;
+    be->ops = &cpu_ops;
+    be->impl = cpu;
+    *out = be;
+    return RF_OK;
+}
+
+int rf_backend_cpu_n_threads(const rf_backend *be) { return ((const rf_cpu *)be->impl)->n_threads; }
+
+rf_status rf_backend_cpu_set_threads(rf_backend *be, int n_threads) {
+    rf_cpu *cpu = be->impl;
+    if (n_threads < 1) return rf_set_error(RF_ERR_INVALID_ARG, "thread count %d must be >= 1", n_threads);
+    if (n_threads == cpu->n_threads) return RF_OK;
+    rf_pool *p;
+    rf_status st = rf_pool_new(n_threads, &p);
+    if (st) return st;
+    rf_pool_free(cpu->pool);
+    cpu->pool = p;
+    cpu->n_threads = n_threads;
+    return RF_OK;
+}

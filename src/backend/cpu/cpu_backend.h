@@ -1,0 +1,34 @@
+/* cpu_backend.h — internals shared by the CPU backend's files: the backend state (thread pool,
+ * per-thread scratch) and the fast row helpers (f16 conversion with F16C where present). */
+#ifndef RF_CPU_BACKEND_H
+#define RF_CPU_BACKEND_H
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_threads.h"
+
+typedef struct rf_cpu {
+    rf_pool *pool;
+    int n_threads;
+    /* Scratch, grown on demand by the calling thread before a parallel job. */
+    void *scratch;
+    size_t scratch_size;
+} rf_cpu;
+
+/* Makes sure cpu->scratch holds at least `size` bytes (64-byte aligned). */
+rf_status rf_cpu_scratch(rf_cpu *cpu, size_t size);
+
+/* The threaded matmul (cpu_matmul.c); contract of rf_backend_ops.matmul. */
+rf_status rf_cpu_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x,
+                        int64_t n_tokens);
+
+/* dst[i] = f32 of n elements of a row of `type` (f32, f16, bf16 or any dequantizable type;
+ * quantized rows start at a block boundary and n is a multiple of the block). */
+void rf_cpu_row_to_f32(rf_type type, const void *src, float *dst, int64_t n);
+/* Converts n f32 values to f16 (round to nearest even). */
+void rf_cpu_f32_to_f16(const float *src, uint16_t *dst, int64_t n);
+/* sum_i a[i] * b[i] over f32. */
+float rf_cpu_dot_f32(const float *a, const float *b, int64_t n);
+/* y[i] += s * x[i]. */
+void rf_cpu_axpy_f32(float *y, const float *x, float s, int64_t n);
+
+#endif

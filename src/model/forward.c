@@ -1,0 +1,134 @@
+/* forward.c — THE forward: one function, top to bottom, for every supported architecture.
+ * llama is the base; qwen2 adds Q/K/V biases; gemma3 scales embeddings by sqrt(n_embd), adds
+ * Q/K RMS norms, post-attention and post-FFN norms, GeGLU, and sliding-window attention with
+ * its own RoPE base on local layers. Each variation is a flag or an optional tensor here. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_ctx, int32_t n_batch, rf_type kv_type) {
+    memset(f, 0, sizeof *f);
+    const rf_hparams *hp = &m->hp;
+    rf_backend *be = m->be;
+    const rf_backend_ops *op = be->ops;
+    f->n_ctx = n_ctx;
+    f->n_batch = n_batch;
+    f->kv_type = kv_type;
+    int64_t Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    rf_status st;
+    f->kc = calloc((size_t)hp->n_layer, sizeof(rf_tensor));
+    f->vc = calloc((size_t)hp->n_layer, sizeof(rf_tensor));
+    if (!f->kc || !f->vc) {
+        rf_fwd_free(m, f);
+        return rf_set_error(RF_ERR_OOM, "KV cache: out of memory");
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        if ((st = op->alloc(be, kv_type, KV, n_ctx, &f->kc[il])) ||
+            (st = op->alloc(be, kv_type, KV, n_ctx, &f->vc[il]))) {
+            rf_fwd_free(m, f);
+            return rf_set_error(st, "KV cache for %d tokens: %s", n_ctx, rf_last_error());
+        }
+    }
+    int64_t B = n_batch;
+    if ((st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->x)) ||
+        (st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->h)) ||
+        (st = op->alloc(be, RF_TYPE_F32, Q, B, &f->q)) ||
+        (st = op->alloc(be, RF_TYPE_F32, KV, B, &f->k)) ||
+        (st = op->alloc(be, RF_TYPE_F32, KV, B, &f->v)) ||
+        (st = op->alloc(be, RF_TYPE_F32, Q, B, &f->att)) ||
+        (st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->o)) ||
+        (st = op->alloc(be, RF_TYPE_F32, hp->n_ff, B, &f->g)) ||
+        (st = op->alloc(be, RF_TYPE_F32, hp->n_ff, B, &f->u)) ||
+        (st = op->alloc(be, RF_TYPE_F32, hp->n_vocab, RF_LOGIT_ROWS, &f->logits))) {
+        rf_fwd_free(m, f);
+        return st;
+    }
+    return RF_OK;
+}
+
+void rf_fwd_free(rf_model *m, rf_fwd *f) {
+    rf_backend *be = m->be;
+    if (f->kc)
+        for (int il = 0; il < m->hp.n_layer; il++) be->ops->free(be, &f->kc[il]);
+    if (f->vc)
+        for (int il = 0; il < m->hp.n_layer; il++) be->ops->free(be, &f->vc[il]);
+    free(f->kc);
+    free(f->vc);
+    rf_tensor *bufs[] = {&f->x, &f->h, &f->q, &f->k, &f->v, &f->att, &f->o, &f->g, &f->u, &f->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->ops->free(be, bufs[i]);
+    memset(f, 0, sizeof *f);
+}
+
+#define TRY(call)                     \
+    do {                              \
+        rf_status st_ = (call);       \
+        if (st_) return st_;          \
+    } while (0)
+
+rf_status rf_forward(rf_model *m, rf_fwd *f, const int32_t *ids, int32_t n, int32_t pos0,
+                     int32_t out0, float *logits_out) {
+    const rf_hparams *hp = &m->hp;
+    rf_backend *be = m->be;
+    const rf_backend_ops *op = be->ops;
+    if (n <= 0 || n > f->n_batch || out0 < 0 || out0 > n)
+        return rf_set_error(RF_ERR_INVALID_ARG, "forward: %d tokens (batch %d), first output %d", n, f->n_batch, out0);
+    if (pos0 < 0 || (int64_t)pos0 + n > f->n_ctx)
+        return rf_set_error(RF_ERR_RANGE, "forward: positions %d..%d exceed the context of %d", pos0, pos0 + n - 1, f->n_ctx);
+    const int64_t E = hp->n_embd, D = hp->head_dim, H = hp->n_head, HKV = hp->n_head_kv, F = hp->n_ff;
+    const int64_t Q = H * D, KV = HKV * D;
+    const rf_tensor *rope_ff = rf_has(&m->rope_freqs) ? &m->rope_freqs : NULL;
+
+    /* embeddings (gemma: scaled by sqrt(n_embd)) */
+    TRY(op->get_rows(be, &f->x, &m->tok_embd, ids, n));
+    if (hp->embed_scale != 1.0f) TRY(op->scale(be, &f->x, hp->embed_scale, n * E));
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const rf_layer *L = &m->layers[il];
+
+        /* ---- attention block ---- */
+        TRY(op->rmsnorm(be, &f->h, &f->x, &L->attn_norm, n, E, hp->norm_eps));
+        TRY(op->matmul(be, &f->q, &L->wq, &f->h, n));
+        TRY(op->matmul(be, &f->k, &L->wk, &f->h, n));
+        TRY(op->matmul(be, &f->v, &L->wv, &f->h, n));
+        if (rf_has(&L->bq)) TRY(op->add_bias(be, &f->q, &L->bq, n, Q)); /* qwen2 */
+        if (rf_has(&L->bk)) TRY(op->add_bias(be, &f->k, &L->bk, n, KV));
+        if (rf_has(&L->bv)) TRY(op->add_bias(be, &f->v, &L->bv, n, KV));
+        if (rf_has(&L->q_norm)) TRY(op->rmsnorm(be, &f->q, &f->q, &L->q_norm, n * H, D, hp->norm_eps)); /* gemma3 */
+        if (rf_has(&L->k_norm)) TRY(op->rmsnorm(be, &f->k, &f->k, &L->k_norm, n * HKV, D, hp->norm_eps));
+        TRY(op->rope(be, &f->q, n, H, D, hp->n_rot, pos0, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
+        TRY(op->rope(be, &f->k, n, HKV, D, hp->n_rot, pos0, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
+        TRY(op->store_rows(be, &f->kc[il], pos0, &f->k, n));
+        TRY(op->store_rows(be, &f->vc[il], pos0, &f->v, n));
+        TRY(op->attention(be, &f->att, &f->q, &f->kc[il], &f->vc[il], n, (int64_t)pos0 + n, H, HKV, D,
+                          hp->attn_scale, pos0, L->is_swa ? hp->n_swa : 0, 0.0f));
+        TRY(op->matmul(be, &f->o, &L->wo, &f->att, n));
+        if (rf_has(&L->bo)) TRY(op->add_bias(be, &f->o, &L->bo, n, E));
+        if (rf_has(&L->attn_post_norm)) TRY(op->rmsnorm(be, &f->o, &f->o, &L->attn_post_norm, n, E, hp->norm_eps));
+        TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
+
+        /* ---- feed-forward block ---- */
+        TRY(op->rmsnorm(be, &f->h, &f->x, &L->ffn_norm, n, E, hp->norm_eps));
+        TRY(op->matmul(be, &f->g, &L->ffn_gate, &f->h, n));
+        TRY(op->matmul(be, &f->u, &L->ffn_up, &f->h, n));
+        TRY(op->glu(be, &f->g, &f->g, &f->u, n * F, hp->glu));
+        TRY(op->matmul(be, &f->o, &L->ffn_down, &f->g, n));
+        if (rf_has(&L->ffn_post_norm)) TRY(op->rmsnorm(be, &f->o, &f->o, &L->ffn_post_norm, n, E, hp->norm_eps));
+        TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
+    }
+
+    /* ---- output: final norm and LM head over the rows asked for ---- */
+    int32_t n_out = n - out0;
+    if (n_out == 0) return RF_OK;
+    rf_tensor xs = rf_tensor_rows(&f->x, out0, n_out), hs = rf_tensor_rows(&f->h, out0, n_out);
+    TRY(op->rmsnorm(be, &hs, &xs, &m->output_norm, n_out, E, hp->norm_eps));
+    for (int32_t r = 0; r < n_out; r += RF_LOGIT_ROWS) {
+        int32_t cnt = n_out - r < RF_LOGIT_ROWS ? n_out - r : RF_LOGIT_ROWS;
+        rf_tensor hr = rf_tensor_rows(&hs, r, cnt);
+        TRY(op->matmul(be, &f->logits, &m->output, &hr, cnt));
+        if (hp->final_softcap > 0) TRY(op->softcap(be, &f->logits, hp->final_softcap, (int64_t)cnt * hp->n_vocab));
+        TRY(op->read_rows(be, &f->logits, 0, cnt, logits_out + (size_t)r * hp->n_vocab));
+    }
+    return RF_OK;
+}

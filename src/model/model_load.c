@@ -1,0 +1,380 @@
+/* model_load.c — rf_model_load: architecture dispatch, hyper-parameters from GGUF metadata
+ * (validated, errors name the key), weights bound by name with their shapes checked (errors
+ * name the tensor), tied embeddings, vocabulary. Facts about key/tensor names follow the GGUF
+ * conventions that llama.cpp writes (see docs/engine.md). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "rocmforge/quant.h"
+
+static const char *const k_arch_names[RF_ARCH_COUNT] = {"llama", "qwen2", "gemma3"};
+
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3"; }
+
+rf_model_params rf_model_default_params(void) {
+    rf_model_params p = {RF_DEVICE_CPU, 0, NULL, NULL};
+    return p;
+}
+
+/* ---- metadata helpers: "<arch>.<suffix>" ------------------------------------------------- */
+
+static const char *akey(const rf_model *m, const char *suffix, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s.%s", m->hp.arch_name, suffix);
+    return buf;
+}
+
+/* Required positive integer key. */
+static rf_status req_i32(rf_model *m, const char *suffix, int32_t *out) {
+    char k[160];
+    akey(m, suffix, k, sizeof k);
+    uint32_t v;
+    rf_status st = rf_gguf_get_u32(m->g, k, &v);
+    if (st == RF_ERR_NOT_FOUND) return rf_set_error(st, "model metadata: missing required key '%s'", k);
+    if (st) return st;
+    if (v == 0 || v > INT32_MAX) return rf_set_error(RF_ERR_RANGE, "model metadata: key '%s' = %u is out of range", k, v);
+    *out = (int32_t)v;
+    return RF_OK;
+}
+
+/* Optional integer key: keeps *out when absent; an array of equal values counts as one. */
+static rf_status opt_i32(rf_model *m, const char *suffix, int32_t *out) {
+    char k[160];
+    akey(m, suffix, k, sizeof k);
+    if (rf_gguf_find_key(m->g, k) < 0) return RF_OK;
+    uint32_t v;
+    rf_status st = rf_gguf_get_u32(m->g, k, &v);
+    if (st == RF_ERR_TYPE) {
+        uint64_t n;
+        const void *data;
+        const rf_gguf_value *val = rf_gguf_kv_value(m->g, rf_gguf_find_key(m->g, k));
+        if (val->type != RF_GGUF_ARRAY || (val->v.arr.elem_type != RF_GGUF_UINT32 && val->v.arr.elem_type != RF_GGUF_INT32))
+            return st;
+        rf_gguf_get_arr(m->g, k, -1, &n, &data);
+        if (n == 0) return rf_set_error(RF_ERR_FORMAT, "model metadata: key '%s' is an empty array", k);
+        const uint32_t *a = data;
+        for (uint64_t i = 1; i < n; i++)
+            if (a[i] != a[0])
+                return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: per-layer values of '%s' differ (unsupported)", k);
+        v = a[0];
+    } else if (st) {
+        return st;
+    }
+    if (v > INT32_MAX) return rf_set_error(RF_ERR_RANGE, "model metadata: key '%s' = %u is out of range", k, v);
+    *out = (int32_t)v;
+    return RF_OK;
+}
+
+static rf_status opt_f32(rf_model *m, const char *suffix, float *out) {
+    char k[160];
+    akey(m, suffix, k, sizeof k);
+    if (rf_gguf_find_key(m->g, k) < 0) return RF_OK;
+    rf_status st = rf_gguf_get_f32(m->g, k, out);
+    if (st) return st;
+    if (!isfinite(*out)) return rf_set_error(RF_ERR_RANGE, "model metadata: key '%s' is not finite", k);
+    return RF_OK;
+}
+
+/* ---- tensors ------------------------------------------------------------------------------ */
+
+/* Binds tensor `name` with expected shape [ne0, ne1] (ne1 = 1 for vectors). Missing and
+ * required: RF_ERR_NOT_FOUND naming it. Norms and biases must be f32. */
+static rf_status bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, int64_t ne1,
+                      bool required) {
+    memset(t, 0, sizeof *t);
+    const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, name);
+    if (!gt) {
+        if (!required) return RF_OK;
+        return rf_set_error(RF_ERR_NOT_FOUND, "model: missing tensor '%s' (architecture %s)", name,
+                            m->hp.arch_name);
+    }
+    int64_t g1 = gt->ne[1] * gt->ne[2] * gt->ne[3];
+    if (gt->ne[0] != ne0 || g1 != ne1)
+        return rf_set_error(RF_ERR_FORMAT, "model: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
+                            name, (long long)gt->ne[0], (long long)g1, (long long)ne0, (long long)ne1);
+    if (ne1 == 1 && gt->type != RF_TYPE_F32)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' has type %s; vectors must be f32", name,
+                            rf_type_name(gt->type));
+    const rf_type_traits *tr = rf_type_info(gt->type);
+    if (!tr || (gt->type != RF_TYPE_F32 && gt->type != RF_TYPE_F16 && gt->type != RF_TYPE_BF16 && !tr->to_f32))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' has type %s, which ROCmForge cannot compute with",
+                            name, rf_type_name(gt->type));
+    if (!gt->data) return rf_set_error(RF_ERR_FORMAT, "model: tensor '%s' has no data", name);
+    rf_status st = m->be->ops->weight(m->be, gt->type, ne0, ne1, gt->data, t);
+    if (st) return st;
+    m->n_params += (uint64_t)ne0 * (uint64_t)ne1;
+    m->weight_bytes += gt->n_bytes;
+    return RF_OK;
+}
+
+static rf_status bind_l(rf_model *m, rf_tensor *t, int il, const char *what, int64_t ne0, int64_t ne1,
+                        bool required) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", il, what);
+    return bind(m, t, name, ne0, ne1, required);
+}
+
+/* ---- hyper-parameters ------------------------------------------------------------------- */
+
+static rf_status load_hparams(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    if ((st = req_i32(m, "embedding_length", &hp->n_embd))) return st;
+    if ((st = req_i32(m, "block_count", &hp->n_layer))) return st;
+    if ((st = opt_i32(m, "feed_forward_length", &hp->n_ff))) return st;
+    if (hp->n_ff <= 0) return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s.feed_forward_length'", hp->arch_name);
+    if ((st = req_i32(m, "attention.head_count", &hp->n_head))) return st;
+    hp->n_head_kv = hp->n_head;
+    if ((st = opt_i32(m, "attention.head_count_kv", &hp->n_head_kv))) return st;
+    hp->n_ctx_train = 2048;
+    if ((st = opt_i32(m, "context_length", &hp->n_ctx_train))) return st;
+    if (hp->n_layer > RF_MAX_LAYERS)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.block_count = %d exceeds %d", hp->arch_name, hp->n_layer, RF_MAX_LAYERS);
+    if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
+        return rf_set_error(RF_ERR_FORMAT, "model metadata: %s.attention.head_count (%d) is not a multiple of head_count_kv (%d)",
+                            hp->arch_name, hp->n_head, hp->n_head_kv);
+    hp->head_dim = hp->n_embd % hp->n_head ? 0 : hp->n_embd / hp->n_head;
+    if ((st = opt_i32(m, "attention.key_length", &hp->head_dim))) return st;
+    int32_t vlen = hp->head_dim;
+    if ((st = opt_i32(m, "attention.value_length", &vlen))) return st;
+    if (hp->head_dim <= 0 || hp->head_dim > RF_MAX_HEAD_DIM || hp->head_dim % 2)
+        return rf_set_error(RF_ERR_FORMAT, "model metadata: head size %d (%s.attention.key_length or embedding_length/head_count) is invalid",
+                            hp->head_dim, hp->arch_name);
+    if (vlen != hp->head_dim)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s.attention.value_length %d != key_length %d", hp->arch_name, vlen, hp->head_dim);
+    hp->n_rot = hp->head_dim;
+    if ((st = opt_i32(m, "rope.dimension_count", &hp->n_rot))) return st;
+    if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return rf_set_error(RF_ERR_FORMAT, "model metadata: %s.rope.dimension_count = %d is invalid for head size %d",
+                            hp->arch_name, hp->n_rot, hp->head_dim);
+    hp->norm_eps = 1e-5f;
+    char k[160];
+    if (rf_gguf_find_key(m->g, akey(m, "attention.layer_norm_rms_epsilon", k, sizeof k)) < 0)
+        return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s'", k);
+    if ((st = opt_f32(m, "attention.layer_norm_rms_epsilon", &hp->norm_eps))) return st;
+    if (!(hp->norm_eps > 0 && hp->norm_eps < 1))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s = %g is out of range", k, hp->norm_eps);
+
+    hp->rope_base = 10000.0f;
+    if ((st = opt_f32(m, "rope.freq_base", &hp->rope_base))) return st;
+    float factor = 0;
+    if ((st = opt_f32(m, "rope.scaling.factor", &factor))) return st;
+    if (factor == 0 && (st = opt_f32(m, "rope.scale_linear", &factor))) return st;
+    const char *stype = NULL;
+    if (rf_gguf_get_str(m->g, akey(m, "rope.scaling.type", k, sizeof k), &stype) == RF_OK &&
+        strcmp(stype, "none") && strcmp(stype, "linear") && strcmp(stype, "llama3"))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s = '%s' is not supported (none, linear)", k, stype);
+    if (stype && !strcmp(stype, "none")) factor = 0;
+    hp->rope_scale = factor == 0 ? 1.0f : 1.0f / factor;
+    if (!(hp->rope_base > 0) || !(hp->rope_scale > 0))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.rope.freq_base / scaling factor out of range", hp->arch_name);
+    hp->rope_base_swa = 10000.0f;
+    hp->rope_scale_swa = 1.0f;
+    hp->attn_scale = 0;
+    if ((st = opt_f32(m, "attention.scale", &hp->attn_scale))) return st;
+    if (hp->attn_scale == 0) hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embed_scale = 1.0f;
+    hp->glu = RF_GLU_SWIGLU;
+    hp->rope_mode = RF_ROPE_NORMAL;
+
+    switch (hp->arch) {
+    case RF_ARCH_LLAMA:
+        if (hp->n_rot != hp->head_dim)
+            return rf_set_error(RF_ERR_FORMAT, "model metadata: llama needs rope.dimension_count (%d) == head size (%d)",
+                                hp->n_rot, hp->head_dim);
+        break;
+    case RF_ARCH_QWEN2:
+        hp->rope_mode = RF_ROPE_NEOX;
+        break;
+    case RF_ARCH_GEMMA3:
+        hp->rope_mode = RF_ROPE_NEOX;
+        hp->glu = RF_GLU_GEGLU;
+        hp->embed_scale = sqrtf((float)hp->n_embd);
+        hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+        if ((st = opt_i32(m, "attention.sliding_window", &hp->n_swa))) return st;
+        hp->swa_pattern = 6;
+        if ((st = opt_i32(m, "attention.sliding_window_pattern", &hp->swa_pattern))) return st;
+        if ((st = opt_f32(m, "rope.freq_base_swa", &hp->rope_base_swa))) return st;
+        if ((st = opt_f32(m, "final_logit_softcapping", &hp->final_softcap))) return st;
+        break;
+    default:
+        break;
+    }
+    return RF_OK;
+}
+
+/* ---- weights ---------------------------------------------------------------------------- */
+
+static rf_status load_weights(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    const rf_gguf_tensor *te = rf_gguf_find_tensor(m->g, "token_embd.weight");
+    if (!te) return rf_set_error(RF_ERR_NOT_FOUND, "model: missing tensor 'token_embd.weight' (architecture %s)", hp->arch_name);
+    /* The vocabulary size comes from the embedding (never 0), checked against the metadata. */
+    int64_t nv = te->ne[1];
+    if (nv <= 0 || nv > INT32_MAX || te->n_dims != 2)
+        return rf_set_error(RF_ERR_FORMAT, "model: tensor 'token_embd.weight' has a bad shape");
+    hp->n_vocab = (int32_t)nv;
+    int32_t vs = 0;
+    if ((st = opt_i32(m, "vocab_size", &vs))) return st;
+    if (vs && vs != hp->n_vocab)
+        return rf_set_error(RF_ERR_FORMAT, "model: %s.vocab_size = %d but token_embd.weight has %d rows", hp->arch_name, vs, hp->n_vocab);
+    int64_t E = hp->n_embd, D = hp->head_dim, Q = (int64_t)hp->n_head * D, KV = (int64_t)hp->n_head_kv * D, F = hp->n_ff;
+    if ((st = bind(m, &m->tok_embd, "token_embd.weight", E, nv, true))) return st;
+    if ((st = bind(m, &m->output_norm, "output_norm.weight", E, 1, true))) return st;
+    if ((st = bind(m, &m->output, "output.weight", E, nv, false))) return st;
+    m->tied = !rf_has(&m->output);
+    if (m->tied) m->output = m->tok_embd;
+    if ((st = bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 1, false))) return st;
+
+    m->layers = calloc((size_t)hp->n_layer, sizeof(rf_layer));
+    if (!m->layers) return rf_set_error(RF_ERR_OOM, "model: out of memory");
+    bool gemma = hp->arch == RF_ARCH_GEMMA3, qwen = hp->arch == RF_ARCH_QWEN2;
+    for (int il = 0; il < hp->n_layer; il++) {
+        rf_layer *L = &m->layers[il];
+        if ((st = bind_l(m, &L->attn_norm, il, "attn_norm.weight", E, 1, true))) return st;
+        if ((st = bind_l(m, &L->wq, il, "attn_q.weight", E, Q, true))) return st;
+        if ((st = bind_l(m, &L->wk, il, "attn_k.weight", E, KV, true))) return st;
+        if ((st = bind_l(m, &L->wv, il, "attn_v.weight", E, KV, true))) return st;
+        if ((st = bind_l(m, &L->wo, il, "attn_output.weight", Q, E, true))) return st;
+        if ((st = bind_l(m, &L->bq, il, "attn_q.bias", Q, 1, qwen))) return st;
+        if ((st = bind_l(m, &L->bk, il, "attn_k.bias", KV, 1, qwen))) return st;
+        if ((st = bind_l(m, &L->bv, il, "attn_v.bias", KV, 1, qwen))) return st;
+        if ((st = bind_l(m, &L->bo, il, "attn_output.bias", E, 1, false))) return st;
+        if ((st = bind_l(m, &L->q_norm, il, "attn_q_norm.weight", D, 1, gemma))) return st;
+        if ((st = bind_l(m, &L->k_norm, il, "attn_k_norm.weight", D, 1, gemma))) return st;
+        if ((st = bind_l(m, &L->attn_post_norm, il, "post_attention_norm.weight", E, 1, gemma))) return st;
+        if ((st = bind_l(m, &L->ffn_norm, il, "ffn_norm.weight", E, 1, true))) return st;
+        if ((st = bind_l(m, &L->ffn_gate, il, "ffn_gate.weight", E, F, true))) return st;
+        if ((st = bind_l(m, &L->ffn_up, il, "ffn_up.weight", E, F, true))) return st;
+        if ((st = bind_l(m, &L->ffn_down, il, "ffn_down.weight", F, E, true))) return st;
+        if ((st = bind_l(m, &L->ffn_post_norm, il, "post_ffw_norm.weight", E, 1, gemma))) return st;
+        L->is_swa = hp->n_swa > 0 && (hp->swa_pattern == 0 || il % hp->swa_pattern < hp->swa_pattern - 1);
+        L->rope_base = L->is_swa ? hp->rope_base_swa : hp->rope_base;
+        L->rope_scale = L->is_swa ? hp->rope_scale_swa : hp->rope_scale;
+    }
+    return RF_OK;
+}
+
+/* The most common weight type by bytes, for rf_model_info.ftype. */
+static const char *main_type(const rf_gguf *g) {
+    uint64_t bytes[RF_TYPE_COUNT] = {0};
+    for (int64_t i = 0; i < rf_gguf_n_tensors(g); i++) {
+        const rf_gguf_tensor *t = rf_gguf_tensor_at(g, i);
+        if ((int)t->type >= 0 && t->type < RF_TYPE_COUNT && t->n_dims >= 2) bytes[t->type] += t->n_bytes;
+    }
+    int best = 0;
+    for (int i = 1; i < RF_TYPE_COUNT; i++)
+        if (bytes[i] > bytes[best]) best = i;
+    return rf_type_name(best);
+}
+
+/* Touches every page of the weights so a large model loads up front with a progress bar. */
+static void prefault(rf_model *m, const rf_model_params *p) {
+    int64_t nt = rf_gguf_n_tensors(m->g);
+    uint64_t total = 0, done = 0;
+    for (int64_t i = 0; i < nt; i++) total += rf_gguf_tensor_at(m->g, i)->n_bytes;
+    volatile unsigned char sink = 0;
+    float last = -1;
+    for (int64_t i = 0; i < nt; i++) {
+        const rf_gguf_tensor *t = rf_gguf_tensor_at(m->g, i);
+        const unsigned char *d = t->data;
+        if (d)
+            for (uint64_t off = 0; off < t->n_bytes; off += 4096) sink ^= d[off];
+        done += t->n_bytes;
+        float f = total ? (float)done / (float)total : 1.0f;
+        if (p->progress && (f - last >= 0.01f || i == nt - 1)) {
+            p->progress(f, p->progress_user);
+            last = f;
+        }
+    }
+    (void)sink;
+}
+
+rf_status rf_model_load(const char *path, const rf_model_params *params, rf_model **out) {
+    *out = NULL;
+    rf_model_params p = params ? *params : rf_model_default_params();
+    if (!path) return rf_set_error(RF_ERR_INVALID_ARG, "model path is NULL");
+    if (p.device == RF_DEVICE_GPU)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU forward is not built yet (a later issue); use --device cpu");
+    if (p.n_threads < 0) return rf_set_error(RF_ERR_INVALID_ARG, "thread count %d must be >= 1", p.n_threads);
+    rf_model *m = calloc(1, sizeof *m);
+    if (!m) return rf_set_error(RF_ERR_OOM, "model: out of memory");
+    m->path = strdup(path);
+    rf_status st = rf_gguf_open(path, &m->g);
+    if (st) goto fail;
+    const char *arch = NULL;
+    st = rf_gguf_get_str(m->g, "general.architecture", &arch);
+    if (st) {
+        st = rf_set_error(st, "%s: missing or bad 'general.architecture' (%s)", path, rf_last_error());
+        goto fail;
+    }
+    int a = -1;
+    for (int i = 0; i < RF_ARCH_COUNT; i++)
+        if (!strcmp(arch, k_arch_names[i])) a = i;
+    if (a < 0) {
+        st = rf_set_error(RF_ERR_UNSUPPORTED, "unsupported architecture '%s' (supported: %s)", arch,
+                          rf_supported_archs());
+        goto fail;
+    }
+    m->hp.arch = (rf_arch)a;
+    snprintf(m->hp.arch_name, sizeof m->hp.arch_name, "%s", arch);
+    const char *name = "";
+    rf_gguf_get_str(m->g, "general.name", &name);
+    snprintf(m->name, sizeof m->name, "%s", name ? name : "");
+    rf_clear_error();
+    if ((st = rf_backend_cpu_new(p.n_threads, &m->be))) goto fail;
+    if ((st = load_hparams(m))) goto fail;
+    if ((st = load_weights(m))) goto fail;
+    if ((st = rf_vocab_load(m->g, &m->vocab))) goto fail;
+    if (rf_vocab_n_tokens(m->vocab) > m->hp.n_vocab) {
+        st = rf_set_error(RF_ERR_FORMAT, "model: the vocabulary has %d tokens but token_embd.weight only %d rows",
+                          rf_vocab_n_tokens(m->vocab), m->hp.n_vocab);
+        goto fail;
+    }
+    m->ftype = main_type(m->g);
+    prefault(m, &p);
+    *out = m;
+    return RF_OK;
+fail:
+    rf_model_free(m);
+    return st;
+}
+
+void rf_model_free(rf_model *m) {
+    if (!m) return;
+    free(m->layers);
+    if (m->vocab) rf_vocab_free(m->vocab);
+    if (m->be) m->be->ops->destroy(m->be);
+    if (m->g) rf_gguf_close(m->g);
+    free(m->path);
+    free(m);
+}
+
+rf_status rf_model_get_info(const rf_model *m, rf_model_info *o) {
+    if (!m || !o) return rf_set_error(RF_ERR_INVALID_ARG, "rf_model_get_info: NULL argument");
+    memset(o, 0, sizeof *o);
+    const rf_hparams *hp = &m->hp;
+    o->arch = hp->arch_name;
+    o->name = m->name;
+    o->n_layer = hp->n_layer;
+    o->n_embd = hp->n_embd;
+    o->n_head = hp->n_head;
+    o->n_head_kv = hp->n_head_kv;
+    o->head_dim = hp->head_dim;
+    o->n_ff = hp->n_ff;
+    o->n_vocab = hp->n_vocab;
+    o->n_ctx_train = hp->n_ctx_train;
+    o->n_swa = hp->n_swa;
+    o->rope_freq_base = hp->rope_base;
+    o->tied_embeddings = m->tied;
+    o->n_params = m->n_params;
+    o->weight_bytes = m->weight_bytes;
+    o->ftype = m->ftype;
+    return RF_OK;
+}
+
+const rf_vocab *rf_model_vocab(const rf_model *m) { return m ? m->vocab : NULL; }
+const rf_gguf *rf_model_gguf(const rf_model *m) { return m ? m->g : NULL; }

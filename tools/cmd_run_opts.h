@@ -1,0 +1,38 @@
+/* cmd_run_opts.h — options shared by `rocmforge run`, `chat` and `perplexity` (defined in
+ * cmd_run.c): model/session flags, sampling flags, loading with a progress bar. */
+#ifndef RF_CMD_RUN_OPTS_H
+#define RF_CMD_RUN_OPTS_H
+
+#include "cli.h"
+
+#define RF_MAX_STOP 16
+
+typedef struct rf_run_opts {
+    const char *model, *prompt, *prompt_file, *system, *text_file;
+    int32_t n_predict; /* -1 = until EOS / context */
+    rf_sampler_params sp;
+    int32_t n_threads, n_ctx, n_batch;
+    rf_type kv_type;
+    rf_device device;
+    bool chat, ignore_eos, no_timing, show_ids, render_special;
+    const char *stops[RF_MAX_STOP];
+    int n_stop;
+    const char *logits_out; /* run: write the last-position logits of the prompt (f32) here */
+    int32_t chunks;         /* perplexity: max chunks (0 = all) */
+} rf_run_opts;
+
+/* Which flags a subcommand accepts. */
+enum { RF_OPT_PROMPT = 1, RF_OPT_SAMPLING = 2, RF_OPT_CHAT = 4, RF_OPT_PPL = 8 };
+
+/* Parses argv (argv[0] = subcommand). Returns -1 when parsing succeeded, else the exit code
+ * to return (0 after --help, 2 after a usage error, message printed). */
+int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *usage);
+
+/* Loads the model (progress bar on a terminal for files >= 64 MiB) and opens a session.
+ * Returns 0 or prints the error and returns 1. */
+int rf_run_open(const rf_run_opts *o, rf_model **m, rf_session **s);
+
+/* Prints "prompt: ... | generation: ..." timing to stderr. */
+void rf_run_print_timing(const rf_gen_stats *st);
+
+#endif
