@@ -8,5 +8,6 @@
 #include "rocmforge/quant.h"    /* block formats: type table, (de)quantize rows */
 #include "rocmforge/tokenizer.h" /* vocabulary, tokenize/detokenize, chat templates */
 #include "rocmforge/engine.h"   /* models, sessions, generation */
+#include "rocmforge/mkmodel.h"  /* synthetic GGUF models (rocmforge mkmodel) */
 
 #endif

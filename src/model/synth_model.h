@@ -1,0 +1,123 @@
+/* synth_model.h — internals of `rocmforge mkmodel`: the preset table (real hyper-parameters),
+ * per-architecture metadata and tensor lists, and the llama-quantize type recipes.
+ * To add an architecture: a synth_arch value, an entry in synth_arch_table (synth_presets.c) with
+ * its metadata writer and tensor-list builder, and presets that use it. */
+#ifndef RF_SYNTH_MODEL_H
+#define RF_SYNTH_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rocmforge/gguf.h"
+#include "rocmforge/mkmodel.h"
+#include "synth_vocab.h"
+
+typedef enum synth_arch {
+    SYNTH_ARCH_LLAMA,
+    SYNTH_ARCH_QWEN2,
+    SYNTH_ARCH_COUNT
+} synth_arch;
+
+typedef struct synth_preset {
+    const char *name;
+    const char *description; /* the real model it copies */
+    const char *model_name;  /* general.name */
+    const char *size_label;  /* general.size_label */
+    synth_arch arch;
+    int32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim;
+    uint32_t n_ctx;
+    float rope_base, rms_eps;
+    bool tied; /* no output.weight: the LM head is token_embd */
+    /* llama3-style rope scaling (rope_freqs.weight); factor 0 = none */
+    float rope_factor, rope_low_freq, rope_high_freq;
+    uint32_t rope_orig_ctx;
+    synth_vocab_spec vocab;
+    const char *pre; /* tokenizer.ggml.pre for BPE vocabularies */
+} synth_preset;
+
+extern const synth_preset synth_presets[];
+extern const int32_t synth_n_presets;
+const synth_preset *synth_preset_find(const char *name);
+
+/* How a tensor's values are made. */
+typedef enum synth_gen {
+    SYNTH_GEN_RANDOM, /* uniform, zero mean, std `std` */
+    SYNTH_GEN_ONES,   /* norm weights */
+    SYNTH_GEN_ROPE_FREQS,
+} synth_gen;
+
+typedef struct synth_tensor {
+    char name[64];
+    uint32_t n_dims;
+    int64_t ne[4];
+    synth_gen gen;
+    float std;
+    rf_type type; /* filled by the recipe */
+} synth_tensor;
+
+typedef struct synth_tensor_list {
+    synth_tensor *t;
+    int64_t n, cap;
+} synth_tensor_list;
+
+/* Appends a tensor (F32 until the recipe runs). Returns false on OOM. */
+bool synth_list_add(synth_tensor_list *l, const char *name, uint32_t n_dims, int64_t ne0,
+                    int64_t ne1, synth_gen gen, float std);
+
+typedef struct synth_arch_info {
+    const char *name; /* general.architecture */
+    /* writes the {arch}.* hyper-parameter keys */
+    rf_status (*write_kv)(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer);
+    /* appends every tensor llama.cpp loads for this architecture (any order) */
+    bool (*tensors)(synth_tensor_list *l, const synth_preset *p, int32_t n_layer, uint32_t n_vocab);
+    /* llama.cpp's LLM_TYPE_70B test (it changes the attn_v recipe) */
+    bool (*is_70b)(const synth_preset *p, int32_t n_layer);
+} synth_arch_info;
+
+const synth_arch_info *synth_arch_get(synth_arch a);
+
+/* rope_freqs.weight as llama.cpp's converter computes it for rope_type "llama3". out has
+ * head_dim/2 entries. */
+void synth_llama3_rope_factors(const synth_preset *p, float *out);
+
+/* ---- recipes (llama-quantize) --------------------------------------------------------------- */
+
+typedef struct synth_ftype {
+    const char *name;     /* lowercase: "q4_k_m" */
+    int32_t llama_ftype;  /* general.file_type value */
+    rf_type base;         /* llama_ftype_get_default_type */
+    const char *alias_of; /* "q4_k" -> "q4_k_m" */
+} synth_ftype;
+
+extern const synth_ftype synth_ftypes[];
+extern const int32_t synth_n_ftypes;
+const synth_ftype *synth_ftype_find(const char *name); /* case-insensitive, NULL if unknown */
+
+/* Mirrors llama-quantize's quantize_state_impl: counters advance as tensors are visited in file
+ * order, exactly as llama_tensor_get_type sees them. */
+typedef struct synth_qstate {
+    const synth_ftype *ft;
+    bool pure;
+    bool tied;  /* no output.weight in the file */
+    bool is_70b;
+    int32_t n_gqa; /* n_head / n_head_kv */
+    int32_t n_attention_wv, i_attention_wv;
+    int32_t n_ffn_down, i_ffn_down;
+    int32_t n_ffn_gate, i_ffn_gate;
+    int32_t n_ffn_up, i_ffn_up;
+    int32_t n_fallback;
+} synth_qstate;
+
+/* Initialises the state for a tensor list (counts attn_v tensors and output.weight). */
+void synth_qstate_init(synth_qstate *qs, const synth_ftype *ft, bool pure, bool is_70b,
+                       int32_t n_gqa, int32_t n_layer, const synth_tensor_list *l);
+
+/* The type llama-quantize would give tensor `t` (call in file order). RF_ERR_UNSUPPORTED when no
+ * fallback fits the row length. */
+rf_status synth_tensor_type(synth_qstate *qs, const synth_tensor *t, rf_type *out);
+
+/* Sorts like llama_model_loader's weights_map: non-layer tensors first, layers ascending, then
+ * by name (strcmp). */
+void synth_list_sort(synth_tensor_list *l);
+
+#endif

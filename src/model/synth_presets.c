@@ -1,0 +1,238 @@
+/* synth_presets.c — mkmodel's preset table (hyper-parameters of real models, from their HF
+ * config.json) and the per-architecture metadata keys and tensor lists llama.cpp loads
+ * (src/models/llama.cpp, src/models/qwen2.cpp in the peer). One table row per preset; one
+ * synth_arch_info per architecture. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "synth_model.h"
+
+/* name, description, general.name, size label, arch, n_layer, n_embd, n_ff, n_head, n_head_kv,
+ * head_dim, n_ctx, rope_base, rms_eps, tied, rope factor/low/high/orig ctx, vocab, pre */
+const synth_preset synth_presets[] = {
+    {"tiny", "4-layer llama, dim 256, 2048-token Llama-3-style BPE vocabulary (for tests)",
+     "Tiny Llama (synthetic)", "6M", SYNTH_ARCH_LLAMA, 4, 256, 512, 4, 2, 64, 2048, 10000.0f,
+     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "llama-bpe"},
+    {"tiny-qwen2", "2-layer qwen2 (q/k/v biases, tied), dim 384, 3072-token ChatML vocabulary",
+     "Tiny Qwen2 (synthetic)", "4M", SYNTH_ARCH_QWEN2, 2, 384, 1024, 6, 2, 64, 4096, 1000000.0f,
+     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen2"},
+    {"smollm2-135m", "SmolLM2-135M-Instruct shapes", "SmolLM2 135M Instruct (synthetic)", "135M",
+     SYNTH_ARCH_LLAMA, 30, 576, 1536, 9, 3, 64, 8192, 100000.0f, 1e-5f, true, 0, 0, 0, 0,
+     {SYNTH_VOCAB_SMOLLM, 49152, 0}, "smollm"},
+    {"llama3.2-1b", "Llama-3.2-1B-Instruct shapes (llama3 rope scaling, rope_freqs)",
+     "Llama 3.2 1B Instruct (synthetic)", "1.2B", SYNTH_ARCH_LLAMA, 16, 2048, 8192, 32, 8, 64,
+     131072, 500000.0f, 1e-5f, true, 32.0f, 1.0f, 4.0f, 8192, {SYNTH_VOCAB_LLAMA3, 128256, 256},
+     "llama-bpe"},
+    {"llama3-8b", "Meta-Llama-3-8B-Instruct shapes", "Meta Llama 3 8B Instruct (synthetic)", "8.0B",
+     SYNTH_ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128, 8192, 500000.0f, 1e-5f, false, 0, 0, 0, 0,
+     {SYNTH_VOCAB_LLAMA3, 128256, 256}, "llama-bpe"},
+    {"llama3.1-8b", "Llama-3.1-8B-Instruct shapes (llama3 rope scaling, rope_freqs)",
+     "Llama 3.1 8B Instruct (synthetic)", "8.0B", SYNTH_ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128,
+     131072, 500000.0f, 1e-5f, false, 8.0f, 1.0f, 4.0f, 8192, {SYNTH_VOCAB_LLAMA3, 128256, 256},
+     "llama-bpe"},
+    {"qwen2.5-0.5b", "Qwen2.5-0.5B-Instruct shapes (dim 896: K-quants fall back)",
+     "Qwen2.5 0.5B Instruct (synthetic)", "494M", SYNTH_ARCH_QWEN2, 24, 896, 4864, 14, 2, 64,
+     32768, 1000000.0f, 1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2"},
+    {"qwen2.5-7b", "Qwen2.5-7B-Instruct shapes", "Qwen2.5 7B Instruct (synthetic)", "7.6B",
+     SYNTH_ARCH_QWEN2, 28, 3584, 18944, 28, 4, 128, 32768, 1000000.0f, 1e-6f, false, 0, 0, 0, 0,
+     {SYNTH_VOCAB_QWEN2, 152064, 151643}, "qwen2"},
+    {"llama2-70b", "Llama-2-70b-chat shapes (SentencePiece vocabulary)",
+     "Llama 2 70B Chat (synthetic)", "69B", SYNTH_ARCH_LLAMA, 80, 8192, 28672, 64, 8, 128, 4096,
+     10000.0f, 1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 32000, 0}, NULL},
+};
+const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
+
+const synth_preset *synth_preset_find(const char *name) {
+    if (!name) return NULL;
+    for (int32_t i = 0; i < synth_n_presets; i++)
+        if (!strcmp(synth_presets[i].name, name)) return &synth_presets[i];
+    return NULL;
+}
+
+/* ---- tensor lists ------------------------------------------------------------------------- */
+
+bool synth_list_add(synth_tensor_list *l, const char *name, uint32_t n_dims, int64_t ne0,
+                    int64_t ne1, synth_gen gen, float std) {
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? l->cap * 2 : 64;
+        synth_tensor *t = realloc(l->t, (size_t)cap * sizeof *t);
+        if (!t) return false;
+        l->t = t;
+        l->cap = cap;
+    }
+    synth_tensor *t = &l->t[l->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = n_dims > 1 ? ne1 : 1;
+    t->ne[2] = t->ne[3] = 1;
+    t->gen = gen;
+    t->std = std;
+    t->type = RF_TYPE_F32;
+    return true;
+}
+
+static int layer_of(const char *name) {
+    int l = -1;
+    if (!strncmp(name, "blk.", 4)) l = atoi(name + 4);
+    return l;
+}
+
+static int cmp_tensor(const void *a, const void *b) {
+    const synth_tensor *x = a, *y = b;
+    int lx = layer_of(x->name), ly = layer_of(y->name);
+    if (lx != ly) return lx < ly ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+void synth_list_sort(synth_tensor_list *l) {
+    if (l->n > 1) qsort(l->t, (size_t)l->n, sizeof *l->t, cmp_tensor);
+}
+
+/* Weight scales: a matrix of GGUF shape [n_in, n_out] gets std 1/sqrt(n_in), so every projection
+ * keeps unit variance and attention scores / activations stay O(1) through any depth; the
+ * embedding and LM head get 2/sqrt(n_embd), so logits have std ~2 (peaked but not one-hot). */
+static float mat_std(int64_t n_in) { return 1.0f / sqrtf((float)n_in); }
+
+#define ADD(...)                                          \
+    do {                                                  \
+        if (!synth_list_add(l, __VA_ARGS__)) return false; \
+    } while (0)
+
+/* The llama-family tensors (llama, qwen2): embeddings, head, norms, attention, SwiGLU FFN. */
+static bool tensors_llama_like(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
+                               uint32_t n_vocab, bool qkv_bias) {
+    const int64_t E = p->n_embd, F = p->n_ff, Q = (int64_t)p->n_head * p->head_dim,
+                  KV = (int64_t)p->n_head_kv * p->head_dim;
+    const float emb_std = 2.0f / sqrtf((float)E);
+    ADD("token_embd.weight", 2, E, n_vocab, SYNTH_GEN_RANDOM, emb_std);
+    ADD("output_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+    if (!p->tied) ADD("output.weight", 2, E, n_vocab, SYNTH_GEN_RANDOM, emb_std);
+    if (p->rope_factor > 0) ADD("rope_freqs.weight", 1, p->head_dim / 2, 1, SYNTH_GEN_ROPE_FREQS, 0);
+    char nm[64];
+#define LADD(suffix, ...)                                \
+    do {                                                 \
+        snprintf(nm, sizeof nm, "blk.%d." suffix, i);    \
+        ADD(nm, __VA_ARGS__);                            \
+    } while (0)
+    for (int32_t i = 0; i < n_layer; i++) {
+        LADD("attn_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+        LADD("attn_q.weight", 2, E, Q, SYNTH_GEN_RANDOM, mat_std(E));
+        LADD("attn_k.weight", 2, E, KV, SYNTH_GEN_RANDOM, mat_std(E));
+        LADD("attn_v.weight", 2, E, KV, SYNTH_GEN_RANDOM, mat_std(E));
+        if (qkv_bias) {
+            LADD("attn_q.bias", 1, Q, 1, SYNTH_GEN_RANDOM, 0.02f);
+            LADD("attn_k.bias", 1, KV, 1, SYNTH_GEN_RANDOM, 0.02f);
+            LADD("attn_v.bias", 1, KV, 1, SYNTH_GEN_RANDOM, 0.02f);
+        }
+        LADD("attn_output.weight", 2, Q, E, SYNTH_GEN_RANDOM, mat_std(Q));
+        LADD("ffn_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+        LADD("ffn_gate.weight", 2, E, F, SYNTH_GEN_RANDOM, mat_std(E));
+        LADD("ffn_up.weight", 2, E, F, SYNTH_GEN_RANDOM, mat_std(E));
+        LADD("ffn_down.weight", 2, F, E, SYNTH_GEN_RANDOM, mat_std(F));
+    }
+#undef LADD
+    return true;
+}
+
+static bool tensors_llama(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
+                          uint32_t n_vocab) {
+    return tensors_llama_like(l, p, n_layer, n_vocab, false);
+}
+
+static bool tensors_qwen2(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
+                          uint32_t n_vocab) {
+    return tensors_llama_like(l, p, n_layer, n_vocab, true);
+}
+
+/* ---- metadata ----------------------------------------------------------------------------- */
+
+enum { KV_VOCAB_SIZE = 1, KV_ROPE_DIM = 2, KV_HEAD_LEN = 4 };
+
+/* The {arch}.* keys llama.cpp's converter writes for the llama-family architectures. */
+static rf_status write_kv_common(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer,
+                                 const char *arch, unsigned flags) {
+    char k[128];
+    rf_status st = RF_OK;
+#define U32(key, v)                                               \
+    do {                                                          \
+        snprintf(k, sizeof k, "%s." key, arch);                   \
+        if ((st = rf_gguf_set_u32(w, k, (uint32_t)(v)))) return st; \
+    } while (0)
+#define F32(key, v)                                               \
+    do {                                                          \
+        snprintf(k, sizeof k, "%s." key, arch);                   \
+        if ((st = rf_gguf_set_f32(w, k, (v)))) return st;         \
+    } while (0)
+    U32("block_count", n_layer);
+    U32("context_length", p->n_ctx);
+    U32("embedding_length", p->n_embd);
+    U32("feed_forward_length", p->n_ff);
+    U32("attention.head_count", p->n_head);
+    U32("attention.head_count_kv", p->n_head_kv);
+    F32("rope.freq_base", p->rope_base);
+    F32("attention.layer_norm_rms_epsilon", p->rms_eps);
+    if (flags & KV_HEAD_LEN) {
+        U32("attention.key_length", p->head_dim);
+        U32("attention.value_length", p->head_dim);
+    }
+    if (flags & KV_VOCAB_SIZE) U32("vocab_size", p->vocab.n_vocab);
+    if (flags & KV_ROPE_DIM) U32("rope.dimension_count", p->head_dim);
+#undef U32
+#undef F32
+    return st;
+}
+
+static rf_status write_kv_llama(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_common(w, p, n_layer, "llama", KV_VOCAB_SIZE | KV_ROPE_DIM | KV_HEAD_LEN);
+}
+
+static rf_status write_kv_qwen2(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_common(w, p, n_layer, "qwen2", 0);
+}
+
+/* llama.cpp src/models/llama.cpp: 80 layers is LLM_TYPE_70B when n_head != n_head_kv. */
+static bool is_70b_llama(const synth_preset *p, int32_t n_layer) {
+    return n_layer == 80 && p->n_head != p->n_head_kv;
+}
+
+/* src/models/qwen2.cpp: 80 layers is LLM_TYPE_70B. */
+static bool is_70b_qwen2(const synth_preset *p, int32_t n_layer) {
+    (void)p;
+    return n_layer == 80;
+}
+
+static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
+    [SYNTH_ARCH_LLAMA] = {"llama", write_kv_llama, tensors_llama, is_70b_llama},
+    [SYNTH_ARCH_QWEN2] = {"qwen2", write_kv_qwen2, tensors_qwen2, is_70b_qwen2},
+};
+
+const synth_arch_info *synth_arch_get(synth_arch a) {
+    return (a >= 0 && a < SYNTH_ARCH_COUNT) ? &synth_arch_table[a] : NULL;
+}
+
+/* convert_hf_to_gguf (conversion/llama.py, generate_extra_tensors) in float32 like torch:
+ * freq_i = 1 / base^(2i/d); wavelen = 2*pi/freq; factor 1 above high_freq_wavelen, `factor`
+ * below low_freq_wavelen, else 1 / ((1 - smooth)/factor + smooth) with
+ * smooth = (orig_ctx/wavelen - low) / (high - low). */
+void synth_llama3_rope_factors(const synth_preset *p, float *out) {
+    const int d = p->head_dim;
+    const float base = p->rope_base, factor = p->rope_factor, lo = p->rope_low_freq,
+                hi = p->rope_high_freq, old_ctx = (float)p->rope_orig_ctx;
+    const float low_wl = old_ctx / lo, high_wl = old_ctx / hi;
+    for (int i = 0; i < d / 2; i++) {
+        float freq = 1.0f / powf(base, (float)(2 * i) / (float)d);
+        float wavelen = (float)(2.0 * 3.14159265358979323846) / freq;
+        if (wavelen < high_wl) {
+            out[i] = 1.0f;
+        } else if (wavelen > low_wl) {
+            out[i] = factor;
+        } else {
+            float smooth = (old_ctx / wavelen - lo) / (hi - lo);
+            out[i] = 1.0f / ((1.0f - smooth) / factor + smooth);
+        }
+    }
+}
