@@ -1,0 +1,567 @@
+/* vocab.c — the vocabulary built from `tokenizer.ggml.*` GGUF metadata (tokens, scores, types,
+ * merges, special ids and the defaults llama.cpp applies per tokenizer model), the end-of-
+ * generation set, splitting special tokens out of text, and rf_tokenize's dispatch. */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tokenizer/vocab_internal.h"
+
+/* ---- small helpers ----------------------------------------------------------------------- */
+
+static bool get_opt_u32(const rf_gguf *g, const char *key, uint32_t *out) {
+    if (rf_gguf_find_key(g, key) < 0) return false;
+    if (rf_gguf_get_u32(g, key, out)) {
+        RF_LOGW("tokenizer: ignoring %s: %s", key, rf_last_error());
+        return false;
+    }
+    return true;
+}
+
+static bool get_opt_bool(const rf_gguf *g, const char *key, bool *out) {
+    if (rf_gguf_find_key(g, key) < 0) return false;
+    if (rf_gguf_get_bool(g, key, out)) {
+        RF_LOGW("tokenizer: ignoring %s: %s", key, rf_last_error());
+        return false;
+    }
+    return true;
+}
+
+static bool text_is(const rf_vocab *v, int32_t id, const char *s) {
+    size_t l = strlen(s);
+    return v->len[id] == l && !memcmp(rf_tok_text(v, id), s, l);
+}
+
+static bool text_in(const rf_vocab *v, int32_t id, const char *const *list) {
+    for (; *list; list++)
+        if (text_is(v, id, *list)) return true;
+    return false;
+}
+
+void rf_vocab_free(rf_vocab *v) {
+    if (!v) return;
+    free(v->pool);
+    free(v->off);
+    free(v->len);
+    free(v->scores);
+    free(v->attr);
+    free(v->is_eog);
+    rf_strmap_free(&v->tok);
+    rf_strmap_free(&v->merges);
+    free(v->merge_pool);
+    free(v->special);
+    free(v->trie);
+    free(v->piece_pool);
+    free(v->piece_off);
+    free(v->piece_len);
+    rf_pretok_free(v->pre);
+    free(v);
+}
+
+/* ---- special-token lists (the texts llama.cpp recognises; data) ------------------------- */
+
+static const char *const k_eot_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<end_of_utterance>", NULL};
+static const char *const k_eom_texts[] = {"<|eom_id|>", NULL};
+static const char *const k_fim_pre[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+                                        "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>",
+                                        "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
+static const char *const k_fim_suf[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+                                        "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>", "<SUF>",
+                                        "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
+static const char *const k_fim_mid[] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+                                        "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>",
+                                        "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
+static const char *const k_fim_pad[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL};
+static const char *const k_fim_rep[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
+                                        "<reponame>", NULL};
+static const char *const k_fim_sep[] = {"<|file_sep|>", NULL};
+static const char *const k_eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~[", NULL};
+
+/* Finds the first id (lowest) whose text is in `list` when *id is unset, and marks it CONTROL. */
+static void detect(rf_vocab *v, int32_t *id, const char *const *list) {
+    if (*id >= 0) return;
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        if (text_in(v, i, list)) {
+            *id = i;
+            v->attr[i] |= RF_TOK_CONTROL;
+            return;
+        }
+    }
+}
+
+/* ---- special-token trie ------------------------------------------------------------------ */
+
+typedef struct len_id {
+    uint32_t len;
+    int32_t id;
+} len_id;
+
+static int cmp_len_id(const void *a, const void *b) {
+    const len_id *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static rf_status build_special(rf_vocab *v) {
+    size_t n = 0, nodes = 0;
+    for (int32_t i = 0; i < v->n_tokens; i++)
+        if (v->attr[i] & (RF_TOK_CONTROL | RF_TOK_USER_DEFINED | RF_TOK_UNKNOWN)) n++, nodes += v->len[i];
+    len_id *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    v->special = malloc((n ? n : 1) * sizeof *v->special);
+    v->trie = malloc((nodes ? nodes : 1) * sizeof *v->trie);
+    if (!tmp || !v->special || !v->trie) {
+        free(tmp);
+        return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (special tokens)");
+    }
+    n = 0;
+    for (int32_t i = 0; i < v->n_tokens; i++)
+        if (v->attr[i] & (RF_TOK_CONTROL | RF_TOK_USER_DEFINED | RF_TOK_UNKNOWN))
+            tmp[n++] = (len_id){v->len[i], i};
+    qsort(tmp, n, sizeof *tmp, cmp_len_id);
+    for (size_t i = 0; i < n; i++) v->special[i] = tmp[i].id;
+    free(tmp);
+    v->n_special = n;
+    for (int i = 0; i < 256; i++) v->trie_root[i] = -1;
+    v->trie_n = 0;
+    for (size_t k = 0; k < n; k++) {
+        int32_t id = v->special[k];
+        const unsigned char *t = (const unsigned char *)rf_tok_text(v, id);
+        int32_t parent = -1;
+        for (uint32_t j = 0; j < v->len[id]; j++) {
+            int32_t c;
+            if (j == 0) {
+                c = v->trie_root[t[0]];
+                if (c < 0) {
+                    c = (int32_t)v->trie_n++;
+                    v->trie[c] = (rf_trie_node){-1, -1, -1, t[0]};
+                    v->trie_root[t[0]] = c;
+                }
+            } else {
+                c = v->trie[parent].first_child;
+                while (c >= 0 && v->trie[c].byte != t[j]) c = v->trie[c].next_sibling;
+                if (c < 0) {
+                    c = (int32_t)v->trie_n++;
+                    v->trie[c] = (rf_trie_node){-1, v->trie[parent].first_child, -1, t[j]};
+                    v->trie[parent].first_child = c;
+                }
+            }
+            parent = c;
+        }
+        /* Longest-first order means the first token stored at a node is the one kept. */
+        if (parent >= 0 && v->trie[parent].token < 0) v->trie[parent].token = id;
+    }
+    return RF_OK;
+}
+
+/* ---- load -------------------------------------------------------------------------------- */
+
+rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
+    if (!g || !out) return rf_set_error(RF_ERR_INVALID_ARG, "rf_vocab_load: NULL argument");
+    *out = NULL;
+    rf_status st;
+    const char *model = NULL;
+    if ((st = rf_gguf_get_str(g, "tokenizer.ggml.model", &model)))
+        return rf_set_error(st, "tokenizer.ggml.model: %s", rf_last_error());
+    rf_vocab *v = calloc(1, sizeof *v);
+    if (!v) return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory");
+    snprintf(v->model_name, sizeof v->model_name, "%s", model);
+    const char *pre = NULL;
+    if (rf_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 &&
+        (st = rf_gguf_get_str(g, "tokenizer.ggml.pre", &pre)))
+        goto fail;
+    v->eot = v->eom = v->sep = v->pad = v->mask = -1;
+    v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
+
+    if (!strcmp(model, "llama")) {
+        v->type = RF_VOCAB_SPM;
+        v->bos = 1, v->eos = 2, v->unk = 0;
+        v->add_space_prefix = true;
+        v->clean_spaces = false;
+        v->add_bos = true;
+        v->add_eos = false;
+        v->escape_whitespaces = true;
+        snprintf(v->pre_name, sizeof v->pre_name, "default");
+    } else if (!strcmp(model, "gpt2")) {
+        v->type = RF_VOCAB_BPE;
+        v->bos = 11, v->eos = 11, v->unk = -1;
+        v->add_space_prefix = false;
+        v->escape_whitespaces = false;
+        if (!pre || !*pre) {
+            RF_LOGW("tokenizer: tokenizer.ggml.pre is missing, using the 'default' pre-tokenizer; "
+                    "GENERATION QUALITY WILL BE DEGRADED (consider regenerating the model)");
+            pre = NULL;
+        }
+        rf_pre_flags fl = {0};
+        if ((st = rf_pretok_new(pre, &v->pre, &fl))) goto fail;
+        v->ignore_merges = fl.ignore_merges;
+        v->clean_spaces = fl.clean_spaces;
+        v->add_bos = fl.add_bos;
+        snprintf(v->pre_name, sizeof v->pre_name, "%s", rf_pretok_name(v->pre));
+    } else {
+        st = rf_set_error(RF_ERR_UNSUPPORTED,
+                          "tokenizer.ggml.model: '%s' is not supported (supported: llama = "
+                          "SentencePiece, gpt2 = byte-level BPE)",
+                          model);
+        goto fail;
+    }
+    get_opt_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix);
+    get_opt_bool(g, "tokenizer.ggml.remove_extra_whitespaces", &v->remove_extra_ws);
+
+    /* tokens */
+    uint64_t n;
+    const void *data;
+    if ((st = rf_gguf_get_arr(g, "tokenizer.ggml.tokens", RF_GGUF_STRING, &n, &data))) {
+        st = rf_set_error(st, "tokenizer.ggml.tokens: %s", rf_last_error());
+        goto fail;
+    }
+    if (n == 0 || n > INT32_MAX - 1) {
+        st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.tokens: %llu tokens (need 1..2^31-2)",
+                          (unsigned long long)n);
+        goto fail;
+    }
+    const rf_gguf_str *toks = data;
+    v->n_tokens = (int32_t)n;
+    uint64_t pool = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t l = toks[i].len ? toks[i].len : 32; /* "[EMPTY_<i>]" */
+        if (l > UINT32_MAX || rf_add_overflow_u64(pool, l + 1, &pool)) {
+            st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.tokens: token %llu too long",
+                              (unsigned long long)i);
+            goto fail;
+        }
+    }
+    v->pool = malloc(pool);
+    v->off = malloc(n * sizeof *v->off);
+    v->len = malloc(n * sizeof *v->len);
+    v->scores = calloc(n, sizeof *v->scores);
+    v->attr = malloc(n * sizeof *v->attr);
+    v->is_eog = calloc(n, 1);
+    if (!v->pool || !v->off || !v->len || !v->scores || !v->attr || !v->is_eog) {
+        st = rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (%llu tokens)", (unsigned long long)n);
+        goto fail;
+    }
+    uint64_t o = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        v->off[i] = o;
+        if (toks[i].len) {
+            memcpy(v->pool + o, toks[i].ptr, toks[i].len);
+            v->len[i] = (uint32_t)toks[i].len;
+        } else {
+            RF_LOGW("tokenizer: empty token at index %llu", (unsigned long long)i);
+            v->len[i] = (uint32_t)snprintf(v->pool + o, 32, "[EMPTY_%llu]", (unsigned long long)i);
+        }
+        v->pool[o + v->len[i]] = 0;
+        o += v->len[i] + 1;
+        if (v->len[i] > v->max_token_len) v->max_token_len = v->len[i];
+        v->attr[i] = RF_TOK_NORMAL;
+    }
+    for (int32_t i = 0; i < v->n_tokens; i++)
+        if ((st = rf_strmap_put(&v->tok, rf_tok_text(v, i), v->len[i], 0, i))) goto fail;
+
+    if (rf_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) {
+        uint64_t ns;
+        if ((st = rf_gguf_get_arr(g, "tokenizer.ggml.scores", RF_GGUF_FLOAT32, &ns, &data))) goto fail;
+        if (ns < n) {
+            st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.scores: %llu scores for %llu tokens",
+                              (unsigned long long)ns, (unsigned long long)n);
+            goto fail;
+        }
+        memcpy(v->scores, data, n * sizeof(float));
+    }
+    if (rf_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
+        uint64_t nt;
+        if ((st = rf_gguf_get_arr(g, "tokenizer.ggml.token_type", -1, &nt, &data))) goto fail;
+        const rf_gguf_value *tv = rf_gguf_kv_value(g, rf_gguf_find_key(g, "tokenizer.ggml.token_type"));
+        if (tv->v.arr.elem_type != RF_GGUF_INT32 && tv->v.arr.elem_type != RF_GGUF_UINT32) {
+            st = rf_set_error(RF_ERR_TYPE, "tokenizer.ggml.token_type: expected an array of i32, got %s",
+                              rf_gguf_type_name(tv->v.arr.elem_type));
+            goto fail;
+        }
+        if (nt < n) {
+            st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.token_type: %llu types for %llu tokens",
+                              (unsigned long long)nt, (unsigned long long)n);
+            goto fail;
+        }
+        const int32_t *tt = data;
+        for (uint64_t i = 0; i < n; i++) {
+            switch (tt[i]) {
+            case 1: v->attr[i] = RF_TOK_NORMAL; break;
+            case 2: v->attr[i] = RF_TOK_UNKNOWN; break;
+            case 3: v->attr[i] = RF_TOK_CONTROL; break;
+            case 4: v->attr[i] = RF_TOK_USER_DEFINED; break;
+            case 5: v->attr[i] = RF_TOK_UNUSED; break;
+            case 6: v->attr[i] = RF_TOK_BYTE; break;
+            default: v->attr[i] = RF_TOK_UNDEFINED; break;
+            }
+        }
+    }
+
+    /* merges: "left right", split at the first space after position 0; the first occurrence of
+     * a pair keeps its rank */
+    if (v->type == RF_VOCAB_BPE) {
+        uint64_t nm;
+        if ((st = rf_gguf_get_arr(g, "tokenizer.ggml.merges", RF_GGUF_STRING, &nm, &data))) {
+            st = rf_set_error(st, "tokenizer.ggml.merges (required for a gpt2 vocabulary): %s",
+                              rf_last_error());
+            goto fail;
+        }
+        if (nm > INT32_MAX) {
+            st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.merges: too many merges");
+            goto fail;
+        }
+        const rf_gguf_str *ms = data;
+        uint64_t mp = 0;
+        for (uint64_t i = 0; i < nm; i++)
+            if (ms[i].len > UINT32_MAX || rf_add_overflow_u64(mp, ms[i].len + 1, &mp)) {
+                st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.merges: merge %llu too long",
+                                  (unsigned long long)i);
+                goto fail;
+            }
+        v->merge_pool = malloc(mp ? mp : 1);
+        if (!v->merge_pool) {
+            st = rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (merges)");
+            goto fail;
+        }
+        uint64_t mo = 0;
+        for (uint64_t i = 0; i < nm; i++) {
+            const char *w = ms[i].ptr;
+            size_t wl = ms[i].len;
+            const char *sp = wl > 1 ? memchr(w + 1, ' ', wl - 1) : NULL;
+            if (!sp) continue; /* malformed: llama.cpp keeps an ("", "") pair that never matches */
+            size_t ll = (size_t)(sp - w), rl = wl - ll - 1;
+            char *k = v->merge_pool + mo;
+            memcpy(k, w, ll);
+            memcpy(k + ll, sp + 1, rl);
+            mo += ll + rl;
+            if (rf_strmap_get(&v->merges, k, ll + rl, (uint32_t)ll) >= 0) continue;
+            if ((st = rf_strmap_put(&v->merges, k, ll + rl, (uint32_t)ll, (int32_t)i))) goto fail;
+        }
+    }
+
+    /* special ids: defaults out of range are disabled; keys in range override */
+    struct {
+        const char *key;
+        int32_t *id;
+    } sp[] = {
+        {"tokenizer.ggml.bos_token_id", &v->bos},         {"tokenizer.ggml.eos_token_id", &v->eos},
+        {"tokenizer.ggml.eot_token_id", &v->eot},         {"tokenizer.ggml.eom_token_id", &v->eom},
+        {"tokenizer.ggml.unknown_token_id", &v->unk},     {"tokenizer.ggml.seperator_token_id", &v->sep},
+        {"tokenizer.ggml.padding_token_id", &v->pad},     {"tokenizer.ggml.mask_token_id", &v->mask},
+        {"tokenizer.ggml.fim_pre_token_id", &v->fim_pre}, {"tokenizer.ggml.fim_suf_token_id", &v->fim_suf},
+        {"tokenizer.ggml.fim_mid_token_id", &v->fim_mid}, {"tokenizer.ggml.fim_pad_token_id", &v->fim_pad},
+        {"tokenizer.ggml.fim_rep_token_id", &v->fim_rep}, {"tokenizer.ggml.fim_sep_token_id", &v->fim_sep},
+        {"tokenizer.ggml.prefix_token_id", &v->fim_pre},  {"tokenizer.ggml.suffix_token_id", &v->fim_suf},
+        {"tokenizer.ggml.middle_token_id", &v->fim_mid},
+    };
+    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
+        if (*sp[i].id >= v->n_tokens) {
+            RF_LOGW("tokenizer: default %s = %d is out of the vocabulary, disabling", sp[i].key, *sp[i].id);
+            *sp[i].id = -1;
+        }
+        uint32_t nid;
+        if (!get_opt_u32(g, sp[i].key, &nid)) continue;
+        if (nid >= (uint32_t)v->n_tokens)
+            RF_LOGW("tokenizer: %s = %u is out of the vocabulary (%d tokens), keeping %d", sp[i].key,
+                    nid, v->n_tokens, *sp[i].id);
+        else
+            *sp[i].id = (int32_t)nid;
+    }
+    get_opt_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos);
+    get_opt_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos);
+
+    /* Tokens recognised by their text (the converters do not always mark them). */
+    detect(v, &v->eot, k_eot_texts);
+    detect(v, &v->eom, k_eom_texts);
+    detect(v, &v->fim_pre, k_fim_pre);
+    detect(v, &v->fim_suf, k_fim_suf);
+    detect(v, &v->fim_mid, k_fim_mid);
+    detect(v, &v->fim_pad, k_fim_pad);
+    detect(v, &v->fim_rep, k_fim_rep);
+    detect(v, &v->fim_sep, k_fim_sep);
+    for (int32_t i = 0; i < v->n_tokens; i++)
+        if ((v->attr[i] & RF_TOK_CONTROL) && strstr(rf_tok_text(v, i), "unused")) v->attr[i] |= RF_TOK_UNUSED;
+
+    /* end-of-generation set */
+    int32_t fims[] = {v->fim_pad, v->fim_rep, v->fim_sep, v->eos, v->eot, v->eom};
+    for (size_t i = 0; i < sizeof fims / sizeof fims[0]; i++)
+        if (fims[i] >= 0) v->is_eog[fims[i]] = 1;
+    static const char *const k_render[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", NULL};
+    int32_t end_id = -1, s_id = -1;
+    bool has_return = false, has_call = false, has_flush = false, has_tool_resp = false;
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        if (text_in(v, i, k_eog_texts)) {
+            v->is_eog[i] = 1;
+            v->attr[i] |= RF_TOK_CONTROL;
+        }
+        if (text_in(v, i, k_render)) v->attr[i] = RF_TOK_USER_DEFINED;
+    }
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        if (!v->is_eog[i]) continue;
+        if (text_is(v, i, "<|return|>")) has_return = true;
+        else if (text_is(v, i, "<|call|>") || text_is(v, i, "<|calls|>")) has_call = true;
+        else if (text_is(v, i, "<|flush|>")) has_flush = true;
+        else if (text_is(v, i, "<|end|>")) end_id = i;
+        else if (text_is(v, i, "<|tool_response>")) has_tool_resp = true;
+        else if (text_is(v, i, "</s>")) s_id = i;
+    }
+    /* gpt-oss / solar-open: <|end|> ends a message, not the generation */
+    if (end_id >= 0 && ((has_return && has_call) || (has_call && has_flush))) {
+        v->is_eog[end_id] = 0;
+        v->attr[end_id] = RF_TOK_USER_DEFINED;
+    }
+    /* gemma4: </s> is ordinary text there */
+    if (has_tool_resp && s_id >= 0) {
+        v->is_eog[s_id] = 0;
+        v->attr[s_id] = RF_TOK_NORMAL;
+    }
+
+    if ((st = build_special(v))) goto fail;
+    if ((st = rf_detok_build_cache(v))) goto fail;
+
+    /* Per-model strip attributes llama.cpp sets by name (Phi-3: special tokens eat the
+     * whitespace after them). */
+    const char *gname = NULL;
+    if (rf_gguf_find_key(g, "general.name") >= 0 && !rf_gguf_get_str(g, "general.name", &gname) && gname) {
+        char low[256];
+        size_t k = 0;
+        for (; gname[k] && k < sizeof low - 1; k++) low[k] = (char)tolower((unsigned char)gname[k]);
+        low[k] = 0;
+        if (strstr(low, "phi-3") || strstr(low, "phi3")) {
+            for (size_t i = 0; i < v->n_special; i++) v->attr[v->special[i]] |= RF_TOK_RSTRIP;
+            int32_t id = rf_text_to_token(v, "</s>", 4);
+            if (id >= 0) v->attr[id] |= RF_TOK_RSTRIP;
+            static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+            for (int i = 0; i < 3; i++) {
+                id = rf_text_to_token(v, keep[i], strlen(keep[i]));
+                if (id >= 0) v->attr[id] &= (uint16_t)~RF_TOK_RSTRIP;
+            }
+        }
+    }
+    RF_LOGI("tokenizer: %s vocabulary, %d tokens, pre '%s', bos %d eos %d eot %d, add_bos %d",
+            model, v->n_tokens, v->pre_name, v->bos, v->eos, v->eot, v->add_bos);
+    *out = v;
+    return RF_OK;
+fail:
+    rf_vocab_free(v);
+    return st;
+}
+
+/* ---- accessors --------------------------------------------------------------------------- */
+
+int32_t rf_vocab_n_tokens(const rf_vocab *v) { return v ? v->n_tokens : 0; }
+int32_t rf_vocab_bos(const rf_vocab *v) { return v ? v->bos : -1; }
+int32_t rf_vocab_eos(const rf_vocab *v) { return v ? v->eos : -1; }
+int32_t rf_vocab_eot(const rf_vocab *v) { return v ? v->eot : -1; }
+bool rf_vocab_add_bos(const rf_vocab *v) { return v && v->add_bos; }
+bool rf_vocab_is_eog(const rf_vocab *v, int32_t id) {
+    return v && id >= 0 && id < v->n_tokens && v->is_eog[id];
+}
+const char *rf_vocab_token_text(const rf_vocab *v, int32_t id) {
+    if (!v || id < 0 || id >= v->n_tokens) return NULL;
+    return rf_tok_text(v, id);
+}
+
+/* ---- tokenize ---------------------------------------------------------------------------- */
+
+typedef struct tok_ctx {
+    const rf_vocab *v;
+    rf_idvec out;
+    bool prev_special; /* SPM: a raw fragment after a token (or at the start) gets the space */
+    rf_bpe_session *bpe;
+} tok_ctx;
+
+static rf_status raw_fragment(tok_ctx *c, const char *s, size_t n) {
+    if (n == 0) return RF_OK;
+    rf_status st;
+    if (c->v->type == RF_VOCAB_SPM) {
+        st = rf_spm_tokenize(c->v, s, n, c->v->add_space_prefix && c->prev_special, &c->out);
+        c->prev_special = false;
+        return st;
+    }
+    return rf_bpe_tokenize(c->bpe, s, n, &c->out);
+}
+
+/* Splits special-token texts out of the text: at each position the longest special token
+ * that starts there (leftmost-longest), then the rest as raw fragments. Control/unknown tokens
+ * only with parse_special; user-defined ones always (as llama.cpp and HF tokenizers do). */
+static rf_status partition(tok_ctx *c, const char *text, size_t len, bool parse_special) {
+    const rf_vocab *v = c->v;
+    size_t raw = 0, pos = 0;
+    rf_status st;
+    while (pos < len) {
+        int32_t node = v->trie_root[(unsigned char)text[pos]];
+        if (node < 0) {
+            pos++;
+            continue;
+        }
+        int32_t best = -1;
+        size_t best_len = 0, depth = 1;
+        while (node >= 0) {
+            int32_t t = v->trie[node].token;
+            if (t >= 0 && (parse_special || !(v->attr[t] & (RF_TOK_CONTROL | RF_TOK_UNKNOWN))))
+                best = t, best_len = depth;
+            if (pos + depth >= len) break;
+            unsigned char nb = (unsigned char)text[pos + depth];
+            int32_t ch = v->trie[node].first_child;
+            while (ch >= 0 && v->trie[ch].byte != nb) ch = v->trie[ch].next_sibling;
+            node = ch;
+            depth++;
+        }
+        if (best < 0) {
+            pos++;
+            continue;
+        }
+        size_t raw_end = pos;
+        if (v->attr[best] & RF_TOK_LSTRIP)
+            while (raw_end > raw && isspace((unsigned char)text[raw_end - 1])) raw_end--;
+        if ((st = raw_fragment(c, text + raw, raw_end - raw))) return st;
+        if ((st = rf_idvec_push(&c->out, best))) return st;
+        c->prev_special = true;
+        pos += best_len;
+        if (v->attr[best] & RF_TOK_RSTRIP)
+            while (pos < len && isspace((unsigned char)text[pos])) pos++;
+        raw = pos;
+    }
+    return raw_fragment(c, text + raw, len - raw);
+}
+
+rf_status rf_tokenize(const rf_vocab *v, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t *ids, size_t cap, size_t *n_out) {
+    if (!v || !n_out || (!text && len) || (!ids && cap))
+        return rf_set_error(RF_ERR_INVALID_ARG, "rf_tokenize: NULL argument");
+    tok_ctx c = {v, {0}, true, NULL};
+    rf_status st = RF_OK;
+    if (v->type == RF_VOCAB_BPE && (st = rf_bpe_session_new(v, &c.bpe))) return st;
+    if (add_special && v->add_bos) {
+        if (v->bos < 0) {
+            st = rf_set_error(RF_ERR_FORMAT, "tokenizer: the model asks for BOS but has no bos token id");
+            goto done;
+        }
+        if ((st = rf_idvec_push(&c.out, v->bos))) goto done;
+    }
+    if (len && (st = partition(&c, text, len, parse_special))) goto done;
+    if (add_special && v->add_bos && c.out.n >= 2 && c.out.v[1] == v->bos)
+        RF_LOGW("tokenizer: the prompt starts with BOS and the model adds one: now it has two");
+    if (add_special && v->add_eos) {
+        if (v->eos < 0) {
+            st = rf_set_error(RF_ERR_FORMAT, "tokenizer: the model asks for EOS but has no eos token id");
+            goto done;
+        }
+        if ((st = rf_idvec_push(&c.out, v->eos))) goto done;
+    }
+    *n_out = c.out.n;
+    if (cap) memcpy(ids, c.out.v, (c.out.n < cap ? c.out.n : cap) * sizeof *ids);
+    if (c.out.n > cap)
+        st = rf_set_error(RF_ERR_RANGE, "rf_tokenize: %zu ids do not fit in %zu", c.out.n, cap);
+done:
+    rf_bpe_session_free(c.bpe);
+    free(c.out.v);
+    return st;
+}
