@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "gguf/gguf_internal.h"
+#include "rocmforge/quant.h"
 
 const char *rf_gguf_type_name(rf_gguf_type t) {
     static const char *const names[RF_GGUF_TYPE_COUNT] = {
@@ -23,26 +24,13 @@ size_t rf_gguf__scalar_size(rf_gguf_type t) {
     }
 }
 
-/* Block sizes and bytes per block, ggml's numbers (ggml-common.h static_asserts). Kept here,
- * private to validation, so that the GGUF reader does not depend on which converters the quant
- * module implements. */
+/* Block size and bytes per block come from the type table (src/quant), the one place that
+ * knows the formats; ids it does not know (removed, newer than us) are refused. */
 bool rf_gguf__type_size(int type, int64_t *block_size, uint64_t *type_size) {
-    static const struct { int16_t blck; int16_t size; } tab[RF_TYPE_COUNT] = {
-        [RF_TYPE_F32] = {1, 4},       [RF_TYPE_F16] = {1, 2},       [RF_TYPE_Q4_0] = {32, 18},
-        [RF_TYPE_Q4_1] = {32, 20},    [RF_TYPE_Q5_0] = {32, 22},    [RF_TYPE_Q5_1] = {32, 24},
-        [RF_TYPE_Q8_0] = {32, 34},    [RF_TYPE_Q8_1] = {32, 36},    [RF_TYPE_Q2_K] = {256, 84},
-        [RF_TYPE_Q3_K] = {256, 110},  [RF_TYPE_Q4_K] = {256, 144},  [RF_TYPE_Q5_K] = {256, 176},
-        [RF_TYPE_Q6_K] = {256, 210},  [RF_TYPE_Q8_K] = {256, 292},  [RF_TYPE_IQ2_XXS] = {256, 66},
-        [RF_TYPE_IQ2_XS] = {256, 74}, [RF_TYPE_IQ3_XXS] = {256, 98}, [RF_TYPE_IQ1_S] = {256, 50},
-        [RF_TYPE_IQ4_NL] = {32, 18},  [RF_TYPE_IQ3_S] = {256, 110}, [RF_TYPE_IQ2_S] = {256, 82},
-        [RF_TYPE_IQ4_XS] = {256, 136}, [RF_TYPE_I8] = {1, 1},       [RF_TYPE_I16] = {1, 2},
-        [RF_TYPE_I32] = {1, 4},       [RF_TYPE_I64] = {1, 8},       [RF_TYPE_F64] = {1, 8},
-        [RF_TYPE_IQ1_M] = {256, 56},  [RF_TYPE_BF16] = {1, 2},      [RF_TYPE_TQ1_0] = {256, 54},
-        [RF_TYPE_TQ2_0] = {256, 66},  [RF_TYPE_MXFP4] = {32, 17},   [RF_TYPE_NVFP4] = {64, 36},
-    };
-    if (type < 0 || type >= RF_TYPE_COUNT || tab[type].blck == 0) return false;
-    *block_size = tab[type].blck;
-    *type_size = (uint64_t)tab[type].size;
+    const rf_type_traits *tt = rf_type_info(type);
+    if (!tt || tt->block_size <= 0 || tt->type_size == 0) return false;
+    *block_size = tt->block_size;
+    *type_size = (uint64_t)tt->type_size;
     return true;
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/mapped_file.h"
 #include "gguf/gguf_internal.h"
+#include "rocmforge/quant.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF reader assumes a little-endian host (values are copied as stored)"
@@ -413,14 +414,14 @@ static rf_status parse_tensor_infos(rf_gguf *g, cursor *c) {
         if (t->ne[0] % blck)
             return rf_set_error(RF_ERR_FORMAT,
                                 "gguf: %s: ne[0] is %" PRId64 ", expected a multiple of the block "
-                                "size %" PRId64 " of its type (%" PRIu32 ") (byte offset %" PRIu64 ")",
-                                c->ctx, t->ne[0], blck, type, at);
+                                "size %" PRId64 " of its type %s (byte offset %" PRIu64 ")",
+                                c->ctx, t->ne[0], blck, rf_type_name((int)type), at);
         uint64_t bytes;
         if (rf_mul_overflow_u64(n_elem / (uint64_t)blck, tsize, &bytes) || bytes > (uint64_t)INT64_MAX)
             return rf_set_error(RF_ERR_FORMAT,
-                                "gguf: %s: byte size overflows (%" PRIu64 " elements of type %" PRIu32
-                                ") (byte offset %" PRIu64 ")",
-                                c->ctx, n_elem, type, at);
+                                "gguf: %s: byte size overflows (%" PRIu64 " elements of type %s)"
+                                " (byte offset %" PRIu64 ")",
+                                c->ctx, n_elem, rf_type_name((int)type), at);
         t->n_bytes = bytes;
         at = c->pos;
         if ((st = rd_u64(c, &t->offset, "offset"))) return st;
