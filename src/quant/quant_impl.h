@@ -73,6 +73,10 @@ RF_DECL_DOT(mxfp4); RF_DECL_DOT(iq4_nl);
 RF_DECL_DOT(q2_K); RF_DECL_DOT(q3_K); RF_DECL_DOT(q4_K); RF_DECL_DOT(q5_K); RF_DECL_DOT(q6_K);
 #undef RF_DECL_DOT
 
+/* s + d8*d*isum - d8*dmin*summs in plain f32 (no FMA contraction: defined in vec_dot.c, which is
+ * compiled for the baseline ISA), so the scalar and AVX2 K-quant kernels round identically. */
+float rf_kq_accum(float s, float d8, float d, int32_t isum, float dmin, int32_t summs);
+
 /* True when the CPU can run the *_avx2 kernels (AVX2, FMA and F16C). */
 bool rf_cpu_has_avx2(void);
 

@@ -57,21 +57,21 @@ static rf_type_traits g_traits[RF_TYPE_TABLE_SIZE] = {
 /* Dot kernels per type: scalar reference and AVX2 (NULL = no hand-written AVX2 kernel). */
 typedef struct { rf_vec_dot_fn scalar, avx2; } dot_impls;
 static const dot_impls g_dots[RF_TYPE_TABLE_SIZE] = {
-    [RF_TYPE_F32] = {rf_vec_dot_f32, NULL /* AVX2: rf_vec_dot_f32 */},
-    [RF_TYPE_F16] = {rf_vec_dot_f16, NULL /* AVX2: rf_vec_dot_f16 */},
+    [RF_TYPE_F32] = {rf_vec_dot_f32, rf_vec_dot_f32_avx2},
+    [RF_TYPE_F16] = {rf_vec_dot_f16, rf_vec_dot_f16_avx2},
     [RF_TYPE_BF16] = {rf_vec_dot_bf16, NULL},
-    [RF_TYPE_Q4_0] = {rf_vec_dot_q4_0, NULL /* AVX2: rf_vec_dot_q4_0 */},
-    [RF_TYPE_Q4_1] = {rf_vec_dot_q4_1, NULL /* AVX2: rf_vec_dot_q4_1 */},
-    [RF_TYPE_Q5_0] = {rf_vec_dot_q5_0, NULL /* AVX2: rf_vec_dot_q5_0 */},
+    [RF_TYPE_Q4_0] = {rf_vec_dot_q4_0, rf_vec_dot_q4_0_avx2},
+    [RF_TYPE_Q4_1] = {rf_vec_dot_q4_1, rf_vec_dot_q4_1_avx2},
+    [RF_TYPE_Q5_0] = {rf_vec_dot_q5_0, rf_vec_dot_q5_0_avx2},
     [RF_TYPE_Q5_1] = {rf_vec_dot_q5_1, NULL},
-    [RF_TYPE_Q8_0] = {rf_vec_dot_q8_0, NULL /* AVX2: rf_vec_dot_q8_0 */},
+    [RF_TYPE_Q8_0] = {rf_vec_dot_q8_0, rf_vec_dot_q8_0_avx2},
     [RF_TYPE_MXFP4] = {rf_vec_dot_mxfp4, NULL},
     [RF_TYPE_IQ4_NL] = {rf_vec_dot_iq4_nl, NULL},
     [RF_TYPE_Q2_K] = {rf_vec_dot_q2_K, NULL},
     [RF_TYPE_Q3_K] = {rf_vec_dot_q3_K, NULL},
-    [RF_TYPE_Q4_K] = {rf_vec_dot_q4_K, NULL /* AVX2: rf_vec_dot_q4_K */},
+    [RF_TYPE_Q4_K] = {rf_vec_dot_q4_K, rf_vec_dot_q4_K_avx2},
     [RF_TYPE_Q5_K] = {rf_vec_dot_q5_K, NULL},
-    [RF_TYPE_Q6_K] = {rf_vec_dot_q6_K, NULL /* AVX2: rf_vec_dot_q6_K */},
+    [RF_TYPE_Q6_K] = {rf_vec_dot_q6_K, rf_vec_dot_q6_K_avx2},
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

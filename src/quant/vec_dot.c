@@ -156,6 +156,10 @@ void rf_vec_dot_iq4_nl(int64_t n, float *out, const void *w, const void *x) {
 
 /* ---- K-quants x Q8_K ---- */
 
+__attribute__((noinline)) float rf_kq_accum(float s, float d8, float d, int32_t isum, float dmin, int32_t summs) {
+    return s + (d8 * d * (float)isum - d8 * dmin * (float)summs);
+}
+
 static inline float q8k_d(const rf_block_q8_K *b) {
     float d;
     memcpy(&d, &b->d, 4);
@@ -177,8 +181,7 @@ void rf_vec_dot_q2_K(int64_t n, float *out, const void *w, const void *x) {
             isum += (a[i].scales[j] & 0xF) * t;
             summs += (a[i].scales[j] >> 4) * b[i].bsums[j];
         }
-        const float d8 = q8k_d(&b[i]);
-        s += d8 * rf_fp16_to_f32(a[i].d) * (float)isum - d8 * rf_fp16_to_f32(a[i].dmin) * (float)summs;
+        s = rf_kq_accum(s, q8k_d(&b[i]), rf_fp16_to_f32(a[i].d), isum, rf_fp16_to_f32(a[i].dmin), summs);
     }
     *out = s;
 }
@@ -197,7 +200,7 @@ void rf_vec_dot_q3_K(int64_t n, float *out, const void *w, const void *x) {
             for (int l = 0; l < 16; l++) t += q[16 * j + l] * b[i].qs[16 * j + l];
             isum += sc[j] * t;
         }
-        s += q8k_d(&b[i]) * rf_fp16_to_f32(a[i].d) * (float)isum;
+        s = rf_kq_accum(s, q8k_d(&b[i]), rf_fp16_to_f32(a[i].d), isum, 0.0f, 0);
     }
     *out = s;
 }
@@ -218,8 +221,7 @@ void rf_vec_dot_q4_K(int64_t n, float *out, const void *w, const void *x) {
             isum += sc * t;
             summs += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
         }
-        const float d8 = q8k_d(&b[i]);
-        s += d8 * rf_fp16_to_f32(a[i].d) * (float)isum - d8 * rf_fp16_to_f32(a[i].dmin) * (float)summs;
+        s = rf_kq_accum(s, q8k_d(&b[i]), rf_fp16_to_f32(a[i].d), isum, rf_fp16_to_f32(a[i].dmin), summs);
     }
     *out = s;
 }
@@ -240,8 +242,7 @@ void rf_vec_dot_q5_K(int64_t n, float *out, const void *w, const void *x) {
             isum += sc * t;
             summs += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
         }
-        const float d8 = q8k_d(&b[i]);
-        s += d8 * rf_fp16_to_f32(a[i].d) * (float)isum - d8 * rf_fp16_to_f32(a[i].dmin) * (float)summs;
+        s = rf_kq_accum(s, q8k_d(&b[i]), rf_fp16_to_f32(a[i].d), isum, rf_fp16_to_f32(a[i].dmin), summs);
     }
     *out = s;
 }
@@ -259,7 +260,7 @@ void rf_vec_dot_q6_K(int64_t n, float *out, const void *w, const void *x) {
             for (int l = 0; l < 16; l++) t += q[16 * j + l] * b[i].qs[16 * j + l];
             isum += a[i].scales[j] * t;
         }
-        s += q8k_d(&b[i]) * rf_fp16_to_f32(a[i].d) * (float)isum;
+        s = rf_kq_accum(s, q8k_d(&b[i]), rf_fp16_to_f32(a[i].d), isum, 0.0f, 0);
     }
     *out = s;
 }
