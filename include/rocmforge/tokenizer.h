@@ -80,9 +80,54 @@ rf_status rf_chat_template_render(const rf_chat_template *t, const rf_chat_msg *
                                   const char *eos_token, char **out);
 
 /* Convenience: the model's own `tokenizer.chat_template`, or (if absent or unparseable, with a
- * logged warning) the recognised family's built-in template. `tmpl` NULL = the model's. */
+ * logged warning) the recognised family's built-in template. `tmpl` NULL = the model's.
+ * bos_token/eos_token are the texts of the model's BOS/EOS tokens. A template that parses but
+ * fails while rendering (e.g. raise_exception on a bad role order) is an error, not a
+ * fallback. RF_ERR_UNSUPPORTED when no template is usable and no family is recognised. */
 rf_status rf_chat_apply_template(const rf_gguf *g, const char *tmpl, const rf_chat_msg *msgs,
                                  size_t n, bool add_generation_prompt, char **out);
+
+/* Everything a template may see beyond role/content messages. Zero-initialise, then set. */
+typedef struct rf_chat_render_opts {
+    bool add_generation_prompt;
+    const char *bos_token;     /* NULL = "" */
+    const char *eos_token;     /* NULL = "" */
+    /* JSON array of message objects (tool_calls, tool_call_id, list content, ...); when
+     * non-NULL it replaces msgs/n. */
+    const char *messages_json;
+    const char *tools_json;    /* JSON array of tool schemas; NULL = `tools` is none */
+    /* JSON object of extra variables (date_string, enable_thinking, builtin_tools, ...);
+     * they override the variables above. */
+    const char *extra_json;
+    int64_t now;               /* unix time for strftime_now (formatted in UTC); 0 = the
+                                  clock (local time), as transformers does */
+} rf_chat_render_opts;
+
+/* Renders with the full variable set. Malformed JSON in opts: RF_ERR_INVALID_ARG naming the
+ * field. Template errors as rf_chat_template_render; raise_exception(msg) gives RF_ERR_FORMAT
+ * with rf_last_error() == msg and rf_chat_last_error_raised() true. */
+rf_status rf_chat_template_render_ex(const rf_chat_template *t, const rf_chat_msg *msgs,
+                                     size_t n, const rf_chat_render_opts *opts, char **out);
+/* Whether the last failed render on this thread failed in the template's raise_exception(). */
+bool rf_chat_last_error_raised(void);
+
+/* Chat-template families with a built-in fallback template. */
+typedef enum rf_chat_family {
+    RF_CHAT_FAMILY_UNKNOWN = 0,
+    RF_CHAT_FAMILY_CHATML,  /* <|im_start|>role ... <|im_end|> (SmolLM2, Qwen2.5) */
+    RF_CHAT_FAMILY_LLAMA3,  /* <|start_header_id|>role<|end_header_id|> ... <|eot_id|> */
+    RF_CHAT_FAMILY_LLAMA2,  /* [INST] <<SYS>> ... <</SYS>> ... [/INST] */
+    RF_CHAT_FAMILY_MISTRAL, /* [INST] system\n\nuser [/INST] answer</s> */
+    RF_CHAT_FAMILY_GEMMA,   /* <start_of_turn>user ... <end_of_turn> */
+    RF_CHAT_FAMILY_PHI3     /* <|user|> ... <|end|> */
+} rf_chat_family;
+
+const char *rf_chat_family_name(rf_chat_family f); /* "chatml", "llama3", ...; never NULL */
+/* Family from a template's text (may be NULL), else from `arch` (general.architecture, may be
+ * NULL) and whether the vocabulary has <|start_header_id|> / <|im_start|>. */
+rf_chat_family rf_chat_family_detect(const char *tmpl_text, const char *arch, const rf_gguf *g);
+/* The built-in Jinja source of a family (static storage); NULL for UNKNOWN. */
+const char *rf_chat_family_template(rf_chat_family f);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,48 @@
+/* jinja.h — internal: a Jinja2 subset for chat templates (lexer, parser, evaluator) that
+ * renders the way Hugging Face transformers renders chat templates (trim_blocks=True,
+ * lstrip_blocks=True, loopcontrols, raise_exception, strftime_now, HF's tojson). */
+#ifndef RF_TOKENIZER_JINJA_H
+#define RF_TOKENIZER_JINJA_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "rocmforge/core.h"
+
+typedef struct rf_jinja rf_jinja; /* a parsed template (immutable, shareable across threads) */
+
+/* Resource limits for one render; zero fields take the defaults below. Exceeding one gives
+ * RF_ERR_RANGE naming the limit, never a crash or a hang. */
+typedef struct rf_jinja_limits {
+    size_t max_output;     /* bytes of output (incl. captured set-blocks/macros); 16 MiB */
+    size_t max_memory;     /* bytes the render may allocate; 256 MiB */
+    uint64_t max_steps;    /* statements + loop iterations + calls; 20 M */
+    int max_depth;         /* macro-call / nested-statement depth; 64 */
+} rf_jinja_limits;
+
+#define RF_JINJA_DEFAULT_MAX_OUTPUT (16u << 20)
+#define RF_JINJA_DEFAULT_MAX_MEMORY (256u << 20)
+#define RF_JINJA_DEFAULT_MAX_STEPS 20000000u
+#define RF_JINJA_DEFAULT_MAX_DEPTH 64
+
+/* Parses `len` bytes of template source. Unsupported tags, filters, tests, methods and
+ * functions are reported here: RF_ERR_UNSUPPORTED ("line:col: unsupported filter 'x'"), a
+ * syntax error RF_ERR_FORMAT ("line:col: expected ..."). */
+rf_status rf_jinja_parse(const char *src, size_t len, rf_jinja **out);
+void rf_jinja_free(rf_jinja *t);
+
+/* Renders with the variables of the JSON object `vars` (JSON null is Python None; every
+ * variable not in `vars` is undefined). `now` is the time strftime_now formats (0 = the
+ * clock; a fixed time is formatted in UTC, the clock in local time). On success *out is
+ * malloc'd and NUL-terminated. A raise_exception(msg) in the template gives RF_ERR_FORMAT
+ * with rf_last_error() = msg exactly; other template errors give RF_ERR_FORMAT/RF_ERR_TYPE
+ * with "line:col: ..." messages; exceeded limits give RF_ERR_RANGE. */
+rf_status rf_jinja_render(const rf_jinja *t, const json_t *vars, const rf_jinja_limits *lim,
+                          time_t now, char **out, size_t *out_len);
+
+/* Whether the last failing rf_jinja_render on this thread failed in raise_exception(). */
+int rf_jinja_last_error_was_raise(void);
+
+#endif
