@@ -3,7 +3,8 @@
  * and the bit-identical round trip write -> read -> write.
  * Also a small generator used by other tests:
  *   test_gguf_write --emit FILE.gguf MANIFEST.json   file + what was written (Python oracle)
- *   test_gguf_write --corpus DIR                      seed corpus for the GGUF fuzzer */
+ *   test_gguf_write --corpus DIR                      seed corpus for the GGUF fuzzer
+ *   test_gguf_write --fixture FILE.gguf               tests/data/gguf/tiny_llama.gguf */
 #define _GNU_SOURCE
 #include "test_util.h"
 
@@ -544,8 +545,54 @@ static int corpus(const char *dir) {
     return 0;
 }
 
+/* A tiny llama-shaped file with the keys `inspect` summarises (tests/data/gguf/tiny_llama.gguf). */
+static int fixture(const char *path) {
+    rf_gguf_writer *w = rf_gguf_writer_new();
+    rf_gguf_set_str(w, "general.architecture", "llama");
+    rf_gguf_set_str(w, "general.name", "tiny llama fixture");
+    rf_gguf_set_u32(w, "llama.block_count", 2);
+    rf_gguf_set_u32(w, "llama.embedding_length", 64);
+    rf_gguf_set_u32(w, "llama.attention.head_count", 4);
+    rf_gguf_set_u32(w, "llama.attention.head_count_kv", 2);
+    rf_gguf_set_u32(w, "llama.feed_forward_length", 128);
+    rf_gguf_set_u32(w, "llama.context_length", 256);
+    rf_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    rf_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81hello", "world"};
+    rf_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 5);
+    const float scores[] = {0, 0, 0, -1, -2};
+    rf_gguf_set_arr(w, "tokenizer.ggml.scores", RF_GGUF_FLOAT32, scores, 5);
+    rf_gguf_set_u32(w, "general.quantization_version", 2);
+    static uint8_t zeros[64 * 128 * 4];
+    int64_t emb[2] = {64, 5}, q[2] = {64, 64}, kv[2] = {64, 32}, up[2] = {64, 128},
+            down[2] = {128, 64}, norm[1] = {64};
+    rf_status st = rf_gguf_add_tensor(w, "token_embd.weight", RF_TYPE_F16, 2, emb, zeros, NULL, NULL);
+    for (int l = 0; l < 2 && !st; l++) {
+        char n[64];
+#define ADD(suffix, type, nd, ne)                                                   \
+        snprintf(n, sizeof n, "blk.%d." suffix, l);                                \
+        if (!st) st = rf_gguf_add_tensor(w, n, type, nd, ne, zeros, NULL, NULL);
+        ADD("attn_norm.weight", RF_TYPE_F32, 1, norm)
+        ADD("attn_q.weight", RF_TYPE_Q8_0, 2, q)
+        ADD("attn_k.weight", RF_TYPE_Q8_0, 2, kv)
+        ADD("attn_v.weight", RF_TYPE_Q8_0, 2, kv)
+        ADD("attn_output.weight", RF_TYPE_Q4_0, 2, q)
+        ADD("ffn_norm.weight", RF_TYPE_F32, 1, norm)
+        ADD("ffn_gate.weight", RF_TYPE_Q4_0, 2, up)
+        ADD("ffn_up.weight", RF_TYPE_Q4_0, 2, up)
+        ADD("ffn_down.weight", RF_TYPE_Q8_0, 2, down)
+#undef ADD
+    }
+    if (!st) st = rf_gguf_add_tensor(w, "output_norm.weight", RF_TYPE_F32, 1, norm, zeros, NULL, NULL);
+    if (!st) st = rf_gguf_write_file(w, path);
+    rf_gguf_writer_free(w);
+    if (st) fprintf(stderr, "error: %s\n", rf_last_error());
+    return st ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--emit")) return emit(argv[2], argv[3]);
+    if (argc == 3 && !strcmp(argv[1], "--fixture")) return fixture(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--corpus")) return corpus(argv[2]);
     printf("test_gguf_write: seed %llu\n", (unsigned long long)rf_test_seed());
     const struct CMUnitTest tests[] = {
