@@ -7,7 +7,7 @@ The C test tests/unit/test_chat_template.c renders the same cases and requires b
 output. Run with the project venv:  .venv/bin/python scripts/gen-chat-goldens.py
 
 Environment as in transformers (utils/chat_template_utils.py, _compile_jinja_template):
-ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]),
+ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[AssistantTracker, loopcontrols]),
 globals raise_exception (TemplateError) and strftime_now, and a tojson filter that is
 json.dumps(x, ensure_ascii=False, indent=..., separators=..., sort_keys=...).
 strftime_now uses a fixed UTC time (NOW below) so the goldens are stable.
@@ -58,9 +58,24 @@ def strftime_now(fmt):
     return NOW.strftime(fmt)
 
 
+class AssistantTracker(jinja2.ext.Extension):
+    """transformers' {% generation %} tag; renders its body unchanged (the index tracking
+    transformers adds does not change the text)."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        call = self.call_method("_render", [])
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
 def make_env():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                       extensions=[jinja2.ext.loopcontrols])
+                                       extensions=[AssistantTracker, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
@@ -140,6 +155,58 @@ CASES = [
      None, {}),
 ]
 
+# Small templates that pin one construct each (whitespace control, scoping, filters, tests,
+# methods, literals, printing). Rendered with the same environment; name -> (template, vars).
+FEATURES = [
+    ("ws_trim_lstrip", "  {% if true %}\n    x\n  {% endif %}\n  {{ 'y' }}  \n{# c #}\nz\n", {}),
+    ("ws_dash", "a  \n  {%- if true -%}  \n b \n {%- endif -%}\n  c {{- ' d ' -}} e", {}),
+    ("ws_plus", "a\n  {%+ if true +%}\nb\n  {%+ endif %}\nc", {}),
+    ("ws_comment_trim", "a\n  {# comment #}\nb {#- x -#}  c\n", {}),
+    ("ws_var_no_lstrip", "a\n  {{ 'v' }}\n  {% if 1 %}w{% endif %}\n", {}),
+    ("ws_crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\nc\r\n", {}),
+    ("raw", "{% raw %}{{ not rendered }}{% endraw %}|{%- raw -%}  x  {%- endraw -%}|", {}),
+    ("scope_loop", "{% set c = 0 %}{% for i in [1,2,3] %}{% set c = c + i %}{{ c }}{% endfor %}|{{ c }}", {}),
+    ("scope_if", "{% if true %}{% set v = 5 %}{% endif %}{{ v }}", {}),
+    ("namespace", "{% set ns = namespace(x=false, n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% if i == 2 %}{% set ns.x = true %}{% endif %}{% endfor %}{{ ns.x }} {{ ns.n }}", {}),
+    ("loop_vars", "{% for x in ['a','b','c'] %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.previtem }}{{ loop.nextitem }};{% endfor %}", {}),
+    ("loop_filter_else", "{% for x in [1,2,3,4,5] if x is odd %}{{ x }}{{ loop.last }},{% else %}none{% endfor %}{% for y in [] %}y{% else %}empty{% endfor %}", {}),
+    ("loop_unpack_items", "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k, v in d | items %}{{ k }}{% endfor %}{% for k in d %}{{ k }}{% endfor %}", {"d": {"b": 1, "a": [1, 2]}}),
+    ("loop_break_continue", "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}", {}),
+    ("loop_cycle", "{% for i in range(5) %}{{ loop.cycle('a', 'b') }}{% endfor %}", {}),
+    ("macro", "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', '?') }} {{ greet(punct='.', name='C') }}", {}),
+    ("macro_recursive", "{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(4) }}", {}),
+    ("set_block", "{% set body %}  inner {{ 1 + 1 }}  {% endset %}[{{ body }}][{{ body | trim }}]", {}),
+    ("filter_block", "{% filter upper %}shout {{ 'it' }}{% endfilter %}", {}),
+    ("literals", "{{ [1, 'a', none, true, 1.5, {'k': 'v'}] }}|{{ (1, 2) }}|{{ (1,) }}|{{ {} }}|{{ 'it\\'s' }}|{{ \"q\\\"\" }}|{{ 'tab\\tnl\\n' }}|{{ '\\u00e9\\x41' }}|{{ 'a' 'b' }}", {}),
+    ("numbers", "{{ 1.0 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 0.1 + 0.2 }} {{ 3 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 2 ** 10 }} {{ 10 / 5 }} {{ 1_000 }} {{ -3 }} {{ 5.5 // 2 }} {{ 123456789.0 }} {{ 1e16 }} {{ 0.0001 }}", {}),
+    ("compare_logic", "{{ 1 == 1.0 }}{{ true == 1 }}{{ 'a' < 'b' }}{{ 1 < 2 < 3 }}{{ 3 > 2 > 5 }}{{ 'x' in 'xyz' }}{{ 2 not in [1] }}{{ 'k' in {'k': 1} }}{{ none or 'd' }}{{ 0 and 1 }}{{ not [] }}{{ [1, 2] == [1, 2] }}{{ {'a': 1} == {'a': 1} }}", {}),
+    ("ternary", "{{ 'y' if 1 else 'n' }}{{ 'y' if 0 else 'n' }}[{{ 'y' if 0 }}]{{ ('a' if false else 'b') ~ 'c' }}", {}),
+    ("concat", "{{ 'a' ~ 1 ~ none ~ true ~ [1] }}|{{ 'a' + 'b' }}|{{ [1] + [2] }}|{{ 'ab' * 3 }}|{{ undefined_thing ~ 'x' }}", {}),
+    ("slicing", "{{ s[1:] }}|{{ s[:-1] }}|{{ s[::-1] }}|{{ s[1:5:2] }}|{{ s[-3:] }}|{{ l[1:] }}|{{ l[::-1] }}|{{ l[-1] }}|{{ s[0] }}|{{ s[-1] }}|{{ l[5:] }}", {"s": "héllo wörld", "l": [1, 2, 3, 4]}),
+    ("attr_subscript", "{{ m.role }}|{{ m['content'] }}|{{ m.missing is defined }}|{{ m.nested.k }}|{{ m['nested']['k'] }}|{{ l.0 }}|{{ m.get('role') }}|{{ m.get('nope', 'dflt') }}|{{ m.get('nope') }}", {"m": {"role": "user", "content": "c", "nested": {"k": 1}}, "l": ["z"]}),
+    ("tests", "{{ none is none }}{{ 1 is number }}{{ 'a' is string }}{{ {} is mapping }}{{ [] is iterable }}{{ 'a' is iterable }}{{ x is defined }}{{ x is undefined }}{{ 4 is even }}{{ 3 is odd }}{{ 9 is divisibleby 3 }}{{ 1 is integer }}{{ 1.0 is float }}{{ true is boolean }}{{ 'a' is eq 'a' }}{{ 2 is in [1, 2] }}{{ 'ab' is lower }}{{ 1 is not string }}{{ {} is sequence }}{{ 1 is sameas 1 }}{{ 3 is gt 2 }}", {}),
+    ("filters_str", "{{ '  pad  ' | trim }}|{{ 'xxhixx' | trim('x') }}|{{ 'MiXed' | lower }}|{{ 'MiXed' | upper }}|{{ 'hello world' | capitalize }}|{{ 'hello world' | title }}|{{ 'a-b-c' | replace('-', '+') }}|{{ 'aaa' | replace('a', 'b', 2) }}|{{ 42 | string }}|{{ 'ab' | length }}|{{ 'héllo' | length }}|{{ 'abc' | reverse }}|{{ '<&>' | e }}", {}),
+    ("filters_list", "{{ [3, 1, 2] | first }}{{ [3, 1, 2] | last }}{{ [1, 2] | length }}|{{ ['a', 'b'] | join(', ') }}|{{ [1, 2] | join }}|{{ [3, 1, 2] | sort }}|{{ [1, 2, 1] | unique | list }}|{{ [1, 2] | reverse | list }}|{{ [1, 2, 3] | sum }}|{{ [1, 5, 3] | max }}{{ [4, 2] | min }}|{{ 'abc' | list }}|{{ [{'n': 'a'}, {'n': 'b'}] | map(attribute='n') | join }}|{{ [' a ', 'b '] | map('trim') | join('.') }}", {}),
+    ("filters_select", "{{ msgs | selectattr('role', 'equalto', 'user') | list | length }}|{{ msgs | rejectattr('role', 'eq', 'user') | map(attribute='role') | join }}|{{ [0, 1, 2, ''] | select | list }}|{{ ['a', 'code', 'b'] | reject('equalto', 'code') | join(',') }}|{{ [1, 2, 3, 4] | select('odd') | list }}|{{ msgs | selectattr('tool') | list | length }}", {"msgs": [{"role": "user"}, {"role": "assistant", "tool": 1}, {"role": "user"}]}),
+    ("filters_num", "{{ '42' | int }}{{ '4.7' | int }}{{ 'x' | int }}{{ 'x' | int(7) }}{{ 3.9 | int }}|{{ '2.5' | float }}|{{ -3 | abs }}|{{ 2.567 | round(2) }}|{{ 2.5 | round }}", {}),
+    ("filters_default", "{{ x | default('dflt') }}|{{ '' | default('e') }}|{{ '' | default('e', true) }}|{{ none | default('n') }}|{{ x | d('short') }}|{{ 0 | default(5, boolean=true) }}", {}),
+    ("tojson", "{{ v | tojson }}\n{{ v | tojson(indent=2) }}\n{{ v | tojson(sort_keys=true) }}\n{{ 'é\"\\n\\u2028' | tojson }}\n{{ 'é' | tojson(ensure_ascii=true) }}\n{{ [] | tojson(indent=4) }}{{ {} | tojson }}\n{{ v | tojson(separators=(',', ':')) }}", {"v": {"b": [1, 2.5, None, True, "s"], "a": {"x": {}}, "c": -0.0}}),
+    ("str_methods", "{{ ' x '.strip() }}|{{ 'xxy'.lstrip('x') }}|{{ 'yxx'.rstrip('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b\\tc\\n'.split() }}|{{ 'a b c'.split(' ', 1) }}|{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith('bc') }}{{ 'abc'.startswith(('x', 'a')) }}|{{ 'aXb'.upper() }}{{ 'aXb'.lower() }}|{{ 'a.b.c'.replace('.', '/') }}|{{ 'hello'.find('l') }}{{ 'hello'.count('l') }}|{{ '-'.join(['a', 'b']) }}|{{ 'l1\\nl2\\r\\nl3'.splitlines() }}|{{ 'hello world'.title() }}{{ 'hELLO'.capitalize() }}", {}),
+    ("dict_methods", "{{ d.keys() | list }}|{{ d.values() | list }}|{{ d.items() | list }}|{% for k, v in d.items() %}{{ k }}{{ v }}{% endfor %}", {"d": {"x": 1, "y": "z"}}),
+    ("strftime", "{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%Y-%m-%d %H:%M') }}|{{ strftime_now is defined }}", {}),
+    ("range", "{{ range(3) | list }}{{ range(1, 7, 2) | list }}{{ range(5, 0, -2) | list }}{{ range(0) | list }}", {}),
+    ("print_values", "{{ none }}|{{ true }}|{{ x }}|{{ {'a': 'it\\'s', 'b': \"q\\\"\"} }}|{{ ['x\\ny'] }}|{{ ns }}", {}),
+    ("dict_literal_iteration", "{% set names = {'assistant': ' A:', 'user': ' U:'} %}{% for m in msgs %}{{ names[m.role] }}{{ m.content }}{% endfor %}", {"msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}),
+    ("unicode_trim", "[{{ s | trim }}][{{ s.strip() }}][{{ s.split() }}]", {"s": "\u00a0\u3000 mid dle \u2003\n"}),
+    ("indent", "{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'x\\n\\ny' | indent(3, blank=true) }}|{{ 'a\\n' | indent }}", {}),
+    ("nested_data", "{% for m in messages %}{% for tc in m.tool_calls %}{{ tc.function.name }}({{ tc.function.arguments | tojson }}){% endfor %}{% endfor %}", {"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1, "b": [True, None]}}}, {"function": {"name": "g", "arguments": {}}}]}]}),
+    ("raise_in_macro", "{% macro check(x) %}{% if x > 1 %}{{ raise_exception('too big: ' ~ x) }}{% endif %}ok{% endmacro %}{{ check(1) }}{{ check(2) }}", {}),
+    ("error_type", "{{ 'a' + 1 }}", {}),
+    ("error_undefined_attr", "{{ nothing.attr }}", {}),
+    ("error_none_iter", "{% for x in none %}{% endfor %}", {}),
+    ("generation_tag", "{% for m in msgs %}{% generation %}[{{ m }}]{% endgeneration %}{% endfor %}", {"msgs": ["a", "b"]}),
+]
+
 
 def main():
     env = make_env()
@@ -174,13 +241,28 @@ def main():
                     case["expected"] = None
                     case["error"] = {"type": type(e).__name__, "message": str(e), "raised": False}
                 out["cases"].append(case)
+    out["features"] = []
+    for fname, src, variables in FEATURES:
+        case = {"name": fname, "template": src, "vars": variables}
+        try:
+            case["expected"] = env.from_string(src).render(**variables)
+            case["error"] = None
+        except TemplateError as e:
+            case["expected"] = None
+            case["error"] = {"type": type(e).__name__, "message": str(e),
+                             "raised": type(e) is TemplateError}
+        except Exception as e:
+            case["expected"] = None
+            case["error"] = {"type": type(e).__name__, "message": str(e), "raised": False}
+        out["features"].append(case)
     path = os.path.join(DATA, "goldens.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)
         f.write("\n")
     n_err = sum(1 for c in out["cases"] if c["error"])
-    print("wrote %s: %d cases (%d templates x %d conversations x 2), %d expected errors"
-          % (path, len(out["cases"]), len(names), len(CASES), n_err))
+    print("wrote %s: %d cases (%d templates x %d conversations x 2), %d expected errors, "
+          "%d feature templates" % (path, len(out["cases"]), len(names), len(CASES), n_err,
+                                    len(out["features"])))
 
 
 if __name__ == "__main__":

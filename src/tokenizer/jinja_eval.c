@@ -1204,7 +1204,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         jv p = arg(a, 0, "precision", V_INT(0));
         if (!is_num(v)) jfail(c, at, RF_ERR_TYPE, "round: expects a number");
         double m = pow(10.0, (double)num_i(p));
-        return V_FLOAT(round(num_f(v) * m) / m);
+        return V_FLOAT(nearbyint(num_f(v) * m) / m); /* Python round(): half to even */
     }
     if (!strcmp(f, "attr")) {
         jv n = need_str(c, at, arg(a, 0, "name", V_UNDEF("attr needs a name")), "attr");
@@ -1234,14 +1234,16 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         sb_put(c, &ind, "", 0);
         if (w.t == JV_STR) sb_put(c, &ind, w.u.s.p, w.u.s.n);
         else for (int64_t k = 0; k < (is_intlike(w) ? num_i(w) : 4) && k < 256; k++) sb_putc(c, &ind, ' ');
+        /* as Jinja: s + "\n", splitlines(), the first line as is, later non-empty lines (all
+         * with blank=True) prefixed */
         sbuf b = {0};
         sb_put(c, &b, "", 0);
         if (first) sb_put(c, &b, ind.p, ind.n);
-        size_t k = 0, line = 0;
-        while (k <= s.u.s.n) {
+        size_t k = 0, line = 0, n = s.u.s.n;
+        while (k <= n) {
             size_t e = k;
-            while (e < s.u.s.n && s.u.s.p[e] != '\n') e++;
-            if (e == s.u.s.n && k == e && line > 0) break; /* trailing newline: no extra line */
+            while (e < n && s.u.s.p[e] != '\n') e++;
+            /* the piece after the appended newline is empty and not a line */
             if (line > 0) {
                 sb_putc(c, &b, '\n');
                 if (blank || e > k) sb_put(c, &b, ind.p, ind.n);
@@ -1249,7 +1251,6 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
             sb_put(c, &b, s.u.s.p + k, e - k);
             line++;
             k = e + 1;
-            if (e == s.u.s.n) break;
         }
         return sb_val(&b);
     }

@@ -116,6 +116,53 @@ static void test_goldens(void **state) {
     assert_int_equal(fails, 0);
 }
 
+
+/* one construct per template (goldens.json "features"), through the internal renderer */
+static void test_features(void **state) {
+    (void)state;
+    json_t *g = load_goldens();
+    assert_non_null(g);
+    json_t *fs = json_object_get(g, "features");
+    int64_t now = json_integer_value(json_object_get(g, "now_unix"));
+    assert_true(json_array_size(fs) >= 40);
+    int fails = 0;
+    for (size_t i = 0; i < json_array_size(fs); i++) {
+        json_t *f = json_array_get(fs, i);
+        const char *name = json_string_value(json_object_get(f, "name"));
+        const char *src = json_string_value(json_object_get(f, "template"));
+        json_t *err = json_object_get(f, "error");
+        rf_jinja *j = NULL;
+        rf_status st = rf_jinja_parse(src, strlen(src), &j);
+        char *out = NULL;
+        size_t n = 0;
+        if (!st) st = rf_jinja_render(j, json_object_get(f, "vars"), NULL, (time_t)now, &out, &n);
+        bool ok;
+        if (json_is_null(err)) {
+            const char *want = json_string_value(json_object_get(f, "expected"));
+            ok = st == RF_OK && n == strlen(want) && memcmp(out, want, n) == 0;
+            if (!ok) {
+                fprintf(stderr, "FEATURE %s: %s\n", name, st ? rf_last_error() : "output differs");
+                if (!st) show_diff(out, want);
+            }
+        } else {
+            bool raised = json_is_true(json_object_get(err, "raised"));
+            ok = st != RF_OK && out == NULL;
+            if (ok && raised)
+                ok = rf_jinja_last_error_was_raise() &&
+                     strcmp(rf_last_error(), json_string_value(json_object_get(err, "message"))) == 0;
+            if (!ok) fprintf(stderr, "FEATURE %s: want error \"%s\", got %s \"%s\"\n", name,
+                             json_string_value(json_object_get(err, "message")), rf_status_str(st),
+                             st ? rf_last_error() : out);
+        }
+        if (!ok) fails++;
+        free(out);
+        rf_jinja_free(j);
+    }
+    printf("chat features: %zu/%zu match jinja2\n", json_array_size(fs) - fails, json_array_size(fs));
+    json_decref(g);
+    assert_int_equal(fails, 0);
+}
+
 static void test_simple_api_matches_ex(void **state) {
     (void)state;
     char *src = read_template("SmolLM2-135M-Instruct.jinja");
@@ -259,6 +306,7 @@ static void test_real_models(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens),
+        cmocka_unit_test(test_features),
         cmocka_unit_test(test_simple_api_matches_ex),
         cmocka_unit_test(test_family_detect_and_builtins),
         cmocka_unit_test(test_apply_fallback),
