@@ -53,8 +53,9 @@ rf_status rf_detok_new(const rf_vocab *v, bool render_special, rf_detok **out);
 void rf_detok_free(rf_detok *d);
 /* Appends token `id`; writes the newly completed text (up to cap bytes) and its length. Text
  * that does not fit stays held (cut at a character boundary) and comes out with the next push
- * or flush. The concatenated output equals rf_detokenize of the same ids, except that invalid
- * UTF-8 comes out as U+FFFD. */
+ * or flush (RF_ERR_RANGE only when cap < the next character, at most 4 bytes). The
+ * concatenated output equals rf_detokenize of the same ids, except that invalid UTF-8 comes out
+ * as U+FFFD. */
 rf_status rf_detok_push(rf_detok *d, int32_t id, char *buf, size_t cap, size_t *n_out);
 /* Emits whatever is held (incomplete UTF-8 as U+FFFD); call until *n_out is 0 when cap may be
  * smaller than what is held. */

@@ -23,7 +23,7 @@ static bool sb_put(sbuf *b, const void *s, size_t n) {
         b->p = np;
         b->cap = nc;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
     return true;
@@ -244,6 +244,12 @@ static rf_status drain(rf_detok *d, bool all, char *buf, size_t cap, size_t *n_o
     if (m > cap) {
         m = cap;
         while (m > 0 && ((unsigned char)clean[m] & 0xC0) == 0x80) m--;
+        if (m == 0) { /* not even one character fits: say how much the next one needs */
+            size_t need = rf_utf8_len((unsigned char)clean[0]);
+            free(clean);
+            *n_out = need;
+            return rf_set_error(RF_ERR_RANGE, "rf_detok: a %zu-byte character does not fit in %zu bytes", need, cap);
+        }
     }
     if (m) memcpy(buf, clean, m);
     /* keep clean[m..cl) followed by the unsanitized tail d->utf[k..n) */

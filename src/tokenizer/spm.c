@@ -79,25 +79,12 @@ int32_t rf_vocab_byte_to_token(const rf_vocab *v, unsigned char c) {
     return rf_text_to_token(v, (const char *)&c, 1);
 }
 
-rf_status rf_spm_tokenize(const rf_vocab *v, const char *text, size_t len, bool space_prefix,
-                          rf_idvec *out) {
-    /* escaped text: each ' ' becomes U+2581 (3 bytes) */
-    size_t nsp = space_prefix ? 1 : 0;
-    for (size_t i = 0; i < len; i++) nsp += text[i] == ' ';
-    size_t tlen = len + (space_prefix ? 1 : 0) + 2 * nsp;
-    char *t = malloc(tlen + 1);
-    sym *syms = malloc((tlen ? tlen : 1) * sizeof *syms);
-    heap h = {0};
+/* Merges t[0..tlen) (escaped text) and appends its ids; syms has room for tlen symbols. */
+static rf_status spm_piece(const rf_vocab *v, const char *t, size_t tlen, sym *syms, heap *hp,
+                           rf_idvec *out) {
+    heap h = *hp;
+    h.n = 0;
     rf_status st = RF_OK;
-    if (!t || !syms) goto oom;
-    size_t o = 0;
-    if (space_prefix) memcpy(t, "\xE2\x96\x81", 3), o = 3;
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] == ' ') memcpy(t + o, "\xE2\x96\x81", 3), o += 3;
-        else t[o++] = text[i];
-    }
-    tlen = o;
-
     size_t ns = 0;
     for (size_t off = 0; off < tlen;) {
         size_t l = rf_utf8_len((unsigned char)t[off]);
@@ -133,6 +120,48 @@ rf_status rf_spm_tokenize(const rf_vocab *v, const char *text, size_t len, bool 
             if (bid < 0) bid = v->unk;
             if (bid >= 0 && (st = rf_idvec_push(out, bid))) goto done;
         }
+    }
+    goto done;
+oom:
+    st = rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (SPM text of %zu bytes)", tlen);
+done:
+    *hp = h;
+    return st;
+}
+
+rf_status rf_spm_tokenize(const rf_vocab *v, const char *text, size_t len, bool space_prefix,
+                          rf_idvec *out) {
+    /* escaped text: each ' ' becomes U+2581 (3 bytes) */
+    size_t nsp = space_prefix ? 1 : 0;
+    for (size_t i = 0; i < len; i++) nsp += text[i] == ' ';
+    size_t tlen = len + (space_prefix ? 1 : 0) + 2 * nsp;
+    char *t = malloc(tlen + 1);
+    sym *syms = malloc((tlen ? tlen : 1) * sizeof *syms);
+    heap h = {0};
+    rf_status st = RF_OK;
+    if (!t || !syms) goto oom;
+    size_t o = 0;
+    if (space_prefix) memcpy(t, "\xE2\x96\x81", 3), o = 3;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') memcpy(t + o, "\xE2\x96\x81", 3), o += 3;
+        else t[o++] = text[i];
+    }
+    tlen = o;
+
+    /* Cut the text where no token contains the two bytes on either side of the cut: no merge
+     * can cross such a point, so each piece merges on its own with the same result (and the
+     * heap stays small and in cache). */
+    for (size_t start = 0; start < tlen;) {
+        size_t end = start + rf_utf8_len((unsigned char)t[start]);
+        if (end > tlen) end = tlen;
+        while (end < tlen) {
+            unsigned pr = (unsigned)(unsigned char)t[end - 1] << 8 | (unsigned char)t[end];
+            if (!(v->pair_bits[pr >> 3] & (1u << (pr & 7)))) break;
+            size_t l = rf_utf8_len((unsigned char)t[end]);
+            end = end + l > tlen ? tlen : end + l;
+        }
+        if ((st = spm_piece(v, t + start, end - start, syms, &h, out))) goto done;
+        start = end;
     }
     goto done;
 oom:

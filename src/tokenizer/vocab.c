@@ -262,8 +262,14 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
         if (v->len[i] > v->max_token_len) v->max_token_len = v->len[i];
         v->attr[i] = RF_TOK_NORMAL;
     }
-    for (int32_t i = 0; i < v->n_tokens; i++)
+    for (int32_t i = 0; i < v->n_tokens; i++) {
         if ((st = rf_strmap_put(&v->tok, rf_tok_text(v, i), v->len[i], 0, i))) goto fail;
+        const unsigned char *t = (const unsigned char *)rf_tok_text(v, i);
+        for (uint32_t j = 1; j < v->len[i]; j++) {
+            unsigned pr = (unsigned)t[j - 1] << 8 | t[j];
+            v->pair_bits[pr >> 3] |= (uint8_t)(1u << (pr & 7));
+        }
+    }
 
     if (rf_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) {
         uint64_t ns;

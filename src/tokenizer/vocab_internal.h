@@ -129,6 +129,10 @@ struct rf_vocab {
     size_t trie_n;
     int32_t trie_root[256]; /* first node per first byte, -1 if none */
 
+    /* bit (a << 8 | b) set when some token's text contains byte a followed by byte b: where
+     * it is clear no merge can ever join the two sides, so SPM works on such pieces alone */
+    uint8_t pair_bits[8192];
+
     char *piece_pool;  /* token_to_piece(id, render_special=true) for every id */
     uint64_t *piece_off;
     uint32_t *piece_len;
