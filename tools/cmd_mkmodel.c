@@ -28,6 +28,7 @@ static void mk_usage(FILE *f) {
             "  --pure          no mix: every 2-D weight gets the base type (llama-quantize --pure)\n"
             "  --seed N        random seed (default 0)\n"
             "  --layers N      override the layer count (1..1024)\n"
+            "  -t, --threads N rows are made on N threads (default: all CPUs; same bytes)\n"
             "  -o, --output F  output file\n"
             "  --dry-run       print the tensors, types and sizes instead of writing\n"
             "  -q, --quiet     no progress on stderr\n"
@@ -96,7 +97,8 @@ int rf_cmd_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = true;
         } else if (!strcmp(a, "--preset") || !strcmp(a, "--type") || !strcmp(a, "--seed") ||
-                   !strcmp(a, "--layers") || !strcmp(a, "-o") || !strcmp(a, "--output")) {
+                   !strcmp(a, "--layers") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
+                   !strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!val) return rf_cli_fail(2, "mkmodel: %s needs a value", a);
             i++;
             if (!strcmp(a, "--preset")) {
@@ -113,6 +115,10 @@ int rf_cmd_mkmodel(int argc, char **argv) {
                 if (!rf_cli_parse_i64(val, 1, 1024, &v))
                     return rf_cli_fail(2, "mkmodel: --layers '%s' is not an integer in 1..1024", val);
                 o.n_layers = (int32_t)v;
+            } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+                if (!rf_cli_parse_i64(val, 1, 64, &v))
+                    return rf_cli_fail(2, "mkmodel: --threads '%s' is not an integer in 1..64", val);
+                o.n_threads = (int32_t)v;
             } else {
                 out = val;
             }

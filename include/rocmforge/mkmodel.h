@@ -16,6 +16,8 @@ typedef struct rf_mkmodel_opts {
     uint64_t seed;      /* same options -> byte-identical file */
     int32_t n_layers;   /* 0 = the preset's layer count, else 1..1024 */
     bool pure;          /* like llama-quantize --pure: every 2-D weight gets the base type */
+    int32_t n_threads;  /* rows are generated and quantized in parallel; 0 = all online CPUs.
+                           The bytes do not depend on it. */
     /* Optional: called before each tensor is written (i of n, name). */
     void (*progress)(void *user, int64_t i, int64_t n, const char *name);
     void *progress_user;

@@ -2,15 +2,19 @@
  * it with the llama-quantize recipe, writes metadata + tokenizer and streams every tensor through
  * the GGUF writer's fill callback, one generated-and-quantized row at a time. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rocmforge/gguf.h"
 #include "rocmforge/mkmodel.h"
 #include "rocmforge/quant.h"
 #include "synth_model.h"
 #include "synth_rng.h"
+
+#define RF_MKMODEL_MAX_THREADS 64
 
 /* ---- public tables ------------------------------------------------------------------------ */
 
@@ -146,73 +150,97 @@ rf_status rf_mkmodel_plan(const rf_mkmodel_opts *o, rf_mkmodel_tensor **out, int
 
 /* ---- tensor data -------------------------------------------------------------------------- */
 
+/* Every row has its own random stream (seed, tensor name, row), so rows can be made in any order
+ * and on any thread with byte-identical results. */
 typedef struct filler {
     const plan *pl;
     uint64_t seed;
-    float *rowf;         /* one row of f32 values */
-    uint8_t *rowq;       /* the same row converted */
-    int64_t cached_t;    /* tensor and row held in rowq, -1 none */
-    int64_t cached_row;
-    uint64_t name_hash;  /* of cached_t */
+    int32_t n_threads;
+    float **rowf;        /* per thread: one row of f32 values */
+    uint8_t *chunk;      /* converted rows covering the current fill request */
+    size_t chunk_cap;
     float *rope;         /* rope_freqs values */
     const rf_mkmodel_opts *o;
 } filler;
 
-static rf_status make_row(filler *f, int64_t ti, int64_t row) {
-    const synth_tensor *t = &f->pl->l.t[ti];
-    const int64_t n = t->ne[0];
-    if (f->cached_t != ti) {
-        f->name_hash = synth_hash_str(t->name);
-        f->cached_t = ti;
-        f->cached_row = -1;
-    }
-    switch (t->gen) {
-    case SYNTH_GEN_RANDOM: {
-        synth_rng r = synth_rng_for_row(f->seed, f->name_hash, (uint64_t)row);
-        synth_rng_fill_uniform(&r, f->rowf, n, t->std * 1.7320508f /* sqrt(3): uniform std */);
-        break;
-    }
-    case SYNTH_GEN_ONES:
-        for (int64_t i = 0; i < n; i++) f->rowf[i] = 1.0f;
-        break;
-    case SYNTH_GEN_ROPE_FREQS:
-        memcpy(f->rowf, f->rope, (size_t)n * sizeof(float));
-        break;
-    }
+typedef struct row_job {
+    const filler *f;
+    const synth_tensor *t;
+    uint64_t name_hash;
+    size_t row_bytes;
+    int64_t r_begin, r_end; /* rows to make */
+    int64_t r_base;         /* row stored at chunk offset 0 */
+    float *rowf;
     rf_status st;
-    if (t->type == RF_TYPE_F32) {
-        memcpy(f->rowq, f->rowf, (size_t)n * sizeof(float));
-        st = RF_OK;
-    } else {
-        st = rf_quantize_row(t->type, f->rowf, f->rowq, n);
+    pthread_t tid;
+} row_job;
+
+static void *make_rows(void *arg) {
+    row_job *j = arg;
+    const synth_tensor *t = j->t;
+    const int64_t n = t->ne[0];
+    for (int64_t row = j->r_begin; row < j->r_end; row++) {
+        switch (t->gen) {
+        case SYNTH_GEN_RANDOM: {
+            synth_rng r = synth_rng_for_row(j->f->seed, j->name_hash, (uint64_t)row);
+            synth_rng_fill_uniform(&r, j->rowf, n, t->std * 1.7320508f /* sqrt(3): uniform std */);
+            break;
+        }
+        case SYNTH_GEN_ONES:
+            for (int64_t i = 0; i < n; i++) j->rowf[i] = 1.0f;
+            break;
+        case SYNTH_GEN_ROPE_FREQS:
+            memcpy(j->rowf, j->f->rope, (size_t)n * sizeof(float));
+            break;
+        }
+        uint8_t *dst = j->f->chunk + (size_t)(row - j->r_base) * j->row_bytes;
+        if (t->type == RF_TYPE_F32) {
+            memcpy(dst, j->rowf, (size_t)n * sizeof(float));
+        } else if ((j->st = rf_quantize_row(t->type, j->rowf, dst, n))) {
+            break;
+        }
     }
-    if (st) return st;
-    f->cached_row = row;
-    return RF_OK;
+    return NULL;
 }
 
-/* rf_gguf_fill_fn: bytes [offset, offset+size) of tensor `index`, generated row by row. */
+/* rf_gguf_fill_fn: bytes [offset, offset+size) of tensor `index`: the rows covering the range
+ * are generated and converted (split over threads), then the requested slice is copied. */
 static rf_status fill_tensor(void *user, int64_t index, uint64_t offset, void *dst, uint64_t size) {
     filler *f = user;
     const synth_tensor *t = &f->pl->l.t[index];
     if (offset == 0 && f->o->progress) f->o->progress(f->o->progress_user, index, f->pl->l.n, t->name);
+    if (size == 0) return RF_OK;
     size_t rb = 0;
     rf_status st = rf_row_size(t->type, t->ne[0], &rb);
     if (st) return st;
-    uint8_t *d = dst;
-    while (size > 0) {
-        int64_t row = (int64_t)(offset / rb);
-        size_t within = (size_t)(offset % rb);
-        if (f->cached_t != index || f->cached_row != row) {
-            if ((st = make_row(f, index, row))) return st;
-        }
-        size_t n = rb - within;
-        if (n > size) n = (size_t)size;
-        memcpy(d, f->rowq + within, n);
-        d += n;
-        offset += n;
-        size -= n;
+    const int64_t r0 = (int64_t)(offset / rb), r1 = (int64_t)((offset + size - 1) / rb) + 1;
+    const size_t need = (size_t)(r1 - r0) * rb;
+    if (need > f->chunk_cap) {
+        uint8_t *c = realloc(f->chunk, need);
+        if (!c) return rf_set_error(RF_ERR_OOM, "mkmodel: out of memory (%zu-byte chunk)", need);
+        f->chunk = c;
+        f->chunk_cap = need;
     }
+    row_job jobs[RF_MKMODEL_MAX_THREADS];
+    int64_t nrows = r1 - r0;
+    int nt = (int)(nrows < f->n_threads ? nrows : f->n_threads);
+    const uint64_t h = synth_hash_str(t->name);
+    for (int k = 0; k < nt; k++) {
+        jobs[k] = (row_job){.f = f, .t = t, .name_hash = h, .row_bytes = rb, .r_base = r0,
+                            .r_begin = r0 + nrows * k / nt, .r_end = r0 + nrows * (k + 1) / nt,
+                            .rowf = f->rowf[k], .st = RF_OK};
+    }
+    int started = 1;
+    for (int k = 1; k < nt; k++, started++)
+        if (pthread_create(&jobs[k].tid, NULL, make_rows, &jobs[k])) break;
+    for (int k = started; k < nt; k++) make_rows(&jobs[k]); /* threads unavailable: do it here */
+    make_rows(&jobs[0]);
+    for (int k = 1; k < started; k++) pthread_join(jobs[k].tid, NULL);
+    for (int k = 0; k < nt; k++)
+        if (jobs[k].st)
+            return rf_set_error(jobs[k].st, "mkmodel: tensor '%s': cannot convert a row to %s",
+                                t->name, rf_type_name((int)t->type));
+    memcpy(dst, f->chunk + (offset - (uint64_t)r0 * rb), (size_t)size);
     return RF_OK;
 }
 
@@ -266,14 +294,25 @@ static rf_status write_metadata(rf_gguf_writer *w, const plan *pl, const rf_mkmo
     return write_tokenizer(w, v);
 }
 
+static int32_t online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > RF_MKMODEL_MAX_THREADS ? RF_MKMODEL_MAX_THREADS : (int32_t)n;
+}
+
 rf_status rf_mkmodel_write(const rf_mkmodel_opts *o, const char *path) {
     if (!path) return rf_set_error(RF_ERR_INVALID_ARG, "mkmodel: NULL path");
     plan pl;
     rf_status st = make_plan(o, &pl);
     if (st) return st;
+    if (o->n_threads < 0) {
+        plan_free(&pl);
+        return rf_set_error(RF_ERR_INVALID_ARG, "mkmodel: thread count %" PRId32 " < 0", o->n_threads);
+    }
     synth_vocab v;
     rf_gguf_writer *w = NULL;
-    filler f = {.pl = &pl, .seed = o->seed, .cached_t = -1, .cached_row = -1, .o = o};
+    filler f = {.pl = &pl, .seed = o->seed, .o = o};
+    f.n_threads = o->n_threads ? o->n_threads : online_cpus();
+    if (f.n_threads > RF_MKMODEL_MAX_THREADS) f.n_threads = RF_MKMODEL_MAX_THREADS;
     if ((st = synth_vocab_build(&pl.p->vocab, pl.p->pre, &v))) {
         plan_free(&pl);
         return st;
@@ -281,13 +320,18 @@ rf_status rf_mkmodel_write(const rf_mkmodel_opts *o, const char *path) {
     int64_t max_row = 1;
     for (int64_t i = 0; i < pl.l.n; i++)
         if (pl.l.t[i].ne[0] > max_row) max_row = pl.l.t[i].ne[0];
-    f.rowf = malloc((size_t)max_row * sizeof(float));
-    f.rowq = malloc((size_t)max_row * sizeof(float));
+    f.rowf = calloc((size_t)f.n_threads, sizeof *f.rowf);
     f.rope = malloc(((size_t)pl.p->head_dim / 2 + 1) * sizeof(float));
     w = rf_gguf_writer_new();
-    if (!f.rowf || !f.rowq || !f.rope || !w) {
+    if (!f.rowf || !f.rope || !w) {
         st = rf_set_error(RF_ERR_OOM, "mkmodel: out of memory");
         goto done;
+    }
+    for (int32_t k = 0; k < f.n_threads; k++) {
+        if (!(f.rowf[k] = malloc((size_t)max_row * sizeof(float)))) {
+            st = rf_set_error(RF_ERR_OOM, "mkmodel: out of memory");
+            goto done;
+        }
     }
     if (pl.p->rope_factor > 0) synth_llama3_rope_factors(pl.p, f.rope);
     if ((st = write_metadata(w, &pl, o, &v))) goto done;
@@ -299,8 +343,10 @@ rf_status rf_mkmodel_write(const rf_mkmodel_opts *o, const char *path) {
     st = rf_gguf_write_file(w, path);
 done:
     rf_gguf_writer_free(w);
+    if (f.rowf)
+        for (int32_t k = 0; k < f.n_threads; k++) free(f.rowf[k]);
     free(f.rowf);
-    free(f.rowq);
+    free(f.chunk);
     free(f.rope);
     synth_vocab_free(&v);
     plan_free(&pl);
