@@ -45,7 +45,14 @@ typedef struct ctx {
     int depth;
     time_t now;
     int loopctl; /* 0, 1 = break, 2 = continue */
+    int edepth;  /* expression evaluation depth */
+    int rdepth;  /* value recursion depth (printing, comparing) */
 } ctx;
+
+/* Guards against stack exhaustion: expression trees and values built by a template can nest
+ * arbitrarily deep (a left-deep `a ~ b ~ ...` chain, `{% set ns.x = [ns.x] %}` in a loop). */
+#define MAX_EVAL_DEPTH 1000
+#define MAX_VALUE_DEPTH 512
 
 static _Thread_local int g_last_raise;
 int rf_jinja_last_error_was_raise(void) { return g_last_raise; }
@@ -323,7 +330,17 @@ static void repr(ctx *c, sbuf *b, jv v) {
     else to_str(c, b, v);
 }
 
+static void to_str_inner(ctx *c, sbuf *b, jv v);
 static void to_str(ctx *c, sbuf *b, jv v) {
+    if (v.t == JV_LIST || v.t == JV_DICT || v.t == JV_NS) {
+        if (++c->rdepth > MAX_VALUE_DEPTH) jfail(c, NULL, RF_ERR_RANGE, "value nested too deeply to print");
+        to_str_inner(c, b, v);
+        c->rdepth--;
+        return;
+    }
+    to_str_inner(c, b, v);
+}
+static void to_str_inner(ctx *c, sbuf *b, jv v) {
     char tmp[80];
     switch (v.t) {
     case JV_UNDEF: return;
@@ -386,7 +403,10 @@ static double num_f(jv v) { return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (do
 static bool is_intlike(jv v) { return v.t == JV_INT || v.t == JV_BOOL; }
 static int64_t num_i(jv v) { return v.t == JV_INT ? v.u.i : (int64_t)v.u.b; }
 
-static bool veq(jv a, jv b) {
+static bool veq_d(jv a, jv b, int d);
+static bool veq(jv a, jv b) { return veq_d(a, b, 0); }
+static bool veq_d(jv a, jv b, int d) {
+    if (d > MAX_VALUE_DEPTH) return false;
     if (is_num(a) && is_num(b)) {
         if (is_intlike(a) && is_intlike(b)) return num_i(a) == num_i(b);
         return num_f(a) == num_f(b);
@@ -398,15 +418,15 @@ static bool veq(jv a, jv b) {
     case JV_LIST:
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return false;
         for (size_t k = 0; k < a.u.l->n; k++)
-            if (!veq(a.u.l->v[k], b.u.l->v[k])) return false;
+            if (!veq_d(a.u.l->v[k], b.u.l->v[k], d + 1)) return false;
         return true;
     case JV_DICT: {
         if (a.u.d->n != b.u.d->n) return false;
         for (size_t k = 0; k < a.u.d->n; k++) {
             size_t j;
             for (j = 0; j < b.u.d->n; j++)
-                if (veq(a.u.d->k[k], b.u.d->k[j])) break;
-            if (j == b.u.d->n || !veq(a.u.d->v[k], b.u.d->v[j])) return false;
+                if (veq_d(a.u.d->k[k], b.u.d->k[j], d + 1)) break;
+            if (j == b.u.d->n || !veq_d(a.u.d->v[k], b.u.d->v[j], d + 1)) return false;
         }
         return true;
     }
@@ -432,7 +452,12 @@ static int vcmp(ctx *c, const jnode *at, jv a, jv b, const char *op) {
     }
     if (a.t == JV_LIST && b.t == JV_LIST) {
         for (size_t k = 0; k < a.u.l->n && k < b.u.l->n; k++) {
-            if (!veq(a.u.l->v[k], b.u.l->v[k])) return vcmp(c, at, a.u.l->v[k], b.u.l->v[k], op);
+            if (!veq(a.u.l->v[k], b.u.l->v[k])) {
+                if (++c->rdepth > MAX_VALUE_DEPTH) jfail(c, at, RF_ERR_RANGE, "values nested too deeply to compare");
+                int r = vcmp(c, at, a.u.l->v[k], b.u.l->v[k], op);
+                c->rdepth--;
+                return r;
+            }
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     }
@@ -521,8 +546,16 @@ static jv from_json(ctx *c, const json_t *j, int depth) {
         jdict *d = new_dict(c);
         const char *k;
         json_t *v;
+        /* keys of a JSON object are unique: append without the linear search */
+        size_t nk = json_object_size(j);
+        d->k = ja_alloc(&c->a, (nk ? nk : 1) * sizeof(jv));
+        d->v = ja_alloc(&c->a, (nk ? nk : 1) * sizeof(jv));
+        d->cap = nk ? nk : 1;
         json_object_foreach((json_t *)j, k, v) {
-            dict_set(c, d, V_STR(ja_strndup(&c->a, k, strlen(k)), strlen(k)), from_json(c, v, depth + 1));
+            if (d->n == d->cap) break;
+            d->k[d->n] = V_STR(ja_strndup(&c->a, k, strlen(k)), strlen(k));
+            d->v[d->n] = from_json(c, v, depth + 1);
+            d->n++;
         }
         return V_DICT(d);
     }
@@ -1302,6 +1335,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         if (strcmp(f, "unique")) {
             for (size_t k = 1; k < o->n; k++)
                 for (size_t j = k; j > 0; j--) {
+                    step(c, at);
                     jv x = o->v[j - 1], y = o->v[j];
                     if (dictsort) { x = x.u.l->v[0]; y = y.u.l->v[0]; }
                     if (attr.t == JV_STR) {
@@ -1322,7 +1356,10 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         size_t m = 0;
         for (size_t k = 0; k < o->n; k++) {
             bool dup = false;
-            for (size_t j = 0; j < m && !dup; j++) dup = veq(o->v[j], l->v[k]);
+            for (size_t j = 0; j < m && !dup; j++) {
+                step(c, at);
+                dup = veq(o->v[j], l->v[k]);
+            }
             if (!dup) o->v[m++] = l->v[k];
         }
         o->n = m;
@@ -1502,6 +1539,7 @@ static jv str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t 
             size_t cnt2;
             size_t *o = cp_offsets(c, s.u.s.p, s.u.s.n, &cnt2);
             for (size_t k = 0; k <= cnt2; k++) {
+                if (b.n > c->lim.max_output) jfail(c, at, RF_ERR_RANGE, "replace result too large");
                 if (left != 0) { sb_put(c, &b, nw.u.s.p, nw.u.s.n); if (left > 0) left--; }
                 if (k < cnt2) sb_put(c, &b, s.u.s.p + o[k], o[k + 1] - o[k]);
             }
@@ -1577,7 +1615,14 @@ static jv eval_method(ctx *c, scope *s, jnode *n) {
     jfail(c, n, RF_ERR_TYPE, "'%s' object has no attribute '%s'", type_name(obj), m);
 }
 
+static jv eval_inner(ctx *c, scope *s, jnode *n);
 static jv eval(ctx *c, scope *s, jnode *n) {
+    if (++c->edepth > MAX_EVAL_DEPTH) jfail(c, n, RF_ERR_RANGE, "expression nested deeper than %d", MAX_EVAL_DEPTH);
+    jv r = eval_inner(c, s, n);
+    c->edepth--;
+    return r;
+}
+static jv eval_inner(ctx *c, scope *s, jnode *n) {
     switch (n->kind) {
     case JE_LIT: return n->lit;
     case JE_NAME: return lookup(c, s, n->name);
@@ -1818,6 +1863,7 @@ rf_status rf_jinja_render(const rf_jinja *t, const json_t *vars, const rf_jinja_
         return st;
     }
     scope *globals = new_scope(c, NULL);
+    if (vars && json_object_size(vars) > 4096) jfail(c, NULL, RF_ERR_RANGE, "more than 4096 template variables");
     if (vars) {
         const char *k;
         json_t *v;

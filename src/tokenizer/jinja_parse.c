@@ -240,6 +240,7 @@ static const char *const OPS[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", 
  * a newline (Jinja's "line_starting"). */
 static void lex_expr(parser *p, bool block, bool *ended_nl) {
     int bal = 0;
+    char want[MAX_PARSE_DEPTH + 1]; /* expected closing brackets, innermost last */
     const char *s = p->src;
     for (;;) {
         while (p->pos < p->len && is_ws(s[p->pos])) p->pos++;
@@ -342,9 +343,16 @@ static void lex_expr(parser *p, bool block, bool *ended_nl) {
             tok *k = push_tok(p, TK_OP, at);
             k->p = OPS[oi];
             k->n = ol;
-            if (ol == 1 && strchr("([{", OPS[oi][0])) bal++;
-            if (ol == 1 && strchr(")]}", OPS[oi][0])) {
-                if (bal == 0) pfail(p, RF_ERR_FORMAT, k->line, k->col, "unexpected '%c'", OPS[oi][0]);
+            char ch = OPS[oi][0];
+            if (ol == 1 && strchr("([{", ch)) {
+                if (bal == MAX_PARSE_DEPTH)
+                    pfail(p, RF_ERR_RANGE, k->line, k->col, "template nested deeper than %d levels", MAX_PARSE_DEPTH);
+                want[bal++] = ch == '(' ? ')' : ch == '[' ? ']' : '}';
+            }
+            if (ol == 1 && strchr(")]}", ch)) {
+                if (bal == 0) pfail(p, RF_ERR_FORMAT, k->line, k->col, "unexpected '%c'", ch);
+                if (want[bal - 1] != ch)
+                    pfail(p, RF_ERR_FORMAT, k->line, k->col, "unexpected '%c', expected '%c'", ch, want[bal - 1]);
                 bal--;
             }
             p->pos = at + ol;
@@ -625,6 +633,8 @@ static jnode *p_call(parser *p, jnode *callee, tok *at) {
             pfail(p, RF_ERR_UNSUPPORTED, callee->line, callee->col, "unsupported method '%s()'", n->name);
     } else if (callee->kind == JE_NAME) {
         n = mk(p, JE_CALL, at);
+        n->line = callee->line; /* errors point at the function name */
+        n->col = callee->col;
         n->name = callee->name;
         if (p->n_calls == p->cap_calls) {
             size_t nc = p->cap_calls ? p->cap_calls * 2 : 16;
@@ -1060,6 +1070,7 @@ static jnode *p_if(parser *p, tok *at) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     static const char *const ends2[] = {"endif", NULL};
     jnode *n = mk(p, JN_IF, at);
+    enter(p); /* elif chains recurse */
     n->a = p_expr(p);
     end_tag(p);
     const char *w = NULL;
@@ -1070,6 +1081,7 @@ static jnode *p_if(parser *p, tok *at) {
         n->els.v = ja_alloc(p->a, sizeof(jnode *));
         n->els.v[0] = e;
         n->els.n = 1;
+        p->depth--;
         return n; /* the nested if consumed endif */
     }
     if (!strcmp(w, "else")) {
@@ -1078,6 +1090,7 @@ static jnode *p_if(parser *p, tok *at) {
         p->i += 2;
     }
     end_tag(p);
+    p->depth--;
     return n;
 }
 
