@@ -133,4 +133,17 @@ static inline char *tk_sanitize(const char *s, size_t n, size_t *out_n) {
     return o;
 }
 
+/* GPT-2 bytes_to_unicode(), written out from its definition (independent of the library). */
+static inline void gpt2_char(int b, char *out) {
+    int n = 0, cp = -1;
+    for (int x = 0; x < 256; x++) {
+        int direct = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
+        int c = direct ? x : 256 + n++;
+        if (x == b) cp = c;
+    }
+    size_t k = 0;
+    tk_put_cp(out, &k, (uint32_t)cp);
+    out[k] = 0;
+}
+
 #endif
