@@ -226,7 +226,7 @@ int rf_cmd_detokenize(int argc, char **argv) {
     if ((rc = load_vocab(model, &v))) goto out;
     char *text = NULL;
     size_t tl = 0;
-    if (rf_detokenize(v, ids, n, render, &text, &tl)) rc = rf_cli_fail(1, "detokenize: %s", rf_last_error());
+    if (rf_detokenize(v, ids, n, render, &text, &tl)) rc = rf_cli_fail(1, "%s", rf_last_error());
     else {
         fwrite(text, 1, tl, stdout);
         putchar('\n');
