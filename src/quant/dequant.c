@@ -225,10 +225,13 @@ void rf_dq_q2_0(const void *src, float *y, int64_t n) {
 
 /* ---- K-quants: unpack helpers (also used by the scalar dot kernels) ---- */
 
-/* Q2_K/Q3_K/Q6_K share a layout: element e lives in byte 32*(e/128) + e%32 of a 64-byte field,
- * at bit pair (e%128)/32. */
+/* Q2_K/Q3_K/Q6_K share a layout: element e = 128h + 32k + l (h half, k quarter, l 0..31) lives in
+ * byte 32h + l of the 64-byte low-bit field, at bit pair k. Loops are written without divisions so
+ * that these helpers (used by dequantization and the scalar dots) vectorize. */
 void rf_q2_K_unpack(const rf_block_q2_K *b, uint8_t q[256]) {
-    for (int e = 0; e < 256; e++) q[e] = (b->qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) q[128 * h + 32 * k + l] = (b->qs[32 * h + l] >> (2 * k)) & 3;
 }
 
 void rf_q3_K_scales(const uint8_t p[12], int8_t out[16]) {
@@ -241,39 +244,45 @@ void rf_q3_K_scales(const uint8_t p[12], int8_t out[16]) {
 
 /* The high bit of element e is bit e/32 of hmask[e%32]; a CLEAR bit means "subtract 4". */
 void rf_q3_K_unpack(const rf_block_q3_K *b, int8_t q[256]) {
-    for (int e = 0; e < 256; e++) {
-        int lo = (b->qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-        int hbit = (b->hmask[e % 32] >> (e / 32)) & 1;
-        q[e] = (int8_t)(lo - (hbit ? 0 : 4));
-    }
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                int lo = (b->qs[32 * h + l] >> (2 * k)) & 3;
+                int hbit = (b->hmask[l] >> (4 * h + k)) & 1;
+                q[128 * h + 32 * k + l] = (int8_t)(lo - 4 + 4 * hbit);
+            }
 }
 
-/* Q4_K: sub-block j (32 elements) of each 64 is the low (j even) or high (j odd) nibble of 32 bytes. */
+/* Q4_K: in each 64 elements, the first 32 are the low nibbles of 32 bytes, the next 32 the high. */
 void rf_q4_K_unpack(const rf_block_q4_K *b, uint8_t q[256]) {
-    for (int e = 0; e < 256; e++) {
-        uint8_t byte = b->qs[32 * (e / 64) + e % 32];
-        q[e] = (e % 64) < 32 ? (byte & 0xF) : (byte >> 4);
-    }
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * g + l] = b->qs[32 * g + l] & 0xF;
+            q[64 * g + 32 + l] = b->qs[32 * g + l] >> 4;
+        }
 }
 
+/* Q5_K: as Q4_K plus the 5th bit of element e in bit e/32 of qh[e%32]. */
 void rf_q5_K_unpack(const rf_block_q5_K *b, uint8_t q[256]) {
-    for (int e = 0; e < 256; e++) {
-        uint8_t byte = b->qs[32 * (e / 64) + e % 32];
-        int lo = (e % 64) < 32 ? (byte & 0xF) : (byte >> 4);
-        int hi = (b->qh[e % 32] >> (e / 32)) & 1;
-        q[e] = (uint8_t)(lo | (hi << 4));
-    }
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * g + l] = (uint8_t)((b->qs[32 * g + l] & 0xF) | (((b->qh[l] >> (2 * g)) & 1) << 4));
+            q[64 * g + 32 + l] = (uint8_t)((b->qs[32 * g + l] >> 4) | (((b->qh[l] >> (2 * g + 1)) & 1) << 4));
+        }
 }
 
-/* Q6_K: in each half of 128, quarter k takes the low (k<2) or high nibble of ql[l + 32*(k&1)]
- * and bits 2k..2k+1 of qh[l]. */
+/* Q6_K: in each half h of 128, quarter k takes the low (k<2) or high nibble of ql[64h + l + 32*(k&1)]
+ * and bits 2k..2k+1 of qh[32h + l]. */
 void rf_q6_K_unpack(const rf_block_q6_K *b, int8_t q[256]) {
-    for (int e = 0; e < 256; e++) {
-        int h = e / 128, r = e % 128, k = r / 32, l = r % 32;
-        uint8_t byte = b->ql[64 * h + l + 32 * (k & 1)];
-        int lo = k < 2 ? (byte & 0xF) : (byte >> 4);
-        int hi = (b->qh[32 * h + l] >> (2 * k)) & 3;
-        q[e] = (int8_t)((lo | (hi << 4)) - 32);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+        int8_t *y = q + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            y[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            y[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            y[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            y[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
     }
 }
 
