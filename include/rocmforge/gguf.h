@@ -1,5 +1,6 @@
 /* rocmforge/gguf.h — GGUF reader (mmap, fully validated before use) and writer (streaming).
- * Spec facts: ../shared/REFERENCES.md §1. Versions 2 and 3, little-endian only. */
+ * Spec facts: ../shared/REFERENCES.md §1. Versions 2 and 3, little-endian only.
+ * User documentation (what is accepted, error messages, inspect, fuzzing): docs/gguf.md. */
 #ifndef ROCMFORGE_GGUF_H
 #define ROCMFORGE_GGUF_H
 
@@ -73,8 +74,14 @@ typedef struct rf_gguf_tensor {
 typedef struct rf_gguf rf_gguf; /* an open, validated file */
 
 /* Opens and validates a GGUF file (mmap, read() fallback). Every offset and size is checked
- * before use; a malformed file gives RF_ERR_FORMAT naming the field, a big-endian or unknown
- * version file RF_ERR_UNSUPPORTED. Never aborts, never allocates more than the file can justify. */
+ * before use; a malformed file gives RF_ERR_FORMAT naming the field, what was expected and the
+ * byte offset; version 1, a newer version, a big-endian file or a tensor type id the type table
+ * does not know give RF_ERR_UNSUPPORTED; a missing file RF_ERR_IO. Messages from rf_gguf_open
+ * name the path. Never aborts, never allocates more than a small multiple of the file size.
+ * Checked: keys non-empty and unique; bools 0/1; arrays nested at most 8 deep;
+ * general.alignment a u32, nonzero multiple of 8; tensor names <= 64 bytes and unique, n_dims
+ * 1..4, dims > 0, element count < 2^63, byte size overflow-free, ne[0] a multiple of the block
+ * size, offsets aligned, data inside the file, tensors not overlapping. */
 rf_status rf_gguf_open(const char *path, rf_gguf **out);
 
 /* Same, over a caller-owned buffer that must outlive the handle (fuzzing, tests). */
@@ -125,7 +132,9 @@ typedef rf_status (*rf_gguf_fill_fn)(void *user, int64_t index, uint64_t offset,
 rf_gguf_writer *rf_gguf_writer_new(void); /* NULL on OOM */
 void rf_gguf_writer_free(rf_gguf_writer *w);
 
-/* Metadata setters append in call order; setting an existing key replaces its value. */
+/* Metadata setters append in call order; setting an existing key replaces its value (keeping
+ * its position). Values are copied. RF_ERR_INVALID_ARG for an empty key, a NULL string, a bool
+ * other than 0/1, or a general.alignment that is not a u32 nonzero multiple of 8. */
 rf_status rf_gguf_set_u8(rf_gguf_writer *w, const char *key, uint8_t v);
 rf_status rf_gguf_set_i8(rf_gguf_writer *w, const char *key, int8_t v);
 rf_status rf_gguf_set_u16(rf_gguf_writer *w, const char *key, uint16_t v);
@@ -146,12 +155,18 @@ rf_status rf_gguf_set_arr_str(rf_gguf_writer *w, const char *key, const char *co
 /* Any value, nested arrays included (deep-copied). */
 rf_status rf_gguf_set_value(rf_gguf_writer *w, const char *key, const rf_gguf_value *v);
 
-/* Adds a tensor. Exactly one of `data` (borrowed until write) or `fill` supplies the bytes. */
+/* Adds a tensor. Exactly one of `data` (borrowed until write) or `fill` supplies the bytes;
+ * `fill` is called in order, in chunks of at most 1 MiB, during the write. RF_ERR_INVALID_ARG
+ * for a name of 64+ bytes (ggml's limit incl. NUL) or a duplicate name, n_dims outside 1..4,
+ * a dim <= 0, an unknown type, ne[0] not a multiple of the block size or a size >= 2^63. */
 rf_status rf_gguf_add_tensor(rf_gguf_writer *w, const char *name, rf_type type, uint32_t n_dims,
                              const int64_t *ne, const void *data, rf_gguf_fill_fn fill,
                              void *user);
 
-/* Writes version 3, `general.alignment` (default 32) respected, zero padding. */
+/* Writes version 3 in one pass (no seeking): header, metadata in order, tensor infos, then
+ * the data with each tensor at an offset aligned to `general.alignment` (default 32), zero
+ * padding after the header and after every tensor (as ggml writes it). Deterministic; writing
+ * what the reader returns gives the same bytes. write_file removes the file on failure. */
 rf_status rf_gguf_write_file(rf_gguf_writer *w, const char *path);
 rf_status rf_gguf_write_stream(rf_gguf_writer *w, FILE *f);
 
