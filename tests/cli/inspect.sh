@@ -75,5 +75,25 @@ head -c 1000 "$F" >"$TMP/trunc.gguf"
 check "truncated file exits non-zero" test $? -ne 0
 check "truncated file names the file" grep -q "^error: gguf: '.*trunc.gguf': " "$TMP/err.txt"
 
+# every fuzz corpus file (valid, truncated, corrupted, fuzzer-found): inspect either prints or
+# exits 1 with an error, never crashes; every JSON it prints parses (NaN, invalid UTF-8, ...)
+crashes=0
+i=0
+for c in "$SRC"/tests/fuzz/corpus/*; do
+  i=$((i + 1))
+  "$RF" inspect "$c" >/dev/null 2>&1; rc=$?
+  "$RF" inspect --json --full "$c" >"$TMP/c$i.json" 2>/dev/null; rcj=$?
+  if [ $rc -gt 1 ] || [ $rcj -gt 1 ] || [ $rc -ne $rcj ]; then
+    echo "inspect on $c: exit $rc / $rcj"; crashes=$((crashes + 1))
+  fi
+  [ $rcj -eq 0 ] || rm -f "$TMP/c$i.json"
+done
+check "corpus: no crash" test $crashes -eq 0
+check "corpus: every JSON parses" python3 -c '
+import json, sys
+for f in sys.argv[1:]:
+    json.load(open(f))
+print(len(sys.argv) - 1, "JSON outputs parsed")' "$TMP"/c*.json
+
 if [ $fails -ne 0 ]; then echo "$fails check(s) failed"; exit 1; fi
 echo "all inspect checks passed"
