@@ -1,0 +1,160 @@
+/* gpu.h — the C-callable face of the GPU backend (CUDA or HIP): device context, memory, and one
+ * entry point per kernel. Every pointer argument named d_* (or documented "device") is device
+ * memory; every call checks its shapes on the host (RF_ERR_INVALID_ARG naming the op) and turns
+ * runtime failures into RF_ERR_DEVICE / RF_ERR_OOM with a message naming the kernel or size.
+ * Each op's contract is the contract of its CPU twin in backend/ref/ref_ops.h unless stated. */
+#ifndef RF_BACKEND_GPU_H
+#define RF_BACKEND_GPU_H
+
+#include "rocmforge/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend/ref/ref_ops.h" /* rf_sample_params, RF_ROPE_*; a C header without guards */
+
+typedef struct rf_gpu_ctx rf_gpu_ctx;
+
+/* Number of usable devices; 0 (and RF_OK) when the runtime finds none or has no driver. */
+int rf_gpu_device_count(void);
+
+/* Opens device `device` with one non-blocking stream and (CUDA) a cuBLAS handle.
+ * RF_ERR_DEVICE with a message saying no GPU / driver was found, or naming the runtime error. */
+rf_status rf_gpu_init(int device, rf_gpu_ctx **out);
+void rf_gpu_destroy(rf_gpu_ctx *ctx);
+
+/* Device facts read at init. */
+typedef struct rf_gpu_info {
+    char name[256];
+    int warp_size, sm_count, cc_major, cc_minor;
+    size_t total_mem, l2_bytes;
+} rf_gpu_info;
+void rf_gpu_get_info(const rf_gpu_ctx *ctx, rf_gpu_info *info);
+/* The context's stream as an opaque handle (cudaStream_t / hipStream_t). */
+void *rf_gpu_stream(rf_gpu_ctx *ctx);
+
+/* ---- memory ----------------------------------------------------------------------------- */
+/* Allocates `bytes` (+16 bytes of tail padding so 16-byte loads may over-read a row end).
+ * RF_ERR_OOM says how much was needed and how much the device had free. */
+rf_status rf_gpu_alloc(rf_gpu_ctx *ctx, size_t bytes, void **d_out);
+void rf_gpu_free(rf_gpu_ctx *ctx, void *d_ptr);
+rf_status rf_gpu_upload(rf_gpu_ctx *ctx, void *d_dst, const void *src, size_t bytes);
+rf_status rf_gpu_download(rf_gpu_ctx *ctx, void *dst, const void *d_src, size_t bytes);
+rf_status rf_gpu_memset(rf_gpu_ctx *ctx, void *d_dst, int byte, size_t bytes);
+/* Waits for the stream; a fault in an earlier kernel is reported here as RF_ERR_DEVICE naming
+ * the last kernel launched (set RF_GPU_SYNC=1 to sync after every launch and pin it exactly). */
+rf_status rf_gpu_sync(rf_gpu_ctx *ctx);
+
+/* Weight upload: copies `bytes` from host memory (typically a mapped GGUF file) into a fresh
+ * device allocation in 64 MiB chunks through a pinned staging buffer, drawing a progress bar
+ * on stderr when `progress` is true. `name` labels messages. */
+rf_status rf_gpu_upload_weights(rf_gpu_ctx *ctx, const void *src, size_t bytes, const char *name,
+                                bool progress, void **d_out);
+
+/* Scratch arena: one device buffer, bump-allocated, reset per step. Reserve grows it (the old
+ * contents are lost). Alloc returns 256-byte aligned pieces or RF_ERR_OOM naming the shortfall. */
+rf_status rf_gpu_scratch_reserve(rf_gpu_ctx *ctx, size_t bytes);
+rf_status rf_gpu_scratch_alloc(rf_gpu_ctx *ctx, size_t bytes, void **d_out);
+void rf_gpu_scratch_reset(rf_gpu_ctx *ctx);
+
+/* ---- elementwise / norms (f32, device pointers; outputs may alias inputs) ------------------ */
+rf_status rf_gpu_scale(rf_gpu_ctx *ctx, float *y, const float *x, float s, int64_t n);
+rf_status rf_gpu_add(rf_gpu_ctx *ctx, float *y, const float *a, const float *b, int64_t n);
+rf_status rf_gpu_mul(rf_gpu_ctx *ctx, float *y, const float *a, const float *b, int64_t n);
+rf_status rf_gpu_causal_mask(rf_gpu_ctx *ctx, float *x, int64_t n_q, int64_t n_kv, int64_t pos0,
+                             int64_t window);
+rf_status rf_gpu_softmax(rf_gpu_ctx *ctx, float *y, const float *x, int64_t rows, int64_t n,
+                         float scale);
+rf_status rf_gpu_rmsnorm(rf_gpu_ctx *ctx, float *y, const float *x, const float *w, int64_t rows,
+                         int64_t n, float eps);
+rf_status rf_gpu_layernorm(rf_gpu_ctx *ctx, float *y, const float *x, const float *w,
+                           const float *b, int64_t rows, int64_t n, float eps);
+rf_status rf_gpu_swiglu(rf_gpu_ctx *ctx, float *y, const float *gate, const float *up, int64_t n);
+rf_status rf_gpu_geglu(rf_gpu_ctx *ctx, float *y, const float *gate, const float *up, int64_t n);
+
+/* ---- RoPE ------------------------------------------------------------------------------- */
+/* rf_ref_rope's contract; pos and freq_factors (may be NULL) are device arrays. */
+rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads,
+                      int64_t head_dim, int64_t n_rot, int64_t stride_t, int64_t stride_h,
+                      const int32_t *pos, float freq_base, float freq_scale,
+                      const float *freq_factors, int mode);
+/* Fused RoPE + KV append. k, v: f32 [n_tokens, n_head_kv, head_dim] (not modified).
+ * For each token t: k_cache[slot[t], h, :] = rope(k[t,h,:] at pos[t]) and
+ * v_cache[slot[t], h, :] = v[t,h,:], stored as cache_type (RF_TYPE_F16 or RF_TYPE_F32).
+ * Caches are [cache_rows, n_head_kv, head_dim]; slot ids outside [0, cache_rows) are skipped
+ * (never written). Twin: rf_ref_rope + conversion. */
+rf_status rf_gpu_rope_kv_append(rf_gpu_ctx *ctx, const float *k, const float *v,
+                                int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
+                                int64_t n_rot, const int32_t *pos, const int32_t *slot,
+                                float freq_base, float freq_scale, const float *freq_factors,
+                                int mode, void *k_cache, void *v_cache, rf_type cache_type,
+                                int64_t cache_rows);
+
+/* ---- quantized weights ------------------------------------------------------------------ */
+/* Types the GPU can dequantize (rf_gpu_dequantize / get_rows / GEMM). */
+bool rf_gpu_type_supported(rf_type t);
+/* Types with a quantized GEMV kernel. */
+bool rf_gpu_gemv_supported(rf_type t);
+/* dst = dequantize(src): n_rows rows of n_in elements (n_in a multiple of the block size),
+ * dst_type RF_TYPE_F32 or RF_TYPE_F16, dst row-major [n_rows, n_in]. Twin: rf_dequantize_row. */
+rf_status rf_gpu_dequantize(rf_gpu_ctx *ctx, void *dst, rf_type dst_type, const void *src,
+                            rf_type type, int64_t n_rows, int64_t n_in);
+/* rf_ref_get_rows's contract with device ids; an id outside [0, n_rows) gives a row of NaN
+ * (the host cannot see device ids without a round trip). */
+rf_status rf_gpu_get_rows(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
+                          const int32_t *ids, int64_t n_ids, int64_t n_in, int64_t n_rows);
+/* y = W x (rf_ref_matmul's contract). n_tokens <= 8 and a GEMV type: quantized GEMV kernel
+ * (x quantized to int8 per 32 for quantized W); otherwise GEMM: W dequantized to f16 in scratch,
+ * x to f16, cuBLAS GemmEx with f32 accumulation. W must come from rf_gpu_alloc (tail padding). */
+rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
+                        int64_t n_tokens, int64_t n_in, int64_t n_out);
+rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
+                      int64_t n_tokens, int64_t n_in, int64_t n_out);
+rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
+                      int64_t n_tokens, int64_t n_in, int64_t n_out);
+
+/* ---- attention -------------------------------------------------------------------------- */
+/* rf_ref_attention's contract with K/V in a cache: q f32 [n_q, n_head, head_dim];
+ * k, v [n_kv, n_head_kv, head_dim] as kv_type (RF_TYPE_F16 or RF_TYPE_F32); out f32.
+ * head_dim in {64, 80, 96, 128, 256}. Online-softmax flash attention; when n_q is small and
+ * n_kv long the keys are split across blocks (split-K) and a second kernel reduces. */
+rf_status rf_gpu_attention(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
+                           const void *v, rf_type kv_type, int64_t n_q, int64_t n_kv,
+                           int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                           bool causal, int64_t pos0, int64_t window, float softcap);
+/* Same, forcing the number of key splits (1 = plain flash attention); for tests. */
+rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
+                                  const void *v, rf_type kv_type, int64_t n_q, int64_t n_kv,
+                                  int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                                  float scale, bool causal, int64_t pos0, int64_t window,
+                                  float softcap, int n_splits);
+
+/* ---- sampling --------------------------------------------------------------------------- */
+/* u for sequence `seq` at step `step`: splitmix64(seed ^ golden*(step+1) + seq) -> [0,1),
+ * computed identically on host and device so tests reproduce the draw. */
+float rf_gpu_sample_u(uint64_t seed, uint64_t step, int64_t seq);
+/* For each of n_seq rows of device logits [n_seq, n_vocab] picks rf_ref_sample(row, params[s],
+ * rf_gpu_sample_u(seed, step, s)) on the device and copies one int32 per sequence to the host
+ * array out. params is a host array of n_seq entries. */
+rf_status rf_gpu_sample(rf_gpu_ctx *ctx, int32_t *out, const float *logits, int64_t n_seq,
+                        int64_t n_vocab, const rf_sample_params *params, uint64_t seed,
+                        uint64_t step);
+
+/* ---- measurement (gpu_bench.cu) ------------------------------------------------------ */
+/* Device read bandwidth: median of `reps` passes of 16-byte loads over a fresh buffer of
+ * `bytes` (use >> L2), in GB/s (1e9 bytes per second). */
+rf_status rf_gpu_bench_read_bw(rf_gpu_ctx *ctx, size_t bytes, int reps, double *gbps);
+/* Median microseconds per rf_gpu_gemv call, weights rotating among matrices totalling at least
+ * min_bytes, replayed from a graph; *weight_bytes is one matrix's size. */
+rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
+                            int64_t n_out, size_t min_bytes, int reps, double *us_per_call,
+                            size_t *weight_bytes);
+/* Median milliseconds per rf_gpu_gemm call (dequantize + BLAS). */
+rf_status rf_gpu_bench_gemm(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
+                            int64_t n_out, int reps, double *ms_per_call);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,170 @@
+/* gpu_compat.h — the one place that maps CUDA names to HIP names (runtime, BLAS, intrinsics) and
+ * defines the per-target warp size, so every src/backend/gpu/*.cu compiles with nvcc and with
+ * hipcc -x hip unchanged (DESIGN.md §5). Device code uses only the rf_/RF_ names below. */
+#ifndef RF_GPU_COMPAT_H
+#define RF_GPU_COMPAT_H
+
+#include <stdint.h>
+
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIP_PLATFORM_HCC__) || defined(__HIPCC__)
+#define RF_HIP 1
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+
+/* Debian ships no hipBLAS: the cuBLAS GEMM path is compiled out unless RF_HAVE_HIPBLAS is set. */
+#if defined(RF_HAVE_HIPBLAS)
+#include <hipblas.h>
+#else
+#define RF_GPU_NO_BLAS 1
+#endif
+
+/* runtime */
+#define cudaError_t hipError_t
+#define cudaSuccess hipSuccess
+#define cudaErrorMemoryAllocation hipErrorOutOfMemory
+#define cudaGetErrorString hipGetErrorString
+#define cudaGetErrorName hipGetErrorName
+#define cudaGetLastError hipGetLastError
+#define cudaPeekAtLastError hipPeekAtLastError
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaSetDevice hipSetDevice
+#define cudaGetDevice hipGetDevice
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaDeviceSynchronize hipDeviceSynchronize
+#define cudaMalloc hipMalloc
+#define cudaFree hipFree
+#define cudaMallocHost hipHostMalloc
+#define cudaFreeHost hipHostFree
+#define cudaMemGetInfo hipMemGetInfo
+#define cudaMemcpy hipMemcpy
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemset hipMemset
+#define cudaMemsetAsync hipMemsetAsync
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define cudaStream_t hipStream_t
+#define cudaStreamCreate hipStreamCreate
+#define cudaStreamCreateWithFlags hipStreamCreateWithFlags
+#define cudaStreamNonBlocking hipStreamNonBlocking
+#define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaEvent_t hipEvent_t
+#define cudaEventCreate hipEventCreate
+#define cudaEventDestroy hipEventDestroy
+#define cudaEventRecord hipEventRecord
+#define cudaEventSynchronize hipEventSynchronize
+#define cudaEventElapsedTime hipEventElapsedTime
+#define cudaFuncSetAttribute hipFuncSetAttribute
+#define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
+
+/* blas */
+#if !defined(RF_GPU_NO_BLAS)
+#define cublasHandle_t hipblasHandle_t
+#define cublasStatus_t hipblasStatus_t
+#define CUBLAS_STATUS_SUCCESS HIPBLAS_STATUS_SUCCESS
+#define cublasCreate hipblasCreate
+#define cublasDestroy hipblasDestroy
+#define cublasSetStream hipblasSetStream
+#define cublasGemmEx hipblasGemmEx
+#define CUBLAS_OP_N HIPBLAS_OP_N
+#define CUBLAS_OP_T HIPBLAS_OP_T
+#define CUDA_R_16F HIPBLAS_R_16F
+#define CUDA_R_32F HIPBLAS_R_32F
+#define CUBLAS_COMPUTE_32F HIPBLAS_R_32F
+#define CUBLAS_GEMM_DEFAULT HIPBLAS_GEMM_DEFAULT
+#endif
+
+typedef __half rf_half;
+#define rf_half2float(h) __half2float(h)
+#define rf_float2half(f) __float2half(f)
+
+/* Warp (wavefront) size is fixed per offload target: 64 on CDNA/GCN (gfx9xx), 32 on RDNA.
+ * The compiler defines __AMDGCN_WAVEFRONT_SIZE in device passes; the host pass has no single
+ * answer (one binary holds several targets), so host code asks the device (ctx->warp_size). */
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+#define RF_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
+#elif defined(__GFX9__)
+#define RF_WARP_SIZE 64
+#else
+#define RF_WARP_SIZE 32 /* host pass and RDNA fallback; never used for a device reduction there */
+#endif
+
+#define RF_SHFL_XOR(v, m) __shfl_xor((v), (m), RF_WARP_SIZE)
+#define RF_SHFL(v, src) __shfl((v), (src), RF_WARP_SIZE)
+#define RF_SYNCWARP() rf_hip_syncwarp()
+static __device__ __forceinline__ void rf_hip_syncwarp(void) {
+    /* AMD wavefronts execute in lock-step; a compiler fence keeps shared-memory order */
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+}
+/* 4-way int8 dot product with accumulate; a portable version (sdot4 exists only on some gfx) */
+static __device__ __forceinline__ int rf_dp4a(int a, int b, int c) {
+    c += (int)(int8_t)(a) * (int)(int8_t)(b);
+    c += (int)(int8_t)(a >> 8) * (int)(int8_t)(b >> 8);
+    c += (int)(int8_t)(a >> 16) * (int)(int8_t)(b >> 16);
+    c += (int)(int8_t)(a >> 24) * (int)(int8_t)(b >> 24);
+    return c;
+}
+
+#else /* ---------------------------------------------------------------- CUDA */
+#define RF_CUDA_BUILD 1
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cublas_v2.h>
+
+typedef __half rf_half;
+#define rf_half2float(h) __half2float(h)
+#define rf_float2half(f) __float2half(f)
+
+#define RF_WARP_SIZE 32
+#define RF_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m), RF_WARP_SIZE)
+#define RF_SHFL(v, src) __shfl_sync(0xffffffffu, (v), (src), RF_WARP_SIZE)
+#define RF_SYNCWARP() __syncwarp()
+static __device__ __forceinline__ int rf_dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
+#endif
+
+/* ---- shared helpers (both platforms) --------------------------------------------------- */
+
+/* Warp-wide reductions: log2(RF_WARP_SIZE) butterfly steps, never a literal width. */
+static __device__ __forceinline__ float rf_warp_sum(float v) {
+#pragma unroll
+    for (int m = RF_WARP_SIZE / 2; m > 0; m >>= 1) v += RF_SHFL_XOR(v, m);
+    return v;
+}
+static __device__ __forceinline__ float rf_warp_max(float v) {
+#pragma unroll
+    for (int m = RF_WARP_SIZE / 2; m > 0; m >>= 1) v = fmaxf(v, RF_SHFL_XOR(v, m));
+    return v;
+}
+
+/* Block-wide sum for blockDim.x a multiple of RF_WARP_SIZE, <= 1024. `sh` holds >= 1024/
+ * RF_WARP_SIZE floats. Every thread gets the result. Contains __syncthreads. */
+static __device__ __forceinline__ float rf_block_sum(float v, float *sh) {
+    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+    const int nwarps = blockDim.x / RF_WARP_SIZE;
+    v = rf_warp_sum(v);
+    __syncthreads(); /* sh may be in use by a previous reduction */
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? sh[lane] : 0.0f;
+    return rf_warp_sum(v);
+}
+static __device__ __forceinline__ float rf_block_max(float v, float *sh) {
+    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+    const int nwarps = blockDim.x / RF_WARP_SIZE;
+    v = rf_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? sh[lane] : -INFINITY;
+    return rf_warp_max(v);
+}
+
+static __device__ __forceinline__ float rf_bf16_to_float_dev(uint16_t h) {
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+#endif

@@ -1,0 +1,192 @@
+/* gpu_elementwise.cu — small f32 kernels: scale, add, mul, causal mask, softmax, RMSNorm,
+ * LayerNorm, SwiGLU, GeGLU. Each has the contract of its CPU twin in backend/ref/ref_ops.h. */
+#include "backend/gpu/gpu_internal.h"
+
+#define RF_EW_THREADS 256
+#define RF_ROW_THREADS 256 /* a multiple of 64: whole warps on every target */
+
+/* scale: y[i] = x[i] * s; f32 [n], y may alias x; any n >= 0; grid-stride.
+ * twin rf_ref_scale; tolerance: exact (one rounding, same as CPU). */
+__global__ void rf_k_scale(float *y, const float *x, float s, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = x[i] * s;
+}
+/* add / mul: y[i] = a[i] + b[i] / a[i] * b[i]; twin rf_ref_add / rf_ref_mul; exact. */
+__global__ void rf_k_add(float *y, const float *a, const float *b, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = a[i] + b[i];
+}
+__global__ void rf_k_mul(float *y, const float *a, const float *b, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = a[i] * b[i];
+}
+
+/* causal_mask: x[i,j] = -inf where j > pos0+i or (window > 0 and j <= pos0+i-window);
+ * x f32 [n_q, n_kv] in place; grid-stride over all elements; twin rf_ref_causal_mask; exact. */
+__global__ void rf_k_causal_mask(float *x, int64_t n_q, int64_t n_kv, int64_t pos0, int64_t window) {
+    const int64_t n = n_q * n_kv;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e / n_kv, j = e % n_kv, p = pos0 + i;
+        if (j > p || (window > 0 && j <= p - window)) x[e] = -INFINITY;
+    }
+}
+
+/* silu / gelu_tanh: as rf_ref_silu / rf_ref_gelu_tanh, in f32. */
+static __device__ __forceinline__ float rf_silu(float x) { return x / (1.0f + expf(-x)); }
+static __device__ __forceinline__ float rf_gelu_tanh(float x) {
+    const float c = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+/* swiglu / geglu: y[i] = act(gate[i]) * up[i]; f32 [n]; y may alias; grid-stride.
+ * twins rf_ref_swiglu / rf_ref_geglu; tolerance rel. L2 < 1e-5. */
+__global__ void rf_k_swiglu(float *y, const float *g, const float *u, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = rf_silu(g[i]) * u[i];
+}
+__global__ void rf_k_geglu(float *y, const float *g, const float *u, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = rf_gelu_tanh(g[i]) * u[i];
+}
+
+/* softmax: y[r,i] = exp(s*x[r,i] - max_r) / sum_r; -inf entries -> 0; all -inf row -> zeros;
+ * NaN in a row -> whole row NaN; +inf max -> equal mass on the +inf entries.
+ * in: x f32 [rows, n]; out: y f32 [rows, n] (may alias x); launch: one block per row,
+ * RF_ROW_THREADS threads, any n >= 1. twin rf_ref_softmax; tolerance rel. L2 < 1e-5. */
+__global__ void rf_k_softmax(float *y, const float *x, int64_t n, float scale) {
+    __shared__ float sh[1024 / 32];
+    const float *xr = x + blockIdx.x * n;
+    float *yr = y + blockIdx.x * n;
+    float mx = -INFINITY, nan = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        if (v != v) nan = 1.0f;
+        else if (v != -INFINITY) mx = fmaxf(mx, scale * v);
+    }
+    nan = rf_block_max(nan, sh);
+    mx = rf_block_max(mx, sh);
+    if (nan > 0.0f || mx == -INFINITY) {
+        const float fill = nan > 0.0f ? NAN : 0.0f;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = fill;
+        return;
+    }
+    const bool inf_max = mx == INFINITY;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        float e = v == -INFINITY ? 0.0f : inf_max ? (scale * v == INFINITY ? 1.0f : 0.0f)
+                                                  : expf(scale * v - mx);
+        sum += e;
+    }
+    sum = rf_block_sum(sum, sh);
+    const float inv = 1.0f / sum;
+    /* recompute rather than store: y may alias x, and every x is still unread-after-write here
+     * because each element is read and written by the same thread */
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        float e = v == -INFINITY ? 0.0f : inf_max ? (scale * v == INFINITY ? 1.0f : 0.0f)
+                                                  : expf(scale * v - mx);
+        yr[i] = e * inv;
+    }
+}
+
+/* rms_norm: y[r,i] = x[r,i] / sqrt(mean_i(x[r,:]^2) + eps) * w[i]
+ * in: x f32 [rows, n] row-major, w f32 [n] or NULL (ones); out: y f32 [rows, n] (may alias x)
+ * launch: one block per row, RF_ROW_THREADS threads; any n >= 1
+ * twin rf_ref_rmsnorm; tolerance rel. L2 < 1e-5 (f32) */
+__global__ void rf_k_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    __shared__ float sh[1024 / 32];
+    const float *xr = x + blockIdx.x * n;
+    float *yr = y + blockIdx.x * n;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = rf_block_sum(ss, sh);
+    const float inv = rsqrtf(ss / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
+}
+
+/* layer_norm: y[r,i] = (x[r,i] - mean) / sqrt(var + eps) * w[i] + b[i] (population variance)
+ * in: x f32 [rows, n], w, b f32 [n] or NULL; out: y (may alias x); one block per row; n >= 1
+ * twin rf_ref_layernorm; tolerance rel. L2 < 1e-5 (two passes: mean first, then variance) */
+__global__ void rf_k_layernorm(float *y, const float *x, const float *w, const float *b, int64_t n,
+                               float eps) {
+    __shared__ float sh[1024 / 32];
+    const float *xr = x + blockIdx.x * n;
+    float *yr = y + blockIdx.x * n;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += xr[i];
+    const float mean = rf_block_sum(s, sh) / (float)n;
+    float v = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) v += (xr[i] - mean) * (xr[i] - mean);
+    const float inv = rsqrtf(rf_block_sum(v, sh) / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        yr[i] = (xr[i] - mean) * inv * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+}
+
+/* ---- host glue ------------------------------------------------------------------------- */
+
+#define RF_EW_LAUNCH(ctx, kern, n, ...)                                                      \
+    do {                                                                                     \
+        if ((n) <= 0) return RF_OK;                                                          \
+        kern<<<rf_gpu_blocks((n), RF_EW_THREADS), RF_EW_THREADS, 0, (ctx)->stream>>>(        \
+            __VA_ARGS__);                                                                    \
+        return RF_GPU_LAUNCHED(ctx, #kern);                                                  \
+    } while (0)
+
+extern "C" rf_status rf_gpu_scale(rf_gpu_ctx *ctx, float *y, const float *x, float s, int64_t n) {
+    RF_EW_LAUNCH(ctx, rf_k_scale, n, y, x, s, n);
+}
+extern "C" rf_status rf_gpu_add(rf_gpu_ctx *ctx, float *y, const float *a, const float *b,
+                                int64_t n) {
+    RF_EW_LAUNCH(ctx, rf_k_add, n, y, a, b, n);
+}
+extern "C" rf_status rf_gpu_mul(rf_gpu_ctx *ctx, float *y, const float *a, const float *b,
+                                int64_t n) {
+    RF_EW_LAUNCH(ctx, rf_k_mul, n, y, a, b, n);
+}
+extern "C" rf_status rf_gpu_swiglu(rf_gpu_ctx *ctx, float *y, const float *g, const float *u,
+                                   int64_t n) {
+    RF_EW_LAUNCH(ctx, rf_k_swiglu, n, y, g, u, n);
+}
+extern "C" rf_status rf_gpu_geglu(rf_gpu_ctx *ctx, float *y, const float *g, const float *u,
+                                  int64_t n) {
+    RF_EW_LAUNCH(ctx, rf_k_geglu, n, y, g, u, n);
+}
+extern "C" rf_status rf_gpu_causal_mask(rf_gpu_ctx *ctx, float *x, int64_t n_q, int64_t n_kv,
+                                        int64_t pos0, int64_t window) {
+    RF_GPU_REQUIRE(n_q >= 0 && n_kv >= 0, "rf_gpu_causal_mask", "negative shape %lld x %lld",
+                   (long long)n_q, (long long)n_kv);
+    RF_EW_LAUNCH(ctx, rf_k_causal_mask, n_q * n_kv, x, n_q, n_kv, pos0, window);
+}
+
+#define RF_ROW_CHECK(op)                                                                     \
+    RF_GPU_REQUIRE(n >= 1 && rows >= 0 && rows <= 0x7fffffff, op,                           \
+                   "rows=%lld n=%lld outside the contract (n >= 1, rows < 2^31)",           \
+                   (long long)rows, (long long)n)
+
+extern "C" rf_status rf_gpu_softmax(rf_gpu_ctx *ctx, float *y, const float *x, int64_t rows,
+                                    int64_t n, float scale) {
+    RF_ROW_CHECK("rf_gpu_softmax");
+    if (rows == 0) return RF_OK;
+    rf_k_softmax<<<(unsigned)rows, RF_ROW_THREADS, 0, ctx->stream>>>(y, x, n, scale);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_softmax");
+}
+extern "C" rf_status rf_gpu_rmsnorm(rf_gpu_ctx *ctx, float *y, const float *x, const float *w,
+                                    int64_t rows, int64_t n, float eps) {
+    RF_ROW_CHECK("rf_gpu_rmsnorm");
+    if (rows == 0) return RF_OK;
+    rf_k_rmsnorm<<<(unsigned)rows, RF_ROW_THREADS, 0, ctx->stream>>>(y, x, w, n, eps);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_rmsnorm");
+}
+extern "C" rf_status rf_gpu_layernorm(rf_gpu_ctx *ctx, float *y, const float *x, const float *w,
+                                      const float *b, int64_t rows, int64_t n, float eps) {
+    RF_ROW_CHECK("rf_gpu_layernorm");
+    if (rows == 0) return RF_OK;
+    rf_k_layernorm<<<(unsigned)rows, RF_ROW_THREADS, 0, ctx->stream>>>(y, x, w, b, n, eps);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_layernorm");
+}

@@ -1,0 +1,72 @@
+/* gpu_internal.h — what the .cu files share and callers do not see: the context struct and the
+ * checking macros that turn every runtime call and launch into an rf_status naming its kernel. */
+#ifndef RF_GPU_INTERNAL_H
+#define RF_GPU_INTERNAL_H
+
+#include "backend/gpu/gpu_compat.h"
+#include "backend/gpu/gpu.h"
+
+struct rf_gpu_ctx {
+    int device;
+    cudaStream_t stream;
+#if !defined(RF_GPU_NO_BLAS)
+    cublasHandle_t blas;
+#endif
+    rf_gpu_info info;
+    char *scratch;          /* arena */
+    size_t scratch_size, scratch_used;
+    const char *last_kernel; /* name of the last launch, for fault messages */
+    bool sync_each;          /* RF_GPU_SYNC=1: synchronize after every launch */
+};
+
+/* Runtime call: on failure return RF_ERR_DEVICE naming the call and the runtime's message. */
+#define RF_GPU_CHECK(call)                                                                   \
+    do {                                                                                     \
+        cudaError_t rf_e_ = (call);                                                          \
+        if (rf_e_ != cudaSuccess)                                                            \
+            return rf_set_error(RF_ERR_DEVICE, "GPU: %s failed: %s", #call,                  \
+                                cudaGetErrorString(rf_e_));                                  \
+    } while (0)
+
+/* After a launch: a bad configuration shows at once; with sync_each a fault shows here too. */
+static inline rf_status rf_gpu_after_launch(rf_gpu_ctx *ctx, const char *kernel) {
+    ctx->last_kernel = kernel;
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return rf_set_error(RF_ERR_DEVICE, "GPU kernel %s: launch failed: %s", kernel,
+                            cudaGetErrorString(e));
+    if (ctx->sync_each) {
+        e = cudaStreamSynchronize(ctx->stream);
+        if (e != cudaSuccess)
+            return rf_set_error(RF_ERR_DEVICE, "GPU kernel %s: failed while running: %s", kernel,
+                                cudaGetErrorString(e));
+    }
+    return RF_OK;
+}
+#define RF_GPU_LAUNCHED(ctx, name) rf_gpu_after_launch((ctx), (name))
+
+/* Host-side argument check: RF_ERR_INVALID_ARG naming the op. */
+#define RF_GPU_REQUIRE(cond, op, fmt, ...)                                                   \
+    do {                                                                                     \
+        if (!(cond)) return rf_set_error(RF_ERR_INVALID_ARG, "%s: " fmt, op, ##__VA_ARGS__);  \
+    } while (0)
+
+/* Temporary device memory for one op, from the scratch arena: grows the arena when nothing else
+ * is in use; the op restores ctx->scratch_used to *mark afterwards (stream order makes reuse by
+ * the next op safe). */
+static inline rf_status rf_gpu_tmp(rf_gpu_ctx *ctx, size_t bytes, void **p, size_t *mark) {
+    *mark = ctx->scratch_used;
+    if (ctx->scratch_used == 0 && bytes > ctx->scratch_size) {
+        rf_status st = rf_gpu_scratch_reserve(ctx, bytes + (bytes >> 2));
+        if (st) return st;
+    }
+    return rf_gpu_scratch_alloc(ctx, bytes, p);
+}
+
+static inline unsigned rf_gpu_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b > 65535LL * 1024) b = 65535LL * 1024; /* grid-stride loops cover the rest */
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+#endif

@@ -1,0 +1,271 @@
+/* test_gpu_ops.c — elementwise, norm, softmax, mask, GLU and RoPE kernels against their CPU twins
+ * (backend/ref) on fresh random inputs (seed printed), outputs poisoned first, several shapes
+ * including length 1 and sizes that are not a multiple of the block; NaN/inf cases.
+ * Tolerance: f32 rel. L2 < 1e-5; f16 cache < 1e-2. Skips (77) without a GPU. */
+#if !defined(RF_HAVE_GPU)
+#include <stdio.h>
+int main(void) {
+    fprintf(stderr, "test_gpu_ops: skipped, built without the GPU backend (RF_CUDA=OFF or no nvcc)\n");
+    return 77;
+}
+#else
+#include "gpu_test_common.h"
+
+#include "backend/ref/ref_ops.h"
+
+static const int64_t k_sizes[] = {1, 7, 31, 256, 1000, 4097};
+#define N_SIZES (sizeof k_sizes / sizeof k_sizes[0])
+
+static void test_elementwise(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed());
+    for (size_t si = 0; si < N_SIZES; si++) {
+        const int64_t n = k_sizes[si] * 3;
+        float *a = host_f32(n), *b = host_f32(n), *want = host_f32(n), *got = host_f32(n);
+        rf_rng_fill_normal(&r, a, n, 2.0f);
+        rf_rng_fill_normal(&r, b, n, 2.0f);
+        float *da = dev_from(a, n * 4), *db = dev_from(b, n * 4), *dy = dev_poison(n * 4);
+        char what[96];
+#define EW(name, gpu_call, ref_call)                                                           \
+    do {                                                                                       \
+        assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, n * 4), RF_OK);                        \
+        assert_int_equal(gpu_call, RF_OK);                                                     \
+        ref_call;                                                                              \
+        dev_to(got, dy, n * 4);                                                                \
+        snprintf(what, sizeof what, "%s n=%lld", name, (long long)n);                          \
+        check_rel(what, got, want, n, 1e-5);                                                   \
+    } while (0)
+        EW("scale", rf_gpu_scale(g_ctx, dy, da, 0.37f, n), rf_ref_scale(want, a, 0.37f, n));
+        EW("add", rf_gpu_add(g_ctx, dy, da, db, n), rf_ref_add(want, a, b, n));
+        EW("mul", rf_gpu_mul(g_ctx, dy, da, db, n), rf_ref_mul(want, a, b, n));
+        EW("swiglu", rf_gpu_swiglu(g_ctx, dy, da, db, n), rf_ref_swiglu(want, a, b, n));
+        EW("geglu", rf_gpu_geglu(g_ctx, dy, da, db, n), rf_ref_geglu(want, a, b, n));
+#undef EW
+        /* in place (y aliases a) */
+        assert_int_equal(rf_gpu_add(g_ctx, da, da, db, n), RF_OK);
+        rf_ref_add(want, a, b, n);
+        dev_to(got, da, n * 4);
+        check_rel("add in place", got, want, n, 1e-5);
+        rf_gpu_free(g_ctx, da), rf_gpu_free(g_ctx, db), rf_gpu_free(g_ctx, dy);
+        free(a), free(b), free(want), free(got);
+    }
+}
+
+static void test_norms_softmax(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 1);
+    const int64_t rows_list[] = {1, 3, 17};
+    for (size_t si = 0; si < N_SIZES; si++)
+        for (size_t ri = 0; ri < 3; ri++) {
+            const int64_t n = k_sizes[si], rows = rows_list[ri], tot = n * rows;
+            float *x = host_f32(tot), *w = host_f32(n), *b = host_f32(n), *want = host_f32(tot),
+                  *got = host_f32(tot);
+            rf_rng_fill_normal(&r, x, tot, 3.0f);
+            rf_rng_fill_normal(&r, w, n, 1.0f);
+            rf_rng_fill_normal(&r, b, n, 1.0f);
+            float *dx = dev_from(x, tot * 4), *dw = dev_from(w, n * 4), *db = dev_from(b, n * 4);
+            float *dy = dev_poison(tot * 4);
+            char what[96];
+            snprintf(what, sizeof what, "rmsnorm %lldx%lld", (long long)rows, (long long)n);
+            assert_int_equal(rf_gpu_rmsnorm(g_ctx, dy, dx, dw, rows, n, 1e-6f), RF_OK);
+            rf_ref_rmsnorm(want, x, w, rows, n, 1e-6f);
+            dev_to(got, dy, tot * 4);
+            check_rel(what, got, want, tot, 1e-5);
+            snprintf(what, sizeof what, "rmsnorm no-w %lldx%lld", (long long)rows, (long long)n);
+            assert_int_equal(rf_gpu_rmsnorm(g_ctx, dy, dx, NULL, rows, n, 1e-6f), RF_OK);
+            rf_ref_rmsnorm(want, x, NULL, rows, n, 1e-6f);
+            dev_to(got, dy, tot * 4);
+            check_rel(what, got, want, tot, 1e-5);
+            for (int variant = 0; variant < 3; variant++) {
+                const float *ww = variant == 2 ? NULL : w, *bb = variant >= 1 ? NULL : b;
+                snprintf(what, sizeof what, "layernorm%s %lldx%lld",
+                         variant == 0 ? " w+b" : variant == 1 ? " w" : "", (long long)rows,
+                         (long long)n);
+                assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, tot * 4), RF_OK);
+                assert_int_equal(rf_gpu_layernorm(g_ctx, dy, dx, ww ? dw : NULL, bb ? db : NULL,
+                                                  rows, n, 1e-5f),
+                                 RF_OK);
+                rf_ref_layernorm(want, x, ww, bb, rows, n, 1e-5f);
+                dev_to(got, dy, tot * 4);
+                check_rel(what, got, want, tot, 1e-5);
+            }
+            snprintf(what, sizeof what, "softmax %lldx%lld", (long long)rows, (long long)n);
+            assert_int_equal(rf_gpu_softmax(g_ctx, dy, dx, rows, n, 0.8f), RF_OK);
+            rf_ref_softmax(want, x, rows, n, 0.8f);
+            dev_to(got, dy, tot * 4);
+            check_rel(what, got, want, tot, 1e-5);
+            /* in place */
+            assert_int_equal(rf_gpu_softmax(g_ctx, dx, dx, rows, n, 0.8f), RF_OK);
+            dev_to(got, dx, tot * 4);
+            check_rel("softmax in place", got, want, tot, 1e-5);
+            rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, db);
+            rf_gpu_free(g_ctx, dy);
+            free(x), free(w), free(b), free(want), free(got);
+        }
+}
+
+static void test_softmax_special(void **state) {
+    (void)state;
+    /* rows: all -inf -> zeros; one NaN -> NaN row; +inf -> mass on the infs; masked entries */
+    enum { N = 5 };
+    float x[4 * N] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                      1, 2, NAN, 3, 4,
+                      INFINITY, 1, INFINITY, -INFINITY, 0,
+                      1000, -INFINITY, 1000, 999, -1000};
+    float want[4 * N], got[4 * N];
+    rf_ref_softmax(want, x, 4, N, 1.0f);
+    float *dx = dev_from(x, sizeof x), *dy = dev_poison(sizeof x);
+    assert_int_equal(rf_gpu_softmax(g_ctx, dy, dx, 4, N, 1.0f), RF_OK);
+    dev_to(got, dy, sizeof got);
+    for (int i = 0; i < N; i++) assert_true(got[i] == 0.0f);
+    for (int i = N; i < 2 * N; i++) assert_true(isnan(got[i]));
+    for (int i = 2 * N; i < 4 * N; i++) {
+        fprintf(stderr, "  softmax special [%d] got %g want %g\n", i, got[i], want[i]);
+        assert_true(fabsf(got[i] - want[i]) < 1e-6f);
+    }
+    rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
+}
+
+static void test_causal_mask(void **state) {
+    (void)state;
+    const int64_t shapes[][4] = {{1, 1, 0, 0}, {3, 5, 2, 0}, {7, 40, 30, 4}, {33, 33, 0, 0}, {5, 300, 290, 17}};
+    for (size_t s = 0; s < 5; s++) {
+        const int64_t nq = shapes[s][0], nkv = shapes[s][1], pos0 = shapes[s][2], win = shapes[s][3];
+        float *x = host_f32(nq * nkv), *want = host_f32(nq * nkv), *got = host_f32(nq * nkv);
+        for (int64_t i = 0; i < nq * nkv; i++) x[i] = want[i] = (float)i;
+        rf_ref_causal_mask(want, nq, nkv, pos0, win);
+        float *dx = dev_from(x, nq * nkv * 4);
+        assert_int_equal(rf_gpu_causal_mask(g_ctx, dx, nq, nkv, pos0, win), RF_OK);
+        dev_to(got, dx, nq * nkv * 4);
+        assert_memory_equal(got, want, nq * nkv * 4);
+        rf_gpu_free(g_ctx, dx);
+        free(x), free(want), free(got);
+    }
+}
+
+static void test_rope(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 2);
+    const int64_t cfg[][4] = {/* n_tokens, n_heads, head_dim, n_rot */
+                              {1, 1, 64, 64}, {5, 3, 128, 128}, {7, 4, 80, 64}, {3, 2, 256, 32}, {33, 8, 96, 96}};
+    for (size_t c = 0; c < 5; c++)
+        for (int mode = 0; mode <= 2; mode += 2)
+            for (int layout = 0; layout < 2; layout++)
+                for (int use_ff = 0; use_ff < 2; use_ff++) {
+                    const int64_t T = cfg[c][0], H = cfg[c][1], D = cfg[c][2], R = cfg[c][3];
+                    const int64_t n = T * H * D;
+                    const int64_t st = layout ? D : H * D, sh = layout ? T * D : D;
+                    float *x = host_f32(n), *want = host_f32(n), *got = host_f32(n);
+                    float *ff = host_f32(R / 2);
+                    int32_t *pos = malloc(T * sizeof(int32_t));
+                    rf_rng_fill_normal(&r, x, n, 1.0f);
+                    for (int64_t i = 0; i < R / 2; i++) ff[i] = 1.0f + 7.0f * rf_rng_uniform(&r);
+                    for (int64_t t = 0; t < T; t++) pos[t] = (int32_t)(rf_rng_u64(&r) % 8192);
+                    memcpy(want, x, n * 4);
+                    rf_ref_rope(want, T, H, D, R, st, sh, pos, 500000.0f, 0.5f, use_ff ? ff : NULL, mode);
+                    float *dx = dev_from(x, n * 4), *dff = dev_from(ff, R / 2 * 4);
+                    int32_t *dpos = dev_from(pos, T * 4);
+                    assert_int_equal(rf_gpu_rope(g_ctx, dx, T, H, D, R, st, sh, dpos, 500000.0f,
+                                                 0.5f, use_ff ? dff : NULL, mode),
+                                     RF_OK);
+                    dev_to(got, dx, n * 4);
+                    char what[96];
+                    snprintf(what, sizeof what, "rope %s %s%s T%lld H%lld D%lld R%lld",
+                             mode ? "neox" : "norm", layout ? "[h,t,d]" : "[t,h,d]",
+                             use_ff ? " ff" : "", (long long)T, (long long)H, (long long)D,
+                             (long long)R);
+                    check_rel(what, got, want, n, 1e-5);
+                    rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dff), rf_gpu_free(g_ctx, dpos);
+                    free(x), free(want), free(got), free(ff), free(pos);
+                }
+    /* contract checks on the host */
+    assert_int_equal(rf_gpu_rope(g_ctx, NULL, 1, 1, 4, 3, 4, 4, NULL, 1e4f, 1, NULL, 0),
+                     RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_rope(g_ctx, NULL, 1, 1, 4, 8, 4, 4, NULL, 1e4f, 1, NULL, 0),
+                     RF_ERR_INVALID_ARG);
+}
+
+static void test_rope_kv_append(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 3);
+    const int64_t T = 6, HKV = 2, D = 128, R = 128, ROWS = 40;
+    for (int ct = 0; ct < 2; ct++)
+        for (int mode = 0; mode <= 2; mode += 2) {
+            const rf_type cty = ct ? RF_TYPE_F16 : RF_TYPE_F32;
+            const size_t es = ct ? 2 : 4;
+            const int64_t n = T * HKV * D;
+            float *k = host_f32(n), *v = host_f32(n), *kr = host_f32(n);
+            int32_t pos[6], slot[6] = {3, 4, 5, 39, -1, 0};
+            for (int t = 0; t < T; t++) pos[t] = 100 + 7 * t;
+            rf_rng_fill_normal(&r, k, n, 1.0f);
+            rf_rng_fill_normal(&r, v, n, 1.0f);
+            memcpy(kr, k, n * 4);
+            rf_ref_rope(kr, T, HKV, D, R, HKV * D, D, pos, 10000.0f, 1.0f, NULL, mode);
+            float *dk = dev_from(k, n * 4), *dv = dev_from(v, n * 4);
+            int32_t *dpos = dev_from(pos, sizeof pos), *dslot = dev_from(slot, sizeof slot);
+            const size_t cbytes = ROWS * HKV * D * es;
+            void *kc = dev_poison(cbytes), *vc = dev_poison(cbytes);
+            assert_int_equal(rf_gpu_rope_kv_append(g_ctx, dk, dv, T, HKV, D, R, dpos, dslot, 10000.0f,
+                                                   1.0f, NULL, mode, kc, vc, cty, ROWS),
+                             RF_OK);
+            uint8_t *hk = malloc(cbytes), *hv = malloc(cbytes);
+            dev_to(hk, kc, cbytes);
+            dev_to(hv, vc, cbytes);
+            float *gk = host_f32(n), *gv = host_f32(n), *wk = host_f32(n), *wv = host_f32(n);
+            int64_t m = 0;
+            for (int t = 0; t < T; t++) {
+                if (slot[t] < 0) continue;
+                for (int64_t e = 0; e < HKV * D; e++, m++) {
+                    const size_t off = ((size_t)slot[t] * HKV * D + e);
+                    if (ct) {
+                        uint16_t a, b;
+                        memcpy(&a, hk + off * 2, 2), memcpy(&b, hv + off * 2, 2);
+                        gk[m] = rf_fp16_to_f32(a), gv[m] = rf_fp16_to_f32(b);
+                    } else {
+                        memcpy(&gk[m], hk + off * 4, 4), memcpy(&gv[m], hv + off * 4, 4);
+                    }
+                    wk[m] = kr[t * HKV * D + e];
+                    wv[m] = v[t * HKV * D + e];
+                }
+            }
+            char what[96];
+            snprintf(what, sizeof what, "rope_kv_append K %s %s", ct ? "f16" : "f32", mode ? "neox" : "norm");
+            check_rel(what, gk, wk, m, ct ? 1e-2 : 1e-5);
+            snprintf(what, sizeof what, "rope_kv_append V %s", ct ? "f16" : "f32");
+            check_rel(what, gv, wv, m, ct ? 1e-2 : 1e-5);
+            /* rows no slot pointed at stay poisoned (never written) */
+            for (size_t i = 10 * HKV * D * es; i < 11 * HKV * D * es; i++) assert_int_equal(hk[i], 0xFF);
+            rf_gpu_free(g_ctx, dk), rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dpos);
+            rf_gpu_free(g_ctx, dslot), rf_gpu_free(g_ctx, kc), rf_gpu_free(g_ctx, vc);
+            free(k), free(v), free(kr), free(hk), free(hv), free(gk), free(gv), free(wk), free(wv);
+        }
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    assert_int_equal(rf_gpu_softmax(g_ctx, NULL, NULL, 1, 0, 1.0f), RF_ERR_INVALID_ARG);
+    assert_non_null(strstr(rf_last_error(), "rf_gpu_softmax"));
+    void *p = NULL;
+    assert_int_equal(rf_gpu_alloc(g_ctx, (size_t)1 << 50, &p), RF_ERR_OOM);
+    fprintf(stderr, "  OOM message: %s\n", rf_last_error());
+    assert_non_null(strstr(rf_last_error(), "free"));
+    assert_int_equal(rf_gpu_sync(g_ctx), RF_OK); /* the failed allocation left no sticky error */
+}
+
+int main(void) {
+    gpu_test_init_or_skip("test_gpu_ops");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_norms_softmax),
+        cmocka_unit_test(test_softmax_special), cmocka_unit_test(test_causal_mask),
+        cmocka_unit_test(test_rope),          cmocka_unit_test(test_rope_kv_append),
+        cmocka_unit_test(test_errors),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rf_gpu_destroy(g_ctx);
+    return rc;
+}
+#endif

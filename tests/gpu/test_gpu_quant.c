@@ -1,0 +1,176 @@
+/* test_gpu_quant.c — dequantize, embedding lookup, quantized GEMV (1..8 tokens) and the cuBLAS
+ * GEMM against rf_dequantize_row / rf_ref_get_rows / rf_ref_matmul on random blocks (random
+ * quant bytes, seed printed), outputs poisoned first.
+ * Tolerances: dequantize f32 rel. L2 < 1e-6, f16 < 1e-3; GEMV on f16/bf16 weights < 1e-5;
+ * quantized GEMV vs the dequantized f32 reference < 1e-2; GEMM (f16 operands) < 1e-2;
+ * a NaN in x must give NaN outputs. Skips (77) without a GPU. */
+#if !defined(RF_HAVE_GPU)
+#include <stdio.h>
+int main(void) {
+    fprintf(stderr, "test_gpu_quant: skipped, built without the GPU backend (RF_CUDA=OFF or no nvcc)\n");
+    return 77;
+}
+#else
+#include "gpu_test_common.h"
+
+#include "backend/ref/ref_ops.h"
+
+static const rf_type k_deq_types[] = {RF_TYPE_F32,  RF_TYPE_F16,  RF_TYPE_BF16, RF_TYPE_Q4_0,
+                                      RF_TYPE_Q4_1, RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_Q8_0,
+                                      RF_TYPE_Q2_K, RF_TYPE_Q3_K, RF_TYPE_Q4_K, RF_TYPE_Q5_K,
+                                      RF_TYPE_Q6_K, RF_TYPE_IQ4_NL, RF_TYPE_IQ4_XS, RF_TYPE_MXFP4};
+#define N_DEQ (sizeof k_deq_types / sizeof k_deq_types[0])
+
+static const rf_type k_gemv_types[] = {RF_TYPE_F16,  RF_TYPE_BF16, RF_TYPE_Q8_0, RF_TYPE_Q4_0,
+                                       RF_TYPE_Q4_1, RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_Q4_K,
+                                       RF_TYPE_Q5_K, RF_TYPE_Q6_K, RF_TYPE_Q2_K, RF_TYPE_IQ4_NL};
+#define N_GEMV (sizeof k_gemv_types / sizeof k_gemv_types[0])
+
+static int64_t block_of(rf_type t) { return rf_type_info(t)->block_size; }
+
+static void ref_dequant(float *out, const uint8_t *w, rf_type t, int64_t rows, int64_t n_in) {
+    size_t rb;
+    assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
+    for (int64_t r = 0; r < rows; r++)
+        assert_int_equal(rf_dequantize_row(t, w + r * rb, out + r * n_in, n_in), RF_OK);
+}
+
+static void test_dequantize(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed());
+    for (size_t ti = 0; ti < N_DEQ; ti++) {
+        const rf_type t = k_deq_types[ti];
+        if (!rf_type_info(t) || !rf_type_info(t)->to_f32) {
+            fprintf(stderr, "  dequantize %s: no CPU dequantizer, skipped\n", rf_type_name(t));
+            continue;
+        }
+        assert_true(rf_gpu_type_supported(t));
+        const int64_t bs = block_of(t);
+        const int64_t shapes[][2] = {{1, bs}, {3, bs * 3}, {5, bs * 9}};
+        for (int s = 0; s < 3; s++) {
+            const int64_t rows = shapes[s][0], n_in = shapes[s][1], n = rows * n_in;
+            size_t bytes;
+            uint8_t *w = random_weights(&r, t, rows, n_in, &bytes);
+            float *want = host_f32(n), *got = host_f32(n);
+            ref_dequant(want, w, t, rows, n_in);
+            void *dw = dev_from(w, bytes), *dy = dev_poison(n * 4);
+            assert_int_equal(rf_gpu_dequantize(g_ctx, dy, RF_TYPE_F32, dw, t, rows, n_in), RF_OK);
+            dev_to(got, dy, n * 4);
+            char what[96];
+            snprintf(what, sizeof what, "dequantize %s -> f32 %lldx%lld", rf_type_name(t),
+                     (long long)rows, (long long)n_in);
+            check_rel(what, got, want, n, 1e-6);
+            /* to f16 */
+            uint16_t *h = malloc(n * 2);
+            void *dh = dev_poison(n * 2);
+            assert_int_equal(rf_gpu_dequantize(g_ctx, dh, RF_TYPE_F16, dw, t, rows, n_in), RF_OK);
+            dev_to(h, dh, n * 2);
+            for (int64_t i = 0; i < n; i++) got[i] = rf_fp16_to_f32(h[i]);
+            snprintf(what, sizeof what, "dequantize %s -> f16 %lldx%lld", rf_type_name(t),
+                     (long long)rows, (long long)n_in);
+            check_rel(what, got, want, n, 1e-3);
+            /* get_rows with repeated and out-of-order ids */
+            int32_t ids[4] = {(int32_t)(rows - 1), 0, (int32_t)(rows / 2), (int32_t)(rows - 1)};
+            int32_t *did = dev_from(ids, sizeof ids);
+            float *gr = host_f32(4 * n_in), *wr = host_f32(4 * n_in);
+            void *dg = dev_poison(4 * n_in * 4);
+            assert_int_equal(rf_gpu_get_rows(g_ctx, dg, dw, t, did, 4, n_in, rows), RF_OK);
+            assert_int_equal(rf_ref_get_rows(wr, w, t, ids, 4, n_in, rows), RF_OK);
+            dev_to(gr, dg, 4 * n_in * 4);
+            snprintf(what, sizeof what, "get_rows %s", rf_type_name(t));
+            check_rel(what, gr, wr, 4 * n_in, 1e-6);
+            rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, dh);
+            rf_gpu_free(g_ctx, did), rf_gpu_free(g_ctx, dg);
+            free(w), free(want), free(got), free(h), free(gr), free(wr);
+        }
+    }
+    /* a bad id gives NaN rows on the device; a bad shape is refused on the host */
+    float wv[64];
+    for (int i = 0; i < 64; i++) wv[i] = (float)i;
+    int32_t bad[2] = {1, 7};
+    float *dw = dev_from(wv, sizeof wv), *dg = dev_poison(2 * 32 * 4), out[64];
+    int32_t *did = dev_from(bad, sizeof bad);
+    assert_int_equal(rf_gpu_get_rows(g_ctx, dg, dw, RF_TYPE_F32, did, 2, 32, 2), RF_OK);
+    dev_to(out, dg, sizeof out);
+    assert_true(out[0] == 32.0f && isnan(out[32]));
+    assert_int_equal(rf_gpu_dequantize(g_ctx, dg, RF_TYPE_F32, dw, RF_TYPE_Q4_0, 1, 33),
+                     RF_ERR_INVALID_ARG);
+    rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dg), rf_gpu_free(g_ctx, did);
+}
+
+static void run_matmul_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_out,
+                            bool gemm, double tol) {
+    size_t bytes;
+    uint8_t *w = random_weights(r, t, n_out, n_in, &bytes);
+    float *x = host_f32(nt * n_in), *want = host_f32(nt * n_out), *got = host_f32(nt * n_out);
+    rf_rng_fill_normal(r, x, nt * n_in, 1.0f);
+    assert_int_equal(rf_ref_matmul(want, w, t, x, nt, n_in, n_out), RF_OK);
+    void *dw = dev_from(w, bytes);
+    float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
+    rf_status st = gemm ? rf_gpu_gemm(g_ctx, dy, dw, t, dx, nt, n_in, n_out)
+                        : rf_gpu_gemv(g_ctx, dy, dw, t, dx, nt, n_in, n_out);
+    if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
+    assert_int_equal(st, RF_OK);
+    dev_to(got, dy, nt * n_out * 4);
+    char what[96];
+    snprintf(what, sizeof what, "%s %s nt=%lld %lldx%lld", gemm ? "gemm" : "gemv", rf_type_name(t),
+             (long long)nt, (long long)n_out, (long long)n_in);
+    check_rel(what, got, want, nt * n_out, tol);
+    if (!gemm) { /* NaN in token 0's x -> NaN in every output of token 0 */
+        x[n_in / 2] = NAN;
+        assert_int_equal(rf_gpu_upload(g_ctx, dx, x, nt * n_in * 4), RF_OK);
+        assert_int_equal(rf_gpu_gemv(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
+        dev_to(got, dy, nt * n_out * 4);
+        for (int64_t o = 0; o < n_out; o++) assert_true(isnan(got[o]));
+    }
+    rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
+    free(w), free(x), free(want), free(got);
+}
+
+static void test_gemv(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 1);
+    for (size_t ti = 0; ti < N_GEMV; ti++) {
+        const rf_type t = k_gemv_types[ti];
+        const int64_t bs = block_of(t);
+        const bool q = t != RF_TYPE_F16 && t != RF_TYPE_BF16;
+        const double tol = q ? 1e-2 : 1e-5;
+        /* n_in: one block, an odd number of blocks, a row that is not 16-byte aligned for
+         * 18/34-byte blocks, and a real width; n_out: 1, not a multiple of the 4 rows per block */
+        const int64_t shapes[][2] = {{bs, 1}, {bs * 3, 7}, {bs * 5, 130}, {bs * 40, 130}, {4096, 67}};
+        for (int s = 0; s < 5; s++)
+            for (int64_t nt = 1; nt <= 8; nt += (nt < 3 ? 1 : 5))
+                run_matmul_case(&r, t, nt, shapes[s][0], shapes[s][1], false, tol);
+    }
+    /* host contract checks */
+    assert_int_equal(rf_gpu_gemv(g_ctx, NULL, NULL, RF_TYPE_Q4_0, NULL, 9, 32, 1), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_gemv(g_ctx, NULL, NULL, RF_TYPE_Q4_0, NULL, 1, 48, 1), RF_ERR_INVALID_ARG);
+}
+
+static void test_gemm(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 2);
+    const rf_type types[] = {RF_TYPE_F16, RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_K, RF_TYPE_Q6_K};
+    for (size_t ti = 0; ti < 5; ti++) {
+        run_matmul_case(&r, types[ti], 9, 256, 33, true, 1e-2);
+        run_matmul_case(&r, types[ti], 64, 1024, 300, true, 1e-2);
+    }
+    /* rf_gpu_matmul picks GEMM above 8 tokens */
+    run_matmul_case(&r, RF_TYPE_Q4_1, 17, 512, 64, true, 1e-2);
+}
+
+int main(void) {
+    gpu_test_init_or_skip("test_gpu_quant");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dequantize),
+        cmocka_unit_test(test_gemv),
+        cmocka_unit_test(test_gemm),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rf_gpu_destroy(g_ctx);
+    return rc;
+}
+#endif
