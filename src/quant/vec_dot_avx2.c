@@ -1,9 +1,9 @@
-/* quant/vec_dot_avx2.c — AVX2+FMA+F16C dot kernels for the weight types of the real models
- * (F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K). Compiled per function with
+/* quant/vec_dot_avx2.c — AVX2+FMA+F16C dot kernels for every weight type of the table's dot list
+ * (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, IQ4_NL, Q2_K..Q6_K). Compiled per function with
  * __attribute__((target)) (no global -march); type_table.c only selects them after
  * __builtin_cpu_supports says the CPU has AVX2, FMA and F16C. Same contracts as vec_dot.c.
- * Q4_K/Q6_K sum exactly in int32 per super-block and accumulate in the scalar order, so they match
- * the scalar kernels bit for bit; the 32-block kernels accumulate per lane (float reordering only).
+ * The K-quant kernels sum exactly in int32 per super-block and accumulate through the same
+ * rf_kq_accum as the scalar ones, so they match them bit for bit; the 32-block kernels accumulate per lane (float reordering only).
  * Activations are expected from our quantizers (int8 in [-127, 127]); -128 could saturate the
  * sign trick of Q4_0/Q5_0 (as in ggml). */
 #include "quant/quant_impl.h"
@@ -222,11 +222,180 @@ RF_AVX2 void rf_vec_dot_q6_K_avx2(int64_t n, float *out, const void *w, const vo
     *out = s;
 }
 
+/* ---- further kernels: bf16, q5_1, mxfp4, iq4_nl, q2_K, q3_K, q5_K ---- */
+
+RF_AVX2 void rf_vec_dot_bf16_avx2(int64_t n, float *out, const void *w, const void *x) {
+    const uint16_t *a = w;
+    const float *b = x;
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+#define LDB(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(LDB(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(LDB(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(LDB(a + i), _mm256_loadu_ps(b + i), s0);
+#undef LDB
+    float s = hsum_ps(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, a + i, 2);
+        s += rf_bf16_to_f32(h) * b[i];
+    }
+    *out = s;
+}
+
+RF_AVX2 void rf_vec_dot_q5_1_avx2(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q5_1 *a = w;
+    const rf_block_q8_1 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        summs += h2f(a[i].m) * h2f(b[i].s);
+        const __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
+        __m256i hi = _mm256_and_si256(bits_32(a[i].qh), _mm256_set1_epi8(0x10));
+        __m256i qx = _mm256_or_si256(nibbles_32(a[i].qs), hi); /* unsigned 0..31 */
+        __m256i qy = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        __m256i p16 = _mm256_maddubs_epi16(qx, qy);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1))), acc);
+    }
+    *out = hsum_ps(acc) + summs;
+}
+
+/* 16-entry int8 codebook lookup of 32 nibbles (both 128-bit lanes hold the table). */
+RF_AVX2 static inline __m256i lookup16(const int8_t table[16], const uint8_t *qs) {
+    __m128i t = _mm_loadu_si128((const __m128i *)table);
+    return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nibbles_32(qs));
+}
+
+static const int8_t k_fp4_avx[16] = RF_KVALUES_FP4_INIT;
+static const int8_t k_iq4nl_avx[16] = RF_KVALUES_IQ4NL_INIT;
+
+RF_AVX2 void rf_vec_dot_mxfp4_avx2(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_mxfp4 *a = w;
+    const rf_block_q8_0 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256 d = _mm256_set1_ps(rf_e8m0_to_f32_half(a[i].e) * h2f(b[i].d));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        acc = _mm256_fmadd_ps(d, dot_i8_small(lookup16(k_fp4_avx, a[i].qs), qy), acc);
+    }
+    *out = hsum_ps(acc);
+}
+
+/* iq4_nl levels reach -127: |level| * |y| pairs stay <= 2*127*127 < 2^15, so maddubs is exact. */
+RF_AVX2 void rf_vec_dot_iq4_nl_avx2(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_iq4_nl *a = w;
+    const rf_block_q8_0 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        acc = _mm256_fmadd_ps(d, dot_i8_small(lookup16(k_iq4nl_avx, a[i].qs), qy), acc);
+    }
+    *out = hsum_ps(acc);
+}
+
+/* Variable 16-bit lane shift (count in a register). */
+RF_AVX2 static inline __m256i srl16(__m256i v, int c) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(c)); }
+
+/* Q2_K/Q3_K: element 128h + 32k + l, 16-element scale groups 8h + 2k + (l >= 16). q are unsigned
+ * (Q3_K: low2 + 4*hbit, i.e. q + 4, corrected with 4 * sum sc*bsum). */
+RF_AVX2 void rf_vec_dot_q2_K_avx2(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q2_K *a = w;
+    const rf_block_q8_K *b = x;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        int summs = 0;
+        for (int j = 0; j < 16; j++) summs += (a[i].scales[j] >> 4) * b[i].bsums[j];
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                __m256i q = _mm256_and_si256(srl16(qb, 2 * k), m3);
+                __m256i y = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
+                const uint8_t *sc = a[i].scales + 8 * h + 2 * k;
+                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[1] & 0xF), _mm_set1_epi16(sc[0] & 0xF));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scv));
+            }
+        }
+        float d8;
+        memcpy(&d8, &b[i].d, 4);
+        s = rf_kq_accum(s, d8, h2f(a[i].d), hsum_epi32(sumi), h2f(a[i].dmin), summs);
+    }
+    *out = s;
+}
+
+RF_AVX2 void rf_vec_dot_q3_K_avx2(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q3_K *a = w;
+    const rf_block_q8_K *b = x;
+    const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        int8_t sc[16];
+        rf_q3_K_scales(a[i].scales, sc);
+        int corr = 0;
+        for (int j = 0; j < 16; j++) corr += sc[j] * b[i].bsums[j];
+        __m256i hm = _mm256_loadu_si256((const __m256i *)a[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                __m256i lo = _mm256_and_si256(srl16(qb, 2 * k), m3);
+                __m256i hb = _mm256_slli_epi16(_mm256_and_si256(srl16(hm, 4 * h + k), m1), 2);
+                __m256i q = _mm256_or_si256(lo, hb); /* 0..7 = value + 4 */
+                __m256i y = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
+                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * k + 1]), _mm_set1_epi16(sc[8 * h + 2 * k]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scv));
+            }
+        }
+        float d8;
+        memcpy(&d8, &b[i].d, 4);
+        s = rf_kq_accum(s, d8, h2f(a[i].d), hsum_epi32(sumi) - 4 * corr, 0.0f, 0);
+    }
+    *out = s;
+}
+
+RF_AVX2 void rf_vec_dot_q5_K_avx2(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q5_K *a = w;
+    const rf_block_q8_K *b = x;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        uint8_t sc[8], m[8];
+        int summs = 0;
+        for (int j = 0; j < 8; j++) {
+            rf_k4_scale_min(j, a[i].scales, &sc[j], &m[j]);
+            summs += m[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        __m256i qh = _mm256_loadu_si256((const __m256i *)a[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int g = 0; g < 4; g++) {
+            __m256i q4 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * g));
+            __m256i hl = _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * g), m1), 4);
+            __m256i hh = _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * g + 1), m1), 4);
+            __m256i ql = _mm256_or_si256(_mm256_and_si256(q4, m4), hl);
+            __m256i qhi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), hh);
+            __m256i yl = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * g));
+            __m256i yh = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * g + 32));
+            __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(ql, yl), _mm256_set1_epi16(sc[2 * g]));
+            __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(qhi, yh), _mm256_set1_epi16(sc[2 * g + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        float d8;
+        memcpy(&d8, &b[i].d, 4);
+        s = rf_kq_accum(s, d8, h2f(a[i].d), hsum_epi32(sumi), h2f(a[i].dmin), summs);
+    }
+    *out = s;
+}
+
 #else /* not x86: never selected (rf_cpu_has_avx2() is false); forward to the scalar kernels */
 
 #define RF_FWD(name) \
     void rf_vec_dot_##name##_avx2(int64_t n, float *out, const void *w, const void *x) { rf_vec_dot_##name(n, out, w, x); }
 RF_FWD(f32) RF_FWD(f16) RF_FWD(q4_0) RF_FWD(q4_1) RF_FWD(q5_0) RF_FWD(q8_0) RF_FWD(q4_K) RF_FWD(q6_K)
+RF_FWD(bf16) RF_FWD(q5_1) RF_FWD(mxfp4) RF_FWD(iq4_nl) RF_FWD(q2_K) RF_FWD(q3_K) RF_FWD(q5_K)
 #undef RF_FWD
 
 #endif
