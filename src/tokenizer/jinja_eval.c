@@ -84,12 +84,12 @@ static void step(ctx *c, const jnode *at) {
 
 /* ---- values --------------------------------------------------------------------------------- */
 
-static jv V_UNDEF(const char *why) { jv v = {JV_UNDEF, {0}}; v.u.undef_name = why; return v; }
-static jv V_NONE(void) { jv v = {JV_NONE, {0}}; return v; }
-static jv V_BOOL(bool b) { jv v = {JV_BOOL, {0}}; v.u.b = b; return v; }
-static jv V_INT(int64_t i) { jv v = {JV_INT, {0}}; v.u.i = i; return v; }
-static jv V_FLOAT(double f) { jv v = {JV_FLOAT, {0}}; v.u.f = f; return v; }
-static jv V_STR(const char *p, size_t n) { jv v = {JV_STR, {0}}; v.u.s.p = p; v.u.s.n = n; return v; }
+static jv V_UNDEF(const char *why) { jv v = {.t = JV_UNDEF}; v.u.undef_name = why; return v; }
+static jv V_NONE(void) { jv v = {.t = JV_NONE}; return v; }
+static jv V_BOOL(bool b) { jv v = {.t = JV_BOOL}; v.u.b = b; return v; }
+static jv V_INT(int64_t i) { jv v = {.t = JV_INT}; v.u.i = i; return v; }
+static jv V_FLOAT(double f) { jv v = {.t = JV_FLOAT}; v.u.f = f; return v; }
+static jv V_STR(const char *p, size_t n) { jv v = {.t = JV_STR}; v.u.s.p = p; v.u.s.n = n; return v; }
 static jv V_CSTR(const char *p) { return V_STR(p, strlen(p)); }
 
 static jlist *new_list(ctx *c, size_t n) {
@@ -98,9 +98,11 @@ static jlist *new_list(ctx *c, size_t n) {
     l->v = ja_alloc(&c->a, (n ? n : 1) * sizeof(jv));
     return l;
 }
-static jv V_LIST(jlist *l) { jv v = {JV_LIST, {0}}; v.u.l = l; return v; }
+static jv V_LIST(jlist *l) { jv v = {.t = JV_LIST}; v.u.l = l; return v; }
+static jv V_GEN(jlist *l) { l->kind = JL_GEN; return V_LIST(l); }
+static jv V_VIEW(jlist *l) { l->kind = JL_VIEW; return V_LIST(l); }
 static jdict *new_dict(ctx *c) { return ja_alloc(&c->a, sizeof(jdict)); }
-static jv V_DICT(jdict *d) { jv v = {JV_DICT, {0}}; v.u.d = d; return v; }
+static jv V_DICT(jdict *d) { jv v = {.t = JV_DICT}; v.u.d = d; return v; }
 
 static const char *type_name(jv v) {
     switch (v.t) {
@@ -110,7 +112,7 @@ static const char *type_name(jv v) {
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return v.u.l->tuple ? "tuple" : "list";
+    case JV_LIST: return v.u.l->kind == JL_GEN ? "generator" : v.u.l->kind == JL_VIEW ? "view" : v.u.l->tuple ? "tuple" : "list";
     case JV_DICT: return "dict";
     case JV_NS: return "Namespace";
     case JV_MACRO: return "Macro";
@@ -350,6 +352,7 @@ static void to_str_inner(ctx *c, sbuf *b, jv v) {
     case JV_FLOAT: fmt_float(tmp, sizeof tmp, v.u.f, false); sb_puts(c, b, tmp); return;
     case JV_STR: sb_put(c, b, v.u.s.p, v.u.s.n); return;
     case JV_LIST:
+        if (v.u.l->kind == JL_GEN) { sb_puts(c, b, "<generator object>"); return; }
         sb_putc(c, b, v.u.l->tuple ? '(' : '[');
         for (size_t k = 0; k < v.u.l->n; k++) {
             if (k) sb_puts(c, b, ", ");
@@ -392,7 +395,7 @@ static bool truthy(jv v) {
     case JV_INT: return v.u.i != 0;
     case JV_FLOAT: return v.u.f != 0.0;
     case JV_STR: return v.u.s.n != 0;
-    case JV_LIST: return v.u.l->n != 0;
+    case JV_LIST: return v.u.l->kind == JL_GEN || v.u.l->n != 0;
     case JV_DICT: return v.u.d->n != 0;
     default: return true;
     }
@@ -416,7 +419,8 @@ static bool veq_d(jv a, jv b, int d) {
     case JV_UNDEF: case JV_NONE: return true;
     case JV_STR: return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
     case JV_LIST:
-        if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return false;
+        if (a.u.l->kind == JL_GEN || b.u.l->kind == JL_GEN) return a.u.l == b.u.l;
+        if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple || a.u.l->kind != b.u.l->kind) return false;
         for (size_t k = 0; k < a.u.l->n; k++)
             if (!veq_d(a.u.l->v[k], b.u.l->v[k], d + 1)) return false;
         return true;
@@ -528,7 +532,7 @@ static jv lookup(ctx *c, scope *s, const char *k) {
             if (strcmp(s->k[j], k) == 0) return s->v[j];
     for (int f = 0; f < (int)(sizeof FUNC_NAMES / sizeof FUNC_NAMES[0]); f++)
         if (strcmp(FUNC_NAMES[f], k) == 0) {
-            jv v = {JV_FUNC, {0}};
+            jv v = {.t = JV_FUNC};
             v.u.fn = f;
             return v;
         }
@@ -624,6 +628,8 @@ static void to_json(ctx *c, const jnode *at, sbuf *b, jv v, const json_opts *o, 
     case JV_FLOAT: fmt_float(tmp, sizeof tmp, v.u.f, true); sb_puts(c, b, tmp); return;
     case JV_STR: json_str(c, b, v.u.s.p, v.u.s.n, o->ensure_ascii); return;
     case JV_LIST:
+        if (v.u.l->kind != JL_LIST)
+            jfail(c, at, RF_ERR_TYPE, "Object of type %s is not JSON serializable", type_name(v));
         if (!v.u.l->n) { sb_puts(c, b, "[]"); return; }
         sb_putc(c, b, '[');
         for (size_t k = 0; k < v.u.l->n; k++) {
@@ -692,7 +698,7 @@ static jv loop_attr(ctx *c, jloop *l, const char *name) {
     if (!strcmp(name, "depth0")) return V_INT(0);
     if (!strcmp(name, "previtem")) return i > 0 ? l->items->v[i - 1] : V_UNDEF("there is no previous item");
     if (!strcmp(name, "nextitem")) return i + 1 < n ? l->items->v[i + 1] : V_UNDEF("there is no next item");
-    jv lv = {JV_LOOP, {0}};
+    jv lv = {.t = JV_LOOP};
     return mkundef_attr(c, lv, name);
 }
 
@@ -726,6 +732,7 @@ static jv getitem_v(ctx *c, const jnode *at, jv obj, jv key) {
         return V_UNDEF("key not found");
     }
     case JV_LIST:
+        if (obj.u.l->kind == JL_GEN) return V_UNDEF("'generator object' is not subscriptable");
         if (is_intlike(key)) {
             int64_t i = num_i(key), n = (int64_t)obj.u.l->n;
             if (i < 0) i += n;
@@ -846,12 +853,29 @@ static bool contains(ctx *c, const jnode *at, jv hay, jv needle) {
             if (veq(hay.u.l->v[k], needle)) return true;
         return false;
     case JV_DICT: case JV_NS: return dict_find(hay.u.d, needle) != NULL;
-    case JV_UNDEF: undef_fail(c, at, hay);
+    case JV_UNDEF: return false; /* Undefined iterates as empty */
     default: jfail(c, at, RF_ERR_TYPE, "argument of type '%s' is not iterable", type_name(hay));
     }
 }
 
 /* ---- arithmetic ----------------------------------------------------------------------------- */
+
+static jv html_escape(ctx *c, jv s) {
+    sbuf b = {0};
+    sb_put(c, &b, "", 0);
+    for (size_t k = 0; k < s.u.s.n; k++) {
+        char ch = s.u.s.p[k];
+        if (ch == '&') sb_puts(c, &b, "&amp;");
+        else if (ch == '<') sb_puts(c, &b, "&lt;");
+        else if (ch == '>') sb_puts(c, &b, "&gt;");
+        else if (ch == '"') sb_puts(c, &b, "&#34;");
+        else if (ch == '\'') sb_puts(c, &b, "&#39;");
+        else sb_putc(c, &b, ch);
+    }
+    jv r = sb_val(&b);
+    r.markup = true;
+    return r;
+}
 
 static jv binop(ctx *c, const jnode *at, int op, jv a, jv b) {
     static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**", "~"};
@@ -864,21 +888,26 @@ static jv binop(ctx *c, const jnode *at, int op, jv a, jv b) {
     if (a.t == JV_UNDEF) undef_fail(c, at, a);
     if (b.t == JV_UNDEF) undef_fail(c, at, b);
     if (op == JOP_ADD && a.t == JV_STR && b.t == JV_STR) {
+        bool mk = a.markup || b.markup; /* Markup + str escapes the plain side */
+        if (mk && !a.markup) a = html_escape(c, a);
+        if (mk && !b.markup) b = html_escape(c, b);
         if (c->out_total + a.u.s.n + b.u.s.n > c->lim.max_output * 4)
             jfail(c, at, RF_ERR_RANGE, "string too long");
         char *p = ja_alloc(&c->a, a.u.s.n + b.u.s.n + 1);
         memcpy(p, a.u.s.p, a.u.s.n);
         memcpy(p + a.u.s.n, b.u.s.p, b.u.s.n);
-        return V_STR(p, a.u.s.n + b.u.s.n);
+        jv r = V_STR(p, a.u.s.n + b.u.s.n);
+        r.markup = mk;
+        return r;
     }
-    if (op == JOP_ADD && a.t == JV_LIST && b.t == JV_LIST) {
+    if (op == JOP_ADD && a.t == JV_LIST && b.t == JV_LIST && !a.u.l->kind && !b.u.l->kind) {
         jlist *l = new_list(c, a.u.l->n + b.u.l->n);
         l->tuple = a.u.l->tuple;
         memcpy(l->v, a.u.l->v, a.u.l->n * sizeof(jv));
         memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(jv));
         return V_LIST(l);
     }
-    if (op == JOP_MUL && ((a.t == JV_STR || a.t == JV_LIST) && is_intlike(b))) {
+    if (op == JOP_MUL && ((a.t == JV_STR || (a.t == JV_LIST && !a.u.l->kind)) && is_intlike(b))) {
         int64_t n = num_i(b);
         if (n < 0) n = 0;
         size_t unit = a.t == JV_STR ? a.u.s.n : a.u.l->n * sizeof(jv);
@@ -893,7 +922,7 @@ static jv binop(ctx *c, const jnode *at, int op, jv a, jv b) {
         for (int64_t k = 0; k < n; k++) memcpy(l->v + k * a.u.l->n, a.u.l->v, unit);
         return V_LIST(l);
     }
-    if (op == JOP_MUL && is_intlike(a) && (b.t == JV_STR || b.t == JV_LIST)) return binop(c, at, op, b, a);
+    if (op == JOP_MUL && is_intlike(a) && (b.t == JV_STR || (b.t == JV_LIST && !b.u.l->kind))) return binop(c, at, op, b, a);
     if (!is_num(a) || !is_num(b))
         jfail(c, at, RF_ERR_TYPE, "unsupported operand type(s) for %s: '%s' and '%s'", names[op],
               type_name(a), type_name(b));
@@ -1040,7 +1069,7 @@ static jv call_func(ctx *c, const jnode *at, int fn, const argv_t *a) {
         if (cnt > (double)c->lim.max_steps) jfail(c, at, RF_ERR_RANGE, "range() too long");
         jlist *l = new_list(c, (size_t)cnt);
         for (size_t k = 0; k < l->n; k++) l->v[k] = V_INT(start + (int64_t)k * st);
-        return V_LIST(l);
+        return V_VIEW(l);
     }
     case F_NAMESPACE: case F_DICT: {
         jdict *d = new_dict(c);
@@ -1089,6 +1118,7 @@ static argv_t shift_args(ctx *c, const argv_t *a, size_t skip) {
 
 /* select/reject/selectattr/rejectattr */
 static jv do_select(ctx *c, const jnode *at, jv v, const argv_t *a, bool attr, bool want) {
+    if (!truthy(v)) return V_GEN(new_list(c, 0)); /* Jinja: `if value:` before iterating */
     jlist *in = iter_list(c, at, v);
     jlist *out = new_list(c, in->n);
     out->n = 0;
@@ -1109,13 +1139,17 @@ static jv do_select(ctx *c, const jnode *at, jv v, const argv_t *a, bool attr, b
         else ok = apply_test(c, at, ja_strndup(&c->a, need_str(c, at, tname, "select").u.s.p, tname.u.s.n), item, &rest);
         if (ok == want) out->v[out->n++] = in->v[k];
     }
-    return V_LIST(out);
+    return V_GEN(out);
 }
 
 static jv str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t *a);
 
 static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a) {
-    if (!strcmp(f, "safe")) return v;
+    if (!strcmp(f, "safe")) {
+        if (v.t != JV_STR) v = str_of(c, v);
+        v.markup = true;
+        return v;
+    }
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
         jv def = arg(a, 0, "default_value", V_CSTR(""));
         bool boolean = truthy(arg(a, 1, "boolean", V_BOOL(false)));
@@ -1126,7 +1160,9 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         switch (v.t) {
         case JV_UNDEF: return V_INT(0);
         case JV_STR: return V_INT((int64_t)cp_count(v.u.s.p, v.u.s.n));
-        case JV_LIST: return V_INT((int64_t)v.u.l->n);
+        case JV_LIST:
+            if (v.u.l->kind == JL_GEN) jfail(c, at, RF_ERR_TYPE, "object of type 'generator' has no len()");
+            return V_INT((int64_t)v.u.l->n);
         case JV_DICT: case JV_NS: return V_INT((int64_t)v.u.d->n);
         default: jfail(c, at, RF_ERR_TYPE, "object of type '%s' has no len()", type_name(v));
         }
@@ -1151,9 +1187,9 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         return sb_val(&b);
     }
     if (!strcmp(f, "items")) {
-        if (v.t == JV_UNDEF) return V_LIST(new_list(c, 0));
+        if (v.t == JV_UNDEF) return V_GEN(new_list(c, 0));
         if (v.t != JV_DICT && v.t != JV_NS) jfail(c, at, RF_ERR_TYPE, "items: can only iterate over a mapping, got %s", type_name(v));
-        return dict_items(c, v.u.d);
+        return V_GEN(dict_items(c, v.u.d).u.l);
     }
     if (!strcmp(f, "string")) return str_of(c, v);
     if (!strcmp(f, "trim")) {
@@ -1172,6 +1208,8 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         return str_method(c, at, s, "replace", &r);
     }
     if (!strcmp(f, "first") || !strcmp(f, "last")) {
+        if (f[0] == 'l' && v.t == JV_LIST && v.u.l->kind == JL_GEN)
+            jfail(c, at, RF_ERR_TYPE, "'generator' object is not reversible");
         jlist *l = iter_list(c, at, v);
         if (!l->n) return V_UNDEF("No first item, sequence was empty.");
         return l->v[f[0] == 'f' ? 0 : l->n - 1];
@@ -1190,7 +1228,11 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         }
         return sb_val(&b);
     }
-    if (!strcmp(f, "list")) return V_LIST(iter_list(c, at, v));
+    if (!strcmp(f, "list")) {
+        jlist *l = iter_list(c, at, v), *o = new_list(c, l->n);
+        memcpy(o->v, l->v, l->n * sizeof(jv));
+        return V_LIST(o);
+    }
     if (!strcmp(f, "reverse")) {
         if (v.t == JV_STR) {
             argv_t r = {0};
@@ -1200,7 +1242,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         jlist *l = iter_list(c, at, v);
         jlist *o = new_list(c, l->n);
         for (size_t k = 0; k < l->n; k++) o->v[k] = l->v[l->n - 1 - k];
-        return V_LIST(o);
+        return V_GEN(o); /* reversed() iterator */
     }
     if (!strcmp(f, "int")) {
         jv def = arg(a, 0, "default", V_INT(0));
@@ -1244,19 +1286,8 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         return getattr_v(c, at, v, ja_strndup(&c->a, n.u.s.p, n.u.s.n));
     }
     if (!strcmp(f, "escape") || !strcmp(f, "e")) {
-        jv s = str_of(c, v);
-        sbuf b = {0};
-        sb_put(c, &b, "", 0);
-        for (size_t k = 0; k < s.u.s.n; k++) {
-            char ch = s.u.s.p[k];
-            if (ch == '&') sb_puts(c, &b, "&amp;");
-            else if (ch == '<') sb_puts(c, &b, "&lt;");
-            else if (ch == '>') sb_puts(c, &b, "&gt;");
-            else if (ch == '"') sb_puts(c, &b, "&#34;");
-            else if (ch == '\'') sb_puts(c, &b, "&#39;");
-            else sb_putc(c, &b, ch);
-        }
-        return sb_val(&b);
+        if (v.t == JV_STR && v.markup) return v;
+        return html_escape(c, str_of(c, v));
     }
     if (!strcmp(f, "indent")) {
         jv s = str_of(c, v);
@@ -1288,6 +1319,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         return sb_val(&b);
     }
     if (!strcmp(f, "map")) {
+        if (!truthy(v)) return V_GEN(new_list(c, 0));
         jlist *l = iter_list(c, at, v);
         jlist *o = new_list(c, l->n);
         jv attr = arg(a, 99, "attribute", V_NONE());
@@ -1298,7 +1330,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
                 jv x = getattr_v(c, at, l->v[k], an);
                 o->v[k] = x.t == JV_UNDEF && def.t != JV_UNDEF ? def : x;
             }
-            return V_LIST(o);
+            return V_GEN(o);
         }
         jv fname = need_str(c, at, arg(a, 0, NULL, V_UNDEF("map needs a filter name")), "map");
         const char *fn = ja_strndup(&c->a, fname.u.s.p, fname.u.s.n);
@@ -1308,7 +1340,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         if (!known) jfail(c, at, RF_ERR_UNSUPPORTED, "map: unsupported filter '%s'", fn);
         argv_t rest = shift_args(c, a, 1);
         for (size_t k = 0; k < l->n; k++) o->v[k] = apply_filter(c, at, fn, l->v[k], &rest);
-        return V_LIST(o);
+        return V_GEN(o);
     }
     if (!strcmp(f, "select")) return do_select(c, at, v, a, false, true);
     if (!strcmp(f, "reject")) return do_select(c, at, v, a, false, false);
@@ -1363,7 +1395,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
             if (!dup) o->v[m++] = l->v[k];
         }
         o->n = m;
-        return V_LIST(o);
+        return V_GEN(o);
     }
     if (!strcmp(f, "wordcount")) {
         jv s = str_of(c, v);
@@ -1578,6 +1610,34 @@ static jv str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t 
         }
         return sb_val(&b);
     }
+    if (!strcmp(m, "format")) {
+        /* str.format with {}, {0}, {name} and {{ }} escapes; format specs are not supported */
+        sbuf b = {0};
+        sb_put(c, &b, "", 0);
+        size_t auto_i = 0;
+        for (size_t k = 0; k < s.u.s.n; k++) {
+            char ch = s.u.s.p[k];
+            if (ch == '{' && k + 1 < s.u.s.n && s.u.s.p[k + 1] == '{') { sb_putc(c, &b, '{'); k++; continue; }
+            if (ch == '}' && k + 1 < s.u.s.n && s.u.s.p[k + 1] == '}') { sb_putc(c, &b, '}'); k++; continue; }
+            if (ch == '}') jfail(c, at, RF_ERR_FORMAT, "Single '}' encountered in format string");
+            if (ch != '{') { sb_putc(c, &b, ch); continue; }
+            size_t e = k + 1;
+            while (e < s.u.s.n && s.u.s.p[e] != '}') e++;
+            if (e >= s.u.s.n) jfail(c, at, RF_ERR_FORMAT, "Single '{' encountered in format string");
+            const char *f0 = s.u.s.p + k + 1;
+            size_t fl = e - k - 1;
+            if (memchr(f0, ':', fl) || memchr(f0, '!', fl) || memchr(f0, '.', fl) || memchr(f0, '[', fl))
+                jfail(c, at, RF_ERR_UNSUPPORTED, "str.format: only {}, {N} and {name} fields are supported");
+            jv v;
+            if (fl == 0) v = arg(a, auto_i++, NULL, V_UNDEF(NULL));
+            else if (isdigit((unsigned char)f0[0])) v = arg(a, (size_t)atoi(f0), NULL, V_UNDEF(NULL));
+            else v = arg(a, SIZE_MAX, ja_strndup(&c->a, f0, fl), V_UNDEF(NULL));
+            if (v.t == JV_UNDEF) jfail(c, at, RF_ERR_FORMAT, "str.format: missing argument for {%.*s}", (int)fl, f0);
+            to_str(c, &b, v);
+            k = e;
+        }
+        return sb_val(&b);
+    }
     if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") || !strcmp(m, "isspace")) {
         if (!s.u.s.n) return V_BOOL(false);
         for (size_t k = 0; k < s.u.s.n; k++) {
@@ -1594,14 +1654,18 @@ static jv eval_method(ctx *c, scope *s, jnode *n) {
     argv_t a = eval_args(c, s, n);
     const char *m = n->name;
     if (obj.t == JV_UNDEF) undef_fail(c, n, obj);
+    static const char *const mut[] = {"append", "extend", "insert", "pop", "remove", "update", "clear", "setdefault"};
+    for (size_t k = 0; k < sizeof mut / sizeof mut[0]; k++)
+        if (!strcmp(m, mut[k]) && (obj.t == JV_LIST || obj.t == JV_DICT || obj.t == JV_NS))
+            jfail(c, n, RF_ERR_UNSUPPORTED, "access to attribute '%s' of '%s' object is unsafe.", m, type_name(obj));
     if (obj.t == JV_STR) return str_method(c, n, obj, m, &a);
     if (obj.t == JV_DICT || obj.t == JV_NS) {
         jdict *d = obj.u.d;
-        if (!strcmp(m, "items")) return dict_items(c, d);
+        if (!strcmp(m, "items")) return V_VIEW(dict_items(c, d).u.l);
         if (!strcmp(m, "keys") || !strcmp(m, "values")) {
             jlist *l = new_list(c, d->n);
             for (size_t k = 0; k < d->n; k++) l->v[k] = m[0] == 'k' ? d->k[k] : d->v[k];
-            return V_LIST(l);
+            return V_VIEW(l);
         }
         if (!strcmp(m, "get")) {
             jv *f = dict_find(d, arg(&a, 0, "key", V_NONE()));
@@ -1776,7 +1840,7 @@ static void exec_stmt(ctx *c, scope *s, jnode *n) {
             lp->i = k;
             scope *is = new_scope(c, s);
             bind_targets(c, is, n, n->targets, n->n_targets, items->v[k]);
-            jv lv = {JV_LOOP, {0}};
+            jv lv = {.t = JV_LOOP};
             lv.u.loop = lp;
             scope_set(c, is, "loop", lv);
             exec_list(c, is, n->body);
@@ -1818,7 +1882,7 @@ static void exec_stmt(ctx *c, scope *s, jnode *n) {
         jmacro *m = ja_alloc(&c->a, sizeof *m);
         m->node = n;
         m->def = s;
-        jv v = {JV_MACRO, {0}};
+        jv v = {.t = JV_MACRO};
         v.u.m = m;
         scope_set(c, s, n->name, v);
         return;

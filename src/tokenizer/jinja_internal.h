@@ -77,11 +77,18 @@ typedef struct jv {
         struct jloop *loop;
         const char *undef_name; /* JV_UNDEF: what was undefined (for messages), may be NULL */
     } u;
+    bool markup; /* JV_STR from |safe or |escape: markupsafe.Markup, whose `+` escapes the other side */
 } jv;
+
+/* What Python object a list value stands for: filters such as map/select/items return
+ * generators in Jinja (always truthy, no len(), not JSON-serialisable); dict.items() and
+ * range() return views (len() works, not JSON-serialisable). */
+enum { JL_LIST = 0, JL_GEN = 1, JL_VIEW = 2 };
 
 typedef struct jlist {
     size_t n;
     bool tuple;
+    uint8_t kind; /* JL_* */
     jv *v;
 } jlist;
 

@@ -575,7 +575,10 @@ static const char *const TESTS[] = {
 static const char *const METHODS[] = {
     "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper", "lower",
     "title", "capitalize", "replace", "find", "count", "join", "splitlines", "items", "keys",
-    "values", "get", "cycle", "isdigit", "isalpha", "isspace", NULL};
+    "values", "get", "cycle", "isdigit", "isalpha", "isspace", "format",
+    /* list/dict mutators: accepted here, refused when called (transformers' sandbox is
+     * immutable, so a template that calls them fails there too) */
+    "append", "extend", "insert", "pop", "remove", "update", "clear", "setdefault", NULL};
 static const char *const FUNCS[] = {"range", "namespace", "raise_exception", "strftime_now",
                                     "dict", NULL};
 
