@@ -208,6 +208,50 @@ FEATURES = [
 ]
 
 
+# tests/data/chat/extra: every other template of the peer snapshot, over fewer cases
+EXTRA_CASES = [("single", True), ("system_multi", True), ("multi_turn", False),
+               ("tool_call_roundtrip", True)]
+
+
+def render_case(tmpl, fn, cname, msgs, tools, extra, agp):
+    bos, eos = tokens_for(fn)
+    ctx = dict(messages=msgs, tools=tools, add_generation_prompt=agp, bos_token=bos,
+               eos_token=eos)
+    ctx.update(extra)
+    case = {"template": fn, "case": cname, "add_generation_prompt": agp, "bos_token": bos,
+            "eos_token": eos, "messages": msgs, "tools": tools, "extra": extra}
+    try:
+        case["expected"] = tmpl.render(**ctx)
+        case["error"] = None
+    except TemplateError as e:
+        case["expected"] = None
+        raised = type(e) is TemplateError  # raise_exception() raises this exact type
+        case["error"] = {"type": type(e).__name__, "message": str(e), "raised": raised}
+    except Exception as e:  # TypeError etc. from the template's own operations
+        case["expected"] = None
+        case["error"] = {"type": type(e).__name__, "message": str(e), "raised": False}
+    return case
+
+
+def write_extra(env):
+    d = os.path.join(DATA, "extra")
+    out = {"generator": "scripts/gen-chat-goldens.py (extra set), Python jinja2 %s"
+                        % jinja2.__version__,
+           "now_unix": int(NOW.timestamp()), "now": NOW.isoformat(), "cases": []}
+    names = sorted(f for f in os.listdir(d) if f.endswith(".jinja"))
+    byname = {c[0]: c for c in CASES}
+    for fn in names:
+        tmpl = env.from_string(open(os.path.join(d, fn), encoding="utf-8").read())
+        for cname, agp in EXTRA_CASES:
+            _, msgs, tools, extra = byname[cname]
+            out["cases"].append(render_case(tmpl, "extra/" + fn, cname, msgs, tools, extra, agp))
+    path = os.path.join(DATA, "goldens-extra.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print("wrote %s: %d cases (%d templates)" % (path, len(out["cases"]), len(names)))
+
+
 def main():
     env = make_env()
     out = {
@@ -221,26 +265,9 @@ def main():
     for fn in names:
         src = open(os.path.join(DATA, fn), encoding="utf-8").read()
         tmpl = env.from_string(src)
-        bos, eos = tokens_for(fn)
         for cname, msgs, tools, extra in CASES:
             for agp in (False, True):
-                ctx = dict(messages=msgs, tools=tools, add_generation_prompt=agp,
-                           bos_token=bos, eos_token=eos)
-                ctx.update(extra)
-                case = {"template": fn, "case": cname, "add_generation_prompt": agp,
-                        "bos_token": bos, "eos_token": eos, "messages": msgs, "tools": tools,
-                        "extra": extra}
-                try:
-                    case["expected"] = tmpl.render(**ctx)
-                    case["error"] = None
-                except TemplateError as e:
-                    case["expected"] = None
-                    raised = type(e) is TemplateError  # raise_exception() raises this exact type
-                    case["error"] = {"type": type(e).__name__, "message": str(e), "raised": raised}
-                except Exception as e:  # TypeError etc. from the template's own operations
-                    case["expected"] = None
-                    case["error"] = {"type": type(e).__name__, "message": str(e), "raised": False}
-                out["cases"].append(case)
+                out["cases"].append(render_case(tmpl, fn, cname, msgs, tools, extra, agp))
     out["features"] = []
     for fname, src, variables in FEATURES:
         case = {"name": fname, "template": src, "vars": variables}
@@ -263,6 +290,7 @@ def main():
     print("wrote %s: %d cases (%d templates x %d conversations x 2), %d expected errors, "
           "%d feature templates" % (path, len(out["cases"]), len(names), len(CASES), n_err,
                                     len(out["features"])))
+    write_extra(env)
 
 
 if __name__ == "__main__":
