@@ -1,11 +1,13 @@
 /* strmap.c — the tokenizer's string -> int32 hash map (open addressing, linear probing).
- * Keys are borrowed byte ranges plus a small integer (the BPE merge split position). */
+ * Keys are borrowed byte ranges plus a small integer (the BPE merge split position). The probe
+ * array holds only 8-byte (tag, value) slots: lookups are dominated by cache misses, and this
+ * keeps a 128 Ki-slot table at 1 MiB. */
 #include <string.h>
 
 #include "tokenizer/vocab_internal.h"
 
-/* 64-bit FNV-1a over the bytes, then mixed with aux and finalised (splitmix) so that the low
- * bits used for the slot index are well spread. */
+/* 64-bit FNV-1a over the bytes, then mixed with aux and finalised (splitmix) so that both the
+ * low bits (slot index) and the high bits (tag) are well spread. */
 uint64_t rf_tok_hash(const char *s, size_t len, uint32_t aux) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < len; i++) {
@@ -21,18 +23,29 @@ uint64_t rf_tok_hash(const char *s, size_t len, uint32_t aux) {
     return h;
 }
 
+static inline uint32_t tag_of(uint64_t h) {
+    uint32_t t = (uint32_t)(h >> 32);
+    return t ? t : 1;
+}
+
 static rf_status grow(rf_strmap *m) {
     size_t ncap = m->cap ? m->cap * 2 : 64;
     rf_strmap_slot *ns = calloc(ncap, sizeof *ns);
-    if (!ns) return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (hash map of %zu)", ncap);
-    for (size_t i = 0; i < m->cap; i++) {
-        if (!m->slots[i].key) continue;
-        size_t j = m->slots[i].hash & (ncap - 1);
-        while (ns[j].key) j = (j + 1) & (ncap - 1);
-        ns[j] = m->slots[i];
+    rf_strmap_key *nk = malloc(ncap * sizeof *nk);
+    if (!ns || !nk) {
+        free(ns), free(nk);
+        return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (hash map of %zu)", ncap);
     }
-    free(m->slots);
-    m->slots = ns;
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->slots[i].tag) continue;
+        uint64_t h = rf_tok_hash(m->keys[i].ptr, m->keys[i].len, m->keys[i].aux);
+        size_t j = h & (ncap - 1);
+        while (ns[j].tag) j = (j + 1) & (ncap - 1);
+        ns[j] = m->slots[i];
+        nk[j] = m->keys[i];
+    }
+    free(m->slots), free(m->keys);
+    m->slots = ns, m->keys = nk;
     m->cap = ncap;
     return RF_OK;
 }
@@ -43,17 +56,19 @@ rf_status rf_strmap_put(rf_strmap *m, const char *key, size_t len, uint32_t aux,
         if (st) return st;
     }
     uint64_t h = rf_tok_hash(key, len, aux);
+    uint32_t tag = tag_of(h);
     size_t j = h & (m->cap - 1);
-    while (m->slots[j].key) {
-        rf_strmap_slot *s = &m->slots[j];
-        if (s->hash == h && s->len == len && s->aux == aux && !memcmp(s->key, key, len)) {
-            s->value = value;
-            s->key = key;
+    while (m->slots[j].tag) {
+        const rf_strmap_key *k = &m->keys[j];
+        if (m->slots[j].tag == tag && k->len == len && k->aux == aux && !memcmp(k->ptr, key, len)) {
+            m->slots[j].value = value;
+            m->keys[j].ptr = key;
             return RF_OK;
         }
         j = (j + 1) & (m->cap - 1);
     }
-    m->slots[j] = (rf_strmap_slot){key, (uint32_t)len, aux, h, value};
+    m->slots[j] = (rf_strmap_slot){tag, value};
+    m->keys[j] = (rf_strmap_key){key, (uint32_t)len, aux};
     m->n++;
     return RF_OK;
 }
@@ -61,18 +76,20 @@ rf_status rf_strmap_put(rf_strmap *m, const char *key, size_t len, uint32_t aux,
 int32_t rf_strmap_get(const rf_strmap *m, const char *key, size_t len, uint32_t aux) {
     if (!m->cap) return -1;
     uint64_t h = rf_tok_hash(key, len, aux);
+    uint32_t tag = tag_of(h);
     size_t j = h & (m->cap - 1);
-    while (m->slots[j].key) {
-        const rf_strmap_slot *s = &m->slots[j];
-        if (s->hash == h && s->len == len && s->aux == aux && !memcmp(s->key, key, len))
-            return s->value;
+    while (m->slots[j].tag) {
+        if (m->slots[j].tag == tag) {
+            const rf_strmap_key *k = &m->keys[j];
+            if (k->len == len && k->aux == aux && !memcmp(k->ptr, key, len)) return m->slots[j].value;
+        }
         j = (j + 1) & (m->cap - 1);
     }
     return -1;
 }
 
 void rf_strmap_free(rf_strmap *m) {
-    free(m->slots);
+    free(m->slots), free(m->keys);
     memset(m, 0, sizeof *m);
 }
 

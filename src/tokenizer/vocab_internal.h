@@ -26,16 +26,21 @@ typedef enum rf_vocab_type { RF_VOCAB_SPM = 1, RF_VOCAB_BPE = 2 } rf_vocab_type;
 
 /* ---- string -> int32 hash map (open addressing, keys borrowed) ------------------------- */
 
+/* Slots are 8 bytes (a 32-bit hash tag and the value) so a probe touches one cache line; the
+ * keys live in parallel arrays and are compared only when the tag matches. */
 typedef struct rf_strmap_slot {
-    const char *key; /* NULL = empty */
-    uint32_t len;
-    uint32_t aux; /* extra key part (BPE merges: split position) */
-    uint64_t hash;
+    uint32_t tag;  /* 0 = empty (tags are forced non-zero) */
     int32_t value;
 } rf_strmap_slot;
 
+typedef struct rf_strmap_key {
+    const char *ptr;
+    uint32_t len, aux;
+} rf_strmap_key;
+
 typedef struct rf_strmap {
     rf_strmap_slot *slots;
+    rf_strmap_key *keys; /* parallel to slots */
     size_t cap; /* power of two */
     size_t n;
 } rf_strmap;
