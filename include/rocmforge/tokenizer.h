@@ -75,7 +75,17 @@ typedef struct rf_chat_template rf_chat_template;
 rf_status rf_chat_template_parse(const char *source, rf_chat_template **out);
 void rf_chat_template_free(rf_chat_template *t);
 
-/* Renders messages; *out is malloc'd, NUL-terminated. bos/eos may be NULL (empty). */
+/* At model load: the model's `tokenizer.chat_template` parsed once; if it is missing or the
+ * subset cannot parse it, the recognised family's built-in template (warning logged with the
+ * parse error's line:column). The template remembers the model's BOS/EOS token texts, used
+ * when render is given NULL for them. RF_ERR_UNSUPPORTED (with the parse error, if any) when
+ * no family is recognised. */
+rf_status rf_chat_template_from_gguf(const rf_gguf *g, rf_chat_template **out);
+/* Whether the template is a built-in fallback rather than the model's own. */
+bool rf_chat_template_is_fallback(const rf_chat_template *t);
+
+/* Renders messages; *out is malloc'd, NUL-terminated. bos/eos NULL = the texts remembered by
+ * rf_chat_template_from_gguf, else empty. */
 rf_status rf_chat_template_render(const rf_chat_template *t, const rf_chat_msg *msgs, size_t n,
                                   bool add_generation_prompt, const char *bos_token,
                                   const char *eos_token, char **out);
@@ -91,8 +101,8 @@ rf_status rf_chat_apply_template(const rf_gguf *g, const char *tmpl, const rf_ch
 /* Everything a template may see beyond role/content messages. Zero-initialise, then set. */
 typedef struct rf_chat_render_opts {
     bool add_generation_prompt;
-    const char *bos_token;     /* NULL = "" */
-    const char *eos_token;     /* NULL = "" */
+    const char *bos_token;     /* NULL = the template's remembered BOS text, else "" */
+    const char *eos_token;     /* NULL = the template's remembered EOS text, else "" */
     /* JSON array of message objects (tool_calls, tool_call_id, list content, ...); when
      * non-NULL it replaces msgs/n. */
     const char *messages_json;

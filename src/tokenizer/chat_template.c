@@ -10,6 +10,8 @@
 
 struct rf_chat_template {
     rf_jinja *j;
+    char *bos, *eos;  /* remembered token texts (from_gguf), NULL otherwise */
+    bool fallback;
 };
 
 static _Thread_local bool g_raised;
@@ -33,6 +35,8 @@ rf_status rf_chat_template_parse(const char *source, rf_chat_template **out) {
 void rf_chat_template_free(rf_chat_template *t) {
     if (!t) return;
     rf_jinja_free(t->j);
+    free(t->bos);
+    free(t->eos);
     free(t);
 }
 
@@ -93,8 +97,17 @@ rf_status rf_chat_template_render_ex(const rf_chat_template *t, const rf_chat_ms
     }
     json_object_set_new(vars, "tools", tools);
     json_object_set_new(vars, "add_generation_prompt", json_boolean(opts->add_generation_prompt));
-    json_object_set_new(vars, "bos_token", json_string(opts->bos_token ? opts->bos_token : ""));
-    json_object_set_new(vars, "eos_token", json_string(opts->eos_token ? opts->eos_token : ""));
+    const char *bos = opts->bos_token ? opts->bos_token : t->bos ? t->bos : "";
+    const char *eos = opts->eos_token ? opts->eos_token : t->eos ? t->eos : "";
+    json_t *jb = json_string(bos), *je = json_string(eos);
+    if (!jb || !je) {
+        json_decref(jb);
+        json_decref(je);
+        st = rf_set_error(RF_ERR_INVALID_ARG, "chat template: bos/eos token text is not valid UTF-8");
+        goto done;
+    }
+    json_object_set_new(vars, "bos_token", jb);
+    json_object_set_new(vars, "eos_token", je);
     if (opts->extra_json) {
         json_t *extra;
         st = parse_json_field(opts->extra_json, "extra variables", &extra);
@@ -258,49 +271,68 @@ static const char *token_text(const rf_gguf *g, const char *key) {
     return ((const rf_gguf_str *)data)[id].ptr;
 }
 
+bool rf_chat_template_is_fallback(const rf_chat_template *t) { return t && t->fallback; }
+
+/* parses `src` (the model's template, may be NULL); falls back to a family on failure */
+static rf_status template_for(const rf_gguf *g, const char *src, rf_chat_template **out) {
+    const char *arch = NULL;
+    if (g && rf_gguf_get_str(g, "general.architecture", &arch)) arch = NULL;
+    rf_clear_error();
+    rf_status st = RF_OK;
+    if (src) {
+        st = rf_chat_template_parse(src, out);
+        if (!st) return RF_OK;
+    }
+    rf_chat_family f = rf_chat_family_detect(src, arch, g);
+    if (f == RF_CHAT_FAMILY_UNKNOWN) {
+        if (st) return st; /* keep the parse error */
+        return rf_set_error(RF_ERR_UNSUPPORTED,
+                            "the model has no tokenizer.chat_template and its family (architecture '%s') "
+                            "is not one with a built-in template (chatml, llama3, llama2, mistral, gemma, phi3); "
+                            "pass a template explicitly",
+                            arch ? arch : "?");
+    }
+    if (st) RF_LOGW("%s; using the built-in %s chat template instead", rf_last_error(), rf_chat_family_name(f));
+    else RF_LOGW("the model has no tokenizer.chat_template; using the built-in %s chat template", rf_chat_family_name(f));
+    rf_clear_error();
+    st = rf_chat_template_parse(rf_chat_family_template(f), out);
+    if (!st) (*out)->fallback = true;
+    return st;
+}
+
+rf_status rf_chat_template_from_gguf(const rf_gguf *g, rf_chat_template **out) {
+    if (!g || !out) return rf_set_error(RF_ERR_INVALID_ARG, "rf_chat_template_from_gguf: NULL argument");
+    *out = NULL;
+    const char *src = NULL;
+    if (rf_gguf_get_str(g, "tokenizer.chat_template", &src)) src = NULL;
+    rf_clear_error();
+    rf_status st = template_for(g, src, out);
+    if (st) return st;
+    (*out)->bos = strdup(token_text(g, "tokenizer.ggml.bos_token_id"));
+    (*out)->eos = strdup(token_text(g, "tokenizer.ggml.eos_token_id"));
+    if (!(*out)->bos || !(*out)->eos) {
+        rf_chat_template_free(*out);
+        *out = NULL;
+        return rf_set_error(RF_ERR_OOM, "chat template: out of memory");
+    }
+    return RF_OK;
+}
+
 rf_status rf_chat_apply_template(const rf_gguf *g, const char *tmpl, const rf_chat_msg *msgs,
                                  size_t n, bool add_generation_prompt, char **out) {
     if (!out) return rf_set_error(RF_ERR_INVALID_ARG, "rf_chat_apply_template: NULL out");
     *out = NULL;
     const char *src = tmpl;
     if (!src && g) {
-        if (rf_gguf_get_str(g, "tokenizer.chat_template", &src)) {
-            rf_clear_error();
-            src = NULL;
-        }
+        if (rf_gguf_get_str(g, "tokenizer.chat_template", &src)) src = NULL;
+        rf_clear_error();
     }
+    rf_chat_template *t = NULL;
+    rf_status st = template_for(g, src, &t);
+    if (st) return st;
     const char *bos = g ? token_text(g, "tokenizer.ggml.bos_token_id") : "";
     const char *eos = g ? token_text(g, "tokenizer.ggml.eos_token_id") : "";
-    rf_chat_template *t = NULL;
-    if (src) {
-        rf_status st = rf_chat_template_parse(src, &t);
-        if (st) {
-            const char *arch = NULL;
-            if (g && rf_gguf_get_str(g, "general.architecture", &arch)) arch = NULL;
-            rf_chat_family f = rf_chat_family_detect(src, arch, g);
-            if (f == RF_CHAT_FAMILY_UNKNOWN) return st; /* keep the parse error */
-            RF_LOGW("%s; using the built-in %s chat template instead", rf_last_error(), rf_chat_family_name(f));
-            rf_clear_error();
-            st = rf_chat_template_parse(rf_chat_family_template(f), &t);
-            if (st) return st;
-        }
-    } else {
-        const char *arch = NULL;
-        if (g && rf_gguf_get_str(g, "general.architecture", &arch)) arch = NULL;
-        rf_clear_error();
-        rf_chat_family f = rf_chat_family_detect(NULL, arch, g);
-        if (f == RF_CHAT_FAMILY_UNKNOWN)
-            return rf_set_error(RF_ERR_UNSUPPORTED,
-                                "the model has no tokenizer.chat_template and its family (architecture '%s') "
-                                "is not one with a built-in template (chatml, llama3, llama2, mistral, gemma, phi3); "
-                                "pass a template explicitly",
-                                arch ? arch : "?");
-        RF_LOGW("the model has no tokenizer.chat_template; using the built-in %s chat template",
-                rf_chat_family_name(f));
-        rf_status st = rf_chat_template_parse(rf_chat_family_template(f), &t);
-        if (st) return st;
-    }
-    rf_status st = rf_chat_template_render(t, msgs, n, add_generation_prompt, bos, eos, out);
+    st = rf_chat_template_render(t, msgs, n, add_generation_prompt, bos, eos, out);
     rf_chat_template_free(t);
     return st;
 }

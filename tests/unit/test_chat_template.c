@@ -247,6 +247,71 @@ static void test_apply_fallback(void **state) {
     assert_true(rf_chat_last_error_raised());
 }
 
+/* writes a GGUF holding only tokenizer metadata (no tensors) and opens it */
+static rf_gguf *synthetic_gguf(const char *path, const char *arch, const char *tmpl, const char *const *toks, size_t nt) {
+    rf_gguf_writer *w = rf_gguf_writer_new();
+    assert_non_null(w);
+    assert_int_equal(rf_gguf_set_str(w, "general.architecture", arch), RF_OK);
+    assert_int_equal(rf_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, nt), RF_OK);
+    assert_int_equal(rf_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1), RF_OK);
+    assert_int_equal(rf_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2), RF_OK);
+    if (tmpl) assert_int_equal(rf_gguf_set_str(w, "tokenizer.chat_template", tmpl), RF_OK);
+    assert_int_equal(rf_gguf_write_file(w, path), RF_OK);
+    rf_gguf_writer_free(w);
+    rf_gguf *g;
+    assert_int_equal(rf_gguf_open(path, &g), RF_OK);
+    return g;
+}
+
+static void test_from_gguf(void **state) {
+    (void)state;
+    char path[] = "/tmp/rf_chat_tmplXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *toks[] = {"<unk>", "<B>", "<E>", "<|start_header_id|>", "hello"};
+    rf_chat_msg m[2] = {{"system", "S"}, {"user", "U"}};
+    rf_log_level saved = rf_log_get_level();
+    rf_log_set_level(RF_LOG_ERROR);
+    /* the model's own template, with the vocabulary's BOS/EOS texts remembered */
+    rf_gguf *g = synthetic_gguf(path, "llama", "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ eos_token }}", toks, 5);
+    rf_chat_template *t;
+    assert_int_equal(rf_chat_template_from_gguf(g, &t), RF_OK);
+    assert_false(rf_chat_template_is_fallback(t));
+    char *out;
+    assert_int_equal(rf_chat_template_render(t, m, 2, true, NULL, NULL, &out), RF_OK);
+    assert_string_equal(out, "<B>SU<E>");
+    free(out);
+    rf_chat_template_free(t);
+    rf_gguf_close(g);
+    /* an unparseable template naming Gemma turns: the gemma fallback */
+    g = synthetic_gguf(path, "llama", "{% include 'x' %}<start_of_turn>", toks, 5);
+    assert_int_equal(rf_chat_template_from_gguf(g, &t), RF_OK);
+    assert_true(rf_chat_template_is_fallback(t));
+    assert_int_equal(rf_chat_template_render(t, m, 2, true, NULL, NULL, &out), RF_OK);
+    assert_string_equal(out, "<B><start_of_turn>user\nS\n\nU<end_of_turn>\n<start_of_turn>model\n");
+    free(out);
+    rf_chat_template_free(t);
+    rf_gguf_close(g);
+    /* no template: llama architecture with Llama 3 header tokens in the vocabulary */
+    g = synthetic_gguf(path, "llama", NULL, toks, 5);
+    assert_int_equal(rf_chat_template_from_gguf(g, &t), RF_OK);
+    assert_true(rf_chat_template_is_fallback(t));
+    assert_int_equal(rf_chat_template_render(t, m + 1, 1, false, NULL, NULL, &out), RF_OK);
+    assert_string_equal(out, "<B><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>");
+    free(out);
+    rf_chat_template_free(t);
+    rf_gguf_close(g);
+    /* nothing to go on */
+    g = synthetic_gguf(path, "mamba", NULL, toks, 3);
+    assert_int_equal(rf_chat_template_from_gguf(g, &t), RF_ERR_UNSUPPORTED);
+    assert_null(t);
+    assert_non_null(strstr(rf_last_error(), "mamba"));
+    rf_gguf_close(g);
+    rf_log_set_level(saved);
+    unlink(path);
+}
+
 static const char *golden_expected(json_t *g, const char *tmpl, const char *cname, bool agp) {
     json_t *cases = json_object_get(g, "cases");
     for (size_t i = 0; i < json_array_size(cases); i++) {
@@ -310,6 +375,10 @@ static void test_real_models(void **state) {
             free(out);
             checked++;
         }
+        rf_chat_template *ft;
+        assert_int_equal(rf_chat_template_from_gguf(gg, &ft), RF_OK);
+        assert_int_equal(rf_chat_template_is_fallback(ft), mi == 1); /* the Gemma 3 file has no template */
+        rf_chat_template_free(ft);
         printf("  %s: %d cases match the official template's goldens\n", models[mi].path, checked);
         assert_int_equal(checked, 8);
         rf_gguf_close(gg);
@@ -326,6 +395,7 @@ int main(void) {
         cmocka_unit_test(test_simple_api_matches_ex),
         cmocka_unit_test(test_family_detect_and_builtins),
         cmocka_unit_test(test_apply_fallback),
+        cmocka_unit_test(test_from_gguf),
         cmocka_unit_test(test_real_models),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
