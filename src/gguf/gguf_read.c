@@ -80,7 +80,7 @@ static rf_status rd_u64(cursor *c, uint64_t *v, const char *field) {
  * (keys, tensor names); UINT64_MAX for values. */
 static rf_status rd_str(cursor *c, rf_gguf_arena *a, rf_gguf_str *out, uint64_t max_len,
                         const char *field) {
-    uint64_t at = c->pos, len;
+    uint64_t at = c->pos, len = 0;
     rf_status st = rd_u64(c, &len, field);
     if (st) return st;
     if (len > max_len)
@@ -135,7 +135,7 @@ static rf_status rd_scalar(cursor *c, rf_gguf_type t, rf_gguf_value *out) {
 
 static rf_status rd_type(cursor *c, rf_gguf_type *t, const char *field) {
     uint64_t at = c->pos;
-    uint32_t v;
+    uint32_t v = 0;
     rf_status st = rd_u32(c, &v, field);
     if (st) return st;
     if (v >= RF_GGUF_TYPE_COUNT)
@@ -150,8 +150,8 @@ static rf_status rd_type(cursor *c, rf_gguf_type *t, const char *field) {
 /* Reads an array payload (elem type u32, count u64, items) into out (type ARRAY). */
 static rf_status rd_array(cursor *c, rf_gguf_arena *a, rf_gguf_value *out, int depth) {
     uint64_t at = c->pos;
-    rf_gguf_type et;
-    uint64_t n;
+    rf_gguf_type et = RF_GGUF_UINT8;
+    uint64_t n = 0;
     rf_status st = rd_type(c, &et, "array element type");
     if (st) return st;
     if ((st = rd_u64(c, &n, "array length"))) return st;
@@ -251,7 +251,7 @@ static rf_status parse_header(rf_gguf *g, cursor *c) {
                             "(47 47 55 46) at byte offset 0: not a GGUF file",
                             (uint8_t)magic[0], (uint8_t)magic[1], (uint8_t)magic[2],
                             (uint8_t)magic[3]);
-    uint32_t ver;
+    uint32_t ver = 0;
     if ((st = rd_u32(c, &ver, "version"))) return st;
     uint32_t swapped = __builtin_bswap32(ver);
     if (ver == 0 || ((ver & 0xFFFF) == 0 && swapped >= 1 && swapped <= 0xFFFF))
@@ -275,7 +275,7 @@ static rf_status parse_header(rf_gguf *g, cursor *c) {
                             ", expected 2 or 3 (byte offset 4): file is newer than this reader",
                             ver);
     g->version = ver;
-    uint64_t n_tensors, n_kv;
+    uint64_t n_tensors = 0, n_kv = 0;
     if ((st = rd_u64(c, &n_tensors, "tensor count"))) return st;
     if ((st = rd_u64(c, &n_kv, "metadata kv count"))) return st;
     /* smallest encodings: kv = key len 8 + 1-byte key + type 4 + 1-byte value; tensor info =
@@ -322,7 +322,7 @@ static rf_status parse_kvs(rf_gguf *g, cursor *c) {
                                 ")",
                                 c->ctx, at);
         g->kv_hash[slot] = i;
-        rf_gguf_type t;
+        rf_gguf_type t = RF_GGUF_UINT8;
         if ((st = rd_type(c, &t, "value type"))) return st;
         if ((st = rd_value(c, &g->arena, t, &g->kv[i].value))) return st;
     }
@@ -373,7 +373,7 @@ static rf_status parse_tensor_infos(rf_gguf *g, cursor *c) {
                                 c->ctx, at);
         g->t_hash[slot] = i;
         at = c->pos;
-        uint32_t n_dims;
+        uint32_t n_dims = 0;
         if ((st = rd_u32(c, &n_dims, "n_dims"))) return st;
         if (n_dims < 1 || n_dims > RF_GGUF_MAX_DIMS)
             return rf_set_error(RF_ERR_FORMAT,
@@ -385,7 +385,7 @@ static rf_status parse_tensor_infos(rf_gguf *g, cursor *c) {
         for (int d = 0; d < RF_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
         for (uint32_t d = 0; d < n_dims; d++) {
             at = c->pos;
-            uint64_t ne;
+            uint64_t ne = 0;
             if ((st = rd_u64(c, &ne, "dimension"))) return st;
             if (ne == 0 || ne > (uint64_t)INT64_MAX)
                 return rf_set_error(RF_ERR_FORMAT,
@@ -401,7 +401,7 @@ static rf_status parse_tensor_infos(rf_gguf *g, cursor *c) {
             t->ne[d] = (int64_t)ne;
         }
         at = c->pos;
-        uint32_t type;
+        uint32_t type = 0;
         if ((st = rd_u32(c, &type, "type"))) return st;
         int64_t blck;
         uint64_t tsize;
@@ -594,7 +594,7 @@ static bool is_signed(rf_gguf_type t) {
 /* Integer value of `key` checked against [lo, hi] (as signed/unsigned 128-bit-free logic). */
 static rf_status get_int(const rf_gguf *g, const char *key, const char *want, bool want_signed,
                          uint64_t umax, int64_t smin, int64_t smax, uint64_t *u, int64_t *s) {
-    const rf_gguf_value *v;
+    const rf_gguf_value *v = NULL;
     rf_status st = lookup(g, key, &v);
     if (st) return st;
     if (is_unsigned(v->type)) {
@@ -639,7 +639,7 @@ rf_status rf_gguf_get_u64(const rf_gguf *g, const char *key, uint64_t *out) {
 }
 
 rf_status rf_gguf_get_f32(const rf_gguf *g, const char *key, float *out) {
-    const rf_gguf_value *v;
+    const rf_gguf_value *v = NULL;
     rf_status st = lookup(g, key, &v);
     if (st) return st;
     if (v->type != RF_GGUF_FLOAT32 && v->type != RF_GGUF_FLOAT64)
@@ -653,7 +653,7 @@ rf_status rf_gguf_get_f32(const rf_gguf *g, const char *key, float *out) {
 }
 
 rf_status rf_gguf_get_bool(const rf_gguf *g, const char *key, bool *out) {
-    const rf_gguf_value *v;
+    const rf_gguf_value *v = NULL;
     rf_status st = lookup(g, key, &v);
     if (st) return st;
     if (v->type != RF_GGUF_BOOL)
@@ -664,7 +664,7 @@ rf_status rf_gguf_get_bool(const rf_gguf *g, const char *key, bool *out) {
 }
 
 rf_status rf_gguf_get_str(const rf_gguf *g, const char *key, const char **out) {
-    const rf_gguf_value *v;
+    const rf_gguf_value *v = NULL;
     rf_status st = lookup(g, key, &v);
     if (st) return st;
     if (v->type != RF_GGUF_STRING)
@@ -676,7 +676,7 @@ rf_status rf_gguf_get_str(const rf_gguf *g, const char *key, const char **out) {
 
 rf_status rf_gguf_get_arr(const rf_gguf *g, const char *key, int elem_type, uint64_t *n,
                           const void **data) {
-    const rf_gguf_value *v;
+    const rf_gguf_value *v = NULL;
     rf_status st = lookup(g, key, &v);
     if (st) return st;
     if (v->type != RF_GGUF_ARRAY)
