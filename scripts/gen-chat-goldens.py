@@ -163,6 +163,7 @@ FEATURES = [
     ("ws_plus", "a\n  {%+ if true +%}\nb\n  {%+ endif %}\nc", {}),
     ("ws_comment_trim", "a\n  {# comment #}\nb {#- x -#}  c\n", {}),
     ("ws_var_no_lstrip", "a\n  {{ 'v' }}\n  {% if 1 %}w{% endif %}\n", {}),
+    ("ws_unicode", "a\u00a0\u3000{%- if true -%}\u2003 b \u00a0{%- endif %}\n\u00a0 {% if 1 %}c{% endif %}{{\u00a0'd'\u00a0}}", {}),
     ("ws_crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\nc\r\n", {}),
     ("raw", "{% raw %}{{ not rendered }}{% endraw %}|{%- raw -%}  x  {%- endraw -%}|", {}),
     ("scope_loop", "{% set c = 0 %}{% for i in [1,2,3] %}{% set c = c + i %}{{ c }}{% endfor %}|{{ c }}", {}),

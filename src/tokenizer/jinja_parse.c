@@ -145,6 +145,46 @@ static tok *push_tok(parser *p, tk_type t, size_t pos) {
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
+/* Python's \s / str.isspace() set (what Jinja's regexes and rstrip() use): bytes of the
+ * whitespace code point starting at s[q], 0 if none. */
+static size_t ws_at(const char *s, size_t q, size_t len) {
+    unsigned char c = (unsigned char)s[q];
+    if (is_ws((char)c) || (c >= 0x1c && c <= 0x1f)) return 1;
+    if (c < 0xC2) return 0;
+    uint32_t cp;
+    size_t n;
+    if (c < 0xE0) {
+        if (q + 1 >= len) return 0;
+        cp = ((uint32_t)(c & 0x1F) << 6) | ((unsigned char)s[q + 1] & 0x3F);
+        n = 2;
+    } else if (c < 0xF0) {
+        if (q + 2 >= len) return 0;
+        cp = ((uint32_t)(c & 0x0F) << 12) | (((unsigned char)s[q + 1] & 0x3F) << 6) | ((unsigned char)s[q + 2] & 0x3F);
+        n = 3;
+    } else {
+        return 0;
+    }
+    bool sp = cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
+              cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+    return sp ? n : 0;
+}
+/* bytes of whitespace ending at s[n-1] (one code point), 0 if none */
+static size_t ws_before(const char *s, size_t n) {
+    for (size_t w = 1; w <= 3 && w <= n; w++) {
+        size_t l = ws_at(s, n - w, n);
+        if (l == w) return w;
+    }
+    return 0;
+}
+static size_t skip_ws(const char *s, size_t q, size_t len, char *last) {
+    size_t l;
+    while (q < len && (l = ws_at(s, q, len)) > 0) {
+        if (last) *last = s[q + l - 1];
+        q += l;
+    }
+    return q;
+}
+
 static void push_data(parser *p, size_t pos, const char *s, size_t n) {
     if (!n) return;
     tok *k = push_tok(p, TK_DATA, pos);
@@ -243,7 +283,7 @@ static void lex_expr(parser *p, bool block, bool *ended_nl) {
     char want[MAX_PARSE_DEPTH + 1]; /* expected closing brackets, innermost last */
     const char *s = p->src;
     for (;;) {
-        while (p->pos < p->len && is_ws(s[p->pos])) p->pos++;
+        p->pos = skip_ws(s, p->pos, p->len, NULL);
         size_t at = p->pos;
         if (at >= p->len) {
             int l, c;
@@ -265,7 +305,7 @@ static void lex_expr(parser *p, bool block, bool *ended_nl) {
                 q += 2;
                 char last = '}';
                 if (sign == '-') {
-                    while (q < p->len && is_ws(s[q])) last = s[q++];
+                    q = skip_ws(s, q, p->len, &last);
                 } else if (block && sign != '+' && q < p->len && s[q] == '\n') {
                     last = s[q++];
                 }
@@ -378,17 +418,15 @@ static size_t match_word_tag(const char *s, size_t len, size_t q, const char *wo
 /* Jinja's lstrip_blocks / '-' handling of the text before a tag. */
 static size_t strip_before(const char *text, size_t n, int sign, bool lstrip, bool line_starting) {
     if (sign == '-') {
-        while (n > 0 && is_ws(text[n - 1])) n--;
+        size_t w;
+        while (n > 0 && (w = ws_before(text, n)) > 0) n -= w;
         return n;
     }
     if (sign != '+' && lstrip) {
         size_t l = n;
         while (l > 0 && text[l - 1] != '\n') l--;
         if (l > 0 || line_starting) {
-            bool allws = l < n;
-            for (size_t k = l; k < n; k++)
-                if (!is_ws(text[k])) allws = false;
-            if (allws) return l;
+            if (l < n && skip_ws(text, l, n, NULL) == n) return l;
         }
     }
     return n;
@@ -423,7 +461,7 @@ static void lex(parser *p) {
                 tn = strip_before(s + start, tn, sign, true, line_starting);
                 push_data(p, start, s + start, tn);
                 size_t b = rend;
-                if (es == '-') while (b < p->len && is_ws(s[b])) b++;
+                if (es == '-') b = skip_ws(s, b, p->len, NULL);
                 /* find {% endraw %} */
                 size_t r = b;
                 for (;;) {
@@ -448,7 +486,7 @@ static void lex(parser *p) {
                     }
                     size_t dn = strip_before(s + b, r - b, s2, true, false);
                     push_data(p, b, s + b, dn);
-                    if (e2 == '-') while (eend < p->len && is_ws(s[eend])) eend++;
+                    if (e2 == '-') eend = skip_ws(s, eend, p->len, NULL);
                     else if (e2 != '+' && eend < p->len && s[eend] == '\n') eend++;
                     line_starting = s[eend - 1] == '\n';
                     p->pos = eend;
@@ -471,7 +509,7 @@ static void lex(parser *p) {
             int es = r > after && (s[r - 1] == '-' || s[r - 1] == '+') ? s[r - 1] : 0;
             size_t e = r + 2;
             char last = '}';
-            if (es == '-') while (e < p->len && is_ws(s[e])) last = s[e++];
+            if (es == '-') e = skip_ws(s, e, p->len, &last);
             else if (es != '+' && e < p->len && s[e] == '\n') last = s[e++];
             line_starting = last == '\n';
             p->pos = e;
