@@ -17,12 +17,6 @@ typedef struct bigram {
     uint32_t size;
 } bigram;
 
-typedef struct arena_blk {
-    struct arena_blk *next;
-    size_t used, cap;
-    char data[];
-} arena_blk;
-
 struct rf_bpe_session {
     const rf_vocab *v;
     const rf_bytemap *bm;
@@ -32,9 +26,7 @@ struct rf_bpe_session {
     size_t syms_cap;
     bigram *heap;
     size_t heap_n, heap_cap;
-    rf_strmap cache;  /* encoded word -> offset in cache_ids (count, ids...) */
-    rf_idvec cache_ids;
-    arena_blk *arena;
+    rf_pcache cache;  /* encoded word -> ids */
     rf_idvec *out;    /* current output */
 };
 
@@ -52,30 +44,8 @@ void rf_bpe_session_free(rf_bpe_session *s) {
     free(s->enc);
     free(s->syms);
     free(s->heap);
-    rf_strmap_free(&s->cache);
-    free(s->cache_ids.v);
-    while (s->arena) {
-        arena_blk *n = s->arena->next;
-        free(s->arena);
-        s->arena = n;
-    }
+    rf_pcache_free(&s->cache);
     free(s);
-}
-
-static char *arena_copy(rf_bpe_session *s, const char *p, size_t n) {
-    if (!s->arena || s->arena->cap - s->arena->used < n) {
-        size_t cap = n > 65536 ? n : 65536;
-        arena_blk *b = malloc(sizeof *b + cap);
-        if (!b) return NULL;
-        b->next = s->arena;
-        b->used = 0;
-        b->cap = cap;
-        s->arena = b;
-    }
-    char *d = s->arena->data + s->arena->used;
-    memcpy(d, p, n);
-    s->arena->used += n;
-    return d;
 }
 
 static bool reserve(void **p, size_t *cap, size_t need, size_t elem) {
@@ -197,26 +167,11 @@ static rf_status on_word(void *user, const char *word, size_t len) {
         memcpy(s->enc + n, s->bm->enc[c], s->bm->enc_len[c]);
         n += s->bm->enc_len[c];
     }
-    int32_t at = rf_strmap_get(&s->cache, s->enc, n, 0);
-    if (at >= 0) {
-        int32_t cnt = s->cache_ids.v[at];
-        for (int32_t i = 0; i < cnt; i++)
-            if ((st = rf_idvec_push(s->out, s->cache_ids.v[at + 1 + i]))) return st;
-        return RF_OK;
-    }
+    if (rf_pcache_get(&s->cache, s->enc, n, s->out, &st)) return st;
     size_t before = s->out->n;
     if ((st = merge_word(s, s->enc, n, s->out))) return st;
     /* Cache words of ordinary length; a giant word is not worth a copy. */
-    size_t cnt = s->out->n - before;
-    if (n <= 256 && s->cache_ids.n + cnt + 1 < (size_t)INT32_MAX) {
-        char *key = arena_copy(s, s->enc, n);
-        if (!key) return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (word cache)");
-        int32_t pos = (int32_t)s->cache_ids.n;
-        if ((st = rf_idvec_push(&s->cache_ids, (int32_t)cnt))) return st;
-        for (size_t i = 0; i < cnt; i++)
-            if ((st = rf_idvec_push(&s->cache_ids, s->out->v[before + i]))) return st;
-        if ((st = rf_strmap_put(&s->cache, key, n, 0, pos))) return st;
-    }
+    if (n <= 256) return rf_pcache_put(&s->cache, s->enc, n, s->out->v + before, s->out->n - before);
     return RF_OK;
 }
 

@@ -130,7 +130,7 @@ done:
 }
 
 rf_status rf_spm_tokenize(const rf_vocab *v, const char *text, size_t len, bool space_prefix,
-                          rf_idvec *out) {
+                          rf_pcache *cache, rf_idvec *out) {
     /* escaped text: each ' ' becomes U+2581 (3 bytes) */
     size_t nsp = space_prefix ? 1 : 0;
     for (size_t i = 0; i < len; i++) nsp += text[i] == ' ';
@@ -160,7 +160,16 @@ rf_status rf_spm_tokenize(const rf_vocab *v, const char *text, size_t len, bool 
             size_t l = rf_utf8_len((unsigned char)t[end]);
             end = end + l > tlen ? tlen : end + l;
         }
-        if ((st = spm_piece(v, t + start, end - start, syms, &h, out))) goto done;
+        /* pieces repeat (words): reuse the ids of one already merged */
+        size_t pl = end - start;
+        if (!(pl <= 256 && rf_pcache_get(cache, t + start, pl, out, &st))) {
+            size_t before = out->n;
+            if ((st = spm_piece(v, t + start, pl, syms, &h, out))) goto done;
+            if (pl <= 256 && (st = rf_pcache_put(cache, t + start, pl, out->v + before, out->n - before)))
+                goto done;
+        } else if (st) {
+            goto done;
+        }
         start = end;
     }
     goto done;

@@ -104,3 +104,58 @@ rf_status rf_idvec_push(rf_idvec *iv, int32_t id) {
     iv->v[iv->n++] = id;
     return RF_OK;
 }
+
+/* ---- piece cache ------------------------------------------------------------------------- */
+
+struct rf_pcache_blk {
+    rf_pcache_blk *next;
+    size_t used, cap;
+    char data[];
+};
+
+bool rf_pcache_get(const rf_pcache *c, const char *key, size_t len, rf_idvec *out, rf_status *st) {
+    int32_t at = rf_strmap_get(&c->map, key, len, 0);
+    if (at < 0) return false;
+    int32_t cnt = c->ids.v[at];
+    for (int32_t i = 0; i < cnt; i++)
+        if ((*st = rf_idvec_push(out, c->ids.v[at + 1 + i]))) return true;
+    *st = RF_OK;
+    return true;
+}
+
+rf_status rf_pcache_put(rf_pcache *c, const char *key, size_t len, const int32_t *ids, size_t n) {
+    if (c->ids.n + n + 1 > (size_t)INT32_MAX) return RF_OK; /* full: just stop caching */
+    if (!c->blk || c->blk->cap - c->blk->used < len) {
+        size_t cap = len > 65536 ? len : 65536;
+        rf_pcache_blk *b = malloc(sizeof *b + cap);
+        if (!b) return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (piece cache)");
+        b->next = c->blk, b->used = 0, b->cap = cap;
+        c->blk = b;
+    }
+    char *k = c->blk->data + c->blk->used;
+    memcpy(k, key, len);
+    c->blk->used += len;
+    if (c->ids.n + n + 1 > c->ids.cap) {
+        size_t nc = c->ids.cap ? c->ids.cap : 1024;
+        while (nc < c->ids.n + n + 1) nc *= 2;
+        int32_t *nv = realloc(c->ids.v, nc * sizeof *nv);
+        if (!nv) return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (piece cache)");
+        c->ids.v = nv, c->ids.cap = nc;
+    }
+    int32_t pos = (int32_t)c->ids.n;
+    c->ids.v[c->ids.n++] = (int32_t)n;
+    memcpy(c->ids.v + c->ids.n, ids, n * sizeof *ids);
+    c->ids.n += n;
+    return rf_strmap_put(&c->map, k, len, 0, pos);
+}
+
+void rf_pcache_free(rf_pcache *c) {
+    rf_strmap_free(&c->map);
+    free(c->ids.v);
+    while (c->blk) {
+        rf_pcache_blk *n = c->blk->next;
+        free(c->blk);
+        c->blk = n;
+    }
+    memset(c, 0, sizeof *c);
+}

@@ -481,13 +481,14 @@ typedef struct tok_ctx {
     rf_idvec out;
     bool prev_special; /* SPM: a raw fragment after a token (or at the start) gets the space */
     rf_bpe_session *bpe;
+    rf_pcache spm_cache;
 } tok_ctx;
 
 static rf_status raw_fragment(tok_ctx *c, const char *s, size_t n) {
     if (n == 0) return RF_OK;
     rf_status st;
     if (c->v->type == RF_VOCAB_SPM) {
-        st = rf_spm_tokenize(c->v, s, n, c->v->add_space_prefix && c->prev_special, &c->out);
+        st = rf_spm_tokenize(c->v, s, n, c->v->add_space_prefix && c->prev_special, &c->spm_cache, &c->out);
         c->prev_special = false;
         return st;
     }
@@ -542,7 +543,7 @@ rf_status rf_tokenize(const rf_vocab *v, const char *text, size_t len, bool add_
                       bool parse_special, int32_t *ids, size_t cap, size_t *n_out) {
     if (!v || !n_out || (!text && len) || (!ids && cap))
         return rf_set_error(RF_ERR_INVALID_ARG, "rf_tokenize: NULL argument");
-    tok_ctx c = {v, {0}, true, NULL};
+    tok_ctx c = {.v = v, .prev_special = true};
     rf_status st = RF_OK;
     if (v->type == RF_VOCAB_BPE && (st = rf_bpe_session_new(v, &c.bpe))) return st;
     if (add_special && v->add_bos) {
@@ -568,6 +569,7 @@ rf_status rf_tokenize(const rf_vocab *v, const char *text, size_t len, bool add_
         st = rf_set_error(RF_ERR_RANGE, "rf_tokenize: %zu ids do not fit in %zu", c.out.n, cap);
 done:
     rf_bpe_session_free(c.bpe);
+    rf_pcache_free(&c.spm_cache);
     free(c.out.v);
     return st;
 }

@@ -108,6 +108,20 @@ typedef struct rf_idvec {
 } rf_idvec;
 rf_status rf_idvec_push(rf_idvec *iv, int32_t id);
 
+/* A per-call cache of pieces already tokenized (words, SPM pieces): text -> ids. Keys are
+ * copied into chunks that never move. */
+typedef struct rf_pcache_blk rf_pcache_blk;
+typedef struct rf_pcache {
+    rf_strmap map;      /* text -> offset in ids: count, ids... */
+    struct { int32_t *v; size_t n, cap; } ids;
+    rf_pcache_blk *blk;
+} rf_pcache;
+/* Appends the cached ids of key to out and returns true, or returns false on a miss. */
+bool rf_pcache_get(const rf_pcache *c, const char *key, size_t len, rf_idvec *out, rf_status *st);
+rf_status rf_pcache_put(rf_pcache *c, const char *key, size_t len, const int32_t *ids, size_t n);
+void rf_pcache_free(rf_pcache *c);
+
+
 struct rf_vocab {
     rf_vocab_type type;
     int32_t n_tokens;
@@ -163,7 +177,7 @@ int32_t rf_vocab_byte_to_token(const rf_vocab *v, unsigned char c);
 /* Tokenizes one raw-text fragment (special tokens already split out) and appends ids. */
 /* SPM: prefix with " " when `space_prefix`, escape spaces to U+2581, then merge. */
 rf_status rf_spm_tokenize(const rf_vocab *v, const char *text, size_t len, bool space_prefix,
-                         rf_idvec *out);
+                         rf_pcache *cache, rf_idvec *out);
 
 typedef struct rf_bpe_session rf_bpe_session;
 rf_status rf_bpe_session_new(const rf_vocab *v, rf_bpe_session **out);
