@@ -4,6 +4,9 @@
  * first use: AVX2 where the CPU has it and RF_NO_SIMD is unset/"0", else scalar. */
 #include <ctype.h>
 #include <pthread.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 
 #include "quant/quant_impl.h"
@@ -77,10 +80,16 @@ static const dot_impls g_dots[RF_TYPE_TABLE_SIZE] = {
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static rf_simd_level g_level = RF_SIMD_SCALAR;
 
+/* AVX2 and FMA through the compiler's CPU model (which also checks that the OS saves YMM
+ * state); F16C straight from CPUID leaf 1, ECX bit 29, because clang's __builtin_cpu_supports
+ * does not know "f16c". */
 bool rf_cpu_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    return (c >> 29) & 1u;
 #else
     return false;
 #endif

@@ -12,6 +12,7 @@
  *      rounding itself, not the kernel (whose own error, (a), is ~1e-8);
  *  (c) AVX2 vs scalar: <= 1e-5 * sum|w_i x_i|; bit-identical for the K-quants (int32 sums);
  *  (d) RF_NO_SIMD=1 forces the scalar level (checked in a child process). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "test_util.h"
 
 #include <math.h>
