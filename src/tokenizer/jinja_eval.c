@@ -802,7 +802,10 @@ static jv do_slice(ctx *c, const jnode *at, jv obj, jv va, jv vb, jv vs) {
         for (int64_t i = s0; st > 0 ? i < s1 : i > s1; i += st) sb_put(c, &sb, obj.u.s.p + o[i], o[i + 1] - o[i]);
         return sb_val(&sb);
     }
-    jfail(c, at, RF_ERR_TYPE, "'%s' object is not subscriptable", type_name(obj));
+    /* Jinja's getitem falls back to getattr and yields undefined for the rest */
+    char *m = ja_alloc(&c->a, 64);
+    snprintf(m, 64, "'%s object' is not subscriptable", type_name(obj));
+    return V_UNDEF(m);
 }
 
 /* items of an iterable as a list (dict -> keys, string -> characters) */
@@ -1244,6 +1247,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         for (size_t k = 0; k < l->n; k++) o->v[k] = l->v[l->n - 1 - k];
         return V_GEN(o); /* reversed() iterator */
     }
+    if ((!strcmp(f, "int") || !strcmp(f, "float")) && v.t == JV_UNDEF) undef_fail(c, at, v);
     if (!strcmp(f, "int")) {
         jv def = arg(a, 0, "default", V_INT(0));
         if (v.t == JV_INT) return v;
@@ -1271,13 +1275,17 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         return def;
     }
     if (!strcmp(f, "abs")) {
-        if (v.t == JV_INT) return V_INT(v.u.i < 0 ? -v.u.i : v.u.i);
+        if (is_intlike(v)) {
+            if (num_i(v) == INT64_MIN) jfail(c, at, RF_ERR_RANGE, "integer overflow in abs()");
+            return V_INT(num_i(v) < 0 ? -num_i(v) : num_i(v));
+        }
         if (is_num(v)) return V_FLOAT(fabs(num_f(v)));
         jfail(c, at, RF_ERR_TYPE, "bad operand type for abs(): '%s'", type_name(v));
     }
     if (!strcmp(f, "round")) {
         jv p = arg(a, 0, "precision", V_INT(0));
         if (!is_num(v)) jfail(c, at, RF_ERR_TYPE, "round: expects a number");
+        if (is_intlike(v) && num_i(p) >= 0) return V_INT(num_i(v)); /* round(int, n) is an int */
         double m = pow(10.0, (double)num_i(p));
         return V_FLOAT(nearbyint(num_f(v) * m) / m); /* Python round(): half to even */
     }
@@ -1290,7 +1298,8 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         return html_escape(c, str_of(c, v));
     }
     if (!strcmp(f, "indent")) {
-        jv s = str_of(c, v);
+        if (v.t != JV_STR) jfail(c, at, RF_ERR_TYPE, "indent expects a string, got %s", type_name(v));
+        jv s = v;
         jv w = arg(a, 0, "width", V_INT(4));
         bool first = truthy(arg(a, 1, "first", V_BOOL(false)));
         bool blank = truthy(arg(a, 2, "blank", V_BOOL(false)));
@@ -1429,8 +1438,10 @@ static bool apply_test(ctx *c, const jnode *at, const char *t, jv v, const argv_
         return v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT || v.t == JV_UNDEF;
     if (!strcmp(t, "callable")) return v.t == JV_MACRO || v.t == JV_FUNC;
     if (!strcmp(t, "even") || !strcmp(t, "odd")) {
-        if (!is_intlike(v)) jfail(c, at, RF_ERR_TYPE, "test '%s' expects an integer", t);
-        return (num_i(v) % 2 == 0) == (t[0] == 'e');
+        if (v.t == JV_UNDEF) undef_fail(c, at, v);
+        if (!is_num(v)) jfail(c, at, RF_ERR_TYPE, "test '%s' expects a number, got %s", t, type_name(v));
+        jv r = binop(c, at, JOP_MOD, v, V_INT(2));
+        return t[0] == 'e' ? num_f(r) == 0 : num_f(r) == 1;
     }
     if (!strcmp(t, "divisibleby")) {
         if (!is_intlike(v) || !is_intlike(x) || num_i(x) == 0) jfail(c, at, RF_ERR_TYPE, "divisibleby expects non-zero integers");
@@ -1444,7 +1455,7 @@ static bool apply_test(ctx *c, const jnode *at, const char *t, jv v, const argv_
     if (!strcmp(t, "ge") || !strcmp(t, ">=")) return vcmp(c, at, v, x, ">=") >= 0;
     if (!strcmp(t, "in")) return contains(c, at, x, v);
     if (!strcmp(t, "lower") || !strcmp(t, "upper")) {
-        if (v.t != JV_STR) return false;
+        v = str_of(c, v); /* Jinja: str(value).islower() */
         bool any = false;
         for (size_t k = 0; k < v.u.s.n; k++) {
             unsigned char ch = (unsigned char)v.u.s.p[k];
@@ -1671,6 +1682,17 @@ static jv eval_method(ctx *c, scope *s, jnode *n) {
             jv *f = dict_find(d, arg(&a, 0, "key", V_NONE()));
             return f ? *f : arg(&a, 1, "default", V_NONE());
         }
+    }
+    if (obj.t == JV_LIST && (!strcmp(m, "count") || !strcmp(m, "index")) && obj.u.l->kind != JL_GEN) {
+        jv x = arg(&a, 0, NULL, V_UNDEF("list.count needs an argument"));
+        int64_t cnt = 0;
+        for (size_t k = 0; k < obj.u.l->n; k++)
+            if (veq(obj.u.l->v[k], x)) {
+                if (m[0] == 'i') return V_INT((int64_t)k);
+                cnt++;
+            }
+        if (m[0] == 'i') jfail(c, n, RF_ERR_FORMAT, "list.index(x): x not in list");
+        return V_INT(cnt);
     }
     if (obj.t == JV_LOOP && !strcmp(m, "cycle")) {
         if (!a.np) jfail(c, n, RF_ERR_FORMAT, "no items for cycling given");

@@ -613,7 +613,7 @@ static const char *const TESTS[] = {
 static const char *const METHODS[] = {
     "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper", "lower",
     "title", "capitalize", "replace", "find", "count", "join", "splitlines", "items", "keys",
-    "values", "get", "cycle", "isdigit", "isalpha", "isspace", "format",
+    "values", "get", "cycle", "isdigit", "isalpha", "isspace", "format", "index",
     /* list/dict mutators: accepted here, refused when called (transformers' sandbox is
      * immutable, so a template that calls them fails there too) */
     "append", "extend", "insert", "pop", "remove", "update", "clear", "setdefault", NULL};
