@@ -214,15 +214,41 @@ EXTRA_CASES = [("single", True), ("system_multi", True), ("multi_turn", False),
                ("tool_call_roundtrip", True)]
 
 
-def render_case(tmpl, fn, cname, msgs, tools, extra, agp):
+# continue_final_message (prefill) cases: rendered without the generation prompt, then cut
+# after the final message's content exactly as transformers' apply_chat_template does
+CONTINUE_CASES = [
+    ("assistant_last", [{"role": "user", "content": "Tell me a joke."},
+                        {"role": "assistant", "content": "Why did the chicken cross the road?"}]),
+    ("prefill_padded", [{"role": "system", "content": "Answer in JSON."},
+                        {"role": "user", "content": "Name a colour."},
+                        {"role": "assistant", "content": "  {\"colour\": \""}]),
+]
+
+
+def continue_final(rendered, msgs):
+    final = msgs[-1]["content"]
+    if isinstance(final, (list, tuple)):
+        final = final[-1]["text"]
+    try:
+        return rendered[: rendered.rindex(final) + len(final)]
+    except ValueError:
+        final = final.strip()
+        return rendered[: rendered.rindex(final) + len(final)]
+
+
+def render_case(tmpl, fn, cname, msgs, tools, extra, agp, cont=False):
     bos, eos = tokens_for(fn)
     ctx = dict(messages=msgs, tools=tools, add_generation_prompt=agp, bos_token=bos,
                eos_token=eos)
     ctx.update(extra)
     case = {"template": fn, "case": cname, "add_generation_prompt": agp, "bos_token": bos,
             "eos_token": eos, "messages": msgs, "tools": tools, "extra": extra}
+    if cont:
+        case["continue_final_message"] = True
     try:
         case["expected"] = tmpl.render(**ctx)
+        if cont:
+            case["expected"] = continue_final(case["expected"], msgs)
         case["error"] = None
     except TemplateError as e:
         case["expected"] = None
@@ -269,6 +295,9 @@ def main():
         for cname, msgs, tools, extra in CASES:
             for agp in (False, True):
                 out["cases"].append(render_case(tmpl, fn, cname, msgs, tools, extra, agp))
+        for cname, msgs in CONTINUE_CASES:
+            out["cases"].append(render_case(tmpl, fn, cname + "+continue", msgs, None, {}, False,
+                                            cont=True))
     out["features"] = []
     for fname, src, variables in FEATURES:
         case = {"name": fname, "template": src, "vars": variables}
@@ -288,8 +317,10 @@ def main():
         json.dump(out, f, ensure_ascii=False, indent=1)
         f.write("\n")
     n_err = sum(1 for c in out["cases"] if c["error"])
-    print("wrote %s: %d cases (%d templates x %d conversations x 2), %d expected errors, "
-          "%d feature templates" % (path, len(out["cases"]), len(names), len(CASES), n_err,
+    print("wrote %s: %d cases (%d templates x (%d conversations x 2 + %d continue_final_message)), "
+          "%d expected errors, "
+          "%d feature templates" % (path, len(out["cases"]), len(names), len(CASES),
+                                    len(CONTINUE_CASES), n_err,
                                     len(out["features"])))
     write_extra(env)
 

@@ -112,6 +112,10 @@ typedef struct rf_chat_render_opts {
     const char *extra_json;
     int64_t now;               /* unix time for strftime_now (formatted in UTC); 0 = the
                                   clock (local time), as transformers does */
+    /* transformers' continue_final_message: render without the generation prompt and cut
+     * the text right after the last message's content, so the model continues that message
+     * (prefill). Incompatible with add_generation_prompt (RF_ERR_INVALID_ARG). */
+    bool continue_final_message;
 } rf_chat_render_opts;
 
 /* Renders with the full variable set. Malformed JSON in opts: RF_ERR_INVALID_ARG naming the

@@ -49,12 +49,66 @@ static rf_status parse_json_field(const char *text, const char *field, json_t **
     return RF_OK;
 }
 
+/* Python's str.strip() whitespace, for continue_final_message's retry */
+static bool py_ws_at(const char *s, size_t n, size_t *w) {
+    unsigned char c = (unsigned char)s[0];
+    if (c == ' ' || (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x1f)) { *w = 1; return true; }
+    uint32_t cp = 0;
+    if (c >= 0xC2 && c < 0xE0 && n >= 2) { cp = ((c & 0x1Fu) << 6) | (s[1] & 0x3F); *w = 2; }
+    else if (c >= 0xE0 && c < 0xF0 && n >= 3) { cp = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3F); *w = 3; }
+    else return false;
+    return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
+           cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+}
+
+static const char *rfind(const char *hay, size_t hn, const char *needle, size_t nn) {
+    if (nn > hn) return NULL;
+    for (size_t k = hn - nn + 1; k-- > 0;)
+        if (memcmp(hay + k, needle, nn) == 0) return hay + k;
+    return NULL;
+}
+
+/* continue_final_message as transformers does it: cut after the last occurrence of the final
+ * message's content (its last text part for list content), retrying with the content
+ * stripped because some templates trim it. */
+static rf_status cut_after_final(const json_t *messages, char *out, size_t *len) {
+    size_t n = json_array_size(messages);
+    if (!n) return rf_set_error(RF_ERR_INVALID_ARG, "chat template: continue_final_message needs a message");
+    json_t *c = json_object_get(json_array_get(messages, n - 1), "content");
+    if (json_is_array(c)) c = json_object_get(json_array_get(c, json_array_size(c) - 1), "text");
+    if (!json_is_string(c))
+        return rf_set_error(RF_ERR_INVALID_ARG, "chat template: continue_final_message: the last message has no text content");
+    const char *fm = json_string_value(c);
+    size_t fl = json_string_length(c);
+    const char *at = rfind(out, *len, fm, fl);
+    if (!at) {
+        size_t w;
+        while (fl > 0 && py_ws_at(fm, fl, &w)) { fm += w; fl -= w; }
+        while (fl > 0) {
+            size_t k = fl - 1, back = 0;
+            while (k > 0 && back < 3 && ((unsigned char)fm[k] & 0xC0) == 0x80) { k--; back++; }
+            if (!py_ws_at(fm + k, fl - k, &w) || k + w != fl) break;
+            fl = k;
+        }
+        at = rfind(out, *len, fm, fl);
+    }
+    if (!at)
+        return rf_set_error(RF_ERR_FORMAT, "chat template: continue_final_message: the final message's content "
+                                           "does not appear in the rendered text");
+    *len = (size_t)(at - out) + fl;
+    out[*len] = 0;
+    return RF_OK;
+}
+
 rf_status rf_chat_template_render_ex(const rf_chat_template *t, const rf_chat_msg *msgs,
                                      size_t n, const rf_chat_render_opts *opts, char **out) {
     g_raised = false;
     if (!t || !out || !opts || (n && !msgs))
         return rf_set_error(RF_ERR_INVALID_ARG, "rf_chat_template_render: NULL argument");
     *out = NULL;
+    if (opts->continue_final_message && opts->add_generation_prompt)
+        return rf_set_error(RF_ERR_INVALID_ARG, "chat template: continue_final_message and add_generation_prompt "
+                                                "cannot both be set");
     json_t *vars = json_object();
     if (!vars) return rf_set_error(RF_ERR_OOM, "chat template: out of memory");
     rf_status st = RF_OK;
@@ -123,6 +177,11 @@ rf_status rf_chat_template_render_ex(const rf_chat_template *t, const rf_chat_ms
     size_t len;
     st = rf_jinja_render(t->j, vars, NULL, (time_t)opts->now, out, &len);
     if (st) g_raised = rf_jinja_last_error_was_raise();
+    if (!st && opts->continue_final_message) st = cut_after_final(messages, *out, &len);
+    if (st && *out) {
+        free(*out);
+        *out = NULL;
+    }
 done:
     json_decref(vars);
     return st;

@@ -77,6 +77,7 @@ static void run_goldens(const char *rel, size_t min_cases) {
         o.tools_json = tj;
         o.extra_json = ej;
         o.now = now;
+        o.continue_final_message = json_is_true(json_object_get(c, "continue_final_message"));
         char *out = (char *)"poison";
         rf_status st = t ? rf_chat_template_render_ex(t, NULL, 0, &o, &out) : RF_ERR_UNSUPPORTED;
         json_t *err = json_object_get(c, "error");

@@ -83,6 +83,13 @@ static void test_raise_exception_status(void **state) {
     assert_int_equal(rf_chat_template_render_ex(t, m, 1, &o, &out), RF_ERR_INVALID_ARG);
     assert_non_null(strstr(rf_last_error(), "tools"));
     o.tools_json = NULL;
+    o.add_generation_prompt = o.continue_final_message = true;
+    assert_int_equal(rf_chat_template_render_ex(t, m, 1, &o, &out), RF_ERR_INVALID_ARG);
+    assert_non_null(strstr(rf_last_error(), "continue_final_message"));
+    o.add_generation_prompt = false; /* the template "x" does not contain the content */
+    assert_int_equal(rf_chat_template_render_ex(t, m, 1, &o, &out), RF_ERR_FORMAT);
+    assert_null(out);
+    o.continue_final_message = false;
     o.messages_json = "{\"role\": \"user\"}";
     assert_int_equal(rf_chat_template_render_ex(t, NULL, 0, &o, &out), RF_ERR_INVALID_ARG);
     assert_non_null(strstr(rf_last_error(), "messages"));
