@@ -295,7 +295,7 @@ static rf_status cpu_rmsnorm(rf_backend *be, rf_tensor *y, const rf_tensor *x, c
         const float *xr = xd + r * n;
         float *yr = yd + r * n;
         double ss = 0; /* ggml sums in ggml_float (double) */
-        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        for (int64_t i = 0; i < n; i++) ss += (double)(xr[i] * xr[i]); /* float product, as ggml */
         float scale = (float)(1.0 / sqrt(ss / n + eps));
         if (wd)
             for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * scale * wd[i];

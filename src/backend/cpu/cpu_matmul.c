@@ -5,6 +5,8 @@
  * a kernel fall back to dequantize-the-row + f32 dot. */
 #include "backend/cpu/cpu_backend.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rocmforge/quant.h"
@@ -21,12 +23,44 @@ typedef struct mm_job {
     float *scratch;      /* fallback: n_in floats per thread */
 } mm_job;
 
+/* Q8_0 / Q8_1 activations exactly as ggml's x86 runtime converts them (its AVX2 path, which
+ * is what llama.cpp runs): id = 127/amax (not 1/d) and round-half-to-even. The reference
+ * quantizer (roundf, 1/d) differs in the last bit on some elements, and over 30 layers that
+ * shows as ~1e-2 in the logits. q8_1 also stores s = d * sum(q). */
+static void act_q8(const float *x, uint8_t *dst, int64_t n, bool with_sum) {
+    size_t bs = with_sum ? 36 : 34;
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        uint8_t *blk = dst + (size_t)b * bs;
+        float amax = 0;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(xb[k]));
+        float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+        int8_t *q = (int8_t *)(blk + (with_sum ? 4 : 2));
+        int sum = 0;
+        for (int k = 0; k < 32; k++) {
+            q[k] = (int8_t)nearbyintf(xb[k] * id);
+            sum += q[k];
+        }
+        uint16_t h = rf_f32_to_fp16(d);
+        memcpy(blk, &h, 2);
+        if (with_sum) {
+            h = rf_f32_to_fp16(d * (float)sum);
+            memcpy(blk + 2, &h, 2);
+        }
+    }
+}
+
 static void mm_quantize(void *ctx, int ith, int nth) {
     mm_job *j = ctx;
     int64_t lo, hi;
     rf_pool_range(j->n_tokens, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++)
-        rf_quantize_row(j->xq_type, j->x + t * j->n_in, j->xq + (size_t)t * j->xq_row, j->n_in);
+    for (int64_t t = lo; t < hi; t++) {
+        const float *x = j->x + t * j->n_in;
+        void *dst = j->xq + (size_t)t * j->xq_row;
+        if (j->xq_type == RF_TYPE_Q8_0) act_q8(x, dst, j->n_in, false);
+        else if (j->xq_type == RF_TYPE_Q8_1) act_q8(x, dst, j->n_in, true);
+        else rf_quantize_row(j->xq_type, x, dst, j->n_in);
+    }
 }
 
 /* Output rows are split in blocks of 16 so that threads stay on separate cache lines of y. */
@@ -69,7 +103,9 @@ rf_status rf_cpu_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const 
     rf_cpu *cpu = be->impl;
     mm_job j = {y->data, w, x->data, n_tokens, w->ne[0], w->ne[1], RF_TYPE_F32, 0, NULL, NULL, NULL};
     const rf_type_traits *tr = rf_type_info(w->type);
-    if (tr && tr->vec_dot && w->type != RF_TYPE_F32) {
+    static int no_vd = -1;
+    if (no_vd < 0) no_vd = getenv("RF_CPU_F32_MATMUL") != NULL; /* debugging: exact f32 path */
+    if (!no_vd && tr && tr->vec_dot && w->type != RF_TYPE_F32) {
         j.dot = tr->vec_dot;
         j.xq_type = tr->vec_dot_type;
         if (j.xq_type == RF_TYPE_F32) {
