@@ -131,6 +131,7 @@ static void undef_fail(ctx *c, const jnode *at, jv v) {
 
 static void sb_reserve(ctx *c, sbuf *b, size_t extra) {
     if (b->cap - b->n >= extra + 1) return;
+    if (extra > ((size_t)1 << 40)) jfail(c, NULL, RF_ERR_RANGE, "string too long");
     size_t nc = b->cap ? b->cap * 2 : 64;
     while (nc - b->n < extra + 1) nc *= 2;
     char *np = ja_alloc(&c->a, nc);

@@ -13,6 +13,10 @@
 /* ---- arena ---------------------------------------------------------------------------------- */
 
 void *ja_alloc(jarena *a, size_t n) {
+    if (n > ((size_t)1 << 40) || (a->limit && n > a->limit)) { /* also keeps the rounding below from wrapping */
+        a->fail_code = 2;
+        longjmp(*a->fail, 1);
+    }
     n = (n + 15) & ~(size_t)15;
     if (n == 0) n = 16;
     jarena_chunk *c = a->head;
