@@ -126,6 +126,26 @@ static void test_load_errors(void **state) {
     expect_ids(v, " the", true, false, (int32_t[]){SYN_EOT, SYN_GTHE}, 2);
     rf_vocab_free(v);
     assert_int_equal(rf_vocab_load(NULL, &v), RF_ERR_INVALID_ARG);
+    /* every pre-tokenizer family compiles and splits a mixed text without error */
+    const char *pres[] = {"default", "llama3", "dbrx", "gpt-2", "trillion", "starcoder", "smollm",
+                          "qwen2", "stablelm2", "qwen35", "grok-2", "gpt-4o", "tekken", "falcon",
+                          "deepseek-coder", "deepseek-llm", "deepseek-v3", "poro-chat", "bloom",
+                          "viking", "seed-coder", "bailingmoe", "command-r", "mpt", "olmo"};
+    const char *mixed = "Hello WORLD it's 12345 \t\n\n  x\xC2\x85y  \xE4\xB8\x96\xE7\x95\x8C "
+                        "caf\xC3\xA9 \xF0\x9F\x9A\x80!!! \xff\xfe end  ";
+    for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++) {
+        if (synth_bpe(NULL, pres[i], true, &v) != RF_OK) {
+            fprintf(stderr, "pre '%s': %s\n", pres[i], rf_last_error());
+            fail();
+        }
+        size_t n = 0;
+        int32_t *ids = tk_tokenize(v, mixed, strlen(mixed), true, true, &n);
+        assert_non_null(ids);
+        assert_true(n > 10);
+        for (size_t k = 0; k < n; k++) assert_true(ids[k] >= 0 && ids[k] < SYN_N);
+        free(ids);
+        rf_vocab_free(v);
+    }
 }
 
 /* Random ids over a clean_spaces vocabulary (gpt-2 pre): the streaming detokenizer, fed one

@@ -213,6 +213,90 @@ static void test_spm_literal_2581(void **s) {
     rf_vocab_free(v);
 }
 
+/* Arbitrary bytes never fail and give in-range ids. BPE: each byte that does not start a valid
+ * character is read as U+FFFD (the reference's rule), so tokenize(raw) == tokenize(sanitized).
+ * SPM: byte fallback keeps the bytes, so they come back unless an incomplete sequence swallows
+ * the first bytes of an escaped space (checked on text without spaces). */
+static void invalid_bytes(const char *path, const char *label, bool bpe) {
+    if (!tk_file_exists(path)) skip();
+    rf_vocab *v = tk_load(path);
+    assert_non_null(v);
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() ^ 0xBADB17E5);
+    int32_t nv = rf_vocab_n_tokens(v);
+    for (int it = 0; it < N_STRINGS; it++) {
+        char raw[128];
+        size_t n = rf_rng_u64(&r) % sizeof raw;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t k = rf_rng_u64(&r);
+            raw[i] = (char)((k & 3) ? 0x80 + (k >> 8) % 0x80 : (k >> 8) % 256);
+            if (!bpe && raw[i] == ' ') raw[i] = 'x';
+        }
+        size_t m = 0;
+        int32_t *ids = tk_tokenize(v, raw, n, true, it & 1, &m);
+        assert_non_null(ids);
+        for (size_t i = 0; i < m; i++) assert_true(ids[i] >= 0 && ids[i] < nv);
+        if (bpe) {
+            size_t sl, m2 = 0;
+            char *san = tk_sanitize(raw, n, &sl);
+            int32_t *ids2 = tk_tokenize(v, san, sl, true, it & 1, &m2);
+            assert_non_null(ids2);
+            assert_int_equal(m, m2);
+            assert_memory_equal(ids, ids2, m * sizeof *ids);
+            free(ids2);
+            free(san);
+        } else {
+            char *out = NULL;
+            size_t ol;
+            size_t m0 = 0;
+            int32_t *plain = tk_tokenize(v, raw, n, false, false, &m0);
+            assert_int_equal(rf_detokenize(v, plain, m0, false, &out, &ol), RF_OK);
+            assert_int_equal(ol, n);
+            assert_memory_equal(out, raw, n);
+            free(out);
+            free(plain);
+        }
+        free(ids);
+    }
+    fprintf(stderr, "%s: %d random byte strings (mostly invalid UTF-8) tokenized as specified\n", label, N_STRINGS);
+    rf_vocab_free(v);
+}
+
+static void test_bpe_invalid_bytes(void **s) { (void)s; invalid_bytes(RF_SMOLLM2_PATH, "smollm2", true); }
+static void test_spm_invalid_bytes(void **s) { (void)s; invalid_bytes(RF_GEMMA3_PATH, "gemma3", false); }
+
+/* 10 MB of mixed text in one call: completes, round-trips, and the ids look like text. */
+static void test_bpe_10mb(void **s) {
+    (void)s;
+    if (!tk_file_exists(RF_SMOLLM2_PATH)) skip();
+    rf_vocab *v = tk_load(RF_SMOLLM2_PATH);
+    assert_non_null(v);
+    bool present[256];
+    byte_tokens(v, present);
+    size_t cap = 10u << 20, n = 0;
+    char *big = malloc(cap + 1024);
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() ^ 0x10);
+    while (n < cap) {
+        size_t l = random_text(&r, big + n, true);
+        n += keep_representable(big + n, l, present);
+    }
+    size_t m = 0;
+    int32_t *ids = tk_tokenize(v, big, n, false, false, &m);
+    assert_non_null(ids);
+    assert_true(m > n / 8 && m <= n);
+    char *out = NULL;
+    size_t ol;
+    assert_int_equal(rf_detokenize(v, ids, m, true, &out, &ol), RF_OK);
+    assert_int_equal(ol, n);
+    assert_memory_equal(out, big, n);
+    fprintf(stderr, "smollm2: %zu bytes -> %zu tokens -> the same %zu bytes\n", n, m, ol);
+    free(out);
+    free(ids);
+    free(big);
+    rf_vocab_free(v);
+}
+
 int main(void) {
     if (!tk_file_exists(RF_SMOLLM2_PATH) && !tk_file_exists(RF_GEMMA3_PATH)) {
         fprintf(stderr, "SKIP test_tokenizer_props: %s and %s are absent (run scripts/fetch-models.sh)\n",
@@ -222,7 +306,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bpe_roundtrip), cmocka_unit_test(test_spm_roundtrip),
         cmocka_unit_test(test_bpe_stream),    cmocka_unit_test(test_spm_stream),
-        cmocka_unit_test(test_spm_literal_2581),
+        cmocka_unit_test(test_spm_literal_2581), cmocka_unit_test(test_bpe_invalid_bytes),
+        cmocka_unit_test(test_spm_invalid_bytes), cmocka_unit_test(test_bpe_10mb),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
