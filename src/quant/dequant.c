@@ -3,6 +3,13 @@
  * (d*sc)*q - (dmin*m)), so results are bit-identical to ggml and to gguf-py's numpy versions. */
 #include "quant/quant_impl.h"
 
+/* Keep a*b+c as two roundings even under -march=native: the goldens (ggml, gguf-py) round twice. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 static const int8_t k_fp4[16] = RF_KVALUES_FP4_INIT;
 static const int8_t k_iq4nl[16] = RF_KVALUES_IQ4NL_INIT;
 

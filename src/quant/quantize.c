@@ -9,6 +9,13 @@
 
 #include "quant/quant_impl.h"
 
+/* Keep a*b+c as two roundings even under -march=native: the goldens (ggml, gguf-py) round twice. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #define RF_GROUP_MAX_EPS 1e-15f
 
 static const int8_t k_fp4[16] = RF_KVALUES_FP4_INIT;
