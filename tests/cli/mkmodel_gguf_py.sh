@@ -142,4 +142,33 @@ check tiny-qwen2 q5_k_s
 check tiny-llama2 q8_0
 check tiny-llama2 q6_k --pure
 check smollm2-135m q4_k_m --layers 2
+# ---- rope_freqs.weight of a Llama 3.2 file against the converter's formula (numpy float32) ----
+f="$T/l32.gguf"
+"$RF" mkmodel --preset llama3.2-1b --type f16 --layers 1 -q -o "$f" || fail "write llama3.2-1b"
+"$PY" - "$f" <<'EOF' || fail "rope_freqs check"
+import math, sys
+import numpy as np
+import gguf
+r = gguf.GGUFReader(sys.argv[1])
+t = [t for t in r.tensors if t.name == "rope_freqs.weight"][0]
+got = np.asarray(t.data, dtype=np.float32)
+base, dim, factor, low, high, old = 500000.0, 64, 32.0, 1.0, 4.0, 8192
+freqs = (1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))).astype(np.float32)
+want = []
+for freq in freqs:
+    wavelen = np.float32(2 * math.pi) / freq
+    if wavelen < old / high:
+        want.append(1.0)
+    elif wavelen > old / low:
+        want.append(factor)
+    else:
+        smooth = (np.float32(old) / wavelen - np.float32(low)) / np.float32(high - low)
+        want.append(1.0 / ((1.0 - smooth) / factor + smooth))
+want = np.asarray(want, dtype=np.float32)
+assert t.tensor_type == gguf.GGMLQuantizationType.F32 and got.shape == (32,), (t.tensor_type, got.shape)
+err = np.max(np.abs(got - want) / want)
+assert err < 1e-6, (err, got, want)
+print(f"ok rope_freqs: 32 factors from {got.min():.3f} to {got.max():.3f}, max rel err {err:.1e}")
+EOF
+rm -f "$f"
 echo "all mkmodel gguf-py checks passed"
