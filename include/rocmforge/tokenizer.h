@@ -10,6 +10,8 @@
 extern "C" {
 #endif
 
+/* A loaded vocabulary is immutable: every call below may run concurrently on one rf_vocab
+ * (per-call state is allocated per call); an rf_detok belongs to one thread at a time. */
 typedef struct rf_vocab rf_vocab;
 
 /* Builds the vocabulary from `tokenizer.ggml.*` metadata (the gguf handle may be closed

@@ -32,12 +32,6 @@ static bool text_is(const rf_vocab *v, int32_t id, const char *s) {
     return v->len[id] == l && !memcmp(rf_tok_text(v, id), s, l);
 }
 
-static bool text_in(const rf_vocab *v, int32_t id, const char *const *list) {
-    for (; *list; list++)
-        if (text_is(v, id, *list)) return true;
-    return false;
-}
-
 void rf_vocab_free(rf_vocab *v) {
     if (!v) return;
     free(v->pool);
@@ -84,13 +78,16 @@ static const char *const k_eog_texts[] = {
     "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
     "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~[", NULL};
 
-/* Finds the first id (lowest) whose text is in `list` when *id is unset, and marks it CONTROL. */
+/* When *id is unset: the token of the first text in `list` the vocabulary has (list order is
+ * the priority, so "<|im_end|>" wins over "<|endoftext|>" as end-of-turn); marks it CONTROL.
+ * (llama.cpp takes whichever its hash map yields first.) */
 static void detect(rf_vocab *v, int32_t *id, const char *const *list) {
     if (*id >= 0) return;
-    for (int32_t i = 0; i < v->n_tokens; i++) {
-        if (text_in(v, i, list)) {
-            *id = i;
-            v->attr[i] |= RF_TOK_CONTROL;
+    for (; *list; list++) {
+        int32_t t = rf_text_to_token(v, *list, strlen(*list));
+        if (t >= 0) {
+            *id = t;
+            v->attr[t] |= RF_TOK_CONTROL;
             return;
         }
     }
@@ -401,12 +398,16 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
     static const char *const k_render[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", NULL};
     int32_t end_id = -1, s_id = -1;
     bool has_return = false, has_call = false, has_flush = false, has_tool_resp = false;
-    for (int32_t i = 0; i < v->n_tokens; i++) {
-        if (text_in(v, i, k_eog_texts)) {
-            v->is_eog[i] = 1;
-            v->attr[i] |= RF_TOK_CONTROL;
-        }
-        if (text_in(v, i, k_render)) v->attr[i] = RF_TOK_USER_DEFINED;
+    /* by text, through the text -> id map (one id per text, as llama.cpp's token_to_id) */
+    for (const char *const *t = k_eog_texts; *t; t++) {
+        int32_t i = rf_text_to_token(v, *t, strlen(*t));
+        if (i < 0) continue;
+        v->is_eog[i] = 1;
+        v->attr[i] |= RF_TOK_CONTROL;
+    }
+    for (const char *const *t = k_render; *t; t++) {
+        int32_t i = rf_text_to_token(v, *t, strlen(*t));
+        if (i >= 0) v->attr[i] = RF_TOK_USER_DEFINED;
     }
     for (int32_t i = 0; i < v->n_tokens; i++) {
         if (!v->is_eog[i]) continue;

@@ -82,7 +82,7 @@ static void test_bpe_merges_and_specials(void **state) {
     assert_false(rf_vocab_is_eog(v, 'a'));
     assert_false(rf_vocab_is_eog(v, -1));
     assert_false(rf_vocab_is_eog(v, SYN_N));
-    assert_int_equal(rf_vocab_eot(v), SYN_EOT); /* "<|endoftext|>" is the first EOT-like text */
+    assert_int_equal(rf_vocab_eot(v), SYN_IMEND); /* "<|im_end|>" ranks before "<|endoftext|>" */
     assert_string_equal(rf_vocab_token_text(v, SYN_GTHE), "\xC4\xA0the");
     assert_null(rf_vocab_token_text(v, SYN_N));
     /* pieces: byte-level mapping undone; control tokens empty unless rendered */
