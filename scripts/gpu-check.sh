@@ -51,7 +51,7 @@ if [ -n "$SAN" ] && [ -z "${SKIP_SAN:-}" ]; then
         : >"$OUT/sanitizer-$tool.log"
         for t in $TESTS; do
             echo "### $t" >>"$OUT/sanitizer-$tool.log"
-            timeout ${SAN_TIMEOUT:-150} "$SAN" --tool $tool --error-exitcode 99 "$BIN/$t" \
+            RF_TEST_NO_OOM=1 RF_TEST_QUICK=1 timeout ${SAN_TIMEOUT:-150} "$SAN" --tool $tool --error-exitcode 99 "$BIN/$t" \
                 >>"$OUT/sanitizer-$tool.log" 2>&1
             rc=$?
             summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)

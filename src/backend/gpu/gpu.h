@@ -113,6 +113,9 @@ rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, c
                       int64_t n_tokens, int64_t n_in, int64_t n_out);
 rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
                       int64_t n_tokens, int64_t n_in, int64_t n_out);
+/* Selects a GEMV kernel variant (0 = default, 1..3 = the variants listed in gpu_gemv.cu); for
+ * the benchmark's sweep and tests. */
+void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);
 
 /* ---- attention -------------------------------------------------------------------------- */
 /* rf_ref_attention's contract with K/V in a cache: q f32 [n_q, n_head, head_dim];

@@ -58,63 +58,85 @@ static __device__ __forceinline__ float rf_block_dot(const uint8_t *blk, const i
             lo |= rf_qh4(qh, 4 * i);
             hi |= rf_qh4(qh, 16 + 4 * i);
         }
+        /* Q4_0 / Q5_0: subtract the offset (8 / 16) per byte before the product, so the error of
+         * the int8 activations scales with |q - offset|, not with |q| (no cancellation after):
+         * bias each byte by 0x80 so the subtraction cannot borrow, then flip it back. */
+        if (T == RF_TYPE_Q4_0) {
+            lo = (int)((((uint32_t)lo | 0x80808080u) - 0x08080808u) ^ 0x80808080u);
+            hi = (int)((((uint32_t)hi | 0x80808080u) - 0x08080808u) ^ 0x80808080u);
+        }
+        if (T == RF_TYPE_Q5_0) {
+            lo = (int)((((uint32_t)lo | 0x80808080u) - 0x10101010u) ^ 0x80808080u);
+            hi = (int)((((uint32_t)hi | 0x80808080u) - 0x10101010u) ^ 0x80808080u);
+        }
         s = rf_dp4a(lo, xi[i], s);
         s = rf_dp4a(hi, xi[4 + i], s);
     }
     const float d = rf_ld_half(blk);
-    if (T == RF_TYPE_Q4_0) return d * (dxv.x * (float)s - 8.0f * dxv.y);
-    if (T == RF_TYPE_Q5_0) return d * (dxv.x * (float)s - 16.0f * dxv.y);
+    if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q5_0) return d * dxv.x * (float)s;
     return d * dxv.x * (float)s + rf_ld_half(blk + 2) * dxv.y; /* Q4_1, Q5_1: d*q + m */
 }
 
 /* gemv_q32: y[t, o] = sum_i W[o, i] x[t, i] for W in a 32-element block format T.
  * in: w rows of row_bytes (ggml layout, readable 16 bytes past the end: rf_gpu_alloc pads);
  *     qx int8 [nt, n_in], dx float2 [nt, n_in/32] from rf_k_quantize_x; 1 <= nt <= NTMAX.
- * out: y f32 [nt, n_out]. launch: RF_GEMV_WARPS warps per block, one row per warp.
- * Each tile of BPL*warp blocks is fetched with aligned 16-byte loads (all issued before use)
- * into the warp's shared-memory slice, then decoded from there: blocks of 18/20/22/34 bytes
+ * out: y f32 [nt, n_out]. launch: RF_GEMV_WARPS warps per block; a group of WPR warps owns
+ * one row (RF_GEMV_WARPS / WPR rows per block). Each tile of BPL blocks per thread is fetched
+ * with aligned 16-byte loads into the group's shared-memory slice (the next tile's loads are
+ * in flight while this one is decoded), then decoded from there: blocks of 18/20/22/34 bytes
  * are not 16-byte aligned, the staging makes the global loads so.
  * tolerance vs rf_ref_matmul: rel. L2 < 1e-2 (x is quantized to int8 per 32). */
-template <int T, int NTMAX, int BPL>
+template <int T, int NTMAX, int BPL, int WPR>
 __global__ void __launch_bounds__(RF_GEMV_WARPS * RF_WARP_SIZE)
 rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, int nt, int64_t n_in,
               int64_t n_out, int64_t row_bytes) {
     constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
                      : T == RF_TYPE_Q5_1 ? 24 : 34;
-    constexpr int TB = RF_WARP_SIZE * BPL;
+    constexpr int G = WPR * RF_WARP_SIZE;        /* threads per row */
+    constexpr int GROUPS = RF_GEMV_WARPS / WPR;  /* rows per block */
+    constexpr int TB = G * BPL;                  /* blocks per tile */
     constexpr int TILE_U4 = (TB * BB + 15) / 16 + 1;
-    constexpr int U = (TILE_U4 + RF_WARP_SIZE - 1) / RF_WARP_SIZE;
-    __shared__ uint4 sm[RF_GEMV_WARPS][U * RF_WARP_SIZE];
+    constexpr int U = (TILE_U4 + G - 1) / G;
+    __shared__ uint4 sm[GROUPS][U * G];
+    __shared__ float red[RF_GEMV_WARPS][NTMAX];
+    const int gl = threadIdx.x % G, grp = threadIdx.x / G;
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
-    const int64_t row = (int64_t)blockIdx.x * RF_GEMV_WARPS + warp;
-    if (row >= n_out) return; /* the whole warp leaves; no block-wide barrier below */
+    int64_t row = (int64_t)blockIdx.x * GROUPS + grp;
+    const bool valid = row < n_out;
+    if (!valid) row = n_out - 1; /* keep every thread in the barriers below */
     const int64_t nb = n_in / RF_QK;
     const uint8_t *wr = w + row * row_bytes;
     float acc[NTMAX];
 #pragma unroll
     for (int t = 0; t < NTMAX; t++) acc[t] = 0.0f;
-    for (int64_t b0 = 0; b0 < nb; b0 += TB) {
+    uint4 r[U];
+    int shift = 0, nu4 = 0;
+    auto fetch = [&](int64_t b0) {
         const int nblk = (int)(nb - b0 < TB ? nb - b0 : TB);
         const uint8_t *a = wr + b0 * BB;
-        const int shift = (int)((uintptr_t)a & 15);
+        shift = (int)((uintptr_t)a & 15);
+        nu4 = (shift + nblk * BB + 15) / 16;
         const uint4 *src = (const uint4 *)(a - shift);
-        const int nu4 = (shift + nblk * BB + 15) / 16;
-        uint4 r[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int idx = u * RF_WARP_SIZE + lane;
+            const int idx = u * G + gl;
             if (idx < nu4) r[u] = src[idx];
         }
+    };
+    fetch(0);
+    for (int64_t b0 = 0; b0 < nb; b0 += TB) {
+        const int nblk = (int)(nb - b0 < TB ? nb - b0 : TB);
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int idx = u * RF_WARP_SIZE + lane;
-            if (idx < nu4) sm[warp][idx] = r[u];
+            const int idx = u * G + gl;
+            if (idx < nu4) sm[grp][idx] = r[u];
         }
-        RF_SYNCWARP();
-        const uint8_t *sb = (const uint8_t *)sm[warp] + shift;
+        if (WPR == 1) RF_SYNCWARP(); else __syncthreads();
+        const uint8_t *sb = (const uint8_t *)sm[grp] + shift;
+        if (b0 + TB < nb) fetch(b0 + TB);
 #pragma unroll
         for (int k = 0; k < BPL; k++) {
-            const int bl = k * RF_WARP_SIZE + lane;
+            const int bl = k * G + gl;
             if (bl >= nblk) break;
             const int64_t bi = b0 + bl;
             const uint8_t *blk = sb + bl * BB;
@@ -127,42 +149,51 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
                 acc[t] += rf_block_dot<T>(blk, xi, dx[t * nb + bi]);
             }
         }
-        RF_SYNCWARP(); /* the slice is overwritten by the next tile */
+        if (WPR == 1) RF_SYNCWARP(); else __syncthreads(); /* the slice is reused next tile */
     }
 #pragma unroll
     for (int t = 0; t < NTMAX; t++) {
         if (t >= nt) break;
-        const float s = rf_warp_sum(acc[t]);
-        if (lane == 0) y[t * n_out + row] = s;
+        float v = rf_warp_sum(acc[t]);
+        if (WPR > 1) {
+            if (lane == 0) red[warp][t] = v;
+            __syncthreads();
+            v = 0.0f;
+            for (int k = 0; k < WPR; k++) v += red[grp * WPR + k][t];
+        }
+        if (valid && gl == 0) y[t * n_out + row] = v;
     }
 }
 
 /* gemv_f16: the same product for W in f16 or bf16 (T), x f32 [nt, n_in]; n_in % 8 == 0 so
- * each row is 16-byte aligned; each lane keeps 4 independent 16-byte loads in flight.
- * launch: RF_GEMV_WARPS warps per block, one row per warp. tolerance rel. L2 < 1e-5 vs the
+ * each row is 16-byte aligned; each thread keeps UNR independent 16-byte loads in flight.
+ * launch: RF_GEMV_WARPS warps per block, WPR warps per row. tolerance rel. L2 < 1e-5 vs the
  * f32 reference on the same (already 16-bit) weights. */
-template <int T, int NTMAX>
+template <int T, int NTMAX, int UNR, int WPR>
 __global__ void __launch_bounds__(RF_GEMV_WARPS * RF_WARP_SIZE)
 rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out) {
-    constexpr int UNR = 4;
+    constexpr int G = WPR * RF_WARP_SIZE, GROUPS = RF_GEMV_WARPS / WPR;
+    __shared__ float red[RF_GEMV_WARPS][NTMAX];
+    const int gl = threadIdx.x % G, grp = threadIdx.x / G;
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
-    const int64_t row = (int64_t)blockIdx.x * RF_GEMV_WARPS + warp;
-    if (row >= n_out) return;
+    int64_t row = (int64_t)blockIdx.x * GROUPS + grp;
+    const bool valid = row < n_out;
+    if (!valid) row = n_out - 1;
     const int64_t n8 = n_in / 8;
     const uint4 *wr = (const uint4 *)(w + row * n_in * 2);
     float acc[NTMAX];
 #pragma unroll
     for (int t = 0; t < NTMAX; t++) acc[t] = 0.0f;
-    for (int64_t i0 = lane; i0 < n8; i0 += (int64_t)RF_WARP_SIZE * UNR) {
+    for (int64_t i0 = gl; i0 < n8; i0 += (int64_t)G * UNR) {
         uint4 r[UNR];
 #pragma unroll
         for (int u = 0; u < UNR; u++) {
-            const int64_t i = i0 + (int64_t)u * RF_WARP_SIZE;
+            const int64_t i = i0 + (int64_t)u * G;
             if (i < n8) r[u] = wr[i];
         }
 #pragma unroll
         for (int u = 0; u < UNR; u++) {
-            const int64_t i = i0 + (int64_t)u * RF_WARP_SIZE;
+            const int64_t i = i0 + (int64_t)u * G;
             if (i >= n8) break;
             const uint32_t wv[4] = {r[u].x, r[u].y, r[u].z, r[u].w};
             float wf[8];
@@ -189,8 +220,14 @@ rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
 #pragma unroll
     for (int t = 0; t < NTMAX; t++) {
         if (t >= nt) break;
-        const float s = rf_warp_sum(acc[t]);
-        if (lane == 0) y[t * n_out + row] = s;
+        float v = rf_warp_sum(acc[t]);
+        if (WPR > 1) {
+            if (lane == 0) red[warp][t] = v;
+            __syncthreads();
+            v = 0.0f;
+            for (int k = 0; k < WPR; k++) v += red[grp * WPR + k][t];
+        }
+        if (valid && gl == 0) y[t * n_out + row] = v;
     }
 }
 
@@ -283,6 +320,87 @@ rf_k_gemv_k(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, in
     }
 }
 
+/* gemv_k45: Q4_K / Q5_K, the same contract as gemv_k, with the raw 16-byte words of the next
+ * chunk (quants, high bits, the 16-byte header d|dmin|scales) loaded before the current chunk
+ * is decoded, so each lane keeps ~80 bytes in flight. tolerance rel. L2 < 1e-2 (f32 math). */
+template <int T, int NTMAX>
+__global__ void __launch_bounds__(RF_GEMV_WARPS * RF_WARP_SIZE)
+rf_k_gemv_k45(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out,
+              int64_t row_bytes) {
+    constexpr int BB = T == RF_TYPE_Q4_K ? 144 : 176;
+    constexpr int QO = T == RF_TYPE_Q4_K ? 16 : 48;
+    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+    const int64_t row = (int64_t)blockIdx.x * RF_GEMV_WARPS + warp;
+    if (row >= n_out) return;
+    const int64_t nchunks = n_in / 32;
+    const uint8_t *wr = w + row * row_bytes;
+    float acc[NTMAX];
+#pragma unroll
+    for (int t = 0; t < NTMAX; t++) acc[t] = 0.0f;
+    uint4 hd, q0, q1, h0 = make_uint4(0, 0, 0, 0), h1 = make_uint4(0, 0, 0, 0);
+    auto fetch = [&](int64_t c) {
+        const uint8_t *blk = wr + (c / 8) * BB;
+        const int sb = (int)(c % 8);
+        hd = *(const uint4 *)blk;
+        const uint4 *qp = (const uint4 *)(blk + QO + 32 * (sb / 2));
+        q0 = qp[0], q1 = qp[1];
+        if (T == RF_TYPE_Q5_K) h0 = ((const uint4 *)(blk + 16))[0], h1 = ((const uint4 *)(blk + 16))[1];
+    };
+    if (lane < nchunks) fetch(lane);
+    for (int64_t c = lane; c < nchunks; c += RF_WARP_SIZE) {
+        const int sb = (int)(c % 8);
+        const uint32_t qv[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        const uint32_t hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        const uint32_t hw[4] = {hd.x, hd.y, hd.z, hd.w};
+        if (c + RF_WARP_SIZE < nchunks) fetch(c + RF_WARP_SIZE);
+        /* byte i of the header without indexing a register array at run time */
+        auto hbyte = [&](int i) -> int {
+            const uint32_t wv = (i >> 2) == 1 ? hw[1] : (i >> 2) == 2 ? hw[2] : hw[3];
+            return (int)((wv >> (8 * (i & 3))) & 0xFF);
+        };
+        int sc, m; /* rf_k4_sm on scales = header bytes 4..15 */
+        if (sb < 4) {
+            sc = hbyte(4 + sb) & 63;
+            m = hbyte(8 + sb) & 63;
+        } else {
+            sc = (hbyte(8 + sb) & 0xF) | ((hbyte(sb) >> 6) << 4);
+            m = (hbyte(8 + sb) >> 4) | ((hbyte(4 + sb) >> 6) << 4);
+        }
+        const float d1 = rf_h2f_bits((uint16_t)(hw[0] & 0xFFFF)) * (float)sc;
+        const float mterm = rf_h2f_bits((uint16_t)(hw[0] >> 16)) * (float)m;
+        float wq[32];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint32_t q = (sb & 1) ? (qv[j] >> 4) : qv[j];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int v = (int)((q >> (8 * k)) & 0xF);
+                if (T == RF_TYPE_Q5_K) v |= (int)(((hv[j] >> (8 * k + sb)) & 1u) << 4);
+                wq[4 * j + k] = d1 * (float)v;
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NTMAX; t++) {
+            if (t >= nt) break;
+            const float4 *xp = (const float4 *)(x + t * n_in + c * 32);
+            float s = 0.0f, sx = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float4 a = xp[j];
+                s += wq[4 * j] * a.x + wq[4 * j + 1] * a.y + wq[4 * j + 2] * a.z + wq[4 * j + 3] * a.w;
+                sx += a.x + a.y + a.z + a.w;
+            }
+            acc[t] += s - mterm * sx;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NTMAX; t++) {
+        if (t >= nt) break;
+        const float s = rf_warp_sum(acc[t]);
+        if (lane == 0) y[t * n_out + row] = s;
+    }
+}
+
 /* gemv_generic: any type with a device decoder (rf_dq_elem), element by element; the fallback
  * for formats and shapes the fast kernels do not take. Same launch; tolerance rel. L2 < 1e-5
  * against rf_ref_matmul (f32 arithmetic on exact dequantized values). */
@@ -310,6 +428,8 @@ rf_k_gemv_generic(float *y, const uint8_t *w, int type, const float *x, int nt, 
 
 /* ---- host glue ------------------------------------------------------------------------- */
 
+extern "C" void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant) { ctx->gemv_variant = variant; }
+
 extern "C" bool rf_gpu_gemv_supported(rf_type t) {
     switch (t) {
     case RF_TYPE_F16: case RF_TYPE_BF16: case RF_TYPE_Q8_0: case RF_TYPE_Q4_0: case RF_TYPE_Q4_1:
@@ -319,27 +439,55 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
     }
 }
 
+/* Kernel variants, chosen per call by ctx->gemv_variant (0 = default; the benchmark sweeps
+ * 1..3): q32 (warps per row, blocks per thread) = 1: (1, 2), 2: (4, 1), 3: (4, 2);
+ * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2). */
+#define RF_GEMV_DEFAULT_VARIANT 2
+static int rf_gemv_rows_per_block(int variant) { return variant == 1 ? RF_GEMV_WARPS : 1; }
+
 template <int T>
-static void rf_launch_q32(rf_gpu_ctx *ctx, unsigned grid, unsigned threads, float *y,
+static void rf_launch_q32(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
                           const uint8_t *w, const int8_t *qx, const float2 *dx, int nt,
                           int64_t n_in, int64_t n_out, int64_t rb) {
-    if (nt == 1)
-        rf_k_gemv_q32<T, 1, 2><<<grid, threads, 0, ctx->stream>>>(y, w, qx, dx, nt, n_in, n_out, rb);
-    else
-        rf_k_gemv_q32<T, 8, 2><<<grid, threads, 0, ctx->stream>>>(y, w, qx, dx, nt, n_in, n_out, rb);
+    cudaStream_t s = ctx->stream;
+#define RF_Q32(NTM, BPL, WPR) rf_k_gemv_q32<T, NTM, BPL, WPR><<<grid, threads, 0, s>>>(y, w, qx, dx, nt, n_in, n_out, rb)
+    if (nt == 1) {
+        if (v == 1) RF_Q32(1, 2, 1);
+        else if (v == 2) RF_Q32(1, 1, 4);
+        else RF_Q32(1, 2, 4);
+    } else {
+        if (v == 1) RF_Q32(8, 2, 1);
+        else RF_Q32(8, 1, 4);
+    }
+#undef RF_Q32
 }
 template <int T>
-static void rf_launch_f16(rf_gpu_ctx *ctx, unsigned grid, unsigned threads, float *y,
+static void rf_launch_f16(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
                           const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out) {
-    if (nt == 1)
-        rf_k_gemv_f16<T, 1><<<grid, threads, 0, ctx->stream>>>(y, w, x, nt, n_in, n_out);
-    else
-        rf_k_gemv_f16<T, 8><<<grid, threads, 0, ctx->stream>>>(y, w, x, nt, n_in, n_out);
+    cudaStream_t s = ctx->stream;
+#define RF_F16(NTM, UNR, WPR) rf_k_gemv_f16<T, NTM, UNR, WPR><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out)
+    if (nt == 1) {
+        if (v == 1) RF_F16(1, 4, 1);
+        else if (v == 2) RF_F16(1, 4, 4);
+        else RF_F16(1, 2, 4);
+    } else {
+        if (v == 1) RF_F16(8, 4, 1);
+        else RF_F16(8, 4, 4);
+    }
+#undef RF_F16
 }
 template <int T>
 static void rf_launch_k(rf_gpu_ctx *ctx, unsigned grid, unsigned threads, float *y,
                         const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out,
                         int64_t rb) {
+    if (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
+        constexpr int T45 = T == RF_TYPE_Q5_K ? RF_TYPE_Q5_K : RF_TYPE_Q4_K;
+        if (nt == 1)
+            rf_k_gemv_k45<T45, 1><<<grid, threads, 0, ctx->stream>>>(y, w, x, nt, n_in, n_out, rb);
+        else
+            rf_k_gemv_k45<T45, 8><<<grid, threads, 0, ctx->stream>>>(y, w, x, nt, n_in, n_out, rb);
+        return;
+    }
     if (nt == 1)
         rf_k_gemv_k<T, 1><<<grid, threads, 0, ctx->stream>>>(y, w, x, nt, n_in, n_out, rb);
     else
@@ -364,6 +512,11 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     const int nt = (int)n_tokens;
     const unsigned threads = RF_GEMV_WARPS * ctx->info.warp_size;
     const unsigned grid = (unsigned)((n_out + RF_GEMV_WARPS - 1) / RF_GEMV_WARPS);
+    const int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3 ? ctx->gemv_variant
+                                                                    : RF_GEMV_DEFAULT_VARIANT;
+    const int rpb = rf_gemv_rows_per_block(v);
+    RF_GPU_REQUIRE((n_out + rpb - 1) / rpb <= 0x7fffffff, op, "n_out=%lld", (long long)n_out);
+    const unsigned vgrid = (unsigned)((n_out + rpb - 1) / rpb);
     const uint8_t *wp = (const uint8_t *)w;
     const char *kname;
     size_t mark = ctx->scratch_used;
@@ -379,19 +532,19 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
         rf_k_quantize_x<<<rf_gpu_blocks(n, 256), 256, 0, ctx->stream>>>(qx, dx, x, n);
         if ((st = RF_GPU_LAUNCHED(ctx, "rf_k_quantize_x"))) return st;
         switch (wtype) {
-        case RF_TYPE_Q4_0: rf_launch_q32<RF_TYPE_Q4_0>(ctx, grid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q4_1: rf_launch_q32<RF_TYPE_Q4_1>(ctx, grid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q5_0: rf_launch_q32<RF_TYPE_Q5_0>(ctx, grid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q5_1: rf_launch_q32<RF_TYPE_Q5_1>(ctx, grid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-        default: rf_launch_q32<RF_TYPE_Q8_0>(ctx, grid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q4_0: rf_launch_q32<RF_TYPE_Q4_0>(ctx, v, vgrid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q4_1: rf_launch_q32<RF_TYPE_Q4_1>(ctx, v, vgrid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q5_0: rf_launch_q32<RF_TYPE_Q5_0>(ctx, v, vgrid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q5_1: rf_launch_q32<RF_TYPE_Q5_1>(ctx, v, vgrid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+        default: rf_launch_q32<RF_TYPE_Q8_0>(ctx, v, vgrid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
         }
         kname = "rf_k_gemv_q32";
         break;
     }
     case RF_TYPE_F16: case RF_TYPE_BF16:
         if (n_in % 8 == 0) {
-            if (wtype == RF_TYPE_F16) rf_launch_f16<RF_TYPE_F16>(ctx, grid, threads, y, wp, x, nt, n_in, n_out);
-            else rf_launch_f16<RF_TYPE_BF16>(ctx, grid, threads, y, wp, x, nt, n_in, n_out);
+            if (wtype == RF_TYPE_F16) rf_launch_f16<RF_TYPE_F16>(ctx, v, vgrid, threads, y, wp, x, nt, n_in, n_out);
+            else rf_launch_f16<RF_TYPE_BF16>(ctx, v, vgrid, threads, y, wp, x, nt, n_in, n_out);
             kname = "rf_k_gemv_f16";
             break;
         }

@@ -17,6 +17,7 @@ struct rf_gpu_ctx {
     size_t scratch_size, scratch_used;
     const char *last_kernel; /* name of the last launch, for fault messages */
     bool sync_each;          /* RF_GPU_SYNC=1: synchronize after every launch */
+    int gemv_variant;        /* 0 = default kernel variant; see gpu_gemv.cu */
 };
 
 /* Runtime call: on failure return RF_ERR_DEVICE naming the call and the runtime's message. */
