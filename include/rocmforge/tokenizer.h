@@ -33,7 +33,8 @@ const char *rf_vocab_token_text(const rf_vocab *v, int32_t id);
 /* Text -> ids. add_special: BOS/EOS as the model's add_bos/add_eos say. parse_special:
  * control/user-defined token strings in the text map to their ids (else they are plain text).
  * Writes up to `cap` ids and sets *n_out to the number the text needs (call with cap 0 to
- * size); RF_ERR_RANGE if cap was too small (ids[0..cap) is then filled). */
+ * size); RF_ERR_RANGE if cap was too small (ids[0..cap) is then filled) or the text is over
+ * 1 GiB. Invalid UTF-8 is not an error (see docs/tokenizer.md). */
 rf_status rf_tokenize(const rf_vocab *v, const char *text, size_t len, bool add_special,
                       bool parse_special, int32_t *ids, size_t cap, size_t *n_out);
 

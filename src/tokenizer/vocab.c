@@ -544,6 +544,9 @@ rf_status rf_tokenize(const rf_vocab *v, const char *text, size_t len, bool add_
                       bool parse_special, int32_t *ids, size_t cap, size_t *n_out) {
     if (!v || !n_out || (!text && len) || (!ids && cap))
         return rf_set_error(RF_ERR_INVALID_ARG, "rf_tokenize: NULL argument");
+    /* symbol indices are int32 and SPM/BPE buffers hold ~3 bytes per input byte */
+    if (len > ((size_t)1 << 30))
+        return rf_set_error(RF_ERR_RANGE, "rf_tokenize: text of %zu bytes exceeds the 1 GiB limit", len);
     tok_ctx c = {.v = v, .prev_special = true};
     rf_status st = RF_OK;
     if (v->type == RF_VOCAB_BPE && (st = rf_bpe_session_new(v, &c.bpe))) return st;

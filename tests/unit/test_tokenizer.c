@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "test_tokenizer_common.h"
+#include "tokenizer/vocab_internal.h"
 
 /* ---- a synthetic byte-level BPE vocabulary ----------------------------------------------- */
 
@@ -225,6 +226,61 @@ static void test_clean_spaces(void **state) {
     rf_vocab_free(v);
 }
 
+/* ---- pre-tokenizer splits, derived by hand from the regex definitions ------------------ */
+
+typedef struct split_out {
+    char words[64][64];
+    int n;
+} split_out;
+
+static rf_status collect(void *user, const char *w, size_t len) {
+    split_out *o = user;
+    if (o->n < 64 && len < 64) {
+        memcpy(o->words[o->n], w, len);
+        o->words[o->n][len] = 0;
+    }
+    o->n++;
+    return RF_OK;
+}
+
+static void expect_split(const char *pre, const char *text, const char *const *exp) {
+    rf_pretok *p = NULL;
+    assert_int_equal(rf_pretok_new(pre, &p, NULL), RF_OK);
+    split_out o = {.n = 0};
+    assert_int_equal(rf_pretok_split(p, text, strlen(text), collect, &o), RF_OK);
+    int ne = 0;
+    while (exp[ne]) ne++;
+    bool ok = o.n == ne;
+    for (int i = 0; ok && i < ne; i++) ok = !strcmp(o.words[i], exp[i]);
+    if (!ok) {
+        fprintf(stderr, "pre '%s' text \"%s\":\n  expected", pre, text);
+        for (int i = 0; i < ne; i++) fprintf(stderr, " [%s]", exp[i]);
+        fprintf(stderr, "\n  got     ");
+        for (int i = 0; i < o.n && i < 64; i++) fprintf(stderr, " [%s]", o.words[i]);
+        fprintf(stderr, "\n");
+        fail();
+    }
+    rf_pretok_free(p);
+}
+
+static void test_pretok_splits(void **state) {
+    (void)state;
+    /* llama3: case-insensitive contractions, digits in threes, \s*[\r\n]+ and \s+(?!\S) */
+    expect_split("llama-bpe", "Hello world's 1234567  \n\n x",
+                 (const char *[]){"Hello", " world", "'s", " ", "123", "456", "7", "  \n\n", " x", NULL});
+    expect_split("llama3", "I'LL a   b  ",
+                 (const char *[]){"I", "'LL", " a", "  ", " b", "  ", NULL});
+    expect_split("llama3", "x!!\n\ny", (const char *[]){"x", "!!\n\n", "y", NULL});
+    /* qwen2: digits one by one */
+    expect_split("qwen2", "v1234", (const char *[]){"v", "1", "2", "3", "4", NULL});
+    /* gpt-2: case-sensitive contractions, " ?\p{N}+", lone tab is a gap of its own */
+    expect_split("gpt-2", "I'LL it's 2024\tx", (const char *[]){"I", "'", "LL", " it", "'s", " 2024", "\t", "x", NULL});
+    /* smollm: digits isolated first, then gpt-2 */
+    expect_split("smollm", "ab 12", (const char *[]){"ab", " ", "1", "2", NULL});
+    /* U+0085 (NEL) is whitespace as in llama.cpp's tables */
+    expect_split("gpt-2", "a\xC2\x85\xC2\x85" "b", (const char *[]){"a", "\xC2\x85", "\xC2\x85", "b", NULL});
+}
+
 /* ---- llama.cpp test vectors -------------------------------------------------------------- */
 
 /* Runs every ggml-vocab-*.gguf in tests/data/vocab that has .inp/.out files. */
@@ -395,6 +451,7 @@ int main(void) {
         cmocka_unit_test(test_bpe_merges_and_specials),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_clean_spaces),
+        cmocka_unit_test(test_pretok_splits),
         cmocka_unit_test(test_stream_equals_batch_clean_spaces),
         cmocka_unit_test(test_vocab_vectors),
         cmocka_unit_test(test_spm_edges),
