@@ -77,6 +77,9 @@ def make_env():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                        extensions=[AssistantTracker, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
+    # Not in transformers: llama.cpp's from_json, which DeepSeek V3.2/V4 templates call on
+    # OpenAI-style string arguments. ROCmForge supports it; the goldens use json.loads.
+    env.filters["from_json"] = json.loads
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     return env
@@ -132,6 +135,12 @@ CASES = [
             "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}]},
         {"role": "tool", "tool_call_id": "call12345", "content": "{\"temp\": 21.5, \"sky\": \"clear\"}"},
         {"role": "user", "content": "Thanks!"}], TOOLS, {}),
+    ("tool_call_json_args", [
+        {"role": "user", "content": "Weather in Rome?"},
+        {"role": "assistant", "content": "", "tool_calls": [{
+            "id": "abc123XYZ", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\", \"days\": 3}"}}]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "content": "sunny"}], TOOLS, {}),
     ("tools_in_system", [{"role": "user", "content": "Weather in Oslo?"}], TOOLS,
      {"tools_in_user_message": False}),
     ("builtin_tools", [
@@ -211,7 +220,7 @@ FEATURES = [
 
 # tests/data/chat/extra: every other template of the peer snapshot, over fewer cases
 EXTRA_CASES = [("single", True), ("system_multi", True), ("multi_turn", False),
-               ("tool_call_roundtrip", True)]
+               ("tool_call_roundtrip", True), ("tool_call_json_args", True)]
 
 
 # continue_final_message (prefill) cases: rendered without the generation prompt, then cut

@@ -47,6 +47,7 @@ typedef struct ctx {
     int loopctl; /* 0, 1 = break, 2 = continue */
     int edepth;  /* expression evaluation depth */
     int rdepth;  /* value recursion depth (printing, comparing) */
+    json_t *pending_json; /* a from_json tree being converted (freed on error) */
 } ctx;
 
 /* Guards against stack exhaustion: expression trees and values built by a template can nest
@@ -1190,6 +1191,18 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         to_json(c, at, &b, v, &o, 0);
         return sb_val(&b);
     }
+    if (!strcmp(f, "from_json")) {
+        /* llama.cpp's extension (not in transformers): json.loads of a string */
+        jv sv = need_str(c, at, v, "from_json");
+        json_error_t e;
+        json_t *j = json_loadb(sv.u.s.p, sv.u.s.n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
+        if (!j) jfail(c, at, RF_ERR_FORMAT, "from_json: %s", e.text);
+        c->pending_json = j; /* released by the error path if the conversion fails */
+        jv r = from_json(c, j, 0);
+        c->pending_json = NULL;
+        json_decref(j);
+        return r;
+    }
     if (!strcmp(f, "items")) {
         if (v.t == JV_UNDEF) return V_GEN(new_list(c, 0));
         if (v.t != JV_DICT && v.t != JV_NS) jfail(c, at, RF_ERR_TYPE, "items: can only iterate over a mapping, got %s", type_name(v));
@@ -1944,6 +1957,7 @@ rf_status rf_jinja_render(const rf_jinja *t, const json_t *vars, const rf_jinja_
         if (c->a.fail_code == 1) { st = RF_ERR_OOM; snprintf(c->msg, sizeof c->msg, "chat template: out of memory while rendering"); }
         else if (c->a.fail_code == 2) { st = RF_ERR_RANGE; snprintf(c->msg, sizeof c->msg, "chat template: render exceeded the memory limit of %zu bytes", c->lim.max_memory); }
         g_last_raise = c->raised && !c->a.fail_code;
+        json_decref(c->pending_json);
         rf_set_error(st, "%s", c->msg);
         ja_free(&c->a);
         free(c);

@@ -605,6 +605,7 @@ static void enter(parser *p) {
 
 static const char *const FILTERS[] = {
     "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first",
+    "from_json",
     "float", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max",
     "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
     "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper",

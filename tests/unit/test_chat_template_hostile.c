@@ -113,6 +113,8 @@ static void test_limits(void **state) {
         {"integer overflow", "{{ 9223372036854775807 + 1 }}"},
         {"power overflow", "{{ 3 ** 1000 }}"},
         {"division by zero", "{{ 1 // 0 }}"},
+        {"from_json invalid", "{{ ('[' * 5000) | from_json }}"},
+        {"from_json deep", "{{ (('[' * 300) ~ (']' * 300)) | from_json }}"},
         {"replace bomb", "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s.replace('', ns.s) %}{% endfor %}"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
