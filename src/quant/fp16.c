@@ -58,3 +58,24 @@ float rf_ue4m3_to_f32_half(uint8_t x) {
     float raw = exp == 0 ? ldexpf((float)man, -9) : ldexpf(1.0f + (float)man / 8.0f, exp - 7);
     return raw * 0.5f;
 }
+
+/* f32 -> UE4M3 (bias 7, no sign), ggml's rounding: the 4th mantissa bit rounds half up,
+ * values above 448 saturate to 0x7E (448), subnormals are round(x * 2^9) in 1..7, x <= 0 -> 0. */
+uint8_t rf_f32_to_ue4m3(float x) {
+    if (!(x > 0.0f)) return 0;
+    if (x > 448.0f) x = 448.0f;
+    uint32_t bits = rf_f32_to_bits(x);
+    int e = (int)((bits >> 23) & 0xFF) - 127 + 7;
+    if (e <= 0) {
+        int man = (int)(x * 512.0f + 0.5f);
+        if (man > 7) man = 7;
+        return man < 1 ? 0 : (uint8_t)man;
+    }
+    if (e >= 15) return 0x7E;
+    int man = (int)((bits >> 20) & 7) + (int)((bits >> 19) & 1);
+    if (man > 7) {
+        man = 0;
+        if (++e >= 15) return 0x7E;
+    }
+    return (uint8_t)((e << 3) | man);
+}

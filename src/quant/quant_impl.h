@@ -21,6 +21,7 @@ static inline float rf_e8m0_to_f32_half(uint8_t e) {
 }
 /* UE4M3 scale (bias 7) times 0.5; 0 and 0x7F decode to 0 (ggml's convention). */
 float rf_ue4m3_to_f32_half(uint8_t x);
+uint8_t rf_f32_to_ue4m3(float x);
 
 /* Unpacks a 6-bit scale/min pair j (0..7) of Q4_K/Q5_K's 12-byte scales field. */
 static inline void rf_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
@@ -61,6 +62,7 @@ RF_DECL_FROM(q4_0); RF_DECL_FROM(q4_1); RF_DECL_FROM(q5_0); RF_DECL_FROM(q5_1);
 RF_DECL_FROM(q8_0); RF_DECL_FROM(q8_1); RF_DECL_FROM(mxfp4);
 RF_DECL_FROM(q2_K); RF_DECL_FROM(q3_K); RF_DECL_FROM(q4_K); RF_DECL_FROM(q5_K); RF_DECL_FROM(q6_K);
 RF_DECL_FROM(q8_K); RF_DECL_FROM(tq1_0); RF_DECL_FROM(tq2_0);
+RF_DECL_FROM(iq4_nl); RF_DECL_FROM(iq4_xs); RF_DECL_FROM(nvfp4); RF_DECL_FROM(q1_0); RF_DECL_FROM(q2_0);
 #undef RF_DECL_FROM
 
 /* ---- dot kernels: scalar reference (vec_dot.c) and AVX2 (vec_dot_avx2.c) ---- */
@@ -71,6 +73,7 @@ RF_DECL_DOT(f32); RF_DECL_DOT(f16); RF_DECL_DOT(bf16);
 RF_DECL_DOT(q4_0); RF_DECL_DOT(q4_1); RF_DECL_DOT(q5_0); RF_DECL_DOT(q5_1); RF_DECL_DOT(q8_0);
 RF_DECL_DOT(mxfp4); RF_DECL_DOT(iq4_nl);
 RF_DECL_DOT(q2_K); RF_DECL_DOT(q3_K); RF_DECL_DOT(q4_K); RF_DECL_DOT(q5_K); RF_DECL_DOT(q6_K);
+RF_DECL_DOT(iq4_xs); RF_DECL_DOT(nvfp4); RF_DECL_DOT(q1_0); RF_DECL_DOT(q2_0); RF_DECL_DOT(tq1_0); RF_DECL_DOT(tq2_0);
 #undef RF_DECL_DOT
 
 /* s + d8*d*isum - d8*dmin*summs in plain f32 (no FMA contraction: defined in vec_dot.c, which is

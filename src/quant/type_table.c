@@ -35,10 +35,10 @@ static rf_type_traits g_traits[RF_TYPE_TABLE_SIZE] = {
     T(RF_TYPE_IQ2_XS, "iq2_xs", 256, sizeof(rf_block_iq2_xs), true, NULL, NULL, RF_TYPE_Q8_K),
     T(RF_TYPE_IQ3_XXS, "iq3_xxs", 256, sizeof(rf_block_iq3_xxs), true, NULL, NULL, RF_TYPE_Q8_K),
     T(RF_TYPE_IQ1_S, "iq1_s", 256, sizeof(rf_block_iq1_s), true, NULL, NULL, RF_TYPE_Q8_K),
-    T(RF_TYPE_IQ4_NL, "iq4_nl", 32, sizeof(rf_block_iq4_nl), true, F(iq4_nl), NULL, RF_TYPE_Q8_0),
+    T(RF_TYPE_IQ4_NL, "iq4_nl", 32, sizeof(rf_block_iq4_nl), true, F(iq4_nl), Q(iq4_nl), RF_TYPE_Q8_0),
     T(RF_TYPE_IQ3_S, "iq3_s", 256, sizeof(rf_block_iq3_s), true, NULL, NULL, RF_TYPE_Q8_K),
     T(RF_TYPE_IQ2_S, "iq2_s", 256, sizeof(rf_block_iq2_s), true, NULL, NULL, RF_TYPE_Q8_K),
-    T(RF_TYPE_IQ4_XS, "iq4_xs", 256, sizeof(rf_block_iq4_xs), true, F(iq4_xs), NULL, RF_TYPE_Q8_K),
+    T(RF_TYPE_IQ4_XS, "iq4_xs", 256, sizeof(rf_block_iq4_xs), true, F(iq4_xs), Q(iq4_xs), RF_TYPE_Q8_K),
     T(RF_TYPE_I8, "i8", 1, 1, false, F(i8), NULL, RF_TYPE_F32),
     T(RF_TYPE_I16, "i16", 1, 2, false, F(i16), NULL, RF_TYPE_F32),
     T(RF_TYPE_I32, "i32", 1, 4, false, F(i32), NULL, RF_TYPE_F32),
@@ -49,9 +49,9 @@ static rf_type_traits g_traits[RF_TYPE_TABLE_SIZE] = {
     T(RF_TYPE_TQ1_0, "tq1_0", 256, sizeof(rf_block_tq1_0), true, F(tq1_0), Q(tq1_0), RF_TYPE_Q8_K),
     T(RF_TYPE_TQ2_0, "tq2_0", 256, sizeof(rf_block_tq2_0), true, F(tq2_0), Q(tq2_0), RF_TYPE_Q8_K),
     T(RF_TYPE_MXFP4, "mxfp4", 32, sizeof(rf_block_mxfp4), true, F(mxfp4), Q(mxfp4), RF_TYPE_Q8_0),
-    T(RF_TYPE_NVFP4, "nvfp4", 64, sizeof(rf_block_nvfp4), true, F(nvfp4), NULL, RF_TYPE_Q8_0),
-    T(RF_TYPE_ID_Q1_0, "q1_0", 128, sizeof(rf_block_q1_0), true, F(q1_0), NULL, RF_TYPE_Q8_0),
-    T(RF_TYPE_ID_Q2_0, "q2_0", 64, sizeof(rf_block_q2_0), true, F(q2_0), NULL, RF_TYPE_Q8_0),
+    T(RF_TYPE_NVFP4, "nvfp4", 64, sizeof(rf_block_nvfp4), true, F(nvfp4), Q(nvfp4), RF_TYPE_Q8_0),
+    T(RF_TYPE_ID_Q1_0, "q1_0", 128, sizeof(rf_block_q1_0), true, F(q1_0), Q(q1_0), RF_TYPE_Q8_0),
+    T(RF_TYPE_ID_Q2_0, "q2_0", 64, sizeof(rf_block_q2_0), true, F(q2_0), Q(q2_0), RF_TYPE_Q8_0),
 };
 #undef T
 #undef F
@@ -75,6 +75,12 @@ static const dot_impls g_dots[RF_TYPE_TABLE_SIZE] = {
     [RF_TYPE_Q4_K] = {rf_vec_dot_q4_K, rf_vec_dot_q4_K_avx2},
     [RF_TYPE_Q5_K] = {rf_vec_dot_q5_K, rf_vec_dot_q5_K_avx2},
     [RF_TYPE_Q6_K] = {rf_vec_dot_q6_K, rf_vec_dot_q6_K_avx2},
+    [RF_TYPE_IQ4_XS] = {rf_vec_dot_iq4_xs, NULL},
+    [RF_TYPE_NVFP4] = {rf_vec_dot_nvfp4, NULL},
+    [RF_TYPE_TQ1_0] = {rf_vec_dot_tq1_0, NULL},
+    [RF_TYPE_TQ2_0] = {rf_vec_dot_tq2_0, NULL},
+    [RF_TYPE_ID_Q1_0] = {rf_vec_dot_q1_0, NULL},
+    [RF_TYPE_ID_Q2_0] = {rf_vec_dot_q2_0, NULL},
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -264,3 +264,124 @@ void rf_vec_dot_q6_K(int64_t n, float *out, const void *w, const void *x) {
     }
     *out = s;
 }
+
+/* ---- further types (scalar only) ---- */
+
+/* IQ4_XS x Q8_K: 8 sub-blocks of 32 with 6-bit scales (minus 32) times the f16 super scale. */
+void rf_vec_dot_iq4_xs(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_iq4_xs *a = w;
+    const rf_block_q8_K *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        int isum = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = ((a[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((a[i].scales_h >> (2 * ib)) & 3) << 4);
+            const uint8_t *qs = a[i].qs + 16 * ib;
+            const int8_t *q8 = b[i].qs + 32 * ib;
+            int t = 0;
+            for (int j = 0; j < 16; j++) t += k_iq4nl[qs[j] & 0xF] * q8[j] + k_iq4nl[qs[j] >> 4] * q8[j + 16];
+            isum += (ls - 32) * t;
+        }
+        s = rf_kq_accum(s, q8k_d(&b[i]), rf_fp16_to_f32(a[i].d), isum, 0.0f, 0);
+    }
+    *out = s;
+}
+
+/* NVFP4 (64 = 4 x 16) x Q8_0 (32): sub-block s uses half s%2 of activation block 2i + s/2. */
+void rf_vec_dot_nvfp4(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_nvfp4 *a = w;
+    const rf_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 64; i++) {
+        for (int sb = 0; sb < 4; sb++) {
+            const rf_block_q8_0 *y = &b[2 * i + sb / 2];
+            const int8_t *q8 = y->qs + 16 * (sb % 2);
+            int t = 0;
+            for (int j = 0; j < 8; j++) {
+                const uint8_t q = a[i].qs[8 * sb + j];
+                t += k_fp4[q & 0xF] * q8[j] + k_fp4[q >> 4] * q8[j + 8];
+            }
+            s += rf_fp16_to_f32(y->d) * rf_ue4m3_to_f32_half(a[i].d[sb]) * (float)t;
+        }
+    }
+    *out = s;
+}
+
+/* Q1_0 (128) x Q8_0: +-q8 by bit. */
+void rf_vec_dot_q1_0(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q1_0 *a = w;
+    const rf_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 128; i++) {
+        float si = 0;
+        for (int k = 0; k < 4; k++) {
+            const rf_block_q8_0 *y = &b[4 * i + k];
+            int t = 0;
+            for (int j = 0; j < 32; j++) t += ((a[i].qs[4 * k + j / 8] >> (j % 8)) & 1) ? y->qs[j] : -y->qs[j];
+            si += rf_fp16_to_f32(y->d) * (float)t;
+        }
+        s += rf_fp16_to_f32(a[i].d) * si;
+    }
+    *out = s;
+}
+
+/* Q2_0 (64) x Q8_0: (q - 1) * q8. */
+void rf_vec_dot_q2_0(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q2_0 *a = w;
+    const rf_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 64; i++) {
+        float si = 0;
+        for (int k = 0; k < 2; k++) {
+            const rf_block_q8_0 *y = &b[2 * i + k];
+            int t = 0;
+            for (int j = 0; j < 32; j++) {
+                const int e = 32 * k + j;
+                t += (((a[i].qs[e / 4] >> (2 * (e % 4))) & 3) - 1) * y->qs[j];
+            }
+            si += rf_fp16_to_f32(y->d) * (float)t;
+        }
+        s += rf_fp16_to_f32(a[i].d) * si;
+    }
+    *out = s;
+}
+
+/* Ternary x Q8_K: decode the trits (same order as dequantization) and sum t * q8. */
+static inline int tq_trit_i(uint8_t byte, int pow3) {
+    uint8_t q = (uint8_t)(byte * pow3);
+    return (((uint16_t)q * 3) >> 8) - 1;
+}
+
+void rf_vec_dot_tq1_0(int64_t n, float *out, const void *w, const void *x) {
+    static const int pow3[5] = {1, 3, 9, 27, 81};
+    const rf_block_tq1_0 *a = w;
+    const rf_block_q8_K *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        const int8_t *q8 = b[i].qs;
+        int isum = 0, e = 0;
+        for (int p = 0; p < 5; p++)
+            for (int m = 0; m < 32; m++) isum += tq_trit_i(a[i].qs[m], pow3[p]) * q8[e++];
+        for (int p = 0; p < 5; p++)
+            for (int m = 0; m < 16; m++) isum += tq_trit_i(a[i].qs[32 + m], pow3[p]) * q8[e++];
+        for (int p = 0; p < 4; p++)
+            for (int j = 0; j < 4; j++) isum += tq_trit_i(a[i].qh[j], pow3[p]) * q8[e++];
+        s = rf_kq_accum(s, q8k_d(&b[i]), rf_fp16_to_f32(a[i].d), isum, 0.0f, 0);
+    }
+    *out = s;
+}
+
+void rf_vec_dot_tq2_0(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_tq2_0 *a = w;
+    const rf_block_q8_K *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        const int8_t *q8 = b[i].qs;
+        int isum = 0, e = 0;
+        for (int j = 0; j < 64; j += 32)
+            for (int l = 0; l < 4; l++)
+                for (int m = 0; m < 32; m++) isum += (((a[i].qs[j + m] >> (2 * l)) & 3) - 1) * q8[e++];
+        s = rf_kq_accum(s, q8k_d(&b[i]), rf_fp16_to_f32(a[i].d), isum, 0.0f, 0);
+    }
+    *out = s;
+}

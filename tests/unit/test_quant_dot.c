@@ -25,7 +25,8 @@
 static const rf_type k_dot_types[] = {
     RF_TYPE_F32, RF_TYPE_F16, RF_TYPE_BF16, RF_TYPE_Q8_0, RF_TYPE_Q4_0, RF_TYPE_Q4_1, RF_TYPE_Q5_0,
     RF_TYPE_Q5_1, RF_TYPE_Q2_K, RF_TYPE_Q3_K, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K, RF_TYPE_MXFP4,
-    RF_TYPE_IQ4_NL,
+    RF_TYPE_IQ4_NL, RF_TYPE_IQ4_XS, RF_TYPE_NVFP4, RF_TYPE_TQ1_0, RF_TYPE_TQ2_0, (rf_type)RF_TYPE_ID_Q1_0,
+    (rf_type)RF_TYPE_ID_Q2_0,
 };
 #define N_DOT_TYPES (sizeof k_dot_types / sizeof k_dot_types[0])
 
@@ -151,7 +152,7 @@ static void test_dot_kernels(void **state) {
         rf_type t = k_dot_types[k];
         int64_t bs = rf_type_info(t)->block_size == 1 ? 32 : rf_type_info(rf_type_info(t)->vec_dot_type)->block_size;
         if (rf_type_info(t)->block_size > bs) bs = rf_type_info(t)->block_size;
-        const int64_t lens[] = {bs, 3 * bs, 2048 + (bs >= 256 ? 256 : 32), 4096};
+        const int64_t lens[] = {bs, 3 * bs, 2048 + bs, 4096};
         for (int l = 0; l < 4; l++) check_type(&r, t, lens[l], have_avx2);
     }
     /* float types: lengths that are not a multiple of 8 exercise the AVX2 tails */

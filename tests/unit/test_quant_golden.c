@@ -107,7 +107,7 @@ static void test_dequant_goldens(void **state) {
         checked++;
     }
     /* every type gguf-py can dequantize that we claim to support has a golden */
-    assert_true(checked >= 18);
+    assert_true(checked >= 20);
 }
 
 static void test_quant_goldens(void **state) {
@@ -141,7 +141,7 @@ static void test_quant_goldens(void **state) {
         free_golden(&g);
         checked++;
     }
-    assert_true(checked >= 17);
+    assert_true(checked >= 22);
 }
 
 /* --check-raw <dir>: compares tensors dumped by tests/cli/quant_models_dump.py (real model

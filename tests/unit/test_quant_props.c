@@ -20,6 +20,8 @@
  * 1.5x (their error is an average over few scales; worst seen over 300 seeds: 1.1x the bound):
  *   q4_0 .090  q4_1 .080  q5_0 .044  q5_1 .039  q8_0 .0056  q8_1 .0056  q2_K .304  q3_K .156
  *   q4_K .074  q5_K .038  q6_K .022  q8_K .0075  mxfp4 .148 (.181 with the outlier)
+ *   iq4_nl .078  iq4_xs .083  nvfp4 .105 (normal/uniform only: its UE4M3 scales span ~1e-3..448,
+ *   so 1e-3 rows underflow (error 1.0) and the 1e4 outlier saturates (0.73); finite is required)
  * f16/bf16 use the format's own bound: half an ulp, 2^-11 resp. 2^-8 relative. */
 typedef struct { rf_type t; double bound; } type_bound;
 static const type_bound k_bounds[] = {
@@ -27,6 +29,7 @@ static const type_bound k_bounds[] = {
     {RF_TYPE_Q5_0, 0.055}, {RF_TYPE_Q5_1, 0.05}, {RF_TYPE_Q8_0, 0.007}, {RF_TYPE_Q8_1, 0.007},
     {RF_TYPE_Q2_K, 0.37}, {RF_TYPE_Q3_K, 0.19}, {RF_TYPE_Q4_K, 0.09}, {RF_TYPE_Q5_K, 0.047},
     {RF_TYPE_Q6_K, 0.027}, {RF_TYPE_Q8_K, 0.0095}, {RF_TYPE_MXFP4, 0.23},
+    {RF_TYPE_IQ4_NL, 0.097}, {RF_TYPE_IQ4_XS, 0.10}, {RF_TYPE_NVFP4, 0.13},
 };
 #define N_BOUNDS (sizeof k_bounds / sizeof k_bounds[0])
 
@@ -65,6 +68,7 @@ static void test_round_trip_bounds(void **state) {
                 double e = round_trip(t, x, y, buf, n);
                 /* rows of 1-3 blocks average over few scales: their error spreads wider */
                 const double bound = k_bounds[k].bound * (n < 1024 ? 1.5 : 1.0);
+                if (t == RF_TYPE_NVFP4 && dist >= 2) continue; /* out of the format's scale range */
                 if (!(e < bound))
                     fail_msg("%s n=%lld dist %d: rel.L2 %.4g >= bound %.4g", tr->name, (long long)n, dist, e, bound);
                 if (n == nmax && e > worst[dist]) worst[dist] = e;
@@ -279,7 +283,8 @@ static void test_row_helper_errors(void **state) {
     uint8_t b[512] = {0};
     assert_int_equal(rf_dequantize_row(RF_TYPE_IQ2_XXS, b, f, 256), RF_ERR_UNSUPPORTED);
     assert_non_null(strstr(rf_last_error(), "iq2_xxs"));
-    assert_int_equal(rf_quantize_row(RF_TYPE_IQ4_NL, f, b, 32), RF_ERR_UNSUPPORTED);
+    assert_int_equal(rf_quantize_row(RF_TYPE_IQ3_S, f, b, 256), RF_ERR_UNSUPPORTED);
+    assert_int_equal(rf_quantize_row(RF_TYPE_I32, f, b, 32), RF_ERR_UNSUPPORTED);
     assert_int_equal(rf_dequantize_row(RF_TYPE_Q6_K, b, f, 255), RF_ERR_INVALID_ARG);
     assert_int_equal(rf_quantize_row(RF_TYPE_Q8_0, f, b, 31), RF_ERR_INVALID_ARG);
     assert_int_equal(rf_dequantize_row(RF_TYPE_Q8_0, NULL, f, 32), RF_ERR_INVALID_ARG);
