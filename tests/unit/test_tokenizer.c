@@ -403,6 +403,64 @@ static void test_spm_edges(void **state) {
     rf_vocab_free(v);
 }
 
+/* Streaming == batch on a vocabulary that strips the SPM leading space (llama-spm adds one):
+ * the first piece loses its space in both, whatever the first token is. */
+static void test_spm_stream_leading_space(void **state) {
+    (void)state;
+    rf_vocab *v = spm_vocab();
+    if (!v) skip();
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() ^ 0x1EAD);
+    const char *texts[] = {"Hello world", " two  spaces", "\xE4\xB8\x96\xE7\x95\x8C!", "<s>x", "a\xff" "b", ""};
+    for (int it = 0; it < 2000; it++) {
+        int32_t ids[48];
+        size_t n;
+        if (it < 12) {
+            size_t m = 0;
+            const char *t = texts[it % 6];
+            int32_t *tt = tk_tokenize(v, t, strlen(t), it >= 6, true, &m);
+            assert_non_null(tt);
+            n = m < 48 ? m : 48;
+            memcpy(ids, tt, n * sizeof *ids);
+            free(tt);
+        } else {
+            n = 1 + rf_rng_u64(&r) % 40;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t k = rf_rng_u64(&r);
+                ids[i] = (int32_t)((k & 1) ? (k >> 8) % 300 : (k >> 8) % (uint64_t)rf_vocab_n_tokens(v));
+            }
+        }
+        bool special = it & 1;
+        char *batch;
+        size_t bl, el, gl = 0;
+        assert_int_equal(rf_detokenize(v, ids, n, special, &batch, &bl), RF_OK);
+        char *expect = tk_sanitize(batch, bl, &el);
+        rf_detok *d;
+        assert_int_equal(rf_detok_new(v, special, &d), RF_OK);
+        char *got = malloc(el + 64);
+        for (size_t i = 0; i <= n; i++) {
+            char chunk[64];
+            size_t cl = 0;
+            if (i < n) assert_int_equal(rf_detok_push(d, ids[i], chunk, sizeof chunk, &cl), RF_OK);
+            else assert_int_equal(rf_detok_flush(d, chunk, sizeof chunk, &cl), RF_OK);
+            assert_true(tk_valid_utf8((unsigned char *)chunk, cl));
+            assert_true(gl + cl <= el + 64);
+            memcpy(got + gl, chunk, cl);
+            gl += cl;
+            if (i == n && cl) i--;
+        }
+        if (gl != el || memcmp(got, expect, el)) {
+            fprintf(stderr, "seq %d: batch \"%.*s\" stream \"%.*s\"\n", it, (int)el, expect, (int)gl, got);
+            fail();
+        }
+        free(got);
+        rf_detok_free(d);
+        free(expect);
+        free(batch);
+    }
+    rf_vocab_free(v);
+}
+
 /* Linear time: 4x the text must not cost 16x (a quadratic merge would). Inputs: English-like
  * text, and a single 2 MB word with no spaces (the worst case for per-word merging). */
 static double tok_seconds(const rf_vocab *v, const char *s, size_t n) {
@@ -455,6 +513,7 @@ int main(void) {
         cmocka_unit_test(test_stream_equals_batch_clean_spaces),
         cmocka_unit_test(test_vocab_vectors),
         cmocka_unit_test(test_spm_edges),
+        cmocka_unit_test(test_spm_stream_leading_space),
         cmocka_unit_test(test_spm_long_inputs_linear),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
