@@ -84,6 +84,10 @@ void rf_chat_template_free(rf_chat_template *t);
  * when render is given NULL for them. RF_ERR_UNSUPPORTED (with the parse error, if any) when
  * no family is recognised. */
 rf_status rf_chat_template_from_gguf(const rf_gguf *g, rf_chat_template **out);
+/* A named variant stored as `tokenizer.chat_template.<name>` (e.g. "tool_use", which
+ * transformers picks when tools are given). RF_ERR_NOT_FOUND when the file has no such key;
+ * parse errors as rf_chat_template_parse (no fallback). BOS/EOS remembered as above. */
+rf_status rf_chat_template_from_gguf_named(const rf_gguf *g, const char *name, rf_chat_template **out);
 /* Whether the template is a built-in fallback rather than the model's own. */
 bool rf_chat_template_is_fallback(const rf_chat_template *t);
 

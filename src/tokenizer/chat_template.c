@@ -377,6 +377,27 @@ rf_status rf_chat_template_from_gguf(const rf_gguf *g, rf_chat_template **out) {
     return RF_OK;
 }
 
+rf_status rf_chat_template_from_gguf_named(const rf_gguf *g, const char *name, rf_chat_template **out) {
+    if (!g || !name || !out) return rf_set_error(RF_ERR_INVALID_ARG, "rf_chat_template_from_gguf_named: NULL argument");
+    *out = NULL;
+    char key[256];
+    if (snprintf(key, sizeof key, "tokenizer.chat_template.%s", name) >= (int)sizeof key)
+        return rf_set_error(RF_ERR_INVALID_ARG, "chat template name too long");
+    const char *src;
+    rf_status st = rf_gguf_get_str(g, key, &src);
+    if (st) return st == RF_ERR_NOT_FOUND ? rf_set_error(RF_ERR_NOT_FOUND, "the model has no '%s'", key) : st;
+    st = rf_chat_template_parse(src, out);
+    if (st) return st;
+    (*out)->bos = strdup(token_text(g, "tokenizer.ggml.bos_token_id"));
+    (*out)->eos = strdup(token_text(g, "tokenizer.ggml.eos_token_id"));
+    if (!(*out)->bos || !(*out)->eos) {
+        rf_chat_template_free(*out);
+        *out = NULL;
+        return rf_set_error(RF_ERR_OOM, "chat template: out of memory");
+    }
+    return RF_OK;
+}
+
 rf_status rf_chat_apply_template(const rf_gguf *g, const char *tmpl, const rf_chat_msg *msgs,
                                  size_t n, bool add_generation_prompt, char **out) {
     if (!out) return rf_set_error(RF_ERR_INVALID_ARG, "rf_chat_apply_template: NULL out");

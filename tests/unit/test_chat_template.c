@@ -257,6 +257,7 @@ static rf_gguf *synthetic_gguf(const char *path, const char *arch, const char *t
     assert_int_equal(rf_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1), RF_OK);
     assert_int_equal(rf_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2), RF_OK);
     if (tmpl) assert_int_equal(rf_gguf_set_str(w, "tokenizer.chat_template", tmpl), RF_OK);
+    if (tmpl) assert_int_equal(rf_gguf_set_str(w, "tokenizer.chat_template.tool_use", "T{{ tools | length }}{{ eos_token }}"), RF_OK);
     assert_int_equal(rf_gguf_write_file(w, path), RF_OK);
     rf_gguf_writer_free(w);
     rf_gguf *g;
@@ -284,6 +285,16 @@ static void test_from_gguf(void **state) {
     assert_string_equal(out, "<B>SU<E>");
     free(out);
     rf_chat_template_free(t);
+    /* a named variant */
+    assert_int_equal(rf_chat_template_from_gguf_named(g, "tool_use", &t), RF_OK);
+    rf_chat_render_opts o = {0};
+    o.tools_json = "[{\"type\": \"function\"}, {}]";
+    assert_int_equal(rf_chat_template_render_ex(t, m, 2, &o, &out), RF_OK);
+    assert_string_equal(out, "T2<E>");
+    free(out);
+    rf_chat_template_free(t);
+    assert_int_equal(rf_chat_template_from_gguf_named(g, "rag", &t), RF_ERR_NOT_FOUND);
+    assert_null(t);
     rf_gguf_close(g);
     /* an unparseable template naming Gemma turns: the gemma fallback */
     g = synthetic_gguf(path, "llama", "{% include 'x' %}<start_of_turn>", toks, 5);
