@@ -1,5 +1,5 @@
 /* quant/vec_dot_avx2.c — AVX2+FMA+F16C dot kernels for every weight type of the table's dot list
- * (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, IQ4_NL, Q2_K..Q6_K). Compiled per function with
+ * (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, IQ4_NL, IQ4_XS, Q2_K..Q6_K). Compiled per function with
  * __attribute__((target)) (no global -march); type_table.c only selects them after
  * __builtin_cpu_supports says the CPU has AVX2, FMA and F16C. Same contracts as vec_dot.c.
  * The K-quant kernels sum exactly in int32 per super-block and accumulate through the same
@@ -390,12 +390,34 @@ RF_AVX2 void rf_vec_dot_q5_K_avx2(int64_t n, float *out, const void *w, const vo
     *out = s;
 }
 
+/* IQ4_XS x Q8_K: codebook lookup per 32, sign trick (|level|, |q8| <= 127: maddubs exact), 6-bit
+ * scale (minus 32) applied in the int16 -> int32 madd; exact int32 sum like the scalar kernel. */
+RF_AVX2 void rf_vec_dot_iq4_xs_avx2(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_iq4_xs *a = w;
+    const rf_block_q8_K *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = ((a[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((a[i].scales_h >> (2 * ib)) & 3) << 4);
+            __m256i q = lookup16(k_iq4nl_avx, a[i].qs + 16 * ib);
+            __m256i y = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * ib));
+            __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, _mm256_set1_epi16((short)(ls - 32))));
+        }
+        float d8;
+        memcpy(&d8, &b[i].d, 4);
+        s = rf_kq_accum(s, d8, h2f(a[i].d), hsum_epi32(sumi), 0.0f, 0);
+    }
+    *out = s;
+}
+
 #else /* not x86: never selected (rf_cpu_has_avx2() is false); forward to the scalar kernels */
 
 #define RF_FWD(name) \
     void rf_vec_dot_##name##_avx2(int64_t n, float *out, const void *w, const void *x) { rf_vec_dot_##name(n, out, w, x); }
 RF_FWD(f32) RF_FWD(f16) RF_FWD(q4_0) RF_FWD(q4_1) RF_FWD(q5_0) RF_FWD(q8_0) RF_FWD(q4_K) RF_FWD(q6_K)
-RF_FWD(bf16) RF_FWD(q5_1) RF_FWD(mxfp4) RF_FWD(iq4_nl) RF_FWD(q2_K) RF_FWD(q3_K) RF_FWD(q5_K)
+RF_FWD(bf16) RF_FWD(q5_1) RF_FWD(mxfp4) RF_FWD(iq4_nl) RF_FWD(q2_K) RF_FWD(q3_K) RF_FWD(q5_K) RF_FWD(iq4_xs)
 #undef RF_FWD
 
 #endif

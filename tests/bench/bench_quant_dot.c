@@ -21,7 +21,7 @@ int main(int argc, char **argv) {
     const int reps = argc > 3 ? atoi(argv[3]) : 5;
     const rf_type types[] = {RF_TYPE_F32, RF_TYPE_F16, RF_TYPE_BF16, RF_TYPE_Q8_0, RF_TYPE_Q4_0, RF_TYPE_Q4_1,
                              RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_MXFP4, RF_TYPE_Q2_K, RF_TYPE_Q3_K, RF_TYPE_Q4_K,
-                             RF_TYPE_Q5_K, RF_TYPE_Q6_K};
+                             RF_TYPE_Q5_K, RF_TYPE_Q6_K, RF_TYPE_IQ4_NL, RF_TYPE_IQ4_XS, RF_TYPE_NVFP4};
     float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n);
     srand(1);
     for (int64_t i = 0; i < n; i++) x[i] = (float)rand() / RAND_MAX - 0.5f, w[i] = (float)rand() / RAND_MAX - 0.5f;
