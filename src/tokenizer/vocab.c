@@ -433,23 +433,31 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
     if ((st = rf_detok_build_cache(v))) goto fail;
 
     /* Per-model strip attributes llama.cpp sets by name (Phi-3: special tokens eat the
-     * whitespace after them). */
+     * whitespace after them; jina-v2 / modern-bert: the mask token eats the whitespace before
+     * it). */
+    char low[256] = "";
     const char *gname = NULL;
     if (rf_gguf_find_key(g, "general.name") >= 0 && !rf_gguf_get_str(g, "general.name", &gname) && gname) {
-        char low[256];
         size_t k = 0;
         for (; gname[k] && k < sizeof low - 1; k++) low[k] = (char)tolower((unsigned char)gname[k]);
         low[k] = 0;
-        if (strstr(low, "phi-3") || strstr(low, "phi3")) {
-            for (size_t i = 0; i < v->n_special; i++) v->attr[v->special[i]] |= RF_TOK_RSTRIP;
-            int32_t id = rf_text_to_token(v, "</s>", 4);
-            if (id >= 0) v->attr[id] |= RF_TOK_RSTRIP;
-            static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
-            for (int i = 0; i < 3; i++) {
-                id = rf_text_to_token(v, keep[i], strlen(keep[i]));
-                if (id >= 0) v->attr[id] &= (uint16_t)~RF_TOK_RSTRIP;
-            }
+    }
+    if (strstr(v->pre_name, "jina-v2-de") || strstr(v->pre_name, "jina-v2-es") ||
+        strstr(v->pre_name, "jina-v2-code")) {
+        int32_t id = rf_text_to_token(v, "<mask>", 6);
+        if (id >= 0) v->attr[id] |= RF_TOK_LSTRIP;
+    } else if (strstr(low, "phi-3") || strstr(low, "phi3")) {
+        for (size_t i = 0; i < v->n_special; i++) v->attr[v->special[i]] |= RF_TOK_RSTRIP;
+        int32_t id = rf_text_to_token(v, "</s>", 4);
+        if (id >= 0) v->attr[id] |= RF_TOK_RSTRIP;
+        static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+        for (int i = 0; i < 3; i++) {
+            id = rf_text_to_token(v, keep[i], strlen(keep[i]));
+            if (id >= 0) v->attr[id] &= (uint16_t)~RF_TOK_RSTRIP;
         }
+    } else if (strstr(low, "modern-bert")) {
+        int32_t id = rf_text_to_token(v, "[MASK]", 6);
+        if (id >= 0) v->attr[id] |= RF_TOK_LSTRIP;
     }
     RF_LOGI("tokenizer: %s vocabulary, %d tokens, pre '%s', bos %d eos %d eot %d, add_bos %d",
             model, v->n_tokens, v->pre_name, v->bos, v->eos, v->eot, v->add_bos);
