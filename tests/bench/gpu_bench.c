@@ -47,7 +47,8 @@ int main(int argc, char **argv) {
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (int var = (pass == 0 ? 1 : 0); var <= (pass == 0 ? 3 : 0); var++)
         for (int s = 0; s < 3; s++) {
-            if (pass == 0 && t > 2) continue;
+            if (pass == 0 && t > 2 && types[t] != RF_TYPE_Q4_K && types[t] != RF_TYPE_Q6_K) continue;
+            if (pass == 0 && (types[t] == RF_TYPE_Q4_K || types[t] == RF_TYPE_Q6_K) && var == 3) continue;
             rf_gpu_set_gemv_variant(ctx, var);
             double us = 0;
             size_t wb = 0;

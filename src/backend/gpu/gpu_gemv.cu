@@ -61,11 +61,11 @@ static __device__ __forceinline__ float rf_block_dot(const uint8_t *blk, const i
         /* Q4_0 / Q5_0: subtract the offset (8 / 16) per byte before the product, so the error of
          * the int8 activations scales with |q - offset|, not with |q| (no cancellation after):
          * bias each byte by 0x80 so the subtraction cannot borrow, then flip it back. */
-        if (T == RF_TYPE_Q4_0) {
+        if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q4_1) {
             lo = (int)((((uint32_t)lo | 0x80808080u) - 0x08080808u) ^ 0x80808080u);
             hi = (int)((((uint32_t)hi | 0x80808080u) - 0x08080808u) ^ 0x80808080u);
         }
-        if (T == RF_TYPE_Q5_0) {
+        if (T == RF_TYPE_Q5_0 || T == RF_TYPE_Q5_1) {
             lo = (int)((((uint32_t)lo | 0x80808080u) - 0x10101010u) ^ 0x80808080u);
             hi = (int)((((uint32_t)hi | 0x80808080u) - 0x10101010u) ^ 0x80808080u);
         }
@@ -74,7 +74,9 @@ static __device__ __forceinline__ float rf_block_dot(const uint8_t *blk, const i
     }
     const float d = rf_ld_half(blk);
     if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q5_0) return d * dxv.x * (float)s;
-    return d * dxv.x * (float)s + rf_ld_half(blk + 2) * dxv.y; /* Q4_1, Q5_1: d*q + m */
+    /* Q4_1, Q5_1: d*q + m = d*(q - c) + (m + c*d) with c = 8 / 16 centring q as above */
+    const float c = T == RF_TYPE_Q4_1 ? 8.0f : 16.0f;
+    return d * dxv.x * (float)s + (rf_ld_half(blk + 2) + c * d) * dxv.y;
 }
 
 /* gemv_q32: y[t, o] = sum_i W[o, i] x[t, i] for W in a 32-element block format T.
@@ -236,20 +238,24 @@ rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
  * Q6_K); consecutive lanes read consecutive chunks, the Q4_K/Q5_K quant bytes with 16-byte
  * loads (those blocks are 144/176 bytes, so 16-byte aligned in 16-byte aligned rows).
  * launch: RF_GEMV_WARPS warps per block, one row per warp. tolerance rel. L2 < 1e-2 (f32 math). */
-template <int T, int NTMAX>
+template <int T, int NTMAX, int WPR>
 __global__ void __launch_bounds__(RF_GEMV_WARPS * RF_WARP_SIZE)
 rf_k_gemv_k(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out,
             int64_t row_bytes) {
     constexpr int BB = T == RF_TYPE_Q4_K ? 144 : T == RF_TYPE_Q5_K ? 176 : 210;
+    constexpr int G = WPR * RF_WARP_SIZE, GROUPS = RF_GEMV_WARPS / WPR;
+    __shared__ float red[RF_GEMV_WARPS][NTMAX];
+    const int gl = threadIdx.x % G, grp = threadIdx.x / G;
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
-    const int64_t row = (int64_t)blockIdx.x * RF_GEMV_WARPS + warp;
-    if (row >= n_out) return;
+    int64_t row = (int64_t)blockIdx.x * GROUPS + grp;
+    const bool valid = row < n_out;
+    if (!valid) row = n_out - 1; /* keep every thread for the block reduction */
     const int64_t nchunks = n_in / 32;
     const uint8_t *wr = w + row * row_bytes;
     float acc[NTMAX];
 #pragma unroll
     for (int t = 0; t < NTMAX; t++) acc[t] = 0.0f;
-    for (int64_t c = lane; c < nchunks; c += RF_WARP_SIZE) {
+    for (int64_t c = gl; c < nchunks; c += G) {
         const int64_t b = c / 8;
         const int sb = (int)(c % 8);
         const uint8_t *blk = wr + b * BB;
@@ -315,23 +321,33 @@ rf_k_gemv_k(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, in
 #pragma unroll
     for (int t = 0; t < NTMAX; t++) {
         if (t >= nt) break;
-        const float s = rf_warp_sum(acc[t]);
-        if (lane == 0) y[t * n_out + row] = s;
+        float v = rf_warp_sum(acc[t]);
+        if (WPR > 1) {
+            if (lane == 0) red[warp][t] = v;
+            __syncthreads();
+            v = 0.0f;
+            for (int k = 0; k < WPR; k++) v += red[grp * WPR + k][t];
+        }
+        if (valid && gl == 0) y[t * n_out + row] = v;
     }
 }
 
 /* gemv_k45: Q4_K / Q5_K, the same contract as gemv_k, with the raw 16-byte words of the next
  * chunk (quants, high bits, the 16-byte header d|dmin|scales) loaded before the current chunk
  * is decoded, so each lane keeps ~80 bytes in flight. tolerance rel. L2 < 1e-2 (f32 math). */
-template <int T, int NTMAX>
+template <int T, int NTMAX, int WPR>
 __global__ void __launch_bounds__(RF_GEMV_WARPS * RF_WARP_SIZE)
 rf_k_gemv_k45(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out,
               int64_t row_bytes) {
     constexpr int BB = T == RF_TYPE_Q4_K ? 144 : 176;
     constexpr int QO = T == RF_TYPE_Q4_K ? 16 : 48;
+    constexpr int G = WPR * RF_WARP_SIZE, GROUPS = RF_GEMV_WARPS / WPR;
+    __shared__ float red[RF_GEMV_WARPS][NTMAX];
+    const int gl = threadIdx.x % G, grp = threadIdx.x / G;
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
-    const int64_t row = (int64_t)blockIdx.x * RF_GEMV_WARPS + warp;
-    if (row >= n_out) return;
+    int64_t row = (int64_t)blockIdx.x * GROUPS + grp;
+    const bool valid = row < n_out;
+    if (!valid) row = n_out - 1; /* keep every thread for the block reduction */
     const int64_t nchunks = n_in / 32;
     const uint8_t *wr = w + row * row_bytes;
     float acc[NTMAX];
@@ -346,13 +362,13 @@ rf_k_gemv_k45(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
         q0 = qp[0], q1 = qp[1];
         if (T == RF_TYPE_Q5_K) h0 = ((const uint4 *)(blk + 16))[0], h1 = ((const uint4 *)(blk + 16))[1];
     };
-    if (lane < nchunks) fetch(lane);
-    for (int64_t c = lane; c < nchunks; c += RF_WARP_SIZE) {
+    if (gl < nchunks) fetch(gl);
+    for (int64_t c = gl; c < nchunks; c += G) {
         const int sb = (int)(c % 8);
         const uint32_t qv[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
         const uint32_t hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
         const uint32_t hw[4] = {hd.x, hd.y, hd.z, hd.w};
-        if (c + RF_WARP_SIZE < nchunks) fetch(c + RF_WARP_SIZE);
+        if (c + G < nchunks) fetch(c + G);
         /* byte i of the header without indexing a register array at run time */
         auto hbyte = [&](int i) -> int {
             const uint32_t wv = (i >> 2) == 1 ? hw[1] : (i >> 2) == 2 ? hw[2] : hw[3];
@@ -396,8 +412,14 @@ rf_k_gemv_k45(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
 #pragma unroll
     for (int t = 0; t < NTMAX; t++) {
         if (t >= nt) break;
-        const float s = rf_warp_sum(acc[t]);
-        if (lane == 0) y[t * n_out + row] = s;
+        float v = rf_warp_sum(acc[t]);
+        if (WPR > 1) {
+            if (lane == 0) red[warp][t] = v;
+            __syncthreads();
+            v = 0.0f;
+            for (int k = 0; k < WPR; k++) v += red[grp * WPR + k][t];
+        }
+        if (valid && gl == 0) y[t * n_out + row] = v;
     }
 }
 
@@ -442,7 +464,9 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
 /* Kernel variants, chosen per call by ctx->gemv_variant (0 = default; the benchmark sweeps
  * 1..3): q32 (warps per row, blocks per thread) = 1: (1, 2), 2: (4, 1), 3: (4, 2);
  * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2). */
-#define RF_GEMV_DEFAULT_VARIANT 2
+/* defaults from the H100 sweep in docs/perf-gpu.md: q32 variant 1, f16 variant 3 */
+#define RF_GEMV_DEFAULT_Q32 1
+#define RF_GEMV_DEFAULT_F16 3
 static int rf_gemv_rows_per_block(int variant) { return variant == 1 ? RF_GEMV_WARPS : 1; }
 
 template <int T>
@@ -476,22 +500,30 @@ static void rf_launch_f16(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned thread
     }
 #undef RF_F16
 }
+/* K-quant variants: 1 = one warp per row, 2 and 3 = four warps per row (the default 0 = 2) */
 template <int T>
-static void rf_launch_k(rf_gpu_ctx *ctx, unsigned grid, unsigned threads, float *y,
+static void rf_launch_k(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
                         const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out,
                         int64_t rb) {
+    cudaStream_t s = ctx->stream;
     if (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
         constexpr int T45 = T == RF_TYPE_Q5_K ? RF_TYPE_Q5_K : RF_TYPE_Q4_K;
-        if (nt == 1)
-            rf_k_gemv_k45<T45, 1><<<grid, threads, 0, ctx->stream>>>(y, w, x, nt, n_in, n_out, rb);
-        else
-            rf_k_gemv_k45<T45, 8><<<grid, threads, 0, ctx->stream>>>(y, w, x, nt, n_in, n_out, rb);
+        if (v == 1) {
+            if (nt == 1) rf_k_gemv_k45<T45, 1, 1><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
+            else rf_k_gemv_k45<T45, 8, 1><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
+        } else {
+            if (nt == 1) rf_k_gemv_k45<T45, 1, 4><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
+            else rf_k_gemv_k45<T45, 8, 4><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
+        }
         return;
     }
-    if (nt == 1)
-        rf_k_gemv_k<T, 1><<<grid, threads, 0, ctx->stream>>>(y, w, x, nt, n_in, n_out, rb);
-    else
-        rf_k_gemv_k<T, 8><<<grid, threads, 0, ctx->stream>>>(y, w, x, nt, n_in, n_out, rb);
+    if (v == 1) {
+        if (nt == 1) rf_k_gemv_k<T, 1, 1><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
+        else rf_k_gemv_k<T, 8, 1><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
+    } else {
+        if (nt == 1) rf_k_gemv_k<T, 1, 4><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
+        else rf_k_gemv_k<T, 8, 4><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
+    }
 }
 
 extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
@@ -504,7 +536,7 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     const int bs = rf_gq_block((int)wtype), bb = rf_gq_bytes((int)wtype);
     RF_GPU_REQUIRE(n_in >= 1 && n_in % bs == 0, op, "n_in=%lld not a multiple of block size %d",
                    (long long)n_in, bs);
-    RF_GPU_REQUIRE(n_out >= 1 && (n_out + RF_GEMV_WARPS - 1) / RF_GEMV_WARPS <= 0x7fffffff, op,
+    RF_GPU_REQUIRE(n_out >= 1 && n_out <= 0x7fffffff, op,
                    "n_out=%lld", (long long)n_out);
     RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 3) == 0,
                    op, "w and x must be 16-byte aligned (rf_gpu_alloc memory)");
@@ -512,11 +544,14 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     const int nt = (int)n_tokens;
     const unsigned threads = RF_GEMV_WARPS * ctx->info.warp_size;
     const unsigned grid = (unsigned)((n_out + RF_GEMV_WARPS - 1) / RF_GEMV_WARPS);
-    const int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3 ? ctx->gemv_variant
-                                                                    : RF_GEMV_DEFAULT_VARIANT;
+    const bool f16_family = wtype == RF_TYPE_F16 || wtype == RF_TYPE_BF16;
+    const int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3
+                      ? ctx->gemv_variant
+                      : (f16_family ? RF_GEMV_DEFAULT_F16 : RF_GEMV_DEFAULT_Q32);
     const int rpb = rf_gemv_rows_per_block(v);
-    RF_GPU_REQUIRE((n_out + rpb - 1) / rpb <= 0x7fffffff, op, "n_out=%lld", (long long)n_out);
-    const unsigned vgrid = (unsigned)((n_out + rpb - 1) / rpb);
+    const unsigned vgrid = (unsigned)((n_out + rpb - 1) / rpb); /* n_out < 2^31 checked above */
+    const int vk = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3 ? ctx->gemv_variant : 2;
+    const unsigned kgrid = (unsigned)((n_out + rf_gemv_rows_per_block(vk) - 1) / rf_gemv_rows_per_block(vk));
     const uint8_t *wp = (const uint8_t *)w;
     const char *kname;
     size_t mark = ctx->scratch_used;
@@ -551,9 +586,9 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
         /* fall through: unaligned rows take the generic kernel */
     default:
         if (wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K || wtype == RF_TYPE_Q6_K) {
-            if (wtype == RF_TYPE_Q4_K) rf_launch_k<RF_TYPE_Q4_K>(ctx, grid, threads, y, wp, x, nt, n_in, n_out, rb);
-            else if (wtype == RF_TYPE_Q5_K) rf_launch_k<RF_TYPE_Q5_K>(ctx, grid, threads, y, wp, x, nt, n_in, n_out, rb);
-            else rf_launch_k<RF_TYPE_Q6_K>(ctx, grid, threads, y, wp, x, nt, n_in, n_out, rb);
+            if (wtype == RF_TYPE_Q4_K) rf_launch_k<RF_TYPE_Q4_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
+            else if (wtype == RF_TYPE_Q5_K) rf_launch_k<RF_TYPE_Q5_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
+            else rf_launch_k<RF_TYPE_Q6_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
             kname = "rf_k_gemv_k";
             break;
         }
