@@ -19,8 +19,10 @@ typedef void (*rf_from_f32_fn)(const float *src, void *dst, int64_t n);
  *   *out = sum_i w[i] * x[i], i < n
  * w: n elements of the weight type (n a multiple of its block size);
  * x: n elements already converted to the traits' vec_dot_type (rf_quantize_row(vec_dot_type, ...)).
- * Computed in f32/int32 (like ggml); vs a double dot of the dequantized operands the relative
- * error is < 1e-2 of sum|w_i*x_i| (tests/unit/test_quant_dot.c). No allocation, never fails. */
+ * Computed in int32 per block and f32 across blocks (like ggml): vs a double dot of the
+ * dequantized operands the error is <= 1e-5 * sum|w_i*x_i|; a matvec vs f32 activations is within
+ * rel. L2 1e-2 (Q8_0/Q8_1 activations) or 1.5e-2 (Q8_K), the activation rounding included
+ * (tests/unit/test_quant_dot.c). No allocation, never fails. */
 typedef void (*rf_vec_dot_fn)(int64_t n, float *out, const void *w, const void *x);
 
 typedef struct rf_type_traits {
