@@ -504,48 +504,135 @@ static rf_status raw_fragment(tok_ctx *c, const char *s, size_t n) {
     return rf_bpe_tokenize(c->bpe, s, n, &c->out);
 }
 
-/* Splits special-token texts out of the text: at each position the longest special token
- * that starts there (leftmost-longest), then the rest as raw fragments. Control/unknown tokens
- * only with parse_special; user-defined ones always (as llama.cpp and HF tokenizers do). */
+static inline bool special_ok(const rf_vocab *v, int32_t t, bool parse_special) {
+    return t >= 0 && (parse_special || !(v->attr[t] & (RF_TOK_CONTROL | RF_TOK_UNKNOWN)));
+}
+
+typedef struct sp_cand {
+    size_t pos;
+    size_t maxd; /* longest allowed special token starting here */
+} sp_cand;
+
+typedef struct sp_hit {
+    size_t pos;
+    int32_t id;
+} sp_hit;
+
+static int cmp_hit(const void *a, const void *b) {
+    const sp_hit *x = a, *y = b;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Splits special-token texts out of the text the way llama.cpp does: longer special tokens
+ * first, each taking its non-overlapping occurrences from left to right inside the text not
+ * yet taken (lstrip/rstrip tokens also take the whitespace beside them); the rest goes to the
+ * tokenizer as raw fragments. Control/unknown tokens only with parse_special; user-defined ones
+ * always. Done as one pass per token length that occurs, over the positions where a special
+ * token starts, so the cost is linear in the text. */
 static rf_status partition(tok_ctx *c, const char *text, size_t len, bool parse_special) {
     const rf_vocab *v = c->v;
-    size_t raw = 0, pos = 0;
-    rf_status st;
-    while (pos < len) {
-        int32_t node = v->trie_root[(unsigned char)text[pos]];
-        if (node < 0) {
-            pos++;
-            continue;
-        }
-        int32_t best = -1;
-        size_t best_len = 0, depth = 1;
+    const unsigned char *u = (const unsigned char *)text;
+    sp_cand *cand = NULL;
+    sp_hit *hits = NULL;
+    uint8_t *claim = NULL, *lens = NULL; /* claim: 0 raw, 1 special token, 2 stripped */
+    size_t nc = 0, capc = 0, nh = 0, caph = 0, maxl = 0;
+    rf_status st = RF_OK;
+    for (size_t p = 0; p < len; p++) {
+        int32_t node = v->trie_root[u[p]];
+        size_t d = 1, best = 0;
         while (node >= 0) {
-            int32_t t = v->trie[node].token;
-            if (t >= 0 && (parse_special || !(v->attr[t] & (RF_TOK_CONTROL | RF_TOK_UNKNOWN))))
-                best = t, best_len = depth;
-            if (pos + depth >= len) break;
-            unsigned char nb = (unsigned char)text[pos + depth];
+            if (special_ok(v, v->trie[node].token, parse_special)) best = d;
+            if (p + d >= len) break;
             int32_t ch = v->trie[node].first_child;
-            while (ch >= 0 && v->trie[ch].byte != nb) ch = v->trie[ch].next_sibling;
+            while (ch >= 0 && v->trie[ch].byte != u[p + d]) ch = v->trie[ch].next_sibling;
             node = ch;
-            depth++;
+            d++;
         }
-        if (best < 0) {
-            pos++;
-            continue;
+        if (!best) continue;
+        if (nc == capc) {
+            capc = capc ? 2 * capc : 256;
+            sp_cand *nn = realloc(cand, capc * sizeof *nn);
+            if (!nn) goto oom;
+            cand = nn;
         }
-        size_t raw_end = pos;
-        if (v->attr[best] & RF_TOK_LSTRIP)
-            while (raw_end > raw && isspace((unsigned char)text[raw_end - 1])) raw_end--;
-        if ((st = raw_fragment(c, text + raw, raw_end - raw))) return st;
-        if ((st = rf_idvec_push(&c->out, best))) return st;
-        c->prev_special = true;
-        pos += best_len;
-        if (v->attr[best] & RF_TOK_RSTRIP)
-            while (pos < len && isspace((unsigned char)text[pos])) pos++;
-        raw = pos;
+        cand[nc++] = (sp_cand){p, best};
+        if (best > maxl) maxl = best;
     }
-    return raw_fragment(c, text + raw, len - raw);
+    if (!nc) return raw_fragment(c, text, len);
+    claim = calloc(len, 1);
+    lens = calloc(maxl + 1, 1);
+    if (!claim || !lens) goto oom;
+    /* lengths that can occur: any token length on a candidate's trie path */
+    for (size_t i = 0; i < nc; i++) {
+        int32_t node = v->trie_root[u[cand[i].pos]];
+        for (size_t d = 1; node >= 0 && d <= cand[i].maxd; d++) {
+            if (special_ok(v, v->trie[node].token, parse_special)) lens[d] = 1;
+            if (d == cand[i].maxd) break;
+            int32_t ch = v->trie[node].first_child;
+            while (ch >= 0 && v->trie[ch].byte != u[cand[i].pos + d]) ch = v->trie[ch].next_sibling;
+            node = ch;
+        }
+    }
+    for (size_t L = maxl; L >= 1; L--) {
+        if (!lens[L]) continue;
+        size_t next_free = 0; /* occurrences of one length do not overlap */
+        for (size_t i = 0; i < nc; i++) {
+            size_t p = cand[i].pos;
+            if (cand[i].maxd < L || p < next_free || claim[p]) continue;
+            int32_t node = v->trie_root[u[p]];
+            for (size_t d = 1; node >= 0 && d < L; d++) {
+                if (claim[p + d]) {
+                    node = -1;
+                    break;
+                }
+                int32_t ch = v->trie[node].first_child;
+                while (ch >= 0 && v->trie[ch].byte != u[p + d]) ch = v->trie[ch].next_sibling;
+                node = ch;
+            }
+            int32_t t = node >= 0 ? v->trie[node].token : -1;
+            if (!special_ok(v, t, parse_special)) continue;
+            if (nh == caph) {
+                caph = caph ? 2 * caph : 64;
+                sp_hit *nn = realloc(hits, caph * sizeof *nn);
+                if (!nn) goto oom;
+                hits = nn;
+            }
+            hits[nh++] = (sp_hit){p, t};
+            memset(claim + p, 1, L);
+            if (v->attr[t] & RF_TOK_LSTRIP)
+                for (size_t q = p; q > 0 && !claim[q - 1] && isspace(u[q - 1]); q--) claim[q - 1] = 2;
+            size_t e = p + L;
+            if (v->attr[t] & RF_TOK_RSTRIP)
+                while (e < len && !claim[e] && isspace(u[e])) claim[e++] = 2;
+            next_free = e;
+        }
+    }
+    qsort(hits, nh, sizeof *hits, cmp_hit);
+    size_t h = 0;
+    for (size_t p = 0; p < len;) {
+        if (claim[p] == 0) {
+            size_t q = p;
+            while (q < len && !claim[q]) q++;
+            if ((st = raw_fragment(c, text + p, q - p))) goto done;
+            p = q;
+        } else if (claim[p] == 2) {
+            p++;
+        } else {
+            if ((st = rf_idvec_push(&c->out, hits[h].id))) goto done;
+            c->prev_special = true;
+            p += v->len[hits[h].id];
+            h++;
+        }
+    }
+    goto done;
+oom:
+    st = rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (special tokens in %zu bytes)", len);
+done:
+    free(cand);
+    free(hits);
+    free(claim);
+    free(lens);
+    return st;
 }
 
 rf_status rf_tokenize(const rf_vocab *v, const char *text, size_t len, bool add_special,

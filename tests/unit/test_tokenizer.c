@@ -8,7 +8,7 @@
 
 /* ---- a synthetic byte-level BPE vocabulary ----------------------------------------------- */
 
-enum { SYN_HE = 256, SYN_GT, SYN_GTHE, SYN_APOS_S, SYN_EOT, SYN_UD, SYN_IMEND, SYN_N };
+enum { SYN_HE = 256, SYN_GT, SYN_GTHE, SYN_APOS_S, SYN_EOT, SYN_UD, SYN_IMEND, SYN_XY, SYN_YZW, SYN_N };
 
 /* pre == NULL: no tokenizer.ggml.pre key. model == NULL: "gpt2". */
 static rf_status synth_bpe(const char *model, const char *pre, bool with_tokens, rf_vocab **out) {
@@ -22,9 +22,9 @@ static rf_status synth_bpe(const char *model, const char *pre, bool with_tokens,
     }
     toks[SYN_HE] = "he", toks[SYN_GT] = "\xC4\xA0t", toks[SYN_GTHE] = "\xC4\xA0the";
     toks[SYN_APOS_S] = "'s", toks[SYN_EOT] = "<|endoftext|>", toks[SYN_UD] = "<UD>";
-    toks[SYN_IMEND] = "<|im_end|>";
+    toks[SYN_IMEND] = "<|im_end|>", toks[SYN_XY] = "xy", toks[SYN_YZW] = "yzw";
     for (int i = 256; i < SYN_N; i++) types[i] = 1;
-    types[SYN_EOT] = 3, types[SYN_UD] = 4, types[SYN_IMEND] = 3;
+    types[SYN_EOT] = 3, types[SYN_UD] = 4, types[SYN_IMEND] = 3, types[SYN_XY] = 4, types[SYN_YZW] = 4;
     const char *merges[] = {"h e", "\xC4\xA0 t", "\xC4\xA0t he", "' s"};
     rf_gguf_writer *w = rf_gguf_writer_new();
     assert_non_null(w);
@@ -75,6 +75,10 @@ static void test_bpe_merges_and_specials(void **state) {
     for (size_t i = 0; i < n; i++) assert_int_not_equal(ids[i], SYN_EOT);
     free(ids);
     expect_ids(v, "a<UD>b", false, false, (int32_t[]){'a', SYN_UD, 'b'}, 3);
+    /* overlapping special tokens: the longer one is split out first (llama.cpp's order), so
+     * "xyzw" is x + "yzw", not "xy" + zw; "xyxy" is two "xy" */
+    expect_ids(v, "xyzw", false, false, (int32_t[]){'x', SYN_YZW}, 2);
+    expect_ids(v, "xyxyzw", false, false, (int32_t[]){SYN_XY, 'x', SYN_YZW}, 3);
     /* the model's add_bos is false for gpt-2: add_special adds nothing */
     expect_ids(v, "a", true, false, (int32_t[]){'a'}, 1);
     /* end of generation: eos and the recognised <|im_end|> */
