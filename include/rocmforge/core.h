@@ -111,7 +111,9 @@ typedef enum rf_type {
     RF_TYPE_TQ2_0 = 35,
     RF_TYPE_MXFP4 = 39,
     RF_TYPE_NVFP4 = 40,
-    RF_TYPE_COUNT = 41
+    RF_TYPE_Q1_0 = 41,
+    RF_TYPE_Q2_0 = 42,
+    RF_TYPE_COUNT = 43
 } rf_type;
 
 /* Overflow-checked size arithmetic: return true on overflow (like __builtin_mul_overflow),

@@ -36,11 +36,9 @@ typedef struct rf_type_traits {
     rf_vec_dot_fn vec_dot;   /* NULL where there is no dot kernel; SIMD chosen at first use */
 } rf_type_traits;
 
-/* Number of ids the type table covers (ggml's GGML_TYPE_COUNT of the Aug-2026 tree, which adds
- * Q1_0 = 41 and Q2_0 = 42 after NVFP4). rf_type_info(id) is NULL for id >= RF_TYPE_TABLE_SIZE. */
-#define RF_TYPE_TABLE_SIZE 43
-#define RF_TYPE_ID_Q1_0 41
-#define RF_TYPE_ID_Q2_0 42
+/* Number of ids the type table covers (ggml's GGML_TYPE_COUNT). rf_type_info(id) is NULL for
+ * id >= RF_TYPE_TABLE_SIZE. */
+#define RF_TYPE_TABLE_SIZE RF_TYPE_COUNT
 
 /* Traits of a type id, or NULL for an id that is not a valid ggml type (removed or >= COUNT).
  * Types we can only size (IQ*, TQ*) have a row with to_f32/from_f32 NULL. */

@@ -50,8 +50,8 @@ static rf_type_traits g_traits[RF_TYPE_TABLE_SIZE] = {
     T(RF_TYPE_TQ2_0, "tq2_0", 256, sizeof(rf_block_tq2_0), true, F(tq2_0), Q(tq2_0), RF_TYPE_Q8_K),
     T(RF_TYPE_MXFP4, "mxfp4", 32, sizeof(rf_block_mxfp4), true, F(mxfp4), Q(mxfp4), RF_TYPE_Q8_0),
     T(RF_TYPE_NVFP4, "nvfp4", 64, sizeof(rf_block_nvfp4), true, F(nvfp4), Q(nvfp4), RF_TYPE_Q8_0),
-    T(RF_TYPE_ID_Q1_0, "q1_0", 128, sizeof(rf_block_q1_0), true, F(q1_0), Q(q1_0), RF_TYPE_Q8_0),
-    T(RF_TYPE_ID_Q2_0, "q2_0", 64, sizeof(rf_block_q2_0), true, F(q2_0), Q(q2_0), RF_TYPE_Q8_0),
+    T(RF_TYPE_Q1_0, "q1_0", 128, sizeof(rf_block_q1_0), true, F(q1_0), Q(q1_0), RF_TYPE_Q8_0),
+    T(RF_TYPE_Q2_0, "q2_0", 64, sizeof(rf_block_q2_0), true, F(q2_0), Q(q2_0), RF_TYPE_Q8_0),
 };
 #undef T
 #undef F
@@ -79,8 +79,8 @@ static const dot_impls g_dots[RF_TYPE_TABLE_SIZE] = {
     [RF_TYPE_NVFP4] = {rf_vec_dot_nvfp4, NULL},
     [RF_TYPE_TQ1_0] = {rf_vec_dot_tq1_0, NULL},
     [RF_TYPE_TQ2_0] = {rf_vec_dot_tq2_0, NULL},
-    [RF_TYPE_ID_Q1_0] = {rf_vec_dot_q1_0, NULL},
-    [RF_TYPE_ID_Q2_0] = {rf_vec_dot_q2_0, NULL},
+    [RF_TYPE_Q1_0] = {rf_vec_dot_q1_0, NULL},
+    [RF_TYPE_Q2_0] = {rf_vec_dot_q2_0, NULL},
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -25,8 +25,8 @@
 static const rf_type k_dot_types[] = {
     RF_TYPE_F32, RF_TYPE_F16, RF_TYPE_BF16, RF_TYPE_Q8_0, RF_TYPE_Q4_0, RF_TYPE_Q4_1, RF_TYPE_Q5_0,
     RF_TYPE_Q5_1, RF_TYPE_Q2_K, RF_TYPE_Q3_K, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K, RF_TYPE_MXFP4,
-    RF_TYPE_IQ4_NL, RF_TYPE_IQ4_XS, RF_TYPE_NVFP4, RF_TYPE_TQ1_0, RF_TYPE_TQ2_0, (rf_type)RF_TYPE_ID_Q1_0,
-    (rf_type)RF_TYPE_ID_Q2_0,
+    RF_TYPE_IQ4_NL, RF_TYPE_IQ4_XS, RF_TYPE_NVFP4, RF_TYPE_TQ1_0, RF_TYPE_TQ2_0, RF_TYPE_Q1_0,
+    RF_TYPE_Q2_0,
 };
 #define N_DOT_TYPES (sizeof k_dot_types / sizeof k_dot_types[0])
 
