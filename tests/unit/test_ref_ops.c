@@ -326,6 +326,37 @@ static void test_sample(void **state) {
     for (int i = 0; i < 4; i++) NEAR(cnt[i], 1000 * (i + 1), 2);
 }
 
+/* matmul / get_rows on quantized weights equal the same ops on the rf_dequantize_row output */
+static void test_matmul_quantized(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 4);
+    const rf_type types[] = {RF_TYPE_F16, RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_K, RF_TYPE_Q6_K};
+    for (int ti = 0; ti < 5; ti++) {
+        const int64_t n_in = 512, n_out = 5, nt = 3;
+        float w[5 * 512], wd[5 * 512], x[3 * 512], y[15], yd[15], g[2 * 512], gd[2 * 512];
+        rf_rng_fill_normal(&r, w, n_out * n_in, 1.0f);
+        rf_rng_fill_normal(&r, x, nt * n_in, 1.0f);
+        size_t rb;
+        assert_int_equal(rf_row_size(types[ti], n_in, &rb), RF_OK);
+        uint8_t *q = malloc(rb * n_out);
+        for (int o = 0; o < n_out; o++) {
+            assert_int_equal(rf_quantize_row(types[ti], w + o * n_in, q + o * rb, n_in), RF_OK);
+            assert_int_equal(rf_dequantize_row(types[ti], q + o * rb, wd + o * n_in, n_in), RF_OK);
+        }
+        assert_int_equal(rf_ref_matmul(y, q, types[ti], x, nt, n_in, n_out), RF_OK);
+        assert_int_equal(rf_ref_matmul(yd, wd, RF_TYPE_F32, x, nt, n_in, n_out), RF_OK);
+        for (int i = 0; i < nt * n_out; i++) NEAR(y[i], yd[i], 1e-4 * (1 + fabs(yd[i])));
+        const int32_t ids[2] = {4, 1};
+        assert_int_equal(rf_ref_get_rows(g, q, types[ti], ids, 2, n_in, n_out), RF_OK);
+        assert_int_equal(rf_ref_get_rows(gd, wd, RF_TYPE_F32, ids, 2, n_in, n_out), RF_OK);
+        assert_memory_equal(g, gd, sizeof g);
+        free(q);
+    }
+    float y[1];
+    assert_int_equal(rf_ref_matmul(y, NULL, RF_TYPE_Q4_0, NULL, 1, 33, 1), RF_ERR_INVALID_ARG);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),
@@ -337,6 +368,7 @@ int main(void) {
         cmocka_unit_test(test_rope_hand),
         cmocka_unit_test(test_rope_layouts_and_norms),
         cmocka_unit_test(test_matmul_get_rows_f32),
+        cmocka_unit_test(test_matmul_quantized),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_sample),

@@ -500,7 +500,7 @@ static void rf_launch_f16(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned thread
     }
 #undef RF_F16
 }
-/* K-quant variants: 1 = one warp per row, 2 and 3 = four warps per row (the default 0 = 2) */
+/* K-quant variants: 1 = one warp per row, 2 and 3 = four warps per row (default: see vk) */
 template <int T>
 static void rf_launch_k(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
                         const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out,
@@ -550,7 +550,10 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
                       : (f16_family ? RF_GEMV_DEFAULT_F16 : RF_GEMV_DEFAULT_Q32);
     const int rpb = rf_gemv_rows_per_block(v);
     const unsigned vgrid = (unsigned)((n_out + rpb - 1) / rpb); /* n_out < 2^31 checked above */
-    const int vk = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3 ? ctx->gemv_variant : 2;
+    /* K-quant default from the same sweep: one warp per row for Q4_K/Q5_K, four for Q6_K */
+    const int vk = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3 ? ctx->gemv_variant
+                   : wtype == RF_TYPE_Q6_K                          ? 2
+                                                                    : 1;
     const unsigned kgrid = (unsigned)((n_out + rf_gemv_rows_per_block(vk) - 1) / rf_gemv_rows_per_block(vk));
     const uint8_t *wp = (const uint8_t *)w;
     const char *kname;

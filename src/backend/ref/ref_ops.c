@@ -9,11 +9,6 @@
 
 #include "rocmforge/quant.h"
 
-/* TEMPORARY until src/quant lands: weak references so the library links without it. Remove
- * these two pragmas (and the NULL checks below) once rf_dequantize_row exists. */
-#pragma weak rf_dequantize_row
-#pragma weak rf_row_size
-
 /* ---- norms ------------------------------------------------------------------------------- */
 
 void rf_ref_rmsnorm(float *y, const float *x, const float *w, int64_t rows, int64_t n, float eps) {
@@ -151,8 +146,6 @@ static rf_status ref_row_to_f32(rf_type t, const void *src, float *dst, int64_t 
         memcpy(dst, src, (size_t)n * sizeof(float));
         return RF_OK;
     }
-    if (!rf_dequantize_row)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "ref op: no dequantizer linked for type %d", t);
     return rf_dequantize_row(t, src, dst, n);
 }
 
@@ -161,8 +154,6 @@ static rf_status ref_row_bytes(rf_type t, int64_t n, size_t *out) {
         *out = (size_t)n * sizeof(float);
         return RF_OK;
     }
-    if (!rf_row_size)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "ref op: no type table linked for type %d", t);
     return rf_row_size(t, n, out);
 }
 
