@@ -144,7 +144,7 @@ rf_status rf_pcache_put(rf_pcache *c, const char *key, size_t len, const int32_t
     }
     int32_t pos = (int32_t)c->ids.n;
     c->ids.v[c->ids.n++] = (int32_t)n;
-    memcpy(c->ids.v + c->ids.n, ids, n * sizeof *ids);
+    if (n) memcpy(c->ids.v + c->ids.n, ids, n * sizeof *ids);
     c->ids.n += n;
     return rf_strmap_put(&c->map, k, len, 0, pos);
 }

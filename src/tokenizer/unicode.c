@@ -76,7 +76,7 @@ rf_status rf_utf8_sanitize(const char *s, size_t n, char **out, size_t *out_len)
     char *b = malloc(need + 1);
     if (!b) return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (%zu bytes of text)", need);
     if (clean) {
-        memcpy(b, s, n);
+        if (n) memcpy(b, s, n);
     } else {
         size_t o = 0;
         i = 0;

@@ -663,7 +663,7 @@ rf_status rf_tokenize(const rf_vocab *v, const char *text, size_t len, bool add_
         if ((st = rf_idvec_push(&c.out, v->eos))) goto done;
     }
     *n_out = c.out.n;
-    if (cap) memcpy(ids, c.out.v, (c.out.n < cap ? c.out.n : cap) * sizeof *ids);
+    if (cap && c.out.n) memcpy(ids, c.out.v, (c.out.n < cap ? c.out.n : cap) * sizeof *ids);
     if (c.out.n > cap)
         st = rf_set_error(RF_ERR_RANGE, "rf_tokenize: %zu ids do not fit in %zu", c.out.n, cap);
 done:
