@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -354,6 +355,8 @@ static rf_status cpu_store_rows(rf_backend *be, rf_tensor *cache, int64_t row0, 
     return RF_OK;
 }
 
+#define RF_ATTN_MAX_HD 2048
+
 /* Attention: one task per (query, head). Each thread owns a scratch slice of n_kv scores plus
  * head_dim floats for a converted K/V row. */
 typedef struct attn_job {
@@ -372,11 +375,21 @@ static void attn_worker(void *ctx, int ith, int nth) {
     rf_pool_range(j->n_q * j->n_head, ith, nth, &lo, &hi);
     float *sc = j->scratch + ith * j->per_thread;
     float *row = sc + ((j->n_kv + 15) & ~15);
+    float *qr = row + ((j->head_dim + 15) & ~15);
     int64_t hd = j->head_dim, group = j->n_head / j->n_head_kv;
     bool is_f32 = j->k->type == RF_TYPE_F32;
     for (int64_t task = lo; task < hi; task++) {
         int64_t iq = task / j->n_head, h = task % j->n_head, hk = h / group;
         const float *q = j->q + (iq * j->n_head + h) * hd;
+        /* f16 cache: llama.cpp (non-flash path) rounds q to f16 for q.k and the probabilities
+         * to f16 for P.v; doing the same keeps the two within float rounding. */
+        bool h16 = j->k->type == RF_TYPE_F16;
+        if (h16) {
+            uint16_t tmp[RF_ATTN_MAX_HD];
+            rf_cpu_f32_to_f16(q, tmp, hd);
+            rf_cpu_row_to_f32(RF_TYPE_F16, tmp, qr, hd);
+            q = qr;
+        }
         float *o = j->out + (iq * j->n_head + h) * hd;
         int64_t p = j->pos0 + iq;
         int64_t kmax = p < j->n_kv - 1 ? p : j->n_kv - 1; /* causal: keys 0..p */
@@ -417,7 +430,9 @@ static void attn_worker(void *ctx, int ith, int nth) {
                 rf_cpu_row_to_f32(j->v->type, vr + off, row, hd);
                 vv = row;
             }
-            rf_cpu_axpy_f32(o, vv, sc[kk] * inv, hd);
+            float pk = sc[kk] * inv;
+            if (h16) pk = half_to_f32_sw(f32_to_half_sw(pk));
+            rf_cpu_axpy_f32(o, vv, pk, hd);
         }
     }
 }
@@ -435,7 +450,9 @@ static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *
                             (long long)head_dim);
     attn_job j = {out->data, q->data, k, v, n_q, n_kv, n_head, n_head_kv, head_dim, pos0, window,
                   scale, softcap, NULL, 0};
-    j.per_thread = ((n_kv + 15) & ~15) + ((head_dim + 15) & ~15);
+    if (head_dim > RF_ATTN_MAX_HD)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "attention: head size %lld > %d", (long long)head_dim, RF_ATTN_MAX_HD);
+    j.per_thread = ((n_kv + 15) & ~15) + 2 * ((head_dim + 15) & ~15);
     rf_status st = rf_cpu_scratch(cpu, (size_t)j.per_thread * cpu->n_threads * sizeof(float));
     if (st) return st;
     j.scratch = cpu->scratch;
@@ -444,18 +461,34 @@ static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *
 }
 
 static float gelu_tanh(float x) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+    const float c = 0.79788456080286535587989211986876f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* GeGLU's gelu goes through a table over all f16 inputs, as ggml's CPU backend does (x rounded
+ * to f16, result stored as f16): the model then sees the same activations as with llama.cpp.
+ * Versus the exact rf_ref_gelu_tanh the error is below 1e-3 relative (f16 rounding). */
+static uint16_t g_gelu_table[65536];
+static pthread_once_t g_gelu_once = PTHREAD_ONCE_INIT;
+static void gelu_table_init(void) {
+    for (int i = 0; i < 65536; i++) g_gelu_table[i] = f32_to_half_sw(gelu_tanh(half_to_f32_sw((uint16_t)i)));
 }
 
 static rf_status cpu_glu(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up,
                          int64_t n, rf_glu_kind kind) {
     float *yd = y->data;
     const float *g = gate->data, *u = up->data;
-    if (kind == RF_GLU_SWIGLU)
+    if (kind == RF_GLU_SWIGLU) {
         for (int64_t i = 0; i < n; i++) yd[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    else
-        for (int64_t i = 0; i < n; i++) yd[i] = gelu_tanh(g[i]) * u[i];
+        return RF_OK;
+    }
+    pthread_once(&g_gelu_once, gelu_table_init);
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        if (x <= -10.0f) yd[i] = 0.0f;
+        else if (x >= 10.0f) yd[i] = x * u[i];
+        else yd[i] = half_to_f32_sw(g_gelu_table[f32_to_half_sw(x)]) * u[i];
+    }
     return RF_OK;
 }
 

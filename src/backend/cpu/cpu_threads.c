@@ -30,9 +30,11 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Spin iterations before a worker sleeps; sized so a decode step's back-to-back jobs never
- * hit the condvar but an idle pool sleeps within about a millisecond. */
-#define RF_SPIN_ITERS 20000
+/* A waiting thread spins RF_SPIN_ITERS pauses (a few microseconds: back-to-back decode jobs),
+ * then yields the core (a shared or oversubscribed machine), and a worker sleeps on the
+ * condvar after RF_YIELD_ITERS yields so an idle pool costs nothing. */
+#define RF_SPIN_ITERS 2000
+#define RF_YIELD_ITERS 2000
 
 static void *worker_main(void *arg) {
     worker_arg *wa = arg;
@@ -47,6 +49,8 @@ static void *worker_main(void *arg) {
                !atomic_load(&p->quit)) {
             if (++spins < RF_SPIN_ITERS) {
                 cpu_relax();
+            } else if (spins < RF_SPIN_ITERS + RF_YIELD_ITERS) {
+                sched_yield();
             } else {
                 pthread_mutex_lock(&p->mu);
                 while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit))
