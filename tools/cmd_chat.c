@@ -11,9 +11,6 @@
 
 #include "cmd_run_opts.h"
 
-/* Weak until the chat-template module lands in every build; checked before use. */
-#pragma weak rf_chat_apply_template
-
 static const char k_chat_usage[] =
     "usage: rocmforge chat -m MODEL [-s SYSTEM] [options]\n"
     "  -m, --model FILE       GGUF model\n"
@@ -143,11 +140,7 @@ int rf_cmd_chat(int argc, char **argv) {
             free(ids);
             text = NULL;
             ids = NULL;
-            if (!rf_chat_apply_template) {
-            rc = rf_cli_fail(1, "chat templates are not part of this build yet");
-            goto out;
-        }
-        if (rf_chat_apply_template(rf_model_gguf(m), NULL, h.msgs, h.n, true, &text)) {
+            if (rf_chat_apply_template(rf_model_gguf(m), NULL, h.msgs, h.n, true, &text)) {
                 rc = rf_cli_fail(1, "chat template: %s", rf_last_error());
                 goto out;
             }

@@ -9,9 +9,6 @@
 #include <unistd.h>
 
 #include "cmd_run_opts.h"
-
-/* Weak until the chat-template module lands in every build; checked before use. */
-#pragma weak rf_chat_apply_template
 #include "rocmforge/quant.h"
 
 static const char k_run_usage[] =
@@ -278,10 +275,6 @@ int rf_cmd_run(int argc, char **argv) {
         size_t nm = 0;
         if (o.system) msgs[nm++] = (rf_chat_msg){"system", o.system};
         msgs[nm++] = (rf_chat_msg){"user", o.prompt};
-        if (!rf_chat_apply_template) {
-            rc = rf_cli_fail(1, "chat templates are not part of this build yet");
-            goto out;
-        }
         if (rf_chat_apply_template(rf_model_gguf(m), NULL, msgs, nm, true, &text)) {
             rf_cli_fail(1, "chat template: %s", rf_last_error());
             goto out;
