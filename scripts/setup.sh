@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake pkg-config git python3 python3-venv
+PKGS=(build-essential cmake pkg-config git python3 python3-venv python3-pip unzip
       libjansson-dev libpcre2-dev libmicrohttpd-dev libcmocka-dev
       clang libclang-rt-14-dev hipcc libamdhip64-dev)
 
