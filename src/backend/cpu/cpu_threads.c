@@ -41,7 +41,7 @@ static void *worker_main(void *arg) {
     rf_pool *p = wa->p;
     int ith = wa->ith;
     free(wa);
-    unsigned seen = atomic_load(&p->gen);
+    unsigned seen = 0; /* the generation at creation: a job published before this thread first runs is not missed */
     for (;;) {
         unsigned g;
         int spins = 0;
