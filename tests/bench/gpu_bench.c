@@ -2,7 +2,8 @@
  * GEMV at decode shapes (4096x4096, 4096->14336, 14336->4096; 1 token unless -t), rotating among
  * weight matrices that together exceed L2 several times, and prints achieved GB/s and the
  * fraction of the measured bandwidth; then one prefill GEMM. Usage: rf_gpu_bench [-t tokens]
- * [-r reps] [-q] (quick: fewer reps). Exit 77 without a GPU. */
+ * [-r reps] [-q] (quick: fewer reps) [-s] (sweep only: the Q4_0/Q8_0/F16 variants, no defaults
+ * table, no GEMM). Exit 77 without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,11 +12,12 @@
 #include "rocmforge/quant.h"
 
 int main(int argc, char **argv) {
-    int ntok = 1, reps = 50;
+    int ntok = 1, reps = 50, sweep_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) ntok = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-q")) reps = 15;
+        else if (!strcmp(argv[i], "-s")) sweep_only = 1;
     }
     if (rf_gpu_device_count() <= 0) {
         fprintf(stderr, "rf_gpu_bench: skipped, no GPU\n");
@@ -43,11 +45,11 @@ int main(int argc, char **argv) {
     printf("\n%-6s %-18s %4s %10s %10s %8s %8s\n", "type", "n_in->n_out var", "tok", "MB", "us/call", "GB/s", "of_bw");
     /* variant sweep for the three formats with a bandwidth target, then every format at the
      * default variant (v0) */
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < (sweep_only ? 1 : 2); pass++)
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (int var = (pass == 0 ? 1 : 0); var <= (pass == 0 ? 3 : 0); var++)
         for (int s = 0; s < 3; s++) {
-            if (pass == 0 && t > 2 && types[t] != RF_TYPE_Q4_K && types[t] != RF_TYPE_Q6_K) continue;
+            if (pass == 0 && t > 2 && (sweep_only || (types[t] != RF_TYPE_Q4_K && types[t] != RF_TYPE_Q6_K))) continue;
             if (pass == 0 && (types[t] == RF_TYPE_Q4_K || types[t] == RF_TYPE_Q6_K) && var == 3) continue;
             rf_gpu_set_gemv_variant(ctx, var);
             double us = 0;
@@ -65,6 +67,10 @@ int main(int argc, char **argv) {
                    ntok, wb / 1e6, us, gbs, 100.0 * gbs / bw);
         }
     double ms = 0;
+    if (sweep_only) {
+        rf_gpu_destroy(ctx);
+        return 0;
+    }
     if (!rf_gpu_bench_gemm(ctx, RF_TYPE_Q4_0, 512, 4096, 4096, reps > 20 ? 20 : reps, &ms))
         printf("\ngemm q4_0 512x4096x4096 (dequant + cuBLAS f16, f32 acc): %.3f ms, %.1f TFLOP/s\n",
                ms, 2.0 * 512 * 4096 * 4096 / (ms * 1e-3) / 1e12);

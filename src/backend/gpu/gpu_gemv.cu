@@ -87,11 +87,16 @@ static __device__ __forceinline__ float rf_block_dot(const uint8_t *blk, const i
  * with aligned 16-byte loads into the group's shared-memory slice (the next tile's loads are
  * in flight while this one is decoded), then decoded from there: blocks of 18/20/22/34 bytes
  * are not 16-byte aligned, the staging makes the global loads so.
+ * FUSED: qx_g/dx_g are unused; each block quantizes x (f32 [nt, n_in]) itself into dynamic
+ * shared memory (qx: nt*n_in bytes rounded up to 16, then dx: nt*n_in/32 float2) exactly as
+ * rf_k_quantize_x does, after its first weight tile is already in flight: one launch per call
+ * instead of two (the separate launch cost ~1-2 us, large against a 3 us 4096x4096 Q4_0 call).
+ * Needs rf_q32_fused_smem() bytes of dynamic shared memory.
  * tolerance vs rf_ref_matmul: rel. L2 < 1e-2 (x is quantized to int8 per 32). */
-template <int T, int NTMAX, int BPL, int WPR>
+template <int T, int NTMAX, int BPL, int WPR, bool FUSED>
 __global__ void __launch_bounds__(RF_GEMV_WARPS * RF_WARP_SIZE)
-rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, int nt, int64_t n_in,
-              int64_t n_out, int64_t row_bytes) {
+rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx_g, const float2 *dx_g, const float *x,
+              int nt, int64_t n_in, int64_t n_out, int64_t row_bytes) {
     constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
                      : T == RF_TYPE_Q5_1 ? 24 : 34;
     constexpr int G = WPR * RF_WARP_SIZE;        /* threads per row */
@@ -126,6 +131,54 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
         }
     };
     fetch(0);
+    const int8_t *qx = qx_g;
+    const float2 *dx = dx_g;
+    if (FUSED) {
+        /* quantize x into shared memory while the first tile's loads are in flight: each lane
+         * takes 4 consecutive elements, 8 lanes one 32-group (groups never straddle tokens as
+         * n_in % 32 == 0); K float4 loads per lane are issued before any is used. The loop
+         * bound is uniform across the block so every lane reaches the shuffles. */
+        extern __shared__ __align__(16) unsigned char rf_q32_xsm[];
+        int8_t *sqx = (int8_t *)rf_q32_xsm;
+        const int64_t n = (int64_t)nt * n_in, n4 = n / 4;
+        float2 *sdx = (float2 *)(rf_q32_xsm + ((n + 15) & ~(int64_t)15));
+        const float4 *x4 = (const float4 *)x;
+        constexpr int K = 4;
+        constexpr int NTH = RF_GEMV_WARPS * RF_WARP_SIZE;
+        for (int64_t base = 0; base < n4; base += (int64_t)NTH * K) {
+            float4 v[K];
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int64_t i = base + k * NTH + threadIdx.x;
+                v[k] = i < n4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int64_t i = base + k * NTH + threadIdx.x;
+                float amax = fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w)));
+                float sum = (v[k].x + v[k].y) + (v[k].z + v[k].w);
+#pragma unroll
+                for (int m = 4; m > 0; m >>= 1) {
+                    amax = fmaxf(amax, RF_SHFL_XOR(amax, m));
+                    sum += RF_SHFL_XOR(sum, m);
+                }
+                /* a NaN in the group must reach y (see rf_k_quantize_x) */
+                const float d = sum != sum ? sum : amax / 127.0f;
+                const float id = d > 0.0f ? 1.0f / d : 0.0f;
+                if (i < n4) {
+                    const uint32_t b0 = (uint32_t)(__float2int_rn(v[k].x * id) & 0xFF);
+                    const uint32_t b1 = (uint32_t)(__float2int_rn(v[k].y * id) & 0xFF);
+                    const uint32_t b2 = (uint32_t)(__float2int_rn(v[k].z * id) & 0xFF);
+                    const uint32_t b3 = (uint32_t)(__float2int_rn(v[k].w * id) & 0xFF);
+                    ((uint32_t *)sqx)[i] = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24);
+                    if ((i & 7) == 0) sdx[i / 8] = make_float2(d, sum);
+                }
+            }
+        }
+        __syncthreads();
+        qx = sqx;
+        dx = sdx;
+    }
     for (int64_t b0 = 0; b0 < nb; b0 += TB) {
         const int nblk = (int)(nb - b0 < TB ? nb - b0 : TB);
 #pragma unroll
@@ -462,26 +515,52 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
 }
 
 /* Kernel variants, chosen per call by ctx->gemv_variant (0 = default; the benchmark sweeps
- * 1..3): q32 (warps per row, blocks per thread) = 1: (1, 2), 2: (4, 1), 3: (4, 2);
+ * 1..3): q32: see rf_launch_q32 below;
  * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2). */
-/* defaults from the H100 sweep in docs/perf-gpu.md: q32 variant 1, f16 variant 3 */
-#define RF_GEMV_DEFAULT_Q32 1
+/* defaults from the H100 sweep in docs/perf-gpu.md: f16 variant 3 (q32: RF_GEMV_DEFAULT_Q32F) */
 #define RF_GEMV_DEFAULT_F16 3
 static int rf_gemv_rows_per_block(int variant) { return variant == 1 ? RF_GEMV_WARPS : 1; }
+#define RF_GEMV_DEFAULT_Q32F 1 /* fused variant used by default for the 32-element formats */
+
+/* Static shared memory of rf_k_gemv_q32<T, NTMAX, BPL, 1, *> (the staging slices and the
+ * reduction array) for warp size ws, mirroring the kernel's constants. */
+static size_t rf_q32_static_smem(int bb, int bpl, int ntmax, int ws) {
+    const int tb = ws * bpl, tile_u4 = (tb * bb + 15) / 16 + 1, u = (tile_u4 + ws - 1) / ws;
+    return (size_t)RF_GEMV_WARPS * u * ws * 16 + (size_t)RF_GEMV_WARPS * ntmax * 4;
+}
+/* Dynamic shared memory the fused kernel needs for nt tokens of n_in: qx then dx. */
+static size_t rf_q32_fused_smem(int64_t nt, int64_t n_in) {
+    const int64_t n = nt * n_in;
+    return (size_t)((n + 15) & ~(int64_t)15) + (size_t)(n / RF_QK) * sizeof(float2);
+}
+
+/* q32 variants (all one warp per row): 1 = fused x quantization, 2 blocks per lane per tile;
+ * 2 = fused, 4 blocks per lane per tile (a 4096-wide Q4_0 row in one tile); 3 = the separate
+ * rf_k_quantize_x launch, 2 blocks per lane (the kernel of the first H100 sweep). A fused
+ * variant whose shared memory would exceed 48 KB falls back to variant 3. */
+static int rf_q32_bpl(int v) { return v == 2 ? 4 : 2; }
+static bool rf_q32_fused_fits(int v, int bb, int64_t nt, int64_t n_in, int ws) {
+    if (v == 3) return false;
+    return rf_q32_static_smem(bb, rf_q32_bpl(v), nt == 1 ? 1 : 8, ws) + rf_q32_fused_smem(nt, n_in) <=
+           48 * 1024;
+}
 
 template <int T>
-static void rf_launch_q32(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
-                          const uint8_t *w, const int8_t *qx, const float2 *dx, int nt,
-                          int64_t n_in, int64_t n_out, int64_t rb) {
+static void rf_launch_q32(rf_gpu_ctx *ctx, int v, bool fused, unsigned grid, unsigned threads,
+                          float *y, const uint8_t *w, const int8_t *qx, const float2 *dx,
+                          const float *x, int nt, int64_t n_in, int64_t n_out, int64_t rb) {
     cudaStream_t s = ctx->stream;
-#define RF_Q32(NTM, BPL, WPR) rf_k_gemv_q32<T, NTM, BPL, WPR><<<grid, threads, 0, s>>>(y, w, qx, dx, nt, n_in, n_out, rb)
-    if (nt == 1) {
-        if (v == 1) RF_Q32(1, 2, 1);
-        else if (v == 2) RF_Q32(1, 1, 4);
-        else RF_Q32(1, 2, 4);
+    const size_t dyn = fused ? rf_q32_fused_smem(nt, n_in) : 0;
+#define RF_Q32(NTM, BPL, F) rf_k_gemv_q32<T, NTM, BPL, 1, F><<<grid, threads, dyn, s>>>(y, w, qx, dx, x, nt, n_in, n_out, rb)
+    if (!fused) {
+        if (nt == 1) RF_Q32(1, 2, false);
+        else RF_Q32(8, 2, false);
+    } else if (nt == 1) {
+        if (v == 2) RF_Q32(1, 4, true);
+        else RF_Q32(1, 2, true);
     } else {
-        if (v == 1) RF_Q32(8, 2, 1);
-        else RF_Q32(8, 1, 4);
+        if (v == 2) RF_Q32(8, 4, true);
+        else RF_Q32(8, 2, true);
     }
 #undef RF_Q32
 }
@@ -544,10 +623,9 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     const int nt = (int)n_tokens;
     const unsigned threads = RF_GEMV_WARPS * ctx->info.warp_size;
     const unsigned grid = (unsigned)((n_out + RF_GEMV_WARPS - 1) / RF_GEMV_WARPS);
-    const bool f16_family = wtype == RF_TYPE_F16 || wtype == RF_TYPE_BF16;
     const int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3
                       ? ctx->gemv_variant
-                      : (f16_family ? RF_GEMV_DEFAULT_F16 : RF_GEMV_DEFAULT_Q32);
+                      : RF_GEMV_DEFAULT_F16; /* only F16/BF16 use v */
     const int rpb = rf_gemv_rows_per_block(v);
     const unsigned vgrid = (unsigned)((n_out + rpb - 1) / rpb); /* n_out < 2^31 checked above */
     /* K-quant default from the same sweep: one warp per row for Q4_K/Q5_K, four for Q6_K */
@@ -560,21 +638,31 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     size_t mark = ctx->scratch_used;
     switch (wtype) {
     case RF_TYPE_Q4_0: case RF_TYPE_Q4_1: case RF_TYPE_Q5_0: case RF_TYPE_Q5_1: case RF_TYPE_Q8_0: {
-        /* x -> int8 per 32 (+ scale and exact sum), then the dp4a kernel */
-        const int64_t n = n_tokens * n_in;
-        void *tmp;
-        rf_status st = rf_gpu_tmp(ctx, (size_t)n + (size_t)(n / RF_QK) * sizeof(float2) + 256, &tmp, &mark);
-        if (st) return st;
-        int8_t *qx = (int8_t *)tmp;
-        float2 *dx = (float2 *)((char *)tmp + (((size_t)n + 255) & ~(size_t)255));
-        rf_k_quantize_x<<<rf_gpu_blocks(n, 256), 256, 0, ctx->stream>>>(qx, dx, x, n);
-        if ((st = RF_GPU_LAUNCHED(ctx, "rf_k_quantize_x"))) return st;
+        /* x -> int8 per 32 (+ scale and exact sum), then the dp4a kernel; the fused variants do
+         * both in one launch when x fits in shared memory */
+        const int vq = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3 ? ctx->gemv_variant
+                                                                        : RF_GEMV_DEFAULT_Q32F;
+        const bool fused = rf_q32_fused_fits(vq, bb, n_tokens, n_in, (int)ctx->info.warp_size);
+        int8_t *qx = NULL;
+        float2 *dx = NULL;
+        rf_status st;
+        if (!fused) {
+            const int64_t n = n_tokens * n_in;
+            void *tmp;
+            st = rf_gpu_tmp(ctx, (size_t)n + (size_t)(n / RF_QK) * sizeof(float2) + 256, &tmp, &mark);
+            if (st) return st;
+            qx = (int8_t *)tmp;
+            dx = (float2 *)((char *)tmp + (((size_t)n + 255) & ~(size_t)255));
+            rf_k_quantize_x<<<rf_gpu_blocks(n, 256), 256, 0, ctx->stream>>>(qx, dx, x, n);
+            if ((st = RF_GPU_LAUNCHED(ctx, "rf_k_quantize_x"))) return st;
+        }
+        const unsigned qgrid = (unsigned)((n_out + RF_GEMV_WARPS - 1) / RF_GEMV_WARPS);
         switch (wtype) {
-        case RF_TYPE_Q4_0: rf_launch_q32<RF_TYPE_Q4_0>(ctx, v, vgrid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q4_1: rf_launch_q32<RF_TYPE_Q4_1>(ctx, v, vgrid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q5_0: rf_launch_q32<RF_TYPE_Q5_0>(ctx, v, vgrid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q5_1: rf_launch_q32<RF_TYPE_Q5_1>(ctx, v, vgrid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-        default: rf_launch_q32<RF_TYPE_Q8_0>(ctx, v, vgrid, threads, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q4_0: rf_launch_q32<RF_TYPE_Q4_0>(ctx, vq, fused, qgrid, threads, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q4_1: rf_launch_q32<RF_TYPE_Q4_1>(ctx, vq, fused, qgrid, threads, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q5_0: rf_launch_q32<RF_TYPE_Q5_0>(ctx, vq, fused, qgrid, threads, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q5_1: rf_launch_q32<RF_TYPE_Q5_1>(ctx, vq, fused, qgrid, threads, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
+        default: rf_launch_q32<RF_TYPE_Q8_0>(ctx, vq, fused, qgrid, threads, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
         }
         kname = "rf_k_gemv_q32";
         break;
