@@ -164,7 +164,7 @@ static rf_status load_hparams(rf_model *m) {
     if (factor == 0 && (st = opt_f32(m, "rope.scale_linear", &factor))) return st;
     const char *stype = NULL;
     if (rf_gguf_get_str(m->g, akey(m, "rope.scaling.type", k, sizeof k), &stype) == RF_OK &&
-        strcmp(stype, "none") && strcmp(stype, "linear") && strcmp(stype, "llama3"))
+        strcmp(stype, "none") && strcmp(stype, "linear"))
         return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s = '%s' is not supported (none, linear)", k, stype);
     if (stype && !strcmp(stype, "none")) factor = 0;
     hp->rope_scale = factor == 0 ? 1.0f : 1.0f / factor;
