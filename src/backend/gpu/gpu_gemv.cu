@@ -82,8 +82,8 @@ static __device__ __forceinline__ float rf_block_dot(const uint8_t *blk, const i
 /* gemv_q32: y[t, o] = sum_i W[o, i] x[t, i] for W in a 32-element block format T.
  * in: w rows of row_bytes (ggml layout, readable 16 bytes past the end: rf_gpu_alloc pads);
  *     qx int8 [nt, n_in], dx float2 [nt, n_in/32] from rf_k_quantize_x; 1 <= nt <= NTMAX.
- * out: y f32 [nt, n_out]. launch: RF_GEMV_WARPS warps per block; a group of WPR warps owns
- * one row (RF_GEMV_WARPS / WPR rows per block). Each tile of BPL blocks per thread is fetched
+ * out: y f32 [nt, n_out]. launch: NW warps per block; a group of WPR warps owns
+ * one row (NW / WPR rows per block). Each tile of BPL blocks per thread is fetched
  * with aligned 16-byte loads into the group's shared-memory slice (the next tile's loads are
  * in flight while this one is decoded), then decoded from there: blocks of 18/20/22/34 bytes
  * are not 16-byte aligned, the staging makes the global loads so.
@@ -93,19 +93,19 @@ static __device__ __forceinline__ float rf_block_dot(const uint8_t *blk, const i
  * instead of two (the separate launch cost ~1-2 us, large against a 3 us 4096x4096 Q4_0 call).
  * Needs rf_q32_fused_smem() bytes of dynamic shared memory.
  * tolerance vs rf_ref_matmul: rel. L2 < 1e-2 (x is quantized to int8 per 32). */
-template <int T, int NTMAX, int BPL, int WPR, bool FUSED>
-__global__ void __launch_bounds__(RF_GEMV_WARPS * RF_WARP_SIZE)
+template <int T, int NTMAX, int BPL, int WPR, bool FUSED, int NW>
+__global__ void __launch_bounds__(NW * RF_WARP_SIZE)
 rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx_g, const float2 *dx_g, const float *x,
               int nt, int64_t n_in, int64_t n_out, int64_t row_bytes) {
     constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
                      : T == RF_TYPE_Q5_1 ? 24 : 34;
     constexpr int G = WPR * RF_WARP_SIZE;        /* threads per row */
-    constexpr int GROUPS = RF_GEMV_WARPS / WPR;  /* rows per block */
+    constexpr int GROUPS = NW / WPR;  /* rows per block */
     constexpr int TB = G * BPL;                  /* blocks per tile */
     constexpr int TILE_U4 = (TB * BB + 15) / 16 + 1;
     constexpr int U = (TILE_U4 + G - 1) / G;
     __shared__ uint4 sm[GROUPS][U * G];
-    __shared__ float red[RF_GEMV_WARPS][NTMAX];
+    __shared__ float red[NW][NTMAX];
     const int gl = threadIdx.x % G, grp = threadIdx.x / G;
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
     int64_t row = (int64_t)blockIdx.x * GROUPS + grp;
@@ -144,7 +144,7 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx_g, const float2 *dx_g
         float2 *sdx = (float2 *)(rf_q32_xsm + ((n + 15) & ~(int64_t)15));
         const float4 *x4 = (const float4 *)x;
         constexpr int K = 4;
-        constexpr int NTH = RF_GEMV_WARPS * RF_WARP_SIZE;
+        constexpr int NTH = NW * RF_WARP_SIZE;
         for (int64_t base = 0; base < n4; base += (int64_t)NTH * K) {
             float4 v[K];
 #pragma unroll
@@ -520,13 +520,13 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
 /* defaults from the H100 sweep in docs/perf-gpu.md: f16 variant 3 (q32: RF_GEMV_DEFAULT_Q32F) */
 #define RF_GEMV_DEFAULT_F16 3
 static int rf_gemv_rows_per_block(int variant) { return variant == 1 ? RF_GEMV_WARPS : 1; }
-#define RF_GEMV_DEFAULT_Q32F 1 /* fused variant used by default for the 32-element formats */
+#define RF_GEMV_DEFAULT_Q32F 3 /* default q32 variant (see rf_launch_q32) */
 
 /* Static shared memory of rf_k_gemv_q32<T, NTMAX, BPL, 1, *> (the staging slices and the
  * reduction array) for warp size ws, mirroring the kernel's constants. */
-static size_t rf_q32_static_smem(int bb, int bpl, int ntmax, int ws) {
+static size_t rf_q32_static_smem(int bb, int bpl, int ntmax, int ws, int nw) {
     const int tb = ws * bpl, tile_u4 = (tb * bb + 15) / 16 + 1, u = (tile_u4 + ws - 1) / ws;
-    return (size_t)RF_GEMV_WARPS * u * ws * 16 + (size_t)RF_GEMV_WARPS * ntmax * 4;
+    return (size_t)nw * u * ws * 16 + (size_t)nw * ntmax * 4;
 }
 /* Dynamic shared memory the fused kernel needs for nt tokens of n_in: qx then dx. */
 static size_t rf_q32_fused_smem(int64_t nt, int64_t n_in) {
@@ -534,33 +534,42 @@ static size_t rf_q32_fused_smem(int64_t nt, int64_t n_in) {
     return (size_t)((n + 15) & ~(int64_t)15) + (size_t)(n / RF_QK) * sizeof(float2);
 }
 
-/* q32 variants (all one warp per row): 1 = fused x quantization, 2 blocks per lane per tile;
- * 2 = fused, 4 blocks per lane per tile (a 4096-wide Q4_0 row in one tile); 3 = the separate
- * rf_k_quantize_x launch, 2 blocks per lane (the kernel of the first H100 sweep). A fused
- * variant whose shared memory would exceed 48 KB falls back to variant 3. */
-static int rf_q32_bpl(int v) { return v == 2 ? 4 : 2; }
+/* q32 variants (all one warp per row, 2 blocks per lane per tile): 1 = fused x quantization,
+ * 16 warps per block; 2 = fused, 8 warps per block; 3 = the separate rf_k_quantize_x launch,
+ * 4 warps per block (the kernel of the first H100 sweep). Every block of a fused variant
+ * re-reads and quantizes all of x, so it wants many rows per block (with 4 rows per block the
+ * re-read x outweighed the Q4_0 weights: slower than variant 3 on the H100). A fused variant
+ * whose shared memory would exceed 48 KB falls back to variant 3. */
+#if defined(RF_HIP)
+#define RF_Q32_NW1 8 /* 16 wave64 warps would need more than 64 KB of static LDS */
+#else
+#define RF_Q32_NW1 16
+#endif
+static int rf_q32_warps(int v) { return v == 1 ? RF_Q32_NW1 : v == 2 ? 8 : RF_GEMV_WARPS; }
 static bool rf_q32_fused_fits(int v, int bb, int64_t nt, int64_t n_in, int ws) {
     if (v == 3) return false;
-    return rf_q32_static_smem(bb, rf_q32_bpl(v), nt == 1 ? 1 : 8, ws) + rf_q32_fused_smem(nt, n_in) <=
-           48 * 1024;
+    return rf_q32_static_smem(bb, 2, nt == 1 ? 1 : 8, ws, rf_q32_warps(v)) +
+               rf_q32_fused_smem(nt, n_in) <= 48 * 1024;
 }
 
 template <int T>
-static void rf_launch_q32(rf_gpu_ctx *ctx, int v, bool fused, unsigned grid, unsigned threads,
-                          float *y, const uint8_t *w, const int8_t *qx, const float2 *dx,
-                          const float *x, int nt, int64_t n_in, int64_t n_out, int64_t rb) {
+static void rf_launch_q32(rf_gpu_ctx *ctx, int v, bool fused, float *y, const uint8_t *w,
+                          const int8_t *qx, const float2 *dx, const float *x, int nt,
+                          int64_t n_in, int64_t n_out, int64_t rb) {
     cudaStream_t s = ctx->stream;
     const size_t dyn = fused ? rf_q32_fused_smem(nt, n_in) : 0;
-#define RF_Q32(NTM, BPL, F) rf_k_gemv_q32<T, NTM, BPL, 1, F><<<grid, threads, dyn, s>>>(y, w, qx, dx, x, nt, n_in, n_out, rb)
+    const int nw = fused ? rf_q32_warps(v) : RF_GEMV_WARPS;
+    const unsigned grid = (unsigned)((n_out + nw - 1) / nw), threads = nw * ctx->info.warp_size;
+#define RF_Q32(NTM, F, NW) rf_k_gemv_q32<T, NTM, 2, 1, F, NW><<<grid, threads, dyn, s>>>(y, w, qx, dx, x, nt, n_in, n_out, rb)
     if (!fused) {
-        if (nt == 1) RF_Q32(1, 2, false);
-        else RF_Q32(8, 2, false);
+        if (nt == 1) RF_Q32(1, false, RF_GEMV_WARPS);
+        else RF_Q32(8, false, RF_GEMV_WARPS);
     } else if (nt == 1) {
-        if (v == 2) RF_Q32(1, 4, true);
-        else RF_Q32(1, 2, true);
+        if (v == 1) RF_Q32(1, true, RF_Q32_NW1);
+        else RF_Q32(1, true, 8);
     } else {
-        if (v == 2) RF_Q32(8, 4, true);
-        else RF_Q32(8, 2, true);
+        if (v == 1) RF_Q32(8, true, RF_Q32_NW1);
+        else RF_Q32(8, true, 8);
     }
 #undef RF_Q32
 }
@@ -656,13 +665,12 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
             rf_k_quantize_x<<<rf_gpu_blocks(n, 256), 256, 0, ctx->stream>>>(qx, dx, x, n);
             if ((st = RF_GPU_LAUNCHED(ctx, "rf_k_quantize_x"))) return st;
         }
-        const unsigned qgrid = (unsigned)((n_out + RF_GEMV_WARPS - 1) / RF_GEMV_WARPS);
         switch (wtype) {
-        case RF_TYPE_Q4_0: rf_launch_q32<RF_TYPE_Q4_0>(ctx, vq, fused, qgrid, threads, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q4_1: rf_launch_q32<RF_TYPE_Q4_1>(ctx, vq, fused, qgrid, threads, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q5_0: rf_launch_q32<RF_TYPE_Q5_0>(ctx, vq, fused, qgrid, threads, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q5_1: rf_launch_q32<RF_TYPE_Q5_1>(ctx, vq, fused, qgrid, threads, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
-        default: rf_launch_q32<RF_TYPE_Q8_0>(ctx, vq, fused, qgrid, threads, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q4_0: rf_launch_q32<RF_TYPE_Q4_0>(ctx, vq, fused, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q4_1: rf_launch_q32<RF_TYPE_Q4_1>(ctx, vq, fused, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q5_0: rf_launch_q32<RF_TYPE_Q5_0>(ctx, vq, fused, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
+        case RF_TYPE_Q5_1: rf_launch_q32<RF_TYPE_Q5_1>(ctx, vq, fused, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
+        default: rf_launch_q32<RF_TYPE_Q8_0>(ctx, vq, fused, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
         }
         kname = "rf_k_gemv_q32";
         break;
