@@ -62,6 +62,7 @@ static bool pend_flush(pending *p, const rf_gen_params *gp, bool final, rf_piece
                        bool *hit) {
     size_t cut = p->len;
     *hit = false;
+    if (!p->buf) return true; /* nothing produced yet */
     for (size_t i = 0; i < gp->n_stop; i++) {
         if (!gp->stop[i] || !gp->stop[i][0]) continue;
         char *f = strstr(p->buf ? p->buf : "", gp->stop[i]);
