@@ -83,4 +83,14 @@ float rf_kq_accum(float s, float d8, float d, int32_t isum, float dmin, int32_t 
 /* True when the CPU can run the *_avx2 kernels (AVX2, FMA and F16C). */
 bool rf_cpu_has_avx2(void);
 
+/* AVX-VNNI kernels (vec_dot_vnni.c); only run where rf_cpu_has_avx2() and rf_cpu_has_avxvnni(). */
+bool rf_cpu_has_avxvnni(void);
+void rf_vec_dot_q4_0_vnni(int64_t n, float *out, const void *w, const void *x);
+void rf_vec_dot_q4_1_vnni(int64_t n, float *out, const void *w, const void *x);
+void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const void *x);
+
+/* rf_simd_level value (not in the public enum yet) that rf_vec_dot_impl accepts for the AVX-VNNI
+ * kernel of a type: NULL when the CPU lacks AVX-VNNI or the type has no VNNI kernel. */
+#define RF_SIMD_AVXVNNI_INTERNAL ((rf_simd_level)2)
+
 #endif

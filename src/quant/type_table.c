@@ -1,7 +1,9 @@
 /* quant/type_table.c — the type table (ggml ids, names, block sizes, bytes per block, converters,
  * dot kernels) and the checked row helpers. Sizes are ggml's (ggml.c type_traits, ggml-common.h);
  * removed ids (4, 5, 31-33, 36-38) have no entry. The dot kernel of each type is picked once at
- * first use: AVX2 where the CPU has it and RF_NO_SIMD is unset/"0", else scalar. */
+ * first use: AVX-VNNI (Q4_0, Q4_1, Q8_0) or AVX2 where the CPU has it and RF_NO_SIMD is unset/"0",
+ * else scalar. CPU features come from CPUID (<cpuid.h>) except avx2/fma, which clang 14 and gcc 12
+ * both accept in __builtin_cpu_supports. */
 #include <ctype.h>
 #include <pthread.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -57,17 +59,17 @@ static rf_type_traits g_traits[RF_TYPE_TABLE_SIZE] = {
 #undef F
 #undef Q
 
-/* Dot kernels per type: scalar reference and AVX2 (NULL = no hand-written AVX2 kernel). */
-typedef struct { rf_vec_dot_fn scalar, avx2; } dot_impls;
+/* Dot kernels per type: scalar reference, AVX2 and AVX-VNNI (NULL = no hand-written kernel). */
+typedef struct { rf_vec_dot_fn scalar, avx2, vnni; } dot_impls;
 static const dot_impls g_dots[RF_TYPE_TABLE_SIZE] = {
     [RF_TYPE_F32] = {rf_vec_dot_f32, rf_vec_dot_f32_avx2},
     [RF_TYPE_F16] = {rf_vec_dot_f16, rf_vec_dot_f16_avx2},
     [RF_TYPE_BF16] = {rf_vec_dot_bf16, rf_vec_dot_bf16_avx2},
-    [RF_TYPE_Q4_0] = {rf_vec_dot_q4_0, rf_vec_dot_q4_0_avx2},
-    [RF_TYPE_Q4_1] = {rf_vec_dot_q4_1, rf_vec_dot_q4_1_avx2},
+    [RF_TYPE_Q4_0] = {rf_vec_dot_q4_0, rf_vec_dot_q4_0_avx2, rf_vec_dot_q4_0_vnni},
+    [RF_TYPE_Q4_1] = {rf_vec_dot_q4_1, rf_vec_dot_q4_1_avx2, rf_vec_dot_q4_1_vnni},
     [RF_TYPE_Q5_0] = {rf_vec_dot_q5_0, rf_vec_dot_q5_0_avx2},
     [RF_TYPE_Q5_1] = {rf_vec_dot_q5_1, rf_vec_dot_q5_1_avx2},
-    [RF_TYPE_Q8_0] = {rf_vec_dot_q8_0, rf_vec_dot_q8_0_avx2},
+    [RF_TYPE_Q8_0] = {rf_vec_dot_q8_0, rf_vec_dot_q8_0_avx2, rf_vec_dot_q8_0_vnni},
     [RF_TYPE_MXFP4] = {rf_vec_dot_mxfp4, rf_vec_dot_mxfp4_avx2},
     [RF_TYPE_IQ4_NL] = {rf_vec_dot_iq4_nl, rf_vec_dot_iq4_nl_avx2},
     [RF_TYPE_Q2_K] = {rf_vec_dot_q2_K, rf_vec_dot_q2_K_avx2},
@@ -85,6 +87,7 @@ static const dot_impls g_dots[RF_TYPE_TABLE_SIZE] = {
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static rf_simd_level g_level = RF_SIMD_SCALAR;
+static bool g_vnni; /* table uses the AVX-VNNI kernels where a type has one */
 
 /* AVX2 and FMA through the compiler's CPU model (which also checks that the OS saves YMM
  * state); F16C straight from CPUID leaf 1, ECX bit 29, because clang's __builtin_cpu_supports
@@ -105,9 +108,13 @@ static void init_table(void) {
     const char *env = getenv("RF_NO_SIMD");
     bool no_simd = env && env[0] && strcmp(env, "0") != 0;
     g_level = (!no_simd && rf_cpu_has_avx2()) ? RF_SIMD_AVX2 : RF_SIMD_SCALAR;
+    g_vnni = g_level == RF_SIMD_AVX2 && rf_cpu_has_avxvnni();
     for (int t = 0; t < RF_TYPE_TABLE_SIZE; t++) {
         const dot_impls *d = &g_dots[t];
-        g_traits[t].vec_dot = (g_level == RF_SIMD_AVX2 && d->avx2) ? d->avx2 : d->scalar;
+        rf_vec_dot_fn f = d->scalar;
+        if (g_level == RF_SIMD_AVX2 && d->avx2) f = d->avx2;
+        if (g_vnni && d->vnni) f = d->vnni;
+        g_traits[t].vec_dot = f;
     }
 }
 
@@ -123,6 +130,10 @@ rf_vec_dot_fn rf_vec_dot_impl(rf_type type, rf_simd_level level) {
     if (level == RF_SIMD_AVX2) {
         if (!d->scalar || !rf_cpu_has_avx2()) return NULL;
         return d->avx2 ? d->avx2 : d->scalar;
+    }
+    if (level == RF_SIMD_AVXVNNI_INTERNAL) {
+        if (!d->vnni || !rf_cpu_has_avx2() || !rf_cpu_has_avxvnni()) return NULL;
+        return d->vnni;
     }
     return NULL;
 }

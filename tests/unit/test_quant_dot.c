@@ -15,6 +15,9 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "test_util.h"
 
+/* rf_vec_dot_impl level of the AVX-VNNI kernels (src/quant/quant_impl.h RF_SIMD_AVXVNNI_INTERNAL) */
+#define RF_TEST_SIMD_AVXVNNI ((rf_simd_level)2)
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,8 +105,10 @@ static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
     make_act_row(vt, x, n, xq, xd);
     rf_vec_dot_fn scalar = rf_vec_dot_impl(t, RF_SIMD_SCALAR);
     rf_vec_dot_fn avx2 = have_avx2 ? rf_vec_dot_impl(t, RF_SIMD_AVX2) : NULL;
+    /* AVX-VNNI kernel (level 2, internal until the public enum has it): NULL where none/no CPU */
+    rf_vec_dot_fn vnni = rf_vec_dot_impl(t, RF_TEST_SIMD_AVXVNNI);
     assert_non_null(scalar);
-    double worst_a = 0, worst_c = 0;
+    double worst_a = 0, worst_c = 0, worst_v = 0;
     for (int row = 0; row < ROWS; row++) {
         make_weight_row(r, t, n, wq + wsz * row, wf + n * row);
         double as;
@@ -127,13 +132,23 @@ static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
                 fail_msg("%s avx2 not bit-identical to scalar: %.9g vs %.9g", tr->name, g2, got);
             if (ec > worst_c) worst_c = ec;
         }
+        if (vnni) {
+            float g3 = NAN;
+            vnni(n, &g3, wq + wsz * row, xq);
+            double ev = fabs((double)g3 - got) / (as > 0 ? as : 1);
+            if (!(ev <= 1e-5))
+                fail_msg("%s n=%lld row %d avx-vnni %.9g vs scalar %.9g", tr->name, (long long)n, row, g3, got);
+            if (ev > worst_v) worst_v = ev;
+        }
         /* the table's own pointer (whatever level it picked) */
         y[row] = NAN;
         tr->vec_dot(n, &y[row], wq + wsz * row, xq);
     }
     double e_tab = rf_rel_l2(y, yref, ROWS), e_scalar = rf_rel_l2(ys, yref, ROWS);
-    print_message("dot %-6s (x %-4s) n=%-5lld rel.L2 vs f32 %.2e (scalar %.2e); kernel err %.1e; avx2-scalar %.1e%s\n",
+    print_message("dot %-6s (x %-4s) n=%-5lld rel.L2 vs f32 %.2e (scalar %.2e); kernel err %.1e; avx2-scalar %.1e%s",
                   tr->name, rf_type_name(vt), (long long)n, e_tab, e_scalar, worst_a, worst_c, avx2 ? "" : " (no avx2)");
+    if (vnni) print_message("; vnni-scalar %.1e", worst_v);
+    print_message("\n");
     const double bound = vt == RF_TYPE_Q8_K ? 1.5e-2 : 1e-2;
     if (!(e_tab < bound) || !(e_scalar < bound))
         fail_msg("%s n=%lld: matvec rel.L2 %.3g (table) %.3g (scalar) >= %g", tr->name, (long long)n, e_tab, e_scalar,
@@ -176,7 +191,7 @@ static void test_dot_edges(void **state) {
         float x[512];
         for (int i = 0; i < n; i++) x[i] = (float)(i % 7) - 3.0f;
         assert_int_equal(rf_quantize_row(tr->vec_dot_type, x, xq, n), RF_OK);
-        for (int lv = 0; lv < 2; lv++) {
+        for (int lv = 0; lv < 3; lv++) {
             rf_vec_dot_fn f = rf_vec_dot_impl(t, (rf_simd_level)lv);
             if (!f) continue;
             float out = NAN;

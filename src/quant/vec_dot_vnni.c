@@ -1,0 +1,143 @@
+/* quant/vec_dot_vnni.c — AVX-VNNI (VEX `vpdpbusd`, CPUID.(7,1):EAX[4]) dot kernels for Q4_0, Q4_1
+ * and Q8_0 x their activation types. Compiled per function with __attribute__((target)); type_table.c
+ * selects them only when the CPU has AVX2+FMA+F16C and AVX-VNNI (rf_cpu_has_avxvnni) and RF_NO_SIMD
+ * is unset. Same contracts as vec_dot.c. The integer block sums are exact for any int8 input (the
+ * unsigned x signed `vpdpbusd` with an offset correction, no sign trick); only the order of the
+ * float accumulation differs from the scalar kernels (two accumulators, even/odd blocks). */
+#include "quant/quant_impl.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+/* AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4. Callers also require rf_cpu_has_avx2() (OS YMM state). */
+bool rf_cpu_has_avxvnni(void) {
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a >> 4) & 1u;
+}
+
+#define RF_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+RF_VNNI static inline float vn_hsum_ps(__m256 x) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+RF_VNNI static inline float vn_h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31). */
+RF_VNNI static inline __m256i vn_nibbles_32(const uint8_t *p, __m256i m4) {
+    __m128i t = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4);
+}
+
+/* sum over 4-byte groups of u8(a) * i8(b) into 8 int32 lanes (exact: |sum| <= 4*255*128) */
+#define DPB(a, b) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), (a), (b))
+
+/* Q4_0 x Q8_0: sum (q-8)*y = sum q*y - 8*sum y, both with vpdpbusd (q in 0..15 unsigned). */
+RF_VNNI void rf_vec_dot_q4_0_vnni(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q4_0 *a = w;
+    const rf_block_q8_0 *b = x;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), k8 = _mm256_set1_epi8(8);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / 32;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256 d0 = _mm256_set1_ps(vn_h2f(a[i].d) * vn_h2f(b[i].d));
+        const __m256 d1 = _mm256_set1_ps(vn_h2f(a[i + 1].d) * vn_h2f(b[i + 1].d));
+        __m256i y0 = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        __m256i y1 = _mm256_loadu_si256((const __m256i *)b[i + 1].qs);
+        __m256i s0 = _mm256_sub_epi32(DPB(vn_nibbles_32(a[i].qs, m4), y0), DPB(k8, y0));
+        __m256i s1 = _mm256_sub_epi32(DPB(vn_nibbles_32(a[i + 1].qs, m4), y1), DPB(k8, y1));
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
+        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256 d0 = _mm256_set1_ps(vn_h2f(a[i].d) * vn_h2f(b[i].d));
+        __m256i y0 = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        __m256i s0 = _mm256_sub_epi32(DPB(vn_nibbles_32(a[i].qs, m4), y0), DPB(k8, y0));
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
+    }
+    *out = vn_hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+/* Q4_1 x Q8_1: d*dy*sum q*y + m*s. The f16 pairs (d, m) and (dy, s) of two blocks are converted
+ * with one vcvtph2ps; m*s is accumulated in a vector (lanes 1 and 5) and summed once at the end. */
+RF_VNNI void rf_vec_dot_q4_1_vnni(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q4_1 *a = w;
+    const rf_block_q8_1 *b = x;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i idx0 = _mm256_setzero_si256(), idx1 = _mm256_set1_epi32(4);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), ms = _mm256_setzero_ps();
+    const int64_t nb = n / 32;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        uint32_t a0, a1, b0, b1; /* (d, m) and (d, s) f16 pairs */
+        memcpy(&a0, &a[i].d, 4), memcpy(&a1, &a[i + 1].d, 4);
+        memcpy(&b0, &b[i].d, 4), memcpy(&b1, &b[i + 1].d, 4);
+        /* [a0.d a0.m b0.d b0.s | a1.d a1.m b1.d b1.s] */
+        __m256 f = _mm256_cvtph_ps(_mm_set_epi32((int)b1, (int)a1, (int)b0, (int)a0));
+        /* lanes 0/4: d*dy, lanes 1/5: m*s (each one f32 rounding, as in the scalar kernel) */
+        __m256 p = _mm256_mul_ps(f, _mm256_permute_ps(f, _MM_SHUFFLE(1, 0, 3, 2)));
+        ms = _mm256_add_ps(ms, p);
+        __m256i s0 = DPB(vn_nibbles_32(a[i].qs, m4), _mm256_loadu_si256((const __m256i *)b[i].qs));
+        __m256i s1 = DPB(vn_nibbles_32(a[i + 1].qs, m4), _mm256_loadu_si256((const __m256i *)b[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, idx0), _mm256_cvtepi32_ps(s0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, idx1), _mm256_cvtepi32_ps(s1), acc1);
+    }
+    float summs = _mm_cvtss_f32(_mm_movehdup_ps(_mm256_castps256_ps128(ms))) +
+                  _mm_cvtss_f32(_mm_movehdup_ps(_mm256_extractf128_ps(ms, 1)));
+    for (; i < nb; i++) {
+        summs += vn_h2f(a[i].m) * vn_h2f(b[i].s);
+        const __m256 d0 = _mm256_set1_ps(vn_h2f(a[i].d) * vn_h2f(b[i].d));
+        __m256i s0 = DPB(vn_nibbles_32(a[i].qs, m4), _mm256_loadu_si256((const __m256i *)b[i].qs));
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
+    }
+    *out = vn_hsum_ps(_mm256_add_ps(acc0, acc1)) + summs;
+}
+
+/* Q8_0 x Q8_0: sum w*y = sum (w+128)*y - 128*sum y; w+128 is w ^ 0x80 as an unsigned byte. Exact
+ * for every int8 pair, -128 included. */
+RF_VNNI void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q8_0 *a = w;
+    const rf_block_q8_0 *b = x;
+    const __m256i k80 = _mm256_set1_epi8((char)0x80);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / 32;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256 d0 = _mm256_set1_ps(vn_h2f(a[i].d) * vn_h2f(b[i].d));
+        const __m256 d1 = _mm256_set1_ps(vn_h2f(a[i + 1].d) * vn_h2f(b[i + 1].d));
+        __m256i y0 = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        __m256i y1 = _mm256_loadu_si256((const __m256i *)b[i + 1].qs);
+        __m256i u0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)a[i].qs), k80);
+        __m256i u1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)a[i + 1].qs), k80);
+        __m256i s0 = _mm256_sub_epi32(DPB(u0, y0), DPB(k80, y0));
+        __m256i s1 = _mm256_sub_epi32(DPB(u1, y1), DPB(k80, y1));
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
+        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256 d0 = _mm256_set1_ps(vn_h2f(a[i].d) * vn_h2f(b[i].d));
+        __m256i y0 = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        __m256i u0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)a[i].qs), k80);
+        __m256i s0 = _mm256_sub_epi32(DPB(u0, y0), DPB(k80, y0));
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
+    }
+    *out = vn_hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+#undef DPB
+
+#else /* not x86: never selected (rf_cpu_has_avxvnni() is false); forward to the scalar kernels */
+
+bool rf_cpu_has_avxvnni(void) { return false; }
+#define RF_FWD(name) \
+    void rf_vec_dot_##name##_vnni(int64_t n, float *out, const void *w, const void *x) { rf_vec_dot_##name(n, out, w, x); }
+RF_FWD(q4_0) RF_FWD(q4_1) RF_FWD(q8_0)
+#undef RF_FWD
+
+#endif
