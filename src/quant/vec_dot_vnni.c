@@ -35,6 +35,17 @@ RF_VNNI static inline __m256i vn_nibbles_32(const uint8_t *p, __m256i m4) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4);
 }
 
+/* d(a0)*d(b0) and d(a1)*d(b1) of two blocks as broadcast vectors: one vcvtph2ps for the four f16
+ * scales (the product is the same single f32 rounding as the scalar kernel's). */
+RF_VNNI static inline void vn_scales2(uint16_t a0, uint16_t b0, uint16_t a1, uint16_t b1, __m256 *d0, __m256 *d1) {
+    __m128i h = _mm_cvtsi32_si128((int)((uint32_t)a0 | (uint32_t)b0 << 16));
+    h = _mm_insert_epi32(h, (int)((uint32_t)a1 | (uint32_t)b1 << 16), 1);
+    __m128 f = _mm_cvtph_ps(h); /* [a0 b0 a1 b1] */
+    __m128 p = _mm_mul_ps(f, _mm_permute_ps(f, _MM_SHUFFLE(2, 3, 0, 1)));
+    *d0 = _mm256_broadcastss_ps(p);
+    *d1 = _mm256_broadcastss_ps(_mm_movehl_ps(p, p));
+}
+
 /* sum over 4-byte groups of u8(a) * i8(b) into 8 int32 lanes (exact: |sum| <= 4*255*128) */
 #define DPB(a, b) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), (a), (b))
 
@@ -47,8 +58,8 @@ RF_VNNI void rf_vec_dot_q4_0_vnni(int64_t n, float *out, const void *w, const vo
     const int64_t nb = n / 32;
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-        const __m256 d0 = _mm256_set1_ps(vn_h2f(a[i].d) * vn_h2f(b[i].d));
-        const __m256 d1 = _mm256_set1_ps(vn_h2f(a[i + 1].d) * vn_h2f(b[i + 1].d));
+        __m256 d0, d1;
+        vn_scales2(a[i].d, b[i].d, a[i + 1].d, b[i + 1].d, &d0, &d1);
         __m256i y0 = _mm256_loadu_si256((const __m256i *)b[i].qs);
         __m256i y1 = _mm256_loadu_si256((const __m256i *)b[i + 1].qs);
         __m256i s0 = _mm256_sub_epi32(DPB(vn_nibbles_32(a[i].qs, m4), y0), DPB(k8, y0));
@@ -110,8 +121,8 @@ RF_VNNI void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const vo
     const int64_t nb = n / 32;
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-        const __m256 d0 = _mm256_set1_ps(vn_h2f(a[i].d) * vn_h2f(b[i].d));
-        const __m256 d1 = _mm256_set1_ps(vn_h2f(a[i + 1].d) * vn_h2f(b[i + 1].d));
+        __m256 d0, d1;
+        vn_scales2(a[i].d, b[i].d, a[i + 1].d, b[i + 1].d, &d0, &d1);
         __m256i y0 = _mm256_loadu_si256((const __m256i *)b[i].qs);
         __m256i y1 = _mm256_loadu_si256((const __m256i *)b[i + 1].qs);
         __m256i u0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)a[i].qs), k80);

@@ -202,6 +202,33 @@ static void test_dot_edges(void **state) {
     }
 }
 
+/* Q8_0 x Q8_0 with the extreme int8 values (-128 included, which our quantizer never emits but a
+ * file may hold): every level must give the exact sum (integers, scale 1). */
+static void test_q8_0_extremes(void **state) {
+    (void)state;
+    enum { NB = 5 };
+    uint8_t w[NB * 34], xq[NB * 34];
+    const int8_t vals[] = {-128, 127, -127, 0, 1, -1};
+    int64_t exact = 0;
+    for (int b = 0; b < NB; b++) {
+        uint16_t one = rf_f32_to_fp16(1.0f);
+        memcpy(w + b * 34, &one, 2), memcpy(xq + b * 34, &one, 2);
+        for (int j = 0; j < 32; j++) {
+            int8_t wv = vals[(b + j) % 6], xv = vals[(b * 3 + j / 2) % 6];
+            if (b == 0) wv = -128, xv = -128; /* a whole block of (-128)*(-128) */
+            w[b * 34 + 2 + j] = (uint8_t)wv, xq[b * 34 + 2 + j] = (uint8_t)xv;
+            exact += (int64_t)wv * xv;
+        }
+    }
+    for (int lv = 0; lv < 3; lv++) {
+        rf_vec_dot_fn f = rf_vec_dot_impl(RF_TYPE_Q8_0, (rf_simd_level)lv);
+        if (!f) continue;
+        float out = NAN;
+        f(NB * 32, &out, w, xq);
+        if (out != (float)exact) fail_msg("q8_0 level %d: %.9g, exact %lld", lv, out, (long long)exact);
+    }
+}
+
 static void test_no_simd_env(void **state) {
     (void)state;
     pid_t pid = fork();
@@ -228,6 +255,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dot_kernels),
         cmocka_unit_test(test_dot_edges),
+        cmocka_unit_test(test_q8_0_extremes),
         cmocka_unit_test(test_no_simd_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
