@@ -140,7 +140,11 @@ int rf_cmd_chat(int argc, char **argv) {
             free(ids);
             text = NULL;
             ids = NULL;
-            if (rf_chat_apply_template(rf_model_gguf(m), NULL, h.msgs, h.n, true, &text)) {
+            if (!rf_model_chat_template(m)) {
+                rc = rf_cli_fail(1, "this model has no usable chat template (see the warning above)");
+                goto out;
+            }
+            if (rf_chat_template_render(rf_model_chat_template(m), h.msgs, h.n, true, NULL, NULL, &text)) {
                 rc = rf_cli_fail(1, "chat template: %s", rf_last_error());
                 goto out;
             }

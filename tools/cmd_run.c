@@ -275,7 +275,12 @@ int rf_cmd_run(int argc, char **argv) {
         size_t nm = 0;
         if (o.system) msgs[nm++] = (rf_chat_msg){"system", o.system};
         msgs[nm++] = (rf_chat_msg){"user", o.prompt};
-        if (rf_chat_apply_template(rf_model_gguf(m), NULL, msgs, nm, true, &text)) {
+        const rf_chat_template *tmpl = rf_model_chat_template(m);
+        if (!tmpl) {
+            rf_cli_fail(1, "this model has no usable chat template (see the warning above); run without --chat");
+            goto out;
+        }
+        if (rf_chat_template_render(tmpl, msgs, nm, true, NULL, NULL, &text)) {
             rf_cli_fail(1, "chat template: %s", rf_last_error());
             goto out;
         }

@@ -80,8 +80,14 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < n; i++) {
         if (strcmp(argv[1], cmds[i].name)) continue;
-        if (!cmds[i].fn)
+        if (!cmds[i].fn) {
+            if (argc > 2 && rf_cli_is_help(argv[2])) {
+                printf("rocmforge %s — %s\n\nNot part of this build of rocmforge yet.\n",
+                       cmds[i].name, cmds[i].summary);
+                return 0;
+            }
             return rf_cli_fail(2, "'%s' is not part of this build of rocmforge yet", cmds[i].name);
+        }
         return cmds[i].fn(argc - 1, argv + 1);
     }
     usage(stderr, cmds, n);

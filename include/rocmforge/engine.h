@@ -69,6 +69,9 @@ typedef struct rf_model_info {
 rf_status rf_model_get_info(const rf_model *m, rf_model_info *out);
 const rf_vocab *rf_model_vocab(const rf_model *m);
 const rf_gguf *rf_model_gguf(const rf_model *m);
+/* The chat template parsed at load (the model's own, or its family's built-in one with a
+ * warning logged); NULL when neither exists. Valid while the model lives. */
+const rf_chat_template *rf_model_chat_template(const rf_model *m);
 
 /* ---- sessions: KV cache and forward ---------------------------------------------------- */
 

@@ -44,6 +44,7 @@ struct rf_model {
     char *path;
     rf_gguf *g;
     rf_vocab *vocab;
+    rf_chat_template *chat; /* parsed at load; NULL when no family is recognised */
     rf_backend *be;
     rf_hparams hp;
     rf_tensor tok_embd, output_norm, output, rope_freqs;

@@ -334,6 +334,12 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
                           rf_vocab_n_tokens(m->vocab), m->hp.n_vocab);
         goto fail;
     }
+    /* Parse the chat template now so an unsupported one is reported at load, not on the first
+     * chat request; a model without a usable template still loads for plain completion. */
+    if (rf_chat_template_from_gguf(m->g, &m->chat) != RF_OK) {
+        RF_LOGW("model: no usable chat template: %s", rf_last_error());
+        m->chat = NULL;
+    }
     m->ftype = main_type(m->g);
     prefault(m, &p);
     *out = m;
@@ -347,6 +353,7 @@ void rf_model_free(rf_model *m) {
     if (!m) return;
     free(m->layers);
     if (m->vocab) rf_vocab_free(m->vocab);
+    if (m->chat) rf_chat_template_free(m->chat);
     if (m->be) m->be->ops->destroy(m->be);
     if (m->g) rf_gguf_close(m->g);
     free(m->path);
@@ -378,3 +385,5 @@ rf_status rf_model_get_info(const rf_model *m, rf_model_info *o) {
 
 const rf_vocab *rf_model_vocab(const rf_model *m) { return m ? m->vocab : NULL; }
 const rf_gguf *rf_model_gguf(const rf_model *m) { return m ? m->g : NULL; }
+
+const rf_chat_template *rf_model_chat_template(const rf_model *m) { return m ? m->chat : NULL; }
