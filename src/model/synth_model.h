@@ -15,6 +15,7 @@
 typedef enum synth_arch {
     SYNTH_ARCH_LLAMA,
     SYNTH_ARCH_QWEN2,
+    SYNTH_ARCH_GEMMA3,
     SYNTH_ARCH_COUNT
 } synth_arch;
 
@@ -33,6 +34,7 @@ typedef struct synth_preset {
     uint32_t rope_orig_ctx;
     synth_vocab_spec vocab;
     const char *pre; /* tokenizer.ggml.pre for BPE vocabularies */
+    int32_t n_swa;   /* gemma3: attention.sliding_window (every 6th layer is global); 0 = none */
 } synth_preset;
 
 extern const synth_preset synth_presets[];
@@ -43,6 +45,7 @@ const synth_preset *synth_preset_find(const char *name);
 typedef enum synth_gen {
     SYNTH_GEN_RANDOM, /* uniform, zero mean, std `std` */
     SYNTH_GEN_ONES,   /* norm weights */
+    SYNTH_GEN_CONST,  /* every value = `std` (gemma3 post-norm gains) */
     SYNTH_GEN_ROPE_FREQS,
 } synth_gen;
 

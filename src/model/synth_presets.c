@@ -10,40 +10,50 @@
 #include "synth_model.h"
 
 /* name, description, general.name, size label, arch, n_layer, n_embd, n_ff, n_head, n_head_kv,
- * head_dim, n_ctx, rope_base, rms_eps, tied, rope factor/low/high/orig ctx, vocab, pre */
+ * head_dim, n_ctx, rope_base, rms_eps, tied, rope factor/low/high/orig ctx, vocab, pre, sliding
+ * window (gemma3) */
 const synth_preset synth_presets[] = {
     {"tiny", "4-layer llama, dim 256, 2048-token Llama-3-style BPE vocabulary (for tests)",
      "Tiny Llama (synthetic)", "6M", SYNTH_ARCH_LLAMA, 4, 256, 512, 4, 2, 64, 2048, 10000.0f,
-     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "llama-bpe"},
+     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "llama-bpe", 0},
     {"tiny-qwen2", "2-layer qwen2 (q/k/v biases, tied), dim 384, 3072-token ChatML vocabulary",
      "Tiny Qwen2 (synthetic)", "4M", SYNTH_ARCH_QWEN2, 2, 384, 1024, 6, 2, 64, 4096, 1000000.0f,
-     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen2"},
+     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen2", 0},
     {"tiny-llama2", "2-layer llama, dim 256, 2048-token SentencePiece vocabulary (Llama 2 style)",
      "Tiny Llama 2 (synthetic)", "3M", SYNTH_ARCH_LLAMA, 2, 256, 768, 4, 4, 64, 4096, 10000.0f,
-     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL},
+     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 0},
     {"smollm2-135m", "SmolLM2-135M-Instruct shapes", "SmolLM2 135M Instruct (synthetic)", "135M",
      SYNTH_ARCH_LLAMA, 30, 576, 1536, 9, 3, 64, 8192, 100000.0f, 1e-5f, true, 0, 0, 0, 0,
-     {SYNTH_VOCAB_SMOLLM, 49152, 0}, "smollm"},
+     {SYNTH_VOCAB_SMOLLM, 49152, 0}, "smollm", 0},
     {"llama3.2-1b", "Llama-3.2-1B-Instruct shapes (llama3 rope scaling, rope_freqs)",
      "Llama 3.2 1B Instruct (synthetic)", "1.2B", SYNTH_ARCH_LLAMA, 16, 2048, 8192, 32, 8, 64,
      131072, 500000.0f, 1e-5f, true, 32.0f, 1.0f, 4.0f, 8192, {SYNTH_VOCAB_LLAMA3, 128256, 256},
-     "llama-bpe"},
+     "llama-bpe", 0},
     {"llama3-8b", "Meta-Llama-3-8B-Instruct shapes", "Meta Llama 3 8B Instruct (synthetic)", "8.0B",
      SYNTH_ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128, 8192, 500000.0f, 1e-5f, false, 0, 0, 0, 0,
-     {SYNTH_VOCAB_LLAMA3, 128256, 256}, "llama-bpe"},
+     {SYNTH_VOCAB_LLAMA3, 128256, 256}, "llama-bpe", 0},
     {"llama3.1-8b", "Llama-3.1-8B-Instruct shapes (llama3 rope scaling, rope_freqs)",
      "Llama 3.1 8B Instruct (synthetic)", "8.0B", SYNTH_ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128,
      131072, 500000.0f, 1e-5f, false, 8.0f, 1.0f, 4.0f, 8192, {SYNTH_VOCAB_LLAMA3, 128256, 256},
-     "llama-bpe"},
+     "llama-bpe", 0},
     {"qwen2.5-0.5b", "Qwen2.5-0.5B-Instruct shapes (dim 896: K-quants fall back)",
      "Qwen2.5 0.5B Instruct (synthetic)", "494M", SYNTH_ARCH_QWEN2, 24, 896, 4864, 14, 2, 64,
-     32768, 1000000.0f, 1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2"},
+     32768, 1000000.0f, 1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0},
     {"qwen2.5-7b", "Qwen2.5-7B-Instruct shapes", "Qwen2.5 7B Instruct (synthetic)", "7.6B",
      SYNTH_ARCH_QWEN2, 28, 3584, 18944, 28, 4, 128, 32768, 1000000.0f, 1e-6f, false, 0, 0, 0, 0,
-     {SYNTH_VOCAB_QWEN2, 152064, 151643}, "qwen2"},
+     {SYNTH_VOCAB_QWEN2, 152064, 151643}, "qwen2", 0},
     {"llama2-70b", "Llama-2-70b-chat shapes (SentencePiece vocabulary)",
      "Llama 2 70B Chat (synthetic)", "69B", SYNTH_ARCH_LLAMA, 80, 8192, 28672, 64, 8, 128, 4096,
-     10000.0f, 1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 32000, 0}, NULL},
+     10000.0f, 1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 32000, 0}, NULL, 0},
+    /* gemma3: tied, q/k norms, post-norms, sliding window 512 on 5 of every 6 layers (layer 5, 11,
+     * 17 global). The vocabulary is the SentencePiece family of tiny-llama2 (Gemma's real one is
+     * SPM too, with other special ids). Shapes from gemma-3-270m's GGUF. */
+    {"tiny-gemma3", "6-layer gemma3 (layer 5 global, sliding window 32), dim 256, 2048-token SPM vocabulary",
+     "Tiny Gemma 3 (synthetic)", "5M", SYNTH_ARCH_GEMMA3, 6, 256, 512, 4, 2, 64, 2048, 1000000.0f,
+     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 32},
+    {"gemma3-270m", "Gemma-3-270M shapes (head dim 256, sliding window 512)",
+     "Gemma 3 270M (synthetic)", "270M", SYNTH_ARCH_GEMMA3, 18, 640, 2048, 4, 1, 256, 32768,
+     1000000.0f, 1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 262144, 0}, NULL, 512},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
@@ -141,6 +151,30 @@ static bool tensors_llama_like(synth_tensor_list *l, const synth_preset *p, int3
     return true;
 }
 
+/* gemma3 (peer src/models/gemma3.cpp): the llama tensors plus per-head q/k RMS norms and the
+ * post-attention / post-FFN norms. Gemma GGUFs store norm weights with the (1 + w) already
+ * folded in, so 1.0 is the neutral value. The post-norm gains are 4.0, not 1.0: Gemma scales the
+ * (tied) embedding by sqrt(n_embd), so with gains of 1 the input token's own embedding dominates
+ * the final state and its logit is ~sqrt(n_embd)*|e|^2/rms(x) = 16 against a logit std of 2 (the
+ * model only repeats its input). With 2·n_layer block outputs of rms 4 it is ~2.3 std: elevated
+ * but not winning. */
+static bool tensors_gemma3(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
+                           uint32_t n_vocab) {
+    if (!tensors_llama_like(l, p, n_layer, n_vocab, false)) return false;
+    char nm[64];
+    for (int32_t i = 0; i < n_layer; i++) {
+        snprintf(nm, sizeof nm, "blk.%d.attn_q_norm.weight", i);
+        ADD(nm, 1, p->head_dim, 1, SYNTH_GEN_ONES, 0);
+        snprintf(nm, sizeof nm, "blk.%d.attn_k_norm.weight", i);
+        ADD(nm, 1, p->head_dim, 1, SYNTH_GEN_ONES, 0);
+        snprintf(nm, sizeof nm, "blk.%d.post_attention_norm.weight", i);
+        ADD(nm, 1, p->n_embd, 1, SYNTH_GEN_CONST, 4.0f);
+        snprintf(nm, sizeof nm, "blk.%d.post_ffw_norm.weight", i);
+        ADD(nm, 1, p->n_embd, 1, SYNTH_GEN_CONST, 4.0f);
+    }
+    return true;
+}
+
 static bool tensors_llama(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
                           uint32_t n_vocab) {
     return tensors_llama_like(l, p, n_layer, n_vocab, false);
@@ -197,6 +231,21 @@ static rf_status write_kv_qwen2(rf_gguf_writer *w, const synth_preset *p, int32_
     return write_kv_common(w, p, n_layer, "qwen2", 0);
 }
 
+/* The keys convert_hf_to_gguf writes for Gemma 3 (no rope.dimension_count, no vocab_size). */
+static rf_status write_kv_gemma3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    rf_status st = write_kv_common(w, p, n_layer, "gemma3", KV_HEAD_LEN);
+    if (st) return st;
+    if (p->n_swa > 0) st = rf_gguf_set_u32(w, "gemma3.attention.sliding_window", (uint32_t)p->n_swa);
+    return st;
+}
+
+/* src/models/gemma3.cpp has no 70B type. */
+static bool is_70b_never(const synth_preset *p, int32_t n_layer) {
+    (void)p;
+    (void)n_layer;
+    return false;
+}
+
 /* llama.cpp src/models/llama.cpp: 80 layers is LLM_TYPE_70B when n_head != n_head_kv. */
 static bool is_70b_llama(const synth_preset *p, int32_t n_layer) {
     return n_layer == 80 && p->n_head != p->n_head_kv;
@@ -211,6 +260,7 @@ static bool is_70b_qwen2(const synth_preset *p, int32_t n_layer) {
 static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_LLAMA] = {"llama", write_kv_llama, tensors_llama, is_70b_llama},
     [SYNTH_ARCH_QWEN2] = {"qwen2", write_kv_qwen2, tensors_qwen2, is_70b_qwen2},
+    [SYNTH_ARCH_GEMMA3] = {"gemma3", write_kv_gemma3, tensors_gemma3, is_70b_never},
 };
 
 const synth_arch_info *synth_arch_get(synth_arch a) {

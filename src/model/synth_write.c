@@ -189,6 +189,9 @@ static void *make_rows(void *arg) {
         case SYNTH_GEN_ONES:
             for (int64_t i = 0; i < n; i++) j->rowf[i] = 1.0f;
             break;
+        case SYNTH_GEN_CONST:
+            for (int64_t i = 0; i < n; i++) j->rowf[i] = t->std;
+            break;
         case SYNTH_GEN_ROPE_FREQS:
             memcpy(j->rowf, j->f->rope, (size_t)n * sizeof(float));
             break;

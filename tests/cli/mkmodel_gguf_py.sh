@@ -125,7 +125,8 @@ for t in r.tensors:
     x = dequantize(t.data, t.tensor_type).astype(np.float64)
     assert np.isfinite(x).all(), t.name
     if t.name.endswith("_norm.weight"):
-        assert (x == 1.0).all(), t.name
+        # gemma3's post-attention / post-FFN norm gains are 4.0 (docs/mkmodel.md, Weights)
+        assert (x == (4.0 if ".post_" in t.name else 1.0)).all(), t.name
     elif t.name.endswith(".weight") and len(t.shape) == 2:
         want = (2.0 if t.name in ("token_embd.weight", "output.weight") else 1.0) / np.sqrt(int(t.shape[0]))
         s = x.std()
@@ -141,6 +142,7 @@ check tiny-qwen2 q4_0
 check tiny-qwen2 q5_k_s
 check tiny-llama2 q8_0
 check tiny-llama2 q6_k --pure
+check tiny-gemma3 q4_k_m
 check smollm2-135m q4_k_m --layers 2
 # ---- rope_freqs.weight of a Llama 3.2 file against the converter's formula (numpy float32) ----
 f="$T/l32.gguf"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mkmodel_run.sh — ROCmForge itself loads and runs the synthetic models: greedy generation of a few
-# tokens on tiny (llama + Llama-3 BPE), tiny-qwen2 (biases, tied, fallback types) and tiny-llama2
-# (SentencePiece) in f32 and q4_k_m; the same file and prompt must give the same ids twice.
+# tokens on tiny (llama + Llama-3 BPE), tiny-qwen2 (biases, tied, fallback types), tiny-llama2
+# (SentencePiece) and tiny-gemma3 (sliding window, q/k norms, post-norms) in f32 and q4_k_m; the
+# same file and prompt must give the same ids twice.
 # usage: bash mkmodel_run.sh <rocmforge> <source-dir>     (exit 77 = `run` not in this build)
 set -u
 RF=${1:?rocmforge binary}
@@ -9,7 +10,7 @@ if "$RF" run --help 2>&1 | grep -q "not in this build"; then echo "skip: no run 
 T=$(mktemp -d /tmp/rf_mkmodel_run.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-for preset in tiny tiny-qwen2 tiny-llama2; do
+for preset in tiny tiny-qwen2 tiny-llama2 tiny-gemma3; do
     for type in f32 q4_k_m; do
         f="$T/$preset-$type.gguf"
         "$RF" mkmodel --preset "$preset" --type "$type" --seed 3 -q -o "$f" || fail "mkmodel $preset $type"
