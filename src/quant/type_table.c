@@ -108,9 +108,10 @@ static void init_table(void) {
     const char *env = getenv("RF_NO_SIMD");
     bool no_simd = env && env[0] && strcmp(env, "0") != 0;
     g_level = (!no_simd && rf_cpu_has_avx2()) ? RF_SIMD_AVX2 : RF_SIMD_SCALAR;
-    /* RF_NO_VNNI=1 keeps the AVX2 kernels (A/B timing, debugging) */
-    const char *env_v = getenv("RF_NO_VNNI");
-    bool no_vnni = env_v && env_v[0] && strcmp(env_v, "0") != 0;
+    /* AVX-VNNI kernels are opt-in (RF_VNNI=1) for now: with them as default test_model_golden
+     * failed (a greedy/argmax flip vs llama.cpp's goldens, not yet traced to q8_0 or q4_1). */
+    const char *env_v = getenv("RF_VNNI");
+    bool no_vnni = !(env_v && env_v[0] && strcmp(env_v, "0") != 0);
     g_vnni = g_level == RF_SIMD_AVX2 && !no_vnni && rf_cpu_has_avxvnni();
     for (int t = 0; t < RF_TYPE_TABLE_SIZE; t++) {
         const dot_impls *d = &g_dots[t];

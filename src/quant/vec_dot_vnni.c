@@ -2,8 +2,11 @@
  * and Q8_0 x their activation types. Compiled per function with __attribute__((target)); type_table.c
  * selects them only when the CPU has AVX2+FMA+F16C and AVX-VNNI (rf_cpu_has_avxvnni) and RF_NO_SIMD
  * is unset. Same contracts as vec_dot.c. The integer block sums are exact for any int8 input (the
- * unsigned x signed `vpdpbusd` with an offset correction, no sign trick); only the order of the
- * float accumulation differs from the scalar kernels (two accumulators, even/odd blocks). */
+ * unsigned x signed `vpdpbusd` with an offset correction, no sign trick). The float steps are
+ * ggml's x86 order (one fma chain over the blocks in order, Q4_1's m*s summed in order in a scalar)
+ * and the same as vec_dot_avx2.c's, so results are bit-identical to the AVX2 kernels and to
+ * llama.cpp's: two accumulators were 3-5 % faster but broke the engine's bit-match with llama.cpp
+ * (tests/unit/test_model_golden.c). */
 #include "quant/quant_impl.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -54,7 +57,7 @@ RF_VNNI void rf_vec_dot_q4_0_vnni(int64_t n, float *out, const void *w, const vo
     const rf_block_q4_0 *a = w;
     const rf_block_q8_0 *b = x;
     const __m256i m4 = _mm256_set1_epi8(0x0F), k8 = _mm256_set1_epi8(8);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 acc0 = _mm256_setzero_ps();
     const int64_t nb = n / 32;
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
@@ -65,7 +68,7 @@ RF_VNNI void rf_vec_dot_q4_0_vnni(int64_t n, float *out, const void *w, const vo
         __m256i s0 = _mm256_sub_epi32(DPB(vn_nibbles_32(a[i].qs, m4), y0), DPB(k8, y0));
         __m256i s1 = _mm256_sub_epi32(DPB(vn_nibbles_32(a[i + 1].qs, m4), y1), DPB(k8, y1));
         acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc1);
+        acc0 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc0);
     }
     for (; i < nb; i++) {
         const __m256 d0 = _mm256_set1_ps(vn_h2f(a[i].d) * vn_h2f(b[i].d));
@@ -73,17 +76,18 @@ RF_VNNI void rf_vec_dot_q4_0_vnni(int64_t n, float *out, const void *w, const vo
         __m256i s0 = _mm256_sub_epi32(DPB(vn_nibbles_32(a[i].qs, m4), y0), DPB(k8, y0));
         acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
     }
-    *out = vn_hsum_ps(_mm256_add_ps(acc0, acc1));
+    *out = vn_hsum_ps(acc0);
 }
 
 /* Q4_1 x Q8_1: d*dy*sum q*y + m*s. The f16 pairs (d, m) and (dy, s) of two blocks are converted
- * with one vcvtph2ps; m*s is accumulated in a vector (lanes 1 and 5) and summed once at the end. */
+ * with one vcvtph2ps and multiplied with one vmulps. */
 RF_VNNI void rf_vec_dot_q4_1_vnni(int64_t n, float *out, const void *w, const void *x) {
     const rf_block_q4_1 *a = w;
     const rf_block_q8_1 *b = x;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i idx0 = _mm256_setzero_si256(), idx1 = _mm256_set1_epi32(4);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), ms = _mm256_setzero_ps();
+    __m256 acc0 = _mm256_setzero_ps();
+    float summs = 0;
     const int64_t nb = n / 32;
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
@@ -94,21 +98,20 @@ RF_VNNI void rf_vec_dot_q4_1_vnni(int64_t n, float *out, const void *w, const vo
         __m256 f = _mm256_cvtph_ps(_mm_set_epi32((int)b1, (int)a1, (int)b0, (int)a0));
         /* lanes 0/4: d*dy, lanes 1/5: m*s (each one f32 rounding, as in the scalar kernel) */
         __m256 p = _mm256_mul_ps(f, _mm256_permute_ps(f, _MM_SHUFFLE(1, 0, 3, 2)));
-        ms = _mm256_add_ps(ms, p);
+        summs += _mm_cvtss_f32(_mm_movehdup_ps(_mm256_castps256_ps128(p)));    /* block i: m*s */
+        summs += _mm_cvtss_f32(_mm_movehdup_ps(_mm256_extractf128_ps(p, 1))); /* block i+1 */
         __m256i s0 = DPB(vn_nibbles_32(a[i].qs, m4), _mm256_loadu_si256((const __m256i *)b[i].qs));
         __m256i s1 = DPB(vn_nibbles_32(a[i + 1].qs, m4), _mm256_loadu_si256((const __m256i *)b[i + 1].qs));
         acc0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, idx0), _mm256_cvtepi32_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, idx1), _mm256_cvtepi32_ps(s1), acc1);
+        acc0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, idx1), _mm256_cvtepi32_ps(s1), acc0);
     }
-    float summs = _mm_cvtss_f32(_mm_movehdup_ps(_mm256_castps256_ps128(ms))) +
-                  _mm_cvtss_f32(_mm_movehdup_ps(_mm256_extractf128_ps(ms, 1)));
     for (; i < nb; i++) {
         summs += vn_h2f(a[i].m) * vn_h2f(b[i].s);
         const __m256 d0 = _mm256_set1_ps(vn_h2f(a[i].d) * vn_h2f(b[i].d));
         __m256i s0 = DPB(vn_nibbles_32(a[i].qs, m4), _mm256_loadu_si256((const __m256i *)b[i].qs));
         acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
     }
-    *out = vn_hsum_ps(_mm256_add_ps(acc0, acc1)) + summs;
+    *out = vn_hsum_ps(acc0) + summs;
 }
 
 /* Q8_0 x Q8_0: sum w*y = sum (w+128)*y - 128*sum y; w+128 is w ^ 0x80 as an unsigned byte. Exact
@@ -117,7 +120,7 @@ RF_VNNI void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const vo
     const rf_block_q8_0 *a = w;
     const rf_block_q8_0 *b = x;
     const __m256i k80 = _mm256_set1_epi8((char)0x80);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 acc0 = _mm256_setzero_ps();
     const int64_t nb = n / 32;
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
@@ -130,7 +133,7 @@ RF_VNNI void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const vo
         __m256i s0 = _mm256_sub_epi32(DPB(u0, y0), DPB(k80, y0));
         __m256i s1 = _mm256_sub_epi32(DPB(u1, y1), DPB(k80, y1));
         acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc1);
+        acc0 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc0);
     }
     for (; i < nb; i++) {
         const __m256 d0 = _mm256_set1_ps(vn_h2f(a[i].d) * vn_h2f(b[i].d));
@@ -139,7 +142,7 @@ RF_VNNI void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const vo
         __m256i s0 = _mm256_sub_epi32(DPB(u0, y0), DPB(k80, y0));
         acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
     }
-    *out = vn_hsum_ps(_mm256_add_ps(acc0, acc1));
+    *out = vn_hsum_ps(acc0);
 }
 #undef DPB
 

@@ -139,6 +139,14 @@ static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
             if (!(ev <= 1e-5))
                 fail_msg("%s n=%lld row %d avx-vnni %.9g vs scalar %.9g", tr->name, (long long)n, row, g3, got);
             if (ev > worst_v) worst_v = ev;
+            /* same lanes (4-byte groups) and float steps as the AVX2 kernel (ggml's order): bit-identical
+             * to it; not Q8_0, whose AVX2 kernel sums pairs of int16 lanes (other lane grouping) */
+            if (avx2 && t != RF_TYPE_Q8_0) {
+                float g2 = NAN;
+                avx2(n, &g2, wq + wsz * row, xq);
+                if (memcmp(&g2, &g3, 4) != 0)
+                    fail_msg("%s n=%lld avx-vnni not bit-identical to avx2: %.9g vs %.9g", tr->name, (long long)n, g3, g2);
+            }
         }
         /* the table's own pointer (whatever level it picked) */
         y[row] = NAN;
