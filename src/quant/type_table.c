@@ -195,7 +195,7 @@ rf_status rf_dequantize_row(rf_type type, const void *src, float *dst, int64_t n
     const rf_type_traits *t = NULL;
     rf_status st = check_row(type, n, &t);
     if (st) return st;
-    if (!t->to_f32) return rf_set_error(RF_ERR_UNSUPPORTED, "cannot dequantize type %s (not implemented)", t->name);
+    if (!t->to_f32) return rf_set_error(RF_ERR_UNSUPPORTED, "ROCmForge has no dequantizer for type %s", t->name);
     if (n > 0 && (!src || !dst)) return rf_set_error(RF_ERR_INVALID_ARG, "%s dequantize: NULL buffer", t->name);
     if (n > 0) t->to_f32(src, dst, n);
     return RF_OK;

@@ -205,6 +205,22 @@ void rf_vec_dot_q3_K(int64_t n, float *out, const void *w, const void *x) {
     *out = s;
 }
 
+/* One super-block of Q4_K or Q5_K (they share the 8x32 scale/min layout) against Q8_K: the
+ * unpacked weights q, their packed scales, and the block's d/dmin, accumulated into s. */
+static float k4_block_dot(float s, const uint8_t q[256], const uint8_t *scales, float d, float dmin,
+                          const rf_block_q8_K *b) {
+    int isum = 0, summs = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        rf_k4_scale_min(j, scales, &sc, &m);
+        int t = 0;
+        for (int l = 0; l < 32; l++) t += q[32 * j + l] * b->qs[32 * j + l];
+        isum += sc * t;
+        summs += m * (b->bsums[2 * j] + b->bsums[2 * j + 1]);
+    }
+    return rf_kq_accum(s, q8k_d(b), d, isum, dmin, summs);
+}
+
 void rf_vec_dot_q4_K(int64_t n, float *out, const void *w, const void *x) {
     const rf_block_q4_K *a = w;
     const rf_block_q8_K *b = x;
@@ -212,16 +228,7 @@ void rf_vec_dot_q4_K(int64_t n, float *out, const void *w, const void *x) {
     float s = 0;
     for (int64_t i = 0; i < n / 256; i++) {
         rf_q4_K_unpack(&a[i], q);
-        int isum = 0, summs = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            rf_k4_scale_min(j, a[i].scales, &sc, &m);
-            int t = 0;
-            for (int l = 0; l < 32; l++) t += q[32 * j + l] * b[i].qs[32 * j + l];
-            isum += sc * t;
-            summs += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
-        }
-        s = rf_kq_accum(s, q8k_d(&b[i]), rf_fp16_to_f32(a[i].d), isum, rf_fp16_to_f32(a[i].dmin), summs);
+        s = k4_block_dot(s, q, a[i].scales, rf_fp16_to_f32(a[i].d), rf_fp16_to_f32(a[i].dmin), &b[i]);
     }
     *out = s;
 }
@@ -233,16 +240,7 @@ void rf_vec_dot_q5_K(int64_t n, float *out, const void *w, const void *x) {
     float s = 0;
     for (int64_t i = 0; i < n / 256; i++) {
         rf_q5_K_unpack(&a[i], q);
-        int isum = 0, summs = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            rf_k4_scale_min(j, a[i].scales, &sc, &m);
-            int t = 0;
-            for (int l = 0; l < 32; l++) t += q[32 * j + l] * b[i].qs[32 * j + l];
-            isum += sc * t;
-            summs += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
-        }
-        s = rf_kq_accum(s, q8k_d(&b[i]), rf_fp16_to_f32(a[i].d), isum, rf_fp16_to_f32(a[i].dmin), summs);
+        s = k4_block_dot(s, q, a[i].scales, rf_fp16_to_f32(a[i].d), rf_fp16_to_f32(a[i].dmin), &b[i]);
     }
     *out = s;
 }
