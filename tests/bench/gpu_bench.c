@@ -42,30 +42,36 @@ int main(int argc, char **argv) {
                              RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
     const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}}; /* n_in, n_out */
     const size_t min_bytes = info.l2_bytes * 8 > ((size_t)400 << 20) ? info.l2_bytes * 8 : ((size_t)400 << 20);
-    printf("\n%-6s %-18s %4s %10s %10s %8s %8s\n", "type", "n_in->n_out var", "tok", "MB", "us/call", "GB/s", "of_bw");
-    /* variant sweep for the three formats with a bandwidth target, then every format at the
-     * default variant (v0) */
+    printf("\n%-6s %-18s %4s %4s %10s %10s %8s %8s\n", "type", "n_in->n_out var", "tok", "pdl", "MB", "us/call", "GB/s", "of_bw");
+    /* pass 0: the variant sweep (programmatic dependent launch on where the device has it) for
+     * the three formats with a bandwidth target, and their default without it; pass 1: every
+     * format at the default variant (v0) */
     for (int pass = 0; pass < (sweep_only ? 1 : 2); pass++)
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-        for (int var = (pass == 0 ? 1 : 0); var <= (pass == 0 ? 3 : 0); var++)
+        for (int var = (pass == 0 ? 0 : 0); var <= (pass == 0 ? 4 : 0); var++)
         for (int s = 0; s < 3; s++) {
-            if (pass == 0 && t > 2 && (sweep_only || (types[t] != RF_TYPE_Q4_K && types[t] != RF_TYPE_Q6_K))) continue;
-            if (pass == 0 && (types[t] == RF_TYPE_Q4_K || types[t] == RF_TYPE_Q6_K) && var == 3) continue;
-            rf_gpu_set_gemv_variant(ctx, var);
+            if (pass == 0 && (var == 0 || t > 2)) continue;
+            /* var 4 in the sweep = the default variant with programmatic dependent launch off */
+            const int v = var == 4 ? 0 : var;
+            const bool pdl = rf_gpu_set_pdl(ctx, var != 4);
+            rf_gpu_set_gemv_variant(ctx, v);
             double us = 0;
             size_t wb = 0;
             rf_status st = rf_gpu_bench_gemv(ctx, types[t], ntok, shapes[s][0], shapes[s][1],
                                              min_bytes, reps, &us, &wb);
             char shp[40];
-            snprintf(shp, sizeof shp, "%lld->%lld v%d", (long long)shapes[s][0], (long long)shapes[s][1], var);
+            snprintf(shp, sizeof shp, "%lld->%lld v%d", (long long)shapes[s][0], (long long)shapes[s][1], v);
             if (st) {
                 printf("%-6s %-18s error: %s\n", rf_type_name(types[t]), shp, rf_last_error());
                 continue;
             }
             const double gbs = wb / (us * 1e-6) / 1e9;
-            printf("%-6s %-18s %4d %10.2f %10.2f %8.0f %7.1f%%\n", rf_type_name(types[t]), shp,
-                   ntok, wb / 1e6, us, gbs, 100.0 * gbs / bw);
+            printf("%-6s %-18s %4d %4s %10.2f %10.2f %8.0f %7.1f%%\n", rf_type_name(types[t]), shp,
+                   ntok, pdl ? "on" : "off", wb / 1e6, us, gbs, 100.0 * gbs / bw);
+            fflush(stdout);
         }
+    rf_gpu_set_pdl(ctx, true);
+    rf_gpu_set_gemv_variant(ctx, 0);
     double ms = 0;
     if (sweep_only) {
         rf_gpu_destroy(ctx);

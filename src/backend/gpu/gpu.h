@@ -116,6 +116,9 @@ rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, c
 /* Selects a GEMV kernel variant (0 = default, 1..3 = the variants listed in gpu_gemv.cu); for
  * the benchmark's sweep and tests. */
 void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);
+/* Turns programmatic dependent launch of the GEMV kernels on or off (default: on where the device
+ * supports it, sm_90+ under CUDA, unless RF_GPU_PDL=0); returns whether it is on now. */
+bool rf_gpu_set_pdl(rf_gpu_ctx *ctx, bool on);
 
 /* ---- attention -------------------------------------------------------------------------- */
 /* rf_ref_attention's contract with K/V in a cache: q f32 [n_q, n_head, head_dim];

@@ -163,6 +163,45 @@ static __device__ __forceinline__ float rf_block_max(float v, float *sh) {
     return rf_warp_max(v);
 }
 
+/* Programmatic dependent launch (sm_90+, CUDA only; no-ops elsewhere and in kernels launched
+ * without the attribute). A kernel launched with rf_gpu_launch(..., pdl = true) may start while
+ * the previous kernel on the stream is still running: it may read only data no in-flight work
+ * writes (uploaded weights) before rf_pdl_wait(), which returns once the previous kernel has
+ * completed and its writes are visible. rf_pdl_trigger() lets the next such kernel launch. */
+static __device__ __forceinline__ void rf_pdl_wait(void) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void rf_pdl_trigger(void) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Asynchronous 16-byte global -> shared copies (cp.async, sm_80+), one commit group per call of
+ * rf_cp_async_commit(); rf_cp_async_wait<N>() returns when at most N of this thread's groups are
+ * still in flight (then a warp or block barrier makes other threads' copies visible). Elsewhere
+ * the copy is a plain load and store and the group calls are no-ops. */
+static __device__ __forceinline__ void rf_cp_async16(void *smem, const void *gmem) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+#else
+    *(uint4 *)smem = *(const uint4 *)gmem;
+#endif
+}
+static __device__ __forceinline__ void rf_cp_async_commit(void) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> static __device__ __forceinline__ void rf_cp_async_wait(void) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
 static __device__ __forceinline__ float rf_bf16_to_float_dev(uint16_t h) {
     return __uint_as_float((uint32_t)h << 16);
 }

@@ -10,10 +10,12 @@
 /* ---- x quantization ------------------------------------------------------------------------
  * quantize_x: for each 32-element group g of x: d = max|x| / 127, qx = round(x / d) (int8),
  * dx[g] = (d, sum of the f32 x of the group). in: x f32 [n] (n a multiple of 32);
- * out: qx int8 [n], dx float2 [n/32]. launch: one thread per element, blocks of a multiple of
- * 64 threads, so each 32-group is 32 consecutive lanes of one warp (the reduction width below
+ * out: qx int8 [n], dx float2 [n/32]. launch: one thread per element (programmatic dependent
+ * launch allowed), blocks of a multiple of 64 threads, so each 32-group is 32 consecutive lanes of one warp (the reduction width below
  * is the group size RF_QK, not the warp size). */
 __global__ void rf_k_quantize_x(int8_t *qx, float2 *dx, const float *x, int64_t n) {
+    rf_pdl_trigger();
+    rf_pdl_wait(); /* x is the previous kernel's output; qx may still be read by it */
     const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (e - (threadIdx.x % RF_QK) >= n) return; /* whole groups leave together */
     const float v = e < n ? x[e] : 0.0f;
@@ -36,192 +38,199 @@ static __device__ __forceinline__ int rf_qh4(uint32_t qh, int sh) {
     return (int)(((qh & 1u) << 4) | ((qh & 2u) << 11) | ((qh & 4u) << 18) | ((qh & 8u) << 25));
 }
 
-/* Dot of one 32-element block at blk (ggml layout, 2-byte aligned) with one token's quantized
- * x (xi: 8 packed int8x4, dxv: (d, sum x)). */
+/* Dot of one 32-element block with one token's quantized x (xi: 8 packed int8x4, dxv: (d, sum
+ * of the f32 x), sxi: sum of the int8 x). The block sits in shared memory at a 2-byte boundary:
+ * aw points at the 4-byte word holding its first byte, o (0 or 2) is that byte's offset in it;
+ * the block is read with aligned 32-bit loads and each field realigned with one byte_perm
+ * (16-bit loads cost twice the shared-memory wavefronts, and this kernel is bound by them).
+ * Integer sums are exact, so the offset c is taken off once: sum (q - c) x = sum q x - c sum x
+ * over the int8 x; Q4_1 / Q5_1: sum (d q + m) x = d sum (q - c) x + (m + c d) sum x. */
 template <int T>
-static __device__ __forceinline__ float rf_block_dot(const uint8_t *blk, const int *xi, float2 dxv) {
+static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, const int *xi,
+                                                   float2 dxv, int sxi) {
+    constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
+                     : T == RF_TYPE_Q5_1 ? 24 : 34;
+    constexpr int NWD = (BB + 2 + 3) / 4; /* words covering bytes [o, o + BB) for o <= 2 */
+    uint32_t a[NWD + 1];
+#pragma unroll
+    for (int k = 0; k < NWD; k++) a[k] = aw[k];
+    a[NWD] = 0; /* only ever selected with zero bytes taken from it */
+    /* the 4 bytes at block offset f (f a compile-time constant once unrolled) */
+    auto fw = [&](int f) -> uint32_t {
+        return __byte_perm(a[f / 4], a[f / 4 + 1], 0x3210u + (unsigned)(o + f % 4) * 0x1111u);
+    };
+    const float d = rf_h2f_bits((uint16_t)(fw(0) & 0xFFFFu));
     int s = 0;
     if (T == RF_TYPE_Q8_0) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) s = rf_dp4a((int)rf_ld_u32_a2(blk + 2 + 4 * i), xi[i], s);
-        return rf_ld_half(blk) * dxv.x * (float)s;
+        for (int k = 0; k < 8; k++) s = rf_dp4a((int)fw(2 + 4 * k), xi[k], s);
+        return d * dxv.x * (float)s;
     }
-    const int qo = T == RF_TYPE_Q4_0 ? 2 : T == RF_TYPE_Q4_1 ? 4 : T == RF_TYPE_Q5_0 ? 6 : 8;
+    constexpr int QO = T == RF_TYPE_Q4_0 ? 2 : T == RF_TYPE_Q4_1 ? 4 : T == RF_TYPE_Q5_0 ? 6 : 8;
     uint32_t qh = 0;
-    if (T == RF_TYPE_Q5_0) qh = rf_ld_u32_a2(blk + 2);
-    if (T == RF_TYPE_Q5_1) qh = rf_ld_u32_a2(blk + 4);
+    if (T == RF_TYPE_Q5_0) qh = fw(2);
+    if (T == RF_TYPE_Q5_1) qh = fw(4);
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint32_t q = rf_ld_u32_a2(blk + qo + 4 * i);
+    for (int k = 0; k < 4; k++) {
+        const uint32_t q = fw(QO + 4 * k);
         int lo = (int)(q & 0x0F0F0F0Fu), hi = (int)((q >> 4) & 0x0F0F0F0Fu);
         if (T == RF_TYPE_Q5_0 || T == RF_TYPE_Q5_1) {
-            lo |= rf_qh4(qh, 4 * i);
-            hi |= rf_qh4(qh, 16 + 4 * i);
+            lo |= rf_qh4(qh, 4 * k);
+            hi |= rf_qh4(qh, 16 + 4 * k);
         }
-        /* Q4_0 / Q5_0: subtract the offset (8 / 16) per byte before the product, so the error of
-         * the int8 activations scales with |q - offset|, not with |q| (no cancellation after):
-         * bias each byte by 0x80 so the subtraction cannot borrow, then flip it back. */
-        if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q4_1) {
-            lo = (int)((((uint32_t)lo | 0x80808080u) - 0x08080808u) ^ 0x80808080u);
-            hi = (int)((((uint32_t)hi | 0x80808080u) - 0x08080808u) ^ 0x80808080u);
-        }
-        if (T == RF_TYPE_Q5_0 || T == RF_TYPE_Q5_1) {
-            lo = (int)((((uint32_t)lo | 0x80808080u) - 0x10101010u) ^ 0x80808080u);
-            hi = (int)((((uint32_t)hi | 0x80808080u) - 0x10101010u) ^ 0x80808080u);
-        }
-        s = rf_dp4a(lo, xi[i], s);
-        s = rf_dp4a(hi, xi[4 + i], s);
+        s = rf_dp4a(lo, xi[k], s);
+        s = rf_dp4a(hi, xi[4 + k], s);
     }
-    const float d = rf_ld_half(blk);
-    if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q5_0) return d * dxv.x * (float)s;
-    /* Q4_1, Q5_1: d*q + m = d*(q - c) + (m + c*d) with c = 8 / 16 centring q as above */
-    const float c = T == RF_TYPE_Q4_1 ? 8.0f : 16.0f;
-    return d * dxv.x * (float)s + (rf_ld_half(blk + 2) + c * d) * dxv.y;
+    /* centre q on c (8 / 16) in exact integers: the int8 rounding error of x then scales with
+     * |q - c|, not |q|; Q4_1 / Q5_1 add the minimum back on the exact f32 sum of x */
+    constexpr int C = T == RF_TYPE_Q4_0 || T == RF_TYPE_Q4_1 ? 8 : 16;
+    const float sc = d * dxv.x * (float)(s - C * sxi);
+    if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q5_0) return sc;
+    const float m = rf_h2f_bits((uint16_t)(fw(2) & 0xFFFFu));
+    return sc + (m + (float)C * d) * dxv.y;
 }
 
 /* gemv_q32: y[t, o] = sum_i W[o, i] x[t, i] for W in a 32-element block format T.
  * in: w rows of row_bytes (ggml layout, readable 16 bytes past the end: rf_gpu_alloc pads);
  *     qx int8 [nt, n_in], dx float2 [nt, n_in/32] from rf_k_quantize_x; 1 <= nt <= NTMAX.
- * out: y f32 [nt, n_out]. launch: NW warps per block; a group of WPR warps owns
- * one row (NW / WPR rows per block). Each tile of BPL blocks per thread is fetched
- * with aligned 16-byte loads into the group's shared-memory slice (the next tile's loads are
- * in flight while this one is decoded), then decoded from there: blocks of 18/20/22/34 bytes
- * are not 16-byte aligned, the staging makes the global loads so.
- * FUSED: qx_g/dx_g are unused; each block quantizes x (f32 [nt, n_in]) itself into dynamic
- * shared memory (qx: nt*n_in bytes rounded up to 16, then dx: nt*n_in/32 float2) exactly as
- * rf_k_quantize_x does, after its first weight tile is already in flight: one launch per call
- * instead of two (the separate launch cost ~1-2 us, large against a 3 us 4096x4096 Q4_0 call).
- * Needs rf_q32_fused_smem() bytes of dynamic shared memory.
+ * out: y f32 [nt, n_out]. launch: NW warps per block; a group of WPR warps owns R consecutive
+ * rows, warp k of the group taking stages k, k + WPR, ... (more warps per SM hide more latency).
+ * A stage is one block per lane and row. Each warp streams its stages through a ring of S
+ * shared-memory slots (the stage's bytes, a multiple of 16, plus 16 of slack because 18/20/22/
+ * 24/34-byte blocks leave a row start anywhere in a 16-byte word): S stages of aligned 16-byte
+ * cp.async copies are in flight while the oldest is decoded. A lane's x (two 16-byte loads and
+ * its scale per token, loaded one stage ahead when nt is 1) serves all R rows: x costs more load
+ * bandwidth than the weights (32 + 8 bytes per 18-byte Q4_0 block), so sharing it keeps the
+ * kernel off the load-store limit. The first S stages are issued before rf_pdl_wait() (w must
+ * not be written by work still in flight on the stream).
  * tolerance vs rf_ref_matmul: rel. L2 < 1e-2 (x is quantized to int8 per 32). */
-template <int T, int NTMAX, int BPL, int WPR, bool FUSED, int NW>
+template <int T, int NTMAX, int R, int S, int WPR, int NW>
 __global__ void __launch_bounds__(NW * RF_WARP_SIZE)
-rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx_g, const float2 *dx_g, const float *x,
-              int nt, int64_t n_in, int64_t n_out, int64_t row_bytes) {
+rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, int nt,
+              int64_t n_in, int64_t n_out, int64_t row_bytes) {
     constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
                      : T == RF_TYPE_Q5_1 ? 24 : 34;
-    constexpr int G = WPR * RF_WARP_SIZE;        /* threads per row */
-    constexpr int GROUPS = NW / WPR;  /* rows per block */
-    constexpr int TB = G * BPL;                  /* blocks per tile */
-    constexpr int TILE_U4 = (TB * BB + 15) / 16 + 1;
-    constexpr int U = (TILE_U4 + G - 1) / G;
-    __shared__ uint4 sm[GROUPS][U * G];
-    __shared__ float red[NW][NTMAX];
-    const int gl = threadIdx.x % G, grp = threadIdx.x / G;
-    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
-    int64_t row = (int64_t)blockIdx.x * GROUPS + grp;
-    const bool valid = row < n_out;
-    if (!valid) row = n_out - 1; /* keep every thread in the barriers below */
-    const int64_t nb = n_in / RF_QK;
-    const uint8_t *wr = w + row * row_bytes;
-    float acc[NTMAX];
+    constexpr int G = RF_WARP_SIZE;                /* lanes = blocks per stage and row */
+    static_assert((G * BB) % 16 == 0, "a stage must be whole 16-byte words");
+    static_assert(NW % WPR == 0, "whole warp groups per block");
+    constexpr int STEP = G * BB / 16;              /* 16-byte words per stage and row */
+    constexpr int SU4 = STEP + 1;                  /* plus the slack word */
+    constexpr int LPR = (SU4 + G - 1) / G;         /* copies per lane, stage and row */
+    constexpr bool SX = T != RF_TYPE_Q8_0; /* needs the int sum of x */
+    __shared__ uint4 ring[NW][S][R][SU4];
+    __shared__ float red[WPR > 1 ? NW : 1][R][NTMAX];
+    const int lane = threadIdx.x % G, warp = threadIdx.x / G;
+    const int wg = warp % WPR; /* this warp's place in its group */
+    const int64_t row0 = ((int64_t)blockIdx.x * (NW / WPR) + warp / WPR) * R;
+    const int nb = (int)(n_in / RF_QK), nst = (nb + G - 1) / G;
+    const uint4 *src[R];
+    int nu4[R];
+    uint32_t boff[R]; /* byte offset of this lane's block in a slot: shift + lane * BB */
 #pragma unroll
-    for (int t = 0; t < NTMAX; t++) acc[t] = 0.0f;
-    uint4 r[U];
-    int shift = 0, nu4 = 0;
-    auto fetch = [&](int64_t b0) {
-        const int nblk = (int)(nb - b0 < TB ? nb - b0 : TB);
-        const uint8_t *a = wr + b0 * BB;
-        shift = (int)((uintptr_t)a & 15);
-        nu4 = (shift + nblk * BB + 15) / 16;
-        const uint4 *src = (const uint4 *)(a - shift);
+    for (int r = 0; r < R; r++) {
+        const int64_t row = row0 + r < n_out ? row0 + r : n_out - 1; /* rows past the end: a
+                                                  harmless duplicate, keeps the lanes together */
+        const uint8_t *wr = w + row * row_bytes;
+        const int shift = (int)((uintptr_t)wr & 15); /* even: w 16-aligned, row_bytes even */
+        src[r] = (const uint4 *)(wr - shift);
+        nu4[r] = (shift + nb * BB + 15) / 16; /* words covering the row (n_in < 2^31 checked) */
+        boff[r] = (uint32_t)(shift + lane * BB);
+    }
+    auto issue = [&](int k) { /* this warp's k-th stage, into slot k % S */
+        const int base = (wg + k * WPR) * STEP;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int idx = u * G + gl;
-            if (idx < nu4) r[u] = src[idx];
+        for (int r = 0; r < R; r++) {
+            uint4 *dst = ring[warp][k % S][r];
+#pragma unroll
+            for (int l = 0; l < LPR; l++) {
+                const int idx = l * G + lane;
+                if ((LPR == 1 || idx < SU4) && base + idx < nu4[r]) rf_cp_async16(&dst[idx], &src[r][base + idx]);
+            }
+        }
+        rf_cp_async_commit(); /* one group per stage, empty or not: the wait count relies on it */
+    };
+    const int nk = (nst - wg + WPR - 1) / WPR; /* stages of this warp */
+#pragma unroll
+    for (int k = 0; k < S; k++) {
+        if (k < nk) issue(k);
+        else rf_cp_async_commit();
+    }
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    float acc[R][NTMAX];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NTMAX; t++) acc[r][t] = 0.0f;
+    /* x of token 0 for a block, loaded a stage ahead of its use when NTMAX == 1 */
+    int4 nx0 = make_int4(0, 0, 0, 0), nx1 = nx0;
+    float2 ndx = make_float2(0.0f, 0.0f);
+    auto load_x = [&](int bi) {
+        if (bi < nb) {
+            const int4 *xp = (const int4 *)(qx + (int64_t)bi * RF_QK);
+            nx0 = xp[0], nx1 = xp[1], ndx = dx[bi];
         }
     };
-    fetch(0);
-    const int8_t *qx = qx_g;
-    const float2 *dx = dx_g;
-    if (FUSED) {
-        /* quantize x into shared memory while the first tile's loads are in flight: each lane
-         * takes 4 consecutive elements, 8 lanes one 32-group (groups never straddle tokens as
-         * n_in % 32 == 0); K float4 loads per lane are issued before any is used. The loop
-         * bound is uniform across the block so every lane reaches the shuffles. */
-        extern __shared__ __align__(16) unsigned char rf_q32_xsm[];
-        int8_t *sqx = (int8_t *)rf_q32_xsm;
-        const int64_t n = (int64_t)nt * n_in, n4 = n / 4;
-        float2 *sdx = (float2 *)(rf_q32_xsm + ((n + 15) & ~(int64_t)15));
-        const float4 *x4 = (const float4 *)x;
-        constexpr int K = 4;
-        constexpr int NTH = NW * RF_WARP_SIZE;
-        for (int64_t base = 0; base < n4; base += (int64_t)NTH * K) {
-            float4 v[K];
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int64_t i = base + k * NTH + threadIdx.x;
-                v[k] = i < n4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            }
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int64_t i = base + k * NTH + threadIdx.x;
-                float amax = fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w)));
-                float sum = (v[k].x + v[k].y) + (v[k].z + v[k].w);
-#pragma unroll
-                for (int m = 4; m > 0; m >>= 1) {
-                    amax = fmaxf(amax, RF_SHFL_XOR(amax, m));
-                    sum += RF_SHFL_XOR(sum, m);
-                }
-                /* a NaN in the group must reach y (see rf_k_quantize_x) */
-                const float d = sum != sum ? sum : amax / 127.0f;
-                const float id = d > 0.0f ? 1.0f / d : 0.0f;
-                if (i < n4) {
-                    const uint32_t b0 = (uint32_t)(__float2int_rn(v[k].x * id) & 0xFF);
-                    const uint32_t b1 = (uint32_t)(__float2int_rn(v[k].y * id) & 0xFF);
-                    const uint32_t b2 = (uint32_t)(__float2int_rn(v[k].z * id) & 0xFF);
-                    const uint32_t b3 = (uint32_t)(__float2int_rn(v[k].w * id) & 0xFF);
-                    ((uint32_t *)sqx)[i] = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24);
-                    if ((i & 7) == 0) sdx[i / 8] = make_float2(d, sum);
-                }
-            }
-        }
-        __syncthreads();
-        qx = sqx;
-        dx = sdx;
-    }
-    for (int64_t b0 = 0; b0 < nb; b0 += TB) {
-        const int nblk = (int)(nb - b0 < TB ? nb - b0 : TB);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int idx = u * G + gl;
-            if (idx < nu4) sm[grp][idx] = r[u];
-        }
-        if (WPR == 1) RF_SYNCWARP(); else __syncthreads();
-        const uint8_t *sb = (const uint8_t *)sm[grp] + shift;
-        if (b0 + TB < nb) fetch(b0 + TB);
-#pragma unroll
-        for (int k = 0; k < BPL; k++) {
-            const int bl = k * G + gl;
-            if (bl >= nblk) break;
-            const int64_t bi = b0 + bl;
-            const uint8_t *blk = sb + bl * BB;
+    if (NTMAX == 1) load_x(wg * G + lane);
+    for (int k = 0; k < nk; k++) {
+        const int bi = (wg + k * WPR) * G + lane;
+        int4 x0 = nx0, x1 = nx1;
+        float2 dxv = ndx;
+        if (NTMAX == 1) load_x(bi + WPR * G);
+        rf_cp_async_wait<S - 1>(); /* this lane's copies of stage k have landed */
+        RF_SYNCWARP();             /* ... and every lane's are visible */
+        if (bi < nb) {
+            const uint8_t *slot = (const uint8_t *)ring[warp][k % S];
 #pragma unroll
             for (int t = 0; t < NTMAX; t++) {
                 if (t >= nt) break;
-                const int4 *xp = (const int4 *)(qx + t * n_in + bi * RF_QK);
-                const int4 x0 = xp[0], x1 = xp[1];
+                if (NTMAX > 1) {
+                    const int4 *xp = (const int4 *)(qx + t * n_in + (int64_t)bi * RF_QK);
+                    x0 = xp[0], x1 = xp[1], dxv = dx[(int64_t)t * nb + bi];
+                }
                 const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                acc[t] += rf_block_dot<T>(blk, xi, dx[t * nb + bi]);
+                int sxi = 0;
+                if (SX) {
+#pragma unroll
+                    for (int j = 0; j < 8; j++) sxi = rf_dp4a(0x01010101, xi[j], sxi);
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t *aw = (const uint32_t *)(slot + r * SU4 * 16 + (boff[r] & ~3u));
+                    acc[r][t] += rf_q32_dot<T>(aw, (int)(boff[r] & 3u), xi, dxv, sxi);
+                }
             }
         }
-        if (WPR == 1) RF_SYNCWARP(); else __syncthreads(); /* the slice is reused next tile */
+        RF_SYNCWARP(); /* the slot is read by all lanes before it is refilled */
+        if (k + S < nk) issue(k + S);
+        else rf_cp_async_commit();
     }
 #pragma unroll
-    for (int t = 0; t < NTMAX; t++) {
-        if (t >= nt) break;
-        float v = rf_warp_sum(acc[t]);
-        if (WPR > 1) {
-            if (lane == 0) red[warp][t] = v;
-            __syncthreads();
-            v = 0.0f;
-            for (int k = 0; k < WPR; k++) v += red[grp * WPR + k][t];
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NTMAX; t++) {
+            if (t >= nt) break;
+            float v = rf_warp_sum(acc[r][t]);
+            if (WPR > 1) {
+                if (lane == 0) red[warp][r][t] = v;
+            } else if (row0 + r < n_out && lane == 0) {
+                y[t * n_out + row0 + r] = v;
+            }
         }
-        if (valid && gl == 0) y[t * n_out + row] = v;
+    if (WPR > 1) {
+        __syncthreads();
+        if (wg == 0 && lane < R * NTMAX) {
+            const int r = lane / NTMAX, t = lane % NTMAX;
+            float v = 0.0f;
+            for (int j = 0; j < WPR; j++) v += red[warp + j][r][t];
+            if (t < nt && row0 + r < n_out) y[t * n_out + row0 + r] = v;
+        }
     }
 }
 
 /* gemv_f16: the same product for W in f16 or bf16 (T), x f32 [nt, n_in]; n_in % 8 == 0 so
- * each row is 16-byte aligned; each thread keeps UNR independent 16-byte loads in flight.
+ * each row is 16-byte aligned; each thread keeps UNR independent 16-byte loads in flight while
+ * it decodes the previous UNR (the first before rf_pdl_wait(): see gemv_q32 on w).
  * launch: RF_GEMV_WARPS warps per block, WPR warps per row. tolerance rel. L2 < 1e-5 vs the
  * f32 reference on the same (already 16-bit) weights. */
 template <int T, int NTMAX, int UNR, int WPR>
@@ -239,13 +248,24 @@ rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
     float acc[NTMAX];
 #pragma unroll
     for (int t = 0; t < NTMAX; t++) acc[t] = 0.0f;
-    for (int64_t i0 = gl; i0 < n8; i0 += (int64_t)G * UNR) {
-        uint4 r[UNR];
+    /* the loads of the next UNR words are issued before this batch is decoded; the first batch
+     * (weights only) before the programmatic-launch wait */
+    uint4 nx[UNR];
+    auto load = [&](int64_t i0) {
 #pragma unroll
         for (int u = 0; u < UNR; u++) {
             const int64_t i = i0 + (int64_t)u * G;
-            if (i < n8) r[u] = wr[i];
+            if (i < n8) nx[u] = wr[i];
         }
+    };
+    if (gl < n8) load(gl);
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    for (int64_t i0 = gl; i0 < n8; i0 += (int64_t)G * UNR) {
+        uint4 r[UNR];
+#pragma unroll
+        for (int u = 0; u < UNR; u++) r[u] = nx[u];
+        if (i0 + (int64_t)G * UNR < n8) load(i0 + (int64_t)G * UNR);
 #pragma unroll
         for (int u = 0; u < UNR; u++) {
             const int64_t i = i0 + (int64_t)u * G;
@@ -308,6 +328,8 @@ rf_k_gemv_k(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, in
     float acc[NTMAX];
 #pragma unroll
     for (int t = 0; t < NTMAX; t++) acc[t] = 0.0f;
+    rf_pdl_trigger();
+    rf_pdl_wait();
     for (int64_t c = gl; c < nchunks; c += G) {
         const int64_t b = c / 8;
         const int sb = (int)(c % 8);
@@ -415,7 +437,9 @@ rf_k_gemv_k45(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
         q0 = qp[0], q1 = qp[1];
         if (T == RF_TYPE_Q5_K) h0 = ((const uint4 *)(blk + 16))[0], h1 = ((const uint4 *)(blk + 16))[1];
     };
-    if (gl < nchunks) fetch(gl);
+    if (gl < nchunks) fetch(gl); /* weights only: safe before the wait */
+    rf_pdl_trigger();
+    rf_pdl_wait();
     for (int64_t c = gl; c < nchunks; c += G) {
         const int sb = (int)(c % 8);
         const uint32_t qv[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
@@ -515,103 +539,77 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
 }
 
 /* Kernel variants, chosen per call by ctx->gemv_variant (0 = default; the benchmark sweeps
- * 1..3): q32: see rf_launch_q32 below;
- * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2). */
-/* defaults from the H100 sweep in docs/perf-gpu.md: f16 variant 3 (q32: RF_GEMV_DEFAULT_Q32F) */
+ * 1..3), all launched as programmatic dependent launches where ctx->pdl:
+ * q32 (rows per warp group, ring stages, warps per group; RF_Q32_WARPS warps per block) =
+ *   1: (4, 2, 4), 2: (2, 2, 4), 3: (4, 2, 2); HIP: (2, 2, 2) always;
+ * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2);
+ * K-quants: 1 = one warp per row, 2 and 3 = four warps per row.
+ * Defaults from the H100 sweeps in docs/perf-gpu.md. */
 #define RF_GEMV_DEFAULT_F16 3
-static int rf_gemv_rows_per_block(int variant) { return variant == 1 ? RF_GEMV_WARPS : 1; }
-#define RF_GEMV_DEFAULT_Q32F 3 /* default q32 variant (see rf_launch_q32) */
-
-/* Static shared memory of rf_k_gemv_q32<T, NTMAX, BPL, 1, *> (the staging slices and the
- * reduction array) for warp size ws, mirroring the kernel's constants. */
-static size_t rf_q32_static_smem(int bb, int bpl, int ntmax, int ws, int nw) {
-    const int tb = ws * bpl, tile_u4 = (tb * bb + 15) / 16 + 1, u = (tile_u4 + ws - 1) / ws;
-    return (size_t)nw * u * ws * 16 + (size_t)nw * ntmax * 4;
-}
-/* Dynamic shared memory the fused kernel needs for nt tokens of n_in: qx then dx. */
-static size_t rf_q32_fused_smem(int64_t nt, int64_t n_in) {
-    const int64_t n = nt * n_in;
-    return (size_t)((n + 15) & ~(int64_t)15) + (size_t)(n / RF_QK) * sizeof(float2);
-}
-
-/* q32 variants (all one warp per row, 2 blocks per lane per tile): 1 = fused x quantization,
- * 16 warps per block; 2 = fused, 8 warps per block; 3 = the separate rf_k_quantize_x launch,
- * 4 warps per block (the kernel of the first H100 sweep). Every block of a fused variant
- * re-reads and quantizes all of x, so it wants many rows per block (with 4 rows per block the
- * re-read x outweighed the Q4_0 weights: slower than variant 3 on the H100). A fused variant
- * whose shared memory would exceed 48 KB falls back to variant 3. */
 #if defined(RF_HIP)
-#define RF_Q32_NW1 8 /* 16 wave64 warps would need more than 64 KB of static LDS */
+#define RF_Q32_WARPS 2 /* wave64: 4 waves of Q8_0 rings would pass the 64 KB of LDS */
 #else
-#define RF_Q32_NW1 16
+#define RF_Q32_WARPS RF_GEMV_WARPS
 #endif
-static int rf_q32_warps(int v) { return v == 1 ? RF_Q32_NW1 : v == 2 ? 8 : RF_GEMV_WARPS; }
-static bool rf_q32_fused_fits(int v, int bb, int64_t nt, int64_t n_in, int ws) {
-    if (v == 3) return false;
-    return rf_q32_static_smem(bb, 2, nt == 1 ? 1 : 8, ws, rf_q32_warps(v)) +
-               rf_q32_fused_smem(nt, n_in) <= 48 * 1024;
-}
+static int rf_gemv_rows_per_block(int variant) { return variant == 1 ? RF_GEMV_WARPS : 1; }
 
 template <int T>
-static void rf_launch_q32(rf_gpu_ctx *ctx, int v, bool fused, float *y, const uint8_t *w,
-                          const int8_t *qx, const float2 *dx, const float *x, int nt,
-                          int64_t n_in, int64_t n_out, int64_t rb) {
-    cudaStream_t s = ctx->stream;
-    const size_t dyn = fused ? rf_q32_fused_smem(nt, n_in) : 0;
-    const int nw = fused ? rf_q32_warps(v) : RF_GEMV_WARPS;
-    const unsigned grid = (unsigned)((n_out + nw - 1) / nw), threads = nw * ctx->info.warp_size;
-#define RF_Q32(NTM, F, NW) rf_k_gemv_q32<T, NTM, 2, 1, F, NW><<<grid, threads, dyn, s>>>(y, w, qx, dx, x, nt, n_in, n_out, rb)
-    if (!fused) {
-        if (nt == 1) RF_Q32(1, false, RF_GEMV_WARPS);
-        else RF_Q32(8, false, RF_GEMV_WARPS);
-    } else if (nt == 1) {
-        if (v == 1) RF_Q32(1, true, RF_Q32_NW1);
-        else RF_Q32(1, true, 8);
-    } else {
-        if (v == 1) RF_Q32(8, true, RF_Q32_NW1);
-        else RF_Q32(8, true, 8);
+static rf_status rf_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
+                               const int8_t *qx, const float2 *dx, int nt, int64_t n_in,
+                               int64_t n_out, int64_t rb) {
+    const char *name = "rf_k_gemv_q32";
+#if defined(RF_HIP)
+    (void)v; /* one configuration: wave64 rings of the larger variants pass the 64 KB of LDS */
+    const int nw = RF_Q32_WARPS, rpw = 2, wpr = 2;
+#else
+    const int nw = RF_Q32_WARPS, rpw = v == 2 ? 2 : 4, wpr = v == 3 ? 2 : 4;
+#endif
+    const int64_t rows_per_block = nw / wpr * rpw;
+    const dim3 grid((unsigned)((n_out + rows_per_block - 1) / rows_per_block)), block(nw * ctx->info.warp_size);
+#define RF_Q32(NTM, R, S, WPR) rf_gpu_launch(ctx, name, true, rf_k_gemv_q32<T, NTM, R, S, WPR, RF_Q32_WARPS>, grid, block, 0, y, w, qx, dx, nt, n_in, n_out, rb)
+#if defined(RF_HIP)
+    return nt == 1 ? RF_Q32(1, 2, 2, 2) : RF_Q32(8, 2, 2, 2);
+#else
+    if (nt == 1) {
+        if (v == 2) return RF_Q32(1, 2, 2, 4);
+        if (v == 3) return RF_Q32(1, 4, 2, 2);
+        return RF_Q32(1, 4, 2, 4);
     }
+    if (v == 2) return RF_Q32(8, 2, 2, 4);
+    if (v == 3) return RF_Q32(8, 4, 2, 2);
+    return RF_Q32(8, 4, 2, 4);
+#endif
 #undef RF_Q32
 }
 template <int T>
-static void rf_launch_f16(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
-                          const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out) {
-    cudaStream_t s = ctx->stream;
-#define RF_F16(NTM, UNR, WPR) rf_k_gemv_f16<T, NTM, UNR, WPR><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out)
+static rf_status rf_launch_f16(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
+                               const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out) {
+    const char *name = "rf_k_gemv_f16";
+#define RF_F16(NTM, UNR, WPR) rf_gpu_launch(ctx, name, true, rf_k_gemv_f16<T, NTM, UNR, WPR>, dim3(grid), dim3(threads), 0, y, w, x, nt, n_in, n_out)
     if (nt == 1) {
-        if (v == 1) RF_F16(1, 4, 1);
-        else if (v == 2) RF_F16(1, 4, 4);
-        else RF_F16(1, 2, 4);
-    } else {
-        if (v == 1) RF_F16(8, 4, 1);
-        else RF_F16(8, 4, 4);
+        if (v == 1) return RF_F16(1, 4, 1);
+        if (v == 2) return RF_F16(1, 4, 4);
+        return RF_F16(1, 2, 4);
     }
+    if (v == 1) return RF_F16(8, 4, 1);
+    return RF_F16(8, 4, 4);
 #undef RF_F16
 }
-/* K-quant variants: 1 = one warp per row, 2 and 3 = four warps per row (default: see vk) */
 template <int T>
-static void rf_launch_k(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
-                        const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out,
-                        int64_t rb) {
-    cudaStream_t s = ctx->stream;
+static rf_status rf_launch_k(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
+                             const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out,
+                             int64_t rb) {
+    const char *name = "rf_k_gemv_k";
+#define RF_K(K, NTM, WPR) rf_gpu_launch(ctx, name, true, K<TK, NTM, WPR>, dim3(grid), dim3(threads), 0, y, w, x, nt, n_in, n_out, rb)
     if (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
-        constexpr int T45 = T == RF_TYPE_Q5_K ? RF_TYPE_Q5_K : RF_TYPE_Q4_K;
-        if (v == 1) {
-            if (nt == 1) rf_k_gemv_k45<T45, 1, 1><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
-            else rf_k_gemv_k45<T45, 8, 1><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
-        } else {
-            if (nt == 1) rf_k_gemv_k45<T45, 1, 4><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
-            else rf_k_gemv_k45<T45, 8, 4><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
-        }
-        return;
+        constexpr int TK = T == RF_TYPE_Q5_K ? RF_TYPE_Q5_K : RF_TYPE_Q4_K;
+        if (v == 1) return nt == 1 ? RF_K(rf_k_gemv_k45, 1, 1) : RF_K(rf_k_gemv_k45, 8, 1);
+        return nt == 1 ? RF_K(rf_k_gemv_k45, 1, 4) : RF_K(rf_k_gemv_k45, 8, 4);
     }
-    if (v == 1) {
-        if (nt == 1) rf_k_gemv_k<T, 1, 1><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
-        else rf_k_gemv_k<T, 8, 1><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
-    } else {
-        if (nt == 1) rf_k_gemv_k<T, 1, 4><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
-        else rf_k_gemv_k<T, 8, 4><<<grid, threads, 0, s>>>(y, w, x, nt, n_in, n_out, rb);
-    }
+    constexpr int TK = T;
+    if (v == 1) return nt == 1 ? RF_K(rf_k_gemv_k, 1, 1) : RF_K(rf_k_gemv_k, 8, 1);
+    return nt == 1 ? RF_K(rf_k_gemv_k, 1, 4) : RF_K(rf_k_gemv_k, 8, 4);
+#undef RF_K
 }
 
 extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
@@ -626,76 +624,59 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
                    (long long)n_in, bs);
     RF_GPU_REQUIRE(n_out >= 1 && n_out <= 0x7fffffff, op,
                    "n_out=%lld", (long long)n_out);
+    RF_GPU_REQUIRE(n_in <= ((int64_t)1 << 28), op, "n_in=%lld above 2^28", (long long)n_in);
     RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 3) == 0,
                    op, "w and x must be 16-byte aligned (rf_gpu_alloc memory)");
     const int64_t rb = n_in / bs * bb;
     const int nt = (int)n_tokens;
     const unsigned threads = RF_GEMV_WARPS * ctx->info.warp_size;
     const unsigned grid = (unsigned)((n_out + RF_GEMV_WARPS - 1) / RF_GEMV_WARPS);
-    const int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3
-                      ? ctx->gemv_variant
-                      : RF_GEMV_DEFAULT_F16; /* only F16/BF16 use v */
+    const int vsel = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3 ? ctx->gemv_variant : 0;
+    const int v = vsel ? vsel : RF_GEMV_DEFAULT_F16; /* F16/BF16 */
     const int rpb = rf_gemv_rows_per_block(v);
     const unsigned vgrid = (unsigned)((n_out + rpb - 1) / rpb); /* n_out < 2^31 checked above */
-    /* K-quant default from the same sweep: one warp per row for Q4_K/Q5_K, four for Q6_K */
-    const int vk = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3 ? ctx->gemv_variant
-                   : wtype == RF_TYPE_Q6_K                          ? 2
-                                                                    : 1;
+    /* K-quant default: one warp per row for Q4_K/Q5_K, four for Q6_K */
+    const int vk = vsel ? vsel : wtype == RF_TYPE_Q6_K ? 2 : 1;
     const unsigned kgrid = (unsigned)((n_out + rf_gemv_rows_per_block(vk) - 1) / rf_gemv_rows_per_block(vk));
     const uint8_t *wp = (const uint8_t *)w;
-    const char *kname;
-    size_t mark = ctx->scratch_used;
     switch (wtype) {
     case RF_TYPE_Q4_0: case RF_TYPE_Q4_1: case RF_TYPE_Q5_0: case RF_TYPE_Q5_1: case RF_TYPE_Q8_0: {
-        /* x -> int8 per 32 (+ scale and exact sum), then the dp4a kernel; the fused variants do
-         * both in one launch when x fits in shared memory */
-        const int vq = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3 ? ctx->gemv_variant
-                                                                        : RF_GEMV_DEFAULT_Q32F;
-        const bool fused = rf_q32_fused_fits(vq, bb, n_tokens, n_in, (int)ctx->info.warp_size);
-        int8_t *qx = NULL;
-        float2 *dx = NULL;
-        rf_status st;
-        if (!fused) {
-            const int64_t n = n_tokens * n_in;
-            void *tmp;
-            st = rf_gpu_tmp(ctx, (size_t)n + (size_t)(n / RF_QK) * sizeof(float2) + 256, &tmp, &mark);
-            if (st) return st;
-            qx = (int8_t *)tmp;
-            dx = (float2 *)((char *)tmp + (((size_t)n + 255) & ~(size_t)255));
-            rf_k_quantize_x<<<rf_gpu_blocks(n, 256), 256, 0, ctx->stream>>>(qx, dx, x, n);
-            if ((st = RF_GPU_LAUNCHED(ctx, "rf_k_quantize_x"))) return st;
+        /* x -> int8 per 32 (+ scale and exact sum) in scratch, then the dp4a kernel */
+        /* default from the H100 sweep: rows of <= 4096 want four rows per warp pair (their
+         * 4 stages are all in flight at once), longer rows two rows per group of four warps */
+        const int vq = vsel ? vsel : n_in <= 4096 ? 3 : 2;
+        const int64_t n = n_tokens * n_in;
+        size_t mark;
+        void *tmp;
+        rf_status st = rf_gpu_tmp(ctx, (size_t)n + (size_t)(n / RF_QK) * sizeof(float2) + 256, &tmp, &mark);
+        if (st) return st;
+        const int8_t *qx = (const int8_t *)tmp;
+        const float2 *dx = (const float2 *)((char *)tmp + (((size_t)n + 255) & ~(size_t)255));
+        st = rf_gpu_launch(ctx, "rf_k_quantize_x", true, rf_k_quantize_x, dim3(rf_gpu_blocks(n, 256)),
+                           dim3(256), 0, (int8_t *)qx, (float2 *)dx, x, n);
+        if (!st) {
+            switch (wtype) {
+            case RF_TYPE_Q4_0: st = rf_launch_q32<RF_TYPE_Q4_0>(ctx, vq, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+            case RF_TYPE_Q4_1: st = rf_launch_q32<RF_TYPE_Q4_1>(ctx, vq, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+            case RF_TYPE_Q5_0: st = rf_launch_q32<RF_TYPE_Q5_0>(ctx, vq, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+            case RF_TYPE_Q5_1: st = rf_launch_q32<RF_TYPE_Q5_1>(ctx, vq, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+            default: st = rf_launch_q32<RF_TYPE_Q8_0>(ctx, vq, y, wp, qx, dx, nt, n_in, n_out, rb); break;
+            }
         }
-        switch (wtype) {
-        case RF_TYPE_Q4_0: rf_launch_q32<RF_TYPE_Q4_0>(ctx, vq, fused, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q4_1: rf_launch_q32<RF_TYPE_Q4_1>(ctx, vq, fused, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q5_0: rf_launch_q32<RF_TYPE_Q5_0>(ctx, vq, fused, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
-        case RF_TYPE_Q5_1: rf_launch_q32<RF_TYPE_Q5_1>(ctx, vq, fused, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
-        default: rf_launch_q32<RF_TYPE_Q8_0>(ctx, vq, fused, y, wp, qx, dx, x, nt, n_in, n_out, rb); break;
-        }
-        kname = "rf_k_gemv_q32";
-        break;
+        ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
+        return st;
     }
     case RF_TYPE_F16: case RF_TYPE_BF16:
         if (n_in % 8 == 0) {
-            if (wtype == RF_TYPE_F16) rf_launch_f16<RF_TYPE_F16>(ctx, v, vgrid, threads, y, wp, x, nt, n_in, n_out);
-            else rf_launch_f16<RF_TYPE_BF16>(ctx, v, vgrid, threads, y, wp, x, nt, n_in, n_out);
-            kname = "rf_k_gemv_f16";
-            break;
+            if (wtype == RF_TYPE_F16) return rf_launch_f16<RF_TYPE_F16>(ctx, v, vgrid, threads, y, wp, x, nt, n_in, n_out);
+            return rf_launch_f16<RF_TYPE_BF16>(ctx, v, vgrid, threads, y, wp, x, nt, n_in, n_out);
         }
         /* fall through: unaligned rows take the generic kernel */
     default:
-        if (wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K || wtype == RF_TYPE_Q6_K) {
-            if (wtype == RF_TYPE_Q4_K) rf_launch_k<RF_TYPE_Q4_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
-            else if (wtype == RF_TYPE_Q5_K) rf_launch_k<RF_TYPE_Q5_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
-            else rf_launch_k<RF_TYPE_Q6_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
-            kname = "rf_k_gemv_k";
-            break;
-        }
-        rf_k_gemv_generic<<<grid, threads, 0, ctx->stream>>>(y, wp, (int)wtype, x, nt, n_in, n_out,
-                                                            rb, bs, bb);
-        kname = "rf_k_gemv_generic";
-        break;
+        if (wtype == RF_TYPE_Q4_K) return rf_launch_k<RF_TYPE_Q4_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
+        if (wtype == RF_TYPE_Q5_K) return rf_launch_k<RF_TYPE_Q5_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
+        if (wtype == RF_TYPE_Q6_K) return rf_launch_k<RF_TYPE_Q6_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
+        return rf_gpu_launch(ctx, "rf_k_gemv_generic", false, rf_k_gemv_generic, dim3(grid),
+                             dim3(threads), 0, y, wp, (int)wtype, x, nt, n_in, n_out, rb, bs, bb);
     }
-    ctx->scratch_used = mark;
-    return RF_GPU_LAUNCHED(ctx, kname);
 }

@@ -18,6 +18,7 @@ struct rf_gpu_ctx {
     const char *last_kernel; /* name of the last launch, for fault messages */
     bool sync_each;          /* RF_GPU_SYNC=1: synchronize after every launch */
     int gemv_variant;        /* 0 = default kernel variant; see gpu_gemv.cu */
+    bool pdl;                /* programmatic dependent launch usable (CUDA, sm_90+, RF_GPU_PDL!=0) */
 };
 
 /* Runtime call: on failure return RF_ERR_DEVICE naming the call and the runtime's message. */
@@ -45,6 +46,39 @@ static inline rf_status rf_gpu_after_launch(rf_gpu_ctx *ctx, const char *kernel)
     return RF_OK;
 }
 #define RF_GPU_LAUNCHED(ctx, name) rf_gpu_after_launch((ctx), (name))
+
+/* Launches kernel k on the context's stream; with pdl and ctx->pdl, as a programmatic dependent
+ * launch (the kernel must call rf_pdl_wait() before touching anything earlier work writes, see
+ * gpu_compat.h). Returns rf_gpu_after_launch's status, naming the kernel. */
+template <typename... KArgs, typename... Args>
+static rf_status rf_gpu_launch(rf_gpu_ctx *ctx, const char *name, bool pdl, void (*k)(KArgs...),
+                               dim3 grid, dim3 block, size_t smem, Args... args) {
+#if defined(RF_CUDA_BUILD)
+    if (pdl && ctx->pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = ctx->stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return rf_set_error(RF_ERR_DEVICE, "GPU kernel %s: launch failed: %s", name,
+                                cudaGetErrorString(e));
+        }
+        return rf_gpu_after_launch(ctx, name);
+    }
+#else
+    (void)pdl;
+#endif
+    k<<<grid, block, smem, ctx->stream>>>(((KArgs)args)...);
+    return rf_gpu_after_launch(ctx, name);
+}
 
 /* Host-side argument check: RF_ERR_INVALID_ARG naming the op. */
 #define RF_GPU_REQUIRE(cond, op, fmt, ...)                                                   \

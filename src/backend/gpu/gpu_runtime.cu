@@ -50,6 +50,11 @@ extern "C" rf_status rf_gpu_init(int device, rf_gpu_ctx **out) {
     c->info.cc_minor = prop.minor;
     c->info.total_mem = prop.totalGlobalMem;
     c->info.l2_bytes = (size_t)prop.l2CacheSize;
+#if defined(RF_CUDA_BUILD)
+    /* programmatic dependent launch needs sm_90; RF_GPU_PDL=0 turns it off (for comparisons) */
+    const char *pdl = getenv("RF_GPU_PDL");
+    c->pdl = prop.major >= 9 && !(pdl && pdl[0] == '0');
+#endif
 #if !defined(RF_GPU_NO_BLAS)
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
         st = rf_set_error(RF_ERR_DEVICE, "GPU %d: cuBLAS handle creation failed", device);
@@ -225,3 +230,13 @@ extern "C" rf_status rf_gpu_scratch_alloc(rf_gpu_ctx *ctx, size_t bytes, void **
 }
 
 extern "C" void rf_gpu_scratch_reset(rf_gpu_ctx *ctx) { ctx->scratch_used = 0; }
+
+extern "C" bool rf_gpu_set_pdl(rf_gpu_ctx *ctx, bool on) {
+#if defined(RF_CUDA_BUILD)
+    ctx->pdl = on && ctx->info.cc_major >= 9;
+#else
+    (void)on;
+    ctx->pdl = false;
+#endif
+    return ctx->pdl;
+}
