@@ -89,8 +89,30 @@ void rf_vec_dot_q4_0_vnni(int64_t n, float *out, const void *w, const void *x);
 void rf_vec_dot_q4_1_vnni(int64_t n, float *out, const void *w, const void *x);
 void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const void *x);
 
+/* Four-row dot kernels: out[r] = dot(row r, x) for the rows at w + r*ws bytes, r = 0..3, each
+ * bit-identical to the same level's one-row kernel (decode: the activation row is read once per
+ * four weight rows and the four accumulation chains run side by side). */
+typedef void (*rf_vec_dot4_fn)(int64_t n, float *out, const void *w, size_t ws, const void *x);
+void rf_vec_dot4_q4_1_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x);
+void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x);
+void rf_vec_dot4_q8_0_avx2(int64_t n, float *out, const void *w, size_t ws, const void *x);
+
+/* The 4-row kernel matching the table's current vec_dot of `type` (same numerics), or NULL when
+ * that type/level has none (callers then loop over the one-row kernel). */
+rf_vec_dot4_fn rf_vec_dot4_for(rf_type type);
+
 /* rf_simd_level value (not in the public enum yet) that rf_vec_dot_impl accepts for the AVX-VNNI
  * kernel of a type: NULL when the CPU lacks AVX-VNNI or the type has no VNNI kernel. */
 #define RF_SIMD_AVXVNNI_INTERNAL ((rf_simd_level)2)
+
+/* Q4_K / Q6_K AVX2 kernels in ggml's x86 float order (vec_dot_avx2.c), bit-identical to
+ * llama.cpp's AVX2 ggml_vec_dot_q4_K_q8_K / q6_K_q8_K. */
+void rf_vec_dot_q4_K_ggml(int64_t n, float *out, const void *w, const void *x);
+void rf_vec_dot_q6_K_ggml(int64_t n, float *out, const void *w, const void *x);
+
+/* rf_vec_dot_impl level of the kernels in ggml's exact x86 float order where they differ from the
+ * default pick: Q4_K, Q6_K (AVX2) and Q8_0 (the VNNI kernel); NULL for other types or when the CPU
+ * cannot run them. The table uses them with RF_GGML_ORDER=1 (or its older name RF_VNNI=1). */
+#define RF_SIMD_GGML_ORDER_INTERNAL ((rf_simd_level)3)
 
 #endif

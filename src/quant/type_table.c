@@ -1,8 +1,9 @@
 /* quant/type_table.c — the type table (ggml ids, names, block sizes, bytes per block, converters,
  * dot kernels) and the checked row helpers. Sizes are ggml's (ggml.c type_traits, ggml-common.h);
  * removed ids (4, 5, 31-33, 36-38) have no entry. The dot kernel of each type is picked once at
- * first use: AVX-VNNI (Q4_0, Q4_1, Q8_0) or AVX2 where the CPU has it and RF_NO_SIMD is unset/"0",
- * else scalar. CPU features come from CPUID (<cpuid.h>) except avx2/fma, which clang 14 and gcc 12
+ * first use: AVX-VNNI (Q4_0, Q4_1) or AVX2 where the CPU has it and RF_NO_SIMD is unset/"0"
+ * (RF_NO_VNNI=1: AVX2 only), else scalar; RF_GGML_ORDER=1 swaps in the Q8_0/Q4_K/Q6_K kernels in
+ * ggml's exact float order. CPU features come from CPUID (<cpuid.h>) except avx2/fma, which clang 14 and gcc 12
  * both accept in __builtin_cpu_supports. */
 #include <ctype.h>
 #include <pthread.h>
@@ -87,7 +88,8 @@ static const dot_impls g_dots[RF_TYPE_TABLE_SIZE] = {
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static rf_simd_level g_level = RF_SIMD_SCALAR;
-static bool g_vnni; /* table uses the AVX-VNNI kernels where a type has one */
+static bool g_vnni;      /* table uses the AVX-VNNI kernels where a type has one */
+static bool g_ggml_order; /* Q8_0 (VNNI), Q4_K, Q6_K in ggml's exact float order (opt-in, see init_table) */
 
 /* AVX2 and FMA through the compiler's CPU model (which also checks that the OS saves YMM
  * state); F16C straight from CPUID leaf 1, ECX bit 29, because clang's __builtin_cpu_supports
@@ -104,20 +106,39 @@ bool rf_cpu_has_avx2(void) {
 #endif
 }
 
+/* The ggml-order kernel of a type where it differs from the default pick (see init_table). */
+static rf_vec_dot_fn ggml_order_kernel(int t) {
+    if (!rf_cpu_has_avx2()) return NULL;
+    if (t == RF_TYPE_Q4_K) return rf_vec_dot_q4_K_ggml;
+    if (t == RF_TYPE_Q6_K) return rf_vec_dot_q6_K_ggml;
+    if (t == RF_TYPE_Q8_0 && rf_cpu_has_avxvnni()) return rf_vec_dot_q8_0_vnni;
+    return NULL;
+}
+
 static void init_table(void) {
     const char *env = getenv("RF_NO_SIMD");
     bool no_simd = env && env[0] && strcmp(env, "0") != 0;
     g_level = (!no_simd && rf_cpu_has_avx2()) ? RF_SIMD_AVX2 : RF_SIMD_SCALAR;
-    /* AVX-VNNI kernels are opt-in (RF_VNNI=1) for now: with them as default test_model_golden
-     * failed (a greedy/argmax flip vs llama.cpp's goldens, not yet traced to q8_0 or q4_1). */
-    const char *env_v = getenv("RF_VNNI");
-    bool no_vnni = !(env_v && env_v[0] && strcmp(env_v, "0") != 0);
+    /* AVX-VNNI kernels are the default where the CPU has them; RF_NO_VNNI=1 keeps AVX2 (A/B timing).
+     * Q4_0/Q4_1 VNNI are bit-identical to AVX2. Q8_0 VNNI and the Q4_K/Q6_K "ggml" kernels are
+     * ggml's exact x86 float order (what llama.cpp computes; the default Q8_0 AVX2 groups int lanes
+     * differently and the default Q4_K/Q6_K round like the scalar kernels). They are opt-in
+     * (RF_GGML_ORDER=1, older name RF_VNNI=1) because test_model_golden's gemma-3 checks sit at
+     * their thresholds (greedy: 4 of 17 prompts needed, 4 matched; max |diff| 1.66 of 2.0) and the
+     * gemma-3 logits differ from llama.cpp's by rel. L2 3-5 % for reasons outside these kernels
+     * (exact kernels give rel. L2 0 on tiny-qwen2-q4_k_m but not on gemma-3): any change of
+     * rounding there moves those counts either way, and the exact order moved them below. */
+    const char *env_nv = getenv("RF_NO_VNNI"), *env_v = getenv("RF_VNNI"), *env_g = getenv("RF_GGML_ORDER");
+    bool no_vnni = env_nv && env_nv[0] && strcmp(env_nv, "0") != 0;
     g_vnni = g_level == RF_SIMD_AVX2 && !no_vnni && rf_cpu_has_avxvnni();
+    g_ggml_order = g_level == RF_SIMD_AVX2 && ((env_v && env_v[0] && strcmp(env_v, "0") != 0) ||
+                                                (env_g && env_g[0] && strcmp(env_g, "0") != 0));
     for (int t = 0; t < RF_TYPE_TABLE_SIZE; t++) {
         const dot_impls *d = &g_dots[t];
         rf_vec_dot_fn f = d->scalar;
         if (g_level == RF_SIMD_AVX2 && d->avx2) f = d->avx2;
-        if (g_vnni && d->vnni) f = d->vnni;
+        if (g_vnni && d->vnni && t != RF_TYPE_Q8_0) f = d->vnni;
+        if (g_ggml_order && ggml_order_kernel(t)) f = ggml_order_kernel(t);
         g_traits[t].vec_dot = f;
     }
 }
@@ -139,6 +160,16 @@ rf_vec_dot_fn rf_vec_dot_impl(rf_type type, rf_simd_level level) {
         if (!d->vnni || !rf_cpu_has_avx2() || !rf_cpu_has_avxvnni()) return NULL;
         return d->vnni;
     }
+    if (level == RF_SIMD_GGML_ORDER_INTERNAL) return ggml_order_kernel(type);
+    return NULL;
+}
+
+rf_vec_dot4_fn rf_vec_dot4_for(rf_type type) {
+    const rf_type_traits *t = rf_type_info((int)type);
+    if (!t) return NULL;
+    if (type == RF_TYPE_Q4_1 && t->vec_dot == rf_vec_dot_q4_1_vnni) return rf_vec_dot4_q4_1_vnni;
+    if (type == RF_TYPE_Q8_0 && t->vec_dot == rf_vec_dot_q8_0_vnni) return rf_vec_dot4_q8_0_vnni;
+    if (type == RF_TYPE_Q8_0 && t->vec_dot == rf_vec_dot_q8_0_avx2) return rf_vec_dot4_q8_0_avx2;
     return NULL;
 }
 

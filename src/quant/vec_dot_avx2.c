@@ -3,7 +3,9 @@
  * __attribute__((target)) (no global -march); type_table.c only selects them after
  * __builtin_cpu_supports says the CPU has AVX2, FMA and F16C. Same contracts as vec_dot.c.
  * The K-quant kernels sum exactly in int32 per super-block and accumulate through the same
- * rf_kq_accum as the scalar ones, so they match them bit for bit; the 32-block kernels accumulate per lane (float reordering only).
+ * rf_kq_accum as the scalar ones (bit for bit); rf_vec_dot_q4_K_ggml / _q6_K_ggml are the same
+ * integer work accumulated per lane in ggml's x86 float order (what llama.cpp computes, opt-in:
+ * type_table.c); the 32-block kernels accumulate per lane (float reordering only).
  * Activations are expected from our quantizers (int8 in [-127, 127]); -128 could saturate the
  * sign trick of Q4_0/Q5_0 (as in ggml). */
 #include "quant/quant_impl.h"
@@ -154,6 +156,28 @@ RF_AVX2 void rf_vec_dot_q8_0_avx2(int64_t n, float *out, const void *w, const vo
     *out = hsum_ps(acc);
 }
 
+/* Four Q8_0 rows x one Q8_0 row, each out[r] bit-identical to rf_vec_dot_q8_0_avx2 (same int16
+ * widening and lanes, same fma chain per row); the activation block is widened once for the four. */
+RF_AVX2 void rf_vec_dot4_q8_0_avx2(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+    const rf_block_q8_0 *a[4];
+    for (int r = 0; r < 4; r++) a[r] = (const rf_block_q8_0 *)((const char *)w + r * ws);
+    const rf_block_q8_0 *b = x;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float dy = h2f(b[i].d);
+        __m256i y0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[i].qs));
+        __m256i y1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b[i].qs + 16)));
+        for (int r = 0; r < 4; r++) {
+            const __m256 d = _mm256_set1_ps(h2f(a[r][i].d) * dy);
+            __m256i x0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[r][i].qs));
+            __m256i x1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a[r][i].qs + 16)));
+            __m256i s = _mm256_add_epi32(_mm256_madd_epi16(x0, y0), _mm256_madd_epi16(x1, y1));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum_ps(acc[r]);
+}
+
 RF_AVX2 void rf_vec_dot_q4_K_avx2(int64_t n, float *out, const void *w, const void *x) {
     const rf_block_q4_K *a = w;
     const rf_block_q8_K *b = x;
@@ -182,6 +206,47 @@ RF_AVX2 void rf_vec_dot_q4_K_avx2(int64_t n, float *out, const void *w, const vo
         s = rf_kq_accum(s, d8, h2f(a[i].d), hsum_epi32(sumi), h2f(a[i].dmin), summs);
     }
     *out = s;
+}
+
+/* Q4_K in ggml's x86 float order (not the scalar kernel's): per super-block the exact int32
+ * lanes (lane k = sum over the 8 sub-blocks of scale * sum of the 4 products at bytes 4k..4k+3)
+ * go through one fma with d = d8*d into 8 float accumulators, the min terms (4 int32 lanes: pairs
+ * of sub-blocks) through one fma with -d8*dmin into 4 more, and the lanes are summed at the end
+ * as ggml does. Within the stated tolerance of the scalar kernel (test_quant_dot) and, on the
+ * same inputs, bit-identical to llama.cpp's ggml_vec_dot_q4_K_q8_K on AVX2. */
+RF_AVX2 void rf_vec_dot_q4_K_ggml(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q4_K *a = w;
+    const rf_block_q8_K *b = x;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        uint8_t sc[8], m[8];
+        for (int j = 0; j < 8; j++) rf_k4_scale_min(j, a[i].scales, &sc[j], &m[j]);
+        int32_t pm[4]; /* min lane l: m[2l]*S(2l) + m[2l+1]*S(2l+1), S(j) = sum of the 32 q8 of sub-block j */
+        for (int l = 0; l < 4; l++)
+            pm[l] = m[2 * l] * (b[i].bsums[4 * l] + b[i].bsums[4 * l + 1]) +
+                    m[2 * l + 1] * (b[i].bsums[4 * l + 2] + b[i].bsums[4 * l + 3]);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            __m256i q4 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * j));
+            __m256i q4l = _mm256_and_si256(q4, m4);
+            __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            __m256i q8l = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * j));
+            __m256i q8h = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * j + 32));
+            __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q4l, q8l), _mm256_set1_epi16(sc[2 * j]));
+            __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(q4h, q8h), _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        float d8;
+        memcpy(&d8, &b[i].d, 4);
+        const float d = d8 * h2f(a[i].d), dmin = -d8 * h2f(a[i].dmin);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_setr_epi32(pm[0], pm[1], pm[2], pm[3])), acc_m);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    *out = hsum_ps(acc) + _mm_cvtss_f32(acc_m);
 }
 
 RF_AVX2 void rf_vec_dot_q6_K_avx2(int64_t n, float *out, const void *w, const void *x) {
@@ -220,6 +285,50 @@ RF_AVX2 void rf_vec_dot_q6_K_avx2(int64_t n, float *out, const void *w, const vo
         s = rf_kq_accum(s, d8, h2f(a[i].d), hsum_epi32(sumi) - 32 * corr, 0.0f, 0);
     }
     *out = s;
+}
+
+/* Q6_K in ggml's x86 float order: exact int32 lanes per super-block (the -32 offset as a per-lane
+ * correction from the activation's 16-element sums), one fma per super-block into 8 float lanes
+ * with d = d8*d, lanes summed at the end. Within tolerance of the scalar kernel; bit-identical to
+ * llama.cpp's ggml_vec_dot_q6_K_q8_K on AVX2 for the same inputs. */
+RF_AVX2 void rf_vec_dot_q6_K_ggml(int64_t n, float *out, const void *w, const void *x) {
+    const rf_block_q6_K *a = w;
+    const rf_block_q8_K *b = x;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        /* q - 32 is done as a per-lane correction, lane k: 32 * (sc[2k] bsum[2k] + sc[2k+1] bsum[2k+1]) */
+        const __m256i corr = _mm256_slli_epi32(
+            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)b[i].bsums),
+                              _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales))), 5);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = a[i].ql + 64 * h, *qh = a[i].qh + 32 * h;
+            const int8_t *q8 = b[i].qs + 128 * h, *sc = a[i].scales + 8 * h;
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
+            for (int k = 0; k < 4; k++) {
+                __m256i y = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
+                __m256i p16 = _mm256_maddubs_epi16(q[k], y);
+                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
+            }
+        }
+        float d8;
+        memcpy(&d8, &b[i].d, 4);
+        const float d = d8 * h2f(a[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, corr)), acc);
+    }
+    *out = hsum_ps(acc);
 }
 
 /* ---- further kernels: bf16, q5_1, mxfp4, iq4_nl, q2_K, q3_K, q5_K ---- */
@@ -419,5 +528,10 @@ RF_AVX2 void rf_vec_dot_iq4_xs_avx2(int64_t n, float *out, const void *w, const 
 RF_FWD(f32) RF_FWD(f16) RF_FWD(q4_0) RF_FWD(q4_1) RF_FWD(q5_0) RF_FWD(q8_0) RF_FWD(q4_K) RF_FWD(q6_K)
 RF_FWD(bf16) RF_FWD(q5_1) RF_FWD(mxfp4) RF_FWD(iq4_nl) RF_FWD(q2_K) RF_FWD(q3_K) RF_FWD(q5_K) RF_FWD(iq4_xs)
 #undef RF_FWD
+void rf_vec_dot_q4_K_ggml(int64_t n, float *out, const void *w, const void *x) { rf_vec_dot_q4_K(n, out, w, x); }
+void rf_vec_dot_q6_K_ggml(int64_t n, float *out, const void *w, const void *x) { rf_vec_dot_q6_K(n, out, w, x); }
+void rf_vec_dot4_q8_0_avx2(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+    for (int r = 0; r < 4; r++) rf_vec_dot_q8_0(n, &out[r], (const char *)w + r * ws, x);
+}
 
 #endif

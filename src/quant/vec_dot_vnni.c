@@ -114,6 +114,47 @@ RF_VNNI void rf_vec_dot_q4_1_vnni(int64_t n, float *out, const void *w, const vo
     *out = vn_hsum_ps(acc0) + summs;
 }
 
+/* Four Q4_1 rows (w, w + ws, w + 2 ws, w + 3 ws bytes) x one Q8_1 row: out[r] bit-identical to
+ * rf_vec_dot_q4_1_vnni(n, &out[r], row r, x) (each row keeps its own fma chain over the blocks in
+ * order and its own in-order m*s sum, held in lane 2r+1 of a vector). The activation block is
+ * loaded once per 4 rows, and the 4 independent fma chains hide the fma latency that bounds the
+ * one-row kernel. Nibbles: a 128-bit broadcast load and a per-half variable shift (no lane
+ * insert, which competes with the scale broadcasts for the shuffle port). */
+RF_VNNI void rf_vec_dot4_q4_1_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+    const rf_block_q4_1 *a0 = w;
+    const rf_block_q4_1 *a1 = (const rf_block_q4_1 *)((const char *)w + ws);
+    const rf_block_q4_1 *a2 = (const rf_block_q4_1 *)((const char *)w + 2 * ws);
+    const rf_block_q4_1 *a3 = (const rf_block_q4_1 *)((const char *)w + 3 * ws);
+    const rf_block_q8_1 *b = x;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), sh = _mm256_set_epi64x(4, 4, 0, 0);
+    const __m256i i0 = _mm256_set1_epi32(0), i1 = _mm256_set1_epi32(2), i2 = _mm256_set1_epi32(4),
+                  i3 = _mm256_set1_epi32(6);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, summs = acc0;
+    const int64_t nb = n / 32;
+#define NIB(p) _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p))), sh), m4)
+    for (int64_t i = 0; i < nb; i++) {
+        uint32_t r0, r1, r2, r3, by; /* (d, m) of each row, (d, s) of the activation */
+        memcpy(&r0, &a0[i].d, 4), memcpy(&r1, &a1[i].d, 4), memcpy(&r2, &a2[i].d, 4), memcpy(&r3, &a3[i].d, 4);
+        memcpy(&by, &b[i].d, 4);
+        /* [d0 m0 d1 m1 d2 m2 d3 m3] * [dy s dy s ...]: d_r*dy in lane 2r, m_r*s in lane 2r+1 */
+        __m256 p = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set_epi32((int)r3, (int)r2, (int)r1, (int)r0)),
+                                 _mm256_cvtph_ps(_mm_set1_epi32((int)by)));
+        summs = _mm256_add_ps(summs, p);
+        const __m256i y = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        acc0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i0), _mm256_cvtepi32_ps(DPB(NIB(a0[i].qs), y)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i1), _mm256_cvtepi32_ps(DPB(NIB(a1[i].qs), y)), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i2), _mm256_cvtepi32_ps(DPB(NIB(a2[i].qs), y)), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i3), _mm256_cvtepi32_ps(DPB(NIB(a3[i].qs), y)), acc3);
+    }
+#undef NIB
+    float ms[8];
+    _mm256_storeu_ps(ms, summs);
+    out[0] = vn_hsum_ps(acc0) + ms[1];
+    out[1] = vn_hsum_ps(acc1) + ms[3];
+    out[2] = vn_hsum_ps(acc2) + ms[5];
+    out[3] = vn_hsum_ps(acc3) + ms[7];
+}
+
 /* Q8_0 x Q8_0: sum w*y = sum (w+128)*y - 128*sum y; w+128 is w ^ 0x80 as an unsigned byte. Exact
  * for every int8 pair, -128 included. */
 RF_VNNI void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const void *x) {
@@ -144,6 +185,39 @@ RF_VNNI void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const vo
     }
     *out = vn_hsum_ps(acc0);
 }
+/* Four Q8_0 rows x one Q8_0 row, each out[r] bit-identical to rf_vec_dot_q8_0_vnni; the
+ * activation's 128*sum(y) term is computed once per block for the four rows. */
+RF_VNNI void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+    const rf_block_q8_0 *a0 = w;
+    const rf_block_q8_0 *a1 = (const rf_block_q8_0 *)((const char *)w + ws);
+    const rf_block_q8_0 *a2 = (const rf_block_q8_0 *)((const char *)w + 2 * ws);
+    const rf_block_q8_0 *a3 = (const rf_block_q8_0 *)((const char *)w + 3 * ws);
+    const rf_block_q8_0 *b = x;
+    const __m256i k80 = _mm256_set1_epi8((char)0x80);
+    const __m256i i0 = _mm256_set1_epi32(0), i1 = _mm256_set1_epi32(1), i2 = _mm256_set1_epi32(2),
+                  i3 = _mm256_set1_epi32(3);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    const int64_t nb = n / 32;
+#define U(p) _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p)), k80)
+    for (int64_t i = 0; i < nb; i++) {
+        /* [d0 d1 d2 d3 dy dy dy dy] -> d_r*dy in lanes 0..3 (exact: f16 x f16 fits in f32) */
+        __m128i h = _mm_set_epi16((short)b[i].d, (short)b[i].d, (short)b[i].d, (short)b[i].d, (short)a3[i].d,
+                                  (short)a2[i].d, (short)a1[i].d, (short)a0[i].d);
+        __m256 f = _mm256_cvtph_ps(h);
+        __m256 p = _mm256_mul_ps(f, _mm256_permute2f128_ps(f, f, 0x11));
+        const __m256i y = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        const __m256i ky = DPB(k80, y);
+        acc0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i0), _mm256_cvtepi32_ps(_mm256_sub_epi32(DPB(U(a0[i].qs), y), ky)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i1), _mm256_cvtepi32_ps(_mm256_sub_epi32(DPB(U(a1[i].qs), y), ky)), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i2), _mm256_cvtepi32_ps(_mm256_sub_epi32(DPB(U(a2[i].qs), y), ky)), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i3), _mm256_cvtepi32_ps(_mm256_sub_epi32(DPB(U(a3[i].qs), y), ky)), acc3);
+    }
+#undef U
+    out[0] = vn_hsum_ps(acc0);
+    out[1] = vn_hsum_ps(acc1);
+    out[2] = vn_hsum_ps(acc2);
+    out[3] = vn_hsum_ps(acc3);
+}
 #undef DPB
 
 #else /* not x86: never selected (rf_cpu_has_avxvnni() is false); forward to the scalar kernels */
@@ -153,5 +227,11 @@ bool rf_cpu_has_avxvnni(void) { return false; }
     void rf_vec_dot_##name##_vnni(int64_t n, float *out, const void *w, const void *x) { rf_vec_dot_##name(n, out, w, x); }
 RF_FWD(q4_0) RF_FWD(q4_1) RF_FWD(q8_0)
 #undef RF_FWD
+void rf_vec_dot4_q4_1_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+    for (int r = 0; r < 4; r++) rf_vec_dot_q4_1(n, &out[r], (const char *)w + r * ws, x);
+}
+void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+    for (int r = 0; r < 4; r++) rf_vec_dot_q8_0(n, &out[r], (const char *)w + r * ws, x);
+}
 
 #endif

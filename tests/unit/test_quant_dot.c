@@ -11,12 +11,20 @@
  *      (step amax/127 with amax ~3.5 sigma): measured mean 0.7%, max 1.05% — the activation
  *      rounding itself, not the kernel (whose own error, (a), is ~1e-8);
  *  (c) AVX2 vs scalar: <= 1e-5 * sum|w_i x_i|; bit-identical for the K-quants (int32 sums);
- *  (d) RF_NO_SIMD=1 forces the scalar level (checked in a child process). */
+ *  (c') the kernels in ggml's x86 float order (AVX2/VNNI Q4_0/Q4_1, opt-in Q8_0/Q4_K/Q6_K) bit for
+ *      bit against a plain-C emulation of that order (ggml_order_ref), and within (c)'s tolerance;
+ *  (d) RF_NO_SIMD=1 forces the scalar level (checked in a child process);
+ *  (e) where the CPU has AVX-VNNI the table uses the VNNI Q4_0/Q4_1 kernels (the ones (a)-(c)
+ *      check), and RF_NO_VNNI=1 gives the AVX2 ones (child process). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "test_util.h"
 
+#include "quant/quant_impl.h" /* rf_vec_dot4_for */
+
 /* rf_vec_dot_impl level of the AVX-VNNI kernels (src/quant/quant_impl.h RF_SIMD_AVXVNNI_INTERNAL) */
 #define RF_TEST_SIMD_AVXVNNI ((rf_simd_level)2)
+/* ... and of the kernels in ggml's exact float order (RF_SIMD_GGML_ORDER_INTERNAL) */
+#define RF_TEST_SIMD_GGML_ORDER ((rf_simd_level)3)
 
 #include <math.h>
 #include <stdio.h>
@@ -89,6 +97,75 @@ static double q8_1_s_correction(rf_type t, const uint8_t *w, const uint8_t *xq, 
     return c;
 }
 
+/* ggml's x86 (AVX2/VNNI) float order of some dots, in plain C. Per block (32) or super-block (256)
+ * 8 exact int32 lanes, lane k holding the products at bytes 4k..4k+3 of every 32-element group
+ * (times their scales for the K-quants; Q6_K minus 32 * (sc[2k] bsum[2k] + sc[2k+1] bsum[2k+1])),
+ * one fused multiply-add per lane (fmaf) with the block's d product, the lanes summed at the end
+ * as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)); Q4_1 adds its in-order m*s sum, Q4_K its min terms
+ * (4 lanes of sub-block pairs, own fma chain, summed (m0+m2)+(m1+m3)). NAN for other types. */
+static float hsum8(const float *l) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
+static float ggml_order_ref(rf_type t, int64_t n, const void *w, const void *x) {
+    float acc[8] = {0}, accm[4] = {0}, summs = 0;
+    if (t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1) {
+        for (int64_t i = 0; i < n / 32; i++) {
+            int32_t lane[8] = {0};
+            float d;
+            if (t == RF_TYPE_Q4_1) {
+                const rf_block_q4_1 *a = (const rf_block_q4_1 *)w + i;
+                const rf_block_q8_1 *b = (const rf_block_q8_1 *)x + i;
+                for (int e = 0; e < 32; e++) {
+                    int q = e < 16 ? a->qs[e] & 15 : a->qs[e - 16] >> 4;
+                    lane[e / 4] += q * b->qs[e];
+                }
+                summs += rf_fp16_to_f32(a->m) * rf_fp16_to_f32(b->s);
+                d = rf_fp16_to_f32(a->d) * rf_fp16_to_f32(b->d);
+            } else {
+                const rf_block_q8_0 *b = (const rf_block_q8_0 *)x + i;
+                if (t == RF_TYPE_Q8_0) {
+                    const rf_block_q8_0 *a = (const rf_block_q8_0 *)w + i;
+                    for (int e = 0; e < 32; e++) lane[e / 4] += a->qs[e] * b->qs[e];
+                    d = rf_fp16_to_f32(a->d) * rf_fp16_to_f32(b->d);
+                } else {
+                    const rf_block_q4_0 *a = (const rf_block_q4_0 *)w + i;
+                    for (int e = 0; e < 32; e++) lane[e / 4] += ((e < 16 ? a->qs[e] & 15 : a->qs[e - 16] >> 4) - 8) * b->qs[e];
+                    d = rf_fp16_to_f32(a->d) * rf_fp16_to_f32(b->d);
+                }
+            }
+            for (int k = 0; k < 8; k++) acc[k] = fmaf(d, (float)lane[k], acc[k]);
+        }
+        return hsum8(acc) + summs;
+    }
+    if (t != RF_TYPE_Q4_K && t != RF_TYPE_Q6_K) return NAN;
+    const rf_block_q8_K *b = x;
+    for (int64_t i = 0; i < n / 256; i++) {
+        int32_t lane[8] = {0}, pm[4] = {0};
+        float d, dmin = 0;
+        if (t == RF_TYPE_Q4_K) {
+            const rf_block_q4_K *a = (const rf_block_q4_K *)w + i;
+            uint8_t q[256], sc[8], m[8];
+            rf_q4_K_unpack(a, q);
+            for (int j = 0; j < 8; j++) rf_k4_scale_min(j, a->scales, &sc[j], &m[j]);
+            for (int e = 0; e < 256; e++) lane[(e % 32) / 4] += sc[e / 32] * q[e] * b[i].qs[e];
+            for (int l = 0; l < 4; l++)
+                pm[l] = m[2 * l] * (b[i].bsums[4 * l] + b[i].bsums[4 * l + 1]) +
+                        m[2 * l + 1] * (b[i].bsums[4 * l + 2] + b[i].bsums[4 * l + 3]);
+            d = b[i].d * rf_fp16_to_f32(a->d);
+            dmin = -b[i].d * rf_fp16_to_f32(a->dmin);
+        } else {
+            const rf_block_q6_K *a = (const rf_block_q6_K *)w + i;
+            int8_t q[256];
+            rf_q6_K_unpack(a, q);
+            for (int e = 0; e < 256; e++) lane[(e % 32) / 4] += a->scales[e / 16] * (q[e] + 32) * b[i].qs[e];
+            for (int k = 0; k < 8; k++)
+                lane[k] -= 32 * (b[i].bsums[2 * k] * a->scales[2 * k] + b[i].bsums[2 * k + 1] * a->scales[2 * k + 1]);
+            d = b[i].d * rf_fp16_to_f32(a->d);
+        }
+        for (int k = 0; k < 8; k++) acc[k] = fmaf(d, (float)lane[k], acc[k]);
+        for (int l = 0; l < 4; l++) accm[l] = fmaf(dmin, (float)pm[l], accm[l]);
+    }
+    return hsum8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
+}
+
 static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
     const rf_type_traits *tr = rf_type_info(t);
     assert_non_null(tr->vec_dot);
@@ -109,6 +186,7 @@ static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
     rf_vec_dot_fn vnni = rf_vec_dot_impl(t, RF_TEST_SIMD_AVXVNNI);
     assert_non_null(scalar);
     double worst_a = 0, worst_c = 0, worst_v = 0;
+    int n_ggml = 0; /* rows checked against ggml's order */
     for (int row = 0; row < ROWS; row++) {
         make_weight_row(r, t, n, wq + wsz * row, wf + n * row);
         double as;
@@ -130,6 +208,21 @@ static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
                 fail_msg("%s n=%lld row %d avx2 %.9g vs scalar %.9g", tr->name, (long long)n, row, g2, got);
             if (rf_type_info(t)->vec_dot_type == RF_TYPE_Q8_K && memcmp(&g2, &got, 4) != 0)
                 fail_msg("%s avx2 not bit-identical to scalar: %.9g vs %.9g", tr->name, g2, got);
+            /* ggml's x86 float order, emulated in plain C: the AVX2 Q4_0/Q4_1 kernels follow it, and the
+             * opt-in ggml-order kernels of Q8_0/Q4_K/Q6_K (within tolerance of scalar like the rest) */
+            float go = ggml_order_ref(t, n, wq + wsz * row, xq);
+            rf_vec_dot_fn fg = rf_vec_dot_impl(t, RF_TEST_SIMD_GGML_ORDER);
+            if (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1) fg = avx2;
+            if (fg && !isnan(go)) {
+                float gg = NAN;
+                fg(n, &gg, wq + wsz * row, xq);
+                if (memcmp(&gg, &go, 4) != 0)
+                    fail_msg("%s n=%lld row %d ggml-order kernel %.9g not bit-identical to ggml's order %.9g", tr->name,
+                             (long long)n, row, gg, go);
+                double eg = fabs((double)gg - got) / (as > 0 ? as : 1);
+                if (!(eg <= 1e-5)) fail_msg("%s n=%lld row %d ggml-order kernel %.9g vs scalar %.9g", tr->name, (long long)n, row, gg, got);
+                n_ggml++;
+            }
             if (ec > worst_c) worst_c = ec;
         }
         if (vnni) {
@@ -152,10 +245,24 @@ static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
         y[row] = NAN;
         tr->vec_dot(n, &y[row], wq + wsz * row, xq);
     }
+    /* the table's 4-row kernel (where it has one): bit-identical to its one-row kernel */
+    rf_vec_dot4_fn d4 = rf_vec_dot4_for(t);
+    if (d4) {
+        for (int row = 0; row + 4 <= ROWS; row += 4) {
+            float o4[4] = {NAN, NAN, NAN, NAN};
+            d4(n, o4, wq + wsz * row, wsz, xq);
+            if (memcmp(o4, &y[row], sizeof o4) != 0)
+                fail_msg("%s n=%lld rows %d..%d: 4-row kernel %.9g %.9g %.9g %.9g vs one-row %.9g %.9g %.9g %.9g",
+                         tr->name, (long long)n, row, row + 3, o4[0], o4[1], o4[2], o4[3], y[row], y[row + 1],
+                         y[row + 2], y[row + 3]);
+        }
+    }
     double e_tab = rf_rel_l2(y, yref, ROWS), e_scalar = rf_rel_l2(ys, yref, ROWS);
     print_message("dot %-6s (x %-4s) n=%-5lld rel.L2 vs f32 %.2e (scalar %.2e); kernel err %.1e; avx2-scalar %.1e%s",
                   tr->name, rf_type_name(vt), (long long)n, e_tab, e_scalar, worst_a, worst_c, avx2 ? "" : " (no avx2)");
     if (vnni) print_message("; vnni-scalar %.1e", worst_v);
+    if (d4) print_message("; 4-row kernel bit-identical");
+    if (n_ggml) print_message("; ggml order bit-identical");
     print_message("\n");
     const double bound = vt == RF_TYPE_Q8_K ? 1.5e-2 : 1e-2;
     if (!(e_tab < bound) || !(e_scalar < bound))
@@ -235,6 +342,13 @@ static void test_q8_0_extremes(void **state) {
         f(NB * 32, &out, w, xq);
         if (out != (float)exact) fail_msg("q8_0 level %d: %.9g, exact %lld", lv, out, (long long)exact);
     }
+    rf_vec_dot4_fn d4 = rf_vec_dot4_for(RF_TYPE_Q8_0); /* the table's 4-row kernel: same row 4 times */
+    if (d4) {
+        float o4[4] = {NAN, NAN, NAN, NAN};
+        d4(NB * 32, o4, w, 0, xq);
+        for (int r = 0; r < 4; r++)
+            if (o4[r] != (float)exact) fail_msg("q8_0 4-row kernel row %d: %.9g, exact %lld", r, o4[r], (long long)exact);
+    }
 }
 
 static void test_no_simd_env(void **state) {
@@ -253,7 +367,38 @@ static void test_no_simd_env(void **state) {
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* The table's default picks: VNNI for Q4_0/Q4_1 where the CPU has it (bit-identical to AVX2). */
+static void test_vnni_default(void **state) {
+    (void)state;
+    const rf_type ts[] = {RF_TYPE_Q4_0, RF_TYPE_Q4_1};
+    for (int k = 0; k < 2; k++) {
+        rf_vec_dot_fn v = rf_vec_dot_impl(ts[k], RF_TEST_SIMD_AVXVNNI);
+        if (!v || getenv("RF_NO_VNNI") || getenv("RF_NO_SIMD")) {
+            print_message("no AVX-VNNI (or disabled by env): default check skipped\n");
+            return;
+        }
+        assert_true(rf_type_info(ts[k])->vec_dot == v);
+    }
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("RF_NO_VNNI", "1", 1);
+        char *argv[] = {"test_quant_dot", "--check-no-vnni", NULL};
+        execv("/proc/self/exe", argv);
+        _exit(3);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--check-no-vnni") == 0)
+        return rf_type_info(RF_TYPE_Q4_1)->vec_dot == rf_vec_dot_impl(RF_TYPE_Q4_1, RF_SIMD_AVX2) &&
+                       rf_type_info(RF_TYPE_Q4_0)->vec_dot == rf_vec_dot_impl(RF_TYPE_Q4_0, RF_SIMD_AVX2)
+                   ? 0
+                   : 1;
     if (argc > 1 && strcmp(argv[1], "--check-scalar-level") == 0)
         return rf_quant_simd_level() == RF_SIMD_SCALAR &&
                        rf_type_info(RF_TYPE_Q4_0)->vec_dot == rf_vec_dot_impl(RF_TYPE_Q4_0, RF_SIMD_SCALAR)
@@ -265,6 +410,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dot_edges),
         cmocka_unit_test(test_q8_0_extremes),
         cmocka_unit_test(test_no_simd_env),
+        cmocka_unit_test(test_vnni_default),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

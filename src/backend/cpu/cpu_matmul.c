@@ -1,7 +1,8 @@
 /* cpu_matmul.c — the CPU backend's threaded matmul y = W·x (contract in backend.h). The
  * activations are first converted to the weight type's vec_dot_type (Q8_0/Q8_1/Q8_K as ggml
  * does, in parallel over tokens), then threads split the output rows and each weight row is
- * read once for every token of the batch with the quant table's vec_dot kernel. Types without
+ * read once for every token of the batch with the quant table's vec_dot kernel (4 rows per call
+ * where the table has a 4-row kernel of the same numerics). Types without
  * a kernel fall back to dequantize-the-row + f32 dot. */
 #include "backend/cpu/cpu_backend.h"
 
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/quant_impl.h" /* rf_vec_dot4_for: the table's 4-row kernels */
 #include "rocmforge/quant.h"
 
 typedef struct mm_job {
@@ -20,6 +22,7 @@ typedef struct mm_job {
     size_t xq_row;       /* bytes per converted activation row */
     char *xq;            /* converted activations [n_tokens][xq_row] */
     rf_vec_dot_fn dot;
+    rf_vec_dot4_fn dot4; /* 4 weight rows x 1 activation row, same numerics as dot; or NULL */
     float *scratch;      /* fallback: n_in floats per thread */
 } mm_job;
 
@@ -72,7 +75,14 @@ static void mm_worker_dot(void *ctx, int ith, int nth) {
     hi = hi * 16 < j->n_out ? hi * 16 : j->n_out;
     const char *wbase = j->w->data;
     size_t wrow = j->w->nb1;
-    for (int64_t o = lo; o < hi; o++) {
+    int64_t o = lo;
+    if (j->dot4) /* groups of 4 rows: y[t][o..o+3] are adjacent */
+        for (; o + 4 <= hi; o += 4) {
+            const void *wr = wbase + (size_t)o * wrow;
+            for (int64_t t = 0; t < j->n_tokens; t++)
+                j->dot4(j->n_in, &j->y[t * j->n_out + o], wr, wrow, j->xq + (size_t)t * j->xq_row);
+        }
+    for (; o < hi; o++) {
         const void *wr = wbase + (size_t)o * wrow;
         for (int64_t t = 0; t < j->n_tokens; t++)
             j->dot(j->n_in, &j->y[t * j->n_out + o], wr, j->xq + (size_t)t * j->xq_row);
@@ -101,12 +111,13 @@ static void mm_worker_f32(void *ctx, int ith, int nth) {
 rf_status rf_cpu_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x,
                         int64_t n_tokens) {
     rf_cpu *cpu = be->impl;
-    mm_job j = {y->data, w, x->data, n_tokens, w->ne[0], w->ne[1], RF_TYPE_F32, 0, NULL, NULL, NULL};
+    mm_job j = {y->data, w, x->data, n_tokens, w->ne[0], w->ne[1], RF_TYPE_F32, 0, NULL, NULL, NULL, NULL};
     const rf_type_traits *tr = rf_type_info(w->type);
     static int no_vd = -1;
     if (no_vd < 0) no_vd = getenv("RF_CPU_F32_MATMUL") != NULL; /* debugging: exact f32 path */
     if (!no_vd && tr && tr->vec_dot && w->type != RF_TYPE_F32) {
         j.dot = tr->vec_dot;
+        j.dot4 = rf_vec_dot4_for(w->type);
         j.xq_type = tr->vec_dot_type;
         if (j.xq_type == RF_TYPE_F32) {
             j.xq_row = (size_t)j.n_in * sizeof(float);
