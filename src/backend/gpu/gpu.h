@@ -106,7 +106,9 @@ rf_status rf_gpu_get_rows(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtyp
                           const int32_t *ids, int64_t n_ids, int64_t n_in, int64_t n_rows);
 /* y = W x (rf_ref_matmul's contract). n_tokens <= 8 and a GEMV type: quantized GEMV kernel
  * (x quantized to int8 per 32 for quantized W); otherwise GEMM: W dequantized to f16 in scratch,
- * x to f16, cuBLAS GemmEx with f32 accumulation. W must come from rf_gpu_alloc (tail padding). */
+ * x to f16, cuBLAS GemmEx with f32 accumulation. W must come from rf_gpu_alloc (tail padding).
+ * The GEMV kernels may start (programmatic dependent launch) and read W before earlier kernels on
+ * the stream have finished: W must not be written by work still in flight (x and y may be). */
 rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
                         int64_t n_tokens, int64_t n_in, int64_t n_out);
 rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
