@@ -96,6 +96,7 @@ typedef void (*rf_vec_dot4_fn)(int64_t n, float *out, const void *w, size_t ws, 
 void rf_vec_dot4_q4_1_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x);
 void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x);
 void rf_vec_dot4_q8_0_avx2(int64_t n, float *out, const void *w, size_t ws, const void *x);
+void rf_vec_dot4_q5_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x);
 
 /* The 4-row kernel matching the table's current vec_dot of `type` (same numerics), or NULL when
  * that type/level has none (callers then loop over the one-row kernel). */

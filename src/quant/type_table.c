@@ -170,6 +170,8 @@ rf_vec_dot4_fn rf_vec_dot4_for(rf_type type) {
     if (type == RF_TYPE_Q4_1 && t->vec_dot == rf_vec_dot_q4_1_vnni) return rf_vec_dot4_q4_1_vnni;
     if (type == RF_TYPE_Q8_0 && t->vec_dot == rf_vec_dot_q8_0_vnni) return rf_vec_dot4_q8_0_vnni;
     if (type == RF_TYPE_Q8_0 && t->vec_dot == rf_vec_dot_q8_0_avx2) return rf_vec_dot4_q8_0_avx2;
+    /* bit-identical to the AVX2 one-row Q5_0 kernel (same int lanes and fma chain) */
+    if (type == RF_TYPE_Q5_0 && t->vec_dot == rf_vec_dot_q5_0_avx2 && g_vnni) return rf_vec_dot4_q5_0_vnni;
     return NULL;
 }
 

@@ -32,6 +32,12 @@ RF_VNNI static inline float vn_hsum_ps(__m256 x) {
 
 RF_VNNI static inline float vn_h2f(uint16_t h) { return _cvtsh_ss(h); }
 
+static inline int ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return (int)v;
+}
+
 /* 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31). */
 RF_VNNI static inline __m256i vn_nibbles_32(const uint8_t *p, __m256i m4) {
     __m128i t = _mm_loadu_si128((const __m128i *)p);
@@ -218,6 +224,46 @@ RF_VNNI void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t 
     out[2] = vn_hsum_ps(acc2);
     out[3] = vn_hsum_ps(acc3);
 }
+/* Four Q5_0 rows x one Q8_0 row, each out[r] bit-identical to rf_vec_dot_q5_0_avx2 (the table's
+ * one-row Q5_0 kernel): the same exact int32 lanes (4-byte groups, ggml's), computed as
+ * sum u*y - 16*sum y with u = nibble | 16*high bit in 0..31 (vpdpbusd; the 16*sum y term once per
+ * block for the four rows), and the same fma chain per row. */
+RF_VNNI void rf_vec_dot4_q5_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+    const rf_block_q5_0 *a0 = w;
+    const rf_block_q5_0 *a1 = (const rf_block_q5_0 *)((const char *)w + ws);
+    const rf_block_q5_0 *a2 = (const rf_block_q5_0 *)((const char *)w + 2 * ws);
+    const rf_block_q5_0 *a3 = (const rf_block_q5_0 *)((const char *)w + 3 * ws);
+    const rf_block_q8_0 *b = x;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), k16 = _mm256_set1_epi8(16), sh = _mm256_set_epi64x(4, 4, 0, 0);
+    const __m256i bshuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bmask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe), ones = _mm256_set1_epi64x(-1);
+    const __m256i i0 = _mm256_set1_epi32(0), i1 = _mm256_set1_epi32(1), i2 = _mm256_set1_epi32(2),
+                  i3 = _mm256_set1_epi32(3);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    const int64_t nb = n / 32;
+    /* u = low/high nibbles | 16 where bit e of qh is set (bit e -> byte e: broadcast, shuffle, test) */
+#define U5(blk)                                                                                                   \
+    _mm256_or_si256(                                                                                              \
+        _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk).qs)), sh), m4), \
+        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(ld32((blk).qh)), bshuf), bmask), ones), k16))
+    for (int64_t i = 0; i < nb; i++) {
+        __m128i h = _mm_set_epi16((short)b[i].d, (short)b[i].d, (short)b[i].d, (short)b[i].d, (short)a3[i].d,
+                                  (short)a2[i].d, (short)a1[i].d, (short)a0[i].d);
+        __m256 f = _mm256_cvtph_ps(h);
+        __m256 p = _mm256_mul_ps(f, _mm256_permute2f128_ps(f, f, 0x11)); /* d_r*dy in lanes 0..3 */
+        const __m256i y = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        const __m256i ky = DPB(k16, y);
+        acc0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i0), _mm256_cvtepi32_ps(_mm256_sub_epi32(DPB(U5(a0[i]), y), ky)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i1), _mm256_cvtepi32_ps(_mm256_sub_epi32(DPB(U5(a1[i]), y), ky)), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i2), _mm256_cvtepi32_ps(_mm256_sub_epi32(DPB(U5(a2[i]), y), ky)), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(p, i3), _mm256_cvtepi32_ps(_mm256_sub_epi32(DPB(U5(a3[i]), y), ky)), acc3);
+    }
+#undef U5
+    out[0] = vn_hsum_ps(acc0);
+    out[1] = vn_hsum_ps(acc1);
+    out[2] = vn_hsum_ps(acc2);
+    out[3] = vn_hsum_ps(acc3);
+}
 #undef DPB
 
 #else /* not x86: never selected (rf_cpu_has_avxvnni() is false); forward to the scalar kernels */
@@ -232,6 +278,9 @@ void rf_vec_dot4_q4_1_vnni(int64_t n, float *out, const void *w, size_t ws, cons
 }
 void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
     for (int r = 0; r < 4; r++) rf_vec_dot_q8_0(n, &out[r], (const char *)w + r * ws, x);
+}
+void rf_vec_dot4_q5_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+    for (int r = 0; r < 4; r++) rf_vec_dot_q5_0(n, &out[r], (const char *)w + r * ws, x);
 }
 
 #endif

@@ -11,7 +11,7 @@
  *      (step amax/127 with amax ~3.5 sigma): measured mean 0.7%, max 1.05% — the activation
  *      rounding itself, not the kernel (whose own error, (a), is ~1e-8);
  *  (c) AVX2 vs scalar: <= 1e-5 * sum|w_i x_i|; bit-identical for the K-quants (int32 sums);
- *  (c') the kernels in ggml's x86 float order (AVX2/VNNI Q4_0/Q4_1, opt-in Q8_0/Q4_K/Q6_K) bit for
+ *  (c') the kernels in ggml's x86 float order (AVX2/VNNI Q4_0/Q4_1/Q5_0, opt-in Q8_0/Q4_K/Q6_K) bit for
  *      bit against a plain-C emulation of that order (ggml_order_ref), and within (c)'s tolerance;
  *  (d) RF_NO_SIMD=1 forces the scalar level (checked in a child process);
  *  (e) where the CPU has AVX-VNNI the table uses the VNNI Q4_0/Q4_1 kernels (the ones (a)-(c)
@@ -106,7 +106,7 @@ static double q8_1_s_correction(rf_type t, const uint8_t *w, const uint8_t *xq, 
 static float hsum8(const float *l) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
 static float ggml_order_ref(rf_type t, int64_t n, const void *w, const void *x) {
     float acc[8] = {0}, accm[4] = {0}, summs = 0;
-    if (t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1) {
+    if (t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0) {
         for (int64_t i = 0; i < n / 32; i++) {
             int32_t lane[8] = {0};
             float d;
@@ -121,7 +121,16 @@ static float ggml_order_ref(rf_type t, int64_t n, const void *w, const void *x) 
                 d = rf_fp16_to_f32(a->d) * rf_fp16_to_f32(b->d);
             } else {
                 const rf_block_q8_0 *b = (const rf_block_q8_0 *)x + i;
-                if (t == RF_TYPE_Q8_0) {
+                if (t == RF_TYPE_Q5_0) {
+                    const rf_block_q5_0 *a = (const rf_block_q5_0 *)w + i;
+                    uint32_t qh;
+                    memcpy(&qh, a->qh, 4);
+                    for (int e = 0; e < 32; e++) {
+                        int q = (e < 16 ? a->qs[e] & 15 : a->qs[e - 16] >> 4) | (int)((qh >> e) & 1) << 4;
+                        lane[e / 4] += (q - 16) * b->qs[e];
+                    }
+                    d = rf_fp16_to_f32(a->d) * rf_fp16_to_f32(b->d);
+                } else if (t == RF_TYPE_Q8_0) {
                     const rf_block_q8_0 *a = (const rf_block_q8_0 *)w + i;
                     for (int e = 0; e < 32; e++) lane[e / 4] += a->qs[e] * b->qs[e];
                     d = rf_fp16_to_f32(a->d) * rf_fp16_to_f32(b->d);
@@ -212,7 +221,7 @@ static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
              * opt-in ggml-order kernels of Q8_0/Q4_K/Q6_K (within tolerance of scalar like the rest) */
             float go = ggml_order_ref(t, n, wq + wsz * row, xq);
             rf_vec_dot_fn fg = rf_vec_dot_impl(t, RF_TEST_SIMD_GGML_ORDER);
-            if (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1) fg = avx2;
+            if (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0) fg = avx2;
             if (fg && !isnan(go)) {
                 float gg = NAN;
                 fg(n, &gg, wq + wsz * row, xq);
