@@ -1,5 +1,7 @@
 /* bench_quant_dot.c — micro benchmark of the CPU dot kernels: a [rows x n] matvec per weight type,
- * scalar vs AVX2, single thread; prints ns per row and weight GB/s. Not part of CTest. Build and run:
+ * scalar vs AVX2 vs AVX-VNNI one-row kernels and the table's 4-row kernel (4 weight rows per call,
+ * what cpu_matmul uses for decode), single thread; prints ns per row and weight GB/s. Not part of
+ * CTest. Build and run:
  *   cc -O2 -Iinclude -Isrc tests/bench/bench_quant_dot.c build/librocmforge.a -lm -lpthread -o /tmp/bench_quant_dot
  *   /tmp/bench_quant_dot [n=4096] [rows=1024] [reps=5]                                              */
 #include <stdio.h>
@@ -8,6 +10,7 @@
 #include <time.h>
 
 #include "rocmforge.h"
+#include "quant/quant_impl.h" /* rf_vec_dot4_for, internal levels */
 
 static double now(void) {
     struct timespec ts;
@@ -27,8 +30,8 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < n; i++) x[i] = (float)rand() / RAND_MAX - 0.5f, w[i] = (float)rand() / RAND_MAX - 0.5f;
     printf("n=%lld rows=%lld reps=%d, table level %s\n", (long long)n, (long long)rows, reps,
            rf_quant_simd_level() == RF_SIMD_AVX2 ? "avx2" : "scalar");
-    printf("%-6s %10s %12s %12s %12s %8s %10s %10s\n", "type", "row bytes", "scalar ns/row", "avx2 ns/row", "vnni ns/row",
-           "speedup", "avx2 GB/s", "vnni GB/s");
+    printf("%-6s %10s %12s %12s %12s %12s %8s %10s %10s %10s\n", "type", "row bytes", "scalar ns/row", "avx2 ns/row",
+           "vnni ns/row", "4-row ns/row", "speedup", "avx2 GB/s", "vnni GB/s", "4-row GB/s");
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         const rf_type t = types[k];
         const rf_type_traits *tr = rf_type_info(t);
@@ -55,8 +58,26 @@ int main(int argc, char **argv) {
             }
             ns[lv] = best / rows * 1e9;
         }
-        printf("%-6s %10zu %12.0f %12.0f %12.0f %7.1fx %10.2f %10.2f\n", tr->name, wsz, ns[0], ns[1], ns[2],
-               ns[1] > 0 ? ns[0] / ns[1] : 0, ns[1] > 0 ? wsz / ns[1] : 0, ns[2] > 0 ? wsz / ns[2] : 0);
+        double ns4 = 0; /* the table's 4-row kernel (NULL for most types) */
+        rf_vec_dot4_fn f4 = rf_vec_dot4_for(t);
+        if (f4) {
+            volatile float sink = 0;
+            double best = 1e30;
+            for (int rep = 0; rep < reps; rep++) {
+                double t0 = now();
+                for (int64_t r = 0; r + 4 <= rows; r += 4) {
+                    float o[4];
+                    f4(n, o, wq + r * wsz, wsz, xq);
+                    sink += o[0] + o[3];
+                }
+                double dt = now() - t0;
+                if (dt < best) best = dt;
+            }
+            ns4 = best / (rows & ~(int64_t)3) * 1e9;
+        }
+        printf("%-6s %10zu %12.0f %12.0f %12.0f %12.0f %7.1fx %10.2f %10.2f %10.2f\n", tr->name, wsz, ns[0], ns[1], ns[2], ns4,
+               ns[1] > 0 ? ns[0] / ns[1] : 0, ns[1] > 0 ? wsz / ns[1] : 0, ns[2] > 0 ? wsz / ns[2] : 0,
+               ns4 > 0 ? wsz / ns4 : 0);
         free(wq), free(xq);
     }
     free(x), free(w);
