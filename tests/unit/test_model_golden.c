@@ -4,18 +4,37 @@
  * last-position logits in a .bin when kept, top-16 logits, and the greedy continuation), this
  * loads the model (models/<file>, or tests/data/models/<file> for tiny synthetic ones),
  * evaluates each prompt's ids with the same KV type, and compares:
- *   - last-position logits: rel. L2 < 0.1 and max |diff| < 2.0 over the full vocabulary when
- *     the .bin is present (else over the top-16 ids), and the same argmax (or a near tie:
- *     golden margin < 0.1). Why this
- *     loose: both sides quantize activations to Q8 with identical rounding and agree to ~2e-7
- *     until a dot product's different accumulation order flips one rounding somewhere in 30
- *     layers, after which differences of 1e-2..1e-1 rel. L2 are normal (see docs/engine.md);
- *   - greedy continuation (one token per eval, end-of-generation not special): per model, at
- *     least min(5, ceil(prompts/5)) prompts over all its manifests must match all of their
- *     golden tokens (32 or 40), enforced for the real models (random tiny models are full of
- *     near ties); a divergence is a rounding flip meeting a near tie.
- * Skips (77) by name when no manifest has its model present. RF_GOLDEN=<substring> limits
- * the manifests. */
+ *   - last-position logits: centered rel. L2 < 0.1 and max |diff| < 2.0 over the full
+ *     vocabulary when the .bin is present, and the same argmax (or a near tie: golden margin
+ *     < 0.1). Centered = each vector minus its own mean over the vocabulary, i.e.
+ *     |(a - mean a) - (b - mean b)| / |b - mean b|: logits are defined up to an additive
+ *     constant (softmax, argmax and sampling ignore it), and a common shift of ~0.1-0.6 is
+ *     normal here, which the plain rel. L2 (also printed) inflates when the golden's mean is
+ *     near 0 (smollm2 math_mul: plain 0.22, centered 0.043, shift -0.64) and shrinks when it is
+ *     large. Without a .bin (the real models' top-16-only manifests) the same idea on the
+ *     golden's top-16 ids: the common shift is estimated there (s = mean_16(a_i - b_i)) and
+ *     the error is put on the full vector's scale (std_b from the manifest):
+ *     sqrt(sum_16 (a_i - b_i - s)^2 / (16 std_b^2)) < 0.1, and max |diff| < 2.0 on those ids.
+ *     (Dividing by the top-16 values' own norm is ill-conditioned when they sit near 0,
+ *     gemma3 chat_gemma3_math: top-1 2.6.) Why this loose: both sides
+ *     quantize activations to Q8 with identical rounding and agree to ~2e-7 until a dot
+ *     product's different accumulation order flips one rounding somewhere in 18-30 layers,
+ *     after which 1e-2..1e-1 rel. L2 is normal (see docs/engine.md and tests/data/logits/NOTE.md:
+ *     llama.cpp with and without its Q4_K weight repacking differs by as much);
+ *   - greedy continuation (one token per eval, end-of-generation not special): each real model
+ *     (file name not starting with "tiny") needs >= 5 prompts whose golden greedy tokens
+ *     (>= 32 of them) are all equal, counted over the manifests where llama.cpp ran that same
+ *     file; the exact-weights references (manifests with a "weights" key, *-deqf32) are
+ *     checked for logits but their greedy matches are reported apart, not counted. Prints
+ *     "N of M" per model. Random tiny models are full of near ties: reported, not enforced. A
+ *     divergence is a rounding flip meeting a near tie (tests/data/logits/NOTE.md measures it).
+ * Sanitizer builds (RF_SANITIZE=ON defines RF_GOLDEN_QUICK; or env RF_GOLDEN_QUICK=1) run a
+ * quick pass so that ASan+UBSan finish under CTest's timeout: every manifest, model and KV type
+ * is still loaded and checked, but only on its first prompt and its longest one (multi-batch
+ * prefill; gemma3's 625-token prompt crosses the 512-token sliding window), with 4 greedy
+ * tokens, same tolerances, and the >= 5 full-greedy rule is reported, not enforced.
+ * RF_GOLDEN_FULL=1 forces the full check in any build. Skips (77) by name when no manifest
+ * has its model present. RF_GOLDEN=<substring> limits the manifests. */
 #include "test_util.h"
 
 #include <dirent.h>
@@ -29,6 +48,36 @@
 #define REL_L2_TOL 0.1
 #define MAX_ABS_TOL 2.0
 #define ARGMAX_TIE 0.1
+#define MIN_FULL_PROMPTS 5 /* real models: prompts with every golden greedy token equal */
+#define MIN_GREEDY_LEN 32  /* ... and at least this many golden tokens */
+#define QUICK_GEN 4        /* greedy tokens per prompt in the quick (sanitizer) pass */
+
+static bool quick_mode(void) {
+    if (getenv("RF_GOLDEN_FULL") && atoi(getenv("RF_GOLDEN_FULL"))) return false;
+    if (getenv("RF_GOLDEN_QUICK")) return atoi(getenv("RF_GOLDEN_QUICK")) != 0;
+#ifdef RF_GOLDEN_QUICK
+    return true;
+#else
+    return false;
+#endif
+}
+
+/* |(a - mean a) - (b - mean b)| / |b - mean b| over n values (see the header); inf if b is flat. */
+static double centered_rel_l2(const float *a, const float *b, size_t n) {
+    double ma = 0, mb = 0, e2 = 0, n2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        ma += a[i];
+        mb += b[i];
+    }
+    ma /= (double)n;
+    mb /= (double)n;
+    for (size_t i = 0; i < n; i++) {
+        double d = ((double)a[i] - ma) - ((double)b[i] - mb), c = (double)b[i] - mb;
+        e2 += d * d;
+        n2 += c * c;
+    }
+    return n2 > 0 ? sqrt(e2 / n2) : INFINITY;
+}
 
 static int argmax(const float *x, int n) {
     int b = 0;
@@ -52,6 +101,7 @@ static bool find_model(const char *file, const char *mk, const char *sha, char *
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "mkdir -p '%s/synth-models' && cd '%s/synth-models' && '%s' %s >/dev/null",
                  RF_BINARY_DIR, RF_BINARY_DIR, cli, mk + 10);
+        fflush(stdout); /* keep our report and the child's output in order */
         if (system(cmd) != 0) return false;
         snprintf(out, cap, "%s/synth-models/%s", RF_BINARY_DIR, file);
         if (sha && strlen(sha) == 64) {
@@ -68,24 +118,33 @@ static bool find_model(const char *file, const char *mk, const char *sha, char *
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/synth-models' && '%s' mkmodel --preset '%s' --type '%s' -o '%s/synth-models/%s' >/dev/null",
              RF_BINARY_DIR, cli, preset, type, RF_BINARY_DIR, file);
+    fflush(stdout);
     if (system(cmd) != 0) return false;
     snprintf(out, cap, "%s/synth-models/%s", RF_BINARY_DIR, file);
     return access(out, R_OK) == 0;
 }
 
-/* Per model file: prompts whose whole greedy continuation matched. */
-static struct { char file[256]; size_t full, prompts; } g_models[16];
+/* Per model file: prompts whose whole greedy continuation (>= MIN_GREEDY_LEN tokens) matched,
+ * against llama.cpp on that file (full/prompts) and against exact-weights references apart. */
+static struct { char file[256]; size_t full, prompts, ref_full, ref_prompts; } g_models[32];
 static int g_n_models;
-static void record_full(const char *file, size_t n_full, size_t n_prompts) {
+static void record_full(const char *file, bool reference, size_t n_full, size_t n_prompts) {
     int i = 0;
     while (i < g_n_models && strcmp(g_models[i].file, file)) i++;
     if (i == g_n_models) {
-        if (g_n_models == 16) return;
+        if (g_n_models == 32) fail_msg("more than 32 model files");
         snprintf(g_models[g_n_models++].file, sizeof g_models[0].file, "%s", file);
     }
-    g_models[i].full += n_full;
-    g_models[i].prompts += n_prompts;
+    if (reference) {
+        g_models[i].ref_full += n_full;
+        g_models[i].ref_prompts += n_prompts;
+    } else {
+        g_models[i].full += n_full;
+        g_models[i].prompts += n_prompts;
+    }
 }
+
+static size_t g_bad; /* prompts outside the logits tolerances, over all manifests */
 
 /* Returns the number of prompts checked; -1 when skipped. */
 static int check_manifest(const char *path) {
@@ -124,12 +183,20 @@ static int check_manifest(const char *path) {
     if (rf_session_new(m, &sp, &s)) fail_msg("session: %s", rf_last_error());
 
     json_t *prompts = json_object_get(man, "prompts");
-    size_t n_bad = 0, n_full = 0, n_p = json_array_size(prompts), min_len = 1 << 30;
+    const bool quick = quick_mode(), reference = json_object_get(man, "weights") != NULL;
+    size_t n_bad = 0, n_full = 0, n_p = json_array_size(prompts), n_run = 0, longest = 0;
+    for (size_t pi = 1; pi < n_p; pi++) /* quick pass: prompt 0 and the longest prompt */
+        if (json_array_size(json_object_get(json_array_get(prompts, pi), "ids")) >
+            json_array_size(json_object_get(json_array_get(prompts, longest), "ids")))
+            longest = pi;
     double worst_l2 = 0, worst_abs = 0;
     for (size_t pi = 0; pi < n_p; pi++) {
+        if (quick && pi != 0 && pi != longest) continue;
+        n_run++;
         json_t *p = json_array_get(prompts, pi);
         json_t *jids = json_object_get(p, "ids"), *jgen = json_object_get(p, "greedy");
         size_t n = json_array_size(jids), ng = json_array_size(jgen);
+        if (quick && ng > QUICK_GEN) ng = QUICK_GEN;
         int32_t *ids = malloc((n + 1) * sizeof *ids);
         for (size_t i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
         size_t off = (size_t)json_integer_value(json_object_get(p, "logits_offset"));
@@ -149,10 +216,11 @@ static int check_manifest(const char *path) {
             free(ours);
             gold = g + (n - 1) * (size_t)nv; /* the last position's row, for the checks below */
         }
-        double l2, mx;
+        double l2, mx, plain;
         int am = argmax(lg, nv), gam;
         if (gold) {
-            l2 = rf_rel_l2(lg, gold, (size_t)nv);
+            l2 = centered_rel_l2(lg, gold, (size_t)nv);
+            plain = rf_rel_l2(lg, gold, (size_t)nv);
             mx = rf_max_abs_diff(lg, gold, (size_t)nv);
             gam = argmax(gold, nv);
         } else { /* compare on the golden's top-16 ids */
@@ -164,7 +232,19 @@ static int check_manifest(const char *path) {
                 a[i] = lg[json_integer_value(json_array_get(ti, i))];
                 b[i] = (float)json_real_value(json_array_get(tv, i));
             }
-            l2 = rf_rel_l2(a, b, k);
+            /* centered rel. L2 on the top-16 ids, on the full vector's scale (header) */
+            json_t *js = json_object_get(p, "std");
+            assert_true(json_is_number(js));
+            double sd = json_number_value(js), shift = 0, e2 = 0, p2 = 0, b2 = 0;
+            for (size_t i = 0; i < k; i++) shift += ((double)a[i] - b[i]) / (double)k;
+            for (size_t i = 0; i < k; i++) {
+                double d = (double)a[i] - b[i];
+                e2 += (d - shift) * (d - shift);
+                p2 += d * d;
+                b2 += (double)b[i] * b[i];
+            }
+            l2 = sd > 0 ? sqrt(e2 / ((double)k * sd * sd)) : INFINITY;
+            plain = b2 > 0 ? sqrt(p2 / b2) : INFINITY;
             mx = rf_max_abs_diff(a, b, k);
             gam = (int)json_integer_value(json_object_get(p, "argmax"));
         }
@@ -178,8 +258,9 @@ static int check_manifest(const char *path) {
             if (rf_session_eval(s, &t, 1, false)) fail_msg("eval: %s", rf_last_error());
             t = argmax(rf_session_logits(s, 0), nv);
         }
-        printf("  %-14s n=%3zu rel_l2=%.2e max_abs=%.4f argmax %d/%d greedy %zu/%zu\n",
-               json_string_value(json_object_get(p, "name")), n, l2, mx, am, gam, match, ng);
+        printf("  %-19s n=%3zu %s rel_l2 centered %.2e plain %.2e max_abs %.4f argmax %d/%d greedy %zu/%zu\n",
+               json_string_value(json_object_get(p, "name")), n, gold ? "full " : "top16", l2, plain, mx, am, gam,
+               match, ng);
         if (l2 > worst_l2) worst_l2 = l2;
         if (mx > worst_abs) worst_abs = mx;
         /* a different argmax passes only at a near tie of the golden (margin < ARGMAX_TIE) */
@@ -195,17 +276,17 @@ static int check_manifest(const char *path) {
             }
             printf("    argmax differs; near tie in the golden: %s\n", tie ? "yes" : "no");
         }
-        if (!(l2 < REL_L2_TOL) || !(mx < MAX_ABS_TOL) || (am != gam && !tie)) n_bad++;
-        if (match == ng) {
-            n_full++;
-            if (ng < min_len) min_len = ng;
+        if (!(l2 < REL_L2_TOL) || !(mx < MAX_ABS_TOL) || (am != gam && !tie)) {
+            n_bad++;
+            printf("    FAIL: logits outside tolerance\n");
         }
+        if (match == ng && (quick || ng >= MIN_GREEDY_LEN)) n_full++;
         free(ids);
     }
-    printf("%s: %zu prompts, worst rel_l2 %.2e, worst max_abs %.4f, %zu with all greedy tokens equal\n", path, n_p,
-           worst_l2, worst_abs, n_full);
-    assert_int_equal(n_bad, 0);
-    record_full(file, n_full, n_p);
+    printf("%s: %zu of %zu prompts run, worst centered rel_l2 %.2e, worst max_abs %.4f, %zu with all %s greedy tokens equal\n",
+           path, n_run, n_p, worst_l2, worst_abs, n_full, quick ? "(quick pass: first 4)" : "(>= 32)");
+    g_bad += n_bad;
+    record_full(file, reference, quick ? 0 : n_full, n_run);
     rf_session_free(s);
     rf_model_free(m);
     free(bin);
@@ -226,15 +307,22 @@ static void test_goldens(void **state) {
         n_dirs = 1;
     }
     for (int di = 0; di < n_dirs; di++) scan_dir(dirs[di]);
+    const bool quick = quick_mode();
+    size_t short_models = 0;
     for (int i = 0; i < g_n_models; i++) {
-        /* 5 full matches where there are >= 25 prompts, else one in five (rounded up) */
-        size_t need = (g_models[i].prompts + 4) / 5;
-        if (need > 5) need = 5;
-        printf("%s: %zu of %zu prompts with all greedy tokens (32-40) equal to llama.cpp's (need %zu)\n",
-               g_models[i].file, g_models[i].full, g_models[i].prompts, need);
+        bool real = strncmp(g_models[i].file, "tiny", 4) != 0;
+        printf("%s: %zu of %zu prompts with all greedy tokens (>= %d) equal to llama.cpp's on this file%s",
+               g_models[i].file, g_models[i].full, g_models[i].prompts, MIN_GREEDY_LEN,
+               quick ? " (quick pass: not checked)" : real ? " (need 5)" : " (random weights: not enforced)");
+        if (g_models[i].ref_prompts)
+            printf("; exact-weights reference, not counted: %zu of %zu", g_models[i].ref_full, g_models[i].ref_prompts);
+        printf("\n");
         /* enforced for the real models; the tiny random-weight models have many near ties */
-        if (strncmp(g_models[i].file, "tiny", 4)) assert_true(g_models[i].full >= need);
+        if (real && !quick && g_models[i].full < MIN_FULL_PROMPTS) short_models++;
     }
+    if (g_bad) printf("%zu prompts outside the logits tolerances (lines marked FAIL above)\n", g_bad);
+    assert_int_equal(g_bad, 0);
+    assert_int_equal(short_models, 0);
 }
 
 static void scan_dir(const char *dir) {
