@@ -34,7 +34,15 @@
  * prefill; gemma3's 625-token prompt crosses the 512-token sliding window), with 4 greedy
  * tokens, same tolerances, and the >= 5 full-greedy rule is reported, not enforced.
  * RF_GOLDEN_FULL=1 forces the full check in any build. Skips (77) by name when no manifest
- * has its model present. RF_GOLDEN=<substring> limits the manifests. */
+ * has its model present. RF_GOLDEN=<substring> limits the manifests.
+ * Exact mode (RF_GOLDEN_EXACT=1, run by CTest as test_model_golden_exact together with
+ * RF_CPU_F32_MATMUL=1, the CPU backend's f32 matmul on dequantized weights): only the
+ * exact-weights references (llama.cpp on the dequantized f32 model, *-deqf32) are checked, and
+ * tightly, since no activation quantization sits between the two: centered rel. L2 < 1e-3,
+ * max |diff| < 2e-2, the same argmax and every golden greedy token equal on every prompt
+ * (measured 2026-11-21: SmolLM2 and the tiny models rel. L2 <= 1.2e-6, max |diff| < 1e-4;
+ * Gemma-3, compared on its top-256 ids, <= 4.3e-4 and 0.0056; all greedy tokens equal; the
+ * normal quantized-activation path is at 3e-2..4e-2 and 0.6-0.9, and fails this). */
 #include "test_util.h"
 
 #include <dirent.h>
@@ -51,6 +59,11 @@
 #define MIN_FULL_PROMPTS 5 /* real models: prompts with every golden greedy token equal */
 #define MIN_GREEDY_LEN 32  /* ... and at least this many golden tokens */
 #define QUICK_GEN 4        /* greedy tokens per prompt in the quick (sanitizer) pass */
+
+static bool exact_mode(void) {
+    const char *e = getenv("RF_GOLDEN_EXACT");
+    return e && atoi(e) != 0;
+}
 
 static bool quick_mode(void) {
     if (getenv("RF_GOLDEN_FULL") && atoi(getenv("RF_GOLDEN_FULL"))) return false;
@@ -156,6 +169,10 @@ static int check_manifest(const char *path) {
     const char *binname = json_string_value(json_object_get(man, "bin"));
     int nv = (int)json_integer_value(json_object_get(man, "n_vocab"));
     assert_non_null(file);
+    if (exact_mode() && !json_object_get(man, "weights")) { /* only exact-weights references */
+        json_decref(man);
+        return -1;
+    }
     char mpath[1024], bpath[1024];
     if (!find_model(file, json_string_value(json_object_get(man, "mkmodel")),
                     json_string_value(json_object_get(man, "gguf_sha256")), mpath, sizeof mpath)) {
@@ -224,10 +241,12 @@ static int check_manifest(const char *path) {
             mx = rf_max_abs_diff(lg, gold, (size_t)nv);
             gam = argmax(gold, nv);
         } else { /* compare on the golden's top-16 ids */
+            /* top16_* (logits_dump) or top256_* (the gemma3-deqf32 reference) */
             json_t *ti = json_object_get(p, "top16_ids"), *tv = json_object_get(p, "top16_logits");
+            if (!ti) ti = json_object_get(p, "top256_ids"), tv = json_object_get(p, "top256_logits");
             size_t k = json_array_size(ti);
-            assert_true(k > 0 && k <= 64);
-            float a[64], b[64];
+            assert_true(k > 0 && k <= 256 && json_array_size(tv) == k);
+            float a[256], b[256];
             for (size_t i = 0; i < k; i++) {
                 a[i] = lg[json_integer_value(json_array_get(ti, i))];
                 b[i] = (float)json_real_value(json_array_get(tv, i));
@@ -270,15 +289,17 @@ static int check_manifest(const char *path) {
                 tie = gold[am] >= gold[gam] - ARGMAX_TIE;
             } else {
                 json_t *ti = json_object_get(p, "top16_ids"), *tv = json_object_get(p, "top16_logits");
+                if (!ti) ti = json_object_get(p, "top256_ids"), tv = json_object_get(p, "top256_logits");
                 for (size_t i = 0; i < json_array_size(ti); i++)
                     if (json_integer_value(json_array_get(ti, i)) == am)
                         tie = json_real_value(json_array_get(tv, i)) >= json_real_value(json_array_get(tv, 0)) - ARGMAX_TIE;
             }
             printf("    argmax differs; near tie in the golden: %s\n", tie ? "yes" : "no");
         }
-        if (!(l2 < REL_L2_TOL) || !(mx < MAX_ABS_TOL) || (am != gam && !tie)) {
+        if (exact_mode() ? !(l2 < 1e-3) || !(mx < 2e-2) || am != gam || match != ng
+                         : !(l2 < REL_L2_TOL) || !(mx < MAX_ABS_TOL) || (am != gam && !tie)) {
             n_bad++;
-            printf("    FAIL: logits outside tolerance\n");
+            printf("    FAIL: logits outside tolerance%s\n", exact_mode() ? " (exact mode, greedy included)" : "");
         }
         if (match == ng && (quick || ng >= MIN_GREEDY_LEN)) n_full++;
         free(ids);
@@ -318,7 +339,7 @@ static void test_goldens(void **state) {
             printf("; exact-weights reference, not counted: %zu of %zu", g_models[i].ref_full, g_models[i].ref_prompts);
         printf("\n");
         /* enforced for the real models; the tiny random-weight models have many near ties */
-        if (real && !quick && g_models[i].full < MIN_FULL_PROMPTS) short_models++;
+        if (real && !quick && !exact_mode() && g_models[i].full < MIN_FULL_PROMPTS) short_models++;
     }
     if (g_bad) printf("%zu prompts outside the logits tolerances (lines marked FAIL above)\n", g_bad);
     assert_int_equal(g_bad, 0);
@@ -345,7 +366,8 @@ static void scan_dir(const char *dir) {
         /* a manifest is a logits_dump output when it names a model and a bin */
         json_error_t jerr;
         json_t *j = json_load_file(path, 0, &jerr);
-        bool ok = j && json_object_get(j, "model") && json_object_get(j, "bin") && json_object_get(j, "prompts");
+        bool ok = j && json_object_get(j, "model") && json_object_get(j, "prompts") &&
+                  (json_object_get(j, "bin") || json_object_get(j, "weights"));
         json_decref(j);
         if (ok && check_manifest(path) > 0) g_checked++;
         free(names[i]);
