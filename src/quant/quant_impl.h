@@ -98,6 +98,16 @@ void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t ws, cons
 void rf_vec_dot4_q8_0_avx2(int64_t n, float *out, const void *w, size_t ws, const void *x);
 void rf_vec_dot4_q5_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x);
 
+/* Four weight rows x two activation rows (prompt tokens): out0[r] = dot(row r, x0), out1[r] =
+ * dot(row r, x1), each bit-identical to the table's one-row kernel; each weight block is unpacked
+ * once for both tokens. */
+typedef void (*rf_vec_dot4x2_fn)(int64_t n, float *out0, float *out1, const void *w, size_t ws, const void *x0,
+                                 const void *x1);
+void rf_vec_dot4x2_q4_1_vnni(int64_t n, float *out0, float *out1, const void *w, size_t ws, const void *x0,
+                             const void *x1);
+/* The 4x2 kernel matching the table's current vec_dot of `type`, or NULL. */
+rf_vec_dot4x2_fn rf_vec_dot4x2_for(rf_type type);
+
 /* The 4-row kernel matching the table's current vec_dot of `type` (same numerics), or NULL when
  * that type/level has none (callers then loop over the one-row kernel). */
 rf_vec_dot4_fn rf_vec_dot4_for(rf_type type);

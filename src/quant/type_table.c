@@ -175,6 +175,13 @@ rf_vec_dot4_fn rf_vec_dot4_for(rf_type type) {
     return NULL;
 }
 
+rf_vec_dot4x2_fn rf_vec_dot4x2_for(rf_type type) {
+    const rf_type_traits *t = rf_type_info((int)type);
+    if (!t) return NULL;
+    if (type == RF_TYPE_Q4_1 && t->vec_dot == rf_vec_dot_q4_1_vnni) return rf_vec_dot4x2_q4_1_vnni;
+    return NULL;
+}
+
 const rf_type_traits *rf_type_info(int type) {
     if (type < 0 || type >= RF_TYPE_TABLE_SIZE || !g_traits[type].name) return NULL;
     pthread_once(&g_once, init_table);

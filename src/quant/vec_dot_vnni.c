@@ -161,6 +161,60 @@ RF_VNNI void rf_vec_dot4_q4_1_vnni(int64_t n, float *out, const void *w, size_t 
     out[3] = vn_hsum_ps(acc3) + ms[7];
 }
 
+/* Four Q4_1 rows x two Q8_1 rows (two tokens of a prompt): out0[r] / out1[r] bit-identical to
+ * rf_vec_dot_q4_1_vnni(row r, x0 / x1) (each (row, token) pair keeps its own in-order fma chain
+ * and m*s sum). Each weight block is unpacked once for both tokens; the per-row scale products
+ * go through a small stack array and come back as broadcast loads (no shuffle-port permutes). */
+RF_VNNI void rf_vec_dot4x2_q4_1_vnni(int64_t n, float *out0, float *out1, const void *w, size_t ws, const void *x0,
+                                     const void *x1) {
+    const rf_block_q4_1 *a0 = w;
+    const rf_block_q4_1 *a1 = (const rf_block_q4_1 *)((const char *)w + ws);
+    const rf_block_q4_1 *a2 = (const rf_block_q4_1 *)((const char *)w + 2 * ws);
+    const rf_block_q4_1 *a3 = (const rf_block_q4_1 *)((const char *)w + 3 * ws);
+    const rf_block_q8_1 *b0 = x0, *b1 = x1;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), sh = _mm256_set_epi64x(4, 4, 0, 0);
+    __m256 c00 = _mm256_setzero_ps(), c10 = c00, c20 = c00, c30 = c00; /* row r, token 0 */
+    __m256 c01 = c00, c11 = c00, c21 = c00, c31 = c00;                 /* row r, token 1 */
+    __m256 sm0 = c00, sm1 = c00;
+    float pp[16];
+    const int64_t nb = n / 32;
+#define NIB(p) _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p))), sh), m4)
+    for (int64_t i = 0; i < nb; i++) {
+        uint32_t r0, r1, r2, r3, y0s, y1s;
+        memcpy(&r0, &a0[i].d, 4), memcpy(&r1, &a1[i].d, 4), memcpy(&r2, &a2[i].d, 4), memcpy(&r3, &a3[i].d, 4);
+        memcpy(&y0s, &b0[i].d, 4), memcpy(&y1s, &b1[i].d, 4);
+        const __m256 f = _mm256_cvtph_ps(_mm_set_epi32((int)r3, (int)r2, (int)r1, (int)r0));
+        const __m256 p0 = _mm256_mul_ps(f, _mm256_cvtph_ps(_mm_set1_epi32((int)y0s)));
+        const __m256 p1 = _mm256_mul_ps(f, _mm256_cvtph_ps(_mm_set1_epi32((int)y1s)));
+        sm0 = _mm256_add_ps(sm0, p0);
+        sm1 = _mm256_add_ps(sm1, p1);
+        _mm256_storeu_ps(pp, p0);
+        _mm256_storeu_ps(pp + 8, p1);
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)b0[i].qs);
+        const __m256i y1 = _mm256_loadu_si256((const __m256i *)b1[i].qs);
+        __m256i q = NIB(a0[i].qs);
+        c00 = _mm256_fmadd_ps(_mm256_broadcast_ss(pp + 0), _mm256_cvtepi32_ps(DPB(q, y0)), c00);
+        c01 = _mm256_fmadd_ps(_mm256_broadcast_ss(pp + 8), _mm256_cvtepi32_ps(DPB(q, y1)), c01);
+        q = NIB(a1[i].qs);
+        c10 = _mm256_fmadd_ps(_mm256_broadcast_ss(pp + 2), _mm256_cvtepi32_ps(DPB(q, y0)), c10);
+        c11 = _mm256_fmadd_ps(_mm256_broadcast_ss(pp + 10), _mm256_cvtepi32_ps(DPB(q, y1)), c11);
+        q = NIB(a2[i].qs);
+        c20 = _mm256_fmadd_ps(_mm256_broadcast_ss(pp + 4), _mm256_cvtepi32_ps(DPB(q, y0)), c20);
+        c21 = _mm256_fmadd_ps(_mm256_broadcast_ss(pp + 12), _mm256_cvtepi32_ps(DPB(q, y1)), c21);
+        q = NIB(a3[i].qs);
+        c30 = _mm256_fmadd_ps(_mm256_broadcast_ss(pp + 6), _mm256_cvtepi32_ps(DPB(q, y0)), c30);
+        c31 = _mm256_fmadd_ps(_mm256_broadcast_ss(pp + 14), _mm256_cvtepi32_ps(DPB(q, y1)), c31);
+    }
+#undef NIB
+    float ms0[8], ms1[8];
+    _mm256_storeu_ps(ms0, sm0);
+    _mm256_storeu_ps(ms1, sm1);
+    out0[0] = vn_hsum_ps(c00) + ms0[1], out0[1] = vn_hsum_ps(c10) + ms0[3];
+    out0[2] = vn_hsum_ps(c20) + ms0[5], out0[3] = vn_hsum_ps(c30) + ms0[7];
+    out1[0] = vn_hsum_ps(c01) + ms1[1], out1[1] = vn_hsum_ps(c11) + ms1[3];
+    out1[2] = vn_hsum_ps(c21) + ms1[5], out1[3] = vn_hsum_ps(c31) + ms1[7];
+}
+
 /* Q8_0 x Q8_0: sum w*y = sum (w+128)*y - 128*sum y; w+128 is w ^ 0x80 as an unsigned byte. Exact
  * for every int8 pair, -128 included. */
 RF_VNNI void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const void *x) {
@@ -281,6 +335,13 @@ void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t ws, cons
 }
 void rf_vec_dot4_q5_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
     for (int r = 0; r < 4; r++) rf_vec_dot_q5_0(n, &out[r], (const char *)w + r * ws, x);
+}
+void rf_vec_dot4x2_q4_1_vnni(int64_t n, float *out0, float *out1, const void *w, size_t ws, const void *x0,
+                             const void *x1) {
+    for (int r = 0; r < 4; r++) {
+        rf_vec_dot_q4_1(n, &out0[r], (const char *)w + r * ws, x0);
+        rf_vec_dot_q4_1(n, &out1[r], (const char *)w + r * ws, x1);
+    }
 }
 
 #endif

@@ -266,11 +266,30 @@ static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
                          y[row + 2], y[row + 3]);
         }
     }
+    /* the table's 4-row x 2-token kernel (where it has one): bit-identical too; token 1 is a second,
+     * independent activation row */
+    rf_vec_dot4x2_fn d42 = rf_vec_dot4x2_for(t);
+    if (d42) {
+        uint8_t *xq2 = malloc(xsz);
+        float *x2 = malloc(sizeof(float) * (size_t)n), *xd2 = malloc(sizeof(float) * (size_t)n);
+        rf_rng_fill_normal(r, x2, (size_t)n, 1.0f);
+        make_act_row(vt, x2, n, xq2, xd2);
+        for (int row = 0; row + 4 <= ROWS; row += 4) {
+            float o0[4] = {NAN, NAN, NAN, NAN}, o1[4] = {NAN, NAN, NAN, NAN}, e1[4];
+            d42(n, o0, o1, wq + wsz * row, wsz, xq, xq2);
+            for (int k = 0; k < 4; k++) tr->vec_dot(n, &e1[k], wq + wsz * (row + k), xq2);
+            if (memcmp(o0, &y[row], sizeof o0) != 0 || memcmp(o1, e1, sizeof o1) != 0)
+                fail_msg("%s n=%lld rows %d..%d: 4x2 kernel differs from the one-row kernel (%.9g vs %.9g, %.9g vs %.9g)",
+                         tr->name, (long long)n, row, row + 3, o0[0], y[row], o1[0], e1[0]);
+        }
+        free(xq2), free(x2), free(xd2);
+    }
     double e_tab = rf_rel_l2(y, yref, ROWS), e_scalar = rf_rel_l2(ys, yref, ROWS);
     print_message("dot %-6s (x %-4s) n=%-5lld rel.L2 vs f32 %.2e (scalar %.2e); kernel err %.1e; avx2-scalar %.1e%s",
                   tr->name, rf_type_name(vt), (long long)n, e_tab, e_scalar, worst_a, worst_c, avx2 ? "" : " (no avx2)");
     if (vnni) print_message("; vnni-scalar %.1e", worst_v);
     if (d4) print_message("; 4-row kernel bit-identical");
+    if (d42) print_message("; 4x2 kernel bit-identical");
     if (n_ggml) print_message("; ggml order bit-identical");
     print_message("\n");
     const double bound = vt == RF_TYPE_Q8_K ? 1.5e-2 : 1e-2;
