@@ -160,6 +160,7 @@ static void test_gemv(void **state) {
             const double tol = t != RF_TYPE_F16 && t != RF_TYPE_BF16 ? 1e-2 : 1e-5;
             run_matmul_case(&r, t, 1, bs * 5, 130, false, tol);
             run_matmul_case(&r, t, 3, bs * 300 > 8192 ? 8192 : bs * 300, 129, false, tol);
+            run_matmul_case(&r, t, 1, bs * 300 > 8192 ? 8192 : bs * 300, 131, false, tol);
         }
     }
     rf_gpu_set_gemv_variant(g_ctx, 0);
