@@ -22,6 +22,13 @@ const synth_preset synth_presets[] = {
     {"tiny-llama2", "2-layer llama, dim 256, 2048-token SentencePiece vocabulary (Llama 2 style)",
      "Tiny Llama 2 (synthetic)", "3M", SYNTH_ARCH_LLAMA, 2, 256, 768, 4, 4, 64, 4096, 10000.0f,
      1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 0},
+    /* tiny-llama3: tiny's shapes and vocabulary with Llama 3.2's rope (base 500000, llama3 scaling
+     * factor 32, low 1, high 4, original context 8192), context and tied head, so the logits
+     * goldens exercise rope_freqs.weight. At head dim 64 those parameters give 15 factors of 1,
+     * 3 smoothed (1.65, 3.29, 9.67) and 14 of 32, as in the real Llama 3.2 1B (also head dim 64). */
+    {"tiny-llama3", "4-layer llama, dim 256, Llama 3.2 rope (base 500000, llama3 scaling: rope_freqs), tied, 2048-token Llama-3-style BPE vocabulary",
+     "Tiny Llama 3.2 (synthetic)", "3M", SYNTH_ARCH_LLAMA, 4, 256, 512, 4, 2, 64, 131072, 500000.0f,
+     1e-5f, true, 32.0f, 1.0f, 4.0f, 8192, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "llama-bpe", 0},
     {"smollm2-135m", "SmolLM2-135M-Instruct shapes", "SmolLM2 135M Instruct (synthetic)", "135M",
      SYNTH_ARCH_LLAMA, 30, 576, 1536, 9, 3, 64, 8192, 100000.0f, 1e-5f, true, 0, 0, 0, 0,
      {SYNTH_VOCAB_SMOLLM, 49152, 0}, "smollm", 0},
