@@ -642,9 +642,10 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     switch (wtype) {
     case RF_TYPE_Q4_0: case RF_TYPE_Q4_1: case RF_TYPE_Q5_0: case RF_TYPE_Q5_1: case RF_TYPE_Q8_0: {
         /* x -> int8 per 32 (+ scale and exact sum) in scratch, then the dp4a kernel */
-        /* default from the H100 sweep: rows of <= 4096 want four rows per warp pair (their
-         * 4 stages are all in flight at once), longer rows two rows per group of four warps */
-        const int vq = vsel ? vsel : n_in <= 4096 ? 3 : 2;
+        /* default from the H100 sweep: few, short rows (<= 4096 of them, <= 4096 wide) want
+         * four rows per warp pair (a row's 4 stages all in flight at once), everything else two
+         * rows per group of four warps */
+        const int vq = vsel ? vsel : n_in <= 4096 && n_out <= 4096 ? 3 : 2;
         const int64_t n = n_tokens * n_in;
         size_t mark;
         void *tmp;
