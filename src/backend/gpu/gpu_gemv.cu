@@ -228,6 +228,49 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
     }
 }
 
+/* Shared tail of the one-row-per-warp-group GEMVs (f16, K-quants): y[t, row] = the sum of acc[t]
+ * over the group's WPR warps (through red when WPR > 1), for t < nt. Every thread of the block
+ * calls it (it holds a barrier when WPR > 1); only valid rows are written. */
+template <int NTMAX, int WPR>
+static __device__ __forceinline__ void rf_gemv_store(float *y, const float *acc,
+                                                     float (*red)[NTMAX], int nt, int64_t row,
+                                                     int64_t n_out, bool valid) {
+    const int G = WPR * RF_WARP_SIZE, gl = threadIdx.x % G, grp = threadIdx.x / G;
+    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+#pragma unroll
+    for (int t = 0; t < NTMAX; t++) {
+        if (t >= nt) break;
+        float v = rf_warp_sum(acc[t]);
+        if (WPR > 1) {
+            if (lane == 0) red[warp][t] = v;
+            __syncthreads();
+            v = 0.0f;
+            for (int k = 0; k < WPR; k++) v += red[grp * WPR + k][t];
+        }
+        if (valid && gl == 0) y[t * n_out + row] = v;
+    }
+}
+
+/* acc[t] += sum_j wq[j] x[t, j] - mterm * sum_j x[t, j] over one 32-element chunk (xc: the chunk
+ * in token 0; tokens n_in apart), for t < nt: the K-quant GEMVs' inner product, f32. */
+template <int NTMAX>
+static __device__ __forceinline__ void rf_chunk_acc(float *acc, const float *wq, float mterm,
+                                                    const float *xc, int nt, int64_t n_in) {
+#pragma unroll
+    for (int t = 0; t < NTMAX; t++) {
+        if (t >= nt) break;
+        const float4 *xp = (const float4 *)(xc + t * n_in);
+        float s = 0.0f, sx = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float4 a = xp[j];
+            s += wq[4 * j] * a.x + wq[4 * j + 1] * a.y + wq[4 * j + 2] * a.z + wq[4 * j + 3] * a.w;
+            sx += a.x + a.y + a.z + a.w;
+        }
+        acc[t] += s - mterm * sx;
+    }
+}
+
 /* gemv_f16: the same product for W in f16 or bf16 (T), x f32 [nt, n_in]; n_in % 8 == 0 so
  * each row is 16-byte aligned; each thread keeps UNR independent 16-byte loads in flight while
  * it decodes the previous UNR (the first before rf_pdl_wait(): see gemv_q32 on w).
@@ -239,7 +282,6 @@ rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
     constexpr int G = WPR * RF_WARP_SIZE, GROUPS = RF_GEMV_WARPS / WPR;
     __shared__ float red[RF_GEMV_WARPS][NTMAX];
     const int gl = threadIdx.x % G, grp = threadIdx.x / G;
-    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
     int64_t row = (int64_t)blockIdx.x * GROUPS + grp;
     const bool valid = row < n_out;
     if (!valid) row = n_out - 1;
@@ -292,18 +334,7 @@ rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
             }
         }
     }
-#pragma unroll
-    for (int t = 0; t < NTMAX; t++) {
-        if (t >= nt) break;
-        float v = rf_warp_sum(acc[t]);
-        if (WPR > 1) {
-            if (lane == 0) red[warp][t] = v;
-            __syncthreads();
-            v = 0.0f;
-            for (int k = 0; k < WPR; k++) v += red[grp * WPR + k][t];
-        }
-        if (valid && gl == 0) y[t * n_out + row] = v;
-    }
+    rf_gemv_store<NTMAX, WPR>(y, acc, red, nt, row, n_out, valid);
 }
 
 /* gemv_k: W in Q4_K / Q5_K / Q6_K (256-element super-blocks), x f32 [nt, n_in]. Each lane takes
@@ -319,7 +350,6 @@ rf_k_gemv_k(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, in
     constexpr int G = WPR * RF_WARP_SIZE, GROUPS = RF_GEMV_WARPS / WPR;
     __shared__ float red[RF_GEMV_WARPS][NTMAX];
     const int gl = threadIdx.x % G, grp = threadIdx.x / G;
-    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
     int64_t row = (int64_t)blockIdx.x * GROUPS + grp;
     const bool valid = row < n_out;
     if (!valid) row = n_out - 1; /* keep every thread for the block reduction */
@@ -379,32 +409,9 @@ rf_k_gemv_k(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, in
                 }
             }
         }
-#pragma unroll
-        for (int t = 0; t < NTMAX; t++) {
-            if (t >= nt) break;
-            const float4 *xp = (const float4 *)(x + t * n_in + c * 32);
-            float s = 0.0f, sx = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float4 a = xp[j];
-                s += wq[4 * j] * a.x + wq[4 * j + 1] * a.y + wq[4 * j + 2] * a.z + wq[4 * j + 3] * a.w;
-                sx += a.x + a.y + a.z + a.w;
-            }
-            acc[t] += s - mterm * sx;
-        }
+        rf_chunk_acc<NTMAX>(acc, wq, mterm, x + c * 32, nt, n_in);
     }
-#pragma unroll
-    for (int t = 0; t < NTMAX; t++) {
-        if (t >= nt) break;
-        float v = rf_warp_sum(acc[t]);
-        if (WPR > 1) {
-            if (lane == 0) red[warp][t] = v;
-            __syncthreads();
-            v = 0.0f;
-            for (int k = 0; k < WPR; k++) v += red[grp * WPR + k][t];
-        }
-        if (valid && gl == 0) y[t * n_out + row] = v;
-    }
+    rf_gemv_store<NTMAX, WPR>(y, acc, red, nt, row, n_out, valid);
 }
 
 /* gemv_k45: Q4_K / Q5_K, the same contract as gemv_k, with the raw 16-byte words of the next
@@ -419,7 +426,6 @@ rf_k_gemv_k45(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
     constexpr int G = WPR * RF_WARP_SIZE, GROUPS = RF_GEMV_WARPS / WPR;
     __shared__ float red[RF_GEMV_WARPS][NTMAX];
     const int gl = threadIdx.x % G, grp = threadIdx.x / G;
-    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
     int64_t row = (int64_t)blockIdx.x * GROUPS + grp;
     const bool valid = row < n_out;
     if (!valid) row = n_out - 1; /* keep every thread for the block reduction */
@@ -472,32 +478,9 @@ rf_k_gemv_k45(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
                 wq[4 * j + k] = d1 * (float)v;
             }
         }
-#pragma unroll
-        for (int t = 0; t < NTMAX; t++) {
-            if (t >= nt) break;
-            const float4 *xp = (const float4 *)(x + t * n_in + c * 32);
-            float s = 0.0f, sx = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float4 a = xp[j];
-                s += wq[4 * j] * a.x + wq[4 * j + 1] * a.y + wq[4 * j + 2] * a.z + wq[4 * j + 3] * a.w;
-                sx += a.x + a.y + a.z + a.w;
-            }
-            acc[t] += s - mterm * sx;
-        }
+        rf_chunk_acc<NTMAX>(acc, wq, mterm, x + c * 32, nt, n_in);
     }
-#pragma unroll
-    for (int t = 0; t < NTMAX; t++) {
-        if (t >= nt) break;
-        float v = rf_warp_sum(acc[t]);
-        if (WPR > 1) {
-            if (lane == 0) red[warp][t] = v;
-            __syncthreads();
-            v = 0.0f;
-            for (int k = 0; k < WPR; k++) v += red[grp * WPR + k][t];
-        }
-        if (valid && gl == 0) y[t * n_out + row] = v;
-    }
+    rf_gemv_store<NTMAX, WPR>(y, acc, red, nt, row, n_out, valid);
 }
 
 /* gemv_generic: any type with a device decoder (rf_dq_elem), element by element; the fallback
