@@ -3,7 +3,11 @@
  * weight matrices that together exceed L2 several times, and prints achieved GB/s and the
  * fraction of the measured bandwidth; then one prefill GEMM. Usage: rf_gpu_bench [-t tokens]
  * [-r reps] [-q] (quick: fewer reps) [-s] (sweep only: the Q4_0/Q8_0/F16 variants, no defaults
- * table, no GEMM). Exit 77 without a GPU. */
+ * table, no GEMM) [-1 TYPE N_IN N_OUT VARIANT [xq]] (one configuration only, for a profiler;
+ * xq: the product kernel on an x quantized beforehand). Column x: f32 = the whole rf_gpu_gemv
+ * (for the 32-element formats: x quantization kernel + product kernel), int8 = rf_gpu_gemv_xq,
+ * the product alone on an x quantized once beforehand (as a decode step does when the op that
+ * produces x quantizes it for all the products reading it). Exit 77 without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +16,18 @@
 #include "rocmforge/quant.h"
 
 int main(int argc, char **argv) {
-    int ntok = 1, reps = 50, sweep_only = 0;
+    int ntok = 1, reps = 50, sweep_only = 0, one_var = -1;
+    const char *one_type = NULL;
+    long long one_in = 0, one_out = 0;
+    bool one_xq = false;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-1") && i + 4 < argc) {
+            one_type = argv[i + 1], one_in = atoll(argv[i + 2]), one_out = atoll(argv[i + 3]);
+            one_var = atoi(argv[i + 4]);
+            i += 4;
+            if (i + 1 < argc && !strcmp(argv[i + 1], "xq")) one_xq = true, i++;
+            continue;
+        }
         if (!strcmp(argv[i], "-t") && i + 1 < argc) ntok = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-q")) reps = 15;
@@ -38,37 +52,70 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("read bandwidth (16-byte loads, 4 GiB buffer, median of %d): %.0f GB/s\n", reps, bw);
+    if (one_type) {
+        rf_type t = RF_TYPE_COUNT;
+        for (int k = 0; k < RF_TYPE_COUNT; k++)
+            if (rf_type_info((rf_type)k) && !strcmp(rf_type_name((rf_type)k), one_type)) t = (rf_type)k;
+        if (t == RF_TYPE_COUNT) {
+            fprintf(stderr, "unknown type %s\n", one_type);
+            return 2;
+        }
+        rf_gpu_set_gemv_variant(ctx, one_var);
+        double us = 0;
+        size_t wb = 0;
+        if (rf_gpu_bench_gemv(ctx, t, ntok, one_in, one_out, (size_t)400 << 20, reps, one_xq, &us, &wb)) {
+            fprintf(stderr, "error: %s\n", rf_last_error());
+            return 1;
+        }
+        printf("%s %lld->%lld v%d x %s: %.2f us, %.1f%% of bw\n", one_type, one_in, one_out, one_var, one_xq ? "int8" : "f32", us,
+               100.0 * wb / (us * 1e-6) / 1e9 / bw);
+        rf_gpu_destroy(ctx);
+        return 0;
+    }
     const rf_type types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_F16, RF_TYPE_BF16, RF_TYPE_Q4_1,
                              RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
     const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}}; /* n_in, n_out */
     const size_t min_bytes = info.l2_bytes * 8 > ((size_t)400 << 20) ? info.l2_bytes * 8 : ((size_t)400 << 20);
-    printf("\n%-6s %-18s %4s %4s %10s %10s %8s %8s\n", "type", "n_in->n_out var", "tok", "pdl", "MB", "us/call", "GB/s", "of_bw");
-    /* pass 0: the variant sweep (programmatic dependent launch on where the device has it) for
-     * the three formats with a bandwidth target, and their default without it; pass 1: every
-     * format at the default variant (v0) */
+    printf("\n%-6s %-18s %4s %4s %4s %10s %10s %8s %8s\n", "type", "n_in->n_out var", "tok", "x", "pdl", "MB", "us/call", "GB/s", "of_bw");
+    /* pass 0: the variant sweep (programmatic dependent launch on) for the three formats with a
+     * bandwidth target: Q4_0 / Q8_0 product kernels 1..7 on quantized x, F16 1..3;
+     * pass 1: every format at the default variant (v0), the whole call; the 32-element formats
+     * also the product alone; Q4_0 / Q8_0 / F16 also with programmatic dependent launch off */
     for (int pass = 0; pass < (sweep_only ? 1 : 2); pass++)
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-        for (int var = (pass == 0 ? 0 : 0); var <= (pass == 0 ? 4 : 0); var++)
-        for (int s = 0; s < 3; s++) {
-            if (pass == 0 && (var == 0 || t > 2)) continue;
-            /* var 4 in the sweep = the default variant with programmatic dependent launch off */
-            const int v = var == 4 ? 0 : var;
-            const bool pdl = rf_gpu_set_pdl(ctx, var != 4);
-            rf_gpu_set_gemv_variant(ctx, v);
-            double us = 0;
-            size_t wb = 0;
-            rf_status st = rf_gpu_bench_gemv(ctx, types[t], ntok, shapes[s][0], shapes[s][1],
-                                             min_bytes, reps, &us, &wb);
-            char shp[40];
-            snprintf(shp, sizeof shp, "%lld->%lld v%d", (long long)shapes[s][0], (long long)shapes[s][1], v);
-            if (st) {
-                printf("%-6s %-18s error: %s\n", rf_type_name(types[t]), shp, rf_last_error());
-                continue;
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            if (pass == 0 && t > 2) continue;
+            const bool q32 = types[t] == RF_TYPE_Q4_0 || types[t] == RF_TYPE_Q8_0 ||
+                             types[t] == RF_TYPE_Q4_1 || types[t] == RF_TYPE_Q5_0 ||
+                             types[t] == RF_TYPE_Q5_1;
+            /* runs: {variant, x quantized beforehand, pdl} */
+            int runs[8][3], nr = 0;
+            if (pass == 0)
+                for (int v = 1; v <= (q32 ? 7 : 3); v++) runs[nr][0] = v, runs[nr][1] = q32, runs[nr++][2] = 1;
+            else {
+                runs[nr][0] = 0, runs[nr][1] = 0, runs[nr++][2] = 1;
+                if (q32) runs[nr][0] = 0, runs[nr][1] = 1, runs[nr++][2] = 1;
+                if (t <= 2) runs[nr][0] = 0, runs[nr][1] = 0, runs[nr++][2] = 0;
             }
-            const double gbs = wb / (us * 1e-6) / 1e9;
-            printf("%-6s %-18s %4d %4s %10.2f %10.2f %8.0f %7.1f%%\n", rf_type_name(types[t]), shp,
-                   ntok, pdl ? "on" : "off", wb / 1e6, us, gbs, 100.0 * gbs / bw);
-            fflush(stdout);
+            for (int ri = 0; ri < nr; ri++)
+                for (int s = 0; s < 3; s++) {
+                    const int v = runs[ri][0];
+                    const bool xq = runs[ri][1], pdl = rf_gpu_set_pdl(ctx, runs[ri][2]);
+                    rf_gpu_set_gemv_variant(ctx, v);
+                    double us = 0;
+                    size_t wb = 0;
+                    rf_status st = rf_gpu_bench_gemv(ctx, types[t], ntok, shapes[s][0], shapes[s][1],
+                                                     min_bytes, reps, xq, &us, &wb);
+                    char shp[40];
+                    snprintf(shp, sizeof shp, "%lld->%lld v%d", (long long)shapes[s][0], (long long)shapes[s][1], v);
+                    if (st) {
+                        printf("%-6s %-18s error: %s\n", rf_type_name(types[t]), shp, rf_last_error());
+                        continue;
+                    }
+                    const double gbs = wb / (us * 1e-6) / 1e9;
+                    printf("%-6s %-18s %4d %4s %4s %10.2f %10.2f %8.0f %7.1f%%\n", rf_type_name(types[t]), shp,
+                           ntok, xq ? "int8" : "f32", pdl ? "on" : "off", wb / 1e6, us, gbs, 100.0 * gbs / bw);
+                    fflush(stdout);
+                }
         }
     rf_gpu_set_pdl(ctx, true);
     rf_gpu_set_gemv_variant(ctx, 0);

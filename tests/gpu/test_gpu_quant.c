@@ -117,6 +117,18 @@ static void run_matmul_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int6
     snprintf(what, sizeof what, "%s %s nt=%lld %lldx%lld", gemm ? "gemm" : "gemv", rf_type_name(t),
              (long long)nt, (long long)n_out, (long long)n_in);
     check_rel(what, got, want, nt * n_out, tol);
+    const bool q32 = t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 ||
+                     t == RF_TYPE_Q5_1 || t == RF_TYPE_Q8_0;
+    if (!gemm && q32) { /* the two halves give the very same y */
+        void *xq;
+        assert_int_equal(rf_gpu_alloc(g_ctx, rf_gpu_xq_bytes(nt, n_in), &xq), RF_OK);
+        float *dy2 = dev_poison(nt * n_out * 4), *got2 = host_f32(nt * n_out);
+        assert_int_equal(rf_gpu_quantize_x(g_ctx, xq, t, dx, nt, n_in), RF_OK);
+        assert_int_equal(rf_gpu_gemv_xq(g_ctx, dy2, dw, t, xq, nt, n_in, n_out), RF_OK);
+        dev_to(got2, dy2, nt * n_out * 4);
+        assert_memory_equal(got, got2, nt * n_out * 4);
+        rf_gpu_free(g_ctx, xq), rf_gpu_free(g_ctx, dy2), free(got2);
+    }
     if (!gemm) { /* NaN in token 0's x -> NaN in every output of token 0 */
         x[n_in / 2] = NAN;
         assert_int_equal(rf_gpu_upload(g_ctx, dx, x, nt * n_in * 4), RF_OK);
@@ -146,13 +158,16 @@ static void test_gemv(void **state) {
         const bool x_int8 = t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 ||
                             t == RF_TYPE_Q5_1 || t == RF_TYPE_Q8_0;
         const int64_t few = x_int8 ? 128 : 7, one = x_int8 ? 256 : 1;
-        const int64_t shapes[][2] = {{bs, one}, {bs * 3, few}, {bs * 5, 130}, {bs * 40, 130}, {4096, 67 + (x_int8 ? 64 : 0)}};
-        for (int s = 0; s < 5; s++)
+        /* 14336 (448 blocks): rows of 56 Q4_0 groups, more than one per lane and not a
+         * multiple of the lanes of a row team (the q32r kernel's last pass is partial) */
+        const int64_t shapes[][2] = {{bs, one}, {bs * 3, few}, {bs * 5, 130}, {bs * 40, 130}, {4096, 67 + (x_int8 ? 64 : 0)},
+                                     {x_int8 ? 14336 : bs * 7, x_int8 ? 131 : 5}};
+        for (int s = 0; s < 6; s++)
             for (int64_t nt = 1; nt <= 8; nt += (nt < 3 ? 1 : 5))
                 run_matmul_case(&r, t, nt, shapes[s][0], shapes[s][1], false, tol);
     }
     /* every kernel variant (the default is one of them) on a few shapes */
-    for (int v = 1; v <= 3; v++) {
+    for (int v = 1; v <= 7; v++) { /* 4..7: the q32r kernel; the other kernels take their default */
         rf_gpu_set_gemv_variant(g_ctx, v);
         for (size_t ti = 0; ti < N_GEMV; ti++) {
             const rf_type t = k_gemv_types[ti];
@@ -161,12 +176,16 @@ static void test_gemv(void **state) {
             run_matmul_case(&r, t, 1, bs * 5, 130, false, tol);
             run_matmul_case(&r, t, 3, bs * 300 > 8192 ? 8192 : bs * 300, 129, false, tol);
             run_matmul_case(&r, t, 1, bs * 300 > 8192 ? 8192 : bs * 300, 131, false, tol);
+            run_matmul_case(&r, t, 1, bs * 448 > 14336 ? 14336 : bs * 448, 67, false, tol);
         }
     }
     rf_gpu_set_gemv_variant(g_ctx, 0);
     /* host contract checks */
     assert_int_equal(rf_gpu_gemv(g_ctx, NULL, NULL, RF_TYPE_Q4_0, NULL, 9, 32, 1), RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_gemv(g_ctx, NULL, NULL, RF_TYPE_Q4_0, NULL, 1, 48, 1), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_quantize_x(g_ctx, NULL, RF_TYPE_Q4_K, NULL, 1, 256), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_gemv_xq(g_ctx, NULL, NULL, RF_TYPE_F16, NULL, 1, 256, 1), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_gemv_xq(g_ctx, NULL, NULL, RF_TYPE_Q8_0, NULL, 9, 256, 1), RF_ERR_INVALID_ARG);
 }
 
 /* Back-to-back dependent GEMVs with no host sync in between: y_k = W_k y_(k-1), the formats

@@ -115,7 +115,19 @@ rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, c
                       int64_t n_tokens, int64_t n_in, int64_t n_out);
 rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
                       int64_t n_tokens, int64_t n_in, int64_t n_out);
-/* Selects a GEMV kernel variant (0 = default, 1..3 = the variants listed in gpu_gemv.cu); for
+/* The two halves of rf_gpu_gemv for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), so the
+ * op producing x can quantize it once for every product that reads it (and the products run as
+ * one kernel each). rf_gpu_quantize_x: x f32 [n_tokens, n_in] -> xq, rf_gpu_xq_bytes(n_tokens,
+ * n_in) bytes of device memory (16-byte aligned), int8 per 32 plus scales in the order the
+ * product kernel for (wtype, n_in, n_tokens) and the context's variant reads them.
+ * rf_gpu_gemv_xq: y = W x from such an xq, for the same wtype, n_tokens and n_in (and variant).
+ * Shapes and types are checked as in rf_gpu_gemv; other types: RF_ERR_INVALID_ARG. */
+size_t rf_gpu_xq_bytes(int64_t n_tokens, int64_t n_in);
+rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const float *x,
+                            int64_t n_tokens, int64_t n_in);
+rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
+                         int64_t n_tokens, int64_t n_in, int64_t n_out);
+/* Selects a GEMV kernel variant (0 = default, 1..7 = the variants listed in gpu_gemv.cu); for
  * the benchmark's sweep and tests. */
 void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);
 /* Turns programmatic dependent launch of the GEMV kernels on or off (default: on where the device
@@ -153,11 +165,12 @@ rf_status rf_gpu_sample(rf_gpu_ctx *ctx, int32_t *out, const float *logits, int6
 /* Device read bandwidth: median of `reps` passes of 16-byte loads over a fresh buffer of
  * `bytes` (use >> L2), in GB/s (1e9 bytes per second). */
 rf_status rf_gpu_bench_read_bw(rf_gpu_ctx *ctx, size_t bytes, int reps, double *gbps);
-/* Median microseconds per rf_gpu_gemv call, weights rotating among matrices totalling at least
+/* Median microseconds per rf_gpu_gemv call (xq: per rf_gpu_gemv_xq call on an x quantized once
+ * beforehand; 32-element formats only), weights rotating among matrices totalling at least
  * min_bytes, replayed from a graph; *weight_bytes is one matrix's size. */
 rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
-                            int64_t n_out, size_t min_bytes, int reps, double *us_per_call,
-                            size_t *weight_bytes);
+                            int64_t n_out, size_t min_bytes, int reps, bool xq,
+                            double *us_per_call, size_t *weight_bytes);
 /* Median milliseconds per rf_gpu_gemm call (dequantize + BLAS). */
 rf_status rf_gpu_bench_gemm(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
                             int64_t n_out, int reps, double *ms_per_call);

@@ -83,12 +83,13 @@ extern "C" rf_status rf_gpu_bench_read_bw(rf_gpu_ctx *ctx, size_t bytes, int rep
     return st;
 }
 
-/* Median time (microseconds) of one rf_gpu_gemv(type, n_tokens, n_in, n_out) call, with the
- * weights rotating among enough matrices to exceed min_bytes (pass >= 4x L2); calls are
- * captured into a graph of `per_graph` calls and the graph replayed `reps` times. */
+/* Median time (microseconds) of one rf_gpu_gemv(type, n_tokens, n_in, n_out) call (xq: of one
+ * rf_gpu_gemv_xq call on an x quantized once before), with the weights rotating among enough
+ * matrices to exceed min_bytes (pass >= 4x L2); calls are captured into a graph of `per_graph`
+ * calls and the graph replayed `reps` times. */
 extern "C" rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens,
                                        int64_t n_in, int64_t n_out, size_t min_bytes, int reps,
-                                       double *us_per_call, size_t *weight_bytes) {
+                                       bool xq, double *us_per_call, size_t *weight_bytes) {
     const int bs = rf_gq_block((int)type), bb = rf_gq_bytes((int)type);
     if (!bs || n_in % bs)
         return rf_set_error(RF_ERR_INVALID_ARG, "bench gemv: type %d n_in %lld", (int)type,
@@ -99,6 +100,7 @@ extern "C" rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_
     if (nmat > 512) nmat = 512;
     void **w = (void **)calloc(nmat, sizeof(void *));
     float *x = NULL, *y = NULL;
+    void *xqb = NULL;
     rf_status st = RF_OK;
     for (int i = 0; i < nmat && !st; i++) {
         st = rf_gpu_alloc(ctx, mbytes, &w[i]);
@@ -112,8 +114,15 @@ extern "C" rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_
     if (!st) st = rf_gpu_alloc(ctx, (size_t)n_tokens * n_out * 4, (void **)&y);
     if (!st) st = rf_gpu_memset(ctx, x, 0, (size_t)n_tokens * n_in * 4);
     if (!st) st = rf_gpu_scratch_reserve(ctx, (size_t)n_tokens * n_in * 2 + 65536);
+    if (!st && xq) st = rf_gpu_alloc(ctx, rf_gpu_xq_bytes(n_tokens, n_in), &xqb);
+    if (!st && xq) st = rf_gpu_quantize_x(ctx, xqb, type, x, n_tokens, n_in);
+    /* one call: the whole product, or the product kernel alone on the quantized x */
+    auto call = [&](int i) {
+        return xq ? rf_gpu_gemv_xq(ctx, y, w[i % nmat], type, xqb, n_tokens, n_in, n_out)
+                  : rf_gpu_gemv(ctx, y, w[i % nmat], type, x, n_tokens, n_in, n_out);
+    };
     /* warm-up outside the graph (also checks the call works) */
-    for (int i = 0; i < nmat && !st; i++) st = rf_gpu_gemv(ctx, y, w[i], type, x, n_tokens, n_in, n_out);
+    for (int i = 0; i < nmat && !st; i++) st = call(i);
     if (!st) st = rf_gpu_sync(ctx);
     const int per_graph = nmat > 64 ? nmat : ((64 + nmat - 1) / nmat) * nmat;
     cudaGraph_t graph = NULL;
@@ -121,8 +130,7 @@ extern "C" rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_
     if (!st) {
         cudaError_t e = cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal);
         if (e != cudaSuccess) st = rf_set_error(RF_ERR_DEVICE, "bench: capture: %s", cudaGetErrorString(e));
-        for (int i = 0; i < per_graph && !st; i++)
-            st = rf_gpu_gemv(ctx, y, w[i % nmat], type, x, n_tokens, n_in, n_out);
+        for (int i = 0; i < per_graph && !st; i++) st = call(i);
         if (e == cudaSuccess) {
             cudaError_t e2 = cudaStreamEndCapture(ctx->stream, &graph);
             if (!st && e2 != cudaSuccess)
@@ -157,6 +165,7 @@ extern "C" rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_
     free(w);
     rf_gpu_free(ctx, x);
     rf_gpu_free(ctx, y);
+    if (xqb) rf_gpu_free(ctx, xqb);
     return st;
 }
 

@@ -93,6 +93,9 @@ typedef __half rf_half;
 
 #define RF_SHFL_XOR(v, m) __shfl_xor((v), (m), RF_WARP_SIZE)
 #define RF_SHFL(v, src) __shfl((v), (src), RF_WARP_SIZE)
+#define RF_SHFL_DOWN(v, m) __shfl_down((v), (m), RF_WARP_SIZE)
+#define RF_SHFL_UP(v, m) __shfl_up((v), (m), RF_WARP_SIZE)
+#define RF_BALLOT(p) __ballot(p)
 #define RF_SYNCWARP() rf_hip_syncwarp()
 static __device__ __forceinline__ void rf_hip_syncwarp(void) {
     /* AMD wavefronts execute in lock-step; a compiler fence keeps shared-memory order */
@@ -106,6 +109,14 @@ static __device__ __forceinline__ int rf_dp4a(int a, int b, int c) {
     c += (int)(int8_t)(a >> 8) * (int)(int8_t)(b >> 8);
     c += (int)(int8_t)(a >> 16) * (int)(int8_t)(b >> 16);
     c += (int)(int8_t)(a >> 24) * (int)(int8_t)(b >> 24);
+    return c;
+}
+/* the same with a's bytes unsigned (0..255) */
+static __device__ __forceinline__ int rf_dp4a_us(unsigned a, int b, int c) {
+    c += (int)(a & 0xFFu) * (int)(int8_t)(b);
+    c += (int)((a >> 8) & 0xFFu) * (int)(int8_t)(b >> 8);
+    c += (int)((a >> 16) & 0xFFu) * (int)(int8_t)(b >> 16);
+    c += (int)(a >> 24) * (int)(int8_t)(b >> 24);
     return c;
 }
 
@@ -122,8 +133,17 @@ typedef __half rf_half;
 #define RF_WARP_SIZE 32
 #define RF_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m), RF_WARP_SIZE)
 #define RF_SHFL(v, src) __shfl_sync(0xffffffffu, (v), (src), RF_WARP_SIZE)
+#define RF_SHFL_DOWN(v, m) __shfl_down_sync(0xffffffffu, (v), (m), RF_WARP_SIZE)
+#define RF_SHFL_UP(v, m) __shfl_up_sync(0xffffffffu, (v), (m), RF_WARP_SIZE)
+#define RF_BALLOT(p) __ballot_sync(0xffffffffu, (p))
 #define RF_SYNCWARP() __syncwarp()
 static __device__ __forceinline__ int rf_dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
+/* 4-way dot of unsigned bytes of a with signed bytes of b, plus c (dp4a.u32.s32) */
+static __device__ __forceinline__ int rf_dp4a_us(unsigned a, int b, int c) {
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
 #endif
 
 /* ---- shared helpers (both platforms) --------------------------------------------------- */
@@ -191,6 +211,23 @@ static __device__ __forceinline__ void rf_cp_async16(void *smem, const void *gme
     *(uint4 *)smem = *(const uint4 *)gmem;
 #endif
 }
+/* The same with the shared-memory address already converted by rf_smem_addr (CUDA sm_80+ only:
+ * kernels using it are not built elsewhere). */
+static __device__ __forceinline__ unsigned rf_smem_addr(const void *smem) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return (unsigned)__cvta_generic_to_shared(smem);
+#else
+    return (unsigned)(uintptr_t)smem;
+#endif
+}
+static __device__ __forceinline__ void rf_cp_async16_s(unsigned s, const void *gmem) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+#else
+    (void)s, (void)gmem;
+    __builtin_trap();
+#endif
+}
 static __device__ __forceinline__ void rf_cp_async_commit(void) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -199,6 +236,19 @@ static __device__ __forceinline__ void rf_cp_async_commit(void) {
 template <int N> static __device__ __forceinline__ void rf_cp_async_wait(void) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* One 16-byte load of data read once (streamed weights): read-only path, not kept in L1, so the
+ * small, reused x stays there. Elsewhere a plain load. */
+static __device__ __forceinline__ uint4 rf_ld_stream16(const void *p) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    return *(const uint4 *)p;
 #endif
 }
 

@@ -9,16 +9,23 @@
 
 /* ---- x quantization ------------------------------------------------------------------------
  * quantize_x: for each 32-element group g of x: d = max|x| / 127, qx = round(x / d) (int8),
- * dx[g] = (d, sum of the f32 x of the group). in: x f32 [n] (n a multiple of 32);
- * out: qx int8 [n], dx float2 [n/32]. launch: one thread per element (programmatic dependent
- * launch allowed), blocks of a multiple of 64 threads, so each 32-group is 32 consecutive lanes of one warp (the reduction width below
- * is the group size RF_QK, not the warp size). */
-__global__ void rf_k_quantize_x(int8_t *qx, float2 *dx, const float *x, int64_t n) {
+ * dx[g] = (d, the sum of the group's int8 qx as int bits, the sum of its f32 x, 0).
+ * in: x f32 [nt, n_in] (n_in a multiple of 32 * gb); out: qx int8 [nt, n_in], dx float4
+ * [nt, n_in/32], each token's blocks in the order the GEMV reads them. gb = 1: in order. gb = 2,
+ * 4 or 8 (gemv_q32s, groups of gb blocks): block b = g * gb + j (ng = n_in / 32 / gb groups) has
+ * dx at j * ng + g and its two 16-byte halves h at 16-byte units (2 j + h) * ng + g of qx, so
+ * lanes taking the j-th block of consecutive groups read consecutive 16-byte words.
+ * launch: grid (elements of a token / block size, tokens), one thread per element (programmatic
+ * dependent launch allowed), blocks of a multiple of 64 threads, so each 32-group is 32
+ * consecutive lanes of one warp (the reduction width below is the group size RF_QK, not the warp
+ * size). */
+__global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in, int gb) {
     rf_pdl_trigger();
     rf_pdl_wait(); /* x is the previous kernel's output; qx may still be read by it */
-    const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (e - (threadIdx.x % RF_QK) >= n) return; /* whole groups leave together */
-    const float v = e < n ? x[e] : 0.0f;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x; /* element in the token (n_in < 2^28) */
+    if (i - (int)(threadIdx.x % RF_QK) >= n_in) return; /* whole groups leave together */
+    const int64_t e = (int64_t)blockIdx.y * n_in + i;
+    const float v = i < n_in ? x[e] : 0.0f;
     float amax = fabsf(v), sum = v;
 #pragma unroll
     for (int m = RF_QK / 2; m > 0; m >>= 1) {
@@ -28,8 +35,16 @@ __global__ void rf_k_quantize_x(int8_t *qx, float2 *dx, const float *x, int64_t 
     /* a NaN in the group must reach y: NaN d poisons every product (int8 cannot hold it) */
     const float d = sum != sum ? sum : amax / 127.0f;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
-    if (e < n) qx[e] = (int8_t)__float2int_rn(v * id);
-    if (e < n && (threadIdx.x % RF_QK) == 0) dx[e / RF_QK] = make_float2(d, sum);
+    const int q = __float2int_rn(v * id);
+    int qs = q;
+#pragma unroll
+    for (int m = RF_QK / 2; m > 0; m >>= 1) qs += RF_SHFL_XOR(qs, m);
+    const int b = i / RF_QK, ng = n_in / RF_QK / gb, j = b & (gb - 1), g = b / gb;
+    const int h = (int)(threadIdx.x % RF_QK) / 16, c = (int)threadIdx.x % 16;
+    const int64_t unit = gb == 1 ? 2 * b + h : (int64_t)(2 * j + h) * ng + g;
+    if (i < n_in) qx[(int64_t)blockIdx.y * n_in + unit * 16 + c] = (int8_t)q;
+    if (i < n_in && (threadIdx.x % RF_QK) == 0)
+        dx[(int64_t)blockIdx.y * (n_in / RF_QK) + (gb == 1 ? b : j * ng + g)] = make_float4(d, __int_as_float(qs), sum, 0.0f);
 }
 
 /* bit 4 of each byte of a packed 4-element word from 4 consecutive bits of qh starting at sh */
@@ -38,8 +53,8 @@ static __device__ __forceinline__ int rf_qh4(uint32_t qh, int sh) {
     return (int)(((qh & 1u) << 4) | ((qh & 2u) << 11) | ((qh & 4u) << 18) | ((qh & 8u) << 25));
 }
 
-/* Dot of one 32-element block with one token's quantized x (xi: 8 packed int8x4, dxv: (d, sum
- * of the f32 x), sxi: sum of the int8 x). The block sits in shared memory at a 2-byte boundary:
+/* Dot of one 32-element block with one token's quantized x (xi: 8 packed int8x4, dxd: its scale,
+ * sxi: the sum of its int8 values, fsum: the sum of its f32 values, used by Q4_1 / Q5_1 only). The block sits in shared memory at a 2-byte boundary:
  * aw points at the 4-byte word holding its first byte, o (0 or 2) is that byte's offset in it;
  * the block is read with aligned 32-bit loads and each field realigned with one byte_perm
  * (16-bit loads cost twice the shared-memory wavefronts, and this kernel is bound by them).
@@ -47,7 +62,7 @@ static __device__ __forceinline__ int rf_qh4(uint32_t qh, int sh) {
  * over the int8 x; Q4_1 / Q5_1: sum (d q + m) x = d sum (q - c) x + (m + c d) sum x. */
 template <int T>
 static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, const int *xi,
-                                                   float2 dxv, int sxi) {
+                                                   float dxd, int sxi, float fsum) {
     constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
                      : T == RF_TYPE_Q5_1 ? 24 : 34;
     constexpr int NWD = (BB + 2 + 3) / 4; /* words covering bytes [o, o + BB) for o <= 2 */
@@ -64,14 +79,25 @@ static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, co
     if (T == RF_TYPE_Q8_0) {
 #pragma unroll
         for (int k = 0; k < 8; k++) s = rf_dp4a((int)fw(2 + 4 * k), xi[k], s);
-        return d * dxv.x * (float)s;
+        return d * dxd * (float)s;
     }
     constexpr int QO = T == RF_TYPE_Q4_0 ? 2 : T == RF_TYPE_Q4_1 ? 4 : T == RF_TYPE_Q5_0 ? 6 : 8;
     uint32_t qh = 0;
     if (T == RF_TYPE_Q5_0) qh = fw(2);
     if (T == RF_TYPE_Q5_1) qh = fw(4);
+    if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q4_1) {
+        /* high nibbles in place (16 q) with unsigned bytes: one mask instead of shift and mask */
+        int sh = 0;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 4; k++) {
+            const uint32_t q = fw(QO + 4 * k);
+            s = rf_dp4a((int)(q & 0x0F0F0F0Fu), xi[k], s);
+            sh = rf_dp4a_us(q & 0xF0F0F0F0u, xi[4 + k], sh);
+        }
+        s += sh >> 4; /* exact: sh is 16 times an integer */
+    }
+#pragma unroll
+    for (int k = 0; k < 4 && (T == RF_TYPE_Q5_0 || T == RF_TYPE_Q5_1); k++) {
         const uint32_t q = fw(QO + 4 * k);
         int lo = (int)(q & 0x0F0F0F0Fu), hi = (int)((q >> 4) & 0x0F0F0F0Fu);
         if (T == RF_TYPE_Q5_0 || T == RF_TYPE_Q5_1) {
@@ -84,15 +110,15 @@ static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, co
     /* centre q on c (8 / 16) in exact integers: the int8 rounding error of x then scales with
      * |q - c|, not |q|; Q4_1 / Q5_1 add the minimum back on the exact f32 sum of x */
     constexpr int C = T == RF_TYPE_Q4_0 || T == RF_TYPE_Q4_1 ? 8 : 16;
-    const float sc = d * dxv.x * (float)(s - C * sxi);
+    const float sc = d * dxd * (float)(s - C * sxi);
     if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q5_0) return sc;
     const float m = rf_h2f_bits((uint16_t)(fw(2) & 0xFFFFu));
-    return sc + (m + (float)C * d) * dxv.y;
+    return sc + (m + (float)C * d) * fsum;
 }
 
 /* gemv_q32: y[t, o] = sum_i W[o, i] x[t, i] for W in a 32-element block format T.
  * in: w rows of row_bytes (ggml layout, readable 16 bytes past the end: rf_gpu_alloc pads);
- *     qx int8 [nt, n_in], dx float2 [nt, n_in/32] from rf_k_quantize_x; 1 <= nt <= NTMAX.
+ *     qx int8 [nt, n_in], dx float4 [nt, n_in/32] from rf_k_quantize_x; 1 <= nt <= NTMAX.
  * out: y f32 [nt, n_out]. launch: NW warps per block; a group of WPR warps owns R consecutive
  * rows, warp k of the group taking stages k, k + WPR, ... (more warps per SM hide more latency).
  * A stage is one block per lane and row. Each warp streams its stages through a ring of S
@@ -106,7 +132,7 @@ static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, co
  * tolerance vs rf_ref_matmul: rel. L2 < 1e-2 (x is quantized to int8 per 32). */
 template <int T, int NTMAX, int R, int S, int WPR, int NW>
 __global__ void __launch_bounds__(NW * RF_WARP_SIZE)
-rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, int nt,
+rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, int nt,
               int64_t n_in, int64_t n_out, int64_t row_bytes) {
     constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
                      : T == RF_TYPE_Q5_1 ? 24 : 34;
@@ -116,7 +142,6 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
     constexpr int STEP = G * BB / 16;              /* 16-byte words per stage and row */
     constexpr int SU4 = STEP + 1;                  /* plus the slack word */
     constexpr int LPR = (SU4 + G - 1) / G;         /* copies per lane, stage and row */
-    constexpr bool SX = T != RF_TYPE_Q8_0; /* needs the int sum of x */
     __shared__ uint4 ring[NW][S][R][SU4];
     __shared__ float red[WPR > 1 ? NW : 1][R][NTMAX];
     const int lane = threadIdx.x % G, warp = threadIdx.x / G;
@@ -164,7 +189,7 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
         for (int t = 0; t < NTMAX; t++) acc[r][t] = 0.0f;
     /* x of token 0 for a block, loaded a stage ahead of its use when NTMAX == 1 */
     int4 nx0 = make_int4(0, 0, 0, 0), nx1 = nx0;
-    float2 ndx = make_float2(0.0f, 0.0f);
+    float4 ndx = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     auto load_x = [&](int bi) {
         if (bi < nb) {
             const int4 *xp = (const int4 *)(qx + (int64_t)bi * RF_QK);
@@ -175,7 +200,7 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
     for (int k = 0; k < nk; k++) {
         const int bi = (wg + k * WPR) * G + lane;
         int4 x0 = nx0, x1 = nx1;
-        float2 dxv = ndx;
+        float4 dxv = ndx;
         if (NTMAX == 1) load_x(bi + WPR * G);
         rf_cp_async_wait<S - 1>(); /* this lane's copies of stage k have landed */
         RF_SYNCWARP();             /* ... and every lane's are visible */
@@ -189,15 +214,11 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
                     x0 = xp[0], x1 = xp[1], dxv = dx[(int64_t)t * nb + bi];
                 }
                 const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                int sxi = 0;
-                if (SX) {
-#pragma unroll
-                    for (int j = 0; j < 8; j++) sxi = rf_dp4a(0x01010101, xi[j], sxi);
-                }
+                const int sxi = __float_as_int(dxv.y);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     const uint32_t *aw = (const uint32_t *)(slot + r * SU4 * 16 + (boff[r] & ~3u));
-                    acc[r][t] += rf_q32_dot<T>(aw, (int)(boff[r] & 3u), xi, dxv, sxi);
+                    acc[r][t] += rf_q32_dot<T>(aw, (int)(boff[r] & 3u), xi, dxv.x, sxi, dxv.z);
                 }
             }
         }
@@ -227,6 +248,212 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
         }
     }
 }
+
+/* Groups of the q32s kernel: GB blocks of a 32-element format that are exactly NU 16-byte words
+ * (Q4_0: 8 blocks = 144 bytes = 9 words). In a row whose bytes are a multiple of 16, every group
+ * starts 16-byte aligned, so a lane reads one with NU aligned 16-byte shared-memory loads (NU is
+ * odd: lanes NU words apart hit distinct banks) and every field offset in it is a compile-time
+ * constant. */
+template <int T> struct rf_q32_group {
+    static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
+                            : T == RF_TYPE_Q5_1 ? 24 : 34;
+    static constexpr int GB = T == RF_TYPE_Q4_1 ? 4 : T == RF_TYPE_Q5_1 ? 2 : 8; /* blocks */
+    static constexpr int NU = GB * BB / 16;                                      /* words */
+    static_assert(GB * BB % 16 == 0 && NU % 2 == 1, "a group: an odd number of 16-byte words");
+};
+
+#if !defined(RF_HIP) /* cp.async with converted addresses, 32-lane ballots: CUDA only */
+/* gemv_q32s: the same product as gemv_q32 for rows of whole groups (rf_q32_group; rf_gpu_gemv
+ * checks row_bytes % 16 == 0). Such rows lie back to back as one run of groups, so warp w takes
+ * rows [w * rpw, w * rpw + rpw) as one contiguous run of rpw * ng groups (ng per row) and streams
+ * it in stages of RF_WARP_SIZE groups, one per lane: coalesced 16-byte cp.async copies into a
+ * ring of S slots per warp (the first S stages issued before rf_pdl_wait(): w must not be written
+ * by work in flight on the stream), each lane decoding its group from shared memory. No lane
+ * idles whatever ng is, except in a warp's last stage. Row sums, all in a fixed order
+ * (deterministic): stages of whole rows (ng divides 32) sum each row over its ng lanes; with
+ * ng >= 32 a stage holds parts of at most two rows, which each lane keeps apart until the first
+ * ends (then one warp sum); otherwise a segmented shuffle reduction sums each row's lanes in the
+ * stage, a row running on into the next stage is carried over in a register.
+ * x is int8 per 32 from rf_k_quantize_x with gb = GB (lanes taking the j-th block of
+ * consecutive groups read consecutive 16-byte words of it). With XS (one token) each block first
+ * copies x into shared memory (rf_q32s_smem: after the rings; per block of 32 the scale and int
+ * sum, plus the f32 sum for Q4_1 / Q5_1), so the decode waits on shared-memory loads only;
+ * otherwise x is read from global memory. The rings are static shared memory (<= 48 KB), x
+ * dynamic (the launch passes its size).
+ * (Quantizing x in every block instead, from the f32 x, was measured: 1.3-2x slower.)
+ * launch: NW warps per block, any grid with grid * NW * rpw >= n_out. tolerance as gemv_q32. */
+template <int T, int NTMAX, int S, int NW, bool XS>
+__global__ void __launch_bounds__(NW * RF_WARP_SIZE)
+rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, int nt,
+               int64_t n_in, int64_t n_out, int64_t row_bytes, int rpw) {
+    using G = rf_q32_group<T>;
+    constexpr int BB = G::BB, GB = G::GB, NU = G::NU, WS = RF_WARP_SIZE;
+    constexpr int SLOT = WS * NU; /* 16-byte words per stage */
+    constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1; /* needs the f32 sum of x */
+    __shared__ uint4 ring[NW][S][SLOT];
+    extern __shared__ uint4 rf_dyn[]; /* XS: x */
+    const int lane = threadIdx.x % WS, warp = threadIdx.x / WS;
+    const int nb = (int)(n_in / RF_QK), ng = nb / GB;
+    const int64_t row0 = ((int64_t)blockIdx.x * NW + warp) * rpw;
+    const int rows = n_out - row0 < rpw ? (int)(n_out > row0 ? n_out - row0 : 0) : rpw;
+    const int ngr = rows * ng;              /* groups of this warp (< 2^31: rpw * ng small) */
+    const int nk = (ngr + WS - 1) / WS;     /* its stages */
+    const char *wbase = (const char *)(w + row0 * row_bytes);
+    const unsigned s_ring = rf_smem_addr(ring[warp][0]) + (unsigned)lane * 16;
+    int ik = 0, islot = 0; /* next stage to issue and its slot */
+    auto issue = [&]() {
+        const int lim = ngr * NU - ik * SLOT; /* words left in the run from this stage on */
+        const char *src = wbase + ((int64_t)ik * SLOT + lane) * 16;
+        const unsigned sa = s_ring + (unsigned)(islot * SLOT * 16);
+        if (lim >= SLOT) { /* a whole stage: no per-copy test */
+#pragma unroll
+            for (int m = 0; m < NU; m++) rf_cp_async16_s(sa + m * WS * 16, src + m * WS * 16);
+        } else {
+#pragma unroll
+            for (int m = 0; m < NU; m++)
+                if (lane + m * WS < lim) rf_cp_async16_s(sa + m * WS * 16, src + m * WS * 16);
+        }
+        rf_cp_async_commit(); /* one group per stage, empty or not: the wait count relies on it */
+        ik++;
+        islot = islot + 1 == S ? 0 : islot + 1;
+    };
+    for (int k = 0; k < S; k++) {
+        if (k < nk) issue();
+        else rf_cp_async_commit();
+    }
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    uint4 *xs = rf_dyn; /* XS: qx (n_in bytes), then nb records */
+    if (XS) {
+        const int nq = (int)(n_in / 16);
+        const uint4 *qx4 = (const uint4 *)qx;
+        for (int i = threadIdx.x; i < nq; i += NW * WS) xs[i] = qx4[i];
+        if (FS) {
+            for (int i = threadIdx.x; i < nb; i += NW * WS) xs[nq + i] = ((const uint4 *)dx)[i];
+        } else { /* (d, int sum) only: 8 bytes per block */
+            for (int i = threadIdx.x; i < nb; i += NW * WS)
+                ((float2 *)(xs + nq))[i] = *(const float2 *)&dx[i];
+        }
+        __syncthreads();
+    }
+    const int8_t *xq = XS ? (const int8_t *)xs : qx;
+    const char *xd = XS ? (const char *)(xs + n_in / 16) : (const char *)dx;
+    constexpr int DXB = XS && !FS ? 8 : 16; /* bytes per record of xd */
+    float carry[NTMAX]; /* the partial sum of the row running on from the previous stage */
+    float accA[NTMAX], accB[NTMAX]; /* ng >= 32: this lane's share of the open and next rows */
+#pragma unroll
+    for (int t = 0; t < NTMAX; t++) carry[t] = accA[t] = accB[t] = 0.0f;
+    int r = lane / ng, g = lane % ng; /* this lane's row (in the warp's run) and group */
+    /* stages of whole rows: ng divides the warp, rpw is a multiple of WS / ng (the launch) */
+    const bool whole = ng <= WS && WS % ng == 0 && rpw % (WS / ng) == 0;
+    int slot = 0;
+    for (int k = 0; k < nk; k++) {
+        const int gid = k * WS + lane;
+        rf_cp_async_wait<S - 1>(); /* this lane's copies of stage k have landed */
+        RF_SYNCWARP();             /* ... and every lane's are visible */
+        float v[NTMAX];
+#pragma unroll
+        for (int t = 0; t < NTMAX; t++) v[t] = 0.0f;
+        if (gid < ngr) {
+            const uint4 *src = &ring[warp][slot][lane * NU];
+            uint32_t cw[NU * 4 + 1]; /* the group as words, plus a zero word rf_q32_dot may read */
+#pragma unroll
+            for (int u = 0; u < NU; u++) {
+                const uint4 q = src[u];
+                cw[4 * u] = q.x, cw[4 * u + 1] = q.y, cw[4 * u + 2] = q.z, cw[4 * u + 3] = q.w;
+            }
+            cw[NU * 4] = 0;
+#pragma unroll
+            for (int j = 0; j < GB; j++) {
+#pragma unroll
+                for (int t = 0; t < NTMAX; t++) {
+                    if (NTMAX > 1 && t >= nt) break; /* NTMAX 1: nt is 1 */
+                    const int4 *xp = (const int4 *)(xq + t * n_in) + 2 * j * ng + g;
+                    const int4 x0 = xp[0], x1 = xp[ng];
+                    float dxd, fsum = 0.0f;
+                    int sxi;
+                    const char *dp = xd + ((int64_t)t * nb + j * ng + g) * DXB;
+                    if (FS) {
+                        const float4 q = *(const float4 *)dp;
+                        dxd = q.x, sxi = __float_as_int(q.y), fsum = q.z;
+                    } else { /* the sum of the f32 x is not needed: one 8-byte load */
+                        const float2 q = *(const float2 *)dp;
+                        dxd = q.x, sxi = __float_as_int(q.y);
+                    }
+                    const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                    v[t] += rf_q32_dot<T>(&cw[j * BB / 4], j * BB % 4, xi, dxd, sxi, fsum);
+                }
+            }
+        }
+        RF_SYNCWARP(); /* the slot is read by all lanes before it is refilled */
+        if (k + S < nk) issue();
+        else rf_cp_async_commit();
+        slot = slot + 1 == S ? 0 : slot + 1;
+        if (whole) { /* the stage is 32 / ng whole rows: a butterfly over each row's ng lanes */
+#pragma unroll
+            for (int t = 0; t < NTMAX; t++) {
+                if (NTMAX > 1 && t >= nt) break;
+#pragma unroll
+                for (int m = 1; m < WS; m <<= 1)
+                    if (m < ng) v[t] += RF_SHFL_XOR(v[t], m);
+                if (g == 0 && gid < ngr) y[t * n_out + row0 + r] = v[t];
+            }
+            r += WS / ng;
+            continue;
+        }
+        if (ng >= WS) { /* a stage holds parts of at most two rows and ends at most one: lanes
+                         * keep the open row's sum (accA) and the next one's (accB) */
+            const int ra = RF_SHFL(r, 0);           /* the open row */
+#pragma unroll
+            for (int t = 0; t < NTMAX; t++) {
+                if (r == ra) accA[t] += v[t];
+                else accB[t] += v[t];
+            }
+            if ((ra + 1) * ng - 1 < (k + 1) * WS) { /* the open row ends here */
+#pragma unroll
+                for (int t = 0; t < NTMAX; t++) {
+                    if (NTMAX > 1 && t >= nt) break;
+                    const float tot = rf_warp_sum(accA[t]);
+                    if (lane == 0 && ra < rows) y[t * n_out + row0 + ra] = tot;
+                    accA[t] = accB[t], accB[t] = 0.0f;
+                }
+            }
+            g += WS;
+            if (g >= ng) g -= ng, r++;
+            continue;
+        }
+        /* rows of this stage: lanes of one row are consecutive; after the shuffles the first
+         * lane of each row's segment holds the segment's sum (lanes past the run: row rows) */
+        const int rr = gid < ngr ? r : rows;
+#pragma unroll
+        for (int m = 1; m < WS; m <<= 1) {
+            const int ro = RF_SHFL_DOWN(rr, m);
+#pragma unroll
+            for (int t = 0; t < NTMAX; t++) {
+                const float o = RF_SHFL_DOWN(v[t], m);
+                if (lane + m < WS && ro == rr) v[t] += o;
+            }
+        }
+        const int rprev = RF_SHFL_UP(rr, 1);
+        const bool head = lane == 0 || rprev != rr;      /* first lane of its row here */
+        const int glast = (rr + 1) * ng - 1;              /* the row's last group in the run */
+        const bool ends = glast < (k + 1) * WS;           /* ... lies in this stage */
+        const int r31 = RF_SHFL(rr, WS - 1);
+        const int hl = __ffs(RF_BALLOT(rr == r31)) - 1; /* head lane of the last row here */
+#pragma unroll
+        for (int t = 0; t < NTMAX; t++) {
+            if (NTMAX > 1 && t >= nt) break;
+            float tot = v[t] + (lane == 0 ? carry[t] : 0.0f); /* lane 0's row may run on */
+            if (head && rr < rows && ends) y[t * n_out + row0 + rr] = tot;
+            /* the last row here, if it runs on, is carried: its head lane's total */
+            const float c = RF_SHFL(tot, hl);
+            carry[t] = ((r31 + 1) * ng - 1 < (k + 1) * WS || r31 >= rows) ? 0.0f : c;
+        }
+        g += WS; /* this lane's group in the next stage */
+        while (g >= ng) g -= ng, r++;
+    }
+}
+#endif
 
 /* Shared tail of the one-row-per-warp-group GEMVs (f16, K-quants): y[t, row] = the sum of acc[t]
  * over the group's WPR warps (through red when WPR > 1), for t < nt. Every thread of the block
@@ -522,9 +749,10 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
 }
 
 /* Kernel variants, chosen per call by ctx->gemv_variant (0 = default; the benchmark sweeps
- * 1..3), all launched as programmatic dependent launches where ctx->pdl:
+ * 1..7), all launched as programmatic dependent launches where ctx->pdl:
  * q32 (rows per warp group, ring stages, warps per group; RF_Q32_WARPS warps per block) =
  *   1: (4, 2, 4), 2: (2, 2, 4), 3: (4, 2, 2); HIP: (2, 2, 2) always;
+ * q32s (32-element formats, rows of whole 16-byte groups, CUDA) = 4..7, see rf_launch_q32s;
  * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2);
  * K-quants: 1 = one warp per row, 2 and 3 = four warps per row.
  * Defaults from the H100 sweeps in docs/perf-gpu.md. */
@@ -538,7 +766,7 @@ static int rf_gemv_rows_per_block(int variant) { return variant == 1 ? RF_GEMV_W
 
 template <int T>
 static rf_status rf_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
-                               const int8_t *qx, const float2 *dx, int nt, int64_t n_in,
+                               const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
                                int64_t n_out, int64_t rb) {
     const char *name = "rf_k_gemv_q32";
 #if defined(RF_HIP)
@@ -563,6 +791,80 @@ static rf_status rf_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *
     return RF_Q32(8, 4, 2, 4);
 #endif
 #undef RF_Q32
+}
+#if !defined(RF_HIP)
+/* q32s variants (ring stages per warp, x of one token in shared memory): 4: (2, yes),
+ * 5: (3, yes), 6: (1, yes), 7: (2, no: x read through L1). Warps per block: 4, fewer where the
+ * rings would pass 48 KB (Q8_0: 2 with 2 stages). Rows per warp: the fewest that let the grid fit
+ * on the device at once (resident blocks per SM from the runtime, asked once per kernel and KB
+ * of x). */
+template <int T, int NTM, int S, int NW, bool XS>
+static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
+                                  const float4 *dx, int nt, int64_t n_in, int64_t n_out,
+                                  int64_t rb) {
+    constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::NU * 16;
+    constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1;
+    auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS>;
+    /* x: n_in bytes of int8 + 8 (16 with the f32 sum) bytes per 32 (n_in <= 16384) */
+    const size_t ring = (size_t)NW * S * SLOT;
+    const size_t smem = XS ? (size_t)n_in + (size_t)n_in / RF_QK * (FS ? 16 : 8) : 0;
+    static int per_sm[25]; /* by KB of x */
+    static int attr_kb = (int)((48 * 1024 - ring) / 1024); /* dynamic KB the kernel may take */
+    const int kb = (int)((smem + 1023) / 1024);
+    if (kb > attr_kb) { /* raised only when needed: it can cost L1 */
+        attr_kb = kb;
+        (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kb * 1024);
+    }
+    if (!per_sm[kb]) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, NW * ctx->info.warp_size, (size_t)kb * 1024) != cudaSuccess || n < 1) {
+            (void)cudaGetLastError();
+            n = 1;
+        }
+        per_sm[kb] = n;
+    }
+    const int64_t warps = (int64_t)per_sm[kb] * ctx->info.sm_count * NW;
+    const int ng = (int)(n_in / RF_QK / rf_q32_group<T>::GB);
+    int64_t rpw = (n_out + warps - 1) / warps;
+    if (ng < 32 && 32 % ng == 0) { /* whole stages: a multiple of 32 / ng rows */
+        const int u = 32 / ng;
+        rpw = (rpw + u - 1) / u * u;
+    }
+    const int64_t blocks = (n_out + rpw * NW - 1) / (rpw * NW);
+    return rf_gpu_launch(ctx, "rf_k_gemv_q32s", true, kern, dim3((unsigned)blocks),
+                         dim3(NW * ctx->info.warp_size), smem, y, w, qx, dx, nt, n_in, n_out, rb,
+                         (int)rpw);
+}
+template <int T>
+static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
+                                const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
+                                int64_t n_out, int64_t rb) {
+    constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::NU * 16;
+#define RF_NW(S) (49152 / ((S) * SLOT) >= 4 ? 4 : 49152 / ((S) * SLOT) >= 1 ? 49152 / ((S) * SLOT) : 1)
+#define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, RF_NW(S), XS>(ctx, y, w, qx, dx, nt, n_in, n_out, rb)
+    if (nt == 1) {
+        if (v == 5) return RF_Q32S(1, 3, true);
+        if (v == 6) return RF_Q32S(1, 1, true);
+        if (v == 7) return RF_Q32S(1, 2, false);
+        return RF_Q32S(1, 2, true);
+    }
+    if (v == 5) return RF_Q32S(8, 3, false);
+    if (v == 6) return RF_Q32S(8, 1, false);
+    return RF_Q32S(8, 2, false);
+#undef RF_NW
+#undef RF_Q32S
+}
+#endif
+/* the blocks per group of the q32s kernel for a 32-element format, 0 for others */
+static int rf_q32s_gb(rf_type t) {
+    switch (t) {
+    case RF_TYPE_Q4_0: return rf_q32_group<RF_TYPE_Q4_0>::GB;
+    case RF_TYPE_Q4_1: return rf_q32_group<RF_TYPE_Q4_1>::GB;
+    case RF_TYPE_Q5_0: return rf_q32_group<RF_TYPE_Q5_0>::GB;
+    case RF_TYPE_Q5_1: return rf_q32_group<RF_TYPE_Q5_1>::GB;
+    case RF_TYPE_Q8_0: return rf_q32_group<RF_TYPE_Q8_0>::GB;
+    default: return 0;
+    }
 }
 template <int T>
 static rf_status rf_launch_f16(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
@@ -595,6 +897,102 @@ static rf_status rf_launch_k(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned thr
 #undef RF_K
 }
 
+/* ---- the 32-element formats: x quantized once, then the product ---------------------- */
+
+/* the product kernel for (type, n_in, n_tokens) and the context's variant: q32 variants 1..3,
+ * q32s 4..7 (rows of whole 16-byte groups, n_in <= 16384, CUDA); default from the H100 sweeps
+ * in docs/perf-gpu.md */
+static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n_out) {
+    const int gb = rf_q32s_gb(t);
+#if defined(RF_HIP)
+    const bool fits = false; /* wave64 rings of 64 groups would not fit */
+    (void)gb;
+#else
+    const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384; /* x in 24 KB */
+#endif
+    int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 7 ? ctx->gemv_variant : 0;
+    /* q32s for every row it takes (x through L1; wide 4/5-bit rows: three stages, x in shared
+     * memory), whatever n_out: x's order may depend on the type and n_in only, since one
+     * quantized x serves products of several heights (rf_gpu_quantize_x) */
+    if (!v) v = fits ? (t == RF_TYPE_Q8_0 || n_in <= 8192 ? 7 : 5) : n_in <= 4096 && n_out <= 4096 ? 3 : 2;
+    if (v >= 4 && !fits) v = 2; /* a forced q32s variant on rows it cannot take */
+    return v;
+}
+
+extern "C" size_t rf_gpu_xq_bytes(int64_t n_tokens, int64_t n_in) {
+    const size_t n = (size_t)n_tokens * (size_t)n_in;
+    return ((n + 255) & ~(size_t)255) + n / RF_QK * sizeof(float4);
+}
+
+/* quantize_x into xq for the product rf_q32_variant picks (its x order); n_out does not change
+ * the order, only the variant's kernel among 1..3, which share it */
+static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const float *x, int nt,
+                                 int64_t n_in) {
+    const int v = rf_q32_variant(ctx, t, n_in, 1);
+    const size_t n = (size_t)nt * (size_t)n_in;
+    float4 *dx = (float4 *)((char *)xq + ((n + 255) & ~(size_t)255));
+    return rf_gpu_launch(ctx, "rf_k_quantize_x", true, rf_k_quantize_x,
+                         dim3(rf_gpu_blocks(n_in, 256), (unsigned)nt), dim3(256), 0, (int8_t *)xq,
+                         dx, x, (int)n_in, v >= 4 ? rf_q32s_gb(t) : 1);
+}
+
+static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t,
+                                const void *xq, int nt, int64_t n_in, int64_t n_out) {
+    const int v = rf_q32_variant(ctx, t, n_in, n_out);
+    const int64_t rb = n_in / RF_QK * rf_gq_bytes((int)t);
+    const size_t n = (size_t)nt * (size_t)n_in;
+    const int8_t *qx = (const int8_t *)xq;
+    const float4 *dx = (const float4 *)((const char *)xq + ((n + 255) & ~(size_t)255));
+#if !defined(RF_HIP)
+    if (v >= 4) {
+        switch (t) {
+        case RF_TYPE_Q4_0: return rf_launch_q32s<RF_TYPE_Q4_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+        case RF_TYPE_Q4_1: return rf_launch_q32s<RF_TYPE_Q4_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+        case RF_TYPE_Q5_0: return rf_launch_q32s<RF_TYPE_Q5_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+        case RF_TYPE_Q5_1: return rf_launch_q32s<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+        default: return rf_launch_q32s<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+        }
+    }
+#endif
+    switch (t) {
+    case RF_TYPE_Q4_0: return rf_launch_q32<RF_TYPE_Q4_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+    case RF_TYPE_Q4_1: return rf_launch_q32<RF_TYPE_Q4_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+    case RF_TYPE_Q5_0: return rf_launch_q32<RF_TYPE_Q5_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+    case RF_TYPE_Q5_1: return rf_launch_q32<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+    default: return rf_launch_q32<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+    }
+}
+
+static bool rf_is_q32(rf_type t) {
+    return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 ||
+           t == RF_TYPE_Q8_0;
+}
+
+extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const float *x,
+                                       int64_t n_tokens, int64_t n_in) {
+    const char *op = "rf_gpu_quantize_x";
+    RF_GPU_REQUIRE(rf_is_q32(wtype), op, "weight type %d is not a 32-element format", (int)wtype);
+    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8", (long long)n_tokens);
+    RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
+                   "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
+    RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0 && ((uintptr_t)x & 15) == 0, op,
+                   "x and xq must be 16-byte aligned (rf_gpu_alloc memory)");
+    return rf_q32_quantize(ctx, xq, wtype, x, (int)n_tokens, n_in);
+}
+
+extern "C" rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
+                                    const void *xq, int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    const char *op = "rf_gpu_gemv_xq";
+    RF_GPU_REQUIRE(rf_is_q32(wtype), op, "weight type %d is not a 32-element format", (int)wtype);
+    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8", (long long)n_tokens);
+    RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
+                   "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
+    RF_GPU_REQUIRE(n_out >= 1 && n_out <= 0x7fffffff, op, "n_out=%lld", (long long)n_out);
+    RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)xq & 15) == 0 && ((uintptr_t)y & 3) == 0,
+                   op, "w and xq must be 16-byte aligned (rf_gpu_alloc memory)");
+    return rf_q32_product(ctx, y, (const uint8_t *)w, wtype, xq, (int)n_tokens, n_in, n_out);
+}
+
 extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                  const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     const char *op = "rf_gpu_gemv";
@@ -614,6 +1012,7 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     const int nt = (int)n_tokens;
     const unsigned threads = RF_GEMV_WARPS * ctx->info.warp_size;
     const unsigned grid = (unsigned)((n_out + RF_GEMV_WARPS - 1) / RF_GEMV_WARPS);
+    /* variants 4..7 are the q32s kernel's only: the other kernels take their default */
     const int vsel = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3 ? ctx->gemv_variant : 0;
     const int v = vsel ? vsel : RF_GEMV_DEFAULT_F16; /* F16/BF16 */
     const int rpb = rf_gemv_rows_per_block(v);
@@ -624,29 +1023,12 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     const uint8_t *wp = (const uint8_t *)w;
     switch (wtype) {
     case RF_TYPE_Q4_0: case RF_TYPE_Q4_1: case RF_TYPE_Q5_0: case RF_TYPE_Q5_1: case RF_TYPE_Q8_0: {
-        /* x -> int8 per 32 (+ scale and exact sum) in scratch, then the dp4a kernel */
-        /* default from the H100 sweep: few, short rows (<= 4096 of them, <= 4096 wide) want
-         * four rows per warp pair (a row's 4 stages all in flight at once), everything else two
-         * rows per group of four warps */
-        const int vq = vsel ? vsel : n_in <= 4096 && n_out <= 4096 ? 3 : 2;
-        const int64_t n = n_tokens * n_in;
+        /* x -> int8 per 32 (+ scale and sums) in scratch, then the dp4a kernel */
         size_t mark;
-        void *tmp;
-        rf_status st = rf_gpu_tmp(ctx, (size_t)n + (size_t)(n / RF_QK) * sizeof(float2) + 256, &tmp, &mark);
-        if (st) return st;
-        const int8_t *qx = (const int8_t *)tmp;
-        const float2 *dx = (const float2 *)((char *)tmp + (((size_t)n + 255) & ~(size_t)255));
-        st = rf_gpu_launch(ctx, "rf_k_quantize_x", true, rf_k_quantize_x, dim3(rf_gpu_blocks(n, 256)),
-                           dim3(256), 0, (int8_t *)qx, (float2 *)dx, x, n);
-        if (!st) {
-            switch (wtype) {
-            case RF_TYPE_Q4_0: st = rf_launch_q32<RF_TYPE_Q4_0>(ctx, vq, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-            case RF_TYPE_Q4_1: st = rf_launch_q32<RF_TYPE_Q4_1>(ctx, vq, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-            case RF_TYPE_Q5_0: st = rf_launch_q32<RF_TYPE_Q5_0>(ctx, vq, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-            case RF_TYPE_Q5_1: st = rf_launch_q32<RF_TYPE_Q5_1>(ctx, vq, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-            default: st = rf_launch_q32<RF_TYPE_Q8_0>(ctx, vq, y, wp, qx, dx, nt, n_in, n_out, rb); break;
-            }
-        }
+        void *xq;
+        rf_status st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(n_tokens, n_in), &xq, &mark);
+        if (!st) st = rf_q32_quantize(ctx, xq, wtype, x, nt, n_in);
+        if (!st) st = rf_q32_product(ctx, y, wp, wtype, xq, nt, n_in, n_out);
         ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
         return st;
     }
