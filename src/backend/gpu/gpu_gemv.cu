@@ -54,13 +54,15 @@ static __device__ __forceinline__ int rf_qh4(uint32_t qh, int sh) {
 }
 
 /* Dot of one 32-element block with one token's quantized x (xi: 8 packed int8x4, dxd: its scale,
- * sxi: the sum of its int8 values, fsum: the sum of its f32 values, used by Q4_1 / Q5_1 only). The block sits in shared memory at a 2-byte boundary:
- * aw points at the 4-byte word holding its first byte, o (0 or 2) is that byte's offset in it;
+ * sxi: the sum of its int8 values, fsum: the sum of its f32 values, used by Q4_1 / Q5_1 only).
+ * The block sits at a 2-byte boundary: aw points at the 4-byte word holding its first byte, o
+ * (0 or 2) is that byte's offset in it (OC: o as a compile-time constant, -1: not known then;
+ * known, the aligned fields are plain words and no byte_perm is spent on them);
  * the block is read with aligned 32-bit loads and each field realigned with one byte_perm
  * (16-bit loads cost twice the shared-memory wavefronts, and this kernel is bound by them).
  * Integer sums are exact, so the offset c is taken off once: sum (q - c) x = sum q x - c sum x
  * over the int8 x; Q4_1 / Q5_1: sum (d q + m) x = d sum (q - c) x + (m + c d) sum x. */
-template <int T>
+template <int T, int OC = -1>
 static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, const int *xi,
                                                    float dxd, int sxi, float fsum) {
     constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
@@ -72,6 +74,10 @@ static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, co
     a[NWD] = 0; /* only ever selected with zero bytes taken from it */
     /* the 4 bytes at block offset f (f a compile-time constant once unrolled) */
     auto fw = [&](int f) -> uint32_t {
+        if (OC >= 0) {
+            const int b = OC + f; /* compile-time once unrolled */
+            return b % 4 == 0 ? a[b / 4] : __byte_perm(a[b / 4], a[b / 4 + 1], 0x3210u + (unsigned)(b % 4) * 0x1111u);
+        }
         return __byte_perm(a[f / 4], a[f / 4 + 1], 0x3210u + (unsigned)(o + f % 4) * 0x1111u);
     };
     const float d = rf_h2f_bits((uint16_t)(fw(0) & 0xFFFFu));
@@ -381,7 +387,9 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
                         dxd = q.x, sxi = __float_as_int(q.y);
                     }
                     const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                    v[t] += rf_q32_dot<T>(&cw[j * BB / 4], j * BB % 4, xi, dxd, sxi, fsum);
+                    /* the block's offset in its word, 0 or 2, is fixed for each j */
+                    if (j * BB % 4 == 0) v[t] += rf_q32_dot<T, 0>(&cw[j * BB / 4], 0, xi, dxd, sxi, fsum);
+                    else v[t] += rf_q32_dot<T, 2>(&cw[j * BB / 4], 2, xi, dxd, sxi, fsum);
                 }
             }
         }
