@@ -9,17 +9,19 @@
 
 /* ---- x quantization ------------------------------------------------------------------------
  * quantize_x: for each 32-element group g of x: d = max|x| / 127, qx = round(x / d) (int8),
- * dx[g] = (d, the sum of the group's int8 qx as int bits, the sum of its f32 x, 0).
- * in: x f32 [nt, n_in] (n_in a multiple of 32 * gb); out: qx int8 [nt, n_in], dx float4
- * [nt, n_in/32], each token's blocks in the order the GEMV reads them. gb = 1: in order. gb = 2,
- * 4 or 8 (gemv_q32s, groups of gb blocks): block b = g * gb + j (ng = n_in / 32 / gb groups) has
- * dx at j * ng + g and its two 16-byte halves h at 16-byte units (2 j + h) * ng + g of qx, so
- * lanes taking the j-th block of consecutive groups read consecutive 16-byte words.
+ * dx[g] = (d, the sum of the group's int8 qx as int bits) as a float2, with FS (Q4_1 / Q5_1
+ * weights, which need it) a float4 (d, that sum, the sum of the group's f32 x, 0).
+ * in: x f32 [nt, n_in] (n_in a multiple of 32 * GB); out: qx int8 [nt, n_in], dx [nt, n_in/32],
+ * each token's blocks in the order the GEMV reads them. GB = 1: in order. GB = 2, 4 or 8
+ * (gemv_q32s, groups of GB blocks): block b = g * GB + j (ng = n_in / 32 / GB groups) has dx at
+ * j * ng + g and its two 16-byte halves h at 16-byte units (2 j + h) * ng + g of qx, so lanes
+ * taking the j-th block of consecutive groups read consecutive 16-byte words.
  * launch: grid (elements of a token / block size, tokens), one thread per element (programmatic
  * dependent launch allowed), blocks of a multiple of 64 threads, so each 32-group is 32
  * consecutive lanes of one warp (the reduction width below is the group size RF_QK, not the warp
  * size). */
-__global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in, int gb) {
+template <int GB, bool FS>
+__global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in) {
     rf_pdl_trigger();
     rf_pdl_wait(); /* x is the previous kernel's output; qx may still be read by it */
     const int i = blockIdx.x * blockDim.x + threadIdx.x; /* element in the token (n_in < 2^28) */
@@ -39,12 +41,15 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
     int qs = q;
 #pragma unroll
     for (int m = RF_QK / 2; m > 0; m >>= 1) qs += RF_SHFL_XOR(qs, m);
-    const int b = i / RF_QK, ng = n_in / RF_QK / gb, j = b & (gb - 1), g = b / gb;
+    const int b = i / RF_QK, ng = n_in / RF_QK / GB, j = b % GB, g = b / GB;
     const int h = (int)(threadIdx.x % RF_QK) / 16, c = (int)threadIdx.x % 16;
-    const int64_t unit = gb == 1 ? 2 * b + h : (int64_t)(2 * j + h) * ng + g;
+    const int unit = GB == 1 ? 2 * b + h : (2 * j + h) * ng + g; /* < 2^24: n_in < 2^28 */
     if (i < n_in) qx[(int64_t)blockIdx.y * n_in + unit * 16 + c] = (int8_t)q;
-    if (i < n_in && (threadIdx.x % RF_QK) == 0)
-        dx[(int64_t)blockIdx.y * (n_in / RF_QK) + (gb == 1 ? b : j * ng + g)] = make_float4(d, __int_as_float(qs), sum, 0.0f);
+    const int64_t r = (int64_t)blockIdx.y * (n_in / RF_QK) + (GB == 1 ? b : j * ng + g);
+    if (i < n_in && (threadIdx.x % RF_QK) == 0) {
+        if (FS) dx[r] = make_float4(d, __int_as_float(qs), sum, 0.0f);
+        else ((float2 *)dx)[r] = make_float2(d, __int_as_float(qs));
+    }
 }
 
 /* bit 4 of each byte of a packed 4-element word from 4 consecutive bits of qh starting at sh */
@@ -57,12 +62,14 @@ static __device__ __forceinline__ int rf_qh4(uint32_t qh, int sh) {
  * sxi: the sum of its int8 values, fsum: the sum of its f32 values, used by Q4_1 / Q5_1 only).
  * The block sits at a 2-byte boundary: aw points at the 4-byte word holding its first byte, o
  * (0 or 2) is that byte's offset in it (OC: o as a compile-time constant, -1: not known then;
- * known, the aligned fields are plain words and no byte_perm is spent on them);
+ * known, the aligned fields are plain words and no byte_perm is spent on them; HI16: the high
+ * nibbles are taken in place as 16 q with an unsigned-byte dp4a, one mask instead of shift and
+ * mask: faster in gemv_q32s, slower in gemv_q32 on the H100);
  * the block is read with aligned 32-bit loads and each field realigned with one byte_perm
  * (16-bit loads cost twice the shared-memory wavefronts, and this kernel is bound by them).
  * Integer sums are exact, so the offset c is taken off once: sum (q - c) x = sum q x - c sum x
  * over the int8 x; Q4_1 / Q5_1: sum (d q + m) x = d sum (q - c) x + (m + c d) sum x. */
-template <int T, int OC = -1>
+template <int T, int OC = -1, bool HI16 = false>
 static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, const int *xi,
                                                    float dxd, int sxi, float fsum) {
     constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
@@ -91,7 +98,7 @@ static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, co
     uint32_t qh = 0;
     if (T == RF_TYPE_Q5_0) qh = fw(2);
     if (T == RF_TYPE_Q5_1) qh = fw(4);
-    if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q4_1) {
+    if (HI16 && (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q4_1)) {
         /* high nibbles in place (16 q) with unsigned bytes: one mask instead of shift and mask */
         int sh = 0;
 #pragma unroll
@@ -103,7 +110,7 @@ static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, co
         s += sh >> 4; /* exact: sh is 16 times an integer */
     }
 #pragma unroll
-    for (int k = 0; k < 4 && (T == RF_TYPE_Q5_0 || T == RF_TYPE_Q5_1); k++) {
+    for (int k = 0; k < 4 && !(HI16 && (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q4_1)); k++) {
         const uint32_t q = fw(QO + 4 * k);
         int lo = (int)(q & 0x0F0F0F0Fu), hi = (int)((q >> 4) & 0x0F0F0F0Fu);
         if (T == RF_TYPE_Q5_0 || T == RF_TYPE_Q5_1) {
@@ -124,7 +131,7 @@ static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, co
 
 /* gemv_q32: y[t, o] = sum_i W[o, i] x[t, i] for W in a 32-element block format T.
  * in: w rows of row_bytes (ggml layout, readable 16 bytes past the end: rf_gpu_alloc pads);
- *     qx int8 [nt, n_in], dx float4 [nt, n_in/32] from rf_k_quantize_x; 1 <= nt <= NTMAX.
+ *     qx int8 [nt, n_in] and dx [nt, n_in/32] from rf_k_quantize_x (GB 1); 1 <= nt <= NTMAX.
  * out: y f32 [nt, n_out]. launch: NW warps per block; a group of WPR warps owns R consecutive
  * rows, warp k of the group taking stages k, k + WPR, ... (more warps per SM hide more latency).
  * A stage is one block per lane and row. Each warp streams its stages through a ring of S
@@ -196,10 +203,16 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, in
     /* x of token 0 for a block, loaded a stage ahead of its use when NTMAX == 1 */
     int4 nx0 = make_int4(0, 0, 0, 0), nx1 = nx0;
     float4 ndx = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1; /* dx records: float4, else float2 */
+    auto ldx = [&](int64_t i) -> float4 {
+        if (FS) return dx[i];
+        const float2 v = ((const float2 *)dx)[i];
+        return make_float4(v.x, v.y, 0.0f, 0.0f);
+    };
     auto load_x = [&](int bi) {
         if (bi < nb) {
             const int4 *xp = (const int4 *)(qx + (int64_t)bi * RF_QK);
-            nx0 = xp[0], nx1 = xp[1], ndx = dx[bi];
+            nx0 = xp[0], nx1 = xp[1], ndx = ldx(bi);
         }
     };
     if (NTMAX == 1) load_x(wg * G + lane);
@@ -217,7 +230,7 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, in
                 if (t >= nt) break;
                 if (NTMAX > 1) {
                     const int4 *xp = (const int4 *)(qx + t * n_in + (int64_t)bi * RF_QK);
-                    x0 = xp[0], x1 = xp[1], dxv = dx[(int64_t)t * nb + bi];
+                    x0 = xp[0], x1 = xp[1], dxv = ldx((int64_t)t * nb + bi);
                 }
                 const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 const int sxi = __float_as_int(dxv.y);
@@ -334,17 +347,13 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
         const int nq = (int)(n_in / 16);
         const uint4 *qx4 = (const uint4 *)qx;
         for (int i = threadIdx.x; i < nq; i += NW * WS) xs[i] = qx4[i];
-        if (FS) {
-            for (int i = threadIdx.x; i < nb; i += NW * WS) xs[nq + i] = ((const uint4 *)dx)[i];
-        } else { /* (d, int sum) only: 8 bytes per block */
-            for (int i = threadIdx.x; i < nb; i += NW * WS)
-                ((float2 *)(xs + nq))[i] = *(const float2 *)&dx[i];
-        }
+        const int nr = FS ? nb : nb / 2; /* records of 16 or 8 bytes (nb is even: GB >= 2) */
+        for (int i = threadIdx.x; i < nr; i += NW * WS) xs[nq + i] = ((const uint4 *)dx)[i];
         __syncthreads();
     }
     const int8_t *xq = XS ? (const int8_t *)xs : qx;
     const char *xd = XS ? (const char *)(xs + n_in / 16) : (const char *)dx;
-    constexpr int DXB = XS && !FS ? 8 : 16; /* bytes per record of xd */
+    constexpr int DXB = FS ? 16 : 8; /* bytes per record of xd */
     float carry[NTMAX]; /* the partial sum of the row running on from the previous stage */
     float accA[NTMAX], accB[NTMAX]; /* ng >= 32: this lane's share of the open and next rows */
 #pragma unroll
@@ -388,8 +397,8 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
                     }
                     const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                     /* the block's offset in its word, 0 or 2, is fixed for each j */
-                    if (j * BB % 4 == 0) v[t] += rf_q32_dot<T, 0>(&cw[j * BB / 4], 0, xi, dxd, sxi, fsum);
-                    else v[t] += rf_q32_dot<T, 2>(&cw[j * BB / 4], 2, xi, dxd, sxi, fsum);
+                    if (j * BB % 4 == 0) v[t] += rf_q32_dot<T, 0, true>(&cw[j * BB / 4], 0, xi, dxd, sxi, fsum);
+                    else v[t] += rf_q32_dot<T, 2, true>(&cw[j * BB / 4], 2, xi, dxd, sxi, fsum);
                 }
             }
         }
@@ -919,10 +928,11 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
     const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384; /* x in 24 KB */
 #endif
     int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 7 ? ctx->gemv_variant : 0;
-    /* q32s for every row it takes (x through L1; wide 4/5-bit rows: three stages, x in shared
-     * memory), whatever n_out: x's order may depend on the type and n_in only, since one
-     * quantized x serves products of several heights (rf_gpu_quantize_x) */
-    if (!v) v = fits ? (t == RF_TYPE_Q8_0 || n_in <= 8192 ? 7 : 5) : n_in <= 4096 && n_out <= 4096 ? 3 : 2;
+    /* q32s (x through L1) for Q8_0 and for 4/5-bit rows up to 8192 wide; wider 4/5-bit rows
+     * decode faster in gemv_q32 (H100: Q4_0 14336->4096 82% vs 79% of bandwidth for the
+     * product). The choice may depend on the type and n_in only, never n_out: x's order follows
+     * it, and one quantized x serves products of several heights (rf_gpu_quantize_x). */
+    if (!v) v = fits && (t == RF_TYPE_Q8_0 || n_in <= 8192) ? 7 : n_in <= 4096 && n_out <= 4096 ? 3 : 2;
     if (v >= 4 && !fits) v = 2; /* a forced q32s variant on rows it cannot take */
     return v;
 }
@@ -939,9 +949,21 @@ static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const flo
     const int v = rf_q32_variant(ctx, t, n_in, 1);
     const size_t n = (size_t)nt * (size_t)n_in;
     float4 *dx = (float4 *)((char *)xq + ((n + 255) & ~(size_t)255));
-    return rf_gpu_launch(ctx, "rf_k_quantize_x", true, rf_k_quantize_x,
-                         dim3(rf_gpu_blocks(n_in, 256), (unsigned)nt), dim3(256), 0, (int8_t *)xq,
-                         dx, x, (int)n_in, v >= 4 ? rf_q32s_gb(t) : 1);
+    const int gb = v >= 4 ? rf_q32s_gb(t) : 1;
+    const bool fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1;
+    const dim3 grid(rf_gpu_blocks(n_in, 256), (unsigned)nt), block(256);
+#define RF_QX(GB, FS) rf_gpu_launch(ctx, "rf_k_quantize_x", true, rf_k_quantize_x<GB, FS>, grid, block, 0, (int8_t *)xq, dx, x, (int)n_in)
+    switch (gb * 2 + fs) {
+    case 3: return RF_QX(1, true);
+    case 4: return RF_QX(2, false);
+    case 5: return RF_QX(2, true);
+    case 8: return RF_QX(4, false);
+    case 9: return RF_QX(4, true);
+    case 16: return RF_QX(8, false);
+    case 17: return RF_QX(8, true);
+    default: return RF_QX(1, false);
+    }
+#undef RF_QX
 }
 
 static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t,
