@@ -300,8 +300,9 @@ template <int T> struct rf_q32_group {
  * otherwise x is read from global memory. The rings are static shared memory (<= 48 KB), x
  * dynamic (the launch passes its size).
  * (Quantizing x in every block instead, from the f32 x, was measured: 1.3-2x slower.)
- * launch: NW warps per block, any grid with grid * NW * rpw >= n_out. tolerance as gemv_q32. */
-template <int T, int NTMAX, int S, int NW, bool XS>
+ * launch: NW warps per block, any grid with grid * NW * rpw >= n_out; NG = n_in / 32 / GB or 0.
+ * tolerance as gemv_q32. */
+template <int T, int NTMAX, int S, int NW, bool XS, int NG>
 __global__ void __launch_bounds__(NW * RF_WARP_SIZE)
 rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, int nt,
                int64_t n_in, int64_t n_out, int64_t row_bytes, int rpw) {
@@ -312,7 +313,8 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     __shared__ uint4 ring[NW][S][SLOT];
     extern __shared__ uint4 rf_dyn[]; /* XS: x */
     const int lane = threadIdx.x % WS, warp = threadIdx.x / WS;
-    const int nb = (int)(n_in / RF_QK), ng = nb / GB;
+    /* NG: groups per row known at compile time (0: not), so x's offsets are immediates */
+    const int nb = NG ? NG * GB : (int)(n_in / RF_QK), ng = NG ? NG : nb / GB;
     const int64_t row0 = ((int64_t)blockIdx.x * NW + warp) * rpw;
     const int rows = n_out - row0 < rpw ? (int)(n_out > row0 ? n_out - row0 : 0) : rpw;
     const int ngr = rows * ng;              /* groups of this warp (< 2^31: rpw * ng small) */
@@ -360,7 +362,8 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     for (int t = 0; t < NTMAX; t++) carry[t] = accA[t] = accB[t] = 0.0f;
     int r = lane / ng, g = lane % ng; /* this lane's row (in the warp's run) and group */
     /* stages of whole rows: ng divides the warp, rpw is a multiple of WS / ng (the launch) */
-    const bool whole = ng <= WS && WS % ng == 0 && rpw % (WS / ng) == 0;
+    const int rps = ng <= WS ? WS / ng : 1; /* rows per stage when whole */
+    const bool whole = ng <= WS && WS % ng == 0 && rpw % rps == 0;
     int slot = 0;
     for (int k = 0; k < nk; k++) {
         const int gid = k * WS + lane;
@@ -815,13 +818,13 @@ static rf_status rf_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *
  * rings would pass 48 KB (Q8_0: 2 with 2 stages). Rows per warp: the fewest that let the grid fit
  * on the device at once (resident blocks per SM from the runtime, asked once per kernel and KB
  * of x). */
-template <int T, int NTM, int S, int NW, bool XS>
+template <int T, int NTM, int S, int NW, bool XS, int NG>
 static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                   const float4 *dx, int nt, int64_t n_in, int64_t n_out,
                                   int64_t rb) {
     constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::NU * 16;
     constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1;
-    auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS>;
+    auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS, NG>;
     /* x: n_in bytes of int8 + 8 (16 with the f32 sum) bytes per 32 (n_in <= 16384) */
     const size_t ring = (size_t)NW * S * SLOT;
     const size_t smem = XS ? (size_t)n_in + (size_t)n_in / RF_QK * (FS ? 16 : 8) : 0;
@@ -858,11 +861,18 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
                                 int64_t n_out, int64_t rb) {
     constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::NU * 16;
 #define RF_NW(S) (49152 / ((S) * SLOT) >= 4 ? 4 : 49152 / ((S) * SLOT) >= 1 ? 49152 / ((S) * SLOT) : 1)
-#define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, RF_NW(S), XS>(ctx, y, w, qx, dx, nt, n_in, n_out, rb)
+#define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, RF_NW(S), XS, 0>(ctx, y, w, qx, dx, nt, n_in, n_out, rb)
+#define RF_Q32S_NG(NG) rf_launch_q32s_k<T, 1, 2, RF_NW(2), false, NG>(ctx, y, w, qx, dx, nt, n_in, n_out, rb)
     if (nt == 1) {
         if (v == 5) return RF_Q32S(1, 3, true);
         if (v == 6) return RF_Q32S(1, 1, true);
-        if (v == 7) return RF_Q32S(1, 2, false);
+        if (v == 7) { /* the default: the common widths' group counts compiled in */
+            const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
+            if (ng == 16) return RF_Q32S_NG(16);  /* 4096 wide (Q4_0, Q5_0, Q8_0) */
+            if (ng == 32) return RF_Q32S_NG(32);  /* 4096 wide (Q4_1), 8192 (Q4_0 ...) */
+            if (ng == 56) return RF_Q32S_NG(56);  /* 14336 wide (Q8_0) */
+            return RF_Q32S(1, 2, false);
+        }
         return RF_Q32S(1, 2, true);
     }
     if (v == 5) return RF_Q32S(8, 3, false);
@@ -870,6 +880,7 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
     return RF_Q32S(8, 2, false);
 #undef RF_NW
 #undef RF_Q32S
+#undef RF_Q32S_NG
 }
 #endif
 /* the blocks per group of the q32s kernel for a 32-element format, 0 for others */
