@@ -167,7 +167,7 @@ static void test_gemv(void **state) {
                 run_matmul_case(&r, t, nt, shapes[s][0], shapes[s][1], false, tol);
     }
     /* every kernel variant (the default is one of them) on a few shapes */
-    for (int v = 1; v <= 7; v++) { /* 4..7: the q32r kernel; the other kernels take their default */
+    for (int v = 1; v <= 7; v++) { /* 4..7: the q32s kernel; the other kernels take their default */
         rf_gpu_set_gemv_variant(g_ctx, v);
         for (size_t ti = 0; ti < N_GEMV; ti++) {
             const rf_type t = k_gemv_types[ti];
