@@ -17,14 +17,22 @@ int main(void) {
 
 static int g_boundary = 0;
 
+/* A pick that differs from the CPU's must be the CPU's pick for some u' within 1e-4 of u (the
+ * two samplers' cumulative sums round differently: f32 block sums on the device, doubles on the
+ * CPU). In the tail of a 50k vocabulary such a window spans thousands of tokens, so the test asks
+ * the reference for the interval of u that picks the device's token (rf_ref_sample_interval)
+ * rather than for the picks at u +- 1e-4 (the check of sessions 2-3, which failed on seed
+ * 1795305902268698: got 12683, 41536 wanted, 30667 and 26444 at the window's ends). */
 static void check_pick(const float *row, int64_t n, const rf_sample_params *p, float u, int32_t got) {
     int32_t want = rf_ref_sample(row, n, p, u);
     if (got == want) return;
-    int32_t lo = rf_ref_sample(row, n, p, u > 1e-4f ? u - 1e-4f : 0.0f);
-    int32_t hi = rf_ref_sample(row, n, p, u < 1 - 2e-4f ? u + 1e-4f : u);
-    fprintf(stderr, "  pick differs: got %d want %d (u=%.7f; u-1e-4 -> %d, u+1e-4 -> %d) "
-            "T=%g k=%d p=%g min_p=%g\n", got, want, u, lo, hi, p->temperature, p->top_k, p->top_p, p->min_p);
-    assert_true(got == lo || got == hi);
+    double lo = 0, hi = 0;
+    const bool kept = rf_ref_sample_interval(row, n, p, got, &lo, &hi);
+    const bool near = kept && lo <= (double)u + 1e-4 && hi >= (double)u - 1e-4;
+    fprintf(stderr, "  pick differs: got %d want %d (u=%.7f; the CPU picks %d for u in [%.7f, %.7f)%s) "
+            "T=%g k=%d p=%g min_p=%g\n", got, want, u, got, lo, hi, kept ? "" : ", never: filtered",
+            p->temperature, p->top_k, p->top_p, p->min_p);
+    assert_true(near);
     g_boundary++;
 }
 

@@ -316,6 +316,21 @@ static void test_sample(void **state) {
     rf_sample_params t2 = {2.0f, 0, 1.0f, 0.0f};
     assert_int_equal(rf_ref_sample(l, 4, &t2, 0.32f), 3);
     assert_int_equal(rf_ref_sample(l, 4, &t2, 0.33f), 2);
+    /* rf_ref_sample_interval: the u interval picking each id, consistent with rf_ref_sample */
+    double lo, hi;
+    assert_true(rf_ref_sample_interval(l, 4, &p, 2, &lo, &hi));
+    assert_true(fabs(lo - 0.4) < 1e-6 && fabs(hi - 0.7) < 1e-6); /* logf rounding */
+    assert_false(rf_ref_sample_interval(l, 4, &tp, 1, &lo, &hi)); /* cut by top_p */
+    assert_true(rf_ref_sample_interval(l, 4, &tp, 2, &lo, &hi));
+    assert_true(fabs(lo - 4.0 / 7) < 1e-6 && fabs(hi - 1.0) < 1e-6);
+    assert_true(rf_ref_sample_interval(l, 4, &g, 3, &lo, &hi) && lo == 0 && hi == 1);
+    assert_false(rf_ref_sample_interval(l, 4, &g, 0, &lo, &hi));
+    for (int i = 0; i < 100; i++) {
+        const float u = 0.01f * (float)i + 0.005f;
+        const int32_t id = rf_ref_sample(l, 4, &t2, u);
+        assert_true(rf_ref_sample_interval(l, 4, &t2, id, &lo, &hi));
+        assert_true(lo <= u && u < hi);
+    }
     /* ties break by lower id; NaN is never picked */
     const float t[4] = {NAN, 1, 1, NAN};
     assert_int_equal(rf_ref_sample(t, 4, &p, 0.0f), 1);

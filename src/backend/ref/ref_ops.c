@@ -258,15 +258,17 @@ static int ref_cand_cmp(const void *pa, const void *pb) {
     return (a->id > b->id) - (a->id < b->id);
 }
 
-int32_t rf_ref_sample(const float *logits, int64_t n, const rf_sample_params *p, float u) {
-    if (!p || p->temperature <= 0) return rf_ref_argmax(logits, n);
+/* The distribution rf_ref_sample draws from: candidates *pc sorted (descending, ties by id),
+ * the first m kept after top-k / min-p / top-p, with unnormalised probabilities *ppr (double)
+ * whose sum over the kept ones is *ptotal. Returns m, 0 when nothing is valid (all NaN), -1 on
+ * allocation failure; a degenerate distribution (+-inf leading value) returns 1 with pr[0] = 1.
+ * The caller frees *pc and *ppr. */
+static int64_t ref_sample_dist(const float *logits, int64_t n, const rf_sample_params *p,
+                               ref_cand **pc, double **ppr, double *ptotal) {
     ref_cand *c = malloc((size_t)(n > 0 ? n : 1) * sizeof(ref_cand));
     double *pr = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
-    if (!c || !pr) {
-        free(c);
-        free(pr);
-        return rf_ref_argmax(logits, n);
-    }
+    *pc = c, *ppr = pr, *ptotal = 0;
+    if (!c || !pr) return -1;
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++) {
         if (isnan(logits[i])) continue; /* NaN is never chosen */
@@ -274,13 +276,12 @@ int32_t rf_ref_sample(const float *logits, int64_t n, const rf_sample_params *p,
         c[m].id = (int32_t)i;
         m++;
     }
-    int32_t pick = -1;
-    if (m == 0) goto done;
+    if (m == 0) return 0;
     qsort(c, (size_t)m, sizeof(ref_cand), ref_cand_cmp);
     if (p->top_k > 0 && p->top_k < m) m = p->top_k;
     if (c[0].v == -INFINITY || c[0].v == INFINITY) { /* degenerate: mass on the first */
-        pick = c[0].id;
-        goto done;
+        pr[0] = *ptotal = 1;
+        return 1;
     }
     double total = 0;
     for (int64_t i = 0; i < m; i++) total += pr[i] = exp((double)c[i].v - (double)c[0].v);
@@ -302,17 +303,52 @@ int32_t rf_ref_sample(const float *logits, int64_t n, const rf_sample_params *p,
     }
     total = 0;
     for (int64_t i = 0; i < m; i++) total += pr[i];
-    double target = (double)u * total, cum = 0;
-    pick = c[m - 1].id; /* rounding fallback: u close to 1 */
-    for (int64_t i = 0; i < m; i++) {
-        cum += pr[i];
-        if (cum > target) {
-            pick = c[i].id;
-            break;
+    *ptotal = total;
+    return m;
+}
+
+int32_t rf_ref_sample(const float *logits, int64_t n, const rf_sample_params *p, float u) {
+    if (!p || p->temperature <= 0) return rf_ref_argmax(logits, n);
+    ref_cand *c;
+    double *pr, total;
+    const int64_t m = ref_sample_dist(logits, n, p, &c, &pr, &total);
+    int32_t pick = -1;
+    if (m < 0) pick = rf_ref_argmax(logits, n);
+    else if (m > 0) {
+        double target = (double)u * total, cum = 0;
+        pick = c[m - 1].id; /* rounding fallback: u close to 1 */
+        for (int64_t i = 0; i < m; i++) {
+            cum += pr[i];
+            if (cum > target) {
+                pick = c[i].id;
+                break;
+            }
         }
     }
-done:
     free(c);
     free(pr);
     return pick;
+}
+
+bool rf_ref_sample_interval(const float *logits, int64_t n, const rf_sample_params *p,
+                            int32_t id, double *lo, double *hi) {
+    if (!p || p->temperature <= 0) {
+        *lo = 0, *hi = 1;
+        return id == rf_ref_argmax(logits, n);
+    }
+    ref_cand *c;
+    double *pr, total;
+    const int64_t m = ref_sample_dist(logits, n, p, &c, &pr, &total);
+    bool kept = false;
+    double cum = 0;
+    for (int64_t i = 0; i < m && !kept; i++) {
+        if (c[i].id == id) {
+            *lo = cum / total, *hi = (cum + pr[i]) / total;
+            kept = true;
+        }
+        cum += pr[i];
+    }
+    free(c);
+    free(pr);
+    return kept;
 }

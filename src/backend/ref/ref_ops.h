@@ -91,5 +91,11 @@ typedef struct rf_sample_params {
     float min_p;
 } rf_sample_params;
 int32_t rf_ref_sample(const float *logits, int64_t n, const rf_sample_params *p, float u);
+/* The interval [*lo, *hi) of u for which rf_ref_sample(logits, n, p, u) picks id (up to the
+ * double rounding of its cumulative sums); false when id is never picked (filtered out, NaN,
+ * or not the argmax for temperature <= 0, where the interval is [0, 1)). For tests comparing a
+ * sampler whose sums round differently. */
+bool rf_ref_sample_interval(const float *logits, int64_t n, const rf_sample_params *p,
+                            int32_t id, double *lo, double *hi);
 
 #endif
