@@ -156,10 +156,10 @@ static void test_gemv(void **state) {
          * ratio is noisy (7 outputs reached 1.3-1.4% on the H100 run of 2026-11-21): those
          * formats are checked on >= 128 outputs, where it stayed under 0.8%. */
         const bool x_int8 = t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 ||
-                            t == RF_TYPE_Q5_1 || t == RF_TYPE_Q8_0;
+                            t == RF_TYPE_Q5_1 || t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K;
         const int64_t few = x_int8 ? 128 : 7, one = x_int8 ? 256 : 1;
         /* 14336 (448 blocks): rows of 56 Q4_0 groups, more than one per lane and not a
-         * multiple of the lanes of a row team (the q32r kernel's last pass is partial) */
+         * multiple of 32 (the q32s kernel: rows starting mid-stage) */
         const int64_t shapes[][2] = {{bs, one}, {bs * 3, few}, {bs * 5, 130}, {bs * 40, 130}, {4096, 67 + (x_int8 ? 64 : 0)},
                                      {x_int8 ? 14336 : bs * 7, x_int8 ? 131 : 5}};
         for (int s = 0; s < 6; s++)

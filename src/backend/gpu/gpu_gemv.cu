@@ -274,12 +274,53 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, in
  * odd: lanes NU words apart hit distinct banks) and every field offset in it is a compile-time
  * constant. */
 template <int T> struct rf_q32_group {
+    /* the x records carry the f32 sum of each block of x (16 bytes, else 8) */
+    static constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 || T == RF_TYPE_Q4_K;
+    /* bytes per 32 elements (Q4_K: a 256-element super-block of 144 bytes is the group) */
     static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
-                            : T == RF_TYPE_Q5_1 ? 24 : 34;
+                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q4_K ? 18 : 34;
     static constexpr int GB = T == RF_TYPE_Q4_1 ? 4 : T == RF_TYPE_Q5_1 ? 2 : 8; /* blocks */
     static constexpr int NU = GB * BB / 16;                                      /* words */
     static_assert(GB * BB % 16 == 0 && NU % 2 == 1, "a group: an odd number of 16-byte words");
 };
+
+/* Q4_K super-block (d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles) as 36
+ * aligned words w against 8 blocks of int8 x (xi[b]: 8 packed words, dxd[b] its scale, sxi[b]
+ * the sum of its int8 values, fsum[b] of its f32 values): over sub-blocks b, sum (d sc_b q -
+ * dmin m_b) x = d sc_b dx_b sum (q - 8) xi + (8 d sc_b - dmin m_b) fsum_b, q centred in exact
+ * integers as for Q4_1 (the int8 error then scales with |q - 8|). Sub-block 2j is the low nibbles
+ * of bytes 32j..32j+31, 2j+1 their high nibbles (ggml's layout). */
+static __device__ __forceinline__ float rf_q4k_dot(const uint32_t *w, const int (*xi)[8],
+                                                   const float *dxd, const int *sxi,
+                                                   const float *fsum) {
+    const float d = rf_h2f_bits((uint16_t)(w[0] & 0xFFFFu)), dmin = rf_h2f_bits((uint16_t)(w[0] >> 16));
+    /* scales bytes 0..11 = words 1..3: sc/m 0-3 in bytes 0-3 / 4-7 (low 6 bits), 4-7 from bytes
+     * 8-11 (low / high nibble) plus the top 2 bits of bytes 0-3 / 4-7 */
+    const uint32_t a = w[1], b = w[2], c = w[3];
+    const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t q = w[4 + 8 * j + k];
+            s0 = rf_dp4a((int)(q & 0x0F0F0F0Fu), xi[2 * j][k], s0);
+            s1 = rf_dp4a_us(q & 0xF0F0F0F0u, xi[2 * j + 1][k], s1);
+        }
+        s1 >>= 4; /* exact: 16 times an integer */
+        const int b0 = 2 * j, b1 = 2 * j + 1;
+        const uint32_t scw = b0 < 4 ? sc_lo : sc_hi, mw = b0 < 4 ? m_lo : m_hi;
+        const int sh0 = 8 * (b0 % 4), sh1 = 8 * (b1 % 4);
+        const float sc0 = (float)((scw >> sh0) & 0xFF), sc1 = (float)((scw >> sh1) & 0xFF);
+        const float m0 = (float)((mw >> sh0) & 0xFF), m1 = (float)((mw >> sh1) & 0xFF);
+        acc += d * (sc0 * dxd[b0] * (float)(s0 - 8 * sxi[b0]) + sc1 * dxd[b1] * (float)(s1 - 8 * sxi[b1])) +
+               (8.0f * d * sc0 - dmin * m0) * fsum[b0] + (8.0f * d * sc1 - dmin * m1) * fsum[b1];
+    }
+    return acc;
+}
 
 #if !defined(RF_HIP) /* cp.async with converted addresses, 32-lane ballots: CUDA only */
 /* gemv_q32s: the same product as gemv_q32 for rows of whole groups (rf_q32_group; rf_gpu_gemv
@@ -309,7 +350,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     using G = rf_q32_group<T>;
     constexpr int BB = G::BB, GB = G::GB, NU = G::NU, WS = RF_WARP_SIZE;
     constexpr int SLOT = WS * NU; /* 16-byte words per stage */
-    constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1; /* needs the f32 sum of x */
+    constexpr bool FS = G::FS; /* the x records carry the f32 sum */
     __shared__ uint4 ring[NW][S][SLOT];
     extern __shared__ uint4 rf_dyn[]; /* XS: x */
     const int lane = threadIdx.x % WS, warp = threadIdx.x / WS;
@@ -381,6 +422,24 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
                 cw[4 * u] = q.x, cw[4 * u + 1] = q.y, cw[4 * u + 2] = q.z, cw[4 * u + 3] = q.w;
             }
             cw[NU * 4] = 0;
+            if (T == RF_TYPE_Q4_K) { /* one super-block per group: its 8 blocks of x at once */
+#pragma unroll
+                for (int t = 0; t < NTMAX; t++) {
+                    if (NTMAX > 1 && t >= nt) break;
+                    int xi[8][8], sxi[8];
+                    float dxd[8], fsum[8];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const int4 *xp = (const int4 *)(xq + t * n_in) + 2 * j * ng + g;
+                        const int4 x0 = xp[0], x1 = xp[ng];
+                        xi[j][0] = x0.x, xi[j][1] = x0.y, xi[j][2] = x0.z, xi[j][3] = x0.w;
+                        xi[j][4] = x1.x, xi[j][5] = x1.y, xi[j][6] = x1.z, xi[j][7] = x1.w;
+                        const float4 q = *(const float4 *)(xd + ((int64_t)t * nb + j * ng + g) * DXB);
+                        dxd[j] = q.x, sxi[j] = __float_as_int(q.y), fsum[j] = q.z;
+                    }
+                    v[t] += rf_q4k_dot(cw, xi, dxd, sxi, fsum);
+                }
+            } else
 #pragma unroll
             for (int j = 0; j < GB; j++) {
 #pragma unroll
@@ -823,7 +882,7 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
                                   const float4 *dx, int nt, int64_t n_in, int64_t n_out,
                                   int64_t rb) {
     constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::NU * 16;
-    constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1;
+    constexpr bool FS = rf_q32_group<T>::FS;
     auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS, NG>;
     /* x: n_in bytes of int8 + 8 (16 with the f32 sum) bytes per 32 (n_in <= 16384) */
     const size_t ring = (size_t)NW * S * SLOT;
@@ -891,6 +950,7 @@ static int rf_q32s_gb(rf_type t) {
     case RF_TYPE_Q5_0: return rf_q32_group<RF_TYPE_Q5_0>::GB;
     case RF_TYPE_Q5_1: return rf_q32_group<RF_TYPE_Q5_1>::GB;
     case RF_TYPE_Q8_0: return rf_q32_group<RF_TYPE_Q8_0>::GB;
+    case RF_TYPE_Q4_K: return rf_q32_group<RF_TYPE_Q4_K>::GB;
     default: return 0;
     }
 }
@@ -939,11 +999,12 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
     const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384; /* x in 24 KB */
 #endif
     int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 7 ? ctx->gemv_variant : 0;
-    /* q32s (x through L1) for Q8_0 and for 4/5-bit rows up to 8192 wide; wider 4/5-bit rows
+    /* q32s (x through L1) for Q8_0, Q4_K and for 4/5-bit rows up to 8192 wide; wider 4/5-bit rows
      * decode faster in gemv_q32 (H100: Q4_0 14336->4096 82% vs 79% of bandwidth for the
      * product). The choice may depend on the type and n_in only, never n_out: x's order follows
      * it, and one quantized x serves products of several heights (rf_gpu_quantize_x). */
-    if (!v) v = fits && (t == RF_TYPE_Q8_0 || n_in <= 8192) ? 7 : n_in <= 4096 && n_out <= 4096 ? 3 : 2;
+    if (!v) v = fits && (t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K || n_in <= 8192) ? 7
+              : n_in <= 4096 && n_out <= 4096 ? 3 : 2;
     if (v >= 4 && !fits) v = 2; /* a forced q32s variant on rows it cannot take */
     return v;
 }
@@ -961,7 +1022,7 @@ static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const flo
     const size_t n = (size_t)nt * (size_t)n_in;
     float4 *dx = (float4 *)((char *)xq + ((n + 255) & ~(size_t)255));
     const int gb = v >= 4 ? rf_q32s_gb(t) : 1;
-    const bool fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1;
+    const bool fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q4_K;
     const dim3 grid(rf_gpu_blocks(n_in, 256), (unsigned)nt), block(256);
 #define RF_QX(GB, FS) rf_gpu_launch(ctx, "rf_k_quantize_x", true, rf_k_quantize_x<GB, FS>, grid, block, 0, (int8_t *)xq, dx, x, (int)n_in)
     switch (gb * 2 + fs) {
@@ -980,7 +1041,7 @@ static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const flo
 static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t,
                                 const void *xq, int nt, int64_t n_in, int64_t n_out) {
     const int v = rf_q32_variant(ctx, t, n_in, n_out);
-    const int64_t rb = n_in / RF_QK * rf_gq_bytes((int)t);
+    const int64_t rb = n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t);
     const size_t n = (size_t)nt * (size_t)n_in;
     const int8_t *qx = (const int8_t *)xq;
     const float4 *dx = (const float4 *)((const char *)xq + ((n + 255) & ~(size_t)255));
@@ -991,6 +1052,7 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
         case RF_TYPE_Q4_1: return rf_launch_q32s<RF_TYPE_Q4_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
         case RF_TYPE_Q5_0: return rf_launch_q32s<RF_TYPE_Q5_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
         case RF_TYPE_Q5_1: return rf_launch_q32s<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+        case RF_TYPE_Q4_K: return rf_launch_q32s<RF_TYPE_Q4_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
         default: return rf_launch_q32s<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
         }
     }
@@ -1080,7 +1142,20 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
         }
         /* fall through: unaligned rows take the generic kernel */
     default:
-        if (wtype == RF_TYPE_Q4_K) return rf_launch_k<RF_TYPE_Q4_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
+        if (wtype == RF_TYPE_Q4_K) {
+            /* int8 x and the q32s kernel (one super-block per lane) where it takes the rows and
+             * no K-kernel variant (1..3) is forced */
+            if (rf_q32_variant(ctx, wtype, n_in, n_out) >= 4 && !vsel) {
+                size_t mark;
+                void *xq;
+                rf_status st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(n_tokens, n_in), &xq, &mark);
+                if (!st) st = rf_q32_quantize(ctx, xq, wtype, x, nt, n_in);
+                if (!st) st = rf_q32_product(ctx, y, wp, wtype, xq, nt, n_in, n_out);
+                ctx->scratch_used = mark;
+                return st;
+            }
+            return rf_launch_k<RF_TYPE_Q4_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
+        }
         if (wtype == RF_TYPE_Q5_K) return rf_launch_k<RF_TYPE_Q5_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
         if (wtype == RF_TYPE_Q6_K) return rf_launch_k<RF_TYPE_Q6_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
         return rf_gpu_launch(ctx, "rf_k_gemv_generic", false, rf_k_gemv_generic, dim3(grid),
