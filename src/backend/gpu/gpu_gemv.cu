@@ -1066,7 +1066,12 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
     }
 }
 
-static bool rf_is_q32(rf_type t) {
+/* the types with an int8-x product for these rows: the 32-element formats, and Q4_K where the
+ * q32s kernel takes the rows (CUDA, n_in <= 16384) and no K-kernel variant is forced */
+static bool rf_is_q32(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
+    if (t == RF_TYPE_Q4_K)
+        return n_in % 256 == 0 && rf_q32_variant(ctx, t, n_in, 1) >= 4 &&
+               !(ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3);
     return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 ||
            t == RF_TYPE_Q8_0;
 }
@@ -1074,7 +1079,9 @@ static bool rf_is_q32(rf_type t) {
 extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const float *x,
                                        int64_t n_tokens, int64_t n_in) {
     const char *op = "rf_gpu_quantize_x";
-    RF_GPU_REQUIRE(rf_is_q32(wtype), op, "weight type %d is not a 32-element format", (int)wtype);
+    RF_GPU_REQUIRE(rf_is_q32(ctx, wtype, n_in), op,
+                   "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K "
+                   "with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
     RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8", (long long)n_tokens);
     RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
                    "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
@@ -1086,7 +1093,9 @@ extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype,
 extern "C" rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                     const void *xq, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     const char *op = "rf_gpu_gemv_xq";
-    RF_GPU_REQUIRE(rf_is_q32(wtype), op, "weight type %d is not a 32-element format", (int)wtype);
+    RF_GPU_REQUIRE(rf_is_q32(ctx, wtype, n_in), op,
+                   "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K "
+                   "with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
     RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8", (long long)n_tokens);
     RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
                    "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
