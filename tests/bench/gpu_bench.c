@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
             if (pass == 0 && t > 2) continue;
             const bool q32 = types[t] == RF_TYPE_Q4_0 || types[t] == RF_TYPE_Q8_0 ||
                              types[t] == RF_TYPE_Q4_1 || types[t] == RF_TYPE_Q5_0 ||
-                             types[t] == RF_TYPE_Q5_1 || types[t] == RF_TYPE_Q4_K;
+                             types[t] == RF_TYPE_Q5_1 || types[t] == RF_TYPE_Q4_K || types[t] == RF_TYPE_Q5_K;
             /* runs: {variant, x quantized beforehand, pdl} */
             int runs[8][3], nr = 0;
             if (pass == 0)

@@ -116,7 +116,7 @@ rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, c
 rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
                       int64_t n_tokens, int64_t n_in, int64_t n_out);
 /* The two halves of rf_gpu_gemv for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; and
- * Q4_K in CUDA builds for n_in a multiple of 256 up to 16384), so the
+ * Q4_K, Q5_K in CUDA builds for n_in a multiple of 256 up to 16384), so the
  * op producing x can quantize it once for every product that reads it (and the products run as
  * one kernel each). rf_gpu_quantize_x: x f32 [n_tokens, n_in] -> xq, rf_gpu_xq_bytes(n_tokens,
  * n_in) bytes of device memory (16-byte aligned), int8 per 32 plus scales in the order the

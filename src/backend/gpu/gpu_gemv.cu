@@ -275,25 +275,31 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, in
  * constant. */
 template <int T> struct rf_q32_group {
     /* the x records carry the f32 sum of each block of x (16 bytes, else 8) */
-    static constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 || T == RF_TYPE_Q4_K;
-    /* bytes per 32 elements (Q4_K: a 256-element super-block of 144 bytes is the group) */
+    static constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 || T == RF_TYPE_Q4_K ||
+                               T == RF_TYPE_Q5_K;
+    /* bytes per 32 elements (Q4_K / Q5_K: a 256-element super-block of 144 / 176 bytes is the
+     * group) */
     static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
-                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q4_K ? 18 : 34;
+                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q4_K ? 18 : T == RF_TYPE_Q5_K ? 22 : 34;
     static constexpr int GB = T == RF_TYPE_Q4_1 ? 4 : T == RF_TYPE_Q5_1 ? 2 : 8; /* blocks */
     static constexpr int NU = GB * BB / 16;                                      /* words */
     static_assert(GB * BB % 16 == 0 && NU % 2 == 1, "a group: an odd number of 16-byte words");
 };
 
 /* Q4_K super-block (d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles) as 36
- * aligned words w against 8 blocks of int8 x (xi[b]: 8 packed words, dxd[b] its scale, sxi[b]
+ * aligned words w (Q5: Q5_K, 44 words, 32 bytes of fifth bits before the nibbles, q centred on
+ * 16) against 8 blocks of int8 x (xi[b]: 8 packed words, dxd[b] its scale, sxi[b]
  * the sum of its int8 values, fsum[b] of its f32 values): over sub-blocks b, sum (d sc_b q -
  * dmin m_b) x = d sc_b dx_b sum (q - 8) xi + (8 d sc_b - dmin m_b) fsum_b, q centred in exact
  * integers as for Q4_1 (the int8 error then scales with |q - 8|). Sub-block 2j is the low nibbles
  * of bytes 32j..32j+31, 2j+1 their high nibbles (ggml's layout). */
-static __device__ __forceinline__ float rf_q4k_dot(const uint32_t *w, const int (*xi)[8],
-                                                   const float *dxd, const int *sxi,
-                                                   const float *fsum) {
+template <bool Q5>
+static __device__ __forceinline__ float rf_qk_dot(const uint32_t *w, const int (*xi)[8],
+                                                  const float *dxd, const int *sxi,
+                                                  const float *fsum) {
     const float d = rf_h2f_bits((uint16_t)(w[0] & 0xFFFFu)), dmin = rf_h2f_bits((uint16_t)(w[0] >> 16));
+    constexpr int QS = Q5 ? 12 : 4; /* first word of the nibbles (Q5_K: after 32 bytes of qh) */
+    constexpr int C = Q5 ? 16 : 8;  /* centre of q */
     /* scales bytes 0..11 = words 1..3: sc/m 0-3 in bytes 0-3 / 4-7 (low 6 bits), 4-7 from bytes
      * 8-11 (low / high nibble) plus the top 2 bits of bytes 0-3 / 4-7 */
     const uint32_t a = w[1], b = w[2], c = w[3];
@@ -303,21 +309,27 @@ static __device__ __forceinline__ float rf_q4k_dot(const uint32_t *w, const int 
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        int s0 = 0, s1 = 0;
+        int s0 = 0, s1 = 0, h0 = 0, h1 = 0;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            const uint32_t q = w[4 + 8 * j + k];
+            const uint32_t q = w[QS + 8 * j + k];
             s0 = rf_dp4a((int)(q & 0x0F0F0F0Fu), xi[2 * j][k], s0);
             s1 = rf_dp4a_us(q & 0xF0F0F0F0u, xi[2 * j + 1][k], s1);
+            if (Q5) { /* the fifth bits: qh byte l, bit 2j (low nibbles) and 2j + 1 (high) */
+                const uint32_t h = w[4 + k];
+                h0 = rf_dp4a((int)((h >> (2 * j)) & 0x01010101u), xi[2 * j][k], h0);
+                h1 = rf_dp4a((int)((h >> (2 * j + 1)) & 0x01010101u), xi[2 * j + 1][k], h1);
+            }
         }
         s1 >>= 4; /* exact: 16 times an integer */
+        if (Q5) s0 += 16 * h0, s1 += 16 * h1;
         const int b0 = 2 * j, b1 = 2 * j + 1;
         const uint32_t scw = b0 < 4 ? sc_lo : sc_hi, mw = b0 < 4 ? m_lo : m_hi;
         const int sh0 = 8 * (b0 % 4), sh1 = 8 * (b1 % 4);
         const float sc0 = (float)((scw >> sh0) & 0xFF), sc1 = (float)((scw >> sh1) & 0xFF);
         const float m0 = (float)((mw >> sh0) & 0xFF), m1 = (float)((mw >> sh1) & 0xFF);
-        acc += d * (sc0 * dxd[b0] * (float)(s0 - 8 * sxi[b0]) + sc1 * dxd[b1] * (float)(s1 - 8 * sxi[b1])) +
-               (8.0f * d * sc0 - dmin * m0) * fsum[b0] + (8.0f * d * sc1 - dmin * m1) * fsum[b1];
+        acc += d * (sc0 * dxd[b0] * (float)(s0 - C * sxi[b0]) + sc1 * dxd[b1] * (float)(s1 - C * sxi[b1])) +
+               ((float)C * d * sc0 - dmin * m0) * fsum[b0] + ((float)C * d * sc1 - dmin * m1) * fsum[b1];
     }
     return acc;
 }
@@ -422,7 +434,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
                 cw[4 * u] = q.x, cw[4 * u + 1] = q.y, cw[4 * u + 2] = q.z, cw[4 * u + 3] = q.w;
             }
             cw[NU * 4] = 0;
-            if (T == RF_TYPE_Q4_K) { /* one super-block per group: its 8 blocks of x at once */
+            if (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) { /* one super-block per group */
 #pragma unroll
                 for (int t = 0; t < NTMAX; t++) {
                     if (NTMAX > 1 && t >= nt) break;
@@ -437,7 +449,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
                         const float4 q = *(const float4 *)(xd + ((int64_t)t * nb + j * ng + g) * DXB);
                         dxd[j] = q.x, sxi[j] = __float_as_int(q.y), fsum[j] = q.z;
                     }
-                    v[t] += rf_q4k_dot(cw, xi, dxd, sxi, fsum);
+                    v[t] += rf_qk_dot<T == RF_TYPE_Q5_K>(cw, xi, dxd, sxi, fsum);
                 }
             } else
 #pragma unroll
@@ -951,6 +963,7 @@ static int rf_q32s_gb(rf_type t) {
     case RF_TYPE_Q5_1: return rf_q32_group<RF_TYPE_Q5_1>::GB;
     case RF_TYPE_Q8_0: return rf_q32_group<RF_TYPE_Q8_0>::GB;
     case RF_TYPE_Q4_K: return rf_q32_group<RF_TYPE_Q4_K>::GB;
+    case RF_TYPE_Q5_K: return rf_q32_group<RF_TYPE_Q5_K>::GB;
     default: return 0;
     }
 }
@@ -1003,7 +1016,7 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
      * decode faster in gemv_q32 (H100: Q4_0 14336->4096 82% vs 79% of bandwidth for the
      * product). The choice may depend on the type and n_in only, never n_out: x's order follows
      * it, and one quantized x serves products of several heights (rf_gpu_quantize_x). */
-    if (!v) v = fits && (t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K || n_in <= 8192) ? 7
+    if (!v) v = fits && (t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || n_in <= 8192) ? 7
               : n_in <= 4096 && n_out <= 4096 ? 3 : 2;
     if (v >= 4 && !fits) v = 2; /* a forced q32s variant on rows it cannot take */
     return v;
@@ -1022,7 +1035,7 @@ static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const flo
     const size_t n = (size_t)nt * (size_t)n_in;
     float4 *dx = (float4 *)((char *)xq + ((n + 255) & ~(size_t)255));
     const int gb = v >= 4 ? rf_q32s_gb(t) : 1;
-    const bool fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q4_K;
+    const bool fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K;
     const dim3 grid(rf_gpu_blocks(n_in, 256), (unsigned)nt), block(256);
 #define RF_QX(GB, FS) rf_gpu_launch(ctx, "rf_k_quantize_x", true, rf_k_quantize_x<GB, FS>, grid, block, 0, (int8_t *)xq, dx, x, (int)n_in)
     switch (gb * 2 + fs) {
@@ -1053,6 +1066,7 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
         case RF_TYPE_Q5_0: return rf_launch_q32s<RF_TYPE_Q5_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
         case RF_TYPE_Q5_1: return rf_launch_q32s<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
         case RF_TYPE_Q4_K: return rf_launch_q32s<RF_TYPE_Q4_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+        case RF_TYPE_Q5_K: return rf_launch_q32s<RF_TYPE_Q5_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
         default: return rf_launch_q32s<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
         }
     }
@@ -1069,7 +1083,7 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
 /* the types with an int8-x product for these rows: the 32-element formats, and Q4_K where the
  * q32s kernel takes the rows (CUDA, n_in <= 16384) and no K-kernel variant is forced */
 static bool rf_is_q32(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
-    if (t == RF_TYPE_Q4_K)
+    if (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K)
         return n_in % 256 == 0 && rf_q32_variant(ctx, t, n_in, 1) >= 4 &&
                !(ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3);
     return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 ||
@@ -1080,7 +1094,7 @@ extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype,
                                        int64_t n_tokens, int64_t n_in) {
     const char *op = "rf_gpu_quantize_x";
     RF_GPU_REQUIRE(rf_is_q32(ctx, wtype, n_in), op,
-                   "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K "
+                   "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K, Q5_K "
                    "with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
     RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8", (long long)n_tokens);
     RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
@@ -1094,7 +1108,7 @@ extern "C" rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf
                                     const void *xq, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     const char *op = "rf_gpu_gemv_xq";
     RF_GPU_REQUIRE(rf_is_q32(ctx, wtype, n_in), op,
-                   "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K "
+                   "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K, Q5_K "
                    "with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
     RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8", (long long)n_tokens);
     RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
@@ -1151,7 +1165,7 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
         }
         /* fall through: unaligned rows take the generic kernel */
     default:
-        if (wtype == RF_TYPE_Q4_K) {
+        if (wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K) {
             /* int8 x and the q32s kernel (one super-block per lane) where it takes the rows and
              * no K-kernel variant (1..3) is forced */
             if (rf_q32_variant(ctx, wtype, n_in, n_out) >= 4 && !vsel) {
@@ -1163,9 +1177,9 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
                 ctx->scratch_used = mark;
                 return st;
             }
-            return rf_launch_k<RF_TYPE_Q4_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
+            if (wtype == RF_TYPE_Q4_K) return rf_launch_k<RF_TYPE_Q4_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
+            return rf_launch_k<RF_TYPE_Q5_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
         }
-        if (wtype == RF_TYPE_Q5_K) return rf_launch_k<RF_TYPE_Q5_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
         if (wtype == RF_TYPE_Q6_K) return rf_launch_k<RF_TYPE_Q6_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
         return rf_gpu_launch(ctx, "rf_k_gemv_generic", false, rf_k_gemv_generic, dim3(grid),
                              dim3(threads), 0, y, wp, (int)wtype, x, nt, n_in, n_out, rb, bs, bb);
