@@ -269,7 +269,8 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, in
 }
 
 /* Groups of the q32s kernel: GB blocks of a 32-element format that are exactly NU 16-byte words
- * (Q4_0: 8 blocks = 144 bytes = 9 words). In a row whose bytes are a multiple of 16, every group
+ * (Q4_0: 8 blocks = 144 bytes = 9 words; Q4_K / Q5_K: one super-block, 9 / 11 words, against 8
+ * blocks of x). In a row whose bytes are a multiple of 16, every group
  * starts 16-byte aligned, so a lane reads one with NU aligned 16-byte shared-memory loads (NU is
  * odd: lanes NU words apart hit distinct banks) and every field offset in it is a compile-time
  * constant. */
@@ -346,6 +347,7 @@ static __device__ __forceinline__ float rf_qk_dot(const uint32_t *w, const int (
  * ng >= 32 a stage holds parts of at most two rows, which each lane keeps apart until the first
  * ends (then one warp sum); otherwise a segmented shuffle reduction sums each row's lanes in the
  * stage, a row running on into the next stage is carried over in a register.
+ * Q4_K / Q5_K: a group is one super-block, decoded by rf_qk_dot against its 8 blocks of x.
  * x is int8 per 32 from rf_k_quantize_x with gb = GB (lanes taking the j-th block of
  * consecutive groups read consecutive 16-byte words of it). With XS (one token) each block first
  * copies x into shared memory (rf_q32s_smem: after the rings; per block of 32 the scale and int
