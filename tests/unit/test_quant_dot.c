@@ -379,13 +379,14 @@ static void test_q8_0_extremes(void **state) {
     }
 }
 
-static void test_no_simd_env(void **state) {
-    (void)state;
+/* Runs this test binary again with env=1 and the check flag, and expects exit 0: a fresh
+ * process, since the table's SIMD level is decided once per process. */
+static void check_in_child(const char *env, const char *flag) {
     pid_t pid = fork();
     assert_true(pid >= 0);
-    if (pid == 0) { /* a fresh process: the table level is decided once per process */
-        setenv("RF_NO_SIMD", "1", 1);
-        char *argv[] = {"test_quant_dot", "--check-scalar-level", NULL};
+    if (pid == 0) {
+        setenv(env, "1", 1);
+        char *argv[] = {"test_quant_dot", (char *)flag, NULL};
         execv("/proc/self/exe", argv);
         _exit(3);
     }
@@ -393,6 +394,11 @@ static void test_no_simd_env(void **state) {
     waitpid(pid, &st, 0);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void test_no_simd_env(void **state) {
+    (void)state;
+    check_in_child("RF_NO_SIMD", "--check-scalar-level");
 }
 
 /* The table's default picks: VNNI for Q4_0/Q4_1 where the CPU has it (bit-identical to AVX2). */
@@ -407,18 +413,7 @@ static void test_vnni_default(void **state) {
         }
         assert_true(rf_type_info(ts[k])->vec_dot == v);
     }
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        setenv("RF_NO_VNNI", "1", 1);
-        char *argv[] = {"test_quant_dot", "--check-no-vnni", NULL};
-        execv("/proc/self/exe", argv);
-        _exit(3);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
+    check_in_child("RF_NO_VNNI", "--check-no-vnni");
 }
 
 int main(int argc, char **argv) {

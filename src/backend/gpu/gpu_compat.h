@@ -239,19 +239,6 @@ template <int N> static __device__ __forceinline__ void rf_cp_async_wait(void) {
 #endif
 }
 
-/* One 16-byte load of data read once (streamed weights): read-only path, not kept in L1, so the
- * small, reused x stays there. Elsewhere a plain load. */
-static __device__ __forceinline__ uint4 rf_ld_stream16(const void *p) {
-#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-#else
-    return *(const uint4 *)p;
-#endif
-}
-
 static __device__ __forceinline__ float rf_bf16_to_float_dev(uint16_t h) {
     return __uint_as_float((uint32_t)h << 16);
 }

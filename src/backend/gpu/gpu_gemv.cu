@@ -1014,7 +1014,7 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
     const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384; /* x in 24 KB */
 #endif
     int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 7 ? ctx->gemv_variant : 0;
-    /* q32s (x through L1) for Q8_0, Q4_K and for 4/5-bit rows up to 8192 wide; wider 4/5-bit rows
+    /* q32s (x through L1) for Q8_0, Q4_K, Q5_K and 4/5-bit rows up to 8192 wide; wider 4/5-bit rows
      * decode faster in gemv_q32 (H100: Q4_0 14336->4096 82% vs 79% of bandwidth for the
      * product). The choice may depend on the type and n_in only, never n_out: x's order follows
      * it, and one quantized x serves products of several heights (rf_gpu_quantize_x). */
@@ -1082,25 +1082,44 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
     }
 }
 
-/* the types with an int8-x product for these rows: the 32-element formats, and Q4_K where the
- * q32s kernel takes the rows (CUDA, n_in <= 16384) and no K-kernel variant is forced */
-static bool rf_is_q32(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
-    if (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K)
-        return n_in % 256 == 0 && rf_q32_variant(ctx, t, n_in, 1) >= 4 &&
-               !(ctx->gemv_variant >= 1 && ctx->gemv_variant <= 3);
+/* whether (t, n_in) has an int8-x product: the 32-element formats always, Q4_K / Q5_K where the
+ * q32s kernel takes the rows (CUDA, n_in a multiple of 256 up to 16384) and the context's variant
+ * is not one of the K kernels' (1..3) */
+static bool rf_has_xq(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
+    if (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K) return rf_q32_variant(ctx, t, n_in, 1) >= 4;
     return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 ||
            t == RF_TYPE_Q8_0;
+}
+
+/* the checks rf_gpu_quantize_x and rf_gpu_gemv_xq share (op names the caller) */
+static rf_status rf_xq_check(const rf_gpu_ctx *ctx, const char *op, rf_type wtype,
+                             int64_t n_tokens, int64_t n_in) {
+    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8", (long long)n_tokens);
+    RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
+                   "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
+    RF_GPU_REQUIRE(rf_has_xq(ctx, wtype, n_in), op,
+                   "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K, "
+                   "Q5_K with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
+    return RF_OK;
+}
+
+/* the whole int8-x product: x quantized into scratch, then the product kernel */
+static rf_status rf_xq_gemv(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t, const float *x,
+                            int nt, int64_t n_in, int64_t n_out) {
+    size_t mark;
+    void *xq;
+    rf_status st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(nt, n_in), &xq, &mark);
+    if (!st) st = rf_q32_quantize(ctx, xq, t, x, nt, n_in);
+    if (!st) st = rf_q32_product(ctx, y, w, t, xq, nt, n_in, n_out);
+    ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
+    return st;
 }
 
 extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const float *x,
                                        int64_t n_tokens, int64_t n_in) {
     const char *op = "rf_gpu_quantize_x";
-    RF_GPU_REQUIRE(rf_is_q32(ctx, wtype, n_in), op,
-                   "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K, Q5_K "
-                   "with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
-    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8", (long long)n_tokens);
-    RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
-                   "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
+    const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
+    if (st) return st;
     RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0 && ((uintptr_t)x & 15) == 0, op,
                    "x and xq must be 16-byte aligned (rf_gpu_alloc memory)");
     return rf_q32_quantize(ctx, xq, wtype, x, (int)n_tokens, n_in);
@@ -1109,12 +1128,8 @@ extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype,
 extern "C" rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                     const void *xq, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     const char *op = "rf_gpu_gemv_xq";
-    RF_GPU_REQUIRE(rf_is_q32(ctx, wtype, n_in), op,
-                   "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K, Q5_K "
-                   "with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
-    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8", (long long)n_tokens);
-    RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
-                   "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
+    const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
+    if (st) return st;
     RF_GPU_REQUIRE(n_out >= 1 && n_out <= 0x7fffffff, op, "n_out=%lld", (long long)n_out);
     RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)xq & 15) == 0 && ((uintptr_t)y & 3) == 0,
                    op, "w and xq must be 16-byte aligned (rf_gpu_alloc memory)");
@@ -1149,17 +1164,10 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     const int vk = vsel ? vsel : wtype == RF_TYPE_Q6_K ? 2 : 1;
     const unsigned kgrid = (unsigned)((n_out + rf_gemv_rows_per_block(vk) - 1) / rf_gemv_rows_per_block(vk));
     const uint8_t *wp = (const uint8_t *)w;
+    /* the 32-element formats, and Q4_K / Q5_K where q32s takes them: x -> int8 per 32 (+ scale
+     * and sums) in scratch, then the dp4a kernel */
+    if (rf_has_xq(ctx, wtype, n_in)) return rf_xq_gemv(ctx, y, wp, wtype, x, nt, n_in, n_out);
     switch (wtype) {
-    case RF_TYPE_Q4_0: case RF_TYPE_Q4_1: case RF_TYPE_Q5_0: case RF_TYPE_Q5_1: case RF_TYPE_Q8_0: {
-        /* x -> int8 per 32 (+ scale and sums) in scratch, then the dp4a kernel */
-        size_t mark;
-        void *xq;
-        rf_status st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(n_tokens, n_in), &xq, &mark);
-        if (!st) st = rf_q32_quantize(ctx, xq, wtype, x, nt, n_in);
-        if (!st) st = rf_q32_product(ctx, y, wp, wtype, xq, nt, n_in, n_out);
-        ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
-        return st;
-    }
     case RF_TYPE_F16: case RF_TYPE_BF16:
         if (n_in % 8 == 0) {
             if (wtype == RF_TYPE_F16) return rf_launch_f16<RF_TYPE_F16>(ctx, v, vgrid, threads, y, wp, x, nt, n_in, n_out);
@@ -1167,21 +1175,8 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
         }
         /* fall through: unaligned rows take the generic kernel */
     default:
-        if (wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K) {
-            /* int8 x and the q32s kernel (one super-block per lane) where it takes the rows and
-             * no K-kernel variant (1..3) is forced */
-            if (rf_q32_variant(ctx, wtype, n_in, n_out) >= 4 && !vsel) {
-                size_t mark;
-                void *xq;
-                rf_status st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(n_tokens, n_in), &xq, &mark);
-                if (!st) st = rf_q32_quantize(ctx, xq, wtype, x, nt, n_in);
-                if (!st) st = rf_q32_product(ctx, y, wp, wtype, xq, nt, n_in, n_out);
-                ctx->scratch_used = mark;
-                return st;
-            }
-            if (wtype == RF_TYPE_Q4_K) return rf_launch_k<RF_TYPE_Q4_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
-            return rf_launch_k<RF_TYPE_Q5_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
-        }
+        if (wtype == RF_TYPE_Q4_K) return rf_launch_k<RF_TYPE_Q4_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
+        if (wtype == RF_TYPE_Q5_K) return rf_launch_k<RF_TYPE_Q5_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
         if (wtype == RF_TYPE_Q6_K) return rf_launch_k<RF_TYPE_Q6_K>(ctx, vk, kgrid, threads, y, wp, x, nt, n_in, n_out, rb);
         return rf_gpu_launch(ctx, "rf_k_gemv_generic", false, rf_k_gemv_generic, dim3(grid),
                              dim3(threads), 0, y, wp, (int)wtype, x, nt, n_in, n_out, rb, bs, bb);
