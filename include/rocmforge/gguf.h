@@ -166,7 +166,9 @@ rf_status rf_gguf_add_tensor(rf_gguf_writer *w, const char *name, rf_type type, 
 /* Writes version 3 in one pass (no seeking): header, metadata in order, tensor infos, then
  * the data with each tensor at an offset aligned to `general.alignment` (default 32), zero
  * padding after the header and after every tensor (as ggml writes it). Deterministic; writing
- * what the reader returns gives the same bytes. write_file removes the file on failure. */
+ * what the reader returns gives the same bytes. write_file writes `<path>.part<pid>` and renames
+ * it to path when complete: readers never see a partial file, and on failure the partial file
+ * is removed and an existing file at path is left as it was. */
 rf_status rf_gguf_write_file(rf_gguf_writer *w, const char *path);
 rf_status rf_gguf_write_stream(rf_gguf_writer *w, FILE *f);
 

@@ -405,17 +405,24 @@ rf_status rf_gguf_write_stream(rf_gguf_writer *w, FILE *f) {
 
 rf_status rf_gguf_write_file(rf_gguf_writer *w, const char *path) {
     if (!w || !path) return rf_set_error(RF_ERR_INVALID_ARG, "gguf writer: NULL argument");
-    FILE *f = fopen(path, "wb");
-    if (!f) return rf_set_error(RF_ERR_IO, "gguf writer: cannot create '%s': %s", path, strerror(errno));
+    /* written beside the target and renamed when complete, so a reader (another process
+     * checking for the file) never sees half a model, and a failure leaves nothing behind */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.part%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return rf_set_error(RF_ERR_INVALID_ARG, "gguf writer: path too long: '%s'", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return rf_set_error(RF_ERR_IO, "gguf writer: cannot create '%s': %s", tmp, strerror(errno));
     setvbuf(f, NULL, _IOFBF, 1 << 20);
     rf_status st = rf_gguf_write_stream(w, f);
     if (fclose(f) && !st)
-        st = rf_set_error(RF_ERR_IO, "gguf writer: cannot write '%s': %s", path, strerror(errno));
+        st = rf_set_error(RF_ERR_IO, "gguf writer: cannot write '%s': %s", tmp, strerror(errno));
+    if (!st && rename(tmp, path))
+        st = rf_set_error(RF_ERR_IO, "gguf writer: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
     if (st) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", rf_last_error());
-        unlink(path); /* never leave a half-written model behind */
-        return rf_set_error(st, "%s (file '%s' removed)", msg, path);
+        unlink(tmp); /* never leave a half-written model behind */
+        return rf_set_error(st, "%s (file '%s' removed)", msg, tmp);
     }
     return RF_OK;
 }

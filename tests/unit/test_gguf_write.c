@@ -362,7 +362,8 @@ static void test_fill_streaming(void **state) {
     assert_int_equal(((const uint8_t *)t->data)[t->n_bytes - 1], pattern_byte(fl.seed, 0, t->n_bytes - 1));
     rf_gguf_close(g);
     free(a);
-    /* a failing fill fails the write, names the tensor, and removes the file */
+    /* a failing fill fails the write, names the tensor, removes its partial file and leaves the
+     * existing target (here the empty file mkstemp made) as it was */
     char path[] = "/tmp/rf_test_gguf_wXXXXXX";
     int fd = mkstemp(path);
     close(fd);
@@ -372,7 +373,11 @@ static void test_fill_streaming(void **state) {
     assert_non_null(strstr(rf_last_error(), "'big'"));
     assert_non_null(strstr(rf_last_error(), "source file vanished"));
     struct stat sb;
-    assert_int_equal(stat(path, &sb), -1);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_size, 0);
+    char part[64];
+    snprintf(part, sizeof part, "%s.part%ld", path, (long)getpid());
+    assert_int_equal(stat(part, &sb), -1);
     /* and a good write_file produces a file that opens */
     fl = (fill_log){.seed = 1};
     assert_int_equal(rf_gguf_write_file(w, path), RF_OK);

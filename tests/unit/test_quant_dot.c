@@ -4,12 +4,13 @@
  *  (a) kernel arithmetic: vs a double dot of dequant(w) and dequant(x_q) (the exact value of
  *      what the kernel is given; for Q8_1 with its cached f16 sum): |err| <= 1e-5 * sum|w_i x_i|
  *      (f32 accumulation only);
- *  (b) end to end, a 64-row matvec vs double dot of dequant(w) and the f32 activations (so the
+ *  (b) end to end, a 256-row matvec vs double dot of dequant(w) and the f32 activations (so the
  *      activation quantization error is included): rel. L2 < 1e-2 (DESIGN.md §6) for weights
- *      dotted with Q8_0/Q8_1 activations (measured over 30 seeds: mean 0.5%, max 0.8%), and
- *      < 1.5e-2 for the K-quants, whose ggml activation format Q8_K has one scale per 256 values
- *      (step amax/127 with amax ~3.5 sigma): measured mean 0.7%, max 1.05% — the activation
- *      rounding itself, not the kernel (whose own error, (a), is ~1e-8);
+ *      dotted with Q8_0/Q8_1 activations, and < 1.5e-2 for the K-quants, whose ggml activation
+ *      format Q8_K has one scale per 256 values (step amax/127 with amax ~3.5 sigma). That error
+ *      is the activation rounding itself, not the kernel (whose own error, (a), is ~1e-8); the
+ *      one x row is shared by all rows, so for short rows it rides on a few blocks' amax. Over
+ *      320 seeds: mean 0.53% / 0.70%, max 0.91% / 1.17% (at 64 rows, one seed in ~40 crossed 1e-2);
  *  (c) AVX2 vs scalar: <= 1e-5 * sum|w_i x_i|; bit-identical for the K-quants (int32 sums);
  *  (c') the kernels in ggml's x86 float order (AVX2/VNNI Q4_0/Q4_1/Q5_0, opt-in Q8_0/Q4_K/Q6_K) bit for
  *      bit against a plain-C emulation of that order (ggml_order_ref), and within (c)'s tolerance;
@@ -179,7 +180,7 @@ static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
     const rf_type_traits *tr = rf_type_info(t);
     assert_non_null(tr->vec_dot);
     const rf_type vt = tr->vec_dot_type;
-    enum { ROWS = 64 };
+    enum { ROWS = 256 };
     size_t wsz, xsz;
     assert_int_equal(rf_row_size(t, n, &wsz), RF_OK);
     assert_int_equal(rf_row_size(vt, n, &xsz), RF_OK);
