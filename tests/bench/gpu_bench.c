@@ -78,7 +78,7 @@ int main(int argc, char **argv) {
     const size_t min_bytes = info.l2_bytes * 8 > ((size_t)400 << 20) ? info.l2_bytes * 8 : ((size_t)400 << 20);
     printf("\n%-6s %-18s %4s %4s %4s %10s %10s %8s %8s\n", "type", "n_in->n_out var", "tok", "x", "pdl", "MB", "us/call", "GB/s", "of_bw");
     /* pass 0: the variant sweep (programmatic dependent launch on) for the three formats with a
-     * bandwidth target: Q4_0 / Q8_0 product kernels 1..7 on quantized x, F16 1..3;
+     * bandwidth target: Q4_0 / Q8_0 product kernels 1..8 on quantized x, F16 1..3;
      * pass 1: every format at the default variant (v0), the whole call; the 32-element formats
      * also the product alone; Q4_0 / Q8_0 / F16 also with programmatic dependent launch off */
     for (int pass = 0; pass < (sweep_only ? 1 : 2); pass++)
@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
             /* runs: {variant, x quantized beforehand, pdl} */
             int runs[8][3], nr = 0;
             if (pass == 0)
-                for (int v = 1; v <= (q32 ? 7 : 3); v++) runs[nr][0] = v, runs[nr][1] = q32, runs[nr++][2] = 1;
+                for (int v = 1; v <= (q32 ? 8 : 3); v++) runs[nr][0] = v, runs[nr][1] = q32, runs[nr++][2] = 1;
             else {
                 runs[nr][0] = 0, runs[nr][1] = 0, runs[nr++][2] = 1;
                 if (q32) runs[nr][0] = 0, runs[nr][1] = 1, runs[nr++][2] = 1;

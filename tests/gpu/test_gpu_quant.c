@@ -171,7 +171,8 @@ static void test_gemv(void **state) {
                 run_matmul_case(&r, t, nt, shapes[s][0], shapes[s][1], false, tol);
     }
     /* every kernel variant (the default is one of them) on a few shapes */
-    for (int v = 1; v <= 7; v++) { /* 4..7: the q32s kernel; the other kernels take their default */
+    for (int v = 1; v <= 8; v++) { /* 4..7: the q32s kernel, 8: q32h (else as 7); the other
+                                     * kernels take their default */
         rf_gpu_set_gemv_variant(g_ctx, v);
         for (size_t ti = 0; ti < N_GEMV; ti++) {
             const rf_type t = k_gemv_types[ti];
@@ -181,6 +182,13 @@ static void test_gemv(void **state) {
             run_matmul_case(&r, t, 3, bs * 300 > 8192 ? 8192 : bs * 300, 129, false, tol);
             run_matmul_case(&r, t, 1, bs * 300 > 8192 ? 8192 : bs * 300, 131, false, tol);
             run_matmul_case(&r, t, 1, bs * 448 > 14336 ? 14336 : bs * 448, 67, false, tol);
+            if (v == 8) { /* widths q32h takes (Q4_0/Q5_0/Q8_0: 16, 4 and 1 groups per row; the
+                           * last stage of 130 rows of 4 groups is partial), and 2 tokens (q32s) */
+                run_matmul_case(&r, t, 1, 4096, 131, false, tol);
+                run_matmul_case(&r, t, 1, 1024, 130, false, tol);
+                run_matmul_case(&r, t, 1, 256, 131, false, tol);
+                run_matmul_case(&r, t, 2, 4096, 129, false, tol);
+            }
         }
     }
     rf_gpu_set_gemv_variant(g_ctx, 0);

@@ -546,6 +546,109 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
         while (g >= ng) g -= ng, r++;
     }
 }
+
+/* the formats gemv_q32h takes: 8-block groups whose records carry no f32 sum */
+template <int T> struct rf_q32h_ok {
+    static constexpr bool value = rf_q32_group<T>::GB == 8 && !rf_q32_group<T>::FS &&
+                                  T != RF_TYPE_Q4_K && T != RF_TYPE_Q5_K;
+};
+
+/* gemv_q32h: gemv_q32s for one token with two lanes per group, each decoding 4 of its 8 blocks,
+ * so a stage is WS / 2 groups and a warp's serial decode per stage is half as long. Meant for
+ * the shapes where q32s gives each warp a single stage, all of it decoded after the PDL wait
+ * (4096x4096 Q4_0: 2 rows per warp): twice as many warps, each half as long, share that work.
+ * For Q4_0, Q5_0, Q8_0 (rf_q32h_ok) and rows of ng groups with ng dividing WS / 2, so every
+ * stage holds whole rows of 2 ng lanes (4096-wide rows and narrower powers of two). A half group
+ * (4 BB bytes) starts 8 bytes past a 16-byte boundary in the odd half, so lanes read it with
+ * 4 BB / 8 8-byte shared loads; a half-warp's 16 lanes then hit 16 distinct 8-byte bank pairs
+ * (NU = 9, 11, 17). x as for q32s (rf_k_quantize_x, gb = 8).
+ * launch: NW warps per block, any grid with grid * NW * rpw >= n_out (rpw a multiple of
+ * (WS / 2) / ng keeps every warp's stages whole); NG = n_in / 256 or 0. tolerance as gemv_q32. */
+template <int T, int S, int NW, int NG>
+__global__ void __launch_bounds__(NW * RF_WARP_SIZE)
+rf_k_gemv_q32h(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, int64_t n_in,
+               int64_t n_out, int64_t row_bytes, int rpw) {
+    using G = rf_q32_group<T>;
+    constexpr int BB = G::BB, GB = G::GB, NU = G::NU, WS = RF_WARP_SIZE, HS = WS / 2;
+    static_assert(rf_q32h_ok<T>::value && 4 * BB % 8 == 0, "8-block groups without f32 sums");
+    constexpr int SLOT = HS * NU;            /* 16-byte words per stage */
+    constexpr int NC = (SLOT + WS - 1) / WS; /* copies per lane per stage */
+    constexpr int HL = 4 * BB / 8;           /* 8-byte words per half group */
+    __shared__ uint4 ring[NW][S][SLOT];
+    const int lane = threadIdx.x % WS, warp = threadIdx.x / WS;
+    const int hf = lane & 1, gi = lane >> 1; /* this lane's half and its group in the stage */
+    const int ng = NG ? NG : (int)(n_in / RF_QK / GB);
+    const int rps = HS / ng; /* whole rows per stage */
+    const int64_t row0 = ((int64_t)blockIdx.x * NW + warp) * rpw;
+    const int rows = n_out - row0 < rpw ? (int)(n_out > row0 ? n_out - row0 : 0) : rpw;
+    const int ngr = rows * ng;          /* groups of this warp */
+    const int nk = (ngr + HS - 1) / HS; /* its stages */
+    const char *wbase = (const char *)(w + row0 * row_bytes);
+    const unsigned s_ring = rf_smem_addr(ring[warp][0]) + (unsigned)lane * 16;
+    int ik = 0, islot = 0; /* next stage to issue and its slot */
+    auto issue = [&]() {
+        const int lim = ngr * NU - ik * SLOT; /* words left in the run from this stage on */
+        const char *src = wbase + ((int64_t)ik * SLOT + lane) * 16;
+        const unsigned sa = s_ring + (unsigned)(islot * SLOT * 16);
+#pragma unroll
+        for (int m = 0; m < NC; m++) {
+            const int wd = lane + m * WS;
+            if (((m + 1) * WS <= SLOT || wd < SLOT) && (lim >= SLOT || wd < lim))
+                rf_cp_async16_s(sa + m * WS * 16, src + m * WS * 16);
+        }
+        rf_cp_async_commit(); /* one group per stage, empty or not: the wait count relies on it */
+        ik++;
+        islot = islot + 1 == S ? 0 : islot + 1;
+    };
+    for (int k = 0; k < S; k++) {
+        if (k < nk) issue();
+        else rf_cp_async_commit();
+    }
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    /* this lane's group in its row is the same in every stage; its blocks are j = 4 hf + jj:
+     * x halves at 16-byte units (2 j) ng + g and (2 j + 1) ng + g, records at j ng + g */
+    const int g = gi % ng;
+    const int4 *xp = (const int4 *)qx + 8 * hf * ng + g;
+    const float2 *dp = (const float2 *)dx + 4 * hf * ng + g;
+    int slot = 0;
+    for (int k = 0; k < nk; k++) {
+        const int gid = k * HS + gi;
+        rf_cp_async_wait<S - 1>(); /* this lane's copies of stage k have landed */
+        RF_SYNCWARP();             /* ... and every lane's are visible */
+        float v = 0.0f;
+        if (gid < ngr) {
+            const uint2 *src = (const uint2 *)&ring[warp][slot][gi * NU] + hf * HL;
+            uint32_t cw[2 * HL + 1]; /* the half group as words, plus a zero word */
+#pragma unroll
+            for (int u = 0; u < HL; u++) {
+                const uint2 q = src[u];
+                cw[2 * u] = q.x, cw[2 * u + 1] = q.y;
+            }
+            cw[2 * HL] = 0;
+#pragma unroll
+            for (int jj = 0; jj < GB / 2; jj++) {
+                const int4 x0 = xp[2 * jj * ng], x1 = xp[(2 * jj + 1) * ng];
+                const float2 q = dp[jj * ng];
+                const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                /* a half starts 4-byte aligned: block jj's offset in its word is fixed */
+                if (jj * BB % 4 == 0)
+                    v += rf_q32_dot<T, 0, true>(&cw[jj * BB / 4], 0, xi, q.x, __float_as_int(q.y), 0.0f);
+                else
+                    v += rf_q32_dot<T, 2, true>(&cw[jj * BB / 4], 2, xi, q.x, __float_as_int(q.y), 0.0f);
+            }
+        }
+        RF_SYNCWARP(); /* the slot is read by all lanes before it is refilled */
+        if (k + S < nk) issue();
+        else rf_cp_async_commit();
+        slot = slot + 1 == S ? 0 : slot + 1;
+        /* rps whole rows of 2 ng lanes (2 ng divides the warp): a butterfly over each row's lanes */
+#pragma unroll
+        for (int m = 1; m < WS; m <<= 1)
+            if (m < 2 * ng) v += RF_SHFL_XOR(v, m);
+        if (lane % (2 * ng) == 0 && gid < ngr) y[row0 + k * rps + gi / ng] = v;
+    }
+}
 #endif
 
 /* Shared tail of the one-row-per-warp-group GEMVs (f16, K-quants): y[t, row] = the sum of acc[t]
@@ -842,10 +945,12 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
 }
 
 /* Kernel variants, chosen per call by ctx->gemv_variant (0 = default; the benchmark sweeps
- * 1..7), all launched as programmatic dependent launches where ctx->pdl:
+ * 1..8), all launched as programmatic dependent launches where ctx->pdl:
  * q32 (rows per warp group, ring stages, warps per group; RF_Q32_WARPS warps per block) =
  *   1: (4, 2, 4), 2: (2, 2, 4), 3: (4, 2, 2); HIP: (2, 2, 2) always;
  * q32s (32-element formats, rows of whole 16-byte groups, CUDA) = 4..7, see rf_launch_q32s;
+ * q32h (two lanes per group, one token, Q4_0/Q5_0/Q8_0 rows of 16 groups or fewer, CUDA) = 8,
+ *   else as 7 (not a default: written without a GPU, to be measured);
  * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2);
  * K-quants: 1 = one warp per row, 2 and 3 = four warps per row.
  * Defaults from the H100 sweeps in docs/perf-gpu.md. */
@@ -928,6 +1033,30 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
                          dim3(NW * ctx->info.warp_size), smem, y, w, qx, dx, nt, n_in, n_out, rb,
                          (int)rpw);
 }
+/* q32h (variant 8): 4 warps per block, 2 ring stages; rows per warp as for q32s, a multiple of
+ * the rows per stage */
+template <int T, int NG>
+static rf_status rf_launch_q32h(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
+                                const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb) {
+    constexpr int NW = 4, S = 2;
+    auto kern = rf_k_gemv_q32h<T, S, NW, NG>;
+    static int per_sm = 0;
+    if (!per_sm) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, NW * ctx->info.warp_size, 0) != cudaSuccess || n < 1) {
+            (void)cudaGetLastError();
+            n = 1;
+        }
+        per_sm = n;
+    }
+    const int64_t warps = (int64_t)per_sm * ctx->info.sm_count * NW;
+    const int ng = (int)(n_in / RF_QK / rf_q32_group<T>::GB), rps = RF_WARP_SIZE / 2 / ng;
+    int64_t rpw = (n_out + warps - 1) / warps;
+    rpw = (rpw + rps - 1) / rps * rps;
+    const int64_t blocks = (n_out + rpw * NW - 1) / (rpw * NW);
+    return rf_gpu_launch(ctx, "rf_k_gemv_q32h", true, kern, dim3((unsigned)blocks),
+                         dim3(NW * ctx->info.warp_size), 0, y, w, qx, dx, n_in, n_out, rb, (int)rpw);
+}
 template <int T>
 static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
                                 const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
@@ -937,9 +1066,15 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
 #define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, RF_NW(S), XS, 0>(ctx, y, w, qx, dx, nt, n_in, n_out, rb)
 #define RF_Q32S_NG(NG) rf_launch_q32s_k<T, 1, 2, RF_NW(2), false, NG>(ctx, y, w, qx, dx, nt, n_in, n_out, rb)
     if (nt == 1) {
+        if constexpr (rf_q32h_ok<T>::value) { /* v8: q32h where each stage holds whole rows */
+            const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
+            if (v == 8 && ng == 16) return rf_launch_q32h<T, 16>(ctx, y, w, qx, dx, n_in, n_out, rb);
+            if (v == 8 && RF_WARP_SIZE / 2 % ng == 0) return rf_launch_q32h<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb);
+        }
         if (v == 5) return RF_Q32S(1, 3, true);
         if (v == 6) return RF_Q32S(1, 1, true);
-        if (v == 7) { /* the default: the common widths' group counts compiled in */
+        if (v == 7 || v == 8) { /* the default (and v8 where q32h does not apply): the common
+                                 * widths' group counts compiled in */
             const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
             if (ng == 16) return RF_Q32S_NG(16);  /* 4096 wide (Q4_0, Q5_0, Q8_0) */
             if (ng == 32) return RF_Q32S_NG(32);  /* 4096 wide (Q4_1), 8192 (Q4_0 ...) */
@@ -1013,7 +1148,7 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
 #else
     const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384; /* x in 24 KB */
 #endif
-    int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 7 ? ctx->gemv_variant : 0;
+    int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 8 ? ctx->gemv_variant : 0;
     /* q32s (x through L1) for Q8_0, Q4_K, Q5_K and 4/5-bit rows up to 8192 wide; wider 4/5-bit rows
      * decode faster in gemv_q32 (H100: Q4_0 14336->4096 82% vs 79% of bandwidth for the
      * product). The choice may depend on the type and n_in only, never n_out: x's order follows
