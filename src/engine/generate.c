@@ -1,6 +1,7 @@
 /* generate.c — rf_generate: the generation loop. Reuses the cached prefix, evaluates the rest
  * of the prompt in batches, then samples token by token, streaming UTF-8-complete text and
  * holding back text that could be the start of a stop string. */
+#define _GNU_SOURCE /* memmem */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -56,18 +57,6 @@ static size_t stop_holdback(const char *buf, size_t len, const rf_gen_params *gp
     return best;
 }
 
-/* First occurrence of n bytes of s in h[0..hl), or NULL. Generated text may hold NUL bytes (a
- * byte token <0x00>), so the search is by length, not strstr. */
-static const char *find_bytes(const char *h, size_t hl, const char *s, size_t n) {
-    if (n == 0 || n > hl) return NULL;
-    for (const char *p = h, *end = h + (hl - n); p <= end; p++) {
-        p = memchr(p, s[0], (size_t)(end - p) + 1);
-        if (!p) return NULL;
-        if (!memcmp(p, s, n)) return p;
-    }
-    return NULL;
-}
-
 /* Emits what is safe; returns false if the callback asked to stop. Sets *hit when a stop string
  * is found (text before it is emitted, the rest dropped). */
 static bool pend_flush(pending *p, const rf_gen_params *gp, bool final, rf_piece_fn cb, void *user,
@@ -77,7 +66,8 @@ static bool pend_flush(pending *p, const rf_gen_params *gp, bool final, rf_piece
     if (!p->buf) return true; /* nothing produced yet */
     for (size_t i = 0; i < gp->n_stop; i++) {
         if (!gp->stop[i] || !gp->stop[i][0]) continue;
-        const char *f = find_bytes(p->buf, p->len, gp->stop[i], strlen(gp->stop[i]));
+        /* by length, not strstr: generated text may hold NUL bytes (a byte token <0x00>) */
+        const char *f = memmem(p->buf, p->len, gp->stop[i], strlen(gp->stop[i]));
         if (f && (size_t)(f - p->buf) < cut) {
             cut = (size_t)(f - p->buf);
             *hit = true;
