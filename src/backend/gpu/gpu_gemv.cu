@@ -336,6 +336,38 @@ static __device__ __forceinline__ float rf_qk_dot(const uint32_t *w, const int (
 }
 
 #if !defined(RF_HIP) /* cp.async with converted addresses, 32-lane ballots: CUDA only */
+/* A warp's weight ring (gemv_q32s, gemv_q32h): the warp streams a contiguous run of `words`
+ * 16-byte words in stages of SLOT words through S shared-memory slots with cp.async, lane l
+ * copying words l, l + WS, ... of each stage. issue() sends the next stage to the next slot and
+ * commits one cp.async group, an empty one past the run, so after each issue()
+ * rf_cp_async_wait<S - 1>() means the stage issued S calls earlier has landed. The run must not
+ * be written by work in flight (the first S stages are issued before rf_pdl_wait()). */
+template <int SLOT, int S> struct rf_wring {
+    const char *src; /* this lane's first word of the next stage */
+    unsigned sa;     /* its word in slot 0 (shared-memory address) */
+    int lane, left, slot; /* words left from the next stage on, and its slot */
+    __device__ __forceinline__ rf_wring(const void *run, uint4 *slot0, int words, int lane_)
+        : src((const char *)run + lane_ * 16), sa(rf_smem_addr(slot0) + (unsigned)lane_ * 16),
+          lane(lane_), left(words), slot(0) {}
+    __device__ __forceinline__ void issue() {
+        constexpr int WS = RF_WARP_SIZE, NC = (SLOT + WS - 1) / WS;
+        const unsigned s = sa + (unsigned)(slot * SLOT * 16);
+        if (left >= SLOT) { /* a whole stage: no per-copy test where SLOT is a multiple of WS */
+#pragma unroll
+            for (int m = 0; m < NC; m++)
+                if ((m + 1) * WS <= SLOT || lane + m * WS < SLOT) rf_cp_async16_s(s + m * WS * 16, src + m * WS * 16);
+        } else {
+#pragma unroll
+            for (int m = 0; m < NC; m++)
+                if (lane + m * WS < left) rf_cp_async16_s(s + m * WS * 16, src + m * WS * 16);
+        }
+        rf_cp_async_commit();
+        src += SLOT * 16;
+        left -= SLOT;
+        slot = slot + 1 == S ? 0 : slot + 1;
+    }
+};
+
 /* gemv_q32s: the same product as gemv_q32 for rows of whole groups (rf_q32_group; rf_gpu_gemv
  * checks row_bytes % 16 == 0). Such rows lie back to back as one run of groups, so warp w takes
  * rows [w * rpw, w * rpw + rpw) as one contiguous run of rpw * ng groups (ng per row) and streams
@@ -374,29 +406,8 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     const int rows = n_out - row0 < rpw ? (int)(n_out > row0 ? n_out - row0 : 0) : rpw;
     const int ngr = rows * ng;              /* groups of this warp (< 2^31: rpw * ng small) */
     const int nk = (ngr + WS - 1) / WS;     /* its stages */
-    const char *wbase = (const char *)(w + row0 * row_bytes);
-    const unsigned s_ring = rf_smem_addr(ring[warp][0]) + (unsigned)lane * 16;
-    int ik = 0, islot = 0; /* next stage to issue and its slot */
-    auto issue = [&]() {
-        const int lim = ngr * NU - ik * SLOT; /* words left in the run from this stage on */
-        const char *src = wbase + ((int64_t)ik * SLOT + lane) * 16;
-        const unsigned sa = s_ring + (unsigned)(islot * SLOT * 16);
-        if (lim >= SLOT) { /* a whole stage: no per-copy test */
-#pragma unroll
-            for (int m = 0; m < NU; m++) rf_cp_async16_s(sa + m * WS * 16, src + m * WS * 16);
-        } else {
-#pragma unroll
-            for (int m = 0; m < NU; m++)
-                if (lane + m * WS < lim) rf_cp_async16_s(sa + m * WS * 16, src + m * WS * 16);
-        }
-        rf_cp_async_commit(); /* one group per stage, empty or not: the wait count relies on it */
-        ik++;
-        islot = islot + 1 == S ? 0 : islot + 1;
-    };
-    for (int k = 0; k < S; k++) {
-        if (k < nk) issue();
-        else rf_cp_async_commit();
-    }
+    rf_wring<SLOT, S> wr(w + row0 * row_bytes, ring[warp][0], ngr * NU, lane);
+    for (int k = 0; k < S; k++) wr.issue();
     rf_pdl_trigger();
     rf_pdl_wait();
     uint4 *xs = rf_dyn; /* XS: qx (n_in bytes), then nb records */
@@ -479,8 +490,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
             }
         }
         RF_SYNCWARP(); /* the slot is read by all lanes before it is refilled */
-        if (k + S < nk) issue();
-        else rf_cp_async_commit();
+        wr.issue(); /* stage k + S (an empty group past the run) */
         slot = slot + 1 == S ? 0 : slot + 1;
         if (whole) { /* the stage is 32 / ng whole rows: a butterfly over each row's ng lanes */
 #pragma unroll
@@ -547,10 +557,10 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     }
 }
 
-/* the formats gemv_q32h takes: 8-block groups whose records carry no f32 sum */
+/* the formats gemv_q32h takes: 8-block groups whose records carry no f32 sum (Q4_0, Q5_0, Q8_0;
+ * Q4_K / Q5_K have the sums) */
 template <int T> struct rf_q32h_ok {
-    static constexpr bool value = rf_q32_group<T>::GB == 8 && !rf_q32_group<T>::FS &&
-                                  T != RF_TYPE_Q4_K && T != RF_TYPE_Q5_K;
+    static constexpr bool value = rf_q32_group<T>::GB == 8 && !rf_q32_group<T>::FS;
 };
 
 /* gemv_q32h: gemv_q32s for one token with two lanes per group, each decoding 4 of its 8 blocks,
@@ -571,9 +581,8 @@ rf_k_gemv_q32h(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     using G = rf_q32_group<T>;
     constexpr int BB = G::BB, GB = G::GB, NU = G::NU, WS = RF_WARP_SIZE, HS = WS / 2;
     static_assert(rf_q32h_ok<T>::value && 4 * BB % 8 == 0, "8-block groups without f32 sums");
-    constexpr int SLOT = HS * NU;            /* 16-byte words per stage */
-    constexpr int NC = (SLOT + WS - 1) / WS; /* copies per lane per stage */
-    constexpr int HL = 4 * BB / 8;           /* 8-byte words per half group */
+    constexpr int SLOT = HS * NU; /* 16-byte words per stage */
+    constexpr int HL = 4 * BB / 8; /* 8-byte words per half group */
     __shared__ uint4 ring[NW][S][SLOT];
     const int lane = threadIdx.x % WS, warp = threadIdx.x / WS;
     const int hf = lane & 1, gi = lane >> 1; /* this lane's half and its group in the stage */
@@ -583,27 +592,8 @@ rf_k_gemv_q32h(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     const int rows = n_out - row0 < rpw ? (int)(n_out > row0 ? n_out - row0 : 0) : rpw;
     const int ngr = rows * ng;          /* groups of this warp */
     const int nk = (ngr + HS - 1) / HS; /* its stages */
-    const char *wbase = (const char *)(w + row0 * row_bytes);
-    const unsigned s_ring = rf_smem_addr(ring[warp][0]) + (unsigned)lane * 16;
-    int ik = 0, islot = 0; /* next stage to issue and its slot */
-    auto issue = [&]() {
-        const int lim = ngr * NU - ik * SLOT; /* words left in the run from this stage on */
-        const char *src = wbase + ((int64_t)ik * SLOT + lane) * 16;
-        const unsigned sa = s_ring + (unsigned)(islot * SLOT * 16);
-#pragma unroll
-        for (int m = 0; m < NC; m++) {
-            const int wd = lane + m * WS;
-            if (((m + 1) * WS <= SLOT || wd < SLOT) && (lim >= SLOT || wd < lim))
-                rf_cp_async16_s(sa + m * WS * 16, src + m * WS * 16);
-        }
-        rf_cp_async_commit(); /* one group per stage, empty or not: the wait count relies on it */
-        ik++;
-        islot = islot + 1 == S ? 0 : islot + 1;
-    };
-    for (int k = 0; k < S; k++) {
-        if (k < nk) issue();
-        else rf_cp_async_commit();
-    }
+    rf_wring<SLOT, S> wr(w + row0 * row_bytes, ring[warp][0], ngr * NU, lane);
+    for (int k = 0; k < S; k++) wr.issue();
     rf_pdl_trigger();
     rf_pdl_wait();
     /* this lane's group in its row is the same in every stage; its blocks are j = 4 hf + jj:
@@ -639,8 +629,7 @@ rf_k_gemv_q32h(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
             }
         }
         RF_SYNCWARP(); /* the slot is read by all lanes before it is refilled */
-        if (k + S < nk) issue();
-        else rf_cp_async_commit();
+        wr.issue(); /* stage k + S (an empty group past the run) */
         slot = slot + 1 == S ? 0 : slot + 1;
         /* rps whole rows of 2 ng lanes (2 ng divides the warp): a butterfly over each row's lanes */
 #pragma unroll
