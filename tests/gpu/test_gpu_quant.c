@@ -171,7 +171,7 @@ static void test_gemv(void **state) {
                 run_matmul_case(&r, t, nt, shapes[s][0], shapes[s][1], false, tol);
     }
     /* every kernel variant (the default is one of them) on a few shapes */
-    for (int v = 1; v <= 8; v++) { /* 4..7: the q32s kernel, 8: q32h (else as 7); the other
+    for (int v = 1; v <= 12; v++) { /* 4..7, 9..12: the q32s kernel, 8: q32h (else as 7); the other
                                      * kernels take their default */
         rf_gpu_set_gemv_variant(g_ctx, v);
         for (size_t ti = 0; ti < N_GEMV; ti++) {
@@ -191,6 +191,21 @@ static void test_gemv(void **state) {
             }
         }
     }
+    /* rows per warp forced (the benchmark's occupancy sweep): odd counts, so warps end mid-stage
+     * and the last warp is partial, on the q32s default (7) and q32h (8) */
+    for (int v = 7; v <= 12; v++)
+        for (int rpw = 3; rpw <= 5; rpw += 2) {
+            rf_gpu_set_gemv_variant(g_ctx, v);
+            rf_gpu_set_gemv_rpw(g_ctx, rpw);
+            for (size_t ti = 0; ti < N_GEMV; ti++) {
+                const rf_type t = k_gemv_types[ti];
+                if (block_of(t) == 1 || t == RF_TYPE_F16 || t == RF_TYPE_BF16) continue;
+                run_matmul_case(&r, t, 1, 4096, 131, false, 1e-2);
+                run_matmul_case(&r, t, 1, t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K ? 2048 : 1024, 130, false, 1e-2);
+                run_matmul_case(&r, t, 2, 4096, 129, false, 1e-2);
+            }
+        }
+    rf_gpu_set_gemv_rpw(g_ctx, 0);
     rf_gpu_set_gemv_variant(g_ctx, 0);
     /* one output row: the same y[0] as the first row of a taller product, bit for bit (the
      * kernels' row sums do not depend on the height; rel. L2 over a single int8-x output is too

@@ -29,18 +29,36 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
     const int64_t e = (int64_t)blockIdx.y * n_in + i;
     const float v = i < n_in ? x[e] : 0.0f;
     float amax = fabsf(v), sum = v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && RF_QK == 32
+    constexpr bool RX = !FS; /* the group is one whole warp: one redux.sync per reduction */
+#else
+    constexpr bool RX = false;
+#endif
+    if (RX) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        /* |x| as bits orders like the floats, and any NaN lies above +inf: a NaN max is NaN */
+        amax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(amax)));
+#endif
+    } else {
 #pragma unroll
-    for (int m = RF_QK / 2; m > 0; m >>= 1) {
-        amax = fmaxf(amax, RF_SHFL_XOR(amax, m));
-        sum += RF_SHFL_XOR(sum, m);
+        for (int m = RF_QK / 2; m > 0; m >>= 1) {
+            amax = fmaxf(amax, RF_SHFL_XOR(amax, m));
+            sum += RF_SHFL_XOR(sum, m);
+        }
     }
     /* a NaN in the group must reach y: NaN d poisons every product (int8 cannot hold it) */
     const float d = sum != sum ? sum : amax / 127.0f;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     const int q = __float2int_rn(v * id);
     int qs = q;
+    if (RX) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        qs = __reduce_add_sync(0xffffffffu, q);
+#endif
+    } else {
 #pragma unroll
-    for (int m = RF_QK / 2; m > 0; m >>= 1) qs += RF_SHFL_XOR(qs, m);
+        for (int m = RF_QK / 2; m > 0; m >>= 1) qs += RF_SHFL_XOR(qs, m);
+    }
     const int b = i / RF_QK, ng = n_in / RF_QK / GB, j = b % GB, g = b / GB;
     const int h = (int)(threadIdx.x % RF_QK) / 16, c = (int)threadIdx.x % 16;
     const int unit = GB == 1 ? 2 * b + h : (2 * j + h) * ng + g; /* < 2^24: n_in < 2^28 */
@@ -389,8 +407,8 @@ template <int SLOT, int S> struct rf_wring {
  * (Quantizing x in every block instead, from the f32 x, was measured: 1.3-2x slower.)
  * launch: NW warps per block, any grid with grid * NW * rpw >= n_out; NG = n_in / 32 / GB or 0.
  * tolerance as gemv_q32. */
-template <int T, int NTMAX, int S, int NW, bool XS, int NG>
-__global__ void __launch_bounds__(NW * RF_WARP_SIZE)
+template <int T, int NTMAX, int S, int NW, bool XS, int NG, int MINB = 0>
+__global__ void __launch_bounds__(NW * RF_WARP_SIZE, MINB)
 rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, int nt,
                int64_t n_in, int64_t n_out, int64_t row_bytes, int rpw) {
     using G = rf_q32_group<T>;
@@ -601,6 +619,16 @@ rf_k_gemv_q32h(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     const int g = gi % ng;
     const int4 *xp = (const int4 *)qx + 8 * hf * ng + g;
     const float2 *dp = (const float2 *)dx + 4 * hf * ng + g;
+    /* ... so its x (4 blocks) is loaded once, all in flight together, and serves every stage */
+    int xi[GB / 2][8];
+    float2 xd[GB / 2];
+#pragma unroll
+    for (int jj = 0; jj < GB / 2; jj++) {
+        const int4 x0 = xp[2 * jj * ng], x1 = xp[(2 * jj + 1) * ng];
+        xi[jj][0] = x0.x, xi[jj][1] = x0.y, xi[jj][2] = x0.z, xi[jj][3] = x0.w;
+        xi[jj][4] = x1.x, xi[jj][5] = x1.y, xi[jj][6] = x1.z, xi[jj][7] = x1.w;
+        xd[jj] = dp[jj * ng];
+    }
     int slot = 0;
     for (int k = 0; k < nk; k++) {
         const int gid = k * HS + gi;
@@ -618,14 +646,12 @@ rf_k_gemv_q32h(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
             cw[2 * HL] = 0;
 #pragma unroll
             for (int jj = 0; jj < GB / 2; jj++) {
-                const int4 x0 = xp[2 * jj * ng], x1 = xp[(2 * jj + 1) * ng];
-                const float2 q = dp[jj * ng];
-                const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                const float2 q = xd[jj];
                 /* a half starts 4-byte aligned: block jj's offset in its word is fixed */
                 if (jj * BB % 4 == 0)
-                    v += rf_q32_dot<T, 0, true>(&cw[jj * BB / 4], 0, xi, q.x, __float_as_int(q.y), 0.0f);
+                    v += rf_q32_dot<T, 0, true>(&cw[jj * BB / 4], 0, xi[jj], q.x, __float_as_int(q.y), 0.0f);
                 else
-                    v += rf_q32_dot<T, 2, true>(&cw[jj * BB / 4], 2, xi, q.x, __float_as_int(q.y), 0.0f);
+                    v += rf_q32_dot<T, 2, true>(&cw[jj * BB / 4], 2, xi[jj], q.x, __float_as_int(q.y), 0.0f);
             }
         }
         RF_SYNCWARP(); /* the slot is read by all lanes before it is refilled */
@@ -923,6 +949,7 @@ rf_k_gemv_generic(float *y, const uint8_t *w, int type, const float *x, int nt, 
 /* ---- host glue ------------------------------------------------------------------------- */
 
 extern "C" void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant) { ctx->gemv_variant = variant; }
+extern "C" void rf_gpu_set_gemv_rpw(rf_gpu_ctx *ctx, int rpw) { ctx->gemv_rpw = rpw > 0 ? (rpw < 1024 ? rpw : 1024) : 0; }
 
 extern "C" bool rf_gpu_gemv_supported(rf_type t) {
     switch (t) {
@@ -939,7 +966,8 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
  *   1: (4, 2, 4), 2: (2, 2, 4), 3: (4, 2, 2); HIP: (2, 2, 2) always;
  * q32s (32-element formats, rows of whole 16-byte groups, CUDA) = 4..7, see rf_launch_q32s;
  * q32h (two lanes per group, one token, Q4_0/Q5_0/Q8_0 rows of 16 groups or fewer, CUDA) = 8,
- *   else as 7 (not a default: written without a GPU, to be measured);
+ *   else as 7; 9..12: v7 compiled for at least 1, 3, 4, 5 blocks per SM (register budgets: ptxas
+ *   gives v7 itself ~80; one token, else as 7; see docs/perf-gpu.md);
  * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2);
  * K-quants: 1 = one warp per row, 2 and 3 = four warps per row.
  * Defaults from the H100 sweeps in docs/perf-gpu.md. */
@@ -981,17 +1009,18 @@ static rf_status rf_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *
 }
 #if !defined(RF_HIP)
 /* q32s variants (ring stages per warp, x of one token in shared memory): 4: (2, yes),
- * 5: (3, yes), 6: (1, yes), 7: (2, no: x read through L1). Warps per block: 4, fewer where the
- * rings would pass 48 KB (Q8_0: 2 with 2 stages). Rows per warp: the fewest that let the grid fit
- * on the device at once (resident blocks per SM from the runtime, asked once per kernel and KB
- * of x). */
-template <int T, int NTM, int S, int NW, bool XS, int NG>
+ * 5: (3, yes), 6: (1, yes), 7: (2, no: x read through L1); 9..12: 7 compiled for at least MINB =
+ * 1, 3, 4, 5 resident blocks per SM (ptxas's register budget; 0: its own choice). Warps per
+ * block: 4, fewer where the rings would pass 48 KB (Q8_0: 2 with 2 stages). Rows per warp:
+ * rpw_req where not 0 (rounded up to whole stages), else the fewest that let the grid fit on the
+ * device at once (resident blocks per SM from the runtime, asked once per kernel and KB of x). */
+template <int T, int NTM, int S, int NW, bool XS, int NG, int MINB = 0>
 static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                   const float4 *dx, int nt, int64_t n_in, int64_t n_out,
-                                  int64_t rb) {
+                                  int64_t rb, int rpw_req) {
     constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::NU * 16;
     constexpr bool FS = rf_q32_group<T>::FS;
-    auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS, NG>;
+    auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS, NG, MINB>;
     /* x: n_in bytes of int8 + 8 (16 with the f32 sum) bytes per 32 (n_in <= 16384) */
     const size_t ring = (size_t)NW * S * SLOT;
     const size_t smem = XS ? (size_t)n_in + (size_t)n_in / RF_QK * (FS ? 16 : 8) : 0;
@@ -1012,7 +1041,7 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     }
     const int64_t warps = (int64_t)per_sm[kb] * ctx->info.sm_count * NW;
     const int ng = (int)(n_in / RF_QK / rf_q32_group<T>::GB);
-    int64_t rpw = (n_out + warps - 1) / warps;
+    int64_t rpw = rpw_req ? rpw_req : (n_out + warps - 1) / warps;
     if (ng < 32 && 32 % ng == 0) { /* whole stages: a multiple of 32 / ng rows */
         const int u = 32 / ng;
         rpw = (rpw + u - 1) / u * u;
@@ -1026,7 +1055,8 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
  * the rows per stage */
 template <int T, int NG>
 static rf_status rf_launch_q32h(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
-                                const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb) {
+                                const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb,
+                                int rpw_req) {
     constexpr int NW = 4, S = 2;
     auto kern = rf_k_gemv_q32h<T, S, NW, NG>;
     static int per_sm = 0;
@@ -1040,34 +1070,70 @@ static rf_status rf_launch_q32h(rf_gpu_ctx *ctx, float *y, const uint8_t *w, con
     }
     const int64_t warps = (int64_t)per_sm * ctx->info.sm_count * NW;
     const int ng = (int)(n_in / RF_QK / rf_q32_group<T>::GB), rps = RF_WARP_SIZE / 2 / ng;
-    int64_t rpw = (n_out + warps - 1) / warps;
+    int64_t rpw = rpw_req ? rpw_req : (n_out + warps - 1) / warps;
     rpw = (rpw + rps - 1) / rps * rps;
     const int64_t blocks = (n_out + rpw * NW - 1) / (rpw * NW);
     return rf_gpu_launch(ctx, "rf_k_gemv_q32h", true, kern, dim3((unsigned)blocks),
                          dim3(NW * ctx->info.warp_size), 0, y, w, qx, dx, n_in, n_out, rb, (int)rpw);
 }
+/* The default q32s configuration for one token, from the H100 occupancy sweeps of 2026-11-22
+ * (docs/perf-gpu.md, session 6): the register budget, as the variant (7: ptxas's own choice,
+ * ~80 registers for the 4/5-bit formats; 9: at least one block per SM, ~140, more loads of x in
+ * flight; 11: at least 4 blocks per SM, 128), and the rows per warp (0: the fewest that let the
+ * grid fit on the device at once). Small products (4096x4096) gain from more resident warps,
+ * long ones from more registers; Q8_0 (~148 registers whatever the budget) from 3 ring stages
+ * per warp, but not right after the x quantization kernel (whole: rf_gpu_gemv), whose own
+ * latency then adds to the product's tail; there Q4_0, Q4_K and Q5_K rows wider than 8192 take
+ * 4 rows per warp (Q4_1, Q5_1 and Q8_0 lost 7-31 points with it on the H100). */
+static int rf_q32s_gb(rf_type t);
+static void rf_q32s_tune(rf_type t, int64_t n_in, int64_t n_out, bool whole, int *v, int *rpw) {
+    const int64_t ng = n_in / RF_QK / rf_q32s_gb(t);
+    *v = n_in > 8192 ? 11 : n_out > 8192 ? 9 : 7;
+    *rpw = whole && n_in > 8192 && (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K) ? 4 : 0;
+    if (t == RF_TYPE_Q8_0) {
+        *v = 7;
+        *rpw = whole || ng < 16 ? 0 : ng <= RF_WARP_SIZE && RF_WARP_SIZE % ng == 0 ? 3 * (RF_WARP_SIZE / (int)ng) : 2;
+    }
+}
 template <int T>
 static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
                                 const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
-                                int64_t n_out, int64_t rb) {
+                                int64_t n_out, int64_t rb, bool whole) {
     constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::NU * 16;
 #define RF_NW(S) (49152 / ((S) * SLOT) >= 4 ? 4 : 49152 / ((S) * SLOT) >= 1 ? 49152 / ((S) * SLOT) : 1)
-#define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, RF_NW(S), XS, 0>(ctx, y, w, qx, dx, nt, n_in, n_out, rb)
-#define RF_Q32S_NG(NG) rf_launch_q32s_k<T, 1, 2, RF_NW(2), false, NG>(ctx, y, w, qx, dx, nt, n_in, n_out, rb)
+#define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, RF_NW(S), XS, 0>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw)
+#define RF_Q32S_NG(NG, MB) rf_launch_q32s_k<T, 1, 2, RF_NW(2), false, NG, MB>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw)
+    int rpw = ctx->gemv_rpw;
+    if (nt == 1 && ctx->gemv_variant == 0) { /* the default: tuned by shape */
+        int tv = 7, trpw = 0;
+        rf_q32s_tune((rf_type)T, n_in, n_out, whole, &tv, &trpw);
+        v = tv;
+        if (!rpw) rpw = trpw;
+    }
     if (nt == 1) {
         if constexpr (rf_q32h_ok<T>::value) { /* v8: q32h where each stage holds whole rows */
             const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
-            if (v == 8 && ng == 16) return rf_launch_q32h<T, 16>(ctx, y, w, qx, dx, n_in, n_out, rb);
-            if (v == 8 && RF_WARP_SIZE / 2 % ng == 0) return rf_launch_q32h<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb);
+            if (v == 8 && ng == 16) return rf_launch_q32h<T, 16>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+            if (v == 8 && RF_WARP_SIZE / 2 % ng == 0) return rf_launch_q32h<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
         }
         if (v == 5) return RF_Q32S(1, 3, true);
         if (v == 6) return RF_Q32S(1, 1, true);
-        if (v == 7 || v == 8) { /* the default (and v8 where q32h does not apply): the common
-                                 * widths' group counts compiled in */
+        if (v >= 9) { /* v7 with a register budget: at least MB blocks per SM */
             const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
-            if (ng == 16) return RF_Q32S_NG(16);  /* 4096 wide (Q4_0, Q5_0, Q8_0) */
-            if (ng == 32) return RF_Q32S_NG(32);  /* 4096 wide (Q4_1), 8192 (Q4_0 ...) */
-            if (ng == 56) return RF_Q32S_NG(56);  /* 14336 wide (Q8_0) */
+#define RF_Q32S_MB(MB) (ng == 16 ? RF_Q32S_NG(16, MB) : ng == 32 ? RF_Q32S_NG(32, MB) \
+                      : ng == 56 ? RF_Q32S_NG(56, MB) : rf_launch_q32s_k<T, 1, 2, RF_NW(2), false, 0, MB>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw))
+            if (v == 9) return RF_Q32S_MB(1);
+            if (v == 10) return RF_Q32S_MB(3);
+            if (v == 11) return RF_Q32S_MB(4);
+            if (v == 12) return RF_Q32S_MB(5);
+#undef RF_Q32S_MB
+        }
+        if (v >= 7) { /* v7 (and v8 where its kernel does not apply): the common widths' group
+                       * counts compiled in */
+            const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
+            if (ng == 16) return RF_Q32S_NG(16, 0);  /* 4096 wide (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K) */
+            if (ng == 32) return RF_Q32S_NG(32, 0);  /* 4096 wide (Q4_1, Q5_1), 8192 (Q4_0 ...) */
+            if (ng == 56) return RF_Q32S_NG(56, 0);  /* 14336 wide */
             return RF_Q32S(1, 2, false);
         }
         return RF_Q32S(1, 2, true);
@@ -1127,7 +1193,7 @@ static rf_status rf_launch_k(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned thr
 /* ---- the 32-element formats: x quantized once, then the product ---------------------- */
 
 /* the product kernel for (type, n_in, n_tokens) and the context's variant: q32 variants 1..3,
- * q32s 4..7 (rows of whole 16-byte groups, n_in <= 16384, CUDA); default from the H100 sweeps
+ * q32s 4..7, 9..12 and q32h 8 (rows of whole 16-byte groups, n_in <= 16384, CUDA); default from the H100 sweeps
  * in docs/perf-gpu.md */
 static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n_out) {
     const int gb = rf_q32s_gb(t);
@@ -1137,13 +1203,13 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
 #else
     const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384; /* x in 24 KB */
 #endif
-    int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 8 ? ctx->gemv_variant : 0;
-    /* q32s (x through L1) for Q8_0, Q4_K, Q5_K and 4/5-bit rows up to 8192 wide; wider 4/5-bit rows
-     * decode faster in gemv_q32 (H100: Q4_0 14336->4096 82% vs 79% of bandwidth for the
-     * product). The choice may depend on the type and n_in only, never n_out: x's order follows
-     * it, and one quantized x serves products of several heights (rf_gpu_quantize_x). */
-    if (!v) v = fits && (t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || n_in <= 8192) ? 7
-              : n_in <= 4096 && n_out <= 4096 ? 3 : 2;
+    int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 12 ? ctx->gemv_variant : 0;
+    /* q32s (x through L1; its register budget and rows per warp tuned by shape, rf_q32s_tune)
+     * wherever it takes the rows, except Q5_0 rows wider than 8192, which decode faster in
+     * gemv_q32 (H100, product at 14336->4096: 78.6% vs 72-77% for q32s). The kernel family may
+     * depend on the type and n_in only, never n_out: x's order follows it, and one quantized x
+     * serves products of several heights (rf_gpu_quantize_x). */
+    if (!v) v = fits && (t != RF_TYPE_Q5_0 || n_in <= 8192) ? 7 : n_in <= 4096 && n_out <= 4096 ? 3 : 2;
     if (v >= 4 && !fits) v = 2; /* a forced q32s variant on rows it cannot take */
     return v;
 }
@@ -1177,9 +1243,12 @@ static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const flo
 #undef RF_QX
 }
 
+/* whole: x was quantized by the kernel right before (rf_gpu_gemv), which the default tuning
+ * takes into account */
 static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t,
-                                const void *xq, int nt, int64_t n_in, int64_t n_out) {
+                                const void *xq, int nt, int64_t n_in, int64_t n_out, bool whole) {
     const int v = rf_q32_variant(ctx, t, n_in, n_out);
+    (void)whole; /* HIP: q32 only, not tuned by shape */
     const int64_t rb = n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t);
     const size_t n = (size_t)nt * (size_t)n_in;
     const int8_t *qx = (const int8_t *)xq;
@@ -1187,13 +1256,13 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
 #if !defined(RF_HIP)
     if (v >= 4) {
         switch (t) {
-        case RF_TYPE_Q4_0: return rf_launch_q32s<RF_TYPE_Q4_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
-        case RF_TYPE_Q4_1: return rf_launch_q32s<RF_TYPE_Q4_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
-        case RF_TYPE_Q5_0: return rf_launch_q32s<RF_TYPE_Q5_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
-        case RF_TYPE_Q5_1: return rf_launch_q32s<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
-        case RF_TYPE_Q4_K: return rf_launch_q32s<RF_TYPE_Q4_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
-        case RF_TYPE_Q5_K: return rf_launch_q32s<RF_TYPE_Q5_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
-        default: return rf_launch_q32s<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+        case RF_TYPE_Q4_0: return rf_launch_q32s<RF_TYPE_Q4_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
+        case RF_TYPE_Q4_1: return rf_launch_q32s<RF_TYPE_Q4_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
+        case RF_TYPE_Q5_0: return rf_launch_q32s<RF_TYPE_Q5_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
+        case RF_TYPE_Q5_1: return rf_launch_q32s<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
+        case RF_TYPE_Q4_K: return rf_launch_q32s<RF_TYPE_Q4_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
+        case RF_TYPE_Q5_K: return rf_launch_q32s<RF_TYPE_Q5_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
+        default: return rf_launch_q32s<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
         }
     }
 #endif
@@ -1234,7 +1303,7 @@ static rf_status rf_xq_gemv(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type
     void *xq;
     rf_status st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(nt, n_in), &xq, &mark);
     if (!st) st = rf_q32_quantize(ctx, xq, t, x, nt, n_in);
-    if (!st) st = rf_q32_product(ctx, y, w, t, xq, nt, n_in, n_out);
+    if (!st) st = rf_q32_product(ctx, y, w, t, xq, nt, n_in, n_out, true);
     ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
     return st;
 }
@@ -1257,7 +1326,7 @@ extern "C" rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf
     RF_GPU_REQUIRE(n_out >= 1 && n_out <= 0x7fffffff, op, "n_out=%lld", (long long)n_out);
     RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)xq & 15) == 0 && ((uintptr_t)y & 3) == 0,
                    op, "w and xq must be 16-byte aligned (rf_gpu_alloc memory)");
-    return rf_q32_product(ctx, y, (const uint8_t *)w, wtype, xq, (int)n_tokens, n_in, n_out);
+    return rf_q32_product(ctx, y, (const uint8_t *)w, wtype, xq, (int)n_tokens, n_in, n_out, false);
 }
 
 extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
