@@ -27,7 +27,7 @@ for t in $THREADS; do
     for r in $(seq 1 "$REPS"); do
         line=$("$B/rocmforge" run -m "$M" -p "$P" -n 64 --ignore-eos -t "$t" 2>&1 >/dev/null | grep '^prompt:' || true)
         echo "rocmforge t=$t: $line"
-        # prompt: N tokens in X ms (Y tok/s) | generation: 64 tokens in X ms (Y tok/s)
+        # prompt: N tokens in X ms (Y tok/s) | generation: 64 tokens in X ms (Y tok/s) ("token" when 1)
         echo "$line" | sed -n 's/.*(\([0-9.]*\) tok\/s) |.*/\1/p' >>"$TMP/rf_pp_$t"
         echo "$line" | sed -n 's/.*generation.*(\([0-9.]*\) tok\/s).*/\1/p' >>"$TMP/rf_tg_$t"
         if [ -n "${LLAMA_BENCH:-}" ]; then

@@ -211,8 +211,9 @@ int rf_run_open(const rf_run_opts *o, rf_model **m, rf_session **s) {
 void rf_run_print_timing(const rf_gen_stats *st) {
     double pt = st->prompt_ms > 0 ? st->n_prompt / (st->prompt_ms / 1e3) : 0;
     double gt = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
-    fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.2f tok/s) | generation: %d tokens in %.1f ms (%.2f tok/s)\n",
-            st->n_prompt, st->prompt_ms, pt, st->n_gen, st->gen_ms, gt);
+    fprintf(stderr, "\nprompt: %d token%s in %.1f ms (%.2f tok/s) | generation: %d token%s in %.1f ms (%.2f tok/s)\n",
+            st->n_prompt, st->n_prompt == 1 ? "" : "s", st->prompt_ms, pt, st->n_gen,
+            st->n_gen == 1 ? "" : "s", st->gen_ms, gt);
 }
 
 static bool print_piece(const char *p, size_t n, void *user) {
