@@ -5,8 +5,9 @@
  * [-r reps] [-q] (quick: fewer reps) [-s] (sweep only: the Q4_0/Q8_0/F16 variants, no defaults
  * table, no GEMM) [-1 TYPE N_IN N_OUT VARIANT [xq]] (one configuration only, for a profiler;
  * xq: the product kernel on an x quantized beforehand) [-w RPW] (with -1: rows per warp
- * forced, as rf_gpu_set_gemv_rpw) [-o] (occupancy sweep only: products of
- * the q32s formats, variants 7..12, rows per warp forced to 1..8, then exit) [-O] (the same for
+ * forced, as rf_gpu_set_gemv_rpw) [-o [TYPE]] (occupancy sweep only:
+ * products of the q32s formats, or of TYPE, variants 7..12, rows per warp forced to 1..8, then
+ * exit) [-O] (the same for
  * the whole call, Q4_0 and Q8_0). Column x: f32 = the whole rf_gpu_gemv
  * (for the 32-element formats: x quantization kernel + product kernel), int8 = rf_gpu_gemv_xq,
  * the product alone on an x quantized once beforehand (as a decode step does when the op that
@@ -20,6 +21,7 @@
 
 int main(int argc, char **argv) {
     int ntok = 1, reps = 50, sweep_only = 0, one_var = -1, occ = 0, one_rpw = 0;
+    const char *occ_type = NULL;
     const char *one_type = NULL;
     long long one_in = 0, one_out = 0;
     bool one_xq = false;
@@ -35,7 +37,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-q")) reps = 15;
         else if (!strcmp(argv[i], "-s")) sweep_only = 1;
-        else if (!strcmp(argv[i], "-o")) occ = 1;
+        else if (!strcmp(argv[i], "-o")) {
+            occ = 1;
+            if (i + 1 < argc && argv[i + 1][0] != '-') occ_type = argv[++i];
+        }
         else if (!strcmp(argv[i], "-O")) occ = 2;
         else if (!strcmp(argv[i], "-w") && i + 1 < argc) one_rpw = atoi(argv[++i]);
     }
@@ -83,15 +88,16 @@ int main(int argc, char **argv) {
     const size_t min_bytes = info.l2_bytes * 8 > ((size_t)400 << 20) ? info.l2_bytes * 8 : ((size_t)400 << 20);
     if (occ) { /* rows per warp (0: the default) against the share of bandwidth, per shape */
         const rf_type ot[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_1, RF_TYPE_Q5_0, RF_TYPE_Q5_1,
-                              RF_TYPE_Q4_K, RF_TYPE_Q5_K};
+                              RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
         const int rpws[] = {0, 1, 2, 3, 4, 6, 8};
         printf("\noccupancy sweep: %s, 1 token, pdl on; %% of bw by rows per warp\n",
                occ == 1 ? "product kernel (x int8)" : "whole call (x f32)");
         printf("%-6s %-13s %3s", "type", "n_in->n_out", "var");
         for (size_t k = 0; k < sizeof rpws / sizeof rpws[0]; k++) printf("   rpw=%d", rpws[k]);
         printf("\n");
-        for (int ti = 0; ti < (occ == 1 ? (int)(sizeof ot / sizeof ot[0]) : 2); ti++)
-            for (int s = 0; s < 3; s++)
+        const int nty = occ == 1 ? (int)(sizeof ot / sizeof ot[0]) : 2;
+        for (int ti = 0; ti < nty; ti++)
+            for (int s = 0; s < 3 && (!occ_type || !strcmp(occ_type, rf_type_name(ot[ti]))); s++)
                 for (int v = 7; v <= 12; v++) {
                     printf("%-6s %5lld->%-6lld v%-2d", rf_type_name(ot[ti]), (long long)shapes[s][0], (long long)shapes[s][1], v);
                     for (size_t k = 0; k < sizeof rpws / sizeof rpws[0]; k++) {
@@ -124,7 +130,8 @@ int main(int argc, char **argv) {
             if (pass == 0 && t > 2) continue;
             const bool q32 = types[t] == RF_TYPE_Q4_0 || types[t] == RF_TYPE_Q8_0 ||
                              types[t] == RF_TYPE_Q4_1 || types[t] == RF_TYPE_Q5_0 ||
-                             types[t] == RF_TYPE_Q5_1 || types[t] == RF_TYPE_Q4_K || types[t] == RF_TYPE_Q5_K;
+                             types[t] == RF_TYPE_Q5_1 || types[t] == RF_TYPE_Q4_K || types[t] == RF_TYPE_Q5_K ||
+                             types[t] == RF_TYPE_Q6_K;
             /* runs: {variant, x quantized beforehand, pdl} */
             int runs[12][3], nr = 0;
             if (pass == 0)

@@ -160,7 +160,8 @@ static void test_gemv(void **state) {
          * ratio is noisy (7 outputs reached 1.3-1.4% on the H100 run of 2026-11-21): those
          * formats are checked on >= 128 outputs, where it stayed under 0.8%. */
         const bool x_int8 = t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 ||
-                            t == RF_TYPE_Q5_1 || t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K;
+                            t == RF_TYPE_Q5_1 || t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K ||
+                            t == RF_TYPE_Q6_K;
         const int64_t few = x_int8 ? 128 : 7, one = x_int8 ? 256 : 1;
         /* 14336 (448 blocks): rows of 56 Q4_0 groups, more than one per lane and not a
          * multiple of 32 (the q32s kernel: rows starting mid-stage) */
@@ -201,7 +202,7 @@ static void test_gemv(void **state) {
                 const rf_type t = k_gemv_types[ti];
                 if (block_of(t) == 1 || t == RF_TYPE_F16 || t == RF_TYPE_BF16) continue;
                 run_matmul_case(&r, t, 1, 4096, 131, false, 1e-2);
-                run_matmul_case(&r, t, 1, t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K ? 2048 : 1024, 130, false, 1e-2);
+                run_matmul_case(&r, t, 1, block_of(t) == 256 ? 2048 : 1024, 130, false, 1e-2);
                 run_matmul_case(&r, t, 2, 4096, 129, false, 1e-2);
             }
         }

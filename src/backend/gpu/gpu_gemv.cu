@@ -9,8 +9,9 @@
 
 /* ---- x quantization ------------------------------------------------------------------------
  * quantize_x: for each 32-element group g of x: d = max|x| / 127, qx = round(x / d) (int8),
- * dx[g] = (d, the sum of the group's int8 qx as int bits) as a float2, with FS (Q4_1 / Q5_1
- * weights, which need it) a float4 (d, that sum, the sum of the group's f32 x, 0).
+ * dx[g] = (d, the sum of the group's int8 qx as int bits) as a float2, with FS (Q4_1 / Q5_1 /
+ * K-quant weights, which need it) a float4 (d, that sum, the sum of the group's f32 x, the sum
+ * of its first 16 int8 qx as int bits).
  * in: x f32 [nt, n_in] (n_in a multiple of 32 * GB); out: qx int8 [nt, n_in], dx [nt, n_in/32],
  * each token's blocks in the order the GEMV reads them. GB = 1: in order. GB = 2, 4 or 8
  * (gemv_q32s, groups of GB blocks): block b = g * GB + j (ng = n_in / 32 / GB groups) has dx at
@@ -50,7 +51,7 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
     const float d = sum != sum ? sum : amax / 127.0f;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     const int q = __float2int_rn(v * id);
-    int qs = q;
+    int qs = q, qlo = q;
     if (RX) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
         qs = __reduce_add_sync(0xffffffffu, q);
@@ -59,13 +60,16 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
 #pragma unroll
         for (int m = RF_QK / 2; m > 0; m >>= 1) qs += RF_SHFL_XOR(qs, m);
     }
+    if (FS) /* the sum of the group's first 16 (Q6_K: one scale per 16) */
+#pragma unroll
+        for (int m = RF_QK / 4; m > 0; m >>= 1) qlo += RF_SHFL_XOR(qlo, m);
     const int b = i / RF_QK, ng = n_in / RF_QK / GB, j = b % GB, g = b / GB;
     const int h = (int)(threadIdx.x % RF_QK) / 16, c = (int)threadIdx.x % 16;
     const int unit = GB == 1 ? 2 * b + h : (2 * j + h) * ng + g; /* < 2^24: n_in < 2^28 */
     if (i < n_in) qx[(int64_t)blockIdx.y * n_in + unit * 16 + c] = (int8_t)q;
     const int64_t r = (int64_t)blockIdx.y * (n_in / RF_QK) + (GB == 1 ? b : j * ng + g);
     if (i < n_in && (threadIdx.x % RF_QK) == 0) {
-        if (FS) dx[r] = make_float4(d, __int_as_float(qs), sum, 0.0f);
+        if (FS) dx[r] = make_float4(d, __int_as_float(qs), sum, __int_as_float(qlo));
         else ((float2 *)dx)[r] = make_float2(d, __int_as_float(qs));
     }
 }
@@ -295,15 +299,50 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, in
 template <int T> struct rf_q32_group {
     /* the x records carry the f32 sum of each block of x (16 bytes, else 8) */
     static constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 || T == RF_TYPE_Q4_K ||
-                               T == RF_TYPE_Q5_K;
+                               T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K;
     /* bytes per 32 elements (Q4_K / Q5_K: a 256-element super-block of 144 / 176 bytes is the
-     * group) */
+     * group; Q6_K: one of 210 bytes, so groups start at any even byte: rows of 8k super-blocks) */
     static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
-                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q4_K ? 18 : T == RF_TYPE_Q5_K ? 22 : 34;
+                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q4_K ? 18 : T == RF_TYPE_Q5_K ? 22
+                            : T == RF_TYPE_Q6_K ? 210 / 8 : 34;
     static constexpr int GB = T == RF_TYPE_Q4_1 ? 4 : T == RF_TYPE_Q5_1 ? 2 : 8; /* blocks */
-    static constexpr int NU = GB * BB / 16;                                      /* words */
-    static_assert(GB * BB % 16 == 0 && NU % 2 == 1, "a group: an odd number of 16-byte words");
+    static constexpr int GBYTES = T == RF_TYPE_Q6_K ? 210 : GB * BB;            /* bytes */
+    static constexpr int NU = GB * BB / 16; /* 16-byte words (not Q6_K) */
+    static_assert(T == RF_TYPE_Q6_K || (GB * BB % 16 == 0 && NU % 2 == 1),
+                  "a group: an odd number of 16-byte words");
 };
+
+/* Q6_K super-block (128 bytes of low nibbles ql, 64 of high bit pairs qh, 16 int8 scales, f16 d)
+ * as 53 aligned words w against 8 blocks of int8 x (xi, dxd, sxi as for rf_qk_dot; slo[b]: the
+ * sum of block b's first 16 int8 values): block b = 4 h + k (half h, quarter k) takes nibble
+ * k / 2 of ql bytes 64 h + 32 (k & 1) + l and bits 2k, 2k + 1 of qh byte 32 h + l, value q - 32;
+ * its two 16-element halves have scales 8 h + 2 k and 8 h + 2 k + 1. The offset 32 is taken off
+ * in exact integers: sum (q - 32) x = sum q x - 32 sum x per half. */
+static __device__ __forceinline__ float rf_q6k_dot(const uint32_t *w, const int (*xi)[8],
+                                                   const float *dxd, const int *sxi,
+                                                   const int *slo) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        const int h = b / 4, k = b % 4;
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint32_t lw = w[16 * h + 8 * (k & 1) + j], hw = w[32 + 8 * h + j];
+            const uint32_t lo = (k >> 1) ? (lw >> 4) : lw;
+            const uint32_t hi = k == 0 ? hw << 4 : k == 1 ? hw << 2 : k == 2 ? hw : hw >> 2;
+            const int q = (int)((lo & 0x0F0F0F0Fu) | (hi & 0x30303030u));
+            if (j < 4) s0 = rf_dp4a(q, xi[b][j], s0);
+            else s1 = rf_dp4a(q, xi[b][j], s1);
+        }
+        const int si = 8 * h + 2 * k; /* scale bytes 192 + si, 192 + si + 1 (si even) */
+        const uint32_t sw = w[48 + si / 4] >> (8 * (si % 4));
+        const int sc0 = (int)(int8_t)(sw & 0xFFu), sc1 = (int)(int8_t)((sw >> 8) & 0xFFu);
+        const int lo16 = slo[b], hi16 = sxi[b] - slo[b];
+        acc += dxd[b] * (float)(sc0 * (s0 - 32 * lo16) + sc1 * (s1 - 32 * hi16));
+    }
+    return rf_h2f_bits((uint16_t)(w[52] & 0xFFFFu)) * acc;
+}
 
 /* Q4_K super-block (d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles) as 36
  * aligned words w (Q5: Q5_K, 44 words, 32 bytes of fifth bits before the nibbles, q centred on
@@ -397,7 +436,9 @@ template <int SLOT, int S> struct rf_wring {
  * ng >= 32 a stage holds parts of at most two rows, which each lane keeps apart until the first
  * ends (then one warp sum); otherwise a segmented shuffle reduction sums each row's lanes in the
  * stage, a row running on into the next stage is carried over in a register.
- * Q4_K / Q5_K: a group is one super-block, decoded by rf_qk_dot against its 8 blocks of x.
+ * Q4_K / Q5_K: a group is one super-block, decoded by rf_qk_dot against its 8 blocks of x;
+ * Q6_K likewise (rf_q6k_dot), its 210-byte super-blocks read with aligned 32-bit shared loads
+ * and one byte_perm per word (a group starts at an even byte; rows of 8k super-blocks).
  * x is int8 per 32 from rf_k_quantize_x with gb = GB (lanes taking the j-th block of
  * consecutive groups read consecutive 16-byte words of it). With XS (one token) each block first
  * copies x into shared memory (rf_q32s_smem: after the rings; per block of 32 the scale and int
@@ -413,7 +454,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
                int64_t n_in, int64_t n_out, int64_t row_bytes, int rpw) {
     using G = rf_q32_group<T>;
     constexpr int BB = G::BB, GB = G::GB, NU = G::NU, WS = RF_WARP_SIZE;
-    constexpr int SLOT = WS * NU; /* 16-byte words per stage */
+    constexpr int SLOT = WS * G::GBYTES / 16; /* 16-byte words per stage */
     constexpr bool FS = G::FS; /* the x records carry the f32 sum */
     __shared__ uint4 ring[NW][S][SLOT];
     extern __shared__ uint4 rf_dyn[]; /* XS: x */
@@ -424,7 +465,8 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     const int rows = n_out - row0 < rpw ? (int)(n_out > row0 ? n_out - row0 : 0) : rpw;
     const int ngr = rows * ng;              /* groups of this warp (< 2^31: rpw * ng small) */
     const int nk = (ngr + WS - 1) / WS;     /* its stages */
-    rf_wring<SLOT, S> wr(w + row0 * row_bytes, ring[warp][0], ngr * NU, lane);
+    /* ngr * GBYTES is a multiple of 16: rows of whole 16-byte words (the launch checks) */
+    rf_wring<SLOT, S> wr(w + row0 * row_bytes, ring[warp][0], ngr * G::GBYTES / 16, lane);
     for (int k = 0; k < S; k++) wr.issue();
     rf_pdl_trigger();
     rf_pdl_wait();
@@ -456,7 +498,33 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
         float v[NTMAX];
 #pragma unroll
         for (int t = 0; t < NTMAX; t++) v[t] = 0.0f;
-        if (gid < ngr) {
+        if (T == RF_TYPE_Q6_K && gid < ngr) { /* a 210-byte super-block at an even byte */
+            const int off = lane * G::GBYTES; /* in the stage */
+            const uint32_t *sw = (const uint32_t *)&ring[warp][slot][0] + off / 4;
+            const unsigned sel = (off & 2) ? 0x5432u : 0x3210u;
+            uint32_t a[54], cw6[53]; /* 53 words hold bytes [off & ~3, off + 210) */
+#pragma unroll
+            for (int u = 0; u < 53; u++) a[u] = sw[u];
+            a[53] = 0;
+#pragma unroll
+            for (int u = 0; u < 53; u++) cw6[u] = __byte_perm(a[u], a[u + 1], sel);
+#pragma unroll
+            for (int t = 0; t < NTMAX; t++) {
+                if (NTMAX > 1 && t >= nt) break;
+                int xi[8][8], sxi[8], slo[8];
+                float dxd[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const int4 *xp = (const int4 *)(xq + t * n_in) + 2 * j * ng + g;
+                    const int4 x0 = xp[0], x1 = xp[ng];
+                    xi[j][0] = x0.x, xi[j][1] = x0.y, xi[j][2] = x0.z, xi[j][3] = x0.w;
+                    xi[j][4] = x1.x, xi[j][5] = x1.y, xi[j][6] = x1.z, xi[j][7] = x1.w;
+                    const float4 q = *(const float4 *)(xd + ((int64_t)t * nb + j * ng + g) * DXB);
+                    dxd[j] = q.x, sxi[j] = __float_as_int(q.y), slo[j] = __float_as_int(q.w);
+                }
+                v[t] += rf_q6k_dot(cw6, xi, dxd, sxi, slo);
+            }
+        } else if (T != RF_TYPE_Q6_K && gid < ngr) {
             const uint4 *src = &ring[warp][slot][lane * NU];
             uint32_t cw[NU * 4 + 1]; /* the group as words, plus a zero word rf_q32_dot may read */
 #pragma unroll
@@ -1018,7 +1086,7 @@ template <int T, int NTM, int S, int NW, bool XS, int NG, int MINB = 0>
 static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                   const float4 *dx, int nt, int64_t n_in, int64_t n_out,
                                   int64_t rb, int rpw_req) {
-    constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::NU * 16;
+    constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::GBYTES;
     constexpr bool FS = rf_q32_group<T>::FS;
     auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS, NG, MINB>;
     /* x: n_in bytes of int8 + 8 (16 with the f32 sum) bytes per 32 (n_in <= 16384) */
@@ -1090,6 +1158,7 @@ static void rf_q32s_tune(rf_type t, int64_t n_in, int64_t n_out, bool whole, int
     const int64_t ng = n_in / RF_QK / rf_q32s_gb(t);
     *v = n_in > 8192 ? 11 : n_out > 8192 ? 9 : 7;
     *rpw = whole && n_in > 8192 && (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K) ? 4 : 0;
+    if (t == RF_TYPE_Q6_K && n_out <= 8192) *v = 11; /* ~150 registers at 4096x4096 too: 75% vs 56% */
     if (t == RF_TYPE_Q8_0) {
         *v = 7;
         *rpw = whole || ng < 16 ? 0 : ng <= RF_WARP_SIZE && RF_WARP_SIZE % ng == 0 ? 3 * (RF_WARP_SIZE / (int)ng) : 2;
@@ -1099,7 +1168,7 @@ template <int T>
 static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
                                 const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
                                 int64_t n_out, int64_t rb, bool whole) {
-    constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::NU * 16;
+    constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::GBYTES;
 #define RF_NW(S) (49152 / ((S) * SLOT) >= 4 ? 4 : 49152 / ((S) * SLOT) >= 1 ? 49152 / ((S) * SLOT) : 1)
 #define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, RF_NW(S), XS, 0>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw)
 #define RF_Q32S_NG(NG, MB) rf_launch_q32s_k<T, 1, 2, RF_NW(2), false, NG, MB>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw)
@@ -1156,6 +1225,7 @@ static int rf_q32s_gb(rf_type t) {
     case RF_TYPE_Q8_0: return rf_q32_group<RF_TYPE_Q8_0>::GB;
     case RF_TYPE_Q4_K: return rf_q32_group<RF_TYPE_Q4_K>::GB;
     case RF_TYPE_Q5_K: return rf_q32_group<RF_TYPE_Q5_K>::GB;
+    case RF_TYPE_Q6_K: return rf_q32_group<RF_TYPE_Q6_K>::GB;
     default: return 0;
     }
 }
@@ -1201,7 +1271,9 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
     const bool fits = false; /* wave64 rings of 64 groups would not fit */
     (void)gb;
 #else
-    const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384; /* x in 24 KB */
+    /* x in 24 KB; Q6_K rows of whole 16-byte words (8k super-blocks of 210 bytes) */
+    const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384 &&
+                      (t != RF_TYPE_Q6_K || n_in % 2048 == 0);
 #endif
     int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 12 ? ctx->gemv_variant : 0;
     /* q32s (x through L1; its register budget and rows per warp tuned by shape, rf_q32s_tune)
@@ -1227,7 +1299,8 @@ static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const flo
     const size_t n = (size_t)nt * (size_t)n_in;
     float4 *dx = (float4 *)((char *)xq + ((n + 255) & ~(size_t)255));
     const int gb = v >= 4 ? rf_q32s_gb(t) : 1;
-    const bool fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K;
+    const bool fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K ||
+                    t == RF_TYPE_Q6_K;
     const dim3 grid(rf_gpu_blocks(n_in, 256), (unsigned)nt), block(256);
 #define RF_QX(GB, FS) rf_gpu_launch(ctx, "rf_k_quantize_x", true, rf_k_quantize_x<GB, FS>, grid, block, 0, (int8_t *)xq, dx, x, (int)n_in)
     switch (gb * 2 + fs) {
@@ -1262,6 +1335,7 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
         case RF_TYPE_Q5_1: return rf_launch_q32s<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
         case RF_TYPE_Q4_K: return rf_launch_q32s<RF_TYPE_Q4_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
         case RF_TYPE_Q5_K: return rf_launch_q32s<RF_TYPE_Q5_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
+        case RF_TYPE_Q6_K: return rf_launch_q32s<RF_TYPE_Q6_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
         default: return rf_launch_q32s<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
         }
     }
@@ -1275,11 +1349,11 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
     }
 }
 
-/* whether (t, n_in) has an int8-x product: the 32-element formats always, Q4_K / Q5_K where the
- * q32s kernel takes the rows (CUDA, n_in a multiple of 256 up to 16384) and the context's variant
+/* whether (t, n_in) has an int8-x product: the 32-element formats always, Q4_K / Q5_K / Q6_K
+ * where the q32s kernel takes the rows (CUDA, n_in a multiple of 256 up to 16384) and the context's variant
  * is not one of the K kernels' (1..3) */
 static bool rf_has_xq(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
-    if (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K) return rf_q32_variant(ctx, t, n_in, 1) >= 4;
+    if (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K) return rf_q32_variant(ctx, t, n_in, 1) >= 4;
     return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 ||
            t == RF_TYPE_Q8_0;
 }
@@ -1292,7 +1366,7 @@ static rf_status rf_xq_check(const rf_gpu_ctx *ctx, const char *op, rf_type wtyp
                    "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
     RF_GPU_REQUIRE(rf_has_xq(ctx, wtype, n_in), op,
                    "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K, "
-                   "Q5_K with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
+                   "Q5_K with CUDA and n_in a multiple of 256 up to 16384, Q6_K of 2048)", (int)wtype, (long long)n_in);
     return RF_OK;
 }
 
