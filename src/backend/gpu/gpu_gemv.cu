@@ -498,46 +498,34 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
         float v[NTMAX];
 #pragma unroll
         for (int t = 0; t < NTMAX; t++) v[t] = 0.0f;
-        if (T == RF_TYPE_Q6_K && gid < ngr) { /* a 210-byte super-block at an even byte */
-            const int off = lane * G::GBYTES; /* in the stage */
-            const uint32_t *sw = (const uint32_t *)&ring[warp][slot][0] + off / 4;
-            const unsigned sel = (off & 2) ? 0x5432u : 0x3210u;
-            uint32_t a[54], cw6[53]; /* 53 words hold bytes [off & ~3, off + 210) */
+        if (gid < ngr) {
+            /* the group as words, plus a zero word rf_q32_dot may read; Q6_K: its 210 bytes at an
+             * even byte, realigned from the 53 aligned words that hold them */
+            uint32_t cw[T == RF_TYPE_Q6_K ? 53 : NU * 4 + 1];
+            if constexpr (T == RF_TYPE_Q6_K) {
+                const int off = lane * G::GBYTES; /* in the stage */
+                const uint32_t *sw = (const uint32_t *)&ring[warp][slot][0] + off / 4;
+                const unsigned sel = (off & 2) ? 0x5432u : 0x3210u;
+                uint32_t a[54];
 #pragma unroll
-            for (int u = 0; u < 53; u++) a[u] = sw[u];
-            a[53] = 0;
+                for (int u = 0; u < 53; u++) a[u] = sw[u];
+                a[53] = 0;
 #pragma unroll
-            for (int u = 0; u < 53; u++) cw6[u] = __byte_perm(a[u], a[u + 1], sel);
+                for (int u = 0; u < 53; u++) cw[u] = __byte_perm(a[u], a[u + 1], sel);
+            } else {
+                const uint4 *src = &ring[warp][slot][lane * NU];
 #pragma unroll
-            for (int t = 0; t < NTMAX; t++) {
-                if (NTMAX > 1 && t >= nt) break;
-                int xi[8][8], sxi[8], slo[8];
-                float dxd[8];
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const int4 *xp = (const int4 *)(xq + t * n_in) + 2 * j * ng + g;
-                    const int4 x0 = xp[0], x1 = xp[ng];
-                    xi[j][0] = x0.x, xi[j][1] = x0.y, xi[j][2] = x0.z, xi[j][3] = x0.w;
-                    xi[j][4] = x1.x, xi[j][5] = x1.y, xi[j][6] = x1.z, xi[j][7] = x1.w;
-                    const float4 q = *(const float4 *)(xd + ((int64_t)t * nb + j * ng + g) * DXB);
-                    dxd[j] = q.x, sxi[j] = __float_as_int(q.y), slo[j] = __float_as_int(q.w);
+                for (int u = 0; u < NU; u++) {
+                    const uint4 q = src[u];
+                    cw[4 * u] = q.x, cw[4 * u + 1] = q.y, cw[4 * u + 2] = q.z, cw[4 * u + 3] = q.w;
                 }
-                v[t] += rf_q6k_dot(cw6, xi, dxd, sxi, slo);
+                cw[NU * 4] = 0;
             }
-        } else if (T != RF_TYPE_Q6_K && gid < ngr) {
-            const uint4 *src = &ring[warp][slot][lane * NU];
-            uint32_t cw[NU * 4 + 1]; /* the group as words, plus a zero word rf_q32_dot may read */
+            if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K) {
 #pragma unroll
-            for (int u = 0; u < NU; u++) {
-                const uint4 q = src[u];
-                cw[4 * u] = q.x, cw[4 * u + 1] = q.y, cw[4 * u + 2] = q.z, cw[4 * u + 3] = q.w;
-            }
-            cw[NU * 4] = 0;
-            if (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) { /* one super-block per group */
-#pragma unroll
-                for (int t = 0; t < NTMAX; t++) {
+                for (int t = 0; t < NTMAX; t++) { /* one super-block per group, 8 blocks of x */
                     if (NTMAX > 1 && t >= nt) break;
-                    int xi[8][8], sxi[8];
+                    int xi[8][8], sxi[8], slo[8];
                     float dxd[8], fsum[8];
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
@@ -546,9 +534,10 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
                         xi[j][0] = x0.x, xi[j][1] = x0.y, xi[j][2] = x0.z, xi[j][3] = x0.w;
                         xi[j][4] = x1.x, xi[j][5] = x1.y, xi[j][6] = x1.z, xi[j][7] = x1.w;
                         const float4 q = *(const float4 *)(xd + ((int64_t)t * nb + j * ng + g) * DXB);
-                        dxd[j] = q.x, sxi[j] = __float_as_int(q.y), fsum[j] = q.z;
+                        dxd[j] = q.x, sxi[j] = __float_as_int(q.y), fsum[j] = q.z, slo[j] = __float_as_int(q.w);
                     }
-                    v[t] += rf_qk_dot<T == RF_TYPE_Q5_K>(cw, xi, dxd, sxi, fsum);
+                    if constexpr (T == RF_TYPE_Q6_K) v[t] += rf_q6k_dot(cw, xi, dxd, sxi, slo);
+                    else v[t] += rf_qk_dot<T == RF_TYPE_Q5_K>(cw, xi, dxd, sxi, fsum);
                 }
             } else
 #pragma unroll
@@ -1076,6 +1065,26 @@ static rf_status rf_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *
 #undef RF_Q32
 }
 #if !defined(RF_HIP)
+/* resident blocks per SM of kern at `threads` and `smem` dynamic bytes, from the runtime (1 when it
+ * cannot say) */
+template <typename K>
+static int rf_blocks_per_sm(K kern, int threads, size_t smem) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, threads, smem) != cudaSuccess || n < 1) {
+        (void)cudaGetLastError();
+        n = 1;
+    }
+    return n;
+}
+/* rows per warp for a grid of nw-warp blocks, per_sm of them resident per SM: rpw_req where not
+ * 0, else the fewest that let the grid fit on the device at once; rounded up to a multiple of
+ * unit (whole stages) */
+static int64_t rf_rows_per_warp(const rf_gpu_ctx *ctx, int per_sm, int nw, int64_t n_out,
+                                int rpw_req, int unit) {
+    const int64_t warps = (int64_t)per_sm * ctx->info.sm_count * nw;
+    const int64_t rpw = rpw_req ? rpw_req : (n_out + warps - 1) / warps;
+    return (rpw + unit - 1) / unit * unit;
+}
 /* q32s variants (ring stages per warp, x of one token in shared memory): 4: (2, yes),
  * 5: (3, yes), 6: (1, yes), 7: (2, no: x read through L1); 9..12: 7 compiled for at least MINB =
  * 1, 3, 4, 5 resident blocks per SM (ptxas's register budget; 0: its own choice). Warps per
@@ -1099,21 +1108,10 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
         attr_kb = kb;
         (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kb * 1024);
     }
-    if (!per_sm[kb]) {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, NW * ctx->info.warp_size, (size_t)kb * 1024) != cudaSuccess || n < 1) {
-            (void)cudaGetLastError();
-            n = 1;
-        }
-        per_sm[kb] = n;
-    }
-    const int64_t warps = (int64_t)per_sm[kb] * ctx->info.sm_count * NW;
+    if (!per_sm[kb]) per_sm[kb] = rf_blocks_per_sm(kern, NW * ctx->info.warp_size, (size_t)kb * 1024);
     const int ng = (int)(n_in / RF_QK / rf_q32_group<T>::GB);
-    int64_t rpw = rpw_req ? rpw_req : (n_out + warps - 1) / warps;
-    if (ng < 32 && 32 % ng == 0) { /* whole stages: a multiple of 32 / ng rows */
-        const int u = 32 / ng;
-        rpw = (rpw + u - 1) / u * u;
-    }
+    /* whole stages where ng divides the warp: a multiple of 32 / ng rows */
+    const int64_t rpw = rf_rows_per_warp(ctx, per_sm[kb], NW, n_out, rpw_req, ng < 32 && 32 % ng == 0 ? 32 / ng : 1);
     const int64_t blocks = (n_out + rpw * NW - 1) / (rpw * NW);
     return rf_gpu_launch(ctx, "rf_k_gemv_q32s", true, kern, dim3((unsigned)blocks),
                          dim3(NW * ctx->info.warp_size), smem, y, w, qx, dx, nt, n_in, n_out, rb,
@@ -1128,18 +1126,9 @@ static rf_status rf_launch_q32h(rf_gpu_ctx *ctx, float *y, const uint8_t *w, con
     constexpr int NW = 4, S = 2;
     auto kern = rf_k_gemv_q32h<T, S, NW, NG>;
     static int per_sm = 0;
-    if (!per_sm) {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, NW * ctx->info.warp_size, 0) != cudaSuccess || n < 1) {
-            (void)cudaGetLastError();
-            n = 1;
-        }
-        per_sm = n;
-    }
-    const int64_t warps = (int64_t)per_sm * ctx->info.sm_count * NW;
+    if (!per_sm) per_sm = rf_blocks_per_sm(kern, NW * ctx->info.warp_size, 0);
     const int ng = (int)(n_in / RF_QK / rf_q32_group<T>::GB), rps = RF_WARP_SIZE / 2 / ng;
-    int64_t rpw = rpw_req ? rpw_req : (n_out + warps - 1) / warps;
-    rpw = (rpw + rps - 1) / rps * rps;
+    const int64_t rpw = rf_rows_per_warp(ctx, per_sm, NW, n_out, rpw_req, rps);
     const int64_t blocks = (n_out + rpw * NW - 1) / (rpw * NW);
     return rf_gpu_launch(ctx, "rf_k_gemv_q32h", true, kern, dim3((unsigned)blocks),
                          dim3(NW * ctx->info.warp_size), 0, y, w, qx, dx, n_in, n_out, rb, (int)rpw);
@@ -1164,14 +1153,32 @@ static void rf_q32s_tune(rf_type t, int64_t n_in, int64_t n_out, bool whole, int
         *rpw = whole || ng < 16 ? 0 : ng <= RF_WARP_SIZE && RF_WARP_SIZE % ng == 0 ? 3 * (RF_WARP_SIZE / (int)ng) : 2;
     }
 }
+/* q32s warps per block for S ring stages: 4, fewer where the rings would pass 48 KB */
+template <int T> static constexpr int rf_q32s_warps(int s) {
+    return 49152 / (s * RF_WARP_SIZE * rf_q32_group<T>::GBYTES) >= 4 ? 4
+         : 49152 / (s * RF_WARP_SIZE * rf_q32_group<T>::GBYTES) >= 1 ? 49152 / (s * RF_WARP_SIZE * rf_q32_group<T>::GBYTES) : 1;
+}
+/* v7 for one token at register budget MB (0: ptxas's own): the common widths' group counts
+ * compiled in, so x's offsets are immediates */
+template <int T, int MB>
+static rf_status rf_launch_q32s_ng(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
+                                   const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb,
+                                   int rpw) {
+    constexpr int NW = rf_q32s_warps<T>(2);
+    const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
+    if (ng == 16) /* 4096 wide (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) */
+        return rf_launch_q32s_k<T, 1, 2, NW, false, 16, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+    if (ng == 32) /* 4096 wide (Q4_1, Q5_1), 8192 (Q4_0 ...) */
+        return rf_launch_q32s_k<T, 1, 2, NW, false, 32, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+    if (ng == 56) /* 14336 wide */
+        return rf_launch_q32s_k<T, 1, 2, NW, false, 56, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+    return rf_launch_q32s_k<T, 1, 2, NW, false, 0, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+}
 template <int T>
 static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
                                 const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
                                 int64_t n_out, int64_t rb, bool whole) {
-    constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::GBYTES;
-#define RF_NW(S) (49152 / ((S) * SLOT) >= 4 ? 4 : 49152 / ((S) * SLOT) >= 1 ? 49152 / ((S) * SLOT) : 1)
-#define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, RF_NW(S), XS, 0>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw)
-#define RF_Q32S_NG(NG, MB) rf_launch_q32s_k<T, 1, 2, RF_NW(2), false, NG, MB>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw)
+#define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, rf_q32s_warps<T>(S), XS, 0>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw)
     int rpw = ctx->gemv_rpw;
     if (nt == 1 && ctx->gemv_variant == 0) { /* the default: tuned by shape */
         int tv = 7, trpw = 0;
@@ -1187,32 +1194,21 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
         }
         if (v == 5) return RF_Q32S(1, 3, true);
         if (v == 6) return RF_Q32S(1, 1, true);
-        if (v >= 9) { /* v7 with a register budget: at least MB blocks per SM */
-            const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
-#define RF_Q32S_MB(MB) (ng == 16 ? RF_Q32S_NG(16, MB) : ng == 32 ? RF_Q32S_NG(32, MB) \
-                      : ng == 56 ? RF_Q32S_NG(56, MB) : rf_launch_q32s_k<T, 1, 2, RF_NW(2), false, 0, MB>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw))
-            if (v == 9) return RF_Q32S_MB(1);
-            if (v == 10) return RF_Q32S_MB(3);
-            if (v == 11) return RF_Q32S_MB(4);
-            if (v == 12) return RF_Q32S_MB(5);
-#undef RF_Q32S_MB
-        }
-        if (v >= 7) { /* v7 (and v8 where its kernel does not apply): the common widths' group
-                       * counts compiled in */
-            const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
-            if (ng == 16) return RF_Q32S_NG(16, 0);  /* 4096 wide (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K) */
-            if (ng == 32) return RF_Q32S_NG(32, 0);  /* 4096 wide (Q4_1, Q5_1), 8192 (Q4_0 ...) */
-            if (ng == 56) return RF_Q32S_NG(56, 0);  /* 14336 wide */
-            return RF_Q32S(1, 2, false);
+        switch (v) { /* v7 (and v8 where its kernel does not apply); 9..12: at least MB blocks
+                      * per SM */
+        case 9: return rf_launch_q32s_ng<T, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 10: return rf_launch_q32s_ng<T, 3>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 11: return rf_launch_q32s_ng<T, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 12: return rf_launch_q32s_ng<T, 5>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 7: case 8: return rf_launch_q32s_ng<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        default: break;
         }
         return RF_Q32S(1, 2, true);
     }
     if (v == 5) return RF_Q32S(8, 3, false);
     if (v == 6) return RF_Q32S(8, 1, false);
     return RF_Q32S(8, 2, false);
-#undef RF_NW
 #undef RF_Q32S
-#undef RF_Q32S_NG
 }
 #endif
 /* the blocks per group of the q32s kernel for a 32-element format, 0 for others */
