@@ -203,16 +203,6 @@ static __device__ __forceinline__ void rf_pdl_trigger(void) {
  * rf_cp_async_commit(); rf_cp_async_wait<N>() returns when at most N of this thread's groups are
  * still in flight (then a warp or block barrier makes other threads' copies visible). Elsewhere
  * the copy is a plain load and store and the group calls are no-ops. */
-static __device__ __forceinline__ void rf_cp_async16(void *smem, const void *gmem) {
-#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-#else
-    *(uint4 *)smem = *(const uint4 *)gmem;
-#endif
-}
-/* The same with the shared-memory address already converted by rf_smem_addr (CUDA sm_80+ only:
- * kernels using it are not built elsewhere). */
 static __device__ __forceinline__ unsigned rf_smem_addr(const void *smem) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     return (unsigned)__cvta_generic_to_shared(smem);
@@ -220,12 +210,21 @@ static __device__ __forceinline__ unsigned rf_smem_addr(const void *smem) {
     return (unsigned)(uintptr_t)smem;
 #endif
 }
+/* the copy to a shared-memory address already converted by rf_smem_addr (CUDA sm_80+ only:
+ * kernels using it are not built elsewhere) */
 static __device__ __forceinline__ void rf_cp_async16_s(unsigned s, const void *gmem) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 #else
     (void)s, (void)gmem;
     __builtin_trap();
+#endif
+}
+static __device__ __forceinline__ void rf_cp_async16(void *smem, const void *gmem) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    rf_cp_async16_s(rf_smem_addr(smem), gmem);
+#else
+    *(uint4 *)smem = *(const uint4 *)gmem;
 #endif
 }
 static __device__ __forceinline__ void rf_cp_async_commit(void) {
