@@ -28,6 +28,13 @@ static const rf_type k_gemv_types[] = {RF_TYPE_F16,  RF_TYPE_BF16, RF_TYPE_Q8_0,
 
 static int64_t block_of(rf_type t) { return rf_type_info(t)->block_size; }
 
+/* the formats whose GEMV can take int8 x (rf_gpu_quantize_x + rf_gpu_gemv_xq): the 32-element
+ * ones always, the K-quants below where the q32s kernel takes the width */
+static bool int8_x(rf_type t) {
+    return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 ||
+           t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K;
+}
+
 static void ref_dequant(float *out, const uint8_t *w, rf_type t, int64_t rows, int64_t n_in) {
     size_t rb;
     assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
@@ -117,15 +124,14 @@ static void run_matmul_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int6
     snprintf(what, sizeof what, "%s %s nt=%lld %lldx%lld", gemm ? "gemm" : "gemv", rf_type_name(t),
              (long long)nt, (long long)n_out, (long long)n_in);
     check_rel(what, got, want, nt * n_out, tol);
-    const bool q32 = t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 ||
-                     t == RF_TYPE_Q5_1 || t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K;
-    if (!gemm && q32) { /* the two halves give the very same y (Q4_K: where it has them) */
+    if (!gemm && int8_x(t)) { /* the two halves give the very same y (K-quants: where they have them) */
         void *xq;
         assert_int_equal(rf_gpu_alloc(g_ctx, rf_gpu_xq_bytes(nt, n_in), &xq), RF_OK);
         float *dy2 = dev_poison(nt * n_out * 4), *got2 = host_f32(nt * n_out);
         const rf_status qs = rf_gpu_quantize_x(g_ctx, xq, t, dx, nt, n_in);
-        /* Q4_K / Q5_K have no int8-x product where a K-kernel variant is forced */
-        if (!((t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K) && qs == RF_ERR_INVALID_ARG)) {
+        /* the K-quants have no int8-x product where a K-kernel variant is forced or q32s does
+         * not take the width */
+        if (!(block_of(t) == 256 && qs == RF_ERR_INVALID_ARG)) {
             assert_int_equal(qs, RF_OK);
             assert_int_equal(rf_gpu_gemv_xq(g_ctx, dy2, dw, t, xq, nt, n_in, n_out), RF_OK);
             dev_to(got2, dy2, nt * n_out * 4);
@@ -159,9 +165,7 @@ static void test_gemv(void **state) {
          * formats) each output carries ~0.5% of |w||x| error, so over a handful of outputs the
          * ratio is noisy (7 outputs reached 1.3-1.4% on the H100 run of 2026-11-21): those
          * formats are checked on >= 128 outputs, where it stayed under 0.8%. */
-        const bool x_int8 = t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 ||
-                            t == RF_TYPE_Q5_1 || t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K ||
-                            t == RF_TYPE_Q6_K;
+        const bool x_int8 = int8_x(t);
         const int64_t few = x_int8 ? 128 : 7, one = x_int8 ? 256 : 1;
         /* 14336 (448 blocks): rows of 56 Q4_0 groups, more than one per lane and not a
          * multiple of 32 (the q32s kernel: rows starting mid-stage) */
@@ -200,7 +204,7 @@ static void test_gemv(void **state) {
             rf_gpu_set_gemv_rpw(g_ctx, rpw);
             for (size_t ti = 0; ti < N_GEMV; ti++) {
                 const rf_type t = k_gemv_types[ti];
-                if (block_of(t) == 1 || t == RF_TYPE_F16 || t == RF_TYPE_BF16) continue;
+                if (!int8_x(t)) continue; /* the knob only moves q32s / q32h */
                 run_matmul_case(&r, t, 1, 4096, 131, false, 1e-2);
                 run_matmul_case(&r, t, 1, block_of(t) == 256 ? 2048 : 1024, 130, false, 1e-2);
                 run_matmul_case(&r, t, 2, 4096, 129, false, 1e-2);
