@@ -5,11 +5,10 @@
  * [-r reps] [-q] (quick: fewer reps) [-s] (sweep only: the Q4_0/Q8_0/F16 variants, no defaults
  * table, no GEMM) [-1 TYPE N_IN N_OUT VARIANT [xq]] (one configuration only, for a profiler;
  * xq: the product kernel on an x quantized beforehand) [-w RPW] (with -1: rows per warp
- * forced, as rf_gpu_set_gemv_rpw) [-o [TYPE]] (occupancy sweep only:
- * products of the q32s formats, or of TYPE, variants 7..12, rows per warp forced to 1..8, then
- * exit) [-O] (the same for
- * the whole call, Q4_0 and Q8_0). Column x: f32 = the whole rf_gpu_gemv
- * (for the 32-element formats: x quantization kernel + product kernel), int8 = rf_gpu_gemv_xq,
+ * forced, as rf_gpu_set_gemv_rpw) [-o [TYPE]] (occupancy sweep only: products of the int8-x
+ * formats, or of TYPE, variants 7..12, rows per warp forced to 1..8, then exit) [-O] (the same
+ * for the whole call, Q4_0 and Q8_0). Column x: f32 = the whole rf_gpu_gemv (for the int8-x
+ * formats: x quantization kernel + product kernel), int8 = rf_gpu_gemv_xq,
  * the product alone on an x quantized once beforehand (as a decode step does when the op that
  * produces x quantizes it for all the products reading it). Exit 77 without a GPU. */
 #include <stdio.h>
@@ -18,6 +17,15 @@
 
 #include "backend/gpu/gpu.h"
 #include "rocmforge/quant.h"
+
+/* the formats with an int8-x product at the benchmark's widths */
+static bool has_xq(rf_type t) {
+    return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 ||
+           t == RF_TYPE_Q5_1 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K;
+}
+
+/* share of the measured read bandwidth bw (GB/s), in percent, of wb bytes in us microseconds */
+static double pct_bw(size_t wb, double us, double bw) { return 100.0 * wb / (us * 1e-6) / 1e9 / bw; }
 
 int main(int argc, char **argv) {
     int ntok = 1, reps = 50, sweep_only = 0, one_var = -1, occ = 0, one_rpw = 0;
@@ -80,58 +88,59 @@ int main(int argc, char **argv) {
             return 1;
         }
         printf("%s %lld->%lld v%d x %s: %.2f us, %.1f%% of bw\n", one_type, one_in, one_out, one_var, one_xq ? "int8" : "f32", us,
-               100.0 * wb / (us * 1e-6) / 1e9 / bw);
+               pct_bw(wb, us, bw));
         rf_gpu_destroy(ctx);
         return 0;
     }
     const int64_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}}; /* n_in, n_out */
+    const rf_type types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_F16, RF_TYPE_BF16, RF_TYPE_Q4_1,
+                             RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
+    const int ntypes = (int)(sizeof types / sizeof types[0]);
     const size_t min_bytes = info.l2_bytes * 8 > ((size_t)400 << 20) ? info.l2_bytes * 8 : ((size_t)400 << 20);
     if (occ) { /* rows per warp (0: the default) against the share of bandwidth, per shape */
-        const rf_type ot[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_1, RF_TYPE_Q5_0, RF_TYPE_Q5_1,
-                              RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
         const int rpws[] = {0, 1, 2, 3, 4, 6, 8};
         printf("\noccupancy sweep: %s, 1 token, pdl on; %% of bw by rows per warp\n",
                occ == 1 ? "product kernel (x int8)" : "whole call (x f32)");
         printf("%-6s %-13s %3s", "type", "n_in->n_out", "var");
         for (size_t k = 0; k < sizeof rpws / sizeof rpws[0]; k++) printf("   rpw=%d", rpws[k]);
         printf("\n");
-        const int nty = occ == 1 ? (int)(sizeof ot / sizeof ot[0]) : 2;
-        for (int ti = 0; ti < nty; ti++)
-            for (int s = 0; s < 3 && (!occ_type || !strcmp(occ_type, rf_type_name(ot[ti]))); s++)
+        for (int ti = 0; ti < ntypes; ti++) {
+            const rf_type t = types[ti];
+            /* -o: the int8-x formats (or TYPE); -O: Q4_0 and Q8_0 */
+            if (!has_xq(t) || (occ == 2 && t != RF_TYPE_Q4_0 && t != RF_TYPE_Q8_0) ||
+                (occ_type && strcmp(occ_type, rf_type_name(t))))
+                continue;
+            for (int s = 0; s < 3; s++)
                 for (int v = 7; v <= 12; v++) {
-                    printf("%-6s %5lld->%-6lld v%-2d", rf_type_name(ot[ti]), (long long)shapes[s][0], (long long)shapes[s][1], v);
+                    printf("%-6s %5lld->%-6lld v%-2d", rf_type_name(t), (long long)shapes[s][0], (long long)shapes[s][1], v);
                     for (size_t k = 0; k < sizeof rpws / sizeof rpws[0]; k++) {
                         rf_gpu_set_gemv_variant(ctx, v);
                         rf_gpu_set_gemv_rpw(ctx, rpws[k]);
                         double us = 0;
                         size_t wb = 0;
-                        if (rf_gpu_bench_gemv(ctx, ot[ti], ntok, shapes[s][0], shapes[s][1], min_bytes, reps, occ == 1, &us, &wb))
+                        if (rf_gpu_bench_gemv(ctx, t, ntok, shapes[s][0], shapes[s][1], min_bytes, reps, occ == 1, &us, &wb))
                             printf("   error");
                         else
-                            printf(" %7.1f%%", 100.0 * wb / (us * 1e-6) / 1e9 / bw);
+                            printf(" %7.1f%%", pct_bw(wb, us, bw));
                         fflush(stdout);
                     }
                     printf("\n");
                 }
+        }
         rf_gpu_set_gemv_rpw(ctx, 0);
         rf_gpu_set_gemv_variant(ctx, 0);
         rf_gpu_destroy(ctx);
         return 0;
     }
-    const rf_type types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_F16, RF_TYPE_BF16, RF_TYPE_Q4_1,
-                             RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
     printf("\n%-6s %-18s %4s %4s %4s %10s %10s %8s %8s\n", "type", "n_in->n_out var", "tok", "x", "pdl", "MB", "us/call", "GB/s", "of_bw");
     /* pass 0: the variant sweep (programmatic dependent launch on) for the three formats with a
      * bandwidth target: Q4_0 / Q8_0 product kernels 1..12 on quantized x, F16 1..3;
      * pass 1: every format at the default variant (v0), the whole call; the 32-element formats
      * also the product alone; Q4_0 / Q8_0 / F16 also with programmatic dependent launch off */
     for (int pass = 0; pass < (sweep_only ? 1 : 2); pass++)
-        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        for (int t = 0; t < ntypes; t++) {
             if (pass == 0 && t > 2) continue;
-            const bool q32 = types[t] == RF_TYPE_Q4_0 || types[t] == RF_TYPE_Q8_0 ||
-                             types[t] == RF_TYPE_Q4_1 || types[t] == RF_TYPE_Q5_0 ||
-                             types[t] == RF_TYPE_Q5_1 || types[t] == RF_TYPE_Q4_K || types[t] == RF_TYPE_Q5_K ||
-                             types[t] == RF_TYPE_Q6_K;
+            const bool q32 = has_xq(types[t]);
             /* runs: {variant, x quantized beforehand, pdl} */
             int runs[12][3], nr = 0;
             if (pass == 0)
