@@ -304,10 +304,10 @@ template <int T> struct rf_q32_group {
      * group; Q6_K: one of 210 bytes, so groups start at any even byte: rows of 8k super-blocks) */
     static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
                             : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q4_K ? 18 : T == RF_TYPE_Q5_K ? 22
-                            : T == RF_TYPE_Q6_K ? 210 / 8 : 34;
+                            : T == RF_TYPE_Q6_K ? 0 /* not used */ : 34;
     static constexpr int GB = T == RF_TYPE_Q4_1 ? 4 : T == RF_TYPE_Q5_1 ? 2 : 8; /* blocks */
     static constexpr int GBYTES = T == RF_TYPE_Q6_K ? 210 : GB * BB;            /* bytes */
-    static constexpr int NU = GB * BB / 16; /* 16-byte words (not Q6_K) */
+    static constexpr int NU = GB * BB / 16; /* 16-byte words (Q6_K: 0, not used) */
     static_assert(T == RF_TYPE_Q6_K || (GB * BB % 16 == 0 && NU % 2 == 1),
                   "a group: an odd number of 16-byte words");
 };
