@@ -6,10 +6,10 @@
  * table, no GEMM) [-1 TYPE N_IN N_OUT VARIANT [xq]] (one configuration only, for a profiler;
  * xq: the product kernel on an x quantized beforehand) [-w RPW] (with -1: rows per warp
  * forced, as rf_gpu_set_gemv_rpw) [-o [TYPE]] (occupancy sweep only: products of the int8-x
- * formats, or of TYPE, variants 7..12, rows per warp forced to 1..8, then exit) [-O] (the same
- * for the whole call, Q4_0 and Q8_0). Column x: f32 = the whole rf_gpu_gemv (for the int8-x
- * formats: x quantization kernel + product kernel), int8 = rf_gpu_gemv_xq,
- * the product alone on an x quantized once beforehand (as a decode step does when the op that
+ * formats, or of TYPE, variants 7, 9, 11, 13, 15, 17, 20, 21, rows per warp forced to 1..16,
+ * then exit) [-O] (the same for the whole call, Q4_0 and Q8_0). Column x: f32 = the whole
+ * rf_gpu_gemv (for the int8-x formats: x quantization kernel + product kernel), int8 =
+ * rf_gpu_gemv_xq, the product alone on an x quantized once beforehand (as a decode step does when the op that
  * produces x quantizes it for all the products reading it). Exit 77 without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +98,8 @@ int main(int argc, char **argv) {
     const int ntypes = (int)(sizeof types / sizeof types[0]);
     const size_t min_bytes = info.l2_bytes * 8 > ((size_t)400 << 20) ? info.l2_bytes * 8 : ((size_t)400 << 20);
     if (occ) { /* rows per warp (0: the default) against the share of bandwidth, per shape */
-        const int rpws[] = {0, 1, 2, 3, 4, 6, 8};
+        const int occ_vars[] = {7, 9, 11, 13, 15, 17, 20, 21};
+        const int rpws[] = {0, 1, 2, 4, 6, 8, 12, 16};
         printf("\noccupancy sweep: %s, 1 token, pdl on; %% of bw by rows per warp\n",
                occ == 1 ? "product kernel (x int8)" : "whole call (x f32)");
         printf("%-6s %-13s %3s", "type", "n_in->n_out", "var");
@@ -111,7 +112,8 @@ int main(int argc, char **argv) {
                 (occ_type && strcmp(occ_type, rf_type_name(t))))
                 continue;
             for (int s = 0; s < 3; s++)
-                for (int v = 7; v <= 12; v++) {
+                for (size_t vi = 0; vi < sizeof occ_vars / sizeof occ_vars[0]; vi++) {
+                    const int v = occ_vars[vi];
                     printf("%-6s %5lld->%-6lld v%-2d", rf_type_name(t), (long long)shapes[s][0], (long long)shapes[s][1], v);
                     for (size_t k = 0; k < sizeof rpws / sizeof rpws[0]; k++) {
                         rf_gpu_set_gemv_variant(ctx, v);

@@ -448,7 +448,7 @@ template <int SLOT, int S> struct rf_wring {
  * (Quantizing x in every block instead, from the f32 x, was measured: 1.3-2x slower.)
  * launch: NW warps per block, any grid with grid * NW * rpw >= n_out; NG = n_in / 32 / GB or 0.
  * tolerance as gemv_q32. */
-template <int T, int NTMAX, int S, int NW, bool XS, int NG, int MINB = 0>
+template <int T, int NTMAX, int S, int NW, bool XS, int NG, int MINB = 0, bool XR = false>
 __global__ void __launch_bounds__(NW * RF_WARP_SIZE, MINB)
 rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, int nt,
                int64_t n_in, int64_t n_out, int64_t row_bytes, int rpw) {
@@ -482,6 +482,33 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     const int8_t *xq = XS ? (const int8_t *)xs : qx;
     const char *xd = XS ? (const char *)(xs + n_in / 16) : (const char *)dx;
     constexpr int DXB = FS ? 16 : 8; /* bytes per record of xd */
+    constexpr bool KQ = T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K;
+    /* x block j of group gg (token t): 8 int words, the scale, the int sum, the f32 sum and the
+     * int sum of the first 16 (the last two where the records carry them) */
+    auto load_x = [&](int t, int j, int gg, int *xi, float &dxd, int &sxi, float &fsum, int &slo) {
+        const int4 *xp = (const int4 *)(xq + t * n_in) + 2 * j * ng + gg;
+        const int4 x0 = xp[0], x1 = xp[ng];
+        xi[0] = x0.x, xi[1] = x0.y, xi[2] = x0.z, xi[3] = x0.w;
+        xi[4] = x1.x, xi[5] = x1.y, xi[6] = x1.z, xi[7] = x1.w;
+        const char *dp = xd + ((int64_t)t * nb + j * ng + gg) * DXB;
+        if (FS) {
+            const float4 q = *(const float4 *)dp;
+            dxd = q.x, sxi = __float_as_int(q.y), fsum = q.z, slo = __float_as_int(q.w);
+        } else { /* the sum of the f32 x is not needed: one 8-byte load */
+            const float2 q = *(const float2 *)dp;
+            dxd = q.x, sxi = __float_as_int(q.y), fsum = 0.0f, slo = 0;
+        }
+    };
+    /* XR: ng divides the warp, so a lane's group is the same in every stage: its x (the blocks
+     * of one group, 8 for the super-block formats) is loaded into registers once */
+    static_assert(!XR || (NTMAX == 1 && !XS && NG > 0 && WS % (NG > 0 ? NG : 1) == 0), "XR: one token, ng | WS");
+    constexpr int XN = XR ? (KQ ? 8 : GB) : 1;
+    int xr[XN][8], xsr[XN], xlr[XN];
+    float xdr[XN], xfr[XN];
+    if constexpr (XR) {
+#pragma unroll
+        for (int j = 0; j < XN; j++) load_x(0, j, lane % NG, xr[j], xdr[j], xsr[j], xfr[j], xlr[j]);
+    }
     float carry[NTMAX]; /* the partial sum of the row running on from the previous stage */
     float accA[NTMAX], accB[NTMAX]; /* ng >= 32: this lane's share of the open and next rows */
 #pragma unroll
@@ -529,12 +556,12 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
                     float dxd[8], fsum[8];
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
-                        const int4 *xp = (const int4 *)(xq + t * n_in) + 2 * j * ng + g;
-                        const int4 x0 = xp[0], x1 = xp[ng];
-                        xi[j][0] = x0.x, xi[j][1] = x0.y, xi[j][2] = x0.z, xi[j][3] = x0.w;
-                        xi[j][4] = x1.x, xi[j][5] = x1.y, xi[j][6] = x1.z, xi[j][7] = x1.w;
-                        const float4 q = *(const float4 *)(xd + ((int64_t)t * nb + j * ng + g) * DXB);
-                        dxd[j] = q.x, sxi[j] = __float_as_int(q.y), fsum[j] = q.z, slo[j] = __float_as_int(q.w);
+                        if constexpr (XR) {
+#pragma unroll
+                            for (int u = 0; u < 8; u++) xi[j][u] = xr[j][u];
+                            dxd[j] = xdr[j], sxi[j] = xsr[j], fsum[j] = xfr[j], slo[j] = xlr[j];
+                        } else
+                            load_x(t, j, g, xi[j], dxd[j], sxi[j], fsum[j], slo[j]);
                     }
                     if constexpr (T == RF_TYPE_Q6_K) v[t] += rf_q6k_dot(cw, xi, dxd, sxi, slo);
                     else v[t] += rf_qk_dot<T == RF_TYPE_Q5_K>(cw, xi, dxd, sxi, fsum);
@@ -545,19 +572,15 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
 #pragma unroll
                 for (int t = 0; t < NTMAX; t++) {
                     if (NTMAX > 1 && t >= nt) break; /* NTMAX 1: nt is 1 */
-                    const int4 *xp = (const int4 *)(xq + t * n_in) + 2 * j * ng + g;
-                    const int4 x0 = xp[0], x1 = xp[ng];
-                    float dxd, fsum = 0.0f;
-                    int sxi;
-                    const char *dp = xd + ((int64_t)t * nb + j * ng + g) * DXB;
-                    if (FS) {
-                        const float4 q = *(const float4 *)dp;
-                        dxd = q.x, sxi = __float_as_int(q.y), fsum = q.z;
-                    } else { /* the sum of the f32 x is not needed: one 8-byte load */
-                        const float2 q = *(const float2 *)dp;
-                        dxd = q.x, sxi = __float_as_int(q.y);
-                    }
-                    const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                    int xi[8], sxi, slo;
+                    float dxd, fsum;
+                    if constexpr (XR) {
+#pragma unroll
+                        for (int u = 0; u < 8; u++) xi[u] = xr[j][u];
+                        dxd = xdr[j], sxi = xsr[j], fsum = xfr[j], slo = xlr[j];
+                    } else
+                        load_x(t, j, g, xi, dxd, sxi, fsum, slo);
+                    (void)slo;
                     /* the block's offset in its word, 0 or 2, is fixed for each j */
                     if (j * BB % 4 == 0) v[t] += rf_q32_dot<T, 0, true>(&cw[j * BB / 4], 0, xi, dxd, sxi, fsum);
                     else v[t] += rf_q32_dot<T, 2, true>(&cw[j * BB / 4], 2, xi, dxd, sxi, fsum);
@@ -1018,13 +1041,16 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
 }
 
 /* Kernel variants, chosen per call by ctx->gemv_variant (0 = default; the benchmark sweeps
- * 1..8), all launched as programmatic dependent launches where ctx->pdl:
+ * some of 1..23), all launched as programmatic dependent launches where ctx->pdl:
  * q32 (rows per warp group, ring stages, warps per group; RF_Q32_WARPS warps per block) =
  *   1: (4, 2, 4), 2: (2, 2, 4), 3: (4, 2, 2); HIP: (2, 2, 2) always;
  * q32s (32-element formats, rows of whole 16-byte groups, CUDA) = 4..7, see rf_launch_q32s;
  * q32h (two lanes per group, one token, Q4_0/Q5_0/Q8_0 rows of 16 groups or fewer, CUDA) = 8,
  *   else as 7; 9..12: v7 compiled for at least 1, 3, 4, 5 blocks per SM (register budgets: ptxas
- *   gives v7 itself ~80; one token, else as 7; see docs/perf-gpu.md);
+ *   gives v7 itself ~80; one token, else as 7; see docs/perf-gpu.md); 13..20: x in registers
+ *   (XR: rows of 16 or 32 groups, one token, else as 7) with (ring stages, warps per block at
+ *   most) = 13: (2, 4), 14: (3, 4), 15: (4, 4), 16: (2, 2), 17: (4, 1), 18: (6, 1), 19: (3, 2),
+ *   20: (2, 1); 21..23: v7 in one-warp blocks at register budgets 128, ~255 and ptxas's own;
  * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2);
  * K-quants: 1 = one warp per row, 2 and 3 = four warps per row.
  * Defaults from the H100 sweeps in docs/perf-gpu.md. */
@@ -1091,13 +1117,13 @@ static int64_t rf_rows_per_warp(const rf_gpu_ctx *ctx, int per_sm, int nw, int64
  * block: 4, fewer where the rings would pass 48 KB (Q8_0: 2 with 2 stages). Rows per warp:
  * rpw_req where not 0 (rounded up to whole stages), else the fewest that let the grid fit on the
  * device at once (resident blocks per SM from the runtime, asked once per kernel and KB of x). */
-template <int T, int NTM, int S, int NW, bool XS, int NG, int MINB = 0>
+template <int T, int NTM, int S, int NW, bool XS, int NG, int MINB = 0, bool XR = false>
 static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                   const float4 *dx, int nt, int64_t n_in, int64_t n_out,
                                   int64_t rb, int rpw_req) {
     constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::GBYTES;
     constexpr bool FS = rf_q32_group<T>::FS;
-    auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS, NG, MINB>;
+    auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS, NG, MINB, XR>;
     /* x: n_in bytes of int8 + 8 (16 with the f32 sum) bytes per 32 (n_in <= 16384) */
     const size_t ring = (size_t)NW * S * SLOT;
     const size_t smem = XS ? (size_t)n_in + (size_t)n_in / RF_QK * (FS ? 16 : 8) : 0;
@@ -1134,24 +1160,51 @@ static rf_status rf_launch_q32h(rf_gpu_ctx *ctx, float *y, const uint8_t *w, con
                          dim3(NW * ctx->info.warp_size), 0, y, w, qx, dx, n_in, n_out, rb, (int)rpw);
 }
 /* The default q32s configuration for one token, from the H100 occupancy sweeps of 2026-11-22
- * (docs/perf-gpu.md, session 6): the register budget, as the variant (7: ptxas's own choice,
- * ~80 registers for the 4/5-bit formats; 9: at least one block per SM, ~140, more loads of x in
- * flight; 11: at least 4 blocks per SM, 128), and the rows per warp (0: the fewest that let the
- * grid fit on the device at once). Small products (4096x4096) gain from more resident warps,
- * long ones from more registers; Q8_0 (~148 registers whatever the budget) from 3 ring stages
- * per warp, but not right after the x quantization kernel (whole: rf_gpu_gemv), whose own
- * latency then adds to the product's tail; there Q4_0, Q4_K and Q5_K rows wider than 8192 take
- * 4 rows per warp (Q4_1, Q5_1 and Q8_0 lost 7-31 points with it on the H100). */
+ * (docs/perf-gpu.md, sessions 6 and 7): the variant (7: ptxas's own register budget, ~80 for the
+ * 4/5-bit formats; 9: at least one block per SM, ~140, more loads of x in flight; 11: at least 4
+ * blocks per SM, 128; 13..20: x in registers (XR) with S ring stages and NW warps per block; 21:
+ * one-warp blocks at 128 registers), and the rows per warp (0: the fewest that let the grid fit
+ * on the device at once). Small products (4096x4096) gain from more resident warps, long ones
+ * from more registers; Q8_0 (~148 registers whatever the budget) from 3 ring stages per warp,
+ * but not right after the x quantization kernel (whole: rf_gpu_gemv), whose own latency then
+ * adds to the product's tail; there Q4_0, Q4_K and Q5_K rows wider than 8192 take 4 rows per
+ * warp (Q4_1, Q5_1 and Q8_0 lost 7-31 points with it on the H100). Rows of 16 or 32 groups
+ * (4096 wide, where it was measured; narrower rows whose groups divide the warp take the same
+ * rows per warp, and v7 in place of XR) keep x in registers where that won by more than ~2
+ * points, mostly in one-warp blocks, which pack around the next call's blocks. */
 static int rf_q32s_gb(rf_type t);
 static void rf_q32s_tune(rf_type t, int64_t n_in, int64_t n_out, bool whole, int *v, int *rpw) {
     const int64_t ng = n_in / RF_QK / rf_q32s_gb(t);
     *v = n_in > 8192 ? 11 : n_out > 8192 ? 9 : 7;
     *rpw = whole && n_in > 8192 && (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K) ? 4 : 0;
     if (t == RF_TYPE_Q6_K && n_out <= 8192) *v = 11; /* ~150 registers at 4096x4096 too: 75% vs 56% */
+    /* one-warp blocks at 128 registers, products only (14336->4096: 88% -> 90%, 84% -> 85%) */
+    if (!whole && n_in > 8192 && (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_K)) *v = 21;
     if (t == RF_TYPE_Q8_0) {
         *v = 7;
         *rpw = whole || ng < 16 ? 0 : ng <= RF_WARP_SIZE && RF_WARP_SIZE % ng == 0 ? 3 * (RF_WARP_SIZE / (int)ng) : 2;
     }
+    if (n_in > 4096 || ng > RF_WARP_SIZE || RF_WARP_SIZE % ng) return;
+    /* x in registers: {variant, rows per warp} at n_out <= 8192 and above (4096 -> 14336); the
+     * comments: product (or whole call) at 4096x4096, 4096->14336 before -> after, H100 */
+    static const struct { rf_type t; bool whole; int v, rpw, v_tall, rpw_tall; } xr[] = {
+        {RF_TYPE_Q4_0, false, 17, 0, 17, 12}, /* 81 -> 85%, 90 -> 96% */
+        {RF_TYPE_Q4_0, true, 17, 0, 17, 12},  /* 62 -> 65%, 83 -> 89% */
+        {RF_TYPE_Q4_1, false, 20, 0, 17, 0},  /* 76 -> 89%, 90 -> 94% */
+        {RF_TYPE_Q4_1, true, 20, 0, 17, 0},   /* (as the product) */
+        {RF_TYPE_Q8_0, true, 20, 0, 17, 0},   /* 79 -> 83%, 91 -> 93% */
+        {RF_TYPE_Q4_K, false, 17, 0, 17, 12}, /* 72 -> 88%, 89 -> 95% */
+        {RF_TYPE_Q4_K, true, 17, 0, 17, 12},  /* (as the product) */
+        {RF_TYPE_Q5_K, false, 20, 0, 9, 0},   /* 70 -> 76%; (v13, 4 rows: 92% in the sweep, 87% after) */
+        {RF_TYPE_Q5_K, true, 20, 0, 9, 0},    /* (as the product) */
+        {RF_TYPE_Q6_K, false, 11, 0, 17, 16}, /* -, 91 -> 96% */
+        {RF_TYPE_Q6_K, true, 11, 0, 17, 16},  /* (as the product) */
+    };
+    for (size_t i = 0; i < sizeof xr / sizeof xr[0]; i++)
+        if (xr[i].t == t && xr[i].whole == whole) {
+            *v = n_out > 8192 ? xr[i].v_tall : xr[i].v;
+            *rpw = n_out > 8192 ? xr[i].rpw_tall : xr[i].rpw;
+        }
 }
 /* q32s warps per block for S ring stages: 4, fewer where the rings would pass 48 KB */
 template <int T> static constexpr int rf_q32s_warps(int s) {
@@ -1160,19 +1213,35 @@ template <int T> static constexpr int rf_q32s_warps(int s) {
 }
 /* v7 for one token at register budget MB (0: ptxas's own): the common widths' group counts
  * compiled in, so x's offsets are immediates */
-template <int T, int MB>
+template <int T, int MB, int S = 2, int NWR = 4>
 static rf_status rf_launch_q32s_ng(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                    const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb,
                                    int rpw) {
-    constexpr int NW = rf_q32s_warps<T>(2);
+    constexpr int NW = rf_q32s_warps<T>(S) < NWR ? rf_q32s_warps<T>(S) : NWR;
     const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
     if (ng == 16) /* 4096 wide (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) */
-        return rf_launch_q32s_k<T, 1, 2, NW, false, 16, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+        return rf_launch_q32s_k<T, 1, S, NW, false, 16, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
     if (ng == 32) /* 4096 wide (Q4_1, Q5_1), 8192 (Q4_0 ...) */
-        return rf_launch_q32s_k<T, 1, 2, NW, false, 32, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+        return rf_launch_q32s_k<T, 1, S, NW, false, 32, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
     if (ng == 56) /* 14336 wide */
-        return rf_launch_q32s_k<T, 1, 2, NW, false, 56, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
-    return rf_launch_q32s_k<T, 1, 2, NW, false, 0, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+        return rf_launch_q32s_k<T, 1, S, NW, false, 56, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+    return rf_launch_q32s_k<T, 1, S, NW, false, 0, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+}
+/* XR (x in registers; rows of 16 or 32 groups, else v7) with S ring stages and up to NWR warps
+ * per block (fewer where the rings would pass 48 KB) */
+template <int T, int S, int NWR>
+static rf_status rf_launch_q32s_xr(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
+                                   const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb,
+                                   int rpw) {
+    constexpr int SB = RF_WARP_SIZE * rf_q32_group<T>::GBYTES; /* bytes per slot */
+    constexpr int SS = S * SB > 49152 ? 49152 / SB : S;
+    constexpr int NW = rf_q32s_warps<T>(SS) < NWR ? rf_q32s_warps<T>(SS) : NWR;
+    const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
+    if (ng == 16)
+        return rf_launch_q32s_k<T, 1, SS, NW, false, 16, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+    if (ng == 32)
+        return rf_launch_q32s_k<T, 1, SS, NW, false, 32, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+    return rf_launch_q32s_ng<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
 }
 template <int T>
 static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
@@ -1200,6 +1269,17 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
         case 10: return rf_launch_q32s_ng<T, 3>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
         case 11: return rf_launch_q32s_ng<T, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
         case 12: return rf_launch_q32s_ng<T, 5>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 13: return rf_launch_q32s_xr<T, 2, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 14: return rf_launch_q32s_xr<T, 3, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 15: return rf_launch_q32s_xr<T, 4, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 16: return rf_launch_q32s_xr<T, 2, 2>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 17: return rf_launch_q32s_xr<T, 4, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 18: return rf_launch_q32s_xr<T, 6, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 19: return rf_launch_q32s_xr<T, 3, 2>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 20: return rf_launch_q32s_xr<T, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 21: return rf_launch_q32s_ng<T, 16, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 22: return rf_launch_q32s_ng<T, 1, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 23: return rf_launch_q32s_ng<T, 0, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
         case 7: case 8: return rf_launch_q32s_ng<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
         default: break;
         }
@@ -1259,7 +1339,7 @@ static rf_status rf_launch_k(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned thr
 /* ---- the 32-element formats: x quantized once, then the product ---------------------- */
 
 /* the product kernel for (type, n_in, n_tokens) and the context's variant: q32 variants 1..3,
- * q32s 4..7, 9..12 and q32h 8 (rows of whole 16-byte groups, n_in <= 16384, CUDA); default from the H100 sweeps
+ * q32s 4..7, 9..23 and q32h 8 (rows of whole 16-byte groups, n_in <= 16384, CUDA); default from the H100 sweeps
  * in docs/perf-gpu.md */
 static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n_out) {
     const int gb = rf_q32s_gb(t);
@@ -1271,7 +1351,7 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
     const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384 &&
                       (t != RF_TYPE_Q6_K || n_in % 2048 == 0);
 #endif
-    int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 12 ? ctx->gemv_variant : 0;
+    int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 23 ? ctx->gemv_variant : 0;
     /* q32s (x through L1; its register budget and rows per warp tuned by shape, rf_q32s_tune)
      * wherever it takes the rows, except Q5_0 rows wider than 8192, which decode faster in
      * gemv_q32 (H100, product at 14336->4096: 78.6% vs 72-77% for q32s). The kernel family may
