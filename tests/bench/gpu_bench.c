@@ -7,7 +7,8 @@
  * xq: the product kernel on an x quantized beforehand) [-w RPW] (with -1: rows per warp
  * forced, as rf_gpu_set_gemv_rpw) [-o [TYPE]] (occupancy sweep only: products of the int8-x
  * formats, or of TYPE, variants 7, 9, 11, 13, 15, 17, 20, 21, rows per warp forced to 1..16,
- * then exit) [-O] (the same for the whole call, Q4_0 and Q8_0). Column x: f32 = the whole
+ * then exit) [-O] (the same for the whole call, Q4_0 and Q8_0) [-P] (shared-memory pad sweep of
+ * a few products: the blocks resident per SM capped, then exit). Column x: f32 = the whole
  * rf_gpu_gemv (for the int8-x formats: x quantization kernel + product kernel), int8 =
  * rf_gpu_gemv_xq, the product alone on an x quantized once beforehand (as a decode step does when the op that
  * produces x quantizes it for all the products reading it). Exit 77 without a GPU. */
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
             if (i + 1 < argc && argv[i + 1][0] != '-') occ_type = argv[++i];
         }
         else if (!strcmp(argv[i], "-O")) occ = 2;
+        else if (!strcmp(argv[i], "-P")) occ = 3;
         else if (!strcmp(argv[i], "-w") && i + 1 < argc) one_rpw = atoi(argv[++i]);
     }
     if (rf_gpu_device_count() <= 0) {
@@ -97,6 +99,40 @@ int main(int argc, char **argv) {
                              RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
     const int ntypes = (int)(sizeof types / sizeof types[0]);
     const size_t min_bytes = info.l2_bytes * 8 > ((size_t)400 << 20) ? info.l2_bytes * 8 : ((size_t)400 << 20);
+    if (occ == 3) { /* unused shared memory per block (caps the resident blocks) against the
+                     * share of bandwidth, products of Q4_0 / Q4_K / Q8_0 */
+        const int pads[] = {0, 1, 2, 3, 4, 6, 8, 10, 12, 16};
+        const int vars[][2] = {{17, 0}, {17, 4}, {20, 0}, {20, 4}, {15, 0}, {7, 0}, {7, 2}};
+        const rf_type pt[] = {RF_TYPE_Q4_0, RF_TYPE_Q4_K, RF_TYPE_Q8_0};
+        printf("\nshared-memory pad sweep: product kernel (x int8), 1 token, pdl on; %% of bw by KB of pad\n");
+        printf("%-6s %-13s %3s %4s", "type", "n_in->n_out", "var", "rpw");
+        for (size_t k = 0; k < sizeof pads / sizeof pads[0]; k++) printf("   pad=%-2d", pads[k]);
+        printf("\n");
+        for (size_t ti = 0; ti < sizeof pt / sizeof pt[0]; ti++)
+            for (int s = 0; s < 2; s++)
+                for (size_t vi = 0; vi < sizeof vars / sizeof vars[0]; vi++) {
+                    printf("%-6s %5lld->%-6lld v%-2d %4d", rf_type_name(pt[ti]), (long long)shapes[s][0],
+                           (long long)shapes[s][1], vars[vi][0], vars[vi][1]);
+                    for (size_t k = 0; k < sizeof pads / sizeof pads[0]; k++) {
+                        rf_gpu_set_gemv_variant(ctx, vars[vi][0]);
+                        rf_gpu_set_gemv_rpw(ctx, vars[vi][1]);
+                        rf_gpu_set_gemv_pad(ctx, pads[k]);
+                        double us = 0;
+                        size_t wb = 0;
+                        if (rf_gpu_bench_gemv(ctx, pt[ti], ntok, shapes[s][0], shapes[s][1], min_bytes, reps, true, &us, &wb))
+                            printf("    error");
+                        else
+                            printf(" %7.1f%%", pct_bw(wb, us, bw));
+                        fflush(stdout);
+                    }
+                    printf("\n");
+                }
+        rf_gpu_set_gemv_pad(ctx, -1);
+        rf_gpu_set_gemv_rpw(ctx, 0);
+        rf_gpu_set_gemv_variant(ctx, 0);
+        rf_gpu_destroy(ctx);
+        return 0;
+    }
     if (occ) { /* rows per warp (0: the default) against the share of bandwidth, per shape */
         const int occ_vars[] = {7, 9, 11, 13, 15, 17, 20, 21};
         const int rpws[] = {0, 1, 2, 4, 6, 8, 12, 16};

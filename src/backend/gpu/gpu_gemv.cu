@@ -1030,6 +1030,7 @@ rf_k_gemv_generic(float *y, const uint8_t *w, int type, const float *x, int nt, 
 
 extern "C" void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant) { ctx->gemv_variant = variant; }
 extern "C" void rf_gpu_set_gemv_rpw(rf_gpu_ctx *ctx, int rpw) { ctx->gemv_rpw = rpw > 0 ? (rpw < 1024 ? rpw : 1024) : 0; }
+extern "C" void rf_gpu_set_gemv_pad(rf_gpu_ctx *ctx, int kb) { ctx->gemv_pad_kb = kb < 0 ? -1 : kb < 16 ? kb : 16; }
 
 extern "C" bool rf_gpu_gemv_supported(rf_type t) {
     switch (t) {
@@ -1126,8 +1127,9 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS, NG, MINB, XR>;
     /* x: n_in bytes of int8 + 8 (16 with the f32 sum) bytes per 32 (n_in <= 16384) */
     const size_t ring = (size_t)NW * S * SLOT;
-    const size_t smem = XS ? (size_t)n_in + (size_t)n_in / RF_QK * (FS ? 16 : 8) : 0;
-    static int per_sm[25]; /* by KB of x */
+    const size_t pad = ctx->gemv_pad_kb > 0 ? (size_t)ctx->gemv_pad_kb * 1024 : 0; /* <= 16 KB */
+    const size_t smem = (XS ? (size_t)n_in + (size_t)n_in / RF_QK * (FS ? 16 : 8) : 0) + pad;
+    static int per_sm[48]; /* by KB of x and pad (<= 25 + 16) */
     static int attr_kb = (int)((48 * 1024 - ring) / 1024); /* dynamic KB the kernel may take */
     const int kb = (int)((smem + 1023) / 1024);
     if (kb > attr_kb) { /* raised only when needed: it can cost L1 */
