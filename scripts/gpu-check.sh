@@ -51,11 +51,11 @@ if [ -n "$SAN" ] && [ -z "${SKIP_SAN:-}" ]; then
         : >"$OUT/sanitizer-$tool.log"
         for t in $TESTS; do
             echo "### $t" >>"$OUT/sanitizer-$tool.log"
-            RF_TEST_NO_OOM=1 RF_TEST_QUICK=1 timeout ${SAN_TIMEOUT:-150} "$SAN" --tool $tool --error-exitcode 99 "$BIN/$t" \
+            RF_TEST_NO_OOM=1 RF_TEST_QUICK=1 timeout ${SAN_TIMEOUT:-360} "$SAN" --tool $tool --error-exitcode 99 "$BIN/$t" \
                 >>"$OUT/sanitizer-$tool.log" 2>&1
             rc=$?
             summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)
-            [ $rc = 124 ] && summary="timeout after ${SAN_TIMEOUT:-150}s (partial: $summary)"
+            [ $rc = 124 ] && summary="timeout after ${SAN_TIMEOUT:-360}s (partial: $summary)"
             if [ $tool = memcheck ]; then MEM[$t]="rc=$rc $summary"; else RACE[$t]="rc=$rc $summary"; fi
         done
     done

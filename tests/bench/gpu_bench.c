@@ -101,15 +101,15 @@ int main(int argc, char **argv) {
     const size_t min_bytes = info.l2_bytes * 8 > ((size_t)400 << 20) ? info.l2_bytes * 8 : ((size_t)400 << 20);
     if (occ == 3) { /* unused shared memory per block (caps the resident blocks) against the
                      * share of bandwidth, products of Q4_0 / Q4_K / Q8_0 */
-        const int pads[] = {0, 1, 2, 3, 4, 6, 8, 10, 12, 16};
-        const int vars[][2] = {{17, 0}, {17, 4}, {20, 0}, {20, 4}, {15, 0}, {7, 0}, {7, 2}};
-        const rf_type pt[] = {RF_TYPE_Q4_0, RF_TYPE_Q4_K, RF_TYPE_Q8_0};
+        const int pads[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16};
+        const int vars[][2] = {{0, 0}, {0, 0}, {0, 0}, {17, 0}, {17, 4}, {20, 0}, {20, 4}, {15, 0}, {13, 0}, {7, 0}};
+        const rf_type pt[] = {RF_TYPE_Q4_0, RF_TYPE_Q4_K};
         printf("\nshared-memory pad sweep: product kernel (x int8), 1 token, pdl on; %% of bw by KB of pad\n");
         printf("%-6s %-13s %3s %4s", "type", "n_in->n_out", "var", "rpw");
         for (size_t k = 0; k < sizeof pads / sizeof pads[0]; k++) printf("   pad=%-2d", pads[k]);
         printf("\n");
         for (size_t ti = 0; ti < sizeof pt / sizeof pt[0]; ti++)
-            for (int s = 0; s < 2; s++)
+            for (int s = 0; s < 1; s++)
                 for (size_t vi = 0; vi < sizeof vars / sizeof vars[0]; vi++) {
                     printf("%-6s %5lld->%-6lld v%-2d %4d", rf_type_name(pt[ti]), (long long)shapes[s][0],
                            (long long)shapes[s][1], vars[vi][0], vars[vi][1]);

@@ -86,7 +86,7 @@ extern "C" rf_status rf_gpu_bench_read_bw(rf_gpu_ctx *ctx, size_t bytes, int rep
 /* Median time (microseconds) of one rf_gpu_gemv(type, n_tokens, n_in, n_out) call (xq: of one
  * rf_gpu_gemv_xq call on an x quantized once before), with the weights rotating among enough
  * matrices to exceed min_bytes (pass >= 4x L2); calls are captured into a graph of `per_graph`
- * calls and the graph replayed `reps` times. */
+ * (>= 64, or RF_BENCH_CALLS) calls and the graph replayed `reps` times. */
 extern "C" rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens,
                                        int64_t n_in, int64_t n_out, size_t min_bytes, int reps,
                                        bool xq, double *us_per_call, size_t *weight_bytes) {
@@ -124,7 +124,12 @@ extern "C" rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_
     /* warm-up outside the graph (also checks the call works) */
     for (int i = 0; i < nmat && !st; i++) st = call(i);
     if (!st) st = rf_gpu_sync(ctx);
-    const int per_graph = nmat > 64 ? nmat : ((64 + nmat - 1) / nmat) * nmat;
+    /* >= 64 calls per graph (the method of every recorded run); RF_BENCH_CALLS sets another
+     * minimum, to see how the figures depend on it (H100, 256 calls: the small products lose
+     * 2-3 points, the whole calls gain 1-2; docs/perf-gpu.md, session 7) */
+    const char *ce = getenv("RF_BENCH_CALLS");
+    const int minc = ce && atoi(ce) > 0 ? atoi(ce) : 64;
+    const int per_graph = nmat > minc ? nmat : ((minc + nmat - 1) / nmat) * nmat;
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     if (!st) {
