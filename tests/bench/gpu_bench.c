@@ -8,10 +8,11 @@
  * forced, as rf_gpu_set_gemv_rpw) [-o [TYPE]] (occupancy sweep only: products of the int8-x
  * formats, or of TYPE, variants 7, 9, 11, 13, 15, 17, 20, 21, rows per warp forced to 1..16,
  * then exit) [-O] (the same for the whole call, Q4_0 and Q8_0) [-P] (shared-memory pad sweep of
- * a few products: the blocks resident per SM capped, then exit). Column x: f32 = the whole
- * rf_gpu_gemv (for the int8-x formats: x quantization kernel + product kernel), int8 =
- * rf_gpu_gemv_xq, the product alone on an x quantized once beforehand (as a decode step does when the op that
- * produces x quantizes it for all the products reading it). Exit 77 without a GPU. */
+ * the Q4_0 / Q4_K products at 4096x4096: the blocks resident per SM capped, then exit).
+ * Column x: f32 = the whole rf_gpu_gemv (for the int8-x formats: x quantization kernel + product
+ * kernel), int8 = rf_gpu_gemv_xq, the product alone on an x quantized once beforehand (as a
+ * decode step does when the op that produces x quantizes it for all the products reading it).
+ * RF_BENCH_CALLS: the least calls per timed graph (64). Exit 77 without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,19 @@ static bool has_xq(rf_type t) {
 
 /* share of the measured read bandwidth bw (GB/s), in percent, of wb bytes in us microseconds */
 static double pct_bw(size_t wb, double us, double bw) { return 100.0 * wb / (us * 1e-6) / 1e9 / bw; }
+
+/* one cell of a sweep: the share of bandwidth of type t at n_in -> n_out with the context's
+ * current knobs (xq: the product kernel alone), printed as " 85.3%" or "   error" */
+static void sweep_cell(rf_gpu_ctx *ctx, rf_type t, int ntok, int64_t n_in, int64_t n_out,
+                       size_t min_bytes, int reps, bool xq, double bw) {
+    double us = 0;
+    size_t wb = 0;
+    if (rf_gpu_bench_gemv(ctx, t, ntok, n_in, n_out, min_bytes, reps, xq, &us, &wb))
+        printf("   error");
+    else
+        printf(" %7.1f%%", pct_bw(wb, us, bw));
+    fflush(stdout);
+}
 
 int main(int argc, char **argv) {
     int ntok = 1, reps = 50, sweep_only = 0, one_var = -1, occ = 0, one_rpw = 0;
@@ -100,7 +114,8 @@ int main(int argc, char **argv) {
     const int ntypes = (int)(sizeof types / sizeof types[0]);
     const size_t min_bytes = info.l2_bytes * 8 > ((size_t)400 << 20) ? info.l2_bytes * 8 : ((size_t)400 << 20);
     if (occ == 3) { /* unused shared memory per block (caps the resident blocks) against the
-                     * share of bandwidth, products of Q4_0 / Q4_K / Q8_0 */
+                     * share of bandwidth, Q4_0 / Q4_K products at 4096x4096; v0 three times
+                     * over, to see the spread */
         const int pads[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16};
         const int vars[][2] = {{0, 0}, {0, 0}, {0, 0}, {17, 0}, {17, 4}, {20, 0}, {20, 4}, {15, 0}, {13, 0}, {7, 0}};
         const rf_type pt[] = {RF_TYPE_Q4_0, RF_TYPE_Q4_K};
@@ -109,25 +124,18 @@ int main(int argc, char **argv) {
         for (size_t k = 0; k < sizeof pads / sizeof pads[0]; k++) printf("   pad=%-2d", pads[k]);
         printf("\n");
         for (size_t ti = 0; ti < sizeof pt / sizeof pt[0]; ti++)
-            for (int s = 0; s < 1; s++)
-                for (size_t vi = 0; vi < sizeof vars / sizeof vars[0]; vi++) {
-                    printf("%-6s %5lld->%-6lld v%-2d %4d", rf_type_name(pt[ti]), (long long)shapes[s][0],
-                           (long long)shapes[s][1], vars[vi][0], vars[vi][1]);
-                    for (size_t k = 0; k < sizeof pads / sizeof pads[0]; k++) {
-                        rf_gpu_set_gemv_variant(ctx, vars[vi][0]);
-                        rf_gpu_set_gemv_rpw(ctx, vars[vi][1]);
-                        rf_gpu_set_gemv_pad(ctx, pads[k]);
-                        double us = 0;
-                        size_t wb = 0;
-                        if (rf_gpu_bench_gemv(ctx, pt[ti], ntok, shapes[s][0], shapes[s][1], min_bytes, reps, true, &us, &wb))
-                            printf("    error");
-                        else
-                            printf(" %7.1f%%", pct_bw(wb, us, bw));
-                        fflush(stdout);
-                    }
-                    printf("\n");
+            for (size_t vi = 0; vi < sizeof vars / sizeof vars[0]; vi++) {
+                printf("%-6s %5lld->%-6lld v%-2d %4d", rf_type_name(pt[ti]), (long long)shapes[0][0],
+                       (long long)shapes[0][1], vars[vi][0], vars[vi][1]);
+                for (size_t k = 0; k < sizeof pads / sizeof pads[0]; k++) {
+                    rf_gpu_set_gemv_variant(ctx, vars[vi][0]);
+                    rf_gpu_set_gemv_rpw(ctx, vars[vi][1]);
+                    rf_gpu_set_gemv_pad(ctx, pads[k]);
+                    sweep_cell(ctx, pt[ti], ntok, shapes[0][0], shapes[0][1], min_bytes, reps, true, bw);
                 }
-        rf_gpu_set_gemv_pad(ctx, -1);
+                printf("\n");
+            }
+        rf_gpu_set_gemv_pad(ctx, 0);
         rf_gpu_set_gemv_rpw(ctx, 0);
         rf_gpu_set_gemv_variant(ctx, 0);
         rf_gpu_destroy(ctx);
@@ -154,13 +162,7 @@ int main(int argc, char **argv) {
                     for (size_t k = 0; k < sizeof rpws / sizeof rpws[0]; k++) {
                         rf_gpu_set_gemv_variant(ctx, v);
                         rf_gpu_set_gemv_rpw(ctx, rpws[k]);
-                        double us = 0;
-                        size_t wb = 0;
-                        if (rf_gpu_bench_gemv(ctx, t, ntok, shapes[s][0], shapes[s][1], min_bytes, reps, occ == 1, &us, &wb))
-                            printf("   error");
-                        else
-                            printf(" %7.1f%%", pct_bw(wb, us, bw));
-                        fflush(stdout);
+                        sweep_cell(ctx, t, ntok, shapes[s][0], shapes[s][1], min_bytes, reps, occ == 1, bw);
                     }
                     printf("\n");
                 }

@@ -135,8 +135,8 @@ void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);
  * default (the fewest that let the grid fit on the device at once), else rpw (at most 1024)
  * rounded up to what the kernel needs; for the benchmark's occupancy sweep. No effect on HIP. */
 void rf_gpu_set_gemv_rpw(rf_gpu_ctx *ctx, int rpw);
-/* Unused shared memory per q32s block, in KB (0..16), to cap the blocks resident per SM; -1 =
- * the default (rf_q32s_tune's); for the benchmark's occupancy sweep. No effect on HIP. */
+/* Unused shared memory per q32s block, in KB (0..16; 0, the default, = none), to cap the blocks
+ * resident per SM; for the benchmark's occupancy sweep. No effect on HIP. */
 void rf_gpu_set_gemv_pad(rf_gpu_ctx *ctx, int kb);
 /* Turns programmatic dependent launch of the GEMV kernels on or off (default: on where the device
  * supports it, sm_90+ under CUDA, unless RF_GPU_PDL=0); returns whether it is on now. */

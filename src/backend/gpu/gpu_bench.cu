@@ -128,7 +128,7 @@ extern "C" rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_
      * minimum, to see how the figures depend on it (H100, 256 calls: the small products lose
      * 2-3 points, the whole calls gain 1-2; docs/perf-gpu.md, session 7) */
     const char *ce = getenv("RF_BENCH_CALLS");
-    const int minc = ce && atoi(ce) > 0 ? atoi(ce) : 64;
+    const int cn = ce ? atoi(ce) : 0, minc = cn > 0 ? cn : 64;
     const int per_graph = nmat > minc ? nmat : ((minc + nmat - 1) / nmat) * nmat;
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;

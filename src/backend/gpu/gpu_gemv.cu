@@ -1030,7 +1030,7 @@ rf_k_gemv_generic(float *y, const uint8_t *w, int type, const float *x, int nt, 
 
 extern "C" void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant) { ctx->gemv_variant = variant; }
 extern "C" void rf_gpu_set_gemv_rpw(rf_gpu_ctx *ctx, int rpw) { ctx->gemv_rpw = rpw > 0 ? (rpw < 1024 ? rpw : 1024) : 0; }
-extern "C" void rf_gpu_set_gemv_pad(rf_gpu_ctx *ctx, int kb) { ctx->gemv_pad_kb = kb < 0 ? -1 : kb < 16 ? kb : 16; }
+extern "C" void rf_gpu_set_gemv_pad(rf_gpu_ctx *ctx, int kb) { ctx->gemv_pad_kb = kb < 0 ? 0 : kb < 16 ? kb : 16; }
 
 extern "C" bool rf_gpu_gemv_supported(rf_type t) {
     switch (t) {
@@ -1127,7 +1127,7 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS, NG, MINB, XR>;
     /* x: n_in bytes of int8 + 8 (16 with the f32 sum) bytes per 32 (n_in <= 16384) */
     const size_t ring = (size_t)NW * S * SLOT;
-    const size_t pad = ctx->gemv_pad_kb > 0 ? (size_t)ctx->gemv_pad_kb * 1024 : 0; /* <= 16 KB */
+    const size_t pad = (size_t)ctx->gemv_pad_kb * 1024; /* <= 16 KB */
     const size_t smem = (XS ? (size_t)n_in + (size_t)n_in / RF_QK * (FS ? 16 : 8) : 0) + pad;
     static int per_sm[48]; /* by KB of x and pad (<= 25 + 16) */
     static int attr_kb = (int)((48 * 1024 - ring) / 1024); /* dynamic KB the kernel may take */
@@ -1187,30 +1187,27 @@ static void rf_q32s_tune(rf_type t, int64_t n_in, int64_t n_out, bool whole, int
         *rpw = whole || ng < 16 ? 0 : ng <= RF_WARP_SIZE && RF_WARP_SIZE % ng == 0 ? 3 * (RF_WARP_SIZE / (int)ng) : 2;
     }
     if (n_in > 4096 || ng > RF_WARP_SIZE || RF_WARP_SIZE % ng) return;
-    /* x in registers: {variant, rows per warp} at n_out <= 8192 and above (4096 -> 14336); the
-     * comments: product (or whole call) at 4096x4096, 4096->14336 before -> after, H100 */
-    static const struct { rf_type t; bool whole; int v, rpw, v_tall, rpw_tall; } xr[] = {
-        {RF_TYPE_Q4_0, false, 17, 0, 17, 12}, /* 81 -> 85%, 90 -> 96% */
-        {RF_TYPE_Q4_0, true, 17, 0, 17, 12},  /* 62 -> 65%, 83 -> 89% */
+    /* x in registers: {variant, rows per warp} at n_out <= 8192 and above (4096 -> 14336), for
+     * the product and the whole call alike (whole_only: the whole call only); the comments:
+     * product, then whole call, at 4096x4096 and 4096->14336, before -> after, H100 */
+    static const struct { rf_type t; bool whole_only; int v, rpw, v_tall, rpw_tall; } xr[] = {
+        {RF_TYPE_Q4_0, false, 17, 0, 17, 12}, /* 81 -> 85%, 90 -> 96%; 62 -> 65%, 83 -> 89% */
         {RF_TYPE_Q4_1, false, 20, 0, 17, 0},  /* 76 -> 89%, 90 -> 94% */
-        {RF_TYPE_Q4_1, true, 20, 0, 17, 0},   /* (as the product) */
-        {RF_TYPE_Q8_0, true, 20, 0, 17, 0},   /* 79 -> 83%, 91 -> 93% */
+        {RF_TYPE_Q8_0, true, 20, 0, 17, 0},   /* whole call: 79 -> 83%, 91 -> 93% */
         {RF_TYPE_Q4_K, false, 17, 0, 17, 12}, /* 72 -> 88%, 89 -> 95% */
-        {RF_TYPE_Q4_K, true, 17, 0, 17, 12},  /* (as the product) */
         {RF_TYPE_Q5_K, false, 20, 0, 9, 0},   /* 70 -> 76%; (v13, 4 rows: 92% in the sweep, 87% after) */
-        {RF_TYPE_Q5_K, true, 20, 0, 9, 0},    /* (as the product) */
         {RF_TYPE_Q6_K, false, 11, 0, 17, 16}, /* -, 91 -> 96% */
-        {RF_TYPE_Q6_K, true, 11, 0, 17, 16},  /* (as the product) */
     };
     for (size_t i = 0; i < sizeof xr / sizeof xr[0]; i++)
-        if (xr[i].t == t && xr[i].whole == whole) {
+        if (xr[i].t == t && (whole || !xr[i].whole_only)) {
             *v = n_out > 8192 ? xr[i].v_tall : xr[i].v;
             *rpw = n_out > 8192 ? xr[i].rpw_tall : xr[i].rpw;
         }
 }
-/* q32s warps per block for S ring stages: 4, fewer where the rings would pass 48 KB */
-template <int T> static constexpr int rf_q32s_warps(int s) {
-    return 49152 / (s * RF_WARP_SIZE * rf_q32_group<T>::GBYTES) >= 4 ? 4
+/* q32s warps per block for S ring stages: nmax (4 unless asked), fewer where the rings would pass
+ * 48 KB */
+template <int T> static constexpr int rf_q32s_warps(int s, int nmax = 4) {
+    return 49152 / (s * RF_WARP_SIZE * rf_q32_group<T>::GBYTES) >= nmax ? nmax
          : 49152 / (s * RF_WARP_SIZE * rf_q32_group<T>::GBYTES) >= 1 ? 49152 / (s * RF_WARP_SIZE * rf_q32_group<T>::GBYTES) : 1;
 }
 /* v7 for one token at register budget MB (0: ptxas's own): the common widths' group counts
@@ -1219,7 +1216,7 @@ template <int T, int MB, int S = 2, int NWR = 4>
 static rf_status rf_launch_q32s_ng(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                    const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb,
                                    int rpw) {
-    constexpr int NW = rf_q32s_warps<T>(S) < NWR ? rf_q32s_warps<T>(S) : NWR;
+    constexpr int NW = rf_q32s_warps<T>(S, NWR);
     const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
     if (ng == 16) /* 4096 wide (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) */
         return rf_launch_q32s_k<T, 1, S, NW, false, 16, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
@@ -1237,7 +1234,7 @@ static rf_status rf_launch_q32s_xr(rf_gpu_ctx *ctx, float *y, const uint8_t *w, 
                                    int rpw) {
     constexpr int SB = RF_WARP_SIZE * rf_q32_group<T>::GBYTES; /* bytes per slot */
     constexpr int SS = S * SB > 49152 ? 49152 / SB : S;
-    constexpr int NW = rf_q32s_warps<T>(SS) < NWR ? rf_q32s_warps<T>(SS) : NWR;
+    constexpr int NW = rf_q32s_warps<T>(SS, NWR);
     const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
     if (ng == 16)
         return rf_launch_q32s_k<T, 1, SS, NW, false, 16, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);

@@ -54,7 +54,6 @@ extern "C" rf_status rf_gpu_init(int device, rf_gpu_ctx **out) {
     /* programmatic dependent launch needs sm_90; RF_GPU_PDL=0 turns it off (for comparisons) */
     const char *pdl = getenv("RF_GPU_PDL");
     c->pdl = prop.major >= 9 && !(pdl && pdl[0] == '0');
-    c->gemv_pad_kb = -1;
 #endif
 #if !defined(RF_GPU_NO_BLAS)
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
