@@ -446,6 +446,8 @@ template <int SLOT, int S> struct rf_wring {
  * otherwise x is read from global memory. The rings are static shared memory (<= 48 KB), x
  * dynamic (the launch passes its size).
  * (Quantizing x in every block instead, from the f32 x, was measured: 1.3-2x slower.)
+ * XR (one token, NG dividing the warp): a lane's group is the same in every stage, so its x is
+ * loaded into registers once, before the loop. MINB: __launch_bounds__'s blocks per SM (0: none).
  * launch: NW warps per block, any grid with grid * NW * rpw >= n_out; NG = n_in / 32 / GB or 0.
  * tolerance as gemv_q32. */
 template <int T, int NTMAX, int S, int NW, bool XS, int NG, int MINB = 0, bool XR = false>
