@@ -220,6 +220,15 @@ static __device__ __forceinline__ void rf_cp_async16_s(unsigned s, const void *g
     __builtin_trap();
 #endif
 }
+/* 8 bytes (through L1: .cg takes 16 only), as rf_cp_async16_s */
+static __device__ __forceinline__ void rf_cp_async8_s(unsigned s, const void *gmem) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
+#else
+    (void)s, (void)gmem;
+    __builtin_trap();
+#endif
+}
 static __device__ __forceinline__ void rf_cp_async16(void *smem, const void *gmem) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     rf_cp_async16_s(rf_smem_addr(smem), gmem);
