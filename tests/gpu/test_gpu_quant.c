@@ -178,9 +178,11 @@ static void test_gemv(void **state) {
         if (x_int8) run_matmul_case(&r, t, 1, 4096, 8200, false, tol);
     }
     /* every kernel variant (the default is one of them) on a few shapes */
-    for (int v = 1; v <= 23; v++) { /* 4..7, 9..23: the q32s kernel, 8: q32h (else as 7); the other
+    for (int v = 1; v <= 24; v++) { /* 4..7, 9..23: the q32s kernel, 8: q32h (else as 7); the other
                                      * kernels take their default; 13..20: x in registers where a
-                                     * row is 16 or 32 groups (4096 or 8192 wide), else as 7 */
+                                     * row is 16 or 32 groups (4096 or 8192 wide), else as 7;
+                                     * 24: 2..8 tokens of Q4_0 / Q8_0 on the tensor cores (their
+                                     * default from 4 tokens or 8192 wide; one token as 7) */
         rf_gpu_set_gemv_variant(g_ctx, v);
         for (size_t ti = 0; ti < N_GEMV; ti++) {
             const rf_type t = k_gemv_types[ti];
@@ -189,11 +191,19 @@ static void test_gemv(void **state) {
             const double tol = !f16 ? 1e-2 : 1e-5;
             if (f16 && v > 3) continue; /* the f16 kernel's default: run above */
             run_matmul_case(&r, t, 1, bs * 5, 130, false, tol);
-            if (v <= 7) /* 8..23 differ from 7 for one token only */
+            if (v <= 7 || v == 24) /* 8..23 differ from 7 for one token only */
                 run_matmul_case(&r, t, 3, bs * 300 > 8192 ? 8192 : bs * 300, 129, false, tol);
             run_matmul_case(&r, t, 1, bs * 300 > 8192 ? 8192 : bs * 300, 131, false, tol);
             run_matmul_case(&r, t, 1, bs * 448 > 14336 ? 14336 : bs * 448, 67, false, tol);
             if (v >= 13) run_matmul_case(&r, t, 1, 4096, 131, false, tol);
+            if (v == 24) /* the mma kernel: 16-row tiles (131, 67 and 130 rows end mid-tile),
+                          * chunks of 8 blocks split over 8 warps (14336: 56 chunks, 1280: 5, so
+                          * some warps take none), tokens 2..8 (columns past nt zero) */
+                for (int64_t nt = 2; nt <= 8; nt += 3) {
+                    run_matmul_case(&r, t, nt, 4096, 131, false, tol);
+                    run_matmul_case(&r, t, nt, bs * 448 > 14336 ? 14336 : bs * 448, 67, false, tol);
+                    run_matmul_case(&r, t, nt, bs * 40, 130, false, tol);
+                }
             if (v == 8) { /* widths q32h takes (Q4_0/Q5_0/Q8_0: 16, 4 and 1 groups per row; the
                            * last stage of 130 rows of 4 groups is partial), and 2 tokens (q32s) */
                 run_matmul_case(&r, t, 1, 4096, 131, false, tol);
