@@ -12,7 +12,10 @@
  * Column x: f32 = the whole rf_gpu_gemv (for the int8-x formats: x quantization kernel + product
  * kernel), int8 = rf_gpu_gemv_xq, the product alone on an x quantized once beforehand (as a
  * decode step does when the op that produces x quantizes it for all the products reading it).
+ * [-T] (with -1, in a -DRF_GEMV_TRACE=ON build: a timeline of the last 64 calls from per-block
+ * timestamps of the q32s kernel: period, how the blocks of a call start, wait and end).
  * RF_BENCH_CALLS: the least calls per timed graph (64). Exit 77 without a GPU. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,12 +45,80 @@ static void sweep_cell(rf_gpu_ctx *ctx, rf_type t, int ntok, int64_t n_in, int64
     fflush(stdout);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+static double med_u64(uint64_t *v, size_t n) {
+    qsort(v, n, sizeof *v, cmp_u64);
+    return n ? (double)v[n / 2] : 0.0;
+}
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double med_d(double *v, size_t n) {
+    qsort(v, n, sizeof *v, cmp_d);
+    return n ? v[n / 2] : 0.0;
+}
+/* the timeline of nc consecutive calls in r[call][2048][4] (rf_gpu_trace_read), grid blocks
+ * each: per call the first and last block start, dependency release and end; medians over the
+ * calls, in microseconds */
+#define TRACE_BLOCKS 2048
+static void trace_summary(const uint64_t (*r)[TRACE_BLOCKS][4], int nc, int grid) {
+    if (nc < 3 || grid < 1 || grid > TRACE_BLOCKS) {
+        printf("trace: %d calls of %d blocks, too few\n", nc, grid);
+        return;
+    }
+    const int m = nc - 1; /* calls 1..nc-1, each against the one before */
+    double *per = calloc(m, sizeof(double)), *spread = calloc(m, sizeof(double)),
+           *lag = calloc(m, sizeof(double)), *wspread = calloc(m, sizeof(double)),
+           *tail = calloc(m, sizeof(double)), *run = calloc(m, sizeof(double)),
+           *early = calloc(m, sizeof(double)), *busy = calloc(m, sizeof(double)),
+           *after = calloc(m, sizeof(double));
+    uint64_t *e = malloc(grid * sizeof(uint64_t)), *bz = malloc(grid * sizeof(uint64_t));
+    uint64_t gran = UINT64_MAX;
+    for (int k = 0; k < m; k++) {
+        const uint64_t(*b)[4] = r[k + 1], (*p)[4] = r[k];
+        uint64_t s0 = UINT64_MAX, s1 = 0, w0 = UINT64_MAX, w1 = 0, e1 = 0, pe1 = 0, pw0 = UINT64_MAX;
+        for (int i = 0; i < grid; i++) {
+            s0 = b[i][0] < s0 ? b[i][0] : s0, s1 = b[i][0] > s1 ? b[i][0] : s1;
+            w0 = b[i][1] < w0 ? b[i][1] : w0, w1 = b[i][1] > w1 ? b[i][1] : w1;
+            e1 = b[i][2] > e1 ? b[i][2] : e1, pe1 = p[i][2] > pe1 ? p[i][2] : pe1;
+            pw0 = p[i][1] < pw0 ? p[i][1] : pw0;
+            e[i] = b[i][2], bz[i] = b[i][2] - b[i][1];
+        }
+        int ne = 0, na = 0;
+        for (int i = 0; i < grid; i++) ne += b[i][0] < pe1, na += b[i][0] > w0;
+        per[k] = ((double)w0 - (double)pw0) / 1e3, spread[k] = (s1 - s0) / 1e3;
+        lag[k] = ((double)w0 - (double)pe1) / 1e3, wspread[k] = (w1 - w0) / 1e3;
+        run[k] = (e1 - w0) / 1e3, early[k] = 100.0 * ne / grid, after[k] = 100.0 * na / grid;
+        busy[k] = med_u64(bz, grid) / 1e3;
+        tail[k] = (e1 - med_u64(e, grid)) / 1e3; /* e sorted now */
+        for (int i = 1; i < grid; i++)
+            if (e[i] > e[i - 1] && e[i] - e[i - 1] < gran) gran = e[i] - e[i - 1];
+    }
+    printf("trace: %d blocks per call, %d calls (medians, us; timer step >= %llu ns)\n", grid, m,
+           (unsigned long long)gran);
+    printf("  period (release to release)                  %7.2f\n", med_d(per, m));
+    printf("  blocks started before the previous call ended: %.0f%%, after this one's release: %.0f%%\n",
+           med_d(early, m), med_d(after, m));
+    printf("  start spread (first to last block start)     %7.2f\n", med_d(spread, m));
+    printf("  release lag (previous end -> first release)  %7.2f\n", med_d(lag, m));
+    printf("  release spread (first to last release)       %7.2f\n", med_d(wspread, m));
+    printf("  run (first release -> last end)              %7.2f\n", med_d(run, m));
+    printf("  tail (median block end -> last end)          %7.2f\n", med_d(tail, m));
+    printf("  block busy (release -> end, median block)    %7.2f\n", med_d(busy, m));
+    free(per), free(spread), free(lag), free(wspread), free(tail), free(run), free(early), free(busy);
+    free(after), free(e), free(bz);
+}
+
 int main(int argc, char **argv) {
     int ntok = 1, reps = 50, sweep_only = 0, one_var = -1, occ = 0, one_rpw = 0;
     const char *occ_type = NULL;
     const char *one_type = NULL;
     long long one_in = 0, one_out = 0;
-    bool one_xq = false;
+    bool one_xq = false, trace = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-1") && i + 4 < argc) {
             one_type = argv[i + 1], one_in = atoll(argv[i + 2]), one_out = atoll(argv[i + 3]);
@@ -67,6 +138,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-O")) occ = 2;
         else if (!strcmp(argv[i], "-P")) occ = 3;
         else if (!strcmp(argv[i], "-w") && i + 1 < argc) one_rpw = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-T")) trace = true;
     }
     if (rf_gpu_device_count() <= 0) {
         fprintf(stderr, "rf_gpu_bench: skipped, no GPU\n");
@@ -105,6 +177,30 @@ int main(int argc, char **argv) {
         }
         printf("%s %lld->%lld v%d x %s: %.2f us, %.1f%% of bw\n", one_type, one_in, one_out, one_var, one_xq ? "int8" : "f32", us,
                pct_bw(wb, us, bw));
+        if (trace) { /* one more graph (3 replays) with the trace on, then its last 64 calls */
+            const int want = 65;
+            uint64_t(*tr)[TRACE_BLOCKS][4] = malloc(want * sizeof *tr);
+            int nc = 0, grid = 0;
+            rf_status st = tr ? rf_gpu_trace_reset(ctx) : rf_set_error(RF_ERR_OOM, "trace buffer");
+            if (!st) st = rf_gpu_bench_gemv(ctx, t, ntok, one_in, one_out, (size_t)400 << 20, 1, one_xq, &us, &wb);
+            if (!st) st = rf_gpu_trace_read(ctx, (uint64_t *)tr, want, &nc, &grid);
+            if (st) fprintf(stderr, "trace: %s\n", rf_last_error());
+            else {
+                trace_summary((const uint64_t(*)[TRACE_BLOCKS][4])tr, nc, grid);
+                const char *dump = getenv("RF_TRACE_DUMP"); /* the last 4 calls as CSV */
+                FILE *f = dump ? fopen(dump, "w") : NULL;
+                if (f) {
+                    fprintf(f, "call,block,t0,t1,t2,sm\n");
+                    for (int c = nc > 4 ? nc - 4 : 0; c < nc; c++)
+                        for (int i = 0; i < grid; i++)
+                            fprintf(f, "%d,%d,%llu,%llu,%llu,%llu\n", c, i, (unsigned long long)tr[c][i][0],
+                                    (unsigned long long)tr[c][i][1], (unsigned long long)tr[c][i][2],
+                                    (unsigned long long)(tr[c][i][3] >> 32));
+                    fclose(f);
+                }
+            }
+            free(tr);
+        }
         rf_gpu_destroy(ctx);
         return 0;
     }

@@ -128,7 +128,7 @@ rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const floa
                             int64_t n_tokens, int64_t n_in);
 rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
                          int64_t n_tokens, int64_t n_in, int64_t n_out);
-/* Selects a GEMV kernel variant (0 = default, 1..23 = the variants listed in gpu_gemv.cu); for
+/* Selects a GEMV kernel variant (0 = default, 1..24 = the variants listed in gpu_gemv.cu); for
  * the benchmark's sweep and tests. */
 void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);
 /* Rows of W per warp for the q32s / q32h kernels (variants 4..23 and their defaults): 0 = the
@@ -179,6 +179,12 @@ rf_status rf_gpu_bench_read_bw(rf_gpu_ctx *ctx, size_t bytes, int reps, double *
 rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
                             int64_t n_out, size_t min_bytes, int reps, bool xq,
                             double *us_per_call, size_t *weight_bytes);
+/* Timeline trace of the q32s GEMV kernel (builds with -DRF_GEMV_TRACE=ON; elsewhere both return
+ * RF_ERR_UNSUPPORTED): reset restarts the call count; read copies the last max_calls calls (at
+ * most 256) as out[call][2048 blocks][4 words]: global timer in ns at the block's start, past
+ * its dependency wait and at its end, then SM << 32 | grid size; sets *ncalls and *grid. */
+rf_status rf_gpu_trace_reset(rf_gpu_ctx *ctx);
+rf_status rf_gpu_trace_read(rf_gpu_ctx *ctx, uint64_t *out, int max_calls, int *ncalls, int *grid);
 /* Median milliseconds per rf_gpu_gemm call (dequantize + BLAS). */
 rf_status rf_gpu_bench_gemm(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
                             int64_t n_out, int reps, double *ms_per_call);

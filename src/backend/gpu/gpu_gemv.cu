@@ -7,6 +7,45 @@
 #define RF_GEMV_WARPS 4 /* warps per block; one output row per warp */
 #define RF_QK 32        /* elements per block of the 32-element formats and of quantized x */
 
+/* ---- timeline trace (diagnostic builds: cmake -DRF_GEMV_TRACE=ON) ------------------------
+ * gemv_q32s records per block the global timer at its start, past rf_pdl_wait() and at its end,
+ * and its SM and grid size, in slot [call % RF_TRACE_CALLS][block]: the launch numbers its calls
+ * (ctx->trace_seq, passed in rpw's high bits; a graph's nodes keep theirs, so a replay rewrites
+ * the slots of the one before). Block start order does not follow call order: a PDL launch can
+ * start blocks while the previous call's last blocks still wait for room. rf_gpu_trace_read
+ * copies the last calls out (rf_gpu_bench -T prints a timeline summary). Off: no code. */
+#if defined(RF_GEMV_TRACE)
+#define RF_TRACE_CALLS 256
+#define RF_TRACE_BLOCKS 2048
+__device__ unsigned long long rf_trace_buf[RF_TRACE_CALLS][RF_TRACE_BLOCKS][4];
+static __device__ __forceinline__ unsigned long long rf_gtime(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+static __device__ __forceinline__ unsigned rf_smid(void) {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+    return r;
+}
+#define RF_TRACE_START()                                                                       \
+    const unsigned rf_tr_call = (unsigned)rpw >> 16;                                            \
+    rpw &= 0xffff;                                                                              \
+    unsigned long long rf_tr_t0 = 0, rf_tr_t1 = 0;                                              \
+    if (threadIdx.x == 0) rf_tr_t0 = rf_gtime()
+#define RF_TRACE_WAITED() if (threadIdx.x == 0) rf_tr_t1 = rf_gtime()
+#define RF_TRACE_END()                                                                          \
+    if (threadIdx.x == 0 && blockIdx.x < RF_TRACE_BLOCKS) {                                     \
+        unsigned long long *rf_tr = rf_trace_buf[rf_tr_call % RF_TRACE_CALLS][blockIdx.x];      \
+        rf_tr[0] = rf_tr_t0, rf_tr[1] = rf_tr_t1, rf_tr[2] = rf_gtime();                        \
+        rf_tr[3] = ((unsigned long long)rf_smid() << 32) | gridDim.x;                           \
+    }
+#else
+#define RF_TRACE_START() (void)0
+#define RF_TRACE_WAITED() (void)0
+#define RF_TRACE_END() (void)0
+#endif
+
 /* ---- x quantization ------------------------------------------------------------------------
  * quantize_x: for each 32-element group g of x: d = max|x| / 127, qx = round(x / d) (int8),
  * dx[g] = (d, the sum of the group's int8 qx as int bits) as a float2, with FS (Q4_1 / Q5_1 /
@@ -460,6 +499,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     constexpr bool FS = G::FS; /* the x records carry the f32 sum */
     __shared__ uint4 ring[NW][S][SLOT];
     extern __shared__ uint4 rf_dyn[]; /* XS: x */
+    RF_TRACE_START();
     const int lane = threadIdx.x % WS, warp = threadIdx.x / WS;
     /* NG: groups per row known at compile time (0: not), so x's offsets are immediates */
     const int nb = NG ? NG * GB : (int)(n_in / RF_QK), ng = NG ? NG : nb / GB;
@@ -472,6 +512,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     for (int k = 0; k < S; k++) wr.issue();
     rf_pdl_trigger();
     rf_pdl_wait();
+    RF_TRACE_WAITED();
     uint4 *xs = rf_dyn; /* XS: qx (n_in bytes), then nb records */
     if (XS) {
         const int nq = (int)(n_in / 16);
@@ -655,6 +696,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
         g += WS; /* this lane's group in the next stage */
         while (g >= ng) g -= ng, r++;
     }
+    RF_TRACE_END();
 }
 
 /* the formats gemv_q32h takes: 8-block groups whose records carry no f32 sum (Q4_0, Q5_0, Q8_0;
@@ -1329,9 +1371,14 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     /* whole stages where ng divides the warp: a multiple of 32 / ng rows */
     const int64_t rpw = rf_rows_per_warp(ctx, per_sm[kb], NW, n_out, rpw_req, ng < 32 && 32 % ng == 0 ? 32 / ng : 1);
     const int64_t blocks = (n_out + rpw * NW - 1) / (rpw * NW);
+#if defined(RF_GEMV_TRACE)
+    const int rpw_arg = (int)rpw | (int)((ctx->trace_seq++ & 0x7fffu) << 16); /* the call's slot */
+#else
+    const int rpw_arg = (int)rpw;
+#endif
     return rf_gpu_launch(ctx, "rf_k_gemv_q32s", true, kern, dim3((unsigned)blocks),
                          dim3(NW * ctx->info.warp_size), smem, y, w, qx, dx, nt, n_in, n_out, rb,
-                         (int)rpw);
+                         rpw_arg);
 }
 /* q32h (variant 8): 4 warps per block, 2 ring stages; rows per warp as for q32s, a multiple of
  * the rows per stage */
@@ -1737,4 +1784,36 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
         return rf_gpu_launch(ctx, "rf_k_gemv_generic", false, rf_k_gemv_generic, dim3(grid),
                              dim3(threads), 0, y, wp, (int)wtype, x, nt, n_in, n_out, rb, bs, bb);
     }
+}
+
+/* the timeline trace (RF_GEMV_TRACE builds; else RF_ERR_UNSUPPORTED) */
+extern "C" rf_status rf_gpu_trace_reset(rf_gpu_ctx *ctx) {
+#if defined(RF_GEMV_TRACE)
+    RF_GPU_CHECK(cudaStreamSynchronize(ctx->stream));
+    ctx->trace_seq = 0;
+    return RF_OK;
+#else
+    (void)ctx;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "GEMV trace: build with -DRF_GEMV_TRACE=ON");
+#endif
+}
+extern "C" rf_status rf_gpu_trace_read(rf_gpu_ctx *ctx, uint64_t *out, int max_calls, int *ncalls,
+                                       int *grid) {
+#if defined(RF_GEMV_TRACE)
+    RF_GPU_CHECK(cudaStreamSynchronize(ctx->stream));
+    int n = (int)ctx->trace_seq < max_calls ? (int)ctx->trace_seq : max_calls;
+    if (n > RF_TRACE_CALLS) n = RF_TRACE_CALLS;
+    const size_t per = (size_t)RF_TRACE_BLOCKS * 4 * sizeof(uint64_t);
+    for (int i = 0; i < n; i++) { /* calls trace_seq - n .. trace_seq - 1, in order */
+        const unsigned c = (ctx->trace_seq - (unsigned)n + (unsigned)i) % RF_TRACE_CALLS;
+        RF_GPU_CHECK(cudaMemcpyFromSymbol((char *)out + i * per, rf_trace_buf, per, c * per));
+    }
+    *ncalls = n;
+    *grid = n ? (int)(out[3] & 0xffffffffu) : 0;
+    return RF_OK;
+#else
+    (void)ctx, (void)out, (void)max_calls;
+    *ncalls = *grid = 0;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "GEMV trace: build with -DRF_GEMV_TRACE=ON");
+#endif
 }
