@@ -176,6 +176,8 @@ static void test_gemv(void **state) {
                 run_matmul_case(&r, t, nt, shapes[s][0], shapes[s][1], false, tol);
         /* more than 8192 rows: the tall defaults (rf_q32s_tune: up to 16 rows per warp) */
         if (x_int8) run_matmul_case(&r, t, 1, 4096, 8200, false, tol);
+        /* 4096 < n_out <= 8192 (a fused Q/K/V product; Q4_0 / Q4_K take ~1024 warps there) */
+        if (x_int8) run_matmul_case(&r, t, 1, 4096, 5000, false, tol);
     }
     /* every kernel variant (the default is one of them) on a few shapes */
     for (int v = 1; v <= 24; v++) { /* 4..7, 9..23: the q32s kernel, 8: q32h (else as 7); the other

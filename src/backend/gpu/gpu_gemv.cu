@@ -1438,6 +1438,11 @@ static void rf_q32s_tune(rf_type t, int64_t n_in, int64_t n_out, bool whole, int
             *v = n_out > 8192 ? xr[i].v_tall : xr[i].v;
             *rpw = n_out > 8192 ? xr[i].rpw_tall : xr[i].rpw;
         }
+    /* 4096 < n_out <= 8192 (Q, K and V as one product: 4096 -> 6144): v20 at about 1024 warps,
+     * as the default gives 4096x4096 (H100 products, 4096 -> 5120 / 6144 / 8192: Q4_0 82 / 79 /
+     * 84 -> 86 / 87 / 89%, Q4_K 77 / 77 / 76 -> 75 / 88 / 91%; docs/data, session 8) */
+    if (!whole && n_out > 4096 && n_out <= 8192 && (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_K))
+        *v = 20, *rpw = (int)((n_out + 1023) / 1024 + 1) / 2 * 2;
 }
 /* q32s warps per block for S ring stages: nmax (4 unless asked), fewer where the rings would pass
  * 48 KB */
