@@ -185,6 +185,11 @@ rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int
  * its dependency wait and at its end, then SM << 32 | grid size; sets *ncalls and *grid. */
 rf_status rf_gpu_trace_reset(rf_gpu_ctx *ctx);
 rf_status rf_gpu_trace_read(rf_gpu_ctx *ctx, uint64_t *out, int max_calls, int *ncalls, int *grid);
+/* The same for the tensor-core kernel (2..8 tokens): out[call][1024 blocks][16 words] from warp
+ * 0 of each block: start, release, then for chunks k < 6 the moment chunk k landed and the
+ * moment its decode ended (words 2 + 2k, 3 + 2k), its end (14) and the grid size (15); at most
+ * 64 calls. */
+rf_status rf_gpu_trace_read_mma(rf_gpu_ctx *ctx, uint64_t *out, int max_calls, int *ncalls, int *grid);
 /* Median milliseconds per rf_gpu_gemm call (dequantize + BLAS). */
 rf_status rf_gpu_bench_gemm(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
                             int64_t n_out, int reps, double *ms_per_call);

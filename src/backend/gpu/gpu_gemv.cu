@@ -40,7 +40,16 @@ static __device__ __forceinline__ unsigned rf_smid(void) {
         rf_tr[0] = rf_tr_t0, rf_tr[1] = rf_tr_t1, rf_tr[2] = rf_gtime();                        \
         rf_tr[3] = ((unsigned long long)rf_smid() << 32) | gridDim.x;                           \
     }
+/* gemv_mma: warp 0 of each block stamps its start, release, then per chunk k < 6 the moment
+ * chunk k has landed and the moment its decode ends, then its end (slot [call % 64][block]) */
+#define RF_TRACE_MMA_CALLS 64
+#define RF_TRACE_MMA_BLOCKS 1024
+__device__ unsigned long long rf_trace_mma[RF_TRACE_MMA_CALLS][RF_TRACE_MMA_BLOCKS][16];
+#define RF_TRACE_MMA(i)                                                                         \
+    if (threadIdx.x == 0 && blockIdx.x < RF_TRACE_MMA_BLOCKS)                                   \
+    rf_trace_mma[rf_tr_call % RF_TRACE_MMA_CALLS][blockIdx.x][i] = rf_gtime()
 #else
+#define RF_TRACE_MMA(i) (void)0
 #define RF_TRACE_START() (void)0
 #define RF_TRACE_WAITED() (void)0
 #define RF_TRACE_END() (void)0
@@ -828,6 +837,11 @@ rf_k_gemv_mma(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
     constexpr int NCP = (16 * CW + 31) / 32; /* weight copies per lane per chunk */
     extern __shared__ __align__(16) uint8_t rf_mma_ring[];
     __shared__ float red[NW][16][8];
+#if defined(RF_GEMV_TRACE)
+    const unsigned rf_tr_call = (unsigned)nt >> 8; /* the launch's call number (trace builds) */
+    nt &= 0xff;
+#endif
+    RF_TRACE_MMA(0);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int slotb = rf_mma_slot(BB, nt), ro = XO + nt * RF_MMA_XT; /* records in a slot */
     uint8_t *ring = rf_mma_ring + (size_t)warp * S * slotb;
@@ -895,6 +909,7 @@ rf_k_gemv_mma(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
     }
     rf_pdl_trigger();
     rf_pdl_wait();
+    RF_TRACE_MMA(1);
 #pragma unroll
     for (int k = 0; k < S; k++) { /* groups W0..W(S-1), X0..X(S-1), then W+X per chunk: after
                                    * the issue for chunk k + S - 1, wait<S - 1> leaves chunk k */
@@ -907,6 +922,7 @@ rf_k_gemv_mma(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
     for (int k = 0; k < nk; k++) {
         rf_cp_async_wait<S - 1>(); /* this lane's copies of chunk k have landed */
         RF_SYNCWARP();             /* ... and every lane's are visible */
+        if (k < 6) RF_TRACE_MMA(2 + 2 * k);
         const uint8_t *sl = ring + slot * slotb;
         const uint8_t *ra = sl + g * SROW, *rb = ra + 8 * SROW, *xs = sl + XO + g * RF_MMA_XT;
         /* every operand of the chunk first (independent shared loads in flight together: with
@@ -957,6 +973,7 @@ rf_k_gemv_mma(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
             acc[2] += D[b][1] * dx0 * (float)s2, acc[3] += D[b][1] * dx1 * (float)s3;
         }
         RF_SYNCWARP(); /* the slot is read by all lanes before it is refilled */
+        if (k < 6) RF_TRACE_MMA(3 + 2 * k);
         issue_w(k + S, slot);
         issue_x(k + S, slot);
         rf_cp_async_commit();
@@ -972,6 +989,11 @@ rf_k_gemv_mma(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
         for (int v = 0; v < NW; v++) s += red[v][row][n];
         if (n < nt && r0 + row < n_out) y[(int64_t)n * n_out + r0 + row] = s;
     }
+    RF_TRACE_MMA(14);
+#if defined(RF_GEMV_TRACE)
+    if (threadIdx.x == 0 && blockIdx.x < RF_TRACE_MMA_BLOCKS)
+        rf_trace_mma[rf_tr_call % RF_TRACE_MMA_CALLS][blockIdx.x][15] = gridDim.x;
+#endif
 }
 #endif
 
@@ -1499,8 +1521,13 @@ static rf_status rf_launch_mma(rf_gpu_ctx *ctx, float *y, const uint8_t *w, cons
                                 cudaGetErrorString(e));
         attr = smem;
     }
+#if defined(RF_GEMV_TRACE)
+    const int nt_arg = nt | (int)((ctx->trace_seq++ & 0x7fffu) << 8); /* the call's trace slot */
+#else
+    const int nt_arg = nt;
+#endif
     return rf_gpu_launch(ctx, "rf_k_gemv_mma", true, kern, dim3((unsigned)((n_out + 15) / 16)),
-                         dim3(NW * 32), smem, y, w, qx, (const float2 *)dx, nt, n_in, n_out, rb);
+                         dim3(NW * 32), smem, y, w, qx, (const float2 *)dx, nt_arg, n_in, n_out, rb);
 }
 template <int T>
 static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
@@ -1799,6 +1826,26 @@ extern "C" rf_status rf_gpu_trace_reset(rf_gpu_ctx *ctx) {
     return RF_OK;
 #else
     (void)ctx;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "GEMV trace: build with -DRF_GEMV_TRACE=ON");
+#endif
+}
+extern "C" rf_status rf_gpu_trace_read_mma(rf_gpu_ctx *ctx, uint64_t *out, int max_calls,
+                                           int *ncalls, int *grid) {
+#if defined(RF_GEMV_TRACE)
+    RF_GPU_CHECK(cudaStreamSynchronize(ctx->stream));
+    int n = (int)ctx->trace_seq < max_calls ? (int)ctx->trace_seq : max_calls;
+    if (n > RF_TRACE_MMA_CALLS) n = RF_TRACE_MMA_CALLS;
+    const size_t per = (size_t)RF_TRACE_MMA_BLOCKS * 16 * sizeof(uint64_t);
+    for (int i = 0; i < n; i++) {
+        const unsigned c = (ctx->trace_seq - (unsigned)n + (unsigned)i) % RF_TRACE_MMA_CALLS;
+        RF_GPU_CHECK(cudaMemcpyFromSymbol((char *)out + i * per, rf_trace_mma, per, c * per));
+    }
+    *ncalls = n;
+    *grid = n ? (int)out[15] : 0;
+    return RF_OK;
+#else
+    (void)ctx, (void)out, (void)max_calls;
+    *ncalls = *grid = 0;
     return rf_set_error(RF_ERR_UNSUPPORTED, "GEMV trace: build with -DRF_GEMV_TRACE=ON");
 #endif
 }
