@@ -215,38 +215,31 @@ int main(int argc, char **argv) {
         }
         printf("%s %lld->%lld v%d x %s: %.2f us, %.1f%% of bw\n", one_type, one_in, one_out, one_var, one_xq ? "int8" : "f32", us,
                pct_bw(wb, us, bw));
-        if (trace && ntok > 1) { /* the tensor-core kernel's per-chunk timeline */
-            const int want = 33;
-            uint64_t(*tr)[TRACE_MMA_BLOCKS][16] = malloc(want * sizeof *tr);
+        if (trace) { /* one more graph (3 replays) with the trace on, then its last calls: the
+                      * q32s kernel's timeline (1 token), the tensor-core kernel's per chunk */
+            const bool mma = ntok > 1;
+            const int want = mma ? 33 : 65;
+            const size_t per = mma ? sizeof(uint64_t[TRACE_MMA_BLOCKS][16]) : sizeof(uint64_t[TRACE_BLOCKS][4]);
+            uint64_t *tr = malloc(want * per);
             int nc = 0, grid = 0;
             rf_status st = tr ? rf_gpu_trace_reset(ctx) : rf_set_error(RF_ERR_OOM, "trace buffer");
             if (!st) st = rf_gpu_bench_gemv(ctx, t, ntok, one_in, one_out, (size_t)400 << 20, 1, one_xq, &us, &wb);
-            if (!st) st = rf_gpu_trace_read_mma(ctx, (uint64_t *)tr, want, &nc, &grid);
-            const int nk = (int)((one_in / 256 + 7) / 8); /* warp 0's chunks: 8 warps per 16 rows */
+            if (!st) st = mma ? rf_gpu_trace_read_mma(ctx, tr, want, &nc, &grid) : rf_gpu_trace_read(ctx, tr, want, &nc, &grid);
             if (st) fprintf(stderr, "trace: %s\n", rf_last_error());
-            else trace_mma_summary((const uint64_t(*)[TRACE_MMA_BLOCKS][16])tr, nc, grid, nk);
-            free(tr);
-            trace = false;
-        }
-        if (trace) { /* one more graph (3 replays) with the trace on, then its last 64 calls */
-            const int want = 65;
-            uint64_t(*tr)[TRACE_BLOCKS][4] = malloc(want * sizeof *tr);
-            int nc = 0, grid = 0;
-            rf_status st = tr ? rf_gpu_trace_reset(ctx) : rf_set_error(RF_ERR_OOM, "trace buffer");
-            if (!st) st = rf_gpu_bench_gemv(ctx, t, ntok, one_in, one_out, (size_t)400 << 20, 1, one_xq, &us, &wb);
-            if (!st) st = rf_gpu_trace_read(ctx, (uint64_t *)tr, want, &nc, &grid);
-            if (st) fprintf(stderr, "trace: %s\n", rf_last_error());
+            else if (mma) /* warp 0's chunks: 8 warps per 16 rows, chunks of 256 elements */
+                trace_mma_summary((const uint64_t(*)[TRACE_MMA_BLOCKS][16])tr, nc, grid, (int)((one_in / 256 + 7) / 8));
             else {
-                trace_summary((const uint64_t(*)[TRACE_BLOCKS][4])tr, nc, grid);
+                const uint64_t(*t4)[TRACE_BLOCKS][4] = (const uint64_t(*)[TRACE_BLOCKS][4])tr;
+                trace_summary(t4, nc, grid);
                 const char *dump = getenv("RF_TRACE_DUMP"); /* the last 4 calls as CSV */
                 FILE *f = dump ? fopen(dump, "w") : NULL;
                 if (f) {
                     fprintf(f, "call,block,t0,t1,t2,sm\n");
                     for (int c = nc > 4 ? nc - 4 : 0; c < nc; c++)
                         for (int i = 0; i < grid; i++)
-                            fprintf(f, "%d,%d,%llu,%llu,%llu,%llu\n", c, i, (unsigned long long)tr[c][i][0],
-                                    (unsigned long long)tr[c][i][1], (unsigned long long)tr[c][i][2],
-                                    (unsigned long long)(tr[c][i][3] >> 32));
+                            fprintf(f, "%d,%d,%llu,%llu,%llu,%llu\n", c, i, (unsigned long long)t4[c][i][0],
+                                    (unsigned long long)t4[c][i][1], (unsigned long long)t4[c][i][2],
+                                    (unsigned long long)(t4[c][i][3] >> 32));
                     fclose(f);
                 }
             }

@@ -1829,20 +1829,30 @@ extern "C" rf_status rf_gpu_trace_reset(rf_gpu_ctx *ctx) {
     return rf_set_error(RF_ERR_UNSUPPORTED, "GEMV trace: build with -DRF_GEMV_TRACE=ON");
 #endif
 }
+#if defined(RF_GEMV_TRACE)
+/* the last min(max_calls, cap, launches) calls' slots of a trace buffer (sym: cap slots of per
+ * bytes), oldest first, into out; *ncalls = their number */
+static rf_status rf_trace_copy(rf_gpu_ctx *ctx, const void *sym, int cap, size_t per, uint64_t *out,
+                               int max_calls, int *ncalls) {
+    RF_GPU_CHECK(cudaStreamSynchronize(ctx->stream));
+    int n = (int)ctx->trace_seq < max_calls ? (int)ctx->trace_seq : max_calls;
+    if (n > cap) n = cap;
+    for (int i = 0; i < n; i++) {
+        const unsigned c = (ctx->trace_seq - (unsigned)n + (unsigned)i) % (unsigned)cap;
+        RF_GPU_CHECK(cudaMemcpyFromSymbol((char *)out + i * per, sym, per, c * per));
+    }
+    *ncalls = n;
+    return RF_OK;
+}
+#endif
 extern "C" rf_status rf_gpu_trace_read_mma(rf_gpu_ctx *ctx, uint64_t *out, int max_calls,
                                            int *ncalls, int *grid) {
 #if defined(RF_GEMV_TRACE)
-    RF_GPU_CHECK(cudaStreamSynchronize(ctx->stream));
-    int n = (int)ctx->trace_seq < max_calls ? (int)ctx->trace_seq : max_calls;
-    if (n > RF_TRACE_MMA_CALLS) n = RF_TRACE_MMA_CALLS;
-    const size_t per = (size_t)RF_TRACE_MMA_BLOCKS * 16 * sizeof(uint64_t);
-    for (int i = 0; i < n; i++) {
-        const unsigned c = (ctx->trace_seq - (unsigned)n + (unsigned)i) % RF_TRACE_MMA_CALLS;
-        RF_GPU_CHECK(cudaMemcpyFromSymbol((char *)out + i * per, rf_trace_mma, per, c * per));
-    }
-    *ncalls = n;
-    *grid = n ? (int)out[15] : 0;
-    return RF_OK;
+    const rf_status st = rf_trace_copy(ctx, rf_trace_mma, RF_TRACE_MMA_CALLS,
+                                       (size_t)RF_TRACE_MMA_BLOCKS * 16 * sizeof(uint64_t), out,
+                                       max_calls, ncalls);
+    *grid = !st && *ncalls ? (int)out[15] : 0;
+    return st;
 #else
     (void)ctx, (void)out, (void)max_calls;
     *ncalls = *grid = 0;
@@ -1852,17 +1862,11 @@ extern "C" rf_status rf_gpu_trace_read_mma(rf_gpu_ctx *ctx, uint64_t *out, int m
 extern "C" rf_status rf_gpu_trace_read(rf_gpu_ctx *ctx, uint64_t *out, int max_calls, int *ncalls,
                                        int *grid) {
 #if defined(RF_GEMV_TRACE)
-    RF_GPU_CHECK(cudaStreamSynchronize(ctx->stream));
-    int n = (int)ctx->trace_seq < max_calls ? (int)ctx->trace_seq : max_calls;
-    if (n > RF_TRACE_CALLS) n = RF_TRACE_CALLS;
-    const size_t per = (size_t)RF_TRACE_BLOCKS * 4 * sizeof(uint64_t);
-    for (int i = 0; i < n; i++) { /* calls trace_seq - n .. trace_seq - 1, in order */
-        const unsigned c = (ctx->trace_seq - (unsigned)n + (unsigned)i) % RF_TRACE_CALLS;
-        RF_GPU_CHECK(cudaMemcpyFromSymbol((char *)out + i * per, rf_trace_buf, per, c * per));
-    }
-    *ncalls = n;
-    *grid = n ? (int)(out[3] & 0xffffffffu) : 0;
-    return RF_OK;
+    const rf_status st = rf_trace_copy(ctx, rf_trace_buf, RF_TRACE_CALLS,
+                                       (size_t)RF_TRACE_BLOCKS * 4 * sizeof(uint64_t), out,
+                                       max_calls, ncalls);
+    *grid = !st && *ncalls ? (int)(out[3] & 0xffffffffu) : 0;
+    return st;
 #else
     (void)ctx, (void)out, (void)max_calls;
     *ncalls = *grid = 0;

@@ -21,7 +21,7 @@ struct rf_gpu_ctx {
     int gemv_rpw;            /* 0 = default rows per warp of q32s / q32h; else this, rounded up */
     int gemv_pad_kb;         /* KB of unused shared memory per q32s block (occupancy knob, 0..16) */
     bool pdl;                /* programmatic dependent launch usable (CUDA, sm_90+, RF_GPU_PDL!=0) */
-    unsigned trace_seq;      /* RF_GEMV_TRACE builds: q32s launches so far (their trace slots) */
+    unsigned trace_seq;      /* RF_GEMV_TRACE builds: q32s / mma launches so far (trace slots) */
 };
 
 /* Runtime call: on failure return RF_ERR_DEVICE naming the call and the runtime's message. */
