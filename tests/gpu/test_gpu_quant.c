@@ -180,18 +180,31 @@ static void test_gemv(void **state) {
         if (x_int8) run_matmul_case(&r, t, 1, 4096, 5000, false, tol);
     }
     /* every kernel variant (the default is one of them) on a few shapes */
-    for (int v = 1; v <= 24; v++) { /* 4..7, 9..23: the q32s kernel, 8: q32h (else as 7); the other
+    for (int v = 1; v <= 26; v++) { /* 4..7, 9..23: the q32s kernel, 8: q32h (else as 7); the other
                                      * kernels take their default; 13..20: x in registers where a
                                      * row is 16 or 32 groups (4096 or 8192 wide), else as 7;
                                      * 24: 2..8 tokens of Q4_0 / Q8_0 on the tensor cores (their
-                                     * default from 4 tokens or 8192 wide; one token as 7) */
+                                     * default from 4 tokens or 8192 wide; one token as 7);
+                                     * 25, 26: 2..8 tokens of F16 / BF16 on the tensor cores (4 and
+                                     * 2 chunks per warp in flight; 25 is their default) */
         rf_gpu_set_gemv_variant(g_ctx, v);
         for (size_t ti = 0; ti < N_GEMV; ti++) {
             const rf_type t = k_gemv_types[ti];
             const int64_t bs = block_of(t);
             const bool f16 = t == RF_TYPE_F16 || t == RF_TYPE_BF16;
             const double tol = !f16 ? 1e-2 : 1e-5;
-            if (f16 && v > 3) continue; /* the f16 kernel's default: run above */
+            if (f16 && v > 3 && v < 25) continue; /* the f16 kernel's default: run above */
+            if (!f16 && v >= 25) continue;
+            if (v >= 25) { /* gemv_tc: 16-row tiles (1, 131 and 67 rows end mid-tile), 32-element
+                            * chunks over 8 warps (one chunk: 7 warps take none), 2..8 tokens */
+                for (int64_t nt = 2; nt <= 8; nt += 3) {
+                    run_matmul_case(&r, t, nt, 32, 1, false, tol);
+                    run_matmul_case(&r, t, nt, 4096, 131, false, tol);
+                    run_matmul_case(&r, t, nt, 14336, 67, false, tol);
+                    run_matmul_case(&r, t, nt, 1024, 16, false, tol);
+                }
+                continue;
+            }
             run_matmul_case(&r, t, 1, bs * 5, 130, false, tol);
             if (v <= 7 || v == 24) /* 8..23 differ from 7 for one token only */
                 run_matmul_case(&r, t, 3, bs * 300 > 8192 ? 8192 : bs * 300, 129, false, tol);
@@ -214,6 +227,29 @@ static void test_gemv(void **state) {
                 run_matmul_case(&r, t, 2, 4096, 129, false, tol);
             }
         }
+    }
+    /* +-inf in x (2 tokens of F16 / BF16: the tensor-core kernel, which splits x in two parts):
+     * every output of token 0 is the reference's +-inf, token 1 unchanged */
+    rf_gpu_set_gemv_variant(g_ctx, 0);
+    for (int ti = 0; ti < 2; ti++) {
+        const rf_type t = ti ? RF_TYPE_BF16 : RF_TYPE_F16;
+        const int64_t n_in = 256, n_out = 19;
+        size_t bytes;
+        uint8_t *w = random_weights(&r, t, n_out, n_in, &bytes);
+        float *x = host_f32(2 * n_in), *want = host_f32(2 * n_out), *got = host_f32(2 * n_out);
+        rf_rng_fill_normal(&r, x, 2 * n_in, 1.0f);
+        x[5] = ti ? -INFINITY : INFINITY;
+        assert_int_equal(rf_ref_matmul(want, w, t, x, 2, n_in, n_out), RF_OK);
+        void *dw = dev_from(w, bytes);
+        float *dx = dev_from(x, 2 * n_in * 4), *dy = dev_poison(2 * n_out * 4);
+        assert_int_equal(rf_gpu_gemv(g_ctx, dy, dw, t, dx, 2, n_in, n_out), RF_OK);
+        dev_to(got, dy, 2 * n_out * 4);
+        for (int64_t o = 0; o < n_out; o++) {
+            assert_true(isinf(want[o]) && got[o] == want[o]);
+            assert_true(fabs(got[n_out + o] - want[n_out + o]) <= 1e-4 * (1.0 + fabs(want[n_out + o])));
+        }
+        rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
+        free(w), free(x), free(want), free(got);
     }
     /* rows per warp forced (the benchmark's occupancy sweep): odd counts, so warps end mid-stage
      * and the last warp is partial, on the q32s variants and q32h (8) */

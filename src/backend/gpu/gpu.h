@@ -128,7 +128,7 @@ rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const floa
                             int64_t n_tokens, int64_t n_in);
 rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
                          int64_t n_tokens, int64_t n_in, int64_t n_out);
-/* Selects a GEMV kernel variant (0 = default, 1..24 = the variants listed in gpu_gemv.cu); for
+/* Selects a GEMV kernel variant (0 = default, 1..26 = the variants listed in gpu_gemv.cu); for
  * the benchmark's sweep and tests. */
 void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);
 /* Rows of W per warp for the q32s / q32h kernels (variants 4..23 and their defaults): 0 = the

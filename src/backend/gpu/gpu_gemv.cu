@@ -1106,6 +1106,113 @@ rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
     rf_gemv_store<NTMAX, WPR>(y, acc, red, nt, row, n_out, valid);
 }
 
+#if !defined(RF_HIP) /* mma.sync: CUDA, sm_80 and up */
+/* gemv_tc: gemv_f16 for 2..8 tokens on the tensor cores (mma.m16n8k8, tf32 in, f32 out). The
+ * loop kernel reads x again for every token (8 tokens: 16 loads of x per 16-byte word of W) and
+ * fell to 22-25% of the bandwidth at 8 tokens; here one mma takes 16 rows by 8 tokens. f16 and
+ * bf16 values are exact in tf32; x is split as x = hi + lo, hi its top 10 mantissa bits and lo
+ * the rest (exact in f32, truncated to tf32 by the mma: |error| <= 2^-20 |x|), each multiplied
+ * in a separate mma, so the product stays near f32 (f16 x would overflow past 65504 and lose
+ * small values). A block of NW warps owns 16 rows; warp w takes 32-element chunks w, w + NW, ...
+ * of the row, U at a time: lane (g, c) = (lane / 4, lane % 4) loads 16 bytes of rows g and g + 8
+ * and 8 floats of token g's x at elements 8c..8c+7 of the chunk (the product is a sum over k, so
+ * mma j of the chunk takes elements 8c + 2j and 8c + 2j + 1 as its k = c and c + 4 for both
+ * operands). Tokens past nt are zero columns. The warps' sums are added in warp order
+ * (deterministic). The weights of the first U chunks are requested before rf_pdl_wait().
+ * launch: NW warps per block, ceil(n_out / 16) blocks; n_in a multiple of 32; rows past n_out read
+ * the last row and are not stored. tolerance as gemv_f16 (rel. L2 < 1e-5). */
+template <int T, int NW, int U>
+__global__ void __launch_bounds__(NW * 32, 2)
+rf_k_gemv_tc(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out) {
+    static_assert(RF_WARP_SIZE == 32, "mma.sync: 32-lane warps");
+    __shared__ float red[NW][16][8];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+    const int64_t r0 = (int64_t)blockIdx.x * 16;
+    const int64_t ra = r0 + g < n_out ? r0 + g : n_out - 1, rb = r0 + g + 8 < n_out ? r0 + g + 8 : n_out - 1;
+    const uint4 *wa = (const uint4 *)(w + ra * n_in * 2) + c, *wb = (const uint4 *)(w + rb * n_in * 2) + c;
+    const bool xon = g < nt;
+    const float4 *xp = (const float4 *)(x + (xon ? g : 0) * n_in) + 2 * c;
+    const int nch = (int)(n_in / 32);
+    uint4 A[U][2];
+    float4 X[U][2];
+    auto load_w = [&](int k0) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = k0 + u * NW;
+            if (k < nch) A[u][0] = wa[4 * k], A[u][1] = wb[4 * k];
+        }
+    };
+    auto load_x = [&](int k0) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = k0 + u * NW;
+            if (k < nch && xon) X[u][0] = xp[8 * k], X[u][1] = xp[8 * k + 1];
+            else X[u][0] = X[u][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    };
+    load_w(warp);
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* rows g, g + 8 by tokens 2c, 2c + 1 */
+    /* a 16-bit weight as a tf32 operand (f16 via f32, bf16 by position) */
+    auto wv = [](uint32_t word, int h) -> uint32_t {
+        const uint16_t b = (uint16_t)(h ? word >> 16 : word & 0xFFFFu);
+        if (T == RF_TYPE_F16) return __float_as_uint(rf_h2f_bits(b));
+        return (uint32_t)b << 16;
+    };
+    for (int k0 = warp; k0 < nch; k0 += NW * U) {
+        load_x(k0);
+        uint4 Ac[U][2];
+#pragma unroll
+        for (int u = 0; u < U; u++) Ac[u][0] = A[u][0], Ac[u][1] = A[u][1];
+        if (k0 + NW * U < nch) load_w(k0 + NW * U);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (k0 + u * NW >= nch) break;
+            const uint32_t pa[4] = {Ac[u][0].x, Ac[u][0].y, Ac[u][0].z, Ac[u][0].w};
+            const uint32_t pb[4] = {Ac[u][1].x, Ac[u][1].y, Ac[u][1].z, Ac[u][1].w};
+            const float xs[8] = {X[u][0].x, X[u][0].y, X[u][0].z, X[u][0].w,
+                                 X[u][1].x, X[u][1].y, X[u][1].z, X[u][1].w};
+            /* the chunk's 8 mma accumulate apart, then into acc with f32 adds: the tensor cores'
+             * own f32 accumulation rounds short, which over a 14336-wide row (448 mma into one
+             * fragment) cost ~9e-6 rel. L2 on the H100 */
+            float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int j = 0; j < 4; j++) { /* elements 8c + 2j, 8c + 2j + 1 */
+                const uint32_t a0 = wv(pa[j], 0), a2 = wv(pa[j], 1), a1 = wv(pb[j], 0), a3 = wv(pb[j], 1);
+                uint32_t bh[2], bl[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float v = xs[2 * j + e];
+                    const float hi = __uint_as_float(__float_as_uint(v) & 0xFFFFE000u);
+                    /* inf: hi is inf, lo would be NaN; NaN stays NaN in hi or lo */
+                    const float lo = fabsf(v) == INFINITY ? 0.0f : v - hi;
+                    bh[e] = __float_as_uint(hi), bl[e] = __float_as_uint(lo);
+                }
+                asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                    : "+f"(cc[0]), "+f"(cc[1]), "+f"(cc[2]), "+f"(cc[3])
+                    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(bh[0]), "r"(bh[1]));
+                asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                    : "+f"(cc[0]), "+f"(cc[1]), "+f"(cc[2]), "+f"(cc[3])
+                    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(bl[0]), "r"(bl[1]));
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[i] += cc[i];
+        }
+    }
+    red[warp][g][2 * c] = acc[0], red[warp][g][2 * c + 1] = acc[1];
+    red[warp][g + 8][2 * c] = acc[2], red[warp][g + 8][2 * c + 1] = acc[3];
+    __syncthreads();
+    for (int i = threadIdx.x; i < 16 * 8; i += NW * 32) {
+        const int row = i / 8, n = i % 8;
+        float sum = 0.0f;
+#pragma unroll
+        for (int v = 0; v < NW; v++) sum += red[v][row][n];
+        if (n < nt && r0 + row < n_out) y[(int64_t)n * n_out + r0 + row] = sum;
+    }
+}
+#endif
+
 /* gemv_k: W in Q4_K / Q5_K / Q6_K (256-element super-blocks), x f32 [nt, n_in]. Each lane takes
  * 32-element chunks (chunk c of block b: sub-block c of Q4_K/Q5_K, or (half c/4, quarter c%4) of
  * Q6_K); consecutive lanes read consecutive chunks, the Q4_K/Q5_K quant bytes with 16-byte
@@ -1304,7 +1411,9 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
  *   most) = 13: (2, 4), 14: (3, 4), 15: (4, 4), 16: (2, 2), 17: (4, 1), 18: (6, 1), 19: (3, 2),
  *   20: (2, 1); 21..23: v7 in one-warp blocks at register budgets 128, ~255 and ptxas's own;
  *   24: 2..8 tokens of Q4_0 / Q8_0 on the tensor cores (gemv_mma; one token as 7);
- * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2);
+ * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2); 25, 26: 2..8 tokens of
+ *   F16 / BF16 on the tensor cores (gemv_tc, rows a multiple of 32 wide; 4 and 2 chunks in
+ *   flight per warp; 25 is their default; one token as the default);
  * K-quants: 1 = one warp per row, 2 and 3 = four warps per row.
  * Defaults from the H100 sweeps in docs/perf-gpu.md. */
 #define RF_GEMV_DEFAULT_F16 3
@@ -1611,6 +1720,21 @@ static rf_status rf_launch_f16(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned t
     return RF_F16(8, 4, 4);
 #undef RF_F16
 }
+#if !defined(RF_HIP)
+/* gemv_tc (2..8 tokens of F16 / BF16, n_in a multiple of 32): 8 warps per 16 rows, each with 4
+ * chunks in flight (121 registers, two blocks per SM; 8 spill). Variant 26 keeps 2 in flight
+ * (69 registers, three blocks per SM): 2-8 tokens read 77 / 83 / 84% of the bandwidth at
+ * 4096x4096 / 4096->14336 / 14336->4096 against 84 / 84 / 88% with 4 (H100, session 9) */
+template <int T>
+static rf_status rf_launch_tc(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const float *x, int nt,
+                              int64_t n_in, int64_t n_out) {
+    constexpr int NW = 8;
+    const dim3 grid((unsigned)((n_out + 15) / 16)), block(NW * 32);
+    if (ctx->gemv_variant == 26)
+        return rf_gpu_launch(ctx, "rf_k_gemv_tc", true, rf_k_gemv_tc<T, NW, 2>, grid, block, 0, y, w, x, nt, n_in, n_out);
+    return rf_gpu_launch(ctx, "rf_k_gemv_tc", true, rf_k_gemv_tc<T, NW, 4>, grid, block, 0, y, w, x, nt, n_in, n_out);
+}
+#endif
 template <int T>
 static rf_status rf_launch_k(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, float *y,
                              const uint8_t *w, const float *x, int nt, int64_t n_in, int64_t n_out,
@@ -1804,6 +1928,14 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     if (rf_has_xq(ctx, wtype, n_in)) return rf_xq_gemv(ctx, y, wp, wtype, x, nt, n_in, n_out);
     switch (wtype) {
     case RF_TYPE_F16: case RF_TYPE_BF16:
+#if !defined(RF_HIP)
+        /* 2..8 tokens on the tensor cores (variants 25 and 26; 25 is the default) */
+        if (nt >= 2 && n_in % 32 == 0 && ctx->info.cc_major >= 8 &&
+            (ctx->gemv_variant == 0 || ctx->gemv_variant == 25 || ctx->gemv_variant == 26)) {
+            if (wtype == RF_TYPE_F16) return rf_launch_tc<RF_TYPE_F16>(ctx, y, wp, x, nt, n_in, n_out);
+            return rf_launch_tc<RF_TYPE_BF16>(ctx, y, wp, x, nt, n_in, n_out);
+        }
+#endif
         if (n_in % 8 == 0) {
             if (wtype == RF_TYPE_F16) return rf_launch_f16<RF_TYPE_F16>(ctx, v, vgrid, threads, y, wp, x, nt, n_in, n_out);
             return rf_launch_f16<RF_TYPE_BF16>(ctx, v, vgrid, threads, y, wp, x, nt, n_in, n_out);
