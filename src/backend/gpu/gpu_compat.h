@@ -199,6 +199,13 @@ static __device__ __forceinline__ void rf_pdl_trigger(void) {
 #endif
 }
 
+/* abort the kernel (device code of a path the host never launches on this target) */
+#if defined(RF_CUDA_BUILD)
+#define RF_DEVICE_TRAP() __trap()
+#else
+#define RF_DEVICE_TRAP() __builtin_trap()
+#endif
+
 /* Asynchronous 16-byte global -> shared copies (cp.async, sm_80+), one commit group per call of
  * rf_cp_async_commit(); rf_cp_async_wait<N>() returns when at most N of this thread's groups are
  * still in flight (then a warp or block barrier makes other threads' copies visible). Elsewhere
@@ -217,7 +224,7 @@ static __device__ __forceinline__ void rf_cp_async16_s(unsigned s, const void *g
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 #else
     (void)s, (void)gmem;
-    __builtin_trap();
+    RF_DEVICE_TRAP();
 #endif
 }
 /* 8 bytes (through L1: .cg takes 16 only), as rf_cp_async16_s */
@@ -226,7 +233,7 @@ static __device__ __forceinline__ void rf_cp_async8_s(unsigned s, const void *gm
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
 #else
     (void)s, (void)gmem;
-    __builtin_trap();
+    RF_DEVICE_TRAP();
 #endif
 }
 static __device__ __forceinline__ void rf_cp_async16(void *smem, const void *gmem) {
@@ -244,6 +251,37 @@ static __device__ __forceinline__ void rf_cp_async_commit(void) {
 template <int N> static __device__ __forceinline__ void rf_cp_async_wait(void) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* Warp-level tensor-core products (mma.sync, sm_80+; the kernels using them are launched only
+ * where the device's compute capability is 8.0 or more, and trap elsewhere): d += a b for one
+ * m16n8k32 tile of int8 (A unsigned with AU, else signed; B signed; c = 0 in, s32 out) and one
+ * m16n8k8 tile of tf32 (f32 accumulate in place). Fragments as the PTX ISA lays them out. */
+template <bool AU>
+static __device__ __forceinline__ void rf_mma_i8(int *d, const uint32_t *a, const int *b) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if (AU)
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+            : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
+    else
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+            : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
+#else
+    (void)d, (void)a, (void)b;
+    RF_DEVICE_TRAP();
+#endif
+}
+static __device__ __forceinline__ void rf_mma_tf32(float *d, const uint32_t *a, const uint32_t *b) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    RF_DEVICE_TRAP();
 #endif
 }
 

@@ -955,15 +955,9 @@ rf_k_gemv_mma(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
         }
 #pragma unroll
         for (int b = 0; b < 8; b++) {
-            int s0, s1, s2, s3;
-            if (T == RF_TYPE_Q4_0)
-                asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
-                    : "=r"(s0), "=r"(s1), "=r"(s2), "=r"(s3)
-                    : "r"(A[b][0]), "r"(A[b][1]), "r"(A[b][2]), "r"(A[b][3]), "r"(X[b][0]), "r"(X[b][1]), "r"(0));
-            else
-                asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
-                    : "=r"(s0), "=r"(s1), "=r"(s2), "=r"(s3)
-                    : "r"(A[b][0]), "r"(A[b][1]), "r"(A[b][2]), "r"(A[b][3]), "r"(X[b][0]), "r"(X[b][1]), "r"(0));
+            int sv[4];
+            rf_mma_i8<T == RF_TYPE_Q4_0>(sv, A[b], X[b]);
+            int s0 = sv[0], s1 = sv[1], s2 = sv[2], s3 = sv[3];
             const float dx0 = Q[b].x, dx1 = Q[b].z;
             if (T == RF_TYPE_Q4_0) { /* centre q on 8: sum (q - 8) x = sum q x - 8 sum x */
                 const int sx0 = __float_as_int(Q[b].y), sx1 = __float_as_int(Q[b].w);
@@ -1189,12 +1183,9 @@ rf_k_gemv_tc(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, i
                     const float lo = fabsf(v) == INFINITY ? 0.0f : v - hi;
                     bh[e] = __float_as_uint(hi), bl[e] = __float_as_uint(lo);
                 }
-                asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                    : "+f"(cc[0]), "+f"(cc[1]), "+f"(cc[2]), "+f"(cc[3])
-                    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(bh[0]), "r"(bh[1]));
-                asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                    : "+f"(cc[0]), "+f"(cc[1]), "+f"(cc[2]), "+f"(cc[3])
-                    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(bl[0]), "r"(bl[1]));
+                const uint32_t af[4] = {a0, a1, a2, a3};
+                rf_mma_tf32(cc, af, bh);
+                rf_mma_tf32(cc, af, bl);
             }
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[i] += cc[i];
@@ -1684,7 +1675,8 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
      * and for rows wider than 8192 (H100: 4 tokens 27-43% -> 34-63%, 8 tokens 16-23% -> 23-49%;
      * 2 tokens of 4096-wide rows stay faster in q32s: 44-67% against 36-54%) */
     if constexpr (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q8_0)
-        if ((v == 24 || (ctx->gemv_variant == 0 && (nt >= 4 || n_in > 8192))) && n_in % 256 == 0)
+        if ((v == 24 || (ctx->gemv_variant == 0 && (nt >= 4 || n_in > 8192))) && n_in % 256 == 0 &&
+            ctx->info.cc_major >= 8)
             return rf_launch_mma<T>(ctx, y, w, qx, dx, nt, n_in, n_out, rb);
     if (v == 5) return RF_Q32S(8, 3, false);
     if (v == 6) return RF_Q32S(8, 1, false);
@@ -1763,9 +1755,10 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
     const bool fits = false; /* wave64 rings of 64 groups would not fit */
     (void)gb;
 #else
-    /* x in 24 KB; Q6_K rows of whole 16-byte words (8k super-blocks of 210 bytes) */
+    /* x in 24 KB; Q6_K rows of whole 16-byte words (8k super-blocks of 210 bytes); the rings'
+     * cp.async needs sm_80 (older GPUs take gemv_q32, whose copies fall back to loads) */
     const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384 &&
-                      (t != RF_TYPE_Q6_K || n_in % 2048 == 0);
+                      (t != RF_TYPE_Q6_K || n_in % 2048 == 0) && ctx->info.cc_major >= 8;
 #endif
     int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 24 ? ctx->gemv_variant : 0;
     /* q32s (x through L1; its register budget and rows per warp tuned by shape, rf_q32s_tune)
