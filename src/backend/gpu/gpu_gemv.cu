@@ -798,6 +798,25 @@ rf_k_gemv_q32h(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     }
 }
 
+/* The end of the 16-row tensor-core GEMVs (gemv_mma, gemv_tc): each of the NW warps holds an
+ * m16n8 f32 fragment of partial sums (lane (g, c): rows g, g + 8 by tokens 2c, 2c + 1); they are
+ * added in warp order (deterministic) and tokens < nt of rows < n_out stored to y [nt, n_out]. */
+template <int NW>
+static __device__ __forceinline__ void rf_mma_tile_store(float (*red)[16][8], const float *acc,
+                                                         float *y, int nt, int64_t r0, int64_t n_out) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+    red[warp][g][2 * c] = acc[0], red[warp][g][2 * c + 1] = acc[1];
+    red[warp][g + 8][2 * c] = acc[2], red[warp][g + 8][2 * c + 1] = acc[3];
+    __syncthreads();
+    for (int i = threadIdx.x; i < 16 * 8; i += NW * 32) {
+        const int row = i / 8, n = i % 8;
+        float s = 0.0f;
+#pragma unroll
+        for (int v = 0; v < NW; v++) s += red[v][row][n];
+        if (n < nt && r0 + row < n_out) y[(int64_t)n * n_out + r0 + row] = s;
+    }
+}
+
 /* gemv_mma: the product for 2..8 tokens on the tensor cores, for Q4_0 and Q8_0 rows of whole
  * 8-block groups (n_in a multiple of 256). One mma.m16n8k32 (int8 in, int32 out) takes one
  * 32-element block of 16 rows against the same block of all 8 token columns of x, so a weight
@@ -973,16 +992,7 @@ rf_k_gemv_mma(float *y, const uint8_t *w, const int8_t *qx, const float2 *dx, in
         rf_cp_async_commit();
         slot = slot + 1 == S ? 0 : slot + 1;
     }
-    red[warp][g][2 * t] = acc[0], red[warp][g][2 * t + 1] = acc[1];
-    red[warp][g + 8][2 * t] = acc[2], red[warp][g + 8][2 * t + 1] = acc[3];
-    __syncthreads();
-    for (int i = threadIdx.x; i < 16 * 8; i += NW * 32) {
-        const int row = i / 8, n = i % 8;
-        float s = 0.0f;
-#pragma unroll
-        for (int v = 0; v < NW; v++) s += red[v][row][n];
-        if (n < nt && r0 + row < n_out) y[(int64_t)n * n_out + r0 + row] = s;
-    }
+    rf_mma_tile_store<NW>(red, acc, y, nt, r0, n_out);
     RF_TRACE_MMA(14);
 #if defined(RF_GEMV_TRACE)
     if (threadIdx.x == 0 && blockIdx.x < RF_TRACE_MMA_BLOCKS)
@@ -1112,7 +1122,8 @@ rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
  * and 8 floats of token g's x at elements 8c..8c+7 of the chunk (the product is a sum over k, so
  * mma j of the chunk takes elements 8c + 2j and 8c + 2j + 1 as its k = c and c + 4 for both
  * operands). Tokens past nt are zero columns. The warps' sums are added in warp order
- * (deterministic). The weights of the first U chunks are requested before rf_pdl_wait().
+ * (rf_mma_tile_store, deterministic). The weights of the first U chunks are requested before
+ * rf_pdl_wait().
  * launch: NW warps per block, ceil(n_out / 16) blocks; n_in a multiple of 32; rows past n_out read
  * the last row and are not stored. tolerance as gemv_f16 (rel. L2 < 1e-5). */
 template <int T, int NW, int U>
@@ -1191,16 +1202,7 @@ rf_k_gemv_tc(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, i
             for (int i = 0; i < 4; i++) acc[i] += cc[i];
         }
     }
-    red[warp][g][2 * c] = acc[0], red[warp][g][2 * c + 1] = acc[1];
-    red[warp][g + 8][2 * c] = acc[2], red[warp][g + 8][2 * c + 1] = acc[3];
-    __syncthreads();
-    for (int i = threadIdx.x; i < 16 * 8; i += NW * 32) {
-        const int row = i / 8, n = i % 8;
-        float sum = 0.0f;
-#pragma unroll
-        for (int v = 0; v < NW; v++) sum += red[v][row][n];
-        if (n < nt && r0 + row < n_out) y[(int64_t)n * n_out + r0 + row] = sum;
-    }
+    rf_mma_tile_store<NW>(red, acc, y, nt, r0, n_out);
 }
 #endif
 
