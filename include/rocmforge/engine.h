@@ -1,6 +1,7 @@
-/* rocmforge/engine.h — models, sessions and generation: load a GGUF model, open a session (KV
- * cache + scratch), feed tokens, sample, and stream text pieces through a callback.
- * Owned by the CPU-engine work; docs/engine.md describes the behaviour for users. */
+/* rocmforge/engine.h — models, the batching engine, sessions and generation: load a GGUF model;
+ * serve many requests at once through rf_engine (paged KV cache, continuous batching, prefix
+ * cache); or open a session (one sequence: feed tokens, read logits, generate). Sessions and
+ * rf_generate are a thin layer over the same engine. docs/engine.md describes the behaviour. */
 #ifndef ROCMFORGE_ENGINE_H
 #define ROCMFORGE_ENGINE_H
 
@@ -145,8 +146,12 @@ typedef enum rf_finish_reason {
     RF_FINISH_LENGTH,   /* max_tokens reached */
     RF_FINISH_STOP,     /* a stop string appeared */
     RF_FINISH_CONTEXT,  /* the context is full */
-    RF_FINISH_CANCELLED /* the callback or *cancel asked to stop */
+    RF_FINISH_CANCELLED, /* the callback, *cancel or rf_engine_cancel asked to stop */
+    RF_FINISH_ERROR      /* the engine failed this request (rf_event_error says why) */
 } rf_finish_reason;
+
+/* "stop", "length", "eos", "context", "cancelled", "error" or "none". */
+const char *rf_finish_reason_str(rf_finish_reason r);
 
 typedef struct rf_gen_params {
     rf_sampler_params sampling;
@@ -176,6 +181,149 @@ typedef struct rf_gen_stats {
  * RF_ERR_RANGE if the prompt does not fit the context (message gives both numbers). */
 rf_status rf_generate(rf_session *s, const int32_t *prompt, int32_t n_prompt,
                       const rf_gen_params *p, rf_piece_fn cb, void *user, rf_gen_stats *stats);
+
+/* ---- the batching engine --------------------------------------------------------------
+ * Many sequences in one forward per step (DESIGN.md §9). Requests are submitted from any
+ * thread; one thread calls rf_engine_step (or rf_engine_run) over and over, and each step runs
+ * every running sequence's next token together with chunks of waiting prompts, within a token
+ * budget. Results come back as events through each request's callback, on the stepping thread.
+ * Everything here is opaque handles, enums and scalars, so other languages can bind it without
+ * matching struct layouts. */
+
+typedef struct rf_engine rf_engine;
+typedef struct rf_engine_config rf_engine_config;
+typedef struct rf_request rf_request;
+typedef struct rf_event rf_event;
+
+typedef enum rf_engine_opt {
+    RF_ENGINE_CTX = 0,      /* positions per sequence; 0 (default) = trained length capped to 4096 */
+    RF_ENGINE_PARALLEL,     /* sequences running at once (default 4); more wait, first come first served */
+    RF_ENGINE_BATCH,        /* token budget of a step (default 512; raised to PARALLEL if smaller) */
+    RF_ENGINE_KV_BLOCKS,    /* pool size in blocks; 0 (default) = blocks for CTX x PARALLEL positions */
+    RF_ENGINE_BLOCK_SIZE,   /* positions per KV block (default 16, docs/engine.md says why) */
+    RF_ENGINE_KV_TYPE,      /* an rf_type: RF_TYPE_F16 (default), RF_TYPE_F32 or RF_TYPE_Q8_0 */
+    RF_ENGINE_PREFIX_CACHE, /* 1 (default): reuse the KV blocks of shared prompt prefixes; 0: off */
+    RF_ENGINE_THREADS       /* CPU worker threads; 0 (default) = the model's */
+} rf_engine_opt;
+
+/* A configuration with the defaults above; NULL when out of memory. */
+rf_engine_config *rf_engine_config_new(void);
+void rf_engine_config_free(rf_engine_config *c);
+/* RF_ERR_INVALID_ARG naming the option for an unknown option or a value out of range. */
+rf_status rf_engine_config_set(rf_engine_config *c, rf_engine_opt opt, int64_t value);
+
+/* Allocates the KV pool (every layer, all blocks) and the step's buffers up front; the memory
+ * plan is logged. RF_ERR_INVALID_ARG when the pool cannot hold one sequence of CTX positions
+ * (the message gives both sizes), RF_ERR_OOM naming the size that failed. c may be NULL. */
+rf_status rf_engine_new(rf_model *m, const rf_engine_config *c, rf_engine **out);
+/* Frees the engine; requests still queued or running are dropped without further events. */
+void rf_engine_free(rf_engine *e);
+
+typedef enum rf_req_opt {
+    RF_REQ_MAX_TOKENS = 0,   /* tokens to generate; < 0 (default) = until EOS or the context is full */
+    RF_REQ_TEMPERATURE,      /* the rf_sampler_params fields; defaults as rf_sampler_default_params */
+    RF_REQ_TOP_K,
+    RF_REQ_TOP_P,
+    RF_REQ_MIN_P,
+    RF_REQ_REPEAT_PENALTY,
+    RF_REQ_REPEAT_LAST_N,
+    RF_REQ_PRESENCE_PENALTY,
+    RF_REQ_FREQUENCY_PENALTY,
+    RF_REQ_SEED,             /* integer in [0, 2^53] */
+    RF_REQ_IGNORE_EOS,       /* 0 / 1 */
+    RF_REQ_RENDER_SPECIAL,   /* 0 / 1: emit control tokens' text */
+    RF_REQ_N,                /* choices, 1..64 (default 1): the prompt is computed once and its KV
+                              * blocks shared (copy-on-write); choice i samples with seed + i */
+    RF_REQ_LOGPROBS,         /* -1 (default) none; 0: the chosen token's log-probability; k in 1..20:
+                              * also the k most likely tokens (log-softmax of the raw logits) */
+    RF_REQ_ADD_SPECIAL       /* text prompts: 1 (default) adds BOS where the model wants one */
+} rf_req_opt;
+
+/* A request under construction (defaults: greedy, no limit, one choice); NULL when out of
+ * memory. The engine copies what it needs at submit: the request may be freed or reused after. */
+rf_request *rf_request_new(void);
+void rf_request_free(rf_request *r);
+/* RF_ERR_INVALID_ARG naming the option for an unknown option or a value out of range. */
+rf_status rf_request_set(rf_request *r, rf_req_opt opt, double value);
+/* Stop strings: text that ends the choice when generated (not emitted). At most 16. */
+rf_status rf_request_add_stop(rf_request *r, const char *text, size_t len);
+/* The prompt, one of three forms (the last one set wins): token ids; text, tokenized at submit
+ * with special tokens parsed; or chat messages, rendered at submit by the model's chat template
+ * with the assistant's turn opened. */
+rf_status rf_request_set_prompt_ids(rf_request *r, const int32_t *ids, size_t n);
+rf_status rf_request_set_prompt_text(rf_request *r, const char *text, size_t len);
+rf_status rf_request_add_message(rf_request *r, const char *role, const char *content);
+
+typedef enum rf_event_kind {
+    RF_EVENT_TOKEN = 1, /* a generated token (EOS excepted) and the text it completes */
+    RF_EVENT_DONE = 2   /* a choice finished: the last text, the reason and the counts */
+} rf_event_kind;
+
+/* Receives the events of a request on the stepping thread. Return false to cancel the request
+ * (its choices finish as cancelled at the next step). Must not call rf_engine_step. */
+typedef bool (*rf_event_fn)(const rf_event *ev, void *user);
+void rf_request_set_callback(rf_request *r, rf_event_fn fn, void *user);
+
+/* Queues a request; *id (may be NULL) identifies it in events and rf_engine_cancel. The prompt
+ * is tokenized / rendered here. RF_ERR_INVALID_ARG for an empty prompt or a chat request to a
+ * model without a template, RF_ERR_RANGE when the prompt has more tokens than a sequence's
+ * context (the message gives both numbers) or an id is outside the vocabulary. Thread-safe. */
+rf_status rf_engine_submit(rf_engine *e, const rf_request *r, uint64_t *id);
+/* Cancels a queued or running request: its choices finish with RF_FINISH_CANCELLED at the next
+ * step and return their blocks. RF_ERR_NOT_FOUND if no such request is active. Thread-safe. */
+rf_status rf_engine_cancel(rf_engine *e, uint64_t id);
+/* One step: admit, schedule, run the forward, sample, deliver events, retire finished
+ * sequences. RF_OK with nothing to do when idle. A failure of the step (a device fault, out of
+ * memory) finishes the step's requests with RF_FINISH_ERROR and is returned; the engine stays
+ * usable. */
+rf_status rf_engine_step(rf_engine *e);
+/* Steps until no request is queued or running. */
+rf_status rf_engine_run(rf_engine *e);
+/* Blocks until a request is queued or running, or timeout_ms passes (< 0: no limit); returns
+ * whether there is work. For an engine thread's loop. Thread-safe. */
+bool rf_engine_wait(rf_engine *e, int timeout_ms);
+/* Wakes a thread blocked in rf_engine_wait (to shut it down). Thread-safe. */
+void rf_engine_wake(rf_engine *e);
+
+typedef enum rf_engine_stat {
+    RF_STAT_RUNNING = 0,      /* sequences running (prompt or generation) */
+    RF_STAT_WAITING,          /* sequences queued, preempted ones included */
+    RF_STAT_BLOCKS_TOTAL,
+    RF_STAT_BLOCKS_USED,      /* referenced by a sequence */
+    RF_STAT_BLOCKS_FREE,
+    RF_STAT_BLOCKS_CACHED,    /* prefix-cache blocks nobody references (evictable) */
+    RF_STAT_BLOCK_SIZE,
+    RF_STAT_CTX,              /* positions per sequence */
+    RF_STAT_PARALLEL,
+    RF_STAT_BATCH,            /* token budget of a step */
+    RF_STAT_PROMPT_TOKENS,    /* prompt tokens computed, over the engine's life */
+    RF_STAT_PREFIX_HIT_TOKENS,/* prompt tokens served from the prefix cache instead */
+    RF_STAT_GEN_TOKENS,       /* tokens sampled */
+    RF_STAT_PREEMPTIONS,      /* sequences preempted because the pool ran out */
+    RF_STAT_STEPS,            /* steps that ran a forward */
+    RF_STAT_REQUESTS_DONE     /* requests finished (every choice done) */
+} rf_engine_stat;
+
+/* A counter or state; -1 for an unknown stat. Thread-safe. */
+int64_t rf_engine_get_stat(rf_engine *e, rf_engine_stat s);
+
+/* Event accessors; pointers stay valid until the callback returns. */
+rf_event_kind rf_event_get_kind(const rf_event *ev);
+uint64_t rf_event_request(const rf_event *ev);
+int32_t rf_event_choice(const rf_event *ev);
+/* UTF-8-complete text released by this event (may be empty: held back while it could begin a
+ * stop string, or an incomplete UTF-8 sequence). The texts of a choice's events, in order,
+ * are its whole output. */
+const char *rf_event_text(const rf_event *ev, size_t *len);
+int32_t rf_event_token(const rf_event *ev);          /* TOKEN: the id; DONE: -1 */
+float rf_event_logprob(const rf_event *ev);          /* TOKEN with RF_REQ_LOGPROBS >= 0; else NAN */
+int32_t rf_event_n_top(const rf_event *ev);          /* entries of rf_event_top */
+bool rf_event_top(const rf_event *ev, int32_t i, int32_t *id, float *logprob);
+rf_finish_reason rf_event_finish(const rf_event *ev); /* DONE: why; TOKEN: RF_FINISH_NONE */
+int32_t rf_event_n_prompt(const rf_event *ev);       /* prompt tokens */
+int32_t rf_event_n_cached(const rf_event *ev);       /* of which found in the prefix cache */
+int32_t rf_event_n_gen(const rf_event *ev);          /* tokens generated so far (EOS included) */
+const char *rf_event_error(const rf_event *ev);      /* DONE with RF_FINISH_ERROR: why; else "" */
 
 #ifdef __cplusplus
 }

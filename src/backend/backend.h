@@ -33,6 +33,32 @@ static inline rf_tensor rf_tensor_rows(const rf_tensor *t, int64_t r0, int64_t n
     return v;
 }
 
+/* One step's batch (DESIGN.md §9): tokens of one or more sequences, each with its position and
+ * KV slot, the block table of every sequence in the step, and which tokens' outputs are wanted.
+ * Tokens of one sequence are contiguous and in position order. The arrays are host memory owned
+ * by the caller for the duration of the step; a device backend copies them once per step
+ * (batch_upload) into `dev`, which its ops then read. Every op that needs positions, slots or
+ * block tables takes the batch instead of a scalar, so one sequence decoding one token is just
+ * a batch of size one.
+ *
+ * KV pool layout: each layer's K and V cache is a tensor of n_blocks * block_size rows of
+ * n_head_kv * head_dim elements; position j of batch sequence s lives at row
+ * block_table[s * max_blocks + j / block_size] * block_size + j % block_size. */
+typedef struct rf_batch {
+    int32_t n_tokens;
+    const int32_t *ids;         /* [n_tokens] token ids */
+    const int32_t *pos;         /* [n_tokens] absolute positions in their sequence */
+    const int32_t *seq;         /* [n_tokens] index of the token's sequence in [0, n_seqs) */
+    const int32_t *slot;        /* [n_tokens] KV row this token's K/V is stored to */
+    int32_t n_seqs;
+    int32_t max_blocks;         /* row stride of block_table */
+    int32_t block_size;         /* rows per KV block */
+    const int32_t *block_table; /* [n_seqs, max_blocks] physical block ids */
+    int32_t n_out;
+    const int32_t *out_rows;    /* [n_out] increasing token indices whose outputs are wanted */
+    void *dev;                  /* backend copy of the above (NULL on the CPU) */
+} rf_batch;
+
 typedef enum rf_glu_kind {
     RF_GLU_SWIGLU = 0, /* y = silu(gate) * up */
     RF_GLU_GEGLU = 1   /* y = gelu_tanh(gate) * up */
@@ -53,10 +79,12 @@ typedef struct rf_backend_ops {
     rf_status (*read_rows)(rf_backend *be, const rf_tensor *t, int64_t r0, int64_t n, float *dst);
 
     /* ---- compute ---- */
-    /* y[t,:] = dequantize(row ids[t] of w) for t < n_ids; y f32 [n_ids, w.ne[0]].
+    /* Prepares a step's batch for the ops below (a device backend copies the metadata in one
+     * upload and sets b->dev); NULL when the ops read the host arrays directly. */
+    rf_status (*batch_upload)(rf_backend *be, rf_batch *b);
+    /* y[t,:] = dequantize(row b->ids[t] of w) for t < b->n_tokens; y f32 [n_tokens, w.ne[0]].
      * RF_ERR_RANGE if an id is outside [0, w.ne[1]). */
-    rf_status (*get_rows)(rf_backend *be, rf_tensor *y, const rf_tensor *w, const int32_t *ids,
-                          int64_t n_ids);
+    rf_status (*get_rows)(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_batch *b);
     /* y[t,o] = sum_i w[o,i] x[t,i] for t < n_tokens; x f32 [n_tokens, w.ne[0]],
      * y f32 [n_tokens, w.ne[1]] (no aliasing). Quantized weights may quantize x the way ggml
      * does (Q8_0/Q8_1/Q8_K activations): tolerance vs rf_ref_matmul rel. L2 < 1e-2. */
@@ -67,22 +95,30 @@ typedef struct rf_backend_ops {
     /* rf_ref_rmsnorm over rows x n (w f32 [n] or NULL); y may alias x. */
     rf_status (*rmsnorm)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w,
                          int64_t rows, int64_t n, float eps);
-    /* RoPE in place over x [n_tokens, n_heads, head_dim] at positions pos0 + t
+    /* RoPE in place over x [b->n_tokens, n_heads, head_dim], token t at position b->pos[t]
      * (rf_ref_rope's rule; freq_factors f32 [n_rot/2] or NULL). */
-    rf_status (*rope)(rf_backend *be, rf_tensor *x, int64_t n_tokens, int64_t n_heads,
-                      int64_t head_dim, int64_t n_rot, int64_t pos0, float freq_base,
-                      float freq_scale, const rf_tensor *freq_factors, int mode);
-    /* Stores f32 rows src [n, cache.ne[0]] into cache rows [row0, row0+n), converting to the
-     * cache's type (f32, f16 or q8_0). */
-    rf_status (*store_rows)(rf_backend *be, rf_tensor *cache, int64_t row0, const rf_tensor *src,
-                            int64_t n);
-    /* Causal grouped-query attention (rf_ref_attention's contract) of q f32
-     * [n_q, n_head, head_dim] at positions pos0.. against the first n_kv rows of the caches
-     * k, v [n_ctx, n_head_kv * head_dim] (their own type); out f32 [n_q, n_head, head_dim]. */
+    rf_status (*rope)(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t n_heads,
+                      int64_t head_dim, int64_t n_rot, float freq_base, float freq_scale,
+                      const rf_tensor *freq_factors, int mode);
+    /* Stores f32 row t of src [b->n_tokens, cache.ne[0]] into cache row b->slot[t], converting
+     * to the cache's type (f32, f16 or q8_0). RF_ERR_RANGE for a slot outside the cache. */
+    rf_status (*kv_store)(rf_backend *be, rf_tensor *cache, const rf_tensor *src, const rf_batch *b);
+    /* Copies n rows of a cache from row src0 to row dst0 (non-overlapping): copy-on-write of a
+     * shared KV block. */
+    rf_status (*copy_rows)(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n);
+    /* Paged causal grouped-query attention: for each token t of the batch, query
+     * q[t] f32 [n_head, head_dim] attends to the keys and values of its own sequence
+     * b->seq[t] at positions kmin..b->pos[t] (kmin = pos - window + 1 when window > 0, else 0),
+     * read through that sequence's block table from the caches k, v (their own type); scores
+     * scale * q.k, softcap when > 0, softmax, out[t] f32 [n_head, head_dim] = P v.
+     * rf_ref_paged_attention is the reference (rf_ref_attention per token). */
     rf_status (*attention)(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k,
-                           const rf_tensor *v, int64_t n_q, int64_t n_kv, int64_t n_head,
-                           int64_t n_head_kv, int64_t head_dim, float scale, int64_t pos0,
-                           int64_t window, float softcap);
+                           const rf_tensor *v, const rf_batch *b, int64_t n_head,
+                           int64_t n_head_kv, int64_t head_dim, float scale, int64_t window,
+                           float softcap);
+    /* y[i,:] = x[b->out_rows[i],:] for i < b->n_out; x, y f32 rows of n (no aliasing). */
+    rf_status (*gather_rows)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_batch *b,
+                             int64_t n);
     /* y[i] = act(gate[i]) * up[i] over n elements (y may alias gate or up). */
     rf_status (*glu)(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up,
                      int64_t n, rf_glu_kind kind);

@@ -1,12 +1,10 @@
-/* generate.c — rf_generate: the generation loop. Reuses the cached prefix, evaluates the rest
- * of the prompt in batches, then samples token by token, streaming UTF-8-complete text and
- * holding back text that could be the start of a stop string. */
-#define _GNU_SOURCE /* memmem */
+/* generate.c — rf_generate: a session's sequence keeps the longest cached prefix of the prompt,
+ * takes the rest, and runs through the batching engine's step as a one-choice request until it
+ * finishes; the text streams through the caller's piece callback. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "model/model.h"
+#include "engine/engine_internal.h"
 
 rf_gen_params rf_gen_default_params(void) {
     rf_gen_params p;
@@ -16,181 +14,105 @@ rf_gen_params rf_gen_default_params(void) {
     return p;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+typedef struct gen_ctx {
+    rf_piece_fn cb;
+    void *user;
+} gen_ctx;
+
+static bool on_event(const rf_event *ev, void *user) {
+    gen_ctx *g = user;
+    size_t len;
+    const char *t = rf_event_text(ev, &len);
+    if (len && g->cb) return g->cb(t, len, g->user);
+    return true;
 }
 
-/* Text produced but not yet emitted (it may be the beginning of a stop string). */
-typedef struct pending {
-    char *buf;
-    size_t len, cap;
-} pending;
-
-static rf_status pend_add(pending *p, const char *s, size_t n) {
-    if (p->len + n + 1 > p->cap) {
-        size_t cap = (p->len + n + 1) * 2;
-        char *b = realloc(p->buf, cap);
-        if (!b) return rf_set_error(RF_ERR_OOM, "generate: out of memory");
-        p->buf = b;
-        p->cap = cap;
-    }
-    memcpy(p->buf + p->len, s, n);
-    p->len += n;
-    p->buf[p->len] = 0;
-    return RF_OK;
-}
-
-/* Length of the longest suffix of buf[0..len) that is a proper prefix of some stop string. */
-static size_t stop_holdback(const char *buf, size_t len, const rf_gen_params *gp) {
-    size_t best = 0;
-    for (size_t i = 0; i < gp->n_stop; i++) {
-        const char *st = gp->stop[i];
-        size_t sl = strlen(st);
-        for (size_t k = sl > 1 ? sl - 1 : 0; k > best; k--)
-            if (k <= len && !memcmp(buf + len - k, st, k)) {
-                best = k;
-                break;
-            }
-    }
-    return best;
-}
-
-/* Emits what is safe; returns false if the callback asked to stop. Sets *hit when a stop string
- * is found (text before it is emitted, the rest dropped). */
-static bool pend_flush(pending *p, const rf_gen_params *gp, bool final, rf_piece_fn cb, void *user,
-                       bool *hit) {
-    size_t cut = p->len;
-    *hit = false;
-    if (!p->buf) return true; /* nothing produced yet */
-    for (size_t i = 0; i < gp->n_stop; i++) {
-        if (!gp->stop[i] || !gp->stop[i][0]) continue;
-        /* by length, not strstr: generated text may hold NUL bytes (a byte token <0x00>) */
-        const char *f = memmem(p->buf, p->len, gp->stop[i], strlen(gp->stop[i]));
-        if (f && (size_t)(f - p->buf) < cut) {
-            cut = (size_t)(f - p->buf);
-            *hit = true;
-        }
-    }
-    size_t emit = cut;
-    if (!*hit && !final) emit = p->len - stop_holdback(p->buf, p->len, gp);
-    bool go = true;
-    if (emit > 0 && cb) go = cb(p->buf, emit, user);
-    if (*hit) {
-        p->len = 0;
-    } else {
-        memmove(p->buf, p->buf + emit, p->len - emit);
-        p->len -= emit;
-    }
-    if (p->buf) p->buf[p->len] = 0;
-    return go;
-}
-
-rf_status rf_generate(rf_session *s, const int32_t *prompt, int32_t n_prompt, const rf_gen_params *gp_in,
+rf_status rf_generate(rf_session *ss, const int32_t *prompt, int32_t n_prompt, const rf_gen_params *gp_in,
                       rf_piece_fn cb, void *user, rf_gen_stats *stats) {
     rf_gen_params gp = gp_in ? *gp_in : rf_gen_default_params();
     rf_gen_stats st0;
     memset(&st0, 0, sizeof st0);
     if (stats) *stats = st0;
-    if (!s || !prompt || n_prompt <= 0) return rf_set_error(RF_ERR_INVALID_ARG, "generate: empty prompt");
-    int32_t n_ctx = rf_session_n_ctx(s);
-    if (n_prompt > n_ctx)
-        return rf_set_error(RF_ERR_RANGE, "the prompt has %d tokens but the context holds %d", n_prompt, n_ctx);
-    const rf_vocab *vocab = rf_session_vocab(s);
-    int32_t n_vocab = rf_session_n_vocab(s);
+    if (!ss || !prompt || n_prompt <= 0) return rf_set_error(RF_ERR_INVALID_ARG, "generate: empty prompt");
+    rf_engine *e = rf_session_engine(ss);
+    rf_seq *s = rf_session_seq(ss);
+    if (n_prompt > e->n_ctx)
+        return rf_set_error(RF_ERR_RANGE, "the prompt has %d tokens but the context holds %d", n_prompt, e->n_ctx);
+    int32_t nv = e->m->hp.n_vocab;
+    for (int32_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= nv)
+            return rf_set_error(RF_ERR_RANGE, "token id %d at index %d is outside the vocabulary [0, %d)", prompt[i], i, nv);
+    if (gp.n_stop > RF_MAX_STOPS) return rf_set_error(RF_ERR_INVALID_ARG, "at most %d stop strings", RF_MAX_STOPS);
 
     /* reuse the longest cached prefix (at least the last prompt token is evaluated again) */
-    const int32_t *cached = rf_session_tokens(s);
-    int32_t common = 0, n_past = rf_session_n_past(s);
-    while (common < n_past && common < n_prompt - 1 && cached[common] == prompt[common]) common++;
-    rf_status st = rf_session_truncate(s, common);
+    int32_t common = 0;
+    while (common < s->n_computed && common < n_prompt - 1 && s->tokens[common] == prompt[common]) common++;
+    rf_status st = rf_session_truncate(ss, common);
     if (st) return st;
+    s->n_tokens = common;
+    if ((st = rf_seq_append(s, prompt + common, n_prompt - common))) return st;
 
-    rf_sampler *smp = NULL;
-    rf_detok *dt = NULL;
-    pending pend = {0};
-    int32_t *gen = NULL;
-    if ((st = rf_sampler_new(&gp.sampling, n_vocab, &smp))) goto done;
-    if ((st = rf_detok_new(vocab, gp.render_special, &dt))) goto done;
-    for (int32_t i = 0; i < n_prompt; i++) rf_sampler_accept(smp, prompt[i]);
-    int32_t max_gen = gp.max_tokens < 0 ? n_ctx : gp.max_tokens;
-    gen = malloc(((size_t)max_gen + 1) * sizeof(int32_t));
-    if (!gen) {
-        st = rf_set_error(RF_ERR_OOM, "generate: out of memory");
-        goto done;
+    rf_req q;
+    memset(&q, 0, sizeof q);
+    q.sp = gp.sampling;
+    q.max_tokens = gp.max_tokens < 0 ? -1 : gp.max_tokens;
+    q.n = 1;
+    q.logprobs = -1;
+    q.ignore_eos = gp.ignore_eos;
+    q.render_special = gp.render_special;
+    q.ext_cancel = gp.cancel;
+    gen_ctx g = {cb, user};
+    q.cb = on_event;
+    q.user = &g;
+    for (size_t i = 0; i < gp.n_stop; i++) {
+        if (!gp.stop[i]) continue;
+        q.stops[q.n_stop] = (char *)gp.stop[i]; /* copied by the text output; never freed here */
+        q.stop_len[q.n_stop++] = strlen(gp.stop[i]);
     }
-
-    double t0 = now_ms();
-    st = rf_session_eval(s, prompt + common, n_prompt - common, false);
-    if (st) goto done;
+    if ((st = rf_sampler_new(&q.sp, nv, &s->smp))) return st;
+    if ((st = rf_textout_init(&s->out, e->m->vocab, q.render_special, q.stops, q.stop_len, q.n_stop))) {
+        rf_sampler_free(s->smp);
+        s->smp = NULL;
+        return st;
+    }
+    for (int32_t i = 0; i < n_prompt; i++) rf_sampler_accept(s->smp, prompt[i]);
+    s->req = &q;
+    s->gen = true;
+    s->n_prompt = n_prompt;
+    s->n_gen = 0;
+    s->n_cached = common;
+    s->finish = RF_FINISH_NONE;
+    s->order = e->next_order++;
+    s->t_start = rf_now_ms();
+    s->t_first = 0;
+    if (!rf_engine_queue_running(e, s)) st = rf_set_error(RF_ERR_OOM, "generate: out of memory");
+    while (!st && s->state == RF_SEQ_RUNNING) st = rf_sched_step(e, NULL);
+    double t_end = rf_now_ms();
+    if (st && s->state == RF_SEQ_RUNNING) { /* the step failed: take the sequence out of the batch */
+        for (int32_t i = 0; i < e->n_running; i++)
+            if (e->running[i] == s) {
+                memmove(e->running + i, e->running + i + 1, (size_t)(e->n_running - i - 1) * sizeof *e->running);
+                e->n_running--;
+                break;
+            }
+        s->state = RF_SEQ_IDLE;
+    }
     st0.n_prompt = n_prompt - common;
     st0.n_reused = common;
-    st0.prompt_ms = now_ms() - t0;
-    t0 = now_ms();
-    const float *logits = rf_session_logits(s, n_prompt - common - 1);
-    char piece[512];
-    for (;;) {
-        if (st0.n_gen >= max_gen) {
-            st0.finish = RF_FINISH_LENGTH;
-            break;
-        }
-        if (gp.cancel && *gp.cancel) {
-            st0.finish = RF_FINISH_CANCELLED;
-            break;
-        }
-        int32_t id = rf_sampler_sample(smp, logits);
-        if (id < 0) {
-            st = rf_set_error(RF_ERR_INTERNAL, "generate: every logit is NaN");
-            goto done;
-        }
-        gen[st0.n_gen++] = id;
-        rf_sampler_accept(smp, id);
-        if (!gp.ignore_eos && rf_vocab_is_eog(vocab, id)) {
-            st0.finish = RF_FINISH_EOS;
-            break;
-        }
-        size_t np = 0;
-        if ((st = rf_detok_push(dt, id, piece, sizeof piece, &np))) goto done;
-        if ((st = pend_add(&pend, piece, np < sizeof piece ? np : sizeof piece))) goto done;
-        bool hit = false;
-        if (!pend_flush(&pend, &gp, false, cb, user, &hit)) {
-            st0.finish = RF_FINISH_CANCELLED;
-            break;
-        }
-        if (hit) {
-            st0.finish = RF_FINISH_STOP;
-            break;
-        }
-        if (rf_session_n_past(s) >= n_ctx) {
-            st0.finish = RF_FINISH_CONTEXT;
-            break;
-        }
-        if (st0.n_gen >= max_gen) {
-            st0.finish = RF_FINISH_LENGTH;
-            break;
-        }
-        if ((st = rf_session_eval(s, &id, 1, false))) goto done;
-        logits = rf_session_logits(s, 0);
-    }
-    if (st0.finish != RF_FINISH_STOP && st0.finish != RF_FINISH_CANCELLED) {
-        size_t np = 0;
-        if (rf_detok_flush(dt, piece, sizeof piece, &np) == RF_OK && np)
-            pend_add(&pend, piece, np < sizeof piece ? np : sizeof piece);
-        bool hit;
-        pend_flush(&pend, &gp, true, cb, user, &hit);
-        if (hit) st0.finish = RF_FINISH_STOP;
-    }
-    st0.gen_ms = now_ms() - t0;
-done:
-    rf_sampler_free(smp);
-    rf_detok_free(dt);
-    free(pend.buf);
-    if (st == RF_OK && stats) {
-        st0.tokens = gen;
-        gen = NULL;
+    st0.n_gen = s->n_gen;
+    st0.finish = s->finish;
+    double t_first = s->t_first ? s->t_first : t_end;
+    st0.prompt_ms = t_first - s->t_start;
+    st0.gen_ms = t_end - t_first;
+    if (!st && stats) {
+        st0.tokens = malloc(((size_t)s->n_gen + 1) * sizeof(int32_t));
+        if (st0.tokens) memcpy(st0.tokens, s->tokens + n_prompt, (size_t)s->n_gen * sizeof(int32_t));
         *stats = st0;
     }
-    free(gen);
+    rf_sampler_free(s->smp);
+    s->smp = NULL;
+    rf_textout_free(&s->out);
+    s->req = NULL;
+    s->gen = false;
     return st;
 }

@@ -7,16 +7,34 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "rocmforge/quant.h"
 
-rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_ctx, int32_t n_batch, rf_type kv_type) {
+rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out) {
+    int64_t kvdim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    size_t row;
+    if (kv_type == RF_TYPE_F32) row = (size_t)kvdim * 4;
+    else if (kv_type == RF_TYPE_F16) row = (size_t)kvdim * 2;
+    else if (kv_type == RF_TYPE_Q8_0) {
+        rf_status st = rf_row_size(kv_type, kvdim, &row);
+        if (st) return st;
+    } else
+        return rf_set_error(RF_ERR_INVALID_ARG, "KV cache type %s is not supported (f32, f16, q8_0)", rf_type_name(kv_type));
+    *out = (uint64_t)row * 2 * (uint64_t)m->hp.n_layer;
+    return RF_OK;
+}
+
+rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_size, int32_t n_batch,
+                      rf_type kv_type) {
     memset(f, 0, sizeof *f);
     const rf_hparams *hp = &m->hp;
     rf_backend *be = m->be;
     const rf_backend_ops *op = be->ops;
-    f->n_ctx = n_ctx;
+    f->n_blocks = n_blocks;
+    f->block_size = block_size;
     f->n_batch = n_batch;
     f->kv_type = kv_type;
     int64_t Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t rows = (int64_t)n_blocks * block_size;
     rf_status st;
     f->kc = calloc((size_t)hp->n_layer, sizeof(rf_tensor));
     f->vc = calloc((size_t)hp->n_layer, sizeof(rf_tensor));
@@ -25,10 +43,10 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_ctx, int32_t n_batch, rf
         return rf_set_error(RF_ERR_OOM, "KV cache: out of memory");
     }
     for (int il = 0; il < hp->n_layer; il++) {
-        if ((st = op->alloc(be, kv_type, KV, n_ctx, &f->kc[il])) ||
-            (st = op->alloc(be, kv_type, KV, n_ctx, &f->vc[il]))) {
+        if ((st = op->alloc(be, kv_type, KV, rows, &f->kc[il])) ||
+            (st = op->alloc(be, kv_type, KV, rows, &f->vc[il]))) {
             rf_fwd_free(m, f);
-            return rf_set_error(st, "KV cache for %d tokens: %s", n_ctx, rf_last_error());
+            return rf_set_error(st, "KV pool of %d blocks of %d positions: %s", n_blocks, block_size, rf_last_error());
         }
     }
     int64_t B = n_batch;
@@ -67,21 +85,32 @@ void rf_fwd_free(rf_model *m, rf_fwd *f) {
         if (st_) return st_;          \
     } while (0)
 
-rf_status rf_forward(rf_model *m, rf_fwd *f, const int32_t *ids, int32_t n, int32_t pos0,
-                     int32_t out0, float *logits_out) {
+rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src) {
+    rf_backend *be = m->be;
+    int64_t B = f->block_size;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        TRY(be->ops->copy_rows(be, &f->kc[il], dst * B, src * B, B));
+        TRY(be->ops->copy_rows(be, &f->vc[il], dst * B, src * B, B));
+    }
+    return RF_OK;
+}
+
+rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
     const rf_hparams *hp = &m->hp;
     rf_backend *be = m->be;
     const rf_backend_ops *op = be->ops;
-    if (n <= 0 || n > f->n_batch || out0 < 0 || out0 > n)
-        return rf_set_error(RF_ERR_INVALID_ARG, "forward: %d tokens (batch %d), first output %d", n, f->n_batch, out0);
-    if (pos0 < 0 || (int64_t)pos0 + n > f->n_ctx)
-        return rf_set_error(RF_ERR_RANGE, "forward: positions %d..%d exceed the context of %d", pos0, pos0 + n - 1, f->n_ctx);
+    const int64_t n = b->n_tokens;
+    if (n <= 0 || n > f->n_batch || b->n_out < 0 || b->n_out > n)
+        return rf_set_error(RF_ERR_INVALID_ARG, "forward: %lld tokens (batch %d), %d outputs", (long long)n,
+                            f->n_batch, b->n_out);
     const int64_t E = hp->n_embd, D = hp->head_dim, H = hp->n_head, HKV = hp->n_head_kv, F = hp->n_ff;
     const int64_t Q = H * D, KV = HKV * D;
     const rf_tensor *rope_ff = rf_has(&m->rope_freqs) ? &m->rope_freqs : NULL;
+    b->block_size = f->block_size;
+    if (op->batch_upload) TRY(op->batch_upload(be, b));
 
     /* embeddings (gemma: scaled by sqrt(n_embd)) */
-    TRY(op->get_rows(be, &f->x, &m->tok_embd, ids, n));
+    TRY(op->get_rows(be, &f->x, &m->tok_embd, b));
     if (hp->embed_scale != 1.0f) TRY(op->scale(be, &f->x, hp->embed_scale, n * E));
 
     for (int il = 0; il < hp->n_layer; il++) {
@@ -97,12 +126,12 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, const int32_t *ids, int32_t n, int3
         if (rf_has(&L->bv)) TRY(op->add_bias(be, &f->v, &L->bv, n, KV));
         if (rf_has(&L->q_norm)) TRY(op->rmsnorm(be, &f->q, &f->q, &L->q_norm, n * H, D, hp->norm_eps)); /* gemma3 */
         if (rf_has(&L->k_norm)) TRY(op->rmsnorm(be, &f->k, &f->k, &L->k_norm, n * HKV, D, hp->norm_eps));
-        TRY(op->rope(be, &f->q, n, H, D, hp->n_rot, pos0, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
-        TRY(op->rope(be, &f->k, n, HKV, D, hp->n_rot, pos0, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
-        TRY(op->store_rows(be, &f->kc[il], pos0, &f->k, n));
-        TRY(op->store_rows(be, &f->vc[il], pos0, &f->v, n));
-        TRY(op->attention(be, &f->att, &f->q, &f->kc[il], &f->vc[il], n, (int64_t)pos0 + n, H, HKV, D,
-                          hp->attn_scale, pos0, L->is_swa ? hp->n_swa : 0, 0.0f));
+        TRY(op->rope(be, &f->q, b, H, D, hp->n_rot, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
+        TRY(op->rope(be, &f->k, b, HKV, D, hp->n_rot, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
+        TRY(op->kv_store(be, &f->kc[il], &f->k, b));
+        TRY(op->kv_store(be, &f->vc[il], &f->v, b));
+        TRY(op->attention(be, &f->att, &f->q, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->attn_scale,
+                          L->is_swa ? hp->n_swa : 0, 0.0f));
         TRY(op->matmul(be, &f->o, &L->wo, &f->att, n));
         if (rf_has(&L->bo)) TRY(op->add_bias(be, &f->o, &L->bo, n, E));
         if (rf_has(&L->attn_post_norm)) TRY(op->rmsnorm(be, &f->o, &f->o, &L->attn_post_norm, n, E, hp->norm_eps));
@@ -118,14 +147,14 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, const int32_t *ids, int32_t n, int3
         TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
     }
 
-    /* ---- output: final norm and LM head over the rows asked for ---- */
-    int32_t n_out = n - out0;
+    /* ---- output: the wanted rows, gathered, then final norm and LM head ---- */
+    int32_t n_out = b->n_out;
     if (n_out == 0) return RF_OK;
-    rf_tensor xs = rf_tensor_rows(&f->x, out0, n_out), hs = rf_tensor_rows(&f->h, out0, n_out);
-    TRY(op->rmsnorm(be, &hs, &xs, &m->output_norm, n_out, E, hp->norm_eps));
+    TRY(op->gather_rows(be, &f->o, &f->x, b, E));
+    TRY(op->rmsnorm(be, &f->h, &f->o, &m->output_norm, n_out, E, hp->norm_eps));
     for (int32_t r = 0; r < n_out; r += RF_LOGIT_ROWS) {
         int32_t cnt = n_out - r < RF_LOGIT_ROWS ? n_out - r : RF_LOGIT_ROWS;
-        rf_tensor hr = rf_tensor_rows(&hs, r, cnt);
+        rf_tensor hr = rf_tensor_rows(&f->h, r, cnt);
         TRY(op->matmul(be, &f->logits, &m->output, &hr, cnt));
         if (hp->final_softcap > 0) TRY(op->softcap(be, &f->logits, hp->final_softcap, (int64_t)cnt * hp->n_vocab));
         TRY(op->read_rows(be, &f->logits, 0, cnt, logits_out + (size_t)r * hp->n_vocab));

@@ -58,26 +58,32 @@ struct rf_model {
 /* True when a tensor slot was bound (optional tensors stay zeroed). */
 static inline bool rf_has(const rf_tensor *t) { return t->data != NULL; }
 
-/* The forward's per-session state: KV cache per layer and activation buffers sized for
- * n_batch tokens. */
+/* The forward's state: the paged KV pool per layer and activation buffers sized for n_batch
+ * tokens per step. Which blocks hold what is the engine's business (engine/kv_pool.h). */
 typedef struct rf_fwd {
-    int32_t n_ctx, n_batch;
+    int32_t n_batch;                     /* tokens per step at most */
+    int32_t n_blocks, block_size;        /* KV pool: n_blocks * block_size rows per layer */
     rf_type kv_type;
-    rf_tensor *kc, *vc;                  /* [n_layer] caches [n_ctx, n_head_kv*head_dim] */
+    rf_tensor *kc, *vc;                  /* [n_layer] pools [n_blocks*block_size, n_head_kv*head_dim] */
     rf_tensor x, h, q, k, v, att, o, g, u; /* activations [n_batch, ...] */
     rf_tensor logits;                    /* [RF_LOGIT_ROWS, n_vocab] */
 } rf_fwd;
 
 #define RF_LOGIT_ROWS 32
 
-rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_ctx, int32_t n_batch, rf_type kv_type);
+/* Bytes of K and V per position over all layers for a KV type (f32, f16, q8_0). */
+rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out);
+rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_size, int32_t n_batch,
+                      rf_type kv_type);
 void rf_fwd_free(rf_model *m, rf_fwd *f);
 
-/* Runs n (<= n_batch) tokens at positions pos0.. through the model, writing their K/V into the
- * cache. Logits of positions [out0, n) go to host memory logits_out [(n - out0), n_vocab]
- * (out0 = n - 1 for the last position only). */
-rf_status rf_forward(rf_model *m, rf_fwd *f, const int32_t *ids, int32_t n, int32_t pos0,
-                     int32_t out0, float *logits_out);
+/* Runs one step's batch (backend.h: rf_batch; b->n_tokens <= n_batch) through the model,
+ * storing every token's K/V at its slot, and writes the logits of the rows b->out_rows to host
+ * memory logits_out [b->n_out, n_vocab]. Positions, slots and block tables are trusted (the
+ * engine built them); token ids are checked (RF_ERR_RANGE). */
+rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out);
+/* Copies block src's K/V rows to block dst in every layer (copy-on-write). */
+rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src);
 
 /* Library-internal session accessors (session.c) for the generation loop. */
 const rf_vocab *rf_session_vocab(const rf_session *s);

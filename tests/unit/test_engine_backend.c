@@ -1,9 +1,10 @@
 /* test_engine_backend.c — the CPU backend's ops against the scalar references of ref_ops.h on
  * fresh random inputs (seed printed), outputs poisoned first: matmul (f32/f16/q8_0/q4_1/q4_K/
  * q6_K weights; tolerance rel. L2 < 1e-2 for quantized activations, 1e-5 for f32), rmsnorm,
- * rope (normal and neox, with freq factors), attention (f32 cache, GQA, causal, sliding
- * window, several query positions), glu (swiglu exact, geglu through ggml's f16 table < 2e-3),
- * get_rows and store_rows. Thread counts 1 and 3. */
+ * rope (normal and neox, with freq factors), paged attention (f32/f16/q8_0 pools, GQA, causal,
+ * sliding window, shuffled block tables, several sequences in one batch, batch invariance),
+ * glu (swiglu exact, geglu through ggml's f16 table < 2e-3), get_rows, kv_store, copy_rows and
+ * gather_rows. Thread counts 1 and 3. */
 #include "test_util.h"
 
 #include <math.h>
@@ -92,7 +93,10 @@ static void test_norm_rope_glu(void **state) {
             int32_t pos[5] = {11, 12, 13, 14, 15};
             rf_ref_rope(r, nt, nh, hd, n_rot, nh * hd, hd, pos, 10000.0f, 0.5f, use_ff ? ff : NULL, mode);
             rf_tensor qt = host_f32(q, nh * hd, nt), fft = host_f32(ff, 16, 1);
-            assert_int_equal(be->ops->rope(be, &qt, nt, nh, hd, n_rot, 11, 10000.0f, 0.5f, use_ff ? &fft : NULL, mode), RF_OK);
+            rf_batch bt = {0};
+            bt.n_tokens = (int32_t)nt;
+            bt.pos = pos;
+            assert_int_equal(be->ops->rope(be, &qt, &bt, nh, hd, n_rot, 10000.0f, 0.5f, use_ff ? &fft : NULL, mode), RF_OK);
             check(mode ? "rope neox" : "rope normal", q, r, (size_t)(nt * nh * hd), 1e-5);
             free(q), free(r);
         }
@@ -114,41 +118,132 @@ static void test_norm_rope_glu(void **state) {
     be->ops->destroy(be);
 }
 
-static void test_attention(void **state) {
+/* Paged attention: S sequences of different lengths whose blocks are scattered over the pool
+ * in a shuffled order; one batch holds a prompt chunk of one sequence and single tokens of the
+ * others. Checked against rf_ref_paged_attention (f32 cache 1e-5; f16 5e-3 and q8_0 2e-2, the
+ * caches' rounding), and every token's output computed alone must be bit-identical to its
+ * output inside the batch (batch invariance). */
+static void test_paged_attention(void **state) {
     (void)state;
+    const int64_t H = 6, HKV = 2, D = 64, KVD = HKV * D;
     for (int th = 1; th <= 3; th += 2) {
         rf_backend *be;
         assert_int_equal(rf_backend_cpu_new(th, &be), RF_OK);
-        int64_t H = 6, HKV = 2, D = 64, n_ctx = 40, pos0 = 17, nq = 9, nkv = pos0 + nq;
-        for (int64_t window = 0; window <= 8; window += 8) {
-            float *q = rnd((size_t)(nq * H * D), 1.0f), *k = rnd((size_t)(nkv * HKV * D), 1.0f),
-                  *v = rnd((size_t)(nkv * HKV * D), 1.0f);
-            float *want = malloc((size_t)(nq * H * D) * 4), *got = malloc((size_t)(nq * H * D) * 4);
-            rf_ref_attention(want, q, k, v, nq, nkv, H, HKV, D, 0.125f, true, pos0, window, 0.0f);
-            rf_tensor kc, vc;
-            assert_int_equal(be->ops->alloc(be, RF_TYPE_F32, HKV * D, n_ctx, &kc), RF_OK);
-            assert_int_equal(be->ops->alloc(be, RF_TYPE_F32, HKV * D, n_ctx, &vc), RF_OK);
-            rf_tensor ks = host_f32(k, HKV * D, nkv), vs = host_f32(v, HKV * D, nkv);
-            assert_int_equal(be->ops->store_rows(be, &kc, 0, &ks, nkv), RF_OK);
-            assert_int_equal(be->ops->store_rows(be, &vc, 0, &vs, nkv), RF_OK);
-            rf_tensor qt = host_f32(q, H * D, nq), ot = host_f32(got, H * D, nq);
-            rf_poison_f32(got, (size_t)(nq * H * D));
-            assert_int_equal(be->ops->attention(be, &ot, &qt, &kc, &vc, nq, nkv, H, HKV, D, 0.125f, pos0, window, 0.0f), RF_OK);
-            check(window ? "attention f32, window 8" : "attention f32, causal", got, want, (size_t)(nq * H * D), 1e-5);
-            /* the f16 cache stays within f16 rounding */
-            rf_tensor kc16, vc16;
-            assert_int_equal(be->ops->alloc(be, RF_TYPE_F16, HKV * D, n_ctx, &kc16), RF_OK);
-            assert_int_equal(be->ops->alloc(be, RF_TYPE_F16, HKV * D, n_ctx, &vc16), RF_OK);
-            assert_int_equal(be->ops->store_rows(be, &kc16, 0, &ks, nkv), RF_OK);
-            assert_int_equal(be->ops->store_rows(be, &vc16, 0, &vs, nkv), RF_OK);
-            rf_poison_f32(got, (size_t)(nq * H * D));
-            assert_int_equal(be->ops->attention(be, &ot, &qt, &kc16, &vc16, nq, nkv, H, HKV, D, 0.125f, pos0, window, 0.0f), RF_OK);
-            check("attention f16 cache", got, want, (size_t)(nq * H * D), 5e-3);
-            be->ops->free(be, &kc), be->ops->free(be, &vc), be->ops->free(be, &kc16), be->ops->free(be, &vc16);
-            free(q), free(k), free(v), free(want), free(got);
+        for (int32_t bs = 4; bs <= 16; bs *= 4) {
+            for (int64_t window = 0; window <= 8; window += 8) {
+                enum { S = 4 };
+                int32_t len[S] = {37, 5, 20, 1}; /* positions held after the step */
+                int32_t newt[S] = {9, 1, 1, 1};  /* tokens of each sequence in the step */
+                int32_t maxb = (37 + bs - 1) / bs, nblk = S * maxb + 3;
+                int32_t *table = calloc((size_t)(S * maxb), sizeof(int32_t));
+                int32_t *perm = malloc((size_t)nblk * sizeof(int32_t));
+                for (int32_t i = 0; i < nblk; i++) perm[i] = i;
+                for (int32_t i = nblk - 1; i > 0; i--) { /* shuffled physical blocks */
+                    int32_t j = (int32_t)(rf_rng_u64(&g_rng) % (uint64_t)(i + 1)), t = perm[i];
+                    perm[i] = perm[j];
+                    perm[j] = t;
+                }
+                for (int32_t i = 0, u = 0; i < S; i++)
+                    for (int32_t k = 0; k < (len[i] + bs - 1) / bs; k++) table[i * maxb + k] = perm[u++];
+                int64_t rows = (int64_t)nblk * bs;
+                float *kp = rnd((size_t)(rows * KVD), 1.0f), *vp = rnd((size_t)(rows * KVD), 1.0f);
+                int32_t pos[16], seq[16], slot[16], nt = 0;
+                for (int32_t i = 0; i < S; i++)
+                    for (int32_t t = len[i] - newt[i]; t < len[i]; t++) {
+                        pos[nt] = t;
+                        seq[nt] = i;
+                        slot[nt] = table[i * maxb + t / bs] * bs + t % bs;
+                        nt++;
+                    }
+                float *q = rnd((size_t)(nt * H * D), 1.0f), *want = malloc((size_t)(nt * H * D) * 4),
+                      *got = malloc((size_t)(nt * H * D) * 4), *one = malloc((size_t)(H * D) * 4);
+                assert_int_equal(rf_ref_paged_attention(want, q, kp, vp, nt, pos, seq, table, maxb, bs, H, HKV, D,
+                                                        0.125f, window, 0.0f), RF_OK);
+                rf_batch b = {0};
+                b.n_tokens = nt;
+                b.pos = pos;
+                b.seq = seq;
+                b.slot = slot;
+                b.n_seqs = S;
+                b.max_blocks = maxb;
+                b.block_size = bs;
+                b.block_table = table;
+                const rf_type kts[3] = {RF_TYPE_F32, RF_TYPE_F16, RF_TYPE_Q8_0};
+                const double tol[3] = {1e-5, 5e-3, 2e-2};
+                for (int ki = 0; ki < 3; ki++) {
+                    rf_tensor kc, vc, src;
+                    assert_int_equal(be->ops->alloc(be, kts[ki], KVD, rows, &kc), RF_OK);
+                    assert_int_equal(be->ops->alloc(be, kts[ki], KVD, rows, &vc), RF_OK);
+                    /* fill the whole pool row by row through kv_store (one-token batches) */
+                    for (int64_t r = 0; r < rows; r++) {
+                        int32_t sl = (int32_t)r;
+                        rf_batch one_b = {0};
+                        one_b.n_tokens = 1;
+                        one_b.slot = &sl;
+                        src = host_f32(kp + r * KVD, KVD, 1);
+                        assert_int_equal(be->ops->kv_store(be, &kc, &src, &one_b), RF_OK);
+                        src = host_f32(vp + r * KVD, KVD, 1);
+                        assert_int_equal(be->ops->kv_store(be, &vc, &src, &one_b), RF_OK);
+                    }
+                    rf_tensor qt = host_f32(q, H * D, nt), ot = host_f32(got, H * D, nt);
+                    rf_poison_f32(got, (size_t)(nt * H * D));
+                    assert_int_equal(be->ops->attention(be, &ot, &qt, &kc, &vc, &b, H, HKV, D, 0.125f, window, 0.0f), RF_OK);
+                    char name[96];
+                    snprintf(name, sizeof name, "paged attention %s bs %d win %d t=%d", rf_type_name(kts[ki]), bs,
+                             (int)window, th);
+                    check(name, got, want, (size_t)(nt * H * D), tol[ki]);
+                    for (int32_t t = 0; t < nt; t++) { /* the same token alone in a batch */
+                        rf_batch b1 = b;
+                        b1.n_tokens = 1;
+                        b1.pos = &pos[t];
+                        b1.seq = &seq[t];
+                        b1.slot = &slot[t];
+                        rf_tensor q1 = host_f32(q + (size_t)t * H * D, H * D, 1), o1 = host_f32(one, H * D, 1);
+                        assert_int_equal(be->ops->attention(be, &o1, &q1, &kc, &vc, &b1, H, HKV, D, 0.125f, window, 0.0f), RF_OK);
+                        if (memcmp(one, got + (size_t)t * H * D, (size_t)(H * D) * 4))
+                            fail_msg("%s: token %d alone differs from the batch", name, t);
+                    }
+                    be->ops->free(be, &kc);
+                    be->ops->free(be, &vc);
+                }
+                free(table), free(perm), free(kp), free(vp), free(q), free(want), free(got), free(one);
+            }
         }
         be->ops->destroy(be);
     }
+}
+
+/* kv_store to slots, copy_rows (copy-on-write of a block) and gather_rows. */
+static void test_kv_rows(void **state) {
+    (void)state;
+    rf_backend *be;
+    assert_int_equal(rf_backend_cpu_new(2, &be), RF_OK);
+    int64_t n = 64, rows = 12;
+    rf_tensor c;
+    assert_int_equal(be->ops->alloc(be, RF_TYPE_F32, n, rows, &c), RF_OK);
+    float *x = rnd((size_t)(3 * n), 1.0f), out[3 * 64];
+    int32_t slots[3] = {7, 2, 11}, outr[2] = {0, 2};
+    rf_batch b = {0};
+    b.n_tokens = 3;
+    b.slot = slots;
+    b.n_out = 2;
+    b.out_rows = outr;
+    rf_tensor xt = host_f32(x, n, 3);
+    assert_int_equal(be->ops->kv_store(be, &c, &xt, &b), RF_OK);
+    for (int i = 0; i < 3; i++) assert_memory_equal((float *)c.data + slots[i] * n, x + i * n, (size_t)n * 4);
+    assert_int_equal(be->ops->copy_rows(be, &c, 0, 7, 4), RF_OK); /* rows 7..10 -> 0..3 */
+    assert_memory_equal(c.data, (float *)c.data + 7 * n, (size_t)(4 * n) * 4);
+    assert_int_equal(be->ops->copy_rows(be, &c, 2, 4, 4), RF_ERR_RANGE); /* overlap */
+    assert_int_equal(be->ops->copy_rows(be, &c, 10, 0, 4), RF_ERR_RANGE); /* past the end */
+    rf_tensor ot = host_f32(out, n, 2);
+    assert_int_equal(be->ops->gather_rows(be, &ot, &xt, &b, n), RF_OK);
+    assert_memory_equal(out, x, (size_t)n * 4);
+    assert_memory_equal(out + n, x + 2 * n, (size_t)n * 4);
+    slots[1] = 12;
+    assert_int_equal(be->ops->kv_store(be, &c, &xt, &b), RF_ERR_RANGE);
+    be->ops->free(be, &c);
+    free(x);
+    be->ops->destroy(be);
 }
 
 static void test_get_rows(void **state) {
@@ -167,10 +262,15 @@ static void test_get_rows(void **state) {
     rf_tensor w, yt = host_f32(got, n, 3);
     be->ops->weight(be, RF_TYPE_Q8_0, n, rows, wq, &w);
     rf_poison_f32(got, 3 * 64);
-    assert_int_equal(be->ops->get_rows(be, &yt, &w, ids, 3), RF_OK);
+    rf_batch b = {0};
+    b.n_tokens = 3;
+    b.ids = ids;
+    assert_int_equal(be->ops->get_rows(be, &yt, &w, &b), RF_OK);
     check("get_rows q8_0", got, want, 3 * 64, 1e-6);
     int32_t bad = 10;
-    assert_int_equal(be->ops->get_rows(be, &yt, &w, &bad, 1), RF_ERR_RANGE);
+    b.n_tokens = 1;
+    b.ids = &bad;
+    assert_int_equal(be->ops->get_rows(be, &yt, &w, &b), RF_ERR_RANGE);
     free(wf), free(wq);
     be->ops->destroy(be);
 }
@@ -178,7 +278,7 @@ static void test_get_rows(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul), cmocka_unit_test(test_norm_rope_glu),
-        cmocka_unit_test(test_attention), cmocka_unit_test(test_get_rows),
+        cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_kv_rows), cmocka_unit_test(test_get_rows),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -267,15 +267,23 @@ static rf_status cpu_read_rows(rf_backend *be, const rf_tensor *t, int64_t r0, i
 
 /* ---- elementwise and row ops ------------------------------------------------------------ */
 
-static rf_status cpu_get_rows(rf_backend *be, rf_tensor *y, const rf_tensor *w, const int32_t *ids,
-                              int64_t n_ids) {
-    for (int64_t t = 0; t < n_ids; t++)
+static rf_status cpu_get_rows(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_batch *b) {
+    const int32_t *ids = b->ids;
+    for (int64_t t = 0; t < b->n_tokens; t++)
         if (ids[t] < 0 || ids[t] >= w->ne[1])
             return rf_set_error(RF_ERR_RANGE, "token id %d outside the vocabulary [0, %lld)",
                                 ids[t], (long long)w->ne[1]);
-    for (int64_t t = 0; t < n_ids; t++)
+    for (int64_t t = 0; t < b->n_tokens; t++)
         rf_cpu_row_to_f32(w->type, (const char *)w->data + (size_t)ids[t] * w->nb1,
                           (float *)y->data + t * w->ne[0], w->ne[0]);
+    return RF_OK;
+}
+
+static rf_status cpu_gather_rows(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_batch *b,
+                                 int64_t n) {
+    for (int64_t i = 0; i < b->n_out; i++)
+        memcpy((float *)y->data + i * n, (const float *)x->data + (int64_t)b->out_rows[i] * n,
+               (size_t)n * sizeof(float));
     return RF_OK;
 }
 
@@ -306,17 +314,17 @@ static rf_status cpu_rmsnorm(rf_backend *be, rf_tensor *y, const rf_tensor *x, c
     return RF_OK;
 }
 
-static rf_status cpu_rope(rf_backend *be, rf_tensor *x, int64_t n_tokens, int64_t n_heads,
-                          int64_t head_dim, int64_t n_rot, int64_t pos0, float freq_base,
-                          float freq_scale, const rf_tensor *freq_factors, int mode) {
+static rf_status cpu_rope(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t n_heads,
+                          int64_t head_dim, int64_t n_rot, float freq_base, float freq_scale,
+                          const rf_tensor *freq_factors, int mode) {
     const float *ff = freq_factors ? freq_factors->data : NULL;
     float *xd = x->data;
     int64_t half = n_rot / 2;
     /* theta_i computed as ggml does: theta = p * scale, multiplied by base^(-2/n_rot) per pair. */
     float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     float cs[1024], sn[1024]; /* head_dim <= 2048 checked at load */
-    for (int64_t t = 0; t < n_tokens; t++) {
-        float theta = (float)(pos0 + t);
+    for (int64_t t = 0; t < b->n_tokens; t++) {
+        float theta = (float)b->pos[t];
         for (int64_t i = 0; i < half; i++) {
             float th = theta * freq_scale / (ff ? ff[i] : 1.0f);
             cs[i] = cosf(th);
@@ -327,24 +335,24 @@ static rf_status cpu_rope(rf_backend *be, rf_tensor *x, int64_t n_tokens, int64_
             float *v = xd + (t * n_heads + h) * head_dim;
             for (int64_t i = 0; i < half; i++) {
                 int64_t i0 = mode == 2 ? i : 2 * i, i1 = mode == 2 ? i + half : 2 * i + 1;
-                float a = v[i0], b = v[i1];
-                v[i0] = a * cs[i] - b * sn[i];
-                v[i1] = a * sn[i] + b * cs[i];
+                float a = v[i0], c = v[i1];
+                v[i0] = a * cs[i] - c * sn[i];
+                v[i1] = a * sn[i] + c * cs[i];
             }
         }
     }
     return RF_OK;
 }
 
-static rf_status cpu_store_rows(rf_backend *be, rf_tensor *cache, int64_t row0, const rf_tensor *src,
-                                int64_t n) {
+static rf_status cpu_kv_store(rf_backend *be, rf_tensor *cache, const rf_tensor *src, const rf_batch *b) {
     int64_t ne = cache->ne[0];
-    if (row0 < 0 || row0 + n > cache->ne[1])
-        return rf_set_error(RF_ERR_RANGE, "KV rows %lld..%lld outside the cache of %lld",
-                            (long long)row0, (long long)(row0 + n), (long long)cache->ne[1]);
-    for (int64_t r = 0; r < n; r++) {
+    for (int64_t r = 0; r < b->n_tokens; r++)
+        if (b->slot[r] < 0 || b->slot[r] >= cache->ne[1])
+            return rf_set_error(RF_ERR_RANGE, "KV slot %d outside the pool of %lld rows", b->slot[r],
+                                (long long)cache->ne[1]);
+    for (int64_t r = 0; r < b->n_tokens; r++) {
         const float *s = (const float *)src->data + r * ne;
-        char *d = (char *)cache->data + (size_t)(row0 + r) * cache->nb1;
+        char *d = (char *)cache->data + (size_t)b->slot[r] * cache->nb1;
         switch (cache->type) {
         case RF_TYPE_F32: memcpy(d, s, (size_t)ne * 4); break;
         case RF_TYPE_F16: rf_cpu_f32_to_f16(s, (uint16_t *)d, ne); break;
@@ -355,82 +363,100 @@ static rf_status cpu_store_rows(rf_backend *be, rf_tensor *cache, int64_t row0, 
     return RF_OK;
 }
 
+static rf_status cpu_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n) {
+    if (n < 0 || dst0 < 0 || src0 < 0 || dst0 + n > t->ne[1] || src0 + n > t->ne[1] ||
+        (dst0 < src0 + n && src0 < dst0 + n))
+        return rf_set_error(RF_ERR_RANGE, "copy_rows %lld -> %lld (%lld rows) in a tensor of %lld rows",
+                            (long long)src0, (long long)dst0, (long long)n, (long long)t->ne[1]);
+    memcpy((char *)t->data + (size_t)dst0 * t->nb1, (const char *)t->data + (size_t)src0 * t->nb1,
+           (size_t)n * t->nb1);
+    return RF_OK;
+}
+
 #define RF_ATTN_MAX_HD 2048
 
-/* Attention: one task per (query, head). Each thread owns a scratch slice of n_kv scores plus
- * head_dim floats for a converted K/V row. */
+/* Paged attention: one task per (token, head), so a token's result never depends on which
+ * other tokens share the step (batch-invariant bit for bit). Each thread owns a scratch slice
+ * of max_kv scores plus head_dim floats for a converted K/V row and the rounded query. */
 typedef struct attn_job {
     float *out;
     const float *q;
     const rf_tensor *k, *v;
-    int64_t n_q, n_kv, n_head, n_head_kv, head_dim, pos0, window;
+    const rf_batch *b;
+    int64_t n_head, n_head_kv, head_dim, window;
     float scale, softcap;
     float *scratch;
     int64_t per_thread;
 } attn_job;
 
+/* Pointer to K/V head hk of position p of batch sequence s (row through the block table). */
+static inline const char *kv_row(const rf_tensor *c, const rf_batch *b, int32_t s, int64_t p, int64_t hk,
+                                 int64_t hd) {
+    int64_t blk = b->block_table[(int64_t)s * b->max_blocks + p / b->block_size];
+    const char *r = (const char *)c->data + (size_t)(blk * b->block_size + p % b->block_size) * c->nb1;
+    switch (c->type) {
+    case RF_TYPE_F32: return r + (size_t)hk * hd * 4;
+    case RF_TYPE_F16: return r + (size_t)hk * hd * 2;
+    default: return r + (size_t)hk * hd / 32 * 34; /* q8_0 */
+    }
+}
+
 static void attn_worker(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
+    const rf_batch *b = j->b;
     int64_t lo, hi;
-    rf_pool_range(j->n_q * j->n_head, ith, nth, &lo, &hi);
-    float *sc = j->scratch + ith * j->per_thread;
-    float *row = sc + ((j->n_kv + 15) & ~15);
-    float *qr = row + ((j->head_dim + 15) & ~15);
+    rf_pool_range((int64_t)b->n_tokens * j->n_head, ith, nth, &lo, &hi);
     int64_t hd = j->head_dim, group = j->n_head / j->n_head_kv;
+    float *sc = j->scratch + ith * j->per_thread;
+    float *row = sc + (j->per_thread - 2 * ((hd + 15) & ~15));
+    float *qr = row + ((hd + 15) & ~15);
     bool is_f32 = j->k->type == RF_TYPE_F32;
+    /* f16 cache: llama.cpp (non-flash path) rounds q to f16 for q.k and the probabilities to f16
+     * for P.v; doing the same keeps the two within float rounding. */
+    bool h16 = j->k->type == RF_TYPE_F16;
     for (int64_t task = lo; task < hi; task++) {
-        int64_t iq = task / j->n_head, h = task % j->n_head, hk = h / group;
-        const float *q = j->q + (iq * j->n_head + h) * hd;
-        /* f16 cache: llama.cpp (non-flash path) rounds q to f16 for q.k and the probabilities
-         * to f16 for P.v; doing the same keeps the two within float rounding. */
-        bool h16 = j->k->type == RF_TYPE_F16;
+        int64_t it = task / j->n_head, h = task % j->n_head, hk = h / group;
+        int32_t s = b->seq[it];
+        const float *q = j->q + (it * j->n_head + h) * hd;
         if (h16) {
             uint16_t tmp[RF_ATTN_MAX_HD];
             rf_cpu_f32_to_f16(q, tmp, hd);
             rf_cpu_row_to_f32(RF_TYPE_F16, tmp, qr, hd);
             q = qr;
         }
-        float *o = j->out + (iq * j->n_head + h) * hd;
-        int64_t p = j->pos0 + iq;
-        int64_t kmax = p < j->n_kv - 1 ? p : j->n_kv - 1; /* causal: keys 0..p */
-        int64_t kmin = 0;
+        float *o = j->out + (it * j->n_head + h) * hd;
+        int64_t p = b->pos[it], kmin = 0;
         if (j->window > 0 && p - j->window + 1 > 0) kmin = p - j->window + 1;
         float mx = -INFINITY;
-        for (int64_t kk = kmin; kk <= kmax; kk++) {
-            const char *kr = (const char *)j->k->data + (size_t)kk * j->k->nb1;
-            const float *kv;
-            if (is_f32) {
-                kv = (const float *)kr + hk * hd;
-            } else {
-                size_t off = j->k->type == RF_TYPE_F16 ? (size_t)hk * hd * 2 : (size_t)hk * hd / 32 * 34;
-                rf_cpu_row_to_f32(j->k->type, kr + off, row, hd);
+        for (int64_t kk = kmin; kk <= p; kk++) {
+            const char *kr = kv_row(j->k, b, s, kk, hk, hd);
+            const float *kv = (const float *)kr;
+            if (!is_f32) {
+                rf_cpu_row_to_f32(j->k->type, kr, row, hd);
                 kv = row;
             }
-            float s = rf_cpu_dot_f32(q, kv, hd) * j->scale;
-            if (j->softcap > 0) s = j->softcap * tanhf(s / j->softcap);
-            sc[kk] = s;
-            if (s > mx) mx = s;
+            float sco = rf_cpu_dot_f32(q, kv, hd) * j->scale;
+            if (j->softcap > 0) sco = j->softcap * tanhf(sco / j->softcap);
+            sc[kk - kmin] = sco;
+            if (sco > mx) mx = sco;
         }
         memset(o, 0, (size_t)hd * sizeof(float));
-        if (kmax < kmin || mx == -INFINITY) continue;
+        if (mx == -INFINITY) continue;
         double sum = 0;
-        for (int64_t kk = kmin; kk <= kmax; kk++) {
+        for (int64_t kk = 0; kk <= p - kmin; kk++) {
             float e = expf(sc[kk] - mx);
             sc[kk] = e;
             sum += e;
         }
         float inv = (float)(1.0 / sum);
-        for (int64_t kk = kmin; kk <= kmax; kk++) {
-            const char *vr = (const char *)j->v->data + (size_t)kk * j->v->nb1;
-            const float *vv;
-            if (is_f32) {
-                vv = (const float *)vr + hk * hd;
-            } else {
-                size_t off = j->v->type == RF_TYPE_F16 ? (size_t)hk * hd * 2 : (size_t)hk * hd / 32 * 34;
-                rf_cpu_row_to_f32(j->v->type, vr + off, row, hd);
+        for (int64_t kk = kmin; kk <= p; kk++) {
+            const char *vr = kv_row(j->v, b, s, kk, hk, hd);
+            const float *vv = (const float *)vr;
+            if (!is_f32) {
+                rf_cpu_row_to_f32(j->v->type, vr, row, hd);
                 vv = row;
             }
-            float pk = sc[kk] * inv;
+            float pk = sc[kk - kmin] * inv;
             if (h16) pk = half_to_f32_sw(f32_to_half_sw(pk));
             rf_cpu_axpy_f32(o, vv, pk, hd);
         }
@@ -438,9 +464,9 @@ static void attn_worker(void *ctx, int ith, int nth) {
 }
 
 static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k,
-                               const rf_tensor *v, int64_t n_q, int64_t n_kv, int64_t n_head,
-                               int64_t n_head_kv, int64_t head_dim, float scale, int64_t pos0,
-                               int64_t window, float softcap) {
+                               const rf_tensor *v, const rf_batch *b, int64_t n_head,
+                               int64_t n_head_kv, int64_t head_dim, float scale, int64_t window,
+                               float softcap) {
     rf_cpu *cpu = be->impl;
     if (n_head_kv <= 0 || n_head % n_head_kv)
         return rf_set_error(RF_ERR_INVALID_ARG, "attention: n_head %lld not a multiple of n_head_kv %lld",
@@ -448,11 +474,19 @@ static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *
     if (k->type == RF_TYPE_Q8_0 && head_dim % 32)
         return rf_set_error(RF_ERR_UNSUPPORTED, "q8_0 KV cache needs head_dim %% 32 == 0 (head_dim %lld)",
                             (long long)head_dim);
-    attn_job j = {out->data, q->data, k, v, n_q, n_kv, n_head, n_head_kv, head_dim, pos0, window,
-                  scale, softcap, NULL, 0};
     if (head_dim > RF_ATTN_MAX_HD)
         return rf_set_error(RF_ERR_UNSUPPORTED, "attention: head size %lld > %d", (long long)head_dim, RF_ATTN_MAX_HD);
-    j.per_thread = ((n_kv + 15) & ~15) + 2 * ((head_dim + 15) & ~15);
+    int64_t max_kv = 1;
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        int32_t s = b->seq[t], p = b->pos[t];
+        if (s < 0 || s >= b->n_seqs || p < 0 || p / b->block_size >= b->max_blocks)
+            return rf_set_error(RF_ERR_RANGE, "attention: token %d has sequence %d / position %d outside the batch's "
+                                "%d sequences / %d blocks of %d", t, s, p, b->n_seqs, b->max_blocks, b->block_size);
+        if (p + 1 > max_kv) max_kv = p + 1;
+    }
+    if (window > 0 && window < max_kv) max_kv = window;
+    attn_job j = {out->data, q->data, k, v, b, n_head, n_head_kv, head_dim, window, scale, softcap, NULL, 0};
+    j.per_thread = ((max_kv + 15) & ~15) + 2 * ((head_dim + 15) & ~15);
     rf_status st = rf_cpu_scratch(cpu, (size_t)j.per_thread * cpu->n_threads * sizeof(float));
     if (st) return st;
     j.scratch = cpu->scratch;
@@ -528,13 +562,16 @@ static const rf_backend_ops cpu_ops = {
     .free = cpu_free,
     .weight = cpu_weight,
     .read_rows = cpu_read_rows,
+    .batch_upload = NULL,
     .get_rows = cpu_get_rows,
     .matmul = rf_cpu_matmul,
     .add_bias = cpu_add_bias,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
-    .store_rows = cpu_store_rows,
+    .kv_store = cpu_kv_store,
+    .copy_rows = cpu_copy_rows,
     .attention = cpu_attention,
+    .gather_rows = cpu_gather_rows,
     .glu = cpu_glu,
     .add = cpu_add,
     .scale = cpu_scale,

@@ -237,6 +237,33 @@ void rf_ref_attention(float *out, const float *q, const float *k, const float *v
     free(s);
 }
 
+rf_status rf_ref_paged_attention(float *out, const float *q, const float *k, const float *v,
+                                 int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                                 const int32_t *block_table, int64_t max_blocks, int64_t block_size,
+                                 int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                                 int64_t window, float softcap) {
+    int64_t kvd = n_head_kv * head_dim;
+    for (int64_t t = 0; t < n_tokens; t++) {
+        int64_t p = pos[t], n_kv = p + 1;
+        float *kg = malloc((size_t)(n_kv * kvd) * sizeof(float)), *vg = malloc((size_t)(n_kv * kvd) * sizeof(float));
+        if (!kg || !vg) {
+            free(kg);
+            free(vg);
+            return rf_set_error(RF_ERR_OOM, "rf_ref_paged_attention: out of memory");
+        }
+        for (int64_t j = 0; j < n_kv; j++) { /* gather the sequence's keys 0..p in order */
+            int64_t row = (int64_t)block_table[seq[t] * max_blocks + j / block_size] * block_size + j % block_size;
+            memcpy(kg + j * kvd, k + row * kvd, (size_t)kvd * sizeof(float));
+            memcpy(vg + j * kvd, v + row * kvd, (size_t)kvd * sizeof(float));
+        }
+        rf_ref_attention(out + t * n_head * head_dim, q + t * n_head * head_dim, kg, vg, 1, n_kv, n_head,
+                         n_head_kv, head_dim, scale, true, p, window, softcap);
+        free(kg);
+        free(vg);
+    }
+    return RF_OK;
+}
+
 /* ---- sampling ---------------------------------------------------------------------------- */
 
 int32_t rf_ref_argmax(const float *logits, int64_t n) {

@@ -74,6 +74,18 @@ void rf_ref_attention(float *out, const float *q, const float *k, const float *v
                       int64_t n_kv, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                       float scale, bool causal, int64_t pos0, int64_t window, float softcap);
 
+/* Paged attention (the contract of rf_backend_ops.attention, backend.h): token t of n_tokens,
+ * of sequence seq[t] at position pos[t], attends to keys 0..pos[t] (sliding window as in
+ * rf_ref_causal_mask) of its sequence, position j read from row
+ * block_table[seq[t] * max_blocks + j / block_size] * block_size + j % block_size of the f32
+ * caches k, v [rows, n_head_kv * head_dim]. Gathers each token's keys and calls
+ * rf_ref_attention with n_q = 1. RF_ERR_OOM if the gather buffers cannot be allocated. */
+rf_status rf_ref_paged_attention(float *out, const float *q, const float *k, const float *v,
+                                 int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                                 const int32_t *block_table, int64_t max_blocks, int64_t block_size,
+                                 int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                                 int64_t window, float softcap);
+
 /* Index of the largest logit (lowest index on ties; NaN entries are never chosen; -1 if
  * all are NaN). */
 int32_t rf_ref_argmax(const float *logits, int64_t n);

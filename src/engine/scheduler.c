@@ -1,0 +1,312 @@
+/* scheduler.c — one step of continuous batching (DESIGN.md §9): cancel what was cancelled, give
+ * every running sequence's next token a place in the step's token budget (decodes first, then
+ * prompt chunks), admit waiting sequences first come first served (their prompt's full blocks
+ * looked up in the prefix cache), find KV blocks for every scheduled position (copy-on-write
+ * of a shared block; when the pool is empty the newest sequence is preempted), run the one
+ * forward over the batch, then sample, publish full blocks, and retire finished sequences. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+typedef struct item {
+    rf_seq *s;
+    int32_t n; /* tokens of s in this step; 0 = dropped (preempted) */
+} item;
+
+void rf_seq_release_blocks(rf_engine *e, rf_seq *s) {
+    for (int32_t i = s->n_blocks - 1; i >= 0; i--) rf_kv_pool_unref(e->pool, s->blocks[i]);
+    s->n_blocks = 0;
+    s->n_hashed = 0;
+    s->n_computed = 0;
+    s->lookup_done = false;
+}
+
+static void list_remove(rf_seq **list, int32_t *n, rf_seq *s) {
+    for (int32_t i = 0; i < *n; i++)
+        if (list[i] == s) {
+            memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof *list);
+            (*n)--;
+            return;
+        }
+}
+
+/* The newest running sequence (the preemption victim), or NULL. */
+static rf_seq *newest_running(rf_engine *e) {
+    for (int32_t i = e->n_running - 1; i >= 0; i--)
+        if (!e->running[i]->persistent) return e->running[i];
+    return NULL;
+}
+
+/* Frees a running sequence's blocks and queues it again; it recomputes everything it holds
+ * (prompt and generated tokens) when readmitted, the prefix cache permitting less. */
+static void preempt(rf_engine *e, rf_seq *s) {
+    rf_seq_release_blocks(e, s);
+    list_remove(e->running, &e->n_running, s);
+    e->st_preempt++;
+    if (!rf_engine_queue_waiting(e, s)) rf_engine_finish_seq(e, s, RF_FINISH_ERROR, "out of memory while preempting");
+}
+
+/* Blocks for positions [s->n_computed, upto): a private copy of a shared partial block, then
+ * fresh blocks. false when the pool has none left (what was taken stays with s). */
+static bool ensure_blocks(rf_engine *e, rf_seq *s, int32_t upto, rf_status *st) {
+    int32_t B = e->block_size, bi = s->n_computed / B;
+    if (bi < s->n_blocks && !rf_kv_pool_writable(e->pool, s->blocks[bi])) {
+        int32_t nb = rf_kv_pool_alloc(e->pool);
+        if (nb < 0) return false;
+        if ((*st = rf_fwd_copy_block(e->m, &e->f, nb, s->blocks[bi]))) {
+            rf_kv_pool_unref(e->pool, nb);
+            return true; /* the caller sees *st */
+        }
+        rf_kv_pool_unref(e->pool, s->blocks[bi]);
+        s->blocks[bi] = nb;
+    }
+    while (s->n_blocks * B < upto) {
+        int32_t nb = rf_kv_pool_alloc(e->pool);
+        if (nb < 0) return false;
+        s->blocks[s->n_blocks++] = nb;
+    }
+    return true;
+}
+
+/* Looks the prompt's leading full blocks up in the prefix cache (once per admission). At
+ * least the last token is left to compute, so its logits come out of the step. */
+static void prefix_lookup(rf_engine *e, rf_seq *s) {
+    if (s->lookup_done) return;
+    s->lookup_done = true;
+    if (!rf_kv_pool_prefix_cache(e->pool) || s->n_blocks > 0) return;
+    int32_t B = e->block_size;
+    for (int32_t bi = 0; (bi + 1) * B <= s->n_tokens; bi++) {
+        uint64_t parent = bi ? s->hashes[bi - 1] : 0;
+        int32_t blk = rf_kv_pool_lookup(e->pool, parent, s->tokens + bi * B);
+        if (blk < 0) break;
+        s->blocks[s->n_blocks++] = blk;
+        s->hashes[bi] = rf_kv_block_hash(parent, s->tokens + bi * B, B);
+        s->n_hashed = bi + 1;
+    }
+    int32_t hit = s->n_blocks * B;
+    if (hit > s->n_tokens - 1) hit = s->n_tokens - 1;
+    s->n_computed = hit;
+    if (s->n_gen == 0 && s->n_cached == 0) s->n_cached = hit;
+    e->st_hits += hit;
+}
+
+/* Admits the head of the waiting queue if the pool can take its remaining prompt with a block
+ * of headroom per running sequence. */
+static bool admit(rf_engine *e, rf_seq *s) {
+    prefix_lookup(e, s);
+    int32_t B = e->block_size;
+    int32_t need = (s->n_tokens + B - 1) / B - s->n_blocks;
+    int32_t bi = s->n_computed / B;
+    if (bi < s->n_blocks && !rf_kv_pool_writable(e->pool, s->blocks[bi])) need++;
+    if (rf_kv_pool_available(e->pool) < need + e->n_running) {
+        if (e->n_running > 0) { /* give the looked-up blocks back; retry next step */
+            rf_seq_release_blocks(e, s);
+            return false;
+        }
+    }
+    list_remove(e->waiting, &e->n_waiting, s);
+    if (!rf_engine_queue_running(e, s)) {
+        rf_seq_release_blocks(e, s);
+        rf_engine_finish_seq(e, s, RF_FINISH_ERROR, "out of memory while admitting");
+        return false;
+    }
+    return true;
+}
+
+static bool cancelled(const rf_seq *s) {
+    return s->req && (s->req->cancel || (s->req->ext_cancel && *s->req->ext_cancel));
+}
+
+/* Publishes the full blocks s has completed, so later prompts can share them. */
+static void publish_blocks(rf_engine *e, rf_seq *s) {
+    if (!rf_kv_pool_prefix_cache(e->pool)) return;
+    int32_t B = e->block_size;
+    while ((s->n_hashed + 1) * B <= s->n_computed) {
+        int32_t bi = s->n_hashed;
+        uint64_t parent = bi ? s->hashes[bi - 1] : 0;
+        s->hashes[bi] = rf_kv_block_hash(parent, s->tokens + bi * B, B);
+        rf_kv_pool_publish(e->pool, s->blocks[bi], parent, s->tokens + bi * B);
+        s->n_hashed++;
+    }
+}
+
+/* Removes finished sequences from the running list; frees request sequences and requests whose
+ * choices are all done. */
+static void retire(rf_engine *e) {
+    int32_t w = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        rf_seq *s = e->running[i];
+        if (s->state == RF_SEQ_RUNNING) {
+            e->running[w++] = s;
+            continue;
+        }
+        if (s->persistent) continue;
+        rf_req *q = s->req;
+        rf_seq_free(s);
+        if (q && --q->n_seqs == 0) rf_engine_release_req(e, q);
+    }
+    e->n_running = w;
+}
+
+static rf_status grow(int32_t **p, int32_t *cap, int32_t need) {
+    if (need <= *cap) return RF_OK;
+    int32_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    int32_t *a = realloc(*p, (size_t)c * sizeof(int32_t));
+    if (!a) return rf_set_error(RF_ERR_OOM, "step: out of memory");
+    *p = a;
+    *cap = c;
+    return RF_OK;
+}
+
+rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
+    int32_t B = e->block_size;
+    rf_status st = RF_OK;
+    if (!only) {
+        rf_engine_intake(e);
+        /* cancellations: queued ones leave the queue, running ones the batch */
+        for (int32_t i = 0; i < e->n_waiting; i++) {
+            rf_seq *s = e->waiting[i];
+            if (!cancelled(s)) continue;
+            list_remove(e->waiting, &e->n_waiting, s);
+            i--;
+            rf_engine_finish_seq(e, s, RF_FINISH_CANCELLED, NULL);
+            rf_req *q = s->req;
+            rf_seq_free(s);
+            if (q && --q->n_seqs == 0) rf_engine_release_req(e, q);
+        }
+        for (int32_t i = 0; i < e->n_running; i++)
+            if (e->running[i]->state == RF_SEQ_RUNNING && cancelled(e->running[i]))
+                rf_engine_finish_seq(e, e->running[i], RF_FINISH_CANCELLED, NULL);
+        retire(e);
+    }
+
+    /* ---- choose the step's tokens ---- */
+    int32_t cap_items = e->n_running + e->n_waiting + 1;
+    item *items = malloc((size_t)cap_items * sizeof *items);
+    if (!items) return rf_set_error(RF_ERR_OOM, "step: out of memory");
+    int32_t n_items = 0, budget = e->n_batch;
+    if (only) {
+        int32_t need = only->n_tokens - only->n_computed;
+        items[n_items++] = (item){only, need < budget ? need : budget};
+    } else {
+        for (int pass = 0; pass < 2; pass++) /* decodes first, then prompt chunks */
+            for (int32_t i = 0; i < e->n_running && budget > 0; i++) {
+                rf_seq *s = e->running[i];
+                int32_t need = s->n_tokens - s->n_computed;
+                if (need <= 0 || (pass == 0) != (need == 1)) continue;
+                int32_t take = need < budget ? need : budget;
+                items[n_items++] = (item){s, take};
+                budget -= take;
+            }
+        while (budget > 0 && e->n_waiting > 0 && e->n_running < e->n_parallel) {
+            rf_seq *s = e->waiting[0];
+            if (!admit(e, s)) break;
+            int32_t need = s->n_tokens - s->n_computed;
+            int32_t take = need < budget ? need : budget;
+            items[n_items++] = (item){s, take};
+            budget -= take;
+        }
+    }
+
+    /* ---- KV blocks for every scheduled position, preempting the newest when out ---- */
+    for (int32_t i = 0; i < n_items && !st; i++) {
+        rf_seq *s = items[i].s;
+        if (!items[i].n) continue;
+        while (!ensure_blocks(e, s, s->n_computed + items[i].n, &st)) {
+            rf_seq *victim = newest_running(e);
+            if (!victim) {
+                st = rf_set_error(RF_ERR_OOM, "the KV pool of %d blocks is exhausted", rf_kv_pool_n_blocks(e->pool));
+                break;
+            }
+            preempt(e, victim);
+            for (int32_t k = 0; k < n_items; k++)
+                if (items[k].s == victim) items[k].n = 0;
+            if (victim == s) break;
+        }
+    }
+
+    /* ---- the batch ---- */
+    int32_t n_tok = 0, n_out = 0, n_seqs = 0, max_blocks = 1;
+    for (int32_t i = 0; i < n_items; i++)
+        if (items[i].n) {
+            items[n_seqs++] = items[i];
+            if (items[i].s->n_blocks > max_blocks) max_blocks = items[i].s->n_blocks;
+        }
+    n_items = n_seqs;
+    if (!st && n_items == 0) {
+        free(items);
+        rf_engine_snapshot(e);
+        return RF_OK;
+    }
+    if (!st) st = grow(&e->b_table, &e->b_table_cap, n_items * max_blocks);
+    for (int32_t i = 0; i < n_items && !st; i++) {
+        rf_seq *s = items[i].s;
+        bool last = s->n_computed + items[i].n == s->n_tokens;
+        for (int32_t k = 0; k < items[i].n; k++) {
+            int32_t p = s->n_computed + k;
+            e->b_ids[n_tok] = s->tokens[p];
+            e->b_pos[n_tok] = p;
+            e->b_seq[n_tok] = i;
+            e->b_slot[n_tok] = s->blocks[p / B] * B + p % B;
+            if (s->want_all || (last && k == items[i].n - 1 && (s->gen || s->logits_dst))) e->b_out[n_out++] = n_tok;
+            n_tok++;
+        }
+        memcpy(e->b_table + (size_t)i * max_blocks, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+    }
+    int32_t nv = e->m->hp.n_vocab;
+    if (!st && (size_t)n_out * nv > e->logits_cap) {
+        float *l = realloc(e->logits, (size_t)n_out * nv * sizeof(float));
+        if (!l) st = rf_set_error(RF_ERR_OOM, "logits of %d rows: out of memory", n_out);
+        else {
+            e->logits = l;
+            e->logits_cap = (size_t)n_out * nv;
+        }
+    }
+    if (!st) {
+        rf_batch b = {n_tok, e->b_ids, e->b_pos, e->b_seq, e->b_slot, n_items, max_blocks, B, e->b_table,
+                      n_out, e->b_out, NULL};
+        st = rf_forward(e->m, &e->f, &b, e->logits);
+    }
+    if (st) {
+        /* the step failed: its sequences fail (a session's is left to its caller) */
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", rf_last_error());
+        for (int32_t i = 0; i < n_items; i++)
+            if (!items[i].s->persistent) rf_engine_finish_seq(e, items[i].s, RF_FINISH_ERROR, msg);
+        free(items);
+        if (!only) retire(e);
+        rf_engine_snapshot(e);
+        return rf_set_error(st, "%s", msg);
+    }
+    e->st_steps++;
+
+    /* ---- after the forward: advance, publish, hand out the outputs ---- */
+    int32_t row = 0;
+    for (int32_t i = 0; i < n_items; i++) {
+        rf_seq *s = items[i].s;
+        int32_t n = items[i].n;
+        bool last = s->n_computed + n == s->n_tokens;
+        if (s->n_computed < s->n_prompt) {
+            int32_t pe = s->n_computed + n < s->n_prompt ? s->n_computed + n : s->n_prompt;
+            e->st_prompt += pe - s->n_computed;
+        }
+        s->n_computed += n;
+        publish_blocks(e, s);
+        int32_t rows = s->want_all ? n : ((last && (s->gen || s->logits_dst)) ? 1 : 0);
+        const float *lg = e->logits + (size_t)row * nv;
+        row += rows;
+        if (s->logits_dst && rows) {
+            memcpy(s->logits_dst, lg, (size_t)rows * nv * sizeof(float));
+            s->logits_dst += (size_t)rows * nv;
+        }
+        if (s->gen && last && s->state == RF_SEQ_RUNNING)
+            rf_engine_on_output(e, s, lg + (size_t)(rows - 1) * nv);
+    }
+    free(items);
+    if (!only) retire(e);
+    else if (only->state != RF_SEQ_RUNNING) list_remove(e->running, &e->n_running, only);
+    rf_engine_snapshot(e);
+    return RF_OK;
+}
