@@ -134,8 +134,9 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
     e->b_seq = malloc((size_t)n_batch * sizeof(int32_t));
     e->b_slot = malloc((size_t)n_batch * sizeof(int32_t));
     e->b_out = malloc((size_t)n_batch * sizeof(int32_t));
+    e->b_seqs = malloc((size_t)n_batch * sizeof(rf_seq *));
     e->lp_work = malloc((size_t)nv * sizeof(float));
-    if (!e->b_ids || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_out || !e->lp_work) {
+    if (!e->b_ids || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_out || !e->b_seqs || !e->lp_work) {
         rf_engine_free(e);
         return rf_set_error(RF_ERR_OOM, "engine: out of memory");
     }
@@ -209,6 +210,7 @@ void rf_engine_free(rf_engine *e) {
     free(e->b_seq);
     free(e->b_slot);
     free(e->b_out);
+    free(e->b_seqs);
     free(e->b_table);
     free(e->logits);
     free(e->lp_work);
@@ -749,6 +751,7 @@ rf_status rf_engine_on_output(rf_engine *e, rf_seq *s, const float *logits) {
         rf_engine_finish_seq(e, s, RF_FINISH_LENGTH, NULL);
         return RF_OK;
     }
+    if (e->logits_hook) e->logits_hook(e->hook_user, s, logits);
     int32_t id = rf_sampler_sample(s->smp, logits);
     if (id < 0) {
         rf_engine_finish_seq(e, s, RF_FINISH_ERROR, "every logit is NaN");
@@ -870,6 +873,49 @@ rf_status rf_engine_run(rf_engine *e) {
 rf_status rf_engine_step(rf_engine *e) {
     if (!e) return rf_set_error(RF_ERR_INVALID_ARG, "step: engine is NULL");
     return rf_sched_step(e, NULL);
+}
+
+static rf_status check_seq(rf_engine *e, const rf_seq *s, int32_t *refs, uint32_t *stamp, uint32_t mark) {
+    int32_t B = e->block_size, nb = rf_kv_pool_n_blocks(e->pool);
+    if (s->n_computed < 0 || s->n_computed > s->n_tokens || s->n_tokens > e->n_ctx + 1)
+        return rf_set_error(RF_ERR_INTERNAL, "sequence %llu/%d: %d computed of %d tokens (context %d)",
+                            (unsigned long long)(s->req ? s->req->id : 0), s->choice, s->n_computed, s->n_tokens, e->n_ctx);
+    if (s->state == RF_SEQ_WAITING && s->n_blocks)
+        return rf_set_error(RF_ERR_INTERNAL, "a waiting sequence holds %d blocks", s->n_blocks);
+    if (s->n_blocks * B < s->n_computed || s->n_blocks > e->max_blocks || s->n_hashed > s->n_blocks)
+        return rf_set_error(RF_ERR_INTERNAL, "sequence holds %d blocks (%d hashed) for %d computed positions",
+                            s->n_blocks, s->n_hashed, s->n_computed);
+    for (int32_t i = 0; i < s->n_blocks; i++) {
+        int32_t b = s->blocks[i];
+        if (b < 0 || b >= nb) return rf_set_error(RF_ERR_INTERNAL, "block id %d outside the pool", b);
+        if (stamp[b] == mark) return rf_set_error(RF_ERR_INTERNAL, "block %d appears twice in one block table", b);
+        stamp[b] = mark;
+        refs[b]++;
+    }
+    return RF_OK;
+}
+
+rf_status rf_engine_check(rf_engine *e) {
+    int32_t nb = rf_kv_pool_n_blocks(e->pool);
+    int32_t *refs = calloc((size_t)nb, sizeof(int32_t));
+    uint32_t *stamp = calloc((size_t)nb, sizeof(uint32_t));
+    rf_status st = refs && stamp ? RF_OK : rf_set_error(RF_ERR_OOM, "check: out of memory");
+    uint32_t mark = 0;
+    for (int32_t i = 0; i < e->n_running && !st; i++) {
+        if (e->running[i]->state != RF_SEQ_RUNNING)
+            st = rf_set_error(RF_ERR_INTERNAL, "a sequence in the running list is in state %d", e->running[i]->state);
+        else
+            st = check_seq(e, e->running[i], refs, stamp, ++mark);
+    }
+    for (int32_t i = 0; i < e->n_waiting && !st; i++) st = check_seq(e, e->waiting[i], refs, stamp, ++mark);
+    for (int32_t i = 1; i < e->n_running && !st; i++)
+        if (e->running[i - 1]->order > e->running[i]->order) st = rf_set_error(RF_ERR_INTERNAL, "running list out of order");
+    for (int32_t i = 1; i < e->n_waiting && !st; i++)
+        if (e->waiting[i - 1]->order > e->waiting[i]->order) st = rf_set_error(RF_ERR_INTERNAL, "waiting list out of order");
+    if (!st) st = rf_kv_pool_check(e->pool, refs);
+    free(refs);
+    free(stamp);
+    return st;
 }
 
 /* ---- events ----------------------------------------------------------------------------- */

@@ -154,6 +154,12 @@ struct rf_engine {
     float *logits;           /* [n_out, n_vocab] of the last step */
     size_t logits_cap;
     float *lp_work;          /* [n_vocab] log-softmax for logprobs */
+    rf_seq **b_seqs;         /* [n_batch] the step's sequences, by batch sequence index */
+    /* test hooks: replace the forward (scheduler tests) and see block copies */
+    rf_status (*fwd_hook)(void *user, rf_engine *e, rf_batch *b, rf_seq *const *seqs, float *logits);
+    void (*copy_hook)(void *user, int32_t dst, int32_t src);
+    void (*logits_hook)(void *user, const rf_seq *s, const float *logits); /* before each sample */
+    void *hook_user;
     /* counters (read under mu by rf_engine_get_stat) */
     int64_t st_prompt, st_hits, st_gen, st_preempt, st_steps, st_done;
     int64_t snap_running, snap_waiting, snap_used, snap_free, snap_cached;
@@ -184,6 +190,11 @@ void rf_engine_release_req(rf_engine *e, rf_req *q);
 bool rf_engine_queue_waiting(rf_engine *e, rf_seq *s);
 bool rf_engine_queue_running(rf_engine *e, rf_seq *s);
 void rf_engine_snapshot(rf_engine *e);
+
+/* Checks the engine's bookkeeping against the pool (tests): every running or waiting sequence's
+ * blocks are distinct and cover what it computed, waiting ones hold none, and each block's
+ * reference count equals the number of sequences holding it (rf_kv_pool_check). */
+rf_status rf_engine_check(rf_engine *e);
 
 /* Sequences of the session layer (session.c) that live outside requests. */
 rf_seq *rf_seq_new(rf_engine *e);

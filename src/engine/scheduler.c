@@ -58,6 +58,7 @@ static bool ensure_blocks(rf_engine *e, rf_seq *s, int32_t upto, rf_status *st) 
             rf_kv_pool_unref(e->pool, nb);
             return true; /* the caller sees *st */
         }
+        if (e->copy_hook) e->copy_hook(e->hook_user, nb, s->blocks[bi]);
         rf_kv_pool_unref(e->pool, s->blocks[bi]);
         s->blocks[bi] = nb;
     }
@@ -254,6 +255,7 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
             n_tok++;
         }
         memcpy(e->b_table + (size_t)i * max_blocks, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+        e->b_seqs[i] = s;
     }
     int32_t nv = e->m->hp.n_vocab;
     if (!st && (size_t)n_out * nv > e->logits_cap) {
@@ -267,7 +269,7 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
     if (!st) {
         rf_batch b = {n_tok, e->b_ids, e->b_pos, e->b_seq, e->b_slot, n_items, max_blocks, B, e->b_table,
                       n_out, e->b_out, NULL};
-        st = rf_forward(e->m, &e->f, &b, e->logits);
+        st = e->fwd_hook ? e->fwd_hook(e->hook_user, e, &b, e->b_seqs, e->logits) : rf_forward(e->m, &e->f, &b, e->logits);
     }
     if (st) {
         /* the step failed: its sequences fail (a session's is left to its caller) */

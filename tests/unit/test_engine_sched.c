@@ -1,0 +1,351 @@
+/* test_engine_sched.c — the KV pool and the scheduler under a randomized workload: thousands of
+ * steps of random arrivals (prompts sharing prefixes, 1-3 choices, greedy or seeded sampling),
+ * random output lengths and cancellations, on a pool small enough to run out (preemption).
+ * After every step every invariant is checked (rf_engine_check: no block owned twice,
+ * reference counts exact, lists consistent); at the end every block is back (free or cached).
+ *
+ * The forward is replaced by a fake one that keeps, per pool row, the hash of the token prefix
+ * that should be stored there, verifies before each step that every position a sequence reads
+ * holds its own prefix's hash (so prefix sharing, copy-on-write and preemption never hand a
+ * sequence someone else's K/V), and derives the logits from that hash: outputs are a function
+ * of the prompt and seed only, so each finished request is re-run alone and must match.
+ * A shorter run does the same with the real forward of a tiny model. Skips (77) without RF_CLI. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+static char g_model[1024];
+
+static int setup(void **state) {
+    (void)state;
+    const char *cli = getenv("RF_CLI");
+    if (!cli) return -1;
+    snprintf(g_model, sizeof g_model, "%s/synth-models/sched-tiny.q8_0.gguf", RF_BINARY_DIR);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/synth-models' && '%s' mkmodel --preset tiny --type q8_0 -o '%s' >/dev/null 2>&1",
+             RF_BINARY_DIR, cli, g_model);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ---- the fake forward ------------------------------------------------------------------- */
+
+typedef struct fake {
+    uint64_t *shadow; /* per pool row: hash of the prefix stored there, 0 = never written */
+    int64_t rows;
+    int32_t nv, bs;
+    int64_t checked;  /* positions verified */
+} fake;
+
+static uint64_t chain(uint64_t prev, int32_t tok, int32_t pos) {
+    uint64_t z = prev ^ ((uint64_t)(uint32_t)tok * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)pos << 40);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (z ^ (z >> 31)) | 1; /* never 0 */
+}
+
+static int64_t row_of(const rf_seq *s, int32_t B, int32_t p) { return (int64_t)s->blocks[p / B] * B + p % B; }
+
+static rf_status fake_forward(void *user, rf_engine *e, rf_batch *b, rf_seq *const *seqs, float *logits) {
+    fake *f = user;
+    int32_t B = b->block_size, t = 0, out = 0;
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        const rf_seq *s = seqs[i];
+        int32_t p0 = b->pos[t], n = 0;
+        while (t + n < b->n_tokens && b->seq[t + n] == i) n++;
+        if (p0 != s->n_computed || p0 + n > s->n_tokens)
+            return rf_set_error(RF_ERR_INTERNAL, "batch sequence %d: positions %d.. but %d computed", i, p0, s->n_computed);
+        uint64_t h = 0;
+        for (int32_t p = 0; p < p0 + n; p++) {
+            h = chain(h, s->tokens[p], p);
+            int64_t r = row_of(s, B, p);
+            if (r < 0 || r >= f->rows) return rf_set_error(RF_ERR_INTERNAL, "row %lld outside the pool", (long long)r);
+            if (p < p0) {
+                if (f->shadow[r] != h)
+                    return rf_set_error(RF_ERR_INTERNAL, "position %d of a sequence reads row %lld holding another prefix", p,
+                                        (long long)r);
+                f->checked++;
+                continue;
+            }
+            int32_t k = t + (p - p0);
+            if (b->pos[k] != p || b->ids[k] != s->tokens[p] || b->slot[k] != r)
+                return rf_set_error(RF_ERR_INTERNAL, "token %d: position/id/slot do not match its sequence", k);
+            f->shadow[r] = h;
+            if (out < b->n_out && b->out_rows[out] == k) {
+                float *lg = logits + (size_t)out * f->nv;
+                uint64_t z = h;
+                for (int32_t v = 0; v < f->nv; v++) {
+                    z = z * 6364136223846793005ull + 1442695040888963407ull;
+                    lg[v] = (float)((z >> 40) & 0xffff) / 8192.0f - 4.0f;
+                }
+                out++;
+            }
+        }
+        t += n;
+    }
+    if (t != b->n_tokens || out != b->n_out) return rf_set_error(RF_ERR_INTERNAL, "batch layout: %d/%d tokens, %d/%d outputs",
+                                                                 t, b->n_tokens, out, b->n_out);
+    return RF_OK;
+}
+
+static void fake_copy(void *user, int32_t dst, int32_t src) {
+    fake *f = user;
+    for (int32_t i = 0; i < f->bs; i++) f->shadow[(int64_t)dst * f->bs + i] = f->shadow[(int64_t)src * f->bs + i];
+}
+
+/* ---- requests and their results ---------------------------------------------------------- */
+
+#define MAX_REQ 4096
+#define MAX_GEN 64
+
+typedef struct result {
+    uint64_t id;
+    int32_t n, done, prompt_n;
+    int32_t prompt[160];
+    double temp;
+    uint64_t seed;
+    int32_t max_tokens;
+    bool ignore_eos, cancelled;
+    int32_t ntok[3];
+    int32_t tok[3][MAX_GEN + 2];
+    rf_finish_reason finish[3];
+} result;
+
+static result g_res[MAX_REQ];
+static int g_nres;
+
+static bool on_ev(const rf_event *ev, void *user) {
+    result *r = user;
+    int c = rf_event_choice(ev);
+    if (c < 0 || c >= r->n) fail_msg("event for choice %d of %d", c, r->n);
+    if (rf_event_get_kind(ev) == RF_EVENT_TOKEN) {
+        if (r->ntok[c] >= MAX_GEN + 2) fail_msg("more tokens than max_tokens");
+        r->tok[c][r->ntok[c]++] = rf_event_token(ev);
+    } else {
+        r->finish[c] = rf_event_finish(ev);
+        r->done++;
+        if (r->done > r->n) fail_msg("request %llu: %d DONE events for %d choices", (unsigned long long)r->id, r->done, r->n);
+    }
+    return true;
+}
+
+static rf_engine *make_engine(rf_model *m, int ctx, int par, int batch, int blocks, int bs, bool prefix, fake *f) {
+    rf_engine_config *c = rf_engine_config_new();
+    rf_engine_config_set(c, RF_ENGINE_CTX, ctx);
+    rf_engine_config_set(c, RF_ENGINE_PARALLEL, par);
+    rf_engine_config_set(c, RF_ENGINE_BATCH, batch);
+    rf_engine_config_set(c, RF_ENGINE_KV_BLOCKS, blocks);
+    rf_engine_config_set(c, RF_ENGINE_BLOCK_SIZE, bs);
+    rf_engine_config_set(c, RF_ENGINE_PREFIX_CACHE, prefix);
+    rf_engine *e = NULL;
+    if (rf_engine_new(m, c, &e)) fail_msg("engine: %s", rf_last_error());
+    rf_engine_config_free(c);
+    if (f) {
+        f->rows = (int64_t)rf_engine_get_stat(e, RF_STAT_BLOCKS_TOTAL) * bs;
+        f->shadow = calloc((size_t)f->rows, sizeof(uint64_t));
+        f->nv = e->m->hp.n_vocab;
+        e->fwd_hook = fake_forward;
+        e->copy_hook = fake_copy;
+        e->hook_user = f;
+        f->bs = bs;
+    }
+    return e;
+}
+
+static rf_request *build(const result *r) {
+    rf_request *q = rf_request_new();
+    rf_request_set_prompt_ids(q, r->prompt, (size_t)r->prompt_n);
+    rf_request_set(q, RF_REQ_MAX_TOKENS, r->max_tokens);
+    rf_request_set(q, RF_REQ_N, r->n);
+    rf_request_set(q, RF_REQ_TEMPERATURE, r->temp);
+    rf_request_set(q, RF_REQ_SEED, (double)r->seed);
+    rf_request_set(q, RF_REQ_IGNORE_EOS, r->ignore_eos);
+    return q;
+}
+
+/* Random workload over `steps` steps; returns preemptions and prefix hits through the stats. */
+static void run_random(rf_model *m, int steps, bool fake_fwd, int bs, int blocks) {
+    rf_rng rng;
+    rf_rng_init(&rng, rf_test_seed());
+    enum { NBASE = 4 };
+    int32_t base[NBASE][128];
+    int32_t nv = m->hp.n_vocab;
+    for (int i = 0; i < NBASE; i++)
+        for (int k = 0; k < 128; k++) base[i][k] = 10 + (int32_t)(rf_rng_u64(&rng) % (uint64_t)(nv - 20));
+    fake f = {0};
+    const int ctx = 128;
+    rf_engine *e = make_engine(m, ctx, 8, 32, blocks, bs, true, fake_fwd ? &f : NULL);
+    g_nres = 0;
+    int n_cancel = 0, n_reject = 0;
+    for (int step = 0; step < steps; step++) {
+        int arrivals = (rf_rng_u64(&rng) % 100) < 35 ? 1 + (int)(rf_rng_u64(&rng) % 2) : 0;
+        if (step > steps - 200) arrivals = 0; /* drain */
+        for (int a = 0; a < arrivals && g_nres < MAX_REQ; a++) {
+            result *r = &g_res[g_nres];
+            memset(r, 0, sizeof *r);
+            int b = (int)(rf_rng_u64(&rng) % NBASE);
+            int shared = (int)(rf_rng_u64(&rng) % 100), extra = (int)(rf_rng_u64(&rng) % 24);
+            r->prompt_n = shared + extra;
+            if (r->prompt_n == 0) r->prompt_n = 1;
+            if (rf_rng_u64(&rng) % 50 == 0) r->prompt_n = ctx + 1 + (int)(rf_rng_u64(&rng) % 20); /* too long */
+            for (int k = 0; k < r->prompt_n; k++)
+                r->prompt[k] = k < shared ? base[b][k] : 10 + (int32_t)(rf_rng_u64(&rng) % (uint64_t)(nv - 20));
+            r->n = rf_rng_u64(&rng) % 6 == 0 ? 2 + (int)(rf_rng_u64(&rng) % 2) : 1;
+            r->temp = rf_rng_u64(&rng) % 2 ? 0.0 : 0.9;
+            r->seed = rf_rng_u64(&rng) % 1000;
+            r->max_tokens = (int32_t)(rf_rng_u64(&rng) % (MAX_GEN + 1));
+            r->ignore_eos = rf_rng_u64(&rng) % 2;
+            rf_request *q = build(r);
+            rf_request_set_callback(q, on_ev, r);
+            rf_status st = rf_engine_submit(e, q, &r->id);
+            rf_request_free(q);
+            if (r->prompt_n > ctx) {
+                if (st != RF_ERR_RANGE) fail_msg("a prompt of %d tokens in a context of %d: status %d", r->prompt_n, ctx, st);
+                n_reject++;
+                continue;
+            }
+            if (st) fail_msg("submit: %s", rf_last_error());
+            g_nres++;
+        }
+        if (g_nres > 0 && rf_rng_u64(&rng) % 100 < 4) { /* cancel a random request (maybe finished) */
+            result *r = &g_res[rf_rng_u64(&rng) % (uint64_t)g_nres];
+            if (r->done < r->n && rf_engine_cancel(e, r->id) == RF_OK) {
+                r->cancelled = true;
+                n_cancel++;
+            }
+        }
+        if (rf_engine_step(e)) fail_msg("step %d: %s", step, rf_last_error());
+        if (rf_engine_check(e)) fail_msg("step %d: %s", step, rf_last_error());
+    }
+    if (rf_engine_run(e)) fail_msg("drain: %s", rf_last_error());
+    if (rf_engine_check(e)) fail_msg("after drain: %s", rf_last_error());
+    int64_t total = rf_engine_get_stat(e, RF_STAT_BLOCKS_TOTAL), used = rf_engine_get_stat(e, RF_STAT_BLOCKS_USED),
+            fr = rf_engine_get_stat(e, RF_STAT_BLOCKS_FREE), ca = rf_engine_get_stat(e, RF_STAT_BLOCKS_CACHED);
+    int64_t pre = rf_engine_get_stat(e, RF_STAT_PREEMPTIONS), hits = rf_engine_get_stat(e, RF_STAT_PREFIX_HIT_TOKENS);
+    printf("  %s: %d steps, %d requests (%d cancelled, %d refused), %lld preemptions, %lld prefix-hit tokens, "
+           "%lld positions verified; blocks %lld used / %lld free / %lld cached of %lld\n",
+           fake_fwd ? "fake forward" : "real forward", steps, g_nres, n_cancel, n_reject, (long long)pre,
+           (long long)hits, (long long)f.checked, (long long)used, (long long)fr, (long long)ca, (long long)total);
+    assert_int_equal(used, 0);
+    assert_int_equal(fr + ca, total);
+    assert_int_equal(rf_engine_get_stat(e, RF_STAT_RUNNING), 0);
+    assert_int_equal(rf_engine_get_stat(e, RF_STAT_WAITING), 0);
+    assert_int_equal(rf_engine_get_stat(e, RF_STAT_REQUESTS_DONE), g_nres);
+    assert_true(pre > 0);
+    assert_true(hits > 0);
+    for (int i = 0; i < g_nres; i++) {
+        result *r = &g_res[i];
+        if (r->done != r->n) fail_msg("request %d: %d of %d choices finished", i, r->done, r->n);
+        for (int c = 0; c < r->n && !r->cancelled; c++) {
+            if (r->finish[c] == RF_FINISH_LENGTH && r->ntok[c] != r->max_tokens)
+                fail_msg("request %d choice %d: length finish after %d of %d tokens", i, c, r->ntok[c], r->max_tokens);
+            if (r->finish[c] == RF_FINISH_CANCELLED || r->finish[c] == RF_FINISH_ERROR)
+                fail_msg("request %d choice %d: finish %s without a cancel", i, c, rf_finish_reason_str(r->finish[c]));
+        }
+    }
+    rf_engine_free(e);
+
+    /* every finished, uncancelled request alone (a roomy pool, one at a time) gives the same */
+    if (fake_fwd) {
+        fake f2 = {0};
+        rf_engine *e1 = make_engine(m, ctx, 1, 32, 0, bs, false, &f2);
+        int compared = 0;
+        for (int i = 0; i < g_nres && compared < 60; i++) {
+            result *r = &g_res[i];
+            if (r->cancelled) continue;
+            result alone = *r;
+            memset(alone.ntok, 0, sizeof alone.ntok);
+            alone.done = 0;
+            rf_request *q = build(&alone);
+            rf_request_set_callback(q, on_ev, &alone);
+            if (rf_engine_submit(e1, q, NULL) || rf_engine_run(e1)) fail_msg("alone: %s", rf_last_error());
+            rf_request_free(q);
+            for (int c = 0; c < r->n; c++) {
+                if (alone.ntok[c] != r->ntok[c] || memcmp(alone.tok[c], r->tok[c], (size_t)r->ntok[c] * 4) ||
+                    alone.finish[c] != r->finish[c])
+                    fail_msg("request %d choice %d: %d tokens (%s) in the crowd, %d (%s) alone", i, c, r->ntok[c],
+                             rf_finish_reason_str(r->finish[c]), alone.ntok[c], rf_finish_reason_str(alone.finish[c]));
+            }
+            compared++;
+        }
+        printf("  %d requests re-run alone: identical tokens and finish reasons\n", compared);
+        rf_engine_free(e1);
+        free(f2.shadow);
+    }
+    free(f.shadow);
+}
+
+static rf_model *load(void) {
+    rf_model_params mp = rf_model_default_params();
+    mp.n_threads = 2;
+    rf_model *m = NULL;
+    if (rf_model_load(g_model, &mp, &m)) fail_msg("load: %s", rf_last_error());
+    return m;
+}
+
+static void test_random_fake(void **state) {
+    (void)state;
+    rf_model *m = load();
+    /* block size 4: a 128-position sequence needs 32 blocks; 60 blocks run out often */
+    run_random(m, 4000, true, 4, 60);
+    run_random(m, 1500, true, 16, 17);
+    rf_model_free(m);
+}
+
+static void test_random_real(void **state) {
+    (void)state;
+    rf_model *m = load();
+    run_random(m, 300, false, 8, 24);
+    rf_model_free(m);
+}
+
+/* The pool alone: publish, lookup, eviction order, copy-on-write predicate, check. */
+static void test_pool(void **state) {
+    (void)state;
+    rf_kv_pool *p;
+    assert_int_equal(rf_kv_pool_new(0, 4, true, &p), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_kv_pool_new(4, 2, true, &p), RF_OK);
+    int32_t t1[2] = {5, 6}, t2[2] = {7, 8};
+    int32_t a = rf_kv_pool_alloc(p), b = rf_kv_pool_alloc(p);
+    assert_true(rf_kv_pool_writable(p, a));
+    assert_true(rf_kv_pool_publish(p, a, 0, t1));
+    assert_false(rf_kv_pool_writable(p, a)); /* published blocks are immutable */
+    uint64_t h1 = rf_kv_block_hash(0, t1, 2);
+    assert_true(rf_kv_pool_publish(p, b, h1, t2));
+    assert_false(rf_kv_pool_publish(p, b, h1, t2)); /* already */
+    assert_int_equal(rf_kv_pool_lookup(p, 0, t1), a);
+    assert_int_equal(rf_kv_pool_refcount(p, a), 2);
+    assert_int_equal(rf_kv_pool_lookup(p, 0, t2), -1); /* wrong parent */
+    rf_kv_pool_unref(p, a);
+    rf_kv_pool_unref(p, b);
+    rf_kv_pool_unref(p, a);
+    assert_int_equal(rf_kv_pool_n_cached(p), 2);
+    assert_int_equal(rf_kv_pool_n_free(p), 2);
+    int32_t refs[4] = {0, 0, 0, 0};
+    assert_int_equal(rf_kv_pool_check(p, refs), RF_OK);
+    /* two fresh blocks come from the free list, the third evicts the least recently used (b) */
+    int32_t c = rf_kv_pool_alloc(p), d = rf_kv_pool_alloc(p), x = rf_kv_pool_alloc(p);
+    assert_true(c != a && c != b && d != a && d != b);
+    assert_int_equal(x, b);
+    assert_int_equal(rf_kv_pool_lookup(p, h1, t2), -1); /* b left the cache */
+    assert_int_equal(rf_kv_pool_lookup(p, 0, t1), a);   /* a is still there */
+    assert_int_equal(rf_kv_pool_alloc(p), -1);
+    refs[a] = refs[c] = refs[d] = refs[x] = 1;
+    assert_int_equal(rf_kv_pool_check(p, refs), RF_OK);
+    refs[c] = 2;
+    assert_int_equal(rf_kv_pool_check(p, refs), RF_ERR_INTERNAL);
+    rf_kv_pool_free(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_random_fake),
+        cmocka_unit_test(test_random_real),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
