@@ -21,7 +21,8 @@ typedef struct rf_sampler rf_sampler;
 
 typedef enum rf_device {
     RF_DEVICE_CPU = 0,
-    RF_DEVICE_GPU = 1
+    RF_DEVICE_GPU = 1,
+    RF_DEVICE_AUTO = 2 /* the GPU when one is present and the model fits, else the CPU (a note says why) */
 } rf_device;
 
 /* Called while a model loads with the fraction done in [0, 1]. */
@@ -32,9 +33,10 @@ typedef struct rf_model_params {
     int32_t n_threads;       /* CPU worker threads; 0 = number of cores */
     rf_progress_fn progress; /* may be NULL */
     void *progress_user;
+    int32_t device_index;    /* which GPU (--device gpu:N) */
 } rf_model_params;
 
-/* Defaults: CPU, threads = cores, no progress callback. */
+/* Defaults: CPU, threads = cores, no progress callback, GPU 0. */
 rf_model_params rf_model_default_params(void);
 
 /* Loads a GGUF model: hyper-parameters from metadata (validated, errors name the key), weights
@@ -64,6 +66,7 @@ typedef struct rf_model_info {
     uint64_t n_params;     /* elements over all weights */
     uint64_t weight_bytes; /* bytes of all weights */
     const char *ftype;     /* the type most weights have ("q4_K", "f16", ...) */
+    const char *device;    /* "cpu" or the GPU's name */
 } rf_model_info;
 
 /* Fills *out; strings stay valid while the model lives. */

@@ -59,6 +59,14 @@ typedef struct rf_batch {
     void *dev;                  /* backend copy of the above (NULL on the CPU) */
 } rf_batch;
 
+/* One output row's sampling, for backends that sample on the device (see ops.sample). */
+typedef struct rf_sample_row {
+    float temperature, top_p, min_p, u; /* u: the sequence generator's draw in [0, 1) */
+    int32_t top_k;
+    float repeat_penalty, presence_penalty, frequency_penalty;
+    int32_t pen_off, pen_n;             /* its entries in the penalty arrays */
+} rf_sample_row;
+
 typedef enum rf_glu_kind {
     RF_GLU_SWIGLU = 0, /* y = silu(gate) * up */
     RF_GLU_GEGLU = 1   /* y = gelu_tanh(gate) * up */
@@ -129,6 +137,13 @@ typedef struct rf_backend_ops {
     /* y[i] = cap * tanh(x[i] / cap) in place over n elements. */
     rf_status (*softcap)(rf_backend *be, rf_tensor *x, float cap, int64_t n);
 
+    /* Optional (NULL: the engine samples on the host): one token per row of the logits the last
+     * forward left on the backend (rf_forward with logits_out NULL): row i's penalties over
+     * pen_ids/pen_counts [pen_off, pen_off + pen_n) (distinct ids; rf_sampler's rule), then
+     * rf_ref_sample's draw with u. Only the ids come back: ids_out host [n_rows]. */
+    rf_status (*sample)(rf_backend *be, const rf_tensor *logits, int32_t n_rows, const rf_sample_row *rows,
+                        const int32_t *pen_ids, const int32_t *pen_counts, int32_t n_pen, int32_t *ids_out);
+
     void (*destroy)(rf_backend *be);
 } rf_backend_ops;
 
@@ -145,5 +160,22 @@ rf_status rf_backend_cpu_set_threads(rf_backend *be, int n_threads);
 
 /* Number of online CPU cores (>= 1). */
 int rf_cpu_count(void);
+
+/* True for a backend whose tensors live in device memory (the GPU backend). */
+static inline bool rf_backend_on_device(const rf_backend *be) { return be->ops->batch_upload != NULL; }
+
+#ifdef RF_HAVE_GPU
+/* The GPU backend on device `device` (backend/gpu/gpu_backend.c): RF_ERR_DEVICE when there is no
+ * GPU or it cannot be opened. */
+rf_status rf_backend_gpu_new(int device, rf_backend **out);
+/* Free and total device memory now. */
+rf_status rf_backend_gpu_mem(rf_backend *be, size_t *free_bytes, size_t *total_bytes);
+/* Waits for the device; a fault is reported as RF_ERR_DEVICE naming the last kernel. */
+rf_status rf_backend_gpu_sync(rf_backend *be);
+/* The device's name ("NVIDIA H100 80GB HBM3"); static storage. */
+const char *rf_backend_gpu_name(rf_backend *be);
+/* Devices the runtime sees (0 without a driver). */
+int rf_gpu_device_count(void);
+#endif
 
 #endif

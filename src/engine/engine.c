@@ -83,7 +83,21 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
     uint64_t per_pos;
     rf_status st = rf_kv_bytes_per_pos(m, kv_type, &per_pos);
     if (st) return st;
-    uint64_t budget = avail_memory() / 2;
+    bool on_dev = rf_backend_on_device(m->be);
+    if (on_dev && kv_type == RF_TYPE_Q8_0)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "a q8_0 KV cache is CPU-only for now; on the GPU use f16 (the default) or f32");
+    /* the memory plan: what the step's buffers take comes off the budget before the pool */
+    uint64_t budget = avail_memory() / 2, buffers = 0, dev_free = 0;
+    if (on_dev) {
+#ifdef RF_HAVE_GPU
+        size_t fr = 0, tot = 0;
+        if ((st = rf_backend_gpu_mem(m->be, &fr, &tot))) return st;
+        dev_free = fr;
+        buffers = rf_fwd_buffer_bytes(m, n_batch ? n_batch : 512, n_parallel);
+        uint64_t margin = 256u << 20;
+        budget = fr > buffers + margin ? fr - buffers - margin : 0;
+#endif
+    }
     if (n_ctx == 0) {
         n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
         if (per_pos * (uint64_t)n_ctx > budget) n_ctx = (int32_t)(budget / per_pos);
@@ -105,6 +119,13 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
         if (want > (1u << 26)) want = 1u << 26;
         n_blocks = (int32_t)(want < (uint64_t)need ? (uint64_t)need : want);
     }
+    if (on_dev && (uint64_t)n_blocks * block_size * per_pos > budget)
+        return rf_set_error(RF_ERR_OOM,
+                            "GPU memory plan: a KV pool of %d blocks (%.1f MiB) and %.1f MiB of step buffers need "
+                            "%.1f MiB, the GPU has %.1f MiB free (lower --ctx, --parallel or --kv-blocks)",
+                            n_blocks, (double)n_blocks * block_size * per_pos / 1048576.0, buffers / 1048576.0,
+                            ((double)n_blocks * block_size * per_pos + buffers + (256u << 20)) / 1048576.0,
+                            dev_free / 1048576.0);
     if (n_blocks < need)
         return rf_set_error(RF_ERR_INVALID_ARG,
                             "a KV pool of %d blocks of %d positions cannot hold one sequence of the context of %d "
@@ -112,7 +133,7 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
                             n_blocks, block_size, n_ctx, need);
     if (n_batch == 0) n_batch = 512;
     if (n_batch < n_parallel) n_batch = n_parallel;
-    if (n_threads) {
+    if (n_threads && !on_dev) {
         if ((st = rf_backend_cpu_set_threads(m->be, n_threads))) return st;
     }
     rf_engine *e = calloc(1, sizeof *e);
@@ -135,8 +156,11 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
     e->b_slot = malloc((size_t)n_batch * sizeof(int32_t));
     e->b_out = malloc((size_t)n_batch * sizeof(int32_t));
     e->b_seqs = malloc((size_t)n_batch * sizeof(rf_seq *));
+    e->s_rows = malloc((size_t)n_batch * sizeof(rf_sample_row));
+    e->s_ids = malloc((size_t)n_batch * sizeof(int32_t));
     e->lp_work = malloc((size_t)nv * sizeof(float));
-    if (!e->b_ids || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_out || !e->b_seqs || !e->lp_work) {
+    if (!e->b_ids || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_out || !e->b_seqs || !e->lp_work || !e->s_rows ||
+        !e->s_ids) {
         rf_engine_free(e);
         return rf_set_error(RF_ERR_OOM, "engine: out of memory");
     }
@@ -144,7 +168,7 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
         rf_engine_free(e);
         return st;
     }
-    if ((st = rf_fwd_init(m, &e->f, n_blocks, block_size, n_batch, kv_type))) {
+    if ((st = rf_fwd_init(m, &e->f, n_blocks, block_size, n_batch, kv_type, n_parallel))) {
         rf_engine_free(e);
         return st;
     }
@@ -211,6 +235,10 @@ void rf_engine_free(rf_engine *e) {
     free(e->b_slot);
     free(e->b_out);
     free(e->b_seqs);
+    free(e->s_rows);
+    free(e->s_ids);
+    free(e->pen_ids);
+    free(e->pen_counts);
     free(e->b_table);
     free(e->logits);
     free(e->lp_work);
@@ -744,47 +772,56 @@ static void fill_logprobs(rf_engine *e, const rf_req *q, const float *logits, in
     ev->n_top = n;
 }
 
-rf_status rf_engine_on_output(rf_engine *e, rf_seq *s, const float *logits) {
+bool rf_engine_pre_sample(rf_engine *e, rf_seq *s) {
     rf_req *q = s->req;
-    if (s->fork_left > 0) fork_choices(e, s, logits);
     if (q->max_tokens >= 0 && s->n_gen >= q->max_tokens) {
         rf_engine_finish_seq(e, s, RF_FINISH_LENGTH, NULL);
-        return RF_OK;
+        return true;
     }
+    return false;
+}
+
+rf_status rf_engine_on_output(rf_engine *e, rf_seq *s, const float *logits) {
+    if (s->fork_left > 0) fork_choices(e, s, logits);
+    if (rf_engine_pre_sample(e, s)) return RF_OK;
     if (e->logits_hook) e->logits_hook(e->hook_user, s, logits);
-    int32_t id = rf_sampler_sample(s->smp, logits);
+    rf_engine_on_token(e, s, rf_sampler_sample(s->smp, logits), logits);
+    return RF_OK;
+}
+
+void rf_engine_on_token(rf_engine *e, rf_seq *s, int32_t id, const float *logits) {
+    rf_req *q = s->req;
     if (id < 0) {
         rf_engine_finish_seq(e, s, RF_FINISH_ERROR, "every logit is NaN");
-        return RF_OK;
+        return;
     }
     if (s->t_first == 0) s->t_first = rf_now_ms();
     rf_status st = rf_seq_append(s, &id, 1);
     if (st) {
         rf_engine_finish_seq(e, s, RF_FINISH_ERROR, "out of memory");
-        return RF_OK;
+        return;
     }
     s->n_gen++;
     e->st_gen++;
     rf_sampler_accept(s->smp, id);
     if (!q->ignore_eos && rf_vocab_is_eog(e->m->vocab, id)) {
         rf_engine_finish_seq(e, s, RF_FINISH_EOS, NULL);
-        return RF_OK;
+        return;
     }
     rf_event ev = done_event(q, s->choice, s->n_prompt, s->n_cached, s->n_gen, RF_FINISH_NONE, NULL);
     ev.kind = RF_EVENT_TOKEN;
     ev.token = id;
-    if (q->logprobs >= 0) fill_logprobs(e, q, logits, id, &ev);
+    if (q->logprobs >= 0 && logits) fill_logprobs(e, q, logits, id, &ev);
     bool hit = false;
     if ((st = rf_textout_push(&s->out, id, &ev.text, &ev.len, &hit))) {
         rf_engine_finish_seq(e, s, RF_FINISH_ERROR, rf_last_error());
-        return RF_OK;
+        return;
     }
     bool go = emit(q, &ev);
     if (hit) rf_engine_finish_seq(e, s, RF_FINISH_STOP, NULL);
     else if (!go) rf_engine_finish_seq(e, s, RF_FINISH_CANCELLED, NULL);
     else if (s->n_tokens - 1 >= e->n_ctx) rf_engine_finish_seq(e, s, RF_FINISH_CONTEXT, NULL);
     else if (q->max_tokens >= 0 && s->n_gen >= q->max_tokens) rf_engine_finish_seq(e, s, RF_FINISH_LENGTH, NULL);
-    return RF_OK;
 }
 
 /* ---- state ------------------------------------------------------------------------------ */

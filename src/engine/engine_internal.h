@@ -154,6 +154,8 @@ struct rf_engine {
     float *logits;           /* [n_out, n_vocab] of the last step */
     size_t logits_cap;
     float *lp_work;          /* [n_vocab] log-softmax for logprobs */
+    rf_sample_row *s_rows;   /* device sampling: a row per output, penalties, the ids */
+    int32_t *s_ids, *pen_ids, *pen_counts, pen_cap;
     rf_seq **b_seqs;         /* [n_batch] the step's sequences, by batch sequence index */
     /* test hooks: replace the forward (scheduler tests) and see block copies */
     rf_status (*fwd_hook)(void *user, rf_engine *e, rf_batch *b, rf_seq *const *seqs, float *logits);
@@ -179,8 +181,19 @@ void rf_seq_release_blocks(rf_engine *e, rf_seq *s);
 rf_status rf_seq_append(rf_seq *s, const int32_t *ids, int32_t n);
 void rf_seq_free(rf_seq *s);
 
-/* engine.c: events and retirement, called by the scheduler. */
+/* sampler.c, for sampling on a device: the generator's next draw in [0, 1) (what
+ * rf_sampler_sample would use), the parameters, and the distinct ids of the penalty window with
+ * their counts (0 when no penalty is on; returns how many, writing at most cap). */
+float rf_sampler_draw(rf_sampler *s);
+const rf_sampler_params *rf_sampler_get_params(const rf_sampler *s);
+int32_t rf_sampler_penalties(rf_sampler *s, int32_t *ids, int32_t *counts, int32_t cap);
+
+/* engine.c: events and retirement, called by the scheduler. on_output samples from host logits;
+ * the device path asks pre_sample first (true: the sequence finished before sampling, e.g.
+ * max_tokens) and then hands the device's id to on_token (logits NULL: no logprobs). */
 rf_status rf_engine_on_output(rf_engine *e, rf_seq *s, const float *logits);
+bool rf_engine_pre_sample(rf_engine *e, rf_seq *s);
+void rf_engine_on_token(rf_engine *e, rf_seq *s, int32_t id, const float *logits);
 void rf_engine_finish_seq(rf_engine *e, rf_seq *s, rf_finish_reason why, const char *error);
 /* Moves submitted requests into the waiting queue and applies cancellations. */
 void rf_engine_intake(rf_engine *e);

@@ -23,6 +23,8 @@ rf_sampler_params rf_sampler_default_params(void) {
     return p;
 }
 
+float rf_sampler_draw(rf_sampler *s);
+
 static uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -95,7 +97,34 @@ int32_t rf_sampler_sample(rf_sampler *s, const float *logits) {
             w[id] -= (float)c * p->frequency_penalty + p->presence_penalty;
         }
     }
-    float u = (float)(splitmix64(&s->rng) >> 40) / (float)(1 << 24); /* [0, 1) */
+    float u = rf_sampler_draw(s); /* [0, 1) */
     rf_sample_params sp = {p->temperature, p->top_k, p->top_p, p->min_p};
     return rf_ref_sample(w, s->n_vocab, &sp, u);
+}
+
+float rf_sampler_draw(rf_sampler *s) { return (float)(splitmix64(&s->rng) >> 40) / (float)(1 << 24); }
+
+const rf_sampler_params *rf_sampler_get_params(const rf_sampler *s) { return &s->p; }
+
+int32_t rf_sampler_penalties(rf_sampler *s, int32_t *ids, int32_t *counts, int32_t cap) {
+    const rf_sampler_params *p = &s->p;
+    bool penalize = p->repeat_last_n != 0 &&
+                    (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0);
+    if (!penalize || s->n_hist == 0) return 0;
+    for (int32_t i = 0; i < s->n_hist; i++) {
+        int32_t id = s->hist[i];
+        if (id >= 0 && id < s->n_vocab) s->count[id]++;
+    }
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_hist; i++) {
+        int32_t id = s->hist[i];
+        if (id < 0 || id >= s->n_vocab || s->count[id] == 0) continue;
+        if (n < cap) {
+            ids[n] = id;
+            counts[n] = s->count[id];
+        }
+        n++;
+        s->count[id] = 0;
+    }
+    return n;
 }

@@ -161,6 +161,49 @@ static rf_status grow(int32_t **p, int32_t *cap, int32_t need) {
     return RF_OK;
 }
 
+/* One sampling record per output row (the sequences' own parameters, generator draws and
+ * penalty windows), then the backend samples on the device and returns the ids in e->s_ids.
+ * A sequence that finishes before sampling (max_tokens) draws nothing, as on the host. */
+static rf_status device_sample(rf_engine *e, const item *items, int32_t n_items) {
+    int32_t r = 0, n_pen = 0;
+    for (int32_t i = 0; i < n_items; i++) {
+        rf_seq *s = items[i].s;
+        if (s->n_computed + items[i].n != s->n_tokens) continue;
+        const rf_sampler_params *p = rf_sampler_get_params(s->smp);
+        rf_sample_row *row = &e->s_rows[r++];
+        memset(row, 0, sizeof *row);
+        row->temperature = p->temperature;
+        row->top_k = p->top_k;
+        row->top_p = p->top_p;
+        row->min_p = p->min_p;
+        row->repeat_penalty = p->repeat_penalty;
+        row->presence_penalty = p->presence_penalty;
+        row->frequency_penalty = p->frequency_penalty;
+        if (s->req->max_tokens >= 0 && s->n_gen >= s->req->max_tokens) continue; /* finishes unsampled */
+        row->u = rf_sampler_draw(s->smp);
+        for (;;) {
+            int32_t got = rf_sampler_penalties(s->smp, e->pen_ids ? e->pen_ids + n_pen : NULL,
+                                               e->pen_counts ? e->pen_counts + n_pen : NULL, e->pen_cap - n_pen);
+            if (n_pen + got <= e->pen_cap) {
+                row->pen_off = n_pen;
+                row->pen_n = got;
+                n_pen += got;
+                break;
+            }
+            int32_t cap = (n_pen + got) * 2;
+            int32_t *a = realloc(e->pen_ids, (size_t)cap * sizeof(int32_t));
+            if (!a) return rf_set_error(RF_ERR_OOM, "sampling: out of memory");
+            e->pen_ids = a;
+            a = realloc(e->pen_counts, (size_t)cap * sizeof(int32_t));
+            if (!a) return rf_set_error(RF_ERR_OOM, "sampling: out of memory");
+            e->pen_counts = a;
+            e->pen_cap = cap;
+        }
+    }
+    rf_backend *be = e->m->be;
+    return be->ops->sample(be, &e->f.logits, r, e->s_rows, e->pen_ids, e->pen_counts, n_pen, e->s_ids);
+}
+
 rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
     int32_t B = e->block_size;
     rf_status st = RF_OK;
@@ -266,11 +309,21 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
             e->logits_cap = (size_t)n_out * nv;
         }
     }
+    /* sample on the device (only ids come back) when every output is a plain generation step */
+    bool dev_sample = e->m->be->ops->sample && !e->fwd_hook && !e->logits_hook && n_out > 0 && n_out <= e->f.logit_rows;
+    for (int32_t i = 0; i < n_items && dev_sample; i++) {
+        rf_seq *s = items[i].s;
+        bool out = s->want_all || (s->n_computed + items[i].n == s->n_tokens && (s->gen || s->logits_dst));
+        if (out && (!s->gen || s->want_all || s->logits_dst || s->fork_left > 0 || s->req->logprobs >= 0))
+            dev_sample = false;
+    }
     if (!st) {
         rf_batch b = {n_tok, e->b_ids, e->b_pos, e->b_seq, e->b_slot, n_items, max_blocks, B, e->b_table,
                       n_out, e->b_out, NULL};
-        st = e->fwd_hook ? e->fwd_hook(e->hook_user, e, &b, e->b_seqs, e->logits) : rf_forward(e->m, &e->f, &b, e->logits);
+        st = e->fwd_hook ? e->fwd_hook(e->hook_user, e, &b, e->b_seqs, e->logits)
+                         : rf_forward(e->m, &e->f, &b, dev_sample ? NULL : e->logits);
     }
+    if (!st && dev_sample) st = device_sample(e, items, n_items);
     if (st) {
         /* the step failed: its sequences fail (a session's is left to its caller) */
         char msg[256];
@@ -303,8 +356,10 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
             memcpy(s->logits_dst, lg, (size_t)rows * nv * sizeof(float));
             s->logits_dst += (size_t)rows * nv;
         }
-        if (s->gen && last && s->state == RF_SEQ_RUNNING)
-            rf_engine_on_output(e, s, lg + (size_t)(rows - 1) * nv);
+        if (s->gen && last && s->state == RF_SEQ_RUNNING) {
+            if (!dev_sample) rf_engine_on_output(e, s, lg + (size_t)(rows - 1) * nv);
+            else if (!rf_engine_pre_sample(e, s)) rf_engine_on_token(e, s, e->s_ids[row - 1], NULL);
+        }
     }
     free(items);
     if (!only) retire(e);

@@ -23,8 +23,20 @@ rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out)
     return RF_OK;
 }
 
+uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_rows) {
+    const rf_hparams *hp = &m->hp;
+    uint64_t Q = (uint64_t)hp->n_head * hp->head_dim, KV = (uint64_t)hp->n_head_kv * hp->head_dim;
+    uint64_t act = (uint64_t)n_batch * (3 * (uint64_t)hp->n_embd + 2 * Q + 2 * KV + 2 * (uint64_t)hp->n_ff) * 4 +
+                   (uint64_t)(logit_rows > RF_LOGIT_ROWS ? logit_rows : RF_LOGIT_ROWS) * hp->n_vocab * 4;
+    /* a product over many tokens may dequantize its whole weight to f16 in scratch */
+    uint64_t big = (uint64_t)hp->n_vocab * hp->n_embd;
+    uint64_t ff = (uint64_t)hp->n_ff * hp->n_embd;
+    if (ff > big) big = ff;
+    return act + big * 2 + (uint64_t)n_batch * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) * 4;
+}
+
 rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_size, int32_t n_batch,
-                      rf_type kv_type) {
+                      rf_type kv_type, int32_t logit_rows) {
     memset(f, 0, sizeof *f);
     const rf_hparams *hp = &m->hp;
     rf_backend *be = m->be;
@@ -33,6 +45,7 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
     f->block_size = block_size;
     f->n_batch = n_batch;
     f->kv_type = kv_type;
+    f->logit_rows = logit_rows > RF_LOGIT_ROWS ? logit_rows : RF_LOGIT_ROWS;
     int64_t Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t rows = (int64_t)n_blocks * block_size;
     rf_status st;
@@ -59,7 +72,7 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
         (st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->o)) ||
         (st = op->alloc(be, RF_TYPE_F32, hp->n_ff, B, &f->g)) ||
         (st = op->alloc(be, RF_TYPE_F32, hp->n_ff, B, &f->u)) ||
-        (st = op->alloc(be, RF_TYPE_F32, hp->n_vocab, RF_LOGIT_ROWS, &f->logits))) {
+        (st = op->alloc(be, RF_TYPE_F32, hp->n_vocab, f->logit_rows, &f->logits))) {
         rf_fwd_free(m, f);
         return st;
     }
@@ -152,6 +165,14 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
     if (n_out == 0) return RF_OK;
     TRY(op->gather_rows(be, &f->o, &f->x, b, E));
     TRY(op->rmsnorm(be, &f->h, &f->o, &m->output_norm, n_out, E, hp->norm_eps));
+    if (!logits_out) { /* kept on the backend for its sampler */
+        if (n_out > f->logit_rows)
+            return rf_set_error(RF_ERR_INVALID_ARG, "forward: %d outputs kept on the backend, room for %d", n_out,
+                                f->logit_rows);
+        TRY(op->matmul(be, &f->logits, &m->output, &f->h, n_out));
+        if (hp->final_softcap > 0) TRY(op->softcap(be, &f->logits, hp->final_softcap, (int64_t)n_out * hp->n_vocab));
+        return RF_OK;
+    }
     for (int32_t r = 0; r < n_out; r += RF_LOGIT_ROWS) {
         int32_t cnt = n_out - r < RF_LOGIT_ROWS ? n_out - r : RF_LOGIT_ROWS;
         rf_tensor hr = rf_tensor_rows(&f->h, r, cnt);

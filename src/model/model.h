@@ -51,6 +51,10 @@ struct rf_model {
     bool tied;
     rf_layer *layers;
     uint64_t n_params, weight_bytes;
+    rf_progress_fn progress;        /* weight upload progress (device backends) */
+    void *progress_user;
+    uint64_t load_total, load_done;
+    float load_last;
     char name[128];
     const char *ftype;
 };
@@ -66,21 +70,26 @@ typedef struct rf_fwd {
     rf_type kv_type;
     rf_tensor *kc, *vc;                  /* [n_layer] pools [n_blocks*block_size, n_head_kv*head_dim] */
     rf_tensor x, h, q, k, v, att, o, g, u; /* activations [n_batch, ...] */
-    rf_tensor logits;                    /* [RF_LOGIT_ROWS, n_vocab] */
+    rf_tensor logits;                    /* [logit_rows, n_vocab] */
+    int32_t logit_rows;                  /* >= RF_LOGIT_ROWS: a step's outputs kept on the backend */
 } rf_fwd;
 
 #define RF_LOGIT_ROWS 32
 
 /* Bytes of K and V per position over all layers for a KV type (f32, f16, q8_0). */
 rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out);
+/* Device bytes of the step's buffers for n_batch tokens (activations, logits, and the scratch a
+ * many-token product may take), for the memory plan. */
+uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_rows);
 rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_size, int32_t n_batch,
-                      rf_type kv_type);
+                      rf_type kv_type, int32_t logit_rows);
 void rf_fwd_free(rf_model *m, rf_fwd *f);
 
 /* Runs one step's batch (backend.h: rf_batch; b->n_tokens <= n_batch) through the model,
  * storing every token's K/V at its slot, and writes the logits of the rows b->out_rows to host
- * memory logits_out [b->n_out, n_vocab]. Positions, slots and block tables are trusted (the
- * engine built them); token ids are checked (RF_ERR_RANGE). */
+ * memory logits_out [b->n_out, n_vocab]; with logits_out NULL they stay on the backend in
+ * f->logits (b->n_out <= f->logit_rows) for a device sampler. Positions, slots and block
+ * tables are trusted (the engine built them); token ids are checked (RF_ERR_RANGE). */
 rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out);
 /* Copies block src's K/V rows to block dst in every layer (copy-on-write). */
 rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src);

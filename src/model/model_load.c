@@ -15,7 +15,7 @@ static const char *const k_arch_names[RF_ARCH_COUNT] = {"llama", "qwen2", "gemma
 const char *rf_supported_archs(void) { return "llama, qwen2, gemma3"; }
 
 rf_model_params rf_model_default_params(void) {
-    rf_model_params p = {RF_DEVICE_CPU, 0, NULL, NULL};
+    rf_model_params p = {RF_DEVICE_CPU, 0, NULL, NULL, 0};
     return p;
 }
 
@@ -103,7 +103,15 @@ static rf_status bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, 
                             name, rf_type_name(gt->type));
     if (!gt->data) return rf_set_error(RF_ERR_FORMAT, "model: tensor '%s' has no data", name);
     rf_status st = m->be->ops->weight(m->be, gt->type, ne0, ne1, gt->data, t);
-    if (st) return st;
+    if (st) return rf_set_error(st, "model: tensor '%s': %s", name, rf_last_error());
+    if (m->progress && m->load_total) { /* a device backend uploads here: show it */
+        m->load_done += gt->n_bytes;
+        float f = (float)m->load_done / (float)m->load_total;
+        if (f - m->load_last >= 0.01f || f >= 1.0f) {
+            m->progress(f > 1.0f ? 1.0f : f, m->progress_user);
+            m->load_last = f;
+        }
+    }
     m->n_params += (uint64_t)ne0 * (uint64_t)ne1;
     m->weight_bytes += gt->n_bytes;
     return RF_OK;
@@ -293,12 +301,68 @@ static void prefault(rf_model *m, const rf_model_params *p) {
     (void)sink;
 }
 
+/* Bytes of every tensor in the file: what a device backend will hold. */
+static uint64_t file_weight_bytes(const rf_gguf *g) {
+    uint64_t total = 0;
+    for (int64_t i = 0; i < rf_gguf_n_tensors(g); i++) total += rf_gguf_tensor_at(g, i)->n_bytes;
+    return total;
+}
+
+/* Picks and opens the backend. gpu: the GPU or an error naming what is missing (no GPU, or
+ * the weights' size against the device's free memory, checked before any upload). auto: the
+ * GPU when one is present and the weights fit with room for a KV cache, else the CPU with a
+ * one-line note saying why. */
+static rf_status open_backend(rf_model *m, const rf_model_params *p) {
+    uint64_t need = file_weight_bytes(m->g);
+#ifdef RF_HAVE_GPU
+    if (p->device != RF_DEVICE_CPU) {
+        const char *why = NULL;
+        char buf[256];
+        rf_status st = RF_OK;
+        if (rf_gpu_device_count() <= 0) {
+            why = "no GPU found";
+            st = rf_set_error(RF_ERR_DEVICE, "--device gpu: no GPU found (check the driver: nvidia-smi / rocminfo)");
+        } else if ((st = rf_backend_gpu_new(p->device_index, &m->be))) {
+            snprintf(buf, sizeof buf, "the GPU could not be opened (%s)", rf_last_error());
+            why = buf;
+        } else {
+            size_t fr = 0, tot = 0;
+            rf_backend_gpu_mem(m->be, &fr, &tot);
+            uint64_t reserve = need / 20 > (256u << 20) ? need / 20 : (256u << 20); /* KV + activations */
+            if (need + reserve > fr) {
+                snprintf(buf, sizeof buf, "the model needs %.1f MiB of weights (+%.0f MiB for a KV cache) but the GPU has %.1f MiB free",
+                         need / 1048576.0, reserve / 1048576.0, fr / 1048576.0);
+                why = buf;
+                st = rf_set_error(RF_ERR_OOM, "%s (of %.1f MiB)", buf, tot / 1048576.0);
+                m->be->ops->destroy(m->be);
+                m->be = NULL;
+            }
+        }
+        if (!why) {
+            RF_LOGI("model: %.1f MiB of weights on %s", need / 1048576.0, rf_backend_gpu_name(m->be));
+            m->load_total = need;
+            m->progress = p->progress;
+            m->progress_user = p->progress_user;
+            return RF_OK;
+        }
+        if (p->device == RF_DEVICE_GPU) return st;
+        rf_log(rf_gpu_device_count() > 0 ? RF_LOG_WARN : RF_LOG_INFO, "running on the CPU: %s", why);
+    }
+#else
+    if (p->device == RF_DEVICE_GPU)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "--device gpu: this build has no GPU backend (configure with -DRF_CUDA=ON)");
+    if (p->device == RF_DEVICE_AUTO) RF_LOGI("running on the CPU: this build has no GPU backend");
+#endif
+    (void)need;
+    return rf_backend_cpu_new(p->n_threads, &m->be);
+}
+
 rf_status rf_model_load(const char *path, const rf_model_params *params, rf_model **out) {
     *out = NULL;
     rf_model_params p = params ? *params : rf_model_default_params();
     if (!path) return rf_set_error(RF_ERR_INVALID_ARG, "model path is NULL");
-    if (p.device == RF_DEVICE_GPU)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU forward is not built yet (a later issue); use --device cpu");
+    if (p.device != RF_DEVICE_CPU && p.device != RF_DEVICE_GPU && p.device != RF_DEVICE_AUTO)
+        return rf_set_error(RF_ERR_INVALID_ARG, "device %d is not one of cpu, gpu, auto", (int)p.device);
     if (p.n_threads < 0) return rf_set_error(RF_ERR_INVALID_ARG, "thread count %d must be >= 1", p.n_threads);
     rf_model *m = calloc(1, sizeof *m);
     if (!m) return rf_set_error(RF_ERR_OOM, "model: out of memory");
@@ -325,9 +389,10 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
     rf_gguf_get_str(m->g, "general.name", &name);
     snprintf(m->name, sizeof m->name, "%s", name ? name : "");
     rf_clear_error();
-    if ((st = rf_backend_cpu_new(p.n_threads, &m->be))) goto fail;
     if ((st = load_hparams(m))) goto fail;
+    if ((st = open_backend(m, &p))) goto fail;
     if ((st = load_weights(m))) goto fail;
+    if (m->progress && m->load_last < 1.0f) m->progress(1.0f, m->progress_user);
     if ((st = rf_vocab_load(m->g, &m->vocab))) goto fail;
     if (rf_vocab_n_tokens(m->vocab) > m->hp.n_vocab) {
         st = rf_set_error(RF_ERR_FORMAT, "model: the vocabulary has %d tokens but token_embd.weight only %d rows",
@@ -341,7 +406,7 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
         m->chat = NULL;
     }
     m->ftype = main_type(m->g);
-    prefault(m, &p);
+    if (!rf_backend_on_device(m->be)) prefault(m, &p);
     *out = m;
     return RF_OK;
 fail:
@@ -380,6 +445,10 @@ rf_status rf_model_get_info(const rf_model *m, rf_model_info *o) {
     o->n_params = m->n_params;
     o->weight_bytes = m->weight_bytes;
     o->ftype = m->ftype;
+    o->device = "cpu";
+#ifdef RF_HAVE_GPU
+    if (rf_backend_on_device(m->be)) o->device = rf_backend_gpu_name(m->be);
+#endif
     return RF_OK;
 }
 

@@ -136,8 +136,15 @@ static void test_bad_params(void **state) {
     rf_model *m2 = NULL;
     rf_model_params mp = rf_model_default_params();
     mp.device = RF_DEVICE_GPU;
-    assert_int_equal(rf_model_load(g_model, &mp, &m2), RF_ERR_UNSUPPORTED);
-    assert_non_null(strstr(rf_last_error(), "GPU"));
+    rf_status gst = rf_model_load(g_model, &mp, &m2);
+    if (gst == RF_OK) { /* a machine with a GPU: the GPU tests cover it */
+        rf_model_free(m2);
+        m2 = NULL;
+    } else {
+        /* no GPU here: "no GPU found" (CUDA build) or "no GPU backend" (CPU-only build) */
+        assert_true(gst == RF_ERR_DEVICE || gst == RF_ERR_UNSUPPORTED);
+        assert_non_null(strstr(rf_last_error(), "GPU"));
+    }
     assert_int_not_equal(rf_model_load("/nonexistent/x.gguf", NULL, &m2), RF_OK);
     assert_null(m2);
 }

@@ -58,6 +58,28 @@ rf_status rf_gpu_scratch_reserve(rf_gpu_ctx *ctx, size_t bytes);
 rf_status rf_gpu_scratch_alloc(rf_gpu_ctx *ctx, size_t bytes, void **d_out);
 void rf_gpu_scratch_reset(rf_gpu_ctx *ctx);
 
+/* Free and total device memory now (cudaMemGetInfo). */
+rf_status rf_gpu_mem_info(rf_gpu_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
+/* Pinned (page-locked) host memory, for uploads that overlap compute; RF_ERR_OOM on failure. */
+rf_status rf_gpu_host_alloc(size_t bytes, void **p);
+void rf_gpu_host_free(void *p);
+/* Asynchronous copies on the context's stream (src of an upload should be pinned). */
+rf_status rf_gpu_upload_async(rf_gpu_ctx *ctx, void *d_dst, const void *src, size_t bytes);
+rf_status rf_gpu_copy(rf_gpu_ctx *ctx, void *d_dst, const void *d_src, size_t bytes);
+
+/* ---- batched-forward helpers (gpu_batch_ops.cu; twins in backend/cpu/cpu_backend.c) ------ */
+/* cache row slot[t] = src row t (f32 [n_tokens, n]) converted to cache_type (f16 or f32), for
+ * t < n_tokens; slot is a device array; slots outside [0, cache_rows) are skipped (padding). */
+rf_status rf_gpu_kv_store(rf_gpu_ctx *ctx, void *cache, rf_type cache_type, int64_t cache_rows,
+                          const float *src, int64_t n_tokens, int64_t n, const int32_t *slot);
+/* y[i,:] = x[idx[i],:] for i < n_idx, rows of n f32; idx a device array. */
+rf_status rf_gpu_gather_rows(rf_gpu_ctx *ctx, float *y, const float *x, const int32_t *idx,
+                             int64_t n_idx, int64_t n);
+/* y[r,i] += b[i] over rows x n. */
+rf_status rf_gpu_add_bias(rf_gpu_ctx *ctx, float *y, const float *b, int64_t rows, int64_t n);
+/* x[i] = cap * tanh(x[i] / cap) in place, cap > 0. */
+rf_status rf_gpu_softcap(rf_gpu_ctx *ctx, float *x, float cap, int64_t n);
+
 /* ---- elementwise / norms (f32, device pointers; outputs may alias inputs) ------------------ */
 rf_status rf_gpu_scale(rf_gpu_ctx *ctx, float *y, const float *x, float s, int64_t n);
 rf_status rf_gpu_add(rf_gpu_ctx *ctx, float *y, const float *a, const float *b, int64_t n);
@@ -158,6 +180,25 @@ rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const float *q, c
                                   float scale, bool causal, int64_t pos0, int64_t window,
                                   float softcap, int n_splits);
 
+/* Paged attention (the contract of rf_backend_ops.attention in backend/backend.h; twin:
+ * rf_ref_paged_attention). For each token t < n_tokens, with device arrays pos[t] and seq[t]:
+ * query q[t] f32 [n_head, head_dim] attends to the keys of its sequence at positions
+ * kmin..pos[t] (kmin = pos[t] - window + 1 when window > 0, else 0); position j is row
+ * block_table[seq[t] * max_blocks + j / block_size] * block_size + j % block_size of the caches
+ * k, v [rows, n_head_kv, head_dim] (kv_type RF_TYPE_F16 or RF_TYPE_F32); scores scale * q.k,
+ * softcap (c * tanh(s / c)) when > 0, softmax, out[t] f32 [n_head, head_dim] = P v. A token with
+ * pos[t] < 0 is padding: its output row is zeros and nothing is read for it. max_pos is a host
+ * upper bound of pos over the batch (sizes the split of the keys). Batch-invariant: a token's
+ * output does not depend on which other tokens share the call (the keys are split at fixed
+ * absolute positions). head_dim in {64, 80, 96, 128, 256}. */
+rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
+                                 const void *v, rf_type kv_type, int64_t n_tokens,
+                                 const int32_t *pos, const int32_t *seq,
+                                 const int32_t *block_table, int64_t max_blocks,
+                                 int64_t block_size, int64_t n_head, int64_t n_head_kv,
+                                 int64_t head_dim, float scale, int64_t window, float softcap,
+                                 int64_t max_pos);
+
 /* ---- sampling --------------------------------------------------------------------------- */
 /* u for sequence `seq` at step `step`: splitmix64(seed ^ golden*(step+1) + seq) -> [0,1),
  * computed identically on host and device so tests reproduce the draw. */
@@ -168,6 +209,23 @@ float rf_gpu_sample_u(uint64_t seed, uint64_t step, int64_t seq);
 rf_status rf_gpu_sample(rf_gpu_ctx *ctx, int32_t *out, const float *logits, int64_t n_seq,
                         int64_t n_vocab, const rf_sample_params *params, uint64_t seed,
                         uint64_t step);
+
+/* One output row's sampling in the engine's device path: rf_sample_params' fields, the draw u
+ * in [0, 1) from the sequence's own generator, and its penalties (rf_sampler's rule) over the
+ * entries [pen_off, pen_off + pen_n) of the penalty arrays. */
+typedef struct rf_gpu_sample_row {
+    float temperature, top_p, min_p, u;
+    int32_t top_k;
+    float repeat_penalty, presence_penalty, frequency_penalty;
+    int32_t pen_off, pen_n;
+} rf_gpu_sample_row;
+/* Applies each row's penalties to logits [n_rows, n_vocab] in place (when any_penalty), then
+ * d_out[r] = rf_ref_sample(row r, params, u) on the device. All pointers are device memory;
+ * nothing is copied to the host. */
+rf_status rf_gpu_sample_rows(rf_gpu_ctx *ctx, int32_t *d_out, float *logits, int64_t n_rows,
+                             int64_t n_vocab, const rf_gpu_sample_row *d_rows,
+                             const int32_t *d_pen_ids, const int32_t *d_pen_counts,
+                             bool any_penalty);
 
 /* ---- measurement (gpu_bench.cu) ------------------------------------------------------ */
 /* Device read bandwidth: median of `reps` passes of 16-byte loads over a fresh buffer of

@@ -31,6 +31,7 @@ static __device__ __forceinline__ uint64_t rf_order_key(float v, int64_t id, int
 struct rf_sample_dev {
     float temperature, top_p, min_p;
     int32_t top_k;
+    float u; /* < 0: draw from (seed, step, row) */
 };
 
 /* Block-wide reduction of a double-precision-free pair of sums: count (float, exact < 2^24)
@@ -156,7 +157,7 @@ rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *p
         if (c >= cp && RF_KEPT(i, v, c, p)) m3 += p;
     }
     const float total3 = rf_block_sum(m3, sh);
-    const float target = rf_sample_u_impl(seed, step, s) * total3;
+    const float target = (P.u >= 0.0f ? P.u : rf_sample_u_impl(seed, step, s)) * total3;
     uint64_t prefix = 0;
     for (int bit = 31 + ib; bit >= 0; bit--) {
         const uint64_t cand = prefix | (1ull << bit);
@@ -219,6 +220,7 @@ extern "C" rf_status rf_gpu_sample(rf_gpu_ctx *ctx, int32_t *out, const float *l
         host[i].top_k = params ? params[i].top_k : 0;
         host[i].top_p = params ? params[i].top_p : 1.0f;
         host[i].min_p = params ? params[i].min_p : 0.0f;
+        host[i].u = -1.0f;
     }
     rf_sample_dev *dp = (rf_sample_dev *)tmp;
     int32_t *dout = (int32_t *)((char *)tmp + ((pbytes + 255) & ~(size_t)255));
@@ -233,6 +235,65 @@ extern "C" rf_status rf_gpu_sample(rf_gpu_ctx *ctx, int32_t *out, const float *l
                                                                        seed, step, ib);
     st = RF_GPU_LAUNCHED(ctx, "rf_k_sample");
     if (!st) st = rf_gpu_download(ctx, out, dout, (size_t)n_seq * sizeof(int32_t));
+    ctx->scratch_used = mark;
+    return st;
+}
+
+/* penalize: for each row r of logits [n_rows, n_vocab] and each of its penalty entries
+ * (ids[k], counts[k]) for k in [off[r], off[r] + cnt[r]): v = logit; v = v > 0 ? v / rep : v * rep;
+ * v -= count * freq + pres (rf_sampler's rule, each distinct id once). In place.
+ * launch: one block per row, threads over its entries (ids are distinct within a row). exact. */
+__global__ void rf_k_penalize(float *logits, int64_t n_vocab, const rf_gpu_sample_row *rows,
+                              const int32_t *ids, const int32_t *counts) {
+    const rf_gpu_sample_row R = rows[blockIdx.x];
+    float *x = logits + (int64_t)blockIdx.x * n_vocab;
+    for (int k = threadIdx.x; k < R.pen_n; k += blockDim.x) {
+        const int32_t id = ids[R.pen_off + k];
+        if (id < 0 || id >= n_vocab) continue;
+        float v = x[id];
+        v = v > 0 ? v / R.repeat_penalty : v * R.repeat_penalty;
+        v -= (float)counts[R.pen_off + k] * R.frequency_penalty + R.presence_penalty;
+        x[id] = v;
+    }
+}
+
+/* rows_to_params: the sample kernel's parameter records from the row records (device). */
+__global__ void rf_k_sample_params(rf_sample_dev *p, const rf_gpu_sample_row *rows, int64_t n) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    p[i].temperature = rows[i].temperature;
+    p[i].top_k = rows[i].top_k;
+    p[i].top_p = rows[i].top_p;
+    p[i].min_p = rows[i].min_p;
+    p[i].u = rows[i].u;
+}
+
+extern "C" rf_status rf_gpu_sample_rows(rf_gpu_ctx *ctx, int32_t *d_out, float *logits, int64_t n_rows,
+                                        int64_t n_vocab, const rf_gpu_sample_row *d_rows,
+                                        const int32_t *d_pen_ids, const int32_t *d_pen_counts,
+                                        bool any_penalty) {
+    const char *op = "rf_gpu_sample_rows";
+    RF_GPU_REQUIRE(n_rows >= 0 && n_rows <= 65535, op, "n_rows=%lld", (long long)n_rows);
+    RF_GPU_REQUIRE(n_vocab >= 1 && n_vocab < (1ll << 31), op, "n_vocab=%lld", (long long)n_vocab);
+    if (n_rows == 0) return RF_OK;
+    rf_status st;
+    if (any_penalty) {
+        rf_k_penalize<<<(unsigned)n_rows, 128, 0, ctx->stream>>>(logits, n_vocab, d_rows, d_pen_ids,
+                                                                d_pen_counts);
+        if ((st = RF_GPU_LAUNCHED(ctx, "rf_k_penalize"))) return st;
+    }
+    int ib = 1;
+    while ((1ll << ib) <= n_vocab) ib++;
+    size_t mark;
+    void *tmp;
+    if ((st = rf_gpu_tmp(ctx, (size_t)n_rows * sizeof(rf_sample_dev), &tmp, &mark))) return st;
+    rf_sample_dev *dp = (rf_sample_dev *)tmp;
+    rf_k_sample_params<<<(unsigned)((n_rows + 127) / 128), 128, 0, ctx->stream>>>(dp, d_rows, n_rows);
+    if (!(st = RF_GPU_LAUNCHED(ctx, "rf_k_sample_params"))) {
+        rf_k_sample<<<(unsigned)n_rows, RF_SAMPLE_THREADS, 0, ctx->stream>>>(d_out, logits, n_vocab, dp, 0,
+                                                                            0, ib);
+        st = RF_GPU_LAUNCHED(ctx, "rf_k_sample");
+    }
     ctx->scratch_used = mark;
     return st;
 }

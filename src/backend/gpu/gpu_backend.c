@@ -1,0 +1,344 @@
+/* gpu_backend.c — the GPU backend: backend.h's op table over the kernel library (gpu.h), so the
+ * one forward (model/forward.c) runs on CUDA/HIP unchanged. Weights are uploaded once, the KV
+ * pool and activations are device allocations, and a step's batch metadata goes up in one
+ * pinned copy (batch_upload) that every op then reads on the device. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/gpu/gpu.h"
+#include "rocmforge/quant.h"
+
+#define RF_GPU_PAGED_ATTN_PENDING 1 /* TEMPORARY: until gpu_paged_attention.cu lands */
+
+/* Device copies of a step's metadata (one allocation, laid out as in the pinned buffer). */
+typedef struct gpu_batch {
+    int32_t *ids, *pos, *seq, *slot, *out_rows, *table;
+    int64_t max_pos;
+} gpu_batch;
+
+typedef struct gpu_be {
+    rf_gpu_ctx *ctx;
+    int device;
+    char *pin;        /* pinned staging of the metadata */
+    char *dmeta;      /* its device copy */
+    size_t meta_cap;
+    gpu_batch dev;
+    char *spin, *sdev; /* sampling: pinned rows + penalties + ids, and the device copy */
+    size_t s_cap;
+} gpu_be;
+
+#define G(be) ((gpu_be *)(be)->impl)
+
+static rf_status row_bytes(rf_type type, int64_t n, size_t *out) {
+    if (type == RF_TYPE_F32) { *out = (size_t)n * 4; return RF_OK; }
+    if (type == RF_TYPE_F16 || type == RF_TYPE_BF16) { *out = (size_t)n * 2; return RF_OK; }
+    return rf_row_size(type, n, out);
+}
+
+static rf_status g_alloc(rf_backend *be, rf_type type, int64_t n, int64_t rows, rf_tensor *out) {
+    memset(out, 0, sizeof *out);
+    size_t rb;
+    rf_status st = row_bytes(type, n, &rb);
+    if (st) return st;
+    uint64_t total;
+    if (rf_mul_overflow_u64(rb, (uint64_t)rows, &total) || total > SIZE_MAX / 2)
+        return rf_set_error(RF_ERR_RANGE, "tensor of %lld x %lld elements is too large", (long long)rows, (long long)n);
+    void *p = NULL;
+    if ((st = rf_gpu_alloc(G(be)->ctx, total ? (size_t)total : 64, &p))) return st;
+    if ((st = rf_gpu_memset(G(be)->ctx, p, 0, total ? (size_t)total : 64))) {
+        rf_gpu_free(G(be)->ctx, p);
+        return st;
+    }
+    out->type = type;
+    out->ne[0] = n;
+    out->ne[1] = rows;
+    out->nb1 = rb;
+    out->data = p;
+    out->owned = true;
+    return RF_OK;
+}
+
+static void g_free(rf_backend *be, rf_tensor *t) {
+    if (t && t->owned && t->data) rf_gpu_free(G(be)->ctx, t->data);
+    if (t) memset(t, 0, sizeof *t);
+}
+
+static rf_status g_weight(rf_backend *be, rf_type type, int64_t n, int64_t rows, const void *host, rf_tensor *out) {
+    memset(out, 0, sizeof *out);
+    if (!rf_gpu_type_supported(type))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU backend cannot compute with %s weights", rf_type_name(type));
+    size_t rb;
+    rf_status st = row_bytes(type, n, &rb);
+    if (st) return st;
+    void *d = NULL;
+    if ((st = rf_gpu_upload_weights(G(be)->ctx, host, rb * (size_t)rows, "weights", false, &d))) return st;
+    out->type = type;
+    out->ne[0] = n;
+    out->ne[1] = rows;
+    out->nb1 = rb;
+    out->data = d;
+    out->owned = true;
+    return RF_OK;
+}
+
+static rf_status g_read_rows(rf_backend *be, const rf_tensor *t, int64_t r0, int64_t n, float *dst) {
+    if (t->type != RF_TYPE_F32) return rf_set_error(RF_ERR_UNSUPPORTED, "GPU read_rows: only f32 tensors");
+    return rf_gpu_download(G(be)->ctx, dst, (const char *)t->data + (size_t)r0 * t->nb1, (size_t)n * t->nb1);
+}
+
+/* Packs the step's metadata into the pinned buffer and sends it up in one copy. */
+static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
+    gpu_be *g = G(be);
+    size_t nt = (size_t)b->n_tokens, tab = (size_t)b->n_seqs * (size_t)b->max_blocks;
+    size_t ints = 4 * nt + (size_t)b->n_out + tab;
+    size_t bytes = ints * sizeof(int32_t);
+    rf_status st;
+    if (bytes > g->meta_cap) {
+        size_t cap = bytes * 2 < 4096 ? 4096 : bytes * 2;
+        rf_gpu_sync(g->ctx); /* the old buffers may still be read */
+        rf_gpu_host_free(g->pin);
+        rf_gpu_free(g->ctx, g->dmeta);
+        g->pin = g->dmeta = NULL;
+        g->meta_cap = 0;
+        if ((st = rf_gpu_host_alloc(cap, (void **)&g->pin))) return st;
+        if ((st = rf_gpu_alloc(g->ctx, cap, (void **)&g->dmeta))) return st;
+        g->meta_cap = cap;
+    }
+    /* the pinned buffer is reused every step: the previous step's copy must have finished
+     * (each step ends with a synchronous download, so this costs nothing) */
+    int32_t *h = (int32_t *)g->pin, *d = (int32_t *)g->dmeta;
+    int64_t max_pos = 0;
+    memcpy(h, b->ids, nt * 4);
+    memcpy(h + nt, b->pos, nt * 4);
+    memcpy(h + 2 * nt, b->seq, nt * 4);
+    memcpy(h + 3 * nt, b->slot, nt * 4);
+    if (b->n_out) memcpy(h + 4 * nt, b->out_rows, (size_t)b->n_out * 4);
+    if (tab) memcpy(h + 4 * nt + b->n_out, b->block_table, tab * 4);
+    for (size_t i = 0; i < nt; i++)
+        if (b->pos[i] > max_pos) max_pos = b->pos[i];
+    g->dev.ids = d;
+    g->dev.pos = d + nt;
+    g->dev.seq = d + 2 * nt;
+    g->dev.slot = d + 3 * nt;
+    g->dev.out_rows = d + 4 * nt;
+    g->dev.table = d + 4 * nt + b->n_out;
+    g->dev.max_pos = max_pos;
+    if ((st = rf_gpu_upload_async(g->ctx, d, h, bytes))) return st;
+    b->dev = &g->dev;
+    return RF_OK;
+}
+
+static const gpu_batch *dev_of(const rf_batch *b) { return (const gpu_batch *)b->dev; }
+
+#define NEED_DEV(b, op) \
+    if (!(b)->dev) return rf_set_error(RF_ERR_INVALID_ARG, "GPU %s: batch metadata was not uploaded", op)
+
+static rf_status g_get_rows(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_batch *b) {
+    NEED_DEV(b, "get_rows");
+    return rf_gpu_get_rows(G(be)->ctx, y->data, w->data, w->type, dev_of(b)->ids, b->n_tokens, w->ne[0], w->ne[1]);
+}
+
+static rf_status g_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens) {
+    return rf_gpu_matmul(G(be)->ctx, y->data, w->data, w->type, x->data, n_tokens, w->ne[0], w->ne[1]);
+}
+
+static rf_status g_add_bias(rf_backend *be, rf_tensor *y, const rf_tensor *b, int64_t rows, int64_t n) {
+    return rf_gpu_add_bias(G(be)->ctx, y->data, b->data, rows, n);
+}
+
+static rf_status g_rmsnorm(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, int64_t rows,
+                           int64_t n, float eps) {
+    return rf_gpu_rmsnorm(G(be)->ctx, y->data, x->data, w ? w->data : NULL, rows, n, eps);
+}
+
+static rf_status g_rope(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t n_heads, int64_t head_dim,
+                        int64_t n_rot, float freq_base, float freq_scale, const rf_tensor *ff, int mode) {
+    NEED_DEV(b, "rope");
+    return rf_gpu_rope(G(be)->ctx, x->data, b->n_tokens, n_heads, head_dim, n_rot, n_heads * head_dim, head_dim,
+                       dev_of(b)->pos, freq_base, freq_scale, ff ? ff->data : NULL, mode);
+}
+
+static rf_status g_kv_store(rf_backend *be, rf_tensor *cache, const rf_tensor *src, const rf_batch *b) {
+    NEED_DEV(b, "kv_store");
+    if (cache->type != RF_TYPE_F16 && cache->type != RF_TYPE_F32)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16 or f32 (not %s)", rf_type_name(cache->type));
+    return rf_gpu_kv_store(G(be)->ctx, cache->data, cache->type, cache->ne[1], src->data, b->n_tokens, cache->ne[0],
+                           dev_of(b)->slot);
+}
+
+static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n) {
+    if (n < 0 || dst0 < 0 || src0 < 0 || dst0 + n > t->ne[1] || src0 + n > t->ne[1] ||
+        (dst0 < src0 + n && src0 < dst0 + n))
+        return rf_set_error(RF_ERR_RANGE, "copy_rows %lld -> %lld (%lld rows) in a tensor of %lld rows",
+                            (long long)src0, (long long)dst0, (long long)n, (long long)t->ne[1]);
+    return rf_gpu_copy(G(be)->ctx, (char *)t->data + (size_t)dst0 * t->nb1, (const char *)t->data + (size_t)src0 * t->nb1,
+                       (size_t)n * t->nb1);
+}
+
+static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k, const rf_tensor *v,
+                             const rf_batch *b, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                             int64_t window, float softcap) {
+    NEED_DEV(b, "attention");
+    const gpu_batch *d = dev_of(b);
+#ifndef RF_GPU_PAGED_ATTN_PENDING
+    return rf_gpu_paged_attention(G(be)->ctx, out->data, q->data, k->data, v->data, k->type, b->n_tokens, d->pos,
+                                  d->seq, d->table, b->max_blocks, b->block_size, n_head, n_head_kv, head_dim, scale,
+                                  window, softcap, d->max_pos);
+#else
+    (void)d; (void)out; (void)q; (void)k; (void)v; (void)n_head; (void)n_head_kv; (void)head_dim; (void)scale;
+    (void)window; (void)softcap;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "GPU paged attention is not built yet");
+#endif
+}
+
+static rf_status g_gather_rows(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_batch *b, int64_t n) {
+    NEED_DEV(b, "gather_rows");
+    return rf_gpu_gather_rows(G(be)->ctx, y->data, x->data, dev_of(b)->out_rows, b->n_out, n);
+}
+
+static rf_status g_glu(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up, int64_t n,
+                       rf_glu_kind kind) {
+    if (kind == RF_GLU_SWIGLU) return rf_gpu_swiglu(G(be)->ctx, y->data, gate->data, up->data, n);
+    return rf_gpu_geglu(G(be)->ctx, y->data, gate->data, up->data, n);
+}
+
+static rf_status g_add(rf_backend *be, rf_tensor *y, const rf_tensor *a, const rf_tensor *b, int64_t n) {
+    return rf_gpu_add(G(be)->ctx, y->data, a->data, b->data, n);
+}
+
+static rf_status g_scale(rf_backend *be, rf_tensor *x, float s, int64_t n) {
+    return rf_gpu_scale(G(be)->ctx, x->data, x->data, s, n);
+}
+
+static rf_status g_softcap(rf_backend *be, rf_tensor *x, float cap, int64_t n) {
+    return rf_gpu_softcap(G(be)->ctx, x->data, cap, n);
+}
+
+/* Packs the rows and penalty lists into one pinned buffer, uploads it, penalizes and samples on
+ * the device, and brings back only the ids. */
+static rf_status g_sample(rf_backend *be, const rf_tensor *logits, int32_t n_rows, const rf_sample_row *rows,
+                          const int32_t *pen_ids, const int32_t *pen_counts, int32_t n_pen, int32_t *ids_out) {
+    gpu_be *g = G(be);
+    size_t rb = ((size_t)n_rows * sizeof(rf_gpu_sample_row) + 255) & ~(size_t)255;
+    size_t pb = ((size_t)n_pen * 4 + 255) & ~(size_t)255;
+    size_t ib = ((size_t)n_rows * 4 + 255) & ~(size_t)255;
+    size_t bytes = rb + 2 * pb + ib;
+    rf_status st;
+    if (bytes > g->s_cap) {
+        size_t cap = bytes * 2 < 65536 ? 65536 : bytes * 2;
+        rf_gpu_sync(g->ctx);
+        rf_gpu_host_free(g->spin);
+        rf_gpu_free(g->ctx, g->sdev);
+        g->spin = g->sdev = NULL;
+        g->s_cap = 0;
+        if ((st = rf_gpu_host_alloc(cap, (void **)&g->spin))) return st;
+        if ((st = rf_gpu_alloc(g->ctx, cap, (void **)&g->sdev))) return st;
+        g->s_cap = cap;
+    }
+    rf_gpu_sample_row *hr = (rf_gpu_sample_row *)g->spin;
+    bool any = false;
+    for (int32_t i = 0; i < n_rows; i++) {
+        hr[i].temperature = rows[i].temperature;
+        hr[i].top_p = rows[i].top_p;
+        hr[i].min_p = rows[i].min_p;
+        hr[i].u = rows[i].u;
+        hr[i].top_k = rows[i].top_k;
+        hr[i].repeat_penalty = rows[i].repeat_penalty;
+        hr[i].presence_penalty = rows[i].presence_penalty;
+        hr[i].frequency_penalty = rows[i].frequency_penalty;
+        hr[i].pen_off = rows[i].pen_off;
+        hr[i].pen_n = rows[i].pen_n;
+        any |= rows[i].pen_n > 0;
+    }
+    if (n_pen) {
+        memcpy(g->spin + rb, pen_ids, (size_t)n_pen * 4);
+        memcpy(g->spin + rb + pb, pen_counts, (size_t)n_pen * 4);
+    }
+    if ((st = rf_gpu_upload_async(g->ctx, g->sdev, g->spin, rb + 2 * pb))) return st;
+    int32_t *d_ids = (int32_t *)(g->sdev + rb + 2 * pb);
+    if ((st = rf_gpu_sample_rows(g->ctx, d_ids, logits->data, n_rows, logits->ne[0], (rf_gpu_sample_row *)g->sdev,
+                                 (const int32_t *)(g->sdev + rb), (const int32_t *)(g->sdev + rb + pb), any)))
+        return st;
+    return rf_gpu_download(g->ctx, ids_out, d_ids, (size_t)n_rows * 4);
+}
+
+static void g_destroy(rf_backend *be) {
+    if (!be) return;
+    gpu_be *g = G(be);
+    if (g) {
+        if (g->ctx) rf_gpu_sync(g->ctx);
+        rf_gpu_host_free(g->pin);
+        rf_gpu_host_free(g->spin);
+        if (g->ctx) {
+            rf_gpu_free(g->ctx, g->dmeta);
+            rf_gpu_free(g->ctx, g->sdev);
+            rf_gpu_destroy(g->ctx);
+        }
+        free(g);
+    }
+    free(be);
+}
+
+static const rf_backend_ops gpu_ops = {
+    .name = "gpu",
+    .alloc = g_alloc,
+    .free = g_free,
+    .weight = g_weight,
+    .read_rows = g_read_rows,
+    .batch_upload = g_batch_upload,
+    .get_rows = g_get_rows,
+    .matmul = g_matmul,
+    .add_bias = g_add_bias,
+    .rmsnorm = g_rmsnorm,
+    .rope = g_rope,
+    .kv_store = g_kv_store,
+    .copy_rows = g_copy_rows,
+    .attention = g_attention,
+    .gather_rows = g_gather_rows,
+    .glu = g_glu,
+    .add = g_add,
+    .scale = g_scale,
+    .softcap = g_softcap,
+    .sample = g_sample,
+    .destroy = g_destroy,
+};
+
+rf_status rf_backend_gpu_new(int device, rf_backend **out) {
+    *out = NULL;
+    rf_backend *be = calloc(1, sizeof *be);
+    gpu_be *g = calloc(1, sizeof *g);
+    if (!be || !g) {
+        free(be);
+        free(g);
+        return rf_set_error(RF_ERR_OOM, "GPU backend: out of memory");
+    }
+    rf_status st = rf_gpu_init(device, &g->ctx);
+    if (st) {
+        free(be);
+        free(g);
+        return st;
+    }
+    g->device = device;
+    be->ops = &gpu_ops;
+    be->impl = g;
+    *out = be;
+    return RF_OK;
+}
+
+bool rf_backend_is_gpu(const rf_backend *be) { return be && be->ops == &gpu_ops; }
+
+rf_status rf_backend_gpu_mem(rf_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    return rf_gpu_mem_info(G(be)->ctx, free_bytes, total_bytes);
+}
+
+rf_status rf_backend_gpu_sync(rf_backend *be) { return rf_gpu_sync(G(be)->ctx); }
+
+const char *rf_backend_gpu_name(rf_backend *be) {
+    static char name[256];
+    rf_gpu_info info;
+    rf_gpu_get_info(G(be)->ctx, &info);
+    snprintf(name, sizeof name, "%s", info.name);
+    return name;
+}

@@ -1,0 +1,130 @@
+/* gpu_batch_ops.cu — the small kernels the batched forward needs around the big ones: storing
+ * K/V rows at per-token slots of the paged pool, gathering the rows whose logits are wanted,
+ * bias add and logit softcap. Twins: the CPU backend's kv_store, gather_rows, add_bias and
+ * softcap (backend/cpu/cpu_backend.c), which tests/gpu/test_gpu_batch_ops.c compares against. */
+#include "backend/gpu/gpu_internal.h"
+
+#define RF_BO_THREADS 256
+
+/* kv_store: cache row slot[t] = convert(src row t) for t < n_tokens; src f32 [n_tokens, n];
+ * cache CT [cache_rows, n]; slot outside [0, cache_rows) (padding tokens) is skipped.
+ * launch: grid (ceil(n / threads), n_tokens); f16 rounding is round-to-nearest-even, the CPU's. */
+template <typename CT>
+__global__ void rf_k_kv_store(CT *cache, const float *src, const int32_t *slot, int64_t n,
+                              int64_t cache_rows) {
+    const int64_t t = blockIdx.y;
+    const int32_t s = slot[t];
+    if (s < 0 || s >= cache_rows) return;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float x = src[t * n + i];
+        if constexpr (sizeof(CT) == 4) cache[(int64_t)s * n + i] = x;
+        else cache[(int64_t)s * n + i] = rf_float2half(x);
+    }
+}
+
+/* gather_rows: y[i, :] = x[idx[i], :] for i < n_idx; f32 rows of n; grid (ceil(n/threads),
+ * n_idx); exact. */
+__global__ void rf_k_gather_rows(float *y, const float *x, const int32_t *idx, int64_t n) {
+    const int64_t i = blockIdx.y;
+    const int64_t r = idx[i];
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < n;
+         c += (int64_t)gridDim.x * blockDim.x)
+        y[i * n + c] = x[r * n + c];
+}
+
+/* add_bias: y[r, i] += b[i] over rows x n; grid-stride; exact. */
+__global__ void rf_k_add_bias(float *y, const float *b, int64_t rows, int64_t n) {
+    const int64_t total = rows * n;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
+         e += (int64_t)gridDim.x * blockDim.x)
+        y[e] += b[e % n];
+}
+
+/* softcap: x[i] = cap * tanh(x[i] / cap) in place; grid-stride; tolerance 1e-6 relative. */
+__global__ void rf_k_softcap(float *x, float cap, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
+static unsigned cols_blocks(int64_t n) {
+    int64_t b = (n + RF_BO_THREADS - 1) / RF_BO_THREADS;
+    return (unsigned)(b < 1 ? 1 : (b > 64 ? 64 : b));
+}
+
+extern "C" rf_status rf_gpu_kv_store(rf_gpu_ctx *ctx, void *cache, rf_type cache_type,
+                                     int64_t cache_rows, const float *src, int64_t n_tokens,
+                                     int64_t n, const int32_t *slot) {
+    const char *op = "rf_gpu_kv_store";
+    RF_GPU_REQUIRE(cache_type == RF_TYPE_F16 || cache_type == RF_TYPE_F32, op,
+                   "cache type %d (want f16 or f32)", (int)cache_type);
+    RF_GPU_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n >= 1, op, "n_tokens=%lld n=%lld",
+                   (long long)n_tokens, (long long)n);
+    if (n_tokens == 0) return RF_OK;
+    dim3 grid(cols_blocks(n), (unsigned)n_tokens);
+    if (cache_type == RF_TYPE_F16)
+        rf_k_kv_store<rf_half><<<grid, RF_BO_THREADS, 0, ctx->stream>>>((rf_half *)cache, src, slot,
+                                                                        n, cache_rows);
+    else
+        rf_k_kv_store<float><<<grid, RF_BO_THREADS, 0, ctx->stream>>>((float *)cache, src, slot, n,
+                                                                      cache_rows);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_kv_store");
+}
+
+extern "C" rf_status rf_gpu_gather_rows(rf_gpu_ctx *ctx, float *y, const float *x,
+                                        const int32_t *idx, int64_t n_idx, int64_t n) {
+    RF_GPU_REQUIRE(n_idx >= 0 && n_idx <= 65535 && n >= 1, "rf_gpu_gather_rows",
+                   "n_idx=%lld n=%lld", (long long)n_idx, (long long)n);
+    if (n_idx == 0) return RF_OK;
+    dim3 grid(cols_blocks(n), (unsigned)n_idx);
+    rf_k_gather_rows<<<grid, RF_BO_THREADS, 0, ctx->stream>>>(y, x, idx, n);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_gather_rows");
+}
+
+extern "C" rf_status rf_gpu_add_bias(rf_gpu_ctx *ctx, float *y, const float *b, int64_t rows,
+                                     int64_t n) {
+    RF_GPU_REQUIRE(rows >= 0 && n >= 1, "rf_gpu_add_bias", "rows=%lld n=%lld", (long long)rows,
+                   (long long)n);
+    if (rows == 0) return RF_OK;
+    rf_k_add_bias<<<rf_gpu_blocks(rows * n, RF_BO_THREADS), RF_BO_THREADS, 0, ctx->stream>>>(
+        y, b, rows, n);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_add_bias");
+}
+
+extern "C" rf_status rf_gpu_softcap(rf_gpu_ctx *ctx, float *x, float cap, int64_t n) {
+    RF_GPU_REQUIRE(cap > 0 && n >= 0, "rf_gpu_softcap", "cap=%g n=%lld", cap, (long long)n);
+    if (n == 0) return RF_OK;
+    rf_k_softcap<<<rf_gpu_blocks(n, RF_BO_THREADS), RF_BO_THREADS, 0, ctx->stream>>>(x, cap, n);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_softcap");
+}
+
+extern "C" rf_status rf_gpu_copy(rf_gpu_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    RF_GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream));
+    return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_mem_info(rf_gpu_ctx *ctx, size_t *free_bytes, size_t *total_bytes) {
+    (void)ctx;
+    RF_GPU_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_host_alloc(size_t bytes, void **p) {
+    if (cudaMallocHost(p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return rf_set_error(RF_ERR_OOM, "pinned host buffer of %zu bytes: allocation failed", bytes);
+    }
+    return RF_OK;
+}
+
+extern "C" void rf_gpu_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+extern "C" rf_status rf_gpu_upload_async(rf_gpu_ctx *ctx, void *d_dst, const void *src,
+                                         size_t bytes) {
+    RF_GPU_CHECK(cudaMemcpyAsync(d_dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    return RF_OK;
+}
