@@ -56,6 +56,7 @@ typedef struct rf_batch {
     const int32_t *block_table; /* [n_seqs, max_blocks] physical block ids */
     int32_t n_out;
     const int32_t *out_rows;    /* [n_out] increasing token indices whose outputs are wanted */
+    int32_t max_pos;            /* > 0: a fixed upper bound of pos (graphs); else computed */
     void *dev;                  /* backend copy of the above (NULL on the CPU) */
 } rf_batch;
 
@@ -144,8 +145,20 @@ typedef struct rf_backend_ops {
     rf_status (*sample)(rf_backend *be, const rf_tensor *logits, int32_t n_rows, const rf_sample_row *rows,
                         const int32_t *pen_ids, const int32_t *pen_counts, int32_t n_pen, int32_t *ids_out);
 
+    /* Optional (device backends): decode steps as graphs. Called before a step whose shapes are
+     * fixed by `key` (the padded batch size; block-table stride and max_pos fixed by the caller)
+     * for the buffers of `owner` (the forward's state). Returns RF_GRAPH_NONE: run eagerly;
+     * RF_GRAPH_CAPTURE: run eagerly, the backend records the forward and the sample into a
+     * graph that the sample op then launches; RF_GRAPH_REPLAY: skip the forward, call
+     * batch_upload and sample only: they fill the pinned buffers and sample launches the
+     * recorded graph. graph_abort ends a capture after a failed step. */
+    int (*graph_begin)(rf_backend *be, const void *owner, int key);
+    void (*graph_abort)(rf_backend *be);
+
     void (*destroy)(rf_backend *be);
 } rf_backend_ops;
+
+enum { RF_GRAPH_NONE = 0, RF_GRAPH_CAPTURE = 1, RF_GRAPH_REPLAY = 2 };
 
 struct rf_backend {
     const rf_backend_ops *ops;
@@ -174,6 +187,8 @@ rf_status rf_backend_gpu_mem(rf_backend *be, size_t *free_bytes, size_t *total_b
 rf_status rf_backend_gpu_sync(rf_backend *be);
 /* The device's name ("NVIDIA H100 80GB HBM3"); static storage. */
 const char *rf_backend_gpu_name(rf_backend *be);
+/* Host<->device transfers and graph launches so far (RF_GPU_STEP_TRACE and tests). */
+void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *downloads, int64_t *launches);
 /* Devices the runtime sees (0 without a driver). */
 int rf_gpu_device_count(void);
 #endif

@@ -133,6 +133,9 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
                             n_blocks, block_size, n_ctx, need);
     if (n_batch == 0) n_batch = 512;
     if (n_batch < n_parallel) n_batch = n_parallel;
+    int32_t lrows = 1;
+    while (lrows < n_parallel) lrows *= 2; /* room for the padded decode bucket on a device */
+    if (on_dev && n_batch < lrows) n_batch = lrows;
     if (n_threads && !on_dev) {
         if ((st = rf_backend_cpu_set_threads(m->be, n_threads))) return st;
     }
@@ -146,6 +149,10 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
     e->max_blocks = per_seq;
     e->kv_type = kv_type;
     e->next_id = 1;
+    const char *gr = getenv("RF_GPU_GRAPHS");
+    e->graphs = !(gr && gr[0] == '0');
+    const char *tr = getenv("RF_GPU_STEP_TRACE");
+    e->trace = tr && tr[0] && tr[0] != '0';
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->incoming_tail = &e->incoming;
@@ -168,7 +175,7 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
         rf_engine_free(e);
         return st;
     }
-    if ((st = rf_fwd_init(m, &e->f, n_blocks, block_size, n_batch, kv_type, n_parallel))) {
+    if ((st = rf_fwd_init(m, &e->f, n_blocks, block_size, n_batch, kv_type, on_dev ? lrows : 1))) {
         rf_engine_free(e);
         return st;
     }

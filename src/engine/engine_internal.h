@@ -134,6 +134,9 @@ struct rf_engine {
     rf_kv_pool *pool;
     int32_t n_ctx, n_parallel, n_batch, block_size, max_blocks; /* max_blocks: per sequence */
     rf_type kv_type;
+    bool graphs;             /* decode steps as device graphs (RF_GPU_GRAPHS=0 turns them off) */
+    bool trace;              /* RF_GPU_STEP_TRACE=1: print each step's transfers */
+    int64_t tr_up, tr_down, tr_launch;
     /* queue shared with submitting threads */
     pthread_mutex_t mu;
     pthread_cond_t cv;

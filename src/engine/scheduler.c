@@ -4,6 +4,7 @@
  * looked up in the prefix cache), find KV blocks for every scheduled position (copy-on-write
  * of a shared block; when the pool is empty the newest sequence is preempted), run the one
  * forward over the batch, then sample, publish full blocks, and retire finished sequences. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,7 +165,7 @@ static rf_status grow(int32_t **p, int32_t *cap, int32_t need) {
 /* One sampling record per output row (the sequences' own parameters, generator draws and
  * penalty windows), then the backend samples on the device and returns the ids in e->s_ids.
  * A sequence that finishes before sampling (max_tokens) draws nothing, as on the host. */
-static rf_status device_sample(rf_engine *e, const item *items, int32_t n_items) {
+static rf_status device_sample(rf_engine *e, const item *items, int32_t n_items, int32_t pad_to) {
     int32_t r = 0, n_pen = 0;
     for (int32_t i = 0; i < n_items; i++) {
         rf_seq *s = items[i].s;
@@ -200,6 +201,7 @@ static rf_status device_sample(rf_engine *e, const item *items, int32_t n_items)
             e->pen_cap = cap;
         }
     }
+    for (; r < pad_to; r++) memset(&e->s_rows[r], 0, sizeof e->s_rows[r]); /* padding: greedy, ignored */
     rf_backend *be = e->m->be;
     return be->ops->sample(be, &e->f.logits, r, e->s_rows, e->pen_ids, e->pen_counts, n_pen, e->s_ids);
 }
@@ -317,13 +319,54 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
         if (out && (!s->gen || s->want_all || s->logits_dst || s->fork_left > 0 || s->req->logprobs >= 0))
             dev_sample = false;
     }
-    if (!st) {
-        rf_batch b = {n_tok, e->b_ids, e->b_pos, e->b_seq, e->b_slot, n_items, max_blocks, B, e->b_table,
-                      n_out, e->b_out, NULL};
-        st = e->fwd_hook ? e->fwd_hook(e->hook_user, e, &b, e->b_seqs, e->logits)
-                         : rf_forward(e->m, &e->f, &b, dev_sample ? NULL : e->logits);
+    /* a decode step (one token per sequence, all sampled on the device) runs as a recorded graph
+     * of its batch-size bucket: padded with inert tokens (position -1, no slot) to the bucket,
+     * block-table stride and position bound fixed, so the recording fits every such step */
+    rf_backend *be = e->m->be;
+    int32_t bucket = 0, gmode = RF_GRAPH_NONE, n_real = n_items;
+    if (!st && dev_sample && be->ops->graph_begin && e->graphs && n_tok == n_items && n_out == n_items) {
+        bucket = 1;
+        while (bucket < n_tok) bucket *= 2;
+        bool ok = bucket <= e->n_batch && bucket <= e->f.logit_rows;
+        for (int32_t i = 0; i < n_items && ok; i++) {
+            const rf_sampler_params *p = rf_sampler_get_params(items[i].s->smp);
+            bool pen = p->repeat_last_n != 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0 ||
+                                                 p->frequency_penalty != 0);
+            if (pen && (p->repeat_last_n < 0 || p->repeat_last_n > 64)) ok = false; /* the graph carries 64 */
+        }
+        if (ok && (st = grow(&e->b_table, &e->b_table_cap, bucket * e->max_blocks)) == RF_OK) {
+            /* re-lay the block tables at the fixed stride, then pad */
+            for (int32_t i = n_items - 1; i >= 0; i--) {
+                memmove(e->b_table + (size_t)i * e->max_blocks, e->b_table + (size_t)i * max_blocks,
+                        (size_t)max_blocks * sizeof(int32_t));
+            }
+            for (int32_t t = n_tok; t < bucket; t++) {
+                e->b_ids[t] = 0;
+                e->b_pos[t] = -1;
+                e->b_seq[t] = t;
+                e->b_slot[t] = -1;
+                e->b_out[t] = t;
+                memset(e->b_table + (size_t)t * e->max_blocks, 0, (size_t)e->max_blocks * sizeof(int32_t));
+            }
+            max_blocks = e->max_blocks;
+            gmode = be->ops->graph_begin(be, &e->f, bucket);
+        } else {
+            bucket = 0;
+        }
     }
-    if (!st && dev_sample) st = device_sample(e, items, n_items);
+    if (!st) {
+        int32_t nb = bucket ? bucket : n_tok;
+        rf_batch b = {.n_tokens = nb, .ids = e->b_ids, .pos = e->b_pos, .seq = e->b_seq, .slot = e->b_slot,
+                      .n_seqs = bucket ? bucket : n_items, .max_blocks = max_blocks, .block_size = B,
+                      .block_table = e->b_table, .n_out = bucket ? bucket : n_out, .out_rows = e->b_out,
+                      .max_pos = bucket ? e->n_ctx - 1 : 0, .dev = NULL};
+        if (gmode == RF_GRAPH_REPLAY) st = be->ops->batch_upload(be, &b);
+        else
+            st = e->fwd_hook ? e->fwd_hook(e->hook_user, e, &b, e->b_seqs, e->logits)
+                             : rf_forward(e->m, &e->f, &b, dev_sample ? NULL : e->logits);
+    }
+    if (!st && dev_sample) st = device_sample(e, items, n_real, bucket);
+    if (st && gmode != RF_GRAPH_NONE && be->ops->graph_abort) be->ops->graph_abort(be);
     if (st) {
         /* the step failed: its sequences fail (a session's is left to its caller) */
         char msg[256];
@@ -336,6 +379,19 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
         return rf_set_error(st, "%s", msg);
     }
     e->st_steps++;
+#ifdef RF_HAVE_GPU
+    if (e->trace && rf_backend_on_device(be)) { /* RF_GPU_STEP_TRACE=1: what crossed the bus */
+        int64_t up, down, launch;
+        rf_backend_gpu_counters(be, &up, &down, &launch);
+        fprintf(stderr, "[step %lld] %d tokens (%d sequences, bucket %d, %s): %lld upload(s), %lld download(s), %lld graph launch(es)\n",
+                (long long)e->st_steps, n_tok, n_real, bucket,
+                gmode == RF_GRAPH_REPLAY ? "graph replayed" : gmode == RF_GRAPH_CAPTURE ? "graph recorded" : "eager",
+                (long long)(up - e->tr_up), (long long)(down - e->tr_down), (long long)(launch - e->tr_launch));
+        e->tr_up = up;
+        e->tr_down = down;
+        e->tr_launch = launch;
+    }
+#endif
 
     /* ---- after the forward: advance, publish, hand out the outputs ---- */
     int32_t row = 0;

@@ -66,6 +66,16 @@ void rf_gpu_host_free(void *p);
 /* Asynchronous copies on the context's stream (src of an upload should be pinned). */
 rf_status rf_gpu_upload_async(rf_gpu_ctx *ctx, void *d_dst, const void *src, size_t bytes);
 rf_status rf_gpu_copy(rf_gpu_ctx *ctx, void *d_dst, const void *d_src, size_t bytes);
+rf_status rf_gpu_download_async(rf_gpu_ctx *ctx, void *dst, const void *d_src, size_t bytes);
+
+/* Graphs (gpu_graph.cu): begin recording the stream's work; end it and instantiate an
+ * executable graph (*exec, opaque); launch one on the stream; destroy one. The scratch arena's
+ * base, so a caller can tell when recorded scratch addresses went stale. */
+rf_status rf_gpu_capture_begin(rf_gpu_ctx *ctx);
+rf_status rf_gpu_capture_end(rf_gpu_ctx *ctx, void **exec);
+rf_status rf_gpu_graph_launch(rf_gpu_ctx *ctx, void *exec);
+void rf_gpu_graph_destroy(void *exec);
+void *rf_gpu_scratch_base(rf_gpu_ctx *ctx);
 
 /* ---- batched-forward helpers (gpu_batch_ops.cu; twins in backend/cpu/cpu_backend.c) ------ */
 /* cache row slot[t] = src row t (f32 [n_tokens, n]) converted to cache_type (f16 or f32), for

@@ -12,6 +12,9 @@
 
 #define RF_GPU_PAGED_ATTN_PENDING 1 /* TEMPORARY: until gpu_paged_attention.cu lands */
 
+#define RF_MAX_GRAPHS 16
+#define RF_GRAPH_PEN 64 /* penalty entries per row a graph step carries */
+
 /* Device copies of a step's metadata (one allocation, laid out as in the pinned buffer). */
 typedef struct gpu_batch {
     int32_t *ids, *pos, *seq, *slot, *out_rows, *table;
@@ -27,6 +30,17 @@ typedef struct gpu_be {
     gpu_batch dev;
     char *spin, *sdev; /* sampling: pinned rows + penalties + ids, and the device copy */
     size_t s_cap;
+    /* decode-step graphs, one per batch-size bucket */
+    struct {
+        int key, seen;
+        void *exec;
+        unsigned epoch;
+    } graphs[RF_MAX_GRAPHS];
+    int n_graphs, mode, cur;
+    const void *owner;
+    unsigned epoch;   /* bumped when a buffer a graph recorded moves */
+    void *scratch_at; /* the scratch arena's base when the graphs were recorded */
+    int64_t n_up, n_down, n_launch; /* per-step transfer counters (RF_GPU_STEP_TRACE) */
 } gpu_be;
 
 #define G(be) ((gpu_be *)(be)->impl)
@@ -85,10 +99,22 @@ static rf_status g_weight(rf_backend *be, rf_type type, int64_t n, int64_t rows,
 
 static rf_status g_read_rows(rf_backend *be, const rf_tensor *t, int64_t r0, int64_t n, float *dst) {
     if (t->type != RF_TYPE_F32) return rf_set_error(RF_ERR_UNSUPPORTED, "GPU read_rows: only f32 tensors");
+    G(be)->n_down++;
     return rf_gpu_download(G(be)->ctx, dst, (const char *)t->data + (size_t)r0 * t->nb1, (size_t)n * t->nb1);
 }
 
 /* Packs the step's metadata into the pinned buffer and sends it up in one copy. */
+static void drop_capture(gpu_be *g) {
+    if (g->mode == RF_GRAPH_CAPTURE) {
+        void *x = NULL;
+        rf_gpu_capture_end(g->ctx, &x); /* the recording is discarded */
+        rf_gpu_graph_destroy(x);
+    }
+    g->mode = RF_GRAPH_NONE;
+}
+
+/* Packs the step's metadata into the pinned buffer and sends it up in one copy (in a replayed
+ * step the recorded graph does the copy). */
 static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     gpu_be *g = G(be);
     size_t nt = (size_t)b->n_tokens, tab = (size_t)b->n_seqs * (size_t)b->max_blocks;
@@ -96,18 +122,21 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     size_t bytes = ints * sizeof(int32_t);
     rf_status st;
     if (bytes > g->meta_cap) {
+        if (g->mode == RF_GRAPH_REPLAY) return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with a larger batch");
+        drop_capture(g); /* no allocation inside a recording: this step runs eagerly */
         size_t cap = bytes * 2 < 4096 ? 4096 : bytes * 2;
         rf_gpu_sync(g->ctx); /* the old buffers may still be read */
         rf_gpu_host_free(g->pin);
         rf_gpu_free(g->ctx, g->dmeta);
         g->pin = g->dmeta = NULL;
         g->meta_cap = 0;
+        g->epoch++;
         if ((st = rf_gpu_host_alloc(cap, (void **)&g->pin))) return st;
         if ((st = rf_gpu_alloc(g->ctx, cap, (void **)&g->dmeta))) return st;
         g->meta_cap = cap;
     }
-    /* the pinned buffer is reused every step: the previous step's copy must have finished
-     * (each step ends with a synchronous download, so this costs nothing) */
+    /* the pinned buffer is reused every step: the previous step's copy has finished (each step
+     * ends by waiting for its ids or logits) */
     int32_t *h = (int32_t *)g->pin, *d = (int32_t *)g->dmeta;
     int64_t max_pos = 0;
     memcpy(h, b->ids, nt * 4);
@@ -116,8 +145,10 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     memcpy(h + 3 * nt, b->slot, nt * 4);
     if (b->n_out) memcpy(h + 4 * nt, b->out_rows, (size_t)b->n_out * 4);
     if (tab) memcpy(h + 4 * nt + b->n_out, b->block_table, tab * 4);
-    for (size_t i = 0; i < nt; i++)
-        if (b->pos[i] > max_pos) max_pos = b->pos[i];
+    if (b->max_pos > 0) max_pos = b->max_pos;
+    else
+        for (size_t i = 0; i < nt; i++)
+            if (b->pos[i] > max_pos) max_pos = b->pos[i];
     g->dev.ids = d;
     g->dev.pos = d + nt;
     g->dev.seq = d + 2 * nt;
@@ -125,9 +156,10 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     g->dev.out_rows = d + 4 * nt;
     g->dev.table = d + 4 * nt + b->n_out;
     g->dev.max_pos = max_pos;
-    if ((st = rf_gpu_upload_async(g->ctx, d, h, bytes))) return st;
     b->dev = &g->dev;
-    return RF_OK;
+    if (g->mode == RF_GRAPH_REPLAY) return RF_OK;
+    g->n_up++;
+    return rf_gpu_upload_async(g->ctx, d, h, bytes);
 }
 
 static const gpu_batch *dev_of(const rf_batch *b) { return (const gpu_batch *)b->dev; }
@@ -217,22 +249,35 @@ static rf_status g_softcap(rf_backend *be, rf_tensor *x, float cap, int64_t n) {
 }
 
 /* Packs the rows and penalty lists into one pinned buffer, uploads it, penalizes and samples on
- * the device, and brings back only the ids. */
+ * the device, and brings back only the ids. In a recorded step all of that (and the forward
+ * before it) is one graph: recorded the first time, launched every time. */
 static rf_status g_sample(rf_backend *be, const rf_tensor *logits, int32_t n_rows, const rf_sample_row *rows,
                           const int32_t *pen_ids, const int32_t *pen_counts, int32_t n_pen, int32_t *ids_out) {
     gpu_be *g = G(be);
+    bool graph = g->mode != RF_GRAPH_NONE;
     size_t rb = ((size_t)n_rows * sizeof(rf_gpu_sample_row) + 255) & ~(size_t)255;
-    size_t pb = ((size_t)n_pen * 4 + 255) & ~(size_t)255;
+    size_t pen_room = graph ? (size_t)n_rows * RF_GRAPH_PEN : (size_t)n_pen;
+    size_t pb = (pen_room * 4 + 255) & ~(size_t)255;
     size_t ib = ((size_t)n_rows * 4 + 255) & ~(size_t)255;
     size_t bytes = rb + 2 * pb + ib;
     rf_status st;
+    if ((size_t)n_pen > pen_room) {
+        drop_capture(g);
+        return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with %d penalty entries (room for %zu)", n_pen, pen_room);
+    }
     if (bytes > g->s_cap) {
+        if (g->mode == RF_GRAPH_REPLAY) return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with more rows");
+        if (g->mode == RF_GRAPH_CAPTURE) { /* cannot allocate inside a recording: make room, record next time */
+            drop_capture(g);
+            return rf_set_error(RF_ERR_INTERNAL, "GPU sampling buffers grew during a recording");
+        }
         size_t cap = bytes * 2 < 65536 ? 65536 : bytes * 2;
         rf_gpu_sync(g->ctx);
         rf_gpu_host_free(g->spin);
         rf_gpu_free(g->ctx, g->sdev);
         g->spin = g->sdev = NULL;
         g->s_cap = 0;
+        g->epoch++;
         if ((st = rf_gpu_host_alloc(cap, (void **)&g->spin))) return st;
         if ((st = rf_gpu_alloc(g->ctx, cap, (void **)&g->sdev))) return st;
         g->s_cap = cap;
@@ -252,22 +297,98 @@ static rf_status g_sample(rf_backend *be, const rf_tensor *logits, int32_t n_row
         hr[i].pen_n = rows[i].pen_n;
         any |= rows[i].pen_n > 0;
     }
+    if (graph) any = true; /* the recording serves steps with and without penalties */
     if (n_pen) {
         memcpy(g->spin + rb, pen_ids, (size_t)n_pen * 4);
         memcpy(g->spin + rb + pb, pen_counts, (size_t)n_pen * 4);
     }
-    if ((st = rf_gpu_upload_async(g->ctx, g->sdev, g->spin, rb + 2 * pb))) return st;
-    int32_t *d_ids = (int32_t *)(g->sdev + rb + 2 * pb);
-    if ((st = rf_gpu_sample_rows(g->ctx, d_ids, logits->data, n_rows, logits->ne[0], (rf_gpu_sample_row *)g->sdev,
-                                 (const int32_t *)(g->sdev + rb), (const int32_t *)(g->sdev + rb + pb), any)))
-        return st;
-    return rf_gpu_download(g->ctx, ids_out, d_ids, (size_t)n_rows * 4);
+    int32_t *d_ids = (int32_t *)(g->sdev + rb + 2 * pb), *h_ids = (int32_t *)(g->spin + rb + 2 * pb);
+    if (g->mode == RF_GRAPH_REPLAY) {
+        g->n_launch++;
+        if ((st = rf_gpu_graph_launch(g->ctx, g->graphs[g->cur].exec))) return st;
+    } else {
+        g->n_up++;
+        if ((st = rf_gpu_upload_async(g->ctx, g->sdev, g->spin, rb + 2 * pb)) ||
+            (st = rf_gpu_sample_rows(g->ctx, d_ids, logits->data, n_rows, logits->ne[0], (rf_gpu_sample_row *)g->sdev,
+                                     (const int32_t *)(g->sdev + rb), (const int32_t *)(g->sdev + rb + pb), any))) {
+            drop_capture(g);
+            return st;
+        }
+        if (g->mode == RF_GRAPH_NONE) {
+            g->n_down++;
+            return rf_gpu_download(g->ctx, ids_out, d_ids, (size_t)n_rows * 4);
+        }
+        /* recording: the ids go to pinned memory inside the graph; then run it for this step */
+        if ((st = rf_gpu_download_async(g->ctx, h_ids, d_ids, (size_t)n_rows * 4))) {
+            drop_capture(g);
+            return st;
+        }
+        void *x = NULL;
+        g->mode = RF_GRAPH_NONE;
+        if ((st = rf_gpu_capture_end(g->ctx, &x))) return st;
+        g->graphs[g->cur].exec = x;
+        g->graphs[g->cur].epoch = g->epoch;
+        g->scratch_at = rf_gpu_scratch_base(g->ctx);
+        g->n_launch++;
+        if ((st = rf_gpu_graph_launch(g->ctx, x))) return st;
+    }
+    g->mode = RF_GRAPH_NONE;
+    g->n_down++; /* inside the graph */
+    if ((st = rf_gpu_sync(g->ctx))) return st;
+    memcpy(ids_out, h_ids, (size_t)n_rows * 4);
+    return RF_OK;
+}
+
+static void drop_graphs(gpu_be *g) {
+    for (int i = 0; i < g->n_graphs; i++) rf_gpu_graph_destroy(g->graphs[i].exec);
+    g->n_graphs = 0;
+}
+
+static int g_graph_begin(rf_backend *be, const void *owner, int key) {
+    gpu_be *g = G(be);
+    drop_capture(g);
+    if (owner != g->owner || (g->n_graphs && rf_gpu_scratch_base(g->ctx) != g->scratch_at)) {
+        drop_graphs(g); /* another engine's buffers, or the scratch arena moved */
+        g->owner = owner;
+    }
+    int i = 0;
+    while (i < g->n_graphs && g->graphs[i].key != key) i++;
+    if (i == g->n_graphs) {
+        if (g->n_graphs == RF_MAX_GRAPHS) return RF_GRAPH_NONE;
+        g->graphs[i].key = key;
+        g->graphs[i].seen = 0;
+        g->graphs[i].exec = NULL;
+        g->n_graphs++;
+    }
+    if (g->graphs[i].exec && g->graphs[i].epoch != g->epoch) { /* recorded buffers moved */
+        rf_gpu_graph_destroy(g->graphs[i].exec);
+        g->graphs[i].exec = NULL;
+        g->graphs[i].seen = 0;
+    }
+    g->cur = i;
+    if (g->graphs[i].exec) return g->mode = RF_GRAPH_REPLAY;
+    /* the first step of a shape runs eagerly (it sizes the scratch arena and the buffers);
+     * the second is recorded */
+    if (g->graphs[i].seen++ == 0) return g->mode = RF_GRAPH_NONE;
+    if (rf_gpu_capture_begin(g->ctx)) return g->mode = RF_GRAPH_NONE;
+    return g->mode = RF_GRAPH_CAPTURE;
+}
+
+static void g_graph_abort(rf_backend *be) { drop_capture(G(be)); }
+
+void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *downloads, int64_t *launches) {
+    gpu_be *g = G(be);
+    *uploads = g->n_up;
+    *downloads = g->n_down;
+    *launches = g->n_launch;
 }
 
 static void g_destroy(rf_backend *be) {
     if (!be) return;
     gpu_be *g = G(be);
     if (g) {
+        drop_capture(g);
+        drop_graphs(g);
         if (g->ctx) rf_gpu_sync(g->ctx);
         rf_gpu_host_free(g->pin);
         rf_gpu_host_free(g->spin);
@@ -302,6 +423,8 @@ static const rf_backend_ops gpu_ops = {
     .scale = g_scale,
     .softcap = g_softcap,
     .sample = g_sample,
+    .graph_begin = g_graph_begin,
+    .graph_abort = g_graph_abort,
     .destroy = g_destroy,
 };
 

@@ -128,3 +128,8 @@ extern "C" rf_status rf_gpu_upload_async(rf_gpu_ctx *ctx, void *d_dst, const voi
     RF_GPU_CHECK(cudaMemcpyAsync(d_dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
     return RF_OK;
 }
+
+extern "C" rf_status rf_gpu_download_async(rf_gpu_ctx *ctx, void *dst, const void *d_src, size_t bytes) {
+    RF_GPU_CHECK(cudaMemcpyAsync(dst, d_src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    return RF_OK;
+}

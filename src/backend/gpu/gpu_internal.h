@@ -11,6 +11,7 @@ struct rf_gpu_ctx {
     cudaStream_t stream;
 #if !defined(RF_GPU_NO_BLAS)
     cublasHandle_t blas;
+    void *blas_ws;          /* the handle's own workspace: no allocation inside a graph capture */
 #endif
     rf_gpu_info info;
     char *scratch;          /* arena */

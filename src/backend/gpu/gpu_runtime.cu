@@ -61,6 +61,19 @@ extern "C" rf_status rf_gpu_init(int device, rf_gpu_ctx **out) {
     } else if (cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
         st = rf_set_error(RF_ERR_DEVICE, "GPU %d: cublasSetStream failed", device);
     }
+#if defined(RF_CUDA_BUILD)
+    /* a fixed workspace, so a product recorded into a graph never allocates */
+    if (!st) {
+        const size_t ws = (size_t)32 << 20;
+        if (cudaMalloc(&c->blas_ws, ws) != cudaSuccess) {
+            (void)cudaGetLastError();
+            c->blas_ws = NULL;
+            st = rf_set_error(RF_ERR_OOM, "GPU %d: 32 MiB cuBLAS workspace: out of memory", device);
+        } else if (cublasSetWorkspace(c->blas, c->blas_ws, ws) != CUBLAS_STATUS_SUCCESS) {
+            st = rf_set_error(RF_ERR_DEVICE, "GPU %d: cublasSetWorkspace failed", device);
+        }
+    }
+#endif
 #endif
     if (st) {
         rf_gpu_destroy(c);
@@ -76,6 +89,7 @@ extern "C" void rf_gpu_destroy(rf_gpu_ctx *ctx) {
     if (ctx->scratch) cudaFree(ctx->scratch);
 #if !defined(RF_GPU_NO_BLAS)
     if (ctx->blas) cublasDestroy(ctx->blas);
+    if (ctx->blas_ws) cudaFree(ctx->blas_ws);
 #endif
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     free(ctx);

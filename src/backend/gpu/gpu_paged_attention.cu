@@ -1,0 +1,651 @@
+/* gpu_paged_attention.cu — attention of the batched engine over a paged K/V cache: one call
+ * serves a batch that mixes single decode tokens of many sequences with prompt chunks of others;
+ * each token's keys are found through its sequence's block table. Twin: rf_ref_paged_attention
+ * (contract in gpu.h).
+ *
+ * Design (why it is batch-invariant, bit for bit):
+ *   * Keys are cut at fixed absolute positions: splits of RF_PA_SPLIT (256) keys starting at
+ *     multiples of 256 from position 0, each split into RF_PA_SPLIT / RF_WARP_SIZE chunks of
+ *     RF_WARP_SIZE keys, one per warp of the block. A chunk's state per query row (max, sum,
+ *     P.V) depends only on that row and the keys of the chunk it may see.
+ *   * The warps' chunk states are merged in warp order into the split's state, the splits'
+ *     states in split order (rf_pa_factors / rf_pa_apply, one code path for the block's own
+ *     merge and for the reduce kernel), and the row is normalised once at the end.
+ *   * Every floating-point operation on a row's data is an explicit IEEE intrinsic (__fmaf_rn,
+ *     __fadd_rn, __fmul_rn, ...), so the compiler cannot contract or reorder it differently in
+ *     the kernel variants; cross-lane sums are the same butterfly trees whatever the variant
+ *     (rf_pa_tsum's transposed levels add the same pairs as a plain butterfly, and IEEE
+ *     addition is commutative).
+ *   * A row never sees a key outside its range: such a key's score is replaced by -inf, its
+ *     probability is exactly 0 and its P.V term is skipped (so another token's key, or a NaN
+ *     in a slot nobody owns, cannot leak in), and a chunk or split without any visible key is
+ *     an exact no-op in the merges.
+ *   What the host chooses from n_tokens / max_pos / the device — how many rows share a warp,
+ *   how many tokens share a block, whether a block walks all splits of its rows itself or
+ *   leaves partial states to the reduce kernel — changes none of the arithmetic of a row.
+ *
+ * Speed: one warp reads each K/V row of a kv head once for all the query rows it holds (the
+ * `group` query heads of that kv head, and for prompt chunks several consecutive tokens of the
+ * same sequence), with 16-byte loads (L lanes per key, KPW keys per warp step), U steps of
+ * loads in flight per warp. Long contexts are spread over gridDim.z blocks per (tokens, kv
+ * head) so that a handful of decoding sequences still fills the device. */
+#include "backend/gpu/gpu_internal.h"
+
+#include <limits.h>
+
+#define RF_PA_SPLIT 256     /* keys per split, anchored at multiples of 256 */
+#define RF_PA_THREADS 256   /* threads per block: RF_PA_SPLIT / RF_WARP_SIZE warps, a chunk each */
+#define RF_PA_MAXNQ 8       /* tokens per block at most (rows per warp <= 8) */
+#define RF_PA_DECODE_MAX 64 /* up to this many tokens per call: one token per block */
+
+/* merge steps (rf_pa_factors) */
+#define RF_PA_SKIP 0 /* the incoming state is empty: nothing changes */
+#define RF_PA_SET 1  /* the running state is empty: it becomes the incoming one */
+#define RF_PA_COMB 2 /* num = num * fa + a * fb */
+
+__host__ __device__ constexpr int rf_pa_pow2(int x) { return x <= 1 ? 1 : 2 * rf_pa_pow2((x + 1) / 2); }
+
+/* Lane geometry of one K/V row of D elements of KT: P pieces of 16 bytes (EPP elements each),
+ * L lanes per key (P rounded up to a power of two, at most a warp), NP pieces per lane, KPW keys
+ * per warp step, NS steps per chunk of RF_WARP_SIZE keys, EL elements per lane, U0 steps whose
+ * loads are issued together (8 KB per warp; half of it with 4 or more rows per warp, for the
+ * registers). Lane `lane` serves key slot lane / L and pieces lane % L + i * L. */
+template <int D, typename KT> struct rf_pa_geo {
+    static constexpr int WS = RF_WARP_SIZE;
+    static constexpr int EPP = 16 / (int)sizeof(KT);
+    static constexpr int P = D / EPP;
+    static constexpr int L = rf_pa_pow2(P) < WS ? rf_pa_pow2(P) : WS;
+    static constexpr int NP = (P + L - 1) / L;
+    static constexpr int KPW = WS / L;
+    static constexpr int NS = L;
+    static constexpr int EL = NP * EPP;
+    static constexpr int U0 = 8 / NP;
+    static_assert(D % EPP == 0 && NP <= 2 && NS % U0 == 0 && L >= 8, "paged attention geometry");
+};
+
+/* 16 bytes of K/V -> floats */
+template <typename KT> struct rf_pa_cvt;
+template <> struct rf_pa_cvt<float> {
+    static __device__ __forceinline__ void run(const uint4 &w, float *f) {
+        f[0] = __uint_as_float(w.x), f[1] = __uint_as_float(w.y);
+        f[2] = __uint_as_float(w.z), f[3] = __uint_as_float(w.w);
+    }
+};
+template <> struct rf_pa_cvt<rf_half> {
+    static __device__ __forceinline__ void run(const uint4 &w, float *f) {
+        const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            f[2 * j] = rf_half2float(__ushort_as_half((unsigned short)(u[j] & 0xFFFFu)));
+            f[2 * j + 1] = rf_half2float(__ushort_as_half((unsigned short)(u[j] >> 16)));
+        }
+    }
+};
+
+/* R consecutive floats from / to shared memory (16-byte aligned when R % 4 == 0) */
+template <int R> static __device__ __forceinline__ void rf_pa_lds(const float *p, float *v) {
+    if constexpr (R % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < R / 4; i++) {
+            const float4 x = reinterpret_cast<const float4 *>(p)[i];
+            v[4 * i] = x.x, v[4 * i + 1] = x.y, v[4 * i + 2] = x.z, v[4 * i + 3] = x.w;
+        }
+    } else if constexpr (R == 2) {
+        const float2 x = *reinterpret_cast<const float2 *>(p);
+        v[0] = x.x, v[1] = x.y;
+    } else {
+        v[0] = p[0];
+    }
+}
+template <int R> static __device__ __forceinline__ void rf_pa_sts(float *p, const float *v) {
+    if constexpr (R % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < R / 4; i++)
+            reinterpret_cast<float4 *>(p)[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    } else if constexpr (R == 2) {
+        *reinterpret_cast<float2 *>(p) = make_float2(v[0], v[1]);
+    } else {
+        p[0] = v[0];
+    }
+}
+
+/* Sum of v[0..CNT) over the L lanes of a key (M = L / 2 at the call): the first log2(CNT)
+ * butterfly levels are transposed (each lane sends the half of its values it gives away and
+ * keeps the other half), the rest are plain. Afterwards v[0] holds the total of row
+ * sl / (L / CNT) (sl = lane % L). Each sum adds the same two partial sums as a plain butterfly
+ * per row would, so the result is the plain tree's, bit for bit, whatever CNT is. */
+template <int CNT, int M> struct rf_pa_tsum {
+    static __device__ __forceinline__ void run(float *v, int sl) {
+        constexpr int H = CNT / 2;
+        const bool up = (sl & M) != 0;
+#pragma unroll
+        for (int i = 0; i < H; i++) {
+            const float send = up ? v[i] : v[i + H];
+            const float keep = up ? v[i + H] : v[i];
+            v[i] = __fadd_rn(keep, RF_SHFL_XOR(send, M));
+        }
+        rf_pa_tsum<H, M / 2>::run(v, sl);
+    }
+};
+template <int M> struct rf_pa_tsum<1, M> {
+    static __device__ __forceinline__ void run(float *v, int sl) {
+        (void)sl;
+#pragma unroll
+        for (int m = M; m > 0; m /= 2) v[0] = __fadd_rn(v[0], RF_SHFL_XOR(v[0], m));
+    }
+};
+
+/* One step of the ordered merge of softmax states (max M, sum den, numerator num per element):
+ * folds the incoming (m, l) into (M, den) and returns how num folds in the incoming numerator
+ * (rf_pa_apply with the factors fa, fb). An incoming m == -inf is an empty state (skipped). */
+static __device__ __forceinline__ int rf_pa_factors(float &M, float &den, float m, float l,
+                                                    float &fa, float &fb) {
+    fa = 1.0f, fb = 1.0f;
+    if (m == -INFINITY) return RF_PA_SKIP;
+    if (M == -INFINITY) {
+        M = m, den = l;
+        return RF_PA_SET;
+    }
+    const float Mn = fmaxf(M, m);
+    fa = __expf(__fsub_rn(M, Mn));
+    fb = __expf(__fsub_rn(m, Mn));
+    den = __fmaf_rn(l, fb, __fmul_rn(den, fa));
+    M = Mn;
+    return RF_PA_COMB;
+}
+static __device__ __forceinline__ float rf_pa_apply(float num, float a, int mode, float fa, float fb) {
+    return mode == RF_PA_COMB ? __fmaf_rn(a, fb, __fmul_rn(num, fa)) : mode == RF_PA_SET ? a : num;
+}
+/* normalised output of a merged state (no key at all: 0; NaN stays NaN) */
+static __device__ __forceinline__ float rf_pa_final(float M, float den, float num) {
+    return M == -INFINITY ? 0.0f : __fdiv_rn(num, den);
+}
+
+/* paged_attn: rows (token t, query head h) of a block of tokens against their sequences' keys.
+ *   Block (x, y, z): tokens t0 = x*NQ .. t0+NQ-1 (NQ consecutive batch slots), kv head
+ *   hk = y / HS and head slice hs = y % HS (query heads hk*G + hs*GS .. + GS-1, G = n_head /
+ *   n_head_kv, GS = min(G, R)); row r of the R rows = token t0 + r / GS, head slot r % GS.
+ *   The tokens of a block are served in passes, one per distinct sequence among them (a pass
+ *   only holds rows of one sequence, which share its block table). Each pass walks the splits
+ *   s = first + z, first + z + gridDim.z, ... of the union of its rows' key ranges; in a split,
+ *   warp w takes the chunk of keys s*256 + w*RF_WARP_SIZE + [0, RF_WARP_SIZE).
+ *   Per chunk a warp: looks the keys' cache rows up in the block table (one lane per key), reads
+ *   each K row once (16-byte loads, all R rows' scores from it), masks, softmaxes the chunk per
+ *   row, reads each V row once and accumulates P.V for all R rows; then the warps' states are
+ *   merged in warp order. gridDim.z == 1: the block folds its splits in order and writes the
+ *   normalised rows. gridDim.z > 1: a row with one split is written normalised, others leave
+ *   (max, sum) in pml[row, i] and the numerator in part[row, i, :] (i = s, or s - first split
+ *   of the row when window > 0; nsp slots per row) for rf_k_paged_attn_reduce.
+ *   Rows of padding tokens (pos < 0) are written as zeros by the z == 0 blocks, rows of tokens
+ *   with pos > pmax (max_pos, or past the block table) or seq < 0 as NaN; nothing else is read
+ *   for them.
+ * in:  q f32 [n_tokens, n_head, D] (16-byte aligned), k, v KT [rows, n_head_kv, D] (16-byte
+ *      aligned), pos, seq int32 [n_tokens], bt int32 [*, max_blocks] (device).
+ * out: out f32 [n_tokens, n_head, D].
+ * launch: grid (ceil(n_tokens / NQ), n_head_kv * HS, Z), RF_PA_THREADS threads; NQ * GS <= R;
+ *   R <= 8 and R * D <= 1024.
+ * tolerance vs rf_ref_paged_attention on the same K/V values: rel. L2 < 1e-5 (f32 K/V, and f16
+ *   K/V against the reference on the f16 values; < 1e-2 against unrounded f32 values). */
+template <int D, typename KT, int R>
+__global__ void __launch_bounds__(RF_PA_THREADS, R <= 4 ? 2 : 1)
+rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ q,
+                const KT *__restrict__ k, const KT *__restrict__ v, const int32_t *__restrict__ pos,
+                const int32_t *__restrict__ seq, const int32_t *__restrict__ bt, int n_tokens,
+                int max_blocks, int bs, int n_head, int n_head_kv, int G, int GS, int NQ, int HS,
+                float scale, int window, float softcap, int pmax, int nsp) {
+    typedef rf_pa_geo<D, KT> geo;
+    constexpr int WS = RF_WARP_SIZE, W = RF_PA_SPLIT / WS;
+    constexpr int EPP = geo::EPP, P = geo::P, L = geo::L, NP = geo::NP, KPW = geo::KPW;
+    constexpr int NS = geo::NS, EL = geo::EL, U = R >= 4 ? geo::U0 / 2 : geo::U0;
+    constexpr int RD = R * D, EPT = (RD + RF_PA_THREADS - 1) / RF_PA_THREADS, LR = L / R;
+    static_assert(R >= 1 && R <= 8 && L % R == 0 && RD <= 1024, "rows per warp");
+    static_assert(W * WS == RF_PA_THREADS, "one chunk per warp");
+
+    __shared__ __align__(16) float s_sc[W][WS * R]; /* a warp's scores, then probabilities [key][row] */
+    __shared__ __align__(16) float s_acc[W][RD];    /* a warp's P.V of its chunk [row][dim] */
+    __shared__ float2 s_ml[W][R];                   /* a warp's (max, sum) per row */
+    __shared__ float2 s_fw[W][R];                   /* merge factors of the warps' states */
+    __shared__ int s_mw[W][R];                      /* ... and modes */
+    __shared__ float2 s_split[R], s_run[R], s_rf[R]; /* split state, running state, its factors */
+    __shared__ int s_rm[R];
+    __shared__ int s_tpos[RF_PA_MAXNQ], s_tseq[RF_PA_MAXNQ], s_tst[RF_PA_MAXNQ];
+
+    const int tid = threadIdx.x, lane = tid % WS, warp = tid / WS, ks = lane / L, sl = lane % L;
+    const int64_t t0 = (int64_t)blockIdx.x * NQ;
+    const int hk = blockIdx.y / HS, hs = blockIdx.y % HS, z = blockIdx.z, Z = gridDim.z;
+
+    /* the block's tokens: state 0 none, 1 padding, 2 invalid (NaN row), 3 attends */
+    if (tid < RF_PA_MAXNQ) {
+        int st = 0, p = -1, sq = -1;
+        if (tid < NQ && t0 + tid < n_tokens) {
+            p = pos[t0 + tid];
+            st = 1;
+            if (p >= 0) {
+                st = 2;
+                if (p <= pmax) {
+                    sq = seq[t0 + tid];
+                    if (sq >= 0) st = 3;
+                }
+            }
+        }
+        s_tpos[tid] = p, s_tseq[tid] = sq, s_tst[tid] = st;
+    }
+    __syncthreads();
+
+    if (z == 0) {
+        for (int idx = tid; idx < RD; idx += RF_PA_THREADS) {
+            const int r = idx / D, d = idx % D, qi = r / GS, hh = hs * GS + r % GS;
+            if (qi >= NQ || hh >= G) continue;
+            const int st = s_tst[qi];
+            if (st == 1 || st == 2)
+                out[((t0 + qi) * n_head + (int64_t)hk * G + hh) * D + d] =
+                    st == 1 ? 0.0f : __int_as_float(0x7fc00000);
+        }
+    }
+
+    const int64_t rstride = (int64_t)n_head_kv * D, hoff = (int64_t)hk * D;
+    for (int i = 0; i < NQ; i++) { /* one pass per distinct sequence among the block's tokens */
+        if (s_tst[i] != 3) continue;
+        const int sq = s_tseq[i];
+        bool dup = false;
+        for (int j = 0; j < i; j++) dup = dup || (s_tst[j] == 3 && s_tseq[j] == sq);
+        if (dup) continue;
+
+        /* rows of this pass and their key ranges [lo, hi] (empty: lo > hi) */
+        int lo[R], hi[R], ulo = INT_MAX, uhi = -1;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int qi = r / GS, hh = hs * GS + r % GS;
+            lo[r] = 1, hi[r] = 0;
+            if (qi < NQ && hh < G && s_tst[qi] == 3 && s_tseq[qi] == sq) {
+                const int p = s_tpos[qi];
+                lo[r] = window > 0 && p >= window ? p - window + 1 : 0;
+                hi[r] = p;
+                ulo = min(ulo, lo[r]), uhi = max(uhi, hi[r]);
+            }
+        }
+        /* this lane's dimensions of each row's query, times scale */
+        float qr[R][EL];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const bool act = hi[r] >= lo[r];
+            const int64_t qoff = act ? ((t0 + r / GS) * n_head + (int64_t)hk * G + hs * GS + r % GS) * D : 0;
+#pragma unroll
+            for (int np = 0; np < NP; np++) {
+                const int pc = sl + np * L;
+#pragma unroll
+                for (int c = 0; c < EPP / 4; c++) {
+                    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    if (act && pc < P) x = *reinterpret_cast<const float4 *>(q + qoff + pc * EPP + 4 * c);
+                    float *qd = &qr[r][np * EPP + 4 * c];
+                    qd[0] = __fmul_rn(x.x, scale), qd[1] = __fmul_rn(x.y, scale);
+                    qd[2] = __fmul_rn(x.z, scale), qd[3] = __fmul_rn(x.w, scale);
+                }
+            }
+        }
+        if (tid < R) s_run[tid] = make_float2(-INFINITY, 0.0f);
+        float rnum[EPT];
+#pragma unroll
+        for (int e = 0; e < EPT; e++) rnum[e] = 0.0f;
+
+        const int sfirst = ulo / RF_PA_SPLIT, slast = uhi / RF_PA_SPLIT;
+        for (int s = sfirst + z; s <= slast; s += Z) {
+            const int j0 = s * RF_PA_SPLIT + warp * WS;
+            if (j0 > uhi || j0 + WS - 1 < ulo) {
+                if (lane == 0) {
+#pragma unroll
+                    for (int r = 0; r < R; r++) s_ml[warp][r] = make_float2(-INFINITY, 0.0f);
+                }
+            } else {
+                /* cache row of key j0 + lane (-1: no row of this pass may see it) */
+                const int j = j0 + lane;
+                int phys = -1;
+                if (j >= ulo && j <= uhi) phys = bt[(int64_t)sq * max_blocks + j / bs] * bs + j % bs;
+                float *sc = s_sc[warp];
+                /* scores: step i, key slot ks -> key i * KPW + ks of the chunk */
+#pragma unroll 1
+                for (int g = 0; g < NS / U; g++) {
+                    uint4 kw[U][NP];
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        const int ph = RF_SHFL(phys, (g * U + u) * KPW + ks);
+#pragma unroll
+                        for (int np = 0; np < NP; np++) {
+                            const int pc = sl + np * L;
+                            kw[u][np] = make_uint4(0u, 0u, 0u, 0u);
+                            if (ph >= 0 && pc < P)
+                                kw[u][np] = *reinterpret_cast<const uint4 *>(k + ph * rstride + hoff + pc * EPP);
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        float dot[R];
+#pragma unroll
+                        for (int r = 0; r < R; r++) dot[r] = 0.0f;
+#pragma unroll
+                        for (int np = 0; np < NP; np++) {
+                            float kf[EPP];
+                            rf_pa_cvt<KT>::run(kw[u][np], kf);
+#pragma unroll
+                            for (int r = 0; r < R; r++)
+#pragma unroll
+                                for (int e = 0; e < EPP; e++)
+                                    dot[r] = __fmaf_rn(qr[r][np * EPP + e], kf[e], dot[r]);
+                        }
+                        rf_pa_tsum<R, L / 2>::run(dot, sl);
+                        if (sl % LR == 0) {
+                            float sv = dot[0];
+                            if (softcap > 0.0f) sv = __fmul_rn(softcap, tanhf(__fdiv_rn(sv, softcap)));
+                            sc[((g * U + u) * KPW + ks) * R + sl / LR] = sv;
+                        }
+                    }
+                }
+                RF_SYNCWARP();
+                /* softmax of the chunk per row: lane = key */
+                float pr[R], mx[R], ls[R];
+                rf_pa_lds<R>(sc + lane * R, pr);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (j < lo[r] || j > hi[r]) pr[r] = -INFINITY;
+                    mx[r] = rf_warp_max(pr[r]);
+                    pr[r] = pr[r] == -INFINITY ? 0.0f : __expf(__fsub_rn(pr[r], mx[r]));
+                    ls[r] = rf_warp_sum(pr[r]);
+                }
+                rf_pa_sts<R>(sc + lane * R, pr);
+                RF_SYNCWARP();
+                /* P.V: each key slot accumulates its own keys, then the slots are summed */
+                float acc[R][EL];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int e = 0; e < EL; e++) acc[r][e] = 0.0f;
+#pragma unroll 1
+                for (int g = 0; g < NS / U; g++) {
+                    uint4 vw[U][NP];
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        const int ph = RF_SHFL(phys, (g * U + u) * KPW + ks);
+#pragma unroll
+                        for (int np = 0; np < NP; np++) {
+                            const int pc = sl + np * L;
+                            vw[u][np] = make_uint4(0u, 0u, 0u, 0u);
+                            if (ph >= 0 && pc < P)
+                                vw[u][np] = *reinterpret_cast<const uint4 *>(v + ph * rstride + hoff + pc * EPP);
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        float pv[R];
+                        rf_pa_lds<R>(sc + ((g * U + u) * KPW + ks) * R, pv);
+#pragma unroll
+                        for (int np = 0; np < NP; np++) {
+                            float vf[EPP];
+                            rf_pa_cvt<KT>::run(vw[u][np], vf);
+#pragma unroll
+                            for (int r = 0; r < R; r++) {
+                                if (pv[r] != 0.0f) {
+#pragma unroll
+                                    for (int e = 0; e < EPP; e++)
+                                        acc[r][np * EPP + e] = __fmaf_rn(pv[r], vf[e], acc[r][np * EPP + e]);
+                                }
+                            }
+                        }
+                    }
+                }
+#pragma unroll
+                for (int m = L; m < WS; m *= 2)
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int e = 0; e < EL; e++)
+                            acc[r][e] = __fadd_rn(acc[r][e], RF_SHFL_XOR(acc[r][e], m));
+                if (ks == 0) {
+#pragma unroll
+                    for (int np = 0; np < NP; np++) {
+                        const int pc = sl + np * L;
+                        if (pc < P) {
+#pragma unroll
+                            for (int r = 0; r < R; r++)
+#pragma unroll
+                                for (int c = 0; c < EPP / 4; c++) {
+                                    const float *a = &acc[r][np * EPP + 4 * c];
+                                    *reinterpret_cast<float4 *>(&s_acc[warp][r * D + pc * EPP + 4 * c]) =
+                                        make_float4(a[0], a[1], a[2], a[3]);
+                                }
+                        }
+                    }
+                }
+                if (lane == 0) {
+#pragma unroll
+                    for (int r = 0; r < R; r++) s_ml[warp][r] = make_float2(mx[r], ls[r]);
+                }
+            }
+            __syncthreads();
+            /* per row: merge factors of the warps' states in warp order, then of the split into
+             * the running state */
+            if (tid < R) {
+                float M = -INFINITY, den = 0.0f;
+#pragma unroll
+                for (int w = 0; w < W; w++) {
+                    const float2 ml = s_ml[w][tid];
+                    float fa, fb;
+                    s_mw[w][tid] = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
+                    s_fw[w][tid] = make_float2(fa, fb);
+                }
+                s_split[tid] = make_float2(M, den);
+                if (Z == 1) {
+                    float2 run = s_run[tid];
+                    float fa, fb;
+                    s_rm[tid] = rf_pa_factors(run.x, run.y, M, den, fa, fb);
+                    s_rf[tid] = make_float2(fa, fb);
+                    s_run[tid] = run;
+                }
+            }
+            __syncthreads();
+            /* per element: the split's numerator, then fold it in or store it */
+#pragma unroll
+            for (int e = 0; e < EPT; e++) {
+                const int idx = tid + e * RF_PA_THREADS;
+                if (idx >= RD) break;
+                const int r = idx / D, d = idx % D, qi = r / GS, hh = hs * GS + r % GS;
+                if (qi >= NQ || hh >= G || s_tst[qi] != 3 || s_tseq[qi] != sq) continue;
+                float num = 0.0f;
+#pragma unroll
+                for (int w = 0; w < W; w++) {
+                    const float2 f = s_fw[w][r];
+                    num = rf_pa_apply(num, s_acc[w][r * D + d], s_mw[w][r], f.x, f.y);
+                }
+                if (Z == 1) {
+                    const float2 f = s_rf[r];
+                    rnum[e] = rf_pa_apply(rnum[e], num, s_rm[r], f.x, f.y);
+                    continue;
+                }
+                const int p = s_tpos[qi];
+                const int rsf = (window > 0 && p >= window ? p - window + 1 : 0) / RF_PA_SPLIT;
+                const int rsl = p / RF_PA_SPLIT;
+                if (s < rsf || s > rsl) continue;
+                const int64_t orow = (t0 + qi) * n_head + (int64_t)hk * G + hh;
+                const float2 ms = s_split[r];
+                if (rsf == rsl) {
+                    out[orow * D + d] = rf_pa_final(ms.x, ms.y, num);
+                } else {
+                    const int64_t si = orow * nsp + (window > 0 ? s - rsf : s);
+                    part[si * D + d] = num;
+                    if (d == 0) pml[si] = ms;
+                }
+            }
+            __syncthreads();
+        }
+        if (Z == 1) {
+#pragma unroll
+            for (int e = 0; e < EPT; e++) {
+                const int idx = tid + e * RF_PA_THREADS;
+                if (idx >= RD) break;
+                const int r = idx / D, d = idx % D, qi = r / GS, hh = hs * GS + r % GS;
+                if (qi >= NQ || hh >= G || s_tst[qi] != 3 || s_tseq[qi] != sq) continue;
+                const float2 run = s_run[r];
+                out[((t0 + qi) * n_head + (int64_t)hk * G + hh) * D + d] = rf_pa_final(run.x, run.y, rnum[e]);
+            }
+        }
+        __syncthreads(); /* s_run and the token state are reused by the next pass */
+    }
+}
+
+/* paged_attn_reduce: for each row (t, h) whose keys span more than one split, folds the split
+ * states left by rf_k_paged_attn (gridDim.z > 1) in split order with the same merge as the
+ * block's own fold: out[t, h, d] = num / den. Rows with one split, padding and invalid tokens
+ * were written by rf_k_paged_attn and are skipped.
+ * in: part f32 [n_tokens * n_head, nsp, D], pml float2 [n_tokens * n_head, nsp], pos, seq.
+ * launch: grid (n_tokens, n_head), D threads rounded up to a warp. tolerance: as rf_k_paged_attn. */
+__global__ void __launch_bounds__(256)
+rf_k_paged_attn_reduce(float *out, const float *__restrict__ part, const float2 *__restrict__ pml,
+                       const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_head,
+                       int D, int window, int pmax, int nsp) {
+    const int64_t t = blockIdx.x;
+    const int h = blockIdx.y, d = threadIdx.x;
+    const int p = pos[t];
+    if (p < 0 || p > pmax || d >= D) return;
+    const int rsf = (window > 0 && p >= window ? p - window + 1 : 0) / RF_PA_SPLIT;
+    const int rsl = p / RF_PA_SPLIT;
+    if (rsf == rsl || seq[t] < 0) return;
+    const int64_t orow = t * n_head + h;
+    float M = -INFINITY, den = 0.0f, num = 0.0f;
+    for (int s = rsf; s <= rsl; s++) {
+        const int64_t si = orow * nsp + (window > 0 ? s - rsf : s);
+        const float2 ml = pml[si];
+        float fa, fb;
+        const int mode = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
+        num = rf_pa_apply(num, part[si * D + d], mode, fa, fb);
+    }
+    out[orow * D + d] = rf_pa_final(M, den, num);
+}
+
+/* ---- host ------------------------------------------------------------------------------- */
+
+struct rf_pa_args {
+    float *out, *part;
+    float2 *pml;
+    const float *q;
+    const void *k, *v;
+    const int32_t *pos, *seq, *bt;
+    int n_tokens, max_blocks, bs, n_head, n_head_kv, G, GS, NQ, HS;
+    float scale;
+    int window;
+    float softcap;
+    int pmax, nsp;
+};
+
+template <int D, typename KT, int R>
+static rf_status rf_pa_go(rf_gpu_ctx *ctx, dim3 grid, const rf_pa_args &a) {
+    const KT *k = (const KT *)a.k, *v = (const KT *)a.v;
+    return rf_gpu_launch(ctx, "rf_k_paged_attn", false, rf_k_paged_attn<D, KT, R>, grid,
+                         dim3(RF_PA_THREADS), 0, a.out, a.part, a.pml, a.q, k, v, a.pos, a.seq,
+                         a.bt, a.n_tokens, a.max_blocks, a.bs, a.n_head, a.n_head_kv, a.G, a.GS,
+                         a.NQ, a.HS, a.scale, a.window, a.softcap, a.pmax, a.nsp);
+}
+
+template <typename KT>
+static rf_status rf_pa_dispatch(rf_gpu_ctx *ctx, int D, int R, dim3 grid, const rf_pa_args &a) {
+#define RF_PA_CASE(DD, RR)                                                                    \
+    if (D == DD && R == RR) return rf_pa_go<DD, KT, RR>(ctx, grid, a);
+#define RF_PA_DIM(DD) RF_PA_CASE(DD, 1) RF_PA_CASE(DD, 2) RF_PA_CASE(DD, 4)
+    RF_PA_DIM(64) RF_PA_CASE(64, 8)
+    RF_PA_DIM(80) RF_PA_CASE(80, 8)
+    RF_PA_DIM(96) RF_PA_CASE(96, 8)
+    RF_PA_DIM(128) RF_PA_CASE(128, 8)
+    RF_PA_DIM(256)
+#undef RF_PA_DIM
+#undef RF_PA_CASE
+    return rf_set_error(RF_ERR_INVALID_ARG, "rf_gpu_paged_attention: no kernel for head_dim %d, %d rows", D, R);
+}
+
+extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const float *q,
+                                            const void *k, const void *v, rf_type kv_type,
+                                            int64_t n_tokens, const int32_t *pos,
+                                            const int32_t *seq, const int32_t *block_table,
+                                            int64_t max_blocks, int64_t block_size, int64_t n_head,
+                                            int64_t n_head_kv, int64_t head_dim, float scale,
+                                            int64_t window, float softcap, int64_t max_pos) {
+    const char *op = "rf_gpu_paged_attention";
+    RF_GPU_REQUIRE(kv_type == RF_TYPE_F16 || kv_type == RF_TYPE_F32, op,
+                   "K/V type %d (want f16 or f32)", (int)kv_type);
+    RF_GPU_REQUIRE(head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128 ||
+                       head_dim == 256,
+                   op, "head_dim=%lld (supported: 64, 80, 96, 128, 256)", (long long)head_dim);
+    RF_GPU_REQUIRE(n_head >= 1 && n_head_kv >= 1 && n_head % n_head_kv == 0 && n_head <= 65535,
+                   op, "n_head=%lld must be a multiple of n_head_kv=%lld (and <= 65535)",
+                   (long long)n_head, (long long)n_head_kv);
+    RF_GPU_REQUIRE(n_tokens >= 0 && n_tokens <= INT_MAX, op, "n_tokens=%lld", (long long)n_tokens);
+    RF_GPU_REQUIRE(block_size >= 1 && block_size <= INT_MAX && max_blocks >= 1 && max_blocks <= INT_MAX,
+                   op, "block_size=%lld max_blocks=%lld", (long long)block_size, (long long)max_blocks);
+    RF_GPU_REQUIRE(window >= 0 && max_pos < (1LL << 30), op, "window=%lld max_pos=%lld",
+                   (long long)window, (long long)max_pos);
+    if (n_tokens == 0) return RF_OK;
+    RF_GPU_REQUIRE(out && q && k && v && pos && seq && block_table, op, "NULL pointer argument");
+    RF_GPU_REQUIRE((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0, op,
+                   "q, k and v must be 16-byte aligned");
+
+    const int D = (int)head_dim;
+    const int64_t G = n_head / n_head_kv;
+    const int rmax = D <= 128 ? 8 : 4; /* R * D <= 1024: the block's shared memory */
+    int R;
+    if (n_tokens > RF_PA_DECODE_MAX) {
+        R = rmax; /* prompt chunks: fill a warp's rows with consecutive tokens */
+    } else {
+        R = rf_pa_pow2((int)(G < rmax ? G : rmax)); /* decode: one token per block */
+    }
+    const int64_t GS = G < R ? G : R, NQ = R / GS, HS = (G + GS - 1) / GS;
+    const int64_t X = (n_tokens + NQ - 1) / NQ, Y = n_head_kv * HS;
+    RF_GPU_REQUIRE(Y <= 65535, op, "n_head_kv=%lld too large", (long long)n_head_kv);
+
+    const int64_t pmax64 = max_pos < max_blocks * block_size - 1 ? max_pos : max_blocks * block_size - 1;
+    const int pmax = pmax64 < 0 ? -1 : (int)pmax64;
+    const int64_t nsplits = pmax >= 0 ? pmax / RF_PA_SPLIT + 1 : 1;
+    /* a window that covers every position does nothing: drop it (same arithmetic) */
+    const int win = window > 0 && window <= pmax ? (int)window : 0;
+    int64_t nsp = nsplits;
+    if (win > 0 && (win - 1) / RF_PA_SPLIT + 2 < nsp) nsp = (win - 1) / RF_PA_SPLIT + 2;
+
+    /* split the keys over gridDim.z blocks when the rows alone would leave the device idle */
+    const int64_t target = 4LL * (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+    int64_t Zb = 1;
+    if (X * Y < target) {
+        Zb = (target + X * Y - 1) / (X * Y);
+        if (Zb > nsp) Zb = nsp;
+        if (Zb > 65535) Zb = 65535;
+    }
+    rf_pa_args a;
+    a.out = out, a.part = NULL, a.pml = NULL, a.q = q, a.k = k, a.v = v;
+    a.pos = pos, a.seq = seq, a.bt = block_table;
+    a.n_tokens = (int)n_tokens, a.max_blocks = (int)max_blocks, a.bs = (int)block_size;
+    a.n_head = (int)n_head, a.n_head_kv = (int)n_head_kv, a.G = (int)G, a.GS = (int)GS;
+    a.NQ = (int)NQ, a.HS = (int)HS, a.scale = scale, a.window = win, a.softcap = softcap;
+    a.pmax = pmax, a.nsp = (int)nsp;
+
+    size_t mark = ctx->scratch_used;
+    const bool reduce = Zb > 1 && nsplits > 1;
+    if (reduce) {
+        const size_t rows = (size_t)n_tokens * (size_t)n_head * (size_t)nsp;
+        const size_t pbytes = rows * (size_t)D * sizeof(float);
+        void *tmp;
+        rf_status st = rf_gpu_tmp(ctx, pbytes + 256 + rows * sizeof(float2), &tmp, &mark);
+        if (st) return st;
+        a.part = (float *)tmp;
+        a.pml = (float2 *)((char *)tmp + ((pbytes + 255) & ~(size_t)255));
+    }
+    const dim3 grid((unsigned)X, (unsigned)Y, (unsigned)Zb);
+    rf_status st = kv_type == RF_TYPE_F16 ? rf_pa_dispatch<rf_half>(ctx, D, R, grid, a)
+                                          : rf_pa_dispatch<float>(ctx, D, R, grid, a);
+    if (st || !reduce) {
+        ctx->scratch_used = mark;
+        return st;
+    }
+    const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : RF_WARP_SIZE;
+    const unsigned rt = (unsigned)((D + ws - 1) / ws * ws);
+    st = rf_gpu_launch(ctx, "rf_k_paged_attn_reduce", false, rf_k_paged_attn_reduce,
+                       dim3((unsigned)n_tokens, (unsigned)n_head), dim3(rt), 0, out,
+                       (const float *)a.part, (const float2 *)a.pml, pos, seq, a.n_head, D, win,
+                       pmax, a.nsp);
+    ctx->scratch_used = mark;
+    return st;
+}
