@@ -1,6 +1,7 @@
 /* cmd_run.c — `rocmforge run`: generate text from a prompt and stream it to stdout, ending with
  * a timing line on stderr. Also defines the option parsing and model opening shared with
- * `chat` and `perplexity` (cmd_run_opts.h). */
+ * `chat`, `perplexity` and `batch` (cmd_run_opts.h). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,8 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
     o->sp = rf_sampler_default_params();
     o->kv_type = RF_TYPE_F16;
     o->device = RF_DEVICE_CPU;
+    o->n_parallel = 4;
+    o->block_size = 16;
     bool samp = which & RF_OPT_SAMPLING;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -76,7 +79,7 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
         } else if ((which & RF_OPT_PROMPT) && (IS("-p") || IS("--prompt"))) {
             if (!(v = ARG())) return 2;
             o->prompt = v;
-        } else if ((which & (RF_OPT_PROMPT | RF_OPT_PPL)) && (IS("-f") || IS("--file"))) {
+        } else if ((which & (RF_OPT_PROMPT | RF_OPT_PPL | RF_OPT_BATCH)) && (IS("-f") || IS("--file"))) {
             if (!(v = ARG())) return 2;
             o->prompt_file = v;
         } else if ((which & (RF_OPT_PROMPT | RF_OPT_CHAT)) && (IS("-s") || IS("--system"))) {
@@ -116,8 +119,13 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
         } else if (samp && IS("--seed")) {
             if (!(v = ARG())) return 2;
             char *end;
+            errno = 0;
             unsigned long long s = strtoull(v, &end, 10);
-            if (!*v || *end) return rf_cli_fail(2, "option --seed: '%s' is not a non-negative integer", v);
+            if (!*v || *end || *v == '-' || errno)
+                return rf_cli_fail(2, "option --seed: '%s' is not a non-negative integer", v);
+            /* the engine's requests take seeds a double holds exactly */
+            if ((which & RF_OPT_BATCH) && s > (1ULL << 53))
+                return rf_cli_fail(2, "option --seed: '%s' is larger than 2^53", v);
             o->sp.seed = s;
         } else if (samp && IS("--stop")) {
             if (!(v = ARG())) return 2;
@@ -152,6 +160,19 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
         } else if ((which & RF_OPT_PROMPT) && IS("--logits-out")) {
             if (!(v = ARG())) return 2;
             o->logits_out = v;
+        } else if ((which & RF_OPT_BATCH) && (IS("--parallel") || IS("-np"))) {
+            if (!(v = ARG()) || (rc = parse_int(a, v, 1, 4096, &o->n_parallel))) return rc ? rc : 2;
+        } else if ((which & RF_OPT_BATCH) && IS("--kv-blocks")) {
+            if (!(v = ARG()) || (rc = parse_int(a, v, 0, 1 << 26, &o->kv_blocks))) return rc ? rc : 2;
+        } else if ((which & RF_OPT_BATCH) && IS("--block-size")) {
+            if (!(v = ARG()) || (rc = parse_int(a, v, 1, 4096, &o->block_size))) return rc ? rc : 2;
+        } else if ((which & RF_OPT_BATCH) && IS("--no-prefix-cache")) {
+            o->no_prefix_cache = true;
+        } else if ((which & RF_OPT_BATCH) && (IS("-o") || IS("--output"))) {
+            if (!(v = ARG())) return 2;
+            if (!strcmp(v, "text")) o->jsonl = false;
+            else if (!strcmp(v, "jsonl")) o->jsonl = true;
+            else return rf_cli_fail(2, "option %s: '%s' is not one of text, jsonl", a, v);
         } else if ((which & RF_OPT_PPL) && IS("--chunks")) {
             if (!(v = ARG()) || (rc = parse_int(a, v, 0, INT32_MAX, &o->chunks))) return rc ? rc : 2;
         } else if (IS("--no-timing")) {
@@ -180,9 +201,8 @@ static void progress_bar(float f, void *user) {
     fflush(stderr);
 }
 
-int rf_run_open(const rf_run_opts *o, rf_model **m, rf_session **s) {
+int rf_run_load(const rf_run_opts *o, rf_model **m) {
     *m = NULL;
-    *s = NULL;
     rf_model_params mp = rf_model_default_params();
     mp.device = o->device;
     mp.n_threads = o->n_threads;
@@ -192,15 +212,23 @@ int rf_run_open(const rf_run_opts *o, rf_model **m, rf_session **s) {
         const char *base = strrchr(o->model, '/');
         mp.progress_user = (void *)(base ? base + 1 : o->model);
     }
-    rf_status st = rf_model_load(o->model, &mp, m);
-    if (st) return rf_cli_fail(1, "%s", rf_last_error());
+    if (rf_model_load(o->model, &mp, m)) {
+        *m = NULL;
+        return rf_cli_fail(1, "%s", rf_last_error());
+    }
+    return 0;
+}
+
+int rf_run_open(const rf_run_opts *o, rf_model **m, rf_session **s) {
+    *s = NULL;
+    int rc = rf_run_load(o, m);
+    if (rc) return rc;
     rf_session_params sp = rf_session_default_params();
     sp.n_ctx = o->n_ctx;
     sp.n_batch = o->n_batch;
     sp.kv_type = o->kv_type;
     sp.n_threads = o->n_threads;
-    st = rf_session_new(*m, &sp, s);
-    if (st) {
+    if (rf_session_new(*m, &sp, s)) {
         rf_model_free(*m);
         *m = NULL;
         return rf_cli_fail(1, "%s", rf_last_error());

@@ -1,5 +1,5 @@
-/* cmd_run_opts.h — options shared by `rocmforge run`, `chat` and `perplexity` (defined in
- * cmd_run.c): model/session flags, sampling flags, loading with a progress bar. */
+/* cmd_run_opts.h — options shared by `rocmforge run`, `chat`, `perplexity` and `batch`
+ * (defined in cmd_run.c): model/session flags, sampling flags, loading with a progress bar. */
 #ifndef RF_CMD_RUN_OPTS_H
 #define RF_CMD_RUN_OPTS_H
 
@@ -19,17 +19,26 @@ typedef struct rf_run_opts {
     int n_stop;
     const char *logits_out; /* run: write the last-position logits of the prompt (f32) here */
     int32_t chunks;         /* perplexity: max chunks (0 = all) */
+    /* batch: the engine's pool and scheduling, and the output format */
+    int32_t n_parallel;     /* sequences in flight (default 4) */
+    int32_t kv_blocks;      /* KV pool blocks; 0 = the engine's default (ctx x parallel) */
+    int32_t block_size;     /* positions per KV block (default 16) */
+    bool no_prefix_cache;
+    bool jsonl;             /* -o jsonl (default text) */
 } rf_run_opts;
 
 /* Which flags a subcommand accepts. */
-enum { RF_OPT_PROMPT = 1, RF_OPT_SAMPLING = 2, RF_OPT_CHAT = 4, RF_OPT_PPL = 8 };
+enum { RF_OPT_PROMPT = 1, RF_OPT_SAMPLING = 2, RF_OPT_CHAT = 4, RF_OPT_PPL = 8, RF_OPT_BATCH = 16 };
 
 /* Parses argv (argv[0] = subcommand). Returns -1 when parsing succeeded, else the exit code
  * to return (0 after --help, 2 after a usage error, message printed). */
 int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *usage);
 
-/* Loads the model (progress bar on a terminal for files >= 64 MiB) and opens a session.
- * Returns 0 or prints the error and returns 1. */
+/* Loads the model (progress bar on a terminal for files >= 64 MiB). Returns 0 or prints the
+ * error and returns 1. */
+int rf_run_load(const rf_run_opts *o, rf_model **m);
+
+/* rf_run_load, then opens a session. Returns 0 or prints the error and returns 1. */
 int rf_run_open(const rf_run_opts *o, rf_model **m, rf_session **s);
 
 /* Prints "prompt: ... | generation: ..." timing to stderr. */
