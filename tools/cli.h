@@ -14,6 +14,7 @@ int rf_cmd_mkmodel(int argc, char **argv);
 int rf_cmd_tokenize(int argc, char **argv);
 int rf_cmd_detokenize(int argc, char **argv);
 int rf_cmd_run(int argc, char **argv);
+int rf_cmd_batch(int argc, char **argv);
 int rf_cmd_chat(int argc, char **argv);
 int rf_cmd_perplexity(int argc, char **argv);
 int rf_cmd_bench(int argc, char **argv);

@@ -11,6 +11,7 @@
 #pragma weak rf_cmd_tokenize
 #pragma weak rf_cmd_detokenize
 #pragma weak rf_cmd_run
+#pragma weak rf_cmd_batch
 #pragma weak rf_cmd_chat
 #pragma weak rf_cmd_perplexity
 #pragma weak rf_cmd_bench
@@ -56,6 +57,7 @@ static void usage(FILE *f, const rf_cmd *cmds, size_t n) {
 int main(int argc, char **argv) {
     const rf_cmd cmds[] = {
         {"run", rf_cmd_run, "generate text from a prompt"},
+        {"batch", rf_cmd_batch, "generate for every prompt of a file, many at once (continuous batching)"},
         {"chat", rf_cmd_chat, "interactive chat with the model's template"},
         {"serve", rf_cmd_serve, "OpenAI-compatible HTTP server"},
         {"bench", rf_cmd_bench, "prompt/generation speed and memory bandwidth"},
