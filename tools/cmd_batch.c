@@ -38,7 +38,7 @@ static const char k_batch_usage[] =
     "  --block-size N          positions per KV block (default 16)\n"
     "  --no-prefix-cache       do not share the KV blocks of common prompt prefixes\n"
     "  --render-special        emit control tokens' text\n"
-    "  --device D              cpu (default) or gpu\n"
+    "  --device D              auto (default), cpu, gpu or gpu:N\n"
     "  --no-timing             no aggregate statistics line\n";
 
 /* ---- the prompt file -------------------------------------------------------------------- */

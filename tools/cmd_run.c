@@ -29,7 +29,7 @@ static const char k_run_usage[] =
     "  -c, --ctx N             context length (default: trained length, capped to 4096 and memory)\n"
     "  -b, --batch N           prompt tokens per forward pass (default 512)\n"
     "  --kv-type T             KV cache type: f16 (default), f32, q8_0\n"
-    "  --device D              cpu (default) or gpu\n"
+    "  --device D              auto (default: the GPU when present and the model fits), cpu, gpu or gpu:N\n"
     "  --show-ids              print the generated token ids to stderr\n"
     "  --logits-out FILE       write the prompt's last-position logits (f32) to FILE\n"
     "  --no-timing             no timing line\n";
@@ -60,7 +60,7 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
     o->n_predict = -1;
     o->sp = rf_sampler_default_params();
     o->kv_type = RF_TYPE_F16;
-    o->device = RF_DEVICE_CPU;
+    o->device = RF_DEVICE_AUTO;
     o->n_parallel = 4;
     o->block_size = 16;
     bool samp = which & RF_OPT_SAMPLING;
@@ -152,9 +152,15 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
             else return rf_cli_fail(2, "option --kv-type: '%s' is not one of f32, f16, q8_0", v);
         } else if (IS("--device")) {
             if (!(v = ARG())) return 2;
+            long long idx = 0;
             if (!strcmp(v, "cpu")) o->device = RF_DEVICE_CPU;
+            else if (!strcmp(v, "auto")) o->device = RF_DEVICE_AUTO;
             else if (!strcmp(v, "gpu")) o->device = RF_DEVICE_GPU;
-            else return rf_cli_fail(2, "option --device: '%s' is not one of cpu, gpu", v);
+            else if (!strncmp(v, "gpu:", 4) && rf_cli_parse_i64(v + 4, 0, 1023, &idx)) {
+                o->device = RF_DEVICE_GPU;
+                o->device_index = (int32_t)idx;
+            } else
+                return rf_cli_fail(2, "option --device: '%s' is not one of auto, cpu, gpu, gpu:N", v);
         } else if ((which & RF_OPT_PROMPT) && IS("--show-ids")) {
             o->show_ids = true;
         } else if ((which & RF_OPT_PROMPT) && IS("--logits-out")) {
@@ -205,6 +211,7 @@ int rf_run_load(const rf_run_opts *o, rf_model **m) {
     *m = NULL;
     rf_model_params mp = rf_model_default_params();
     mp.device = o->device;
+    mp.device_index = o->device_index;
     mp.n_threads = o->n_threads;
     struct stat sb;
     if (isatty(2) && stat(o->model, &sb) == 0 && sb.st_size >= (64 << 20)) {

@@ -14,6 +14,7 @@ typedef struct rf_run_opts {
     int32_t n_threads, n_ctx, n_batch;
     rf_type kv_type;
     rf_device device;
+    int32_t device_index; /* --device gpu:N */
     bool chat, ignore_eos, no_timing, show_ids, render_special;
     const char *stops[RF_MAX_STOP];
     int n_stop;

@@ -30,7 +30,13 @@ expect 2 "missing -p TEXT" -- "$RF" run -m "$M"
 expect 2 "missing -m MODEL" -- "$RF" run -p hi
 expect 2 "'fp8' is not one of f32, f16, q8_0" -- "$RF" run -m "$M" -p hi --kv-type fp8
 expect 2 "needs a value" -- "$RF" run -m "$M" -p
-expect 1 "GPU forward is not built yet" -- "$RF" run -m "$M" -p hi --device gpu
+# --device gpu without a GPU (or without the GPU backend) names the cause; with one it runs
+if "$RF" run -m "$M" -p hi -n 2 --device gpu >"$T/out" 2>"$T/err"; then
+    echo "(a GPU is present: --device gpu ran)"
+else
+    grep -qE "no GPU found|no GPU backend" "$T/err" || fail "--device gpu without a GPU: $(cat "$T/err")"
+fi
+expect 2 "is not one of auto, cpu, gpu, gpu:N" -- "$RF" run -m "$M" -p hi --device tpu
 expect 1 "/nonexistent.gguf" -- "$RF" run -m /nonexistent.gguf -p hi
 # a prompt longer than the context: both numbers in the message
 LONG=$(printf 'word %.0s' $(seq 1 200))
