@@ -8,6 +8,8 @@
 # different prompts at --parallel 64 against 64 separate `run`s, compared exactly.
 # Under the sanitizer build (the binary holds __asan_init, or RF_TEST_QUICK=1 is set) the SmolLM2
 # part runs 4 prompts of 8 tokens instead of 64 of 16: an -O0 ASan build makes ~4 tokens/s.
+# Every run pins --device cpu: the default (auto) takes a GPU when one is present, where the
+# kernels need not be batch-invariant.
 # usage: bash batch.sh <rocmforge> <source-dir>
 set -u
 RF=$1
@@ -17,6 +19,8 @@ trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the JSON output"; exit 77; }
 
+B=("$RF" batch --device cpu)
+R=("$RF" run --device cpu)
 QUICK=${RF_TEST_QUICK:-0}
 if [ "$QUICK" = 0 ] && command -v nm >/dev/null && nm "$RF" 2>/dev/null | grep -q __asan_init; then QUICK=1; fi
 
@@ -35,21 +39,21 @@ M=$T/tiny.gguf
 "$RF" inspect "$M" | grep -q "tokenizer.chat_template" || fail "the tiny preset has no chat template"
 
 # ---- the command line ----
-"$RF" batch --help >"$T/help" || fail "--help exited $?"
+"${B[@]}" --help >"$T/help" || fail "--help exited $?"
 grep -q "usage: rocmforge batch" "$T/help" || fail "--help: $(cat "$T/help")"
 "$RF" --help | grep -q "^  batch " || fail "batch is not in rocmforge's command list"
 printf 'Once upon a time\n' >"$T/one.txt"
-expect 2 "missing -f PROMPTS" -- "$RF" batch -m "$M"
-expect 2 "missing -m MODEL" -- "$RF" batch -f "$T/one.txt"
-expect 2 "unknown option '--bogus'" -- "$RF" batch -m "$M" -f "$T/one.txt" --bogus
-expect 2 "unknown option '-p'" -- "$RF" batch -m "$M" -f "$T/one.txt" -p hi
-expect 2 "'xml' is not one of text, jsonl" -- "$RF" batch -m "$M" -f "$T/one.txt" -o xml
-expect 2 "option --parallel: '0' must be an integer in [1, 4096]" -- "$RF" batch -m "$M" -f "$T/one.txt" --parallel 0
-expect 2 "must be >= 0 (got -5)" -- "$RF" batch -m "$M" -f "$T/one.txt" -n -5
-expect 2 "larger than 2^53" -- "$RF" batch -m "$M" -f "$T/one.txt" --seed 18446744073709551615
-expect 2 "'fp8' is not one of f32, f16, q8_0" -- "$RF" batch -m "$M" -f "$T/one.txt" --kv-type fp8
-expect 1 "/nonexistent.gguf" -- "$RF" batch -m /nonexistent.gguf -f "$T/one.txt"
-expect 1 "cannot hold one sequence" -- "$RF" batch -m "$M" -f "$T/one.txt" -c 64 --kv-blocks 3
+expect 2 "missing -f PROMPTS" -- "${B[@]}" -m "$M"
+expect 2 "missing -m MODEL" -- "${B[@]}" -f "$T/one.txt"
+expect 2 "unknown option '--bogus'" -- "${B[@]}" -m "$M" -f "$T/one.txt" --bogus
+expect 2 "unknown option '-p'" -- "${B[@]}" -m "$M" -f "$T/one.txt" -p hi
+expect 2 "'xml' is not one of text, jsonl" -- "${B[@]}" -m "$M" -f "$T/one.txt" -o xml
+expect 2 "option --parallel: '0' must be an integer in [1, 4096]" -- "${B[@]}" -m "$M" -f "$T/one.txt" --parallel 0
+expect 2 "must be >= 0 (got -5)" -- "${B[@]}" -m "$M" -f "$T/one.txt" -n -5
+expect 2 "larger than 2^53" -- "${B[@]}" -m "$M" -f "$T/one.txt" --seed 18446744073709551615
+expect 2 "'fp8' is not one of f32, f16, q8_0" -- "${B[@]}" -m "$M" -f "$T/one.txt" --kv-type fp8
+expect 1 "/nonexistent.gguf" -- "${B[@]}" -m /nonexistent.gguf -f "$T/one.txt"
+expect 1 "cannot hold one sequence" -- "${B[@]}" -m "$M" -f "$T/one.txt" -c 64 --kv-blocks 3
 # --device gpu: the same error as run's (from the model load), when run has one
 "$RF" run -m "$M" -p hi -n 1 --device gpu >/dev/null 2>"$T/gpu_run"
 if [ $? = 1 ]; then
@@ -57,14 +61,14 @@ if [ $? = 1 ]; then
 fi
 
 # ---- input errors, before anything runs: exit code and FILE:LINE ----
-expect 1 "cannot read prompt file '$T/missing.txt'" -- "$RF" batch -m "$M" -f "$T/missing.txt"
+expect 1 "cannot read prompt file '$T/missing.txt'" -- "${B[@]}" -m "$M" -f "$T/missing.txt"
 : >"$T/empty.txt"
-expect 2 "holds no prompts" -- "$RF" batch -m "$M" -f "$T/empty.txt"
+expect 2 "holds no prompts" -- "${B[@]}" -m "$M" -f "$T/empty.txt"
 printf '\n   \n\t\n' >"$T/blank.txt"
-expect 2 "holds no prompts" -- "$RF" batch -m "$M" -f "$T/blank.txt"
+expect 2 "holds no prompts" -- "${B[@]}" -m "$M" -f "$T/blank.txt"
 bad() { # bad LINE-TEXT PATTERN: the JSON line sits on line 3 after a good line and a blank one
     printf '{"prompt": "fine"}\n\n%s\n{"prompt": "also fine"}\n' "$1" >"$T/bad.jsonl"
-    expect 1 "$T/bad.jsonl:3: $2" -- "$RF" batch -m "$M" -f "$T/bad.jsonl"
+    expect 1 "$T/bad.jsonl:3: $2" -- "${B[@]}" -m "$M" -f "$T/bad.jsonl"
     [ ! -s "$T/out" ] || fail "output before the input was checked: $(cat "$T/out")"
 }
 bad '{"messages": "hi"}' "'messages' must be an array"
@@ -82,22 +86,22 @@ bad '["prompt"]' "expected a JSON object"
 bad '{"prompt": "nul \u0000 byte"}' "a string holds \\u0000"
 # a prompt longer than the context: refused at submit, the line and both numbers named
 { echo "short one"; echo; echo "short two"; printf 'word %.0s' $(seq 1 200); echo; } >"$T/long.txt"
-expect 1 "$T/long.txt:4: the prompt has" -- "$RF" batch -m "$M" -f "$T/long.txt" -c 64
+expect 1 "$T/long.txt:4: the prompt has" -- "${B[@]}" -m "$M" -f "$T/long.txt" -c 64
 grep -qE "prompt has [0-9]+ tokens but the context holds 64" "$T/err" || fail "context message: $(cat "$T/err")"
 [ ! -s "$T/out" ] || fail "output before every prompt was accepted"
 
 # ---- text input, both outputs ----
 # blank lines are skipped; a literal \n is two characters of its line, not a line break
 printf 'Once upon a time\n\nThe quick brown fox\n   \nHello\\nworld, a literal backslash-n\nA\n' >"$T/p.txt"
-"$RF" batch -m "$M" -f "$T/p.txt" -n 12 >"$T/text.out" 2>"$T/text.err" || fail "batch text: $(cat "$T/text.err")"
+"${B[@]}" -m "$M" -f "$T/p.txt" -n 12 >"$T/text.out" 2>"$T/text.err" || fail "batch text: $(cat "$T/text.err")"
 [ "$(grep -c '^### \[' "$T/text.out")" = 4 ] || fail "expected 4 results: $(cat "$T/text.out")"
 grep -qE '^### \[[0-3]\] n_prompt=[0-9]+ n_gen=12 finish=length$' "$T/text.out" || fail "header: $(head -1 "$T/text.out")"
 AGG='^batch: [0-9]+ prompts \| prompt: [0-9]+ tokens in [0-9.]+ ms \([0-9.]+ tok/s\) \| generation: [0-9]+ tokens in [0-9.]+ ms \([0-9.]+ tok/s\) \| total: [0-9]+ tokens in [0-9.]+ ms \([0-9.]+ tok/s\) \| steps [0-9]+, preemptions [0-9]+, prefix-cache hits [0-9]+ tokens, max running [0-9]+$'
 tail -1 "$T/text.err" | grep -qE "$AGG" || fail "no aggregate line last: $(cat "$T/text.err")"
 tail -1 "$T/text.err" | grep -qE "^batch: 4 prompts .* generation: 48 tokens " || fail "aggregate counts: $(tail -1 "$T/text.err")"
-"$RF" batch -m "$M" -f "$T/p.txt" -n 12 -o jsonl >"$T/p.jsonl.out" 2>"$T/p.jsonl.err" || fail "batch jsonl: $(cat "$T/p.jsonl.err")"
+"${B[@]}" -m "$M" -f "$T/p.txt" -n 12 -o jsonl >"$T/p.jsonl.out" 2>"$T/p.jsonl.err" || fail "batch jsonl: $(cat "$T/p.jsonl.err")"
 # --no-timing drops the aggregate line; -f - reads stdin
-"$RF" batch -m "$M" -f - -n 12 -o jsonl --no-timing <"$T/p.txt" >"$T/stdin.out" 2>"$T/stdin.err" || fail "batch -f -"
+"${B[@]}" -m "$M" -f - -n 12 -o jsonl --no-timing <"$T/p.txt" >"$T/stdin.out" 2>"$T/stdin.err" || fail "batch -f -"
 cmp -s "$T/p.jsonl.out" "$T/stdin.out" || fail "-f - gave other output"
 ! grep -q "^batch: " "$T/stdin.err" || fail "--no-timing printed the aggregate"
 
@@ -137,7 +141,7 @@ grep -qF '"prompt":"Hello\\nworld, a literal backslash-n"' "$T/p.jsonl.out" || f
 # text prompts are bytes: invalid UTF-8 is tokenized as it is, and echoed in the jsonl "prompt"
 # with U+FFFD for each maximal invalid subpart (Python's errors="replace" agrees)
 printf 'caf\xe9 in latin-1\ncut \xe2\x82 short, a lone \x80 and \xff\nsurrogate \xed\xa0\x80 and too high \xf4\x90\x80\x80 end\nfine \xf0\x9f\x98\x80\n' >"$T/utf8.txt"
-"$RF" batch -m "$M" -f "$T/utf8.txt" -n 4 -o jsonl >"$T/utf8.out" 2>"$T/utf8.err" || fail "invalid UTF-8 prompts: $(cat "$T/utf8.err")"
+"${B[@]}" -m "$M" -f "$T/utf8.txt" -n 4 -o jsonl >"$T/utf8.out" 2>"$T/utf8.err" || fail "invalid UTF-8 prompts: $(cat "$T/utf8.err")"
 check_jsonl "$T/utf8.out" "$T/utf8.txt" 4
 [ "$(grep -o $'\xef\xbf\xbd' "$T/utf8.out" | wc -l)" -ge 8 ] || fail "no U+FFFD in the echoed prompts: $(cat "$T/utf8.out")"
 
@@ -162,7 +166,8 @@ prompts = [l.rstrip("\r") for l in open(pfile, encoding="utf-8").read().split("\
 recs = {o["index"]: o for o in map(json.loads, open(out, encoding="utf-8"))}
 bad = 0
 for i, p in enumerate(prompts):
-    r = subprocess.run([rf, "run", "-m", model, "-p", p, "-n", n, "--no-timing"] + extra, capture_output=True)
+    r = subprocess.run([rf, "run", "--device", "cpu", "-m", model, "-p", p, "-n", n, "--no-timing"] + extra,
+                       capture_output=True)
     t = r.stdout.decode("utf-8", "replace")
     if r.returncode or t != recs[i]["text"]:
         bad += 1
@@ -192,7 +197,7 @@ variants() { # variants TAG [sampling options...]: the same prompts under severa
     local tag=$1
     shift
     local base=(-m "$M" -f "$T/v.txt" -n 24 -c 64 -o jsonl "$@")
-    "$RF" batch "${base[@]}" --parallel 1 >"$T/$tag.p1" 2>"$T/$tag.p1.err" || fail "$tag parallel 1: $(cat "$T/$tag.p1.err")"
+    "${B[@]}" "${base[@]}" --parallel 1 >"$T/$tag.p1" 2>"$T/$tag.p1.err" || fail "$tag parallel 1: $(cat "$T/$tag.p1.err")"
     check_jsonl "$T/$tag.p1" "$T/v.txt" 24
     grep -qE "max running 1$" "$T/$tag.p1.err" || fail "$tag: parallel 1 ran more: $(tail -1 "$T/$tag.p1.err")"
     per_index "$T/$tag.p1" >"$T/$tag.ref"
@@ -200,7 +205,7 @@ variants() { # variants TAG [sampling options...]: the same prompts under severa
     for shape in "--parallel 8" "--parallel 8 -b 8" "--parallel 8 --kv-blocks 8" "--parallel 8 --no-prefix-cache --block-size 4" \
                  "--parallel 3 -b 5 --kv-type f16"; do
         # shellcheck disable=SC2086
-        "$RF" batch "${base[@]}" $shape >"$T/$tag.pn" 2>"$T/$tag.pn.err" || fail "$tag $shape: $(cat "$T/$tag.pn.err")"
+        "${B[@]}" "${base[@]}" $shape >"$T/$tag.pn" 2>"$T/$tag.pn.err" || fail "$tag $shape: $(cat "$T/$tag.pn.err")"
         check_jsonl "$T/$tag.pn" "$T/v.txt" 24
         per_index "$T/$tag.pn" >"$T/$tag.got"
         cmp -s "$T/$tag.ref" "$T/$tag.got" || fail "$tag: '$shape' differs from --parallel 1: $(diff "$T/$tag.ref" "$T/$tag.got" | head -6)"
@@ -226,7 +231,7 @@ for o in map(json.loads, open(sys.argv[1])):
     t = o["text"]
     if o["index"] == 0 and len(t) >= 12 and "\ufffd" not in t[4:10]: print(t[4:10]); break' "$T/greedy.p1")
 if [ -n "$STOP" ]; then
-    "$RF" batch -m "$M" -f "$T/v.txt" -n 24 -c 64 -o jsonl --parallel 4 --stop "$STOP" >"$T/stop.out" 2>/dev/null || fail "--stop"
+    "${B[@]}" -m "$M" -f "$T/v.txt" -n 24 -c 64 -o jsonl --parallel 4 --stop "$STOP" >"$T/stop.out" 2>/dev/null || fail "--stop"
     python3 - "$T/stop.out" "$T/greedy.p1" "$STOP" <<'PYEOF' || fail "--stop result"
 import json, sys
 got = {o["index"]: o for o in map(json.loads, open(sys.argv[1]))}
@@ -252,12 +257,12 @@ with open(sys.argv[1], "w") as f:
     f.write("\n")  # the first non-blank character decides the format
     for r in rows: f.write(json.dumps(r, ensure_ascii=False) + "\n")
 PYEOF
-"$RF" batch -m "$M" -f "$T/chat.jsonl" -n 10 -o jsonl --parallel 2 >"$T/chat.out" 2>"$T/chat.err" || fail "chat batch: $(cat "$T/chat.err")"
+"${B[@]}" -m "$M" -f "$T/chat.jsonl" -n 10 -o jsonl --parallel 2 >"$T/chat.out" 2>"$T/chat.err" || fail "chat batch: $(cat "$T/chat.err")"
 check_jsonl "$T/chat.out" "$T/chat.jsonl" 10
 # the same as run --chat (the model's template, the assistant's turn opened)
-"$RF" run -m "$M" --chat -p "Hello there" -n 10 --no-timing >"$T/c0" 2>/dev/null || fail "run --chat"
-"$RF" run -m "$M" --chat -s "Be brief." -p "Why is the sky blue?" -n 10 --no-timing >"$T/c2" 2>/dev/null || fail "run --chat -s"
-"$RF" run -m "$M" -p "A plain prompt among messages" -n 10 --no-timing >"$T/c1" 2>/dev/null || fail "run"
+"${R[@]}" -m "$M" --chat -p "Hello there" -n 10 --no-timing >"$T/c0" 2>/dev/null || fail "run --chat"
+"${R[@]}" -m "$M" --chat -s "Be brief." -p "Why is the sky blue?" -n 10 --no-timing >"$T/c2" 2>/dev/null || fail "run --chat -s"
+"${R[@]}" -m "$M" -p "A plain prompt among messages" -n 10 --no-timing >"$T/c1" 2>/dev/null || fail "run"
 python3 - "$T/chat.out" "$T/c0" "$T/c1" "$T/c2" <<'PYEOF' || fail "chat output differs from run --chat"
 import json, sys
 recs = {o["index"]: o for o in map(json.loads, open(sys.argv[1]))}
@@ -295,7 +300,7 @@ for i, t in enumerate(topics[: int(sys.argv[1])]):
 PYEOF
     # --ctx 512: the pool is allocated up front, and 64 sequences of the default 4096 positions
     # would take 5.8 GiB for prompts of at most 50 tokens
-    "$RF" batch -m "$SMOL" -f "$T/smol.txt" --parallel 64 -n $NG --ctx 512 -o jsonl >"$T/smol.out" 2>"$T/smol.err" ||
+    "${B[@]}" -m "$SMOL" -f "$T/smol.txt" --parallel 64 -n $NG --ctx 512 -o jsonl >"$T/smol.out" 2>"$T/smol.err" ||
         fail "SmolLM2 batch: $(cat "$T/smol.err")"
     tail -1 "$T/smol.err" | grep -qE "$AGG" || fail "SmolLM2 aggregate: $(cat "$T/smol.err")"
     echo "SmolLM2 --parallel 64: $(tail -1 "$T/smol.err")"
