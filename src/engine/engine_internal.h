@@ -59,6 +59,7 @@ typedef struct rf_seq {
     uint64_t *hashes;        /* [blocks_cap] hash chain of the leading full blocks */
     int32_t n_hashed;        /* leading blocks whose hash is known (published or found) */
     bool lookup_done;        /* prefix cache consulted since the last preemption */
+    bool admitted;           /* admitted once (later admissions follow a preemption) */
     /* generation (state RUNNING with gen = true: sample when every token is computed) */
     bool gen;
     rf_sampler *smp;

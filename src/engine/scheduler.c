@@ -89,8 +89,10 @@ static void prefix_lookup(rf_engine *e, rf_seq *s) {
     int32_t hit = s->n_blocks * B;
     if (hit > s->n_tokens - 1) hit = s->n_tokens - 1;
     s->n_computed = hit;
-    if (s->n_gen == 0 && s->n_cached == 0) s->n_cached = hit;
-    e->st_hits += hit;
+    if (!s->admitted) { /* a re-admitted (preempted) sequence's hits are recomputation saved, not prompt */
+        s->n_cached = hit;
+        e->st_hits += hit;
+    }
 }
 
 /* Admits the head of the waiting queue if the pool can take its remaining prompt with a block
@@ -108,6 +110,7 @@ static bool admit(rf_engine *e, rf_seq *s) {
         }
     }
     list_remove(e->waiting, &e->n_waiting, s);
+    s->admitted = true;
     if (!rf_engine_queue_running(e, s)) {
         rf_seq_release_blocks(e, s);
         rf_engine_finish_seq(e, s, RF_FINISH_ERROR, "out of memory while admitting");

@@ -215,20 +215,34 @@ static rf_status row_bytes(rf_type type, int64_t n, size_t *out) {
     return rf_row_size(type, n, out);
 }
 
+/* 64-byte aligned, zeroed memory from calloc: large blocks come from fresh mmap'd pages that
+ * the kernel zeroes on first touch, so a KV pool of gigabytes costs nothing until it is used.
+ * The pointer calloc returned is kept just below the aligned one. */
+static void *zalloc64(size_t bytes) {
+    if (bytes > SIZE_MAX - 64 - sizeof(void *)) return NULL;
+    char *p = calloc(1, bytes + 64 + sizeof(void *));
+    if (!p) return NULL;
+    char *a = (char *)(((uintptr_t)p + sizeof(void *) + 63) & ~(uintptr_t)63);
+    ((void **)a)[-1] = p;
+    return a;
+}
+
+static void zfree64(void *a) {
+    if (a) free(((void **)a)[-1]);
+}
+
 static rf_status cpu_alloc(rf_backend *be, rf_type type, int64_t n, int64_t rows, rf_tensor *out) {
     memset(out, 0, sizeof *out);
     size_t rb;
     rf_status st = row_bytes(type, n, &rb);
     if (st) return st;
     uint64_t total;
-    if (rf_mul_overflow_u64(rb, (uint64_t)rows, &total) || total > SIZE_MAX - 64)
+    if (rf_mul_overflow_u64(rb, (uint64_t)rows, &total) || total > SIZE_MAX - 128)
         return rf_set_error(RF_ERR_RANGE, "tensor of %lld x %lld elements is too large",
                             (long long)rows, (long long)n);
-    void *p = NULL;
     size_t sz = total ? (size_t)total : 64;
-    if (posix_memalign(&p, 64, (sz + 63) & ~(size_t)63))
-        return rf_set_error(RF_ERR_OOM, "cannot allocate %.1f MiB on the CPU", sz / 1048576.0);
-    memset(p, 0, sz);
+    void *p = zalloc64(sz);
+    if (!p) return rf_set_error(RF_ERR_OOM, "cannot allocate %.1f MiB on the CPU", sz / 1048576.0);
     out->type = type;
     out->ne[0] = n;
     out->ne[1] = rows;
@@ -239,7 +253,7 @@ static rf_status cpu_alloc(rf_backend *be, rf_type type, int64_t n, int64_t rows
 }
 
 static void cpu_free(rf_backend *be, rf_tensor *t) {
-    if (t && t->owned) free(t->data);
+    if (t && t->owned) zfree64(t->data);
     if (t) memset(t, 0, sizeof *t);
 }
 
