@@ -3,53 +3,66 @@
  * each token's keys are found through its sequence's block table. Twin: rf_ref_paged_attention
  * (contract in gpu.h).
  *
- * Design (why it is batch-invariant, bit for bit):
- *   * Keys are cut at fixed absolute positions: splits of RF_PA_SPLIT (256) keys starting at
- *     multiples of 256 from position 0, each split into RF_PA_SPLIT / RF_WARP_SIZE chunks of
- *     RF_WARP_SIZE keys, one per warp of the block. A chunk's state per query row (max, sum,
- *     P.V) depends only on that row and the keys of the chunk it may see.
- *   * The warps' chunk states are merged in warp order into the split's state, the splits'
- *     states in split order (rf_pa_factors / rf_pa_apply, one code path for the block's own
- *     merge and for the reduce kernel), and the row is normalised once at the end.
+ * Batch invariance, bit for bit — the arithmetic of a row (token, query head) is fixed by the
+ * row alone:
+ *   * Keys are cut at fixed absolute positions: splits of RF_PA_SPLIT (128) keys starting at
+ *     multiples of 128 from position 0, each cut into RF_PA_WARPS (8) chunks of RF_PA_CHUNK (16)
+ *     keys, one per warp of the block; groups of RF_PA_GROUP (16) splits (2048 keys).
+ *   * A chunk's state per row (max, sum, P.V) depends only on the row and the keys of the chunk
+ *     it may see. The fold is a fixed tree: the 8 chunk states of a split in warp order into the
+ *     split's state, the splits of a group in order into the group's state, the groups in order
+ *     into the row's state, then one division (rf_pa_factors / rf_pa_apply / rf_pa_final are the
+ *     only merge code, shared by the block's own fold and by the reduce kernel).
  *   * Every floating-point operation on a row's data is an explicit IEEE intrinsic (__fmaf_rn,
- *     __fadd_rn, __fmul_rn, ...), so the compiler cannot contract or reorder it differently in
- *     the kernel variants; cross-lane sums are the same butterfly trees whatever the variant
- *     (rf_pa_tsum's transposed levels add the same pairs as a plain butterfly, and IEEE
- *     addition is commutative).
- *   * A row never sees a key outside its range: such a key's score is replaced by -inf, its
- *     probability is exactly 0 and its P.V term is skipped (so another token's key, or a NaN
- *     in a slot nobody owns, cannot leak in), and a chunk or split without any visible key is
- *     an exact no-op in the merges.
- *   What the host chooses from n_tokens / max_pos / the device — how many rows share a warp,
- *   how many tokens share a block, whether a block walks all splits of its rows itself or
- *   leaves partial states to the reduce kernel — changes none of the arithmetic of a row.
+ *     __fadd_rn, __fmul_rn, ...), so no variant contracts or reorders differently; cross-lane
+ *     sums are the same butterfly trees in every variant (rf_pa_tsum's transposed levels add the
+ *     same pairs as a plain butterfly per row, and IEEE addition is commutative).
+ *   * A row never sees a key outside its range: the score becomes -inf, the probability exactly
+ *     0 and the P.V term is skipped (another token's key, or a NaN in a slot nobody owns, cannot
+ *     leak in); a chunk, split or group without a visible key is an exact no-op in the folds.
+ *   What the host chooses from n_tokens / max_pos / the device — how many rows share a warp, how
+ *   many tokens share a block, how the splits spread over blocks (gridDim.z) and whether partial
+ *   states go through memory per split or per group — changes none of the arithmetic of a row.
  *
- * Speed: one warp reads each K/V row of a kv head once for all the query rows it holds (the
- * `group` query heads of that kv head, and for prompt chunks several consecutive tokens of the
- * same sequence), with 16-byte loads (L lanes per key, KPW keys per warp step), U steps of
- * loads in flight per warp. Long contexts are spread over gridDim.z blocks per (tokens, kv
- * head) so that a handful of decoding sequences still fills the device. */
+ * Speed: a warp reads each K/V row of its chunk once for all the query rows it holds (the group
+ * of query heads of a kv head; for prompt chunks also several consecutive tokens of one
+ * sequence), with 16-byte loads (L lanes per key, KPW keys per warp step) and U steps of loads in
+ * flight. Long contexts spread over gridDim.z blocks per (tokens, kv head), so that a handful of
+ * decoding sequences still fills the device; a second kernel folds the partial states. */
 #include "backend/gpu/gpu_internal.h"
 
 #include <limits.h>
 
-#define RF_PA_SPLIT 256     /* keys per split, anchored at multiples of 256 */
-#define RF_PA_THREADS 256   /* threads per block: RF_PA_SPLIT / RF_WARP_SIZE warps, a chunk each */
-#define RF_PA_MAXNQ 8       /* tokens per block at most (rows per warp <= 8) */
-#define RF_PA_DECODE_MAX 64 /* up to this many tokens per call: one token per block */
+#define RF_PA_SPLIT 128      /* keys per split, anchored at multiples of 128 */
+#define RF_PA_CHUNK 16       /* keys per warp and split */
+#define RF_PA_WARPS (RF_PA_SPLIT / RF_PA_CHUNK)
+#define RF_PA_GROUP 16       /* splits per group (2048 keys) */
+#define RF_PA_MAXNQ 8        /* tokens per block at most (rows per warp <= 8) */
+#define RF_PA_DECODE_MAX 64  /* up to this many tokens per call: one token per block */
+#define RF_PA_SCRATCH (32u << 20) /* partial states per call at most (bytes), else fewer splits */
+#if defined(RF_HIP)
+#define RF_PA_RMAX 4 /* rows per warp at most: 8 spills on gfx90a (f16: 224-424 bytes per lane) */
+#else
+#define RF_PA_RMAX 8
+#endif
 
 /* merge steps (rf_pa_factors) */
 #define RF_PA_SKIP 0 /* the incoming state is empty: nothing changes */
 #define RF_PA_SET 1  /* the running state is empty: it becomes the incoming one */
 #define RF_PA_COMB 2 /* num = num * fa + a * fb */
 
+/* where a block's folded states go (kernel argument `mode`) */
+#define RF_PA_TOTAL 0 /* the block walks every split of its rows and writes the rows */
+#define RF_PA_SPLITS 1 /* split states to part/pml (one slot per split of a row) */
+#define RF_PA_GROUPS 2 /* group states to part/pml (one slot per group of a row) */
+
 __host__ __device__ constexpr int rf_pa_pow2(int x) { return x <= 1 ? 1 : 2 * rf_pa_pow2((x + 1) / 2); }
 
 /* Lane geometry of one K/V row of D elements of KT: P pieces of 16 bytes (EPP elements each),
  * L lanes per key (P rounded up to a power of two, at most a warp), NP pieces per lane, KPW keys
- * per warp step, NS steps per chunk of RF_WARP_SIZE keys, EL elements per lane, U0 steps whose
- * loads are issued together (8 KB per warp; half of it with 4 or more rows per warp, for the
- * registers). Lane `lane` serves key slot lane / L and pieces lane % L + i * L. */
+ * per warp step, NS steps per chunk, EL elements per lane, U0 steps whose loads are issued
+ * together (the kernel halves it with 4 or more rows per warp, for the registers). Lane `lane`
+ * serves key slot lane / L and pieces lane % L + i * L. */
 template <int D, typename KT> struct rf_pa_geo {
     static constexpr int WS = RF_WARP_SIZE;
     static constexpr int EPP = 16 / (int)sizeof(KT);
@@ -57,10 +70,11 @@ template <int D, typename KT> struct rf_pa_geo {
     static constexpr int L = rf_pa_pow2(P) < WS ? rf_pa_pow2(P) : WS;
     static constexpr int NP = (P + L - 1) / L;
     static constexpr int KPW = WS / L;
-    static constexpr int NS = L;
+    static constexpr int NS = RF_PA_CHUNK / KPW;
     static constexpr int EL = NP * EPP;
-    static constexpr int U0 = 8 / NP;
-    static_assert(D % EPP == 0 && NP <= 2 && NS % U0 == 0 && L >= 8, "paged attention geometry");
+    static constexpr int U0 = 8 / NP < NS ? 8 / NP : NS;
+    static_assert(D % EPP == 0 && NP <= 2 && NS >= 1 && NS % U0 == 0 && L >= 8, "paged attention geometry");
+    static_assert(RF_PA_CHUNK <= WS && RF_PA_CHUNK % KPW == 0, "chunk vs warp");
 };
 
 /* 16 bytes of K/V -> floats */
@@ -166,48 +180,50 @@ static __device__ __forceinline__ float rf_pa_final(float M, float den, float nu
  *   hk = y / HS and head slice hs = y % HS (query heads hk*G + hs*GS .. + GS-1, G = n_head /
  *   n_head_kv, GS = min(G, R)); row r of the R rows = token t0 + r / GS, head slot r % GS.
  *   The tokens of a block are served in passes, one per distinct sequence among them (a pass
- *   only holds rows of one sequence, which share its block table). Each pass walks the splits
- *   s = first + z, first + z + gridDim.z, ... of the union of its rows' key ranges; in a split,
- *   warp w takes the chunk of keys s*256 + w*RF_WARP_SIZE + [0, RF_WARP_SIZE).
- *   Per chunk a warp: looks the keys' cache rows up in the block table (one lane per key), reads
- *   each K row once (16-byte loads, all R rows' scores from it), masks, softmaxes the chunk per
- *   row, reads each V row once and accumulates P.V for all R rows; then the warps' states are
- *   merged in warp order. gridDim.z == 1: the block folds its splits in order and writes the
- *   normalised rows. gridDim.z > 1: a row with one split is written normalised, others leave
- *   (max, sum) in pml[row, i] and the numerator in part[row, i, :] (i = s, or s - first split
- *   of the row when window > 0; nsp slots per row) for rf_k_paged_attn_reduce.
+ *   only holds rows of one sequence, which share its block table). A pass walks units (mode
+ *   RF_PA_SPLITS: splits; else groups of RF_PA_GROUP splits) u = first + z, first + z +
+ *   gridDim.z, ... of the union of its rows' key ranges, and the splits of a unit in order; in a
+ *   split, warp w takes the keys s*128 + w*16 + [0, 16).
+ *   Per chunk a warp looks the keys' cache rows up in the block table (a lane per key), reads
+ *   each K row once (16-byte loads; scores of all R rows), masks, softmaxes the chunk per row,
+ *   reads each V row once and accumulates P.V for all R rows; then the block folds the warps'
+ *   states into the split's, the split's into its group's.
+ *   mode RF_PA_TOTAL (gridDim.z == 1): groups fold into the row, which is written normalised.
+ *   RF_PA_SPLITS / RF_PA_GROUPS: a row with one unit is written normalised; otherwise the unit's
+ *   (max, sum) goes to pml[row * nsp + i] and its numerator to part[(row * nsp + i) * D + d],
+ *   i = unit - the row's first unit, for rf_k_paged_attn_reduce.
  *   Rows of padding tokens (pos < 0) are written as zeros by the z == 0 blocks, rows of tokens
  *   with pos > pmax (max_pos, or past the block table) or seq < 0 as NaN; nothing else is read
  *   for them.
  * in:  q f32 [n_tokens, n_head, D] (16-byte aligned), k, v KT [rows, n_head_kv, D] (16-byte
  *      aligned), pos, seq int32 [n_tokens], bt int32 [*, max_blocks] (device).
  * out: out f32 [n_tokens, n_head, D].
- * launch: grid (ceil(n_tokens / NQ), n_head_kv * HS, Z), RF_PA_THREADS threads; NQ * GS <= R;
- *   R <= 8 and R * D <= 1024.
+ * launch: grid (ceil(n_tokens / NQ), n_head_kv * HS, Z), RF_PA_WARPS * RF_WARP_SIZE threads;
+ *   NQ * GS <= R <= 8, R * D <= 1024.
  * tolerance vs rf_ref_paged_attention on the same K/V values: rel. L2 < 1e-5 (f32 K/V, and f16
  *   K/V against the reference on the f16 values; < 1e-2 against unrounded f32 values). */
 template <int D, typename KT, int R>
-__global__ void __launch_bounds__(RF_PA_THREADS, R <= 4 ? 2 : 1)
+__global__ void __launch_bounds__(RF_PA_WARPS * RF_WARP_SIZE, R <= 4 ? 2 : 1)
 rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ q,
                 const KT *__restrict__ k, const KT *__restrict__ v, const int32_t *__restrict__ pos,
                 const int32_t *__restrict__ seq, const int32_t *__restrict__ bt, int n_tokens,
                 int max_blocks, int bs, int n_head, int n_head_kv, int G, int GS, int NQ, int HS,
-                float scale, int window, float softcap, int pmax, int nsp) {
+                float scale, int window, float softcap, int pmax, int mode, int nsp) {
     typedef rf_pa_geo<D, KT> geo;
-    constexpr int WS = RF_WARP_SIZE, W = RF_PA_SPLIT / WS;
+    constexpr int WS = RF_WARP_SIZE, W = RF_PA_WARPS, CH = RF_PA_CHUNK, NT = W * WS;
     constexpr int EPP = geo::EPP, P = geo::P, L = geo::L, NP = geo::NP, KPW = geo::KPW;
-    constexpr int NS = geo::NS, EL = geo::EL, U = R >= 4 ? geo::U0 / 2 : geo::U0;
-    constexpr int RD = R * D, EPT = (RD + RF_PA_THREADS - 1) / RF_PA_THREADS, LR = L / R;
+    constexpr int NS = geo::NS, EL = geo::EL, U = R >= 4 && geo::U0 > 1 ? geo::U0 / 2 : geo::U0;
+    constexpr int RD = R * D, EPT = (RD + NT - 1) / NT, LR = L / R;
     static_assert(R >= 1 && R <= 8 && L % R == 0 && RD <= 1024, "rows per warp");
-    static_assert(W * WS == RF_PA_THREADS, "one chunk per warp");
 
-    __shared__ __align__(16) float s_sc[W][WS * R]; /* a warp's scores, then probabilities [key][row] */
+    __shared__ __align__(16) float s_sc[W][CH * R]; /* a warp's scores, then probabilities [key][row] */
     __shared__ __align__(16) float s_acc[W][RD];    /* a warp's P.V of its chunk [row][dim] */
     __shared__ float2 s_ml[W][R];                   /* a warp's (max, sum) per row */
-    __shared__ float2 s_fw[W][R];                   /* merge factors of the warps' states */
+    __shared__ float2 s_fw[W][R];                   /* fold factors of the warps' states ... */
     __shared__ int s_mw[W][R];                      /* ... and modes */
-    __shared__ float2 s_split[R], s_run[R], s_rf[R]; /* split state, running state, its factors */
-    __shared__ int s_rm[R];
+    __shared__ float2 s_grp[R], s_tot[R], s_gst[R]; /* running group / row state, finished group */
+    __shared__ float2 s_f1[R], s_f2[R];             /* factors split -> group, group -> row */
+    __shared__ int s_m1[R], s_m2[R];
     __shared__ int s_tpos[RF_PA_MAXNQ], s_tseq[RF_PA_MAXNQ], s_tst[RF_PA_MAXNQ];
 
     const int tid = threadIdx.x, lane = tid % WS, warp = tid / WS, ks = lane / L, sl = lane % L;
@@ -233,7 +249,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
     __syncthreads();
 
     if (z == 0) {
-        for (int idx = tid; idx < RD; idx += RF_PA_THREADS) {
+        for (int idx = tid; idx < RD; idx += NT) {
             const int r = idx / D, d = idx % D, qi = r / GS, hh = hs * GS + r % GS;
             if (qi >= NQ || hh >= G) continue;
             const int st = s_tst[qi];
@@ -244,6 +260,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
     }
 
     const int64_t rstride = (int64_t)n_head_kv * D, hoff = (int64_t)hk * D;
+    const int ustep = mode == RF_PA_SPLITS ? 1 : RF_PA_GROUP; /* splits per unit */
     for (int i = 0; i < NQ; i++) { /* one pass per distinct sequence among the block's tokens */
         if (s_tst[i] != 3) continue;
         const int sq = s_tseq[i];
@@ -283,239 +300,276 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                 }
             }
         }
-        if (tid < R) s_run[tid] = make_float2(-INFINITY, 0.0f);
-        float rnum[EPT];
+        if (tid < R) s_grp[tid] = s_tot[tid] = make_float2(-INFINITY, 0.0f);
+        float rg[EPT], rt[EPT]; /* this thread's elements of the group's / the row's numerator */
 #pragma unroll
-        for (int e = 0; e < EPT; e++) rnum[e] = 0.0f;
+        for (int e = 0; e < EPT; e++) rg[e] = rt[e] = 0.0f;
 
         const int sfirst = ulo / RF_PA_SPLIT, slast = uhi / RF_PA_SPLIT;
-        for (int s = sfirst + z; s <= slast; s += Z) {
-            const int j0 = s * RF_PA_SPLIT + warp * WS;
-            if (j0 > uhi || j0 + WS - 1 < ulo) {
-                if (lane == 0) {
+        for (int un = sfirst / ustep + z; un <= slast / ustep; un += Z) {
+            const int s0 = max(sfirst, un * ustep), s1 = min(slast, un * ustep + ustep - 1);
+            for (int s = s0; s <= s1; s++) {
+                const bool uend = s == s1; /* last split of the unit (of this pass) */
+                const int j0 = s * RF_PA_SPLIT + warp * CH;
+                if (j0 > uhi || j0 + CH - 1 < ulo) {
+                    if (lane == 0) {
 #pragma unroll
-                    for (int r = 0; r < R; r++) s_ml[warp][r] = make_float2(-INFINITY, 0.0f);
-                }
-            } else {
-                /* cache row of key j0 + lane (-1: no row of this pass may see it) */
-                const int j = j0 + lane;
-                int phys = -1;
-                if (j >= ulo && j <= uhi) phys = bt[(int64_t)sq * max_blocks + j / bs] * bs + j % bs;
-                float *sc = s_sc[warp];
-                /* scores: step i, key slot ks -> key i * KPW + ks of the chunk */
+                        for (int r = 0; r < R; r++) s_ml[warp][r] = make_float2(-INFINITY, 0.0f);
+                    }
+                } else {
+                    /* cache row of key j0 + lane (-1: none of this pass's rows may see it) */
+                    const int j = j0 + lane;
+                    int phys = -1;
+                    if (lane < CH && j >= ulo && j <= uhi)
+                        phys = bt[(int64_t)sq * max_blocks + j / bs] * bs + j % bs;
+                    float *sc = s_sc[warp];
+                    /* scores: step i, key slot ks -> key i * KPW + ks of the chunk */
 #pragma unroll 1
-                for (int g = 0; g < NS / U; g++) {
-                    uint4 kw[U][NP];
+                    for (int g = 0; g < NS / U; g++) {
+                        uint4 kw[U][NP];
 #pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        const int ph = RF_SHFL(phys, (g * U + u) * KPW + ks);
+                        for (int u = 0; u < U; u++) {
+                            const int ph = RF_SHFL(phys, (g * U + u) * KPW + ks);
 #pragma unroll
-                        for (int np = 0; np < NP; np++) {
-                            const int pc = sl + np * L;
-                            kw[u][np] = make_uint4(0u, 0u, 0u, 0u);
-                            if (ph >= 0 && pc < P)
-                                kw[u][np] = *reinterpret_cast<const uint4 *>(k + ph * rstride + hoff + pc * EPP);
+                            for (int np = 0; np < NP; np++) {
+                                const int pc = sl + np * L;
+                                kw[u][np] = make_uint4(0u, 0u, 0u, 0u);
+                                if (ph >= 0 && pc < P)
+                                    kw[u][np] = *reinterpret_cast<const uint4 *>(k + ph * rstride + hoff + pc * EPP);
+                            }
                         }
-                    }
 #pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        float dot[R];
+                        for (int u = 0; u < U; u++) {
+                            float dot[R];
 #pragma unroll
-                        for (int r = 0; r < R; r++) dot[r] = 0.0f;
+                            for (int r = 0; r < R; r++) dot[r] = 0.0f;
 #pragma unroll
-                        for (int np = 0; np < NP; np++) {
-                            float kf[EPP];
-                            rf_pa_cvt<KT>::run(kw[u][np], kf);
+                            for (int np = 0; np < NP; np++) {
+                                float kf[EPP];
+                                rf_pa_cvt<KT>::run(kw[u][np], kf);
 #pragma unroll
-                            for (int r = 0; r < R; r++)
-#pragma unroll
-                                for (int e = 0; e < EPP; e++)
-                                    dot[r] = __fmaf_rn(qr[r][np * EPP + e], kf[e], dot[r]);
-                        }
-                        rf_pa_tsum<R, L / 2>::run(dot, sl);
-                        if (sl % LR == 0) {
-                            float sv = dot[0];
-                            if (softcap > 0.0f) sv = __fmul_rn(softcap, tanhf(__fdiv_rn(sv, softcap)));
-                            sc[((g * U + u) * KPW + ks) * R + sl / LR] = sv;
-                        }
-                    }
-                }
-                RF_SYNCWARP();
-                /* softmax of the chunk per row: lane = key */
-                float pr[R], mx[R], ls[R];
-                rf_pa_lds<R>(sc + lane * R, pr);
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (j < lo[r] || j > hi[r]) pr[r] = -INFINITY;
-                    mx[r] = rf_warp_max(pr[r]);
-                    pr[r] = pr[r] == -INFINITY ? 0.0f : __expf(__fsub_rn(pr[r], mx[r]));
-                    ls[r] = rf_warp_sum(pr[r]);
-                }
-                rf_pa_sts<R>(sc + lane * R, pr);
-                RF_SYNCWARP();
-                /* P.V: each key slot accumulates its own keys, then the slots are summed */
-                float acc[R][EL];
-#pragma unroll
-                for (int r = 0; r < R; r++)
-#pragma unroll
-                    for (int e = 0; e < EL; e++) acc[r][e] = 0.0f;
-#pragma unroll 1
-                for (int g = 0; g < NS / U; g++) {
-                    uint4 vw[U][NP];
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        const int ph = RF_SHFL(phys, (g * U + u) * KPW + ks);
-#pragma unroll
-                        for (int np = 0; np < NP; np++) {
-                            const int pc = sl + np * L;
-                            vw[u][np] = make_uint4(0u, 0u, 0u, 0u);
-                            if (ph >= 0 && pc < P)
-                                vw[u][np] = *reinterpret_cast<const uint4 *>(v + ph * rstride + hoff + pc * EPP);
-                        }
-                    }
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        float pv[R];
-                        rf_pa_lds<R>(sc + ((g * U + u) * KPW + ks) * R, pv);
-#pragma unroll
-                        for (int np = 0; np < NP; np++) {
-                            float vf[EPP];
-                            rf_pa_cvt<KT>::run(vw[u][np], vf);
-#pragma unroll
-                            for (int r = 0; r < R; r++) {
-                                if (pv[r] != 0.0f) {
+                                for (int r = 0; r < R; r++)
 #pragma unroll
                                     for (int e = 0; e < EPP; e++)
-                                        acc[r][np * EPP + e] = __fmaf_rn(pv[r], vf[e], acc[r][np * EPP + e]);
+                                        dot[r] = __fmaf_rn(qr[r][np * EPP + e], kf[e], dot[r]);
+                            }
+                            rf_pa_tsum<R, L / 2>::run(dot, sl);
+                            if (sl % LR == 0) {
+                                float sv = dot[0];
+                                if (softcap > 0.0f) sv = __fmul_rn(softcap, tanhf(__fdiv_rn(sv, softcap)));
+                                sc[((g * U + u) * KPW + ks) * R + sl / LR] = sv;
+                            }
+                        }
+                    }
+                    RF_SYNCWARP();
+                    /* softmax of the chunk per row: lane = key (lanes past the chunk: none) */
+                    float pr[R], mx[R], ls[R];
+                    if (lane < CH) {
+                        rf_pa_lds<R>(sc + lane * R, pr);
+                    } else {
+#pragma unroll
+                        for (int r = 0; r < R; r++) pr[r] = -INFINITY;
+                    }
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        if (j < lo[r] || j > hi[r]) pr[r] = -INFINITY;
+                        mx[r] = rf_warp_max(pr[r]);
+                        pr[r] = pr[r] == -INFINITY ? 0.0f : __expf(__fsub_rn(pr[r], mx[r]));
+                        ls[r] = rf_warp_sum(pr[r]);
+                    }
+                    if (lane < CH) rf_pa_sts<R>(sc + lane * R, pr);
+                    RF_SYNCWARP();
+                    /* P.V: each key slot accumulates its own keys, then the slots are summed */
+                    float acc[R][EL];
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int e = 0; e < EL; e++) acc[r][e] = 0.0f;
+#pragma unroll 1
+                    for (int g = 0; g < NS / U; g++) {
+                        uint4 vw[U][NP];
+#pragma unroll
+                        for (int u = 0; u < U; u++) {
+                            const int ph = RF_SHFL(phys, (g * U + u) * KPW + ks);
+#pragma unroll
+                            for (int np = 0; np < NP; np++) {
+                                const int pc = sl + np * L;
+                                vw[u][np] = make_uint4(0u, 0u, 0u, 0u);
+                                if (ph >= 0 && pc < P)
+                                    vw[u][np] = *reinterpret_cast<const uint4 *>(v + ph * rstride + hoff + pc * EPP);
+                            }
+                        }
+#pragma unroll
+                        for (int u = 0; u < U; u++) {
+                            float pv[R];
+                            rf_pa_lds<R>(sc + ((g * U + u) * KPW + ks) * R, pv);
+#pragma unroll
+                            for (int np = 0; np < NP; np++) {
+                                float vf[EPP];
+                                rf_pa_cvt<KT>::run(vw[u][np], vf);
+#pragma unroll
+                                for (int r = 0; r < R; r++) {
+                                    if (pv[r] != 0.0f) {
+#pragma unroll
+                                        for (int e = 0; e < EPP; e++)
+                                            acc[r][np * EPP + e] = __fmaf_rn(pv[r], vf[e], acc[r][np * EPP + e]);
+                                    }
                                 }
                             }
                         }
                     }
+#pragma unroll
+                    for (int m = L; m < WS; m *= 2)
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+#pragma unroll
+                            for (int e = 0; e < EL; e++)
+                                acc[r][e] = __fadd_rn(acc[r][e], RF_SHFL_XOR(acc[r][e], m));
+                    if (ks == 0) {
+#pragma unroll
+                        for (int np = 0; np < NP; np++) {
+                            const int pc = sl + np * L;
+                            if (pc < P) {
+#pragma unroll
+                                for (int r = 0; r < R; r++)
+#pragma unroll
+                                    for (int c = 0; c < EPP / 4; c++) {
+                                        const float *a = &acc[r][np * EPP + 4 * c];
+                                        *reinterpret_cast<float4 *>(&s_acc[warp][r * D + pc * EPP + 4 * c]) =
+                                            make_float4(a[0], a[1], a[2], a[3]);
+                                    }
+                            }
+                        }
+                    }
+                    if (lane == 0) {
+#pragma unroll
+                        for (int r = 0; r < R; r++) s_ml[warp][r] = make_float2(mx[r], ls[r]);
+                    }
                 }
+                __syncthreads();
+                /* per row (one thread each): fold factors warps -> split -> group (-> row) */
+                if (tid < R) {
+                    float M = -INFINITY, den = 0.0f, fa, fb;
 #pragma unroll
-                for (int m = L; m < WS; m *= 2)
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-#pragma unroll
-                        for (int e = 0; e < EL; e++)
-                            acc[r][e] = __fadd_rn(acc[r][e], RF_SHFL_XOR(acc[r][e], m));
-                if (ks == 0) {
-#pragma unroll
-                    for (int np = 0; np < NP; np++) {
-                        const int pc = sl + np * L;
-                        if (pc < P) {
-#pragma unroll
-                            for (int r = 0; r < R; r++)
-#pragma unroll
-                                for (int c = 0; c < EPP / 4; c++) {
-                                    const float *a = &acc[r][np * EPP + 4 * c];
-                                    *reinterpret_cast<float4 *>(&s_acc[warp][r * D + pc * EPP + 4 * c]) =
-                                        make_float4(a[0], a[1], a[2], a[3]);
-                                }
+                    for (int w = 0; w < W; w++) {
+                        const float2 ml = s_ml[w][tid];
+                        s_mw[w][tid] = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
+                        s_fw[w][tid] = make_float2(fa, fb);
+                    }
+                    if (mode == RF_PA_SPLITS) {
+                        s_gst[tid] = make_float2(M, den);
+                    } else {
+                        float2 gr = s_grp[tid];
+                        s_m1[tid] = rf_pa_factors(gr.x, gr.y, M, den, fa, fb);
+                        s_f1[tid] = make_float2(fa, fb);
+                        s_grp[tid] = gr;
+                        if (uend) {
+                            s_gst[tid] = gr;
+                            s_grp[tid] = make_float2(-INFINITY, 0.0f);
+                            if (mode == RF_PA_TOTAL) {
+                                float2 to = s_tot[tid];
+                                s_m2[tid] = rf_pa_factors(to.x, to.y, gr.x, gr.y, fa, fb);
+                                s_f2[tid] = make_float2(fa, fb);
+                                s_tot[tid] = to;
+                            }
                         }
                     }
                 }
-                if (lane == 0) {
+                __syncthreads();
+                /* per element: the split's numerator, folded on or stored */
 #pragma unroll
-                    for (int r = 0; r < R; r++) s_ml[warp][r] = make_float2(mx[r], ls[r]);
-                }
-            }
-            __syncthreads();
-            /* per row: merge factors of the warps' states in warp order, then of the split into
-             * the running state */
-            if (tid < R) {
-                float M = -INFINITY, den = 0.0f;
+                for (int e = 0; e < EPT; e++) {
+                    const int idx = tid + e * NT;
+                    if (idx >= RD) break;
+                    const int r = idx / D, d = idx % D, qi = r / GS, hh = hs * GS + r % GS;
+                    if (qi >= NQ || hh >= G || s_tst[qi] != 3 || s_tseq[qi] != sq) continue;
+                    float num = 0.0f;
 #pragma unroll
-                for (int w = 0; w < W; w++) {
-                    const float2 ml = s_ml[w][tid];
-                    float fa, fb;
-                    s_mw[w][tid] = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
-                    s_fw[w][tid] = make_float2(fa, fb);
+                    for (int w = 0; w < W; w++) {
+                        const float2 f = s_fw[w][r];
+                        num = rf_pa_apply(num, s_acc[w][r * D + d], s_mw[w][r], f.x, f.y);
+                    }
+                    if (mode != RF_PA_SPLITS) {
+                        const float2 f1 = s_f1[r];
+                        rg[e] = rf_pa_apply(rg[e], num, s_m1[r], f1.x, f1.y);
+                        if (!uend) continue;
+                        num = rg[e];
+                        rg[e] = 0.0f;
+                        if (mode == RF_PA_TOTAL) {
+                            const float2 f2 = s_f2[r];
+                            rt[e] = rf_pa_apply(rt[e], num, s_m2[r], f2.x, f2.y);
+                            continue;
+                        }
+                    }
+                    /* store the unit's state of this row (if the unit is in the row's range) */
+                    const int p = s_tpos[qi];
+                    const int ufr = (window > 0 && p >= window ? p - window + 1 : 0) / RF_PA_SPLIT / ustep;
+                    const int ulr = p / RF_PA_SPLIT / ustep;
+                    if (un < ufr || un > ulr) continue;
+                    const int64_t orow = (t0 + qi) * n_head + (int64_t)hk * G + hh;
+                    const float2 st = s_gst[r];
+                    if (ufr == ulr) {
+                        out[orow * D + d] = rf_pa_final(st.x, st.y, num);
+                    } else {
+                        const int64_t si = orow * nsp + (un - ufr);
+                        part[si * D + d] = num;
+                        if (d == 0) pml[si] = st;
+                    }
                 }
-                s_split[tid] = make_float2(M, den);
-                if (Z == 1) {
-                    float2 run = s_run[tid];
-                    float fa, fb;
-                    s_rm[tid] = rf_pa_factors(run.x, run.y, M, den, fa, fb);
-                    s_rf[tid] = make_float2(fa, fb);
-                    s_run[tid] = run;
-                }
+                __syncthreads();
             }
-            __syncthreads();
-            /* per element: the split's numerator, then fold it in or store it */
+        }
+        if (mode == RF_PA_TOTAL) {
 #pragma unroll
             for (int e = 0; e < EPT; e++) {
-                const int idx = tid + e * RF_PA_THREADS;
+                const int idx = tid + e * NT;
                 if (idx >= RD) break;
                 const int r = idx / D, d = idx % D, qi = r / GS, hh = hs * GS + r % GS;
                 if (qi >= NQ || hh >= G || s_tst[qi] != 3 || s_tseq[qi] != sq) continue;
-                float num = 0.0f;
-#pragma unroll
-                for (int w = 0; w < W; w++) {
-                    const float2 f = s_fw[w][r];
-                    num = rf_pa_apply(num, s_acc[w][r * D + d], s_mw[w][r], f.x, f.y);
-                }
-                if (Z == 1) {
-                    const float2 f = s_rf[r];
-                    rnum[e] = rf_pa_apply(rnum[e], num, s_rm[r], f.x, f.y);
-                    continue;
-                }
-                const int p = s_tpos[qi];
-                const int rsf = (window > 0 && p >= window ? p - window + 1 : 0) / RF_PA_SPLIT;
-                const int rsl = p / RF_PA_SPLIT;
-                if (s < rsf || s > rsl) continue;
-                const int64_t orow = (t0 + qi) * n_head + (int64_t)hk * G + hh;
-                const float2 ms = s_split[r];
-                if (rsf == rsl) {
-                    out[orow * D + d] = rf_pa_final(ms.x, ms.y, num);
-                } else {
-                    const int64_t si = orow * nsp + (window > 0 ? s - rsf : s);
-                    part[si * D + d] = num;
-                    if (d == 0) pml[si] = ms;
-                }
-            }
-            __syncthreads();
-        }
-        if (Z == 1) {
-#pragma unroll
-            for (int e = 0; e < EPT; e++) {
-                const int idx = tid + e * RF_PA_THREADS;
-                if (idx >= RD) break;
-                const int r = idx / D, d = idx % D, qi = r / GS, hh = hs * GS + r % GS;
-                if (qi >= NQ || hh >= G || s_tst[qi] != 3 || s_tseq[qi] != sq) continue;
-                const float2 run = s_run[r];
-                out[((t0 + qi) * n_head + (int64_t)hk * G + hh) * D + d] = rf_pa_final(run.x, run.y, rnum[e]);
+                const float2 to = s_tot[r];
+                out[((t0 + qi) * n_head + (int64_t)hk * G + hh) * D + d] = rf_pa_final(to.x, to.y, rt[e]);
             }
         }
-        __syncthreads(); /* s_run and the token state are reused by the next pass */
+        __syncthreads(); /* the row states are reset by the next pass */
     }
 }
 
-/* paged_attn_reduce: for each row (t, h) whose keys span more than one split, folds the split
- * states left by rf_k_paged_attn (gridDim.z > 1) in split order with the same merge as the
- * block's own fold: out[t, h, d] = num / den. Rows with one split, padding and invalid tokens
- * were written by rf_k_paged_attn and are skipped.
+/* paged_attn_reduce: for each row (t, h) whose keys span more than one unit (mode RF_PA_SPLITS:
+ * splits, RF_PA_GROUPS: groups), folds the unit states rf_k_paged_attn left in part / pml with
+ * the same tree as the block's own fold (splits into their group in order, groups into the row
+ * in order): out[t, h, d] = num / den. Rows with one unit, padding and invalid tokens were
+ * written by rf_k_paged_attn and are skipped.
  * in: part f32 [n_tokens * n_head, nsp, D], pml float2 [n_tokens * n_head, nsp], pos, seq.
  * launch: grid (n_tokens, n_head), D threads rounded up to a warp. tolerance: as rf_k_paged_attn. */
 __global__ void __launch_bounds__(256)
 rf_k_paged_attn_reduce(float *out, const float *__restrict__ part, const float2 *__restrict__ pml,
                        const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_head,
-                       int D, int window, int pmax, int nsp) {
+                       int D, int window, int pmax, int mode, int nsp) {
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y, d = threadIdx.x;
     const int p = pos[t];
     if (p < 0 || p > pmax || d >= D) return;
-    const int rsf = (window > 0 && p >= window ? p - window + 1 : 0) / RF_PA_SPLIT;
-    const int rsl = p / RF_PA_SPLIT;
-    if (rsf == rsl || seq[t] < 0) return;
+    const int ustep = mode == RF_PA_SPLITS ? 1 : RF_PA_GROUP;
+    const int ufr = (window > 0 && p >= window ? p - window + 1 : 0) / RF_PA_SPLIT / ustep;
+    const int ulr = p / RF_PA_SPLIT / ustep;
+    if (ufr == ulr || seq[t] < 0) return;
     const int64_t orow = t * n_head + h;
-    float M = -INFINITY, den = 0.0f, num = 0.0f;
-    for (int s = rsf; s <= rsl; s++) {
-        const int64_t si = orow * nsp + (window > 0 ? s - rsf : s);
+    float M = -INFINITY, den = 0.0f, num = 0.0f, Mg = -INFINITY, deng = 0.0f, numg = 0.0f, fa, fb;
+    for (int u = ufr; u <= ulr; u++) {
+        const int64_t si = orow * nsp + (u - ufr);
         const float2 ml = pml[si];
-        float fa, fb;
-        const int mode = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
-        num = rf_pa_apply(num, part[si * D + d], mode, fa, fb);
+        const float a = part[si * D + d];
+        if (mode == RF_PA_SPLITS) { /* split u into its group; a finished group into the row */
+            const int m1 = rf_pa_factors(Mg, deng, ml.x, ml.y, fa, fb);
+            numg = rf_pa_apply(numg, a, m1, fa, fb);
+            if ((u + 1) % RF_PA_GROUP != 0 && u != ulr) continue;
+            const int m2 = rf_pa_factors(M, den, Mg, deng, fa, fb);
+            num = rf_pa_apply(num, numg, m2, fa, fb);
+            Mg = -INFINITY, deng = 0.0f, numg = 0.0f;
+        } else {
+            const int m2 = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
+            num = rf_pa_apply(num, a, m2, fa, fb);
+        }
     }
     out[orow * D + d] = rf_pa_final(M, den, num);
 }
@@ -532,28 +586,35 @@ struct rf_pa_args {
     float scale;
     int window;
     float softcap;
-    int pmax, nsp;
+    int pmax, mode, nsp;
 };
 
 template <int D, typename KT, int R>
-static rf_status rf_pa_go(rf_gpu_ctx *ctx, dim3 grid, const rf_pa_args &a) {
+static rf_status rf_pa_go(rf_gpu_ctx *ctx, dim3 grid, unsigned threads, const rf_pa_args &a) {
     const KT *k = (const KT *)a.k, *v = (const KT *)a.v;
-    return rf_gpu_launch(ctx, "rf_k_paged_attn", false, rf_k_paged_attn<D, KT, R>, grid,
-                         dim3(RF_PA_THREADS), 0, a.out, a.part, a.pml, a.q, k, v, a.pos, a.seq,
-                         a.bt, a.n_tokens, a.max_blocks, a.bs, a.n_head, a.n_head_kv, a.G, a.GS,
-                         a.NQ, a.HS, a.scale, a.window, a.softcap, a.pmax, a.nsp);
+    return rf_gpu_launch(ctx, "rf_k_paged_attn", false, rf_k_paged_attn<D, KT, R>, grid, dim3(threads), 0,
+                         a.out, a.part, a.pml, a.q, k, v, a.pos, a.seq, a.bt, a.n_tokens, a.max_blocks,
+                         a.bs, a.n_head, a.n_head_kv, a.G, a.GS, a.NQ, a.HS, a.scale, a.window,
+                         a.softcap, a.pmax, a.mode, a.nsp);
 }
 
 template <typename KT>
-static rf_status rf_pa_dispatch(rf_gpu_ctx *ctx, int D, int R, dim3 grid, const rf_pa_args &a) {
+static rf_status rf_pa_dispatch(rf_gpu_ctx *ctx, int D, int R, dim3 grid, unsigned threads,
+                                const rf_pa_args &a) {
 #define RF_PA_CASE(DD, RR)                                                                    \
-    if (D == DD && R == RR) return rf_pa_go<DD, KT, RR>(ctx, grid, a);
+    if (D == DD && R == RR) return rf_pa_go<DD, KT, RR>(ctx, grid, threads, a);
 #define RF_PA_DIM(DD) RF_PA_CASE(DD, 1) RF_PA_CASE(DD, 2) RF_PA_CASE(DD, 4)
-    RF_PA_DIM(64) RF_PA_CASE(64, 8)
-    RF_PA_DIM(80) RF_PA_CASE(80, 8)
-    RF_PA_DIM(96) RF_PA_CASE(96, 8)
-    RF_PA_DIM(128) RF_PA_CASE(128, 8)
+    RF_PA_DIM(64)
+    RF_PA_DIM(80)
+    RF_PA_DIM(96)
+    RF_PA_DIM(128)
     RF_PA_DIM(256)
+#if RF_PA_RMAX == 8
+    RF_PA_CASE(64, 8)
+    RF_PA_CASE(80, 8)
+    RF_PA_CASE(96, 8)
+    RF_PA_CASE(128, 8)
+#endif
 #undef RF_PA_DIM
 #undef RF_PA_CASE
     return rf_set_error(RF_ERR_INVALID_ARG, "rf_gpu_paged_attention: no kernel for head_dim %d, %d rows", D, R);
@@ -587,32 +648,40 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
 
     const int D = (int)head_dim;
     const int64_t G = n_head / n_head_kv;
-    const int rmax = D <= 128 ? 8 : 4; /* R * D <= 1024: the block's shared memory */
-    int R;
-    if (n_tokens > RF_PA_DECODE_MAX) {
-        R = rmax; /* prompt chunks: fill a warp's rows with consecutive tokens */
-    } else {
-        R = rf_pa_pow2((int)(G < rmax ? G : rmax)); /* decode: one token per block */
-    }
+    const int rmax = D <= 128 ? RF_PA_RMAX : 4; /* R * D <= 1024: the block's shared memory */
+    /* decode: one token per block, its query heads of one kv head in a warp; prompt chunks:
+     * consecutive tokens fill a warp's rows too */
+    const int R = n_tokens > RF_PA_DECODE_MAX ? rmax : rf_pa_pow2((int)(G < rmax ? G : rmax));
     const int64_t GS = G < R ? G : R, NQ = R / GS, HS = (G + GS - 1) / GS;
     const int64_t X = (n_tokens + NQ - 1) / NQ, Y = n_head_kv * HS;
     RF_GPU_REQUIRE(Y <= 65535, op, "n_head_kv=%lld too large", (long long)n_head_kv);
 
     const int64_t pmax64 = max_pos < max_blocks * block_size - 1 ? max_pos : max_blocks * block_size - 1;
     const int pmax = pmax64 < 0 ? -1 : (int)pmax64;
-    const int64_t nsplits = pmax >= 0 ? pmax / RF_PA_SPLIT + 1 : 1;
     /* a window that covers every position does nothing: drop it (same arithmetic) */
     const int win = window > 0 && window <= pmax ? (int)window : 0;
-    int64_t nsp = nsplits;
-    if (win > 0 && (win - 1) / RF_PA_SPLIT + 2 < nsp) nsp = (win - 1) / RF_PA_SPLIT + 2;
+    /* units (splits, groups) a row can span */
+    const int64_t span = win > 0 ? win : (int64_t)pmax + 1;
+    const int64_t nsp_s = pmax < 0 ? 1 : (span - 1) / RF_PA_SPLIT + 2 < pmax / RF_PA_SPLIT + 1
+                                            ? (span - 1) / RF_PA_SPLIT + 2 : pmax / RF_PA_SPLIT + 1;
+    const int64_t gk = (int64_t)RF_PA_SPLIT * RF_PA_GROUP;
+    const int64_t nsp_g = pmax < 0 ? 1 : (span - 1) / gk + 2 < pmax / gk + 1 ? (span - 1) / gk + 2 : pmax / gk + 1;
 
-    /* split the keys over gridDim.z blocks when the rows alone would leave the device idle */
+    /* spread the splits over gridDim.z blocks when the rows alone would leave the device idle,
+     * the partial states through memory per split, or per group if that is too large */
     const int64_t target = 4LL * (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
-    int64_t Zb = 1;
-    if (X * Y < target) {
-        Zb = (target + X * Y - 1) / (X * Y);
-        if (Zb > nsp) Zb = nsp;
+    const size_t row_slot = (size_t)n_tokens * (size_t)n_head * ((size_t)D + 2) * sizeof(float);
+    int mode = RF_PA_TOTAL;
+    int64_t Zb = 1, nsp = 1;
+    if (X * Y < target && nsp_s > 1) {
+        const int64_t want = (target + X * Y - 1) / (X * Y);
+        if (row_slot * (size_t)nsp_s <= RF_PA_SCRATCH) {
+            mode = RF_PA_SPLITS, nsp = nsp_s, Zb = want < nsp_s ? want : nsp_s;
+        } else if (nsp_g > 1 && row_slot * (size_t)nsp_g <= RF_PA_SCRATCH) {
+            mode = RF_PA_GROUPS, nsp = nsp_g, Zb = want < nsp_g ? want : nsp_g;
+        }
         if (Zb > 65535) Zb = 65535;
+        if (Zb <= 1) mode = RF_PA_TOTAL, Zb = 1, nsp = 1;
     }
     rf_pa_args a;
     a.out = out, a.part = NULL, a.pml = NULL, a.q = q, a.k = k, a.v = v;
@@ -620,11 +689,10 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
     a.n_tokens = (int)n_tokens, a.max_blocks = (int)max_blocks, a.bs = (int)block_size;
     a.n_head = (int)n_head, a.n_head_kv = (int)n_head_kv, a.G = (int)G, a.GS = (int)GS;
     a.NQ = (int)NQ, a.HS = (int)HS, a.scale = scale, a.window = win, a.softcap = softcap;
-    a.pmax = pmax, a.nsp = (int)nsp;
+    a.pmax = pmax, a.mode = mode, a.nsp = (int)nsp;
 
     size_t mark = ctx->scratch_used;
-    const bool reduce = Zb > 1 && nsplits > 1;
-    if (reduce) {
+    if (mode != RF_PA_TOTAL) {
         const size_t rows = (size_t)n_tokens * (size_t)n_head * (size_t)nsp;
         const size_t pbytes = rows * (size_t)D * sizeof(float);
         void *tmp;
@@ -633,19 +701,20 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
         a.part = (float *)tmp;
         a.pml = (float2 *)((char *)tmp + ((pbytes + 255) & ~(size_t)255));
     }
+    const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : RF_WARP_SIZE;
     const dim3 grid((unsigned)X, (unsigned)Y, (unsigned)Zb);
-    rf_status st = kv_type == RF_TYPE_F16 ? rf_pa_dispatch<rf_half>(ctx, D, R, grid, a)
-                                          : rf_pa_dispatch<float>(ctx, D, R, grid, a);
-    if (st || !reduce) {
+    const unsigned threads = (unsigned)(RF_PA_WARPS * ws);
+    rf_status st = kv_type == RF_TYPE_F16 ? rf_pa_dispatch<rf_half>(ctx, D, R, grid, threads, a)
+                                          : rf_pa_dispatch<float>(ctx, D, R, grid, threads, a);
+    if (st || mode == RF_PA_TOTAL) {
         ctx->scratch_used = mark;
         return st;
     }
-    const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : RF_WARP_SIZE;
     const unsigned rt = (unsigned)((D + ws - 1) / ws * ws);
     st = rf_gpu_launch(ctx, "rf_k_paged_attn_reduce", false, rf_k_paged_attn_reduce,
                        dim3((unsigned)n_tokens, (unsigned)n_head), dim3(rt), 0, out,
                        (const float *)a.part, (const float2 *)a.pml, pos, seq, a.n_head, D, win,
-                       pmax, a.nsp);
+                       pmax, mode, a.nsp);
     ctx->scratch_used = mark;
     return st;
 }
