@@ -1,0 +1,452 @@
+/* test_gpu_paged_attention.c — rf_gpu_paged_attention against rf_ref_paged_attention: batches that
+ * mix decode tokens of several sequences with prompt chunks of others (grouped or shuffled in
+ * the batch) and padding tokens, K/V blocks scattered over the pool in a shuffled order, block
+ * sizes 1 / 7 / 16 / 32, head dims 64/80/96/128/256, GQA groups 1..8 (32/8, 9/3, 4/1, 14/2,
+ * 8/8, 4/2, 16/2), sliding window and softcap, f32 and f16 caches, positions up to ~4200 (keys
+ * split over many blocks and reduced), batches of <= 64 tokens (one token per block) and > 64
+ * (several tokens per warp). Pool rows that hold no position of their sequence are NaN and
+ * block-table entries past a sequence's blocks point far outside the pool, so reading a key a
+ * token must not see shows as NaN or a fault. The reference runs on the same (f16-rounded) K/V
+ * values, so the tolerance is rel. L2 < 1e-5 for both cache types; padding rows must be exact
+ * zeros. Batch invariance: every output row must be bit-identical when the token runs alone
+ * (n_tokens = 1, its own max_pos), when max_pos is larger, and when the batch is reversed.
+ * Then a timing table: decode (1/8/64 sequences x depth 512/4096) and a 512-token prompt chunk
+ * for the llama3-8b shape (32 heads, 8 kv heads, head_dim 128, f16 cache, blocks of 16).
+ * Inputs are fresh each run (seed printed; RF_TEST_SEED=<n> replays). Skips (77) without a GPU. */
+#if !defined(RF_HAVE_GPU)
+#include <stdio.h>
+int main(void) {
+    fprintf(stderr, "test_gpu_paged_attention: skipped, built without the GPU backend (RF_CUDA=OFF or no nvcc)\n");
+    return 77;
+}
+#else
+#include "gpu_test_common.h"
+
+#include <stdbool.h>
+#include <time.h>
+
+#include "backend/ref/ref_ops.h"
+
+#define FAR_BLOCK (1 << 22) /* table entry past a sequence's blocks: a read there faults */
+#define TABLE_SPAN 300000   /* positions a block table can address (as an engine's n_ctx) */
+
+typedef struct pa_case {
+    int64_t D, nh, nhkv, bs, window;
+    float softcap;
+    bool f16;
+    int n_seq;
+    int32_t len[12]; /* positions 0..len-1 of each sequence are in the cache */
+    int32_t nq[12];  /* the sequence's last nq positions are tokens of the batch */
+    int n_pad;       /* padding tokens (pos < 0) mixed in */
+    bool shuffle;    /* tokens in random order (else grouped by sequence) */
+    float qscale;    /* query magnitude (large: peaky softmax) */
+} pa_case;
+
+static int32_t rnd_int(rf_rng *r, int32_t lo, int32_t hi) { /* [lo, hi] */
+    return lo + (int32_t)(rf_rng_u64(r) % (uint64_t)(hi - lo + 1));
+}
+
+static void shuffle_i32(rf_rng *r, int32_t *a, int64_t n) {
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(rf_rng_u64(r) % (uint64_t)(i + 1));
+        int32_t t = a[i];
+        a[i] = a[j], a[j] = t;
+    }
+}
+
+static void describe(char *buf, size_t n, const pa_case *c, int64_t nt, int64_t max_pos) {
+    snprintf(buf, n, "D%lld h%lld/%lld bs%lld %s%s%s%s t%lld maxpos%lld", (long long)c->D,
+             (long long)c->nh, (long long)c->nhkv, (long long)c->bs, c->f16 ? "f16" : "f32",
+             c->window ? " win" : "", c->softcap > 0 ? " cap" : "", c->shuffle ? " shuf" : "",
+             (long long)nt, (long long)max_pos);
+}
+
+static rf_status call_pa(const pa_case *c, float *dout, const float *dq, const void *dk, const void *dv,
+                         int64_t nt, const int32_t *dpos, const int32_t *dseq, const int32_t *dtab,
+                         int64_t maxb, int64_t max_pos) {
+    const float scale = 1.0f / sqrtf((float)c->D);
+    rf_status st = rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, c->f16 ? RF_TYPE_F16 : RF_TYPE_F32, nt,
+                                          dpos, dseq, dtab, maxb, c->bs, c->nh, c->nhkv, c->D, scale,
+                                          c->window, c->softcap, max_pos);
+    if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
+    return st;
+}
+
+/* Builds the pool, the tables and the batch of case c, checks the GPU against the reference and
+ * the batch invariance. */
+static void run_case(rf_rng *r, const pa_case *c) {
+    const int64_t D = c->D, nh = c->nh, nhkv = c->nhkv, bs = c->bs, kvd = nhkv * D, qd = nh * D;
+    /* block tables over a shuffled pool; a table row addresses TABLE_SPAN positions, the
+     * entries past a sequence's blocks point far outside the pool */
+    int64_t maxb = (TABLE_SPAN + bs - 1) / bs, nblk = 2;
+    for (int s = 0; s < c->n_seq; s++) nblk += (c->len[s] + bs - 1) / bs;
+    int32_t *perm = malloc((size_t)nblk * sizeof(int32_t)), *tab = malloc((size_t)(c->n_seq * maxb) * sizeof(int32_t));
+    for (int64_t i = 0; i < nblk; i++) perm[i] = (int32_t)i;
+    shuffle_i32(r, perm, nblk);
+    const int64_t rows = nblk * bs;
+    float *kf = host_f32((size_t)(rows * kvd)), *vf = host_f32((size_t)(rows * kvd));
+    uint16_t *k16 = malloc((size_t)(rows * kvd) * 2), *v16 = malloc((size_t)(rows * kvd) * 2);
+    for (int64_t i = 0; i < rows * kvd; i++) kf[i] = vf[i] = NAN; /* rows nobody owns */
+    for (int s = 0, u = 0; s < c->n_seq; s++) {
+        for (int64_t b = 0; b < maxb; b++) tab[s * maxb + b] = FAR_BLOCK;
+        for (int64_t b = 0; b < (c->len[s] + bs - 1) / bs; b++) tab[s * maxb + b] = perm[u++];
+        for (int32_t p = 0; p < c->len[s]; p++) {
+            const int64_t row = (int64_t)tab[s * maxb + p / bs] * bs + p % bs;
+            for (int64_t i = 0; i < kvd; i++) {
+                kf[row * kvd + i] = rf_rng_normal(r);
+                vf[row * kvd + i] = rf_rng_normal(r);
+            }
+        }
+    }
+    for (int64_t i = 0; i < rows * kvd; i++) {
+        k16[i] = rf_f32_to_fp16(kf[i]), v16[i] = rf_f32_to_fp16(vf[i]);
+        if (c->f16) kf[i] = rf_fp16_to_f32(k16[i]), vf[i] = rf_fp16_to_f32(v16[i]);
+    }
+    /* the batch */
+    int64_t nt = c->n_pad;
+    for (int s = 0; s < c->n_seq; s++) nt += c->nq[s];
+    int32_t *pos = malloc((size_t)nt * 4), *seq = malloc((size_t)nt * 4), *order = malloc((size_t)nt * 4);
+    int64_t n = 0, max_pos = 0;
+    for (int s = 0; s < c->n_seq; s++)
+        for (int32_t p = c->len[s] - c->nq[s]; p < c->len[s]; p++) {
+            pos[n] = p, seq[n] = s, n++;
+            if (p > max_pos) max_pos = p;
+        }
+    for (int i = 0; i < c->n_pad; i++) { /* padding at random slots; its seq is garbage */
+        int64_t at = rnd_int(r, 0, (int32_t)n);
+        memmove(pos + at + 1, pos + at, (size_t)(n - at) * 4);
+        memmove(seq + at + 1, seq + at, (size_t)(n - at) * 4);
+        pos[at] = -1 - rnd_int(r, 0, 2), seq[at] = 1 << 20;
+        n++;
+    }
+    if (c->shuffle) {
+        for (int64_t i = 0; i < nt; i++) order[i] = (int32_t)i;
+        shuffle_i32(r, order, nt);
+        int32_t *p2 = malloc((size_t)nt * 4), *s2 = malloc((size_t)nt * 4);
+        for (int64_t i = 0; i < nt; i++) p2[i] = pos[order[i]], s2[i] = seq[order[i]];
+        memcpy(pos, p2, (size_t)nt * 4), memcpy(seq, s2, (size_t)nt * 4);
+        free(p2), free(s2);
+    }
+    float *q = host_f32((size_t)(nt * qd)), *want = host_f32((size_t)(nt * qd)), *got = host_f32((size_t)(nt * qd));
+    float *alt = host_f32((size_t)(nt * qd));
+    rf_rng_fill_normal(r, q, (size_t)(nt * qd), c->qscale);
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int64_t t = 0; t < nt; t++) {
+        if (pos[t] < 0) {
+            memset(want + t * qd, 0, (size_t)qd * 4);
+            continue;
+        }
+        assert_int_equal(rf_ref_paged_attention(want + t * qd, q + t * qd, kf, vf, 1, pos + t, seq + t, tab, maxb,
+                                                 bs, nh, nhkv, D, scale, c->window, c->softcap),
+                         RF_OK);
+    }
+    /* device */
+    float *dq = dev_from(q, (size_t)(nt * qd) * 4), *dout = dev_poison((size_t)(nt * qd) * 4);
+    float *dalt = dev_poison((size_t)(nt * qd) * 4);
+    void *dk = c->f16 ? dev_from(k16, (size_t)(rows * kvd) * 2) : dev_from(kf, (size_t)(rows * kvd) * 4);
+    void *dv = c->f16 ? dev_from(v16, (size_t)(rows * kvd) * 2) : dev_from(vf, (size_t)(rows * kvd) * 4);
+    int32_t *dpos = dev_from(pos, (size_t)nt * 4), *dseq = dev_from(seq, (size_t)nt * 4);
+    int32_t *dtab = dev_from(tab, (size_t)(c->n_seq * maxb) * 4);
+    assert_int_equal(call_pa(c, dout, dq, dk, dv, nt, dpos, dseq, dtab, maxb, max_pos), RF_OK);
+    dev_to(got, dout, (size_t)(nt * qd) * 4);
+    char what[200];
+    describe(what, sizeof what, c, nt, max_pos);
+    check_rel(what, got, want, (size_t)(nt * qd), 1e-5);
+    for (int64_t t = 0; t < nt; t++) /* padding: exact (+0) zeros */
+        if (pos[t] < 0)
+            for (int64_t i = 0; i < qd; i++) assert_true(((const uint32_t *)got)[t * qd + i] == 0u);
+
+    /* batch invariance, 1: larger max_pos (more key splits planned; far larger ones move the
+     * partial states to one per group of splits, or to none: the blocks walk all splits) */
+    const int64_t more[3] = {max_pos + 1 + rnd_int(r, 0, 1000), max_pos + 100000 + rnd_int(r, 0, 1000), 1 << 29};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(call_pa(c, dalt, dq, dk, dv, nt, dpos, dseq, dtab, maxb, more[i]), RF_OK);
+        dev_to(alt, dalt, (size_t)(nt * qd) * 4);
+        assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
+    }
+    /* 2: every token alone, with its own max_pos */
+    for (int64_t t = 0; t < nt; t++) {
+        assert_int_equal(call_pa(c, dalt, dq + t * qd, dk, dv, 1, dpos + t, dseq + t, dtab, maxb,
+                                 pos[t] > 0 ? pos[t] : 0),
+                         RF_OK);
+        dev_to(alt, dalt, (size_t)qd * 4);
+        if (memcmp(alt, got + t * qd, (size_t)qd * 4)) {
+            for (int64_t i = 0; i < qd; i++)
+                if (memcmp(alt + i, got + t * qd + i, 4)) {
+                    fprintf(stderr, "  token %lld (pos %d seq %d) alone differs at %lld: %.9g vs %.9g in the batch\n",
+                            (long long)t, pos[t], seq[t], (long long)i, alt[i], got[t * qd + i]);
+                    break;
+                }
+            fail();
+        }
+    }
+    /* 3: the batch reversed */
+    int32_t *rpos = malloc((size_t)nt * 4), *rseq = malloc((size_t)nt * 4);
+    float *rq = host_f32((size_t)(nt * qd));
+    for (int64_t t = 0; t < nt; t++) {
+        rpos[t] = pos[nt - 1 - t], rseq[t] = seq[nt - 1 - t];
+        memcpy(rq + t * qd, q + (nt - 1 - t) * qd, (size_t)qd * 4);
+    }
+    int32_t *drpos = dev_from(rpos, (size_t)nt * 4), *drseq = dev_from(rseq, (size_t)nt * 4);
+    float *drq = dev_from(rq, (size_t)(nt * qd) * 4);
+    assert_int_equal(call_pa(c, dalt, drq, dk, dv, nt, drpos, drseq, dtab, maxb, max_pos), RF_OK);
+    dev_to(alt, dalt, (size_t)(nt * qd) * 4);
+    for (int64_t t = 0; t < nt; t++) assert_true(memcmp(alt + t * qd, got + (nt - 1 - t) * qd, (size_t)qd * 4) == 0);
+    fprintf(stderr, "  %-48s bit-identical alone / reversed / max_pos %lld, %lld, %lld\n", "", (long long)more[0],
+            (long long)more[1], (long long)more[2]);
+
+    rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dalt), rf_gpu_free(g_ctx, dk);
+    rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq), rf_gpu_free(g_ctx, dtab);
+    rf_gpu_free(g_ctx, drpos), rf_gpu_free(g_ctx, drseq), rf_gpu_free(g_ctx, drq);
+    free(perm), free(tab), free(kf), free(vf), free(k16), free(v16), free(pos), free(seq), free(order);
+    free(q), free(want), free(got), free(alt), free(rpos), free(rseq), free(rq);
+}
+
+static const int64_t g_dims[5] = {64, 80, 96, 128, 256};
+static const int64_t g_shapes[7][2] = {{32, 8}, {9, 3}, {4, 1}, {14, 2}, {8, 8}, {4, 2}, {16, 2}};
+static const int64_t g_bss[4] = {1, 16, 32, 7};
+
+/* Batches of <= 64 tokens (one token per block): every head dim x cache type, the GQA shapes,
+ * block sizes, window / softcap in turn; three decode tokens (one at position 0), a 5-token
+ * prompt chunk, a chunk crossing a split boundary, padding. */
+static void test_mixed(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed());
+    int i = 0;
+    for (int di = 0; di < 5; di++)
+        for (int f = 0; f < 2; f++)
+            for (int var = 0; var < 4; var++, i++) {
+                pa_case c = {0};
+                c.D = g_dims[di], c.f16 = f == 1;
+                c.nh = g_shapes[i % 7][0], c.nhkv = g_shapes[i % 7][1];
+                c.bs = g_bss[i % 4];
+                c.window = var & 1 ? rnd_int(&r, 1, 300) : 0;
+                c.softcap = var & 2 ? 20.0f + 10.0f * rf_rng_uniform(&r) : 0.0f;
+                c.n_seq = 5;
+                const int32_t len[5] = {rnd_int(&r, 300, 700), 1, 40, rnd_int(&r, 2, 9), 250 + rnd_int(&r, 0, 12)};
+                const int32_t nq[5] = {1, 1, 5, 1, 9};
+                memcpy(c.len, len, sizeof len), memcpy(c.nq, nq, sizeof nq);
+                c.n_pad = 2;
+                c.shuffle = i % 3 == 0;
+                c.qscale = i % 5 == 4 ? 8.0f : 1.0f;
+                run_case(&r, &c);
+            }
+}
+
+/* Batches of more than 64 tokens (several tokens per warp, blocks that walk all their splits):
+ * prompt chunks next to decode tokens, shuffled or grouped, windows, every row width. */
+static void test_prefill_batches(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 1);
+    pa_case cs[6] = {0};
+    /* llama3-8b shape: a chunk deep in a long prompt, a first chunk, three decodes, padding */
+    cs[0] = (pa_case){.D = 128, .nh = 32, .nhkv = 8, .bs = 16, .f16 = true, .n_seq = 5,
+                      .len = {1048, 20, 3001, 300, 1}, .nq = {48, 20, 1, 1, 1}, .n_pad = 3, .qscale = 1.0f};
+    cs[1] = (pa_case){.D = 64, .nh = 14, .nhkv = 2, .bs = 1, .window = 100, .softcap = 30.0f, .n_seq = 3,
+                      .len = {240, 530, 900}, .nq = {40, 30, 2}, .n_pad = 2, .shuffle = true, .qscale = 1.0f};
+    cs[2] = (pa_case){.D = 256, .nh = 9, .nhkv = 3, .bs = 32, .f16 = true, .n_seq = 2,
+                      .len = {70, 601}, .nq = {70, 1}, .n_pad = 1, .qscale = 1.0f};
+    cs[3] = (pa_case){.D = 80, .nh = 4, .nhkv = 1, .bs = 16, .window = 37, .n_seq = 3,
+                      .len = {33, 290, 1000}, .nq = {33, 33, 1}, .n_pad = 0, .qscale = 1.0f};
+    cs[4] = (pa_case){.D = 96, .nh = 8, .nhkv = 8, .bs = 7, .f16 = true, .n_seq = 2,
+                      .len = {80, 513}, .nq = {80, 3}, .n_pad = 2, .shuffle = true, .qscale = 4.0f};
+    cs[5] = (pa_case){.D = 128, .nh = 16, .nhkv = 2, .bs = 32, .window = 300, .softcap = 50.0f, .n_seq = 4,
+                      .len = {700, 66, 1200, 5}, .nq = {33, 66, 1, 5}, .n_pad = 4, .shuffle = true, .qscale = 1.0f};
+    for (int i = 0; i < 6; i++) run_case(&r, &cs[i]);
+}
+
+/* Long contexts: a single decode token (17 splits), 8 sequences of different depths, a window
+ * over deep positions (split-relative partial states), one sequence of block size 1. */
+static void test_long(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 2);
+    pa_case c = {.D = 128, .nh = 32, .nhkv = 8, .bs = 16, .f16 = true, .n_seq = 1, .len = {4200}, .nq = {1},
+                 .qscale = 1.0f};
+    run_case(&r, &c);
+    pa_case c8 = {.D = 128, .nh = 32, .nhkv = 8, .bs = 32, .n_seq = 8, .n_pad = 1, .qscale = 2.0f};
+    for (int s = 0; s < 8; s++) c8.len[s] = rnd_int(&r, 900, 4200), c8.nq[s] = 1;
+    run_case(&r, &c8);
+    pa_case cw = {.D = 64, .nh = 4, .nhkv = 2, .bs = 1, .window = 700, .softcap = 40.0f, .f16 = true, .n_seq = 3,
+                  .len = {3100, 2600, 800}, .nq = {1, 4, 1}, .n_pad = 1, .qscale = 1.0f};
+    run_case(&r, &cw);
+    pa_case cg = {.D = 256, .nh = 8, .nhkv = 1, .bs = 16, .n_seq = 2, .len = {2500, 1700}, .nq = {2, 1},
+                  .qscale = 1.0f};
+    run_case(&r, &cg);
+}
+
+/* Only padding; a token past max_pos (contract violation: a NaN row, nothing read); no tokens;
+ * bad arguments. */
+static void test_edges(void **state) {
+    (void)state;
+    const int64_t D = 64, nh = 4, nhkv = 2, qd = nh * D;
+    int32_t pos[3] = {-1, 5, -3}, seq[3] = {1 << 20, 0, 1 << 20}, tab[2] = {0, FAR_BLOCK};
+    float q[3 * 4 * 64], got[3 * 4 * 64];
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 3);
+    rf_rng_fill_normal(&r, q, 3 * qd, 1.0f);
+    float kv[16 * 2 * 64];
+    rf_rng_fill_normal(&r, kv, 16 * 2 * 64, 1.0f);
+    float *dq = dev_from(q, sizeof q), *dout = dev_poison(sizeof got), *dk = dev_from(kv, sizeof kv);
+    int32_t *dpos = dev_from(pos, sizeof pos), *dseq = dev_from(seq, sizeof seq), *dtab = dev_from(tab, sizeof tab);
+    /* max_pos 4 < pos 5: token 1 gets NaN, the padding rows zeros */
+    assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, nh,
+                                            nhkv, D, 0.125f, 0, 0.0f, 4),
+                     RF_OK);
+    dev_to(got, dout, sizeof got);
+    for (int64_t i = 0; i < qd; i++) {
+        assert_true(((uint32_t *)got)[i] == 0u && ((uint32_t *)got)[2 * qd + i] == 0u);
+        assert_true(isnan(got[qd + i]));
+    }
+    /* max_pos 5: token 1 is computed; rows of the others still zeros */
+    assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, nh,
+                                            nhkv, D, 0.125f, 0, 0.0f, 5),
+                     RF_OK);
+    dev_to(got, dout, sizeof got);
+    float want[4 * 64];
+    assert_int_equal(rf_ref_paged_attention(want, q + qd, kv, kv, 1, pos + 1, seq + 1, tab, 2, 16, nh, nhkv, D,
+                                            0.125f, 0, 0.0f),
+                     RF_OK);
+    check_rel("edge: one token among padding", got + qd, want, (size_t)qd, 1e-5);
+    for (int64_t i = 0; i < qd; i++) assert_true(((uint32_t *)got)[i] == 0u && ((uint32_t *)got)[2 * qd + i] == 0u);
+    /* no tokens: nothing to do, nothing touched */
+    assert_int_equal(rf_gpu_paged_attention(g_ctx, NULL, NULL, NULL, NULL, RF_TYPE_F32, 0, NULL, NULL, NULL, 1, 16,
+                                            nh, nhkv, D, 0.125f, 0, 0.0f, 0),
+                     RF_OK);
+    /* bad arguments */
+    assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, nh,
+                                            nhkv, 72, 0.125f, 0, 0.0f, 5),
+                     RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, 3,
+                                            2, D, 0.125f, 0, 0.0f, 5),
+                     RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_Q8_0, 3, dpos, dseq, dtab, 2, 16, nh,
+                                            nhkv, D, 0.125f, 0, 0.0f, 5),
+                     RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 0, nh,
+                                            nhkv, D, 0.125f, 0, 0.0f, 5),
+                     RF_ERR_INVALID_ARG);
+    rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dk);
+    rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq), rf_gpu_free(g_ctx, dtab);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Timing (informative, never fails): llama3-8b attention shape over a pool of 64 x 4096
+ * positions (1 GiB of K/V); each call of a decode case reads a different set of blocks (block
+ * tables rotate over the pool) so that small cases do not run from L2. Microseconds per call are
+ * wall time of back-to-back calls (two launches when the keys are split and reduced). */
+static void test_timing(void **state) {
+    (void)state;
+    const int64_t D = 128, nh = 32, nhkv = 8, bs = 16, kvd = nhkv * D;
+    const int64_t pool_pos = 64 * 4096, nblk = pool_pos / bs;
+    void *dk = NULL, *dv = NULL;
+    if (rf_gpu_alloc(g_ctx, (size_t)(pool_pos * kvd) * 2, &dk) || rf_gpu_alloc(g_ctx, (size_t)(pool_pos * kvd) * 2, &dv)) {
+        fprintf(stderr, "  timing skipped: no room for a 1 GiB K/V pool (%s)\n", rf_last_error());
+        if (dk) rf_gpu_free(g_ctx, dk);
+        return;
+    }
+    assert_int_equal(rf_gpu_memset(g_ctx, dk, 0x2c, (size_t)(pool_pos * kvd) * 2), RF_OK); /* f16 ~0.07 */
+    assert_int_equal(rf_gpu_memset(g_ctx, dv, 0x3c, (size_t)(pool_pos * kvd) * 2), RF_OK); /* f16 ~1.06 */
+    double bw = 0;
+    if (rf_gpu_bench_read_bw(g_ctx, (size_t)1 << 30, 5, &bw)) bw = 0;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 4);
+    int32_t *perm = malloc((size_t)nblk * 4);
+    for (int64_t i = 0; i < nblk; i++) perm[i] = (int32_t)i;
+    shuffle_i32(&r, perm, nblk);
+    float *q = host_f32((size_t)(512 * nh * D));
+    rf_rng_fill_normal(&r, q, (size_t)(512 * nh * D), 1.0f);
+    float *dq = dev_from(q, (size_t)(512 * nh * D) * 4), *dout = dev_poison((size_t)(512 * nh * D) * 4);
+    const float scale = 1.0f / sqrtf((float)D);
+    fprintf(stderr, "  paged attention, llama3-8b shape (32 heads / 8 kv heads x 128, f16 K/V, blocks of 16)%s\n",
+            bw > 0 ? "" : " (read bandwidth not measured)");
+    if (bw > 0) fprintf(stderr, "  device read bandwidth %.0f GB/s\n", bw);
+    fprintf(stderr, "  %-8s %5s %6s %10s %9s %7s\n", "kind", "seqs", "depth", "us/call", "K/V GB/s", "of bw");
+    const int seqs[3] = {1, 8, 64}, depths[2] = {512, 4096};
+    for (int di = 0; di < 2; di++)
+        for (int si = 0; si < 3; si++) {
+            const int ns = seqs[si], depth = depths[di];
+            const int64_t maxb = depth / bs, need = ns * maxb;
+            int64_t nrot = nblk / need;
+            if (nrot > 128) nrot = 128;
+            int32_t *tab = malloc((size_t)(nrot * need) * 4), pos[64], sq[64];
+            for (int64_t i = 0; i < nrot * need; i++) tab[i] = perm[i];
+            for (int s = 0; s < ns; s++) pos[s] = depth - 1, sq[s] = s;
+            int32_t *dtab = dev_from(tab, (size_t)(nrot * need) * 4), *dpos = dev_from(pos, (size_t)ns * 4);
+            int32_t *dseq = dev_from(sq, (size_t)ns * 4);
+            const double bytes = (double)ns * depth * kvd * 2 * 2;
+            int reps = (int)(4e9 / bytes);
+            if (reps < 20) reps = 20;
+            if (reps > 2000) reps = 2000;
+            for (int i = 0; i < 3; i++)
+                assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, ns, dpos, dseq,
+                                                        dtab + (i % nrot) * need, maxb, bs, nh, nhkv, D, scale, 0,
+                                                        0.0f, depth - 1),
+                                 RF_OK);
+            assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+            const double t0 = now_s();
+            for (int i = 0; i < reps; i++)
+                assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, ns, dpos, dseq,
+                                                        dtab + (i % nrot) * need, maxb, bs, nh, nhkv, D, scale, 0,
+                                                        0.0f, depth - 1),
+                                 RF_OK);
+            assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+            const double us = (now_s() - t0) / reps * 1e6, gbs = bytes / (us * 1e-6) / 1e9;
+            char frac[16] = "-";
+            if (bw > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gbs / bw);
+            fprintf(stderr, "  %-8s %5d %6d %10.1f %9.0f %7s\n", "decode", ns, depth, us, gbs, frac);
+            rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
+            free(tab);
+        }
+    /* one 512-token prompt chunk of one sequence: positions 0..511 and 3584..4095 */
+    for (int di = 0; di < 2; di++) {
+        const int depth = di ? 4096 : 512, nt = 512;
+        const int64_t maxb = depth / bs;
+        int32_t *pos = malloc(nt * 4), *sq = malloc(nt * 4);
+        for (int t = 0; t < nt; t++) pos[t] = depth - nt + t, sq[t] = 0;
+        int32_t *dtab = dev_from(perm, (size_t)maxb * 4), *dpos = dev_from(pos, (size_t)nt * 4);
+        int32_t *dseq = dev_from(sq, (size_t)nt * 4);
+        double flops = 0;
+        for (int t = 0; t < nt; t++) flops += 4.0 * nh * D * (pos[t] + 1);
+        const int reps = 10;
+        assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, nt, dpos, dseq, dtab, maxb, bs,
+                                                nh, nhkv, D, scale, 0, 0.0f, depth - 1),
+                         RF_OK);
+        assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+        const double t0 = now_s();
+        for (int i = 0; i < reps; i++)
+            assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, nt, dpos, dseq, dtab, maxb,
+                                                    bs, nh, nhkv, D, scale, 0, 0.0f, depth - 1),
+                             RF_OK);
+        assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+        const double us = (now_s() - t0) / reps * 1e6;
+        fprintf(stderr, "  %-8s %5d %6d %10.1f   (%d tokens, %.1f TFLOP/s)\n", "prefill", 1, depth, us, nt,
+                flops / (us * 1e-6) / 1e12);
+        rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
+        free(pos), free(sq);
+    }
+    rf_gpu_free(g_ctx, dk), rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout);
+    free(perm), free(q);
+}
+
+int main(void) {
+    gpu_test_init_or_skip("test_gpu_paged_attention");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_mixed),
+        cmocka_unit_test(test_prefill_batches),
+        cmocka_unit_test(test_long),
+        cmocka_unit_test(test_timing),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rf_gpu_destroy(g_ctx);
+    return rc;
+}
+#endif
