@@ -1,40 +1,47 @@
 #!/usr/bin/env bash
-# gpu-check.sh — run on a machine WITH a GPU: the GPU test suite, compute-sanitizer memcheck and
-# racecheck over it, and the GEMV micro-benchmark. Logs go under $OUT (or ./gpu-check-out), a
-# short table is printed last.
-#   usage: scripts/gpu-check.sh [BIN_DIR]     (default build-gpu-carry)
-# BIN_DIR holds test_gpu_* and rf_gpu_bench built with -DRF_CUDA=ON, plus any shared libraries
-# the device lacks (libcmocka.so.0). Build and fill it with scripts/gpu-check.sh --pack.
+# gpu-check.sh — the GPU checks in one call on a machine WITH a GPU: the GPU test suite (kernels
+# against their CPU twins, the whole forward against the CPU engine), compute-sanitizer memcheck
+# and racecheck, a short generation under memcheck, a decode-step transfer trace, and optionally
+# the GEMV micro-benchmark. Logs go under $OUT (or ./gpu-check-out); a short table is printed last.
+#   scripts/gpu-check.sh --pack [BUILD_DIR]   on the build machine: build with CUDA and collect
+#                                             the binaries (+ libcmocka) into build-gpu-carry/
+#   scripts/gpu-check.sh [BIN_DIR]            on the GPU machine (default build-gpu-carry)
+# env: TESTS (default: every test_gpu_*), SAN_TESTS / RACE_TESTS (which tests run under memcheck /
+#      racecheck), SKIP_SAN=1, BENCH=1 (rf_gpu_bench), RF_MODELS_DIR (real models, default models/)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--pack" ]; then
-    # On the build machine: configure, build and collect what the device run needs.
-    B=${2:-$ROOT/build-gpu}
+    B=${2:-$ROOT/build}
     C=$ROOT/build-gpu-carry
     cmake -S "$ROOT" -B "$B" -DRF_CUDA=ON -DRF_CUDA_ARCHS=90 >/dev/null || exit 1
-    cmake --build "$B" -j2 --target rf_gpu_bench test_gpu_ops test_gpu_quant test_gpu_attention \
-        test_gpu_sample || exit 1
+    cmake --build "$B" -j2 || exit 1
     rm -rf "$C" && mkdir -p "$C"
-    cp "$B"/tests/test_gpu_* "$B"/rf_gpu_bench "$C"/
+    cp "$B"/tests/test_gpu_* "$B"/rf_gpu_bench "$B"/rocmforge "$C"/
     cp -P /usr/lib/x86_64-linux-gnu/libcmocka.so.0* "$C"/
+    for l in libmicrohttpd.so.12; do [ -e /usr/lib/x86_64-linux-gnu/$l ] && cp -L /usr/lib/x86_64-linux-gnu/$l "$C"/; done
+    strip --strip-debug "$C"/test_gpu_* "$C"/rf_gpu_bench "$C"/rocmforge 2>/dev/null
     du -sh "$C"
     exit 0
 fi
-BIN=${1:-build-gpu-carry}
+BIN=$(cd "${1:-build-gpu-carry}" && pwd)
 OUT=${OUT:-$ROOT/gpu-check-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BIN:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
-# cuBLAS may live only in the Python wheels on some images
 for d in /usr/local/lib/python3*/dist-packages/nvidia/cu*/lib /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib; do
     [ -d "$d" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
 done
+export RF_CLI=$BIN/rocmforge RF_SYNTH_DIR=${RF_SYNTH_DIR:-/tmp/rf-synth} RF_MODELS_DIR=${RF_MODELS_DIR:-$ROOT/models}
+mkdir -p "$RF_SYNTH_DIR"
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-TESTS="test_gpu_ops test_gpu_quant test_gpu_attention test_gpu_sample"
+ALL=$(cd "$BIN" && ls test_gpu_* | tr '\n' ' ')
+TESTS=${TESTS:-$ALL}
+SAN_TESTS=${SAN_TESTS:-"test_gpu_batch_ops test_gpu_paged_attention test_gpu_sample test_gpu_attention"}
+RACE_TESTS=${RACE_TESTS:-"test_gpu_paged_attention test_gpu_sample test_gpu_attention"}
 declare -A RES MEM RACE
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; } \
     >"$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
-echo "seed: ${RF_TEST_SEED:-fresh per test (printed in each log)}"
+echo "date: $(date -u +%FT%TZ)  seed: ${RF_TEST_SEED:-fresh per test (printed in each log)}"
 
 for t in $TESTS; do
     start=$(date +%s)
@@ -43,32 +50,47 @@ for t in $TESTS; do
     RES[$t]="rc=$rc ($(($(date +%s) - start))s)"
     case $rc in 0) RES[$t]="PASS ${RES[$t]}" ;; 77) RES[$t]="SKIP ${RES[$t]}" ;; *) RES[$t]="FAIL ${RES[$t]}" ;; esac
     echo "== $t: ${RES[$t]}"
-    grep -E "FAILED|first bad|error|RF_TEST_SEED|PASSED" "$OUT/$t.log" | head -20
+    grep -E "FAILED|ERROR|error|RF_TEST_SEED|PASSED|rel. L2|identical|diverges|memory free|tokens x" "$OUT/$t.log" | head -60
 done
 
+# a short generation on the GPU, its per-step transfers, then the same under memcheck
+"$BIN/rocmforge" mkmodel --preset tiny --type q4_0 -o "$RF_SYNTH_DIR/check-tiny.gguf" -q >/dev/null 2>&1
+RF_GPU_STEP_TRACE=1 "$BIN/rocmforge" run -m "$RF_SYNTH_DIR/check-tiny.gguf" --device gpu -p "Hello there" -n 12 \
+    --ignore-eos >"$OUT/trace.log" 2>&1
+echo "== decode-step trace (rc=$?):"
+grep -E "^\[step|prompt:" "$OUT/trace.log" | head -20
+
 if [ -n "$SAN" ] && [ -z "${SKIP_SAN:-}" ]; then
-    for tool in memcheck racecheck; do
-        : >"$OUT/sanitizer-$tool.log"
-        for t in $TESTS; do
-            echo "### $t" >>"$OUT/sanitizer-$tool.log"
-            RF_TEST_NO_OOM=1 RF_TEST_QUICK=1 timeout ${SAN_TIMEOUT:-360} "$SAN" --tool $tool --error-exitcode 99 "$BIN/$t" \
-                >>"$OUT/sanitizer-$tool.log" 2>&1
-            rc=$?
-            summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)
-            [ $rc = 124 ] && summary="timeout after ${SAN_TIMEOUT:-360}s (partial: $summary)"
-            if [ $tool = memcheck ]; then MEM[$t]="rc=$rc $summary"; else RACE[$t]="rc=$rc $summary"; fi
-        done
+    : >"$OUT/sanitizer-memcheck.log"
+    for t in $SAN_TESTS; do
+        echo "### $t" >>"$OUT/sanitizer-memcheck.log"
+        RF_TEST_NO_OOM=1 RF_TEST_QUICK=1 timeout ${SAN_TIMEOUT:-300} "$SAN" --tool memcheck --error-exitcode 99 "$BIN/$t" \
+            >>"$OUT/sanitizer-memcheck.log" 2>&1
+        MEM[$t]="rc=$? $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-memcheck.log" | tail -1)"
     done
-else
-    for t in $TESTS; do MEM[$t]="not run"; RACE[$t]="not run"; done
+    echo "### rocmforge run --device gpu (generation)" >>"$OUT/sanitizer-memcheck.log"
+    timeout ${SAN_TIMEOUT:-300} "$SAN" --tool memcheck --error-exitcode 99 "$BIN/rocmforge" run -m "$RF_SYNTH_DIR/check-tiny.gguf" \
+        --device gpu -p "Hello there" -n 24 --ignore-eos >>"$OUT/sanitizer-memcheck.log" 2>&1
+    MEM[generation]="rc=$? $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-memcheck.log" | tail -1)"
+    : >"$OUT/sanitizer-racecheck.log"
+    for t in $RACE_TESTS; do
+        echo "### $t" >>"$OUT/sanitizer-racecheck.log"
+        RF_TEST_NO_OOM=1 RF_TEST_QUICK=1 timeout ${SAN_TIMEOUT:-300} "$SAN" --tool racecheck --error-exitcode 99 "$BIN/$t" \
+            >>"$OUT/sanitizer-racecheck.log" 2>&1
+        RACE[$t]="rc=$? $(grep -E "RACECHECK SUMMARY" "$OUT/sanitizer-racecheck.log" | tail -1)"
+    done
 fi
 
-"$BIN/rf_gpu_bench" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
-echo "== bench rc=$?"
+if [ -n "${BENCH:-}" ]; then
+    "$BIN/rf_gpu_bench" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+    echo "== bench rc=$?"
+fi
 
 echo
 echo "================ summary ================"
-printf "%-20s %-22s %-34s %s\n" test result memcheck racecheck
-for t in $TESTS; do printf "%-20s %-22s %-34s %s\n" "$t" "${RES[$t]}" "${MEM[$t]}" "${RACE[$t]}"; done
-echo
-cat "$OUT/bench.log"
+printf "%-28s %s\n" test result
+for t in $TESTS; do printf "%-28s %s\n" "$t" "${RES[$t]}"; done
+for t in "${!MEM[@]}"; do printf "memcheck  %-18s %s\n" "$t" "${MEM[$t]}"; done
+for t in "${!RACE[@]}"; do printf "racecheck %-18s %s\n" "$t" "${RACE[$t]}"; done
+[ -f "$OUT/bench.log" ] && cat "$OUT/bench.log"
+exit 0

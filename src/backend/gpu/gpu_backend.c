@@ -10,7 +10,7 @@
 #include "backend/gpu/gpu.h"
 #include "rocmforge/quant.h"
 
-#define RF_GPU_PAGED_ATTN_PENDING 1 /* TEMPORARY: until gpu_paged_attention.cu lands */
+
 
 #define RF_MAX_GRAPHS 16
 #define RF_GRAPH_PEN 64 /* penalty entries per row a graph step carries */
@@ -214,15 +214,9 @@ static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q,
                              int64_t window, float softcap) {
     NEED_DEV(b, "attention");
     const gpu_batch *d = dev_of(b);
-#ifndef RF_GPU_PAGED_ATTN_PENDING
     return rf_gpu_paged_attention(G(be)->ctx, out->data, q->data, k->data, v->data, k->type, b->n_tokens, d->pos,
                                   d->seq, d->table, b->max_blocks, b->block_size, n_head, n_head_kv, head_dim, scale,
                                   window, softcap, d->max_pos);
-#else
-    (void)d; (void)out; (void)q; (void)k; (void)v; (void)n_head; (void)n_head_kv; (void)head_dim; (void)scale;
-    (void)window; (void)softcap;
-    return rf_set_error(RF_ERR_UNSUPPORTED, "GPU paged attention is not built yet");
-#endif
 }
 
 static rf_status g_gather_rows(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_batch *b, int64_t n) {
