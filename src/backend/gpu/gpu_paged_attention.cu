@@ -229,6 +229,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
     const int tid = threadIdx.x, lane = tid % WS, warp = tid / WS, ks = lane / L, sl = lane % L;
     const int64_t t0 = (int64_t)blockIdx.x * NQ;
     const int hk = blockIdx.y / HS, hs = blockIdx.y % HS, z = blockIdx.z, Z = gridDim.z;
+    rf_pdl_trigger(); /* the reduce kernel (a dependent launch) may be scheduled; it waits */
 
     /* the block's tokens: state 0 none, 1 padding, 2 invalid (NaN row), 3 attends */
     if (tid < RF_PA_MAXNQ) {
@@ -540,11 +541,15 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
  * in order): out[t, h, d] = num / den. Rows with one unit, padding and invalid tokens were
  * written by rf_k_paged_attn and are skipped.
  * in: part f32 [n_tokens * n_head, nsp, D], pml float2 [n_tokens * n_head, nsp], pos, seq.
- * launch: grid (n_tokens, n_head), D threads rounded up to a warp. tolerance: as rf_k_paged_attn. */
+ * launch: grid (n_tokens, n_head), D threads rounded up to a warp; a programmatic dependent
+ * launch after rf_k_paged_attn where the device has it (waits for it before reading anything).
+ * tolerance: as rf_k_paged_attn. */
 __global__ void __launch_bounds__(256)
 rf_k_paged_attn_reduce(float *out, const float *__restrict__ part, const float2 *__restrict__ pml,
                        const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_head,
                        int D, int window, int pmax, int mode, int nsp) {
+    rf_pdl_trigger();
+    rf_pdl_wait(); /* part, pml: written by rf_k_paged_attn, which may still be running */
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y, d = threadIdx.x;
     const int p = pos[t];
@@ -711,7 +716,7 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
         return st;
     }
     const unsigned rt = (unsigned)((D + ws - 1) / ws * ws);
-    st = rf_gpu_launch(ctx, "rf_k_paged_attn_reduce", false, rf_k_paged_attn_reduce,
+    st = rf_gpu_launch(ctx, "rf_k_paged_attn_reduce", true, rf_k_paged_attn_reduce,
                        dim3((unsigned)n_tokens, (unsigned)n_head), dim3(rt), 0, out,
                        (const float *)a.part, (const float2 *)a.pml, pos, seq, a.n_head, D, win,
                        pmax, mode, a.nsp);
