@@ -57,10 +57,16 @@ typedef struct rf_batch {
     int32_t n_out;
     const int32_t *out_rows;    /* [n_out] increasing token indices whose outputs are wanted */
     int32_t max_pos;            /* > 0: a fixed upper bound of pos (graphs); else computed */
+    /* device sampling (ops.sample), given before the forward so one upload carries it all:
+     * a row per output, and the penalty entries the rows point into */
+    int32_t n_sample, n_pen;
+    const struct rf_sample_row *sample_rows;
+    const int32_t *pen_ids, *pen_counts;
     void *dev;                  /* backend copy of the above (NULL on the CPU) */
 } rf_batch;
 
 /* One output row's sampling, for backends that sample on the device (see ops.sample). */
+struct rf_sample_row;
 typedef struct rf_sample_row {
     float temperature, top_p, min_p, u; /* u: the sequence generator's draw in [0, 1) */
     int32_t top_k;
@@ -139,11 +145,11 @@ typedef struct rf_backend_ops {
     rf_status (*softcap)(rf_backend *be, rf_tensor *x, float cap, int64_t n);
 
     /* Optional (NULL: the engine samples on the host): one token per row of the logits the last
-     * forward left on the backend (rf_forward with logits_out NULL): row i's penalties over
-     * pen_ids/pen_counts [pen_off, pen_off + pen_n) (distinct ids; rf_sampler's rule), then
-     * rf_ref_sample's draw with u. Only the ids come back: ids_out host [n_rows]. */
-    rf_status (*sample)(rf_backend *be, const rf_tensor *logits, int32_t n_rows, const rf_sample_row *rows,
-                        const int32_t *pen_ids, const int32_t *pen_counts, int32_t n_pen, int32_t *ids_out);
+     * forward left on the backend (rf_forward with logits_out NULL), with the sampling rows of
+     * that forward's batch (b->sample_rows: row i's penalties over pen_ids/pen_counts
+     * [pen_off, pen_off + pen_n), distinct ids, rf_sampler's rule; then rf_ref_sample's draw
+     * with u). Only the ids come back: ids_out host [b->n_sample]. */
+    rf_status (*sample)(rf_backend *be, const rf_tensor *logits, const rf_batch *b, int32_t *ids_out);
 
     /* Optional (device backends): decode steps as graphs. Called before a step whose shapes are
      * fixed by `key` (the padded batch size; block-table stride and max_pos fixed by the caller)

@@ -166,9 +166,11 @@ static rf_status grow(int32_t **p, int32_t *cap, int32_t need) {
 }
 
 /* One sampling record per output row (the sequences' own parameters, generator draws and
- * penalty windows), then the backend samples on the device and returns the ids in e->s_ids.
- * A sequence that finishes before sampling (max_tokens) draws nothing, as on the host. */
-static rf_status device_sample(rf_engine *e, const item *items, int32_t n_items, int32_t pad_to) {
+ * penalty windows) for the backend to sample on the device, padded to pad_to inert rows. A
+ * sequence that finishes before sampling (max_tokens) draws nothing, as on the host. Returns
+ * the number of rows. */
+static rf_status sample_rows(rf_engine *e, const item *items, int32_t n_items, int32_t pad_to, int32_t *n_rows,
+                             int32_t *n_pen_out) {
     int32_t r = 0, n_pen = 0;
     for (int32_t i = 0; i < n_items; i++) {
         rf_seq *s = items[i].s;
@@ -205,8 +207,9 @@ static rf_status device_sample(rf_engine *e, const item *items, int32_t n_items,
         }
     }
     for (; r < pad_to; r++) memset(&e->s_rows[r], 0, sizeof e->s_rows[r]); /* padding: greedy, ignored */
-    rf_backend *be = e->m->be;
-    return be->ops->sample(be, &e->f.logits, r, e->s_rows, e->pen_ids, e->pen_counts, n_pen, e->s_ids);
+    *n_rows = r;
+    *n_pen_out = n_pen;
+    return RF_OK;
 }
 
 rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
@@ -357,18 +360,21 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
             bucket = 0;
         }
     }
+    int32_t n_rows = 0, n_pen = 0;
+    if (!st && dev_sample) st = sample_rows(e, items, n_real, bucket, &n_rows, &n_pen);
     if (!st) {
         int32_t nb = bucket ? bucket : n_tok;
         rf_batch b = {.n_tokens = nb, .ids = e->b_ids, .pos = e->b_pos, .seq = e->b_seq, .slot = e->b_slot,
                       .n_seqs = bucket ? bucket : n_items, .max_blocks = max_blocks, .block_size = B,
                       .block_table = e->b_table, .n_out = bucket ? bucket : n_out, .out_rows = e->b_out,
-                      .max_pos = bucket ? e->n_ctx - 1 : 0, .dev = NULL};
+                      .max_pos = bucket ? e->n_ctx - 1 : 0, .n_sample = n_rows, .n_pen = n_pen,
+                      .sample_rows = e->s_rows, .pen_ids = e->pen_ids, .pen_counts = e->pen_counts, .dev = NULL};
         if (gmode == RF_GRAPH_REPLAY) st = be->ops->batch_upload(be, &b);
         else
             st = e->fwd_hook ? e->fwd_hook(e->hook_user, e, &b, e->b_seqs, e->logits)
                              : rf_forward(e->m, &e->f, &b, dev_sample ? NULL : e->logits);
+        if (!st && dev_sample) st = be->ops->sample(be, &e->f.logits, &b, e->s_ids);
     }
-    if (!st && dev_sample) st = device_sample(e, items, n_real, bucket);
     if (st && gmode != RF_GRAPH_NONE && be->ops->graph_abort) be->ops->graph_abort(be);
     if (st) {
         /* the step failed: its sequences fail (a session's is left to its caller) */

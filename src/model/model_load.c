@@ -414,8 +414,26 @@ fail:
     return st;
 }
 
+/* Releases the weights a device backend uploaded (on the CPU they are borrowed from the
+ * mapped file and free() does nothing); a tied output shares the embedding's memory. */
+static void free_weights(rf_model *m) {
+    rf_backend *be = m->be;
+    if (rf_has(&m->output) && m->output.data == m->tok_embd.data) memset(&m->output, 0, sizeof m->output);
+    rf_tensor *top[] = {&m->tok_embd, &m->output_norm, &m->output, &m->rope_freqs};
+    for (size_t i = 0; i < sizeof top / sizeof *top; i++) be->ops->free(be, top[i]);
+    if (!m->layers) return;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        rf_layer *L = &m->layers[il];
+        rf_tensor *t[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv, &L->bo,
+                          &L->q_norm, &L->k_norm, &L->attn_post_norm, &L->ffn_norm, &L->ffn_gate, &L->ffn_up,
+                          &L->ffn_down, &L->ffn_post_norm};
+        for (size_t i = 0; i < sizeof t / sizeof *t; i++) be->ops->free(be, t[i]);
+    }
+}
+
 void rf_model_free(rf_model *m) {
     if (!m) return;
+    if (m->be) free_weights(m);
     free(m->layers);
     if (m->vocab) rf_vocab_free(m->vocab);
     if (m->chat) rf_chat_template_free(m->chat);

@@ -19,6 +19,9 @@
 typedef struct gpu_batch {
     int32_t *ids, *pos, *seq, *slot, *out_rows, *table;
     int64_t max_pos;
+    rf_gpu_sample_row *rows;  /* sampling records, penalties, and room for the ids */
+    int32_t *pen_ids, *pen_counts, *d_ids, *h_ids;
+    bool any_penalty;
 } gpu_batch;
 
 typedef struct gpu_be {
@@ -28,18 +31,16 @@ typedef struct gpu_be {
     char *dmeta;      /* its device copy */
     size_t meta_cap;
     gpu_batch dev;
-    char *spin, *sdev; /* sampling: pinned rows + penalties + ids, and the device copy */
-    size_t s_cap;
     /* decode-step graphs, one per batch-size bucket */
     struct {
         int key, seen;
         void *exec;
-        unsigned epoch;
+        unsigned epoch;   /* g->epoch when recorded */
+        void *scratch_at; /* the scratch arena's base when recorded */
     } graphs[RF_MAX_GRAPHS];
     int n_graphs, mode, cur;
     const void *owner;
     unsigned epoch;   /* bumped when a buffer a graph recorded moves */
-    void *scratch_at; /* the scratch arena's base when the graphs were recorded */
     int64_t n_up, n_down, n_launch; /* per-step transfer counters (RF_GPU_STEP_TRACE) */
 } gpu_be;
 
@@ -103,28 +104,41 @@ static rf_status g_read_rows(rf_backend *be, const rf_tensor *t, int64_t r0, int
     return rf_gpu_download(G(be)->ctx, dst, (const char *)t->data + (size_t)r0 * t->nb1, (size_t)n * t->nb1);
 }
 
-/* Packs the step's metadata into the pinned buffer and sends it up in one copy. */
+static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Ends a recording in progress without keeping it. */
 static void drop_capture(gpu_be *g) {
     if (g->mode == RF_GRAPH_CAPTURE) {
         void *x = NULL;
-        rf_gpu_capture_end(g->ctx, &x); /* the recording is discarded */
+        rf_gpu_capture_end(g->ctx, &x);
         rf_gpu_graph_destroy(x);
     }
     g->mode = RF_GRAPH_NONE;
 }
 
-/* Packs the step's metadata into the pinned buffer and sends it up in one copy (in a replayed
- * step the recorded graph does the copy). */
+/* Packs the step's metadata (ids, positions, sequences, slots, output rows, block tables, and
+ * the sampling records with their penalties) into the pinned buffer and sends it up in one copy;
+ * in a replayed step the recorded graph makes that copy. The layout depends only on the sizes,
+ * so a recording fits every step of its bucket: in graph modes the penalty room is a fixed
+ * RF_GRAPH_PEN entries per row. */
 static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     gpu_be *g = G(be);
     size_t nt = (size_t)b->n_tokens, tab = (size_t)b->n_seqs * (size_t)b->max_blocks;
-    size_t ints = 4 * nt + (size_t)b->n_out + tab;
-    size_t bytes = ints * sizeof(int32_t);
+    size_t ns = (size_t)b->n_sample;
+    size_t pen_room = g->mode != RF_GRAPH_NONE ? ns * RF_GRAPH_PEN : (size_t)b->n_pen;
+    if ((size_t)b->n_pen > pen_room) {
+        drop_capture(g);
+        return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with %d penalty entries (room for %zu)", b->n_pen, pen_room);
+    }
+    size_t o_meta = 0, meta = up256((4 * nt + (size_t)b->n_out + tab) * 4);
+    size_t o_rows = meta, o_pid = o_rows + up256(ns * sizeof(rf_gpu_sample_row));
+    size_t o_pcnt = o_pid + up256(pen_room * 4), o_ids = o_pcnt + up256(pen_room * 4);
+    size_t up = o_ids, bytes = o_ids + up256(ns * 4);
     rf_status st;
     if (bytes > g->meta_cap) {
         if (g->mode == RF_GRAPH_REPLAY) return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with a larger batch");
         drop_capture(g); /* no allocation inside a recording: this step runs eagerly */
-        size_t cap = bytes * 2 < 4096 ? 4096 : bytes * 2;
+        size_t cap = bytes * 2 < 65536 ? 65536 : bytes * 2;
         rf_gpu_sync(g->ctx); /* the old buffers may still be read */
         rf_gpu_host_free(g->pin);
         rf_gpu_free(g->ctx, g->dmeta);
@@ -137,7 +151,7 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     }
     /* the pinned buffer is reused every step: the previous step's copy has finished (each step
      * ends by waiting for its ids or logits) */
-    int32_t *h = (int32_t *)g->pin, *d = (int32_t *)g->dmeta;
+    int32_t *h = (int32_t *)(g->pin + o_meta), *d = (int32_t *)(g->dmeta + o_meta);
     int64_t max_pos = 0;
     memcpy(h, b->ids, nt * 4);
     memcpy(h + nt, b->pos, nt * 4);
@@ -149,6 +163,26 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     else
         for (size_t i = 0; i < nt; i++)
             if (b->pos[i] > max_pos) max_pos = b->pos[i];
+    rf_gpu_sample_row *hr = (rf_gpu_sample_row *)(g->pin + o_rows);
+    bool any = g->mode != RF_GRAPH_NONE; /* a recording serves steps with and without penalties */
+    for (size_t i = 0; i < ns; i++) {
+        const rf_sample_row *r = &b->sample_rows[i];
+        hr[i].temperature = r->temperature;
+        hr[i].top_p = r->top_p;
+        hr[i].min_p = r->min_p;
+        hr[i].u = r->u;
+        hr[i].top_k = r->top_k;
+        hr[i].repeat_penalty = r->repeat_penalty;
+        hr[i].presence_penalty = r->presence_penalty;
+        hr[i].frequency_penalty = r->frequency_penalty;
+        hr[i].pen_off = r->pen_off;
+        hr[i].pen_n = r->pen_n;
+        any |= r->pen_n > 0;
+    }
+    if (b->n_pen) {
+        memcpy(g->pin + o_pid, b->pen_ids, (size_t)b->n_pen * 4);
+        memcpy(g->pin + o_pcnt, b->pen_counts, (size_t)b->n_pen * 4);
+    }
     g->dev.ids = d;
     g->dev.pos = d + nt;
     g->dev.seq = d + 2 * nt;
@@ -156,10 +190,16 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     g->dev.out_rows = d + 4 * nt;
     g->dev.table = d + 4 * nt + b->n_out;
     g->dev.max_pos = max_pos;
+    g->dev.rows = (rf_gpu_sample_row *)(g->dmeta + o_rows);
+    g->dev.pen_ids = (int32_t *)(g->dmeta + o_pid);
+    g->dev.pen_counts = (int32_t *)(g->dmeta + o_pcnt);
+    g->dev.d_ids = (int32_t *)(g->dmeta + o_ids);
+    g->dev.h_ids = (int32_t *)(g->pin + o_ids);
+    g->dev.any_penalty = any;
     b->dev = &g->dev;
     if (g->mode == RF_GRAPH_REPLAY) return RF_OK;
     g->n_up++;
-    return rf_gpu_upload_async(g->ctx, d, h, bytes);
+    return rf_gpu_upload_async(g->ctx, g->dmeta, g->pin, up);
 }
 
 static const gpu_batch *dev_of(const rf_batch *b) { return (const gpu_batch *)b->dev; }
@@ -242,78 +282,29 @@ static rf_status g_softcap(rf_backend *be, rf_tensor *x, float cap, int64_t n) {
     return rf_gpu_softcap(G(be)->ctx, x->data, cap, n);
 }
 
-/* Packs the rows and penalty lists into one pinned buffer, uploads it, penalizes and samples on
- * the device, and brings back only the ids. In a recorded step all of that (and the forward
- * before it) is one graph: recorded the first time, launched every time. */
-static rf_status g_sample(rf_backend *be, const rf_tensor *logits, int32_t n_rows, const rf_sample_row *rows,
-                          const int32_t *pen_ids, const int32_t *pen_counts, int32_t n_pen, int32_t *ids_out) {
+/* Penalizes and samples on the device with the records batch_upload sent, and brings back only
+ * the ids. In a recorded step all of it (and the forward before it) is one graph: recorded
+ * the first time, launched every time. */
+static rf_status g_sample(rf_backend *be, const rf_tensor *logits, const rf_batch *b, int32_t *ids_out) {
     gpu_be *g = G(be);
-    bool graph = g->mode != RF_GRAPH_NONE;
-    size_t rb = ((size_t)n_rows * sizeof(rf_gpu_sample_row) + 255) & ~(size_t)255;
-    size_t pen_room = graph ? (size_t)n_rows * RF_GRAPH_PEN : (size_t)n_pen;
-    size_t pb = (pen_room * 4 + 255) & ~(size_t)255;
-    size_t ib = ((size_t)n_rows * 4 + 255) & ~(size_t)255;
-    size_t bytes = rb + 2 * pb + ib;
+    NEED_DEV(b, "sample");
+    const gpu_batch *d = dev_of(b);
+    size_t n = (size_t)b->n_sample;
     rf_status st;
-    if ((size_t)n_pen > pen_room) {
-        drop_capture(g);
-        return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with %d penalty entries (room for %zu)", n_pen, pen_room);
-    }
-    if (bytes > g->s_cap) {
-        if (g->mode == RF_GRAPH_REPLAY) return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with more rows");
-        if (g->mode == RF_GRAPH_CAPTURE) { /* cannot allocate inside a recording: make room, record next time */
-            drop_capture(g);
-            return rf_set_error(RF_ERR_INTERNAL, "GPU sampling buffers grew during a recording");
-        }
-        size_t cap = bytes * 2 < 65536 ? 65536 : bytes * 2;
-        rf_gpu_sync(g->ctx);
-        rf_gpu_host_free(g->spin);
-        rf_gpu_free(g->ctx, g->sdev);
-        g->spin = g->sdev = NULL;
-        g->s_cap = 0;
-        g->epoch++;
-        if ((st = rf_gpu_host_alloc(cap, (void **)&g->spin))) return st;
-        if ((st = rf_gpu_alloc(g->ctx, cap, (void **)&g->sdev))) return st;
-        g->s_cap = cap;
-    }
-    rf_gpu_sample_row *hr = (rf_gpu_sample_row *)g->spin;
-    bool any = false;
-    for (int32_t i = 0; i < n_rows; i++) {
-        hr[i].temperature = rows[i].temperature;
-        hr[i].top_p = rows[i].top_p;
-        hr[i].min_p = rows[i].min_p;
-        hr[i].u = rows[i].u;
-        hr[i].top_k = rows[i].top_k;
-        hr[i].repeat_penalty = rows[i].repeat_penalty;
-        hr[i].presence_penalty = rows[i].presence_penalty;
-        hr[i].frequency_penalty = rows[i].frequency_penalty;
-        hr[i].pen_off = rows[i].pen_off;
-        hr[i].pen_n = rows[i].pen_n;
-        any |= rows[i].pen_n > 0;
-    }
-    if (graph) any = true; /* the recording serves steps with and without penalties */
-    if (n_pen) {
-        memcpy(g->spin + rb, pen_ids, (size_t)n_pen * 4);
-        memcpy(g->spin + rb + pb, pen_counts, (size_t)n_pen * 4);
-    }
-    int32_t *d_ids = (int32_t *)(g->sdev + rb + 2 * pb), *h_ids = (int32_t *)(g->spin + rb + 2 * pb);
     if (g->mode == RF_GRAPH_REPLAY) {
         g->n_launch++;
+        g->n_down++; /* inside the graph */
         if ((st = rf_gpu_graph_launch(g->ctx, g->graphs[g->cur].exec))) return st;
     } else {
-        g->n_up++;
-        if ((st = rf_gpu_upload_async(g->ctx, g->sdev, g->spin, rb + 2 * pb)) ||
-            (st = rf_gpu_sample_rows(g->ctx, d_ids, logits->data, n_rows, logits->ne[0], (rf_gpu_sample_row *)g->sdev,
-                                     (const int32_t *)(g->sdev + rb), (const int32_t *)(g->sdev + rb + pb), any))) {
+        if ((st = rf_gpu_sample_rows(g->ctx, d->d_ids, logits->data, (int64_t)n, logits->ne[0], d->rows, d->pen_ids,
+                                     d->pen_counts, d->any_penalty))) {
             drop_capture(g);
             return st;
         }
-        if (g->mode == RF_GRAPH_NONE) {
-            g->n_down++;
-            return rf_gpu_download(g->ctx, ids_out, d_ids, (size_t)n_rows * 4);
-        }
+        g->n_down++;
+        if (g->mode == RF_GRAPH_NONE) return rf_gpu_download(g->ctx, ids_out, d->d_ids, n * 4);
         /* recording: the ids go to pinned memory inside the graph; then run it for this step */
-        if ((st = rf_gpu_download_async(g->ctx, h_ids, d_ids, (size_t)n_rows * 4))) {
+        if ((st = rf_gpu_download_async(g->ctx, d->h_ids, d->d_ids, n * 4))) {
             drop_capture(g);
             return st;
         }
@@ -322,14 +313,13 @@ static rf_status g_sample(rf_backend *be, const rf_tensor *logits, int32_t n_row
         if ((st = rf_gpu_capture_end(g->ctx, &x))) return st;
         g->graphs[g->cur].exec = x;
         g->graphs[g->cur].epoch = g->epoch;
-        g->scratch_at = rf_gpu_scratch_base(g->ctx);
+        g->graphs[g->cur].scratch_at = rf_gpu_scratch_base(g->ctx);
         g->n_launch++;
         if ((st = rf_gpu_graph_launch(g->ctx, x))) return st;
     }
     g->mode = RF_GRAPH_NONE;
-    g->n_down++; /* inside the graph */
     if ((st = rf_gpu_sync(g->ctx))) return st;
-    memcpy(ids_out, h_ids, (size_t)n_rows * 4);
+    memcpy(ids_out, d->h_ids, n * 4);
     return RF_OK;
 }
 
@@ -341,21 +331,21 @@ static void drop_graphs(gpu_be *g) {
 static int g_graph_begin(rf_backend *be, const void *owner, int key) {
     gpu_be *g = G(be);
     drop_capture(g);
-    if (owner != g->owner || (g->n_graphs && rf_gpu_scratch_base(g->ctx) != g->scratch_at)) {
-        drop_graphs(g); /* another engine's buffers, or the scratch arena moved */
+    if (owner != g->owner) { /* another engine's buffers */
+        drop_graphs(g);
         g->owner = owner;
     }
     int i = 0;
     while (i < g->n_graphs && g->graphs[i].key != key) i++;
     if (i == g->n_graphs) {
         if (g->n_graphs == RF_MAX_GRAPHS) return RF_GRAPH_NONE;
+        memset(&g->graphs[i], 0, sizeof g->graphs[i]);
         g->graphs[i].key = key;
-        g->graphs[i].seen = 0;
-        g->graphs[i].exec = NULL;
         g->n_graphs++;
     }
-    if (g->graphs[i].exec && g->graphs[i].epoch != g->epoch) { /* recorded buffers moved */
-        rf_gpu_graph_destroy(g->graphs[i].exec);
+    if (g->graphs[i].exec &&
+        (g->graphs[i].epoch != g->epoch || g->graphs[i].scratch_at != rf_gpu_scratch_base(g->ctx))) {
+        rf_gpu_graph_destroy(g->graphs[i].exec); /* buffers it recorded have moved */
         g->graphs[i].exec = NULL;
         g->graphs[i].seen = 0;
     }
@@ -385,10 +375,8 @@ static void g_destroy(rf_backend *be) {
         drop_graphs(g);
         if (g->ctx) rf_gpu_sync(g->ctx);
         rf_gpu_host_free(g->pin);
-        rf_gpu_host_free(g->spin);
         if (g->ctx) {
             rf_gpu_free(g->ctx, g->dmeta);
-            rf_gpu_free(g->ctx, g->sdev);
             rf_gpu_destroy(g->ctx);
         }
         free(g);
