@@ -1,8 +1,8 @@
 /* test_gpu_paged_attention.c — rf_gpu_paged_attention against rf_ref_paged_attention: batches that
  * mix decode tokens of several sequences with prompt chunks of others (grouped or shuffled in
  * the batch) and padding tokens, K/V blocks scattered over the pool in a shuffled order, block
- * sizes 1 / 7 / 16 / 32, head dims 64/80/96/128/256, GQA groups 1..8 (32/8, 9/3, 4/1, 14/2,
- * 8/8, 4/2, 16/2), sliding window and softcap, f32 and f16 caches, positions up to ~4200 (keys
+ * sizes 1 / 7 / 16 / 32, head dims 64/80/96/128/256, GQA groups 1..12 (32/8, 9/3, 4/1, 14/2,
+ * 8/8, 4/2, 16/2, 12/1), sliding window and softcap, f32 and f16 caches, positions up to ~4200 (keys
  * split over many blocks and reduced), batches of <= 64 tokens (one token per block) and > 64
  * (several tokens per warp). Pool rows that hold no position of their sequence are NaN and
  * block-table entries past a sequence's blocks point far outside the pool, so reading a key a
@@ -203,7 +203,7 @@ static void run_case(rf_rng *r, const pa_case *c) {
 }
 
 static const int64_t g_dims[5] = {64, 80, 96, 128, 256};
-static const int64_t g_shapes[7][2] = {{32, 8}, {9, 3}, {4, 1}, {14, 2}, {8, 8}, {4, 2}, {16, 2}};
+static const int64_t g_shapes[8][2] = {{32, 8}, {9, 3}, {4, 1}, {14, 2}, {8, 8}, {4, 2}, {16, 2}, {12, 1}};
 static const int64_t g_bss[4] = {1, 16, 32, 7};
 
 /* Batches of <= 64 tokens (one token per block): every head dim x cache type, the GQA shapes,
@@ -219,8 +219,10 @@ static void test_mixed(void **state) {
             for (int var = 0; var < 4; var++, i++) {
                 pa_case c = {0};
                 c.D = g_dims[di], c.f16 = f == 1;
-                c.nh = g_shapes[i % 7][0], c.nhkv = g_shapes[i % 7][1];
-                c.bs = g_bss[i % 4];
+                /* every shape meets every head dim, feature and block size over the 40 cases */
+                const int sh = (i / 4 + var * 2 + di) % 8;
+                c.nh = g_shapes[sh][0], c.nhkv = g_shapes[sh][1];
+                c.bs = g_bss[(i / 4 + var * 2) % 4];
                 c.window = var & 1 ? rnd_int(&r, 1, 300) : 0;
                 c.softcap = var & 2 ? 20.0f + 10.0f * rf_rng_uniform(&r) : 0.0f;
                 c.n_seq = 5;
