@@ -190,7 +190,7 @@ static void real_model(const char *file, int n_prompts) {
     rf_session *sc = session(mc, 512), *sg = session(mg, 512);
     const rf_vocab *v = rf_model_vocab(mc);
     enum { STEPS = 64 };
-    int full = 0;
+    int full = 0, bad = 0;
     double worst = 0;
     for (int p = 0; p < n_prompts; p++) {
         int32_t ids[256];
@@ -217,13 +217,20 @@ static void real_model(const char *file, int n_prompts) {
         } else {
             printf("  %s prompt %d: logits rel. L2 %.2e, diverges at token %d (CPU %d, GPU %d), CPU top-2 margin %.4f\n",
                    file, p, e, k, tc[k], tg[k], mc_[k]);
-            if (mc_[k] >= 0.1f) fail_msg("%s prompt %d: divergence at token %d is not a near tie (margin %.3f)", file, p, k, mc_[k]);
+            if (mc_[k] >= 0.1f) {
+                printf("    ^ not a near tie (CPU margin %.3f >= 0.1)\n", mc_[k]);
+                bad++;
+            }
         }
-        if (!(e < 5e-2)) fail_msg("%s prompt %d: logits rel. L2 %.3e >= 5e-2", file, p, e);
+        if (!(e < 5e-2)) {
+            printf("    ^ logits rel. L2 %.3e >= 5e-2\n", e);
+            bad++;
+        }
     }
     printf("  %s: %d of %d prompts identical for %d greedy tokens; worst prompt-logits rel. L2 %.2e\n", file, full,
            n_prompts, STEPS, worst);
     if (full * 2 < n_prompts) fail_msg("%s: only %d of %d prompts match for %d tokens", file, full, n_prompts, STEPS);
+    if (bad) fail_msg("%s: %d prompt(s) diverge away from a near tie or exceed the logits tolerance", file, bad);
     rf_session_free(sc);
     rf_session_free(sg);
     rf_model_free(mc);

@@ -1,6 +1,6 @@
 /* gpu_gemm.cu — prefill matrix products through the vendor BLAS on tensor cores: W dequantized to
- * f16 and x converted to f16 in the scratch arena, then cublasGemmEx with f32 accumulation and an
- * f32 result. On HIP without hipBLAS (Debian) this file compiles to a stub that says so; the
+ * f16 and x converted to f16 (for quantized W through ggml's int8 activation rounding) in the
+ * scratch arena, then cublasGemmEx with f32 accumulation and an f32 result. On HIP without hipBLAS (Debian) this file compiles to a stub that says so; the
  * caller falls back to the GEMV kernels in token groups of 8. Twin: rf_ref_matmul. */
 #include "backend/gpu/gpu_internal.h"
 
@@ -9,6 +9,25 @@ __global__ void rf_k_f32_to_f16(rf_half *y, const float *x, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] = rf_float2half(x[i]);
+}
+
+/* x -> f16 through ggml's activation quantization (as rf_k_quantize_x and the CPU's act_q8):
+ * per 32-element group, q = rint(x * 127/amax), y = q * f16(amax/127) rounded to f16. The
+ * many-token product of a quantized weight then sees the activations the GEMV and the CPU see
+ * (up to the f16 rounding of q*d), so a token's result hardly depends on which path the batch
+ * size picked. n a multiple of 32; launch: blocks of 256 threads, one group per 32 lanes,
+ * grid-stride over groups. */
+__global__ void rf_k_f32_to_f16_q8(rf_half *y, const float *x, int64_t n) {
+    const int lane = threadIdx.x % 32;
+    for (int64_t g0 = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32 * 32; g0 < n;
+         g0 += (int64_t)gridDim.x * blockDim.x) {
+        const float v = x[g0 + lane];
+        float amax = fabsf(v);
+        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, RF_SHFL_XOR(amax, m)); /* m < 32: within the group on wave32 and wave64 */
+        const float d = __half2float(__float2half(amax / 127.0f));
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        y[g0 + lane] = rf_float2half((float)__float2int_rn(v * id) * d);
+    }
 }
 
 #if defined(RF_GPU_NO_BLAS)
@@ -47,8 +66,10 @@ extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
         return st;
     }
     const int64_t nx = n_tokens * n_in;
-    rf_k_f32_to_f16<<<rf_gpu_blocks(nx, 256), 256, 0, ctx->stream>>>(x16, x, nx);
-    if ((st = RF_GPU_LAUNCHED(ctx, "rf_k_f32_to_f16"))) {
+    const bool q8 = wtype != RF_TYPE_F32 && wtype != RF_TYPE_F16 && wtype != RF_TYPE_BF16 && n_in % 32 == 0;
+    if (q8) rf_k_f32_to_f16_q8<<<rf_gpu_blocks(nx, 256), 256, 0, ctx->stream>>>(x16, x, nx);
+    else rf_k_f32_to_f16<<<rf_gpu_blocks(nx, 256), 256, 0, ctx->stream>>>(x16, x, nx);
+    if ((st = RF_GPU_LAUNCHED(ctx, q8 ? "rf_k_f32_to_f16_q8" : "rf_k_f32_to_f16"))) {
         ctx->scratch_used = mark;
         return st;
     }

@@ -56,7 +56,7 @@ __device__ unsigned long long rf_trace_mma[RF_TRACE_MMA_CALLS][RF_TRACE_MMA_BLOC
 #endif
 
 /* ---- x quantization ------------------------------------------------------------------------
- * quantize_x: for each 32-element group g of x: d = max|x| / 127, qx = round(x / d) (int8),
+ * quantize_x: for each 32-element group g of x: d = f16(max|x| / 127), qx = rint(x * 127 / max|x|),
  * dx[g] = (d, the sum of the group's int8 qx as int bits) as a float2, with FS (Q4_1 / Q5_1 /
  * K-quant weights, which need it) a float4 (d, that sum, the sum of the group's f32 x, the sum
  * of its first 16 int8 qx as int bits).
@@ -95,9 +95,11 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
             sum += RF_SHFL_XOR(sum, m);
         }
     }
-    /* a NaN in the group must reach y: NaN d poisons every product (int8 cannot hold it) */
-    const float d = sum != sum ? sum : amax / 127.0f;
-    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    /* ggml's activation blocks (the CPU twin's act_q8): q = rint(x * 127/amax) and the scale
+     * kept as f16, so GPU and CPU round the same activations the same way. A NaN in the group
+     * must reach y: NaN d poisons every product (int8 cannot hold it). */
+    const float d = sum != sum ? sum : __half2float(__float2half(amax / 127.0f));
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
     const int q = __float2int_rn(v * id);
     int qs = q, qlo = q;
     if (RX) {
