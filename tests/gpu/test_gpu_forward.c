@@ -179,12 +179,12 @@ static void greedy(rf_session *s, const int32_t *ids, int n, int steps, int32_t 
     }
 }
 
-static void real_model(const char *file, int n_prompts) {
+static bool real_model(const char *file, int n_prompts) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", models_dir(), file);
     if (access(path, R_OK) != 0) {
         printf("  %s: not in models/, skipped\n", file);
-        return;
+        return true;
     }
     rf_model *mc = load(path, RF_DEVICE_CPU), *mg = load(path, RF_DEVICE_GPU);
     rf_session *sc = session(mc, 512), *sg = session(mg, 512);
@@ -229,18 +229,27 @@ static void real_model(const char *file, int n_prompts) {
     }
     printf("  %s: %d of %d prompts identical for %d greedy tokens; worst prompt-logits rel. L2 %.2e\n", file, full,
            n_prompts, STEPS, worst);
-    if (full * 2 < n_prompts) fail_msg("%s: only %d of %d prompts match for %d tokens", file, full, n_prompts, STEPS);
-    if (bad) fail_msg("%s: %d prompt(s) diverge away from a near tie or exceed the logits tolerance", file, bad);
     rf_session_free(sc);
     rf_session_free(sg);
     rf_model_free(mc);
     rf_model_free(mg);
+    bool ok = true;
+    if (full * 2 < n_prompts) {
+        printf("  FAIL %s: only %d of %d prompts match for %d tokens\n", file, full, n_prompts, STEPS);
+        ok = false;
+    }
+    if (bad) {
+        printf("  FAIL %s: %d prompt(s) diverge away from a near tie or exceed the logits tolerance\n", file, bad);
+        ok = false;
+    }
+    return ok;
 }
 
 static void test_real_models(void **state) {
     (void)state;
-    real_model("SmolLM2-135M-Instruct.Q4_1.gguf", 8);
-    real_model("gemma-3-270m-q4_k_m.gguf", 6);
+    bool a = real_model("SmolLM2-135M-Instruct.Q4_1.gguf", 8);
+    bool b = real_model("gemma-3-270m-q4_k_m.gguf", 8);
+    if (!a || !b) fail_msg("real models: see above");
 }
 
 /* ---- the batching engine on the GPU ---------------------------------------------------- */
@@ -268,6 +277,26 @@ static void submit(rf_engine *e, const int32_t *ids, int n, int max_tokens, gen_
     rf_request_free(q);
 }
 
+/* Logits rows of one request, recorded through the engine's hook (the host then samples, with
+ * the same rule; the forward is the same as with device sampling). */
+typedef struct rec {
+    uint64_t id;
+    int32_t nv, n;
+    float *rows; /* [64, nv] */
+} rec;
+
+static void on_logits(void *user, const rf_seq *s, const float *lg) {
+    rec *r = user;
+    if (s->req->id != r->id || s->n_gen >= 64) return;
+    memcpy(r->rows + (size_t)s->n_gen * r->nv, lg, (size_t)r->nv * sizeof(float));
+    if (s->n_gen + 1 > r->n) r->n = s->n_gen + 1;
+}
+
+/* A greedy sequence alone (decode steps of one token: the GEMV kernels) and among 63 others
+ * (64-token steps: the many-token product): the attention, norms, RoPE and sampling are
+ * batch-invariant, the products are not (GEMV vs GEMM), so the logits differ by float rounding.
+ * Required: identical tokens until a near tie (alone top-2 margin < 0.1); reported: how many
+ * tokens match and the largest rel. L2 between the two runs' logits over the shared prefix. */
 static void engine_invariance(const char *path, const char *label) {
     rf_model *m = load(path, RF_DEVICE_GPU);
     int32_t nv = m->hp.n_vocab;
@@ -284,19 +313,50 @@ static void engine_invariance(const char *path, const char *label) {
     for (int i = 0; i < 64; i++) random_prompt(&r, prompts[i], 40, nv);
     enum { T = 32 };
     gen_out alone, crowd[64];
+    rec ra = {0, nv, 0, malloc((size_t)64 * nv * sizeof(float))}, rc = {0, nv, 0, malloc((size_t)64 * nv * sizeof(float))};
+    e->logits_hook = on_logits;
+    e->hook_user = &ra;
     submit(e, prompts[0], 40, T, &alone);
+    ra.id = 1; /* the engine's first request id */
     if (rf_engine_run(e)) fail_msg("run: %s", rf_last_error());
+    e->hook_user = &rc;
+    rc.id = 2;
     for (int i = 0; i < 64; i++) submit(e, prompts[i], 40, T, &crowd[i]);
     if (rf_engine_run(e)) fail_msg("run: %s", rf_last_error());
     int k = 0;
     while (k < T && alone.tok[k] == crowd[0].tok[k]) k++;
-    printf("  %s: a greedy sequence alone and among 63 others: %d of %d tokens identical\n", label, k, T);
+    double worst = 0;
+    for (int t = 0; t < k && t < ra.n && t < rc.n; t++) {
+        double num = 0, den = 0;
+        for (int32_t i = 0; i < nv; i++) {
+            double d = (double)ra.rows[(size_t)t * nv + i] - rc.rows[(size_t)t * nv + i];
+            num += d * d;
+            den += (double)ra.rows[(size_t)t * nv + i] * ra.rows[(size_t)t * nv + i];
+        }
+        double rel = den > 0 ? sqrt(num / den) : 0;
+        if (rel > worst) worst = rel;
+    }
+    float margin = INFINITY;
+    if (k < T && k < ra.n) {
+        const float *lg = ra.rows + (size_t)k * nv;
+        int32_t a1 = 0, a2 = -1;
+        for (int32_t i = 1; i < nv; i++) {
+            if (lg[i] > lg[a1]) { a2 = a1; a1 = i; }
+            else if (a2 < 0 || lg[i] > lg[a2]) a2 = i;
+        }
+        margin = lg[a1] - lg[a2];
+    }
+    printf("  %s: a greedy sequence alone and among 63 others: %d of %d tokens identical%s; logits rel. L2 between the "
+           "two runs up to there <= %.2e\n", label, k, T, k < T ? " (then a near tie)" : "", worst);
+    if (k < T) printf("    diverges at token %d, top-2 margin alone %.4f\n", k, margin);
     for (int i = 0; i < 64; i++)
         if (!crowd[i].done || crowd[i].n != T) fail_msg("sequence %d: %d tokens, done %d", i, crowd[i].n, crowd[i].done);
     assert_int_equal(rf_engine_get_stat(e, RF_STAT_BLOCKS_USED), 0);
     rf_engine_free(e);
     rf_model_free(m);
-    if (k < T) fail_msg("%s: the sequence among 63 others diverges at token %d", label, k);
+    free(ra.rows);
+    free(rc.rows);
+    if (k < T && margin >= 0.1f) fail_msg("%s: among 63 others the sequence diverges at token %d, not at a near tie (%.3f)", label, k, margin);
 }
 
 static void test_engine_gpu(void **state) {
