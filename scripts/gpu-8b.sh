@@ -24,14 +24,14 @@ fi
 # 1,000 tokens, device memory sampled in the background
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$OUT/mem-8b.log" 2>/dev/null &
 SMI=$!
-t0=$(date +%s.%N)
+t0=$(date +%s%N)
 RF_LOG=info "$BIN/rocmforge" run -m "$M" --device gpu -p "Once upon a time" -n "$N" --ignore-eos --ctx 2048 \
     >"$OUT/gen-8b.txt" 2>"$OUT/gen-8b.err"
 rc=$?
-t1=$(date +%s.%N)
+t1=$(date +%s%N)
 kill $SMI 2>/dev/null
 wait $SMI 2>/dev/null
-echo "== 1000-token generation (rc=$rc, $(echo "$t1 - $t0" | bc) s wall):"
+echo "== $N-token generation (rc=$rc, $(( (t1 - t0) / 1000000 )) ms wall):"
 grep -E "prompt:|engine:|model:|error" "$OUT/gen-8b.err"
 # memory while generating: the samples after the peak is first reached (load and warm-up excluded)
 awk '{v[NR]=$1} END {mx=0; for(i=1;i<=NR;i++) if(v[i]>mx) mx=v[i];
