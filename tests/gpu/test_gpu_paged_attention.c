@@ -131,12 +131,15 @@ static void run_case(rf_rng *r, const pa_case *c) {
     float *alt = host_f32((size_t)(nt * qd));
     rf_rng_fill_normal(r, q, (size_t)(nt * qd), c->qscale);
     const float scale = 1.0f / sqrtf((float)D);
+    /* an f16 cache's query is rounded to f16 (the CPU backend's and llama.cpp's convention) */
+    float *qref = host_f32((size_t)(nt * qd));
+    for (int64_t i = 0; i < nt * qd; i++) qref[i] = c->f16 ? rf_fp16_to_f32(rf_f32_to_fp16(q[i])) : q[i];
     for (int64_t t = 0; t < nt; t++) {
         if (pos[t] < 0) {
             memset(want + t * qd, 0, (size_t)qd * 4);
             continue;
         }
-        assert_int_equal(rf_ref_paged_attention(want + t * qd, q + t * qd, kf, vf, 1, pos + t, seq + t, tab, maxb,
+        assert_int_equal(rf_ref_paged_attention(want + t * qd, qref + t * qd, kf, vf, 1, pos + t, seq + t, tab, maxb,
                                                  bs, nh, nhkv, D, scale, c->window, c->softcap),
                          RF_OK);
     }
@@ -199,7 +202,7 @@ static void run_case(rf_rng *r, const pa_case *c) {
     rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq), rf_gpu_free(g_ctx, dtab);
     rf_gpu_free(g_ctx, drpos), rf_gpu_free(g_ctx, drseq), rf_gpu_free(g_ctx, drq);
     free(perm), free(tab), free(kf), free(vf), free(k16), free(v16), free(pos), free(seq), free(order);
-    free(q), free(want), free(got), free(alt), free(rpos), free(rseq), free(rq);
+    free(q), free(qref), free(want), free(got), free(alt), free(rpos), free(rseq), free(rq);
 }
 
 static const int64_t g_dims[5] = {64, 80, 96, 128, 256};

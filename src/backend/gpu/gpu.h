@@ -196,7 +196,8 @@ rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const float *q, c
  * kmin..pos[t] (kmin = pos[t] - window + 1 when window > 0, else 0); position j is row
  * block_table[seq[t] * max_blocks + j / block_size] * block_size + j % block_size of the caches
  * k, v [rows, n_head_kv, head_dim] (kv_type RF_TYPE_F16 or RF_TYPE_F32); scores scale * q.k,
- * softcap (c * tanh(s / c)) when > 0, softmax, out[t] f32 [n_head, head_dim] = P v. A token with
+ * softcap (c * tanh(s / c)) when > 0, softmax, out[t] f32 [n_head, head_dim] = P v; with an f16
+ * cache the query is first rounded to f16 (the CPU backend's and llama.cpp's rule). A token with
  * pos[t] < 0 is padding: its output row is zeros and nothing is read for it. max_pos is a host
  * upper bound of pos over the batch (sizes the split of the keys). Batch-invariant: a token's
  * output does not depend on which other tokens share the call (the keys are split at fixed

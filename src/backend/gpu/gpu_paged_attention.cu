@@ -295,6 +295,10 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                 for (int c = 0; c < EPP / 4; c++) {
                     float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                     if (act && pc < P) x = *reinterpret_cast<const float4 *>(q + qoff + pc * EPP + 4 * c);
+                    if (sizeof(KT) == 2) { /* f16 cache: q rounded to f16 first, as the CPU and llama.cpp do */
+                        x.x = rf_half2float(rf_float2half(x.x)), x.y = rf_half2float(rf_float2half(x.y));
+                        x.z = rf_half2float(rf_float2half(x.z)), x.w = rf_half2float(rf_float2half(x.w));
+                    }
                     float *qd = &qr[r][np * EPP + 4 * c];
                     qd[0] = __fmul_rn(x.x, scale), qd[1] = __fmul_rn(x.y, scale);
                     qd[2] = __fmul_rn(x.z, scale), qd[3] = __fmul_rn(x.w, scale);
