@@ -24,7 +24,8 @@ __global__ void rf_k_f32_to_f16_q8(rf_half *y, const float *x, int64_t n) {
         const float v = x[g0 + lane];
         float amax = fabsf(v);
         for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, RF_SHFL_XOR(amax, m)); /* m < 32: within the group on wave32 and wave64 */
-        const float d = __half2float(__float2half(amax / 127.0f));
+        const float d32 = amax / 127.0f, d16 = __half2float(__float2half(d32));
+        const float d = d16 <= 65504.0f ? d16 : d32; /* f16 would overflow: keep f32 */
         const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
         y[g0 + lane] = rf_float2half((float)__float2int_rn(v * id) * d);
     }

@@ -96,9 +96,11 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
         }
     }
     /* ggml's activation blocks (the CPU twin's act_q8): q = rint(x * 127/amax) and the scale
-     * kept as f16, so GPU and CPU round the same activations the same way. A NaN in the group
-     * must reach y: NaN d poisons every product (int8 cannot hold it). */
-    const float d = sum != sum ? sum : __half2float(__float2half(amax / 127.0f));
+     * kept as f16 (as f32 where f16 would overflow, |x| > 8e6, where ggml gives inf), so GPU and
+     * CPU round the same activations the same way. A NaN in the group must reach y: NaN d
+     * poisons every product (int8 cannot hold it). */
+    const float d32 = amax / 127.0f, d16 = __half2float(__float2half(d32));
+    const float d = sum != sum ? sum : (d16 <= 65504.0f ? d16 : d32); /* beyond f16's range: f32 */
     const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
     const int q = __float2int_rn(v * id);
     int qs = q, qlo = q;
