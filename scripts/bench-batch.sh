@@ -54,10 +54,10 @@ for npl in $NPL; do
             ctx=$((npl * (NPP + NTG) + 256))
             if [ "$POL" = unset ]; then
                 env -u OMP_WAIT_POLICY "$LLAMA_BATCHED_BENCH" -m "$M" -c $ctx -b 2048 -ub 512 -npp $NPP -ntg $NTG -npl "$npl" \
-                    -t "$THREADS" -kvu >"$TMP/lb.txt" 2>/dev/null || true
+                    -t "$THREADS" >"$TMP/lb.txt" 2>/dev/null || true
             else
                 OMP_WAIT_POLICY=$POL "$LLAMA_BATCHED_BENCH" -m "$M" -c $ctx -b 2048 -ub 512 -npp $NPP -ntg $NTG -npl "$npl" \
-                    -t "$THREADS" -kvu >"$TMP/lb.txt" 2>/dev/null || true
+                    -t "$THREADS" >"$TMP/lb.txt" 2>/dev/null || true
             fi
             # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
             awk -F'|' -v pp="$TMP/lb_pp_$npl" -v tg="$TMP/lb_tg_$npl" '$4+0 > 0 && $2+0 > 0 {

@@ -272,6 +272,12 @@ void rf_request_set_callback(rf_request *r, rf_event_fn fn, void *user);
  * model without a template, RF_ERR_RANGE when the prompt has more tokens than a sequence's
  * context (the message gives both numbers) or an id is outside the vocabulary. Thread-safe. */
 rf_status rf_engine_submit(rf_engine *e, const rf_request *r, uint64_t *id);
+/* The prompt length in tokens that submit would compute for r (text tokenized, messages
+ * rendered through the chat template), for checks such as prompt + max_tokens against the
+ * context before submitting. Errors as submit's. Thread-safe. */
+rf_status rf_engine_prompt_tokens(rf_engine *e, const rf_request *r, int32_t *n);
+/* Vocabulary size (logit_bias ids, token checks). */
+int32_t rf_engine_n_vocab(const rf_engine *e);
 /* Cancels a queued or running request: its choices finish with RF_FINISH_CANCELLED at the next
  * step and return their blocks. RF_ERR_NOT_FOUND if no such request is active. Thread-safe. */
 rf_status rf_engine_cancel(rf_engine *e, uint64_t id);

@@ -407,14 +407,14 @@ static rf_status tokenize_text(const rf_vocab *v, const char *text, size_t len, 
     return RF_OK;
 }
 
-rf_status rf_engine_submit(rf_engine *e, const rf_request *r, uint64_t *id) {
-    if (id) *id = 0;
-    if (!e || !r) return rf_set_error(RF_ERR_INVALID_ARG, "submit: engine or request is NULL");
+/* The request's prompt as token ids (text tokenized, messages rendered), as submit does it. */
+static rf_status request_tokens(rf_engine *e, const rf_request *r, int32_t **out, size_t *n_out) {
     const rf_vocab *v = e->m->vocab;
-    int32_t nv = e->m->hp.n_vocab;
     int32_t *ids = NULL;
     size_t n = 0;
     rf_status st = RF_OK;
+    *out = NULL;
+    *n_out = 0;
     if (r->kind == 1) {
         ids = malloc((r->n_ids ? r->n_ids : 1) * sizeof(int32_t));
         if (!ids) return rf_set_error(RF_ERR_OOM, "submit: out of memory");
@@ -439,6 +439,33 @@ rf_status rf_engine_submit(rf_engine *e, const rf_request *r, uint64_t *id) {
     } else {
         return rf_set_error(RF_ERR_INVALID_ARG, "the request has no prompt");
     }
+    *out = ids;
+    *n_out = n;
+    return RF_OK;
+}
+
+rf_status rf_engine_prompt_tokens(rf_engine *e, const rf_request *r, int32_t *n) {
+    if (n) *n = 0;
+    if (!e || !r || !n) return rf_set_error(RF_ERR_INVALID_ARG, "prompt_tokens: NULL argument");
+    int32_t *ids = NULL;
+    size_t cnt = 0;
+    rf_status st = request_tokens(e, r, &ids, &cnt);
+    free(ids);
+    if (st) return st;
+    *n = cnt > INT32_MAX ? INT32_MAX : (int32_t)cnt;
+    return RF_OK;
+}
+
+int32_t rf_engine_n_vocab(const rf_engine *e) { return e ? e->m->hp.n_vocab : 0; }
+
+rf_status rf_engine_submit(rf_engine *e, const rf_request *r, uint64_t *id) {
+    if (id) *id = 0;
+    if (!e || !r) return rf_set_error(RF_ERR_INVALID_ARG, "submit: engine or request is NULL");
+    int32_t nv = e->m->hp.n_vocab;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    rf_status st = request_tokens(e, r, &ids, &n);
+    if (st) return st;
     if (n == 0) {
         free(ids);
         return rf_set_error(RF_ERR_INVALID_ARG, "the prompt is empty");

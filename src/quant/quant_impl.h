@@ -83,8 +83,18 @@ float rf_kq_accum(float s, float d8, float d, int32_t isum, float dmin, int32_t 
 /* True when the CPU can run the *_avx2 kernels (AVX2, FMA and F16C). */
 bool rf_cpu_has_avx2(void);
 
-/* AVX-VNNI kernels (vec_dot_vnni.c); only run where rf_cpu_has_avx2() and rf_cpu_has_avxvnni(). */
+/* AVX-VNNI kernels (vec_dot_vnni.c); only run where rf_cpu_has_avx2() and rf_cpu_has_avxvnni().
+ * The *_vnni512 twins (vec_dot_vnni512.c, same bits) run where rf_cpu_has_avx512vnni() instead. */
 bool rf_cpu_has_avxvnni(void);
+bool rf_cpu_has_avx512vnni(void);
+void rf_vec_dot_q4_0_vnni512(int64_t n, float *out, const void *w, const void *x);
+void rf_vec_dot_q4_1_vnni512(int64_t n, float *out, const void *w, const void *x);
+void rf_vec_dot_q8_0_vnni512(int64_t n, float *out, const void *w, const void *x);
+void rf_vec_dot4_q4_1_vnni512(int64_t n, float *out, const void *w, size_t ws, const void *x);
+void rf_vec_dot4_q8_0_vnni512(int64_t n, float *out, const void *w, size_t ws, const void *x);
+void rf_vec_dot4_q5_0_vnni512(int64_t n, float *out, const void *w, size_t ws, const void *x);
+void rf_vec_dot4x2_q4_1_vnni512(int64_t n, float *out0, float *out1, const void *w, size_t ws, const void *x0,
+                                const void *x1);
 void rf_vec_dot_q4_0_vnni(int64_t n, float *out, const void *w, const void *x);
 void rf_vec_dot_q4_1_vnni(int64_t n, float *out, const void *w, const void *x);
 void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const void *x);

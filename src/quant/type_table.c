@@ -1,7 +1,7 @@
 /* quant/type_table.c — the type table (ggml ids, names, block sizes, bytes per block, converters,
  * dot kernels) and the checked row helpers. Sizes are ggml's (ggml.c type_traits, ggml-common.h);
  * removed ids (4, 5, 31-33, 36-38) have no entry. The dot kernel of each type is picked once at
- * first use: AVX-VNNI (Q4_0, Q4_1) or AVX2 where the CPU has it and RF_NO_SIMD is unset/"0"
+ * first use: AVX-VNNI or AVX512-VNNI (Q4_0, Q4_1) or AVX2 where the CPU has it and RF_NO_SIMD is unset/"0"
  * (RF_NO_VNNI=1: AVX2 only), else scalar; RF_GGML_ORDER=1 swaps in the Q8_0/Q4_K/Q6_K kernels in
  * ggml's exact float order. CPU features come from CPUID (<cpuid.h>) except avx2/fma, which clang 14 and gcc 12
  * both accept in __builtin_cpu_supports. */
@@ -88,7 +88,39 @@ static const dot_impls g_dots[RF_TYPE_TABLE_SIZE] = {
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static rf_simd_level g_level = RF_SIMD_SCALAR;
-static bool g_vnni;      /* table uses the AVX-VNNI kernels where a type has one */
+static bool g_vnni;      /* table uses the VNNI kernels where a type has one */
+
+/* The VNNI kernels this CPU runs: the VEX build, or the EVEX build of the same source. */
+typedef struct {
+    rf_vec_dot_fn q4_0, q4_1, q8_0;
+    rf_vec_dot4_fn q4_1x4, q8_0x4, q5_0x4;
+    rf_vec_dot4x2_fn q4_1x4x2;
+} vnni_set;
+static const vnni_set k_vex = {rf_vec_dot_q4_0_vnni, rf_vec_dot_q4_1_vnni, rf_vec_dot_q8_0_vnni,
+                               rf_vec_dot4_q4_1_vnni, rf_vec_dot4_q8_0_vnni, rf_vec_dot4_q5_0_vnni,
+                               rf_vec_dot4x2_q4_1_vnni};
+static const vnni_set k_evex = {rf_vec_dot_q4_0_vnni512, rf_vec_dot_q4_1_vnni512, rf_vec_dot_q8_0_vnni512,
+                                rf_vec_dot4_q4_1_vnni512, rf_vec_dot4_q8_0_vnni512, rf_vec_dot4_q5_0_vnni512,
+                                rf_vec_dot4x2_q4_1_vnni512};
+/* NULL when the CPU runs neither. CPUID traps in a VM (microseconds): asked once. */
+static const vnni_set *g_vs;
+static pthread_once_t g_vs_once = PTHREAD_ONCE_INIT;
+static void vnni_detect(void) {
+    if (!rf_cpu_has_avx2()) g_vs = NULL;
+    else if (rf_cpu_has_avxvnni()) g_vs = &k_vex;
+    else if (rf_cpu_has_avx512vnni()) g_vs = &k_evex;
+}
+static const vnni_set *vnni_kernels(void) {
+    pthread_once(&g_vs_once, vnni_detect);
+    return g_vs;
+}
+/* The VNNI kernel of type t in a set (the table's dot_impls.vnni names the VEX one). */
+static rf_vec_dot_fn vnni_of(const vnni_set *v, int t) {
+    if (t == RF_TYPE_Q4_0) return v->q4_0;
+    if (t == RF_TYPE_Q4_1) return v->q4_1;
+    if (t == RF_TYPE_Q8_0) return v->q8_0;
+    return NULL;
+}
 static bool g_ggml_order; /* Q8_0 (VNNI), Q4_K, Q6_K in ggml's exact float order (opt-in, see init_table) */
 
 /* AVX2 and FMA through the compiler's CPU model (which also checks that the OS saves YMM
@@ -111,7 +143,7 @@ static rf_vec_dot_fn ggml_order_kernel(int t) {
     if (!rf_cpu_has_avx2()) return NULL;
     if (t == RF_TYPE_Q4_K) return rf_vec_dot_q4_K_ggml;
     if (t == RF_TYPE_Q6_K) return rf_vec_dot_q6_K_ggml;
-    if (t == RF_TYPE_Q8_0 && rf_cpu_has_avxvnni()) return rf_vec_dot_q8_0_vnni;
+    if (t == RF_TYPE_Q8_0 && vnni_kernels()) return vnni_kernels()->q8_0;
     return NULL;
 }
 
@@ -130,14 +162,15 @@ static void init_table(void) {
      * rounding there moves those counts either way, and the exact order moved them below. */
     const char *env_nv = getenv("RF_NO_VNNI"), *env_v = getenv("RF_VNNI"), *env_g = getenv("RF_GGML_ORDER");
     bool no_vnni = env_nv && env_nv[0] && strcmp(env_nv, "0") != 0;
-    g_vnni = g_level == RF_SIMD_AVX2 && !no_vnni && rf_cpu_has_avxvnni();
+    const vnni_set *vs = vnni_kernels();
+    g_vnni = g_level == RF_SIMD_AVX2 && !no_vnni && vs;
     g_ggml_order = g_level == RF_SIMD_AVX2 && ((env_v && env_v[0] && strcmp(env_v, "0") != 0) ||
                                                 (env_g && env_g[0] && strcmp(env_g, "0") != 0));
     for (int t = 0; t < RF_TYPE_TABLE_SIZE; t++) {
         const dot_impls *d = &g_dots[t];
         rf_vec_dot_fn f = d->scalar;
         if (g_level == RF_SIMD_AVX2 && d->avx2) f = d->avx2;
-        if (g_vnni && d->vnni && t != RF_TYPE_Q8_0) f = d->vnni;
+        if (g_vnni && d->vnni && t != RF_TYPE_Q8_0) f = vnni_of(vs, t);
         if (g_ggml_order && ggml_order_kernel(t)) f = ggml_order_kernel(t);
         g_traits[t].vec_dot = f;
     }
@@ -157,8 +190,8 @@ rf_vec_dot_fn rf_vec_dot_impl(rf_type type, rf_simd_level level) {
         return d->avx2 ? d->avx2 : d->scalar;
     }
     if (level == RF_SIMD_AVXVNNI_INTERNAL) {
-        if (!d->vnni || !rf_cpu_has_avx2() || !rf_cpu_has_avxvnni()) return NULL;
-        return d->vnni;
+        if (!d->vnni || !vnni_kernels()) return NULL;
+        return vnni_of(vnni_kernels(), type);
     }
     if (level == RF_SIMD_GGML_ORDER_INTERNAL) return ggml_order_kernel(type);
     return NULL;
@@ -167,18 +200,20 @@ rf_vec_dot_fn rf_vec_dot_impl(rf_type type, rf_simd_level level) {
 rf_vec_dot4_fn rf_vec_dot4_for(rf_type type) {
     const rf_type_traits *t = rf_type_info((int)type);
     if (!t) return NULL;
-    if (type == RF_TYPE_Q4_1 && t->vec_dot == rf_vec_dot_q4_1_vnni) return rf_vec_dot4_q4_1_vnni;
-    if (type == RF_TYPE_Q8_0 && t->vec_dot == rf_vec_dot_q8_0_vnni) return rf_vec_dot4_q8_0_vnni;
+    const vnni_set *v = vnni_kernels();
+    if (v && type == RF_TYPE_Q4_1 && t->vec_dot == v->q4_1) return v->q4_1x4;
+    if (v && type == RF_TYPE_Q8_0 && t->vec_dot == v->q8_0) return v->q8_0x4;
     if (type == RF_TYPE_Q8_0 && t->vec_dot == rf_vec_dot_q8_0_avx2) return rf_vec_dot4_q8_0_avx2;
     /* bit-identical to the AVX2 one-row Q5_0 kernel (same int lanes and fma chain) */
-    if (type == RF_TYPE_Q5_0 && t->vec_dot == rf_vec_dot_q5_0_avx2 && g_vnni) return rf_vec_dot4_q5_0_vnni;
+    if (type == RF_TYPE_Q5_0 && t->vec_dot == rf_vec_dot_q5_0_avx2 && g_vnni) return v->q5_0x4;
     return NULL;
 }
 
 rf_vec_dot4x2_fn rf_vec_dot4x2_for(rf_type type) {
     const rf_type_traits *t = rf_type_info((int)type);
     if (!t) return NULL;
-    if (type == RF_TYPE_Q4_1 && t->vec_dot == rf_vec_dot_q4_1_vnni) return rf_vec_dot4x2_q4_1_vnni;
+    const vnni_set *v = vnni_kernels();
+    if (v && type == RF_TYPE_Q4_1 && t->vec_dot == v->q4_1) return v->q4_1x4x2;
     return NULL;
 }
 

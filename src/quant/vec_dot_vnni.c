@@ -1,7 +1,9 @@
 /* quant/vec_dot_vnni.c — AVX-VNNI (VEX `vpdpbusd`, CPUID.(7,1):EAX[4]) dot kernels for Q4_0, Q4_1
  * and Q8_0 x their activation types. Compiled per function with __attribute__((target)); type_table.c
  * selects them only when the CPU has AVX2+FMA+F16C and AVX-VNNI (rf_cpu_has_avxvnni) and RF_NO_SIMD
- * is unset. Same contracts as vec_dot.c. The integer block sums are exact for any int8 input (the
+ * is unset. vec_dot_vnni512.c compiles this same file again with RF_VNNI_EVEX for CPUs that have
+ * the EVEX form instead (AVX512-VNNI + VL, 256-bit vectors): same instructions, same bits, *_vnni512
+ * names. Same contracts as vec_dot.c. The integer block sums are exact for any int8 input (the
  * unsigned x signed `vpdpbusd` with an offset correction, no sign trick). The float steps are
  * ggml's x86 order (one fma chain over the blocks in order, Q4_1's m*s summed in order in a scalar)
  * and the same as vec_dot_avx2.c's, so results are bit-identical to the AVX2 kernels and to
@@ -13,6 +15,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#ifndef RF_VNNI_EVEX
 /* AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4. Callers also require rf_cpu_has_avx2() (OS YMM state). */
 bool rf_cpu_has_avxvnni(void) {
     unsigned a, b, c, d;
@@ -20,8 +23,17 @@ bool rf_cpu_has_avxvnni(void) {
     __cpuid_count(7, 1, a, b, c, d);
     return (a >> 4) & 1u;
 }
+#endif
 
+#ifndef RF_VNNI_EVEX
 #define RF_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define VN(f) f##_vnni
+#define RF_DPBUSD _mm256_dpbusd_avx_epi32
+#else
+#define RF_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define VN(f) f##_vnni512
+#define RF_DPBUSD _mm256_dpbusd_epi32
+#endif
 
 RF_VNNI static inline float vn_hsum_ps(__m256 x) {
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
@@ -56,10 +68,10 @@ RF_VNNI static inline void vn_scales2(uint16_t a0, uint16_t b0, uint16_t a1, uin
 }
 
 /* sum over 4-byte groups of u8(a) * i8(b) into 8 int32 lanes (exact: |sum| <= 4*255*128) */
-#define DPB(a, b) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), (a), (b))
+#define DPB(a, b) RF_DPBUSD(_mm256_setzero_si256(), (a), (b))
 
 /* Q4_0 x Q8_0: sum (q-8)*y = sum q*y - 8*sum y, both with vpdpbusd (q in 0..15 unsigned). */
-RF_VNNI void rf_vec_dot_q4_0_vnni(int64_t n, float *out, const void *w, const void *x) {
+RF_VNNI void VN(rf_vec_dot_q4_0)(int64_t n, float *out, const void *w, const void *x) {
     const rf_block_q4_0 *a = w;
     const rf_block_q8_0 *b = x;
     const __m256i m4 = _mm256_set1_epi8(0x0F), k8 = _mm256_set1_epi8(8);
@@ -87,7 +99,7 @@ RF_VNNI void rf_vec_dot_q4_0_vnni(int64_t n, float *out, const void *w, const vo
 
 /* Q4_1 x Q8_1: d*dy*sum q*y + m*s. The f16 pairs (d, m) and (dy, s) of two blocks are converted
  * with one vcvtph2ps and multiplied with one vmulps. */
-RF_VNNI void rf_vec_dot_q4_1_vnni(int64_t n, float *out, const void *w, const void *x) {
+RF_VNNI void VN(rf_vec_dot_q4_1)(int64_t n, float *out, const void *w, const void *x) {
     const rf_block_q4_1 *a = w;
     const rf_block_q8_1 *b = x;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -126,7 +138,7 @@ RF_VNNI void rf_vec_dot_q4_1_vnni(int64_t n, float *out, const void *w, const vo
  * loaded once per 4 rows, and the 4 independent fma chains hide the fma latency that bounds the
  * one-row kernel. Nibbles: a 128-bit broadcast load and a per-half variable shift (no lane
  * insert, which competes with the scale broadcasts for the shuffle port). */
-RF_VNNI void rf_vec_dot4_q4_1_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+RF_VNNI void VN(rf_vec_dot4_q4_1)(int64_t n, float *out, const void *w, size_t ws, const void *x) {
     const rf_block_q4_1 *a0 = w;
     const rf_block_q4_1 *a1 = (const rf_block_q4_1 *)((const char *)w + ws);
     const rf_block_q4_1 *a2 = (const rf_block_q4_1 *)((const char *)w + 2 * ws);
@@ -165,7 +177,7 @@ RF_VNNI void rf_vec_dot4_q4_1_vnni(int64_t n, float *out, const void *w, size_t 
  * rf_vec_dot_q4_1_vnni(row r, x0 / x1) (each (row, token) pair keeps its own in-order fma chain
  * and m*s sum). Each weight block is unpacked once for both tokens; the per-row scale products
  * go through a small stack array and come back as broadcast loads (no shuffle-port permutes). */
-RF_VNNI void rf_vec_dot4x2_q4_1_vnni(int64_t n, float *out0, float *out1, const void *w, size_t ws, const void *x0,
+RF_VNNI void VN(rf_vec_dot4x2_q4_1)(int64_t n, float *out0, float *out1, const void *w, size_t ws, const void *x0,
                                      const void *x1) {
     const rf_block_q4_1 *a0 = w;
     const rf_block_q4_1 *a1 = (const rf_block_q4_1 *)((const char *)w + ws);
@@ -217,7 +229,7 @@ RF_VNNI void rf_vec_dot4x2_q4_1_vnni(int64_t n, float *out0, float *out1, const 
 
 /* Q8_0 x Q8_0: sum w*y = sum (w+128)*y - 128*sum y; w+128 is w ^ 0x80 as an unsigned byte. Exact
  * for every int8 pair, -128 included. */
-RF_VNNI void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const void *x) {
+RF_VNNI void VN(rf_vec_dot_q8_0)(int64_t n, float *out, const void *w, const void *x) {
     const rf_block_q8_0 *a = w;
     const rf_block_q8_0 *b = x;
     const __m256i k80 = _mm256_set1_epi8((char)0x80);
@@ -247,7 +259,7 @@ RF_VNNI void rf_vec_dot_q8_0_vnni(int64_t n, float *out, const void *w, const vo
 }
 /* Four Q8_0 rows x one Q8_0 row, each out[r] bit-identical to rf_vec_dot_q8_0_vnni; the
  * activation's 128*sum(y) term is computed once per block for the four rows. */
-RF_VNNI void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+RF_VNNI void VN(rf_vec_dot4_q8_0)(int64_t n, float *out, const void *w, size_t ws, const void *x) {
     const rf_block_q8_0 *a0 = w;
     const rf_block_q8_0 *a1 = (const rf_block_q8_0 *)((const char *)w + ws);
     const rf_block_q8_0 *a2 = (const rf_block_q8_0 *)((const char *)w + 2 * ws);
@@ -282,7 +294,7 @@ RF_VNNI void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t 
  * one-row Q5_0 kernel): the same exact int32 lanes (4-byte groups, ggml's), computed as
  * sum u*y - 16*sum y with u = nibble | 16*high bit in 0..31 (vpdpbusd; the 16*sum y term once per
  * block for the four rows), and the same fma chain per row. */
-RF_VNNI void rf_vec_dot4_q5_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+RF_VNNI void VN(rf_vec_dot4_q5_0)(int64_t n, float *out, const void *w, size_t ws, const void *x) {
     const rf_block_q5_0 *a0 = w;
     const rf_block_q5_0 *a1 = (const rf_block_q5_0 *)((const char *)w + ws);
     const rf_block_q5_0 *a2 = (const rf_block_q5_0 *)((const char *)w + 2 * ws);
@@ -322,22 +334,26 @@ RF_VNNI void rf_vec_dot4_q5_0_vnni(int64_t n, float *out, const void *w, size_t 
 
 #else /* not x86: never selected (rf_cpu_has_avxvnni() is false); forward to the scalar kernels */
 
+#ifndef RF_VNNI_EVEX
+#define VN(f) f##_vnni
 bool rf_cpu_has_avxvnni(void) { return false; }
-#define RF_FWD(name) \
-    void rf_vec_dot_##name##_vnni(int64_t n, float *out, const void *w, const void *x) { rf_vec_dot_##name(n, out, w, x); }
-RF_FWD(q4_0) RF_FWD(q4_1) RF_FWD(q8_0)
-#undef RF_FWD
-void rf_vec_dot4_q4_1_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+#else
+#define VN(f) f##_vnni512
+#endif
+void VN(rf_vec_dot_q4_0)(int64_t n, float *out, const void *w, const void *x) { rf_vec_dot_q4_0(n, out, w, x); }
+void VN(rf_vec_dot_q4_1)(int64_t n, float *out, const void *w, const void *x) { rf_vec_dot_q4_1(n, out, w, x); }
+void VN(rf_vec_dot_q8_0)(int64_t n, float *out, const void *w, const void *x) { rf_vec_dot_q8_0(n, out, w, x); }
+void VN(rf_vec_dot4_q4_1)(int64_t n, float *out, const void *w, size_t ws, const void *x) {
     for (int r = 0; r < 4; r++) rf_vec_dot_q4_1(n, &out[r], (const char *)w + r * ws, x);
 }
-void rf_vec_dot4_q8_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+void VN(rf_vec_dot4_q8_0)(int64_t n, float *out, const void *w, size_t ws, const void *x) {
     for (int r = 0; r < 4; r++) rf_vec_dot_q8_0(n, &out[r], (const char *)w + r * ws, x);
 }
-void rf_vec_dot4_q5_0_vnni(int64_t n, float *out, const void *w, size_t ws, const void *x) {
+void VN(rf_vec_dot4_q5_0)(int64_t n, float *out, const void *w, size_t ws, const void *x) {
     for (int r = 0; r < 4; r++) rf_vec_dot_q5_0(n, &out[r], (const char *)w + r * ws, x);
 }
-void rf_vec_dot4x2_q4_1_vnni(int64_t n, float *out0, float *out1, const void *w, size_t ws, const void *x0,
-                             const void *x1) {
+void VN(rf_vec_dot4x2_q4_1)(int64_t n, float *out0, float *out1, const void *w, size_t ws, const void *x0,
+                            const void *x1) {
     for (int r = 0; r < 4; r++) {
         rf_vec_dot_q4_1(n, &out0[r], (const char *)w + r * ws, x0);
         rf_vec_dot_q4_1(n, &out1[r], (const char *)w + r * ws, x1);

@@ -403,15 +403,50 @@ typedef struct attn_job {
     int64_t per_thread;
 } attn_job;
 
-/* Pointer to K/V head hk of position p of batch sequence s (row through the block table). */
-static inline const char *kv_row(const rf_tensor *c, const rf_batch *b, int32_t s, int64_t p, int64_t hk,
-                                 int64_t hd) {
-    int64_t blk = b->block_table[(int64_t)s * b->max_blocks + p / b->block_size];
-    const char *r = (const char *)c->data + (size_t)(blk * b->block_size + p % b->block_size) * c->nb1;
-    switch (c->type) {
-    case RF_TYPE_F32: return r + (size_t)hk * hd * 4;
-    case RF_TYPE_F16: return r + (size_t)hk * hd * 2;
-    default: return r + (size_t)hk * hd / 32 * 34; /* q8_0 */
+/* Walks the K/V rows of positions p0.. of one batch sequence through its block table without a
+ * division per key: the row pointer advances by the row stride inside a block and jumps at block
+ * boundaries. `off` is head hk's byte offset inside a row. */
+typedef struct kv_walk {
+    const char *base, *row;
+    size_t nb1, off;
+    const int32_t *table;
+    int64_t bs, blk, in_blk;
+} kv_walk;
+
+static inline void kv_walk_start(kv_walk *w, const rf_tensor *c, const rf_batch *b, int32_t s, int64_t p0, size_t off) {
+    w->base = c->data;
+    w->nb1 = c->nb1;
+    w->off = off;
+    w->table = b->block_table + (int64_t)s * b->max_blocks;
+    w->bs = b->block_size;
+    w->blk = p0 / w->bs;
+    w->in_blk = p0 % w->bs;
+    w->row = w->base + (size_t)(w->table[w->blk] * w->bs + w->in_blk) * w->nb1 + off;
+}
+
+static inline const char *kv_walk_next(kv_walk *w) { /* the current row, then step to the next position */
+    const char *r = w->row;
+    if (++w->in_blk == w->bs) {
+        w->in_blk = 0;
+        w->blk++;
+        w->row = NULL; /* the next block is looked up only if there is a next position */
+    } else {
+        w->row += w->nb1;
+    }
+    return r;
+}
+
+static inline const char *kv_walk_row(kv_walk *w) {
+    if (!w->row) w->row = w->base + (size_t)(w->table[w->blk] * w->bs) * w->nb1 + w->off;
+    return kv_walk_next(w);
+}
+
+/* Byte offset of head hk inside a K/V row of type t. */
+static inline size_t kv_head_off(rf_type t, int64_t hk, int64_t hd) {
+    switch (t) {
+    case RF_TYPE_F32: return (size_t)hk * hd * 4;
+    case RF_TYPE_F16: return (size_t)hk * hd * 2;
+    default: return (size_t)hk * hd / 32 * 34; /* q8_0 */
     }
 }
 
@@ -442,8 +477,10 @@ static void attn_worker(void *ctx, int ith, int nth) {
         int64_t p = b->pos[it], kmin = 0;
         if (j->window > 0 && p - j->window + 1 > 0) kmin = p - j->window + 1;
         float mx = -INFINITY;
+        kv_walk wk, wv;
+        kv_walk_start(&wk, j->k, b, s, kmin, kv_head_off(j->k->type, hk, hd));
         for (int64_t kk = kmin; kk <= p; kk++) {
-            const char *kr = kv_row(j->k, b, s, kk, hk, hd);
+            const char *kr = kv_walk_row(&wk);
             const float *kv = (const float *)kr;
             if (!is_f32) {
                 rf_cpu_row_to_f32(j->k->type, kr, row, hd);
@@ -463,8 +500,9 @@ static void attn_worker(void *ctx, int ith, int nth) {
             sum += e;
         }
         float inv = (float)(1.0 / sum);
+        kv_walk_start(&wv, j->v, b, s, kmin, kv_head_off(j->v->type, hk, hd));
         for (int64_t kk = kmin; kk <= p; kk++) {
-            const char *vr = kv_row(j->v, b, s, kk, hk, hd);
+            const char *vr = kv_walk_row(&wv);
             const float *vv = (const float *)vr;
             if (!is_f32) {
                 rf_cpu_row_to_f32(j->v->type, vr, row, hd);
