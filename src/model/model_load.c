@@ -319,7 +319,12 @@ static rf_status open_backend(rf_model *m, const rf_model_params *p) {
         const char *why = NULL;
         char buf[256];
         rf_status st = RF_OK;
-        if (rf_gpu_device_count() <= 0) {
+        int hd = m->hp.head_dim;
+        if (hd != 64 && hd != 80 && hd != 96 && hd != 128 && hd != 256) {
+            snprintf(buf, sizeof buf, "the GPU attention has no kernel for head size %d (64, 80, 96, 128, 256)", hd);
+            why = buf;
+            st = rf_set_error(RF_ERR_UNSUPPORTED, "--device gpu: %s; use --device cpu", buf);
+        } else if (rf_gpu_device_count() <= 0) {
             why = "no GPU found";
             st = rf_set_error(RF_ERR_DEVICE, "--device gpu: no GPU found (check the driver: nvidia-smi / rocminfo)");
         } else if ((st = rf_backend_gpu_new(p->device_index, &m->be))) {
