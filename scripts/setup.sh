@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config git python3 python3-venv python3-pip unzip
       libjansson-dev libpcre2-dev libmicrohttpd-dev libcmocka-dev
-      clang libclang-rt-14-dev hipcc libamdhip64-dev)
+      clang libclang-rt-14-dev hipcc libamdhip64-dev gnuplot-nox)
 
 if [ "${RF_NO_INSTALL:-0}" = 1 ]; then exit 0; fi
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# bench.sh — `rocmforge bench` on the CPU with a tiny model: every test kind appears (ppN, tgN,
+# tgN @ dD, batched), -o json is valid JSON with the fields a reader needs, -o csv has one row per
+# test, --plot writes a PNG (when gnuplot is installed), and bad options fail with a message.
+# usage: bash bench.sh <rocmforge> <source-dir>
+set -u
+RF=$1
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the JSON output"; exit 77; }
+
+"$RF" mkmodel --preset tiny --type q8_0 -o "$T/tiny.gguf" >/dev/null 2>&1 || fail "mkmodel"
+B=("$RF" bench -m "$T/tiny.gguf" --device cpu -t 1 -p 32 -n 8 -d 0,16 -b 1,4 --batch-prompt 8 -r 2)
+
+"${B[@]}" >"$T/md" 2>"$T/err" || fail "bench md: $(cat "$T/err")"
+for row in "pp32" "tg8" "tg8 @ d16" "tg8 x 4 seqs"; do
+    grep -qF "$row" "$T/md" || fail "markdown lacks a '$row' row: $(cat "$T/md")"
+done
+grep -q "GB/s" "$T/md" || fail "markdown lacks the bandwidth column"
+
+"${B[@]}" -o json >"$T/json" 2>"$T/err" || fail "bench json: $(cat "$T/err")"
+python3 - "$T/json" <<'EOF' || fail "bench json does not hold what it should: $(cat "$T/json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = d["results"] if isinstance(d, dict) else d
+assert len(rows) >= 5, rows
+for r in rows:
+    assert r["tok_s"] > 0, r
+    assert r["tok_s_sd"] >= 0, r
+EOF
+
+"${B[@]}" -o csv >"$T/csv" 2>"$T/err" || fail "bench csv: $(cat "$T/err")"
+[ "$(grep -c . "$T/csv")" -ge 6 ] || fail "csv should hold a header and 5 rows: $(cat "$T/csv")"
+
+if command -v gnuplot >/dev/null; then
+    "${B[@]}" --plot "$T/p.png" >/dev/null 2>"$T/err" || fail "bench --plot: $(cat "$T/err")"
+    head -c 8 "$T/p.png" | od -An -tx1 | grep -q "89 50 4e 47" || fail "--plot did not write a PNG"
+else
+    echo "note: gnuplot not installed, --plot not checked"
+fi
+
+"$RF" bench -m "$T/tiny.gguf" -o yaml >/dev/null 2>"$T/err" && fail "-o yaml accepted"
+grep -q "yaml" "$T/err" || fail "-o yaml: no message naming it"
+"$RF" bench -m "$T/none.gguf" >/dev/null 2>"$T/err" && fail "a missing model accepted"
+"$RF" bench -m "$T/tiny.gguf" -r 0 >/dev/null 2>"$T/err" && fail "-r 0 accepted"
+echo "bench.sh: all checks passed"
