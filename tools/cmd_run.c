@@ -63,6 +63,14 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
     o->device = RF_DEVICE_AUTO;
     o->n_parallel = 4;
     o->block_size = 16;
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->max_queue = 256;
+    o->http_threads = 4;
+    o->max_body = 8 << 20;
+    o->ping_s = 15;
+    o->timeout_s = 300;
+    bool engine = which & (RF_OPT_BATCH | RF_OPT_SERVE), serve = which & RF_OPT_SERVE;
     bool samp = which & RF_OPT_SAMPLING;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -166,19 +174,63 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
         } else if ((which & RF_OPT_PROMPT) && IS("--logits-out")) {
             if (!(v = ARG())) return 2;
             o->logits_out = v;
-        } else if ((which & RF_OPT_BATCH) && (IS("--parallel") || IS("-np"))) {
+        } else if (engine && (IS("--parallel") || IS("-np"))) {
             if (!(v = ARG()) || (rc = parse_int(a, v, 1, 4096, &o->n_parallel))) return rc ? rc : 2;
-        } else if ((which & RF_OPT_BATCH) && IS("--kv-blocks")) {
+        } else if (engine && IS("--kv-blocks")) {
             if (!(v = ARG()) || (rc = parse_int(a, v, 0, 1 << 26, &o->kv_blocks))) return rc ? rc : 2;
-        } else if ((which & RF_OPT_BATCH) && IS("--block-size")) {
+        } else if (engine && IS("--block-size")) {
             if (!(v = ARG()) || (rc = parse_int(a, v, 1, 4096, &o->block_size))) return rc ? rc : 2;
-        } else if ((which & RF_OPT_BATCH) && IS("--no-prefix-cache")) {
+        } else if (engine && IS("--no-prefix-cache")) {
             o->no_prefix_cache = true;
         } else if ((which & RF_OPT_BATCH) && (IS("-o") || IS("--output"))) {
             if (!(v = ARG())) return 2;
             if (!strcmp(v, "text")) o->jsonl = false;
             else if (!strcmp(v, "jsonl")) o->jsonl = true;
             else return rf_cli_fail(2, "option %s: '%s' is not one of text, jsonl", a, v);
+        } else if (serve && IS("--host")) {
+            if (!(v = ARG())) return 2;
+            if (!*v) return rf_cli_fail(2, "option --host: empty address");
+            o->host = v;
+        } else if (serve && IS("--port")) {
+            if (!(v = ARG()) || (rc = parse_int(a, v, 0, 65535, &o->port))) return rc ? rc : 2;
+        } else if (serve && IS("--api-key")) {
+            if (!(v = ARG())) return 2;
+            if (!*v) return rf_cli_fail(2, "option --api-key: empty key");
+            o->api_key = v;
+        } else if (serve && IS("--api-key-file")) {
+            if (!(v = ARG())) return 2;
+            static char key[4096];
+            FILE *f = fopen(v, "r");
+            if (!f) return rf_cli_fail(2, "option --api-key-file: cannot read '%s': %s", v, strerror(errno));
+            size_t n = fread(key, 1, sizeof key - 1, f);
+            fclose(f);
+            key[n] = 0;
+            while (n && (key[n - 1] == '\n' || key[n - 1] == '\r' || key[n - 1] == ' ' || key[n - 1] == '\t')) key[--n] = 0;
+            if (!n) return rf_cli_fail(2, "option --api-key-file: '%s' holds no key", v);
+            o->api_key = key;
+        } else if (serve && IS("--alias")) {
+            if (!(v = ARG())) return 2;
+            if (!*v) return rf_cli_fail(2, "option --alias: empty name");
+            o->alias = v;
+        } else if (serve && IS("--max-queue")) {
+            if (!(v = ARG()) || (rc = parse_int(a, v, 0, 1 << 20, &o->max_queue))) return rc ? rc : 2;
+        } else if (serve && IS("--http-threads")) {
+            if (!(v = ARG()) || (rc = parse_int(a, v, 1, 256, &o->http_threads))) return rc ? rc : 2;
+        } else if (serve && IS("--max-body")) {
+            if (!(v = ARG())) return 2;
+            long long n;
+            if (!rf_cli_parse_i64(v, 1024, 1LL << 32, &n))
+                return rf_cli_fail(2, "option --max-body: '%s' must be an integer in [1024, 4294967296] (bytes)", v);
+            o->max_body = n;
+        } else if (serve && IS("--sse-ping")) {
+            float f;
+            if (!(v = ARG()) || (rc = parse_float(a, v, &f))) return rc ? rc : 2;
+            if (f < 0 || f > 86400) return rf_cli_fail(2, "option --sse-ping must be in [0, 86400] seconds (0 = never)");
+            o->ping_s = f;
+        } else if (serve && IS("--timeout")) {
+            if (!(v = ARG()) || (rc = parse_int(a, v, 0, 86400, &o->timeout_s))) return rc ? rc : 2;
+        } else if (serve && (IS("-v") || IS("--verbose"))) {
+            o->verbose = true;
         } else if ((which & RF_OPT_PPL) && IS("--chunks")) {
             if (!(v = ARG()) || (rc = parse_int(a, v, 0, INT32_MAX, &o->chunks))) return rc ? rc : 2;
         } else if (IS("--no-timing")) {

@@ -1,4 +1,4 @@
-/* cmd_run_opts.h — options shared by `rocmforge run`, `chat`, `perplexity` and `batch`
+/* cmd_run_opts.h — options shared by `rocmforge run`, `chat`, `perplexity`, `batch` and `serve`
  * (defined in cmd_run.c): model/session flags, sampling flags, loading with a progress bar. */
 #ifndef RF_CMD_RUN_OPTS_H
 #define RF_CMD_RUN_OPTS_H
@@ -26,10 +26,21 @@ typedef struct rf_run_opts {
     int32_t block_size;     /* positions per KV block (default 16) */
     bool no_prefix_cache;
     bool jsonl;             /* -o jsonl (default text) */
+    /* serve: the HTTP side */
+    const char *host;       /* --host (default 127.0.0.1) */
+    int32_t port;           /* --port (default 8080; 0 = any free port) */
+    const char *api_key;    /* --api-key, --api-key-file, or RF_API_KEY */
+    const char *alias;      /* --alias: the model's id in the API */
+    int32_t max_queue;      /* --max-queue */
+    int32_t http_threads;   /* --http-threads */
+    int64_t max_body;       /* --max-body bytes */
+    double ping_s;          /* --sse-ping seconds */
+    int32_t timeout_s;      /* --timeout seconds */
+    bool verbose;           /* -v */
 } rf_run_opts;
 
 /* Which flags a subcommand accepts. */
-enum { RF_OPT_PROMPT = 1, RF_OPT_SAMPLING = 2, RF_OPT_CHAT = 4, RF_OPT_PPL = 8, RF_OPT_BATCH = 16 };
+enum { RF_OPT_PROMPT = 1, RF_OPT_SAMPLING = 2, RF_OPT_CHAT = 4, RF_OPT_PPL = 8, RF_OPT_BATCH = 16, RF_OPT_SERVE = 32 };
 
 /* Parses argv (argv[0] = subcommand). Returns -1 when parsing succeeded, else the exit code
  * to return (0 after --help, 2 after a usage error, message printed). */

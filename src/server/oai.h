@@ -1,0 +1,148 @@
+/* oai.h — the OpenAI request/response mapping of `rocmforge serve`, apart from HTTP: routing,
+ * request bodies (JSON) to checked parameters, parameters to engine requests, and the JSON of
+ * responses, stream chunks and errors. Nothing here touches a socket, so the request parser
+ * can be fuzzed on its own (tests/fuzz/fuzz_server.c) and unit-tested (test_server_parse.c). */
+#ifndef RF_SERVER_OAI_H
+#define RF_SERVER_OAI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rocmforge/engine.h"
+
+/* ---- limits (the engine's, engine.h) ------------------------------------------------------ */
+
+#define SRV_MAX_N 64          /* RF_REQ_N: choices per prompt */
+#define SRV_MAX_STOP 16       /* rf_request_add_stop */
+#define SRV_MAX_TOP_LOGPROBS 20
+#define SRV_MAX_PROMPTS 64    /* prompts in one /v1/completions request */
+#define SRV_MAX_MESSAGES 4096
+#define SRV_SEED_MASK ((1ULL << 53) - 1) /* the engine takes seeds in [0, 2^53]; choice i uses seed + i */
+
+/* ---- routes ------------------------------------------------------------------------------- */
+
+typedef enum srv_route {
+    SRV_ROUTE_NONE = 0, /* unknown path: 404 */
+    SRV_ROUTE_HEALTH,
+    SRV_ROUTE_MODELS,
+    SRV_ROUTE_METRICS,
+    SRV_ROUTE_CHAT,
+    SRV_ROUTE_COMPLETIONS,
+    SRV_ROUTE_COUNT
+} srv_route;
+
+/* The route a path names ("/v1/chat/completions", also without "/v1"; a query string is
+ * ignored, a trailing slash is another path). */
+srv_route srv_route_of(const char *path);
+/* Whether `method` is allowed on the route (GET and HEAD for health/models/metrics, POST for
+ * the two completions routes); *allow gets the Allow header's value. */
+bool srv_route_allows(srv_route r, const char *method, const char **allow);
+/* "chat", "completions", "models", "health", "metrics" or "other" (metric labels). */
+const char *srv_route_name(srv_route r);
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+/* An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}}. */
+typedef struct srv_error {
+    int status;           /* HTTP status */
+    const char *type;     /* invalid_request_error, authentication_error, not_found_error,
+                             server_error, unavailable_error */
+    const char *code;     /* context_length_exceeded, model_not_found, invalid_api_key, ... or NULL */
+    char param[64];       /* the field at fault ("messages[2].role") or "" (null) */
+    char message[512];
+} srv_error;
+
+/* Fills *e; returns -1 (for `return srv_fail(...)`). */
+int srv_fail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+/* The error's JSON body (malloc'd, NUL-terminated); NULL when out of memory. */
+char *srv_error_json(const srv_error *e);
+
+/* ---- parsed requests ---------------------------------------------------------------------- */
+
+typedef struct srv_prompt {
+    char *text;        /* a text prompt (NULL for token ids) */
+    size_t len;
+    int32_t *ids;      /* token ids */
+    size_t n_ids;
+} srv_prompt;
+
+typedef struct srv_msg {
+    char *role;        /* system, user or assistant ("developer" is read as system) */
+    char *content;     /* text parts joined with "\n" */
+} srv_msg;
+
+typedef struct srv_params {
+    srv_route route;            /* SRV_ROUTE_CHAT or SRV_ROUTE_COMPLETIONS */
+    char *model;                /* NULL when not given */
+    srv_msg *msgs;              /* chat */
+    size_t n_msgs;
+    srv_prompt *prompts;        /* completions: one or more */
+    size_t n_prompts;
+    bool stream, include_usage, echo, ignore_eos;
+    int64_t max_tokens;         /* -1: not given (until EOS or the context is full) */
+    double temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+    int32_t top_k;              /* <= 0: off */
+    bool has_seed;
+    uint64_t seed;              /* the client's seed mod 2^53 when has_seed */
+    int32_t n;
+    int32_t logprobs;           /* -1: none; else top alternatives wanted (0..20) */
+    char *stop[SRV_MAX_STOP];
+    size_t stop_len[SRV_MAX_STOP];
+    int n_stop;
+} srv_params;
+
+/* Parses and checks a request body for a completions route. Returns 0 and fills *p (free with
+ * srv_params_free), or -1 with a 400 in *e naming the field. Unknown fields are ignored (as
+ * the peers do); fields this server cannot honour (tools, logit_bias, json response formats,
+ * suffix, best_of > n, echo with logprobs) are refused rather than silently dropped. */
+int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
+void srv_params_free(srv_params *p);
+
+/* ---- parameters to engine requests -------------------------------------------------------- */
+
+typedef struct srv_prepared {
+    rf_request **reqs;          /* one per prompt (chat: one) */
+    int32_t *n_prompt;          /* prompt tokens of each */
+    int n;
+    int64_t max_tokens;         /* tokens each choice may generate (after the context check) */
+} srv_prepared;
+
+/* Builds the engine requests of p (without callbacks) and checks each prompt against the
+ * context: prompt + max_tokens > n_ctx is a 400 context_length_exceeded naming both numbers;
+ * with no max_tokens a choice may fill the context. `seed` is used when p has none. Prompt
+ * ids outside [0, n_vocab) are a 400. Returns 0, or -1 with *e. */
+int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e);
+void srv_prepared_free(srv_prepared *pr);
+
+/* ---- output helpers ----------------------------------------------------------------------- */
+
+/* A JSON string of any bytes: invalid UTF-8 becomes U+FFFD (one per maximal invalid subpart). */
+json_t *srv_json_bytes(const char *s, size_t n);
+/* A log-probability as JSON: -9999.0 for -inf or NaN (JSON has no infinities). */
+json_t *srv_json_logprob(float lp);
+/* The finish reason OpenAI clients know: eos/stop -> "stop", length/context -> "length". */
+const char *srv_finish_str(rf_finish_reason f);
+
+/* A growable byte buffer. */
+typedef struct srv_buf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} srv_buf;
+void srv_buf_add(srv_buf *b, const void *s, size_t n);
+void srv_buf_printf(srv_buf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void srv_buf_free(srv_buf *b);
+/* Appends "data: <compact json>\n\n" and consumes j (decref). */
+void srv_buf_sse(srv_buf *b, json_t *j);
+
+#endif

@@ -1,0 +1,138 @@
+/* oai_format.c — JSON and SSE output helpers of the server (oai.h). */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oai.h"
+
+/* Length of the valid UTF-8 sequence at s[0..n) (1-4), or 0 when s[0] starts none; then *bad is
+ * the length of the maximal invalid subpart (>= 1) that becomes one U+FFFD. */
+static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad) {
+    unsigned char c = s[0];
+    size_t need;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        *bad = 1;
+        return 0;
+    }
+    size_t i = 1;
+    for (; i <= need; i++) {
+        if (i >= n) break;
+        unsigned char l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xBF;
+        if (s[i] < l || s[i] > h) break;
+    }
+    if (i == need + 1) return need + 1;
+    *bad = i;
+    return 0;
+}
+
+json_t *srv_json_bytes(const char *s, size_t n) {
+    if (!s) return json_string("");
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    char *b = malloc(3 * n + 1);
+    if (!b) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t badn = 0, k = utf8_seq((const unsigned char *)s + i, n - i, &badn);
+        if (k) {
+            memcpy(b + o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(b + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += badn;
+        }
+    }
+    j = json_stringn(b, o);
+    free(b);
+    return j;
+}
+
+json_t *srv_json_logprob(float lp) {
+    if (!isfinite(lp)) return json_real(-9999.0);
+    return json_real((double)lp);
+}
+
+const char *srv_finish_str(rf_finish_reason f) {
+    switch (f) {
+    case RF_FINISH_EOS:
+    case RF_FINISH_STOP: return "stop";
+    case RF_FINISH_LENGTH:
+    case RF_FINISH_CONTEXT: return "length";
+    default: return "stop";
+    }
+}
+
+void srv_buf_add(srv_buf *b, const void *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void srv_buf_printf(srv_buf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof tmp) {
+        srv_buf_add(b, tmp, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        b->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    srv_buf_add(b, big, (size_t)n);
+    free(big);
+}
+
+void srv_buf_free(srv_buf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+void srv_buf_sse(srv_buf *b, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!s) {
+        b->oom = true;
+        return;
+    }
+    srv_buf_add(b, "data: ", 6);
+    srv_buf_add(b, s, strlen(s));
+    srv_buf_add(b, "\n\n", 2);
+    free(s);
+}

@@ -1,0 +1,523 @@
+/* oai_parse.c — routing and OpenAI request bodies to checked parameters (oai.h). Every field
+ * is checked for its JSON type and range here, so that what reaches the engine is valid and a
+ * bad request is a 400 naming the field; the fuzz target runs this on random bodies. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oai.h"
+
+/* ---- routes ------------------------------------------------------------------------------- */
+
+srv_route srv_route_of(const char *path) {
+    if (!path) return SRV_ROUTE_NONE;
+    size_t n = strcspn(path, "?");
+    static const struct {
+        const char *path;
+        srv_route r;
+    } tab[] = {
+        {"/health", SRV_ROUTE_HEALTH},
+        {"/v1/health", SRV_ROUTE_HEALTH},
+        {"/v1/models", SRV_ROUTE_MODELS},
+        {"/models", SRV_ROUTE_MODELS},
+        {"/metrics", SRV_ROUTE_METRICS},
+        {"/v1/chat/completions", SRV_ROUTE_CHAT},
+        {"/chat/completions", SRV_ROUTE_CHAT},
+        {"/v1/completions", SRV_ROUTE_COMPLETIONS},
+        {"/completions", SRV_ROUTE_COMPLETIONS},
+    };
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (strlen(tab[i].path) == n && !memcmp(tab[i].path, path, n)) return tab[i].r;
+    return SRV_ROUTE_NONE;
+}
+
+bool srv_route_allows(srv_route r, const char *method, const char **allow) {
+    bool post = r == SRV_ROUTE_CHAT || r == SRV_ROUTE_COMPLETIONS;
+    if (allow) *allow = post ? "POST" : "GET, HEAD";
+    if (!method) return false;
+    if (post) return !strcmp(method, "POST");
+    return !strcmp(method, "GET") || !strcmp(method, "HEAD");
+}
+
+const char *srv_route_name(srv_route r) {
+    switch (r) {
+    case SRV_ROUTE_HEALTH: return "health";
+    case SRV_ROUTE_MODELS: return "models";
+    case SRV_ROUTE_METRICS: return "metrics";
+    case SRV_ROUTE_CHAT: return "chat";
+    case SRV_ROUTE_COMPLETIONS: return "completions";
+    default: return "other";
+    }
+}
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+int srv_fail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+char *srv_error_json(const srv_error *e) {
+    json_t *in = json_object();
+    if (!in) return NULL;
+    json_object_set_new(in, "message", srv_json_bytes(e->message, strlen(e->message)));
+    json_object_set_new(in, "type", json_string(e->type ? e->type : "server_error"));
+    json_object_set_new(in, "param", e->param[0] ? srv_json_bytes(e->param, strlen(e->param)) : json_null());
+    json_object_set_new(in, "code", e->code ? json_string(e->code) : json_null());
+    json_t *o = json_pack("{so}", "error", in);
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static int bad(srv_error *e, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static int bad(srv_error *e, const char *param, const char *fmt, ...) {
+    e->status = 400;
+    e->type = "invalid_request_error";
+    e->code = NULL;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- field readers: absent or null = keep the default ------------------------------------- */
+
+static const char *json_type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static int get_bool(json_t *o, const char *key, bool *out, srv_error *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return bad(e, key, "'%s' must be a boolean, not %s", key, json_type_name(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_num(json_t *o, const char *key, double lo, double hi, double *out, srv_error *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return bad(e, key, "'%s' must be a number, not %s", key, json_type_name(v));
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) return bad(e, key, "'%s' must be in [%g, %g] (got %g)", key, lo, hi, d);
+    *out = d;
+    return 0;
+}
+
+/* An integer (a JSON integer, or a number with no fraction) in [lo, hi]. */
+static int get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, bool *given, srv_error *e) {
+    json_t *v = json_object_get(o, key);
+    if (given) *given = false;
+    if (!v || json_is_null(v)) return 0;
+    int64_t x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d != floor(d) || !(d >= -9.2e18 && d <= 9.2e18))
+            return bad(e, key, "'%s' must be an integer (got %g)", key, d);
+        x = (int64_t)d;
+    } else {
+        return bad(e, key, "'%s' must be an integer, not %s", key, json_type_name(v));
+    }
+    if (x < lo || x > hi) return bad(e, key, "'%s' must be in [%lld, %lld] (got %lld)", key, (long long)lo, (long long)hi, (long long)x);
+    *out = x;
+    if (given) *given = true;
+    return 0;
+}
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+static int oom(srv_error *e) {
+    return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while reading the request");
+}
+
+/* ---- chat messages ------------------------------------------------------------------------ */
+
+/* content: a string, or a list of parts {"type": "text", "text": "..."} joined with "\n". */
+static int read_content(json_t *c, const char *param, bool null_ok, char **out, srv_error *e) {
+    if (!c || json_is_null(c)) {
+        if (!null_ok) return bad(e, param, "'%s' is required (a string or a list of text parts)", param);
+        *out = dup_n("", 0);
+        return *out ? 0 : oom(e);
+    }
+    if (json_is_string(c)) {
+        *out = dup_n(json_string_value(c), json_string_length(c));
+        return *out ? 0 : oom(e);
+    }
+    if (!json_is_array(c))
+        return bad(e, param, "'%s' must be a string or a list of text parts, not %s", param, json_type_name(c));
+    srv_buf b = {0};
+    size_t i;
+    json_t *part;
+    char pp[128];
+    json_array_foreach(c, i, part) {
+        snprintf(pp, sizeof pp, "%s[%zu]", param, i);
+        if (json_is_string(part)) { /* a bare string part: accepted as text */
+            if (i) srv_buf_add(&b, "\n", 1);
+            srv_buf_add(&b, json_string_value(part), json_string_length(part));
+            continue;
+        }
+        if (!json_is_object(part)) {
+            srv_buf_free(&b);
+            return bad(e, pp, "'%s' must be an object {\"type\": \"text\", \"text\": ...}, not %s", pp, json_type_name(part));
+        }
+        json_t *ty = json_object_get(part, "type"), *tx = json_object_get(part, "text");
+        if (!json_is_string(ty)) {
+            srv_buf_free(&b);
+            return bad(e, pp, "'%s.type' must be a string", pp);
+        }
+        if (strcmp(json_string_value(ty), "text")) {
+            srv_buf_free(&b);
+            return bad(e, pp, "content parts of type '%.40s' are not supported (only 'text')", json_string_value(ty));
+        }
+        if (!json_is_string(tx)) {
+            srv_buf_free(&b);
+            return bad(e, pp, "'%s.text' must be a string", pp);
+        }
+        if (i) srv_buf_add(&b, "\n", 1);
+        srv_buf_add(&b, json_string_value(tx), json_string_length(tx));
+    }
+    srv_buf_add(&b, "", 1); /* NUL */
+    if (b.oom) {
+        srv_buf_free(&b);
+        return oom(e);
+    }
+    *out = b.p;
+    return 0;
+}
+
+static int read_messages(json_t *root, srv_params *p, srv_error *e) {
+    json_t *ms = json_object_get(root, "messages");
+    if (!ms || json_is_null(ms)) return bad(e, "messages", "'messages' is required");
+    if (!json_is_array(ms)) return bad(e, "messages", "'messages' must be an array, not %s", json_type_name(ms));
+    size_t n = json_array_size(ms);
+    if (n == 0) return bad(e, "messages", "'messages' must not be empty");
+    if (n > SRV_MAX_MESSAGES) return bad(e, "messages", "'messages' has %zu entries; at most %d", n, SRV_MAX_MESSAGES);
+    p->msgs = calloc(n, sizeof *p->msgs);
+    if (!p->msgs) return oom(e);
+    char pp[64];
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(ms, i);
+        snprintf(pp, sizeof pp, "messages[%zu]", i);
+        if (!json_is_object(m)) return bad(e, pp, "'%s' must be an object, not %s", pp, json_type_name(m));
+        json_t *ro = json_object_get(m, "role");
+        snprintf(pp, sizeof pp, "messages[%zu].role", i);
+        if (!ro || json_is_null(ro)) return bad(e, pp, "'%s' is required", pp);
+        if (!json_is_string(ro)) return bad(e, pp, "'%s' must be a string, not %s", pp, json_type_name(ro));
+        const char *r = json_string_value(ro);
+        const char *role;
+        if (!strcmp(r, "system") || !strcmp(r, "developer")) role = "system";
+        else if (!strcmp(r, "user")) role = "user";
+        else if (!strcmp(r, "assistant")) role = "assistant";
+        else if (!strcmp(r, "tool") || !strcmp(r, "function"))
+            return bad(e, pp, "'%s': role '%s' is not supported (this server has no tool calls)", pp, r);
+        else
+            return bad(e, pp, "'%s': unknown role '%.40s' (expected system, user, assistant or developer)", pp, r);
+        json_t *tc = json_object_get(m, "tool_calls");
+        if (tc && !json_is_null(tc) && !(json_is_array(tc) && json_array_size(tc) == 0)) {
+            snprintf(pp, sizeof pp, "messages[%zu].tool_calls", i);
+            return bad(e, pp, "'%s': tool calls are not supported by this server", pp);
+        }
+        snprintf(pp, sizeof pp, "messages[%zu].content", i);
+        if (read_content(json_object_get(m, "content"), pp, !strcmp(role, "assistant"), &p->msgs[i].content, e)) return -1;
+        p->n_msgs = i + 1;
+        if (!(p->msgs[i].role = dup_n(role, strlen(role)))) return oom(e);
+    }
+    return 0;
+}
+
+/* ---- completion prompts ------------------------------------------------------------------- */
+
+static int read_ids(json_t *a, const char *param, srv_prompt *out, srv_error *e) {
+    size_t n = json_array_size(a);
+    if (n == 0) return bad(e, param, "'%s' is an empty list of token ids", param);
+    out->ids = malloc(n * sizeof(int32_t));
+    if (!out->ids) return oom(e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v))
+            return bad(e, param, "'%s'[%zu] must be a token id (an integer), not %s", param, i, json_type_name(v));
+        json_int_t x = json_integer_value(v);
+        if (x < 0 || x > INT32_MAX) return bad(e, param, "'%s'[%zu] = %lld is not a token id", param, i, (long long)x);
+        out->ids[i] = (int32_t)x;
+    }
+    out->n_ids = n;
+    return 0;
+}
+
+static int read_prompts(json_t *root, srv_params *p, srv_error *e) {
+    json_t *pr = json_object_get(root, "prompt");
+    if (!pr || json_is_null(pr)) return bad(e, "prompt", "'prompt' is required");
+    if (json_is_string(pr)) {
+        p->prompts = calloc(1, sizeof *p->prompts);
+        if (!p->prompts) return oom(e);
+        p->n_prompts = 1;
+        if (!(p->prompts[0].text = dup_n(json_string_value(pr), json_string_length(pr)))) return oom(e);
+        p->prompts[0].len = json_string_length(pr);
+        return 0;
+    }
+    if (!json_is_array(pr))
+        return bad(e, "prompt", "'prompt' must be a string, a list of strings or a list of token ids, not %s", json_type_name(pr));
+    size_t n = json_array_size(pr);
+    if (n == 0) return bad(e, "prompt", "'prompt' must not be an empty list");
+    json_t *first = json_array_get(pr, 0);
+    if (json_is_integer(first)) { /* one prompt of token ids */
+        p->prompts = calloc(1, sizeof *p->prompts);
+        if (!p->prompts) return oom(e);
+        p->n_prompts = 1;
+        return read_ids(pr, "prompt", &p->prompts[0], e);
+    }
+    if (n > SRV_MAX_PROMPTS) return bad(e, "prompt", "'prompt' holds %zu prompts; at most %d per request", n, SRV_MAX_PROMPTS);
+    p->prompts = calloc(n, sizeof *p->prompts);
+    if (!p->prompts) return oom(e);
+    p->n_prompts = n;
+    char pp[64];
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(pr, i);
+        snprintf(pp, sizeof pp, "prompt[%zu]", i);
+        if (json_is_string(v)) {
+            if (!(p->prompts[i].text = dup_n(json_string_value(v), json_string_length(v)))) return oom(e);
+            p->prompts[i].len = json_string_length(v);
+        } else if (json_is_array(v)) {
+            if (read_ids(v, pp, &p->prompts[i], e)) return -1;
+        } else {
+            return bad(e, pp, "'%s' must be a string or a list of token ids, not %s", pp, json_type_name(v));
+        }
+    }
+    return 0;
+}
+
+/* ---- the request -------------------------------------------------------------------------- */
+
+static int read_stop(json_t *root, srv_params *p, srv_error *e) {
+    json_t *s = json_object_get(root, "stop");
+    if (!s || json_is_null(s)) return 0;
+    if (json_is_string(s)) {
+        if (json_string_length(s) == 0) return 0; /* matches nothing */
+        if (!(p->stop[0] = dup_n(json_string_value(s), json_string_length(s)))) return oom(e);
+        p->stop_len[0] = json_string_length(s);
+        p->n_stop = 1;
+        return 0;
+    }
+    if (!json_is_array(s)) return bad(e, "stop", "'stop' must be a string or a list of strings, not %s", json_type_name(s));
+    if (json_array_size(s) > SRV_MAX_STOP)
+        return bad(e, "stop", "'stop' has %zu strings; at most %d", json_array_size(s), SRV_MAX_STOP);
+    size_t i;
+    json_t *v;
+    json_array_foreach(s, i, v) {
+        if (!json_is_string(v)) return bad(e, "stop", "'stop'[%zu] must be a string, not %s", i, json_type_name(v));
+        if (json_string_length(v) == 0) continue;
+        if (!(p->stop[p->n_stop] = dup_n(json_string_value(v), json_string_length(v)))) return oom(e);
+        p->stop_len[p->n_stop++] = json_string_length(v);
+    }
+    return 0;
+}
+
+/* Fields that would change the output and that this server cannot honour: refused, not dropped. */
+static int refuse_unsupported(json_t *root, srv_params *p, srv_error *e) {
+    json_t *v;
+    if ((v = json_object_get(root, "logit_bias")) && !json_is_null(v)) {
+        if (!json_is_object(v)) return bad(e, "logit_bias", "'logit_bias' must be an object, not %s", json_type_name(v));
+        if (json_object_size(v)) return bad(e, "logit_bias", "'logit_bias' is not supported by this server");
+    }
+    if ((v = json_object_get(root, "tools")) && !json_is_null(v)) {
+        if (!json_is_array(v)) return bad(e, "tools", "'tools' must be an array, not %s", json_type_name(v));
+        json_t *tc = json_object_get(root, "tool_choice");
+        bool none = json_is_string(tc) && !strcmp(json_string_value(tc), "none");
+        if (json_array_size(v) && !none) return bad(e, "tools", "'tools' (function calling) is not supported by this server");
+    }
+    if ((v = json_object_get(root, "functions")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+        return bad(e, "functions", "'functions' (function calling) is not supported by this server");
+    if ((v = json_object_get(root, "response_format")) && !json_is_null(v)) {
+        if (!json_is_object(v)) return bad(e, "response_format", "'response_format' must be an object, not %s", json_type_name(v));
+        json_t *t = json_object_get(v, "type");
+        if (!json_is_string(t)) return bad(e, "response_format.type", "'response_format.type' must be a string");
+        const char *ts = json_string_value(t);
+        if (!strcmp(ts, "json_object") || !strcmp(ts, "json_schema"))
+            return bad(e, "response_format.type", "response_format '%s' is not supported by this server (no constrained decoding)", ts);
+        if (strcmp(ts, "text"))
+            return bad(e, "response_format.type", "'response_format.type' must be one of text, json_object, json_schema (got '%.40s')", ts);
+    }
+    if (p->route == SRV_ROUTE_COMPLETIONS) {
+        if ((v = json_object_get(root, "suffix")) && !json_is_null(v)) {
+            if (!json_is_string(v)) return bad(e, "suffix", "'suffix' must be a string, not %s", json_type_name(v));
+            if (json_string_length(v)) return bad(e, "suffix", "'suffix' (insertion) is not supported by this server");
+        }
+        int64_t best_of = 1;
+        bool given;
+        if (get_int(root, "best_of", 1, SRV_MAX_N, &best_of, &given, e)) return -1;
+        if (given && best_of > p->n) return bad(e, "best_of", "'best_of' > n is not supported by this server (best_of %lld, n %d)", (long long)best_of, p->n);
+    }
+    return 0;
+}
+
+int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
+    memset(p, 0, sizeof *p);
+    p->route = route;
+    p->max_tokens = -1;
+    /* OpenAI's defaults: temperature 1, top_p 1, no top_k / min_p, no penalties */
+    p->temperature = 1.0;
+    p->top_p = 1.0;
+    p->top_k = 0;
+    p->min_p = 0.0;
+    p->repetition_penalty = 1.0;
+    p->n = 1;
+    p->logprobs = -1;
+    if (route != SRV_ROUTE_CHAT && route != SRV_ROUTE_COMPLETIONS)
+        return srv_fail(e, 404, "not_found_error", NULL, NULL, "no such route");
+    if (!body || len == 0) return bad(e, NULL, "the request body is empty (expected a JSON object)");
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr);
+    if (!root) {
+        if (strstr(jerr.text, "NUL") || strstr(jerr.text, "\\u0000"))
+            return bad(e, NULL, "invalid JSON: strings may not hold \\u0000 (line %d, column %d)", jerr.line, jerr.column);
+        return bad(e, NULL, "invalid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+    }
+    int rc = -1;
+    if (!json_is_object(root)) {
+        bad(e, NULL, "the request body must be a JSON object, not %s", json_type_name(root));
+        goto out;
+    }
+    json_t *v = json_object_get(root, "model");
+    if (v && !json_is_null(v)) {
+        if (!json_is_string(v)) {
+            bad(e, "model", "'model' must be a string, not %s", json_type_name(v));
+            goto out;
+        }
+        if (!(p->model = dup_n(json_string_value(v), json_string_length(v)))) {
+            oom(e);
+            goto out;
+        }
+    }
+    if (route == SRV_ROUTE_CHAT ? read_messages(root, p, e) : read_prompts(root, p, e)) goto out;
+
+    if (get_bool(root, "stream", &p->stream, e)) goto out;
+    v = json_object_get(root, "stream_options");
+    if (v && !json_is_null(v)) {
+        if (!json_is_object(v)) {
+            bad(e, "stream_options", "'stream_options' must be an object, not %s", json_type_name(v));
+            goto out;
+        }
+        json_t *iu = json_object_get(v, "include_usage");
+        if (iu && !json_is_null(iu) && !json_is_boolean(iu)) {
+            bad(e, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean, not %s", json_type_name(iu));
+            goto out;
+        }
+        p->include_usage = json_is_true(iu);
+    }
+    /* max_completion_tokens (chat's current name) wins over max_tokens */
+    int64_t mt;
+    bool given;
+    int64_t mt_lo = route == SRV_ROUTE_CHAT ? 1 : 0;
+    if (get_int(root, "max_tokens", mt_lo, INT32_MAX, &mt, &given, e)) goto out;
+    if (given) p->max_tokens = mt;
+    if (get_int(root, "max_completion_tokens", mt_lo, INT32_MAX, &mt, &given, e)) goto out;
+    if (given) p->max_tokens = mt;
+    if (get_num(root, "temperature", 0, 2, &p->temperature, e)) goto out;
+    if (get_num(root, "top_p", 0, 1, &p->top_p, e)) goto out;
+    if (get_num(root, "min_p", 0, 1, &p->min_p, e)) goto out;
+    int64_t k = 0;
+    if (get_int(root, "top_k", -1, INT32_MAX, &k, &given, e)) goto out;
+    if (given) p->top_k = (int32_t)k;
+    if (get_num(root, "presence_penalty", -2, 2, &p->presence_penalty, e)) goto out;
+    if (get_num(root, "frequency_penalty", -2, 2, &p->frequency_penalty, e)) goto out;
+    v = json_object_get(root, "repetition_penalty");
+    if (v && !json_is_null(v)) {
+        if (get_num(root, "repetition_penalty", 0, 100, &p->repetition_penalty, e)) goto out;
+        if (p->repetition_penalty <= 0) {
+            bad(e, "repetition_penalty", "'repetition_penalty' must be > 0 (got %g)", p->repetition_penalty);
+            goto out;
+        }
+    }
+    int64_t seed;
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &p->has_seed, e)) goto out;
+    if (p->has_seed) p->seed = (uint64_t)seed & SRV_SEED_MASK;
+    int64_t n = 1;
+    if (get_int(root, "n", 1, SRV_MAX_N, &n, NULL, e)) goto out;
+    p->n = (int32_t)n;
+    if (get_bool(root, "ignore_eos", &p->ignore_eos, e)) goto out;
+    if (read_stop(root, p, e)) goto out;
+
+    if (route == SRV_ROUTE_CHAT) {
+        bool lp = false;
+        if (get_bool(root, "logprobs", &lp, e)) goto out;
+        int64_t top = 0;
+        if (get_int(root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, &given, e)) goto out;
+        if (given && !lp) {
+            bad(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            goto out;
+        }
+        p->logprobs = lp ? (int32_t)top : -1;
+    } else {
+        int64_t lp = -1;
+        v = json_object_get(root, "logprobs");
+        if (json_is_boolean(v)) { /* a chat-style boolean on the completions route: be lenient */
+            p->logprobs = json_is_true(v) ? 0 : -1;
+        } else {
+            if (get_int(root, "logprobs", 0, SRV_MAX_TOP_LOGPROBS, &lp, &given, e)) goto out;
+            if (given) p->logprobs = (int32_t)lp;
+        }
+        if (get_bool(root, "echo", &p->echo, e)) goto out;
+        if (p->echo && p->logprobs >= 0) {
+            bad(e, "echo", "'echo' together with 'logprobs' is not supported (prompt log-probabilities are not computed)");
+            goto out;
+        }
+    }
+    if (refuse_unsupported(root, p, e)) goto out;
+    rc = 0;
+out:
+    json_decref(root);
+    if (rc) srv_params_free(p);
+    return rc;
+}
+
+void srv_params_free(srv_params *p) {
+    if (!p) return;
+    free(p->model);
+    for (size_t i = 0; i < p->n_msgs; i++) {
+        free(p->msgs[i].role);
+        free(p->msgs[i].content);
+    }
+    free(p->msgs);
+    if (p->prompts)
+        for (size_t i = 0; i < p->n_prompts; i++) {
+            free(p->prompts[i].text);
+            free(p->prompts[i].ids);
+        }
+    free(p->prompts);
+    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    memset(p, 0, sizeof *p);
+}
