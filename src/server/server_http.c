@@ -1,0 +1,476 @@
+/* server_http.c — libmicrohttpd's side of `rocmforge serve`: the access handler (routing,
+ * method, API key, body limit), answers and errors with their headers, /health, /v1/models and
+ * /metrics, queueing a completion request on the engine, and the end of a connection. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "server_int.h"
+
+/* Compares a client's key with ours in time that depends only on our key's length. */
+static bool key_equal(const char *a, size_t na, const char *b, size_t nb) {
+    volatile unsigned char d = (unsigned char)(na != nb);
+    for (size_t i = 0; i < nb; i++) d |= (unsigned char)(b[i] ^ (na ? a[i % na] : 0));
+    return d == 0;
+}
+
+/* ---- responses ---------------------------------------------------------------------------- */
+
+static void log_request(srv *s, struct MHD_Connection *c, srv_route route, int status) {
+    srv_metrics_http(&s->m, route, status);
+    (void)c;
+}
+
+static enum MHD_Result send_body(srv *s, struct MHD_Connection *c, srv_route route, int status, const char *ctype,
+                                 const char *body, size_t len, const char *h1, const char *v1, const char *h2,
+                                 const char *v2) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (h1) MHD_add_response_header(resp, h1, v1);
+    if (h2) MHD_add_response_header(resp, h2, v2);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    log_request(s, c, route, status);
+    if (s->cfg.verbose) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        char addr[64] = "?";
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, addr, sizeof addr);
+            else if (sa->sa_family == AF_INET6) inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof addr);
+        }
+        fprintf(stderr, "serve: %s %s %d\n", addr, srv_route_name(route), status);
+    }
+    return ret;
+}
+
+static enum MHD_Result send_json(srv *s, struct MHD_Connection *c, srv_route route, int status, json_t *j) {
+    char *b = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!b) return MHD_NO;
+    enum MHD_Result ret = send_body(s, c, route, status, "application/json", b, strlen(b), NULL, NULL, NULL, NULL);
+    free(b);
+    return ret;
+}
+
+static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, srv_route route, const srv_error *e) {
+    char *b = srv_error_json(e);
+    if (!b) return MHD_NO;
+    const char *h1 = NULL, *v1 = NULL;
+    if (e->status == 503) h1 = MHD_HTTP_HEADER_RETRY_AFTER, v1 = "1";
+    if (e->status == 401) h1 = MHD_HTTP_HEADER_WWW_AUTHENTICATE, v1 = "Bearer";
+    enum MHD_Result ret = send_body(s, c, route, e->status, "application/json", b, strlen(b), h1, v1, NULL, NULL);
+    free(b);
+    return ret;
+}
+
+static enum MHD_Result fail(srv *s, struct MHD_Connection *c, srv_route route, int status, const char *type,
+                            const char *code, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 8, 9)))
+#endif
+    ;
+static enum MHD_Result fail(srv *s, struct MHD_Connection *c, srv_route route, int status, const char *type,
+                            const char *code, const char *param, const char *fmt, ...) {
+    srv_error e;
+    e.status = status;
+    e.type = type;
+    e.code = code;
+    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    return send_error(s, c, route, &e);
+}
+
+static json_t *models_json(srv *s) {
+    json_t *m = json_object();
+    json_object_set_new(m, "id", srv_json_bytes(s->alias, strlen(s->alias)));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(s->created));
+    json_object_set_new(m, "owned_by", json_string("rocmforge"));
+    if (atomic_load(&s->ready)) {
+        rf_model_info info;
+        json_object_set_new(m, "max_model_len", json_integer(s->n_ctx));
+        if (!rf_model_get_info(s->model, &info)) {
+            json_t *meta = json_object();
+            json_object_set_new(meta, "arch", srv_json_bytes(info.arch, strlen(info.arch)));
+            json_object_set_new(meta, "n_vocab", json_integer(info.n_vocab));
+            json_object_set_new(meta, "n_ctx_train", json_integer(info.n_ctx_train));
+            json_object_set_new(meta, "n_params", json_integer((json_int_t)info.n_params));
+            json_object_set_new(meta, "size", json_integer((json_int_t)info.weight_bytes));
+            json_object_set_new(meta, "ftype", srv_json_bytes(info.ftype, strlen(info.ftype)));
+            json_object_set_new(meta, "device", srv_json_bytes(info.device, strlen(info.device)));
+            json_object_set_new(m, "meta", meta);
+        }
+    }
+    json_t *arr = json_array();
+    json_array_append_new(arr, m);
+    return json_pack("{ssso}", "object", "list", "data", arr);
+}
+
+static enum MHD_Result send_metrics(srv *s, struct MHD_Connection *c) {
+    srv_gauges g;
+    memset(&g, 0, sizeof g);
+    g.loaded = atomic_load(&s->ready) && !atomic_load(&s->engine_gone);
+    g.active_requests = atomic_load(&s->active);
+    g.max_queue = s->cfg.max_queue;
+    if (g.loaded) {
+        rf_engine *e = s->eng;
+        g.running = rf_engine_get_stat(e, RF_STAT_RUNNING);
+        g.waiting = rf_engine_get_stat(e, RF_STAT_WAITING);
+        g.blocks_total = rf_engine_get_stat(e, RF_STAT_BLOCKS_TOTAL);
+        g.blocks_used = rf_engine_get_stat(e, RF_STAT_BLOCKS_USED);
+        g.blocks_free = rf_engine_get_stat(e, RF_STAT_BLOCKS_FREE);
+        g.blocks_cached = rf_engine_get_stat(e, RF_STAT_BLOCKS_CACHED);
+        g.block_size = rf_engine_get_stat(e, RF_STAT_BLOCK_SIZE);
+        g.ctx = rf_engine_get_stat(e, RF_STAT_CTX);
+        g.parallel = rf_engine_get_stat(e, RF_STAT_PARALLEL);
+        g.prompt_computed = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS);
+        g.prefix_hits = rf_engine_get_stat(e, RF_STAT_PREFIX_HIT_TOKENS);
+        g.gen_tokens = rf_engine_get_stat(e, RF_STAT_GEN_TOKENS);
+        g.preemptions = rf_engine_get_stat(e, RF_STAT_PREEMPTIONS);
+        g.steps = rf_engine_get_stat(e, RF_STAT_STEPS);
+        g.requests_done = rf_engine_get_stat(e, RF_STAT_REQUESTS_DONE);
+    }
+    srv_buf b = {0};
+    srv_metrics_render(&s->m, &g, &b);
+    if (b.oom) {
+        srv_buf_free(&b);
+        return MHD_NO;
+    }
+    enum MHD_Result ret = send_body(s, c, SRV_ROUTE_METRICS, 200, "text/plain; version=0.0.4; charset=utf-8", b.p,
+                                    b.len, NULL, NULL, NULL, NULL);
+    srv_buf_free(&b);
+    return ret;
+}
+
+/* The whole non-streaming response. */
+
+/* ---- the access handler ------------------------------------------------------------------- */
+
+typedef struct conn_ctx {
+    srv_route route;
+    srv_buf body;
+    srv_req *req;
+    bool responded;    /* an answer is queued */
+    srv_error refused; /* status != 0: refused on its headers, answered after the body */
+    const char *allow; /* the Allow header of a 405 */
+} conn_ctx;
+
+static bool model_matches(srv *s, const char *name) {
+    if (!strcmp(name, s->alias) || !strcmp(name, s->cfg.model_path) || !strcmp(name, s->file_base)) return true;
+    size_t n = strlen(s->file_base);
+    if (n > 5 && !strcasecmp(s->file_base + n - 5, ".gguf") && strlen(name) == n - 5 && !strncmp(name, s->file_base, n - 5))
+        return true;
+    return false;
+}
+
+static bool auth_ok(srv *s, struct MHD_Connection *c, bool *missing) {
+    *missing = false;
+    if (!s->cfg.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h) {
+        *missing = true;
+        return false;
+    }
+    while (*h == ' ') h++;
+    if (strncasecmp(h, "Bearer", 6) || (h[6] != ' ' && h[6] != '\t')) return false;
+    h += 6;
+    while (*h == ' ' || *h == '\t') h++;
+    size_t n = strlen(h);
+    while (n && (h[n - 1] == ' ' || h[n - 1] == '\t')) n--;
+    return key_equal(h, n, s->cfg.api_key, strlen(s->cfg.api_key));
+}
+
+
+/* The body has arrived: parse, check, queue on the engine and answer (streams at once). */
+static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
+    srv_route route = cc->route;
+    srv_params p;
+    srv_error e;
+    if (srv_parse_request(route, cc->body.p, cc->body.len, &p, &e)) return send_error(s, c, route, &e);
+    srv_buf_free(&cc->body);
+    if (p.model && !model_matches(s, p.model)) {
+        enum MHD_Result ret = fail(s, c, route, 404, "not_found_error", "model_not_found", "model",
+                                   "The model '%.200s' does not exist; this server serves '%.200s'", p.model, s->alias);
+        srv_params_free(&p);
+        return ret;
+    }
+    if (atomic_load(&s->stopping)) {
+        srv_params_free(&p);
+        return fail(s, c, route, 503, "unavailable_error", "shutting_down", NULL, "the server is shutting down");
+    }
+    int n_subs = route == SRV_ROUTE_CHAT ? 1 : (int)p.n_prompts;
+    int64_t limit = (int64_t)s->cfg.n_parallel + s->cfg.max_queue;
+    if (atomic_load(&s->active) + n_subs > limit) {
+        srv_params_free(&p);
+        pthread_mutex_lock(&s->m.mu);
+        s->m.queue_full++;
+        pthread_mutex_unlock(&s->m.mu);
+        return fail(s, c, route, 503, "unavailable_error", "queue_full", NULL,
+                    "the server is busy: %d requests are running or queued (--parallel %d + --max-queue %d); retry later",
+                    atomic_load(&s->active), s->cfg.n_parallel, s->cfg.max_queue);
+    }
+    srv_prepared pr;
+    if (srv_prepare(s->eng, s->n_ctx, &p, srv_rng_next(s) & SRV_SEED_MASK, &pr, &e)) {
+        srv_params_free(&p);
+        return send_error(s, c, route, &e);
+    }
+    srv_req *r = srv_req_new(s, &p);
+    if (!r) {
+        srv_params_free(&p);
+        srv_prepared_free(&pr);
+        return fail(s, c, route, 503, "server_error", NULL, NULL, "out of memory");
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->conn = c;
+    r->fd = ci ? ci->connect_fd : -1;
+    cc->req = r; /* the connection's reference */
+    srv_list_add(s, r);
+    /* queue every prompt; a failure cancels those already queued */
+    for (int i = 0; i < pr.n; i++) {
+        rf_request_set_callback(pr.reqs[i], srv_on_engine_event, &r->subs[i]);
+        atomic_fetch_add(&r->refs, 1);
+        atomic_fetch_add(&s->active, 1);
+        uint64_t id = 0;
+        rf_status st = rf_engine_submit(s->eng, pr.reqs[i], &id);
+        if (st) {
+            atomic_fetch_sub(&s->active, 1);
+            atomic_fetch_sub(&r->refs, 1);
+            srv_error se;
+            if (st == RF_ERR_OOM) srv_fail(&se, 503, "server_error", NULL, NULL, "out of memory while queueing: %s", rf_last_error());
+            else srv_fail(&se, 400, "invalid_request_error", NULL, route == SRV_ROUTE_CHAT ? "messages" : "prompt", "%s", rf_last_error());
+            pthread_mutex_lock(&r->mu);
+            r->cancelled = true;
+            /* the choices never queued count as done */
+            r->engine_done += (pr.n - i) * r->p.n;
+            pthread_mutex_unlock(&r->mu);
+            srv_req_cancel(s, r);
+            srv_prepared_free(&pr);
+            cc->responded = true;
+            return send_error(s, c, route, &se);
+        }
+        pthread_mutex_lock(&r->mu);
+        r->subs[i].id = id;
+        r->subs[i].submitted = true;
+        bool cancelled = r->cancelled;
+        pthread_mutex_unlock(&r->mu);
+        if (cancelled) rf_engine_cancel(s->eng, id);
+    }
+    srv_prepared_free(&pr);
+    if (r->stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, srv_stream_reader, r, srv_stream_free);
+        if (!resp) {
+            pthread_mutex_lock(&r->mu);
+            r->cancelled = true;
+            pthread_mutex_unlock(&r->mu);
+            srv_req_cancel(s, r);
+            return MHD_NO;
+        }
+        atomic_fetch_add(&r->refs, 1); /* the response's */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        log_request(s, c, route, 200);
+        cc->responded = true;
+        return ret;
+    }
+    /* non-streaming: wait (suspended) for every choice */
+    pthread_mutex_lock(&r->mu);
+    if (r->engine_done < r->n_choices && !r->lost_events) {
+        r->suspended = true;
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&r->mu);
+        return MHD_YES;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return MHD_YES; /* called again at once: finish_request answers */
+}
+
+/* A suspended non-streaming request was resumed: answer when every choice is done. */
+static enum MHD_Result finish_request(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
+    srv_req *r = cc->req;
+    pthread_mutex_lock(&r->mu);
+    bool all;
+    srv_event *l = srv_take_events(r, &all);
+    bool lost = r->lost_events, gone = r->client_gone, shut = r->shutdown;
+    bool engine_gone = atomic_load(&s->engine_gone);
+    if (!all && !lost && !engine_gone) {
+        r->suspended = true;
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&r->mu);
+        srv_consume(r, l);
+        srv_free_events(l);
+        return MHD_YES;
+    }
+    pthread_mutex_unlock(&r->mu);
+    srv_consume(r, l);
+    srv_free_events(l);
+    cc->responded = true;
+    if (gone) return MHD_NO; /* nobody to answer */
+    if (!all) {
+        if (lost) srv_set_error(r, 503, "server_error", NULL, "out of memory while collecting the response");
+        else srv_set_error(r, 503, "unavailable_error", "shutting_down", "the server is shutting down");
+        srv_req_cancel(s, r);
+    }
+    if (shut && !r->errored) srv_set_error(r, 503, "unavailable_error", "shutting_down", "the server is shutting down");
+    if (r->errored) return send_error(s, c, cc->route, &r->err);
+    for (int i = 0; i < r->n_choices; i++)
+        if (r->ch[i].text.oom) return fail(s, c, cc->route, 503, "server_error", NULL, NULL, "out of memory");
+    json_t *j = srv_final_json(r);
+    if (!j) return fail(s, c, cc->route, 503, "server_error", NULL, NULL, "out of memory");
+    return send_json(s, c, cc->route, 200, j);
+}
+
+/* The answer to a request that was refused before its body (404, 405, 401), given once the
+ * body is read (and dropped), so that the connection can stay open. */
+static enum MHD_Result answer_refused(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
+    cc->responded = true;
+    if (cc->refused.status == 405) {
+        char *b = srv_error_json(&cc->refused);
+        if (!b) return MHD_NO;
+        enum MHD_Result ret = send_body(s, c, cc->route, 405, "application/json", b, strlen(b), MHD_HTTP_HEADER_ALLOW,
+                                        cc->allow, NULL, NULL);
+        free(b);
+        return ret;
+    }
+    return send_error(s, c, cc->route, &cc->refused);
+}
+
+/* A GET route, or the start of a completions request once its body is in. */
+static enum MHD_Result answer(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
+    srv_route route = cc->route;
+    if (route == SRV_ROUTE_HEALTH) {
+        cc->responded = true;
+        if (atomic_load(&s->stopping))
+            return fail(s, c, route, 503, "unavailable_error", "shutting_down", NULL, "the server is shutting down");
+        if (!atomic_load(&s->ready)) return fail(s, c, route, 503, "unavailable_error", "model_loading", NULL, "Loading model");
+        return send_json(s, c, route, 200, json_pack("{ss}", "status", "ok"));
+    }
+    if (route == SRV_ROUTE_MODELS) {
+        cc->responded = true;
+        return send_json(s, c, route, 200, models_json(s));
+    }
+    if (route == SRV_ROUTE_METRICS) {
+        cc->responded = true;
+        return send_metrics(s, c);
+    }
+    if (atomic_load(&s->stopping)) {
+        cc->responded = true;
+        return fail(s, c, route, 503, "unavailable_error", "shutting_down", NULL, "the server is shutting down");
+    }
+    if (!atomic_load(&s->ready)) {
+        cc->responded = true;
+        return fail(s, c, route, 503, "unavailable_error", "model_loading", NULL, "Loading model");
+    }
+    enum MHD_Result ret = start_request(s, c, cc);
+    if (!cc->req) cc->responded = true; /* refused: an error is queued */
+    return ret;
+}
+
+enum MHD_Result srv_on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                 const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    srv *s = cls;
+    conn_ctx *cc = *con_cls;
+    (void)version;
+    if (!cc) {
+        /* the headers are in: route, method and key are checked now, the answer waits for the
+         * body (read and dropped when refused); only a body over the limit is answered at once */
+        cc = calloc(1, sizeof *cc);
+        if (!cc) return MHD_NO;
+        *con_cls = cc;
+        srv_route route = cc->route = srv_route_of(url);
+        bool missing;
+        if (route == SRV_ROUTE_NONE) {
+            srv_fail(&cc->refused, 404, "not_found_error", NULL, NULL, "no route %.20s %.200s (see docs/server.md)", method, url);
+        } else if (!srv_route_allows(route, method, &cc->allow)) {
+            srv_fail(&cc->refused, 405, "invalid_request_error", "method_not_allowed", NULL,
+                     "method %.20s is not allowed on %.200s (allowed: %s)", method, url, cc->allow);
+        } else if (route != SRV_ROUTE_HEALTH && route != SRV_ROUTE_MODELS && !auth_ok(s, c, &missing)) {
+            srv_fail(&cc->refused, 401, "authentication_error", "invalid_api_key", NULL, "%s",
+                     missing ? "Missing API key: send it as 'Authorization: Bearer <key>'" : "Incorrect API key provided");
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(cl, &end, 10);
+            if (errno || end == cl || v > (unsigned long long)s->cfg.max_body) {
+                cc->responded = true;
+                return fail(s, c, route, 413, "invalid_request_error", "request_too_large", NULL,
+                            "the request body (%.40s bytes) is over the limit of %lld bytes", cl, (long long)s->cfg.max_body);
+            }
+        }
+        return MHD_YES;
+    }
+    if (cc->req && !cc->responded) return finish_request(s, c, cc);
+    if (cc->responded) {
+        *upload_size = 0; /* answered already (413, or a stream): drop what comes */
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (cc->refused.status) {
+            *upload_size = 0;
+            return MHD_YES;
+        }
+        if (cc->body.len + *upload_size > (size_t)s->cfg.max_body) {
+            *upload_size = 0;
+            cc->responded = true;
+            srv_buf_free(&cc->body);
+            return fail(s, c, cc->route, 413, "invalid_request_error", "request_too_large", NULL,
+                        "the request body is over the limit of %lld bytes", (long long)s->cfg.max_body);
+        }
+        srv_buf_add(&cc->body, upload, *upload_size);
+        *upload_size = 0;
+        if (cc->body.oom) {
+            cc->responded = true;
+            srv_buf_free(&cc->body);
+            return fail(s, c, cc->route, 503, "server_error", NULL, NULL, "out of memory while reading the request");
+        }
+        return MHD_YES;
+    }
+    if (cc->refused.status) return answer_refused(s, c, cc);
+    return answer(s, c, cc);
+}
+
+void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    srv *s = cls;
+    conn_ctx *cc = *con_cls;
+    (void)c;
+    if (!cc) return;
+    *con_cls = NULL;
+    srv_req *r = cc->req;
+    if (r) {
+        srv_list_remove(s, r);
+        pthread_mutex_lock(&r->mu);
+        bool unfinished = r->engine_done < r->n_choices;
+        if (unfinished) {
+            r->cancelled = true;
+            r->client_gone = true;
+        }
+        r->conn = NULL;
+        pthread_mutex_unlock(&r->mu);
+        if (unfinished) {
+            srv_req_cancel(s, r);
+            if (toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) {
+                pthread_mutex_lock(&s->m.mu);
+                s->m.disconnects++;
+                pthread_mutex_unlock(&s->m.mu);
+            }
+        }
+        srv_req_unref(r);
+    }
+    srv_buf_free(&cc->body);
+    free(cc);
+}
+

@@ -1,0 +1,208 @@
+/* server_int.h — what the parts of `rocmforge serve` share (not installed): the server and
+ * request objects, their locks and lifetimes, and the functions one part calls in another.
+ * server.c: start, threads, stop; server_http.c: libmicrohttpd's callbacks, routing, answers;
+ * server_req.c: request objects, the engine callback, the ticker; server_out.c: events to
+ * OpenAI JSON and SSE.
+ *
+ * Threads:
+ *  - libmicrohttpd's worker pool (epoll, suspend/resume): routes, checks and parses requests,
+ *    queues them on the engine (rf_engine_submit is thread-safe and never waits for a step) and
+ *    writes responses. A connection waiting for tokens is suspended, never blocked: its thread
+ *    serves others.
+ *  - the engine thread: rf_engine_wait / rf_engine_step over and over. Its callback copies
+ *    each event into the request's queue and resumes the connection; it never touches a socket.
+ *  - the ticker (every 50 ms): looks for clients that hung up while their connection was
+ *    suspended (libmicrohttpd does not watch suspended sockets) and cancels their requests, so
+ *    their KV blocks return at the next step; and sends SSE comment pings to streams that have
+ *    been quiet for --sse-ping seconds (long prefill or a long queue).
+ *  - the loader: loads the model and starts the engine after the socket already listens.
+ *  - the main thread waits for SIGINT / SIGTERM and shuts down.
+ *
+ * Lifetime of a request (srv_req): one reference for the HTTP connection (dropped when
+ * libmicrohttpd reports the request complete), one per engine submission (dropped at its last
+ * DONE event), one for a streaming response object (dropped when libmicrohttpd frees it) and
+ * one while it is listed for the ticker.
+ * Locks: s->mu (the request list, connection liveness) before r->mu (the event queue and
+ * flags); no libmicrohttpd call is made under either, except MHD_suspend_connection under
+ * r->mu from the connection's own callback, so that a resume cannot overtake the suspend. */
+#ifndef RF_SERVER_INT_H
+#define RF_SERVER_INT_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "metrics.h"
+#include "oai.h"
+#include "server.h"
+
+#define SRV_TICK_MS 50
+
+typedef struct srv srv;
+typedef struct srv_req srv_req;
+
+/* One engine event, copied out of the callback (text and alternatives inline). */
+typedef struct srv_event {
+    struct srv_event *next;
+    rf_event_kind kind;
+    int32_t sub, choice;
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    int32_t *top_id;
+    float *top_lp;
+    rf_finish_reason finish;
+    int32_t n_prompt, n_cached, n_gen;
+    char *text;
+    size_t len;
+    char *error;
+} srv_event;
+
+typedef struct srv_sub {
+    srv_req *req;
+    int idx;
+    uint64_t id;     /* engine request id (under req->mu) */
+    bool submitted;  /* under req->mu */
+    int32_t n_done;  /* DONE events seen (engine thread) */
+} srv_sub;
+
+typedef struct srv_choice {
+    srv_buf text;       /* non-streaming: the output */
+    json_t *lp;         /* chat: logprobs "content" array; completions: the logprobs object */
+    size_t offset;      /* bytes of text so far (echo included): completions' text_offset */
+    rf_finish_reason finish;
+    bool done;
+} srv_choice;
+
+struct srv_req {
+    srv *s;
+    atomic_int refs;
+    pthread_mutex_t mu;
+    srv_params p;
+    bool stream;
+    char id[48];
+    int64_t created;
+    double t_arrival;
+    int n_subs, n_choices;
+    srv_sub *subs;
+    srv_choice *ch;
+    char **echo;
+    size_t *echo_len;
+    bool *sub_counted;
+    /* engine thread only */
+    double *t_last;
+    bool first_token;
+    /* under mu */
+    srv_event *qh, **qt;
+    int engine_done;     /* DONE events queued */
+    bool suspended, cancelled, client_gone, shutdown, ping_due, lost_events;
+    atomic_llong t_write_ms; /* last bytes handed to the socket (streams) */
+    /* under s->mu */
+    srv_req *prev, *next;
+    bool listed;
+    struct MHD_Connection *conn;
+    int fd;
+    /* the connection's thread only */
+    srv_buf out;
+    size_t out_off;
+    bool started, ended, errored;
+    int consumed_done;
+    srv_error err;
+    int64_t u_prompt, u_completion, u_cached;
+};
+
+struct srv {
+    rf_server_config cfg;
+    char *alias;
+    char *file_base;     /* the model file's name */
+    struct MHD_Daemon *d;
+    rf_model *model;
+    rf_engine *eng;
+    const rf_vocab *vocab;
+    int32_t n_ctx;
+    int64_t created;
+    atomic_int ready, stopping, engine_gone, load_failed;
+    atomic_int engine_stop, ticker_stop;
+    atomic_int active;   /* engine submissions not yet finished */
+    char load_error[512];
+    pthread_t loader, engine_thr, ticker;
+    bool engine_started, ticker_started;
+    atomic_int loader_done;
+    pthread_mutex_t mu;
+    srv_req *list;
+    int n_listed;
+    pthread_mutex_t rng_mu;
+    uint64_t rng;
+    srv_metrics m;
+};
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static inline double srv_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static inline long long srv_now_ms(void) { return (long long)(srv_now_s() * 1000.0); }
+
+/* ---- server_req.c: request objects, the engine callback, the ticker ---------------------- */
+
+/* A 64-bit random number (splitmix64 over a counter seeded at start); thread-safe. */
+uint64_t srv_rng_next(srv *s);
+/* A request object for checked parameters, which it takes over (*p is zeroed): id, choices,
+ * echo texts. One reference (the caller's). NULL when out of memory (p is then freed). */
+srv_req *srv_req_new(srv *s, srv_params *p);
+/* Drops a reference; the last one frees the request and its queued events. NULL is a no-op. */
+void srv_req_unref(srv_req *r);
+/* Lists r for the ticker (takes a reference) / unlists it (drops it; returns whether it was
+ * listed). Under s->mu. */
+void srv_list_add(srv *s, srv_req *r);
+bool srv_list_remove(srv *s, srv_req *r);
+/* Cancels r's engine submissions made so far (later ones see r->cancelled); their choices end
+ * as cancelled at the next step and their KV blocks return to the pool. */
+void srv_req_cancel(srv *s, srv_req *r);
+/* The engine callback (engine thread): copies the event into r's queue, resumes the
+ * connection when it has something to write, records latencies. Returns false once the
+ * request is cancelled, so the engine stops it. A copy that fails (out of memory) marks the
+ * request lost_events: its connection answers with an error. */
+bool srv_on_engine_event(const rf_event *ev, void *user);
+/* The ticker thread's body (arg: the srv); returns when s->ticker_stop is set. */
+void *srv_ticker_main(void *arg);
+
+/* ---- server_out.c: events to OpenAI JSON and SSE (the connection's thread) ---------------- */
+
+/* Takes r's queued events (under r->mu); *all: every choice's DONE is among those taken so far. */
+srv_event *srv_take_events(srv_req *r, bool *all);
+void srv_free_events(srv_event *e);
+/* Applies events to r: stream chunks into r->out, or the choices' texts and log-probabilities.
+ * An engine error or a cancellation sets r->err (and, streaming, writes the error event). */
+void srv_consume(srv_req *r, srv_event *list);
+/* Records the request's error (the first one wins). */
+void srv_set_error(srv_req *r, int status, const char *type, const char *code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+/* The whole non-streaming response; NULL when out of memory. */
+json_t *srv_final_json(srv_req *r);
+/* libmicrohttpd's content reader of a streaming response (cls: the srv_req): hands out what
+ * r->out holds, else takes events and formats them, else suspends the connection (returns 0)
+ * until the engine callback or the ticker resumes it. Ends the stream after [DONE], or with an
+ * error when the client is gone or memory ran out. */
+ssize_t srv_stream_reader(void *cls, uint64_t pos, char *buf, size_t max);
+/* Frees the streaming response's reference. */
+void srv_stream_free(void *cls);
+
+/* ---- server_http.c: libmicrohttpd's callbacks --------------------------------------------- */
+
+enum MHD_Result srv_on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                              const char *version, const char *upload, size_t *upload_size, void **con_cls);
+void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+
+#endif

@@ -1,0 +1,366 @@
+/* server_out.c — engine events to what `rocmforge serve` sends: OpenAI chat and completion
+ * objects, SSE chunks exactly as the OpenAI SDKs parse them, log-probabilities, usage, errors
+ * after a stream began; and the content reader that feeds a stream to libmicrohttpd. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_int.h"
+
+/* ---- turning events into output (the connection's thread) -------------------------------- */
+
+static void piece_of(srv *s, int32_t id, char *buf, size_t cap, size_t *n) {
+    *n = 0;
+    if (rf_token_to_piece(s->vocab, id, true, buf, cap, n) || *n > cap) *n = *n > cap ? cap : 0;
+}
+
+static json_t *bytes_array(const char *p, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+/* chat: {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]} */
+static json_t *chat_logprob(srv *s, const srv_event *e) {
+    char buf[256];
+    size_t n;
+    piece_of(s, e->token, buf, sizeof buf, &n);
+    json_t *o = json_object();
+    json_object_set_new(o, "token", srv_json_bytes(buf, n));
+    json_object_set_new(o, "logprob", srv_json_logprob(e->logprob));
+    json_object_set_new(o, "bytes", bytes_array(buf, n));
+    json_t *top = json_array();
+    for (int32_t i = 0; i < e->n_top; i++) {
+        piece_of(s, e->top_id[i], buf, sizeof buf, &n);
+        json_t *t = json_object();
+        json_object_set_new(t, "token", srv_json_bytes(buf, n));
+        json_object_set_new(t, "logprob", srv_json_logprob(e->top_lp[i]));
+        json_object_set_new(t, "bytes", bytes_array(buf, n));
+        json_array_append_new(top, t);
+    }
+    json_object_set_new(o, "top_logprobs", top);
+    return o;
+}
+
+/* completions: appends one token to {"tokens", "token_logprobs", "top_logprobs", "text_offset"} */
+static void text_logprob_add(srv *s, json_t *lp, const srv_event *e, size_t offset) {
+    char buf[256];
+    size_t n;
+    piece_of(s, e->token, buf, sizeof buf, &n);
+    json_array_append_new(json_object_get(lp, "tokens"), srv_json_bytes(buf, n));
+    json_array_append_new(json_object_get(lp, "token_logprobs"), srv_json_logprob(e->logprob));
+    json_t *top = json_object();
+    if (e->n_top == 0) {
+        json_t *k = srv_json_bytes(buf, n);
+        if (k) json_object_set_new(top, json_string_value(k), srv_json_logprob(e->logprob));
+        json_decref(k);
+    }
+    for (int32_t i = 0; i < e->n_top; i++) {
+        piece_of(s, e->top_id[i], buf, sizeof buf, &n);
+        json_t *k = srv_json_bytes(buf, n);
+        if (k && !json_object_get(top, json_string_value(k)))
+            json_object_set_new(top, json_string_value(k), srv_json_logprob(e->top_lp[i]));
+        json_decref(k);
+    }
+    json_array_append_new(json_object_get(lp, "top_logprobs"), top);
+    json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
+}
+
+static json_t *text_logprob_new(void) {
+    return json_pack("{s[]s[]s[]s[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+}
+
+static const char *k_fingerprint = "fp_rocmforge_" RF_VERSION_STRING;
+
+/* The frame every chunk shares; `choices` is consumed. */
+static json_t *chunk_frame(srv_req *r, json_t *choices) {
+    bool chat = r->p.route == SRV_ROUTE_CHAT;
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(r->id));
+    json_object_set_new(o, "object", json_string(chat ? "chat.completion.chunk" : "text_completion"));
+    json_object_set_new(o, "created", json_integer(r->created));
+    json_object_set_new(o, "model", srv_json_bytes(r->s->alias, strlen(r->s->alias)));
+    json_object_set_new(o, "system_fingerprint", json_string(k_fingerprint));
+    json_object_set_new(o, "choices", choices);
+    if (r->p.include_usage) json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+/* One streamed chunk for choice `index`: chat `delta` (consumed) or completions `text`. */
+static void emit_chunk(srv_req *r, int index, json_t *delta, const char *text, size_t len, json_t *logprobs,
+                       const char *finish) {
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(index));
+    if (r->p.route == SRV_ROUTE_CHAT) json_object_set_new(c, "delta", delta ? delta : json_object());
+    else json_object_set_new(c, "text", srv_json_bytes(text ? text : "", text ? len : 0));
+    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    json_t *arr = json_array();
+    json_array_append_new(arr, c);
+    srv_buf_sse(&r->out, chunk_frame(r, arr));
+}
+
+static json_t *usage_json(srv_req *r) {
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(r->u_prompt));
+    json_object_set_new(u, "completion_tokens", json_integer(r->u_completion));
+    json_object_set_new(u, "total_tokens", json_integer(r->u_prompt + r->u_completion));
+    json_t *d = json_object();
+    json_object_set_new(d, "cached_tokens", json_integer(r->u_cached));
+    json_object_set_new(u, "prompt_tokens_details", d);
+    return u;
+}
+
+static json_t *delta_content(const char *text, size_t len) {
+    json_t *d = json_object();
+    json_object_set_new(d, "content", srv_json_bytes(text, len));
+    return d;
+}
+
+static void emit_error_chunk(srv_req *r) {
+    char *j = srv_error_json(&r->err);
+    if (!j) {
+        r->out.oom = true;
+        return;
+    }
+    srv_buf_add(&r->out, "data: ", 6);
+    srv_buf_add(&r->out, j, strlen(j));
+    srv_buf_add(&r->out, "\n\n", 2);
+    free(j);
+}
+
+/* The stream's opening: chat choices get their {"role": "assistant"} delta, echoed
+ * completions their prompt. */
+static void stream_start(srv_req *r) {
+    for (int i = 0; i < r->n_choices; i++) {
+        if (r->p.route == SRV_ROUTE_CHAT) {
+            emit_chunk(r, i, json_pack("{ss}", "role", "assistant"), NULL, 0, NULL, NULL);
+        } else if (r->p.echo) {
+            int sub = i / r->p.n;
+            emit_chunk(r, i, NULL, r->echo[sub], r->echo_len[sub], NULL, NULL);
+        }
+    }
+}
+
+void srv_set_error(srv_req *r, int status, const char *type, const char *code, const char *fmt, ...) {
+    if (r->errored) return;
+    r->errored = true;
+    r->err.status = status;
+    r->err.type = type;
+    r->err.code = code;
+    r->err.param[0] = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err.message, sizeof r->err.message, fmt, ap);
+    va_end(ap);
+}
+
+/* Applies a list of events to the request: stream chunks into r->out, or the outputs. */
+void srv_consume(srv_req *r, srv_event *list) {
+    srv *s = r->s;
+    bool chat = r->p.route == SRV_ROUTE_CHAT;
+    for (srv_event *e = list; e; e = e->next) {
+        int ci = e->sub * r->p.n + (e->choice >= 0 && e->choice < r->p.n ? e->choice : 0);
+        if (ci < 0 || ci >= r->n_choices) continue;
+        srv_choice *ch = &r->ch[ci];
+        if (e->kind == RF_EVENT_TOKEN) {
+            if (r->errored || ch->done) continue;
+            json_t *lp = NULL;
+            if (r->p.logprobs >= 0 && e->token >= 0) {
+                if (chat) {
+                    if (r->stream) {
+                        lp = json_object();
+                        json_t *arr = json_array();
+                        json_array_append_new(arr, chat_logprob(s, e));
+                        json_object_set_new(lp, "content", arr);
+                    } else {
+                        if (!ch->lp) ch->lp = json_array();
+                        json_array_append_new(ch->lp, chat_logprob(s, e));
+                    }
+                } else {
+                    json_t *dst = r->stream ? (lp = text_logprob_new()) : (ch->lp ? ch->lp : (ch->lp = text_logprob_new()));
+                    text_logprob_add(s, dst, e, ch->offset);
+                }
+            }
+            if (r->stream) {
+                if (e->len || lp) emit_chunk(r, ci, chat ? delta_content(e->text, e->len) : NULL, e->text, e->len, lp, NULL);
+            } else {
+                srv_buf_add(&ch->text, e->text, e->len);
+            }
+            ch->offset += e->len;
+            continue;
+        }
+        /* DONE */
+        if (ch->done) continue;
+        ch->done = true;
+        r->consumed_done++;
+        r->u_completion += e->n_gen > 0 ? e->n_gen : 0;
+        if (!r->sub_counted[e->sub]) {
+            r->sub_counted[e->sub] = true;
+            r->u_prompt += e->n_prompt > 0 ? e->n_prompt : 0;
+            r->u_cached += e->n_cached > 0 ? e->n_cached : 0;
+        }
+        if (e->finish == RF_FINISH_ERROR) {
+            if (!r->errored) {
+                srv_set_error(r, 503, "server_error", NULL, "the engine failed this request: %s", e->error ? e->error : "unknown error");
+                if (r->stream) emit_error_chunk(r);
+                srv_req_cancel(s, r); /* the other choices are of no use now */
+            }
+            continue;
+        }
+        if (e->finish == RF_FINISH_CANCELLED) {
+            bool shut;
+            pthread_mutex_lock(&r->mu);
+            shut = r->shutdown;
+            pthread_mutex_unlock(&r->mu);
+            if (!r->errored) {
+                if (shut) srv_set_error(r, 503, "unavailable_error", "shutting_down", "the server is shutting down");
+                else srv_set_error(r, 503, "server_error", NULL, "the request was cancelled");
+                if (r->stream) emit_error_chunk(r);
+            }
+            continue;
+        }
+        if (r->errored) continue;
+        ch->finish = e->finish;
+        if (r->stream) {
+            if (e->len) emit_chunk(r, ci, chat ? delta_content(e->text, e->len) : NULL, e->text, e->len, NULL, NULL);
+            emit_chunk(r, ci, chat ? json_object() : NULL, "", 0, NULL, srv_finish_str(e->finish));
+        } else {
+            srv_buf_add(&ch->text, e->text, e->len);
+        }
+        ch->offset += e->len;
+    }
+}
+
+void srv_free_events(srv_event *e) {
+    while (e) {
+        srv_event *n = e->next;
+        free(e);
+        e = n;
+    }
+}
+
+/* Takes the queued events; *all: every choice's DONE is queued. Under r->mu. */
+srv_event *srv_take_events(srv_req *r, bool *all) {
+    srv_event *l = r->qh;
+    r->qh = NULL;
+    r->qt = &r->qh;
+    *all = r->engine_done >= r->n_choices;
+    return l;
+}
+
+
+json_t *srv_final_json(srv_req *r) {
+    bool chat = r->p.route == SRV_ROUTE_CHAT;
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(r->id));
+    json_object_set_new(o, "object", json_string(chat ? "chat.completion" : "text_completion"));
+    json_object_set_new(o, "created", json_integer(r->created));
+    json_object_set_new(o, "model", srv_json_bytes(r->s->alias, strlen(r->s->alias)));
+    json_object_set_new(o, "system_fingerprint", json_string(k_fingerprint));
+    json_t *arr = json_array();
+    for (int i = 0; i < r->n_choices; i++) {
+        srv_choice *ch = &r->ch[i];
+        json_t *c = json_object();
+        json_object_set_new(c, "index", json_integer(i));
+        if (chat) {
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            json_object_set_new(msg, "content", srv_json_bytes(ch->text.p ? ch->text.p : "", ch->text.len));
+            json_object_set_new(c, "message", msg);
+            if (r->p.logprobs >= 0) {
+                json_t *lp = json_object();
+                json_object_set_new(lp, "content", ch->lp ? json_incref(ch->lp) : json_array());
+                json_object_set_new(c, "logprobs", lp);
+            } else {
+                json_object_set_new(c, "logprobs", json_null());
+            }
+        } else {
+            srv_buf t = {0};
+            int sub = i / r->p.n;
+            if (r->p.echo) srv_buf_add(&t, r->echo[sub], r->echo_len[sub]);
+            srv_buf_add(&t, ch->text.p ? ch->text.p : "", ch->text.len);
+            json_object_set_new(c, "text", srv_json_bytes(t.p ? t.p : "", t.len));
+            srv_buf_free(&t);
+            if (r->p.logprobs >= 0) json_object_set_new(c, "logprobs", ch->lp ? json_incref(ch->lp) : text_logprob_new());
+            else json_object_set_new(c, "logprobs", json_null());
+        }
+        json_object_set_new(c, "finish_reason", json_string(srv_finish_str(ch->finish)));
+        json_array_append_new(arr, c);
+    }
+    json_object_set_new(o, "choices", arr);
+    json_object_set_new(o, "usage", usage_json(r));
+    return o;
+}
+
+/* ---- streaming ---------------------------------------------------------------------------- */
+
+ssize_t srv_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    srv_req *r = cls;
+    srv *s = r->s;
+    (void)pos;
+    for (;;) {
+        if (r->out_off < r->out.len) {
+            size_t n = r->out.len - r->out_off;
+            if (n > max) n = max;
+            memcpy(buf, r->out.p + r->out_off, n);
+            r->out_off += n;
+            if (r->out_off == r->out.len) r->out_off = r->out.len = 0;
+            atomic_store(&r->t_write_ms, srv_now_ms());
+            return (ssize_t)n;
+        }
+        if (r->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (r->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!r->started) {
+            r->started = true;
+            stream_start(r);
+            continue;
+        }
+        pthread_mutex_lock(&r->mu);
+        if (r->client_gone) {
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        bool all;
+        srv_event *l = srv_take_events(r, &all);
+        bool ping = r->ping_due;
+        r->ping_due = false;
+        bool lost = r->lost_events;
+        bool gone = atomic_load(&s->engine_gone);
+        if (!l && !ping && !all && !lost && !gone) {
+            r->suspended = true;
+            MHD_suspend_connection(r->conn);
+            pthread_mutex_unlock(&r->mu);
+            return 0;
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (ping) srv_buf_add(&r->out, ": ping\n\n", 8);
+        srv_consume(r, l);
+        srv_free_events(l);
+        if (lost && !r->errored) {
+            srv_set_error(r, 503, "server_error", NULL, "out of memory while streaming the response");
+            emit_error_chunk(r);
+            srv_req_cancel(s, r);
+        }
+        if (gone && !all && !r->errored) {
+            srv_set_error(r, 503, "unavailable_error", "shutting_down", "the server is shutting down");
+            emit_error_chunk(r);
+        }
+        /* the end: every choice done, or an error (sent above; what the other choices still
+         * produce is dropped with the request) */
+        if (all || r->errored) {
+            if (r->p.include_usage && !r->errored) {
+                json_t *o = chunk_frame(r, json_array());
+                json_object_set_new(o, "usage", usage_json(r));
+                srv_buf_sse(&r->out, o);
+            }
+            srv_buf_add(&r->out, "data: [DONE]\n\n", 14);
+            r->ended = true;
+        }
+    }
+}
+
+void srv_stream_free(void *cls) { srv_req_unref(cls); }
+

@@ -1,0 +1,335 @@
+/* server_req.c — the request objects of `rocmforge serve` and everything that touches them
+ * off the connection's thread: their lifetime and list, cancellation, the engine callback that
+ * queues events, and the ticker that notices hang-ups of suspended clients and sends pings. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "server_int.h"
+
+uint64_t srv_rng_next(srv *s) {
+    pthread_mutex_lock(&s->rng_mu);
+    uint64_t z = (s->rng += 0x9E3779B97F4A7C15ULL);
+    pthread_mutex_unlock(&s->rng_mu);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* ---- request objects ---------------------------------------------------------------------- */
+
+void srv_req_unref(srv_req *r) {
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    for (srv_event *e = r->qh, *n; e; e = n) {
+        n = e->next;
+        free(e);
+    }
+    for (int i = 0; i < r->n_choices; i++) {
+        srv_buf_free(&r->ch[i].text);
+        json_decref(r->ch[i].lp);
+    }
+    if (r->echo)
+        for (int i = 0; i < r->n_subs; i++) free(r->echo[i]);
+    free(r->echo);
+    free(r->echo_len);
+    free(r->sub_counted);
+    free(r->ch);
+    free(r->subs);
+    free(r->t_last);
+    srv_buf_free(&r->out);
+    srv_params_free(&r->p);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+void srv_list_add(srv *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    r->next = s->list;
+    r->prev = NULL;
+    if (s->list) s->list->prev = r;
+    s->list = r;
+    r->listed = true;
+    s->n_listed++;
+    atomic_fetch_add(&r->refs, 1);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Drops r from the list (its connection is gone); returns whether it was listed. */
+bool srv_list_remove(srv *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    bool was = r->listed;
+    if (was) {
+        if (r->prev) r->prev->next = r->next;
+        else s->list = r->next;
+        if (r->next) r->next->prev = r->prev;
+        r->listed = false;
+        r->conn = NULL;
+        s->n_listed--;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (was) srv_req_unref(r);
+    return was;
+}
+
+/* Cancels r's engine submissions (those already made; later ones see r->cancelled). */
+void srv_req_cancel(srv *s, srv_req *r) {
+    for (int i = 0; i < r->n_subs; i++) {
+        pthread_mutex_lock(&r->mu);
+        bool sub = r->subs[i].submitted;
+        uint64_t id = r->subs[i].id;
+        pthread_mutex_unlock(&r->mu);
+        if (sub && !atomic_load(&s->engine_gone)) rf_engine_cancel(s->eng, id);
+    }
+}
+
+/* ---- the engine thread's callback --------------------------------------------------------- */
+
+static srv_event *event_copy(const rf_event *ev, int sub) {
+    size_t len = 0;
+    const char *t = rf_event_text(ev, &len);
+    int32_t n_top = rf_event_n_top(ev);
+    if (n_top < 0) n_top = 0;
+    if (n_top > SRV_MAX_TOP_LOGPROBS) n_top = SRV_MAX_TOP_LOGPROBS;
+    rf_event_kind kind = rf_event_get_kind(ev);
+    rf_finish_reason fin = rf_event_finish(ev);
+    const char *err = kind == RF_EVENT_DONE && fin == RF_FINISH_ERROR ? rf_event_error(ev) : NULL;
+    size_t elen = err ? strlen(err) : 0;
+    size_t sz = sizeof(srv_event) + (size_t)n_top * (sizeof(int32_t) + sizeof(float)) + len + 1 + (err ? elen + 1 : 0);
+    srv_event *e = malloc(sz);
+    if (!e) return NULL;
+    memset(e, 0, sizeof *e);
+    char *p = (char *)(e + 1);
+    e->top_id = (int32_t *)p;
+    p += (size_t)n_top * sizeof(int32_t);
+    e->top_lp = (float *)p;
+    p += (size_t)n_top * sizeof(float);
+    e->text = p;
+    if (len) memcpy(p, t, len);
+    p[len] = 0;
+    e->len = len;
+    p += len + 1;
+    if (err) {
+        memcpy(p, err, elen + 1);
+        e->error = p;
+    }
+    e->kind = kind;
+    e->sub = sub;
+    e->choice = rf_event_choice(ev);
+    e->token = rf_event_token(ev);
+    e->logprob = rf_event_logprob(ev);
+    int32_t k = 0;
+    for (int32_t i = 0; i < n_top; i++)
+        if (rf_event_top(ev, i, &e->top_id[k], &e->top_lp[k])) k++;
+    e->n_top = k;
+    e->finish = fin;
+    e->n_prompt = rf_event_n_prompt(ev);
+    e->n_cached = rf_event_n_cached(ev);
+    e->n_gen = rf_event_n_gen(ev);
+    return e;
+}
+
+bool srv_on_engine_event(const rf_event *ev, void *user) {
+    srv_sub *sb = user;
+    srv_req *r = sb->req;
+    srv *s = r->s;
+    rf_event_kind kind = rf_event_get_kind(ev);
+    int32_t choice = rf_event_choice(ev);
+    if (choice < 0 || choice >= r->p.n) choice = 0;
+    int ci = sb->idx * r->p.n + choice;
+    double t = srv_now_s();
+    if (kind == RF_EVENT_TOKEN) {
+        if (!r->first_token) {
+            r->first_token = true;
+            srv_metrics_observe(&s->m, &s->m.ttft, t - r->t_arrival);
+        }
+        if (r->t_last[ci] > 0) srv_metrics_observe(&s->m, &s->m.itl, t - r->t_last[ci]);
+        r->t_last[ci] = t;
+    }
+    srv_event *e = event_copy(ev, sb->idx);
+    bool done = kind == RF_EVENT_DONE;
+    pthread_mutex_lock(&r->mu);
+    if (e) {
+        *r->qt = e;
+        r->qt = &e->next;
+    } else {
+        r->lost_events = true;
+    }
+    if (done) r->engine_done++;
+    bool all = r->engine_done >= r->n_choices;
+    bool wake = r->suspended && (r->stream || all || !e);
+    if (wake) r->suspended = false;
+    bool go = !r->cancelled && e;
+    struct MHD_Connection *conn = r->conn;
+    pthread_mutex_unlock(&r->mu);
+    if (wake) MHD_resume_connection(conn);
+    if (done) {
+        pthread_mutex_lock(&s->m.mu);
+        rf_finish_reason f = rf_event_finish(ev);
+        if ((unsigned)f < 8) s->m.finish[f]++;
+        s->m.completion_tokens += (uint64_t)(rf_event_n_gen(ev) > 0 ? rf_event_n_gen(ev) : 0);
+        if (sb->n_done == 0) s->m.prompt_tokens += (uint64_t)(rf_event_n_prompt(ev) > 0 ? rf_event_n_prompt(ev) : 0);
+        pthread_mutex_unlock(&s->m.mu);
+        if (all) srv_metrics_observe(&s->m, &s->m.e2e, t - r->t_arrival);
+        if (++sb->n_done == r->p.n) {
+            atomic_fetch_sub(&s->active, 1);
+            srv_req_unref(r);
+        }
+    }
+    return go;
+}
+
+
+/* ---- building a request ------------------------------------------------------------------ */
+
+static void make_id(srv *s, srv_req *r) {
+    uint64_t a = srv_rng_next(s), b = srv_rng_next(s);
+    snprintf(r->id, sizeof r->id, "%s%016llx%08llx", r->p.route == SRV_ROUTE_CHAT ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)a, (unsigned long long)(b & 0xffffffffULL));
+}
+
+/* Builds the request object for checked params (which it takes over). NULL when out of memory. */
+srv_req *srv_req_new(srv *s, srv_params *p) {
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->s = s;
+    atomic_init(&r->refs, 1);
+    pthread_mutex_init(&r->mu, NULL);
+    r->p = *p;
+    memset(p, 0, sizeof *p);
+    r->stream = r->p.stream;
+    r->qt = &r->qh;
+    r->t_arrival = srv_now_s();
+    r->created = (int64_t)time(NULL);
+    atomic_init(&r->t_write_ms, srv_now_ms());
+    r->n_subs = r->p.route == SRV_ROUTE_CHAT ? 1 : (int)r->p.n_prompts;
+    r->n_choices = r->n_subs * r->p.n;
+    r->subs = calloc((size_t)r->n_subs, sizeof *r->subs);
+    r->ch = calloc((size_t)r->n_choices, sizeof *r->ch);
+    r->t_last = calloc((size_t)r->n_choices, sizeof *r->t_last);
+    r->sub_counted = calloc((size_t)r->n_subs, sizeof *r->sub_counted);
+    r->echo = calloc((size_t)r->n_subs, sizeof *r->echo);
+    r->echo_len = calloc((size_t)r->n_subs, sizeof *r->echo_len);
+    make_id(s, r);
+    if (!r->subs || !r->ch || !r->t_last || !r->sub_counted || !r->echo || !r->echo_len) {
+        srv_req_unref(r);
+        return NULL;
+    }
+    for (int i = 0; i < r->n_subs; i++) {
+        r->subs[i].req = r;
+        r->subs[i].idx = i;
+    }
+    if (r->p.route == SRV_ROUTE_COMPLETIONS && r->p.echo) {
+        for (int i = 0; i < r->n_subs; i++) {
+            srv_prompt *sp = &r->p.prompts[i];
+            if (sp->text) {
+                r->echo[i] = malloc(sp->len + 1);
+                if (!r->echo[i]) {
+                    srv_req_unref(r);
+                    return NULL;
+                }
+                memcpy(r->echo[i], sp->text, sp->len);
+                r->echo[i][sp->len] = 0;
+                r->echo_len[i] = sp->len;
+            } else if (rf_detokenize(s->vocab, sp->ids, sp->n_ids, false, &r->echo[i], &r->echo_len[i])) {
+                srv_req_unref(r);
+                return NULL;
+            }
+        }
+    }
+    return r;
+}
+
+
+/* ---- the ticker: hang-ups of suspended connections, pings ---------------------------------- */
+
+void *srv_ticker_main(void *arg) {
+    srv *s = arg;
+    int cap = 0;
+    struct pollfd *pfd = NULL;
+    srv_req **rr = NULL, **gone = NULL, **wake = NULL;
+    while (!atomic_load(&s->ticker_stop)) {
+        struct timespec ts = {0, SRV_TICK_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        int n = 0, n_gone = 0, n_wake = 0;
+        long long t = srv_now_ms();
+        long long ping_ms = s->cfg.ping_s > 0 ? (long long)(s->cfg.ping_s * 1000.0) : -1;
+        pthread_mutex_lock(&s->mu);
+        if (s->n_listed > cap) {
+            int nc = s->n_listed * 2;
+            struct pollfd *a = realloc(pfd, (size_t)nc * sizeof *a);
+            if (a) pfd = a;
+            srv_req **b = realloc(rr, (size_t)nc * sizeof *b);
+            if (b) rr = b;
+            srv_req **g = realloc(gone, (size_t)nc * sizeof *g);
+            if (g) gone = g;
+            srv_req **w = realloc(wake, (size_t)nc * sizeof *w);
+            if (w) wake = w;
+            if (a && b && g && w) cap = nc;
+        }
+        for (srv_req *r = s->list; r && n < cap && n_wake < cap; r = r->next) {
+            pthread_mutex_lock(&r->mu);
+            bool susp = r->suspended && !r->cancelled;
+            if (susp && r->stream && ping_ms > 0 && t - atomic_load(&r->t_write_ms) >= ping_ms) {
+                r->ping_due = true;
+                r->suspended = false;
+                atomic_store(&r->t_write_ms, t);
+                atomic_fetch_add(&r->refs, 1);
+                wake[n_wake++] = r;
+                susp = false;
+            }
+            pthread_mutex_unlock(&r->mu);
+            if (susp && r->fd >= 0) {
+                pfd[n].fd = r->fd;
+                pfd[n].events = POLLIN | POLLRDHUP;
+                pfd[n].revents = 0;
+                rr[n++] = r;
+            }
+        }
+        if (n > 0 && poll(pfd, (nfds_t)n, 0) > 0) {
+            for (int i = 0; i < n; i++) {
+                bool hup = pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL);
+                if (!hup && (pfd[i].revents & POLLIN)) {
+                    char b;
+                    ssize_t k = recv(pfd[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+                    hup = k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+                }
+                if (hup) {
+                    atomic_fetch_add(&rr[i]->refs, 1);
+                    gone[n_gone++] = rr[i];
+                }
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < n_wake; i++) {
+            srv_req *r = wake[i];
+            MHD_resume_connection(r->conn);
+            srv_req_unref(r);
+        }
+        for (int i = 0; i < n_gone; i++) {
+            srv_req *r = gone[i];
+            pthread_mutex_lock(&r->mu);
+            bool first = !r->client_gone;
+            r->cancelled = true;
+            r->client_gone = true;
+            pthread_mutex_unlock(&r->mu);
+            if (first) {
+                srv_req_cancel(s, r);
+                pthread_mutex_lock(&s->m.mu);
+                s->m.disconnects++;
+                pthread_mutex_unlock(&s->m.mu);
+                if (s->cfg.verbose) fprintf(stderr, "serve: client of %s went away; cancelled\n", r->id);
+            }
+            srv_req_unref(r);
+        }
+    }
+    free(pfd);
+    free(rr);
+    free(gone);
+    free(wake);
+    return NULL;
+}
+
