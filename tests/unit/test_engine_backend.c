@@ -4,7 +4,8 @@
  * rope (normal and neox, with freq factors), paged attention (f32/f16/q8_0 pools, GQA, causal,
  * sliding window, shuffled block tables, several sequences in one batch, batch invariance),
  * glu (swiglu exact, geglu through ggml's f16 table < 2e-3), get_rows, kv_store, copy_rows and
- * gather_rows. Thread counts 1 and 3. */
+ * gather_rows. Thread counts 1 and 3. The matmul's activation quantizer (AVX2) against its scalar
+ * definition, byte for byte, on random rows and on ties, zeros, subnormals, huge values, inf, NaN. */
 #include "test_util.h"
 
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/ref/ref_ops.h"
 
 static rf_rng g_rng;
@@ -275,10 +277,41 @@ static void test_get_rows(void **state) {
     be->ops->destroy(be);
 }
 
+static void test_act_q8_exact(void **state) {
+    (void)state;
+    enum { N = 32 * 64 };
+    float *x = malloc(N * sizeof(float));
+    uint8_t *a = malloc(N / 32 * 36), *b = malloc(N / 32 * 36);
+    for (int round = 0; round < 200; round++) {
+        rf_rng_fill_normal(&g_rng, x, N, round < 100 ? 1.0f : 1e-3f * (float)round);
+        if (round % 4 == 1) /* ties: amax 127 makes id exactly 1, then k + 0.5 */
+            for (int i = 0; i < N; i++) x[i] = (i % 32 == 0) ? 127.0f : (float)((int)(x[i] * 40) % 126) + 0.5f;
+        if (round % 4 == 2) /* specials, a few per block */
+            for (int i = 0; i < N; i += 7) {
+                static const float sp[] = {0.0f, -0.0f, 1e-40f, -1e-45f, 3e38f, -3e38f, INFINITY, -INFINITY, NAN, 65504.0f, 1e-8f};
+                x[i] = sp[(unsigned)(i / 7 + round) % (sizeof sp / sizeof *sp)];
+            }
+        if (round % 4 == 3) memset(x + 64, 0, 32 * sizeof(float)); /* an all-zero block */
+        for (int ws = 0; ws < 2; ws++) {
+            size_t nb = (size_t)N / 32 * (ws ? 36 : 34);
+            memset(a, 0xAA, nb), memset(b, 0x55, nb);
+            rf_cpu_act_q8_scalar(x, a, N, ws);
+            rf_cpu_act_q8(x, b, N, ws);
+            if (memcmp(a, b, nb)) {
+                size_t k = 0;
+                while (a[k] == b[k]) k++;
+                fail_msg("act_q8 (with_sum %d, round %d): byte %zu differs (%02x vs %02x)", ws, round, k, a[k], b[k]);
+            }
+        }
+    }
+    free(x), free(a), free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul), cmocka_unit_test(test_norm_rope_glu),
         cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_kv_rows), cmocka_unit_test(test_get_rows),
+        cmocka_unit_test(test_act_q8_exact),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

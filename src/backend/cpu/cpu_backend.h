@@ -31,4 +31,10 @@ float rf_cpu_dot_f32(const float *a, const float *b, int64_t n);
 /* y[i] += s * x[i]. */
 void rf_cpu_axpy_f32(float *y, const float *x, float s, int64_t n);
 
+/* Quantizes n activations (n % 32 == 0) to Q8_0 blocks (34 bytes) or, with_sum, Q8_1 blocks
+ * (36 bytes, s = d * sum q) as ggml's x86 runtime does (cpu_matmul.c). rf_cpu_act_q8 is the fast
+ * path (AVX2 where the CPU has it), bit-identical to rf_cpu_act_q8_scalar for every input. */
+void rf_cpu_act_q8(const float *x, void *dst, int64_t n, bool with_sum);
+void rf_cpu_act_q8_scalar(const float *x, void *dst, int64_t n, bool with_sum);
+
 #endif
