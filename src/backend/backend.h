@@ -118,6 +118,14 @@ typedef struct rf_backend_ops {
     /* Stores f32 row t of src [b->n_tokens, cache.ne[0]] into cache row b->slot[t], converting
      * to the cache's type (f32, f16 or q8_0). RF_ERR_RANGE for a slot outside the cache. */
     rf_status (*kv_store)(rf_backend *be, rf_tensor *cache, const rf_tensor *src, const rf_batch *b);
+    /* Optional fusion (NULL: the forward composes rope, rope, kv_store, kv_store): RoPE in
+     * place over q [b->n_tokens, n_head, head_dim] as op rope does; K cache row b->slot[t] =
+     * rope(k[t]) and V cache row b->slot[t] = v[t], converted to the caches' type. k itself is
+     * left unspecified afterwards. Same errors as rope and kv_store. */
+    rf_status (*rope_store)(rf_backend *be, rf_tensor *q, rf_tensor *k, const rf_tensor *v,
+                            rf_tensor *kc, rf_tensor *vc, const rf_batch *b, int64_t n_head,
+                            int64_t n_head_kv, int64_t head_dim, int64_t n_rot, float freq_base,
+                            float freq_scale, const rf_tensor *freq_factors, int mode);
     /* Copies n rows of a cache from row src0 to row dst0 (non-overlapping): copy-on-write of a
      * shared KV block. */
     rf_status (*copy_rows)(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n);

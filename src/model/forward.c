@@ -139,10 +139,15 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         if (rf_has(&L->bv)) TRY(op->add_bias(be, &f->v, &L->bv, n, KV));
         if (rf_has(&L->q_norm)) TRY(op->rmsnorm(be, &f->q, &f->q, &L->q_norm, n * H, D, hp->norm_eps)); /* gemma3 */
         if (rf_has(&L->k_norm)) TRY(op->rmsnorm(be, &f->k, &f->k, &L->k_norm, n * HKV, D, hp->norm_eps));
-        TRY(op->rope(be, &f->q, b, H, D, hp->n_rot, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
-        TRY(op->rope(be, &f->k, b, HKV, D, hp->n_rot, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
-        TRY(op->kv_store(be, &f->kc[il], &f->k, b));
-        TRY(op->kv_store(be, &f->vc[il], &f->v, b));
+        if (op->rope_store) {
+            TRY(op->rope_store(be, &f->q, &f->k, &f->v, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->n_rot,
+                               L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
+        } else {
+            TRY(op->rope(be, &f->q, b, H, D, hp->n_rot, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
+            TRY(op->rope(be, &f->k, b, HKV, D, hp->n_rot, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
+            TRY(op->kv_store(be, &f->kc[il], &f->k, b));
+            TRY(op->kv_store(be, &f->vc[il], &f->v, b));
+        }
         TRY(op->attention(be, &f->att, &f->q, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->attn_scale,
                           L->is_swa ? hp->n_swa : 0, 0.0f));
         TRY(op->matmul(be, &f->o, &L->wo, &f->att, n));

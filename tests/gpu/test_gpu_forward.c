@@ -139,6 +139,55 @@ static void test_logits_tiny(void **state) {
     }
 }
 
+/* Fusions (the shared activation quantization, RoPE + KV append with Q, and whatever the
+ * backend fuses) against the unfused composition (RF_GPU_UNFUSED=1 when the backend is made):
+ * last-position logits of prompts of 1, 7 and 33 tokens (decode products and a prompt chunk),
+ * for every tiny architecture with weights whose decode products share x. */
+static void test_fused(void **state) {
+    (void)state;
+    const char *presets[] = {"tiny", "tiny-qwen2", "tiny-gemma3", "tiny-llama2"};
+    const char *types[] = {"q4_0", "q8_0", "q4_k_m", "q5_1"};
+    char path[1200];
+    double worst = 0;
+    for (size_t p = 0; p < sizeof presets / sizeof *presets; p++)
+        for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+            mkmodel(presets[p], types[t], path, sizeof path);
+            unsetenv("RF_GPU_UNFUSED");
+            rf_model *mf = load(path, RF_DEVICE_GPU);
+            setenv("RF_GPU_UNFUSED", "1", 1);
+            rf_model *mu = load(path, RF_DEVICE_GPU);
+            unsetenv("RF_GPU_UNFUSED");
+            int32_t nv = mf->hp.n_vocab;
+            rf_session *sf = session(mf, 128), *su = session(mu, 128);
+            rf_rng r;
+            rf_rng_init(&r, rf_test_seed() + 11);
+            const int lens[] = {1, 7, 33};
+            int32_t ids[64];
+            for (size_t k = 0; k < 3; k++) {
+                random_prompt(&r, ids, lens[k], nv);
+                rf_session_truncate(sf, 0);
+                rf_session_truncate(su, 0);
+                if (rf_session_eval(sf, ids, lens[k], false) || rf_session_eval(su, ids, lens[k], false))
+                    fail_msg("eval: %s", rf_last_error());
+                /* then one decode token: a step of one token through every fused op */
+                int32_t nxt = ids[0];
+                if (rf_session_eval(sf, &nxt, 1, false) || rf_session_eval(su, &nxt, 1, false))
+                    fail_msg("eval: %s", rf_last_error());
+                float margin;
+                bool same;
+                double e = compare(rf_session_logits(su, 0), rf_session_logits(sf, 0), nv, &margin, &same);
+                if (e > worst) worst = e;
+                if (!(e < 1e-3))
+                    fail_msg("%s %s prompt of %d: fused vs unfused rel. L2 %.3e", presets[p], types[t], lens[k], e);
+            }
+            rf_session_free(sf);
+            rf_session_free(su);
+            rf_model_free(mf);
+            rf_model_free(mu);
+        }
+    printf("  fused vs unfused: max rel. L2 %.2e over 4 architectures x 4 types x 3 prompts (tol 1e-3)\n", worst);
+}
+
 /* ---- real models: logits and greedy generation ----------------------------------------- */
 
 static const char *models_dir(void) {
@@ -400,6 +449,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_logits_tiny),
+        cmocka_unit_test(test_fused),
         cmocka_unit_test(test_real_models),
         cmocka_unit_test(test_engine_gpu),
     };

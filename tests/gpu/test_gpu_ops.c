@@ -245,6 +245,49 @@ static void test_rope_kv_append(void **state) {
         }
 }
 
+/* The fused RoPE + KV append with the query (one kernel) against its unfused composition:
+ * rf_gpu_rope over Q, then rf_gpu_rope_kv_append for K and V. Q, K and V must be bit-identical
+ * (same per-element arithmetic), for GQA 8/2 and head dim 64 with a partial rotation. */
+static void test_rope_qkv_fused(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 5);
+    const int64_t T = 5, H = 8, HKV = 2, D = 64, R = 32, ROWS = 24;
+    int32_t pos[5] = {0, 1, 17, 300, 4095}, slot[5] = {2, 3, 23, -1, 7};
+    for (int mode = 0; mode <= 2; mode += 2) {
+        const int64_t nq = T * H * D, nk = T * HKV * D;
+        float *q = host_f32(nq), *k = host_f32(nk), *v = host_f32(nk);
+        rf_rng_fill_normal(&r, q, nq, 1.0f);
+        rf_rng_fill_normal(&r, k, nk, 1.0f);
+        rf_rng_fill_normal(&r, v, nk, 1.0f);
+        float *dq1 = dev_from(q, nq * 4), *dq2 = dev_from(q, nq * 4);
+        float *dk = dev_from(k, nk * 4), *dv = dev_from(v, nk * 4);
+        int32_t *dpos = dev_from(pos, sizeof pos), *dslot = dev_from(slot, sizeof slot);
+        const size_t cb = ROWS * HKV * D * 2;
+        void *kc1 = dev_poison(cb), *vc1 = dev_poison(cb), *kc2 = dev_poison(cb), *vc2 = dev_poison(cb);
+        assert_int_equal(rf_gpu_rope(g_ctx, dq1, T, H, D, R, H * D, D, dpos, 5e5f, 1.0f, NULL, mode), RF_OK);
+        assert_int_equal(rf_gpu_rope_kv_append(g_ctx, dk, dv, T, HKV, D, R, dpos, dslot, 5e5f, 1.0f, NULL, mode,
+                                               kc1, vc1, RF_TYPE_F16, ROWS),
+                         RF_OK);
+        assert_int_equal(rf_gpu_rope_qkv_append(g_ctx, dq2, H, dk, dv, T, HKV, D, R, dpos, dslot, 5e5f, 1.0f, NULL,
+                                                mode, kc2, vc2, RF_TYPE_F16, ROWS),
+                         RF_OK);
+        float *q1 = host_f32(nq), *q2 = host_f32(nq);
+        uint8_t *a = malloc(cb), *b = malloc(cb);
+        dev_to(q1, dq1, nq * 4);
+        dev_to(q2, dq2, nq * 4);
+        assert_memory_equal(q1, q2, nq * 4);
+        dev_to(a, kc1, cb), dev_to(b, kc2, cb);
+        assert_memory_equal(a, b, cb);
+        dev_to(a, vc1, cb), dev_to(b, vc2, cb);
+        assert_memory_equal(a, b, cb);
+        rf_gpu_free(g_ctx, dq1), rf_gpu_free(g_ctx, dq2), rf_gpu_free(g_ctx, dk), rf_gpu_free(g_ctx, dv);
+        rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dslot);
+        rf_gpu_free(g_ctx, kc1), rf_gpu_free(g_ctx, vc1), rf_gpu_free(g_ctx, kc2), rf_gpu_free(g_ctx, vc2);
+        free(q), free(k), free(v), free(q1), free(q2), free(a), free(b);
+    }
+}
+
 static void test_errors(void **state) {
     (void)state;
     assert_int_equal(rf_gpu_softmax(g_ctx, NULL, NULL, 1, 0, 1.0f), RF_ERR_INVALID_ARG);
@@ -263,6 +306,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_norms_softmax),
         cmocka_unit_test(test_softmax_special), cmocka_unit_test(test_causal_mask),
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_rope_kv_append),
+        cmocka_unit_test(test_rope_qkv_fused),
         cmocka_unit_test(test_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

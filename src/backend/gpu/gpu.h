@@ -116,6 +116,14 @@ rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, int64_t n_hea
  * v_cache[slot[t], h, :] = v[t,h,:], stored as cache_type (RF_TYPE_F16 or RF_TYPE_F32).
  * Caches are [cache_rows, n_head_kv, head_dim]; slot ids outside [0, cache_rows) are skipped
  * (never written). Twin: rf_ref_rope + conversion. */
+/* The same with the query: q f32 [n_tokens, n_head, head_dim] rotated in place as rf_gpu_rope
+ * does (bit-identical), in the same kernel (n_head 0 and q NULL: rf_gpu_rope_kv_append). */
+rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *q, int64_t n_head, const float *k,
+                                 const float *v, int64_t n_tokens, int64_t n_head_kv,
+                                 int64_t head_dim, int64_t n_rot, const int32_t *pos,
+                                 const int32_t *slot, float freq_base, float freq_scale,
+                                 const float *freq_factors, int mode, void *k_cache,
+                                 void *v_cache, rf_type cache_type, int64_t cache_rows);
 rf_status rf_gpu_rope_kv_append(rf_gpu_ctx *ctx, const float *k, const float *v,
                                 int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
                                 int64_t n_rot, const int32_t *pos, const int32_t *slot,

@@ -42,9 +42,25 @@ typedef struct gpu_be {
     const void *owner;
     unsigned epoch;   /* bumped when a buffer a graph recorded moves */
     int64_t n_up, n_down, n_launch; /* per-step transfer counters (RF_GPU_STEP_TRACE) */
+    /* Fusions (RF_GPU_UNFUSED=1 turns them off, for A/B runs and the fused-vs-unfused test):
+     * rope_store, and one activation quantization shared by consecutive products of the same
+     * x (Q, K, V; gate, up). xq_src is the f32 x that xq holds quantized for (xq_type, xq_nt,
+     * xq_nin); any op other than a product reading it ends that (it may write x). */
+    bool fuse;
+    const void *xq_src;
+    rf_type xq_type;
+    int64_t xq_nt, xq_nin;
+    void *xq;
+    size_t xq_cap;
 } gpu_be;
 
 #define G(be) ((gpu_be *)(be)->impl)
+/* the backend of an op that is not a product: a shared quantized x is stale from here on */
+static gpu_be *GX(rf_backend *be) {
+    gpu_be *g = G(be);
+    g->xq_src = NULL;
+    return g;
+}
 
 static rf_status row_bytes(rf_type type, int64_t n, size_t *out) {
     if (type == RF_TYPE_F32) { *out = (size_t)n * 4; return RF_OK; }
@@ -61,9 +77,9 @@ static rf_status g_alloc(rf_backend *be, rf_type type, int64_t n, int64_t rows, 
     if (rf_mul_overflow_u64(rb, (uint64_t)rows, &total) || total > SIZE_MAX / 2)
         return rf_set_error(RF_ERR_RANGE, "tensor of %lld x %lld elements is too large", (long long)rows, (long long)n);
     void *p = NULL;
-    if ((st = rf_gpu_alloc(G(be)->ctx, total ? (size_t)total : 64, &p))) return st;
-    if ((st = rf_gpu_memset(G(be)->ctx, p, 0, total ? (size_t)total : 64))) {
-        rf_gpu_free(G(be)->ctx, p);
+    if ((st = rf_gpu_alloc(GX(be)->ctx, total ? (size_t)total : 64, &p))) return st;
+    if ((st = rf_gpu_memset(GX(be)->ctx, p, 0, total ? (size_t)total : 64))) {
+        rf_gpu_free(GX(be)->ctx, p);
         return st;
     }
     out->type = type;
@@ -76,7 +92,7 @@ static rf_status g_alloc(rf_backend *be, rf_type type, int64_t n, int64_t rows, 
 }
 
 static void g_free(rf_backend *be, rf_tensor *t) {
-    if (t && t->owned && t->data) rf_gpu_free(G(be)->ctx, t->data);
+    if (t && t->owned && t->data) rf_gpu_free(GX(be)->ctx, t->data);
     if (t) memset(t, 0, sizeof *t);
 }
 
@@ -88,7 +104,7 @@ static rf_status g_weight(rf_backend *be, rf_type type, int64_t n, int64_t rows,
     rf_status st = row_bytes(type, n, &rb);
     if (st) return st;
     void *d = NULL;
-    if ((st = rf_gpu_upload_weights(G(be)->ctx, host, rb * (size_t)rows, "weights", false, &d))) return st;
+    if ((st = rf_gpu_upload_weights(GX(be)->ctx, host, rb * (size_t)rows, "weights", false, &d))) return st;
     out->type = type;
     out->ne[0] = n;
     out->ne[1] = rows;
@@ -122,7 +138,7 @@ static void drop_capture(gpu_be *g) {
  * so a recording fits every step of its bucket: in graph modes the penalty room is a fixed
  * RF_GRAPH_PEN entries per row. */
 static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
-    gpu_be *g = G(be);
+    gpu_be *g = GX(be);
     size_t nt = (size_t)b->n_tokens, tab = (size_t)b->n_seqs * (size_t)b->max_blocks;
     size_t ns = (size_t)b->n_sample;
     size_t pen_room = g->mode != RF_GRAPH_NONE ? ns * RF_GRAPH_PEN : (size_t)b->n_pen;
@@ -209,26 +225,72 @@ static const gpu_batch *dev_of(const rf_batch *b) { return (const gpu_batch *)b-
 
 static rf_status g_get_rows(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_batch *b) {
     NEED_DEV(b, "get_rows");
-    return rf_gpu_get_rows(G(be)->ctx, y->data, w->data, w->type, dev_of(b)->ids, b->n_tokens, w->ne[0], w->ne[1]);
+    return rf_gpu_get_rows(GX(be)->ctx, y->data, w->data, w->type, dev_of(b)->ids, b->n_tokens, w->ne[0], w->ne[1]);
 }
 
+/* whether the product of (type, n_in) for n_tokens has the int8-x form whose quantized x
+ * one kernel can make for several products (the 32-element formats; K-quants take
+ * rf_gpu_gemv's own path) */
+static bool shares_xq(rf_type t, int64_t n_tokens, int64_t n_in) {
+    if (n_tokens < 1 || n_tokens > 8 || n_in % 32) return false;
+    return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q8_0;
+}
+
+/* A product. With fusions on, a decode product of a 32-element format quantizes x once into
+ * the backend's xq buffer and the next products of the same x (Q, K, V; gate, up) reuse it:
+ * one activation-quantization kernel where three (or two) ran. The buffer grows only outside
+ * a graph recording (no allocation may be recorded); a recording that needs more falls back
+ * to the whole product. */
 static rf_status g_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens) {
-    return rf_gpu_matmul(G(be)->ctx, y->data, w->data, w->type, x->data, n_tokens, w->ne[0], w->ne[1]);
+    gpu_be *g = G(be);
+    const int64_t n_in = w->ne[0], n_out = w->ne[1];
+    rf_status st;
+    if (g->fuse && shares_xq(w->type, n_tokens, n_in)) {
+        const bool hit = g->xq_src == x->data && g->xq_type == w->type && g->xq_nt == n_tokens && g->xq_nin == n_in;
+        if (!hit) {
+            g->xq_src = NULL;
+            size_t need = rf_gpu_xq_bytes(n_tokens, n_in);
+            if (need > g->xq_cap && g->mode != RF_GRAPH_CAPTURE) {
+                if ((st = rf_gpu_sync(g->ctx))) return st; /* the old buffer may still be read */
+                rf_gpu_free(g->ctx, g->xq);
+                g->xq = NULL;
+                g->xq_cap = 0;
+                size_t cap = rf_gpu_xq_bytes(8, n_in < 16384 ? 16384 : n_in);
+                if ((st = rf_gpu_alloc(g->ctx, cap, &g->xq))) return st;
+                g->xq_cap = cap;
+                g->epoch++; /* recorded graphs read the old buffer */
+            }
+            if (need <= g->xq_cap) {
+                if ((st = rf_gpu_quantize_x(g->ctx, g->xq, w->type, x->data, n_tokens, n_in))) return st;
+                g->xq_src = x->data;
+                g->xq_type = w->type;
+                g->xq_nt = n_tokens;
+                g->xq_nin = n_in;
+            }
+        }
+        if (g->xq_src) {
+            st = rf_gpu_gemv_xq(g->ctx, y->data, w->data, w->type, g->xq, n_tokens, n_in, n_out);
+            if (y->data == g->xq_src) g->xq_src = NULL;
+            return st;
+        }
+    }
+    if (y->data == g->xq_src) g->xq_src = NULL;
+    return rf_gpu_matmul(g->ctx, y->data, w->data, w->type, x->data, n_tokens, n_in, n_out);
 }
 
 static rf_status g_add_bias(rf_backend *be, rf_tensor *y, const rf_tensor *b, int64_t rows, int64_t n) {
-    return rf_gpu_add_bias(G(be)->ctx, y->data, b->data, rows, n);
+    return rf_gpu_add_bias(GX(be)->ctx, y->data, b->data, rows, n);
 }
 
 static rf_status g_rmsnorm(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, int64_t rows,
                            int64_t n, float eps) {
-    return rf_gpu_rmsnorm(G(be)->ctx, y->data, x->data, w ? w->data : NULL, rows, n, eps);
+    return rf_gpu_rmsnorm(GX(be)->ctx, y->data, x->data, w ? w->data : NULL, rows, n, eps);
 }
 
 static rf_status g_rope(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t n_heads, int64_t head_dim,
                         int64_t n_rot, float freq_base, float freq_scale, const rf_tensor *ff, int mode) {
     NEED_DEV(b, "rope");
-    return rf_gpu_rope(G(be)->ctx, x->data, b->n_tokens, n_heads, head_dim, n_rot, n_heads * head_dim, head_dim,
+    return rf_gpu_rope(GX(be)->ctx, x->data, b->n_tokens, n_heads, head_dim, n_rot, n_heads * head_dim, head_dim,
                        dev_of(b)->pos, freq_base, freq_scale, ff ? ff->data : NULL, mode);
 }
 
@@ -236,8 +298,29 @@ static rf_status g_kv_store(rf_backend *be, rf_tensor *cache, const rf_tensor *s
     NEED_DEV(b, "kv_store");
     if (cache->type != RF_TYPE_F16 && cache->type != RF_TYPE_F32)
         return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16 or f32 (not %s)", rf_type_name(cache->type));
-    return rf_gpu_kv_store(G(be)->ctx, cache->data, cache->type, cache->ne[1], src->data, b->n_tokens, cache->ne[0],
+    return rf_gpu_kv_store(GX(be)->ctx, cache->data, cache->type, cache->ne[1], src->data, b->n_tokens, cache->ne[0],
                            dev_of(b)->slot);
+}
+
+/* rope_store in one kernel: RoPE of Q in place, K roped into its cache, V stored. */
+static rf_status g_rope_store(rf_backend *be, rf_tensor *q, rf_tensor *k, const rf_tensor *v, rf_tensor *kc,
+                              rf_tensor *vc, const rf_batch *b, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                              int64_t n_rot, float freq_base, float freq_scale, const rf_tensor *ff, int mode) {
+    NEED_DEV(b, "rope_store");
+    gpu_be *g = GX(be);
+    if (kc->type != vc->type || (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16 or f32 (not %s)", rf_type_name(kc->type));
+    if (!g->fuse) { /* the unfused composition, for A/B runs */
+        rf_status st;
+        if ((st = g_rope(be, q, b, n_head, head_dim, n_rot, freq_base, freq_scale, ff, mode)) ||
+            (st = g_rope(be, k, b, n_head_kv, head_dim, n_rot, freq_base, freq_scale, ff, mode)) ||
+            (st = g_kv_store(be, kc, k, b)))
+            return st;
+        return g_kv_store(be, vc, v, b);
+    }
+    return rf_gpu_rope_qkv_append(g->ctx, q->data, n_head, k->data, v->data, b->n_tokens, n_head_kv, head_dim, n_rot,
+                                  dev_of(b)->pos, dev_of(b)->slot, freq_base, freq_scale, ff ? ff->data : NULL, mode,
+                                  kc->data, vc->data, kc->type, kc->ne[1]);
 }
 
 static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n) {
@@ -245,7 +328,7 @@ static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t
         (dst0 < src0 + n && src0 < dst0 + n))
         return rf_set_error(RF_ERR_RANGE, "copy_rows %lld -> %lld (%lld rows) in a tensor of %lld rows",
                             (long long)src0, (long long)dst0, (long long)n, (long long)t->ne[1]);
-    return rf_gpu_copy(G(be)->ctx, (char *)t->data + (size_t)dst0 * t->nb1, (const char *)t->data + (size_t)src0 * t->nb1,
+    return rf_gpu_copy(GX(be)->ctx, (char *)t->data + (size_t)dst0 * t->nb1, (const char *)t->data + (size_t)src0 * t->nb1,
                        (size_t)n * t->nb1);
 }
 
@@ -254,39 +337,39 @@ static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q,
                              int64_t window, float softcap) {
     NEED_DEV(b, "attention");
     const gpu_batch *d = dev_of(b);
-    return rf_gpu_paged_attention(G(be)->ctx, out->data, q->data, k->data, v->data, k->type, b->n_tokens, d->pos,
+    return rf_gpu_paged_attention(GX(be)->ctx, out->data, q->data, k->data, v->data, k->type, b->n_tokens, d->pos,
                                   d->seq, d->table, b->max_blocks, b->block_size, n_head, n_head_kv, head_dim, scale,
                                   window, softcap, d->max_pos);
 }
 
 static rf_status g_gather_rows(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_batch *b, int64_t n) {
     NEED_DEV(b, "gather_rows");
-    return rf_gpu_gather_rows(G(be)->ctx, y->data, x->data, dev_of(b)->out_rows, b->n_out, n);
+    return rf_gpu_gather_rows(GX(be)->ctx, y->data, x->data, dev_of(b)->out_rows, b->n_out, n);
 }
 
 static rf_status g_glu(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up, int64_t n,
                        rf_glu_kind kind) {
-    if (kind == RF_GLU_SWIGLU) return rf_gpu_swiglu(G(be)->ctx, y->data, gate->data, up->data, n);
-    return rf_gpu_geglu(G(be)->ctx, y->data, gate->data, up->data, n);
+    if (kind == RF_GLU_SWIGLU) return rf_gpu_swiglu(GX(be)->ctx, y->data, gate->data, up->data, n);
+    return rf_gpu_geglu(GX(be)->ctx, y->data, gate->data, up->data, n);
 }
 
 static rf_status g_add(rf_backend *be, rf_tensor *y, const rf_tensor *a, const rf_tensor *b, int64_t n) {
-    return rf_gpu_add(G(be)->ctx, y->data, a->data, b->data, n);
+    return rf_gpu_add(GX(be)->ctx, y->data, a->data, b->data, n);
 }
 
 static rf_status g_scale(rf_backend *be, rf_tensor *x, float s, int64_t n) {
-    return rf_gpu_scale(G(be)->ctx, x->data, x->data, s, n);
+    return rf_gpu_scale(GX(be)->ctx, x->data, x->data, s, n);
 }
 
 static rf_status g_softcap(rf_backend *be, rf_tensor *x, float cap, int64_t n) {
-    return rf_gpu_softcap(G(be)->ctx, x->data, cap, n);
+    return rf_gpu_softcap(GX(be)->ctx, x->data, cap, n);
 }
 
 /* Penalizes and samples on the device with the records batch_upload sent, and brings back only
  * the ids. In a recorded step all of it (and the forward before it) is one graph: recorded
  * the first time, launched every time. */
 static rf_status g_sample(rf_backend *be, const rf_tensor *logits, const rf_batch *b, int32_t *ids_out) {
-    gpu_be *g = G(be);
+    gpu_be *g = GX(be);
     NEED_DEV(b, "sample");
     const gpu_batch *d = dev_of(b);
     size_t n = (size_t)b->n_sample;
@@ -329,7 +412,7 @@ static void drop_graphs(gpu_be *g) {
 }
 
 static int g_graph_begin(rf_backend *be, const void *owner, int key) {
-    gpu_be *g = G(be);
+    gpu_be *g = GX(be);
     drop_capture(g);
     if (owner != g->owner) { /* another engine's buffers */
         drop_graphs(g);
@@ -377,6 +460,7 @@ static void g_destroy(rf_backend *be) {
         rf_gpu_host_free(g->pin);
         if (g->ctx) {
             rf_gpu_free(g->ctx, g->dmeta);
+            rf_gpu_free(g->ctx, g->xq);
             rf_gpu_destroy(g->ctx);
         }
         free(g);
@@ -397,6 +481,7 @@ static const rf_backend_ops gpu_ops = {
     .rmsnorm = g_rmsnorm,
     .rope = g_rope,
     .kv_store = g_kv_store,
+    .rope_store = g_rope_store,
     .copy_rows = g_copy_rows,
     .attention = g_attention,
     .gather_rows = g_gather_rows,
@@ -426,6 +511,8 @@ rf_status rf_backend_gpu_new(int device, rf_backend **out) {
         return st;
     }
     g->device = device;
+    const char *uf = getenv("RF_GPU_UNFUSED");
+    g->fuse = !(uf && *uf && strcmp(uf, "0"));
     be->ops = &gpu_ops;
     be->impl = g;
     *out = be;
