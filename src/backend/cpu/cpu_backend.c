@@ -114,6 +114,39 @@ __attribute__((target("avx2,fma"))) static void axpy_f32_avx(float *y, const flo
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vs, _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += s * x[i];
 }
+/* The f16 KV cache's attention helpers: dot_f32_avx(a, f32(h)) and axpy_f32_avx(y, f32(h), s) with
+ * the f16 row converted in registers instead of through a scratch row (the conversion pass was 8 %
+ * of a 64-sequence batch). Same operations in the same order as the f32 helpers on the converted
+ * row, so the results are bit-identical to converting first. */
+__attribute__((target("avx2,f16c,fma"))) static float dot_f32_f16_avx(const float *a, const uint16_t *h,
+                                                                     int64_t n) {
+#define LDH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LDH(h + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LDH(h + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LDH(h + i), acc0);
+    acc0 = _mm256_add_ps(acc0, acc1);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    float r = _mm_cvtss_f32(s);
+    for (; i < n; i++) r += a[i] * _cvtsh_ss(h[i]);
+    return r;
+}
+__attribute__((target("avx2,f16c,fma"))) static void axpy_f16_avx(float *y, const uint16_t *h, float s,
+                                                                 int64_t n) {
+    __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(LDH(h + i), vs, _mm256_loadu_ps(y + i)));
+#undef LDH
+    for (; i < n; i++) y[i] += s * _cvtsh_ss(h[i]);
+}
+/* f32 -> f16 -> f32 (round to nearest even), F16C: equal to half_to_f32_sw(f32_to_half_sw(x)) for
+ * every non-NaN float (checked exhaustively over all 2^32 inputs). */
+__attribute__((target("f16c"))) static float round_f16_hw(float x) { return _cvtsh_ss(_cvtss_sh(x, 0)); }
 #endif
 
 void rf_cpu_row_to_f32(rf_type type, const void *src, float *dst, int64_t n) {
@@ -463,6 +496,10 @@ static void attn_worker(void *ctx, int ith, int nth) {
     /* f16 cache: llama.cpp (non-flash path) rounds q to f16 for q.k and the probabilities to f16
      * for P.v; doing the same keeps the two within float rounding. */
     bool h16 = j->k->type == RF_TYPE_F16;
+    bool h16_fast = false; /* f16 rows read in registers (bit-identical to converting first) */
+#if RF_X86
+    h16_fast = h16 && have_f16c() && j->v->type == RF_TYPE_F16;
+#endif
     for (int64_t task = lo; task < hi; task++) {
         int64_t it = task / j->n_head, h = task % j->n_head, hk = h / group;
         int32_t s = b->seq[it];
@@ -481,12 +518,20 @@ static void attn_worker(void *ctx, int ith, int nth) {
         kv_walk_start(&wk, j->k, b, s, kmin, kv_head_off(j->k->type, hk, hd));
         for (int64_t kk = kmin; kk <= p; kk++) {
             const char *kr = kv_walk_row(&wk);
-            const float *kv = (const float *)kr;
-            if (!is_f32) {
-                rf_cpu_row_to_f32(j->k->type, kr, row, hd);
-                kv = row;
+            float sco;
+#if RF_X86
+            if (h16_fast) {
+                sco = dot_f32_f16_avx(q, (const uint16_t *)kr, hd) * j->scale;
+            } else
+#endif
+            {
+                const float *kv = (const float *)kr;
+                if (!is_f32) {
+                    rf_cpu_row_to_f32(j->k->type, kr, row, hd);
+                    kv = row;
+                }
+                sco = rf_cpu_dot_f32(q, kv, hd) * j->scale;
             }
-            float sco = rf_cpu_dot_f32(q, kv, hd) * j->scale;
             if (j->softcap > 0) sco = j->softcap * tanhf(sco / j->softcap);
             sc[kk - kmin] = sco;
             if (sco > mx) mx = sco;
@@ -501,6 +546,15 @@ static void attn_worker(void *ctx, int ith, int nth) {
         }
         float inv = (float)(1.0 / sum);
         kv_walk_start(&wv, j->v, b, s, kmin, kv_head_off(j->v->type, hk, hd));
+#if RF_X86
+        if (h16_fast) {
+            for (int64_t kk = kmin; kk <= p; kk++) {
+                const char *vr = kv_walk_row(&wv);
+                axpy_f16_avx(o, (const uint16_t *)vr, round_f16_hw(sc[kk - kmin] * inv), hd);
+            }
+            continue;
+        }
+#endif
         for (int64_t kk = kmin; kk <= p; kk++) {
             const char *vr = kv_walk_row(&wv);
             const float *vv = (const float *)vr;
