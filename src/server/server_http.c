@@ -161,7 +161,8 @@ typedef struct conn_ctx {
     srv_buf body;
     srv_req *req;
     bool responded;    /* an answer is queued */
-    srv_error refused; /* status != 0: refused on its headers, answered after the body */
+    srv_error refused; /* status != 0: refused (headers, size), answered after the body */
+    uint64_t dropped;  /* body bytes of a refused request read and dropped */
     const char *allow; /* the Allow header of a 405 */
 } conn_ctx;
 
@@ -190,6 +191,8 @@ static bool auth_ok(srv *s, struct MHD_Connection *c, bool *missing) {
     return key_equal(h, n, s->cfg.api_key, strlen(s->cfg.api_key));
 }
 
+
+static enum MHD_Result finish_request(srv *s, struct MHD_Connection *c, conn_ctx *cc);
 
 /* The body has arrived: parse, check, queue on the engine and answer (streams at once). */
 static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
@@ -294,7 +297,7 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
         return MHD_YES;
     }
     pthread_mutex_unlock(&r->mu);
-    return MHD_YES; /* called again at once: finish_request answers */
+    return finish_request(s, c, cc); /* every choice already done: answer now */
 }
 
 /* A suspended non-streaming request was resumed: answer when every choice is done. */
@@ -419,23 +422,27 @@ enum MHD_Result srv_on_access(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     if (*upload_size) {
+        /* libmicrohttpd cannot queue an answer while a body is still arriving: a refused body
+         * is read and dropped, and answered at its end; a client that keeps sending far past
+         * the limit is cut off (no answer: it would never read one) */
         if (cc->refused.status) {
+            cc->dropped += *upload_size;
             *upload_size = 0;
-            return MHD_YES;
+            uint64_t cap = (uint64_t)s->cfg.max_body * 4 > (64u << 20) ? (uint64_t)s->cfg.max_body * 4 : (64u << 20);
+            return cc->dropped > cap ? MHD_NO : MHD_YES;
         }
         if (cc->body.len + *upload_size > (size_t)s->cfg.max_body) {
             *upload_size = 0;
-            cc->responded = true;
             srv_buf_free(&cc->body);
-            return fail(s, c, cc->route, 413, "invalid_request_error", "request_too_large", NULL,
-                        "the request body is over the limit of %lld bytes", (long long)s->cfg.max_body);
+            srv_fail(&cc->refused, 413, "invalid_request_error", "request_too_large", NULL,
+                     "the request body is over the limit of %lld bytes", (long long)s->cfg.max_body);
+            return MHD_YES;
         }
         srv_buf_add(&cc->body, upload, *upload_size);
         *upload_size = 0;
         if (cc->body.oom) {
-            cc->responded = true;
             srv_buf_free(&cc->body);
-            return fail(s, c, cc->route, 503, "server_error", NULL, NULL, "out of memory while reading the request");
+            srv_fail(&cc->refused, 503, "server_error", NULL, NULL, "out of memory while reading the request");
         }
         return MHD_YES;
     }
@@ -454,6 +461,7 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         srv_list_remove(s, r);
         pthread_mutex_lock(&r->mu);
         bool unfinished = r->engine_done < r->n_choices;
+        bool first = unfinished && !r->client_gone; /* the ticker may have seen the hang-up first */
         if (unfinished) {
             r->cancelled = true;
             r->client_gone = true;
@@ -462,7 +470,7 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         pthread_mutex_unlock(&r->mu);
         if (unfinished) {
             srv_req_cancel(s, r);
-            if (toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) {
+            if (first && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) {
                 pthread_mutex_lock(&s->m.mu);
                 s->m.disconnects++;
                 pthread_mutex_unlock(&s->m.mu);

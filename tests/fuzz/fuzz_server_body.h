@@ -1,0 +1,162 @@
+/* fuzz_server_body.h — one fuzz iteration over the server's request-to-params path (routing,
+ * srv_parse_request, srv_prepare: tokenizing, chat-template rendering, the context check),
+ * shared by the libFuzzer target (fuzz_server.c) and the corpus replay unit test
+ * (tests/unit/test_server_parse.c). Include after defining _GNU_SOURCE.
+ *
+ * Input: byte 0 picks the route (bit 0: chat or completions; bit 1: also try the rest as a URL
+ * path and a method), the rest is the request body. Invariants (a violation traps): a refused
+ * body is a 400 or 404 with a type, a message and valid JSON for its error; never a 5xx other
+ * than 503 for out-of-memory; an accepted body's parameters are in the ranges the engine takes;
+ * prepared requests are counted against the context (prompt + max_tokens <= n_ctx). */
+#ifndef RF_FUZZ_SERVER_BODY_H
+#define RF_FUZZ_SERVER_BODY_H
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rocmforge/engine.h"
+#include "rocmforge/mkmodel.h"
+#include "server/oai.h"
+
+#define RF_FUZZ_SRV_CHECK(c) \
+    do {                     \
+        if (!(c)) {          \
+            fprintf(stderr, "fuzz invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
+            __builtin_trap(); \
+        }                    \
+    } while (0)
+
+typedef struct rf_fuzz_srv {
+    rf_model *model;
+    rf_engine *eng;
+    int32_t n_ctx;
+} rf_fuzz_srv;
+
+/* Loads `model_path` (or, when NULL or unreadable, writes mkmodel's "tiny" preset to a
+ * temporary file and loads that) on the CPU and makes an engine with a small context, so that
+ * srv_prepare can tokenize and render against a real vocabulary and template. Returns 0, or -1
+ * with a message on stderr. Nothing is ever submitted: no forward runs. */
+static int rf_fuzz_srv_init(rf_fuzz_srv *f, const char *model_path) {
+    memset(f, 0, sizeof *f);
+    rf_log_set_level(RF_LOG_ERROR);
+    char tmp[] = "/tmp/rf-fuzz-server-XXXXXX.gguf";
+    const char *path = model_path;
+    FILE *probe = path ? fopen(path, "rb") : NULL;
+    if (probe) fclose(probe);
+    else {
+        int fd = mkstemps(tmp, 5);
+        if (fd < 0) return -1;
+        close(fd);
+        rf_mkmodel_opts o;
+        memset(&o, 0, sizeof o);
+        o.preset = "tiny";
+        o.type = "q8_0";
+        o.seed = 1;
+        if (rf_mkmodel_write(&o, tmp)) {
+            fprintf(stderr, "fuzz_server: mkmodel: %s\n", rf_last_error());
+            return -1;
+        }
+        path = tmp;
+    }
+    rf_model_params mp = rf_model_default_params();
+    mp.device = RF_DEVICE_CPU;
+    mp.n_threads = 1;
+    if (rf_model_load(path, &mp, &f->model)) {
+        fprintf(stderr, "fuzz_server: load %s: %s\n", path, rf_last_error());
+        return -1;
+    }
+    if (path == tmp) unlink(tmp);
+    rf_engine_config *c = rf_engine_config_new();
+    rf_engine_config_set(c, RF_ENGINE_CTX, 512);
+    rf_engine_config_set(c, RF_ENGINE_PARALLEL, 1);
+    rf_engine_config_set(c, RF_ENGINE_THREADS, 1);
+    rf_status st = rf_engine_new(f->model, c, &f->eng);
+    rf_engine_config_free(c);
+    if (st) {
+        fprintf(stderr, "fuzz_server: engine: %s\n", rf_last_error());
+        return -1;
+    }
+    f->n_ctx = (int32_t)rf_engine_get_stat(f->eng, RF_STAT_CTX);
+    return 0;
+}
+
+static void rf_fuzz_srv_check_error(const srv_error *e) {
+    RF_FUZZ_SRV_CHECK(e->status == 400 || e->status == 404 || e->status == 503);
+    if (e->status == 503) RF_FUZZ_SRV_CHECK(strstr(e->message, "out of memory") != NULL);
+    RF_FUZZ_SRV_CHECK(e->type && *e->type);
+    RF_FUZZ_SRV_CHECK(e->message[0]);
+    char *j = srv_error_json(e);
+    RF_FUZZ_SRV_CHECK(j != NULL);
+    json_error_t jerr;
+    json_t *o = json_loads(j, 0, &jerr);
+    RF_FUZZ_SRV_CHECK(o && json_is_object(json_object_get(o, "error")));
+    json_t *in = json_object_get(o, "error");
+    RF_FUZZ_SRV_CHECK(json_is_string(json_object_get(in, "message")));
+    RF_FUZZ_SRV_CHECK(json_is_string(json_object_get(in, "type")));
+    json_t *code = json_object_get(in, "code"), *param = json_object_get(in, "param");
+    RF_FUZZ_SRV_CHECK(code && (json_is_null(code) || json_is_string(code)));
+    RF_FUZZ_SRV_CHECK(param && (json_is_null(param) || json_is_string(param)));
+    json_decref(o);
+    free(j);
+}
+
+/* One input; returns 0 when the body was refused by the parser, 1 when refused while preparing
+ * (context, vocabulary, template), 2 when engine requests were built. */
+static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
+    if (size == 0) return 0;
+    srv_route route = (data[0] & 1) ? SRV_ROUTE_COMPLETIONS : SRV_ROUTE_CHAT;
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+    if (data[0] & 2) { /* the router: the body as a path, its first word as a method */
+        char *path = malloc(len + 1);
+        if (!path) return 0;
+        memcpy(path, body, len);
+        path[len] = 0;
+        srv_route r = srv_route_of(path);
+        RF_FUZZ_SRV_CHECK(r >= SRV_ROUTE_NONE && r < SRV_ROUTE_COUNT);
+        const char *allow = NULL;
+        (void)srv_route_allows(r, path, &allow);
+        RF_FUZZ_SRV_CHECK(allow != NULL);
+        RF_FUZZ_SRV_CHECK(srv_route_name(r) != NULL);
+        json_t *j = srv_json_bytes(path, len); /* any bytes make a valid JSON string */
+        RF_FUZZ_SRV_CHECK(j != NULL);
+        json_decref(j);
+        free(path);
+    }
+    srv_params p;
+    srv_error e;
+    memset(&e, 0, sizeof e);
+    if (srv_parse_request(route, body, len, &p, &e)) {
+        rf_fuzz_srv_check_error(&e);
+        return 0;
+    }
+    /* what the parser accepts is in the engine's ranges */
+    RF_FUZZ_SRV_CHECK(p.n >= 1 && p.n <= SRV_MAX_N);
+    RF_FUZZ_SRV_CHECK(p.logprobs >= -1 && p.logprobs <= SRV_MAX_TOP_LOGPROBS);
+    RF_FUZZ_SRV_CHECK(p.n_stop >= 0 && p.n_stop <= SRV_MAX_STOP);
+    RF_FUZZ_SRV_CHECK(p.temperature >= 0 && p.temperature <= 2);
+    RF_FUZZ_SRV_CHECK(p.top_p >= 0 && p.top_p <= 1);
+    RF_FUZZ_SRV_CHECK(p.max_tokens >= -1);
+    RF_FUZZ_SRV_CHECK(route == SRV_ROUTE_CHAT ? p.n_msgs >= 1 : p.n_prompts >= 1);
+    srv_prepared pr;
+    memset(&e, 0, sizeof e);
+    int rc = 2;
+    if (srv_prepare(f->eng, f->n_ctx, &p, 42, &pr, &e)) {
+        rf_fuzz_srv_check_error(&e);
+        rc = 1;
+    } else {
+        RF_FUZZ_SRV_CHECK(pr.n == (route == SRV_ROUTE_CHAT ? 1 : (int)p.n_prompts));
+        for (int i = 0; i < pr.n; i++) {
+            RF_FUZZ_SRV_CHECK(pr.n_prompt[i] > 0 && pr.n_prompt[i] <= f->n_ctx);
+            if (p.max_tokens >= 0) RF_FUZZ_SRV_CHECK(pr.n_prompt[i] + p.max_tokens <= f->n_ctx);
+        }
+        srv_prepared_free(&pr);
+    }
+    srv_params_free(&p);
+    return rc;
+}
+
+#endif

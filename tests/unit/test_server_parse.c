@@ -1,0 +1,195 @@
+/* test_server_parse.c — the server's request-to-params path without HTTP: replays the fuzz
+ * seed corpus (tests/fuzz/corpus-server) through the fuzz target's body and its invariants, and
+ * pins the answer to each kind of bad body (status, type, code, param) and the context check
+ * (prompt + max_tokens over the context names both numbers). Uses SmolLM2 when models/ has it,
+ * else a synthetic tiny model. Skipped (77) when the server is not part of the build. */
+#define _GNU_SOURCE
+#include "test_util.h"
+
+#ifndef RF_HAVE_SERVER
+#include <stdio.h>
+int main(void) {
+    printf("test_server_parse: SKIPPED (built without libmicrohttpd: no server)\n");
+    return RF_TEST_SKIP;
+}
+#else
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../fuzz/fuzz_server_body.h"
+
+static rf_fuzz_srv g;
+
+static void test_corpus_replay(void **state) {
+    (void)state;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus-server", RF_SOURCE_DIR);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0, counts[3] = {0, 0, 0};
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        size_t size;
+        char *text = rf_test_read_file(path, &size);
+        assert_non_null(text);
+        uint8_t *copy = malloc(size ? size : 1); /* exact size: an over-read shows under ASan */
+        memcpy(copy, text, size);
+        free(text);
+        counts[rf_fuzz_srv_one(&g, copy, size)]++;
+        free(copy);
+        n++;
+    }
+    closedir(d);
+    printf("replayed %d server corpus files: %d refused by the parser, %d when preparing, %d prepared\n", n,
+           counts[0], counts[1], counts[2]);
+    assert_true(n >= 10);
+    assert_true(counts[0] >= 3);
+    assert_true(counts[2] >= 3);
+}
+
+typedef struct bad_case {
+    srv_route route;
+    const char *body;
+    int status;
+    const char *param; /* "" = null */
+    const char *code;  /* NULL = null */
+    const char *msg;   /* a substring of the message */
+} bad_case;
+
+static void test_bad_bodies(void **state) {
+    (void)state;
+    static const bad_case cases[] = {
+        {SRV_ROUTE_CHAT, "", 400, "", NULL, "empty"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [", 400, "", NULL, "invalid JSON"},
+        {SRV_ROUTE_CHAT, "[1, 2]", 400, "", NULL, "must be a JSON object"},
+        {SRV_ROUTE_CHAT, "{}", 400, "messages", NULL, "'messages' is required"},
+        {SRV_ROUTE_CHAT, "{\"messages\": []}", 400, "messages", NULL, "must not be empty"},
+        {SRV_ROUTE_CHAT, "{\"messages\": \"hi\"}", 400, "messages", NULL, "must be an array"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", 400, "messages[0].role", NULL, "unknown role"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"content\": \"x\"}]}", 400, "messages[0].role", NULL, "is required"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400, "messages[0].content", NULL, "must be a string"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", 400, "messages[0].content", NULL, "is required"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", 400, "messages[0].content[0]", NULL, "not supported"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": 0}", 400, "n", NULL, "[1, 64]"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": 65}", 400, "n", NULL, "[1, 64]"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": 1.5}", 400, "n", NULL, "integer"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"temperature\": \"hot\"}", 400, "temperature", NULL, "must be a number"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"temperature\": 3}", 400, "temperature", NULL, "[0, 2]"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 0}", 400, "max_tokens", NULL, "[1,"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream\": \"yes\"}", 400, "stream", NULL, "boolean"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop\": 5}", 400, "stop", NULL, "string or a list"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}", 400, "stop", NULL, "at most 16"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 3}", 400, "top_logprobs", NULL, "needs 'logprobs'"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, \"top_logprobs\": 21}", 400, "top_logprobs", NULL, "[0, 20]"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"yaml\"}}", 400, "response_format.type", NULL, "must be one of"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"model\": 7}", 400, "model", NULL, "must be a string"},
+        {SRV_ROUTE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream_options\": {\"include_usage\": 1}}", 400, "stream_options.include_usage", NULL, "boolean"},
+        {SRV_ROUTE_COMPLETIONS, "{}", 400, "prompt", NULL, "'prompt' is required"},
+        {SRV_ROUTE_COMPLETIONS, "{\"prompt\": []}", 400, "prompt", NULL, "empty list"},
+        {SRV_ROUTE_COMPLETIONS, "{\"prompt\": {\"a\": 1}}", 400, "prompt", NULL, "must be a string"},
+        {SRV_ROUTE_COMPLETIONS, "{\"prompt\": [\"a\", 5]}", 400, "prompt[1]", NULL, "must be a string or a list of token ids"},
+        {SRV_ROUTE_COMPLETIONS, "{\"prompt\": [1, -2]}", 400, "prompt", NULL, "is not a token id"},
+        {SRV_ROUTE_COMPLETIONS, "{\"prompt\": \"x\", \"logprobs\": 30}", 400, "logprobs", NULL, "[0, 20]"},
+        {SRV_ROUTE_COMPLETIONS, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}", 400, "echo", NULL, "not supported"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bad_case *c = &cases[i];
+        srv_params p;
+        srv_error e;
+        memset(&e, 0, sizeof e);
+        int rc = srv_parse_request(c->route, c->body, strlen(c->body), &p, &e);
+        if (rc == 0) {
+            print_error("case %zu accepted: %s\n", i, c->body);
+            srv_params_free(&p);
+            fail();
+        }
+        if (e.status != c->status || strcmp(e.param, c->param) || (c->code ? !e.code || strcmp(e.code, c->code) : e.code != NULL) ||
+            !strstr(e.message, c->msg) || strcmp(e.type, "invalid_request_error")) {
+            print_error("case %zu (%s): status %d type %s param '%s' code %s message '%s'\n", i, c->body, e.status, e.type,
+                        e.param, e.code ? e.code : "null", e.message);
+            fail();
+        }
+        rf_fuzz_srv_check_error(&e);
+    }
+}
+
+/* Accepted oddities: unknown fields, null values, content parts, developer role, empty stop. */
+static void test_good_bodies(void **state) {
+    (void)state;
+    const char *body =
+        "{\"messages\": [{\"role\": \"developer\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, \"b\"]},"
+        " {\"role\": \"user\", \"content\": \"hi\", \"name\": \"x\"}, {\"role\": \"assistant\", \"content\": null}],"
+        " \"mirostat\": 2, \"user\": \"u\", \"temperature\": null, \"stop\": \"\", \"max_completion_tokens\": 7,"
+        " \"max_tokens\": 3, \"seed\": -1, \"logit_bias\": {}, \"tools\": [], \"n\": 3.0}";
+    srv_params p;
+    srv_error e;
+    assert_int_equal(srv_parse_request(SRV_ROUTE_CHAT, body, strlen(body), &p, &e), 0);
+    assert_int_equal(p.n_msgs, 3);
+    assert_string_equal(p.msgs[0].role, "system");
+    assert_string_equal(p.msgs[0].content, "a\nb");
+    assert_string_equal(p.msgs[2].content, "");
+    assert_int_equal(p.max_tokens, 7); /* max_completion_tokens wins */
+    assert_int_equal(p.n, 3);
+    assert_int_equal(p.n_stop, 0);
+    assert_true(p.temperature == 1.0);
+    assert_true(p.has_seed);
+    assert_true(p.seed == (((uint64_t)-1) & SRV_SEED_MASK));
+    srv_params_free(&p);
+}
+
+static void test_context_check(void **state) {
+    (void)state;
+    char body[256];
+    /* the prompt alone is several tokens; max_tokens = the whole context cannot fit */
+    snprintf(body, sizeof body, "{\"prompt\": \"Once upon a time\", \"max_tokens\": %d}", g.n_ctx);
+    srv_params p;
+    srv_error e;
+    assert_int_equal(srv_parse_request(SRV_ROUTE_COMPLETIONS, body, strlen(body), &p, &e), 0);
+    srv_prepared pr;
+    assert_int_equal(srv_prepare(g.eng, g.n_ctx, &p, 1, &pr, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.code, "context_length_exceeded");
+    assert_string_equal(e.param, "prompt");
+    char num[32];
+    snprintf(num, sizeof num, "%d tokens", g.n_ctx);
+    assert_non_null(strstr(e.message, num)); /* the context ... */
+    snprintf(num, sizeof num, "%d in the completion", g.n_ctx);
+    assert_non_null(strstr(e.message, num)); /* ... and what was asked */
+    srv_params_free(&p);
+    /* one token less than the room left is accepted, and nothing is truncated */
+    snprintf(body, sizeof body, "{\"prompt\": [1, 2, 3], \"max_tokens\": %d}", g.n_ctx - 3);
+    assert_int_equal(srv_parse_request(SRV_ROUTE_COMPLETIONS, body, strlen(body), &p, &e), 0);
+    assert_int_equal(srv_prepare(g.eng, g.n_ctx, &p, 1, &pr, &e), 0);
+    assert_int_equal(pr.n_prompt[0], 3);
+    srv_prepared_free(&pr);
+    srv_params_free(&p);
+    /* a token id outside the vocabulary names it */
+    snprintf(body, sizeof body, "{\"prompt\": [1, %d]}", rf_engine_n_vocab(g.eng));
+    assert_int_equal(srv_parse_request(SRV_ROUTE_COMPLETIONS, body, strlen(body), &p, &e), 0);
+    assert_int_equal(srv_prepare(g.eng, g.n_ctx, &p, 1, &pr, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.message, "outside the vocabulary"));
+    srv_params_free(&p);
+}
+
+int main(void) {
+    char model[4096];
+    snprintf(model, sizeof model, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", RF_SOURCE_DIR);
+    if (rf_fuzz_srv_init(&g, model)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_corpus_replay),
+        cmocka_unit_test(test_bad_bodies),
+        cmocka_unit_test(test_good_bodies),
+        cmocka_unit_test(test_context_check),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rf_engine_free(g.eng);
+    rf_model_free(g.model);
+    return rc;
+}
+#endif
