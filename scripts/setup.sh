@@ -40,11 +40,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# Python oracles used by some tests (the `gguf` reader, jinja2): a private venv, git-ignored.
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import gguf, jinja2, numpy' 2>/dev/null; then
-  echo "setup: creating .venv with gguf, numpy, jinja2 (test oracles)"
-  if python3 -m venv .venv 2>/dev/null; then
-    .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy jinja2 ||
+# Python oracles used by some tests (the `gguf` reader, jinja2) and the official `openai`
+# client (drives `rocmforge serve` in tests/cli/serve.sh): a private venv, git-ignored.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import gguf, jinja2, numpy, openai' 2>/dev/null; then
+  echo "setup: creating .venv with gguf, numpy, jinja2 (test oracles), openai (server test)"
+  if [ -x .venv/bin/python ] || python3 -m venv .venv 2>/dev/null; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy jinja2 openai ||
       echo "setup: warning: could not install Python oracles; tests that need them will be skipped" >&2
   else
     echo "setup: warning: python3 -m venv failed; tests that need the Python oracles will be skipped" >&2
