@@ -229,6 +229,8 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
             o->ping_s = f;
         } else if (serve && IS("--timeout")) {
             if (!(v = ARG()) || (rc = parse_int(a, v, 0, 86400, &o->timeout_s))) return rc ? rc : 2;
+        } else if (serve && IS("--no-webui")) {
+            o->no_webui = true;
         } else if (serve && (IS("-v") || IS("--verbose"))) {
             o->verbose = true;
         } else if ((which & RF_OPT_PPL) && IS("--chunks")) {

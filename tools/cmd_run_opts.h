@@ -37,6 +37,7 @@ typedef struct rf_run_opts {
     double ping_s;          /* --sse-ping seconds */
     int32_t timeout_s;      /* --timeout seconds */
     bool verbose;           /* -v */
+    bool no_webui;          /* --no-webui */
 } rf_run_opts;
 
 /* Which flags a subcommand accepts. */

@@ -33,6 +33,7 @@ static const char k_serve_usage[] =
     "  --max-body BYTES        request body limit, 413 above (default 8388608)\n"
     "  --sse-ping S            SSE comment ping after S seconds without output (default 15; 0 = never)\n"
     "  --timeout S             idle connection timeout in seconds (default 300; 0 = none)\n"
+    "  --no-webui              no chat page at / (docs/webui.md)\n"
     "  -v, --verbose           one line per request on stderr\n"
     "Ctrl-C or SIGTERM stops: running requests are cancelled (streams end with an error event), then it exits.\n";
 
@@ -67,6 +68,7 @@ int rf_cmd_serve(int argc, char **argv) {
     c.ping_s = o.ping_s;
     c.timeout_s = o.timeout_s;
     c.verbose = o.verbose;
+    c.no_webui = o.no_webui;
     return rf_server_main(&c);
 }
 #endif

@@ -30,6 +30,7 @@ typedef struct rf_server_config {
     double ping_s;           /* SSE comment ping after this many seconds without output (0 = never) */
     int32_t timeout_s;       /* idle connection timeout */
     bool verbose;            /* one line per request on stderr, libmicrohttpd's messages */
+    bool no_webui;           /* no chat page at / and /ui/ (404), docs/webui.md */
 } rf_server_config;
 
 /* The defaults listed in docs/server.md. */

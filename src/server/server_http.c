@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "server_int.h"
+#include "webui.h"
 
 /* Compares a client's key with ours in time that depends only on our key's length. */
 static bool key_equal(const char *a, size_t na, const char *b, size_t nb) {
@@ -164,6 +165,7 @@ typedef struct conn_ctx {
     srv_error refused; /* status != 0: refused (headers, size), answered after the body */
     uint64_t dropped;  /* body bytes of a refused request read and dropped */
     const char *allow; /* the Allow header of a 405 */
+    bool webui;        /* the chat page (webui.c): answered once the body is read */
 } conn_ctx;
 
 static bool model_matches(srv *s, const char *name) {
@@ -381,6 +383,16 @@ static enum MHD_Result answer(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
     return ret;
 }
 
+/* The chat page: GET / and the files under /ui/ (webui.c, docs/webui.md). */
+static enum MHD_Result answer_webui(srv *s, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
+    int status = 0;
+    cc->responded = true;
+    enum MHD_Result ret = rf_webui_answer(c, url, method, &status);
+    srv_metrics_http(&s->m, SRV_ROUTE_NONE, status); /* counted as route "other" */
+    if (s->cfg.verbose) fprintf(stderr, "serve: %.20s %.200s %d\n", method, url, status);
+    return ret;
+}
+
 enum MHD_Result srv_on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
@@ -394,7 +406,9 @@ enum MHD_Result srv_on_access(void *cls, struct MHD_Connection *c, const char *u
         *con_cls = cc;
         srv_route route = cc->route = srv_route_of(url);
         bool missing;
-        if (route == SRV_ROUTE_NONE) {
+        if (route == SRV_ROUTE_NONE && !s->cfg.no_webui && rf_webui_owns(url)) {
+            cc->webui = true;
+        } else if (route == SRV_ROUTE_NONE) {
             srv_fail(&cc->refused, 404, "not_found_error", NULL, NULL, "no route %.20s %.200s (see docs/server.md)", method, url);
         } else if (!srv_route_allows(route, method, &cc->allow)) {
             srv_fail(&cc->refused, 405, "invalid_request_error", "method_not_allowed", NULL,
@@ -420,6 +434,12 @@ enum MHD_Result srv_on_access(void *cls, struct MHD_Connection *c, const char *u
     if (cc->responded) {
         *upload_size = 0; /* answered already (413, or a stream): drop what comes */
         return MHD_YES;
+    }
+    if (cc->webui && !cc->refused.status) { /* the chat page; it takes no body */
+        if (!*upload_size) return answer_webui(s, c, cc, url, method);
+        cc->allow = "GET, HEAD"; /* refused like any request: its body is dropped below */
+        srv_fail(&cc->refused, 405, "invalid_request_error", "method_not_allowed", NULL,
+                 "the web UI (%.200s) answers GET and HEAD, without a body", url);
     }
     if (*upload_size) {
         /* libmicrohttpd cannot queue an answer while a body is still arriving: a refused body
