@@ -7,7 +7,11 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config git python3 python3-venv python3-pip unzip
       libjansson-dev libpcre2-dev libmicrohttpd-dev libcmocka-dev
-      clang libclang-rt-14-dev hipcc libamdhip64-dev gnuplot-nox)
+      clang libclang-rt-14-dev hipcc libamdhip64-dev gnuplot-nox
+      libjs-marked libjs-highlight.js node-dompurify chromium chromium-driver)
+# Optional: the HIP compile check; headless Chromium for the web UI's browser test (a
+# distribution without them still builds; those tests report as skipped).
+OPTIONAL=" hipcc libamdhip64-dev chromium chromium-driver "
 
 if [ "${RF_NO_INSTALL:-0}" = 1 ]; then exit 0; fi
 
@@ -32,20 +36,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
-  # hipcc is only needed for the HIP compile check; a distribution without it still builds.
   if ! $SUDO apt-get install -y -qq "${missing[@]}" >/tmp/rf-apt.log 2>&1; then
-    echo "setup: some packages failed to install (see /tmp/rf-apt.log); retrying without HIP" >&2
-    rest=(); for p in "${missing[@]}"; do case $p in hipcc|libamdhip64-dev) ;; *) rest+=("$p");; esac; done
+    echo "setup: some packages failed to install (see /tmp/rf-apt.log); retrying without${OPTIONAL% }" >&2
+    rest=(); for p in "${missing[@]}"; do case $OPTIONAL in *" $p "*) ;; *) rest+=("$p");; esac; done
     [ ${#rest[@]} -eq 0 ] || $SUDO apt-get install -y -qq "${rest[@]}"
   fi
 fi
 
-# Python oracles used by some tests (the `gguf` reader, jinja2) and the official `openai`
-# client (drives `rocmforge serve` in tests/cli/serve.sh): a private venv, git-ignored.
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import gguf, jinja2, numpy, openai' 2>/dev/null; then
-  echo "setup: creating .venv with gguf, numpy, jinja2 (test oracles), openai (server test)"
+# Python oracles used by some tests (the `gguf` reader, jinja2), Selenium (the browser test
+# of the web UI) and the official `openai` client (drives `rocmforge serve` in
+# tests/cli/serve.sh): a private venv, git-ignored.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import gguf, jinja2, numpy, selenium, openai' 2>/dev/null; then
+  echo "setup: creating .venv with gguf, numpy, jinja2 (test oracles), selenium (browser test), openai (server test)"
   if [ -x .venv/bin/python ] || python3 -m venv .venv 2>/dev/null; then
-    .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy jinja2 openai ||
+    .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy jinja2 selenium openai ||
       echo "setup: warning: could not install Python oracles; tests that need them will be skipped" >&2
   else
     echo "setup: warning: python3 -m venv failed; tests that need the Python oracles will be skipped" >&2
