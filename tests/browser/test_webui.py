@@ -252,6 +252,10 @@ def main():
             "var m = document.querySelectorAll('.msg.assistant .body'); m = m[m.length - 1];"
             "return document.body.dataset.busy == '1' && m && m.innerText.length > 60"), 60, "the long reply to get going")
         driver.save_screenshot(os.path.join(a.out, "desktop-streaming.png"))
+        wait(driver, lambda d: d.execute_script(
+            "var s = JSON.parse(localStorage.getItem('rocmforge.chats.v1')), c = s.chats[0].messages;"
+            "return c[c.length - 1].content.length > 0"), 5, "the running reply saved to localStorage")
+        check(True, "the running reply is saved to localStorage while it streams")
         during = srv.metrics()
         check(during["rocmforge_kv_blocks_used"] > base["rocmforge_kv_blocks_used"],
               "while it runs, /metrics shows KV blocks used: %d" % during["rocmforge_kv_blocks_used"])

@@ -284,7 +284,7 @@
   // Streams the reply at c.messages[index] (an assistant message) from the messages before it.
   function generate(c, index) {
     var reply = c.messages[index];
-    var node = null, body = null, status = null, dirty = false;
+    var node = null, body = null, status = null, dirty = false, saved = performance.now();
     function attach() {
       node = el.messages.querySelector('.msg[data-index="' + index + '"]');
       body = node && node.querySelector('.body');
@@ -292,6 +292,10 @@
     }
     function paint() { // at most once a frame, however fast pieces come
       dirty = false;
+      if (performance.now() - saved > 1000) { // a reload mid-reply keeps what came, give or take a second
+        saved = performance.now();
+        save();
+      }
       if (state.current !== c.id) return;
       if (!body || !body.isConnected) attach();
       if (!body) return;
