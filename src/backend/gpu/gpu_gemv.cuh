@@ -1,0 +1,184 @@
+/* gpu_gemv.cuh — what the gpu_gemv*.cu files share: the constants, the timeline-trace macros,
+ * the q32s group layout, the row stores, and each family file's entry point for the dispatcher
+ * (gpu_gemv.cu). Not for callers outside the GEMV: they use gpu.h. */
+#ifndef RF_GPU_GEMV_CUH
+#define RF_GPU_GEMV_CUH
+
+#include "backend/gpu/gpu_internal.h"
+#include "backend/gpu/gpu_quant.cuh"
+
+#define RF_GEMV_WARPS 4 /* warps per block; one output row per warp */
+#define RF_QK 32        /* elements per block of the 32-element formats and of quantized x */
+
+/* ---- timeline trace (diagnostic builds: cmake -DRF_GEMV_TRACE=ON) ------------------------
+ * gemv_q32s records per block the global timer at its start, past rf_pdl_wait() and at its end,
+ * and its SM and grid size, in slot [call % RF_TRACE_CALLS][block]: the launch numbers its calls
+ * (ctx->trace_seq, passed in rpw's high bits; a graph's nodes keep theirs, so a replay rewrites
+ * the slots of the one before). Block start order does not follow call order: a PDL launch can
+ * start blocks while the previous call's last blocks still wait for room. rf_gpu_trace_read
+ * copies the last calls out (rf_gpu_bench -T prints a timeline summary). Off: no code. */
+#if defined(RF_GEMV_TRACE)
+#define RF_TRACE_CALLS 256
+#define RF_TRACE_BLOCKS 2048
+/* the buffers: rf_trace_buf in gpu_gemv_q32s.cu, rf_trace_mma in gpu_gemv_mma.cu (one definition
+ * each, in the file whose kernels write it: no relocatable device code) */
+static __device__ __forceinline__ unsigned long long rf_gtime(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+static __device__ __forceinline__ unsigned rf_smid(void) {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+    return r;
+}
+#define RF_TRACE_START()                                                                       \
+    const unsigned rf_tr_call = (unsigned)rpw >> 16;                                            \
+    rpw &= 0xffff;                                                                              \
+    unsigned long long rf_tr_t0 = 0, rf_tr_t1 = 0;                                              \
+    if (threadIdx.x == 0) rf_tr_t0 = rf_gtime()
+#define RF_TRACE_WAITED() if (threadIdx.x == 0) rf_tr_t1 = rf_gtime()
+#define RF_TRACE_END()                                                                          \
+    if (threadIdx.x == 0 && blockIdx.x < RF_TRACE_BLOCKS) {                                     \
+        unsigned long long *rf_tr = rf_trace_buf[rf_tr_call % RF_TRACE_CALLS][blockIdx.x];      \
+        rf_tr[0] = rf_tr_t0, rf_tr[1] = rf_tr_t1, rf_tr[2] = rf_gtime();                        \
+        rf_tr[3] = ((unsigned long long)rf_smid() << 32) | gridDim.x;                           \
+    }
+/* gemv_mma: warp 0 of each block stamps its start, release, then per chunk k < 6 the moment
+ * chunk k has landed and the moment its decode ends, then its end (slot [call % 64][block]) */
+#define RF_TRACE_MMA_CALLS 64
+#define RF_TRACE_MMA_BLOCKS 1024
+#define RF_TRACE_MMA(i)                                                                         \
+    if (threadIdx.x == 0 && blockIdx.x < RF_TRACE_MMA_BLOCKS)                                   \
+    rf_trace_mma[rf_tr_call % RF_TRACE_MMA_CALLS][blockIdx.x][i] = rf_gtime()
+#else
+#define RF_TRACE_MMA(i) (void)0
+#define RF_TRACE_START() (void)0
+#define RF_TRACE_WAITED() (void)0
+#define RF_TRACE_END() (void)0
+#endif
+
+/* Groups of the q32s kernel: GB blocks of a 32-element format that are exactly NU 16-byte words
+ * (Q4_0: 8 blocks = 144 bytes = 9 words; Q4_K / Q5_K: one super-block, 9 / 11 words, against 8
+ * blocks of x). In a row whose bytes are a multiple of 16, every group
+ * starts 16-byte aligned, so a lane reads one with NU aligned 16-byte shared-memory loads (NU is
+ * odd: lanes NU words apart hit distinct banks) and every field offset in it is a compile-time
+ * constant. */
+template <int T> struct rf_q32_group {
+    /* the x records carry the f32 sum of each block of x (16 bytes, else 8) */
+    static constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 || T == RF_TYPE_Q4_K ||
+                               T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K;
+    /* bytes per 32 elements (Q4_K / Q5_K: a 256-element super-block of 144 / 176 bytes is the
+     * group; Q6_K: one of 210 bytes, so groups start at any even byte: rows of 8k super-blocks) */
+    static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
+                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q4_K ? 18 : T == RF_TYPE_Q5_K ? 22
+                            : T == RF_TYPE_Q6_K ? 0 /* not used */ : 34;
+    static constexpr int GB = T == RF_TYPE_Q4_1 ? 4 : T == RF_TYPE_Q5_1 ? 2 : 8; /* blocks */
+    static constexpr int GBYTES = T == RF_TYPE_Q6_K ? 210 : GB * BB;            /* bytes */
+    static constexpr int NU = GB * BB / 16; /* 16-byte words (Q6_K: 0, not used) */
+    static_assert(T == RF_TYPE_Q6_K || (GB * BB % 16 == 0 && NU % 2 == 1),
+                  "a group: an odd number of 16-byte words");
+};
+
+/* the blocks per group of the q32s kernel for a 32-element format, 0 for others */
+static inline int rf_q32s_gb(rf_type t) {
+    switch (t) {
+    case RF_TYPE_Q4_0: return rf_q32_group<RF_TYPE_Q4_0>::GB;
+    case RF_TYPE_Q4_1: return rf_q32_group<RF_TYPE_Q4_1>::GB;
+    case RF_TYPE_Q5_0: return rf_q32_group<RF_TYPE_Q5_0>::GB;
+    case RF_TYPE_Q5_1: return rf_q32_group<RF_TYPE_Q5_1>::GB;
+    case RF_TYPE_Q8_0: return rf_q32_group<RF_TYPE_Q8_0>::GB;
+    case RF_TYPE_Q4_K: return rf_q32_group<RF_TYPE_Q4_K>::GB;
+    case RF_TYPE_Q5_K: return rf_q32_group<RF_TYPE_Q5_K>::GB;
+    case RF_TYPE_Q6_K: return rf_q32_group<RF_TYPE_Q6_K>::GB;
+    default: return 0;
+    }
+}
+
+/* Shared tail of the one-row-per-warp-group GEMVs (f16, K-quants): y[t, row] = the sum of acc[t]
+ * over the group's WPR warps (through red when WPR > 1), for t < nt. Every thread of the block
+ * calls it (it holds a barrier when WPR > 1); only valid rows are written. */
+template <int NTMAX, int WPR>
+static __device__ __forceinline__ void rf_gemv_store(float *y, const float *acc,
+                                                     float (*red)[NTMAX], int nt, int64_t row,
+                                                     int64_t n_out, bool valid) {
+    const int G = WPR * RF_WARP_SIZE, gl = threadIdx.x % G, grp = threadIdx.x / G;
+    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+#pragma unroll
+    for (int t = 0; t < NTMAX; t++) {
+        if (t >= nt) break;
+        float v = rf_warp_sum(acc[t]);
+        if (WPR > 1) {
+            if (lane == 0) red[warp][t] = v;
+            __syncthreads();
+            v = 0.0f;
+            for (int k = 0; k < WPR; k++) v += red[grp * WPR + k][t];
+        }
+        if (valid && gl == 0) y[t * n_out + row] = v;
+    }
+}
+
+#if !defined(RF_HIP)
+/* The end of the 16-row tensor-core GEMVs (gemv_mma, gemv_tc): each of the NW warps holds an
+ * m16n8 f32 fragment of partial sums (lane (g, c): rows g, g + 8 by tokens 2c, 2c + 1); they are
+ * added in warp order (deterministic) and tokens < nt of rows < n_out stored to y [nt, n_out]. */
+template <int NW>
+static __device__ __forceinline__ void rf_mma_tile_store(float (*red)[16][8], const float *acc,
+                                                         float *y, int nt, int64_t r0, int64_t n_out) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+    red[warp][g][2 * c] = acc[0], red[warp][g][2 * c + 1] = acc[1];
+    red[warp][g + 8][2 * c] = acc[2], red[warp][g + 8][2 * c + 1] = acc[3];
+    __syncthreads();
+    for (int i = threadIdx.x; i < 16 * 8; i += NW * 32) {
+        const int row = i / 8, n = i % 8;
+        float s = 0.0f;
+#pragma unroll
+        for (int v = 0; v < NW; v++) s += red[v][row][n];
+        if (n < nt && r0 + row < n_out) y[(int64_t)n * n_out + r0 + row] = s;
+    }
+}
+#endif
+
+/* ---- the family files' entry points (each switches on t to its kernels' instantiations) ---- */
+
+/* gpu_gemv_xq.cu: rf_k_quantize_x into xq (qx, then the records at rf_gpu_xq_bytes' offset) in
+ * the x order of groups of gb blocks, fs: records with the f32 sums */
+rf_status rf_gemv_launch_quantize_x(rf_gpu_ctx *ctx, void *xq, int gb, bool fs, const float *x,
+                                    int nt, int64_t n_in);
+/* gpu_gemv_q32.cu: gemv_q32 (variants 1..3; HIP's only int8-x kernel), Q4_0 .. Q8_0 */
+rf_status rf_gemv_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
+                             const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
+                             int64_t n_out, int64_t rb);
+#if !defined(RF_HIP)
+/* gpu_gemv_q32s.cu: gemv_q32s / gemv_q32h (variants 4..23; 24 hands 2..8 tokens of Q4_0 / Q8_0
+ * to gemv_mma), the 32-element formats and Q4_K / Q5_K / Q6_K */
+rf_status rf_gemv_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
+                              const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
+                              int64_t n_out, int64_t rb, bool whole);
+/* gpu_gemv_mma.cu: gemv_mma, Q4_0 / Q8_0 */
+rf_status rf_gemv_launch_mma(rf_gpu_ctx *ctx, rf_type t, float *y, const uint8_t *w,
+                             const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
+                             int64_t n_out, int64_t rb);
+/* gpu_gemv_f16.cu: gemv_tc (2..8 tokens of F16 / BF16, n_in a multiple of 32, sm_80+) */
+rf_status rf_gemv_launch_tc(rf_gpu_ctx *ctx, rf_type t, float *y, const uint8_t *w, const float *x,
+                            int nt, int64_t n_in, int64_t n_out);
+#endif
+/* gpu_gemv_f16.cu: gemv_f16 (F16 / BF16, n_in a multiple of 8) */
+rf_status rf_gemv_launch_f16(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, rf_type t,
+                             float *y, const uint8_t *w, const float *x, int nt, int64_t n_in,
+                             int64_t n_out);
+/* gpu_gemv_k.cu: gemv_k / gemv_k45 (Q4_K / Q5_K / Q6_K with f32 x) */
+rf_status rf_gemv_launch_k(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, rf_type t,
+                           float *y, const uint8_t *w, const float *x, int nt, int64_t n_in,
+                           int64_t n_out, int64_t rb);
+/* gpu_gemv_generic.cu: gemv_generic (any type with a device decoder) */
+rf_status rf_gemv_launch_generic(rf_gpu_ctx *ctx, unsigned grid, unsigned threads, rf_type t,
+                                 float *y, const uint8_t *w, const float *x, int nt, int64_t n_in,
+                                 int64_t n_out, int64_t rb, int bs, int bb);
+#if defined(RF_GEMV_TRACE)
+/* gpu_gemv.cu: the last calls' slots of a trace buffer (rf_gpu_trace_read, _read_mma) */
+rf_status rf_trace_copy(rf_gpu_ctx *ctx, const void *sym, int cap, size_t per, uint64_t *out,
+                        int max_calls, int *ncalls);
+#endif
+
+#endif
