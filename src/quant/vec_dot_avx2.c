@@ -164,6 +164,7 @@ RF_AVX2 void rf_vec_dot4_q8_0_avx2(int64_t n, float *out, const void *w, size_t 
     const rf_block_q8_0 *b = x;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / 32; i++) {
+        rf_dot4_prefetch(w, ws, i, sizeof(rf_block_q8_0));
         const float dy = h2f(b[i].d);
         __m256i y0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[i].qs));
         __m256i y1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b[i].qs + 16)));

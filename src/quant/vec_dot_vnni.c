@@ -151,6 +151,7 @@ RF_VNNI void VN(rf_vec_dot4_q4_1)(int64_t n, float *out, const void *w, size_t w
     const int64_t nb = n / 32;
 #define NIB(p) _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p))), sh), m4)
     for (int64_t i = 0; i < nb; i++) {
+        rf_dot4_prefetch(w, ws, i, sizeof(rf_block_q4_1));
         uint32_t r0, r1, r2, r3, by; /* (d, m) of each row, (d, s) of the activation */
         memcpy(&r0, &a0[i].d, 4), memcpy(&r1, &a1[i].d, 4), memcpy(&r2, &a2[i].d, 4), memcpy(&r3, &a3[i].d, 4);
         memcpy(&by, &b[i].d, 4);
@@ -272,6 +273,7 @@ RF_VNNI void VN(rf_vec_dot4_q8_0)(int64_t n, float *out, const void *w, size_t w
     const int64_t nb = n / 32;
 #define U(p) _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p)), k80)
     for (int64_t i = 0; i < nb; i++) {
+        rf_dot4_prefetch(w, ws, i, sizeof(rf_block_q8_0));
         /* [d0 d1 d2 d3 dy dy dy dy] -> d_r*dy in lanes 0..3 (exact: f16 x f16 fits in f32) */
         __m128i h = _mm_set_epi16((short)b[i].d, (short)b[i].d, (short)b[i].d, (short)b[i].d, (short)a3[i].d,
                                   (short)a2[i].d, (short)a1[i].d, (short)a0[i].d);
@@ -313,6 +315,7 @@ RF_VNNI void VN(rf_vec_dot4_q5_0)(int64_t n, float *out, const void *w, size_t w
         _mm256_and_si256(_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk).qs)), sh), m4), \
         _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(ld32((blk).qh)), bshuf), bmask), ones), k16))
     for (int64_t i = 0; i < nb; i++) {
+        rf_dot4_prefetch(w, ws, i, sizeof(rf_block_q5_0));
         __m128i h = _mm_set_epi16((short)b[i].d, (short)b[i].d, (short)b[i].d, (short)b[i].d, (short)a3[i].d,
                                   (short)a2[i].d, (short)a1[i].d, (short)a0[i].d);
         __m256 f = _mm256_cvtph_ps(h);
