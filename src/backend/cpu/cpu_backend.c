@@ -130,8 +130,9 @@ __attribute__((target("avx2,f16c,fma"))) static float dot_f32_f16_avx(const floa
     for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LDH(h + i), acc0);
     acc0 = _mm256_add_ps(acc0, acc1);
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
-    s = _mm_hadd_ps(s, s);
-    s = _mm_hadd_ps(s, s);
+    /* (s0 + s1) + (s2 + s3), the two hadds of dot_f32_avx, with cheaper shuffles (same sums) */
+    s = _mm_add_ps(s, _mm_movehdup_ps(s));
+    s = _mm_add_ss(s, _mm_movehl_ps(s, s));
     float r = _mm_cvtss_f32(s);
     for (; i < n; i++) r += a[i] * _cvtsh_ss(h[i]);
     return r;
@@ -474,6 +475,32 @@ static inline const char *kv_walk_row(kv_walk *w) {
     return kv_walk_next(w);
 }
 
+#if RF_X86
+/* P.V over an f16 cache for 64 output elements: o[e] = sum over the nk rows the walker yields of
+ * p[k] * f16(row[e]), accumulated in key order with one fma per key from +0 -- exactly what
+ * axpy_f16_avx does on a zeroed o, key after key, but with o in 8 registers instead of a
+ * load-fma-store chain through memory per key. */
+__attribute__((target("avx2,f16c,fma"))) static void pv64_f16_avx(float *o, kv_walk *w, const float *p, int64_t nk) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+#define LDH(r, e) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)(r) + (e))))
+    for (int64_t k = 0; k < nk; k++) {
+        const char *r = kv_walk_row(w);
+        const __m256 pk = _mm256_set1_ps(p[k]);
+        a0 = _mm256_fmadd_ps(LDH(r, 0), pk, a0);
+        a1 = _mm256_fmadd_ps(LDH(r, 8), pk, a1);
+        a2 = _mm256_fmadd_ps(LDH(r, 16), pk, a2);
+        a3 = _mm256_fmadd_ps(LDH(r, 24), pk, a3);
+        a4 = _mm256_fmadd_ps(LDH(r, 32), pk, a4);
+        a5 = _mm256_fmadd_ps(LDH(r, 40), pk, a5);
+        a6 = _mm256_fmadd_ps(LDH(r, 48), pk, a6);
+        a7 = _mm256_fmadd_ps(LDH(r, 56), pk, a7);
+    }
+#undef LDH
+    _mm256_storeu_ps(o, a0), _mm256_storeu_ps(o + 8, a1), _mm256_storeu_ps(o + 16, a2), _mm256_storeu_ps(o + 24, a3);
+    _mm256_storeu_ps(o + 32, a4), _mm256_storeu_ps(o + 40, a5), _mm256_storeu_ps(o + 48, a6), _mm256_storeu_ps(o + 56, a7);
+}
+#endif
+
 /* Byte offset of head hk inside a K/V row of type t. */
 static inline size_t kv_head_off(rf_type t, int64_t hk, int64_t hd) {
     switch (t) {
@@ -548,6 +575,15 @@ static void attn_worker(void *ctx, int ith, int nth) {
         kv_walk_start(&wv, j->v, b, s, kmin, kv_head_off(j->v->type, hk, hd));
 #if RF_X86
         if (h16_fast) {
+            if (hd % 64 == 0) { /* o in registers, 64 elements per walk over the V rows */
+                for (int64_t kk = 0; kk <= p - kmin; kk++) sc[kk] = round_f16_hw(sc[kk] * inv);
+                size_t off = kv_head_off(j->v->type, hk, hd);
+                for (int64_t c = 0; c < hd; c += 64) {
+                    kv_walk_start(&wv, j->v, b, s, kmin, off + (size_t)c * 2);
+                    pv64_f16_avx(o + c, &wv, sc, p - kmin + 1);
+                }
+                continue;
+            }
             for (int64_t kk = kmin; kk <= p; kk++) {
                 const char *vr = kv_walk_row(&wv);
                 axpy_f16_avx(o, (const uint16_t *)vr, round_f16_hw(sc[kk - kmin] * inv), hd);
