@@ -192,6 +192,7 @@ int rf_server_main(const rf_server_config *cfg) {
     pthread_mutex_init(&s->rng_mu, NULL);
     srv_metrics_init(&s->m);
     s->created = (int64_t)time(NULL);
+    s->test_faults = getenv("RF_SERVE_TEST_FAULTS") != NULL;
     s->rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL ^ (uint64_t)getpid() << 32 ^ (uint64_t)srv_now_ms();
     const char *base = strrchr(cfg->model_path, '/');
     s->file_base = strdup(base ? base + 1 : cfg->model_path);

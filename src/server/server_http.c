@@ -235,6 +235,10 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
         srv_prepared_free(&pr);
         return fail(s, c, route, 503, "server_error", NULL, NULL, "out of memory");
     }
+    if (s->test_faults) { /* tests: "X-RF-Test-Fault: oom-events" makes this request's event copies fail */
+        const char *f = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-RF-Test-Fault");
+        r->fault_oom = f && !strcmp(f, "oom-events");
+    }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->conn = c;
     r->fd = ci ? ci->connect_fd : -1;
@@ -323,7 +327,7 @@ static enum MHD_Result finish_request(srv *s, struct MHD_Connection *c, conn_ctx
     srv_free_events(l);
     cc->responded = true;
     if (gone) return MHD_NO; /* nobody to answer */
-    if (!all) {
+    if (lost || !all) { /* an event could not be copied (out of memory): the output is incomplete */
         if (lost) srv_set_error(r, 503, "server_error", NULL, "out of memory while collecting the response");
         else srv_set_error(r, 503, "unavailable_error", "shutting_down", "the server is shutting down");
         srv_req_cancel(s, r);

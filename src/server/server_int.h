@@ -97,6 +97,7 @@ struct srv_req {
     /* engine thread only */
     double *t_last;
     bool first_token;
+    bool fault_oom;      /* tests: every event copy fails as if out of memory (set before submit) */
     /* under mu */
     srv_event *qh, **qt;
     int engine_done;     /* DONE events queued */
@@ -126,6 +127,7 @@ struct srv {
     const rf_vocab *vocab;
     int32_t n_ctx;
     int64_t created;
+    bool test_faults;    /* RF_SERVE_TEST_FAULTS set: requests may ask for simulated failures */
     atomic_int ready, stopping, engine_gone, load_failed;
     atomic_int engine_stop, ticker_stop;
     atomic_int active;   /* engine submissions not yet finished */

@@ -149,7 +149,7 @@ bool srv_on_engine_event(const rf_event *ev, void *user) {
         if (r->t_last[ci] > 0) srv_metrics_observe(&s->m, &s->m.itl, t - r->t_last[ci]);
         r->t_last[ci] = t;
     }
-    srv_event *e = event_copy(ev, sb->idx);
+    srv_event *e = r->fault_oom ? NULL : event_copy(ev, sb->idx);
     bool done = kind == RF_EVENT_DONE;
     pthread_mutex_lock(&r->mu);
     if (e) {

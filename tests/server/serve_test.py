@@ -423,6 +423,24 @@ def raw_chunked(srv, path, body):
     return r.status, r.getheaders(), data
 
 
+def test_alloc_failure(srv):
+    """A request whose memory runs out (simulated: RF_SERVE_TEST_FAULTS and a header make each of
+    its event copies fail) gets a 503 server_error, or an error event in its stream; the server
+    goes on serving and the request's blocks come back."""
+    C = "/v1/chat/completions"
+    body = {"messages": MSG, "max_tokens": N_TOK, "temperature": 0}
+    expect_error(srv, 503, "server_error", None, "POST", C, body, headers={"X-RF-Test-Fault": "oom-events"}, msg="out of memory")
+    st, _, data = req(srv, "POST", C, dict(body, stream=True), headers={"X-RF-Test-Fault": "oom-events"})
+    check(st == 200, f"stream with failing memory: {st}")
+    ev = data.decode().split("\n\n")
+    check(ev[-2] == "data: [DONE]" and '"server_error"' in ev[-3] and ev[-3].startswith('data: {"error":'),
+          f"stream with failing memory: {data[-400:]!r}")
+    st, _, _ = req(srv, "POST", C, body)
+    check(st == 200, f"after an allocation failure: {st}")
+    m = wait_idle(srv)
+    check(m["rocmforge_kv_blocks_used"] == 0, f"blocks still used after an allocation failure: {m['rocmforge_kv_blocks_used']}")
+
+
 # ---- many at once ----------------------------------------------------------------------------
 
 def conc_prompts(n):
@@ -604,7 +622,7 @@ def main():
         print("ok loading, queue limit, cancel while queued, SIGTERM")
         return 0
     srv = Server("--parallel", str(max(N_CONC, 16)), "--api-key", KEY, "--alias", "smol", "-c", "1024", "--kv-blocks", "2048",
-                 "--max-body", "65536", "-t", "2")
+                 "--max-body", "65536", "-t", "2", env={"RF_SERVE_TEST_FAULTS": "1"})
     try:
         steps = [("routes", lambda: test_routes(srv)), ("chat", lambda: test_chat(srv))]
         text = None
@@ -615,6 +633,7 @@ def main():
             print(f"ok {name} ({time.time() - t:.1f} s)")
         for name, f in [("n=3", lambda: test_n3(srv)), ("stop + logprobs", lambda: test_stop_logprobs(srv, text)),
                         ("completions", lambda: test_completions(srv)), ("bad input", lambda: test_bad_input(srv)),
+                        ("allocation failure", lambda: test_alloc_failure(srv)),
                         ("64 concurrent" if not QUICK else f"{N_CONC} concurrent", lambda: test_concurrent(srv)),
                         ("disconnect storm", lambda: test_storm(srv))]:
             t = time.time()
