@@ -131,6 +131,17 @@ void rf_vec_dot4x2_q4_1_vnni(int64_t n, float *out0, float *out1, const void *w,
 /* The 4x2 kernel matching the table's current vec_dot of `type`, or NULL. */
 rf_vec_dot4x2_fn rf_vec_dot4x2_for(rf_type type);
 
+/* Four weight rows x four activation rows: out[t*os + r] = dot(row r at w + r*ws, token t at
+ * x + t*xs), each bit-identical to the table's one-row kernel; pf != 0 also prefetches the row
+ * group two ahead (rf_dot4_prefetch), meant for the first token tile of a row group. */
+typedef void (*rf_vec_dot4x4_fn)(int64_t n, float *out, size_t os, const void *w, size_t ws, const void *x, size_t xs,
+                                 int pf);
+void rf_vec_dot4x4_q4_1_vnni512(int64_t n, float *out, size_t os, const void *w, size_t ws, const void *x, size_t xs,
+                                int pf);
+/* The 4x4 kernel matching the table's current vec_dot of `type`, or NULL (only the AVX512-VNNI
+ * build of Q4_1 has one). */
+rf_vec_dot4x4_fn rf_vec_dot4x4_for(rf_type type);
+
 /* The 4-row kernel matching the table's current vec_dot of `type` (same numerics), or NULL when
  * that type/level has none (callers then loop over the one-row kernel). */
 rf_vec_dot4_fn rf_vec_dot4_for(rf_type type);

@@ -95,13 +95,14 @@ typedef struct {
     rf_vec_dot_fn q4_0, q4_1, q8_0;
     rf_vec_dot4_fn q4_1x4, q8_0x4, q5_0x4;
     rf_vec_dot4x2_fn q4_1x4x2;
+    rf_vec_dot4x4_fn q4_1x4x4; /* EVEX build only (needs 32 ymm registers) */
 } vnni_set;
 static const vnni_set k_vex = {rf_vec_dot_q4_0_vnni, rf_vec_dot_q4_1_vnni, rf_vec_dot_q8_0_vnni,
                                rf_vec_dot4_q4_1_vnni, rf_vec_dot4_q8_0_vnni, rf_vec_dot4_q5_0_vnni,
-                               rf_vec_dot4x2_q4_1_vnni};
+                               rf_vec_dot4x2_q4_1_vnni, NULL};
 static const vnni_set k_evex = {rf_vec_dot_q4_0_vnni512, rf_vec_dot_q4_1_vnni512, rf_vec_dot_q8_0_vnni512,
                                 rf_vec_dot4_q4_1_vnni512, rf_vec_dot4_q8_0_vnni512, rf_vec_dot4_q5_0_vnni512,
-                                rf_vec_dot4x2_q4_1_vnni512};
+                                rf_vec_dot4x2_q4_1_vnni512, rf_vec_dot4x4_q4_1_vnni512};
 /* NULL when the CPU runs neither. CPUID traps in a VM (microseconds): asked once. */
 static const vnni_set *g_vs;
 static pthread_once_t g_vs_once = PTHREAD_ONCE_INIT;
@@ -214,6 +215,14 @@ rf_vec_dot4x2_fn rf_vec_dot4x2_for(rf_type type) {
     if (!t) return NULL;
     const vnni_set *v = vnni_kernels();
     if (v && type == RF_TYPE_Q4_1 && t->vec_dot == v->q4_1) return v->q4_1x4x2;
+    return NULL;
+}
+
+rf_vec_dot4x4_fn rf_vec_dot4x4_for(rf_type type) {
+    const rf_type_traits *t = rf_type_info((int)type);
+    if (!t) return NULL;
+    const vnni_set *v = vnni_kernels();
+    if (v && type == RF_TYPE_Q4_1 && t->vec_dot == v->q4_1) return v->q4_1x4x4;
     return NULL;
 }
 

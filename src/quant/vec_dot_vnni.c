@@ -228,6 +228,65 @@ RF_VNNI void VN(rf_vec_dot4x2_q4_1)(int64_t n, float *out0, float *out1, const v
     out1[2] = vn_hsum_ps(c21) + ms1[5], out1[3] = vn_hsum_ps(c31) + ms1[7];
 }
 
+#ifdef RF_VNNI_EVEX
+/* Four Q4_1 rows x four Q8_1 rows (tokens t = 0..3 at x + t*xs bytes): out[t*os + r] bit-identical
+ * to rf_vec_dot_q4_1_vnni(row r, token t) -- each (row, token) pair keeps its own in-order fma chain
+ * and m*s sum, as in the 4x2 kernel. Each weight block is unpacked once for four tokens: 17 %
+ * less time per (row, token) than 4x2 on Zen 4 (10.4 vs 12.5 ns, 576 x 1536, L2-resident); a
+ * 512-bit 4x2 (a token per half) was slower (15.2 ns: the kernel is bound by vector-pipe work, not
+ * by instruction count). EVEX build only: the 16 accumulators and 4 activation rows need the 32
+ * ymm registers of AVX-512VL. pf != 0 prefetches the row group two ahead (rf_dot4_prefetch), for
+ * the first token tile of a group; later tiles find the rows in cache. */
+RF_VNNI void VN(rf_vec_dot4x4_q4_1)(int64_t n, float *out, size_t os, const void *w, size_t ws, const void *x,
+                                     size_t xs, int pf) {
+    const rf_block_q4_1 *a[4];
+    const rf_block_q8_1 *b[4];
+    for (int k = 0; k < 4; k++) {
+        a[k] = (const rf_block_q4_1 *)((const char *)w + k * ws);
+        b[k] = (const rf_block_q8_1 *)((const char *)x + k * xs);
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F), sh = _mm256_set_epi64x(4, 4, 0, 0);
+    __m256 c[4][4], sm[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) {
+        sm[t] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) c[r][t] = _mm256_setzero_ps();
+    }
+    float pp[32]; /* d_r*dy_t in lane 8t+2r, m_r*s_t in lane 8t+2r+1: read back as broadcasts */
+    const int64_t nb = n / 32;
+    for (int64_t i = 0; i < nb; i++) {
+        if (pf) rf_dot4_prefetch(w, ws, i, sizeof(rf_block_q4_1));
+        uint32_t rs[4], ys;
+        for (int r = 0; r < 4; r++) memcpy(&rs[r], &a[r][i].d, 4);
+        const __m256 f = _mm256_cvtph_ps(_mm_set_epi32((int)rs[3], (int)rs[2], (int)rs[1], (int)rs[0]));
+        __m256i y[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            memcpy(&ys, &b[t][i].d, 4);
+            const __m256 p = _mm256_mul_ps(f, _mm256_cvtph_ps(_mm_set1_epi32((int)ys)));
+            sm[t] = _mm256_add_ps(sm[t], p);
+            _mm256_storeu_ps(pp + 8 * t, p);
+            y[t] = _mm256_loadu_si256((const __m256i *)b[t][i].qs);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const __m256i q = _mm256_and_si256(
+                _mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)a[r][i].qs)), sh), m4);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                c[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(pp + 8 * t + 2 * r), _mm256_cvtepi32_ps(DPB(q, y[t])),
+                                          c[r][t]);
+        }
+    }
+    for (int t = 0; t < 4; t++) {
+        float ms[8];
+        _mm256_storeu_ps(ms, sm[t]);
+        for (int r = 0; r < 4; r++) out[(size_t)t * os + r] = vn_hsum_ps(c[r][t]) + ms[2 * r + 1];
+    }
+}
+#endif
+
 /* Q8_0 x Q8_0: sum w*y = sum (w+128)*y - 128*sum y; w+128 is w ^ 0x80 as an unsigned byte. Exact
  * for every int8 pair, -128 included. */
 RF_VNNI void VN(rf_vec_dot_q8_0)(int64_t n, float *out, const void *w, const void *x) {
@@ -362,5 +421,13 @@ void VN(rf_vec_dot4x2_q4_1)(int64_t n, float *out0, float *out1, const void *w, 
         rf_vec_dot_q4_1(n, &out1[r], (const char *)w + r * ws, x1);
     }
 }
+#ifdef RF_VNNI_EVEX
+void VN(rf_vec_dot4x4_q4_1)(int64_t n, float *out, size_t os, const void *w, size_t ws, const void *x, size_t xs,
+                            int pf) {
+    (void)pf;
+    for (int t = 0; t < 4; t++)
+        for (int r = 0; r < 4; r++) rf_vec_dot_q4_1(n, &out[(size_t)t * os + r], (const char *)w + r * ws, (const char *)x + t * xs);
+}
+#endif
 
 #endif

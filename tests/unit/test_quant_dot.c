@@ -285,12 +285,36 @@ static void check_type(rf_rng *r, rf_type t, int64_t n, bool have_avx2) {
         }
         free(xq2), free(x2), free(xd2);
     }
+    /* the 4-row x 4-token kernel (where it has one): bit-identical too, four independent tokens */
+    rf_vec_dot4x4_fn d44 = rf_vec_dot4x4_for(t);
+    if (d44) {
+        uint8_t *xq4 = malloc(4 * xsz);
+        float *x4 = malloc(sizeof(float) * (size_t)n), *xd4 = malloc(sizeof(float) * (size_t)n);
+        for (int k = 0; k < 4; k++) {
+            rf_rng_fill_normal(r, x4, (size_t)n, 1.0f);
+            make_act_row(vt, x4, n, xq4 + k * xsz, xd4);
+        }
+        for (int row = 0; row + 4 <= ROWS; row += 4) {
+            float o[4 * 5], e;
+            for (int k = 0; k < 20; k++) o[k] = NAN;
+            d44(n, o, 5, wq + wsz * row, wsz, xq4, xsz, row == 0);
+            for (int tk = 0; tk < 4; tk++)
+                for (int k = 0; k < 4; k++) {
+                    tr->vec_dot(n, &e, wq + wsz * (row + k), xq4 + tk * xsz);
+                    if (memcmp(&o[tk * 5 + k], &e, 4) != 0)
+                        fail_msg("%s n=%lld row %d token %d: 4x4 kernel %.9g vs one-row %.9g", tr->name, (long long)n,
+                                 row + k, tk, o[tk * 5 + k], e);
+                }
+        }
+        free(xq4), free(x4), free(xd4);
+    }
     double e_tab = rf_rel_l2(y, yref, ROWS), e_scalar = rf_rel_l2(ys, yref, ROWS);
     print_message("dot %-6s (x %-4s) n=%-5lld rel.L2 vs f32 %.2e (scalar %.2e); kernel err %.1e; avx2-scalar %.1e%s",
                   tr->name, rf_type_name(vt), (long long)n, e_tab, e_scalar, worst_a, worst_c, avx2 ? "" : " (no avx2)");
     if (vnni) print_message("; vnni-scalar %.1e", worst_v);
     if (d4) print_message("; 4-row kernel bit-identical");
     if (d42) print_message("; 4x2 kernel bit-identical");
+    if (d44) print_message("; 4x4 kernel bit-identical");
     if (n_ggml) print_message("; ggml order bit-identical");
     print_message("\n");
     const double bound = vt == RF_TYPE_Q8_K ? 1.5e-2 : 1e-2;

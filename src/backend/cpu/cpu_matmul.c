@@ -28,6 +28,7 @@ typedef struct mm_job {
     rf_vec_dot_fn dot;
     rf_vec_dot4_fn dot4; /* 4 weight rows x 1 activation row, same numerics as dot; or NULL */
     rf_vec_dot4x2_fn dot4x2; /* 4 weight rows x 2 activation rows (prompts), same numerics; or NULL */
+    rf_vec_dot4x4_fn dot4x4; /* 4 weight rows x 4 activation rows, same numerics; or NULL */
     float *scratch;      /* fallback: n_in floats per thread */
 } mm_job;
 
@@ -156,6 +157,10 @@ static void mm_worker_dot(void *ctx, int ith, int nth) {
         for (; o + 4 <= hi; o += 4) {
             const void *wr = wbase + (size_t)o * wrow;
             int64_t t = 0;
+            if (j->dot4x4) /* the first tile of a row group prefetches the group two ahead */
+                for (; t + 4 <= j->n_tokens; t += 4)
+                    j->dot4x4(j->n_in, &j->y[t * j->n_out + o], (size_t)j->n_out, wr, wrow,
+                              j->xq + (size_t)t * j->xq_row, j->xq_row, t == 0);
             if (j->dot4x2)
                 for (; t + 2 <= j->n_tokens; t += 2)
                     j->dot4x2(j->n_in, &j->y[t * j->n_out + o], &j->y[(t + 1) * j->n_out + o], wr, wrow,
@@ -192,7 +197,7 @@ static void mm_worker_f32(void *ctx, int ith, int nth) {
 rf_status rf_cpu_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x,
                         int64_t n_tokens) {
     rf_cpu *cpu = be->impl;
-    mm_job j = {y->data, w, x->data, n_tokens, w->ne[0], w->ne[1], RF_TYPE_F32, 0, NULL, NULL, NULL, NULL, NULL};
+    mm_job j = {y->data, w, x->data, n_tokens, w->ne[0], w->ne[1], RF_TYPE_F32, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     const rf_type_traits *tr = rf_type_info(w->type);
     static int no_vd = -1;
     if (no_vd < 0) no_vd = getenv("RF_CPU_F32_MATMUL") != NULL; /* debugging: exact f32 path */
@@ -200,6 +205,7 @@ rf_status rf_cpu_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const 
         j.dot = tr->vec_dot;
         j.dot4 = rf_vec_dot4_for(w->type);
         j.dot4x2 = j.dot4 && n_tokens > 1 ? rf_vec_dot4x2_for(w->type) : NULL;
+        j.dot4x4 = j.dot4 && n_tokens > 3 ? rf_vec_dot4x4_for(w->type) : NULL;
         j.xq_type = tr->vec_dot_type;
         if (j.xq_type == RF_TYPE_F32) {
             j.xq_row = (size_t)j.n_in * sizeof(float);
