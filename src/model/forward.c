@@ -108,6 +108,13 @@ rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src) {
     return RF_OK;
 }
 
+/* the norm before a product: fused with that product's input preparation where the backend can */
+static rf_status rmsnorm_for(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, int64_t rows,
+                             int64_t n, float eps, const rf_tensor *next) {
+    if (be->ops->rmsnorm_for) return be->ops->rmsnorm_for(be, y, x, w, rows, n, eps, next);
+    return be->ops->rmsnorm(be, y, x, w, rows, n, eps);
+}
+
 rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
     const rf_hparams *hp = &m->hp;
     rf_backend *be = m->be;
@@ -130,7 +137,7 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         const rf_layer *L = &m->layers[il];
 
         /* ---- attention block ---- */
-        TRY(op->rmsnorm(be, &f->h, &f->x, &L->attn_norm, n, E, hp->norm_eps));
+        TRY(rmsnorm_for(be, &f->h, &f->x, &L->attn_norm, n, E, hp->norm_eps, &L->wq));
         TRY(op->matmul(be, &f->q, &L->wq, &f->h, n));
         TRY(op->matmul(be, &f->k, &L->wk, &f->h, n));
         TRY(op->matmul(be, &f->v, &L->wv, &f->h, n));
@@ -156,7 +163,7 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
 
         /* ---- feed-forward block ---- */
-        TRY(op->rmsnorm(be, &f->h, &f->x, &L->ffn_norm, n, E, hp->norm_eps));
+        TRY(rmsnorm_for(be, &f->h, &f->x, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gate));
         TRY(op->matmul(be, &f->g, &L->ffn_gate, &f->h, n));
         TRY(op->matmul(be, &f->u, &L->ffn_up, &f->h, n));
         TRY(op->glu(be, &f->g, &f->g, &f->u, n * F, hp->glu));

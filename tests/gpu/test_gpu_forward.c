@@ -453,5 +453,8 @@ int main(void) {
         cmocka_unit_test(test_real_models),
         cmocka_unit_test(test_engine_gpu),
     };
+    /* RF_TEST_FILTER=pattern runs the matching tests only (device runs repeat one) */
+    const char *f = getenv("RF_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -13,7 +13,7 @@ int main(void) {
 
 #include "backend/ref/ref_ops.h"
 
-static const int64_t k_sizes[] = {1, 7, 31, 256, 1000, 4097};
+static const int64_t k_sizes[] = {1, 7, 31, 256, 1000, 4097, 6144, 16384};
 #define N_SIZES (sizeof k_sizes / sizeof k_sizes[0])
 
 static void test_elementwise(void **state) {
@@ -288,6 +288,51 @@ static void test_rope_qkv_fused(void **state) {
     }
 }
 
+/* RMSNorm + activation quantization in one kernel against rf_gpu_rmsnorm then
+ * rf_gpu_quantize_x: h and the quantized x byte-identical, for the x orders and record kinds the
+ * products take (Q4_0 and Q8_0: groups of 8 blocks, Q4_1 and Q4_K: with sums, Q5_0 wide rows),
+ * 1 and 3 tokens, with and without a norm weight. */
+static void test_rmsnorm_quantize_fused(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 7);
+    const struct { rf_type t; int64_t n; } cases[] = {
+        {RF_TYPE_Q4_0, 4096}, {RF_TYPE_Q8_0, 2048}, {RF_TYPE_Q4_1, 4096}, {RF_TYPE_Q4_K, 4096},
+        {RF_TYPE_Q5_0, 14336}, {RF_TYPE_Q4_0, 576}, {RF_TYPE_Q8_0, 16384},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        for (int nt = 1; nt <= 3; nt += 2)
+            for (int withw = 0; withw < 2; withw++) {
+                const int64_t n = cases[c].n, tot = n * nt;
+                if (!rf_gpu_gemv_has_xq(g_ctx, cases[c].t, nt, n)) continue;
+                float *x = host_f32(tot), *w = host_f32(n);
+                rf_rng_fill_normal(&r, x, tot, 2.0f);
+                rf_rng_fill_normal(&r, w, n, 1.0f);
+                float *dx = dev_from(x, tot * 4), *dw = withw ? dev_from(w, n * 4) : NULL;
+                float *h1 = dev_poison(tot * 4), *h2 = dev_poison(tot * 4);
+                const size_t xb = rf_gpu_xq_bytes(nt, n);
+                void *q1 = dev_poison(xb), *q2 = dev_poison(xb);
+                assert_int_equal(rf_gpu_rmsnorm(g_ctx, h1, dx, dw, nt, n, 1e-5f), RF_OK);
+                assert_int_equal(rf_gpu_quantize_x(g_ctx, q1, cases[c].t, h1, nt, n), RF_OK);
+                assert_int_equal(rf_gpu_rmsnorm_quantize_x(g_ctx, h2, q2, cases[c].t, dx, dw, nt, n, 1e-5f), RF_OK);
+                float *a = host_f32(tot), *b = host_f32(tot);
+                dev_to(a, h1, tot * 4);
+                dev_to(b, h2, tot * 4);
+                assert_memory_equal(a, b, tot * 4);
+                uint8_t *qa = malloc(xb), *qb = malloc(xb);
+                dev_to(qa, q1, xb);
+                dev_to(qb, q2, xb);
+                /* the used bytes: int8 x, then the records after the 256-byte-aligned int8 part
+                 * (padding between them is never written by either) */
+                const size_t nq = (size_t)tot, rec = ((nq + 255) & ~(size_t)255);
+                assert_memory_equal(qa, qb, nq);
+                assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, h1), rf_gpu_free(g_ctx, h2);
+                rf_gpu_free(g_ctx, q1), rf_gpu_free(g_ctx, q2);
+                free(x), free(w), free(a), free(b), free(qa), free(qb);
+            }
+}
+
 static void test_errors(void **state) {
     (void)state;
     assert_int_equal(rf_gpu_softmax(g_ctx, NULL, NULL, 1, 0, 1.0f), RF_ERR_INVALID_ARG);
@@ -306,7 +351,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_norms_softmax),
         cmocka_unit_test(test_softmax_special), cmocka_unit_test(test_causal_mask),
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_rope_kv_append),
-        cmocka_unit_test(test_rope_qkv_fused),
+        cmocka_unit_test(test_rope_qkv_fused), cmocka_unit_test(test_rmsnorm_quantize_fused),
         cmocka_unit_test(test_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

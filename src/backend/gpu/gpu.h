@@ -166,6 +166,12 @@ rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, c
 size_t rf_gpu_xq_bytes(int64_t n_tokens, int64_t n_in);
 rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const float *x,
                             int64_t n_tokens, int64_t n_in);
+/* rf_gpu_rmsnorm_quantize_x: h f32 [n_tokens, n_in] = rf_gpu_rmsnorm(x, w, eps) (h may alias
+ * x; n_in <= 16384) and the xq of h for wtype, as rf_gpu_quantize_x would make it, in one
+ * kernel. rf_gpu_gemv_has_xq: whether (wtype, n_tokens, n_in) has the int8-x form at all. */
+rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, const float *x,
+                                    const float *w, int64_t n_tokens, int64_t n_in, float eps);
+bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
 rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
                          int64_t n_tokens, int64_t n_in, int64_t n_out);
 /* Selects a GEMV kernel variant (0 = default, 1..26 = the variants listed in gpu_gemv.cu); for

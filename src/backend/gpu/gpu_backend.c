@@ -228,44 +228,57 @@ static rf_status g_get_rows(rf_backend *be, rf_tensor *y, const rf_tensor *w, co
     return rf_gpu_get_rows(GX(be)->ctx, y->data, w->data, w->type, dev_of(b)->ids, b->n_tokens, w->ne[0], w->ne[1]);
 }
 
-/* whether the product of (type, n_in) for n_tokens has the int8-x form whose quantized x
- * one kernel can make for several products (the 32-element formats; K-quants take
- * rf_gpu_gemv's own path) */
-static bool shares_xq(rf_type t, int64_t n_tokens, int64_t n_in) {
-    if (n_tokens < 1 || n_tokens > 8 || n_in % 32) return false;
-    return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q8_0;
+/* whether the product of (type, n_in) for n_tokens has the int8-x form whose quantized x one
+ * kernel can make for several products */
+static bool shares_xq(gpu_be *g, rf_type t, int64_t n_tokens, int64_t n_in) {
+    return g->fuse && rf_gpu_gemv_has_xq(g->ctx, t, n_tokens, n_in);
 }
 
-/* A product. With fusions on, a decode product of a 32-element format quantizes x once into
- * the backend's xq buffer and the next products of the same x (Q, K, V; gate, up) reuse it:
- * one activation-quantization kernel where three (or two) ran. The buffer grows only outside
- * a graph recording (no allocation may be recorded); a recording that needs more falls back
- * to the whole product. */
+/* the xq buffer large enough for n_tokens x n_in; false (and no error) where it would have to
+ * grow inside a graph recording (no allocation may be recorded) */
+static rf_status xq_room(gpu_be *g, int64_t n_tokens, int64_t n_in, bool *ok) {
+    *ok = false;
+    size_t need = rf_gpu_xq_bytes(n_tokens, n_in);
+    if (need > g->xq_cap) {
+        if (g->mode == RF_GRAPH_CAPTURE) return RF_OK;
+        rf_status st = rf_gpu_sync(g->ctx); /* the old buffer may still be read */
+        if (st) return st;
+        rf_gpu_free(g->ctx, g->xq);
+        g->xq = NULL;
+        g->xq_cap = 0;
+        size_t cap = rf_gpu_xq_bytes(8, n_in < 16384 ? 16384 : n_in);
+        if ((st = rf_gpu_alloc(g->ctx, cap, &g->xq))) return st;
+        g->xq_cap = cap;
+        g->epoch++; /* recorded graphs read the old buffer */
+    }
+    *ok = true;
+    return RF_OK;
+}
+
+static void xq_note(gpu_be *g, const void *src, rf_type t, int64_t n_tokens, int64_t n_in) {
+    g->xq_src = src;
+    g->xq_type = t;
+    g->xq_nt = n_tokens;
+    g->xq_nin = n_in;
+}
+
+/* A product. With fusions on, a decode product with the int8-x form quantizes x once into the
+ * backend's xq buffer (or finds it there, made by rmsnorm_for) and the next products of the
+ * same x (Q, K, V; gate, up) reuse it: one activation-quantization kernel where three (or two)
+ * ran. A recording that would need a larger buffer falls back to the whole product. */
 static rf_status g_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens) {
     gpu_be *g = G(be);
     const int64_t n_in = w->ne[0], n_out = w->ne[1];
     rf_status st;
-    if (g->fuse && shares_xq(w->type, n_tokens, n_in)) {
+    if (shares_xq(g, w->type, n_tokens, n_in)) {
         const bool hit = g->xq_src == x->data && g->xq_type == w->type && g->xq_nt == n_tokens && g->xq_nin == n_in;
         if (!hit) {
+            bool ok;
             g->xq_src = NULL;
-            size_t need = rf_gpu_xq_bytes(n_tokens, n_in);
-            if (need > g->xq_cap && g->mode != RF_GRAPH_CAPTURE) {
-                if ((st = rf_gpu_sync(g->ctx))) return st; /* the old buffer may still be read */
-                rf_gpu_free(g->ctx, g->xq);
-                g->xq = NULL;
-                g->xq_cap = 0;
-                size_t cap = rf_gpu_xq_bytes(8, n_in < 16384 ? 16384 : n_in);
-                if ((st = rf_gpu_alloc(g->ctx, cap, &g->xq))) return st;
-                g->xq_cap = cap;
-                g->epoch++; /* recorded graphs read the old buffer */
-            }
-            if (need <= g->xq_cap) {
+            if ((st = xq_room(g, n_tokens, n_in, &ok))) return st;
+            if (ok) {
                 if ((st = rf_gpu_quantize_x(g->ctx, g->xq, w->type, x->data, n_tokens, n_in))) return st;
-                g->xq_src = x->data;
-                g->xq_type = w->type;
-                g->xq_nt = n_tokens;
-                g->xq_nin = n_in;
+                xq_note(g, x->data, w->type, n_tokens, n_in);
             }
         }
         if (g->xq_src) {
@@ -285,6 +298,26 @@ static rf_status g_add_bias(rf_backend *be, rf_tensor *y, const rf_tensor *b, in
 static rf_status g_rmsnorm(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, int64_t rows,
                            int64_t n, float eps) {
     return rf_gpu_rmsnorm(GX(be)->ctx, y->data, x->data, w ? w->data : NULL, rows, n, eps);
+}
+
+/* rmsnorm whose output the product of `next` reads: with fusions on and that product taking
+ * int8 x, one kernel writes y and its quantization for next's type (g_matmul finds it) */
+static rf_status g_rmsnorm_for(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, int64_t rows,
+                               int64_t n, float eps, const rf_tensor *next) {
+    gpu_be *g = GX(be);
+    if (next && n <= 16384 && shares_xq(g, next->type, rows, n)) {
+        bool ok;
+        rf_status st = xq_room(g, rows, n, &ok);
+        if (st) return st;
+        if (ok) {
+            if ((st = rf_gpu_rmsnorm_quantize_x(g->ctx, y->data, g->xq, next->type, x->data, w ? w->data : NULL, rows,
+                                                n, eps)))
+                return st;
+            xq_note(g, y->data, next->type, rows, n);
+            return RF_OK;
+        }
+    }
+    return rf_gpu_rmsnorm(g->ctx, y->data, x->data, w ? w->data : NULL, rows, n, eps);
 }
 
 static rf_status g_rope(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t n_heads, int64_t head_dim,
@@ -479,6 +512,7 @@ static const rf_backend_ops gpu_ops = {
     .matmul = g_matmul,
     .add_bias = g_add_bias,
     .rmsnorm = g_rmsnorm,
+    .rmsnorm_for = g_rmsnorm_for,
     .rope = g_rope,
     .kv_store = g_kv_store,
     .rope_store = g_rope_store,

@@ -2,6 +2,8 @@
  * f16 and x converted to f16 (for quantized W through ggml's int8 activation rounding) in the
  * scratch arena, then cublasGemmEx with f32 accumulation and an f32 result. On HIP without hipBLAS (Debian) this file compiles to a stub that says so; the
  * caller falls back to the GEMV kernels in token groups of 8. Twin: rf_ref_matmul. */
+#include <stdlib.h>
+
 #include "backend/gpu/gpu_internal.h"
 
 /* f32 -> f16, grid-stride; the GEMM's x operand */
@@ -89,8 +91,32 @@ extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
 }
 #endif
 
+/* The most tokens a quantized product takes through the GEMV kernels in groups of 8 (env
+ * RF_GPU_GEMV_MAX, default 64) before the dequantize + BLAS path. A decode step of 9..64
+ * sequences reads each quantized weight once per 8 tokens (the later groups largely from L2,
+ * the products of one weight running back to back), where the BLAS path writes and reads the
+ * whole weight as f16 every step: on an H100, llama3-8b Q4_0 at 32 sequences took 49 ms per
+ * step that way (docs/PERFORMANCE.md). */
+static int64_t rf_gemv_max_tokens(void) {
+    static int64_t v = -1;
+    if (v < 0) {
+        const char *e = getenv("RF_GPU_GEMV_MAX");
+        v = e && *e ? atoll(e) : 64;
+    }
+    return v;
+}
+
 extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                    const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     if (n_tokens <= 8) return rf_gpu_gemv(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    const bool quantized = wtype != RF_TYPE_F16 && wtype != RF_TYPE_BF16 && wtype != RF_TYPE_F32;
+    if (quantized && rf_gpu_gemv_supported(wtype) && n_tokens <= rf_gemv_max_tokens()) {
+        for (int64_t t = 0; t < n_tokens; t += 8) {
+            const int64_t nt = n_tokens - t < 8 ? n_tokens - t : 8;
+            const rf_status st = rf_gpu_gemv(ctx, y + t * n_out, w, wtype, x + t * n_in, nt, n_in, n_out);
+            if (st) return st;
+        }
+        return RF_OK;
+    }
     return rf_gpu_gemm(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
 }

@@ -137,6 +137,26 @@ extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype,
     return rf_q32_quantize(ctx, xq, wtype, x, (int)n_tokens, n_in);
 }
 
+extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype,
+                                               const float *x, const float *w, int64_t n_tokens,
+                                               int64_t n_in, float eps) {
+    const char *op = "rf_gpu_rmsnorm_quantize_x";
+    const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
+    if (st) return st;
+    RF_GPU_REQUIRE(n_in <= 16384, op, "n_in=%lld above 16384", (long long)n_in);
+    RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0, op, "xq must be 16-byte aligned (rf_gpu_alloc memory)");
+    const int v = rf_q32_variant(ctx, wtype, n_in, 1); /* the order rf_q32_quantize writes */
+    const int gb = v >= 4 ? rf_q32s_gb(wtype) : 1;
+    const bool fs = wtype == RF_TYPE_Q4_1 || wtype == RF_TYPE_Q5_1 || wtype == RF_TYPE_Q4_K ||
+                    wtype == RF_TYPE_Q5_K || wtype == RF_TYPE_Q6_K;
+    return rf_gemv_launch_rmsnorm_quantize_x(ctx, h, xq, gb, fs, x, w, (int)n_tokens, n_in, eps);
+}
+
+extern "C" bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
+    return n_tokens >= 1 && n_tokens <= 8 && n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28) &&
+           rf_has_xq(ctx, wtype, n_in);
+}
+
 extern "C" rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                     const void *xq, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     const char *op = "rf_gpu_gemv_xq";

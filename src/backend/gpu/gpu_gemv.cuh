@@ -143,6 +143,11 @@ static __device__ __forceinline__ void rf_mma_tile_store(float (*red)[16][8], co
 
 /* gpu_gemv_xq.cu: rf_k_quantize_x into xq (qx, then the records at rf_gpu_xq_bytes' offset) in
  * the x order of groups of gb blocks, fs: records with the f32 sums */
+/* ... and fused with the RMSNorm before it: h = rmsnorm(x) * w written as f32 and quantized
+ * (rows tokens, n <= 16384 a multiple of 32) */
+rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, bool fs,
+                                            const float *x, const float *w, int rows, int64_t n,
+                                            float eps);
 rf_status rf_gemv_launch_quantize_x(rf_gpu_ctx *ctx, void *xq, int gb, bool fs, const float *x,
                                     int nt, int64_t n_in);
 /* gpu_gemv_q32.cu: gemv_q32 (variants 1..3; HIP's only int8-x kernel), Q4_0 .. Q8_0 */

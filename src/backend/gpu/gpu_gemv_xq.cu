@@ -16,14 +16,11 @@
  * dependent launch allowed), blocks of a multiple of 64 threads, so each 32-group is 32
  * consecutive lanes of one warp (the reduction width below is the group size RF_QK, not the warp
  * size). */
+/* one element's share of quantize_x: v is element i of token tok; lane = its place in the
+ * group (the group is 32 consecutive lanes of one warp, all present, v = 0 past n_in) */
 template <int GB, bool FS>
-__global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in) {
-    rf_pdl_trigger();
-    rf_pdl_wait(); /* x is the previous kernel's output; qx may still be read by it */
-    const int i = blockIdx.x * blockDim.x + threadIdx.x; /* element in the token (n_in < 2^28) */
-    if (i - (int)(threadIdx.x % RF_QK) >= n_in) return; /* whole groups leave together */
-    const int64_t e = (int64_t)blockIdx.y * n_in + i;
-    const float v = i < n_in ? x[e] : 0.0f;
+static __device__ __forceinline__ void rf_quantize_elem(int8_t *qx, float4 *dx, float v, int i, int n_in,
+                                                        int tok, int lane) {
     float amax = fabsf(v), sum = v;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && RF_QK == 32
     constexpr bool RX = !FS; /* the group is one whole warp: one redux.sync per reduction */
@@ -63,14 +60,89 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
 #pragma unroll
         for (int m = RF_QK / 4; m > 0; m >>= 1) qlo += RF_SHFL_XOR(qlo, m);
     const int b = i / RF_QK, ng = n_in / RF_QK / GB, j = b % GB, g = b / GB;
-    const int h = (int)(threadIdx.x % RF_QK) / 16, c = (int)threadIdx.x % 16;
+    const int h = lane / 16, c = lane % 16;
     const int unit = GB == 1 ? 2 * b + h : (2 * j + h) * ng + g; /* < 2^24: n_in < 2^28 */
-    if (i < n_in) qx[(int64_t)blockIdx.y * n_in + unit * 16 + c] = (int8_t)q;
-    const int64_t r = (int64_t)blockIdx.y * (n_in / RF_QK) + (GB == 1 ? b : j * ng + g);
-    if (i < n_in && (threadIdx.x % RF_QK) == 0) {
+    if (i < n_in) qx[(int64_t)tok * n_in + unit * 16 + c] = (int8_t)q;
+    const int64_t r = (int64_t)tok * (n_in / RF_QK) + (GB == 1 ? b : j * ng + g);
+    if (i < n_in && lane == 0) {
         if (FS) dx[r] = make_float4(d, __int_as_float(qs), sum, __int_as_float(qlo));
         else ((float2 *)dx)[r] = make_float2(d, __int_as_float(qs));
     }
+}
+
+template <int GB, bool FS>
+__global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in) {
+    rf_pdl_trigger();
+    rf_pdl_wait(); /* x is the previous kernel's output; qx may still be read by it */
+    const int i = blockIdx.x * blockDim.x + threadIdx.x; /* element in the token (n_in < 2^28) */
+    if (i - (int)(threadIdx.x % RF_QK) >= n_in) return; /* whole groups leave together */
+    const int64_t e = (int64_t)blockIdx.y * n_in + i;
+    const float v = i < n_in ? x[e] : 0.0f;
+    rf_quantize_elem<GB, FS>(qx, dx, v, i, n_in, (int)blockIdx.y, (int)(threadIdx.x % RF_QK));
+}
+
+/* rmsnorm_quantize_x: h = rmsnorm(x) * w (rf_k_rmsnorm_v's arithmetic: f32 h written too, for
+ * products that take f32 x) and h quantized as rf_k_quantize_x<GB, FS> does, in one kernel: a
+ * decode step's norm and its activation quantization were two launches, each a memory latency
+ * plus a dependency wait. Element i = k * 1024 + threadIdx.x, so each warp's 32 lanes hold one
+ * 32-group per k. in: x f32 [rows, n], w f32 [n] or NULL (n a multiple of 32, <= 1024 K);
+ * out: h f32 [rows, n] (may alias x), qx/dx as rf_k_quantize_x. launch: one block per row, 1024
+ * threads (a multiple of the group size on every target). twin: rf_ref_rmsnorm then
+ * rf_k_quantize_x (bit-identical to that pair on the GPU where h is). */
+template <int GB, bool FS, int K>
+__global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int8_t *qx, float4 *dx,
+                                                                const float *x, const float *w, int n,
+                                                                float eps) {
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    __shared__ float sh[1024 / 32];
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float v[K], wv[K];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = k * 1024 + threadIdx.x;
+        v[k] = i < n ? xr[i] : 0.0f;
+        wv[k] = w && i < n ? w[i] : 1.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) ss += v[k] * v[k];
+    ss = rf_block_sum(ss, sh);
+    const float inv = rsqrtf(ss / (float)n + eps);
+    float *hr = hout + (int64_t)blockIdx.x * n;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = k * 1024 + threadIdx.x;
+        if (i - (int)(threadIdx.x % RF_QK) >= n) break; /* whole groups leave together */
+        const float hv = v[k] * inv * wv[k];
+        if (i < n) hr[i] = hv;
+        rf_quantize_elem<GB, FS>(qx, dx, hv, i, n, (int)blockIdx.x, (int)(threadIdx.x % RF_QK));
+    }
+}
+
+rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, bool fs,
+                                            const float *x, const float *w, int rows, int64_t n,
+                                            float eps) {
+    const size_t tot = (size_t)rows * (size_t)n;
+    float4 *dx = (float4 *)((char *)xq + ((tot + 255) & ~(size_t)255));
+    const int k = (int)((n + 1023) / 1024);
+#define RF_RQ(GB, FS, K)                                                                             \
+    rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,         \
+                  dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, w, (int)n, eps)
+#define RF_RQK(GB, FS)                                                                               \
+    (k <= 4 ? RF_RQ(GB, FS, 4) : k <= 8 ? RF_RQ(GB, FS, 8) : RF_RQ(GB, FS, 16))
+    switch (gb * 2 + fs) {
+    case 3: return RF_RQK(1, true);
+    case 4: return RF_RQK(2, false);
+    case 5: return RF_RQK(2, true);
+    case 8: return RF_RQK(4, false);
+    case 9: return RF_RQK(4, true);
+    case 16: return RF_RQK(8, false);
+    case 17: return RF_RQK(8, true);
+    default: return RF_RQK(1, false);
+    }
+#undef RF_RQK
+#undef RF_RQ
 }
 
 extern "C" size_t rf_gpu_xq_bytes(int64_t n_tokens, int64_t n_in) {
