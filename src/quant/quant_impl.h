@@ -138,8 +138,10 @@ typedef void (*rf_vec_dot4x4_fn)(int64_t n, float *out, size_t os, const void *w
                                  int pf);
 void rf_vec_dot4x4_q4_1_vnni512(int64_t n, float *out, size_t os, const void *w, size_t ws, const void *x, size_t xs,
                                 int pf);
-/* The 4x4 kernel matching the table's current vec_dot of `type`, or NULL (only the AVX512-VNNI
- * build of Q4_1 has one). */
+void rf_vec_dot4x4_q8_0_avx512(int64_t n, float *out, size_t os, const void *w, size_t ws, const void *x, size_t xs,
+                               int pf);
+/* The 4x4 kernel matching the table's current vec_dot of `type`, or NULL (Q4_1 VNNI and Q8_0
+ * AVX2, in the AVX512-VNNI build only). */
 rf_vec_dot4x4_fn rf_vec_dot4x4_for(rf_type type);
 
 /* The 4-row kernel matching the table's current vec_dot of `type` (same numerics), or NULL when

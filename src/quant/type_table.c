@@ -223,6 +223,8 @@ rf_vec_dot4x4_fn rf_vec_dot4x4_for(rf_type type) {
     if (!t) return NULL;
     const vnni_set *v = vnni_kernels();
     if (v && type == RF_TYPE_Q4_1 && t->vec_dot == v->q4_1) return v->q4_1x4x4;
+    /* the EVEX set stands for "AVX-512VL present", which the Q8_0 4x4 kernel needs (32 ymm registers) */
+    if (v && v->q4_1x4x4 && type == RF_TYPE_Q8_0 && t->vec_dot == rf_vec_dot_q8_0_avx2) return rf_vec_dot4x4_q8_0_avx512;
     return NULL;
 }
 

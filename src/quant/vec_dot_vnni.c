@@ -287,6 +287,55 @@ RF_VNNI void VN(rf_vec_dot4x4_q4_1)(int64_t n, float *out, size_t os, const void
 }
 #endif
 
+#ifdef RF_VNNI_EVEX
+/* Four Q8_0 rows x four Q8_0 tokens with the AVX2 kernel's numerics: out[t*os + r] bit-identical
+ * to rf_vec_dot_q8_0_avx2(row r, token t) (the same int16 widening, the same int32 lanes -- pairs
+ * of elements e, e+1 and e+16, e+17 -- and the same fma chain; d_r*dy_t is one f32 product either
+ * way). It is the table's default Q8_0 kernel (the VNNI one groups lanes differently), so this is
+ * what the LM head of a batch runs: each weight block is widened once for four tokens and each
+ * activation block once for four rows. No VNNI instruction; in the EVEX build for the 32 ymm
+ * registers (16 accumulators, 8 widened activation halves). pf as in rf_vec_dot4x4_q4_1. */
+RF_VNNI void rf_vec_dot4x4_q8_0_avx512(int64_t n, float *out, size_t os, const void *w, size_t ws, const void *x,
+                                       size_t xs, int pf) {
+    const rf_block_q8_0 *a[4], *b[4];
+    for (int k = 0; k < 4; k++) {
+        a[k] = (const rf_block_q8_0 *)((const char *)w + k * ws);
+        b[k] = (const rf_block_q8_0 *)((const char *)x + k * xs);
+    }
+    __m256 c[4][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) c[r][t] = _mm256_setzero_ps();
+    float pp[32]; /* d_r*dy_t in lane 8t+r */
+    const int64_t nb = n / 32;
+    for (int64_t i = 0; i < nb; i++) {
+        if (pf) rf_dot4_prefetch(w, ws, i, sizeof(rf_block_q8_0));
+        const __m128i hd = _mm_set_epi16(0, 0, 0, 0, (short)a[3][i].d, (short)a[2][i].d, (short)a[1][i].d, (short)a[0][i].d);
+        const __m256 f = _mm256_cvtph_ps(hd);
+        __m256i y0[4], y1[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            _mm256_storeu_ps(pp + 8 * t, _mm256_mul_ps(f, _mm256_set1_ps(vn_h2f(b[t][i].d))));
+            y0[t] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[t][i].qs));
+            y1[t] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b[t][i].qs + 16)));
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const __m256i x0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[r][i].qs));
+            const __m256i x1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a[r][i].qs + 16)));
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) {
+                const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(x0, y0[t]), _mm256_madd_epi16(x1, y1[t]));
+                c[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(pp + 8 * t + r), _mm256_cvtepi32_ps(sum), c[r][t]);
+            }
+        }
+    }
+    for (int t = 0; t < 4; t++)
+        for (int r = 0; r < 4; r++) out[(size_t)t * os + r] = vn_hsum_ps(c[r][t]);
+}
+#endif
+
 /* Q8_0 x Q8_0: sum w*y = sum (w+128)*y - 128*sum y; w+128 is w ^ 0x80 as an unsigned byte. Exact
  * for every int8 pair, -128 included. */
 RF_VNNI void VN(rf_vec_dot_q8_0)(int64_t n, float *out, const void *w, const void *x) {
@@ -427,6 +476,12 @@ void VN(rf_vec_dot4x4_q4_1)(int64_t n, float *out, size_t os, const void *w, siz
     (void)pf;
     for (int t = 0; t < 4; t++)
         for (int r = 0; r < 4; r++) rf_vec_dot_q4_1(n, &out[(size_t)t * os + r], (const char *)w + r * ws, (const char *)x + t * xs);
+}
+void rf_vec_dot4x4_q8_0_avx512(int64_t n, float *out, size_t os, const void *w, size_t ws, const void *x, size_t xs,
+                               int pf) {
+    (void)pf;
+    for (int t = 0; t < 4; t++)
+        for (int r = 0; r < 4; r++) rf_vec_dot_q8_0(n, &out[(size_t)t * os + r], (const char *)w + r * ws, (const char *)x + t * xs);
 }
 #endif
 
