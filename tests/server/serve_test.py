@@ -556,7 +556,8 @@ def test_storm(srv):
 # ---- loading, the queue limit, shutdown -------------------------------------------------------
 
 def test_queue_and_loading():
-    srv = Server("--parallel", "1", "--max-queue", "1", "--api-key", KEY, "--alias", "smol", "-c", "512", "-t", "1",
+    srv = Server("--parallel", "1", "--max-queue", "1", "--api-key", KEY, "--alias", "smol", "-c", "1024", "-t", "1",
+                 "--sse-ping", "0.3",
                  env={"RF_SERVE_LOAD_DELAY_MS": "1500"}, wait_ready=False)
     try:
         hd, _ = expect_error(srv, 503, "unavailable_error", "model_loading", "GET", "/health", key=None)
@@ -566,22 +567,37 @@ def test_queue_and_loading():
         check(st == 200, f"/v1/models while loading: {st}")
         srv.wait_ready()
         # one running, one queued, the third refused
-        long_body = {"messages": [{"role": "user", "content": "Count."}], "max_tokens": 200, "ignore_eos": True, "stream": True}
+        long_body = {"messages": [{"role": "user", "content": "Count."}], "max_tokens": 900, "ignore_eos": True, "stream": True}
         s1 = socket.create_connection(("127.0.0.1", srv.port))
         b = json.dumps(long_body).encode()
         head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() + b"\r\nContent-Length: %d\r\n\r\n"
         s1.sendall(head % len(b) + b)
         s1.recv(100)  # it runs
         q = {"messages": [{"role": "user", "content": "Queued."}], "max_tokens": 5}
-        b2 = json.dumps(q).encode()
+        b2 = json.dumps(dict(q, stream=True)).encode()
         s2 = socket.create_connection(("127.0.0.1", srv.port))
         s2.sendall(head % len(b2) + b2)
         t0 = time.time()
-        while metrics(srv)["rocmforge_requests_active"] < 2 and time.time() - t0 < 10:
+        while True:  # the engine's counts are snapshots taken at the end of each step
+            m = metrics(srv)
+            if (m["rocmforge_requests_active"] >= 2 and m["rocmforge_sequences_waiting"] >= 1) or time.time() - t0 > 10:
+                break
             time.sleep(0.05)
-        m = metrics(srv)
-        check(m["rocmforge_sequences_waiting"] >= 1, f"the second request is not waiting: {m['rocmforge_sequences_waiting']}")
+        check(m["rocmforge_sequences_waiting"] >= 1, "the second request is not waiting: " +
+              str({k: v for k, v in m.items() if "sequences" in k or "active" in k or "steps" in k or "disconn" in k or "generated" in k
+                   or "first_token_seconds_count" in k}) + f" after {time.time() - t0:.1f} s")
         expect_error(srv, 503, "unavailable_error", "queue_full", "POST", "/v1/chat/completions", q)
+        # the queued stream has its role chunk, then comment pings (--sse-ping 0.3) while it waits
+        s2.settimeout(0.2)
+        waited = b""
+        t0 = time.time()
+        while time.time() - t0 < 2.0 and waited.count(b": ping\n\n") < 2:
+            try:
+                waited += s2.recv(65536)
+            except socket.timeout:
+                pass
+        check(b'"role":"assistant"' in waited and waited.count(b": ping\n\n") >= 2 and b'"content"' not in waited,
+              f"queued stream: {waited[-400:]!r}")
         # the queued request is cancelled by its client: it leaves the queue
         d0 = m["rocmforge_client_disconnects_total"]
         s2.close()
