@@ -11,7 +11,8 @@
 #                                        build/rocmforge (a CUDA build: cmake -DRF_CUDA=ON) and
 #                                        libmicrohttpd into .carry/serve-bin, and fetches the
 #                                        openai wheels into .carry/pydeps (fetch-bench-pydeps.sh)
-#   scripts/serve-compare.sh             there, with .carry carried: installs the wheels with
+#   scripts/serve-compare.sh             there, with .carry/serve-bin and .carry/pydeps carried
+#                                        (and the llama-server folder): installs the wheels with
 #                                        pip --no-index --find-links into /tmp/bench-site, runs it all
 # env: RF_BIN (rocmforge binary; default .carry/serve-bin/rocmforge, else build/rocmforge),
 #      LLAMA_SERVER, STREAMS (default 1,8,32,64,128,256), LLAMA_STREAMS (default 1,8,32,64),
@@ -29,7 +30,7 @@ if [ "${1:-}" = "--pack" ]; then
     cmake --build "$B" -j2 --target rocmforge_cli || exit 1
     rm -rf "$C" && mkdir -p "$C"
     cp "$B/rocmforge" "$C/" && strip --strip-debug "$C/rocmforge"
-    for l in libmicrohttpd.so.12; do
+    for l in libmicrohttpd.so.12 libjansson.so.4 libpcre2-8.so.0; do # in case the GPU image lacks them
         [ -e /usr/lib/x86_64-linux-gnu/$l ] && cp -L /usr/lib/x86_64-linux-gnu/$l "$C/"
     done
     bash "$ROOT/scripts/fetch-bench-pydeps.sh" "$ROOT/.carry/pydeps" >/dev/null || exit 1
@@ -62,6 +63,8 @@ say() { echo "$*" | tee -a "$SUM"; }
 : >"$SUM"
 say "# serve-compare $(date -u +%FT%TZ)"
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | sed 's/^/gpu: /'; } | tee -a "$SUM"
+missing=$(ldd "$RF" 2>/dev/null | grep "not found")
+[ -z "$missing" ] || say "warning: libraries missing for $RF: $missing"
 say "rocmforge: $RF ($("$RF" --version 2>&1)); streams $STREAMS; parallel $PARALLEL; ctx $CTX; rounds $ROUNDS;"\
     "prompts $PROMPT_TOKENS tokens, $GEN_TOKENS generated"
 
@@ -85,7 +88,8 @@ fi
 wait_health() { # url pid seconds
     local i
     for ((i = 0; i < $3 * 5; i++)); do
-        curl -sf "$1/health" >/dev/null 2>&1 && return 0
+        "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/health", timeout=2)' "$1" \
+            >/dev/null 2>&1 && return 0
         kill -0 "$2" 2>/dev/null || return 1
         sleep 0.2
     done
@@ -102,7 +106,8 @@ if wait_health "http://127.0.0.1:$PORT" $SP 300; then
     say "loaded: $(grep -m1 "loaded" "$OUT/rocmforge-serve.log")"
     timeout 420 "$PY" scripts/bench-serve.py --base-url "http://127.0.0.1:$PORT/v1" --streams "$STREAMS" "${BENCH_ARGS[@]}" \
         --json "$OUT/rocmforge-bench.json" --label "rocmforge serve ($DEVICE)" 2>&1 | tee -a "$SUM"
-    curl -s "http://127.0.0.1:$PORT/metrics" >"$OUT/rocmforge-metrics.txt"
+    "$PY" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+        "http://127.0.0.1:$PORT/metrics" >"$OUT/rocmforge-metrics.txt"
 else
     say "error: rocmforge serve did not become ready: $(tail -5 "$OUT/rocmforge-serve.log")"
 fi
