@@ -435,6 +435,8 @@ typedef struct attn_job {
     float scale, softcap;
     float *scratch;
     int64_t per_thread;
+    float *qscratch;      /* f16 fast path: 4 rounded query rows per thread */
+    int64_t q_per_thread; /* floats */
 } attn_job;
 
 /* Walks the K/V rows of positions p0.. of one batch sequence through its block table without a
@@ -499,6 +501,51 @@ __attribute__((target("avx2,f16c,fma"))) static void pv64_f16_avx(float *o, kv_w
     _mm256_storeu_ps(o, a0), _mm256_storeu_ps(o + 8, a1), _mm256_storeu_ps(o + 16, a2), _mm256_storeu_ps(o + 24, a3);
     _mm256_storeu_ps(o + 32, a4), _mm256_storeu_ps(o + 40, a5), _mm256_storeu_ps(o + 48, a6), _mm256_storeu_ps(o + 56, a7);
 }
+
+/* Scores of g <= 4 query heads that share one KV head, over an f16 cache with hd % 16 == 0:
+ * sc[h * ld + k] = dot_f32_f16_avx(q[h], K row k) * scale (then the softcap, as attn_worker
+ * applies it), and mx[h] = their maximum. Each K chunk is converted once for the g heads (GQA:
+ * SmolLM2 has 3 query heads per KV head), and every head's sum runs through the same fmas and the
+ * same reduction as dot_f32_f16_avx, so each score is bit-identical to it. */
+__attribute__((target("avx2,f16c,fma"))) static void scores_f16_avx(const float *const *q, int g, kv_walk *w,
+                                                                    int64_t nk, int64_t hd, float scale,
+                                                                    float softcap, float *sc, int64_t ld,
+                                                                    float *mx) {
+    for (int h = 0; h < g; h++) mx[h] = -INFINITY;
+    for (int64_t k = 0; k < nk; k++) {
+        const uint16_t *kr = (const uint16_t *)kv_walk_row(w);
+        __m256 a0[4], a1[4];
+        for (int h = 0; h < 4; h++) a0[h] = a1[h] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < hd; i += 16) {
+            const __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + i)));
+            const __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + i + 8)));
+            for (int h = 0; h < g; h++) {
+                a0[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i), k0, a0[h]);
+                a1[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i + 8), k1, a1[h]);
+            }
+        }
+        for (int h = 0; h < g; h++) {
+            const __m256 a = _mm256_add_ps(a0[h], a1[h]);
+            __m128 r = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+            r = _mm_add_ps(r, _mm_movehdup_ps(r));
+            r = _mm_add_ss(r, _mm_movehl_ps(r, r));
+            float sco = _mm_cvtss_f32(r) * scale;
+            if (softcap > 0) sco = softcap * tanhf(sco / softcap);
+            sc[h * ld + k] = sco;
+            if (sco > mx[h]) mx[h] = sco;
+        }
+    }
+}
+
+/* sc[k] = f32(f16(sc[k] * inv)) for k < n: the probabilities rounded to f16 as llama.cpp does,
+ * the same multiply and F16C rounding as round_f16_hw(sc[k] * inv), 8 at a time. */
+__attribute__((target("avx2,f16c"))) static void scale_round_f16_avx(float *sc, float inv, int64_t n) {
+    const __m256 vi = _mm256_set1_ps(inv);
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(sc + k, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(sc + k), vi), 0)));
+    for (; k < n; k++) sc[k] = _cvtsh_ss(_cvtss_sh(sc[k] * inv, 0));
+}
 #endif
 
 /* Byte offset of head hk inside a K/V row of type t. */
@@ -526,6 +573,55 @@ static void attn_worker(void *ctx, int ith, int nth) {
     bool h16_fast = false; /* f16 rows read in registers (bit-identical to converting first) */
 #if RF_X86
     h16_fast = h16 && have_f16c() && j->v->type == RF_TYPE_F16;
+#endif
+#if RF_X86
+    /* f16 fast path: the thread's consecutive tasks of one token whose heads share a KV head go
+     * together (up to 4), the K rows converted once for them; per head the same operations as
+     * the generic loop below (bit-identical). */
+    if (h16_fast && hd % 64 == 0) {
+        for (int64_t task = lo; task < hi;) {
+            int64_t it = task / j->n_head, h0 = task % j->n_head, hk = h0 / group;
+            int g = 1;
+            while (g < 4 && task + g < hi && (h0 + g) % j->n_head != 0 && (h0 + g) / group == hk) g++;
+            int32_t s = b->seq[it];
+            int64_t p = b->pos[it], kmin = 0;
+            if (j->window > 0 && p - j->window + 1 > 0) kmin = p - j->window + 1;
+            const int64_t nk = p - kmin + 1, ld = (nk + 15) & ~(int64_t)15;
+            const float *qs[4];
+            float mx[4];
+            for (int x = 0; x < g; x++) {
+                uint16_t tmp[RF_ATTN_MAX_HD];
+                float *qx = j->qscratch + ith * j->q_per_thread + x * hd;
+                rf_cpu_f32_to_f16(j->q + (it * j->n_head + h0 + x) * hd, tmp, hd);
+                rf_cpu_row_to_f32(RF_TYPE_F16, tmp, qx, hd);
+                qs[x] = qx;
+            }
+            kv_walk wk, wv;
+            const size_t koff = kv_head_off(j->k->type, hk, hd), voff = kv_head_off(j->v->type, hk, hd);
+            kv_walk_start(&wk, j->k, b, s, kmin, koff);
+            scores_f16_avx(qs, g, &wk, nk, hd, j->scale, j->softcap, sc, ld, mx);
+            for (int x = 0; x < g; x++) {
+                float *o = j->out + (it * j->n_head + h0 + x) * hd, *scx = sc + x * ld;
+                if (mx[x] == -INFINITY) {
+                    memset(o, 0, (size_t)hd * sizeof(float));
+                    continue;
+                }
+                double sum = 0;
+                for (int64_t kk = 0; kk < nk; kk++) {
+                    float e = expf(scx[kk] - mx[x]);
+                    scx[kk] = e;
+                    sum += e;
+                }
+                scale_round_f16_avx(scx, (float)(1.0 / sum), nk);
+                for (int64_t c = 0; c < hd; c += 64) {
+                    kv_walk_start(&wv, j->v, b, s, kmin, voff + (size_t)c * 2);
+                    pv64_f16_avx(o + c, &wv, scx, nk);
+                }
+            }
+            task += g;
+        }
+        return;
+    }
 #endif
     for (int64_t task = lo; task < hi; task++) {
         int64_t it = task / j->n_head, h = task % j->n_head, hk = h / group;
@@ -575,15 +671,6 @@ static void attn_worker(void *ctx, int ith, int nth) {
         kv_walk_start(&wv, j->v, b, s, kmin, kv_head_off(j->v->type, hk, hd));
 #if RF_X86
         if (h16_fast) {
-            if (hd % 64 == 0) { /* o in registers, 64 elements per walk over the V rows */
-                for (int64_t kk = 0; kk <= p - kmin; kk++) sc[kk] = round_f16_hw(sc[kk] * inv);
-                size_t off = kv_head_off(j->v->type, hk, hd);
-                for (int64_t c = 0; c < hd; c += 64) {
-                    kv_walk_start(&wv, j->v, b, s, kmin, off + (size_t)c * 2);
-                    pv64_f16_avx(o + c, &wv, sc, p - kmin + 1);
-                }
-                continue;
-            }
             for (int64_t kk = kmin; kk <= p; kk++) {
                 const char *vr = kv_walk_row(&wv);
                 axpy_f16_avx(o, (const uint16_t *)vr, round_f16_hw(sc[kk - kmin] * inv), hd);
@@ -627,11 +714,15 @@ static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *
         if (p + 1 > max_kv) max_kv = p + 1;
     }
     if (window > 0 && window < max_kv) max_kv = window;
-    attn_job j = {out->data, q->data, k, v, b, n_head, n_head_kv, head_dim, window, scale, softcap, NULL, 0};
-    j.per_thread = ((max_kv + 15) & ~15) + 2 * ((head_dim + 15) & ~15);
-    rf_status st = rf_cpu_scratch(cpu, (size_t)j.per_thread * cpu->n_threads * sizeof(float));
+    attn_job j = {out->data, q->data, k, v, b, n_head, n_head_kv, head_dim, window, scale, softcap, NULL, 0, NULL, 0};
+    /* scores of up to 4 heads (the f16 path groups heads of a KV head), a converted K/V row and the
+     * rounded query; then 4 query rows for the grouped path */
+    j.per_thread = 4 * ((max_kv + 15) & ~15) + 2 * ((head_dim + 15) & ~15);
+    j.q_per_thread = 4 * ((head_dim + 15) & ~15);
+    rf_status st = rf_cpu_scratch(cpu, (size_t)(j.per_thread + j.q_per_thread) * cpu->n_threads * sizeof(float));
     if (st) return st;
     j.scratch = cpu->scratch;
+    j.qscratch = j.scratch + j.per_thread * cpu->n_threads;
     rf_pool_run(cpu->pool, attn_worker, &j);
     return RF_OK;
 }
