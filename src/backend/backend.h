@@ -90,6 +90,11 @@ typedef struct rf_backend_ops {
      * the CPU backend borrows the pointer. */
     rf_status (*weight)(rf_backend *be, rf_type type, int64_t n, int64_t rows, const void *host,
                         rf_tensor *out);
+    /* Optional (NULL: weights stay apart): joins weights of the same type and row width row-wise
+     * into one tensor *whole (parts[0]'s rows first), so one product computes them all; each
+     * part becomes a view into it (owned false) and keeps working alone. RF_ERR_UNSUPPORTED
+     * (nothing changed) where the backend would rather not (types, alignment). */
+    rf_status (*weight_join)(rf_backend *be, rf_tensor **parts, int n_parts, rf_tensor *whole);
     /* Copies f32 rows [r0, r0+n) of t to host memory. */
     rf_status (*read_rows)(rf_backend *be, const rf_tensor *t, int64_t r0, int64_t n, float *dst);
 
@@ -123,11 +128,13 @@ typedef struct rf_backend_ops {
     /* Stores f32 row t of src [b->n_tokens, cache.ne[0]] into cache row b->slot[t], converting
      * to the cache's type (f32, f16 or q8_0). RF_ERR_RANGE for a slot outside the cache. */
     rf_status (*kv_store)(rf_backend *be, rf_tensor *cache, const rf_tensor *src, const rf_batch *b);
-    /* Optional fusion (NULL: the forward composes rope, rope, kv_store, kv_store): RoPE in
-     * place over q [b->n_tokens, n_head, head_dim] as op rope does; K cache row b->slot[t] =
-     * rope(k[t]) and V cache row b->slot[t] = v[t], converted to the caches' type. k itself is
-     * left unspecified afterwards. Same errors as rope and kv_store. */
-    rf_status (*rope_store)(rf_backend *be, rf_tensor *q, rf_tensor *k, const rf_tensor *v,
+    /* Optional fusion (NULL: the forward composes rope, rope, kv_store, kv_store): q_out =
+     * RoPE of q [b->n_tokens, n_head, head_dim] as op rope computes it (q_out packed; it may be
+     * q itself); K cache row b->slot[t] = rope(k[t]) and V cache row b->slot[t] = v[t],
+     * converted to the caches' type. q, k, v may be row views with their own strides (nb1: the
+     * columns of one joined Q/K/V product); k is left unspecified afterwards. Same errors as
+     * rope and kv_store. */
+    rf_status (*rope_store)(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf_tensor *k, const rf_tensor *v,
                             rf_tensor *kc, rf_tensor *vc, const rf_batch *b, int64_t n_head,
                             int64_t n_head_kv, int64_t head_dim, int64_t n_rot, float freq_base,
                             float freq_scale, const rf_tensor *freq_factors, int mode);
@@ -150,6 +157,12 @@ typedef struct rf_backend_ops {
     /* y[i] = act(gate[i]) * up[i] over n elements (y may alias gate or up). */
     rf_status (*glu)(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up,
                      int64_t n, rf_glu_kind kind);
+    /* Optional fusion (NULL: the forward calls glu): glu as above over rows of next->ne[0]
+     * elements, told the weight of the product that reads y next (as rmsnorm_for). gate and up
+     * may be row views with their own stride (nb1: the halves of one joined gate/up product);
+     * y is packed. */
+    rf_status (*glu_for)(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up,
+                         int64_t n, rf_glu_kind kind, const rf_tensor *next);
     /* y[i] = a[i] + b[i] over n elements (y may alias a or b). */
     rf_status (*add)(rf_backend *be, rf_tensor *y, const rf_tensor *a, const rf_tensor *b, int64_t n);
     /* x[i] *= s over n elements. */

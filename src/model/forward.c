@@ -26,7 +26,10 @@ rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out)
 uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_rows) {
     const rf_hparams *hp = &m->hp;
     uint64_t Q = (uint64_t)hp->n_head * hp->head_dim, KV = (uint64_t)hp->n_head_kv * hp->head_dim;
-    uint64_t act = (uint64_t)n_batch * (3 * (uint64_t)hp->n_embd + 2 * Q + 2 * KV + 2 * (uint64_t)hp->n_ff) * 4 +
+    /* + the joined Q/K/V output and the second half of a joined gate/up output, where the
+     * backend joins weights */
+    uint64_t joined = m->be->ops->weight_join ? Q + 2 * KV + (uint64_t)hp->n_ff : 0;
+    uint64_t act = (uint64_t)n_batch * (3 * (uint64_t)hp->n_embd + 2 * Q + 2 * KV + 2 * (uint64_t)hp->n_ff + joined) * 4 +
                    (uint64_t)(logit_rows > RF_LOGIT_ROWS ? logit_rows : RF_LOGIT_ROWS) * hp->n_vocab * 4;
     /* a product over many tokens may dequantize its whole weight to f16 in scratch */
     uint64_t big = (uint64_t)hp->n_vocab * hp->n_embd;
@@ -63,6 +66,11 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
         }
     }
     int64_t B = n_batch;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (rf_has(&m->layers[il].ffn_gu)) f->joined_gu = true;
+    bool any_qkv = false;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (rf_has(&m->layers[il].wqkv)) any_qkv = true;
     if ((st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->x)) ||
         (st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->h)) ||
         (st = op->alloc(be, RF_TYPE_F32, Q, B, &f->q)) ||
@@ -71,7 +79,8 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
         (st = op->alloc(be, RF_TYPE_F32, Q, B, &f->att)) ||
         (st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->o)) ||
         (st = op->alloc(be, RF_TYPE_F32, hp->n_ff, B, &f->g)) ||
-        (st = op->alloc(be, RF_TYPE_F32, hp->n_ff, B, &f->u)) ||
+        (st = op->alloc(be, RF_TYPE_F32, f->joined_gu ? 2 * (int64_t)hp->n_ff : hp->n_ff, B, &f->u)) ||
+        (any_qkv && (st = op->alloc(be, RF_TYPE_F32, Q + 2 * KV, B, &f->qkv))) ||
         (st = op->alloc(be, RF_TYPE_F32, hp->n_vocab, f->logit_rows, &f->logits))) {
         rf_fwd_free(m, f);
         return st;
@@ -87,7 +96,7 @@ void rf_fwd_free(rf_model *m, rf_fwd *f) {
         for (int il = 0; il < m->hp.n_layer; il++) be->ops->free(be, &f->vc[il]);
     free(f->kc);
     free(f->vc);
-    rf_tensor *bufs[] = {&f->x, &f->h, &f->q, &f->k, &f->v, &f->att, &f->o, &f->g, &f->u, &f->logits};
+    rf_tensor *bufs[] = {&f->x, &f->h, &f->q, &f->k, &f->v, &f->att, &f->o, &f->g, &f->u, &f->qkv, &f->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->ops->free(be, bufs[i]);
     memset(f, 0, sizeof *f);
 }
@@ -106,6 +115,16 @@ rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src) {
         TRY(be->ops->copy_rows(be, &f->vc[il], dst * B, src * B, B));
     }
     return RF_OK;
+}
+
+/* columns [c0, c0 + w) of the first n rows of t (f32) as a view with t's row stride */
+static rf_tensor joined_cols(const rf_tensor *t, int64_t c0, int64_t w, int64_t n) {
+    rf_tensor v = *t;
+    v.data = (char *)t->data + (size_t)c0 * 4;
+    v.ne[0] = w;
+    v.ne[1] = n;
+    v.owned = false;
+    return v;
 }
 
 /* the norm before a product: fused with that product's input preparation where the backend can */
@@ -137,7 +156,16 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         const rf_layer *L = &m->layers[il];
 
         /* ---- attention block ---- */
-        TRY(rmsnorm_for(be, &f->h, &f->x, &L->attn_norm, n, E, hp->norm_eps, &L->wq));
+        TRY(rmsnorm_for(be, &f->h, &f->x, &L->attn_norm, n, E, hp->norm_eps, rf_has(&L->wqkv) ? &L->wqkv : &L->wq));
+        if (rf_has(&L->wqkv) && op->rope_store) {
+            /* one product for Q, K and V; their columns are read in place by rope_store */
+            TRY(op->matmul(be, &f->qkv, &L->wqkv, &f->h, n));
+            rf_tensor q = joined_cols(&f->qkv, 0, Q, n), k = joined_cols(&f->qkv, Q, KV, n),
+                      v = joined_cols(&f->qkv, Q + KV, KV, n);
+            TRY(op->rope_store(be, &f->q, &q, &k, &v, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->n_rot, L->rope_base,
+                               L->rope_scale, rope_ff, hp->rope_mode));
+            goto attend;
+        }
         TRY(op->matmul(be, &f->q, &L->wq, &f->h, n));
         TRY(op->matmul(be, &f->k, &L->wk, &f->h, n));
         TRY(op->matmul(be, &f->v, &L->wv, &f->h, n));
@@ -147,7 +175,7 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         if (rf_has(&L->q_norm)) TRY(op->rmsnorm(be, &f->q, &f->q, &L->q_norm, n * H, D, hp->norm_eps)); /* gemma3 */
         if (rf_has(&L->k_norm)) TRY(op->rmsnorm(be, &f->k, &f->k, &L->k_norm, n * HKV, D, hp->norm_eps));
         if (op->rope_store) {
-            TRY(op->rope_store(be, &f->q, &f->k, &f->v, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->n_rot,
+            TRY(op->rope_store(be, &f->q, &f->q, &f->k, &f->v, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->n_rot,
                                L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
         } else {
             TRY(op->rope(be, &f->q, b, H, D, hp->n_rot, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
@@ -155,6 +183,7 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
             TRY(op->kv_store(be, &f->kc[il], &f->k, b));
             TRY(op->kv_store(be, &f->vc[il], &f->v, b));
         }
+    attend:
         TRY(op->attention(be, &f->att, &f->q, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->attn_scale,
                           L->is_swa ? hp->n_swa : 0, 0.0f));
         TRY(op->matmul(be, &f->o, &L->wo, &f->att, n));
@@ -163,10 +192,19 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
 
         /* ---- feed-forward block ---- */
-        TRY(rmsnorm_for(be, &f->h, &f->x, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gate));
-        TRY(op->matmul(be, &f->g, &L->ffn_gate, &f->h, n));
-        TRY(op->matmul(be, &f->u, &L->ffn_up, &f->h, n));
-        TRY(op->glu(be, &f->g, &f->g, &f->u, n * F, hp->glu));
+        if (rf_has(&L->ffn_gu) && f->joined_gu && op->glu_for) {
+            /* one product for gate and up; the GLU reads both halves of each row in place */
+            TRY(rmsnorm_for(be, &f->h, &f->x, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gu));
+            TRY(op->matmul(be, &f->u, &L->ffn_gu, &f->h, n));
+            rf_tensor gt = joined_cols(&f->u, 0, F, n), ut = joined_cols(&f->u, F, F, n);
+            TRY(op->glu_for(be, &f->g, &gt, &ut, n * F, hp->glu, &L->ffn_down));
+        } else {
+            TRY(rmsnorm_for(be, &f->h, &f->x, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gate));
+            TRY(op->matmul(be, &f->g, &L->ffn_gate, &f->h, n));
+            TRY(op->matmul(be, &f->u, &L->ffn_up, &f->h, n));
+            if (op->glu_for) TRY(op->glu_for(be, &f->g, &f->g, &f->u, n * F, hp->glu, &L->ffn_down));
+            else TRY(op->glu(be, &f->g, &f->g, &f->u, n * F, hp->glu));
+        }
         TRY(op->matmul(be, &f->o, &L->ffn_down, &f->g, n));
         if (rf_has(&L->ffn_post_norm)) TRY(op->rmsnorm(be, &f->o, &f->o, &L->ffn_post_norm, n, E, hp->norm_eps));
         TRY(op->add(be, &f->x, &f->x, &f->o, n * E));

@@ -36,6 +36,9 @@ typedef struct rf_hparams {
 typedef struct rf_layer {
     rf_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm, attn_post_norm;
     rf_tensor ffn_norm, ffn_gate, ffn_up, ffn_down, ffn_post_norm;
+    /* joined products where the backend joins weights (weight_join): [wq; wk; wv] and
+     * [ffn_gate; ffn_up]; the parts are then views into these */
+    rf_tensor wqkv, ffn_gu;
     bool is_swa;
     float rope_base, rope_scale;
 } rf_layer;
@@ -70,6 +73,8 @@ typedef struct rf_fwd {
     rf_type kv_type;
     rf_tensor *kc, *vc;                  /* [n_layer] pools [n_blocks*block_size, n_head_kv*head_dim] */
     rf_tensor x, h, q, k, v, att, o, g, u; /* activations [n_batch, ...] */
+    rf_tensor qkv;                       /* [n_batch, Q + 2 KV] for joined Q/K/V (else unused) */
+    bool joined_gu;                      /* u is [n_batch, 2 n_ff]: joined gate/up output */
     rf_tensor logits;                    /* [logit_rows, n_vocab] */
     int32_t logit_rows;                  /* >= RF_LOGIT_ROWS: a step's outputs kept on the backend */
 } rf_fwd;

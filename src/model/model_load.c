@@ -259,6 +259,18 @@ static rf_status load_weights(rf_model *m) {
         if ((st = bind_l(m, &L->ffn_up, il, "ffn_up.weight", E, F, true))) return st;
         if ((st = bind_l(m, &L->ffn_down, il, "ffn_down.weight", F, E, true))) return st;
         if ((st = bind_l(m, &L->ffn_post_norm, il, "post_ffw_norm.weight", E, 1, gemma))) return st;
+        /* one product for Q/K/V and one for gate/up where the backend joins weights: Q/K/V only
+         * without biases and Q/K norms (those read q and k apart) */
+        if (m->be->ops->weight_join) {
+            rf_status js;
+            if (!rf_has(&L->bq) && !rf_has(&L->q_norm) && !rf_has(&L->k_norm)) {
+                rf_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
+                if ((js = m->be->ops->weight_join(m->be, qkv, 3, &L->wqkv)) && js != RF_ERR_UNSUPPORTED) return js;
+            }
+            rf_tensor *gu[] = {&L->ffn_gate, &L->ffn_up};
+            if ((js = m->be->ops->weight_join(m->be, gu, 2, &L->ffn_gu)) && js != RF_ERR_UNSUPPORTED) return js;
+            rf_clear_error();
+        }
         L->is_swa = hp->n_swa > 0 && (hp->swa_pattern == 0 || il % hp->swa_pattern < hp->swa_pattern - 1);
         L->rope_base = L->is_swa ? hp->rope_base_swa : hp->rope_base;
         L->rope_scale = L->is_swa ? hp->rope_scale_swa : hp->rope_scale;
@@ -431,7 +443,7 @@ static void free_weights(rf_model *m) {
         rf_layer *L = &m->layers[il];
         rf_tensor *t[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv, &L->bo,
                           &L->q_norm, &L->k_norm, &L->attn_post_norm, &L->ffn_norm, &L->ffn_gate, &L->ffn_up,
-                          &L->ffn_down, &L->ffn_post_norm};
+                          &L->ffn_down, &L->ffn_post_norm, &L->wqkv, &L->ffn_gu};
         for (size_t i = 0; i < sizeof t / sizeof *t; i++) be->ops->free(be, t[i]);
     }
 }

@@ -269,9 +269,36 @@ static void test_rope_qkv_fused(void **state) {
         assert_int_equal(rf_gpu_rope_kv_append(g_ctx, dk, dv, T, HKV, D, R, dpos, dslot, 5e5f, 1.0f, NULL, mode,
                                                kc1, vc1, RF_TYPE_F16, ROWS),
                          RF_OK);
-        assert_int_equal(rf_gpu_rope_qkv_append(g_ctx, dq2, H, dk, dv, T, HKV, D, R, dpos, dslot, 5e5f, 1.0f, NULL,
-                                                mode, kc2, vc2, RF_TYPE_F16, ROWS),
+        assert_int_equal(rf_gpu_rope_qkv_append(g_ctx, dq2, dq2, H * D, H, dk, HKV * D, dv, HKV * D, T, HKV, D, R, dpos,
+                                                dslot, 5e5f, 1.0f, NULL, mode, kc2, vc2, RF_TYPE_F16, ROWS),
                          RF_OK);
+        /* the same from the strided columns of one joined [q | k | v] row, q out of place */
+        {
+            const int64_t W = (H + 2 * HKV) * D;
+            float *joined = host_f32(T * W);
+            for (int64_t t = 0; t < T; t++) {
+                memcpy(joined + t * W, q + t * H * D, H * D * 4);
+                memcpy(joined + t * W + H * D, k + t * HKV * D, HKV * D * 4);
+                memcpy(joined + t * W + (H + HKV) * D, v + t * HKV * D, HKV * D * 4);
+            }
+            float *dj = dev_from(joined, T * W * 4), *dq3 = dev_poison(nq * 4);
+            void *kc3 = dev_poison(cb), *vc3 = dev_poison(cb);
+            assert_int_equal(rf_gpu_rope_qkv_append(g_ctx, dq3, dj, W, H, dj + H * D, W, dj + (H + HKV) * D, W, T, HKV, D,
+                                                    R, dpos, dslot, 5e5f, 1.0f, NULL, mode, kc3, vc3, RF_TYPE_F16, ROWS),
+                             RF_OK);
+            float *q3 = host_f32(nq);
+            uint8_t *c3 = malloc(cb), *c1 = malloc(cb);
+            dev_to(q3, dq3, nq * 4);
+            float *q1h = host_f32(nq);
+            dev_to(q1h, dq1, nq * 4);
+            assert_memory_equal(q1h, q3, nq * 4);
+            dev_to(c1, kc1, cb), dev_to(c3, kc3, cb);
+            assert_memory_equal(c1, c3, cb);
+            dev_to(c1, vc1, cb), dev_to(c3, vc3, cb);
+            assert_memory_equal(c1, c3, cb);
+            rf_gpu_free(g_ctx, dj), rf_gpu_free(g_ctx, dq3), rf_gpu_free(g_ctx, kc3), rf_gpu_free(g_ctx, vc3);
+            free(joined), free(q3), free(q1h), free(c3), free(c1);
+        }
         float *q1 = host_f32(nq), *q2 = host_f32(nq);
         uint8_t *a = malloc(cb), *b = malloc(cb);
         dev_to(q1, dq1, nq * 4);
@@ -327,6 +354,41 @@ static void test_rmsnorm_quantize_fused(void **state) {
                 const size_t nq = (size_t)tot, rec = ((nq + 255) & ~(size_t)255);
                 assert_memory_equal(qa, qb, nq);
                 assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                /* the GLU fused with the quantization, against rf_gpu_swiglu / geglu then
+                 * rf_gpu_quantize_x: x as gate, w's row repeated as up */
+                for (int geglu = 0; geglu < 2; geglu++) {
+                    float *dup = dev_from(x, tot * 4);
+                    assert_int_equal((geglu ? rf_gpu_geglu : rf_gpu_swiglu)(g_ctx, h1, dx, dup, tot), RF_OK);
+                    assert_int_equal(rf_gpu_quantize_x(g_ctx, q1, cases[c].t, h1, nt, n), RF_OK);
+                    assert_int_equal(rf_gpu_glu_quantize_x(g_ctx, h2, q2, cases[c].t, geglu, dx, n, dup, n, nt, n), RF_OK);
+                    dev_to(a, h1, tot * 4);
+                    dev_to(b, h2, tot * 4);
+                    assert_memory_equal(a, b, tot * 4);
+                    dev_to(qa, q1, xb);
+                    dev_to(qb, q2, xb);
+                    assert_memory_equal(qa, qb, nq);
+                    assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                    /* gate and up as the halves of joined [gate | up] rows (stride 2n): the
+                     * fused kernel and rf_gpu_glu_rows give the packed results above */
+                    float *jh = host_f32(2 * tot);
+                    for (int t = 0; t < nt; t++) {
+                        memcpy(jh + (size_t)t * 2 * n, x + (size_t)t * n, n * 4);
+                        memcpy(jh + (size_t)t * 2 * n + n, x + (size_t)t * n, n * 4);
+                    }
+                    float *dj = dev_from(jh, 2 * tot * 4);
+                    assert_int_equal(rf_gpu_glu_quantize_x(g_ctx, h2, q2, cases[c].t, geglu, dj, 2 * n, dj + n, 2 * n, nt, n),
+                                     RF_OK);
+                    dev_to(b, h2, tot * 4);
+                    assert_memory_equal(a, b, tot * 4);
+                    dev_to(qb, q2, xb);
+                    assert_memory_equal(qa, qb, nq);
+                    assert_int_equal(rf_gpu_glu_rows(g_ctx, h2, dj, 2 * n, dj + n, 2 * n, nt, n, geglu), RF_OK);
+                    dev_to(b, h2, tot * 4);
+                    assert_memory_equal(a, b, tot * 4);
+                    rf_gpu_free(g_ctx, dj);
+                    free(jh);
+                    rf_gpu_free(g_ctx, dup);
+                }
                 rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, h1), rf_gpu_free(g_ctx, h2);
                 rf_gpu_free(g_ctx, q1), rf_gpu_free(g_ctx, q2);
                 free(x), free(w), free(a), free(b), free(qa), free(qb);

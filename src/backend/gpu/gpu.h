@@ -116,14 +116,16 @@ rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, int64_t n_hea
  * v_cache[slot[t], h, :] = v[t,h,:], stored as cache_type (RF_TYPE_F16 or RF_TYPE_F32).
  * Caches are [cache_rows, n_head_kv, head_dim]; slot ids outside [0, cache_rows) are skipped
  * (never written). Twin: rf_ref_rope + conversion. */
-/* The same with the query: q f32 [n_tokens, n_head, head_dim] rotated in place as rf_gpu_rope
- * does (bit-identical), in the same kernel (n_head 0 and q NULL: rf_gpu_rope_kv_append). */
-rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *q, int64_t n_head, const float *k,
-                                 const float *v, int64_t n_tokens, int64_t n_head_kv,
-                                 int64_t head_dim, int64_t n_rot, const int32_t *pos,
+/* The same with the query, in the same kernel: qout f32 [n_tokens, n_head, head_dim] packed =
+ * RoPE of qin (row t at qin + t * sq) as rf_gpu_rope computes it (bit-identical; qout may be
+ * qin with sq = n_head * head_dim); k and v rows at strides sk, sv (floats) — the columns of
+ * one joined Q/K/V product. n_head 0 and qin NULL: rf_gpu_rope_kv_append. */
+rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq, int64_t n_head,
+                                 const float *k, int64_t sk, const float *v, int64_t sv, int64_t n_tokens,
+                                 int64_t n_head_kv, int64_t head_dim, int64_t n_rot, const int32_t *pos,
                                  const int32_t *slot, float freq_base, float freq_scale,
-                                 const float *freq_factors, int mode, void *k_cache,
-                                 void *v_cache, rf_type cache_type, int64_t cache_rows);
+                                 const float *freq_factors, int mode, void *k_cache, void *v_cache,
+                                 rf_type cache_type, int64_t cache_rows);
 rf_status rf_gpu_rope_kv_append(rf_gpu_ctx *ctx, const float *k, const float *v,
                                 int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
                                 int64_t n_rot, const int32_t *pos, const int32_t *slot,
@@ -172,6 +174,15 @@ rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const floa
 rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, const float *x,
                                     const float *w, int64_t n_tokens, int64_t n_in, float eps);
 bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
+/* rf_gpu_glu_quantize_x: y f32 [n_tokens, n_in] packed = act(gate) * up as rf_gpu_swiglu /
+ * geglu, gate and up rows at strides gs, us (floats; y may alias them when packed), and the xq
+ * of y for wtype, in one kernel. */
+rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, rf_type wtype, bool geglu, const float *gate,
+                                int64_t gs, const float *up, int64_t us, int64_t n_tokens, int64_t n_in);
+/* rf_gpu_glu_rows: y [rows, n] packed = act(gate) * up over rows at strides gs, us (floats),
+ * the arithmetic of rf_gpu_swiglu / geglu. */
+rf_status rf_gpu_glu_rows(rf_gpu_ctx *ctx, float *y, const float *gate, int64_t gs, const float *up, int64_t us,
+                          int64_t rows, int64_t n, bool geglu);
 rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
                          int64_t n_tokens, int64_t n_in, int64_t n_out);
 /* Selects a GEMV kernel variant (0 = default, 1..26 = the variants listed in gpu_gemv.cu); for

@@ -335,15 +335,19 @@ static rf_status g_kv_store(rf_backend *be, rf_tensor *cache, const rf_tensor *s
                            dev_of(b)->slot);
 }
 
-/* rope_store in one kernel: RoPE of Q in place, K roped into its cache, V stored. */
-static rf_status g_rope_store(rf_backend *be, rf_tensor *q, rf_tensor *k, const rf_tensor *v, rf_tensor *kc,
-                              rf_tensor *vc, const rf_batch *b, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                              int64_t n_rot, float freq_base, float freq_scale, const rf_tensor *ff, int mode) {
+/* rope_store in one kernel: RoPE of Q into q_out, K roped into its cache, V stored; q, k, v
+ * may be the strided columns of one joined Q/K/V product. */
+static rf_status g_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf_tensor *k, const rf_tensor *v,
+                              rf_tensor *kc, rf_tensor *vc, const rf_batch *b, int64_t n_head, int64_t n_head_kv,
+                              int64_t head_dim, int64_t n_rot, float freq_base, float freq_scale, const rf_tensor *ff,
+                              int mode) {
     NEED_DEV(b, "rope_store");
     gpu_be *g = GX(be);
     if (kc->type != vc->type || (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32))
         return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16 or f32 (not %s)", rf_type_name(kc->type));
-    if (!g->fuse) { /* the unfused composition, for A/B runs */
+    const int64_t sq = (int64_t)(q->nb1 / 4), sk = (int64_t)(k->nb1 / 4), sv = (int64_t)(v->nb1 / 4);
+    const bool packed = sq == n_head * head_dim && sk == n_head_kv * head_dim && sv == n_head_kv * head_dim;
+    if (!g->fuse && packed && q_out->data == q->data) { /* the unfused composition, for A/B runs */
         rf_status st;
         if ((st = g_rope(be, q, b, n_head, head_dim, n_rot, freq_base, freq_scale, ff, mode)) ||
             (st = g_rope(be, k, b, n_head_kv, head_dim, n_rot, freq_base, freq_scale, ff, mode)) ||
@@ -351,9 +355,9 @@ static rf_status g_rope_store(rf_backend *be, rf_tensor *q, rf_tensor *k, const 
             return st;
         return g_kv_store(be, vc, v, b);
     }
-    return rf_gpu_rope_qkv_append(g->ctx, q->data, n_head, k->data, v->data, b->n_tokens, n_head_kv, head_dim, n_rot,
-                                  dev_of(b)->pos, dev_of(b)->slot, freq_base, freq_scale, ff ? ff->data : NULL, mode,
-                                  kc->data, vc->data, kc->type, kc->ne[1]);
+    return rf_gpu_rope_qkv_append(g->ctx, q_out->data, q->data, sq, n_head, k->data, sk, v->data, sv, b->n_tokens,
+                                  n_head_kv, head_dim, n_rot, dev_of(b)->pos, dev_of(b)->slot, freq_base, freq_scale,
+                                  ff ? ff->data : NULL, mode, kc->data, vc->data, kc->type, kc->ne[1]);
 }
 
 static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n) {
@@ -384,6 +388,70 @@ static rf_status g_glu(rf_backend *be, rf_tensor *y, const rf_tensor *gate, cons
                        rf_glu_kind kind) {
     if (kind == RF_GLU_SWIGLU) return rf_gpu_swiglu(GX(be)->ctx, y->data, gate->data, up->data, n);
     return rf_gpu_geglu(GX(be)->ctx, y->data, gate->data, up->data, n);
+}
+
+/* glu whose output the product of `next` reads: with fusions on and that product taking int8
+ * x, one kernel writes y and its quantization for next's type (as g_rmsnorm_for); gate and up
+ * may be the strided halves of one joined gate/up product */
+static rf_status g_glu_for(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up, int64_t n,
+                           rf_glu_kind kind, const rf_tensor *next) {
+    gpu_be *g = GX(be);
+    const int64_t k = next ? next->ne[0] : 0, rows = k > 0 ? n / k : 0;
+    const int64_t gs = (int64_t)(gate->nb1 / 4), us = (int64_t)(up->nb1 / 4);
+    if (k > 0 && rows * k == n && shares_xq(g, next->type, rows, k)) {
+        bool ok;
+        rf_status st = xq_room(g, rows, k, &ok);
+        if (st) return st;
+        if (ok) {
+            if ((st = rf_gpu_glu_quantize_x(g->ctx, y->data, g->xq, next->type, kind == RF_GLU_GEGLU, gate->data, gs,
+                                            up->data, us, rows, k)))
+                return st;
+            xq_note(g, y->data, next->type, rows, k);
+            return RF_OK;
+        }
+    }
+    if (k > 0 && rows * k == n && (gs != k || us != k))
+        return rf_gpu_glu_rows(g->ctx, y->data, gate->data, gs, up->data, us, rows, k, kind == RF_GLU_GEGLU);
+    return g_glu(be, y, gate, up, n, kind);
+}
+
+/* Joins weights row-wise into one allocation (a product of the joined weight computes all of
+ * them); the parts become views. Each part's bytes must keep the next part 256-byte aligned
+ * (the GEMV kernels' 16-byte loads, and rf_gpu_alloc's alignment), else RF_ERR_UNSUPPORTED. */
+static rf_status g_weight_join(rf_backend *be, rf_tensor **parts, int n_parts, rf_tensor *whole) {
+    gpu_be *g = GX(be);
+    memset(whole, 0, sizeof *whole);
+    if (!g->fuse || n_parts < 2) return RF_ERR_UNSUPPORTED;
+    int64_t rows = 0;
+    for (int i = 0; i < n_parts; i++) {
+        const rf_tensor *p = parts[i];
+        if (!p->data || !p->owned || p->type != parts[0]->type || p->ne[0] != parts[0]->ne[0] ||
+            p->nb1 != parts[0]->nb1 || ((size_t)p->ne[1] * p->nb1) % 256)
+            return RF_ERR_UNSUPPORTED;
+        rows += p->ne[1];
+    }
+    rf_status st = g_alloc(be, parts[0]->type, parts[0]->ne[0], rows, whole);
+    if (st) return st;
+    size_t off = 0;
+    for (int i = 0; i < n_parts && !st; i++) {
+        const size_t bytes = (size_t)parts[i]->ne[1] * parts[i]->nb1;
+        st = rf_gpu_copy(g->ctx, (char *)whole->data + off, parts[i]->data, bytes);
+        off += bytes;
+    }
+    if (!st) st = rf_gpu_sync(g->ctx);
+    if (st) {
+        g_free(be, whole);
+        return st;
+    }
+    off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        const size_t bytes = (size_t)parts[i]->ne[1] * parts[i]->nb1;
+        rf_gpu_free(g->ctx, parts[i]->data);
+        parts[i]->data = (char *)whole->data + off;
+        parts[i]->owned = false;
+        off += bytes;
+    }
+    return RF_OK;
 }
 
 static rf_status g_add(rf_backend *be, rf_tensor *y, const rf_tensor *a, const rf_tensor *b, int64_t n) {
@@ -506,6 +574,7 @@ static const rf_backend_ops gpu_ops = {
     .alloc = g_alloc,
     .free = g_free,
     .weight = g_weight,
+    .weight_join = g_weight_join,
     .read_rows = g_read_rows,
     .batch_upload = g_batch_upload,
     .get_rows = g_get_rows,
@@ -520,6 +589,7 @@ static const rf_backend_ops gpu_ops = {
     .attention = g_attention,
     .gather_rows = g_gather_rows,
     .glu = g_glu,
+    .glu_for = g_glu_for,
     .add = g_add,
     .scale = g_scale,
     .softcap = g_softcap,

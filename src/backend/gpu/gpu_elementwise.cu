@@ -35,12 +35,6 @@ __global__ void rf_k_causal_mask(float *x, int64_t n_q, int64_t n_kv, int64_t po
     }
 }
 
-/* silu / gelu_tanh: as rf_ref_silu / rf_ref_gelu_tanh, in f32. */
-static __device__ __forceinline__ float rf_silu(float x) { return x / (1.0f + expf(-x)); }
-static __device__ __forceinline__ float rf_gelu_tanh(float x) {
-    const float c = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-}
 /* swiglu / geglu: y[i] = act(gate[i]) * up[i]; f32 [n]; y may alias; grid-stride.
  * twins rf_ref_swiglu / rf_ref_geglu; tolerance rel. L2 < 1e-5. */
 __global__ void rf_k_swiglu(float *y, const float *g, const float *u, int64_t n) {
@@ -182,6 +176,30 @@ extern "C" rf_status rf_gpu_mul(rf_gpu_ctx *ctx, float *y, const float *a, const
                                 int64_t n) {
     RF_EW_LAUNCH(ctx, rf_k_mul, n, y, a, b, n);
 }
+/* glu_rows: y[r, i] = act(gate[r * gs + i]) * up[r * us + i], y packed [rows, n]; grid (blocks
+ * over n, rows). twins rf_ref_swiglu / rf_ref_geglu (the arithmetic of rf_k_swiglu / geglu). */
+template <bool GEGLU>
+__global__ void rf_k_glu_rows(float *y, const float *g, int64_t gs, const float *u, int64_t us, int64_t n) {
+    const int64_t r = blockIdx.y;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float gv = g[r * gs + i];
+        y[r * n + i] = (GEGLU ? rf_gelu_tanh(gv) : rf_silu(gv)) * u[r * us + i];
+    }
+}
+
+extern "C" rf_status rf_gpu_glu_rows(rf_gpu_ctx *ctx, float *y, const float *gate, int64_t gs, const float *up,
+                                     int64_t us, int64_t rows, int64_t n, bool geglu) {
+    RF_GPU_REQUIRE(rows >= 0 && rows <= 65535 && n >= 1 && gs >= n && us >= n, "rf_gpu_glu_rows",
+                   "rows=%lld n=%lld strides %lld, %lld", (long long)rows, (long long)n, (long long)gs,
+                   (long long)us);
+    if (rows == 0) return RF_OK;
+    int64_t bx = (n + 255) / 256;
+    const dim3 grid((unsigned)(bx > 64 ? 64 : bx), (unsigned)rows);
+    if (geglu) rf_k_glu_rows<true><<<grid, 256, 0, ctx->stream>>>(y, gate, gs, up, us, n);
+    else rf_k_glu_rows<false><<<grid, 256, 0, ctx->stream>>>(y, gate, gs, up, us, n);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_glu_rows");
+}
+
 extern "C" rf_status rf_gpu_swiglu(rf_gpu_ctx *ctx, float *y, const float *g, const float *u,
                                    int64_t n) {
     RF_EW_LAUNCH(ctx, rf_k_swiglu, n, y, g, u, n);

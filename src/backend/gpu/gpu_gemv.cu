@@ -137,6 +137,13 @@ extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype,
     return rf_q32_quantize(ctx, xq, wtype, x, (int)n_tokens, n_in);
 }
 
+/* the x order and record kind rf_q32_quantize writes for (t, n_in) */
+static void rf_xq_layout(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int *gb, bool *fs) {
+    const int v = rf_q32_variant(ctx, t, n_in, 1);
+    *gb = v >= 4 ? rf_q32s_gb(t) : 1;
+    *fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K;
+}
+
 extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype,
                                                const float *x, const float *w, int64_t n_tokens,
                                                int64_t n_in, float eps) {
@@ -145,11 +152,25 @@ extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *
     if (st) return st;
     RF_GPU_REQUIRE(n_in <= 16384, op, "n_in=%lld above 16384", (long long)n_in);
     RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0, op, "xq must be 16-byte aligned (rf_gpu_alloc memory)");
-    const int v = rf_q32_variant(ctx, wtype, n_in, 1); /* the order rf_q32_quantize writes */
-    const int gb = v >= 4 ? rf_q32s_gb(wtype) : 1;
-    const bool fs = wtype == RF_TYPE_Q4_1 || wtype == RF_TYPE_Q5_1 || wtype == RF_TYPE_Q4_K ||
-                    wtype == RF_TYPE_Q5_K || wtype == RF_TYPE_Q6_K;
+    int gb;
+    bool fs;
+    rf_xq_layout(ctx, wtype, n_in, &gb, &fs);
     return rf_gemv_launch_rmsnorm_quantize_x(ctx, h, xq, gb, fs, x, w, (int)n_tokens, n_in, eps);
+}
+
+extern "C" rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, rf_type wtype, bool geglu,
+                                           const float *gate, int64_t gs, const float *up, int64_t us,
+                                           int64_t n_tokens, int64_t n_in) {
+    const char *op = "rf_gpu_glu_quantize_x";
+    const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
+    if (st) return st;
+    RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0, op, "xq must be 16-byte aligned (rf_gpu_alloc memory)");
+    int gb;
+    bool fs;
+    rf_xq_layout(ctx, wtype, n_in, &gb, &fs);
+    RF_GPU_REQUIRE(gs >= n_in && us >= n_in, op, "row strides %lld, %lld below n_in=%lld", (long long)gs,
+                   (long long)us, (long long)n_in);
+    return rf_gemv_launch_glu_quantize_x(ctx, y, xq, gb, fs, geglu, gate, gs, up, us, (int)n_tokens, n_in);
 }
 
 extern "C" bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {

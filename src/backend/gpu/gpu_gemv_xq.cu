@@ -120,6 +120,53 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int
     }
 }
 
+/* glu_quantize_x: y = act(gate) * up (rf_k_swiglu / rf_k_geglu's arithmetic, written as f32)
+ * and y quantized as rf_k_quantize_x<GB, FS> does, in one kernel: the FFN's GLU and the down
+ * product's activation quantization were two launches. in: gate, up f32 rows of n (n a
+ * multiple of 32) at strides gs, us (the halves of a joined gate/up product, or packed);
+ * out: y f32 [rows, n] packed (may alias packed gate or up), qx/dx as rf_k_quantize_x. launch as
+ * rf_k_quantize_x: grid (ceil(n / 256), rows), 256 threads. */
+template <int GB, bool FS, bool GEGLU>
+__global__ void rf_k_glu_quantize_x(float *y, int8_t *qx, float4 *dx, const float *gate, int64_t gs,
+                                    const float *up, int64_t us, int n_in) {
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i - (int)(threadIdx.x % RF_QK) >= n_in) return; /* whole groups leave together */
+    const int64_t e = (int64_t)blockIdx.y * n_in + i;
+    float v = 0.0f;
+    if (i < n_in) {
+        const float gv = gate[blockIdx.y * gs + i], uv = up[blockIdx.y * us + i];
+        v = (GEGLU ? rf_gelu_tanh(gv) : rf_silu(gv)) * uv;
+        y[e] = v;
+    }
+    rf_quantize_elem<GB, FS>(qx, dx, v, i, n_in, (int)blockIdx.y, (int)(threadIdx.x % RF_QK));
+}
+
+rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int gb, bool fs, bool geglu,
+                                        const float *gate, int64_t gs, const float *up, int64_t us, int rows,
+                                        int64_t n) {
+    const size_t tot = (size_t)rows * (size_t)n;
+    float4 *dx = (float4 *)((char *)xq + ((tot + 255) & ~(size_t)255));
+    const dim3 grid(rf_gpu_blocks(n, 256), (unsigned)rows), block(256);
+#define RF_GQ(GB, FS)                                                                                \
+    (geglu ? rf_gpu_launch(ctx, "rf_k_glu_quantize_x", true, rf_k_glu_quantize_x<GB, FS, true>, grid, block, 0, y, \
+                           (int8_t *)xq, dx, gate, gs, up, us, (int)n)                                       \
+           : rf_gpu_launch(ctx, "rf_k_glu_quantize_x", true, rf_k_glu_quantize_x<GB, FS, false>, grid, block, 0, y, \
+                           (int8_t *)xq, dx, gate, gs, up, us, (int)n))
+    switch (gb * 2 + fs) {
+    case 3: return RF_GQ(1, true);
+    case 4: return RF_GQ(2, false);
+    case 5: return RF_GQ(2, true);
+    case 8: return RF_GQ(4, false);
+    case 9: return RF_GQ(4, true);
+    case 16: return RF_GQ(8, false);
+    case 17: return RF_GQ(8, true);
+    default: return RF_GQ(1, false);
+    }
+#undef RF_GQ
+}
+
 rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, bool fs,
                                             const float *x, const float *w, int rows, int64_t n,
                                             float eps) {

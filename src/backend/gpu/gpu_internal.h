@@ -108,4 +108,12 @@ static inline unsigned rf_gpu_blocks(int64_t n, int threads) {
     return (unsigned)(b < 1 ? 1 : b);
 }
 
+/* silu / gelu_tanh: as rf_ref_silu / rf_ref_gelu_tanh, in f32 (one definition: the GLU kernel
+ * and the GLU fused with the activation quantization must agree bit for bit). */
+static __device__ __forceinline__ float rf_silu(float x) { return x / (1.0f + expf(-x)); }
+static __device__ __forceinline__ float rf_gelu_tanh(float x) {
+    const float c = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
 #endif

@@ -40,10 +40,11 @@ template <> __device__ __forceinline__ rf_half rf_to_cache<rf_half>(float v) {
     return rf_float2half(v);
 }
 
-/* rope_kv_append: q[t,h,:] = rope(q[t,h,:], pos[t]) in place (when q is not NULL);
- * k_cache[slot[t],h,:] = rope(k[t,h,:], pos[t]); v_cache[slot[t],h,:] = v[t,h,:].
- * in: q f32 [n_tokens, n_head, head_dim] or NULL; k, v f32 [n_tokens, n_head_kv, head_dim];
- * pos, slot int32 [n_tokens]; out: caches T [cache_rows, n_head_kv, head_dim] (T = f32 or f16);
+/* rope_kv_append: qout[t,h,:] = rope(qin[t,h,:], pos[t]) (when qin is not NULL; qout packed,
+ * qin row t at qin + t * sq, qout may be qin with sq = n_head * head_dim: in place);
+ * k_cache[slot[t],h,:] = rope(k[t,h,:], pos[t]); v_cache[slot[t],h,:] = v[t,h,:] (k and v rows
+ * at strides sk, sv: the columns of one joined Q/K/V product, or packed).
+ * pos, slot int32 [n_tokens]; caches T [cache_rows, n_head_kv, head_dim] (T = f32 or f16);
  * slots outside [0, cache_rows) skipped (q is still rotated). launch: one thread per
  * (t, h, d) over the n_head query heads then the n_head_kv key/value heads, grid-stride: a
  * thread owning the first element of a rotated pair reads and writes both, the partner writes
@@ -51,11 +52,11 @@ template <> __device__ __forceinline__ rf_half rf_to_cache<rf_half>(float v) {
  * store V). twin rf_ref_rope then a copy/convert; tolerance rel. L2 < 1e-5 (f32 cache),
  * < 1e-2 (f16); Q bit-identical to rf_k_rope. */
 template <typename T>
-__global__ void rf_k_rope_kv_append(float *q, int64_t n_head, const float *k, const float *v,
-                                    int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
-                                    int64_t n_rot, const int32_t *pos, const int32_t *slot,
-                                    float base, float fscale, const float *ff, int neox, T *kc,
-                                    T *vc, int64_t cache_rows) {
+__global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, int64_t n_head, const float *k,
+                                    int64_t sk, const float *v, int64_t sv, int64_t n_tokens, int64_t n_head_kv,
+                                    int64_t head_dim, int64_t n_rot, const int32_t *pos, const int32_t *slot,
+                                    float base, float fscale, const float *ff, int neox, T *kc, T *vc,
+                                    int64_t cache_rows) {
     const int64_t nh = n_head + n_head_kv;
     const int64_t total = n_tokens * nh * head_dim, half = n_rot / 2;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
@@ -64,21 +65,21 @@ __global__ void rf_k_rope_kv_append(float *q, int64_t n_head, const float *k, co
         const bool is_q = hh < n_head;
         const int64_t h = is_q ? hh : hh - n_head;
         T *kd = NULL;
-        float *qv = NULL;
+        float *qo = NULL;
         const float *ks;
         if (is_q) {
-            qv = q + (t * n_head + h) * head_dim;
-            ks = qv;
+            ks = qin + t * sq + h * head_dim;
+            qo = qout + (t * n_head + h) * head_dim;
         } else {
             const int32_t sl = slot[t];
             if (sl < 0 || sl >= cache_rows) continue;
-            ks = k + (t * n_head_kv + h) * head_dim;
+            ks = k + t * sk + h * head_dim;
             kd = kc + ((int64_t)sl * n_head_kv + h) * head_dim;
-            vc[((int64_t)sl * n_head_kv + h) * head_dim + d] =
-                rf_to_cache<T>(v[(t * n_head_kv + h) * head_dim + d]);
+            vc[((int64_t)sl * n_head_kv + h) * head_dim + d] = rf_to_cache<T>(v[t * sv + h * head_dim + d]);
         }
         if (d >= n_rot) {
-            if (!is_q) kd[d] = rf_to_cache<T>(ks[d]);
+            if (is_q) qo[d] = ks[d];
+            else kd[d] = rf_to_cache<T>(ks[d]);
             continue;
         }
         /* pair index and whether d is its first element */
@@ -95,8 +96,8 @@ __global__ void rf_k_rope_kv_append(float *q, int64_t n_head, const float *k, co
         const float a = ks[i0], b = ks[i1];
         const float r0 = a * c - b * s, r1 = a * s + b * c;
         if (is_q) {
-            qv[i0] = r0;
-            qv[i1] = r1;
+            qo[i0] = r0;
+            qo[i1] = r1;
         } else {
             kd[i0] = rf_to_cache<T>(r0);
             kd[i1] = rf_to_cache<T>(r1);
@@ -122,13 +123,13 @@ extern "C" rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, in
     return RF_GPU_LAUNCHED(ctx, "rf_k_rope");
 }
 
-extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *q, int64_t n_head,
-                                            const float *k, const float *v, int64_t n_tokens,
-                                            int64_t n_head_kv, int64_t head_dim, int64_t n_rot,
-                                            const int32_t *pos, const int32_t *slot,
-                                            float freq_base, float freq_scale,
-                                            const float *freq_factors, int mode, void *k_cache,
-                                            void *v_cache, rf_type cache_type, int64_t cache_rows) {
+extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq,
+                                            int64_t n_head, const float *k, int64_t sk, const float *v,
+                                            int64_t sv, int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
+                                            int64_t n_rot, const int32_t *pos, const int32_t *slot,
+                                            float freq_base, float freq_scale, const float *freq_factors,
+                                            int mode, void *k_cache, void *v_cache, rf_type cache_type,
+                                            int64_t cache_rows) {
     const char *op = "rf_gpu_rope_qkv_append";
     RF_GPU_REQUIRE(n_rot >= 0 && n_rot % 2 == 0 && n_rot <= head_dim, op,
                    "n_rot=%lld must be even and <= head_dim=%lld", (long long)n_rot,
@@ -137,19 +138,22 @@ extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *q, int64_t n
     RF_GPU_REQUIRE(cache_type == RF_TYPE_F16 || cache_type == RF_TYPE_F32, op,
                    "cache type %d (want f16 or f32)", (int)cache_type);
     RF_GPU_REQUIRE(n_tokens >= 0 && n_head_kv >= 1 && head_dim >= 1 && n_head >= 0 &&
-                       (n_head == 0 || q), op, "bad shape");
+                       (n_head == 0 || (qin && qout && sq >= n_head * head_dim)) &&
+                       sk >= n_head_kv * head_dim && sv >= n_head_kv * head_dim,
+                   op, "bad shape or strides");
+    RF_GPU_REQUIRE(qin != qout || sq == n_head * head_dim || n_head == 0, op, "in place needs packed q rows");
     const int64_t total = n_tokens * (n_head + n_head_kv) * head_dim;
     if (total == 0) return RF_OK;
     int neox = mode == RF_ROPE_NEOX;
     if (cache_type == RF_TYPE_F16) {
         rf_half *kc = (rf_half *)k_cache, *vc = (rf_half *)v_cache;
         rf_k_rope_kv_append<rf_half><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
-            q, n_head, k, v, n_tokens, n_head_kv, head_dim, n_rot, pos, slot, freq_base,
+            qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos, slot, freq_base,
             freq_scale, freq_factors, neox, kc, vc, cache_rows);
     } else {
         float *kc = (float *)k_cache, *vc = (float *)v_cache;
         rf_k_rope_kv_append<float><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
-            q, n_head, k, v, n_tokens, n_head_kv, head_dim, n_rot, pos, slot, freq_base,
+            qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos, slot, freq_base,
             freq_scale, freq_factors, neox, kc, vc, cache_rows);
     }
     return RF_GPU_LAUNCHED(ctx, "rf_k_rope_kv_append");
@@ -161,7 +165,8 @@ extern "C" rf_status rf_gpu_rope_kv_append(rf_gpu_ctx *ctx, const float *k, cons
                                            float freq_base, float freq_scale,
                                            const float *freq_factors, int mode, void *k_cache,
                                            void *v_cache, rf_type cache_type, int64_t cache_rows) {
-    return rf_gpu_rope_qkv_append(ctx, NULL, 0, k, v, n_tokens, n_head_kv, head_dim, n_rot, pos,
-                                  slot, freq_base, freq_scale, freq_factors, mode, k_cache,
-                                  v_cache, cache_type, cache_rows);
+    const int64_t kv = n_head_kv * head_dim;
+    return rf_gpu_rope_qkv_append(ctx, NULL, NULL, 0, 0, k, kv, v, kv, n_tokens, n_head_kv, head_dim, n_rot, pos,
+                                  slot, freq_base, freq_scale, freq_factors, mode, k_cache, v_cache, cache_type,
+                                  cache_rows);
 }
