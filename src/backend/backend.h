@@ -115,10 +115,12 @@ typedef struct rf_backend_ops {
     /* rf_ref_rmsnorm over rows x n (w f32 [n] or NULL); y may alias x. */
     rf_status (*rmsnorm)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w,
                          int64_t rows, int64_t n, float eps);
-    /* Optional fusion (NULL: the forward calls rmsnorm): rmsnorm as above, told the weight of
-     * the product that reads y next, so the backend may prepare y for it in the same kernel
-     * (the GPU quantizes y the way that product takes it). */
-    rf_status (*rmsnorm_for)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w,
+    /* Optional fusion (NULL: the forward calls add and rmsnorm): with res (not NULL) first
+     * x[r,i] += res[r,i] as op add does (the residual add the norm follows; y must not alias x
+     * then), then rmsnorm as above, told the weight of the product that reads y next, so the
+     * backend may prepare y for it in the same kernel (the GPU quantizes y the way that product
+     * takes it). */
+    rf_status (*rmsnorm_for)(rf_backend *be, rf_tensor *y, rf_tensor *x, const rf_tensor *res, const rf_tensor *w,
                              int64_t rows, int64_t n, float eps, const rf_tensor *next);
     /* RoPE in place over x [b->n_tokens, n_heads, head_dim], token t at position b->pos[t]
      * (rf_ref_rope's rule; freq_factors f32 [n_rot/2] or NULL). */

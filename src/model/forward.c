@@ -127,10 +127,15 @@ static rf_tensor joined_cols(const rf_tensor *t, int64_t c0, int64_t w, int64_t 
     return v;
 }
 
-/* the norm before a product: fused with that product's input preparation where the backend can */
-static rf_status rmsnorm_for(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, int64_t rows,
-                             int64_t n, float eps, const rf_tensor *next) {
-    if (be->ops->rmsnorm_for) return be->ops->rmsnorm_for(be, y, x, w, rows, n, eps, next);
+/* The residual add (when res is not NULL: x += res) and the norm before a product, fused with
+ * that product's input preparation where the backend can. */
+static rf_status rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const rf_tensor *res, const rf_tensor *w,
+                             int64_t rows, int64_t n, float eps, const rf_tensor *next) {
+    if (be->ops->rmsnorm_for) return be->ops->rmsnorm_for(be, y, x, res, w, rows, n, eps, next);
+    if (res) {
+        rf_status st = be->ops->add(be, x, x, res, rows * n);
+        if (st) return st;
+    }
     return be->ops->rmsnorm(be, y, x, w, rows, n, eps);
 }
 
@@ -156,7 +161,9 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         const rf_layer *L = &m->layers[il];
 
         /* ---- attention block ---- */
-        TRY(rmsnorm_for(be, &f->h, &f->x, &L->attn_norm, n, E, hp->norm_eps, rf_has(&L->wqkv) ? &L->wqkv : &L->wq));
+        /* the previous layer's FFN output joins the residual stream in this norm's kernel */
+        TRY(rmsnorm_for(be, &f->h, &f->x, il > 0 ? &f->o : NULL, &L->attn_norm, n, E, hp->norm_eps,
+                        rf_has(&L->wqkv) ? &L->wqkv : &L->wq));
         if (rf_has(&L->wqkv) && op->rope_store) {
             /* one product for Q, K and V; their columns are read in place by rope_store */
             TRY(op->matmul(be, &f->qkv, &L->wqkv, &f->h, n));
@@ -189,17 +196,17 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         TRY(op->matmul(be, &f->o, &L->wo, &f->att, n));
         if (rf_has(&L->bo)) TRY(op->add_bias(be, &f->o, &L->bo, n, E));
         if (rf_has(&L->attn_post_norm)) TRY(op->rmsnorm(be, &f->o, &f->o, &L->attn_post_norm, n, E, hp->norm_eps));
-        TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
+        /* (o joins the residual stream in the FFN norm below) */
 
         /* ---- feed-forward block ---- */
         if (rf_has(&L->ffn_gu) && f->joined_gu && op->glu_for) {
             /* one product for gate and up; the GLU reads both halves of each row in place */
-            TRY(rmsnorm_for(be, &f->h, &f->x, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gu));
+            TRY(rmsnorm_for(be, &f->h, &f->x, &f->o, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gu));
             TRY(op->matmul(be, &f->u, &L->ffn_gu, &f->h, n));
             rf_tensor gt = joined_cols(&f->u, 0, F, n), ut = joined_cols(&f->u, F, F, n);
             TRY(op->glu_for(be, &f->g, &gt, &ut, n * F, hp->glu, &L->ffn_down));
         } else {
-            TRY(rmsnorm_for(be, &f->h, &f->x, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gate));
+            TRY(rmsnorm_for(be, &f->h, &f->x, &f->o, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gate));
             TRY(op->matmul(be, &f->g, &L->ffn_gate, &f->h, n));
             TRY(op->matmul(be, &f->u, &L->ffn_up, &f->h, n));
             if (op->glu_for) TRY(op->glu_for(be, &f->g, &f->g, &f->u, n * F, hp->glu, &L->ffn_down));
@@ -207,8 +214,9 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         }
         TRY(op->matmul(be, &f->o, &L->ffn_down, &f->g, n));
         if (rf_has(&L->ffn_post_norm)) TRY(op->rmsnorm(be, &f->o, &f->o, &L->ffn_post_norm, n, E, hp->norm_eps));
-        TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
+        /* (o joins the residual stream in the next layer's attention norm, or below) */
     }
+    TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
 
     /* ---- output: the wanted rows, gathered, then final norm and LM head ---- */
     int32_t n_out = b->n_out;

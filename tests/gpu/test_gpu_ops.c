@@ -341,7 +341,7 @@ static void test_rmsnorm_quantize_fused(void **state) {
                 void *q1 = dev_poison(xb), *q2 = dev_poison(xb);
                 assert_int_equal(rf_gpu_rmsnorm(g_ctx, h1, dx, dw, nt, n, 1e-5f), RF_OK);
                 assert_int_equal(rf_gpu_quantize_x(g_ctx, q1, cases[c].t, h1, nt, n), RF_OK);
-                assert_int_equal(rf_gpu_rmsnorm_quantize_x(g_ctx, h2, q2, cases[c].t, dx, dw, nt, n, 1e-5f), RF_OK);
+                assert_int_equal(rf_gpu_rmsnorm_quantize_x(g_ctx, h2, q2, cases[c].t, dx, NULL, dw, nt, n, 1e-5f), RF_OK);
                 float *a = host_f32(tot), *b = host_f32(tot);
                 dev_to(a, h1, tot * 4);
                 dev_to(b, h2, tot * 4);
@@ -354,6 +354,36 @@ static void test_rmsnorm_quantize_fused(void **state) {
                 const size_t nq = (size_t)tot, rec = ((nq + 255) & ~(size_t)255);
                 assert_memory_equal(qa, qb, nq);
                 assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                /* with the residual add: x + r formed in the norm's kernel and written back,
+                 * against rf_gpu_add then the norm (and rf_gpu_add_rmsnorm without quantizing) */
+                {
+                    float *dxa = dev_from(x, tot * 4), *dxb = dev_from(x, tot * 4), *dxc = dev_from(x, tot * 4);
+                    float *rr = host_f32(tot);
+                    rf_rng_fill_normal(&r, rr, tot, 1.0f);
+                    float *dr = dev_from(rr, tot * 4);
+                    assert_int_equal(rf_gpu_add(g_ctx, dxa, dxa, dr, tot), RF_OK);
+                    assert_int_equal(rf_gpu_rmsnorm(g_ctx, h1, dxa, dw, nt, n, 1e-5f), RF_OK);
+                    assert_int_equal(rf_gpu_quantize_x(g_ctx, q1, cases[c].t, h1, nt, n), RF_OK);
+                    assert_int_equal(rf_gpu_rmsnorm_quantize_x(g_ctx, h2, q2, cases[c].t, dxb, dr, dw, nt, n, 1e-5f), RF_OK);
+                    dev_to(a, h1, tot * 4);
+                    dev_to(b, h2, tot * 4);
+                    assert_memory_equal(a, b, tot * 4);
+                    dev_to(qa, q1, xb);
+                    dev_to(qb, q2, xb);
+                    assert_memory_equal(qa, qb, nq);
+                    assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                    dev_to(a, dxa, tot * 4);
+                    dev_to(b, dxb, tot * 4);
+                    assert_memory_equal(a, b, tot * 4);
+                    assert_int_equal(rf_gpu_add_rmsnorm(g_ctx, h2, dxc, dr, dw, nt, n, 1e-5f), RF_OK);
+                    dev_to(b, dxc, tot * 4);
+                    assert_memory_equal(a, b, tot * 4);
+                    dev_to(a, h1, tot * 4);
+                    dev_to(b, h2, tot * 4);
+                    assert_memory_equal(a, b, tot * 4);
+                    rf_gpu_free(g_ctx, dxa), rf_gpu_free(g_ctx, dxb), rf_gpu_free(g_ctx, dxc), rf_gpu_free(g_ctx, dr);
+                    free(rr);
+                }
                 /* the GLU fused with the quantization, against rf_gpu_swiglu / geglu then
                  * rf_gpu_quantize_x: x as gate, w's row repeated as up */
                 for (int geglu = 0; geglu < 2; geglu++) {

@@ -170,8 +170,12 @@ rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const floa
                             int64_t n_tokens, int64_t n_in);
 /* rf_gpu_rmsnorm_quantize_x: h f32 [n_tokens, n_in] = rf_gpu_rmsnorm(x, w, eps) (h may alias
  * x; n_in <= 16384) and the xq of h for wtype, as rf_gpu_quantize_x would make it, in one
- * kernel. rf_gpu_gemv_has_xq: whether (wtype, n_tokens, n_in) has the int8-x form at all. */
-rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, const float *x,
+ * kernel; with res (not NULL) x = x + res is formed first and written back (rf_gpu_add_rmsnorm). rf_gpu_gemv_has_xq: whether (wtype, n_tokens, n_in) has the int8-x form at all. */
+/* rf_gpu_add_rmsnorm: x = x + res (res not NULL; written back, as rf_gpu_add), then y =
+ * rf_gpu_rmsnorm(x, w, eps), in one kernel; n <= 16384; y must not alias x with res. */
+rf_status rf_gpu_add_rmsnorm(rf_gpu_ctx *ctx, float *y, float *x, const float *res, const float *w, int64_t rows,
+                             int64_t n, float eps);
+rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x, const float *res,
                                     const float *w, int64_t n_tokens, int64_t n_in, float eps);
 bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
 /* rf_gpu_glu_quantize_x: y f32 [n_tokens, n_in] packed = act(gate) * up as rf_gpu_swiglu /

@@ -300,22 +300,34 @@ static rf_status g_rmsnorm(rf_backend *be, rf_tensor *y, const rf_tensor *x, con
     return rf_gpu_rmsnorm(GX(be)->ctx, y->data, x->data, w ? w->data : NULL, rows, n, eps);
 }
 
-/* rmsnorm whose output the product of `next` reads: with fusions on and that product taking
- * int8 x, one kernel writes y and its quantization for next's type (g_matmul finds it) */
-static rf_status g_rmsnorm_for(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, int64_t rows,
-                               int64_t n, float eps, const rf_tensor *next) {
+/* [x += res, then] rmsnorm whose output the product of `next` reads: with fusions on and that
+ * product taking int8 x, one kernel writes y and its quantization for next's type (g_matmul
+ * finds it); the residual add is always in the norm's kernel */
+static rf_status g_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const rf_tensor *res, const rf_tensor *w,
+                               int64_t rows, int64_t n, float eps, const rf_tensor *next) {
     gpu_be *g = GX(be);
+    if (res && !g->fuse) { /* the unfused composition, for A/B runs */
+        rf_status st = rf_gpu_add(g->ctx, x->data, x->data, res->data, rows * n);
+        if (st) return st;
+        res = NULL;
+    }
     if (next && n <= 16384 && shares_xq(g, next->type, rows, n)) {
         bool ok;
         rf_status st = xq_room(g, rows, n, &ok);
         if (st) return st;
         if (ok) {
-            if ((st = rf_gpu_rmsnorm_quantize_x(g->ctx, y->data, g->xq, next->type, x->data, w ? w->data : NULL, rows,
-                                                n, eps)))
+            if ((st = rf_gpu_rmsnorm_quantize_x(g->ctx, y->data, g->xq, next->type, x->data, res ? res->data : NULL,
+                                                w ? w->data : NULL, rows, n, eps)))
                 return st;
             xq_note(g, y->data, next->type, rows, n);
             return RF_OK;
         }
+    }
+    if (res && n <= 16384)
+        return rf_gpu_add_rmsnorm(g->ctx, y->data, x->data, res->data, w ? w->data : NULL, rows, n, eps);
+    if (res) {
+        rf_status st = rf_gpu_add(g->ctx, x->data, x->data, res->data, rows * n);
+        if (st) return st;
     }
     return rf_gpu_rmsnorm(g->ctx, y->data, x->data, w ? w->data : NULL, rows, n, eps);
 }

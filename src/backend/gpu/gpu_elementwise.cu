@@ -111,12 +111,15 @@ __global__ void rf_k_rmsnorm(float *y, const float *x, const float *w, int64_t n
  * squares over k in order, the block sum, h = x * inv * w) is rf_k_rmsnorm_quantize_x's
  * exactly, so the fused and the unfused decode step see the same h bit for bit. It lets the
  * next kernel launch at its start (programmatic dependent launch: a GEMV then streams its
- * weights meanwhile). launch: one block per row, 1024 threads. tolerance as rf_k_rmsnorm. */
+ * weights meanwhile). With res (not NULL), x = x + res is formed first and written back (the
+ * residual add before a norm; y must then not alias x). launch: one block per row, 1024
+ * threads. tolerance as rf_k_rmsnorm. */
 template <int K>
-__global__ void __launch_bounds__(1024) rf_k_rmsnorm_v(float *y, const float *x, const float *w, int n, float eps) {
+__global__ void __launch_bounds__(1024) rf_k_rmsnorm_v(float *y, float *x, const float *res, const float *w, int n,
+                                                       float eps) {
     rf_pdl_trigger();
     __shared__ float sh[1024 / 32];
-    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
     float v[K], wv[K];
     float ss = 0.0f;
@@ -125,6 +128,17 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_v(float *y, const float *x,
         const int i = k * 1024 + threadIdx.x;
         v[k] = i < n ? xr[i] : 0.0f;
         wv[k] = w && i < n ? w[i] : 1.0f;
+    }
+    if (res) { /* the residual add before the norm (rf_k_add's x + r), x written back */
+        const float *rr = res + (int64_t)blockIdx.x * n;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = k * 1024 + threadIdx.x;
+            if (i < n) {
+                v[k] = v[k] + rr[i];
+                xr[i] = v[k];
+            }
+        }
     }
 #pragma unroll
     for (int k = 0; k < K; k++) ss += v[k] * v[k];
@@ -227,17 +241,23 @@ extern "C" rf_status rf_gpu_softmax(rf_gpu_ctx *ctx, float *y, const float *x, i
     rf_k_softmax<<<(unsigned)rows, RF_ROW_THREADS, 0, ctx->stream>>>(y, x, n, scale);
     return RF_GPU_LAUNCHED(ctx, "rf_k_softmax");
 }
+extern "C" rf_status rf_gpu_add_rmsnorm(rf_gpu_ctx *ctx, float *y, float *x, const float *res, const float *w,
+                                        int64_t rows, int64_t n, float eps) {
+    RF_GPU_REQUIRE(n >= 1 && n <= 16384 && rows >= 0 && rows <= 0x7fffffff && (!res || y != x), "rf_gpu_add_rmsnorm",
+                   "rows=%lld n=%lld (n <= 16384; y must not alias x with a residual)", (long long)rows, (long long)n);
+    if (rows == 0) return RF_OK;
+    const int k = (int)((n + 1023) / 1024);
+    if (k <= 4) rf_k_rmsnorm_v<4><<<(unsigned)rows, 1024, 0, ctx->stream>>>(y, x, res, w, (int)n, eps);
+    else if (k <= 8) rf_k_rmsnorm_v<8><<<(unsigned)rows, 1024, 0, ctx->stream>>>(y, x, res, w, (int)n, eps);
+    else rf_k_rmsnorm_v<16><<<(unsigned)rows, 1024, 0, ctx->stream>>>(y, x, res, w, (int)n, eps);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_rmsnorm_v");
+}
+
 extern "C" rf_status rf_gpu_rmsnorm(rf_gpu_ctx *ctx, float *y, const float *x, const float *w,
                                     int64_t rows, int64_t n, float eps) {
     RF_ROW_CHECK("rf_gpu_rmsnorm");
     if (rows == 0) return RF_OK;
-    if (n <= 16384) {
-        const int k = (int)((n + 1023) / 1024);
-        if (k <= 4) rf_k_rmsnorm_v<4><<<(unsigned)rows, 1024, 0, ctx->stream>>>(y, x, w, (int)n, eps);
-        else if (k <= 8) rf_k_rmsnorm_v<8><<<(unsigned)rows, 1024, 0, ctx->stream>>>(y, x, w, (int)n, eps);
-        else rf_k_rmsnorm_v<16><<<(unsigned)rows, 1024, 0, ctx->stream>>>(y, x, w, (int)n, eps);
-        return RF_GPU_LAUNCHED(ctx, "rf_k_rmsnorm_v");
-    }
+    if (n <= 16384) return rf_gpu_add_rmsnorm(ctx, y, (float *)x, NULL, w, rows, n, eps);
     rf_k_rmsnorm<<<(unsigned)rows, RF_ROW_THREADS, 0, ctx->stream>>>(y, x, w, n, eps);
     return RF_GPU_LAUNCHED(ctx, "rf_k_rmsnorm");
 }

@@ -144,9 +144,9 @@ static void rf_xq_layout(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int *gb
     *fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K;
 }
 
-extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype,
-                                               const float *x, const float *w, int64_t n_tokens,
-                                               int64_t n_in, float eps) {
+extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x,
+                                               const float *res, const float *w, int64_t n_tokens, int64_t n_in,
+                                               float eps) {
     const char *op = "rf_gpu_rmsnorm_quantize_x";
     const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
     if (st) return st;
@@ -155,7 +155,8 @@ extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *
     int gb;
     bool fs;
     rf_xq_layout(ctx, wtype, n_in, &gb, &fs);
-    return rf_gemv_launch_rmsnorm_quantize_x(ctx, h, xq, gb, fs, x, w, (int)n_tokens, n_in, eps);
+    RF_GPU_REQUIRE(!res || h != x, op, "h must not alias x with a residual");
+    return rf_gemv_launch_rmsnorm_quantize_x(ctx, h, xq, gb, fs, x, res, w, (int)n_tokens, n_in, eps);
 }
 
 extern "C" rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, rf_type wtype, bool geglu,

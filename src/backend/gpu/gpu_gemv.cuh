@@ -145,9 +145,8 @@ static __device__ __forceinline__ void rf_mma_tile_store(float (*red)[16][8], co
  * the x order of groups of gb blocks, fs: records with the f32 sums */
 /* ... and fused with the RMSNorm before it: h = rmsnorm(x) * w written as f32 and quantized
  * (rows tokens, n <= 16384 a multiple of 32) */
-rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, bool fs,
-                                            const float *x, const float *w, int rows, int64_t n,
-                                            float eps);
+rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, bool fs, float *x,
+                                            const float *res, const float *w, int rows, int64_t n, float eps);
 /* ... and fused with the GLU before it: y = act(gate) * up written as f32 and quantized */
 rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int gb, bool fs, bool geglu,
                                         const float *gate, int64_t gs, const float *up, int64_t us, int rows,

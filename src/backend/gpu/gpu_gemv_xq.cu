@@ -86,17 +86,18 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
  * decode step's norm and its activation quantization were two launches, each a memory latency
  * plus a dependency wait. Element i = k * 1024 + threadIdx.x, so each warp's 32 lanes hold one
  * 32-group per k. in: x f32 [rows, n], w f32 [n] or NULL (n a multiple of 32, <= 1024 K);
- * out: h f32 [rows, n] (may alias x), qx/dx as rf_k_quantize_x. launch: one block per row, 1024
+ * res f32 [rows, n] or NULL: x = x + res first, written back (h must not alias x then);
+ * out: h f32 [rows, n] (may alias x without res), qx/dx as rf_k_quantize_x. launch: one block per row, 1024
  * threads (a multiple of the group size on every target). twin: rf_ref_rmsnorm then
  * rf_k_quantize_x (bit-identical to that pair on the GPU where h is). */
 template <int GB, bool FS, int K>
-__global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int8_t *qx, float4 *dx,
-                                                                const float *x, const float *w, int n,
+__global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int8_t *qx, float4 *dx, float *x,
+                                                                const float *res, const float *w, int n,
                                                                 float eps) {
     rf_pdl_trigger();
     rf_pdl_wait();
     __shared__ float sh[1024 / 32];
-    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *xr = x + (int64_t)blockIdx.x * n;
     float v[K], wv[K];
     float ss = 0.0f;
 #pragma unroll
@@ -104,6 +105,17 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int
         const int i = k * 1024 + threadIdx.x;
         v[k] = i < n ? xr[i] : 0.0f;
         wv[k] = w && i < n ? w[i] : 1.0f;
+    }
+    if (res) { /* the residual add before the norm, as rf_k_rmsnorm_v */
+        const float *rr = res + (int64_t)blockIdx.x * n;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = k * 1024 + threadIdx.x;
+            if (i < n) {
+                v[k] = v[k] + rr[i];
+                xr[i] = v[k];
+            }
+        }
     }
 #pragma unroll
     for (int k = 0; k < K; k++) ss += v[k] * v[k];
@@ -167,15 +179,14 @@ rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int
 #undef RF_GQ
 }
 
-rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, bool fs,
-                                            const float *x, const float *w, int rows, int64_t n,
-                                            float eps) {
+rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, bool fs, float *x,
+                                            const float *res, const float *w, int rows, int64_t n, float eps) {
     const size_t tot = (size_t)rows * (size_t)n;
     float4 *dx = (float4 *)((char *)xq + ((tot + 255) & ~(size_t)255));
     const int k = (int)((n + 1023) / 1024);
 #define RF_RQ(GB, FS, K)                                                                             \
     rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,         \
-                  dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, w, (int)n, eps)
+                  dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
 #define RF_RQK(GB, FS)                                                                               \
     (k <= 4 ? RF_RQ(GB, FS, 4) : k <= 8 ? RF_RQ(GB, FS, 8) : RF_RQ(GB, FS, 16))
     switch (gb * 2 + fs) {

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# compare.sh — ROCmForge beside llama.cpp on one GPU, same synthetic GGUF files: makes the models
+# with `rocmforge mkmodel`, runs `rocmforge bench`, and where a llama.cpp build is present runs
+# llama-bench and llama-batched-bench on the same files; prints one table of both and the ratios.
+#
+#   bench/compare.sh [PHASE...]     phases, in order given (default: models bench):
+#     peer    build llama.cpp's CUDA backend from the snapshot tarball $LLAMA_SRC into
+#             $LLAMA_DIR (bench, batched-bench, server; ~5 min on 16 cores)
+#     models  write the models of $CASES into $MODELS_DIR (kept when present)
+#     bench   ours, then the peer's (when $LLAMA_DIR/bin/llama-bench exists), then the table
+#     table   the table again from the logs under $OUT
+# env: BIN (dir holding rocmforge; default build-gpu-carry, else build), OUT (logs; default
+#      ./bench-out), MODELS_DIR (/tmp/rf-models), LLAMA_SRC (.carry/peer/llama-src.tar.xz),
+#      LLAMA_DIR (/tmp/llama.cpp), CASES ("preset:type ..."), REPS (3), BATCHED (the case that
+#      also gets depths and batch sizes; llama3-8b:q4_0), DEPTH (4096), NPL (1,8,32,64)
+# llama.cpp is built on the machine from a fetched snapshot and never committed here.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-}
+if [ -z "$BIN" ]; then
+    if [ -x "$ROOT/build-gpu-carry/rocmforge" ]; then BIN=$ROOT/build-gpu-carry; else BIN=$ROOT/build; fi
+fi
+BIN=$(cd "$BIN" && pwd)
+OUT=${OUT:-$ROOT/bench-out}
+MODELS_DIR=${MODELS_DIR:-/tmp/rf-models}
+LLAMA_SRC=${LLAMA_SRC:-$ROOT/.carry/peer/llama-src.tar.xz}
+LLAMA_DIR=${LLAMA_DIR:-/tmp/llama.cpp}
+CASES=${CASES:-"llama3-8b:f16 llama3-8b:q8_0 llama3-8b:q4_0 llama3-8b:q4_k_m llama3.2-1b:f16 llama3.2-1b:q4_0"}
+REPS=${REPS:-3}
+BATCHED=${BATCHED:-llama3-8b:q4_0}
+DEPTH=${DEPTH:-4096}
+NPL=${NPL:-1,8,32,64}
+mkdir -p "$OUT" "$MODELS_DIR"
+export LD_LIBRARY_PATH="$BIN:$LLAMA_DIR/build/bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+model_path() { echo "$MODELS_DIR/${1%%:*}-${1##*:}.gguf"; }
+tag() { echo "${1%%:*}-${1##*:}"; }
+
+phase_peer() {
+    [ -s "$LLAMA_SRC" ] || { echo "peer: no snapshot tarball at $LLAMA_SRC"; return 1; }
+    local t0
+    t0=$(date +%s)
+    rm -rf "$LLAMA_DIR" && mkdir -p "$LLAMA_DIR"
+    tar -xJf "$LLAMA_SRC" -C "$LLAMA_DIR" || return 1
+    cmake -S "$LLAMA_DIR" -B "$LLAMA_DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+        -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
+        -DLLAMA_USE_PREBUILT_UI=OFF >"$OUT/peer-cmake.log" 2>&1 || { tail -20 "$OUT/peer-cmake.log"; return 1; }
+    cmake --build "$LLAMA_DIR/build" -j"$(nproc)" --target llama-bench llama-batched-bench llama-server \
+        >"$OUT/peer-build.log" 2>&1 || { grep -m5 -i error "$OUT/peer-build.log"; return 1; }
+    echo "peer: llama.cpp built in $(($(date +%s) - t0)) s ($LLAMA_DIR/build/bin)"
+}
+
+phase_models() {
+    local c m t0
+    for c in $CASES; do
+        m=$(model_path "$c")
+        [ -s "$m" ] && continue
+        t0=$(date +%s)
+        "$BIN/rocmforge" mkmodel --preset "${c%%:*}" --type "${c##*:}" -o "$m.part" -q && mv "$m.part" "$m" ||
+            { echo "mkmodel $c failed"; return 1; }
+        echo "models: $c in $(($(date +%s) - t0)) s, $(du -h "$m" | cut -f1)"
+    done
+}
+
+phase_bench() {
+    local c m t extra peer=0
+    [ -x "$LLAMA_DIR/build/bin/llama-bench" ] && peer=1
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader >"$OUT/device.txt" 2>&1
+    [ $peer = 1 ] && "$LLAMA_DIR/build/bin/llama-bench" --version >"$OUT/peer-version.txt" 2>&1
+    for c in $CASES; do
+        m=$(model_path "$c")
+        t=$(tag "$c")
+        [ -s "$m" ] || { echo "bench: $m missing (run the models phase)"; continue; }
+        extra=(-b 0)
+        [ "$c" = "$BATCHED" ] && extra=(-d "0,$DEPTH" -b "$NPL")
+        echo "bench: rocmforge $c"
+        "$BIN/rocmforge" bench -m "$m" --device gpu -p 512 -n 128 -r "$REPS" "${extra[@]}" -o json \
+            >"$OUT/rf-$t.json" 2>"$OUT/rf-$t.err" || { echo "  failed:"; tail -3 "$OUT/rf-$t.err"; }
+        [ $peer = 1 ] || continue
+        echo "bench: llama-bench $c"
+        local d=()
+        [ "$c" = "$BATCHED" ] && d=(-d "0,$DEPTH")
+        "$LLAMA_DIR/build/bin/llama-bench" -m "$m" -ngl 99 -fa 1 -p 512 -n 128 -r "$REPS" "${d[@]}" -o json \
+            >"$OUT/peer-$t.json" 2>"$OUT/peer-$t.err" || { echo "  failed:"; tail -3 "$OUT/peer-$t.err"; }
+        if [ "$c" = "$BATCHED" ]; then
+            echo "bench: llama-batched-bench $c"
+            "$LLAMA_DIR/build/bin/llama-batched-bench" -m "$m" -ngl 99 -fa 1 -c 20480 -b 2048 -ub 512 \
+                -npp 128 -ntg 128 -npl "$NPL" --output-format jsonl >"$OUT/peer-batched-$t.jsonl" \
+                2>"$OUT/peer-batched-$t.err" || { echo "  failed:"; tail -3 "$OUT/peer-batched-$t.err"; }
+        fi
+    done
+    phase_table
+}
+
+phase_table() {
+    python3 - "$OUT" "$CASES" "$BATCHED" <<'EOF'
+import json, os, sys
+out, cases, batched = sys.argv[1], sys.argv[2].split(), sys.argv[3]
+def load(p):
+    try:
+        return json.load(open(p))
+    except Exception:
+        return None
+def peer_rows(t):
+    d = load(f"{out}/peer-{t}.json") or []
+    r = {}
+    for x in d:
+        n_p, n_g, dep = x.get("n_prompt", 0), x.get("n_gen", 0), x.get("n_depth", 0)
+        k = (f"pp{n_p}" if n_p and not n_g else f"tg{n_g}") + (f" @ d{dep}" if dep else "")
+        r[k] = x.get("avg_ts")
+    return r
+dev = open(f"{out}/device.txt").read().strip() if os.path.exists(f"{out}/device.txt") else "?"
+ver = open(f"{out}/peer-version.txt").read().strip().replace("\n", "; ") if os.path.exists(f"{out}/peer-version.txt") else "no peer"
+print(f"\ndevice: {dev}\nllama.cpp: {ver}")
+print("\n| model | test | rocmforge tok/s | GB/s (of bw) | llama.cpp tok/s | ratio |")
+print("|---|---|---:|---:|---:|---:|")
+for c in cases:
+    t = c.replace(":", "-")
+    d = load(f"{out}/rf-{t}.json")
+    pr = peer_rows(t)
+    if not d:
+        print(f"| {c} | - | failed | | | |")
+        continue
+    bw = d.get("read_bw_gbs", 0)
+    for x in d["results"]:
+        if x.get("sequences", 1) > 1 or " x " in x["test"]:
+            continue
+        p = pr.get(x["test"])
+        gb = f"{x['gb_s']:.0f} ({100 * x['bw_frac']:.0f}%)" if x.get("gb_s") else "-"
+        ratio = f"{x['tok_s'] / p:.2f}" if p else "-"
+        ps = f"{p:.1f}" if p else "-"
+        print(f"| {c} | {x['test']} | {x['tok_s']:.1f} ± {x['tok_s_sd']:.1f} | {gb} | {ps} | {ratio} |")
+t = batched.replace(":", "-")
+d = load(f"{out}/rf-{t}.json")
+peer = {}
+if os.path.exists(f"{out}/peer-batched-{t}.jsonl"):
+    for line in open(f"{out}/peer-batched-{t}.jsonl"):
+        try:
+            x = json.loads(line)
+            peer[x["pl"]] = x["speed_tg"]
+        except Exception:
+            pass
+if d:
+    print(f"\nbatched generation, {batched}: aggregate tok/s")
+    print("| sequences | rocmforge tok/s | step p50 ms | llama-batched-bench S_TG | ratio |")
+    print("|---:|---:|---:|---:|---:|")
+    for x in d["results"]:
+        if " x " not in x["test"]:
+            continue
+        s = x["sequences"]
+        p = peer.get(s)
+        print(f"| {s} | {x['tok_s']:.1f} | {x.get('ms_p50', 0):.2f} | {p:.1f} | {x['tok_s'] / p:.2f} |" if p else
+              f"| {s} | {x['tok_s']:.1f} | {x.get('ms_p50', 0):.2f} | - | - |")
+EOF
+}
+
+phases=("$@")
+[ ${#phases[@]} = 0 ] && phases=(models bench)
+for p in "${phases[@]}"; do
+    case $p in
+    peer) phase_peer ;;
+    models) phase_models ;;
+    bench) phase_bench ;;
+    table) phase_table ;;
+    *) echo "unknown phase '$p' (peer, models, bench, table)"; exit 2 ;;
+    esac
+done
