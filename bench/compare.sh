@@ -9,6 +9,10 @@
 #     models  write the models of $CASES into $MODELS_DIR (kept when present)
 #     bench   ours, then the peer's (when $LLAMA_DIR/bin/llama-bench exists), then the table
 #     table   the table again from the logs under $OUT
+# The snapshot tarball (git archive of github:unslothai/llama.cpp, outside this repository):
+#   tar -cJf .carry/peer/llama-src.tar.xz CMakeLists.txt CMakePresets.json cmake ggml src common \
+#       include tools vendor licenses LICENSE AUTHORS examples pocs scripts/ui-assets.cmake
+#   (the other ggml backends may be left out); carried to the device with the run's `carry`.
 # env: BIN (dir holding rocmforge; default build-gpu-carry, else build), OUT (logs; default
 #      ./bench-out), MODELS_DIR (/tmp/rf-models), LLAMA_SRC (.carry/peer/llama-src.tar.xz),
 #      LLAMA_DIR (/tmp/llama.cpp), CASES ("preset:type ..."), REPS (3), BATCHED (the case that
@@ -20,7 +24,7 @@ BIN=${BIN:-}
 if [ -z "$BIN" ]; then
     if [ -x "$ROOT/build-gpu-carry/rocmforge" ]; then BIN=$ROOT/build-gpu-carry; else BIN=$ROOT/build; fi
 fi
-BIN=$(cd "$BIN" && pwd)
+BIN=$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")
 OUT=${OUT:-$ROOT/bench-out}
 MODELS_DIR=${MODELS_DIR:-/tmp/rf-models}
 LLAMA_SRC=${LLAMA_SRC:-$ROOT/.carry/peer/llama-src.tar.xz}
@@ -44,7 +48,7 @@ phase_peer() {
     cmake -S "$LLAMA_DIR" -B "$LLAMA_DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
         -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
-        -DLLAMA_USE_PREBUILT_UI=OFF >"$OUT/peer-cmake.log" 2>&1 || { tail -20 "$OUT/peer-cmake.log"; return 1; }
+        -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_EXAMPLES=OFF >"$OUT/peer-cmake.log" 2>&1 || { tail -20 "$OUT/peer-cmake.log"; return 1; }
     cmake --build "$LLAMA_DIR/build" -j"$(nproc)" --target llama-bench llama-batched-bench llama-server \
         >"$OUT/peer-build.log" 2>&1 || { grep -m5 -i error "$OUT/peer-build.log"; return 1; }
     echo "peer: llama.cpp built in $(($(date +%s) - t0)) s ($LLAMA_DIR/build/bin)"
@@ -66,7 +70,8 @@ phase_bench() {
     local c m t extra peer=0
     [ -x "$LLAMA_DIR/build/bin/llama-bench" ] && peer=1
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader >"$OUT/device.txt" 2>&1
-    [ $peer = 1 ] && "$LLAMA_DIR/build/bin/llama-bench" --version >"$OUT/peer-version.txt" 2>&1
+    # a snapshot unpacked without .git reports no commit: say which one it was (LLAMA_COMMIT)
+    [ $peer = 1 ] && echo "llama.cpp ${LLAMA_COMMIT:-d32676d77426540327835040d5d3279728f0b4c8} (unslothai/llama.cpp snapshot), CUDA sm_90, -fa 1, -ngl 99" >"$OUT/peer-version.txt"
     for c in $CASES; do
         m=$(model_path "$c")
         t=$(tag "$c")
