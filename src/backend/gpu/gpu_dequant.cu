@@ -23,6 +23,35 @@ __global__ void rf_k_dequantize(T *dst, const uint8_t *src, int t, int64_t n_row
     }
 }
 
+/* dequantize8: rf_k_dequantize for rows of a multiple of 8 elements, one thread per 8 consecutive
+ * elements (one 64-bit division per 8 elements, one 16-byte store of f16 or two of f32, so a
+ * warp writes 512 contiguous bytes): the per-element kernel above spent its time in the index
+ * arithmetic, and a quantized prompt step dequantizes every weight it uses. Same values. */
+template <typename T>
+__global__ void rf_k_dequantize8(T *dst, const uint8_t *src, int t, int64_t n_rows, int64_t n_in,
+                                 int64_t row_bytes, int bs, int bb) {
+    const int64_t per_row = n_in / 8, total = n_rows * per_row;
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < total;
+         c += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = c / per_row, i0 = (c - r * per_row) * 8;
+        const uint8_t *blk = src + r * row_bytes + (i0 / bs) * bb;
+        const int e0 = (int)(i0 % bs);
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = rf_dq_elem(t, blk, e0 + j);
+        T *d = dst + r * n_in + i0;
+        if constexpr (sizeof(T) == 2) {
+            union { rf_half h[8]; uint4 u; } o;
+#pragma unroll
+            for (int j = 0; j < 8; j++) o.h[j] = rf_float2half(v[j]);
+            *(uint4 *)d = o.u;
+        } else {
+            ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
+            ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
+        }
+    }
+}
+
 /* get_rows: y[k, :] = dequantize(row ids[k] of W); an id outside [0, n_rows) gives NaNs.
  * in: W n_rows rows of n_in elements (type t), ids int32 [n_ids]; out: y f32 [n_ids, n_in]
  * launch: one thread per output element, grid-stride. twin rf_ref_get_rows; exact (f32). */
@@ -70,6 +99,16 @@ extern "C" rf_status rf_gpu_dequantize(rf_gpu_ctx *ctx, void *dst, rf_type dst_t
     if (total == 0) return RF_OK;
     const int bs = rf_gq_block((int)type), bb = rf_gq_bytes((int)type), ti = (int)type;
     const uint8_t *s = (const uint8_t *)src;
+    if (n_in % 8 == 0 && bs % 8 == 0 && ((uintptr_t)dst & 15) == 0) {
+        const int64_t chunks = total / 8;
+        if (dst_type == RF_TYPE_F32)
+            rf_k_dequantize8<float><<<rf_gpu_blocks(chunks, 256), 256, 0, ctx->stream>>>(
+                (float *)dst, s, ti, n_rows, n_in, rb, bs, bb);
+        else
+            rf_k_dequantize8<rf_half><<<rf_gpu_blocks(chunks, 256), 256, 0, ctx->stream>>>(
+                (rf_half *)dst, s, ti, n_rows, n_in, rb, bs, bb);
+        return RF_GPU_LAUNCHED(ctx, "rf_k_dequantize8");
+    }
     if (dst_type == RF_TYPE_F32) {
         float *d = (float *)dst;
         rf_k_dequantize<float><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
