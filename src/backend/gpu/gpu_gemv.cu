@@ -67,17 +67,22 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
     return v;
 }
 
+/* the records quantize_x writes for weights of type t: 0 (d, int sum), 1 (+ the f32 sum of x and
+ * the int sum of the first 16: the K-quants), 2 (Q4_1 / Q5_1: the sum is ggml's q8_1 s =
+ * f16(amax / 127 * sum q), as the CPU twin's minimum term takes it) */
+static int rf_xq_records(rf_type t) {
+    if (t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1) return 2;
+    return t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K ? 1 : 0;
+}
+
 /* quantize_x into xq for the product rf_q32_variant picks (its x order); n_out does not change
  * the order, only the variant's kernel among 1..3, which share it */
 static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const float *x, int nt,
                                  int64_t n_in) {
     const int v = rf_q32_variant(ctx, t, n_in, 1);
     const int gb = v >= 4 ? rf_q32s_gb(t) : 1;
-    const bool fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K ||
-                    t == RF_TYPE_Q6_K;
-    return rf_gemv_launch_quantize_x(ctx, xq, gb, fs, x, nt, n_in);
+    return rf_gemv_launch_quantize_x(ctx, xq, gb, rf_xq_records(t), x, nt, n_in);
 }
-
 /* whole: x was quantized by the kernel right before (rf_gpu_gemv), which the default tuning
  * takes into account */
 static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t,
@@ -138,12 +143,11 @@ extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype,
 }
 
 /* the x order and record kind rf_q32_quantize writes for (t, n_in) */
-static void rf_xq_layout(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int *gb, bool *fs) {
+static void rf_xq_layout(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int *gb, int *rk) {
     const int v = rf_q32_variant(ctx, t, n_in, 1);
     *gb = v >= 4 ? rf_q32s_gb(t) : 1;
-    *fs = t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K;
+    *rk = rf_xq_records(t);
 }
-
 extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x,
                                                const float *res, const float *w, int64_t n_tokens, int64_t n_in,
                                                float eps) {
@@ -152,11 +156,10 @@ extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *
     if (st) return st;
     RF_GPU_REQUIRE(n_in <= 16384, op, "n_in=%lld above 16384", (long long)n_in);
     RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0, op, "xq must be 16-byte aligned (rf_gpu_alloc memory)");
-    int gb;
-    bool fs;
-    rf_xq_layout(ctx, wtype, n_in, &gb, &fs);
+    int gb, rk;
+    rf_xq_layout(ctx, wtype, n_in, &gb, &rk);
     RF_GPU_REQUIRE(!res || h != x, op, "h must not alias x with a residual");
-    return rf_gemv_launch_rmsnorm_quantize_x(ctx, h, xq, gb, fs, x, res, w, (int)n_tokens, n_in, eps);
+    return rf_gemv_launch_rmsnorm_quantize_x(ctx, h, xq, gb, rk, x, res, w, (int)n_tokens, n_in, eps);
 }
 
 extern "C" rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, rf_type wtype, bool geglu,
@@ -166,12 +169,11 @@ extern "C" rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, 
     const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
     if (st) return st;
     RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0, op, "xq must be 16-byte aligned (rf_gpu_alloc memory)");
-    int gb;
-    bool fs;
-    rf_xq_layout(ctx, wtype, n_in, &gb, &fs);
+    int gb, rk;
+    rf_xq_layout(ctx, wtype, n_in, &gb, &rk);
     RF_GPU_REQUIRE(gs >= n_in && us >= n_in, op, "row strides %lld, %lld below n_in=%lld", (long long)gs,
                    (long long)us, (long long)n_in);
-    return rf_gemv_launch_glu_quantize_x(ctx, y, xq, gb, fs, geglu, gate, gs, up, us, (int)n_tokens, n_in);
+    return rf_gemv_launch_glu_quantize_x(ctx, y, xq, gb, rk, geglu, gate, gs, up, us, (int)n_tokens, n_in);
 }
 
 extern "C" bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {

@@ -145,13 +145,13 @@ static __device__ __forceinline__ void rf_mma_tile_store(float (*red)[16][8], co
  * the x order of groups of gb blocks, fs: records with the f32 sums */
 /* ... and fused with the RMSNorm before it: h = rmsnorm(x) * w written as f32 and quantized
  * (rows tokens, n <= 16384 a multiple of 32) */
-rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, bool fs, float *x,
+rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, int rk, float *x,
                                             const float *res, const float *w, int rows, int64_t n, float eps);
 /* ... and fused with the GLU before it: y = act(gate) * up written as f32 and quantized */
-rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int gb, bool fs, bool geglu,
+rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int gb, int rk, bool geglu,
                                         const float *gate, int64_t gs, const float *up, int64_t us, int rows,
                                         int64_t n);
-rf_status rf_gemv_launch_quantize_x(rf_gpu_ctx *ctx, void *xq, int gb, bool fs, const float *x,
+rf_status rf_gemv_launch_quantize_x(rf_gpu_ctx *ctx, void *xq, int gb, int rk, const float *x,
                                     int nt, int64_t n_in);
 /* gpu_gemv_q32.cu: gemv_q32 (variants 1..3; HIP's only int8-x kernel), Q4_0 .. Q8_0 */
 rf_status rf_gemv_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,

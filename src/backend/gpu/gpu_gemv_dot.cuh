@@ -13,7 +13,7 @@ static __device__ __forceinline__ int rf_qh4(uint32_t qh, int sh) {
 }
 
 /* Dot of one 32-element block with one token's quantized x (xi: 8 packed int8x4, dxd: its scale,
- * sxi: the sum of its int8 values, fsum: the sum of its f32 values, used by Q4_1 / Q5_1 only).
+ * sxi: the sum of its int8 values, fsum: Q4_1 / Q5_1 only, q8_1's s of the block).
  * The block sits at a 2-byte boundary: aw points at the 4-byte word holding its first byte, o
  * (0 or 2) is that byte's offset in it (OC: o as a compile-time constant, -1: not known then;
  * known, the aligned fields are plain words and no byte_perm is spent on them; HI16: the high
@@ -75,14 +75,15 @@ static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, co
         s = rf_dp4a(hi, xi[4 + k], s);
     }
     /* centre q on c (8 / 16) in exact integers: the int8 rounding error of x then scales with
-     * |q - c|, not |q|; Q4_1 / Q5_1 add the minimum back on the exact f32 sum of x (more exact
-     * than ggml's q8_1 s = f16(d * sum q), which the CPU uses: tried, and on blocks with large
-     * minimums it broke the 1e-2 tolerance against the f32 reference) */
+     * |q - c|, not |q|. Q4_1 / Q5_1 take the block as ggml's CPU code and the CPU twin do:
+     * (d dx) sum q x + m s, with fsum carrying q8_1's s = f16(amax / 127 * sum q) (the records
+     * of rf_xq_records 2). The exact f32 sum of x instead (as before 2026-11-25) is closer to
+     * the f32 reference, but shifts every product by about the int8 rounding itself against
+     * the CPU engine: SmolLM2 Q4_1 logits 3.6-4.5e-2 from the CPU's, greedy text apart early. */
     constexpr int C = T == RF_TYPE_Q4_0 || T == RF_TYPE_Q4_1 ? 8 : 16;
-    const float sc = d * dxd * (float)(s - C * sxi);
-    if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q5_0) return sc;
+    if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q5_0) return d * dxd * (float)(s - C * sxi);
     const float m = rf_h2f_bits((uint16_t)(fw(2) & 0xFFFFu));
-    return sc + (m + (float)C * d) * fsum;
+    return d * dxd * (float)s + m * fsum;
 }
 
 /* Q6_K super-block (128 bytes of low nibbles ql, 64 of high bit pairs qh, 16 int8 scales, f16 d)

@@ -18,9 +18,10 @@
  * size). */
 /* one element's share of quantize_x: v is element i of token tok; lane = its place in the
  * group (the group is 32 consecutive lanes of one warp, all present, v = 0 past n_in) */
-template <int GB, bool FS>
+template <int GB, int RK>
 static __device__ __forceinline__ void rf_quantize_elem(int8_t *qx, float4 *dx, float v, int i, int n_in,
                                                         int tok, int lane) {
+    constexpr bool FS = RK >= 1; /* 16-byte records; RK 2: their sum is ggml's q8_1 s (below) */
     float amax = fabsf(v), sum = v;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && RF_QK == 32
     constexpr bool RX = !FS; /* the group is one whole warp: one redux.sync per reduction */
@@ -65,12 +66,16 @@ static __device__ __forceinline__ void rf_quantize_elem(int8_t *qx, float4 *dx, 
     if (i < n_in) qx[(int64_t)tok * n_in + unit * 16 + c] = (int8_t)q;
     const int64_t r = (int64_t)tok * (n_in / RF_QK) + (GB == 1 ? b : j * ng + g);
     if (i < n_in && lane == 0) {
-        if (FS) dx[r] = make_float4(d, __int_as_float(qs), sum, __int_as_float(qlo));
+        /* RK 2 (Q4_1 / Q5_1 weights): the record's sum is s = f16(amax / 127 * sum q), ggml's
+         * q8_1 s and the CPU twin's, so the minimum term m * s is the CPU's exactly */
+        const float s32 = d32 * (float)qs, s16 = __half2float(__float2half(s32));
+        const float rs = RK == 2 ? (sum != sum ? sum : fabsf(s16) <= 65504.0f ? s16 : s32) : sum; /* as d */
+        if (FS) dx[r] = make_float4(d, __int_as_float(qs), rs, __int_as_float(qlo));
         else ((float2 *)dx)[r] = make_float2(d, __int_as_float(qs));
     }
 }
 
-template <int GB, bool FS>
+template <int GB, int RK>
 __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in) {
     rf_pdl_trigger();
     rf_pdl_wait(); /* x is the previous kernel's output; qx may still be read by it */
@@ -78,7 +83,7 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
     if (i - (int)(threadIdx.x % RF_QK) >= n_in) return; /* whole groups leave together */
     const int64_t e = (int64_t)blockIdx.y * n_in + i;
     const float v = i < n_in ? x[e] : 0.0f;
-    rf_quantize_elem<GB, FS>(qx, dx, v, i, n_in, (int)blockIdx.y, (int)(threadIdx.x % RF_QK));
+    rf_quantize_elem<GB, RK>(qx, dx, v, i, n_in, (int)blockIdx.y, (int)(threadIdx.x % RF_QK));
 }
 
 /* rmsnorm_quantize_x: h = rmsnorm(x) * w (rf_k_rmsnorm_v's arithmetic: f32 h written too, for
@@ -90,7 +95,7 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
  * out: h f32 [rows, n] (may alias x without res), qx/dx as rf_k_quantize_x. launch: one block per row, 1024
  * threads (a multiple of the group size on every target). twin: rf_ref_rmsnorm then
  * rf_k_quantize_x (bit-identical to that pair on the GPU where h is). */
-template <int GB, bool FS, int K>
+template <int GB, int RK, int K>
 __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int8_t *qx, float4 *dx, float *x,
                                                                 const float *res, const float *w, int n,
                                                                 float eps) {
@@ -128,7 +133,7 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int
         if (i - (int)(threadIdx.x % RF_QK) >= n) break; /* whole groups leave together */
         const float hv = v[k] * inv * wv[k];
         if (i < n) hr[i] = hv;
-        rf_quantize_elem<GB, FS>(qx, dx, hv, i, n, (int)blockIdx.x, (int)(threadIdx.x % RF_QK));
+        rf_quantize_elem<GB, RK>(qx, dx, hv, i, n, (int)blockIdx.x, (int)(threadIdx.x % RF_QK));
     }
 }
 
@@ -138,7 +143,7 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int
  * multiple of 32) at strides gs, us (the halves of a joined gate/up product, or packed);
  * out: y f32 [rows, n] packed (may alias packed gate or up), qx/dx as rf_k_quantize_x. launch as
  * rf_k_quantize_x: grid (ceil(n / 256), rows), 256 threads. */
-template <int GB, bool FS, bool GEGLU>
+template <int GB, int RK, bool GEGLU>
 __global__ void rf_k_glu_quantize_x(float *y, int8_t *qx, float4 *dx, const float *gate, int64_t gs,
                                     const float *up, int64_t us, int n_in) {
     rf_pdl_trigger();
@@ -152,10 +157,10 @@ __global__ void rf_k_glu_quantize_x(float *y, int8_t *qx, float4 *dx, const floa
         v = (GEGLU ? rf_gelu_tanh(gv) : rf_silu(gv)) * uv;
         y[e] = v;
     }
-    rf_quantize_elem<GB, FS>(qx, dx, v, i, n_in, (int)blockIdx.y, (int)(threadIdx.x % RF_QK));
+    rf_quantize_elem<GB, RK>(qx, dx, v, i, n_in, (int)blockIdx.y, (int)(threadIdx.x % RF_QK));
 }
 
-rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int gb, bool fs, bool geglu,
+rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int gb, int rk, bool geglu,
                                         const float *gate, int64_t gs, const float *up, int64_t us, int rows,
                                         int64_t n) {
     const size_t tot = (size_t)rows * (size_t)n;
@@ -166,20 +171,24 @@ rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int
                            (int8_t *)xq, dx, gate, gs, up, us, (int)n)                                       \
            : rf_gpu_launch(ctx, "rf_k_glu_quantize_x", true, rf_k_glu_quantize_x<GB, FS, false>, grid, block, 0, y, \
                            (int8_t *)xq, dx, gate, gs, up, us, (int)n))
-    switch (gb * 2 + fs) {
-    case 3: return RF_GQ(1, true);
-    case 4: return RF_GQ(2, false);
-    case 5: return RF_GQ(2, true);
-    case 8: return RF_GQ(4, false);
-    case 9: return RF_GQ(4, true);
-    case 16: return RF_GQ(8, false);
-    case 17: return RF_GQ(8, true);
-    default: return RF_GQ(1, false);
+    switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s */
+    case 5: return RF_GQ(1, 1);
+    case 6: return RF_GQ(1, 2);
+    case 8: return RF_GQ(2, 0);
+    case 9: return RF_GQ(2, 1);
+    case 10: return RF_GQ(2, 2);
+    case 16: return RF_GQ(4, 0);
+    case 17: return RF_GQ(4, 1);
+    case 18: return RF_GQ(4, 2);
+    case 32: return RF_GQ(8, 0);
+    case 33: return RF_GQ(8, 1);
+    case 34: return RF_GQ(8, 2);
+    default: return RF_GQ(1, 0);
     }
 #undef RF_GQ
 }
 
-rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, bool fs, float *x,
+rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, int rk, float *x,
                                             const float *res, const float *w, int rows, int64_t n, float eps) {
     const size_t tot = (size_t)rows * (size_t)n;
     float4 *dx = (float4 *)((char *)xq + ((tot + 255) & ~(size_t)255));
@@ -189,15 +198,19 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
                   dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
 #define RF_RQK(GB, FS)                                                                               \
     (k <= 4 ? RF_RQ(GB, FS, 4) : k <= 8 ? RF_RQ(GB, FS, 8) : RF_RQ(GB, FS, 16))
-    switch (gb * 2 + fs) {
-    case 3: return RF_RQK(1, true);
-    case 4: return RF_RQK(2, false);
-    case 5: return RF_RQK(2, true);
-    case 8: return RF_RQK(4, false);
-    case 9: return RF_RQK(4, true);
-    case 16: return RF_RQK(8, false);
-    case 17: return RF_RQK(8, true);
-    default: return RF_RQK(1, false);
+    switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s */
+    case 5: return RF_RQK(1, 1);
+    case 6: return RF_RQK(1, 2);
+    case 8: return RF_RQK(2, 0);
+    case 9: return RF_RQK(2, 1);
+    case 10: return RF_RQK(2, 2);
+    case 16: return RF_RQK(4, 0);
+    case 17: return RF_RQK(4, 1);
+    case 18: return RF_RQK(4, 2);
+    case 32: return RF_RQK(8, 0);
+    case 33: return RF_RQK(8, 1);
+    case 34: return RF_RQK(8, 2);
+    default: return RF_RQK(1, 0);
     }
 #undef RF_RQK
 #undef RF_RQ
@@ -208,21 +221,25 @@ extern "C" size_t rf_gpu_xq_bytes(int64_t n_tokens, int64_t n_in) {
     return ((n + 255) & ~(size_t)255) + n / RF_QK * sizeof(float4);
 }
 
-rf_status rf_gemv_launch_quantize_x(rf_gpu_ctx *ctx, void *xq, int gb, bool fs, const float *x,
+rf_status rf_gemv_launch_quantize_x(rf_gpu_ctx *ctx, void *xq, int gb, int rk, const float *x,
                                     int nt, int64_t n_in) {
     const size_t n = (size_t)nt * (size_t)n_in;
     float4 *dx = (float4 *)((char *)xq + ((n + 255) & ~(size_t)255));
     const dim3 grid(rf_gpu_blocks(n_in, 256), (unsigned)nt), block(256);
 #define RF_QX(GB, FS) rf_gpu_launch(ctx, "rf_k_quantize_x", true, rf_k_quantize_x<GB, FS>, grid, block, 0, (int8_t *)xq, dx, x, (int)n_in)
-    switch (gb * 2 + fs) {
-    case 3: return RF_QX(1, true);
-    case 4: return RF_QX(2, false);
-    case 5: return RF_QX(2, true);
-    case 8: return RF_QX(4, false);
-    case 9: return RF_QX(4, true);
-    case 16: return RF_QX(8, false);
-    case 17: return RF_QX(8, true);
-    default: return RF_QX(1, false);
+    switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s */
+    case 5: return RF_QX(1, 1);
+    case 6: return RF_QX(1, 2);
+    case 8: return RF_QX(2, 0);
+    case 9: return RF_QX(2, 1);
+    case 10: return RF_QX(2, 2);
+    case 16: return RF_QX(4, 0);
+    case 17: return RF_QX(4, 1);
+    case 18: return RF_QX(4, 2);
+    case 32: return RF_QX(8, 0);
+    case 33: return RF_QX(8, 1);
+    case 34: return RF_QX(8, 2);
+    default: return RF_QX(1, 0);
     }
 #undef RF_QX
 }
