@@ -30,6 +30,7 @@ static const char k_run_usage[] =
     "  -b, --batch N           prompt tokens per forward pass (default 512)\n"
     "  --kv-type T             KV cache type: f16 (default), f32, q8_0\n"
     "  --device D              auto (default: the GPU when present and the model fits), cpu, gpu or gpu:N\n"
+    "  --tp N                  split each layer over N shards (tensor parallelism; CPU backend only so far)\n"
     "  --show-ids              print the generated token ids to stderr\n"
     "  --logits-out FILE       write the prompt's last-position logits (f32) to FILE\n"
     "  --no-timing             no timing line\n";
@@ -169,6 +170,8 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
                 o->device_index = (int32_t)idx;
             } else
                 return rf_cli_fail(2, "option --device: '%s' is not one of auto, cpu, gpu, gpu:N", v);
+        } else if (IS("--tp")) {
+            if (!(v = ARG()) || (rc = parse_int(a, v, 1, 64, &o->tp))) return rc ? rc : 2;
         } else if ((which & RF_OPT_PROMPT) && IS("--show-ids")) {
             o->show_ids = true;
         } else if ((which & RF_OPT_PROMPT) && IS("--logits-out")) {
@@ -266,6 +269,7 @@ int rf_run_load(const rf_run_opts *o, rf_model **m) {
     rf_model_params mp = rf_model_default_params();
     mp.device = o->device;
     mp.device_index = o->device_index;
+    mp.tp = o->tp;
     mp.n_threads = o->n_threads;
     struct stat sb;
     if (isatty(2) && stat(o->model, &sb) == 0 && sb.st_size >= (64 << 20)) {

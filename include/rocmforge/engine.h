@@ -34,6 +34,9 @@ typedef struct rf_model_params {
     rf_progress_fn progress; /* may be NULL */
     void *progress_user;
     int32_t device_index;    /* which GPU (--device gpu:N) */
+    int32_t tp;              /* tensor-parallel shards (--tp N; 1 = unsplit; 0 = $RF_TP or 1). The CPU backend
+                              * only for now: each layer's heads and FFN split over N shards
+                              * with an in-process all-reduce (docs/tp.md) */
 } rf_model_params;
 
 /* Defaults: CPU, threads = cores, no progress callback, GPU 0. */

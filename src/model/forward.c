@@ -9,8 +9,12 @@
 #include "model/model.h"
 #include "rocmforge/quant.h"
 
+/* Shards of the split (1 = unsplit) and the KV heads each holds (model_tp.c). */
+static int32_t n_shards(const rf_model *m) { return m->tp > 1 ? m->tp : 1; }
+static int64_t shard_head_kv(const rf_model *m) { return m->tp > 1 ? m->tp_head_kv : m->hp.n_head_kv; }
+
 rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out) {
-    int64_t kvdim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    int64_t kvdim = shard_head_kv(m) * m->hp.head_dim; /* one shard's */
     size_t row;
     if (kv_type == RF_TYPE_F32) row = (size_t)kvdim * 4;
     else if (kv_type == RF_TYPE_F16) row = (size_t)kvdim * 2;
@@ -19,7 +23,7 @@ rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out)
         if (st) return st;
     } else
         return rf_set_error(RF_ERR_INVALID_ARG, "KV cache type %s is not supported (f32, f16, q8_0)", rf_type_name(kv_type));
-    *out = (uint64_t)row * 2 * (uint64_t)m->hp.n_layer;
+    *out = (uint64_t)row * 2 * (uint64_t)m->hp.n_layer * (uint64_t)n_shards(m);
     return RF_OK;
 }
 
@@ -35,6 +39,8 @@ uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_r
     uint64_t big = (uint64_t)hp->n_vocab * hp->n_embd;
     uint64_t ff = (uint64_t)hp->n_ff * hp->n_embd;
     if (ff > big) big = ff;
+    /* + the partial O / down outputs of shards 1.. */
+    act += (uint64_t)(n_shards(m) - 1) * (uint64_t)n_batch * hp->n_embd * 4;
     return act + big * 2 + (uint64_t)n_batch * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) * 4;
 }
 
@@ -52,15 +58,19 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
     int64_t Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t rows = (int64_t)n_blocks * block_size;
     rf_status st;
-    f->kc = calloc((size_t)hp->n_layer, sizeof(rf_tensor));
-    f->vc = calloc((size_t)hp->n_layer, sizeof(rf_tensor));
-    if (!f->kc || !f->vc) {
+    /* one pool per shard and layer, of the shard's KV heads */
+    const int32_t tp = n_shards(m), n_pools = tp * hp->n_layer;
+    const int64_t KVs = shard_head_kv(m) * hp->head_dim;
+    f->kc = calloc((size_t)n_pools, sizeof(rf_tensor));
+    f->vc = calloc((size_t)n_pools, sizeof(rf_tensor));
+    f->part = tp > 1 ? calloc((size_t)tp - 1, sizeof(rf_tensor)) : NULL;
+    if (!f->kc || !f->vc || (tp > 1 && !f->part)) {
         rf_fwd_free(m, f);
         return rf_set_error(RF_ERR_OOM, "KV cache: out of memory");
     }
-    for (int il = 0; il < hp->n_layer; il++) {
-        if ((st = op->alloc(be, kv_type, KV, rows, &f->kc[il])) ||
-            (st = op->alloc(be, kv_type, KV, rows, &f->vc[il]))) {
+    for (int il = 0; il < n_pools; il++) {
+        if ((st = op->alloc(be, kv_type, KVs, rows, &f->kc[il])) ||
+            (st = op->alloc(be, kv_type, KVs, rows, &f->vc[il]))) {
             rf_fwd_free(m, f);
             return rf_set_error(st, "KV pool of %d blocks of %d positions: %s", n_blocks, block_size, rf_last_error());
         }
@@ -85,17 +95,26 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
         rf_fwd_free(m, f);
         return st;
     }
+    for (int s = 1; s < tp; s++)
+        if ((st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->part[s - 1]))) {
+            rf_fwd_free(m, f);
+            return st;
+        }
     return RF_OK;
 }
 
 void rf_fwd_free(rf_model *m, rf_fwd *f) {
     rf_backend *be = m->be;
+    const int32_t n_pools = n_shards(m) * m->hp.n_layer;
     if (f->kc)
-        for (int il = 0; il < m->hp.n_layer; il++) be->ops->free(be, &f->kc[il]);
+        for (int il = 0; il < n_pools; il++) be->ops->free(be, &f->kc[il]);
     if (f->vc)
-        for (int il = 0; il < m->hp.n_layer; il++) be->ops->free(be, &f->vc[il]);
+        for (int il = 0; il < n_pools; il++) be->ops->free(be, &f->vc[il]);
+    if (f->part)
+        for (int s = 1; s < n_shards(m); s++) be->ops->free(be, &f->part[s - 1]);
     free(f->kc);
     free(f->vc);
+    free(f->part);
     rf_tensor *bufs[] = {&f->x, &f->h, &f->q, &f->k, &f->v, &f->att, &f->o, &f->g, &f->u, &f->qkv, &f->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->ops->free(be, bufs[i]);
     memset(f, 0, sizeof *f);
@@ -110,7 +129,7 @@ void rf_fwd_free(rf_model *m, rf_fwd *f) {
 rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src) {
     rf_backend *be = m->be;
     int64_t B = f->block_size;
-    for (int il = 0; il < m->hp.n_layer; il++) {
+    for (int il = 0; il < n_shards(m) * m->hp.n_layer; il++) {
         TRY(be->ops->copy_rows(be, &f->kc[il], dst * B, src * B, B));
         TRY(be->ops->copy_rows(be, &f->vc[il], dst * B, src * B, B));
     }
@@ -123,6 +142,17 @@ static rf_tensor joined_cols(const rf_tensor *t, int64_t c0, int64_t w, int64_t 
     v.data = (char *)t->data + (size_t)c0 * 4;
     v.ne[0] = w;
     v.ne[1] = n;
+    v.owned = false;
+    return v;
+}
+
+/* A shard's activation buffer: the first rows * w elements of t packed as rows of w (tp 1: t
+ * itself, so the unsplit forward hands the ops exactly the tensors it always did). */
+static rf_tensor shard_act(const rf_tensor *t, int64_t w, int32_t tp) {
+    if (tp == 1) return *t;
+    rf_tensor v = *t;
+    v.ne[0] = w;
+    v.nb1 = (size_t)w * 4;
     v.owned = false;
     return v;
 }
@@ -157,6 +187,12 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
     TRY(op->get_rows(be, &f->x, &m->tok_embd, b));
     if (hp->embed_scale != 1.0f) TRY(op->scale(be, &f->x, hp->embed_scale, n * E));
 
+    /* tensor parallelism (model_tp.c): each layer's attention and FFN run once per shard with
+     * the shard's weights, heads and KV pool; shard 0 writes o, shards 1.. their partial
+     * products to f->part, and the all-reduce sums them into o. tp = 1 is the one shard whose
+     * tensors are the layer's own: the same ops on the same tensors as an unsplit forward. */
+    const int32_t tp = n_shards(m);
+    const int64_t Hs = H / tp, HKVs = shard_head_kv(m), Qs = Hs * D, KVs = HKVs * D, Fs = F / tp;
     for (int il = 0; il < hp->n_layer; il++) {
         const rf_layer *L = &m->layers[il];
 
@@ -164,55 +200,70 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         /* the previous layer's FFN output joins the residual stream in this norm's kernel */
         TRY(rmsnorm_for(be, &f->h, &f->x, il > 0 ? &f->o : NULL, &L->attn_norm, n, E, hp->norm_eps,
                         rf_has(&L->wqkv) ? &L->wqkv : &L->wq));
-        if (rf_has(&L->wqkv) && op->rope_store) {
-            /* one product for Q, K and V; their columns are read in place by rope_store */
-            TRY(op->matmul(be, &f->qkv, &L->wqkv, &f->h, n));
-            rf_tensor q = joined_cols(&f->qkv, 0, Q, n), k = joined_cols(&f->qkv, Q, KV, n),
-                      v = joined_cols(&f->qkv, Q + KV, KV, n);
-            TRY(op->rope_store(be, &f->q, &q, &k, &v, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->n_rot, L->rope_base,
-                               L->rope_scale, rope_ff, hp->rope_mode));
-            goto attend;
+        for (int s = 0; s < tp; s++) {
+            const rf_layer *S = tp > 1 ? &m->shards[(size_t)s * hp->n_layer + il] : L;
+            rf_tensor *kc = &f->kc[(size_t)s * hp->n_layer + il], *vc = &f->vc[(size_t)s * hp->n_layer + il];
+            rf_tensor *po = s == 0 ? &f->o : &f->part[s - 1];
+            rf_tensor q = shard_act(&f->q, Qs, tp), k = shard_act(&f->k, KVs, tp), v = shard_act(&f->v, KVs, tp),
+                      att = shard_act(&f->att, Qs, tp);
+            if (rf_has(&S->wqkv) && op->rope_store) {
+                /* one product for Q, K and V; their columns are read in place by rope_store */
+                TRY(op->matmul(be, &f->qkv, &S->wqkv, &f->h, n));
+                rf_tensor jq = joined_cols(&f->qkv, 0, Q, n), jk = joined_cols(&f->qkv, Q, KV, n),
+                          jv = joined_cols(&f->qkv, Q + KV, KV, n);
+                TRY(op->rope_store(be, &q, &jq, &jk, &jv, kc, vc, b, H, HKV, D, hp->n_rot, S->rope_base,
+                                   S->rope_scale, rope_ff, hp->rope_mode));
+                goto attend;
+            }
+            TRY(op->matmul(be, &q, &S->wq, &f->h, n));
+            TRY(op->matmul(be, &k, &S->wk, &f->h, n));
+            TRY(op->matmul(be, &v, &S->wv, &f->h, n));
+            if (rf_has(&S->bq)) TRY(op->add_bias(be, &q, &S->bq, n, Qs)); /* qwen2 */
+            if (rf_has(&S->bk)) TRY(op->add_bias(be, &k, &S->bk, n, KVs));
+            if (rf_has(&S->bv)) TRY(op->add_bias(be, &v, &S->bv, n, KVs));
+            if (rf_has(&S->q_norm)) TRY(op->rmsnorm(be, &q, &q, &S->q_norm, n * Hs, D, hp->norm_eps)); /* gemma3 */
+            if (rf_has(&S->k_norm)) TRY(op->rmsnorm(be, &k, &k, &S->k_norm, n * HKVs, D, hp->norm_eps));
+            if (op->rope_store) {
+                TRY(op->rope_store(be, &q, &q, &k, &v, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
+                                   rope_ff, hp->rope_mode));
+            } else {
+                TRY(op->rope(be, &q, b, Hs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode));
+                TRY(op->rope(be, &k, b, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode));
+                TRY(op->kv_store(be, kc, &k, b));
+                TRY(op->kv_store(be, vc, &v, b));
+            }
+        attend:
+            TRY(op->attention(be, &att, &q, kc, vc, b, Hs, HKVs, D, hp->attn_scale, S->is_swa ? hp->n_swa : 0, 0.0f));
+            TRY(op->matmul(be, po, &S->wo, &att, n)); /* a shard's: the partial sum over its heads */
         }
-        TRY(op->matmul(be, &f->q, &L->wq, &f->h, n));
-        TRY(op->matmul(be, &f->k, &L->wk, &f->h, n));
-        TRY(op->matmul(be, &f->v, &L->wv, &f->h, n));
-        if (rf_has(&L->bq)) TRY(op->add_bias(be, &f->q, &L->bq, n, Q)); /* qwen2 */
-        if (rf_has(&L->bk)) TRY(op->add_bias(be, &f->k, &L->bk, n, KV));
-        if (rf_has(&L->bv)) TRY(op->add_bias(be, &f->v, &L->bv, n, KV));
-        if (rf_has(&L->q_norm)) TRY(op->rmsnorm(be, &f->q, &f->q, &L->q_norm, n * H, D, hp->norm_eps)); /* gemma3 */
-        if (rf_has(&L->k_norm)) TRY(op->rmsnorm(be, &f->k, &f->k, &L->k_norm, n * HKV, D, hp->norm_eps));
-        if (op->rope_store) {
-            TRY(op->rope_store(be, &f->q, &f->q, &f->k, &f->v, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->n_rot,
-                               L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
-        } else {
-            TRY(op->rope(be, &f->q, b, H, D, hp->n_rot, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
-            TRY(op->rope(be, &f->k, b, HKV, D, hp->n_rot, L->rope_base, L->rope_scale, rope_ff, hp->rope_mode));
-            TRY(op->kv_store(be, &f->kc[il], &f->k, b));
-            TRY(op->kv_store(be, &f->vc[il], &f->v, b));
-        }
-    attend:
-        TRY(op->attention(be, &f->att, &f->q, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->attn_scale,
-                          L->is_swa ? hp->n_swa : 0, 0.0f));
-        TRY(op->matmul(be, &f->o, &L->wo, &f->att, n));
-        if (rf_has(&L->bo)) TRY(op->add_bias(be, &f->o, &L->bo, n, E));
+        if (tp > 1) TRY(rf_tp_allreduce(m, &f->o, f->part, n * E));
+        if (rf_has(&L->bo)) TRY(op->add_bias(be, &f->o, &L->bo, n, E)); /* once, after the reduce */
         if (rf_has(&L->attn_post_norm)) TRY(op->rmsnorm(be, &f->o, &f->o, &L->attn_post_norm, n, E, hp->norm_eps));
         /* (o joins the residual stream in the FFN norm below) */
 
         /* ---- feed-forward block ---- */
-        if (rf_has(&L->ffn_gu) && f->joined_gu && op->glu_for) {
-            /* one product for gate and up; the GLU reads both halves of each row in place */
+        if (rf_has(&L->ffn_gu) && f->joined_gu && op->glu_for)
             TRY(rmsnorm_for(be, &f->h, &f->x, &f->o, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gu));
-            TRY(op->matmul(be, &f->u, &L->ffn_gu, &f->h, n));
-            rf_tensor gt = joined_cols(&f->u, 0, F, n), ut = joined_cols(&f->u, F, F, n);
-            TRY(op->glu_for(be, &f->g, &gt, &ut, n * F, hp->glu, &L->ffn_down));
-        } else {
+        else
             TRY(rmsnorm_for(be, &f->h, &f->x, &f->o, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gate));
-            TRY(op->matmul(be, &f->g, &L->ffn_gate, &f->h, n));
-            TRY(op->matmul(be, &f->u, &L->ffn_up, &f->h, n));
-            if (op->glu_for) TRY(op->glu_for(be, &f->g, &f->g, &f->u, n * F, hp->glu, &L->ffn_down));
-            else TRY(op->glu(be, &f->g, &f->g, &f->u, n * F, hp->glu));
+        for (int s = 0; s < tp; s++) {
+            const rf_layer *S = tp > 1 ? &m->shards[(size_t)s * hp->n_layer + il] : L;
+            rf_tensor *po = s == 0 ? &f->o : &f->part[s - 1];
+            rf_tensor g = shard_act(&f->g, Fs, tp), u = shard_act(&f->u, Fs, tp);
+            if (rf_has(&S->ffn_gu) && f->joined_gu && op->glu_for) {
+                /* one product for gate and up; the GLU reads both halves of each row in place */
+                TRY(op->matmul(be, &f->u, &S->ffn_gu, &f->h, n));
+                rf_tensor gt = joined_cols(&f->u, 0, F, n), ut = joined_cols(&f->u, F, F, n);
+                TRY(op->glu_for(be, &g, &gt, &ut, n * F, hp->glu, &S->ffn_down));
+            } else {
+                TRY(op->matmul(be, &g, &S->ffn_gate, &f->h, n));
+                TRY(op->matmul(be, &u, &S->ffn_up, &f->h, n));
+                if (op->glu_for) TRY(op->glu_for(be, &g, &g, &u, n * Fs, hp->glu, &S->ffn_down));
+                else TRY(op->glu(be, &g, &g, &u, n * Fs, hp->glu));
+            }
+            TRY(op->matmul(be, po, &S->ffn_down, &g, n));
         }
-        TRY(op->matmul(be, &f->o, &L->ffn_down, &f->g, n));
+        if (tp > 1) TRY(rf_tp_allreduce(m, &f->o, f->part, n * E));
         if (rf_has(&L->ffn_post_norm)) TRY(op->rmsnorm(be, &f->o, &f->o, &L->ffn_post_norm, n, E, hp->norm_eps));
         /* (o joins the residual stream in the next layer's attention norm, or below) */
     }

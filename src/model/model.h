@@ -60,6 +60,11 @@ struct rf_model {
     float load_last;
     char name[128];
     const char *ftype;
+    /* tensor parallelism (model_tp.c, docs/tp.md): tp shards (1 = unsplit); with tp > 1 shard
+     * s of layer il is shards[s * n_layer + il], views into layers[il]'s weights holding
+     * tp_head query heads and tp_head_kv KV heads (replicated when n_head_kv < tp) */
+    int32_t tp, tp_head, tp_head_kv;
+    rf_layer *shards;
 };
 
 /* True when a tensor slot was bound (optional tensors stay zeroed). */
@@ -71,12 +76,15 @@ typedef struct rf_fwd {
     int32_t n_batch;                     /* tokens per step at most */
     int32_t n_blocks, block_size;        /* KV pool: n_blocks * block_size rows per layer */
     rf_type kv_type;
-    rf_tensor *kc, *vc;                  /* [n_layer] pools [n_blocks*block_size, n_head_kv*head_dim] */
+    rf_tensor *kc, *vc;                  /* [tp * n_layer] pools [n_blocks*block_size, heads*head_dim]:
+                                          * shard s's layer il at s * n_layer + il, its KV heads */
     rf_tensor x, h, q, k, v, att, o, g, u; /* activations [n_batch, ...] */
     rf_tensor qkv;                       /* [n_batch, Q + 2 KV] for joined Q/K/V (else unused) */
     bool joined_gu;                      /* u is [n_batch, 2 n_ff]: joined gate/up output */
     rf_tensor logits;                    /* [logit_rows, n_vocab] */
     int32_t logit_rows;                  /* >= RF_LOGIT_ROWS: a step's outputs kept on the backend */
+    rf_tensor *part;                     /* tp > 1: [tp - 1] partial O / down outputs [n_batch, n_embd]
+                                          * of shards 1.. (shard 0 writes o), summed by the all-reduce */
 } rf_fwd;
 
 #define RF_LOGIT_ROWS 32
@@ -98,6 +106,16 @@ void rf_fwd_free(rf_model *m, rf_fwd *f);
 rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out);
 /* Copies block src's K/V rows to block dst in every layer (copy-on-write). */
 rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src);
+
+/* Splits every layer over tp shards (model_tp.c): Q/K/V and gate/up by output rows (whole
+ * heads; KV heads replicated where n_head_kv < tp), O and down by input columns, as views into
+ * the loaded weights. tp <= 1: nothing. Errors (nothing changed): RF_ERR_UNSUPPORTED on a device
+ * backend or where a column slice would cut a quantization block; RF_ERR_INVALID_ARG when tp
+ * does not divide the heads, the KV heads (or they it) or n_ff. */
+rf_status rf_model_shard(rf_model *m, int32_t tp);
+/* The in-process all-reduce of the shards' partial outputs: o += part[0] + ... + part[tp - 2]
+ * over n elements, in shard order (deterministic). */
+rf_status rf_tp_allreduce(rf_model *m, rf_tensor *o, rf_tensor *part, int64_t n);
 
 /* Library-internal session accessors (session.c) for the generation loop. */
 const rf_vocab *rf_session_vocab(const rf_session *s);

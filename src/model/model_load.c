@@ -15,7 +15,7 @@ static const char *const k_arch_names[RF_ARCH_COUNT] = {"llama", "qwen2", "gemma
 const char *rf_supported_archs(void) { return "llama, qwen2, gemma3"; }
 
 rf_model_params rf_model_default_params(void) {
-    rf_model_params p = {RF_DEVICE_CPU, 0, NULL, NULL, 0};
+    rf_model_params p = {RF_DEVICE_CPU, 0, NULL, NULL, 0, 0};
     return p;
 }
 
@@ -407,8 +407,20 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
     snprintf(m->name, sizeof m->name, "%s", name ? name : "");
     rf_clear_error();
     if ((st = load_hparams(m))) goto fail;
+    /* RF_TP: the split for commands without a --tp option (bench, serve) */
+    if (p.tp == 0 && getenv("RF_TP")) p.tp = atoi(getenv("RF_TP"));
+    if (p.tp < 0 || p.tp > 64) {
+        st = rf_set_error(RF_ERR_INVALID_ARG, "--tp %d: the shard count must be 1 to 64", p.tp);
+        goto fail;
+    }
+    if (p.tp > 1 && p.device == RF_DEVICE_AUTO) { /* the split runs on the CPU only so far */
+        RF_LOGI("--tp %d: running on the CPU (tensor parallelism on GPUs is not built yet)", p.tp);
+        p.device = RF_DEVICE_CPU;
+    }
     if ((st = open_backend(m, &p))) goto fail;
     if ((st = load_weights(m))) goto fail;
+    if ((st = rf_model_shard(m, p.tp))) goto fail;
+    if (m->tp > 1) RF_LOGI("model: layers split over %d shards (%d heads, %d KV heads each)", m->tp, m->tp_head, m->tp_head_kv);
     if (m->progress && m->load_last < 1.0f) m->progress(1.0f, m->progress_user);
     if ((st = rf_vocab_load(m->g, &m->vocab))) goto fail;
     if (rf_vocab_n_tokens(m->vocab) > m->hp.n_vocab) {
@@ -451,6 +463,7 @@ static void free_weights(rf_model *m) {
 void rf_model_free(rf_model *m) {
     if (!m) return;
     if (m->be) free_weights(m);
+    free(m->shards); /* views: the weights are the layers' */
     free(m->layers);
     if (m->vocab) rf_vocab_free(m->vocab);
     if (m->chat) rf_chat_template_free(m->chat);

@@ -81,6 +81,13 @@ cmp -s "$T/s1" "$T/s2" || fail "same seed gave different output"
 # q8_0 and f32 KV caches run
 "$RF" run -m "$M" -p "Once upon a time" -n 4 --kv-type q8_0 >/dev/null 2>&1 || fail "--kv-type q8_0"
 "$RF" run -m "$M" -p "Once upon a time" -n 4 --kv-type f32 --batch 2 >/dev/null 2>&1 || fail "--kv-type f32 --batch 2"
+# --tp N (tensor parallelism, CPU): the same greedy tokens as unsplit on the tiny q8_0 model
+# (test_tp compares logits); N that does not divide the heads, or a bad value, is refused
+"$RF" run -m "$M" -p "Once upon a time" -n 16 --device cpu --show-ids --no-timing >/dev/null 2>"$T/tp1" || fail "run (tp 1)"
+"$RF" run -m "$M" -p "Once upon a time" -n 16 --device cpu --tp 2 --show-ids --no-timing >/dev/null 2>"$T/tp2" || fail "--tp 2: $(cat "$T/tp2")"
+cmp -s "$T/tp1" "$T/tp2" || fail "--tp 2 greedy ids differ: $(cat "$T/tp1") vs $(cat "$T/tp2")"
+expect 1 "--tp 3 does not divide the 4 heads" -- "$RF" run -m "$M" -p hi --device cpu --tp 3
+expect 2 "option --tp: '0' must be an integer in [1, 64]" -- "$RF" run -m "$M" -p hi --tp 0
 
 SMOL=$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -f "$SMOL" ]; then

@@ -1,0 +1,115 @@
+/* model_tp.c — tensor parallelism (docs/tp.md): the Megatron-style split of every layer over
+ * tp shards, and the in-process all-reduce that sums the shards' partial outputs.
+ *
+ * Shard s holds query heads [s*Hs, (s+1)*Hs) (Hs = n_head / tp) and the KV heads they read:
+ * HKV / tp of them when tp divides n_head_kv, else (tp a multiple of n_head_kv, GQA) the one
+ * KV head of its query group, replicated on the tp / n_head_kv shards that share it. Q/K/V,
+ * their biases and gate/up are split by output rows (contiguous rows: plain views); O and down
+ * by input columns: a view that starts at the slice's first column and keeps the full row
+ * stride (nb1), which the CPU matmul honours. Each shard's O and down products are therefore
+ * partial sums over its columns, which the all-reduce adds. The embedding, the norms and the
+ * LM head stay whole (every shard reads the same residual stream). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "rocmforge/quant.h"
+
+/* rows [r0, r0 + n) of a weight, or elements [r0, r0 + n) of a vector (ne[1] = 1) */
+static rf_tensor slice_rows(const rf_tensor *t, int64_t r0, int64_t n) {
+    if (!rf_has(t)) return *t;
+    if (t->ne[1] == 1 && n != 1) { /* a bias: elements of its one row */
+        rf_tensor v = *t;
+        v.data = (char *)t->data + (size_t)r0 * 4;
+        v.ne[0] = n;
+        v.nb1 = (size_t)n * 4;
+        v.owned = false;
+        return v;
+    }
+    return rf_tensor_rows(t, r0, n);
+}
+
+/* input columns [c0, c0 + n) of every row: a strided view (c0 and n whole blocks, checked) */
+static rf_status slice_cols(const rf_tensor *t, int64_t c0, int64_t n, const char *what, rf_tensor *out) {
+    const rf_type_traits *tr = rf_type_info(t->type);
+    int64_t bs = tr ? tr->block_size : 0;
+    if (!tr || bs <= 0 || c0 % bs || n % bs)
+        return rf_set_error(RF_ERR_UNSUPPORTED,
+                            "--tp: %s (%s, blocks of %lld) cannot be cut into column slices of %lld at column %lld "
+                            "(a shard's slice must be whole blocks)",
+                            what, rf_type_name(t->type), (long long)bs, (long long)n, (long long)c0);
+    *out = *t;
+    out->data = (char *)t->data + (size_t)(c0 / bs) * tr->type_size;
+    out->ne[0] = n;
+    out->owned = false; /* nb1 stays the full row's */
+    return RF_OK;
+}
+
+rf_status rf_model_shard(rf_model *m, int32_t tp) {
+    const rf_hparams *hp = &m->hp;
+    if (tp <= 1) {
+        m->tp = 1;
+        m->tp_head = hp->n_head;
+        m->tp_head_kv = hp->n_head_kv;
+        return RF_OK;
+    }
+    if (rf_backend_on_device(m->be))
+        return rf_set_error(RF_ERR_UNSUPPORTED,
+                            "--tp %d: tensor parallelism runs on the CPU backend only so far (the GPU part: docs/tp.md)", tp);
+    const int64_t H = hp->n_head, HKV = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
+    if (H % tp || F % tp)
+        return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %lld heads and the FFN width %lld", tp,
+                            (long long)H, (long long)F);
+    if (HKV % tp && tp % HKV)
+        return rf_set_error(RF_ERR_INVALID_ARG,
+                            "--tp %d: the %lld KV heads can neither be split over %d shards nor replicated evenly", tp,
+                            (long long)HKV, tp);
+    const int64_t Hs = H / tp, HKVs = HKV % tp == 0 ? HKV / tp : 1, G = H / HKV, Fs = F / tp;
+    rf_layer *sh = calloc((size_t)tp * hp->n_layer, sizeof *sh);
+    if (!sh) return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    for (int s = 0; s < tp; s++)
+        for (int il = 0; il < hp->n_layer; il++) {
+            const rf_layer *L = &m->layers[il];
+            rf_layer *S = &sh[(size_t)s * hp->n_layer + il];
+            *S = *L;
+            /* the shard reads the parts apart: no joined products */
+            memset(&S->wqkv, 0, sizeof S->wqkv);
+            memset(&S->ffn_gu, 0, sizeof S->ffn_gu);
+            int64_t q0 = s * Hs * D, kv0 = (HKV % tp == 0 ? s * HKVs : s * Hs / G) * D;
+            S->wq = slice_rows(&L->wq, q0, Hs * D);
+            S->wk = slice_rows(&L->wk, kv0, HKVs * D);
+            S->wv = slice_rows(&L->wv, kv0, HKVs * D);
+            S->bq = slice_rows(&L->bq, q0, Hs * D);
+            S->bk = slice_rows(&L->bk, kv0, HKVs * D);
+            S->bv = slice_rows(&L->bv, kv0, HKVs * D);
+            S->ffn_gate = slice_rows(&L->ffn_gate, s * Fs, Fs);
+            S->ffn_up = slice_rows(&L->ffn_up, s * Fs, Fs);
+            rf_status st;
+            char what[64];
+            snprintf(what, sizeof what, "blk.%d.attn_output", il);
+            if ((st = slice_cols(&L->wo, q0, Hs * D, what, &S->wo))) goto fail;
+            snprintf(what, sizeof what, "blk.%d.ffn_down", il);
+            if ((st = slice_cols(&L->ffn_down, s * Fs, Fs, what, &S->ffn_down))) goto fail;
+            continue;
+        fail:
+            free(sh);
+            return st;
+        }
+    m->shards = sh;
+    m->tp = tp;
+    m->tp_head = (int32_t)Hs;
+    m->tp_head_kv = (int32_t)HKVs;
+    return RF_OK;
+}
+
+rf_status rf_tp_allreduce(rf_model *m, rf_tensor *o, rf_tensor *part, int64_t n) {
+    /* Shards run one after another in this process, so the reduce is a chain of adds in shard
+     * order: ((p0 + p1) + p2) + p3. Across GPUs NCCL's ring sums in its own order; that differs
+     * from this only in float rounding. */
+    for (int s = 1; s < m->tp; s++) {
+        rf_status st = m->be->ops->add(m->be, o, o, &part[s - 1], n);
+        if (st) return st;
+    }
+    return RF_OK;
+}

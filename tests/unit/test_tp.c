@@ -1,0 +1,238 @@
+/* test_tp.c — tensor parallelism on the CPU backend (model_tp.c, docs/tp.md): the tiny
+ * synthetic models of every architecture (llama with GQA, llama 2 without, qwen2 with biases
+ * and 3 query heads per KV head, gemma3 with Q/K norms, post-norms and sliding windows), in f32
+ * and q8_0, loaded unsplit and split over 2 and 4 shards where the heads allow:
+ *  - the last prompt position's logits: rel. L2 vs the unsplit forward below TOL_F32 / TOL_Q8
+ *    (the split changes only the order of the sums in O and down: each shard's partial product,
+ *    then the all-reduce; q8_0 activations are quantized per 32-element block, and the slices
+ *    start on block boundaries, so the quantized inputs are the same bytes. With f32 weights
+ *    the differences are float rounding (~1e-7..1e-5). With q8_0 weights every product's input
+ *    is requantized to 8 bits, which absorbs them: the logits are mostly bit-identical, and
+ *    where one activation's rounding flips, ~1e-2);
+ *  - 32 greedy tokens after the prompt: equal, or equal up to a near tie of the unsplit run
+ *    (margin < ARGMAX_TIE, as test_model_golden; tiny q8_0 meets one at token 17);
+ *  - both with an f32 and an f16 KV cache (f16 rounds K, V, q and the probabilities, which
+ *    turns a last-bit difference into an f16 half-ulp now and then: a looser tolerance);
+ *  - the KV pool: one per shard and layer, of the shard's KV heads (replicated where
+ *    n_head_kv < tp), and rf_kv_bytes_per_pos counts them all;
+ *  - errors: a shard count that does not divide the heads (qwen2: 6 heads, tp 4) and a column
+ *    split inside a quantization block (q4_K's 256-element blocks at tp 2) are refused at load
+ *    with a message naming why. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+#define TOL_F32 2e-4     /* f32 weights, f32 KV cache: seen <= 6e-5 (gemma3) */
+#define TOL_F32_KV16 2e-3 /* f32 weights, f16 KV cache: seen <= 3.2e-4 (gemma3) */
+#define TOL_Q8 3e-2       /* q8_0 weights: 0 in 24 of 28 cases, 6.8e-3..1.2e-2 in 4 (f16 cache) */
+#define N_PROMPT 24
+#define N_GEN 32
+#define BLOCK 16
+#define ARGMAX_TIE 0.1f /* as test_model_golden */
+
+static char g_dir[1024];
+
+static const char *const k_presets[] = {"tiny", "tiny-qwen2", "tiny-gemma3", "tiny-llama2"};
+static const char *const k_types[] = {"f32", "q8_0"};
+
+static void model_path(char *buf, size_t cap, const char *preset, const char *type) {
+    snprintf(buf, cap, "%s/tp-%s.%s.gguf", g_dir, preset, type);
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *cli = getenv("RF_CLI");
+    if (!cli) return -1;
+    snprintf(g_dir, sizeof g_dir, "%s/synth-models", RF_BINARY_DIR);
+    for (size_t p = 0; p < sizeof k_presets / sizeof *k_presets; p++)
+        for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++) {
+            char path[1200], cmd[4096];
+            model_path(path, sizeof path, k_presets[p], k_types[t]);
+            snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset %s --type %s -o '%s' >/dev/null 2>&1", g_dir,
+                     cli, k_presets[p], k_types[t], path);
+            if (system(cmd) != 0) return -1;
+        }
+    char path[1200], cmd[4096];
+    model_path(path, sizeof path, "tiny", "q4_k_m");
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel --preset tiny --type q4_k_m -o '%s' >/dev/null 2>&1", cli, path);
+    return system(cmd) != 0 ? -1 : 0;
+}
+
+static rf_status load(const char *path, int tp, rf_model **m) {
+    rf_model_params mp = rf_model_default_params();
+    mp.n_threads = 2;
+    mp.tp = tp;
+    return rf_model_load(path, &mp, m);
+}
+
+/* The greedy token and its margin over the runner-up (logit units). */
+static int32_t argmax(const float *lg, int32_t nv, float *margin) {
+    int32_t best = 0;
+    for (int32_t v = 1; v < nv; v++)
+        if (lg[v] > lg[best]) best = v;
+    float second = -INFINITY;
+    for (int32_t v = 0; v < nv; v++)
+        if (v != best && lg[v] > second) second = lg[v];
+    *margin = lg[best] - second;
+    return best;
+}
+
+/* One step of one sequence: tokens ids[0..n) at positions p0.. through rf_forward, the last
+ * one's logits to lg. */
+static void step(rf_model *m, rf_fwd *f, const int32_t *table, int32_t n_blocks, const int32_t *ids, int n, int p0,
+                 float *lg) {
+    int32_t pos[N_PROMPT], seq[N_PROMPT], slot[N_PROMPT];
+    for (int i = 0; i < n; i++) {
+        pos[i] = p0 + i;
+        seq[i] = 0;
+        slot[i] = table[(p0 + i) / BLOCK] * BLOCK + (p0 + i) % BLOCK;
+    }
+    int32_t out_row = n - 1;
+    rf_batch b = {0};
+    b.n_tokens = n;
+    b.ids = ids;
+    b.pos = pos;
+    b.seq = seq;
+    b.slot = slot;
+    b.n_seqs = 1;
+    b.max_blocks = n_blocks;
+    b.block_size = BLOCK;
+    b.block_table = table;
+    b.n_out = 1;
+    b.out_rows = &out_row;
+    if (rf_forward(m, f, &b, lg)) fail_msg("forward: %s", rf_last_error());
+}
+
+/* One sequence: the prompt in one step (its last position's logits to lg0), then n_gen greedy
+ * tokens one step each (to gen, each with its margin over the runner-up). */
+static void run_seq(rf_model *m, rf_type kv_type, const int32_t *prompt, int n_prompt, int n_gen, float *lg0,
+                    int32_t *gen, float *margin) {
+    const int32_t nv = m->hp.n_vocab, n_blocks = (n_prompt + n_gen + BLOCK - 1) / BLOCK;
+    rf_fwd f;
+    if (rf_fwd_init(m, &f, n_blocks, BLOCK, n_prompt, kv_type, 1)) fail_msg("fwd_init: %s", rf_last_error());
+    int32_t table[64];
+    for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i; /* not the identity: paging is read */
+    float *lg = malloc((size_t)nv * sizeof *lg);
+    step(m, &f, table, n_blocks, prompt, n_prompt, 0, lg0);
+    gen[0] = argmax(lg0, nv, &margin[0]);
+    for (int g = 1; g < n_gen; g++) {
+        step(m, &f, table, n_blocks, &gen[g - 1], 1, n_prompt + g - 1, lg);
+        gen[g] = argmax(lg, nv, &margin[g]);
+    }
+    free(lg);
+    rf_fwd_free(m, &f);
+}
+
+/* The prompts: ids spread over the vocabulary, and "Hello world, this is a test" as the tiny
+ * llama vocabulary encodes it (BOS 2032 first: `rocmforge run`'s prompt, on which tiny q8_0 at
+ * tp 2 with an f16 cache shows a nonzero difference). Ids are taken modulo each vocabulary. */
+static const int32_t k_text_prompt[] = {2032, 39, 308, 445, 483, 296, 11, 256, 370, 360, 259, 256, 407};
+
+/* One model file, split at tp vs unsplit (m1's results given), with one KV type and prompt. */
+static void compare(const char *preset, const char *type, rf_model *m1, int tp, rf_type kvt, int prompt_i,
+                    const int32_t *prompt, int np, const float *lg1, const int32_t *gen1, const float *margin1) {
+    char path[1200];
+    model_path(path, sizeof path, preset, type);
+    const int32_t nv = m1->hp.n_vocab;
+    rf_model *mN = NULL;
+    rf_status st = load(path, tp, &mN);
+    if (m1->hp.n_head % tp) { /* qwen2's 6 heads at tp 4: refused, by name */
+        assert_int_equal(st, RF_ERR_INVALID_ARG);
+        assert_non_null(strstr(rf_last_error(), "does not divide"));
+        if (kvt == RF_TYPE_F32 && prompt_i == 0) printf("  %-12s %-5s tp %d: refused: %s\n", preset, type, tp, rf_last_error());
+        return;
+    }
+    if (st) fail_msg("load %s at tp %d: %s", path, tp, rf_last_error());
+    assert_int_equal(mN->tp, tp);
+    assert_int_equal(mN->tp_head * tp, m1->hp.n_head);
+    /* KV pools: the shard's heads, replicated where there are fewer KV heads than shards */
+    int32_t want_kv = m1->hp.n_head_kv >= tp ? m1->hp.n_head_kv / tp : 1;
+    assert_int_equal(mN->tp_head_kv, want_kv);
+    uint64_t kv1, kvN;
+    assert_int_equal(rf_kv_bytes_per_pos(m1, RF_TYPE_F32, &kv1), RF_OK);
+    assert_int_equal(rf_kv_bytes_per_pos(mN, RF_TYPE_F32, &kvN), RF_OK);
+    assert_true(kvN == kv1 / (uint64_t)m1->hp.n_head_kv * (uint64_t)want_kv * (uint64_t)tp);
+    float *lgN = malloc((size_t)nv * 4), marginN[N_GEN];
+    int32_t genN[N_GEN];
+    run_seq(mN, kvt, prompt, np, N_GEN, lgN, genN, marginN);
+    double rel = rf_rel_l2(lgN, lg1, (size_t)nv), mad = rf_max_abs_diff(lgN, lg1, (size_t)nv);
+    double tol = strcmp(type, "f32") ? TOL_Q8 : kvt == RF_TYPE_F16 ? TOL_F32_KV16 : TOL_F32;
+    int same = 0;
+    while (same < N_GEN && gen1[same] == genN[same]) same++;
+    printf("  %-12s %-5s KV %-3s prompt %d tp %d: logits rel L2 %.3g (max abs %.3g, tol %.0e), greedy %d/%d equal",
+           preset, type, rf_type_name(kvt), prompt_i, tp, rel, mad, tol, same, N_GEN);
+    if (same < N_GEN) printf(" (then a near tie: unsplit margin %.3g)", margin1[same]);
+    printf("\n");
+    assert_true(rel < tol);
+    /* greedy: equal, or equal up to a step where the unsplit pick led by less than ARGMAX_TIE
+     * (a rounding flip meeting a near tie; after it the sequences differ by construction) */
+    assert_true(same == N_GEN || margin1[same] < ARGMAX_TIE);
+    free(lgN);
+    rf_model_free(mN);
+}
+
+static void test_sharded_vs_unsharded(void **state) {
+    (void)state;
+    for (size_t pi = 0; pi < sizeof k_presets / sizeof *k_presets; pi++)
+        for (size_t ti = 0; ti < sizeof k_types / sizeof *k_types; ti++) {
+            char path[1200];
+            model_path(path, sizeof path, k_presets[pi], k_types[ti]);
+            rf_model *m1 = NULL;
+            if (load(path, 1, &m1)) fail_msg("load %s: %s", path, rf_last_error());
+            const int32_t nv = m1->hp.n_vocab;
+            float *lg1 = malloc((size_t)nv * 4), margin1[N_GEN];
+            int32_t gen1[N_GEN];
+            for (int prompt_i = 0; prompt_i < 2; prompt_i++) {
+                int32_t prompt[N_PROMPT];
+                int np = prompt_i ? (int)(sizeof k_text_prompt / sizeof *k_text_prompt) : N_PROMPT;
+                for (int i = 0; i < np; i++) prompt[i] = (prompt_i ? k_text_prompt[i] : i * 131 + 7) % nv;
+                for (int kvi = 0; kvi < 2; kvi++) {
+                    const rf_type kvt = kvi ? RF_TYPE_F16 : RF_TYPE_F32;
+                    run_seq(m1, kvt, prompt, np, N_GEN, lg1, gen1, margin1);
+                    for (int tp = 2; tp <= 4; tp *= 2)
+                        compare(k_presets[pi], k_types[ti], m1, tp, kvt, prompt_i, prompt, np, lg1, gen1, margin1);
+                }
+            }
+            free(lg1);
+            rf_model_free(m1);
+        }
+}
+
+static void test_refused_splits(void **state) {
+    (void)state;
+    char path[1200];
+    rf_model *m = NULL;
+    /* q4_K: 256-element blocks; O's input (4 heads of 64) cannot be cut in two on a block */
+    model_path(path, sizeof path, "tiny", "q4_k_m");
+    rf_status st = load(path, 2, &m);
+    if (st == RF_OK) { /* the recipe kept O in a 32-block type: then the split must be there */
+        assert_int_equal(m->tp, 2);
+        rf_model_free(m);
+    } else {
+        assert_int_equal(st, RF_ERR_UNSUPPORTED);
+        assert_non_null(strstr(rf_last_error(), "blocks of 256"));
+        assert_null(m);
+    }
+    model_path(path, sizeof path, "tiny", "f32");
+    assert_int_equal(load(path, 3, &m), RF_ERR_INVALID_ARG); /* 4 heads */
+    assert_null(m);
+    assert_int_equal(load(path, -1, &m), RF_ERR_INVALID_ARG);
+    assert_null(m);
+    assert_int_equal(load(path, 1, &m), RF_OK); /* tp 1: the unsplit model */
+    assert_int_equal(m->tp, 1);
+    assert_null(m->shards);
+    rf_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sharded_vs_unsharded),
+        cmocka_unit_test(test_refused_splits),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
