@@ -643,6 +643,9 @@ static bool emit(rf_req *q, rf_event *ev) {
 void rf_engine_intake(rf_engine *e) {
     pthread_mutex_lock(&e->mu);
     rf_req *in = e->incoming;
+    /* they leave the incoming list now: count them as waiting until the snapshot below, so the
+     * stats never show a submitted request as neither waiting nor running */
+    for (rf_req *r = in; r; r = r->next) e->snap_waiting++;
     e->incoming = NULL;
     e->incoming_tail = &e->incoming;
     pthread_mutex_unlock(&e->mu);
@@ -678,6 +681,7 @@ void rf_engine_intake(rf_engine *e) {
             if (--q->n_seqs == 0) rf_engine_release_req(e, q);
         }
     }
+    rf_engine_snapshot(e);
 }
 
 /* Drops a request whose choices are all done from the active list and frees it. */
