@@ -76,11 +76,12 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
         }
     }
     int64_t B = n_batch;
-    for (int il = 0; il < hp->n_layer; il++)
-        if (rf_has(&m->layers[il].ffn_gu)) f->joined_gu = true;
-    bool any_qkv = false;
-    for (int il = 0; il < hp->n_layer; il++)
-        if (rf_has(&m->layers[il].wqkv)) any_qkv = true;
+    /* joined products (weight_join): u holds gate and up side by side, qkv the Q/K/V columns */
+    bool any_gu = false, any_qkv = false;
+    for (int il = 0; il < hp->n_layer; il++) {
+        any_gu |= rf_has(&m->layers[il].ffn_gu);
+        any_qkv |= rf_has(&m->layers[il].wqkv);
+    }
     if ((st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->x)) ||
         (st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->h)) ||
         (st = op->alloc(be, RF_TYPE_F32, Q, B, &f->q)) ||
@@ -89,7 +90,7 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
         (st = op->alloc(be, RF_TYPE_F32, Q, B, &f->att)) ||
         (st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->o)) ||
         (st = op->alloc(be, RF_TYPE_F32, hp->n_ff, B, &f->g)) ||
-        (st = op->alloc(be, RF_TYPE_F32, f->joined_gu ? 2 * (int64_t)hp->n_ff : hp->n_ff, B, &f->u)) ||
+        (st = op->alloc(be, RF_TYPE_F32, any_gu ? 2 * (int64_t)hp->n_ff : hp->n_ff, B, &f->u)) ||
         (any_qkv && (st = op->alloc(be, RF_TYPE_F32, Q + 2 * KV, B, &f->qkv))) ||
         (st = op->alloc(be, RF_TYPE_F32, hp->n_vocab, f->logit_rows, &f->logits))) {
         rf_fwd_free(m, f);
@@ -242,7 +243,7 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         /* (o joins the residual stream in the FFN norm below) */
 
         /* ---- feed-forward block ---- */
-        if (rf_has(&L->ffn_gu) && f->joined_gu && op->glu_for)
+        if (rf_has(&L->ffn_gu) && op->glu_for)
             TRY(rmsnorm_for(be, &f->h, &f->x, &f->o, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gu));
         else
             TRY(rmsnorm_for(be, &f->h, &f->x, &f->o, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gate));
@@ -250,7 +251,7 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
             const rf_layer *S = tp > 1 ? &m->shards[(size_t)s * hp->n_layer + il] : L;
             rf_tensor *po = s == 0 ? &f->o : &f->part[s - 1];
             rf_tensor g = shard_act(&f->g, Fs, tp), u = shard_act(&f->u, Fs, tp);
-            if (rf_has(&S->ffn_gu) && f->joined_gu && op->glu_for) {
+            if (rf_has(&S->ffn_gu) && op->glu_for) {
                 /* one product for gate and up; the GLU reads both halves of each row in place */
                 TRY(op->matmul(be, &f->u, &S->ffn_gu, &f->h, n));
                 rf_tensor gt = joined_cols(&f->u, 0, F, n), ut = joined_cols(&f->u, F, F, n);

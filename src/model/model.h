@@ -79,8 +79,8 @@ typedef struct rf_fwd {
     rf_tensor *kc, *vc;                  /* [tp * n_layer] pools [n_blocks*block_size, heads*head_dim]:
                                           * shard s's layer il at s * n_layer + il, its KV heads */
     rf_tensor x, h, q, k, v, att, o, g, u; /* activations [n_batch, ...] */
-    rf_tensor qkv;                       /* [n_batch, Q + 2 KV] for joined Q/K/V (else unused) */
-    bool joined_gu;                      /* u is [n_batch, 2 n_ff]: joined gate/up output */
+    rf_tensor qkv;                       /* [n_batch, Q + 2 KV] for joined Q/K/V (else unused);
+                                          * u is [n_batch, 2 n_ff] where gate/up are joined */
     rf_tensor logits;                    /* [logit_rows, n_vocab] */
     int32_t logit_rows;                  /* >= RF_LOGIT_ROWS: a step's outputs kept on the backend */
     rf_tensor *part;                     /* tp > 1: [tp - 1] partial O / down outputs [n_batch, n_embd]

@@ -1,7 +1,8 @@
-/* gpu_gemm.cu — prefill matrix products through the vendor BLAS on tensor cores: W dequantized to
- * f16 and x converted to f16 (for quantized W through ggml's int8 activation rounding) in the
- * scratch arena, then cublasGemmEx with f32 accumulation and an f32 result. On HIP without hipBLAS (Debian) this file compiles to a stub that says so; the
- * caller falls back to the GEMV kernels in token groups of 8. Twin: rf_ref_matmul. */
+/* gpu_gemm.cu — many-token products: which path a product of n tokens takes (rf_gpu_matmul), and
+ * the vendor BLAS path: W dequantized to f16 and x converted to f16 (for quantized W through
+ * ggml's int8 activation rounding) in the scratch arena, then cublasGemmEx with f32
+ * accumulation and an f32 result. On HIP without hipBLAS (Debian) rf_gpu_gemm runs the GEMV
+ * kernels in token groups of 8 instead. Twin: rf_ref_matmul. */
 #include <stdlib.h>
 
 #include "backend/gpu/gpu_internal.h"
@@ -33,16 +34,21 @@ __global__ void rf_k_f32_to_f16_q8(rf_half *y, const float *x, int64_t n) {
     }
 }
 
-#if defined(RF_GPU_NO_BLAS)
-extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
-                                 const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
-    /* no BLAS in this build: run the GEMV kernel on groups of up to 8 tokens */
+/* y = W x for any n_tokens through the GEMV kernels, up to 8 tokens per call */
+static rf_status rf_gemv_groups(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
+                                int64_t n_tokens, int64_t n_in, int64_t n_out) {
     for (int64_t t = 0; t < n_tokens; t += 8) {
-        int64_t nt = n_tokens - t < 8 ? n_tokens - t : 8;
-        rf_status st = rf_gpu_gemv(ctx, y + t * n_out, w, wtype, x + t * n_in, nt, n_in, n_out);
+        const int64_t nt = n_tokens - t < 8 ? n_tokens - t : 8;
+        const rf_status st = rf_gpu_gemv(ctx, y + t * n_out, w, wtype, x + t * n_in, nt, n_in, n_out);
         if (st) return st;
     }
     return RF_OK;
+}
+
+#if defined(RF_GPU_NO_BLAS)
+extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
+                                 const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out); /* no BLAS in this build */
 }
 #else
 /* y[t, o] = sum_i W[o, i] x[t, i]: in column-major terms Y^T (n_out x nt) = W (op T of the
@@ -110,13 +116,7 @@ extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_
                                    const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     if (n_tokens <= 8) return rf_gpu_gemv(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
     const bool quantized = wtype != RF_TYPE_F16 && wtype != RF_TYPE_BF16 && wtype != RF_TYPE_F32;
-    if (quantized && rf_gpu_gemv_supported(wtype) && n_tokens <= rf_gemv_max_tokens()) {
-        for (int64_t t = 0; t < n_tokens; t += 8) {
-            const int64_t nt = n_tokens - t < 8 ? n_tokens - t : 8;
-            const rf_status st = rf_gpu_gemv(ctx, y + t * n_out, w, wtype, x + t * n_in, nt, n_in, n_out);
-            if (st) return st;
-        }
-        return RF_OK;
-    }
+    if (quantized && rf_gpu_gemv_supported(wtype) && n_tokens <= rf_gemv_max_tokens())
+        return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
     return rf_gpu_gemm(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
 }
