@@ -16,10 +16,10 @@ if [ "${1:-}" = "--pack" ]; then
     cmake -S "$ROOT" -B "$B" -DRF_CUDA=ON -DRF_CUDA_ARCHS=90 >/dev/null || exit 1
     cmake --build "$B" -j2 || exit 1
     rm -rf "$C" && mkdir -p "$C"
-    cp "$B"/tests/test_gpu_* "$B"/rf_gpu_bench "$B"/rocmforge "$C"/
+    cp "$B"/tests/test_gpu_* "$B"/rf_gpu_bench "$B"/rf_greedy_trace "$B"/rocmforge "$C"/
     cp -P /usr/lib/x86_64-linux-gnu/libcmocka.so.0* "$C"/
     for l in libmicrohttpd.so.12; do [ -e /usr/lib/x86_64-linux-gnu/$l ] && cp -L /usr/lib/x86_64-linux-gnu/$l "$C"/; done
-    strip --strip-debug "$C"/test_gpu_* "$C"/rf_gpu_bench "$C"/rocmforge 2>/dev/null
+    strip --strip-debug "$C"/test_gpu_* "$C"/rf_gpu_bench "$C"/rf_greedy_trace "$C"/rocmforge 2>/dev/null
     du -sh "$C"
     exit 0
 fi
