@@ -157,6 +157,16 @@ rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, c
                       int64_t n_tokens, int64_t n_in, int64_t n_out);
 rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
                       int64_t n_tokens, int64_t n_in, int64_t n_out);
+/* MMQ (gpu_mmq.cu): y = W x (rf_ref_matmul's contract) for any n_tokens (1..65535) on the int8
+ * tensor cores, x quantized once per call as the GEMVs quantize it (int8 per 32, ggml's
+ * rounding), each weight read once per 64 tokens; a token's result is bit-identical whatever
+ * the call's token count (batch invariant) and from call to call. W from rf_gpu_alloc, read
+ * possibly before earlier kernels end (as rf_gpu_matmul). rf_gpu_mmq_supported: whether
+ * (wtype, n_in) has the kernel: CUDA only (compute capability 8.0+ checked by the call), Q4_0,
+ * Q8_0, Q4_K, Q5_K with n_in a multiple of 256, Q6_K of 512; else RF_ERR_INVALID_ARG. */
+rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
+                     int64_t n_tokens, int64_t n_in, int64_t n_out);
+bool rf_gpu_mmq_supported(rf_type wtype, int64_t n_in);
 /* The two halves of rf_gpu_gemv for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; and
  * Q4_K, Q5_K in CUDA builds for n_in a multiple of 256 up to 16384), so the
  * op producing x can quantize it once for every product that reads it (and the products run as

@@ -1,0 +1,414 @@
+/* gpu_mmq.cu — MMQ: quantized products of many tokens (9 .. thousands) on the int8 tensor cores
+ * (CUDA sm_80+, mma.sync): each weight tile is read once per 64 tokens, x quantized once per
+ * call (rf_k_quantize_x's q8 blocks, as the GEMVs); Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. */
+#include <stdlib.h>
+
+#include "backend/gpu/gpu_gemv.cuh"
+
+#define RF_MMQ_BM 128 /* weight rows per block */
+#define RF_MMQ_NW 8   /* warps per block: 8 / WN along the rows x WN (1 or 2) along 32 tokens each */
+
+#if !defined(RF_HIP) /* mma.sync, cp.async: CUDA only */
+
+/* The formats' tiles: KB 32-element blocks of x per chunk (a pipeline stage), CB bytes of a row
+ * per chunk, copied in CPY-byte cp.async pieces; SROW: a staged row's stride in shared memory
+ * (a multiple of 16 bytes whose word count is 4 mod 8, so the 8 rows g of one fragment load
+ * fall on distinct banks); REC: bytes of an x record (rf_k_quantize_x: 8 = (d, int sum),
+ * 16 = + f32 sum, int sum of the first 16); ST: pipeline stages. */
+template <int T> struct rf_mmq_fmt;
+template <> struct rf_mmq_fmt<RF_TYPE_Q4_0> {
+    static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 8, RK = 0, ST = 4, BB = 18;
+};
+template <> struct rf_mmq_fmt<RF_TYPE_Q8_0> {
+    static constexpr int KB = 8, CB = 272, CPY = 16, SROW = 272, REC = 8, RK = 0, ST = 3, BB = 34;
+};
+template <> struct rf_mmq_fmt<RF_TYPE_Q4_K> {
+    static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 16, RK = 1, ST = 3, BB = 144;
+};
+template <> struct rf_mmq_fmt<RF_TYPE_Q5_K> {
+    static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 176, REC = 16, RK = 1, ST = 3, BB = 176;
+};
+/* Q6_K: two 210-byte super-blocks per chunk (420 bytes, 4-byte aligned in rows of an even
+ * number of super-blocks; the second one sits 2 bytes past a word) */
+template <> struct rf_mmq_fmt<RF_TYPE_Q6_K> {
+    static constexpr int KB = 16, CB = 420, CPY = 4, SROW = 432, REC = 16, RK = 1, ST = 2, BB = 210;
+};
+/* the tile of BN = 32 WN tokens: bytes of one stage: rows (plus 16 a realigned word may read
+ * past the last), x (per token KB blocks of 32 plus 16: the 8 tokens g of one fragment load on
+ * distinct banks), records (per token KB records plus 16); ST stages (WN 1: one fewer where that
+ * lets 2 blocks share an SM) */
+template <int T, int WN, int STX = 0> struct rf_mmq_stage {
+    using F = rf_mmq_fmt<T>;
+    static constexpr int BN = 32 * WN;
+    static constexpr int ST = STX ? STX : WN == 2 || T == RF_TYPE_Q6_K ? F::ST : F::ST == 4 ? 3 : F::ST == 3 && F::CB > 200 ? 2 : F::ST;
+    static constexpr int XT = F::KB * 32 + 16, RS = F::KB * F::REC + 16;
+    static constexpr int XO = RF_MMQ_BM * F::SROW + 16, RO = XO + BN * XT;
+    static constexpr int BYTES = RO + BN * RS;
+    static constexpr int SMEM = ST * BYTES;
+    static constexpr int MINB = 2 * SMEM + 2048 <= 228 * 1024 ? 2 : 1; /* blocks per SM */
+};
+
+/* d = a b + c for one m16n8k32 (A unsigned bytes with AU, else signed) or m16n8k16 (A unsigned)
+ * int8 tile, c given per element (the offsets of the centred formats ride in it for free) */
+template <bool AU>
+static __device__ __forceinline__ void rf_mmq_k32(int *d, const uint32_t *a, const int *b, const int *c) {
+    if (AU)
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+            : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]),
+              "r"(c[2]), "r"(c[3]));
+    else
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+            : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]),
+              "r"(c[2]), "r"(c[3]));
+}
+static __device__ __forceinline__ void rf_mmq_k16u(int *d, uint32_t a0, uint32_t a1, int b, int c0, int c1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b), "r"(c0), "r"(c1), "r"(c0), "r"(c1));
+}
+
+/* the 4 bytes at byte p of a staged row r, p even (a compile-time constant once unrolled, but
+ * for Q6_K's second super-block) */
+static __device__ __forceinline__ uint32_t rf_mmq_word(const uint8_t *r, int p) {
+    if (p % 4 == 0) return *(const uint32_t *)(r + p);
+    return __byte_perm(*(const uint32_t *)(r + p - 2), *(const uint32_t *)(r + p + 2), 0x5432u);
+}
+
+/* mmq: y[t, o] = sum_i W[o, i] x[t, i] for the tokens t of blockIdx.x's tile of BN = 32 WN and
+ * the rows o of blockIdx.y's tile of 128, over the chunks of blockIdx.z's share of the row
+ * (splits shares: the partial sums go to y + z * nt * n_out, summed by rf_k_mmq_reduce). W:
+ * n_out rows of row_bytes in ggml's layout (n_in a multiple of 32 KB), qx / rec:
+ * rf_k_quantize_x's x with GB = 1 (in order) and records of REC bytes. Warp (wm, wn) = (warp %
+ * (8 / WN), warp / (8 / WN)) owns rows 16 WN wm .. + 16 WN - 1 (WN m16 fragments) by tokens
+ * 32 wn .. + 31 (four n8 fragments, those wholly past the call's tokens skipped); per
+ * 32-element block b, one mma per fragment pair gives the exact int32 sum of q x (Q4_0 / Q4_K /
+ * Q5_K: their centres 8 / 8 / 16 taken off in the mma's c operand, - c sum x; Q6_K: two k16
+ * products, one per 16-element half with its int8 scale, centre 32 likewise), which is scaled
+ * in f32 into the register accumulators: y += d_w d_x s (Q4_K / Q5_K: + (c d sc - dmin m) *
+ * the sum of f32 x, as the GEMV's rf_qk_dot). Each output is one thread's running sum over its
+ * blocks in row order with the same operations whatever WN, STX, the token count or the
+ * token's place in the tile: a token's result has the same bits in every call of the same
+ * (W, n_in, n_out, splits) (batch invariant); splits depends on the shape alone (rf_gpu_mmq).
+ * Chunks are staged with cp.async in a ring of ST stages shared by all warps; the weights of
+ * the first stages are requested before rf_pdl_wait() (W must not be written by work in
+ * flight), x after it. Rows past n_out read the last row and tokens past nt the last token;
+ * neither is stored. launch: grid (ceil(nt / BN), ceil(n_out / 128), splits), 256 threads,
+ * rf_mmq_stage<T, WN, STX>::SMEM bytes of dynamic shared memory. */
+template <int T, int WN, int STX>
+__global__ void __launch_bounds__(RF_MMQ_NW * 32, rf_mmq_stage<T, WN, STX>::MINB)
+rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt, int n_in,
+         int n_out, int64_t row_bytes, int splits) {
+    using F = rf_mmq_fmt<T>;
+    using L = rf_mmq_stage<T, WN, STX>;
+    constexpr int KB = F::KB, ST = L::ST, NTH = RF_MMQ_NW * 32, BN = L::BN, WM = RF_MMQ_NW / WN, MF = WN;
+    constexpr int CW = F::CB / F::CPY;          /* copies per row per chunk */
+    constexpr int XW = KB * 2, RW = KB * F::REC / 16; /* 16-byte copies per token: x, records */
+    extern __shared__ __align__(16) uint8_t rf_mmq_smem[];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+    const int wm = warp % WM, wn = warp / WM;
+    const int r0 = blockIdx.y * RF_MMQ_BM, t0 = blockIdx.x * BN; /* token tiles of a row tile run together (W from L2) */
+    const int nb = n_in / 32, nch = nb / KB;
+    const int kc0 = (int)((int64_t)blockIdx.z * nch / splits), nk = (int)((int64_t)(blockIdx.z + 1) * nch / splits) - kc0;
+    const unsigned base = rf_smem_addr(rf_mmq_smem);
+    const int ntile = nt - t0 < BN ? nt - t0 : BN;
+
+    auto issue_w = [&](int k, int slot) { /* the weights of chunk k of this block's share */
+        if (k >= nk) return;
+        const int64_t off = (int64_t)(kc0 + k) * F::CB;
+        const unsigned so = base + (unsigned)(slot * L::BYTES);
+#pragma unroll 4
+        for (int i = tid; i < RF_MMQ_BM * CW; i += NTH) {
+            const int row = i / CW, col = i % CW;
+            const int r = r0 + row < n_out ? r0 + row : n_out - 1;
+            const uint8_t *src = w + (int64_t)r * row_bytes + off + col * F::CPY;
+            const unsigned dst = so + (unsigned)(row * F::SROW + col * F::CPY);
+            if (F::CPY == 16) rf_cp_async16_s(dst, src);
+            else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+        }
+    };
+    auto issue_x = [&](int k, int slot) { /* x and its records for chunk k */
+        if (k >= nk) return;
+        const int kb = (kc0 + k) * KB;
+        const unsigned so = base + (unsigned)(slot * L::BYTES);
+#pragma unroll
+        for (int i = tid; i < BN * XW; i += NTH) {
+            const int n = i / XW, c = i % XW, tok = t0 + n < nt ? t0 + n : nt - 1;
+            rf_cp_async16_s(so + (unsigned)(L::XO + n * L::XT + c * 16),
+                            qx + (int64_t)tok * n_in + (int64_t)kb * 32 + c * 16);
+        }
+#pragma unroll
+        for (int i = tid; i < BN * RW; i += NTH) {
+            const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
+            rf_cp_async16_s(so + (unsigned)(L::RO + n * L::RS + c * 16),
+                            rec + ((int64_t)tok * nb + kb) * F::REC + c * 16);
+        }
+    };
+#pragma unroll
+    for (int k = 0; k < ST - 1; k++) {
+        issue_w(k, k);
+        rf_cp_async_commit();
+    }
+    rf_pdl_trigger();
+    rf_pdl_wait();
+#pragma unroll
+    for (int k = 0; k < ST - 1; k++) { /* groups W0..W(ST-2), X0..X(ST-2), then W+X per chunk:
+                                       * at chunk k, wait<ST - 2> leaves chunk k landed */
+        issue_x(k, k);
+        rf_cp_async_commit();
+    }
+    /* token fragments of this warp holding any of the call's tokens */
+    const int nfa = ntile - 32 * wn <= 0 ? 0 : ntile - 32 * wn >= 32 ? 4 : (ntile - 32 * wn + 7) / 8;
+    float acc[MF][4][4];
+#pragma unroll
+    for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+        for (int nf = 0; nf < 4; nf++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mf][nf][i] = 0.0f;
+
+    for (int k = 0; k < nk; k++) {
+        rf_cp_async_wait<ST - 2>();
+        __syncthreads(); /* chunk k visible to all; slot (k - 1) % ST read by all */
+        issue_w(k + ST - 1, (k + ST - 1) % ST);
+        issue_x(k + ST - 1, (k + ST - 1) % ST);
+        rf_cp_async_commit();
+        if (nfa == 0) continue;
+        const uint8_t *sl = rf_mmq_smem + (k % ST) * L::BYTES;
+        const uint8_t *sx = sl + L::XO + (32 * wn + g) * L::XT, *sr = sl + L::RO + (32 * wn + 2 * t) * L::RS;
+        const uint8_t *ra[MF][2]; /* rows g, g + 8 of each m16 fragment */
+#pragma unroll
+        for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) ra[mf][h] = sl + (16 * MF * wm + 16 * mf + 8 * h + g) * F::SROW;
+#pragma unroll
+        for (int b = 0; b < KB; b++) {
+            /* the A fragments of block b (lane (g, t): words t and 4 + t of rows g, g + 8) and
+             * the rows' f32 factors */
+            uint32_t A[MF][4];
+            float D[MF][2], CM[MF][2];
+            int SC[MF][2][2]; /* Q6_K: the two halves' int8 scales */
+#pragma unroll
+            for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *r = ra[mf][h], *rt = r + 4 * t; /* rt: offsets known at compile time */
+                    if constexpr (T == RF_TYPE_Q4_0) {
+                        const uint32_t q = rf_mmq_word(rt, b * 18 + 2);
+                        A[mf][h] = q & 0x0F0F0F0Fu, A[mf][2 + h] = (q >> 4) & 0x0F0F0F0Fu;
+                        D[mf][h] = rf_h2f_bits(*(const uint16_t *)(r + b * 18));
+                    } else if constexpr (T == RF_TYPE_Q8_0) {
+                        A[mf][h] = rf_mmq_word(rt, b * 34 + 2);
+                        A[mf][2 + h] = rf_mmq_word(rt, b * 34 + 18);
+                        D[mf][h] = rf_h2f_bits(*(const uint16_t *)(r + b * 34));
+                    } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
+                        /* sub-block b: nibble b % 2 of qs bytes 32 (b / 2) + l; Q5_K: bit b of qh byte l */
+                        constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
+                        const int sh = 4 * (b % 2);
+                        uint32_t q0 = (*(const uint32_t *)(rt + QS + 32 * (b / 2)) >> sh) & 0x0F0F0F0Fu;
+                        uint32_t q1 = (*(const uint32_t *)(rt + QS + 32 * (b / 2) + 16) >> sh) & 0x0F0F0F0Fu;
+                        if (T == RF_TYPE_Q5_K) {
+                            q0 |= ((*(const uint32_t *)(rt + 16) >> b) & 0x01010101u) << 4;
+                            q1 |= ((*(const uint32_t *)(rt + 32) >> b) & 0x01010101u) << 4;
+                        }
+                        A[mf][h] = q0, A[mf][2 + h] = q1;
+                        int sc, m;
+                        rf_k4_sm(b, r + 4, &sc, &m);
+                        const float d = rf_h2f_bits(*(const uint16_t *)r), dmin = rf_h2f_bits(*(const uint16_t *)(r + 2));
+                        constexpr float C = T == RF_TYPE_Q4_K ? 8.0f : 16.0f;
+                        D[mf][h] = d * (float)sc;
+                        CM[mf][h] = C * D[mf][h] - dmin * (float)m;
+                    } else { /* Q6_K: block b = 8 s + 4 hh + kk of super-block s (at 210 s) */
+                        const int s = b / 8, hh = b % 8 / 4, kk = b % 4, o = 210 * s;
+                        const uint32_t l0 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1));
+                        const uint32_t l1 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1) + 16);
+                        const uint32_t h0 = rf_mmq_word(rt, o + 128 + 32 * hh);
+                        const uint32_t h1 = rf_mmq_word(rt, o + 128 + 32 * hh + 16);
+                        const int ls = 4 * (kk >> 1), hs = 2 * kk;
+                        A[mf][h] = ((l0 >> ls) & 0x0F0F0F0Fu) | (((h0 >> hs) & 0x03030303u) << 4);
+                        A[mf][2 + h] = ((l1 >> ls) & 0x0F0F0F0Fu) | (((h1 >> hs) & 0x03030303u) << 4);
+                        const uint32_t sw = rf_mmq_word(r, o + 192 + 8 * hh + 2 * kk);
+                        SC[mf][h][0] = (int)(int8_t)(sw & 0xFFu), SC[mf][h][1] = (int)(int8_t)((sw >> 8) & 0xFFu);
+                        D[mf][h] = rf_h2f_bits((uint16_t)(rf_mmq_word(r, o + 208) & 0xFFFFu));
+                    }
+                }
+            (void)CM, (void)SC;
+#pragma unroll
+            for (int nf = 0; nf < 4; nf++) {
+                if (nf >= nfa) break;
+                /* B: words t, 4 + t of token 8 nf + g's block b; records of tokens 8 nf + 2t, + 1 */
+                const int X[2] = {*(const int *)(sx + nf * 8 * L::XT + b * 32 + 4 * t),
+                                  *(const int *)(sx + nf * 8 * L::XT + b * 32 + 16 + 4 * t)};
+                const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC, *q1 = q0 + L::RS;
+                const float dx0 = *(const float *)q0, dx1 = *(const float *)q1;
+                const int sx0 = *(const int *)(q0 + 4), sx1 = *(const int *)(q1 + 4);
+#pragma unroll
+                for (int mf = 0; mf < MF; mf++) {
+                    int s[4];
+                    if constexpr (T == RF_TYPE_Q6_K) {
+                        const int lo0 = *(const int *)(q0 + 12), lo1 = *(const int *)(q1 + 12);
+                        int sl4[4], sh4[4];
+                        rf_mmq_k16u(sl4, A[mf][0], A[mf][1], X[0], -32 * lo0, -32 * lo1);
+                        rf_mmq_k16u(sh4, A[mf][2], A[mf][3], X[1], -32 * (sx0 - lo0), -32 * (sx1 - lo1));
+#pragma unroll
+                        for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
+                    } else if constexpr (T == RF_TYPE_Q8_0) {
+                        const int c[4] = {0, 0, 0, 0};
+                        rf_mmq_k32<false>(s, A[mf], X, c);
+                    } else {
+                        constexpr int C = T == RF_TYPE_Q5_K ? 16 : 8;
+                        const int c[4] = {-C * sx0, -C * sx1, -C * sx0, -C * sx1};
+                        rf_mmq_k32<true>(s, A[mf], X, c);
+                    }
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float dw = D[mf][i / 2], dxv = i % 2 ? dx1 : dx0;
+                        acc[mf][nf][i] += dw * dxv * (float)s[i];
+                        if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K)
+                            acc[mf][nf][i] += CM[mf][i / 2] * *(const float *)((i % 2 ? q1 : q0) + 8);
+                    }
+                }
+            }
+        }
+    }
+    float *out = y + (int64_t)blockIdx.z * nt * n_out;
+#pragma unroll
+    for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+        for (int nf = 0; nf < 4; nf++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = r0 + 16 * MF * wm + 16 * mf + g + 8 * (i / 2), tok = t0 + 32 * wn + 8 * nf + 2 * t + i % 2;
+                if (row < n_out && tok < nt) out[(int64_t)tok * n_out + row] = acc[mf][nf][i];
+            }
+}
+
+/* y[i] = part[0][i] + part[1][i] + ... + part[splits - 1][i] in that order, i < n (parts n
+ * apart); launch: grid-stride, programmatic dependent launch allowed */
+__global__ void rf_k_mmq_reduce(float *y, const float *part, int64_t n, int splits) {
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float s = part[i];
+        for (int k = 1; k < splits; k++) s += part[k * n + i];
+        y[i] = s;
+    }
+}
+
+/* the product kernel for T: dynamic shared memory allowed once per type, then the launch */
+template <int T, int WN, int STX = 0>
+static rf_status rf_launch_mmq_wn(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
+                                  int nt, int n_in, int n_out, int64_t rb, int splits) {
+    auto kern = rf_k_mmq<T, WN, STX>;
+    constexpr int smem = rf_mmq_stage<T, WN, STX>::SMEM, BN = rf_mmq_stage<T, WN, STX>::BN;
+    static bool attr = false;
+    if (!attr) {
+        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess)
+            return rf_set_error(RF_ERR_DEVICE, "rf_k_mmq: %d bytes of shared memory: %s", smem, cudaGetErrorString(e));
+        attr = true;
+    }
+    const dim3 grid((unsigned)((nt + BN - 1) / BN), (unsigned)((n_out + RF_MMQ_BM - 1) / RF_MMQ_BM),
+                    (unsigned)splits);
+    return rf_gpu_launch(ctx, "rf_k_mmq", true, kern, grid, dim3(RF_MMQ_NW * 32), (size_t)smem, y, w, qx, rec, nt,
+                         n_in, n_out, rb, splits);
+}
+/* tiles of 32 tokens (8 warps along the rows: every warp busy) up to 32 tokens, else of 64;
+ * each output's arithmetic is the same in all (batch invariance holds across them). RF_MMQ_CFG
+ * (measurement knob): 1 = tiles of 32 always, 2 = tiles of 64 above 32 tokens in 2 stages, 3 = in
+ * the format's stages. */
+template <int T>
+static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
+                               int nt, int n_in, int n_out, int64_t rb, int splits) {
+    static int cfg = -1;
+    if (cfg < 0) {
+        const char *e = getenv("RF_MMQ_CFG");
+        cfg = e && *e ? atoi(e) : 0;
+    }
+    if (nt <= 32 || cfg == 1) return rf_launch_mmq_wn<T, 1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+    /* Q4_0 in 2 stages fits 2 blocks per SM: better where the grid fills them (28672 x 4096 at
+     * 64 tokens: 118 -> 96 us), worse where few blocks need the deeper ring (4096 x 4096: 23 -> 26) */
+    const int64_t blocks = (int64_t)(n_out + RF_MMQ_BM - 1) / RF_MMQ_BM * ((nt + 63) / 64) * splits;
+    const bool two = cfg == 2 || (cfg == 0 && T == RF_TYPE_Q4_0 && blocks * 2 >= 3 * (int64_t)ctx->info.sm_count);
+    if (two) return rf_launch_mmq_wn<T, 2, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+    return rf_launch_mmq_wn<T, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+}
+#endif
+
+extern "C" bool rf_gpu_mmq_supported(rf_type t, int64_t n_in) {
+#if defined(RF_HIP)
+    (void)t, (void)n_in;
+    return false;
+#else
+    if (n_in < 256 || n_in > ((int64_t)1 << 28)) return false;
+    switch (t) {
+    case RF_TYPE_Q4_0: case RF_TYPE_Q8_0: case RF_TYPE_Q4_K: case RF_TYPE_Q5_K: return n_in % 256 == 0;
+    case RF_TYPE_Q6_K: return n_in % 512 == 0;
+    default: return false;
+    }
+#endif
+}
+
+/* Splits of the rows (split-K) for an n_out-row product: row tiles times splits about fill the
+ * device once (1 block per SM fits the stages), from the shape and device alone (never the
+ * token count: batch invariance), at least 4 chunks per split, at most 8 splits. */
+static int rf_mmq_splits(const rf_gpu_ctx *ctx, int64_t n_in, int64_t n_out, int kb) {
+    const int64_t mt = (n_out + RF_MMQ_BM - 1) / RF_MMQ_BM, nch = n_in / 32 / kb;
+    int64_t s = ctx->info.sm_count / mt;
+    if (s > nch / 4) s = nch / 4;
+    if (s > 8) s = 8;
+    return s < 1 ? 1 : (int)s;
+}
+
+extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
+                                int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    const char *op = "rf_gpu_mmq";
+    RF_GPU_REQUIRE(rf_gpu_mmq_supported(wtype, n_in), op, "weight type %d with n_in=%lld has no MMQ kernel "
+                   "(CUDA: Q4_0, Q8_0, Q4_K, Q5_K with n_in a multiple of 256, Q6_K of 512)", (int)wtype,
+                   (long long)n_in);
+    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 65535 && n_out >= 1 && n_out <= 0x7fffffff &&
+                       n_tokens * n_in <= 0x7fffffff, op, "shape %lld x %lld x %lld", (long long)n_tokens,
+                   (long long)n_in, (long long)n_out);
+    RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 3) == 0, op,
+                   "w and x must be 16-byte aligned (rf_gpu_alloc memory)");
+#if defined(RF_HIP)
+    (void)ctx, (void)y, (void)x;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no MMQ kernel on HIP", op);
+#else
+    RF_GPU_REQUIRE(ctx->info.cc_major >= 8, op, "the int8 tensor-core kernel needs compute capability 8.0+");
+    const int kb = wtype == RF_TYPE_Q6_K ? 16 : 8;
+    const int splits = rf_mmq_splits(ctx, n_in, n_out, kb);
+    const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
+    const size_t xqb = (rf_gpu_xq_bytes(n_tokens, n_in) + 255) & ~(size_t)255;
+    const size_t pb = splits > 1 ? (size_t)splits * n_tokens * n_out * sizeof(float) : 0;
+    size_t mark;
+    void *tmp;
+    rf_status st = rf_gpu_tmp(ctx, xqb + pb, &tmp, &mark);
+    if (st) return st;
+    const int rk = wtype == RF_TYPE_Q6_K || wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K ? 1 : 0;
+    st = rf_gemv_launch_quantize_x(ctx, tmp, 1, rk, x, (int)n_tokens, n_in);
+    const size_t n = (size_t)n_tokens * (size_t)n_in;
+    const int8_t *qx = (const int8_t *)tmp;
+    const uint8_t *rec = (const uint8_t *)tmp + ((n + 255) & ~(size_t)255);
+    float *out = splits > 1 ? (float *)((char *)tmp + xqb) : y;
+    const uint8_t *wp = (const uint8_t *)w;
+    const int nt = (int)n_tokens, ni = (int)n_in, no = (int)n_out;
+    if (!st) {
+        switch (wtype) {
+        case RF_TYPE_Q4_0: st = rf_launch_mmq<RF_TYPE_Q4_0>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits); break;
+        case RF_TYPE_Q8_0: st = rf_launch_mmq<RF_TYPE_Q8_0>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits); break;
+        case RF_TYPE_Q4_K: st = rf_launch_mmq<RF_TYPE_Q4_K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits); break;
+        case RF_TYPE_Q5_K: st = rf_launch_mmq<RF_TYPE_Q5_K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits); break;
+        default: st = rf_launch_mmq<RF_TYPE_Q6_K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits); break;
+        }
+    }
+    if (!st && splits > 1) {
+        const int64_t ny = n_tokens * n_out;
+        st = rf_gpu_launch(ctx, "rf_k_mmq_reduce", true, rf_k_mmq_reduce, dim3(rf_gpu_blocks(ny, 256)), dim3(256), 0,
+                           y, (const float *)out, ny, splits);
+    }
+    ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
+    return st;
+#endif
+}

@@ -1,0 +1,248 @@
+/* test_gpu_mmq.c — MMQ (rf_gpu_mmq: many-token quantized products on the int8 tensor cores)
+ * against rf_ref_matmul on random blocks (seed printed), outputs poisoned first, for each
+ * format it takes (Q4_0, Q8_0, Q6_K, Q4_K, Q5_K) at 9..512 tokens, real widths and an odd
+ * height. The reference is computed for a sample of the tokens (first, last, a few between:
+ * the double-precision oracle over all of 512 would take minutes; below 128 rows all of them).
+ * Tolerance: rel. L2 < 1e-2 over the sampled outputs (>= 128), as the int8-x GEMVs (x rounded to int8 per
+ * 32 costs ~0.5% per output). Batch invariance: a token's outputs are bit-identical in calls
+ * of 512, 100, 64, 33 and 9 tokens wherever it sits in them; determinism: two calls identical;
+ * rf_gpu_matmul routes 9..128 tokens here (RF_GPU_MMQ_MAX unset). RF_MMQ_BENCH=1 also times
+ * MMQ against the earlier paths (GEMV in groups of 8, dequantize + cuBLAS). Skips (77) without
+ * a GPU. */
+#if !defined(RF_HAVE_GPU)
+#include <stdio.h>
+int main(void) {
+    fprintf(stderr, "test_gpu_mmq: skipped, built without the GPU backend (RF_CUDA=OFF or no nvcc)\n");
+    return 77;
+}
+#else
+#include "gpu_test_common.h"
+
+#include <time.h>
+
+#include "backend/ref/ref_ops.h"
+#include "rocmforge/quant.h"
+
+static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_TYPE_Q4_K, RF_TYPE_Q5_K};
+#define N_TYPES (sizeof k_types / sizeof k_types[0])
+
+/* y = W x by MMQ for nt tokens vs rf_ref_matmul on the sampled tokens */
+static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_out) {
+    if (!rf_gpu_mmq_supported(t, n_in)) return;
+    size_t bytes;
+    uint8_t *w = random_weights(r, t, n_out, n_in, &bytes);
+    float *x = host_f32(nt * n_in), *got = host_f32(nt * n_out);
+    rf_rng_fill_normal(r, x, nt * n_in, 1.0f);
+    /* the sampled tokens: 0, 1, nt / 2, nt - 2, nt - 1, and 63 / 64 where present (tile edges) */
+    /* fewer than 128 rows: every token (the rel. L2 of a handful of outputs is noisy) */
+    int64_t *samp = malloc((n_out < 128 ? nt : 8) * sizeof *samp);
+    int ns = 0;
+    if (n_out < 128)
+        for (int64_t i = 0; i < nt; i++) samp[ns++] = i;
+    const int64_t cand[] = {0, 1, nt / 2, 63, 64, nt - 2, nt - 1};
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0] && n_out >= 128; i++) {
+        bool dup = cand[i] >= nt;
+        for (int k = 0; k < ns && !dup; k++) dup = samp[k] == cand[i];
+        if (!dup) samp[ns++] = cand[i];
+    }
+    float *xs = host_f32(ns * n_in), *want = host_f32(ns * n_out), *gs = host_f32(ns * n_out);
+    for (int k = 0; k < ns; k++) memcpy(xs + k * n_in, x + samp[k] * n_in, n_in * 4);
+    assert_int_equal(rf_ref_matmul(want, w, t, xs, ns, n_in, n_out), RF_OK);
+    void *dw = dev_from(w, bytes);
+    float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
+    rf_status st = rf_gpu_mmq(g_ctx, dy, dw, t, dx, nt, n_in, n_out);
+    if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
+    assert_int_equal(st, RF_OK);
+    dev_to(got, dy, nt * n_out * 4);
+    for (int k = 0; k < ns; k++) memcpy(gs + k * n_out, got + samp[k] * n_out, n_out * 4);
+    char what[96];
+    snprintf(what, sizeof what, "mmq %s nt=%lld %lldx%lld (%d tokens)", rf_type_name(t), (long long)nt,
+             (long long)n_out, (long long)n_in, ns);
+    check_rel(what, gs, want, ns * n_out, 1e-2);
+    for (int64_t i = 0; i < nt * n_out; i++) assert_false(isnan(got[i])); /* every output written */
+    /* determinism: a second call gives the same bits */
+    float *got2 = host_f32(nt * n_out);
+    assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
+    assert_int_equal(rf_gpu_mmq(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
+    dev_to(got2, dy, nt * n_out * 4);
+    assert_memory_equal(got, got2, nt * n_out * 4);
+    /* rf_gpu_matmul takes MMQ for these token counts (default RF_GPU_MMQ_MAX) */
+    if (!getenv("RF_GPU_MMQ_MAX") && nt > 8 && nt <= 128) {
+        assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
+        assert_int_equal(rf_gpu_matmul(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
+        dev_to(got2, dy, nt * n_out * 4);
+        assert_memory_equal(got, got2, nt * n_out * 4);
+    }
+    rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
+    free(w), free(x), free(got), free(got2), free(xs), free(want), free(gs), free(samp);
+}
+
+static void test_mmq_vs_ref(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 11);
+    const int64_t nts[] = {9, 16, 33, 64, 100, 512};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const rf_type t = k_types[ti];
+        for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) run_case(&r, t, nts[k], 4096, 4096);
+        run_case(&r, t, 64, 4096, 14336);
+        run_case(&r, t, 33, 14336, 4096);
+        run_case(&r, t, 100, 4096, 131); /* not a multiple of the 128-row tile */
+        run_case(&r, t, 9, 1024, 300);
+        run_case(&r, t, 130, 512, 1); /* one row, one or two chunks, three tiles of tokens */
+    }
+    /* shapes without the kernel are refused */
+    assert_false(rf_gpu_mmq_supported(RF_TYPE_Q4_0, 4096 + 32));
+    assert_false(rf_gpu_mmq_supported(RF_TYPE_Q6_K, 256 * 3));
+    assert_false(rf_gpu_mmq_supported(RF_TYPE_F16, 4096));
+}
+
+/* token s + i of a 512-token call against token i of calls of n tokens on x + s */
+static void test_mmq_batch_invariance(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 12);
+    const int64_t shapes[][2] = {{4096, 4096}, {4096, 131}, {14336, 1000}};
+    const int64_t sub[][2] = {{0, 9}, {70, 9}, {5, 64}, {100, 100}, {448, 33}, {503, 9}, {1, 511}};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const rf_type t = k_types[ti];
+        for (int s = 0; s < 3; s++) {
+            const int64_t n_in = shapes[s][0], n_out = shapes[s][1], nt = 512;
+            if (!rf_gpu_mmq_supported(t, n_in)) continue;
+            size_t bytes;
+            uint8_t *w = random_weights(&r, t, n_out, n_in, &bytes);
+            float *x = host_f32(nt * n_in), *big = host_f32(nt * n_out), *part = host_f32(nt * n_out);
+            rf_rng_fill_normal(&r, x, nt * n_in, 1.0f);
+            void *dw = dev_from(w, bytes);
+            float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
+            assert_int_equal(rf_gpu_mmq(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
+            dev_to(big, dy, nt * n_out * 4);
+            int bad = 0;
+            for (size_t k = 0; k < sizeof sub / sizeof sub[0]; k++) {
+                const int64_t s0 = sub[k][0], n = sub[k][1];
+                assert_int_equal(rf_gpu_mmq(g_ctx, dy, dw, t, dx + s0 * n_in, n, n_in, n_out), RF_OK);
+                dev_to(part, dy, n * n_out * 4);
+                if (memcmp(part, big + s0 * n_out, n * n_out * 4)) {
+                    fprintf(stderr, "  %s %lldx%lld: tokens %lld..+%lld differ from the 512-token call\n",
+                            rf_type_name(t), (long long)n_out, (long long)n_in, (long long)s0, (long long)n);
+                    bad++;
+                }
+            }
+            fprintf(stderr, "  batch invariance %s %lldx%lld: %s\n", rf_type_name(t), (long long)n_out,
+                    (long long)n_in, bad ? "FAILED" : "bit-identical");
+            assert_int_equal(bad, 0);
+            rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
+            free(w), free(x), free(big), free(part);
+        }
+    }
+}
+
+/* ---- RF_MMQ_BENCH=1: time per call (host clock over synchronized runs of calls, the weights
+ * rotating among copies of > 200 MB so that each call reads them from device memory) ---------- */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+/* path 0: MMQ; 1: GEMV in groups of 8 tokens; 2: dequantize + cuBLAS (rf_gpu_gemm) */
+static rf_status bench_call(int path, float *y, void *w, rf_type t, const float *x, int64_t nt, int64_t n_in,
+                            int64_t n_out) {
+    if (path == 0) return rf_gpu_mmq(g_ctx, y, w, t, x, nt, n_in, n_out);
+    if (path == 2) return rf_gpu_gemm(g_ctx, y, w, t, x, nt, n_in, n_out);
+    for (int64_t k = 0; k < nt; k += 8) {
+        const rf_status st = rf_gpu_gemv(g_ctx, y + k * n_out, w, t, x + k * n_in, nt - k < 8 ? nt - k : 8, n_in, n_out);
+        if (st) return st;
+    }
+    return RF_OK;
+}
+static void bench(void) {
+    const struct { rf_type t; int64_t n_in, n_out; } cases[] = {
+        {RF_TYPE_Q4_0, 4096, 4096}, {RF_TYPE_Q4_0, 4096, 6144}, {RF_TYPE_Q4_0, 4096, 28672},
+        {RF_TYPE_Q4_0, 14336, 4096}, {RF_TYPE_Q8_0, 4096, 4096}, {RF_TYPE_Q8_0, 4096, 28672},
+        {RF_TYPE_Q6_K, 4096, 128256}, {RF_TYPE_Q4_K, 4096, 28672}, {RF_TYPE_Q5_K, 14336, 4096},
+        {RF_TYPE_Q6_K, 14336, 4096},
+    };
+    const int64_t nts[] = {16, 32, 64, 128, 512};
+    const char *names[] = {"mmq", "gemv8", "gemm"};
+    const char *only = getenv("RF_MMQ_BENCH_CASES"); /* e.g. "0,2": the cases to time */
+    fprintf(stderr, "  %-6s %-14s %5s  %10s %8s  %10s %8s  %10s %8s\n", "type", "n_out x n_in", "tok", "mmq us",
+            "GB/s", "gemv8 us", "GB/s", "gemm us", "GB/s");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (only) {
+            char key[8];
+            snprintf(key, sizeof key, "%zu", c);
+            bool in = false;
+            for (const char *p = only; *p;) {
+                size_t l = strcspn(p, ",");
+                if (l == strlen(key) && !strncmp(p, key, l)) in = true;
+                p += l + (p[l] == ',');
+            }
+            if (!in) continue;
+        }
+        const rf_type t = cases[c].t;
+        const int64_t n_in = cases[c].n_in, n_out = cases[c].n_out;
+        size_t rb;
+        assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
+        const size_t wb = rb * (size_t)n_out;
+        int nmat = (int)(((size_t)200 << 20) / wb) + 1;
+        if (nmat < 2) nmat = 2;
+        void *w[64];
+        if (nmat > 64) nmat = 64;
+        for (int i = 0; i < nmat; i++) {
+            assert_int_equal(rf_gpu_alloc(g_ctx, wb, &w[i]), RF_OK);
+            assert_int_equal(rf_gpu_memset(g_ctx, w[i], 0x11 + i, wb), RF_OK); /* finite f16 scales */
+        }
+        float *x, *y;
+        assert_int_equal(rf_gpu_alloc(g_ctx, 512 * n_in * 4, (void **)&x), RF_OK);
+        assert_int_equal(rf_gpu_alloc(g_ctx, 512 * n_out * 4, (void **)&y), RF_OK);
+        assert_int_equal(rf_gpu_memset(g_ctx, x, 0x3c, 512 * n_in * 4), RF_OK);
+        for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+            const int64_t nt = nts[k];
+            const char *one = getenv("RF_MMQ_BENCH_NT"); /* one token count only */
+            if (one && atoll(one) != nt) continue;
+            double us[3] = {0, 0, 0};
+            for (int p = 0; p < 3; p++) {
+                if (p == 1 && nt > 64) continue; /* the GEMV groups served 9..64 */
+                const int reps = nmat * (p == 2 ? 2 : 8 > 64 / nmat ? 8 : 64 / nmat);
+                for (int i = 0; i < nmat; i++) assert_int_equal(bench_call(p, y, w[i], t, x, nt, n_in, n_out), RF_OK);
+                assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                const double t0 = now_s();
+                for (int i = 0; i < reps; i++) assert_int_equal(bench_call(p, y, w[i % nmat], t, x, nt, n_in, n_out), RF_OK);
+                assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                us[p] = (now_s() - t0) / reps * 1e6;
+            }
+            char sh[32];
+            snprintf(sh, sizeof sh, "%lldx%lld", (long long)n_out, (long long)n_in);
+            fprintf(stderr, "  %-6s %-14s %5lld ", rf_type_name(t), sh, (long long)nt);
+            for (int p = 0; p < 3; p++) {
+                if (us[p] > 0) fprintf(stderr, " %10.1f %8.0f ", us[p], wb / us[p] * 1e-3);
+                else fprintf(stderr, " %10s %8s ", "-", "-");
+            }
+            fprintf(stderr, "\n");
+        }
+        (void)names;
+        for (int i = 0; i < nmat; i++) rf_gpu_free(g_ctx, w[i]);
+        rf_gpu_free(g_ctx, x), rf_gpu_free(g_ctx, y);
+    }
+}
+
+static void test_mmq_bench(void **state) {
+    (void)state;
+    if (!getenv("RF_MMQ_BENCH")) return;
+    bench();
+}
+
+int main(void) {
+    gpu_test_init_or_skip("test_gpu_mmq");
+    const char *only = getenv("RF_MMQ_BENCH_ONLY");
+    const struct CMUnitTest all[] = {
+        cmocka_unit_test(test_mmq_vs_ref),
+        cmocka_unit_test(test_mmq_batch_invariance),
+        cmocka_unit_test(test_mmq_bench),
+    };
+    const struct CMUnitTest just_bench[] = {cmocka_unit_test(test_mmq_bench)};
+    int rc = only ? cmocka_run_group_tests(just_bench, NULL, NULL) : cmocka_run_group_tests(all, NULL, NULL);
+    rf_gpu_destroy(g_ctx);
+    return rc;
+}
+#endif
