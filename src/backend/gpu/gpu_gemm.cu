@@ -1,4 +1,5 @@
-/* gpu_gemm.cu — many-token products: which path a product of n tokens takes (rf_gpu_matmul), and
+/* gpu_gemm.cu — many-token products: which path a product of n tokens takes (rf_gpu_matmul: GEMV,
+ * MMQ in gpu_mmq.cu, GEMV groups of 8, or the following), and
  * the vendor BLAS path: W dequantized to f16 and x converted to f16 (for quantized W through
  * ggml's int8 activation rounding) in the scratch arena, then cublasGemmEx with f32
  * accumulation and an f32 result. On HIP without hipBLAS (Debian) rf_gpu_gemm runs the GEMV
@@ -112,9 +113,25 @@ static int64_t rf_gemv_max_tokens(void) {
     return v;
 }
 
+/* The most tokens a product takes through MMQ (rf_gpu_mmq: the weight read once per 64 tokens
+ * on the int8 tensor cores) where the type has it, before the paths below (env RF_GPU_MMQ_MAX,
+ * 0 = never). Default 128: on the H100 MMQ beat dequantize + cuBLAS at 128 tokens in every
+ * shape measured (Q4_0 4096x4096 33 vs 52 us, 28672x4096 183 vs 297, Q6_K 128256x4096 1462
+ * vs 1712), and lost at 512 (1.7-2.7x slower); docs/perf-gpu.md, "MMQ". */
+static int64_t rf_mmq_max_tokens(void) {
+    static int64_t v = -1;
+    if (v < 0) {
+        const char *e = getenv("RF_GPU_MMQ_MAX");
+        v = e && *e ? atoll(e) : 128;
+    }
+    return v;
+}
+
 extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                    const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     if (n_tokens <= 8) return rf_gpu_gemv(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    if (n_tokens <= rf_mmq_max_tokens() && ctx->info.cc_major >= 8 && rf_gpu_mmq_supported(wtype, n_in))
+        return rf_gpu_mmq(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
     const bool quantized = wtype != RF_TYPE_F16 && wtype != RF_TYPE_BF16 && wtype != RF_TYPE_F32;
     if (quantized && rf_gpu_gemv_supported(wtype) && n_tokens <= rf_gemv_max_tokens())
         return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
