@@ -103,11 +103,45 @@ static void test_sample_edges(void **state) {
     rf_gpu_free(g_ctx, d);
 }
 
+/* Timing (skipped under RF_TEST_QUICK): us per rf_gpu_sample_rows call (device events, 200
+ * calls) at vocabulary 128256, 1 and 64 sequences; "normal" = N(0, 3) logits (a flat nucleus),
+ * "peaked" = the same plus +12 on 16 tokens (a chat-like nucleus of a few dozen tokens). */
+static void test_sample_timing(void **state) {
+    (void)state;
+    if (getenv("RF_TEST_QUICK")) return;
+    const int64_t n = 128256, NSMAX = 64;
+    const rf_sample_params ps[] = {{0.0f, 0, 1.0f, 0.0f},  {0.8f, 40, 0.95f, 0.05f},
+                                   {0.8f, 0, 0.95f, 0.0f}, {0.8f, 0, 1.0f, 0.05f},
+                                   {1.0f, 0, 1.0f, 0.0f}};
+    const char *names[] = {"greedy", "T0.8 k40 p0.95 minp0.05", "T0.8 p0.95", "T0.8 minp0.05",
+                           "T1.0 (whole vocab)"};
+    rf_rng r;
+    rf_rng_init(&r, 1234);
+    float *lg = host_f32(NSMAX * n);
+    for (int dist = 0; dist < 2; dist++) {
+        rf_rng_fill_normal(&r, lg, NSMAX * n, 3.0f);
+        if (dist == 1)
+            for (int64_t s = 0; s < NSMAX; s++)
+                for (int j = 0; j < 16; j++) lg[s * n + (j * 7919 + s * 31) % n] += 12.0f;
+        float *d = dev_from(lg, NSMAX * n * 4);
+        for (int ns = 1; ns <= NSMAX; ns *= 64)
+            for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+                double us = 0;
+                assert_int_equal(rf_gpu_bench_sample(g_ctx, d, ns, n, &ps[k], 200, &us), RF_OK);
+                fprintf(stderr, "  timing: vocab %lld, %2d seq, %s logits, %-24s %9.1f us/call\n",
+                        (long long)n, ns, dist ? "peaked" : "normal", names[k], us);
+            }
+        rf_gpu_free(g_ctx, d);
+    }
+    free(lg);
+}
+
 int main(void) {
     gpu_test_init_or_skip("test_gpu_sample");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_random),
         cmocka_unit_test(test_sample_edges),
+        cmocka_unit_test(test_sample_timing),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rf_gpu_destroy(g_ctx);

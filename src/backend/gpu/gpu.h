@@ -298,6 +298,11 @@ rf_status rf_gpu_trace_read(rf_gpu_ctx *ctx, uint64_t *out, int max_calls, int *
  * moment its decode ended (words 2 + 2k, 3 + 2k), its end (14) and the grid size (15); at most
  * 64 calls. */
 rf_status rf_gpu_trace_read_mma(rf_gpu_ctx *ctx, uint64_t *out, int max_calls, int *ncalls, int *grid);
+/* Mean microseconds per rf_gpu_sample_rows call (no penalties) over `reps` back-to-back calls
+ * timed with device events (after 10 warm-up calls): every row of logits [n_seq, n_vocab]
+ * (device) sampled with *params and u = 0.5. */
+rf_status rf_gpu_bench_sample(rf_gpu_ctx *ctx, const float *logits, int64_t n_seq, int64_t n_vocab,
+                              const rf_sample_params *params, int reps, double *us_per_call);
 /* Median milliseconds per rf_gpu_gemm call (dequantize + BLAS). */
 rf_status rf_gpu_bench_gemm(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
                             int64_t n_out, int reps, double *ms_per_call);

@@ -297,3 +297,44 @@ extern "C" rf_status rf_gpu_sample_rows(rf_gpu_ctx *ctx, int32_t *d_out, float *
     ctx->scratch_used = mark;
     return st;
 }
+
+extern "C" rf_status rf_gpu_bench_sample(rf_gpu_ctx *ctx, const float *logits, int64_t n_seq,
+                                         int64_t n_vocab, const rf_sample_params *params, int reps,
+                                         double *us_per_call) {
+    if (n_seq < 1 || n_seq > 65535 || reps < 1 || !params)
+        return rf_set_error(RF_ERR_INVALID_ARG, "bench sample: n_seq %lld reps %d", (long long)n_seq, reps);
+    rf_gpu_sample_row *h = (rf_gpu_sample_row *)calloc((size_t)n_seq, sizeof *h);
+    if (!h) return rf_set_error(RF_ERR_OOM, "bench sample: host memory");
+    for (int64_t i = 0; i < n_seq; i++) {
+        h[i].temperature = params->temperature, h[i].top_k = params->top_k;
+        h[i].top_p = params->top_p, h[i].min_p = params->min_p, h[i].u = 0.5f;
+        h[i].repeat_penalty = 1.0f;
+    }
+    void *buf;
+    const size_t rb = (size_t)n_seq * sizeof *h;
+    rf_status st = rf_gpu_alloc(ctx, rb + 256 + (size_t)n_seq * 4, &buf);
+    if (!st) st = rf_gpu_upload(ctx, buf, h, rb);
+    free(h);
+    if (st) return st;
+    int32_t *dout = (int32_t *)((char *)buf + ((rb + 255) & ~(size_t)255));
+    cudaEvent_t e0, e1;
+    RF_GPU_CHECK(cudaEventCreate(&e0));
+    RF_GPU_CHECK(cudaEventCreate(&e1));
+    for (int r = 0; r < 10 && !st; r++)
+        st = rf_gpu_sample_rows(ctx, dout, (float *)logits, n_seq, n_vocab, (const rf_gpu_sample_row *)buf,
+                                NULL, NULL, false);
+    cudaEventRecord(e0, ctx->stream);
+    for (int r = 0; r < reps && !st; r++)
+        st = rf_gpu_sample_rows(ctx, dout, (float *)logits, n_seq, n_vocab, (const rf_gpu_sample_row *)buf,
+                                NULL, NULL, false);
+    cudaEventRecord(e1, ctx->stream);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (!st) st = rf_gpu_sync(ctx);
+    *us_per_call = (double)ms * 1e3 / reps;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    rf_gpu_free(ctx, buf);
+    return st;
+}
