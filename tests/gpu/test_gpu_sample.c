@@ -103,6 +103,70 @@ static void test_sample_edges(void **state) {
     rf_gpu_free(g_ctx, d);
 }
 
+/* The paths of the kernel: top-k 1 / 40 / 1000 (the kept set sorted in shared memory), 1500
+ * and 3000 (past its 1024 bound: radix select + bisection over the row), top-p only, min-p only,
+ * the whole vocabulary, and their mixes; rows of normal, peaked, integer-tied, all-equal,
+ * NaN / -inf sprinkled and wide (N(0, 30)) logits; vocabularies 128256 and 262144 and 4099 (not
+ * a multiple of 4: every row but the first starts misaligned). 64 sequences in one call, then
+ * some rows again one at a time (n_seq 1, a row pointer inside the buffer).
+ * RF_TEST_QUICK: vocabulary 4099 and 16 rows only. */
+static void fill_row(rf_rng *r, float *row, int64_t n, int kind) {
+    rf_rng_fill_normal(r, row, (size_t)n, kind == 5 ? 30.0f : 3.0f);
+    if (kind == 1)
+        for (int j = 0; j < 16; j++) row[(j * 7919 + 13) % n] += 12.0f;
+    if (kind == 2)
+        for (int64_t i = 0; i < n; i++) row[i] = roundf(row[i] * 0.7f);
+    if (kind == 3)
+        for (int64_t i = 0; i < n; i += 97) row[i] = (i / 97) % 2 ? NAN : -INFINITY;
+    if (kind == 4)
+        for (int64_t i = 0; i < n; i++) row[i] = i % 1001 == 5 ? NAN : 1.5f;
+}
+
+static void test_sample_paths(void **state) {
+    (void)state;
+    static const rf_sample_params ps[16] = {
+        {0.0f, 0, 1.0f, 0.0f},    {1.0f, 1, 1.0f, 0.0f},     {0.8f, 40, 1.0f, 0.0f},
+        {0.8f, 40, 0.95f, 0.05f}, {1.0f, 1000, 1.0f, 0.0f},  {1.0f, 1000, 0.9f, 0.0f},
+        {1.0f, 1500, 1.0f, 0.0f}, {1.0f, 1500, 0.8f, 0.01f}, {1.0f, 0, 0.9f, 0.0f},
+        {0.7f, 0, 0.5f, 0.0f},    {1.0f, 0, 1.0f, 0.05f},    {1.5f, 0, 1.0f, 0.2f},
+        {1.0f, 0, 1.0f, 0.0f},    {0.5f, 0, 0.95f, 0.05f},   {2.0f, 5, 0.5f, 0.0f},
+        {1.0f, 3000, 1.0f, 0.0f},
+    };
+    const bool quick = getenv("RF_TEST_QUICK") != NULL;
+    const int64_t vocab[] = {4099, 128256, 262144};
+    const int nv = quick ? 1 : 3;
+    const int64_t NS = quick ? 16 : 64;
+    rf_rng r;
+    const uint64_t seed = rf_test_seed();
+    rf_rng_init(&r, seed ^ 0x5A5A);
+    int total = 0;
+    g_boundary = 0;
+    for (int vi = 0; vi < nv; vi++) {
+        const int64_t n = vocab[vi];
+        float *lg = host_f32(NS * n);
+        rf_sample_params *pr = malloc(sizeof *pr * NS);
+        for (int64_t s = 0; s < NS; s++) {
+            fill_row(&r, lg + s * n, n, (int)(s / 16 + s) % 6);
+            pr[s] = ps[s % 16];
+        }
+        float *d = dev_from(lg, NS * n * 4);
+        int32_t out[64];
+        const uint64_t step = 1000 + (uint64_t)vi;
+        assert_int_equal(rf_gpu_sample(g_ctx, out, d, NS, n, pr, seed, step), RF_OK);
+        for (int64_t s = 0; s < NS; s++, total++)
+            check_pick(lg + s * n, n, &pr[s], rf_gpu_sample_u(seed, step, s), out[s]);
+        for (int64_t s = 1; s < NS; s += quick ? 3 : 5, total++) { /* one sequence, row s */
+            assert_int_equal(rf_gpu_sample(g_ctx, out, d + s * n, 1, n, &pr[s], seed, step + s), RF_OK);
+            check_pick(lg + s * n, n, &pr[s], rf_gpu_sample_u(seed, step + s, 0), out[0]);
+        }
+        rf_gpu_free(g_ctx, d);
+        free(pr);
+        free(lg);
+    }
+    fprintf(stderr, "  paths: %d picks compared, %d at an f32 rounding boundary\n", total, g_boundary);
+    assert_true(g_boundary * 20 <= total);
+}
+
 /* Timing (skipped under RF_TEST_QUICK): us per rf_gpu_sample_rows call (device events, 200
  * calls) at vocabulary 128256, 1 and 64 sequences; "normal" = N(0, 3) logits (a flat nucleus),
  * "peaked" = the same plus +12 on 16 tokens (a chat-like nucleus of a few dozen tokens). */
@@ -141,6 +205,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_random),
         cmocka_unit_test(test_sample_edges),
+        cmocka_unit_test(test_sample_paths),
         cmocka_unit_test(test_sample_timing),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,8 +1,9 @@
 /* gpu_sample.cu — the sampler on the device: greedy, temperature, top-k, min-p, top-p and a
  * seeded draw, one block per sequence, one int32 per sequence back to the host. It picks the
  * token rf_ref_sample would pick for the same u (u from a counter-based generator the host can
- * recompute: rf_gpu_sample_u). Sorting is replaced by bisection over a 64-bit order key, so
- * each cut (top-k, top-p, the draw) is a few dozen block reductions over the vocabulary. */
+ * recompute: rf_gpu_sample_u). Entries are ordered by a 64-bit key (value, then lower id); the
+ * top-k set is found by histograms and sorted in shared memory, where min-p, top-p and the draw
+ * are prefix sums; only a kept set wider than that falls back to bisection over the key. */
 #include "backend/gpu/gpu_internal.h"
 
 #define RF_SAMPLE_THREADS 1024
@@ -21,9 +22,11 @@ extern "C" float rf_gpu_sample_u(uint64_t seed, uint64_t step, int64_t seq) {
 }
 
 /* Descending order of (value, then lower id) as one unsigned number: the float's order bits
- * above, (idmax - id) below. NaN is handled by the caller (never a candidate). */
+ * above, (idmax - id) below; -0 counts as +0 (the CPU twin compares values). NaN is handled by
+ * the caller (never a candidate). */
 static __device__ __forceinline__ uint64_t rf_order_key(float v, int64_t id, int ib) {
     uint32_t b = __float_as_uint(v);
+    b = b == 0x80000000u ? 0u : b;
     b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
     return ((uint64_t)b << ib) | (uint64_t)(((1ll << ib) - 1) - id);
 }
@@ -34,162 +37,383 @@ struct rf_sample_dev {
     float u; /* < 0: draw from (seed, step, row) */
 };
 
-/* Block-wide reduction of a double-precision-free pair of sums: count (float, exact < 2^24)
- * or mass. Uses rf_block_sum (contains barriers: every thread must call). */
+/* Calls f(v, i) for every entry of the row x[0, n): 16-byte loads, four in flight per thread,
+ * the misaligned head (row s starts at s * n floats) and the tail scalar. Order of calls is
+ * unspecified across threads; each thread sees its own entries in increasing i (an argmax
+ * keeps the first of equal values with a strict >). */
+template <typename F>
+static __device__ __forceinline__ void rf_row_visit(const float *x, int64_t n, F f) {
+    const int tid = threadIdx.x, nt = blockDim.x;
+    int64_t head = (int64_t)(((16 - ((uintptr_t)x & 15)) & 15) >> 2);
+    if (head > n) head = n;
+    if (tid < head) f(x[tid], (int64_t)tid);
+    const float4 *x4 = (const float4 *)(x + head);
+    const int64_t n4 = (n - head) >> 2;
+    int64_t j = tid;
+    for (; j + 3 * (int64_t)nt < n4; j += 4 * (int64_t)nt) {
+        float4 a[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) a[u] = x4[j + u * nt];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int64_t i = head + 4 * (j + u * nt);
+            f(a[u].x, i), f(a[u].y, i + 1), f(a[u].z, i + 2), f(a[u].w, i + 3);
+        }
+    }
+    for (; j < n4; j += nt) {
+        const float4 a = x4[j];
+        const int64_t i = head + 4 * j;
+        f(a.x, i), f(a.y, i + 1), f(a.z, i + 2), f(a.w, i + 3);
+    }
+    const int64_t t0 = head + 4 * n4;
+    if (tid < n - t0) f(x[t0 + tid], t0 + tid);
+}
+
+static __device__ __forceinline__ uint64_t rf_shfl_xor_u64(uint64_t v, int m) {
+    const uint32_t hi = RF_SHFL_XOR((uint32_t)(v >> 32), m), lo = RF_SHFL_XOR((uint32_t)v, m);
+    return ((uint64_t)hi << 32) | lo;
+}
+
+/* Block-wide max (OP 0), min (1) or sum (2) of a uint64; every thread gets it (barriers: all
+ * threads must call). */
+template <int OP>
+static __device__ __forceinline__ uint64_t rf_op_u64(uint64_t a, uint64_t b) {
+    return OP == 0 ? (a > b ? a : b) : OP == 1 ? (a < b ? a : b) : a + b;
+}
+template <int OP>
+static __device__ uint64_t rf_block_u64(uint64_t v, uint64_t *sh) {
+    const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
+    const int nw = blockDim.x / RF_WARP_SIZE;
+    for (int m = RF_WARP_SIZE / 2; m > 0; m >>= 1) v = rf_op_u64<OP>(v, rf_shfl_xor_u64(v, m));
+    __syncthreads(); /* sh may be in use by a previous reduction */
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = sh[0];
+    for (int w = 1; w < nw; w++) v = rf_op_u64<OP>(v, sh[w]);
+    return v;
+}
+
+/* The value (v / temperature) a key was made from. */
+static __device__ __forceinline__ float rf_key_value(uint64_t c, int ib) {
+    const uint32_t hi = (uint32_t)(c >> ib);
+    return __uint_as_float((hi & 0x80000000u) ? (hi & 0x7fffffffu) : ~hi);
+}
+
+/* hist[256] (bin 255 = highest keys): the bin b holding the r-th highest entry. Threads < 256
+ * scan; out[0] = b (-1 when the counted bins hold fewer than r), out[1] = entries in higher
+ * bins, out[2] = entries in bin b. Barriers: all threads must call. */
+static __device__ void rf_hist_pick(const unsigned *hist, int64_t r, int *wt, int64_t *out) {
+    const int tid = threadIdx.x, lane = tid % RF_WARP_SIZE, warp = tid / RF_WARP_SIZE;
+    if (tid == 0) out[0] = -1;
+    int h = 0, x = 0;
+    if (tid < 256) {
+        h = x = (int)hist[255 - tid];
+        for (int o = 1; o < RF_WARP_SIZE; o <<= 1) {
+            const int y = RF_SHFL_UP(x, o);
+            if (lane >= o) x += y;
+        }
+        if (lane == RF_WARP_SIZE - 1) wt[warp] = x;
+    }
+    __syncthreads();
+    if (tid < 256) {
+        for (int w = 0; w < warp; w++) x += wt[w];
+        const int64_t excl = x - h;
+        if (excl < r && r <= x) out[0] = 255 - tid, out[1] = excl, out[2] = h;
+    }
+    __syncthreads();
+}
+
+/* Radix select over the 64-bit order key of the valid entries (v / T): 8 bits a pass, from the
+ * top. Returns t with cnt = #{key >= t} >= r where the r-th highest key is >= t; stops as soon
+ * as cnt <= cap (cap 0: exact, cnt = r). */
+static __device__ uint64_t rf_sample_radix(const float *x, int64_t n, float T, int ib, int64_t r,
+                                           int64_t cap, int64_t *cnt, unsigned *hist, int *wt,
+                                           int64_t *pick) {
+    uint64_t prefix = 0;
+    int64_t above = 0;
+    int shift = 32 + ib;
+    for (;;) {
+        const int lo = shift > 8 ? shift - 8 : 0;
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        const uint64_t hp = prefix >> shift;
+        rf_row_visit(x, n, [&](float v, int64_t i) {
+            if (v != v) return;
+            const uint64_t c = rf_order_key(v / T, i, ib);
+            if ((c >> shift) == hp) atomicAdd(&hist[(unsigned)(c >> lo) & 255u], 1u);
+        });
+        __syncthreads();
+        rf_hist_pick(hist, r, wt, pick);
+        const int64_t b = pick[0], excl = pick[1], h = pick[2];
+        const int64_t ge = above + excl + h;
+        if (cap > 0 && ge <= cap) {
+            *cnt = ge;
+            return prefix | ((uint64_t)b << lo);
+        }
+        r -= excl, above += excl;
+        prefix |= (uint64_t)b << lo;
+        if (h == r || lo == 0) {
+            *cnt = above + r;
+            return prefix;
+        }
+        shift = lo;
+    }
+}
+
+#define RF_SAMPLE_KCAP 1024 /* top_k up to this: the kept set is sorted in shared memory */
+#define RF_SAMPLE_SC 2048   /* shared candidates (2 per thread) */
 
 /* sample: out[s] = rf_ref_sample(logits[s, :], params[s], u(seed, step, s)).
  * in: logits f32 [n_seq, n_vocab]; params [n_seq]. out: int32 [n_seq] (device).
  * launch: one block of RF_SAMPLE_THREADS threads per sequence. tolerance: the same token as the
- * CPU twin except where u lies within f32 rounding of a cumulative-probability boundary. */
+ * CPU twin except where u lies within f32 rounding of a cumulative-probability boundary.
+ * Passes over the row: argmax and count (greedy stops there); the top K = top_k (or 1024 when
+ * top_k is 0) by a histogram of (lmax - l) in 1/16 steps, then at most RF_SAMPLE_SC candidates
+ * (every key >= a threshold) copied to shared memory, sorted (bitonic), and min-p, top-p and
+ * the draw done there by prefix sums. When the kept set may reach beyond those candidates
+ * (top_k > 1024, or no top-k and a nucleus wider than them) the cuts are bisections over the
+ * key, as before, with vectorized passes. */
 __global__ void __launch_bounds__(RF_SAMPLE_THREADS)
 rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *params,
             uint64_t seed, uint64_t step, int ib) {
     __shared__ float sh[1024 / 32];
-    __shared__ int64_t sh_idx[1024 / 32];
+    __shared__ uint64_t shu[1024 / 32];
+    __shared__ int wt[256 / 32];
+    __shared__ int64_t pick[4];
+    __shared__ unsigned hist[256];
+    __shared__ unsigned shcnt;
+    __shared__ uint64_t skey[RF_SAMPLE_SC];
+    __shared__ float scum[RF_SAMPLE_SC];
     const int64_t s = blockIdx.x;
     const float *x = logits + s * n;
     const rf_sample_dev P = params[s];
-    const int tid = threadIdx.x, lane = tid % RF_WARP_SIZE, warp = tid / RF_WARP_SIZE;
-    const int nw = blockDim.x / RF_WARP_SIZE;
+    const int tid = threadIdx.x;
     const uint64_t idmask = (1ull << ib) - 1;
+    const float T = P.temperature;
 
-    /* best order key among non-NaN entries (argmax with lowest id on ties) */
-    uint64_t best = 0;
-    bool any = false;
-    for (int64_t i = tid; i < n; i += blockDim.x) {
-        const float v = x[i];
-        if (v != v) continue;
-        const uint64_t c = rf_order_key(v, i, ib);
-        if (!any || c > best) best = c, any = true;
-    }
-    /* block max of best (0 = none) via shuffles on two 32-bit halves */
-    {
-        uint64_t b = any ? best : 0;
-        for (int m = RF_WARP_SIZE / 2; m > 0; m >>= 1) {
-            uint32_t hi = RF_SHFL_XOR((uint32_t)(b >> 32), m), lo = RF_SHFL_XOR((uint32_t)b, m);
-            const uint64_t o = ((uint64_t)hi << 32) | lo;
-            if (o > b) b = o;
-        }
-        if (lane == 0) sh_idx[warp] = (int64_t)b;
-        __syncthreads();
-        b = 0;
-        for (int w = 0; w < nw; w++)
-            if ((uint64_t)sh_idx[w] > b) b = (uint64_t)sh_idx[w];
-        best = b;
-        __syncthreads();
-    }
+    /* argmax among non-NaN entries (lowest id on ties; float compares in the pass, the order
+     * key across threads), and the count of non-NaN entries */
+    float bv = -INFINITY;
+    int64_t bi = -1;
+    uint32_t nv = 0;
+    rf_row_visit(x, n, [&](float v, int64_t i) {
+        const bool ok = v == v;
+        nv += ok;
+        if (v > bv || (ok && bi < 0)) bv = v, bi = i;
+    });
+    uint64_t best = rf_block_u64<0>(bi >= 0 ? rf_order_key(bv, bi, ib) : 0, shu);
     if (best == 0) { /* all NaN */
         if (tid == 0) out[s] = -1;
         return;
     }
     const int64_t best_id = (int64_t)(idmask - (best & idmask));
-    if (P.temperature <= 0.0f) {
+    if (T <= 0.0f) {
         if (tid == 0) out[s] = (int32_t)best_id;
         return;
     }
-    const float lmax = x[best_id] / P.temperature; /* division, as the CPU twin */
+    const float lmax = x[best_id] / T; /* division, as the CPU twin */
     if (lmax == INFINITY || lmax == -INFINITY) {
         if (tid == 0) out[s] = (int32_t)best_id;
         return;
     }
+    const int64_t m_valid = (int64_t)rf_block_u64<2>(nv, shu);
+    const bool kc = P.top_k > 0 && (int64_t)P.top_k < m_valid; /* a top-k cut */
+    const float u = P.u >= 0.0f ? P.u : rf_sample_u_impl(seed, step, s);
 
-    /* count of valid entries; top-k threshold ck (keep c >= ck) */
-    float cnt = 0.0f;
-    for (int64_t i = tid; i < n; i += blockDim.x) cnt += x[i] == x[i] ? 1.0f : 0.0f;
-    const float m_valid = rf_block_sum(cnt, sh);
-    uint64_t ck = 0;
-    if (P.top_k > 0 && (float)P.top_k < m_valid) {
-        uint64_t prefix = 0;
-        for (int bit = 31 + ib; bit >= 0; bit--) {
-            const uint64_t cand = prefix | (1ull << bit);
-            float c = 0.0f;
-            for (int64_t i = tid; i < n; i += blockDim.x) {
-                const float v = x[i];
-                if (v == v && rf_order_key(v / P.temperature, i, ib) >= cand) c += 1.0f;
+    /* ---- candidates in shared memory: every key >= t, M <= RF_SAMPLE_SC of them ---- */
+    const bool shared_way = kc ? P.top_k <= RF_SAMPLE_KCAP
+                               : (m_valid <= RF_SAMPLE_SC || P.top_p < 1.0f || P.min_p > 0.0f);
+    if (shared_way) {
+        const int64_t r = kc ? P.top_k : (m_valid < RF_SAMPLE_KCAP ? m_valid : RF_SAMPLE_KCAP);
+        int way = 0; /* 0: all valid, 1: q-bins up to qcut, 2: keys >= t */
+        float qcut = 0.0f;
+        uint64_t t = 0;
+        if (m_valid > RF_SAMPLE_SC) {
+            /* q = (lmax - l) * 16 (>= 0, monotone in the key); bins 254 - floor(q), q < 255 */
+            for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+            __syncthreads();
+            rf_row_visit(x, n, [&](float v, int64_t i) {
+                if (v != v) return;
+                const float q = (lmax - v / T) * 16.0f;
+                if (q < 255.0f) atomicAdd(&hist[255 - (int)q], 1u);
+            });
+            __syncthreads();
+            rf_hist_pick(hist, r, wt, pick);
+            if (pick[0] >= 0 && pick[1] + pick[2] <= RF_SAMPLE_SC) {
+                way = 1;
+                qcut = (float)(256 - pick[0]); /* keep q < qcut */
+            } else {
+                int64_t cnt;
+                t = rf_sample_radix(x, n, T, ib, r, RF_SAMPLE_SC, &cnt, hist, wt, pick);
+                way = 2;
             }
-            if (rf_block_sum(c, sh) >= (float)P.top_k) prefix = cand;
         }
-        ck = prefix;
+        if (tid == 0) shcnt = 0;
+        __syncthreads();
+        if (way == 2)
+            rf_row_visit(x, n, [&](float v, int64_t i) {
+                if (v != v) return;
+                const uint64_t c = rf_order_key(v / T, i, ib);
+                if (c >= t) skey[atomicAdd(&shcnt, 1u)] = c;
+            });
+        else
+            rf_row_visit(x, n, [&](float v, int64_t i) {
+                if (v != v) return;
+                const float l = v / T;
+                if (way == 0 || (lmax - l) * 16.0f < qcut) skey[atomicAdd(&shcnt, 1u)] = rf_order_key(l, i, ib);
+            });
+        __syncthreads();
+        const int M = (int)shcnt;
+        int P2 = 1;
+        while (P2 < M) P2 <<= 1;
+        for (int i = M + tid; i < P2; i += blockDim.x) skey[i] = 0;
+        __syncthreads();
+        for (int k = 2; k <= P2; k <<= 1) /* bitonic sort, descending */
+            for (int j = k >> 1; j > 0; j >>= 1) {
+                for (int i = tid; i < P2; i += blockDim.x) {
+                    const int o = i ^ j;
+                    if (o > i) {
+                        const uint64_t a = skey[i], b = skey[o];
+                        if ((i & k) == 0 ? a < b : a > b) skey[i] = b, skey[o] = a;
+                    }
+                }
+                __syncthreads();
+            }
+        /* the first kn (top-k) candidates: p, min-p prefix m1, prefix sums */
+        const int kn = kc ? P.top_k : M;
+        const int i0 = 2 * tid, i1 = i0 + 1;
+        const float p0 = i0 < kn ? expf(rf_key_value(skey[i0], ib) - lmax) : 0.0f;
+        const float p1 = i1 < kn ? expf(rf_key_value(skey[i1], ib) - lmax) : 0.0f;
+        int m1 = kn;
+        if (P.min_p > 0.0f) {
+            int f = kn;
+            if (i0 >= 1 && i0 < kn && p0 < P.min_p) f = i0;
+            else if (i1 < kn && p1 < P.min_p) f = i1;
+            m1 = (int)rf_block_u64<1>((uint64_t)f, shu);
+        }
+        {
+            const int lane = tid % RF_WARP_SIZE, warp = tid / RF_WARP_SIZE;
+            const int nw = blockDim.x / RF_WARP_SIZE;
+            float xs = p0 + p1;
+            for (int o = 1; o < RF_WARP_SIZE; o <<= 1) {
+                const float y = RF_SHFL_UP(xs, o);
+                if (lane >= o) xs += y;
+            }
+            __syncthreads();
+            if (lane == RF_WARP_SIZE - 1) sh[warp] = xs;
+            __syncthreads();
+            float base = 0.0f;
+            for (int w = 0; w < warp; w++) base += sh[w];
+            (void)nw;
+            const float ex = base + xs - (p0 + p1);
+            if (i0 < RF_SAMPLE_SC) scum[i0] = ex + p0;
+            if (i1 < RF_SAMPLE_SC) scum[i1] = ex + p0 + p1;
+            __syncthreads();
+        }
+        const bool whole = kc || M == m_valid; /* every kept entry is a candidate */
+        float total_k = 0.0f;
+        if (whole) total_k = scum[kn - 1];
+        else if (P.top_p < 1.0f) {
+            float tot = 0.0f;
+            rf_row_visit(x, n, [&](float v, int64_t i) {
+                if (v == v) tot += __expf(v / T - lmax);
+            });
+            total_k = rf_block_sum(tot, sh);
+        }
+        /* the cuts compare in double against double targets, as the CPU twin does */
+        const float mass2 = scum[m1 - 1];
+        const double tp = (double)P.top_p * (double)total_k;
+        const bool cut_p = P.top_p < 1.0f && (double)mass2 >= tp;
+        /* complete: the kept set ends inside the candidates */
+        if (whole || m1 < M || cut_p) {
+            int m2 = m1;
+            if (cut_p) {
+                int f = m1;
+                if (i0 < m1 && (double)scum[i0] >= tp) f = i0;
+                else if (i1 < m1 && (double)scum[i1] >= tp) f = i1;
+                m2 = (int)rf_block_u64<1>((uint64_t)f, shu) + 1;
+            }
+            const double target = (double)u * (double)scum[m2 - 1];
+            int f = m2 - 1;
+            if (i0 < m2 && (double)scum[i0] > target) f = i0;
+            else if (i1 < m2 && (double)scum[i1] > target) f = i1;
+            const int pk = (int)rf_block_u64<1>((uint64_t)f, shu);
+            if (tid == 0) out[s] = (int32_t)(idmask - (skey[pk] & idmask));
+            return;
+        }
+        /* else: the nucleus reaches past the candidates; bisect over the whole row below */
+    }
+
+    /* ---- the whole row: top-k threshold ck (keep c >= ck) by radix select ---- */
+    uint64_t ck = 0;
+    if (kc) {
+        int64_t cnt;
+        ck = rf_sample_radix(x, n, T, ib, P.top_k, 0, &cnt, hist, wt, pick);
     }
     /* kept(i): valid, c >= ck, and p >= min_p (p = e^(l - lmax), so p_max = 1) */
-#define RF_P(i, v) __expf((v) / P.temperature - lmax)
-#define RF_KEPT(i, v, c, p) ((v) == (v) && (c) >= ck && (P.min_p <= 0.0f || (p) >= P.min_p))
-    float tot = 0.0f;
-    for (int64_t i = tid; i < n; i += blockDim.x) {
-        const float v = x[i];
-        if (v != v) continue;
-        if (rf_order_key(v / P.temperature, i, ib) >= ck) tot += RF_P(i, v);
-    }
+#define RF_P(v) __expf((v) / T - lmax)
+#define RF_KEPT(v, c, p) ((c) >= ck && (P.min_p <= 0.0f || (p) >= P.min_p))
+    float tot = 0.0f, m2 = 0.0f;
+    rf_row_visit(x, n, [&](float v, int64_t i) {
+        if (v != v) return;
+        const uint64_t c = rf_order_key(v / T, i, ib);
+        const float p = RF_P(v);
+        if (c >= ck) tot += p;
+        if (RF_KEPT(v, c, p)) m2 += p;
+    });
     const float total_k = rf_block_sum(tot, sh); /* the mass top_p is measured against */
-    float m2 = 0.0f;
-    for (int64_t i = tid; i < n; i += blockDim.x) {
-        const float v = x[i];
-        if (v != v) continue;
-        const float p = RF_P(i, v);
-        if (RF_KEPT(i, v, rf_order_key(v / P.temperature, i, ib), p)) m2 += p;
-    }
     const float mass2 = rf_block_sum(m2, sh);
     uint64_t cp = 0;
-    if (P.top_p < 1.0f && mass2 >= P.top_p * total_k) {
-        const float target = P.top_p * total_k;
+    const double tp = (double)P.top_p * (double)total_k;
+    if (P.top_p < 1.0f && (double)mass2 >= tp) {
+        const double target = tp;
         uint64_t prefix = 0;
         for (int bit = 31 + ib; bit >= 0; bit--) {
             const uint64_t cand = prefix | (1ull << bit);
             float mm = 0.0f;
-            for (int64_t i = tid; i < n; i += blockDim.x) {
-                const float v = x[i];
-                if (v != v) continue;
-                const uint64_t c = rf_order_key(v / P.temperature, i, ib);
-                const float p = RF_P(i, v);
-                if (c >= cand && RF_KEPT(i, v, c, p)) mm += p;
-            }
-            if (rf_block_sum(mm, sh) >= target) prefix = cand;
+            rf_row_visit(x, n, [&](float v, int64_t i) {
+                if (v != v) return;
+                const uint64_t c = rf_order_key(v / T, i, ib);
+                if (c < cand) return;
+                const float p = RF_P(v);
+                if (RF_KEPT(v, c, p)) mm += p;
+            });
+            if ((double)rf_block_sum(mm, sh) >= target) prefix = cand;
         }
         cp = prefix;
     }
     /* final mass and the draw: the first entry (descending) whose cumulative mass > u * total */
     float m3 = 0.0f;
-    for (int64_t i = tid; i < n; i += blockDim.x) {
-        const float v = x[i];
-        if (v != v) continue;
-        const uint64_t c = rf_order_key(v / P.temperature, i, ib);
-        const float p = RF_P(i, v);
-        if (c >= cp && RF_KEPT(i, v, c, p)) m3 += p;
-    }
+    rf_row_visit(x, n, [&](float v, int64_t i) {
+        if (v != v) return;
+        const uint64_t c = rf_order_key(v / T, i, ib);
+        if (c < cp) return;
+        const float p = RF_P(v);
+        if (RF_KEPT(v, c, p)) m3 += p;
+    });
     const float total3 = rf_block_sum(m3, sh);
-    const float target = (P.u >= 0.0f ? P.u : rf_sample_u_impl(seed, step, s)) * total3;
+    const double target = (double)u * (double)total3;
     uint64_t prefix = 0;
     for (int bit = 31 + ib; bit >= 0; bit--) {
         const uint64_t cand = prefix | (1ull << bit);
         float mm = 0.0f;
-        for (int64_t i = tid; i < n; i += blockDim.x) {
-            const float v = x[i];
-            if (v != v) continue;
-            const uint64_t c = rf_order_key(v / P.temperature, i, ib);
-            const float p = RF_P(i, v);
-            if (c >= cand && c >= cp && RF_KEPT(i, v, c, p)) mm += p;
-        }
-        if (rf_block_sum(mm, sh) > target) prefix = cand;
+        rf_row_visit(x, n, [&](float v, int64_t i) {
+            if (v != v) return;
+            const uint64_t c = rf_order_key(v / T, i, ib);
+            if (c < cand || c < cp) return;
+            const float p = RF_P(v);
+            if (RF_KEPT(v, c, p)) mm += p;
+        });
+        if ((double)rf_block_sum(mm, sh) > target) prefix = cand;
     }
     if (prefix == 0) { /* rounding: nothing exceeded the target; take the last kept entry */
         uint64_t lo = ~0ull;
-        for (int64_t i = tid; i < n; i += blockDim.x) {
-            const float v = x[i];
-            if (v != v) continue;
-            const uint64_t c = rf_order_key(v / P.temperature, i, ib);
-            if (c >= cp && RF_KEPT(i, v, c, RF_P(i, v)) && c < lo) lo = c;
-        }
-        for (int m = RF_WARP_SIZE / 2; m > 0; m >>= 1) {
-            uint32_t hi = RF_SHFL_XOR((uint32_t)(lo >> 32), m), l2 = RF_SHFL_XOR((uint32_t)lo, m);
-            const uint64_t o = ((uint64_t)hi << 32) | l2;
-            if (o < lo) lo = o;
-        }
-        if (lane == 0) sh_idx[warp] = (int64_t)lo;
-        __syncthreads();
-        lo = ~0ull;
-        for (int w = 0; w < nw; w++)
-            if ((uint64_t)sh_idx[w] < lo) lo = (uint64_t)sh_idx[w];
-        prefix = lo;
+        rf_row_visit(x, n, [&](float v, int64_t i) {
+            if (v != v) return;
+            const uint64_t c = rf_order_key(v / T, i, ib);
+            if (c >= cp && RF_KEPT(v, c, RF_P(v)) && c < lo) lo = c;
+        });
+        prefix = rf_block_u64<1>(lo, shu);
     }
 #undef RF_P
 #undef RF_KEPT
@@ -323,18 +547,18 @@ extern "C" rf_status rf_gpu_bench_sample(rf_gpu_ctx *ctx, const float *logits, i
     for (int r = 0; r < 10 && !st; r++)
         st = rf_gpu_sample_rows(ctx, dout, (float *)logits, n_seq, n_vocab, (const rf_gpu_sample_row *)buf,
                                 NULL, NULL, false);
-    cudaEventRecord(e0, ctx->stream);
+    (void)cudaEventRecord(e0, ctx->stream);
     for (int r = 0; r < reps && !st; r++)
         st = rf_gpu_sample_rows(ctx, dout, (float *)logits, n_seq, n_vocab, (const rf_gpu_sample_row *)buf,
                                 NULL, NULL, false);
-    cudaEventRecord(e1, ctx->stream);
-    cudaEventSynchronize(e1);
+    (void)cudaEventRecord(e1, ctx->stream);
+    (void)cudaEventSynchronize(e1);
     float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
+    (void)cudaEventElapsedTime(&ms, e0, e1);
     if (!st) st = rf_gpu_sync(ctx);
     *us_per_call = (double)ms * 1e3 / reps;
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    (void)cudaEventDestroy(e0);
+    (void)cudaEventDestroy(e1);
     rf_gpu_free(ctx, buf);
     return st;
 }
