@@ -108,7 +108,9 @@ static void test_sample_edges(void **state) {
  * the whole vocabulary, and their mixes; rows of normal, peaked, integer-tied, all-equal,
  * NaN / -inf sprinkled and wide (N(0, 30)) logits; vocabularies 128256 and 262144 and 4099 (not
  * a multiple of 4: every row but the first starts misaligned). 64 sequences in one call, then
- * some rows again one at a time (n_seq 1, a row pointer inside the buffer).
+ * some rows again one at a time (n_seq 1, a row pointer inside the buffer). The 64 picks are
+ * made with RF_SAMPLE_SPLIT=1 (first pass and histogram split over chunks of each row), then
+ * again with RF_SAMPLE_NO_SPLIT=1 (one block per row for every pass): the same tokens.
  * RF_TEST_QUICK: vocabulary 4099 and 16 rows only. */
 static void fill_row(rf_rng *r, float *row, int64_t n, int kind) {
     rf_rng_fill_normal(r, row, (size_t)n, kind == 5 ? 30.0f : 3.0f);
@@ -152,9 +154,16 @@ static void test_sample_paths(void **state) {
         float *d = dev_from(lg, NS * n * 4);
         int32_t out[64];
         const uint64_t step = 1000 + (uint64_t)vi;
+        setenv("RF_SAMPLE_SPLIT", "1", 1);
         assert_int_equal(rf_gpu_sample(g_ctx, out, d, NS, n, pr, seed, step), RF_OK);
+        unsetenv("RF_SAMPLE_SPLIT");
         for (int64_t s = 0; s < NS; s++, total++)
             check_pick(lg + s * n, n, &pr[s], rf_gpu_sample_u(seed, step, s), out[s]);
+        int32_t out1[64];
+        setenv("RF_SAMPLE_NO_SPLIT", "1", 1);
+        assert_int_equal(rf_gpu_sample(g_ctx, out1, d, NS, n, pr, seed, step), RF_OK);
+        unsetenv("RF_SAMPLE_NO_SPLIT");
+        assert_memory_equal(out, out1, (size_t)NS * sizeof(int32_t));
         for (int64_t s = 1; s < NS; s += quick ? 3 : 5, total++) { /* one sequence, row s */
             assert_int_equal(rf_gpu_sample(g_ctx, out, d + s * n, 1, n, &pr[s], seed, step + s), RF_OK);
             check_pick(lg + s * n, n, &pr[s], rf_gpu_sample_u(seed, step + s, 0), out[0]);
@@ -194,6 +203,17 @@ static void test_sample_timing(void **state) {
                 assert_int_equal(rf_gpu_bench_sample(g_ctx, d, ns, n, &ps[k], 200, &us), RF_OK);
                 fprintf(stderr, "  timing: vocab %lld, %2d seq, %s logits, %-24s %9.1f us/call\n",
                         (long long)n, ns, dist ? "peaked" : "normal", names[k], us);
+            }
+        for (int ns = 1; ns <= NSMAX; ns *= 64) /* the other split mode (auto: split at <= 4 rows) */
+            for (size_t k = 0; k < 2; k++) {
+                double us = 0;
+                const char *mode = ns <= 4 ? "RF_SAMPLE_NO_SPLIT" : "RF_SAMPLE_SPLIT";
+                setenv(mode, "1", 1);
+                assert_int_equal(rf_gpu_bench_sample(g_ctx, d, ns, n, &ps[k], 200, &us), RF_OK);
+                unsetenv(mode);
+                fprintf(stderr, "  timing: vocab %lld, %2d seq, %s logits, %-24s %9.1f us/call (%s)\n",
+                        (long long)n, ns, dist ? "peaked" : "normal", names[k], us,
+                        ns <= 4 ? "no split" : "split forced");
             }
         rf_gpu_free(g_ctx, d);
     }

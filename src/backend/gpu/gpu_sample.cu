@@ -160,8 +160,87 @@ static __device__ uint64_t rf_sample_radix(const float *x, int64_t n, float T, i
     }
 }
 
+/* The first pass's per-thread argmax (strict >: the first of equal values in the thread's
+ * increasing i) and non-NaN count over x[0, len); ids are off + local index. Returns the order
+ * key of the thread's best (0: none). */
+static __device__ __forceinline__ uint64_t rf_sample_argmax(const float *x, int64_t len, int64_t off,
+                                                            int ib, uint32_t *nv) {
+    float bv = -INFINITY;
+    int64_t bi = -1;
+    uint32_t c = 0;
+    rf_row_visit(x, len, [&](float v, int64_t i) {
+        const bool ok = v == v;
+        c += ok;
+        if (v > bv || (ok && bi < 0)) bv = v, bi = i;
+    });
+    *nv = c;
+    return bi >= 0 ? rf_order_key(bv, off + bi, ib) : 0;
+}
+
+/* The candidate histogram's bin of one entry: q = (lmax - v / T) * 16 (>= 0, monotone in the
+ * key) counted in bin 254 - floor(q) when q < 255 (bin 255 = the top); -1: not counted. The
+ * compaction keeps q < qcut with the same expression. */
+static __device__ __forceinline__ float rf_sample_q(float v, float T, float lmax) {
+    return (lmax - v / T) * 16.0f;
+}
+
 #define RF_SAMPLE_KCAP 1024 /* top_k up to this: the kept set is sorted in shared memory */
 #define RF_SAMPLE_SC 2048   /* shared candidates (2 per thread) */
+#define RF_SAMPLE_PRE_THREADS 256
+
+/* Split first pass (few sequences): block (c, s) covers row s's entries [c * chunk, +chunk):
+ * part[s][c] = {order key of its argmax (0: none), non-NaN count}; block 0 zeroes ghist[s]. */
+__global__ void __launch_bounds__(RF_SAMPLE_PRE_THREADS)
+rf_k_sample_part(uint64_t *part, unsigned *ghist, const float *logits, int64_t n, int64_t chunk, int ib) {
+    __shared__ uint64_t shu[RF_SAMPLE_PRE_THREADS / 32];
+    const int64_t s = blockIdx.y, c = blockIdx.x, c0 = c * chunk;
+    const int64_t len = n - c0 < chunk ? n - c0 : chunk;
+    uint32_t nv;
+    const uint64_t k = rf_sample_argmax(logits + s * n + c0, len, c0, ib, &nv);
+    const uint64_t best = rf_block_u64<0>(k, shu);
+    const uint64_t cnt = rf_block_u64<2>(nv, shu);
+    if (threadIdx.x == 0) {
+        part[2 * (s * gridDim.x + c)] = best;
+        part[2 * (s * gridDim.x + c) + 1] = cnt;
+    }
+    if (c == 0)
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) ghist[s * 256 + i] = 0;
+}
+
+/* Split candidate histogram: block (c, s) adds its chunk's bins (rf_sample_q) to ghist[s] for
+ * the rows that will use it (T > 0, finite lmax, more than RF_SAMPLE_SC valid entries, the
+ * shared way). Integer atomics: the sum is the same whatever the split. */
+__global__ void __launch_bounds__(RF_SAMPLE_PRE_THREADS)
+rf_k_sample_hist(unsigned *ghist, const uint64_t *part, const float *logits, int64_t n, int64_t chunk,
+                 const rf_sample_dev *params, int ib) {
+    __shared__ unsigned hist[256];
+    const int64_t s = blockIdx.y, c = blockIdx.x, c0 = c * chunk;
+    const rf_sample_dev P = params[s];
+    const float T = P.temperature;
+    if (T <= 0.0f) return; /* uniform per block */
+    uint64_t best = 0, m = 0;
+    for (unsigned i = 0; i < gridDim.x; i++) {
+        const uint64_t k = part[2 * (s * gridDim.x + i)];
+        best = k > best ? k : best;
+        m += part[2 * (s * gridDim.x + i) + 1];
+    }
+    const bool kc = P.top_k > 0 && (uint64_t)P.top_k < m; /* rf_k_sample's shared way */
+    if (best == 0 || m <= RF_SAMPLE_SC || (kc ? P.top_k > RF_SAMPLE_KCAP : P.top_p >= 1.0f && P.min_p <= 0.0f))
+        return;
+    const float *x = logits + s * n;
+    const float lmax = x[(int64_t)(((1ull << ib) - 1) - (best & ((1ull << ib) - 1)))] / T;
+    if (lmax == INFINITY || lmax == -INFINITY) return;
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    const int64_t len = n - c0 < chunk ? n - c0 : chunk;
+    rf_row_visit(x + c0, len, [&](float v, int64_t) {
+        const float q = rf_sample_q(v, T, lmax); /* NaN: q is NaN, not < 255 */
+        if (q < 255.0f) atomicAdd(&hist[255 - (int)q], 1u);
+    });
+    __syncthreads();
+    for (int i = threadIdx.x; i < 256; i += blockDim.x)
+        if (hist[i]) atomicAdd(&ghist[s * 256 + i], hist[i]);
+}
 
 /* sample: out[s] = rf_ref_sample(logits[s, :], params[s], u(seed, step, s)).
  * in: logits f32 [n_seq, n_vocab]; params [n_seq]. out: int32 [n_seq] (device).
@@ -172,10 +251,11 @@ static __device__ uint64_t rf_sample_radix(const float *x, int64_t n, float T, i
  * (every key >= a threshold) copied to shared memory, sorted (bitonic), and min-p, top-p and
  * the draw done there by prefix sums. When the kept set may reach beyond those candidates
  * (top_k > 1024, or no top-k and a nucleus wider than them) the cuts are bisections over the
- * key, as before, with vectorized passes. */
+ * key, as before, with vectorized passes. part / ghist (S > 1): the first pass and the
+ * histogram done by rf_k_sample_part / rf_k_sample_hist over S chunks of the row. */
 __global__ void __launch_bounds__(RF_SAMPLE_THREADS)
 rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *params,
-            uint64_t seed, uint64_t step, int ib) {
+            uint64_t seed, uint64_t step, int ib, const uint64_t *part, const unsigned *ghist, int S) {
     __shared__ float sh[1024 / 32];
     __shared__ uint64_t shu[1024 / 32];
     __shared__ int wt[256 / 32];
@@ -193,15 +273,19 @@ rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *p
 
     /* argmax among non-NaN entries (lowest id on ties; float compares in the pass, the order
      * key across threads), and the count of non-NaN entries */
-    float bv = -INFINITY;
-    int64_t bi = -1;
-    uint32_t nv = 0;
-    rf_row_visit(x, n, [&](float v, int64_t i) {
-        const bool ok = v == v;
-        nv += ok;
-        if (v > bv || (ok && bi < 0)) bv = v, bi = i;
-    });
-    uint64_t best = rf_block_u64<0>(bi >= 0 ? rf_order_key(bv, bi, ib) : 0, shu);
+    uint64_t kb = 0, nv = 0;
+    if (part)
+        for (int i = tid; i < S; i += blockDim.x) {
+            const uint64_t k = part[2 * (s * S + i)];
+            kb = k > kb ? k : kb;
+            nv += part[2 * (s * S + i) + 1];
+        }
+    else {
+        uint32_t c;
+        kb = rf_sample_argmax(x, n, 0, ib, &c);
+        nv = c;
+    }
+    const uint64_t best = rf_block_u64<0>(kb, shu);
     if (best == 0) { /* all NaN */
         if (tid == 0) out[s] = -1;
         return;
@@ -230,14 +314,15 @@ rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *p
         uint64_t t = 0;
         if (m_valid > RF_SAMPLE_SC) {
             /* q = (lmax - l) * 16 (>= 0, monotone in the key); bins 254 - floor(q), q < 255 */
-            for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+            for (int i = tid; i < 256; i += blockDim.x) hist[i] = ghist ? ghist[s * 256 + i] : 0u;
             __syncthreads();
-            rf_row_visit(x, n, [&](float v, int64_t i) {
-                if (v != v) return;
-                const float q = (lmax - v / T) * 16.0f;
-                if (q < 255.0f) atomicAdd(&hist[255 - (int)q], 1u);
-            });
-            __syncthreads();
+            if (!ghist) {
+                rf_row_visit(x, n, [&](float v, int64_t) {
+                    const float q = rf_sample_q(v, T, lmax);
+                    if (q < 255.0f) atomicAdd(&hist[255 - (int)q], 1u);
+                });
+                __syncthreads();
+            }
             rf_hist_pick(hist, r, wt, pick);
             if (pick[0] >= 0 && pick[1] + pick[2] <= RF_SAMPLE_SC) {
                 way = 1;
@@ -259,8 +344,8 @@ rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *p
         else
             rf_row_visit(x, n, [&](float v, int64_t i) {
                 if (v != v) return;
-                const float l = v / T;
-                if (way == 0 || (lmax - l) * 16.0f < qcut) skey[atomicAdd(&shcnt, 1u)] = rf_order_key(l, i, ib);
+                if (way == 0 || rf_sample_q(v, T, lmax) < qcut)
+                    skey[atomicAdd(&shcnt, 1u)] = rf_order_key(v / T, i, ib);
             });
         __syncthreads();
         const int M = (int)shcnt;
@@ -420,6 +505,54 @@ rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *p
     if (tid == 0) out[s] = (int32_t)(idmask - (prefix & idmask));
 }
 
+/* The split of the first pass and the candidate histogram: with at most 4 rows (or any number
+ * with RF_SAMPLE_SPLIT=1 set), S chunks of at least 2048 entries per row (about 4 blocks per SM
+ * in all); else, for a small vocabulary or with RF_SAMPLE_NO_SPLIT=1, S = 1: one block per row
+ * does every pass. H100 2026-11-25, vocab 128256 (test_gpu_sample's timing): 1 row, T0.8 k40
+ * p0.95 min-p 0.05: 56 -> 43 us; 64 rows split 8 ways: 57 -> 61 us (a third launch), greedy
+ * +1 to 3 us either way. Picks are the same whatever the split (integer atomics, order keys).
+ * Returns S; *pre_bytes: the scratch the split needs. */
+static int64_t rf_sample_split(const rf_gpu_ctx *ctx, int64_t n_seq, int64_t n_vocab, int64_t *chunk,
+                               size_t *pre_bytes) {
+    int64_t S = 4 * (int64_t)ctx->info.sm_count / n_seq;
+    S = S > 64 ? 64 : S;
+    int64_t c = S > 1 ? (n_vocab + S - 1) / S : n_vocab;
+    c = c < 2048 ? 2048 : (c + 3) & ~(int64_t)3;
+    S = (n_vocab + c - 1) / c;
+    if ((n_seq > 4 && !getenv("RF_SAMPLE_SPLIT")) || getenv("RF_SAMPLE_NO_SPLIT")) S = 1;
+    *chunk = c;
+    *pre_bytes = S > 1 ? (((size_t)n_seq * (size_t)S * 16 + 255) & ~(size_t)255) + (size_t)n_seq * 1024 : 0;
+    return S;
+}
+
+/* Launches the sampler over n_seq rows: with S > 1 rf_k_sample_part and rf_k_sample_hist first
+ * over pre (rf_sample_split's pre_bytes of device scratch), then one block per row. */
+static rf_status rf_sample_launch(rf_gpu_ctx *ctx, int32_t *dout, const float *logits, int64_t n_seq,
+                                  int64_t n_vocab, const rf_sample_dev *dp, uint64_t seed, uint64_t step,
+                                  int ib, void *pre, int64_t S, int64_t chunk) {
+    uint64_t *part = NULL;
+    unsigned *ghist = NULL;
+    rf_status st = RF_OK;
+    if (S > 1) {
+        part = (uint64_t *)pre;
+        ghist = (unsigned *)((char *)pre + (((size_t)n_seq * (size_t)S * 16 + 255) & ~(size_t)255));
+        const dim3 grid((unsigned)S, (unsigned)n_seq);
+        rf_k_sample_part<<<grid, RF_SAMPLE_PRE_THREADS, 0, ctx->stream>>>(part, ghist, logits, n_vocab, chunk, ib);
+        st = RF_GPU_LAUNCHED(ctx, "rf_k_sample_part");
+        if (!st) {
+            rf_k_sample_hist<<<grid, RF_SAMPLE_PRE_THREADS, 0, ctx->stream>>>(ghist, part, logits, n_vocab, chunk,
+                                                                             dp, ib);
+            st = RF_GPU_LAUNCHED(ctx, "rf_k_sample_hist");
+        }
+    }
+    if (!st) {
+        rf_k_sample<<<(unsigned)n_seq, RF_SAMPLE_THREADS, 0, ctx->stream>>>(dout, logits, n_vocab, dp, seed, step,
+                                                                           ib, part, ghist, (int)S);
+        st = RF_GPU_LAUNCHED(ctx, "rf_k_sample");
+    }
+    return st;
+}
+
 extern "C" rf_status rf_gpu_sample(rf_gpu_ctx *ctx, int32_t *out, const float *logits,
                                    int64_t n_seq, int64_t n_vocab, const rf_sample_params *params,
                                    uint64_t seed, uint64_t step) {
@@ -429,10 +562,13 @@ extern "C" rf_status rf_gpu_sample(rf_gpu_ctx *ctx, int32_t *out, const float *l
     if (n_seq == 0) return RF_OK;
     int ib = 1;
     while ((1ll << ib) <= n_vocab) ib++;
-    size_t mark;
+    size_t mark, pre_bytes;
     void *tmp;
+    int64_t chunk;
+    const int64_t S = rf_sample_split(ctx, n_seq, n_vocab, &chunk, &pre_bytes);
     const size_t pbytes = (size_t)n_seq * sizeof(rf_sample_dev);
-    rf_status st = rf_gpu_tmp(ctx, pbytes + 256 + (size_t)n_seq * sizeof(int32_t), &tmp, &mark);
+    const size_t pre_off = (((pbytes + 255) & ~(size_t)255) + (size_t)n_seq * sizeof(int32_t) + 255) & ~(size_t)255;
+    rf_status st = rf_gpu_tmp(ctx, pre_off + pre_bytes, &tmp, &mark);
     if (st) return st;
     rf_sample_dev *host = (rf_sample_dev *)malloc(pbytes);
     if (!host) {
@@ -455,9 +591,8 @@ extern "C" rf_status rf_gpu_sample(rf_gpu_ctx *ctx, int32_t *out, const float *l
         ctx->scratch_used = mark;
         return rf_set_error(RF_ERR_DEVICE, "%s: parameter upload failed: %s", op, cudaGetErrorString(e));
     }
-    rf_k_sample<<<(unsigned)n_seq, RF_SAMPLE_THREADS, 0, ctx->stream>>>(dout, logits, n_vocab, dp,
-                                                                       seed, step, ib);
-    st = RF_GPU_LAUNCHED(ctx, "rf_k_sample");
+    st = rf_sample_launch(ctx, dout, logits, n_seq, n_vocab, dp, seed, step, ib, (char *)tmp + pre_off, S,
+                          chunk);
     if (!st) st = rf_gpu_download(ctx, out, dout, (size_t)n_seq * sizeof(int32_t));
     ctx->scratch_used = mark;
     return st;
@@ -508,15 +643,16 @@ extern "C" rf_status rf_gpu_sample_rows(rf_gpu_ctx *ctx, int32_t *d_out, float *
     }
     int ib = 1;
     while ((1ll << ib) <= n_vocab) ib++;
-    size_t mark;
+    size_t mark, pre_bytes;
     void *tmp;
-    if ((st = rf_gpu_tmp(ctx, (size_t)n_rows * sizeof(rf_sample_dev), &tmp, &mark))) return st;
+    int64_t chunk;
+    const int64_t S = rf_sample_split(ctx, n_rows, n_vocab, &chunk, &pre_bytes);
+    const size_t pre_off = ((size_t)n_rows * sizeof(rf_sample_dev) + 255) & ~(size_t)255;
+    if ((st = rf_gpu_tmp(ctx, pre_off + pre_bytes, &tmp, &mark))) return st;
     rf_sample_dev *dp = (rf_sample_dev *)tmp;
     rf_k_sample_params<<<(unsigned)((n_rows + 127) / 128), 128, 0, ctx->stream>>>(dp, d_rows, n_rows);
     if (!(st = RF_GPU_LAUNCHED(ctx, "rf_k_sample_params"))) {
-        rf_k_sample<<<(unsigned)n_rows, RF_SAMPLE_THREADS, 0, ctx->stream>>>(d_out, logits, n_vocab, dp, 0,
-                                                                            0, ib);
-        st = RF_GPU_LAUNCHED(ctx, "rf_k_sample");
+        st = rf_sample_launch(ctx, d_out, logits, n_rows, n_vocab, dp, 0, 0, ib, (char *)tmp + pre_off, S, chunk);
     }
     ctx->scratch_used = mark;
     return st;
