@@ -113,6 +113,8 @@ rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src);
  * backend or where a column slice would cut a quantization block; RF_ERR_INVALID_ARG when tp
  * does not divide the heads, the KV heads (or they it) or n_ff. */
 rf_status rf_model_shard(rf_model *m, int32_t tp);
+/* Releases the shards (the slices a device backend uploaded, then the array); tp stays. */
+void rf_model_unshard(rf_model *m);
 /* The in-process all-reduce of the shards' partial outputs: o += part[0] + ... + part[tp - 2]
  * over n elements, in shard order (deterministic). */
 rf_status rf_tp_allreduce(rf_model *m, rf_tensor *o, rf_tensor *part, int64_t n);

@@ -9,6 +9,7 @@
  * stride (nb1), which the CPU matmul honours. Each shard's O and down products are therefore
  * partial sums over its columns, which the all-reduce adds. The embedding, the norms and the
  * LM head stay whole (every shard reads the same residual stream). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,47 @@ static rf_status slice_cols(const rf_tensor *t, int64_t c0, int64_t n, const cha
     return RF_OK;
 }
 
+/* The same column slice uploaded as a contiguous weight of its own, for a device backend (the GPU
+ * products read whole rows, not strided views): the slice of every row of the file's tensor
+ * `name` gathered on the host, then be->ops->weight. out->owned as the backend sets it (freed by
+ * rf_model_free). This is also the shape of the multi-GPU split: each GPU uploads its slices. */
+static rf_status upload_cols(rf_model *m, const char *name, const rf_tensor *t, int64_t c0, int64_t n,
+                             rf_tensor *out) {
+    const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, name);
+    const rf_type_traits *tr = rf_type_info(t->type);
+    if (!gt || !gt->data || !tr || gt->type != t->type)
+        return rf_set_error(RF_ERR_FORMAT, "--tp: tensor '%s' is not in the file as loaded", name);
+    const int64_t bs = tr->block_size, rows = t->ne[1];
+    const size_t rb = (size_t)(t->ne[0] / bs) * tr->type_size, sb = (size_t)(n / bs) * tr->type_size;
+    const size_t off = (size_t)(c0 / bs) * tr->type_size;
+    uint8_t *buf = malloc(sb * (size_t)rows);
+    if (!buf) return rf_set_error(RF_ERR_OOM, "--tp: out of memory slicing '%s' (%zu bytes)", name, sb * (size_t)rows);
+    for (int64_t r = 0; r < rows; r++) memcpy(buf + (size_t)r * sb, (const uint8_t *)gt->data + (size_t)r * rb + off, sb);
+    rf_status st = m->be->ops->weight(m->be, t->type, n, rows, buf, out);
+    free(buf);
+    return st ? rf_set_error(st, "--tp: '%s' slice: %s", name, rf_last_error()) : RF_OK;
+}
+
+/* Whether this process may split over shards on a device backend: only the one-device test
+ * mode so far (RF_TP_ONE_DEVICE=1: every shard on the one GPU, one after another, the
+ * in-process all-reduce; it proves the split on the GPU's kernels, it does not speed anything
+ * up). The multi-GPU part (a device and a thread per shard, NCCL) is docs/tp.md's open work. */
+static bool one_device_mode(void) {
+    const char *e = getenv("RF_TP_ONE_DEVICE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+void rf_model_unshard(rf_model *m) {
+    if (!m->shards) return;
+    for (int i = 0; i < m->tp * m->hp.n_layer; i++) { /* uploaded slices (device backends) */
+        rf_layer *S = &m->shards[i];
+        if (S->wo.owned) m->be->ops->free(m->be, &S->wo);
+        if (S->ffn_down.owned) m->be->ops->free(m->be, &S->ffn_down);
+    }
+    free(m->shards);
+    m->shards = NULL;
+}
+
 rf_status rf_model_shard(rf_model *m, int32_t tp) {
     const rf_hparams *hp = &m->hp;
     if (tp <= 1) {
@@ -54,9 +96,11 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
         m->tp_head_kv = hp->n_head_kv;
         return RF_OK;
     }
-    if (rf_backend_on_device(m->be))
+    const bool dev = rf_backend_on_device(m->be);
+    if (dev && !one_device_mode())
         return rf_set_error(RF_ERR_UNSUPPORTED,
-                            "--tp %d: tensor parallelism runs on the CPU backend only so far (the GPU part: docs/tp.md)", tp);
+                            "--tp %d: tensor parallelism over several GPUs is not built yet (docs/tp.md); it runs on the "
+                            "CPU backend (--device cpu)", tp);
     const int64_t H = hp->n_head, HKV = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
     if (H % tp || F % tp)
         return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %lld heads and the FFN width %lld", tp,
@@ -73,6 +117,7 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
             const rf_layer *L = &m->layers[il];
             rf_layer *S = &sh[(size_t)s * hp->n_layer + il];
             *S = *L;
+            S->wo.owned = S->ffn_down.owned = false; /* until a slice of its own is uploaded */
             /* the shard reads the parts apart: no joined products */
             memset(&S->wqkv, 0, sizeof S->wqkv);
             memset(&S->ffn_gu, 0, sizeof S->ffn_gu);
@@ -86,14 +131,24 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
             S->ffn_gate = slice_rows(&L->ffn_gate, s * Fs, Fs);
             S->ffn_up = slice_rows(&L->ffn_up, s * Fs, Fs);
             rf_status st;
-            char what[64];
+            char what[64], name[96];
             snprintf(what, sizeof what, "blk.%d.attn_output", il);
             if ((st = slice_cols(&L->wo, q0, Hs * D, what, &S->wo))) goto fail;
+            if (dev) {
+                snprintf(name, sizeof name, "%s.weight", what);
+                if ((st = upload_cols(m, name, &L->wo, q0, Hs * D, &S->wo))) goto fail;
+            }
             snprintf(what, sizeof what, "blk.%d.ffn_down", il);
             if ((st = slice_cols(&L->ffn_down, s * Fs, Fs, what, &S->ffn_down))) goto fail;
+            if (dev) {
+                snprintf(name, sizeof name, "%s.weight", what);
+                if ((st = upload_cols(m, name, &L->ffn_down, s * Fs, Fs, &S->ffn_down))) goto fail;
+            }
             continue;
         fail:
-            free(sh);
+            m->shards = sh, m->tp = tp; /* what was uploaded so far is released */
+            rf_model_unshard(m);
+            m->tp = 1;
             return st;
         }
     m->shards = sh;

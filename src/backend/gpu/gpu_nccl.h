@@ -1,0 +1,37 @@
+/* gpu_nccl.h — NCCL (RCCL on AMD, not built yet) communicators for tensor parallelism over the
+ * GPUs of one process: created once, a sum all-reduce of f32 enqueued on a rank's stream (so a
+ * captured decode step may hold it). NCCL is loaded at run time (dlopen), so binaries start and
+ * work on machines without it; only these calls then fail, naming the library. */
+#ifndef RF_GPU_NCCL_H
+#define RF_GPU_NCCL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend/gpu/gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rf_gpu_comm rf_gpu_comm;
+
+/* One communicator per rank, rank r on the device of ctxs[r] (ncclCommInitAll: one process drives
+ * every rank). Fails with RF_ERR_UNSUPPORTED where NCCL cannot be loaded (the message names
+ * libnccl.so.2) or this build has no NCCL header, RF_ERR_INVALID_ARG for n < 1 or two ranks on
+ * one device, RF_ERR_DEVICE with NCCL's message otherwise. */
+rf_status rf_gpu_comm_init(rf_gpu_ctx *const *ctxs, int n, rf_gpu_comm **out);
+/* Rank r's share of a sum all-reduce of n floats in place at buf (device memory of rank r),
+ * enqueued on ctxs[r]'s stream; with several ranks driven from one thread, call it for every
+ * rank between rf_gpu_comm_group(c, true) and rf_gpu_comm_group(c, false). May be captured
+ * into a CUDA graph. */
+rf_status rf_gpu_comm_allreduce(rf_gpu_comm *c, int rank, float *buf, size_t n);
+rf_status rf_gpu_comm_group(rf_gpu_comm *c, bool begin);
+/* NCCL's version as major * 10000 + minor * 100 + patch (0 where it cannot be loaded). */
+int rf_gpu_nccl_version(void);
+void rf_gpu_comm_free(rf_gpu_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
