@@ -6,7 +6,7 @@
  *    rel. L2 of the mean-removed logits (logits are defined up to a constant): 1e-2 for f32/f16/
  *    bf16 weights (f16 operands in the many-token products, f16 KV on both sides), 5e-2 for
  *    quantized weights (int8 activations on the GPU vs ggml's q8 blocks on the CPU, through every
- *    layer); plus the same argmax or a CPU top-2 margin below max(0.1, 3 x the logits' r.m.s.
+ *    layer); plus the same argmax or a CPU top-2 margin below max(0.1, 5 x the logits' r.m.s.
  *    difference);
  *  - SmolLM2 (Q4_1) and Gemma-3 (Q4_K_M) when models/ has them: logits as above over 8
  *    prompts, and greedy generation of 64 tokens on both devices, set beside the CPU's own
@@ -123,10 +123,12 @@ static double logits_case(const char *path, double tol, const char *label) {
                                &same, &rms);
         if (e > worst) worst = e;
         if (!(e < tol)) fail_msg("%s prompt of %d: rel. L2 %.3e >= %.0e", label, lens[k], e, tol);
-        /* a flip is a near tie when the CPU's top-2 gap is below 0.1 or below 3 x the logits'
-         * r.m.s. difference (quantized weights: the int8 rounding noise, ~0.05 on tiny models,
-         * flipped margins of 0.13-0.16 in 2 of ~7 runs against a fixed 0.1) */
-        if (!same && margin >= fmax(0.1, 3 * rms))
+        /* a flip is a near tie when the CPU's top-2 gap is below 0.1 or below 5 x the logits'
+         * r.m.s. difference (quantized weights: the int8 rounding noise, ~0.05 on tiny models;
+         * flips seen at margins 0.13-0.16 against a fixed 0.1 in 2 of ~7 runs, and at 0.195 =
+         * 3.7 x r.m.s. once in ~5 runs, 2026-11-25: the top-2 gap closes by the difference of
+         * two such errors, r.m.s. sqrt(2) x, over ~80 cases per run) */
+        if (!same && margin >= fmax(0.1, 5 * rms))
             fail_msg("%s prompt of %d: argmax differs with CPU margin %.3f (logits r.m.s. difference %.3f)", label,
                      lens[k], margin, rms);
     }
