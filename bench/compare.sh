@@ -45,6 +45,11 @@ phase_peer() {
     t0=$(date +%s)
     rm -rf "$LLAMA_DIR" && mkdir -p "$LLAMA_DIR"
     tar -xJf "$LLAMA_SRC" -C "$LLAMA_DIR" || return 1
+    # the snapshot's CMake includes scripts/ui-assets.cmake; carried beside the tarball when the
+    # tarball was made without it
+    local ui
+    ui="$(dirname "$LLAMA_SRC")/ui-assets.cmake"
+    [ -e "$LLAMA_DIR/scripts/ui-assets.cmake" ] || [ ! -e "$ui" ] || { mkdir -p "$LLAMA_DIR/scripts" && cp "$ui" "$LLAMA_DIR/scripts/"; }
     cmake -S "$LLAMA_DIR" -B "$LLAMA_DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
         -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
