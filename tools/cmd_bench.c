@@ -518,7 +518,7 @@ int rf_cmd_bench(int argc, char **argv) {
             return rf_cli_fail(1, "--plot needs gnuplot (apt-get install gnuplot-nox)");
         }
         fprintf(g,
-                "set terminal pngcairo size 1100,450 font ',10'\nset output '%s'\n"
+                "set terminal pngcairo noenhanced size 1100,450 font ',10'\nset output '%s'\n" /* noenhanced: '_' in a file name is not a subscript */
                 "set multiplot layout 1,2 title '%s on %s (tg%d, %s)'\n"
                 "set grid\nset ylabel 'tokens/s'\nset yrange [0:*]\n"
                 "set xlabel 'KV depth (positions)'\nset title 'one sequence'\n"
