@@ -127,11 +127,29 @@ static int64_t rf_mmq_max_tokens(void) {
     return v;
 }
 
+/* The fewest tokens a product takes through MMQ (env RF_GPU_MMQ_MIN, default 9: 1-8 tokens keep
+ * the GEMVs and their shared, fused activation quantization). Not measured below 9 yet: at 8
+ * sequences the GEMV step of llama3-8b Q4_0 (6.5 ms on the H100) equals MMQ's 32-token step, so
+ * 5-8 may pay; test_gpu_mmq checks 9 and up only, extend it before lowering the default. */
+static int64_t rf_mmq_min_tokens(void) {
+    static int64_t v = -1;
+    if (v < 0) {
+        const char *e = getenv("RF_GPU_MMQ_MIN");
+        v = e && *e ? atoll(e) : 9;
+        if (v < 1) v = 1;
+    }
+    return v;
+}
+
+extern "C" bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
+    return n_tokens >= rf_mmq_min_tokens() && n_tokens <= rf_mmq_max_tokens() && ctx->info.cc_major >= 8 &&
+           rf_gpu_mmq_supported(wtype, n_in);
+}
+
 extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                    const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    if (rf_gpu_mmq_takes(ctx, wtype, n_tokens, n_in)) return rf_gpu_mmq(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
     if (n_tokens <= 8) return rf_gpu_gemv(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
-    if (n_tokens <= rf_mmq_max_tokens() && ctx->info.cc_major >= 8 && rf_gpu_mmq_supported(wtype, n_in))
-        return rf_gpu_mmq(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
     const bool quantized = wtype != RF_TYPE_F16 && wtype != RF_TYPE_BF16 && wtype != RF_TYPE_F32;
     if (quantized && rf_gpu_gemv_supported(wtype) && n_tokens <= rf_gemv_max_tokens())
         return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
