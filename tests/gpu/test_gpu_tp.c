@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "backend/gpu/gpu_nccl.h"
-#include "model/model.h"
+#include "test_seq.h"
 
 /* The split reorders O's and down's sums only, but on the GPU a prompt of more than 8 tokens
  * takes f32 weights through cuBLAS on f16 operands (rel. L2 ~1e-3 against the CPU), where a
@@ -67,60 +67,6 @@ static rf_status load(const char *path, int tp, rf_model **m) {
     return rf_model_load(path, &mp, m);
 }
 
-static int32_t argmax(const float *lg, int32_t nv, float *margin) {
-    int32_t best = 0;
-    for (int32_t v = 1; v < nv; v++)
-        if (lg[v] > lg[best]) best = v;
-    float second = -INFINITY;
-    for (int32_t v = 0; v < nv; v++)
-        if (v != best && lg[v] > second) second = lg[v];
-    *margin = lg[best] - second;
-    return best;
-}
-
-/* One step of one sequence through rf_forward (test_tp's step). */
-static void step(rf_model *m, rf_fwd *f, const int32_t *table, int32_t n_blocks, const int32_t *ids, int n, int p0,
-                 float *lg) {
-    int32_t pos[N_PROMPT], seq[N_PROMPT], slot[N_PROMPT];
-    for (int i = 0; i < n; i++) {
-        pos[i] = p0 + i;
-        seq[i] = 0;
-        slot[i] = table[(p0 + i) / BLOCK] * BLOCK + (p0 + i) % BLOCK;
-    }
-    int32_t out_row = n - 1;
-    rf_batch b = {0};
-    b.n_tokens = n;
-    b.ids = ids;
-    b.pos = pos;
-    b.seq = seq;
-    b.slot = slot;
-    b.n_seqs = 1;
-    b.max_blocks = n_blocks;
-    b.block_size = BLOCK;
-    b.block_table = table;
-    b.n_out = 1;
-    b.out_rows = &out_row;
-    if (rf_forward(m, f, &b, lg)) fail_msg("forward: %s", rf_last_error());
-}
-
-static void run_seq(rf_model *m, rf_type kv_type, const int32_t *prompt, int n_prompt, float *lg0, int32_t *gen,
-                    float *margin) {
-    const int32_t nv = m->hp.n_vocab, n_blocks = (n_prompt + N_GEN + BLOCK - 1) / BLOCK;
-    rf_fwd f;
-    if (rf_fwd_init(m, &f, n_blocks, BLOCK, n_prompt, kv_type, 1)) fail_msg("fwd_init: %s", rf_last_error());
-    int32_t table[64];
-    for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i;
-    float *lg = host_f32((size_t)nv);
-    step(m, &f, table, n_blocks, prompt, n_prompt, 0, lg0);
-    gen[0] = argmax(lg0, nv, &margin[0]);
-    for (int g = 1; g < N_GEN; g++) {
-        step(m, &f, table, n_blocks, &gen[g - 1], 1, n_prompt + g - 1, lg);
-        gen[g] = argmax(lg, nv, &margin[g]);
-    }
-    free(lg);
-    rf_fwd_free(m, &f);
-}
-
 static void test_split_on_one_gpu(void **state) {
     (void)state;
     setenv("RF_TP_ONE_DEVICE", "1", 1);
@@ -150,8 +96,8 @@ static void test_split_on_one_gpu(void **state) {
                 assert_int_equal(mN->tp, tp);
                 for (int kvi = 0; kvi < 2; kvi++) {
                     const rf_type kvt = kvi ? RF_TYPE_F16 : RF_TYPE_F32;
-                    run_seq(m1, kvt, prompt, N_PROMPT, lg1, gen1, margin1);
-                    run_seq(mN, kvt, prompt, N_PROMPT, lgN, genN, marginN);
+                    rf_seq_run(m1, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lg1, gen1, margin1);
+                    rf_seq_run(mN, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lgN, genN, marginN);
                     const double rel = rf_rel_l2(lgN, lg1, (size_t)nv);
                     const double tol = ti ? TOL_Q8 : kvi ? TOL_F32_KV16 : TOL_F32;
                     int same = 0;

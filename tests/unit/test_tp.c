@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model.h"
+#include "test_seq.h"
 
 #define TOL_F32 2e-4     /* f32 weights, f32 KV cache: seen <= 6e-5 (gemma3) */
 #define TOL_F32_KV16 2e-3 /* f32 weights, f16 KV cache: seen <= 3.2e-4 (gemma3) */
@@ -70,64 +70,6 @@ static rf_status load(const char *path, int tp, rf_model **m) {
     return rf_model_load(path, &mp, m);
 }
 
-/* The greedy token and its margin over the runner-up (logit units). */
-static int32_t argmax(const float *lg, int32_t nv, float *margin) {
-    int32_t best = 0;
-    for (int32_t v = 1; v < nv; v++)
-        if (lg[v] > lg[best]) best = v;
-    float second = -INFINITY;
-    for (int32_t v = 0; v < nv; v++)
-        if (v != best && lg[v] > second) second = lg[v];
-    *margin = lg[best] - second;
-    return best;
-}
-
-/* One step of one sequence: tokens ids[0..n) at positions p0.. through rf_forward, the last
- * one's logits to lg. */
-static void step(rf_model *m, rf_fwd *f, const int32_t *table, int32_t n_blocks, const int32_t *ids, int n, int p0,
-                 float *lg) {
-    int32_t pos[N_PROMPT], seq[N_PROMPT], slot[N_PROMPT];
-    for (int i = 0; i < n; i++) {
-        pos[i] = p0 + i;
-        seq[i] = 0;
-        slot[i] = table[(p0 + i) / BLOCK] * BLOCK + (p0 + i) % BLOCK;
-    }
-    int32_t out_row = n - 1;
-    rf_batch b = {0};
-    b.n_tokens = n;
-    b.ids = ids;
-    b.pos = pos;
-    b.seq = seq;
-    b.slot = slot;
-    b.n_seqs = 1;
-    b.max_blocks = n_blocks;
-    b.block_size = BLOCK;
-    b.block_table = table;
-    b.n_out = 1;
-    b.out_rows = &out_row;
-    if (rf_forward(m, f, &b, lg)) fail_msg("forward: %s", rf_last_error());
-}
-
-/* One sequence: the prompt in one step (its last position's logits to lg0), then n_gen greedy
- * tokens one step each (to gen, each with its margin over the runner-up). */
-static void run_seq(rf_model *m, rf_type kv_type, const int32_t *prompt, int n_prompt, int n_gen, float *lg0,
-                    int32_t *gen, float *margin) {
-    const int32_t nv = m->hp.n_vocab, n_blocks = (n_prompt + n_gen + BLOCK - 1) / BLOCK;
-    rf_fwd f;
-    if (rf_fwd_init(m, &f, n_blocks, BLOCK, n_prompt, kv_type, 1)) fail_msg("fwd_init: %s", rf_last_error());
-    int32_t table[64];
-    for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i; /* not the identity: paging is read */
-    float *lg = malloc((size_t)nv * sizeof *lg);
-    step(m, &f, table, n_blocks, prompt, n_prompt, 0, lg0);
-    gen[0] = argmax(lg0, nv, &margin[0]);
-    for (int g = 1; g < n_gen; g++) {
-        step(m, &f, table, n_blocks, &gen[g - 1], 1, n_prompt + g - 1, lg);
-        gen[g] = argmax(lg, nv, &margin[g]);
-    }
-    free(lg);
-    rf_fwd_free(m, &f);
-}
-
 /* The prompts: ids spread over the vocabulary, and "Hello world, this is a test" as the tiny
  * llama vocabulary encodes it (BOS 2032 first: `rocmforge run`'s prompt, on which tiny q8_0 at
  * tp 2 with an f16 cache shows a nonzero difference). Ids are taken modulo each vocabulary. */
@@ -159,7 +101,7 @@ static void compare(const char *preset, const char *type, rf_model *m1, int tp, 
     assert_true(kvN == kv1 / (uint64_t)m1->hp.n_head_kv * (uint64_t)want_kv * (uint64_t)tp);
     float *lgN = malloc((size_t)nv * 4), marginN[N_GEN];
     int32_t genN[N_GEN];
-    run_seq(mN, kvt, prompt, np, N_GEN, lgN, genN, marginN);
+    rf_seq_run(mN, kvt, BLOCK, prompt, np, N_GEN, lgN, genN, marginN);
     double rel = rf_rel_l2(lgN, lg1, (size_t)nv), mad = rf_max_abs_diff(lgN, lg1, (size_t)nv);
     double tol = strcmp(type, "f32") ? TOL_Q8 : kvt == RF_TYPE_F16 ? TOL_F32_KV16 : TOL_F32;
     int same = 0;
@@ -193,7 +135,7 @@ static void test_sharded_vs_unsharded(void **state) {
                 for (int i = 0; i < np; i++) prompt[i] = (prompt_i ? k_text_prompt[i] : i * 131 + 7) % nv;
                 for (int kvi = 0; kvi < 2; kvi++) {
                     const rf_type kvt = kvi ? RF_TYPE_F16 : RF_TYPE_F32;
-                    run_seq(m1, kvt, prompt, np, N_GEN, lg1, gen1, margin1);
+                    rf_seq_run(m1, kvt, BLOCK, prompt, np, N_GEN, lg1, gen1, margin1);
                     for (int tp = 2; tp <= 4; tp *= 2)
                         compare(k_presets[pi], k_types[ti], m1, tp, kvt, prompt_i, prompt, np, lg1, gen1, margin1);
                 }
