@@ -463,8 +463,7 @@ static void free_weights(rf_model *m) {
 void rf_model_free(rf_model *m) {
     if (!m) return;
     if (m->be) free_weights(m);
-    if (m->be) rf_model_unshard(m); /* views of the layers' weights, or uploaded slices */
-    free(m->shards);
+    rf_model_unshard(m); /* views of the layers' weights, or uploaded slices */
     free(m->layers);
     if (m->vocab) rf_vocab_free(m->vocab);
     if (m->chat) rf_chat_template_free(m->chat);

@@ -79,7 +79,7 @@ static bool one_device_mode(void) {
 
 void rf_model_unshard(rf_model *m) {
     if (!m->shards) return;
-    for (int i = 0; i < m->tp * m->hp.n_layer; i++) { /* uploaded slices (device backends) */
+    for (int i = 0; m->be && i < m->tp * m->hp.n_layer; i++) { /* uploaded slices (device backends) */
         rf_layer *S = &m->shards[i];
         if (S->wo.owned) m->be->ops->free(m->be, &S->wo);
         if (S->ffn_down.owned) m->be->ops->free(m->be, &S->ffn_down);

@@ -7,6 +7,19 @@ template <typename T> static __device__ __forceinline__ T rf_out(float v);
 template <> __device__ __forceinline__ float rf_out<float>(float v) { return v; }
 template <> __device__ __forceinline__ rf_half rf_out<rf_half>(float v) { return rf_float2half(v); }
 
+/* 8 floats to 16-byte aligned d: one 16-byte store of f16, or two of f32 */
+template <typename T> static __device__ __forceinline__ void rf_st8(T *d, const float *v) {
+    if constexpr (sizeof(T) == 2) {
+        union { rf_half h[8]; uint4 u; } o;
+#pragma unroll
+        for (int j = 0; j < 8; j++) o.h[j] = rf_float2half(v[j]);
+        *(uint4 *)d = o.u;
+    } else {
+        ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
+        ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+}
+
 /* dequantize: dst[r, i] = element i of row r of src (type t; rows of row_bytes bytes)
  * in: src [n_rows] rows of n_in elements in ggml layout; out: dst T [n_rows, n_in]
  * launch: one thread per element, grid-stride; n_in a multiple of the block size
@@ -39,16 +52,7 @@ __global__ void rf_k_dequantize8(T *dst, const uint8_t *src, int t, int64_t n_ro
         float v[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) v[j] = rf_dq_elem(t, blk, e0 + j);
-        T *d = dst + r * n_in + i0;
-        if constexpr (sizeof(T) == 2) {
-            union { rf_half h[8]; uint4 u; } o;
-#pragma unroll
-            for (int j = 0; j < 8; j++) o.h[j] = rf_float2half(v[j]);
-            *(uint4 *)d = o.u;
-        } else {
-            ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
-            ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
-        }
+        rf_st8(dst + r * n_in + i0, v);
     }
 }
 
@@ -118,16 +122,7 @@ __global__ void rf_k_dequantize8_rows(T *dst, const uint8_t *src, int64_t n_rows
         const uint8_t *blk = src + r * row_bytes + (int64_t)(i0 / BS) * rf_gq_bytes(QT);
         float v[8];
         rf_dq8<QT>(blk, e0, v);
-        T *d = dst + r * n_in + i0;
-        if constexpr (sizeof(T) == 2) {
-            union { rf_half h[8]; uint4 u; } o;
-#pragma unroll
-            for (int j = 0; j < 8; j++) o.h[j] = rf_float2half(v[j]);
-            *(uint4 *)d = o.u;
-        } else {
-            ((float4 *)d)[0] = make_float4(v[0], v[1], v[2], v[3]);
-            ((float4 *)d)[1] = make_float4(v[4], v[5], v[6], v[7]);
-        }
+        rf_st8(dst + r * n_in + i0, v);
     }
 }
 

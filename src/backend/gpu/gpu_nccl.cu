@@ -1,6 +1,6 @@
 /* gpu_nccl.cu — the NCCL communicators of gpu_nccl.h: libnccl.so.2 opened at run time and the
- * six entry points tensor parallelism uses looked up once. HIP builds (RCCL) and builds without
- * nccl.h compile the stubs at the end. */
+ * seven entry points tensor parallelism uses looked up once. HIP builds (RCCL is not wired) and
+ * builds without nccl.h get the stubs at the end, which fail with RF_ERR_UNSUPPORTED. */
 #include "backend/gpu/gpu_internal.h"
 #include "backend/gpu/gpu_nccl.h"
 
