@@ -219,6 +219,9 @@ rf_status rf_backend_gpu_new(int device, rf_backend **out);
 rf_status rf_backend_gpu_mem(rf_backend *be, size_t *free_bytes, size_t *total_bytes);
 /* Waits for the device; a fault is reported as RF_ERR_DEVICE naming the last kernel. */
 rf_status rf_backend_gpu_sync(rf_backend *be);
+/* Holds the device's stream for about `us` microseconds, so the host runs ahead of the device
+ * (tests of what the host may reuse while work is still queued). */
+rf_status rf_backend_gpu_stall(rf_backend *be, unsigned us);
 /* The device's name ("NVIDIA H100 80GB HBM3"); static storage. */
 const char *rf_backend_gpu_name(rf_backend *be);
 /* Host<->device transfers and graph launches so far (RF_GPU_STEP_TRACE and tests). */

@@ -67,6 +67,17 @@ void rf_gpu_host_free(void *p);
 rf_status rf_gpu_upload_async(rf_gpu_ctx *ctx, void *d_dst, const void *src, size_t bytes);
 rf_status rf_gpu_copy(rf_gpu_ctx *ctx, void *d_dst, const void *d_src, size_t bytes);
 rf_status rf_gpu_download_async(rf_gpu_ctx *ctx, void *dst, const void *d_src, size_t bytes);
+/* Fences: an event recorded behind the work queued so far; waiting blocks the host until the
+ * stream has reached it (a fault before it is reported as by rf_gpu_sync). A pinned buffer given
+ * to rf_gpu_upload_async may be rewritten only once a fence recorded behind that upload has been
+ * waited for: the copy runs when the stream reaches it, which can be after the host has moved on
+ * to the next step. record creates *fence on first use; destroy takes NULL. */
+rf_status rf_gpu_fence_record(rf_gpu_ctx *ctx, void **fence);
+rf_status rf_gpu_fence_wait(rf_gpu_ctx *ctx, void *fence);
+void rf_gpu_fence_destroy(void *fence);
+/* Holds the stream for about `us` microseconds (a host function that sleeps, queued on it), so
+ * the host runs ahead of the device: tests of what the host may reuse while work is queued. */
+rf_status rf_gpu_stall(rf_gpu_ctx *ctx, unsigned us);
 
 /* Graphs (gpu_graph.cu): begin recording the stream's work; end it and instantiate an
  * executable graph (*exec, opaque); launch one on the stream; destroy one. The scratch arena's

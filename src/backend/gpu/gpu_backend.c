@@ -28,6 +28,8 @@ typedef struct gpu_be {
     rf_gpu_ctx *ctx;
     int device;
     char *pin;        /* pinned staging of the metadata */
+    void *pin_fence;  /* recorded behind the last eager copy out of pin */
+    bool pin_busy;    /* that copy may not have run yet: wait on pin_fence before writing pin */
     char *dmeta;      /* its device copy */
     size_t meta_cap;
     gpu_batch dev;
@@ -132,6 +134,20 @@ static void drop_capture(gpu_be *g) {
     g->mode = RF_GRAPH_NONE;
 }
 
+/* Waits until the last eager copy out of the pinned buffer has run. The copy runs when the
+ * stream reaches it; a step that returns nothing (a prompt chunk without logits) does not wait
+ * for the device, so the host can come to pack the next step while the previous step's copy is
+ * still queued behind earlier chunks' kernels: rewriting pin then would send this step's ids,
+ * positions and slots to that step (wrong K/V slots, and for a chunk of another length a misread
+ * block table: out-of-bounds writes). Called before a recording begins too: no host wait may
+ * happen inside one. */
+static rf_status pin_settle(gpu_be *g) {
+    if (!g->pin_busy) return RF_OK;
+    rf_status st = rf_gpu_fence_wait(g->ctx, g->pin_fence);
+    if (!st) g->pin_busy = false;
+    return st;
+}
+
 /* Packs the step's metadata (ids, positions, sequences, slots, output rows, block tables, and
  * the sampling records with their penalties) into the pinned buffer and sends it up in one copy;
  * in a replayed step the recorded graph makes that copy. The layout depends only on the sizes,
@@ -151,6 +167,10 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     size_t o_pcnt = o_pid + up256(pen_room * 4), o_ids = o_pcnt + up256(pen_room * 4);
     size_t up = o_ids, bytes = o_ids + up256(ns * 4);
     rf_status st;
+    if ((st = pin_settle(g))) {
+        drop_capture(g);
+        return st;
+    }
     if (bytes > g->meta_cap) {
         if (g->mode == RF_GRAPH_REPLAY) return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with a larger batch");
         drop_capture(g); /* no allocation inside a recording: this step runs eagerly */
@@ -215,7 +235,12 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     b->dev = &g->dev;
     if (g->mode == RF_GRAPH_REPLAY) return RF_OK;
     g->n_up++;
-    return rf_gpu_upload_async(g->ctx, g->dmeta, g->pin, up);
+    if ((st = rf_gpu_upload_async(g->ctx, g->dmeta, g->pin, up))) return st;
+    /* a recording's copy runs when its graph is launched, and that step waits for its ids */
+    if (g->mode == RF_GRAPH_CAPTURE) return RF_OK;
+    if ((st = rf_gpu_fence_record(g->ctx, &g->pin_fence))) return st;
+    g->pin_busy = true;
+    return RF_OK;
 }
 
 static const gpu_batch *dev_of(const rf_batch *b) { return (const gpu_batch *)b->dev; }
@@ -550,7 +575,7 @@ static int g_graph_begin(rf_backend *be, const void *owner, int key) {
     /* the first step of a shape runs eagerly (it sizes the scratch arena and the buffers);
      * the second is recorded */
     if (g->graphs[i].seen++ == 0) return g->mode = RF_GRAPH_NONE;
-    if (rf_gpu_capture_begin(g->ctx)) return g->mode = RF_GRAPH_NONE;
+    if (pin_settle(g) || rf_gpu_capture_begin(g->ctx)) return g->mode = RF_GRAPH_NONE;
     return g->mode = RF_GRAPH_CAPTURE;
 }
 
@@ -571,6 +596,7 @@ static void g_destroy(rf_backend *be) {
         drop_graphs(g);
         if (g->ctx) rf_gpu_sync(g->ctx);
         rf_gpu_host_free(g->pin);
+        rf_gpu_fence_destroy(g->pin_fence);
         if (g->ctx) {
             rf_gpu_free(g->ctx, g->dmeta);
             rf_gpu_free(g->ctx, g->xq);
@@ -642,6 +668,7 @@ rf_status rf_backend_gpu_mem(rf_backend *be, size_t *free_bytes, size_t *total_b
 }
 
 rf_status rf_backend_gpu_sync(rf_backend *be) { return rf_gpu_sync(G(be)->ctx); }
+rf_status rf_backend_gpu_stall(rf_backend *be, unsigned us) { return rf_gpu_stall(G(be)->ctx, us); }
 
 const char *rf_backend_gpu_name(rf_backend *be) {
     static char name[256];

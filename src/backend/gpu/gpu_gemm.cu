@@ -90,10 +90,15 @@ extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     ctx->scratch_used = mark;
     ctx->last_kernel = "cublasGemmEx";
-    if (bs != CUBLAS_STATUS_SUCCESS)
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        /* a fault in earlier work makes cuBLAS's own launch fail: name it rather than the GEMM */
+        const cudaError_t e = cudaStreamQuery(ctx->stream);
         return rf_set_error(RF_ERR_DEVICE, "%s: cublasGemmEx failed with status %d (m=%lld n=%lld "
-                            "k=%lld)", op, (int)bs, (long long)n_out, (long long)n_tokens,
-                            (long long)n_in);
+                            "k=%lld)%s%s", op, (int)bs, (long long)n_out, (long long)n_tokens,
+                            (long long)n_in, e != cudaSuccess && e != cudaErrorNotReady
+                                ? "; the device reports a fault in earlier work: " : "",
+                            e != cudaSuccess && e != cudaErrorNotReady ? cudaGetErrorString(e) : "");
+    }
     return RF_GPU_LAUNCHED(ctx, "cublasGemmEx");
 }
 #endif

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" int rf_gpu_device_count(void) {
     int n = 0;
@@ -149,6 +150,40 @@ extern "C" rf_status rf_gpu_sync(rf_gpu_ctx *ctx) {
         return rf_set_error(RF_ERR_DEVICE,
                             "GPU fault (last kernel launched: %s; set RF_GPU_SYNC=1 to pin it): %s",
                             ctx->last_kernel, cudaGetErrorString(e));
+    return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_fence_record(rf_gpu_ctx *ctx, void **fence) {
+    if (!*fence) {
+        cudaEvent_t ev;
+        RF_GPU_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        *fence = (void *)ev;
+    }
+    RF_GPU_CHECK(cudaEventRecord((cudaEvent_t)*fence, ctx->stream));
+    return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_fence_wait(rf_gpu_ctx *ctx, void *fence) {
+    cudaError_t e = cudaEventSynchronize((cudaEvent_t)fence);
+    if (e != cudaSuccess)
+        return rf_set_error(RF_ERR_DEVICE,
+                            "GPU fault (last kernel launched: %s; set RF_GPU_SYNC=1 to pin it): %s",
+                            ctx->last_kernel, cudaGetErrorString(e));
+    return RF_OK;
+}
+
+extern "C" void rf_gpu_fence_destroy(void *fence) {
+    if (fence) cudaEventDestroy((cudaEvent_t)fence);
+}
+
+static void rf_sleep_host_fn(void *arg) {
+    const unsigned us = (unsigned)(uintptr_t)arg;
+    struct timespec ts = {(time_t)(us / 1000000u), (long)(us % 1000000u) * 1000L};
+    nanosleep(&ts, NULL);
+}
+
+extern "C" rf_status rf_gpu_stall(rf_gpu_ctx *ctx, unsigned us) {
+    RF_GPU_CHECK(cudaLaunchHostFunc(ctx->stream, rf_sleep_host_fn, (void *)(uintptr_t)us));
     return RF_OK;
 }
 
