@@ -215,6 +215,7 @@ static rf_status sample_rows(rf_engine *e, const item *items, int32_t n_items, i
 rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
     int32_t B = e->block_size;
     rf_status st = RF_OK;
+    const double t_step = e->trace ? rf_now_ms() : 0;
     if (!only) {
         rf_engine_intake(e);
         /* cancellations: queued ones leave the queue, running ones the batch */
@@ -392,10 +393,11 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
     if (e->trace && rf_backend_on_device(be)) { /* RF_GPU_STEP_TRACE=1: what crossed the bus */
         int64_t up, down, launch;
         rf_backend_gpu_counters(be, &up, &down, &launch);
-        fprintf(stderr, "[step %lld] %d tokens (%d sequences, bucket %d, %s): %lld upload(s), %lld download(s), %lld graph launch(es)\n",
+        fprintf(stderr, "[step %lld] %d tokens (%d sequences, bucket %d, %s): %lld upload(s), %lld download(s), %lld graph launch(es), %.2f ms\n",
                 (long long)e->st_steps, n_tok, n_real, bucket,
                 gmode == RF_GRAPH_REPLAY ? "graph replayed" : gmode == RF_GRAPH_CAPTURE ? "graph recorded" : "eager",
-                (long long)(up - e->tr_up), (long long)(down - e->tr_down), (long long)(launch - e->tr_launch));
+                (long long)(up - e->tr_up), (long long)(down - e->tr_down), (long long)(launch - e->tr_launch),
+                rf_now_ms() - t_step);
         e->tr_up = up;
         e->tr_down = down;
         e->tr_launch = launch;

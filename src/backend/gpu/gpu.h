@@ -263,6 +263,17 @@ rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const float *q, co
                                  int64_t head_dim, float scale, int64_t window, float softcap,
                                  int64_t max_pos);
 
+/* Flash-attention prefill (gpu_flash_prefill.cu): the n tokens of one sequence at positions
+ * pos0..pos0+n-1 against its keys, on the tensor cores; the contract of rf_gpu_paged_attention
+ * for those tokens (q f32 [n, n_head, head_dim], out likewise, bt_row the sequence's device
+ * block-table row) with the softmax weights rounded to f16 in P.V (rel. L2 < 1e-3 against
+ * rf_ref_paged_attention). Supported: CUDA sm_80+, f16 cache, head_dim 64/80/96/128. */
+bool rf_gpu_flash_prefill_supported(rf_gpu_ctx *ctx, rf_type kv_type, int64_t head_dim);
+rf_status rf_gpu_flash_prefill(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
+                               rf_type kv_type, int64_t n, int64_t pos0, const int32_t *bt_row,
+                               int64_t block_size, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                               float scale, int64_t window, float softcap);
+
 /* ---- sampling --------------------------------------------------------------------------- */
 /* u for sequence `seq` at step `step`: splitmix64(seed ^ golden*(step+1) + seq) -> [0,1),
  * computed identically on host and device so tests reproduce the draw. */

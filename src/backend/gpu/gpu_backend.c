@@ -49,6 +49,7 @@ typedef struct gpu_be {
      * x (Q, K, V; gate, up). xq_src is the f32 x that xq holds quantized for (xq_type, xq_nt,
      * xq_nin); any op other than a product reading it ends that (it may write x). */
     bool fuse;
+    bool flash; /* prompt runs on the tensor-core prefill kernel (RF_GPU_FLASH=0: off, for A/B runs) */
     const void *xq_src;
     rf_type xq_type;
     int64_t xq_nt, xq_nin;
@@ -406,14 +407,57 @@ static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t
                        (size_t)n * t->nb1);
 }
 
+/* Prompt runs (tokens of one sequence at consecutive positions, consecutive in the batch) of at
+ * least this many tokens take the tensor-core prefill kernel; decode tokens and shorter runs the
+ * paged-attention kernel (CUDA cores, batch-invariant bit for bit). */
+#define RF_FLASH_MIN_RUN 16
+
+/* The paged-attention kernel over tokens [t0, t1) of the batch. */
+static rf_status attn_paged(gpu_be *g, float *out, const float *q, const rf_tensor *k, const rf_tensor *v,
+                            const rf_batch *b, int64_t t0, int64_t t1, int64_t n_head, int64_t n_head_kv,
+                            int64_t head_dim, float scale, int64_t window, float softcap) {
+    if (t1 <= t0) return RF_OK;
+    const gpu_batch *d = dev_of(b);
+    const int64_t row = n_head * head_dim;
+    return rf_gpu_paged_attention(g->ctx, out + t0 * row, q + t0 * row, k->data, v->data, k->type, t1 - t0,
+                                  d->pos + t0, d->seq + t0, d->table, b->max_blocks, b->block_size, n_head,
+                                  n_head_kv, head_dim, scale, window, softcap, d->max_pos);
+}
+
+/* Attention of a step. An eager step (prompt chunks; graph steps are decode tokens only) finds
+ * its prompt runs on the host and gives the long ones to rf_gpu_flash_prefill, the tokens
+ * between them to rf_gpu_paged_attention in one call per stretch. A token's output in a run
+ * does not depend on how its prompt was chunked (the kernel's contract), but differs in rounding
+ * from the same token computed by the paged kernel (docs/gpu.md, "Batch invariance"). */
 static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k, const rf_tensor *v,
                              const rf_batch *b, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                              int64_t window, float softcap) {
     NEED_DEV(b, "attention");
+    gpu_be *g = GX(be);
     const gpu_batch *d = dev_of(b);
-    return rf_gpu_paged_attention(GX(be)->ctx, out->data, q->data, k->data, v->data, k->type, b->n_tokens, d->pos,
-                                  d->seq, d->table, b->max_blocks, b->block_size, n_head, n_head_kv, head_dim, scale,
-                                  window, softcap, d->max_pos);
+    const int64_t n = b->n_tokens, row = n_head * head_dim;
+    float *o = (float *)out->data;
+    const float *qd = (const float *)q->data;
+    if (!g->flash || g->mode != RF_GRAPH_NONE || n < RF_FLASH_MIN_RUN || !b->pos || !b->seq ||
+        !rf_gpu_flash_prefill_supported(g->ctx, k->type, head_dim) || q->nb1 != (size_t)row * 4)
+        return attn_paged(g, o, qd, k, v, b, 0, n, n_head, n_head_kv, head_dim, scale, window, softcap);
+    int64_t pending = 0; /* first token not yet given to a kernel */
+    for (int64_t t = 0; t < n;) {
+        int64_t e = t + 1;
+        while (e < n && b->seq[e] == b->seq[t] && b->pos[e] == b->pos[e - 1] + 1) e++;
+        if (e - t >= RF_FLASH_MIN_RUN && b->pos[t] >= 0) {
+            rf_status st = attn_paged(g, o, qd, k, v, b, pending, t, n_head, n_head_kv, head_dim, scale, window,
+                                      softcap);
+            if (!st)
+                st = rf_gpu_flash_prefill(g->ctx, o + t * row, qd + t * row, k->data, v->data, k->type, e - t,
+                                          b->pos[t], d->table + (int64_t)b->seq[t] * b->max_blocks, b->block_size,
+                                          n_head, n_head_kv, head_dim, scale, window, softcap);
+            if (st) return st;
+            pending = e;
+        }
+        t = e;
+    }
+    return attn_paged(g, o, qd, k, v, b, pending, n, n_head, n_head_kv, head_dim, scale, window, softcap);
 }
 
 static rf_status g_gather_rows(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_batch *b, int64_t n) {
@@ -655,6 +699,8 @@ rf_status rf_backend_gpu_new(int device, rf_backend **out) {
     g->device = device;
     const char *uf = getenv("RF_GPU_UNFUSED");
     g->fuse = !(uf && *uf && strcmp(uf, "0"));
+    const char *fl = getenv("RF_GPU_FLASH");
+    g->flash = !(fl && !strcmp(fl, "0"));
     be->ops = &gpu_ops;
     be->impl = g;
     *out = be;

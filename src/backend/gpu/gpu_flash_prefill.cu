@@ -1,0 +1,241 @@
+/* gpu_flash_prefill.cu — attention of a prompt chunk on the tensor cores: the tokens of one
+ * sequence at consecutive positions over its paged f16 K/V, flash-attention style (a block takes
+ * 64 tokens of one query head, walks the keys in tiles of 64 through the block table with an
+ * online softmax; mma.sync m16n8k16, f16 operands, f32 accumulation). CUDA sm_80+ only:
+ * elsewhere rf_gpu_flash_prefill_supported is false and the caller keeps rf_gpu_paged_attention.
+ * Twin: rf_ref_paged_attention (contract in gpu.h). */
+#include "backend/gpu/gpu_internal.h"
+
+#include <limits.h>
+
+#define RF_FP_BR 64 /* query rows (tokens) per block: RF_FP_WARPS warps of 16 */
+#define RF_FP_BC 64 /* keys per tile */
+#define RF_FP_WARPS 4
+
+/* Shared memory (halves): the block's Q tile [BR][QS] and K tile [BC][QS] (QS = D + 8: the rows
+ * of a fragment load fall in different banks), and the V tile transposed, [D][VS] (VS = BC + 2:
+ * the P.V product reads V by columns). */
+template <int D> struct rf_fp_geo {
+    static constexpr int QS = D + 8, VS = RF_FP_BC + 2;
+    static constexpr size_t smem = ((size_t)RF_FP_BR * QS + (size_t)RF_FP_BC * QS + (size_t)D * VS) * 2;
+};
+
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+static __device__ __forceinline__ void rf_mma_f16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ __forceinline__ uint32_t rf_pack_h2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+static __device__ __forceinline__ uint32_t rf_ld_h2(const rf_half *p) { return *reinterpret_cast<const uint32_t *>(p); }
+#endif
+
+/* flash_prefill: for each row r < n (token r of the run, position p0 + r) and query head h:
+ *   out[r, h] = softmax_j(s_j) . v_j over the keys j of the sequence with
+ *   max(0, p0 + r - window + 1 if window > 0) <= j <= p0 + r, s_j = scale * (f16(q[r, h]) . k_j),
+ *   softcapped (c * tanh(s / c)) when softcap > 0; key j is row bt[j / bs] * bs + j % bs of the
+ *   caches k, v f16 [rows, n_head_kv, D], kv head h / (n_head / n_head_kv).
+ * in: q f32 [n, n_head, D] (16-byte aligned), bt int32 (the sequence's block-table row); out f32
+ *   [n, n_head, D].
+ * launch: grid (ceil(n / 64), n_head), 128 threads, rf_fp_geo<D>::smem bytes of dynamic shared
+ *   memory; D in {64, 80, 96, 128}; every position <= p0 + n - 1 of the sequence is in the cache.
+ * numerics: as the twin, except that the softmax weights enter P.V rounded to f16 (relative
+ *   error <= 2^-11 each) and the sums run in another order: rel. L2 < 1e-3 against it.
+ * A row's arithmetic depends only on its own position and the keys it sees: key tiles start at
+ *   multiples of 64 from position 0, a tile a row sees nothing of is an exact no-op (weights 0,
+ *   V rows past the last key zero-filled), so the output of a token does not depend on how its
+ *   prompt was cut into chunks (as long as each chunk takes this kernel). */
+template <int D>
+__global__ void __launch_bounds__(RF_FP_WARPS * 32)
+rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half *vc, const int32_t *bt, int n,
+                   int p0, int bs, int n_head, int n_head_kv, float scale, int window, float softcap) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    static_assert(RF_WARP_SIZE == 32, "mma.sync: 32-lane warps");
+    constexpr int QS = rf_fp_geo<D>::QS, VS = rf_fp_geo<D>::VS, NK = D / 16, ND = D / 8, NT = RF_FP_BC / 8;
+    extern __shared__ __align__(16) unsigned char rf_fp_sm[];
+    rf_half *Qs = (rf_half *)rf_fp_sm, *Ks = Qs + RF_FP_BR * QS, *Vt = Ks + RF_FP_BC * QS;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int h = blockIdx.y, hk = h / (n_head / n_head_kv);
+    const int r0 = blockIdx.x * RF_FP_BR, wr = warp * 16;
+    const int64_t rstride = (int64_t)n_head_kv * D;
+
+    /* Q tile, rounded to f16 (rows past n are zeros) */
+    for (int i = tid; i < RF_FP_BR * (D / 4); i += RF_FP_WARPS * 32) {
+        const int r = i / (D / 4), d = i % (D / 4) * 4;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r0 + r < n) x = *(const float4 *)(q + ((int64_t)(r0 + r) * n_head + h) * D + d);
+        *(uint32_t *)&Qs[r * QS + d] = rf_pack_h2(x.x, x.y);
+        *(uint32_t *)&Qs[r * QS + d + 2] = rf_pack_h2(x.z, x.w);
+    }
+    __syncthreads();
+    uint32_t qa[NK][4];
+#pragma unroll
+    for (int ks = 0; ks < NK; ks++) {
+        qa[ks][0] = rf_ld_h2(&Qs[(wr + g) * QS + ks * 16 + 2 * c]);
+        qa[ks][1] = rf_ld_h2(&Qs[(wr + g + 8) * QS + ks * 16 + 2 * c]);
+        qa[ks][2] = rf_ld_h2(&Qs[(wr + g) * QS + ks * 16 + 8 + 2 * c]);
+        qa[ks][3] = rf_ld_h2(&Qs[(wr + g + 8) * QS + ks * 16 + 8 + 2 * c]);
+    }
+    /* this thread's two rows (a: g, b: g + 8 of the warp) by position; -1: past the run */
+    const int pa = r0 + wr + g < n ? p0 + r0 + wr + g : -1, pb = r0 + wr + g + 8 < n ? p0 + r0 + wr + g + 8 : -1;
+    const int last = (r0 + RF_FP_BR < n ? r0 + RF_FP_BR : n) - 1;
+    const int khi = p0 + last; /* the block's last key */
+    const int klo = window > 0 && p0 + r0 - window + 1 > 0 ? p0 + r0 - window + 1 : 0;
+    /* the warp's key range (tiles outside it are skipped: no-ops for its rows) */
+    const int wlo = window > 0 ? p0 + r0 + wr - window + 1 : 0;
+    const int whi = r0 + wr < n ? p0 + (r0 + wr + 15 < n ? r0 + wr + 15 : n - 1) : -1;
+
+    float o[ND][4];
+#pragma unroll
+    for (int dn = 0; dn < ND; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+
+    for (int kt = klo / RF_FP_BC * RF_FP_BC; kt <= khi; kt += RF_FP_BC) {
+        __syncthreads(); /* the previous tile has been read */
+        for (int i = tid; i < RF_FP_BC * (D / 8); i += RF_FP_WARPS * 32) {
+            const int j = i / (D / 8), d = i % (D / 8) * 8, kp = kt + j;
+            uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
+            if (kp <= khi) {
+                const int64_t row = (int64_t)bt[kp / bs] * bs + kp % bs;
+                kw = *(const uint4 *)(kc + row * rstride + (int64_t)hk * D + d);
+                vw = *(const uint4 *)(vc + row * rstride + (int64_t)hk * D + d);
+            }
+            *(uint4 *)&Ks[j * QS + d] = kw;
+            const rf_half *vh = (const rf_half *)&vw;
+#pragma unroll
+            for (int e = 0; e < 8; e++) Vt[(d + e) * VS + j] = vh[e];
+        }
+        __syncthreads();
+        if (whi < kt || kt + RF_FP_BC - 1 < wlo) continue;
+
+        float s[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < NK; ks++)
+                rf_mma_f16(s[nt], qa[ks], rf_ld_h2(&Ks[(nt * 8 + g) * QS + ks * 16 + 2 * c]),
+                           rf_ld_h2(&Ks[(nt * 8 + g) * QS + ks * 16 + 8 + 2 * c]));
+        }
+        float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int kp = kt + nt * 8 + 2 * c + e;
+                float va = s[nt][e] * scale, vb = s[nt][2 + e] * scale;
+                if (softcap > 0.0f) va = softcap * tanhf(va / softcap), vb = softcap * tanhf(vb / softcap);
+                const bool sa = kp <= pa && (window <= 0 || kp > pa - window);
+                const bool sb = kp <= pb && (window <= 0 || kp > pb - window);
+                s[nt][e] = sa ? va : -INFINITY;
+                s[nt][2 + e] = sb ? vb : -INFINITY;
+                xa = fmaxf(xa, s[nt][e]);
+                xb = fmaxf(xb, s[nt][2 + e]);
+            }
+        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
+        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
+        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
+        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+        const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+        /* nothing seen yet (max still -inf): keep the state as it is */
+        const float fa = na == -INFINITY ? 1.0f : __expf(ma - na), fb = nb == -INFINITY ? 1.0f : __expf(mb - nb);
+        ma = na, mb = nb;
+        uint32_t pf[NT / 2][4];
+        float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const float p0a = na == -INFINITY ? 0.0f : __expf(s[nt][0] - na);
+            const float p1a = na == -INFINITY ? 0.0f : __expf(s[nt][1] - na);
+            const float p0b = nb == -INFINITY ? 0.0f : __expf(s[nt][2] - nb);
+            const float p1b = nb == -INFINITY ? 0.0f : __expf(s[nt][3] - nb);
+            sa += p0a + p1a;
+            sb += p0b + p1b;
+            pf[nt / 2][(nt & 1) * 2 + 0] = rf_pack_h2(p0a, p1a);
+            pf[nt / 2][(nt & 1) * 2 + 1] = rf_pack_h2(p0b, p1b);
+        }
+        la = la * fa + sa;
+        lb = lb * fb + sb;
+#pragma unroll
+        for (int dn = 0; dn < ND; dn++) {
+            o[dn][0] *= fa, o[dn][1] *= fa, o[dn][2] *= fb, o[dn][3] *= fb;
+#pragma unroll
+            for (int kk = 0; kk < NT / 2; kk++)
+                rf_mma_f16(o[dn], pf[kk], rf_ld_h2(&Vt[(dn * 8 + g) * VS + kk * 16 + 2 * c]),
+                           rf_ld_h2(&Vt[(dn * 8 + g) * VS + kk * 16 + 8 + 2 * c]));
+        }
+    }
+    la += __shfl_xor_sync(0xffffffffu, la, 1);
+    la += __shfl_xor_sync(0xffffffffu, la, 2);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+    const int ra = r0 + wr + g, rb = ra + 8;
+#pragma unroll
+    for (int dn = 0; dn < ND; dn++) {
+        const int d = dn * 8 + 2 * c;
+        if (ra < n) *(float2 *)(out + ((int64_t)ra * n_head + h) * D + d) = make_float2(o[dn][0] * ia, o[dn][1] * ia);
+        if (rb < n) *(float2 *)(out + ((int64_t)rb * n_head + h) * D + d) = make_float2(o[dn][2] * ib, o[dn][3] * ib);
+    }
+#else
+    (void)out, (void)q, (void)kc, (void)vc, (void)bt, (void)n, (void)p0, (void)bs, (void)n_head, (void)n_head_kv;
+    (void)scale, (void)window, (void)softcap;
+    RF_DEVICE_TRAP();
+#endif
+}
+
+extern "C" bool rf_gpu_flash_prefill_supported(rf_gpu_ctx *ctx, rf_type kv_type, int64_t head_dim) {
+#if defined(RF_HIP)
+    (void)ctx, (void)kv_type, (void)head_dim;
+    return false; /* mma.sync: the HIP build keeps rf_gpu_paged_attention */
+#else
+    return ctx->info.cc_major >= 8 && kv_type == RF_TYPE_F16 &&
+           (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128);
+#endif
+}
+
+template <int D>
+static rf_status rf_fp_go(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
+                          const int32_t *bt, int n, int p0, int bs, int n_head, int n_head_kv, float scale,
+                          int window, float softcap) {
+    const size_t smem = rf_fp_geo<D>::smem;
+    static bool sized = false; /* the attribute is per kernel, the same on every device */
+    if (!sized) {
+        auto kern = rf_k_flash_prefill<D>;
+        RF_GPU_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(kern), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)smem));
+        sized = true;
+    }
+    const dim3 grid((unsigned)((n + RF_FP_BR - 1) / RF_FP_BR), (unsigned)n_head);
+    return rf_gpu_launch(ctx, "rf_k_flash_prefill", false, rf_k_flash_prefill<D>, grid, dim3(RF_FP_WARPS * 32), smem,
+                         out, q, (const rf_half *)k, (const rf_half *)v, bt, n, p0, bs, n_head, n_head_kv, scale,
+                         window, softcap);
+}
+
+extern "C" rf_status rf_gpu_flash_prefill(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
+                                          rf_type kv_type, int64_t n, int64_t pos0, const int32_t *bt_row,
+                                          int64_t block_size, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                                          float scale, int64_t window, float softcap) {
+    const char *op = "rf_gpu_flash_prefill";
+    RF_GPU_REQUIRE(rf_gpu_flash_prefill_supported(ctx, kv_type, head_dim), op,
+                   "not available for K/V type %d, head_dim %lld on this device", (int)kv_type, (long long)head_dim);
+    RF_GPU_REQUIRE(n >= 0 && n <= 65535LL * RF_FP_BR && pos0 >= 0 && pos0 + n < (1LL << 30), op,
+                   "n=%lld pos0=%lld", (long long)n, (long long)pos0);
+    RF_GPU_REQUIRE(n_head >= 1 && n_head <= 65535 && n_head_kv >= 1 && n_head % n_head_kv == 0, op,
+                   "n_head=%lld must be a multiple of n_head_kv=%lld (and <= 65535)", (long long)n_head,
+                   (long long)n_head_kv);
+    RF_GPU_REQUIRE(block_size >= 1 && block_size <= INT_MAX && window >= 0 && window <= INT_MAX, op,
+                   "block_size=%lld window=%lld", (long long)block_size, (long long)window);
+    if (n == 0) return RF_OK;
+    RF_GPU_REQUIRE(out && q && k && v && bt_row, op, "NULL pointer argument");
+    RF_GPU_REQUIRE((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0, op, "q, k and v must be 16-byte aligned");
+    const int a[] = {(int)n, (int)pos0, (int)block_size, (int)n_head, (int)n_head_kv};
+    switch (head_dim) {
+    case 64: return rf_fp_go<64>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
+    case 80: return rf_fp_go<80>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
+    case 96: return rf_fp_go<96>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
+    default: return rf_fp_go<128>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
+    }
+}

@@ -1,0 +1,206 @@
+/* test_gpu_flash_prefill.c — rf_gpu_flash_prefill (tensor-core attention of a prompt chunk) against
+ * rf_ref_paged_attention: one sequence's chunk of n tokens at positions p0..p0+n-1 over a paged
+ * f16 cache whose blocks are scattered over the pool in a shuffled order, head dims 64/80/96/128,
+ * GQA groups (32/8, 8/8, 14/2, 4/1), block sizes 1/7/16, sliding window and softcap, chunks of
+ * 1..300 tokens at depths 0..5000. Pool rows that hold no position of the sequence are NaN and
+ * table entries past its blocks point far outside the pool, so a key the chunk must not read
+ * shows as NaN or a fault. Tolerance: the reference runs on the same f16-rounded q, K and V in
+ * f32; the kernel rounds each softmax weight to f16 in P.V (relative error <= 2^-11 = 4.9e-4
+ * each, so at most that relative error in every output component's weighted sum, with the
+ * denominator left in f32) and sums in another order: rel. L2 < 1e-3.
+ * Chunking: the same tokens in one call and cut into two calls at a random point give
+ * bit-identical rows (the kernel's contract). Then the llama3-8b shape's 512-token chunk at depths
+ * 0 / 4096 / 16384: time per call against rf_gpu_paged_attention, TFLOP/s.
+ * Inputs are fresh each run (seed printed; RF_TEST_SEED=<n> replays). Skips (77) without a GPU. */
+#include "gpu_test_common.h"
+
+#include <time.h>
+
+#include "backend/ref/ref_ops.h"
+
+#define FAR_BLOCK (1 << 22)
+
+typedef struct fp_case {
+    int64_t D, nh, nhkv, bs, window;
+    float softcap;
+    int32_t p0, n;
+} fp_case;
+
+typedef struct fp_pool {
+    int64_t rows, maxb, kvd;
+    int32_t *tab;
+    float *kf, *vf; /* f16-rounded values, as the reference reads them */
+    void *dk, *dv, *dtab;
+} fp_pool;
+
+/* A pool holding positions 0..len-1 of one sequence in shuffled blocks (other rows NaN). */
+static void pool_make(rf_rng *r, fp_pool *p, int64_t len, int64_t bs, int64_t kvd) {
+    const int64_t nb = (len + bs - 1) / bs + 3;
+    p->rows = nb * bs, p->maxb = nb + 8, p->kvd = kvd;
+    p->tab = malloc((size_t)p->maxb * 4);
+    int32_t *perm = malloc((size_t)nb * 4);
+    for (int64_t i = 0; i < nb; i++) perm[i] = (int32_t)i;
+    for (int64_t i = nb - 1; i > 0; i--) {
+        const int64_t j = (int64_t)(rf_rng_u64(r) % (uint64_t)(i + 1));
+        const int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int64_t b = 0; b < p->maxb; b++) p->tab[b] = b < (len + bs - 1) / bs ? perm[b] : FAR_BLOCK;
+    const size_t nel = (size_t)p->rows * (size_t)kvd;
+    p->kf = host_f32(nel), p->vf = host_f32(nel);
+    uint16_t *k16 = malloc(nel * 2), *v16 = malloc(nel * 2);
+    assert_non_null(k16), assert_non_null(v16);
+    for (size_t i = 0; i < nel; i++) p->kf[i] = p->vf[i] = NAN;
+    for (int64_t pos = 0; pos < len; pos++) {
+        const int64_t row = (int64_t)p->tab[pos / bs] * bs + pos % bs;
+        for (int64_t i = 0; i < kvd; i++) p->kf[row * kvd + i] = rf_rng_normal(r), p->vf[row * kvd + i] = rf_rng_normal(r);
+    }
+    for (size_t i = 0; i < nel; i++) {
+        k16[i] = rf_f32_to_fp16(p->kf[i]), v16[i] = rf_f32_to_fp16(p->vf[i]);
+        p->kf[i] = rf_fp16_to_f32(k16[i]), p->vf[i] = rf_fp16_to_f32(v16[i]);
+    }
+    p->dk = dev_from(k16, nel * 2);
+    p->dv = dev_from(v16, nel * 2);
+    p->dtab = dev_from(p->tab, (size_t)p->maxb * 4);
+    free(k16), free(v16), free(perm);
+}
+
+static void pool_free(fp_pool *p) {
+    rf_gpu_free(g_ctx, p->dk), rf_gpu_free(g_ctx, p->dv), rf_gpu_free(g_ctx, p->dtab);
+    free(p->tab), free(p->kf), free(p->vf);
+}
+
+static double run_case(rf_rng *r, const fp_case *c) {
+    const int64_t qd = c->nh * c->D, kvd = c->nhkv * c->D, len = c->p0 + c->n;
+    fp_pool p;
+    pool_make(r, &p, len, c->bs, kvd);
+    float *q = host_f32((size_t)(c->n * qd)), *want = host_f32((size_t)(c->n * qd));
+    float *got = host_f32((size_t)(c->n * qd)), *got2 = host_f32((size_t)(c->n * qd));
+    for (int64_t i = 0; i < c->n * qd; i++) q[i] = rf_fp16_to_f32(rf_f32_to_fp16(rf_rng_normal(r) * 0.6f));
+    int32_t *pos = malloc((size_t)c->n * 4), *seq = calloc((size_t)c->n, 4);
+    for (int32_t i = 0; i < c->n; i++) pos[i] = c->p0 + i;
+    const float scale = 1.0f / sqrtf((float)c->D);
+    assert_int_equal(rf_ref_paged_attention(want, q, p.kf, p.vf, c->n, pos, seq, p.tab, p.maxb, c->bs, c->nh, c->nhkv,
+                                            c->D, scale, c->window, c->softcap),
+                     RF_OK);
+    float *dq = dev_from(q, (size_t)(c->n * qd) * 4), *dout = dev_poison((size_t)(c->n * qd) * 4);
+    assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, c->n, c->p0, p.dtab, c->bs, c->nh,
+                                          c->nhkv, c->D, scale, c->window, c->softcap),
+                     RF_OK);
+    dev_to(got, dout, (size_t)(c->n * qd) * 4);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < c->n * qd; i++) {
+        const double d = (double)got[i] - want[i];
+        num += d * d, den += (double)want[i] * want[i];
+        if (isnan(got[i])) fail_msg("NaN at %lld", (long long)i);
+    }
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    /* the same tokens cut into two calls */
+    const int32_t cut = c->n > 1 ? 1 + (int32_t)(rf_rng_u64(r) % (uint64_t)(c->n - 1)) : 1;
+    assert_int_equal(rf_gpu_memset(g_ctx, dout, 0xFF, (size_t)(c->n * qd) * 4), RF_OK);
+    assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, cut, c->p0, p.dtab, c->bs, c->nh,
+                                          c->nhkv, c->D, scale, c->window, c->softcap),
+                     RF_OK);
+    assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout + cut * qd, dq + cut * qd, p.dk, p.dv, RF_TYPE_F16, c->n - cut,
+                                          c->p0 + cut, p.dtab, c->bs, c->nh, c->nhkv, c->D, scale, c->window,
+                                          c->softcap),
+                     RF_OK);
+    dev_to(got2, dout, (size_t)(c->n * qd) * 4);
+    if (c->n > 1 && memcmp(got, got2, (size_t)(c->n * qd) * 4))
+        fail_msg("D%lld n%d p0 %d: cut at %d changes the output", (long long)c->D, c->n, c->p0, cut);
+    printf("  D%-3lld h%2lld/%-2lld bs%-2lld win%-4lld cap%-3g p0 %5d n %3d: rel. L2 %.2e\n", (long long)c->D,
+           (long long)c->nh, (long long)c->nhkv, (long long)c->bs, (long long)c->window, c->softcap, c->p0, c->n, rel);
+    rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout);
+    free(q), free(want), free(got), free(got2), free(pos), free(seq);
+    pool_free(&p);
+    return rel;
+}
+
+static void test_flash_vs_ref(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed());
+    const fp_case cases[] = {
+        {128, 32, 8, 16, 0, 0, 0, 1},     {128, 32, 8, 16, 0, 0, 0, 64},     {128, 32, 8, 16, 0, 0, 0, 300},
+        {128, 32, 8, 16, 0, 0, 1000, 77}, {128, 32, 8, 7, 0, 0, 4500, 129},  {128, 8, 8, 1, 0, 0, 63, 65},
+        {64, 14, 2, 16, 0, 0, 500, 200},  {64, 4, 1, 16, 100, 0, 300, 250},  {80, 8, 8, 16, 0, 0, 33, 100},
+        {96, 12, 4, 7, 0, 0, 2000, 17},   {128, 8, 4, 16, 128, 30, 900, 200}, {128, 32, 8, 16, 0, 50, 5000, 96},
+        {64, 8, 2, 16, 64, 0, 0, 190},
+    };
+    double worst = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (!rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_F16, cases[i].D)) {
+            printf("  flash prefill not available on this device: skipped\n");
+            skip();
+        }
+        const double e = run_case(&r, &cases[i]);
+        if (e > worst) worst = e;
+        if (!(e < 1e-3)) fail_msg("case %zu: rel. L2 %.3e >= 1e-3", i, e);
+    }
+    printf("  worst rel. L2 %.2e (tol 1e-3)\n", worst);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* llama3-8b's attention for a 512-token chunk at several depths: both kernels, mean of 20 calls */
+static void test_flash_timing(void **state) {
+    (void)state;
+    if (!rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_F16, 128)) skip();
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 5);
+    const int64_t D = 128, nh = 32, nhkv = 8, bs = 16, n = 512, qd = nh * D;
+    const int32_t depths[] = {0, 4096 - 512, 16384 - 512};
+    printf("  %-24s %12s %12s %10s %10s\n", "llama3-8b, 512 tokens", "paged (us)", "flash (us)", "TFLOP/s", "speed-up");
+    for (size_t k = 0; k < 3; k++) {
+        const int32_t p0 = depths[k];
+        fp_pool p;
+        pool_make(&r, &p, p0 + n, bs, nhkv * D);
+        float *q = host_f32((size_t)(n * qd));
+        for (int64_t i = 0; i < n * qd; i++) q[i] = rf_rng_normal(&r) * 0.6f;
+        int32_t *pos = malloc((size_t)n * 4), *seq = calloc((size_t)n, 4);
+        for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
+        float *dq = dev_from(q, (size_t)(n * qd) * 4), *dout = dev_poison((size_t)(n * qd) * 4);
+        int32_t *dpos = dev_from(pos, (size_t)n * 4), *dseq = dev_from(seq, (size_t)n * 4);
+        double t[2];
+        for (int kern = 0; kern < 2; kern++) {
+            for (int rep = -3; rep < 20; rep++) {
+                if (rep == 0) {
+                    assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                    t[kern] = now_s();
+                }
+                rf_status st = kern == 0
+                    ? rf_gpu_paged_attention(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, dpos, dseq, p.dtab, p.maxb,
+                                             bs, nh, nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, p0 + n - 1)
+                    : rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, p0, p.dtab, bs, nh, nhkv, D,
+                                           1.0f / sqrtf((float)D), 0, 0.0f);
+                assert_int_equal(st, RF_OK);
+            }
+            assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+            t[kern] = (now_s() - t[kern]) / 20 * 1e6;
+        }
+        /* causal: token i sees p0 + i + 1 keys; 4 flops per (query head, key, dim): QK and PV */
+        const double flops = 4.0 * nh * D * ((double)n * p0 + (double)n * (n + 1) / 2);
+        printf("  depth %-18d %12.1f %12.1f %10.1f %9.1fx\n", (int)(p0 + n), t[0], t[1], flops / t[1] * 1e-6, t[0] / t[1]);
+        rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
+        free(q), free(pos), free(seq);
+        pool_free(&p);
+    }
+}
+
+static int setup(void **state) {
+    (void)state;
+    gpu_test_init_or_skip("test_gpu_flash_prefill");
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flash_vs_ref),
+        cmocka_unit_test(test_flash_timing),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
