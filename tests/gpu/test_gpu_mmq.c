@@ -1,12 +1,12 @@
 /* test_gpu_mmq.c — MMQ (rf_gpu_mmq: many-token quantized products on the int8 tensor cores)
  * against rf_ref_matmul on random blocks (seed printed), outputs poisoned first, for each
- * format it takes (Q4_0, Q8_0, Q6_K, Q4_K, Q5_K) at 9..512 tokens, real widths and an odd
+ * format it takes (Q4_0, Q8_0, Q6_K, Q4_K, Q5_K) at 1..512 tokens, real widths and an odd
  * height. The reference is computed for a sample of the tokens (first, last, a few between:
  * the double-precision oracle over all of 512 would take minutes; below 128 rows all of them).
  * Tolerance: rel. L2 < 1e-2 over the sampled outputs (>= 128), as the int8-x GEMVs (x rounded to int8 per
  * 32 costs ~0.5% per output). Batch invariance: a token's outputs are bit-identical in calls
- * of 512, 100, 64, 33 and 9 tokens wherever it sits in them; determinism: two calls identical;
- * rf_gpu_matmul routes 9..128 tokens here (RF_GPU_MMQ_MAX unset). RF_MMQ_BENCH=1 also times
+ * of 512, 100, 64, 33, 9, 8 and 5 tokens wherever it sits in them; determinism: two calls
+ * identical; rf_gpu_matmul routes 5..128 tokens here (RF_GPU_MMQ_MIN / _MAX unset). RF_MMQ_BENCH=1 also times
  * MMQ against the earlier paths (GEMV in groups of 8, dequantize + cuBLAS). Skips (77) without
  * a GPU. */
 #if !defined(RF_HAVE_GPU)
@@ -81,7 +81,7 @@ static void test_mmq_vs_ref(void **state) {
     (void)state;
     rf_rng r;
     rf_rng_init(&r, rf_test_seed() + 11);
-    const int64_t nts[] = {9, 16, 33, 64, 100, 512};
+    const int64_t nts[] = {1, 5, 8, 9, 16, 33, 64, 100, 512};
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const rf_type t = k_types[ti];
         for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) run_case(&r, t, nts[k], 4096, 4096);
@@ -103,7 +103,7 @@ static void test_mmq_batch_invariance(void **state) {
     rf_rng r;
     rf_rng_init(&r, rf_test_seed() + 12);
     const int64_t shapes[][2] = {{4096, 4096}, {4096, 131}, {14336, 1000}};
-    const int64_t sub[][2] = {{0, 9}, {70, 9}, {5, 64}, {100, 100}, {448, 33}, {503, 9}, {1, 511}};
+    const int64_t sub[][2] = {{0, 9}, {70, 9}, {5, 64}, {100, 100}, {448, 33}, {503, 9}, {1, 511}, {3, 5}, {200, 8}, {507, 5}};
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const rf_type t = k_types[ti];
         for (int s = 0; s < 3; s++) {

@@ -132,15 +132,15 @@ static int64_t rf_mmq_max_tokens(void) {
     return v;
 }
 
-/* The fewest tokens a product takes through MMQ (env RF_GPU_MMQ_MIN, default 9: 1-8 tokens keep
- * the GEMVs and their shared, fused activation quantization). Not measured below 9 yet: at 8
- * sequences the GEMV step of llama3-8b Q4_0 (6.5 ms on the H100) equals MMQ's 32-token step, so
- * 5-8 may pay; test_gpu_mmq checks 9 and up only, extend it before lowering the default. */
+/* The fewest tokens a product takes through MMQ (env RF_GPU_MMQ_MIN, default 5: 1-4 tokens keep
+ * the GEMVs and their shared, fused activation quantization). H100, llama3-8b Q4_0 decode,
+ * 2026-11-28: 8 sequences 6.52 -> 6.11 ms a step with MMQ from 5 (1,213 -> 1,293 tok/s); from 2,
+ * 2 and 4 sequences lost (3.34 -> 6.00 and 5.27 -> 6.07 ms). test_gpu_mmq checks 1..512 tokens. */
 static int64_t rf_mmq_min_tokens(void) {
     static int64_t v = -1;
     if (v < 0) {
         const char *e = getenv("RF_GPU_MMQ_MIN");
-        v = e && *e ? atoll(e) : 9;
+        v = e && *e ? atoll(e) : 5;
         if (v < 1) v = 1;
     }
     return v;
