@@ -40,6 +40,7 @@ static const char k_batch_usage[] =
     "  --render-special        emit control tokens' text\n"
     "  --device D              auto (default), cpu, gpu or gpu:N\n"
     "  --tp N                  split each layer over N shards (tensor parallelism; CPU only so far)\n"
+    "  --deterministic         batch-invariant kernels: each prompt's tokens as if it ran alone\n"
     "  --no-timing             no aggregate statistics line\n";
 
 /* ---- the prompt file -------------------------------------------------------------------- */

@@ -32,10 +32,12 @@ static const char k_bench_usage[] =
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  --kv-type T             KV cache f16 (default), f32, q8_0 (CPU only)\n"
     "  -o, --output F          md (default), json or csv\n"
-    "  --plot FILE.png         tok/s against depth and batch size (gnuplot)\n";
+    "  --plot FILE.png         tok/s against depth and batch size (gnuplot)\n"
+    "  --deterministic         batch-invariant kernels (rocmforge run --help)\n";
 
 typedef struct bench_opts {
     const char *model, *plot;
+    bool deterministic; /* --deterministic: rf_model_set_deterministic */
     int p, n, reps, threads, batch_prompt;
     int depths[16], n_depths, batches[16], n_batches;
     rf_device device;
@@ -137,6 +139,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--plot")) {
             NEEDV();
             o->plot = v;
+        } else if (!strcmp(a, "--deterministic")) {
+            o->deterministic = true;
         } else {
             fputs(k_bench_usage, stderr);
             return rf_cli_fail(2, "unknown option '%s' for 'bench'", a);
@@ -335,6 +339,10 @@ int rf_cmd_bench(int argc, char **argv) {
     mp.n_threads = o.threads;
     rf_model *m = NULL;
     if (rf_model_load(o.model, &mp, &m)) return rf_cli_fail(1, "%s", rf_last_error());
+    if (o.deterministic && rf_model_set_deterministic(m, true)) {
+        rf_model_free(m);
+        return rf_cli_fail(1, "%s", rf_last_error());
+    }
     rf_model_info info;
     rf_model_get_info(m, &info);
     if (on_gpu && strcmp(info.device, "cpu") == 0) { /* auto fell back to the CPU: its bandwidth, then */

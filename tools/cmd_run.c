@@ -31,6 +31,7 @@ static const char k_run_usage[] =
     "  --kv-type T             KV cache type: f16 (default), f32, q8_0\n"
     "  --device D              auto (default: the GPU when present and the model fits), cpu, gpu or gpu:N\n"
     "  --tp N                  split each layer over N shards (tensor parallelism; CPU backend only so far)\n"
+    "  --deterministic         batch-invariant kernels: the same tokens alone or among others (slower on the GPU)\n"
     "  --show-ids              print the generated token ids to stderr\n"
     "  --logits-out FILE       write the prompt's last-position logits (f32) to FILE\n"
     "  --no-timing             no timing line\n";
@@ -143,6 +144,8 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
             o->stops[o->n_stop++] = v;
         } else if (samp && IS("--ignore-eos")) {
             o->ignore_eos = true;
+        } else if (IS("--deterministic")) {
+            o->deterministic = true;
         } else if (IS("-t") || IS("--threads")) {
             if (!(v = ARG())) return 2;
             long long n;
@@ -278,6 +281,11 @@ int rf_run_load(const rf_run_opts *o, rf_model **m) {
         mp.progress_user = (void *)(base ? base + 1 : o->model);
     }
     if (rf_model_load(o->model, &mp, m)) {
+        *m = NULL;
+        return rf_cli_fail(1, "%s", rf_last_error());
+    }
+    if (o->deterministic && rf_model_set_deterministic(*m, true)) {
+        rf_model_free(*m);
         *m = NULL;
         return rf_cli_fail(1, "%s", rf_last_error());
     }

@@ -17,6 +17,7 @@ typedef struct rf_run_opts {
     int32_t device_index; /* --device gpu:N */
     int32_t tp;           /* --tp N: tensor-parallel shards (0 = $RF_TP or 1; CPU only so far) */
     bool chat, ignore_eos, no_timing, show_ids, render_special;
+    bool deterministic;     /* --deterministic: batch-invariant kernels (rf_model_set_deterministic) */
     const char *stops[RF_MAX_STOP];
     int n_stop;
     const char *logits_out; /* run: write the last-position logits of the prompt (f32) here */

@@ -34,6 +34,7 @@ static const char k_serve_usage[] =
     "  --sse-ping S            SSE comment ping after S seconds without output (default 15; 0 = never)\n"
     "  --timeout S             idle connection timeout in seconds (default 300; 0 = none)\n"
     "  --no-webui              no chat page at / (docs/webui.md)\n"
+    "  --deterministic         batch-invariant kernels: a request's tokens do not depend on the others\n"
     "  -v, --verbose           one line per request on stderr\n"
     "Ctrl-C or SIGTERM stops: running requests are cancelled (streams end with an error event), then it exits.\n";
 
@@ -69,6 +70,7 @@ int rf_cmd_serve(int argc, char **argv) {
     c.timeout_s = o.timeout_s;
     c.verbose = o.verbose;
     c.no_webui = o.no_webui;
+    c.deterministic = o.deterministic;
     return rf_server_main(&c);
 }
 #endif

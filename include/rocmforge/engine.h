@@ -49,6 +49,14 @@ rf_model_params rf_model_default_params(void);
 rf_status rf_model_load(const char *path, const rf_model_params *params, rf_model **out);
 void rf_model_free(rf_model *m);
 
+/* Deterministic (batch-invariant) decoding on the model's backend: a sequence's tokens and
+ * logits are the same bits whether it runs alone or among any others, however its prompt is
+ * chunked, at some cost in speed (docs/engine.md, "Deterministic mode"). The CPU backend always
+ * is. On the GPU every product takes the int8 tensor-core kernel (q4_0, q8_0, q4_K, q5_K, q6_K
+ * weights on sm_80 and newer; another weight type fails its first product with
+ * RF_ERR_UNSUPPORTED naming it) and attention the paged kernel. RF_ERR_UNSUPPORTED with tp > 1. */
+rf_status rf_model_set_deterministic(rf_model *m, bool on);
+
 /* Comma-separated list of the architectures rf_model_load accepts ("llama, qwen2, gemma3"). */
 const char *rf_supported_archs(void);
 

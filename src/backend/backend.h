@@ -189,6 +189,12 @@ typedef struct rf_backend_ops {
     int (*graph_begin)(rf_backend *be, const void *owner, int key);
     void (*graph_abort)(rf_backend *be);
 
+    /* Optional: batch-invariant mode on or off. On, a token's results must not depend on which
+     * other tokens share its step (every reduction in an order fixed by the token alone). A
+     * backend whose kernels always are (the CPU's) leaves it NULL. A product that has no such
+     * kernel then fails with RF_ERR_UNSUPPORTED naming the weight type. */
+    rf_status (*set_batch_invariant)(rf_backend *be, bool on);
+
     void (*destroy)(rf_backend *be);
 } rf_backend_ops;
 

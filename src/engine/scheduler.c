@@ -389,6 +389,7 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
         return rf_set_error(st, "%s", msg);
     }
     e->st_steps++;
+    (void)t_step; /* read by the GPU step trace only */
 #ifdef RF_HAVE_GPU
     if (e->trace && rf_backend_on_device(be)) { /* RF_GPU_STEP_TRACE=1: what crossed the bus */
         int64_t up, down, launch;

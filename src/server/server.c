@@ -52,6 +52,7 @@ static void *loader_main(void *arg) {
         s->model = NULL;
         goto fail;
     }
+    if (s->cfg.deterministic && (st = rf_model_set_deterministic(s->model, true))) goto fail;
     ec = rf_engine_config_new();
     if (!ec) {
         st = rf_set_error(RF_ERR_OOM, "out of memory");

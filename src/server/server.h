@@ -31,6 +31,7 @@ typedef struct rf_server_config {
     int32_t timeout_s;       /* idle connection timeout */
     bool verbose;            /* one line per request on stderr, libmicrohttpd's messages */
     bool no_webui;           /* no chat page at / and /ui/ (404), docs/webui.md */
+    bool deterministic;      /* --deterministic: batch-invariant kernels (rf_model_set_deterministic) */
 } rf_server_config;
 
 /* The defaults listed in docs/server.md. */

@@ -226,6 +226,10 @@ void rf_gpu_set_gemv_pad(rf_gpu_ctx *ctx, int kb);
 /* Turns programmatic dependent launch of the GEMV kernels on or off (default: on where the device
  * supports it, sm_90+ under CUDA, unless RF_GPU_PDL=0); returns whether it is on now. */
 bool rf_gpu_set_pdl(rf_gpu_ctx *ctx, bool on);
+/* Batch-invariant products: with `on`, rf_gpu_matmul takes MMQ for every token count (a token's
+ * outputs are the same bits in a call of 1 or 512 tokens: test_gpu_mmq), and a weight type MMQ
+ * does not take (or a device below sm_80) fails the product with RF_ERR_UNSUPPORTED. */
+void rf_gpu_set_batch_invariant(rf_gpu_ctx *ctx, bool on);
 
 /* ---- attention -------------------------------------------------------------------------- */
 /* rf_ref_attention's contract with K/V in a cache: q f32 [n_q, n_head, head_dim];

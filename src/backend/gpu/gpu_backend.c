@@ -50,6 +50,7 @@ typedef struct gpu_be {
      * xq_nin); any op other than a product reading it ends that (it may write x). */
     bool fuse;
     bool flash; /* prompt runs on the tensor-core prefill kernel (RF_GPU_FLASH=0: off, for A/B runs) */
+    bool invariant; /* batch-invariant mode (g_set_batch_invariant): no flash prefill */
     const void *xq_src;
     rf_type xq_type;
     int64_t xq_nt, xq_nin;
@@ -438,7 +439,7 @@ static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q,
     const int64_t n = b->n_tokens, row = n_head * head_dim;
     float *o = (float *)out->data;
     const float *qd = (const float *)q->data;
-    if (!g->flash || g->mode != RF_GRAPH_NONE || n < RF_FLASH_MIN_RUN || !b->pos || !b->seq ||
+    if (!g->flash || g->invariant || g->mode != RF_GRAPH_NONE || n < RF_FLASH_MIN_RUN || !b->pos || !b->seq ||
         !rf_gpu_flash_prefill_supported(g->ctx, k->type, head_dim) || q->nb1 != (size_t)row * 4)
         return attn_paged(g, o, qd, k, v, b, 0, n, n_head, n_head_kv, head_dim, scale, window, softcap);
     int64_t pending = 0; /* first token not yet given to a kernel */
@@ -625,6 +626,18 @@ static int g_graph_begin(rf_backend *be, const void *owner, int key) {
 
 static void g_graph_abort(rf_backend *be) { drop_capture(G(be)); }
 
+/* Batch-invariant mode: every product on MMQ (rf_gpu_set_batch_invariant) and attention on the
+ * paged kernel only (the flash prefill's rounding differs from the decode step's); the
+ * recorded graphs hold the other routing, so they go. */
+static rf_status g_set_batch_invariant(rf_backend *be, bool on) {
+    gpu_be *g = GX(be);
+    drop_capture(g);
+    drop_graphs(g);
+    rf_gpu_set_batch_invariant(g->ctx, on);
+    g->invariant = on;
+    return RF_OK;
+}
+
 void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *downloads, int64_t *launches) {
     gpu_be *g = G(be);
     *uploads = g->n_up;
@@ -678,6 +691,7 @@ static const rf_backend_ops gpu_ops = {
     .sample = g_sample,
     .graph_begin = g_graph_begin,
     .graph_abort = g_graph_abort,
+    .set_batch_invariant = g_set_batch_invariant,
     .destroy = g_destroy,
 };
 

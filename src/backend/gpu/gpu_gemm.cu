@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "backend/gpu/gpu_internal.h"
+#include "rocmforge/quant.h"
 
 /* f32 -> f16, grid-stride; the GEMM's x operand */
 __global__ void rf_k_f32_to_f16(rf_half *y, const float *x, int64_t n) {
@@ -146,7 +147,10 @@ static int64_t rf_mmq_min_tokens(void) {
     return v;
 }
 
+extern "C" void rf_gpu_set_batch_invariant(rf_gpu_ctx *ctx, bool on) { ctx->invariant = on; }
+
 extern "C" bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
+    if (ctx->invariant) return n_tokens >= 1 && ctx->info.cc_major >= 8 && rf_gpu_mmq_supported(wtype, n_in);
     return n_tokens >= rf_mmq_min_tokens() && n_tokens <= rf_mmq_max_tokens() && ctx->info.cc_major >= 8 &&
            rf_gpu_mmq_supported(wtype, n_in);
 }
@@ -154,6 +158,10 @@ extern "C" bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_token
 extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                    const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     if (rf_gpu_mmq_takes(ctx, wtype, n_tokens, n_in)) return rf_gpu_mmq(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    if (ctx->invariant)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "deterministic mode: no batch-invariant GPU product for %s weights with "
+                            "%lld inputs (it has q4_0, q8_0, q4_K, q5_K and q6_K on sm_80 and newer); use the CPU or "
+                            "leave the mode off", rf_type_name(wtype), (long long)n_in);
     if (n_tokens <= 8) return rf_gpu_gemv(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
     const bool quantized = wtype != RF_TYPE_F16 && wtype != RF_TYPE_BF16 && wtype != RF_TYPE_F32;
     if (quantized && rf_gpu_gemv_supported(wtype) && n_tokens <= rf_gemv_max_tokens())

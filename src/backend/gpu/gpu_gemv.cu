@@ -178,7 +178,8 @@ extern "C" rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, 
 
 extern "C" bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
     return n_tokens >= 1 && n_tokens <= 8 && n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28) &&
-           rf_has_xq(ctx, wtype, n_in) && !rf_gpu_mmq_takes(ctx, wtype, n_tokens, n_in); /* MMQ quantizes its own */
+           rf_has_xq(ctx, wtype, n_in) && !rf_gpu_mmq_takes(ctx, wtype, n_tokens, n_in) /* MMQ quantizes its own */
+           && !ctx->invariant; /* batch-invariant mode: every product through rf_gpu_matmul */
 }
 
 extern "C" rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,

@@ -22,6 +22,7 @@ struct rf_gpu_ctx {
     int gemv_rpw;            /* 0 = default rows per warp of q32s / q32h; else this, rounded up */
     int gemv_pad_kb;         /* KB of unused shared memory per q32s block (occupancy knob, 0..16) */
     bool pdl;                /* programmatic dependent launch usable (CUDA, sm_90+, RF_GPU_PDL!=0) */
+    bool invariant;          /* batch-invariant products: MMQ for every token count (rf_gpu_set_batch_invariant) */
     unsigned trace_seq;      /* RF_GEMV_TRACE builds: q32s / mma launches so far (trace slots) */
 };
 
