@@ -12,12 +12,12 @@
 #define RF_FP_BC 64 /* keys per tile */
 #define RF_FP_WARPS 4
 
-/* Shared memory (halves): the block's Q tile [BR][QS] and K tile [BC][QS] (QS = D + 8: the rows
- * of a fragment load fall in different banks), and the V tile transposed, [D][VS] (VS = BC + 2:
- * the P.V product reads V by columns). */
+/* Shared memory (halves): the block's Q tile [BR][QS] and two stages of the K and V tiles
+ * [BC][QS] each (QS = D + 8: the 8 rows of an ldmatrix fall in different banks); the next tile
+ * is copied in (cp.async) while the current one is multiplied. */
 template <int D> struct rf_fp_geo {
-    static constexpr int QS = D + 8, VS = RF_FP_BC + 2;
-    static constexpr size_t smem = ((size_t)RF_FP_BR * QS + (size_t)RF_FP_BC * QS + (size_t)D * VS) * 2;
+    static constexpr int QS = D + 8;
+    static constexpr size_t smem = ((size_t)RF_FP_BR * QS + 4 * (size_t)RF_FP_BC * QS) * 2;
 };
 
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -31,6 +31,22 @@ static __device__ __forceinline__ uint32_t rf_pack_h2(float lo, float hi) {
     return *reinterpret_cast<const uint32_t *>(&h);
 }
 static __device__ __forceinline__ uint32_t rf_ld_h2(const rf_half *p) { return *reinterpret_cast<const uint32_t *>(p); }
+/* four 8x8 b16 matrices from shared memory, lane l giving the address of row l % 8 of matrix
+ * l / 8; .trans hands each thread the transposed pair (the B operand from row-major V) */
+static __device__ __forceinline__ void rf_ldsm4(uint32_t *r, const rf_half *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(rf_smem_addr(p)));
+}
+static __device__ __forceinline__ void rf_ldsm4_t(uint32_t *r, const rf_half *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(rf_smem_addr(p)));
+}
+/* 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read) */
+static __device__ __forceinline__ void rf_cp16_or_zero(rf_half *dst, const rf_half *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(rf_smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
 #endif
 
 /* flash_prefill: for each row r < n (token r of the run, position p0 + r) and query head h:
@@ -54,9 +70,9 @@ rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half 
                    int p0, int bs, int n_head, int n_head_kv, float scale, int window, float softcap) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     static_assert(RF_WARP_SIZE == 32, "mma.sync: 32-lane warps");
-    constexpr int QS = rf_fp_geo<D>::QS, VS = rf_fp_geo<D>::VS, NK = D / 16, ND = D / 8, NT = RF_FP_BC / 8;
+    constexpr int QS = rf_fp_geo<D>::QS, NK = D / 16, ND = D / 8, NT = RF_FP_BC / 8;
     extern __shared__ __align__(16) unsigned char rf_fp_sm[];
-    rf_half *Qs = (rf_half *)rf_fp_sm, *Ks = Qs + RF_FP_BR * QS, *Vt = Ks + RF_FP_BC * QS;
+    rf_half *Qs = (rf_half *)rf_fp_sm, *KV = Qs + RF_FP_BR * QS; /* stage s: K at KV + 2s BC QS, V after */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     const int h = blockIdx.y, hk = h / (n_head / n_head_kv);
     const int r0 = blockIdx.x * RF_FP_BR, wr = warp * 16;
@@ -93,32 +109,42 @@ rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half 
     for (int dn = 0; dn < ND; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
 
-    for (int kt = klo / RF_FP_BC * RF_FP_BC; kt <= khi; kt += RF_FP_BC) {
-        __syncthreads(); /* the previous tile has been read */
+    /* K and V rows of keys kt..kt+63 into stage st (rows past the block's last key: zeros) */
+    auto load_tile = [&](int kt, int st) {
+        rf_half *Kd = KV + (size_t)2 * st * RF_FP_BC * QS, *Vd = Kd + RF_FP_BC * QS;
         for (int i = tid; i < RF_FP_BC * (D / 8); i += RF_FP_WARPS * 32) {
             const int j = i / (D / 8), d = i % (D / 8) * 8, kp = kt + j;
-            uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
-            if (kp <= khi) {
-                const int64_t row = (int64_t)bt[kp / bs] * bs + kp % bs;
-                kw = *(const uint4 *)(kc + row * rstride + (int64_t)hk * D + d);
-                vw = *(const uint4 *)(vc + row * rstride + (int64_t)hk * D + d);
-            }
-            *(uint4 *)&Ks[j * QS + d] = kw;
-            const rf_half *vh = (const rf_half *)&vw;
-#pragma unroll
-            for (int e = 0; e < 8; e++) Vt[(d + e) * VS + j] = vh[e];
+            const bool ok = kp <= khi;
+            const int64_t row = ok ? (int64_t)bt[kp / bs] * bs + kp % bs : 0;
+            rf_cp16_or_zero(&Kd[j * QS + d], kc + row * rstride + (int64_t)hk * D + d, ok);
+            rf_cp16_or_zero(&Vd[j * QS + d], vc + row * rstride + (int64_t)hk * D + d, ok);
         }
-        __syncthreads();
-        if (whi < kt || kt + RF_FP_BC - 1 < wlo) continue;
-
+        rf_cp_async_commit();
+    };
+    const int kt0 = klo / RF_FP_BC * RF_FP_BC;
+    load_tile(kt0, 0);
+    for (int kt = kt0, it = 0; kt <= khi; kt += RF_FP_BC, it++) {
+        if (kt + RF_FP_BC <= khi) {
+            load_tile(kt + RF_FP_BC, (it + 1) & 1); /* that stage was read in iteration it - 1 */
+            rf_cp_async_wait<1>();
+        } else {
+            rf_cp_async_wait<0>();
+        }
+        __syncthreads(); /* tile it is in shared memory for every thread */
+        const rf_half *Ks = KV + (size_t)2 * (it & 1) * RF_FP_BC * QS, *Vs = Ks + RF_FP_BC * QS;
+        if (whi >= kt && kt + RF_FP_BC - 1 >= wlo) { /* else no row of this warp sees the tile */
         float s[NT][4];
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
+        for (int nt = 0; nt < NT; nt += 2) {
             s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            s[nt + 1][0] = s[nt + 1][1] = s[nt + 1][2] = s[nt + 1][3] = 0.0f;
 #pragma unroll
-            for (int ks = 0; ks < NK; ks++)
-                rf_mma_f16(s[nt], qa[ks], rf_ld_h2(&Ks[(nt * 8 + g) * QS + ks * 16 + 2 * c]),
-                           rf_ld_h2(&Ks[(nt * 8 + g) * QS + ks * 16 + 8 + 2 * c]));
+            for (int ks = 0; ks < NK; ks++) {
+                uint32_t kb[4]; /* (nt, k lo), (nt, k hi), (nt + 1, k lo), (nt + 1, k hi) */
+                rf_ldsm4(kb, &Ks[(nt * 8 + (lane & 7) + ((lane >> 4) << 3)) * QS + ks * 16 + ((lane >> 3) & 1) * 8]);
+                rf_mma_f16(s[nt], qa[ks], kb[0], kb[1]);
+                rf_mma_f16(s[nt + 1], qa[ks], kb[2], kb[3]);
+            }
         }
         float xa = -INFINITY, xb = -INFINITY;
 #pragma unroll
@@ -159,13 +185,18 @@ rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half 
         la = la * fa + sa;
         lb = lb * fb + sb;
 #pragma unroll
-        for (int dn = 0; dn < ND; dn++) {
-            o[dn][0] *= fa, o[dn][1] *= fa, o[dn][2] *= fb, o[dn][3] *= fb;
+        for (int dn = 0; dn < ND; dn++) o[dn][0] *= fa, o[dn][1] *= fa, o[dn][2] *= fb, o[dn][3] *= fb;
 #pragma unroll
-            for (int kk = 0; kk < NT / 2; kk++)
-                rf_mma_f16(o[dn], pf[kk], rf_ld_h2(&Vt[(dn * 8 + g) * VS + kk * 16 + 2 * c]),
-                           rf_ld_h2(&Vt[(dn * 8 + g) * VS + kk * 16 + 8 + 2 * c]));
+        for (int kk = 0; kk < NT / 2; kk++)
+#pragma unroll
+            for (int dn = 0; dn < ND; dn += 2) {
+                uint32_t vb[4]; /* (k lo, dn), (k hi, dn), (k lo, dn + 1), (k hi, dn + 1) */
+                rf_ldsm4_t(vb, &Vs[(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * QS + dn * 8 + (lane >> 4) * 8]);
+                rf_mma_f16(o[dn], pf[kk], vb[0], vb[1]);
+                rf_mma_f16(o[dn + 1], pf[kk], vb[2], vb[3]);
+            }
         }
+        __syncthreads(); /* every warp is done with stage it & 1 before it is refilled */
     }
     la += __shfl_xor_sync(0xffffffffu, la, 1);
     la += __shfl_xor_sync(0xffffffffu, la, 2);
