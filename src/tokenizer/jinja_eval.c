@@ -30,6 +30,8 @@ typedef struct jloop {
 typedef struct sbuf {
     char *p;
     size_t n, cap;
+    jspans *sp; /* data ranges of p[0..n) (NULL = none) */
+    size_t sp_cap;
 } sbuf;
 
 typedef struct ctx {
@@ -48,6 +50,7 @@ typedef struct ctx {
     int edepth;  /* expression evaluation depth */
     int rdepth;  /* value recursion depth (printing, comparing) */
     json_t *pending_json; /* a from_json tree being converted (freed on error) */
+    const char *const *trusted; /* variables whose strings are template text, not data */
 } ctx;
 
 /* Guards against stack exhaustion: expression trees and values built by a template can nest
@@ -149,13 +152,97 @@ static void sb_put(ctx *c, sbuf *b, const char *s, size_t n) {
 }
 static void sb_puts(ctx *c, sbuf *b, const char *s) { sb_put(c, b, s, strlen(s)); }
 static void sb_putc(ctx *c, sbuf *b, char ch) { sb_put(c, b, &ch, 1); }
-static jv sb_val(sbuf *b) { return V_STR(b->p ? b->p : "", b->n); }
+static jv sb_val(sbuf *b) {
+    jv v = V_STR(b->p ? b->p : "", b->n);
+    v.u.s.d = b->sp;
+    return v;
+}
 
-static void emit(ctx *c, const jnode *at, const char *s, size_t n) {
-    c->out_total += n;
+/* ---- data ranges (jspans, jinja_internal.h) -------------------------------------------------- */
+
+/* Marks b's bytes [from, to) as data, merging with the last range when they touch. */
+static void sb_mark(ctx *c, sbuf *b, size_t from, size_t to) {
+    if (from >= to) return;
+    jspans *d = b->sp;
+    if (d && d->n && d->r[d->n - 1][1] >= from) {
+        if (to > d->r[d->n - 1][1]) d->r[d->n - 1][1] = to;
+        return;
+    }
+    if (!d || d->n == b->sp_cap) {
+        size_t nc = b->sp_cap ? b->sp_cap * 2 : 4;
+        jspans *nd = ja_alloc(&c->a, sizeof(jspans) + nc * sizeof d->r[0]);
+        if (d) memcpy(nd, d, sizeof(jspans) + d->n * sizeof d->r[0]);
+        b->sp = d = nd;
+        b->sp_cap = nc;
+    }
+    d->r[d->n][0] = from;
+    d->r[d->n][1] = to;
+    d->n++;
+}
+/* Appends a string with its data ranges. */
+static void sb_putv(ctx *c, sbuf *b, jv s) {
+    size_t base = b->n;
+    sb_put(c, b, s.u.s.p, s.u.s.n);
+    const jspans *d = s.u.s.d;
+    for (size_t k = 0; d && k < d->n; k++) sb_mark(c, b, base + d->r[k][0], base + d->r[k][1]);
+}
+static bool str_has_data(jv v) { return v.t == JV_STR && v.u.s.d && v.u.s.d->n; }
+/* The string marked as data from end to end. */
+static jv all_data(ctx *c, jv s) {
+    if (s.t != JV_STR || !s.u.s.n) return s;
+    jspans *d = ja_alloc(&c->a, sizeof(jspans) + sizeof d->r[0]);
+    d->n = 1;
+    d->r[0][0] = 0;
+    d->r[0][1] = s.u.s.n;
+    s.u.s.d = d;
+    return s;
+}
+/* s[off, off + n) with its data ranges clipped and shifted */
+static jv str_sub(ctx *c, jv s, size_t off, size_t n) {
+    jv r = V_STR(s.u.s.p + off, n);
+    const jspans *d = s.u.s.d;
+    if (!d || !n) return r;
+    size_t cnt = 0;
+    for (size_t k = 0; k < d->n; k++) cnt += d->r[k][1] > off && d->r[k][0] < off + n;
+    if (!cnt) return r;
+    jspans *o = ja_alloc(&c->a, sizeof(jspans) + cnt * sizeof o->r[0]);
+    for (size_t k = 0; k < d->n; k++) {
+        if (d->r[k][1] <= off || d->r[k][0] >= off + n) continue;
+        o->r[o->n][0] = (d->r[k][0] > off ? d->r[k][0] : off) - off;
+        o->r[o->n][1] = (d->r[k][1] < off + n ? d->r[k][1] : off + n) - off;
+        o->n++;
+    }
+    r.u.s.d = o;
+    return r;
+}
+/* Whether a value holds data anywhere (lists and dicts searched; a very large value counts as
+ * data without a full search: the answer only ever errs toward data). */
+static bool has_data_n(jv v, size_t *budget) {
+    if (!*budget) return true;
+    --*budget;
+    switch (v.t) {
+    case JV_STR: return str_has_data(v);
+    case JV_LIST:
+        for (size_t k = 0; k < v.u.l->n; k++)
+            if (has_data_n(v.u.l->v[k], budget)) return true;
+        return false;
+    case JV_DICT: case JV_NS:
+        for (size_t k = 0; k < v.u.d->n; k++)
+            if (has_data_n(v.u.d->k[k], budget) || has_data_n(v.u.d->v[k], budget)) return true;
+        return false;
+    default: return false;
+    }
+}
+static bool has_data(jv v) {
+    size_t budget = 100000;
+    return has_data_n(v, &budget);
+}
+
+static void emit(ctx *c, const jnode *at, jv s) {
+    c->out_total += s.u.s.n;
     if (c->out_total > c->lim.max_output)
         jfail(c, at, RF_ERR_RANGE, "render output exceeded %zu bytes", c->lim.max_output);
-    sb_put(c, c->out, s, n);
+    sb_putv(c, c->out, s);
 }
 
 /* ---- UTF-8 and Python string helpers --------------------------------------------------------- */
@@ -198,7 +285,7 @@ static bool cp_in(uint32_t cp, const char *set, size_t n) {
     return false;
 }
 /* Python str.strip/lstrip/rstrip; chars NULL = whitespace */
-static jv py_strip(jv s, const char *chars, size_t nch, bool left, bool right) {
+static jv py_strip(ctx *c, jv s, const char *chars, size_t nch, bool left, bool right) {
     const char *p = s.u.s.p;
     size_t b = 0, e = s.u.s.n;
     while (left && b < e) {
@@ -214,7 +301,7 @@ static jv py_strip(jv s, const char *chars, size_t nch, bool left, bool right) {
         if (chars ? !cp_in(cp, chars, nch) : !py_space(cp)) break;
         e = k;
     }
-    return V_STR(p + b, e - b);
+    return str_sub(c, s, b, e - b);
 }
 static size_t cp_count(const char *s, size_t n) {
     size_t cnt = 0;
@@ -304,6 +391,7 @@ static void fmt_float(char *buf, size_t cap, double x, bool json) {
 static void to_str(ctx *c, sbuf *b, jv v);
 
 static void repr_str(ctx *c, sbuf *b, jv s) {
+    size_t base = b->n;
     const char *p = s.u.s.p;
     size_t n = s.u.s.n;
     bool has_sq = memchr(p, '\'', n) != NULL, has_dq = memchr(p, '"', n) != NULL;
@@ -327,6 +415,7 @@ static void repr_str(ctx *c, sbuf *b, jv s) {
         k += adv;
     }
     sb_putc(c, b, q);
+    if (str_has_data(s)) sb_mark(c, b, base, b->n);
 }
 
 static void repr(ctx *c, sbuf *b, jv v) {
@@ -352,7 +441,7 @@ static void to_str_inner(ctx *c, sbuf *b, jv v) {
     case JV_BOOL: sb_puts(c, b, v.u.b ? "True" : "False"); return;
     case JV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v.u.i); sb_puts(c, b, tmp); return;
     case JV_FLOAT: fmt_float(tmp, sizeof tmp, v.u.f, false); sb_puts(c, b, tmp); return;
-    case JV_STR: sb_put(c, b, v.u.s.p, v.u.s.n); return;
+    case JV_STR: sb_putv(c, b, v); return;
     case JV_LIST:
         if (v.u.l->kind == JL_GEN) { sb_puts(c, b, "<generator object>"); return; }
         sb_putc(c, b, v.u.l->tuple ? '(' : '[');
@@ -545,7 +634,7 @@ static jv lookup(ctx *c, scope *s, const char *k) {
 
 /* ---- JSON in and out ------------------------------------------------------------------------ */
 
-static jv from_json(ctx *c, const json_t *j, int depth) {
+static jv from_json(ctx *c, const json_t *j, int depth, bool data) {
     if (depth > 200) jfail(c, NULL, RF_ERR_RANGE, "input JSON nested too deeply");
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
@@ -560,19 +649,21 @@ static jv from_json(ctx *c, const json_t *j, int depth) {
         json_object_foreach((json_t *)j, k, v) {
             if (d->n == d->cap) break;
             d->k[d->n] = V_STR(ja_strndup(&c->a, k, strlen(k)), strlen(k));
-            d->v[d->n] = from_json(c, v, depth + 1);
+            if (data) d->k[d->n] = all_data(c, d->k[d->n]);
+            d->v[d->n] = from_json(c, v, depth + 1, data);
             d->n++;
         }
         return V_DICT(d);
     }
     case JSON_ARRAY: {
         jlist *l = new_list(c, json_array_size(j));
-        for (size_t k = 0; k < l->n; k++) l->v[k] = from_json(c, json_array_get(j, k), depth + 1);
+        for (size_t k = 0; k < l->n; k++) l->v[k] = from_json(c, json_array_get(j, k), depth + 1, data);
         return V_LIST(l);
     }
     case JSON_STRING: {
         size_t n = json_string_length(j);
-        return V_STR(ja_strndup(&c->a, json_string_value(j), n), n);
+        jv r = V_STR(ja_strndup(&c->a, json_string_value(j), n), n);
+        return data ? all_data(c, r) : r;
     }
     case JSON_INTEGER: return V_INT((int64_t)json_integer_value(j));
     case JSON_REAL: return V_FLOAT(json_real_value(j));
@@ -628,7 +719,12 @@ static void to_json(ctx *c, const jnode *at, sbuf *b, jv v, const json_opts *o, 
     case JV_BOOL: sb_puts(c, b, v.u.b ? "true" : "false"); return;
     case JV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v.u.i); sb_puts(c, b, tmp); return;
     case JV_FLOAT: fmt_float(tmp, sizeof tmp, v.u.f, true); sb_puts(c, b, tmp); return;
-    case JV_STR: json_str(c, b, v.u.s.p, v.u.s.n, o->ensure_ascii); return;
+    case JV_STR: {
+        size_t base = b->n;
+        json_str(c, b, v.u.s.p, v.u.s.n, o->ensure_ascii);
+        if (str_has_data(v)) sb_mark(c, b, base, b->n);
+        return;
+    }
     case JV_LIST:
         if (v.u.l->kind != JL_LIST)
             jfail(c, at, RF_ERR_TYPE, "Object of type %s is not JSON serializable", type_name(v));
@@ -657,7 +753,7 @@ static void to_json(ctx *c, const jnode *at, sbuf *b, jv v, const json_opts *o, 
             jv key = d->k[ord[k]];
             if (k) sb_puts(c, b, o->item_sep);
             if (o->indent >= 0) json_nl(c, b, o, level + 1);
-            if (key.t == JV_STR) json_str(c, b, key.u.s.p, key.u.s.n, o->ensure_ascii);
+            if (key.t == JV_STR) to_json(c, at, b, key, o, level + 1);
             else if (key.t == JV_BOOL || key.t == JV_NONE) {
                 sb_putc(c, b, '"');
                 sb_puts(c, b, key.t == JV_NONE ? "null" : key.u.b ? "true" : "false");
@@ -709,7 +805,7 @@ static jv index_str(ctx *c, const jnode *at, jv s, int64_t i) {
     size_t *o = cp_offsets(c, s.u.s.p, s.u.s.n, &cnt);
     if (i < 0) i += (int64_t)cnt;
     if (i < 0 || i >= (int64_t)cnt) return V_UNDEF("string index out of range");
-    return V_STR(s.u.s.p + o[i], o[i + 1] - o[i]);
+    return str_sub(c, s, o[i], o[i + 1] - o[i]);
 }
 
 static jv getattr_v(ctx *c, const jnode *at, jv obj, const char *name) {
@@ -799,9 +895,9 @@ static jv do_slice(ctx *c, const jnode *at, jv obj, jv va, jv vb, jv vs) {
         size_t *o = cp_offsets(c, obj.u.s.p, obj.u.s.n, &cnt);
         int64_t s0, s1;
         slice_adjust((int64_t)cnt, ha, a, hb, b, st, &s0, &s1);
-        if (st == 1) return V_STR(obj.u.s.p + o[s0 < s1 ? s0 : s1], s0 < s1 ? o[s1] - o[s0] : 0);
+        if (st == 1) return s0 < s1 ? str_sub(c, obj, o[s0], o[s1] - o[s0]) : V_STR(obj.u.s.p, 0);
         sbuf sb = {0};
-        for (int64_t i = s0; st > 0 ? i < s1 : i > s1; i += st) sb_put(c, &sb, obj.u.s.p + o[i], o[i + 1] - o[i]);
+        for (int64_t i = s0; st > 0 ? i < s1 : i > s1; i += st) sb_putv(c, &sb, str_sub(c, obj, o[i], o[i + 1] - o[i]));
         return sb_val(&sb);
     }
     /* Jinja's getitem falls back to getattr and yields undefined for the rest */
@@ -824,7 +920,7 @@ static jlist *iter_list(ctx *c, const jnode *at, jv v) {
         size_t cnt;
         size_t *o = cp_offsets(c, v.u.s.p, v.u.s.n, &cnt);
         jlist *l = new_list(c, cnt);
-        for (size_t k = 0; k < cnt; k++) l->v[k] = V_STR(v.u.s.p + o[k], o[k + 1] - o[k]);
+        for (size_t k = 0; k < cnt; k++) l->v[k] = str_sub(c, v, o[k], o[k + 1] - o[k]);
         return l;
     }
     default:
@@ -878,6 +974,7 @@ static jv html_escape(ctx *c, jv s) {
         else sb_putc(c, &b, ch);
     }
     jv r = sb_val(&b);
+    if (str_has_data(s)) r = all_data(c, r);
     r.markup = true;
     return r;
 }
@@ -898,10 +995,11 @@ static jv binop(ctx *c, const jnode *at, int op, jv a, jv b) {
         if (mk && !b.markup) b = html_escape(c, b);
         if (c->out_total + a.u.s.n + b.u.s.n > c->lim.max_output * 4)
             jfail(c, at, RF_ERR_RANGE, "string too long");
-        char *p = ja_alloc(&c->a, a.u.s.n + b.u.s.n + 1);
-        memcpy(p, a.u.s.p, a.u.s.n);
-        memcpy(p + a.u.s.n, b.u.s.p, b.u.s.n);
-        jv r = V_STR(p, a.u.s.n + b.u.s.n);
+        sbuf sb = {0};
+        sb_reserve(c, &sb, a.u.s.n + b.u.s.n);
+        sb_putv(c, &sb, a);
+        sb_putv(c, &sb, b);
+        jv r = sb_val(&sb);
         r.markup = mk;
         return r;
     }
@@ -921,7 +1019,8 @@ static jv binop(ctx *c, const jnode *at, int op, jv a, jv b) {
         if (a.t == JV_STR) {
             char *p = ja_alloc(&c->a, unit * (size_t)n + 1);
             for (int64_t k = 0; k < n; k++) memcpy(p + k * unit, a.u.s.p, unit);
-            return V_STR(p, unit * (size_t)n);
+            jv r = V_STR(p, unit * (size_t)n);
+            return str_has_data(a) ? all_data(c, r) : r;
         }
         jlist *l = new_list(c, a.u.l->n * (size_t)n);
         for (int64_t k = 0; k < n; k++) memcpy(l->v + k * a.u.l->n, a.u.l->v, unit);
@@ -1069,11 +1168,16 @@ static jv call_func(ctx *c, const jnode *at, int fn, const argv_t *a) {
             if (a->np == 3) st = num_i(a->pos[2]);
         } else jfail(c, at, RF_ERR_FORMAT, "range() takes 1 to 3 arguments");
         if (st == 0) jfail(c, at, RF_ERR_FORMAT, "range() arg 3 must not be zero");
-        double cnt = st > 0 ? ceil(((double)stop - (double)start) / (double)st) : ceil(((double)start - (double)stop) / (double)-st);
-        if (cnt < 0) cnt = 0;
-        if (cnt > (double)c->lim.max_steps) jfail(c, at, RF_ERR_RANGE, "range() too long");
+        /* exact in unsigned 64-bit arithmetic: the distance between two int64 values and the
+         * magnitude of any step fit, and every element lies between start and stop, so the
+         * wrapped sum start + k*step is the element itself (no signed overflow, no rounding) */
+        uint64_t dist = st > 0 ? (stop > start ? (uint64_t)stop - (uint64_t)start : 0)
+                               : (start > stop ? (uint64_t)start - (uint64_t)stop : 0);
+        uint64_t mag = st > 0 ? (uint64_t)st : 0 - (uint64_t)st;
+        uint64_t cnt = dist ? (dist - 1) / mag + 1 : 0;
+        if (cnt > c->lim.max_steps) jfail(c, at, RF_ERR_RANGE, "range() too long");
         jlist *l = new_list(c, (size_t)cnt);
-        for (size_t k = 0; k < l->n; k++) l->v[k] = V_INT(start + (int64_t)k * st);
+        for (size_t k = 0; k < l->n; k++) l->v[k] = V_INT((int64_t)((uint64_t)start + (uint64_t)k * (uint64_t)st));
         return V_VIEW(l);
     }
     case F_NAMESPACE: case F_DICT: {
@@ -1108,6 +1212,17 @@ static jv call_func(ctx *c, const jnode *at, int fn, const argv_t *a) {
     }
     }
     jfail(c, at, RF_ERR_INTERNAL, "unknown builtin");
+}
+
+/* The safety net for filters and methods: a string result with no data ranges, computed from
+ * an input that holds data, is data as a whole (the filters that know where each byte came
+ * from have already set precise ranges). */
+static jv taint(ctx *c, jv r, jv in, const argv_t *a) {
+    if (r.t != JV_STR || !r.u.s.n || str_has_data(r)) return r;
+    bool d = has_data(in);
+    for (size_t k = 0; !d && k < a->np; k++) d = has_data(a->pos[k]);
+    for (size_t k = 0; !d && k < a->nk; k++) d = has_data(a->kv[k]);
+    return d ? all_data(c, r) : r;
 }
 
 static jv apply_filter(ctx *c, const jnode *at, const char *name, jv v, const argv_t *a);
@@ -1198,7 +1313,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         json_t *j = json_loadb(sv.u.s.p, sv.u.s.n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
         if (!j) jfail(c, at, RF_ERR_FORMAT, "from_json: %s", e.text);
         c->pending_json = j; /* released by the error path if the conversion fails */
-        jv r = from_json(c, j, 0);
+        jv r = from_json(c, j, 0, str_has_data(sv));
         c->pending_json = NULL;
         json_decref(j);
         return r;
@@ -1217,7 +1332,9 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
     if (!strcmp(f, "lower") || !strcmp(f, "upper") || !strcmp(f, "capitalize") || !strcmp(f, "title")) {
         jv s = str_of(c, v);
         int mode = f[0] == 'l' ? 0 : f[0] == 'u' ? 1 : f[0] == 'c' ? 2 : 3;
-        return V_STR(ascii_case(c, s, mode), s.u.s.n);
+        jv r = V_STR(ascii_case(c, s, mode), s.u.s.n);
+        r.u.s.d = s.u.s.d; /* byte for byte: the ranges stay */
+        return r;
     }
     if (!strcmp(f, "replace")) {
         jv s = str_of(c, v);
@@ -1238,7 +1355,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         sbuf b = {0};
         sb_put(c, &b, "", 0);
         for (size_t k = 0; k < l->n; k++) {
-            if (k) sb_put(c, &b, sep.u.s.p, sep.u.s.n);
+            if (k) sb_putv(c, &b, sep);
             jv it = l->v[k];
             if (attr.t == JV_STR) it = getattr_v(c, at, it, ja_strndup(&c->a, attr.u.s.p, attr.u.s.n));
             to_str(c, &b, it);
@@ -1268,7 +1385,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         if (v.t == JV_BOOL) return V_INT(v.u.b);
         if (v.t == JV_FLOAT) return isfinite(v.u.f) ? V_INT((int64_t)v.u.f) : def;
         if (v.t == JV_STR) {
-            jv s = py_strip(v, NULL, 0, true, true);
+            jv s = py_strip(c, v, NULL, 0, true, true);
             char *z = ja_strndup(&c->a, s.u.s.p, s.u.s.n), *e;
             long long i = strtoll(z, &e, 10);
             if (*z && !*e) return V_INT(i);
@@ -1281,7 +1398,7 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         jv def = arg(a, 0, "default", V_FLOAT(0.0));
         if (is_num(v)) return V_FLOAT(num_f(v));
         if (v.t == JV_STR) {
-            jv s = py_strip(v, NULL, 0, true, true);
+            jv s = py_strip(c, v, NULL, 0, true, true);
             char *z = ja_strndup(&c->a, s.u.s.p, s.u.s.n), *e;
             double d = strtod(z, &e);
             if (*z && !*e) return V_FLOAT(d);
@@ -1319,13 +1436,13 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
         bool blank = truthy(arg(a, 2, "blank", V_BOOL(false)));
         sbuf ind = {0};
         sb_put(c, &ind, "", 0);
-        if (w.t == JV_STR) sb_put(c, &ind, w.u.s.p, w.u.s.n);
+        if (w.t == JV_STR) sb_putv(c, &ind, w);
         else for (int64_t k = 0; k < (is_intlike(w) ? num_i(w) : 4) && k < 256; k++) sb_putc(c, &ind, ' ');
         /* as Jinja: s + "\n", splitlines(), the first line as is, later non-empty lines (all
          * with blank=True) prefixed */
         sbuf b = {0};
         sb_put(c, &b, "", 0);
-        if (first) sb_put(c, &b, ind.p, ind.n);
+        if (first) sb_putv(c, &b, sb_val(&ind));
         size_t k = 0, line = 0, n = s.u.s.n;
         while (k <= n) {
             size_t e = k;
@@ -1333,9 +1450,9 @@ static jv apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_
             /* the piece after the appended newline is empty and not a line */
             if (line > 0) {
                 sb_putc(c, &b, '\n');
-                if (blank || e > k) sb_put(c, &b, ind.p, ind.n);
+                if (blank || e > k) sb_putv(c, &b, sb_val(&ind));
             }
-            sb_put(c, &b, s.u.s.p + k, e - k);
+            sb_putv(c, &b, str_sub(c, s, k, e - k));
             line++;
             k = e + 1;
         }
@@ -1505,7 +1622,7 @@ static jv split_ws(ctx *c, jv s, int64_t maxsplit) {
         }
         if (k >= n) break;
         if (maxsplit >= 0 && (int64_t)l->n == maxsplit) {
-            jv rest = py_strip(V_STR(p + k, n - k), NULL, 0, false, true);
+            jv rest = py_strip(c, str_sub(c, s, k, n - k), NULL, 0, false, true);
             l->v[l->n++] = rest;
             break;
         }
@@ -1516,7 +1633,7 @@ static jv split_ws(ctx *c, jv s, int64_t maxsplit) {
             if (py_space(cp)) break;
             k += adv;
         }
-        l->v[l->n++] = V_STR(p + b, k - b);
+        l->v[l->n++] = str_sub(c, s, b, k - b);
     }
     return V_LIST(l);
 }
@@ -1531,13 +1648,15 @@ static jv str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t 
     if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
         jv ch = arg(a, 0, "chars", V_NONE());
         bool l = m[0] != 'r', r = m[0] != 'l';
-        if (ch.t == JV_NONE || ch.t == JV_UNDEF) return py_strip(s, NULL, 0, l, r);
+        if (ch.t == JV_NONE || ch.t == JV_UNDEF) return py_strip(c, s, NULL, 0, l, r);
         ch = need_str(c, at, ch, m);
-        return py_strip(s, ch.u.s.p, ch.u.s.n, l, r);
+        return py_strip(c, s, ch.u.s.p, ch.u.s.n, l, r);
     }
     if (!strcmp(m, "upper") || !strcmp(m, "lower") || !strcmp(m, "capitalize") || !strcmp(m, "title")) {
         int mode = m[0] == 'l' ? 0 : m[0] == 'u' ? 1 : m[0] == 'c' ? 2 : 3;
-        return V_STR(ascii_case(c, s, mode), s.u.s.n);
+        jv r = V_STR(ascii_case(c, s, mode), s.u.s.n);
+        r.u.s.d = s.u.s.d; /* byte for byte: the ranges stay */
+        return r;
     }
     if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
         jv pre = arg(a, 0, NULL, V_UNDEF("startswith needs an argument"));
@@ -1563,12 +1682,12 @@ static jv str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t 
         size_t b = 0;
         for (size_t k = 0; k + sep.u.s.n <= s.u.s.n;) {
             if ((maxsplit < 0 || (int64_t)l->n < maxsplit) && memcmp(s.u.s.p + k, sep.u.s.p, sep.u.s.n) == 0) {
-                l->v[l->n++] = V_STR(s.u.s.p + b, k - b);
+                l->v[l->n++] = str_sub(c, s, b, k - b);
                 k += sep.u.s.n;
                 b = k;
             } else k++;
         }
-        l->v[l->n++] = V_STR(s.u.s.p + b, s.u.s.n - b);
+        l->v[l->n++] = str_sub(c, s, b, s.u.s.n - b);
         return V_LIST(l);
     }
     if (!strcmp(m, "splitlines")) {
@@ -1577,11 +1696,11 @@ static jv str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t 
         size_t b = 0;
         for (size_t k = 0; k < s.u.s.n; k++)
             if (s.u.s.p[k] == '\n' || s.u.s.p[k] == '\r') {
-                l->v[l->n++] = V_STR(s.u.s.p + b, k - b);
+                l->v[l->n++] = str_sub(c, s, b, k - b);
                 if (s.u.s.p[k] == '\r' && k + 1 < s.u.s.n && s.u.s.p[k + 1] == '\n') k++;
                 b = k + 1;
             }
-        if (b < s.u.s.n) l->v[l->n++] = V_STR(s.u.s.p + b, s.u.s.n - b);
+        if (b < s.u.s.n) l->v[l->n++] = str_sub(c, s, b, s.u.s.n - b);
         return V_LIST(l);
     }
     if (!strcmp(m, "replace")) {
@@ -1597,20 +1716,23 @@ static jv str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t 
             size_t *o = cp_offsets(c, s.u.s.p, s.u.s.n, &cnt2);
             for (size_t k = 0; k <= cnt2; k++) {
                 if (b.n > c->lim.max_output) jfail(c, at, RF_ERR_RANGE, "replace result too large");
-                if (left != 0) { sb_put(c, &b, nw.u.s.p, nw.u.s.n); if (left > 0) left--; }
-                if (k < cnt2) sb_put(c, &b, s.u.s.p + o[k], o[k + 1] - o[k]);
+                if (left != 0) { sb_putv(c, &b, nw); if (left > 0) left--; }
+                if (k < cnt2) sb_putv(c, &b, str_sub(c, s, o[k], o[k + 1] - o[k]));
             }
             return sb_val(&b);
         }
-        size_t k = 0;
+        size_t k = 0, seg = 0; /* s[seg, k) not yet copied */
         while (k < s.u.s.n) {
             if (left != 0 && k + old.u.s.n <= s.u.s.n && memcmp(s.u.s.p + k, old.u.s.p, old.u.s.n) == 0) {
-                sb_put(c, &b, nw.u.s.p, nw.u.s.n);
+                sb_putv(c, &b, str_sub(c, s, seg, k - seg));
+                sb_putv(c, &b, nw);
                 if (b.n > c->lim.max_output) jfail(c, at, RF_ERR_RANGE, "replace result too large");
                 k += old.u.s.n;
+                seg = k;
                 if (left > 0) left--;
-            } else sb_putc(c, &b, s.u.s.p[k++]);
+            } else k++;
         }
+        sb_putv(c, &b, str_sub(c, s, seg, s.u.s.n - seg));
         return sb_val(&b);
     }
     if (!strcmp(m, "find") || !strcmp(m, "count")) {
@@ -1630,8 +1752,8 @@ static jv str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t 
         sbuf b = {0};
         sb_put(c, &b, "", 0);
         for (size_t k = 0; k < l->n; k++) {
-            if (k) sb_put(c, &b, s.u.s.p, s.u.s.n);
-            sb_put(c, &b, need_str(c, at, l->v[k], "join").u.s.p, l->v[k].u.s.n);
+            if (k) sb_putv(c, &b, s);
+            sb_putv(c, &b, need_str(c, at, l->v[k], "join"));
         }
         return sb_val(&b);
     }
@@ -1661,6 +1783,7 @@ static jv str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t 
             to_str(c, &b, v);
             k = e;
         }
+        if (str_has_data(s)) sb_mark(c, &b, 0, b.n); /* a format string from data */
         return sb_val(&b);
     }
     if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") || !strcmp(m, "isspace")) {
@@ -1683,7 +1806,7 @@ static jv eval_method(ctx *c, scope *s, jnode *n) {
     for (size_t k = 0; k < sizeof mut / sizeof mut[0]; k++)
         if (!strcmp(m, mut[k]) && (obj.t == JV_LIST || obj.t == JV_DICT || obj.t == JV_NS))
             jfail(c, n, RF_ERR_UNSUPPORTED, "access to attribute '%s' of '%s' object is unsafe.", m, type_name(obj));
-    if (obj.t == JV_STR) return str_method(c, n, obj, m, &a);
+    if (obj.t == JV_STR) return taint(c, str_method(c, n, obj, m, &a), obj, &a);
     if (obj.t == JV_DICT || obj.t == JV_NS) {
         jdict *d = obj.u.d;
         if (!strcmp(m, "items")) return V_VIEW(dict_items(c, d).u.l);
@@ -1750,7 +1873,7 @@ static jv eval_inner(ctx *c, scope *s, jnode *n) {
     case JE_FILTER: {
         jv v = eval(c, s, n->a);
         argv_t a = eval_args(c, s, n);
-        return apply_filter(c, n, n->name, v, &a);
+        return taint(c, apply_filter(c, n, n->name, v, &a), v, &a);
     }
     case JE_TEST: {
         jv v = eval(c, s, n->a);
@@ -1834,14 +1957,14 @@ static void bind_targets(ctx *c, scope *s, const jnode *at, const char **targets
 static void exec_stmt(ctx *c, scope *s, jnode *n) {
     step(c, n);
     switch (n->kind) {
-    case JN_TEXT: emit(c, n, n->text, n->text_len); return;
+    case JN_TEXT: emit(c, n, V_STR(n->text, n->text_len)); return;
     case JN_OUT: {
         jv v = eval(c, s, n->a);
-        if (v.t == JV_STR) emit(c, n, v.u.s.p, v.u.s.n);
+        if (v.t == JV_STR) emit(c, n, v);
         else {
             sbuf b = {0};
             to_str(c, &b, v);
-            emit(c, n, b.p, b.n);
+            emit(c, n, sb_val(&b));
         }
         return;
     }
@@ -1909,8 +2032,9 @@ static void exec_stmt(ctx *c, scope *s, jnode *n) {
         if (n->kind == JN_SETBLOCK) scope_set(c, s, n->name, sb_val(&buf));
         else {
             argv_t a = eval_args(c, s, n);
-            jv r = str_of(c, apply_filter(c, n, n->name, sb_val(&buf), &a));
-            emit(c, n, r.u.s.p, r.u.s.n);
+            jv in = sb_val(&buf);
+            jv r = str_of(c, apply_filter(c, n, n->name, in, &a));
+            emit(c, n, taint(c, r, in, &a));
         }
         return;
     }
@@ -1936,11 +2060,27 @@ static void exec_list(ctx *c, scope *s, jlist_nodes body) {
     }
 }
 
+static bool is_trusted(const char *const *trusted, const char *name) {
+    for (; trusted && *trusted; trusted++)
+        if (!strcmp(*trusted, name)) return true;
+    return false;
+}
+
 rf_status rf_jinja_render(const rf_jinja *t, const json_t *vars, const rf_jinja_limits *lim,
                           time_t now, char **out, size_t *out_len) {
-    if (!t || !out) return rf_set_error(RF_ERR_INVALID_ARG, "rf_jinja_render: NULL argument");
-    *out = NULL;
-    if (out_len) *out_len = 0;
+    rf_jinja_output o;
+    rf_status st = rf_jinja_render_data(t, vars, NULL, lim, now, &o);
+    if (out) *out = o.text;
+    else free(o.text);
+    if (out_len) *out_len = o.len;
+    free(o.data);
+    return st;
+}
+
+rf_status rf_jinja_render_data(const rf_jinja *t, const json_t *vars, const char *const *trusted,
+                               const rf_jinja_limits *lim, time_t now, rf_jinja_output *o) {
+    if (o) memset(o, 0, sizeof *o);
+    if (!t || !o) return rf_set_error(RF_ERR_INVALID_ARG, "rf_jinja_render: NULL argument");
     g_last_raise = 0;
     if (vars && !json_is_object(vars)) return rf_set_error(RF_ERR_INVALID_ARG, "rf_jinja_render: vars must be a JSON object");
     ctx *c = calloc(1, sizeof *c);
@@ -1950,6 +2090,7 @@ rf_status rf_jinja_render(const rf_jinja *t, const json_t *vars, const rf_jinja_
     c->lim.max_steps = lim && lim->max_steps ? lim->max_steps : RF_JINJA_DEFAULT_MAX_STEPS;
     c->lim.max_depth = lim && lim->max_depth ? lim->max_depth : RF_JINJA_DEFAULT_MAX_DEPTH;
     c->now = now;
+    c->trusted = trusted;
     c->a.fail = &c->jb;
     c->a.limit = c->lim.max_memory;
     if (setjmp(c->jb)) {
@@ -1969,7 +2110,7 @@ rf_status rf_jinja_render(const rf_jinja *t, const json_t *vars, const rf_jinja_
         const char *k;
         json_t *v;
         json_object_foreach((json_t *)vars, k, v) {
-            scope_set(c, globals, ja_strndup(&c->a, k, strlen(k)), from_json(c, v, 0));
+            scope_set(c, globals, ja_strndup(&c->a, k, strlen(k)), from_json(c, v, 0, !is_trusted(trusted, k)));
         }
     }
     scope *root = new_scope(c, globals);
@@ -1977,16 +2118,23 @@ rf_status rf_jinja_render(const rf_jinja *t, const json_t *vars, const rf_jinja_
     sb_put(c, &buf, "", 0);
     c->out = &buf;
     exec_list(c, root, t->body);
+    size_t nd = buf.sp ? buf.sp->n : 0;
     char *res = malloc(buf.n + 1);
-    if (!res) {
+    rf_text_span *data = nd ? malloc(nd * sizeof *data) : NULL;
+    if (!res || (nd && !data)) {
+        free(res);
+        free(data);
         ja_free(&c->a);
         free(c);
         return rf_set_error(RF_ERR_OOM, "chat template: out of memory");
     }
-    memcpy(res, buf.p, buf.n);
+    if (buf.n) memcpy(res, buf.p, buf.n); /* an empty render leaves buf.p NULL */
     res[buf.n] = 0;
-    *out = res;
-    if (out_len) *out_len = buf.n;
+    for (size_t k = 0; k < nd; k++) data[k] = (rf_text_span){buf.sp->r[k][0], buf.sp->r[k][1]};
+    o->text = res;
+    o->len = buf.n;
+    o->data = data;
+    o->n_data = nd;
     ja_free(&c->a);
     free(c);
     return RF_OK;
