@@ -180,6 +180,21 @@ done:
     return st;
 }
 
+/* A lower bound on the tokens of a text: no token covers more than max_token_len bytes, except
+ * that lstrip/rstrip tokens also swallow the whitespace beside them, so with such tokens only
+ * the other bytes count. Lets a text far over the limit be refused before the special-token
+ * pass (whose cost grows with the candidates in the text, e.g. runs of spaces). */
+static size_t min_tokens(const rf_vocab *v, const char *text, size_t len) {
+    if (!v->max_token_len) return 0;
+    bool strip = false;
+    for (size_t i = 0; i < v->n_special && !strip; i++)
+        strip = v->attr[v->special[i]] & (RF_TOK_LSTRIP | RF_TOK_RSTRIP);
+    size_t bytes = len;
+    if (strip)
+        for (size_t k = 0; k < len; k++) bytes -= isspace((unsigned char)text[k]) != 0;
+    return bytes / v->max_token_len;
+}
+
 rf_status rf_tokenize_ex(const rf_vocab *v, const char *text, size_t len, const rf_tokenize_opts *opts,
                          int32_t *ids, size_t cap, size_t *n_out) {
     static const rf_tokenize_opts defaults = {0};
@@ -198,6 +213,10 @@ rf_status rf_tokenize_ex(const rf_vocab *v, const char *text, size_t len, const 
     tok_ctx c = {.v = v, .prev_special = true};
     c.out.limit = o->max_tokens;
     rf_status st = RF_OK;
+    if (o->max_tokens && min_tokens(v, text, len) > o->max_tokens) {
+        c.out.over = true;
+        goto done;
+    }
     if (v->type == RF_VOCAB_BPE && (st = rf_bpe_session_new(v, &c.bpe))) return st;
     if (add_special && v->add_bos) {
         if (v->bos < 0) {
