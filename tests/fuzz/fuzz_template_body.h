@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 #define RF_FUZZ_TCHECK(c) \
     do {                  \

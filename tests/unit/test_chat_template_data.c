@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 /* ---- the render's data ranges ------------------------------------------------------------ */
 

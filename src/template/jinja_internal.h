@@ -1,14 +1,14 @@
 /* jinja_internal.h — shared between the Jinja parser and evaluator: the bump arena, the
  * syntax tree and the value representation. Not part of any public API. */
-#ifndef RF_TOKENIZER_JINJA_INTERNAL_H
-#define RF_TOKENIZER_JINJA_INTERNAL_H
+#ifndef RF_TEMPLATE_JINJA_INTERNAL_H
+#define RF_TEMPLATE_JINJA_INTERNAL_H
 
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 /* ---- arena: everything a parse or a render allocates lives here and dies with it ---------- */
 

@@ -1,8 +1,8 @@
 /* jinja.h — internal: a Jinja2 subset for chat templates (lexer, parser, evaluator) that
  * renders the way Hugging Face transformers renders chat templates (trim_blocks=True,
  * lstrip_blocks=True, loopcontrols, raise_exception, strftime_now, HF's tojson). */
-#ifndef RF_TOKENIZER_JINJA_H
-#define RF_TOKENIZER_JINJA_H
+#ifndef RF_TEMPLATE_JINJA_H
+#define RF_TEMPLATE_JINJA_H
 
 #include <jansson.h>
 #include <stddef.h>

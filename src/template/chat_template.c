@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "rocmforge/tokenizer.h"
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 struct rf_chat_template {
     rf_jinja *j;
