@@ -41,28 +41,12 @@ static jv do_select(ctx *c, const jnode *at, jv v, const argv_t *a, bool attr, b
     return V_GEN(out);
 }
 
-jv jx_apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a) {
+/* Filters that make a string (and from_json, which reads one). */
+static bool filter_text(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a, jv *res) {
     if (!strcmp(f, "safe")) {
         if (v.t != JV_STR) v = jx_str_of(c, v);
         v.markup = true;
-        return v;
-    }
-    if (!strcmp(f, "default") || !strcmp(f, "d")) {
-        jv def = jx_arg(a, 0, "default_value", V_CSTR(""));
-        bool boolean = jx_truthy(jx_arg(a, 1, "boolean", V_BOOL(false)));
-        if (v.t == JV_UNDEF || (boolean && !jx_truthy(v))) return def;
-        return v;
-    }
-    if (!strcmp(f, "length") || !strcmp(f, "count")) {
-        switch (v.t) {
-        case JV_UNDEF: return V_INT(0);
-        case JV_STR: return V_INT((int64_t)jx_cp_count(v.u.s.p, v.u.s.n));
-        case JV_LIST:
-            if (v.u.l->kind == JL_GEN) jx_jfail(c, at, RF_ERR_TYPE, "object of type 'generator' has no len()");
-            return V_INT((int64_t)v.u.l->n);
-        case JV_DICT: case JV_NS: return V_INT((int64_t)v.u.d->n);
-        default: jx_jfail(c, at, RF_ERR_TYPE, "object of type '%s' has no len()", jx_type_name(v));
-        }
+        return *res = v, true;
     }
     if (!strcmp(f, "tojson")) {
         json_opts o = {-1, ", ", ": ", false, false};
@@ -81,7 +65,7 @@ jv jx_apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a
         o.sort_keys = jx_truthy(jx_arg(a, 3, "sort_keys", V_BOOL(false)));
         sbuf b = {0};
         jx_to_json(c, at, &b, v, &o, 0);
-        return sb_val(&b);
+        return *res = sb_val(&b), true;
     }
     if (!strcmp(f, "from_json")) {
         /* llama.cpp's extension (not in transformers): json.loads of a string */
@@ -93,117 +77,29 @@ jv jx_apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a
         jv r = jx_from_json(c, j, 0, str_has_data(sv));
         c->pending_json = NULL;
         json_decref(j);
-        return r;
+        return *res = r, true;
     }
-    if (!strcmp(f, "items")) {
-        if (v.t == JV_UNDEF) return V_GEN(new_list(c, 0));
-        if (v.t != JV_DICT && v.t != JV_NS) jx_jfail(c, at, RF_ERR_TYPE, "items: can only iterate over a mapping, got %s", jx_type_name(v));
-        return V_GEN(jx_dict_items(c, v.u.d).u.l);
-    }
-    if (!strcmp(f, "string")) return jx_str_of(c, v);
+    if (!strcmp(f, "string")) return *res = jx_str_of(c, v), true;
     if (!strcmp(f, "trim")) {
         jv s = jx_str_of(c, v);
         argv_t r = *a;
-        return jx_str_method(c, at, s, "strip", &r);
+        return *res = jx_str_method(c, at, s, "strip", &r), true;
     }
     if (!strcmp(f, "lower") || !strcmp(f, "upper") || !strcmp(f, "capitalize") || !strcmp(f, "title")) {
         jv s = jx_str_of(c, v);
         int mode = f[0] == 'l' ? 0 : f[0] == 'u' ? 1 : f[0] == 'c' ? 2 : 3;
         jv r = V_STR(jx_ascii_case(c, s, mode), s.u.s.n);
         r.u.s.d = s.u.s.d; /* byte for byte: the ranges stay */
-        return r;
+        return *res = r, true;
     }
     if (!strcmp(f, "replace")) {
         jv s = jx_str_of(c, v);
         argv_t r = *a;
-        return jx_str_method(c, at, s, "replace", &r);
-    }
-    if (!strcmp(f, "first") || !strcmp(f, "last")) {
-        if (f[0] == 'l' && v.t == JV_LIST && v.u.l->kind == JL_GEN)
-            jx_jfail(c, at, RF_ERR_TYPE, "'generator' object is not reversible");
-        jlist *l = jx_iter_list(c, at, v);
-        if (!l->n) return V_UNDEF("No first item, sequence was empty.");
-        return l->v[f[0] == 'f' ? 0 : l->n - 1];
-    }
-    if (!strcmp(f, "join")) {
-        jv sep = jx_str_of(c, jx_arg(a, 0, "d", V_CSTR("")));
-        jv attr = jx_arg(a, 1, "attribute", V_NONE());
-        jlist *l = jx_iter_list(c, at, v);
-        sbuf b = {0};
-        jx_sb_put(c, &b, "", 0);
-        for (size_t k = 0; k < l->n; k++) {
-            if (k) jx_sb_putv(c, &b, sep);
-            jv it = l->v[k];
-            if (attr.t == JV_STR) it = jx_getattr_v(c, at, it, ja_strndup(&c->a, attr.u.s.p, attr.u.s.n));
-            jx_to_str(c, &b, it);
-        }
-        return sb_val(&b);
-    }
-    if (!strcmp(f, "list")) {
-        jlist *l = jx_iter_list(c, at, v), *o = new_list(c, l->n);
-        memcpy(o->v, l->v, l->n * sizeof(jv));
-        return V_LIST(o);
-    }
-    if (!strcmp(f, "reverse")) {
-        if (v.t == JV_STR) {
-            argv_t r = {0};
-            (void)r;
-            return jx_do_slice(c, at, v, V_NONE(), V_NONE(), V_INT(-1));
-        }
-        jlist *l = jx_iter_list(c, at, v);
-        jlist *o = new_list(c, l->n);
-        for (size_t k = 0; k < l->n; k++) o->v[k] = l->v[l->n - 1 - k];
-        return V_GEN(o); /* reversed() iterator */
-    }
-    if ((!strcmp(f, "int") || !strcmp(f, "float")) && v.t == JV_UNDEF) jx_undef_fail(c, at, v);
-    if (!strcmp(f, "int")) {
-        jv def = jx_arg(a, 0, "default", V_INT(0));
-        if (v.t == JV_INT) return v;
-        if (v.t == JV_BOOL) return V_INT(v.u.b);
-        if (v.t == JV_FLOAT) return isfinite(v.u.f) ? V_INT((int64_t)v.u.f) : def;
-        if (v.t == JV_STR) {
-            jv s = jx_py_strip(c, v, NULL, 0, true, true);
-            char *z = ja_strndup(&c->a, s.u.s.p, s.u.s.n), *e;
-            long long i = strtoll(z, &e, 10);
-            if (*z && !*e) return V_INT(i);
-            double d = strtod(z, &e);
-            if (*z && !*e && isfinite(d)) return V_INT((int64_t)d);
-        }
-        return def;
-    }
-    if (!strcmp(f, "float")) {
-        jv def = jx_arg(a, 0, "default", V_FLOAT(0.0));
-        if (is_num(v)) return V_FLOAT(num_f(v));
-        if (v.t == JV_STR) {
-            jv s = jx_py_strip(c, v, NULL, 0, true, true);
-            char *z = ja_strndup(&c->a, s.u.s.p, s.u.s.n), *e;
-            double d = strtod(z, &e);
-            if (*z && !*e) return V_FLOAT(d);
-        }
-        return def;
-    }
-    if (!strcmp(f, "abs")) {
-        if (is_intlike(v)) {
-            if (num_i(v) == INT64_MIN) jx_jfail(c, at, RF_ERR_RANGE, "integer overflow in abs()");
-            return V_INT(num_i(v) < 0 ? -num_i(v) : num_i(v));
-        }
-        if (is_num(v)) return V_FLOAT(fabs(num_f(v)));
-        jx_jfail(c, at, RF_ERR_TYPE, "bad operand type for abs(): '%s'", jx_type_name(v));
-    }
-    if (!strcmp(f, "round")) {
-        jv p = jx_arg(a, 0, "precision", V_INT(0));
-        if (!is_num(v)) jx_jfail(c, at, RF_ERR_TYPE, "round: expects a number");
-        if (is_intlike(v) && num_i(p) >= 0) return V_INT(num_i(v)); /* round(int, n) is an int */
-        double m = pow(10.0, (double)num_i(p));
-        return V_FLOAT(nearbyint(num_f(v) * m) / m); /* Python round(): half to even */
-    }
-    if (!strcmp(f, "attr")) {
-        jv n = jx_need_str(c, at, jx_arg(a, 0, "name", V_UNDEF("attr needs a name")), "attr");
-        return jx_getattr_v(c, at, v, ja_strndup(&c->a, n.u.s.p, n.u.s.n));
+        return *res = jx_str_method(c, at, s, "replace", &r), true;
     }
     if (!strcmp(f, "escape") || !strcmp(f, "e")) {
-        if (v.t == JV_STR && v.markup) return v;
-        return jx_html_escape(c, jx_str_of(c, v));
+        if (v.t == JV_STR && v.markup) return *res = v, true;
+        return *res = jx_html_escape(c, jx_str_of(c, v)), true;
     }
     if (!strcmp(f, "indent")) {
         if (v.t != JV_STR) jx_jfail(c, at, RF_ERR_TYPE, "indent expects a string, got %s", jx_type_name(v));
@@ -233,10 +129,137 @@ jv jx_apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a
             line++;
             k = e + 1;
         }
-        return sb_val(&b);
+        return *res = sb_val(&b), true;
+    }
+    if (!strcmp(f, "wordcount")) {
+        jv s = jx_str_of(c, v);
+        int64_t n = 0;
+        bool in = false;
+        for (size_t k = 0; k < s.u.s.n; k++) {
+            unsigned char ch = (unsigned char)s.u.s.p[k];
+            bool w = isalnum(ch) || ch == '_' || ch >= 0x80;
+            if (w && !in) n++;
+            in = w;
+        }
+        return *res = V_INT(n), true;
+    }
+    return false;
+}
+
+/* Filters of numbers. */
+static bool filter_number(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a, jv *res) {
+    if ((!strcmp(f, "int") || !strcmp(f, "float")) && v.t == JV_UNDEF) jx_undef_fail(c, at, v);
+    if (!strcmp(f, "int")) {
+        jv def = jx_arg(a, 0, "default", V_INT(0));
+        if (v.t == JV_INT) return *res = v, true;
+        if (v.t == JV_BOOL) return *res = V_INT(v.u.b), true;
+        if (v.t == JV_FLOAT) return *res = isfinite(v.u.f) ? V_INT((int64_t)v.u.f) : def, true;
+        if (v.t == JV_STR) {
+            jv s = jx_py_strip(c, v, NULL, 0, true, true);
+            char *z = ja_strndup(&c->a, s.u.s.p, s.u.s.n), *e;
+            long long i = strtoll(z, &e, 10);
+            if (*z && !*e) return *res = V_INT(i), true;
+            double d = strtod(z, &e);
+            if (*z && !*e && isfinite(d)) return *res = V_INT((int64_t)d), true;
+        }
+        return *res = def, true;
+    }
+    if (!strcmp(f, "float")) {
+        jv def = jx_arg(a, 0, "default", V_FLOAT(0.0));
+        if (is_num(v)) return *res = V_FLOAT(num_f(v)), true;
+        if (v.t == JV_STR) {
+            jv s = jx_py_strip(c, v, NULL, 0, true, true);
+            char *z = ja_strndup(&c->a, s.u.s.p, s.u.s.n), *e;
+            double d = strtod(z, &e);
+            if (*z && !*e) return *res = V_FLOAT(d), true;
+        }
+        return *res = def, true;
+    }
+    if (!strcmp(f, "abs")) {
+        if (is_intlike(v)) {
+            if (num_i(v) == INT64_MIN) jx_jfail(c, at, RF_ERR_RANGE, "integer overflow in abs()");
+            return *res = V_INT(num_i(v) < 0 ? -num_i(v) : num_i(v)), true;
+        }
+        if (is_num(v)) return *res = V_FLOAT(fabs(num_f(v))), true;
+        jx_jfail(c, at, RF_ERR_TYPE, "bad operand type for abs(): '%s'", jx_type_name(v));
+    }
+    if (!strcmp(f, "round")) {
+        jv p = jx_arg(a, 0, "precision", V_INT(0));
+        if (!is_num(v)) jx_jfail(c, at, RF_ERR_TYPE, "round: expects a number");
+        if (is_intlike(v) && num_i(p) >= 0) return *res = V_INT(num_i(v)), true; /* round(int, n) is an int */
+        double m = pow(10.0, (double)num_i(p));
+        return *res = V_FLOAT(nearbyint(num_f(v) * m) / m), true; /* Python round(): half to even */
+    }
+    return false;
+}
+
+/* Filters of sequences and mappings, default and attr. */
+static bool filter_seq(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a, jv *res) {
+    if (!strcmp(f, "default") || !strcmp(f, "d")) {
+        jv def = jx_arg(a, 0, "default_value", V_CSTR(""));
+        bool boolean = jx_truthy(jx_arg(a, 1, "boolean", V_BOOL(false)));
+        if (v.t == JV_UNDEF || (boolean && !jx_truthy(v))) return *res = def, true;
+        return *res = v, true;
+    }
+    if (!strcmp(f, "length") || !strcmp(f, "count")) {
+        switch (v.t) {
+        case JV_UNDEF: return *res = V_INT(0), true;
+        case JV_STR: return *res = V_INT((int64_t)jx_cp_count(v.u.s.p, v.u.s.n)), true;
+        case JV_LIST:
+            if (v.u.l->kind == JL_GEN) jx_jfail(c, at, RF_ERR_TYPE, "object of type 'generator' has no len()");
+            return *res = V_INT((int64_t)v.u.l->n), true;
+        case JV_DICT: case JV_NS: return *res = V_INT((int64_t)v.u.d->n), true;
+        default: jx_jfail(c, at, RF_ERR_TYPE, "object of type '%s' has no len()", jx_type_name(v));
+        }
+    }
+    if (!strcmp(f, "items")) {
+        if (v.t == JV_UNDEF) return *res = V_GEN(new_list(c, 0)), true;
+        if (v.t != JV_DICT && v.t != JV_NS) jx_jfail(c, at, RF_ERR_TYPE, "items: can only iterate over a mapping, got %s", jx_type_name(v));
+        return *res = V_GEN(jx_dict_items(c, v.u.d).u.l), true;
+    }
+    if (!strcmp(f, "first") || !strcmp(f, "last")) {
+        if (f[0] == 'l' && v.t == JV_LIST && v.u.l->kind == JL_GEN)
+            jx_jfail(c, at, RF_ERR_TYPE, "'generator' object is not reversible");
+        jlist *l = jx_iter_list(c, at, v);
+        if (!l->n) return *res = V_UNDEF("No first item, sequence was empty."), true;
+        return *res = l->v[f[0] == 'f' ? 0 : l->n - 1], true;
+    }
+    if (!strcmp(f, "join")) {
+        jv sep = jx_str_of(c, jx_arg(a, 0, "d", V_CSTR("")));
+        jv attr = jx_arg(a, 1, "attribute", V_NONE());
+        jlist *l = jx_iter_list(c, at, v);
+        sbuf b = {0};
+        jx_sb_put(c, &b, "", 0);
+        for (size_t k = 0; k < l->n; k++) {
+            if (k) jx_sb_putv(c, &b, sep);
+            jv it = l->v[k];
+            if (attr.t == JV_STR) it = jx_getattr_v(c, at, it, ja_strndup(&c->a, attr.u.s.p, attr.u.s.n));
+            jx_to_str(c, &b, it);
+        }
+        return *res = sb_val(&b), true;
+    }
+    if (!strcmp(f, "list")) {
+        jlist *l = jx_iter_list(c, at, v), *o = new_list(c, l->n);
+        memcpy(o->v, l->v, l->n * sizeof(jv));
+        return *res = V_LIST(o), true;
+    }
+    if (!strcmp(f, "reverse")) {
+        if (v.t == JV_STR) {
+            argv_t r = {0};
+            (void)r;
+            return *res = jx_do_slice(c, at, v, V_NONE(), V_NONE(), V_INT(-1)), true;
+        }
+        jlist *l = jx_iter_list(c, at, v);
+        jlist *o = new_list(c, l->n);
+        for (size_t k = 0; k < l->n; k++) o->v[k] = l->v[l->n - 1 - k];
+        return *res = V_GEN(o), true; /* reversed() iterator */
+    }
+    if (!strcmp(f, "attr")) {
+        jv n = jx_need_str(c, at, jx_arg(a, 0, "name", V_UNDEF("attr needs a name")), "attr");
+        return *res = jx_getattr_v(c, at, v, ja_strndup(&c->a, n.u.s.p, n.u.s.n)), true;
     }
     if (!strcmp(f, "map")) {
-        if (!jx_truthy(v)) return V_GEN(new_list(c, 0));
+        if (!jx_truthy(v)) return *res = V_GEN(new_list(c, 0)), true;
         jlist *l = jx_iter_list(c, at, v);
         jlist *o = new_list(c, l->n);
         jv attr = jx_arg(a, 99, "attribute", V_NONE());
@@ -247,7 +270,7 @@ jv jx_apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a
                 jv x = jx_getattr_v(c, at, l->v[k], an);
                 o->v[k] = x.t == JV_UNDEF && def.t != JV_UNDEF ? def : x;
             }
-            return V_GEN(o);
+            return *res = V_GEN(o), true;
         }
         jv fname = jx_need_str(c, at, jx_arg(a, 0, NULL, V_UNDEF("map needs a filter name")), "map");
         const char *fn = ja_strndup(&c->a, fname.u.s.p, fname.u.s.n);
@@ -257,12 +280,12 @@ jv jx_apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a
         if (!known) jx_jfail(c, at, RF_ERR_UNSUPPORTED, "map: unsupported filter '%s'", fn);
         argv_t rest = shift_args(c, a, 1);
         for (size_t k = 0; k < l->n; k++) o->v[k] = jx_apply_filter(c, at, fn, l->v[k], &rest);
-        return V_GEN(o);
+        return *res = V_GEN(o), true;
     }
-    if (!strcmp(f, "select")) return do_select(c, at, v, a, false, true);
-    if (!strcmp(f, "reject")) return do_select(c, at, v, a, false, false);
-    if (!strcmp(f, "selectattr")) return do_select(c, at, v, a, true, true);
-    if (!strcmp(f, "rejectattr")) return do_select(c, at, v, a, true, false);
+    if (!strcmp(f, "select")) return *res = do_select(c, at, v, a, false, true), true;
+    if (!strcmp(f, "reject")) return *res = do_select(c, at, v, a, false, false), true;
+    if (!strcmp(f, "selectattr")) return *res = do_select(c, at, v, a, true, true), true;
+    if (!strcmp(f, "rejectattr")) return *res = do_select(c, at, v, a, true, false), true;
     if (!strcmp(f, "unique") || !strcmp(f, "sort") || !strcmp(f, "dictsort") || !strcmp(f, "min") ||
         !strcmp(f, "max") || !strcmp(f, "sum")) {
         bool dictsort = !strcmp(f, "dictsort");
@@ -277,7 +300,7 @@ jv jx_apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a
                 if (attr.t == JV_STR) x = jx_getattr_v(c, at, x, ja_strndup(&c->a, attr.u.s.p, attr.u.s.n));
                 acc = jx_binop(c, at, JOP_ADD, acc, x);
             }
-            return acc;
+            return *res = acc, true;
         }
         jlist *o = new_list(c, l->n);
         memcpy(o->v, l->v, l->n * sizeof(jv));
@@ -299,8 +322,8 @@ jv jx_apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a
                     jv t = o->v[j]; o->v[j] = o->v[j - 1]; o->v[j - 1] = t;
                 }
             if (!strcmp(f, "min") || !strcmp(f, "max"))
-                return o->n ? o->v[f[1] == 'i' ? 0 : o->n - 1] : V_UNDEF("No aggregated item, sequence was empty.");
-            return V_LIST(o);
+                return *res = o->n ? o->v[f[1] == 'i' ? 0 : o->n - 1] : V_UNDEF("No aggregated item, sequence was empty."), true;
+            return *res = V_LIST(o), true;
         }
         size_t m = 0;
         for (size_t k = 0; k < o->n; k++) {
@@ -312,20 +335,14 @@ jv jx_apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a
             if (!dup) o->v[m++] = l->v[k];
         }
         o->n = m;
-        return V_GEN(o);
+        return *res = V_GEN(o), true;
     }
-    if (!strcmp(f, "wordcount")) {
-        jv s = jx_str_of(c, v);
-        int64_t n = 0;
-        bool in = false;
-        for (size_t k = 0; k < s.u.s.n; k++) {
-            unsigned char ch = (unsigned char)s.u.s.p[k];
-            bool w = isalnum(ch) || ch == '_' || ch >= 0x80;
-            if (w && !in) n++;
-            in = w;
-        }
-        return V_INT(n);
-    }
+    return false;
+}
+
+jv jx_apply_filter(ctx *c, const jnode *at, const char *f, jv v, const argv_t *a) {
+    jv r;
+    if (filter_text(c, at, f, v, a, &r) || filter_number(c, at, f, v, a, &r) || filter_seq(c, at, f, v, a, &r)) return r;
     jx_jfail(c, at, RF_ERR_UNSUPPORTED, "unsupported filter '%s'", f);
 }
 

@@ -63,6 +63,123 @@ static jnode *p_if(parser *p, tok *at) {
     return n;
 }
 
+/* {% for targets in expr [if cond] %} ... [{% else %} ...] {% endfor %} */
+static jnode *p_for(parser *p, tok *kw) {
+    static const char *const fends[] = {"else", "endfor", NULL};
+    static const char *const fends2[] = {"endfor", NULL};
+    jnode *n = jp_mk(p, JN_FOR, kw);
+    const char *tg[16];
+    size_t nt = 0;
+    bool paren = jp_is_op(jp_cur(p), "(");
+    if (paren) p->i++;
+    for (;;) {
+        if (nt == 16) jp_pfail(p, RF_ERR_UNSUPPORTED, kw->line, kw->col, "too many loop targets");
+        tg[nt++] = jp_expect_name(p);
+        if (!jp_is_op(jp_cur(p), ",")) break;
+        p->i++;
+    }
+    if (paren) jp_expect_op(p, ")");
+    n->targets = ja_alloc(p->a, nt * sizeof(char *));
+    memcpy(n->targets, tg, nt * sizeof(char *));
+    n->n_targets = nt;
+    if (!jp_is_name(jp_cur(p), "in")) jp_pfail(p, RF_ERR_FORMAT, jp_cur(p)->line, jp_cur(p)->col, "expected 'in'");
+    p->i++;
+    n->a = jp_p_or(p); /* no conditional here: `if` filters the loop */
+    if (jp_is_name(jp_cur(p), "if")) {
+        p->i++;
+        n->b = jp_p_expr(p);
+    }
+    if (jp_is_name(jp_cur(p), "recursive"))
+        jp_pfail(p, RF_ERR_UNSUPPORTED, jp_cur(p)->line, jp_cur(p)->col, "unsupported construct: recursive for loop");
+    end_tag(p);
+    const char *which2 = NULL;
+    n->body = p_stmts(p, fends, &which2);
+    p->i += 2;
+    if (!strcmp(which2, "else")) {
+        end_tag(p);
+        n->els = p_stmts(p, fends2, &which2);
+        p->i += 2;
+    }
+    end_tag(p);
+    return n;
+}
+
+/* {% set x = expr %}, {% set ns.attr = expr %}, {% set a, b = expr %}, {% set x %}...{% endset %} */
+static jnode *p_set(parser *p, tok *kw) {
+    static const char *const sends[] = {"endset", NULL};
+    tok *nt = jp_cur(p);
+    const char *name = jp_expect_name(p);
+    jnode *n = jp_mk(p, JN_SET, kw);
+    n->name = name;
+    if (jp_is_op(jp_cur(p), ".")) {
+        p->i++;
+        n->attr = jp_expect_name(p);
+    } else if (jp_is_op(jp_cur(p), ",")) {
+        const char *tg[16];
+        size_t k = 0;
+        tg[k++] = name;
+        while (jp_is_op(jp_cur(p), ",")) {
+            p->i++;
+            if (k == 16) jp_pfail(p, RF_ERR_UNSUPPORTED, nt->line, nt->col, "too many targets");
+            tg[k++] = jp_expect_name(p);
+        }
+        n->targets = ja_alloc(p->a, k * sizeof(char *));
+        memcpy(n->targets, tg, k * sizeof(char *));
+        n->n_targets = k;
+    }
+    if (jp_is_op(jp_cur(p), "=")) {
+        p->i++;
+        n->a = jp_p_tuple_expr(p);
+        end_tag(p);
+    } else if (jp_cur(p)->t == TK_BEND && !n->attr && !n->n_targets) {
+        p->i++;
+        n->kind = JN_SETBLOCK;
+        const char *w2 = NULL;
+        n->body = p_stmts(p, sends, &w2);
+        p->i += 2;
+        end_tag(p);
+    } else {
+        jp_pfail(p, RF_ERR_UNSUPPORTED, jp_cur(p)->line, jp_cur(p)->col, "unsupported construct in set: '%s'",
+              jp_tok_desc(jp_cur(p)));
+    }
+    return n;
+}
+
+/* {% macro name(params, with=defaults) %} ... {% endmacro %} */
+static jnode *p_macro(parser *p, tok *kw) {
+    static const char *const mends[] = {"endmacro", NULL};
+    jnode *n = jp_mk(p, JN_MACRO, kw);
+    n->name = jp_expect_name(p);
+    add_macro_name(p, n->name);
+    jp_expect_op(p, "(");
+    const char *pn[64];
+    nvec defs = {0};
+    size_t np = 0;
+    while (!jp_is_op(jp_cur(p), ")")) {
+        if (np) jp_expect_op(p, ",");
+        if (np == 64) jp_pfail(p, RF_ERR_UNSUPPORTED, kw->line, kw->col, "too many macro parameters");
+        pn[np++] = jp_expect_name(p);
+        if (jp_is_op(jp_cur(p), "=")) {
+            p->i++;
+            jp_nv_push(p, &defs, jp_p_expr(p));
+        } else {
+            jp_nv_push(p, &defs, NULL);
+        }
+    }
+    p->i++;
+    n->params = ja_alloc(p->a, (np ? np : 1) * sizeof(char *));
+    memcpy(n->params, pn, np * sizeof(char *));
+    n->n_params = np;
+    n->kwv = jp_nv_done(&defs);
+    end_tag(p);
+    const char *w2 = NULL;
+    n->body = p_stmts(p, mends, &w2);
+    p->i += 2;
+    if (jp_cur(p)->t == TK_NAME) p->i++; /* {% endmacro name %} */
+    end_tag(p);
+    return n;
+}
+
 static jlist_nodes p_stmts(parser *p, const char *const *ends, const char **which) {
     nvec v = {0};
     jp_enter(p);
@@ -92,113 +209,11 @@ static jlist_nodes p_stmts(parser *p, const char *const *ends, const char **whic
             if (!strcmp(w, "if")) {
                 jp_nv_push(p, &v, p_if(p, kw));
             } else if (!strcmp(w, "for")) {
-                static const char *const fends[] = {"else", "endfor", NULL};
-                static const char *const fends2[] = {"endfor", NULL};
-                jnode *n = jp_mk(p, JN_FOR, kw);
-                const char *tg[16];
-                size_t nt = 0;
-                bool paren = jp_is_op(jp_cur(p), "(");
-                if (paren) p->i++;
-                for (;;) {
-                    if (nt == 16) jp_pfail(p, RF_ERR_UNSUPPORTED, kw->line, kw->col, "too many loop targets");
-                    tg[nt++] = jp_expect_name(p);
-                    if (!jp_is_op(jp_cur(p), ",")) break;
-                    p->i++;
-                }
-                if (paren) jp_expect_op(p, ")");
-                n->targets = ja_alloc(p->a, nt * sizeof(char *));
-                memcpy(n->targets, tg, nt * sizeof(char *));
-                n->n_targets = nt;
-                if (!jp_is_name(jp_cur(p), "in")) jp_pfail(p, RF_ERR_FORMAT, jp_cur(p)->line, jp_cur(p)->col, "expected 'in'");
-                p->i++;
-                n->a = jp_p_or(p); /* no conditional here: `if` filters the loop */
-                if (jp_is_name(jp_cur(p), "if")) {
-                    p->i++;
-                    n->b = jp_p_expr(p);
-                }
-                if (jp_is_name(jp_cur(p), "recursive"))
-                    jp_pfail(p, RF_ERR_UNSUPPORTED, jp_cur(p)->line, jp_cur(p)->col, "unsupported construct: recursive for loop");
-                end_tag(p);
-                const char *which2 = NULL;
-                n->body = p_stmts(p, fends, &which2);
-                p->i += 2;
-                if (!strcmp(which2, "else")) {
-                    end_tag(p);
-                    n->els = p_stmts(p, fends2, &which2);
-                    p->i += 2;
-                }
-                end_tag(p);
-                jp_nv_push(p, &v, n);
+                jp_nv_push(p, &v, p_for(p, kw));
             } else if (!strcmp(w, "set")) {
-                static const char *const sends[] = {"endset", NULL};
-                tok *nt = jp_cur(p);
-                const char *name = jp_expect_name(p);
-                jnode *n = jp_mk(p, JN_SET, kw);
-                n->name = name;
-                if (jp_is_op(jp_cur(p), ".")) {
-                    p->i++;
-                    n->attr = jp_expect_name(p);
-                } else if (jp_is_op(jp_cur(p), ",")) {
-                    const char *tg[16];
-                    size_t k = 0;
-                    tg[k++] = name;
-                    while (jp_is_op(jp_cur(p), ",")) {
-                        p->i++;
-                        if (k == 16) jp_pfail(p, RF_ERR_UNSUPPORTED, nt->line, nt->col, "too many targets");
-                        tg[k++] = jp_expect_name(p);
-                    }
-                    n->targets = ja_alloc(p->a, k * sizeof(char *));
-                    memcpy(n->targets, tg, k * sizeof(char *));
-                    n->n_targets = k;
-                }
-                if (jp_is_op(jp_cur(p), "=")) {
-                    p->i++;
-                    n->a = jp_p_tuple_expr(p);
-                    end_tag(p);
-                } else if (jp_cur(p)->t == TK_BEND && !n->attr && !n->n_targets) {
-                    p->i++;
-                    n->kind = JN_SETBLOCK;
-                    const char *w2 = NULL;
-                    n->body = p_stmts(p, sends, &w2);
-                    p->i += 2;
-                    end_tag(p);
-                } else {
-                    jp_pfail(p, RF_ERR_UNSUPPORTED, jp_cur(p)->line, jp_cur(p)->col, "unsupported construct in set: '%s'",
-                          jp_tok_desc(jp_cur(p)));
-                }
-                jp_nv_push(p, &v, n);
+                jp_nv_push(p, &v, p_set(p, kw));
             } else if (!strcmp(w, "macro")) {
-                static const char *const mends[] = {"endmacro", NULL};
-                jnode *n = jp_mk(p, JN_MACRO, kw);
-                n->name = jp_expect_name(p);
-                add_macro_name(p, n->name);
-                jp_expect_op(p, "(");
-                const char *pn[64];
-                nvec defs = {0};
-                size_t np = 0;
-                while (!jp_is_op(jp_cur(p), ")")) {
-                    if (np) jp_expect_op(p, ",");
-                    if (np == 64) jp_pfail(p, RF_ERR_UNSUPPORTED, kw->line, kw->col, "too many macro parameters");
-                    pn[np++] = jp_expect_name(p);
-                    if (jp_is_op(jp_cur(p), "=")) {
-                        p->i++;
-                        jp_nv_push(p, &defs, jp_p_expr(p));
-                    } else {
-                        jp_nv_push(p, &defs, NULL);
-                    }
-                }
-                p->i++;
-                n->params = ja_alloc(p->a, (np ? np : 1) * sizeof(char *));
-                memcpy(n->params, pn, np * sizeof(char *));
-                n->n_params = np;
-                n->kwv = jp_nv_done(&defs);
-                end_tag(p);
-                const char *w2 = NULL;
-                n->body = p_stmts(p, mends, &w2);
-                p->i += 2;
-                if (jp_cur(p)->t == TK_NAME) p->i++; /* {% endmacro name %} */
-                end_tag(p);
-                jp_nv_push(p, &v, n);
+                jp_nv_push(p, &v, p_macro(p, kw));
             } else if (!strcmp(w, "break") || !strcmp(w, "continue")) {
                 jnode *n = jp_mk(p, w[0] == 'b' ? JN_BREAK : JN_CONTINUE, kw);
                 end_tag(p);
