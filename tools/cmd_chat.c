@@ -144,18 +144,24 @@ int rf_cmd_chat(int argc, char **argv) {
                 rc = rf_cli_fail(1, "this model has no usable chat template (see the warning above)");
                 goto out;
             }
-            if (rf_chat_template_render(rf_model_chat_template(m), h.msgs, h.n, true, NULL, NULL, &text)) {
+            rf_chat_render_opts ro = {.add_generation_prompt = true};
+            rf_text_span *data = NULL; /* what the user typed: never special tokens */
+            size_t n_data = 0;
+            if (rf_chat_template_render_data(rf_model_chat_template(m), h.msgs, h.n, &ro, &text, &data, &n_data)) {
                 rc = rf_cli_fail(1, "chat template: %s", rf_last_error());
                 goto out;
             }
-            rf_tokenize(vocab, text, strlen(text), false, true, NULL, 0, &n_ids);
+            rf_tokenize_opts to = {.parse_special = true, .plain = data, .n_plain = n_data};
+            rf_tokenize_ex(vocab, text, strlen(text), &to, NULL, 0, &n_ids);
             ids = malloc((n_ids + 1) * sizeof(int32_t));
-            if (!ids || rf_tokenize(vocab, text, strlen(text), false, true, ids, n_ids, &n_ids)) {
+            if (!ids || rf_tokenize_ex(vocab, text, strlen(text), &to, ids, n_ids, &n_ids)) {
                 rc = rf_cli_fail(1, "tokenize: %s", rf_last_error());
                 free(text);
                 free(ids);
+                free(data);
                 goto out;
             }
+            free(data);
             /* leave room for an answer; drop old turns when the context is nearly full */
             if ((int64_t)n_ids + 64 <= rf_session_n_ctx(s) || !hist_drop_oldest(&h, keep)) break;
         }

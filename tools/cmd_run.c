@@ -368,6 +368,8 @@ int rf_cmd_run(int argc, char **argv) {
     }
     const rf_vocab *vocab = rf_model_vocab(m);
     char *text = NULL;
+    rf_text_span *data = NULL; /* --chat: the message bytes of text */
+    size_t n_data = 0;
     int32_t *ids = NULL;
     rf_gen_stats stats = {0};
     rc = 1;
@@ -382,18 +384,20 @@ int rf_cmd_run(int argc, char **argv) {
             rf_cli_fail(1, "this model has no usable chat template (see the warning above); run without --chat");
             goto out;
         }
-        if (rf_chat_template_render(tmpl, msgs, nm, true, NULL, NULL, &text)) {
+        rf_chat_render_opts ro = {.add_generation_prompt = true};
+        if (rf_chat_template_render_data(tmpl, msgs, nm, &ro, &text, &data, &n_data)) {
             rf_cli_fail(1, "chat template: %s", rf_last_error());
             goto out;
         }
         ptext = text;
     }
     size_t n_ids = 0, len = strlen(ptext);
-    /* A chat template already holds BOS where the model wants one. */
-    bool add_special = !o.chat;
-    rf_tokenize(vocab, ptext, len, add_special, true, NULL, 0, &n_ids);
+    /* A chat template already holds BOS where the model wants one. -p text parses special
+     * tokens (the operator's own prompt); with --chat only the template's markup does. */
+    rf_tokenize_opts to = {.add_special = !o.chat, .parse_special = true, .plain = data, .n_plain = n_data};
+    rf_tokenize_ex(vocab, ptext, len, &to, NULL, 0, &n_ids);
     ids = malloc((n_ids + 1) * sizeof(int32_t));
-    if (!ids || rf_tokenize(vocab, ptext, len, add_special, true, ids, n_ids, &n_ids)) {
+    if (!ids || rf_tokenize_ex(vocab, ptext, len, &to, ids, n_ids, &n_ids)) {
         rf_cli_fail(1, "tokenize: %s", rf_last_error());
         goto out;
     }
@@ -447,6 +451,7 @@ out:
     free(stats.tokens);
     free(ids);
     free(text);
+    free(data);
     free(file_text);
     rf_session_free(s);
     rf_model_free(m);

@@ -250,7 +250,10 @@ typedef enum rf_req_opt {
                               * blocks shared (copy-on-write); choice i samples with seed + i */
     RF_REQ_LOGPROBS,         /* -1 (default) none; 0: the chosen token's log-probability; k in 1..20:
                               * also the k most likely tokens (log-softmax of the raw logits) */
-    RF_REQ_ADD_SPECIAL       /* text prompts: 1 (default) adds BOS where the model wants one */
+    RF_REQ_ADD_SPECIAL,      /* text prompts: 1 (default) adds BOS where the model wants one */
+    RF_REQ_PARSE_SPECIAL     /* text prompts: 1 (default) parses control-token texts in the prompt
+                              * as those tokens; 0 tokenizes the prompt as plain text. Chat
+                              * messages never: only the template's own markup gives them */
 } rf_req_opt;
 
 /* A request under construction (defaults: greedy, no limit, one choice); NULL when out of
@@ -262,8 +265,9 @@ rf_status rf_request_set(rf_request *r, rf_req_opt opt, double value);
 /* Stop strings: text that ends the choice when generated (not emitted). At most 16. */
 rf_status rf_request_add_stop(rf_request *r, const char *text, size_t len);
 /* The prompt, one of three forms (the last one set wins): token ids; text, tokenized at submit
- * with special tokens parsed; or chat messages, rendered at submit by the model's chat template
- * with the assistant's turn opened. */
+ * (special tokens parsed unless RF_REQ_PARSE_SPECIAL is 0); or chat messages, rendered at
+ * submit by the model's chat template with the assistant's turn opened, the messages' text
+ * tokenized as plain text and only the template's markup as special tokens. */
 rf_status rf_request_set_prompt_ids(rf_request *r, const int32_t *ids, size_t n);
 rf_status rf_request_set_prompt_text(rf_request *r, const char *text, size_t len);
 rf_status rf_request_add_message(rf_request *r, const char *role, const char *content);
@@ -285,7 +289,9 @@ void rf_request_set_callback(rf_request *r, rf_event_fn fn, void *user);
 rf_status rf_engine_submit(rf_engine *e, const rf_request *r, uint64_t *id);
 /* The prompt length in tokens that submit would compute for r (text tokenized, messages
  * rendered through the chat template), for checks such as prompt + max_tokens against the
- * context before submitting. Errors as submit's. Thread-safe. */
+ * context before submitting. Tokenizing stops once the count passes the context: then
+ * RF_ERR_RANGE with *n = n_ctx + 1 ("more than n_ctx"). Other errors as submit's.
+ * Thread-safe. */
 rf_status rf_engine_prompt_tokens(rf_engine *e, const rf_request *r, int32_t *n);
 /* Vocabulary size (logit_bias ids, token checks). */
 int32_t rf_engine_n_vocab(const rf_engine *e);

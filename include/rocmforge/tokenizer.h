@@ -38,6 +38,34 @@ const char *rf_vocab_token_text(const rf_vocab *v, int32_t id);
 rf_status rf_tokenize(const rf_vocab *v, const char *text, size_t len, bool add_special,
                       bool parse_special, int32_t *ids, size_t cap, size_t *n_out);
 
+/* Bytes [begin, end) of a text. */
+typedef struct rf_text_span {
+    size_t begin, end;
+} rf_text_span;
+
+/* Everything rf_tokenize_ex may be told. Zero-initialise, then set. */
+typedef struct rf_tokenize_opts {
+    bool add_special;            /* as rf_tokenize */
+    bool parse_special;          /* as rf_tokenize, but never inside `plain` below */
+    /* Byte ranges that are plain text whatever parse_special says (sorted, disjoint): a
+     * control token is taken only when all of its bytes lie outside them, so text that came
+     * from a user (chat message content, a rendered template's data) cannot become a control
+     * token, not even by completing the template's text beside it. User-defined tokens are
+     * taken everywhere, as rf_tokenize does without parse_special. */
+    const rf_text_span *plain;
+    size_t n_plain;
+    /* 0 = no limit. Else tokenizing stops as soon as the count passes max_tokens: RF_ERR_RANGE
+     * with *n_out = max_tokens + 1 ("more than max_tokens"), so a huge text costs about as much
+     * as max_tokens tokens' worth of it. */
+    size_t max_tokens;
+} rf_tokenize_opts;
+
+/* rf_tokenize with plain-text ranges and a token limit (opts NULL = all defaults). Writes up
+ * to `cap` ids and sets *n_out as rf_tokenize does; RF_ERR_RANGE when cap was too small
+ * (*n_out <= max_tokens or no limit) or when the limit was passed (*n_out == max_tokens + 1). */
+rf_status rf_tokenize_ex(const rf_vocab *v, const char *text, size_t len, const rf_tokenize_opts *opts,
+                         int32_t *ids, size_t cap, size_t *n_out);
+
 /* The bytes one token stands for, as generation output shows it (byte tokens decoded, SPM
  * "▁" as space, BPE byte-level mapping undone). Control tokens give "" unless render_special.
  * Writes up to cap bytes (no NUL) and sets *n_out to the full length. */
@@ -130,6 +158,15 @@ typedef struct rf_chat_render_opts {
  * with rf_last_error() == msg and rf_chat_last_error_raised() true. */
 rf_status rf_chat_template_render_ex(const rf_chat_template *t, const rf_chat_msg *msgs,
                                      size_t n, const rf_chat_render_opts *opts, char **out);
+/* rf_chat_template_render_ex that also says which bytes of *out came from the caller's data:
+ * *data (malloc'd, may be NULL when *n_data is 0) gets the byte ranges of message content,
+ * roles, names, tool definitions and results and extra variables, sorted and disjoint;
+ * everything else is the template's own text (and the BOS/EOS token texts). Tokenize the
+ * result with rf_tokenize_ex(parse_special = true, plain = *data) so that special tokens come
+ * only from the template's markup, never from what a user wrote (docs/chat-templates.md). */
+rf_status rf_chat_template_render_data(const rf_chat_template *t, const rf_chat_msg *msgs, size_t n,
+                                       const rf_chat_render_opts *opts, char **out,
+                                       rf_text_span **data, size_t *n_data);
 /* Whether the last failed render on this thread failed in the template's raise_exception(). */
 bool rf_chat_last_error_raised(void);
 

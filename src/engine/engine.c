@@ -264,6 +264,7 @@ rf_request *rf_request_new(void) {
     r->n = 1;
     r->logprobs = -1;
     r->add_special = true;
+    r->parse_special = true;
     return r;
 }
 
@@ -314,6 +315,7 @@ rf_status rf_request_set(rf_request *r, rf_req_opt opt, double v) {
     case RF_REQ_N: INTEGRAL("n"); RANGE("n", 1, RF_MAX_CHOICES); r->n = (int32_t)v; break;
     case RF_REQ_LOGPROBS: INTEGRAL("logprobs"); RANGE("logprobs", -1, RF_MAX_TOP_LOGPROBS); r->logprobs = (int32_t)v; break;
     case RF_REQ_ADD_SPECIAL: r->add_special = v != 0; break;
+    case RF_REQ_PARSE_SPECIAL: r->parse_special = v != 0; break;
     default: return rf_set_error(RF_ERR_INVALID_ARG, "request option %d is unknown", (int)opt);
     }
 #undef RANGE
@@ -389,17 +391,35 @@ void rf_request_set_callback(rf_request *r, rf_event_fn fn, void *user) {
     r->user = user;
 }
 
-/* Tokenizes a text prompt (specials parsed); *out malloc'd. */
-static rf_status tokenize_text(const rf_vocab *v, const char *text, size_t len, bool add_special, int32_t **out,
-                               size_t *n) {
+/* Tokenizes a prompt (o: specials, plain ranges) with at most n_ctx tokens: past that it stops
+ * and fails with RF_ERR_RANGE and *n = n_ctx + 1. *out malloc'd. */
+static rf_status tokenize_text(const rf_engine *e, const char *text, size_t len, rf_tokenize_opts o,
+                               int32_t **out, size_t *n) {
+    const rf_vocab *v = e->m->vocab;
     *out = NULL;
-    size_t cnt = 0;
-    rf_tokenize(v, text, len, add_special, true, NULL, 0, &cnt);
-    int32_t *ids = malloc((cnt + 1) * sizeof(int32_t));
+    *n = 0;
+    o.max_tokens = (size_t)e->n_ctx;
+    /* one pass into a buffer that is usually big enough: tokens rarely outnumber bytes */
+    size_t cap = len + 4 < o.max_tokens + 1 ? len + 4 : o.max_tokens + 1, cnt = 0;
+    int32_t *ids = malloc(cap * sizeof(int32_t));
     if (!ids) return rf_set_error(RF_ERR_OOM, "tokenize: out of memory");
-    rf_status st = rf_tokenize(v, text, len, add_special, true, ids, cnt, &cnt);
+    rf_status st = rf_tokenize_ex(v, text, len, &o, ids, cap, &cnt);
+    if (st == RF_ERR_RANGE && cnt > cap && cnt <= o.max_tokens) {
+        int32_t *bigger = realloc(ids, cnt * sizeof(int32_t));
+        if (!bigger) {
+            free(ids);
+            return rf_set_error(RF_ERR_OOM, "tokenize: out of memory");
+        }
+        ids = bigger;
+        st = rf_tokenize_ex(v, text, len, &o, ids, cnt, &cnt);
+    }
     if (st) {
         free(ids);
+        if (st == RF_ERR_RANGE && cnt > o.max_tokens) {
+            *n = cnt;
+            return rf_set_error(RF_ERR_RANGE, "the prompt has more than %d tokens but the context holds %d (tokenizing "
+                                              "stopped there)", e->n_ctx, e->n_ctx);
+        }
         return st;
     }
     *out = ids;
@@ -409,7 +429,6 @@ static rf_status tokenize_text(const rf_vocab *v, const char *text, size_t len, 
 
 /* The request's prompt as token ids (text tokenized, messages rendered), as submit does it. */
 static rf_status request_tokens(rf_engine *e, const rf_request *r, int32_t **out, size_t *n_out) {
-    const rf_vocab *v = e->m->vocab;
     int32_t *ids = NULL;
     size_t n = 0;
     rf_status st = RF_OK;
@@ -421,7 +440,9 @@ static rf_status request_tokens(rf_engine *e, const rf_request *r, int32_t **out
         if (r->n_ids) memcpy(ids, r->ids, r->n_ids * sizeof(int32_t));
         n = r->n_ids;
     } else if (r->kind == 2) {
-        if ((st = tokenize_text(v, r->text, r->text_len, r->add_special, &ids, &n))) return st;
+        rf_tokenize_opts o = {.add_special = r->add_special, .parse_special = r->parse_special};
+        if ((st = tokenize_text(e, r->text, r->text_len, o, &ids, n_out))) return st;
+        n = *n_out;
     } else if (r->kind == 3) {
         const rf_chat_template *t = e->m->chat;
         if (!t) return rf_set_error(RF_ERR_INVALID_ARG, "this model has no usable chat template");
@@ -429,12 +450,19 @@ static rf_status request_tokens(rf_engine *e, const rf_request *r, int32_t **out
         if (!msgs) return rf_set_error(RF_ERR_OOM, "submit: out of memory");
         for (size_t i = 0; i < r->n_msgs; i++) msgs[i] = (rf_chat_msg){r->roles[i], r->contents[i]};
         char *text = NULL;
-        st = rf_chat_template_render(t, msgs, r->n_msgs, true, NULL, NULL, &text);
+        rf_text_span *data = NULL;
+        size_t nd = 0;
+        rf_chat_render_opts ro = {.add_generation_prompt = true};
+        st = rf_chat_template_render_data(t, msgs, r->n_msgs, &ro, &text, &data, &nd);
         free(msgs);
         if (st) return rf_set_error(st, "chat template: %s", rf_last_error());
-        /* the template already holds BOS where the model wants one */
-        st = tokenize_text(v, text, strlen(text), false, &ids, &n);
+        /* the template already holds BOS where the model wants one; special tokens only from
+         * its own markup, the messages' text as plain text */
+        rf_tokenize_opts o = {.parse_special = true, .plain = data, .n_plain = nd};
+        st = tokenize_text(e, text, strlen(text), o, &ids, n_out);
+        n = *n_out;
         free(text);
+        free(data);
         if (st) return st;
     } else {
         return rf_set_error(RF_ERR_INVALID_ARG, "the request has no prompt");
@@ -451,9 +479,8 @@ rf_status rf_engine_prompt_tokens(rf_engine *e, const rf_request *r, int32_t *n)
     size_t cnt = 0;
     rf_status st = request_tokens(e, r, &ids, &cnt);
     free(ids);
-    if (st) return st;
-    *n = cnt > INT32_MAX ? INT32_MAX : (int32_t)cnt;
-    return RF_OK;
+    *n = cnt > INT32_MAX ? INT32_MAX : (int32_t)cnt; /* n_ctx + 1 when tokenizing stopped at the context */
+    return st;
 }
 
 int32_t rf_engine_n_vocab(const rf_engine *e) { return e ? e->m->hp.n_vocab : 0; }

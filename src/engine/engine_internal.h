@@ -97,7 +97,7 @@ struct rf_req {
 struct rf_request { /* the public builder */
     rf_sampler_params sp;
     int32_t max_tokens, n, logprobs;
-    bool ignore_eos, render_special, add_special;
+    bool ignore_eos, render_special, add_special, parse_special;
     char *stops[RF_MAX_STOPS];
     size_t stop_len[RF_MAX_STOPS];
     int n_stop;

@@ -85,6 +85,8 @@ typedef struct srv_params {
     srv_prompt *prompts;        /* completions: one or more */
     size_t n_prompts;
     bool stream, include_usage, echo, ignore_eos;
+    bool parse_special;         /* completions: control-token texts in the prompt become those
+                                   tokens (llama.cpp's name); default false: the prompt is text */
     int64_t max_tokens;         /* -1: not given (until EOS or the context is full) */
     double temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
     int32_t top_k;              /* <= 0: off */

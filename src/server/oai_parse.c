@@ -425,6 +425,8 @@ int srv_parse_request(srv_route route, const char *body, size_t len, srv_params 
     if (route == SRV_ROUTE_CHAT ? read_messages(root, p, e) : read_prompts(root, p, e)) goto out;
 
     if (get_bool(root, "stream", &p->stream, e)) goto out;
+    /* chat messages never become special tokens (the template's markup alone does) */
+    if (route == SRV_ROUTE_COMPLETIONS && get_bool(root, "parse_special", &p->parse_special, e)) goto out;
     v = json_object_get(root, "stream_options");
     if (v && !json_is_null(v)) {
         if (!json_is_object(v)) {

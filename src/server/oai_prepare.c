@@ -39,6 +39,7 @@ static rf_status set_options(rf_request *r, const srv_params *p, uint64_t seed) 
     st = st ? st : rf_request_set(r, RF_REQ_IGNORE_EOS, p->ignore_eos);
     st = st ? st : rf_request_set(r, RF_REQ_N, p->n);
     st = st ? st : rf_request_set(r, RF_REQ_LOGPROBS, p->logprobs);
+    st = st ? st : rf_request_set(r, RF_REQ_PARSE_SPECIAL, p->parse_special);
     for (int i = 0; i < p->n_stop && !st; i++) st = rf_request_add_stop(r, p->stop[i], p->stop_len[i]);
     return st;
 }
@@ -85,9 +86,19 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
         }
         if (st) goto fail_st;
         int32_t np = 0;
-        if ((st = rf_engine_prompt_tokens(eng, r, &np))) goto fail_st;
-        out->n_prompt[i] = np;
+        st = rf_engine_prompt_tokens(eng, r, &np);
         snprintf(pp, sizeof pp, n > 1 ? "%s[%d]" : "%s", pparam, i);
+        if (st == RF_ERR_RANGE && np > n_ctx) {
+            /* the engine stopped tokenizing once the count passed the context */
+            srv_fail(e, 400, "invalid_request_error", "context_length_exceeded", pp,
+                     "This model's maximum context length is %d tokens. However, the %s has more than %d tokens "
+                     "(tokenizing stopped there). Please reduce the length of the %s.",
+                     n_ctx, chat ? "messages" : "prompt", np - 1, chat ? "messages" : "prompt");
+            srv_prepared_free(out);
+            return -1;
+        }
+        if (st) goto fail_st;
+        out->n_prompt[i] = np;
         if (np <= 0) {
             srv_fail(e, 400, "invalid_request_error", NULL, pp, "the prompt is empty (it has no tokens)");
             srv_prepared_free(out);

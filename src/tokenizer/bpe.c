@@ -168,6 +168,7 @@ static rf_status on_word(void *user, const char *word, size_t len) {
         n += s->bm->enc_len[c];
     }
     if (rf_pcache_get(&s->cache, s->enc, n, s->out, &st)) return st;
+    if ((st = rf_idvec_room(s->out, n, s->v->max_token_len))) return st;
     size_t before = s->out->n;
     if ((st = merge_word(s, s->enc, n, s->out))) return st;
     /* Cache words of ordinary length; a giant word is not worth a copy. */

@@ -164,6 +164,7 @@ rf_status rf_spm_tokenize(const rf_vocab *v, const char *text, size_t len, bool 
         size_t pl = end - start;
         if (!(pl <= 256 && rf_pcache_get(cache, t + start, pl, out, &st))) {
             size_t before = out->n;
+            if ((st = rf_idvec_room(out, pl, v->max_token_len))) goto done;
             if ((st = spm_piece(v, t + start, pl, syms, &h, out))) goto done;
             if (pl <= 256 && (st = rf_pcache_put(cache, t + start, pl, out->v + before, out->n - before)))
                 goto done;

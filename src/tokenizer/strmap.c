@@ -94,6 +94,10 @@ void rf_strmap_free(rf_strmap *m) {
 }
 
 rf_status rf_idvec_push(rf_idvec *iv, int32_t id) {
+    if (iv->limit && iv->n >= iv->limit) {
+        iv->over = true;
+        return rf_set_error(RF_ERR_RANGE, "tokenizer: more than %zu tokens", iv->limit);
+    }
     if (iv->n == iv->cap) {
         size_t ncap = iv->cap ? iv->cap * 2 : 64;
         int32_t *nv = realloc(iv->v, ncap * sizeof *nv);
@@ -103,6 +107,14 @@ rf_status rf_idvec_push(rf_idvec *iv, int32_t id) {
     }
     iv->v[iv->n++] = id;
     return RF_OK;
+}
+
+rf_status rf_idvec_room(rf_idvec *iv, size_t bytes, size_t max_token_len) {
+    if (!iv->limit || !max_token_len) return RF_OK;
+    size_t need = bytes / max_token_len; /* a lower bound on the tokens of these bytes */
+    if (iv->n <= iv->limit && need <= iv->limit - iv->n) return RF_OK;
+    iv->over = true;
+    return rf_set_error(RF_ERR_RANGE, "tokenizer: more than %zu tokens", iv->limit);
 }
 
 /* ---- piece cache ------------------------------------------------------------------------- */

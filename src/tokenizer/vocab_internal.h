@@ -105,8 +105,14 @@ rf_status rf_pretok_split(const rf_pretok *p, const char *text, size_t len, rf_w
 typedef struct rf_idvec {
     int32_t *v;
     size_t n, cap;
+    size_t limit; /* 0 = none; else a push past `limit` ids fails (RF_ERR_RANGE) and sets over */
+    bool over;
 } rf_idvec;
 rf_status rf_idvec_push(rf_idvec *iv, int32_t id);
+/* Whether `bytes` more bytes of (escaped/encoded) text, which need at least bytes /
+ * max_token_len tokens, would pass the limit: then sets over and returns RF_ERR_RANGE, so a
+ * giant word or piece is refused before it is merged. */
+rf_status rf_idvec_room(rf_idvec *iv, size_t bytes, size_t max_token_len);
 
 /* A per-call cache of pieces already tokenized (words, SPM pieces): text -> ids. Keys are
  * copied into chunks that never move. */

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 static json_t *load_goldens_file(const char *rel) {
     json_error_t e;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 /* renders src with small limits; returns the status, *out freed */
 static rf_status render_small(const char *src, const char *vars_json) {

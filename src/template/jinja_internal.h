@@ -1,14 +1,14 @@
 /* jinja_internal.h — shared between the Jinja parser and evaluator: the bump arena, the
  * syntax tree and the value representation. Not part of any public API. */
-#ifndef RF_TOKENIZER_JINJA_INTERNAL_H
-#define RF_TOKENIZER_JINJA_INTERNAL_H
+#ifndef RF_TEMPLATE_JINJA_INTERNAL_H
+#define RF_TEMPLATE_JINJA_INTERNAL_H
 
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 /* ---- arena: everything a parse or a render allocates lives here and dies with it ---------- */
 
@@ -58,6 +58,17 @@ typedef enum jv_type {
     JV_FUNC, JV_LOOP
 } jv_type;
 
+/* Byte ranges of a string that came from the caller's data (template variables other than the
+ * trusted ones: messages, tools, ...), sorted, disjoint and not touching: r[k] = {begin, end}.
+ * Template literals have none. Operations on strings carry them along (concatenation, slices,
+ * strip, split, replace, join); a transformation that cannot say which byte came from where
+ * marks its whole result as data. The render returns them so that special tokens are parsed
+ * only from the template's own text. */
+typedef struct jspans {
+    size_t n;
+    size_t r[][2];
+} jspans;
+
 struct jlist;
 struct jdict;
 struct jmacro;
@@ -69,7 +80,7 @@ typedef struct jv {
         bool b;
         int64_t i;
         double f;
-        struct { const char *p; size_t n; } s;
+        struct { const char *p; size_t n; const jspans *d; } s; /* d: data ranges or NULL */
         struct jlist *l;
         struct jdict *d;      /* JV_DICT and JV_NS (namespace: a mutable dict) */
         struct jmacro *m;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "rocmforge/tokenizer.h"
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 struct rf_chat_template {
     rf_jinja *j;
@@ -102,8 +102,20 @@ static rf_status cut_after_final(const json_t *messages, char *out, size_t *len)
 
 rf_status rf_chat_template_render_ex(const rf_chat_template *t, const rf_chat_msg *msgs,
                                      size_t n, const rf_chat_render_opts *opts, char **out) {
+    rf_text_span *data = NULL;
+    size_t nd = 0;
+    rf_status st = rf_chat_template_render_data(t, msgs, n, opts, out, &data, &nd);
+    free(data);
+    return st;
+}
+
+rf_status rf_chat_template_render_data(const rf_chat_template *t, const rf_chat_msg *msgs, size_t n,
+                                       const rf_chat_render_opts *opts, char **out,
+                                       rf_text_span **data, size_t *n_data) {
     g_raised = false;
-    if (!t || !out || !opts || (n && !msgs))
+    if (data) *data = NULL;
+    if (n_data) *n_data = 0;
+    if (!t || !out || !opts || !data || !n_data || (n && !msgs))
         return rf_set_error(RF_ERR_INVALID_ARG, "rf_chat_template_render: NULL argument");
     *out = NULL;
     if (opts->continue_final_message && opts->add_generation_prompt)
@@ -162,6 +174,8 @@ rf_status rf_chat_template_render_ex(const rf_chat_template *t, const rf_chat_ms
     }
     json_object_set_new(vars, "bos_token", jb);
     json_object_set_new(vars, "eos_token", je);
+    /* the model's own token texts are template text; every other variable is the caller's */
+    const char *trusted[] = {"bos_token", "eos_token", NULL};
     if (opts->extra_json) {
         json_t *extra;
         st = parse_json_field(opts->extra_json, "extra variables", &extra);
@@ -171,16 +185,35 @@ rf_status rf_chat_template_render_ex(const rf_chat_template *t, const rf_chat_ms
             st = rf_set_error(RF_ERR_INVALID_ARG, "chat template: extra variables must be a JSON object");
             goto done;
         }
+        /* the caller's extra variables are data, also where they replace bos/eos_token */
+        if (json_object_get(extra, "bos_token")) trusted[0] = "";
+        if (json_object_get(extra, "eos_token")) trusted[1] = "";
         json_object_update(vars, extra);
         json_decref(extra);
     }
-    size_t len;
-    st = rf_jinja_render(t->j, vars, NULL, (time_t)opts->now, out, &len);
+    rf_jinja_output o;
+    st = rf_jinja_render_data(t->j, vars, trusted, NULL, (time_t)opts->now, &o);
+    *out = o.text;
+    size_t len = o.len;
     if (st) g_raised = rf_jinja_last_error_was_raise();
     if (!st && opts->continue_final_message) st = cut_after_final(messages, *out, &len);
-    if (st && *out) {
+    if (st) {
         free(*out);
         *out = NULL;
+        free(o.data);
+    } else {
+        /* continue_final_message may have cut the text: ranges past the end go */
+        size_t k = 0;
+        while (k < o.n_data && o.data[k].begin < len) {
+            if (o.data[k].end > len) o.data[k].end = len;
+            k++;
+        }
+        *data = o.data;
+        *n_data = k;
+        if (!k) {
+            free(o.data);
+            *data = NULL;
+        }
     }
 done:
     json_decref(vars);
