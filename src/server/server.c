@@ -113,6 +113,10 @@ void rf_server_config_defaults(rf_server_config *c) {
     c->http_threads = 4;
     c->ping_s = 15;
     c->timeout_s = 300;
+    c->read_timeout_s = 10;
+    c->max_conns = 1000;
+    c->max_conns_per_ip = 512;
+    c->max_buffered = (int64_t)256 << 20;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -231,13 +235,22 @@ int rf_server_main(const rf_server_config *cfg) {
         fprintf(stderr, "error: cannot resolve --host '%s': %s\n", cfg->host, gai ? gai_strerror(gai) : "no address");
         goto out_mask;
     }
+    s->guard = srv_guard_new(cfg);
+    if (!s->guard) {
+        fprintf(stderr, "error: cannot start the connection watchdog\n");
+        freeaddrinfo(ai);
+        goto out_mask;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, srv_on_access, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_conns > 0 ? cfg->max_conns : 1) + SRV_CONN_RESERVE,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(cfg->max_conns_per_ip > 0 ? cfg->max_conns_per_ip : 0),
+                            MHD_OPTION_NOTIFY_CONNECTION, srv_guard_on_connection, s->guard,
+                            MHD_OPTION_URI_LOG_CALLBACK, srv_guard_on_uri, s->guard,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : 0),
                             MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, s,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
@@ -316,10 +329,13 @@ out_stop:
     resume_all(s);
     MHD_stop_daemon(s->d);
     s->d = NULL;
+    srv_guard_free(s->guard);
+    s->guard = NULL;
     if (s->eng) rf_engine_free(s->eng);
     rf_model_free(s->model);
     if (rc == 0) fprintf(stderr, "serve: stopped\n");
 out_mask:
+    srv_guard_free(s->guard);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 out_free:
     srv_metrics_destroy(&s->m);
