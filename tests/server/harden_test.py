@@ -138,7 +138,7 @@ def read_response(s, timeout=10):
         rest += d
 
 
-def request(srv, raw, src="127.0.0.1", timeout=10):
+def request(srv, raw, src="127.0.0.1", timeout=120):  # generous: a chat request under ASan at -O0
     s = connect(srv, src, timeout)
     try:
         s.sendall(raw)
