@@ -14,7 +14,10 @@ Then it waits for the quiet state and asserts: the server is alive; every KV blo
 (/metrics: used 0, free + cached = total, no request active); open fds equal to the baseline
 taken after a warm-up with the same traffic; RSS at most the baseline + max(16 MiB, 10 %) (the
 allocator keeps what the warm-up grew; a leak grows with the request count, which the soak
-multiplies many times over). Prints the p50 / p99 latency of the normal requests.
+multiplies many times over). The KV pool's pages count in RSS from their first use, so the
+server runs with a small pool (-c 256 --parallel 4 --kv-blocks 64, overridable after --) that
+the warm-up fills completely first (4 sequences of 240 tokens). Prints the p50 / p99 latency of
+the normal requests.
 usage: scripts/serve-soak.py [--minutes M] [--rocmforge build/rocmforge] [--model FILE] [--seed S]
                              [--warmup S] [-- extra serve options]
 Exit 0 = every assertion held."""
@@ -65,7 +68,8 @@ def problem(msg):
 class Server:
     def __init__(self):
         self.log = open(f"/tmp/rf-soak-{os.getpid()}.log", "w+")
-        cmd = [A.rocmforge, "serve", "-m", A.model, "--device", "cpu", "--port", "0", *A.extra]
+        cmd = [A.rocmforge, "serve", "-m", A.model, "--device", "cpu", "--port", "0", "-c", "256", "--parallel", "4",
+               "--kv-blocks", "64", *A.extra]
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         t0 = time.time()
         self.port = None
@@ -326,6 +330,23 @@ def pct(v, q):
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
 
 
+def fill_pool(port):
+    """4 sequences of 240 positions at once: every block of the 64-block pool is written once."""
+    def one(i):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        c.request("POST", "/v1/completions", json.dumps({"prompt": f"{i}", "max_tokens": 238, "ignore_eos": True,
+                                                          "temperature": 0}), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        count("fill", r.status)
+        c.close()
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 def run_phase(port, seconds, seed):
     stop.clear()
     plan = [(normal, 4, (0, 0.2)), (slow, 2, (0, 1)), (idle_flood, 1, (2, 10)), (oversized, 1, (1, 5)),
@@ -359,6 +380,7 @@ def quiet(srv, seconds=30):
 def main():
     srv = Server()
     print(f"serve-soak: server pid {srv.p.pid} port {srv.port}; warm-up {A.warmup:.0f} s, soak {A.minutes:g} min", flush=True)
+    fill_pool(srv.port)
     run_phase(srv.port, A.warmup, A.seed)
     time.sleep(12)  # past --read-timeout: the warm-up's slow and idle sockets are gone
     quiet(srv)

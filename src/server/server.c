@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -117,6 +118,22 @@ void rf_server_config_defaults(rf_server_config *c) {
     c->max_conns = 1000;
     c->max_conns_per_ip = 512;
     c->max_buffered = (int64_t)256 << 20;
+}
+
+/* Every connection is a descriptor (a lingering one briefly two): the soft limit (often 1024)
+ * is raised towards --max-conns + the reserve + room for files, within the hard limit. */
+static void raise_fd_limit(const rf_server_config *cfg) {
+    struct rlimit rl;
+    rlim_t need = (rlim_t)(cfg->max_conns > 0 ? cfg->max_conns : 1) + SRV_CONN_RESERVE + 256;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= need) return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    if (want > rl.rlim_cur) {
+        rl.rlim_cur = want;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need)
+        fprintf(stderr, "serve: warning: the open-file limit (%llu) is below --max-conns + %d; lower --max-conns or "
+                        "raise it (ulimit -n)\n", (unsigned long long)rl.rlim_cur, SRV_CONN_RESERVE + 256);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -235,6 +252,7 @@ int rf_server_main(const rf_server_config *cfg) {
         fprintf(stderr, "error: cannot resolve --host '%s': %s\n", cfg->host, gai ? gai_strerror(gai) : "no address");
         goto out_mask;
     }
+    raise_fd_limit(cfg);
     s->guard = srv_guard_new(cfg);
     if (!s->guard) {
         fprintf(stderr, "error: cannot start the connection watchdog\n");

@@ -37,7 +37,8 @@ static enum MHD_Result send_body_x(srv *s, struct MHD_Connection *c, srv_route r
     if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (h1) MHD_add_response_header(resp, h1, v1);
     if (h2) MHD_add_response_header(resp, h2, v2);
-    if (close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* a connection from the reserve (beyond --max-conns) is not kept alive: its slot is for the next probe */
+    if (close || srv_conn_reserve(srv_conn_of(c))) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     srv_policy_add_cors(&s->cfg, c, resp);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);

@@ -365,8 +365,9 @@ def test_cors_and_limits(quick):
                 held.append(connect(b, src))
         time.sleep(0.2)
         t0 = time.time()
-        st, _, _ = request(b, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", src="127.0.0.6", timeout=2)
+        st, hd, _ = request(b, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", src="127.0.0.6", timeout=2)
         check(st == 200 and time.time() - t0 < 1.5, f"/health with the pool full: {st} in {time.time() - t0:.2f} s")
+        check(hd.get("connection") == "close", f"a reserve connection is kept alive: {hd}")
         st, hd, data = request(b, post("/v1/chat/completions", CHAT), src="127.0.0.7", timeout=2)
         check(st == 503 and hd.get("retry-after") and error_code(data) == "too_many_connections",
               f"chat with the pool full: {st} {hd} {data[:200]!r}")
