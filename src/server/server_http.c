@@ -494,9 +494,9 @@ static enum MHD_Result check_headers(srv *s, struct MHD_Connection *c, conn_ctx 
                  missing ? "Missing API key: send it as 'Authorization: Bearer <key>'" : "Incorrect API key provided");
     } else if ((route == SRV_ROUTE_CHAT || route == SRV_ROUTE_COMPLETIONS) && !srv_policy_json_type(c)) {
         /* a browser sends text/plain and form types cross-site without a preflight; JSON needs one */
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         srv_fail(&cc->refused, 415, "invalid_request_error", "unsupported_media_type", NULL,
-                 "Content-Type must be application/json (got '%.80s')",
-                 MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE) ?: "none");
+                 "Content-Type must be application/json (got '%.80s')", ct ? ct : "none");
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
