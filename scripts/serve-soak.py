@@ -90,10 +90,17 @@ class Server:
             time.sleep(0.1)
         sys.exit("server not ready")
 
-    def rss_fds(self):
+    def rss_fds(self, samples=1):
+        """RSS and open fds; with samples > 1 the least fd count over samples 0.5 s apart (a
+        connection the last probe just closed may still be open for a moment)."""
+        fds = []
+        for i in range(samples):
+            if i:
+                time.sleep(0.5)
+            fds.append(len(os.listdir(f"/proc/{self.p.pid}/fd")))
         with open(f"/proc/{self.p.pid}/status") as f:
             rss = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) * 1024
-        return rss, len(os.listdir(f"/proc/{self.p.pid}/fd"))
+        return rss, min(fds)
 
 
 def get(port, path, timeout=10):
@@ -384,7 +391,7 @@ def main():
     run_phase(srv.port, A.warmup, A.seed)
     time.sleep(12)  # past --read-timeout: the warm-up's slow and idle sockets are gone
     quiet(srv)
-    rss0, fd0 = srv.rss_fds()
+    rss0, fd0 = srv.rss_fds(samples=6)
     print(f"serve-soak: baseline RSS {rss0 / 2**20:.1f} MiB, {fd0} fds", flush=True)
     with stats_lock:
         stats.clear()
@@ -396,7 +403,7 @@ def main():
     time.sleep(12)
     quiet(srv)
     alive = srv.p.poll() is None
-    rss1, fd1 = srv.rss_fds() if alive else (0, 0)
+    rss1, fd1 = srv.rss_fds(samples=6) if alive else (0, 0)
     m = metrics(srv.port) if alive else {}
     used, free = m.get("rocmforge_kv_blocks_used", -1), m.get("rocmforge_kv_blocks_free", -1)
     cached, total = m.get("rocmforge_kv_blocks_cached", -1), m.get("rocmforge_kv_blocks_total", -2)
