@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cmd_run_opts.h"
 #include "server/server.h"
 
@@ -32,18 +33,95 @@ static const char k_serve_usage[] =
     "  --http-threads N        HTTP worker threads (default 4)\n"
     "  --max-body BYTES        request body limit, 413 above (default 8388608)\n"
     "  --sse-ping S            SSE comment ping after S seconds without output (default 15; 0 = never)\n"
-    "  --timeout S             idle connection timeout in seconds (default 300; 0 = none)\n"
+    "  --timeout S             idle keep-alive connection timeout in seconds (default 300; 0 = none)\n"
+    "  --read-timeout S        a request line + headers, and each gap in a body, within S seconds, else the\n"
+    "                          connection is closed (default 10; 0 = none)\n"
+    "  --max-conns N           open connections (default 1000; 16 more answer /health only)\n"
+    "  --max-conns-per-ip N    open connections from one client address (default 512; 0 = no cap)\n"
+    "  --max-buffered BYTES    request bytes buffered across connections, 503 above (default 268435456)\n"
+    "  --allowed-host H[,H..]  without --api-key, Host names accepted besides loopback names, IP addresses\n"
+    "                          and --host (repeatable; '*' = any)\n"
+    "  --allowed-origin O[,O..] without --api-key, Origins (scheme://host[:port]) accepted besides loopback\n"
+    "                          and same-origin pages (repeatable)\n"
+    "  --cors-origin O[,O..]   answer CORS preflights and add Access-Control-Allow-Origin for these Origins\n"
+    "                          ('*' = any; default: no CORS)\n"
     "  --no-webui              no chat page at / (docs/webui.md)\n"
     "  --deterministic         batch-invariant kernels: a request's tokens do not depend on the others\n"
     "  -v, --verbose           one line per request on stderr\n"
     "Ctrl-C or SIGTERM stops: running requests are cancelled (streams end with an error event), then it exits.\n";
 
+/* The options only `serve` has (docs/server.md, "Security"); taken out of argv before the shared
+ * parser sees the rest. A list option given twice keeps both lists (joined with a comma). */
+typedef struct serve_opts {
+    long long read_timeout, max_conns, max_conns_per_ip, max_buffered;
+    char *lists[3]; /* allowed hosts, allowed origins, CORS origins */
+} serve_opts;
+
+static int take_serve_opts(int *argc, char **argv, serve_opts *so) {
+    static const char *const list_names[3] = {"--allowed-host", "--allowed-origin", "--cors-origin"};
+    static const struct { const char *name; long long lo, hi; } nums[4] = {
+        {"--read-timeout", 0, 86400}, {"--max-conns", 1, 1000000}, {"--max-conns-per-ip", 0, 1000000},
+        {"--max-buffered", 1024, 1LL << 40}};
+    long long *num_out[4] = {&so->read_timeout, &so->max_conns, &so->max_conns_per_ip, &so->max_buffered};
+    int w = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        int k = -1, l = -1;
+        for (int j = 0; j < 4; j++)
+            if (!strcmp(a, nums[j].name)) k = j;
+        for (int j = 0; j < 3; j++)
+            if (!strcmp(a, list_names[j])) l = j;
+        if (k < 0 && l < 0) {
+            argv[w++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= *argc) return rf_cli_fail(2, "option %s needs a value", a);
+        const char *v = argv[++i];
+        if (k >= 0) {
+            if (!rf_cli_parse_i64(v, nums[k].lo, nums[k].hi, num_out[k]))
+                return rf_cli_fail(2, "option %s: '%s' must be an integer in [%lld, %lld]", a, v, nums[k].lo, nums[k].hi);
+            continue;
+        }
+        if (!*v) return rf_cli_fail(2, "option %s: empty value", a);
+        char *old = so->lists[l];
+        size_t n = (old ? strlen(old) + 1 : 0) + strlen(v) + 1;
+        char *j = malloc(n);
+        if (!j) return rf_cli_fail(1, "out of memory");
+        snprintf(j, n, "%s%s%s", old ? old : "", old ? "," : "", v);
+        free(old);
+        so->lists[l] = j;
+    }
+    argv[w] = NULL;
+    *argc = w;
+    return -1;
+}
+
+static int serve_with(rf_server_config *cfg, const rf_run_opts *opts, const serve_opts *so);
+
 int rf_cmd_serve(int argc, char **argv) {
-    rf_run_opts o;
-    int rc = rf_run_parse(argc, argv, RF_OPT_SERVE, &o, k_serve_usage);
-    if (rc >= 0) return rc;
     rf_server_config c;
     rf_server_config_defaults(&c);
+    serve_opts so = {c.read_timeout_s, c.max_conns, c.max_conns_per_ip, c.max_buffered, {NULL, NULL, NULL}};
+    int rc = take_serve_opts(&argc, argv, &so);
+    if (rc < 0) {
+        rf_run_opts o;
+        rc = rf_run_parse(argc, argv, RF_OPT_SERVE, &o, k_serve_usage);
+        if (rc < 0) rc = serve_with(&c, &o, &so);
+    }
+    for (int i = 0; i < 3; i++) free(so.lists[i]);
+    return rc;
+}
+
+static int serve_with(rf_server_config *cfg, const rf_run_opts *opts, const serve_opts *so) {
+    rf_server_config c = *cfg;
+    const rf_run_opts o = *opts;
+    c.read_timeout_s = (int32_t)so->read_timeout;
+    c.max_conns = (int32_t)so->max_conns;
+    c.max_conns_per_ip = (int32_t)so->max_conns_per_ip;
+    c.max_buffered = so->max_buffered;
+    c.allowed_hosts = so->lists[0];
+    c.allowed_origins = so->lists[1];
+    c.cors_origin = so->lists[2];
     c.model_path = o.model;
     c.host = o.host;
     c.port = o.port;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -114,6 +115,26 @@ void rf_server_config_defaults(rf_server_config *c) {
     c->http_threads = 4;
     c->ping_s = 15;
     c->timeout_s = 300;
+    c->read_timeout_s = 10;
+    c->max_conns = 1000;
+    c->max_conns_per_ip = 512;
+    c->max_buffered = (int64_t)256 << 20;
+}
+
+/* Every connection is a descriptor (a lingering one briefly two): the soft limit (often 1024)
+ * is raised towards --max-conns + the reserve + room for files, within the hard limit. */
+static void raise_fd_limit(const rf_server_config *cfg) {
+    struct rlimit rl;
+    rlim_t need = (rlim_t)(cfg->max_conns > 0 ? cfg->max_conns : 1) + SRV_CONN_RESERVE + 256;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= need) return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    if (want > rl.rlim_cur) {
+        rl.rlim_cur = want;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need)
+        fprintf(stderr, "serve: warning: the open-file limit (%llu) is below --max-conns + %d; lower --max-conns or "
+                        "raise it (ulimit -n)\n", (unsigned long long)rl.rlim_cur, SRV_CONN_RESERVE + 256);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -232,13 +253,23 @@ int rf_server_main(const rf_server_config *cfg) {
         fprintf(stderr, "error: cannot resolve --host '%s': %s\n", cfg->host, gai ? gai_strerror(gai) : "no address");
         goto out_mask;
     }
+    raise_fd_limit(cfg);
+    s->guard = srv_guard_new(cfg);
+    if (!s->guard) {
+        fprintf(stderr, "error: cannot start the connection watchdog\n");
+        freeaddrinfo(ai);
+        goto out_mask;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, srv_on_access, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_conns > 0 ? cfg->max_conns : 1) + SRV_CONN_RESERVE,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(cfg->max_conns_per_ip > 0 ? cfg->max_conns_per_ip : 0),
+                            MHD_OPTION_NOTIFY_CONNECTION, srv_guard_on_connection, s->guard,
+                            MHD_OPTION_URI_LOG_CALLBACK, srv_guard_on_uri, s->guard,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : 0),
                             MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, s,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
@@ -317,10 +348,13 @@ out_stop:
     resume_all(s);
     MHD_stop_daemon(s->d);
     s->d = NULL;
+    srv_guard_free(s->guard);
+    s->guard = NULL;
     if (s->eng) rf_engine_free(s->eng);
     rf_model_free(s->model);
     if (rc == 0) fprintf(stderr, "serve: stopped\n");
 out_mask:
+    srv_guard_free(s->guard);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 out_free:
     srv_metrics_destroy(&s->m);

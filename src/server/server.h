@@ -28,7 +28,14 @@ typedef struct rf_server_config {
     int64_t max_body;        /* request body limit in bytes (413 above) */
     int32_t http_threads;    /* libmicrohttpd worker threads */
     double ping_s;           /* SSE comment ping after this many seconds without output (0 = never) */
-    int32_t timeout_s;       /* idle connection timeout */
+    int32_t timeout_s;       /* idle (keep-alive) connection timeout */
+    int32_t read_timeout_s;  /* a request's line + headers, or each gap in its body, within this (0 = none) */
+    int32_t max_conns;       /* open connections (16 more are accepted for /health only) */
+    int32_t max_conns_per_ip;/* open connections from one client address (0 = no cap) */
+    int64_t max_buffered;    /* request body bytes buffered across connections (503 above) */
+    const char *allowed_hosts;   /* comma-separated Host names accepted without a key ("*" = any) */
+    const char *allowed_origins; /* comma-separated Origins accepted without a key */
+    const char *cors_origin;     /* comma-separated Origins given CORS headers ("*" = any); NULL = off */
     bool verbose;            /* one line per request on stderr, libmicrohttpd's messages */
     bool no_webui;           /* no chat page at / and /ui/ (404), docs/webui.md */
     bool deterministic;      /* --deterministic: batch-invariant kernels (rf_model_set_deterministic) */

@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "server_int.h"
+#include "server_policy.h"
 #include "webui.h"
 
 /* Compares a client's key with ours in time that depends only on our key's length. */
@@ -27,14 +28,18 @@ static void log_request(srv *s, struct MHD_Connection *c, srv_route route, int s
     (void)c;
 }
 
-static enum MHD_Result send_body(srv *s, struct MHD_Connection *c, srv_route route, int status, const char *ctype,
-                                 const char *body, size_t len, const char *h1, const char *v1, const char *h2,
-                                 const char *v2) {
+/* close: the connection ends after this answer (it went out before the body was read). */
+static enum MHD_Result send_body_x(srv *s, struct MHD_Connection *c, srv_route route, int status, const char *ctype,
+                                   const char *body, size_t len, const char *h1, const char *v1, const char *h2,
+                                   const char *v2, bool close) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (h1) MHD_add_response_header(resp, h1, v1);
     if (h2) MHD_add_response_header(resp, h2, v2);
+    /* a connection from the reserve (beyond --max-conns) is not kept alive: its slot is for the next probe */
+    if (close || srv_conn_reserve(srv_conn_of(c))) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    srv_policy_add_cors(&s->cfg, c, resp);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     log_request(s, c, route, status);
@@ -51,6 +56,12 @@ static enum MHD_Result send_body(srv *s, struct MHD_Connection *c, srv_route rou
     return ret;
 }
 
+static enum MHD_Result send_body(srv *s, struct MHD_Connection *c, srv_route route, int status, const char *ctype,
+                                 const char *body, size_t len, const char *h1, const char *v1, const char *h2,
+                                 const char *v2) {
+    return send_body_x(s, c, route, status, ctype, body, len, h1, v1, h2, v2, false);
+}
+
 static enum MHD_Result send_json(srv *s, struct MHD_Connection *c, srv_route route, int status, json_t *j) {
     char *b = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
@@ -60,15 +71,19 @@ static enum MHD_Result send_json(srv *s, struct MHD_Connection *c, srv_route rou
     return ret;
 }
 
-static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, srv_route route, const srv_error *e) {
+static enum MHD_Result send_error_x(srv *s, struct MHD_Connection *c, srv_route route, const srv_error *e, bool close) {
     char *b = srv_error_json(e);
     if (!b) return MHD_NO;
     const char *h1 = NULL, *v1 = NULL;
     if (e->status == 503) h1 = MHD_HTTP_HEADER_RETRY_AFTER, v1 = "1";
     if (e->status == 401) h1 = MHD_HTTP_HEADER_WWW_AUTHENTICATE, v1 = "Bearer";
-    enum MHD_Result ret = send_body(s, c, route, e->status, "application/json", b, strlen(b), h1, v1, NULL, NULL);
+    enum MHD_Result ret = send_body_x(s, c, route, e->status, "application/json", b, strlen(b), h1, v1, NULL, NULL, close);
     free(b);
     return ret;
+}
+
+static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, srv_route route, const srv_error *e) {
+    return send_error_x(s, c, route, e, false);
 }
 
 static enum MHD_Result fail(srv *s, struct MHD_Connection *c, srv_route route, int status, const char *type,
@@ -166,7 +181,17 @@ typedef struct conn_ctx {
     uint64_t dropped;  /* body bytes of a refused request read and dropped */
     const char *allow; /* the Allow header of a 405 */
     bool webui;        /* the chat page (webui.c): answered once the body is read */
+    bool preflight;    /* a CORS preflight from a --cors-origin: 204 once the body is read */
+    srv_conn *conn;    /* the connection guard's record (server_conn.c); may be NULL */
+    int64_t reserved;  /* body bytes counted against --max-buffered */
 } conn_ctx;
+
+/* The body is parsed or dropped: its memory and its share of --max-buffered go back. */
+static void body_release(srv *s, conn_ctx *cc) {
+    srv_buf_free(&cc->body);
+    srv_guard_release(s->guard, cc->reserved);
+    cc->reserved = 0;
+}
 
 static bool model_matches(srv *s, const char *name) {
     if (!strcmp(name, s->alias) || !strcmp(name, s->cfg.model_path) || !strcmp(name, s->file_base)) return true;
@@ -201,8 +226,9 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
     srv_route route = cc->route;
     srv_params p;
     srv_error e;
-    if (srv_parse_request(route, cc->body.p, cc->body.len, &p, &e)) return send_error(s, c, route, &e);
-    srv_buf_free(&cc->body);
+    int parsed = srv_parse_request(route, cc->body.p, cc->body.len, &p, &e);
+    body_release(s, cc);
+    if (parsed) return send_error(s, c, route, &e);
     if (p.model && !model_matches(s, p.model)) {
         enum MHD_Result ret = fail(s, c, route, 404, "not_found_error", "model_not_found", "model",
                                    "The model '%.200s' does not exist; this server serves '%.200s'", p.model, s->alias);
@@ -288,6 +314,7 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        srv_policy_add_cors(&s->cfg, c, resp);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         log_request(s, c, route, 200);
@@ -397,42 +424,155 @@ static enum MHD_Result answer_webui(srv *s, struct MHD_Connection *c, conn_ctx *
     return ret;
 }
 
+/* An answer given at once, before the body is read: the connection closes after it, and the
+ * guard drains what the client still sends so that it can read the answer (lingering close). */
+static enum MHD_Result answer_now(srv *s, struct MHD_Connection *c, conn_ctx *cc, const srv_error *e) {
+    cc->responded = true;
+    srv_conn_set_state(cc->conn, SRV_CONN_BUSY);
+    srv_conn_set_linger(cc->conn);
+    return send_error_x(s, c, cc->route, e, true);
+}
+
+/* A CORS preflight from a --cors-origin: 204 with what the browser asked to send. */
+static enum MHD_Result answer_preflight(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
+    cc->responded = true;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", srv_policy_cors_origin(&s->cfg, c));
+    MHD_add_response_header(resp, "Vary", "Origin, Access-Control-Request-Method, Access-Control-Request-Headers");
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    bool plain = h && strlen(h) <= 1024;
+    for (const char *p = h; plain && *p; p++) /* header names, commas and spaces only */
+        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("-_, ", *p);
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", plain ? h : "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+    MHD_destroy_response(resp);
+    log_request(s, c, cc->route, 204);
+    return ret;
+}
+
+/* The headers are in: framing, connection reserve, Host / Origin, route, method, key, content
+ * type and size are checked now. A framing error, a body over --max-body or --max-buffered and a
+ * connection from the reserve are answered at once (and the connection closes); the other
+ * refusals wait for the body (read and dropped), so the connection can stay open. */
+static enum MHD_Result check_headers(srv *s, struct MHD_Connection *c, conn_ctx *cc, const char *url, const char *method) {
+    srv_route route = cc->route;
+    srv_error e;
+    if (!srv_policy_framing(c, &e)) return answer_now(s, c, cc, &e);
+    if (srv_conn_reserve(cc->conn) && route != SRV_ROUTE_HEALTH) {
+        srv_fail(&e, 503, "unavailable_error", "too_many_connections", NULL,
+                 "the server has %d connections open (--max-conns); retry later", s->cfg.max_conns);
+        return answer_now(s, c, cc, &e);
+    }
+    bool keyless = !s->cfg.api_key, missing;
+    bool options = !strcmp(method, MHD_HTTP_METHOD_OPTIONS) &&
+                   MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
+    if (keyless && route != SRV_ROUTE_HEALTH && !srv_policy_host_ok(&s->cfg, c)) {
+        srv_fail(&cc->refused, 403, "invalid_request_error", "host_not_allowed", NULL,
+                 "Host '%.100s' is not this server's (without --api-key only loopback names, IP addresses, --host "
+                 "and --allowed-host are accepted)", MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST));
+    } else if (options && route != SRV_ROUTE_NONE) {
+        if (srv_policy_cors_origin(&s->cfg, c)) cc->preflight = true;
+        else
+            srv_fail(&cc->refused, 403, "invalid_request_error", "origin_not_allowed", NULL,
+                     "cross-origin requests from this origin are not allowed (see --cors-origin)");
+    } else if (keyless && route != SRV_ROUTE_HEALTH && !srv_policy_origin_ok(&s->cfg, c)) {
+        srv_fail(&cc->refused, 403, "invalid_request_error", "origin_not_allowed", NULL,
+                 "Origin '%.100s' may not call this server (without --api-key: same-origin, loopback, --allowed-origin "
+                 "or --cors-origin only)", MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"));
+    } else if (route == SRV_ROUTE_NONE && !s->cfg.no_webui && rf_webui_owns(url)) {
+        cc->webui = true;
+    } else if (route == SRV_ROUTE_NONE) {
+        srv_fail(&cc->refused, 404, "not_found_error", NULL, NULL, "no route %.20s %.200s (see docs/server.md)", method, url);
+    } else if (!srv_route_allows(route, method, &cc->allow)) {
+        srv_fail(&cc->refused, 405, "invalid_request_error", "method_not_allowed", NULL,
+                 "method %.20s is not allowed on %.200s (allowed: %s)", method, url, cc->allow);
+    } else if (route != SRV_ROUTE_HEALTH && route != SRV_ROUTE_MODELS && !auth_ok(s, c, &missing)) {
+        srv_fail(&cc->refused, 401, "authentication_error", "invalid_api_key", NULL, "%s",
+                 missing ? "Missing API key: send it as 'Authorization: Bearer <key>'" : "Incorrect API key provided");
+    } else if ((route == SRV_ROUTE_CHAT || route == SRV_ROUTE_COMPLETIONS) && !srv_policy_json_type(c)) {
+        /* a browser sends text/plain and form types cross-site without a preflight; JSON needs one */
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        srv_fail(&cc->refused, 415, "invalid_request_error", "unsupported_media_type", NULL,
+                 "Content-Type must be application/json (got '%.80s')", ct ? ct : "none");
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(cl, &end, 10);
+        if (errno || end == cl || v > (unsigned long long)s->cfg.max_body) {
+            srv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                     "the request body (%.40s bytes) is over the limit of %lld bytes", cl, (long long)s->cfg.max_body);
+            return answer_now(s, c, cc, &e);
+        }
+        if (!cc->refused.status && !cc->preflight && v > 0) {
+            if (!srv_guard_reserve(s->guard, (int64_t)v)) {
+                srv_fail(&e, 503, "unavailable_error", "server_busy", NULL,
+                         "request bodies being read hold the buffer limit (--max-buffered %lld bytes); retry later",
+                         (long long)s->cfg.max_buffered);
+                return answer_now(s, c, cc, &e);
+            }
+            cc->reserved = (int64_t)v;
+        }
+    }
+    return MHD_YES;
+}
+
+/* A piece of the body: kept (counted against --max-body and --max-buffered) or, for a refused
+ * request, dropped. libmicrohttpd cannot queue an answer while a body is still arriving: a
+ * refused body is answered at its end; a client that keeps sending far past the limit is cut
+ * off (no answer: it would never read one). */
+static enum MHD_Result take_upload(srv *s, conn_ctx *cc, const char *upload, size_t *upload_size) {
+    srv_conn_touch(cc->conn);
+    if (cc->refused.status || cc->preflight) {
+        cc->dropped += *upload_size;
+        *upload_size = 0;
+        uint64_t cap = (uint64_t)s->cfg.max_body * 4 > (64u << 20) ? (uint64_t)s->cfg.max_body * 4 : (64u << 20);
+        return cc->dropped > cap ? MHD_NO : MHD_YES;
+    }
+    size_t n = *upload_size;
+    *upload_size = 0;
+    if (cc->body.len + n > (size_t)s->cfg.max_body) {
+        body_release(s, cc);
+        srv_fail(&cc->refused, 413, "invalid_request_error", "request_too_large", NULL,
+                 "the request body is over the limit of %lld bytes", (long long)s->cfg.max_body);
+        return MHD_YES;
+    }
+    int64_t need = (int64_t)(cc->body.len + n) - cc->reserved;
+    if (need > 0) { /* a body without Content-Length grows its share as it comes */
+        if (!srv_guard_reserve(s->guard, need)) {
+            body_release(s, cc);
+            srv_fail(&cc->refused, 503, "unavailable_error", "server_busy", NULL,
+                     "request bodies being read hold the buffer limit (--max-buffered %lld bytes); retry later",
+                     (long long)s->cfg.max_buffered);
+            return MHD_YES;
+        }
+        cc->reserved += need;
+    }
+    srv_buf_add(&cc->body, upload, n);
+    if (cc->body.oom) {
+        body_release(s, cc);
+        srv_fail(&cc->refused, 503, "server_error", NULL, NULL, "out of memory while reading the request");
+    }
+    return MHD_YES;
+}
+
 enum MHD_Result srv_on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
     conn_ctx *cc = *con_cls;
     (void)version;
     if (!cc) {
-        /* the headers are in: route, method and key are checked now, the answer waits for the
-         * body (read and dropped when refused); only a body over the limit is answered at once */
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
-        srv_route route = cc->route = srv_route_of(url);
-        bool missing;
-        if (route == SRV_ROUTE_NONE && !s->cfg.no_webui && rf_webui_owns(url)) {
-            cc->webui = true;
-        } else if (route == SRV_ROUTE_NONE) {
-            srv_fail(&cc->refused, 404, "not_found_error", NULL, NULL, "no route %.20s %.200s (see docs/server.md)", method, url);
-        } else if (!srv_route_allows(route, method, &cc->allow)) {
-            srv_fail(&cc->refused, 405, "invalid_request_error", "method_not_allowed", NULL,
-                     "method %.20s is not allowed on %.200s (allowed: %s)", method, url, cc->allow);
-        } else if (route != SRV_ROUTE_HEALTH && route != SRV_ROUTE_MODELS && !auth_ok(s, c, &missing)) {
-            srv_fail(&cc->refused, 401, "authentication_error", "invalid_api_key", NULL, "%s",
-                     missing ? "Missing API key: send it as 'Authorization: Bearer <key>'" : "Incorrect API key provided");
-        }
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl) {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(cl, &end, 10);
-            if (errno || end == cl || v > (unsigned long long)s->cfg.max_body) {
-                cc->responded = true;
-                return fail(s, c, route, 413, "invalid_request_error", "request_too_large", NULL,
-                            "the request body (%.40s bytes) is over the limit of %lld bytes", cl, (long long)s->cfg.max_body);
-            }
-        }
-        return MHD_YES;
+        cc->route = srv_route_of(url);
+        cc->conn = srv_conn_of(c);
+        srv_conn_set_state(cc->conn, SRV_CONN_BODY);
+        return check_headers(s, c, cc, url, method);
     }
     if (cc->req && !cc->responded) return finish_request(s, c, cc);
     if (cc->responded) {
@@ -440,36 +580,17 @@ enum MHD_Result srv_on_access(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     if (cc->webui && !cc->refused.status) { /* the chat page; it takes no body */
-        if (!*upload_size) return answer_webui(s, c, cc, url, method);
+        if (!*upload_size) {
+            srv_conn_set_state(cc->conn, SRV_CONN_BUSY);
+            return answer_webui(s, c, cc, url, method);
+        }
         cc->allow = "GET, HEAD"; /* refused like any request: its body is dropped below */
         srv_fail(&cc->refused, 405, "invalid_request_error", "method_not_allowed", NULL,
                  "the web UI (%.200s) answers GET and HEAD, without a body", url);
     }
-    if (*upload_size) {
-        /* libmicrohttpd cannot queue an answer while a body is still arriving: a refused body
-         * is read and dropped, and answered at its end; a client that keeps sending far past
-         * the limit is cut off (no answer: it would never read one) */
-        if (cc->refused.status) {
-            cc->dropped += *upload_size;
-            *upload_size = 0;
-            uint64_t cap = (uint64_t)s->cfg.max_body * 4 > (64u << 20) ? (uint64_t)s->cfg.max_body * 4 : (64u << 20);
-            return cc->dropped > cap ? MHD_NO : MHD_YES;
-        }
-        if (cc->body.len + *upload_size > (size_t)s->cfg.max_body) {
-            *upload_size = 0;
-            srv_buf_free(&cc->body);
-            srv_fail(&cc->refused, 413, "invalid_request_error", "request_too_large", NULL,
-                     "the request body is over the limit of %lld bytes", (long long)s->cfg.max_body);
-            return MHD_YES;
-        }
-        srv_buf_add(&cc->body, upload, *upload_size);
-        *upload_size = 0;
-        if (cc->body.oom) {
-            srv_buf_free(&cc->body);
-            srv_fail(&cc->refused, 503, "server_error", NULL, NULL, "out of memory while reading the request");
-        }
-        return MHD_YES;
-    }
+    if (*upload_size) return take_upload(s, cc, upload, upload_size);
+    srv_conn_set_state(cc->conn, SRV_CONN_BUSY);
+    if (cc->preflight) return answer_preflight(s, c, cc);
     if (cc->refused.status) return answer_refused(s, c, cc);
     return answer(s, c, cc);
 }
@@ -477,7 +598,7 @@ enum MHD_Result srv_on_access(void *cls, struct MHD_Connection *c, const char *u
 void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     srv *s = cls;
     conn_ctx *cc = *con_cls;
-    (void)c;
+    srv_conn_set_state(srv_conn_of(c), SRV_CONN_IDLE); /* kept alive, or about to close */
     if (!cc) return;
     *con_cls = NULL;
     srv_req *r = cc->req;
@@ -502,7 +623,7 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         }
         srv_req_unref(r);
     }
-    srv_buf_free(&cc->body);
+    body_release(s, cc);
     free(cc);
 }
 

@@ -40,6 +40,7 @@
 #include "metrics.h"
 #include "oai.h"
 #include "server.h"
+#include "server_conn.h"
 
 #define SRV_TICK_MS 50
 
@@ -122,6 +123,7 @@ struct srv {
     char *alias;
     char *file_base;     /* the model file's name */
     struct MHD_Daemon *d;
+    srv_guard *guard;    /* server_conn.c: connection states, read timeouts, buffered bytes, lingering */
     rf_model *model;
     rf_engine *eng;
     const rf_vocab *vocab;

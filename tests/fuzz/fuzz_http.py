@@ -149,9 +149,12 @@ def make_request(rng):
         hdr.append("Authorization: Bearer " + KEY[:-1])
     elif r < 0.9:
         hdr.append("Authorization: " + rng.choice(["Basic eDp5", "Bearer", "Bearer  " + KEY + "  ", "bearer " + KEY, "x" * 500]))
-    if rng.random() < 0.7:
-        hdr.append("Content-Type: " + rng.choice(["application/json", "text/plain", "multipart/form-data; boundary=x",
-                                                    "application/x-www-form-urlencoded", "application/json; charset=latin1"]))
+    r = rng.random()
+    if r < 0.75:  # the API refuses other types (415) before parsing: mostly JSON, so bodies reach the parser
+        hdr.append("Content-Type: " + rng.choice(["application/json", "application/json; charset=latin1"]))
+    elif r < 0.9:
+        hdr.append("Content-Type: " + rng.choice(["text/plain", "multipart/form-data; boundary=x",
+                                                    "application/x-www-form-urlencoded", "application/jsonx"]))
     chunked = rng.random() < 0.1
     r = rng.random()
     if chunked:
