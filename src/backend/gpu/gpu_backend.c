@@ -723,3 +723,5 @@ const char *rf_backend_gpu_name(rf_backend *be) {
     snprintf(name, sizeof name, "%s", info.name);
     return name;
 }
+
+rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be) { return G(be)->ctx; }
