@@ -28,6 +28,7 @@ static const char k_serve_usage[] =
     "  --kv-type T             KV cache type: f16 (default), f32, q8_0\n"
     "  --no-prefix-cache       do not reuse the KV blocks of shared prompt prefixes\n"
     "  --device D              auto (default), cpu, gpu or gpu:N\n"
+    "  --tp N                  split each layer over N GPUs (tensor parallelism; docs/tp.md)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  --http-threads N        HTTP worker threads (default 4)\n"
     "  --max-body BYTES        request body limit, 413 above (default 8388608)\n"
@@ -54,6 +55,7 @@ int rf_cmd_serve(int argc, char **argv) {
     }
     c.device = o.device;
     c.device_index = o.device_index;
+    c.tp = o.tp;
     c.n_threads = o.n_threads;
     c.n_ctx = o.n_ctx;
     c.n_parallel = o.n_parallel;

@@ -23,11 +23,12 @@ rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_
     *total_bytes = 0;
     for (int s = 0; s < n; s++) {
         size_t fr = 0, tot = 0;
-        rf_status st = rf_backend_gpu_mem(rf_model_be(m, s), &fr, &tot);
+        rf_status st = rf_model_use(m, s); /* the runtime reads the current device's */
+        if (!st) st = rf_backend_gpu_mem(rf_model_be(m, s), &fr, &tot);
         if (st) return st;
         if (fr < *free_bytes) *free_bytes = fr, *total_bytes = tot;
     }
-    return RF_OK;
+    return rf_model_use(m, 0);
 }
 
 /* Bytes of weights shard s's GPU will hold: a 1/tp share of every layer matrix (K and V: the
@@ -55,7 +56,8 @@ static rf_status check_memory(rf_model *m, int tp) {
     const int64_t HKV = m->hp.n_head_kv, hkv_s = HKV % tp == 0 ? HKV / tp : 1;
     for (int s = 0; s < tp; s++) {
         size_t fr = 0, tot = 0;
-        rf_status st = rf_backend_gpu_mem(m->tp_be[s], &fr, &tot);
+        rf_status st = rf_backend_gpu_use(m->tp_be[s]); /* the runtime reads the current device's */
+        if (!st) st = rf_backend_gpu_mem(m->tp_be[s], &fr, &tot);
         if (st) return st;
         const uint64_t need = shard_bytes(m, s, tp, hkv_s);
         const uint64_t reserve = need / 20 > (256u << 20) ? need / 20 : (256u << 20);
