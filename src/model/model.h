@@ -138,6 +138,15 @@ struct rf_model_params;
 rf_status rf_tp_open(rf_model *m, int32_t tp, int first);
 /* RF_TP_ONE_DEVICE=1: every shard on the one GPU (a test mode, model_tp.c). */
 bool rf_tp_one_device(void);
+/* RF_TP_CPU_RANKS=1 with --device cpu (a test mode, model_tp.c): the several-GPU code path with a
+ * CPU backend per rank and an in-process collective, so the CPU suite checks the per-rank
+ * buffers, KV pools and reduces the GPUs use. rf_tp_open_cpu opens the ranks. */
+bool rf_tp_cpu_ranks(void);
+rf_status rf_tp_open_cpu(rf_model *m, int32_t tp, int n_threads);
+/* The collectives between ranks without NCCL (CPU ranks): t[0] += t[1] + ... in rank order, then
+ * copied to every t[s]; the broadcast copies t[0]. */
+rf_status rf_tp_host_allreduce(rf_model *m, rf_tensor *const *t, int64_t n);
+rf_status rf_tp_host_broadcast(rf_model *m, rf_tensor *const *t, int64_t n);
 /* Releases the GPUs 1.. of a split and the communicator (m->be stays). */
 void rf_tp_close(rf_model *m);
 /* Shard s's backend (m->be when one backend runs every shard). */

@@ -77,6 +77,42 @@ bool rf_tp_one_device(void) {
     return e && *e && strcmp(e, "0") != 0;
 }
 
+bool rf_tp_cpu_ranks(void) {
+    const char *e = getenv("RF_TP_CPU_RANKS");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+rf_status rf_tp_open_cpu(rf_model *m, int32_t tp, int n_threads) {
+    m->tp_be = calloc((size_t)tp, sizeof *m->tp_be);
+    if (!m->tp_be) return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    m->tp = tp; /* rf_tp_close releases what was opened */
+    for (int s = 0; s < tp; s++) {
+        rf_status st = rf_backend_cpu_new(n_threads, &m->tp_be[s]);
+        if (st) return st;
+        if (s == 0) m->be = m->tp_be[0];
+    }
+    RF_LOGI("--tp %d: CPU ranks (RF_TP_CPU_RANKS: the several-GPU code path on CPU backends, a test mode)", tp);
+    return RF_OK;
+}
+
+/* CPU ranks: the tensors are host memory */
+rf_status rf_tp_host_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) {
+    for (int s = 1; s < m->tp; s++) {
+        rf_status st = m->tp_be[0]->ops->add(m->tp_be[0], t[0], t[0], t[s], n);
+        if (st) return st;
+    }
+    return rf_tp_host_broadcast(m, t, n);
+}
+
+rf_status rf_tp_host_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) {
+    for (int s = 1; s < m->tp; s++) {
+        if (rf_backend_on_device(m->tp_be[s]))
+            return rf_set_error(RF_ERR_UNSUPPORTED, "--tp: GPU ranks need NCCL for their collectives");
+        memcpy(t[s]->data, t[0]->data, (size_t)n * sizeof(float));
+    }
+    return RF_OK;
+}
+
 /* every tensor slot of a layer */
 #define RF_LAYER_TENSORS 19
 static void layer_tensors(rf_layer *L, rf_tensor **t) {

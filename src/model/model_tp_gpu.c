@@ -13,7 +13,7 @@
 #ifdef RF_HAVE_GPU
 
 rf_status rf_model_use(const rf_model *m, int s) {
-    if (!m->tp_be) return RF_OK;
+    if (!m->tp_be || !rf_backend_on_device(m->tp_be[s])) return RF_OK; /* (CPU ranks: a test mode) */
     return rf_backend_gpu_use(m->tp_be[s]);
 }
 
@@ -23,6 +23,8 @@ rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_
     *total_bytes = 0;
     for (int s = 0; s < n; s++) {
         size_t fr = 0, tot = 0;
+        if (!rf_backend_on_device(rf_model_be(m, s)))
+            return rf_set_error(RF_ERR_UNSUPPORTED, "rf_model_gpu_mem: not on a GPU");
         rf_status st = rf_model_use(m, s); /* the runtime reads the current device's */
         if (!st) st = rf_backend_gpu_mem(rf_model_be(m, s), &fr, &tot);
         if (st) return st;
@@ -106,25 +108,13 @@ rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
     return rf_model_use(m, 0);
 }
 
-void rf_tp_close(rf_model *m) {
-    if (!m->tp_be) return;
-    rf_tp_comm_free(m->tp_comm);
-    m->tp_comm = NULL;
-    for (int s = 1; s < m->tp; s++)
-        if (m->tp_be[s]) {
-            rf_backend_gpu_use(m->tp_be[s]);
-            m->tp_be[s]->ops->destroy(m->tp_be[s]);
-        }
-    if (m->tp_be[0]) rf_backend_gpu_use(m->tp_be[0]);
-    free(m->tp_be);
-    m->tp_be = NULL;
-}
-
 rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) {
+    if (!m->tp_comm) return rf_tp_host_allreduce(m, t, n);
     return rf_tp_comm_allreduce(m->tp_comm, t, (size_t)n);
 }
 
 rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) {
+    if (!m->tp_comm) return rf_tp_host_broadcast(m, t, n);
     return rf_tp_comm_broadcast(m->tp_comm, t, (size_t)n);
 }
 
@@ -143,14 +133,24 @@ rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
     (void)m, (void)first;
     return rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d over GPUs: this build has no GPU backend", tp);
 }
-void rf_tp_close(rf_model *m) { (void)m; }
-rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) {
-    (void)m, (void)t, (void)n;
-    return rf_set_error(RF_ERR_UNSUPPORTED, "this build has no GPU backend");
-}
-rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) {
-    (void)m, (void)t, (void)n;
-    return rf_set_error(RF_ERR_UNSUPPORTED, "this build has no GPU backend");
-}
+rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) { return rf_tp_host_allreduce(m, t, n); }
+rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) { return rf_tp_host_broadcast(m, t, n); }
 
 #endif
+
+void rf_tp_close(rf_model *m) {
+    if (!m->tp_be) return;
+#ifdef RF_HAVE_GPU
+    rf_tp_comm_free(m->tp_comm);
+    m->tp_comm = NULL;
+#endif
+    for (int s = 1; s < m->tp; s++)
+        if (m->tp_be[s]) {
+            rf_model_use(m, s);
+            m->tp_be[s]->ops->destroy(m->tp_be[s]);
+            m->tp_be[s] = NULL;
+        }
+    if (m->tp_be[0]) rf_model_use(m, 0);
+    free(m->tp_be);
+    m->tp_be = NULL;
+}
