@@ -6,9 +6,11 @@
 #   bench/tp.sh --pack [BUILD_DIR]   on the build machine: collect rocmforge, test_gpu_tp and the
 #                                    shared libraries they need into build-tp-carry/ (a carry)
 #   bench/tp.sh [PHASE...]           on the GPU machine; phases in order (default: models bench):
-#     test    test_gpu_tp (the split across real GPUs vs the unsplit forward), log under $OUT
+#     test    test_gpu_tp (the split across real GPUs vs the unsplit forward), log under $OUT; then
+#             `rocmforge run`/`batch` greedy text at --tp 2 (eager, and RF_TP_GRAPHS=1) vs --tp 1
 #     models  write the models of $CASES into $MODELS_DIR with `rocmforge mkmodel` (kept when present)
-#     bench   `rocmforge bench --tp N` for each case and N in $TPS (skipping N above the GPU count)
+#     bench   `rocmforge bench --tp N` for each case and N in $TPS (skipping N above the GPU count);
+#             N > 1 twice: eager (the default) and with RF_TP_GRAPHS=1 (per-GPU decode graphs, opt-in)
 #     table   the table again from the logs under $OUT
 # env: BIN (dir holding rocmforge; default build-tp-carry, else build), OUT (./tp-out), MODELS_DIR
 #      (/tmp/rf-models), CASES ("llama3-8b:q4_0"; add llama2-70b:q4_0 for the 70B shape, ~39 GB
@@ -63,6 +65,27 @@ phase_test() {
     local rc=$?
     grep -E "tp [24] |refused|skipped|PASSED|FAILED|NCCL|memory free|error" "$OUT/test_gpu_tp.log" | head -150
     echo "test_gpu_tp: rc=$rc (0 pass, 77 skip)"
+    [ "$NGPU" -ge 2 ] || return 0
+    # the engine path (device sampler, decode graphs): greedy text at tp 2 vs tp 1
+    local d=${RF_SYNTH_DIR:-/tmp/rf-synth} ok=0 bad=0
+    printf 'Hello world\nThe quick brown fox\nOnce upon a time\nA B C D\nLorem ipsum\n1 2 3 4 5\n' >"$OUT/prompts.txt"
+    for c in tiny:q8_0 tiny-llama2:f32 tiny-gemma3:q8_0; do
+        m="$d/cli-${c%%:*}.${c##*:}.gguf"
+        [ -s "$m" ] || "$BIN/rocmforge" mkmodel --preset "${c%%:*}" --type "${c##*:}" -o "$m" -q
+        for mode in run batch; do
+            if [ $mode = run ]; then args=(run -m "$m" -p "Hello world, this is a test" -n 48 --ignore-eos);
+            else args=(batch -m "$m" -f "$OUT/prompts.txt" -n 32 --ignore-eos -np 6); fi
+            "$BIN/rocmforge" "${args[@]}" --device gpu --tp 1 >"$OUT/cli-$c-$mode-tp1.txt" 2>/dev/null
+            for g in 0 1; do
+                RF_TP_GRAPHS=$g "$BIN/rocmforge" "${args[@]}" --device gpu --tp 2 >"$OUT/cli-$c-$mode-tp2-g$g.txt" \
+                    2>"$OUT/cli-$c-$mode-tp2-g$g.err"
+                if cmp -s "$OUT/cli-$c-$mode-tp1.txt" "$OUT/cli-$c-$mode-tp2-g$g.txt"; then ok=$((ok + 1));
+                else bad=$((bad + 1)); echo "  differs: $c $mode tp 2 RF_TP_GRAPHS=$g (rc of run in .err)";
+                    tail -2 "$OUT/cli-$c-$mode-tp2-g$g.err"; fi
+            done
+        done
+    done
+    echo "cli greedy text, tp 2 vs tp 1 (eager and RF_TP_GRAPHS=1): $ok equal, $bad differ (a difference is a near tie or a bug: see the files)"
 }
 
 phase_models() {
@@ -83,10 +106,15 @@ phase_bench() {
         [ -s "$m" ] || { echo "bench: $m missing (run the models phase)"; continue; }
         for n in $TPS; do
             [ "$n" -le "$NGPU" ] || { echo "bench: $c tp $n skipped ($NGPU GPUs)"; continue; }
-            echo "bench: $c tp $n"
-            "$BIN/rocmforge" bench -m "$m" --device gpu --tp "$n" -p 0 -n "$NGEN" -b "$BATCH" --batch-prompt 32 \
-                -r "$REPS" -o json >"$OUT/tp-$t-tp$n.json" 2>"$OUT/tp-$t-tp$n.err" ||
-                { echo "  failed:"; tail -3 "$OUT/tp-$t-tp$n.err"; }
+            for g in 0 1; do
+                [ "$n" = 1 ] && [ $g = 1 ] && continue
+                local k=$n
+                [ $g = 1 ] && k=${n}g
+                echo "bench: $c tp $n$([ $g = 1 ] && echo ' RF_TP_GRAPHS=1')"
+                RF_TP_GRAPHS=$g "$BIN/rocmforge" bench -m "$m" --device gpu --tp "$n" -p 0 -n "$NGEN" -b "$BATCH" \
+                    --batch-prompt 32 -r "$REPS" -o json >"$OUT/tp-$t-tp$k.json" 2>"$OUT/tp-$t-tp$k.err" ||
+                    { echo "  failed:"; tail -3 "$OUT/tp-$t-tp$k.err"; }
+            done
         done
     done
     phase_table
@@ -108,10 +136,11 @@ print("|---|---:|---:|---:|---:|---:|")
 for c in cases:
     t = c.replace(":", "-")
     base = {}
-    for n in tps:
+    for n in [k for x in tps for k in ([x] if x == "1" else [x, x + "g"])]:
         d = load(f"{out}/tp-{t}-tp{n}.json")
+        label = n[:-1] + " (graphs)" if n.endswith("g") else n + (" (eager)" if n != "1" else "")
         if not d:
-            print(f"| {c} | {n} | - | | - | |")
+            print(f"| {c} | {label} | - | | - | |")
             continue
         b1 = next((x["tok_s"] for x in d["results"] if x["test"].startswith("tg") and x.get("sequences", 1) == 1), None)
         bN = next((x["tok_s"] for x in d["results"] if x.get("sequences") == batch), None)
@@ -120,7 +149,7 @@ for c in cases:
         r1 = f"{b1 / base['b1']:.2f}x" if b1 and base.get("b1") else "-"
         rN = f"{bN / base['bN']:.2f}x" if bN and base.get("bN") else "-"
         f = lambda v: f"{v:.1f}" if v else "-"
-        print(f"| {c} | {n} | {f(b1)} | {r1} | {f(bN)} | {rN} |")
+        print(f"| {c} | {label} | {f(b1)} | {r1} | {f(bN)} | {rN} |")
 PY
 }
 

@@ -237,6 +237,9 @@ int rf_gpu_device_count(void);
  * GPU's work, so each GPU's ops follow rf_backend_gpu_use (its device made current). */
 struct rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be);
 rf_status rf_backend_gpu_use(rf_backend *be);
+/* After a step recorded (graph_begin's RF_GRAPH_CAPTURE) or replayed on a GPU that does not
+ * sample: ends the recording and launches it, or launches the recorded step (gpu_backend.c). */
+rf_status rf_backend_gpu_graph_run(rf_backend *be);
 int rf_backend_gpu_device(rf_backend *be);
 /* RF_ERR_DEVICE naming the first pair of GPUs without peer access. */
 rf_status rf_tp_peer_check(rf_backend *const *bes, int n);

@@ -150,8 +150,8 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
     e->kv_type = kv_type;
     e->next_id = 1;
     const char *gr = getenv("RF_GPU_GRAPHS");
-    /* a split over several GPUs runs eagerly: its step spans every GPU's stream (docs/tp.md) */
-    e->graphs = !(gr && gr[0] == '0') && !m->tp_be;
+    /* a split over several GPUs runs eagerly unless RF_TP_GRAPHS=1 (docs/tp.md) */
+    e->graphs = !(gr && gr[0] == '0') && rf_model_graphs_ok(m);
     const char *tr = getenv("RF_GPU_STEP_TRACE");
     e->trace = tr && tr[0] && tr[0] != '0';
     pthread_mutex_init(&e->mu, NULL);

@@ -136,6 +136,16 @@ rf_status rf_tp_allreduce(rf_model *m, rf_tensor *o, rf_tensor *part, int64_t n)
  * communicator. Errors name the GPU, the bytes, or the missing library. */
 struct rf_model_params;
 rf_status rf_tp_open(rf_model *m, int32_t tp, int first);
+/* The engine's decode-step graphs for a split over several GPUs (RF_TP_GRAPHS=1, opt-in:
+ * model_tp_gpu.c): graph_begin on every GPU (the same mode everywhere, else none); after the
+ * forward of a recorded step, or in place of the forward of a replayed one, the other GPUs'
+ * batch copies and graphs (before GPU 0's sample launches its own); abort on every GPU. One
+ * backend: its own graph_begin / abort, and rf_model_graph_others does nothing. */
+bool rf_model_graphs_ok(const rf_model *m);
+int rf_model_graph_begin(rf_model *m, const void *owner, int key);
+rf_status rf_model_graph_others(rf_model *m, const rf_batch *b, int mode);
+void rf_model_graph_abort(rf_model *m);
+
 /* RF_TP_ONE_DEVICE=1: every shard on the one GPU (a test mode, model_tp.c). */
 bool rf_tp_one_device(void);
 /* RF_TP_CPU_RANKS=1 with --device cpu (a test mode, model_tp.c): the several-GPU code path with a

@@ -118,7 +118,72 @@ rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) {
     return rf_tp_comm_broadcast(m->tp_comm, t, (size_t)n);
 }
 
+static bool tp_graphs_optin(void) {
+    const char *e = getenv("RF_TP_GRAPHS");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+bool rf_model_graphs_ok(const rf_model *m) {
+    return !m->tp_be || (m->tp_comm && tp_graphs_optin());
+}
+
+int rf_model_graph_begin(rf_model *m, const void *owner, int key) {
+    if (!m->tp_be) return m->be->ops->graph_begin(m->be, owner, key);
+    int mode = RF_GRAPH_NONE;
+    bool same = true;
+    for (int s = 0; s < m->tp; s++) {
+        rf_backend *be = m->tp_be[s];
+        if (rf_model_use(m, s)) same = false;
+        int md = be->ops->graph_begin(be, owner, key);
+        if (s == 0) mode = md;
+        else if (md != mode) same = false;
+    }
+    if (!same) { /* the GPUs disagree (one's buffers moved): this step runs eagerly everywhere */
+        rf_model_graph_abort(m);
+        mode = RF_GRAPH_NONE;
+    }
+    rf_model_use(m, 0);
+    return mode;
+}
+
+rf_status rf_model_graph_others(rf_model *m, const rf_batch *b, int mode) {
+    if (!m->tp_be || mode == RF_GRAPH_NONE) return RF_OK;
+    rf_status st = RF_OK;
+    for (int s = 1; s < m->tp && !st; s++) {
+        rf_backend *be = m->tp_be[s];
+        rf_batch copy = *b;
+        copy.dev = NULL;
+        if ((st = rf_model_use(m, s))) break;
+        if (mode == RF_GRAPH_REPLAY && (st = be->ops->batch_upload(be, &copy))) break; /* the pinned buffer */
+        st = rf_backend_gpu_graph_run(be);
+    }
+    rf_status u = rf_model_use(m, 0);
+    return st ? st : u;
+}
+
+void rf_model_graph_abort(rf_model *m) {
+    const int n = m->tp_be ? m->tp : 1;
+    for (int s = 0; s < n; s++) {
+        rf_backend *be = rf_model_be(m, s);
+        rf_model_use(m, s);
+        if (be->ops->graph_abort) be->ops->graph_abort(be);
+    }
+    rf_model_use(m, 0);
+}
+
 #else /* no GPU backend in this build */
+
+bool rf_model_graphs_ok(const rf_model *m) { return !m->tp_be; }
+int rf_model_graph_begin(rf_model *m, const void *owner, int key) {
+    return m->tp_be ? RF_GRAPH_NONE : m->be->ops->graph_begin(m->be, owner, key);
+}
+rf_status rf_model_graph_others(rf_model *m, const rf_batch *b, int mode) {
+    (void)m, (void)b, (void)mode;
+    return RF_OK;
+}
+void rf_model_graph_abort(rf_model *m) {
+    if (!m->tp_be && m->be->ops->graph_abort) m->be->ops->graph_abort(m->be);
+}
 
 rf_status rf_model_use(const rf_model *m, int s) {
     (void)m, (void)s;
