@@ -17,7 +17,7 @@
 #      on disk), TPS ("1 2 4"), REPS (3), NGEN (64 generated tokens per run), BATCH (32)
 # NCCL: opened at run time as libnccl.so.2; this script adds the pip wheel's library directory
 # (nvidia-nccl-cu12/-cu13: site-packages/nvidia/nccl/lib or nvidia/cu*/lib) to LD_LIBRARY_PATH
-# when the system has none. NCCL_NVLS_ENABLE is left as the machine sets it (0).
+# when the system has none. NCCL_NVLS_ENABLE stays as the machine sets it (0), and is set to 0 if unset.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--pack" ]; then
@@ -46,15 +46,18 @@ REPS=${REPS:-3}
 NGEN=${NGEN:-64}
 BATCH=${BATCH:-32}
 mkdir -p "$OUT" "$MODELS_DIR"
-export LD_LIBRARY_PATH="$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
-    for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
-        /usr/local/lib/python3*/dist-packages /opt/*/.venv/lib/python3*/site-packages; do
-        for l in "$d"/nvidia/nccl/lib "$d"/nvidia/cu*/lib; do
-            [ -e "$l/libnccl.so.2" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$l"
-        done
+export LD_LIBRARY_PATH="$BIN:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+# the CUDA libraries and NCCL of the pip wheels (as scripts/gpu-check.sh; NCCL: nvidia-nccl-cu12/-cu13)
+for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
+    /usr/local/lib/python3*/dist-packages /opt/*/.venv/lib/python3*/site-packages; do
+    for l in "$d"/nvidia/cu*/lib "$d"/nvidia/nccl/lib; do
+        [ -d "$l" ] && case ":$LD_LIBRARY_PATH:" in *":$l:"*) ;; *) LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$l" ;; esac
     done
-fi
+done
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} # never NVLink multicast on shared machines
+NCCL_LIB=$( { ldconfig -p 2>/dev/null | grep -o '/[^ ]*libnccl.so.2$'; for l in ${LD_LIBRARY_PATH//:/ }; do
+    ls "$l"/libnccl.so.2 2>/dev/null; done; } | head -1)
+echo "tp.sh: NCCL ${NCCL_LIB:-not found (the split over GPUs will say so)}; NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-unset}"
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 model_path() { echo "$MODELS_DIR/${1%%:*}-${1##*:}.gguf"; }
 tag() { echo "${1%%:*}-${1##*:}"; }

@@ -240,6 +240,8 @@ rf_status rf_backend_gpu_use(rf_backend *be);
 /* After a step recorded (graph_begin's RF_GRAPH_CAPTURE) or replayed on a GPU that does not
  * sample: ends the recording and launches it, or launches the recorded step (gpu_backend.c). */
 rf_status rf_backend_gpu_graph_run(rf_backend *be);
+/* Waits for the backend's last batch copy, before graph_begin (gpu_backend.c). */
+rf_status rf_backend_gpu_settle(rf_backend *be);
 int rf_backend_gpu_device(rf_backend *be);
 /* RF_ERR_DEVICE naming the first pair of GPUs without peer access. */
 rf_status rf_tp_peer_check(rf_backend *const *bes, int n);

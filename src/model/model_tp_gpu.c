@@ -131,15 +131,26 @@ int rf_model_graph_begin(rf_model *m, const void *owner, int key) {
     if (!m->tp_be) return m->be->ops->graph_begin(m->be, owner, key);
     int mode = RF_GRAPH_NONE;
     bool same = true;
-    for (int s = 0; s < m->tp; s++) {
+    /* every host wait before the first recording opens: none may happen while one is open */
+    for (int s = 0; s < m->tp; s++)
+        if (rf_model_use(m, s) || rf_backend_gpu_settle(m->tp_be[s])) same = false;
+    for (int s = 0; s < m->tp && same; s++) {
         rf_backend *be = m->tp_be[s];
         if (rf_model_use(m, s)) same = false;
         int md = be->ops->graph_begin(be, owner, key);
         if (s == 0) mode = md;
         else if (md != mode) same = false;
     }
-    if (!same) { /* the GPUs disagree (one's buffers moved): this step runs eagerly everywhere */
-        rf_model_graph_abort(m);
+    if (!same) {
+        /* the GPUs disagree (one's buffers moved, so its recording was dropped): this step runs
+         * eagerly everywhere, and every GPU drops all its recordings (a graph_begin for another
+         * owner does that), so they record again in step with each other */
+        for (int s = 0; s < m->tp; s++) {
+            rf_backend *be = m->tp_be[s];
+            rf_model_use(m, s);
+            be->ops->graph_begin(be, m, -1);
+            if (be->ops->graph_abort) be->ops->graph_abort(be);
+        }
         mode = RF_GRAPH_NONE;
     }
     rf_model_use(m, 0);

@@ -747,3 +747,7 @@ rf_status rf_backend_gpu_graph_run(rf_backend *be) {
     g->n_launch++;
     return rf_gpu_graph_launch(g->ctx, g->graphs[g->cur].exec);
 }
+
+/* Waits for the last eager copy out of the pinned buffer (pin_settle), so that graph_begin on
+ * several GPUs makes no host wait while another GPU's recording is open in this thread. */
+rf_status rf_backend_gpu_settle(rf_backend *be) { return pin_settle(G(be)); }
