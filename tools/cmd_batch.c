@@ -39,7 +39,7 @@ static const char k_batch_usage[] =
     "  --no-prefix-cache       do not share the KV blocks of common prompt prefixes\n"
     "  --render-special        emit control tokens' text\n"
     "  --device D              auto (default), cpu, gpu or gpu:N\n"
-    "  --tp N                  split each layer over N shards (tensor parallelism; CPU only so far)\n"
+    "  --tp N                  split each layer over N shards (tensor parallelism: over N GPUs, or the CPU)\n"
     "  --deterministic         batch-invariant kernels: each prompt's tokens as if it ran alone\n"
     "  --no-timing             no aggregate statistics line\n";
 

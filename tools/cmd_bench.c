@@ -29,6 +29,7 @@ static const char k_bench_usage[] =
     "  --batch-prompt N        prompt tokens of each batched sequence (default 128)\n"
     "  -r, --reps N            timed repetitions per test (default 5; one warm-up run is excluded)\n"
     "  --device D              auto (default), cpu, gpu or gpu:N\n"
+    "  --tp N                  split each layer over N GPUs (tensor parallelism; docs/tp.md)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  --kv-type T             KV cache f16 (default), f32, q8_0 (CPU only)\n"
     "  -o, --output F          md (default), json or csv\n"
@@ -41,7 +42,7 @@ typedef struct bench_opts {
     int p, n, reps, threads, batch_prompt;
     int depths[16], n_depths, batches[16], n_batches;
     rf_device device;
-    int device_index;
+    int device_index, tp;
     rf_type kv_type;
     int out; /* 0 md, 1 json, 2 csv */
 } bench_opts;
@@ -124,6 +125,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
                 o->device_index = (int)x;
             } else
                 return rf_cli_fail(2, "option --device: '%s' is not one of auto, cpu, gpu, gpu:N", v);
+        } else if (!strcmp(a, "--tp")) {
+            NEEDV();
+            if (!rf_cli_parse_i64(v, 1, 64, &x)) return rf_cli_fail(2, "option --tp: '%s' must be an integer in [1, 64]", v);
+            o->tp = (int)x;
         } else if (!strcmp(a, "--kv-type")) {
             NEEDV();
             if (!strcmp(v, "f16")) o->kv_type = RF_TYPE_F16;
@@ -336,6 +341,7 @@ int rf_cmd_bench(int argc, char **argv) {
     rf_model_params mp = rf_model_default_params();
     mp.device = o.device;
     mp.device_index = o.device_index;
+    mp.tp = o.tp;
     mp.n_threads = o.threads;
     rf_model *m = NULL;
     if (rf_model_load(o.model, &mp, &m)) return rf_cli_fail(1, "%s", rf_last_error());

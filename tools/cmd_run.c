@@ -30,7 +30,7 @@ static const char k_run_usage[] =
     "  -b, --batch N           prompt tokens per forward pass (default 512)\n"
     "  --kv-type T             KV cache type: f16 (default), f32, q8_0\n"
     "  --device D              auto (default: the GPU when present and the model fits), cpu, gpu or gpu:N\n"
-    "  --tp N                  split each layer over N shards (tensor parallelism; CPU backend only so far)\n"
+    "  --tp N                  split each layer over N shards (tensor parallelism: over N GPUs, or the CPU)\n"
     "  --deterministic         batch-invariant kernels: the same tokens alone or among others (slower on the GPU)\n"
     "  --show-ids              print the generated token ids to stderr\n"
     "  --logits-out FILE       write the prompt's last-position logits (f32) to FILE\n"

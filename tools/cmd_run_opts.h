@@ -15,7 +15,7 @@ typedef struct rf_run_opts {
     rf_type kv_type;
     rf_device device;
     int32_t device_index; /* --device gpu:N */
-    int32_t tp;           /* --tp N: tensor-parallel shards (0 = $RF_TP or 1; CPU only so far) */
+    int32_t tp;           /* --tp N: tensor-parallel shards (0 = $RF_TP or 1): N GPUs or the CPU */
     bool chat, ignore_eos, no_timing, show_ids, render_special;
     bool deterministic;     /* --deterministic: batch-invariant kernels (rf_model_set_deterministic) */
     const char *stops[RF_MAX_STOP];

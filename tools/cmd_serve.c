@@ -29,6 +29,7 @@ static const char k_serve_usage[] =
     "  --kv-type T             KV cache type: f16 (default), f32, q8_0\n"
     "  --no-prefix-cache       do not reuse the KV blocks of shared prompt prefixes\n"
     "  --device D              auto (default), cpu, gpu or gpu:N\n"
+    "  --tp N                  split each layer over N GPUs (tensor parallelism; docs/tp.md)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  --http-threads N        HTTP worker threads (default 4)\n"
     "  --max-body BYTES        request body limit, 413 above (default 8388608)\n"
@@ -133,6 +134,7 @@ static int serve_with(rf_server_config *cfg, const rf_run_opts *opts, const serv
     }
     c.device = o.device;
     c.device_index = o.device_index;
+    c.tp = o.tp;
     c.n_threads = o.n_threads;
     c.n_ctx = o.n_ctx;
     c.n_parallel = o.n_parallel;

@@ -12,6 +12,10 @@
 
 #include "rocmforge/core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct rf_backend rf_backend;
 
 /* A backend tensor: up to 2 used dims here (rows of ne[0] elements). `data` is backend memory.
@@ -234,6 +238,32 @@ const char *rf_backend_gpu_name(rf_backend *be);
 void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *downloads, int64_t *launches);
 /* Devices the runtime sees (0 without a driver). */
 int rf_gpu_device_count(void);
+
+/* Tensor parallelism over several GPUs (gpu_tp.cu, docs/tp.md): one host thread issues every
+ * GPU's work, so each GPU's ops follow rf_backend_gpu_use (its device made current). */
+struct rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be);
+rf_status rf_backend_gpu_use(rf_backend *be);
+/* After a step recorded (graph_begin's RF_GRAPH_CAPTURE) or replayed on a GPU that does not
+ * sample: ends the recording and launches it, or launches the recorded step (gpu_backend.c). */
+rf_status rf_backend_gpu_graph_run(rf_backend *be);
+/* Waits for the backend's last batch copy, before graph_begin (gpu_backend.c). */
+rf_status rf_backend_gpu_settle(rf_backend *be);
+int rf_backend_gpu_device(rf_backend *be);
+/* RF_ERR_DEVICE naming the first pair of GPUs without peer access. */
+rf_status rf_tp_peer_check(rf_backend *const *bes, int n);
+/* The communicator over n GPU backends (rank r = bes[r]), created once: NCCL; RF_ERR_UNSUPPORTED
+ * naming libnccl.so.2 where NCCL is missing, RF_ERR_DEVICE with NCCL's message where its init
+ * fails. The collectives are in place over f32 tensors bufs[r] on rank r's GPU, enqueued on each
+ * backend's stream as one NCCL group: a sum all-reduce, and a broadcast from rank 0. */
+typedef struct rf_tp_comm rf_tp_comm;
+rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **out);
+rf_status rf_tp_comm_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n);
+rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs, size_t n);
+void rf_tp_comm_free(rf_tp_comm *t);
+#endif
+
+#ifdef __cplusplus
+}
 #endif
 
 #endif

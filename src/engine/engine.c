@@ -91,7 +91,7 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
     if (on_dev) {
 #ifdef RF_HAVE_GPU
         size_t fr = 0, tot = 0;
-        if ((st = rf_backend_gpu_mem(m->be, &fr, &tot))) return st;
+        if ((st = rf_model_gpu_mem(m, &fr, &tot))) return st; /* the fullest GPU of a split */
         dev_free = fr;
         buffers = rf_fwd_buffer_bytes(m, n_batch ? n_batch : 512, n_parallel);
         uint64_t margin = 256u << 20;
@@ -150,7 +150,8 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
     e->kv_type = kv_type;
     e->next_id = 1;
     const char *gr = getenv("RF_GPU_GRAPHS");
-    e->graphs = !(gr && gr[0] == '0');
+    /* a split over several GPUs runs eagerly unless RF_TP_GRAPHS=1 (docs/tp.md) */
+    e->graphs = !(gr && gr[0] == '0') && rf_model_graphs_ok(m);
     const char *tr = getenv("RF_GPU_STEP_TRACE");
     e->trace = tr && tr[0] && tr[0] != '0';
     pthread_mutex_init(&e->mu, NULL);

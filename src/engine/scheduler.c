@@ -356,7 +356,7 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
                 memset(e->b_table + (size_t)t * e->max_blocks, 0, (size_t)e->max_blocks * sizeof(int32_t));
             }
             max_blocks = e->max_blocks;
-            gmode = be->ops->graph_begin(be, &e->f, bucket);
+            gmode = rf_model_graph_begin(e->m, &e->f, bucket); /* every GPU of a split */
         } else {
             bucket = 0;
         }
@@ -374,9 +374,10 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
         else
             st = e->fwd_hook ? e->fwd_hook(e->hook_user, e, &b, e->b_seqs, e->logits)
                              : rf_forward(e->m, &e->f, &b, dev_sample ? NULL : e->logits);
+        if (!st) st = rf_model_graph_others(e->m, &b, gmode); /* a split's other GPUs, before GPU 0 samples */
         if (!st && dev_sample) st = be->ops->sample(be, &e->f.logits, &b, e->s_ids);
     }
-    if (st && gmode != RF_GRAPH_NONE && be->ops->graph_abort) be->ops->graph_abort(be);
+    if (st && gmode != RF_GRAPH_NONE) rf_model_graph_abort(e->m);
     if (st) {
         /* the step failed: its sequences fail (a session's is left to its caller) */
         char msg[256];

@@ -13,6 +13,9 @@
 static int32_t n_shards(const rf_model *m) { return m->tp > 1 ? m->tp : 1; }
 static int64_t shard_head_kv(const rf_model *m) { return m->tp > 1 ? m->tp_head_kv : m->hp.n_head_kv; }
 
+/* Several GPUs (model_tp_gpu.c): each GPU holds one shard's KV pools and buffers. */
+static bool multi_gpu(const rf_model *m) { return m->tp_be != NULL; }
+
 rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out) {
     int64_t kvdim = shard_head_kv(m) * m->hp.head_dim; /* one shard's */
     size_t row;
@@ -23,7 +26,9 @@ rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out)
         if (st) return st;
     } else
         return rf_set_error(RF_ERR_INVALID_ARG, "KV cache type %s is not supported (f32, f16, q8_0)", rf_type_name(kv_type));
-    *out = (uint64_t)row * 2 * (uint64_t)m->hp.n_layer * (uint64_t)n_shards(m);
+    /* every shard's pool on one backend; one shard's on each GPU of a split over several (what
+     * the memory plan of each GPU needs) */
+    *out = (uint64_t)row * 2 * (uint64_t)m->hp.n_layer * (uint64_t)(multi_gpu(m) ? 1 : n_shards(m));
     return RF_OK;
 }
 
@@ -44,80 +49,107 @@ uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_r
     return act + big * 2 + (uint64_t)n_batch * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) * 4;
 }
 
+/* GPU d's activation buffers: this struct's for d = 0, f->dev[d - 1]'s for the other GPUs of a
+ * split over several */
+static rf_fwd *act_of(rf_fwd *f, int d) { return d ? &f->dev[d - 1] : f; }
+
+/* The step's activation buffers on one backend, for rows of n_embd and the given Q, KV and FFN
+ * widths (the whole model's, or one shard's on its own GPU); gu / qkv: room for joined products. */
+static rf_status alloc_acts(rf_backend *be, rf_fwd *A, int64_t E, int64_t Q, int64_t KV, int64_t F, bool gu, bool qkv,
+                            int64_t B) {
+    const rf_backend_ops *op = be->ops;
+    rf_status st;
+    if ((st = op->alloc(be, RF_TYPE_F32, E, B, &A->x)) || (st = op->alloc(be, RF_TYPE_F32, E, B, &A->h)) ||
+        (st = op->alloc(be, RF_TYPE_F32, Q, B, &A->q)) || (st = op->alloc(be, RF_TYPE_F32, KV, B, &A->k)) ||
+        (st = op->alloc(be, RF_TYPE_F32, KV, B, &A->v)) || (st = op->alloc(be, RF_TYPE_F32, Q, B, &A->att)) ||
+        (st = op->alloc(be, RF_TYPE_F32, E, B, &A->o)) || (st = op->alloc(be, RF_TYPE_F32, F, B, &A->g)) ||
+        (st = op->alloc(be, RF_TYPE_F32, gu ? 2 * F : F, B, &A->u)) ||
+        (qkv && (st = op->alloc(be, RF_TYPE_F32, Q + 2 * KV, B, &A->qkv))))
+        return st;
+    return RF_OK;
+}
+
+static void free_acts(rf_backend *be, rf_fwd *A) {
+    rf_tensor *bufs[] = {&A->x, &A->h, &A->q, &A->k, &A->v, &A->att, &A->o, &A->g, &A->u, &A->qkv, &A->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->ops->free(be, bufs[i]);
+}
+
 rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_size, int32_t n_batch,
                       rf_type kv_type, int32_t logit_rows) {
     memset(f, 0, sizeof *f);
     const rf_hparams *hp = &m->hp;
-    rf_backend *be = m->be;
-    const rf_backend_ops *op = be->ops;
     f->n_blocks = n_blocks;
     f->block_size = block_size;
     f->n_batch = n_batch;
     f->kv_type = kv_type;
     f->logit_rows = logit_rows > RF_LOGIT_ROWS ? logit_rows : RF_LOGIT_ROWS;
-    int64_t Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t rows = (int64_t)n_blocks * block_size;
     rf_status st;
-    /* one pool per shard and layer, of the shard's KV heads */
-    const int32_t tp = n_shards(m), n_pools = tp * hp->n_layer;
+    /* one pool per shard and layer, of the shard's KV heads, on the shard's backend */
+    const int32_t tp = n_shards(m), n_pools = tp * hp->n_layer, ndev = multi_gpu(m) ? tp : 1;
     const int64_t KVs = shard_head_kv(m) * hp->head_dim;
     f->kc = calloc((size_t)n_pools, sizeof(rf_tensor));
     f->vc = calloc((size_t)n_pools, sizeof(rf_tensor));
-    f->part = tp > 1 ? calloc((size_t)tp - 1, sizeof(rf_tensor)) : NULL;
-    if (!f->kc || !f->vc || (tp > 1 && !f->part)) {
+    f->part = tp > 1 && ndev == 1 ? calloc((size_t)tp - 1, sizeof(rf_tensor)) : NULL;
+    f->dev = ndev > 1 ? calloc((size_t)ndev - 1, sizeof(rf_fwd)) : NULL;
+    if (!f->kc || !f->vc || (tp > 1 && ndev == 1 && !f->part) || (ndev > 1 && !f->dev)) {
         rf_fwd_free(m, f);
         return rf_set_error(RF_ERR_OOM, "KV cache: out of memory");
     }
     for (int il = 0; il < n_pools; il++) {
-        if ((st = op->alloc(be, kv_type, KVs, rows, &f->kc[il])) ||
-            (st = op->alloc(be, kv_type, KVs, rows, &f->vc[il]))) {
+        rf_backend *be = rf_model_be(m, il / hp->n_layer);
+        if ((st = rf_model_use(m, il / hp->n_layer)) || (st = be->ops->alloc(be, kv_type, KVs, rows, &f->kc[il])) ||
+            (st = be->ops->alloc(be, kv_type, KVs, rows, &f->vc[il]))) {
             rf_fwd_free(m, f);
             return rf_set_error(st, "KV pool of %d blocks of %d positions: %s", n_blocks, block_size, rf_last_error());
         }
     }
-    int64_t B = n_batch;
-    /* joined products (weight_join): u holds gate and up side by side, qkv the Q/K/V columns */
-    bool any_gu = false, any_qkv = false;
-    for (int il = 0; il < hp->n_layer; il++) {
-        any_gu |= rf_has(&m->layers[il].ffn_gu);
-        any_qkv |= rf_has(&m->layers[il].wqkv);
-    }
-    if ((st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->x)) ||
-        (st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->h)) ||
-        (st = op->alloc(be, RF_TYPE_F32, Q, B, &f->q)) ||
-        (st = op->alloc(be, RF_TYPE_F32, KV, B, &f->k)) ||
-        (st = op->alloc(be, RF_TYPE_F32, KV, B, &f->v)) ||
-        (st = op->alloc(be, RF_TYPE_F32, Q, B, &f->att)) ||
-        (st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->o)) ||
-        (st = op->alloc(be, RF_TYPE_F32, hp->n_ff, B, &f->g)) ||
-        (st = op->alloc(be, RF_TYPE_F32, any_gu ? 2 * (int64_t)hp->n_ff : hp->n_ff, B, &f->u)) ||
-        (any_qkv && (st = op->alloc(be, RF_TYPE_F32, Q + 2 * KV, B, &f->qkv))) ||
-        (st = op->alloc(be, RF_TYPE_F32, hp->n_vocab, f->logit_rows, &f->logits))) {
-        rf_fwd_free(m, f);
-        return st;
-    }
-    for (int s = 1; s < tp; s++)
-        if ((st = op->alloc(be, RF_TYPE_F32, hp->n_embd, B, &f->part[s - 1]))) {
+    /* buffers: the whole model's widths on one backend; one shard's on each GPU of a split */
+    const int64_t D = hp->head_dim, W = ndev > 1 ? tp : 1;
+    const int64_t Q = (int64_t)hp->n_head / W * D, KV = ndev > 1 ? KVs : (int64_t)hp->n_head_kv * D, F = hp->n_ff / W;
+    for (int d = 0; d < ndev; d++) {
+        /* joined products (weight_join): u holds gate and up side by side, qkv the Q/K/V columns */
+        bool any_gu = false, any_qkv = false;
+        for (int il = 0; il < hp->n_layer; il++) {
+            const rf_layer *L = ndev > 1 ? &m->shards[(size_t)d * hp->n_layer + il] : &m->layers[il];
+            any_gu |= rf_has(&L->ffn_gu);
+            any_qkv |= rf_has(&L->wqkv);
+        }
+        rf_backend *be = rf_model_be(m, d);
+        if ((st = rf_model_use(m, d)) ||
+            (st = alloc_acts(be, act_of(f, d), hp->n_embd, Q, KV, F, any_gu, any_qkv, n_batch)) ||
+            (d == 0 && (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_vocab, f->logit_rows, &f->logits)))) {
             rf_fwd_free(m, f);
             return st;
         }
-    return RF_OK;
+    }
+    for (int s = 1; s < tp && ndev == 1; s++)
+        if ((st = m->be->ops->alloc(m->be, RF_TYPE_F32, hp->n_embd, n_batch, &f->part[s - 1]))) {
+            rf_fwd_free(m, f);
+            return st;
+        }
+    return rf_model_use(m, 0);
 }
 
 void rf_fwd_free(rf_model *m, rf_fwd *f) {
-    rf_backend *be = m->be;
-    const int32_t n_pools = n_shards(m) * m->hp.n_layer;
-    if (f->kc)
-        for (int il = 0; il < n_pools; il++) be->ops->free(be, &f->kc[il]);
-    if (f->vc)
-        for (int il = 0; il < n_pools; il++) be->ops->free(be, &f->vc[il]);
+    const int32_t tp = n_shards(m), n_pools = tp * m->hp.n_layer, ndev = multi_gpu(m) ? tp : 1;
+    for (int il = 0; il < n_pools && f->kc && f->vc; il++) {
+        rf_backend *be = rf_model_be(m, il / m->hp.n_layer);
+        rf_model_use(m, il / m->hp.n_layer);
+        be->ops->free(be, &f->kc[il]);
+        be->ops->free(be, &f->vc[il]);
+    }
     if (f->part)
-        for (int s = 1; s < n_shards(m); s++) be->ops->free(be, &f->part[s - 1]);
+        for (int s = 1; s < tp; s++) m->be->ops->free(m->be, &f->part[s - 1]);
+    for (int d = ndev - 1; d >= 0; d--)
+        if (d == 0 || f->dev) {
+            rf_model_use(m, d);
+            free_acts(rf_model_be(m, d), act_of(f, d));
+        }
     free(f->kc);
     free(f->vc);
     free(f->part);
-    rf_tensor *bufs[] = {&f->x, &f->h, &f->q, &f->k, &f->v, &f->att, &f->o, &f->g, &f->u, &f->qkv, &f->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->ops->free(be, bufs[i]);
+    free(f->dev);
     memset(f, 0, sizeof *f);
 }
 
@@ -128,13 +160,14 @@ void rf_fwd_free(rf_model *m, rf_fwd *f) {
     } while (0)
 
 rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src) {
-    rf_backend *be = m->be;
     int64_t B = f->block_size;
     for (int il = 0; il < n_shards(m) * m->hp.n_layer; il++) {
+        rf_backend *be = rf_model_be(m, il / m->hp.n_layer);
+        TRY(rf_model_use(m, il / m->hp.n_layer));
         TRY(be->ops->copy_rows(be, &f->kc[il], dst * B, src * B, B));
         TRY(be->ops->copy_rows(be, &f->vc[il], dst * B, src * B, B));
     }
-    return RF_OK;
+    return rf_model_use(m, 0);
 }
 
 /* columns [c0, c0 + w) of the first n rows of t (f32) as a view with t's row stride */
@@ -170,6 +203,178 @@ static rf_status rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const r
     return be->ops->rmsnorm(be, y, x, w, rows, n, eps);
 }
 
+/* One step's fixed facts for the layer blocks below. Tensor parallelism (model_tp.c): each
+ * layer's attention and FFN run once per shard with the shard's weights, heads and KV pool.
+ * On one backend (ndev 1) shard 0 writes o, shards 1.. their partial products to f->part, the
+ * in-process all-reduce sums them into o, and the ops between products (norms, residuals,
+ * biases) run once. Over several GPUs (ndev = tp) every GPU keeps the whole residual stream:
+ * the ops between products run on each GPU on its own buffers, shard s writes its partial
+ * product to GPU s's o, and the NCCL all-reduce sums the o's in place. tp = 1 is the one shard
+ * whose tensors are the layer's own: the same ops on the same tensors as an unsplit forward. */
+typedef struct step {
+    rf_model *m;
+    rf_fwd *f;
+    rf_batch **b;  /* [ndev] the batch as uploaded to each device */
+    int32_t tp, ndev;
+    int64_t n, E, D, Hs, HKVs, Qs, KVs, Fs;
+} step;
+
+/* the layer's tensors as device d holds them (the ops between products read them) */
+static const rf_layer *layer_on(const step *t, int d, int il) {
+    return t->ndev > 1 ? &t->m->shards[(size_t)d * t->m->hp.n_layer + il] : &t->m->layers[il];
+}
+static const rf_tensor *rope_ff_on(const step *t, int d) {
+    const rf_model *m = t->m;
+    if (!rf_has(&m->rope_freqs)) return NULL;
+    return t->ndev > 1 && m->tp_rope ? &m->tp_rope[d] : &m->rope_freqs;
+}
+
+/* the partial O / down outputs of every shard summed into o (each GPU's, or f->o) */
+static rf_status reduce(const step *t) {
+    if (t->tp == 1) return RF_OK;
+    if (t->ndev == 1) return rf_tp_allreduce(t->m, &t->f->o, t->f->part, t->n * t->E);
+    rf_tensor *o[64];
+    for (int d = 0; d < t->ndev; d++) o[d] = &act_of(t->f, d)->o;
+    return rf_tp_dev_allreduce(t->m, o, t->n * t->E);
+}
+
+/* shard s's Q/K/V, RoPE, KV store, attention and partial O product */
+static rf_status attn_shard(const step *t, int s, int il) {
+    rf_model *m = t->m;
+    const rf_hparams *hp = &m->hp;
+    const int d = t->ndev > 1 ? s : 0;
+    rf_backend *be = rf_model_be(m, d);
+    const rf_backend_ops *op = be->ops;
+    rf_fwd *A = act_of(t->f, d);
+    const rf_batch *b = t->b[d];
+    const int64_t n = t->n, D = t->D, Hs = t->Hs, HKVs = t->HKVs, Qs = t->Qs, KVs = t->KVs;
+    const rf_layer *S = t->tp > 1 ? &m->shards[(size_t)s * hp->n_layer + il] : &m->layers[il];
+    const rf_tensor *rope_ff = rope_ff_on(t, d);
+    rf_tensor *kc = &t->f->kc[(size_t)s * hp->n_layer + il], *vc = &t->f->vc[(size_t)s * hp->n_layer + il];
+    rf_tensor *po = t->ndev > 1 || s == 0 ? &A->o : &t->f->part[s - 1];
+    rf_tensor q = shard_act(&A->q, Qs, t->tp), k = shard_act(&A->k, KVs, t->tp), v = shard_act(&A->v, KVs, t->tp),
+              att = shard_act(&A->att, Qs, t->tp);
+    if (rf_has(&S->wqkv) && op->rope_store) {
+        /* one product for Q, K and V; their columns are read in place by rope_store */
+        TRY(op->matmul(be, &A->qkv, &S->wqkv, &A->h, n));
+        rf_tensor jq = joined_cols(&A->qkv, 0, Qs, n), jk = joined_cols(&A->qkv, Qs, KVs, n),
+                  jv = joined_cols(&A->qkv, Qs + KVs, KVs, n);
+        TRY(op->rope_store(be, &q, &jq, &jk, &jv, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
+                           rope_ff, hp->rope_mode));
+    } else {
+        TRY(op->matmul(be, &q, &S->wq, &A->h, n));
+        TRY(op->matmul(be, &k, &S->wk, &A->h, n));
+        TRY(op->matmul(be, &v, &S->wv, &A->h, n));
+        if (rf_has(&S->bq)) TRY(op->add_bias(be, &q, &S->bq, n, Qs)); /* qwen2 */
+        if (rf_has(&S->bk)) TRY(op->add_bias(be, &k, &S->bk, n, KVs));
+        if (rf_has(&S->bv)) TRY(op->add_bias(be, &v, &S->bv, n, KVs));
+        if (rf_has(&S->q_norm)) TRY(op->rmsnorm(be, &q, &q, &S->q_norm, n * Hs, D, hp->norm_eps)); /* gemma3 */
+        if (rf_has(&S->k_norm)) TRY(op->rmsnorm(be, &k, &k, &S->k_norm, n * HKVs, D, hp->norm_eps));
+        if (op->rope_store) {
+            TRY(op->rope_store(be, &q, &q, &k, &v, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
+                               rope_ff, hp->rope_mode));
+        } else {
+            TRY(op->rope(be, &q, b, Hs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode));
+            TRY(op->rope(be, &k, b, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode));
+            TRY(op->kv_store(be, kc, &k, b));
+            TRY(op->kv_store(be, vc, &v, b));
+        }
+    }
+    TRY(op->attention(be, &att, &q, kc, vc, b, Hs, HKVs, D, hp->attn_scale, S->is_swa ? hp->n_swa : 0, 0.0f));
+    return op->matmul(be, po, &S->wo, &att, n); /* a shard's: the partial sum over its heads */
+}
+
+/* shard s's gate/up, GLU and partial down product */
+static rf_status ffn_shard(const step *t, int s, int il) {
+    rf_model *m = t->m;
+    const int d = t->ndev > 1 ? s : 0;
+    rf_backend *be = rf_model_be(m, d);
+    const rf_backend_ops *op = be->ops;
+    rf_fwd *A = act_of(t->f, d);
+    const int64_t n = t->n, Fs = t->Fs;
+    const rf_layer *S = t->tp > 1 ? &m->shards[(size_t)s * m->hp.n_layer + il] : &m->layers[il];
+    rf_tensor *po = t->ndev > 1 || s == 0 ? &A->o : &t->f->part[s - 1];
+    rf_tensor g = shard_act(&A->g, Fs, t->tp), u = shard_act(&A->u, Fs, t->tp);
+    if (rf_has(&S->ffn_gu) && op->glu_for) {
+        /* one product for gate and up; the GLU reads both halves of each row in place */
+        TRY(op->matmul(be, &A->u, &S->ffn_gu, &A->h, n));
+        rf_tensor gt = joined_cols(&A->u, 0, Fs, n), ut = joined_cols(&A->u, Fs, Fs, n);
+        TRY(op->glu_for(be, &g, &gt, &ut, n * Fs, m->hp.glu, &S->ffn_down));
+    } else {
+        TRY(op->matmul(be, &g, &S->ffn_gate, &A->h, n));
+        TRY(op->matmul(be, &u, &S->ffn_up, &A->h, n));
+        if (op->glu_for) TRY(op->glu_for(be, &g, &g, &u, n * Fs, m->hp.glu, &S->ffn_down));
+        else TRY(op->glu(be, &g, &g, &u, n * Fs, m->hp.glu));
+    }
+    return op->matmul(be, po, &S->ffn_down, &g, n);
+}
+
+static rf_status layer(const step *t, int il) {
+    rf_model *m = t->m;
+    const rf_hparams *hp = &m->hp;
+    const int64_t n = t->n, E = t->E;
+    /* ---- attention block ---- */
+    for (int d = 0; d < t->ndev; d++) {
+        /* the previous layer's FFN output joins the residual stream in this norm's kernel */
+        const rf_layer *R = layer_on(t, d, il);
+        rf_fwd *A = act_of(t->f, d);
+        TRY(rf_model_use(m, d));
+        TRY(rmsnorm_for(rf_model_be(m, d), &A->h, &A->x, il > 0 ? &A->o : NULL, &R->attn_norm, n, E, hp->norm_eps,
+                        rf_has(&R->wqkv) ? &R->wqkv : &R->wq));
+    }
+    for (int s = 0; s < t->tp; s++) {
+        if (t->ndev > 1) TRY(rf_model_use(m, s));
+        TRY(attn_shard(t, s, il));
+    }
+    TRY(reduce(t));
+    for (int d = 0; d < t->ndev; d++) {
+        const rf_layer *R = layer_on(t, d, il);
+        rf_backend *be = rf_model_be(m, d);
+        rf_fwd *A = act_of(t->f, d);
+        TRY(rf_model_use(m, d));
+        if (rf_has(&R->bo)) TRY(be->ops->add_bias(be, &A->o, &R->bo, n, E)); /* once, after the reduce */
+        if (rf_has(&R->attn_post_norm)) TRY(be->ops->rmsnorm(be, &A->o, &A->o, &R->attn_post_norm, n, E, hp->norm_eps));
+        /* (o joins the residual stream in the FFN norm) */
+        /* ---- feed-forward block ---- */
+        const rf_tensor *next = rf_has(&R->ffn_gu) && be->ops->glu_for ? &R->ffn_gu : &R->ffn_gate;
+        TRY(rmsnorm_for(be, &A->h, &A->x, &A->o, &R->ffn_norm, n, E, hp->norm_eps, next));
+    }
+    for (int s = 0; s < t->tp; s++) {
+        if (t->ndev > 1) TRY(rf_model_use(m, s));
+        TRY(ffn_shard(t, s, il));
+    }
+    TRY(reduce(t));
+    for (int d = 0; d < t->ndev; d++) {
+        const rf_layer *R = layer_on(t, d, il);
+        rf_backend *be = rf_model_be(m, d);
+        rf_fwd *A = act_of(t->f, d);
+        TRY(rf_model_use(m, d));
+        if (rf_has(&R->ffn_post_norm)) TRY(be->ops->rmsnorm(be, &A->o, &A->o, &R->ffn_post_norm, n, E, hp->norm_eps));
+        /* (o joins the residual stream in the next layer's attention norm, or below) */
+    }
+    return RF_OK;
+}
+
+/* Each device's copy of the batch metadata; then the embeddings on GPU 0 (gemma: scaled by
+ * sqrt(n_embd)), sent to the other GPUs of a split. */
+static rf_status embed(step *t, rf_batch *b, rf_batch *copies) {
+    rf_model *m = t->m;
+    for (int d = 0; d < t->ndev; d++) {
+        rf_backend *be = rf_model_be(m, d);
+        if (d) copies[d] = *b, copies[d].dev = NULL;
+        t->b[d] = d ? &copies[d] : b;
+        TRY(rf_model_use(m, d));
+        if (be->ops->batch_upload) TRY(be->ops->batch_upload(be, t->b[d]));
+    }
+    TRY(rf_model_use(m, 0));
+    TRY(m->be->ops->get_rows(m->be, &t->f->x, &m->tok_embd, b));
+    if (m->hp.embed_scale != 1.0f) TRY(m->be->ops->scale(m->be, &t->f->x, m->hp.embed_scale, t->n * t->E));
+    if (t->ndev == 1) return RF_OK;
+    rf_tensor *x[64];
+    for (int d = 0; d < t->ndev; d++) x[d] = &act_of(t->f, d)->x;
+    return rf_tp_dev_broadcast(m, x, t->n * t->E);
+}
+
 rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
     const rf_hparams *hp = &m->hp;
     rf_backend *be = m->be;
@@ -178,96 +383,17 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
     if (n <= 0 || n > f->n_batch || b->n_out < 0 || b->n_out > n)
         return rf_set_error(RF_ERR_INVALID_ARG, "forward: %lld tokens (batch %d), %d outputs", (long long)n,
                             f->n_batch, b->n_out);
-    const int64_t E = hp->n_embd, D = hp->head_dim, H = hp->n_head, HKV = hp->n_head_kv, F = hp->n_ff;
-    const int64_t Q = H * D, KV = HKV * D;
-    const rf_tensor *rope_ff = rf_has(&m->rope_freqs) ? &m->rope_freqs : NULL;
-    b->block_size = f->block_size;
-    if (op->batch_upload) TRY(op->batch_upload(be, b));
-
-    /* embeddings (gemma: scaled by sqrt(n_embd)) */
-    TRY(op->get_rows(be, &f->x, &m->tok_embd, b));
-    if (hp->embed_scale != 1.0f) TRY(op->scale(be, &f->x, hp->embed_scale, n * E));
-
-    /* tensor parallelism (model_tp.c): each layer's attention and FFN run once per shard with
-     * the shard's weights, heads and KV pool; shard 0 writes o, shards 1.. their partial
-     * products to f->part, and the all-reduce sums them into o. tp = 1 is the one shard whose
-     * tensors are the layer's own: the same ops on the same tensors as an unsplit forward. */
     const int32_t tp = n_shards(m);
-    const int64_t Hs = H / tp, HKVs = shard_head_kv(m), Qs = Hs * D, KVs = HKVs * D, Fs = F / tp;
-    for (int il = 0; il < hp->n_layer; il++) {
-        const rf_layer *L = &m->layers[il];
-
-        /* ---- attention block ---- */
-        /* the previous layer's FFN output joins the residual stream in this norm's kernel */
-        TRY(rmsnorm_for(be, &f->h, &f->x, il > 0 ? &f->o : NULL, &L->attn_norm, n, E, hp->norm_eps,
-                        rf_has(&L->wqkv) ? &L->wqkv : &L->wq));
-        for (int s = 0; s < tp; s++) {
-            const rf_layer *S = tp > 1 ? &m->shards[(size_t)s * hp->n_layer + il] : L;
-            rf_tensor *kc = &f->kc[(size_t)s * hp->n_layer + il], *vc = &f->vc[(size_t)s * hp->n_layer + il];
-            rf_tensor *po = s == 0 ? &f->o : &f->part[s - 1];
-            rf_tensor q = shard_act(&f->q, Qs, tp), k = shard_act(&f->k, KVs, tp), v = shard_act(&f->v, KVs, tp),
-                      att = shard_act(&f->att, Qs, tp);
-            if (rf_has(&S->wqkv) && op->rope_store) {
-                /* one product for Q, K and V; their columns are read in place by rope_store */
-                TRY(op->matmul(be, &f->qkv, &S->wqkv, &f->h, n));
-                rf_tensor jq = joined_cols(&f->qkv, 0, Q, n), jk = joined_cols(&f->qkv, Q, KV, n),
-                          jv = joined_cols(&f->qkv, Q + KV, KV, n);
-                TRY(op->rope_store(be, &q, &jq, &jk, &jv, kc, vc, b, H, HKV, D, hp->n_rot, S->rope_base,
-                                   S->rope_scale, rope_ff, hp->rope_mode));
-                goto attend;
-            }
-            TRY(op->matmul(be, &q, &S->wq, &f->h, n));
-            TRY(op->matmul(be, &k, &S->wk, &f->h, n));
-            TRY(op->matmul(be, &v, &S->wv, &f->h, n));
-            if (rf_has(&S->bq)) TRY(op->add_bias(be, &q, &S->bq, n, Qs)); /* qwen2 */
-            if (rf_has(&S->bk)) TRY(op->add_bias(be, &k, &S->bk, n, KVs));
-            if (rf_has(&S->bv)) TRY(op->add_bias(be, &v, &S->bv, n, KVs));
-            if (rf_has(&S->q_norm)) TRY(op->rmsnorm(be, &q, &q, &S->q_norm, n * Hs, D, hp->norm_eps)); /* gemma3 */
-            if (rf_has(&S->k_norm)) TRY(op->rmsnorm(be, &k, &k, &S->k_norm, n * HKVs, D, hp->norm_eps));
-            if (op->rope_store) {
-                TRY(op->rope_store(be, &q, &q, &k, &v, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
-                                   rope_ff, hp->rope_mode));
-            } else {
-                TRY(op->rope(be, &q, b, Hs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode));
-                TRY(op->rope(be, &k, b, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode));
-                TRY(op->kv_store(be, kc, &k, b));
-                TRY(op->kv_store(be, vc, &v, b));
-            }
-        attend:
-            TRY(op->attention(be, &att, &q, kc, vc, b, Hs, HKVs, D, hp->attn_scale, S->is_swa ? hp->n_swa : 0, 0.0f));
-            TRY(op->matmul(be, po, &S->wo, &att, n)); /* a shard's: the partial sum over its heads */
-        }
-        if (tp > 1) TRY(rf_tp_allreduce(m, &f->o, f->part, n * E));
-        if (rf_has(&L->bo)) TRY(op->add_bias(be, &f->o, &L->bo, n, E)); /* once, after the reduce */
-        if (rf_has(&L->attn_post_norm)) TRY(op->rmsnorm(be, &f->o, &f->o, &L->attn_post_norm, n, E, hp->norm_eps));
-        /* (o joins the residual stream in the FFN norm below) */
-
-        /* ---- feed-forward block ---- */
-        if (rf_has(&L->ffn_gu) && op->glu_for)
-            TRY(rmsnorm_for(be, &f->h, &f->x, &f->o, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gu));
-        else
-            TRY(rmsnorm_for(be, &f->h, &f->x, &f->o, &L->ffn_norm, n, E, hp->norm_eps, &L->ffn_gate));
-        for (int s = 0; s < tp; s++) {
-            const rf_layer *S = tp > 1 ? &m->shards[(size_t)s * hp->n_layer + il] : L;
-            rf_tensor *po = s == 0 ? &f->o : &f->part[s - 1];
-            rf_tensor g = shard_act(&f->g, Fs, tp), u = shard_act(&f->u, Fs, tp);
-            if (rf_has(&S->ffn_gu) && op->glu_for) {
-                /* one product for gate and up; the GLU reads both halves of each row in place */
-                TRY(op->matmul(be, &f->u, &S->ffn_gu, &f->h, n));
-                rf_tensor gt = joined_cols(&f->u, 0, F, n), ut = joined_cols(&f->u, F, F, n);
-                TRY(op->glu_for(be, &g, &gt, &ut, n * F, hp->glu, &S->ffn_down));
-            } else {
-                TRY(op->matmul(be, &g, &S->ffn_gate, &f->h, n));
-                TRY(op->matmul(be, &u, &S->ffn_up, &f->h, n));
-                if (op->glu_for) TRY(op->glu_for(be, &g, &g, &u, n * Fs, hp->glu, &S->ffn_down));
-                else TRY(op->glu(be, &g, &g, &u, n * Fs, hp->glu));
-            }
-            TRY(op->matmul(be, po, &S->ffn_down, &g, n));
-        }
-        if (tp > 1) TRY(rf_tp_allreduce(m, &f->o, f->part, n * E));
-        if (rf_has(&L->ffn_post_norm)) TRY(op->rmsnorm(be, &f->o, &f->o, &L->ffn_post_norm, n, E, hp->norm_eps));
-        /* (o joins the residual stream in the next layer's attention norm, or below) */
-    }
+    if (tp > 64) return rf_set_error(RF_ERR_INVALID_ARG, "forward: %d shards (64 at most)", tp);
+    rf_batch *bp[64], copies[64];
+    step t = {.m = m, .f = f, .b = bp, .tp = tp, .ndev = multi_gpu(m) ? tp : 1, .n = n, .E = hp->n_embd,
+              .D = hp->head_dim, .Hs = hp->n_head / tp, .HKVs = shard_head_kv(m)};
+    t.Qs = t.Hs * t.D, t.KVs = t.HKVs * t.D, t.Fs = hp->n_ff / tp;
+    const int64_t E = t.E;
+    b->block_size = f->block_size;
+    TRY(embed(&t, b, copies));
+    for (int il = 0; il < hp->n_layer; il++) TRY(layer(&t, il));
+    TRY(rf_model_use(m, 0)); /* the rest on GPU 0, which holds the final norm and the LM head */
     TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
 
     /* ---- output: the wanted rows, gathered, then final norm and LM head ---- */

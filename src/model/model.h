@@ -65,6 +65,14 @@ struct rf_model {
      * tp_head query heads and tp_head_kv KV heads (replicated when n_head_kv < tp) */
     int32_t tp, tp_head, tp_head_kv;
     rf_layer *shards;
+    /* the split over several GPUs (model_tp_gpu.c): tp_be[s] is shard s's GPU backend (tp_be[0]
+     * == be, which also holds the embedding, the final norm and the LM head), tp_comm the NCCL
+     * communicator over them, tp_rope[s] rope_freqs on GPU s. NULL when one backend runs every
+     * shard (the CPU, or RF_TP_ONE_DEVICE). The layers' own tensors are then host views into
+     * the mapped file, never uploaded whole: each GPU uploads its shard's slices. */
+    rf_backend **tp_be;
+    struct rf_tp_comm *tp_comm;
+    rf_tensor *tp_rope;
 };
 
 /* True when a tensor slot was bound (optional tensors stay zeroed). */
@@ -83,8 +91,11 @@ typedef struct rf_fwd {
                                           * u is [n_batch, 2 n_ff] where gate/up are joined */
     rf_tensor logits;                    /* [logit_rows, n_vocab] */
     int32_t logit_rows;                  /* >= RF_LOGIT_ROWS: a step's outputs kept on the backend */
-    rf_tensor *part;                     /* tp > 1: [tp - 1] partial O / down outputs [n_batch, n_embd]
-                                          * of shards 1.. (shard 0 writes o), summed by the all-reduce */
+    rf_tensor *part;                     /* tp > 1 on one backend: [tp - 1] partial O / down outputs
+                                          * [n_batch, n_embd] of shards 1.. (shard 0 writes o), summed by
+                                          * the all-reduce */
+    struct rf_fwd *dev;                  /* several GPUs: [tp - 1] GPU 1..'s own buffers x .. qkv (this
+                                          * struct's are GPU 0's), each sized for one shard's heads */
 } rf_fwd;
 
 #define RF_LOGIT_ROWS 32
@@ -118,6 +129,46 @@ void rf_model_unshard(rf_model *m);
 /* The in-process all-reduce of the shards' partial outputs: o += part[0] + ... + part[tp - 2]
  * over n elements, in shard order (deterministic). */
 rf_status rf_tp_allreduce(rf_model *m, rf_tensor *o, rf_tensor *part, int64_t n);
+
+/* The split over several GPUs (model_tp_gpu.c). rf_tp_open, before the weights are bound:
+ * opens tp GPU backends (devices first .. first + tp - 1; m->be is the first), checks the heads
+ * divide, each GPU's free memory against its shard, peer access and NCCL, and creates the
+ * communicator. Errors name the GPU, the bytes, or the missing library. */
+struct rf_model_params;
+rf_status rf_tp_open(rf_model *m, int32_t tp, int first);
+/* The engine's decode-step graphs for a split over several GPUs (RF_TP_GRAPHS=1, opt-in:
+ * model_tp_gpu.c): graph_begin on every GPU (the same mode everywhere, else none); after the
+ * forward of a recorded step, or in place of the forward of a replayed one, the other GPUs'
+ * batch copies and graphs (before GPU 0's sample launches its own); abort on every GPU. One
+ * backend: its own graph_begin / abort, and rf_model_graph_others does nothing. */
+bool rf_model_graphs_ok(const rf_model *m);
+int rf_model_graph_begin(rf_model *m, const void *owner, int key);
+rf_status rf_model_graph_others(rf_model *m, const rf_batch *b, int mode);
+void rf_model_graph_abort(rf_model *m);
+
+/* RF_TP_ONE_DEVICE=1: every shard on the one GPU (a test mode, model_tp.c). */
+bool rf_tp_one_device(void);
+/* RF_TP_CPU_RANKS=1 with --device cpu (a test mode, model_tp.c): the several-GPU code path with a
+ * CPU backend per rank and an in-process collective, so the CPU suite checks the per-rank
+ * buffers, KV pools and reduces the GPUs use. rf_tp_open_cpu opens the ranks. */
+bool rf_tp_cpu_ranks(void);
+rf_status rf_tp_open_cpu(rf_model *m, int32_t tp, int n_threads);
+/* The collectives between ranks without NCCL (CPU ranks): t[0] += t[1] + ... in rank order, then
+ * copied to every t[s]; the broadcast copies t[0]. */
+rf_status rf_tp_host_allreduce(rf_model *m, rf_tensor *const *t, int64_t n);
+rf_status rf_tp_host_broadcast(rf_model *m, rf_tensor *const *t, int64_t n);
+/* Releases the GPUs 1.. of a split and the communicator (m->be stays). */
+void rf_tp_close(rf_model *m);
+/* Shard s's backend (m->be when one backend runs every shard). */
+static inline rf_backend *rf_model_be(const rf_model *m, int s) { return m->tp_be ? m->tp_be[s] : m->be; }
+/* Makes shard s's GPU the current device (nothing without tp_be). */
+rf_status rf_model_use(const rf_model *m, int s);
+/* The least free device memory over the model's GPUs, and that GPU's total. */
+rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_bytes);
+/* Several GPUs: the sum all-reduce of t[s] (GPU s's tensor, n floats) over the GPUs, in place;
+ * the broadcast of GPU 0's t[0] to every t[s]. */
+rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n);
+rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n);
 
 /* Library-internal session accessors (session.c) for the generation loop. */
 const rf_vocab *rf_session_vocab(const rf_session *s);

@@ -102,7 +102,16 @@ static rf_status bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, 
         return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' has type %s, which ROCmForge cannot compute with",
                             name, rf_type_name(gt->type));
     if (!gt->data) return rf_set_error(RF_ERR_FORMAT, "model: tensor '%s' has no data", name);
-    rf_status st = m->be->ops->weight(m->be, gt->type, ne0, ne1, gt->data, t);
+    rf_status st;
+    if (m->tp_be && strncmp(name, "blk.", 4) == 0) {
+        /* split over several GPUs: a host view into the mapped file; each GPU uploads its slices
+         * of it (model_tp.c), none the whole layer */
+        size_t rb;
+        if ((st = rf_row_size(gt->type, ne0, &rb))) return st;
+        *t = (rf_tensor){.type = gt->type, .ne = {ne0, ne1}, .nb1 = rb, .data = (void *)gt->data, .owned = false};
+    } else {
+        st = m->be->ops->weight(m->be, gt->type, ne0, ne1, gt->data, t);
+    }
     if (st) return rf_set_error(st, "model: tensor '%s': %s", name, rf_last_error());
     if (m->progress && m->load_total) { /* a device backend uploads here: show it */
         m->load_done += gt->n_bytes;
@@ -261,7 +270,7 @@ static rf_status load_weights(rf_model *m) {
         if ((st = bind_l(m, &L->ffn_post_norm, il, "post_ffw_norm.weight", E, 1, gemma))) return st;
         /* one product for Q/K/V and one for gate/up where the backend joins weights: Q/K/V only
          * without biases and Q/K norms (those read q and k apart) */
-        if (m->be->ops->weight_join) {
+        if (m->be->ops->weight_join && !m->tp_be) { /* several GPUs: joined per shard (model_tp.c) */
             rf_status js;
             if (!rf_has(&L->bq) && !rf_has(&L->q_norm) && !rf_has(&L->k_norm)) {
                 rf_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
@@ -374,6 +383,32 @@ static rf_status open_backend(rf_model *m, const rf_model_params *p) {
     return rf_backend_cpu_new(p->n_threads, &m->be);
 }
 
+/* --tp N > 1: the split over N GPUs (model_tp_gpu.c) for --device gpu, or auto where N GPUs are
+ * present; the CPU for --device cpu and auto without them; one GPU backend for every shard in
+ * RF_TP_ONE_DEVICE's test mode (open_backend then). */
+static rf_status open_tp(rf_model *m, rf_model_params *p) {
+    if (p->tp > 1 && p->device == RF_DEVICE_CPU && rf_tp_cpu_ranks()) return rf_tp_open_cpu(m, p->tp, p->n_threads);
+    if (p->tp <= 1 || p->device == RF_DEVICE_CPU) return RF_OK;
+    int have = 0;
+#ifdef RF_HAVE_GPU
+    have = rf_gpu_device_count();
+#endif
+    if (p->device == RF_DEVICE_GPU && rf_tp_one_device()) return RF_OK;
+    if (p->device == RF_DEVICE_AUTO && have < p->device_index + p->tp) {
+        RF_LOGI("--tp %d: running on the CPU (%d GPUs present, the split over GPUs needs %d)", p->tp, have, p->tp);
+        p->device = RF_DEVICE_CPU;
+        return RF_OK;
+    }
+    int hd = m->hp.head_dim;
+    if (hd != 64 && hd != 80 && hd != 96 && hd != 128 && hd != 256)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d on GPUs: the GPU attention has no kernel for head size %d", p->tp,
+                            hd);
+    rf_status st = rf_tp_open(m, p->tp, p->device_index);
+    if (st) return st;
+    RF_LOGI("model: split over %d GPUs (%d..%d), NCCL all-reduces", p->tp, p->device_index, p->device_index + p->tp - 1);
+    return RF_OK;
+}
+
 rf_status rf_model_load(const char *path, const rf_model_params *params, rf_model **out) {
     *out = NULL;
     rf_model_params p = params ? *params : rf_model_default_params();
@@ -413,11 +448,8 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
         st = rf_set_error(RF_ERR_INVALID_ARG, "--tp %d: the shard count must be 1 to 64", p.tp);
         goto fail;
     }
-    if (p.tp > 1 && p.device == RF_DEVICE_AUTO) { /* the split runs on the CPU only so far */
-        RF_LOGI("--tp %d: running on the CPU (tensor parallelism on GPUs is not built yet)", p.tp);
-        p.device = RF_DEVICE_CPU;
-    }
-    if ((st = open_backend(m, &p))) goto fail;
+    if ((st = open_tp(m, &p))) goto fail;
+    if (!m->be && (st = open_backend(m, &p))) goto fail;
     if ((st = load_weights(m))) goto fail;
     if ((st = rf_model_shard(m, p.tp))) goto fail;
     if (m->tp > 1) RF_LOGI("model: layers split over %d shards (%d heads, %d KV heads each)", m->tp, m->tp_head, m->tp_head_kv);
@@ -462,8 +494,9 @@ static void free_weights(rf_model *m) {
 
 void rf_model_free(rf_model *m) {
     if (!m) return;
-    if (m->be) free_weights(m);
+    if (m->be) rf_model_use(m, 0), free_weights(m);
     rf_model_unshard(m); /* views of the layers' weights, or uploaded slices */
+    rf_tp_close(m);      /* GPUs 1.. of a split over several, and the communicator */
     free(m->layers);
     if (m->vocab) rf_vocab_free(m->vocab);
     if (m->chat) rf_chat_template_free(m->chat);

@@ -51,8 +51,8 @@ static rf_status slice_cols(const rf_tensor *t, int64_t c0, int64_t n, const cha
  * products read whole rows, not strided views): the slice of every row of the file's tensor
  * `name` gathered on the host, then be->ops->weight. out->owned as the backend sets it (freed by
  * rf_model_free). This is also the shape of the multi-GPU split: each GPU uploads its slices. */
-static rf_status upload_cols(rf_model *m, const char *name, const rf_tensor *t, int64_t c0, int64_t n,
-                             rf_tensor *out) {
+static rf_status upload_cols(rf_model *m, rf_backend *be, const char *name, const rf_tensor *t, int64_t c0,
+                             int64_t n, rf_tensor *out) {
     const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, name);
     const rf_type_traits *tr = rf_type_info(t->type);
     if (!gt || !gt->data || !tr || gt->type != t->type)
@@ -63,7 +63,7 @@ static rf_status upload_cols(rf_model *m, const char *name, const rf_tensor *t, 
     uint8_t *buf = malloc(sb * (size_t)rows);
     if (!buf) return rf_set_error(RF_ERR_OOM, "--tp: out of memory slicing '%s' (%zu bytes)", name, sb * (size_t)rows);
     for (int64_t r = 0; r < rows; r++) memcpy(buf + (size_t)r * sb, (const uint8_t *)gt->data + (size_t)r * rb + off, sb);
-    rf_status st = m->be->ops->weight(m->be, t->type, n, rows, buf, out);
+    rf_status st = be->ops->weight(be, t->type, n, rows, buf, out);
     free(buf);
     return st ? rf_set_error(st, "--tp: '%s' slice: %s", name, rf_last_error()) : RF_OK;
 }
@@ -72,20 +72,119 @@ static rf_status upload_cols(rf_model *m, const char *name, const rf_tensor *t, 
  * mode so far (RF_TP_ONE_DEVICE=1: every shard on the one GPU, one after another, the
  * in-process all-reduce; it proves the split on the GPU's kernels, it does not speed anything
  * up). The multi-GPU part (a device and a thread per shard, NCCL) is docs/tp.md's open work. */
-static bool one_device_mode(void) {
+bool rf_tp_one_device(void) {
     const char *e = getenv("RF_TP_ONE_DEVICE");
     return e && *e && strcmp(e, "0") != 0;
 }
 
-void rf_model_unshard(rf_model *m) {
-    if (!m->shards) return;
-    for (int i = 0; m->be && i < m->tp * m->hp.n_layer; i++) { /* uploaded slices (device backends) */
-        rf_layer *S = &m->shards[i];
-        if (S->wo.owned) m->be->ops->free(m->be, &S->wo);
-        if (S->ffn_down.owned) m->be->ops->free(m->be, &S->ffn_down);
+bool rf_tp_cpu_ranks(void) {
+    const char *e = getenv("RF_TP_CPU_RANKS");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+rf_status rf_tp_open_cpu(rf_model *m, int32_t tp, int n_threads) {
+    m->tp_be = calloc((size_t)tp, sizeof *m->tp_be);
+    if (!m->tp_be) return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    m->tp = tp; /* rf_tp_close releases what was opened */
+    for (int s = 0; s < tp; s++) {
+        rf_status st = rf_backend_cpu_new(n_threads, &m->tp_be[s]);
+        if (st) return st;
+        if (s == 0) m->be = m->tp_be[0];
     }
+    RF_LOGI("--tp %d: CPU ranks (RF_TP_CPU_RANKS: the several-GPU code path on CPU backends, a test mode)", tp);
+    return RF_OK;
+}
+
+/* CPU ranks: the tensors are host memory */
+rf_status rf_tp_host_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) {
+    for (int s = 1; s < m->tp; s++) {
+        rf_status st = m->tp_be[0]->ops->add(m->tp_be[0], t[0], t[0], t[s], n);
+        if (st) return st;
+    }
+    return rf_tp_host_broadcast(m, t, n);
+}
+
+rf_status rf_tp_host_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) {
+    for (int s = 1; s < m->tp; s++) {
+        if (rf_backend_on_device(m->tp_be[s]))
+            return rf_set_error(RF_ERR_UNSUPPORTED, "--tp: GPU ranks need NCCL for their collectives");
+        memcpy(t[s]->data, t[0]->data, (size_t)n * sizeof(float));
+    }
+    return RF_OK;
+}
+
+/* every tensor slot of a layer */
+#define RF_LAYER_TENSORS 19
+static void layer_tensors(rf_layer *L, rf_tensor **t) {
+    rf_tensor *all[RF_LAYER_TENSORS] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
+                                        &L->bv, &L->bo, &L->q_norm, &L->k_norm, &L->attn_post_norm,
+                                        &L->ffn_norm, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                                        &L->ffn_post_norm, &L->wqkv, &L->ffn_gu};
+    memcpy(t, all, sizeof all);
+}
+
+void rf_model_unshard(rf_model *m) {
+    if (m->tp_rope) {
+        for (int s = 1; s < m->tp; s++)
+            if (m->tp_rope[s].owned && !rf_model_use(m, s)) m->tp_be[s]->ops->free(m->tp_be[s], &m->tp_rope[s]);
+        free(m->tp_rope);
+        m->tp_rope = NULL;
+    }
+    if (!m->shards) return;
+    /* what a device backend uploaded: the O/down column slices (one GPU), or every tensor of a
+     * shard on its own GPU (several); the rest are views */
+    for (int i = 0; m->be && i < m->tp * m->hp.n_layer; i++) {
+        const int s = i / m->hp.n_layer;
+        rf_backend *be = rf_model_be(m, s);
+        if (m->tp_be && rf_model_use(m, s)) continue;
+        rf_tensor *t[RF_LAYER_TENSORS];
+        layer_tensors(&m->shards[i], t);
+        for (int k = 0; k < RF_LAYER_TENSORS; k++)
+            if (t[k]->owned) be->ops->free(be, t[k]);
+    }
+    rf_model_use(m, 0);
     free(m->shards);
     m->shards = NULL;
+}
+
+/* Several GPUs: shard s's row slices (host views into the mapped file) and the layer's vectors
+ * uploaded to its GPU; then Q/K/V and gate/up joined there as the unsplit GPU model joins them. */
+static rf_status upload_shard_layer(rf_model *m, rf_backend *be, rf_layer *S) {
+    rf_tensor *t[] = {&S->attn_norm, &S->wq, &S->wk, &S->wv, &S->bq, &S->bk, &S->bv, &S->bo, &S->q_norm,
+                      &S->k_norm, &S->attn_post_norm, &S->ffn_norm, &S->ffn_gate, &S->ffn_up, &S->ffn_post_norm};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        if (!rf_has(t[i])) continue;
+        rf_tensor h = *t[i];
+        rf_status st = be->ops->weight(be, h.type, h.ne[0], h.ne[1], h.data, t[i]);
+        if (st) return st;
+    }
+    (void)m;
+    if (!be->ops->weight_join) return RF_OK;
+    rf_status js;
+    if (!rf_has(&S->bq) && !rf_has(&S->q_norm) && !rf_has(&S->k_norm)) {
+        rf_tensor *qkv[] = {&S->wq, &S->wk, &S->wv};
+        if ((js = be->ops->weight_join(be, qkv, 3, &S->wqkv)) && js != RF_ERR_UNSUPPORTED) return js;
+    }
+    rf_tensor *gu[] = {&S->ffn_gate, &S->ffn_up};
+    if ((js = be->ops->weight_join(be, gu, 2, &S->ffn_gu)) && js != RF_ERR_UNSUPPORTED) return js;
+    rf_clear_error();
+    return RF_OK;
+}
+
+/* Several GPUs: rope_freqs on every GPU (GPU 0's is the model's own). */
+static rf_status upload_rope(rf_model *m) {
+    if (!m->tp_be || !rf_has(&m->rope_freqs)) return RF_OK;
+    m->tp_rope = calloc((size_t)m->tp, sizeof *m->tp_rope);
+    const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, "rope_freqs.weight");
+    if (!m->tp_rope || !gt) return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    m->tp_rope[0] = m->rope_freqs;
+    m->tp_rope[0].owned = false;
+    for (int s = 1; s < m->tp; s++) {
+        rf_status st = rf_model_use(m, s);
+        if (!st) st = m->tp_be[s]->ops->weight(m->tp_be[s], RF_TYPE_F32, m->rope_freqs.ne[0], 1, gt->data, &m->tp_rope[s]);
+        if (st) return st;
+    }
+    return rf_model_use(m, 0);
 }
 
 rf_status rf_model_shard(rf_model *m, int32_t tp) {
@@ -96,11 +195,11 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
         m->tp_head_kv = hp->n_head_kv;
         return RF_OK;
     }
-    const bool dev = rf_backend_on_device(m->be);
-    if (dev && !one_device_mode())
+    const bool dev = rf_backend_on_device(m->be), multi = m->tp_be != NULL;
+    if (dev && !multi && !rf_tp_one_device())
         return rf_set_error(RF_ERR_UNSUPPORTED,
-                            "--tp %d: tensor parallelism over several GPUs is not built yet (docs/tp.md); it runs on the "
-                            "CPU backend (--device cpu)", tp);
+                            "--tp %d on one GPU backend: the split over several GPUs is opened at load (rf_tp_open); "
+                            "RF_TP_ONE_DEVICE=1 runs every shard on one GPU (a test mode)", tp);
     const int64_t H = hp->n_head, HKV = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
     if (H % tp || F % tp)
         return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %lld heads and the FFN width %lld", tp,
@@ -112,12 +211,16 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
     const int64_t Hs = H / tp, HKVs = HKV % tp == 0 ? HKV / tp : 1, G = H / HKV, Fs = F / tp;
     rf_layer *sh = calloc((size_t)tp * hp->n_layer, sizeof *sh);
     if (!sh) return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    m->shards = sh, m->tp = tp; /* from here a failure releases what was uploaded */
     for (int s = 0; s < tp; s++)
         for (int il = 0; il < hp->n_layer; il++) {
             const rf_layer *L = &m->layers[il];
             rf_layer *S = &sh[(size_t)s * hp->n_layer + il];
+            rf_backend *be = rf_model_be(m, s);
             *S = *L;
-            S->wo.owned = S->ffn_down.owned = false; /* until a slice of its own is uploaded */
+            rf_tensor *all[RF_LAYER_TENSORS];
+            layer_tensors(S, all);
+            for (int k = 0; k < RF_LAYER_TENSORS; k++) all[k]->owned = false; /* views until uploaded */
             /* the shard reads the parts apart: no joined products */
             memset(&S->wqkv, 0, sizeof S->wqkv);
             memset(&S->ffn_gu, 0, sizeof S->ffn_gu);
@@ -132,30 +235,34 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
             S->ffn_up = slice_rows(&L->ffn_up, s * Fs, Fs);
             rf_status st;
             char what[64], name[96];
+            if (multi && (st = rf_model_use(m, s))) goto fail;
             snprintf(what, sizeof what, "blk.%d.attn_output", il);
             if ((st = slice_cols(&L->wo, q0, Hs * D, what, &S->wo))) goto fail;
             if (dev) {
                 snprintf(name, sizeof name, "%s.weight", what);
-                if ((st = upload_cols(m, name, &L->wo, q0, Hs * D, &S->wo))) goto fail;
+                if ((st = upload_cols(m, be, name, &L->wo, q0, Hs * D, &S->wo))) goto fail;
             }
             snprintf(what, sizeof what, "blk.%d.ffn_down", il);
             if ((st = slice_cols(&L->ffn_down, s * Fs, Fs, what, &S->ffn_down))) goto fail;
             if (dev) {
                 snprintf(name, sizeof name, "%s.weight", what);
-                if ((st = upload_cols(m, name, &L->ffn_down, s * Fs, Fs, &S->ffn_down))) goto fail;
+                if ((st = upload_cols(m, be, name, &L->ffn_down, s * Fs, Fs, &S->ffn_down))) goto fail;
             }
+            if (multi && (st = upload_shard_layer(m, be, S))) goto fail;
             continue;
         fail:
-            m->shards = sh, m->tp = tp; /* what was uploaded so far is released */
-            rf_model_unshard(m);
-            m->tp = 1;
+            rf_model_unshard(m); /* what was uploaded so far */
+            if (!multi) m->tp = 1;
             return st;
         }
-    m->shards = sh;
-    m->tp = tp;
     m->tp_head = (int32_t)Hs;
     m->tp_head_kv = (int32_t)HKVs;
-    return RF_OK;
+    rf_status st = upload_rope(m);
+    if (st) {
+        rf_model_unshard(m);
+        return st;
+    }
+    return rf_model_use(m, 0);
 }
 
 rf_status rf_tp_allreduce(rf_model *m, rf_tensor *o, rf_tensor *part, int64_t n) {

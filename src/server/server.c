@@ -46,6 +46,7 @@ static void *loader_main(void *arg) {
     rf_model_params mp = rf_model_default_params();
     mp.device = s->cfg.device;
     mp.device_index = s->cfg.device_index;
+    mp.tp = s->cfg.tp;
     mp.n_threads = s->cfg.n_threads;
     rf_engine_config *ec = NULL;
     rf_status st = rf_model_load(s->cfg.model_path, &mp, &s->model);

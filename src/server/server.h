@@ -16,6 +16,7 @@ typedef struct rf_server_config {
     const char *api_key;     /* NULL = no key required */
     rf_device device;
     int32_t device_index;
+    int32_t tp;              /* --tp N: tensor-parallel shards (0 = $RF_TP or 1) */
     int32_t n_threads;       /* CPU threads (0 = all cores) */
     int32_t n_ctx;           /* positions per sequence (0 = engine default) */
     int32_t n_parallel;      /* sequences running at once */

@@ -737,3 +737,31 @@ const char *rf_backend_gpu_name(rf_backend *be) {
     snprintf(name, sizeof name, "%s", info.name);
     return name;
 }
+
+rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be) { return G(be)->ctx; }
+
+/* A split over several GPUs (docs/tp.md, RF_TP_GRAPHS=1): the GPUs other than the sampling one
+ * have no sample op to end their recording and launch it; this does, right before the sampling
+ * GPU's sample: CAPTURE ends the recording and launches it for this step, REPLAY launches the
+ * recorded step (batch_upload has filled the pinned buffer its first copy reads). */
+rf_status rf_backend_gpu_graph_run(rf_backend *be) {
+    gpu_be *g = G(be);
+    const int mode = g->mode;
+    g->mode = RF_GRAPH_NONE;
+    if (mode == RF_GRAPH_CAPTURE) {
+        void *x = NULL;
+        rf_status st = rf_gpu_capture_end(g->ctx, &x);
+        if (st) return st;
+        g->graphs[g->cur].exec = x;
+        g->graphs[g->cur].epoch = g->epoch;
+        g->graphs[g->cur].scratch_at = rf_gpu_scratch_base(g->ctx);
+    } else if (mode != RF_GRAPH_REPLAY) {
+        return RF_OK;
+    }
+    g->n_launch++;
+    return rf_gpu_graph_launch(g->ctx, g->graphs[g->cur].exec);
+}
+
+/* Waits for the last eager copy out of the pinned buffer (pin_settle), so that graph_begin on
+ * several GPUs makes no host wait while another GPU's recording is open in this thread. */
+rf_status rf_backend_gpu_settle(rf_backend *be) { return pin_settle(G(be)); }

@@ -29,6 +29,7 @@
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaSetDevice hipSetDevice
 #define cudaGetDevice hipGetDevice
+#define cudaDeviceCanAccessPeer hipDeviceCanAccessPeer
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaGetDeviceProperties hipGetDeviceProperties
 #define cudaDeviceSynchronize hipDeviceSynchronize

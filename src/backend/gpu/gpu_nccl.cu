@@ -1,5 +1,5 @@
 /* gpu_nccl.cu — the NCCL communicators of gpu_nccl.h: libnccl.so.2 opened at run time and the
- * seven entry points tensor parallelism uses looked up once. HIP builds (RCCL is not wired) and
+ * eight entry points tensor parallelism uses looked up once. HIP builds (RCCL is not wired) and
  * builds without nccl.h get the stubs at the end, which fail with RF_ERR_UNSUPPORTED. */
 #include "backend/gpu/gpu_internal.h"
 #include "backend/gpu/gpu_nccl.h"
@@ -22,6 +22,7 @@ static struct {
     char why[256];
     ncclResult_t (*init_all)(ncclComm_t *, int, const int *);
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*group_start)(void);
     ncclResult_t (*group_end)(void);
     ncclResult_t (*destroy)(ncclComm_t);
@@ -44,6 +45,7 @@ static void nccl_load(void) {
     }
     RF_SYM(init_all, "ncclCommInitAll")
     RF_SYM(all_reduce, "ncclAllReduce")
+    RF_SYM(broadcast, "ncclBroadcast")
     RF_SYM(group_start, "ncclGroupStart")
     RF_SYM(group_end, "ncclGroupEnd")
     RF_SYM(destroy, "ncclCommDestroy")
@@ -121,6 +123,13 @@ extern "C" rf_status rf_gpu_comm_allreduce(rf_gpu_comm *c, int rank, float *buf,
     return RF_OK;
 }
 
+extern "C" rf_status rf_gpu_comm_broadcast(rf_gpu_comm *c, int rank, float *buf, size_t n, int root) {
+    if (!c || rank < 0 || rank >= c->n || root < 0 || root >= c->n)
+        return rf_set_error(RF_ERR_INVALID_ARG, "NCCL broadcast: rank %d, root %d", rank, root);
+    RF_NCCL_TRY(g_nccl.broadcast(buf, buf, n, ncclFloat32, root, c->comm[rank], c->ctx[rank]->stream), "broadcast");
+    return RF_OK;
+}
+
 extern "C" rf_status rf_gpu_comm_group(rf_gpu_comm *c, bool begin) {
     if (!c) return rf_set_error(RF_ERR_INVALID_ARG, "NCCL group: no communicator");
     RF_NCCL_TRY(begin ? g_nccl.group_start() : g_nccl.group_end(), begin ? "group start" : "group end");
@@ -147,6 +156,10 @@ extern "C" rf_status rf_gpu_comm_init(rf_gpu_ctx *const *ctxs, int n, rf_gpu_com
 }
 extern "C" rf_status rf_gpu_comm_allreduce(rf_gpu_comm *c, int rank, float *buf, size_t n) {
     (void)c, (void)rank, (void)buf, (void)n;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "this build has no NCCL / RCCL");
+}
+extern "C" rf_status rf_gpu_comm_broadcast(rf_gpu_comm *c, int rank, float *buf, size_t n, int root) {
+    (void)c, (void)rank, (void)buf, (void)n, (void)root;
     return rf_set_error(RF_ERR_UNSUPPORTED, "this build has no NCCL / RCCL");
 }
 extern "C" rf_status rf_gpu_comm_group(rf_gpu_comm *c, bool begin) {

@@ -27,6 +27,9 @@ rf_status rf_gpu_comm_init(rf_gpu_ctx *const *ctxs, int n, rf_gpu_comm **out);
  * into a CUDA graph. */
 rf_status rf_gpu_comm_allreduce(rf_gpu_comm *c, int rank, float *buf, size_t n);
 rf_status rf_gpu_comm_group(rf_gpu_comm *c, bool begin);
+/* Rank r's share of a broadcast of n floats from rank root's buf into every rank's buf (in place),
+ * on ctxs[r]'s stream; grouped as the all-reduce. */
+rf_status rf_gpu_comm_broadcast(rf_gpu_comm *c, int rank, float *buf, size_t n, int root);
 /* NCCL's version as major * 10000 + minor * 100 + patch (0 where it cannot be loaded). */
 int rf_gpu_nccl_version(void);
 void rf_gpu_comm_free(rf_gpu_comm *c);

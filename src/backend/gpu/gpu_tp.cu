@@ -1,0 +1,93 @@
+/* gpu_tp.cu — what tensor parallelism over several GPUs needs of the GPU backends (docs/tp.md):
+ * making a backend's GPU the host thread's current device (one thread issues every GPU's work),
+ * the peer-access check between the GPUs of a split, and the communicator over their backends
+ * (NCCL, gpu_nccl.cu) with the grouped all-reduce and broadcast the forward calls. */
+#include "backend/backend.h"
+#include "backend/gpu/gpu_internal.h"
+#include "backend/gpu/gpu_nccl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+struct rf_tp_comm {
+    int n;
+    rf_gpu_comm *c;
+};
+typedef struct rf_tp_comm rf_tp_comm;
+extern "C" rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be); /* gpu_backend.c */
+
+extern "C" rf_status rf_backend_gpu_use(rf_backend *be) {
+    rf_gpu_ctx *ctx = rf_backend_gpu_ctx(be);
+    RF_GPU_CHECK(cudaSetDevice(ctx->device));
+    return RF_OK;
+}
+
+extern "C" int rf_backend_gpu_device(rf_backend *be) { return rf_backend_gpu_ctx(be)->device; }
+
+extern "C" rf_status rf_tp_peer_check(rf_backend *const *bes, int n) {
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++) {
+            if (a == b) continue;
+            const int da = rf_backend_gpu_ctx(bes[a])->device, db = rf_backend_gpu_ctx(bes[b])->device;
+            int ok = 0;
+            cudaError_t e = cudaDeviceCanAccessPeer(&ok, da, db);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                return rf_set_error(RF_ERR_DEVICE, "--tp %d: cannot ask whether GPU %d reaches GPU %d: %s", n, da, db,
+                                    cudaGetErrorString(e));
+            }
+            if (!ok)
+                return rf_set_error(RF_ERR_DEVICE,
+                                    "--tp %d: GPU %d cannot reach GPU %d directly (no peer access: no NVLink or PCIe "
+                                    "P2P between them); RF_TP_NO_PEER_OK=1 lets NCCL go through host memory (slow)",
+                                    n, da, db);
+        }
+    return RF_OK;
+}
+
+extern "C" rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **out) {
+    *out = NULL;
+    rf_gpu_ctx **ctxs = (rf_gpu_ctx **)calloc((size_t)n, sizeof *ctxs);
+    rf_tp_comm *t = (rf_tp_comm *)calloc(1, sizeof *t);
+    if (!ctxs || !t) {
+        free(ctxs);
+        free(t);
+        return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    }
+    for (int i = 0; i < n; i++) ctxs[i] = rf_backend_gpu_ctx(bes[i]);
+    rf_status st = rf_gpu_comm_init(ctxs, n, &t->c);
+    free(ctxs);
+    if (st) {
+        free(t);
+        return rf_set_error(st, "--tp %d: the GPUs cannot be joined for the all-reduce: %s", n, rf_last_error());
+    }
+    t->n = n;
+    *out = t;
+    return RF_OK;
+}
+
+/* one collective over every rank, grouped: one host thread drives them all, and NCCL needs every
+ * rank's call enqueued before any of them can finish */
+static rf_status collective(rf_tp_comm *t, rf_tensor *const *bufs, size_t n, bool reduce) {
+    rf_status st = rf_gpu_comm_group(t->c, true);
+    if (st) return st;
+    for (int r = 0; r < t->n && !st; r++)
+        st = reduce ? rf_gpu_comm_allreduce(t->c, r, (float *)bufs[r]->data, n)
+                    : rf_gpu_comm_broadcast(t->c, r, (float *)bufs[r]->data, n, 0);
+    rf_status end = rf_gpu_comm_group(t->c, false);
+    return st ? st : end;
+}
+
+extern "C" rf_status rf_tp_comm_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) {
+    return collective(t, bufs, n, true);
+}
+
+extern "C" rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) {
+    return collective(t, bufs, n, false);
+}
+
+extern "C" void rf_tp_comm_free(rf_tp_comm *t) {
+    if (!t) return;
+    rf_gpu_comm_free(t->c);
+    free(t);
+}

@@ -1,0 +1,232 @@
+/* model_tp_gpu.c — the split over several GPUs (docs/tp.md): opening a GPU backend per shard with
+ * the checks that say why a split cannot run (GPU count, heads, each GPU's free memory against
+ * its shard, peer access, NCCL), the communicator, and the collectives the forward calls over
+ * the GPUs' buffers. One host thread issues every GPU's work (asynchronous launches on each
+ * GPU's own stream); the NCCL calls of all ranks go out as one group. Without a GPU build these
+ * are stubs that say so. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+#ifdef RF_HAVE_GPU
+
+rf_status rf_model_use(const rf_model *m, int s) {
+    if (!m->tp_be || !rf_backend_on_device(m->tp_be[s])) return RF_OK; /* (CPU ranks: a test mode) */
+    return rf_backend_gpu_use(m->tp_be[s]);
+}
+
+rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_bytes) {
+    const int n = m->tp_be ? m->tp : 1;
+    *free_bytes = SIZE_MAX;
+    *total_bytes = 0;
+    for (int s = 0; s < n; s++) {
+        size_t fr = 0, tot = 0;
+        if (!rf_backend_on_device(rf_model_be(m, s)))
+            return rf_set_error(RF_ERR_UNSUPPORTED, "rf_model_gpu_mem: not on a GPU");
+        rf_status st = rf_model_use(m, s); /* the runtime reads the current device's */
+        if (!st) st = rf_backend_gpu_mem(rf_model_be(m, s), &fr, &tot);
+        if (st) return st;
+        if (fr < *free_bytes) *free_bytes = fr, *total_bytes = tot;
+    }
+    return rf_model_use(m, 0);
+}
+
+/* Bytes of weights shard s's GPU will hold: a 1/tp share of every layer matrix (K and V: the
+ * shard's KV heads, replicated ones counted on each GPU), every layer vector whole, rope_freqs
+ * on each GPU, the rest of the top-level tensors (embedding, final norm, LM head) on GPU 0. */
+static uint64_t shard_bytes(const rf_model *m, int s, int tp, int64_t hkv_s) {
+    uint64_t total = 0;
+    for (int64_t i = 0; i < rf_gguf_n_tensors(m->g); i++) {
+        const rf_gguf_tensor *t = rf_gguf_tensor_at(m->g, i);
+        const char *nm = t->name;
+        if (strncmp(nm, "blk.", 4) == 0) {
+            if (t->ne[1] <= 1) total += t->n_bytes;
+            else if (strstr(nm, ".attn_k.") || strstr(nm, ".attn_v."))
+                total += t->n_bytes / (uint64_t)m->hp.n_head_kv * (uint64_t)hkv_s;
+            else total += t->n_bytes / (uint64_t)tp;
+        } else if (s == 0 || strcmp(nm, "rope_freqs.weight") == 0) {
+            total += t->n_bytes;
+        }
+    }
+    return total;
+}
+
+/* each GPU's free memory against what its shard needs (+ a KV cache reserve, as for one GPU) */
+static rf_status check_memory(rf_model *m, int tp) {
+    const int64_t HKV = m->hp.n_head_kv, hkv_s = HKV % tp == 0 ? HKV / tp : 1;
+    for (int s = 0; s < tp; s++) {
+        size_t fr = 0, tot = 0;
+        rf_status st = rf_backend_gpu_use(m->tp_be[s]); /* the runtime reads the current device's */
+        if (!st) st = rf_backend_gpu_mem(m->tp_be[s], &fr, &tot);
+        if (st) return st;
+        const uint64_t need = shard_bytes(m, s, tp, hkv_s);
+        const uint64_t reserve = need / 20 > (256u << 20) ? need / 20 : (256u << 20);
+        if (need + reserve > fr)
+            return rf_set_error(RF_ERR_OOM,
+                                "--tp %d: shard %d needs %.1f MiB of weights (+%.0f MiB for a KV cache) but GPU %d has "
+                                "%.1f MiB free (of %.1f MiB); use more GPUs or a smaller model",
+                                tp, s, need / 1048576.0, reserve / 1048576.0, rf_backend_gpu_device(m->tp_be[s]),
+                                fr / 1048576.0, tot / 1048576.0);
+        RF_LOGI("--tp %d: shard %d: %.1f MiB of weights on GPU %d (%s)", tp, s, need / 1048576.0,
+                rf_backend_gpu_device(m->tp_be[s]), rf_backend_gpu_name(m->tp_be[s]));
+    }
+    return RF_OK;
+}
+
+rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
+    const rf_hparams *hp = &m->hp;
+    const int have = rf_gpu_device_count();
+    if (first < 0 || first + tp > have)
+        return rf_set_error(RF_ERR_DEVICE,
+                            "--tp %d: the split over several GPUs needs %d GPUs (from GPU %d), %d present "
+                            "(RF_TP_ONE_DEVICE=1 runs every shard on one GPU, a test mode; --device cpu runs the split "
+                            "on the CPU)", tp, tp, first, have);
+    if (hp->n_head % tp || hp->n_ff % tp)
+        return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %d heads and the FFN width %d", tp,
+                            hp->n_head, hp->n_ff);
+    if (hp->n_head_kv % tp && tp % hp->n_head_kv)
+        return rf_set_error(RF_ERR_INVALID_ARG,
+                            "--tp %d: the %d KV heads can neither be split over %d shards nor replicated evenly", tp,
+                            hp->n_head_kv, tp);
+    m->tp_be = calloc((size_t)tp, sizeof *m->tp_be);
+    if (!m->tp_be) return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    m->tp = tp; /* rf_tp_close releases what was opened */
+    rf_status st;
+    for (int s = 0; s < tp; s++)
+        if ((st = rf_backend_gpu_new(first + s, &m->tp_be[s])))
+            return rf_set_error(st, "--tp %d: GPU %d: %s", tp, first + s, rf_last_error());
+        else if (s == 0)
+            m->be = m->tp_be[0]; /* released by rf_model_free from here */
+    if ((st = check_memory(m, tp))) return st;
+    const char *np = getenv("RF_TP_NO_PEER_OK");
+    if (!(np && *np && strcmp(np, "0"))) {
+        if ((st = rf_tp_peer_check(m->tp_be, tp))) return st;
+    }
+    if ((st = rf_tp_comm_new(m->tp_be, tp, &m->tp_comm))) return st;
+    return rf_model_use(m, 0);
+}
+
+rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) {
+    if (!m->tp_comm) return rf_tp_host_allreduce(m, t, n);
+    return rf_tp_comm_allreduce(m->tp_comm, t, (size_t)n);
+}
+
+rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) {
+    if (!m->tp_comm) return rf_tp_host_broadcast(m, t, n);
+    return rf_tp_comm_broadcast(m->tp_comm, t, (size_t)n);
+}
+
+static bool tp_graphs_optin(void) {
+    const char *e = getenv("RF_TP_GRAPHS");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+bool rf_model_graphs_ok(const rf_model *m) {
+    return !m->tp_be || (m->tp_comm && tp_graphs_optin());
+}
+
+int rf_model_graph_begin(rf_model *m, const void *owner, int key) {
+    if (!m->tp_be) return m->be->ops->graph_begin(m->be, owner, key);
+    int mode = RF_GRAPH_NONE;
+    bool same = true;
+    /* every host wait before the first recording opens: none may happen while one is open */
+    for (int s = 0; s < m->tp; s++)
+        if (rf_model_use(m, s) || rf_backend_gpu_settle(m->tp_be[s])) same = false;
+    for (int s = 0; s < m->tp && same; s++) {
+        rf_backend *be = m->tp_be[s];
+        if (rf_model_use(m, s)) same = false;
+        int md = be->ops->graph_begin(be, owner, key);
+        if (s == 0) mode = md;
+        else if (md != mode) same = false;
+    }
+    if (!same) {
+        /* the GPUs disagree (one's buffers moved, so its recording was dropped): this step runs
+         * eagerly everywhere, and every GPU drops all its recordings (a graph_begin for another
+         * owner does that), so they record again in step with each other */
+        for (int s = 0; s < m->tp; s++) {
+            rf_backend *be = m->tp_be[s];
+            rf_model_use(m, s);
+            be->ops->graph_begin(be, m, -1);
+            if (be->ops->graph_abort) be->ops->graph_abort(be);
+        }
+        mode = RF_GRAPH_NONE;
+    }
+    rf_model_use(m, 0);
+    return mode;
+}
+
+rf_status rf_model_graph_others(rf_model *m, const rf_batch *b, int mode) {
+    if (!m->tp_be || mode == RF_GRAPH_NONE) return RF_OK;
+    rf_status st = RF_OK;
+    for (int s = 1; s < m->tp && !st; s++) {
+        rf_backend *be = m->tp_be[s];
+        rf_batch copy = *b;
+        copy.dev = NULL;
+        if ((st = rf_model_use(m, s))) break;
+        if (mode == RF_GRAPH_REPLAY && (st = be->ops->batch_upload(be, &copy))) break; /* the pinned buffer */
+        st = rf_backend_gpu_graph_run(be);
+    }
+    rf_status u = rf_model_use(m, 0);
+    return st ? st : u;
+}
+
+void rf_model_graph_abort(rf_model *m) {
+    const int n = m->tp_be ? m->tp : 1;
+    for (int s = 0; s < n; s++) {
+        rf_backend *be = rf_model_be(m, s);
+        rf_model_use(m, s);
+        if (be->ops->graph_abort) be->ops->graph_abort(be);
+    }
+    rf_model_use(m, 0);
+}
+
+#else /* no GPU backend in this build */
+
+bool rf_model_graphs_ok(const rf_model *m) { return !m->tp_be; }
+int rf_model_graph_begin(rf_model *m, const void *owner, int key) {
+    return m->tp_be ? RF_GRAPH_NONE : m->be->ops->graph_begin(m->be, owner, key);
+}
+rf_status rf_model_graph_others(rf_model *m, const rf_batch *b, int mode) {
+    (void)m, (void)b, (void)mode;
+    return RF_OK;
+}
+void rf_model_graph_abort(rf_model *m) {
+    if (!m->tp_be && m->be->ops->graph_abort) m->be->ops->graph_abort(m->be);
+}
+
+rf_status rf_model_use(const rf_model *m, int s) {
+    (void)m, (void)s;
+    return RF_OK;
+}
+rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_bytes) {
+    (void)m;
+    *free_bytes = *total_bytes = 0;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "this build has no GPU backend");
+}
+rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
+    (void)m, (void)first;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d over GPUs: this build has no GPU backend", tp);
+}
+rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) { return rf_tp_host_allreduce(m, t, n); }
+rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) { return rf_tp_host_broadcast(m, t, n); }
+
+#endif
+
+void rf_tp_close(rf_model *m) {
+    if (!m->tp_be) return;
+#ifdef RF_HAVE_GPU
+    rf_tp_comm_free(m->tp_comm);
+    m->tp_comm = NULL;
+#endif
+    for (int s = 1; s < m->tp; s++)
+        if (m->tp_be[s]) {
+            rf_model_use(m, s);
+            m->tp_be[s]->ops->destroy(m->tp_be[s]);
+            m->tp_be[s] = NULL;
+        }
+    if (m->tp_be[0]) rf_model_use(m, 0);
+    free(m->tp_be);
+    m->tp_be = NULL;
+}
