@@ -232,13 +232,10 @@ static rf_status rf_fp_go(rf_gpu_ctx *ctx, float *out, const float *q, const voi
                           const int32_t *bt, int n, int p0, int bs, int n_head, int n_head_kv, float scale,
                           int window, float softcap) {
     const size_t smem = rf_fp_geo<D>::smem;
-    static bool sized = false; /* the attribute is per kernel, the same on every device */
-    if (!sized) {
-        auto kern = rf_k_flash_prefill<D>;
-        RF_GPU_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(kern), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int)smem));
-        sized = true;
-    }
+    static size_t attr[RF_GPU_MAX_DEVICES];
+    auto kern = rf_k_flash_prefill<D>;
+    const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), smem, 0, attr, "rf_k_flash_prefill");
+    if (ast) return ast;
     const dim3 grid((unsigned)((n + RF_FP_BR - 1) / RF_FP_BR), (unsigned)n_head);
     return rf_gpu_launch(ctx, "rf_k_flash_prefill", false, rf_k_flash_prefill<D>, grid, dim3(RF_FP_WARPS * 32), smem,
                          out, q, (const rf_half *)k, (const rf_half *)v, bt, n, p0, bs, n_head, n_head_kv, scale,

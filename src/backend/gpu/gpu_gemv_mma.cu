@@ -199,14 +199,9 @@ static rf_status rf_launch_mma(rf_gpu_ctx *ctx, float *y, const uint8_t *w, cons
     constexpr int S = 3, NW = 8;
     auto kern = rf_k_gemv_mma<T, S, NW>;
     const size_t smem = (size_t)NW * S * rf_mma_slot(T == RF_TYPE_Q4_0 ? 18 : 34, nt);
-    static size_t attr = 48 * 1024;
-    if (smem > attr) {
-        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return rf_set_error(RF_ERR_DEVICE, "rf_k_gemv_mma: %zu bytes of shared memory: %s", smem,
-                                cudaGetErrorString(e));
-        attr = smem;
-    }
+    static size_t attr[RF_GPU_MAX_DEVICES];
+    const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), smem, (size_t)NW * 16 * 8 * sizeof(float), attr, "rf_k_gemv_mma");
+    if (ast) return ast;
 #if defined(RF_GEMV_TRACE)
     const int nt_arg = nt | (int)((ctx->trace_seq++ & 0x7fffu) << 8); /* the call's trace slot */
 #else

@@ -403,11 +403,12 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     const size_t pad = (size_t)ctx->gemv_pad_kb * 1024; /* <= 16 KB */
     const size_t smem = (XS ? (size_t)n_in + (size_t)n_in / RF_QK * (FS ? 16 : 8) : 0) + pad;
     static int per_sm[48]; /* by KB of x and pad (<= 25 + 16) */
-    static int attr_kb = (int)((48 * 1024 - ring) / 1024); /* dynamic KB the kernel may take */
+    static size_t attr[RF_GPU_MAX_DEVICES]; /* dynamic bytes the kernel may take, per GPU */
     const int kb = (int)((smem + 1023) / 1024);
-    if (kb > attr_kb) { /* raised only when needed: it can cost L1 */
-        attr_kb = kb;
-        (void)cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kb * 1024);
+    if (kb > (int)((48 * 1024 - ring) / 1024)) { /* raised only when needed: it can cost L1 */
+        const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)kb * 1024, ring, attr,
+                                               "rf_k_gemv_q32s");
+        if (ast) return ast;
     }
     if (!per_sm[kb]) per_sm[kb] = rf_blocks_per_sm(kern, NW * ctx->info.warp_size, (size_t)kb * 1024);
     const int ng = (int)(n_in / RF_QK / rf_q32_group<T>::GB);

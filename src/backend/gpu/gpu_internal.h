@@ -85,6 +85,26 @@ static rf_status rf_gpu_launch(rf_gpu_ctx *ctx, const char *name, bool pdl, void
     return rf_gpu_after_launch(ctx, name);
 }
 
+/* The dynamic shared memory a kernel may take above 48 KiB is an attribute of the kernel on one
+ * device (the current one when it is set). set[] is the kernel's own record, a slot per device
+ * id: a launch on another GPU (tensor parallelism) sets it there too, where a single flag would
+ * leave that GPU at 48 KiB and the launch would fail with "invalid argument". static_smem: the
+ * kernel's static shared memory (the default dynamic limit is 48 KiB less it). */
+#define RF_GPU_MAX_DEVICES 64
+static inline rf_status rf_gpu_smem_attr(rf_gpu_ctx *ctx, const void *kern, size_t smem, size_t static_smem, size_t *set,
+                                         const char *name) {
+    const int d = ctx->device >= 0 && ctx->device < RF_GPU_MAX_DEVICES ? ctx->device : 0;
+    if (smem <= (set[d] ? set[d] : 48 * 1024 - static_smem)) return RF_OK; /* the default limit */
+    const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return rf_set_error(RF_ERR_DEVICE, "%s: %zu bytes of shared memory on GPU %d: %s", name, smem, ctx->device,
+                            cudaGetErrorString(e));
+    }
+    set[d] = smem;
+    return RF_OK;
+}
+
 /* Host-side argument check: RF_ERR_INVALID_ARG naming the op. */
 #define RF_GPU_REQUIRE(cond, op, fmt, ...)                                                   \
     do {                                                                                     \

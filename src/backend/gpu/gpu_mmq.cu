@@ -302,13 +302,9 @@ static rf_status rf_launch_mmq_wn(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
                                   int nt, int n_in, int n_out, int64_t rb, int splits) {
     auto kern = rf_k_mmq<T, WN, STX>;
     constexpr int smem = rf_mmq_stage<T, WN, STX>::SMEM, BN = rf_mmq_stage<T, WN, STX>::BN;
-    static bool attr = false;
-    if (!attr) {
-        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess)
-            return rf_set_error(RF_ERR_DEVICE, "rf_k_mmq: %d bytes of shared memory: %s", smem, cudaGetErrorString(e));
-        attr = true;
-    }
+    static size_t attr[RF_GPU_MAX_DEVICES];
+    const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)smem, 0, attr, "rf_k_mmq");
+    if (ast) return ast;
     const dim3 grid((unsigned)((nt + BN - 1) / BN), (unsigned)((n_out + RF_MMQ_BM - 1) / RF_MMQ_BM),
                     (unsigned)splits);
     return rf_gpu_launch(ctx, "rf_k_mmq", true, kern, grid, dim3(RF_MMQ_NW * 32), (size_t)smem, y, w, qx, rec, nt,
