@@ -41,7 +41,7 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
         for (int64_t i = 0; i < nt; i++) samp[ns++] = i;
     const int64_t cand[] = {0, 1, nt / 2, 63, 64, nt - 2, nt - 1};
     for (size_t i = 0; i < sizeof cand / sizeof cand[0] && n_out >= 128; i++) {
-        bool dup = cand[i] >= nt;
+        bool dup = cand[i] < 0 || cand[i] >= nt; /* nt - 2 < 0 for one token */
         for (int k = 0; k < ns && !dup; k++) dup = samp[k] == cand[i];
         if (!dup) samp[ns++] = cand[i];
     }
@@ -66,8 +66,8 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
     assert_int_equal(rf_gpu_mmq(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
     dev_to(got2, dy, nt * n_out * 4);
     assert_memory_equal(got, got2, nt * n_out * 4);
-    /* rf_gpu_matmul takes MMQ for these token counts (default RF_GPU_MMQ_MAX) */
-    if (!getenv("RF_GPU_MMQ_MAX") && nt > 8 && nt <= 128) {
+    /* rf_gpu_matmul takes MMQ for these token counts (default RF_GPU_MMQ_MIN / _MAX) */
+    if (!getenv("RF_GPU_MMQ_MAX") && !getenv("RF_GPU_MMQ_MIN") && nt >= 5 && nt <= 128) {
         assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
         assert_int_equal(rf_gpu_matmul(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
         dev_to(got2, dy, nt * n_out * 4);
