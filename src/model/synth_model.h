@@ -16,6 +16,7 @@ typedef enum synth_arch {
     SYNTH_ARCH_LLAMA,
     SYNTH_ARCH_QWEN2,
     SYNTH_ARCH_GEMMA3,
+    SYNTH_ARCH_QWEN3,
     SYNTH_ARCH_COUNT
 } synth_arch;
 
@@ -47,6 +48,7 @@ typedef enum synth_gen {
     SYNTH_GEN_ONES,   /* norm weights */
     SYNTH_GEN_CONST,  /* every value = `std` (gemma3 post-norm gains) */
     SYNTH_GEN_ROPE_FREQS,
+    SYNTH_GEN_NEAR_ONE,       /* 1 + uniform noise of std `std` (norm gains that matter) */
 } synth_gen;
 
 typedef struct synth_tensor {

@@ -61,6 +61,16 @@ const synth_preset synth_presets[] = {
     {"gemma3-270m", "Gemma-3-270M shapes (head dim 256, sliding window 512)",
      "Gemma 3 270M (synthetic)", "270M", SYNTH_ARCH_GEMMA3, 18, 640, 2048, 4, 1, 256, 32768,
      1000000.0f, 1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 262144, 0}, NULL, 512},
+    /* qwen3: per-head Q/K RMSNorm before RoPE, no biases, head dim 128 with n_head * 128 !=
+     * n_embd (attention.key_length). Shapes from Qwen3-0.6B / Qwen3-8B config.json. */
+    {"tiny-qwen3", "3-layer qwen3 (per-head Q/K RMSNorm, 8 heads of 64 over dim 256), tied, 3072-token ChatML vocabulary",
+     "Tiny Qwen3 (synthetic)", "5M", SYNTH_ARCH_QWEN3, 3, 256, 768, 8, 4, 64, 40960, 1000000.0f,
+     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen2", 0},
+    {"qwen3-0.6b", "Qwen3-0.6B shapes (16 heads of 128 over dim 1024, tied)", "Qwen3 0.6B (synthetic)", "0.6B",
+     SYNTH_ARCH_QWEN3, 28, 1024, 3072, 16, 8, 128, 40960, 1000000.0f, 1e-6f, true, 0, 0, 0, 0,
+     {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0},
+    {"qwen3-8b", "Qwen3-8B shapes", "Qwen3 8B (synthetic)", "8.2B", SYNTH_ARCH_QWEN3, 36, 4096, 12288, 32, 8,
+     128, 40960, 1000000.0f, 1e-6f, false, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
@@ -182,6 +192,21 @@ static bool tensors_gemma3(synth_tensor_list *l, const synth_preset *p, int32_t 
     return true;
 }
 
+/* qwen3 (peer src/models/qwen3.cpp): the llama tensors plus per-head Q/K norm gains (head_dim
+ * each), near 1 but not 1 so that a forward that skips them or mixes them up differs. */
+static bool tensors_qwen3(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
+                          uint32_t n_vocab) {
+    if (!tensors_llama_like(l, p, n_layer, n_vocab, false)) return false;
+    char nm[64];
+    for (int32_t i = 0; i < n_layer; i++) {
+        snprintf(nm, sizeof nm, "blk.%d.attn_q_norm.weight", i);
+        ADD(nm, 1, p->head_dim, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
+        snprintf(nm, sizeof nm, "blk.%d.attn_k_norm.weight", i);
+        ADD(nm, 1, p->head_dim, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
+    }
+    return true;
+}
+
 static bool tensors_llama(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
                           uint32_t n_vocab) {
     return tensors_llama_like(l, p, n_layer, n_vocab, false);
@@ -246,6 +271,11 @@ static rf_status write_kv_gemma3(rf_gguf_writer *w, const synth_preset *p, int32
     return st;
 }
 
+/* qwen3 (Qwen2Model's converter): key/value length, no vocab_size or rope.dimension_count. */
+static rf_status write_kv_qwen3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_common(w, p, n_layer, "qwen3", KV_HEAD_LEN);
+}
+
 /* src/models/gemma3.cpp has no 70B type. */
 static bool is_70b_never(const synth_preset *p, int32_t n_layer) {
     (void)p;
@@ -268,6 +298,7 @@ static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_LLAMA] = {"llama", write_kv_llama, tensors_llama, is_70b_llama},
     [SYNTH_ARCH_QWEN2] = {"qwen2", write_kv_qwen2, tensors_qwen2, is_70b_qwen2},
     [SYNTH_ARCH_GEMMA3] = {"gemma3", write_kv_gemma3, tensors_gemma3, is_70b_never},
+    [SYNTH_ARCH_QWEN3] = {"qwen3", write_kv_qwen3, tensors_qwen3, is_70b_never},
 };
 
 const synth_arch_info *synth_arch_get(synth_arch a) {

@@ -119,6 +119,13 @@ static void test_layer_plans(void **state) {
     }
     assert_int_equal(m->hp.glu, RF_GLU_GEGLU);
     rf_model_free(m);
+
+    m = load_preset("tiny-qwen3", "f32"); /* per-head Q/K norms of head_dim, no biases, Q != E */
+    check_common(m, "qwen3");
+    assert_int_equal(m->hp.rope_mode, RF_ROPE_NEOX);
+    assert_int_equal(m->layers[0].q_norm.ne[0], m->hp.head_dim);
+    assert_true(m->hp.n_head * m->hp.head_dim != m->hp.n_embd);
+    rf_model_free(m);
 }
 
 int main(void) {
