@@ -31,6 +31,8 @@ static const rf_arch_desc k_archs[] = {
     {"qwen2", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QKV_BIAS, 0, NULL},
     {"gemma3", RF_ROPE_NEOX, RF_GLU_GEGLU, RF_AF_QK_NORM | RF_AF_POST_NORMS | RF_AF_EMBED_SCALE, 0, hp_gemma3},
     {"qwen3", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_FULL_ROT, 0, NULL},
+    /* smollm3: llama.cpp fixes the NoPE step at 4 (n_no_rope_layer_step); no metadata key */
+    {"smollm3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 4, NULL},
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 
@@ -42,7 +44,7 @@ const rf_arch_desc *rf_arch_find(const char *name) {
 
 /* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
  * checks it against the table). */
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3"; }
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3"; }
 
 int rf_arch_count(void) { return N_ARCHS; }
 const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }

@@ -17,6 +17,7 @@ typedef enum synth_arch {
     SYNTH_ARCH_QWEN2,
     SYNTH_ARCH_GEMMA3,
     SYNTH_ARCH_QWEN3,
+    SYNTH_ARCH_SMOLLM3,
     SYNTH_ARCH_COUNT
 } synth_arch;
 

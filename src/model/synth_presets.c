@@ -71,6 +71,14 @@ const synth_preset synth_presets[] = {
      {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0},
     {"qwen3-8b", "Qwen3-8B shapes", "Qwen3 8B (synthetic)", "8.2B", SYNTH_ARCH_QWEN3, 36, 4096, 12288, 32, 8,
      128, 40960, 1000000.0f, 1e-6f, false, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0},
+    /* smollm3: llama layers with no RoPE on every 4th (layers 3, 7, ...). SmolLM3-3B config.json;
+     * its tokenizer is Llama 3's (llama-bpe). */
+    {"tiny-smollm3", "4-layer smollm3 (layer 3 without RoPE), dim 256, tied, 2048-token Llama-3-style BPE vocabulary",
+     "Tiny SmolLM3 (synthetic)", "3M", SYNTH_ARCH_SMOLLM3, 4, 256, 512, 4, 2, 64, 65536, 5000000.0f,
+     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "llama-bpe", 0},
+    {"smollm3-3b", "SmolLM3-3B shapes (no RoPE on every 4th layer, tied)", "SmolLM3 3B (synthetic)", "3.1B",
+     SYNTH_ARCH_SMOLLM3, 36, 2048, 11008, 16, 4, 128, 65536, 5000000.0f, 1e-6f, true, 0, 0, 0, 0,
+     {SYNTH_VOCAB_LLAMA3, 128256, 256}, "llama-bpe", 0},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
@@ -276,6 +284,12 @@ static rf_status write_kv_qwen3(rf_gguf_writer *w, const synth_preset *p, int32_
     return write_kv_common(w, p, n_layer, "qwen3", KV_HEAD_LEN);
 }
 
+/* smollm3 (LlamaModel's converter, no head_dim in its config): vocab_size and
+ * rope.dimension_count. The NoPE step has no key: llama.cpp fixes it at 4. */
+static rf_status write_kv_smollm3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_common(w, p, n_layer, "smollm3", KV_VOCAB_SIZE | KV_ROPE_DIM);
+}
+
 /* src/models/gemma3.cpp has no 70B type. */
 static bool is_70b_never(const synth_preset *p, int32_t n_layer) {
     (void)p;
@@ -299,6 +313,7 @@ static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_QWEN2] = {"qwen2", write_kv_qwen2, tensors_qwen2, is_70b_qwen2},
     [SYNTH_ARCH_GEMMA3] = {"gemma3", write_kv_gemma3, tensors_gemma3, is_70b_never},
     [SYNTH_ARCH_QWEN3] = {"qwen3", write_kv_qwen3, tensors_qwen3, is_70b_never},
+    [SYNTH_ARCH_SMOLLM3] = {"smollm3", write_kv_smollm3, tensors_llama, is_70b_never},
 };
 
 const synth_arch_info *synth_arch_get(synth_arch a) {

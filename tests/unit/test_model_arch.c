@@ -126,6 +126,11 @@ static void test_layer_plans(void **state) {
     assert_int_equal(m->layers[0].q_norm.ne[0], m->hp.head_dim);
     assert_true(m->hp.n_head * m->hp.head_dim != m->hp.n_embd);
     rf_model_free(m);
+
+    m = load_preset("tiny-smollm3", "f32"); /* NoPE on layers 3, 7, ... */
+    check_common(m, "smollm3");
+    for (int il = 0; il < m->hp.n_layer; il++) assert_int_equal(m->layers[il].rope, (il + 1) % 4 != 0);
+    rf_model_free(m);
 }
 
 int main(void) {

@@ -141,13 +141,14 @@ static bool find_model(const char *file, const char *mk, const char *sha, char *
 
 /* Per model file: prompts whose whole greedy continuation (>= MIN_GREEDY_LEN tokens) matched,
  * against llama.cpp on that file (full/prompts) and against exact-weights references apart. */
-static struct { char file[256]; size_t full, prompts, ref_full, ref_prompts; } g_models[32];
+#define MAX_MODEL_FILES 128
+static struct { char file[256]; size_t full, prompts, ref_full, ref_prompts; } g_models[MAX_MODEL_FILES];
 static int g_n_models;
 static void record_full(const char *file, bool reference, size_t n_full, size_t n_prompts) {
     int i = 0;
     while (i < g_n_models && strcmp(g_models[i].file, file)) i++;
     if (i == g_n_models) {
-        if (g_n_models == 32) fail_msg("more than 32 model files");
+        if (g_n_models == MAX_MODEL_FILES) fail_msg("more than %d model files", MAX_MODEL_FILES);
         snprintf(g_models[g_n_models++].file, sizeof g_models[0].file, "%s", file);
     }
     if (reference) {
