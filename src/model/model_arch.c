@@ -26,6 +26,20 @@ static rf_status hp_gemma3(rf_model *m) {
     return rf_meta_opt_f32(m, "final_logit_softcapping", &hp->final_softcap);
 }
 
+/* mistral3 (Mistral Small 3.x text): llama's layers. Files converted from Ministral 3 add YaRN
+ * (refused with the rope.scaling.type check) and a Llama-4 style attention temperature, which
+ * is not built: refused by name rather than computed wrongly past the original context. */
+static rf_status hp_mistral3(rf_model *m) {
+    float t = 0;
+    rf_status st = rf_meta_opt_f32(m, "attention.temperature_scale", &t);
+    if (st) return st;
+    if (t != 0)
+        return rf_set_error(RF_ERR_UNSUPPORTED,
+                            "model metadata: mistral3.attention.temperature_scale = %g (Llama-4 style attention "
+                            "temperature, Ministral 3) is not supported", t);
+    return RF_OK;
+}
+
 static const rf_arch_desc k_archs[] = {
     {"llama", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, NULL},
     {"qwen2", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QKV_BIAS, 0, NULL},
@@ -33,6 +47,7 @@ static const rf_arch_desc k_archs[] = {
     {"qwen3", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_FULL_ROT, 0, NULL},
     /* smollm3: llama.cpp fixes the NoPE step at 4 (n_no_rope_layer_step); no metadata key */
     {"smollm3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 4, NULL},
+    {"mistral3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, hp_mistral3},
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 
@@ -44,7 +59,7 @@ const rf_arch_desc *rf_arch_find(const char *name) {
 
 /* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
  * checks it against the table). */
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3"; }
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3"; }
 
 int rf_arch_count(void) { return N_ARCHS; }
 const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }

@@ -18,6 +18,7 @@ typedef enum synth_arch {
     SYNTH_ARCH_GEMMA3,
     SYNTH_ARCH_QWEN3,
     SYNTH_ARCH_SMOLLM3,
+    SYNTH_ARCH_MISTRAL3,
     SYNTH_ARCH_COUNT
 } synth_arch;
 

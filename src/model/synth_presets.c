@@ -79,6 +79,15 @@ const synth_preset synth_presets[] = {
     {"smollm3-3b", "SmolLM3-3B shapes (no RoPE on every 4th layer, tied)", "SmolLM3 3B (synthetic)", "3.1B",
      SYNTH_ARCH_SMOLLM3, 36, 2048, 11008, 16, 4, 128, 65536, 5000000.0f, 1e-6f, true, 0, 0, 0, 0,
      {SYNTH_VOCAB_LLAMA3, 128256, 256}, "llama-bpe", 0},
+    /* mistral3: Mistral-Small-3.x-24B's text model (llama layers, 32 heads of 128 over dim 5120,
+     * rope base 1e9, tekken pre-tokenizer). The vocabulary is the Llama-3-style family with
+     * tekken's pre-tokenizer name (Mistral's own specials are not imitated). */
+    {"tiny-mistral3", "2-layer mistral3 (8 heads of 64 over dim 256), 2048-token BPE vocabulary (tekken pre-tokenizer)",
+     "Tiny Mistral 3 (synthetic)", "4M", SYNTH_ARCH_MISTRAL3, 2, 256, 768, 8, 2, 64, 131072, 1000000000.0f,
+     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "tekken", 0},
+    {"mistral-small-3", "Mistral-Small-3.1/3.2-24B text shapes (rope base 1e9)", "Mistral Small 3 24B (synthetic)", "24B",
+     SYNTH_ARCH_MISTRAL3, 40, 5120, 32768, 32, 8, 128, 131072, 1000000000.0f, 1e-5f, false, 0, 0, 0, 0,
+     {SYNTH_VOCAB_LLAMA3, 131072, 256}, "tekken", 0},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
@@ -290,6 +299,11 @@ static rf_status write_kv_smollm3(rf_gguf_writer *w, const synth_preset *p, int3
     return write_kv_common(w, p, n_layer, "smollm3", KV_VOCAB_SIZE | KV_ROPE_DIM);
 }
 
+/* mistral3 (LlamaModel's converter; Mistral Small 3's config has head_dim 128). */
+static rf_status write_kv_mistral3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_common(w, p, n_layer, "mistral3", KV_VOCAB_SIZE | KV_ROPE_DIM | KV_HEAD_LEN);
+}
+
 /* src/models/gemma3.cpp has no 70B type. */
 static bool is_70b_never(const synth_preset *p, int32_t n_layer) {
     (void)p;
@@ -314,6 +328,7 @@ static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_GEMMA3] = {"gemma3", write_kv_gemma3, tensors_gemma3, is_70b_never},
     [SYNTH_ARCH_QWEN3] = {"qwen3", write_kv_qwen3, tensors_qwen3, is_70b_never},
     [SYNTH_ARCH_SMOLLM3] = {"smollm3", write_kv_smollm3, tensors_llama, is_70b_never},
+    [SYNTH_ARCH_MISTRAL3] = {"mistral3", write_kv_mistral3, tensors_llama, is_70b_never},
 };
 
 const synth_arch_info *synth_arch_get(synth_arch a) {

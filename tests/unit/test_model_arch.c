@@ -84,6 +84,37 @@ static void test_unsupported_arch(void **state) {
     assert_non_null(strstr(rf_last_error(), rf_supported_archs()));
 }
 
+/* A metadata-only mistral3 file with one extra key: refused at load, the error naming it. */
+static void check_mistral3_refused(const char *key, bool is_str, const char *sval, float fval) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/m3.gguf", g_dir);
+    rf_gguf_writer *w = rf_gguf_writer_new();
+    assert_non_null(w);
+    assert_int_equal(rf_gguf_set_str(w, "general.architecture", "mistral3"), RF_OK);
+    const char *u[] = {"mistral3.embedding_length", "mistral3.block_count", "mistral3.feed_forward_length",
+                       "mistral3.attention.head_count"};
+    const uint32_t uv[] = {256, 2, 768, 4};
+    for (int i = 0; i < 4; i++) assert_int_equal(rf_gguf_set_u32(w, u[i], uv[i]), RF_OK);
+    assert_int_equal(rf_gguf_set_f32(w, "mistral3.attention.layer_norm_rms_epsilon", 1e-5f), RF_OK);
+    if (is_str) assert_int_equal(rf_gguf_set_str(w, key, sval), RF_OK);
+    else assert_int_equal(rf_gguf_set_f32(w, key, fval), RF_OK);
+    assert_int_equal(rf_gguf_write_file(w, path), RF_OK);
+    rf_gguf_writer_free(w);
+    rf_model_params mp = rf_model_default_params();
+    mp.device = RF_DEVICE_CPU;
+    rf_model *m = NULL;
+    assert_int_equal(rf_model_load(path, &mp, &m), RF_ERR_UNSUPPORTED);
+    printf("  %s\n", rf_last_error());
+    assert_non_null(strstr(rf_last_error(), key));
+}
+
+/* Ministral 3 files (mistral3 with YaRN and a Llama-4 attention temperature) are refused by key. */
+static void test_mistral3_refusals(void **state) {
+    (void)state;
+    check_mistral3_refused("mistral3.rope.scaling.type", true, "yarn", 0);
+    check_mistral3_refused("mistral3.attention.temperature_scale", false, NULL, 0.1f);
+}
+
 /* Every layer: attention mixer, dense GLU; the flags of the table entry. */
 static void check_common(const rf_model *m, const char *arch) {
     assert_string_equal(m->hp.arch->name, arch);
@@ -131,6 +162,11 @@ static void test_layer_plans(void **state) {
     check_common(m, "smollm3");
     for (int il = 0; il < m->hp.n_layer; il++) assert_int_equal(m->layers[il].rope, (il + 1) % 4 != 0);
     rf_model_free(m);
+
+    m = load_preset("tiny-mistral3", "f32");
+    check_common(m, "mistral3");
+    assert_int_equal(m->hp.rope_mode, RF_ROPE_NORMAL);
+    rf_model_free(m);
 }
 
 int main(void) {
@@ -138,6 +174,7 @@ int main(void) {
         cmocka_unit_test(test_supported_list),
         cmocka_unit_test(test_unsupported_arch),
         cmocka_unit_test(test_layer_plans),
+        cmocka_unit_test(test_mistral3_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
