@@ -265,7 +265,7 @@ static rf_status mixer_attention(const step *t, int s, int il) {
         rf_tensor jq = joined_cols(&A->qkv, 0, Qs, n), jk = joined_cols(&A->qkv, Qs, KVs, n),
                   jv = joined_cols(&A->qkv, Qs + KVs, KVs, n);
         TRY(op->rope_store(be, &q, &jq, &jk, &jv, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
-                           rope_ff, hp->rope_mode));
+                           rope_ff, hp->rope_mode, hp->rope_attn_factor));
     } else {
         TRY(op->matmul(be, &q, &S->wq, &A->h, n));
         TRY(op->matmul(be, &k, &S->wk, &A->h, n));
@@ -281,10 +281,12 @@ static rf_status mixer_attention(const step *t, int s, int il) {
             TRY(op->kv_store(be, vc, &v, b));
         } else if (op->rope_store) {
             TRY(op->rope_store(be, &q, &q, &k, &v, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
-                               rope_ff, hp->rope_mode));
+                               rope_ff, hp->rope_mode, hp->rope_attn_factor));
         } else {
-            TRY(op->rope(be, &q, b, Hs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode));
-            TRY(op->rope(be, &k, b, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode));
+            TRY(op->rope(be, &q, b, Hs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode,
+                         hp->rope_attn_factor));
+            TRY(op->rope(be, &k, b, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode,
+                         hp->rope_attn_factor));
             TRY(op->kv_store(be, kc, &k, b));
             TRY(op->kv_store(be, vc, &v, b));
         }

@@ -56,6 +56,7 @@ typedef struct rf_hparams {
     float norm_eps;
     int rope_mode;             /* RF_ROPE_NORMAL (llama) or RF_ROPE_NEOX (qwen2, gemma3) */
     float rope_base, rope_scale;         /* global layers: freq_base, 1/scaling.factor */
+    float rope_attn_factor;    /* gain on the rotated dimensions (phi3 longrope); 1 = none */
     float rope_base_swa, rope_scale_swa; /* sliding-window layers (gemma3) */
     int32_t n_swa;             /* window of local layers; 0 = all layers global */
     int32_t swa_pattern;       /* layer il is local when il % pattern < pattern - 1 */
@@ -86,6 +87,7 @@ struct rf_model {
     rf_backend *be;
     rf_hparams hp;
     rf_tensor tok_embd, output_norm, output, rope_freqs;
+    rf_tensor rope_long; /* phi3 longrope factors past the original context (bound, unused yet) */
     bool tied;
     rf_layer *layers;
     uint64_t n_params, weight_bytes;

@@ -40,6 +40,10 @@ static rf_status hp_mistral3(rf_model *m) {
     return RF_OK;
 }
 
+/* phi3 (Phi-3, Phi-4, Phi-4-mini): llama.cpp ignores attention.sliding_window for phi3 (its
+ * SWA is disabled there), so it is ignored here too. The longrope factors and
+ * rope.scaling.attn_factor are read with the weights (model_load.c). */
+
 static const rf_arch_desc k_archs[] = {
     {"llama", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, NULL},
     {"qwen2", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QKV_BIAS, 0, NULL},
@@ -48,6 +52,7 @@ static const rf_arch_desc k_archs[] = {
     /* smollm3: llama.cpp fixes the NoPE step at 4 (n_no_rope_layer_step); no metadata key */
     {"smollm3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 4, NULL},
     {"mistral3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, hp_mistral3},
+    {"phi3", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_FUSED_QKV | RF_AF_FUSED_GATE_UP, 0, NULL},
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 
@@ -59,7 +64,7 @@ const rf_arch_desc *rf_arch_find(const char *name) {
 
 /* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
  * checks it against the table). */
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3"; }
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3"; }
 
 int rf_arch_count(void) { return N_ARCHS; }
 const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }

@@ -206,6 +206,25 @@ static rf_status load_hparams(rf_model *m) {
 
 /* ---- weights ---------------------------------------------------------------------------- */
 
+/* Phi-3/Phi-4-mini long-context RoPE ("longrope"): per-dimension frequency factors for
+ * contexts up to rope.scaling.original_context_length (rope_factors_short) and beyond it
+ * (rope_factors_long), and rope.scaling.attn_factor, a gain on the rotated dimensions. The
+ * short factors are used (llama.cpp's choice for a context within the original one); a context
+ * past it would need the long ones, which are bound but not used yet. */
+static rf_status load_longrope(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    const int64_t half = hp->n_rot / 2;
+    if ((st = bind(m, &m->rope_long, "rope_factors_long.weight", half, 1, false))) return st;
+    if (!rf_has(&m->rope_freqs) && (st = bind(m, &m->rope_freqs, "rope_factors_short.weight", half, 1, false))) return st;
+    float af = 1.0f;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.attn_factor", &af))) return st;
+    if (!(af > 0 && af < 16))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.rope.scaling.attn_factor = %g is out of range", hp->arch_name, af);
+    hp->rope_attn_factor = af;
+    return RF_OK;
+}
+
 /* A tensor of the file holding several weights stacked by rows (phi3's attn_qkv and gate/up
  * ffn_up): the parts become row views into it. */
 static void split_rows(rf_tensor *whole, rf_tensor **parts, const int64_t *rows, int n) {
@@ -323,6 +342,7 @@ static rf_status load_weights(rf_model *m) {
     m->tied = !rf_has(&m->output);
     if (m->tied) m->output = m->tok_embd;
     if ((st = bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 1, false))) return st;
+    if ((st = load_longrope(m))) return st;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof(rf_layer));
     if (!m->layers) return rf_set_error(RF_ERR_OOM, "model: out of memory");
@@ -531,7 +551,7 @@ fail:
 static void free_weights(rf_model *m) {
     rf_backend *be = m->be;
     if (rf_has(&m->output) && m->output.data == m->tok_embd.data) memset(&m->output, 0, sizeof m->output);
-    rf_tensor *top[] = {&m->tok_embd, &m->output_norm, &m->output, &m->rope_freqs};
+    rf_tensor *top[] = {&m->tok_embd, &m->output_norm, &m->output, &m->rope_freqs, &m->rope_long};
     for (size_t i = 0; i < sizeof top / sizeof *top; i++) be->ops->free(be, top[i]);
     if (!m->layers) return;
     for (int il = 0; il < m->hp.n_layer; il++) {

@@ -201,6 +201,10 @@ static void *make_rows(void *arg) {
             for (int64_t i = 0; i < n; i++) j->rowf[i] += 1.0f;
             break;
         }
+        case SYNTH_GEN_LONGROPE_SHORT:
+        case SYNTH_GEN_LONGROPE_LONG:
+            synth_longrope_factors(j->f->pl->p, t->gen == SYNTH_GEN_LONGROPE_LONG, j->rowf);
+            break;
         }
         uint8_t *dst = j->f->chunk + (size_t)(row - j->r_base) * j->row_bytes;
         if (t->type == RF_TYPE_F32) {

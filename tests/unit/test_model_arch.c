@@ -167,6 +167,23 @@ static void test_layer_plans(void **state) {
     check_common(m, "mistral3");
     assert_int_equal(m->hp.rope_mode, RF_ROPE_NORMAL);
     rf_model_free(m);
+
+    /* phi3: Q/K/V rows of attn_qkv and gate/up rows of ffn_up as views; partial RoPE; the
+     * short longrope factors and the converter's gain */
+    m = load_preset("tiny-phi3", "q8_0");
+    check_common(m, "phi3");
+    const rf_layer *L = &m->layers[1];
+    const int64_t Q = (int64_t)m->hp.n_head * m->hp.head_dim, KV = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    assert_true(rf_has(&L->wqkv) && !L->wq.owned && !L->wk.owned && !L->wv.owned);
+    assert_ptr_equal(L->wq.data, L->wqkv.data);
+    assert_ptr_equal(L->wk.data, (char *)L->wqkv.data + (size_t)Q * L->wqkv.nb1);
+    assert_ptr_equal(L->wv.data, (char *)L->wqkv.data + (size_t)(Q + KV) * L->wqkv.nb1);
+    assert_int_equal(L->wv.ne[1], KV);
+    assert_ptr_equal(L->ffn_up.data, (char *)L->ffn_gu.data + (size_t)m->hp.n_ff * L->ffn_gu.nb1);
+    assert_int_equal(m->hp.n_rot, m->hp.head_dim / 2);
+    assert_true(rf_has(&m->rope_freqs) && rf_has(&m->rope_long));
+    assert_true(m->hp.rope_attn_factor > 1.08f && m->hp.rope_attn_factor < 1.081f); /* sqrt(1 + ln 4 / ln 4096) */
+    rf_model_free(m);
 }
 
 int main(void) {
