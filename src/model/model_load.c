@@ -289,6 +289,14 @@ static rf_status load_ffn(rf_model *m, rf_layer *L, int il) {
                             il, name, hp->arch_name);
     }
     L->ffn = RF_FFN_DENSE_GLU;
+    /* llama.cpp's llama-family graphs add FFN biases where a file has them (mistral3); none of
+     * the supported files does, and ignoring one would be silently wrong */
+    static const char *const biases[] = {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", il, biases[i]);
+        if (rf_gguf_find_tensor(m->g, name))
+            return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (a feed-forward bias) is not supported", name);
+    }
     if ((st = bind_l(m, &L->ffn_norm, il, "ffn_norm.weight", E, 1, true))) return st;
     if (fl & RF_AF_FUSED_GATE_UP) {
         if ((st = bind_l(m, &L->ffn_gu, il, "ffn_up.weight", E, 2 * F, true))) return st;
