@@ -22,6 +22,9 @@
  *     product's different accumulation order flips one rounding somewhere in 18-30 layers,
  *     after which 1e-2..1e-1 rel. L2 is normal (see docs/engine.md and tests/data/logits/NOTE.md:
  *     llama.cpp with and without its Q4_K weight repacking differs by as much);
+ *   - the prompt's ids: our tokenizer on the manifest's text gives them (or, for the 1/7/33/100-
+ *     token prompts of prompts-arch.json, starts with them): llama.cpp's pre-tokenizers and BPE
+ *     or SPM against ours on every vocabulary the goldens use;
  *   - greedy continuation (one token per eval, end-of-generation not special): each real model
  *     (file name not starting with "tiny") needs >= 5 prompts whose golden greedy tokens
  *     (>= 32 of them) are all equal, counted over the manifests where llama.cpp ran that same
@@ -223,6 +226,21 @@ static int check_manifest(const char *path) {
         if (quick && ng > QUICK_GEN) ng = QUICK_GEN;
         int32_t *ids = malloc((n + 1) * sizeof *ids);
         for (size_t i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+        /* the fed ids are llama.cpp's tokenization of the text (add_special, parse_special), or
+         * its first n ids (prompts-arch.json): our tokenizer must give the same */
+        const char *text = json_string_value(json_object_get(p, "text"));
+        if (text) {
+            size_t nt = 0, cap = strlen(text) + 16;
+            int32_t *tk = malloc(cap * sizeof *tk);
+            assert_non_null(tk);
+            if (rf_tokenize(rf_model_vocab(m), text, strlen(text), true, true, tk, cap, &nt))
+                fail_msg("tokenize: %s", rf_last_error());
+            if (nt < n || memcmp(tk, ids, n * sizeof *ids)) {
+                n_bad++;
+                printf("    FAIL: our tokenization of the text differs from the manifest's ids\n");
+            }
+            free(tk);
+        }
         size_t off = (size_t)json_integer_value(json_object_get(p, "logits_offset"));
         const float *gold = bin && off + (size_t)nv * 4 <= bsize ? (const float *)(bin + off) : NULL;
         bool allpos = json_is_true(json_object_get(p, "all_positions"));
