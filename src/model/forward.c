@@ -1,8 +1,9 @@
 /* forward.c — THE forward: one function, top to bottom, for every supported architecture
  * (DESIGN.md §12): embed, then per layer a mixer and a feed-forward block chosen by the layer
  * (rf_layer.mixer / .ffn, from the architecture table in model_arch.c), then the output.
- * The attention mixer's variants are data: Q/K/V biases (qwen2), per-head Q/K RMSNorm (gemma3),
- * RoPE on or off per layer, a sliding window and its RoPE base per layer (gemma3). Extras around the blocks: embedding
+ * The attention mixer's variants are data: Q/K/V biases (qwen2), per-head Q/K RMSNorm (gemma3,
+ * qwen3), RoPE on or off per layer (smollm3), a sliding window and its RoPE base per layer
+ * (gemma3), Q/K/V stored joined (phi3). Extras around the blocks: embedding
  * scale, post-norms (gemma3), final soft-capping. */
 #include <math.h>
 #include <stdlib.h>
@@ -242,7 +243,8 @@ static rf_status reduce(const step *t) {
 
 /* The attention mixer, shard s: Q/K/V products (one joined product where the weights are joined
  * and the backend fuses RoPE with the cache store), biases, per-head Q/K norms, RoPE, K/V into
- * the layer's paged cache (no RoPE on a NoPE layer), attention over the sequence (its window on sliding-window layers), the
+ * the layer's paged cache (no RoPE on a NoPE layer), attention over the sequence (its window on
+ * sliding-window layers), the
  * partial O product over the shard's heads. */
 static rf_status mixer_attention(const step *t, int s, int il) {
     rf_model *m = t->m;
