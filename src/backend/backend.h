@@ -127,10 +127,12 @@ typedef struct rf_backend_ops {
     rf_status (*rmsnorm_for)(rf_backend *be, rf_tensor *y, rf_tensor *x, const rf_tensor *res, const rf_tensor *w,
                              int64_t rows, int64_t n, float eps, const rf_tensor *next);
     /* RoPE in place over x [b->n_tokens, n_heads, head_dim], token t at position b->pos[t]
-     * (rf_ref_rope's rule; freq_factors f32 [n_rot/2] or NULL). */
+     * (rf_ref_rope's rule; freq_factors f32 [n_rot/2] or NULL), the rotated dims then
+     * multiplied by attn_factor (ggml's attn_factor: cos and sin times it; the n_rot..head_dim
+     * pass-through dims are not scaled; 1 = plain RoPE, bit for bit; phi3's longrope gain). */
     rf_status (*rope)(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t n_heads,
                       int64_t head_dim, int64_t n_rot, float freq_base, float freq_scale,
-                      const rf_tensor *freq_factors, int mode);
+                      const rf_tensor *freq_factors, int mode, float attn_factor);
     /* Stores f32 row t of src [b->n_tokens, cache.ne[0]] into cache row b->slot[t], converting
      * to the cache's type (f32, f16 or q8_0). RF_ERR_RANGE for a slot outside the cache. */
     rf_status (*kv_store)(rf_backend *be, rf_tensor *cache, const rf_tensor *src, const rf_batch *b);
@@ -143,7 +145,7 @@ typedef struct rf_backend_ops {
     rf_status (*rope_store)(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf_tensor *k, const rf_tensor *v,
                             rf_tensor *kc, rf_tensor *vc, const rf_batch *b, int64_t n_head,
                             int64_t n_head_kv, int64_t head_dim, int64_t n_rot, float freq_base,
-                            float freq_scale, const rf_tensor *freq_factors, int mode);
+                            float freq_scale, const rf_tensor *freq_factors, int mode, float attn_factor);
     /* Copies n rows of a cache from row src0 to row dst0 (non-overlapping): copy-on-write of a
      * shared KV block. */
     rf_status (*copy_rows)(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n);

@@ -1,7 +1,10 @@
-/* forward.c — THE forward: one function, top to bottom, for every supported architecture.
- * llama is the base; qwen2 adds Q/K/V biases; gemma3 scales embeddings by sqrt(n_embd), adds
- * Q/K RMS norms, post-attention and post-FFN norms, GeGLU, and sliding-window attention with
- * its own RoPE base on local layers. Each variation is a flag or an optional tensor here. */
+/* forward.c — THE forward: one function, top to bottom, for every supported architecture
+ * (DESIGN.md §12): embed, then per layer a mixer and a feed-forward block chosen by the layer
+ * (rf_layer.mixer / .ffn, from the architecture table in model_arch.c), then the output.
+ * The attention mixer's variants are data: Q/K/V biases (qwen2), per-head Q/K RMSNorm (gemma3,
+ * qwen3), RoPE on or off per layer (smollm3), a sliding window and its RoPE base per layer
+ * (gemma3), Q/K/V stored joined (phi3). Extras around the blocks: embedding
+ * scale, post-norms (gemma3), final soft-capping. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,8 +241,12 @@ static rf_status reduce(const step *t) {
     return rf_tp_dev_allreduce(t->m, o, t->n * t->E);
 }
 
-/* shard s's Q/K/V, RoPE, KV store, attention and partial O product */
-static rf_status attn_shard(const step *t, int s, int il) {
+/* The attention mixer, shard s: Q/K/V products (one joined product where the weights are joined
+ * and the backend fuses RoPE with the cache store), biases, per-head Q/K norms, RoPE, K/V into
+ * the layer's paged cache (no RoPE on a NoPE layer), attention over the sequence (its window on
+ * sliding-window layers), the
+ * partial O product over the shard's heads. */
+static rf_status mixer_attention(const step *t, int s, int il) {
     rf_model *m = t->m;
     const rf_hparams *hp = &m->hp;
     const int d = t->ndev > 1 ? s : 0;
@@ -254,13 +261,13 @@ static rf_status attn_shard(const step *t, int s, int il) {
     rf_tensor *po = t->ndev > 1 || s == 0 ? &A->o : &t->f->part[s - 1];
     rf_tensor q = shard_act(&A->q, Qs, t->tp), k = shard_act(&A->k, KVs, t->tp), v = shard_act(&A->v, KVs, t->tp),
               att = shard_act(&A->att, Qs, t->tp);
-    if (rf_has(&S->wqkv) && op->rope_store) {
+    if (rf_has(&S->wqkv) && op->rope_store && S->rope) {
         /* one product for Q, K and V; their columns are read in place by rope_store */
         TRY(op->matmul(be, &A->qkv, &S->wqkv, &A->h, n));
         rf_tensor jq = joined_cols(&A->qkv, 0, Qs, n), jk = joined_cols(&A->qkv, Qs, KVs, n),
                   jv = joined_cols(&A->qkv, Qs + KVs, KVs, n);
         TRY(op->rope_store(be, &q, &jq, &jk, &jv, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
-                           rope_ff, hp->rope_mode));
+                           rope_ff, hp->rope_mode, hp->rope_attn_factor));
     } else {
         TRY(op->matmul(be, &q, &S->wq, &A->h, n));
         TRY(op->matmul(be, &k, &S->wk, &A->h, n));
@@ -268,14 +275,20 @@ static rf_status attn_shard(const step *t, int s, int il) {
         if (rf_has(&S->bq)) TRY(op->add_bias(be, &q, &S->bq, n, Qs)); /* qwen2 */
         if (rf_has(&S->bk)) TRY(op->add_bias(be, &k, &S->bk, n, KVs));
         if (rf_has(&S->bv)) TRY(op->add_bias(be, &v, &S->bv, n, KVs));
-        if (rf_has(&S->q_norm)) TRY(op->rmsnorm(be, &q, &q, &S->q_norm, n * Hs, D, hp->norm_eps)); /* gemma3 */
+        /* per-head RMSNorm (gemma3): rows of one head */
+        if (rf_has(&S->q_norm)) TRY(op->rmsnorm(be, &q, &q, &S->q_norm, n * Hs, D, hp->norm_eps));
         if (rf_has(&S->k_norm)) TRY(op->rmsnorm(be, &k, &k, &S->k_norm, n * HKVs, D, hp->norm_eps));
-        if (op->rope_store) {
+        if (!S->rope) { /* a NoPE layer (smollm3): positions only through the causal mask */
+            TRY(op->kv_store(be, kc, &k, b));
+            TRY(op->kv_store(be, vc, &v, b));
+        } else if (op->rope_store) {
             TRY(op->rope_store(be, &q, &q, &k, &v, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
-                               rope_ff, hp->rope_mode));
+                               rope_ff, hp->rope_mode, hp->rope_attn_factor));
         } else {
-            TRY(op->rope(be, &q, b, Hs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode));
-            TRY(op->rope(be, &k, b, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode));
+            TRY(op->rope(be, &q, b, Hs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode,
+                         hp->rope_attn_factor));
+            TRY(op->rope(be, &k, b, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale, rope_ff, hp->rope_mode,
+                         hp->rope_attn_factor));
             TRY(op->kv_store(be, kc, &k, b));
             TRY(op->kv_store(be, vc, &v, b));
         }
@@ -284,8 +297,10 @@ static rf_status attn_shard(const step *t, int s, int il) {
     return op->matmul(be, po, &S->wo, &att, n); /* a shard's: the partial sum over its heads */
 }
 
-/* shard s's gate/up, GLU and partial down product */
-static rf_status ffn_shard(const step *t, int s, int il) {
+/* The dense GLU feed-forward, shard s: down(act(gate h) * up h) over the shard's slice of the FFN
+ * width (one joined gate/up product where the weights are joined and the backend's GLU reads
+ * both halves in place): the partial down product. */
+static rf_status ffn_dense_glu(const step *t, int s, int il) {
     rf_model *m = t->m;
     const int d = t->ndev > 1 ? s : 0;
     rf_backend *be = rf_model_be(m, d);
@@ -309,11 +324,30 @@ static rf_status ffn_shard(const step *t, int s, int il) {
     return op->matmul(be, po, &S->ffn_down, &g, n);
 }
 
+/* The layer's mixer / feed-forward block for shard s, as the layer says (model_arch.c). */
+static rf_status mixer(const step *t, int s, int il) {
+    const rf_layer *L = &t->m->layers[il];
+    switch (L->mixer) {
+    case RF_MIXER_ATTENTION: return mixer_attention(t, s, il);
+    }
+    return rf_set_error(RF_ERR_UNSUPPORTED, "forward: layer %d: unknown mixer %d", il, (int)L->mixer);
+}
+static rf_status feed_forward(const step *t, int s, int il) {
+    const rf_layer *L = &t->m->layers[il];
+    switch (L->ffn) {
+    case RF_FFN_DENSE_GLU: return ffn_dense_glu(t, s, il);
+    case RF_FFN_MOE: break; /* refused at load */
+    }
+    return rf_set_error(RF_ERR_UNSUPPORTED, "forward: layer %d: feed-forward kind %d is not built", il, (int)L->ffn);
+}
+
+/* One layer: norm -> mixer -> (post-norm) -> residual, norm -> feed-forward -> (post-norm) ->
+ * residual; each block once per shard, then the all-reduce. */
 static rf_status layer(const step *t, int il) {
     rf_model *m = t->m;
     const rf_hparams *hp = &m->hp;
     const int64_t n = t->n, E = t->E;
-    /* ---- attention block ---- */
+    /* ---- mixer ---- */
     for (int d = 0; d < t->ndev; d++) {
         /* the previous layer's FFN output joins the residual stream in this norm's kernel */
         const rf_layer *R = layer_on(t, d, il);
@@ -324,7 +358,7 @@ static rf_status layer(const step *t, int il) {
     }
     for (int s = 0; s < t->tp; s++) {
         if (t->ndev > 1) TRY(rf_model_use(m, s));
-        TRY(attn_shard(t, s, il));
+        TRY(mixer(t, s, il));
     }
     TRY(reduce(t));
     for (int d = 0; d < t->ndev; d++) {
@@ -341,7 +375,7 @@ static rf_status layer(const step *t, int il) {
     }
     for (int s = 0; s < t->tp; s++) {
         if (t->ndev > 1) TRY(rf_model_use(m, s));
-        TRY(ffn_shard(t, s, il));
+        TRY(feed_forward(t, s, il));
     }
     TRY(reduce(t));
     for (int d = 0; d < t->ndev; d++) {

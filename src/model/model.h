@@ -7,23 +7,56 @@
 #include "backend/ref/ref_ops.h"
 #include "rocmforge/engine.h"
 
-typedef enum rf_arch {
-    RF_ARCH_LLAMA = 0,
-    RF_ARCH_QWEN2,
-    RF_ARCH_GEMMA3,
-    RF_ARCH_COUNT
-} rf_arch;
+/* What one layer is made of (DESIGN.md §12): a mixer and a feed-forward block, each chosen per
+ * layer by the architecture's table (model_arch.c). The forward switches on these. */
+typedef enum rf_mixer_kind {
+    RF_MIXER_ATTENTION = 0 /* causal grouped-query attention with its variants as data below */
+} rf_mixer_kind;
+
+typedef enum rf_ffn_kind {
+    RF_FFN_DENSE_GLU = 0, /* down(act(gate x) * up x) */
+    RF_FFN_MOE            /* mixture of experts: reserved, not built yet (refused at load) */
+} rf_ffn_kind;
+
+/* Architecture flags: the attention and layer variants a table entry turns on. */
+enum {
+    RF_AF_QKV_BIAS = 1u << 0,     /* attn_{q,k,v}.bias required (qwen2) */
+    RF_AF_QK_NORM = 1u << 1,      /* per-head RMSNorm of Q and K before RoPE (gemma3, qwen3) */
+    RF_AF_POST_NORMS = 1u << 2,   /* post_attention_norm / post_ffw_norm (gemma3) */
+    RF_AF_FUSED_QKV = 1u << 3,    /* Q, K, V may come as one attn_qkv.weight (phi3) */
+    RF_AF_FUSED_GATE_UP = 1u << 4,/* ffn_up.weight holds [gate; up] and there is no ffn_gate (phi3) */
+    RF_AF_FULL_ROT = 1u << 5,     /* rope.dimension_count must be the whole head */
+    RF_AF_EMBED_SCALE = 1u << 6,  /* embeddings times sqrt(n_embd) (gemma) */
+};
+
+/* One architecture: its name in general.architecture, the variants it uses, and the hook that
+ * reads its own metadata keys (NULL: only the common ones). model_arch.c holds the table. */
+typedef struct rf_arch_desc {
+    const char *name;
+    int rope_mode;          /* RF_ROPE_NORMAL or RF_ROPE_NEOX */
+    rf_glu_kind glu;
+    unsigned flags;         /* RF_AF_* */
+    int32_t nope_every;     /* > 0: layer il has no RoPE when (il + 1) % nope_every == 0 (smollm3) */
+    rf_status (*hparams)(struct rf_model *m);
+} rf_arch_desc;
+
+/* The table entry for general.architecture = name, or NULL; the table by index (tests). */
+const rf_arch_desc *rf_arch_find(const char *name);
+int rf_arch_count(void);
+const rf_arch_desc *rf_arch_at(int i);
 
 #define RF_MAX_LAYERS 512
 #define RF_MAX_HEAD_DIM 2048
 
 typedef struct rf_hparams {
-    rf_arch arch;
+    const rf_arch_desc *arch;
     char arch_name[32];
     int32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train, n_rot;
+    int32_t n_ctx_orig;        /* rope.scaling.original_context_length (default n_ctx_train) */
     float norm_eps;
     int rope_mode;             /* RF_ROPE_NORMAL (llama) or RF_ROPE_NEOX (qwen2, gemma3) */
     float rope_base, rope_scale;         /* global layers: freq_base, 1/scaling.factor */
+    float rope_attn_factor;    /* gain on the rotated dimensions (phi3 longrope); 1 = none */
     float rope_base_swa, rope_scale_swa; /* sliding-window layers (gemma3) */
     int32_t n_swa;             /* window of local layers; 0 = all layers global */
     int32_t swa_pattern;       /* layer il is local when il % pattern < pattern - 1 */
@@ -34,12 +67,15 @@ typedef struct rf_hparams {
 } rf_hparams;
 
 typedef struct rf_layer {
+    rf_mixer_kind mixer;
+    rf_ffn_kind ffn;
     rf_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm, attn_post_norm;
     rf_tensor ffn_norm, ffn_gate, ffn_up, ffn_down, ffn_post_norm;
-    /* joined products where the backend joins weights (weight_join): [wq; wk; wv] and
-     * [ffn_gate; ffn_up]; the parts are then views into these */
+    /* joined products: [wq; wk; wv] and [ffn_gate; ffn_up], stored so in the file (phi3) or
+     * joined by the backend (weight_join); the parts are then views into these */
     rf_tensor wqkv, ffn_gu;
     bool is_swa;
+    bool rope;                 /* RoPE on Q and K (false: a NoPE layer, smollm3) */
     float rope_base, rope_scale;
 } rf_layer;
 
@@ -51,6 +87,7 @@ struct rf_model {
     rf_backend *be;
     rf_hparams hp;
     rf_tensor tok_embd, output_norm, output, rope_freqs;
+    rf_tensor rope_long; /* phi3 longrope factors past the original context (bound, unused yet) */
     bool tied;
     rf_layer *layers;
     uint64_t n_params, weight_bytes;

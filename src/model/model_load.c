@@ -8,11 +8,8 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "model/model_meta.h"
 #include "rocmforge/quant.h"
-
-static const char *const k_arch_names[RF_ARCH_COUNT] = {"llama", "qwen2", "gemma3"};
-
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3"; }
 
 rf_model_params rf_model_default_params(void) {
     rf_model_params p = {RF_DEVICE_CPU, 0, NULL, NULL, 0, 0};
@@ -26,8 +23,7 @@ static const char *akey(const rf_model *m, const char *suffix, char *buf, size_t
     return buf;
 }
 
-/* Required positive integer key. */
-static rf_status req_i32(rf_model *m, const char *suffix, int32_t *out) {
+rf_status rf_meta_req_i32(rf_model *m, const char *suffix, int32_t *out) {
     char k[160];
     akey(m, suffix, k, sizeof k);
     uint32_t v;
@@ -39,8 +35,7 @@ static rf_status req_i32(rf_model *m, const char *suffix, int32_t *out) {
     return RF_OK;
 }
 
-/* Optional integer key: keeps *out when absent; an array of equal values counts as one. */
-static rf_status opt_i32(rf_model *m, const char *suffix, int32_t *out) {
+rf_status rf_meta_opt_i32(rf_model *m, const char *suffix, int32_t *out) {
     char k[160];
     akey(m, suffix, k, sizeof k);
     if (rf_gguf_find_key(m->g, k) < 0) return RF_OK;
@@ -67,7 +62,7 @@ static rf_status opt_i32(rf_model *m, const char *suffix, int32_t *out) {
     return RF_OK;
 }
 
-static rf_status opt_f32(rf_model *m, const char *suffix, float *out) {
+rf_status rf_meta_opt_f32(rf_model *m, const char *suffix, float *out) {
     char k[160];
     akey(m, suffix, k, sizeof k);
     if (rf_gguf_find_key(m->g, k) < 0) return RF_OK;
@@ -138,31 +133,31 @@ static rf_status bind_l(rf_model *m, rf_tensor *t, int il, const char *what, int
 static rf_status load_hparams(rf_model *m) {
     rf_hparams *hp = &m->hp;
     rf_status st;
-    if ((st = req_i32(m, "embedding_length", &hp->n_embd))) return st;
-    if ((st = req_i32(m, "block_count", &hp->n_layer))) return st;
-    if ((st = opt_i32(m, "feed_forward_length", &hp->n_ff))) return st;
+    if ((st = rf_meta_req_i32(m, "embedding_length", &hp->n_embd))) return st;
+    if ((st = rf_meta_req_i32(m, "block_count", &hp->n_layer))) return st;
+    if ((st = rf_meta_opt_i32(m, "feed_forward_length", &hp->n_ff))) return st;
     if (hp->n_ff <= 0) return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s.feed_forward_length'", hp->arch_name);
-    if ((st = req_i32(m, "attention.head_count", &hp->n_head))) return st;
+    if ((st = rf_meta_req_i32(m, "attention.head_count", &hp->n_head))) return st;
     hp->n_head_kv = hp->n_head;
-    if ((st = opt_i32(m, "attention.head_count_kv", &hp->n_head_kv))) return st;
+    if ((st = rf_meta_opt_i32(m, "attention.head_count_kv", &hp->n_head_kv))) return st;
     hp->n_ctx_train = 2048;
-    if ((st = opt_i32(m, "context_length", &hp->n_ctx_train))) return st;
+    if ((st = rf_meta_opt_i32(m, "context_length", &hp->n_ctx_train))) return st;
     if (hp->n_layer > RF_MAX_LAYERS)
         return rf_set_error(RF_ERR_RANGE, "model metadata: %s.block_count = %d exceeds %d", hp->arch_name, hp->n_layer, RF_MAX_LAYERS);
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
         return rf_set_error(RF_ERR_FORMAT, "model metadata: %s.attention.head_count (%d) is not a multiple of head_count_kv (%d)",
                             hp->arch_name, hp->n_head, hp->n_head_kv);
     hp->head_dim = hp->n_embd % hp->n_head ? 0 : hp->n_embd / hp->n_head;
-    if ((st = opt_i32(m, "attention.key_length", &hp->head_dim))) return st;
+    if ((st = rf_meta_opt_i32(m, "attention.key_length", &hp->head_dim))) return st;
     int32_t vlen = hp->head_dim;
-    if ((st = opt_i32(m, "attention.value_length", &vlen))) return st;
+    if ((st = rf_meta_opt_i32(m, "attention.value_length", &vlen))) return st;
     if (hp->head_dim <= 0 || hp->head_dim > RF_MAX_HEAD_DIM || hp->head_dim % 2)
         return rf_set_error(RF_ERR_FORMAT, "model metadata: head size %d (%s.attention.key_length or embedding_length/head_count) is invalid",
                             hp->head_dim, hp->arch_name);
     if (vlen != hp->head_dim)
         return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s.attention.value_length %d != key_length %d", hp->arch_name, vlen, hp->head_dim);
     hp->n_rot = hp->head_dim;
-    if ((st = opt_i32(m, "rope.dimension_count", &hp->n_rot))) return st;
+    if ((st = rf_meta_opt_i32(m, "rope.dimension_count", &hp->n_rot))) return st;
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return rf_set_error(RF_ERR_FORMAT, "model metadata: %s.rope.dimension_count = %d is invalid for head size %d",
                             hp->arch_name, hp->n_rot, hp->head_dim);
@@ -170,15 +165,15 @@ static rf_status load_hparams(rf_model *m) {
     char k[160];
     if (rf_gguf_find_key(m->g, akey(m, "attention.layer_norm_rms_epsilon", k, sizeof k)) < 0)
         return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s'", k);
-    if ((st = opt_f32(m, "attention.layer_norm_rms_epsilon", &hp->norm_eps))) return st;
+    if ((st = rf_meta_opt_f32(m, "attention.layer_norm_rms_epsilon", &hp->norm_eps))) return st;
     if (!(hp->norm_eps > 0 && hp->norm_eps < 1))
         return rf_set_error(RF_ERR_RANGE, "model metadata: %s = %g is out of range", k, hp->norm_eps);
 
     hp->rope_base = 10000.0f;
-    if ((st = opt_f32(m, "rope.freq_base", &hp->rope_base))) return st;
+    if ((st = rf_meta_opt_f32(m, "rope.freq_base", &hp->rope_base))) return st;
     float factor = 0;
-    if ((st = opt_f32(m, "rope.scaling.factor", &factor))) return st;
-    if (factor == 0 && (st = opt_f32(m, "rope.scale_linear", &factor))) return st;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.factor", &factor))) return st;
+    if (factor == 0 && (st = rf_meta_opt_f32(m, "rope.scale_linear", &factor))) return st;
     const char *stype = NULL;
     if (rf_gguf_get_str(m->g, akey(m, "rope.scaling.type", k, sizeof k), &stype) == RF_OK &&
         strcmp(stype, "none") && strcmp(stype, "linear"))
@@ -190,39 +185,149 @@ static rf_status load_hparams(rf_model *m) {
     hp->rope_base_swa = 10000.0f;
     hp->rope_scale_swa = 1.0f;
     hp->attn_scale = 0;
-    if ((st = opt_f32(m, "attention.scale", &hp->attn_scale))) return st;
+    if ((st = rf_meta_opt_f32(m, "attention.scale", &hp->attn_scale))) return st;
+    if (!(hp->attn_scale >= 0))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.attention.scale = %g is out of range", hp->arch_name, hp->attn_scale);
     if (hp->attn_scale == 0) hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-    hp->embed_scale = 1.0f;
-    hp->glu = RF_GLU_SWIGLU;
-    hp->rope_mode = RF_ROPE_NORMAL;
+    hp->n_ctx_orig = hp->n_ctx_train;
+    if ((st = rf_meta_opt_i32(m, "rope.scaling.original_context_length", &hp->n_ctx_orig))) return st;
 
-    switch (hp->arch) {
-    case RF_ARCH_LLAMA:
-        if (hp->n_rot != hp->head_dim)
-            return rf_set_error(RF_ERR_FORMAT, "model metadata: llama needs rope.dimension_count (%d) == head size (%d)",
-                                hp->n_rot, hp->head_dim);
-        break;
-    case RF_ARCH_QWEN2:
-        hp->rope_mode = RF_ROPE_NEOX;
-        break;
-    case RF_ARCH_GEMMA3:
-        hp->rope_mode = RF_ROPE_NEOX;
-        hp->glu = RF_GLU_GEGLU;
-        hp->embed_scale = sqrtf((float)hp->n_embd);
-        hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-        if ((st = opt_i32(m, "attention.sliding_window", &hp->n_swa))) return st;
-        hp->swa_pattern = 6;
-        if ((st = opt_i32(m, "attention.sliding_window_pattern", &hp->swa_pattern))) return st;
-        if ((st = opt_f32(m, "rope.freq_base_swa", &hp->rope_base_swa))) return st;
-        if ((st = opt_f32(m, "final_logit_softcapping", &hp->final_softcap))) return st;
-        break;
-    default:
-        break;
-    }
+    /* the architecture's table entry: its variants, then its own keys */
+    const rf_arch_desc *a = hp->arch;
+    hp->rope_mode = a->rope_mode;
+    hp->glu = a->glu;
+    hp->embed_scale = (a->flags & RF_AF_EMBED_SCALE) ? sqrtf((float)hp->n_embd) : 1.0f;
+    if ((a->flags & RF_AF_FULL_ROT) && hp->n_rot != hp->head_dim)
+        return rf_set_error(RF_ERR_FORMAT, "model metadata: %s needs rope.dimension_count (%d) == head size (%d)",
+                            hp->arch_name, hp->n_rot, hp->head_dim);
+    if (a->hparams && (st = a->hparams(m))) return st;
     return RF_OK;
 }
 
 /* ---- weights ---------------------------------------------------------------------------- */
+
+/* Phi-3/Phi-4-mini long-context RoPE ("longrope"): per-dimension frequency factors for
+ * contexts up to rope.scaling.original_context_length (rope_factors_short) and beyond it
+ * (rope_factors_long), and rope.scaling.attn_factor, a gain on the rotated dimensions. The
+ * short factors are used (llama.cpp's choice for a context within the original one); a context
+ * past it would need the long ones, which are bound but not used yet. */
+static rf_status load_longrope(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    const int64_t half = hp->n_rot / 2;
+    if ((st = bind(m, &m->rope_long, "rope_factors_long.weight", half, 1, false))) return st;
+    if (!rf_has(&m->rope_freqs) && (st = bind(m, &m->rope_freqs, "rope_factors_short.weight", half, 1, false))) return st;
+    float af = 1.0f;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.attn_factor", &af))) return st;
+    if (!(af > 0 && af < 16))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.rope.scaling.attn_factor = %g is out of range", hp->arch_name, af);
+    hp->rope_attn_factor = af;
+    return RF_OK;
+}
+
+/* A tensor of the file holding several weights stacked by rows (phi3's attn_qkv and gate/up
+ * ffn_up): the parts become row views into it. */
+static void split_rows(rf_tensor *whole, rf_tensor **parts, const int64_t *rows, int n) {
+    int64_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        *parts[i] = rf_tensor_rows(whole, r0, rows[i]);
+        r0 += rows[i];
+    }
+}
+
+/* The attention mixer's weights of layer il: Q/K/V (apart, or one attn_qkv where the
+ * architecture stores them so), the output projection, the variants the table turns on. */
+static rf_status load_attention(rf_model *m, rf_layer *L, int il) {
+    const rf_hparams *hp = &m->hp;
+    const unsigned fl = hp->arch->flags;
+    const int64_t E = hp->n_embd, D = hp->head_dim, Q = (int64_t)hp->n_head * D, KV = (int64_t)hp->n_head_kv * D;
+    rf_status st;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
+    const bool fused = (fl & RF_AF_FUSED_QKV) && rf_gguf_find_tensor(m->g, name);
+    if ((st = bind_l(m, &L->attn_norm, il, "attn_norm.weight", E, 1, true))) return st;
+    if (fused) {
+        snprintf(name, sizeof name, "blk.%d.attn_qkv.bias", il);
+        if (rf_gguf_find_tensor(m->g, name))
+            return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (a joined Q/K/V bias) is not supported", name);
+        if ((st = bind_l(m, &L->wqkv, il, "attn_qkv.weight", E, Q + 2 * KV, true))) return st;
+        rf_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
+        const int64_t rows[] = {Q, KV, KV};
+        split_rows(&L->wqkv, qkv, rows, 3);
+    } else {
+        if ((st = bind_l(m, &L->wq, il, "attn_q.weight", E, Q, true))) return st;
+        if ((st = bind_l(m, &L->wk, il, "attn_k.weight", E, KV, true))) return st;
+        if ((st = bind_l(m, &L->wv, il, "attn_v.weight", E, KV, true))) return st;
+        const bool bias = fl & RF_AF_QKV_BIAS;
+        if ((st = bind_l(m, &L->bq, il, "attn_q.bias", Q, 1, bias))) return st;
+        if ((st = bind_l(m, &L->bk, il, "attn_k.bias", KV, 1, bias))) return st;
+        if ((st = bind_l(m, &L->bv, il, "attn_v.bias", KV, 1, bias))) return st;
+    }
+    if ((st = bind_l(m, &L->wo, il, "attn_output.weight", Q, E, true))) return st;
+    if ((st = bind_l(m, &L->bo, il, "attn_output.bias", E, 1, false))) return st;
+    const bool qk_norm = fl & RF_AF_QK_NORM;
+    if ((st = bind_l(m, &L->q_norm, il, "attn_q_norm.weight", D, 1, qk_norm))) return st;
+    if ((st = bind_l(m, &L->k_norm, il, "attn_k_norm.weight", D, 1, qk_norm))) return st;
+    if (fused && (rf_has(&L->q_norm) || rf_has(&L->k_norm)))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: layer %d has a joined attn_qkv and Q/K norms (unsupported)", il);
+    if ((st = bind_l(m, &L->attn_post_norm, il, "post_attention_norm.weight", E, 1, fl & RF_AF_POST_NORMS))) return st;
+    return RF_OK;
+}
+
+/* The feed-forward block of layer il: a dense GLU (gate and up apart, or one ffn_up holding
+ * [gate; up]); a mixture-of-experts layer is recognised and refused by name. */
+static rf_status load_ffn(rf_model *m, rf_layer *L, int il) {
+    const rf_hparams *hp = &m->hp;
+    const unsigned fl = hp->arch->flags;
+    const int64_t E = hp->n_embd, F = hp->n_ff;
+    rf_status st;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+    if (rf_gguf_find_tensor(m->g, name)) {
+        L->ffn = RF_FFN_MOE;
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: layer %d is a mixture of experts ('%s'); %s MoE layers are not supported yet",
+                            il, name, hp->arch_name);
+    }
+    L->ffn = RF_FFN_DENSE_GLU;
+    /* llama.cpp's llama-family graphs add FFN biases where a file has them (mistral3); none of
+     * the supported files does, and ignoring one would be silently wrong */
+    static const char *const biases[] = {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", il, biases[i]);
+        if (rf_gguf_find_tensor(m->g, name))
+            return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (a feed-forward bias) is not supported", name);
+    }
+    if ((st = bind_l(m, &L->ffn_norm, il, "ffn_norm.weight", E, 1, true))) return st;
+    if (fl & RF_AF_FUSED_GATE_UP) {
+        if ((st = bind_l(m, &L->ffn_gu, il, "ffn_up.weight", E, 2 * F, true))) return st;
+        rf_tensor *gu[] = {&L->ffn_gate, &L->ffn_up};
+        const int64_t rows[] = {F, F};
+        split_rows(&L->ffn_gu, gu, rows, 2);
+    } else {
+        if ((st = bind_l(m, &L->ffn_gate, il, "ffn_gate.weight", E, F, true))) return st;
+        if ((st = bind_l(m, &L->ffn_up, il, "ffn_up.weight", E, F, true))) return st;
+    }
+    if ((st = bind_l(m, &L->ffn_down, il, "ffn_down.weight", F, E, true))) return st;
+    return bind_l(m, &L->ffn_post_norm, il, "post_ffw_norm.weight", E, 1, fl & RF_AF_POST_NORMS);
+}
+
+/* Where the backend joins weights (weight_join): one product for Q/K/V and one for gate/up.
+ * Q/K/V only where the layer reads them through the one fused RoPE + store (no biases, no Q/K
+ * norms, RoPE on); weights the file already joins stay as they are. */
+static rf_status join_for_backend(rf_model *m, rf_layer *L) {
+    if (!m->be->ops->weight_join || m->tp_be) return RF_OK; /* several GPUs: joined per shard (model_tp.c) */
+    rf_status js;
+    if (!rf_has(&L->wqkv) && !rf_has(&L->bq) && !rf_has(&L->q_norm) && !rf_has(&L->k_norm) && L->rope) {
+        rf_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
+        if ((js = m->be->ops->weight_join(m->be, qkv, 3, &L->wqkv)) && js != RF_ERR_UNSUPPORTED) return js;
+    }
+    if (!rf_has(&L->ffn_gu)) {
+        rf_tensor *gu[] = {&L->ffn_gate, &L->ffn_up};
+        if ((js = m->be->ops->weight_join(m->be, gu, 2, &L->ffn_gu)) && js != RF_ERR_UNSUPPORTED) return js;
+    }
+    rf_clear_error();
+    return RF_OK;
+}
 
 static rf_status load_weights(rf_model *m) {
     rf_hparams *hp = &m->hp;
@@ -235,54 +340,31 @@ static rf_status load_weights(rf_model *m) {
         return rf_set_error(RF_ERR_FORMAT, "model: tensor 'token_embd.weight' has a bad shape");
     hp->n_vocab = (int32_t)nv;
     int32_t vs = 0;
-    if ((st = opt_i32(m, "vocab_size", &vs))) return st;
+    if ((st = rf_meta_opt_i32(m, "vocab_size", &vs))) return st;
     if (vs && vs != hp->n_vocab)
         return rf_set_error(RF_ERR_FORMAT, "model: %s.vocab_size = %d but token_embd.weight has %d rows", hp->arch_name, vs, hp->n_vocab);
-    int64_t E = hp->n_embd, D = hp->head_dim, Q = (int64_t)hp->n_head * D, KV = (int64_t)hp->n_head_kv * D, F = hp->n_ff;
+    const int64_t E = hp->n_embd;
     if ((st = bind(m, &m->tok_embd, "token_embd.weight", E, nv, true))) return st;
     if ((st = bind(m, &m->output_norm, "output_norm.weight", E, 1, true))) return st;
     if ((st = bind(m, &m->output, "output.weight", E, nv, false))) return st;
     m->tied = !rf_has(&m->output);
     if (m->tied) m->output = m->tok_embd;
     if ((st = bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 1, false))) return st;
+    if ((st = load_longrope(m))) return st;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof(rf_layer));
     if (!m->layers) return rf_set_error(RF_ERR_OOM, "model: out of memory");
-    bool gemma = hp->arch == RF_ARCH_GEMMA3, qwen = hp->arch == RF_ARCH_QWEN2;
+    const int32_t nope = hp->arch->nope_every;
     for (int il = 0; il < hp->n_layer; il++) {
         rf_layer *L = &m->layers[il];
-        if ((st = bind_l(m, &L->attn_norm, il, "attn_norm.weight", E, 1, true))) return st;
-        if ((st = bind_l(m, &L->wq, il, "attn_q.weight", E, Q, true))) return st;
-        if ((st = bind_l(m, &L->wk, il, "attn_k.weight", E, KV, true))) return st;
-        if ((st = bind_l(m, &L->wv, il, "attn_v.weight", E, KV, true))) return st;
-        if ((st = bind_l(m, &L->wo, il, "attn_output.weight", Q, E, true))) return st;
-        if ((st = bind_l(m, &L->bq, il, "attn_q.bias", Q, 1, qwen))) return st;
-        if ((st = bind_l(m, &L->bk, il, "attn_k.bias", KV, 1, qwen))) return st;
-        if ((st = bind_l(m, &L->bv, il, "attn_v.bias", KV, 1, qwen))) return st;
-        if ((st = bind_l(m, &L->bo, il, "attn_output.bias", E, 1, false))) return st;
-        if ((st = bind_l(m, &L->q_norm, il, "attn_q_norm.weight", D, 1, gemma))) return st;
-        if ((st = bind_l(m, &L->k_norm, il, "attn_k_norm.weight", D, 1, gemma))) return st;
-        if ((st = bind_l(m, &L->attn_post_norm, il, "post_attention_norm.weight", E, 1, gemma))) return st;
-        if ((st = bind_l(m, &L->ffn_norm, il, "ffn_norm.weight", E, 1, true))) return st;
-        if ((st = bind_l(m, &L->ffn_gate, il, "ffn_gate.weight", E, F, true))) return st;
-        if ((st = bind_l(m, &L->ffn_up, il, "ffn_up.weight", E, F, true))) return st;
-        if ((st = bind_l(m, &L->ffn_down, il, "ffn_down.weight", F, E, true))) return st;
-        if ((st = bind_l(m, &L->ffn_post_norm, il, "post_ffw_norm.weight", E, 1, gemma))) return st;
-        /* one product for Q/K/V and one for gate/up where the backend joins weights: Q/K/V only
-         * without biases and Q/K norms (those read q and k apart) */
-        if (m->be->ops->weight_join && !m->tp_be) { /* several GPUs: joined per shard (model_tp.c) */
-            rf_status js;
-            if (!rf_has(&L->bq) && !rf_has(&L->q_norm) && !rf_has(&L->k_norm)) {
-                rf_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
-                if ((js = m->be->ops->weight_join(m->be, qkv, 3, &L->wqkv)) && js != RF_ERR_UNSUPPORTED) return js;
-            }
-            rf_tensor *gu[] = {&L->ffn_gate, &L->ffn_up};
-            if ((js = m->be->ops->weight_join(m->be, gu, 2, &L->ffn_gu)) && js != RF_ERR_UNSUPPORTED) return js;
-            rf_clear_error();
-        }
+        L->mixer = RF_MIXER_ATTENTION;
+        L->rope = !(nope > 0 && (il + 1) % nope == 0);
         L->is_swa = hp->n_swa > 0 && (hp->swa_pattern == 0 || il % hp->swa_pattern < hp->swa_pattern - 1);
         L->rope_base = L->is_swa ? hp->rope_base_swa : hp->rope_base;
         L->rope_scale = L->is_swa ? hp->rope_scale_swa : hp->rope_scale;
+        if ((st = load_attention(m, L, il))) return st;
+        if ((st = load_ffn(m, L, il))) return st;
+        if ((st = join_for_backend(m, L))) return st;
     }
     return RF_OK;
 }
@@ -427,15 +509,12 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
         st = rf_set_error(st, "%s: missing or bad 'general.architecture' (%s)", path, rf_last_error());
         goto fail;
     }
-    int a = -1;
-    for (int i = 0; i < RF_ARCH_COUNT; i++)
-        if (!strcmp(arch, k_arch_names[i])) a = i;
-    if (a < 0) {
+    m->hp.arch = rf_arch_find(arch);
+    if (!m->hp.arch) {
         st = rf_set_error(RF_ERR_UNSUPPORTED, "unsupported architecture '%s' (supported: %s)", arch,
                           rf_supported_archs());
         goto fail;
     }
-    m->hp.arch = (rf_arch)a;
     snprintf(m->hp.arch_name, sizeof m->hp.arch_name, "%s", arch);
     const char *name = "";
     rf_gguf_get_str(m->g, "general.name", &name);
@@ -480,7 +559,7 @@ fail:
 static void free_weights(rf_model *m) {
     rf_backend *be = m->be;
     if (rf_has(&m->output) && m->output.data == m->tok_embd.data) memset(&m->output, 0, sizeof m->output);
-    rf_tensor *top[] = {&m->tok_embd, &m->output_norm, &m->output, &m->rope_freqs};
+    rf_tensor *top[] = {&m->tok_embd, &m->output_norm, &m->output, &m->rope_freqs, &m->rope_long};
     for (size_t i = 0; i < sizeof top / sizeof *top; i++) be->ops->free(be, top[i]);
     if (!m->layers) return;
     for (int il = 0; il < m->hp.n_layer; il++) {

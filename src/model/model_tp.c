@@ -175,8 +175,11 @@ static rf_status upload_shard_layer(rf_model *m, rf_backend *be, rf_layer *S) {
 static rf_status upload_rope(rf_model *m) {
     if (!m->tp_be || !rf_has(&m->rope_freqs)) return RF_OK;
     m->tp_rope = calloc((size_t)m->tp, sizeof *m->tp_rope);
+    if (!m->tp_rope) return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    /* the frequency factors the model bound: rope_freqs, or phi3's short longrope factors */
     const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, "rope_freqs.weight");
-    if (!m->tp_rope || !gt) return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    if (!gt) gt = rf_gguf_find_tensor(m->g, "rope_factors_short.weight");
+    if (!gt) return rf_set_error(RF_ERR_FORMAT, "--tp: the model's RoPE frequency factors are not in the file");
     m->tp_rope[0] = m->rope_freqs;
     m->tp_rope[0].owned = false;
     for (int s = 1; s < m->tp; s++) {

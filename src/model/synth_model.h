@@ -16,6 +16,10 @@ typedef enum synth_arch {
     SYNTH_ARCH_LLAMA,
     SYNTH_ARCH_QWEN2,
     SYNTH_ARCH_GEMMA3,
+    SYNTH_ARCH_QWEN3,
+    SYNTH_ARCH_SMOLLM3,
+    SYNTH_ARCH_MISTRAL3,
+    SYNTH_ARCH_PHI3,
     SYNTH_ARCH_COUNT
 } synth_arch;
 
@@ -34,7 +38,12 @@ typedef struct synth_preset {
     uint32_t rope_orig_ctx;
     synth_vocab_spec vocab;
     const char *pre; /* tokenizer.ggml.pre for BPE vocabularies */
-    int32_t n_swa;   /* gemma3: attention.sliding_window (every 6th layer is global); 0 = none */
+    int32_t n_swa;   /* gemma3: attention.sliding_window (every 6th layer is global); phi3: the
+                        value its converter writes (llama.cpp ignores it); 0 = none */
+    int32_t n_rot;   /* rope.dimension_count when RoPE covers part of the head (phi3); 0 = head_dim */
+    /* phi3 longrope: rope_factors_short/long of n_rot/2 entries (synthetic ramps, see
+     * synth_longrope_factors) and rope.scaling.attn_factor from n_ctx / rope_orig_ctx */
+    bool longrope;
 } synth_preset;
 
 extern const synth_preset synth_presets[];
@@ -47,6 +56,9 @@ typedef enum synth_gen {
     SYNTH_GEN_ONES,   /* norm weights */
     SYNTH_GEN_CONST,  /* every value = `std` (gemma3 post-norm gains) */
     SYNTH_GEN_ROPE_FREQS,
+    SYNTH_GEN_NEAR_ONE,       /* 1 + uniform noise of std `std` (norm gains that matter) */
+    SYNTH_GEN_LONGROPE_SHORT, /* phi3 rope_factors_short */
+    SYNTH_GEN_LONGROPE_LONG,  /* phi3 rope_factors_long */
 } synth_gen;
 
 typedef struct synth_tensor {
@@ -82,6 +94,15 @@ const synth_arch_info *synth_arch_get(synth_arch a);
 /* rope_freqs.weight as llama.cpp's converter computes it for rope_type "llama3". out has
  * head_dim/2 entries. */
 void synth_llama3_rope_factors(const synth_preset *p, float *out);
+
+/* phi3 longrope factors (n_rot/2 entries): short ramps 1 -> 1.5 and long 1 -> n_ctx /
+ * rope_orig_ctx over the dimensions, growing with the wavelength like the real ones (the real
+ * values are learned per model; these only have to be non-trivial so that a forward ignoring
+ * them fails the goldens). */
+void synth_longrope_factors(const synth_preset *p, bool long_factors, float *out);
+/* The converter's rope.scaling.attn_factor: sqrt(1 + ln(s) / ln(orig)) with s = n_ctx / orig
+ * (1 when s <= 1). */
+float synth_longrope_attn_factor(const synth_preset *p);
 
 /* ---- recipes (llama-quantize) --------------------------------------------------------------- */
 

@@ -11,56 +11,91 @@
 
 /* name, description, general.name, size label, arch, n_layer, n_embd, n_ff, n_head, n_head_kv,
  * head_dim, n_ctx, rope_base, rms_eps, tied, rope factor/low/high/orig ctx, vocab, pre, sliding
- * window (gemma3) */
+ * window (gemma3, phi3), partial RoPE dims (phi3), longrope (phi3) */
 const synth_preset synth_presets[] = {
     {"tiny", "4-layer llama, dim 256, 2048-token Llama-3-style BPE vocabulary (for tests)",
      "Tiny Llama (synthetic)", "6M", SYNTH_ARCH_LLAMA, 4, 256, 512, 4, 2, 64, 2048, 10000.0f,
-     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "llama-bpe", 0},
+     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "llama-bpe", 0, 0, false},
     {"tiny-qwen2", "2-layer qwen2 (q/k/v biases, tied), dim 384, 3072-token ChatML vocabulary",
      "Tiny Qwen2 (synthetic)", "4M", SYNTH_ARCH_QWEN2, 2, 384, 1024, 6, 2, 64, 4096, 1000000.0f,
-     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen2", 0},
+     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen2", 0, 0, false},
     {"tiny-llama2", "2-layer llama, dim 256, 2048-token SentencePiece vocabulary (Llama 2 style)",
      "Tiny Llama 2 (synthetic)", "3M", SYNTH_ARCH_LLAMA, 2, 256, 768, 4, 4, 64, 4096, 10000.0f,
-     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 0},
+     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 0, 0, false},
     /* tiny-llama3: tiny's shapes and vocabulary with Llama 3.2's rope (base 500000, llama3 scaling
      * factor 32, low 1, high 4, original context 8192), context and tied head, so the logits
      * goldens exercise rope_freqs.weight. At head dim 64 those parameters give 15 factors of 1,
      * 3 smoothed (1.65, 3.29, 9.67) and 14 of 32, as in the real Llama 3.2 1B (also head dim 64). */
     {"tiny-llama3", "4-layer llama, dim 256, Llama 3.2 rope (base 500000, llama3 scaling: rope_freqs), tied, 2048-token Llama-3-style BPE vocabulary",
      "Tiny Llama 3.2 (synthetic)", "3M", SYNTH_ARCH_LLAMA, 4, 256, 512, 4, 2, 64, 131072, 500000.0f,
-     1e-5f, true, 32.0f, 1.0f, 4.0f, 8192, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "llama-bpe", 0},
+     1e-5f, true, 32.0f, 1.0f, 4.0f, 8192, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "llama-bpe", 0, 0, false},
     {"smollm2-135m", "SmolLM2-135M-Instruct shapes", "SmolLM2 135M Instruct (synthetic)", "135M",
      SYNTH_ARCH_LLAMA, 30, 576, 1536, 9, 3, 64, 8192, 100000.0f, 1e-5f, true, 0, 0, 0, 0,
-     {SYNTH_VOCAB_SMOLLM, 49152, 0}, "smollm", 0},
+     {SYNTH_VOCAB_SMOLLM, 49152, 0}, "smollm", 0, 0, false},
     {"llama3.2-1b", "Llama-3.2-1B-Instruct shapes (llama3 rope scaling, rope_freqs)",
      "Llama 3.2 1B Instruct (synthetic)", "1.2B", SYNTH_ARCH_LLAMA, 16, 2048, 8192, 32, 8, 64,
      131072, 500000.0f, 1e-5f, true, 32.0f, 1.0f, 4.0f, 8192, {SYNTH_VOCAB_LLAMA3, 128256, 256},
-     "llama-bpe", 0},
+     "llama-bpe", 0, 0, false},
     {"llama3-8b", "Meta-Llama-3-8B-Instruct shapes", "Meta Llama 3 8B Instruct (synthetic)", "8.0B",
      SYNTH_ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128, 8192, 500000.0f, 1e-5f, false, 0, 0, 0, 0,
-     {SYNTH_VOCAB_LLAMA3, 128256, 256}, "llama-bpe", 0},
+     {SYNTH_VOCAB_LLAMA3, 128256, 256}, "llama-bpe", 0, 0, false},
     {"llama3.1-8b", "Llama-3.1-8B-Instruct shapes (llama3 rope scaling, rope_freqs)",
      "Llama 3.1 8B Instruct (synthetic)", "8.0B", SYNTH_ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128,
      131072, 500000.0f, 1e-5f, false, 8.0f, 1.0f, 4.0f, 8192, {SYNTH_VOCAB_LLAMA3, 128256, 256},
-     "llama-bpe", 0},
+     "llama-bpe", 0, 0, false},
     {"qwen2.5-0.5b", "Qwen2.5-0.5B-Instruct shapes (dim 896: K-quants fall back)",
      "Qwen2.5 0.5B Instruct (synthetic)", "494M", SYNTH_ARCH_QWEN2, 24, 896, 4864, 14, 2, 64,
-     32768, 1000000.0f, 1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0},
+     32768, 1000000.0f, 1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0, 0, false},
     {"qwen2.5-7b", "Qwen2.5-7B-Instruct shapes", "Qwen2.5 7B Instruct (synthetic)", "7.6B",
      SYNTH_ARCH_QWEN2, 28, 3584, 18944, 28, 4, 128, 32768, 1000000.0f, 1e-6f, false, 0, 0, 0, 0,
-     {SYNTH_VOCAB_QWEN2, 152064, 151643}, "qwen2", 0},
+     {SYNTH_VOCAB_QWEN2, 152064, 151643}, "qwen2", 0, 0, false},
     {"llama2-70b", "Llama-2-70b-chat shapes (SentencePiece vocabulary)",
      "Llama 2 70B Chat (synthetic)", "69B", SYNTH_ARCH_LLAMA, 80, 8192, 28672, 64, 8, 128, 4096,
-     10000.0f, 1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 32000, 0}, NULL, 0},
+     10000.0f, 1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 32000, 0}, NULL, 0, 0, false},
     /* gemma3: tied, q/k norms, post-norms, sliding window 512 on 5 of every 6 layers (layer 5, 11,
      * 17 global). The vocabulary is the SentencePiece family of tiny-llama2 (Gemma's real one is
      * SPM too, with other special ids). Shapes from gemma-3-270m's GGUF. */
     {"tiny-gemma3", "6-layer gemma3 (layer 5 global, sliding window 32), dim 256, 2048-token SPM vocabulary",
      "Tiny Gemma 3 (synthetic)", "5M", SYNTH_ARCH_GEMMA3, 6, 256, 512, 4, 2, 64, 2048, 1000000.0f,
-     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 32},
+     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 32, 0, false},
     {"gemma3-270m", "Gemma-3-270M shapes (head dim 256, sliding window 512)",
      "Gemma 3 270M (synthetic)", "270M", SYNTH_ARCH_GEMMA3, 18, 640, 2048, 4, 1, 256, 32768,
-     1000000.0f, 1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 262144, 0}, NULL, 512},
+     1000000.0f, 1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 262144, 0}, NULL, 512, 0, false},
+    /* qwen3: per-head Q/K RMSNorm before RoPE, no biases, head dim 128 with n_head * 128 !=
+     * n_embd (attention.key_length). Shapes from Qwen3-0.6B / Qwen3-8B config.json. */
+    {"tiny-qwen3", "3-layer qwen3 (per-head Q/K RMSNorm, 8 heads of 64 over dim 256), tied, 3072-token ChatML vocabulary",
+     "Tiny Qwen3 (synthetic)", "5M", SYNTH_ARCH_QWEN3, 3, 256, 768, 8, 4, 64, 40960, 1000000.0f,
+     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen2", 0, 0, false},
+    {"qwen3-0.6b", "Qwen3-0.6B shapes (16 heads of 128 over dim 1024, tied)", "Qwen3 0.6B (synthetic)", "0.6B",
+     SYNTH_ARCH_QWEN3, 28, 1024, 3072, 16, 8, 128, 40960, 1000000.0f, 1e-6f, true, 0, 0, 0, 0,
+     {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0, 0, false},
+    {"qwen3-8b", "Qwen3-8B shapes", "Qwen3 8B (synthetic)", "8.2B", SYNTH_ARCH_QWEN3, 36, 4096, 12288, 32, 8,
+     128, 40960, 1000000.0f, 1e-6f, false, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0, 0, false},
+    /* smollm3: llama layers with no RoPE on every 4th (layers 3, 7, ...). SmolLM3-3B config.json;
+     * its tokenizer is Llama 3's (llama-bpe). */
+    {"tiny-smollm3", "4-layer smollm3 (layer 3 without RoPE), dim 256, tied, 2048-token Llama-3-style BPE vocabulary",
+     "Tiny SmolLM3 (synthetic)", "3M", SYNTH_ARCH_SMOLLM3, 4, 256, 512, 4, 2, 64, 65536, 5000000.0f,
+     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "llama-bpe", 0, 0, false},
+    {"smollm3-3b", "SmolLM3-3B shapes (no RoPE on every 4th layer, tied)", "SmolLM3 3B (synthetic)", "3.1B",
+     SYNTH_ARCH_SMOLLM3, 36, 2048, 11008, 16, 4, 128, 65536, 5000000.0f, 1e-6f, true, 0, 0, 0, 0,
+     {SYNTH_VOCAB_LLAMA3, 128256, 256}, "llama-bpe", 0, 0, false},
+    /* mistral3: Mistral-Small-3.x-24B's text model (llama layers, 32 heads of 128 over dim 5120,
+     * rope base 1e9, tekken pre-tokenizer). The vocabulary is the Llama-3-style family with
+     * tekken's pre-tokenizer name (Mistral's own specials are not imitated). */
+    {"tiny-mistral3", "2-layer mistral3 (8 heads of 64 over dim 256), 2048-token BPE vocabulary (tekken pre-tokenizer)",
+     "Tiny Mistral 3 (synthetic)", "4M", SYNTH_ARCH_MISTRAL3, 2, 256, 768, 8, 2, 64, 131072, 1000000000.0f,
+     1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "tekken", 0, 0, false},
+    {"mistral-small-3", "Mistral-Small-3.1/3.2-24B text shapes (rope base 1e9)", "Mistral Small 3 24B (synthetic)", "24B",
+     SYNTH_ARCH_MISTRAL3, 40, 5120, 32768, 32, 8, 128, 131072, 1000000000.0f, 1e-5f, false, 0, 0, 0, 0,
+     {SYNTH_VOCAB_LLAMA3, 131072, 256}, "tekken", 0, 0, false},
+    /* phi3 (Phi-4-mini): Q/K/V in one attn_qkv, gate and up in one ffn_up, RoPE on 3/4 of the head
+     * (NEOX), longrope factors with original context 4096 and the converter's attn_factor. */
+    {"tiny-phi3", "2-layer phi3 (joined QKV and gate/up, RoPE on 32 of 64 dims, longrope: original context 4096 of 16384), tied, 2048-token BPE vocabulary (gpt-4o pre-tokenizer)",
+     "Tiny Phi 3 (synthetic)", "3M", SYNTH_ARCH_PHI3, 2, 256, 512, 4, 2, 64, 16384, 10000.0f, 1e-5f, true,
+     0, 0, 0, 4096, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "gpt-4o", 0, 32, true},
+    {"phi4-mini", "Phi-4-mini-instruct shapes (24 heads of 128, RoPE on 96 dims, longrope 4096 -> 131072, tied)",
+     "Phi 4 Mini Instruct (synthetic)", "3.8B", SYNTH_ARCH_PHI3, 32, 3072, 8192, 24, 8, 128, 131072, 10000.0f,
+     1e-5f, true, 0, 0, 0, 4096, {SYNTH_VOCAB_LLAMA3, 200064, 256}, "gpt-4o", 262144, 96, true},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
@@ -182,6 +217,53 @@ static bool tensors_gemma3(synth_tensor_list *l, const synth_preset *p, int32_t 
     return true;
 }
 
+/* qwen3 (peer src/models/qwen3.cpp): the llama tensors plus per-head Q/K norm gains (head_dim
+ * each), near 1 but not 1 so that a forward that skips them or mixes them up differs. */
+static bool tensors_qwen3(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
+                          uint32_t n_vocab) {
+    if (!tensors_llama_like(l, p, n_layer, n_vocab, false)) return false;
+    char nm[64];
+    for (int32_t i = 0; i < n_layer; i++) {
+        snprintf(nm, sizeof nm, "blk.%d.attn_q_norm.weight", i);
+        ADD(nm, 1, p->head_dim, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
+        snprintf(nm, sizeof nm, "blk.%d.attn_k_norm.weight", i);
+        ADD(nm, 1, p->head_dim, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
+    }
+    return true;
+}
+
+/* phi3 (peer src/models/phi3.cpp): Q, K, V as one attn_qkv [n_embd, Q + 2 KV] (Q = n_embd),
+ * gate and up as one ffn_up [n_embd, 2 n_ff] (gate rows first), the longrope factors. */
+static bool tensors_phi3(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
+                         uint32_t n_vocab) {
+    const int64_t E = p->n_embd, F = p->n_ff, Q = (int64_t)p->n_head * p->head_dim,
+                  KV = (int64_t)p->n_head_kv * p->head_dim, R = p->n_rot ? p->n_rot : p->head_dim;
+    const float emb_std = 2.0f / sqrtf((float)E);
+    ADD("token_embd.weight", 2, E, n_vocab, SYNTH_GEN_RANDOM, emb_std);
+    ADD("output_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+    if (!p->tied) ADD("output.weight", 2, E, n_vocab, SYNTH_GEN_RANDOM, emb_std);
+    if (p->longrope) {
+        ADD("rope_factors_long.weight", 1, R / 2, 1, SYNTH_GEN_LONGROPE_LONG, 0);
+        ADD("rope_factors_short.weight", 1, R / 2, 1, SYNTH_GEN_LONGROPE_SHORT, 0);
+    }
+    char nm[64];
+    for (int32_t i = 0; i < n_layer; i++) {
+#define PADD(suffix, ...)                                \
+    do {                                                 \
+        snprintf(nm, sizeof nm, "blk.%d." suffix, i);    \
+        ADD(nm, __VA_ARGS__);                            \
+    } while (0)
+        PADD("attn_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+        PADD("attn_qkv.weight", 2, E, Q + 2 * KV, SYNTH_GEN_RANDOM, mat_std(E));
+        PADD("attn_output.weight", 2, Q, E, SYNTH_GEN_RANDOM, mat_std(Q));
+        PADD("ffn_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+        PADD("ffn_up.weight", 2, E, 2 * F, SYNTH_GEN_RANDOM, mat_std(E));
+        PADD("ffn_down.weight", 2, F, E, SYNTH_GEN_RANDOM, mat_std(F));
+#undef PADD
+    }
+    return true;
+}
+
 static bool tensors_llama(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
                           uint32_t n_vocab) {
     return tensors_llama_like(l, p, n_layer, n_vocab, false);
@@ -246,6 +328,37 @@ static rf_status write_kv_gemma3(rf_gguf_writer *w, const synth_preset *p, int32
     return st;
 }
 
+/* qwen3 (Qwen2Model's converter): key/value length, no vocab_size or rope.dimension_count. */
+static rf_status write_kv_qwen3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_common(w, p, n_layer, "qwen3", KV_HEAD_LEN);
+}
+
+/* smollm3 (LlamaModel's converter, no head_dim in its config): vocab_size and
+ * rope.dimension_count. The NoPE step has no key: llama.cpp fixes it at 4. */
+static rf_status write_kv_smollm3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_common(w, p, n_layer, "smollm3", KV_VOCAB_SIZE | KV_ROPE_DIM);
+}
+
+/* mistral3 (LlamaModel's converter; Mistral Small 3's config has head_dim 128). */
+static rf_status write_kv_mistral3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_common(w, p, n_layer, "mistral3", KV_VOCAB_SIZE | KV_ROPE_DIM | KV_HEAD_LEN);
+}
+
+/* phi3 (conversion/phi.py Phi3MiniModel): partial rope.dimension_count, the original context,
+ * the sliding window it writes, and rope.scaling.attn_factor with longrope factors. */
+static rf_status write_kv_phi3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    rf_status st = write_kv_common(w, p, n_layer, "phi3", 0);
+    if (st) return st;
+    const uint32_t rot = (uint32_t)(p->n_rot ? p->n_rot : p->head_dim);
+    if ((st = rf_gguf_set_u32(w, "phi3.rope.dimension_count", rot))) return st;
+    if ((st = rf_gguf_set_u32(w, "phi3.rope.scaling.original_context_length",
+                              p->rope_orig_ctx ? p->rope_orig_ctx : p->n_ctx)))
+        return st;
+    if ((st = rf_gguf_set_u32(w, "phi3.attention.sliding_window", (uint32_t)p->n_swa))) return st;
+    if (p->longrope) st = rf_gguf_set_f32(w, "phi3.rope.scaling.attn_factor", synth_longrope_attn_factor(p));
+    return st;
+}
+
 /* src/models/gemma3.cpp has no 70B type. */
 static bool is_70b_never(const synth_preset *p, int32_t n_layer) {
     (void)p;
@@ -268,6 +381,10 @@ static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_LLAMA] = {"llama", write_kv_llama, tensors_llama, is_70b_llama},
     [SYNTH_ARCH_QWEN2] = {"qwen2", write_kv_qwen2, tensors_qwen2, is_70b_qwen2},
     [SYNTH_ARCH_GEMMA3] = {"gemma3", write_kv_gemma3, tensors_gemma3, is_70b_never},
+    [SYNTH_ARCH_QWEN3] = {"qwen3", write_kv_qwen3, tensors_qwen3, is_70b_never},
+    [SYNTH_ARCH_SMOLLM3] = {"smollm3", write_kv_smollm3, tensors_llama, is_70b_never},
+    [SYNTH_ARCH_MISTRAL3] = {"mistral3", write_kv_mistral3, tensors_llama, is_70b_never},
+    [SYNTH_ARCH_PHI3] = {"phi3", write_kv_phi3, tensors_phi3, is_70b_never},
 };
 
 const synth_arch_info *synth_arch_get(synth_arch a) {
@@ -295,4 +412,18 @@ void synth_llama3_rope_factors(const synth_preset *p, float *out) {
             out[i] = 1.0f / ((1.0f - smooth) / factor + smooth);
         }
     }
+}
+
+void synth_longrope_factors(const synth_preset *p, bool long_factors, float *out) {
+    const int half = (p->n_rot ? p->n_rot : p->head_dim) / 2;
+    const float top = long_factors ? (float)p->n_ctx / (float)(p->rope_orig_ctx ? p->rope_orig_ctx : p->n_ctx) : 1.5f;
+    for (int i = 0; i < half; i++) {
+        float t = half > 1 ? (float)i / (float)(half - 1) : 0.0f;
+        out[i] = 1.0f + (top - 1.0f) * t * t; /* slow (late) dimensions stretched most */
+    }
+}
+
+float synth_longrope_attn_factor(const synth_preset *p) {
+    const double orig = p->rope_orig_ctx ? p->rope_orig_ctx : p->n_ctx, s = (double)p->n_ctx / orig;
+    return s > 1.0 ? (float)sqrt(1.0 + log(s) / log(orig)) : 1.0f;
 }

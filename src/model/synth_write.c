@@ -195,6 +195,16 @@ static void *make_rows(void *arg) {
         case SYNTH_GEN_ROPE_FREQS:
             memcpy(j->rowf, j->f->rope, (size_t)n * sizeof(float));
             break;
+        case SYNTH_GEN_NEAR_ONE: {
+            synth_rng r = synth_rng_for_row(j->f->seed, j->name_hash, (uint64_t)row);
+            synth_rng_fill_uniform(&r, j->rowf, n, t->std * 1.7320508f);
+            for (int64_t i = 0; i < n; i++) j->rowf[i] += 1.0f;
+            break;
+        }
+        case SYNTH_GEN_LONGROPE_SHORT:
+        case SYNTH_GEN_LONGROPE_LONG:
+            synth_longrope_factors(j->f->pl->p, t->gen == SYNTH_GEN_LONGROPE_LONG, j->rowf);
+            break;
         }
         uint8_t *dst = j->f->chunk + (size_t)(row - j->r_base) * j->row_bytes;
         if (t->type == RF_TYPE_F32) {

@@ -1,6 +1,7 @@
 /* test_gpu_forward.c — the whole forward on the GPU against the CPU engine (the oracle):
  *  - last-position logits of tiny synthetic models of every architecture (llama, qwen2,
- *    gemma3, llama2-SPM) in f32, f16, q8_0, q4_0 and q4_k_m, and the tiny llama in every other
+ *    gemma3, llama2-SPM, qwen3, smollm3 with its NoPE layer, mistral3, phi3 with Q/K/V and
+ *    gate/up joined in the file and the longrope gain) in f32, f16, q8_0, q4_0 and q4_k_m, and the tiny llama in every other
  *    weight type mkmodel writes (bf16, q4_1, q5_0, q5_1, q2_k, q3_k, q5_k, q6_k), over prompts of
  *    1, 7, 33 and 100 tokens (one step, GEMV and GEMM paths, chunked prompts). Tolerance on the
  *    rel. L2 of the mean-removed logits (logits are defined up to a constant): 1e-2 for f32/f16/
@@ -68,7 +69,8 @@ static double logits_case(const char *path, double tol, const char *label) {
 
 static void test_logits_tiny(void **state) {
     (void)state;
-    const char *presets[] = {"tiny", "tiny-qwen2", "tiny-gemma3", "tiny-llama2"};
+    const char *presets[] = {"tiny",       "tiny-qwen2",   "tiny-gemma3",   "tiny-llama2",
+                             "tiny-qwen3", "tiny-smollm3", "tiny-mistral3", "tiny-phi3"};
     const char *types[] = {"f32", "f16", "q8_0", "q4_0", "q4_k_m"};
     char path[1200], label[96];
     for (size_t p = 0; p < sizeof presets / sizeof *presets; p++)
@@ -91,7 +93,8 @@ static void test_logits_tiny(void **state) {
  * for every tiny architecture with weights whose decode products share x. */
 static void test_fused(void **state) {
     (void)state;
-    const char *presets[] = {"tiny", "tiny-qwen2", "tiny-gemma3", "tiny-llama2"};
+    const char *presets[] = {"tiny",       "tiny-qwen2",   "tiny-gemma3",   "tiny-llama2",
+                             "tiny-qwen3", "tiny-smollm3", "tiny-mistral3", "tiny-phi3"};
     const char *types[] = {"q4_0", "q8_0", "q4_k_m", "q5_1"};
     char path[1200];
     double worst = 0;

@@ -154,7 +154,9 @@ static void test_rope(void **state) {
     for (size_t c = 0; c < 5; c++)
         for (int mode = 0; mode <= 2; mode += 2)
             for (int layout = 0; layout < 2; layout++)
-                for (int use_ff = 0; use_ff < 2; use_ff++) {
+                for (int variant = 0; variant < 3; variant++) { /* plain, freq factors, + gain */
+                    const int use_ff = variant > 0;
+                    const float gain = variant == 2 ? 1.19f : 1.0f; /* phi3's longrope attn_factor */
                     const int64_t T = cfg[c][0], H = cfg[c][1], D = cfg[c][2], R = cfg[c][3];
                     const int64_t n = T * H * D;
                     const int64_t st = layout ? D : H * D, sh = layout ? T * D : D;
@@ -166,25 +168,28 @@ static void test_rope(void **state) {
                     for (int64_t t = 0; t < T; t++) pos[t] = (int32_t)(rf_rng_u64(&r) % 8192);
                     memcpy(want, x, n * 4);
                     rf_ref_rope(want, T, H, D, R, st, sh, pos, 500000.0f, 0.5f, use_ff ? ff : NULL, mode);
+                    for (int64_t t = 0; t < T; t++) /* the gain: rotated dims only */
+                        for (int64_t h = 0; h < H; h++)
+                            for (int64_t d = 0; d < R; d++) want[t * st + h * sh + d] *= gain;
                     float *dx = dev_from(x, n * 4), *dff = dev_from(ff, R / 2 * 4);
                     int32_t *dpos = dev_from(pos, T * 4);
                     assert_int_equal(rf_gpu_rope(g_ctx, dx, T, H, D, R, st, sh, dpos, 500000.0f,
-                                                 0.5f, use_ff ? dff : NULL, mode),
+                                                 0.5f, use_ff ? dff : NULL, mode, gain),
                                      RF_OK);
                     dev_to(got, dx, n * 4);
                     char what[96];
-                    snprintf(what, sizeof what, "rope %s %s%s T%lld H%lld D%lld R%lld",
+                    snprintf(what, sizeof what, "rope %s %s%s%s T%lld H%lld D%lld R%lld",
                              mode ? "neox" : "norm", layout ? "[h,t,d]" : "[t,h,d]",
-                             use_ff ? " ff" : "", (long long)T, (long long)H, (long long)D,
+                             use_ff ? " ff" : "", gain != 1.0f ? " gain" : "", (long long)T, (long long)H, (long long)D,
                              (long long)R);
                     check_rel(what, got, want, n, 1e-5);
                     rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dff), rf_gpu_free(g_ctx, dpos);
                     free(x), free(want), free(got), free(ff), free(pos);
                 }
     /* contract checks on the host */
-    assert_int_equal(rf_gpu_rope(g_ctx, NULL, 1, 1, 4, 3, 4, 4, NULL, 1e4f, 1, NULL, 0),
+    assert_int_equal(rf_gpu_rope(g_ctx, NULL, 1, 1, 4, 3, 4, 4, NULL, 1e4f, 1, NULL, 0, 1.0f),
                      RF_ERR_INVALID_ARG);
-    assert_int_equal(rf_gpu_rope(g_ctx, NULL, 1, 1, 4, 8, 4, 4, NULL, 1e4f, 1, NULL, 0),
+    assert_int_equal(rf_gpu_rope(g_ctx, NULL, 1, 1, 4, 8, 4, 4, NULL, 1e4f, 1, NULL, 0, 1.0f),
                      RF_ERR_INVALID_ARG);
 }
 
@@ -210,7 +215,7 @@ static void test_rope_kv_append(void **state) {
             const size_t cbytes = ROWS * HKV * D * es;
             void *kc = dev_poison(cbytes), *vc = dev_poison(cbytes);
             assert_int_equal(rf_gpu_rope_kv_append(g_ctx, dk, dv, T, HKV, D, R, dpos, dslot, 10000.0f,
-                                                   1.0f, NULL, mode, kc, vc, cty, ROWS),
+                                                   1.0f, NULL, mode, 1.0f, kc, vc, cty, ROWS),
                              RF_OK);
             uint8_t *hk = malloc(cbytes), *hv = malloc(cbytes);
             dev_to(hk, kc, cbytes);
@@ -255,6 +260,7 @@ static void test_rope_qkv_fused(void **state) {
     const int64_t T = 5, H = 8, HKV = 2, D = 64, R = 32, ROWS = 24;
     int32_t pos[5] = {0, 1, 17, 300, 4095}, slot[5] = {2, 3, 23, -1, 7};
     for (int mode = 0; mode <= 2; mode += 2) {
+        const float gain = mode ? 1.19f : 1.0f; /* with and without phi3's longrope gain */
         const int64_t nq = T * H * D, nk = T * HKV * D;
         float *q = host_f32(nq), *k = host_f32(nk), *v = host_f32(nk);
         rf_rng_fill_normal(&r, q, nq, 1.0f);
@@ -265,12 +271,12 @@ static void test_rope_qkv_fused(void **state) {
         int32_t *dpos = dev_from(pos, sizeof pos), *dslot = dev_from(slot, sizeof slot);
         const size_t cb = ROWS * HKV * D * 2;
         void *kc1 = dev_poison(cb), *vc1 = dev_poison(cb), *kc2 = dev_poison(cb), *vc2 = dev_poison(cb);
-        assert_int_equal(rf_gpu_rope(g_ctx, dq1, T, H, D, R, H * D, D, dpos, 5e5f, 1.0f, NULL, mode), RF_OK);
-        assert_int_equal(rf_gpu_rope_kv_append(g_ctx, dk, dv, T, HKV, D, R, dpos, dslot, 5e5f, 1.0f, NULL, mode,
+        assert_int_equal(rf_gpu_rope(g_ctx, dq1, T, H, D, R, H * D, D, dpos, 5e5f, 1.0f, NULL, mode, gain), RF_OK);
+        assert_int_equal(rf_gpu_rope_kv_append(g_ctx, dk, dv, T, HKV, D, R, dpos, dslot, 5e5f, 1.0f, NULL, mode, gain,
                                                kc1, vc1, RF_TYPE_F16, ROWS),
                          RF_OK);
         assert_int_equal(rf_gpu_rope_qkv_append(g_ctx, dq2, dq2, H * D, H, dk, HKV * D, dv, HKV * D, T, HKV, D, R, dpos,
-                                                dslot, 5e5f, 1.0f, NULL, mode, kc2, vc2, RF_TYPE_F16, ROWS),
+                                                dslot, 5e5f, 1.0f, NULL, mode, gain, kc2, vc2, RF_TYPE_F16, ROWS),
                          RF_OK);
         /* the same from the strided columns of one joined [q | k | v] row, q out of place */
         {
@@ -284,7 +290,7 @@ static void test_rope_qkv_fused(void **state) {
             float *dj = dev_from(joined, T * W * 4), *dq3 = dev_poison(nq * 4);
             void *kc3 = dev_poison(cb), *vc3 = dev_poison(cb);
             assert_int_equal(rf_gpu_rope_qkv_append(g_ctx, dq3, dj, W, H, dj + H * D, W, dj + (H + HKV) * D, W, T, HKV, D,
-                                                    R, dpos, dslot, 5e5f, 1.0f, NULL, mode, kc3, vc3, RF_TYPE_F16, ROWS),
+                                                    R, dpos, dslot, 5e5f, 1.0f, NULL, mode, gain, kc3, vc3, RF_TYPE_F16, ROWS),
                              RF_OK);
             float *q3 = host_f32(nq);
             uint8_t *c3 = malloc(cb), *c1 = malloc(cb);

@@ -94,11 +94,16 @@ static void test_norm_rope_glu(void **state) {
             memcpy(r, q, (size_t)(nt * nh * hd) * 4);
             int32_t pos[5] = {11, 12, 13, 14, 15};
             rf_ref_rope(r, nt, nh, hd, n_rot, nh * hd, hd, pos, 10000.0f, 0.5f, use_ff ? ff : NULL, mode);
+            /* with factors, also a gain (phi3's longrope attn_factor): rotated dims times it */
+            const float gain = use_ff ? 1.19f : 1.0f;
+            for (int64_t t = 0; t < nt * nh; t++)
+                for (int64_t d = 0; d < n_rot; d++) r[t * hd + d] *= gain;
             rf_tensor qt = host_f32(q, nh * hd, nt), fft = host_f32(ff, 16, 1);
             rf_batch bt = {0};
             bt.n_tokens = (int32_t)nt;
             bt.pos = pos;
-            assert_int_equal(be->ops->rope(be, &qt, &bt, nh, hd, n_rot, 10000.0f, 0.5f, use_ff ? &fft : NULL, mode), RF_OK);
+            assert_int_equal(be->ops->rope(be, &qt, &bt, nh, hd, n_rot, 10000.0f, 0.5f, use_ff ? &fft : NULL, mode, gain),
+                             RF_OK);
             check(mode ? "rope neox" : "rope normal", q, r, (size_t)(nt * nh * hd), 1e-5);
             free(q), free(r);
         }

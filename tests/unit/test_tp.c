@@ -1,7 +1,8 @@
 /* test_tp.c — tensor parallelism on the CPU backend (model_tp.c, docs/tp.md): the tiny
  * synthetic models of every architecture (llama with GQA, llama 2 without, qwen2 with biases
- * and 3 query heads per KV head, gemma3 with Q/K norms, post-norms and sliding windows), in f32
- * and q8_0, loaded unsplit and split over 2 and 4 shards where the heads allow:
+ * and 3 query heads per KV head, gemma3 with Q/K norms, post-norms and sliding windows, and the
+ * tiny presets of the later architectures in k_presets), in f32 and q8_0, loaded unsplit and
+ * split over 2 and 4 shards where the heads allow:
  *  - the last prompt position's logits: rel. L2 vs the unsplit forward below TOL_F32 / TOL_Q8
  *    (the split changes only the order of the sums in O and down: each shard's partial product,
  *    then the all-reduce; q8_0 activations are quantized per 32-element block, and the slices
@@ -37,7 +38,8 @@
 
 static char g_dir[1024];
 
-static const char *const k_presets[] = {"tiny", "tiny-qwen2", "tiny-gemma3", "tiny-llama2"};
+static const char *const k_presets[] = {"tiny",       "tiny-qwen2",   "tiny-gemma3",   "tiny-llama2",
+                                         "tiny-qwen3", "tiny-smollm3", "tiny-mistral3", "tiny-phi3"};
 static const char *const k_types[] = {"f32", "q8_0"};
 
 static void model_path(char *buf, size_t cap, const char *preset, const char *type) {

@@ -364,7 +364,7 @@ static rf_status cpu_rmsnorm(rf_backend *be, rf_tensor *y, const rf_tensor *x, c
 
 static rf_status cpu_rope(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t n_heads,
                           int64_t head_dim, int64_t n_rot, float freq_base, float freq_scale,
-                          const rf_tensor *freq_factors, int mode) {
+                          const rf_tensor *freq_factors, int mode, float attn_factor) {
     const float *ff = freq_factors ? freq_factors->data : NULL;
     float *xd = x->data;
     int64_t half = n_rot / 2;
@@ -375,8 +375,8 @@ static rf_status cpu_rope(rf_backend *be, rf_tensor *x, const rf_batch *b, int64
         float theta = (float)b->pos[t];
         for (int64_t i = 0; i < half; i++) {
             float th = theta * freq_scale / (ff ? ff[i] : 1.0f);
-            cs[i] = cosf(th);
-            sn[i] = sinf(th);
+            cs[i] = cosf(th) * attn_factor; /* as ggml: cos and sin times the gain (x 1 exact) */
+            sn[i] = sinf(th) * attn_factor;
             theta *= theta_scale;
         }
         for (int64_t h = 0; h < n_heads; h++) {

@@ -117,11 +117,12 @@ rf_status rf_gpu_swiglu(rf_gpu_ctx *ctx, float *y, const float *gate, const floa
 rf_status rf_gpu_geglu(rf_gpu_ctx *ctx, float *y, const float *gate, const float *up, int64_t n);
 
 /* ---- RoPE ------------------------------------------------------------------------------- */
-/* rf_ref_rope's contract; pos and freq_factors (may be NULL) are device arrays. */
+/* rf_ref_rope's contract, the rotated dims then times attn_factor (cos and sin scaled, as
+ * ggml; 1 = plain, bit for bit); pos and freq_factors (may be NULL) are device arrays. */
 rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads,
                       int64_t head_dim, int64_t n_rot, int64_t stride_t, int64_t stride_h,
                       const int32_t *pos, float freq_base, float freq_scale,
-                      const float *freq_factors, int mode);
+                      const float *freq_factors, int mode, float attn_factor);
 /* Fused RoPE + KV append. k, v: f32 [n_tokens, n_head_kv, head_dim] (not modified).
  * For each token t: k_cache[slot[t], h, :] = rope(k[t,h,:] at pos[t]) and
  * v_cache[slot[t], h, :] = v[t,h,:], stored as cache_type (RF_TYPE_F16 or RF_TYPE_F32).
@@ -135,14 +136,14 @@ rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin,
                                  const float *k, int64_t sk, const float *v, int64_t sv, int64_t n_tokens,
                                  int64_t n_head_kv, int64_t head_dim, int64_t n_rot, const int32_t *pos,
                                  const int32_t *slot, float freq_base, float freq_scale,
-                                 const float *freq_factors, int mode, void *k_cache, void *v_cache,
-                                 rf_type cache_type, int64_t cache_rows);
+                                 const float *freq_factors, int mode, float attn_factor, void *k_cache,
+                                 void *v_cache, rf_type cache_type, int64_t cache_rows);
 rf_status rf_gpu_rope_kv_append(rf_gpu_ctx *ctx, const float *k, const float *v,
                                 int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
                                 int64_t n_rot, const int32_t *pos, const int32_t *slot,
                                 float freq_base, float freq_scale, const float *freq_factors,
-                                int mode, void *k_cache, void *v_cache, rf_type cache_type,
-                                int64_t cache_rows);
+                                int mode, float attn_factor, void *k_cache, void *v_cache,
+                                rf_type cache_type, int64_t cache_rows);
 
 /* ---- quantized weights ------------------------------------------------------------------ */
 /* Types the GPU can dequantize (rf_gpu_dequantize / get_rows / GEMM). */

@@ -360,10 +360,11 @@ static rf_status g_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const
 }
 
 static rf_status g_rope(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t n_heads, int64_t head_dim,
-                        int64_t n_rot, float freq_base, float freq_scale, const rf_tensor *ff, int mode) {
+                        int64_t n_rot, float freq_base, float freq_scale, const rf_tensor *ff, int mode,
+                        float attn_factor) {
     NEED_DEV(b, "rope");
     return rf_gpu_rope(GX(be)->ctx, x->data, b->n_tokens, n_heads, head_dim, n_rot, n_heads * head_dim, head_dim,
-                       dev_of(b)->pos, freq_base, freq_scale, ff ? ff->data : NULL, mode);
+                       dev_of(b)->pos, freq_base, freq_scale, ff ? ff->data : NULL, mode, attn_factor);
 }
 
 static rf_status g_kv_store(rf_backend *be, rf_tensor *cache, const rf_tensor *src, const rf_batch *b) {
@@ -379,7 +380,7 @@ static rf_status g_kv_store(rf_backend *be, rf_tensor *cache, const rf_tensor *s
 static rf_status g_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf_tensor *k, const rf_tensor *v,
                               rf_tensor *kc, rf_tensor *vc, const rf_batch *b, int64_t n_head, int64_t n_head_kv,
                               int64_t head_dim, int64_t n_rot, float freq_base, float freq_scale, const rf_tensor *ff,
-                              int mode) {
+                              int mode, float attn_factor) {
     NEED_DEV(b, "rope_store");
     gpu_be *g = GX(be);
     if (kc->type != vc->type || (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32))
@@ -388,15 +389,15 @@ static rf_status g_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf
     const bool packed = sq == n_head * head_dim && sk == n_head_kv * head_dim && sv == n_head_kv * head_dim;
     if (!g->fuse && packed && q_out->data == q->data) { /* the unfused composition, for A/B runs */
         rf_status st;
-        if ((st = g_rope(be, q, b, n_head, head_dim, n_rot, freq_base, freq_scale, ff, mode)) ||
-            (st = g_rope(be, k, b, n_head_kv, head_dim, n_rot, freq_base, freq_scale, ff, mode)) ||
+        if ((st = g_rope(be, q, b, n_head, head_dim, n_rot, freq_base, freq_scale, ff, mode, attn_factor)) ||
+            (st = g_rope(be, k, b, n_head_kv, head_dim, n_rot, freq_base, freq_scale, ff, mode, attn_factor)) ||
             (st = g_kv_store(be, kc, k, b)))
             return st;
         return g_kv_store(be, vc, v, b);
     }
     return rf_gpu_rope_qkv_append(g->ctx, q_out->data, q->data, sq, n_head, k->data, sk, v->data, sv, b->n_tokens,
                                   n_head_kv, head_dim, n_rot, dev_of(b)->pos, dev_of(b)->slot, freq_base, freq_scale,
-                                  ff ? ff->data : NULL, mode, kc->data, vc->data, kc->type, kc->ne[1]);
+                                  ff ? ff->data : NULL, mode, attn_factor, kc->data, vc->data, kc->type, kc->ne[1]);
 }
 
 static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n) {

@@ -3,30 +3,32 @@
 #include "backend/gpu/gpu_internal.h"
 
 /* Angle of pair i at position p. Computed in double: at positions in the thousands an f32 angle
- * is off by ~1e-4 rad, which alone would break the 1e-5 tolerance against the CPU twin. */
+ * is off by ~1e-4 rad, which alone would break the 1e-5 tolerance against the CPU twin. cos and
+ * sin are then times the gain af (ggml's attn_factor; x 1.0f is exact). */
 static __device__ __forceinline__ void rf_rope_cs(int32_t p, int64_t i, int64_t n_rot, float base,
-                                                  float fscale, const float *ff, float *c,
+                                                  float fscale, const float *ff, float af, float *c,
                                                   float *s) {
     double theta = (double)p * (double)fscale * pow((double)base, -2.0 * (double)i / (double)n_rot);
     if (ff) theta /= (double)ff[i];
-    *c = (float)cos(theta);
-    *s = (float)sin(theta);
+    *c = (float)cos(theta) * af;
+    *s = (float)sin(theta) * af;
 }
 
-/* rope: rotates the first n_rot dims of every (t, h) vector in place (rf_ref_rope's contract).
+/* rope: rotates the first n_rot dims of every (t, h) vector in place (rf_ref_rope's contract),
+ * times the gain af (1 = none).
  * in/out: x f32, vector (t,h) at x + t*stride_t + h*stride_h; pos int32 [n_tokens];
  * freq_factors f32 [n_rot/2] or NULL. launch: one thread per (t, h, pair), grid-stride;
  * any sizes. twin rf_ref_rope; tolerance rel. L2 < 1e-5. */
 __global__ void rf_k_rope(float *x, int64_t n_tokens, int64_t n_heads, int64_t n_rot,
                           int64_t stride_t, int64_t stride_h, const int32_t *pos, float base,
-                          float fscale, const float *ff, int neox) {
+                          float fscale, const float *ff, int neox, float af) {
     const int64_t half = n_rot / 2, total = n_tokens * n_heads * half;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
          e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = e % half, th = e / half, h = th % n_heads, t = th / n_heads;
         float *v = x + t * stride_t + h * stride_h;
         float c, s;
-        rf_rope_cs(pos[t], i, n_rot, base, fscale, ff, &c, &s);
+        rf_rope_cs(pos[t], i, n_rot, base, fscale, ff, af, &c, &s);
         const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         const float a = v[i0], b = v[i1];
         v[i0] = a * c - b * s;
@@ -55,8 +57,8 @@ template <typename T>
 __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, int64_t n_head, const float *k,
                                     int64_t sk, const float *v, int64_t sv, int64_t n_tokens, int64_t n_head_kv,
                                     int64_t head_dim, int64_t n_rot, const int32_t *pos, const int32_t *slot,
-                                    float base, float fscale, const float *ff, int neox, T *kc, T *vc,
-                                    int64_t cache_rows) {
+                                    float base, float fscale, const float *ff, int neox, float af, T *kc,
+                                    T *vc, int64_t cache_rows) {
     const int64_t nh = n_head + n_head_kv;
     const int64_t total = n_tokens * nh * head_dim, half = n_rot / 2;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
@@ -92,7 +94,7 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
             i = d / 2, i0 = d, i1 = d + 1;
         }
         float c, s;
-        rf_rope_cs(pos[t], i, n_rot, base, fscale, ff, &c, &s);
+        rf_rope_cs(pos[t], i, n_rot, base, fscale, ff, af, &c, &s);
         const float a = ks[i0], b = ks[i1];
         const float r0 = a * c - b * s, r1 = a * s + b * c;
         if (is_q) {
@@ -108,7 +110,8 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
 extern "C" rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads,
                                  int64_t head_dim, int64_t n_rot, int64_t stride_t,
                                  int64_t stride_h, const int32_t *pos, float freq_base,
-                                 float freq_scale, const float *freq_factors, int mode) {
+                                 float freq_scale, const float *freq_factors, int mode,
+                                 float attn_factor) {
     RF_GPU_REQUIRE(n_rot >= 0 && n_rot % 2 == 0 && n_rot <= head_dim, "rf_gpu_rope",
                    "n_rot=%lld must be even and <= head_dim=%lld", (long long)n_rot,
                    (long long)head_dim);
@@ -119,7 +122,7 @@ extern "C" rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, in
     int neox = mode == RF_ROPE_NEOX;
     rf_k_rope<<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
         x, n_tokens, n_heads, n_rot, stride_t, stride_h, pos, freq_base, freq_scale, freq_factors,
-        neox);
+        neox, attn_factor);
     return RF_GPU_LAUNCHED(ctx, "rf_k_rope");
 }
 
@@ -128,8 +131,8 @@ extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const 
                                             int64_t sv, int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
                                             int64_t n_rot, const int32_t *pos, const int32_t *slot,
                                             float freq_base, float freq_scale, const float *freq_factors,
-                                            int mode, void *k_cache, void *v_cache, rf_type cache_type,
-                                            int64_t cache_rows) {
+                                            int mode, float attn_factor, void *k_cache, void *v_cache,
+                                            rf_type cache_type, int64_t cache_rows) {
     const char *op = "rf_gpu_rope_qkv_append";
     RF_GPU_REQUIRE(n_rot >= 0 && n_rot % 2 == 0 && n_rot <= head_dim, op,
                    "n_rot=%lld must be even and <= head_dim=%lld", (long long)n_rot,
@@ -149,12 +152,12 @@ extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const 
         rf_half *kc = (rf_half *)k_cache, *vc = (rf_half *)v_cache;
         rf_k_rope_kv_append<rf_half><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
             qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos, slot, freq_base,
-            freq_scale, freq_factors, neox, kc, vc, cache_rows);
+            freq_scale, freq_factors, neox, attn_factor, kc, vc, cache_rows);
     } else {
         float *kc = (float *)k_cache, *vc = (float *)v_cache;
         rf_k_rope_kv_append<float><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
             qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos, slot, freq_base,
-            freq_scale, freq_factors, neox, kc, vc, cache_rows);
+            freq_scale, freq_factors, neox, attn_factor, kc, vc, cache_rows);
     }
     return RF_GPU_LAUNCHED(ctx, "rf_k_rope_kv_append");
 }
@@ -163,10 +166,11 @@ extern "C" rf_status rf_gpu_rope_kv_append(rf_gpu_ctx *ctx, const float *k, cons
                                            int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
                                            int64_t n_rot, const int32_t *pos, const int32_t *slot,
                                            float freq_base, float freq_scale,
-                                           const float *freq_factors, int mode, void *k_cache,
-                                           void *v_cache, rf_type cache_type, int64_t cache_rows) {
+                                           const float *freq_factors, int mode, float attn_factor,
+                                           void *k_cache, void *v_cache, rf_type cache_type,
+                                           int64_t cache_rows) {
     const int64_t kv = n_head_kv * head_dim;
     return rf_gpu_rope_qkv_append(ctx, NULL, NULL, 0, 0, k, kv, v, kv, n_tokens, n_head_kv, head_dim, n_rot, pos,
-                                  slot, freq_base, freq_scale, freq_factors, mode, k_cache, v_cache, cache_type,
-                                  cache_rows);
+                                  slot, freq_base, freq_scale, freq_factors, mode, attn_factor, k_cache, v_cache,
+                                  cache_type, cache_rows);
 }

@@ -1,0 +1,70 @@
+/* model_arch.c — the architecture table (DESIGN.md §12): for each supported
+ * general.architecture, which attention variants and feed-forward its layers use and the hook
+ * that reads its own metadata keys (checked before use, errors name the key). Facts about each
+ * architecture (key names, what is computed) follow llama.cpp's src/models/<arch>.cpp. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "model/model_meta.h"
+
+/* llama: RoPE over the whole head (llama.cpp asserts n_rot == head size). */
+
+/* gemma3: sliding window on 5 of every 6 layers with their own RoPE base, attention scale
+ * 1/sqrt(head size) whatever attention.scale says, optional final logit soft-capping. */
+static rf_status hp_gemma3(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if ((st = rf_meta_opt_i32(m, "attention.sliding_window", &hp->n_swa))) return st;
+    hp->swa_pattern = 6;
+    if ((st = rf_meta_opt_i32(m, "attention.sliding_window_pattern", &hp->swa_pattern))) return st;
+    if ((st = rf_meta_opt_f32(m, "rope.freq_base_swa", &hp->rope_base_swa))) return st;
+    if (!(hp->rope_base_swa > 0))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: gemma3.rope.freq_base_swa = %g is out of range", hp->rope_base_swa);
+    return rf_meta_opt_f32(m, "final_logit_softcapping", &hp->final_softcap);
+}
+
+/* mistral3 (Mistral Small 3.x text): llama's layers. Files converted from Ministral 3 add YaRN
+ * (refused with the rope.scaling.type check) and a Llama-4 style attention temperature, which
+ * is not built: refused by name rather than computed wrongly past the original context. */
+static rf_status hp_mistral3(rf_model *m) {
+    float t = 0;
+    rf_status st = rf_meta_opt_f32(m, "attention.temperature_scale", &t);
+    if (st) return st;
+    if (t != 0)
+        return rf_set_error(RF_ERR_UNSUPPORTED,
+                            "model metadata: mistral3.attention.temperature_scale = %g (Llama-4 style attention "
+                            "temperature, Ministral 3) is not supported", t);
+    return RF_OK;
+}
+
+/* phi3 (Phi-3, Phi-4, Phi-4-mini): llama.cpp ignores attention.sliding_window for phi3 (its
+ * SWA is disabled there), so it is ignored here too. The longrope factors and
+ * rope.scaling.attn_factor are read with the weights (model_load.c). */
+
+static const rf_arch_desc k_archs[] = {
+    {"llama", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, NULL},
+    {"qwen2", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QKV_BIAS, 0, NULL},
+    {"gemma3", RF_ROPE_NEOX, RF_GLU_GEGLU, RF_AF_QK_NORM | RF_AF_POST_NORMS | RF_AF_EMBED_SCALE, 0, hp_gemma3},
+    {"qwen3", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_FULL_ROT, 0, NULL},
+    /* smollm3: llama.cpp fixes the NoPE step at 4 (n_no_rope_layer_step); no metadata key */
+    {"smollm3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 4, NULL},
+    {"mistral3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, hp_mistral3},
+    {"phi3", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_FUSED_QKV | RF_AF_FUSED_GATE_UP, 0, NULL},
+};
+#define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
+
+const rf_arch_desc *rf_arch_find(const char *name) {
+    for (int i = 0; name && i < N_ARCHS; i++)
+        if (!strcmp(k_archs[i].name, name)) return &k_archs[i];
+    return NULL;
+}
+
+/* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
+ * checks it against the table). */
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3"; }
+
+int rf_arch_count(void) { return N_ARCHS; }
+const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }
