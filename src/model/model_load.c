@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/knobs.h"
 #include "model/model.h"
 #include "model/model_meta.h"
 #include "rocmforge/quant.h"
@@ -522,7 +523,8 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
     rf_clear_error();
     if ((st = load_hparams(m))) goto fail;
     /* RF_TP: the split for commands without a --tp option (bench, serve) */
-    if (p.tp == 0 && getenv("RF_TP")) p.tp = atoi(getenv("RF_TP"));
+    if ((st = rf_knobs_init())) goto fail; /* a knob that does not parse fails the load */
+    if (p.tp == 0) p.tp = (int)rf_knob_int(RF_KNOB_TP);
     if (p.tp < 0 || p.tp > 64) {
         st = rf_set_error(RF_ERR_INVALID_ARG, "--tp %d: the shard count must be 1 to 64", p.tp);
         goto fail;
