@@ -33,9 +33,10 @@ extern "C" {
     X(GPU_SYNC, BOOL, "off", 0, 0, "GPU: synchronize after every kernel so a fault names it (slow)") \
     X(GPU_PDL, BOOL, "on", 0, 0, "GPU (sm_90+): programmatic dependent launch")                      \
     X(GPU_UNFUSED, BOOL, "off", 0, 0, "GPU: the unfused decode ops (fused-vs-unfused A/B)")          \
+    X(GPU_FLASH, BOOL, "on", 0, 0, "GPU: prompt attention on the tensor-core flash prefill kernel")  \
     X(GPU_GEMV_MAX, INT, "64", 0, 1000000000, "GPU: most tokens a quantized product runs as GEMVs") \
     X(GPU_MMQ_MAX, INT, "128", 0, 1000000000, "GPU: most tokens a product runs on MMQ (0 = never)") \
-    X(GPU_MMQ_MIN, INT, "9", 1, 1000000000, "GPU: fewest tokens a product runs on MMQ")             \
+    X(GPU_MMQ_MIN, INT, "5", 1, 1000000000, "GPU: fewest tokens a product runs on MMQ")             \
     X(MMQ_CFG, INT, "0", 0, 3, "GPU MMQ tiles: 0 auto, 1 32-token, 2 64-token 2-stage, 3 64-token") \
     X(MMQ_SLOTS, INT, "2", 1, 2, "GPU MMQ split-K: blocks per SM the splits aim to fill")           \
     X(SAMPLE_SPLIT, BOOL, "off", 0, 0, "GPU sampler: split the vocabulary over blocks above 4 rows too") \

@@ -18,6 +18,7 @@
  *  (e) where the CPU has AVX-VNNI the table uses the VNNI Q4_0/Q4_1 kernels (the ones (a)-(c)
  *      check), and RF_NO_VNNI=1 gives the AVX2 ones (child process). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
+#include "core/knobs.h"
 #include "test_util.h"
 
 #include "quant/quant_impl.h" /* rf_vec_dot4_for */
@@ -432,7 +433,7 @@ static void test_vnni_default(void **state) {
     const rf_type ts[] = {RF_TYPE_Q4_0, RF_TYPE_Q4_1};
     for (int k = 0; k < 2; k++) {
         rf_vec_dot_fn v = rf_vec_dot_impl(ts[k], RF_TEST_SIMD_AVXVNNI);
-        if (!v || getenv("RF_NO_VNNI") || getenv("RF_NO_SIMD")) {
+        if (!v || rf_knob_bool(RF_KNOB_NO_VNNI) || rf_knob_bool(RF_KNOB_NO_SIMD)) {
             print_message("no AVX-VNNI (or disabled by env): default check skipped\n");
             return;
         }
