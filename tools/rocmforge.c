@@ -7,6 +7,10 @@
 #include "cli.h"
 #include "core/knobs.h"
 
+#ifdef RF_TEST_HOOKS
+void rf_test_hooks_from_env(void); /* tests/util/test_hooks_env.c: rocmforge-test only */
+#endif
+
 #pragma weak rf_cmd_inspect
 #pragma weak rf_cmd_mkmodel
 #pragma weak rf_cmd_tokenize
@@ -87,6 +91,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (rf_knobs_init()) return rf_cli_fail(2, "%s", rf_last_error()); /* a knob that does not parse */
+#ifdef RF_TEST_HOOKS
+    rf_test_hooks_from_env();
+#endif
     for (size_t i = 0; i < n; i++) {
         if (strcmp(argv[1], cmds[i].name)) continue;
         if (!cmds[i].fn) {

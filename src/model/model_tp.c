@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/test_hooks.h"
 #include "model/model.h"
 #include "rocmforge/quant.h"
 
@@ -69,17 +70,17 @@ static rf_status upload_cols(rf_model *m, rf_backend *be, const char *name, cons
 }
 
 /* Whether this process may split over shards on a device backend: only the one-device test
- * mode so far (RF_TP_ONE_DEVICE=1: every shard on the one GPU, one after another, the
+ * mode so far (the tp_one_device test hook: every shard on the one GPU, one after another, the
  * in-process all-reduce; it proves the split on the GPU's kernels, it does not speed anything
  * up). The multi-GPU part (a device and a thread per shard, NCCL) is docs/tp.md's open work. */
 bool rf_tp_one_device(void) {
-    const char *e = getenv("RF_TP_ONE_DEVICE");
-    return e && *e && strcmp(e, "0") != 0;
+    const rf_test_hooks *h = rf_test_hooks_get(); /* tests only (core/test_hooks.h) */
+    return h && h->tp_one_device;
 }
 
 bool rf_tp_cpu_ranks(void) {
-    const char *e = getenv("RF_TP_CPU_RANKS");
-    return e && *e && strcmp(e, "0") != 0;
+    const rf_test_hooks *h = rf_test_hooks_get(); /* tests only (core/test_hooks.h) */
+    return h && h->tp_cpu_ranks;
 }
 
 rf_status rf_tp_open_cpu(rf_model *m, int32_t tp, int n_threads) {
