@@ -1,4 +1,4 @@
-/* server.c — `rocmforge serve` from start to stop (DESIGN.md §11; the parts and their threads
+/* server.c — `rocmforge serve` from start to stop (docs/ARCHITECTURE.md §2.3; the parts and their threads
  * are described in server_int.h): the listening socket, the loader and engine threads, the
  * signals, and a shutdown that cancels what runs and answers what waits. */
 #define _GNU_SOURCE

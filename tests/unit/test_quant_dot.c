@@ -5,7 +5,7 @@
  *      what the kernel is given; for Q8_1 with its cached f16 sum): |err| <= 1e-5 * sum|w_i x_i|
  *      (f32 accumulation only);
  *  (b) end to end, a 256-row matvec vs double dot of dequant(w) and the f32 activations (so the
- *      activation quantization error is included): rel. L2 < 1e-2 (DESIGN.md §6) for weights
+ *      activation quantization error is included): rel. L2 < 1e-2 (docs/ARCHITECTURE.md §6) for weights
  *      dotted with Q8_0/Q8_1 activations, and < 1.5e-2 for the K-quants, whose ggml activation
  *      format Q8_K has one scale per 256 values (step amax/127 with amax ~3.5 sigma). That error
  *      is the activation rounding itself, not the kernel (whose own error, (a), is ~1e-8); the
