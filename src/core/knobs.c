@@ -23,6 +23,7 @@ typedef struct knob_val {
 } knob_val;
 
 static knob_val g_val[RF_KNOB_COUNT];
+static char *g_raw[RF_KNOB_COUNT]; /* the environment's text as read (for the start-up log) */
 static char g_err[256];  /* the first parse error, reported by rf_knobs_init */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static atomic_int g_logged;
@@ -84,7 +85,7 @@ static const char *expect_text(const rf_knob_info *in, char *buf, size_t n) {
     case RF_KNOB_BOOL: return "a boolean (1/true/yes/on or 0/false/no/off)";
     case RF_KNOB_INT: snprintf(buf, n, "an integer from %lld to %lld", (long long)in->lo, (long long)in->hi); return buf;
     case RF_KNOB_FLOAT: return "a finite number";
-    case RF_KNOB_STRING: return in->name == g_info[RF_KNOB_LOG].name ? "error, warn, info, debug or 0-3" : "text";
+    case RF_KNOB_STRING: return in == &g_info[RF_KNOB_LOG] ? "error, warn, info, debug or 0-3" : "text";
     }
     return "?";
 }
@@ -120,9 +121,12 @@ static bool knob_set_value(rf_knob k, const char *s, knob_val *v, char *why, siz
 
 static void read_env(void) {
     char why[256];
-    for (int k = 0; k < RF_KNOB_COUNT; k++)
-        if (!knob_set_value((rf_knob)k, getenv(g_info[k].name), &g_val[k], why, sizeof why) && !g_err[0])
+    for (int k = 0; k < RF_KNOB_COUNT; k++) {
+        const char *env = getenv(g_info[k].name);
+        g_raw[k] = env && *env ? strdup(env) : NULL;
+        if (!knob_set_value((rf_knob)k, env, &g_val[k], why, sizeof why) && !g_err[0])
             snprintf(g_err, sizeof g_err, "%s", why);
+    }
 }
 
 static void ensure_read(void) { pthread_once(&g_once, read_env); }
@@ -130,11 +134,9 @@ static void ensure_read(void) { pthread_once(&g_once, read_env); }
 rf_status rf_knobs_init(void) {
     ensure_read();
     if (!atomic_exchange(&g_logged, 1))
-        for (int k = 0; k < RF_KNOB_COUNT; k++) {
-            const char *env = getenv(g_info[k].name);
-            if (!env || !*env) continue;
-            RF_LOGI("%s=%s (%s)", g_info[k].name, k == RF_KNOB_API_KEY ? "(hidden)" : env, g_info[k].meaning);
-        }
+        for (int k = 0; k < RF_KNOB_COUNT; k++)
+            if (g_raw[k])
+                RF_LOGI("%s=%s (%s)", g_info[k].name, k == RF_KNOB_API_KEY ? "(hidden)" : g_raw[k], g_info[k].meaning);
     return g_err[0] ? rf_set_error(RF_ERR_INVALID_ARG, "%s", g_err) : RF_OK;
 }
 
