@@ -468,7 +468,7 @@ static rf_status open_backend(rf_model *m, const rf_model_params *p) {
 
 /* --tp N > 1: the split over N GPUs (model_tp_gpu.c) for --device gpu, or auto where N GPUs are
  * present; the CPU for --device cpu and auto without them; one GPU backend for every shard in
- * RF_TP_ONE_DEVICE's test mode (open_backend then). */
+ * the tp_one_device test hook's mode (open_backend then). */
 static rf_status open_tp(rf_model *m, rf_model_params *p) {
     if (p->tp > 1 && p->device == RF_DEVICE_CPU && rf_tp_cpu_ranks()) return rf_tp_open_cpu(m, p->tp, p->n_threads);
     if (p->tp <= 1 || p->device == RF_DEVICE_CPU) return RF_OK;

@@ -92,7 +92,7 @@ rf_status rf_tp_open_cpu(rf_model *m, int32_t tp, int n_threads) {
         if (st) return st;
         if (s == 0) m->be = m->tp_be[0];
     }
-    RF_LOGI("--tp %d: CPU ranks (RF_TP_CPU_RANKS: the several-GPU code path on CPU backends, a test mode)", tp);
+    RF_LOGI("--tp %d: CPU ranks (the several-GPU code path on CPU backends, a test hook)", tp);
     return RF_OK;
 }
 
@@ -203,7 +203,7 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
     if (dev && !multi && !rf_tp_one_device())
         return rf_set_error(RF_ERR_UNSUPPORTED,
                             "--tp %d on one GPU backend: the split over several GPUs is opened at load (rf_tp_open); "
-                            "RF_TP_ONE_DEVICE=1 runs every shard on one GPU (a test mode)", tp);
+                            "every shard on one GPU is a test mode (docs/tp.md)", tp);
     const int64_t H = hp->n_head, HKV = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
     if (H % tp || F % tp)
         return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %lld heads and the FFN width %lld", tp,
