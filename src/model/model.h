@@ -7,7 +7,7 @@
 #include "backend/ref/ref_ops.h"
 #include "rocmforge/engine.h"
 
-/* What one layer is made of (DESIGN.md §12): a mixer and a feed-forward block, each chosen per
+/* What one layer is made of (docs/ARCHITECTURE.md §4.9): a mixer and a feed-forward block, each chosen per
  * layer by the architecture's table (model_arch.c). The forward switches on these. */
 typedef enum rf_mixer_kind {
     RF_MIXER_ATTENTION = 0 /* causal grouped-query attention with its variants as data below */
