@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hip-check.sh — compile-check the GPU kernels as HIP for AMD targets (DESIGN.md §5): every
+# hip-check.sh — compile-check the GPU kernels as HIP for AMD targets (docs/ARCHITECTURE.md §5.1): every
 # src/backend/gpu/*.cu with `hipcc -x hip --offload-arch=gfx90a --offload-arch=gfx1030 -c`
 # (gfx90a = CDNA2, wave64; gfx1030 = RDNA2, wave32), plus a probe that RF_WARP_SIZE is 64 on the
 # first and 32 on the second. No AMD GPU is needed; nothing is run.

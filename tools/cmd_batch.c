@@ -1,5 +1,5 @@
 /* cmd_batch.c — `rocmforge batch`: a continuation for every prompt of a file through the
- * batching engine (DESIGN.md §9), P sequences in flight at a time. Each result goes to stdout
+ * batching engine (docs/ARCHITECTURE.md §4.4), P sequences in flight at a time. Each result goes to stdout
  * as soon as it finishes (text blocks or JSON lines, in completion order); the aggregate
  * statistics go to stderr last. Prompts are plain text (one per line) or JSON lines with a
  * "prompt" string or chat "messages"; the whole file is checked before the model loads. */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/knobs.h"
 #include "cmd_run_opts.h"
 
 static const char k_chat_usage[] =
@@ -196,7 +197,7 @@ int rf_cmd_chat(int argc, char **argv) {
         if (st.finish == RF_FINISH_CANCELLED) fputs("[stopped]\n", stderr);
         hist_push(&h, "assistant", a.buf ? a.buf : "");
         free(a.buf);
-        if (!o.no_timing && getenv("RF_CHAT_TIMING")) rf_run_print_timing(&st);
+        if (!o.no_timing && rf_knob_bool(RF_KNOB_CHAT_TIMING)) rf_run_print_timing(&st);
     }
 out:
     for (size_t i = 0; i < h.n; i++) free(h.owned[i]);

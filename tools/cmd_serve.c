@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/knobs.h"
 #include "cmd_run_opts.h"
 #include "server/server.h"
 
@@ -129,8 +130,7 @@ static int serve_with(rf_server_config *cfg, const rf_run_opts *opts, const serv
     c.alias = o.alias;
     c.api_key = o.api_key;
     if (!c.api_key) {
-        const char *env = getenv("RF_API_KEY");
-        if (env && *env) c.api_key = env;
+        c.api_key = rf_knob_str(RF_KNOB_API_KEY); /* NULL when unset */
     }
     c.device = o.device;
     c.device_index = o.device_index;

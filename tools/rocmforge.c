@@ -5,6 +5,11 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/knobs.h"
+
+#ifdef RF_TEST_HOOKS
+void rf_test_hooks_from_env(void); /* tests/util/test_hooks_env.c: rocmforge-test only */
+#endif
 
 #pragma weak rf_cmd_inspect
 #pragma weak rf_cmd_mkmodel
@@ -47,7 +52,8 @@ int rf_cli_parse_i64(const char *s, long long lo, long long hi, long long *out) 
 
 static void usage(FILE *f, const rf_cmd *cmds, size_t n) {
     fprintf(f, "rocmforge %s — GGUF LLM inference on AMD and NVIDIA GPUs and the CPU\n\n"
-               "usage: rocmforge <command> [options]   (rocmforge <command> --help for details)\n\n"
+               "usage: rocmforge <command> [options]   (rocmforge <command> --help for details)\n"
+               "       rocmforge --help-env                the RF_* environment variables it reads\n\n"
                "commands:\n", RF_VERSION_STRING);
     for (size_t i = 0; i < n; i++)
         fprintf(f, "  %-12s %s%s\n", cmds[i].name, cmds[i].summary,
@@ -80,6 +86,14 @@ int main(int argc, char **argv) {
         printf("rocmforge %s\n", RF_VERSION_STRING);
         return 0;
     }
+    if (!strcmp(argv[1], "--help-env")) {
+        rf_knobs_print(stdout);
+        return 0;
+    }
+    if (rf_knobs_init()) return rf_cli_fail(2, "%s", rf_last_error()); /* a knob that does not parse */
+#ifdef RF_TEST_HOOKS
+    rf_test_hooks_from_env();
+#endif
     for (size_t i = 0; i < n; i++) {
         if (strcmp(argv[1], cmds[i].name)) continue;
         if (!cmds[i].fn) {

@@ -197,7 +197,7 @@ rf_status rf_generate(rf_session *s, const int32_t *prompt, int32_t n_prompt,
                       const rf_gen_params *p, rf_piece_fn cb, void *user, rf_gen_stats *stats);
 
 /* ---- the batching engine --------------------------------------------------------------
- * Many sequences in one forward per step (DESIGN.md §9). Requests are submitted from any
+ * Many sequences in one forward per step (docs/ARCHITECTURE.md §4.4). Requests are submitted from any
  * thread; one thread calls rf_engine_step (or rf_engine_run) over and over, and each step runs
  * every running sequence's next token together with chunks of waiting prompts, within a token
  * budget. Results come back as events through each request's callback, on the stepping thread.

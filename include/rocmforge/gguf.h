@@ -1,5 +1,5 @@
 /* rocmforge/gguf.h — GGUF reader (mmap, fully validated before use) and writer (streaming).
- * Spec facts: ../shared/REFERENCES.md §1. Versions 2 and 3, little-endian only.
+ * The format: docs/gguf.md. Versions 2 and 3, little-endian only.
  * User documentation (what is accepted, error messages, inspect, fuzzing): docs/gguf.md. */
 #ifndef ROCMFORGE_GGUF_H
 #define ROCMFORGE_GGUF_H

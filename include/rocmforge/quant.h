@@ -1,5 +1,6 @@
 /* rocmforge/quant.h — the type table: block size, bytes per block, (de)quantize per format.
- * The one place that knows about a block format (DESIGN.md §4); layouts are ggml's, byte for byte. */
+ * The one place that knows about a block format (docs/ARCHITECTURE.md §4.2); layouts are ggml's,
+ * byte for byte. */
 #ifndef ROCMFORGE_QUANT_H
 #define ROCMFORGE_QUANT_H
 

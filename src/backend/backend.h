@@ -1,4 +1,4 @@
-/* backend.h — the op table the model's forward is written against (DESIGN.md §3): a small set
+/* backend.h — the op table the model's forward is written against (docs/ARCHITECTURE.md §4.6): a small set
  * of ops over backend-owned tensors. The CPU backend (src/backend/cpu) implements it; a GPU
  * backend implements the same table, so architecture code never sees CUDA/HIP.
  *
@@ -37,7 +37,7 @@ static inline rf_tensor rf_tensor_rows(const rf_tensor *t, int64_t r0, int64_t n
     return v;
 }
 
-/* One step's batch (DESIGN.md §9): tokens of one or more sequences, each with its position and
+/* One step's batch (docs/ARCHITECTURE.md §4.3): tokens of one or more sequences, each with its position and
  * KV slot, the block table of every sequence in the step, and which tokens' outputs are wanted.
  * Tokens of one sequence are contiguous and in position order. The arrays are host memory owned
  * by the caller for the duration of the step; a device backend copies them once per step

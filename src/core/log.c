@@ -1,15 +1,16 @@
-/* log.c — leveled logging to stderr; the level starts from the RF_LOG environment variable. */
+/* log.c — leveled logging to stderr; the level starts from the RF_LOG knob (core/knobs.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "core/knobs.h"
 #include "rocmforge/core.h"
 
 static int rf_log_level_cur = -1; /* -1: not yet read from RF_LOG */
 
 static rf_log_level rf_log_level_from_env(void) {
-    const char *s = getenv("RF_LOG");
+    const char *s = rf_knob_str(RF_KNOB_LOG);
     if (!s || !*s) return RF_LOG_WARN;
     if (!strcasecmp(s, "error") || !strcmp(s, "0")) return RF_LOG_ERROR;
     if (!strcasecmp(s, "warn") || !strcasecmp(s, "warning") || !strcmp(s, "1")) return RF_LOG_WARN;

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/knobs.h"
 #include "engine/engine_internal.h"
 #include "rocmforge/quant.h"
 
@@ -149,11 +150,9 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
     e->max_blocks = per_seq;
     e->kv_type = kv_type;
     e->next_id = 1;
-    const char *gr = getenv("RF_GPU_GRAPHS");
     /* a split over several GPUs runs eagerly unless RF_TP_GRAPHS=1 (docs/tp.md) */
-    e->graphs = !(gr && gr[0] == '0') && rf_model_graphs_ok(m);
-    const char *tr = getenv("RF_GPU_STEP_TRACE");
-    e->trace = tr && tr[0] && tr[0] != '0';
+    e->graphs = rf_knob_bool(RF_KNOB_GPU_GRAPHS) && rf_model_graphs_ok(m);
+    e->trace = rf_knob_bool(RF_KNOB_GPU_STEP_TRACE);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->incoming_tail = &e->incoming;

@@ -1,4 +1,4 @@
-/* kv_pool.h — the paged KV cache's bookkeeping (DESIGN.md §9): which of the pool's fixed-size
+/* kv_pool.h — the paged KV cache's bookkeeping (docs/ARCHITECTURE.md §4.4): which of the pool's fixed-size
  * blocks are free, who references each one, and the prefix cache that finds full blocks by the
  * tokens they and their predecessors hold. Host-only; the K/V rows themselves live in the
  * backend tensors of the forward (rf_fwd), indexed by the block ids handed out here. */

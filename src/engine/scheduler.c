@@ -1,5 +1,5 @@
-/* scheduler.c — one step of continuous batching (DESIGN.md §9): cancel what was cancelled, give
- * every running sequence's next token a place in the step's token budget (decodes first, then
+/* scheduler.c — one step of continuous batching (docs/ARCHITECTURE.md §4.4): cancel what was
+ * cancelled, give every running sequence's next token a place in the step's token budget (decodes first, then
  * prompt chunks), admit waiting sequences first come first served (their prompt's full blocks
  * looked up in the prefix cache), find KV blocks for every scheduled position (copy-on-write
  * of a shared block; when the pool is empty the newest sequence is preempted), run the one

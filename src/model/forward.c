@@ -1,5 +1,5 @@
 /* forward.c — THE forward: one function, top to bottom, for every supported architecture
- * (DESIGN.md §12): embed, then per layer a mixer and a feed-forward block chosen by the layer
+ * (docs/ARCHITECTURE.md §4.9): embed, then per layer a mixer and a feed-forward block chosen by the layer
  * (rf_layer.mixer / .ffn, from the architecture table in model_arch.c), then the output.
  * The attention mixer's variants are data: Q/K/V biases (qwen2), per-head Q/K RMSNorm (gemma3,
  * qwen3), RoPE on or off per layer (smollm3), a sliding window and its RoPE base per layer

@@ -7,7 +7,7 @@
 #include "backend/ref/ref_ops.h"
 #include "rocmforge/engine.h"
 
-/* What one layer is made of (DESIGN.md §12): a mixer and a feed-forward block, each chosen per
+/* What one layer is made of (docs/ARCHITECTURE.md §4.9): a mixer and a feed-forward block, each chosen per
  * layer by the architecture's table (model_arch.c). The forward switches on these. */
 typedef enum rf_mixer_kind {
     RF_MIXER_ATTENTION = 0 /* causal grouped-query attention with its variants as data below */
@@ -105,7 +105,7 @@ struct rf_model {
     /* the split over several GPUs (model_tp_gpu.c): tp_be[s] is shard s's GPU backend (tp_be[0]
      * == be, which also holds the embedding, the final norm and the LM head), tp_comm the NCCL
      * communicator over them, tp_rope[s] rope_freqs on GPU s. NULL when one backend runs every
-     * shard (the CPU, or RF_TP_ONE_DEVICE). The layers' own tensors are then host views into
+     * shard (the CPU, or the tp_one_device test hook). The layers' own tensors are then host views into
      * the mapped file, never uploaded whole: each GPU uploads its shard's slices. */
     rf_backend **tp_be;
     struct rf_tp_comm *tp_comm;
@@ -183,9 +183,9 @@ int rf_model_graph_begin(rf_model *m, const void *owner, int key);
 rf_status rf_model_graph_others(rf_model *m, const rf_batch *b, int mode);
 void rf_model_graph_abort(rf_model *m);
 
-/* RF_TP_ONE_DEVICE=1: every shard on the one GPU (a test mode, model_tp.c). */
+/* The tp_one_device test hook: every shard on the one GPU (a test mode, model_tp.c). */
 bool rf_tp_one_device(void);
-/* RF_TP_CPU_RANKS=1 with --device cpu (a test mode, model_tp.c): the several-GPU code path with a
+/* The tp_cpu_ranks test hook with --device cpu (a test mode, model_tp.c): the several-GPU code path with a
  * CPU backend per rank and an in-process collective, so the CPU suite checks the per-rank
  * buffers, KV pools and reduces the GPUs use. rf_tp_open_cpu opens the ranks. */
 bool rf_tp_cpu_ranks(void);

@@ -1,4 +1,4 @@
-/* model_arch.c — the architecture table (DESIGN.md §12): for each supported
+/* model_arch.c — the architecture table (docs/ARCHITECTURE.md §4.9): for each supported
  * general.architecture, which attention variants and feed-forward its layers use and the hook
  * that reads its own metadata keys (checked before use, errors name the key). Facts about each
  * architecture (key names, what is computed) follow llama.cpp's src/models/<arch>.cpp. */

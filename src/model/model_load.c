@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/knobs.h"
 #include "model/model.h"
 #include "model/model_meta.h"
 #include "rocmforge/quant.h"
@@ -467,7 +468,7 @@ static rf_status open_backend(rf_model *m, const rf_model_params *p) {
 
 /* --tp N > 1: the split over N GPUs (model_tp_gpu.c) for --device gpu, or auto where N GPUs are
  * present; the CPU for --device cpu and auto without them; one GPU backend for every shard in
- * RF_TP_ONE_DEVICE's test mode (open_backend then). */
+ * the tp_one_device test hook's mode (open_backend then). */
 static rf_status open_tp(rf_model *m, rf_model_params *p) {
     if (p->tp > 1 && p->device == RF_DEVICE_CPU && rf_tp_cpu_ranks()) return rf_tp_open_cpu(m, p->tp, p->n_threads);
     if (p->tp <= 1 || p->device == RF_DEVICE_CPU) return RF_OK;
@@ -522,7 +523,8 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
     rf_clear_error();
     if ((st = load_hparams(m))) goto fail;
     /* RF_TP: the split for commands without a --tp option (bench, serve) */
-    if (p.tp == 0 && getenv("RF_TP")) p.tp = atoi(getenv("RF_TP"));
+    if ((st = rf_knobs_init())) goto fail; /* a knob that does not parse fails the load */
+    if (p.tp == 0) p.tp = (int)rf_knob_int(RF_KNOB_TP);
     if (p.tp < 0 || p.tp > 64) {
         st = rf_set_error(RF_ERR_INVALID_ARG, "--tp %d: the shard count must be 1 to 64", p.tp);
         goto fail;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/test_hooks.h"
 #include "model/model.h"
 #include "rocmforge/quant.h"
 
@@ -69,17 +70,17 @@ static rf_status upload_cols(rf_model *m, rf_backend *be, const char *name, cons
 }
 
 /* Whether this process may split over shards on a device backend: only the one-device test
- * mode so far (RF_TP_ONE_DEVICE=1: every shard on the one GPU, one after another, the
+ * mode so far (the tp_one_device test hook: every shard on the one GPU, one after another, the
  * in-process all-reduce; it proves the split on the GPU's kernels, it does not speed anything
  * up). The multi-GPU part (a device and a thread per shard, NCCL) is docs/tp.md's open work. */
 bool rf_tp_one_device(void) {
-    const char *e = getenv("RF_TP_ONE_DEVICE");
-    return e && *e && strcmp(e, "0") != 0;
+    const rf_test_hooks *h = rf_test_hooks_get(); /* tests only (core/test_hooks.h) */
+    return h && h->tp_one_device;
 }
 
 bool rf_tp_cpu_ranks(void) {
-    const char *e = getenv("RF_TP_CPU_RANKS");
-    return e && *e && strcmp(e, "0") != 0;
+    const rf_test_hooks *h = rf_test_hooks_get(); /* tests only (core/test_hooks.h) */
+    return h && h->tp_cpu_ranks;
 }
 
 rf_status rf_tp_open_cpu(rf_model *m, int32_t tp, int n_threads) {
@@ -91,7 +92,7 @@ rf_status rf_tp_open_cpu(rf_model *m, int32_t tp, int n_threads) {
         if (st) return st;
         if (s == 0) m->be = m->tp_be[0];
     }
-    RF_LOGI("--tp %d: CPU ranks (RF_TP_CPU_RANKS: the several-GPU code path on CPU backends, a test mode)", tp);
+    RF_LOGI("--tp %d: CPU ranks (the several-GPU code path on CPU backends, a test hook)", tp);
     return RF_OK;
 }
 
@@ -202,7 +203,7 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
     if (dev && !multi && !rf_tp_one_device())
         return rf_set_error(RF_ERR_UNSUPPORTED,
                             "--tp %d on one GPU backend: the split over several GPUs is opened at load (rf_tp_open); "
-                            "RF_TP_ONE_DEVICE=1 runs every shard on one GPU (a test mode)", tp);
+                            "every shard on one GPU is a test mode (docs/tp.md)", tp);
     const int64_t H = hp->n_head, HKV = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
     if (H % tp || F % tp)
         return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %lld heads and the FFN width %lld", tp,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/knobs.h"
 #include "model/model.h"
 
 #ifdef RF_HAVE_GPU
@@ -81,8 +82,7 @@ rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
     if (first < 0 || first + tp > have)
         return rf_set_error(RF_ERR_DEVICE,
                             "--tp %d: the split over several GPUs needs %d GPUs (from GPU %d), %d present "
-                            "(RF_TP_ONE_DEVICE=1 runs every shard on one GPU, a test mode; --device cpu runs the split "
-                            "on the CPU)", tp, tp, first, have);
+                            "(--device cpu runs the split on the CPU)", tp, tp, first, have);
     if (hp->n_head % tp || hp->n_ff % tp)
         return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %d heads and the FFN width %d", tp,
                             hp->n_head, hp->n_ff);
@@ -100,8 +100,7 @@ rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
         else if (s == 0)
             m->be = m->tp_be[0]; /* released by rf_model_free from here */
     if ((st = check_memory(m, tp))) return st;
-    const char *np = getenv("RF_TP_NO_PEER_OK");
-    if (!(np && *np && strcmp(np, "0"))) {
+    if (!rf_knob_bool(RF_KNOB_TP_NO_PEER_OK)) {
         if ((st = rf_tp_peer_check(m->tp_be, tp))) return st;
     }
     if ((st = rf_tp_comm_new(m->tp_be, tp, &m->tp_comm))) return st;
@@ -119,8 +118,7 @@ rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) {
 }
 
 static bool tp_graphs_optin(void) {
-    const char *e = getenv("RF_TP_GRAPHS");
-    return e && *e && strcmp(e, "0") != 0;
+    return rf_knob_bool(RF_KNOB_TP_GRAPHS);
 }
 
 bool rf_model_graphs_ok(const rf_model *m) {

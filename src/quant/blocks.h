@@ -1,4 +1,4 @@
-/* quant/blocks.h — byte-exact C structs of the ggml/GGUF block formats (DESIGN.md §4), with
+/* quant/blocks.h — byte-exact C structs of the ggml/GGUF block formats (docs/ARCHITECTURE.md §4.2), with
  * size assertions. Field order and sizes follow ggml's ggml-common.h; every struct is made of
  * 1- and 2-byte members (Q8_K: 4-byte float first) so no padding can appear.
  * Plain C; also usable from CUDA/HIP device code (no C-only constructs besides the asserts). */

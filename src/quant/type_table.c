@@ -12,6 +12,7 @@
 #endif
 #include <stdlib.h>
 
+#include "core/knobs.h"
 #include "quant/quant_impl.h"
 
 #define F(x) rf_dq_##x
@@ -149,8 +150,7 @@ static rf_vec_dot_fn ggml_order_kernel(int t) {
 }
 
 static void init_table(void) {
-    const char *env = getenv("RF_NO_SIMD");
-    bool no_simd = env && env[0] && strcmp(env, "0") != 0;
+    bool no_simd = rf_knob_bool(RF_KNOB_NO_SIMD);
     g_level = (!no_simd && rf_cpu_has_avx2()) ? RF_SIMD_AVX2 : RF_SIMD_SCALAR;
     /* AVX-VNNI kernels are the default where the CPU has them; RF_NO_VNNI=1 keeps AVX2 (A/B timing).
      * Q4_0/Q4_1 VNNI are bit-identical to AVX2. Q8_0 VNNI and the Q4_K/Q6_K "ggml" kernels are
@@ -161,12 +161,10 @@ static void init_table(void) {
      * gemma-3 logits differ from llama.cpp's by rel. L2 3-5 % for reasons outside these kernels
      * (exact kernels give rel. L2 0 on tiny-qwen2-q4_k_m but not on gemma-3): any change of
      * rounding there moves those counts either way, and the exact order moved them below. */
-    const char *env_nv = getenv("RF_NO_VNNI"), *env_v = getenv("RF_VNNI"), *env_g = getenv("RF_GGML_ORDER");
-    bool no_vnni = env_nv && env_nv[0] && strcmp(env_nv, "0") != 0;
+    bool no_vnni = rf_knob_bool(RF_KNOB_NO_VNNI);
     const vnni_set *vs = vnni_kernels();
     g_vnni = g_level == RF_SIMD_AVX2 && !no_vnni && vs;
-    g_ggml_order = g_level == RF_SIMD_AVX2 && ((env_v && env_v[0] && strcmp(env_v, "0") != 0) ||
-                                                (env_g && env_g[0] && strcmp(env_g, "0") != 0));
+    g_ggml_order = g_level == RF_SIMD_AVX2 && (rf_knob_bool(RF_KNOB_VNNI) || rf_knob_bool(RF_KNOB_GGML_ORDER));
     for (int t = 0; t < RF_TYPE_TABLE_SIZE; t++) {
         const dot_impls *d = &g_dots[t];
         rf_vec_dot_fn f = d->scalar;

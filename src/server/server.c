@@ -1,4 +1,4 @@
-/* server.c — `rocmforge serve` from start to stop (DESIGN.md §11; the parts and their threads
+/* server.c — `rocmforge serve` from start to stop (docs/ARCHITECTURE.md §2.3; the parts and their threads
  * are described in server_int.h): the listening socket, the loader and engine threads, the
  * signals, and a shutdown that cancels what runs and answers what waits. */
 #define _GNU_SOURCE
@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/test_hooks.h"
 #include "server_int.h"
 
 /* ---- engine and loader threads ------------------------------------------------------------ */
@@ -37,9 +38,9 @@ static void *engine_main(void *arg) {
 
 static void *loader_main(void *arg) {
     srv *s = arg;
-    const char *delay = getenv("RF_SERVE_LOAD_DELAY_MS"); /* tests: a window to see 503s in */
-    if (delay && atoi(delay) > 0) {
-        long ms = atol(delay);
+    const rf_test_hooks *th = rf_test_hooks_get(); /* tests: a window to see 503s in */
+    if (th && th->serve_load_delay_ms > 0) {
+        long ms = th->serve_load_delay_ms;
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -215,7 +216,7 @@ int rf_server_main(const rf_server_config *cfg) {
     pthread_mutex_init(&s->rng_mu, NULL);
     srv_metrics_init(&s->m);
     s->created = (int64_t)time(NULL);
-    s->test_faults = getenv("RF_SERVE_TEST_FAULTS") != NULL;
+    s->test_faults = rf_test_hooks_get() && rf_test_hooks_get()->serve_faults;
     s->rng = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL ^ (uint64_t)getpid() << 32 ^ (uint64_t)srv_now_ms();
     const char *base = strrchr(cfg->model_path, '/');
     s->file_base = strdup(base ? base + 1 : cfg->model_path);

@@ -1,5 +1,5 @@
 /* server.h — `rocmforge serve`: an OpenAI-compatible HTTP server (libmicrohttpd + jansson) on
- * the batching engine (DESIGN.md §11, docs/server.md). */
+ * the batching engine (docs/ARCHITECTURE.md §2.3, docs/server.md). */
 #ifndef RF_SERVER_H
 #define RF_SERVER_H
 

@@ -129,7 +129,7 @@ struct srv {
     const rf_vocab *vocab;
     int32_t n_ctx;
     int64_t created;
-    bool test_faults;    /* RF_SERVE_TEST_FAULTS set: requests may ask for simulated failures */
+    bool test_faults;    /* test hook serve_faults: requests may ask for simulated failures */
     atomic_int ready, stopping, engine_gone, load_failed;
     atomic_int engine_stop, ticker_stop;
     atomic_int active;   /* engine submissions not yet finished */

@@ -36,6 +36,9 @@ PY=$SRC/.venv/bin/python
 
 QUICK=${RF_TEST_QUICK:-0}
 if [ "$QUICK" = 0 ] && command -v nm >/dev/null && nm "$RF" 2>/dev/null | grep -q __asan_init; then QUICK=1; fi
-args=("$RF" "$MODEL")
+# the servers that need a test hook (a load delay, simulated faults) run rocmforge-test
+RFT=${RF_TEST_CLI:-$(dirname "$RF")/tests/rocmforge-test}
+[ -x "$RFT" ] || fail "rocmforge-test not found ($RFT; set RF_TEST_CLI): the hook tests need it"
+args=("$RF" "$MODEL" --hooks-bin "$(realpath "$RFT")")
 [ "$QUICK" = 1 ] && args+=(--quick)
 exec "$PY" "$SRC/tests/server/serve_test.py" "${args[@]}"

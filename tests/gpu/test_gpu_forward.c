@@ -16,6 +16,7 @@
  *  - the batching engine on the GPU: a greedy sequence alone and among 63 others;
  *  - device memory: loading, using and freeing a model twice leaves free memory where it was.
  * Skips (77) without a GPU. */
+#include "core/knobs.h"
 #include "gpu_model_common.h"
 
 #include "greedy_prompts.h"
@@ -101,11 +102,11 @@ static void test_fused(void **state) {
     for (size_t p = 0; p < sizeof presets / sizeof *presets; p++)
         for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
             mkmodel(presets[p], types[t], path, sizeof path);
-            unsetenv("RF_GPU_UNFUSED");
+            rf_knob_override(RF_KNOB_GPU_UNFUSED, NULL);
             rf_model *mf = load(path, RF_DEVICE_GPU);
-            setenv("RF_GPU_UNFUSED", "1", 1);
+            rf_knob_override(RF_KNOB_GPU_UNFUSED, "1");
             rf_model *mu = load(path, RF_DEVICE_GPU);
-            unsetenv("RF_GPU_UNFUSED");
+            rf_knob_override(RF_KNOB_GPU_UNFUSED, NULL);
             int32_t nv = mf->hp.n_vocab;
             rf_session *sf = session(mf, 128), *su = session(mu, 128);
             rf_rng r;

@@ -11,6 +11,7 @@ int main(void) {
     return 77;
 }
 #else
+#include "core/knobs.h"
 #include "gpu_test_common.h"
 
 #include "backend/ref/ref_ops.h"
@@ -154,15 +155,15 @@ static void test_sample_paths(void **state) {
         float *d = dev_from(lg, NS * n * 4);
         int32_t out[64];
         const uint64_t step = 1000 + (uint64_t)vi;
-        setenv("RF_SAMPLE_SPLIT", "1", 1);
+        rf_knob_override(RF_KNOB_SAMPLE_SPLIT, "1");
         assert_int_equal(rf_gpu_sample(g_ctx, out, d, NS, n, pr, seed, step), RF_OK);
-        unsetenv("RF_SAMPLE_SPLIT");
+        rf_knob_override(RF_KNOB_SAMPLE_SPLIT, NULL);
         for (int64_t s = 0; s < NS; s++, total++)
             check_pick(lg + s * n, n, &pr[s], rf_gpu_sample_u(seed, step, s), out[s]);
         int32_t out1[64];
-        setenv("RF_SAMPLE_NO_SPLIT", "1", 1);
+        rf_knob_override(RF_KNOB_SAMPLE_NO_SPLIT, "1");
         assert_int_equal(rf_gpu_sample(g_ctx, out1, d, NS, n, pr, seed, step), RF_OK);
-        unsetenv("RF_SAMPLE_NO_SPLIT");
+        rf_knob_override(RF_KNOB_SAMPLE_NO_SPLIT, NULL);
         assert_memory_equal(out, out1, (size_t)NS * sizeof(int32_t));
         for (int64_t s = 1; s < NS; s += quick ? 3 : 5, total++) { /* one sequence, row s */
             assert_int_equal(rf_gpu_sample(g_ctx, out, d + s * n, 1, n, &pr[s], seed, step + s), RF_OK);
@@ -207,10 +208,10 @@ static void test_sample_timing(void **state) {
         for (int ns = 1; ns <= NSMAX; ns *= 64) /* the other split mode (auto: split at <= 4 rows) */
             for (size_t k = 0; k < 2; k++) {
                 double us = 0;
-                const char *mode = ns <= 4 ? "RF_SAMPLE_NO_SPLIT" : "RF_SAMPLE_SPLIT";
-                setenv(mode, "1", 1);
+                const rf_knob mk = ns <= 4 ? RF_KNOB_SAMPLE_NO_SPLIT : RF_KNOB_SAMPLE_SPLIT;
+                rf_knob_override(mk, "1");
                 assert_int_equal(rf_gpu_bench_sample(g_ctx, d, ns, n, &ps[k], 200, &us), RF_OK);
-                unsetenv(mode);
+                rf_knob_override(mk, NULL);
                 fprintf(stderr, "  timing: vocab %lld, %2d seq, %s logits, %-24s %9.1f us/call (%s)\n",
                         (long long)n, ns, dist ? "peaked" : "normal", names[k], us,
                         ns <= 4 ? "no split" : "split forced");

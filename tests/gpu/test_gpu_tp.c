@@ -4,7 +4,7 @@
  *    q8_0 give the unsplit one-GPU forward's last-position logits within the one-device mode's
  *    tolerances and its 32 greedy tokens (or the same up to a near tie), f32 and f16 KV caches;
  *    each GPU's free memory is the same after the models are freed;
- *  - the split on one GPU's kernels: RF_TP_ONE_DEVICE=1 puts every shard on the one device (O
+ *  - the split on one GPU's kernels: the tp_one_device test hook puts every shard on the one device (O
  *    and down slices uploaded as weights of their own, a KV pool per shard, the in-process
  *    all-reduce), and the tiny models of every architecture in f32 and q8_0, split over 2 and 4
  *    shards where the heads allow, give the unsplit GPU forward's last-position logits within
@@ -16,6 +16,7 @@
  *  - a split over more GPUs than present is refused, naming the counts.
  * Skips (77) without a GPU. */
 #include "gpu_test_common.h"
+#include "core/test_hooks.h"
 
 #include <unistd.h>
 
@@ -124,7 +125,7 @@ static int compare_splits(const char *label, int tp_max, double worst[2]) {
 
 static void test_split_on_one_gpu(void **state) {
     (void)state;
-    setenv("RF_TP_ONE_DEVICE", "1", 1);
+    rf_test_hooks_set(&(rf_test_hooks){.tp_one_device = true});
     size_t free0 = 0, total = 0;
     assert_int_equal(rf_gpu_mem_info(g_ctx, &free0, &total), RF_OK);
     double worst[2] = {0, 0};
@@ -133,7 +134,7 @@ static void test_split_on_one_gpu(void **state) {
     assert_int_equal(rf_gpu_mem_info(g_ctx, &free1, &total), RF_OK);
     printf("  split on one GPU: %d cases, worst logits rel L2 %.3g (f32) / %.3g (q8_0); device memory free before "
            "%zu MiB, after %zu MiB\n", cases, worst[0], worst[1], free0 >> 20, free1 >> 20);
-    unsetenv("RF_TP_ONE_DEVICE");
+    rf_test_hooks_set(NULL);
 }
 
 /* Free memory of GPUs 0..n-1 (the runtime reads the current device's: a context per GPU makes
@@ -149,7 +150,7 @@ static void gpus_free(int n, size_t *fr) {
 }
 
 static void split_across(int tp_max) {
-    unsetenv("RF_TP_ONE_DEVICE");
+    rf_test_hooks_set(NULL);
     const int have = rf_gpu_device_count();
     if (have < tp_max) {
         printf("  tp %d across GPUs: skipped, %d GPU(s) present (needs %d)\n", tp_max, have, tp_max);
@@ -196,7 +197,7 @@ static void test_split_across_4_gpus(void **state) {
 
 static void test_split_over_missing_gpus(void **state) {
     (void)state;
-    unsetenv("RF_TP_ONE_DEVICE");
+    rf_test_hooks_set(NULL);
     const int have = rf_gpu_device_count();
     int tp = 2;
     while (tp <= have) tp *= 2; /* more GPUs than present */

@@ -12,8 +12,10 @@ the CPU and drives it with the official `openai` client, `curl` and raw sockets:
   - a disconnect storm (clients dropping mid-stream, mid-prefill, while queued, non-streaming
     ones too) after which /metrics shows every KV block back in the pool, and the server answers;
   - a second server with --parallel 1 --max-queue 1 and a load delay: 503 + Retry-After while
-    loading and when the queue is full, a queued request cancelled by its client, SIGTERM.
-usage: serve_test.py ROCMFORGE MODEL [--quick]
+    loading and when the queue is full, a queued request cancelled by its client, SIGTERM;
+  - the test hooks (the load delay, the X-RF-Test-Fault header) honoured by rocmforge-test only:
+    the servers that need them run HOOKS_BIN, and `rocmforge` itself ignores them.
+usage: serve_test.py ROCMFORGE MODEL --hooks-bin ROCMFORGE_TEST [--quick]
 --quick (sanitizer builds): 8 concurrent streams instead of 64, fewer tokens, a smaller storm.
 Exit 0 = pass, 1 = fail (the first failed check is printed)."""
 import asyncio
@@ -31,6 +33,7 @@ import time
 import openai
 
 RF, MODEL = sys.argv[1], sys.argv[2]
+HOOKS_RF = sys.argv[sys.argv.index("--hooks-bin") + 1] if "--hooks-bin" in sys.argv else None
 QUICK = "--quick" in sys.argv
 KEY = "sk-test-key-0123456789"
 N_CONC = 8 if QUICK else 64
@@ -49,11 +52,11 @@ def check(cond, what):
 class Server:
     """A `rocmforge serve` child process; .port once it listens."""
 
-    def __init__(self, *args, env=None, wait_ready=True):
+    def __init__(self, *args, env=None, wait_ready=True, rf=None):
         e = dict(os.environ)
         e.update(env or {})
         self.log = open(f"/tmp/rf-serve-test-{os.getpid()}-{id(self)}.log", "w+")
-        self.p = subprocess.Popen([RF, "serve", "-m", MODEL, "--device", "cpu", "--port", "0", *args],
+        self.p = subprocess.Popen([rf or RF, "serve", "-m", MODEL, "--device", "cpu", "--port", "0", *args],
                                   stdout=subprocess.DEVNULL, stderr=self.log, env=e)
         t0 = time.time()
         self.port = None
@@ -563,7 +566,7 @@ def test_storm(srv):
 def test_queue_and_loading():
     srv = Server("--parallel", "1", "--max-queue", "1", "--api-key", KEY, "--alias", "smol", "-c", "1024", "-t", "1",
                  "--sse-ping", "0.3",
-                 env={"RF_SERVE_LOAD_DELAY_MS": "1500"}, wait_ready=False)
+                 env={"RF_SERVE_LOAD_DELAY_MS": "1500"}, wait_ready=False, rf=HOOKS_RF)
     try:
         hd, _ = expect_error(srv, 503, "unavailable_error", "model_loading", "GET", "/health", key=None)
         expect_error(srv, 503, "unavailable_error", "model_loading", "POST", "/v1/chat/completions",
@@ -636,14 +639,32 @@ def test_queue_and_loading():
             srv.p.kill()
 
 
+def test_product_ignores_hooks():
+    """`rocmforge` (not rocmforge-test) with every hook variable set: no load delay (a 10-minute one
+    would outlast wait_ready), and the fault header changes nothing."""
+    srv = Server("-c", "512", "-t", "1", env={"RF_SERVE_LOAD_DELAY_MS": "600000", "RF_SERVE_TEST_FAULTS": "1"},
+                 wait_ready=False)
+    try:
+        srv.wait_ready()
+        body = {"messages": MSG, "max_tokens": 2, "temperature": 0}
+        st, _, data = req(srv, "POST", "/v1/chat/completions", body, headers={"X-RF-Test-Fault": "oom-events"})
+        check(st == 200, f"rocmforge honoured X-RF-Test-Fault: {st} {data[:300]!r}")
+        check("test hooks" not in srv.stderr(), "rocmforge reported test hooks")
+        srv.stop()
+    finally:
+        if srv.p.poll() is None:
+            srv.p.kill()
+
+
 def main():
     check(os.path.exists(MODEL), "model missing")
+    check(HOOKS_RF and os.path.exists(HOOKS_RF), "--hooks-bin ROCMFORGE_TEST is needed (tests/cli/serve.sh passes it)")
     if "--only-queue" in sys.argv:  # debugging: the second server alone
         test_queue_and_loading()
         print("ok loading, queue limit, cancel while queued, SIGTERM")
         return 0
     srv = Server("--parallel", str(max(N_CONC, 16)), "--api-key", KEY, "--alias", "smol", "-c", "1024", "--kv-blocks", "2048",
-                 "--max-body", "65536", "-t", "2", env={"RF_SERVE_TEST_FAULTS": "1"})
+                 "--max-body", "65536", "-t", "2", env={"RF_SERVE_TEST_FAULTS": "1"}, rf=HOOKS_RF)
     try:
         steps = [("routes", lambda: test_routes(srv)), ("chat", lambda: test_chat(srv))]
         text = None
@@ -676,6 +697,13 @@ def main():
         print(f"FAIL: {x}")
         return 1
     print(f"ok loading, queue limit, cancel while queued, SIGTERM ({time.time() - t:.1f} s)")
+    t = time.time()
+    try:
+        test_product_ignores_hooks()
+    except Fail as x:
+        print(f"FAIL: {x}")
+        return 1
+    print(f"ok rocmforge ignores the test hooks ({time.time() - t:.1f} s)")
     print("PASS")
     return 0
 

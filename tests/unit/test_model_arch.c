@@ -1,5 +1,5 @@
 /* test_model_arch.c — the architecture table and the per-layer plan it gives (model_arch.c,
- * DESIGN.md §12), on the tiny synthetic models (written with mkmodel's API into a temporary
+ * docs/ARCHITECTURE.md §4.9), on the tiny synthetic models (written with mkmodel's API into a temporary
  * directory):
  *  - rf_supported_archs() names exactly the table's architectures, in order;
  *  - a file of an architecture not in the table is refused naming it and the supported list;

@@ -5,7 +5,7 @@
  *      what the kernel is given; for Q8_1 with its cached f16 sum): |err| <= 1e-5 * sum|w_i x_i|
  *      (f32 accumulation only);
  *  (b) end to end, a 256-row matvec vs double dot of dequant(w) and the f32 activations (so the
- *      activation quantization error is included): rel. L2 < 1e-2 (DESIGN.md §6) for weights
+ *      activation quantization error is included): rel. L2 < 1e-2 (docs/ARCHITECTURE.md §6) for weights
  *      dotted with Q8_0/Q8_1 activations, and < 1.5e-2 for the K-quants, whose ggml activation
  *      format Q8_K has one scale per 256 values (step amax/127 with amax ~3.5 sigma). That error
  *      is the activation rounding itself, not the kernel (whose own error, (a), is ~1e-8); the
@@ -18,6 +18,7 @@
  *  (e) where the CPU has AVX-VNNI the table uses the VNNI Q4_0/Q4_1 kernels (the ones (a)-(c)
  *      check), and RF_NO_VNNI=1 gives the AVX2 ones (child process). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
+#include "core/knobs.h"
 #include "test_util.h"
 
 #include "quant/quant_impl.h" /* rf_vec_dot4_for */
@@ -432,7 +433,7 @@ static void test_vnni_default(void **state) {
     const rf_type ts[] = {RF_TYPE_Q4_0, RF_TYPE_Q4_1};
     for (int k = 0; k < 2; k++) {
         rf_vec_dot_fn v = rf_vec_dot_impl(ts[k], RF_TEST_SIMD_AVXVNNI);
-        if (!v || getenv("RF_NO_VNNI") || getenv("RF_NO_SIMD")) {
+        if (!v || rf_knob_bool(RF_KNOB_NO_VNNI) || rf_knob_bool(RF_KNOB_NO_SIMD)) {
             print_message("no AVX-VNNI (or disabled by env): default check skipped\n");
             return;
         }

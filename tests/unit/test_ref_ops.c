@@ -1,5 +1,5 @@
 /* test_ref_ops.c — the scalar reference ops against hand-computed values and their definitions
- * (DESIGN.md §6, step 1 of the oracle chain). Random inputs use rf_test_seed() (printed). */
+ * (docs/ARCHITECTURE.md §6, step 1 of the oracle chain). Random inputs use rf_test_seed() (printed). */
 #include "test_util.h"
 
 #include <math.h>

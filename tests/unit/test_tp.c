@@ -19,6 +19,7 @@
  *  - errors: a shard count that does not divide the heads (qwen2: 6 heads, tp 4) and a column
  *    split inside a quantization block (q4_K's 256-element blocks at tp 2) are refused at load
  *    with a message naming why. */
+#include "core/test_hooks.h"
 #include "test_util.h"
 
 #include <math.h>
@@ -148,7 +149,7 @@ static void test_sharded_vs_unsharded(void **state) {
         }
 }
 
-/* RF_TP_CPU_RANKS=1: the several-GPU code path (a backend, buffers and KV pools per rank, the
+/* The tp_cpu_ranks test hook (RF_TP_CPU_RANKS=1 for rocmforge-test): the several-GPU code path (a backend, buffers and KV pools per rank, the
  * ops between products on every rank, the all-reduce and the embedding broadcast between
  * ranks) on CPU backends. Its all-reduce sums in rank order as the one-backend split does and
  * every rank computes the same ops on the same inputs, so the logits and greedy tokens must be
@@ -163,11 +164,11 @@ static void test_cpu_ranks_vs_one_backend(void **state) {
             model_path(path, sizeof path, k_presets[pi], k_types[ti]);
             for (int tp = 2; tp <= 4; tp *= 2) {
                 rf_model *mS = NULL, *mR = NULL;
-                unsetenv("RF_TP_CPU_RANKS");
+                rf_test_hooks_set(NULL);
                 rf_status st = load(path, tp, &mS);
-                setenv("RF_TP_CPU_RANKS", "1", 1);
+                rf_test_hooks_set(&(rf_test_hooks){.tp_cpu_ranks = true});
                 rf_status sr = load(path, tp, &mR);
-                unsetenv("RF_TP_CPU_RANKS");
+                rf_test_hooks_set(NULL);
                 if (st) { /* refused (qwen2 at tp 4): refused the same way with ranks */
                     assert_int_equal(sr, st);
                     assert_null(mR);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/knobs.h"
 #include "quant/quant_impl.h" /* rf_vec_dot4_for: the table's 4-row kernels */
 #include "rocmforge/quant.h"
 
@@ -200,7 +201,7 @@ rf_status rf_cpu_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const 
     mm_job j = {y->data, w, x->data, n_tokens, w->ne[0], w->ne[1], RF_TYPE_F32, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     const rf_type_traits *tr = rf_type_info(w->type);
     static int no_vd = -1;
-    if (no_vd < 0) no_vd = getenv("RF_CPU_F32_MATMUL") != NULL; /* debugging: exact f32 path */
+    if (no_vd < 0) no_vd = rf_knob_bool(RF_KNOB_CPU_F32_MATMUL); /* debugging: exact f32 path */
     if (!no_vd && tr && tr->vec_dot && w->type != RF_TYPE_F32) {
         j.dot = tr->vec_dot;
         j.dot4 = rf_vec_dot4_for(w->type);

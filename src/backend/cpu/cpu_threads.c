@@ -3,6 +3,7 @@
  * waits for the workers the same way (spin, then sleep until the last worker wakes it). */
 #define _GNU_SOURCE /* sched_getcpu */
 #include "backend/cpu/cpu_threads.h"
+#include "core/knobs.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -105,8 +106,7 @@ rf_status rf_pool_new(int n_threads, rf_pool **out) {
     rf_pool *p = calloc(1, sizeof *p);
     if (!p) return rf_set_error(RF_ERR_OOM, "thread pool: out of memory");
     p->n = n_threads;
-    const char *spin = getenv("RF_POOL_SPIN");
-    if (spin && atoi(spin) > 0) g_spin_iters = atoi(spin);
+    g_spin_iters = (int)rf_knob_int(RF_KNOB_POOL_SPIN);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     pthread_mutex_init(&p->done_mu, NULL);

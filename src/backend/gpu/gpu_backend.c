@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/knobs.h"
 #include "backend/backend.h"
 #include "backend/gpu/gpu.h"
 #include "rocmforge/quant.h"
@@ -712,10 +713,8 @@ rf_status rf_backend_gpu_new(int device, rf_backend **out) {
         return st;
     }
     g->device = device;
-    const char *uf = getenv("RF_GPU_UNFUSED");
-    g->fuse = !(uf && *uf && strcmp(uf, "0"));
-    const char *fl = getenv("RF_GPU_FLASH");
-    g->flash = !(fl && !strcmp(fl, "0"));
+    g->fuse = !rf_knob_bool(RF_KNOB_GPU_UNFUSED);
+    g->flash = rf_knob_bool(RF_KNOB_GPU_FLASH);
     be->ops = &gpu_ops;
     be->impl = g;
     *out = be;

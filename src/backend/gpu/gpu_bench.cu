@@ -2,6 +2,7 @@
  * `rocmforge bench`: the device's own read bandwidth (16-byte loads over a buffer far larger
  * than L2) and the time of one quantized GEMV, rotating among enough weight matrices that L2
  * cannot hold them, replayed from a CUDA/HIP graph so launch gaps do not count. */
+#include "core/knobs.h"
 #include "backend/gpu/gpu_internal.h"
 #include "backend/gpu/gpu_quant.cuh"
 
@@ -127,8 +128,7 @@ extern "C" rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_
     /* >= 64 calls per graph (the method of every recorded run); RF_BENCH_CALLS sets another
      * minimum, to see how the figures depend on it (H100, 256 calls: the small products lose
      * 2-3 points, the whole calls gain 1-2; docs/perf-gpu.md, session 7) */
-    const char *ce = getenv("RF_BENCH_CALLS");
-    const int cn = ce ? atoi(ce) : 0, minc = cn > 0 ? cn : 64;
+    const int minc = (int)rf_knob_int(RF_KNOB_BENCH_CALLS);
     const int per_graph = nmat > minc ? nmat : ((minc + nmat - 1) / nmat) * nmat;
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;

@@ -1,6 +1,6 @@
 /* gpu_compat.h — the one place that maps CUDA names to HIP names (runtime, BLAS, intrinsics) and
  * defines the per-target warp size, so every src/backend/gpu/ *.cu compiles with nvcc and with
- * hipcc -x hip unchanged (DESIGN.md §5). Device code uses only the rf_/RF_ names below. */
+ * hipcc -x hip unchanged (docs/ARCHITECTURE.md §5.1). Device code uses only the rf_/RF_ names below. */
 #ifndef RF_GPU_COMPAT_H
 #define RF_GPU_COMPAT_H
 

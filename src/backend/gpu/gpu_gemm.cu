@@ -6,6 +6,7 @@
  * kernels in token groups of 8 instead. Twin: rf_ref_matmul. */
 #include <stdlib.h>
 
+#include "core/knobs.h"
 #include "backend/gpu/gpu_internal.h"
 #include "rocmforge/quant.h"
 
@@ -113,8 +114,7 @@ extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
 static int64_t rf_gemv_max_tokens(void) {
     static int64_t v = -1;
     if (v < 0) {
-        const char *e = getenv("RF_GPU_GEMV_MAX");
-        v = e && *e ? atoll(e) : 64;
+        v = rf_knob_int(RF_KNOB_GPU_GEMV_MAX);
     }
     return v;
 }
@@ -127,8 +127,7 @@ static int64_t rf_gemv_max_tokens(void) {
 static int64_t rf_mmq_max_tokens(void) {
     static int64_t v = -1;
     if (v < 0) {
-        const char *e = getenv("RF_GPU_MMQ_MAX");
-        v = e && *e ? atoll(e) : 128;
+        v = rf_knob_int(RF_KNOB_GPU_MMQ_MAX);
     }
     return v;
 }
@@ -140,8 +139,7 @@ static int64_t rf_mmq_max_tokens(void) {
 static int64_t rf_mmq_min_tokens(void) {
     static int64_t v = -1;
     if (v < 0) {
-        const char *e = getenv("RF_GPU_MMQ_MIN");
-        v = e && *e ? atoll(e) : 5;
+        v = rf_knob_int(RF_KNOB_GPU_MMQ_MIN);
         if (v < 1) v = 1;
     }
     return v;

@@ -1,5 +1,5 @@
 /* gpu_graph.cu — recording a stream's work into a graph and replaying it: the decode step is
- * captured once per batch-size bucket and then launched as one graph per step (DESIGN.md §10).
+ * captured once per batch-size bucket and then launched as one graph per step (docs/ARCHITECTURE.md §5.2).
  * Host glue only; the recorded kernels are the ordinary ones. */
 #include "backend/gpu/gpu_internal.h"
 

@@ -3,6 +3,7 @@
  * call (rf_k_quantize_x's q8 blocks, as the GEMVs); Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. */
 #include <stdlib.h>
 
+#include "core/knobs.h"
 #include "backend/gpu/gpu_gemv.cuh"
 
 #define RF_MMQ_BM 128 /* weight rows per block */
@@ -319,8 +320,7 @@ static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, cons
                                int nt, int n_in, int n_out, int64_t rb, int splits) {
     static int cfg = -1;
     if (cfg < 0) {
-        const char *e = getenv("RF_MMQ_CFG");
-        cfg = e && *e ? atoi(e) : 0;
+        cfg = (int)rf_knob_int(RF_KNOB_MMQ_CFG);
     }
     if (nt <= 32 || cfg == 1) return rf_launch_mmq_wn<T, 1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
     /* Q4_0 in 2 stages fits 2 blocks per SM: better where the grid fills them (28672 x 4096 at
@@ -357,8 +357,7 @@ extern "C" bool rf_gpu_mmq_supported(rf_type t, int64_t n_in) {
 static int rf_mmq_splits(const rf_gpu_ctx *ctx, int64_t n_in, int64_t n_out, int kb) {
     static int slots = -1;
     if (slots < 0) {
-        const char *e = getenv("RF_MMQ_SLOTS");
-        slots = e && *e && atoi(e) == 1 ? 1 : 2;
+        slots = (int)rf_knob_int(RF_KNOB_MMQ_SLOTS);
     }
     const int64_t mt = (n_out + RF_MMQ_BM - 1) / RF_MMQ_BM, nch = n_in / 32 / kb;
     int64_t s = slots * ctx->info.sm_count / mt;

@@ -1,6 +1,7 @@
 /* gpu_runtime.cu — host glue of the GPU backend: device init, allocations with OOM messages that
  * say needed vs free, weight upload with a progress bar, the scratch arena, synchronization with
  * fault reporting. No kernels here. */
+#include "core/knobs.h"
 #include "backend/gpu/gpu_internal.h"
 
 #include <stdio.h>
@@ -33,8 +34,7 @@ extern "C" rf_status rf_gpu_init(int device, rf_gpu_ctx **out) {
     rf_gpu_ctx *c = (rf_gpu_ctx *)calloc(1, sizeof *c);
     if (!c) return rf_set_error(RF_ERR_OOM, "GPU: out of host memory for the context");
     c->device = device;
-    const char *s = getenv("RF_GPU_SYNC");
-    c->sync_each = s && *s && *s != '0';
+    c->sync_each = rf_knob_bool(RF_KNOB_GPU_SYNC);
     c->last_kernel = "(none)";
     rf_status st = RF_OK;
     cudaDeviceProp prop;
@@ -53,8 +53,7 @@ extern "C" rf_status rf_gpu_init(int device, rf_gpu_ctx **out) {
     c->info.l2_bytes = (size_t)prop.l2CacheSize;
 #if defined(RF_CUDA_BUILD)
     /* programmatic dependent launch needs sm_90; RF_GPU_PDL=0 turns it off (for comparisons) */
-    const char *pdl = getenv("RF_GPU_PDL");
-    c->pdl = prop.major >= 9 && !(pdl && pdl[0] == '0');
+    c->pdl = prop.major >= 9 && rf_knob_bool(RF_KNOB_GPU_PDL);
 #endif
 #if !defined(RF_GPU_NO_BLAS)
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {

@@ -4,6 +4,7 @@
  * recompute: rf_gpu_sample_u). Entries are ordered by a 64-bit key (value, then lower id); the
  * top-k set is found by histograms and sorted in shared memory, where min-p, top-p and the draw
  * are prefix sums; only a kept set wider than that falls back to bisection over the key. */
+#include "core/knobs.h"
 #include "backend/gpu/gpu_internal.h"
 
 #define RF_SAMPLE_THREADS 1024
@@ -519,7 +520,7 @@ static int64_t rf_sample_split(const rf_gpu_ctx *ctx, int64_t n_seq, int64_t n_v
     int64_t c = S > 1 ? (n_vocab + S - 1) / S : n_vocab;
     c = c < 2048 ? 2048 : (c + 3) & ~(int64_t)3;
     S = (n_vocab + c - 1) / c;
-    if ((n_seq > 4 && !getenv("RF_SAMPLE_SPLIT")) || getenv("RF_SAMPLE_NO_SPLIT")) S = 1;
+    if ((n_seq > 4 && !rf_knob_bool(RF_KNOB_SAMPLE_SPLIT)) || rf_knob_bool(RF_KNOB_SAMPLE_NO_SPLIT)) S = 1;
     *chunk = c;
     *pre_bytes = S > 1 ? (((size_t)n_seq * (size_t)S * 16 + 255) & ~(size_t)255) + (size_t)n_seq * 1024 : 0;
     return S;

@@ -1,5 +1,5 @@
 /* ref_ops.h — scalar reference ops: plain, obviously-right C, single-threaded, f32 in and out.
- * They are the oracle of the oracle chain (DESIGN.md §6): the CPU backend's fast paths and every
+ * They are the oracle of the oracle chain (docs/ARCHITECTURE.md §6): the CPU backend's fast paths and every
  * GPU kernel are tested against these. Each contract here is the contract of the twins. */
 #ifndef RF_REF_OPS_H
 #define RF_REF_OPS_H

@@ -1,0 +1,96 @@
+/* knobs.h — every RF_* environment variable the product reads, declared once (RF_KNOBS below:
+ * name, type, default, range, meaning) and read once per process by knobs.c. `rocmforge
+ * --help-env` prints this table and docs/knobs.md lists it; tests/cli/knobs.sh checks they agree.
+ * Test-only variables (RF_TEST_*, the test hooks) are not knobs: code under tests/ reads them. */
+#ifndef RF_KNOBS_H
+#define RF_KNOBS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rocmforge/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(ID, TYPE, DEFAULT, LO, HI, MEANING): the variable is RF_<ID>. DEFAULT is a string in the
+ * knob's own syntax ("" = unset for STRING). LO/HI bound INT values (inclusive). */
+#define RF_KNOBS(X)                                                                                 \
+    X(LOG, STRING, "warn", 0, 0, "log level on stderr: error, warn, info, debug (or 0-3)")           \
+    X(API_KEY, STRING, "", 0, 0, "serve: the key clients must send when --api-key is not given (never logged)") \
+    X(TP, INT, "0", 0, 64, "tensor-parallel shards for commands without --tp (bench, serve); 0 = no split") \
+    X(TP_GRAPHS, BOOL, "off", 0, 0, "--tp over several GPUs: decode steps as per-GPU graphs (opt-in)")  \
+    X(TP_NO_PEER_OK, BOOL, "off", 0, 0, "--tp over GPUs without peer access: NCCL through host memory (slow)") \
+    X(CHAT_TIMING, BOOL, "off", 0, 0, "chat: print the timing line after each answer")               \
+    X(NO_SIMD, BOOL, "off", 0, 0, "CPU: scalar dot kernels only (no AVX2, no VNNI)")                 \
+    X(NO_VNNI, BOOL, "off", 0, 0, "CPU: AVX2 dot kernels where AVX-VNNI ones exist (A/B timing)")    \
+    X(GGML_ORDER, BOOL, "off", 0, 0, "CPU: ggml's x86 float order for Q8_0 (VNNI), Q4_K and Q6_K dots") \
+    X(VNNI, BOOL, "off", 0, 0, "older name of RF_GGML_ORDER")                                       \
+    X(CPU_F32_MATMUL, BOOL, "off", 0, 0, "CPU: products in f32 on dequantized weights (exact-mode checks)") \
+    X(POOL_SPIN, INT, "2000", 1, 1000000000, "CPU thread pool: spin iterations before a worker sleeps") \
+    X(GPU_GRAPHS, BOOL, "on", 0, 0, "GPU: decode steps replayed as CUDA/HIP graphs (off: kernel by kernel)") \
+    X(GPU_STEP_TRACE, BOOL, "off", 0, 0, "engine on a GPU: one stderr line per step (tokens, copies, graph launches)") \
+    X(GPU_SYNC, BOOL, "off", 0, 0, "GPU: synchronize after every kernel so a fault names it (slow)") \
+    X(GPU_PDL, BOOL, "on", 0, 0, "GPU (sm_90+): programmatic dependent launch")                      \
+    X(GPU_UNFUSED, BOOL, "off", 0, 0, "GPU: the unfused decode ops (fused-vs-unfused A/B)")          \
+    X(GPU_FLASH, BOOL, "on", 0, 0, "GPU: prompt attention on the tensor-core flash prefill kernel")  \
+    X(GPU_GEMV_MAX, INT, "64", 0, 1000000000, "GPU: most tokens a quantized product runs as GEMVs") \
+    X(GPU_MMQ_MAX, INT, "128", 0, 1000000000, "GPU: most tokens a product runs on MMQ (0 = never)") \
+    X(GPU_MMQ_MIN, INT, "5", 1, 1000000000, "GPU: fewest tokens a product runs on MMQ")             \
+    X(MMQ_CFG, INT, "0", 0, 3, "GPU MMQ tiles: 0 auto, 1 32-token, 2 64-token 2-stage, 3 64-token") \
+    X(MMQ_SLOTS, INT, "2", 1, 2, "GPU MMQ split-K: blocks per SM the splits aim to fill")           \
+    X(SAMPLE_SPLIT, BOOL, "off", 0, 0, "GPU sampler: split the vocabulary over blocks above 4 rows too") \
+    X(SAMPLE_NO_SPLIT, BOOL, "off", 0, 0, "GPU sampler: never split the vocabulary (one block a row)") \
+    X(BENCH_CALLS, INT, "64", 1, 1000000, "GPU micro-benchmark: fewest product calls per captured graph")
+
+typedef enum rf_knob_type { RF_KNOB_BOOL, RF_KNOB_INT, RF_KNOB_FLOAT, RF_KNOB_STRING } rf_knob_type;
+
+#define RF_KNOB_ENUM_(id, type, def, lo, hi, meaning) RF_KNOB_##id,
+typedef enum rf_knob { RF_KNOBS(RF_KNOB_ENUM_) RF_KNOB_COUNT } rf_knob;
+#undef RF_KNOB_ENUM_
+
+typedef struct rf_knob_info {
+    const char *name;    /* "RF_GPU_SYNC" */
+    rf_knob_type type;
+    const char *def;     /* the default, in the knob's syntax ("" = unset) */
+    int64_t lo, hi;      /* INT only: the accepted range */
+    const char *meaning; /* one line */
+} rf_knob_info;
+
+/* The registry's entry for k (NULL outside 0..RF_KNOB_COUNT-1). */
+const rf_knob_info *rf_knob_describe(rf_knob k);
+/* "bool", "int", "float", "string". */
+const char *rf_knob_type_name(rf_knob_type t);
+
+/* Reads every knob from the environment (once per process), logs each one that is set at info
+ * level (once), and returns RF_ERR_INVALID_ARG naming the first knob whose value does not parse
+ * (such a knob keeps its default). The CLI calls it before a command, rf_model_load before it
+ * loads; the accessors below read the environment themselves if nothing did yet. */
+rf_status rf_knobs_init(void);
+
+/* Values: the environment's when set and valid, else the default. */
+bool rf_knob_bool(rf_knob k);
+int64_t rf_knob_int(rf_knob k);
+double rf_knob_float(rf_knob k);
+const char *rf_knob_str(rf_knob k); /* NULL when unset (or empty) */
+bool rf_knob_is_set(rf_knob k);     /* the variable has a valid, non-empty value */
+
+/* Parses a value with the knob's rule: RF_OK and *_out, or RF_ERR_INVALID_ARG naming the knob.
+ * Booleans: 1/true/yes/on and 0/false/no/off, any case. Ints: decimal within [lo, hi]. */
+rf_status rf_knob_parse_bool(rf_knob k, const char *s, bool *out);
+rf_status rf_knob_parse_int(rf_knob k, const char *s, int64_t *out);
+
+/* For tests only: gives knob k the value s as if the environment had it (NULL = unset), since
+ * the environment is read once. Not thread-safe against readers; call it between runs. */
+rf_status rf_knob_override(rf_knob k, const char *s);
+
+/* The table `rocmforge --help-env` prints: one line per knob, name, type, default, meaning. */
+void rf_knobs_print(FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,29 @@
+/* test_hooks_env.c — rocmforge-test's start: the test hooks (src/core/test_hooks.h) from the test
+ * variables RF_SERVE_LOAD_DELAY_MS, RF_SERVE_TEST_FAULTS, RF_TP_ONE_DEVICE and RF_TP_CPU_RANKS.
+ * Linked only into rocmforge-test (tests/CMakeLists.txt), never into rocmforge, which ignores them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/test_hooks.h"
+
+void rf_test_hooks_from_env(void);
+
+static bool env_on(const char *name) {
+    const char *e = getenv(name);
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+void rf_test_hooks_from_env(void) {
+    rf_test_hooks h = {0};
+    const char *d = getenv("RF_SERVE_LOAD_DELAY_MS");
+    h.serve_load_delay_ms = d ? atoi(d) : 0;
+    h.serve_faults = env_on("RF_SERVE_TEST_FAULTS");
+    h.tp_one_device = env_on("RF_TP_ONE_DEVICE");
+    h.tp_cpu_ranks = env_on("RF_TP_CPU_RANKS");
+    if (h.serve_load_delay_ms <= 0 && !h.serve_faults && !h.tp_one_device && !h.tp_cpu_ranks) return;
+    fprintf(stderr, "rocmforge-test: test hooks in force (load delay %d ms, serve faults %s, tp on one device %s, "
+            "tp on CPU ranks %s)\n", h.serve_load_delay_ms, h.serve_faults ? "on" : "off",
+            h.tp_one_device ? "on" : "off", h.tp_cpu_ranks ? "on" : "off");
+    rf_test_hooks_set(&h);
+}
