@@ -11,7 +11,7 @@ One server on a free loopback port; N minutes (default 30) of mixed traffic from
             half-closed and reset connections
   health    GET /health once a second (must always be 200)
 Then it waits for the quiet state and asserts: the server is alive; every KV block free
-(/metrics: used 0, free + cached = total, no request active); open fds equal to the baseline
+(/metrics: used 0, free + cached = total, no request active); open fds at most the baseline
 taken after a warm-up with the same traffic; RSS at most the baseline + max(16 MiB, 10 %) (the
 allocator keeps what the warm-up grew; a leak grows with the request count, which the soak
 multiplies many times over). The KV pool's pages count in RSS from their first use, so the
@@ -421,7 +421,7 @@ def main():
     else:
         if used != 0 or free + cached != total or m.get("rocmforge_requests_active") != 0:
             fails.append("KV blocks or requests still held")
-        if fd1 != fd0:
+        if fd1 > fd0:  # a leak grows; fewer than at the baseline is a connection the baseline caught open
             fails.append(f"open fds {fd0} -> {fd1}")
         if rss1 > rss0 + max(16 << 20, rss0 // 10):
             fails.append(f"RSS grew {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB")
