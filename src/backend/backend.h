@@ -79,9 +79,19 @@ typedef struct rf_sample_row {
 } rf_sample_row;
 
 typedef enum rf_glu_kind {
-    RF_GLU_SWIGLU = 0, /* y = silu(gate) * up */
-    RF_GLU_GEGLU = 1   /* y = gelu_tanh(gate) * up */
+    RF_GLU_SWIGLU = 0,    /* y = silu(gate) * up */
+    RF_GLU_GEGLU = 1,     /* y = gelu_tanh(gate) * up */
+    RF_GLU_SWIGLU_OAI = 2 /* gpt-oss: g = min(gate, 7), u = clamp(up, -7, 7),
+                           * y = g * sigmoid(1.702 g) * (u + 1) */
 } rf_glu_kind;
+
+/* How a mixture-of-experts router turns its logits into the k chosen experts and their weights
+ * (op moe_route). */
+typedef enum rf_moe_gating {
+    RF_MOE_SOFTMAX = 0,      /* p = softmax over all experts; choose the k largest p (qwen3moe) */
+    RF_MOE_SIGMOID = 1,      /* p = sigmoid(logit); choose the k largest p + sel_bias */
+    RF_MOE_SOFTMAX_TOPK = 2  /* choose the k largest logits; p = softmax over those k (gpt-oss) */
+} rf_moe_gating;
 
 typedef struct rf_backend_ops {
     const char *name;
@@ -171,6 +181,33 @@ typedef struct rf_backend_ops {
      * y is packed. */
     rf_status (*glu_for)(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up,
                          int64_t n, rf_glu_kind kind, const rf_tensor *next);
+    /* ---- mixture of experts (docs/ARCHITECTURE.md §4.9); optional: NULL where not built ----
+     * Expert weights are GGUF's 3-D [n_in, n_out, n_expert] tensors held as one weight of
+     * n_expert * n_out rows: expert e is rows [e * n_out, (e + 1) * n_out). Expert ids are
+     * backend tensors of type RF_TYPE_I32, [n tokens, k] (k ids per row), written by
+     * moe_route and read by matmul_id on the backend (no host round-trip, so a step with
+     * experts stays one graph). */
+    /* Router: for each token t < n, logits[t] f32 [n_expert] -> the k chosen experts,
+     * ids[t, 0..k) in descending order of the choosing score (ties: the lower id first), and
+     * their weights wts[t, 0..k) f32: each chosen expert's p (gating), divided by the sum of
+     * the k when norm, times scale. sel_bias (NULL, or f32 [n_expert]) is added to p only to
+     * choose (RF_MOE_SIGMOID), never to the weights. 1 <= k <= n_expert; RF_ERR_INVALID_ARG
+     * otherwise. rf_ref_moe_route is the reference. */
+    rf_status (*moe_route)(rf_backend *be, rf_tensor *ids, rf_tensor *wts, const rf_tensor *logits,
+                           const rf_tensor *sel_bias, int64_t n, int64_t n_expert, int64_t k,
+                           rf_moe_gating gating, bool norm, float scale);
+    /* Indirect product: for token t < n and slot j < k, with e = ids[t, j],
+     * y[t * k + j] = W_e x_r (+ bias[e] when bias is not NULL: f32 [n_expert, n_out]),
+     * where x_r = x[t * k + j] when x_per_slot (x has n * k rows: the down product after the
+     * GLU), else x[t] (x has n rows). w as above with n_out rows per expert; y f32 [n * k, n_out]
+     * (no aliasing). Same tolerance as matmul. RF_ERR_RANGE for an id outside [0, n_expert) is
+     * the CPU's; a device backend clamps instead (the ids are its own router's). */
+    rf_status (*matmul_id)(rf_backend *be, rf_tensor *y, const rf_tensor *w, int64_t n_out, const rf_tensor *x,
+                           bool x_per_slot, const rf_tensor *ids, const rf_tensor *bias, int64_t n, int64_t k);
+    /* y[t] = sum_j wts[t, j] * z[t * k + j] over t < n: y f32 [n, m], z f32 [n * k, m],
+     * wts f32 [n, k]; the sum runs over j in order 0..k-1 (no aliasing). */
+    rf_status (*moe_combine)(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *wts, int64_t n,
+                             int64_t k, int64_t m);
     /* y[i] = a[i] + b[i] over n elements (y may alias a or b). */
     rf_status (*add)(rf_backend *be, rf_tensor *y, const rf_tensor *a, const rf_tensor *b, int64_t n);
     /* x[i] *= s over n elements. */
