@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/synth_model.h"
+#include "mkmodel/synth_model.h"
 
 static char g_dir[64];
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/synth_vocab.h"
+#include "mkmodel/synth_vocab.h"
 
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
