@@ -58,6 +58,9 @@ typedef struct rf_batch {
     int32_t max_blocks;         /* row stride of block_table */
     int32_t block_size;         /* rows per KV block */
     const int32_t *block_table; /* [n_seqs, max_blocks] physical block ids */
+    const int32_t *state_slot;  /* [n_seqs] each sequence's recurrent-state slot (models with gated
+                                 * DeltaNet layers; NULL otherwise): row of the ssm_conv /
+                                 * gated_delta state tensors */
     int32_t n_out;
     const int32_t *out_rows;    /* [n_out] increasing token indices whose outputs are wanted */
     int32_t max_pos;            /* > 0: a fixed upper bound of pos (graphs); else computed */
@@ -208,6 +211,37 @@ typedef struct rf_backend_ops {
      * wts f32 [n, k]; the sum runs over j in order 0..k-1 (no aliasing). */
     rf_status (*moe_combine)(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *wts, int64_t n,
                              int64_t k, int64_t m);
+    /* ---- gated DeltaNet (qwen35, qwen3next; docs/ARCHITECTURE.md §4.9); optional: NULL where
+     * not built. The references are in backend/ref/ref_deltanet.h. A sequence's state lives in
+     * row b->state_slot[s] of a state tensor (f32, one row per slot); the ops read a slot as
+     * zeros when the sequence's first token in the batch is at position 0 (a new or recomputed
+     * sequence), so a slot never needs clearing. Tokens of one sequence are contiguous. ---- */
+    /* Causal depthwise conv1d with its carried window, then SiLU: for sequence s with tokens
+     * t0..t1, win = [K-1 rows of state slot; x[t0..t1]] (rows of C), y[t, c] = silu(sum_{i<K}
+     * win[t - t0 + i, c] w[c, i]); the slot keeps the last K-1 rows of win. x f32 rows of C with
+     * its own stride (x->nb1: a column slice of a joined product), w f32 [C rows of K], state
+     * rows of (K-1)*C f32 (time-major), y f32 [n_tokens, C] packed (no aliasing). Sums in
+     * order i = 0..K-1 (ggml's ssm_conv). rf_ref_conv1d_batch is the twin; rel. L2 < 1e-5. */
+    rf_status (*ssm_conv)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, rf_tensor *state,
+                          const rf_batch *b, int64_t C, int64_t K);
+    /* The gated delta rule over the batch: row t of x (stride x->nb1) = [q (H_k heads of S),
+     * k (H_k heads), v (H_v heads)]; a, bt f32 [n_tokens, H_v] (the alpha and beta products);
+     * dt_bias, ssm_a f32 [H_v]. Per token and value head h (key head h % H_k):
+     * q, k L2-normalised (eps), g = softplus(a + dt_bias[h]) * ssm_a[h], beta = sigmoid(bt);
+     * M = exp(g) M; d = beta (v - M k); M += d k^T; out[t, h] = M q / sqrt(S), M the head's
+     * S x S state (row j: value index) in the sequence's slot of state (rows of H_v*S*S f32).
+     * out f32 [n_tokens, H_v*S] packed. Recurrent form per token, threaded over (sequence, head)
+     * pairs: batch-invariant. rf_ref_gated_delta_batch is the twin; rel. L2 < 1e-5. */
+    rf_status (*gated_delta)(rf_backend *be, rf_tensor *out, const rf_tensor *x, const rf_tensor *a,
+                             const rf_tensor *bt, const rf_tensor *dt_bias, const rf_tensor *ssm_a, rf_tensor *state,
+                             const rf_batch *b, int64_t H_k, int64_t H_v, int64_t S, float eps);
+    /* y[i] = x[i] * sigmoid(gate[i]) over n elements (qwen35's gated attention output); y may
+     * alias x. Twin rf_ref_sigmoid_mul. */
+    rf_status (*sigmoid_mul)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *gate, int64_t n);
+    /* Splits rows of 2n into their halves: y0[r] = x[r, 0..n), y1[r] = x[r, n..2n) for r < rows
+     * (qwen35's joined per-head query and gate); x, y0, y1 f32 packed, no aliasing. */
+    rf_status (*head_split)(rf_backend *be, rf_tensor *y0, rf_tensor *y1, const rf_tensor *x, int64_t rows, int64_t n);
+
     /* y[i] = a[i] + b[i] over n elements (y may alias a or b). */
     rf_status (*add)(rf_backend *be, rf_tensor *y, const rf_tensor *a, const rf_tensor *b, int64_t n);
     /* x[i] *= s over n elements. */

@@ -833,6 +833,10 @@ static const rf_backend_ops cpu_ops = {
     .add = cpu_add,
     .scale = cpu_scale,
     .softcap = cpu_softcap,
+    .ssm_conv = rf_cpu_ssm_conv,
+    .gated_delta = rf_cpu_gated_delta,
+    .sigmoid_mul = rf_cpu_sigmoid_mul,
+    .head_split = rf_cpu_head_split,
     .destroy = cpu_destroy,
 };
 

@@ -21,6 +21,16 @@ rf_status rf_cpu_scratch(rf_cpu *cpu, size_t size);
 rf_status rf_cpu_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x,
                         int64_t n_tokens);
 
+/* The gated DeltaNet ops (cpu_deltanet.c); contracts of rf_backend_ops.ssm_conv, gated_delta,
+ * sigmoid_mul, head_split. */
+rf_status rf_cpu_ssm_conv(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, rf_tensor *state,
+                          const rf_batch *b, int64_t C, int64_t K);
+rf_status rf_cpu_gated_delta(rf_backend *be, rf_tensor *out, const rf_tensor *x, const rf_tensor *a,
+                             const rf_tensor *bt, const rf_tensor *dt_bias, const rf_tensor *ssm_a, rf_tensor *state,
+                             const rf_batch *b, int64_t H_k, int64_t H_v, int64_t S, float eps);
+rf_status rf_cpu_sigmoid_mul(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *gate, int64_t n);
+rf_status rf_cpu_head_split(rf_backend *be, rf_tensor *y0, rf_tensor *y1, const rf_tensor *x, int64_t rows, int64_t n);
+
 /* dst[i] = f32 of n elements of a row of `type` (f32, f16, bf16 or any dequantizable type;
  * quantized rows start at a block boundary and n is a multiple of the block). */
 void rf_cpu_row_to_f32(rf_type type, const void *src, float *dst, int64_t n);
