@@ -171,11 +171,13 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
         rf_engine_free(e);
         return rf_set_error(RF_ERR_OOM, "engine: out of memory");
     }
-    if ((st = rf_kv_pool_new(n_blocks, block_size, prefix_cache, &e->pool))) {
+    /* a recurrent state cannot be rebuilt from cached KV blocks: no prefix cache for hybrids */
+    if ((st = rf_kv_pool_new(n_blocks, block_size, prefix_cache && rf_model_n_recurrent(m) == 0, &e->pool))) {
         rf_engine_free(e);
         return st;
     }
-    if ((st = rf_fwd_init(m, &e->f, n_blocks, block_size, n_batch, kv_type, on_dev ? lrows : 1))) {
+    if ((st = rf_fwd_init(m, &e->f, n_blocks, block_size, n_batch, kv_type, on_dev ? lrows : 1)) ||
+        (st = rf_engine_state_init(e))) {
         rf_engine_free(e);
         return st;
     }
@@ -234,6 +236,7 @@ void rf_engine_free(rf_engine *e) {
     }
     if (e->m) rf_fwd_free(e->m, &e->f);
     rf_kv_pool_free(e->pool);
+    rf_engine_state_free(e);
     free(e->running);
     free(e->waiting);
     free(e->b_ids);
@@ -793,6 +796,7 @@ static void fork_choices(rf_engine *e, rf_seq *s, const float *logits) {
         c->n_hashed = s->n_hashed;
         c->lookup_done = true;
         for (int32_t i = 0; i < c->n_blocks; i++) rf_kv_pool_ref(e->pool, c->blocks[i]);
+        rf_seq_state_fork(e, s, c);
         for (int32_t i = 0; i < s->n_prompt; i++) rf_sampler_accept(c->smp, s->tokens[i]);
         c->order = s->order; /* same arrival: preempted together with its siblings' rank */
         q->n_seqs++;
@@ -1015,6 +1019,7 @@ rf_status rf_engine_check(rf_engine *e) {
     for (int32_t i = 1; i < e->n_waiting && !st; i++)
         if (e->waiting[i - 1]->order > e->waiting[i]->order) st = rf_set_error(RF_ERR_INTERNAL, "waiting list out of order");
     if (!st) st = rf_kv_pool_check(e->pool, refs);
+    if (!st) st = rf_engine_state_check(e);
     free(refs);
     free(stamp);
     return st;

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "engine/kv_pool.h"
+#include "engine/state_pool.h"
 #include "model/model.h"
 
 #define RF_MAX_STOPS 16
@@ -56,6 +57,7 @@ typedef struct rf_seq {
     int32_t n_prompt;        /* tokens before generation began */
     int32_t n_computed;      /* leading tokens whose K/V are in the pool */
     int32_t *blocks, n_blocks, blocks_cap; /* block table */
+    int32_t state_ref;       /* recurrent-state slot + 1 (0: none; state_pool.h) */
     uint64_t *hashes;        /* [blocks_cap] hash chain of the leading full blocks */
     int32_t n_hashed;        /* leading blocks whose hash is known (published or found) */
     bool lookup_done;        /* prefix cache consulted since the last preemption */
@@ -133,6 +135,8 @@ struct rf_engine {
     rf_model *m;
     rf_fwd f;
     rf_kv_pool *pool;
+    struct rf_state_pool *spool; /* recurrent-state slots (hybrid models; NULL otherwise) */
+    int32_t *b_state;            /* [n_batch] the step's per-sequence slots (with spool) */
     int32_t n_ctx, n_parallel, n_batch, block_size, max_blocks; /* max_blocks: per sequence */
     rf_type kv_type;
     bool graphs;             /* decode steps as device graphs (RF_GPU_GRAPHS=0 turns them off) */

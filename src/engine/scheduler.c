@@ -21,6 +21,7 @@ void rf_seq_release_blocks(rf_engine *e, rf_seq *s) {
     s->n_hashed = 0;
     s->n_computed = 0;
     s->lookup_done = false;
+    rf_seq_state_release(e, s);
 }
 
 static void list_remove(rf_seq **list, int32_t *n, rf_seq *s) {
@@ -280,6 +281,10 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
         }
     }
 
+    /* ---- recurrent-state slots (hybrid models): one per sequence, or it sits this step out ---- */
+    for (int32_t i = 0; i < n_items && !st && e->spool; i++)
+        if (items[i].n && rf_seq_state_slot(e, items[i].s) == -2) items[i].n = 0;
+
     /* ---- the batch ---- */
     int32_t n_tok = 0, n_out = 0, n_seqs = 0, max_blocks = 1;
     for (int32_t i = 0; i < n_items; i++)
@@ -307,6 +312,7 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
             n_tok++;
         }
         memcpy(e->b_table + (size_t)i * max_blocks, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+        if (e->spool) e->b_state[i] = s->state_ref - 1;
         e->b_seqs[i] = s;
     }
     int32_t nv = e->m->hp.n_vocab;
@@ -367,7 +373,7 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
         int32_t nb = bucket ? bucket : n_tok;
         rf_batch b = {.n_tokens = nb, .ids = e->b_ids, .pos = e->b_pos, .seq = e->b_seq, .slot = e->b_slot,
                       .n_seqs = bucket ? bucket : n_items, .max_blocks = max_blocks, .block_size = B,
-                      .block_table = e->b_table, .n_out = bucket ? bucket : n_out, .out_rows = e->b_out,
+                      .block_table = e->b_table, .state_slot = e->spool ? e->b_state : NULL, .n_out = bucket ? bucket : n_out, .out_rows = e->b_out,
                       .max_pos = bucket ? e->n_ctx - 1 : 0, .n_sample = n_rows, .n_pen = n_pen,
                       .sample_rows = e->s_rows, .pen_ids = e->pen_ids, .pen_counts = e->pen_counts, .dev = NULL};
         if (gmode == RF_GRAPH_REPLAY) st = be->ops->batch_upload(be, &b);

@@ -61,6 +61,8 @@ const int32_t *rf_session_tokens(const rf_session *s) { return s->seq->tokens; }
 
 /* Drops positions >= n: the tokens, and the blocks that hold only such positions. */
 static void seq_truncate(rf_engine *e, rf_seq *q, int32_t n) {
+    /* a recurrent state cannot be rewound: a hybrid model's sequence is recomputed */
+    if (e->spool && n < q->n_computed) rf_seq_release_blocks(e, q);
     int32_t keep = (n + e->block_size - 1) / e->block_size;
     while (q->n_blocks > keep) rf_kv_pool_unref(e->pool, q->blocks[--q->n_blocks]);
     q->n_tokens = n;

@@ -20,6 +20,7 @@ typedef enum synth_arch {
     SYNTH_ARCH_SMOLLM3,
     SYNTH_ARCH_MISTRAL3,
     SYNTH_ARCH_PHI3,
+    SYNTH_ARCH_QWEN35,
     SYNTH_ARCH_COUNT
 } synth_arch;
 

@@ -96,6 +96,17 @@ const synth_preset synth_presets[] = {
     {"phi4-mini", "Phi-4-mini-instruct shapes (24 heads of 128, RoPE on 96 dims, longrope 4096 -> 131072, tied)",
      "Phi 4 Mini Instruct (synthetic)", "3.8B", SYNTH_ARCH_PHI3, 32, 3072, 8192, 24, 8, 128, 131072, 10000.0f,
      1e-5f, true, 0, 0, 0, 4096, {SYNTH_VOCAB_LLAMA3, 200064, 256}, "gpt-4o", 262144, 96, true},
+    /* qwen35 (Qwen3.5 dense, src/models/qwen35.cpp): three gated DeltaNet layers for every gated
+     * attention layer (Q product with a per-head output gate, RoPE on a quarter of the head as
+     * M-RoPE sections), value heads a multiple of the key heads. Qwen3.5-9B: 32 layers of 4096,
+     * 16 attention heads of 256 (4 KV), RoPE on 64 dims in sections [11, 11, 10], DeltaNet 16 key
+     * and 32 value heads of 128, conv 4, FFN 12288, 248320-token vocabulary (pre-tokenizer qwen35). */
+    {"tiny-qwen35", "4-layer qwen35 (3 gated DeltaNet layers: 2 key / 4 value heads of 64, conv 4; 1 gated attention layer: 4 heads of 64, RoPE on 16 dims), tied, 3072-token ChatML vocabulary",
+     "Tiny Qwen3.5 (synthetic)", "4M", SYNTH_ARCH_QWEN35, 4, 256, 512, 4, 2, 64, 262144, 10000000.0f, 1e-6f, true,
+     0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen35", 0, 16, false},
+    {"qwen3.5-9b", "Qwen3.5-9B shapes (24 gated DeltaNet + 8 gated attention layers)", "Qwen3.5 9B (synthetic)", "9B",
+     SYNTH_ARCH_QWEN35, 32, 4096, 12288, 16, 4, 256, 262144, 10000000.0f, 1e-6f, false, 0, 0, 0, 0,
+     {SYNTH_VOCAB_QWEN2, 248320, 248044}, "qwen35", 0, 64, false},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
@@ -264,6 +275,69 @@ static bool tensors_phi3(synth_tensor_list *l, const synth_preset *p, int32_t n_
     return true;
 }
 
+/* qwen35 (src/models/qwen35.cpp's loader): per layer attn_norm and post_attention_norm (the
+ * pre-FFN norm), the SwiGLU FFN, and either gated attention (attn_q of 2 x heads x head_dim:
+ * query and gate per head; Q/K norms) or the DeltaNet tensors (attn_qkv, attn_gate, ssm_*). A is
+ * stored as -exp(A_log) (negative: a decay); -0.5 keeps the decay moderate. */
+typedef struct qwen35_shape {
+    const char *preset;
+    int32_t ssm_conv, ssm_state, ssm_k_heads, ssm_v_heads, full_attn; /* DeltaNet sizes, attention every n-th */
+    int32_t rope_sections[3];                                         /* M-RoPE sections (rotated pairs) */
+} qwen35_shape;
+static const qwen35_shape k_qwen35[] = {
+    {"tiny-qwen35", 4, 64, 2, 4, 4, {3, 3, 2}},
+    {"qwen3.5-9b", 4, 128, 16, 32, 4, {11, 11, 10}},
+};
+static const qwen35_shape *qwen35_of(const synth_preset *p) {
+    for (size_t i = 0; i < sizeof k_qwen35 / sizeof *k_qwen35; i++)
+        if (!strcmp(k_qwen35[i].preset, p->name)) return &k_qwen35[i];
+    return &k_qwen35[0];
+}
+
+static bool tensors_qwen35(synth_tensor_list *l, const synth_preset *pp, int32_t n_layer, uint32_t n_vocab) {
+    const synth_preset *p = pp;
+    const qwen35_shape *x = qwen35_of(pp);
+    const int64_t E = p->n_embd, F = p->n_ff, D = p->head_dim, Q = (int64_t)p->n_head * D, KV = (int64_t)p->n_head_kv * D;
+    const int64_t S = x->ssm_state, KD = S * x->ssm_k_heads, VD = S * x->ssm_v_heads, C = 2 * KD + VD;
+    const float emb_std = 2.0f / sqrtf((float)E);
+    ADD("token_embd.weight", 2, E, n_vocab, SYNTH_GEN_RANDOM, emb_std);
+    ADD("output_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+    if (!p->tied) ADD("output.weight", 2, E, n_vocab, SYNTH_GEN_RANDOM, emb_std);
+    char nm[64];
+    for (int32_t i = 0; i < n_layer; i++) {
+#define QADD(suffix, ...)                             \
+    do {                                              \
+        snprintf(nm, sizeof nm, "blk.%d." suffix, i); \
+        ADD(nm, __VA_ARGS__);                         \
+    } while (0)
+        QADD("attn_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+        QADD("post_attention_norm.weight", 1, E, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
+        if ((i + 1) % x->full_attn == 0) {
+            QADD("attn_q.weight", 2, E, 2 * Q, SYNTH_GEN_RANDOM, mat_std(E));
+            QADD("attn_k.weight", 2, E, KV, SYNTH_GEN_RANDOM, mat_std(E));
+            QADD("attn_v.weight", 2, E, KV, SYNTH_GEN_RANDOM, mat_std(E));
+            QADD("attn_output.weight", 2, Q, E, SYNTH_GEN_RANDOM, mat_std(Q));
+            QADD("attn_q_norm.weight", 1, D, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
+            QADD("attn_k_norm.weight", 1, D, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
+        } else {
+            QADD("attn_qkv.weight", 2, E, C, SYNTH_GEN_RANDOM, mat_std(E));
+            QADD("attn_gate.weight", 2, E, VD, SYNTH_GEN_RANDOM, mat_std(E));
+            QADD("ssm_conv1d.weight", 2, x->ssm_conv, C, SYNTH_GEN_RANDOM, mat_std(x->ssm_conv));
+            QADD("ssm_dt.bias", 1, x->ssm_v_heads, 1, SYNTH_GEN_RANDOM, 0.5f);
+            QADD("ssm_a", 1, x->ssm_v_heads, 1, SYNTH_GEN_CONST, -0.5f);
+            QADD("ssm_beta.weight", 2, E, x->ssm_v_heads, SYNTH_GEN_RANDOM, mat_std(E));
+            QADD("ssm_alpha.weight", 2, E, x->ssm_v_heads, SYNTH_GEN_RANDOM, mat_std(E));
+            QADD("ssm_norm.weight", 1, S, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
+            QADD("ssm_out.weight", 2, VD, E, SYNTH_GEN_RANDOM, mat_std(VD));
+        }
+        QADD("ffn_gate.weight", 2, E, F, SYNTH_GEN_RANDOM, mat_std(E));
+        QADD("ffn_up.weight", 2, E, F, SYNTH_GEN_RANDOM, mat_std(E));
+        QADD("ffn_down.weight", 2, F, E, SYNTH_GEN_RANDOM, mat_std(F));
+#undef QADD
+    }
+    return true;
+}
+
 static bool tensors_llama(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
                           uint32_t n_vocab) {
     return tensors_llama_like(l, p, n_layer, n_vocab, false);
@@ -359,6 +433,24 @@ static rf_status write_kv_phi3(rf_gguf_writer *w, const synth_preset *p, int32_t
     return st;
 }
 
+/* qwen35 (conversion/qwen.py Qwen3_5TextModel): key/value length, partial rope.dimension_count,
+ * the M-RoPE sections, the ssm.* sizes and the attention interval. */
+static rf_status write_kv_qwen35(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    rf_status st = write_kv_common(w, p, n_layer, "qwen35", KV_HEAD_LEN);
+    if (st) return st;
+    const qwen35_shape *x = qwen35_of(p);
+    const int32_t sec[4] = {x->rope_sections[0], x->rope_sections[1], x->rope_sections[2], 0};
+    if ((st = rf_gguf_set_u32(w, "qwen35.rope.dimension_count", (uint32_t)(p->n_rot ? p->n_rot : p->head_dim))) ||
+        (st = rf_gguf_set_arr(w, "qwen35.rope.dimension_sections", RF_GGUF_INT32, sec, 4)) ||
+        (st = rf_gguf_set_u32(w, "qwen35.ssm.conv_kernel", (uint32_t)x->ssm_conv)) ||
+        (st = rf_gguf_set_u32(w, "qwen35.ssm.state_size", (uint32_t)x->ssm_state)) ||
+        (st = rf_gguf_set_u32(w, "qwen35.ssm.group_count", (uint32_t)x->ssm_k_heads)) ||
+        (st = rf_gguf_set_u32(w, "qwen35.ssm.time_step_rank", (uint32_t)x->ssm_v_heads)) ||
+        (st = rf_gguf_set_u32(w, "qwen35.ssm.inner_size", (uint32_t)(x->ssm_state * x->ssm_v_heads))))
+        return st;
+    return rf_gguf_set_u32(w, "qwen35.full_attention_interval", (uint32_t)x->full_attn);
+}
+
 /* src/models/gemma3.cpp has no 70B type. */
 static bool is_70b_never(const synth_preset *p, int32_t n_layer) {
     (void)p;
@@ -385,6 +477,7 @@ static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_SMOLLM3] = {"smollm3", write_kv_smollm3, tensors_llama, is_70b_never},
     [SYNTH_ARCH_MISTRAL3] = {"mistral3", write_kv_mistral3, tensors_llama, is_70b_never},
     [SYNTH_ARCH_PHI3] = {"phi3", write_kv_phi3, tensors_phi3, is_70b_never},
+    [SYNTH_ARCH_QWEN35] = {"qwen35", write_kv_qwen35, tensors_qwen35, is_70b_never},
 };
 
 const synth_arch_info *synth_arch_get(synth_arch a) {

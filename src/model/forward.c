@@ -135,6 +135,7 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
 }
 
 void rf_fwd_free(rf_model *m, rf_fwd *f) {
+    rf_fwd_rec_free(m, f);
     const int32_t tp = n_shards(m), n_pools = tp * m->hp.n_layer, ndev = multi_gpu(m) ? tp : 1;
     for (int il = 0; il < n_pools && f->kc && f->vc; il++) {
         rf_backend *be = rf_model_be(m, il / m->hp.n_layer);
@@ -328,7 +329,10 @@ static rf_status ffn_dense_glu(const step *t, int s, int il) {
 static rf_status mixer(const step *t, int s, int il) {
     const rf_layer *L = &t->m->layers[il];
     switch (L->mixer) {
-    case RF_MIXER_ATTENTION: return mixer_attention(t, s, il);
+    case RF_MIXER_ATTENTION:
+        if (L->attn_gate) return rf_mixer_gated_attention(t->m, t->f, t->b[0], il, t->n); /* qwen35 */
+        return mixer_attention(t, s, il);
+    case RF_MIXER_DELTANET: return rf_mixer_deltanet(t->m, t->f, t->b[0], il, t->n);
     }
     return rf_set_error(RF_ERR_UNSUPPORTED, "forward: layer %d: unknown mixer %d", il, (int)L->mixer);
 }

@@ -10,7 +10,9 @@
 /* What one layer is made of (docs/ARCHITECTURE.md §4.9): a mixer and a feed-forward block, each chosen per
  * layer by the architecture's table (model_arch.c). The forward switches on these. */
 typedef enum rf_mixer_kind {
-    RF_MIXER_ATTENTION = 0 /* causal grouped-query attention with its variants as data below */
+    RF_MIXER_ATTENTION = 0, /* causal grouped-query attention with its variants as data below */
+    RF_MIXER_DELTANET       /* gated DeltaNet (qwen35): conv1d + gated delta rule over a state slot
+                             * per sequence (forward_deltanet.c) */
 } rf_mixer_kind;
 
 typedef enum rf_ffn_kind {
@@ -27,6 +29,10 @@ enum {
     RF_AF_FUSED_GATE_UP = 1u << 4,/* ffn_up.weight holds [gate; up] and there is no ffn_gate (phi3) */
     RF_AF_FULL_ROT = 1u << 5,     /* rope.dimension_count must be the whole head */
     RF_AF_EMBED_SCALE = 1u << 6,  /* embeddings times sqrt(n_embd) (gemma) */
+    RF_AF_DELTANET = 1u << 7,     /* hybrid (qwen35): gated DeltaNet layers, and every
+                                   * full_attention_interval-th layer gated attention (its Q
+                                   * product holds a per-head output gate); the pre-FFN norm is
+                                   * named post_attention_norm */
 };
 
 /* One architecture: its name in general.architecture, the variants it uses, and the hook that
@@ -64,6 +70,10 @@ typedef struct rf_hparams {
     float final_softcap;       /* > 0: logits = cap * tanh(logits / cap) */
     float embed_scale;         /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
     rf_glu_kind glu;
+    /* gated DeltaNet layers (RF_AF_DELTANET): conv kernel, key heads (groups) and value heads of
+     * ssm_d_state each (inner size = value heads * d_state), every full_attn_every-th layer
+     * attention */
+    int32_t ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank, ssm_d_inner, full_attn_every;
 } rf_hparams;
 
 typedef struct rf_layer {
@@ -74,6 +84,11 @@ typedef struct rf_layer {
     /* joined products: [wq; wk; wv] and [ffn_gate; ffn_up], stored so in the file (phi3) or
      * joined by the backend (weight_join); the parts are then views into these */
     rf_tensor wqkv, ffn_gu;
+    /* gated DeltaNet (RF_MIXER_DELTANET; wqkv is then its joined q/k/v product): the output
+     * gate z product, the conv taps (f32 [C rows of K]), dt bias and A (f32 [value heads]), the
+     * beta and alpha products, the per-head output norm, the output product */
+    rf_tensor ssm_gate, ssm_conv1d, ssm_dt, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out;
+    bool attn_gate;            /* qwen35 attention: wq holds [q_h; gate_h] per head; out *= sigmoid(gate) */
     bool is_swa;
     bool rope;                 /* RoPE on Q and K (false: a NoPE layer, smollm3) */
     float rope_base, rope_scale;
@@ -131,11 +146,39 @@ typedef struct rf_fwd {
     rf_tensor *part;                     /* tp > 1 on one backend: [tp - 1] partial O / down outputs
                                           * [n_batch, n_embd] of shards 1.. (shard 0 writes o), summed by
                                           * the all-reduce */
+    struct rf_fwd_rec *rec;              /* gated DeltaNet layers' buffers and state slots (NULL for
+                                          * models without; forward_deltanet.c) */
     struct rf_fwd *dev;                  /* several GPUs: [tp - 1] GPU 1..'s own buffers x .. qkv (this
                                           * struct's are GPU 0's), each sized for one shard's heads */
 } rf_fwd;
 
 #define RF_LOGIT_ROWS 32
+
+/* ---- gated DeltaNet layers (forward_deltanet.c) ---- */
+/* The recurrent layers' step buffers and the per-sequence state slots (DESIGN: a sequence's
+ * cache is its KV pages plus, for recurrent layers, a fixed-size slot): for each DeltaNet layer
+ * a conv-window tensor (rows n_slots of (K-1)*C f32) and a delta-rule state tensor (rows n_slots
+ * of value heads * d_state^2 f32). Slot i of every layer belongs to one sequence. */
+typedef struct rf_fwd_rec {
+    int32_t n_slots;
+    rf_tensor *conv, *ssm;            /* [n_layer] (attention layers' stay empty) */
+    rf_tensor mix, cv, z, a, b, core; /* [n_batch, ...] DeltaNet activations */
+    rf_tensor qg, gate;               /* [n_batch, ...] gated attention: Q and gate, the gate */
+} rf_fwd_rec;
+/* Number of gated DeltaNet layers (0: the model needs no state slots). */
+int32_t rf_model_n_recurrent(const rf_model *m);
+/* Bytes of one state slot over all layers (the memory plan). */
+uint64_t rf_state_slot_bytes(const rf_model *m);
+/* Allocates f->rec for n_slots sequences (nothing for a model without recurrent layers);
+ * rf_fwd_free releases it. */
+rf_status rf_fwd_rec_init(rf_model *m, rf_fwd *f, int32_t n_slots);
+void rf_fwd_rec_free(rf_model *m, rf_fwd *f);
+/* Copies state slot src to dst in every recurrent layer (forking a sequence's choices). */
+rf_status rf_fwd_copy_slot(rf_model *m, rf_fwd *f, int32_t dst, int32_t src);
+/* The layer blocks (tp 1, one backend): the DeltaNet mixer and qwen35's gated attention, reading
+ * f->h and writing f->o for the n tokens of b. */
+rf_status rf_mixer_deltanet(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int64_t n);
+rf_status rf_mixer_gated_attention(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int64_t n);
 
 /* Bytes of K and V per position over all layers for a KV type (f32, f16, q8_0). */
 rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out);

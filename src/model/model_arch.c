@@ -44,6 +44,68 @@ static rf_status hp_mistral3(rf_model *m) {
  * SWA is disabled there), so it is ignored here too. The longrope factors and
  * rope.scaling.attn_factor are read with the weights (model_load.c). */
 
+/* qwen35 (Qwen3.5 dense): gated DeltaNet layers with every full_attention_interval-th layer
+ * (default 4) gated full attention. The DeltaNet sizes: ssm.conv_kernel, ssm.state_size (the
+ * key and value head size), ssm.group_count (key heads), ssm.time_step_rank (value heads),
+ * ssm.inner_size (= value heads x state size). RoPE is llama.cpp's interleaved M-RoPE; for text
+ * every position component is the token's position, so wherever rope.dimension_sections
+ * assigns each rotated pair to the t/h/w components it is NeoX RoPE over rope.dimension_count
+ * dimensions (the pairs of the 4th component would not rotate: refused). MTP blocks
+ * (nextn_predict_layers) follow the main layers and are not run. */
+static rf_status hp_qwen35(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    if ((st = rf_meta_req_i32(m, "ssm.conv_kernel", &hp->ssm_d_conv)) || (st = rf_meta_req_i32(m, "ssm.state_size", &hp->ssm_d_state)) ||
+        (st = rf_meta_req_i32(m, "ssm.group_count", &hp->ssm_n_group)) ||
+        (st = rf_meta_req_i32(m, "ssm.time_step_rank", &hp->ssm_dt_rank)) ||
+        (st = rf_meta_req_i32(m, "ssm.inner_size", &hp->ssm_d_inner)))
+        return st;
+    if (hp->ssm_d_conv > 64 || hp->ssm_d_state > 1024 || hp->ssm_n_group > 4096 || hp->ssm_dt_rank > 4096 ||
+        hp->ssm_dt_rank % hp->ssm_n_group || (int64_t)hp->ssm_dt_rank * hp->ssm_d_state != hp->ssm_d_inner)
+        return rf_set_error(RF_ERR_FORMAT, "model metadata: qwen35.ssm: conv %d, state %d, %d key heads, %d value heads, "
+                            "inner %d do not fit (value heads a multiple of key heads, inner = value heads x state)",
+                            hp->ssm_d_conv, hp->ssm_d_state, hp->ssm_n_group, hp->ssm_dt_rank, hp->ssm_d_inner);
+    hp->full_attn_every = 4;
+    if ((st = rf_meta_opt_i32(m, "full_attention_interval", &hp->full_attn_every))) return st;
+    if (hp->full_attn_every < 1)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: qwen35.full_attention_interval = %d", hp->full_attn_every);
+    char k[96];
+    snprintf(k, sizeof k, "%s.attention.recurrent_layers", hp->arch_name);
+    if (rf_gguf_find_key(m->g, k) >= 0)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: '%s' (an explicit layer pattern) is not supported", k);
+    int32_t nextn = 0;
+    if ((st = rf_meta_opt_i32(m, "nextn_predict_layers", &nextn))) return st;
+    if (nextn >= hp->n_layer)
+        return rf_set_error(RF_ERR_FORMAT, "model metadata: qwen35.nextn_predict_layers = %d of %d blocks", nextn, hp->n_layer);
+    hp->n_layer -= nextn;
+    /* M-RoPE sections: with text positions (t = h = w = pos, e = 0) llama.cpp's interleaved rule
+     * gives pair i the component of sector i % sum(sections): t, h or w (pos) unless it falls to e */
+    snprintf(k, sizeof k, "%s.rope.dimension_sections", hp->arch_name);
+    if (rf_gguf_find_key(m->g, k) >= 0) {
+        uint64_t n = 0;
+        const void *data = NULL;
+        const rf_gguf_value *val = rf_gguf_kv_value(m->g, rf_gguf_find_key(m->g, k));
+        if (val->type != RF_GGUF_ARRAY || (val->v.arr.elem_type != RF_GGUF_INT32 && val->v.arr.elem_type != RF_GGUF_UINT32) ||
+            rf_gguf_get_arr(m->g, k, -1, &n, &data) || n < 3 || n > 4)
+            return rf_set_error(RF_ERR_FORMAT, "model metadata: '%s' must be 3 or 4 integers", k);
+        const int32_t *sec = data;
+        int64_t s[4] = {sec[0], sec[1], sec[2], n > 3 ? sec[3] : 0}, sum = 0;
+        for (int i = 0; i < 4; i++) {
+            if (s[i] < 0 || s[i] > 1024) return rf_set_error(RF_ERR_FORMAT, "model metadata: '%s' out of range", k);
+            sum += s[i];
+        }
+        if (sum <= 0 || sum > hp->head_dim / 2) return rf_set_error(RF_ERR_FORMAT, "model metadata: '%s' sums to %lld", k, (long long)sum);
+        for (int64_t i = 0; i < hp->n_rot / 2; i++) {
+            int64_t sct = i % sum;
+            bool pos = (sct % 3 == 0 && sct < 3 * s[0]) || (sct % 3 == 1 && sct < 3 * s[1]) || (sct % 3 == 2 && sct < 3 * s[2]);
+            if (!pos)
+                return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: '%s' leaves rotated pair %lld to the 4th M-RoPE component (not supported)",
+                                    k, (long long)i);
+        }
+    }
+    return RF_OK;
+}
+
 static const rf_arch_desc k_archs[] = {
     {"llama", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, NULL},
     {"qwen2", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QKV_BIAS, 0, NULL},
@@ -53,6 +115,7 @@ static const rf_arch_desc k_archs[] = {
     {"smollm3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 4, NULL},
     {"mistral3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, hp_mistral3},
     {"phi3", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_FUSED_QKV | RF_AF_FUSED_GATE_UP, 0, NULL},
+    {"qwen35", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_DELTANET, 0, hp_qwen35},
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 
@@ -64,7 +127,7 @@ const rf_arch_desc *rf_arch_find(const char *name) {
 
 /* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
  * checks it against the table). */
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3"; }
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen35"; }
 
 int rf_arch_count(void) { return N_ARCHS; }
 const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }

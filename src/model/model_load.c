@@ -247,7 +247,11 @@ static rf_status load_attention(rf_model *m, rf_layer *L, int il) {
     snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
     const bool fused = (fl & RF_AF_FUSED_QKV) && rf_gguf_find_tensor(m->g, name);
     if ((st = bind_l(m, &L->attn_norm, il, "attn_norm.weight", E, 1, true))) return st;
-    if (fused) {
+    if (L->attn_gate) { /* qwen35: [q_h; gate_h] per head in one product, no biases */
+        if ((st = bind_l(m, &L->wq, il, "attn_q.weight", E, 2 * Q, true))) return st;
+        if ((st = bind_l(m, &L->wk, il, "attn_k.weight", E, KV, true))) return st;
+        if ((st = bind_l(m, &L->wv, il, "attn_v.weight", E, KV, true))) return st;
+    } else if (fused) {
         snprintf(name, sizeof name, "blk.%d.attn_qkv.bias", il);
         if (rf_gguf_find_tensor(m->g, name))
             return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (a joined Q/K/V bias) is not supported", name);
@@ -271,8 +275,36 @@ static rf_status load_attention(rf_model *m, rf_layer *L, int il) {
     if ((st = bind_l(m, &L->k_norm, il, "attn_k_norm.weight", D, 1, qk_norm))) return st;
     if (fused && (rf_has(&L->q_norm) || rf_has(&L->k_norm)))
         return rf_set_error(RF_ERR_UNSUPPORTED, "model: layer %d has a joined attn_qkv and Q/K norms (unsupported)", il);
+    if (fl & RF_AF_DELTANET) return RF_OK; /* its post_attention_norm is the pre-FFN norm (load_ffn) */
     if ((st = bind_l(m, &L->attn_post_norm, il, "post_attention_norm.weight", E, 1, fl & RF_AF_POST_NORMS))) return st;
     return RF_OK;
+}
+
+/* A gated DeltaNet layer's weights (qwen35; shapes as llama.cpp's loader checks them): the joined
+ * q/k/v product (conv channels C = 2 key_dim + value_dim), the z gate, the conv taps (f32), dt
+ * bias and A, beta and alpha, the per-head norm and the output product. */
+static rf_status load_deltanet(rf_model *m, rf_layer *L, int il) {
+    const rf_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, S = hp->ssm_d_state, HV = hp->ssm_dt_rank;
+    const int64_t KD = S * hp->ssm_n_group, VD = S * HV, C = 2 * KD + VD, K = hp->ssm_d_conv;
+    rf_status st;
+    const rf_backend_ops *op = m->be->ops;
+    if (!op->ssm_conv || !op->gated_delta || !op->sigmoid_mul || !op->head_split || m->tp_be)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: %s's gated DeltaNet layers run on the CPU only for now (--device cpu, no --tp)",
+                            hp->arch_name);
+    if ((st = bind_l(m, &L->attn_norm, il, "attn_norm.weight", E, 1, true))) return st;
+    if ((st = bind_l(m, &L->wqkv, il, "attn_qkv.weight", E, C, true))) return st;
+    if ((st = bind_l(m, &L->ssm_gate, il, "attn_gate.weight", E, VD, true))) return st;
+    if ((st = bind_l(m, &L->ssm_conv1d, il, "ssm_conv1d.weight", K, C, true))) return st;
+    if (L->ssm_conv1d.type != RF_TYPE_F32)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor 'blk.%d.ssm_conv1d.weight' has type %s; it must be f32", il,
+                            rf_type_name(L->ssm_conv1d.type));
+    if ((st = bind_l(m, &L->ssm_dt, il, "ssm_dt.bias", HV, 1, true))) return st;
+    if ((st = bind_l(m, &L->ssm_a, il, "ssm_a", HV, 1, true))) return st;
+    if ((st = bind_l(m, &L->ssm_beta, il, "ssm_beta.weight", E, HV, true))) return st;
+    if ((st = bind_l(m, &L->ssm_alpha, il, "ssm_alpha.weight", E, HV, true))) return st;
+    if ((st = bind_l(m, &L->ssm_norm, il, "ssm_norm.weight", S, 1, true))) return st;
+    return bind_l(m, &L->ssm_out, il, "ssm_out.weight", VD, E, true);
 }
 
 /* The feed-forward block of layer il: a dense GLU (gate and up apart, or one ffn_up holding
@@ -298,7 +330,8 @@ static rf_status load_ffn(rf_model *m, rf_layer *L, int il) {
         if (rf_gguf_find_tensor(m->g, name))
             return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (a feed-forward bias) is not supported", name);
     }
-    if ((st = bind_l(m, &L->ffn_norm, il, "ffn_norm.weight", E, 1, true))) return st;
+    const char *fnorm = (fl & RF_AF_DELTANET) ? "post_attention_norm.weight" : "ffn_norm.weight";
+    if ((st = bind_l(m, &L->ffn_norm, il, fnorm, E, 1, true))) return st;
     if (fl & RF_AF_FUSED_GATE_UP) {
         if ((st = bind_l(m, &L->ffn_gu, il, "ffn_up.weight", E, 2 * F, true))) return st;
         rf_tensor *gu[] = {&L->ffn_gate, &L->ffn_up};
@@ -363,7 +396,14 @@ static rf_status load_weights(rf_model *m) {
         L->is_swa = hp->n_swa > 0 && (hp->swa_pattern == 0 || il % hp->swa_pattern < hp->swa_pattern - 1);
         L->rope_base = L->is_swa ? hp->rope_base_swa : hp->rope_base;
         L->rope_scale = L->is_swa ? hp->rope_scale_swa : hp->rope_scale;
-        if ((st = load_attention(m, L, il))) return st;
+        const bool hybrid = hp->arch->flags & RF_AF_DELTANET;
+        if (hybrid && (il + 1) % hp->full_attn_every != 0) {
+            L->mixer = RF_MIXER_DELTANET;
+            if ((st = load_deltanet(m, L, il))) return st;
+        } else {
+            L->attn_gate = hybrid;
+            if ((st = load_attention(m, L, il))) return st;
+        }
         if ((st = load_ffn(m, L, il))) return st;
         if ((st = join_for_backend(m, L))) return st;
     }
@@ -568,7 +608,8 @@ static void free_weights(rf_model *m) {
         rf_layer *L = &m->layers[il];
         rf_tensor *t[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv, &L->bo,
                           &L->q_norm, &L->k_norm, &L->attn_post_norm, &L->ffn_norm, &L->ffn_gate, &L->ffn_up,
-                          &L->ffn_down, &L->ffn_post_norm, &L->wqkv, &L->ffn_gu};
+                          &L->ffn_down, &L->ffn_post_norm, &L->wqkv, &L->ffn_gu, &L->ssm_gate, &L->ssm_conv1d,
+                          &L->ssm_dt, &L->ssm_a, &L->ssm_beta, &L->ssm_alpha, &L->ssm_norm, &L->ssm_out};
         for (size_t i = 0; i < sizeof t / sizeof *t; i++) be->ops->free(be, t[i]);
     }
 }
