@@ -31,7 +31,8 @@ rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out)
         return rf_set_error(RF_ERR_INVALID_ARG, "KV cache type %s is not supported (f32, f16, q8_0)", rf_type_name(kv_type));
     /* every shard's pool on one backend; one shard's on each GPU of a split over several (what
      * the memory plan of each GPU needs) */
-    *out = (uint64_t)row * 2 * (uint64_t)m->hp.n_layer * (uint64_t)(multi_gpu(m) ? 1 : n_shards(m));
+    /* (gated DeltaNet layers keep no KV: their state lives in slots, forward_deltanet.c) */
+    *out = (uint64_t)row * 2 * (uint64_t)(m->hp.n_layer - rf_model_n_recurrent(m)) * (uint64_t)(multi_gpu(m) ? 1 : n_shards(m));
     return RF_OK;
 }
 
@@ -101,8 +102,10 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
     }
     for (int il = 0; il < n_pools; il++) {
         rf_backend *be = rf_model_be(m, il / hp->n_layer);
-        if ((st = rf_model_use(m, il / hp->n_layer)) || (st = be->ops->alloc(be, kv_type, KVs, rows, &f->kc[il])) ||
-            (st = be->ops->alloc(be, kv_type, KVs, rows, &f->vc[il]))) {
+        /* a gated DeltaNet layer has no KV: a one-row placeholder */
+        const int64_t lrows = m->layers[il % hp->n_layer].mixer == RF_MIXER_DELTANET ? 1 : rows;
+        if ((st = rf_model_use(m, il / hp->n_layer)) || (st = be->ops->alloc(be, kv_type, KVs, lrows, &f->kc[il])) ||
+            (st = be->ops->alloc(be, kv_type, KVs, lrows, &f->vc[il]))) {
             rf_fwd_free(m, f);
             return rf_set_error(st, "KV pool of %d blocks of %d positions: %s", n_blocks, block_size, rf_last_error());
         }
@@ -166,6 +169,7 @@ void rf_fwd_free(rf_model *m, rf_fwd *f) {
 rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src) {
     int64_t B = f->block_size;
     for (int il = 0; il < n_shards(m) * m->hp.n_layer; il++) {
+        if (m->layers[il % m->hp.n_layer].mixer == RF_MIXER_DELTANET) continue; /* no KV */
         rf_backend *be = rf_model_be(m, il / m->hp.n_layer);
         TRY(rf_model_use(m, il / m->hp.n_layer));
         TRY(be->ops->copy_rows(be, &f->kc[il], dst * B, src * B, B));

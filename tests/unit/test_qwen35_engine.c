@@ -127,7 +127,7 @@ static void make_prompts(int32_t nv) {
     rf_rng r;
     rf_rng_init(&r, rf_test_seed());
     for (int i = 0; i < NP; i++) {
-        g_plen[i] = 5 + (int)(rf_rng_u64(&r) % 60);
+        g_plen[i] = i < 4 ? 60 : 5 + (int)(rf_rng_u64(&r) % 60); /* 0..3: long enough to force preemption */
         for (int k = 0; k < g_plen[i]; k++) g_prompt[i][k] = 5 + (int32_t)(rf_rng_u64(&r) % (uint64_t)(nv - 10));
     }
 }
@@ -185,15 +185,16 @@ static void test_chunks_and_crowd(void **state) {
     assert_int_equal(rf_state_pool_n_free(e->spool), 5);
     for (int i = 0; i < NP; i++) same(&alone[i], &other[i], 0, "together", i);
     rf_engine_free(e);
-    /* preemption: a pool of 12 blocks of 16 for 5 sequences of up to 88 positions */
-    e = engine(m, 5, 16, 12);
+    /* preemption: 9 blocks of 16 (the least for a context of 128) for sequences of 84 positions
+     * (6 blocks each): two are admitted (4 blocks each for the prompt), then outgrow the pool */
+    e = engine(m, 5, 16, 9);
     e->logits_hook = on_logits;
     e->hook_user = &h;
-    for (int i = 0; i < NP; i++) submit(e, g_prompt[i], g_plen[i], 24, &other[i], 1, 0);
+    for (int i = 0; i < 4; i++) submit(e, g_prompt[i], g_plen[i], 24, &other[i], 1, 0);
     run_checked(e);
     int64_t pre = rf_engine_get_stat(e, RF_STAT_PREEMPTIONS);
     assert_true(pre > 0);
-    for (int i = 0; i < NP; i++) same(&alone[i], &other[i], 0, "after preemption", i);
+    for (int i = 0; i < 4; i++) same(&alone[i], &other[i], 0, "after preemption", i);
     printf("  chunks of 1/3/7/16 == one chunk; %d together == alone; %lld preemptions, same tokens\n", NP, (long long)pre);
     rf_engine_free(e);
     rf_model_free(m);
