@@ -572,6 +572,10 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
     if ((st = open_tp(m, &p))) goto fail;
     if (!m->be && (st = open_backend(m, &p))) goto fail;
     if ((st = load_weights(m))) goto fail;
+    if (p.tp > 1 && rf_model_n_recurrent(m) > 0) {
+        st = rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d: %s's gated DeltaNet layers cannot be split yet", p.tp, m->hp.arch_name);
+        goto fail;
+    }
     if ((st = rf_model_shard(m, p.tp))) goto fail;
     if (m->tp > 1) RF_LOGI("model: layers split over %d shards (%d heads, %d KV heads each)", m->tp, m->tp_head, m->tp_head_kv);
     if (m->progress && m->load_last < 1.0f) m->progress(1.0f, m->progress_user);

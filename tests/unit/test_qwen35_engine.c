@@ -258,11 +258,68 @@ static void test_cancel(void **state) {
     rf_model_free(m);
 }
 
+/* A randomized workload (random arrivals and prompt lengths, 1-3 choices, greedy or seeded
+ * sampling, cancellations) on a KV pool and a slot count small enough to run out: every step
+ * rf_engine_check (the state slots included); at the end every slot and block back; each
+ * finished, uncancelled request re-run alone gives the same tokens. */
+static void test_random(void **state) {
+    (void)state;
+    rf_model *m = load();
+    rf_rng rng;
+    rf_rng_init(&rng, rf_test_seed() + 7);
+    enum { NR = 40, STEPS = 260 };
+    static int32_t prompt[NR][50];
+    static out res[NR];
+    int plen[NR], nch[NR], seed[NR], maxt[NR], n_req = 0;
+    bool cancelled[NR] = {false};
+    rf_engine *e = engine(m, 4, 24, 9);
+    for (int step = 0; step < STEPS || rf_engine_get_stat(e, RF_STAT_RUNNING) + rf_engine_get_stat(e, RF_STAT_WAITING) > 0;
+         step++) {
+        if (step < STEPS - 40 && n_req < NR && rf_rng_u64(&rng) % 100 < 30) {
+            int i = n_req++;
+            plen[i] = 1 + (int)(rf_rng_u64(&rng) % 50);
+            for (int k = 0; k < plen[i]; k++) prompt[i][k] = 10 + (int32_t)(rf_rng_u64(&rng) % 3000);
+            nch[i] = rf_rng_u64(&rng) % 4 == 0 ? 2 + (int)(rf_rng_u64(&rng) % 2) : 1;
+            seed[i] = nch[i] > 1 || rf_rng_u64(&rng) % 2 ? 1 + (int)(rf_rng_u64(&rng) % 100) : 0;
+            maxt[i] = 1 + (int)(rf_rng_u64(&rng) % 40);
+            submit(e, prompt[i], plen[i], maxt[i], &res[i], nch[i], seed[i]);
+        }
+        if (n_req > 0 && rf_rng_u64(&rng) % 100 < 3) {
+            int i = (int)(rf_rng_u64(&rng) % (uint64_t)n_req);
+            if (res[i].done < nch[i] && rf_engine_cancel(e, res[i].id) == RF_OK) cancelled[i] = true;
+        }
+        if (rf_engine_step(e)) fail_msg("step %d: %s", step, rf_last_error());
+        if (rf_engine_check(e)) fail_msg("step %d: %s", step, rf_last_error());
+        assert_true(step < 20000);
+    }
+    assert_int_equal(rf_engine_get_stat(e, RF_STAT_BLOCKS_USED), 0);
+    assert_int_equal(rf_state_pool_n_free(e->spool), 4);
+    int64_t pre = rf_engine_get_stat(e, RF_STAT_PREEMPTIONS);
+    rf_engine_free(e);
+    e = engine(m, 1, 512, 0);
+    int compared = 0;
+    for (int i = 0; i < n_req; i++) {
+        assert_int_equal(res[i].done, nch[i]);
+        if (cancelled[i]) continue;
+        out alone;
+        submit(e, prompt[i], plen[i], maxt[i], &alone, nch[i], seed[i]);
+        run_checked(e);
+        for (int c = 0; c < nch[i]; c++)
+            if (alone.n[c] != res[i].n[c] || memcmp(alone.tok[c], res[i].tok[c], (size_t)alone.n[c] * 4))
+                fail_msg("request %d choice %d: tokens differ in the crowd and alone", i, c);
+        compared++;
+    }
+    printf("  random: %d requests, %lld preemptions, %d re-run alone with identical tokens\n", n_req, (long long)pre, compared);
+    rf_engine_free(e);
+    rf_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunks_and_crowd),
         cmocka_unit_test(test_choices),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_random),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
