@@ -264,6 +264,11 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
         }
     }
 
+    /* ---- recurrent-state slots (hybrid models): one per sequence, or it sits this step out
+     * (before the KV blocks, so a sequence that cannot run takes none) ---- */
+    for (int32_t i = 0; i < n_items && e->spool; i++)
+        if (items[i].n && rf_seq_state_slot(e, items[i].s) == -2) items[i].n = 0;
+
     /* ---- KV blocks for every scheduled position, preempting the newest when out ---- */
     for (int32_t i = 0; i < n_items && !st; i++) {
         rf_seq *s = items[i].s;
@@ -280,10 +285,6 @@ rf_status rf_sched_step(rf_engine *e, rf_seq *only) {
             if (victim == s) break;
         }
     }
-
-    /* ---- recurrent-state slots (hybrid models): one per sequence, or it sits this step out ---- */
-    for (int32_t i = 0; i < n_items && !st && e->spool; i++)
-        if (items[i].n && rf_seq_state_slot(e, items[i].s) == -2) items[i].n = 0;
 
     /* ---- the batch ---- */
     int32_t n_tok = 0, n_out = 0, n_seqs = 0, max_blocks = 1;
