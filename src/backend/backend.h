@@ -285,6 +285,13 @@ rf_status rf_backend_gpu_use(rf_backend *be);
 /* After a step recorded (graph_begin's RF_GRAPH_CAPTURE) or replayed on a GPU that does not
  * sample: ends the recording and launches it, or launches the recorded step (gpu_backend.c). */
 rf_status rf_backend_gpu_graph_run(rf_backend *be);
+/* Makes be a follower of lead (both GPU backends of one split; lead NULL: on its own again): its
+ * decode steps are recorded into lead's graph, one graph over every GPU launched by lead's
+ * sample. Drops be's recorded steps. */
+void rf_backend_gpu_set_lead(rf_backend *be, rf_backend *lead);
+/* Ends a recording in progress and destroys every recorded step (before a split's communicator
+ * goes: graphs with NCCL kernels hold it). */
+void rf_backend_gpu_drop_graphs(rf_backend *be);
 /* Waits for the backend's last batch copy, before graph_begin (gpu_backend.c). */
 rf_status rf_backend_gpu_settle(rf_backend *be);
 int rf_backend_gpu_device(rf_backend *be);

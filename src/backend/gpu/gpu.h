@@ -85,6 +85,10 @@ rf_status rf_gpu_stall(rf_gpu_ctx *ctx, unsigned us);
 rf_status rf_gpu_capture_begin(rf_gpu_ctx *ctx);
 rf_status rf_gpu_capture_end(rf_gpu_ctx *ctx, void **exec);
 rf_status rf_gpu_graph_launch(rf_gpu_ctx *ctx, void *exec);
+/* A recording over several GPUs: ctx's stream joins (fork) the recording open on lead's stream,
+ * and later rejoins it (join) before lead's recording ends; gpu_graph.cu says more. */
+rf_status rf_gpu_capture_fork(rf_gpu_ctx *lead, rf_gpu_ctx *ctx);
+rf_status rf_gpu_capture_join(rf_gpu_ctx *lead, rf_gpu_ctx *ctx);
 void rf_gpu_graph_destroy(void *exec);
 void *rf_gpu_scratch_base(rf_gpu_ctx *ctx);
 

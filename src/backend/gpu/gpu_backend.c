@@ -43,6 +43,10 @@ typedef struct gpu_be {
     } graphs[RF_MAX_GRAPHS];
     int n_graphs, mode, cur;
     const void *owner;
+    /* a tensor-parallel split's GPU other than the sampling one (rf_backend_gpu_set_lead): its
+     * step is recorded into lead's graph (one graph over every GPU), never into its own; its
+     * recorded entries then hold IN_LEAD instead of an executable graph */
+    struct gpu_be *lead;
     unsigned epoch;   /* bumped when a buffer a graph recorded moves */
     int64_t n_up, n_down, n_launch; /* per-step transfer counters (RF_GPU_STEP_TRACE) */
     /* Fusions (RF_GPU_UNFUSED=1 turns them off, for A/B runs and the fused-vs-unfused test):
@@ -127,12 +131,25 @@ static rf_status g_read_rows(rf_backend *be, const rf_tensor *t, int64_t r0, int
 
 static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* Ends a recording in progress without keeping it. */
+/* the graph of a follower's recorded step lives in its lead's */
+static char in_lead_mark;
+#define IN_LEAD ((void *)&in_lead_mark)
+
+static void graph_free(void *x) {
+    if (x != IN_LEAD) rf_gpu_graph_destroy(x);
+}
+
+/* Ends a recording in progress without keeping it. A follower's stream is joined back into its
+ * lead's recording (which its lead then ends: drop the followers first). */
 static void drop_capture(gpu_be *g) {
     if (g->mode == RF_GRAPH_CAPTURE) {
-        void *x = NULL;
-        rf_gpu_capture_end(g->ctx, &x);
-        rf_gpu_graph_destroy(x);
+        if (g->lead) {
+            (void)rf_gpu_capture_join(g->lead->ctx, g->ctx);
+        } else {
+            void *x = NULL;
+            rf_gpu_capture_end(g->ctx, &x);
+            rf_gpu_graph_destroy(x);
+        }
     }
     g->mode = RF_GRAPH_NONE;
 }
@@ -592,7 +609,7 @@ static rf_status g_sample(rf_backend *be, const rf_tensor *logits, const rf_batc
 }
 
 static void drop_graphs(gpu_be *g) {
-    for (int i = 0; i < g->n_graphs; i++) rf_gpu_graph_destroy(g->graphs[i].exec);
+    for (int i = 0; i < g->n_graphs; i++) graph_free(g->graphs[i].exec);
     g->n_graphs = 0;
 }
 
@@ -613,7 +630,7 @@ static int g_graph_begin(rf_backend *be, const void *owner, int key) {
     }
     if (g->graphs[i].exec &&
         (g->graphs[i].epoch != g->epoch || g->graphs[i].scratch_at != rf_gpu_scratch_base(g->ctx))) {
-        rf_gpu_graph_destroy(g->graphs[i].exec); /* buffers it recorded have moved */
+        graph_free(g->graphs[i].exec); /* buffers it recorded have moved */
         g->graphs[i].exec = NULL;
         g->graphs[i].seen = 0;
     }
@@ -622,7 +639,10 @@ static int g_graph_begin(rf_backend *be, const void *owner, int key) {
     /* the first step of a shape runs eagerly (it sizes the scratch arena and the buffers);
      * the second is recorded */
     if (g->graphs[i].seen++ == 0) return g->mode = RF_GRAPH_NONE;
-    if (pin_settle(g) || rf_gpu_capture_begin(g->ctx)) return g->mode = RF_GRAPH_NONE;
+    if (pin_settle(g)) return g->mode = RF_GRAPH_NONE;
+    if (g->lead ? g->lead->mode != RF_GRAPH_CAPTURE || rf_gpu_capture_fork(g->lead->ctx, g->ctx)
+                : rf_gpu_capture_begin(g->ctx) != RF_OK)
+        return g->mode = RF_GRAPH_NONE;
     return g->mode = RF_GRAPH_CAPTURE;
 }
 
@@ -740,14 +760,25 @@ const char *rf_backend_gpu_name(rf_backend *be) {
 
 rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be) { return G(be)->ctx; }
 
-/* A split over several GPUs (docs/tp.md, RF_TP_GRAPHS=1): the GPUs other than the sampling one
- * have no sample op to end their recording and launch it; this does, right before the sampling
- * GPU's sample: CAPTURE ends the recording and launches it for this step, REPLAY launches the
- * recorded step (batch_upload has filled the pinned buffer its first copy reads). */
+/* A split over several GPUs (docs/tp.md): the GPUs other than the sampling one have no sample
+ * op to end their part of a recorded step; this does, right before the sampling GPU's sample.
+ * A follower (rf_backend_gpu_set_lead): CAPTURE joins its stream back into the lead's
+ * recording, so the lead's graph holds its step; REPLAY does nothing (batch_upload has filled
+ * the pinned buffer the lead's graph copies from; the lead's sample launches it all). A GPU with
+ * graphs of its own: CAPTURE ends the recording and launches it, REPLAY launches it. */
 rf_status rf_backend_gpu_graph_run(rf_backend *be) {
     gpu_be *g = G(be);
     const int mode = g->mode;
     g->mode = RF_GRAPH_NONE;
+    if (g->lead) {
+        if (mode != RF_GRAPH_CAPTURE) return RF_OK;
+        rf_status st = rf_gpu_capture_join(g->lead->ctx, g->ctx);
+        if (st) return st;
+        g->graphs[g->cur].exec = IN_LEAD;
+        g->graphs[g->cur].epoch = g->epoch;
+        g->graphs[g->cur].scratch_at = rf_gpu_scratch_base(g->ctx);
+        return RF_OK;
+    }
     if (mode == RF_GRAPH_CAPTURE) {
         void *x = NULL;
         rf_status st = rf_gpu_capture_end(g->ctx, &x);
@@ -760,6 +791,19 @@ rf_status rf_backend_gpu_graph_run(rf_backend *be) {
     }
     g->n_launch++;
     return rf_gpu_graph_launch(g->ctx, g->graphs[g->cur].exec);
+}
+
+void rf_backend_gpu_drop_graphs(rf_backend *be) {
+    gpu_be *g = G(be);
+    drop_capture(g);
+    drop_graphs(g);
+}
+
+void rf_backend_gpu_set_lead(rf_backend *be, rf_backend *lead) {
+    gpu_be *g = G(be);
+    drop_capture(g);
+    drop_graphs(g);
+    g->lead = lead ? G(lead) : NULL;
 }
 
 /* Waits for the last eager copy out of the pinned buffer (pin_settle), so that graph_begin on

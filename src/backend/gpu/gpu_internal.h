@@ -9,6 +9,7 @@
 struct rf_gpu_ctx {
     int device;
     cudaStream_t stream;
+    cudaEvent_t join_ev;    /* joins this stream into (or back out of) another GPU's recording */
 #if !defined(RF_GPU_NO_BLAS)
     cublasHandle_t blas;
     void *blas_ws;          /* the handle's own workspace: no allocation inside a graph capture */
