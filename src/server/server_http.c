@@ -413,7 +413,7 @@ static enum MHD_Result answer_tokenize(srv *s, struct MHD_Connection *c, conn_ct
 static enum MHD_Result answer_refused(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
     cc->responded = true;
     if (cc->refused.status == 405) {
-        char *b = srv_error_json(&cc->refused);
+        char *b = cc->route == SRV_ROUTE_MESSAGES ? srv_anthropic_error_json(&cc->refused) : srv_error_json(&cc->refused);
         if (!b) return MHD_NO;
         enum MHD_Result ret = send_body(s, c, cc->route, 405, "application/json", b, strlen(b), MHD_HTTP_HEADER_ALLOW,
                                         cc->allow, NULL, NULL);
