@@ -1,6 +1,6 @@
 /* oai_responses.c — OpenAI's Responses API (POST /v1/responses), stateless, on the chat path:
- * `input` (a string or message items) and `instructions` translated into a chat/completions
- * body; what needs stored state (store, previous_response_id, conversation, background) is
+ * `input` (a string or message, function_call and function_call_output items), `instructions`
+ * and function `tools` translated into a chat/completions body; what needs stored state (store, previous_response_id, conversation, background) is
  * refused. The answer is built in server_out_responses.c. */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -63,6 +63,77 @@ static int add_msg(json_t *msgs, const char *role, json_t *content, srv_error *e
     return json_array_append_new(msgs, m) ? srv_tr_oom(e) : 0;
 }
 
+/* A function_call item joins the assistant message just before it (or starts one) as one of
+ * its tool_calls; a function_call_output item is a role "tool" message. */
+static int function_item(json_t *it, const char *t, const char *pp, json_t *msgs, srv_error *e) {
+    json_t *id = json_object_get(it, "call_id");
+    if (!json_is_string(id)) return srv_tr_bad(e, pp, "'%s.call_id' must be a string", pp);
+    if (!strcmp(t, "function_call_output")) {
+        json_t *o = json_object_get(it, "output"), *txt = NULL;
+        char cp[96];
+        snprintf(cp, sizeof cp, "%s.output", pp);
+        if (!srv_tr_present(o)) return srv_tr_bad(e, cp, "'%s' is required", cp);
+        if (item_text(o, cp, &txt, e)) return -1;
+        json_t *m = json_pack("{sssOso}", "role", "tool", "tool_call_id", id, "content", txt);
+        return !m || json_array_append_new(msgs, m) ? srv_tr_oom(e) : 0;
+    }
+    json_t *nm = json_object_get(it, "name"), *args = json_object_get(it, "arguments");
+    if (!json_is_string(nm) || !json_is_string(args))
+        return srv_tr_bad(e, pp, "'%s': a function_call item needs string 'name' and 'arguments'", pp);
+    json_t *c = json_pack("{sOsss{sOsO}}", "id", id, "type", "function", "function", "name", nm, "arguments", args);
+    json_t *last = json_array_size(msgs) ? json_array_get(msgs, json_array_size(msgs) - 1) : NULL;
+    json_t *ro = last ? json_object_get(last, "role") : NULL;
+    if (!c) return srv_tr_oom(e);
+    if (!json_is_string(ro) || strcmp(json_string_value(ro), "assistant")) {
+        last = json_pack("{sssns[]}", "role", "assistant", "content", "tool_calls");
+        if (!last || json_array_append_new(msgs, last)) {
+            json_decref(c);
+            return srv_tr_oom(e);
+        }
+    }
+    json_t *calls = json_object_get(last, "tool_calls");
+    if (!json_is_array(calls)) json_object_set_new(last, "tool_calls", calls = json_array());
+    return json_array_append_new(calls, c) ? srv_tr_oom(e) : 0;
+}
+
+/* tools [{type: "function", name, description, parameters, strict}] and tool_choice ("auto",
+ * "none", "required", {type: "function", name}) in chat's terms; hosted tools (web_search,
+ * file_search, ...) run on OpenAI's side: refused. */
+static int read_tools(json_t *root, json_t *chat, srv_error *e) {
+    json_t *v = json_object_get(root, "tools");
+    if (srv_tr_present(v)) {
+        if (!json_is_array(v)) return srv_tr_bad(e, "tools", "'tools' must be a list, not %s", srv_tr_type_name(v));
+        json_t *out = json_array();
+        json_object_set_new(chat, "tools", out);
+        char pp[48];
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *t = json_array_get(v, i), *ty = json_is_object(t) ? json_object_get(t, "type") : NULL;
+            snprintf(pp, sizeof pp, "tools[%zu]", i);
+            if (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))
+                return srv_tr_bad(e, pp, "'%s': only tools of type 'function' are supported by this server", pp);
+            json_t *nm = json_object_get(t, "name");
+            if (!json_is_string(nm)) return srv_tr_bad(e, pp, "'%s.name' must be a string", pp);
+            json_t *fn = json_pack("{sO}", "name", nm);
+            if (!fn) return srv_tr_oom(e);
+            srv_tr_copy(fn, "description", t, "description");
+            srv_tr_copy(fn, "parameters", t, "parameters");
+            srv_tr_copy(fn, "strict", t, "strict");
+            if (json_array_append_new(out, json_pack("{ssso}", "type", "function", "function", fn))) return srv_tr_oom(e);
+        }
+    }
+    srv_tr_copy(chat, "parallel_tool_calls", root, "parallel_tool_calls");
+    v = json_object_get(root, "tool_choice");
+    if (!srv_tr_present(v) || json_is_string(v)) {
+        srv_tr_copy(chat, "tool_choice", root, "tool_choice");
+        return 0;
+    }
+    json_t *ty = json_is_object(v) ? json_object_get(v, "type") : NULL, *nm = json_is_object(v) ? json_object_get(v, "name") : NULL;
+    if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") || !json_is_string(nm))
+        return srv_tr_bad(e, "tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\": ...}");
+    json_object_set_new(chat, "tool_choice", json_pack("{sss{sO}}", "type", "function", "function", "name", nm));
+    return 0;
+}
+
 static int read_input(json_t *root, json_t *msgs, srv_error *e) {
     json_t *ins = json_object_get(root, "instructions");
     if (srv_tr_present(ins)) {
@@ -90,6 +161,11 @@ static int read_input(json_t *root, json_t *msgs, srv_error *e) {
         if (!strcmp(t, "reasoning")) continue; /* an earlier turn's reasoning: no place in the template */
         if (!strcmp(t, "item_reference"))
             return srv_tr_bad(e, pp, "'%s': item references need stored responses; this server is stateless", pp);
+        if (!strcmp(t, "function_call") || !strcmp(t, "function_call_output")) {
+            if (function_item(it, t, pp, msgs, e)) return -1;
+            n_msgs++;
+            continue;
+        }
         if (strcmp(t, "message"))
             return srv_tr_bad(e, pp, "input items of type '%.40s' are not supported by this server (only messages)", t);
         json_t *ro = json_object_get(it, "role");
@@ -151,9 +227,7 @@ static int translate(json_t *root, json_t *chat, srv_error *e) {
                                       "(send 'store': false or leave it out)");
     v = json_object_get(root, "background");
     if (json_is_true(v)) return srv_tr_bad(e, "background", "'background': true is not supported by this server");
-    v = json_object_get(root, "tools");
-    if (srv_tr_present(v) && !(json_is_array(v) && json_array_size(v) == 0))
-        return srv_tr_bad(e, "tools", "'tools' are not supported on /v1/responses by this server yet");
+    if (read_tools(root, chat, e)) return -1;
     v = json_object_get(root, "max_output_tokens");
     if (srv_tr_present(v)) {
         if (!json_is_integer(v) || json_integer_value(v) < 1)

@@ -120,6 +120,8 @@ struct srv_req {
     int32_t api_n_prompt;  /* prompt tokens, known before the first event (message_start) */
     int64_t api_seq;       /* Responses: the next event's sequence_number */
     srv_buf api_raw;       /* Messages with several stop sequences: every token's piece, to name the one hit */
+    int api_items;         /* parsed answers (tool calls, reasoning): content blocks / output items sent */
+    int api_open;          /* the one open now: 0 none, 1 text / message, 2 thinking / reasoning */
 };
 
 struct srv {
@@ -212,10 +214,10 @@ void srv_stream_free(void *cls);
 /* A streamed request's opening events (message_start ...; response.created ...). */
 void srv_messages_stream_start(srv_req *r);
 void srv_responses_stream_start(srv_req *r);
-/* Output text of the (single) choice: a delta event, or kept for the final object. token:
- * the event's token id (-1 for a DONE event's text). */
+/* Output text of the (single) choice: delta events, or kept for the final object. The DONE
+ * event's text comes last (token -1 / final): a parsed answer then commits what it held. */
 void srv_messages_text(srv_req *r, const char *text, size_t len, int32_t token);
-void srv_responses_text(srv_req *r, const char *text, size_t len);
+void srv_responses_text(srv_req *r, const char *text, size_t len, bool final);
 /* A stream's closing events, once the choice is done without error. */
 void srv_messages_stream_end(srv_req *r);
 void srv_responses_stream_end(srv_req *r);

@@ -185,7 +185,7 @@ void srv_consume(srv_req *r, srv_event *list) {
             if (r->errored || ch->done) continue;
             if (r->p.api) { /* Messages / Responses: one choice, no logprobs */
                 if (r->p.api == SRV_API_MESSAGES) srv_messages_text(r, e->text, e->len, e->token);
-                else srv_responses_text(r, e->text, e->len);
+                else srv_responses_text(r, e->text, e->len, false);
                 ch->offset += e->len;
                 continue;
             }
@@ -248,7 +248,7 @@ void srv_consume(srv_req *r, srv_event *list) {
         ch->finish = e->finish;
         if (r->p.api) {
             if (r->p.api == SRV_API_MESSAGES) srv_messages_text(r, e->text, e->len, -1);
-            else srv_responses_text(r, e->text, e->len);
+            else srv_responses_text(r, e->text, e->len, true);
         } else if (r->stream) {
             if (e->len) emit_chunk(r, ci, chat ? delta_content(e->text, e->len) : NULL, e->text, e->len, NULL, NULL);
             emit_chunk(r, ci, chat ? json_object() : NULL, "", 0, NULL, srv_finish_str(e->finish));

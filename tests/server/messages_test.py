@@ -59,6 +59,14 @@ def anthropic_error(srv, status, etype, body, headers=None, key=KEY, path="/v1/m
     return j["error"]["message"]
 
 
+def tools_supported(srv):
+    """Whether this server has tool calls (the chat path takes `tools`); messages_tools_test.py
+    tests their mapping then."""
+    s, _, _ = req(srv, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                                                         "tools": [{"type": "function", "function": {"name": "f"}}]})
+    return s == 200
+
+
 def test_message(srv):
     c = client(srv, api_key=KEY)
     m = c.messages.create(model="claude-any-name", max_tokens=24, **T0, system=SYSTEM,
@@ -173,10 +181,15 @@ def test_errors(srv):
     for bad in [{"max_tokens": 0}, {"max_tokens": "8"}, {"messages": []}, {"messages": "hi"},
                 {"messages": [{"role": "system", "content": "x"}]}, {"messages": [{"role": "user"}]},
                 {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
-                {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]},
                 {"system": 5}, {"stop_sequences": "x"}, {"stop_sequences": [1]}, {"top_k": -1}, {"top_p": 2},
-                {"stream": "yes"}, {"tools": [{"name": "f", "input_schema": {"type": "object"}}]}]:
+                {"stream": "yes"}, {"tools": [{"type": "web_search_20250305", "name": "w"}]},
+                {"tools": [{"name": "f"}]}, {"tool_choice": {"type": "maybe"}},
+                {"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t"}]}]}]:
         anthropic_error(srv, 400, "invalid_request_error", dict(ok, **bad))
+    if not tools_supported(srv):  # this tree has no tool calls: tools and tool results are refused
+        for bad in [{"tools": [{"name": "f", "input_schema": {"type": "object"}}]},
+                    {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]}]:
+            anthropic_error(srv, 400, "invalid_request_error", dict(ok, **bad))
     anthropic_error(srv, 400, "invalid_request_error", b"{not json", {"Content-Type": "application/json"})
     anthropic_error(srv, 401, "authentication_error", ok, key=None)
     anthropic_error(srv, 415, "invalid_request_error", json.dumps(ok).encode(), {"Content-Type": "text/plain"})

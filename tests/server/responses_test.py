@@ -110,11 +110,14 @@ def test_errors(srv):
     for bad, param in [({"store": True}, "store"), ({"conversation": "c_1"}, "conversation"), ({"input": None}, "input"),
                        ({"input": []}, "input"), ({"input": 5}, "input"),
                        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0]"),
-                       ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0]"),
+                       ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0]"),
+                       ({"input": [{"type": "computer_call"}]}, "input[0]"),
+                       ({"tools": [{"type": "web_search"}]}, "tools[0]"),
+                       ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
                        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
                        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
                        ({"instructions": 5}, "instructions"), ({"max_output_tokens": 0}, "max_output_tokens"),
-                       ({"temperature": 3}, "temperature"), ({"tools": [{"type": "function", "name": "f"}]}, "tools"),
+                       ({"temperature": 3}, "temperature"),
                        ({"text": {"format": {"type": "json_object"}}}, None)]:
         expect_error(srv, 400, "invalid_request_error", None, "POST", P, dict(ok, **bad), param=param)
     expect_error(srv, 401, "authentication_error", "invalid_api_key", "POST", P, ok, key=None)

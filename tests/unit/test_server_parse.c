@@ -107,7 +107,11 @@ static void test_bad_bodies(void **state) {
         {SRV_ROUTE_RESPONSES, "{\"input\": \"x\", \"previous_response_id\": \"resp_1\"}", 400, "previous_response_id", NULL, "stateless"},
         {SRV_ROUTE_RESPONSES, "{\"input\": \"x\", \"store\": true}", 400, "store", NULL, "stateless"},
         {SRV_ROUTE_RESPONSES, "{}", 400, "input", NULL, "'input' is required"},
-        {SRV_ROUTE_RESPONSES, "{\"input\": [{\"type\": \"function_call_output\"}]}", 400, "input[0]", NULL, "not supported"},
+        {SRV_ROUTE_RESPONSES, "{\"input\": [{\"type\": \"function_call_output\"}]}", 400, "input[0]", NULL, "call_id"},
+        {SRV_ROUTE_RESPONSES, "{\"input\": [{\"type\": \"computer_call\"}]}", 400, "input[0]", NULL, "not supported"},
+        {SRV_ROUTE_RESPONSES, "{\"input\": \"x\", \"tools\": [{\"type\": \"web_search\"}]}", 400, "tools[0]", NULL, "only tools of type"},
+        {SRV_ROUTE_MESSAGES, "{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"web_search_20250305\", \"name\": \"w\"}]}", 400, "tools[0]", NULL, "server tools"},
+        {SRV_ROUTE_MESSAGES, "{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": {\"type\": \"maybe\"}}", 400, "tool_choice.type", NULL, "auto, any"},
         {SRV_ROUTE_RESPONSES, "{\"input\": \"x\", \"max_output_tokens\": 0}", 400, "max_output_tokens", NULL, ">= 1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
