@@ -122,6 +122,7 @@ struct srv_req {
     srv_buf api_raw;       /* Messages with several stop sequences: every token's piece, to name the one hit */
     int api_items;         /* parsed answers (tool calls, reasoning): content blocks / output items sent */
     int api_open;          /* the one open now: 0 none, 1 text / message, 2 thinking / reasoning */
+    srv_buf api_ws;        /* whitespace between tool calls, held until text follows (else dropped) */
 };
 
 struct srv {

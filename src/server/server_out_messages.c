@@ -142,8 +142,16 @@ static void stream_parsed(srv_req *r, const char *text, size_t len, bool final) 
         block_delta(r, "thinking_delta", "thinking", d.reasoning, d.reasoning_len);
     }
     if (d.content_len) {
-        open_block(r, 1);
-        block_delta(r, "text_delta", "text", d.content, d.content_len);
+        bool blank = true;
+        for (size_t k = 0; k < d.content_len && blank; k++) blank = strchr(" \t\r\n", d.content[k]) != NULL;
+        if (blank && r->api_open != 1) { /* no text block for the newlines between calls */
+            srv_buf_add(&r->api_ws, d.content, d.content_len);
+        } else {
+            open_block(r, 1);
+            if (r->api_ws.len) block_delta(r, "text_delta", "text", r->api_ws.p, r->api_ws.len);
+            r->api_ws.len = 0;
+            block_delta(r, "text_delta", "text", d.content, d.content_len);
+        }
     }
     for (size_t k = 0; k < d.n_calls; k++) {
         close_block(r);

@@ -198,12 +198,22 @@ static void stream_parsed(srv_req *r, const char *text, size_t len, bool final) 
         json_object_set_new(o, "delta", srv_json_bytes(d.reasoning, d.reasoning_len));
         event(r, "response.reasoning_text.delta", o);
     }
-    if (d.content_len) {
+    bool blank = true;
+    for (size_t k = 0; k < d.content_len && blank; k++) blank = strchr(" \t\r\n", d.content[k]) != NULL;
+    if (d.content_len && blank && r->api_open != 1) { /* no message item for the newlines between calls */
+        srv_buf_add(&r->api_ws, d.content, d.content_len);
+    } else if (d.content_len) {
         open_item(r, 1);
-        json_t *o = part_event(r);
-        json_object_set_new(o, "delta", srv_json_bytes(d.content, d.content_len));
-        json_object_set_new(o, "logprobs", json_array());
-        event(r, "response.output_text.delta", o);
+        for (int k = 0; k < 2; k++) {
+            const char *t = k ? d.content : r->api_ws.p;
+            size_t n = k ? d.content_len : r->api_ws.len;
+            if (!n) continue;
+            json_t *o = part_event(r);
+            json_object_set_new(o, "delta", srv_json_bytes(t, n));
+            json_object_set_new(o, "logprobs", json_array());
+            event(r, "response.output_text.delta", o);
+        }
+        r->api_ws.len = 0;
     }
     for (size_t k = 0; k < d.n_calls; k++) {
         close_item(r);

@@ -42,6 +42,7 @@ void srv_req_unref(srv_req *r) {
     free(r->t_last);
     srv_buf_free(&r->out);
     srv_buf_free(&r->api_raw);
+    srv_buf_free(&r->api_ws);
     srv_params_free(&r->p);
     pthread_mutex_destroy(&r->mu);
     free(r);
