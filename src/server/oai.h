@@ -30,6 +30,10 @@ typedef enum srv_route {
     SRV_ROUTE_METRICS,
     SRV_ROUTE_CHAT,
     SRV_ROUTE_COMPLETIONS,
+    SRV_ROUTE_MESSAGES,   /* Anthropic's /v1/messages (oai_messages.c) */
+    SRV_ROUTE_RESPONSES,  /* OpenAI's /v1/responses, stateless (oai_responses.c) */
+    SRV_ROUTE_TOKENIZE,   /* llama-server's /tokenize and /detokenize (oai_tokenize.c) */
+    SRV_ROUTE_DETOKENIZE,
     SRV_ROUTE_COUNT
 } srv_route;
 
@@ -77,8 +81,17 @@ typedef struct srv_msg {
     char *content;     /* text parts joined with "\n" */
 } srv_msg;
 
+/* The API shape a chat request came in and is answered in. */
+typedef enum srv_api {
+    SRV_API_OPENAI = 0, /* chat/completions, completions */
+    SRV_API_MESSAGES,   /* Anthropic Messages: parsed into a chat request, answered as a message */
+    SRV_API_RESPONSES   /* OpenAI Responses: likewise, answered as a response object */
+} srv_api;
+
 typedef struct srv_params {
-    srv_route route;            /* SRV_ROUTE_CHAT or SRV_ROUTE_COMPLETIONS */
+    srv_route route;            /* SRV_ROUTE_CHAT or SRV_ROUTE_COMPLETIONS (Messages and Responses: CHAT) */
+    srv_api api;                /* the shape of the answer */
+    char *instructions;         /* Responses: 'instructions', echoed in the response object */
     char *model;                /* NULL when not given */
     srv_msg *msgs;              /* chat */
     size_t n_msgs;
@@ -105,6 +118,42 @@ typedef struct srv_params {
  * suffix, best_of > n, echo with logprobs) are refused rather than silently dropped. */
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
+
+/* ---- other API shapes on the same engine (oai_messages.c, oai_responses.c) ---------------- */
+
+/* Anthropic Messages (POST /v1/messages) and OpenAI Responses (POST /v1/responses) bodies:
+ * checked in their own terms (a 400 names their field), translated into a chat/completions
+ * body and parsed by srv_parse_request, so that every sampling check is the same. *p comes
+ * back with route SRV_ROUTE_CHAT, n 1, no logprobs and api set. */
+int srv_parse_messages(const char *body, size_t len, srv_params *p, srv_error *e);
+int srv_parse_responses(const char *body, size_t len, srv_params *p, srv_error *e);
+/* An Anthropic-shaped error: {"type":"error","error":{"type","message"}} with Anthropic's type
+ * for the HTTP status (invalid_request_error, authentication_error, permission_error,
+ * not_found_error, request_too_large, rate_limit_error, api_error, overloaded_error). */
+char *srv_anthropic_error_json(const srv_error *e);
+const char *srv_anthropic_error_type(int status);
+/* Anthropic's stop_reason for a finish: end_turn, max_tokens, stop_sequence,
+ * model_context_window_exceeded. */
+const char *srv_anthropic_stop_reason(rf_finish_reason f);
+
+/* ---- /tokenize and /detokenize (oai_tokenize.c) -------------------------------------------- */
+
+typedef struct srv_tok_req {
+    char *content;      /* tokenize: the text */
+    size_t len;
+    bool add_special;   /* BOS/EOS as the model adds them (default false, as llama-server) */
+    bool parse_special; /* control-token texts become those tokens (default true, as llama-server) */
+    bool with_pieces;   /* answer [{"id", "piece"}] instead of ids */
+    int32_t *ids;       /* detokenize: the ids */
+    size_t n_ids;
+} srv_tok_req;
+
+/* Parses a /tokenize (route SRV_ROUTE_TOKENIZE) or /detokenize body. 0, or -1 with a 400. */
+int srv_parse_tokenize(srv_route route, const char *body, size_t len, srv_tok_req *t, srv_error *e);
+void srv_tok_req_free(srv_tok_req *t);
+/* The answer: {"tokens": [...]} or {"content": "..."}. Token ids outside the vocabulary and a
+ * text of more than max_tokens tokens are 400s. NULL with *e on failure. */
+json_t *srv_tokenize_answer(const rf_vocab *v, srv_route route, const srv_tok_req *t, size_t max_tokens, srv_error *e);
 
 /* ---- parameters to engine requests -------------------------------------------------------- */
 

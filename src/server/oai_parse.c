@@ -28,6 +28,11 @@ srv_route srv_route_of(const char *path) {
         {"/chat/completions", SRV_ROUTE_CHAT},
         {"/v1/completions", SRV_ROUTE_COMPLETIONS},
         {"/completions", SRV_ROUTE_COMPLETIONS},
+        {"/v1/messages", SRV_ROUTE_MESSAGES},
+        {"/v1/responses", SRV_ROUTE_RESPONSES},
+        {"/responses", SRV_ROUTE_RESPONSES},
+        {"/tokenize", SRV_ROUTE_TOKENIZE},
+        {"/detokenize", SRV_ROUTE_DETOKENIZE},
     };
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (strlen(tab[i].path) == n && !memcmp(tab[i].path, path, n)) return tab[i].r;
@@ -35,7 +40,8 @@ srv_route srv_route_of(const char *path) {
 }
 
 bool srv_route_allows(srv_route r, const char *method, const char **allow) {
-    bool post = r == SRV_ROUTE_CHAT || r == SRV_ROUTE_COMPLETIONS;
+    bool post = r == SRV_ROUTE_CHAT || r == SRV_ROUTE_COMPLETIONS || r == SRV_ROUTE_MESSAGES || r == SRV_ROUTE_RESPONSES ||
+                r == SRV_ROUTE_TOKENIZE || r == SRV_ROUTE_DETOKENIZE;
     if (allow) *allow = post ? "POST" : "GET, HEAD";
     if (!method) return false;
     if (post) return !strcmp(method, "POST");
@@ -49,6 +55,10 @@ const char *srv_route_name(srv_route r) {
     case SRV_ROUTE_METRICS: return "metrics";
     case SRV_ROUTE_CHAT: return "chat";
     case SRV_ROUTE_COMPLETIONS: return "completions";
+    case SRV_ROUTE_MESSAGES: return "messages";
+    case SRV_ROUTE_RESPONSES: return "responses";
+    case SRV_ROUTE_TOKENIZE: return "tokenize";
+    case SRV_ROUTE_DETOKENIZE: return "detokenize";
     default: return "other";
     }
 }
@@ -385,6 +395,8 @@ static int refuse_unsupported(json_t *root, srv_params *p, srv_error *e) {
 }
 
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
+    if (route == SRV_ROUTE_MESSAGES) return srv_parse_messages(body, len, p, e);
+    if (route == SRV_ROUTE_RESPONSES) return srv_parse_responses(body, len, p, e);
     memset(p, 0, sizeof *p);
     p->route = route;
     p->max_tokens = -1;
@@ -509,6 +521,7 @@ out:
 void srv_params_free(srv_params *p) {
     if (!p) return;
     free(p->model);
+    free(p->instructions);
     for (size_t i = 0; i < p->n_msgs; i++) {
         free(p->msgs[i].role);
         free(p->msgs[i].content);

@@ -120,6 +120,14 @@ static json_t *delta_content(const char *text, size_t len) {
 }
 
 static void emit_error_chunk(srv_req *r) {
+    if (r->p.api == SRV_API_MESSAGES) {
+        srv_messages_stream_error(r);
+        return;
+    }
+    if (r->p.api == SRV_API_RESPONSES) {
+        srv_responses_stream_error(r);
+        return;
+    }
     char *j = srv_error_json(&r->err);
     if (!j) {
         r->out.oom = true;
@@ -134,6 +142,14 @@ static void emit_error_chunk(srv_req *r) {
 /* The stream's opening: chat choices get their {"role": "assistant"} delta, echoed
  * completions their prompt. */
 static void stream_start(srv_req *r) {
+    if (r->p.api == SRV_API_MESSAGES) {
+        srv_messages_stream_start(r);
+        return;
+    }
+    if (r->p.api == SRV_API_RESPONSES) {
+        srv_responses_stream_start(r);
+        return;
+    }
     for (int i = 0; i < r->n_choices; i++) {
         if (r->p.route == SRV_ROUTE_CHAT) {
             emit_chunk(r, i, json_pack("{ss}", "role", "assistant"), NULL, 0, NULL, NULL);
@@ -167,6 +183,12 @@ void srv_consume(srv_req *r, srv_event *list) {
         srv_choice *ch = &r->ch[ci];
         if (e->kind == RF_EVENT_TOKEN) {
             if (r->errored || ch->done) continue;
+            if (r->p.api) { /* Messages / Responses: one choice, no logprobs */
+                if (r->p.api == SRV_API_MESSAGES) srv_messages_text(r, e->text, e->len, e->token);
+                else srv_responses_text(r, e->text, e->len, false);
+                ch->offset += e->len;
+                continue;
+            }
             json_t *lp = NULL;
             if (r->p.logprobs >= 0 && e->token >= 0) {
                 if (chat) {
@@ -224,7 +246,10 @@ void srv_consume(srv_req *r, srv_event *list) {
         }
         if (r->errored) continue;
         ch->finish = e->finish;
-        if (r->stream) {
+        if (r->p.api) {
+            if (r->p.api == SRV_API_MESSAGES) srv_messages_text(r, e->text, e->len, -1);
+            else srv_responses_text(r, e->text, e->len, true);
+        } else if (r->stream) {
             if (e->len) emit_chunk(r, ci, chat ? delta_content(e->text, e->len) : NULL, e->text, e->len, NULL, NULL);
             emit_chunk(r, ci, chat ? json_object() : NULL, "", 0, NULL, srv_finish_str(e->finish));
         } else {
@@ -253,6 +278,8 @@ srv_event *srv_take_events(srv_req *r, bool *all) {
 
 
 json_t *srv_final_json(srv_req *r) {
+    if (r->p.api == SRV_API_MESSAGES) return srv_messages_final_json(r);
+    if (r->p.api == SRV_API_RESPONSES) return srv_responses_final_json(r);
     bool chat = r->p.route == SRV_ROUTE_CHAT;
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id));
@@ -350,7 +377,13 @@ ssize_t srv_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         /* the end: every choice done, or an error (sent above; what the other choices still
          * produce is dropped with the request) */
-        if (all || r->errored) {
+        if ((all || r->errored) && r->p.api) { /* their own closing events, no [DONE] */
+            if (!r->errored) {
+                if (r->p.api == SRV_API_MESSAGES) srv_messages_stream_end(r);
+                else srv_responses_stream_end(r);
+            }
+            r->ended = true;
+        } else if (all || r->errored) {
             if (r->p.include_usage && !r->errored) {
                 json_t *o = chunk_frame(r, json_array());
                 json_object_set_new(o, "usage", usage_json(r));
