@@ -97,7 +97,7 @@ typedef struct srv_params {
     char *stop[SRV_MAX_STOP];
     size_t stop_len[SRV_MAX_STOP];
     int n_stop;
-    /* chat: tools and reasoning (tool_request.c, chat_render.c) */
+    /* chat: tools and reasoning (oai_tools.c, oai_render.c) */
     char *messages_json;        /* the messages as the template renders them (tool_calls, tool results) */
     char *tools_json;           /* the tools offered (NULL: none, or tool_choice "none") */
     char *tmpl_vars_json;       /* chat_template_kwargs + reasoning_effort (NULL: none) */
@@ -116,13 +116,13 @@ typedef struct srv_params {
 
 enum { SRV_TOOL_CHOICE_AUTO = 0, SRV_TOOL_CHOICE_NONE, SRV_TOOL_CHOICE_REQUIRED, SRV_TOOL_CHOICE_NAMED };
 
-/* The chat request's tool and reasoning fields (tool_request.c), after its messages were read:
+/* The chat request's tool and reasoning fields (oai_tools.c), after its messages were read:
  * checks tools (400 naming a malformed one), tool_choice, parallel_tool_calls,
  * chat_template_kwargs, reasoning_effort, reasoning_format, and builds p->messages_json. */
 int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e);
 /* Renders p's chat through the model's template (tools and variables included) and tokenizes
  * it as the engine would (the messages' text plain): sets p->prompt_ids and how the answer is
- * parsed (chat_render.c). A template error (raise_exception) is a 400; a prompt longer than
+ * parsed (oai_render.c). A template error (raise_exception) is a 400; a prompt longer than
  * the context a 400 context_length_exceeded. A model without a template: 0, nothing set. */
 int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *e);
 

@@ -242,7 +242,7 @@ static int read_messages(json_t *root, srv_params *p, srv_error *e) {
         if (!strcmp(r, "system") || !strcmp(r, "developer")) role = "system";
         else if (!strcmp(r, "user")) role = "user";
         else if (!strcmp(r, "assistant")) role = "assistant";
-        else if (!strcmp(r, "tool")) role = "tool"; /* tool results (tool_request.c reads the rest) */
+        else if (!strcmp(r, "tool")) role = "tool"; /* tool results (oai_tools.c reads the rest) */
         else if (!strcmp(r, "function"))
             return bad(e, pp, "'%s': role 'function' (the deprecated function calling) is not supported; use 'tool'", pp);
         else

@@ -132,7 +132,13 @@ static bool add_json_call(srv_chat_out *o, const srv_parse_cfg *cfg, json_t *j, 
     if (!json_is_string(name) || json_string_length(name) == 0) return false;
     char *text = NULL;
     if (!args || json_is_null(args)) text = strdup("{}");
-    else if (json_is_string(args)) text = strdup(json_string_value(args));
+    else if (json_is_string(args)) { /* JSON text in a string: only when it is an object */
+        json_t *in = json_loads(json_string_value(args), 0, NULL);
+        bool obj = json_is_object(in);
+        json_decref(in);
+        if (!obj) return false;
+        text = strdup(json_string_value(args));
+    }
     else if (json_is_object(args)) text = json_dumps(args, JSON_COMPACT);
     else return false;
     if (!text) {

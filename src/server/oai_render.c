@@ -1,4 +1,4 @@
-/* chat_render.c — a chat request's prompt, rendered by the server (not the engine) because it
+/* oai_render.c — a chat request's prompt, rendered by the server (not the engine) because it
  * carries more than roles and texts: tools, assistant tool calls, tool results, reasoning and
  * template variables. Tokenized as the engine tokenizes chat messages (only the template's
  * own markup becomes special tokens); also decides how the answer will be parsed. */
@@ -111,7 +111,7 @@ static char *adjust_messages(const srv_params *p, bool harmony, bool inject_tool
 
 int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *e) {
     const rf_chat_template *t = m ? rf_model_chat_template(m) : NULL;
-    if (!t || !p->messages_json) return 0; /* the engine reports a model without a template */
+    if (!t || !p->n_msgs) return 0; /* the engine reports a model without a template */
     const char *src = NULL;
     const rf_gguf *g = rf_model_gguf(m);
     if (!g || rf_gguf_get_str(g, "tokenizer.chat_template", &src)) src = NULL;
@@ -129,8 +129,17 @@ int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *
     bool inject = p->tools_json && (!src || !strstr(src, "tools")) && syn != SRV_SYNTAX_HARMONY;
     if (inject && syn == SRV_SYNTAX_NONE) syn = SRV_SYNTAX_HERMES; /* the format the injected text asks for */
     bool inline_calls = !src || !strstr(src, "tool_calls");
-    char *msgs = adjust_messages(p, harmony, inject, inline_calls);
-    if (!msgs) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while rendering the chat template");
+    /* roles and texts only: rendered from p->msgs as the engine would */
+    char *msgs = NULL;
+    rf_chat_msg *plain = NULL;
+    if (p->messages_json) {
+        msgs = adjust_messages(p, harmony, inject, inline_calls);
+        if (!msgs) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while rendering the chat template");
+    } else {
+        plain = malloc(p->n_msgs * sizeof *plain);
+        if (!plain) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while rendering the chat template");
+        for (size_t i = 0; i < p->n_msgs; i++) plain[i] = (rf_chat_msg){p->msgs[i].role, p->msgs[i].content};
+    }
     rf_chat_render_opts ro = {0};
     ro.add_generation_prompt = true;
     ro.messages_json = msgs;
@@ -139,8 +148,9 @@ int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *
     char *text = NULL;
     rf_text_span *data = NULL;
     size_t nd = 0;
-    rf_status st = rf_chat_template_render_data(t, NULL, 0, &ro, &text, &data, &nd);
+    rf_status st = rf_chat_template_render_data(t, plain, plain ? p->n_msgs : 0, &ro, &text, &data, &nd);
     free(msgs);
+    free(plain);
     if (st) {
         if (st == RF_ERR_OOM) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while rendering the chat template");
         return srv_fail(e, 400, "invalid_request_error", NULL, "messages", "the model's chat template refused the request: %s",

@@ -1,4 +1,4 @@
-/* tool_request.c — the tool and reasoning fields of a chat request (oai.h): `tools`,
+/* oai_tools.c — the tool and reasoning fields of a chat request (oai.h): `tools`,
  * `tool_choice`, `parallel_tool_calls`, assistant `tool_calls` and `reasoning_content`,
  * `role: tool` results, `chat_template_kwargs`, `reasoning_effort`, `reasoning_format`;
  * checked here (a malformed tool definition is a 400 naming it) and kept as the JSON the chat
@@ -111,7 +111,7 @@ static json_t *norm_call(json_t *c, const char *pp, srv_error *e) {
 }
 
 /* The messages as the template sees them; p->msgs holds each one's role and joined content. */
-static int norm_messages(json_t *root, srv_params *p, bool harmony_names, srv_error *e) {
+static int norm_messages(json_t *root, srv_params *p, srv_error *e) {
     json_t *ms = json_object_get(root, "messages");
     json_t *out = json_array();
     if (!out) return oom(e);
@@ -157,8 +157,8 @@ static int norm_messages(json_t *root, srv_params *p, bool harmony_names, srv_er
                     json_decref(out);
                     return bad(e, pp, "'%s' must be a string", pp);
                 }
-                /* Qwen3-style templates read reasoning_content, gpt-oss's reads thinking */
-                json_object_set(o, harmony_names ? "thinking" : "reasoning_content", rc);
+                /* Qwen3-style templates read reasoning_content (gpt-oss's `thinking`: oai_render.c) */
+                json_object_set(o, "reasoning_content", rc);
             }
         } else if (!strcmp(role, "tool")) {
             json_t *id = json_object_get(m, "tool_call_id"), *nm = json_object_get(m, "name");
@@ -262,5 +262,13 @@ int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e) {
         else if (strcmp(s, "auto"))
             return bad(e, "reasoning_format", "'reasoning_format' must be \"none\", \"auto\" or \"deepseek\"");
     }
-    return norm_messages(root, p, false, e);
+    /* messages of roles and texts only render from p->msgs (no JSON round trip of big texts) */
+    bool extras = p->tools_json != NULL;
+    json_t *ms = json_object_get(root, "messages");
+    for (size_t i = 0; i < p->n_msgs && !extras; i++) {
+        json_t *m = json_array_get(ms, i), *tc = json_object_get(m, "tool_calls"), *rc = json_object_get(m, "reasoning_content");
+        extras = !strcmp(p->msgs[i].role, "tool") || (json_is_array(tc) && json_array_size(tc)) ||
+                 (rc && !json_is_null(rc)) || (tc && !json_is_null(tc) && !json_is_array(tc));
+    }
+    return extras ? norm_messages(root, p, e) : 0;
 }
