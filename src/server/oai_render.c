@@ -39,11 +39,26 @@ static json_t *tools_system_text(const char *tools_json) {
 
 /* messages adjusted for the template: harmony reads reasoning as `thinking`; tools put in a
  * system message when the template would drop them */
-static char *adjust_messages(const srv_params *p, bool harmony, bool inject_tools, bool inline_calls) {
+static char *adjust_messages(const srv_params *p, bool harmony, bool inject_tools, bool inline_calls, bool sys_field) {
     json_t *ms = json_loads(p->messages_json, 0, NULL);
     if (!ms) return NULL;
     size_t i;
     json_t *m;
+    if (sys_field && p->tools_json) { /* Phi-4-mini: the functions as JSON text in the system message's `tools` */
+        json_t *tools = json_loads(p->tools_json, 0, NULL), *fns = json_array();
+        json_array_foreach(tools, i, m) json_array_append(fns, json_object_get(m, "function"));
+        char *txt = json_dumps(fns, 0);
+        json_decref(tools);
+        json_decref(fns);
+        json_t *first = json_array_get(ms, 0);
+        json_t *role = json_object_get(first, "role");
+        if (!(json_is_string(role) && !strcmp(json_string_value(role), "system"))) {
+            first = json_pack("{ssss}", "role", "system", "content", "");
+            json_array_insert_new(ms, 0, first);
+        }
+        if (txt && first) json_object_set_new(first, "tools", json_string(txt));
+        free(txt);
+    }
     if (inline_calls) /* the template drops tool_calls: the calls as the model wrote them (Hermes) */
         json_array_foreach(ms, i, m) {
             json_t *tc = json_object_get(m, "tool_calls");
@@ -129,11 +144,12 @@ int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *
     bool inject = p->tools_json && (!src || !strstr(src, "tools")) && syn != SRV_SYNTAX_HARMONY;
     if (inject && syn == SRV_SYNTAX_NONE) syn = SRV_SYNTAX_HERMES; /* the format the injected text asks for */
     bool inline_calls = !src || !strstr(src, "tool_calls");
+    bool sys_field = src && strstr(src, "message['tools']");
     /* roles and texts only: rendered from p->msgs as the engine would */
     char *msgs = NULL;
     rf_chat_msg *plain = NULL;
     if (p->messages_json) {
-        msgs = adjust_messages(p, harmony, inject, inline_calls);
+        msgs = adjust_messages(p, harmony, inject, inline_calls, sys_field);
         if (!msgs) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while rendering the chat template");
     } else {
         plain = malloc(p->n_msgs * sizeof *plain);
