@@ -121,19 +121,6 @@ static json_t *delta_content(const char *text, size_t len) {
 
 /* ---- chat answers with reasoning and tool calls (tool_calls.h) ---------------------------- */
 
-static srv_parse_cfg parse_cfg(const srv_req *r, int ci) {
-    srv_parse_cfg c = {0};
-    c.syntax = (srv_tool_syntax)r->p.syntax;
-    c.tools = r->p.tools_json != NULL;
-    c.reasoning = r->p.reasoning_split;
-    c.think_open = r->p.think_open;
-    c.parallel = r->p.parallel_tool_calls;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a of the request id, then the choice */
-    for (const char *k = r->id; *k; k++) h = (h ^ (unsigned char)*k) * 1099511628211ull;
-    c.id_seed = h ^ (uint64_t)ci;
-    return c;
-}
-
 /* "finish_reason": tool_calls when the answer ended with calls */
 static const char *finish_of(const srv_req *r, rf_finish_reason f, size_t n_calls) {
     if (n_calls && (f == RF_FINISH_EOS || f == RF_FINISH_STOP) && r->p.route == SRV_ROUTE_CHAT) return "tool_calls";
@@ -166,7 +153,7 @@ static void emit_calls(srv_req *r, int ci, const srv_chat_delta *d) {
 static void stream_parsed(srv_req *r, int ci, const char *text, size_t len, json_t *lp, bool final) {
     srv_choice *ch = &r->ch[ci];
     if (!ch->cs.ready) {
-        ch->cs.cfg = parse_cfg(r, ci);
+        ch->cs.cfg = srv_parse_cfg_for(&r->p, r->id, ci);
         ch->cs.ready = true;
     }
     srv_buf_add(&ch->text, text, len);
@@ -369,7 +356,7 @@ json_t *srv_final_json(srv_req *r) {
             json_object_set_new(msg, "role", json_string("assistant"));
             size_t n_calls = 0;
             if (r->p.parse_output) {
-                srv_parse_cfg cfg = parse_cfg(r, i);
+                srv_parse_cfg cfg = srv_parse_cfg_for(&r->p, r->id, i);
                 srv_chat_out po = {0};
                 if (srv_chat_parse(&cfg, ch->text.p ? ch->text.p : "", ch->text.len, true, &po)) {
                     srv_chat_out_free(&po);

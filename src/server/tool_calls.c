@@ -43,6 +43,19 @@ const char *srv_tool_syntax_name(srv_tool_syntax s) {
     }
 }
 
+srv_parse_cfg srv_parse_cfg_for(const srv_params *p, const char *req_id, int choice) {
+    srv_parse_cfg c = {0};
+    c.syntax = (srv_tool_syntax)p->syntax;
+    c.tools = p->tools_json != NULL;
+    c.reasoning = p->reasoning_split;
+    c.think_open = p->think_open;
+    c.parallel = p->parallel_tool_calls;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the request id, then the choice */
+    for (const char *k = req_id ? req_id : ""; *k; k++) h = (h ^ (unsigned char)*k) * 1099511628211ull;
+    c.id_seed = h ^ (uint64_t)choice;
+    return c;
+}
+
 /* ---- results ------------------------------------------------------------------------------- */
 
 static uint64_t mix64(uint64_t x) {

@@ -38,6 +38,11 @@ typedef struct srv_parse_cfg {
     uint64_t id_seed;    /* tool-call ids are derived from it and the call's index (stable) */
 } srv_parse_cfg;
 
+/* The parser settings of a rendered chat request (srv_chat_render set p->syntax, think_open;
+ * srv_read_chat_extras the rest); tool-call ids are derived from req_id and the choice. Use
+ * only when p->parse_output is true (otherwise the answer is plain content). */
+srv_parse_cfg srv_parse_cfg_for(const srv_params *p, const char *req_id, int choice);
+
 typedef struct srv_tool_call {
     char *id;            /* "call_..." (9 alphanumerics for Mistral, whose template checks that) */
     char *name;
