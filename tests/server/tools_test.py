@@ -170,6 +170,22 @@ def test_reasoning(srv):
     check(r.choices[0].message.content == "ok", "kwargs request failed")
 
 
+def test_real_stream(srv):
+    """The model's own answer through the parser (tools given, reasoning split asked): streamed
+    with logprobs it adds up to the non-streaming answer, and every token's logprob arrives."""
+    args = dict(model=MID, messages=MSGS, tools=TOOLS, max_tokens=16, temperature=0, extra_body=DS)
+    r = client(srv).chat.completions.create(**args)
+    content, n_lp, finish = "", 0, None
+    for ch in client(srv).chat.completions.create(stream=True, logprobs=True, **args):
+        if ch.choices:
+            content += ch.choices[0].delta.content or ""
+            n_lp += len((ch.choices[0].logprobs.content or []) if ch.choices[0].logprobs else [])
+            finish = ch.choices[0].finish_reason or finish
+    check(content == (r.choices[0].message.content or ""), f"stream {content!r} != {r.choices[0].message.content!r}")
+    check(n_lp == r.usage.completion_tokens, f"{n_lp} logprobs for {r.usage.completion_tokens} tokens")
+    check(finish == r.choices[0].finish_reason, f"finish {finish} vs {r.choices[0].finish_reason}")
+
+
 def test_bad_requests(srv):
     path = "/v1/chat/completions"
     base = {"messages": MSGS, "max_tokens": 1}
@@ -203,7 +219,8 @@ def main():
         MID = client(srv).models.list().data[0].id
         for name, f in [("tools rendered", test_tools_rendered), ("tool calls parsed", test_parse),
                         ("tool calls streamed", test_stream), ("two-turn tool loop", test_tool_loop),
-                        ("reasoning split", test_reasoning), ("bad tool requests", test_bad_requests)]:
+                        ("reasoning split", test_reasoning), ("the model's own answer streamed", test_real_stream),
+                        ("bad tool requests", test_bad_requests)]:
             t = time.time()
             f(srv)
             print(f"ok {name} ({time.time() - t:.1f} s)")
