@@ -201,7 +201,7 @@ int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e) {
             return bad(e, "tool_choice", "'tool_choice' must be a string or an object");
         }
         if (p->tool_choice != SRV_TOOL_CHOICE_NONE && p->tool_choice != SRV_TOOL_CHOICE_AUTO && !have_tools)
-            return bad(e, "tool_choice", "'tool_choice' names a tool but 'tools' is empty");
+            return bad(e, "tool_choice", "'tool_choice' \"required\" or a named function needs a non-empty 'tools'");
     }
     json_t *par = json_object_get(root, "parallel_tool_calls");
     if (par && !json_is_null(par)) {
