@@ -13,7 +13,8 @@ extern "C" {
 
 typedef struct rf_test_hooks {
     int serve_load_delay_ms; /* serve: the model loader waits this long first (a window for 503s) */
-    bool serve_faults;       /* serve: a request's "X-RF-Test-Fault: oom-events" header is honoured */
+    bool serve_faults;       /* serve: a request's "X-RF-Test-Fault: oom-events" header is honoured, and
+                                "X-RF-Test-Output: <JSON string>" replaces a chat answer's text */
     bool tp_one_device;      /* --tp N on a GPU: every shard on the one device, one after another */
     bool tp_cpu_ranks;       /* --tp N on the CPU through the several-GPU path (a backend per rank) */
 } rf_test_hooks;

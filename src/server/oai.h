@@ -77,7 +77,7 @@ typedef struct srv_prompt {
 } srv_prompt;
 
 typedef struct srv_msg {
-    char *role;        /* system, user or assistant ("developer" is read as system) */
+    char *role;        /* system, user, assistant or tool ("developer" is read as system) */
     char *content;     /* text parts joined with "\n" */
 } srv_msg;
 
@@ -110,7 +110,34 @@ typedef struct srv_params {
     char *stop[SRV_MAX_STOP];
     size_t stop_len[SRV_MAX_STOP];
     int n_stop;
+    /* chat: tools and reasoning (oai_tools.c, oai_render.c) */
+    char *messages_json;        /* the messages as the template renders them (tool_calls, tool results) */
+    char *tools_json;           /* the tools offered (NULL: none, or tool_choice "none") */
+    char *tmpl_vars_json;       /* chat_template_kwargs + reasoning_effort (NULL: none) */
+    int tool_choice;            /* SRV_TOOL_CHOICE_* */
+    bool parallel_tool_calls;   /* default true */
+    bool reasoning_split;       /* default true; "reasoning_format": "none" turns it off */
+    bool reasoning_force;       /* "reasoning_format": "deepseek": split <think> whatever the template */
+    /* set by srv_chat_render: the rendered prompt and how to read the answer */
+    int32_t *prompt_ids;
+    size_t n_prompt_ids;
+    bool render_special;        /* the answer's control tokens are text the parser needs */
+    int syntax;                 /* srv_tool_syntax (tool_calls.h) */
+    bool parse_output;          /* split reasoning / parse tool calls out of the answer */
+    bool think_open;            /* the prompt ends inside <think> */
 } srv_params;
+
+enum { SRV_TOOL_CHOICE_AUTO = 0, SRV_TOOL_CHOICE_NONE, SRV_TOOL_CHOICE_REQUIRED, SRV_TOOL_CHOICE_NAMED };
+
+/* The chat request's tool and reasoning fields (oai_tools.c), after its messages were read:
+ * checks tools (400 naming a malformed one), tool_choice, parallel_tool_calls,
+ * chat_template_kwargs, reasoning_effort, reasoning_format, and builds p->messages_json. */
+int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e);
+/* Renders p's chat through the model's template (tools and variables included) and tokenizes
+ * it as the engine would (the messages' text plain): sets p->prompt_ids and how the answer is
+ * parsed (oai_render.c). A template error (raise_exception) is a 400; a prompt longer than
+ * the context a 400 context_length_exceeded. A model without a template: 0, nothing set. */
+int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *e);
 
 /* Parses and checks a request body for a completions route. Returns 0 and fills *p (free with
  * srv_params_free), or -1 with a 400 in *e naming the field. Unknown fields are ignored (as

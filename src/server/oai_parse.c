@@ -252,17 +252,13 @@ static int read_messages(json_t *root, srv_params *p, srv_error *e) {
         if (!strcmp(r, "system") || !strcmp(r, "developer")) role = "system";
         else if (!strcmp(r, "user")) role = "user";
         else if (!strcmp(r, "assistant")) role = "assistant";
-        else if (!strcmp(r, "tool") || !strcmp(r, "function"))
-            return bad(e, pp, "'%s': role '%s' is not supported (this server has no tool calls)", pp, r);
+        else if (!strcmp(r, "tool")) role = "tool"; /* tool results (oai_tools.c reads the rest) */
+        else if (!strcmp(r, "function"))
+            return bad(e, pp, "'%s': role 'function' (the deprecated function calling) is not supported; use 'tool'", pp);
         else
-            return bad(e, pp, "'%s': unknown role '%.40s' (expected system, user, assistant or developer)", pp, r);
-        json_t *tc = json_object_get(m, "tool_calls");
-        if (tc && !json_is_null(tc) && !(json_is_array(tc) && json_array_size(tc) == 0)) {
-            snprintf(pp, sizeof pp, "messages[%zu].tool_calls", i);
-            return bad(e, pp, "'%s': tool calls are not supported by this server", pp);
-        }
+            return bad(e, pp, "'%s': unknown role '%.40s' (expected system, user, assistant, tool or developer)", pp, r);
         snprintf(pp, sizeof pp, "messages[%zu].content", i);
-        if (read_content(json_object_get(m, "content"), pp, !strcmp(role, "assistant"), &p->msgs[i].content, e)) return -1;
+        if (read_content(json_object_get(m, "content"), pp, role[0] == 'a' /* assistant: may be null */, &p->msgs[i].content, e)) return -1;
         p->n_msgs = i + 1;
         if (!(p->msgs[i].role = dup_n(role, strlen(role)))) return oom(e);
     }
@@ -363,12 +359,9 @@ static int refuse_unsupported(json_t *root, srv_params *p, srv_error *e) {
         if (!json_is_object(v)) return bad(e, "logit_bias", "'logit_bias' must be an object, not %s", json_type_name(v));
         if (json_object_size(v)) return bad(e, "logit_bias", "'logit_bias' is not supported by this server");
     }
-    if ((v = json_object_get(root, "tools")) && !json_is_null(v)) {
-        if (!json_is_array(v)) return bad(e, "tools", "'tools' must be an array, not %s", json_type_name(v));
-        json_t *tc = json_object_get(root, "tool_choice");
-        bool none = json_is_string(tc) && !strcmp(json_string_value(tc), "none");
-        if (json_array_size(v) && !none) return bad(e, "tools", "'tools' (function calling) is not supported by this server");
-    }
+    if (p->route == SRV_ROUTE_COMPLETIONS && (v = json_object_get(root, "tools")) && !json_is_null(v) &&
+        !(json_is_array(v) && !json_array_size(v)))
+        return bad(e, "tools", "'tools' needs /v1/chat/completions");
     if ((v = json_object_get(root, "functions")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
         return bad(e, "functions", "'functions' (function calling) is not supported by this server");
     if ((v = json_object_get(root, "response_format")) && !json_is_null(v)) {
@@ -511,6 +504,7 @@ int srv_parse_request(srv_route route, const char *body, size_t len, srv_params 
         }
     }
     if (refuse_unsupported(root, p, e)) goto out;
+    if (route == SRV_ROUTE_CHAT && srv_read_chat_extras(root, p, e)) goto out;
     rc = 0;
 out:
     json_decref(root);
@@ -534,5 +528,9 @@ void srv_params_free(srv_params *p) {
         }
     free(p->prompts);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    free(p->messages_json);
+    free(p->tools_json);
+    free(p->tmpl_vars_json);
+    free(p->prompt_ids);
     memset(p, 0, sizeof *p);
 }

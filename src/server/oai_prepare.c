@@ -68,7 +68,10 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
         }
         rf_status st = set_options(r, p, seed);
         if (st) goto fail_st;
-        if (chat) {
+        if (chat && p->prompt_ids) { /* rendered by srv_chat_render (tools, tool results, variables) */
+            st = rf_request_set_prompt_ids(r, p->prompt_ids, p->n_prompt_ids);
+            if (!st && p->render_special) st = rf_request_set(r, RF_REQ_RENDER_SPECIAL, 1);
+        } else if (chat) {
             for (size_t k = 0; k < p->n_msgs && !st; k++) st = rf_request_add_message(r, p->msgs[k].role, p->msgs[k].content);
         } else if (p->prompts[i].ids) {
             const srv_prompt *sp = &p->prompts[i];

@@ -273,6 +273,10 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
                     atomic_load(&s->active), s->cfg.n_parallel, s->cfg.max_queue);
     }
     srv_prepared pr;
+    if (p.route == SRV_ROUTE_CHAT && srv_chat_render(s->model, s->n_ctx, &p, &e)) {
+        srv_params_free(&p);
+        return send_error(s, c, route, &e);
+    }
     if (srv_prepare(s->eng, s->n_ctx, &p, srv_rng_next(s) & SRV_SEED_MASK, &pr, &e)) {
         srv_params_free(&p);
         return send_error(s, c, route, &e);
@@ -286,6 +290,14 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
     if (s->test_faults) { /* tests: "X-RF-Test-Fault: oom-events" makes this request's event copies fail */
         const char *f = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-RF-Test-Fault");
         r->fault_oom = f && !strcmp(f, "oom-events");
+        /* "X-RF-Test-Output: <JSON string>": the answer's text is this instead of the model's */
+        const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-RF-Test-Output");
+        json_t *j = o ? json_loads(o, JSON_DECODE_ANY, NULL) : NULL;
+        if (json_is_string(j) && (r->inject = malloc(json_string_length(j) + 1))) {
+            memcpy(r->inject, json_string_value(j), json_string_length(j) + 1);
+            r->inject_len = json_string_length(j);
+        }
+        json_decref(j);
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->conn = c;

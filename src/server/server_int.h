@@ -39,8 +39,10 @@
 
 #include "metrics.h"
 #include "oai.h"
+#include "tool_calls.h"
 #include "server.h"
 #include "server_conn.h"
+#include "tool_calls.h"
 
 #define SRV_TICK_MS 50
 
@@ -78,6 +80,7 @@ typedef struct srv_choice {
     size_t offset;      /* bytes of text so far (echo included): completions' text_offset */
     rf_finish_reason finish;
     bool done;
+    srv_chat_stream cs; /* chat with parse_output: reasoning / tool calls split off (tool_calls.h) */
 } srv_choice;
 
 struct srv_req {
@@ -99,6 +102,8 @@ struct srv_req {
     double *t_last;
     bool first_token;
     bool fault_oom;      /* tests: every event copy fails as if out of memory (set before submit) */
+    char *inject;        /* tests: the answer's text replaced by this (X-RF-Test-Output) */
+    size_t inject_len;
     /* under mu */
     srv_event *qh, **qt;
     int engine_done;     /* DONE events queued */

@@ -43,7 +43,6 @@ static const char *stop_hit(srv_req *r) {
  * With the chat path's answer parser (tool_calls.h, when this tree has it) a request whose
  * template has a tool-call syntax or reasoning gets Anthropic's blocks: thinking, text and
  * tool_use (input_json_delta when streamed), stop_reason tool_use. Without it, one text block. */
-#ifdef RF_SERVER_TOOL_CALLS_H
 static bool parsed(const srv_req *r) { return r->p.parse_output; }
 
 static srv_parse_cfg parse_cfg(const srv_req *r) {
@@ -168,16 +167,6 @@ static void stream_parsed(srv_req *r, const char *text, size_t len, bool final) 
         close_block(r);
     }
 }
-#else
-static bool parsed(const srv_req *r) {
-    (void)r;
-    return false;
-}
-static size_t n_calls(srv_req *r) {
-    (void)r;
-    return 0;
-}
-#endif
 
 static const char *stop_reason(srv_req *r, size_t calls) {
     rf_finish_reason f = r->ch[0].finish;
@@ -203,7 +192,6 @@ static json_t *message(srv_req *r, bool done) {
     if (done) {
         srv_choice *ch = &r->ch[0];
         size_t calls = 0;
-#ifdef RF_SERVER_TOOL_CALLS_H
         if (parsed(r)) {
             json_decref(content);
             if (!(content = parsed_blocks(r, &calls))) {
@@ -211,7 +199,6 @@ static json_t *message(srv_req *r, bool done) {
                 return NULL;
             }
         } else
-#endif
         {
             json_t *b = json_pack("{ss}", "type", "text");
             if (b) json_object_set_new(b, "text", srv_json_bytes(ch->text.p ? ch->text.p : "", ch->text.len));
@@ -248,7 +235,6 @@ void srv_messages_text(srv_req *r, const char *text, size_t len, int32_t token) 
         size_t n = 0;
         if (!rf_token_to_piece(r->s->vocab, token, false, buf, sizeof buf, &n) && n <= sizeof buf) srv_buf_add(&r->api_raw, buf, n);
     }
-#ifdef RF_SERVER_TOOL_CALLS_H
     if (r->inject) { /* tests (X-RF-Test-Output): the answer is the injected text, in small pieces at the end */
         if (token >= 0) return;
         r->ch[0].text.len = 0;
@@ -268,7 +254,6 @@ void srv_messages_text(srv_req *r, const char *text, size_t len, int32_t token) 
         stream_parsed(r, text, len, token < 0);
         return;
     }
-#endif
     if (!len) return;
     if (!r->stream) {
         srv_buf_add(&r->ch[0].text, text, len);

@@ -62,7 +62,6 @@ static json_t *message_item(srv_req *r, bool done) {
  * With the chat path's answer parser (tool_calls.h, when this tree has it): a reasoning item
  * (reasoning_text), the message and one function_call item per call; streamed with
  * response.reasoning_text.delta and response.function_call_arguments.delta / .done. */
-#ifdef RF_SERVER_TOOL_CALLS_H
 static srv_parse_cfg parse_cfg(const srv_req *r) {
     srv_parse_cfg c = {0};
     c.syntax = (srv_tool_syntax)r->p.syntax;
@@ -237,7 +236,6 @@ static void stream_parsed(srv_req *r, const char *text, size_t len, bool final) 
         close_item(r);
     }
 }
-#endif
 
 static json_t *usage(srv_req *r) {
     json_t *u = json_object();
@@ -266,9 +264,7 @@ static json_t *response(srv_req *r, bool done) {
     json_object_set_new(o, "max_output_tokens", r->p.max_tokens >= 0 ? json_integer(r->p.max_tokens) : json_null());
     json_object_set_new(o, "model", srv_json_bytes(r->s->alias, strlen(r->s->alias)));
     json_t *out = NULL;
-#ifdef RF_SERVER_TOOL_CALLS_H
     if (done && r->p.parse_output) out = parsed_output(r);
-#endif
     if (!out) {
         out = json_array();
         if (done) json_array_append_new(out, message_item(r, true));
@@ -297,9 +293,7 @@ static json_t *part_event(srv_req *r) {
 void srv_responses_stream_start(srv_req *r) {
     event(r, "response.created", json_pack("{so}", "response", response(r, false)));
     event(r, "response.in_progress", json_pack("{so}", "response", response(r, false)));
-#ifdef RF_SERVER_TOOL_CALLS_H
     if (r->p.parse_output) return; /* the items open as the parse finds them */
-#endif
     event(r, "response.output_item.added", json_pack("{siso}", "output_index", 0, "item", message_item(r, false)));
     json_t *o = part_event(r);
     if (o) json_object_set_new(o, "part", text_part(r, false));
@@ -309,7 +303,6 @@ void srv_responses_stream_start(srv_req *r) {
 static void text_plain(srv_req *r, const char *text, size_t len);
 
 void srv_responses_text(srv_req *r, const char *text, size_t len, bool final) {
-#ifdef RF_SERVER_TOOL_CALLS_H
     if (r->inject) { /* tests (X-RF-Test-Output): the answer is the injected text, in small pieces at the end */
         if (!final) return;
         r->ch[0].text.len = 0;
@@ -327,7 +320,6 @@ void srv_responses_text(srv_req *r, const char *text, size_t len, bool final) {
         stream_parsed(r, text, len, final);
         return;
     }
-#endif
     (void)final;
     text_plain(r, text, len);
 }
@@ -346,12 +338,10 @@ static void text_plain(srv_req *r, const char *text, size_t len) {
 
 void srv_responses_stream_end(srv_req *r) {
     srv_choice *ch = &r->ch[0];
-#ifdef RF_SERVER_TOOL_CALLS_H
     if (r->p.parse_output) {
         event(r, incomplete(r) ? "response.incomplete" : "response.completed", json_pack("{so}", "response", response(r, true)));
         return;
     }
-#endif
     json_t *o = part_event(r);
     if (o) {
         json_object_set_new(o, "text", srv_json_bytes(ch->text.p ? ch->text.p : "", ch->text.len));

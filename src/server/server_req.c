@@ -31,6 +31,7 @@ void srv_req_unref(srv_req *r) {
     for (int i = 0; i < r->n_choices; i++) {
         srv_buf_free(&r->ch[i].text);
         json_decref(r->ch[i].lp);
+        srv_chat_stream_free(&r->ch[i].cs);
     }
     if (r->echo)
         for (int i = 0; i < r->n_subs; i++) free(r->echo[i]);
@@ -43,6 +44,7 @@ void srv_req_unref(srv_req *r) {
     srv_buf_free(&r->out);
     srv_buf_free(&r->api_raw);
     srv_buf_free(&r->api_ws);
+    free(r->inject);
     srv_params_free(&r->p);
     pthread_mutex_destroy(&r->mu);
     free(r);

@@ -1,5 +1,6 @@
 /* fuzz_server_body.h — one fuzz iteration over the server's request-to-params path (routing,
- * srv_parse_request, srv_prepare: tokenizing, chat-template rendering, the context check),
+ * srv_parse_request, srv_chat_render, srv_prepare: tokenizing, chat-template rendering with tools,
+ * the context check; and the answer parsers on the same bytes),
  * shared by the libFuzzer target (fuzz_server.c) and the corpus replay unit test
  * (tests/unit/test_server_parse.c). Include after defining _GNU_SOURCE.
  *
@@ -22,6 +23,7 @@
 #include "rocmforge/engine.h"
 #include "rocmforge/mkmodel.h"
 #include "server/oai.h"
+#include "server/tool_calls.h"
 
 #define RF_FUZZ_SRV_CHECK(c) \
     do {                     \
@@ -119,6 +121,36 @@ static void rf_fuzz_srv_check_error(const srv_error *e) {
     free(j);
 }
 
+/* The answer parsers (tool_calls.h) on the same bytes as a model's text, in every syntax:
+ * never an error but out of memory, call arguments always a JSON object, and fed in three
+ * growing pieces the deltas add up to the final parse. */
+static void rf_fuzz_srv_answer(const char *t, size_t n) {
+    for (int syn = SRV_SYNTAX_NONE; syn <= SRV_SYNTAX_HARMONY; syn++) {
+        srv_parse_cfg cfg = {.syntax = (srv_tool_syntax)syn, .tools = true, .reasoning = true, .parallel = true,
+                             .think_open = (n & 1) != 0, .id_seed = 1};
+        srv_chat_out o = {0};
+        RF_FUZZ_SRV_CHECK(srv_chat_parse(&cfg, t, n, true, &o) == 0);
+        for (size_t k = 0; k < o.n_calls; k++) {
+            json_t *a = json_loads(o.calls[k].arguments, 0, NULL);
+            RF_FUZZ_SRV_CHECK(json_is_object(a));
+            json_decref(a);
+        }
+        srv_chat_stream s = {.ready = true, .cfg = cfg};
+        size_t r = 0, c = 0, calls = 0;
+        size_t cut[3] = {n / 3, 2 * n / 3, n};
+        for (int i = 0; i < 3; i++) {
+            srv_chat_delta d;
+            RF_FUZZ_SRV_CHECK(srv_chat_stream_feed(&s, t, cut[i], i == 2, &d) == 0);
+            r += d.reasoning_len;
+            c += d.content_len;
+            calls += d.n_calls;
+        }
+        RF_FUZZ_SRV_CHECK(r == o.reasoning.len && c == o.content.len && calls == o.n_calls);
+        srv_chat_stream_free(&s);
+        srv_chat_out_free(&o);
+    }
+}
+
 /* One input; returns 0 when the body was refused by the parser, 1 when refused while preparing
  * (context, vocabulary, template), 2 when engine requests were built. */
 static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
@@ -146,6 +178,7 @@ static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
         json_decref(j);
         free(path);
     }
+    rf_fuzz_srv_answer(body, len);
     srv_params p;
     srv_error e;
     memset(&e, 0, sizeof e);
@@ -193,6 +226,13 @@ static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
     srv_prepared pr;
     memset(&e, 0, sizeof e);
     int rc = 2;
+    /* chat: rendered with its tools and tool results as the server renders it */
+    if (route == SRV_ROUTE_CHAT && srv_chat_render(f->model, f->n_ctx, &p, &e)) {
+        rf_fuzz_srv_check_error(&e);
+        srv_params_free(&p);
+        return 1;
+    }
+    if (route == SRV_ROUTE_CHAT) RF_FUZZ_SRV_CHECK(p.prompt_ids != NULL && p.n_prompt_ids <= (size_t)f->n_ctx);
     if (srv_prepare(f->eng, f->n_ctx, &p, 42, &pr, &e)) {
         rf_fuzz_srv_check_error(&e);
         rc = 1;
