@@ -35,7 +35,7 @@ rf_status rf_session_new(rf_model *m, const rf_session_params *params, rf_sessio
     if (p.n_ctx && n_batch > p.n_ctx) n_batch = p.n_ctx;
     rf_status st = rf_engine_create(m, p.n_ctx, 1, n_batch, 0, 16, p.kv_type, false, p.n_threads, &s->e);
     if (!st && !p.n_ctx && s->e->n_batch > s->e->n_ctx) s->e->n_batch = s->e->n_ctx;
-    if (!st && !(s->seq = rf_seq_new(s->e))) st = rf_set_error(RF_ERR_OOM, "session: out of memory");
+    if (!st && !(s->seq = rf_seq_new(s->e->max_blocks))) st = rf_set_error(RF_ERR_OOM, "session: out of memory");
     if (st) {
         rf_engine_free(s->e);
         free(s);
@@ -101,7 +101,7 @@ rf_status rf_session_eval(rf_session *s, const int32_t *ids, int32_t n, bool all
     q->want_all = all_logits;
     q->logits_dst = s->logits;
     q->state = RF_SEQ_RUNNING;
-    while (!st && q->n_computed < q->n_tokens) st = rf_sched_step(e, q);
+    while (!st && q->n_computed < q->n_tokens) st = rf_engine_exec_step(e, q);
     q->state = RF_SEQ_IDLE;
     q->want_all = false;
     q->logits_dst = NULL;
