@@ -50,24 +50,44 @@ void rf_request_free(rf_request *r) {
     free(r);
 }
 
-rf_status rf_request_set(rf_request *r, rf_req_opt opt, double v) {
-    if (!r) return rf_set_error(RF_ERR_INVALID_ARG, "request is NULL");
-    if (isnan(v)) return rf_set_error(RF_ERR_INVALID_ARG, "request option %d: value is NaN", (int)opt);
 #define RANGE(name, lo, hi)                                                                              \
-    if (v < (lo) || v > (hi))                                                                            \
+    if (!(v >= (lo) && v <= (hi)))                                                                       \
         return rf_set_error(RF_ERR_INVALID_ARG, "%s = %g is outside [%g, %g]", name, v, (double)(lo), (double)(hi))
 #define INTEGRAL(name)                                                                                   \
     if (v != floor(v)) return rf_set_error(RF_ERR_INVALID_ARG, "%s = %g is not an integer", name, v)
+
+/* Checks one sampling field (the ranges rf_request_set and rf_request_set_sampling share). */
+static rf_status check_sampling(rf_req_opt opt, double v) {
+    if (isnan(v)) return rf_set_error(RF_ERR_INVALID_ARG, "request option %d: value is NaN", (int)opt);
+    switch (opt) {
+    case RF_REQ_TEMPERATURE: RANGE("temperature", 0, 1e6); break;
+    case RF_REQ_TOP_K: INTEGRAL("top_k"); RANGE("top_k", -1, INT32_MAX); break;
+    case RF_REQ_TOP_P: RANGE("top_p", 0, 1); break;
+    case RF_REQ_MIN_P: RANGE("min_p", 0, 1); break;
+    case RF_REQ_REPEAT_PENALTY: RANGE("repetition_penalty", 1e-6, 1e6); break;
+    case RF_REQ_REPEAT_LAST_N: INTEGRAL("repeat_last_n"); RANGE("repeat_last_n", -1, INT32_MAX); break;
+    case RF_REQ_PRESENCE_PENALTY: RANGE("presence_penalty", -1e6, 1e6); break;
+    case RF_REQ_FREQUENCY_PENALTY: RANGE("frequency_penalty", -1e6, 1e6); break;
+    default: break;
+    }
+    return RF_OK;
+}
+
+rf_status rf_request_set(rf_request *r, rf_req_opt opt, double v) {
+    if (!r) return rf_set_error(RF_ERR_INVALID_ARG, "request is NULL");
+    if (isnan(v)) return rf_set_error(RF_ERR_INVALID_ARG, "request option %d: value is NaN", (int)opt);
+    rf_status st = check_sampling(opt, v);
+    if (st) return st;
     switch (opt) {
     case RF_REQ_MAX_TOKENS: INTEGRAL("max_tokens"); r->max_tokens = v < 0 ? -1 : (v > INT32_MAX ? INT32_MAX : (int32_t)v); break;
-    case RF_REQ_TEMPERATURE: RANGE("temperature", 0, 1e6); r->sp.temperature = (float)v; break;
-    case RF_REQ_TOP_K: INTEGRAL("top_k"); RANGE("top_k", -1, INT32_MAX); r->sp.top_k = (int32_t)v; break;
-    case RF_REQ_TOP_P: RANGE("top_p", 0, 1); r->sp.top_p = (float)v; break;
-    case RF_REQ_MIN_P: RANGE("min_p", 0, 1); r->sp.min_p = (float)v; break;
-    case RF_REQ_REPEAT_PENALTY: RANGE("repetition_penalty", 1e-6, 1e6); r->sp.repeat_penalty = (float)v; break;
-    case RF_REQ_REPEAT_LAST_N: INTEGRAL("repeat_last_n"); RANGE("repeat_last_n", -1, INT32_MAX); r->sp.repeat_last_n = (int32_t)v; break;
-    case RF_REQ_PRESENCE_PENALTY: RANGE("presence_penalty", -1e6, 1e6); r->sp.presence_penalty = (float)v; break;
-    case RF_REQ_FREQUENCY_PENALTY: RANGE("frequency_penalty", -1e6, 1e6); r->sp.frequency_penalty = (float)v; break;
+    case RF_REQ_TEMPERATURE: r->sp.temperature = (float)v; break;
+    case RF_REQ_TOP_K: r->sp.top_k = (int32_t)v; break;
+    case RF_REQ_TOP_P: r->sp.top_p = (float)v; break;
+    case RF_REQ_MIN_P: r->sp.min_p = (float)v; break;
+    case RF_REQ_REPEAT_PENALTY: r->sp.repeat_penalty = (float)v; break;
+    case RF_REQ_REPEAT_LAST_N: r->sp.repeat_last_n = (int32_t)v; break;
+    case RF_REQ_PRESENCE_PENALTY: r->sp.presence_penalty = (float)v; break;
+    case RF_REQ_FREQUENCY_PENALTY: r->sp.frequency_penalty = (float)v; break;
     case RF_REQ_SEED: INTEGRAL("seed"); RANGE("seed", 0, 9007199254740992.0); r->sp.seed = (uint64_t)v; break;
     case RF_REQ_IGNORE_EOS: r->ignore_eos = v != 0; break;
     case RF_REQ_RENDER_SPECIAL: r->render_special = v != 0; break;
@@ -77,10 +97,29 @@ rf_status rf_request_set(rf_request *r, rf_req_opt opt, double v) {
     case RF_REQ_PARSE_SPECIAL: r->parse_special = v != 0; break;
     default: return rf_set_error(RF_ERR_INVALID_ARG, "request option %d is unknown", (int)opt);
     }
-#undef RANGE
-#undef INTEGRAL
     return RF_OK;
 }
+#undef RANGE
+#undef INTEGRAL
+
+rf_status rf_request_set_sampling(rf_request *r, const rf_sampler_params *p) {
+    if (!r || !p) return rf_set_error(RF_ERR_INVALID_ARG, "sampling: request or parameters are NULL");
+    const struct {
+        rf_req_opt opt;
+        double v;
+    } f[] = {{RF_REQ_TEMPERATURE, p->temperature},       {RF_REQ_TOP_K, p->top_k},
+             {RF_REQ_TOP_P, p->top_p},                   {RF_REQ_MIN_P, p->min_p},
+             {RF_REQ_REPEAT_PENALTY, p->repeat_penalty}, {RF_REQ_REPEAT_LAST_N, p->repeat_last_n},
+             {RF_REQ_PRESENCE_PENALTY, p->presence_penalty}, {RF_REQ_FREQUENCY_PENALTY, p->frequency_penalty}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        rf_status st = check_sampling(f[i].opt, f[i].v);
+        if (st) return st;
+    }
+    r->sp = *p;
+    return RF_OK;
+}
+
+const rf_sampler_params *rf_request_sampling(const rf_request *r) { return r ? &r->sp : NULL; }
 
 rf_status rf_request_add_stop(rf_request *r, const char *text, size_t len) {
     if (!r || (!text && len)) return rf_set_error(RF_ERR_INVALID_ARG, "stop string: bad arguments");
