@@ -7,14 +7,15 @@
 #include "engine/engine_internal.h"
 #include "rocmforge/quant.h"
 
+rf_engine_config rf_engine_config_default(void) {
+    return (rf_engine_config){.n_ctx = 0, .n_parallel = 4, .n_batch = 512, .n_blocks = 0, .block_size = 16,
+                              .kv_type = RF_TYPE_F16, .prefix_cache = true, .n_threads = 0};
+}
+
 rf_engine_config *rf_engine_config_new(void) {
-    rf_engine_config *c = calloc(1, sizeof *c);
+    rf_engine_config *c = malloc(sizeof *c);
     if (!c) return NULL;
-    c->v[RF_ENGINE_PARALLEL] = 4;
-    c->v[RF_ENGINE_BATCH] = 512;
-    c->v[RF_ENGINE_BLOCK_SIZE] = 16;
-    c->v[RF_ENGINE_KV_TYPE] = RF_TYPE_F16;
-    c->v[RF_ENGINE_PREFIX_CACHE] = 1;
+    *c = rf_engine_config_default();
     return c;
 }
 
@@ -33,7 +34,16 @@ rf_status rf_engine_config_set(rf_engine_config *c, rf_engine_opt opt, int64_t v
     if (opt == RF_ENGINE_KV_TYPE && v != RF_TYPE_F16 && v != RF_TYPE_F32 && v != RF_TYPE_Q8_0)
         return rf_set_error(RF_ERR_INVALID_ARG, "KV cache type %s is not supported (f32, f16, q8_0)",
                             rf_type_name((rf_type)v));
-    c->v[opt] = v;
+    switch (opt) {
+    case RF_ENGINE_CTX: c->n_ctx = (int32_t)v; break;
+    case RF_ENGINE_PARALLEL: c->n_parallel = (int32_t)v; break;
+    case RF_ENGINE_BATCH: c->n_batch = (int32_t)v; break;
+    case RF_ENGINE_KV_BLOCKS: c->n_blocks = (int32_t)v; break;
+    case RF_ENGINE_BLOCK_SIZE: c->block_size = (int32_t)v; break;
+    case RF_ENGINE_KV_TYPE: c->kv_type = (rf_type)v; break;
+    case RF_ENGINE_PREFIX_CACHE: c->prefix_cache = v != 0; break;
+    case RF_ENGINE_THREADS: c->n_threads = (int32_t)v; break;
+    }
     return RF_OK;
 }
 
@@ -43,10 +53,13 @@ static uint64_t avail_memory(void) {
     return (uint64_t)pages * (uint64_t)psz;
 }
 
-rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32_t n_batch,
-                           int32_t n_blocks, int32_t block_size, rf_type kv_type, bool prefix_cache,
-                           int32_t n_threads, rf_engine **out) {
+rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **out) {
     *out = NULL;
+    /* the plan below settles ctx, batch and blocks from what was asked */
+    int32_t n_ctx = c->n_ctx, n_parallel = c->n_parallel, n_batch = c->n_batch, n_blocks = c->n_blocks;
+    int32_t block_size = c->block_size, n_threads = c->n_threads;
+    rf_type kv_type = c->kv_type;
+    bool prefix_cache = c->prefix_cache;
     if (!m) return rf_set_error(RF_ERR_INVALID_ARG, "engine: model is NULL");
     const rf_hparams *hp = &m->hp;
     if (kv_type != RF_TYPE_F32 && kv_type != RF_TYPE_F16 && kv_type != RF_TYPE_Q8_0)
@@ -163,18 +176,8 @@ rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32
 }
 
 rf_status rf_engine_new(rf_model *m, const rf_engine_config *c, rf_engine **out) {
-    rf_engine_config def;
-    if (!c) {
-        rf_engine_config *d = rf_engine_config_new();
-        if (!d) return rf_set_error(RF_ERR_OOM, "engine: out of memory");
-        def = *d;
-        rf_engine_config_free(d);
-        c = &def;
-    }
-    return rf_engine_create(m, (int32_t)c->v[RF_ENGINE_CTX], (int32_t)c->v[RF_ENGINE_PARALLEL],
-                            (int32_t)c->v[RF_ENGINE_BATCH], (int32_t)c->v[RF_ENGINE_KV_BLOCKS],
-                            (int32_t)c->v[RF_ENGINE_BLOCK_SIZE], (rf_type)c->v[RF_ENGINE_KV_TYPE],
-                            c->v[RF_ENGINE_PREFIX_CACHE] != 0, (int32_t)c->v[RF_ENGINE_THREADS], out);
+    rf_engine_config def = rf_engine_config_default();
+    return rf_engine_create(m, c ? c : &def, out);
 }
 
 void rf_engine_free(rf_engine *e) {

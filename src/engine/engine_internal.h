@@ -63,8 +63,16 @@ struct rf_event {
     const char *error;
 };
 
+/* The engine's configuration, typed: what rf_engine_config_set checks and rf_engine_create reads
+ * (the session layer fills one directly). */
 struct rf_engine_config {
-    int64_t v[RF_ENGINE_THREADS + 1];
+    int32_t n_ctx;       /* 0: the trained length capped to 4096 and memory */
+    int32_t n_parallel, n_batch;
+    int32_t n_blocks;    /* 0: n_ctx x n_parallel positions, capped to memory */
+    int32_t block_size;
+    rf_type kv_type;
+    bool prefix_cache;
+    int32_t n_threads;   /* 0: the model's */
 };
 
 struct rf_engine {
@@ -108,10 +116,9 @@ struct rf_engine {
     int64_t snap_running, snap_waiting, snap_used, snap_free, snap_cached;
 };
 
-/* Engine with explicit sizes (session layer and rf_engine_new). */
-rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32_t n_batch,
-                           int32_t n_blocks, int32_t block_size, rf_type kv_type, bool prefix_cache,
-                           int32_t n_threads, rf_engine **out);
+/* rf_engine_config_new's defaults, and an engine from a configuration (rf_engine_new, sessions). */
+rf_engine_config rf_engine_config_default(void);
+rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **out);
 
 /* engine_step.c: one step over the running sequences and the waiting queue (rf_engine_step is
  * rf_engine_exec_step(e, NULL)). With only non-NULL, the step runs that sequence alone (the
