@@ -33,9 +33,12 @@ rf_status rf_session_new(rf_model *m, const rf_session_params *params, rf_sessio
     /* the batch is capped to the context, as a prompt chunk never spans more */
     int32_t n_batch = p.n_batch ? p.n_batch : 512;
     if (p.n_ctx && n_batch > p.n_ctx) n_batch = p.n_ctx;
-    rf_status st = rf_engine_create(m, p.n_ctx, 1, n_batch, 0, 16, p.kv_type, false, p.n_threads, &s->e);
+    /* one sequence, no prefix cache (the session keeps its own prefix) */
+    rf_engine_config c = {.n_ctx = p.n_ctx, .n_parallel = 1, .n_batch = n_batch, .n_blocks = 0, .block_size = 16,
+                          .kv_type = p.kv_type, .prefix_cache = false, .n_threads = p.n_threads};
+    rf_status st = rf_engine_create(m, &c, &s->e);
     if (!st && !p.n_ctx && s->e->n_batch > s->e->n_ctx) s->e->n_batch = s->e->n_ctx;
-    if (!st && !(s->seq = rf_seq_new(s->e))) st = rf_set_error(RF_ERR_OOM, "session: out of memory");
+    if (!st && !(s->seq = rf_seq_new(s->e->max_blocks))) st = rf_set_error(RF_ERR_OOM, "session: out of memory");
     if (st) {
         rf_engine_free(s->e);
         free(s);
@@ -101,7 +104,7 @@ rf_status rf_session_eval(rf_session *s, const int32_t *ids, int32_t n, bool all
     q->want_all = all_logits;
     q->logits_dst = s->logits;
     q->state = RF_SEQ_RUNNING;
-    while (!st && q->n_computed < q->n_tokens) st = rf_sched_step(e, q);
+    while (!st && q->n_computed < q->n_tokens) st = rf_engine_exec_step(e, q);
     q->state = RF_SEQ_IDLE;
     q->want_all = false;
     q->logits_dst = NULL;

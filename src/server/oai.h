@@ -19,7 +19,6 @@
 #define SRV_MAX_TOP_LOGPROBS 20
 #define SRV_MAX_PROMPTS 64    /* prompts in one /v1/completions request */
 #define SRV_MAX_MESSAGES 4096
-#define SRV_SEED_MASK ((1ULL << 53) - 1) /* the engine takes seeds in [0, 2^53]; choice i uses seed + i */
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
@@ -101,10 +100,10 @@ typedef struct srv_params {
     bool parse_special;         /* completions: control-token texts in the prompt become those
                                    tokens (llama.cpp's name); default false: the prompt is text */
     int64_t max_tokens;         /* -1: not given (until EOS or the context is full) */
-    double temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
-    int32_t top_k;              /* <= 0: off */
+    rf_sampler_params sp;       /* sampling, built once here and handed to the engine by pointer;
+                                   sp.seed: the client's seed (64-bit; a negative one as its
+                                   two's complement) when has_seed */
     bool has_seed;
-    uint64_t seed;              /* the client's seed mod 2^53 when has_seed */
     int32_t n;
     int32_t logprobs;           /* -1: none; else top alternatives wanted (0..20) */
     char *stop[SRV_MAX_STOP];

@@ -387,18 +387,51 @@ static int refuse_unsupported(json_t *root, srv_params *p, srv_error *e) {
     return 0;
 }
 
+/* The sampling fields into p->sp (defaults already there). */
+static int parse_sampling(json_t *root, srv_params *p, srv_error *e) {
+    double temperature = p->sp.temperature, top_p = p->sp.top_p, min_p = p->sp.min_p;
+    double presence = p->sp.presence_penalty, frequency = p->sp.frequency_penalty, rep = p->sp.repeat_penalty;
+    if (get_num(root, "temperature", 0, 2, &temperature, e)) return -1;
+    if (get_num(root, "top_p", 0, 1, &top_p, e)) return -1;
+    if (get_num(root, "min_p", 0, 1, &min_p, e)) return -1;
+    int64_t k = 0;
+    bool given;
+    if (get_int(root, "top_k", -1, INT32_MAX, &k, &given, e)) return -1;
+    if (given) p->sp.top_k = k > 0 ? (int32_t)k : 0; /* -1 and 0: off */
+    if (get_num(root, "presence_penalty", -2, 2, &presence, e)) return -1;
+    if (get_num(root, "frequency_penalty", -2, 2, &frequency, e)) return -1;
+    json_t *v = json_object_get(root, "repetition_penalty");
+    if (v && !json_is_null(v)) {
+        if (get_num(root, "repetition_penalty", 0, 100, &rep, e)) return -1;
+        if (rep <= 0) return bad(e, "repetition_penalty", "'repetition_penalty' must be > 0 (got %g)", rep);
+    }
+    int64_t seed;
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &p->has_seed, e)) return -1;
+    if (p->has_seed) p->sp.seed = (uint64_t)seed;
+    p->sp.temperature = (float)temperature;
+    p->sp.top_p = (float)top_p;
+    p->sp.min_p = (float)min_p;
+    p->sp.presence_penalty = (float)presence;
+    p->sp.frequency_penalty = (float)frequency;
+    p->sp.repeat_penalty = (float)rep;
+    return 0;
+}
+
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
     if (route == SRV_ROUTE_MESSAGES) return srv_parse_messages(body, len, p, e);
     if (route == SRV_ROUTE_RESPONSES) return srv_parse_responses(body, len, p, e);
     memset(p, 0, sizeof *p);
     p->route = route;
     p->max_tokens = -1;
-    /* OpenAI's defaults: temperature 1, top_p 1, no top_k / min_p, no penalties */
-    p->temperature = 1.0;
-    p->top_p = 1.0;
-    p->top_k = 0;
-    p->min_p = 0.0;
-    p->repetition_penalty = 1.0;
+    /* OpenAI's defaults: temperature 1, top_p 1, no top_k / min_p, no penalties (over the last
+     * 64 tokens when asked for) */
+    p->sp = rf_sampler_default_params();
+    p->sp.temperature = 1.0f;
+    p->sp.top_p = 1.0f;
+    p->sp.top_k = 0;
+    p->sp.min_p = 0.0f;
+    p->sp.repeat_penalty = 1.0f;
+    p->sp.repeat_last_n = 64;
     p->n = 1;
     p->logprobs = -1;
     if (route != SRV_ROUTE_CHAT && route != SRV_ROUTE_COMPLETIONS)
@@ -453,25 +486,7 @@ int srv_parse_request(srv_route route, const char *body, size_t len, srv_params 
     if (given) p->max_tokens = mt;
     if (get_int(root, "max_completion_tokens", mt_lo, INT32_MAX, &mt, &given, e)) goto out;
     if (given) p->max_tokens = mt;
-    if (get_num(root, "temperature", 0, 2, &p->temperature, e)) goto out;
-    if (get_num(root, "top_p", 0, 1, &p->top_p, e)) goto out;
-    if (get_num(root, "min_p", 0, 1, &p->min_p, e)) goto out;
-    int64_t k = 0;
-    if (get_int(root, "top_k", -1, INT32_MAX, &k, &given, e)) goto out;
-    if (given) p->top_k = (int32_t)k;
-    if (get_num(root, "presence_penalty", -2, 2, &p->presence_penalty, e)) goto out;
-    if (get_num(root, "frequency_penalty", -2, 2, &p->frequency_penalty, e)) goto out;
-    v = json_object_get(root, "repetition_penalty");
-    if (v && !json_is_null(v)) {
-        if (get_num(root, "repetition_penalty", 0, 100, &p->repetition_penalty, e)) goto out;
-        if (p->repetition_penalty <= 0) {
-            bad(e, "repetition_penalty", "'repetition_penalty' must be > 0 (got %g)", p->repetition_penalty);
-            goto out;
-        }
-    }
-    int64_t seed;
-    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &p->has_seed, e)) goto out;
-    if (p->has_seed) p->seed = (uint64_t)seed & SRV_SEED_MASK;
+    if (parse_sampling(root, p, e)) goto out;
     int64_t n = 1;
     if (get_int(root, "n", 1, SRV_MAX_N, &n, NULL, e)) goto out;
     p->n = (int32_t)n;

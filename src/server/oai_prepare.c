@@ -27,15 +27,9 @@ static int engine_error(srv_error *e, rf_status st, const char *param) {
 
 static rf_status set_options(rf_request *r, const srv_params *p, uint64_t seed) {
     rf_status st = RF_OK;
-    st = st ? st : rf_request_set(r, RF_REQ_TEMPERATURE, p->temperature);
-    st = st ? st : rf_request_set(r, RF_REQ_TOP_K, p->top_k > 0 ? p->top_k : 0);
-    st = st ? st : rf_request_set(r, RF_REQ_TOP_P, p->top_p);
-    st = st ? st : rf_request_set(r, RF_REQ_MIN_P, p->min_p);
-    st = st ? st : rf_request_set(r, RF_REQ_REPEAT_PENALTY, p->repetition_penalty);
-    st = st ? st : rf_request_set(r, RF_REQ_REPEAT_LAST_N, 64);
-    st = st ? st : rf_request_set(r, RF_REQ_PRESENCE_PENALTY, p->presence_penalty);
-    st = st ? st : rf_request_set(r, RF_REQ_FREQUENCY_PENALTY, p->frequency_penalty);
-    st = st ? st : rf_request_set(r, RF_REQ_SEED, (double)((p->has_seed ? p->seed : seed) & SRV_SEED_MASK));
+    rf_sampler_params sp = p->sp;
+    if (!p->has_seed) sp.seed = seed;
+    st = st ? st : rf_request_set_sampling(r, &sp);
     st = st ? st : rf_request_set(r, RF_REQ_IGNORE_EOS, p->ignore_eos);
     st = st ? st : rf_request_set(r, RF_REQ_N, p->n);
     st = st ? st : rf_request_set(r, RF_REQ_LOGPROBS, p->logprobs);

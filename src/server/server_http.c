@@ -277,7 +277,7 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
         srv_params_free(&p);
         return send_error(s, c, route, &e);
     }
-    if (srv_prepare(s->eng, s->n_ctx, &p, srv_rng_next(s) & SRV_SEED_MASK, &pr, &e)) {
+    if (srv_prepare(s->eng, s->n_ctx, &p, srv_rng_next(s), &pr, &e)) {
         srv_params_free(&p);
         return send_error(s, c, route, &e);
     }

@@ -219,8 +219,8 @@ static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
     RF_FUZZ_SRV_CHECK(p.n >= 1 && p.n <= SRV_MAX_N);
     RF_FUZZ_SRV_CHECK(p.logprobs >= -1 && p.logprobs <= SRV_MAX_TOP_LOGPROBS);
     RF_FUZZ_SRV_CHECK(p.n_stop >= 0 && p.n_stop <= SRV_MAX_STOP);
-    RF_FUZZ_SRV_CHECK(p.temperature >= 0 && p.temperature <= 2);
-    RF_FUZZ_SRV_CHECK(p.top_p >= 0 && p.top_p <= 1);
+    RF_FUZZ_SRV_CHECK(p.sp.temperature >= 0 && p.sp.temperature <= 2);
+    RF_FUZZ_SRV_CHECK(p.sp.top_p >= 0 && p.sp.top_p <= 1);
     RF_FUZZ_SRV_CHECK(p.max_tokens >= -1);
     RF_FUZZ_SRV_CHECK(p.route == SRV_ROUTE_CHAT ? p.n_msgs >= 1 : p.n_prompts >= 1);
     srv_prepared pr;

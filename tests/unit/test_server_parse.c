@@ -153,9 +153,44 @@ static void test_good_bodies(void **state) {
     assert_int_equal(p.max_tokens, 7); /* max_completion_tokens wins */
     assert_int_equal(p.n, 3);
     assert_int_equal(p.n_stop, 0);
-    assert_true(p.temperature == 1.0);
+    assert_true(p.sp.temperature == 1.0f);
     assert_true(p.has_seed);
-    assert_true(p.seed == (((uint64_t)-1) & SRV_SEED_MASK));
+    assert_true(p.sp.seed == UINT64_MAX); /* -1: its two's complement, all 64 bits */
+    srv_params_free(&p);
+}
+
+/* A seed past 2^53 (a double cannot hold it) reaches the engine's request unchanged: from the
+ * JSON through srv_params to the rf_request's sampling parameters. */
+static void test_seed_64bit(void **state) {
+    (void)state;
+    const uint64_t seeds[] = {9007199254740993ULL /* 2^53 + 1 */, 9223372036854775807ULL /* 2^63 - 1 */,
+                              18446744073709551615ULL /* as -1 */};
+    const char *bodies[] = {"{\"prompt\": \"Once\", \"seed\": 9007199254740993}",
+                            "{\"prompt\": \"Once\", \"seed\": 9223372036854775807}",
+                            "{\"prompt\": \"Once\", \"seed\": -1}"};
+    for (int i = 0; i < 3; i++) {
+        srv_params p;
+        srv_error e;
+        assert_int_equal(srv_parse_request(SRV_ROUTE_COMPLETIONS, bodies[i], strlen(bodies[i]), &p, &e), 0);
+        assert_true(p.has_seed);
+        assert_true(p.sp.seed == seeds[i]);
+        srv_prepared pr;
+        assert_int_equal(srv_prepare(g.eng, g.n_ctx, &p, 1, &pr, &e), 0);
+        assert_int_equal(pr.n, 1);
+        assert_true(rf_request_sampling(pr.reqs[0])->seed == seeds[i]);
+        srv_prepared_free(&pr);
+        srv_params_free(&p);
+    }
+    /* no seed in the body: the server's own, all 64 bits of it */
+    const char *none = "{\"prompt\": \"Once\"}";
+    srv_params p;
+    srv_error e;
+    assert_int_equal(srv_parse_request(SRV_ROUTE_COMPLETIONS, none, strlen(none), &p, &e), 0);
+    assert_false(p.has_seed);
+    srv_prepared pr;
+    assert_int_equal(srv_prepare(g.eng, g.n_ctx, &p, 0xF00DFACEC0FFEE01ULL, &pr, &e), 0);
+    assert_true(rf_request_sampling(pr.reqs[0])->seed == 0xF00DFACEC0FFEE01ULL);
+    srv_prepared_free(&pr);
     srv_params_free(&p);
 }
 
@@ -246,6 +281,7 @@ int main(void) {
         cmocka_unit_test(test_translated_bodies),
         cmocka_unit_test(test_bad_bodies),
         cmocka_unit_test(test_good_bodies),
+        cmocka_unit_test(test_seed_64bit),
         cmocka_unit_test(test_context_check),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
