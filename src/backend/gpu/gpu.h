@@ -89,10 +89,14 @@ void rf_gpu_graph_destroy(void *exec);
 void *rf_gpu_scratch_base(rf_gpu_ctx *ctx);
 
 /* ---- batched-forward helpers (gpu_batch_ops.cu; twins in backend/cpu/cpu_backend.c) ------ */
-/* cache row slot[t] = src row t (f32 [n_tokens, n]) converted to cache_type (f16 or f32), for
- * t < n_tokens; slot is a device array; slots outside [0, cache_rows) are skipped (padding). */
+/* cache row slot[t] = src row t (f32 [n_tokens, n]) converted to cache_type (f16, f32 or q8_0),
+ * for t < n_tokens; slot is a device array; slots outside [0, cache_rows) are skipped (padding). */
 rf_status rf_gpu_kv_store(rf_gpu_ctx *ctx, void *cache, rf_type cache_type, int64_t cache_rows,
                           const float *src, int64_t n_tokens, int64_t n, const int32_t *slot);
+/* The same into a q8_0 cache (n % 32 == 0; rows of n / 32 blocks of 34 bytes, ggml's layout),
+ * src row t at src + t * ss floats; the bytes of the CPU backend's kv_store exactly. */
+rf_status rf_gpu_kv_store_q8(rf_gpu_ctx *ctx, void *cache, int64_t cache_rows, const float *src, int64_t ss,
+                             int64_t n_tokens, int64_t n, const int32_t *slot);
 /* y[i,:] = x[idx[i],:] for i < n_idx, rows of n f32; idx a device array. */
 rf_status rf_gpu_gather_rows(rf_gpu_ctx *ctx, float *y, const float *x, const int32_t *idx,
                              int64_t n_idx, int64_t n);
@@ -125,7 +129,8 @@ rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, int64_t n_hea
                       const float *freq_factors, int mode, float attn_factor);
 /* Fused RoPE + KV append. k, v: f32 [n_tokens, n_head_kv, head_dim] (not modified).
  * For each token t: k_cache[slot[t], h, :] = rope(k[t,h,:] at pos[t]) and
- * v_cache[slot[t], h, :] = v[t,h,:], stored as cache_type (RF_TYPE_F16 or RF_TYPE_F32).
+ * v_cache[slot[t], h, :] = v[t,h,:], stored as cache_type (RF_TYPE_F16, RF_TYPE_F32, or
+ * RF_TYPE_Q8_0: whole rows quantized as rf_gpu_kv_store_q8 does).
  * Caches are [cache_rows, n_head_kv, head_dim]; slot ids outside [0, cache_rows) are skipped
  * (never written). Twin: rf_ref_rope + conversion. */
 /* The same with the query, in the same kernel: qout f32 [n_tokens, n_head, head_dim] packed =
@@ -253,7 +258,8 @@ rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const float *q, c
  * query q[t] f32 [n_head, head_dim] attends to the keys of its sequence at positions
  * kmin..pos[t] (kmin = pos[t] - window + 1 when window > 0, else 0); position j is row
  * block_table[seq[t] * max_blocks + j / block_size] * block_size + j % block_size of the caches
- * k, v [rows, n_head_kv, head_dim] (kv_type RF_TYPE_F16 or RF_TYPE_F32); scores scale * q.k,
+ * k, v [rows, n_head_kv, head_dim] (kv_type RF_TYPE_F16, RF_TYPE_F32, or RF_TYPE_Q8_0 with head_dim
+ * % 32 == 0: rows of ggml q8_0 blocks, read dequantized to d * q in registers); scores scale * q.k,
  * softcap (c * tanh(s / c)) when > 0, softmax, out[t] f32 [n_head, head_dim] = P v; with an f16
  * cache the query is first rounded to f16 (the CPU backend's and llama.cpp's rule). A token with
  * pos[t] < 0 is padding: its output row is zeros and nothing is read for it. max_pos is a host
