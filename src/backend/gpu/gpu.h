@@ -187,6 +187,9 @@ bool rf_gpu_mmq_supported(rf_type wtype, int64_t n_in);
 /* Whether rf_gpu_matmul sends a product of n_tokens to MMQ on this device (RF_GPU_MMQ_MIN ..
  * RF_GPU_MMQ_MAX tokens, default 9 .. 128, a supported type, sm_80+). */
 bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
+/* Whether rf_gpu_matmul's product of n_tokens rounds x to int8 blocks of 32 (MMQ, the int8-x
+ * GEMVs, the BLAS path of quantized weights) or takes it as f32 / f16; for the CPU twin of tests. */
+bool rf_gpu_matmul_rounds_x(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
 /* The two halves of rf_gpu_gemv for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; and
  * Q4_K, Q5_K in CUDA builds for n_in a multiple of 256 up to 16384), so the
  * op producing x can quantize it once for every product that reads it (and the products run as
