@@ -484,7 +484,7 @@ static void engine_invariance(const char *path, const char *label) {
     float margin = INFINITY;
     for (int t = 0; t <= k && t < T && t < ra.n && t < rc.n; t++) { /* the shared steps and the first divergence */
         const float *la = ra.rows + (size_t)t * nv, *lc = rc.rows + (size_t)t * nv;
-        float m;
+        float m = INFINITY;
         bool same;
         const double rel = compare(la, lc, nv, &m, &same);
         if (rel > worst) worst = rel;
