@@ -56,7 +56,9 @@ static rf_session *session_kv(rf_model *m, int ctx, rf_type kv) {
  *     ~1e-5 apart relative and d ~ 2.5 rms / 127, an element flips with probability ~5e-4, i.e.
  *     a few of the ~5,000 int8 activations of a tiny model's token; each moves one product's
  *     output by ~d |w| / |y| ~ 2e-2 / sqrt(n_in) ~ 1e-3 relative, carried to the logits about
- *     unchanged: rel. L2 ~ sqrt(flips) x 1e-3 ~ 2e-3. Bound TOL_TWIN = 1e-2 (5x that).
+ *     unchanged: rel. L2 ~ sqrt(flips) x 1e-3 ~ 2e-3. Two GPU roundings the twin does not make
+ *     are smaller still: Q4_1 / Q5_1's minimum term takes q8_1's s rounded to f16, and the BLAS
+ *     path rounds x' to f16 (2^-11 relative each). Bound TOL_TWIN = 1e-2 (5x the estimate).
  *  2. Accuracy, GPU and twin each against f32 activations on the dequantized weights
  *     (RF_CPU_ACT_F32): the int8 rounding itself, uniform within +-d/2 (r.m.s. d / sqrt(12) ~
  *     0.6% of an activation's r.m.s.), enters ~3 products per layer, each passing ~0.6% relative
