@@ -73,8 +73,6 @@ rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **o
     rf_status st = rf_kv_bytes_per_pos(m, kv_type, &per_pos);
     if (st) return st;
     bool on_dev = rf_backend_on_device(m->be);
-    if (on_dev && kv_type == RF_TYPE_Q8_0)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "a q8_0 KV cache is CPU-only for now; on the GPU use f16 (the default) or f32");
     /* the memory plan: what the step's buffers take comes off the budget before the pool */
     uint64_t budget = avail_memory() / 2, buffers = 0, dev_free = 0;
     if (on_dev) {

@@ -93,10 +93,14 @@ void rf_gpu_graph_destroy(void *exec);
 void *rf_gpu_scratch_base(rf_gpu_ctx *ctx);
 
 /* ---- batched-forward helpers (gpu_batch_ops.cu; twins in backend/cpu/cpu_backend.c) ------ */
-/* cache row slot[t] = src row t (f32 [n_tokens, n]) converted to cache_type (f16 or f32), for
- * t < n_tokens; slot is a device array; slots outside [0, cache_rows) are skipped (padding). */
+/* cache row slot[t] = src row t (f32 [n_tokens, n]) converted to cache_type (f16, f32 or q8_0),
+ * for t < n_tokens; slot is a device array; slots outside [0, cache_rows) are skipped (padding). */
 rf_status rf_gpu_kv_store(rf_gpu_ctx *ctx, void *cache, rf_type cache_type, int64_t cache_rows,
                           const float *src, int64_t n_tokens, int64_t n, const int32_t *slot);
+/* The same into a q8_0 cache (n % 32 == 0; rows of n / 32 blocks of 34 bytes, ggml's layout),
+ * src row t at src + t * ss floats; the bytes of the CPU backend's kv_store exactly. */
+rf_status rf_gpu_kv_store_q8(rf_gpu_ctx *ctx, void *cache, int64_t cache_rows, const float *src, int64_t ss,
+                             int64_t n_tokens, int64_t n, const int32_t *slot);
 /* y[i,:] = x[idx[i],:] for i < n_idx, rows of n f32; idx a device array. */
 rf_status rf_gpu_gather_rows(rf_gpu_ctx *ctx, float *y, const float *x, const int32_t *idx,
                              int64_t n_idx, int64_t n);
@@ -129,7 +133,8 @@ rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, int64_t n_hea
                       const float *freq_factors, int mode, float attn_factor);
 /* Fused RoPE + KV append. k, v: f32 [n_tokens, n_head_kv, head_dim] (not modified).
  * For each token t: k_cache[slot[t], h, :] = rope(k[t,h,:] at pos[t]) and
- * v_cache[slot[t], h, :] = v[t,h,:], stored as cache_type (RF_TYPE_F16 or RF_TYPE_F32).
+ * v_cache[slot[t], h, :] = v[t,h,:], stored as cache_type (RF_TYPE_F16, RF_TYPE_F32, or
+ * RF_TYPE_Q8_0: whole rows quantized as rf_gpu_kv_store_q8 does).
  * Caches are [cache_rows, n_head_kv, head_dim]; slot ids outside [0, cache_rows) are skipped
  * (never written). Twin: rf_ref_rope + conversion. */
 /* The same with the query, in the same kernel: qout f32 [n_tokens, n_head, head_dim] packed =
@@ -186,6 +191,9 @@ bool rf_gpu_mmq_supported(rf_type wtype, int64_t n_in);
 /* Whether rf_gpu_matmul sends a product of n_tokens to MMQ on this device (RF_GPU_MMQ_MIN ..
  * RF_GPU_MMQ_MAX tokens, default 9 .. 128, a supported type, sm_80+). */
 bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
+/* Whether rf_gpu_matmul's product of n_tokens rounds x to int8 blocks of 32 (MMQ, the int8-x
+ * GEMVs, the BLAS path of quantized weights) or takes it as f32 / f16; for the CPU twin of tests. */
+bool rf_gpu_matmul_rounds_x(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
 /* The two halves of rf_gpu_gemv for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; and
  * Q4_K, Q5_K in CUDA builds for n_in a multiple of 256 up to 16384), so the
  * op producing x can quantize it once for every product that reads it (and the products run as
@@ -257,7 +265,8 @@ rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const float *q, c
  * query q[t] f32 [n_head, head_dim] attends to the keys of its sequence at positions
  * kmin..pos[t] (kmin = pos[t] - window + 1 when window > 0, else 0); position j is row
  * block_table[seq[t] * max_blocks + j / block_size] * block_size + j % block_size of the caches
- * k, v [rows, n_head_kv, head_dim] (kv_type RF_TYPE_F16 or RF_TYPE_F32); scores scale * q.k,
+ * k, v [rows, n_head_kv, head_dim] (kv_type RF_TYPE_F16, RF_TYPE_F32, or RF_TYPE_Q8_0 with head_dim
+ * % 32 == 0: rows of ggml q8_0 blocks, read dequantized to d * q in registers); scores scale * q.k,
  * softcap (c * tanh(s / c)) when > 0, softmax, out[t] f32 [n_head, head_dim] = P v; with an f16
  * cache the query is first rounded to f16 (the CPU backend's and llama.cpp's rule). A token with
  * pos[t] < 0 is padding: its output row is zeros and nothing is read for it. max_pos is a host

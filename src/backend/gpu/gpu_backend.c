@@ -387,8 +387,9 @@ static rf_status g_rope(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t
 
 static rf_status g_kv_store(rf_backend *be, rf_tensor *cache, const rf_tensor *src, const rf_batch *b) {
     NEED_DEV(b, "kv_store");
-    if (cache->type != RF_TYPE_F16 && cache->type != RF_TYPE_F32)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16 or f32 (not %s)", rf_type_name(cache->type));
+    if (cache->type != RF_TYPE_F16 && cache->type != RF_TYPE_F32 && cache->type != RF_TYPE_Q8_0)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16, f32 or q8_0 (not %s)",
+                            rf_type_name(cache->type));
     return rf_gpu_kv_store(GX(be)->ctx, cache->data, cache->type, cache->ne[1], src->data, b->n_tokens, cache->ne[0],
                            dev_of(b)->slot);
 }
@@ -401,8 +402,9 @@ static rf_status g_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf
                               int mode, float attn_factor) {
     NEED_DEV(b, "rope_store");
     gpu_be *g = GX(be);
-    if (kc->type != vc->type || (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32))
-        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16 or f32 (not %s)", rf_type_name(kc->type));
+    if (kc->type != vc->type || (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32 && kc->type != RF_TYPE_Q8_0))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16, f32 or q8_0 (not %s)",
+                            rf_type_name(kc->type));
     const int64_t sq = (int64_t)(q->nb1 / 4), sk = (int64_t)(k->nb1 / 4), sv = (int64_t)(v->nb1 / 4);
     const bool packed = sq == n_head * head_dim && sk == n_head_kv * head_dim && sv == n_head_kv * head_dim;
     if (!g->fuse && packed && q_out->data == q->data) { /* the unfused composition, for A/B runs */
