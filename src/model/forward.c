@@ -293,7 +293,8 @@ static rf_status mixer_attention(const step *t, int s, int il) {
             TRY(op->kv_store(be, vc, &v, b));
         }
     }
-    TRY(op->attention(be, &att, &q, kc, vc, b, Hs, HKVs, D, hp->attn_scale, S->is_swa ? hp->n_swa : 0, 0.0f));
+    TRY(op->attention(be, &att, &q, kc, vc, b, Hs, HKVs, D, hp->attn_scale, S->is_swa ? hp->n_swa : 0, 0.0f,
+                      rf_has(&S->attn_sinks) ? &S->attn_sinks : NULL));
     return op->matmul(be, po, &S->wo, &att, n); /* a shard's: the partial sum over its heads */
 }
 

@@ -74,6 +74,7 @@ typedef struct rf_layer {
     /* joined products: [wq; wk; wv] and [ffn_gate; ffn_up], stored so in the file (phi3) or
      * joined by the backend (weight_join); the parts are then views into these */
     rf_tensor wqkv, ffn_gu;
+    rf_tensor attn_sinks;      /* f32 [n_head]: per-head softmax sink logits (gpt-oss), or unbound */
     bool is_swa;
     bool rope;                 /* RoPE on Q and K (false: a NoPE layer, smollm3) */
     float rope_base, rope_scale;

@@ -246,32 +246,51 @@ static void test_attention(void **state) {
         v[i] = 10.0f + (float)i;
     }
     rf_poison_f32(out, 4 * D);
-    rf_ref_attention(out, q, k, v, 1, 1, 4, 2, D, 0.5f, false, 0, 0, 0);
+    rf_ref_attention(out, q, k, v, 1, 1, 4, 2, D, 0.5f, false, 0, 0, 0, NULL);
     for (int h = 0; h < 4; h++)
         for (int d = 0; d < D; d++) assert_true(out[h * D + d] == v[(h / 2) * D + d]);
     /* two keys, equal scores -> average; causal row 0 sees only key 0 */
     float q2[2 * D] = {0}, k2[2 * D] = {0}, v2[2 * D] = {1, 2, 3, 4, 5, 6, 7, 8}, o2[2 * D];
-    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, false, 0, 0, 0);
+    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, false, 0, 0, 0, NULL);
     for (int d = 0; d < D; d++) NEAR(o2[d], (v2[d] + v2[D + d]) / 2, 1e-6);
-    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, true, 0, 0, 0);
+    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, true, 0, 0, 0, NULL);
     for (int d = 0; d < D; d++) {
         NEAR(o2[d], v2[d], 1e-7);
         NEAR(o2[D + d], (v2[d] + v2[D + d]) / 2, 1e-6);
     }
     /* window 1: each query sees only itself */
-    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, true, 0, 1, 0);
+    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, true, 0, 1, 0, NULL);
     for (int d = 0; d < D; d++) NEAR(o2[D + d], v2[D + d], 1e-7);
     /* a query with every key masked (position -1) gets zeros */
     rf_poison_f32(o2, 2 * D);
-    rf_ref_attention(o2, q2, k2, v2, 1, 2, 1, 1, D, 1.0f, true, -1, 0, 0);
+    rf_ref_attention(o2, q2, k2, v2, 1, 2, 1, 1, D, 1.0f, true, -1, 0, 0, NULL);
     for (int d = 0; d < D; d++) assert_true(o2[d] == 0.0f);
     /* scores by definition, with softcap: q.k = 4 and 0 on two keys */
     float q3[D] = {1, 1, 1, 1}, k3[2 * D] = {1, 1, 1, 1, 0, 0, 0, 0};
     float v3[2 * D] = {1, 0, 0, 0, 0, 1, 0, 0}, o3[D];
-    rf_ref_attention(o3, q3, k3, v3, 1, 2, 1, 1, D, 0.5f, false, 0, 0, 3.0f);
+    rf_ref_attention(o3, q3, k3, v3, 1, 2, 1, 1, D, 0.5f, false, 0, 0, 3.0f, NULL);
     double s0 = 3.0 * tanh(2.0 / 3.0), p0 = exp(s0) / (exp(s0) + 1.0);
     NEAR(o3[0], p0, 1e-6);
     NEAR(o3[1], 1 - p0, 1e-6);
+    /* attention sinks: two keys with equal scores 0 and a sink logit ln 2 for head 0: the
+     * denominator is e^0 + e^0 + 2 = 4, so each key gets 1/4 and the output is half the
+     * average; a sink of -inf changes nothing. Head 1 (sink 0) shares the query: 1/3 each. */
+    float qs[2 * D] = {0}, os[2 * D], sk[2] = {logf(2.0f), 0.0f};
+    float ks[2 * D] = {0};
+    float vs1[2 * D]; /* one kv head: keys 0 and 1 of head 0 */
+    for (int d = 0; d < D; d++) vs1[d] = 4.0f + d, vs1[D + d] = 8.0f + d;
+    rf_ref_attention(os, qs, ks, vs1, 1, 2, 2, 1, D, 1.0f, false, 0, 0, 0, sk);
+    for (int d = 0; d < D; d++) {
+        NEAR(os[d], (vs1[d] + vs1[D + d]) / 4, 1e-6);
+        NEAR(os[D + d], (vs1[d] + vs1[D + d]) / 3, 1e-6);
+    }
+    float skinf[2] = {-INFINITY, -INFINITY};
+    rf_ref_attention(os, qs, ks, vs1, 1, 2, 2, 1, D, 1.0f, false, 0, 0, 0, skinf);
+    for (int d = 0; d < 2 * D; d++) NEAR(os[d], (vs1[d % D] + vs1[D + d % D]) / 2, 1e-6);
+    /* a sink far above the scores takes (almost) all the mass: the output goes to 0 */
+    float skbig[2] = {60.0f, 60.0f};
+    rf_ref_attention(os, qs, ks, vs1, 1, 2, 2, 1, D, 1.0f, false, 0, 0, 0, skbig);
+    for (int d = 0; d < 2 * D; d++) NEAR(os[d], 0.0, 1e-20);
 }
 
 static void test_argmax(void **state) {

@@ -433,6 +433,7 @@ typedef struct attn_job {
     const rf_batch *b;
     int64_t n_head, n_head_kv, head_dim, window;
     float scale, softcap;
+    const float *sinks;   /* f32 [n_head] or NULL (attention sinks, gpt-oss) */
     float *scratch;
     int64_t per_thread;
     float *qscratch;      /* f16 fast path: 4 rounded query rows per thread */
@@ -602,6 +603,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
             scores_f16_avx(qs, g, &wk, nk, hd, j->scale, j->softcap, sc, ld, mx);
             for (int x = 0; x < g; x++) {
                 float *o = j->out + (it * j->n_head + h0 + x) * hd, *scx = sc + x * ld;
+                const float sink = j->sinks ? j->sinks[h0 + x] : -INFINITY;
+                if (sink > mx[x]) mx[x] = sink;
                 if (mx[x] == -INFINITY) {
                     memset(o, 0, (size_t)hd * sizeof(float));
                     continue;
@@ -612,6 +615,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
                     scx[kk] = e;
                     sum += e;
                 }
+                if (j->sinks) sum += expf(sink - mx[x]); /* the sink: denominator only */
                 scale_round_f16_avx(scx, (float)(1.0 / sum), nk);
                 for (int64_t c = 0; c < hd; c += 64) {
                     kv_walk_start(&wv, j->v, b, s, kmin, voff + (size_t)c * 2);
@@ -660,6 +664,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
             if (sco > mx) mx = sco;
         }
         memset(o, 0, (size_t)hd * sizeof(float));
+        const float sink = j->sinks ? j->sinks[h] : -INFINITY;
+        if (sink > mx) mx = sink;
         if (mx == -INFINITY) continue;
         double sum = 0;
         for (int64_t kk = 0; kk <= p - kmin; kk++) {
@@ -667,6 +673,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
             sc[kk] = e;
             sum += e;
         }
+        if (j->sinks) sum += expf(sink - mx); /* the sink: denominator only */
         float inv = (float)(1.0 / sum);
         kv_walk_start(&wv, j->v, b, s, kmin, kv_head_off(j->v->type, hk, hd));
 #if RF_X86
@@ -695,7 +702,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
 static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k,
                                const rf_tensor *v, const rf_batch *b, int64_t n_head,
                                int64_t n_head_kv, int64_t head_dim, float scale, int64_t window,
-                               float softcap) {
+                               float softcap, const rf_tensor *sinks) {
     rf_cpu *cpu = be->impl;
     if (n_head_kv <= 0 || n_head % n_head_kv)
         return rf_set_error(RF_ERR_INVALID_ARG, "attention: n_head %lld not a multiple of n_head_kv %lld",
@@ -714,7 +721,10 @@ static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *
         if (p + 1 > max_kv) max_kv = p + 1;
     }
     if (window > 0 && window < max_kv) max_kv = window;
-    attn_job j = {out->data, q->data, k, v, b, n_head, n_head_kv, head_dim, window, scale, softcap, NULL, 0, NULL, 0};
+    if (sinks && (sinks->type != RF_TYPE_F32 || sinks->ne[0] * sinks->ne[1] < n_head))
+        return rf_set_error(RF_ERR_INVALID_ARG, "attention: sinks must be f32 [%lld]", (long long)n_head);
+    attn_job j = {out->data, q->data, k, v, b, n_head, n_head_kv, head_dim, window, scale, softcap,
+                  sinks ? sinks->data : NULL, NULL, 0, NULL, 0};
     /* scores of up to 4 heads (the f16 path groups heads of a KV head), a converted K/V row and the
      * rounded query; then 4 query rows for the grouped path */
     j.per_thread = 4 * ((max_kv + 15) & ~15) + 2 * ((head_dim + 15) & ~15);

@@ -199,9 +199,21 @@ rf_status rf_ref_get_rows(float *y, const void *w, rf_type wtype, const int32_t 
 
 /* ---- attention --------------------------------------------------------------------------- */
 
+/* Softmax of n scores in place with one more logit `sink` that has no value row (attention
+ * sinks): the sink joins the max and the denominator only. Masked (-inf) scores get 0. */
+static void ref_softmax_sink(float *s, int64_t n, float sink) {
+    double mx = sink;
+    for (int64_t j = 0; j < n; j++)
+        if (s[j] > mx) mx = s[j];
+    double sum = exp((double)sink - mx);
+    for (int64_t j = 0; j < n; j++) sum += s[j] == -INFINITY ? 0.0 : exp((double)s[j] - mx);
+    for (int64_t j = 0; j < n; j++) s[j] = s[j] == -INFINITY ? 0.0f : (float)(exp((double)s[j] - mx) / sum);
+}
+
 void rf_ref_attention(float *out, const float *q, const float *k, const float *v, int64_t n_q,
                       int64_t n_kv, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                      float scale, bool causal, int64_t pos0, int64_t window, float softcap) {
+                      float scale, bool causal, int64_t pos0, int64_t window, float softcap,
+                      const float *sinks) {
     int64_t group = n_head / n_head_kv;
     float *s = malloc((size_t)(n_kv > 0 ? n_kv : 1) * sizeof(float));
     if (!s) { /* no status to return: leave a NaN-free but recognisable result */
@@ -224,7 +236,8 @@ void rf_ref_attention(float *out, const float *q, const float *k, const float *v
                     if (j > p || (window > 0 && j <= p - window)) s[j] = -INFINITY;
                 }
             }
-            rf_ref_softmax(s, s, 1, n_kv, 1.0f);
+            if (sinks) ref_softmax_sink(s, n_kv, sinks[h]);
+            else rf_ref_softmax(s, s, 1, n_kv, 1.0f);
             float *o = out + (i * n_head + h) * head_dim;
             for (int64_t c = 0; c < head_dim; c++) {
                 double acc = 0;
@@ -241,7 +254,7 @@ rf_status rf_ref_paged_attention(float *out, const float *q, const float *k, con
                                  int64_t n_tokens, const int32_t *pos, const int32_t *seq,
                                  const int32_t *block_table, int64_t max_blocks, int64_t block_size,
                                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                                 int64_t window, float softcap) {
+                                 int64_t window, float softcap, const float *sinks) {
     int64_t kvd = n_head_kv * head_dim;
     for (int64_t t = 0; t < n_tokens; t++) {
         int64_t p = pos[t], n_kv = p + 1;
@@ -257,7 +270,7 @@ rf_status rf_ref_paged_attention(float *out, const float *q, const float *k, con
             memcpy(vg + j * kvd, v + row * kvd, (size_t)kvd * sizeof(float));
         }
         rf_ref_attention(out + t * n_head * head_dim, q + t * n_head * head_dim, kg, vg, 1, n_kv, n_head,
-                         n_head_kv, head_dim, scale, true, p, window, softcap);
+                         n_head_kv, head_dim, scale, true, p, window, softcap, sinks);
         free(kg);
         free(vg);
     }

@@ -69,22 +69,25 @@ rf_status rf_ref_get_rows(float *y, const void *w, rf_type wtype, const int32_t 
  * h / (n_head / n_head_kv) (n_head a multiple of n_head_kv).
  * scores = scale * q.k ; if softcap > 0: scores = softcap * tanh(scores / softcap);
  * if causal: rf_ref_causal_mask(scores, n_q, n_kv, pos0, window); softmax; out = P v.
- * A query whose every key is masked gets zeros. */
+ * A query whose every key is masked gets zeros. sinks (NULL or f32 [n_head], gpt-oss): head
+ * h's softmax also counts a logit sinks[h] with no value row: P_j = exp(s_j - M) /
+ * (exp(sinks[h] - M) + sum_i exp(s_i - M)), M the max over the keys and the sink. */
 void rf_ref_attention(float *out, const float *q, const float *k, const float *v, int64_t n_q,
                       int64_t n_kv, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                      float scale, bool causal, int64_t pos0, int64_t window, float softcap);
+                      float scale, bool causal, int64_t pos0, int64_t window, float softcap,
+                      const float *sinks);
 
 /* Paged attention (the contract of rf_backend_ops.attention, backend.h): token t of n_tokens,
  * of sequence seq[t] at position pos[t], attends to keys 0..pos[t] (sliding window as in
  * rf_ref_causal_mask) of its sequence, position j read from row
  * block_table[seq[t] * max_blocks + j / block_size] * block_size + j % block_size of the f32
  * caches k, v [rows, n_head_kv * head_dim]. Gathers each token's keys and calls
- * rf_ref_attention with n_q = 1. RF_ERR_OOM if the gather buffers cannot be allocated. */
+ * rf_ref_attention with n_q = 1 (sinks as there). RF_ERR_OOM if the gather buffers cannot be allocated. */
 rf_status rf_ref_paged_attention(float *out, const float *q, const float *k, const float *v,
                                  int64_t n_tokens, const int32_t *pos, const int32_t *seq,
                                  const int32_t *block_table, int64_t max_blocks, int64_t block_size,
                                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                                 int64_t window, float softcap);
+                                 int64_t window, float softcap, const float *sinks);
 
 /* Index of the largest logit (lowest index on ties; NaN entries are never chosen; -1 if
  * all are NaN). */
