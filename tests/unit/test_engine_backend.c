@@ -120,6 +120,11 @@ static void test_norm_rope_glu(void **state) {
     rf_poison_f32(gg, m);
     assert_int_equal(be->ops->glu(be, &ot, &gt, &ut, (int64_t)m, RF_GLU_GEGLU), RF_OK);
     check("geglu (ggml f16 table)", gg, gw, m, 2e-3);
+    for (size_t i = 0; i < m; i += 7) g[i] *= 4, u[i] *= 12; /* past the clamps at +-7 */
+    rf_ref_swiglu_oai(gw, g, u, (int64_t)m);
+    rf_poison_f32(gg, m);
+    assert_int_equal(be->ops->glu(be, &ot, &gt, &ut, (int64_t)m, RF_GLU_SWIGLU_OAI), RF_OK);
+    check("swiglu_oai", gg, gw, m, 1e-6);
     free(g), free(u), free(gw), free(gg);
     free(x), free(w), free(want), free(got);
     be->ops->destroy(be);

@@ -146,6 +146,13 @@ static void test_activations(void **state) {
     NEAR(y[1], 3 * (-2 / (1 + exp(2.0))), 1e-6);
     rf_ref_geglu(y, g, u, 2);
     NEAR(y[0], 2 * 0.8411919906082768, 1e-6);
+    /* gpt-oss's clamped SwiGLU: gate capped at 7 (not below), up clamped to [-7, 7], plus 1 */
+    float go[4] = {1, 9, -9, 2}, uo[4] = {2, 3, 0.5f, -20}, yo[4];
+    rf_ref_swiglu_oai(yo, go, uo, 4);
+    NEAR(yo[0], 1 / (1 + exp(-1.702)) * 3, 1e-6);
+    NEAR(yo[1], 7 / (1 + exp(-1.702 * 7)) * 4, 1e-5);
+    NEAR(yo[2], -9 / (1 + exp(1.702 * 9)) * 1.5, 1e-9);
+    NEAR(yo[3], 2 / (1 + exp(-1.702 * 2)) * -6, 1e-5);
     rf_ref_swiglu(g, g, u, 2); /* aliasing */
     NEAR(g[0], 2 * 0.7310585786300049, 1e-6);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/ref/ref_ops.h"
 #include "rocmforge/quant.h"
 
 #if defined(__x86_64__)
@@ -757,6 +758,14 @@ static void glu_range(float *yd, const float *g, const float *u, int64_t lo, int
         for (int64_t i = lo; i < hi; i++) yd[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         return;
     }
+    if (kind == RF_GLU_SWIGLU_OAI) { /* ggml's swiglu_oai order of operations, in f32 */
+        const float a = RF_OAI_SWIGLU_ALPHA, lim = RF_OAI_SWIGLU_LIMIT;
+        for (int64_t i = lo; i < hi; i++) {
+            const float x = lim < g[i] ? lim : g[i], y = u[i] < -lim ? -lim : (lim < u[i] ? lim : u[i]);
+            yd[i] = x / (1.0f + expf(a * (-x))) * (y + 1.0f);
+        }
+        return;
+    }
     for (int64_t i = lo; i < hi; i++) {
         float x = g[i];
         if (x <= -10.0f) yd[i] = 0.0f;
@@ -786,7 +795,7 @@ static void glu_worker(void *ctx, int ith, int nth) {
 static rf_status cpu_glu(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up,
                          int64_t n, rf_glu_kind kind) {
     rf_cpu *cpu = be->impl;
-    if (kind != RF_GLU_SWIGLU) pthread_once(&g_gelu_once, gelu_table_init);
+    if (kind == RF_GLU_GEGLU) pthread_once(&g_gelu_once, gelu_table_init);
     glu_job j = {y->data, gate->data, up->data, n, kind};
     if (n >= 16384 && cpu->n_threads > 1) rf_pool_run(cpu->pool, glu_worker, &j);
     else glu_range(j.y, j.g, j.u, 0, n, kind);

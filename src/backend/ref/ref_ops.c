@@ -111,6 +111,14 @@ void rf_ref_swiglu(float *y, const float *gate, const float *up, int64_t n) {
 void rf_ref_geglu(float *y, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = (float)((double)rf_ref_gelu_tanh(gate[i]) * up[i]);
 }
+void rf_ref_swiglu_oai(float *y, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float lim = RF_OAI_SWIGLU_LIMIT; /* NaN passes through the clamps, as in ggml */
+        const double g = lim < gate[i] ? lim : gate[i];
+        const double u = up[i] < -lim ? -lim : (lim < up[i] ? lim : up[i]);
+        y[i] = (float)(g / (1.0 + exp(-(double)RF_OAI_SWIGLU_ALPHA * g)) * (u + 1.0));
+    }
+}
 
 /* ---- RoPE -------------------------------------------------------------------------------- */
 

@@ -37,6 +37,11 @@ float rf_ref_gelu_tanh(float x);
 /* y[i] = silu(gate[i]) * up[i] ;  y[i] = gelu_tanh(gate[i]) * up[i]   (y may alias either) */
 void rf_ref_swiglu(float *y, const float *gate, const float *up, int64_t n);
 void rf_ref_geglu(float *y, const float *gate, const float *up, int64_t n);
+/* gpt-oss's clamped SwiGLU (RF_GLU_SWIGLU_OAI; llama.cpp's ggml_swiglu_oai with its constants):
+ * g = min(gate, 7), u = clamp(up, -7, 7), y = g / (1 + exp(-1.702 g)) * (u + 1) */
+#define RF_OAI_SWIGLU_ALPHA 1.702f
+#define RF_OAI_SWIGLU_LIMIT 7.0f
+void rf_ref_swiglu_oai(float *y, const float *gate, const float *up, int64_t n);
 
 /* RoPE in place. x holds n_tokens x n_heads vectors of head_dim floats; vector (t, h) starts at
  * x + t*stride_t + h*stride_h (elements), so [t,h,d] has stride_t = n_heads*head_dim,
