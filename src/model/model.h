@@ -40,6 +40,15 @@ typedef struct rf_arch_desc {
     rf_status (*hparams)(struct rf_model *m);
 } rf_arch_desc;
 
+/* YaRN RoPE scaling as the rope op's frequency factors and gain (model_yarn.c): ggml's
+ * correction dims [lo, hi] for n_dims rotated dims; ff[n_rot / 2] such that the op with
+ * freq_scale 1 and these factors turns each pair by YaRN's angle; the gain on cos and sin that
+ * llama.cpp and ggml apply together (attn_factor: rope.scaling.attn_factor, 1 by default). */
+void rf_yarn_corr_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]);
+void rf_yarn_freq_factors(int n_rot, int n_ctx_orig, float freq_base, float freq_scale, float ext_factor,
+                          float beta_fast, float beta_slow, float *ff);
+float rf_yarn_attn_factor(float freq_scale, float ext_factor, float attn_factor);
+
 /* The table entry for general.architecture = name, or NULL; the table by index (tests). */
 const rf_arch_desc *rf_arch_find(const char *name);
 int rf_arch_count(void);
@@ -58,6 +67,8 @@ typedef struct rf_hparams {
     float rope_base, rope_scale;         /* global layers: freq_base, 1/scaling.factor */
     float rope_attn_factor;    /* gain on the rotated dimensions (phi3 longrope); 1 = none */
     float rope_base_swa, rope_scale_swa; /* sliding-window layers (gemma3) */
+    bool yarn;                 /* rope.scaling.type = yarn: rope_freqs holds its factors (model_yarn.c) */
+    float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow;
     int32_t n_swa;             /* window of local layers; 0 = all layers global */
     int32_t swa_pattern;       /* layer il is local when il % pattern < pattern - 1 */
     float attn_scale;          /* multiplies q.k */
@@ -89,6 +100,7 @@ struct rf_model {
     rf_hparams hp;
     rf_tensor tok_embd, output_norm, output, rope_freqs;
     rf_tensor rope_long; /* phi3 longrope factors past the original context (bound, unused yet) */
+    float *yarn_ff;      /* host copy of YaRN's factors behind rope_freqs (the CPU borrows it) */
     bool tied;
     rf_layer *layers;
     uint64_t n_params, weight_bytes;

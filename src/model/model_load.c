@@ -131,6 +131,31 @@ static rf_status bind_l(rf_model *m, rf_tensor *t, int il, const char *what, int
 
 /* ---- hyper-parameters ------------------------------------------------------------------- */
 
+/* rope.scaling.type = yarn: the original context must be given (the ramp is measured against
+ * it); ext_factor and beta_fast/slow as llama.cpp defaults them (1, 32, 1) unless the file gives
+ * them; yarn_log_multiplier (DeepSeek's attention gain rule) is not built. */
+static rf_status yarn_hparams(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    char k[160];
+    if (rf_gguf_find_key(m->g, akey(m, "rope.scaling.original_context_length", k, sizeof k)) < 0)
+        return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: YaRN RoPE scaling needs key '%s'", k);
+    hp->yarn = true;
+    hp->yarn_ext_factor = 1.0f, hp->yarn_beta_fast = 32.0f, hp->yarn_beta_slow = 1.0f;
+    float log_mul = 0;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.yarn_ext_factor", &hp->yarn_ext_factor))) return st;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast))) return st;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow))) return st;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.yarn_log_multiplier", &log_mul))) return st;
+    if (log_mul != 0)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s.rope.scaling.yarn_log_multiplier = %g is not supported",
+                            hp->arch_name, log_mul);
+    if (!(hp->yarn_ext_factor >= 0 && hp->yarn_ext_factor <= 1) || !(hp->yarn_beta_fast > 0) || !(hp->yarn_beta_slow > 0))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.rope.scaling.yarn_* out of range (ext_factor %g, beta_fast %g, beta_slow %g)",
+                            hp->arch_name, hp->yarn_ext_factor, hp->yarn_beta_fast, hp->yarn_beta_slow);
+    return RF_OK;
+}
+
 static rf_status load_hparams(rf_model *m) {
     rf_hparams *hp = &m->hp;
     rf_status st;
@@ -177,8 +202,9 @@ static rf_status load_hparams(rf_model *m) {
     if (factor == 0 && (st = rf_meta_opt_f32(m, "rope.scale_linear", &factor))) return st;
     const char *stype = NULL;
     if (rf_gguf_get_str(m->g, akey(m, "rope.scaling.type", k, sizeof k), &stype) == RF_OK &&
-        strcmp(stype, "none") && strcmp(stype, "linear"))
-        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s = '%s' is not supported (none, linear)", k, stype);
+        strcmp(stype, "none") && strcmp(stype, "linear") && strcmp(stype, "yarn"))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s = '%s' is not supported (none, linear, yarn)", k, stype);
+    if (stype && !strcmp(stype, "yarn") && (st = yarn_hparams(m))) return st;
     if (stype && !strcmp(stype, "none")) factor = 0;
     hp->rope_scale = factor == 0 ? 1.0f : 1.0f / factor;
     if (!(hp->rope_base > 0) || !(hp->rope_scale > 0))
@@ -192,6 +218,9 @@ static rf_status load_hparams(rf_model *m) {
     if (hp->attn_scale == 0) hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->n_ctx_orig = hp->n_ctx_train;
     if ((st = rf_meta_opt_i32(m, "rope.scaling.original_context_length", &hp->n_ctx_orig))) return st;
+    if (hp->yarn && hp->n_ctx_orig <= 0)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.rope.scaling.original_context_length = %d is out of range",
+                            hp->arch_name, hp->n_ctx_orig);
 
     /* the architecture's table entry: its variants, then its own keys */
     const rf_arch_desc *a = hp->arch;
@@ -206,6 +235,24 @@ static rf_status load_hparams(rf_model *m) {
 }
 
 /* ---- weights ---------------------------------------------------------------------------- */
+
+/* YaRN: its factors (model_yarn.c) become rope_freqs and the op runs with freq_scale 1 on
+ * every layer, the gain in rope_attn_factor. A file with its own rope_freqs too is refused. */
+static rf_status load_yarn(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    if (!hp->yarn) return RF_OK;
+    if (rf_has(&m->rope_freqs))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: rope_freqs.weight together with %s.rope.scaling.type = yarn is not supported",
+                            hp->arch_name);
+    const int half = hp->n_rot / 2;
+    m->yarn_ff = malloc((size_t)half * sizeof(float));
+    if (!m->yarn_ff) return rf_set_error(RF_ERR_OOM, "model: out of memory");
+    rf_yarn_freq_factors(hp->n_rot, hp->n_ctx_orig, hp->rope_base, hp->rope_scale, hp->yarn_ext_factor,
+                         hp->yarn_beta_fast, hp->yarn_beta_slow, m->yarn_ff);
+    hp->rope_attn_factor = rf_yarn_attn_factor(hp->rope_scale, hp->yarn_ext_factor, hp->rope_attn_factor);
+    hp->rope_scale = hp->rope_scale_swa = 1.0f; /* the interpolation is in the factors */
+    return m->be->ops->weight(m->be, RF_TYPE_F32, half, 1, m->yarn_ff, &m->rope_freqs);
+}
 
 /* Phi-3/Phi-4-mini long-context RoPE ("longrope"): per-dimension frequency factors for
  * contexts up to rope.scaling.original_context_length (rope_factors_short) and beyond it
@@ -352,6 +399,7 @@ static rf_status load_weights(rf_model *m) {
     if (m->tied) m->output = m->tok_embd;
     if ((st = bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 1, false))) return st;
     if ((st = load_longrope(m))) return st;
+    if ((st = load_yarn(m))) return st;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof(rf_layer));
     if (!m->layers) return rf_set_error(RF_ERR_OOM, "model: out of memory");
@@ -568,7 +616,7 @@ static void free_weights(rf_model *m) {
         rf_layer *L = &m->layers[il];
         rf_tensor *t[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv, &L->bo,
                           &L->q_norm, &L->k_norm, &L->attn_post_norm, &L->ffn_norm, &L->ffn_gate, &L->ffn_up,
-                          &L->ffn_down, &L->ffn_post_norm, &L->wqkv, &L->ffn_gu};
+                          &L->ffn_down, &L->ffn_post_norm, &L->wqkv, &L->ffn_gu, &L->attn_sinks};
         for (size_t i = 0; i < sizeof t / sizeof *t; i++) be->ops->free(be, t[i]);
     }
 }
@@ -579,6 +627,7 @@ void rf_model_free(rf_model *m) {
     rf_model_unshard(m); /* views of the layers' weights, or uploaded slices */
     rf_tp_close(m);      /* GPUs 1.. of a split over several, and the communicator */
     free(m->layers);
+    free(m->yarn_ff);
     if (m->vocab) rf_vocab_free(m->vocab);
     if (m->chat) rf_chat_template_free(m->chat);
     if (m->be) m->be->ops->destroy(m->be);
