@@ -27,6 +27,8 @@ enum {
     RF_AF_FUSED_GATE_UP = 1u << 4,/* ffn_up.weight holds [gate; up] and there is no ffn_gate (phi3) */
     RF_AF_FULL_ROT = 1u << 5,     /* rope.dimension_count must be the whole head */
     RF_AF_EMBED_SCALE = 1u << 6,  /* embeddings times sqrt(n_embd) (gemma) */
+    RF_AF_SINKS = 1u << 8,        /* attn_sinks.weight f32 [n_head] required: softmax sinks (gpt-oss) */
+    RF_AF_FFN_NORM_POST_ATTN = 1u << 9, /* the feed-forward's norm is post_attention_norm.weight (gpt-oss) */
 };
 
 /* One architecture: its name in general.architecture, the variants it uses, and the hook that

@@ -27,7 +27,7 @@ static rf_status hp_gemma3(rf_model *m) {
 }
 
 /* mistral3 (Mistral Small 3.x text): llama's layers. Files converted from Ministral 3 add YaRN
- * (refused with the rope.scaling.type check) and a Llama-4 style attention temperature, which
+ * (model_yarn.c; yarn_log_multiplier refused) and a Llama-4 style attention temperature, which
  * is not built: refused by name rather than computed wrongly past the original context. */
 static rf_status hp_mistral3(rf_model *m) {
     float t = 0;
@@ -44,6 +44,44 @@ static rf_status hp_mistral3(rf_model *m) {
  * SWA is disabled there), so it is ignored here too. The longrope factors and
  * rope.scaling.attn_factor are read with the weights (model_load.c). */
 
+/* gpt-oss's experts (filled in with the mixture-of-experts hyper-parameters) */
+static rf_status gpt_oss_moe(rf_model *m) {
+    (void)m;
+    return RF_OK;
+}
+
+/* gpt-oss (openai-moe in llama.cpp): sliding window (attention.sliding_window, required) on the
+ * even layers (il % 2 == 0, llama.cpp's pattern 2 unless attention.sliding_window_pattern says
+ * otherwise), the same RoPE base on both kinds unless rope.freq_base_swa is given, YaRN from the
+ * rope.scaling keys (model_load.c), attention sinks, Q/K/V/O biases. Its experts: the k largest
+ * router logits (after the router's bias), softmax over those k, no renormalisation and no scale
+ * (llama.cpp reads no expert_weights_* key for it), the clamped SwiGLU. */
+static rf_status hp_gpt_oss(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    char k[160];
+    snprintf(k, sizeof k, "%s.attention.sliding_window", hp->arch_name);
+    if (rf_gguf_find_key(m->g, k) < 0) return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s'", k);
+    if ((st = rf_meta_opt_i32(m, "attention.sliding_window", &hp->n_swa))) return st;
+    if (hp->n_swa <= 0) return rf_set_error(RF_ERR_RANGE, "model metadata: %s = %d is out of range", k, hp->n_swa);
+    hp->swa_pattern = 2;
+    if ((st = rf_meta_opt_i32(m, "attention.sliding_window_pattern", &hp->swa_pattern))) return st;
+    if (hp->swa_pattern < 0 || hp->swa_pattern > hp->n_layer)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.attention.sliding_window_pattern = %d is out of range",
+                            hp->arch_name, hp->swa_pattern);
+    hp->rope_base_swa = hp->rope_base;
+    if ((st = rf_meta_opt_f32(m, "rope.freq_base_swa", &hp->rope_base_swa))) return st;
+    if (!(hp->rope_base_swa > 0))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.rope.freq_base_swa = %g is out of range", hp->arch_name,
+                            hp->rope_base_swa);
+    if (hp->rope_base_swa != hp->rope_base && hp->yarn)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s.rope.freq_base_swa != rope.freq_base with YaRN is not supported",
+                            hp->arch_name);
+    hp->rope_scale_swa = hp->rope_scale;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->n_rot); /* llama.cpp: 1/sqrt(n_rot), whatever attention.scale says */
+    return gpt_oss_moe(m);
+}
+
 static const rf_arch_desc k_archs[] = {
     {"llama", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, NULL},
     {"qwen2", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QKV_BIAS, 0, NULL},
@@ -53,6 +91,7 @@ static const rf_arch_desc k_archs[] = {
     {"smollm3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 4, NULL},
     {"mistral3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, hp_mistral3},
     {"phi3", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_FUSED_QKV | RF_AF_FUSED_GATE_UP, 0, NULL},
+    {"gpt-oss", RF_ROPE_NEOX, RF_GLU_SWIGLU_OAI, RF_AF_QKV_BIAS | RF_AF_SINKS | RF_AF_FFN_NORM_POST_ATTN, 0, hp_gpt_oss},
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 
@@ -64,7 +103,7 @@ const rf_arch_desc *rf_arch_find(const char *name) {
 
 /* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
  * checks it against the table). */
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3"; }
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, gpt-oss"; }
 
 int rf_arch_count(void) { return N_ARCHS; }
 const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }

@@ -319,7 +319,13 @@ static rf_status load_attention(rf_model *m, rf_layer *L, int il) {
     if (fused && (rf_has(&L->q_norm) || rf_has(&L->k_norm)))
         return rf_set_error(RF_ERR_UNSUPPORTED, "model: layer %d has a joined attn_qkv and Q/K norms (unsupported)", il);
     if ((st = bind_l(m, &L->attn_post_norm, il, "post_attention_norm.weight", E, 1, fl & RF_AF_POST_NORMS))) return st;
+    if ((st = bind_l(m, &L->attn_sinks, il, "attn_sinks.weight", hp->n_head, 1, fl & RF_AF_SINKS))) return st;
     return RF_OK;
+}
+
+/* The name of the feed-forward block's norm: gpt-oss stores it as post_attention_norm. */
+static const char *ffn_norm_name(const rf_model *m) {
+    return (m->hp.arch->flags & RF_AF_FFN_NORM_POST_ATTN) ? "post_attention_norm.weight" : "ffn_norm.weight";
 }
 
 /* The feed-forward block of layer il: a dense GLU (gate and up apart, or one ffn_up holding
@@ -345,7 +351,7 @@ static rf_status load_ffn(rf_model *m, rf_layer *L, int il) {
         if (rf_gguf_find_tensor(m->g, name))
             return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (a feed-forward bias) is not supported", name);
     }
-    if ((st = bind_l(m, &L->ffn_norm, il, "ffn_norm.weight", E, 1, true))) return st;
+    if ((st = bind_l(m, &L->ffn_norm, il, ffn_norm_name(m), E, 1, true))) return st;
     if (fl & RF_AF_FUSED_GATE_UP) {
         if ((st = bind_l(m, &L->ffn_gu, il, "ffn_up.weight", E, 2 * F, true))) return st;
         rf_tensor *gu[] = {&L->ffn_gate, &L->ffn_up};
