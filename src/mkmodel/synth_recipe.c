@@ -3,6 +3,7 @@
  * tensor_type_fallback) for the file types mkmodel can produce. The rules are restated here
  * in C; docs/mkmodel.md lists them per type. */
 #include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "rocmforge/quant.h"
@@ -98,6 +99,18 @@ void synth_qstate_init(synth_qstate *qs, const synth_ftype *ft, bool pure, bool 
         if (c == CAT_OUTPUT) qs->tied = false;
     }
     qs->n_ffn_down = qs->n_ffn_gate = qs->n_ffn_up = n_layer;
+    qs->n_expert = 1;
+    for (int64_t i = 0; i < l->n; i++)
+        if (l->t[i].n_dims == 3 && l->t[i].ne[2] > qs->n_expert) qs->n_expert = (int32_t)l->t[i].ne[2];
+}
+
+/* layer_info: with experts (n_expert > 1) the layer of an FFN tensor is read from its name
+ * (blk.N.), not the running count, since a layer may hold several ffn_down (experts, shared
+ * expert); without, the count. */
+static int layer_info(const synth_qstate *qs, int i_count, const char *name) {
+    int il = i_count;
+    if (qs->n_expert > 1 && sscanf(name, "blk.%d.", &il) != 1) il = i_count;
+    return il;
 }
 
 static bool use_more_bits(int i_layer, int n_layers) {
@@ -110,7 +123,11 @@ static int64_t block_of(rf_type t) {
     return tr ? tr->block_size : 1;
 }
 
-/* llama_tensor_get_type_impl restricted to the non-IQ file types (no MoE, not Falcon). */
+/* llama_tensor_get_type_impl restricted to the non-IQ file types (not Falcon). Mixtures of
+ * experts: expert tensors (3-D) go by their category like the dense ones (ffn_down_exps is an
+ * ffn_down), the layer of an FFN tensor from its name; models of exactly 8 experts get attn_k
+ * and attn_v in q8_0 and, for Q2_K, Q3_K_S, Q3_K_M, Q4_K_S, Q4_K_M, attn_output in q5_K (and
+ * not the dense attn_output rules). */
 static rf_type recipe(synth_qstate *qs, rf_type new_type, const synth_tensor *t, tcat c) {
     const int ft = qs->ft->llama_ftype;
     if (c == CAT_OUTPUT || (qs->tied && c == CAT_TOKEN_EMBD)) {
@@ -136,12 +153,14 @@ static rf_type recipe(synth_qstate *qs, rf_type new_type, const synth_tensor *t,
         /* 70B: attn_v is 8x smaller than attn_q, so it gets more bits */
         if (qs->is_70b && (new_type == RF_TYPE_Q3_K || new_type == RF_TYPE_Q4_K))
             new_type = RF_TYPE_Q5_K;
+        if (qs->n_expert == 8) new_type = RF_TYPE_Q8_0;
         ++qs->i_attention_wv;
     } else if (c == CAT_ATTN_K || c == CAT_ATTN_Q) {
         /* only IQ types and 8-expert models change these */
+        if (c == CAT_ATTN_K && qs->n_expert == 8) new_type = RF_TYPE_Q8_0;
     } else if (c == CAT_FFN_DOWN) {
-        /* no experts: the layer is the running count (tensors are visited in layer order) */
-        const int i_layer = qs->i_ffn_down, n_layer = qs->n_ffn_down;
+        /* dense: the layer is the running count (tensors are visited in layer order) */
+        const int i_layer = layer_info(qs, qs->i_ffn_down, t->name), n_layer = qs->n_ffn_down;
         if (ft == FT_Q2_K)
             new_type = RF_TYPE_Q3_K;
         else if (ft == FT_Q3_K_M)
@@ -155,6 +174,9 @@ static rf_type recipe(synth_qstate *qs, rf_type new_type, const synth_tensor *t,
         else if (ft == FT_Q4_K_S && i_layer < n_layer / 8)
             new_type = RF_TYPE_Q5_K;
         ++qs->i_ffn_down;
+    } else if (c == CAT_ATTN_OUTPUT && qs->n_expert == 8) {
+        if (ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_Q4_K_S || ft == FT_Q4_K_M)
+            new_type = RF_TYPE_Q5_K;
     } else if (c == CAT_ATTN_OUTPUT) {
         if (ft == FT_Q2_K)
             new_type = RF_TYPE_Q3_K;

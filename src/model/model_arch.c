@@ -44,9 +44,32 @@ static rf_status hp_mistral3(rf_model *m) {
  * SWA is disabled there), so it is ignored here too. The longrope factors and
  * rope.scaling.attn_factor are read with the weights (model_load.c). */
 
-/* gpt-oss's experts (filled in with the mixture-of-experts hyper-parameters) */
+/* qwen3moe (Qwen3-30B-A3B, 235B-A22B): qwen3's attention (per-head Q/K RMSNorm, NeoX RoPE over
+ * the whole head) and a mixture of experts in every layer, read by the common MoE keys
+ * (model_load.c). llama.cpp's qwen3moe routes by a softmax over all experts and always
+ * renormalises the top-k weights, with no scale: it reads neither expert_weights_norm nor
+ * expert_weights_scale, so neither is honoured here either (a file saying otherwise is warned
+ * about, then computed as llama.cpp computes it). */
+static rf_status hp_qwen3moe(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    if (!hp->moe_norm_w || hp->moe_w_scale != 1.0f)
+        RF_LOGW("model metadata: qwen3moe.expert_weights_norm / expert_weights_scale ignored (qwen3moe always "
+                "renormalises the top-%d weights, unscaled, as llama.cpp does)", hp->n_expert_used);
+    hp->moe_gating = RF_MOE_SOFTMAX;
+    hp->moe_norm_w = true;
+    hp->moe_w_scale = 1.0f;
+    return RF_OK;
+}
+
+/* gpt-oss's experts: llama.cpp's openai-moe passes norm_w false and its expert_weights_scale is
+ * never read (0: no scale); the gating takes the top-k logits and softmaxes those k. */
 static rf_status gpt_oss_moe(rf_model *m) {
-    (void)m;
+    rf_hparams *hp = &m->hp;
+    if (hp->moe_norm_w != true || hp->moe_w_scale != 1.0f)
+        RF_LOGW("model metadata: gpt-oss.expert_weights_norm / expert_weights_scale ignored (llama.cpp reads neither)");
+    hp->moe_gating = RF_MOE_SOFTMAX_TOPK;
+    hp->moe_norm_w = false;
+    hp->moe_w_scale = 1.0f;
     return RF_OK;
 }
 
@@ -91,7 +114,9 @@ static const rf_arch_desc k_archs[] = {
     {"smollm3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 4, NULL},
     {"mistral3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, hp_mistral3},
     {"phi3", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_FUSED_QKV | RF_AF_FUSED_GATE_UP, 0, NULL},
-    {"gpt-oss", RF_ROPE_NEOX, RF_GLU_SWIGLU_OAI, RF_AF_QKV_BIAS | RF_AF_SINKS | RF_AF_FFN_NORM_POST_ATTN, 0, hp_gpt_oss},
+    {"qwen3moe", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_FULL_ROT | RF_AF_MOE, 0, hp_qwen3moe},
+    {"gpt-oss", RF_ROPE_NEOX, RF_GLU_SWIGLU_OAI, RF_AF_QKV_BIAS | RF_AF_SINKS | RF_AF_FFN_NORM_POST_ATTN | RF_AF_MOE, 0,
+     hp_gpt_oss},
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 
@@ -103,7 +128,7 @@ const rf_arch_desc *rf_arch_find(const char *name) {
 
 /* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
  * checks it against the table). */
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, gpt-oss"; }
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen3moe, gpt-oss"; }
 
 int rf_arch_count(void) { return N_ARCHS; }
 const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }

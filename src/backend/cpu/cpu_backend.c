@@ -245,7 +245,7 @@ rf_status rf_cpu_scratch(rf_cpu *cpu, size_t size) {
 }
 
 static rf_status row_bytes(rf_type type, int64_t n, size_t *out) {
-    if (type == RF_TYPE_F32) { *out = (size_t)n * 4; return RF_OK; }
+    if (type == RF_TYPE_F32 || type == RF_TYPE_I32) { *out = (size_t)n * 4; return RF_OK; } /* i32: expert ids */
     if (type == RF_TYPE_F16 || type == RF_TYPE_BF16) { *out = (size_t)n * 2; return RF_OK; }
     return rf_row_size(type, n, out);
 }
@@ -849,6 +849,9 @@ static const rf_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .gather_rows = cpu_gather_rows,
     .glu = cpu_glu,
+    .moe_route = rf_cpu_moe_route,
+    .matmul_id = rf_cpu_matmul_id,
+    .moe_combine = rf_cpu_moe_combine,
     .add = cpu_add,
     .scale = cpu_scale,
     .softcap = cpu_softcap,

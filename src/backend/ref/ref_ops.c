@@ -400,3 +400,86 @@ bool rf_ref_sample_interval(const float *logits, int64_t n, const rf_sample_para
     free(pr);
     return kept;
 }
+
+/* ---- mixture of experts ------------------------------------------------------------------ */
+
+rf_status rf_ref_moe_route(int32_t *ids, float *wts, const float *logits, const float *sel_bias, int64_t n,
+                           int64_t n_expert, int64_t k, rf_moe_gating gating, bool norm, float scale) {
+    if (n_expert < 1 || k < 1 || k > n_expert)
+        return rf_set_error(RF_ERR_INVALID_ARG, "moe_route: top-%lld of %lld experts (1 <= k <= n_expert)",
+                            (long long)k, (long long)n_expert);
+    if (gating != RF_MOE_SOFTMAX && gating != RF_MOE_SIGMOID && gating != RF_MOE_SOFTMAX_TOPK)
+        return rf_set_error(RF_ERR_INVALID_ARG, "moe_route: unknown gating %d", (int)gating);
+    float *p = malloc((size_t)n_expert * sizeof(float));
+    bool *taken = malloc((size_t)n_expert);
+    if (!p || !taken) {
+        free(p);
+        free(taken);
+        return rf_set_error(RF_ERR_OOM, "moe_route: out of memory for %lld experts", (long long)n_expert);
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const float *lg = logits + t * n_expert;
+        if (gating == RF_MOE_SOFTMAX) rf_ref_softmax(p, lg, 1, n_expert, 1.0f);
+        else if (gating == RF_MOE_SIGMOID)
+            for (int64_t e = 0; e < n_expert; e++) p[e] = (float)(1.0 / (1.0 + exp(-(double)lg[e])));
+        else memcpy(p, lg, (size_t)n_expert * sizeof(float));
+        memset(taken, 0, (size_t)n_expert);
+        int32_t *it = ids + t * k;
+        float *wt = wts + t * k;
+        /* k passes of "the largest not yet taken": strict > keeps the lower id on ties */
+        for (int64_t j = 0; j < k; j++) {
+            int64_t best = -1;
+            float bv = 0;
+            for (int64_t e = 0; e < n_expert; e++) {
+                if (taken[e]) continue;
+                float v = p[e] + (sel_bias ? sel_bias[e] : 0.0f);
+                if (best < 0 || v > bv) best = e, bv = v;
+            }
+            taken[best] = true;
+            it[j] = (int32_t)best;
+            wt[j] = p[best];
+        }
+        if (gating == RF_MOE_SOFTMAX_TOPK) rf_ref_softmax(wt, wt, 1, k, 1.0f);
+        if (norm) {
+            double sum = 0;
+            for (int64_t j = 0; j < k; j++) sum += wt[j];
+            if (sum < 6.103515625e-5) sum = 6.103515625e-5;
+            for (int64_t j = 0; j < k; j++) wt[j] = (float)(wt[j] / sum);
+        }
+        for (int64_t j = 0; j < k; j++) wt[j] *= scale;
+    }
+    free(p);
+    free(taken);
+    return RF_OK;
+}
+
+rf_status rf_ref_matmul_id(float *y, const void *w, rf_type wtype, int64_t n_in, int64_t n_out, int64_t n_expert,
+                           const float *x, bool x_per_slot, const int32_t *ids, const float *bias, int64_t n,
+                           int64_t k) {
+    size_t rb;
+    rf_status st = ref_row_bytes(wtype, n_in, &rb);
+    if (st) return st;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t j = 0; j < k; j++) {
+            int32_t e = ids[t * k + j];
+            if (e < 0 || e >= n_expert)
+                return rf_set_error(RF_ERR_RANGE, "matmul_id: expert id %d of token %lld outside [0, %lld)", e,
+                                    (long long)t, (long long)n_expert);
+            const float *xr = x + (x_per_slot ? t * k + j : t) * n_in;
+            float *yr = y + (t * k + j) * n_out;
+            st = rf_ref_matmul(yr, (const uint8_t *)w + (size_t)e * n_out * rb, wtype, xr, 1, n_in, n_out);
+            if (st) return st;
+            if (bias)
+                for (int64_t o = 0; o < n_out; o++) yr[o] += bias[(int64_t)e * n_out + o];
+        }
+    return RF_OK;
+}
+
+void rf_ref_moe_combine(float *y, const float *z, const float *wts, int64_t n, int64_t k, int64_t m) {
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < m; i++) {
+            float acc = 0; /* f32 in slot order, as the contract fixes the order */
+            for (int64_t j = 0; j < k; j++) acc += wts[t * k + j] * z[(t * k + j) * m + i];
+            y[t * m + i] = acc;
+        }
+}

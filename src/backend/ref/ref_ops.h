@@ -4,6 +4,7 @@
 #ifndef RF_REF_OPS_H
 #define RF_REF_OPS_H
 
+#include "backend/backend.h" /* rf_moe_gating */
 #include "rocmforge/core.h"
 
 /* y[r,i] = x[r,i] / sqrt(mean_i(x[r,:]^2) + eps) * w[i]
@@ -117,5 +118,29 @@ int32_t rf_ref_sample(const float *logits, int64_t n, const rf_sample_params *p,
  * sampler whose sums round differently. */
 bool rf_ref_sample_interval(const float *logits, int64_t n, const rf_sample_params *p,
                             int32_t id, double *lo, double *hi);
+
+/* ---- mixture of experts (the contracts of rf_backend_ops.moe_route / matmul_id / moe_combine,
+ * backend.h; expert weights are n_expert * n_out rows, expert e at rows [e n_out, (e+1) n_out)) */
+
+/* Router: logits f32 [n, n_expert] -> ids [n, k] and wts f32 [n, k]. p = softmax(logits row)
+ * (RF_MOE_SOFTMAX), sigmoid(logit) (RF_MOE_SIGMOID), or the logit itself (RF_MOE_SOFTMAX_TOPK);
+ * the k largest of p + sel_bias (sel_bias NULL or f32 [n_expert], added only to choose) in
+ * descending order, ties to the lower id; wts = their p (RF_MOE_SOFTMAX_TOPK: softmax over the k
+ * chosen logits); norm: divided by their sum, the sum clamped below at 6.103515625e-5 (the
+ * smallest normal f16, as llama.cpp does, so a row of near-zero sigmoids does not blow up);
+ * then times scale. RF_ERR_INVALID_ARG unless 1 <= k <= n_expert and gating is known. */
+rf_status rf_ref_moe_route(int32_t *ids, float *wts, const float *logits, const float *sel_bias, int64_t n,
+                           int64_t n_expert, int64_t k, rf_moe_gating gating, bool norm, float scale);
+
+/* Indirect product: y[t k + j] = W_e x_r (+ bias[e n_out ..] when bias is not NULL) with
+ * e = ids[t k + j], x_r = x[t k + j] (x_per_slot, x [n k, n_in]) or x[t] (x [n, n_in]); W
+ * n_expert * n_out rows of n_in elements of wtype; y f32 [n k, n_out]. Double accumulators as
+ * rf_ref_matmul. RF_ERR_RANGE for an id outside [0, n_expert). */
+rf_status rf_ref_matmul_id(float *y, const void *w, rf_type wtype, int64_t n_in, int64_t n_out, int64_t n_expert,
+                           const float *x, bool x_per_slot, const int32_t *ids, const float *bias, int64_t n,
+                           int64_t k);
+
+/* y[t] = sum over j = 0..k-1 in order of wts[t k + j] * z[t k + j]: y f32 [n, m], z [n k, m]. */
+void rf_ref_moe_combine(float *y, const float *z, const float *wts, int64_t n, int64_t k, int64_t m);
 
 #endif
