@@ -60,7 +60,7 @@ static void test_supported_list(void **state) {
         strcat(want, a->name);
     }
     assert_null(rf_arch_at(rf_arch_count()));
-    assert_null(rf_arch_find("qwen3moe"));
+    assert_null(rf_arch_find("deepseek2"));
     assert_string_equal(rf_supported_archs(), want);
 }
 
@@ -71,7 +71,7 @@ static void test_unsupported_arch(void **state) {
     snprintf(path, sizeof path, "%s/moe.gguf", g_dir);
     rf_gguf_writer *w = rf_gguf_writer_new();
     assert_non_null(w);
-    assert_int_equal(rf_gguf_set_str(w, "general.architecture", "qwen3moe"), RF_OK);
+    assert_int_equal(rf_gguf_set_str(w, "general.architecture", "deepseek2"), RF_OK);
     assert_int_equal(rf_gguf_write_file(w, path), RF_OK);
     rf_gguf_writer_free(w);
     rf_model_params mp = rf_model_default_params();
@@ -80,7 +80,7 @@ static void test_unsupported_arch(void **state) {
     assert_int_equal(rf_model_load(path, &mp, &m), RF_ERR_UNSUPPORTED);
     assert_null(m);
     printf("  %s\n", rf_last_error());
-    assert_non_null(strstr(rf_last_error(), "'qwen3moe'"));
+    assert_non_null(strstr(rf_last_error(), "'deepseek2'"));
     assert_non_null(strstr(rf_last_error(), rf_supported_archs()));
 }
 
