@@ -21,6 +21,7 @@ typedef enum synth_arch {
     SYNTH_ARCH_MISTRAL3,
     SYNTH_ARCH_PHI3,
     SYNTH_ARCH_QWEN3MOE,
+    SYNTH_ARCH_GPT_OSS,
     SYNTH_ARCH_COUNT
 } synth_arch;
 

@@ -21,11 +21,12 @@ const synth_ftype synth_ftypes[] = {
     {"q5_k_s", 16, RF_TYPE_Q5_K, NULL}, {"q5_k_m", 17, RF_TYPE_Q5_K, NULL},
     {"q6_k", 18, RF_TYPE_Q6_K, NULL},   {"q3_k", 12, RF_TYPE_Q3_K, "q3_k_m"},
     {"q4_k", 15, RF_TYPE_Q4_K, "q4_k_m"}, {"q5_k", 17, RF_TYPE_Q5_K, "q5_k_m"},
+    {"mxfp4_moe", 38, RF_TYPE_MXFP4, NULL},
 };
 const int32_t synth_n_ftypes = (int32_t)(sizeof synth_ftypes / sizeof synth_ftypes[0]);
 
 enum { FT_F32 = 0, FT_F16 = 1, FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13,
-       FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18 };
+       FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_MXFP4_MOE = 38 };
 
 const synth_ftype *synth_ftype_find(const char *name) {
     if (!name) return NULL;
@@ -130,6 +131,8 @@ static int64_t block_of(rf_type t) {
  * not the dense attn_output rules). */
 static rf_type recipe(synth_qstate *qs, rf_type new_type, const synth_tensor *t, tcat c) {
     const int ft = qs->ft->llama_ftype;
+    if (ft == FT_MXFP4_MOE) /* the LM head and every 2-D weight Q8_0, the experts (3-D) MXFP4 */
+        return (c == CAT_OUTPUT || (qs->tied && c == CAT_TOKEN_EMBD)) || t->ne[2] <= 1 ? RF_TYPE_Q8_0 : RF_TYPE_MXFP4;
     if (c == CAT_OUTPUT || (qs->tied && c == CAT_TOKEN_EMBD)) {
         /* the LM head: Q6_K unless the base is Q8_0; Q8_0 if a row does not fit the base block */
         if (t->ne[0] % block_of(new_type) != 0)
