@@ -165,17 +165,19 @@ static rf_status load_moe_hparams(rf_model *m) {
     rf_status st;
     char k[160];
     hp->n_expert = 0;
+    if (rf_gguf_find_key(m->g, akey(m, "expert_count", k, sizeof k)) < 0)
+        return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s' (a mixture-of-experts model)", k);
+    if (rf_gguf_find_key(m->g, akey(m, "expert_used_count", k, sizeof k)) < 0)
+        return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s' (a mixture-of-experts model)", k);
     if ((st = rf_meta_opt_i32(m, "expert_count", &hp->n_expert))) return st;
     if (hp->n_expert <= 0 || hp->n_expert > RF_MAX_EXPERTS)
-        return rf_set_error(rf_gguf_find_key(m->g, akey(m, "expert_count", k, sizeof k)) < 0 ? RF_ERR_NOT_FOUND : RF_ERR_RANGE,
-                            "model metadata: %s = %d: a mixture-of-experts model needs 1 to %d experts", k,
-                            hp->n_expert, RF_MAX_EXPERTS);
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.expert_count = %d: a mixture-of-experts model needs 1 to %d experts",
+                            hp->arch_name, hp->n_expert, RF_MAX_EXPERTS);
     hp->n_expert_used = 0;
     if ((st = rf_meta_opt_i32(m, "expert_used_count", &hp->n_expert_used))) return st;
     akey(m, "expert_used_count", k, sizeof k);
     if (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
-        return rf_set_error(rf_gguf_find_key(m->g, k) < 0 ? RF_ERR_NOT_FOUND : RF_ERR_RANGE,
-                            "model metadata: %s = %d is not a top-k of %s.expert_count = %d (1 <= k <= experts)", k,
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s = %d is not a top-k of %s.expert_count = %d (1 <= k <= experts)", k,
                             hp->n_expert_used, hp->arch_name, hp->n_expert);
     hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
     if ((st = rf_meta_opt_i32(m, "expert_feed_forward_length", &hp->n_ff_exp))) return st;
