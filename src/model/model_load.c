@@ -363,7 +363,10 @@ static rf_status load_attention(rf_model *m, rf_layer *L, int il) {
     if ((st = bind_l(m, &L->k_norm, il, "attn_k_norm.weight", D, 1, qk_norm))) return st;
     if (fused && (rf_has(&L->q_norm) || rf_has(&L->k_norm)))
         return rf_set_error(RF_ERR_UNSUPPORTED, "model: layer %d has a joined attn_qkv and Q/K norms (unsupported)", il);
-    if ((st = bind_l(m, &L->attn_post_norm, il, "post_attention_norm.weight", E, 1, fl & RF_AF_POST_NORMS))) return st;
+    /* (gpt-oss's post_attention_norm is its feed-forward norm, bound there, not a post norm) */
+    if (!(fl & RF_AF_FFN_NORM_POST_ATTN) &&
+        (st = bind_l(m, &L->attn_post_norm, il, "post_attention_norm.weight", E, 1, fl & RF_AF_POST_NORMS)))
+        return st;
     if ((st = bind_l(m, &L->attn_sinks, il, "attn_sinks.weight", hp->n_head, 1, fl & RF_AF_SINKS))) return st;
     return RF_OK;
 }

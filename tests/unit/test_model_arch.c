@@ -11,6 +11,8 @@
  * Whether those variants compute the right thing is test_model_golden's job (llama.cpp goldens). */
 #include "test_util.h"
 
+#include <math.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +234,44 @@ static void test_moe_plan(void **state) {
     assert_non_null(strstr(rf_last_error(), "mixture-of-experts"));
 }
 
+/* gpt-oss: sliding window on layers 0 and 2 (pattern 2), YaRN as rope_freqs factors with
+ * freq_scale 1 and the gain 1 + 0.1 ln 32, sinks per head, Q/K/V/O biases, post_attention_norm
+ * as the MoE norm, router and expert biases, top-k-then-softmax gating, the clamped SwiGLU. */
+static void test_gpt_oss_plan(void **state) {
+    (void)state;
+    rf_model *m = load_preset("tiny-gpt-oss", "mxfp4_moe");
+    const rf_hparams *hp = &m->hp;
+    assert_string_equal(hp->arch->name, "gpt-oss");
+    assert_int_equal(hp->n_expert, 16);
+    assert_int_equal(hp->n_expert_used, 4);
+    assert_int_equal(hp->n_ff_exp, 128);
+    assert_int_equal(hp->moe_gating, RF_MOE_SOFTMAX_TOPK);
+    assert_true(!hp->moe_norm_w && hp->moe_w_scale == 1.0f);
+    assert_int_equal(hp->glu, RF_GLU_SWIGLU_OAI);
+    assert_int_equal(hp->rope_mode, RF_ROPE_NEOX);
+    assert_int_equal(hp->n_swa, 16);
+    assert_true(hp->yarn && hp->n_ctx_orig == 4096);
+    assert_true(hp->rope_scale == 1.0f && hp->rope_scale_swa == 1.0f && hp->rope_base_swa == hp->rope_base);
+    assert_true(fabsf(hp->rope_attn_factor - 1.3465736f) < 1e-6f);
+    assert_true(rf_has(&m->rope_freqs) && m->rope_freqs.ne[0] == hp->n_rot / 2);
+    assert_true(m->yarn_ff[0] == 1.0f && m->yarn_ff[hp->n_rot / 2 - 1] == 32.0f);
+    assert_true(hp->attn_scale == 0.125f);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const rf_layer *L = &m->layers[il];
+        assert_int_equal(L->is_swa, il % 2 == 0);
+        assert_int_equal(L->ffn, RF_FFN_MOE);
+        assert_true(rf_has(&L->bq) && rf_has(&L->bk) && rf_has(&L->bv) && rf_has(&L->bo));
+        assert_true(rf_has(&L->attn_sinks) && L->attn_sinks.ne[0] == hp->n_head);
+        assert_true(rf_has(&L->ffn_norm) && !rf_has(&L->attn_post_norm));
+        assert_true(rf_has(&L->ffn_gate_inp_b) && rf_has(&L->ffn_gate_exps_b) && rf_has(&L->ffn_up_exps_b) &&
+                    rf_has(&L->ffn_down_exps_b));
+        assert_int_equal(L->ffn_gate_exps.type, RF_TYPE_MXFP4);
+        assert_int_equal(L->ffn_down_exps.type, RF_TYPE_MXFP4);
+        assert_int_equal(L->wq.type, RF_TYPE_Q8_0);
+    }
+    rf_model_free(m);
+}
+
 /* The tiny qwen3moe file rewritten with one change: key `key` set to u32 `val` (or removed when
  * val < 0), or tensor `tname` given the shape ne[0..n_dims) (its bytes are the original's
  * prefix: the new shape is never larger). Loading must fail with `want`, the message naming
@@ -305,6 +345,7 @@ int main(void) {
         cmocka_unit_test(test_mistral3_refusals),
         cmocka_unit_test(test_moe_plan),
         cmocka_unit_test(test_moe_refusals),
+        cmocka_unit_test(test_gpt_oss_plan),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
