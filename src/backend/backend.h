@@ -193,7 +193,7 @@ typedef struct rf_backend_ops {
     /* Router: for each token t < n, logits[t] f32 [n_expert] -> the k chosen experts,
      * ids[t, 0..k) in descending order of the choosing score (ties: the lower id first), and
      * their weights wts[t, 0..k) f32: each chosen expert's p (gating), divided by the sum of
-     * the k when norm, times scale. sel_bias (NULL, or f32 [n_expert]) is added to p only to
+     * the k when norm (that sum clamped below at 6.103515625e-5, llama.cpp's guard), times scale. sel_bias (NULL, or f32 [n_expert]) is added to p only to
      * choose (RF_MOE_SIGMOID), never to the weights. 1 <= k <= n_expert; RF_ERR_INVALID_ARG
      * otherwise. rf_ref_moe_route is the reference. */
     rf_status (*moe_route)(rf_backend *be, rf_tensor *ids, rf_tensor *wts, const rf_tensor *logits,
