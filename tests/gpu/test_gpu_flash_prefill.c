@@ -30,6 +30,7 @@ typedef struct fp_case {
     int64_t D, nh, nhkv, bs, window;
     float softcap;
     int32_t p0, n;
+    bool sinks; /* random attention-sink logits per head (gpt-oss) */
 } fp_case;
 
 typedef struct fp_pool {
@@ -108,12 +109,18 @@ static double run_case(rf_rng *r, const fp_case *c, rf_type kt) {
     int32_t *pos = malloc((size_t)c->n * 4), *seq = calloc((size_t)c->n, 4);
     for (int32_t i = 0; i < c->n; i++) pos[i] = c->p0 + i;
     const float scale = 1.0f / sqrtf((float)c->D);
+    float *sk = NULL, *dsk = NULL;
+    if (c->sinks) { /* sink logits as large as the scores, so they move the result */
+        sk = host_f32((size_t)c->nh);
+        rf_rng_fill_normal(r, sk, (size_t)c->nh, 2.0f);
+        dsk = dev_from(sk, (size_t)c->nh * 4);
+    }
     assert_int_equal(rf_ref_paged_attention(want, q, p.kf, p.vf, c->n, pos, seq, p.tab, p.maxb, c->bs, c->nh, c->nhkv,
-                                            c->D, scale, c->window, c->softcap),
+                                            c->D, scale, c->window, c->softcap, sk),
                      RF_OK);
     float *dq = dev_from(q, (size_t)(c->n * qd) * 4), *dout = dev_poison((size_t)(c->n * qd) * 4);
     assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, kt, c->n, c->p0, p.dtab, c->bs, c->nh,
-                                          c->nhkv, c->D, scale, c->window, c->softcap),
+                                          c->nhkv, c->D, scale, c->window, c->softcap, dsk),
                      RF_OK);
     dev_to(got, dout, (size_t)(c->n * qd) * 4);
     double num = 0, den = 0;
@@ -127,19 +134,21 @@ static double run_case(rf_rng *r, const fp_case *c, rf_type kt) {
     const int32_t cut = c->n > 1 ? 1 + (int32_t)(rf_rng_u64(r) % (uint64_t)(c->n - 1)) : 1;
     assert_int_equal(rf_gpu_memset(g_ctx, dout, 0xFF, (size_t)(c->n * qd) * 4), RF_OK);
     assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, kt, cut, c->p0, p.dtab, c->bs, c->nh,
-                                          c->nhkv, c->D, scale, c->window, c->softcap),
+                                          c->nhkv, c->D, scale, c->window, c->softcap, dsk),
                      RF_OK);
     assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout + cut * qd, dq + cut * qd, p.dk, p.dv, kt, c->n - cut,
                                           c->p0 + cut, p.dtab, c->bs, c->nh, c->nhkv, c->D, scale, c->window,
-                                          c->softcap),
+                                          c->softcap, dsk),
                      RF_OK);
     dev_to(got2, dout, (size_t)(c->n * qd) * 4);
     if (c->n > 1 && memcmp(got, got2, (size_t)(c->n * qd) * 4))
         fail_msg("D%lld n%d p0 %d: cut at %d changes the output", (long long)c->D, c->n, c->p0, cut);
-    printf("  %-4s D%-3lld h%2lld/%-2lld bs%-2lld win%-4lld cap%-3g p0 %5d n %3d: rel. L2 %.2e\n",
-           kt == RF_TYPE_Q8_0 ? "q8_0" : "f16", (long long)c->D, (long long)c->nh, (long long)c->nhkv, (long long)c->bs, (long long)c->window, c->softcap, c->p0, c->n, rel);
+    printf("  %-4s D%-3lld h%2lld/%-2lld bs%-2lld win%-4lld cap%-3g p0 %5d n %3d%s: rel. L2 %.2e\n",
+           kt == RF_TYPE_Q8_0 ? "q8_0" : "f16", (long long)c->D, (long long)c->nh, (long long)c->nhkv, (long long)c->bs,
+           (long long)c->window, c->softcap, c->p0, c->n, c->sinks ? " sinks" : "", rel);
     rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout);
-    free(q), free(want), free(got), free(got2), free(pos), free(seq);
+    if (dsk) rf_gpu_free(g_ctx, dsk);
+    free(q), free(want), free(got), free(got2), free(pos), free(seq), free(sk);
     pool_free(&p);
     return rel;
 }
@@ -149,11 +158,14 @@ static void test_flash_vs_ref(void **state) {
     rf_rng r;
     rf_rng_init(&r, rf_test_seed());
     const fp_case cases[] = {
-        {128, 32, 8, 16, 0, 0, 0, 1},     {128, 32, 8, 16, 0, 0, 0, 64},     {128, 32, 8, 16, 0, 0, 0, 300},
-        {128, 32, 8, 16, 0, 0, 1000, 77}, {128, 32, 8, 7, 0, 0, 4500, 129},  {128, 8, 8, 1, 0, 0, 63, 65},
-        {64, 14, 2, 16, 0, 0, 500, 200},  {64, 4, 1, 16, 100, 0, 300, 250},  {80, 8, 8, 16, 0, 0, 33, 100},
-        {96, 12, 4, 7, 0, 0, 2000, 17},   {128, 8, 4, 16, 128, 30, 900, 200}, {128, 32, 8, 16, 0, 50, 5000, 96},
-        {64, 8, 2, 16, 64, 0, 0, 190},
+        {128, 32, 8, 16, 0, 0, 0, 1, false}, {128, 32, 8, 16, 0, 0, 0, 64, false}, {128, 32, 8, 16, 0, 0, 0, 300, false},
+        {128, 32, 8, 16, 0, 0, 1000, 77, false}, {128, 32, 8, 7, 0, 0, 4500, 129, false}, {128, 8, 8, 1, 0, 0, 63, 65, false},
+        {64, 14, 2, 16, 0, 0, 500, 200, false}, {64, 4, 1, 16, 100, 0, 300, 250, false}, {80, 8, 8, 16, 0, 0, 33, 100, false},
+        {96, 12, 4, 7, 0, 0, 2000, 17, false}, {128, 8, 4, 16, 128, 30, 900, 200, false}, {128, 32, 8, 16, 0, 50, 5000, 96, false},
+        {64, 8, 2, 16, 64, 0, 0, 190, false},
+        /* attention sinks (gpt-oss: head dim 64, 64/8 heads, window 128 on half the layers) */
+        {64, 64, 8, 16, 0, 0, 0, 100, true}, {64, 64, 8, 16, 128, 0, 700, 200, true},
+        {128, 8, 2, 7, 0, 0, 1000, 33, true},
     };
     double worst = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -215,11 +227,11 @@ static void test_flash_timing(void **state) {
                 }
                 rf_status st = kern == 0
                     ? rf_gpu_paged_attention(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, dpos, dseq, p.dtab, p.maxb,
-                                             bs, nh, nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, p0 + n - 1)
+                                             bs, nh, nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, p0 + n - 1, NULL)
                     : kern == 1 ? rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, p0, p.dtab, bs, nh,
-                                                       nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f)
+                                                       nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, NULL)
                                 : rf_gpu_flash_prefill(g_ctx, dout, dq, p8.dk, p8.dv, RF_TYPE_Q8_0, n, p0, p8.dtab, bs,
-                                                       nh, nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f);
+                                                       nh, nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, NULL);
                 assert_int_equal(st, RF_OK);
             }
             assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);

@@ -42,7 +42,16 @@ static void test_elementwise(void **state) {
         EW("mul", rf_gpu_mul(g_ctx, dy, da, db, n), rf_ref_mul(want, a, b, n));
         EW("swiglu", rf_gpu_swiglu(g_ctx, dy, da, db, n), rf_ref_swiglu(want, a, b, n));
         EW("geglu", rf_gpu_geglu(g_ctx, dy, da, db, n), rf_ref_geglu(want, a, b, n));
+        EW("swiglu_oai", rf_gpu_swiglu_oai(g_ctx, dy, da, n, db, n, 1, n), rf_ref_swiglu_oai(want, a, b, n));
 #undef EW
+        { /* swiglu_oai over 3 rows of m / 2 + 1 elements read at row stride m (a joined gate/up's halves) */
+            const int64_t m = k_sizes[si], w = m / 2 + 1;
+            assert_int_equal(rf_gpu_swiglu_oai(g_ctx, dy, da, m, db, m, 3, w), RF_OK);
+            for (int64_t rr = 0; rr < 3; rr++) rf_ref_swiglu_oai(want + rr * w, a + rr * m, b + rr * m, w);
+            dev_to(got, dy, (size_t)(3 * w) * 4);
+            snprintf(what, sizeof what, "swiglu_oai rows 3 x %lld stride %lld", (long long)w, (long long)m);
+            check_rel(what, got, want, (size_t)(3 * w), 1e-5);
+        }
         /* in place (y aliases a) */
         assert_int_equal(rf_gpu_add(g_ctx, da, da, db, n), RF_OK);
         rf_ref_add(want, a, b, n);

@@ -44,7 +44,10 @@ typedef struct pa_case {
     int n_pad;       /* padding tokens (pos < 0) mixed in */
     bool shuffle;    /* tokens in random order (else grouped by sequence) */
     float qscale;    /* query magnitude (large: peaky softmax) */
+    bool sinks;      /* random attention-sink logits per head (gpt-oss) */
 } pa_case;
+
+static const float *g_dsinks; /* the device sinks of the case run_case is running (call_pa) */
 
 static int32_t rnd_int(rf_rng *r, int32_t lo, int32_t hi) { /* [lo, hi] */
     return lo + (int32_t)(rf_rng_u64(r) % (uint64_t)(hi - lo + 1));
@@ -72,7 +75,7 @@ static rf_status call_pa(const pa_case *c, float *dout, const float *dq, const v
     const rf_type kt = c->q8 ? RF_TYPE_Q8_0 : c->f16 ? RF_TYPE_F16 : RF_TYPE_F32;
     rf_status st = rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, kt, nt,
                                           dpos, dseq, dtab, maxb, c->bs, c->nh, c->nhkv, c->D, scale,
-                                          c->window, c->softcap, max_pos);
+                                          c->window, c->softcap, max_pos, c->sinks ? g_dsinks : NULL);
     if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
     return st;
 }
@@ -217,6 +220,12 @@ static void run_case(rf_rng *r, const pa_case *c) {
     float *alt = host_f32((size_t)(nt * qd));
     rf_rng_fill_normal(r, q, (size_t)(nt * qd), c->qscale);
     const float scale = 1.0f / sqrtf((float)D);
+    float *sk = NULL;
+    if (c->sinks) { /* sink logits as large as the scores, so they move the result */
+        sk = host_f32((size_t)nh);
+        rf_rng_fill_normal(r, sk, (size_t)nh, 2.0f);
+        g_dsinks = dev_from(sk, (size_t)nh * 4);
+    }
     /* an f16 cache's query is rounded to f16 (the CPU backend's and llama.cpp's convention) */
     float *qref = host_f32((size_t)(nt * qd));
     for (int64_t i = 0; i < nt * qd; i++) qref[i] = c->f16 && !c->q8 ? rf_fp16_to_f32(rf_f32_to_fp16(q[i])) : q[i];
@@ -226,7 +235,7 @@ static void run_case(rf_rng *r, const pa_case *c) {
             continue;
         }
         assert_int_equal(rf_ref_paged_attention(want + t * qd, qref + t * qd, kf, vf, 1, pos + t, seq + t, tab, maxb,
-                                                 bs, nh, nhkv, D, scale, c->window, c->softcap),
+                                                 bs, nh, nhkv, D, scale, c->window, c->softcap, sk),
                          RF_OK);
     }
     /* device */
@@ -291,8 +300,9 @@ static void run_case(rf_rng *r, const pa_case *c) {
     rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq), rf_gpu_free(g_ctx, dtab);
     rf_gpu_free(g_ctx, drpos), rf_gpu_free(g_ctx, drseq), rf_gpu_free(g_ctx, drq);
     free(perm), free(tab), free(kf), free(vf), free(k16), free(v16), free(pos), free(seq), free(order);
-    free(q), free(qref), free(want), free(got), free(alt), free(rpos), free(rseq), free(rq);
+    free(q), free(qref), free(want), free(got), free(alt), free(rpos), free(rseq), free(rq), free(sk);
     free(kq), free(vq), free(ko), free(vo);
+    if (c->sinks) rf_gpu_free(g_ctx, (void *)g_dsinks), g_dsinks = NULL;
 }
 
 static const int64_t g_dims[5] = {64, 80, 96, 128, 256};
@@ -383,6 +393,27 @@ static void test_long(void **state) {
     run_case(&r, &c8);
 }
 
+/* Attention sinks: decode tokens of long sequences (keys split over blocks and reduced, per split
+ * and per group), prompt chunks with padding, a sliding window; the same invariance checks. */
+static void test_sinks(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 4);
+    pa_case c8 = {.D = 64, .nh = 64, .nhkv = 8, .bs = 16, .f16 = true, .n_seq = 4, .n_pad = 1, .qscale = 1.0f,
+                  .sinks = true};
+    for (int s = 0; s < 4; s++) c8.len[s] = rnd_int(&r, 200, 4200), c8.nq[s] = 1;
+    run_case(&r, &c8);
+    pa_case cp = {.D = 64, .nh = 8, .nhkv = 2, .bs = 16, .f16 = true, .n_seq = 3, .len = {300, 90, 5},
+                  .nq = {70, 1, 5}, .n_pad = 2, .shuffle = true, .qscale = 1.0f, .sinks = true};
+    run_case(&r, &cp);
+    pa_case cw = {.D = 64, .nh = 16, .nhkv = 2, .bs = 32, .window = 128, .n_seq = 3, .len = {3100, 200, 129},
+                  .nq = {1, 4, 1}, .n_pad = 1, .qscale = 2.0f, .sinks = true};
+    run_case(&r, &cw);
+    pa_case cl = {.D = 128, .nh = 32, .nhkv = 8, .bs = 16, .f16 = true, .n_seq = 1, .len = {4200}, .nq = {1},
+                  .qscale = 1.0f, .sinks = true};
+    run_case(&r, &cl);
+}
+
 /* Only padding; a token past max_pos (contract violation: a NaN row, nothing read); no tokens;
  * bad arguments. */
 static void test_edges(void **state) {
@@ -399,7 +430,7 @@ static void test_edges(void **state) {
     int32_t *dpos = dev_from(pos, sizeof pos), *dseq = dev_from(seq, sizeof seq), *dtab = dev_from(tab, sizeof tab);
     /* max_pos 4 < pos 5: token 1 gets NaN, the padding rows zeros */
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, nh,
-                                            nhkv, D, 0.125f, 0, 0.0f, 4),
+                                            nhkv, D, 0.125f, 0, 0.0f, 4, NULL),
                      RF_OK);
     dev_to(got, dout, sizeof got);
     for (int64_t i = 0; i < qd; i++) {
@@ -408,34 +439,34 @@ static void test_edges(void **state) {
     }
     /* max_pos 5: token 1 is computed; rows of the others still zeros */
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, nh,
-                                            nhkv, D, 0.125f, 0, 0.0f, 5),
+                                            nhkv, D, 0.125f, 0, 0.0f, 5, NULL),
                      RF_OK);
     dev_to(got, dout, sizeof got);
     float want[4 * 64];
     assert_int_equal(rf_ref_paged_attention(want, q + qd, kv, kv, 1, pos + 1, seq + 1, tab, 2, 16, nh, nhkv, D,
-                                            0.125f, 0, 0.0f),
+                                            0.125f, 0, 0.0f, NULL),
                      RF_OK);
     check_rel("edge: one token among padding", got + qd, want, (size_t)qd, 1e-5);
     for (int64_t i = 0; i < qd; i++) assert_true(((uint32_t *)got)[i] == 0u && ((uint32_t *)got)[2 * qd + i] == 0u);
     /* no tokens: nothing to do, nothing touched */
     assert_int_equal(rf_gpu_paged_attention(g_ctx, NULL, NULL, NULL, NULL, RF_TYPE_F32, 0, NULL, NULL, NULL, 1, 16,
-                                            nh, nhkv, D, 0.125f, 0, 0.0f, 0),
+                                            nh, nhkv, D, 0.125f, 0, 0.0f, 0, NULL),
                      RF_OK);
     /* bad arguments */
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, nh,
-                                            nhkv, 72, 0.125f, 0, 0.0f, 5),
+                                            nhkv, 72, 0.125f, 0, 0.0f, 5, NULL),
                      RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, 3,
-                                            2, D, 0.125f, 0, 0.0f, 5),
+                                            2, D, 0.125f, 0, 0.0f, 5, NULL),
                      RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_Q4_0, 3, dpos, dseq, dtab, 2, 16, nh,
-                                            nhkv, D, 0.125f, 0, 0.0f, 5),
+                                            nhkv, D, 0.125f, 0, 0.0f, 5, NULL),
                      RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_Q8_0, 3, dpos, dseq, dtab, 2, 16, nh,
-                                            nhkv, 80, 0.125f, 0, 0.0f, 5),
+                                            nhkv, 80, 0.125f, 0, 0.0f, 5, NULL),
                      RF_ERR_INVALID_ARG); /* q8_0 blocks of 32 do not tile a head of 80 */
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 0, nh,
-                                            nhkv, D, 0.125f, 0, 0.0f, 5),
+                                            nhkv, D, 0.125f, 0, 0.0f, 5, NULL),
                      RF_ERR_INVALID_ARG);
     rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dk);
     rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq), rf_gpu_free(g_ctx, dtab);
@@ -499,14 +530,14 @@ static void test_timing(void **state) {
             for (int i = 0; i < 3; i++)
                 assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, ns, dpos, dseq,
                                                         dtab + (i % nrot) * need, maxb, bs, nh, nhkv, D, scale, 0,
-                                                        0.0f, depth - 1),
+                                                        0.0f, depth - 1, NULL),
                                  RF_OK);
             assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
             const double t0 = now_s();
             for (int i = 0; i < reps; i++)
                 assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, ns, dpos, dseq,
                                                         dtab + (i % nrot) * need, maxb, bs, nh, nhkv, D, scale, 0,
-                                                        0.0f, depth - 1),
+                                                        0.0f, depth - 1, NULL),
                                  RF_OK);
             assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
             const double us = (now_s() - t0) / reps * 1e6, gbs = bytes / (us * 1e-6) / 1e9;
@@ -570,13 +601,13 @@ static void test_timing(void **state) {
         for (int t = 0; t < nt; t++) flops += 4.0 * nh * D * (pos[t] + 1);
         const int reps = 10;
         assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, nt, dpos, dseq, dtab, maxb, bs,
-                                                nh, nhkv, D, scale, 0, 0.0f, depth - 1),
+                                                nh, nhkv, D, scale, 0, 0.0f, depth - 1, NULL),
                          RF_OK);
         assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
         const double t0 = now_s();
         for (int i = 0; i < reps; i++)
             assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, nt, dpos, dseq, dtab, maxb,
-                                                    bs, nh, nhkv, D, scale, 0, 0.0f, depth - 1),
+                                                    bs, nh, nhkv, D, scale, 0, 0.0f, depth - 1, NULL),
                              RF_OK);
         assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
         const double us = (now_s() - t0) / reps * 1e6;
@@ -596,6 +627,7 @@ int main(void) {
         cmocka_unit_test(test_mixed),
         cmocka_unit_test(test_prefill_batches),
         cmocka_unit_test(test_long),
+        cmocka_unit_test(test_sinks),
         cmocka_unit_test(test_timing),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

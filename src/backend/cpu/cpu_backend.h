@@ -21,6 +21,16 @@ rf_status rf_cpu_scratch(rf_cpu *cpu, size_t size);
 rf_status rf_cpu_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x,
                         int64_t n_tokens);
 
+/* The mixture-of-experts ops (cpu_moe.c); contracts of rf_backend_ops.moe_route, matmul_id,
+ * moe_combine. */
+rf_status rf_cpu_moe_route(rf_backend *be, rf_tensor *ids, rf_tensor *wts, const rf_tensor *logits,
+                           const rf_tensor *sel_bias, int64_t n, int64_t n_expert, int64_t k, rf_moe_gating gating,
+                           bool norm, float scale);
+rf_status rf_cpu_matmul_id(rf_backend *be, rf_tensor *y, const rf_tensor *w, int64_t n_out, const rf_tensor *x,
+                           bool x_per_slot, const rf_tensor *ids, const rf_tensor *bias, int64_t n, int64_t k);
+rf_status rf_cpu_moe_combine(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *wts, int64_t n,
+                             int64_t k, int64_t m);
+
 /* dst[i] = f32 of n elements of a row of `type` (f32, f16, bf16 or any dequantizable type;
  * quantized rows start at a block boundary and n is a multiple of the block). */
 void rf_cpu_row_to_f32(rf_type type, const void *src, float *dst, int64_t n);

@@ -123,6 +123,10 @@ rf_status rf_gpu_layernorm(rf_gpu_ctx *ctx, float *y, const float *x, const floa
                            const float *b, int64_t rows, int64_t n, float eps);
 rf_status rf_gpu_swiglu(rf_gpu_ctx *ctx, float *y, const float *gate, const float *up, int64_t n);
 rf_status rf_gpu_geglu(rf_gpu_ctx *ctx, float *y, const float *gate, const float *up, int64_t n);
+/* gpt-oss's clamped SwiGLU (rf_ref_swiglu_oai) over rows of n at strides gs, us (floats) into y
+ * packed [rows, n]; rows = 1 takes a packed vector of any length (y may alias then). */
+rf_status rf_gpu_swiglu_oai(rf_gpu_ctx *ctx, float *y, const float *gate, int64_t gs, const float *up, int64_t us,
+                            int64_t rows, int64_t n);
 
 /* ---- RoPE ------------------------------------------------------------------------------- */
 /* rf_ref_rope's contract, the rotated dims then times attn_factor (cos and sin scaled, as
@@ -248,17 +252,19 @@ void rf_gpu_set_batch_invariant(rf_gpu_ctx *ctx, bool on);
 /* rf_ref_attention's contract with K/V in a cache: q f32 [n_q, n_head, head_dim];
  * k, v [n_kv, n_head_kv, head_dim] as kv_type (RF_TYPE_F16 or RF_TYPE_F32); out f32.
  * head_dim in {64, 80, 96, 128, 256}. Online-softmax flash attention; when n_q is small and
- * n_kv long the keys are split across blocks (split-K) and a second kernel reduces. */
+ * n_kv long the keys are split across blocks (split-K) and a second kernel reduces. sinks:
+ * device f32 [n_head] or NULL (rf_ref_attention's attention sinks). */
 rf_status rf_gpu_attention(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
                            const void *v, rf_type kv_type, int64_t n_q, int64_t n_kv,
                            int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                           bool causal, int64_t pos0, int64_t window, float softcap);
+                           bool causal, int64_t pos0, int64_t window, float softcap,
+                           const float *sinks);
 /* Same, forcing the number of key splits (1 = plain flash attention); for tests. */
 rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
                                   const void *v, rf_type kv_type, int64_t n_q, int64_t n_kv,
                                   int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                                   float scale, bool causal, int64_t pos0, int64_t window,
-                                  float softcap, int n_splits);
+                                  float softcap, int n_splits, const float *sinks);
 
 /* Paged attention (the contract of rf_backend_ops.attention in backend/backend.h; twin:
  * rf_ref_paged_attention). For each token t < n_tokens, with device arrays pos[t] and seq[t]:
@@ -272,14 +278,15 @@ rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const float *q, c
  * pos[t] < 0 is padding: its output row is zeros and nothing is read for it. max_pos is a host
  * upper bound of pos over the batch (sizes the split of the keys). Batch-invariant: a token's
  * output does not depend on which other tokens share the call (the keys are split at fixed
- * absolute positions). head_dim in {64, 80, 96, 128, 256}. */
+ * absolute positions). head_dim in {64, 80, 96, 128, 256}. sinks: device f32 [n_head] or NULL
+ * (attention sinks: head h's logit joins each row's max and denominator once, no value). */
 rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
                                  const void *v, rf_type kv_type, int64_t n_tokens,
                                  const int32_t *pos, const int32_t *seq,
                                  const int32_t *block_table, int64_t max_blocks,
                                  int64_t block_size, int64_t n_head, int64_t n_head_kv,
                                  int64_t head_dim, float scale, int64_t window, float softcap,
-                                 int64_t max_pos);
+                                 int64_t max_pos, const float *sinks);
 
 /* Flash-attention prefill (gpu_flash_prefill.cu): the n tokens of one sequence at positions
  * pos0..pos0+n-1 against its keys, on the tensor cores; the contract of rf_gpu_paged_attention
@@ -290,7 +297,7 @@ bool rf_gpu_flash_prefill_supported(rf_gpu_ctx *ctx, rf_type kv_type, int64_t he
 rf_status rf_gpu_flash_prefill(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
                                rf_type kv_type, int64_t n, int64_t pos0, const int32_t *bt_row,
                                int64_t block_size, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                               float scale, int64_t window, float softcap);
+                               float scale, int64_t window, float softcap, const float *sinks);
 
 /* ---- sampling --------------------------------------------------------------------------- */
 /* u for sequence `seq` at step `step`: splitmix64(seed ^ golden*(step+1) + seq) -> [0,1),

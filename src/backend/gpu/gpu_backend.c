@@ -437,13 +437,13 @@ static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t
 /* The paged-attention kernel over tokens [t0, t1) of the batch. */
 static rf_status attn_paged(gpu_be *g, float *out, const float *q, const rf_tensor *k, const rf_tensor *v,
                             const rf_batch *b, int64_t t0, int64_t t1, int64_t n_head, int64_t n_head_kv,
-                            int64_t head_dim, float scale, int64_t window, float softcap) {
+                            int64_t head_dim, float scale, int64_t window, float softcap, const float *sinks) {
     if (t1 <= t0) return RF_OK;
     const gpu_batch *d = dev_of(b);
     const int64_t row = n_head * head_dim;
     return rf_gpu_paged_attention(g->ctx, out + t0 * row, q + t0 * row, k->data, v->data, k->type, t1 - t0,
                                   d->pos + t0, d->seq + t0, d->table, b->max_blocks, b->block_size, n_head,
-                                  n_head_kv, head_dim, scale, window, softcap, d->max_pos);
+                                  n_head_kv, head_dim, scale, window, softcap, d->max_pos, sinks);
 }
 
 /* Attention of a step. An eager step (prompt chunks; graph steps are decode tokens only) finds
@@ -453,8 +453,9 @@ static rf_status attn_paged(gpu_be *g, float *out, const float *q, const rf_tens
  * from the same token computed by the paged kernel (docs/gpu.md, "Batch invariance"). */
 static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k, const rf_tensor *v,
                              const rf_batch *b, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                             int64_t window, float softcap) {
+                             int64_t window, float softcap, const rf_tensor *sinks) {
     NEED_DEV(b, "attention");
+    const float *sk = sinks ? (const float *)sinks->data : NULL;
     gpu_be *g = GX(be);
     const gpu_batch *d = dev_of(b);
     const int64_t n = b->n_tokens, row = n_head * head_dim;
@@ -462,24 +463,24 @@ static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q,
     const float *qd = (const float *)q->data;
     if (!g->flash || g->invariant || g->mode != RF_GRAPH_NONE || n < RF_FLASH_MIN_RUN || !b->pos || !b->seq ||
         !rf_gpu_flash_prefill_supported(g->ctx, k->type, head_dim) || q->nb1 != (size_t)row * 4)
-        return attn_paged(g, o, qd, k, v, b, 0, n, n_head, n_head_kv, head_dim, scale, window, softcap);
+        return attn_paged(g, o, qd, k, v, b, 0, n, n_head, n_head_kv, head_dim, scale, window, softcap, sk);
     int64_t pending = 0; /* first token not yet given to a kernel */
     for (int64_t t = 0; t < n;) {
         int64_t e = t + 1;
         while (e < n && b->seq[e] == b->seq[t] && b->pos[e] == b->pos[e - 1] + 1) e++;
         if (e - t >= RF_FLASH_MIN_RUN && b->pos[t] >= 0) {
             rf_status st = attn_paged(g, o, qd, k, v, b, pending, t, n_head, n_head_kv, head_dim, scale, window,
-                                      softcap);
+                                      softcap, sk);
             if (!st)
                 st = rf_gpu_flash_prefill(g->ctx, o + t * row, qd + t * row, k->data, v->data, k->type, e - t,
                                           b->pos[t], d->table + (int64_t)b->seq[t] * b->max_blocks, b->block_size,
-                                          n_head, n_head_kv, head_dim, scale, window, softcap);
+                                          n_head, n_head_kv, head_dim, scale, window, softcap, sk);
             if (st) return st;
             pending = e;
         }
         t = e;
     }
-    return attn_paged(g, o, qd, k, v, b, pending, n, n_head, n_head_kv, head_dim, scale, window, softcap);
+    return attn_paged(g, o, qd, k, v, b, pending, n, n_head, n_head_kv, head_dim, scale, window, softcap, sk);
 }
 
 static rf_status g_gather_rows(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_batch *b, int64_t n) {
@@ -490,6 +491,7 @@ static rf_status g_gather_rows(rf_backend *be, rf_tensor *y, const rf_tensor *x,
 static rf_status g_glu(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up, int64_t n,
                        rf_glu_kind kind) {
     if (kind == RF_GLU_SWIGLU) return rf_gpu_swiglu(GX(be)->ctx, y->data, gate->data, up->data, n);
+    if (kind == RF_GLU_SWIGLU_OAI) return rf_gpu_swiglu_oai(GX(be)->ctx, y->data, gate->data, n, up->data, n, 1, n);
     return rf_gpu_geglu(GX(be)->ctx, y->data, gate->data, up->data, n);
 }
 
@@ -501,6 +503,11 @@ static rf_status g_glu_for(rf_backend *be, rf_tensor *y, const rf_tensor *gate, 
     gpu_be *g = GX(be);
     const int64_t k = next ? next->ne[0] : 0, rows = k > 0 ? n / k : 0;
     const int64_t gs = (int64_t)(gate->nb1 / 4), us = (int64_t)(up->nb1 / 4);
+    if (kind == RF_GLU_SWIGLU_OAI) { /* no fused quantize for it: the product quantizes y itself */
+        if (k > 0 && rows * k == n && (gs != k || us != k))
+            return rf_gpu_swiglu_oai(g->ctx, y->data, gate->data, gs, up->data, us, rows, k);
+        return g_glu(be, y, gate, up, n, kind);
+    }
     if (k > 0 && rows * k == n && shares_xq(g, next->type, rows, k)) {
         bool ok;
         rf_status st = xq_room(g, rows, k, &ok);

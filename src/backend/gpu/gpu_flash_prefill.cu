@@ -74,7 +74,8 @@ static __device__ __forceinline__ uint4 rf_fp_q8_to_h8(const uint4 w) {
  *   max(0, p0 + r - window + 1 if window > 0) <= j <= p0 + r, s_j = scale * (f16(q[r, h]) . k_j),
  *   softcapped (c * tanh(s / c)) when softcap > 0; key j is row bt[j / bs] * bs + j % bs of the
  *   caches k, v f16 [rows, n_head_kv, D] (Q8: q8_0, rows of D / 32 blocks per kv head), kv head
- *   h / (n_head / n_head_kv).
+ *   h / (n_head / n_head_kv); sinks (f32 [n_head] or NULL): head h's sink logit joins the row's max
+ *   and denominator once, at the end.
  * Q8: a tile's K and V pieces are loaded into registers before the products of the tile before
  *   it (the loads overlap that work as the cp.async of the f16 path do), then dequantized and
  *   stored to shared memory as f16, so the tensor-core part is the f16 path's. Cost: 34 bytes
@@ -96,7 +97,8 @@ static __device__ __forceinline__ uint4 rf_fp_q8_to_h8(const uint4 w) {
 template <int D, bool Q8>
 __global__ void __launch_bounds__(RF_FP_WARPS * 32)
 rf_k_flash_prefill(float *out, const float *q, const void *kcv, const void *vcv, const int32_t *bt, int n,
-                   int p0, int bs, int n_head, int n_head_kv, float scale, int window, float softcap) {
+                   int p0, int bs, int n_head, int n_head_kv, float scale, int window, float softcap,
+                   const float *sinks) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     static_assert(RF_WARP_SIZE == 32, "mma.sync: 32-lane warps");
     constexpr int QS = rf_fp_geo<D>::QS, NK = D / 16, ND = D / 8, NT = RF_FP_BC / 8;
@@ -281,6 +283,14 @@ rf_k_flash_prefill(float *out, const float *q, const void *kcv, const void *vcv,
     la += __shfl_xor_sync(0xffffffffu, la, 2);
     lb += __shfl_xor_sync(0xffffffffu, lb, 1);
     lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    if (sinks) { /* head h's sink: one more logit in the max and the denominator, no value */
+        const float sk = sinks[h], na = fmaxf(ma, sk), nb = fmaxf(mb, sk);
+        const float fa = ma == -INFINITY ? 0.0f : __expf(ma - na), fb = mb == -INFINITY ? 0.0f : __expf(mb - nb);
+        la = la * fa + (na == -INFINITY ? 0.0f : __expf(sk - na));
+        lb = lb * fb + (nb == -INFINITY ? 0.0f : __expf(sk - nb));
+#pragma unroll
+        for (int dn = 0; dn < ND; dn++) o[dn][0] *= fa, o[dn][1] *= fa, o[dn][2] *= fb, o[dn][3] *= fb;
+    }
     const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
     const int ra = r0 + wr + g, rb = ra + 8;
 #pragma unroll
@@ -291,7 +301,7 @@ rf_k_flash_prefill(float *out, const float *q, const void *kcv, const void *vcv,
     }
 #else
     (void)out, (void)q, (void)kcv, (void)vcv, (void)bt, (void)n, (void)p0, (void)bs, (void)n_head, (void)n_head_kv;
-    (void)scale, (void)window, (void)softcap;
+    (void)scale, (void)window, (void)softcap, (void)sinks;
     RF_DEVICE_TRAP();
 #endif
 }
@@ -310,7 +320,7 @@ extern "C" bool rf_gpu_flash_prefill_supported(rf_gpu_ctx *ctx, rf_type kv_type,
 template <int D, bool Q8>
 static rf_status rf_fp_go(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
                           const int32_t *bt, int n, int p0, int bs, int n_head, int n_head_kv, float scale,
-                          int window, float softcap) {
+                          int window, float softcap, const float *sinks) {
     const size_t smem = rf_fp_geo<D>::smem;
     static size_t attr[RF_GPU_MAX_DEVICES];
     auto kern = rf_k_flash_prefill<D, Q8>;
@@ -318,13 +328,13 @@ static rf_status rf_fp_go(rf_gpu_ctx *ctx, float *out, const float *q, const voi
     if (ast) return ast;
     const dim3 grid((unsigned)((n + RF_FP_BR - 1) / RF_FP_BR), (unsigned)n_head);
     return rf_gpu_launch(ctx, "rf_k_flash_prefill", false, rf_k_flash_prefill<D, Q8>, grid, dim3(RF_FP_WARPS * 32),
-                         smem, out, q, k, v, bt, n, p0, bs, n_head, n_head_kv, scale, window, softcap);
+                         smem, out, q, k, v, bt, n, p0, bs, n_head, n_head_kv, scale, window, softcap, sinks);
 }
 
 extern "C" rf_status rf_gpu_flash_prefill(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
                                           rf_type kv_type, int64_t n, int64_t pos0, const int32_t *bt_row,
                                           int64_t block_size, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                                          float scale, int64_t window, float softcap) {
+                                          float scale, int64_t window, float softcap, const float *sinks) {
     const char *op = "rf_gpu_flash_prefill";
     RF_GPU_REQUIRE(rf_gpu_flash_prefill_supported(ctx, kv_type, head_dim), op,
                    "not available for K/V type %d, head_dim %lld on this device", (int)kv_type, (long long)head_dim);
@@ -340,14 +350,14 @@ extern "C" rf_status rf_gpu_flash_prefill(rf_gpu_ctx *ctx, float *out, const flo
     RF_GPU_REQUIRE((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0, op, "q, k and v must be 16-byte aligned");
     const int a[] = {(int)n, (int)pos0, (int)block_size, (int)n_head, (int)n_head_kv};
     if (kv_type == RF_TYPE_Q8_0) switch (head_dim) {
-        case 64: return rf_fp_go<64, true>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
-        case 96: return rf_fp_go<96, true>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
-        default: return rf_fp_go<128, true>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
+        case 64: return rf_fp_go<64, true>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+        case 96: return rf_fp_go<96, true>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+        default: return rf_fp_go<128, true>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
         }
     switch (head_dim) {
-    case 64: return rf_fp_go<64, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
-    case 80: return rf_fp_go<80, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
-    case 96: return rf_fp_go<96, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
-    default: return rf_fp_go<128, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
+    case 64: return rf_fp_go<64, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+    case 80: return rf_fp_go<80, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+    case 96: return rf_fp_go<96, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+    default: return rf_fp_go<128, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
     }
 }

@@ -215,6 +215,18 @@ static __device__ __forceinline__ float rf_pa_apply(float num, float a, int mode
 static __device__ __forceinline__ float rf_pa_final(float M, float den, float num) {
     return M == -INFINITY ? 0.0f : __fdiv_rn(num, den);
 }
+/* the same after folding in head h's attention sink (sinks f32 [n_head] or NULL): one more
+ * state of max sinks[h], sum 1 and numerator 0, merged last by the same rule, so the row's
+ * arithmetic stays fixed by the row alone */
+static __device__ __forceinline__ float rf_pa_final_sink(float M, float den, float num, const float *sinks,
+                                                         int64_t h) {
+    if (sinks) {
+        float fa, fb;
+        const int md = rf_pa_factors(M, den, sinks[h], 1.0f, fa, fb);
+        num = rf_pa_apply(num, 0.0f, md, fa, fb);
+    }
+    return rf_pa_final(M, den, num);
+}
 
 /* paged_attn: rows (token t, query head h) of a block of tokens against their sequences' keys.
  *   Block (x, y, z): tokens t0 = x*NQ .. t0+NQ-1 (NQ consecutive batch slots), kv head
@@ -235,7 +247,8 @@ static __device__ __forceinline__ float rf_pa_final(float M, float den, float nu
  *   i = unit - the row's first unit, for rf_k_paged_attn_reduce.
  *   Rows of padding tokens (pos < 0) are written as zeros by the z == 0 blocks, rows of tokens
  *   with pos > pmax (max_pos, or past the block table) or seq < 0 as NaN; nothing else is read
- *   for them.
+ *   for them. sinks (f32 [n_head] or NULL): head h's sink folds into a row's state last, at
+ *   the one place a row is normalised (rf_pa_final_sink).
  * in:  q f32 [n_tokens, n_head, D] (16-byte aligned), k, v KT [rows, n_head_kv, D] (16-byte
  *      aligned), pos, seq int32 [n_tokens], bt int32 [*, max_blocks] (device).
  * out: out f32 [n_tokens, n_head, D].
@@ -251,7 +264,8 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                 const KT *__restrict__ k, const KT *__restrict__ v, const int32_t *__restrict__ pos,
                 const int32_t *__restrict__ seq, const int32_t *__restrict__ bt, int n_tokens,
                 int max_blocks, int bs, int n_head, int n_head_kv, int G, int GS, int NQ, int HS,
-                float scale, int window, float softcap, int pmax, int mode, int nsp) {
+                float scale, int window, float softcap, int pmax, int mode, int nsp,
+                const float *__restrict__ sinks) {
     typedef rf_pa_geo<D, KT> geo;
     constexpr int WS = RF_WARP_SIZE, W = RF_PA_WARPS, CH = RF_PA_CHUNK, NT = W * WS;
     constexpr int EPP = geo::EPP, P = geo::P, L = geo::L, NP = geo::NP, KPW = geo::KPW;
@@ -558,7 +572,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                     const int64_t orow = (t0 + qi) * n_head + (int64_t)hk * G + hh;
                     const float2 st = s_gst[r];
                     if (ufr == ulr) {
-                        out[orow * D + d] = rf_pa_final(st.x, st.y, num);
+                        out[orow * D + d] = rf_pa_final_sink(st.x, st.y, num, sinks, (int64_t)hk * G + hh);
                     } else {
                         const int64_t si = orow * nsp + (un - ufr);
                         part[si * D + d] = num;
@@ -576,7 +590,8 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                 const int r = idx / D, d = idx % D, qi = r / GS, hh = hs * GS + r % GS;
                 if (qi >= NQ || hh >= G || s_tst[qi] != 3 || s_tseq[qi] != sq) continue;
                 const float2 to = s_tot[r];
-                out[((t0 + qi) * n_head + (int64_t)hk * G + hh) * D + d] = rf_pa_final(to.x, to.y, rt[e]);
+                out[((t0 + qi) * n_head + (int64_t)hk * G + hh) * D + d] =
+                    rf_pa_final_sink(to.x, to.y, rt[e], sinks, (int64_t)hk * G + hh);
             }
         }
         __syncthreads(); /* the row states are reset by the next pass */
@@ -595,7 +610,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
 __global__ void __launch_bounds__(256)
 rf_k_paged_attn_reduce(float *out, const float *__restrict__ part, const float2 *__restrict__ pml,
                        const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_head,
-                       int D, int window, int pmax, int mode, int nsp) {
+                       int D, int window, int pmax, int mode, int nsp, const float *__restrict__ sinks) {
     rf_pdl_trigger();
     rf_pdl_wait(); /* part, pml: written by rf_k_paged_attn, which may still be running */
     const int64_t t = blockIdx.x;
@@ -624,7 +639,7 @@ rf_k_paged_attn_reduce(float *out, const float *__restrict__ part, const float2 
             num = rf_pa_apply(num, a, m2, fa, fb);
         }
     }
-    out[orow * D + d] = rf_pa_final(M, den, num);
+    out[orow * D + d] = rf_pa_final_sink(M, den, num, sinks, h);
 }
 
 /* ---- host ------------------------------------------------------------------------------- */
@@ -640,6 +655,7 @@ struct rf_pa_args {
     int window;
     float softcap;
     int pmax, mode, nsp;
+    const float *sinks;
 };
 
 template <int D, typename KT, int R>
@@ -648,7 +664,7 @@ static rf_status rf_pa_go(rf_gpu_ctx *ctx, dim3 grid, unsigned threads, const rf
     return rf_gpu_launch(ctx, "rf_k_paged_attn", false, rf_k_paged_attn<D, KT, R>, grid, dim3(threads), 0,
                          a.out, a.part, a.pml, a.q, k, v, a.pos, a.seq, a.bt, a.n_tokens, a.max_blocks,
                          a.bs, a.n_head, a.n_head_kv, a.G, a.GS, a.NQ, a.HS, a.scale, a.window,
-                         a.softcap, a.pmax, a.mode, a.nsp);
+                         a.softcap, a.pmax, a.mode, a.nsp, a.sinks);
 }
 
 template <typename KT>
@@ -680,7 +696,8 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
                                             const int32_t *seq, const int32_t *block_table,
                                             int64_t max_blocks, int64_t block_size, int64_t n_head,
                                             int64_t n_head_kv, int64_t head_dim, float scale,
-                                            int64_t window, float softcap, int64_t max_pos) {
+                                            int64_t window, float softcap, int64_t max_pos,
+                                            const float *sinks) {
     const char *op = "rf_gpu_paged_attention";
     RF_GPU_REQUIRE(kv_type == RF_TYPE_F16 || kv_type == RF_TYPE_F32 || (kv_type == RF_TYPE_Q8_0 && head_dim % 32 == 0),
                    op, "K/V type %d with head_dim %lld (want f16, f32, or q8_0 with head_dim %% 32 == 0)",
@@ -744,7 +761,7 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
     a.n_tokens = (int)n_tokens, a.max_blocks = (int)max_blocks, a.bs = (int)block_size;
     a.n_head = (int)n_head, a.n_head_kv = (int)n_head_kv, a.G = (int)G, a.GS = (int)GS;
     a.NQ = (int)NQ, a.HS = (int)HS, a.scale = scale, a.window = win, a.softcap = softcap;
-    a.pmax = pmax, a.mode = mode, a.nsp = (int)nsp;
+    a.pmax = pmax, a.mode = mode, a.nsp = (int)nsp, a.sinks = sinks;
 
     size_t mark = ctx->scratch_used;
     if (mode != RF_PA_TOTAL) {
@@ -770,7 +787,7 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
     st = rf_gpu_launch(ctx, "rf_k_paged_attn_reduce", true, rf_k_paged_attn_reduce,
                        dim3((unsigned)n_tokens, (unsigned)n_head), dim3(rt), 0, out,
                        (const float *)a.part, (const float2 *)a.pml, pos, seq, a.n_head, D, win,
-                       pmax, mode, a.nsp);
+                       pmax, mode, a.nsp, sinks);
     ctx->scratch_used = mark;
     return st;
 }
