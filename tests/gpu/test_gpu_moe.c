@@ -1,7 +1,8 @@
 /* test_gpu_moe.c — the GPU backend's mixture-of-experts ops (moe_route, matmul_id, moe_combine,
  * through the op table) against plain-C references written here from backend.h's contract, on
  * random data (seed printed), outputs poisoned first.
- * - moe_route: softmax / sigmoid + selection bias / top-k-then-softmax, norm on and off, scale,
+ * - moe_route: softmax / sigmoid / top-k-then-softmax, a selection bias (added to the choosing
+ *   score whatever the gating, as rf_ref_moe_route), norm on and off (its guard too), scale,
  *   n_expert 8..1024, k 1..32; ids exactly (logits drawn without near ties: a row whose sorted
  *   choosing scores come within 1e-5 is drawn again, see row_gap), ties to the lower id on equal
  *   logits; weights rel. L2 < 1e-5 (a few f32 roundings of exp and one sum of <= 32 terms:
@@ -70,7 +71,7 @@ static void ref_route(int32_t *ids, float *wts, const float *logits, const float
         }
         for (int64_t e = 0; e < ne; e++) {
             if (g == RF_MOE_SOFTMAX) p[e] /= s;
-            c[e] = p[e] + (g == RF_MOE_SIGMOID && bias ? bias[e] : 0.0);
+            c[e] = (float)p[e] + (bias ? bias[e] : 0.0f); /* as rf_ref_moe_route: in f32, any gating */
             taken[e] = 0;
         }
         double w[64], sum = 0;
@@ -88,19 +89,25 @@ static void ref_route(int32_t *ids, float *wts, const float *logits, const float
             for (int64_t j = 0; j < k; j++) w[j] /= z;
         }
         for (int64_t j = 0; j < k; j++) sum += w[j];
+        if (sum < 6.103515625e-5) sum = 6.103515625e-5; /* llama.cpp's guard (backend.h) */
         for (int64_t j = 0; j < k; j++) wts[t * k + j] = (float)((norm ? w[j] / sum : w[j]) * scale);
     }
     free(p), free(c), free(taken);
 }
 
 /* The smallest gap between consecutive sorted choosing scores among the top k + 1 of row l, in
- * the order the router compares: logits for SOFTMAX (monotone in p: a gap of 1e-5 there is a p
- * ratio of 1 + 1e-5, far above the few ulps of the device's expf) and SOFTMAX_TOPK (the same
- * floats compared on both sides: any gap > 0), sigmoid + bias for SIGMOID (absolute). */
+ * the order the router compares: without a bias, logits for SOFTMAX (monotone in p: a gap of
+ * 1e-5 there is a p ratio of 1 + 1e-5, far above the few ulps of the device's expf) and
+ * SOFTMAX_TOPK (the same floats compared on both sides: any gap > 0); else p + bias (absolute;
+ * p's f32 error ~1e-7). */
 static double row_gap(const float *l, const float *bias, int64_t ne, int64_t k, rf_moe_gating g) {
-    double *c = malloc(ne * sizeof *c), gap = INFINITY, prev = INFINITY;
-    for (int64_t e = 0; e < ne; e++)
-        c[e] = g == RF_MOE_SIGMOID ? 1.0 / (1.0 + exp(-(double)l[e])) + (bias ? bias[e] : 0.0) : l[e];
+    double *c = malloc(ne * sizeof *c), gap = INFINITY, prev = INFINITY, mx = -INFINITY, s = 0;
+    for (int64_t e = 0; e < ne; e++) mx = l[e] > mx ? l[e] : mx;
+    for (int64_t e = 0; e < ne; e++) s += exp(l[e] - mx);
+    for (int64_t e = 0; e < ne; e++) {
+        const double p = g == RF_MOE_SIGMOID ? 1.0 / (1.0 + exp(-(double)l[e])) : g == RF_MOE_SOFTMAX && bias ? exp(l[e] - mx) / s : l[e];
+        c[e] = p + (bias ? bias[e] : 0.0);
+    }
     for (int64_t j = 0; j <= k && j < ne; j++) { /* selection of the next largest */
         int64_t b = -1;
         for (int64_t e = 0; e < ne; e++)
@@ -123,7 +130,7 @@ static void route_case(rf_rng *r, int64_t n, int64_t ne, int64_t k, rf_moe_gatin
     for (int64_t t = 0; t < n; t++)
         for (int tries = 0; tries < 100; tries++) {
             rf_rng_fill_normal(r, l + t * ne, ne, g == RF_MOE_SIGMOID ? 0.5f : 2.0f);
-            if (row_gap(l + t * ne, with_bias ? bias : NULL, ne, k, g) > (g == RF_MOE_SOFTMAX_TOPK ? 0.0 : 1e-5)) break;
+            if (row_gap(l + t * ne, with_bias ? bias : NULL, ne, k, g) > (g == RF_MOE_SOFTMAX_TOPK && !with_bias ? 0.0 : 1e-5)) break;
         }
     ref_route(iw, ww, l, with_bias ? bias : NULL, n, ne, k, g, norm, scale);
     float *dl = dev_from(l, n * ne * 4), *db = dev_from(bias, ne * 4), *dw = dev_poison(n * k * 4);
@@ -157,7 +164,8 @@ static void test_route(void **state) {
             for (size_t b = 0; b < 5; b++) {
                 if (ks[b] > nes[a]) continue;
                 const size_t ni = (a + b + g) % 4;
-                route_case(&r, ns[ni], nes[a], ks[b], (rf_moe_gating)g, (a + b) % 2 == 0, b % 2 ? 2.5f : 1.0f, g == 1 && b % 2 == 0);
+                route_case(&r, ns[ni], nes[a], ks[b], (rf_moe_gating)g, (a + b) % 2 == 0, b % 2 ? 2.5f : 1.0f,
+                           (g == 1 && b % 2 == 0) || (g == 0 && a == 2 && b == 2));
             }
     /* exact ties: equal logits choose the lower ids, in order */
     const int64_t ne = 64, k = 8;
@@ -170,6 +178,20 @@ static void test_route(void **state) {
         assert_int_equal(g_be->ops->moe_route(g_be, &ti, &tw, &tl, NULL, 2, ne, k, (rf_moe_gating)g, true, 1.0f), RF_OK);
         dev_to(ids, di, sizeof ids);
         for (int j = 0; j < k; j++) assert_int_equal(ids[j], j), assert_int_equal(ids[k + j], 4 * j + 3);
+    }
+    /* norm's guard: sigmoids of ~1e-9 sum below 6.1e-5, which divides instead */
+    {
+        float lg[8], want[2], got[2];
+        int32_t wi[2];
+        for (int e = 0; e < 8; e++) lg[e] = -20.0f - 0.5f * e;
+        ref_route(wi, want, lg, NULL, 1, 8, 2, RF_MOE_SIGMOID, true, 1.0f);
+        rf_tensor tl1 = dt(RF_TYPE_F32, 8, 1, dl);
+        assert_int_equal(rf_gpu_upload(g_ctx, dl, lg, sizeof lg), RF_OK);
+        assert_int_equal(g_be->ops->moe_route(g_be, &ti, &tw, &tl1, NULL, 1, 8, 2, RF_MOE_SIGMOID, true, 1.0f), RF_OK);
+        dev_to(got, dw, sizeof got);
+        dev_to(ids, di, 2 * 4);
+        assert_int_equal(ids[0], 0), assert_int_equal(ids[1], 1);
+        check_rel("route sigmoid norm below the guard", got, want, 2, 1e-5);
     }
     /* out of range */
     assert_int_equal(g_be->ops->moe_route(g_be, &ti, &tw, &tl, NULL, 2, ne, 0, RF_MOE_SOFTMAX, true, 1.0f), RF_ERR_INVALID_ARG);

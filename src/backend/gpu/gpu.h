@@ -239,7 +239,8 @@ void rf_gpu_set_batch_invariant(rf_gpu_ctx *ctx, bool on);
 rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts, const float *logits, const float *sel_bias,
                            int64_t n, int64_t n_expert, int64_t k, int gating, bool norm, float scale);
 /* y [n k, n_out] = W_e x_r (+ bias[e]) with e = ids[t, j] (clamped to [0, n_expert)); W n_expert
- * * n_out rows of n_in elements of type t; n k <= 65535. Few slots: a GEMV per slot (every type
+ * * n_out rows of n_in elements of type t (calls of 65535 slots at most, whole tokens, where n k
+ * is larger). Few slots: a GEMV per slot (every type
  * the GPU decodes); from RF_GPU_MOE_GROUPED_MIN slots (or always, batch-invariant mode) where MMQ
  * takes the type: grouped by expert on the device, one grouped MMQ. Batch invariant either way. */
 rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out, int64_t n_expert,

@@ -10,11 +10,12 @@
 
 /* ---- router -------------------------------------------------------------------------------
  * moe_route: one warp per token t; expert e = i * warp + lane sits in slot i < EPL of its lane.
- * p (the weight's source) and c (the choosing score) per gating: SOFTMAX p = softmax(l), c = p;
- * SIGMOID p = 1 / (1 + exp(-l)), c = p + sel_bias; SOFTMAX_TOPK c = l, p = softmax over the k
- * chosen. k rounds of a warp arg-max of (c, lower id) over the experts not yet taken give the k
- * in descending order, ties to the lower id (rf_ref_moe_route's rule); lane j keeps choice j.
- * Weights: p, / their sum when norm, * scale. launch: RF_MOE_ROUTE_WARPS warps per block. */
+ * p (the weight's source) per gating: SOFTMAX p = softmax(l), SIGMOID p = 1 / (1 + exp(-l)),
+ * SOFTMAX_TOPK p = l (then softmax over the k chosen); the choosing score c = p + sel_bias (when
+ * given: rf_ref_moe_route adds it whatever the gating). k rounds of a warp arg-max of (c, lower
+ * id) over the experts not yet taken give the k in descending order, ties to the lower id; lane
+ * j keeps choice j. Weights: p, / their sum (clamped below at 6.103515625e-5, llama.cpp's guard)
+ * when norm, * scale. launch: RF_MOE_ROUTE_WARPS warps per block. */
 template <int EPL>
 __global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, const float *sel_bias, int n,
                                int n_expert, int k, int gating, int norm, float scale) {
@@ -40,17 +41,15 @@ __global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, co
         }
         s = rf_warp_sum(s);
 #pragma unroll
-        for (int i = 0; i < EPL; i++) p[i] /= s, c[i] = p[i];
+        for (int i = 0; i < EPL; i++) p[i] /= s;
     } else if (gating == RF_MOE_SIGMOID) {
 #pragma unroll
-        for (int i = 0; i < EPL; i++) {
-            const int e = i * W + lane;
-            p[i] = 1.0f / (1.0f + expf(-p[i]));
-            c[i] = e < n_expert ? p[i] + (sel_bias ? sel_bias[e] : 0.0f) : -INFINITY;
-        }
-    } else {
+        for (int i = 0; i < EPL; i++) p[i] = 1.0f / (1.0f + expf(-p[i]));
+    }
 #pragma unroll
-        for (int i = 0; i < EPL; i++) c[i] = p[i];
+    for (int i = 0; i < EPL; i++) {
+        const int e = i * W + lane;
+        c[i] = p[i] + (sel_bias && e < n_expert ? sel_bias[e] : 0.0f);
     }
     unsigned taken = 0;
     int my_e = 0;
@@ -77,7 +76,7 @@ __global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, co
         my_p = lane < k ? expf(my_p - m0) : 0.0f;
         my_p /= rf_warp_sum(my_p);
     }
-    if (norm) my_p /= rf_warp_sum(lane < k ? my_p : 0.0f);
+    if (norm) my_p /= fmaxf(rf_warp_sum(lane < k ? my_p : 0.0f), 6.103515625e-5f);
     if (lane < k) {
         ids[(int64_t)t * k + lane] = my_e;
         wts[(int64_t)t * k + lane] = my_p * scale;
@@ -257,8 +256,7 @@ extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, 
     const char *op = "matmul_id";
     RF_GPU_REQUIRE(n >= 1 && k >= 1 && n_expert >= 1 && k <= n_expert, op, "n=%lld k=%lld n_expert=%lld",
                    (long long)n, (long long)k, (long long)n_expert);
-    RF_GPU_REQUIRE(n * k <= 65535, op, "%lld token-expert slots (at most 65535 per call: split the batch)",
-                   (long long)(n * k));
+    RF_GPU_REQUIRE(k <= 65535 && n <= 0x7fffffff / k, op, "n=%lld k=%lld", (long long)n, (long long)k);
     RF_GPU_REQUIRE(n_out >= 1 && n_in >= 1 && n_in <= ((int64_t)1 << 28) && n_expert * n_out <= 0x7fffffff, op,
                    "shape n_in=%lld n_out=%lld n_expert=%lld", (long long)n_in, (long long)n_out, (long long)n_expert);
     const int bs = rf_gq_block((int)t);
@@ -267,6 +265,17 @@ extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, 
                    "w and x must be 16-byte aligned (rf_gpu_alloc memory)");
     const int64_t nk = n * k, n_x = x_per_slot ? nk : n;
     const int64_t rb = n_in / bs * rf_gq_bytes((int)t);
+    if (nk > 65535) { /* calls of at most 65535 slots (grid and buffer bounds), whole tokens each */
+        const int64_t nc = 65535 / k;
+        for (int64_t t0 = 0; t0 < n; t0 += nc) {
+            const int64_t m = n - t0 < nc ? n - t0 : nc;
+            const rf_status st = rf_gpu_matmul_id(ctx, y + t0 * k * n_out, w, t, n_out, n_expert, n_in,
+                                                  x + (x_per_slot ? t0 * k : t0) * n_in, x_per_slot, ids + t0 * k,
+                                                  bias, m, k);
+            if (st) return st;
+        }
+        return RF_OK;
+    }
     if (rf_gpu_moe_grouped_takes(ctx, t, n_in, n, k))
         return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk);
     /* the GEMV path: every type; batch invariant by construction (a slot's sum never sees the

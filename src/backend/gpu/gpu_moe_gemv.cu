@@ -56,8 +56,17 @@ static __device__ __forceinline__ float rf_moe_unit_dot(const uint8_t *wr, int u
         }
     } else {
         constexpr int NW = T == RF_TYPE_Q4_K ? 36 : T == RF_TYPE_Q5_K ? 44 : 53;
-        uint32_t w[NW];
-        rf_moe_words<NW>(w, wr + (int64_t)u * F::BB);
+        uint32_t w[T == RF_TYPE_Q6_K ? NW : NW / 4 * 4];
+        if constexpr (T == RF_TYPE_Q6_K) {
+            rf_moe_words<NW>(w, wr + (int64_t)u * F::BB);
+        } else { /* 144 / 176-byte super-blocks in rows of them: 16-byte aligned */
+            const uint4 *q = (const uint4 *)(wr + (int64_t)u * F::BB);
+#pragma unroll
+            for (int i = 0; i < NW / 4; i++) {
+                const uint4 v = q[i];
+                w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+            }
+        }
         int xi[8][8], sxi[8], slo[8];
         float dxd[8], fs[8];
         const int4 *xv = (const int4 *)(qx + (int64_t)u * 256);
@@ -79,7 +88,8 @@ static __device__ __forceinline__ float rf_moe_unit_dot(const uint8_t *wr, int u
  * clamped to [0, n_expert), r = s with x_per_slot, else s / k; W: n_expert * n_out rows of
  * row_bytes; qx / rec: rf_k_quantize_x's x of n_x rows (GB 1, records of rf_moe_fmt<T>::REC
  * bytes). A row is LPR lanes, lane j taking units j, j + LPR, ... (a unit: a 32-element block,
- * or a 256-element super-block of the K-quants), summed by a butterfly over the LPR lanes: the
+ * or a 256-element super-block of the K-quants; LPR 2, 4, 8 or 32: the fewest covering a row's
+ * units), summed by a butterfly over the LPR lanes: the
  * order depends on the shape alone, never on the other slots (batch invariant). Not a
  * programmatic dependent launch (ids come from the kernel before). launch: grid (ceil(n_out /
  * (128 / LPR)), slots), 128 threads. */
@@ -151,8 +161,8 @@ rf_k_moe_gemv_f(float *y, const uint8_t *w, rf_type t, const float *x, const int
     if (sub == 0 && row < n_out) y[(int64_t)s * n_out + row] = acc + (bias ? bias[(int64_t)e * n_out + row] : 0.0f);
 }
 
-/* lanes per row: the fewest of 2, 8, 32 covering the row's units (idle lanes past them) */
-static int rf_moe_lpr(int64_t units) { return units <= 2 ? 2 : units <= 8 ? 8 : 32; }
+/* lanes per row: the fewest of 2, 4, 8, 32 covering the row's units (idle lanes past them) */
+static int rf_moe_lpr(int64_t units) { return units <= 2 ? 2 : units <= 4 ? 4 : units <= 8 ? 8 : 32; }
 
 template <int T>
 static rf_status rf_moe_launch_q(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
@@ -163,7 +173,7 @@ static rf_status rf_moe_launch_q(rf_gpu_ctx *ctx, float *y, const uint8_t *w, co
 #define RF_MQ(L)                                                                                                    \
     rf_gpu_launch(ctx, "rf_k_moe_gemv_q", false, rf_k_moe_gemv_q<T, L>, grid, dim3(RF_MOE_GEMV_THREADS), 0, y, w, \
                   qx, rec, ids, bias, n_in, n_out, rb, k, n_expert, xps, s0)
-    return lpr == 2 ? RF_MQ(2) : lpr == 8 ? RF_MQ(8) : RF_MQ(32);
+    return lpr == 2 ? RF_MQ(2) : lpr == 4 ? RF_MQ(4) : lpr == 8 ? RF_MQ(8) : RF_MQ(32);
 #undef RF_MQ
 }
 
@@ -209,7 +219,7 @@ rf_status rf_moe_gemv_launch(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t
 #define RF_MF(L)                                                                                               \
     rf_gpu_launch(ctx, "rf_k_moe_gemv_f", false, rf_k_moe_gemv_f<L>, grid, dim3(RF_MOE_GEMV_THREADS), 0, y, wp, \
                   t, x, ids, bias, ni, no, row_bytes, kk, ne, xps, s)
-            st = lpr == 2 ? RF_MF(2) : lpr == 8 ? RF_MF(8) : RF_MF(32);
+            st = lpr == 2 ? RF_MF(2) : lpr == 4 ? RF_MF(4) : lpr == 8 ? RF_MF(8) : RF_MF(32);
 #undef RF_MF
         }
     }
