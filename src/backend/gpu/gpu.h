@@ -248,6 +248,26 @@ bool rf_gpu_set_pdl(rf_gpu_ctx *ctx, bool on);
  * does not take (or a device below sm_80) fails the product with RF_ERR_UNSUPPORTED. */
 void rf_gpu_set_batch_invariant(rf_gpu_ctx *ctx, bool on);
 
+/* ---- mixture of experts (gpu_moe.cu; the contracts of backend.h's moe_route, matmul_id and
+ * moe_combine, twins rf_ref_moe_route / rf_ref_matmul_id / rf_ref_moe_combine) ------------- */
+/* Router: ids int32 [n, k], wts f32 [n, k] from logits f32 [n, n_expert] (gating: rf_moe_gating);
+ * n_expert <= 1024, k <= 32 (RF_ERR_INVALID_ARG beyond). */
+rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts, const float *logits, const float *sel_bias,
+                           int64_t n, int64_t n_expert, int64_t k, int gating, bool norm, float scale);
+/* y [n k, n_out] = W_e x_r (+ bias[e]) with e = ids[t, j] (clamped to [0, n_expert)); W n_expert
+ * * n_out rows of n_in elements of type t (calls of 65535 slots at most, whole tokens, where n k
+ * is larger). Few slots: a GEMV per slot (every type
+ * the GPU decodes); from RF_GPU_MOE_GROUPED_MIN slots (or always, batch-invariant mode) where MMQ
+ * takes the type: grouped by expert on the device, one grouped MMQ. Batch invariant either way. */
+rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out, int64_t n_expert,
+                           int64_t n_in, const float *x, bool x_per_slot, const int32_t *ids, const float *bias,
+                           int64_t n, int64_t k);
+/* Whether rf_gpu_matmul_id takes the grouped path for these shapes on this device. */
+bool rf_gpu_moe_grouped_takes(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k);
+/* y [n, m] = sum over j = 0..k-1 (in order) of wts[t, j] z[t k + j] */
+rf_status rf_gpu_moe_combine(rf_gpu_ctx *ctx, float *y, const float *z, const float *wts, int64_t n, int64_t k,
+                             int64_t m);
+
 /* ---- attention -------------------------------------------------------------------------- */
 /* rf_ref_attention's contract with K/V in a cache: q f32 [n_q, n_head, head_dim];
  * k, v [n_kv, n_head_kv, head_dim] as kv_type (RF_TYPE_F16 or RF_TYPE_F32); out f32.

@@ -669,6 +669,32 @@ static rf_status g_set_batch_invariant(rf_backend *be, bool on) {
     return RF_OK;
 }
 
+/* ---- mixture of experts (gpu_moe.cu): the router, the indirect product and the combine; the
+ * expert ids stay on the device between them ---- */
+static rf_status g_moe_route(rf_backend *be, rf_tensor *ids, rf_tensor *wts, const rf_tensor *logits,
+                             const rf_tensor *sel_bias, int64_t n, int64_t n_expert, int64_t k, rf_moe_gating gating,
+                             bool norm, float scale) {
+    if (ids->type != RF_TYPE_I32 || wts->type != RF_TYPE_F32)
+        return rf_set_error(RF_ERR_INVALID_ARG, "moe_route: ids must be i32 and wts f32 (got %s, %s)",
+                            rf_type_name(ids->type), rf_type_name(wts->type));
+    return rf_gpu_moe_route(GX(be)->ctx, ids->data, wts->data, logits->data, sel_bias ? sel_bias->data : NULL, n,
+                            n_expert, k, (int)gating, norm, scale);
+}
+
+static rf_status g_matmul_id(rf_backend *be, rf_tensor *y, const rf_tensor *w, int64_t n_out, const rf_tensor *x,
+                             bool x_per_slot, const rf_tensor *ids, const rf_tensor *bias, int64_t n, int64_t k) {
+    if (n_out < 1 || w->ne[1] % n_out != 0 || ids->type != RF_TYPE_I32)
+        return rf_set_error(RF_ERR_INVALID_ARG, "matmul_id: %lld weight rows are not experts of %lld rows (or ids "
+                            "not i32)", (long long)w->ne[1], (long long)n_out);
+    return rf_gpu_matmul_id(GX(be)->ctx, y->data, w->data, w->type, n_out, w->ne[1] / n_out, w->ne[0], x->data,
+                            x_per_slot, ids->data, bias ? bias->data : NULL, n, k);
+}
+
+static rf_status g_moe_combine(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *wts, int64_t n,
+                               int64_t k, int64_t m) {
+    return rf_gpu_moe_combine(GX(be)->ctx, y->data, z->data, wts->data, n, k, m);
+}
+
 void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *downloads, int64_t *launches) {
     gpu_be *g = G(be);
     *uploads = g->n_up;
@@ -716,6 +742,9 @@ static const rf_backend_ops gpu_ops = {
     .gather_rows = g_gather_rows,
     .glu = g_glu,
     .glu_for = g_glu_for,
+    .moe_route = g_moe_route,
+    .matmul_id = g_matmul_id,
+    .moe_combine = g_moe_combine,
     .add = g_add,
     .scale = g_scale,
     .softcap = g_softcap,
