@@ -273,8 +273,8 @@ static json_t *response(srv_req *r, bool done) {
     json_object_set_new(o, "parallel_tool_calls", json_true());
     json_object_set_new(o, "previous_response_id", json_null());
     json_object_set_new(o, "store", json_false());
-    json_object_set_new(o, "temperature", json_real(r->p.temperature));
-    json_object_set_new(o, "top_p", json_real(r->p.top_p));
+    json_object_set_new(o, "temperature", json_real(r->p.sp.temperature));
+    json_object_set_new(o, "top_p", json_real(r->p.sp.top_p));
     json_object_set_new(o, "text", json_pack("{s{ss}}", "format", "type", "text"));
     json_object_set_new(o, "tool_choice", json_string("auto"));
     json_object_set_new(o, "tools", json_array());

@@ -214,8 +214,8 @@ static void test_translated_bodies(void **state) {
     assert_int_equal(p.max_tokens, 9);
     assert_int_equal(p.n_stop, 1);
     assert_string_equal(p.stop[0], "X");
-    assert_int_equal(p.top_k, 5);
-    assert_true(p.temperature == 0.5 && p.stream);
+    assert_int_equal(p.sp.top_k, 5);
+    assert_true(p.sp.temperature == 0.5 && p.stream);
     assert_string_equal(p.model, "claude");
     srv_params_free(&p);
     const char *r = "{\"instructions\": \"I\", \"input\": [{\"role\": \"developer\", \"content\": \"D\"}, {\"type\": \"message\", "
