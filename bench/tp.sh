@@ -64,27 +64,33 @@ tag() { echo "${1%%:*}-${1##*:}"; }
 
 phase_test() {
     echo "test: test_gpu_tp on $NGPU GPU(s)"
-    RF_CLI=$BIN/rocmforge RF_SYNTH_DIR=${RF_SYNTH_DIR:-/tmp/rf-synth} "$BIN/test_gpu_tp" >"$OUT/test_gpu_tp.log" 2>&1
-    local rc=$?
+    local rc=0
+    if [ -z "${SKIP_TP_TEST:-}" ]; then # SKIP_TP_TEST=1: the CLI comparisons only
+        RF_CLI=$BIN/rocmforge RF_SYNTH_DIR=${RF_SYNTH_DIR:-/tmp/rf-synth} "$BIN/test_gpu_tp" >"$OUT/test_gpu_tp.log" 2>&1
+        rc=$?
+    fi
     grep -E "tp [24] |refused|skipped|PASSED|FAILED|NCCL|memory free|error" "$OUT/test_gpu_tp.log" | head -150
     echo "test_gpu_tp: rc=$rc (0 pass, 77 skip)"
     [ "$NGPU" -ge 2 ] || return 0
     # the engine path (device sampler, decode graphs): greedy text at tp 2 vs tp 1
     local d=${RF_SYNTH_DIR:-/tmp/rf-synth} ok=0 bad=0
+    mkdir -p "$d"
     printf 'Hello world\nThe quick brown fox\nOnce upon a time\nA B C D\nLorem ipsum\n1 2 3 4 5\n' >"$OUT/prompts.txt"
     for c in tiny:q8_0 tiny-llama2:f32 tiny-gemma3:q8_0; do
-        m="$d/cli-${c%%:*}.${c##*:}.gguf"
+        m="$d/cli-${c%%:*}.${c##*:}.gguf" f="${c%%:*}-${c##*:}"
         [ -s "$m" ] || "$BIN/rocmforge" mkmodel --preset "${c%%:*}" --type "${c##*:}" -o "$m" -q
         for mode in run batch; do
             if [ $mode = run ]; then args=(run -m "$m" -p "Hello world, this is a test" -n 48 --ignore-eos);
             else args=(batch -m "$m" -f "$OUT/prompts.txt" -n 32 --ignore-eos -np 6); fi
-            "$BIN/rocmforge" "${args[@]}" --device gpu --tp 1 >"$OUT/cli-$c-$mode-tp1.txt" 2>/dev/null
+            timeout 120 "$BIN/rocmforge" "${args[@]}" --device gpu --tp 1 >"$OUT/cli-$f-$mode-tp1.txt" 2>/dev/null
             for g in 0 1; do
-                RF_TP_GRAPHS=$g "$BIN/rocmforge" "${args[@]}" --device gpu --tp 2 >"$OUT/cli-$c-$mode-tp2-g$g.txt" \
-                    2>"$OUT/cli-$c-$mode-tp2-g$g.err"
-                if cmp -s "$OUT/cli-$c-$mode-tp1.txt" "$OUT/cli-$c-$mode-tp2-g$g.txt"; then ok=$((ok + 1));
+                # a bounded run: a hang (at exit, say) shows as rc 124 instead of stopping the script
+                RF_TP_GRAPHS=$g timeout 120 "$BIN/rocmforge" "${args[@]}" --device gpu --tp 2 >"$OUT/cli-$f-$mode-tp2-g$g.txt" \
+                    2>"$OUT/cli-$f-$mode-tp2-g$g.err" || echo "  rc $?: $c $mode tp 2 RF_TP_GRAPHS=$g"
+                # two empty outputs (a run that failed) are not an agreement
+                if [ -s "$OUT/cli-$f-$mode-tp1.txt" ] && cmp -s "$OUT/cli-$f-$mode-tp1.txt" "$OUT/cli-$f-$mode-tp2-g$g.txt"; then ok=$((ok + 1));
                 else bad=$((bad + 1)); echo "  differs: $c $mode tp 2 RF_TP_GRAPHS=$g (rc of run in .err)";
-                    tail -2 "$OUT/cli-$c-$mode-tp2-g$g.err"; fi
+                    tail -2 "$OUT/cli-$f-$mode-tp2-g$g.err"; fi
             done
         done
     done
@@ -114,7 +120,7 @@ phase_bench() {
                 local k=$n
                 [ $g = 1 ] && k=${n}g
                 echo "bench: $c tp $n$([ $g = 1 ] && echo ' RF_TP_GRAPHS=1')"
-                RF_TP_GRAPHS=$g "$BIN/rocmforge" bench -m "$m" --device gpu --tp "$n" -p 0 -n "$NGEN" -b "$BATCH" \
+                RF_TP_GRAPHS=$g timeout 300 "$BIN/rocmforge" bench -m "$m" --device gpu --tp "$n" -p 0 -n "$NGEN" -b "$BATCH" \
                     --batch-prompt 32 -r "$REPS" -o json >"$OUT/tp-$t-tp$k.json" 2>"$OUT/tp-$t-tp$k.err" ||
                     { echo "  failed:"; tail -3 "$OUT/tp-$t-tp$k.err"; }
             done

@@ -28,6 +28,9 @@ import hashlib, json, os, sys
 src, dst, mk, gguf = sys.argv[1:5]
 # greedy_text may end inside a UTF-8 sequence (a token is a byte piece): U+FFFD for those bytes
 man = json.loads(open(src, "rb").read().decode("utf-8", "replace"))
+# a greedy piece may be the byte 0 (a byte token): U+FFFD too, since jansson refuses \u0000
+for p in man["prompts"]:
+    if "greedy_text" in p: p["greedy_text"] = p["greedy_text"].replace("\x00", "\ufffd")
 head = {"mkmodel": mk, "gguf_sha256": hashlib.sha256(open(gguf, "rb").read()).hexdigest(),
         "gguf_bytes": os.path.getsize(gguf)}
 with open(dst, "w") as f:

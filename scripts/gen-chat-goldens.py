@@ -269,6 +269,117 @@ def render_case(tmpl, fn, cname, msgs, tools, extra, agp, cont=False):
     return case
 
 
+# The templates of the models people run in 2026 (Qwen3 / Qwen3-MoE, gpt-oss, Phi-4, Phi-4-mini,
+# Mistral Small 3.x / Devstral / Ministral 3, SmolLM3) over conversations that exercise what the
+# server sends them: thinking on and off, reasoning in history, tools, parallel tool calls and
+# their results, reasoning_effort, developer messages. Written to goldens-2026.json.
+TEMPLATES_2026 = [
+    "extra/Qwen-Qwen3-0.6B.jinja",  # Qwen3 dense and Qwen3-MoE (30B-A3B, 235B-A22B) ship this template
+    "extra/Qwen3-Coder.jinja",
+    "extra/openai-gpt-oss-120b.jinja",  # gpt-oss-20b ships the same harmony template
+    "microsoft-Phi-4.jinja",
+    "microsoft-Phi-4-mini-instruct.jinja",
+    "extra/Mistral-Small-3.2-24B-Instruct-2506.jinja",
+    "extra/unsloth-mistral-Devstral-Small-2507.jinja",
+    "extra/mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+    "HuggingFaceTB-SmolLM3-3B.jinja",
+]
+TOKENS_2026 = {"gpt-oss": ("<|startoftext|>", "<|return|>"), "Phi-4.jinja": ("<|endoftext|>", "<|im_end|>")}
+
+TOOLS2 = TOOLS + [{"type": "function", "function": {
+    "name": "get_time", "description": "Local time in a timezone",
+    "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}]
+CALL_W = {"id": "callA1234", "type": "function",
+          "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}
+CALL_T = {"id": "callB5678", "type": "function", "function": {"name": "get_time", "arguments": {"tz": "Europe/Paris"}}}
+CALL_S = {"id": "callC9012", "type": "function",
+          "function": {"name": "get_weather", "arguments": "{\"city\": \"Lyon\"}"}}
+REASON = "The user wants the weather.\nI should call get_weather."
+
+CASES_2026 = [
+    ("think_on", [{"role": "system", "content": "You are a helpful assistant."},
+                  {"role": "user", "content": "What is 17 * 23?"}], None, {"enable_thinking": True}),
+    ("think_off", [{"role": "system", "content": "You are a helpful assistant."},
+                   {"role": "user", "content": "What is 17 * 23?"}], None, {"enable_thinking": False}),
+    ("think_default", [{"role": "user", "content": "Hi there"}], None, {}),
+    ("reasoning_history", [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4", "reasoning_content": "Simple arithmetic."},
+        {"role": "user", "content": "And 3+3?"}], None, {}),
+    ("reasoning_last_turn", [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4", "reasoning_content": "Simple arithmetic."}], None, {}),
+    ("think_inline_history", [
+        {"role": "user", "content": "Name a colour."},
+        {"role": "assistant", "content": "<think>\nAny will do.\n</think>\n\nBlue."},
+        {"role": "user", "content": "Another?"}], None, {}),
+    ("thinking_field", [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4", "thinking": "Simple arithmetic."},
+        {"role": "user", "content": "And 3+3?"}], None, {}),
+    ("tools_auto", [{"role": "system", "content": "You can call tools."},
+                    {"role": "user", "content": "Weather and time in Paris?"}], TOOLS2, {}),
+    ("tools_no_system", [{"role": "user", "content": "Weather in Paris?"}], TOOLS2, {}),
+    ("tools_think_off", [{"role": "user", "content": "Weather in Paris?"}], TOOLS2, {"enable_thinking": False}),
+    ("tool_loop_parallel", [
+        {"role": "system", "content": "You can call tools."},
+        {"role": "user", "content": "Weather and time in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_W, CALL_T]},
+        {"role": "tool", "tool_call_id": "callA1234", "name": "get_weather", "content": "{\"temp\": 21}"},
+        {"role": "tool", "tool_call_id": "callB5678", "name": "get_time", "content": "14:05"},
+        {"role": "assistant", "content": "It is 21 degrees and 14:05 in Paris."},
+        {"role": "user", "content": "Thanks!"}], TOOLS2, {}),
+    ("tool_result_pending", [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_W]},
+        {"role": "tool", "tool_call_id": "callA1234", "name": "get_weather", "content": "sunny, 21 C"}], TOOLS2, {}),
+    ("tool_call_with_reasoning", [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "reasoning_content": REASON, "thinking": REASON, "tool_calls": [CALL_W]},
+        {"role": "tool", "tool_call_id": "callA1234", "name": "get_weather", "content": "sunny"}], TOOLS2, {}),
+    ("tool_call_string_args", [
+        {"role": "user", "content": "Weather in Lyon?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_S]},
+        {"role": "tool", "tool_call_id": "callC9012", "content": "rain"},
+        {"role": "user", "content": "Ok."}], TOOLS2, {}),
+    ("tool_call_content_and_thinking", [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Checking.", "thinking": "Need the tool.", "tool_calls": [CALL_W]},
+        {"role": "tool", "tool_call_id": "callA1234", "content": "sunny"}], TOOLS2, {}),
+    ("effort_high", [{"role": "system", "content": "Be exact."},
+                     {"role": "user", "content": "Prove that sqrt(2) is irrational."}], None, {"reasoning_effort": "high"}),
+    ("effort_low_tools", [{"role": "user", "content": "Weather in Paris?"}], TOOLS2, {"reasoning_effort": "low"}),
+    ("developer", [{"role": "developer", "content": "Answer in French."},
+                   {"role": "user", "content": "Hello"}], None, {}),
+    ("builtin_browser_python", [{"role": "user", "content": "Search the news."}], None,
+     {"builtin_tools": ["browser", "python"]}),
+    ("phi4mini_system_tools", [{"role": "system", "content": "You are a helpful assistant with tools.",
+                                "tools": json.dumps([t["function"] for t in TOOLS2])},
+                               {"role": "user", "content": "Weather in Paris?"}], None, {}),
+]
+
+
+def write_2026(env):
+    out = {"generator": "scripts/gen-chat-goldens.py (2026 set), Python jinja2 %s" % jinja2.__version__,
+           "now_unix": int(NOW.timestamp()), "now": NOW.isoformat(), "cases": []}
+    for fn in TEMPLATES_2026:
+        tmpl = env.from_string(open(os.path.join(DATA, fn), encoding="utf-8").read())
+        for cname, msgs, tools, extra in CASES_2026:
+            for agp in (True, False):
+                c = render_case(tmpl, fn, cname, msgs, tools, extra, agp)
+                for k, (bos, eos) in TOKENS_2026.items():
+                    if k in fn:
+                        c = render_case(tmpl, fn, cname, msgs, tools, dict(extra, bos_token=bos, eos_token=eos), agp)
+                        c["bos_token"], c["eos_token"] = bos, eos
+                out["cases"].append(c)
+    path = os.path.join(DATA, "goldens-2026.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    n_err = sum(1 for c in out["cases"] if c["error"])
+    print("wrote %s: %d cases (%d templates), %d expected errors" % (path, len(out["cases"]), len(TEMPLATES_2026), n_err))
+
+
 def write_extra(env):
     d = os.path.join(DATA, "extra")
     out = {"generator": "scripts/gen-chat-goldens.py (extra set), Python jinja2 %s"
@@ -332,6 +443,7 @@ def main():
                                     len(CONTINUE_CASES), n_err,
                                     len(out["features"])))
     write_extra(env)
+    write_2026(env)
 
 
 if __name__ == "__main__":

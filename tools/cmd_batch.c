@@ -27,7 +27,7 @@ static const char k_batch_usage[] =
     "  --top-k K, --top-p P, --min-p M   sampling filters (defaults 40, 0.95, 0.05; used when T > 0)\n"
     "  --repeat-penalty R      (default 1 = off), --repeat-last-n N (default 64, -1 = all)\n"
     "  --presence-penalty P, --frequency-penalty F   (default 0)\n"
-    "  --seed S                sampling seed of every prompt (default 0, at most 2^53)\n"
+    "  --seed S                sampling seed of every prompt (default 0; 64-bit)\n"
     "  --stop TEXT             stop string (repeatable, not printed)\n"
     "  --ignore-eos            keep generating after end-of-text tokens\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
@@ -357,18 +357,9 @@ static rf_request *make_request(const rf_run_opts *o) {
         rf_cli_fail(1, "out of memory");
         return NULL;
     }
-    const rf_sampler_params *sp = &o->sp;
     rf_status st = RF_OK;
     st = st ? st : rf_request_set(r, RF_REQ_MAX_TOKENS, o->n_predict);
-    st = st ? st : rf_request_set(r, RF_REQ_TEMPERATURE, sp->temperature);
-    st = st ? st : rf_request_set(r, RF_REQ_TOP_K, sp->top_k);
-    st = st ? st : rf_request_set(r, RF_REQ_TOP_P, sp->top_p);
-    st = st ? st : rf_request_set(r, RF_REQ_MIN_P, sp->min_p);
-    st = st ? st : rf_request_set(r, RF_REQ_REPEAT_PENALTY, sp->repeat_penalty);
-    st = st ? st : rf_request_set(r, RF_REQ_REPEAT_LAST_N, sp->repeat_last_n);
-    st = st ? st : rf_request_set(r, RF_REQ_PRESENCE_PENALTY, sp->presence_penalty);
-    st = st ? st : rf_request_set(r, RF_REQ_FREQUENCY_PENALTY, sp->frequency_penalty);
-    st = st ? st : rf_request_set(r, RF_REQ_SEED, (double)sp->seed);
+    st = st ? st : rf_request_set_sampling(r, &o->sp); /* built once by rf_run_parse, seed 64-bit */
     st = st ? st : rf_request_set(r, RF_REQ_IGNORE_EOS, o->ignore_eos);
     st = st ? st : rf_request_set(r, RF_REQ_RENDER_SPECIAL, o->render_special);
     for (int i = 0; i < o->n_stop && !st; i++) st = rf_request_add_stop(r, o->stops[i], strlen(o->stops[i]));

@@ -31,7 +31,7 @@ static const char k_bench_usage[] =
     "  --device D              auto (default), cpu, gpu or gpu:N\n"
     "  --tp N                  split each layer over N GPUs (tensor parallelism; docs/tp.md)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
-    "  --kv-type T             KV cache f16 (default), f32, q8_0 (CPU only)\n"
+    "  --kv-type T             KV cache f16 (default), f32, q8_0\n"
     "  -o, --output F          md (default), json or csv\n"
     "  --plot FILE.png         tok/s against depth and batch size (gnuplot)\n"
     "  --deterministic         batch-invariant kernels (rocmforge run --help)\n";

@@ -22,7 +22,7 @@ static const char k_run_usage[] =
     "  --top-k K, --top-p P, --min-p M   sampling filters (defaults 40, 0.95, 0.05; used when T > 0)\n"
     "  --repeat-penalty R      (default 1 = off), --repeat-last-n N (default 64, -1 = all)\n"
     "  --presence-penalty P, --frequency-penalty F   (default 0)\n"
-    "  --seed S                sampling seed (default 0)\n"
+    "  --seed S                sampling seed (default 0; 64-bit)\n"
     "  --stop TEXT             stop string (repeatable, not printed)\n"
     "  --ignore-eos            keep generating after end-of-text tokens\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
@@ -133,9 +133,6 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
             unsigned long long s = strtoull(v, &end, 10);
             if (!*v || *end || *v == '-' || errno)
                 return rf_cli_fail(2, "option --seed: '%s' is not a non-negative integer", v);
-            /* the engine's requests take seeds a double holds exactly */
-            if ((which & RF_OPT_BATCH) && s > (1ULL << 53))
-                return rf_cli_fail(2, "option --seed: '%s' is larger than 2^53", v);
             o->sp.seed = s;
         } else if (samp && IS("--stop")) {
             if (!(v = ARG())) return 2;

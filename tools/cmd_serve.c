@@ -13,13 +13,17 @@
 
 static const char k_serve_usage[] =
     "usage: rocmforge serve -m MODEL [options]\n"
-    "OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
-    "GET /health, GET /metrics (docs/server.md). Listens at once; /health answers 503 while the model loads.\n"
+    "OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages\n"
+    "(Anthropic), POST /v1/responses, POST /tokenize, POST /detokenize, GET /v1/models, GET /health,\n"
+    "GET /metrics (docs/server.md). Listens at once; /health answers 503 while the model loads.\n"
     "  -m, --model FILE        GGUF model\n"
     "  --host ADDR             address to listen on (default 127.0.0.1; 0.0.0.0 or :: for every interface)\n"
     "  --port N                TCP port (default 8080; 0 = any free port, printed at start)\n"
-    "  --alias NAME            the model's id in the API (default: the file name without .gguf)\n"
-    "  --api-key KEY           require 'Authorization: Bearer KEY' (not on /health and /v1/models);\n"
+    "  --alias NAME            the model's id in the API (default: the file name without .gguf); repeatable:\n"
+    "                          the other names are listed by /v1/models too\n"
+    "  --strict-model-name     a request naming a model this server does not list is a 404 (default: any\n"
+    "                          requested name is served by the loaded model)\n"
+    "  --api-key KEY           require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (not on /health and /v1/models);\n"
     "                          also --api-key-file FILE, or the RF_API_KEY environment variable\n"
     "  --parallel N            sequences generated at once (default 4); more requests wait, first come first served\n"
     "  --max-queue N           requests that may wait beyond --parallel before a 503 (default 256)\n"
@@ -54,9 +58,14 @@ static const char k_serve_usage[] =
 
 /* The options only `serve` has (docs/server.md, "Security"); taken out of argv before the shared
  * parser sees the rest. A list option given twice keeps both lists (joined with a comma). */
+#define SERVE_MAX_ALIASES 64
+
 typedef struct serve_opts {
     long long read_timeout, max_conns, max_conns_per_ip, max_buffered;
     char *lists[3]; /* allowed hosts, allowed origins, CORS origins */
+    const char *aliases[SERVE_MAX_ALIASES]; /* every --alias, in order */
+    int n_aliases;
+    bool strict_model_name;
 } serve_opts;
 
 static int take_serve_opts(int *argc, char **argv, serve_opts *so) {
@@ -69,6 +78,17 @@ static int take_serve_opts(int *argc, char **argv, serve_opts *so) {
     for (int i = 1; i < *argc; i++) {
         const char *a = argv[i];
         int k = -1, l = -1;
+        if (!strcmp(a, "--strict-model-name")) {
+            so->strict_model_name = true;
+            continue;
+        }
+        if (!strcmp(a, "--alias")) {
+            if (i + 1 >= *argc) return rf_cli_fail(2, "option --alias needs a value");
+            if (!*argv[i + 1]) return rf_cli_fail(2, "option --alias: empty value");
+            if (so->n_aliases == SERVE_MAX_ALIASES) return rf_cli_fail(2, "option --alias: at most %d names", SERVE_MAX_ALIASES);
+            so->aliases[so->n_aliases++] = argv[++i];
+            continue;
+        }
         for (int j = 0; j < 4; j++)
             if (!strcmp(a, nums[j].name)) k = j;
         for (int j = 0; j < 3; j++)
@@ -103,7 +123,7 @@ static int serve_with(rf_server_config *cfg, const rf_run_opts *opts, const serv
 int rf_cmd_serve(int argc, char **argv) {
     rf_server_config c;
     rf_server_config_defaults(&c);
-    serve_opts so = {c.read_timeout_s, c.max_conns, c.max_conns_per_ip, c.max_buffered, {NULL, NULL, NULL}};
+    serve_opts so = {c.read_timeout_s, c.max_conns, c.max_conns_per_ip, c.max_buffered, {NULL, NULL, NULL}, {NULL}, 0, false};
     int rc = take_serve_opts(&argc, argv, &so);
     if (rc < 0) {
         rf_run_opts o;
@@ -127,7 +147,10 @@ static int serve_with(rf_server_config *cfg, const rf_run_opts *opts, const serv
     c.model_path = o.model;
     c.host = o.host;
     c.port = o.port;
-    c.alias = o.alias;
+    c.alias = so->n_aliases ? so->aliases[0] : o.alias;
+    c.aliases = so->n_aliases > 1 ? so->aliases + 1 : NULL;
+    c.n_aliases = so->n_aliases > 1 ? so->n_aliases - 1 : 0;
+    c.strict_model_name = so->strict_model_name;
     c.api_key = o.api_key;
     if (!c.api_key) {
         c.api_key = rf_knob_str(RF_KNOB_API_KEY); /* NULL when unset */

@@ -243,7 +243,8 @@ typedef enum rf_req_opt {
     RF_REQ_REPEAT_LAST_N,
     RF_REQ_PRESENCE_PENALTY,
     RF_REQ_FREQUENCY_PENALTY,
-    RF_REQ_SEED,             /* integer in [0, 2^53] */
+    RF_REQ_SEED,             /* integer in [0, 2^53] (a double's exact integers; the full 64 bits
+                              * through rf_request_set_sampling) */
     RF_REQ_IGNORE_EOS,       /* 0 / 1 */
     RF_REQ_RENDER_SPECIAL,   /* 0 / 1: emit control tokens' text */
     RF_REQ_N,                /* choices, 1..64 (default 1): the prompt is computed once and its KV
@@ -262,6 +263,12 @@ rf_request *rf_request_new(void);
 void rf_request_free(rf_request *r);
 /* RF_ERR_INVALID_ARG naming the option for an unknown option or a value out of range. */
 rf_status rf_request_set(rf_request *r, rf_req_opt opt, double value);
+/* All the sampling parameters at once, checked as rf_request_set checks each (an error names
+ * the field); the seed takes all 64 bits. What the CLI and the server build once from their
+ * flags or JSON and hand over by pointer. */
+rf_status rf_request_set_sampling(rf_request *r, const rf_sampler_params *p);
+/* The request's sampling parameters (rf_sampler_default_params until set); NULL for NULL. */
+const rf_sampler_params *rf_request_sampling(const rf_request *r);
 /* Stop strings: text that ends the choice when generated (not emitted). At most 16. */
 rf_status rf_request_add_stop(rf_request *r, const char *text, size_t len);
 /* The prompt, one of three forms (the last one set wins): token ids; text, tokenized at submit

@@ -167,11 +167,14 @@ typedef struct rf_backend_ops {
      * b->seq[t] at positions kmin..b->pos[t] (kmin = pos - window + 1 when window > 0, else 0),
      * read through that sequence's block table from the caches k, v (their own type); scores
      * scale * q.k, softcap when > 0, softmax, out[t] f32 [n_head, head_dim] = P v.
-     * rf_ref_paged_attention is the reference (rf_ref_attention per token). */
+     * sinks (NULL: none; else f32 [n_head], gpt-oss's attn_sinks): head h's learned logit
+     * sinks[h] joins the softmax's max and denominator once per query and has no value row, so
+     * P sums to less than 1. rf_ref_paged_attention is the reference (rf_ref_attention per
+     * token). */
     rf_status (*attention)(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k,
                            const rf_tensor *v, const rf_batch *b, int64_t n_head,
                            int64_t n_head_kv, int64_t head_dim, float scale, int64_t window,
-                           float softcap);
+                           float softcap, const rf_tensor *sinks);
     /* y[i,:] = x[b->out_rows[i],:] for i < b->n_out; x, y f32 rows of n (no aliasing). */
     rf_status (*gather_rows)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_batch *b,
                              int64_t n);
@@ -193,7 +196,7 @@ typedef struct rf_backend_ops {
     /* Router: for each token t < n, logits[t] f32 [n_expert] -> the k chosen experts,
      * ids[t, 0..k) in descending order of the choosing score (ties: the lower id first), and
      * their weights wts[t, 0..k) f32: each chosen expert's p (gating), divided by the sum of
-     * the k when norm, times scale. sel_bias (NULL, or f32 [n_expert]) is added to p only to
+     * the k when norm (that sum clamped below at 6.103515625e-5, llama.cpp's guard), times scale. sel_bias (NULL, or f32 [n_expert]) is added to p only to
      * choose (RF_MOE_SIGMOID), never to the weights. 1 <= k <= n_expert; RF_ERR_INVALID_ARG
      * otherwise. rf_ref_moe_route is the reference. */
     rf_status (*moe_route)(rf_backend *be, rf_tensor *ids, rf_tensor *wts, const rf_tensor *logits,
@@ -319,6 +322,13 @@ rf_status rf_backend_gpu_use(rf_backend *be);
 /* After a step recorded (graph_begin's RF_GRAPH_CAPTURE) or replayed on a GPU that does not
  * sample: ends the recording and launches it, or launches the recorded step (gpu_backend.c). */
 rf_status rf_backend_gpu_graph_run(rf_backend *be);
+/* Makes be a follower of lead (both GPU backends of one split; lead NULL: on its own again): its
+ * decode steps are recorded into lead's graph, one graph over every GPU launched by lead's
+ * sample. Drops be's recorded steps. */
+void rf_backend_gpu_set_lead(rf_backend *be, rf_backend *lead);
+/* Ends a recording in progress and destroys every recorded step (before a split's communicator
+ * goes: graphs with NCCL kernels hold it). */
+void rf_backend_gpu_drop_graphs(rf_backend *be);
 /* Waits for the backend's last batch copy, before graph_begin (gpu_backend.c). */
 rf_status rf_backend_gpu_settle(rf_backend *be);
 int rf_backend_gpu_device(rf_backend *be);

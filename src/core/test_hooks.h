@@ -6,6 +6,9 @@
 #define RF_TEST_HOOKS_H
 
 #include <stdbool.h>
+#include <stdint.h>
+
+#include "rocmforge/core.h" /* rf_type */
 
 #ifdef __cplusplus
 extern "C" {
@@ -13,10 +16,25 @@ extern "C" {
 
 typedef struct rf_test_hooks {
     int serve_load_delay_ms; /* serve: the model loader waits this long first (a window for 503s) */
-    bool serve_faults;       /* serve: a request's "X-RF-Test-Fault: oom-events" header is honoured */
+    bool serve_faults;       /* serve: a request's "X-RF-Test-Fault: oom-events" header is honoured, and
+                                "X-RF-Test-Output: <JSON string>" replaces a chat answer's text */
     bool tp_one_device;      /* --tp N on a GPU: every shard on the one device, one after another */
     bool tp_cpu_ranks;       /* --tp N on the CPU through the several-GPU path (a backend per rank) */
+    /* CPU products of quantized weights (rf_cpu_matmul): RF_CPU_ACT_GGML (0) as ggml (activations
+     * in the weight type's vec_dot_type); RF_CPU_ACT_GPU: activations rounded as the GPU's int8-x
+     * products round them (blocks of 32, f16 scale d = amax / 127, q = rint(x * 127 / amax), for
+     * every quantized type, K-quants included), then f32 products on the dequantized weights: the
+     * GPU's twin, the same values summed in another order; RF_CPU_ACT_F32: f32 activations on the
+     * dequantized weights (an accuracy reference). Read at every product. With RF_CPU_ACT_GPU,
+     * cpu_act_rounds (when not NULL) says per product whether the GPU rounds x (its path choice:
+     * rf_gpu_matmul_rounds_x); where it does not, the twin keeps x in f32. */
+    int cpu_act;
+    bool (*cpu_act_rounds)(rf_type wtype, int64_t n_tokens, int64_t n_in);
 } rf_test_hooks;
+
+#define RF_CPU_ACT_GGML 0
+#define RF_CPU_ACT_GPU 1
+#define RF_CPU_ACT_F32 2
 
 /* The hooks in force, or NULL (always NULL in the product). */
 const rf_test_hooks *rf_test_hooks_get(void);

@@ -1,80 +1,16 @@
-/* engine_internal.h — the batching engine's inside, shared by engine.c (requests, events,
- * state), scheduler.c (the step), textout.c (detokenizing with stop strings) and the session
- * layer (session.c, generate.c), which drives one persistent sequence through the same step. */
+/* engine_internal.h — the batching engine's inside, shared by its files (engine_create.c,
+ * engine_request.c, engine_step.c, step_batch.c, engine_events.c, engine_stats.c) and the
+ * session layer (session.c, generate.c), which drives one persistent sequence through the same
+ * step. The planner (scheduler.h) and sequences (sequence.h) sit below and never call back. */
 #ifndef RF_ENGINE_INTERNAL_H
 #define RF_ENGINE_INTERNAL_H
 
 #include <pthread.h>
 
-#include "engine/kv_pool.h"
-#include "engine/state_pool.h"
+#include "engine/scheduler.h"
 #include "model/model.h"
-
-#define RF_MAX_STOPS 16
 #define RF_MAX_TOP_LOGPROBS 20
 #define RF_MAX_CHOICES 64
-
-/* ---- text output: detokenizer + stop strings with hold-back (textout.c) ---------------- */
-
-typedef struct rf_textout {
-    rf_detok *dt;
-    char *buf;       /* produced, not yet released (may begin a stop string) */
-    size_t len, cap;
-    size_t rel;      /* leading bytes handed out by the last call, dropped at the next */
-    char **stops;    /* owned copies */
-    size_t *stop_len;
-    int n_stop;
-} rf_textout;
-
-rf_status rf_textout_init(rf_textout *t, const rf_vocab *v, bool render_special, char *const *stops,
-                          const size_t *stop_len, int n_stop);
-void rf_textout_free(rf_textout *t);
-/* Feeds a token; *out / *out_len receive the text now safe to release (pointer into t, valid
- * until the next call); *hit is set when a stop string appeared (text before it is released,
- * the rest dropped). */
-rf_status rf_textout_push(rf_textout *t, int32_t id, const char **out, size_t *out_len, bool *hit);
-/* End of generation: releases what was held back (the detokenizer's tail too). */
-rf_status rf_textout_finish(rf_textout *t, const char **out, size_t *out_len, bool *hit);
-
-/* ---- sequences --------------------------------------------------------------------------- */
-
-typedef enum rf_seq_state {
-    RF_SEQ_WAITING = 0, /* queued or preempted: holds no blocks */
-    RF_SEQ_RUNNING,     /* scheduled each step until all its tokens are computed and sampled */
-    RF_SEQ_IDLE,        /* a session's sequence between calls: holds blocks, not scheduled */
-    RF_SEQ_DONE
-} rf_seq_state;
-
-typedef struct rf_req rf_req;
-
-typedef struct rf_seq {
-    rf_req *req;             /* the request (NULL for a session's sequence outside rf_generate) */
-    int32_t choice;
-    uint64_t order;          /* arrival order: FCFS admission, the newest is preempted first */
-    rf_seq_state state;
-    bool persistent;         /* a session's: keeps its blocks when generation ends */
-    int32_t *tokens, n_tokens, tokens_cap; /* prompt + generated */
-    int32_t n_prompt;        /* tokens before generation began */
-    int32_t n_computed;      /* leading tokens whose K/V are in the pool */
-    int32_t *blocks, n_blocks, blocks_cap; /* block table */
-    int32_t state_ref;       /* recurrent-state slot + 1 (0: none; state_pool.h) */
-    uint64_t *hashes;        /* [blocks_cap] hash chain of the leading full blocks */
-    int32_t n_hashed;        /* leading blocks whose hash is known (published or found) */
-    bool lookup_done;        /* prefix cache consulted since the last preemption */
-    bool admitted;           /* admitted once (later admissions follow a preemption) */
-    /* generation (state RUNNING with gen = true: sample when every token is computed) */
-    bool gen;
-    rf_sampler *smp;
-    rf_textout out;
-    int32_t n_gen, n_cached;
-    int32_t fork_left;       /* choices still to fork off after the prompt (choice 0 only) */
-    rf_finish_reason finish;
-    /* what the step wants back: outputs for all new tokens (session logits) or the last */
-    bool want_all;
-    float *logits_dst;       /* session: where this step's rows go, NULL = engine's buffer */
-    /* rf_generate's bookkeeping */
-    double t_start, t_first;
-} rf_seq;
 
 /* A submitted request: parameters copied at submit, and its choices. */
 struct rf_req {
@@ -127,8 +63,16 @@ struct rf_event {
     const char *error;
 };
 
+/* The engine's configuration, typed: what rf_engine_config_set checks and rf_engine_create reads
+ * (the session layer fills one directly). */
 struct rf_engine_config {
-    int64_t v[RF_ENGINE_THREADS + 1];
+    int32_t n_ctx;       /* 0: the trained length capped to 4096 and memory */
+    int32_t n_parallel, n_batch;
+    int32_t n_blocks;    /* 0: n_ctx x n_parallel positions, capped to memory */
+    int32_t block_size;
+    rf_type kv_type;
+    bool prefix_cache;
+    int32_t n_threads;   /* 0: the model's */
 };
 
 struct rf_engine {
@@ -152,10 +96,9 @@ struct rf_engine {
     int64_t n_active_reqs;   /* incoming + active, for rf_engine_wait */
     bool wake;
     /* sequences (step thread) */
-    rf_seq **running;        /* in arrival order */
-    int32_t n_running, running_cap;
-    rf_seq **waiting;        /* in arrival order */
-    int32_t n_waiting, waiting_cap;
+    rf_seq_list running;     /* in arrival order */
+    rf_seq_list waiting;     /* in arrival order */
+    rf_step_plan plan;       /* the last step's plan (arrays reused) */
     /* step scratch */
     int32_t *b_ids, *b_pos, *b_seq, *b_slot, *b_out, *b_table;
     int32_t b_table_cap;
@@ -175,19 +118,28 @@ struct rf_engine {
     int64_t snap_running, snap_waiting, snap_used, snap_free, snap_cached;
 };
 
-/* Engine with explicit sizes (session layer and rf_engine_new). */
-rf_status rf_engine_create(rf_model *m, int32_t n_ctx, int32_t n_parallel, int32_t n_batch,
-                           int32_t n_blocks, int32_t block_size, rf_type kv_type, bool prefix_cache,
-                           int32_t n_threads, rf_engine **out);
+/* rf_engine_config_new's defaults, and an engine from a configuration (rf_engine_new, sessions). */
+rf_engine_config rf_engine_config_default(void);
+rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **out);
 
-/* scheduler.c: one step over the running sequences and the waiting queue. With only non-NULL,
- * the step runs that sequence alone (the session's eval), whatever else is queued. */
-rf_status rf_sched_step(rf_engine *e, rf_seq *only);
-/* Frees a sequence's blocks (last first, so a prefix's tail is evicted before its head). */
-void rf_seq_release_blocks(rf_engine *e, rf_seq *s);
-/* Appends ids to a sequence's tokens. */
-rf_status rf_seq_append(rf_seq *s, const int32_t *ids, int32_t n);
-void rf_seq_free(rf_seq *s);
+/* engine_step.c: one step over the running sequences and the waiting queue (rf_engine_step is
+ * rf_engine_exec_step(e, NULL)). With only non-NULL, the step runs that sequence alone (the
+ * session's eval), whatever else is queued. */
+rf_status rf_engine_exec_step(rf_engine *e, rf_seq *only);
+
+/* step_batch.c: the step's batch from a plan. rf_step_batch lays the plan's tokens out in the
+ * engine's scratch (b_ids ...) and says which rows come out; rf_step_dev_sample says whether every
+ * output is a plain generation step the backend samples itself; rf_step_graph_pad pads a decode
+ * step to its graph bucket (0: runs eagerly); rf_step_sample_rows writes the device's sampling
+ * records. */
+typedef struct rf_step_batch {
+    int32_t n_tok, n_out, max_blocks;
+    int32_t bucket, gmode, n_rows, n_pen;
+    bool dev_sample;
+} rf_step_batch;
+rf_status rf_step_build(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb);
+rf_status rf_step_graph_pad(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb);
+rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb);
 
 /* sampler.c, for sampling on a device: the generator's next draw in [0, 1) (what
  * rf_sampler_sample would use), the parameters, and the distinct ids of the penalty window with
@@ -196,20 +148,33 @@ float rf_sampler_draw(rf_sampler *s);
 const rf_sampler_params *rf_sampler_get_params(const rf_sampler *s);
 int32_t rf_sampler_penalties(rf_sampler *s, int32_t *ids, int32_t *counts, int32_t cap);
 
-/* engine.c: events and retirement, called by the scheduler. on_output samples from host logits;
+/* engine_events.c: a sequence's output turned into events. on_output samples from host logits;
  * the device path asks pre_sample first (true: the sequence finished before sampling, e.g.
  * max_tokens) and then hands the device's id to on_token (logits NULL: no logprobs). */
 rf_status rf_engine_on_output(rf_engine *e, rf_seq *s, const float *logits);
 bool rf_engine_pre_sample(rf_engine *e, rf_seq *s);
 void rf_engine_on_token(rf_engine *e, rf_seq *s, int32_t id, const float *logits);
 void rf_engine_finish_seq(rf_engine *e, rf_seq *s, rf_finish_reason why, const char *error);
-/* Moves submitted requests into the waiting queue and applies cancellations. */
+/* The DONE event of choice `choice` of q (text empty), and handing an event to q's callback
+ * (false: the callback asked to stop; the request is then cancelled). */
+rf_event rf_engine_done_event(const rf_req *q, int32_t choice, int32_t n_prompt, int32_t n_cached, int32_t n_gen,
+                              rf_finish_reason why, const char *error);
+bool rf_engine_emit(rf_req *q, rf_event *ev);
+/* Sets a sequence up to generate for request q as choice `choice`. */
+rf_status rf_engine_seq_setup_gen(rf_engine *e, rf_seq *s, rf_req *q, int32_t choice);
+/* RF_GPU_STEP_TRACE=1: prints what crossed the bus in the step just run. */
+void rf_engine_trace_step(rf_engine *e, const rf_step_batch *sb, int32_t n_seqs, double t_step);
+
+/* engine_request.c: moves submitted requests into the waiting queue; frees a request whose
+ * choices are all done (only listed ones: a session owns its own). */
 void rf_engine_intake(rf_engine *e);
-/* Frees a request whose choices are all done (only listed ones: a session owns its own). */
 void rf_engine_release_req(rf_engine *e, rf_req *q);
+void rf_engine_req_free(rf_req *r);
 /* Inserts a sequence into the waiting / running list in arrival order (false: out of memory). */
 bool rf_engine_queue_waiting(rf_engine *e, rf_seq *s);
 bool rf_engine_queue_running(rf_engine *e, rf_seq *s);
+
+/* engine_stats.c: the counters' snapshot taken after each step (read by rf_engine_get_stat). */
 void rf_engine_snapshot(rf_engine *e);
 
 /* Checks the engine's bookkeeping against the pool (tests): every running or waiting sequence's
@@ -218,7 +183,6 @@ void rf_engine_snapshot(rf_engine *e);
 rf_status rf_engine_check(rf_engine *e);
 
 /* Sequences of the session layer (session.c) that live outside requests. */
-rf_seq *rf_seq_new(rf_engine *e);
 rf_engine *rf_session_engine(rf_session *s);
 rf_seq *rf_session_seq(rf_session *s);
 double rf_now_ms(void);

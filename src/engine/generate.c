@@ -86,15 +86,10 @@ rf_status rf_generate(rf_session *ss, const int32_t *prompt, int32_t n_prompt, c
     s->t_start = rf_now_ms();
     s->t_first = 0;
     if (!rf_engine_queue_running(e, s)) st = rf_set_error(RF_ERR_OOM, "generate: out of memory");
-    while (!st && s->state == RF_SEQ_RUNNING) st = rf_sched_step(e, NULL);
+    while (!st && s->state == RF_SEQ_RUNNING) st = rf_engine_exec_step(e, NULL);
     double t_end = rf_now_ms();
     if (st && s->state == RF_SEQ_RUNNING) { /* the step failed: take the sequence out of the batch */
-        for (int32_t i = 0; i < e->n_running; i++)
-            if (e->running[i] == s) {
-                memmove(e->running + i, e->running + i + 1, (size_t)(e->n_running - i - 1) * sizeof *e->running);
-                e->n_running--;
-                break;
-            }
+        rf_seq_list_remove(&e->running, s);
         s->state = RF_SEQ_IDLE;
     }
     st0.n_prompt = n_prompt - common;

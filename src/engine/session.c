@@ -33,9 +33,12 @@ rf_status rf_session_new(rf_model *m, const rf_session_params *params, rf_sessio
     /* the batch is capped to the context, as a prompt chunk never spans more */
     int32_t n_batch = p.n_batch ? p.n_batch : 512;
     if (p.n_ctx && n_batch > p.n_ctx) n_batch = p.n_ctx;
-    rf_status st = rf_engine_create(m, p.n_ctx, 1, n_batch, 0, 16, p.kv_type, false, p.n_threads, &s->e);
+    /* one sequence, no prefix cache (the session keeps its own prefix) */
+    rf_engine_config c = {.n_ctx = p.n_ctx, .n_parallel = 1, .n_batch = n_batch, .n_blocks = 0, .block_size = 16,
+                          .kv_type = p.kv_type, .prefix_cache = false, .n_threads = p.n_threads};
+    rf_status st = rf_engine_create(m, &c, &s->e);
     if (!st && !p.n_ctx && s->e->n_batch > s->e->n_ctx) s->e->n_batch = s->e->n_ctx;
-    if (!st && !(s->seq = rf_seq_new(s->e))) st = rf_set_error(RF_ERR_OOM, "session: out of memory");
+    if (!st && !(s->seq = rf_seq_new(s->e->max_blocks))) st = rf_set_error(RF_ERR_OOM, "session: out of memory");
     if (st) {
         rf_engine_free(s->e);
         free(s);
@@ -62,7 +65,7 @@ const int32_t *rf_session_tokens(const rf_session *s) { return s->seq->tokens; }
 /* Drops positions >= n: the tokens, and the blocks that hold only such positions. */
 static void seq_truncate(rf_engine *e, rf_seq *q, int32_t n) {
     /* a recurrent state cannot be rewound: a hybrid model's sequence is recomputed */
-    if (e->spool && n < q->n_computed) rf_seq_release_blocks(e, q);
+    if (e->spool && n < q->n_computed) rf_seq_release_blocks(q, e->pool, e->spool);
     int32_t keep = (n + e->block_size - 1) / e->block_size;
     while (q->n_blocks > keep) rf_kv_pool_unref(e->pool, q->blocks[--q->n_blocks]);
     q->n_tokens = n;
@@ -103,7 +106,7 @@ rf_status rf_session_eval(rf_session *s, const int32_t *ids, int32_t n, bool all
     q->want_all = all_logits;
     q->logits_dst = s->logits;
     q->state = RF_SEQ_RUNNING;
-    while (!st && q->n_computed < q->n_tokens) st = rf_sched_step(e, q);
+    while (!st && q->n_computed < q->n_tokens) st = rf_engine_exec_step(e, q);
     q->state = RF_SEQ_IDLE;
     q->want_all = false;
     q->logits_dst = NULL;

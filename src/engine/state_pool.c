@@ -78,23 +78,6 @@ void rf_engine_state_free(rf_engine *e) {
     e->b_state = NULL;
 }
 
-int32_t rf_seq_state_slot(rf_engine *e, rf_seq *s) {
-    /* (e->b_state, the step's per-sequence slots, is filled by the scheduler) */
-    if (!e->spool) return -1;
-    if (s->state_ref == 0) {
-        int32_t slot = rf_state_pool_alloc(e->spool);
-        if (slot < 0) return -2;
-        s->state_ref = slot + 1;
-    }
-    return s->state_ref - 1;
-}
-
-void rf_seq_state_release(rf_engine *e, rf_seq *s) {
-    if (!e->spool || s->state_ref == 0) return;
-    rf_state_pool_release(e->spool, s->state_ref - 1);
-    s->state_ref = 0;
-}
-
 void rf_seq_state_fork(rf_engine *e, rf_seq *parent, rf_seq *child) {
     if (!e->spool || parent->state_ref == 0) return;
     int32_t slot = rf_state_pool_alloc(e->spool);
@@ -103,19 +86,19 @@ void rf_seq_state_fork(rf_engine *e, rf_seq *parent, rf_seq *child) {
         return;
     }
     if (slot >= 0) rf_state_pool_release(e->spool, slot);
-    rf_seq_release_blocks(e, child); /* no slot: recomputed from its start when it runs */
+    rf_seq_release_blocks(child, e->pool, e->spool); /* no slot: recomputed from its start when it runs */
 }
 
 rf_status rf_engine_state_check(rf_engine *e) {
     if (!e->spool) return RF_OK;
-    int32_t cap = e->n_running + e->n_waiting, n = 0;
+    int32_t cap = e->running.n + e->waiting.n, n = 0;
     int32_t *held = malloc((size_t)(cap ? cap : 1) * sizeof(int32_t));
     if (!held) return rf_set_error(RF_ERR_OOM, "state check: out of memory");
     rf_status st = RF_OK;
     for (int32_t i = 0; i < cap && !st; i++) {
-        rf_seq *s = i < e->n_running ? e->running[i] : e->waiting[i - e->n_running];
+        rf_seq *s = i < e->running.n ? e->running.v[i] : e->waiting.v[i - e->running.n];
         if (s->state_ref) held[n++] = s->state_ref - 1;
-        if (s->state_ref && i >= e->n_running) /* a waiting sequence holds nothing */
+        if (s->state_ref && i >= e->running.n) /* a waiting sequence holds nothing */
             st = rf_set_error(RF_ERR_INTERNAL, "a waiting sequence holds state slot %d", s->state_ref - 1);
     }
     /* a session's idle sequence is in neither list; its slot counts as held */

@@ -28,11 +28,8 @@ struct rf_seq;
  * (nothing otherwise); the forward's slot memory is allocated here too. */
 rf_status rf_engine_state_init(struct rf_engine *e);
 void rf_engine_state_free(struct rf_engine *e);
-/* The slot of a sequence about to enter a step (taken now if it has none); -1 when the model
- * has no recurrent layers; -2 when every slot is taken (the sequence sits this step out). */
-int32_t rf_seq_state_slot(struct rf_engine *e, struct rf_seq *s);
-/* Gives a sequence's slot back (with its KV blocks). */
-void rf_seq_state_release(struct rf_engine *e, struct rf_seq *s);
+/* (A sequence takes its slot in the step planner, rf_seq_take_state, and gives it back with its
+ * KV blocks, rf_seq_release_blocks: sequence.c.) */
 /* A choice forked off parent after its prompt: a slot with a copy of the parent's state; when
  * none is free the child recomputes from the start (its blocks given back, like a preemption). */
 void rf_seq_state_fork(struct rf_engine *e, struct rf_seq *parent, struct rf_seq *child);

@@ -20,6 +20,8 @@ typedef enum synth_arch {
     SYNTH_ARCH_SMOLLM3,
     SYNTH_ARCH_MISTRAL3,
     SYNTH_ARCH_PHI3,
+    SYNTH_ARCH_QWEN3MOE,
+    SYNTH_ARCH_GPT_OSS,
     SYNTH_ARCH_QWEN35,
     SYNTH_ARCH_COUNT
 } synth_arch;
@@ -46,6 +48,15 @@ typedef struct synth_preset {
      * synth_longrope_factors) and rope.scaling.attn_factor from n_ctx / rope_orig_ctx */
     bool longrope;
 } synth_preset;
+
+/* A mixture-of-experts preset's expert shapes (a side table in synth_presets.c, so the dense
+ * presets' rows stay as they are): n_expert experts of n_ff_exp, the top n_expert_used per token. */
+typedef struct synth_moe {
+    const char *preset;
+    int32_t n_expert, n_expert_used, n_ff_exp;
+} synth_moe;
+/* The expert shapes of preset p, or NULL for a dense one. */
+const synth_moe *synth_moe_of(const synth_preset *p);
 
 extern const synth_preset synth_presets[];
 extern const int32_t synth_n_presets;
@@ -79,6 +90,9 @@ typedef struct synth_tensor_list {
 /* Appends a tensor (F32 until the recipe runs). Returns false on OOM. */
 bool synth_list_add(synth_tensor_list *l, const char *name, uint32_t n_dims, int64_t ne0,
                     int64_t ne1, synth_gen gen, float std);
+/* Appends a 3-D tensor [ne0, ne1, ne2] (the experts of a mixture: ne2 = n_expert). */
+bool synth_list_add3(synth_tensor_list *l, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                     synth_gen gen, float std);
 
 typedef struct synth_arch_info {
     const char *name; /* general.architecture */
@@ -131,6 +145,7 @@ typedef struct synth_qstate {
     int32_t n_ffn_gate, i_ffn_gate;
     int32_t n_ffn_up, i_ffn_up;
     int32_t n_fallback;
+    int32_t n_expert; /* hparams.n_expert: the largest ne[2] of the list's tensors (1: dense) */
 } synth_qstate;
 
 /* Initialises the state for a tensor list (counts attn_v tensors and output.weight). */

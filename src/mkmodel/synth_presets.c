@@ -96,6 +96,31 @@ const synth_preset synth_presets[] = {
     {"phi4-mini", "Phi-4-mini-instruct shapes (24 heads of 128, RoPE on 96 dims, longrope 4096 -> 131072, tied)",
      "Phi 4 Mini Instruct (synthetic)", "3.8B", SYNTH_ARCH_PHI3, 32, 3072, 8192, 24, 8, 128, 131072, 10000.0f,
      1e-5f, true, 0, 0, 0, 4096, {SYNTH_VOCAB_LLAMA3, 200064, 256}, "gpt-4o", 262144, 96, true},
+    /* qwen3moe: qwen3's attention (per-head Q/K norms, head dim 128 != n_embd / n_head in the
+     * real one) and a mixture of experts in every layer (softmax router, top-k renormalised).
+     * Shapes of Qwen3-30B-A3B from its config.json: 48 layers, dim 2048, 32 heads / 4 KV heads of
+     * 128, 128 experts of 768, top 8, feed_forward_length 6144 (the converter writes it; no layer
+     * uses it), vocabulary 151936. The tiny one has 8 experts of 128 (the 8-expert rules of
+     * llama-quantize apply: attn_k / attn_v in q8_0) and routes top-2. */
+    {"tiny-qwen3moe", "3-layer qwen3moe (8 experts of 128, top-2; 8 heads of 64 over dim 256), tied, 3072-token ChatML vocabulary",
+     "Tiny Qwen3 MoE (synthetic)", "8M", SYNTH_ARCH_QWEN3MOE, 3, 256, 768, 8, 4, 64, 40960, 1000000.0f,
+     1e-6f, true, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen2", 0, 0, false},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B shapes (128 experts of 768, top-8; 32 heads / 4 KV of 128 over dim 2048)",
+     "Qwen3 30B A3B (synthetic)", "30B-A3B", SYNTH_ARCH_QWEN3MOE, 48, 2048, 6144, 32, 4, 128, 40960, 1000000.0f,
+     1e-6f, false, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0, 0, false},
+    /* gpt-oss: attention with Q/K/V/O biases and per-head sinks, sliding window on the even
+     * layers, YaRN (factor 32 over an original context of 4096: rope factor / orig ctx below), a
+     * mixture of experts with router and expert biases and the clamped SwiGLU in every layer.
+     * gpt-oss-20b's config.json: 24 layers, dim 2880, 64 heads / 8 KV heads of 64, 32 experts
+     * of 2880, top 4, window 128, rope base 150000, vocabulary 201088 (o200k_harmony, gpt-4o
+     * pre-tokenizer), not tied. The tiny one keeps head dim 64 with n_head * 64 != n_embd, 16
+     * experts of 128 (top 4, as the real one's ratio of chosen experts), window 16. */
+    {"tiny-gpt-oss", "4-layer gpt-oss (sinks, window 16 on layers 0 and 2, YaRN, 16 experts of 128, top-4; 8 heads of 64 over dim 256), 2048-token BPE vocabulary (gpt-4o pre-tokenizer)",
+     "Tiny gpt-oss (synthetic)", "9M", SYNTH_ARCH_GPT_OSS, 4, 256, 128, 8, 2, 64, 131072, 150000.0f,
+     1e-5f, false, 32.0f, 0, 0, 4096, {SYNTH_VOCAB_LLAMA3, 2048, 16}, "gpt-4o", 16, 0, false},
+    {"gpt-oss-20b", "gpt-oss-20b shapes (32 experts of 2880, top-4; 64 heads / 8 KV of 64 over dim 2880; window 128; YaRN 32 x 4096)",
+     "gpt-oss 20b (synthetic)", "20B", SYNTH_ARCH_GPT_OSS, 24, 2880, 2880, 64, 8, 64, 131072, 150000.0f,
+     1e-5f, false, 32.0f, 0, 0, 4096, {SYNTH_VOCAB_LLAMA3, 201088, 256}, "gpt-4o", 128, 0, false},
     /* qwen35 (Qwen3.5 dense, src/models/qwen35.cpp): three gated DeltaNet layers for every gated
      * attention layer (Q product with a per-head output gate, RoPE on a quarter of the head as
      * M-RoPE sections), value heads a multiple of the key heads. Qwen3.5-9B: 32 layers of 4096,
@@ -109,6 +134,19 @@ const synth_preset synth_presets[] = {
      {SYNTH_VOCAB_QWEN2, 248320, 248044}, "qwen35", 0, 64, false},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
+
+static const synth_moe synth_moe_table[] = {
+    {"tiny-qwen3moe", 8, 2, 128},
+    {"qwen3-30b-a3b", 128, 8, 768},
+    {"tiny-gpt-oss", 16, 4, 128},
+    {"gpt-oss-20b", 32, 4, 2880},
+};
+
+const synth_moe *synth_moe_of(const synth_preset *p) {
+    for (size_t i = 0; p && i < sizeof synth_moe_table / sizeof synth_moe_table[0]; i++)
+        if (!strcmp(synth_moe_table[i].preset, p->name)) return &synth_moe_table[i];
+    return NULL;
+}
 
 const synth_preset *synth_preset_find(const char *name) {
     if (!name) return NULL;
@@ -138,6 +176,14 @@ bool synth_list_add(synth_tensor_list *l, const char *name, uint32_t n_dims, int
     t->gen = gen;
     t->std = std;
     t->type = RF_TYPE_F32;
+    return true;
+}
+
+bool synth_list_add3(synth_tensor_list *l, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                     synth_gen gen, float std) {
+    if (!synth_list_add(l, name, 2, ne0, ne1, gen, std)) return false;
+    l->t[l->n - 1].n_dims = 3;
+    l->t[l->n - 1].ne[2] = ne2;
     return true;
 }
 
@@ -271,6 +317,102 @@ static bool tensors_phi3(synth_tensor_list *l, const synth_preset *p, int32_t n_
         PADD("ffn_up.weight", 2, E, 2 * F, SYNTH_GEN_RANDOM, mat_std(E));
         PADD("ffn_down.weight", 2, F, E, SYNTH_GEN_RANDOM, mat_std(F));
 #undef PADD
+    }
+    return true;
+}
+
+/* qwen3moe (peer src/models/qwen3moe.cpp): qwen3's embeddings, head and attention (with the
+ * per-head Q/K norm gains), and per layer the router ffn_gate_inp [n_embd, n_expert] (F32:
+ * llama-quantize never quantizes it) and the experts ffn_{gate,up}_exps [n_embd, n_ff_exp,
+ * n_expert], ffn_down_exps [n_ff_exp, n_embd, n_expert]. The router's std 2/sqrt(n_embd) gives
+ * logits of std ~2, so the top-k are mostly well apart (random ties would make every engine's
+ * routing a coin toss). */
+static bool tensors_qwen3moe(synth_tensor_list *l, const synth_preset *p, int32_t n_layer, uint32_t n_vocab) {
+    const synth_moe *x = synth_moe_of(p);
+    if (!x) return false;
+    const int64_t E = p->n_embd, F = x->n_ff_exp, NE = x->n_expert, Q = (int64_t)p->n_head * p->head_dim,
+                  KV = (int64_t)p->n_head_kv * p->head_dim;
+    const float emb_std = 2.0f / sqrtf((float)E);
+    ADD("token_embd.weight", 2, E, n_vocab, SYNTH_GEN_RANDOM, emb_std);
+    ADD("output_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+    if (!p->tied) ADD("output.weight", 2, E, n_vocab, SYNTH_GEN_RANDOM, emb_std);
+    char nm[64];
+    for (int32_t i = 0; i < n_layer; i++) {
+#define MADD(suffix, ...)                             \
+    do {                                              \
+        snprintf(nm, sizeof nm, "blk.%d." suffix, i); \
+        ADD(nm, __VA_ARGS__);                         \
+    } while (0)
+#define MADD3(suffix, ...)                                                  \
+    do {                                                                    \
+        snprintf(nm, sizeof nm, "blk.%d." suffix, i);                       \
+        if (!synth_list_add3(l, nm, __VA_ARGS__)) return false;             \
+    } while (0)
+        MADD("attn_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+        MADD("attn_q.weight", 2, E, Q, SYNTH_GEN_RANDOM, mat_std(E));
+        MADD("attn_k.weight", 2, E, KV, SYNTH_GEN_RANDOM, mat_std(E));
+        MADD("attn_v.weight", 2, E, KV, SYNTH_GEN_RANDOM, mat_std(E));
+        MADD("attn_output.weight", 2, Q, E, SYNTH_GEN_RANDOM, mat_std(Q));
+        MADD("attn_q_norm.weight", 1, p->head_dim, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
+        MADD("attn_k_norm.weight", 1, p->head_dim, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
+        MADD("ffn_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+        MADD("ffn_gate_inp.weight", 2, E, NE, SYNTH_GEN_RANDOM, 2.0f * mat_std(E));
+        MADD3("ffn_gate_exps.weight", E, F, NE, SYNTH_GEN_RANDOM, mat_std(E));
+        MADD3("ffn_up_exps.weight", E, F, NE, SYNTH_GEN_RANDOM, mat_std(E));
+        MADD3("ffn_down_exps.weight", F, E, NE, SYNTH_GEN_RANDOM, mat_std(F));
+#undef MADD
+#undef MADD3
+    }
+    return true;
+}
+
+/* gpt-oss (peer src/models/openai-moe.cpp): per layer attn_norm, Q/K/V/O with biases, the
+ * sinks attn_sinks [n_head] (learned logits: std 1.5, the order of the scores), the MoE norm
+ * post_attention_norm, the router ffn_gate_inp [n_embd, n_expert] with its bias, the experts as
+ * 3-D tensors and their biases [rows, n_expert] (ffn_gate_exps.bias, ...). Expert gate/up
+ * weights get a larger std so the clamps at +-7 of the SwiGLU are reached now and then. */
+static bool tensors_gpt_oss(synth_tensor_list *l, const synth_preset *p, int32_t n_layer, uint32_t n_vocab) {
+    const synth_moe *x = synth_moe_of(p);
+    if (!x) return false;
+    const int64_t E = p->n_embd, F = x->n_ff_exp, NE = x->n_expert, Q = (int64_t)p->n_head * p->head_dim,
+                  KV = (int64_t)p->n_head_kv * p->head_dim;
+    const float emb_std = 2.0f / sqrtf((float)E);
+    ADD("token_embd.weight", 2, E, n_vocab, SYNTH_GEN_RANDOM, emb_std);
+    ADD("output_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+    if (!p->tied) ADD("output.weight", 2, E, n_vocab, SYNTH_GEN_RANDOM, emb_std);
+    char nm[64];
+    for (int32_t i = 0; i < n_layer; i++) {
+#define GADD(suffix, ...)                             \
+    do {                                              \
+        snprintf(nm, sizeof nm, "blk.%d." suffix, i); \
+        ADD(nm, __VA_ARGS__);                         \
+    } while (0)
+#define GADD3(suffix, ...)                                                  \
+    do {                                                                    \
+        snprintf(nm, sizeof nm, "blk.%d." suffix, i);                       \
+        if (!synth_list_add3(l, nm, __VA_ARGS__)) return false;             \
+    } while (0)
+        GADD("attn_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
+        GADD("attn_q.weight", 2, E, Q, SYNTH_GEN_RANDOM, mat_std(E));
+        GADD("attn_k.weight", 2, E, KV, SYNTH_GEN_RANDOM, mat_std(E));
+        GADD("attn_v.weight", 2, E, KV, SYNTH_GEN_RANDOM, mat_std(E));
+        GADD("attn_q.bias", 1, Q, 1, SYNTH_GEN_RANDOM, 0.1f);
+        GADD("attn_k.bias", 1, KV, 1, SYNTH_GEN_RANDOM, 0.1f);
+        GADD("attn_v.bias", 1, KV, 1, SYNTH_GEN_RANDOM, 0.1f);
+        GADD("attn_output.weight", 2, Q, E, SYNTH_GEN_RANDOM, mat_std(Q));
+        GADD("attn_output.bias", 1, E, 1, SYNTH_GEN_RANDOM, 0.1f);
+        GADD("attn_sinks.weight", 1, p->n_head, 1, SYNTH_GEN_RANDOM, 1.5f);
+        GADD("post_attention_norm.weight", 1, E, 1, SYNTH_GEN_NEAR_ONE, 0.1f);
+        GADD("ffn_gate_inp.weight", 2, E, NE, SYNTH_GEN_RANDOM, 2.0f * mat_std(E));
+        GADD("ffn_gate_inp.bias", 1, NE, 1, SYNTH_GEN_RANDOM, 0.5f);
+        GADD3("ffn_gate_exps.weight", E, F, NE, SYNTH_GEN_RANDOM, 2.0f * mat_std(E));
+        GADD3("ffn_up_exps.weight", E, F, NE, SYNTH_GEN_RANDOM, 2.0f * mat_std(E));
+        GADD3("ffn_down_exps.weight", F, E, NE, SYNTH_GEN_RANDOM, mat_std(F));
+        GADD("ffn_gate_exps.bias", 2, F, NE, SYNTH_GEN_RANDOM, 0.1f);
+        GADD("ffn_up_exps.bias", 2, F, NE, SYNTH_GEN_RANDOM, 0.1f);
+        GADD("ffn_down_exps.bias", 2, E, NE, SYNTH_GEN_RANDOM, 0.1f);
+#undef GADD
+#undef GADD3
     }
     return true;
 }
@@ -433,6 +575,35 @@ static rf_status write_kv_phi3(rf_gguf_writer *w, const synth_preset *p, int32_t
     return st;
 }
 
+/* qwen3moe (Qwen3MoeModel's converter): qwen3's keys plus expert_count, expert_used_count and
+ * expert_feed_forward_length (no expert_weights_norm: llama.cpp's qwen3moe always renormalises). */
+static rf_status write_kv_qwen3moe(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    const synth_moe *x = synth_moe_of(p);
+    if (!x) return rf_set_error(RF_ERR_INTERNAL, "mkmodel: preset '%s' has no expert shapes", p->name);
+    rf_status st = write_kv_common(w, p, n_layer, "qwen3moe", KV_HEAD_LEN);
+    if (st) return st;
+    if ((st = rf_gguf_set_u32(w, "qwen3moe.expert_count", (uint32_t)x->n_expert))) return st;
+    if ((st = rf_gguf_set_u32(w, "qwen3moe.expert_used_count", (uint32_t)x->n_expert_used))) return st;
+    return rf_gguf_set_u32(w, "qwen3moe.expert_feed_forward_length", (uint32_t)x->n_ff_exp);
+}
+
+/* gpt-oss (conversion/gpt_oss.py and the base converter): the common keys with key/value
+ * length, the experts' count, top-k and width, the sliding window, and YaRN (rope.scaling.type,
+ * factor, original_context_length). */
+static rf_status write_kv_gpt_oss(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    const synth_moe *x = synth_moe_of(p);
+    if (!x) return rf_set_error(RF_ERR_INTERNAL, "mkmodel: preset '%s' has no expert shapes", p->name);
+    rf_status st = write_kv_common(w, p, n_layer, "gpt-oss", KV_HEAD_LEN);
+    if (st) return st;
+    if ((st = rf_gguf_set_u32(w, "gpt-oss.expert_count", (uint32_t)x->n_expert))) return st;
+    if ((st = rf_gguf_set_u32(w, "gpt-oss.expert_used_count", (uint32_t)x->n_expert_used))) return st;
+    if ((st = rf_gguf_set_u32(w, "gpt-oss.expert_feed_forward_length", (uint32_t)x->n_ff_exp))) return st;
+    if ((st = rf_gguf_set_u32(w, "gpt-oss.attention.sliding_window", (uint32_t)p->n_swa))) return st;
+    if ((st = rf_gguf_set_str(w, "gpt-oss.rope.scaling.type", "yarn"))) return st;
+    if ((st = rf_gguf_set_f32(w, "gpt-oss.rope.scaling.factor", p->rope_factor))) return st;
+    return rf_gguf_set_u32(w, "gpt-oss.rope.scaling.original_context_length", p->rope_orig_ctx);
+}
+
 /* qwen35 (conversion/qwen.py Qwen3_5TextModel): key/value length, partial rope.dimension_count,
  * the M-RoPE sections, the ssm.* sizes and the attention interval. */
 static rf_status write_kv_qwen35(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
@@ -477,6 +648,8 @@ static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_SMOLLM3] = {"smollm3", write_kv_smollm3, tensors_llama, is_70b_never},
     [SYNTH_ARCH_MISTRAL3] = {"mistral3", write_kv_mistral3, tensors_llama, is_70b_never},
     [SYNTH_ARCH_PHI3] = {"phi3", write_kv_phi3, tensors_phi3, is_70b_never},
+    [SYNTH_ARCH_QWEN3MOE] = {"qwen3moe", write_kv_qwen3moe, tensors_qwen3moe, is_70b_never},
+    [SYNTH_ARCH_GPT_OSS] = {"gpt-oss", write_kv_gpt_oss, tensors_gpt_oss, is_70b_never},
     [SYNTH_ARCH_QWEN35] = {"qwen35", write_kv_qwen35, tensors_qwen35, is_70b_never},
 };
 

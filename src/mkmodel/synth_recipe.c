@@ -3,6 +3,7 @@
  * tensor_type_fallback) for the file types mkmodel can produce. The rules are restated here
  * in C; docs/mkmodel.md lists them per type. */
 #include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "rocmforge/quant.h"
@@ -20,11 +21,12 @@ const synth_ftype synth_ftypes[] = {
     {"q5_k_s", 16, RF_TYPE_Q5_K, NULL}, {"q5_k_m", 17, RF_TYPE_Q5_K, NULL},
     {"q6_k", 18, RF_TYPE_Q6_K, NULL},   {"q3_k", 12, RF_TYPE_Q3_K, "q3_k_m"},
     {"q4_k", 15, RF_TYPE_Q4_K, "q4_k_m"}, {"q5_k", 17, RF_TYPE_Q5_K, "q5_k_m"},
+    {"mxfp4_moe", 38, RF_TYPE_MXFP4, NULL},
 };
 const int32_t synth_n_ftypes = (int32_t)(sizeof synth_ftypes / sizeof synth_ftypes[0]);
 
 enum { FT_F32 = 0, FT_F16 = 1, FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13,
-       FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18 };
+       FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18, FT_MXFP4_MOE = 38 };
 
 const synth_ftype *synth_ftype_find(const char *name) {
     if (!name) return NULL;
@@ -98,6 +100,18 @@ void synth_qstate_init(synth_qstate *qs, const synth_ftype *ft, bool pure, bool 
         if (c == CAT_OUTPUT) qs->tied = false;
     }
     qs->n_ffn_down = qs->n_ffn_gate = qs->n_ffn_up = n_layer;
+    qs->n_expert = 1;
+    for (int64_t i = 0; i < l->n; i++)
+        if (l->t[i].n_dims == 3 && l->t[i].ne[2] > qs->n_expert) qs->n_expert = (int32_t)l->t[i].ne[2];
+}
+
+/* layer_info: with experts (n_expert > 1) the layer of an FFN tensor is read from its name
+ * (blk.N.), not the running count, since a layer may hold several ffn_down (experts, shared
+ * expert); without, the count. */
+static int layer_info(const synth_qstate *qs, int i_count, const char *name) {
+    int il = i_count;
+    if (qs->n_expert > 1 && sscanf(name, "blk.%d.", &il) != 1) il = i_count;
+    return il;
 }
 
 static bool use_more_bits(int i_layer, int n_layers) {
@@ -110,9 +124,15 @@ static int64_t block_of(rf_type t) {
     return tr ? tr->block_size : 1;
 }
 
-/* llama_tensor_get_type_impl restricted to the non-IQ file types (no MoE, not Falcon). */
+/* llama_tensor_get_type_impl restricted to the non-IQ file types (not Falcon). Mixtures of
+ * experts: expert tensors (3-D) go by their category like the dense ones (ffn_down_exps is an
+ * ffn_down), the layer of an FFN tensor from its name; models of exactly 8 experts get attn_k
+ * and attn_v in q8_0 and, for Q2_K, Q3_K_S, Q3_K_M, Q4_K_S, Q4_K_M, attn_output in q5_K (and
+ * not the dense attn_output rules). */
 static rf_type recipe(synth_qstate *qs, rf_type new_type, const synth_tensor *t, tcat c) {
     const int ft = qs->ft->llama_ftype;
+    if (ft == FT_MXFP4_MOE) /* the LM head and every 2-D weight Q8_0, the experts (3-D) MXFP4 */
+        return (c == CAT_OUTPUT || (qs->tied && c == CAT_TOKEN_EMBD)) || t->ne[2] <= 1 ? RF_TYPE_Q8_0 : RF_TYPE_MXFP4;
     if (c == CAT_OUTPUT || (qs->tied && c == CAT_TOKEN_EMBD)) {
         /* the LM head: Q6_K unless the base is Q8_0; Q8_0 if a row does not fit the base block */
         if (t->ne[0] % block_of(new_type) != 0)
@@ -136,12 +156,14 @@ static rf_type recipe(synth_qstate *qs, rf_type new_type, const synth_tensor *t,
         /* 70B: attn_v is 8x smaller than attn_q, so it gets more bits */
         if (qs->is_70b && (new_type == RF_TYPE_Q3_K || new_type == RF_TYPE_Q4_K))
             new_type = RF_TYPE_Q5_K;
+        if (qs->n_expert == 8) new_type = RF_TYPE_Q8_0;
         ++qs->i_attention_wv;
     } else if (c == CAT_ATTN_K || c == CAT_ATTN_Q) {
         /* only IQ types and 8-expert models change these */
+        if (c == CAT_ATTN_K && qs->n_expert == 8) new_type = RF_TYPE_Q8_0;
     } else if (c == CAT_FFN_DOWN) {
-        /* no experts: the layer is the running count (tensors are visited in layer order) */
-        const int i_layer = qs->i_ffn_down, n_layer = qs->n_ffn_down;
+        /* dense: the layer is the running count (tensors are visited in layer order) */
+        const int i_layer = layer_info(qs, qs->i_ffn_down, t->name), n_layer = qs->n_ffn_down;
         if (ft == FT_Q2_K)
             new_type = RF_TYPE_Q3_K;
         else if (ft == FT_Q3_K_M)
@@ -155,6 +177,9 @@ static rf_type recipe(synth_qstate *qs, rf_type new_type, const synth_tensor *t,
         else if (ft == FT_Q4_K_S && i_layer < n_layer / 8)
             new_type = RF_TYPE_Q5_K;
         ++qs->i_ffn_down;
+    } else if (c == CAT_ATTN_OUTPUT && qs->n_expert == 8) {
+        if (ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_Q4_K_S || ft == FT_Q4_K_M)
+            new_type = RF_TYPE_Q5_K;
     } else if (c == CAT_ATTN_OUTPUT) {
         if (ft == FT_Q2_K)
             new_type = RF_TYPE_Q3_K;

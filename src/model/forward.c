@@ -3,7 +3,8 @@
  * (rf_layer.mixer / .ffn, from the architecture table in model_arch.c), then the output.
  * The attention mixer's variants are data: Q/K/V biases (qwen2), per-head Q/K RMSNorm (gemma3,
  * qwen3), RoPE on or off per layer (smollm3), a sliding window and its RoPE base per layer
- * (gemma3), Q/K/V stored joined (phi3). Extras around the blocks: embedding
+ * (gemma3), Q/K/V stored joined (phi3). Feed-forward blocks: a dense GLU, or a mixture of
+ * experts (qwen3moe: router, top-k, the chosen experts' GLUs, weighted sum). Extras around the blocks: embedding
  * scale, post-norms (gemma3), final soft-capping. */
 #include <math.h>
 #include <stdlib.h>
@@ -50,6 +51,10 @@ uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_r
     if (ff > big) big = ff;
     /* + the partial O / down outputs of shards 1.. */
     act += (uint64_t)(n_shards(m) - 1) * (uint64_t)n_batch * hp->n_embd * 4;
+    /* + the mixture of experts: router logits, ids and weights, each slot's gate, up and down */
+    const uint64_t K = (uint64_t)hp->n_expert_used;
+    if (hp->n_expert > 0)
+        act += (uint64_t)n_batch * ((uint64_t)hp->n_expert + 2 * K + K * (2 * (uint64_t)hp->n_ff_exp + hp->n_embd)) * 4;
     return act + big * 2 + (uint64_t)n_batch * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) * 4;
 }
 
@@ -74,7 +79,9 @@ static rf_status alloc_acts(rf_backend *be, rf_fwd *A, int64_t E, int64_t Q, int
 }
 
 static void free_acts(rf_backend *be, rf_fwd *A) {
-    rf_tensor *bufs[] = {&A->x, &A->h, &A->q, &A->k, &A->v, &A->att, &A->o, &A->g, &A->u, &A->qkv, &A->logits};
+    rf_tensor *bufs[] = {&A->x,      &A->h,          &A->q,       &A->k,       &A->v,     &A->att,
+                         &A->o,      &A->g,          &A->u,       &A->qkv,     &A->logits, &A->moe_logits,
+                         &A->moe_ids, &A->moe_wts,   &A->moe_g,   &A->moe_u,   &A->moe_d};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->ops->free(be, bufs[i]);
 }
 
@@ -125,6 +132,20 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
         if ((st = rf_model_use(m, d)) ||
             (st = alloc_acts(be, act_of(f, d), hp->n_embd, Q, KV, F, any_gu, any_qkv, n_batch)) ||
             (d == 0 && (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_vocab, f->logit_rows, &f->logits)))) {
+            rf_fwd_free(m, f);
+            return st;
+        }
+    }
+    /* mixture of experts (one backend: --tp is refused at load for these models) */
+    if (hp->n_expert > 0) {
+        const int64_t K = hp->n_expert_used, NK = (int64_t)n_batch * K;
+        rf_backend *be = m->be;
+        if ((st = be->ops->alloc(be, RF_TYPE_F32, hp->n_expert, n_batch, &f->moe_logits)) ||
+            (st = be->ops->alloc(be, RF_TYPE_I32, K, n_batch, &f->moe_ids)) ||
+            (st = be->ops->alloc(be, RF_TYPE_F32, K, n_batch, &f->moe_wts)) ||
+            (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_ff_exp, NK, &f->moe_g)) ||
+            (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_ff_exp, NK, &f->moe_u)) ||
+            (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_embd, NK, &f->moe_d))) {
             rf_fwd_free(m, f);
             return st;
         }
@@ -298,7 +319,8 @@ static rf_status mixer_attention(const step *t, int s, int il) {
             TRY(op->kv_store(be, vc, &v, b));
         }
     }
-    TRY(op->attention(be, &att, &q, kc, vc, b, Hs, HKVs, D, hp->attn_scale, S->is_swa ? hp->n_swa : 0, 0.0f));
+    TRY(op->attention(be, &att, &q, kc, vc, b, Hs, HKVs, D, hp->attn_scale, S->is_swa ? hp->n_swa : 0, 0.0f,
+                      rf_has(&S->attn_sinks) ? &S->attn_sinks : NULL));
     return op->matmul(be, po, &S->wo, &att, n); /* a shard's: the partial sum over its heads */
 }
 
@@ -329,6 +351,33 @@ static rf_status ffn_dense_glu(const step *t, int s, int il) {
     return op->matmul(be, po, &S->ffn_down, &g, n);
 }
 
+/* The mixture-of-experts feed-forward (one shard: --tp is refused at load for these models):
+ * router logits = W_r h (+ bias) -> moe_route: each token's k experts and weights (the
+ * architecture's gating, renormalised and scaled as the metadata says) -> the chosen experts'
+ * gate and up products of the token's h (n * k rows) -> GLU -> each slot's down product of its
+ * own GLU row -> o = the weighted sum over the k slots. */
+static rf_status ffn_moe(const step *t, int s, int il) {
+    rf_model *m = t->m;
+    const rf_hparams *hp = &m->hp;
+    if (s != 0 || t->tp != 1) return rf_set_error(RF_ERR_UNSUPPORTED, "forward: a mixture of experts with --tp > 1");
+    rf_backend *be = m->be;
+    const rf_backend_ops *op = be->ops;
+    rf_fwd *f = t->f;
+    const int64_t n = t->n, E = t->E, K = hp->n_expert_used, NE = hp->n_expert, F = hp->n_ff_exp;
+    const rf_layer *L = &m->layers[il];
+#define OPT(x) (rf_has(&L->x) ? &L->x : NULL)
+    TRY(op->matmul(be, &f->moe_logits, &L->ffn_gate_inp, &f->h, n));
+    if (rf_has(&L->ffn_gate_inp_b)) TRY(op->add_bias(be, &f->moe_logits, &L->ffn_gate_inp_b, n, NE));
+    TRY(op->moe_route(be, &f->moe_ids, &f->moe_wts, &f->moe_logits, OPT(exp_probs_b), n, NE, K, hp->moe_gating,
+                      hp->moe_norm_w, hp->moe_w_scale));
+    TRY(op->matmul_id(be, &f->moe_g, &L->ffn_gate_exps, F, &f->h, false, &f->moe_ids, OPT(ffn_gate_exps_b), n, K));
+    TRY(op->matmul_id(be, &f->moe_u, &L->ffn_up_exps, F, &f->h, false, &f->moe_ids, OPT(ffn_up_exps_b), n, K));
+    TRY(op->glu(be, &f->moe_g, &f->moe_g, &f->moe_u, n * K * F, hp->glu));
+    TRY(op->matmul_id(be, &f->moe_d, &L->ffn_down_exps, E, &f->moe_g, true, &f->moe_ids, OPT(ffn_down_exps_b), n, K));
+#undef OPT
+    return op->moe_combine(be, &f->o, &f->moe_d, &f->moe_wts, n, K, E);
+}
+
 /* The layer's mixer / feed-forward block for shard s, as the layer says (model_arch.c). */
 static rf_status mixer(const step *t, int s, int il) {
     const rf_layer *L = &t->m->layers[il];
@@ -344,7 +393,7 @@ static rf_status feed_forward(const step *t, int s, int il) {
     const rf_layer *L = &t->m->layers[il];
     switch (L->ffn) {
     case RF_FFN_DENSE_GLU: return ffn_dense_glu(t, s, il);
-    case RF_FFN_MOE: break; /* refused at load */
+    case RF_FFN_MOE: return ffn_moe(t, s, il);
     }
     return rf_set_error(RF_ERR_UNSUPPORTED, "forward: layer %d: feed-forward kind %d is not built", il, (int)L->ffn);
 }
@@ -378,7 +427,9 @@ static rf_status layer(const step *t, int il) {
         if (rf_has(&R->attn_post_norm)) TRY(be->ops->rmsnorm(be, &A->o, &A->o, &R->attn_post_norm, n, E, hp->norm_eps));
         /* (o joins the residual stream in the FFN norm) */
         /* ---- feed-forward block ---- */
-        const rf_tensor *next = rf_has(&R->ffn_gu) && be->ops->glu_for ? &R->ffn_gu : &R->ffn_gate;
+        const rf_tensor *next = R->ffn == RF_FFN_MOE                      ? &R->ffn_gate_inp /* the router reads h first */
+                                : rf_has(&R->ffn_gu) && be->ops->glu_for ? &R->ffn_gu
+                                                                         : &R->ffn_gate;
         TRY(rmsnorm_for(be, &A->h, &A->x, &A->o, &R->ffn_norm, n, E, hp->norm_eps, next));
     }
     for (int s = 0; s < t->tp; s++) {

@@ -148,7 +148,7 @@ rf_status rf_mixer_gated_attention(rf_model *m, rf_fwd *f, const rf_batch *b, in
     TRY(op->rope(be, &f->k, b, HKV, D, hp->n_rot, L->rope_base, L->rope_scale, ff, hp->rope_mode, hp->rope_attn_factor));
     TRY(op->kv_store(be, &f->kc[il], &f->k, b));
     TRY(op->kv_store(be, &f->vc[il], &f->v, b));
-    TRY(op->attention(be, &f->att, &f->q, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->attn_scale, 0, 0.0f));
+    TRY(op->attention(be, &f->att, &f->q, &f->kc[il], &f->vc[il], b, H, HKV, D, hp->attn_scale, 0, 0.0f, NULL));
     TRY(op->sigmoid_mul(be, &f->att, &f->att, &r->gate, n * H * D));
     return op->matmul(be, &f->o, &L->wo, &f->att, n);
 }

@@ -17,7 +17,8 @@ typedef enum rf_mixer_kind {
 
 typedef enum rf_ffn_kind {
     RF_FFN_DENSE_GLU = 0, /* down(act(gate x) * up x) */
-    RF_FFN_MOE            /* mixture of experts: reserved, not built yet (refused at load) */
+    RF_FFN_MOE            /* mixture of experts: router -> top-k -> each chosen expert's GLU -> weighted
+                           * sum (ffn_moe in forward.c; docs/ARCHITECTURE.md §4.9) */
 } rf_ffn_kind;
 
 /* Architecture flags: the attention and layer variants a table entry turns on. */
@@ -29,7 +30,11 @@ enum {
     RF_AF_FUSED_GATE_UP = 1u << 4,/* ffn_up.weight holds [gate; up] and there is no ffn_gate (phi3) */
     RF_AF_FULL_ROT = 1u << 5,     /* rope.dimension_count must be the whole head */
     RF_AF_EMBED_SCALE = 1u << 6,  /* embeddings times sqrt(n_embd) (gemma) */
-    RF_AF_DELTANET = 1u << 7,     /* hybrid (qwen35): gated DeltaNet layers, and every
+    RF_AF_SINKS = 1u << 8,        /* attn_sinks.weight f32 [n_head] required: softmax sinks (gpt-oss) */
+    RF_AF_FFN_NORM_POST_ATTN = 1u << 9, /* the feed-forward's norm is post_attention_norm.weight (gpt-oss) */
+    RF_AF_MOE = 1u << 7,          /* every layer's feed-forward is a mixture of experts (qwen3moe):
+                                   * expert_count / expert_used_count / expert_feed_forward_length */
+    RF_AF_DELTANET = 1u << 10,    /* hybrid (qwen35): gated DeltaNet layers, and every
                                    * full_attention_interval-th layer gated attention (its Q
                                    * product holds a per-head output gate); the pre-FFN norm is
                                    * named post_attention_norm */
@@ -46,6 +51,15 @@ typedef struct rf_arch_desc {
     rf_status (*hparams)(struct rf_model *m);
 } rf_arch_desc;
 
+/* YaRN RoPE scaling as the rope op's frequency factors and gain (model_yarn.c): ggml's
+ * correction dims [lo, hi] for n_dims rotated dims; ff[n_rot / 2] such that the op with
+ * freq_scale 1 and these factors turns each pair by YaRN's angle; the gain on cos and sin that
+ * llama.cpp and ggml apply together (attn_factor: rope.scaling.attn_factor, 1 by default). */
+void rf_yarn_corr_dims(int n_dims, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]);
+void rf_yarn_freq_factors(int n_rot, int n_ctx_orig, float freq_base, float freq_scale, float ext_factor,
+                          float beta_fast, float beta_slow, float *ff);
+float rf_yarn_attn_factor(float freq_scale, float ext_factor, float attn_factor);
+
 /* The table entry for general.architecture = name, or NULL; the table by index (tests). */
 const rf_arch_desc *rf_arch_find(const char *name);
 int rf_arch_count(void);
@@ -53,6 +67,7 @@ const rf_arch_desc *rf_arch_at(int i);
 
 #define RF_MAX_LAYERS 512
 #define RF_MAX_HEAD_DIM 2048
+#define RF_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */
 
 typedef struct rf_hparams {
     const rf_arch_desc *arch;
@@ -64,12 +79,22 @@ typedef struct rf_hparams {
     float rope_base, rope_scale;         /* global layers: freq_base, 1/scaling.factor */
     float rope_attn_factor;    /* gain on the rotated dimensions (phi3 longrope); 1 = none */
     float rope_base_swa, rope_scale_swa; /* sliding-window layers (gemma3) */
+    bool yarn;                 /* rope.scaling.type = yarn: rope_freqs holds its factors (model_yarn.c) */
+    float yarn_ext_factor, yarn_beta_fast, yarn_beta_slow;
     int32_t n_swa;             /* window of local layers; 0 = all layers global */
     int32_t swa_pattern;       /* layer il is local when il % pattern < pattern - 1 */
     float attn_scale;          /* multiplies q.k */
     float final_softcap;       /* > 0: logits = cap * tanh(logits / cap) */
     float embed_scale;         /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
     rf_glu_kind glu;
+    /* mixture of experts (RF_AF_MOE; 0 experts otherwise): n_expert experts of n_ff_exp, the
+     * n_expert_used (k) chosen per token by moe_gating, their weights renormalised over the k
+     * when moe_norm_w, then times moe_w_scale; a shared expert of n_ff_shexp where the file has
+     * one */
+    int32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    rf_moe_gating moe_gating;
+    bool moe_norm_w;
+    float moe_w_scale;
     /* gated DeltaNet layers (RF_AF_DELTANET): conv kernel, key heads (groups) and value heads of
      * ssm_d_state each (inner size = value heads * d_state), every full_attn_every-th layer
      * attention */
@@ -84,6 +109,14 @@ typedef struct rf_layer {
     /* joined products: [wq; wk; wv] and [ffn_gate; ffn_up], stored so in the file (phi3) or
      * joined by the backend (weight_join); the parts are then views into these */
     rf_tensor wqkv, ffn_gu;
+    rf_tensor attn_sinks;      /* f32 [n_head]: per-head softmax sink logits (gpt-oss), or unbound */
+    /* mixture of experts (ffn == RF_FFN_MOE): the router [n_embd -> n_expert] (+ its bias, gpt-oss;
+     * + exp_probs_b, a selection-only bias), the experts as one weight of n_expert * n_ff_exp rows
+     * (gate, up) or n_expert * n_embd rows (down) (backend.h), their biases f32 [n_expert, rows]
+     * (gpt-oss), and the optional shared expert with its sigmoid gate (qwen2moe style) */
+    rf_tensor ffn_gate_inp, ffn_gate_inp_b, exp_probs_b;
+    rf_tensor ffn_gate_exps, ffn_up_exps, ffn_down_exps, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
+    rf_tensor ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp, ffn_gate_inp_shexp;
     /* gated DeltaNet (RF_MIXER_DELTANET; wqkv is then its joined q/k/v product): the output
      * gate z product, the conv taps (f32 [C rows of K]), dt bias and A (f32 [value heads]), the
      * beta and alpha products, the per-head output norm, the output product */
@@ -103,6 +136,7 @@ struct rf_model {
     rf_hparams hp;
     rf_tensor tok_embd, output_norm, output, rope_freqs;
     rf_tensor rope_long; /* phi3 longrope factors past the original context (bound, unused yet) */
+    float *yarn_ff;      /* host copy of YaRN's factors behind rope_freqs (the CPU borrows it) */
     bool tied;
     rf_layer *layers;
     uint64_t n_params, weight_bytes;
@@ -142,6 +176,10 @@ typedef struct rf_fwd {
     rf_tensor qkv;                       /* [n_batch, Q + 2 KV] for joined Q/K/V (else unused);
                                           * u is [n_batch, 2 n_ff] where gate/up are joined */
     rf_tensor logits;                    /* [logit_rows, n_vocab] */
+    /* mixture of experts (unallocated without one): router logits [n_batch, n_expert], the
+     * chosen ids (i32) and weights [n_batch, k], each slot's gate / up / down outputs
+     * [n_batch * k, n_ff_exp or n_embd] */
+    rf_tensor moe_logits, moe_ids, moe_wts, moe_g, moe_u, moe_d;
     int32_t logit_rows;                  /* >= RF_LOGIT_ROWS: a step's outputs kept on the backend */
     rf_tensor *part;                     /* tp > 1 on one backend: [tp - 1] partial O / down outputs
                                           * [n_batch, n_embd] of shards 1.. (shard 0 writes o), summed by

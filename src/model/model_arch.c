@@ -27,7 +27,7 @@ static rf_status hp_gemma3(rf_model *m) {
 }
 
 /* mistral3 (Mistral Small 3.x text): llama's layers. Files converted from Ministral 3 add YaRN
- * (refused with the rope.scaling.type check) and a Llama-4 style attention temperature, which
+ * (model_yarn.c; yarn_log_multiplier refused) and a Llama-4 style attention temperature, which
  * is not built: refused by name rather than computed wrongly past the original context. */
 static rf_status hp_mistral3(rf_model *m) {
     float t = 0;
@@ -43,6 +43,67 @@ static rf_status hp_mistral3(rf_model *m) {
 /* phi3 (Phi-3, Phi-4, Phi-4-mini): llama.cpp ignores attention.sliding_window for phi3 (its
  * SWA is disabled there), so it is ignored here too. The longrope factors and
  * rope.scaling.attn_factor are read with the weights (model_load.c). */
+
+/* qwen3moe (Qwen3-30B-A3B, 235B-A22B): qwen3's attention (per-head Q/K RMSNorm, NeoX RoPE over
+ * the whole head) and a mixture of experts in every layer, read by the common MoE keys
+ * (model_load.c). llama.cpp's qwen3moe routes by a softmax over all experts and always
+ * renormalises the top-k weights, with no scale: it reads neither expert_weights_norm nor
+ * expert_weights_scale, so neither is honoured here either (a file saying otherwise is warned
+ * about, then computed as llama.cpp computes it). */
+static rf_status hp_qwen3moe(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    if (!hp->moe_norm_w || hp->moe_w_scale != 1.0f)
+        RF_LOGW("model metadata: qwen3moe.expert_weights_norm / expert_weights_scale ignored (qwen3moe always "
+                "renormalises the top-%d weights, unscaled, as llama.cpp does)", hp->n_expert_used);
+    hp->moe_gating = RF_MOE_SOFTMAX;
+    hp->moe_norm_w = true;
+    hp->moe_w_scale = 1.0f;
+    return RF_OK;
+}
+
+/* gpt-oss's experts: llama.cpp's openai-moe passes norm_w false and its expert_weights_scale is
+ * never read (0: no scale); the gating takes the top-k logits and softmaxes those k. */
+static rf_status gpt_oss_moe(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    if (hp->moe_norm_w != true || hp->moe_w_scale != 1.0f)
+        RF_LOGW("model metadata: gpt-oss.expert_weights_norm / expert_weights_scale ignored (llama.cpp reads neither)");
+    hp->moe_gating = RF_MOE_SOFTMAX_TOPK;
+    hp->moe_norm_w = false;
+    hp->moe_w_scale = 1.0f;
+    return RF_OK;
+}
+
+/* gpt-oss (openai-moe in llama.cpp): sliding window (attention.sliding_window, required) on the
+ * even layers (il % 2 == 0, llama.cpp's pattern 2 unless attention.sliding_window_pattern says
+ * otherwise), the same RoPE base on both kinds unless rope.freq_base_swa is given, YaRN from the
+ * rope.scaling keys (model_load.c), attention sinks, Q/K/V/O biases. Its experts: the k largest
+ * router logits (after the router's bias), softmax over those k, no renormalisation and no scale
+ * (llama.cpp reads no expert_weights_* key for it), the clamped SwiGLU. */
+static rf_status hp_gpt_oss(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    char k[160];
+    snprintf(k, sizeof k, "%s.attention.sliding_window", hp->arch_name);
+    if (rf_gguf_find_key(m->g, k) < 0) return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s'", k);
+    if ((st = rf_meta_opt_i32(m, "attention.sliding_window", &hp->n_swa))) return st;
+    if (hp->n_swa <= 0) return rf_set_error(RF_ERR_RANGE, "model metadata: %s = %d is out of range", k, hp->n_swa);
+    hp->swa_pattern = 2;
+    if ((st = rf_meta_opt_i32(m, "attention.sliding_window_pattern", &hp->swa_pattern))) return st;
+    if (hp->swa_pattern < 0 || hp->swa_pattern > hp->n_layer)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.attention.sliding_window_pattern = %d is out of range",
+                            hp->arch_name, hp->swa_pattern);
+    hp->rope_base_swa = hp->rope_base;
+    if ((st = rf_meta_opt_f32(m, "rope.freq_base_swa", &hp->rope_base_swa))) return st;
+    if (!(hp->rope_base_swa > 0))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.rope.freq_base_swa = %g is out of range", hp->arch_name,
+                            hp->rope_base_swa);
+    if (hp->rope_base_swa != hp->rope_base && hp->yarn)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s.rope.freq_base_swa != rope.freq_base with YaRN is not supported",
+                            hp->arch_name);
+    hp->rope_scale_swa = hp->rope_scale;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->n_rot); /* llama.cpp: 1/sqrt(n_rot), whatever attention.scale says */
+    return gpt_oss_moe(m);
+}
 
 /* qwen35 (Qwen3.5 dense): gated DeltaNet layers with every full_attention_interval-th layer
  * (default 4) gated full attention. The DeltaNet sizes: ssm.conv_kernel, ssm.state_size (the
@@ -115,6 +176,9 @@ static const rf_arch_desc k_archs[] = {
     {"smollm3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 4, NULL},
     {"mistral3", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, hp_mistral3},
     {"phi3", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_FUSED_QKV | RF_AF_FUSED_GATE_UP, 0, NULL},
+    {"qwen3moe", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_FULL_ROT | RF_AF_MOE, 0, hp_qwen3moe},
+    {"gpt-oss", RF_ROPE_NEOX, RF_GLU_SWIGLU_OAI, RF_AF_QKV_BIAS | RF_AF_SINKS | RF_AF_FFN_NORM_POST_ATTN | RF_AF_MOE, 0,
+     hp_gpt_oss},
     {"qwen35", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_DELTANET, 0, hp_qwen35},
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
@@ -127,7 +191,7 @@ const rf_arch_desc *rf_arch_find(const char *name) {
 
 /* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
  * checks it against the table). */
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen35"; }
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen3moe, gpt-oss, qwen35"; }
 
 int rf_arch_count(void) { return N_ARCHS; }
 const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }

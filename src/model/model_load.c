@@ -131,6 +131,75 @@ static rf_status bind_l(rf_model *m, rf_tensor *t, int il, const char *what, int
 
 /* ---- hyper-parameters ------------------------------------------------------------------- */
 
+/* rope.scaling.type = yarn: the original context must be given (the ramp is measured against
+ * it); ext_factor and beta_fast/slow as llama.cpp defaults them (1, 32, 1) unless the file gives
+ * them; yarn_log_multiplier (DeepSeek's attention gain rule) is not built. */
+static rf_status yarn_hparams(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    char k[160];
+    if (rf_gguf_find_key(m->g, akey(m, "rope.scaling.original_context_length", k, sizeof k)) < 0)
+        return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: YaRN RoPE scaling needs key '%s'", k);
+    hp->yarn = true;
+    hp->yarn_ext_factor = 1.0f, hp->yarn_beta_fast = 32.0f, hp->yarn_beta_slow = 1.0f;
+    float log_mul = 0;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.yarn_ext_factor", &hp->yarn_ext_factor))) return st;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast))) return st;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow))) return st;
+    if ((st = rf_meta_opt_f32(m, "rope.scaling.yarn_log_multiplier", &log_mul))) return st;
+    if (log_mul != 0)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s.rope.scaling.yarn_log_multiplier = %g is not supported",
+                            hp->arch_name, log_mul);
+    if (!(hp->yarn_ext_factor >= 0 && hp->yarn_ext_factor <= 1) || !(hp->yarn_beta_fast > 0) || !(hp->yarn_beta_slow > 0))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.rope.scaling.yarn_* out of range (ext_factor %g, beta_fast %g, beta_slow %g)",
+                            hp->arch_name, hp->yarn_ext_factor, hp->yarn_beta_fast, hp->yarn_beta_slow);
+    return RF_OK;
+}
+
+/* The mixture-of-experts keys (RF_AF_MOE): expert_count (1..RF_MAX_EXPERTS), expert_used_count
+ * (the top-k, 1..expert_count), expert_feed_forward_length (default feed_forward_length / k, as
+ * llama.cpp), expert_shared_feed_forward_length, expert_weights_norm, expert_weights_scale
+ * (0 or absent: 1). The gating is the architecture's (its hook may change it and the rest). */
+static rf_status load_moe_hparams(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    char k[160];
+    hp->n_expert = 0;
+    if (rf_gguf_find_key(m->g, akey(m, "expert_count", k, sizeof k)) < 0)
+        return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s' (a mixture-of-experts model)", k);
+    if (rf_gguf_find_key(m->g, akey(m, "expert_used_count", k, sizeof k)) < 0)
+        return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s' (a mixture-of-experts model)", k);
+    if ((st = rf_meta_opt_i32(m, "expert_count", &hp->n_expert))) return st;
+    if (hp->n_expert <= 0 || hp->n_expert > RF_MAX_EXPERTS)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.expert_count = %d: a mixture-of-experts model needs 1 to %d experts",
+                            hp->arch_name, hp->n_expert, RF_MAX_EXPERTS);
+    hp->n_expert_used = 0;
+    if ((st = rf_meta_opt_i32(m, "expert_used_count", &hp->n_expert_used))) return st;
+    akey(m, "expert_used_count", k, sizeof k);
+    if (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s = %d is not a top-k of %s.expert_count = %d (1 <= k <= experts)", k,
+                            hp->n_expert_used, hp->arch_name, hp->n_expert);
+    hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
+    if ((st = rf_meta_opt_i32(m, "expert_feed_forward_length", &hp->n_ff_exp))) return st;
+    if (hp->n_ff_exp <= 0)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.expert_feed_forward_length = %d is out of range",
+                            hp->arch_name, hp->n_ff_exp);
+    hp->n_ff_shexp = 0;
+    if ((st = rf_meta_opt_i32(m, "expert_shared_feed_forward_length", &hp->n_ff_shexp))) return st;
+    hp->moe_gating = RF_MOE_SOFTMAX;
+    hp->moe_norm_w = true;
+    if (rf_gguf_find_key(m->g, akey(m, "expert_weights_norm", k, sizeof k)) >= 0 &&
+        (st = rf_gguf_get_bool(m->g, k, &hp->moe_norm_w)))
+        return rf_set_error(st, "model metadata: %s: %s", k, rf_last_error());
+    hp->moe_w_scale = 0;
+    if ((st = rf_meta_opt_f32(m, "expert_weights_scale", &hp->moe_w_scale))) return st;
+    if (hp->moe_w_scale == 0) hp->moe_w_scale = 1.0f;
+    if (!(hp->moe_w_scale > 0 && hp->moe_w_scale < 1e4f))
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.expert_weights_scale = %g is out of range", hp->arch_name,
+                            hp->moe_w_scale);
+    return RF_OK;
+}
+
 static rf_status load_hparams(rf_model *m) {
     rf_hparams *hp = &m->hp;
     rf_status st;
@@ -177,8 +246,9 @@ static rf_status load_hparams(rf_model *m) {
     if (factor == 0 && (st = rf_meta_opt_f32(m, "rope.scale_linear", &factor))) return st;
     const char *stype = NULL;
     if (rf_gguf_get_str(m->g, akey(m, "rope.scaling.type", k, sizeof k), &stype) == RF_OK &&
-        strcmp(stype, "none") && strcmp(stype, "linear"))
-        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s = '%s' is not supported (none, linear)", k, stype);
+        strcmp(stype, "none") && strcmp(stype, "linear") && strcmp(stype, "yarn"))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s = '%s' is not supported (none, linear, yarn)", k, stype);
+    if (stype && !strcmp(stype, "yarn") && (st = yarn_hparams(m))) return st;
     if (stype && !strcmp(stype, "none")) factor = 0;
     hp->rope_scale = factor == 0 ? 1.0f : 1.0f / factor;
     if (!(hp->rope_base > 0) || !(hp->rope_scale > 0))
@@ -192,6 +262,9 @@ static rf_status load_hparams(rf_model *m) {
     if (hp->attn_scale == 0) hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->n_ctx_orig = hp->n_ctx_train;
     if ((st = rf_meta_opt_i32(m, "rope.scaling.original_context_length", &hp->n_ctx_orig))) return st;
+    if (hp->yarn && hp->n_ctx_orig <= 0)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.rope.scaling.original_context_length = %d is out of range",
+                            hp->arch_name, hp->n_ctx_orig);
 
     /* the architecture's table entry: its variants, then its own keys */
     const rf_arch_desc *a = hp->arch;
@@ -201,11 +274,30 @@ static rf_status load_hparams(rf_model *m) {
     if ((a->flags & RF_AF_FULL_ROT) && hp->n_rot != hp->head_dim)
         return rf_set_error(RF_ERR_FORMAT, "model metadata: %s needs rope.dimension_count (%d) == head size (%d)",
                             hp->arch_name, hp->n_rot, hp->head_dim);
+    if ((a->flags & RF_AF_MOE) && (st = load_moe_hparams(m))) return st;
     if (a->hparams && (st = a->hparams(m))) return st;
     return RF_OK;
 }
 
 /* ---- weights ---------------------------------------------------------------------------- */
+
+/* YaRN: its factors (model_yarn.c) become rope_freqs and the op runs with freq_scale 1 on
+ * every layer, the gain in rope_attn_factor. A file with its own rope_freqs too is refused. */
+static rf_status load_yarn(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    if (!hp->yarn) return RF_OK;
+    if (rf_has(&m->rope_freqs))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: rope_freqs.weight together with %s.rope.scaling.type = yarn is not supported",
+                            hp->arch_name);
+    const int half = hp->n_rot / 2;
+    m->yarn_ff = malloc((size_t)half * sizeof(float));
+    if (!m->yarn_ff) return rf_set_error(RF_ERR_OOM, "model: out of memory");
+    rf_yarn_freq_factors(hp->n_rot, hp->n_ctx_orig, hp->rope_base, hp->rope_scale, hp->yarn_ext_factor,
+                         hp->yarn_beta_fast, hp->yarn_beta_slow, m->yarn_ff);
+    hp->rope_attn_factor = rf_yarn_attn_factor(hp->rope_scale, hp->yarn_ext_factor, hp->rope_attn_factor);
+    hp->rope_scale = hp->rope_scale_swa = 1.0f; /* the interpolation is in the factors */
+    return m->be->ops->weight(m->be, RF_TYPE_F32, half, 1, m->yarn_ff, &m->rope_freqs);
+}
 
 /* Phi-3/Phi-4-mini long-context RoPE ("longrope"): per-dimension frequency factors for
  * contexts up to rope.scaling.original_context_length (rope_factors_short) and beyond it
@@ -276,8 +368,86 @@ static rf_status load_attention(rf_model *m, rf_layer *L, int il) {
     if (fused && (rf_has(&L->q_norm) || rf_has(&L->k_norm)))
         return rf_set_error(RF_ERR_UNSUPPORTED, "model: layer %d has a joined attn_qkv and Q/K norms (unsupported)", il);
     if (fl & RF_AF_DELTANET) return RF_OK; /* its post_attention_norm is the pre-FFN norm (load_ffn) */
-    if ((st = bind_l(m, &L->attn_post_norm, il, "post_attention_norm.weight", E, 1, fl & RF_AF_POST_NORMS))) return st;
+    /* (gpt-oss's post_attention_norm is its feed-forward norm, bound there, not a post norm) */
+    if (!(fl & RF_AF_FFN_NORM_POST_ATTN) &&
+        (st = bind_l(m, &L->attn_post_norm, il, "post_attention_norm.weight", E, 1, fl & RF_AF_POST_NORMS)))
+        return st;
+    if ((st = bind_l(m, &L->attn_sinks, il, "attn_sinks.weight", hp->n_head, 1, fl & RF_AF_SINKS))) return st;
     return RF_OK;
+}
+
+/* The name of the feed-forward block's norm: gpt-oss and qwen35 store it as post_attention_norm. */
+static const char *ffn_norm_name(const rf_model *m) {
+    return (m->hp.arch->flags & (RF_AF_FFN_NORM_POST_ATTN | RF_AF_DELTANET)) ? "post_attention_norm.weight" : "ffn_norm.weight";
+}
+
+/* An expert tensor blk.il.<what>: GGUF's 3-D [ne0, ne1, n_expert], every dim checked (the
+ * error names the tensor, its shape and the expected one), bound as one weight of
+ * n_expert * ne1 rows (backend.h). */
+static rf_status bind_exps(rf_model *m, rf_tensor *t, int il, const char *what, int64_t ne0, int64_t ne1) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", il, what);
+    const int64_t ne = m->hp.n_expert;
+    const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, name);
+    if (!gt) return rf_set_error(RF_ERR_NOT_FOUND, "model: missing tensor '%s' (architecture %s)", name, m->hp.arch_name);
+    if (gt->n_dims != 3 || gt->ne[0] != ne0 || gt->ne[1] != ne1 || gt->ne[2] != ne)
+        return rf_set_error(RF_ERR_FORMAT,
+                            "model: expert tensor '%s' has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %lld] "
+                            "(%s.expert_count = %lld)",
+                            name, (long long)gt->ne[0], (long long)gt->ne[1], (long long)gt->ne[2], gt->n_dims,
+                            (long long)ne0, (long long)ne1, (long long)ne, m->hp.arch_name, (long long)ne);
+    return bind(m, t, name, ne0, ne1 * ne, true);
+}
+
+/* An optional per-expert bias blk.il.<what> f32 [rows, n_expert] (gpt-oss). */
+static rf_status bind_exps_bias(rf_model *m, rf_tensor *t, int il, const char *what, int64_t rows) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", il, what);
+    const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, name);
+    if (!gt) return RF_OK;
+    if (gt->type != RF_TYPE_F32)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' has type %s; biases must be f32", name,
+                            rf_type_name(gt->type));
+    return bind(m, t, name, rows, m->hp.n_expert, true);
+}
+
+/* The mixture-of-experts block of layer il (RF_AF_MOE): the norm, the router [n_embd ->
+ * n_expert] (+ optional bias and selection bias), the three expert tensors (shapes checked
+ * against expert_count and expert_feed_forward_length), optional expert biases. A shared expert
+ * (qwen2moe style; model.h has its slots) is refused by name until its forward is built. */
+static rf_status load_ffn_moe(rf_model *m, rf_layer *L, int il) {
+    const rf_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, F = hp->n_ff_exp, NE = hp->n_expert;
+    rf_status st;
+    char name[96];
+    L->ffn = RF_FFN_MOE;
+    static const char *const shexp[] = {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+                                        "ffn_gate_inp_shexp.weight"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", il, shexp[i]);
+        if (rf_gguf_find_tensor(m->g, name))
+            return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (a shared expert) is not supported yet", name);
+    }
+    if ((st = bind_l(m, &L->ffn_norm, il, ffn_norm_name(m), E, 1, true))) return st;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+    const rf_gguf_tensor *gi = rf_gguf_find_tensor(m->g, name);
+    if (gi && (gi->n_dims != 2 || gi->ne[0] != E || gi->ne[1] != NE))
+        return rf_set_error(RF_ERR_FORMAT, "model: router tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld] "
+                            "(%s.expert_count = %lld)", name, (long long)gi->ne[0], (long long)gi->ne[1], gi->n_dims,
+                            (long long)E, (long long)NE, hp->arch_name, (long long)NE);
+    if ((st = bind_l(m, &L->ffn_gate_inp, il, "ffn_gate_inp.weight", E, NE, true))) return st;
+    if ((st = bind_l(m, &L->ffn_gate_inp_b, il, "ffn_gate_inp.bias", NE, 1, false))) return st;
+    if ((st = bind_l(m, &L->exp_probs_b, il, "exp_probs_b.bias", NE, 1, false))) return st;
+    if ((st = bind_exps(m, &L->ffn_gate_exps, il, "ffn_gate_exps.weight", E, F))) return st;
+    if ((st = bind_exps(m, &L->ffn_up_exps, il, "ffn_up_exps.weight", E, F))) return st;
+    if ((st = bind_exps(m, &L->ffn_down_exps, il, "ffn_down_exps.weight", F, E))) return st;
+    if ((st = bind_exps_bias(m, &L->ffn_gate_exps_b, il, "ffn_gate_exps.bias", F))) return st;
+    if ((st = bind_exps_bias(m, &L->ffn_up_exps_b, il, "ffn_up_exps.bias", F))) return st;
+    if ((st = bind_exps_bias(m, &L->ffn_down_exps_b, il, "ffn_down_exps.bias", E))) return st;
+    if (!m->be->ops->moe_route || !m->be->ops->matmul_id || !m->be->ops->moe_combine)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: the %s backend has no mixture-of-experts ops (layer %d)",
+                            m->be->ops->name, il);
+    return bind_l(m, &L->ffn_post_norm, il, "post_ffw_norm.weight", E, 1, hp->arch->flags & RF_AF_POST_NORMS);
 }
 
 /* A gated DeltaNet layer's weights (qwen35; shapes as llama.cpp's loader checks them): the joined
@@ -315,6 +485,7 @@ static rf_status load_ffn(rf_model *m, rf_layer *L, int il) {
     const int64_t E = hp->n_embd, F = hp->n_ff;
     rf_status st;
     char name[96];
+    if (fl & RF_AF_MOE) return load_ffn_moe(m, L, il);
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
     if (rf_gguf_find_tensor(m->g, name)) {
         L->ffn = RF_FFN_MOE;
@@ -330,8 +501,7 @@ static rf_status load_ffn(rf_model *m, rf_layer *L, int il) {
         if (rf_gguf_find_tensor(m->g, name))
             return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (a feed-forward bias) is not supported", name);
     }
-    const char *fnorm = (fl & RF_AF_DELTANET) ? "post_attention_norm.weight" : "ffn_norm.weight";
-    if ((st = bind_l(m, &L->ffn_norm, il, fnorm, E, 1, true))) return st;
+    if ((st = bind_l(m, &L->ffn_norm, il, ffn_norm_name(m), E, 1, true))) return st;
     if (fl & RF_AF_FUSED_GATE_UP) {
         if ((st = bind_l(m, &L->ffn_gu, il, "ffn_up.weight", E, 2 * F, true))) return st;
         rf_tensor *gu[] = {&L->ffn_gate, &L->ffn_up};
@@ -385,6 +555,7 @@ static rf_status load_weights(rf_model *m) {
     if (m->tied) m->output = m->tok_embd;
     if ((st = bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 1, false))) return st;
     if ((st = load_longrope(m))) return st;
+    if ((st = load_yarn(m))) return st;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof(rf_layer));
     if (!m->layers) return rf_set_error(RF_ERR_OOM, "model: out of memory");
@@ -569,6 +740,11 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
         st = rf_set_error(RF_ERR_INVALID_ARG, "--tp %d: the shard count must be 1 to 64", p.tp);
         goto fail;
     }
+    if (p.tp > 1 && m->hp.n_expert > 0) {
+        st = rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d: tensor parallelism of a mixture-of-experts model (%s, %d experts) "
+                          "is not supported yet", p.tp, arch, m->hp.n_expert);
+        goto fail;
+    }
     if ((st = open_tp(m, &p))) goto fail;
     if (!m->be && (st = open_backend(m, &p))) goto fail;
     if ((st = load_weights(m))) goto fail;
@@ -612,7 +788,10 @@ static void free_weights(rf_model *m) {
         rf_layer *L = &m->layers[il];
         rf_tensor *t[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv, &L->bo,
                           &L->q_norm, &L->k_norm, &L->attn_post_norm, &L->ffn_norm, &L->ffn_gate, &L->ffn_up,
-                          &L->ffn_down, &L->ffn_post_norm, &L->wqkv, &L->ffn_gu, &L->ssm_gate, &L->ssm_conv1d,
+                          &L->ffn_down, &L->ffn_post_norm, &L->wqkv, &L->ffn_gu, &L->ffn_gate_inp,
+                          &L->ffn_gate_inp_b, &L->exp_probs_b, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
+                          &L->ffn_gate_exps_b, &L->ffn_up_exps_b, &L->ffn_down_exps_b, &L->ffn_gate_shexp,
+                          &L->ffn_up_shexp, &L->ffn_down_shexp, &L->ffn_gate_inp_shexp, &L->attn_sinks, &L->ssm_gate, &L->ssm_conv1d,
                           &L->ssm_dt, &L->ssm_a, &L->ssm_beta, &L->ssm_alpha, &L->ssm_norm, &L->ssm_out};
         for (size_t i = 0; i < sizeof t / sizeof *t; i++) be->ops->free(be, t[i]);
     }
@@ -624,6 +803,7 @@ void rf_model_free(rf_model *m) {
     rf_model_unshard(m); /* views of the layers' weights, or uploaded slices */
     rf_tp_close(m);      /* GPUs 1.. of a split over several, and the communicator */
     free(m->layers);
+    free(m->yarn_ff);
     if (m->vocab) rf_vocab_free(m->vocab);
     if (m->chat) rf_chat_template_free(m->chat);
     if (m->be) m->be->ops->destroy(m->be);

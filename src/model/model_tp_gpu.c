@@ -104,6 +104,11 @@ rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
         if ((st = rf_tp_peer_check(m->tp_be, tp))) return st;
     }
     if ((st = rf_tp_comm_new(m->tp_be, tp, &m->tp_comm))) return st;
+    /* a recorded step is one graph over every GPU, launched by GPU 0's sample (docs/tp.md) */
+    for (int s = 1; s < tp; s++) {
+        if ((st = rf_model_use(m, s))) return st;
+        rf_backend_gpu_set_lead(m->tp_be[s], m->tp_be[0]);
+    }
     return rf_model_use(m, 0);
 }
 
@@ -142,8 +147,9 @@ int rf_model_graph_begin(rf_model *m, const void *owner, int key) {
     if (!same) {
         /* the GPUs disagree (one's buffers moved, so its recording was dropped): this step runs
          * eagerly everywhere, and every GPU drops all its recordings (a graph_begin for another
-         * owner does that), so they record again in step with each other */
-        for (int s = 0; s < m->tp; s++) {
+         * owner does that), so they record again in step with each other; the followers first,
+         * since their streams must rejoin GPU 0's recording before it ends */
+        for (int s = m->tp - 1; s >= 0; s--) {
             rf_backend *be = m->tp_be[s];
             rf_model_use(m, s);
             be->ops->graph_begin(be, m, -1);
@@ -172,7 +178,7 @@ rf_status rf_model_graph_others(rf_model *m, const rf_batch *b, int mode) {
 
 void rf_model_graph_abort(rf_model *m) {
     const int n = m->tp_be ? m->tp : 1;
-    for (int s = 0; s < n; s++) {
+    for (int s = n - 1; s >= 0; s--) { /* followers rejoin GPU 0's recording before it ends */
         rf_backend *be = rf_model_be(m, s);
         rf_model_use(m, s);
         if (be->ops->graph_abort) be->ops->graph_abort(be);
@@ -215,6 +221,13 @@ rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) { ret
 void rf_tp_close(rf_model *m) {
     if (!m->tp_be) return;
 #ifdef RF_HAVE_GPU
+    /* every recorded step first: a graph holding NCCL kernels keeps a reference on the
+     * communicator, and destroying the communicator waits for it (a hang at exit otherwise) */
+    for (int s = m->tp - 1; s >= 0; s--)
+        if (m->tp_be[s] && rf_backend_on_device(m->tp_be[s])) {
+            rf_model_use(m, s);
+            rf_backend_gpu_drop_graphs(m->tp_be[s]);
+        }
     rf_tp_comm_free(m->tp_comm);
     m->tp_comm = NULL;
 #endif

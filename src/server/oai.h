@@ -19,7 +19,6 @@
 #define SRV_MAX_TOP_LOGPROBS 20
 #define SRV_MAX_PROMPTS 64    /* prompts in one /v1/completions request */
 #define SRV_MAX_MESSAGES 4096
-#define SRV_SEED_MASK ((1ULL << 53) - 1) /* the engine takes seeds in [0, 2^53]; choice i uses seed + i */
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
@@ -30,6 +29,10 @@ typedef enum srv_route {
     SRV_ROUTE_METRICS,
     SRV_ROUTE_CHAT,
     SRV_ROUTE_COMPLETIONS,
+    SRV_ROUTE_MESSAGES,   /* Anthropic's /v1/messages (oai_messages.c) */
+    SRV_ROUTE_RESPONSES,  /* OpenAI's /v1/responses, stateless (oai_responses.c) */
+    SRV_ROUTE_TOKENIZE,   /* llama-server's /tokenize and /detokenize (oai_tokenize.c) */
+    SRV_ROUTE_DETOKENIZE,
     SRV_ROUTE_COUNT
 } srv_route;
 
@@ -73,12 +76,21 @@ typedef struct srv_prompt {
 } srv_prompt;
 
 typedef struct srv_msg {
-    char *role;        /* system, user or assistant ("developer" is read as system) */
+    char *role;        /* system, user, assistant or tool ("developer" is read as system) */
     char *content;     /* text parts joined with "\n" */
 } srv_msg;
 
+/* The API shape a chat request came in and is answered in. */
+typedef enum srv_api {
+    SRV_API_OPENAI = 0, /* chat/completions, completions */
+    SRV_API_MESSAGES,   /* Anthropic Messages: parsed into a chat request, answered as a message */
+    SRV_API_RESPONSES   /* OpenAI Responses: likewise, answered as a response object */
+} srv_api;
+
 typedef struct srv_params {
-    srv_route route;            /* SRV_ROUTE_CHAT or SRV_ROUTE_COMPLETIONS */
+    srv_route route;            /* SRV_ROUTE_CHAT or SRV_ROUTE_COMPLETIONS (Messages and Responses: CHAT) */
+    srv_api api;                /* the shape of the answer */
+    char *instructions;         /* Responses: 'instructions', echoed in the response object */
     char *model;                /* NULL when not given */
     srv_msg *msgs;              /* chat */
     size_t n_msgs;
@@ -88,16 +100,43 @@ typedef struct srv_params {
     bool parse_special;         /* completions: control-token texts in the prompt become those
                                    tokens (llama.cpp's name); default false: the prompt is text */
     int64_t max_tokens;         /* -1: not given (until EOS or the context is full) */
-    double temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
-    int32_t top_k;              /* <= 0: off */
+    rf_sampler_params sp;       /* sampling, built once here and handed to the engine by pointer;
+                                   sp.seed: the client's seed (64-bit; a negative one as its
+                                   two's complement) when has_seed */
     bool has_seed;
-    uint64_t seed;              /* the client's seed mod 2^53 when has_seed */
     int32_t n;
     int32_t logprobs;           /* -1: none; else top alternatives wanted (0..20) */
     char *stop[SRV_MAX_STOP];
     size_t stop_len[SRV_MAX_STOP];
     int n_stop;
+    /* chat: tools and reasoning (oai_tools.c, oai_render.c) */
+    char *messages_json;        /* the messages as the template renders them (tool_calls, tool results) */
+    char *tools_json;           /* the tools offered (NULL: none, or tool_choice "none") */
+    char *tmpl_vars_json;       /* chat_template_kwargs + reasoning_effort (NULL: none) */
+    int tool_choice;            /* SRV_TOOL_CHOICE_* */
+    bool parallel_tool_calls;   /* default true */
+    bool reasoning_split;       /* default true; "reasoning_format": "none" turns it off */
+    bool reasoning_force;       /* "reasoning_format": "deepseek": split <think> whatever the template */
+    /* set by srv_chat_render: the rendered prompt and how to read the answer */
+    int32_t *prompt_ids;
+    size_t n_prompt_ids;
+    bool render_special;        /* the answer's control tokens are text the parser needs */
+    int syntax;                 /* srv_tool_syntax (tool_calls.h) */
+    bool parse_output;          /* split reasoning / parse tool calls out of the answer */
+    bool think_open;            /* the prompt ends inside <think> */
 } srv_params;
+
+enum { SRV_TOOL_CHOICE_AUTO = 0, SRV_TOOL_CHOICE_NONE, SRV_TOOL_CHOICE_REQUIRED, SRV_TOOL_CHOICE_NAMED };
+
+/* The chat request's tool and reasoning fields (oai_tools.c), after its messages were read:
+ * checks tools (400 naming a malformed one), tool_choice, parallel_tool_calls,
+ * chat_template_kwargs, reasoning_effort, reasoning_format, and builds p->messages_json. */
+int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e);
+/* Renders p's chat through the model's template (tools and variables included) and tokenizes
+ * it as the engine would (the messages' text plain): sets p->prompt_ids and how the answer is
+ * parsed (oai_render.c). A template error (raise_exception) is a 400; a prompt longer than
+ * the context a 400 context_length_exceeded. A model without a template: 0, nothing set. */
+int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *e);
 
 /* Parses and checks a request body for a completions route. Returns 0 and fills *p (free with
  * srv_params_free), or -1 with a 400 in *e naming the field. Unknown fields are ignored (as
@@ -105,6 +144,42 @@ typedef struct srv_params {
  * suffix, best_of > n, echo with logprobs) are refused rather than silently dropped. */
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
+
+/* ---- other API shapes on the same engine (oai_messages.c, oai_responses.c) ---------------- */
+
+/* Anthropic Messages (POST /v1/messages) and OpenAI Responses (POST /v1/responses) bodies:
+ * checked in their own terms (a 400 names their field), translated into a chat/completions
+ * body and parsed by srv_parse_request, so that every sampling check is the same. *p comes
+ * back with route SRV_ROUTE_CHAT, n 1, no logprobs and api set. */
+int srv_parse_messages(const char *body, size_t len, srv_params *p, srv_error *e);
+int srv_parse_responses(const char *body, size_t len, srv_params *p, srv_error *e);
+/* An Anthropic-shaped error: {"type":"error","error":{"type","message"}} with Anthropic's type
+ * for the HTTP status (invalid_request_error, authentication_error, permission_error,
+ * not_found_error, request_too_large, rate_limit_error, api_error, overloaded_error). */
+char *srv_anthropic_error_json(const srv_error *e);
+const char *srv_anthropic_error_type(int status);
+/* Anthropic's stop_reason for a finish: end_turn, max_tokens, stop_sequence,
+ * model_context_window_exceeded. */
+const char *srv_anthropic_stop_reason(rf_finish_reason f);
+
+/* ---- /tokenize and /detokenize (oai_tokenize.c) -------------------------------------------- */
+
+typedef struct srv_tok_req {
+    char *content;      /* tokenize: the text */
+    size_t len;
+    bool add_special;   /* BOS/EOS as the model adds them (default false, as llama-server) */
+    bool parse_special; /* control-token texts become those tokens (default true, as llama-server) */
+    bool with_pieces;   /* answer [{"id", "piece"}] instead of ids */
+    int32_t *ids;       /* detokenize: the ids */
+    size_t n_ids;
+} srv_tok_req;
+
+/* Parses a /tokenize (route SRV_ROUTE_TOKENIZE) or /detokenize body. 0, or -1 with a 400. */
+int srv_parse_tokenize(srv_route route, const char *body, size_t len, srv_tok_req *t, srv_error *e);
+void srv_tok_req_free(srv_tok_req *t);
+/* The answer: {"tokens": [...]} or {"content": "..."}. Token ids outside the vocabulary and a
+ * text of more than max_tokens tokens are 400s. NULL with *e on failure. */
+json_t *srv_tokenize_answer(const rf_vocab *v, srv_route route, const srv_tok_req *t, size_t max_tokens, srv_error *e);
 
 /* ---- parameters to engine requests -------------------------------------------------------- */
 

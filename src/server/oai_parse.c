@@ -28,6 +28,11 @@ srv_route srv_route_of(const char *path) {
         {"/chat/completions", SRV_ROUTE_CHAT},
         {"/v1/completions", SRV_ROUTE_COMPLETIONS},
         {"/completions", SRV_ROUTE_COMPLETIONS},
+        {"/v1/messages", SRV_ROUTE_MESSAGES},
+        {"/v1/responses", SRV_ROUTE_RESPONSES},
+        {"/responses", SRV_ROUTE_RESPONSES},
+        {"/tokenize", SRV_ROUTE_TOKENIZE},
+        {"/detokenize", SRV_ROUTE_DETOKENIZE},
     };
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (strlen(tab[i].path) == n && !memcmp(tab[i].path, path, n)) return tab[i].r;
@@ -35,7 +40,8 @@ srv_route srv_route_of(const char *path) {
 }
 
 bool srv_route_allows(srv_route r, const char *method, const char **allow) {
-    bool post = r == SRV_ROUTE_CHAT || r == SRV_ROUTE_COMPLETIONS;
+    bool post = r == SRV_ROUTE_CHAT || r == SRV_ROUTE_COMPLETIONS || r == SRV_ROUTE_MESSAGES || r == SRV_ROUTE_RESPONSES ||
+                r == SRV_ROUTE_TOKENIZE || r == SRV_ROUTE_DETOKENIZE;
     if (allow) *allow = post ? "POST" : "GET, HEAD";
     if (!method) return false;
     if (post) return !strcmp(method, "POST");
@@ -49,6 +55,10 @@ const char *srv_route_name(srv_route r) {
     case SRV_ROUTE_METRICS: return "metrics";
     case SRV_ROUTE_CHAT: return "chat";
     case SRV_ROUTE_COMPLETIONS: return "completions";
+    case SRV_ROUTE_MESSAGES: return "messages";
+    case SRV_ROUTE_RESPONSES: return "responses";
+    case SRV_ROUTE_TOKENIZE: return "tokenize";
+    case SRV_ROUTE_DETOKENIZE: return "detokenize";
     default: return "other";
     }
 }
@@ -242,17 +252,13 @@ static int read_messages(json_t *root, srv_params *p, srv_error *e) {
         if (!strcmp(r, "system") || !strcmp(r, "developer")) role = "system";
         else if (!strcmp(r, "user")) role = "user";
         else if (!strcmp(r, "assistant")) role = "assistant";
-        else if (!strcmp(r, "tool") || !strcmp(r, "function"))
-            return bad(e, pp, "'%s': role '%s' is not supported (this server has no tool calls)", pp, r);
+        else if (!strcmp(r, "tool")) role = "tool"; /* tool results (oai_tools.c reads the rest) */
+        else if (!strcmp(r, "function"))
+            return bad(e, pp, "'%s': role 'function' (the deprecated function calling) is not supported; use 'tool'", pp);
         else
-            return bad(e, pp, "'%s': unknown role '%.40s' (expected system, user, assistant or developer)", pp, r);
-        json_t *tc = json_object_get(m, "tool_calls");
-        if (tc && !json_is_null(tc) && !(json_is_array(tc) && json_array_size(tc) == 0)) {
-            snprintf(pp, sizeof pp, "messages[%zu].tool_calls", i);
-            return bad(e, pp, "'%s': tool calls are not supported by this server", pp);
-        }
+            return bad(e, pp, "'%s': unknown role '%.40s' (expected system, user, assistant, tool or developer)", pp, r);
         snprintf(pp, sizeof pp, "messages[%zu].content", i);
-        if (read_content(json_object_get(m, "content"), pp, !strcmp(role, "assistant"), &p->msgs[i].content, e)) return -1;
+        if (read_content(json_object_get(m, "content"), pp, role[0] == 'a' /* assistant: may be null */, &p->msgs[i].content, e)) return -1;
         p->n_msgs = i + 1;
         if (!(p->msgs[i].role = dup_n(role, strlen(role)))) return oom(e);
     }
@@ -353,12 +359,9 @@ static int refuse_unsupported(json_t *root, srv_params *p, srv_error *e) {
         if (!json_is_object(v)) return bad(e, "logit_bias", "'logit_bias' must be an object, not %s", json_type_name(v));
         if (json_object_size(v)) return bad(e, "logit_bias", "'logit_bias' is not supported by this server");
     }
-    if ((v = json_object_get(root, "tools")) && !json_is_null(v)) {
-        if (!json_is_array(v)) return bad(e, "tools", "'tools' must be an array, not %s", json_type_name(v));
-        json_t *tc = json_object_get(root, "tool_choice");
-        bool none = json_is_string(tc) && !strcmp(json_string_value(tc), "none");
-        if (json_array_size(v) && !none) return bad(e, "tools", "'tools' (function calling) is not supported by this server");
-    }
+    if (p->route == SRV_ROUTE_COMPLETIONS && (v = json_object_get(root, "tools")) && !json_is_null(v) &&
+        !(json_is_array(v) && !json_array_size(v)))
+        return bad(e, "tools", "'tools' needs /v1/chat/completions");
     if ((v = json_object_get(root, "functions")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
         return bad(e, "functions", "'functions' (function calling) is not supported by this server");
     if ((v = json_object_get(root, "response_format")) && !json_is_null(v)) {
@@ -384,16 +387,51 @@ static int refuse_unsupported(json_t *root, srv_params *p, srv_error *e) {
     return 0;
 }
 
+/* The sampling fields into p->sp (defaults already there). */
+static int parse_sampling(json_t *root, srv_params *p, srv_error *e) {
+    double temperature = p->sp.temperature, top_p = p->sp.top_p, min_p = p->sp.min_p;
+    double presence = p->sp.presence_penalty, frequency = p->sp.frequency_penalty, rep = p->sp.repeat_penalty;
+    if (get_num(root, "temperature", 0, 2, &temperature, e)) return -1;
+    if (get_num(root, "top_p", 0, 1, &top_p, e)) return -1;
+    if (get_num(root, "min_p", 0, 1, &min_p, e)) return -1;
+    int64_t k = 0;
+    bool given;
+    if (get_int(root, "top_k", -1, INT32_MAX, &k, &given, e)) return -1;
+    if (given) p->sp.top_k = k > 0 ? (int32_t)k : 0; /* -1 and 0: off */
+    if (get_num(root, "presence_penalty", -2, 2, &presence, e)) return -1;
+    if (get_num(root, "frequency_penalty", -2, 2, &frequency, e)) return -1;
+    json_t *v = json_object_get(root, "repetition_penalty");
+    if (v && !json_is_null(v)) {
+        if (get_num(root, "repetition_penalty", 0, 100, &rep, e)) return -1;
+        if (rep <= 0) return bad(e, "repetition_penalty", "'repetition_penalty' must be > 0 (got %g)", rep);
+    }
+    int64_t seed;
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &p->has_seed, e)) return -1;
+    if (p->has_seed) p->sp.seed = (uint64_t)seed;
+    p->sp.temperature = (float)temperature;
+    p->sp.top_p = (float)top_p;
+    p->sp.min_p = (float)min_p;
+    p->sp.presence_penalty = (float)presence;
+    p->sp.frequency_penalty = (float)frequency;
+    p->sp.repeat_penalty = (float)rep;
+    return 0;
+}
+
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
+    if (route == SRV_ROUTE_MESSAGES) return srv_parse_messages(body, len, p, e);
+    if (route == SRV_ROUTE_RESPONSES) return srv_parse_responses(body, len, p, e);
     memset(p, 0, sizeof *p);
     p->route = route;
     p->max_tokens = -1;
-    /* OpenAI's defaults: temperature 1, top_p 1, no top_k / min_p, no penalties */
-    p->temperature = 1.0;
-    p->top_p = 1.0;
-    p->top_k = 0;
-    p->min_p = 0.0;
-    p->repetition_penalty = 1.0;
+    /* OpenAI's defaults: temperature 1, top_p 1, no top_k / min_p, no penalties (over the last
+     * 64 tokens when asked for) */
+    p->sp = rf_sampler_default_params();
+    p->sp.temperature = 1.0f;
+    p->sp.top_p = 1.0f;
+    p->sp.top_k = 0;
+    p->sp.min_p = 0.0f;
+    p->sp.repeat_penalty = 1.0f;
+    p->sp.repeat_last_n = 64;
     p->n = 1;
     p->logprobs = -1;
     if (route != SRV_ROUTE_CHAT && route != SRV_ROUTE_COMPLETIONS)
@@ -448,25 +486,7 @@ int srv_parse_request(srv_route route, const char *body, size_t len, srv_params 
     if (given) p->max_tokens = mt;
     if (get_int(root, "max_completion_tokens", mt_lo, INT32_MAX, &mt, &given, e)) goto out;
     if (given) p->max_tokens = mt;
-    if (get_num(root, "temperature", 0, 2, &p->temperature, e)) goto out;
-    if (get_num(root, "top_p", 0, 1, &p->top_p, e)) goto out;
-    if (get_num(root, "min_p", 0, 1, &p->min_p, e)) goto out;
-    int64_t k = 0;
-    if (get_int(root, "top_k", -1, INT32_MAX, &k, &given, e)) goto out;
-    if (given) p->top_k = (int32_t)k;
-    if (get_num(root, "presence_penalty", -2, 2, &p->presence_penalty, e)) goto out;
-    if (get_num(root, "frequency_penalty", -2, 2, &p->frequency_penalty, e)) goto out;
-    v = json_object_get(root, "repetition_penalty");
-    if (v && !json_is_null(v)) {
-        if (get_num(root, "repetition_penalty", 0, 100, &p->repetition_penalty, e)) goto out;
-        if (p->repetition_penalty <= 0) {
-            bad(e, "repetition_penalty", "'repetition_penalty' must be > 0 (got %g)", p->repetition_penalty);
-            goto out;
-        }
-    }
-    int64_t seed;
-    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &p->has_seed, e)) goto out;
-    if (p->has_seed) p->seed = (uint64_t)seed & SRV_SEED_MASK;
+    if (parse_sampling(root, p, e)) goto out;
     int64_t n = 1;
     if (get_int(root, "n", 1, SRV_MAX_N, &n, NULL, e)) goto out;
     p->n = (int32_t)n;
@@ -499,6 +519,7 @@ int srv_parse_request(srv_route route, const char *body, size_t len, srv_params 
         }
     }
     if (refuse_unsupported(root, p, e)) goto out;
+    if (route == SRV_ROUTE_CHAT && srv_read_chat_extras(root, p, e)) goto out;
     rc = 0;
 out:
     json_decref(root);
@@ -509,6 +530,7 @@ out:
 void srv_params_free(srv_params *p) {
     if (!p) return;
     free(p->model);
+    free(p->instructions);
     for (size_t i = 0; i < p->n_msgs; i++) {
         free(p->msgs[i].role);
         free(p->msgs[i].content);
@@ -521,5 +543,9 @@ void srv_params_free(srv_params *p) {
         }
     free(p->prompts);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    free(p->messages_json);
+    free(p->tools_json);
+    free(p->tmpl_vars_json);
+    free(p->prompt_ids);
     memset(p, 0, sizeof *p);
 }

@@ -27,15 +27,9 @@ static int engine_error(srv_error *e, rf_status st, const char *param) {
 
 static rf_status set_options(rf_request *r, const srv_params *p, uint64_t seed) {
     rf_status st = RF_OK;
-    st = st ? st : rf_request_set(r, RF_REQ_TEMPERATURE, p->temperature);
-    st = st ? st : rf_request_set(r, RF_REQ_TOP_K, p->top_k > 0 ? p->top_k : 0);
-    st = st ? st : rf_request_set(r, RF_REQ_TOP_P, p->top_p);
-    st = st ? st : rf_request_set(r, RF_REQ_MIN_P, p->min_p);
-    st = st ? st : rf_request_set(r, RF_REQ_REPEAT_PENALTY, p->repetition_penalty);
-    st = st ? st : rf_request_set(r, RF_REQ_REPEAT_LAST_N, 64);
-    st = st ? st : rf_request_set(r, RF_REQ_PRESENCE_PENALTY, p->presence_penalty);
-    st = st ? st : rf_request_set(r, RF_REQ_FREQUENCY_PENALTY, p->frequency_penalty);
-    st = st ? st : rf_request_set(r, RF_REQ_SEED, (double)((p->has_seed ? p->seed : seed) & SRV_SEED_MASK));
+    rf_sampler_params sp = p->sp;
+    if (!p->has_seed) sp.seed = seed;
+    st = st ? st : rf_request_set_sampling(r, &sp);
     st = st ? st : rf_request_set(r, RF_REQ_IGNORE_EOS, p->ignore_eos);
     st = st ? st : rf_request_set(r, RF_REQ_N, p->n);
     st = st ? st : rf_request_set(r, RF_REQ_LOGPROBS, p->logprobs);
@@ -68,7 +62,10 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
         }
         rf_status st = set_options(r, p, seed);
         if (st) goto fail_st;
-        if (chat) {
+        if (chat && p->prompt_ids) { /* rendered by srv_chat_render (tools, tool results, variables) */
+            st = rf_request_set_prompt_ids(r, p->prompt_ids, p->n_prompt_ids);
+            if (!st && p->render_special) st = rf_request_set(r, RF_REQ_RENDER_SPECIAL, 1);
+        } else if (chat) {
             for (size_t k = 0; k < p->n_msgs && !st; k++) st = rf_request_add_message(r, p->msgs[k].role, p->msgs[k].content);
         } else if (p->prompts[i].ids) {
             const srv_prompt *sp = &p->prompts[i];

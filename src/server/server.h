@@ -13,6 +13,9 @@ typedef struct rf_server_config {
     const char *host;        /* "127.0.0.1" (default); a name or an IPv4/IPv6 address */
     int port;                /* 8080 (default); 0 = any free port (printed at start) */
     const char *alias;       /* the model's id in the API; NULL = the file name without .gguf */
+    const char *const *aliases; /* more names the model answers to and /v1/models lists (--alias again) */
+    int32_t n_aliases;
+    bool strict_model_name;  /* a request naming another model is a 404 model_not_found (else any name is served) */
     const char *api_key;     /* NULL = no key required */
     rf_device device;
     int32_t device_index;

@@ -72,7 +72,7 @@ static enum MHD_Result send_json(srv *s, struct MHD_Connection *c, srv_route rou
 }
 
 static enum MHD_Result send_error_x(srv *s, struct MHD_Connection *c, srv_route route, const srv_error *e, bool close) {
-    char *b = srv_error_json(e);
+    char *b = route == SRV_ROUTE_MESSAGES ? srv_anthropic_error_json(e) : srv_error_json(e); /* each API its shape */
     if (!b) return MHD_NO;
     const char *h1 = NULL, *v1 = NULL;
     if (e->status == 503) h1 = MHD_HTTP_HEADER_RETRY_AFTER, v1 = "1";
@@ -106,6 +106,17 @@ static enum MHD_Result fail(srv *s, struct MHD_Connection *c, srv_route route, i
     return send_error(s, c, route, &e);
 }
 
+/* A /v1/models entry for one more name (--alias given again). */
+static json_t *alias_json(srv *s, const char *name) {
+    json_t *m = json_object();
+    json_object_set_new(m, "id", srv_json_bytes(name, strlen(name)));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(s->created));
+    json_object_set_new(m, "owned_by", json_string("rocmforge"));
+    json_object_set_new(m, "alias_of", srv_json_bytes(s->alias, strlen(s->alias)));
+    return m;
+}
+
 static json_t *models_json(srv *s) {
     json_t *m = json_object();
     json_object_set_new(m, "id", srv_json_bytes(s->alias, strlen(s->alias)));
@@ -129,6 +140,8 @@ static json_t *models_json(srv *s) {
     }
     json_t *arr = json_array();
     json_array_append_new(arr, m);
+    for (int32_t i = 0; i < s->cfg.n_aliases; i++)
+        if (s->cfg.aliases[i] && strcmp(s->cfg.aliases[i], s->alias)) json_array_append_new(arr, alias_json(s, s->cfg.aliases[i]));
     return json_pack("{ssso}", "object", "list", "data", arr);
 }
 
@@ -193,7 +206,12 @@ static void body_release(srv *s, conn_ctx *cc) {
     cc->reserved = 0;
 }
 
+/* Any name is served by the loaded model (agent clients send their own names), unless
+ * --strict-model-name: then only its names (aliases, path, file name with or without .gguf). */
 static bool model_matches(srv *s, const char *name) {
+    if (!s->cfg.strict_model_name) return true;
+    for (int32_t i = 0; i < s->cfg.n_aliases; i++)
+        if (s->cfg.aliases[i] && !strcmp(name, s->cfg.aliases[i])) return true;
     if (!strcmp(name, s->alias) || !strcmp(name, s->cfg.model_path) || !strcmp(name, s->file_base)) return true;
     size_t n = strlen(s->file_base);
     if (n > 5 && !strcasecmp(s->file_base + n - 5, ".gguf") && strlen(name) == n - 5 && !strncmp(name, s->file_base, n - 5))
@@ -205,9 +223,13 @@ static bool auth_ok(srv *s, struct MHD_Connection *c, bool *missing) {
     *missing = false;
     if (!s->cfg.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h) {
-        *missing = true;
-        return false;
+    if (!h) { /* Anthropic's clients send the key as x-api-key */
+        const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+        if (!x) {
+            *missing = true;
+            return false;
+        }
+        return key_equal(x, strlen(x), s->cfg.api_key, strlen(s->cfg.api_key));
     }
     while (*h == ' ') h++;
     if (strncasecmp(h, "Bearer", 6) || (h[6] != ' ' && h[6] != '\t')) return false;
@@ -239,7 +261,7 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
         srv_params_free(&p);
         return fail(s, c, route, 503, "unavailable_error", "shutting_down", NULL, "the server is shutting down");
     }
-    int n_subs = route == SRV_ROUTE_CHAT ? 1 : (int)p.n_prompts;
+    int n_subs = p.route == SRV_ROUTE_CHAT ? 1 : (int)p.n_prompts;
     int64_t limit = (int64_t)s->cfg.n_parallel + s->cfg.max_queue;
     if (atomic_load(&s->active) + n_subs > limit) {
         srv_params_free(&p);
@@ -251,7 +273,11 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
                     atomic_load(&s->active), s->cfg.n_parallel, s->cfg.max_queue);
     }
     srv_prepared pr;
-    if (srv_prepare(s->eng, s->n_ctx, &p, srv_rng_next(s) & SRV_SEED_MASK, &pr, &e)) {
+    if (p.route == SRV_ROUTE_CHAT && srv_chat_render(s->model, s->n_ctx, &p, &e)) {
+        srv_params_free(&p);
+        return send_error(s, c, route, &e);
+    }
+    if (srv_prepare(s->eng, s->n_ctx, &p, srv_rng_next(s), &pr, &e)) {
         srv_params_free(&p);
         return send_error(s, c, route, &e);
     }
@@ -264,10 +290,19 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
     if (s->test_faults) { /* tests: "X-RF-Test-Fault: oom-events" makes this request's event copies fail */
         const char *f = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-RF-Test-Fault");
         r->fault_oom = f && !strcmp(f, "oom-events");
+        /* "X-RF-Test-Output: <JSON string>": the answer's text is this instead of the model's */
+        const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-RF-Test-Output");
+        json_t *j = o ? json_loads(o, JSON_DECODE_ANY, NULL) : NULL;
+        if (json_is_string(j) && (r->inject = malloc(json_string_length(j) + 1))) {
+            memcpy(r->inject, json_string_value(j), json_string_length(j) + 1);
+            r->inject_len = json_string_length(j);
+        }
+        json_decref(j);
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->conn = c;
     r->fd = ci ? ci->connect_fd : -1;
+    r->api_n_prompt = pr.n_prompt[0];
     cc->req = r; /* the connection's reference */
     srv_list_add(s, r);
     /* queue every prompt; a failure cancels those already queued */
@@ -282,7 +317,7 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
             atomic_fetch_sub(&r->refs, 1);
             srv_error se;
             if (st == RF_ERR_OOM) srv_fail(&se, 503, "server_error", NULL, NULL, "out of memory while queueing: %s", rf_last_error());
-            else srv_fail(&se, 400, "invalid_request_error", NULL, route == SRV_ROUTE_CHAT ? "messages" : "prompt", "%s", rf_last_error());
+            else srv_fail(&se, 400, "invalid_request_error", NULL, r->p.route == SRV_ROUTE_CHAT ? "messages" : "prompt", "%s", rf_last_error());
             pthread_mutex_lock(&r->mu);
             r->cancelled = true;
             /* the choices never queued count as done */
@@ -368,12 +403,29 @@ static enum MHD_Result finish_request(srv *s, struct MHD_Connection *c, conn_ctx
     return send_json(s, c, cc->route, 200, j);
 }
 
+/* /tokenize and /detokenize: answered on the HTTP thread from the vocabulary (no engine step).
+ * A text is tokenized up to a limit of tokens, so a huge body costs no more than that. */
+#define SRV_MAX_TOKENIZE 262144
+static enum MHD_Result answer_tokenize(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
+    srv_tok_req t;
+    srv_error e;
+    memset(&e, 0, sizeof e);
+    cc->responded = true;
+    int parsed = srv_parse_tokenize(cc->route, cc->body.p, cc->body.len, &t, &e);
+    body_release(s, cc);
+    if (parsed) return send_error(s, c, cc->route, &e);
+    json_t *j = srv_tokenize_answer(s->vocab, cc->route, &t, SRV_MAX_TOKENIZE, &e);
+    srv_tok_req_free(&t);
+    if (!j) return send_error(s, c, cc->route, &e);
+    return send_json(s, c, cc->route, 200, j);
+}
+
 /* The answer to a request that was refused before its body (404, 405, 401), given once the
  * body is read (and dropped), so that the connection can stay open. */
 static enum MHD_Result answer_refused(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
     cc->responded = true;
     if (cc->refused.status == 405) {
-        char *b = srv_error_json(&cc->refused);
+        char *b = cc->route == SRV_ROUTE_MESSAGES ? srv_anthropic_error_json(&cc->refused) : srv_error_json(&cc->refused);
         if (!b) return MHD_NO;
         enum MHD_Result ret = send_body(s, c, cc->route, 405, "application/json", b, strlen(b), MHD_HTTP_HEADER_ALLOW,
                                         cc->allow, NULL, NULL);
@@ -409,6 +461,7 @@ static enum MHD_Result answer(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
         cc->responded = true;
         return fail(s, c, route, 503, "unavailable_error", "model_loading", NULL, "Loading model");
     }
+    if (route == SRV_ROUTE_TOKENIZE || route == SRV_ROUTE_DETOKENIZE) return answer_tokenize(s, c, cc);
     enum MHD_Result ret = start_request(s, c, cc);
     if (!cc->req) cc->responded = true; /* refused: an error is queued */
     return ret;
@@ -491,8 +544,8 @@ static enum MHD_Result check_headers(srv *s, struct MHD_Connection *c, conn_ctx 
                  "method %.20s is not allowed on %.200s (allowed: %s)", method, url, cc->allow);
     } else if (route != SRV_ROUTE_HEALTH && route != SRV_ROUTE_MODELS && !auth_ok(s, c, &missing)) {
         srv_fail(&cc->refused, 401, "authentication_error", "invalid_api_key", NULL, "%s",
-                 missing ? "Missing API key: send it as 'Authorization: Bearer <key>'" : "Incorrect API key provided");
-    } else if ((route == SRV_ROUTE_CHAT || route == SRV_ROUTE_COMPLETIONS) && !srv_policy_json_type(c)) {
+                 missing ? "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'" : "Incorrect API key provided");
+    } else if (route != SRV_ROUTE_HEALTH && route != SRV_ROUTE_MODELS && route != SRV_ROUTE_METRICS && !srv_policy_json_type(c)) {
         /* a browser sends text/plain and form types cross-site without a preflight; JSON needs one */
         const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         srv_fail(&cc->refused, 415, "invalid_request_error", "unsupported_media_type", NULL,

@@ -39,8 +39,10 @@
 
 #include "metrics.h"
 #include "oai.h"
+#include "tool_calls.h"
 #include "server.h"
 #include "server_conn.h"
+#include "tool_calls.h"
 
 #define SRV_TICK_MS 50
 
@@ -78,6 +80,7 @@ typedef struct srv_choice {
     size_t offset;      /* bytes of text so far (echo included): completions' text_offset */
     rf_finish_reason finish;
     bool done;
+    srv_chat_stream cs; /* chat with parse_output: reasoning / tool calls split off (tool_calls.h) */
 } srv_choice;
 
 struct srv_req {
@@ -99,6 +102,8 @@ struct srv_req {
     double *t_last;
     bool first_token;
     bool fault_oom;      /* tests: every event copy fails as if out of memory (set before submit) */
+    char *inject;        /* tests: the answer's text replaced by this (X-RF-Test-Output) */
+    size_t inject_len;
     /* under mu */
     srv_event *qh, **qt;
     int engine_done;     /* DONE events queued */
@@ -116,6 +121,13 @@ struct srv_req {
     int consumed_done;
     srv_error err;
     int64_t u_prompt, u_completion, u_cached;
+    /* Messages / Responses answers (server_out_messages.c, server_out_responses.c) */
+    int32_t api_n_prompt;  /* prompt tokens, known before the first event (message_start) */
+    int64_t api_seq;       /* Responses: the next event's sequence_number */
+    srv_buf api_raw;       /* Messages with several stop sequences: every token's piece, to name the one hit */
+    int api_items;         /* parsed answers (tool calls, reasoning): content blocks / output items sent */
+    int api_open;          /* the one open now: 0 none, 1 text / message, 2 thinking / reasoning */
+    srv_buf api_ws;        /* whitespace between tool calls, held until text follows (else dropped) */
 };
 
 struct srv {
@@ -202,6 +214,27 @@ json_t *srv_final_json(srv_req *r);
 ssize_t srv_stream_reader(void *cls, uint64_t pos, char *buf, size_t max);
 /* Frees the streaming response's reference. */
 void srv_stream_free(void *cls);
+
+/* ---- server_out_messages.c, server_out_responses.c: the other API shapes' answers ---------- */
+
+/* A streamed request's opening events (message_start ...; response.created ...). */
+void srv_messages_stream_start(srv_req *r);
+void srv_responses_stream_start(srv_req *r);
+/* Output text of the (single) choice: delta events, or kept for the final object. The DONE
+ * event's text comes last (token -1 / final): a parsed answer then commits what it held. */
+void srv_messages_text(srv_req *r, const char *text, size_t len, int32_t token);
+void srv_responses_text(srv_req *r, const char *text, size_t len, bool final);
+/* A stream's closing events, once the choice is done without error. */
+void srv_messages_stream_end(srv_req *r);
+void srv_responses_stream_end(srv_req *r);
+/* r->err as the shape's error event. */
+void srv_messages_stream_error(srv_req *r);
+void srv_responses_stream_error(srv_req *r);
+/* The whole non-streaming answer; NULL when out of memory. */
+json_t *srv_messages_final_json(srv_req *r);
+json_t *srv_responses_final_json(srv_req *r);
+/* Appends "event: <name>\ndata: <compact json>\n\n" and consumes j. */
+void srv_buf_sse_event(srv_buf *b, const char *name, json_t *j);
 
 /* ---- server_http.c: libmicrohttpd's callbacks --------------------------------------------- */
 

@@ -119,7 +119,82 @@ static json_t *delta_content(const char *text, size_t len) {
     return d;
 }
 
+/* ---- chat answers with reasoning and tool calls (tool_calls.h) ---------------------------- */
+
+/* "finish_reason": tool_calls when the answer ended with calls */
+static const char *finish_of(const srv_req *r, rf_finish_reason f, size_t n_calls) {
+    if (n_calls && (f == RF_FINISH_EOS || f == RF_FINISH_STOP) && r->p.route == SRV_ROUTE_CHAT) return "tool_calls";
+    return srv_finish_str(f);
+}
+
+/* The streamed tool-call deltas as the OpenAI SDKs accumulate them: the first names the call
+ * (index, id, type, function.name, empty arguments), the next carries the arguments. */
+static void emit_calls(srv_req *r, int ci, const srv_chat_delta *d) {
+    for (size_t k = 0; k < d->n_calls; k++) {
+        const srv_tool_call *c = &d->calls[k];
+        for (int part = 0; part < 2; part++) {
+            json_t *f = json_object(), *tc = json_object(), *a = json_array(), *dl = json_object();
+            if (part == 0) json_object_set_new(f, "name", srv_json_bytes(c->name, strlen(c->name)));
+            json_object_set_new(f, "arguments", part ? srv_json_bytes(c->arguments, strlen(c->arguments)) : json_string(""));
+            json_object_set_new(tc, "index", json_integer((json_int_t)(d->first_call + k)));
+            if (part == 0) {
+                json_object_set_new(tc, "id", srv_json_bytes(c->id, strlen(c->id)));
+                json_object_set_new(tc, "type", json_string("function"));
+            }
+            json_object_set_new(tc, "function", f);
+            json_array_append_new(a, tc);
+            json_object_set_new(dl, "tool_calls", a);
+            emit_chunk(r, ci, dl, NULL, 0, NULL, NULL);
+        }
+    }
+}
+
+/* Adds text to a parsed chat choice and streams what the parse now commits; lp is consumed. */
+static void stream_parsed(srv_req *r, int ci, const char *text, size_t len, json_t *lp, bool final) {
+    srv_choice *ch = &r->ch[ci];
+    if (!ch->cs.ready) {
+        ch->cs.cfg = srv_parse_cfg_for(&r->p, r->id, ci);
+        ch->cs.ready = true;
+    }
+    srv_buf_add(&ch->text, text, len);
+    srv_chat_delta d;
+    if (ch->text.oom || srv_chat_stream_feed(&ch->cs, ch->text.p ? ch->text.p : "", ch->text.len, final, &d)) {
+        r->out.oom = true;
+        json_decref(lp);
+        return;
+    }
+    if (d.reasoning_len) {
+        json_t *dl = json_object();
+        json_object_set_new(dl, "reasoning_content", srv_json_bytes(d.reasoning, d.reasoning_len));
+        emit_chunk(r, ci, dl, NULL, 0, lp, NULL);
+        lp = NULL;
+    }
+    if (d.content_len) {
+        emit_chunk(r, ci, delta_content(d.content, d.content_len), NULL, 0, lp, NULL);
+        lp = NULL;
+    }
+    emit_calls(r, ci, &d);
+    if (lp) emit_chunk(r, ci, json_object(), NULL, 0, lp, NULL);
+}
+
+/* tests (X-RF-Test-Output): the injected answer, streamed in small pieces so that markers
+ * straddle chunks as model tokens do */
+static void stream_injected(srv_req *r, int ci) {
+    for (size_t o = 0; o < r->inject_len; o += 3) {
+        size_t k = r->inject_len - o < 3 ? r->inject_len - o : 3;
+        stream_parsed(r, ci, r->inject + o, k, NULL, false);
+    }
+}
+
 static void emit_error_chunk(srv_req *r) {
+    if (r->p.api == SRV_API_MESSAGES) {
+        srv_messages_stream_error(r);
+        return;
+    }
+    if (r->p.api == SRV_API_RESPONSES) {
+        srv_responses_stream_error(r);
+        return;
+    }
     char *j = srv_error_json(&r->err);
     if (!j) {
         r->out.oom = true;
@@ -134,6 +209,14 @@ static void emit_error_chunk(srv_req *r) {
 /* The stream's opening: chat choices get their {"role": "assistant"} delta, echoed
  * completions their prompt. */
 static void stream_start(srv_req *r) {
+    if (r->p.api == SRV_API_MESSAGES) {
+        srv_messages_stream_start(r);
+        return;
+    }
+    if (r->p.api == SRV_API_RESPONSES) {
+        srv_responses_stream_start(r);
+        return;
+    }
     for (int i = 0; i < r->n_choices; i++) {
         if (r->p.route == SRV_ROUTE_CHAT) {
             emit_chunk(r, i, json_pack("{ss}", "role", "assistant"), NULL, 0, NULL, NULL);
@@ -167,6 +250,12 @@ void srv_consume(srv_req *r, srv_event *list) {
         srv_choice *ch = &r->ch[ci];
         if (e->kind == RF_EVENT_TOKEN) {
             if (r->errored || ch->done) continue;
+            if (r->p.api) { /* Messages / Responses: one choice, no logprobs */
+                if (r->p.api == SRV_API_MESSAGES) srv_messages_text(r, e->text, e->len, e->token);
+                else srv_responses_text(r, e->text, e->len, false);
+                ch->offset += e->len;
+                continue;
+            }
             json_t *lp = NULL;
             if (r->p.logprobs >= 0 && e->token >= 0) {
                 if (chat) {
@@ -184,7 +273,11 @@ void srv_consume(srv_req *r, srv_event *list) {
                     text_logprob_add(s, dst, e, ch->offset);
                 }
             }
-            if (r->stream) {
+            if (r->inject) {
+                json_decref(lp); /* the model's own text is replaced at the end */
+            } else if (r->stream && chat && r->p.parse_output) {
+                stream_parsed(r, ci, e->text, e->len, lp, false);
+            } else if (r->stream) {
                 if (e->len || lp) emit_chunk(r, ci, chat ? delta_content(e->text, e->len) : NULL, e->text, e->len, lp, NULL);
             } else {
                 srv_buf_add(&ch->text, e->text, e->len);
@@ -223,8 +316,30 @@ void srv_consume(srv_req *r, srv_event *list) {
             continue;
         }
         if (r->errored) continue;
-        ch->finish = e->finish;
-        if (r->stream) {
+        if (r->p.api) { /* Messages / Responses: their own output (the test hook's answer included) */
+            ch->finish = e->finish;
+            if (r->p.api == SRV_API_MESSAGES) srv_messages_text(r, e->text, e->len, -1);
+            else srv_responses_text(r, e->text, e->len, true);
+            ch->offset += e->len;
+            continue;
+        }
+        ch->finish = r->inject ? RF_FINISH_STOP : e->finish; /* tests: the injected answer is whole */
+        const char *dtext = r->inject ? r->inject : e->text;
+        size_t dlen = r->inject ? r->inject_len : e->len;
+        if (r->inject && r->stream && chat) {
+            if (!r->p.parse_output) emit_chunk(r, ci, delta_content(dtext, dlen), NULL, 0, NULL, NULL);
+            else stream_injected(r, ci);
+        }
+        if (r->stream && chat && r->p.parse_output) {
+            if (!r->inject) stream_parsed(r, ci, e->text, e->len, NULL, true);
+            else stream_parsed(r, ci, "", 0, NULL, true);
+            emit_chunk(r, ci, json_object(), NULL, 0, NULL, finish_of(r, ch->finish, ch->cs.cur.n_calls));
+        } else if (r->stream && r->inject && chat) {
+            emit_chunk(r, ci, json_object(), NULL, 0, NULL, srv_finish_str(ch->finish));
+        } else if (!r->stream && r->inject) {
+            ch->text.len = 0;
+            srv_buf_add(&ch->text, dtext, dlen);
+        } else if (r->stream) {
             if (e->len) emit_chunk(r, ci, chat ? delta_content(e->text, e->len) : NULL, e->text, e->len, NULL, NULL);
             emit_chunk(r, ci, chat ? json_object() : NULL, "", 0, NULL, srv_finish_str(e->finish));
         } else {
@@ -253,6 +368,8 @@ srv_event *srv_take_events(srv_req *r, bool *all) {
 
 
 json_t *srv_final_json(srv_req *r) {
+    if (r->p.api == SRV_API_MESSAGES) return srv_messages_final_json(r);
+    if (r->p.api == SRV_API_RESPONSES) return srv_responses_final_json(r);
     bool chat = r->p.route == SRV_ROUTE_CHAT;
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id));
@@ -268,8 +385,32 @@ json_t *srv_final_json(srv_req *r) {
         if (chat) {
             json_t *msg = json_object();
             json_object_set_new(msg, "role", json_string("assistant"));
-            json_object_set_new(msg, "content", srv_json_bytes(ch->text.p ? ch->text.p : "", ch->text.len));
+            size_t n_calls = 0;
+            if (r->p.parse_output) {
+                srv_parse_cfg cfg = srv_parse_cfg_for(&r->p, r->id, i);
+                srv_chat_out po = {0};
+                if (srv_chat_parse(&cfg, ch->text.p ? ch->text.p : "", ch->text.len, true, &po)) {
+                    srv_chat_out_free(&po);
+                    json_decref(msg);
+                    json_decref(c);
+                    json_decref(arr);
+                    json_decref(o);
+                    return NULL;
+                }
+                n_calls = po.n_calls;
+                bool blank = true;
+                for (size_t k = 0; k < po.content.len && blank; k++) blank = strchr(" \t\r\n", po.content.p[k]) != NULL;
+                json_object_set_new(msg, "content", n_calls && blank ? json_null()
+                                                                     : srv_json_bytes(po.content.p ? po.content.p : "", po.content.len));
+                if (po.reasoning.len) json_object_set_new(msg, "reasoning_content", srv_json_bytes(po.reasoning.p, po.reasoning.len));
+                json_t *tc = srv_tool_calls_json(&po);
+                if (tc) json_object_set_new(msg, "tool_calls", tc);
+                srv_chat_out_free(&po);
+            } else {
+                json_object_set_new(msg, "content", srv_json_bytes(ch->text.p ? ch->text.p : "", ch->text.len));
+            }
             json_object_set_new(c, "message", msg);
+            json_object_set_new(c, "finish_reason", json_string(finish_of(r, ch->finish, n_calls)));
             if (r->p.logprobs >= 0) {
                 json_t *lp = json_object();
                 json_object_set_new(lp, "content", ch->lp ? json_incref(ch->lp) : json_array());
@@ -287,7 +428,7 @@ json_t *srv_final_json(srv_req *r) {
             if (r->p.logprobs >= 0) json_object_set_new(c, "logprobs", ch->lp ? json_incref(ch->lp) : text_logprob_new());
             else json_object_set_new(c, "logprobs", json_null());
         }
-        json_object_set_new(c, "finish_reason", json_string(srv_finish_str(ch->finish)));
+        if (!chat) json_object_set_new(c, "finish_reason", json_string(srv_finish_str(ch->finish)));
         json_array_append_new(arr, c);
     }
     json_object_set_new(o, "choices", arr);
@@ -350,7 +491,13 @@ ssize_t srv_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         /* the end: every choice done, or an error (sent above; what the other choices still
          * produce is dropped with the request) */
-        if (all || r->errored) {
+        if ((all || r->errored) && r->p.api) { /* their own closing events, no [DONE] */
+            if (!r->errored) {
+                if (r->p.api == SRV_API_MESSAGES) srv_messages_stream_end(r);
+                else srv_responses_stream_end(r);
+            }
+            r->ended = true;
+        } else if (all || r->errored) {
             if (r->p.include_usage && !r->errored) {
                 json_t *o = chunk_frame(r, json_array());
                 json_object_set_new(o, "usage", usage_json(r));

@@ -31,6 +31,7 @@ void srv_req_unref(srv_req *r) {
     for (int i = 0; i < r->n_choices; i++) {
         srv_buf_free(&r->ch[i].text);
         json_decref(r->ch[i].lp);
+        srv_chat_stream_free(&r->ch[i].cs);
     }
     if (r->echo)
         for (int i = 0; i < r->n_subs; i++) free(r->echo[i]);
@@ -41,6 +42,9 @@ void srv_req_unref(srv_req *r) {
     free(r->subs);
     free(r->t_last);
     srv_buf_free(&r->out);
+    srv_buf_free(&r->api_raw);
+    srv_buf_free(&r->api_ws);
+    free(r->inject);
     srv_params_free(&r->p);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -187,7 +191,11 @@ bool srv_on_engine_event(const rf_event *ev, void *user) {
 
 static void make_id(srv *s, srv_req *r) {
     uint64_t a = srv_rng_next(s), b = srv_rng_next(s);
-    snprintf(r->id, sizeof r->id, "%s%016llx%08llx", r->p.route == SRV_ROUTE_CHAT ? "chatcmpl-" : "cmpl-",
+    const char *prefix = r->p.api == SRV_API_MESSAGES    ? "msg_"
+                         : r->p.api == SRV_API_RESPONSES ? "resp_"
+                         : r->p.route == SRV_ROUTE_CHAT  ? "chatcmpl-"
+                                                         : "cmpl-";
+    snprintf(r->id, sizeof r->id, "%s%016llx%08llx", prefix,
              (unsigned long long)a, (unsigned long long)(b & 0xffffffffULL));
 }
 

@@ -50,7 +50,18 @@ expect 2 "unknown option '-p'" -- "${B[@]}" -m "$M" -f "$T/one.txt" -p hi
 expect 2 "'xml' is not one of text, jsonl" -- "${B[@]}" -m "$M" -f "$T/one.txt" -o xml
 expect 2 "option --parallel: '0' must be an integer in [1, 4096]" -- "${B[@]}" -m "$M" -f "$T/one.txt" --parallel 0
 expect 2 "must be >= 0 (got -5)" -- "${B[@]}" -m "$M" -f "$T/one.txt" -n -5
-expect 2 "larger than 2^53" -- "${B[@]}" -m "$M" -f "$T/one.txt" --seed 18446744073709551615
+expect 2 "is not a non-negative integer" -- "${B[@]}" -m "$M" -f "$T/one.txt" --seed 18446744073709551616
+# seeds are 64-bit end to end (no double on the way): 2^53 + 1 is not 2^53, 2^64 - 1 is taken,
+# and batch and run draw the same text from the same seed
+for S in 9007199254740992 9007199254740993 18446744073709551615; do
+    "${B[@]}" -m "$M" -f "$T/one.txt" -n 24 --temp 2 --top-k 0 --top-p 1 --min-p 0 --seed $S -o jsonl \
+        >"$T/seed$S.out" 2>"$T/seed.err" || fail "--seed $S: $(cat "$T/seed.err")"
+    "${R[@]}" -m "$M" -p "Once upon a time" -n 24 --temp 2 --top-k 0 --top-p 1 --min-p 0 --seed $S --no-timing \
+        >"$T/seedrun$S" 2>/dev/null || fail "run --seed $S"
+    python3 -c 'import json,sys; o=json.loads(open(sys.argv[1]).read()); t=open(sys.argv[2],"rb").read().decode("utf-8","replace"); sys.exit(o["text"] != t)' \
+        "$T/seed$S.out" "$T/seedrun$S" || fail "--seed $S: batch and run differ"
+done
+cmp -s "$T/seed9007199254740992.out" "$T/seed9007199254740993.out" && fail "--seed 2^53 + 1 drew what 2^53 drew"
 expect 2 "'fp8' is not one of f32, f16, q8_0" -- "${B[@]}" -m "$M" -f "$T/one.txt" --kv-type fp8
 expect 1 "/nonexistent.gguf" -- "${B[@]}" -m /nonexistent.gguf -f "$T/one.txt"
 expect 1 "cannot hold one sequence" -- "${B[@]}" -m "$M" -f "$T/one.txt" -c 64 --kv-blocks 3

@@ -1,10 +1,13 @@
 /* fuzz_server_body.h — one fuzz iteration over the server's request-to-params path (routing,
- * srv_parse_request, srv_prepare: tokenizing, chat-template rendering, the context check),
+ * srv_parse_request, srv_chat_render, srv_prepare: tokenizing, chat-template rendering with tools,
+ * the context check; and the answer parsers on the same bytes),
  * shared by the libFuzzer target (fuzz_server.c) and the corpus replay unit test
  * (tests/unit/test_server_parse.c). Include after defining _GNU_SOURCE.
  *
- * Input: byte 0 picks the route (bit 0: chat or completions; bit 1: also try the rest as a URL
- * path and a method), the rest is the request body. Invariants (a violation traps): a refused
+ * Input: byte 0 picks the route (bits 2-3: 0 = bit 0 picks chat or completions, 1 = Anthropic
+ * messages, 2 = OpenAI responses, 3 = bit 0 picks /tokenize or /detokenize, answered from the
+ * model's vocabulary; bit 1: also try the rest as a URL path and a method), the rest is the
+ * request body. Invariants (a violation traps): a refused
  * body is a 400 or 404 with a type, a message and valid JSON for its error; never a 5xx other
  * than 503 for out-of-memory; an accepted body's parameters are in the ranges the engine takes;
  * prepared requests are counted against the context (prompt + max_tokens <= n_ctx). */
@@ -20,6 +23,7 @@
 #include "rocmforge/engine.h"
 #include "rocmforge/mkmodel.h"
 #include "server/oai.h"
+#include "server/tool_calls.h"
 
 #define RF_FUZZ_SRV_CHECK(c) \
     do {                     \
@@ -83,6 +87,20 @@ static int rf_fuzz_srv_init(rf_fuzz_srv *f, const char *model_path) {
     return 0;
 }
 
+/* The Anthropic shape of the same error: {"type":"error","error":{"type","message"}}. */
+static void rf_fuzz_srv_check_anthropic(const srv_error *e) {
+    char *j = srv_anthropic_error_json(e);
+    RF_FUZZ_SRV_CHECK(j != NULL);
+    json_error_t jerr;
+    json_t *o = json_loads(j, 0, &jerr);
+    RF_FUZZ_SRV_CHECK(o && json_is_object(json_object_get(o, "error")));
+    RF_FUZZ_SRV_CHECK(!strcmp(json_string_value(json_object_get(o, "type")), "error"));
+    json_t *in = json_object_get(o, "error");
+    RF_FUZZ_SRV_CHECK(json_is_string(json_object_get(in, "message")) && json_is_string(json_object_get(in, "type")));
+    json_decref(o);
+    free(j);
+}
+
 static void rf_fuzz_srv_check_error(const srv_error *e) {
     RF_FUZZ_SRV_CHECK(e->status == 400 || e->status == 404 || e->status == 503);
     if (e->status == 503) RF_FUZZ_SRV_CHECK(strstr(e->message, "out of memory") != NULL);
@@ -103,11 +121,45 @@ static void rf_fuzz_srv_check_error(const srv_error *e) {
     free(j);
 }
 
+/* The answer parsers (tool_calls.h) on the same bytes as a model's text, in every syntax:
+ * never an error but out of memory, call arguments always a JSON object, and fed in three
+ * growing pieces the deltas add up to the final parse. */
+static void rf_fuzz_srv_answer(const char *t, size_t n) {
+    for (int syn = SRV_SYNTAX_NONE; syn <= SRV_SYNTAX_HARMONY; syn++) {
+        srv_parse_cfg cfg = {.syntax = (srv_tool_syntax)syn, .tools = true, .reasoning = true, .parallel = true,
+                             .think_open = (n & 1) != 0, .id_seed = 1};
+        srv_chat_out o = {0};
+        RF_FUZZ_SRV_CHECK(srv_chat_parse(&cfg, t, n, true, &o) == 0);
+        for (size_t k = 0; k < o.n_calls; k++) {
+            json_t *a = json_loads(o.calls[k].arguments, 0, NULL);
+            RF_FUZZ_SRV_CHECK(json_is_object(a));
+            json_decref(a);
+        }
+        srv_chat_stream s = {.ready = true, .cfg = cfg};
+        size_t r = 0, c = 0, calls = 0;
+        size_t cut[3] = {n / 3, 2 * n / 3, n};
+        for (int i = 0; i < 3; i++) {
+            srv_chat_delta d;
+            RF_FUZZ_SRV_CHECK(srv_chat_stream_feed(&s, t, cut[i], i == 2, &d) == 0);
+            r += d.reasoning_len;
+            c += d.content_len;
+            calls += d.n_calls;
+        }
+        RF_FUZZ_SRV_CHECK(r == o.reasoning.len && c == o.content.len && calls == o.n_calls);
+        srv_chat_stream_free(&s);
+        srv_chat_out_free(&o);
+    }
+}
+
 /* One input; returns 0 when the body was refused by the parser, 1 when refused while preparing
  * (context, vocabulary, template), 2 when engine requests were built. */
 static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
     if (size == 0) return 0;
-    srv_route route = (data[0] & 1) ? SRV_ROUTE_COMPLETIONS : SRV_ROUTE_CHAT;
+    static const srv_route kind_route[4] = {SRV_ROUTE_CHAT, SRV_ROUTE_MESSAGES, SRV_ROUTE_RESPONSES, SRV_ROUTE_TOKENIZE};
+    int kind = (data[0] >> 2) & 3;
+    srv_route route = kind_route[kind];
+    if (kind == 0 && (data[0] & 1)) route = SRV_ROUTE_COMPLETIONS;
+    if (kind == 3 && (data[0] & 1)) route = SRV_ROUTE_DETOKENIZE;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
     if (data[0] & 2) { /* the router: the body as a path, its first word as a method */
@@ -126,29 +178,66 @@ static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
         json_decref(j);
         free(path);
     }
+    rf_fuzz_srv_answer(body, len);
     srv_params p;
     srv_error e;
     memset(&e, 0, sizeof e);
+    if (kind == 3) { /* /tokenize, /detokenize: parse and answer (no engine) */
+        srv_tok_req t;
+        if (srv_parse_tokenize(route, body, len, &t, &e)) {
+            rf_fuzz_srv_check_error(&e);
+            return 0;
+        }
+        memset(&e, 0, sizeof e);
+        json_t *a = srv_tokenize_answer(rf_model_vocab(f->model), route, &t, 4096, &e);
+        int rc = 2;
+        if (!a) {
+            rf_fuzz_srv_check_error(&e);
+            rc = 1;
+        } else {
+            RF_FUZZ_SRV_CHECK(json_is_array(json_object_get(a, "tokens")) || json_is_string(json_object_get(a, "content")));
+            char *d = json_dumps(a, JSON_COMPACT);
+            RF_FUZZ_SRV_CHECK(d != NULL);
+            free(d);
+            json_decref(a);
+        }
+        srv_tok_req_free(&t);
+        return rc;
+    }
     if (srv_parse_request(route, body, len, &p, &e)) {
         rf_fuzz_srv_check_error(&e);
+        if (route == SRV_ROUTE_MESSAGES) rf_fuzz_srv_check_anthropic(&e);
         return 0;
+    }
+    /* Messages and Responses come back as one-choice chat requests in their own answer shape */
+    if (kind == 1 || kind == 2) {
+        RF_FUZZ_SRV_CHECK(p.route == SRV_ROUTE_CHAT && p.n == 1 && p.logprobs == -1);
+        RF_FUZZ_SRV_CHECK(p.api == (kind == 1 ? SRV_API_MESSAGES : SRV_API_RESPONSES));
+        if (kind == 1) RF_FUZZ_SRV_CHECK(p.max_tokens >= 1);
     }
     /* what the parser accepts is in the engine's ranges */
     RF_FUZZ_SRV_CHECK(p.n >= 1 && p.n <= SRV_MAX_N);
     RF_FUZZ_SRV_CHECK(p.logprobs >= -1 && p.logprobs <= SRV_MAX_TOP_LOGPROBS);
     RF_FUZZ_SRV_CHECK(p.n_stop >= 0 && p.n_stop <= SRV_MAX_STOP);
-    RF_FUZZ_SRV_CHECK(p.temperature >= 0 && p.temperature <= 2);
-    RF_FUZZ_SRV_CHECK(p.top_p >= 0 && p.top_p <= 1);
+    RF_FUZZ_SRV_CHECK(p.sp.temperature >= 0 && p.sp.temperature <= 2);
+    RF_FUZZ_SRV_CHECK(p.sp.top_p >= 0 && p.sp.top_p <= 1);
     RF_FUZZ_SRV_CHECK(p.max_tokens >= -1);
-    RF_FUZZ_SRV_CHECK(route == SRV_ROUTE_CHAT ? p.n_msgs >= 1 : p.n_prompts >= 1);
+    RF_FUZZ_SRV_CHECK(p.route == SRV_ROUTE_CHAT ? p.n_msgs >= 1 : p.n_prompts >= 1);
     srv_prepared pr;
     memset(&e, 0, sizeof e);
     int rc = 2;
+    /* chat: rendered with its tools and tool results as the server renders it */
+    if (route == SRV_ROUTE_CHAT && srv_chat_render(f->model, f->n_ctx, &p, &e)) {
+        rf_fuzz_srv_check_error(&e);
+        srv_params_free(&p);
+        return 1;
+    }
+    if (route == SRV_ROUTE_CHAT) RF_FUZZ_SRV_CHECK(p.prompt_ids != NULL && p.n_prompt_ids <= (size_t)f->n_ctx);
     if (srv_prepare(f->eng, f->n_ctx, &p, 42, &pr, &e)) {
         rf_fuzz_srv_check_error(&e);
         rc = 1;
     } else {
-        RF_FUZZ_SRV_CHECK(pr.n == (route == SRV_ROUTE_CHAT ? 1 : (int)p.n_prompts));
+        RF_FUZZ_SRV_CHECK(pr.n == (p.route == SRV_ROUTE_CHAT ? 1 : (int)p.n_prompts));
         for (int i = 0; i < pr.n; i++) {
             RF_FUZZ_SRV_CHECK(pr.n_prompt[i] > 0 && pr.n_prompt[i] <= f->n_ctx);
             if (p.max_tokens >= 0) RF_FUZZ_SRV_CHECK(pr.n_prompt[i] + p.max_tokens <= f->n_ctx);

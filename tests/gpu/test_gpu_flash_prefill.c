@@ -8,6 +8,12 @@
  * f32; the kernel rounds each softmax weight to f16 in P.V (relative error <= 2^-11 = 4.9e-4
  * each, so at most that relative error in every output component's weighted sum, with the
  * denominator left in f32) and sums in another order: rel. L2 < 1e-3.
+ * q8_0 caches (head dims 64/96/128): the reference runs on the dequantized K/V (d * q, exact in
+ * f32); the kernel rounds each K and V element to f16 for the tensor cores (relative error <=
+ * 2^-11 each, like P's rounding: a V element's enters the output as P's does, a K element's moves
+ * a score by at most 2^-11 of the sum of |q_i k_i|, which for these inputs is the same order).
+ * Three independent rounding sources of that size in place of one: sqrt(3) times the f16 path's
+ * tolerance, rounded up: rel. L2 < 2e-3.
  * Chunking: the same tokens in one call and cut into two calls at a random point give
  * bit-identical rows (the kernel's contract). Then the llama3-8b shape's 512-token chunk at depths
  * 0 / 4096 / 16384: time per call against rf_gpu_paged_attention, TFLOP/s.
@@ -24,17 +30,18 @@ typedef struct fp_case {
     int64_t D, nh, nhkv, bs, window;
     float softcap;
     int32_t p0, n;
+    bool sinks; /* random attention-sink logits per head (gpt-oss) */
 } fp_case;
 
 typedef struct fp_pool {
     int64_t rows, maxb, kvd;
     int32_t *tab;
-    float *kf, *vf; /* f16-rounded values, as the reference reads them */
+    float *kf, *vf; /* f16-rounded (q8: dequantized) values, as the reference reads them */
     void *dk, *dv, *dtab;
 } fp_pool;
 
 /* A pool holding positions 0..len-1 of one sequence in shuffled blocks (other rows NaN). */
-static void pool_make(rf_rng *r, fp_pool *p, int64_t len, int64_t bs, int64_t kvd) {
+static void pool_make(rf_rng *r, fp_pool *p, int64_t len, int64_t bs, int64_t kvd, bool q8) {
     const int64_t nb = (len + bs - 1) / bs + 3;
     p->rows = nb * bs, p->maxb = nb + 8, p->kvd = kvd;
     p->tab = malloc((size_t)p->maxb * 4);
@@ -59,8 +66,30 @@ static void pool_make(rf_rng *r, fp_pool *p, int64_t len, int64_t bs, int64_t kv
         k16[i] = rf_f32_to_fp16(p->kf[i]), v16[i] = rf_f32_to_fp16(p->vf[i]);
         p->kf[i] = rf_fp16_to_f32(k16[i]), p->vf[i] = rf_fp16_to_f32(v16[i]);
     }
-    p->dk = dev_from(k16, nel * 2);
-    p->dv = dev_from(v16, nel * 2);
+    if (q8) { /* rows of q8_0 blocks; rows nobody owns all 0xFF (a NaN scale) */
+        const size_t qrb = (size_t)kvd / 32 * 34;
+        uint8_t *kq = malloc((size_t)p->rows * qrb), *vq = malloc((size_t)p->rows * qrb);
+        assert_non_null(kq), assert_non_null(vq);
+        for (int64_t row = 0; row < p->rows; row++) {
+            float *kr = p->kf + row * kvd, *vr = p->vf + row * kvd;
+            if (isnan(kr[0])) {
+                memset(kq + row * qrb, 0xFF, qrb), memset(vq + row * qrb, 0xFF, qrb);
+                continue;
+            }
+            for (int64_t i = 0; i < kvd; i++) /* the unrounded values were overwritten above: redraw */
+                kr[i] = rf_rng_normal(r), vr[i] = rf_rng_normal(r);
+            assert_int_equal(rf_quantize_row(RF_TYPE_Q8_0, kr, kq + row * qrb, kvd), RF_OK);
+            assert_int_equal(rf_quantize_row(RF_TYPE_Q8_0, vr, vq + row * qrb, kvd), RF_OK);
+            assert_int_equal(rf_dequantize_row(RF_TYPE_Q8_0, kq + row * qrb, kr, kvd), RF_OK);
+            assert_int_equal(rf_dequantize_row(RF_TYPE_Q8_0, vq + row * qrb, vr, kvd), RF_OK);
+        }
+        p->dk = dev_from(kq, (size_t)p->rows * qrb);
+        p->dv = dev_from(vq, (size_t)p->rows * qrb);
+        free(kq), free(vq);
+    } else {
+        p->dk = dev_from(k16, nel * 2);
+        p->dv = dev_from(v16, nel * 2);
+    }
     p->dtab = dev_from(p->tab, (size_t)p->maxb * 4);
     free(k16), free(v16), free(perm);
 }
@@ -70,22 +99,28 @@ static void pool_free(fp_pool *p) {
     free(p->tab), free(p->kf), free(p->vf);
 }
 
-static double run_case(rf_rng *r, const fp_case *c) {
+static double run_case(rf_rng *r, const fp_case *c, rf_type kt) {
     const int64_t qd = c->nh * c->D, kvd = c->nhkv * c->D, len = c->p0 + c->n;
     fp_pool p;
-    pool_make(r, &p, len, c->bs, kvd);
+    pool_make(r, &p, len, c->bs, kvd, kt == RF_TYPE_Q8_0);
     float *q = host_f32((size_t)(c->n * qd)), *want = host_f32((size_t)(c->n * qd));
     float *got = host_f32((size_t)(c->n * qd)), *got2 = host_f32((size_t)(c->n * qd));
     for (int64_t i = 0; i < c->n * qd; i++) q[i] = rf_fp16_to_f32(rf_f32_to_fp16(rf_rng_normal(r) * 0.6f));
     int32_t *pos = malloc((size_t)c->n * 4), *seq = calloc((size_t)c->n, 4);
     for (int32_t i = 0; i < c->n; i++) pos[i] = c->p0 + i;
     const float scale = 1.0f / sqrtf((float)c->D);
+    float *sk = NULL, *dsk = NULL;
+    if (c->sinks) { /* sink logits as large as the scores, so they move the result */
+        sk = host_f32((size_t)c->nh);
+        rf_rng_fill_normal(r, sk, (size_t)c->nh, 2.0f);
+        dsk = dev_from(sk, (size_t)c->nh * 4);
+    }
     assert_int_equal(rf_ref_paged_attention(want, q, p.kf, p.vf, c->n, pos, seq, p.tab, p.maxb, c->bs, c->nh, c->nhkv,
-                                            c->D, scale, c->window, c->softcap),
+                                            c->D, scale, c->window, c->softcap, sk),
                      RF_OK);
     float *dq = dev_from(q, (size_t)(c->n * qd) * 4), *dout = dev_poison((size_t)(c->n * qd) * 4);
-    assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, c->n, c->p0, p.dtab, c->bs, c->nh,
-                                          c->nhkv, c->D, scale, c->window, c->softcap),
+    assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, kt, c->n, c->p0, p.dtab, c->bs, c->nh,
+                                          c->nhkv, c->D, scale, c->window, c->softcap, dsk),
                      RF_OK);
     dev_to(got, dout, (size_t)(c->n * qd) * 4);
     double num = 0, den = 0;
@@ -98,20 +133,22 @@ static double run_case(rf_rng *r, const fp_case *c) {
     /* the same tokens cut into two calls */
     const int32_t cut = c->n > 1 ? 1 + (int32_t)(rf_rng_u64(r) % (uint64_t)(c->n - 1)) : 1;
     assert_int_equal(rf_gpu_memset(g_ctx, dout, 0xFF, (size_t)(c->n * qd) * 4), RF_OK);
-    assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, cut, c->p0, p.dtab, c->bs, c->nh,
-                                          c->nhkv, c->D, scale, c->window, c->softcap),
+    assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, kt, cut, c->p0, p.dtab, c->bs, c->nh,
+                                          c->nhkv, c->D, scale, c->window, c->softcap, dsk),
                      RF_OK);
-    assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout + cut * qd, dq + cut * qd, p.dk, p.dv, RF_TYPE_F16, c->n - cut,
+    assert_int_equal(rf_gpu_flash_prefill(g_ctx, dout + cut * qd, dq + cut * qd, p.dk, p.dv, kt, c->n - cut,
                                           c->p0 + cut, p.dtab, c->bs, c->nh, c->nhkv, c->D, scale, c->window,
-                                          c->softcap),
+                                          c->softcap, dsk),
                      RF_OK);
     dev_to(got2, dout, (size_t)(c->n * qd) * 4);
     if (c->n > 1 && memcmp(got, got2, (size_t)(c->n * qd) * 4))
         fail_msg("D%lld n%d p0 %d: cut at %d changes the output", (long long)c->D, c->n, c->p0, cut);
-    printf("  D%-3lld h%2lld/%-2lld bs%-2lld win%-4lld cap%-3g p0 %5d n %3d: rel. L2 %.2e\n", (long long)c->D,
-           (long long)c->nh, (long long)c->nhkv, (long long)c->bs, (long long)c->window, c->softcap, c->p0, c->n, rel);
+    printf("  %-4s D%-3lld h%2lld/%-2lld bs%-2lld win%-4lld cap%-3g p0 %5d n %3d%s: rel. L2 %.2e\n",
+           kt == RF_TYPE_Q8_0 ? "q8_0" : "f16", (long long)c->D, (long long)c->nh, (long long)c->nhkv, (long long)c->bs,
+           (long long)c->window, c->softcap, c->p0, c->n, c->sinks ? " sinks" : "", rel);
     rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout);
-    free(q), free(want), free(got), free(got2), free(pos), free(seq);
+    if (dsk) rf_gpu_free(g_ctx, dsk);
+    free(q), free(want), free(got), free(got2), free(pos), free(seq), free(sk);
     pool_free(&p);
     return rel;
 }
@@ -121,11 +158,14 @@ static void test_flash_vs_ref(void **state) {
     rf_rng r;
     rf_rng_init(&r, rf_test_seed());
     const fp_case cases[] = {
-        {128, 32, 8, 16, 0, 0, 0, 1},     {128, 32, 8, 16, 0, 0, 0, 64},     {128, 32, 8, 16, 0, 0, 0, 300},
-        {128, 32, 8, 16, 0, 0, 1000, 77}, {128, 32, 8, 7, 0, 0, 4500, 129},  {128, 8, 8, 1, 0, 0, 63, 65},
-        {64, 14, 2, 16, 0, 0, 500, 200},  {64, 4, 1, 16, 100, 0, 300, 250},  {80, 8, 8, 16, 0, 0, 33, 100},
-        {96, 12, 4, 7, 0, 0, 2000, 17},   {128, 8, 4, 16, 128, 30, 900, 200}, {128, 32, 8, 16, 0, 50, 5000, 96},
-        {64, 8, 2, 16, 64, 0, 0, 190},
+        {128, 32, 8, 16, 0, 0, 0, 1, false}, {128, 32, 8, 16, 0, 0, 0, 64, false}, {128, 32, 8, 16, 0, 0, 0, 300, false},
+        {128, 32, 8, 16, 0, 0, 1000, 77, false}, {128, 32, 8, 7, 0, 0, 4500, 129, false}, {128, 8, 8, 1, 0, 0, 63, 65, false},
+        {64, 14, 2, 16, 0, 0, 500, 200, false}, {64, 4, 1, 16, 100, 0, 300, 250, false}, {80, 8, 8, 16, 0, 0, 33, 100, false},
+        {96, 12, 4, 7, 0, 0, 2000, 17, false}, {128, 8, 4, 16, 128, 30, 900, 200, false}, {128, 32, 8, 16, 0, 50, 5000, 96, false},
+        {64, 8, 2, 16, 64, 0, 0, 190, false},
+        /* attention sinks (gpt-oss: head dim 64, 64/8 heads, window 128 on half the layers) */
+        {64, 64, 8, 16, 0, 0, 0, 100, true}, {64, 64, 8, 16, 128, 0, 700, 200, true},
+        {128, 8, 2, 7, 0, 0, 1000, 33, true},
     };
     double worst = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -133,11 +173,21 @@ static void test_flash_vs_ref(void **state) {
             printf("  flash prefill not available on this device: skipped\n");
             skip();
         }
-        const double e = run_case(&r, &cases[i]);
+        const double e = run_case(&r, &cases[i], RF_TYPE_F16);
         if (e > worst) worst = e;
         if (!(e < 1e-3)) fail_msg("case %zu: rel. L2 %.3e >= 1e-3", i, e);
     }
     printf("  worst rel. L2 %.2e (tol 1e-3)\n", worst);
+    /* q8_0 caches: every case whose head dim is a multiple of 32 */
+    double worst8 = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].D % 32) continue;
+        assert_true(rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_Q8_0, cases[i].D));
+        const double e = run_case(&r, &cases[i], RF_TYPE_Q8_0);
+        if (e > worst8) worst8 = e;
+        if (!(e < 2e-3)) fail_msg("q8_0 case %zu: rel. L2 %.3e >= 2e-3", i, e);
+    }
+    printf("  q8_0: worst rel. L2 %.2e (tol 2e-3)\n", worst8);
 }
 
 static double now_s(void) {
@@ -154,19 +204,22 @@ static void test_flash_timing(void **state) {
     rf_rng_init(&r, rf_test_seed() + 5);
     const int64_t D = 128, nh = 32, nhkv = 8, bs = 16, n = 512, qd = nh * D;
     const int32_t depths[] = {0, 4096 - 512, 16384 - 512};
-    printf("  %-24s %12s %12s %10s %10s\n", "llama3-8b, 512 tokens", "paged (us)", "flash (us)", "TFLOP/s", "speed-up");
+    printf("  %-24s %12s %12s %10s %10s %14s\n", "llama3-8b, 512 tokens", "paged (us)", "flash (us)", "TFLOP/s",
+           "speed-up", "flash q8_0 (us)");
     for (size_t k = 0; k < 3; k++) {
         const int32_t p0 = depths[k];
         fp_pool p;
-        pool_make(&r, &p, p0 + n, bs, nhkv * D);
+        pool_make(&r, &p, p0 + n, bs, nhkv * D, false);
+        fp_pool p8;
+        pool_make(&r, &p8, p0 + n, bs, nhkv * D, true);
         float *q = host_f32((size_t)(n * qd));
         for (int64_t i = 0; i < n * qd; i++) q[i] = rf_rng_normal(&r) * 0.6f;
         int32_t *pos = malloc((size_t)n * 4), *seq = calloc((size_t)n, 4);
         for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
         float *dq = dev_from(q, (size_t)(n * qd) * 4), *dout = dev_poison((size_t)(n * qd) * 4);
         int32_t *dpos = dev_from(pos, (size_t)n * 4), *dseq = dev_from(seq, (size_t)n * 4);
-        double t[2];
-        for (int kern = 0; kern < 2; kern++) {
+        double t[3];
+        for (int kern = 0; kern < 3; kern++) {
             for (int rep = -3; rep < 20; rep++) {
                 if (rep == 0) {
                     assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
@@ -174,9 +227,11 @@ static void test_flash_timing(void **state) {
                 }
                 rf_status st = kern == 0
                     ? rf_gpu_paged_attention(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, dpos, dseq, p.dtab, p.maxb,
-                                             bs, nh, nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, p0 + n - 1)
-                    : rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, p0, p.dtab, bs, nh, nhkv, D,
-                                           1.0f / sqrtf((float)D), 0, 0.0f);
+                                             bs, nh, nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, p0 + n - 1, NULL)
+                    : kern == 1 ? rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, p0, p.dtab, bs, nh,
+                                                       nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, NULL)
+                                : rf_gpu_flash_prefill(g_ctx, dout, dq, p8.dk, p8.dv, RF_TYPE_Q8_0, n, p0, p8.dtab, bs,
+                                                       nh, nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, NULL);
                 assert_int_equal(st, RF_OK);
             }
             assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
@@ -184,10 +239,11 @@ static void test_flash_timing(void **state) {
         }
         /* causal: token i sees p0 + i + 1 keys; 4 flops per (query head, key, dim): QK and PV */
         const double flops = 4.0 * nh * D * ((double)n * p0 + (double)n * (n + 1) / 2);
-        printf("  depth %-18d %12.1f %12.1f %10.1f %9.1fx\n", (int)(p0 + n), t[0], t[1], flops / t[1] * 1e-6, t[0] / t[1]);
+        printf("  depth %-18d %12.1f %12.1f %10.1f %9.1fx %14.1f\n", (int)(p0 + n), t[0], t[1], flops / t[1] * 1e-6,
+               t[0] / t[1], t[2]);
         rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
         free(q), free(pos), free(seq);
-        pool_free(&p);
+        pool_free(&p), pool_free(&p8);
     }
 }
 

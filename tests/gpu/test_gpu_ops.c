@@ -11,6 +11,7 @@ int main(void) {
 #else
 #include "gpu_test_common.h"
 
+#include "backend/backend.h"
 #include "backend/ref/ref_ops.h"
 
 static const int64_t k_sizes[] = {1, 7, 31, 256, 1000, 4097, 6144, 16384};
@@ -41,7 +42,16 @@ static void test_elementwise(void **state) {
         EW("mul", rf_gpu_mul(g_ctx, dy, da, db, n), rf_ref_mul(want, a, b, n));
         EW("swiglu", rf_gpu_swiglu(g_ctx, dy, da, db, n), rf_ref_swiglu(want, a, b, n));
         EW("geglu", rf_gpu_geglu(g_ctx, dy, da, db, n), rf_ref_geglu(want, a, b, n));
+        EW("swiglu_oai", rf_gpu_swiglu_oai(g_ctx, dy, da, n, db, n, 1, n), rf_ref_swiglu_oai(want, a, b, n));
 #undef EW
+        { /* swiglu_oai over 3 rows of m / 2 + 1 elements read at row stride m (a joined gate/up's halves) */
+            const int64_t m = k_sizes[si], w = m / 2 + 1;
+            assert_int_equal(rf_gpu_swiglu_oai(g_ctx, dy, da, m, db, m, 3, w), RF_OK);
+            for (int64_t rr = 0; rr < 3; rr++) rf_ref_swiglu_oai(want + rr * w, a + rr * m, b + rr * m, w);
+            dev_to(got, dy, (size_t)(3 * w) * 4);
+            snprintf(what, sizeof what, "swiglu_oai rows 3 x %lld stride %lld", (long long)w, (long long)m);
+            check_rel(what, got, want, (size_t)(3 * w), 1e-5);
+        }
         /* in place (y aliases a) */
         assert_int_equal(rf_gpu_add(g_ctx, da, da, db, n), RF_OK);
         rf_ref_add(want, a, b, n);
@@ -191,6 +201,86 @@ static void test_rope(void **state) {
                      RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_rope(g_ctx, NULL, 1, 1, 4, 8, 4, 4, NULL, 1e4f, 1, NULL, 0, 1.0f),
                      RF_ERR_INVALID_ARG);
+}
+
+/* Stores rows of x (f32 [T, n]) at slot[t] (< 0: skipped) of a q8_0 cache of rows x n through the
+ * CPU backend's kv_store, one token at a time; cache rows start as 0xFF. Returns the cache bytes. */
+static uint8_t *cpu_q8_rows(const float *x, const int32_t *slot, int64_t T, int64_t n, int64_t rows) {
+    rf_backend *cpu = NULL;
+    assert_int_equal(rf_backend_cpu_new(1, &cpu), RF_OK);
+    rf_tensor c;
+    assert_int_equal(cpu->ops->alloc(cpu, RF_TYPE_Q8_0, n, rows, &c), RF_OK);
+    assert_true(c.nb1 == (size_t)n / 32 * 34);
+    memset(c.data, 0xFF, (size_t)rows * c.nb1);
+    for (int64_t t = 0; t < T; t++) {
+        if (slot[t] < 0) continue;
+        rf_tensor src = {RF_TYPE_F32, {n, 1}, (size_t)n * 4, (void *)(x + t * n), false};
+        rf_batch b = {0};
+        b.n_tokens = 1, b.slot = slot + t;
+        assert_int_equal(cpu->ops->kv_store(cpu, &c, &src, &b), RF_OK);
+    }
+    uint8_t *out = malloc((size_t)rows * c.nb1);
+    memcpy(out, c.data, (size_t)rows * c.nb1);
+    cpu->ops->free(cpu, &c);
+    cpu->ops->destroy(cpu);
+    return out;
+}
+
+/* A q8_0 KV cache: rf_gpu_kv_store and rf_gpu_rope_kv_append (K roped, V as is) write exactly the
+ * bytes the CPU backend's kv_store writes for the same f32 rows (ggml's blocks, the CPU's
+ * rounding: d = amax / 127 to f16, q = roundf(x / d)); for the roped K the rows are the GPU's own
+ * RoPE output (its f32-cache path, which the q8_0 path stages through). Rows no slot points at
+ * are never written; a block of zeros stores d = 0. */
+static void test_kv_q8(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 9);
+    const int64_t T = 7, HKV = 2, D = 64, n = HKV * D, ROWS = 20, R = 64;
+    const size_t qb = (size_t)ROWS * (size_t)(n / 32 * 34);
+    float *x = host_f32((size_t)(T * n)), *v = host_f32((size_t)(T * n)), *kf = host_f32((size_t)(ROWS * n));
+    rf_rng_fill_normal(&r, x, (size_t)(T * n), 1.0f);
+    rf_rng_fill_normal(&r, v, (size_t)(T * n), 3.0f);
+    for (int i = 0; i < 32; i++) x[1 * n + 32 + i] = 0.0f; /* a block of zeros */
+    x[2 * n + 5] = 3000.0f;                                 /* a block with one large value */
+    int32_t slot[7] = {3, 0, 19, -1, 7, 8, 12}, pos[7];
+    for (int t = 0; t < T; t++) pos[t] = 3 + 11 * t;
+    float *dx = dev_from(x, (size_t)(T * n) * 4), *dv = dev_from(v, (size_t)(T * n) * 4);
+    int32_t *dslot = dev_from(slot, sizeof slot), *dpos = dev_from(pos, sizeof pos);
+    void *dq = dev_poison(qb), *dq2 = dev_poison(qb), *dkf = dev_poison((size_t)(ROWS * n) * 4),
+         *dvf = dev_poison((size_t)(ROWS * n) * 4);
+    uint8_t *got = malloc(qb), *got2 = malloc(qb);
+    /* kv_store */
+    assert_int_equal(rf_gpu_kv_store(g_ctx, dq, RF_TYPE_Q8_0, ROWS, dx, T, n, dslot), RF_OK);
+    dev_to(got, dq, qb);
+    uint8_t *want = cpu_q8_rows(x, slot, T, n, ROWS);
+    assert_true(memcmp(got, want, qb) == 0);
+    free(want);
+    /* rope_kv_append, both RoPE modes: K against the CPU's quantization of the GPU's f32 RoPE */
+    for (int mode = 0; mode <= 2; mode += 2) {
+        assert_int_equal(rf_gpu_memset(g_ctx, dq, 0xFF, qb), RF_OK);
+        assert_int_equal(rf_gpu_rope_kv_append(g_ctx, dx, dv, T, HKV, D, R, dpos, dslot, 10000.0f, 1.0f, NULL, mode,
+                                               1.0f, dkf, dvf, RF_TYPE_F32, ROWS),
+                         RF_OK);
+        assert_int_equal(rf_gpu_rope_kv_append(g_ctx, dx, dv, T, HKV, D, R, dpos, dslot, 10000.0f, 1.0f, NULL, mode,
+                                               1.0f, dq, dq2, RF_TYPE_Q8_0, ROWS),
+                         RF_OK);
+        dev_to(kf, dkf, (size_t)(ROWS * n) * 4);
+        float *kt = host_f32((size_t)(T * n));
+        for (int t = 0; t < T; t++)
+            if (slot[t] >= 0) memcpy(kt + t * n, kf + (int64_t)slot[t] * n, (size_t)n * 4);
+        want = cpu_q8_rows(kt, slot, T, n, ROWS);
+        dev_to(got, dq, qb);
+        assert_true(memcmp(got, want, qb) == 0);
+        free(want);
+        want = cpu_q8_rows(v, slot, T, n, ROWS);
+        dev_to(got2, dq2, qb);
+        assert_true(memcmp(got2, want, qb) == 0);
+        free(want), free(kt);
+    }
+    fprintf(stderr, "  q8_0 kv_store / rope_kv_append: the CPU backend's bytes\n");
+    rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dslot), rf_gpu_free(g_ctx, dpos);
+    rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dq2), rf_gpu_free(g_ctx, dkf), rf_gpu_free(g_ctx, dvf);
+    free(x), free(v), free(kf), free(got), free(got2);
 }
 
 static void test_rope_kv_append(void **state) {
@@ -449,6 +539,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_norms_softmax),
         cmocka_unit_test(test_softmax_special), cmocka_unit_test(test_causal_mask),
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_rope_kv_append),
+        cmocka_unit_test(test_kv_q8),
         cmocka_unit_test(test_rope_qkv_fused), cmocka_unit_test(test_rmsnorm_quantize_fused),
         cmocka_unit_test(test_errors),
     };

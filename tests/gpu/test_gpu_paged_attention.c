@@ -2,13 +2,16 @@
  * mix decode tokens of several sequences with prompt chunks of others (grouped or shuffled in
  * the batch) and padding tokens, K/V blocks scattered over the pool in a shuffled order, block
  * sizes 1 / 7 / 16 / 32, head dims 64/80/96/128/256, GQA groups 1..12 (32/8, 9/3, 4/1, 14/2,
- * 8/8, 4/2, 16/2, 12/1), sliding window and softcap, f32 and f16 caches, positions up to ~4200 (keys
+ * 8/8, 4/2, 16/2, 12/1), sliding window and softcap, f32, f16 and q8_0 caches (q8_0: head dims
+ * that are multiples of 32), positions up to ~4200 (keys
  * split over many blocks and reduced), batches of <= 64 tokens (one token per block) and > 64
  * (several tokens per warp). Pool rows that hold no position of their sequence are NaN and
  * block-table entries past a sequence's blocks point far outside the pool, so reading a key a
  * token must not see shows as NaN or a fault. The reference runs on the same (f16-rounded) K/V
- * values, so the tolerance is rel. L2 < 1e-5 for both cache types; padding rows must be exact
- * zeros. Batch invariance: every output row must be bit-identical when the token runs alone
+ * values, so the tolerance is rel. L2 < 1e-5 for every cache type (q8_0: the reference on the
+ * dequantized values d * q, exact in f32; the query unrounded, as the CPU's q8_0 path); padding
+ * rows must be exact zeros. q8_0 against the unquantized K/V: per element the bound
+ * check_q8_bound derives from the rounding of K and V (below). Batch invariance: every output row must be bit-identical when the token runs alone
  * (n_tokens = 1, its own max_pos), when max_pos is larger, and when the batch is reversed.
  * Then a timing table: decode (1/8/64 sequences x depth 512/4096) and a 512-token prompt chunk
  * for the llama3-8b shape (32 heads, 8 kv heads, head_dim 128, f16 cache, blocks of 16).
@@ -34,13 +37,17 @@ typedef struct pa_case {
     int64_t D, nh, nhkv, bs, window;
     float softcap;
     bool f16;
+    bool q8; /* q8_0 cache (f16 ignored) */
     int n_seq;
     int32_t len[12]; /* positions 0..len-1 of each sequence are in the cache */
     int32_t nq[12];  /* the sequence's last nq positions are tokens of the batch */
     int n_pad;       /* padding tokens (pos < 0) mixed in */
     bool shuffle;    /* tokens in random order (else grouped by sequence) */
     float qscale;    /* query magnitude (large: peaky softmax) */
+    bool sinks;      /* random attention-sink logits per head (gpt-oss) */
 } pa_case;
+
+static const float *g_dsinks; /* the device sinks of the case run_case is running (call_pa) */
 
 static int32_t rnd_int(rf_rng *r, int32_t lo, int32_t hi) { /* [lo, hi] */
     return lo + (int32_t)(rf_rng_u64(r) % (uint64_t)(hi - lo + 1));
@@ -56,7 +63,7 @@ static void shuffle_i32(rf_rng *r, int32_t *a, int64_t n) {
 
 static void describe(char *buf, size_t n, const pa_case *c, int64_t nt, int64_t max_pos) {
     snprintf(buf, n, "D%lld h%lld/%lld bs%lld %s%s%s%s t%lld maxpos%lld", (long long)c->D,
-             (long long)c->nh, (long long)c->nhkv, (long long)c->bs, c->f16 ? "f16" : "f32",
+             (long long)c->nh, (long long)c->nhkv, (long long)c->bs, c->q8 ? "q8_0" : c->f16 ? "f16" : "f32",
              c->window ? " win" : "", c->softcap > 0 ? " cap" : "", c->shuffle ? " shuf" : "",
              (long long)nt, (long long)max_pos);
 }
@@ -65,11 +72,73 @@ static rf_status call_pa(const pa_case *c, float *dout, const float *dq, const v
                          int64_t nt, const int32_t *dpos, const int32_t *dseq, const int32_t *dtab,
                          int64_t maxb, int64_t max_pos) {
     const float scale = 1.0f / sqrtf((float)c->D);
-    rf_status st = rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, c->f16 ? RF_TYPE_F16 : RF_TYPE_F32, nt,
+    const rf_type kt = c->q8 ? RF_TYPE_Q8_0 : c->f16 ? RF_TYPE_F16 : RF_TYPE_F32;
+    rf_status st = rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, kt, nt,
                                           dpos, dseq, dtab, maxb, c->bs, c->nh, c->nhkv, c->D, scale,
-                                          c->window, c->softcap, max_pos);
+                                          c->window, c->softcap, max_pos, c->sinks ? g_dsinks : NULL);
     if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
     return st;
+}
+
+/* q8_0 against the unquantized cache. For a row (token, head) with keys j, the quantization moves
+ * each score by at most delta = scale * max_j sum_i |q_i| |k_ji - kq_ji| (the softcap is
+ * 1-Lipschitz, so it only shrinks that), hence every softmax weight by a factor within
+ * [e^-2delta, e^2delta] and the weights' total change sum_j |p'_j - p_j| <= e^2delta - 1; so
+ * output element d moves by at most
+ *     |sum p'_j v'_jd - sum p_j v_jd| <= max_j |v_jd - vq_jd| + (e^2delta - 1) max_j |v_jd|.
+ * q8_0's rounding (|x - d16 q| <= d/2 + 127 |d - d16| <= 0.56 d, d = amax / 127 of the block)
+ * sets the sizes of |k - kq| and |v - vq| that enter it; the test takes them from the data. On
+ * top: the kernel's own float error against the reference on the dequantized values (checked at
+ * rel. L2 1e-5 before), allowed here as 1e-4 * max_j |v_jd| per element. A sink (gpt-oss) is one
+ * more logit that no quantization moves: it only joins the denominator; the bound holds as stated. */
+static void check_q8_bound(const pa_case *c, const float *got, const float *q, const float *ko, const float *vo,
+                           const float *kd, const float *vd, const int32_t *pos, const int32_t *seq,
+                           const int32_t *tab, int64_t maxb, int64_t nt, const float *sk) {
+    const int64_t D = c->D, nh = c->nh, nhkv = c->nhkv, kvd = nhkv * D, qd = nh * D, G = nh / nhkv;
+    const float scale = 1.0f / sqrtf((float)D);
+    float *want0 = host_f32((size_t)qd);
+    double *dvm = malloc((size_t)D * sizeof(double)), *vmax = malloc((size_t)D * sizeof(double));
+    double worst = 0, e2 = 0, w2 = 0;
+    for (int64_t t = 0; t < nt; t++) {
+        if (pos[t] < 0) continue;
+        assert_int_equal(rf_ref_paged_attention(want0, q + t * qd, ko, vo, 1, pos + t, seq + t, tab, maxb, c->bs, nh,
+                                                 nhkv, D, scale, c->window, c->softcap, sk),
+                         RF_OK);
+        const int32_t kmin = c->window > 0 && pos[t] - c->window + 1 > 0 ? pos[t] - (int32_t)c->window + 1 : 0;
+        for (int64_t h = 0; h < nh; h++) {
+            const int64_t hk = h / G;
+            const float *qh = q + t * qd + h * D;
+            double delta = 0;
+            for (int64_t d = 0; d < D; d++) dvm[d] = vmax[d] = 0;
+            for (int32_t j = kmin; j <= pos[t]; j++) {
+                const int64_t row = (int64_t)tab[seq[t] * maxb + j / c->bs] * c->bs + j % c->bs;
+                const int64_t o = row * kvd + hk * D;
+                double s = 0;
+                for (int64_t d = 0; d < D; d++) {
+                    s += fabs((double)qh[d]) * fabs((double)ko[o + d] - kd[o + d]);
+                    const double dv = fabs((double)vo[o + d] - vd[o + d]);
+                    if (dv > dvm[d]) dvm[d] = dv;
+                    if (fabs((double)vo[o + d]) > vmax[d]) vmax[d] = fabs((double)vo[o + d]);
+                }
+                if (s * scale > delta) delta = s * scale;
+            }
+            for (int64_t d = 0; d < D; d++) {
+                const double g = got[t * qd + h * D + d], w = want0[h * D + d];
+                const double bound = dvm[d] + expm1(2 * delta) * vmax[d] + 1e-4 * vmax[d];
+                const double r = fabs(g - w) / bound;
+                if (!(r <= 1.0)) {
+                    fprintf(stderr, "  q8_0 bound broken: token %lld head %lld dim %lld: got %.7g want %.7g, bound %.3g "
+                                    "(delta %.3g)\n", (long long)t, (long long)h, (long long)d, g, w, bound, delta);
+                    fail();
+                }
+                if (r > worst) worst = r;
+                e2 += (g - w) * (g - w), w2 += w * w;
+            }
+        }
+    }
+    fprintf(stderr, "  %-48s vs unquantized K/V: rel_l2=%.3g, worst element at %.2f of its bound\n", "q8_0",
+            w2 > 0 ? sqrt(e2 / w2) : 0.0, worst);
+    free(want0), free(dvm), free(vmax);
 }
 
 /* Builds the pool, the tables and the batch of case c, checks the GPU against the reference and
@@ -100,7 +169,28 @@ static void run_case(rf_rng *r, const pa_case *c) {
     }
     for (int64_t i = 0; i < rows * kvd; i++) {
         k16[i] = rf_f32_to_fp16(kf[i]), v16[i] = rf_f32_to_fp16(vf[i]);
-        if (c->f16) kf[i] = rf_fp16_to_f32(k16[i]), vf[i] = rf_fp16_to_f32(v16[i]);
+        if (c->f16 && !c->q8) kf[i] = rf_fp16_to_f32(k16[i]), vf[i] = rf_fp16_to_f32(v16[i]);
+    }
+    /* q8_0: rows quantized (rows nobody owns: all bytes 0xFF, a NaN scale); kf / vf become the
+     * dequantized values the reference reads, ko / vo keep the unquantized ones */
+    const size_t qrb = (size_t)kvd / 32 * 34;
+    uint8_t *kq = NULL, *vq = NULL;
+    float *ko = NULL, *vo = NULL;
+    if (c->q8) {
+        kq = malloc((size_t)rows * qrb), vq = malloc((size_t)rows * qrb);
+        ko = host_f32((size_t)(rows * kvd)), vo = host_f32((size_t)(rows * kvd));
+        memcpy(ko, kf, (size_t)(rows * kvd) * 4), memcpy(vo, vf, (size_t)(rows * kvd) * 4);
+        for (int64_t row = 0; row < rows; row++) {
+            float *kr = kf + row * kvd, *vr = vf + row * kvd;
+            if (isnan(kr[0])) {
+                memset(kq + row * qrb, 0xFF, qrb), memset(vq + row * qrb, 0xFF, qrb);
+                continue;
+            }
+            assert_int_equal(rf_quantize_row(RF_TYPE_Q8_0, kr, kq + row * qrb, kvd), RF_OK);
+            assert_int_equal(rf_quantize_row(RF_TYPE_Q8_0, vr, vq + row * qrb, kvd), RF_OK);
+            assert_int_equal(rf_dequantize_row(RF_TYPE_Q8_0, kq + row * qrb, kr, kvd), RF_OK);
+            assert_int_equal(rf_dequantize_row(RF_TYPE_Q8_0, vq + row * qrb, vr, kvd), RF_OK);
+        }
     }
     /* the batch */
     int64_t nt = c->n_pad;
@@ -131,23 +221,31 @@ static void run_case(rf_rng *r, const pa_case *c) {
     float *alt = host_f32((size_t)(nt * qd));
     rf_rng_fill_normal(r, q, (size_t)(nt * qd), c->qscale);
     const float scale = 1.0f / sqrtf((float)D);
+    float *sk = NULL;
+    if (c->sinks) { /* sink logits as large as the scores, so they move the result */
+        sk = host_f32((size_t)nh);
+        rf_rng_fill_normal(r, sk, (size_t)nh, 2.0f);
+        g_dsinks = dev_from(sk, (size_t)nh * 4);
+    }
     /* an f16 cache's query is rounded to f16 (the CPU backend's and llama.cpp's convention) */
     float *qref = host_f32((size_t)(nt * qd));
-    for (int64_t i = 0; i < nt * qd; i++) qref[i] = c->f16 ? rf_fp16_to_f32(rf_f32_to_fp16(q[i])) : q[i];
+    for (int64_t i = 0; i < nt * qd; i++) qref[i] = c->f16 && !c->q8 ? rf_fp16_to_f32(rf_f32_to_fp16(q[i])) : q[i];
     for (int64_t t = 0; t < nt; t++) {
         if (pos[t] < 0) {
             memset(want + t * qd, 0, (size_t)qd * 4);
             continue;
         }
         assert_int_equal(rf_ref_paged_attention(want + t * qd, qref + t * qd, kf, vf, 1, pos + t, seq + t, tab, maxb,
-                                                 bs, nh, nhkv, D, scale, c->window, c->softcap),
+                                                 bs, nh, nhkv, D, scale, c->window, c->softcap, sk),
                          RF_OK);
     }
     /* device */
     float *dq = dev_from(q, (size_t)(nt * qd) * 4), *dout = dev_poison((size_t)(nt * qd) * 4);
     float *dalt = dev_poison((size_t)(nt * qd) * 4);
-    void *dk = c->f16 ? dev_from(k16, (size_t)(rows * kvd) * 2) : dev_from(kf, (size_t)(rows * kvd) * 4);
-    void *dv = c->f16 ? dev_from(v16, (size_t)(rows * kvd) * 2) : dev_from(vf, (size_t)(rows * kvd) * 4);
+    void *dk = c->q8 ? dev_from(kq, (size_t)rows * qrb)
+               : c->f16 ? dev_from(k16, (size_t)(rows * kvd) * 2) : dev_from(kf, (size_t)(rows * kvd) * 4);
+    void *dv = c->q8 ? dev_from(vq, (size_t)rows * qrb)
+               : c->f16 ? dev_from(v16, (size_t)(rows * kvd) * 2) : dev_from(vf, (size_t)(rows * kvd) * 4);
     int32_t *dpos = dev_from(pos, (size_t)nt * 4), *dseq = dev_from(seq, (size_t)nt * 4);
     int32_t *dtab = dev_from(tab, (size_t)(c->n_seq * maxb) * 4);
     assert_int_equal(call_pa(c, dout, dq, dk, dv, nt, dpos, dseq, dtab, maxb, max_pos), RF_OK);
@@ -155,6 +253,7 @@ static void run_case(rf_rng *r, const pa_case *c) {
     char what[200];
     describe(what, sizeof what, c, nt, max_pos);
     check_rel(what, got, want, (size_t)(nt * qd), 1e-5);
+    if (c->q8) check_q8_bound(c, got, q, ko, vo, kf, vf, pos, seq, tab, maxb, nt, sk);
     for (int64_t t = 0; t < nt; t++) /* padding: exact (+0) zeros */
         if (pos[t] < 0)
             for (int64_t i = 0; i < qd; i++) assert_true(((const uint32_t *)got)[t * qd + i] == 0u);
@@ -202,7 +301,9 @@ static void run_case(rf_rng *r, const pa_case *c) {
     rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq), rf_gpu_free(g_ctx, dtab);
     rf_gpu_free(g_ctx, drpos), rf_gpu_free(g_ctx, drseq), rf_gpu_free(g_ctx, drq);
     free(perm), free(tab), free(kf), free(vf), free(k16), free(v16), free(pos), free(seq), free(order);
-    free(q), free(qref), free(want), free(got), free(alt), free(rpos), free(rseq), free(rq);
+    free(q), free(qref), free(want), free(got), free(alt), free(rpos), free(rseq), free(rq), free(sk);
+    free(kq), free(vq), free(ko), free(vo);
+    if (c->sinks) rf_gpu_free(g_ctx, (void *)g_dsinks), g_dsinks = NULL;
 }
 
 static const int64_t g_dims[5] = {64, 80, 96, 128, 256};
@@ -218,12 +319,13 @@ static void test_mixed(void **state) {
     rf_rng_init(&r, rf_test_seed());
     int i = 0;
     for (int di = 0; di < 5; di++)
-        for (int f = 0; f < 2; f++)
+        for (int f = 0; f < 3; f++) /* f32, f16, q8_0 (head dims that are multiples of 32; two variants) */
             for (int var = 0; var < 4; var++, i++) {
                 /* RF_TEST_QUICK (sanitizer runs): one variant of each head dim and cache type */
                 if (getenv("RF_TEST_QUICK") && var != (di + f) % 4) continue;
+                if (f == 2 && (g_dims[di] % 32 || var % 2 != di % 2)) continue;
                 pa_case c = {0};
-                c.D = g_dims[di], c.f16 = f == 1;
+                c.D = g_dims[di], c.f16 = f == 1, c.q8 = f == 2;
                 /* every shape meets every head dim, feature and block size over the 40 cases */
                 const int sh = (i / 4 + var * 2 + di) % 8;
                 c.nh = g_shapes[sh][0], c.nhkv = g_shapes[sh][1];
@@ -262,6 +364,10 @@ static void test_prefill_batches(void **state) {
     cs[5] = (pa_case){.D = 128, .nh = 16, .nhkv = 2, .bs = 32, .window = 300, .softcap = 50.0f, .n_seq = 4,
                       .len = {700, 66, 1200, 5}, .nq = {33, 66, 1, 5}, .n_pad = 4, .shuffle = true, .qscale = 1.0f};
     for (int i = 0; i < 6; i++) run_case(&r, &cs[i]);
+    /* q8_0 caches: the llama3-8b chunk and the windowed, softcapped mix */
+    cs[0].q8 = true, cs[5].q8 = true;
+    run_case(&r, &cs[0]);
+    run_case(&r, &cs[5]);
 }
 
 /* Long contexts: a single decode token (17 splits), 8 sequences of different depths, a window
@@ -282,6 +388,31 @@ static void test_long(void **state) {
     pa_case cg = {.D = 256, .nh = 8, .nhkv = 1, .bs = 16, .n_seq = 2, .len = {2500, 1700}, .nq = {2, 1},
                   .qscale = 1.0f};
     run_case(&r, &cg);
+    /* q8_0: the single deep decode token and the 8 sequences */
+    c.q8 = true, c8.q8 = true;
+    run_case(&r, &c);
+    run_case(&r, &c8);
+}
+
+/* Attention sinks: decode tokens of long sequences (keys split over blocks and reduced, per split
+ * and per group), prompt chunks with padding, a sliding window; the same invariance checks. */
+static void test_sinks(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 4);
+    pa_case c8 = {.D = 64, .nh = 64, .nhkv = 8, .bs = 16, .f16 = true, .n_seq = 4, .n_pad = 1, .qscale = 1.0f,
+                  .sinks = true};
+    for (int s = 0; s < 4; s++) c8.len[s] = rnd_int(&r, 200, 4200), c8.nq[s] = 1;
+    run_case(&r, &c8);
+    pa_case cp = {.D = 64, .nh = 8, .nhkv = 2, .bs = 16, .f16 = true, .n_seq = 3, .len = {300, 90, 5},
+                  .nq = {70, 1, 5}, .n_pad = 2, .shuffle = true, .qscale = 1.0f, .sinks = true};
+    run_case(&r, &cp);
+    pa_case cw = {.D = 64, .nh = 16, .nhkv = 2, .bs = 32, .window = 128, .n_seq = 3, .len = {3100, 200, 129},
+                  .nq = {1, 4, 1}, .n_pad = 1, .qscale = 2.0f, .sinks = true};
+    run_case(&r, &cw);
+    pa_case cl = {.D = 128, .nh = 32, .nhkv = 8, .bs = 16, .f16 = true, .n_seq = 1, .len = {4200}, .nq = {1},
+                  .qscale = 1.0f, .sinks = true};
+    run_case(&r, &cl);
 }
 
 /* Only padding; a token past max_pos (contract violation: a NaN row, nothing read); no tokens;
@@ -300,7 +431,7 @@ static void test_edges(void **state) {
     int32_t *dpos = dev_from(pos, sizeof pos), *dseq = dev_from(seq, sizeof seq), *dtab = dev_from(tab, sizeof tab);
     /* max_pos 4 < pos 5: token 1 gets NaN, the padding rows zeros */
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, nh,
-                                            nhkv, D, 0.125f, 0, 0.0f, 4),
+                                            nhkv, D, 0.125f, 0, 0.0f, 4, NULL),
                      RF_OK);
     dev_to(got, dout, sizeof got);
     for (int64_t i = 0; i < qd; i++) {
@@ -309,31 +440,34 @@ static void test_edges(void **state) {
     }
     /* max_pos 5: token 1 is computed; rows of the others still zeros */
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, nh,
-                                            nhkv, D, 0.125f, 0, 0.0f, 5),
+                                            nhkv, D, 0.125f, 0, 0.0f, 5, NULL),
                      RF_OK);
     dev_to(got, dout, sizeof got);
     float want[4 * 64];
     assert_int_equal(rf_ref_paged_attention(want, q + qd, kv, kv, 1, pos + 1, seq + 1, tab, 2, 16, nh, nhkv, D,
-                                            0.125f, 0, 0.0f),
+                                            0.125f, 0, 0.0f, NULL),
                      RF_OK);
     check_rel("edge: one token among padding", got + qd, want, (size_t)qd, 1e-5);
     for (int64_t i = 0; i < qd; i++) assert_true(((uint32_t *)got)[i] == 0u && ((uint32_t *)got)[2 * qd + i] == 0u);
     /* no tokens: nothing to do, nothing touched */
     assert_int_equal(rf_gpu_paged_attention(g_ctx, NULL, NULL, NULL, NULL, RF_TYPE_F32, 0, NULL, NULL, NULL, 1, 16,
-                                            nh, nhkv, D, 0.125f, 0, 0.0f, 0),
+                                            nh, nhkv, D, 0.125f, 0, 0.0f, 0, NULL),
                      RF_OK);
     /* bad arguments */
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, nh,
-                                            nhkv, 72, 0.125f, 0, 0.0f, 5),
+                                            nhkv, 72, 0.125f, 0, 0.0f, 5, NULL),
                      RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 16, 3,
-                                            2, D, 0.125f, 0, 0.0f, 5),
+                                            2, D, 0.125f, 0, 0.0f, 5, NULL),
+                     RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_Q4_0, 3, dpos, dseq, dtab, 2, 16, nh,
+                                            nhkv, D, 0.125f, 0, 0.0f, 5, NULL),
                      RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_Q8_0, 3, dpos, dseq, dtab, 2, 16, nh,
-                                            nhkv, D, 0.125f, 0, 0.0f, 5),
-                     RF_ERR_INVALID_ARG);
+                                            nhkv, 80, 0.125f, 0, 0.0f, 5, NULL),
+                     RF_ERR_INVALID_ARG); /* q8_0 blocks of 32 do not tile a head of 80 */
     assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dk, RF_TYPE_F32, 3, dpos, dseq, dtab, 2, 0, nh,
-                                            nhkv, D, 0.125f, 0, 0.0f, 5),
+                                            nhkv, D, 0.125f, 0, 0.0f, 5, NULL),
                      RF_ERR_INVALID_ARG);
     rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dk);
     rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq), rf_gpu_free(g_ctx, dtab);
@@ -373,6 +507,7 @@ static void test_timing(void **state) {
     rf_rng_fill_normal(&r, q, (size_t)(512 * nh * D), 1.0f);
     float *dq = dev_from(q, (size_t)(512 * nh * D) * 4), *dout = dev_poison((size_t)(512 * nh * D) * 4);
     const float scale = 1.0f / sqrtf((float)D);
+    double t_start = 0;
     fprintf(stderr, "  paged attention, llama3-8b shape (32 heads / 8 kv heads x 128, f16 K/V, blocks of 16)%s\n",
             bw > 0 ? "" : " (read bandwidth not measured)");
     if (bw > 0) fprintf(stderr, "  device read bandwidth %.0f GB/s\n", bw);
@@ -396,14 +531,14 @@ static void test_timing(void **state) {
             for (int i = 0; i < 3; i++)
                 assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, ns, dpos, dseq,
                                                         dtab + (i % nrot) * need, maxb, bs, nh, nhkv, D, scale, 0,
-                                                        0.0f, depth - 1),
+                                                        0.0f, depth - 1, NULL),
                                  RF_OK);
             assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
             const double t0 = now_s();
             for (int i = 0; i < reps; i++)
                 assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, ns, dpos, dseq,
                                                         dtab + (i % nrot) * need, maxb, bs, nh, nhkv, D, scale, 0,
-                                                        0.0f, depth - 1),
+                                                        0.0f, depth - 1, NULL),
                                  RF_OK);
             assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
             const double us = (now_s() - t0) / reps * 1e6, gbs = bytes / (us * 1e-6) / 1e9;
@@ -413,6 +548,48 @@ static void test_timing(void **state) {
             rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
             free(tab);
         }
+    /* one decoding sequence at depth 4096 / 16384, f16 against q8_0 K/V (issue 24: decode at
+     * depth 16k; q8_0 reads 34 bytes per 32 elements where f16 reads 64) */
+    void *qk = NULL, *qv = NULL;
+    const size_t qbytes = (size_t)pool_pos * (size_t)(kvd / 32 * 34);
+    if (!rf_gpu_alloc(g_ctx, qbytes, &qk) && !rf_gpu_alloc(g_ctx, qbytes, &qv)) {
+        assert_int_equal(rf_gpu_memset(g_ctx, qk, 0x2c, qbytes), RF_OK); /* d ~0.065, q 44 */
+        assert_int_equal(rf_gpu_memset(g_ctx, qv, 0x1c, qbytes), RF_OK); /* d ~0.004, q 28 */
+        for (int di = 0; di < 2; di++)
+            for (int ti = 0; ti < 2; ti++) {
+                const int depth = di ? 16384 : 4096;
+                const int64_t maxb = depth / bs;
+                const int64_t nrot = nblk / maxb < 16 ? nblk / maxb : 16;
+                int32_t pos = depth - 1, sq = 0;
+                int32_t *dtab = dev_from(perm, (size_t)(nrot * maxb) * 4), *dpos = dev_from(&pos, 4);
+                int32_t *dseq = dev_from(&sq, 4);
+                const rf_type kt = ti ? RF_TYPE_Q8_0 : RF_TYPE_F16;
+                void *k = ti ? qk : dk, *v = ti ? qv : dv;
+                const double bytes = (double)depth * kvd * 2 * (ti ? 34.0 / 32.0 : 2.0);
+                const int reps = 200;
+                for (int i = 0; i < reps + 3; i++) {
+                    if (i == 3) {
+                        assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                        t_start = now_s();
+                    }
+                    assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, k, v, kt, 1, dpos, dseq,
+                                                            dtab + (i % nrot) * maxb, maxb, bs, nh, nhkv, D, scale, 0,
+                                                            0.0f, depth - 1, NULL),
+                                     RF_OK);
+                }
+                assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                const double us = (now_s() - t_start) / reps * 1e6, gbs = bytes / (us * 1e-6) / 1e9;
+                char frac[16] = "-";
+                if (bw > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gbs / bw);
+                fprintf(stderr, "  %-8s %5d %6d %10.1f %9.0f %7s\n", ti ? "dec q8_0" : "dec f16", 1, depth, us, gbs,
+                        frac);
+                rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
+            }
+    } else {
+        fprintf(stderr, "  q8_0 timing skipped: no room for the q8_0 pool (%s)\n", rf_last_error());
+    }
+    if (qk) rf_gpu_free(g_ctx, qk);
+    if (qv) rf_gpu_free(g_ctx, qv);
     /* one 512-token prompt chunk of one sequence: positions 0..511 and 3584..4095 */
     for (int di = 0; di < 2; di++) {
         const int depth = di ? 4096 : 512, nt = 512;
@@ -425,13 +602,13 @@ static void test_timing(void **state) {
         for (int t = 0; t < nt; t++) flops += 4.0 * nh * D * (pos[t] + 1);
         const int reps = 10;
         assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, nt, dpos, dseq, dtab, maxb, bs,
-                                                nh, nhkv, D, scale, 0, 0.0f, depth - 1),
+                                                nh, nhkv, D, scale, 0, 0.0f, depth - 1, NULL),
                          RF_OK);
         assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
         const double t0 = now_s();
         for (int i = 0; i < reps; i++)
             assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, nt, dpos, dseq, dtab, maxb,
-                                                    bs, nh, nhkv, D, scale, 0, 0.0f, depth - 1),
+                                                    bs, nh, nhkv, D, scale, 0, 0.0f, depth - 1, NULL),
                              RF_OK);
         assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
         const double us = (now_s() - t0) / reps * 1e6;
@@ -451,6 +628,7 @@ int main(void) {
         cmocka_unit_test(test_mixed),
         cmocka_unit_test(test_prefill_batches),
         cmocka_unit_test(test_long),
+        cmocka_unit_test(test_sinks),
         cmocka_unit_test(test_timing),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

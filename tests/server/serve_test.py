@@ -381,15 +381,13 @@ def test_bad_input(srv):
         raise Fail("a wrong key was accepted")
     except openai.AuthenticationError as x:
         check(x.status_code == 401, "client 401")
-    # 404: unknown route (a trailing slash is another route) or model
+    # 404: unknown route (a trailing slash is another route)
     expect_error(srv, 404, "not_found_error", None, "GET", "/v2/nothing")
     expect_error(srv, 404, "not_found_error", None, "POST", C + "/", ok)
-    expect_error(srv, 404, "not_found_error", "model_not_found", "POST", C, dict(ok, model="gpt-4"), param="model")
-    try:
-        client(srv).chat.completions.create(model="gpt-4", messages=MSG, max_tokens=1)
-        raise Fail("unknown model accepted")
-    except openai.NotFoundError as x:
-        check(x.status_code == 404, "client 404")
+    # any other model name is served by the loaded model (agent clients send their own names);
+    # --strict-model-name's 404 is tested by tokenize_test.py
+    r = client(srv).chat.completions.create(model="gpt-4", messages=MSG, max_tokens=1)
+    check(r.choices[0].finish_reason in ("stop", "length"), "another model name served")
     # 405 with Allow
     hd, _ = expect_error(srv, 405, E, "method_not_allowed", "GET", C)
     check(hd.get("allow") == "POST", f"405 Allow {hd.get('allow')}")

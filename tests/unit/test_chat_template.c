@@ -130,6 +130,14 @@ static void test_goldens_extra(void **state) {
 }
 
 
+/* the templates of the 2026 models (Qwen3 / Qwen3-MoE, gpt-oss harmony, Phi-4, Phi-4-mini,
+ * Mistral Small 3.x / Devstral / Ministral 3, SmolLM3) over thinking on/off, reasoning in
+ * history, tools, parallel tool calls and results, reasoning_effort, developer messages */
+static void test_goldens_2026(void **state) {
+    (void)state;
+    run_goldens("chat/goldens-2026.json", 300);
+}
+
 /* one construct per template (goldens.json "features"), through the internal renderer */
 static void test_features(void **state) {
     (void)state;
@@ -404,6 +412,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens),
         cmocka_unit_test(test_goldens_extra),
+        cmocka_unit_test(test_goldens_2026),
         cmocka_unit_test(test_features),
         cmocka_unit_test(test_simple_api_matches_ex),
         cmocka_unit_test(test_family_detect_and_builtins),

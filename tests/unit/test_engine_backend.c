@@ -120,6 +120,11 @@ static void test_norm_rope_glu(void **state) {
     rf_poison_f32(gg, m);
     assert_int_equal(be->ops->glu(be, &ot, &gt, &ut, (int64_t)m, RF_GLU_GEGLU), RF_OK);
     check("geglu (ggml f16 table)", gg, gw, m, 2e-3);
+    for (size_t i = 0; i < m; i += 7) g[i] *= 4, u[i] *= 12; /* past the clamps at +-7 */
+    rf_ref_swiglu_oai(gw, g, u, (int64_t)m);
+    rf_poison_f32(gg, m);
+    assert_int_equal(be->ops->glu(be, &ot, &gt, &ut, (int64_t)m, RF_GLU_SWIGLU_OAI), RF_OK);
+    check("swiglu_oai", gg, gw, m, 1e-6);
     free(g), free(u), free(gw), free(gg);
     free(x), free(w), free(want), free(got);
     be->ops->destroy(be);
@@ -129,7 +134,8 @@ static void test_norm_rope_glu(void **state) {
  * in a shuffled order; one batch holds a prompt chunk of one sequence and single tokens of the
  * others. Checked against rf_ref_paged_attention (f32 cache 1e-5; f16 5e-3 and q8_0 2e-2, the
  * caches' rounding), and every token's output computed alone must be bit-identical to its
- * output inside the batch (batch invariance). */
+ * output inside the batch (batch invariance). Block size 16 runs with attention sinks (one
+ * logit per head in the softmax's denominator, gpt-oss), 4 without. */
 static void test_paged_attention(void **state) {
     (void)state;
     const int64_t H = 6, HKV = 2, D = 64, KVD = HKV * D;
@@ -164,8 +170,10 @@ static void test_paged_attention(void **state) {
                     }
                 float *q = rnd((size_t)(nt * H * D), 1.0f), *want = malloc((size_t)(nt * H * D) * 4),
                       *got = malloc((size_t)(nt * H * D) * 4), *one = malloc((size_t)(H * D) * 4);
+                float *sk = bs == 16 ? rnd((size_t)H, 3.0f) : NULL; /* sink logits as large as the scores */
+                rf_tensor skt = sk ? host_f32(sk, H, 1) : (rf_tensor){0}, *skp = sk ? &skt : NULL;
                 assert_int_equal(rf_ref_paged_attention(want, q, kp, vp, nt, pos, seq, table, maxb, bs, H, HKV, D,
-                                                        0.125f, window, 0.0f), RF_OK);
+                                                        0.125f, window, 0.0f, sk), RF_OK);
                 rf_batch b = {0};
                 b.n_tokens = nt;
                 b.pos = pos;
@@ -194,10 +202,10 @@ static void test_paged_attention(void **state) {
                     }
                     rf_tensor qt = host_f32(q, H * D, nt), ot = host_f32(got, H * D, nt);
                     rf_poison_f32(got, (size_t)(nt * H * D));
-                    assert_int_equal(be->ops->attention(be, &ot, &qt, &kc, &vc, &b, H, HKV, D, 0.125f, window, 0.0f), RF_OK);
+                    assert_int_equal(be->ops->attention(be, &ot, &qt, &kc, &vc, &b, H, HKV, D, 0.125f, window, 0.0f, skp), RF_OK);
                     char name[96];
-                    snprintf(name, sizeof name, "paged attention %s bs %d win %d t=%d", rf_type_name(kts[ki]), bs,
-                             (int)window, th);
+                    snprintf(name, sizeof name, "paged attention %s bs %d win %d t=%d%s", rf_type_name(kts[ki]), bs,
+                             (int)window, th, sk ? " sinks" : "");
                     check(name, got, want, (size_t)(nt * H * D), tol[ki]);
                     for (int32_t t = 0; t < nt; t++) { /* the same token alone in a batch */
                         rf_batch b1 = b;
@@ -206,14 +214,14 @@ static void test_paged_attention(void **state) {
                         b1.seq = &seq[t];
                         b1.slot = &slot[t];
                         rf_tensor q1 = host_f32(q + (size_t)t * H * D, H * D, 1), o1 = host_f32(one, H * D, 1);
-                        assert_int_equal(be->ops->attention(be, &o1, &q1, &kc, &vc, &b1, H, HKV, D, 0.125f, window, 0.0f), RF_OK);
+                        assert_int_equal(be->ops->attention(be, &o1, &q1, &kc, &vc, &b1, H, HKV, D, 0.125f, window, 0.0f, skp), RF_OK);
                         if (memcmp(one, got + (size_t)t * H * D, (size_t)(H * D) * 4))
                             fail_msg("%s: token %d alone differs from the batch", name, t);
                     }
                     be->ops->free(be, &kc);
                     be->ops->free(be, &vc);
                 }
-                free(table), free(perm), free(kp), free(vp), free(q), free(want), free(got), free(one);
+                free(table), free(perm), free(kp), free(vp), free(q), free(want), free(got), free(one), free(sk);
             }
         }
         be->ops->destroy(be);

@@ -389,6 +389,25 @@ static void test_recipe_fallbacks_and_tied(void **state) {
     free(p.t);
 }
 
+/* mxfp4_moe (llama-quantize's MOSTLY_MXFP4_MOE): experts MXFP4, every other 2-D weight and the
+ * head Q8_0, router / norms / biases / sinks F32 */
+static void test_recipe_mxfp4_moe(void **state) {
+    (void)state;
+    rf_mkmodel_opts o = opts("gpt-oss-20b", "mxfp4_moe", 0);
+    planned p = plan_of(&o);
+    ASSERT_TYPE(&p, "blk.3.ffn_gate_exps.weight", RF_TYPE_MXFP4);
+    ASSERT_TYPE(&p, "blk.3.ffn_up_exps.weight", RF_TYPE_MXFP4);
+    ASSERT_TYPE(&p, "blk.3.ffn_down_exps.weight", RF_TYPE_MXFP4);
+    ASSERT_TYPE(&p, "blk.3.attn_q.weight", RF_TYPE_Q8_0);
+    ASSERT_TYPE(&p, "blk.3.attn_output.weight", RF_TYPE_Q8_0);
+    ASSERT_TYPE(&p, "output.weight", RF_TYPE_Q8_0);
+    ASSERT_TYPE(&p, "token_embd.weight", RF_TYPE_Q8_0);
+    ASSERT_TYPE(&p, "blk.3.ffn_gate_inp.weight", RF_TYPE_F32);
+    ASSERT_TYPE(&p, "blk.3.ffn_down_exps.bias", RF_TYPE_F32);
+    ASSERT_TYPE(&p, "blk.3.attn_sinks.weight", RF_TYPE_F32);
+    free(p.t);
+}
+
 static void test_recipe_other_types(void **state) {
     (void)state;
     rf_mkmodel_opts o = opts("llama3-8b", "q2_k", 0);
@@ -554,6 +573,7 @@ int main(void) {
         cmocka_unit_test(test_recipe_q4_k_m),
         cmocka_unit_test(test_recipe_fallbacks_and_tied),
         cmocka_unit_test(test_recipe_other_types),
+        cmocka_unit_test(test_recipe_mxfp4_moe),
         cmocka_unit_test(test_recipe_70b),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_determinism),

@@ -146,6 +146,13 @@ static void test_activations(void **state) {
     NEAR(y[1], 3 * (-2 / (1 + exp(2.0))), 1e-6);
     rf_ref_geglu(y, g, u, 2);
     NEAR(y[0], 2 * 0.8411919906082768, 1e-6);
+    /* gpt-oss's clamped SwiGLU: gate capped at 7 (not below), up clamped to [-7, 7], plus 1 */
+    float go[4] = {1, 9, -9, 2}, uo[4] = {2, 3, 0.5f, -20}, yo[4];
+    rf_ref_swiglu_oai(yo, go, uo, 4);
+    NEAR(yo[0], 1 / (1 + exp(-1.702)) * 3, 1e-6);
+    NEAR(yo[1], 7 / (1 + exp(-1.702 * 7)) * 4, 1e-5);
+    NEAR(yo[2], -9 / (1 + exp(1.702 * 9)) * 1.5, 1e-9);
+    NEAR(yo[3], 2 / (1 + exp(-1.702 * 2)) * -6, 1e-5);
     rf_ref_swiglu(g, g, u, 2); /* aliasing */
     NEAR(g[0], 2 * 0.7310585786300049, 1e-6);
 }
@@ -246,32 +253,51 @@ static void test_attention(void **state) {
         v[i] = 10.0f + (float)i;
     }
     rf_poison_f32(out, 4 * D);
-    rf_ref_attention(out, q, k, v, 1, 1, 4, 2, D, 0.5f, false, 0, 0, 0);
+    rf_ref_attention(out, q, k, v, 1, 1, 4, 2, D, 0.5f, false, 0, 0, 0, NULL);
     for (int h = 0; h < 4; h++)
         for (int d = 0; d < D; d++) assert_true(out[h * D + d] == v[(h / 2) * D + d]);
     /* two keys, equal scores -> average; causal row 0 sees only key 0 */
     float q2[2 * D] = {0}, k2[2 * D] = {0}, v2[2 * D] = {1, 2, 3, 4, 5, 6, 7, 8}, o2[2 * D];
-    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, false, 0, 0, 0);
+    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, false, 0, 0, 0, NULL);
     for (int d = 0; d < D; d++) NEAR(o2[d], (v2[d] + v2[D + d]) / 2, 1e-6);
-    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, true, 0, 0, 0);
+    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, true, 0, 0, 0, NULL);
     for (int d = 0; d < D; d++) {
         NEAR(o2[d], v2[d], 1e-7);
         NEAR(o2[D + d], (v2[d] + v2[D + d]) / 2, 1e-6);
     }
     /* window 1: each query sees only itself */
-    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, true, 0, 1, 0);
+    rf_ref_attention(o2, q2, k2, v2, 2, 2, 1, 1, D, 1.0f, true, 0, 1, 0, NULL);
     for (int d = 0; d < D; d++) NEAR(o2[D + d], v2[D + d], 1e-7);
     /* a query with every key masked (position -1) gets zeros */
     rf_poison_f32(o2, 2 * D);
-    rf_ref_attention(o2, q2, k2, v2, 1, 2, 1, 1, D, 1.0f, true, -1, 0, 0);
+    rf_ref_attention(o2, q2, k2, v2, 1, 2, 1, 1, D, 1.0f, true, -1, 0, 0, NULL);
     for (int d = 0; d < D; d++) assert_true(o2[d] == 0.0f);
     /* scores by definition, with softcap: q.k = 4 and 0 on two keys */
     float q3[D] = {1, 1, 1, 1}, k3[2 * D] = {1, 1, 1, 1, 0, 0, 0, 0};
     float v3[2 * D] = {1, 0, 0, 0, 0, 1, 0, 0}, o3[D];
-    rf_ref_attention(o3, q3, k3, v3, 1, 2, 1, 1, D, 0.5f, false, 0, 0, 3.0f);
+    rf_ref_attention(o3, q3, k3, v3, 1, 2, 1, 1, D, 0.5f, false, 0, 0, 3.0f, NULL);
     double s0 = 3.0 * tanh(2.0 / 3.0), p0 = exp(s0) / (exp(s0) + 1.0);
     NEAR(o3[0], p0, 1e-6);
     NEAR(o3[1], 1 - p0, 1e-6);
+    /* attention sinks: two keys with equal scores 0 and a sink logit ln 2 for head 0: the
+     * denominator is e^0 + e^0 + 2 = 4, so each key gets 1/4 and the output is half the
+     * average; a sink of -inf changes nothing. Head 1 (sink 0) shares the query: 1/3 each. */
+    float qs[2 * D] = {0}, os[2 * D], sk[2] = {logf(2.0f), 0.0f};
+    float ks[2 * D] = {0};
+    float vs1[2 * D]; /* one kv head: keys 0 and 1 of head 0 */
+    for (int d = 0; d < D; d++) vs1[d] = 4.0f + d, vs1[D + d] = 8.0f + d;
+    rf_ref_attention(os, qs, ks, vs1, 1, 2, 2, 1, D, 1.0f, false, 0, 0, 0, sk);
+    for (int d = 0; d < D; d++) {
+        NEAR(os[d], (vs1[d] + vs1[D + d]) / 4, 1e-6);
+        NEAR(os[D + d], (vs1[d] + vs1[D + d]) / 3, 1e-6);
+    }
+    float skinf[2] = {-INFINITY, -INFINITY};
+    rf_ref_attention(os, qs, ks, vs1, 1, 2, 2, 1, D, 1.0f, false, 0, 0, 0, skinf);
+    for (int d = 0; d < 2 * D; d++) NEAR(os[d], (vs1[d % D] + vs1[D + d % D]) / 2, 1e-6);
+    /* a sink far above the scores takes (almost) all the mass: the output goes to 0 */
+    float skbig[2] = {60.0f, 60.0f};
+    rf_ref_attention(os, qs, ks, vs1, 1, 2, 2, 1, D, 1.0f, false, 0, 0, 0, skbig);
+    for (int d = 0; d < 2 * D; d++) NEAR(os[d], 0.0, 1e-20);
 }
 
 static void test_argmax(void **state) {
@@ -372,6 +398,117 @@ static void test_matmul_quantized(void **state) {
     assert_int_equal(rf_ref_matmul(y, NULL, RF_TYPE_Q4_0, NULL, 1, 33, 1), RF_ERR_INVALID_ARG);
 }
 
+/* ---- mixture of experts: router, indirect product, combine ---- */
+
+static void test_moe_route(void **state) {
+    (void)state;
+    int32_t ids[8];
+    float w[8];
+    /* softmax gating, a tie between experts 1 and 3 -> the lower id first */
+    const float lg[4] = {1, 3, 2, 3};
+    const double Z = exp(1.0) + 2 * exp(3.0) + exp(2.0);
+    assert_int_equal(rf_ref_moe_route(ids, w, lg, NULL, 1, 4, 2, RF_MOE_SOFTMAX, false, 1.0f), RF_OK);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 3);
+    NEAR(w[0], exp(3.0) / Z, 1e-6);
+    NEAR(w[1], exp(3.0) / Z, 1e-6);
+    assert_int_equal(rf_ref_moe_route(ids, w, lg, NULL, 1, 4, 3, RF_MOE_SOFTMAX, true, 1.0f), RF_OK);
+    assert_int_equal(ids[2], 2); /* third: expert 2 (logit 2) */
+    const double s3 = (2 * exp(3.0) + exp(2.0)) / Z;
+    NEAR(w[0], exp(3.0) / Z / s3, 1e-6);
+    NEAR(w[2], exp(2.0) / Z / s3, 1e-6);
+    /* sigmoid gating with a selection bias that picks expert 2; the weights ignore the bias;
+     * norm then scale */
+    const float lg2[4] = {0, 1, -1, 2}, bias[4] = {0, 0, 5, 0};
+    assert_int_equal(rf_ref_moe_route(ids, w, lg2, bias, 1, 4, 2, RF_MOE_SIGMOID, true, 2.5f), RF_OK);
+    assert_int_equal(ids[0], 2);
+    assert_int_equal(ids[1], 3);
+    const double a = 1 / (1 + exp(1.0)), b = 1 / (1 + exp(-2.0));
+    NEAR(w[0], 2.5 * a / (a + b), 1e-6);
+    NEAR(w[1], 2.5 * b / (a + b), 1e-6);
+    /* softmax over the top-k logits (gpt-oss), two tokens */
+    const float lg3[8] = {0.5f, 2, 1, -1, /* token 1: */ 4, 0, 0, 4};
+    assert_int_equal(rf_ref_moe_route(ids, w, lg3, NULL, 2, 4, 2, RF_MOE_SOFTMAX_TOPK, false, 1.0f), RF_OK);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 2);
+    NEAR(w[0], 1 / (1 + exp(-1.0)), 1e-6);
+    NEAR(w[1], 1 / (1 + exp(1.0)), 1e-6);
+    assert_int_equal(ids[2], 0);
+    assert_int_equal(ids[3], 3);
+    NEAR(w[2], 0.5, 1e-7);
+    NEAR(w[3], 0.5, 1e-7);
+    /* k == n_expert: every expert, in order of score, ties by id */
+    const float lg4[3] = {0, 0, 0};
+    assert_int_equal(rf_ref_moe_route(ids, w, lg4, NULL, 1, 3, 3, RF_MOE_SOFTMAX, true, 1.0f), RF_OK);
+    for (int j = 0; j < 3; j++) {
+        assert_int_equal(ids[j], j);
+        NEAR(w[j], 1.0 / 3, 1e-7);
+    }
+    /* norm of near-zero sigmoid weights: the sum clamps at 2^-14 */
+    const float lg5[2] = {-30, -30};
+    assert_int_equal(rf_ref_moe_route(ids, w, lg5, NULL, 1, 2, 2, RF_MOE_SIGMOID, true, 1.0f), RF_OK);
+    NEAR(w[0], 1 / (1 + exp(30.0)) / 6.103515625e-5, 1e-9);
+    /* bad k, bad gating */
+    assert_int_equal(rf_ref_moe_route(ids, w, lg, NULL, 1, 4, 0, RF_MOE_SOFTMAX, true, 1.0f), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_ref_moe_route(ids, w, lg, NULL, 1, 4, 5, RF_MOE_SOFTMAX, true, 1.0f), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_ref_moe_route(ids, w, lg, NULL, 1, 0, 1, RF_MOE_SOFTMAX, true, 1.0f), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_ref_moe_route(ids, w, lg, NULL, 1, 4, 2, (rf_moe_gating)7, true, 1.0f), RF_ERR_INVALID_ARG);
+}
+
+static void test_matmul_id(void **state) {
+    (void)state;
+    /* 3 experts of 2 x 2: identity, 2 * identity, swap */
+    const float W[12] = {1, 0, 0, 1, 2, 0, 0, 2, 0, 1, 1, 0};
+    const float x[4] = {1, 2, 3, 4};
+    const int32_t ids[4] = {2, 0, 1, 2};
+    float y[8];
+    assert_int_equal(rf_ref_matmul_id(y, W, RF_TYPE_F32, 2, 2, 3, x, false, ids, NULL, 2, 2), RF_OK);
+    const float want[8] = {2, 1, 1, 2, 6, 8, 4, 3};
+    for (int i = 0; i < 8; i++) NEAR(y[i], want[i], 0);
+    const float bias[6] = {10, 20, 30, 40, 50, 60};
+    assert_int_equal(rf_ref_matmul_id(y, W, RF_TYPE_F32, 2, 2, 3, x, false, ids, bias, 2, 2), RF_OK);
+    NEAR(y[0], 52, 0);
+    NEAR(y[3], 22, 0);
+    NEAR(y[4], 36, 0);
+    /* x per slot: 4 rows */
+    const float xs[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    assert_int_equal(rf_ref_matmul_id(y, W, RF_TYPE_F32, 2, 2, 3, xs, true, ids, NULL, 2, 2), RF_OK);
+    const float want2[8] = {2, 1, 3, 4, 10, 12, 8, 7};
+    for (int i = 0; i < 8; i++) NEAR(y[i], want2[i], 0);
+    const int32_t bad[4] = {0, 3, 0, 0};
+    assert_int_equal(rf_ref_matmul_id(y, W, RF_TYPE_F32, 2, 2, 3, x, false, bad, NULL, 2, 2), RF_ERR_RANGE);
+    /* quantized experts: each slot equals rf_ref_matmul on that expert's rows */
+    enum { NI = 64, NO = 3, NE = 4 };
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed());
+    float wf[NE * NO * NI], xq[2 * NI], yq[4 * NO], yr[NO];
+    rf_rng_fill_normal(&r, wf, NE * NO * NI, 1.0f);
+    rf_rng_fill_normal(&r, xq, 2 * NI, 1.0f);
+    size_t rb;
+    assert_int_equal(rf_row_size(RF_TYPE_Q8_0, NI, &rb), RF_OK);
+    uint8_t *q = malloc(rb * NE * NO);
+    for (int o = 0; o < NE * NO; o++) assert_int_equal(rf_quantize_row(RF_TYPE_Q8_0, wf + o * NI, q + o * rb, NI), RF_OK);
+    const int32_t qi[4] = {3, 1, 1, 0};
+    assert_int_equal(rf_ref_matmul_id(yq, q, RF_TYPE_Q8_0, NI, NO, NE, xq, false, qi, NULL, 2, 2), RF_OK);
+    for (int s = 0; s < 4; s++) {
+        assert_int_equal(rf_ref_matmul(yr, q + (size_t)qi[s] * NO * rb, RF_TYPE_Q8_0, xq + (s / 2) * NI, 1, NI, NO), RF_OK);
+        assert_memory_equal(yr, yq + s * NO, sizeof yr);
+    }
+    free(q);
+}
+
+static void test_moe_combine(void **state) {
+    (void)state;
+    const float z[8] = {1, 2, 3, 4, 5, 6, 7, 8}, w[4] = {0.5f, 0.25f, 1, 2};
+    float y[4];
+    rf_poison_f32(y, 4);
+    rf_ref_moe_combine(y, z, w, 2, 2, 2);
+    NEAR(y[0], 0.5 + 0.75, 0);
+    NEAR(y[1], 1 + 1, 0);
+    NEAR(y[2], 5 + 14, 0);
+    NEAR(y[3], 6 + 16, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),
@@ -387,6 +524,9 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_matmul_id),
+        cmocka_unit_test(test_moe_combine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,6 +96,23 @@ static void test_bad_bodies(void **state) {
         {SRV_ROUTE_COMPLETIONS, "{\"prompt\": [1, -2]}", 400, "prompt", NULL, "is not a token id"},
         {SRV_ROUTE_COMPLETIONS, "{\"prompt\": \"x\", \"logprobs\": 30}", 400, "logprobs", NULL, "[0, 20]"},
         {SRV_ROUTE_COMPLETIONS, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}", 400, "echo", NULL, "not supported"},
+        /* Anthropic Messages: its own field names and ranges */
+        {SRV_ROUTE_MESSAGES, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 400, "max_tokens", NULL, "'max_tokens' is required"},
+        {SRV_ROUTE_MESSAGES, "{\"max_tokens\": 4, \"messages\": [{\"role\": \"system\", \"content\": \"x\"}]}", 400, "messages[0].role", NULL, "top-level 'system'"},
+        {SRV_ROUTE_MESSAGES, "{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"temperature\": 1.5}", 400, "temperature", NULL, "[0, 1]"},
+        {SRV_ROUTE_MESSAGES, "{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"tool_use\"}]}]}", 400, "messages[0].content[0]", NULL, "tool_use"},
+        {SRV_ROUTE_MESSAGES, "{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop_sequences\": \"x\"}", 400, "stop_sequences", NULL, "list of strings"},
+        {SRV_ROUTE_MESSAGES, "{\"max_tokens\": 4, \"system\": [{\"type\": \"image\"}], \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 400, "system[0]", NULL, "not supported"},
+        /* OpenAI Responses: stateless */
+        {SRV_ROUTE_RESPONSES, "{\"input\": \"x\", \"previous_response_id\": \"resp_1\"}", 400, "previous_response_id", NULL, "stateless"},
+        {SRV_ROUTE_RESPONSES, "{\"input\": \"x\", \"store\": true}", 400, "store", NULL, "stateless"},
+        {SRV_ROUTE_RESPONSES, "{}", 400, "input", NULL, "'input' is required"},
+        {SRV_ROUTE_RESPONSES, "{\"input\": [{\"type\": \"function_call_output\"}]}", 400, "input[0]", NULL, "call_id"},
+        {SRV_ROUTE_RESPONSES, "{\"input\": [{\"type\": \"computer_call\"}]}", 400, "input[0]", NULL, "not supported"},
+        {SRV_ROUTE_RESPONSES, "{\"input\": \"x\", \"tools\": [{\"type\": \"web_search\"}]}", 400, "tools[0]", NULL, "only tools of type"},
+        {SRV_ROUTE_MESSAGES, "{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"web_search_20250305\", \"name\": \"w\"}]}", 400, "tools[0]", NULL, "server tools"},
+        {SRV_ROUTE_MESSAGES, "{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": {\"type\": \"maybe\"}}", 400, "tool_choice.type", NULL, "auto, any"},
+        {SRV_ROUTE_RESPONSES, "{\"input\": \"x\", \"max_output_tokens\": 0}", 400, "max_output_tokens", NULL, ">= 1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bad_case *c = &cases[i];
@@ -136,10 +153,88 @@ static void test_good_bodies(void **state) {
     assert_int_equal(p.max_tokens, 7); /* max_completion_tokens wins */
     assert_int_equal(p.n, 3);
     assert_int_equal(p.n_stop, 0);
-    assert_true(p.temperature == 1.0);
+    assert_true(p.sp.temperature == 1.0f);
     assert_true(p.has_seed);
-    assert_true(p.seed == (((uint64_t)-1) & SRV_SEED_MASK));
+    assert_true(p.sp.seed == UINT64_MAX); /* -1: its two's complement, all 64 bits */
     srv_params_free(&p);
+}
+
+/* A seed past 2^53 (a double cannot hold it) reaches the engine's request unchanged: from the
+ * JSON through srv_params to the rf_request's sampling parameters. */
+static void test_seed_64bit(void **state) {
+    (void)state;
+    const uint64_t seeds[] = {9007199254740993ULL /* 2^53 + 1 */, 9223372036854775807ULL /* 2^63 - 1 */,
+                              18446744073709551615ULL /* as -1 */};
+    const char *bodies[] = {"{\"prompt\": \"Once\", \"seed\": 9007199254740993}",
+                            "{\"prompt\": \"Once\", \"seed\": 9223372036854775807}",
+                            "{\"prompt\": \"Once\", \"seed\": -1}"};
+    for (int i = 0; i < 3; i++) {
+        srv_params p;
+        srv_error e;
+        assert_int_equal(srv_parse_request(SRV_ROUTE_COMPLETIONS, bodies[i], strlen(bodies[i]), &p, &e), 0);
+        assert_true(p.has_seed);
+        assert_true(p.sp.seed == seeds[i]);
+        srv_prepared pr;
+        assert_int_equal(srv_prepare(g.eng, g.n_ctx, &p, 1, &pr, &e), 0);
+        assert_int_equal(pr.n, 1);
+        assert_true(rf_request_sampling(pr.reqs[0])->seed == seeds[i]);
+        srv_prepared_free(&pr);
+        srv_params_free(&p);
+    }
+    /* no seed in the body: the server's own, all 64 bits of it */
+    const char *none = "{\"prompt\": \"Once\"}";
+    srv_params p;
+    srv_error e;
+    assert_int_equal(srv_parse_request(SRV_ROUTE_COMPLETIONS, none, strlen(none), &p, &e), 0);
+    assert_false(p.has_seed);
+    srv_prepared pr;
+    assert_int_equal(srv_prepare(g.eng, g.n_ctx, &p, 0xF00DFACEC0FFEE01ULL, &pr, &e), 0);
+    assert_true(rf_request_sampling(pr.reqs[0])->seed == 0xF00DFACEC0FFEE01ULL);
+    srv_prepared_free(&pr);
+    srv_params_free(&p);
+}
+
+/* Messages and Responses bodies become the chat request they mean. */
+static void test_translated_bodies(void **state) {
+    (void)state;
+    const char *m = "{\"model\": \"claude\", \"max_tokens\": 9, \"system\": [{\"type\": \"text\", \"text\": \"S1\"}, "
+                    "{\"type\": \"text\", \"text\": \"S2\"}], \"messages\": [{\"role\": \"user\", \"content\": \"a\"}, "
+                    "{\"role\": \"assistant\", \"content\": [{\"type\": \"thinking\", \"thinking\": \"t\"}, {\"type\": \"text\", "
+                    "\"text\": \"b\"}]}], \"stop_sequences\": [\"X\", \"\"], \"top_k\": 5, \"temperature\": 0.5, \"stream\": true}";
+    srv_params p;
+    srv_error e;
+    assert_int_equal(srv_parse_request(SRV_ROUTE_MESSAGES, m, strlen(m), &p, &e), 0);
+    assert_int_equal(p.api, SRV_API_MESSAGES);
+    assert_int_equal(p.route, SRV_ROUTE_CHAT);
+    assert_int_equal(p.n_msgs, 3);
+    assert_string_equal(p.msgs[0].role, "system");
+    assert_string_equal(p.msgs[0].content, "S1\nS2");
+    assert_string_equal(p.msgs[2].role, "assistant");
+    assert_string_equal(p.msgs[2].content, "b"); /* the thinking block dropped */
+    assert_int_equal(p.max_tokens, 9);
+    assert_int_equal(p.n_stop, 1);
+    assert_string_equal(p.stop[0], "X");
+    assert_int_equal(p.sp.top_k, 5);
+    assert_true(p.sp.temperature == 0.5 && p.stream);
+    assert_string_equal(p.model, "claude");
+    srv_params_free(&p);
+    const char *r = "{\"instructions\": \"I\", \"input\": [{\"role\": \"developer\", \"content\": \"D\"}, {\"type\": \"message\", "
+                    "\"role\": \"user\", \"content\": [{\"type\": \"input_text\", \"text\": \"u1\"}, {\"type\": \"input_text\", "
+                    "\"text\": \"u2\"}]}, {\"type\": \"reasoning\"}], \"max_output_tokens\": 5, \"store\": false}";
+    assert_int_equal(srv_parse_request(SRV_ROUTE_RESPONSES, r, strlen(r), &p, &e), 0);
+    assert_int_equal(p.api, SRV_API_RESPONSES);
+    assert_int_equal(p.n_msgs, 3);
+    assert_string_equal(p.msgs[0].content, "I");
+    assert_string_equal(p.msgs[1].role, "system");
+    assert_string_equal(p.msgs[2].content, "u1\nu2");
+    assert_int_equal(p.max_tokens, 5);
+    assert_string_equal(p.instructions, "I");
+    srv_params_free(&p);
+    /* an Anthropic error body */
+    srv_fail(&e, 413, "invalid_request_error", NULL, NULL, "too big");
+    char *j = srv_anthropic_error_json(&e);
+    assert_string_equal(j, "{\"type\":\"error\",\"error\":{\"type\":\"request_too_large\",\"message\":\"too big\"}}");
+    free(j);
 }
 
 static void test_context_check(void **state) {
@@ -183,8 +278,10 @@ int main(void) {
     if (rf_fuzz_srv_init(&g, model)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_corpus_replay),
+        cmocka_unit_test(test_translated_bodies),
         cmocka_unit_test(test_bad_bodies),
         cmocka_unit_test(test_good_bodies),
+        cmocka_unit_test(test_seed_64bit),
         cmocka_unit_test(test_context_check),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

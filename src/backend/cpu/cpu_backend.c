@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/ref/ref_ops.h"
 #include "rocmforge/quant.h"
 
 #if defined(__x86_64__)
@@ -244,7 +245,7 @@ rf_status rf_cpu_scratch(rf_cpu *cpu, size_t size) {
 }
 
 static rf_status row_bytes(rf_type type, int64_t n, size_t *out) {
-    if (type == RF_TYPE_F32) { *out = (size_t)n * 4; return RF_OK; }
+    if (type == RF_TYPE_F32 || type == RF_TYPE_I32) { *out = (size_t)n * 4; return RF_OK; } /* i32: expert ids */
     if (type == RF_TYPE_F16 || type == RF_TYPE_BF16) { *out = (size_t)n * 2; return RF_OK; }
     return rf_row_size(type, n, out);
 }
@@ -433,6 +434,7 @@ typedef struct attn_job {
     const rf_batch *b;
     int64_t n_head, n_head_kv, head_dim, window;
     float scale, softcap;
+    const float *sinks;   /* f32 [n_head] or NULL (attention sinks, gpt-oss) */
     float *scratch;
     int64_t per_thread;
     float *qscratch;      /* f16 fast path: 4 rounded query rows per thread */
@@ -602,6 +604,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
             scores_f16_avx(qs, g, &wk, nk, hd, j->scale, j->softcap, sc, ld, mx);
             for (int x = 0; x < g; x++) {
                 float *o = j->out + (it * j->n_head + h0 + x) * hd, *scx = sc + x * ld;
+                const float sink = j->sinks ? j->sinks[h0 + x] : -INFINITY;
+                if (sink > mx[x]) mx[x] = sink;
                 if (mx[x] == -INFINITY) {
                     memset(o, 0, (size_t)hd * sizeof(float));
                     continue;
@@ -612,6 +616,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
                     scx[kk] = e;
                     sum += e;
                 }
+                if (j->sinks) sum += expf(sink - mx[x]); /* the sink: denominator only */
                 scale_round_f16_avx(scx, (float)(1.0 / sum), nk);
                 for (int64_t c = 0; c < hd; c += 64) {
                     kv_walk_start(&wv, j->v, b, s, kmin, voff + (size_t)c * 2);
@@ -660,6 +665,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
             if (sco > mx) mx = sco;
         }
         memset(o, 0, (size_t)hd * sizeof(float));
+        const float sink = j->sinks ? j->sinks[h] : -INFINITY;
+        if (sink > mx) mx = sink;
         if (mx == -INFINITY) continue;
         double sum = 0;
         for (int64_t kk = 0; kk <= p - kmin; kk++) {
@@ -667,6 +674,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
             sc[kk] = e;
             sum += e;
         }
+        if (j->sinks) sum += expf(sink - mx); /* the sink: denominator only */
         float inv = (float)(1.0 / sum);
         kv_walk_start(&wv, j->v, b, s, kmin, kv_head_off(j->v->type, hk, hd));
 #if RF_X86
@@ -695,7 +703,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
 static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k,
                                const rf_tensor *v, const rf_batch *b, int64_t n_head,
                                int64_t n_head_kv, int64_t head_dim, float scale, int64_t window,
-                               float softcap) {
+                               float softcap, const rf_tensor *sinks) {
     rf_cpu *cpu = be->impl;
     if (n_head_kv <= 0 || n_head % n_head_kv)
         return rf_set_error(RF_ERR_INVALID_ARG, "attention: n_head %lld not a multiple of n_head_kv %lld",
@@ -714,7 +722,10 @@ static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *
         if (p + 1 > max_kv) max_kv = p + 1;
     }
     if (window > 0 && window < max_kv) max_kv = window;
-    attn_job j = {out->data, q->data, k, v, b, n_head, n_head_kv, head_dim, window, scale, softcap, NULL, 0, NULL, 0};
+    if (sinks && (sinks->type != RF_TYPE_F32 || sinks->ne[0] * sinks->ne[1] < n_head))
+        return rf_set_error(RF_ERR_INVALID_ARG, "attention: sinks must be f32 [%lld]", (long long)n_head);
+    attn_job j = {out->data, q->data, k, v, b, n_head, n_head_kv, head_dim, window, scale, softcap,
+                  sinks ? sinks->data : NULL, NULL, 0, NULL, 0};
     /* scores of up to 4 heads (the f16 path groups heads of a KV head), a converted K/V row and the
      * rounded query; then 4 query rows for the grouped path */
     j.per_thread = 4 * ((max_kv + 15) & ~15) + 2 * ((head_dim + 15) & ~15);
@@ -747,6 +758,14 @@ static void glu_range(float *yd, const float *g, const float *u, int64_t lo, int
         for (int64_t i = lo; i < hi; i++) yd[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         return;
     }
+    if (kind == RF_GLU_SWIGLU_OAI) { /* ggml's swiglu_oai order of operations, in f32 */
+        const float a = RF_OAI_SWIGLU_ALPHA, lim = RF_OAI_SWIGLU_LIMIT;
+        for (int64_t i = lo; i < hi; i++) {
+            const float x = lim < g[i] ? lim : g[i], y = u[i] < -lim ? -lim : (lim < u[i] ? lim : u[i]);
+            yd[i] = x / (1.0f + expf(a * (-x))) * (y + 1.0f);
+        }
+        return;
+    }
     for (int64_t i = lo; i < hi; i++) {
         float x = g[i];
         if (x <= -10.0f) yd[i] = 0.0f;
@@ -776,7 +795,7 @@ static void glu_worker(void *ctx, int ith, int nth) {
 static rf_status cpu_glu(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up,
                          int64_t n, rf_glu_kind kind) {
     rf_cpu *cpu = be->impl;
-    if (kind != RF_GLU_SWIGLU) pthread_once(&g_gelu_once, gelu_table_init);
+    if (kind == RF_GLU_GEGLU) pthread_once(&g_gelu_once, gelu_table_init);
     glu_job j = {y->data, gate->data, up->data, n, kind};
     if (n >= 16384 && cpu->n_threads > 1) rf_pool_run(cpu->pool, glu_worker, &j);
     else glu_range(j.y, j.g, j.u, 0, n, kind);
@@ -830,6 +849,9 @@ static const rf_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .gather_rows = cpu_gather_rows,
     .glu = cpu_glu,
+    .moe_route = rf_cpu_moe_route,
+    .matmul_id = rf_cpu_matmul_id,
+    .moe_combine = rf_cpu_moe_combine,
     .add = cpu_add,
     .scale = cpu_scale,
     .softcap = cpu_softcap,

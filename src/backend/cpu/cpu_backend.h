@@ -21,6 +21,15 @@ rf_status rf_cpu_scratch(rf_cpu *cpu, size_t size);
 rf_status rf_cpu_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x,
                         int64_t n_tokens);
 
+/* The mixture-of-experts ops (cpu_moe.c); contracts of rf_backend_ops.moe_route, matmul_id,
+ * moe_combine. */
+rf_status rf_cpu_moe_route(rf_backend *be, rf_tensor *ids, rf_tensor *wts, const rf_tensor *logits,
+                           const rf_tensor *sel_bias, int64_t n, int64_t n_expert, int64_t k, rf_moe_gating gating,
+                           bool norm, float scale);
+rf_status rf_cpu_matmul_id(rf_backend *be, rf_tensor *y, const rf_tensor *w, int64_t n_out, const rf_tensor *x,
+                           bool x_per_slot, const rf_tensor *ids, const rf_tensor *bias, int64_t n, int64_t k);
+rf_status rf_cpu_moe_combine(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *wts, int64_t n,
+                             int64_t k, int64_t m);
 /* The gated DeltaNet ops (cpu_deltanet.c); contracts of rf_backend_ops.ssm_conv, gated_delta,
  * sigmoid_mul, head_split. */
 rf_status rf_cpu_ssm_conv(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, rf_tensor *state,

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/knobs.h"
+#include "core/test_hooks.h"
 #include "quant/quant_impl.h" /* rf_vec_dot4_for: the table's 4-row kernels */
 #include "rocmforge/quant.h"
 
@@ -195,11 +196,53 @@ static void mm_worker_f32(void *ctx, int ith, int nth) {
     }
 }
 
+/* x rounded as the GPU's int8-x products round it (rf_quantize_elem in gpu_gemv_xq.cu): per 32,
+ * d = f16(amax / 127) (f32 where f16 would overflow), q = rint(x * 127 / amax), x' = d * q (exact
+ * in f32). The same bytes as rf_cpu_act_q8_scalar's blocks, for every weight type. */
+static void act_gpu_round(const float *x, float *out, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(xb[k]));
+        const float d32 = amax / 127.f, d16 = rf_fp16_to_f32(rf_f32_to_fp16(d32));
+        const float d = d16 <= 65504.0f ? d16 : d32, id = amax != 0.0f ? 127.f / amax : 0.0f;
+        for (int k = 0; k < 32; k++) out[b * 32 + k] = d * nearbyintf(xb[k] * id);
+    }
+}
+
+/* The test hooks' activation modes (core/test_hooks.h): the f32 path on x as is or rounded as
+ * the GPU rounds it; RF_ERR_UNSUPPORTED (not handled) for unquantized weights or mode 0. */
+static rf_status mm_test_mode(rf_cpu *cpu, mm_job *j) {
+    const rf_test_hooks *th = rf_test_hooks_get();
+    const rf_type t = j->w->type;
+    if (!th || th->cpu_act == RF_CPU_ACT_GGML || t == RF_TYPE_F32 || t == RF_TYPE_F16 || t == RF_TYPE_BF16)
+        return RF_ERR_UNSUPPORTED;
+    float *xr = NULL;
+    if (th->cpu_act == RF_CPU_ACT_GPU && (!th->cpu_act_rounds || th->cpu_act_rounds(t, j->n_tokens, j->n_in))) {
+        if (j->n_in % 32) return rf_set_error(RF_ERR_INVALID_ARG, "GPU-rounded activations need n_in %% 32 == 0");
+        xr = malloc((size_t)(j->n_tokens * j->n_in) * sizeof(float));
+        if (!xr) return rf_set_error(RF_ERR_OOM, "test activations");
+        for (int64_t k = 0; k < j->n_tokens; k++) act_gpu_round(j->x + k * j->n_in, xr + k * j->n_in, j->n_in);
+        j->x = xr;
+    }
+    rf_status st = rf_cpu_scratch(cpu, (size_t)((j->n_in + 15) & ~15) * cpu->n_threads * sizeof(float));
+    if (!st) {
+        j->scratch = cpu->scratch;
+        rf_pool_run(cpu->pool, mm_worker_f32, j);
+    }
+    free(xr);
+    return st;
+}
+
 rf_status rf_cpu_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x,
                         int64_t n_tokens) {
     rf_cpu *cpu = be->impl;
     mm_job j = {y->data, w, x->data, n_tokens, w->ne[0], w->ne[1], RF_TYPE_F32, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     const rf_type_traits *tr = rf_type_info(w->type);
+    if (rf_test_hooks_get()) { /* tests only */
+        rf_status st = mm_test_mode(cpu, &j);
+        if (st != RF_ERR_UNSUPPORTED) return st;
+    }
     static int no_vd = -1;
     if (no_vd < 0) no_vd = rf_knob_bool(RF_KNOB_CPU_F32_MATMUL); /* debugging: exact f32 path */
     if (!no_vd && tr && tr->vec_dot && w->type != RF_TYPE_F32) {

@@ -85,14 +85,22 @@ rf_status rf_gpu_stall(rf_gpu_ctx *ctx, unsigned us);
 rf_status rf_gpu_capture_begin(rf_gpu_ctx *ctx);
 rf_status rf_gpu_capture_end(rf_gpu_ctx *ctx, void **exec);
 rf_status rf_gpu_graph_launch(rf_gpu_ctx *ctx, void *exec);
+/* A recording over several GPUs: ctx's stream joins (fork) the recording open on lead's stream,
+ * and later rejoins it (join) before lead's recording ends; gpu_graph.cu says more. */
+rf_status rf_gpu_capture_fork(rf_gpu_ctx *lead, rf_gpu_ctx *ctx);
+rf_status rf_gpu_capture_join(rf_gpu_ctx *lead, rf_gpu_ctx *ctx);
 void rf_gpu_graph_destroy(void *exec);
 void *rf_gpu_scratch_base(rf_gpu_ctx *ctx);
 
 /* ---- batched-forward helpers (gpu_batch_ops.cu; twins in backend/cpu/cpu_backend.c) ------ */
-/* cache row slot[t] = src row t (f32 [n_tokens, n]) converted to cache_type (f16 or f32), for
- * t < n_tokens; slot is a device array; slots outside [0, cache_rows) are skipped (padding). */
+/* cache row slot[t] = src row t (f32 [n_tokens, n]) converted to cache_type (f16, f32 or q8_0),
+ * for t < n_tokens; slot is a device array; slots outside [0, cache_rows) are skipped (padding). */
 rf_status rf_gpu_kv_store(rf_gpu_ctx *ctx, void *cache, rf_type cache_type, int64_t cache_rows,
                           const float *src, int64_t n_tokens, int64_t n, const int32_t *slot);
+/* The same into a q8_0 cache (n % 32 == 0; rows of n / 32 blocks of 34 bytes, ggml's layout),
+ * src row t at src + t * ss floats; the bytes of the CPU backend's kv_store exactly. */
+rf_status rf_gpu_kv_store_q8(rf_gpu_ctx *ctx, void *cache, int64_t cache_rows, const float *src, int64_t ss,
+                             int64_t n_tokens, int64_t n, const int32_t *slot);
 /* y[i,:] = x[idx[i],:] for i < n_idx, rows of n f32; idx a device array. */
 rf_status rf_gpu_gather_rows(rf_gpu_ctx *ctx, float *y, const float *x, const int32_t *idx,
                              int64_t n_idx, int64_t n);
@@ -115,6 +123,10 @@ rf_status rf_gpu_layernorm(rf_gpu_ctx *ctx, float *y, const float *x, const floa
                            const float *b, int64_t rows, int64_t n, float eps);
 rf_status rf_gpu_swiglu(rf_gpu_ctx *ctx, float *y, const float *gate, const float *up, int64_t n);
 rf_status rf_gpu_geglu(rf_gpu_ctx *ctx, float *y, const float *gate, const float *up, int64_t n);
+/* gpt-oss's clamped SwiGLU (rf_ref_swiglu_oai) over rows of n at strides gs, us (floats) into y
+ * packed [rows, n]; rows = 1 takes a packed vector of any length (y may alias then). */
+rf_status rf_gpu_swiglu_oai(rf_gpu_ctx *ctx, float *y, const float *gate, int64_t gs, const float *up, int64_t us,
+                            int64_t rows, int64_t n);
 
 /* ---- RoPE ------------------------------------------------------------------------------- */
 /* rf_ref_rope's contract, the rotated dims then times attn_factor (cos and sin scaled, as
@@ -125,7 +137,8 @@ rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, int64_t n_hea
                       const float *freq_factors, int mode, float attn_factor);
 /* Fused RoPE + KV append. k, v: f32 [n_tokens, n_head_kv, head_dim] (not modified).
  * For each token t: k_cache[slot[t], h, :] = rope(k[t,h,:] at pos[t]) and
- * v_cache[slot[t], h, :] = v[t,h,:], stored as cache_type (RF_TYPE_F16 or RF_TYPE_F32).
+ * v_cache[slot[t], h, :] = v[t,h,:], stored as cache_type (RF_TYPE_F16, RF_TYPE_F32, or
+ * RF_TYPE_Q8_0: whole rows quantized as rf_gpu_kv_store_q8 does).
  * Caches are [cache_rows, n_head_kv, head_dim]; slot ids outside [0, cache_rows) are skipped
  * (never written). Twin: rf_ref_rope + conversion. */
 /* The same with the query, in the same kernel: qout f32 [n_tokens, n_head, head_dim] packed =
@@ -182,6 +195,9 @@ bool rf_gpu_mmq_supported(rf_type wtype, int64_t n_in);
 /* Whether rf_gpu_matmul sends a product of n_tokens to MMQ on this device (RF_GPU_MMQ_MIN ..
  * RF_GPU_MMQ_MAX tokens, default 9 .. 128, a supported type, sm_80+). */
 bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
+/* Whether rf_gpu_matmul's product of n_tokens rounds x to int8 blocks of 32 (MMQ, the int8-x
+ * GEMVs, the BLAS path of quantized weights) or takes it as f32 / f16; for the CPU twin of tests. */
+bool rf_gpu_matmul_rounds_x(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
 /* The two halves of rf_gpu_gemv for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; and
  * Q4_K, Q5_K in CUDA builds for n_in a multiple of 256 up to 16384), so the
  * op producing x can quantize it once for every product that reads it (and the products run as
@@ -232,41 +248,65 @@ bool rf_gpu_set_pdl(rf_gpu_ctx *ctx, bool on);
  * does not take (or a device below sm_80) fails the product with RF_ERR_UNSUPPORTED. */
 void rf_gpu_set_batch_invariant(rf_gpu_ctx *ctx, bool on);
 
+/* ---- mixture of experts (gpu_moe.cu; the contracts of backend.h's moe_route, matmul_id and
+ * moe_combine, twins rf_ref_moe_route / rf_ref_matmul_id / rf_ref_moe_combine) ------------- */
+/* Router: ids int32 [n, k], wts f32 [n, k] from logits f32 [n, n_expert] (gating: rf_moe_gating);
+ * n_expert <= 1024, k <= 32 (RF_ERR_INVALID_ARG beyond). */
+rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts, const float *logits, const float *sel_bias,
+                           int64_t n, int64_t n_expert, int64_t k, int gating, bool norm, float scale);
+/* y [n k, n_out] = W_e x_r (+ bias[e]) with e = ids[t, j] (clamped to [0, n_expert)); W n_expert
+ * * n_out rows of n_in elements of type t (calls of 65535 slots at most, whole tokens, where n k
+ * is larger). Few slots: a GEMV per slot (every type
+ * the GPU decodes); from RF_GPU_MOE_GROUPED_MIN slots (or always, batch-invariant mode) where MMQ
+ * takes the type: grouped by expert on the device, one grouped MMQ. Batch invariant either way. */
+rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out, int64_t n_expert,
+                           int64_t n_in, const float *x, bool x_per_slot, const int32_t *ids, const float *bias,
+                           int64_t n, int64_t k);
+/* Whether rf_gpu_matmul_id takes the grouped path for these shapes on this device. */
+bool rf_gpu_moe_grouped_takes(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k);
+/* y [n, m] = sum over j = 0..k-1 (in order) of wts[t, j] z[t k + j] */
+rf_status rf_gpu_moe_combine(rf_gpu_ctx *ctx, float *y, const float *z, const float *wts, int64_t n, int64_t k,
+                             int64_t m);
+
 /* ---- attention -------------------------------------------------------------------------- */
 /* rf_ref_attention's contract with K/V in a cache: q f32 [n_q, n_head, head_dim];
  * k, v [n_kv, n_head_kv, head_dim] as kv_type (RF_TYPE_F16 or RF_TYPE_F32); out f32.
  * head_dim in {64, 80, 96, 128, 256}. Online-softmax flash attention; when n_q is small and
- * n_kv long the keys are split across blocks (split-K) and a second kernel reduces. */
+ * n_kv long the keys are split across blocks (split-K) and a second kernel reduces. sinks:
+ * device f32 [n_head] or NULL (rf_ref_attention's attention sinks). */
 rf_status rf_gpu_attention(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
                            const void *v, rf_type kv_type, int64_t n_q, int64_t n_kv,
                            int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                           bool causal, int64_t pos0, int64_t window, float softcap);
+                           bool causal, int64_t pos0, int64_t window, float softcap,
+                           const float *sinks);
 /* Same, forcing the number of key splits (1 = plain flash attention); for tests. */
 rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
                                   const void *v, rf_type kv_type, int64_t n_q, int64_t n_kv,
                                   int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                                   float scale, bool causal, int64_t pos0, int64_t window,
-                                  float softcap, int n_splits);
+                                  float softcap, int n_splits, const float *sinks);
 
 /* Paged attention (the contract of rf_backend_ops.attention in backend/backend.h; twin:
  * rf_ref_paged_attention). For each token t < n_tokens, with device arrays pos[t] and seq[t]:
  * query q[t] f32 [n_head, head_dim] attends to the keys of its sequence at positions
  * kmin..pos[t] (kmin = pos[t] - window + 1 when window > 0, else 0); position j is row
  * block_table[seq[t] * max_blocks + j / block_size] * block_size + j % block_size of the caches
- * k, v [rows, n_head_kv, head_dim] (kv_type RF_TYPE_F16 or RF_TYPE_F32); scores scale * q.k,
+ * k, v [rows, n_head_kv, head_dim] (kv_type RF_TYPE_F16, RF_TYPE_F32, or RF_TYPE_Q8_0 with head_dim
+ * % 32 == 0: rows of ggml q8_0 blocks, read dequantized to d * q in registers); scores scale * q.k,
  * softcap (c * tanh(s / c)) when > 0, softmax, out[t] f32 [n_head, head_dim] = P v; with an f16
  * cache the query is first rounded to f16 (the CPU backend's and llama.cpp's rule). A token with
  * pos[t] < 0 is padding: its output row is zeros and nothing is read for it. max_pos is a host
  * upper bound of pos over the batch (sizes the split of the keys). Batch-invariant: a token's
  * output does not depend on which other tokens share the call (the keys are split at fixed
- * absolute positions). head_dim in {64, 80, 96, 128, 256}. */
+ * absolute positions). head_dim in {64, 80, 96, 128, 256}. sinks: device f32 [n_head] or NULL
+ * (attention sinks: head h's logit joins each row's max and denominator once, no value). */
 rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
                                  const void *v, rf_type kv_type, int64_t n_tokens,
                                  const int32_t *pos, const int32_t *seq,
                                  const int32_t *block_table, int64_t max_blocks,
                                  int64_t block_size, int64_t n_head, int64_t n_head_kv,
                                  int64_t head_dim, float scale, int64_t window, float softcap,
-                                 int64_t max_pos);
+                                 int64_t max_pos, const float *sinks);
 
 /* Flash-attention prefill (gpu_flash_prefill.cu): the n tokens of one sequence at positions
  * pos0..pos0+n-1 against its keys, on the tensor cores; the contract of rf_gpu_paged_attention
@@ -277,7 +317,7 @@ bool rf_gpu_flash_prefill_supported(rf_gpu_ctx *ctx, rf_type kv_type, int64_t he
 rf_status rf_gpu_flash_prefill(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
                                rf_type kv_type, int64_t n, int64_t pos0, const int32_t *bt_row,
                                int64_t block_size, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                               float scale, int64_t window, float softcap);
+                               float scale, int64_t window, float softcap, const float *sinks);
 
 /* ---- sampling --------------------------------------------------------------------------- */
 /* u for sequence `seq` at step `step`: splitmix64(seed ^ golden*(step+1) + seq) -> [0,1),

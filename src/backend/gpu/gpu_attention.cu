@@ -1,4 +1,4 @@
-/* gpu_attention.cu — flash attention (online softmax, causal / sliding window / softcap, GQA)
+/* gpu_attention.cu — flash attention (online softmax, causal / sliding window / softcap, sinks, GQA)
  * over a K/V cache in f16 or f32, with an optional split over the keys (split-K) for decode
  * over long caches and the kernel that reduces the splits. Twin: rf_ref_attention. */
 #include "backend/gpu/gpu_internal.h"
@@ -13,8 +13,10 @@ template <> __device__ __forceinline__ float rf_kv<rf_half>(const rf_half *p) { 
  * over keys j in this split's range [k0, k1): s_j = scale * q.k_j (softcap: c*tanh(s/c)), causal
  * and window masks as rf_ref_causal_mask, online softmax in chunks of RF_WARP_SIZE keys.
  * in: q f32 [n_q, n_head, D]; k, v KT [n_kv, n_head_kv, D]. out (n_splits == 1): o f32
- * [n_q, n_head, D] normalised (a row with every key masked gets zeros); out (n_splits > 1):
- * part f32 [split, n_q*n_head, D] unnormalised and ml float2 [split, n_q*n_head] (max, sum).
+ * [n_q, n_head, D] normalised (a row with every key masked gets zeros; sinks (f32 [n_head] or
+ * NULL): head h's sink logit joins the final max and denominator once); out (n_splits > 1):
+ * part f32 [split, n_q*n_head, D] unnormalised and ml float2 [split, n_q*n_head] (max, sum),
+ * the sinks left to the reduce.
  * launch: grid (ceil(n_q*group / RF_ATT_WARPS), n_head_kv, n_splits), RF_ATT_WARPS warps;
  * each lane owns dims lane + RF_WARP_SIZE*k. tolerance vs rf_ref_attention: rel. L2 < 1e-5
  * (f32 K/V), < 1e-2 (f16 K/V). */
@@ -22,7 +24,8 @@ template <int D, typename KT>
 __global__ void __launch_bounds__(RF_ATT_WARPS * RF_WARP_SIZE)
 rf_k_flash_attn(float *o, float *part, float2 *ml, const float *q, const KT *k, const KT *v,
                 int64_t n_q, int64_t n_kv, int64_t n_head, int64_t n_head_kv, float scale,
-                int causal, int64_t pos0, int64_t window, float softcap, int64_t keys_per_split) {
+                int causal, int64_t pos0, int64_t window, float softcap, int64_t keys_per_split,
+                const float *sinks) {
     constexpr int DK = (D + RF_WARP_SIZE - 1) / RF_WARP_SIZE;
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
     const int64_t group = n_head / n_head_kv;
@@ -90,6 +93,13 @@ rf_k_flash_attn(float *o, float *part, float2 *ml, const float *q, const KT *k, 
         }
         if (lane == 0) ml[pr] = make_float2(m, l);
     } else {
+        if (sinks) { /* the sink: one more logit in the max and the denominator, no value */
+            const float sk = sinks[h], mn = fmaxf(m, sk);
+            const float a = m == -INFINITY ? 0.0f : __expf(m - mn);
+            l = l * a + (mn == -INFINITY ? 0.0f : __expf(sk - mn));
+#pragma unroll
+            for (int c = 0; c < DK; c++) acc[c] *= a;
+        }
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
         for (int c = 0; c < DK; c++) {
@@ -100,17 +110,20 @@ rf_k_flash_attn(float *o, float *part, float2 *ml, const float *q, const KT *k, 
 }
 
 /* attn_reduce: o[g, d] = sum_s e^(m_s - M) part[s, g, d] / sum_s e^(m_s - M) l_s, M = max_s m_s;
- * zeros when every split saw only masked keys. launch: one block of D threads (rounded to a
- * warp multiple) per output row g; grid n_rows. */
+ * zeros when every split saw only masked keys. With sinks (f32 [n_head] or NULL) row g's head
+ * g % n_head adds its sink logit to M and e^(sink - M) to the denominator, once. launch: one
+ * block of D threads (rounded to a warp multiple) per output row g; grid n_rows. */
 __global__ void rf_k_attn_reduce(float *o, const float *part, const float2 *ml, int n_splits,
-                                 int64_t n_rows, int D) {
+                                 int64_t n_rows, int D, const float *sinks, int64_t n_head) {
     const int64_t g = blockIdx.x;
     const int d = threadIdx.x;
     if (d >= D) return;
-    float M = -INFINITY;
+    const float sk = sinks ? sinks[g % n_head] : -INFINITY;
+    float M = sk;
     for (int s = 0; s < n_splits; s++) M = fmaxf(M, ml[s * n_rows + g].x);
     float num = 0.0f, den = 0.0f;
     if (M != -INFINITY) {
+        if (sinks) den = __expf(sk - M);
         for (int s = 0; s < n_splits; s++) {
             const float2 e = ml[s * n_rows + g];
             if (e.x == -INFINITY) continue;
@@ -126,11 +139,11 @@ template <int D, typename KT>
 static void rf_launch_fa(rf_gpu_ctx *ctx, dim3 grid, unsigned threads, float *o, float *part,
                          float2 *ml, const float *q, const void *k, const void *v, int64_t n_q,
                          int64_t n_kv, int64_t n_head, int64_t n_head_kv, float scale, int causal,
-                         int64_t pos0, int64_t window, float softcap, int64_t kps) {
+                         int64_t pos0, int64_t window, float softcap, int64_t kps, const float *sinks) {
     const KT *kk = (const KT *)k, *vv = (const KT *)v;
     rf_k_flash_attn<D, KT><<<grid, threads, 0, ctx->stream>>>(o, part, ml, q, kk, vv, n_q, n_kv,
                                                               n_head, n_head_kv, scale, causal,
-                                                              pos0, window, softcap, kps);
+                                                              pos0, window, softcap, kps, sinks);
 }
 
 template <typename KT>
@@ -138,11 +151,11 @@ static bool rf_dispatch_fa(int64_t D, rf_gpu_ctx *ctx, dim3 grid, unsigned threa
                            float *part, float2 *ml, const float *q, const void *k, const void *v,
                            int64_t n_q, int64_t n_kv, int64_t n_head, int64_t n_head_kv,
                            float scale, int causal, int64_t pos0, int64_t window, float softcap,
-                           int64_t kps) {
+                           int64_t kps, const float *sinks) {
 #define RF_FA_CASE(DD)                                                                        \
     case DD:                                                                                  \
         rf_launch_fa<DD, KT>(ctx, grid, threads, o, part, ml, q, k, v, n_q, n_kv, n_head,     \
-                             n_head_kv, scale, causal, pos0, window, softcap, kps);           \
+                             n_head_kv, scale, causal, pos0, window, softcap, kps, sinks);    \
         return true;
     switch (D) {
         RF_FA_CASE(64)
@@ -160,7 +173,7 @@ extern "C" rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const 
                                              int64_t n_q, int64_t n_kv, int64_t n_head,
                                              int64_t n_head_kv, int64_t head_dim, float scale,
                                              bool causal, int64_t pos0, int64_t window,
-                                             float softcap, int n_splits) {
+                                             float softcap, int n_splits, const float *sinks) {
     const char *op = "rf_gpu_attention";
     RF_GPU_REQUIRE(kv_type == RF_TYPE_F16 || kv_type == RF_TYPE_F32, op,
                    "K/V type %d (want f16 or f32)", (int)kv_type);
@@ -196,10 +209,10 @@ extern "C" rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const 
     const int c = causal ? 1 : 0;
     if (kv_type == RF_TYPE_F16)
         rf_dispatch_fa<rf_half>(head_dim, ctx, grid, threads, out, part, ml, q, k, v, n_q, n_kv,
-                                n_head, n_head_kv, scale, c, pos0, window, softcap, kps);
+                                n_head, n_head_kv, scale, c, pos0, window, softcap, kps, sinks);
     else
         rf_dispatch_fa<float>(head_dim, ctx, grid, threads, out, part, ml, q, k, v, n_q, n_kv,
-                              n_head, n_head_kv, scale, c, pos0, window, softcap, kps);
+                              n_head, n_head_kv, scale, c, pos0, window, softcap, kps, sinks);
     rf_status st = RF_GPU_LAUNCHED(ctx, "rf_k_flash_attn");
     if (st || n_splits == 1) {
         ctx->scratch_used = mark;
@@ -208,7 +221,7 @@ extern "C" rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const 
     const unsigned rt = (unsigned)((head_dim + ctx->info.warp_size - 1) / ctx->info.warp_size *
                                    ctx->info.warp_size);
     rf_k_attn_reduce<<<(unsigned)out_rows, rt, 0, ctx->stream>>>(out, part, ml, n_splits, out_rows,
-                                                                (int)head_dim);
+                                                                (int)head_dim, sinks, n_head);
     ctx->scratch_used = mark;
     return RF_GPU_LAUNCHED(ctx, "rf_k_attn_reduce");
 }
@@ -217,7 +230,7 @@ extern "C" rf_status rf_gpu_attention(rf_gpu_ctx *ctx, float *out, const float *
                                       const void *v, rf_type kv_type, int64_t n_q, int64_t n_kv,
                                       int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                                       float scale, bool causal, int64_t pos0, int64_t window,
-                                      float softcap) {
+                                      float softcap, const float *sinks) {
     /* split the keys when the rows alone cannot fill the device: aim for ~2 blocks per SM and
      * at least 128 keys per split */
     int splits = 1;
@@ -233,5 +246,5 @@ extern "C" rf_status rf_gpu_attention(rf_gpu_ctx *ctx, float *out, const float *
         }
     }
     return rf_gpu_attention_splits(ctx, out, q, k, v, kv_type, n_q, n_kv, n_head, n_head_kv,
-                                   head_dim, scale, causal, pos0, window, softcap, splits);
+                                   head_dim, scale, causal, pos0, window, softcap, splits, sinks);
 }

@@ -43,6 +43,10 @@ typedef struct gpu_be {
     } graphs[RF_MAX_GRAPHS];
     int n_graphs, mode, cur;
     const void *owner;
+    /* a tensor-parallel split's GPU other than the sampling one (rf_backend_gpu_set_lead): its
+     * step is recorded into lead's graph (one graph over every GPU), never into its own; its
+     * recorded entries then hold IN_LEAD instead of an executable graph */
+    struct gpu_be *lead;
     unsigned epoch;   /* bumped when a buffer a graph recorded moves */
     int64_t n_up, n_down, n_launch; /* per-step transfer counters (RF_GPU_STEP_TRACE) */
     /* Fusions (RF_GPU_UNFUSED=1 turns them off, for A/B runs and the fused-vs-unfused test):
@@ -127,12 +131,25 @@ static rf_status g_read_rows(rf_backend *be, const rf_tensor *t, int64_t r0, int
 
 static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* Ends a recording in progress without keeping it. */
+/* the graph of a follower's recorded step lives in its lead's */
+static char in_lead_mark;
+#define IN_LEAD ((void *)&in_lead_mark)
+
+static void graph_free(void *x) {
+    if (x != IN_LEAD) rf_gpu_graph_destroy(x);
+}
+
+/* Ends a recording in progress without keeping it. A follower's stream is joined back into its
+ * lead's recording (which its lead then ends: drop the followers first). */
 static void drop_capture(gpu_be *g) {
     if (g->mode == RF_GRAPH_CAPTURE) {
-        void *x = NULL;
-        rf_gpu_capture_end(g->ctx, &x);
-        rf_gpu_graph_destroy(x);
+        if (g->lead) {
+            (void)rf_gpu_capture_join(g->lead->ctx, g->ctx);
+        } else {
+            void *x = NULL;
+            rf_gpu_capture_end(g->ctx, &x);
+            rf_gpu_graph_destroy(x);
+        }
     }
     g->mode = RF_GRAPH_NONE;
 }
@@ -370,8 +387,9 @@ static rf_status g_rope(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t
 
 static rf_status g_kv_store(rf_backend *be, rf_tensor *cache, const rf_tensor *src, const rf_batch *b) {
     NEED_DEV(b, "kv_store");
-    if (cache->type != RF_TYPE_F16 && cache->type != RF_TYPE_F32)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16 or f32 (not %s)", rf_type_name(cache->type));
+    if (cache->type != RF_TYPE_F16 && cache->type != RF_TYPE_F32 && cache->type != RF_TYPE_Q8_0)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16, f32 or q8_0 (not %s)",
+                            rf_type_name(cache->type));
     return rf_gpu_kv_store(GX(be)->ctx, cache->data, cache->type, cache->ne[1], src->data, b->n_tokens, cache->ne[0],
                            dev_of(b)->slot);
 }
@@ -384,8 +402,9 @@ static rf_status g_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf
                               int mode, float attn_factor) {
     NEED_DEV(b, "rope_store");
     gpu_be *g = GX(be);
-    if (kc->type != vc->type || (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32))
-        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16 or f32 (not %s)", rf_type_name(kc->type));
+    if (kc->type != vc->type || (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32 && kc->type != RF_TYPE_Q8_0))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16, f32 or q8_0 (not %s)",
+                            rf_type_name(kc->type));
     const int64_t sq = (int64_t)(q->nb1 / 4), sk = (int64_t)(k->nb1 / 4), sv = (int64_t)(v->nb1 / 4);
     const bool packed = sq == n_head * head_dim && sk == n_head_kv * head_dim && sv == n_head_kv * head_dim;
     if (!g->fuse && packed && q_out->data == q->data) { /* the unfused composition, for A/B runs */
@@ -418,13 +437,13 @@ static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t
 /* The paged-attention kernel over tokens [t0, t1) of the batch. */
 static rf_status attn_paged(gpu_be *g, float *out, const float *q, const rf_tensor *k, const rf_tensor *v,
                             const rf_batch *b, int64_t t0, int64_t t1, int64_t n_head, int64_t n_head_kv,
-                            int64_t head_dim, float scale, int64_t window, float softcap) {
+                            int64_t head_dim, float scale, int64_t window, float softcap, const float *sinks) {
     if (t1 <= t0) return RF_OK;
     const gpu_batch *d = dev_of(b);
     const int64_t row = n_head * head_dim;
     return rf_gpu_paged_attention(g->ctx, out + t0 * row, q + t0 * row, k->data, v->data, k->type, t1 - t0,
                                   d->pos + t0, d->seq + t0, d->table, b->max_blocks, b->block_size, n_head,
-                                  n_head_kv, head_dim, scale, window, softcap, d->max_pos);
+                                  n_head_kv, head_dim, scale, window, softcap, d->max_pos, sinks);
 }
 
 /* Attention of a step. An eager step (prompt chunks; graph steps are decode tokens only) finds
@@ -434,8 +453,9 @@ static rf_status attn_paged(gpu_be *g, float *out, const float *q, const rf_tens
  * from the same token computed by the paged kernel (docs/gpu.md, "Batch invariance"). */
 static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k, const rf_tensor *v,
                              const rf_batch *b, int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                             int64_t window, float softcap) {
+                             int64_t window, float softcap, const rf_tensor *sinks) {
     NEED_DEV(b, "attention");
+    const float *sk = sinks ? (const float *)sinks->data : NULL;
     gpu_be *g = GX(be);
     const gpu_batch *d = dev_of(b);
     const int64_t n = b->n_tokens, row = n_head * head_dim;
@@ -443,24 +463,24 @@ static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q,
     const float *qd = (const float *)q->data;
     if (!g->flash || g->invariant || g->mode != RF_GRAPH_NONE || n < RF_FLASH_MIN_RUN || !b->pos || !b->seq ||
         !rf_gpu_flash_prefill_supported(g->ctx, k->type, head_dim) || q->nb1 != (size_t)row * 4)
-        return attn_paged(g, o, qd, k, v, b, 0, n, n_head, n_head_kv, head_dim, scale, window, softcap);
+        return attn_paged(g, o, qd, k, v, b, 0, n, n_head, n_head_kv, head_dim, scale, window, softcap, sk);
     int64_t pending = 0; /* first token not yet given to a kernel */
     for (int64_t t = 0; t < n;) {
         int64_t e = t + 1;
         while (e < n && b->seq[e] == b->seq[t] && b->pos[e] == b->pos[e - 1] + 1) e++;
         if (e - t >= RF_FLASH_MIN_RUN && b->pos[t] >= 0) {
             rf_status st = attn_paged(g, o, qd, k, v, b, pending, t, n_head, n_head_kv, head_dim, scale, window,
-                                      softcap);
+                                      softcap, sk);
             if (!st)
                 st = rf_gpu_flash_prefill(g->ctx, o + t * row, qd + t * row, k->data, v->data, k->type, e - t,
                                           b->pos[t], d->table + (int64_t)b->seq[t] * b->max_blocks, b->block_size,
-                                          n_head, n_head_kv, head_dim, scale, window, softcap);
+                                          n_head, n_head_kv, head_dim, scale, window, softcap, sk);
             if (st) return st;
             pending = e;
         }
         t = e;
     }
-    return attn_paged(g, o, qd, k, v, b, pending, n, n_head, n_head_kv, head_dim, scale, window, softcap);
+    return attn_paged(g, o, qd, k, v, b, pending, n, n_head, n_head_kv, head_dim, scale, window, softcap, sk);
 }
 
 static rf_status g_gather_rows(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_batch *b, int64_t n) {
@@ -471,6 +491,7 @@ static rf_status g_gather_rows(rf_backend *be, rf_tensor *y, const rf_tensor *x,
 static rf_status g_glu(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up, int64_t n,
                        rf_glu_kind kind) {
     if (kind == RF_GLU_SWIGLU) return rf_gpu_swiglu(GX(be)->ctx, y->data, gate->data, up->data, n);
+    if (kind == RF_GLU_SWIGLU_OAI) return rf_gpu_swiglu_oai(GX(be)->ctx, y->data, gate->data, n, up->data, n, 1, n);
     return rf_gpu_geglu(GX(be)->ctx, y->data, gate->data, up->data, n);
 }
 
@@ -482,6 +503,11 @@ static rf_status g_glu_for(rf_backend *be, rf_tensor *y, const rf_tensor *gate, 
     gpu_be *g = GX(be);
     const int64_t k = next ? next->ne[0] : 0, rows = k > 0 ? n / k : 0;
     const int64_t gs = (int64_t)(gate->nb1 / 4), us = (int64_t)(up->nb1 / 4);
+    if (kind == RF_GLU_SWIGLU_OAI) { /* no fused quantize for it: the product quantizes y itself */
+        if (k > 0 && rows * k == n && (gs != k || us != k))
+            return rf_gpu_swiglu_oai(g->ctx, y->data, gate->data, gs, up->data, us, rows, k);
+        return g_glu(be, y, gate, up, n, kind);
+    }
     if (k > 0 && rows * k == n && shares_xq(g, next->type, rows, k)) {
         bool ok;
         rf_status st = xq_room(g, rows, k, &ok);
@@ -592,7 +618,7 @@ static rf_status g_sample(rf_backend *be, const rf_tensor *logits, const rf_batc
 }
 
 static void drop_graphs(gpu_be *g) {
-    for (int i = 0; i < g->n_graphs; i++) rf_gpu_graph_destroy(g->graphs[i].exec);
+    for (int i = 0; i < g->n_graphs; i++) graph_free(g->graphs[i].exec);
     g->n_graphs = 0;
 }
 
@@ -613,7 +639,7 @@ static int g_graph_begin(rf_backend *be, const void *owner, int key) {
     }
     if (g->graphs[i].exec &&
         (g->graphs[i].epoch != g->epoch || g->graphs[i].scratch_at != rf_gpu_scratch_base(g->ctx))) {
-        rf_gpu_graph_destroy(g->graphs[i].exec); /* buffers it recorded have moved */
+        graph_free(g->graphs[i].exec); /* buffers it recorded have moved */
         g->graphs[i].exec = NULL;
         g->graphs[i].seen = 0;
     }
@@ -622,7 +648,10 @@ static int g_graph_begin(rf_backend *be, const void *owner, int key) {
     /* the first step of a shape runs eagerly (it sizes the scratch arena and the buffers);
      * the second is recorded */
     if (g->graphs[i].seen++ == 0) return g->mode = RF_GRAPH_NONE;
-    if (pin_settle(g) || rf_gpu_capture_begin(g->ctx)) return g->mode = RF_GRAPH_NONE;
+    if (pin_settle(g)) return g->mode = RF_GRAPH_NONE;
+    if (g->lead ? g->lead->mode != RF_GRAPH_CAPTURE || rf_gpu_capture_fork(g->lead->ctx, g->ctx)
+                : rf_gpu_capture_begin(g->ctx) != RF_OK)
+        return g->mode = RF_GRAPH_NONE;
     return g->mode = RF_GRAPH_CAPTURE;
 }
 
@@ -638,6 +667,32 @@ static rf_status g_set_batch_invariant(rf_backend *be, bool on) {
     rf_gpu_set_batch_invariant(g->ctx, on);
     g->invariant = on;
     return RF_OK;
+}
+
+/* ---- mixture of experts (gpu_moe.cu): the router, the indirect product and the combine; the
+ * expert ids stay on the device between them ---- */
+static rf_status g_moe_route(rf_backend *be, rf_tensor *ids, rf_tensor *wts, const rf_tensor *logits,
+                             const rf_tensor *sel_bias, int64_t n, int64_t n_expert, int64_t k, rf_moe_gating gating,
+                             bool norm, float scale) {
+    if (ids->type != RF_TYPE_I32 || wts->type != RF_TYPE_F32)
+        return rf_set_error(RF_ERR_INVALID_ARG, "moe_route: ids must be i32 and wts f32 (got %s, %s)",
+                            rf_type_name(ids->type), rf_type_name(wts->type));
+    return rf_gpu_moe_route(GX(be)->ctx, ids->data, wts->data, logits->data, sel_bias ? sel_bias->data : NULL, n,
+                            n_expert, k, (int)gating, norm, scale);
+}
+
+static rf_status g_matmul_id(rf_backend *be, rf_tensor *y, const rf_tensor *w, int64_t n_out, const rf_tensor *x,
+                             bool x_per_slot, const rf_tensor *ids, const rf_tensor *bias, int64_t n, int64_t k) {
+    if (n_out < 1 || w->ne[1] % n_out != 0 || ids->type != RF_TYPE_I32)
+        return rf_set_error(RF_ERR_INVALID_ARG, "matmul_id: %lld weight rows are not experts of %lld rows (or ids "
+                            "not i32)", (long long)w->ne[1], (long long)n_out);
+    return rf_gpu_matmul_id(GX(be)->ctx, y->data, w->data, w->type, n_out, w->ne[1] / n_out, w->ne[0], x->data,
+                            x_per_slot, ids->data, bias ? bias->data : NULL, n, k);
+}
+
+static rf_status g_moe_combine(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *wts, int64_t n,
+                               int64_t k, int64_t m) {
+    return rf_gpu_moe_combine(GX(be)->ctx, y->data, z->data, wts->data, n, k, m);
 }
 
 void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *downloads, int64_t *launches) {
@@ -687,6 +742,9 @@ static const rf_backend_ops gpu_ops = {
     .gather_rows = g_gather_rows,
     .glu = g_glu,
     .glu_for = g_glu_for,
+    .moe_route = g_moe_route,
+    .matmul_id = g_matmul_id,
+    .moe_combine = g_moe_combine,
     .add = g_add,
     .scale = g_scale,
     .softcap = g_softcap,
@@ -740,14 +798,25 @@ const char *rf_backend_gpu_name(rf_backend *be) {
 
 rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be) { return G(be)->ctx; }
 
-/* A split over several GPUs (docs/tp.md, RF_TP_GRAPHS=1): the GPUs other than the sampling one
- * have no sample op to end their recording and launch it; this does, right before the sampling
- * GPU's sample: CAPTURE ends the recording and launches it for this step, REPLAY launches the
- * recorded step (batch_upload has filled the pinned buffer its first copy reads). */
+/* A split over several GPUs (docs/tp.md): the GPUs other than the sampling one have no sample
+ * op to end their part of a recorded step; this does, right before the sampling GPU's sample.
+ * A follower (rf_backend_gpu_set_lead): CAPTURE joins its stream back into the lead's
+ * recording, so the lead's graph holds its step; REPLAY does nothing (batch_upload has filled
+ * the pinned buffer the lead's graph copies from; the lead's sample launches it all). A GPU with
+ * graphs of its own: CAPTURE ends the recording and launches it, REPLAY launches it. */
 rf_status rf_backend_gpu_graph_run(rf_backend *be) {
     gpu_be *g = G(be);
     const int mode = g->mode;
     g->mode = RF_GRAPH_NONE;
+    if (g->lead) {
+        if (mode != RF_GRAPH_CAPTURE) return RF_OK;
+        rf_status st = rf_gpu_capture_join(g->lead->ctx, g->ctx);
+        if (st) return st;
+        g->graphs[g->cur].exec = IN_LEAD;
+        g->graphs[g->cur].epoch = g->epoch;
+        g->graphs[g->cur].scratch_at = rf_gpu_scratch_base(g->ctx);
+        return RF_OK;
+    }
     if (mode == RF_GRAPH_CAPTURE) {
         void *x = NULL;
         rf_status st = rf_gpu_capture_end(g->ctx, &x);
@@ -760,6 +829,19 @@ rf_status rf_backend_gpu_graph_run(rf_backend *be) {
     }
     g->n_launch++;
     return rf_gpu_graph_launch(g->ctx, g->graphs[g->cur].exec);
+}
+
+void rf_backend_gpu_drop_graphs(rf_backend *be) {
+    gpu_be *g = G(be);
+    drop_capture(g);
+    drop_graphs(g);
+}
+
+void rf_backend_gpu_set_lead(rf_backend *be, rf_backend *lead) {
+    gpu_be *g = G(be);
+    drop_capture(g);
+    drop_graphs(g);
+    g->lead = lead ? G(lead) : NULL;
 }
 
 /* Waits for the last eager copy out of the pinned buffer (pin_settle), so that graph_begin on

@@ -23,6 +23,31 @@ __global__ void rf_k_kv_store(CT *cache, const float *src, const int32_t *slot, 
     }
 }
 
+/* kv_store into a q8_0 cache: cache row slot[t] = q8_0(src row t) for t < n_tokens, src row t
+ * at src + t * ss (floats); the row of n elements (n % 32 == 0) is n / 32 blocks of 34 bytes
+ * (f16 scale, 32 int8), ggml's layout. The CPU twin's rule bit for bit (row_to_q8_0 in
+ * backend/cpu/cpu_backend.c): amax = max |x| over the block, d = amax / 127, id = 1 / d (0 when
+ * d is 0), q = roundf(x * id) (half away from zero), d stored rounded to f16 (nearest even).
+ * Slots outside [0, cache_rows) (padding) are skipped.
+ * launch: grid (ceil(n / 32 / 8), n_tokens), 256 threads: one warp per block of 32. */
+__global__ void rf_k_kv_store_q8(uint8_t *cache, const float *src, int64_t ss, const int32_t *slot, int64_t n,
+                                 int64_t cache_rows) {
+    const int64_t t = blockIdx.y;
+    const int32_t s = slot[t];
+    if (s < 0 || s >= cache_rows) return;
+    const int lane = threadIdx.x % 32;
+    const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= n / 32) return; /* a whole warp leaves together */
+    const float x = src[t * ss + b * 32 + lane];
+    float amax = fabsf(x);
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, RF_SHFL_XOR(amax, m)); /* within the 32 (wave64: its half) */
+    const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    uint8_t *blk = cache + ((int64_t)s * (n / 32) + b) * 34;
+    blk[2 + lane] = (uint8_t)(int8_t)roundf(__fmul_rn(x, id));
+    if (lane == 0) *(rf_half *)blk = rf_float2half(d);
+}
+
 /* gather_rows: y[i, :] = x[idx[i], :] for i < n_idx; f32 rows of n; grid (ceil(n/threads),
  * n_idx); exact. */
 __global__ void rf_k_gather_rows(float *y, const float *x, const int32_t *idx, int64_t n) {
@@ -57,8 +82,9 @@ extern "C" rf_status rf_gpu_kv_store(rf_gpu_ctx *ctx, void *cache, rf_type cache
                                      int64_t cache_rows, const float *src, int64_t n_tokens,
                                      int64_t n, const int32_t *slot) {
     const char *op = "rf_gpu_kv_store";
+    if (cache_type == RF_TYPE_Q8_0) return rf_gpu_kv_store_q8(ctx, cache, cache_rows, src, n, n_tokens, n, slot);
     RF_GPU_REQUIRE(cache_type == RF_TYPE_F16 || cache_type == RF_TYPE_F32, op,
-                   "cache type %d (want f16 or f32)", (int)cache_type);
+                   "cache type %d (want f16, f32 or q8_0)", (int)cache_type);
     RF_GPU_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n >= 1, op, "n_tokens=%lld n=%lld",
                    (long long)n_tokens, (long long)n);
     if (n_tokens == 0) return RF_OK;
@@ -70,6 +96,18 @@ extern "C" rf_status rf_gpu_kv_store(rf_gpu_ctx *ctx, void *cache, rf_type cache
         rf_k_kv_store<float><<<grid, RF_BO_THREADS, 0, ctx->stream>>>((float *)cache, src, slot, n,
                                                                       cache_rows);
     return RF_GPU_LAUNCHED(ctx, "rf_k_kv_store");
+}
+
+extern "C" rf_status rf_gpu_kv_store_q8(rf_gpu_ctx *ctx, void *cache, int64_t cache_rows, const float *src,
+                                        int64_t ss, int64_t n_tokens, int64_t n, const int32_t *slot) {
+    const char *op = "rf_gpu_kv_store_q8";
+    RF_GPU_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n >= 32 && n % 32 == 0 && ss >= n, op,
+                   "n_tokens=%lld n=%lld (a multiple of 32) stride=%lld", (long long)n_tokens, (long long)n,
+                   (long long)ss);
+    if (n_tokens == 0) return RF_OK;
+    const dim3 grid((unsigned)((n / 32 + 7) / 8), (unsigned)n_tokens);
+    rf_k_kv_store_q8<<<grid, 256, 0, ctx->stream>>>((uint8_t *)cache, src, ss, slot, n, cache_rows);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_kv_store_q8");
 }
 
 extern "C" rf_status rf_gpu_gather_rows(rf_gpu_ctx *ctx, float *y, const float *x,

@@ -47,6 +47,20 @@ __global__ void rf_k_geglu(float *y, const float *g, const float *u, int64_t n) 
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] = rf_gelu_tanh(g[i]) * u[i];
 }
+/* swiglu_oai (gpt-oss): g = min(gate, 7), u = clamp(up, -7, 7), y = g / (1 + e^(-1.702 g)) * (u + 1),
+ * ggml's order of operations (NaN passes the clamps). twin rf_ref_swiglu_oai; rel. L2 < 1e-5. */
+static __device__ __forceinline__ float rf_swiglu_oai(float gv, float uv) {
+    const float lim = 7.0f, alpha = 1.702f;
+    const float x = lim < gv ? lim : gv, y = uv < -lim ? -lim : (lim < uv ? lim : uv);
+    return x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+}
+/* in: gate rows at stride gs, up rows at stride us (floats); out: y packed [rows, n] (may alias
+ * when packed); grid (blocks over n, rows) with rows = 1 for a packed vector of any length. */
+__global__ void rf_k_swiglu_oai_rows(float *y, const float *g, int64_t gs, const float *u, int64_t us, int64_t n) {
+    const int64_t r = blockIdx.y;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[r * n + i] = rf_swiglu_oai(g[r * gs + i], u[r * us + i]);
+}
 
 /* softmax: y[r,i] = exp(s*x[r,i] - max_r) / sum_r; -inf entries -> 0; all -inf row -> zeros;
  * NaN in a row -> whole row NaN; +inf max -> equal mass on the +inf entries.
@@ -221,6 +235,17 @@ extern "C" rf_status rf_gpu_swiglu(rf_gpu_ctx *ctx, float *y, const float *g, co
 extern "C" rf_status rf_gpu_geglu(rf_gpu_ctx *ctx, float *y, const float *g, const float *u,
                                   int64_t n) {
     RF_EW_LAUNCH(ctx, rf_k_geglu, n, y, g, u, n);
+}
+extern "C" rf_status rf_gpu_swiglu_oai(rf_gpu_ctx *ctx, float *y, const float *gate, int64_t gs, const float *up,
+                                       int64_t us, int64_t rows, int64_t n) {
+    RF_GPU_REQUIRE(rows >= 0 && rows <= 65535 && n >= 1 && (rows <= 1 || (gs >= n && us >= n)), "rf_gpu_swiglu_oai",
+                   "rows=%lld n=%lld strides %lld, %lld", (long long)rows, (long long)n, (long long)gs,
+                   (long long)us);
+    if (rows == 0) return RF_OK;
+    const int64_t bx = (n + 255) / 256;
+    const dim3 grid((unsigned)(bx > (rows > 1 ? 64 : 4096) ? (rows > 1 ? 64 : 4096) : bx), (unsigned)rows);
+    rf_k_swiglu_oai_rows<<<grid, 256, 0, ctx->stream>>>(y, gate, gs, up, us, n);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_swiglu_oai_rows");
 }
 extern "C" rf_status rf_gpu_causal_mask(rf_gpu_ctx *ctx, float *x, int64_t n_q, int64_t n_kv,
                                         int64_t pos0, int64_t window) {

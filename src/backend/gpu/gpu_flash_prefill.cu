@@ -1,5 +1,5 @@
 /* gpu_flash_prefill.cu — attention of a prompt chunk on the tensor cores: the tokens of one
- * sequence at consecutive positions over its paged f16 K/V, flash-attention style (a block takes
+ * sequence at consecutive positions over its paged f16 or q8_0 K/V, flash-attention style (a block takes
  * 64 tokens of one query head, walks the keys in tiles of 64 through the block table with an
  * online softmax; mma.sync m16n8k16, f16 operands, f32 accumulation). CUDA sm_80+ only:
  * elsewhere rf_gpu_flash_prefill_supported is false and the caller keeps rf_gpu_paged_attention.
@@ -47,27 +47,58 @@ static __device__ __forceinline__ void rf_cp16_or_zero(rf_half *dst, const rf_ha
                  "r"(valid ? 16 : 0)
                  : "memory");
 }
+/* q8_0 piece pc (elements 8 pc .. 8 pc + 7) of the head row whose first block is at b (blocks of
+ * 34 bytes, 2-byte aligned): (scale bits, quants 0..3, quants 4..7) as 2-byte loads */
+static __device__ __forceinline__ uint4 rf_fp_ld_q8(const uint8_t *b, int pc) {
+    b += (pc / 4) * 34;
+    const uint16_t *h = reinterpret_cast<const uint16_t *>(b + 2 + (pc % 4) * 8);
+    return make_uint4(*reinterpret_cast<const uint16_t *>(b), (uint32_t)h[0] | ((uint32_t)h[1] << 16),
+                      (uint32_t)h[2] | ((uint32_t)h[3] << 16), 0u);
+}
+/* ... dequantized to d * q (exact in f32) and rounded to f16 for the tensor cores */
+static __device__ __forceinline__ uint4 rf_fp_q8_to_h8(const uint4 w) {
+    const float d = __half2float(__ushort_as_half((unsigned short)(w.x & 0xFFFFu)));
+    uint32_t o[4];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t q = j ? w.z : w.y;
+        o[2 * j] = rf_pack_h2(d * (float)(int8_t)q, d * (float)(int8_t)(q >> 8));
+        o[2 * j + 1] = rf_pack_h2(d * (float)(int8_t)(q >> 16), d * (float)(int8_t)(q >> 24));
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
 #endif
 
 /* flash_prefill: for each row r < n (token r of the run, position p0 + r) and query head h:
  *   out[r, h] = softmax_j(s_j) . v_j over the keys j of the sequence with
  *   max(0, p0 + r - window + 1 if window > 0) <= j <= p0 + r, s_j = scale * (f16(q[r, h]) . k_j),
  *   softcapped (c * tanh(s / c)) when softcap > 0; key j is row bt[j / bs] * bs + j % bs of the
- *   caches k, v f16 [rows, n_head_kv, D], kv head h / (n_head / n_head_kv).
+ *   caches k, v f16 [rows, n_head_kv, D] (Q8: q8_0, rows of D / 32 blocks per kv head), kv head
+ *   h / (n_head / n_head_kv); sinks (f32 [n_head] or NULL): head h's sink logit joins the row's max
+ *   and denominator once, at the end.
+ * Q8: a tile's K and V pieces are loaded into registers before the products of the tile before
+ *   it (the loads overlap that work as the cp.async of the f16 path do), then dequantized and
+ *   stored to shared memory as f16, so the tensor-core part is the f16 path's. Cost: 34 bytes
+ *   read per 32 elements instead of 64, 6 more registers per piece (48 at D = 128) and the
+ *   convert + 16-byte shared store per 8 elements; each K and V element is rounded to f16
+ *   (relative error <= 2^-11 on top of q8_0's own rounding).
  * in: q f32 [n, n_head, D] (16-byte aligned), bt int32 (the sequence's block-table row); out f32
  *   [n, n_head, D].
  * launch: grid (ceil(n / 64), n_head), 128 threads, rf_fp_geo<D>::smem bytes of dynamic shared
  *   memory; D in {64, 80, 96, 128}; every position <= p0 + n - 1 of the sequence is in the cache.
  * numerics: as the twin, except that the softmax weights enter P.V rounded to f16 (relative
- *   error <= 2^-11 each) and the sums run in another order: rel. L2 < 1e-3 against it.
+ *   error <= 2^-11 each) and the sums run in another order: rel. L2 < 1e-3 against it (Q8: against
+ *   the twin on the dequantized K/V, with K and V also rounded to f16: rel. L2 < 2e-3, see
+ *   tests/gpu/test_gpu_flash_prefill.c).
  * A row's arithmetic depends only on its own position and the keys it sees: key tiles start at
  *   multiples of 64 from position 0, a tile a row sees nothing of is an exact no-op (weights 0,
  *   V rows past the last key zero-filled), so the output of a token does not depend on how its
  *   prompt was cut into chunks (as long as each chunk takes this kernel). */
-template <int D>
+template <int D, bool Q8>
 __global__ void __launch_bounds__(RF_FP_WARPS * 32)
-rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half *vc, const int32_t *bt, int n,
-                   int p0, int bs, int n_head, int n_head_kv, float scale, int window, float softcap) {
+rf_k_flash_prefill(float *out, const float *q, const void *kcv, const void *vcv, const int32_t *bt, int n,
+                   int p0, int bs, int n_head, int n_head_kv, float scale, int window, float softcap,
+                   const float *sinks) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     static_assert(RF_WARP_SIZE == 32, "mma.sync: 32-lane warps");
     constexpr int QS = rf_fp_geo<D>::QS, NK = D / 16, ND = D / 8, NT = RF_FP_BC / 8;
@@ -77,6 +108,7 @@ rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half 
     const int h = blockIdx.y, hk = h / (n_head / n_head_kv);
     const int r0 = blockIdx.x * RF_FP_BR, wr = warp * 16;
     const int64_t rstride = (int64_t)n_head_kv * D;
+    const rf_half *kc = (const rf_half *)kcv, *vc = (const rf_half *)vcv;
 
     /* Q tile, rounded to f16 (rows past n are zeros) */
     for (int i = tid; i < RF_FP_BR * (D / 4); i += RF_FP_WARPS * 32) {
@@ -121,10 +153,44 @@ rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half 
         }
         rf_cp_async_commit();
     };
+    /* q8_0: this thread's NPC pieces of the next tile's K (then V) in registers, raw: K's are
+     * loaded before this tile's Q.K products and stored after them, V's around the P.V products
+     * (one of the two in registers at a time: 24 registers at D = 128, where both spilled) */
+    constexpr int NPC = RF_FP_BC * (D / 8) / (RF_FP_WARPS * 32);
+    static_assert(!Q8 || (D % 32 == 0 && RF_FP_BC * (D / 8) % (RF_FP_WARPS * 32) == 0), "q8_0 tile pieces");
+    uint4 rq[NPC];
+    auto fetch_q8 = [&](int kt, const void *src) {
+        const uint8_t *cb = (const uint8_t *)src;
+        const int64_t hb = (int64_t)hk * (D / 32), rb = rstride / 32; /* blocks */
+#pragma unroll
+        for (int p = 0; p < NPC; p++) {
+            const int i = tid + p * RF_FP_WARPS * 32, j = i / (D / 8), pc = i % (D / 8), kp = kt + j;
+            rq[p] = make_uint4(0u, 0u, 0u, 0u); /* past the block's last key: zeros (d = 0) */
+            if (kp <= khi) rq[p] = rf_fp_ld_q8(cb + ((int64_t)bt[kp / bs] * bs * rb + (kp % bs) * rb + hb) * 34, pc);
+        }
+    };
+    auto put_q8 = [&](int st, int v) { /* v: 0 K, 1 V */
+        rf_half *Dd = KV + (size_t)(2 * st + v) * RF_FP_BC * QS;
+#pragma unroll
+        for (int p = 0; p < NPC; p++) {
+            const int i = tid + p * RF_FP_WARPS * 32, j = i / (D / 8), d = i % (D / 8) * 8;
+            *(uint4 *)&Dd[j * QS + d] = rf_fp_q8_to_h8(rq[p]);
+        }
+    };
     const int kt0 = klo / RF_FP_BC * RF_FP_BC;
-    load_tile(kt0, 0);
+    if constexpr (Q8) {
+        fetch_q8(kt0, kcv);
+        put_q8(0, 0);
+        fetch_q8(kt0, vcv);
+        put_q8(0, 1);
+    } else {
+        load_tile(kt0, 0);
+    }
     for (int kt = kt0, it = 0; kt <= khi; kt += RF_FP_BC, it++) {
-        if (kt + RF_FP_BC <= khi) {
+        const bool more = kt + RF_FP_BC <= khi; /* a next tile to fetch */
+        if constexpr (Q8) {
+            if (more) fetch_q8(kt + RF_FP_BC, kcv); /* stored after this tile's Q.K products */
+        } else if (more) {
             load_tile(kt + RF_FP_BC, (it + 1) & 1); /* that stage was read in iteration it - 1 */
             rf_cp_async_wait<1>();
         } else {
@@ -132,6 +198,7 @@ rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half 
         }
         __syncthreads(); /* tile it is in shared memory for every thread */
         const rf_half *Ks = KV + (size_t)2 * (it & 1) * RF_FP_BC * QS, *Vs = Ks + RF_FP_BC * QS;
+        bool kput = false; /* Q8: the next tile's K stored (every thread stores its pieces, skipping or not) */
         if (whi >= kt && kt + RF_FP_BC - 1 >= wlo) { /* else no row of this warp sees the tile */
         float s[NT][4];
 #pragma unroll
@@ -146,6 +213,12 @@ rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half 
                 rf_mma_f16(s[nt + 1], qa[ks], kb[2], kb[3]);
             }
         }
+        if constexpr (Q8) /* stage (it + 1) & 1 was last read in iteration it - 1, before its closing sync */
+            if (more) {
+                put_q8((it + 1) & 1, 0);
+                fetch_q8(kt + RF_FP_BC, vcv); /* stored after this tile's P.V products */
+                kput = true;
+            }
         float xa = -INFINITY, xb = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
@@ -196,12 +269,28 @@ rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half 
                 rf_mma_f16(o[dn + 1], pf[kk], vb[2], vb[3]);
             }
         }
+        if constexpr (Q8)
+            if (more) {
+                if (!kput) { /* this warp skipped the tile */
+                    put_q8((it + 1) & 1, 0);
+                    fetch_q8(kt + RF_FP_BC, vcv);
+                }
+                put_q8((it + 1) & 1, 1);
+            }
         __syncthreads(); /* every warp is done with stage it & 1 before it is refilled */
     }
     la += __shfl_xor_sync(0xffffffffu, la, 1);
     la += __shfl_xor_sync(0xffffffffu, la, 2);
     lb += __shfl_xor_sync(0xffffffffu, lb, 1);
     lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    if (sinks) { /* head h's sink: one more logit in the max and the denominator, no value */
+        const float sk = sinks[h], na = fmaxf(ma, sk), nb = fmaxf(mb, sk);
+        const float fa = ma == -INFINITY ? 0.0f : __expf(ma - na), fb = mb == -INFINITY ? 0.0f : __expf(mb - nb);
+        la = la * fa + (na == -INFINITY ? 0.0f : __expf(sk - na));
+        lb = lb * fb + (nb == -INFINITY ? 0.0f : __expf(sk - nb));
+#pragma unroll
+        for (int dn = 0; dn < ND; dn++) o[dn][0] *= fa, o[dn][1] *= fa, o[dn][2] *= fb, o[dn][3] *= fb;
+    }
     const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
     const int ra = r0 + wr + g, rb = ra + 8;
 #pragma unroll
@@ -211,8 +300,8 @@ rf_k_flash_prefill(float *out, const float *q, const rf_half *kc, const rf_half 
         if (rb < n) *(float2 *)(out + ((int64_t)rb * n_head + h) * D + d) = make_float2(o[dn][2] * ib, o[dn][3] * ib);
     }
 #else
-    (void)out, (void)q, (void)kc, (void)vc, (void)bt, (void)n, (void)p0, (void)bs, (void)n_head, (void)n_head_kv;
-    (void)scale, (void)window, (void)softcap;
+    (void)out, (void)q, (void)kcv, (void)vcv, (void)bt, (void)n, (void)p0, (void)bs, (void)n_head, (void)n_head_kv;
+    (void)scale, (void)window, (void)softcap, (void)sinks;
     RF_DEVICE_TRAP();
 #endif
 }
@@ -222,30 +311,30 @@ extern "C" bool rf_gpu_flash_prefill_supported(rf_gpu_ctx *ctx, rf_type kv_type,
     (void)ctx, (void)kv_type, (void)head_dim;
     return false; /* mma.sync: the HIP build keeps rf_gpu_paged_attention */
 #else
-    return ctx->info.cc_major >= 8 && kv_type == RF_TYPE_F16 &&
-           (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128);
+    return ctx->info.cc_major >= 8 &&
+           ((kv_type == RF_TYPE_F16 && (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128)) ||
+            (kv_type == RF_TYPE_Q8_0 && (head_dim == 64 || head_dim == 96 || head_dim == 128)));
 #endif
 }
 
-template <int D>
+template <int D, bool Q8>
 static rf_status rf_fp_go(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
                           const int32_t *bt, int n, int p0, int bs, int n_head, int n_head_kv, float scale,
-                          int window, float softcap) {
+                          int window, float softcap, const float *sinks) {
     const size_t smem = rf_fp_geo<D>::smem;
     static size_t attr[RF_GPU_MAX_DEVICES];
-    auto kern = rf_k_flash_prefill<D>;
+    auto kern = rf_k_flash_prefill<D, Q8>;
     const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), smem, 0, attr, "rf_k_flash_prefill");
     if (ast) return ast;
     const dim3 grid((unsigned)((n + RF_FP_BR - 1) / RF_FP_BR), (unsigned)n_head);
-    return rf_gpu_launch(ctx, "rf_k_flash_prefill", false, rf_k_flash_prefill<D>, grid, dim3(RF_FP_WARPS * 32), smem,
-                         out, q, (const rf_half *)k, (const rf_half *)v, bt, n, p0, bs, n_head, n_head_kv, scale,
-                         window, softcap);
+    return rf_gpu_launch(ctx, "rf_k_flash_prefill", false, rf_k_flash_prefill<D, Q8>, grid, dim3(RF_FP_WARPS * 32),
+                         smem, out, q, k, v, bt, n, p0, bs, n_head, n_head_kv, scale, window, softcap, sinks);
 }
 
 extern "C" rf_status rf_gpu_flash_prefill(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
                                           rf_type kv_type, int64_t n, int64_t pos0, const int32_t *bt_row,
                                           int64_t block_size, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                                          float scale, int64_t window, float softcap) {
+                                          float scale, int64_t window, float softcap, const float *sinks) {
     const char *op = "rf_gpu_flash_prefill";
     RF_GPU_REQUIRE(rf_gpu_flash_prefill_supported(ctx, kv_type, head_dim), op,
                    "not available for K/V type %d, head_dim %lld on this device", (int)kv_type, (long long)head_dim);
@@ -260,10 +349,15 @@ extern "C" rf_status rf_gpu_flash_prefill(rf_gpu_ctx *ctx, float *out, const flo
     RF_GPU_REQUIRE(out && q && k && v && bt_row, op, "NULL pointer argument");
     RF_GPU_REQUIRE((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0, op, "q, k and v must be 16-byte aligned");
     const int a[] = {(int)n, (int)pos0, (int)block_size, (int)n_head, (int)n_head_kv};
+    if (kv_type == RF_TYPE_Q8_0) switch (head_dim) {
+        case 64: return rf_fp_go<64, true>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+        case 96: return rf_fp_go<96, true>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+        default: return rf_fp_go<128, true>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+        }
     switch (head_dim) {
-    case 64: return rf_fp_go<64>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
-    case 80: return rf_fp_go<80>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
-    case 96: return rf_fp_go<96>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
-    default: return rf_fp_go<128>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap);
+    case 64: return rf_fp_go<64, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+    case 80: return rf_fp_go<80, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+    case 96: return rf_fp_go<96, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
+    default: return rf_fp_go<128, false>(ctx, out, q, k, v, bt_row, a[0], a[1], a[2], a[3], a[4], scale, (int)window, softcap, sinks);
     }
 }

@@ -153,6 +153,19 @@ extern "C" bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_token
            rf_gpu_mmq_supported(wtype, n_in);
 }
 
+/* Whether rf_gpu_matmul (and the backend's shared-x products, which take the GEMV's rule) rounds
+ * x to int8 blocks of 32 for this product: the path choice below, asked by the CPU twin in tests
+ * (core/test_hooks.h, cpu_act). MMQ, the int8-x GEMVs and the BLAS path of quantized weights
+ * round; the f32-x GEMVs (K-quants where q32s does not take the rows, the generic kernel) and
+ * unquantized weights do not. */
+extern "C" bool rf_gpu_matmul_rounds_x(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
+    if (wtype == RF_TYPE_F32 || wtype == RF_TYPE_F16 || wtype == RF_TYPE_BF16) return false;
+    if (rf_gpu_mmq_takes(ctx, wtype, n_tokens, n_in)) return true;
+    if (n_tokens <= 8 || (rf_gpu_gemv_supported(wtype) && n_tokens <= rf_gemv_max_tokens()))
+        return rf_gpu_gemv_has_xq(ctx, wtype, 1, n_in); /* the GEMV's rule (groups of 8 alike) */
+    return true; /* BLAS: x through ggml's int8 rounding, then f16 */
+}
+
 extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                    const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     if (rf_gpu_mmq_takes(ctx, wtype, n_tokens, n_in)) return rf_gpu_mmq(ctx, y, w, wtype, x, n_tokens, n_in, n_out);

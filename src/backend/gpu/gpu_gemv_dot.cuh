@@ -1,6 +1,6 @@
 /* gpu_gemv_dot.cuh — the int8-x dot products of one block of each format, shared by the int8-x
- * GEMVs (gemv_q32, gemv_q32s, gemv_q32h): the 32-element formats (rf_q32_dot) and the Q4_K /
- * Q5_K / Q6_K super-blocks (rf_qk_dot, rf_q6k_dot). */
+ * GEMVs (gemv_q32, gemv_q32s, gemv_q32h): the 32-element formats (rf_q32_dot, rf_mxfp4_dot) and
+ * the Q4_K / Q5_K / Q6_K super-blocks (rf_qk_dot, rf_q6k_dot). */
 #ifndef RF_GPU_GEMV_DOT_CUH
 #define RF_GPU_GEMV_DOT_CUH
 
@@ -84,6 +84,42 @@ static __device__ __forceinline__ float rf_q32_dot(const uint32_t *aw, int o, co
     if (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q5_0) return d * dxd * (float)(s - C * sxi);
     const float m = rf_h2f_bits((uint16_t)(fw(2) & 0xFFFFu));
     return d * dxd * (float)s + m * fsum;
+}
+
+/* The doubled E2M1 values (0, 1, 2, 3, 4, 6, 8, 12 and their negatives: MXFP4's table) of the
+ * four 4-bit codes in the low nibbles of q's bytes (q & 0xF0F0F0F0 == 0), as four int8: two
+ * byte_perm lookups by the code's low 3 bits, the sign bit (bit 3) choosing between them. */
+static __device__ __forceinline__ int rf_fp4x4(uint32_t q) {
+    const uint32_t sel = (q & 0x7u) | ((q >> 4) & 0x70u) | ((q >> 8) & 0x700u) | ((q >> 12) & 0x7000u);
+    const uint32_t pos = __byte_perm(0x03020100u, 0x0C080604u, sel); /* 0 1 2 3 | 4 6 8 12 */
+    const uint32_t neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, sel); /* 0 -1 -2 -3 | -4 -6 -8 -12 */
+    const uint32_t m = ((q >> 3) & 0x01010101u) * 0xFFu;
+    return (int)((pos & ~m) | (neg & m));
+}
+
+/* Dot of one MXFP4 block (17 bytes at any byte offset: E8M0 exponent e, then 16 bytes of codes,
+ * element j in the low nibble of byte j, j + 16 in its high nibble) with one token's Q8_0-style
+ * int8 x (xi: 8 packed int8x4, dxd its scale): 2^(e - 128) * dxd * sum kv[q] x in exact
+ * integers, the twin of rf_vec_dot_mxfp4 (quant/vec_dot.c). The codes are read as five aligned
+ * words (up to 3 bytes past the block: rf_gpu_alloc pads every allocation by 16). */
+static __device__ __forceinline__ float rf_mxfp4_dot(const uint8_t *bp, const int *xi, float dxd) {
+    const uint8_t *qp = bp + 1;
+    const uint32_t *a = (const uint32_t *)((uintptr_t)qp & ~(uintptr_t)3);
+    const unsigned o = (unsigned)((uintptr_t)qp & 3);
+    uint32_t w[5];
+#pragma unroll
+    for (int k = 0; k < 4; k++) w[k] = a[k];
+    w[4] = o ? a[4] : 0u;
+    int s = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t q = __byte_perm(w[k], w[k + 1], 0x3210u + o * 0x1111u);
+        s = rf_dp4a(rf_fp4x4(q & 0x0F0F0F0Fu), xi[k], s);
+        s = rf_dp4a(rf_fp4x4((q >> 4) & 0x0F0F0F0Fu), xi[4 + k], s);
+    }
+    const uint32_t ex = bp[0]; /* e8m0 times 0.5, as rf_e8m0_to_f32_half */
+    const float d = __uint_as_float(ex < 2 ? (0x00200000u << ex) : ((ex - 1) << 23));
+    return d * dxd * (float)s;
 }
 
 /* Q6_K super-block (128 bytes of low nibbles ql, 64 of high bit pairs qh, 16 int8 scales, f16 d)

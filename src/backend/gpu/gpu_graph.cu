@@ -29,6 +29,30 @@ extern "C" rf_status rf_gpu_capture_end(rf_gpu_ctx *ctx, void **exec) {
     return RF_OK;
 }
 
+/* A recording that spans GPUs (a tensor-parallel step): ctx's stream joins the recording open on
+ * lead's stream (an event recorded there, waited on here), so what ctx's stream runs next is
+ * recorded into lead's graph; rf_gpu_capture_join ends that by making lead's stream wait for
+ * ctx's work, which must happen before lead's recording ends (CUDA refuses a recording with a
+ * stream still forked off). One graph then holds every GPU's step, NCCL's kernels included
+ * (NCCL asks that the streams of one group be recorded into the same graph), and one launch on
+ * lead's stream runs it. Leaves ctx's device current. */
+extern "C" rf_status rf_gpu_capture_fork(rf_gpu_ctx *lead, rf_gpu_ctx *ctx) {
+    RF_GPU_CHECK(cudaSetDevice(lead->device));
+    RF_GPU_CHECK(cudaEventRecord(lead->join_ev, lead->stream));
+    RF_GPU_CHECK(cudaSetDevice(ctx->device));
+    RF_GPU_CHECK(cudaStreamWaitEvent(ctx->stream, lead->join_ev, 0));
+    return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_capture_join(rf_gpu_ctx *lead, rf_gpu_ctx *ctx) {
+    RF_GPU_CHECK(cudaSetDevice(ctx->device));
+    RF_GPU_CHECK(cudaEventRecord(ctx->join_ev, ctx->stream));
+    RF_GPU_CHECK(cudaSetDevice(lead->device));
+    RF_GPU_CHECK(cudaStreamWaitEvent(lead->stream, ctx->join_ev, 0));
+    RF_GPU_CHECK(cudaSetDevice(ctx->device));
+    return RF_OK;
+}
+
 extern "C" rf_status rf_gpu_graph_launch(rf_gpu_ctx *ctx, void *exec) {
     ctx->last_kernel = "(graph of a decode step)";
     RF_GPU_CHECK(cudaGraphLaunch((cudaGraphExec_t)exec, ctx->stream));

@@ -9,6 +9,7 @@
 struct rf_gpu_ctx {
     int device;
     cudaStream_t stream;
+    cudaEvent_t join_ev;    /* joins this stream into (or back out of) another GPU's recording */
 #if !defined(RF_GPU_NO_BLAS)
     cublasHandle_t blas;
     void *blas_ws;          /* the handle's own workspace: no allocation inside a graph capture */
@@ -122,6 +123,24 @@ static inline rf_status rf_gpu_tmp(rf_gpu_ctx *ctx, size_t bytes, void **p, size
     }
     return rf_gpu_scratch_alloc(ctx, bytes, p);
 }
+
+/* ---- mixture of experts (gpu_moe.cu, gpu_moe_gemv.cu; the grouped product in gpu_mmq.cu) ---- */
+#define RF_MOE_MAX_EXPERT 1024 /* experts the router takes (32 per lane of a 32-wide warp) */
+#define RF_MOE_MAX_K 32        /* choices per token (one per lane) */
+/* rf_k_mmq over tiles (expert, first row, end row) of x's rows sorted by expert (qx / rec:
+ * rf_k_quantize_x's GB-1 layout of n_rows rows), y [n_rows, n_out] in that order; n_tiles
+ * blocks along x (unused tiles: expert -1); MMQ's types and n_in (rf_gpu_mmq_supported) */
+extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
+                                        const uint8_t *rec, const int4 *tiles, int n_tiles, int n_rows, int64_t n_in,
+                                        int64_t n_out);
+/* the record kind of the int8-x MoE GEMV for (t, n_in) (rf_k_quantize_x's rk), -1: f32 x */
+extern "C" int rf_moe_gemv_rk(rf_type t, int64_t n_in);
+/* the indirect GEMV: int8 x (qx / rec, from rf_k_quantize_x with rf_moe_gemv_rk's records) or,
+ * qx NULL, f32 x; y [nk, n_out] */
+rf_status rf_moe_gemv_launch(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, const int8_t *qx,
+                             const uint8_t *rec, const float *x, const int32_t *ids, const float *bias, int64_t n_in,
+                             int64_t n_out, int64_t row_bytes, int64_t k, int64_t n_expert, bool x_per_slot,
+                             int64_t nk);
 
 static inline unsigned rf_gpu_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

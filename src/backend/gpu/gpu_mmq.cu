@@ -96,11 +96,16 @@ static __device__ __forceinline__ uint32_t rf_mmq_word(const uint8_t *r, int p) 
  * the first stages are requested before rf_pdl_wait() (W must not be written by work in
  * flight), x after it. Rows past n_out read the last row and tokens past nt the last token;
  * neither is stored. launch: grid (ceil(nt / BN), ceil(n_out / 128), splits), 256 threads,
- * rf_mmq_stage<T, WN, STX>::SMEM bytes of dynamic shared memory. */
+ * rf_mmq_stage<T, WN, STX>::SMEM bytes of dynamic shared memory.
+ * Grouped (mixture of experts, tiles not NULL; gpu_moe.cu): blockIdx.x's tile is tiles[blockIdx.x]
+ * = (expert e, first row t0, end row t1) of x's rows sorted by expert (e < 0: an unused tile,
+ * the block exits), W is expert e's n_out rows of the n_expert * n_out, rows t0 .. t1 - 1 of y
+ * are written; splits 1. The table is the previous kernel's output: such a launch must not be a
+ * programmatic dependent one (it is read before rf_pdl_wait). */
 template <int T, int WN, int STX>
 __global__ void __launch_bounds__(RF_MMQ_NW * 32, rf_mmq_stage<T, WN, STX>::MINB)
 rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt, int n_in,
-         int n_out, int64_t row_bytes, int splits) {
+         int n_out, int64_t row_bytes, int splits, const int4 *tiles) {
     using F = rf_mmq_fmt<T>;
     using L = rf_mmq_stage<T, WN, STX>;
     constexpr int KB = F::KB, ST = L::ST, NTH = RF_MMQ_NW * 32, BN = L::BN, WM = RF_MMQ_NW / WN, MF = WN;
@@ -109,7 +114,14 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
     extern __shared__ __align__(16) uint8_t rf_mmq_smem[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int wm = warp % WM, wn = warp / WM;
-    const int r0 = blockIdx.y * RF_MMQ_BM, t0 = blockIdx.x * BN; /* token tiles of a row tile run together (W from L2) */
+    const int r0 = blockIdx.y * RF_MMQ_BM; /* token tiles of a row tile run together (W from L2) */
+    int t0 = blockIdx.x * BN;
+    if (tiles) { /* grouped: one expert's rows */
+        const int4 tl = tiles[blockIdx.x];
+        if (tl.x < 0) return;
+        w += (int64_t)tl.x * n_out * row_bytes;
+        t0 = tl.y, nt = tl.z;
+    }
     const int nb = n_in / 32, nch = nb / KB;
     const int kc0 = (int)((int64_t)blockIdx.z * nch / splits), nk = (int)((int64_t)(blockIdx.z + 1) * nch / splits) - kc0;
     const unsigned base = rf_smem_addr(rf_mmq_smem);
@@ -273,7 +285,7 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
             }
         }
     }
-    float *out = y + (int64_t)blockIdx.z * nt * n_out;
+    float *out = tiles ? y : y + (int64_t)blockIdx.z * nt * n_out;
 #pragma unroll
     for (int mf = 0; mf < MF; mf++)
 #pragma unroll
@@ -300,16 +312,17 @@ __global__ void rf_k_mmq_reduce(float *y, const float *part, int64_t n, int spli
 /* the product kernel for T: dynamic shared memory allowed once per type, then the launch */
 template <int T, int WN, int STX = 0>
 static rf_status rf_launch_mmq_wn(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
-                                  int nt, int n_in, int n_out, int64_t rb, int splits) {
+                                  int nt, int n_in, int n_out, int64_t rb, int splits,
+                                  const int4 *tiles = nullptr, int n_tiles = 0) {
     auto kern = rf_k_mmq<T, WN, STX>;
     constexpr int smem = rf_mmq_stage<T, WN, STX>::SMEM, BN = rf_mmq_stage<T, WN, STX>::BN;
     static size_t attr[RF_GPU_MAX_DEVICES];
     const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)smem, 0, attr, "rf_k_mmq");
     if (ast) return ast;
-    const dim3 grid((unsigned)((nt + BN - 1) / BN), (unsigned)((n_out + RF_MMQ_BM - 1) / RF_MMQ_BM),
+    const dim3 grid((unsigned)(tiles ? n_tiles : (nt + BN - 1) / BN), (unsigned)((n_out + RF_MMQ_BM - 1) / RF_MMQ_BM),
                     (unsigned)splits);
-    return rf_gpu_launch(ctx, "rf_k_mmq", true, kern, grid, dim3(RF_MMQ_NW * 32), (size_t)smem, y, w, qx, rec, nt,
-                         n_in, n_out, rb, splits);
+    return rf_gpu_launch(ctx, tiles ? "rf_k_mmq (grouped)" : "rf_k_mmq", !tiles, kern, grid, dim3(RF_MMQ_NW * 32),
+                         (size_t)smem, y, w, qx, rec, nt, n_in, n_out, rb, splits, tiles);
 }
 /* tiles of 32 tokens (8 warps along the rows: every warp busy) up to 32 tokens, else of 64;
  * each output's arithmetic is the same in all (batch invariance holds across them). RF_MMQ_CFG
@@ -331,6 +344,29 @@ static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, cons
     return rf_launch_mmq_wn<T, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
 }
 #endif
+
+/* The grouped product of gpu_moe.cu (see rf_k_mmq): tiles of 32 rows, no split. */
+extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
+                                        const uint8_t *rec, const int4 *tiles, int n_tiles, int n_rows, int64_t n_in,
+                                        int64_t n_out) {
+#if defined(RF_HIP)
+    (void)ctx, (void)y, (void)w, (void)wtype, (void)qx, (void)rec, (void)tiles, (void)n_tiles, (void)n_rows;
+    (void)n_in, (void)n_out;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "rf_gpu_mmq_grouped: no MMQ kernel on HIP");
+#else
+    const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
+    const uint8_t *wp = (const uint8_t *)w;
+    const int ni = (int)n_in, no = (int)n_out;
+    switch (wtype) {
+    case RF_TYPE_Q4_0: return rf_launch_mmq_wn<RF_TYPE_Q4_0, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles);
+    case RF_TYPE_Q8_0: return rf_launch_mmq_wn<RF_TYPE_Q8_0, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles);
+    case RF_TYPE_Q4_K: return rf_launch_mmq_wn<RF_TYPE_Q4_K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles);
+    case RF_TYPE_Q5_K: return rf_launch_mmq_wn<RF_TYPE_Q5_K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles);
+    case RF_TYPE_Q6_K: return rf_launch_mmq_wn<RF_TYPE_Q6_K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles);
+    default: return rf_set_error(RF_ERR_INVALID_ARG, "rf_gpu_mmq_grouped: weight type %d has no MMQ kernel", (int)wtype);
+    }
+#endif
+}
 
 extern "C" bool rf_gpu_mmq_supported(rf_type t, int64_t n_in) {
 #if defined(RF_HIP)

@@ -58,6 +58,37 @@
 
 __host__ __device__ constexpr int rf_pa_pow2(int x) { return x <= 1 ? 1 : 2 * rf_pa_pow2((x + 1) / 2); }
 
+/* Tag type of a q8_0 cache (ggml's blocks of 32: f16 scale d, 32 int8 q; 34 bytes, so a block
+ * sits at a 2-byte boundary). */
+struct rf_pa_q8 {
+    uint8_t b;
+};
+
+/* How the kernel addresses and reads a cache of KT. A row of one kv head is D / EPU units (f32,
+ * f16: elements; q8_0: blocks of 32), so head hk of cache row ph starts at unit
+ * ph * n_head_kv * D / EPU + hk * D / EPU; ld reads piece pc (EPP consecutive elements) of the
+ * row starting at unit u into a uint4, cvt turns that into EPP floats. f32 / f16: one 16-byte
+ * load. q8_0: pieces of 8 elements (a quarter block; the lane geometry of f16), 10 bytes read
+ * (the scale and 8 quants as 2-byte loads: the blocks are only 2-byte aligned), dequantized in
+ * registers to d * q exactly as the CPU's rf_cpu_row_to_f32 (the product of an f16 and an int8
+ * is exact in f32): 5/8 of f16's bytes per key (the 4 lanes of a block read its scale once
+ * from memory; the quants are half of f16's bytes). */
+template <typename KT> struct rf_pa_kt {
+    static constexpr int EPP = 16 / (int)sizeof(KT), EPU = 1;
+    static __device__ __forceinline__ uint4 ld(const KT *__restrict__ c, int64_t u, int pc) {
+        return *reinterpret_cast<const uint4 *>(c + u + pc * EPP);
+    }
+};
+template <> struct rf_pa_kt<rf_pa_q8> {
+    static constexpr int EPP = 8, EPU = 32;
+    static __device__ __forceinline__ uint4 ld(const rf_pa_q8 *__restrict__ c, int64_t u, int pc) {
+        const uint8_t *b = reinterpret_cast<const uint8_t *>(c) + (u + pc / 4) * 34;
+        const uint16_t *h = reinterpret_cast<const uint16_t *>(b + 2 + (pc % 4) * 8);
+        return make_uint4(*reinterpret_cast<const uint16_t *>(b), (uint32_t)h[0] | ((uint32_t)h[1] << 16),
+                          (uint32_t)h[2] | ((uint32_t)h[3] << 16), 0u);
+    }
+};
+
 /* Lane geometry of one K/V row of D elements of KT: P pieces of 16 bytes (EPP elements each),
  * L lanes per key (P rounded up to a power of two, at most a warp), NP pieces per lane, KPW keys
  * per warp step, NS steps per chunk, EL elements per lane, U0 steps whose loads are issued
@@ -65,7 +96,7 @@ __host__ __device__ constexpr int rf_pa_pow2(int x) { return x <= 1 ? 1 : 2 * rf
  * serves key slot lane / L and pieces lane % L + i * L. */
 template <int D, typename KT> struct rf_pa_geo {
     static constexpr int WS = RF_WARP_SIZE;
-    static constexpr int EPP = 16 / (int)sizeof(KT);
+    static constexpr int EPP = rf_pa_kt<KT>::EPP;
     static constexpr int P = D / EPP;
     static constexpr int L = rf_pa_pow2(P) < WS ? rf_pa_pow2(P) : WS;
     static constexpr int NP = (P + L - 1) / L;
@@ -77,8 +108,18 @@ template <int D, typename KT> struct rf_pa_geo {
     static_assert(RF_PA_CHUNK <= WS && RF_PA_CHUNK % KPW == 0, "chunk vs warp");
 };
 
-/* 16 bytes of K/V -> floats */
+/* a piece of K/V (rf_pa_kt::ld) -> floats */
 template <typename KT> struct rf_pa_cvt;
+template <> struct rf_pa_cvt<rf_pa_q8> {
+    static __device__ __forceinline__ void run(const uint4 &w, float *f) {
+        const float d = rf_half2float(__ushort_as_half((unsigned short)(w.x & 0xFFFFu)));
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            f[j] = __fmul_rn(d, (float)(int8_t)(w.y >> (8 * j)));
+            f[4 + j] = __fmul_rn(d, (float)(int8_t)(w.z >> (8 * j)));
+        }
+    }
+};
 template <> struct rf_pa_cvt<float> {
     static __device__ __forceinline__ void run(const uint4 &w, float *f) {
         f[0] = __uint_as_float(w.x), f[1] = __uint_as_float(w.y);
@@ -174,6 +215,18 @@ static __device__ __forceinline__ float rf_pa_apply(float num, float a, int mode
 static __device__ __forceinline__ float rf_pa_final(float M, float den, float num) {
     return M == -INFINITY ? 0.0f : __fdiv_rn(num, den);
 }
+/* the same after folding in head h's attention sink (sinks f32 [n_head] or NULL): one more
+ * state of max sinks[h], sum 1 and numerator 0, merged last by the same rule, so the row's
+ * arithmetic stays fixed by the row alone */
+static __device__ __forceinline__ float rf_pa_final_sink(float M, float den, float num, const float *sinks,
+                                                         int64_t h) {
+    if (sinks) {
+        float fa, fb;
+        const int md = rf_pa_factors(M, den, sinks[h], 1.0f, fa, fb);
+        num = rf_pa_apply(num, 0.0f, md, fa, fb);
+    }
+    return rf_pa_final(M, den, num);
+}
 
 /* paged_attn: rows (token t, query head h) of a block of tokens against their sequences' keys.
  *   Block (x, y, z): tokens t0 = x*NQ .. t0+NQ-1 (NQ consecutive batch slots), kv head
@@ -194,21 +247,25 @@ static __device__ __forceinline__ float rf_pa_final(float M, float den, float nu
  *   i = unit - the row's first unit, for rf_k_paged_attn_reduce.
  *   Rows of padding tokens (pos < 0) are written as zeros by the z == 0 blocks, rows of tokens
  *   with pos > pmax (max_pos, or past the block table) or seq < 0 as NaN; nothing else is read
- *   for them.
+ *   for them. sinks (f32 [n_head] or NULL): head h's sink folds into a row's state last, at
+ *   the one place a row is normalised (rf_pa_final_sink).
  * in:  q f32 [n_tokens, n_head, D] (16-byte aligned), k, v KT [rows, n_head_kv, D] (16-byte
  *      aligned), pos, seq int32 [n_tokens], bt int32 [*, max_blocks] (device).
  * out: out f32 [n_tokens, n_head, D].
  * launch: grid (ceil(n_tokens / NQ), n_head_kv * HS, Z), RF_PA_WARPS * RF_WARP_SIZE threads;
  *   NQ * GS <= R <= 8, R * D <= 1024.
  * tolerance vs rf_ref_paged_attention on the same K/V values: rel. L2 < 1e-5 (f32 K/V, and f16
- *   K/V against the reference on the f16 values; < 1e-2 against unrounded f32 values). */
+ *   K/V against the reference on the f16 values; < 1e-2 against unrounded f32 values; q8_0 K/V
+ *   against the reference on the dequantized values d * q, which are exact in f32, so the f32
+ *   arithmetic: the query is not rounded, as the CPU's q8_0 path does not round it). */
 template <int D, typename KT, int R>
 __global__ void __launch_bounds__(RF_PA_WARPS * RF_WARP_SIZE, R <= 4 ? 2 : 1)
 rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ q,
                 const KT *__restrict__ k, const KT *__restrict__ v, const int32_t *__restrict__ pos,
                 const int32_t *__restrict__ seq, const int32_t *__restrict__ bt, int n_tokens,
                 int max_blocks, int bs, int n_head, int n_head_kv, int G, int GS, int NQ, int HS,
-                float scale, int window, float softcap, int pmax, int mode, int nsp) {
+                float scale, int window, float softcap, int pmax, int mode, int nsp,
+                const float *__restrict__ sinks) {
     typedef rf_pa_geo<D, KT> geo;
     constexpr int WS = RF_WARP_SIZE, W = RF_PA_WARPS, CH = RF_PA_CHUNK, NT = W * WS;
     constexpr int EPP = geo::EPP, P = geo::P, L = geo::L, NP = geo::NP, KPW = geo::KPW;
@@ -260,7 +317,8 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
         }
     }
 
-    const int64_t rstride = (int64_t)n_head_kv * D, hoff = (int64_t)hk * D;
+    constexpr int EPU = rf_pa_kt<KT>::EPU; /* row offsets in units of the cache type (rf_pa_kt) */
+    const int64_t rstride = (int64_t)n_head_kv * D / EPU, hoff = (int64_t)hk * D / EPU;
     const int ustep = mode == RF_PA_SPLITS ? 1 : RF_PA_GROUP; /* splits per unit */
     for (int i = 0; i < NQ; i++) { /* one pass per distinct sequence among the block's tokens */
         if (s_tst[i] != 3) continue;
@@ -340,7 +398,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                                 const int pc = sl + np * L;
                                 kw[u][np] = make_uint4(0u, 0u, 0u, 0u);
                                 if (ph >= 0 && pc < P)
-                                    kw[u][np] = *reinterpret_cast<const uint4 *>(k + ph * rstride + hoff + pc * EPP);
+                                    kw[u][np] = rf_pa_kt<KT>::ld(k, ph * rstride + hoff, pc);
                             }
                         }
 #pragma unroll
@@ -401,7 +459,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                                 const int pc = sl + np * L;
                                 vw[u][np] = make_uint4(0u, 0u, 0u, 0u);
                                 if (ph >= 0 && pc < P)
-                                    vw[u][np] = *reinterpret_cast<const uint4 *>(v + ph * rstride + hoff + pc * EPP);
+                                    vw[u][np] = rf_pa_kt<KT>::ld(v, ph * rstride + hoff, pc);
                             }
                         }
 #pragma unroll
@@ -514,7 +572,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                     const int64_t orow = (t0 + qi) * n_head + (int64_t)hk * G + hh;
                     const float2 st = s_gst[r];
                     if (ufr == ulr) {
-                        out[orow * D + d] = rf_pa_final(st.x, st.y, num);
+                        out[orow * D + d] = rf_pa_final_sink(st.x, st.y, num, sinks, (int64_t)hk * G + hh);
                     } else {
                         const int64_t si = orow * nsp + (un - ufr);
                         part[si * D + d] = num;
@@ -532,7 +590,8 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                 const int r = idx / D, d = idx % D, qi = r / GS, hh = hs * GS + r % GS;
                 if (qi >= NQ || hh >= G || s_tst[qi] != 3 || s_tseq[qi] != sq) continue;
                 const float2 to = s_tot[r];
-                out[((t0 + qi) * n_head + (int64_t)hk * G + hh) * D + d] = rf_pa_final(to.x, to.y, rt[e]);
+                out[((t0 + qi) * n_head + (int64_t)hk * G + hh) * D + d] =
+                    rf_pa_final_sink(to.x, to.y, rt[e], sinks, (int64_t)hk * G + hh);
             }
         }
         __syncthreads(); /* the row states are reset by the next pass */
@@ -551,7 +610,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
 __global__ void __launch_bounds__(256)
 rf_k_paged_attn_reduce(float *out, const float *__restrict__ part, const float2 *__restrict__ pml,
                        const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_head,
-                       int D, int window, int pmax, int mode, int nsp) {
+                       int D, int window, int pmax, int mode, int nsp, const float *__restrict__ sinks) {
     rf_pdl_trigger();
     rf_pdl_wait(); /* part, pml: written by rf_k_paged_attn, which may still be running */
     const int64_t t = blockIdx.x;
@@ -580,7 +639,7 @@ rf_k_paged_attn_reduce(float *out, const float *__restrict__ part, const float2 
             num = rf_pa_apply(num, a, m2, fa, fb);
         }
     }
-    out[orow * D + d] = rf_pa_final(M, den, num);
+    out[orow * D + d] = rf_pa_final_sink(M, den, num, sinks, h);
 }
 
 /* ---- host ------------------------------------------------------------------------------- */
@@ -596,6 +655,7 @@ struct rf_pa_args {
     int window;
     float softcap;
     int pmax, mode, nsp;
+    const float *sinks;
 };
 
 template <int D, typename KT, int R>
@@ -604,14 +664,15 @@ static rf_status rf_pa_go(rf_gpu_ctx *ctx, dim3 grid, unsigned threads, const rf
     return rf_gpu_launch(ctx, "rf_k_paged_attn", false, rf_k_paged_attn<D, KT, R>, grid, dim3(threads), 0,
                          a.out, a.part, a.pml, a.q, k, v, a.pos, a.seq, a.bt, a.n_tokens, a.max_blocks,
                          a.bs, a.n_head, a.n_head_kv, a.G, a.GS, a.NQ, a.HS, a.scale, a.window,
-                         a.softcap, a.pmax, a.mode, a.nsp);
+                         a.softcap, a.pmax, a.mode, a.nsp, a.sinks);
 }
 
 template <typename KT>
 static rf_status rf_pa_dispatch(rf_gpu_ctx *ctx, int D, int R, dim3 grid, unsigned threads,
                                 const rf_pa_args &a) {
 #define RF_PA_CASE(DD, RR)                                                                    \
-    if (D == DD && R == RR) return rf_pa_go<DD, KT, RR>(ctx, grid, threads, a);
+    if constexpr (DD % rf_pa_kt<KT>::EPU == 0)                                                \
+        if (D == DD && R == RR) return rf_pa_go<DD, KT, RR>(ctx, grid, threads, a);
 #define RF_PA_DIM(DD) RF_PA_CASE(DD, 1) RF_PA_CASE(DD, 2) RF_PA_CASE(DD, 4)
     RF_PA_DIM(64)
     RF_PA_DIM(80)
@@ -635,10 +696,12 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
                                             const int32_t *seq, const int32_t *block_table,
                                             int64_t max_blocks, int64_t block_size, int64_t n_head,
                                             int64_t n_head_kv, int64_t head_dim, float scale,
-                                            int64_t window, float softcap, int64_t max_pos) {
+                                            int64_t window, float softcap, int64_t max_pos,
+                                            const float *sinks) {
     const char *op = "rf_gpu_paged_attention";
-    RF_GPU_REQUIRE(kv_type == RF_TYPE_F16 || kv_type == RF_TYPE_F32, op,
-                   "K/V type %d (want f16 or f32)", (int)kv_type);
+    RF_GPU_REQUIRE(kv_type == RF_TYPE_F16 || kv_type == RF_TYPE_F32 || (kv_type == RF_TYPE_Q8_0 && head_dim % 32 == 0),
+                   op, "K/V type %d with head_dim %lld (want f16, f32, or q8_0 with head_dim %% 32 == 0)",
+                   (int)kv_type, (long long)head_dim);
     RF_GPU_REQUIRE(head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128 ||
                        head_dim == 256,
                    op, "head_dim=%lld (supported: 64, 80, 96, 128, 256)", (long long)head_dim);
@@ -698,7 +761,7 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
     a.n_tokens = (int)n_tokens, a.max_blocks = (int)max_blocks, a.bs = (int)block_size;
     a.n_head = (int)n_head, a.n_head_kv = (int)n_head_kv, a.G = (int)G, a.GS = (int)GS;
     a.NQ = (int)NQ, a.HS = (int)HS, a.scale = scale, a.window = win, a.softcap = softcap;
-    a.pmax = pmax, a.mode = mode, a.nsp = (int)nsp;
+    a.pmax = pmax, a.mode = mode, a.nsp = (int)nsp, a.sinks = sinks;
 
     size_t mark = ctx->scratch_used;
     if (mode != RF_PA_TOTAL) {
@@ -713,8 +776,9 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
     const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : RF_WARP_SIZE;
     const dim3 grid((unsigned)X, (unsigned)Y, (unsigned)Zb);
     const unsigned threads = (unsigned)(RF_PA_WARPS * ws);
-    rf_status st = kv_type == RF_TYPE_F16 ? rf_pa_dispatch<rf_half>(ctx, D, R, grid, threads, a)
-                                          : rf_pa_dispatch<float>(ctx, D, R, grid, threads, a);
+    rf_status st = kv_type == RF_TYPE_F16    ? rf_pa_dispatch<rf_half>(ctx, D, R, grid, threads, a)
+                   : kv_type == RF_TYPE_Q8_0 ? rf_pa_dispatch<rf_pa_q8>(ctx, D, R, grid, threads, a)
+                                             : rf_pa_dispatch<float>(ctx, D, R, grid, threads, a);
     if (st || mode == RF_PA_TOTAL) {
         ctx->scratch_used = mark;
         return st;
@@ -723,7 +787,7 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
     st = rf_gpu_launch(ctx, "rf_k_paged_attn_reduce", true, rf_k_paged_attn_reduce,
                        dim3((unsigned)n_tokens, (unsigned)n_head), dim3(rt), 0, out,
                        (const float *)a.part, (const float2 *)a.pml, pos, seq, a.n_head, D, win,
-                       pmax, mode, a.nsp);
+                       pmax, mode, a.nsp, sinks);
     ctx->scratch_used = mark;
     return st;
 }

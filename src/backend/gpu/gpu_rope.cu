@@ -46,7 +46,7 @@ template <> __device__ __forceinline__ rf_half rf_to_cache<rf_half>(float v) {
  * qin row t at qin + t * sq, qout may be qin with sq = n_head * head_dim: in place);
  * k_cache[slot[t],h,:] = rope(k[t,h,:], pos[t]); v_cache[slot[t],h,:] = v[t,h,:] (k and v rows
  * at strides sk, sv: the columns of one joined Q/K/V product, or packed).
- * pos, slot int32 [n_tokens]; caches T [cache_rows, n_head_kv, head_dim] (T = f32 or f16);
+ * pos, slot int32 [n_tokens] (slot NULL: row t); caches T [cache_rows, n_head_kv, head_dim] (T = f32 or f16);
  * slots outside [0, cache_rows) skipped (q is still rotated). launch: one thread per
  * (t, h, d) over the n_head query heads then the n_head_kv key/value heads, grid-stride: a
  * thread owning the first element of a rotated pair reads and writes both, the partner writes
@@ -73,7 +73,7 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
             ks = qin + t * sq + h * head_dim;
             qo = qout + (t * n_head + h) * head_dim;
         } else {
-            const int32_t sl = slot[t];
+            const int32_t sl = slot ? slot[t] : (int32_t)t; /* NULL: row t (the q8_0 path's staging) */
             if (sl < 0 || sl >= cache_rows) continue;
             ks = k + t * sk + h * head_dim;
             kd = kc + ((int64_t)sl * n_head_kv + h) * head_dim;
@@ -138,8 +138,8 @@ extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const 
                    "n_rot=%lld must be even and <= head_dim=%lld", (long long)n_rot,
                    (long long)head_dim);
     RF_GPU_REQUIRE(mode == RF_ROPE_NORMAL || mode == RF_ROPE_NEOX, op, "mode %d", mode);
-    RF_GPU_REQUIRE(cache_type == RF_TYPE_F16 || cache_type == RF_TYPE_F32, op,
-                   "cache type %d (want f16 or f32)", (int)cache_type);
+    RF_GPU_REQUIRE(cache_type == RF_TYPE_F16 || cache_type == RF_TYPE_F32 || cache_type == RF_TYPE_Q8_0, op,
+                   "cache type %d (want f16, f32 or q8_0)", (int)cache_type);
     RF_GPU_REQUIRE(n_tokens >= 0 && n_head_kv >= 1 && head_dim >= 1 && n_head >= 0 &&
                        (n_head == 0 || (qin && qout && sq >= n_head * head_dim)) &&
                        sk >= n_head_kv * head_dim && sv >= n_head_kv * head_dim,
@@ -148,6 +148,27 @@ extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const 
     const int64_t total = n_tokens * (n_head + n_head_kv) * head_dim;
     if (total == 0) return RF_OK;
     int neox = mode == RF_ROPE_NEOX;
+    if (cache_type == RF_TYPE_Q8_0) {
+        /* A q8_0 block's scale needs its 32 roped values at once, and NeoX pairs cross blocks:
+         * the kernel stages K and V as f32 rows [n_tokens, n_head_kv * head_dim] in scratch, then
+         * rf_k_kv_store_q8 quantizes them (two more launches, 8 * n_head_kv * head_dim bytes per
+         * token through L2). */
+        const int64_t kvd = n_head_kv * head_dim;
+        RF_GPU_REQUIRE(kvd % 32 == 0, op, "a q8_0 cache needs n_head_kv * head_dim %% 32 == 0 (%lld)", (long long)kvd);
+        void *tmp;
+        size_t mark;
+        rf_status st = rf_gpu_tmp(ctx, (size_t)n_tokens * (size_t)kvd * 8, &tmp, &mark);
+        if (st) return st;
+        float *ks = (float *)tmp, *vs = ks + n_tokens * kvd;
+        rf_k_rope_kv_append<float><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
+            qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos, NULL, freq_base,
+            freq_scale, freq_factors, neox, attn_factor, ks, vs, n_tokens);
+        st = RF_GPU_LAUNCHED(ctx, "rf_k_rope_kv_append");
+        if (!st) st = rf_gpu_kv_store_q8(ctx, k_cache, cache_rows, ks, kvd, n_tokens, kvd, slot);
+        if (!st) st = rf_gpu_kv_store_q8(ctx, v_cache, cache_rows, vs, kvd, n_tokens, kvd, slot);
+        ctx->scratch_used = mark;
+        return st;
+    }
     if (cache_type == RF_TYPE_F16) {
         rf_half *kc = (rf_half *)k_cache, *vc = (rf_half *)v_cache;
         rf_k_rope_kv_append<rf_half><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(

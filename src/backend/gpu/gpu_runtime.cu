@@ -40,7 +40,9 @@ extern "C" rf_status rf_gpu_init(int device, rf_gpu_ctx **out) {
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess ||
-        (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->join_ev, cudaEventDisableTiming)) != cudaSuccess) {
+        if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
         return rf_set_error(RF_ERR_DEVICE, "GPU %d: init failed: %s", device, cudaGetErrorString(e));
     }
@@ -91,6 +93,7 @@ extern "C" void rf_gpu_destroy(rf_gpu_ctx *ctx) {
     if (ctx->blas) cublasDestroy(ctx->blas);
     if (ctx->blas_ws) cudaFree(ctx->blas_ws);
 #endif
+    if (ctx->join_ev) cudaEventDestroy(ctx->join_ev);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     free(ctx);
 }

@@ -111,6 +111,14 @@ void rf_ref_swiglu(float *y, const float *gate, const float *up, int64_t n) {
 void rf_ref_geglu(float *y, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = (float)((double)rf_ref_gelu_tanh(gate[i]) * up[i]);
 }
+void rf_ref_swiglu_oai(float *y, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float lim = RF_OAI_SWIGLU_LIMIT; /* NaN passes through the clamps, as in ggml */
+        const double g = lim < gate[i] ? lim : gate[i];
+        const double u = up[i] < -lim ? -lim : (lim < up[i] ? lim : up[i]);
+        y[i] = (float)(g / (1.0 + exp(-(double)RF_OAI_SWIGLU_ALPHA * g)) * (u + 1.0));
+    }
+}
 
 /* ---- RoPE -------------------------------------------------------------------------------- */
 
@@ -199,9 +207,21 @@ rf_status rf_ref_get_rows(float *y, const void *w, rf_type wtype, const int32_t 
 
 /* ---- attention --------------------------------------------------------------------------- */
 
+/* Softmax of n scores in place with one more logit `sink` that has no value row (attention
+ * sinks): the sink joins the max and the denominator only. Masked (-inf) scores get 0. */
+static void ref_softmax_sink(float *s, int64_t n, float sink) {
+    double mx = sink;
+    for (int64_t j = 0; j < n; j++)
+        if (s[j] > mx) mx = s[j];
+    double sum = exp((double)sink - mx);
+    for (int64_t j = 0; j < n; j++) sum += s[j] == -INFINITY ? 0.0 : exp((double)s[j] - mx);
+    for (int64_t j = 0; j < n; j++) s[j] = s[j] == -INFINITY ? 0.0f : (float)(exp((double)s[j] - mx) / sum);
+}
+
 void rf_ref_attention(float *out, const float *q, const float *k, const float *v, int64_t n_q,
                       int64_t n_kv, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                      float scale, bool causal, int64_t pos0, int64_t window, float softcap) {
+                      float scale, bool causal, int64_t pos0, int64_t window, float softcap,
+                      const float *sinks) {
     int64_t group = n_head / n_head_kv;
     float *s = malloc((size_t)(n_kv > 0 ? n_kv : 1) * sizeof(float));
     if (!s) { /* no status to return: leave a NaN-free but recognisable result */
@@ -224,7 +244,8 @@ void rf_ref_attention(float *out, const float *q, const float *k, const float *v
                     if (j > p || (window > 0 && j <= p - window)) s[j] = -INFINITY;
                 }
             }
-            rf_ref_softmax(s, s, 1, n_kv, 1.0f);
+            if (sinks) ref_softmax_sink(s, n_kv, sinks[h]);
+            else rf_ref_softmax(s, s, 1, n_kv, 1.0f);
             float *o = out + (i * n_head + h) * head_dim;
             for (int64_t c = 0; c < head_dim; c++) {
                 double acc = 0;
@@ -241,7 +262,7 @@ rf_status rf_ref_paged_attention(float *out, const float *q, const float *k, con
                                  int64_t n_tokens, const int32_t *pos, const int32_t *seq,
                                  const int32_t *block_table, int64_t max_blocks, int64_t block_size,
                                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                                 int64_t window, float softcap) {
+                                 int64_t window, float softcap, const float *sinks) {
     int64_t kvd = n_head_kv * head_dim;
     for (int64_t t = 0; t < n_tokens; t++) {
         int64_t p = pos[t], n_kv = p + 1;
@@ -257,7 +278,7 @@ rf_status rf_ref_paged_attention(float *out, const float *q, const float *k, con
             memcpy(vg + j * kvd, v + row * kvd, (size_t)kvd * sizeof(float));
         }
         rf_ref_attention(out + t * n_head * head_dim, q + t * n_head * head_dim, kg, vg, 1, n_kv, n_head,
-                         n_head_kv, head_dim, scale, true, p, window, softcap);
+                         n_head_kv, head_dim, scale, true, p, window, softcap, sinks);
         free(kg);
         free(vg);
     }
@@ -378,4 +399,87 @@ bool rf_ref_sample_interval(const float *logits, int64_t n, const rf_sample_para
     free(c);
     free(pr);
     return kept;
+}
+
+/* ---- mixture of experts ------------------------------------------------------------------ */
+
+rf_status rf_ref_moe_route(int32_t *ids, float *wts, const float *logits, const float *sel_bias, int64_t n,
+                           int64_t n_expert, int64_t k, rf_moe_gating gating, bool norm, float scale) {
+    if (n_expert < 1 || k < 1 || k > n_expert)
+        return rf_set_error(RF_ERR_INVALID_ARG, "moe_route: top-%lld of %lld experts (1 <= k <= n_expert)",
+                            (long long)k, (long long)n_expert);
+    if (gating != RF_MOE_SOFTMAX && gating != RF_MOE_SIGMOID && gating != RF_MOE_SOFTMAX_TOPK)
+        return rf_set_error(RF_ERR_INVALID_ARG, "moe_route: unknown gating %d", (int)gating);
+    float *p = malloc((size_t)n_expert * sizeof(float));
+    bool *taken = malloc((size_t)n_expert);
+    if (!p || !taken) {
+        free(p);
+        free(taken);
+        return rf_set_error(RF_ERR_OOM, "moe_route: out of memory for %lld experts", (long long)n_expert);
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const float *lg = logits + t * n_expert;
+        if (gating == RF_MOE_SOFTMAX) rf_ref_softmax(p, lg, 1, n_expert, 1.0f);
+        else if (gating == RF_MOE_SIGMOID)
+            for (int64_t e = 0; e < n_expert; e++) p[e] = (float)(1.0 / (1.0 + exp(-(double)lg[e])));
+        else memcpy(p, lg, (size_t)n_expert * sizeof(float));
+        memset(taken, 0, (size_t)n_expert);
+        int32_t *it = ids + t * k;
+        float *wt = wts + t * k;
+        /* k passes of "the largest not yet taken": strict > keeps the lower id on ties */
+        for (int64_t j = 0; j < k; j++) {
+            int64_t best = -1;
+            float bv = 0;
+            for (int64_t e = 0; e < n_expert; e++) {
+                if (taken[e]) continue;
+                float v = p[e] + (sel_bias ? sel_bias[e] : 0.0f);
+                if (best < 0 || v > bv) best = e, bv = v;
+            }
+            taken[best] = true;
+            it[j] = (int32_t)best;
+            wt[j] = p[best];
+        }
+        if (gating == RF_MOE_SOFTMAX_TOPK) rf_ref_softmax(wt, wt, 1, k, 1.0f);
+        if (norm) {
+            double sum = 0;
+            for (int64_t j = 0; j < k; j++) sum += wt[j];
+            if (sum < 6.103515625e-5) sum = 6.103515625e-5;
+            for (int64_t j = 0; j < k; j++) wt[j] = (float)(wt[j] / sum);
+        }
+        for (int64_t j = 0; j < k; j++) wt[j] *= scale;
+    }
+    free(p);
+    free(taken);
+    return RF_OK;
+}
+
+rf_status rf_ref_matmul_id(float *y, const void *w, rf_type wtype, int64_t n_in, int64_t n_out, int64_t n_expert,
+                           const float *x, bool x_per_slot, const int32_t *ids, const float *bias, int64_t n,
+                           int64_t k) {
+    size_t rb;
+    rf_status st = ref_row_bytes(wtype, n_in, &rb);
+    if (st) return st;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t j = 0; j < k; j++) {
+            int32_t e = ids[t * k + j];
+            if (e < 0 || e >= n_expert)
+                return rf_set_error(RF_ERR_RANGE, "matmul_id: expert id %d of token %lld outside [0, %lld)", e,
+                                    (long long)t, (long long)n_expert);
+            const float *xr = x + (x_per_slot ? t * k + j : t) * n_in;
+            float *yr = y + (t * k + j) * n_out;
+            st = rf_ref_matmul(yr, (const uint8_t *)w + (size_t)e * n_out * rb, wtype, xr, 1, n_in, n_out);
+            if (st) return st;
+            if (bias)
+                for (int64_t o = 0; o < n_out; o++) yr[o] += bias[(int64_t)e * n_out + o];
+        }
+    return RF_OK;
+}
+
+void rf_ref_moe_combine(float *y, const float *z, const float *wts, int64_t n, int64_t k, int64_t m) {
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < m; i++) {
+            float acc = 0; /* f32 in slot order, as the contract fixes the order */
+            for (int64_t j = 0; j < k; j++) acc += wts[t * k + j] * z[(t * k + j) * m + i];
+            y[t * m + i] = acc;
+        }
 }

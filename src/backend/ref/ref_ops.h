@@ -4,6 +4,7 @@
 #ifndef RF_REF_OPS_H
 #define RF_REF_OPS_H
 
+#include "backend/backend.h" /* rf_moe_gating */
 #include "rocmforge/core.h"
 
 /* y[r,i] = x[r,i] / sqrt(mean_i(x[r,:]^2) + eps) * w[i]
@@ -37,6 +38,11 @@ float rf_ref_gelu_tanh(float x);
 /* y[i] = silu(gate[i]) * up[i] ;  y[i] = gelu_tanh(gate[i]) * up[i]   (y may alias either) */
 void rf_ref_swiglu(float *y, const float *gate, const float *up, int64_t n);
 void rf_ref_geglu(float *y, const float *gate, const float *up, int64_t n);
+/* gpt-oss's clamped SwiGLU (RF_GLU_SWIGLU_OAI; llama.cpp's ggml_swiglu_oai with its constants):
+ * g = min(gate, 7), u = clamp(up, -7, 7), y = g / (1 + exp(-1.702 g)) * (u + 1) */
+#define RF_OAI_SWIGLU_ALPHA 1.702f
+#define RF_OAI_SWIGLU_LIMIT 7.0f
+void rf_ref_swiglu_oai(float *y, const float *gate, const float *up, int64_t n);
 
 /* RoPE in place. x holds n_tokens x n_heads vectors of head_dim floats; vector (t, h) starts at
  * x + t*stride_t + h*stride_h (elements), so [t,h,d] has stride_t = n_heads*head_dim,
@@ -69,22 +75,25 @@ rf_status rf_ref_get_rows(float *y, const void *w, rf_type wtype, const int32_t 
  * h / (n_head / n_head_kv) (n_head a multiple of n_head_kv).
  * scores = scale * q.k ; if softcap > 0: scores = softcap * tanh(scores / softcap);
  * if causal: rf_ref_causal_mask(scores, n_q, n_kv, pos0, window); softmax; out = P v.
- * A query whose every key is masked gets zeros. */
+ * A query whose every key is masked gets zeros. sinks (NULL or f32 [n_head], gpt-oss): head
+ * h's softmax also counts a logit sinks[h] with no value row: P_j = exp(s_j - M) /
+ * (exp(sinks[h] - M) + sum_i exp(s_i - M)), M the max over the keys and the sink. */
 void rf_ref_attention(float *out, const float *q, const float *k, const float *v, int64_t n_q,
                       int64_t n_kv, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                      float scale, bool causal, int64_t pos0, int64_t window, float softcap);
+                      float scale, bool causal, int64_t pos0, int64_t window, float softcap,
+                      const float *sinks);
 
 /* Paged attention (the contract of rf_backend_ops.attention, backend.h): token t of n_tokens,
  * of sequence seq[t] at position pos[t], attends to keys 0..pos[t] (sliding window as in
  * rf_ref_causal_mask) of its sequence, position j read from row
  * block_table[seq[t] * max_blocks + j / block_size] * block_size + j % block_size of the f32
  * caches k, v [rows, n_head_kv * head_dim]. Gathers each token's keys and calls
- * rf_ref_attention with n_q = 1. RF_ERR_OOM if the gather buffers cannot be allocated. */
+ * rf_ref_attention with n_q = 1 (sinks as there). RF_ERR_OOM if the gather buffers cannot be allocated. */
 rf_status rf_ref_paged_attention(float *out, const float *q, const float *k, const float *v,
                                  int64_t n_tokens, const int32_t *pos, const int32_t *seq,
                                  const int32_t *block_table, int64_t max_blocks, int64_t block_size,
                                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
-                                 int64_t window, float softcap);
+                                 int64_t window, float softcap, const float *sinks);
 
 /* Index of the largest logit (lowest index on ties; NaN entries are never chosen; -1 if
  * all are NaN). */
@@ -109,5 +118,29 @@ int32_t rf_ref_sample(const float *logits, int64_t n, const rf_sample_params *p,
  * sampler whose sums round differently. */
 bool rf_ref_sample_interval(const float *logits, int64_t n, const rf_sample_params *p,
                             int32_t id, double *lo, double *hi);
+
+/* ---- mixture of experts (the contracts of rf_backend_ops.moe_route / matmul_id / moe_combine,
+ * backend.h; expert weights are n_expert * n_out rows, expert e at rows [e n_out, (e+1) n_out)) */
+
+/* Router: logits f32 [n, n_expert] -> ids [n, k] and wts f32 [n, k]. p = softmax(logits row)
+ * (RF_MOE_SOFTMAX), sigmoid(logit) (RF_MOE_SIGMOID), or the logit itself (RF_MOE_SOFTMAX_TOPK);
+ * the k largest of p + sel_bias (sel_bias NULL or f32 [n_expert], added only to choose) in
+ * descending order, ties to the lower id; wts = their p (RF_MOE_SOFTMAX_TOPK: softmax over the k
+ * chosen logits); norm: divided by their sum, the sum clamped below at 6.103515625e-5 (the
+ * smallest normal f16, as llama.cpp does, so a row of near-zero sigmoids does not blow up);
+ * then times scale. RF_ERR_INVALID_ARG unless 1 <= k <= n_expert and gating is known. */
+rf_status rf_ref_moe_route(int32_t *ids, float *wts, const float *logits, const float *sel_bias, int64_t n,
+                           int64_t n_expert, int64_t k, rf_moe_gating gating, bool norm, float scale);
+
+/* Indirect product: y[t k + j] = W_e x_r (+ bias[e n_out ..] when bias is not NULL) with
+ * e = ids[t k + j], x_r = x[t k + j] (x_per_slot, x [n k, n_in]) or x[t] (x [n, n_in]); W
+ * n_expert * n_out rows of n_in elements of wtype; y f32 [n k, n_out]. Double accumulators as
+ * rf_ref_matmul. RF_ERR_RANGE for an id outside [0, n_expert). */
+rf_status rf_ref_matmul_id(float *y, const void *w, rf_type wtype, int64_t n_in, int64_t n_out, int64_t n_expert,
+                           const float *x, bool x_per_slot, const int32_t *ids, const float *bias, int64_t n,
+                           int64_t k);
+
+/* y[t] = sum over j = 0..k-1 in order of wts[t k + j] * z[t k + j]: y f32 [n, m], z [n k, m]. */
+void rf_ref_moe_combine(float *y, const float *z, const float *wts, int64_t n, int64_t k, int64_t m);
 
 #endif

@@ -1,0 +1,298 @@
+/* gpu_moe.cu — mixture of experts on the GPU (docs/ARCHITECTURE.md §4.9): the router (scores,
+ * top-k and weights in one kernel), the indirect product over expert ids (few slots: a GEMV per
+ * slot, gpu_moe_gemv.cu; many: slots grouped by expert on the device and one grouped MMQ) and
+ * the weighted combine. No host round-trip and no size that depends on the ids: capturable. */
+#include "core/knobs.h"
+#include "backend/backend.h" /* rf_moe_gating */
+#include "backend/gpu/gpu_gemv.cuh"
+
+#define RF_MOE_ROUTE_WARPS 4
+
+/* ---- router -------------------------------------------------------------------------------
+ * moe_route: one warp per token t; expert e = i * warp + lane sits in slot i < EPL of its lane.
+ * p (the weight's source) per gating: SOFTMAX p = softmax(l), SIGMOID p = 1 / (1 + exp(-l)),
+ * SOFTMAX_TOPK p = l (then softmax over the k chosen); the choosing score c = p + sel_bias (when
+ * given: rf_ref_moe_route adds it whatever the gating). k rounds of a warp arg-max of (c, lower
+ * id) over the experts not yet taken give the k in descending order, ties to the lower id; lane
+ * j keeps choice j. Weights: p, / their sum (clamped below at 6.103515625e-5, llama.cpp's guard)
+ * when norm, * scale. launch: RF_MOE_ROUTE_WARPS warps per block. */
+template <int EPL>
+__global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, const float *sel_bias, int n,
+                               int n_expert, int k, int gating, int norm, float scale) {
+    const int W = RF_WARP_SIZE, lane = (int)threadIdx.x % W;
+    const int t = (int)blockIdx.x * ((int)blockDim.x / W) + (int)threadIdx.x / W;
+    if (t >= n) return; /* whole warps leave; nothing below syncs the block */
+    const float *l = logits + (int64_t)t * n_expert;
+    float p[EPL], c[EPL];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < EPL; i++) {
+        const int e = i * W + lane;
+        p[i] = e < n_expert ? l[e] : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+    if (gating == RF_MOE_SOFTMAX) {
+        mx = rf_warp_max(mx);
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) {
+            p[i] = i * W + lane < n_expert ? expf(p[i] - mx) : 0.0f;
+            s += p[i];
+        }
+        s = rf_warp_sum(s);
+#pragma unroll
+        for (int i = 0; i < EPL; i++) p[i] /= s;
+    } else if (gating == RF_MOE_SIGMOID) {
+#pragma unroll
+        for (int i = 0; i < EPL; i++) p[i] = 1.0f / (1.0f + expf(-p[i]));
+    }
+#pragma unroll
+    for (int i = 0; i < EPL; i++) {
+        const int e = i * W + lane;
+        c[i] = p[i] + (sel_bias && e < n_expert ? sel_bias[e] : 0.0f);
+    }
+    unsigned taken = 0;
+    int my_e = 0;
+    float my_p = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float bc = 0.0f, bp = 0.0f;
+        int be = 0x7fffffff; /* none */
+#pragma unroll
+        for (int i = 0; i < EPL; i++) {
+            const int e = i * W + lane;
+            if (e < n_expert && !((taken >> i) & 1u) && (be == 0x7fffffff || c[i] > bc)) bc = c[i], bp = p[i], be = e;
+        }
+#pragma unroll
+        for (int m = W / 2; m > 0; m >>= 1) {
+            const float oc = RF_SHFL_XOR(bc, m), op = RF_SHFL_XOR(bp, m);
+            const int oe = RF_SHFL_XOR(be, m);
+            if (oe != 0x7fffffff && (be == 0x7fffffff || oc > bc || (oc == bc && oe < be))) bc = oc, bp = op, be = oe;
+        }
+        if (be % W == lane) taken |= 1u << (be / W);
+        if (lane == j) my_e = be, my_p = bp;
+    }
+    if (gating == RF_MOE_SOFTMAX_TOPK) { /* choice 0 holds the largest logit */
+        const float m0 = RF_SHFL(my_p, 0);
+        my_p = lane < k ? expf(my_p - m0) : 0.0f;
+        my_p /= rf_warp_sum(my_p);
+    }
+    if (norm) my_p /= fmaxf(rf_warp_sum(lane < k ? my_p : 0.0f), 6.103515625e-5f);
+    if (lane < k) {
+        ids[(int64_t)t * k + lane] = my_e;
+        wts[(int64_t)t * k + lane] = my_p * scale;
+    }
+}
+
+extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts, const float *logits,
+                                      const float *sel_bias, int64_t n, int64_t n_expert, int64_t k, int gating,
+                                      bool norm, float scale) {
+    const char *op = "moe_route";
+    const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : 32;
+    RF_GPU_REQUIRE(n >= 1 && n <= 0x7fffffff / (n_expert > 0 ? n_expert : 1), op, "%lld tokens", (long long)n);
+    RF_GPU_REQUIRE(n_expert >= 1 && n_expert <= RF_MOE_MAX_EXPERT, op,
+                   "n_expert=%lld (the GPU router takes 1..%d)", (long long)n_expert, RF_MOE_MAX_EXPERT);
+    RF_GPU_REQUIRE(k >= 1 && k <= n_expert && k <= RF_MOE_MAX_K, op,
+                   "k=%lld with %lld experts (1 <= k <= n_expert, at most %d on the GPU)", (long long)k,
+                   (long long)n_expert, RF_MOE_MAX_K);
+    RF_GPU_REQUIRE(gating >= RF_MOE_SOFTMAX && gating <= RF_MOE_SOFTMAX_TOPK, op, "gating %d", gating);
+    const int64_t epl = (n_expert + ws - 1) / ws;
+    const dim3 grid((unsigned)((n + RF_MOE_ROUTE_WARPS - 1) / RF_MOE_ROUTE_WARPS)), block(RF_MOE_ROUTE_WARPS * ws);
+    const int ni = (int)n, ne = (int)n_expert, kk = (int)k, nm = norm ? 1 : 0;
+#define RF_RT(E)                                                                                                  \
+    rf_gpu_launch(ctx, "rf_k_moe_route", false, rf_k_moe_route<E>, grid, block, 0, ids, wts, logits, sel_bias, ni, \
+                  ne, kk, gating, nm, scale)
+    return epl <= 1 ? RF_RT(1) : epl <= 4 ? RF_RT(4) : epl <= 8 ? RF_RT(8) : epl <= 16 ? RF_RT(16) : RF_RT(32);
+#undef RF_RT
+}
+
+/* ---- combine ------------------------------------------------------------------------------ */
+/* y[t, i] = sum over j = 0..k-1 in order of wts[t, j] z[t k + j, i]; grid-stride over n m */
+__global__ void rf_k_moe_combine(float *y, const float *z, const float *wts, int64_t n, int k, int64_t m) {
+    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < n * m; q += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = q / m, i = q % m;
+        float s = 0.0f;
+        for (int j = 0; j < k; j++) s += wts[t * k + j] * z[(t * k + j) * m + i];
+        y[q] = s;
+    }
+}
+
+extern "C" rf_status rf_gpu_moe_combine(rf_gpu_ctx *ctx, float *y, const float *z, const float *wts, int64_t n,
+                                        int64_t k, int64_t m) {
+    RF_GPU_REQUIRE(n >= 1 && k >= 1 && k <= 0x7fffffff && m >= 1, "moe_combine", "n=%lld k=%lld m=%lld",
+                   (long long)n, (long long)k, (long long)m);
+    return rf_gpu_launch(ctx, "rf_k_moe_combine", false, rf_k_moe_combine, dim3(rf_gpu_blocks(n * m, 256)), dim3(256),
+                         0, y, z, wts, n, (int)k, m);
+}
+
+/* ---- grouping by expert (the batched product) ---------------------------------------------
+ * moe_group, one block: cnt[e] = the slots choosing e (ids clamped to [0, n_expert)), off[e]
+ * their exclusive prefix sum; slot s gets row pos[s] in off[e] .. off[e] + cnt[e] of the sorted
+ * rows and src[pos[s]] = its x row (s with x_per_slot, else s / k); tiles[]: for each expert in
+ * order, (e, first row, end row, 0) per BN rows, then (-1, 0, 0, 0) up to n_tiles (the most any
+ * ids can need: ceil(nk / BN) + n_expert, so the grid is fixed by the shapes). The rows of one
+ * expert come in atomic order, which varies: a row's result does not depend on its place in a
+ * tile (rf_k_mmq), so the outputs do not either. launch: 1 block of 1024, 4 n_expert ints of
+ * dynamic shared memory. */
+__global__ void rf_k_moe_group(int32_t *pos, int32_t *src, int4 *tiles, const int32_t *ids, int nk, int k,
+                               int n_expert, int x_per_slot, int bn, int n_tiles) {
+    extern __shared__ int rf_moe_sh[];
+    int *cnt = rf_moe_sh, *off = cnt + n_expert, *fill = off + n_expert, *tb = fill + n_expert;
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) cnt[e] = 0, fill[e] = 0;
+    __syncthreads();
+    for (int s = threadIdx.x; s < nk; s += blockDim.x) {
+        int e = ids[s];
+        e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
+        atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    __shared__ int used;
+    if (threadIdx.x == 0) {
+        int o = 0, tt = 0;
+        for (int e = 0; e < n_expert; e++) {
+            off[e] = o, tb[e] = tt;
+            o += cnt[e], tt += (cnt[e] + bn - 1) / bn;
+        }
+        used = tt;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
+        for (int r = 0, ti = tb[e]; r < cnt[e]; r += bn, ti++)
+            tiles[ti] = make_int4(e, off[e] + r, off[e] + (r + bn < cnt[e] ? r + bn : cnt[e]), 0);
+    for (int ti = used + threadIdx.x; ti < n_tiles; ti += blockDim.x) tiles[ti] = make_int4(-1, 0, 0, 0);
+    for (int s = threadIdx.x; s < nk; s += blockDim.x) {
+        int e = ids[s];
+        e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
+        const int p = off[e] + atomicAdd(&fill[e], 1);
+        pos[s] = p;
+        src[p] = x_per_slot ? s : s / k;
+    }
+}
+
+/* row p of the sorted quantized x = row src[p] of xq (int8 row of n_in bytes and its records of
+ * rb bytes, both multiples of 16); launch: grid (rows), 128 threads */
+__global__ void rf_k_moe_gather_xq(int8_t *qd, uint8_t *rd, const int8_t *qs, const uint8_t *rs, const int32_t *src,
+                                   int n_in, int rb) {
+    const int p = blockIdx.x, r = src[p];
+    const uint4 *a = (const uint4 *)(qs + (int64_t)r * n_in);
+    uint4 *b = (uint4 *)(qd + (int64_t)p * n_in);
+    for (int i = threadIdx.x; i < n_in / 16; i += blockDim.x) b[i] = a[i];
+    const uint4 *c = (const uint4 *)(rs + (int64_t)r * rb);
+    uint4 *d = (uint4 *)(rd + (int64_t)p * rb);
+    for (int i = threadIdx.x; i < rb / 16; i += blockDim.x) d[i] = c[i];
+}
+
+/* y[s, o] = ys[pos[s], o] (+ bias[e_s, o]); grid-stride over nk n_out */
+__global__ void rf_k_moe_scatter(float *y, const float *ys, const int32_t *pos, const int32_t *ids, const float *bias,
+                                 int64_t nk, int64_t n_out, int n_expert) {
+    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < nk * n_out; q += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t s = q / n_out, o = q % n_out;
+        float v = ys[(int64_t)pos[s] * n_out + o];
+        if (bias) {
+            int e = ids[s];
+            e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
+            v += bias[(int64_t)e * n_out + o];
+        }
+        y[q] = v;
+    }
+}
+
+/* ---- the indirect product ----------------------------------------------------------------- */
+
+static size_t rf_moe_al(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* The grouped path: x quantized once (n_x rows), sorted by expert into nk rows, one grouped MMQ
+ * over tiles of 32 rows of one expert (each expert's weights read once per tile column), the
+ * results scattered back to their slots. */
+static rf_status rf_moe_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out, const float *x,
+                                int64_t n_x, bool xps, const int32_t *ids, const float *bias, int64_t k, int64_t n_expert,
+                                int64_t n_in, int64_t nk) {
+    const int bn = 32, n_tiles = (int)((nk + bn - 1) / bn + n_expert);
+    const int rk = t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K ? 1 : 0, rec = rk ? 16 : 8;
+    const size_t xb = rf_moe_al(rf_gpu_xq_bytes(n_x, n_in)), pb = rf_moe_al(rf_gpu_xq_bytes(nk, n_in));
+    const size_t ib = rf_moe_al((size_t)nk * 4), tb = rf_moe_al((size_t)n_tiles * 16);
+    const size_t yb = (size_t)nk * (size_t)n_out * 4;
+    size_t mark;
+    void *tmp;
+    rf_status st = rf_gpu_tmp(ctx, xb + pb + 2 * ib + tb + yb, &tmp, &mark);
+    if (st) return st;
+    char *base = (char *)tmp;
+    int8_t *xq = (int8_t *)base, *xp = (int8_t *)(base + xb);
+    int32_t *pos = (int32_t *)(base + xb + pb), *src = (int32_t *)(base + xb + pb + ib);
+    int4 *tiles = (int4 *)(base + xb + pb + 2 * ib);
+    float *ys = (float *)(base + xb + pb + 2 * ib + tb);
+    const uint8_t *xr = (const uint8_t *)xq + rf_moe_al((size_t)n_x * n_in);
+    uint8_t *pr = (uint8_t *)xp + rf_moe_al((size_t)nk * n_in);
+    st = rf_gemv_launch_quantize_x(ctx, xq, 1, rk, x, (int)n_x, n_in);
+    if (!st)
+        st = rf_gpu_launch(ctx, "rf_k_moe_group", false, rf_k_moe_group, dim3(1), dim3(1024),
+                           (size_t)(4 * n_expert * sizeof(int)), pos, src, tiles, ids, (int)nk, (int)k, (int)n_expert,
+                           xps ? 1 : 0, bn, n_tiles);
+    if (!st)
+        st = rf_gpu_launch(ctx, "rf_k_moe_gather_xq", false, rf_k_moe_gather_xq, dim3((unsigned)nk), dim3(128), 0, xp,
+                           pr, (const int8_t *)xq, xr, (const int32_t *)src, (int)n_in, (int)(n_in / 32 * rec));
+    if (!st) st = rf_gpu_mmq_grouped(ctx, ys, w, t, xp, pr, tiles, n_tiles, (int)nk, n_in, n_out);
+    if (!st)
+        st = rf_gpu_launch(ctx, "rf_k_moe_scatter", false, rf_k_moe_scatter, dim3(rf_gpu_blocks(nk * n_out, 256)),
+                           dim3(256), 0, y, (const float *)ys, (const int32_t *)pos, ids, bias, nk, n_out, (int)n_expert);
+    ctx->scratch_used = mark; /* stream order protects the reuse */
+    return st;
+}
+
+extern "C" bool rf_gpu_moe_grouped_takes(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k) {
+#if defined(RF_HIP)
+    (void)ctx, (void)t, (void)n_in, (void)n, (void)k;
+    return false;
+#else
+    static int64_t min_slots = -1;
+    if (min_slots < 0) min_slots = rf_knob_int(RF_KNOB_GPU_MOE_GROUPED_MIN);
+    if (!rf_gpu_mmq_supported(t, n_in) || ctx->info.cc_major < 8) return false;
+    return ctx->invariant || n * k >= min_slots;
+#endif
+}
+
+extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out,
+                                      int64_t n_expert, int64_t n_in, const float *x, bool x_per_slot,
+                                      const int32_t *ids, const float *bias, int64_t n, int64_t k) {
+    const char *op = "matmul_id";
+    RF_GPU_REQUIRE(n >= 1 && k >= 1 && n_expert >= 1 && k <= n_expert, op, "n=%lld k=%lld n_expert=%lld",
+                   (long long)n, (long long)k, (long long)n_expert);
+    RF_GPU_REQUIRE(k <= 65535 && n <= 0x7fffffff / k, op, "n=%lld k=%lld", (long long)n, (long long)k);
+    RF_GPU_REQUIRE(n_out >= 1 && n_in >= 1 && n_in <= ((int64_t)1 << 28) && n_expert * n_out <= 0x7fffffff, op,
+                   "shape n_in=%lld n_out=%lld n_expert=%lld", (long long)n_in, (long long)n_out, (long long)n_expert);
+    const int bs = rf_gq_block((int)t);
+    RF_GPU_REQUIRE(bs > 0 && n_in % bs == 0, op, "weight type %d with rows of %lld", (int)t, (long long)n_in);
+    RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0, op,
+                   "w and x must be 16-byte aligned (rf_gpu_alloc memory)");
+    const int64_t nk = n * k, n_x = x_per_slot ? nk : n;
+    const int64_t rb = n_in / bs * rf_gq_bytes((int)t);
+    if (nk > 65535) { /* calls of at most 65535 slots (grid and buffer bounds), whole tokens each */
+        const int64_t nc = 65535 / k;
+        for (int64_t t0 = 0; t0 < n; t0 += nc) {
+            const int64_t m = n - t0 < nc ? n - t0 : nc;
+            const rf_status st = rf_gpu_matmul_id(ctx, y + t0 * k * n_out, w, t, n_out, n_expert, n_in,
+                                                  x + (x_per_slot ? t0 * k : t0) * n_in, x_per_slot, ids + t0 * k,
+                                                  bias, m, k);
+            if (st) return st;
+        }
+        return RF_OK;
+    }
+    if (rf_gpu_moe_grouped_takes(ctx, t, n_in, n, k))
+        return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk);
+    /* the GEMV path: every type; batch invariant by construction (a slot's sum never sees the
+     * others), so batch-invariant mode takes it for the types MMQ does not */
+    const int rk = rf_moe_gemv_rk(t, n_in);
+    if (rk < 0) {
+        RF_GPU_REQUIRE(!(t == RF_TYPE_F16 || t == RF_TYPE_BF16) || n_in % 8 == 0, op, "F16 rows of %lld", (long long)n_in);
+        return rf_moe_gemv_launch(ctx, y, w, t, NULL, NULL, x, ids, bias, n_in, n_out, rb, k, n_expert, x_per_slot, nk);
+    }
+    size_t mark;
+    void *xq;
+    rf_status st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(n_x, n_in), &xq, &mark);
+    if (st) return st;
+    st = rf_gemv_launch_quantize_x(ctx, xq, 1, rk, x, (int)n_x, n_in);
+    if (!st)
+        st = rf_moe_gemv_launch(ctx, y, w, t, (const int8_t *)xq, (const uint8_t *)xq + rf_moe_al((size_t)n_x * n_in),
+                                NULL, ids, bias, n_in, n_out, rb, k, n_expert, x_per_slot, nk);
+    ctx->scratch_used = mark;
+    return st;
+}

@@ -1,0 +1,227 @@
+/* gpu_moe_gemv.cu — the decode half of the indirect product over expert ids (matmul_id for few
+ * tokens): a GEMV per (token, slot) that reads only its expert's rows, on the int8-x dots of the
+ * dense GEMVs (gpu_gemv_dot.cuh) or, for the other types, f32 x. gpu_moe.cu dispatches. */
+#include "backend/gpu/gpu_gemv_dot.cuh"
+
+#define RF_MOE_GEMV_THREADS 128 /* threads per block: rows of LPR lanes each */
+
+/* the dense GEMVs' x records (rf_k_quantize_x, GB 1): (d, int sum) or (d, int sum, f32 sum or
+ * q8_1 s, int sum of the first 16) */
+template <int T> struct rf_moe_fmt {
+    static constexpr bool K = T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K;
+    static constexpr int REC = K || T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 ? 16 : 8;
+    static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
+                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q8_0 ? 34 : T == RF_TYPE_Q4_K ? 144
+                            : T == RF_TYPE_Q5_K ? 176 : 210;
+    static constexpr int UE = K ? 256 : 32; /* elements per unit (a lane's step) */
+};
+
+/* N aligned words of the 2-byte-aligned bytes at p (Q6_K super-blocks sit at any even byte):
+ * reads one word more when p is 2 mod 4 (within rf_gpu_alloc's tail padding at a row's end) */
+template <int N>
+static __device__ __forceinline__ void rf_moe_words(uint32_t *o, const uint8_t *p) {
+    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    if (((uintptr_t)p & 3) == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i++) o[i] = a[i];
+    } else {
+        uint32_t prev = a[0];
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const uint32_t nx = a[i + 1];
+            o[i] = __byte_perm(prev, nx, 0x5432u);
+            prev = nx;
+        }
+    }
+}
+
+/* the int8-x dot of unit u of a weight row wr with token row xr of the quantized x */
+template <int T>
+static __device__ __forceinline__ float rf_moe_unit_dot(const uint8_t *wr, int u, const int8_t *qx,
+                                                        const uint8_t *rec) {
+    using F = rf_moe_fmt<T>;
+    if constexpr (!F::K) {
+        const uint8_t *bp = wr + (int64_t)u * F::BB;
+        const uint32_t *aw = (const uint32_t *)((uintptr_t)bp & ~(uintptr_t)3);
+        const int o = (int)((uintptr_t)bp & 3);
+        const int4 *xv = (const int4 *)(qx + (int64_t)u * 32);
+        const int4 x0 = xv[0], x1 = xv[1];
+        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        if constexpr (F::REC == 16) {
+            const float4 r = ((const float4 *)rec)[u];
+            return rf_q32_dot<T>(aw, o, xi, r.x, __float_as_int(r.y), r.z);
+        } else {
+            const float2 r = ((const float2 *)rec)[u];
+            return rf_q32_dot<T>(aw, o, xi, r.x, __float_as_int(r.y), 0.0f);
+        }
+    } else {
+        constexpr int NW = T == RF_TYPE_Q4_K ? 36 : T == RF_TYPE_Q5_K ? 44 : 53;
+        uint32_t w[T == RF_TYPE_Q6_K ? NW : NW / 4 * 4];
+        if constexpr (T == RF_TYPE_Q6_K) {
+            rf_moe_words<NW>(w, wr + (int64_t)u * F::BB);
+        } else { /* 144 / 176-byte super-blocks in rows of them: 16-byte aligned */
+            const uint4 *q = (const uint4 *)(wr + (int64_t)u * F::BB);
+#pragma unroll
+            for (int i = 0; i < NW / 4; i++) {
+                const uint4 v = q[i];
+                w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+            }
+        }
+        int xi[8][8], sxi[8], slo[8];
+        float dxd[8], fs[8];
+        const int4 *xv = (const int4 *)(qx + (int64_t)u * 256);
+        const float4 *rv = (const float4 *)rec + (int64_t)u * 8;
+#pragma unroll
+        for (int b = 0; b < 8; b++) {
+            const int4 x0 = xv[2 * b], x1 = xv[2 * b + 1];
+            xi[b][0] = x0.x, xi[b][1] = x0.y, xi[b][2] = x0.z, xi[b][3] = x0.w;
+            xi[b][4] = x1.x, xi[b][5] = x1.y, xi[b][6] = x1.z, xi[b][7] = x1.w;
+            const float4 r = rv[b];
+            dxd[b] = r.x, sxi[b] = __float_as_int(r.y), fs[b] = r.z, slo[b] = __float_as_int(r.w);
+        }
+        if constexpr (T == RF_TYPE_Q6_K) return rf_q6k_dot(w, xi, dxd, sxi, slo);
+        else return rf_qk_dot<T == RF_TYPE_Q5_K>(w, xi, dxd, sxi, fs);
+    }
+}
+
+/* moe_gemv_q: y[s, o] = W_e[o] . x_r (+ bias[e, o]) for slot s = s0 + blockIdx.y, e = ids[s]
+ * clamped to [0, n_expert), r = s with x_per_slot, else s / k; W: n_expert * n_out rows of
+ * row_bytes; qx / rec: rf_k_quantize_x's x of n_x rows (GB 1, records of rf_moe_fmt<T>::REC
+ * bytes). A row is LPR lanes, lane j taking units j, j + LPR, ... (a unit: a 32-element block,
+ * or a 256-element super-block of the K-quants; LPR 2, 4, 8 or 32: the fewest covering a row's
+ * units), summed by a butterfly over the LPR lanes: the
+ * order depends on the shape alone, never on the other slots (batch invariant). Not a
+ * programmatic dependent launch (ids come from the kernel before). launch: grid (ceil(n_out /
+ * (128 / LPR)), slots), 128 threads. */
+template <int T, int LPR>
+__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
+rf_k_moe_gemv_q(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, const int32_t *ids,
+                const float *bias, int n_in, int n_out, int64_t row_bytes, int k, int n_expert, int x_per_slot,
+                int s0) {
+    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
+    const int s = s0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR;
+    const int row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR;
+    int e = ids[s];
+    e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
+    const int xr = x_per_slot ? s : s / k;
+    const int rowc = row < n_out ? row : n_out - 1;
+    const uint8_t *wr = w + ((int64_t)e * n_out + rowc) * row_bytes;
+    constexpr int REC = rf_moe_fmt<T>::REC, UE = rf_moe_fmt<T>::UE;
+    const int nu = n_in / UE;
+    const int8_t *xq = qx + (int64_t)xr * n_in;
+    const uint8_t *xrec = rec + (int64_t)xr * (n_in / 32) * REC;
+    float acc = 0.0f;
+    for (int u = sub; u < nu; u += LPR) acc += rf_moe_unit_dot<T>(wr, u, xq, xrec);
+#pragma unroll
+    for (int m = LPR / 2; m > 0; m >>= 1) acc += RF_SHFL_XOR(acc, m);
+    if (sub == 0 && row < n_out) y[(int64_t)s * n_out + row] = acc + (bias ? bias[(int64_t)e * n_out + row] : 0.0f);
+}
+
+/* moe_gemv_f: the same over f32 x [n_x, n_in] for the other types: F16 / BF16 in units of 8
+ * elements (one 16-byte load; n_in a multiple of 8), any other type the GPU decodes in units of
+ * its block, element by element with rf_dq_elem (the obviously-right path, not a fast one). */
+template <int LPR>
+__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
+rf_k_moe_gemv_f(float *y, const uint8_t *w, rf_type t, const float *x, const int32_t *ids, const float *bias,
+                int n_in, int n_out, int64_t row_bytes, int k, int n_expert, int x_per_slot, int s0) {
+    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
+    const int s = s0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR;
+    const int row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR;
+    int e = ids[s];
+    e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
+    const int xr = x_per_slot ? s : s / k;
+    const int rowc = row < n_out ? row : n_out - 1;
+    const uint8_t *wr = w + ((int64_t)e * n_out + rowc) * row_bytes;
+    const float *xv = x + (int64_t)xr * n_in;
+    float acc = 0.0f;
+    if (t == RF_TYPE_F16 || t == RF_TYPE_BF16) {
+        for (int u = sub; u < n_in / 8; u += LPR) {
+            const uint4 q = *(const uint4 *)(wr + (int64_t)u * 16);
+            const float4 a = *(const float4 *)(xv + 8 * u), b = *(const float4 *)(xv + 8 * u + 4);
+            const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+            const float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const uint16_t h = (uint16_t)(qw[i / 2] >> (16 * (i % 2)));
+                const float wv = t == RF_TYPE_F16 ? rf_h2f_bits(h) : rf_bf16_to_float_dev(h);
+                acc += wv * xf[i];
+            }
+        }
+    } else {
+        const int bs = rf_gq_block((int)t), bb = rf_gq_bytes((int)t), nb = n_in / bs;
+        for (int u = sub; u < nb; u += LPR) {
+            const uint8_t *bp = wr + (int64_t)u * bb;
+            float s1 = 0.0f;
+            for (int i = 0; i < bs; i++) s1 += rf_dq_elem((int)t, bp, i) * xv[(int64_t)u * bs + i];
+            acc += s1;
+        }
+    }
+#pragma unroll
+    for (int m = LPR / 2; m > 0; m >>= 1) acc += RF_SHFL_XOR(acc, m);
+    if (sub == 0 && row < n_out) y[(int64_t)s * n_out + row] = acc + (bias ? bias[(int64_t)e * n_out + row] : 0.0f);
+}
+
+/* lanes per row: the fewest of 2, 4, 8, 32 covering the row's units (idle lanes past them) */
+static int rf_moe_lpr(int64_t units) { return units <= 2 ? 2 : units <= 4 ? 4 : units <= 8 ? 8 : 32; }
+
+template <int T>
+static rf_status rf_moe_launch_q(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
+                                 const int32_t *ids, const float *bias, int n_in, int n_out, int64_t rb, int k,
+                                 int n_expert, int xps, int s0, int ns) {
+    const int lpr = rf_moe_lpr(n_in / rf_moe_fmt<T>::UE);
+    const dim3 grid((unsigned)((n_out + RF_MOE_GEMV_THREADS / lpr - 1) / (RF_MOE_GEMV_THREADS / lpr)), (unsigned)ns);
+#define RF_MQ(L)                                                                                                    \
+    rf_gpu_launch(ctx, "rf_k_moe_gemv_q", false, rf_k_moe_gemv_q<T, L>, grid, dim3(RF_MOE_GEMV_THREADS), 0, y, w, \
+                  qx, rec, ids, bias, n_in, n_out, rb, k, n_expert, xps, s0)
+    return lpr == 2 ? RF_MQ(2) : lpr == 4 ? RF_MQ(4) : lpr == 8 ? RF_MQ(8) : RF_MQ(32);
+#undef RF_MQ
+}
+
+/* the record kind rf_k_quantize_x makes for a type of the int8-x path: 0 (d, sum), 1 (+ f32 sum),
+ * 2 (+ q8_1 s); -1: not an int8-x type for this n_in */
+extern "C" int rf_moe_gemv_rk(rf_type t, int64_t n_in) {
+    switch (t) {
+    case RF_TYPE_Q4_0: case RF_TYPE_Q5_0: case RF_TYPE_Q8_0: return n_in % 32 == 0 ? 0 : -1;
+    case RF_TYPE_Q4_1: case RF_TYPE_Q5_1: return n_in % 32 == 0 ? 2 : -1;
+    case RF_TYPE_Q4_K: case RF_TYPE_Q5_K: case RF_TYPE_Q6_K: return n_in % 256 == 0 ? 1 : -1;
+    default: return -1;
+    }
+}
+
+rf_status rf_moe_gemv_launch(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, const int8_t *qx,
+                             const uint8_t *rec, const float *x, const int32_t *ids, const float *bias, int64_t n_in,
+                             int64_t n_out, int64_t row_bytes, int64_t k, int64_t n_expert, bool x_per_slot,
+                             int64_t nk) {
+    const uint8_t *wp = (const uint8_t *)w;
+    const int ni = (int)n_in, no = (int)n_out, kk = (int)k, ne = (int)n_expert, xps = x_per_slot ? 1 : 0;
+    rf_status st = RF_OK;
+    for (int64_t s0 = 0; s0 < nk && !st; s0 += 65535) { /* grid.y holds 65535 slots */
+        const int ns = (int)(nk - s0 < 65535 ? nk - s0 : 65535), s = (int)s0;
+        if (qx) {
+#define RF_MQT(T) rf_moe_launch_q<T>(ctx, y, wp, qx, rec, ids, bias, ni, no, row_bytes, kk, ne, xps, s, ns)
+            switch (t) {
+            case RF_TYPE_Q4_0: st = RF_MQT(RF_TYPE_Q4_0); break;
+            case RF_TYPE_Q4_1: st = RF_MQT(RF_TYPE_Q4_1); break;
+            case RF_TYPE_Q5_0: st = RF_MQT(RF_TYPE_Q5_0); break;
+            case RF_TYPE_Q5_1: st = RF_MQT(RF_TYPE_Q5_1); break;
+            case RF_TYPE_Q8_0: st = RF_MQT(RF_TYPE_Q8_0); break;
+            case RF_TYPE_Q4_K: st = RF_MQT(RF_TYPE_Q4_K); break;
+            case RF_TYPE_Q5_K: st = RF_MQT(RF_TYPE_Q5_K); break;
+            case RF_TYPE_Q6_K: st = RF_MQT(RF_TYPE_Q6_K); break;
+            default: st = rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_launch: no int8-x kernel for type %d", (int)t);
+            }
+#undef RF_MQT
+        } else {
+            const bool f16 = t == RF_TYPE_F16 || t == RF_TYPE_BF16;
+            const int lpr = rf_moe_lpr(f16 ? n_in / 8 : n_in / rf_gq_block((int)t));
+            const dim3 grid((unsigned)((n_out + RF_MOE_GEMV_THREADS / lpr - 1) / (RF_MOE_GEMV_THREADS / lpr)),
+                            (unsigned)ns);
+#define RF_MF(L)                                                                                               \
+    rf_gpu_launch(ctx, "rf_k_moe_gemv_f", false, rf_k_moe_gemv_f<L>, grid, dim3(RF_MOE_GEMV_THREADS), 0, y, wp, \
+                  t, x, ids, bias, ni, no, row_bytes, kk, ne, xps, s)
+            st = lpr == 2 ? RF_MF(2) : lpr == 4 ? RF_MF(4) : lpr == 8 ? RF_MF(8) : RF_MF(32);
+#undef RF_MF
+        }
+    }
+    return st;
+}

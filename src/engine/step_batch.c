@@ -1,0 +1,164 @@
+/* step_batch.c — a step plan laid out as the forward's batch (tokens, positions, KV slots, block
+ * tables, output rows), the choice to sample on the device, the padding of a decode step to its
+ * device-graph bucket, and the device's per-row sampling records. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+static rf_status grow(int32_t **p, int32_t *cap, int32_t need) {
+    if (need <= *cap) return RF_OK;
+    int32_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    int32_t *a = realloc(*p, (size_t)c * sizeof(int32_t));
+    if (!a) return rf_set_error(RF_ERR_OOM, "step: out of memory");
+    *p = a;
+    *cap = c;
+    return RF_OK;
+}
+
+/* Whether s's last scheduled token gives an output row (or every token does: session logits). */
+static bool wants_out(const rf_seq *s, int32_t n) {
+    return s->want_all || (s->n_computed + n == s->n_tokens && (s->gen || s->logits_dst));
+}
+
+/* Sample on the device (only ids come back) when every output is a plain generation step. */
+static bool dev_sample_ok(const rf_engine *e, const rf_step_plan *p, int32_t n_out) {
+    if (!e->m->be->ops->sample || e->fwd_hook || e->logits_hook || n_out <= 0 || n_out > e->f.logit_rows) return false;
+    for (int32_t i = 0; i < p->n_items; i++) {
+        const rf_seq *s = p->items[i].s;
+        if (wants_out(s, p->items[i].n) &&
+            (!s->gen || s->want_all || s->logits_dst || s->fork_left > 0 || s->req->logprobs >= 0))
+            return false;
+    }
+    return true;
+}
+
+rf_status rf_step_build(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
+    int32_t B = e->block_size, n_tok = 0, n_out = 0, max_blocks = 1;
+    memset(sb, 0, sizeof *sb);
+    for (int32_t i = 0; i < p->n_items; i++)
+        if (p->items[i].s->n_blocks > max_blocks) max_blocks = p->items[i].s->n_blocks;
+    rf_status st = grow(&e->b_table, &e->b_table_cap, p->n_items * max_blocks);
+    if (st) return st;
+    for (int32_t i = 0; i < p->n_items; i++) {
+        rf_seq *s = p->items[i].s;
+        int32_t n = p->items[i].n;
+        bool last = s->n_computed + n == s->n_tokens;
+        for (int32_t k = 0; k < n; k++) {
+            int32_t q = s->n_computed + k;
+            e->b_ids[n_tok] = s->tokens[q];
+            e->b_pos[n_tok] = q;
+            e->b_seq[n_tok] = i;
+            e->b_slot[n_tok] = s->blocks[q / B] * B + q % B;
+            if (s->want_all || (last && k == n - 1 && (s->gen || s->logits_dst))) e->b_out[n_out++] = n_tok;
+            n_tok++;
+        }
+        memcpy(e->b_table + (size_t)i * max_blocks, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+        if (e->spool) e->b_state[i] = s->state_ref - 1; /* taken by the planner */
+        e->b_seqs[i] = s;
+    }
+    sb->n_tok = n_tok;
+    sb->n_out = n_out;
+    sb->max_blocks = max_blocks;
+    sb->gmode = RF_GRAPH_NONE;
+    int32_t nv = e->m->hp.n_vocab;
+    if ((size_t)n_out * nv > e->logits_cap) {
+        float *l = realloc(e->logits, (size_t)n_out * nv * sizeof(float));
+        if (!l) return rf_set_error(RF_ERR_OOM, "logits of %d rows: out of memory", n_out);
+        e->logits = l;
+        e->logits_cap = (size_t)n_out * nv;
+    }
+    sb->dev_sample = dev_sample_ok(e, p, n_out);
+    return RF_OK;
+}
+
+/* A decode step (one token per sequence, all sampled on the device) runs as a recorded graph of
+ * its batch-size bucket: padded with inert tokens (position -1, no slot) to the bucket, block-
+ * table stride and position bound fixed, so the recording fits every such step. */
+rf_status rf_step_graph_pad(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
+    int32_t n_items = p->n_items, n_tok = sb->n_tok;
+    if (!sb->dev_sample || !e->m->be->ops->graph_begin || !e->graphs || n_tok != n_items || sb->n_out != n_items)
+        return RF_OK;
+    int32_t bucket = 1;
+    while (bucket < n_tok) bucket *= 2;
+    bool ok = bucket <= e->n_batch && bucket <= e->f.logit_rows;
+    for (int32_t i = 0; i < n_items && ok; i++) {
+        const rf_sampler_params *sp = rf_sampler_get_params(p->items[i].s->smp);
+        bool pen = sp->repeat_last_n != 0 &&
+                   (sp->repeat_penalty != 1.0f || sp->presence_penalty != 0 || sp->frequency_penalty != 0);
+        if (pen && (sp->repeat_last_n < 0 || sp->repeat_last_n > 64)) ok = false; /* the graph carries 64 */
+    }
+    if (!ok) return RF_OK;
+    rf_status st = grow(&e->b_table, &e->b_table_cap, bucket * e->max_blocks);
+    if (st) return st;
+    /* re-lay the block tables at the fixed stride, then pad */
+    for (int32_t i = n_items - 1; i >= 0; i--)
+        memmove(e->b_table + (size_t)i * e->max_blocks, e->b_table + (size_t)i * sb->max_blocks,
+                (size_t)sb->max_blocks * sizeof(int32_t));
+    for (int32_t t = n_tok; t < bucket; t++) {
+        e->b_ids[t] = 0;
+        e->b_pos[t] = -1;
+        e->b_seq[t] = t;
+        e->b_slot[t] = -1;
+        e->b_out[t] = t;
+        memset(e->b_table + (size_t)t * e->max_blocks, 0, (size_t)e->max_blocks * sizeof(int32_t));
+    }
+    sb->max_blocks = e->max_blocks;
+    sb->bucket = bucket;
+    sb->gmode = rf_model_graph_begin(e->m, &e->f, bucket); /* every GPU of a split */
+    return RF_OK;
+}
+
+/* Makes room for n more penalty entries. */
+static rf_status pen_room(rf_engine *e, int32_t need) {
+    if (need <= e->pen_cap) return RF_OK;
+    int32_t cap = need * 2;
+    int32_t *a = realloc(e->pen_ids, (size_t)cap * sizeof(int32_t));
+    if (!a) return rf_set_error(RF_ERR_OOM, "sampling: out of memory");
+    e->pen_ids = a;
+    a = realloc(e->pen_counts, (size_t)cap * sizeof(int32_t));
+    if (!a) return rf_set_error(RF_ERR_OOM, "sampling: out of memory");
+    e->pen_counts = a;
+    e->pen_cap = cap;
+    return RF_OK;
+}
+
+/* One sampling record per output row (the sequences' own parameters, generator draws and
+ * penalty windows) for the backend to sample on the device, padded to the bucket with inert
+ * rows. A sequence that finishes before sampling (max_tokens) draws nothing, as on the host. */
+rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
+    int32_t r = 0, n_pen = 0;
+    for (int32_t i = 0; i < p->n_items; i++) {
+        rf_seq *s = p->items[i].s;
+        if (s->n_computed + p->items[i].n != s->n_tokens) continue;
+        const rf_sampler_params *sp = rf_sampler_get_params(s->smp);
+        rf_sample_row *row = &e->s_rows[r++];
+        memset(row, 0, sizeof *row);
+        row->temperature = sp->temperature;
+        row->top_k = sp->top_k;
+        row->top_p = sp->top_p;
+        row->min_p = sp->min_p;
+        row->repeat_penalty = sp->repeat_penalty;
+        row->presence_penalty = sp->presence_penalty;
+        row->frequency_penalty = sp->frequency_penalty;
+        if (s->req->max_tokens >= 0 && s->n_gen >= s->req->max_tokens) continue; /* finishes unsampled */
+        row->u = rf_sampler_draw(s->smp);
+        for (;;) {
+            int32_t got = rf_sampler_penalties(s->smp, e->pen_ids ? e->pen_ids + n_pen : NULL,
+                                               e->pen_counts ? e->pen_counts + n_pen : NULL, e->pen_cap - n_pen);
+            if (n_pen + got <= e->pen_cap) {
+                row->pen_off = n_pen;
+                row->pen_n = got;
+                n_pen += got;
+                break;
+            }
+            rf_status st = pen_room(e, n_pen + got);
+            if (st) return st;
+        }
+    }
+    for (; r < sb->bucket; r++) memset(&e->s_rows[r], 0, sizeof e->s_rows[r]); /* padding: greedy, ignored */
+    sb->n_rows = r;
+    sb->n_pen = n_pen;
+    return RF_OK;
+}

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""messages_tools_test.py — tool use on /v1/messages and /v1/responses through the official
+`anthropic` and `openai` SDKs against `rocmforge-test serve` on SmolLM2 (run by
+tests/cli/serve_messages_tools.sh; serve_test.py's harness). Skipped (77) when the server has no
+tool calls (its chat path refuses `tools`).
+
+SmolLM2-135M does not call tools of its own accord: the answer is replaced by a recorded Hermes
+`<tool_call>` (the test hook X-RF-Test-Output, rocmforge-test with RF_SERVE_TEST_FAULTS=1) and
+streamed in 3-byte pieces. Checked: Messages' tool_use blocks (input parsed, stop_reason
+tool_use), streamed as content_block_start tool_use + input_json_delta and accumulated by the
+SDK into the same message; text before a call as its own block; a two-turn loop (tool_use and
+tool_result sent back) renders; Responses' function_call items (call_id, name, arguments),
+streamed with response.function_call_arguments.delta / .done and accumulated by the SDK's
+stream helper; function_call / function_call_output items sent back render.
+usage: messages_tools_test.py ROCMFORGE_TEST MODEL
+Exit 0 = pass, 1 = fail, 77 = skipped."""
+import json
+import sys
+import time
+
+import anthropic
+import openai
+
+from serve_test import KEY, Fail, Server, check, req
+
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+TWO = "Let me look.\n" + CALL + '\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+A_TOOLS = [{"name": "get_weather", "description": "Current weather in a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+           {"name": "get_time", "input_schema": {"type": "object", "properties": {}}}]
+R_TOOLS = [{"type": "function", "name": t["name"], "description": t.get("description", ""), "parameters": t["input_schema"]}
+           for t in A_TOOLS]
+Q = "What is the weather in Paris?"
+
+
+def hdr(answer):
+    return {"X-RF-Test-Output": json.dumps(answer)}
+
+
+def a_client(srv, answer=None):
+    return anthropic.Anthropic(base_url=f"http://127.0.0.1:{srv.port}", api_key=KEY, max_retries=0,
+                               default_headers=hdr(answer) if answer is not None else None)
+
+
+def o_client(srv, answer=None):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY, max_retries=0,
+                         default_headers=hdr(answer) if answer is not None else None)
+
+
+def test_messages(srv):
+    kw = dict(model="x", max_tokens=8, tools=A_TOOLS, messages=[{"role": "user", "content": Q}])
+    m = a_client(srv, CALL).messages.create(**kw)
+    check(m.stop_reason == "tool_use" and len(m.content) == 1, f"message {m}")
+    b = m.content[0]
+    check(b.type == "tool_use" and b.name == "get_weather" and b.input == {"city": "Paris"} and b.id, f"tool_use {b}")
+    with a_client(srv, CALL).messages.stream(**kw) as s:
+        f = s.get_final_message()
+    check(f.stop_reason == "tool_use" and [c.type for c in f.content] == ["tool_use"], f"streamed {f}")
+    check(f.content[0].input == {"city": "Paris"} and f.content[0].name == "get_weather", f"streamed input {f.content[0]}")
+    m2 = a_client(srv, TWO).messages.create(**kw)
+    check([c.type for c in m2.content] == ["text", "tool_use", "tool_use"], f"two calls: {m2.content}")
+    check(m2.content[0].text.strip() == "Let me look." and m2.content[2].name == "get_time" and m2.content[2].input == {}, f"{m2.content}")
+    with a_client(srv, TWO).messages.stream(**kw) as s:
+        text = "".join(s.text_stream)
+        f2 = s.get_final_message()
+    check([c.type for c in f2.content] == ["text", "tool_use", "tool_use"] and text.strip() == "Let me look.", f"two streamed {f2.content}")
+    # the loop: the call and its result go back; the prompt holds both
+    turns = [{"role": "user", "content": Q}, {"role": "assistant", "content": [{"type": "tool_use", "id": b.id, "name": b.name, "input": b.input}]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "18 C, sunny"}]}]
+    m3 = a_client(srv).messages.create(model="x", max_tokens=4, tools=A_TOOLS, messages=turns)
+    check(m3.usage.input_tokens > m.usage.input_tokens + 10, f"loop prompt {m3.usage.input_tokens} vs {m.usage.input_tokens}")
+    # tool_choice none: the tools are not rendered
+    m4 = a_client(srv).messages.create(model="x", max_tokens=1, tools=A_TOOLS, tool_choice={"type": "none"},
+                                       messages=[{"role": "user", "content": Q}])
+    m5 = a_client(srv).messages.create(model="x", max_tokens=1, messages=[{"role": "user", "content": Q}])
+    check(m4.usage.input_tokens == m5.usage.input_tokens, f"tool_choice none: {m4.usage.input_tokens} vs {m5.usage.input_tokens}")
+
+
+def test_responses(srv):
+    kw = dict(model="x", input=Q, tools=R_TOOLS, max_output_tokens=8)
+    r = o_client(srv, CALL).responses.create(**kw)
+    calls = [o for o in r.output if o.type == "function_call"]
+    check(len(calls) == 1 and calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Paris"}, f"output {r.output}")
+    check(calls[0].call_id and calls[0].id.startswith("fc_"), f"ids {calls[0]}")
+    evs = list(o_client(srv, TWO).responses.create(stream=True, **kw))
+    types = [e.type for e in evs]
+    check(types[:2] == ["response.created", "response.in_progress"] and types[-1] == "response.completed", f"events {types}")
+    check(types.count("response.function_call_arguments.done") == 2, f"events {types}")
+    check([e.sequence_number for e in evs] == list(range(len(evs))), "sequence numbers")
+    final = evs[-1].response
+    check([o.type for o in final.output] == ["message", "function_call", "function_call"], f"final {final.output}")
+    added = [e.item.id for e in evs if e.type == "response.output_item.added"]
+    check(added == [o.id for o in final.output], f"item ids {added} vs {[o.id for o in final.output]}")
+    with o_client(srv, TWO).responses.stream(**kw) as s:
+        for _ in s:
+            pass
+        f = s.get_final_response()
+    check([o.type for o in f.output] == ["message", "function_call", "function_call"], f"stream helper {f.output}")
+    c = calls[0]
+    loop = [{"role": "user", "content": Q}, {"type": "function_call", "call_id": c.call_id, "name": c.name, "arguments": c.arguments},
+            {"type": "function_call_output", "call_id": c.call_id, "output": "18 C, sunny"}]
+    r3 = o_client(srv).responses.create(model="x", input=loop, tools=R_TOOLS, max_output_tokens=4)
+    check(r3.usage.input_tokens > r.usage.input_tokens + 10, f"loop prompt {r3.usage.input_tokens} vs {r.usage.input_tokens}")
+
+
+def main():
+    srv = Server("--api-key", KEY, "-t", "2", env={"RF_SERVE_TEST_FAULTS": "1"})
+    try:
+        s, _, _ = req(srv, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                                                             "tools": [{"type": "function", "function": {"name": "f"}}]})
+        if s != 200:
+            print("SKIP: this server has no tool calls (the chat path refuses tools)")
+            srv.stop()
+            return 77
+        for name, f in [("messages tool_use", test_messages), ("responses function_call", test_responses)]:
+            t = time.time()
+            f(srv)
+            print(f"ok {name} ({time.time() - t:.1f} s)")
+        srv.stop()
+    except Fail as x:
+        print(f"FAIL: {x}\n--- server stderr ---\n{srv.stderr()}")
+        srv.p.kill()
+        return 1
+    except Exception:
+        print(f"--- server stderr ---\n{srv.stderr()}")
+        srv.p.kill()
+        raise
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

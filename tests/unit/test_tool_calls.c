@@ -1,0 +1,320 @@
+/* test_tool_calls.c — the answer parsers of `rocmforge serve` (src/server/tool_calls.c,
+ * reasoning.c) against answers as each family's documentation shows them (Qwen's function-calling
+ * guide, Meta's Llama 3.1/3.2 prompt-format page, Mistral's tokenizer docs, OpenAI's harmony
+ * guide), plus malformed and truncated ones; and the streaming property: fed byte by byte, the
+ * deltas add up to exactly the final parse (what a stream sends is never taken back). */
+#include "test_util.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef RF_HAVE_SERVER
+#include "server/tool_calls.h"
+
+typedef struct want {
+    const char *reasoning; /* NULL: none */
+    const char *content;
+    int n_calls;
+    const char *names[3];
+    const char *args[3]; /* compared as JSON values */
+} want;
+
+static bool json_text_eq(const char *a, const char *b) {
+    json_t *x = json_loads(a, JSON_DECODE_ANY, NULL), *y = json_loads(b, JSON_DECODE_ANY, NULL);
+    bool eq = x && y && json_equal(x, y);
+    json_decref(x);
+    json_decref(y);
+    return eq;
+}
+
+/* the final parse, and the same text streamed one byte at a time */
+static void check_case(const char *what, srv_parse_cfg cfg, const char *text, const want *w) {
+    srv_chat_out o = {0};
+    size_t n = strlen(text);
+    assert_int_equal(srv_chat_parse(&cfg, text, n, true, &o), 0);
+    const char *r = o.reasoning.len ? o.reasoning.p : NULL;
+    bool ok = (w->reasoning ? r && !strcmp(r, w->reasoning) : !r) &&
+              !strcmp(o.content.p ? o.content.p : "", w->content) && (int)o.n_calls == w->n_calls;
+    for (int k = 0; ok && k < w->n_calls; k++)
+        ok = !strcmp(o.calls[k].name, w->names[k]) && json_text_eq(o.calls[k].arguments, w->args[k]) &&
+             (cfg.syntax == SRV_SYNTAX_MISTRAL ? strlen(o.calls[k].id) == 9 : !strncmp(o.calls[k].id, "call_", 5));
+    if (!ok) {
+        fprintf(stderr, "%s: got reasoning [%s] content [%s] %zu calls", what, r ? r : "(none)",
+                o.content.p ? o.content.p : "", o.n_calls);
+        for (size_t k = 0; k < o.n_calls; k++) fprintf(stderr, " %s(%s)", o.calls[k].name, o.calls[k].arguments);
+        fprintf(stderr, "\n");
+    }
+    assert_true(ok);
+    /* streamed */
+    srv_chat_stream s = {.ready = true, .cfg = cfg};
+    srv_buf rs = {0}, cs = {0};
+    size_t calls = 0;
+    for (size_t i = 0; i <= n; i++) {
+        srv_chat_delta d;
+        assert_int_equal(srv_chat_stream_feed(&s, text, i, i == n, &d), 0);
+        srv_buf_add(&rs, d.reasoning, d.reasoning_len);
+        srv_buf_add(&cs, d.content, d.content_len);
+        for (size_t k = 0; k < d.n_calls; k++) {
+            assert_int_equal(d.first_call + k, calls);
+            assert_string_equal(d.calls[k].name, o.calls[calls].name);
+            assert_string_equal(d.calls[k].arguments, o.calls[calls].arguments);
+            assert_string_equal(d.calls[k].id, o.calls[calls].id); /* ids are stable */
+            calls++;
+        }
+    }
+    if (rs.len != o.reasoning.len || (rs.len && memcmp(rs.p, o.reasoning.p, rs.len)) || cs.len != o.content.len ||
+        (cs.len && memcmp(cs.p, o.content.p, cs.len)))
+        fprintf(stderr, "%s: streamed reasoning [%.*s] content [%.*s]\n", what, (int)rs.len, rs.p ? rs.p : "",
+                (int)cs.len, cs.p ? cs.p : "");
+    assert_int_equal(rs.len, o.reasoning.len);
+    assert_int_equal(cs.len, o.content.len);
+    assert_int_equal(calls, o.n_calls);
+    srv_buf_free(&rs);
+    srv_buf_free(&cs);
+    srv_chat_stream_free(&s);
+    srv_chat_out_free(&o);
+}
+
+static srv_parse_cfg cfg_of(srv_tool_syntax s) {
+    srv_parse_cfg c = {.syntax = s, .tools = true, .reasoning = true, .parallel = true, .id_seed = 42};
+    return c;
+}
+
+static void test_detect(void **state) {
+    (void)state;
+    bool th;
+    assert_int_equal(srv_tool_syntax_detect("{{ '<|channel|>analysis' }}", &th), SRV_SYNTAX_HARMONY);
+    assert_int_equal(srv_tool_syntax_detect("[TOOL_CALLS]", &th), SRV_SYNTAX_MISTRAL);
+    assert_int_equal(srv_tool_syntax_detect("<|im_start|><tool_call><think>", &th), SRV_SYNTAX_HERMES);
+    assert_true(th);
+    assert_int_equal(srv_tool_syntax_detect("<|start_header_id|>", &th), SRV_SYNTAX_LLAMA3);
+    assert_false(th);
+    assert_int_equal(srv_tool_syntax_detect("<|im_start|>", &th), SRV_SYNTAX_HERMES);
+    assert_int_equal(srv_tool_syntax_detect("<start_of_turn>", &th), SRV_SYNTAX_NONE);
+    assert_int_equal(srv_tool_syntax_detect(NULL, &th), SRV_SYNTAX_NONE);
+    /* the real templates */
+    static const struct { const char *file; srv_tool_syntax s; bool thinks; } files[] = {
+        {"chat/extra/Qwen-Qwen3-0.6B.jinja", SRV_SYNTAX_HERMES, true},
+        {"chat/extra/openai-gpt-oss-120b.jinja", SRV_SYNTAX_HARMONY, false},
+        {"chat/extra/Mistral-Small-3.2-24B-Instruct-2506.jinja", SRV_SYNTAX_MISTRAL, false},
+        {"chat/meta-llama-Llama-3.1-8B-Instruct.jinja", SRV_SYNTAX_LLAMA3, false},
+        {"chat/HuggingFaceTB-SmolLM3-3B.jinja", SRV_SYNTAX_HERMES, true},
+        {"chat/Qwen-Qwen2.5-7B-Instruct.jinja", SRV_SYNTAX_HERMES, false},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        size_t n;
+        char *src = rf_test_read_file(rf_test_data(files[i].file), &n);
+        assert_non_null(src);
+        assert_int_equal(srv_tool_syntax_detect(src, &th), files[i].s);
+        assert_int_equal(th, files[i].thinks);
+        free(src);
+    }
+    assert_true(srv_prompt_opens_think("<|im_start|>assistant\n<think>\n", 29));
+    assert_false(srv_prompt_opens_think("<think>\n\n</think>\n\n", 19));
+}
+
+static void test_hermes(void **state) {
+    (void)state;
+    srv_parse_cfg c = cfg_of(SRV_SYNTAX_HERMES);
+    /* Qwen's function-calling guide: two parallel calls */
+    want w2 = {NULL, "", 2, {"get_current_temperature", "get_temperature_date"},
+               {"{\"location\": \"San Francisco, CA, USA\"}", "{\"location\": \"San Francisco, CA, USA\", \"date\": \"2024-10-01\"}"}};
+    check_case("qwen parallel", c,
+               "<tool_call>\n{\"name\": \"get_current_temperature\", \"arguments\": {\"location\": \"San Francisco, CA, USA\"}}\n</tool_call>\n"
+               "<tool_call>\n{\"name\": \"get_temperature_date\", \"arguments\": {\"location\": \"San Francisco, CA, USA\", \"date\": \"2024-10-01\"}}\n</tool_call>",
+               &w2);
+    /* Qwen3 thinking, then a call */
+    want wt = {"The user asks for the weather. I should call get_weather.", "", 1, {"get_weather"}, {"{\"city\": \"Paris\"}"}};
+    check_case("qwen3 think+call", c,
+               "<think>\nThe user asks for the weather. I should call get_weather.\n</think>\n\n"
+               "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+               &wt);
+    /* text, then a call; arguments given as a JSON string */
+    want ws = {NULL, "Let me look that up.\n", 1, {"f"}, {"{\"a\": 1}"}};
+    check_case("text+call", c, "Let me look that up.\n<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", &ws);
+    /* a call cut off by the token limit: its text is content */
+    const char *cut = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa";
+    want wc = {NULL, cut, 0, {0}, {0}};
+    check_case("truncated", c, cut, &wc);
+    /* the closing tag missing but the JSON whole (EOS right after it): a call */
+    want wn = {NULL, "", 1, {"f"}, {"{}"}};
+    check_case("no close tag", c, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n", &wn);
+    /* malformed JSON, a missing name, a non-object: the text stays */
+    const char *bad1 = "<tool_call>{name: f}</tool_call>";
+    want wb1 = {NULL, bad1, 0, {0}, {0}};
+    check_case("bad json", c, bad1, &wb1);
+    const char *bad2 = "a <tool_call>{\"arguments\": {}}</tool_call> b";
+    want wb2 = {NULL, bad2, 0, {0}, {0}};
+    check_case("no name", c, bad2, &wb2);
+    const char *bad3 = "<tool_call>[1, 2]</tool_call>";
+    want wb3 = {NULL, bad3, 0, {0}, {0}};
+    check_case("array", c, bad3, &wb3);
+    /* one good, one bad */
+    const char *mix = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call><tool_call>oops</tool_call>";
+    want wm = {NULL, "<tool_call>oops</tool_call>", 1, {"f"}, {"{}"}};
+    check_case("good+bad", c, mix, &wm);
+    /* parallel_tool_calls false: the first only */
+    c.parallel = false;
+    want w1 = {NULL, "", 1, {"get_current_temperature"}, {"{\"location\": \"x\"}"}};
+    check_case("not parallel", c,
+               "<tool_call>{\"name\": \"get_current_temperature\", \"arguments\": {\"location\": \"x\"}}</tool_call>"
+               "<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>",
+               &w1);
+    /* no tools: the markup is content; reasoning still split */
+    c = cfg_of(SRV_SYNTAX_HERMES);
+    c.tools = false;
+    want wnt = {"hm", "<tool_call>{\"name\": \"f\"}</tool_call>", 0, {0}, {0}};
+    check_case("no tools", c, "<think>hm</think><tool_call>{\"name\": \"f\"}</tool_call>", &wnt);
+}
+
+static void test_reasoning(void **state) {
+    (void)state;
+    srv_parse_cfg c = cfg_of(SRV_SYNTAX_HERMES);
+    c.tools = false;
+    want w = {"Two plus two is four.", "2 + 2 = 4.", 0, {0}, {0}};
+    check_case("think", c, "<think>\nTwo plus two is four.\n</think>\n\n2 + 2 = 4.", &w);
+    want wu = {"still going", "", 0, {0}, {0}};
+    check_case("unclosed think", c, "<think>still going\n", &wu);
+    want wp = {NULL, "<thinking> is a word", 0, {0}, {0}};
+    check_case("not a think tag", c, "<thinking> is a word", &wp);
+    want we = {NULL, "answer", 0, {0}, {0}};
+    check_case("empty think (enable_thinking false)", c, "<think>\n\n</think>\n\nanswer", &we);
+    /* the prompt opened the block (DeepSeek-R1 style) */
+    c.think_open = true;
+    want wo = {"reasoning here", "final", 0, {0}, {0}};
+    check_case("open think", c, "reasoning here\n</think>\n\nfinal", &wo);
+    /* reasoning off: all content */
+    c.think_open = false;
+    c.reasoning = false;
+    want wf = {NULL, "<think>x</think>y", 0, {0}, {0}};
+    check_case("reasoning off", c, "<think>x</think>y", &wf);
+}
+
+static void test_llama3(void **state) {
+    (void)state;
+    srv_parse_cfg c = cfg_of(SRV_SYNTAX_LLAMA3);
+    /* Meta's Llama 3.1/3.2 prompt-format page: JSON-based tool calling */
+    want w = {NULL, "", 1, {"get_current_conditions"}, {"{\"location\": \"San Francisco\", \"unit\": \"Fahrenheit\"}"}};
+    check_case("llama json", c,
+               "{\"name\": \"get_current_conditions\", \"parameters\": {\"location\": \"San Francisco\", \"unit\": \"Fahrenheit\"}}", &w);
+    want wt = {NULL, "", 2, {"a", "b"}, {"{\"x\": 1}", "{}"}};
+    check_case("python_tag, two calls", c,
+               "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": 1}}; {\"name\": \"b\", \"parameters\": {}}", &wt);
+    /* built-in tools as Python calls: not a JSON call, content */
+    const char *py = "<|python_tag|>brave_search.call(query=\"Menlo Park weather\")";
+    want wp = {NULL, py, 0, {0}, {0}};
+    check_case("builtin python call", c, py, &wp);
+    want wx = {NULL, "The answer is 4.", 0, {0}, {0}};
+    check_case("plain answer", c, "The answer is 4.", &wx);
+    const char *cut = "{\"name\": \"a\", \"parameters\": {\"x\": ";
+    want wc = {NULL, cut, 0, {0}, {0}};
+    check_case("truncated", c, cut, &wc);
+    const char *notcall = "{\"answer\": 4}";
+    want wn = {NULL, notcall, 0, {0}, {0}};
+    check_case("json but no call", c, notcall, &wn);
+}
+
+static void test_mistral(void **state) {
+    (void)state;
+    srv_parse_cfg c = cfg_of(SRV_SYNTAX_MISTRAL);
+    /* v3 (Mistral 7B v0.3, Nemo): a JSON list */
+    want w = {NULL, "", 1, {"get_current_weather"}, {"{\"location\": \"Paris, France\", \"format\": \"celsius\"}"}};
+    check_case("v3 list", c,
+               "[TOOL_CALLS] [{\"name\": \"get_current_weather\", \"arguments\": {\"location\": \"Paris, France\", \"format\": \"celsius\"}}]",
+               &w);
+    /* v11+ (Mistral Small 3.2, Devstral): name[ARGS]{...}, several */
+    want w2 = {NULL, "", 2, {"get_weather", "get_time"}, {"{\"city\": \"Paris\"}", "{}"}};
+    check_case("v11", c, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}", &w2);
+    /* with the model's call id: kept (the template checks 9 characters) */
+    srv_chat_out o = {0};
+    const char *withid = "I'll check.[TOOL_CALLS]get_weather[CALL_ID]abc123XYZ[ARGS]{\"city\": \"Rome\"}";
+    assert_int_equal(srv_chat_parse(&c, withid, strlen(withid), true, &o), 0);
+    assert_int_equal(o.n_calls, 1);
+    assert_string_equal(o.calls[0].id, "abc123XYZ");
+    assert_string_equal(o.content.p, "I'll check.");
+    srv_chat_out_free(&o);
+    /* generated ids are 9 alphanumerics */
+    assert_int_equal(srv_chat_parse(&c, "[TOOL_CALLS]f[ARGS]{}", 21, true, &o), 0);
+    assert_int_equal(o.n_calls, 1);
+    assert_int_equal(strlen(o.calls[0].id), 9);
+    srv_chat_out_free(&o);
+    const char *cut = "[TOOL_CALLS]get_weather[ARGS]{\"city\": ";
+    want wc = {NULL, cut, 0, {0}, {0}};
+    check_case("truncated", c, cut, &wc);
+    const char *bad = "[TOOL_CALLS]not a call";
+    want wb = {NULL, bad, 0, {0}, {0}};
+    check_case("malformed", c, bad, &wb);
+}
+
+static void test_harmony(void **state) {
+    (void)state;
+    srv_parse_cfg c = cfg_of(SRV_SYNTAX_HARMONY);
+    /* OpenAI's harmony guide: analysis, then a function call (<|call|> is an end token, so the
+     * text may end without it) */
+    want w = {"Need to use function get_weather.", "", 1, {"get_weather"}, {"{\"location\":\"San Francisco\"}"}};
+    check_case("harmony call", c,
+               "<|channel|>analysis<|message|>Need to use function get_weather.<|end|><|start|>assistant<|channel|>commentary "
+               "to=functions.get_weather <|constrain|>json<|message|>{\"location\":\"San Francisco\"}<|call|>",
+               &w);
+    check_case("harmony call, no <|call|>", c,
+               "<|channel|>analysis<|message|>Need to use function get_weather.<|end|><|start|>assistant<|channel|>commentary "
+               "to=functions.get_weather <|constrain|>json<|message|>{\"location\":\"San Francisco\"}",
+               &w);
+    /* the recipient in the role part */
+    want wr = {NULL, "", 1, {"lookup"}, {"{\"q\": 1}"}};
+    check_case("recipient before channel", c, "<|start|>assistant to=functions.lookup<|channel|>commentary json<|message|>{\"q\": 1}<|call|>", &wr);
+    /* the guide's plain answer */
+    want wa = {"User asks: \"What is 2 + 2?\" Simple arithmetic. Provide answer.", "2 + 2 = 4.", 0, {0}, {0}};
+    check_case("harmony answer", c,
+               "<|channel|>analysis<|message|>User asks: \"What is 2 + 2?\" Simple arithmetic. Provide answer.<|end|>"
+               "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>",
+               &wa);
+    /* cut off in the analysis: reasoning only */
+    want wcut = {"thinking about", "", 0, {0}, {0}};
+    check_case("cut in analysis", c, "<|channel|>analysis<|message|>thinking about", &wcut);
+    /* bad arguments: the body is content */
+    want wb = {NULL, "{not json", 0, {0}, {0}};
+    check_case("bad args", c, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{not json<|call|>", &wb);
+    /* no channels at all */
+    want wp = {NULL, "plain text", 0, {0}, {0}};
+    check_case("plain", c, "plain text", &wp);
+    /* reasoning off: the analysis is content */
+    c.reasoning = false;
+    want wo = {NULL, "abc", 0, {0}, {0}};
+    check_case("reasoning off", c, "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>bc", &wo);
+}
+
+static void test_json_out(void **state) {
+    (void)state;
+    srv_parse_cfg c = cfg_of(SRV_SYNTAX_HERMES);
+    srv_chat_out o = {0};
+    const char *t = "<tool_call>{\"name\": \"f\", \"arguments\": {\"k\": [1, 2]}}</tool_call>";
+    assert_int_equal(srv_chat_parse(&c, t, strlen(t), true, &o), 0);
+    json_t *j = srv_tool_calls_json(&o);
+    assert_non_null(j);
+    json_t *c0 = json_array_get(j, 0);
+    assert_string_equal(json_string_value(json_object_get(c0, "type")), "function");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(c0, "function"), "name")), "f");
+    assert_true(json_text_eq(json_string_value(json_object_get(json_object_get(c0, "function"), "arguments")), "{\"k\": [1, 2]}"));
+    assert_int_equal(strlen(json_string_value(json_object_get(c0, "id"))), 29);
+    json_decref(j);
+    srv_chat_out_free(&o);
+    assert_null(srv_tool_calls_json(&o));
+}
+#endif
+
+int main(void) {
+#ifdef RF_HAVE_SERVER
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_detect),  cmocka_unit_test(test_hermes),  cmocka_unit_test(test_reasoning),
+        cmocka_unit_test(test_llama3),  cmocka_unit_test(test_mistral), cmocka_unit_test(test_harmony),
+        cmocka_unit_test(test_json_out),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+#else
+    printf("built without the server; skipping\n");
+    return 77;
+#endif
+}
