@@ -55,6 +55,7 @@
 #define cudaEventCreate hipEventCreate
 #define cudaEventDestroy hipEventDestroy
 #define cudaEventRecord hipEventRecord
+#define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaEventSynchronize hipEventSynchronize
 #define cudaEventElapsedTime hipEventElapsedTime
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
