@@ -7,10 +7,10 @@
 #                                    shared libraries they need into build-tp-carry/ (a carry)
 #   bench/tp.sh [PHASE...]           on the GPU machine; phases in order (default: models bench):
 #     test    test_gpu_tp (the split across real GPUs vs the unsplit forward), log under $OUT; then
-#             `rocmforge run`/`batch` greedy text at --tp 2 (eager, and RF_TP_GRAPHS=1) vs --tp 1
+#             `rocmforge run`/`batch` greedy text at --tp 2 (RF_TP_GRAPHS=0 eager, 1 one graph) vs --tp 1
 #     models  write the models of $CASES into $MODELS_DIR with `rocmforge mkmodel` (kept when present)
 #     bench   `rocmforge bench --tp N` for each case and N in $TPS (skipping N above the GPU count);
-#             N > 1 twice: eager (the default) and with RF_TP_GRAPHS=1 (per-GPU decode graphs, opt-in)
+#             N > 1 twice: eager (RF_TP_GRAPHS=0) and one graph over every GPU (RF_TP_GRAPHS=1, the default)
 #     table   the table again from the logs under $OUT
 # env: BIN (dir holding rocmforge; default build-tp-carry, else build), OUT (./tp-out), MODELS_DIR
 #      (/tmp/rf-models), CASES ("llama3-8b:q4_0"; add llama2-70b:q4_0 for the 70B shape, ~39 GB

@@ -21,7 +21,7 @@ extern "C" {
     X(LOG, STRING, "warn", 0, 0, "log level on stderr: error, warn, info, debug (or 0-3)")           \
     X(API_KEY, STRING, "", 0, 0, "serve: the key clients must send when --api-key is not given (never logged)") \
     X(TP, INT, "0", 0, 64, "tensor-parallel shards for commands without --tp (bench, serve); 0 = no split") \
-    X(TP_GRAPHS, BOOL, "off", 0, 0, "--tp over several GPUs: decode steps as per-GPU graphs (opt-in)")  \
+    X(TP_GRAPHS, BOOL, "on", 0, 0, "--tp over several GPUs: decode steps as one graph over every GPU (0: eager)")  \
     X(TP_NO_PEER_OK, BOOL, "off", 0, 0, "--tp over GPUs without peer access: NCCL through host memory (slow)") \
     X(CHAT_TIMING, BOOL, "off", 0, 0, "chat: print the timing line after each answer")               \
     X(NO_SIMD, BOOL, "off", 0, 0, "CPU: scalar dot kernels only (no AVX2, no VNNI)")                 \
