@@ -3,23 +3,26 @@
 # against their CPU twins, the whole forward against the CPU engine), compute-sanitizer memcheck
 # and racecheck, a short generation under memcheck, a decode-step transfer trace, and optionally
 # the GEMV micro-benchmark. Logs go under $OUT (or ./gpu-check-out); a short table is printed last.
-#   scripts/gpu-check.sh --pack [BUILD_DIR]   on the build machine: build with CUDA and collect
-#                                             the binaries (+ libcmocka) into build-gpu-carry/
+#   scripts/gpu-check.sh --pack [BUILD_DIR]   on the build machine: build with CUDA (RF_SHARED) and
+#                                             collect the binaries, librocmforge.so (+ libcmocka)
+#                                             into build-gpu-carry/
 #   scripts/gpu-check.sh [BIN_DIR]            on the GPU machine (default build-gpu-carry)
 # env: TESTS (default: every test_gpu_*), SAN_TESTS / RACE_TESTS (which tests run under memcheck /
 #      racecheck), SKIP_SAN=1, BENCH=1 (rf_gpu_bench), RF_MODELS_DIR (real models, default models/)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--pack" ]; then
-    B=${2:-$ROOT/build}
+    # RF_SHARED: one librocmforge.so beside small binaries (each static test binary held its own
+    # ~9 MB copy of the kernels: the whole suite did not fit one device call's carry)
+    B=${2:-$ROOT/build-shared}
     C=$ROOT/build-gpu-carry
-    cmake -S "$ROOT" -B "$B" -DRF_CUDA=ON -DRF_CUDA_ARCHS=90 >/dev/null || exit 1
+    cmake -S "$ROOT" -B "$B" -DRF_CUDA=ON -DRF_CUDA_ARCHS=90 -DRF_SHARED=ON >/dev/null || exit 1
     cmake --build "$B" -j2 || exit 1
     rm -rf "$C" && mkdir -p "$C"
-    cp "$B"/tests/test_gpu_* "$B"/rf_gpu_bench "$B"/rf_greedy_trace "$B"/rocmforge "$C"/
+    cp "$B"/tests/test_gpu_* "$B"/rf_gpu_bench "$B"/rf_greedy_trace "$B"/rocmforge "$B"/librocmforge.so "$C"/
     cp -P /usr/lib/x86_64-linux-gnu/libcmocka.so.0* "$C"/
     for l in libmicrohttpd.so.12; do [ -e /usr/lib/x86_64-linux-gnu/$l ] && cp -L /usr/lib/x86_64-linux-gnu/$l "$C"/; done
-    strip --strip-debug "$C"/test_gpu_* "$C"/rf_gpu_bench "$C"/rf_greedy_trace "$C"/rocmforge 2>/dev/null
+    strip --strip-debug "$C"/test_gpu_* "$C"/rf_gpu_bench "$C"/rf_greedy_trace "$C"/rocmforge "$C"/librocmforge.so 2>/dev/null
     du -sh "$C"
     exit 0
 fi
