@@ -1,5 +1,6 @@
 /* error.c — rf_status names and the per-thread last-error message. */
 #include <stdio.h>
+#include <string.h>
 
 #include "rocmforge/core.h"
 
@@ -27,10 +28,15 @@ const char *rf_last_error(void) { return rf_error_buf; }
 
 void rf_clear_error(void) { rf_error_buf[0] = '\0'; }
 
+/* Formats into a local buffer first: callers wrap the previous message
+ * (rf_set_error(st, "context: %s", rf_last_error())), and vsnprintf from the buffer into itself
+ * is undefined (it printed the context twice and lost the cause). */
 rf_status rf_set_error(rf_status st, const char *fmt, ...) {
+    char tmp[sizeof rf_error_buf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(rf_error_buf, sizeof rf_error_buf, fmt, ap);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
+    memcpy(rf_error_buf, tmp, sizeof tmp);
     return st;
 }

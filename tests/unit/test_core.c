@@ -18,6 +18,15 @@ static void test_set_error_returns_status(void **state) {
     assert_string_equal(rf_status_str(RF_ERR_OOM), "RF_ERR_OOM");
 }
 
+/* wrapping the previous message, the common idiom: the context then the cause, once each */
+static void test_set_error_wraps_last(void **state) {
+    (void)state;
+    rf_set_error(RF_ERR_NOT_FOUND, "gguf: key '%s' not found", "tokenizer.ggml.model");
+    rf_status st = rf_set_error(RF_ERR_NOT_FOUND, "tokenizer.ggml.model: %s", rf_last_error());
+    assert_int_equal(st, RF_ERR_NOT_FOUND);
+    assert_string_equal(rf_last_error(), "tokenizer.ggml.model: gguf: key 'tokenizer.ggml.model' not found");
+}
+
 static void test_overflow_helpers(void **state) {
     (void)state;
     uint64_t r;
@@ -56,6 +65,7 @@ static void test_mapped_file(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_set_error_returns_status),
+        cmocka_unit_test(test_set_error_wraps_last),
         cmocka_unit_test(test_overflow_helpers),
         cmocka_unit_test(test_log_level),
         cmocka_unit_test(test_mapped_file),
