@@ -362,6 +362,26 @@ int rf_cmd_bench(int argc, char **argv) {
     double w_bytes = (double)info.weight_bytes;
     const rf_gguf_tensor *te = rf_gguf_find_tensor(rf_model_gguf(m), "token_embd.weight");
     if (te && !info.tied_embeddings) w_bytes -= (double)te->n_bytes * (1.0 - 1.0 / info.n_vocab);
+    /* MoE: a decode step of B sequences reads each layer's routed experts in proportion to the
+     * experts its tokens pick: k of E for one token; for B tokens, with the router's picks taken as
+     * independent and uniform (random synthetic routers come close; real routers pick fewer
+     * distinct experts, so this is an upper bound), E (1 - (1 - k/E)^B) distinct experts */
+    double exp_bytes = 0, exp_frac = 1;
+    int32_t n_exp = 0, n_exp_used = 0;
+    {
+        char key[128];
+        snprintf(key, sizeof key, "%s.expert_count", info.arch);
+        uint32_t u = 0;
+        if (!rf_gguf_get_u32(rf_model_gguf(m), key, &u)) n_exp = (int32_t)u;
+        snprintf(key, sizeof key, "%s.expert_used_count", info.arch);
+        if (!rf_gguf_get_u32(rf_model_gguf(m), key, &u)) n_exp_used = (int32_t)u;
+        for (int64_t i = 0; n_exp > 0 && i < rf_gguf_n_tensors(rf_model_gguf(m)); i++) {
+            const rf_gguf_tensor *t = rf_gguf_tensor_at(rf_model_gguf(m), i);
+            if (strstr(t->name, "_exps.")) exp_bytes += (double)t->n_bytes;
+        }
+        if (n_exp > 0 && n_exp_used > 0 && n_exp_used <= n_exp) exp_frac = (double)n_exp_used / n_exp;
+        else exp_bytes = 0;
+    }
     double kv_pos = (double)info.n_layer * 2 * info.n_head_kv * info.head_dim * (o.kv_type == RF_TYPE_F32 ? 4 : o.kv_type == RF_TYPE_F16 ? 2 : 34.0 / 32);
 
     int ctx = o.p > maxd + o.n ? o.p : maxd + o.n;
@@ -448,7 +468,8 @@ int rf_cmd_bench(int argc, char **argv) {
                 /* a decode step reads the weights once and each sequence's K/V (depth + the
                  * tokens generated so far, n/2 on average) */
                 double kv = kv_pos * (depth + (kind == 2 ? o.batch_prompt : 1) + o.n / 2.0);
-                R->gbps = (w_bytes + batch * kv) * (R->mean / batch) / 1e9;
+                const double wb = w_bytes - exp_bytes * (1 - (1 - pow(1 - exp_frac, batch)));
+                R->gbps = (wb + batch * kv) * (R->mean / batch) / 1e9;
             }
             free(ts);
             free(all.lat);
@@ -501,7 +522,12 @@ int rf_cmd_bench(int argc, char **argv) {
         printf("device: %s%s%s | read bandwidth %.1f GB/s (measured) | %s\n", devname, driver[0] ? " | driver " : "", driver, bw,
                ctime_s);
         printf("model: %s | %s | %.1f MiB of weights | %.1f M params | %.1f MiB read per decode token (+ K/V)\n\n", base,
-               info.ftype, info.weight_bytes / 1048576.0, info.n_params / 1e6, w_bytes / 1048576.0);
+               info.ftype, info.weight_bytes / 1048576.0, info.n_params / 1e6,
+               (w_bytes - exp_bytes * (1 - exp_frac)) / 1048576.0);
+        if (exp_bytes > 0)
+            printf("experts: %d of %d per token, %.1f MiB of expert weights (a step of B sequences counts the "
+                   "experts B uniform picks would reach: an upper bound for real routers)\n\n", n_exp_used, n_exp,
+                   exp_bytes / 1048576.0);
         printf("| test | t/s | ms/step p50 | p99 | GB/s | of bw |\n|---|---:|---:|---:|---:|---:|\n");
         for (int i = 0; i < nrows; i++) {
             const row *R = &rows[i];
