@@ -371,6 +371,54 @@ def run_phase(port, seconds, seed):
         t.join(90)
 
 
+TCP_STATES = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2", 6: "TIME_WAIT",
+              7: "CLOSE", 8: "CLOSE_WAIT", 9: "LAST_ACK", 10: "LISTEN", 11: "CLOSING"}
+
+
+def tcp_table():
+    """inode -> (local port, remote port, state) of every TCP socket on the machine"""
+    out = {}
+    for fn in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(fn) as f:
+                next(f)
+                for line in f:
+                    c = line.split()
+                    out[c[9]] = (int(c[1].rsplit(":", 1)[1], 16), int(c[2].rsplit(":", 1)[1], 16),
+                                 TCP_STATES.get(int(c[3], 16), c[3]))
+        except OSError:
+            pass
+    return out
+
+
+def fd_report(pid):
+    """The process's fds with, for TCP sockets, their state and whether the peer is a socket this
+    script still holds open (a client thread that outlived its join: not the server's leak)."""
+    tcp = tcp_table()
+    mine = set()
+    for fd in os.listdir(f"/proc/{os.getpid()}/fd"):
+        try:
+            t = os.readlink(f"/proc/{os.getpid()}/fd/{fd}")
+        except OSError:
+            continue
+        if t.startswith("socket:[") and t[8:-1] in tcp:
+            mine.add(tcp[t[8:-1]][0])
+    rows, leaks = [], 0
+    for fd in sorted(os.listdir(f"/proc/{pid}/fd"), key=int):
+        try:
+            t = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if t.startswith("socket:[") and t[8:-1] in tcp:
+            lp, rp, st = tcp[t[8:-1]]
+            held = rp in mine
+            rows.append(f"{fd}: tcp :{lp} <- :{rp} {st}{' (peer held open by this script)' if held else ''}")
+            leaks += 0 if held or st == "LISTEN" else 1
+        else:
+            rows.append(f"{fd}: {t}")
+    return rows, leaks
+
+
 def quiet(srv, seconds=30):
     """Waits until no request is active and the fd count settles (read timeouts, lingering)."""
     t_end = time.time() + seconds
@@ -422,7 +470,13 @@ def main():
         if used != 0 or free + cached != total or m.get("rocmforge_requests_active") != 0:
             fails.append("KV blocks or requests still held")
         if fd1 > fd0:  # a leak grows; fewer than at the baseline is a connection the baseline caught open
-            fails.append(f"open fds {fd0} -> {fd1}")
+            rows, _ = fd_report(srv.p.pid)
+            print("  the server's fds now:\n    " + "\n    ".join(rows))
+            extra_held = sum(1 for r in rows if "peer held open by this script" in r)
+            if fd1 - extra_held > fd0:
+                fails.append(f"open fds {fd0} -> {fd1} ({extra_held} of them connections this script still holds)")
+            else:
+                print(f"  fds {fd0} -> {fd1}: the {fd1 - fd0} more are connections whose client (this script) is still open")
         if rss1 > rss0 + max(16 << 20, rss0 // 10):
             fails.append(f"RSS grew {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB")
         srv.p.send_signal(signal.SIGTERM)
