@@ -1,6 +1,7 @@
 /* test_rope_yarn.c — YaRN RoPE scaling as frequency factors (model_yarn.c) against a direct YaRN
  * reference written from ggml's rope_yarn: theta = s theta_e (1 - r) + theta_e r per pair, gain
- * (1 + 0.1 ln(1/s)) on cos and sin, ramp r over ggml's correction dims. The factors route it
+ * (1 + 0.1 ln(1/s)) on cos and sin, ramp r over ggml's correction dims (r in f32 as ggml computes
+ * it, the rest in double). The factors route it
  * through rf_ref_rope (freq_scale 1, rotated dims times the gain): the model of the difference is
  * the f32 rounding of each factor (relative 2^-24 on theta), so each output element may differ
  * by at most 2^-23 theta_i (|a| + |b|) times the gain, plus the gain's f32 evaluation and the
@@ -24,8 +25,11 @@ static void yarn_direct(double *out, const float *x, int p, float s, float ext, 
     rf_yarn_corr_dims(N_ROT, ORIG, BASE, 32.0f, 1.0f, dims);
     for (int i = 0; i < N_ROT / 2; i++) {
         const double te = p * pow((double)BASE, -2.0 * i / N_ROT), ti = s * te;
-        double y = (i - (double)dims[0]) / fmax(0.001, (double)dims[1] - dims[0]);
-        const double rm = (1 - fmin(1, fmax(0, y))) * ext;
+        /* the ramp in f32 as ggml's rope_yarn_ramp evaluates it (its value is YaRN's definition
+         * in llama.cpp: a double ramp differs by up to ~9 ulps of r near the ramp's end, e.g.
+         * r = 1 - 0.9f at i = 17, which moved theta by 4x the factors' own rounding) */
+        const float yf = ((float)i - dims[0]) / fmaxf(0.001f, dims[1] - dims[0]);
+        const double rm = (double)((1.0f - fminf(1.0f, fmaxf(0.0f, yf))) * ext);
         const double th = ext != 0 ? ti * (1 - rm) + te * rm : ti;
         const double ms = gain_llama * (ext != 0 ? 1 + 0.1 * log(1.0 / s) : 1);
         const double a = x[i], b = x[i + N_ROT / 2], c = cos(th) * ms, sn = sin(th) * ms;
