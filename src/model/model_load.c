@@ -629,8 +629,11 @@ static uint64_t file_weight_bytes(const rf_gguf *g) {
  * one-line note saying why. */
 static rf_status open_backend(rf_model *m, const rf_model_params *p) {
     uint64_t need = file_weight_bytes(m->g);
-#ifdef RF_HAVE_GPU
-    if (p->device != RF_DEVICE_CPU) {
+    if (!rf_gpu_built()) {
+        if (p->device == RF_DEVICE_GPU)
+            return rf_set_error(RF_ERR_UNSUPPORTED, "--device gpu: this build has no GPU backend (configure with -DRF_CUDA=ON)");
+        if (p->device == RF_DEVICE_AUTO) RF_LOGI("running on the CPU: this build has no GPU backend");
+    } else if (p->device != RF_DEVICE_CPU) {
         const char *why = NULL;
         char buf[256];
         rf_status st = RF_OK;
@@ -646,8 +649,9 @@ static rf_status open_backend(rf_model *m, const rf_model_params *p) {
             snprintf(buf, sizeof buf, "the GPU could not be opened (%s)", rf_last_error());
             why = buf;
         } else {
-            size_t fr = 0, tot = 0;
-            rf_backend_gpu_mem(m->be, &fr, &tot);
+            rf_backend_info bi = {0};
+            m->be->ops->info(m->be, true, &bi);
+            size_t fr = bi.mem_free, tot = bi.mem_total;
             uint64_t reserve = need / 20 > (256u << 20) ? need / 20 : (256u << 20); /* KV + activations */
             if (need + reserve > fr) {
                 snprintf(buf, sizeof buf, "the model needs %.1f MiB of weights (+%.0f MiB for a KV cache) but the GPU has %.1f MiB free",
@@ -659,7 +663,9 @@ static rf_status open_backend(rf_model *m, const rf_model_params *p) {
             }
         }
         if (!why) {
-            RF_LOGI("model: %.1f MiB of weights on %s", need / 1048576.0, rf_backend_gpu_name(m->be));
+            rf_backend_info bi = {0};
+            m->be->ops->info(m->be, false, &bi);
+            RF_LOGI("model: %.1f MiB of weights on %s", need / 1048576.0, bi.name);
             m->load_total = need;
             m->progress = p->progress;
             m->progress_user = p->progress_user;
@@ -668,12 +674,6 @@ static rf_status open_backend(rf_model *m, const rf_model_params *p) {
         if (p->device == RF_DEVICE_GPU) return st;
         rf_log(rf_gpu_device_count() > 0 ? RF_LOG_WARN : RF_LOG_INFO, "running on the CPU: %s", why);
     }
-#else
-    if (p->device == RF_DEVICE_GPU)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "--device gpu: this build has no GPU backend (configure with -DRF_CUDA=ON)");
-    if (p->device == RF_DEVICE_AUTO) RF_LOGI("running on the CPU: this build has no GPU backend");
-#endif
-    (void)need;
     return rf_backend_cpu_new(p->n_threads, &m->be);
 }
 
@@ -683,10 +683,7 @@ static rf_status open_backend(rf_model *m, const rf_model_params *p) {
 static rf_status open_tp(rf_model *m, rf_model_params *p) {
     if (p->tp > 1 && p->device == RF_DEVICE_CPU && rf_tp_cpu_ranks()) return rf_tp_open_cpu(m, p->tp, p->n_threads);
     if (p->tp <= 1 || p->device == RF_DEVICE_CPU) return RF_OK;
-    int have = 0;
-#ifdef RF_HAVE_GPU
-    have = rf_gpu_device_count();
-#endif
+    int have = rf_gpu_device_count();
     if (p->device == RF_DEVICE_GPU && rf_tp_one_device()) return RF_OK;
     if (p->device == RF_DEVICE_AUTO && have < p->device_index + p->tp) {
         RF_LOGI("--tp %d: running on the CPU (%d GPUs present, the split over GPUs needs %d)", p->tp, have, p->tp);
@@ -832,10 +829,9 @@ rf_status rf_model_get_info(const rf_model *m, rf_model_info *o) {
     o->n_params = m->n_params;
     o->weight_bytes = m->weight_bytes;
     o->ftype = m->ftype;
-    o->device = "cpu";
-#ifdef RF_HAVE_GPU
-    if (rf_backend_on_device(m->be)) o->device = rf_backend_gpu_name(m->be);
-#endif
+    rf_backend_info bi = {0};
+    m->be->ops->info(m->be, false, &bi);
+    o->device = bi.name;
     return RF_OK;
 }
 

@@ -832,8 +832,16 @@ static void cpu_destroy(rf_backend *be) {
     free(be);
 }
 
+/* The CPU has no device memory and no transfers: only the name. */
+static rf_status cpu_info(rf_backend *be, bool memory, rf_backend_info *out) {
+    (void)be, (void)memory;
+    *out = (rf_backend_info){.name = "cpu", .device = -1};
+    return RF_OK;
+}
+
 static const rf_backend_ops cpu_ops = {
     .name = "cpu",
+    .info = cpu_info,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .weight = cpu_weight,

@@ -49,6 +49,7 @@ typedef struct gpu_be {
     struct gpu_be *lead;
     unsigned epoch;   /* bumped when a buffer a graph recorded moves */
     int64_t n_up, n_down, n_launch; /* per-step transfer counters (RF_GPU_STEP_TRACE) */
+    char name[256];                 /* the device's name (op info) */
     /* Fusions (RF_GPU_UNFUSED=1 turns them off, for A/B runs and the fused-vs-unfused test):
      * rope_store, and one activation quantization shared by consecutive products of the same
      * x (Q, K, V; gate, up). xq_src is the f32 x that xq holds quantized for (xq_type, xq_nt,
@@ -702,6 +703,20 @@ void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *download
     *launches = g->n_launch;
 }
 
+static rf_status g_info(rf_backend *be, bool memory, rf_backend_info *out) {
+    gpu_be *g = G(be);
+    rf_gpu_info gi;
+    rf_gpu_get_info(g->ctx, &gi);
+    snprintf(g->name, sizeof g->name, "%s", gi.name);
+    *out = (rf_backend_info){.name = g->name, .device = g->device};
+    rf_backend_gpu_counters(be, &out->uploads, &out->downloads, &out->launches);
+    if (!memory) return RF_OK;
+    rf_status st = rf_gpu_mem_info(g->ctx, &out->mem_free, &out->mem_total);
+    if (st) return st;
+    out->mem_used = out->mem_total > out->mem_free ? out->mem_total - out->mem_free : 0;
+    return RF_OK;
+}
+
 static void g_destroy(rf_backend *be) {
     if (!be) return;
     gpu_be *g = G(be);
@@ -723,6 +738,7 @@ static void g_destroy(rf_backend *be) {
 
 static const rf_backend_ops gpu_ops = {
     .name = "gpu",
+    .info = g_info,
     .alloc = g_alloc,
     .free = g_free,
     .weight = g_weight,
@@ -797,6 +813,21 @@ const char *rf_backend_gpu_name(rf_backend *be) {
 }
 
 rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be) { return G(be)->ctx; }
+
+rf_status rf_gpu_probe_read_bw(int device, char *name, size_t cap, double *gbps) {
+    *gbps = 0;
+    rf_gpu_ctx *ctx = NULL;
+    rf_status st = rf_gpu_init(device, &ctx);
+    if (st) return st;
+    rf_gpu_info info;
+    rf_gpu_get_info(ctx, &info);
+    snprintf(name, cap, "%s", info.name);
+    size_t bytes = (size_t)1 << 30;
+    if (info.total_mem > ((size_t)8 << 30)) bytes = (size_t)4 << 30;
+    if ((st = rf_gpu_bench_read_bw(ctx, bytes, 10, gbps))) *gbps = 0;
+    rf_gpu_destroy(ctx);
+    return RF_OK;
+}
 
 /* A split over several GPUs (docs/tp.md): the GPUs other than the sampling one have no sample
  * op to end their part of a recorded step; this does, right before the sampling GPU's sample.
