@@ -205,6 +205,60 @@ static int no_listed(srv *s) {
     return n == 0;
 }
 
+/* Resolves --host, starts the connection watchdog and the HTTP daemon, and says where it
+ * listens; false (with the message printed) when any of it fails. */
+static bool start_daemon(srv *s, const rf_server_config *cfg) {
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
+    if (gai || !ai) {
+        fprintf(stderr, "error: cannot resolve --host '%s': %s\n", cfg->host, gai ? gai_strerror(gai) : "no address");
+        return false;
+    }
+    raise_fd_limit(cfg);
+    s->guard = srv_guard_new(cfg);
+    if (!s->guard) {
+        fprintf(stderr, "error: cannot start the connection watchdog\n");
+        freeaddrinfo(ai);
+        return false;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, srv_on_access, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_conns > 0 ? cfg->max_conns : 1) + SRV_CONN_RESERVE,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(cfg->max_conns_per_ip > 0 ? cfg->max_conns_per_ip : 0),
+                            MHD_OPTION_NOTIFY_CONNECTION, srv_guard_on_connection, s->guard,
+                            MHD_OPTION_URI_LOG_CALLBACK, srv_guard_on_uri, s->guard,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : 0),
+                            MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, s,
+                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                            MHD_OPTION_END);
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (ai->ai_family == AF_INET) inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, host, sizeof host);
+    else inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, host, sizeof host);
+    bool v6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    if (!s->d) {
+        fprintf(stderr, "error: cannot listen on %s port %d: %s\n", cfg->host, cfg->port,
+                errno ? strerror(errno) : "libmicrohttpd failed to start");
+        return false;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    int bound = di ? di->port : cfg->port;
+    fprintf(stderr, "serve: listening on http://%s%s%s:%d (model loading: /health answers 503 until it is ready)\n",
+            v6 ? "[" : "", host, v6 ? "]" : "", bound);
+    fflush(stderr);
+    return true;
+}
+
 int rf_server_main(const rf_server_config *cfg) {
     srv *s = calloc(1, sizeof *s);
     if (!s) {
@@ -242,55 +296,7 @@ int rf_server_main(const rf_server_config *cfg) {
     sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set, &old);
 
-    /* the listening socket */
-    struct addrinfo hints, *ai = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    char port[16];
-    snprintf(port, sizeof port, "%d", cfg->port);
-    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
-    if (gai || !ai) {
-        fprintf(stderr, "error: cannot resolve --host '%s': %s\n", cfg->host, gai ? gai_strerror(gai) : "no address");
-        goto out_mask;
-    }
-    raise_fd_limit(cfg);
-    s->guard = srv_guard_new(cfg);
-    if (!s->guard) {
-        fprintf(stderr, "error: cannot start the connection watchdog\n");
-        freeaddrinfo(ai);
-        goto out_mask;
-    }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, srv_on_access, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_conns > 0 ? cfg->max_conns : 1) + SRV_CONN_RESERVE,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(cfg->max_conns_per_ip > 0 ? cfg->max_conns_per_ip : 0),
-                            MHD_OPTION_NOTIFY_CONNECTION, srv_guard_on_connection, s->guard,
-                            MHD_OPTION_URI_LOG_CALLBACK, srv_guard_on_uri, s->guard,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : 0),
-                            MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, s,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-                            MHD_OPTION_END);
-    char host[INET6_ADDRSTRLEN] = "?";
-    if (ai->ai_family == AF_INET) inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, host, sizeof host);
-    else inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, host, sizeof host);
-    bool v6 = ai->ai_family == AF_INET6;
-    freeaddrinfo(ai);
-    if (!s->d) {
-        fprintf(stderr, "error: cannot listen on %s port %d: %s\n", cfg->host, cfg->port,
-                errno ? strerror(errno) : "libmicrohttpd failed to start");
-        goto out_mask;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    int bound = di ? di->port : cfg->port;
-    fprintf(stderr, "serve: listening on http://%s%s%s:%d (model loading: /health answers 503 until it is ready)\n",
-            v6 ? "[" : "", host, v6 ? "]" : "", bound);
-    fflush(stderr);
+    if (!start_daemon(s, cfg)) goto out_mask;
 
     if (pthread_create(&s->ticker, NULL, srv_ticker_main, s) == 0) s->ticker_started = true;
     if (pthread_create(&s->loader, NULL, loader_main, s)) {
