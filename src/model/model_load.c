@@ -17,62 +17,6 @@ rf_model_params rf_model_default_params(void) {
     return p;
 }
 
-/* ---- metadata helpers: "<arch>.<suffix>" ------------------------------------------------- */
-
-static const char *akey(const rf_model *m, const char *suffix, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s.%s", m->hp.arch_name, suffix);
-    return buf;
-}
-
-rf_status rf_meta_req_i32(rf_model *m, const char *suffix, int32_t *out) {
-    char k[160];
-    akey(m, suffix, k, sizeof k);
-    uint32_t v;
-    rf_status st = rf_gguf_get_u32(m->g, k, &v);
-    if (st == RF_ERR_NOT_FOUND) return rf_set_error(st, "model metadata: missing required key '%s'", k);
-    if (st) return st;
-    if (v == 0 || v > INT32_MAX) return rf_set_error(RF_ERR_RANGE, "model metadata: key '%s' = %u is out of range", k, v);
-    *out = (int32_t)v;
-    return RF_OK;
-}
-
-rf_status rf_meta_opt_i32(rf_model *m, const char *suffix, int32_t *out) {
-    char k[160];
-    akey(m, suffix, k, sizeof k);
-    if (rf_gguf_find_key(m->g, k) < 0) return RF_OK;
-    uint32_t v;
-    rf_status st = rf_gguf_get_u32(m->g, k, &v);
-    if (st == RF_ERR_TYPE) {
-        uint64_t n;
-        const void *data;
-        const rf_gguf_value *val = rf_gguf_kv_value(m->g, rf_gguf_find_key(m->g, k));
-        if (val->type != RF_GGUF_ARRAY || (val->v.arr.elem_type != RF_GGUF_UINT32 && val->v.arr.elem_type != RF_GGUF_INT32))
-            return st;
-        rf_gguf_get_arr(m->g, k, -1, &n, &data);
-        if (n == 0) return rf_set_error(RF_ERR_FORMAT, "model metadata: key '%s' is an empty array", k);
-        const uint32_t *a = data;
-        for (uint64_t i = 1; i < n; i++)
-            if (a[i] != a[0])
-                return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: per-layer values of '%s' differ (unsupported)", k);
-        v = a[0];
-    } else if (st) {
-        return st;
-    }
-    if (v > INT32_MAX) return rf_set_error(RF_ERR_RANGE, "model metadata: key '%s' = %u is out of range", k, v);
-    *out = (int32_t)v;
-    return RF_OK;
-}
-
-rf_status rf_meta_opt_f32(rf_model *m, const char *suffix, float *out) {
-    char k[160];
-    akey(m, suffix, k, sizeof k);
-    if (rf_gguf_find_key(m->g, k) < 0) return RF_OK;
-    rf_status st = rf_gguf_get_f32(m->g, k, out);
-    if (st) return st;
-    if (!isfinite(*out)) return rf_set_error(RF_ERR_RANGE, "model metadata: key '%s' is not finite", k);
-    return RF_OK;
-}
-
 /* ---- hyper-parameters ------------------------------------------------------------------- */
 
 /* rope.scaling.type = yarn: the original context must be given (the ramp is measured against
@@ -82,7 +26,7 @@ static rf_status yarn_hparams(rf_model *m) {
     rf_hparams *hp = &m->hp;
     rf_status st;
     char k[160];
-    if (rf_gguf_find_key(m->g, akey(m, "rope.scaling.original_context_length", k, sizeof k)) < 0)
+    if (rf_gguf_find_key(m->g, rf_meta_key(m, "rope.scaling.original_context_length", k, sizeof k)) < 0)
         return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: YaRN RoPE scaling needs key '%s'", k);
     hp->yarn = true;
     hp->yarn_ext_factor = 1.0f, hp->yarn_beta_fast = 32.0f, hp->yarn_beta_slow = 1.0f;
@@ -109,9 +53,9 @@ static rf_status load_moe_hparams(rf_model *m) {
     rf_status st;
     char k[160];
     hp->n_expert = 0;
-    if (rf_gguf_find_key(m->g, akey(m, "expert_count", k, sizeof k)) < 0)
+    if (rf_gguf_find_key(m->g, rf_meta_key(m, "expert_count", k, sizeof k)) < 0)
         return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s' (a mixture-of-experts model)", k);
-    if (rf_gguf_find_key(m->g, akey(m, "expert_used_count", k, sizeof k)) < 0)
+    if (rf_gguf_find_key(m->g, rf_meta_key(m, "expert_used_count", k, sizeof k)) < 0)
         return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s' (a mixture-of-experts model)", k);
     if ((st = rf_meta_opt_i32(m, "expert_count", &hp->n_expert))) return st;
     if (hp->n_expert <= 0 || hp->n_expert > RF_MAX_EXPERTS)
@@ -119,7 +63,7 @@ static rf_status load_moe_hparams(rf_model *m) {
                             hp->arch_name, hp->n_expert, RF_MAX_EXPERTS);
     hp->n_expert_used = 0;
     if ((st = rf_meta_opt_i32(m, "expert_used_count", &hp->n_expert_used))) return st;
-    akey(m, "expert_used_count", k, sizeof k);
+    rf_meta_key(m, "expert_used_count", k, sizeof k);
     if (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
         return rf_set_error(RF_ERR_RANGE, "model metadata: %s = %d is not a top-k of %s.expert_count = %d (1 <= k <= experts)", k,
                             hp->n_expert_used, hp->arch_name, hp->n_expert);
@@ -132,7 +76,7 @@ static rf_status load_moe_hparams(rf_model *m) {
     if ((st = rf_meta_opt_i32(m, "expert_shared_feed_forward_length", &hp->n_ff_shexp))) return st;
     hp->moe_gating = RF_MOE_SOFTMAX;
     hp->moe_norm_w = true;
-    if (rf_gguf_find_key(m->g, akey(m, "expert_weights_norm", k, sizeof k)) >= 0 &&
+    if (rf_gguf_find_key(m->g, rf_meta_key(m, "expert_weights_norm", k, sizeof k)) >= 0 &&
         (st = rf_gguf_get_bool(m->g, k, &hp->moe_norm_w)))
         return rf_set_error(st, "model metadata: %s: %s", k, rf_last_error());
     hp->moe_w_scale = 0;
@@ -177,7 +121,7 @@ static rf_status load_hparams(rf_model *m) {
                             hp->arch_name, hp->n_rot, hp->head_dim);
     hp->norm_eps = 1e-5f;
     char k[160];
-    if (rf_gguf_find_key(m->g, akey(m, "attention.layer_norm_rms_epsilon", k, sizeof k)) < 0)
+    if (rf_gguf_find_key(m->g, rf_meta_key(m, "attention.layer_norm_rms_epsilon", k, sizeof k)) < 0)
         return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s'", k);
     if ((st = rf_meta_opt_f32(m, "attention.layer_norm_rms_epsilon", &hp->norm_eps))) return st;
     if (!(hp->norm_eps > 0 && hp->norm_eps < 1))
@@ -189,7 +133,7 @@ static rf_status load_hparams(rf_model *m) {
     if ((st = rf_meta_opt_f32(m, "rope.scaling.factor", &factor))) return st;
     if (factor == 0 && (st = rf_meta_opt_f32(m, "rope.scale_linear", &factor))) return st;
     const char *stype = NULL;
-    if (rf_gguf_get_str(m->g, akey(m, "rope.scaling.type", k, sizeof k), &stype) == RF_OK &&
+    if (rf_gguf_get_str(m->g, rf_meta_key(m, "rope.scaling.type", k, sizeof k), &stype) == RF_OK &&
         strcmp(stype, "none") && strcmp(stype, "linear") && strcmp(stype, "yarn"))
         return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: %s = '%s' is not supported (none, linear, yarn)", k, stype);
     if (stype && !strcmp(stype, "yarn") && (st = yarn_hparams(m))) return st;

@@ -11,11 +11,6 @@
 #include "core/knobs.h"
 #include "model/model.h"
 
-rf_status rf_model_use(const rf_model *m, int s) {
-    if (!m->tp_be || !rf_backend_on_device(m->tp_be[s])) return RF_OK; /* (CPU ranks: a test mode) */
-    return rf_backend_gpu_use(m->tp_be[s]);
-}
-
 rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_bytes) {
     const int n = m->tp_be ? m->tp : 1;
     *free_bytes = SIZE_MAX;

@@ -143,13 +143,16 @@ int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *
  * the peers do); fields this server cannot honour (tools, logit_bias, json response formats,
  * suffix, best_of > n, echo with logprobs) are refused rather than silently dropped. */
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
+/* The chat and completions routes' parser (oai_parse.c) that srv_parse_request (oai_request.c)
+ * and the translated Messages/Responses bodies use. */
+int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
 
 /* ---- other API shapes on the same engine (oai_messages.c, oai_responses.c) ---------------- */
 
 /* Anthropic Messages (POST /v1/messages) and OpenAI Responses (POST /v1/responses) bodies:
  * checked in their own terms (a 400 names their field), translated into a chat/completions
- * body and parsed by srv_parse_request, so that every sampling check is the same. *p comes
+ * body and parsed by srv_parse_openai, so that every sampling check is the same. *p comes
  * back with route SRV_ROUTE_CHAT, n 1, no logprobs and api set. */
 int srv_parse_messages(const char *body, size_t len, srv_params *p, srv_error *e);
 int srv_parse_responses(const char *body, size_t len, srv_params *p, srv_error *e);
