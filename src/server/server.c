@@ -155,11 +155,9 @@ static void shutdown_all(srv *s) {
     int k = 0;
     for (srv_req *r = s->list; r && v; r = r->next) {
         pthread_mutex_lock(&r->mu);
-        r->shutdown = true;
-        r->cancelled = true;
+        srv_req_step(r, SRV_IN_SHUTDOWN);
         pthread_mutex_unlock(&r->mu);
-        atomic_fetch_add(&r->refs, 1);
-        v[k++] = r;
+        v[k++] = srv_req_ref(r);
     }
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < k; i++) {
@@ -177,10 +175,7 @@ static void resume_all(srv *s) {
     int k = 0;
     for (srv_req *r = s->list; r && cv; r = r->next) {
         pthread_mutex_lock(&r->mu);
-        if (r->suspended && r->conn) {
-            r->suspended = false;
-            cv[k++] = r->conn;
-        }
+        if (r->conn && srv_req_step(r, SRV_IN_RESUME)) cv[k++] = r->conn;
         pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&s->mu);
