@@ -6,6 +6,7 @@
 #define RF_SERVER_OAI_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -63,6 +64,9 @@ int srv_fail(srv_error *e, int status, const char *type, const char *code, const
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
+/* srv_fail with the arguments as a va_list. */
+int srv_failv(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt,
+              va_list ap);
 /* The error's JSON body (malloc'd, NUL-terminated); NULL when out of memory. */
 char *srv_error_json(const srv_error *e);
 

@@ -6,14 +6,20 @@
 
 #include "oai.h"
 
-int srv_fail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
+int srv_failv(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt,
+              va_list ap) {
     e->status = status;
     e->type = type;
     e->code = code;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    return -1;
+}
+
+int srv_fail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    srv_failv(e, status, type, code, param, fmt, ap);
     va_end(ap);
     return -1;
 }

@@ -31,13 +31,9 @@ static inline int srv_tr_bad(srv_error *e, const char *param, const char *fmt, .
 #endif
     ;
 static inline int srv_tr_bad(srv_error *e, const char *param, const char *fmt, ...) {
-    e->status = 400;
-    e->type = "invalid_request_error";
-    e->code = NULL;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    srv_failv(e, 400, "invalid_request_error", NULL, param, fmt, ap);
     va_end(ap);
     return -1;
 }
