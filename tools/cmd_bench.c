@@ -301,100 +301,6 @@ typedef struct row {
 
 /* ---- the command ------------------------------------------------------------------------ */
 
-/* The results as a table, JSON or CSV (o.out), the GPU's clocks before and after, and the
- * --plot picture; 0 or the command's exit code. */
-static int report(bench_opts o, const rf_model_info *pinfo, const row *rows, int nrows, const char *devname,
-                  const char *driver, double bw, double w_bytes, const rf_gpu_reading *pbefore,
-                  const rf_gpu_reading *pafter) {
-    const rf_model_info info = *pinfo;
-    const rf_gpu_reading before = *pbefore, after = *pafter;
-    const char *base = strrchr(o.model, '/');
-    base = base ? base + 1 : o.model;
-    char ctime_s[64];
-    time_t now = time(NULL);
-    strftime(ctime_s, sizeof ctime_s, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    if (o.out == 1) {
-        printf("{\"model\": \"%s\", \"ftype\": \"%s\", \"params\": %llu, \"weight_bytes\": %llu, \"device\": \"%s\", "
-               "\"driver\": \"%s\", \"read_bw_gbs\": %.1f, \"date\": \"%s\", \"reps\": %d,\n \"gpu_before\": ",
-               base, info.ftype, (unsigned long long)info.n_params, (unsigned long long)info.weight_bytes, devname, driver,
-               bw, ctime_s, o.reps);
-        for (int k = 0; k < 2; k++) {
-            const rf_gpu_reading *g = k ? &after : &before;
-            if (!g->ok) printf("null");
-            else printf("{\"sm_mhz\": %u, \"mem_mhz\": %u, \"temp_c\": %u, \"power_w\": %.1f, \"throttled\": %s}", g->sm_mhz,
-                        g->mem_mhz, g->temp_c, g->power_mw / 1000.0, g->throttled ? "true" : "false");
-            if (!k) printf(", \"gpu_after\": ");
-        }
-        printf(",\n \"results\": [\n");
-        for (int i = 0; i < nrows; i++) {
-            const row *R = &rows[i];
-            printf("  {\"test\": \"%s\", \"depth\": %d, \"sequences\": %d, \"tok_s\": %.2f, \"tok_s_sd\": %.2f", R->test, R->depth,
-                   R->batch, R->mean, R->sd);
-            if (!isnan(R->p50)) printf(", \"ms_p50\": %.3f, \"ms_p99\": %.3f, \"gb_s\": %.1f, \"bw_frac\": %.3f", R->p50, R->p99, R->gbps,
-                                       bw > 0 ? R->gbps / bw : 0.0);
-            printf("}%s\n", i + 1 < nrows ? "," : "");
-        }
-        printf(" ]}\n");
-    } else if (o.out == 2) {
-        printf("model,ftype,device,test,depth,sequences,tok_s,tok_s_sd,ms_p50,ms_p99,gb_s,bw_frac\n");
-        for (int i = 0; i < nrows; i++) {
-            const row *R = &rows[i];
-            printf("%s,%s,\"%s\",%s,%d,%d,%.2f,%.2f", base, info.ftype, devname, R->test, R->depth, R->batch, R->mean, R->sd);
-            if (isnan(R->p50)) printf(",,,,\n");
-            else printf(",%.3f,%.3f,%.1f,%.3f\n", R->p50, R->p99, R->gbps, bw > 0 ? R->gbps / bw : 0.0);
-        }
-    } else {
-        printf("device: %s%s%s | read bandwidth %.1f GB/s (measured) | %s\n", devname, driver[0] ? " | driver " : "", driver, bw,
-               ctime_s);
-        printf("model: %s | %s | %.1f MiB of weights | %.1f M params | %.1f MiB read per decode token (+ K/V)\n\n", base,
-               info.ftype, info.weight_bytes / 1048576.0, info.n_params / 1e6, w_bytes / 1048576.0);
-        printf("| test | t/s | ms/step p50 | p99 | GB/s | of bw |\n|---|---:|---:|---:|---:|---:|\n");
-        for (int i = 0; i < nrows; i++) {
-            const row *R = &rows[i];
-            printf("| %s | %.2f ± %.2f |", R->test, R->mean, R->sd);
-            if (isnan(R->p50)) printf(" - | - | - | - |\n");
-            else printf(" %.2f | %.2f | %.1f | %.0f%% |\n", R->p50, R->p99, R->gbps, bw > 0 ? 100 * R->gbps / bw : 0.0);
-        }
-        if (before.ok)
-            printf("\ngpu (%s): before %u/%u MHz (sm/mem) %u C %.0f W | after %u/%u MHz %u C %.0f W\n", before.source, before.sm_mhz,
-                   before.mem_mhz, before.temp_c, before.power_mw / 1000.0, after.sm_mhz, after.mem_mhz, after.temp_c,
-                   after.power_mw / 1000.0);
-    }
-    if (after.ok && after.throttled)
-        fprintf(stderr, "warning: the GPU's clocks were cut during the run (reasons 0x%llx: power cap or thermal)\n", after.reasons);
-
-    if (o.plot) {
-        char tmp[] = "/tmp/rf-bench-XXXXXX";
-        int fd = mkstemp(tmp);
-        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-        if (!f) return rf_cli_fail(1, "--plot: cannot write a temporary file");
-        fprintf(f, "# kind x tok/s sd\n");
-        for (int i = 0; i < nrows; i++)
-            if (rows[i].kind) fprintf(f, "%d %d %.3f %.3f\n", rows[i].kind, rows[i].kind == 1 ? rows[i].depth : rows[i].batch, rows[i].mean, rows[i].sd);
-        fclose(f);
-        FILE *g = popen("gnuplot 2>&1", "w");
-        if (!g) {
-            unlink(tmp);
-            return rf_cli_fail(1, "--plot needs gnuplot (apt-get install gnuplot-nox)");
-        }
-        fprintf(g,
-                "set terminal pngcairo noenhanced size 1100,450 font ',10'\nset output '%s'\n" /* noenhanced: '_' in a file name is not a subscript */
-                "set multiplot layout 1,2 title '%s on %s (tg%d, %s)'\n"
-                "set grid\nset ylabel 'tokens/s'\nset yrange [0:*]\n"
-                "set xlabel 'KV depth (positions)'\nset title 'one sequence'\n"
-                "plot '%s' using ($1==1?$2:1/0):3:4 with yerrorlines lw 2 pt 7 title 'tg tok/s'\n"
-                "set xlabel 'sequences at once'\nset title 'batched generation (aggregate)'\nset logscale x 2\n"
-                "plot '%s' using ($1==2?$2:1/0):3:4 with yerrorlines lw 2 pt 7 title 'tok/s'\n"
-                "unset multiplot\n",
-                o.plot, base, devname, o.n, ctime_s, tmp, tmp);
-        int prc = pclose(g);
-        unlink(tmp);
-        if (prc != 0) return rf_cli_fail(1, "--plot: gnuplot failed (exit %d); is gnuplot installed (apt-get install gnuplot-nox)?", prc);
-        fprintf(stderr, "bench: wrote %s\n", o.plot);
-    }
-    return 0;
-}
-
 int rf_cmd_bench(int argc, char **argv) {
     bench_opts o;
     int rc = parse(argc, argv, &o);
@@ -541,5 +447,89 @@ int rf_cmd_bench(int argc, char **argv) {
     if (rc) return rc;
 
     /* ---- output ---- */
-    return report(o, &info, rows, nrows, devname, driver, bw, w_bytes, &before, &after);
+    const char *base = strrchr(o.model, '/');
+    base = base ? base + 1 : o.model;
+    char ctime_s[64];
+    time_t now = time(NULL);
+    strftime(ctime_s, sizeof ctime_s, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    if (o.out == 1) {
+        printf("{\"model\": \"%s\", \"ftype\": \"%s\", \"params\": %llu, \"weight_bytes\": %llu, \"device\": \"%s\", "
+               "\"driver\": \"%s\", \"read_bw_gbs\": %.1f, \"date\": \"%s\", \"reps\": %d,\n \"gpu_before\": ",
+               base, info.ftype, (unsigned long long)info.n_params, (unsigned long long)info.weight_bytes, devname, driver,
+               bw, ctime_s, o.reps);
+        for (int k = 0; k < 2; k++) {
+            const rf_gpu_reading *g = k ? &after : &before;
+            if (!g->ok) printf("null");
+            else printf("{\"sm_mhz\": %u, \"mem_mhz\": %u, \"temp_c\": %u, \"power_w\": %.1f, \"throttled\": %s}", g->sm_mhz,
+                        g->mem_mhz, g->temp_c, g->power_mw / 1000.0, g->throttled ? "true" : "false");
+            if (!k) printf(", \"gpu_after\": ");
+        }
+        printf(",\n \"results\": [\n");
+        for (int i = 0; i < nrows; i++) {
+            const row *R = &rows[i];
+            printf("  {\"test\": \"%s\", \"depth\": %d, \"sequences\": %d, \"tok_s\": %.2f, \"tok_s_sd\": %.2f", R->test, R->depth,
+                   R->batch, R->mean, R->sd);
+            if (!isnan(R->p50)) printf(", \"ms_p50\": %.3f, \"ms_p99\": %.3f, \"gb_s\": %.1f, \"bw_frac\": %.3f", R->p50, R->p99, R->gbps,
+                                       bw > 0 ? R->gbps / bw : 0.0);
+            printf("}%s\n", i + 1 < nrows ? "," : "");
+        }
+        printf(" ]}\n");
+    } else if (o.out == 2) {
+        printf("model,ftype,device,test,depth,sequences,tok_s,tok_s_sd,ms_p50,ms_p99,gb_s,bw_frac\n");
+        for (int i = 0; i < nrows; i++) {
+            const row *R = &rows[i];
+            printf("%s,%s,\"%s\",%s,%d,%d,%.2f,%.2f", base, info.ftype, devname, R->test, R->depth, R->batch, R->mean, R->sd);
+            if (isnan(R->p50)) printf(",,,,\n");
+            else printf(",%.3f,%.3f,%.1f,%.3f\n", R->p50, R->p99, R->gbps, bw > 0 ? R->gbps / bw : 0.0);
+        }
+    } else {
+        printf("device: %s%s%s | read bandwidth %.1f GB/s (measured) | %s\n", devname, driver[0] ? " | driver " : "", driver, bw,
+               ctime_s);
+        printf("model: %s | %s | %.1f MiB of weights | %.1f M params | %.1f MiB read per decode token (+ K/V)\n\n", base,
+               info.ftype, info.weight_bytes / 1048576.0, info.n_params / 1e6, w_bytes / 1048576.0);
+        printf("| test | t/s | ms/step p50 | p99 | GB/s | of bw |\n|---|---:|---:|---:|---:|---:|\n");
+        for (int i = 0; i < nrows; i++) {
+            const row *R = &rows[i];
+            printf("| %s | %.2f ± %.2f |", R->test, R->mean, R->sd);
+            if (isnan(R->p50)) printf(" - | - | - | - |\n");
+            else printf(" %.2f | %.2f | %.1f | %.0f%% |\n", R->p50, R->p99, R->gbps, bw > 0 ? 100 * R->gbps / bw : 0.0);
+        }
+        if (before.ok)
+            printf("\ngpu (%s): before %u/%u MHz (sm/mem) %u C %.0f W | after %u/%u MHz %u C %.0f W\n", before.source, before.sm_mhz,
+                   before.mem_mhz, before.temp_c, before.power_mw / 1000.0, after.sm_mhz, after.mem_mhz, after.temp_c,
+                   after.power_mw / 1000.0);
+    }
+    if (after.ok && after.throttled)
+        fprintf(stderr, "warning: the GPU's clocks were cut during the run (reasons 0x%llx: power cap or thermal)\n", after.reasons);
+
+    if (o.plot) {
+        char tmp[] = "/tmp/rf-bench-XXXXXX";
+        int fd = mkstemp(tmp);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (!f) return rf_cli_fail(1, "--plot: cannot write a temporary file");
+        fprintf(f, "# kind x tok/s sd\n");
+        for (int i = 0; i < nrows; i++)
+            if (rows[i].kind) fprintf(f, "%d %d %.3f %.3f\n", rows[i].kind, rows[i].kind == 1 ? rows[i].depth : rows[i].batch, rows[i].mean, rows[i].sd);
+        fclose(f);
+        FILE *g = popen("gnuplot 2>&1", "w");
+        if (!g) {
+            unlink(tmp);
+            return rf_cli_fail(1, "--plot needs gnuplot (apt-get install gnuplot-nox)");
+        }
+        fprintf(g,
+                "set terminal pngcairo noenhanced size 1100,450 font ',10'\nset output '%s'\n" /* noenhanced: '_' in a file name is not a subscript */
+                "set multiplot layout 1,2 title '%s on %s (tg%d, %s)'\n"
+                "set grid\nset ylabel 'tokens/s'\nset yrange [0:*]\n"
+                "set xlabel 'KV depth (positions)'\nset title 'one sequence'\n"
+                "plot '%s' using ($1==1?$2:1/0):3:4 with yerrorlines lw 2 pt 7 title 'tg tok/s'\n"
+                "set xlabel 'sequences at once'\nset title 'batched generation (aggregate)'\nset logscale x 2\n"
+                "plot '%s' using ($1==2?$2:1/0):3:4 with yerrorlines lw 2 pt 7 title 'tok/s'\n"
+                "unset multiplot\n",
+                o.plot, base, devname, o.n, ctime_s, tmp, tmp);
+        int prc = pclose(g);
+        unlink(tmp);
+        if (prc != 0) return rf_cli_fail(1, "--plot: gnuplot failed (exit %d); is gnuplot installed (apt-get install gnuplot-nox)?", prc);
+        fprintf(stderr, "bench: wrote %s\n", o.plot);
+    }
+    return 0;
 }
