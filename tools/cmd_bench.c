@@ -15,9 +15,7 @@
 #include "cli.h"
 #include "gpu_monitor.h"
 #include "rocmforge/gguf.h"
-#ifdef RF_HAVE_GPU
-#include "backend/gpu/gpu.h"
-#endif
+#include "backend/backend.h"
 
 static const char k_bench_usage[] =
     "usage: rocmforge bench -m MODEL [options]\n"
@@ -315,21 +313,8 @@ int rf_cmd_bench(int argc, char **argv) {
     double bw = 0;
     char devname[256] = "cpu", driver[96] = "";
     bool on_gpu = false;
-#ifdef RF_HAVE_GPU
-    if (o.device != RF_DEVICE_CPU && rf_gpu_device_count() > 0) {
-        rf_gpu_ctx *ctx = NULL;
-        if (rf_gpu_init(o.device_index, &ctx) == RF_OK) {
-            rf_gpu_info info;
-            rf_gpu_get_info(ctx, &info);
-            snprintf(devname, sizeof devname, "%s", info.name);
-            size_t bytes = (size_t)1 << 30;
-            if (info.total_mem > ((size_t)8 << 30)) bytes = (size_t)4 << 30;
-            if (rf_gpu_bench_read_bw(ctx, bytes, 10, &bw)) bw = 0;
-            rf_gpu_destroy(ctx);
-            on_gpu = true;
-        }
-    }
-#endif
+    if (o.device != RF_DEVICE_CPU && rf_gpu_device_count() > 0)
+        on_gpu = rf_gpu_probe_read_bw(o.device_index, devname, sizeof devname, &bw) == RF_OK;
     fprintf(stderr, "bench: measuring read bandwidth...\n");
     if (!on_gpu) bw = cpu_read_bw(o.threads ? o.threads : ncpu());
     rf_gpu_reading before = {0}, after = {0};

@@ -57,6 +57,168 @@ static int parse_int(const char *opt, const char *s, long long lo, long long hi,
     return 0;
 }
 
+#define NOT_MINE (-2) /* an option group's answer: the option is not one of the group's */
+
+/* The sampling options of run, chat, batch and serve: 0 (taken), an exit code, or NOT_MINE. */
+static int sampling_opt(int argc, char **argv, int *pi, rf_run_opts *o) {
+    const char *a = argv[*pi], *v;
+    int rc = 0;
+#define ARG() (need_arg(argc, argv, *pi) ? NULL : argv[++*pi])
+#define IS(x) (!strcmp(a, x))
+    if ((IS("-n") || IS("--n-predict"))) {
+        if (!(v = ARG())) return 2;
+        long long n;
+        if (!rf_cli_parse_i64(v, -(1LL << 40), 1LL << 40, &n))
+            return rf_cli_fail(2, "option %s: '%s' is not an integer", a, v);
+        if (n < 0) return rf_cli_fail(2, "option %s: the number of tokens to generate must be >= 0 (got %lld)", a, n);
+        if (n > INT32_MAX) n = INT32_MAX;
+        o->n_predict = (int32_t)n;
+        return 0;
+    }
+    if (IS("--temp")) {
+        if (!(v = ARG())) return 2;
+        if ((rc = parse_float(a, v, &o->sp.temperature))) return rc;
+        if (o->sp.temperature < 0) return rf_cli_fail(2, "option --temp must be >= 0");
+        return 0;
+    }
+    if (IS("--top-k")) {
+        if (!(v = ARG()) || (rc = parse_int(a, v, 0, INT32_MAX, &o->sp.top_k))) return rc ? rc : 2;
+        return 0;
+    }
+    if (IS("--top-p")) {
+        if (!(v = ARG()) || (rc = parse_float(a, v, &o->sp.top_p))) return rc ? rc : 2;
+        if (o->sp.top_p <= 0 || o->sp.top_p > 1) return rf_cli_fail(2, "option --top-p must be in (0, 1]");
+        return 0;
+    }
+    if (IS("--min-p")) {
+        if (!(v = ARG()) || (rc = parse_float(a, v, &o->sp.min_p))) return rc ? rc : 2;
+        if (o->sp.min_p < 0 || o->sp.min_p > 1) return rf_cli_fail(2, "option --min-p must be in [0, 1]");
+        return 0;
+    }
+    if (IS("--repeat-penalty")) {
+        if (!(v = ARG()) || (rc = parse_float(a, v, &o->sp.repeat_penalty))) return rc ? rc : 2;
+        if (o->sp.repeat_penalty <= 0) return rf_cli_fail(2, "option --repeat-penalty must be > 0");
+        return 0;
+    }
+    if (IS("--repeat-last-n")) {
+        if (!(v = ARG()) || (rc = parse_int(a, v, -1, INT32_MAX, &o->sp.repeat_last_n))) return rc ? rc : 2;
+        return 0;
+    }
+    if (IS("--presence-penalty")) {
+        if (!(v = ARG()) || (rc = parse_float(a, v, &o->sp.presence_penalty))) return rc ? rc : 2;
+        return 0;
+    }
+    if (IS("--frequency-penalty")) {
+        if (!(v = ARG()) || (rc = parse_float(a, v, &o->sp.frequency_penalty))) return rc ? rc : 2;
+        return 0;
+    }
+    if (IS("--seed")) {
+        if (!(v = ARG())) return 2;
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(v, &end, 10);
+        if (!*v || *end || *v == '-' || errno)
+            return rf_cli_fail(2, "option --seed: '%s' is not a non-negative integer", v);
+        o->sp.seed = s;
+        return 0;
+    }
+    if (IS("--stop")) {
+        if (!(v = ARG())) return 2;
+        if (o->n_stop >= RF_MAX_STOP) return rf_cli_fail(2, "at most %d --stop strings", RF_MAX_STOP);
+        if (!*v) return rf_cli_fail(2, "option --stop: empty string");
+        o->stops[o->n_stop++] = v;
+        return 0;
+    }
+    if (IS("--ignore-eos")) {
+        o->ignore_eos = true;
+        return 0;
+    }
+#undef ARG
+#undef IS
+    return NOT_MINE;
+}
+
+/* The options of serve alone: 0 (taken), an exit code, or NOT_MINE. */
+static int serve_opt(int argc, char **argv, int *pi, rf_run_opts *o) {
+    const char *a = argv[*pi], *v;
+    int rc = 0;
+#define ARG() (need_arg(argc, argv, *pi) ? NULL : argv[++*pi])
+#define IS(x) (!strcmp(a, x))
+    if (IS("--host")) {
+        if (!(v = ARG())) return 2;
+        if (!*v) return rf_cli_fail(2, "option --host: empty address");
+        o->host = v;
+        return 0;
+    }
+    if (IS("--port")) {
+        if (!(v = ARG()) || (rc = parse_int(a, v, 0, 65535, &o->port))) return rc ? rc : 2;
+        return 0;
+    }
+    if (IS("--api-key")) {
+        if (!(v = ARG())) return 2;
+        if (!*v) return rf_cli_fail(2, "option --api-key: empty key");
+        o->api_key = v;
+        return 0;
+    }
+    if (IS("--api-key-file")) {
+        if (!(v = ARG())) return 2;
+        static char key[4096];
+        FILE *f = fopen(v, "r");
+        if (!f) return rf_cli_fail(2, "option --api-key-file: cannot read '%s': %s", v, strerror(errno));
+        size_t n = fread(key, 1, sizeof key - 1, f);
+        fclose(f);
+        key[n] = 0;
+        while (n && (key[n - 1] == '\n' || key[n - 1] == '\r' || key[n - 1] == ' ' || key[n - 1] == '\t')) key[--n] = 0;
+        if (!n) return rf_cli_fail(2, "option --api-key-file: '%s' holds no key", v);
+        o->api_key = key;
+        return 0;
+    }
+    if (IS("--alias")) {
+        if (!(v = ARG())) return 2;
+        if (!*v) return rf_cli_fail(2, "option --alias: empty name");
+        o->alias = v;
+        return 0;
+    }
+    if (IS("--max-queue")) {
+        if (!(v = ARG()) || (rc = parse_int(a, v, 0, 1 << 20, &o->max_queue))) return rc ? rc : 2;
+        return 0;
+    }
+    if (IS("--http-threads")) {
+        if (!(v = ARG()) || (rc = parse_int(a, v, 1, 256, &o->http_threads))) return rc ? rc : 2;
+        return 0;
+    }
+    if (IS("--max-body")) {
+        if (!(v = ARG())) return 2;
+        long long n;
+        if (!rf_cli_parse_i64(v, 1024, 1LL << 32, &n))
+            return rf_cli_fail(2, "option --max-body: '%s' must be an integer in [1024, 4294967296] (bytes)", v);
+        o->max_body = n;
+        return 0;
+    }
+    if (IS("--sse-ping")) {
+        float f = 0;
+        if (!(v = ARG()) || (rc = parse_float(a, v, &f))) return rc ? rc : 2;
+        if (f < 0 || f > 86400) return rf_cli_fail(2, "option --sse-ping must be in [0, 86400] seconds (0 = never)");
+        o->ping_s = f;
+        return 0;
+    }
+    if (IS("--timeout")) {
+        if (!(v = ARG()) || (rc = parse_int(a, v, 0, 86400, &o->timeout_s))) return rc ? rc : 2;
+        return 0;
+    }
+    if (IS("--no-webui")) {
+        o->no_webui = true;
+        return 0;
+    }
+    if ((IS("-v") || IS("--verbose"))) {
+        o->verbose = true;
+        return 0;
+    }
+#undef ARG
+#undef IS
+    return NOT_MINE;
+}
+
 int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *usage) {
     memset(o, 0, sizeof *o);
     o->n_predict = -1;
@@ -97,50 +259,8 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
             o->system = v;
         } else if ((which & RF_OPT_PROMPT) && IS("--chat")) {
             o->chat = true;
-        } else if (samp && (IS("-n") || IS("--n-predict"))) {
-            if (!(v = ARG())) return 2;
-            long long n;
-            if (!rf_cli_parse_i64(v, -(1LL << 40), 1LL << 40, &n))
-                return rf_cli_fail(2, "option %s: '%s' is not an integer", a, v);
-            if (n < 0) return rf_cli_fail(2, "option %s: the number of tokens to generate must be >= 0 (got %lld)", a, n);
-            if (n > INT32_MAX) n = INT32_MAX;
-            o->n_predict = (int32_t)n;
-        } else if (samp && IS("--temp")) {
-            if (!(v = ARG())) return 2;
-            if ((rc = parse_float(a, v, &o->sp.temperature))) return rc;
-            if (o->sp.temperature < 0) return rf_cli_fail(2, "option --temp must be >= 0");
-        } else if (samp && IS("--top-k")) {
-            if (!(v = ARG()) || (rc = parse_int(a, v, 0, INT32_MAX, &o->sp.top_k))) return rc ? rc : 2;
-        } else if (samp && IS("--top-p")) {
-            if (!(v = ARG()) || (rc = parse_float(a, v, &o->sp.top_p))) return rc ? rc : 2;
-            if (o->sp.top_p <= 0 || o->sp.top_p > 1) return rf_cli_fail(2, "option --top-p must be in (0, 1]");
-        } else if (samp && IS("--min-p")) {
-            if (!(v = ARG()) || (rc = parse_float(a, v, &o->sp.min_p))) return rc ? rc : 2;
-            if (o->sp.min_p < 0 || o->sp.min_p > 1) return rf_cli_fail(2, "option --min-p must be in [0, 1]");
-        } else if (samp && IS("--repeat-penalty")) {
-            if (!(v = ARG()) || (rc = parse_float(a, v, &o->sp.repeat_penalty))) return rc ? rc : 2;
-            if (o->sp.repeat_penalty <= 0) return rf_cli_fail(2, "option --repeat-penalty must be > 0");
-        } else if (samp && IS("--repeat-last-n")) {
-            if (!(v = ARG()) || (rc = parse_int(a, v, -1, INT32_MAX, &o->sp.repeat_last_n))) return rc ? rc : 2;
-        } else if (samp && IS("--presence-penalty")) {
-            if (!(v = ARG()) || (rc = parse_float(a, v, &o->sp.presence_penalty))) return rc ? rc : 2;
-        } else if (samp && IS("--frequency-penalty")) {
-            if (!(v = ARG()) || (rc = parse_float(a, v, &o->sp.frequency_penalty))) return rc ? rc : 2;
-        } else if (samp && IS("--seed")) {
-            if (!(v = ARG())) return 2;
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (!*v || *end || *v == '-' || errno)
-                return rf_cli_fail(2, "option --seed: '%s' is not a non-negative integer", v);
-            o->sp.seed = s;
-        } else if (samp && IS("--stop")) {
-            if (!(v = ARG())) return 2;
-            if (o->n_stop >= RF_MAX_STOP) return rf_cli_fail(2, "at most %d --stop strings", RF_MAX_STOP);
-            if (!*v) return rf_cli_fail(2, "option --stop: empty string");
-            o->stops[o->n_stop++] = v;
-        } else if (samp && IS("--ignore-eos")) {
-            o->ignore_eos = true;
+        } else if (samp && (rc = sampling_opt(argc, argv, &i, o)) != NOT_MINE) {
+            if (rc) return rc;
         } else if (IS("--deterministic")) {
             o->deterministic = true;
         } else if (IS("-t") || IS("--threads")) {
@@ -190,52 +310,8 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
             if (!strcmp(v, "text")) o->jsonl = false;
             else if (!strcmp(v, "jsonl")) o->jsonl = true;
             else return rf_cli_fail(2, "option %s: '%s' is not one of text, jsonl", a, v);
-        } else if (serve && IS("--host")) {
-            if (!(v = ARG())) return 2;
-            if (!*v) return rf_cli_fail(2, "option --host: empty address");
-            o->host = v;
-        } else if (serve && IS("--port")) {
-            if (!(v = ARG()) || (rc = parse_int(a, v, 0, 65535, &o->port))) return rc ? rc : 2;
-        } else if (serve && IS("--api-key")) {
-            if (!(v = ARG())) return 2;
-            if (!*v) return rf_cli_fail(2, "option --api-key: empty key");
-            o->api_key = v;
-        } else if (serve && IS("--api-key-file")) {
-            if (!(v = ARG())) return 2;
-            static char key[4096];
-            FILE *f = fopen(v, "r");
-            if (!f) return rf_cli_fail(2, "option --api-key-file: cannot read '%s': %s", v, strerror(errno));
-            size_t n = fread(key, 1, sizeof key - 1, f);
-            fclose(f);
-            key[n] = 0;
-            while (n && (key[n - 1] == '\n' || key[n - 1] == '\r' || key[n - 1] == ' ' || key[n - 1] == '\t')) key[--n] = 0;
-            if (!n) return rf_cli_fail(2, "option --api-key-file: '%s' holds no key", v);
-            o->api_key = key;
-        } else if (serve && IS("--alias")) {
-            if (!(v = ARG())) return 2;
-            if (!*v) return rf_cli_fail(2, "option --alias: empty name");
-            o->alias = v;
-        } else if (serve && IS("--max-queue")) {
-            if (!(v = ARG()) || (rc = parse_int(a, v, 0, 1 << 20, &o->max_queue))) return rc ? rc : 2;
-        } else if (serve && IS("--http-threads")) {
-            if (!(v = ARG()) || (rc = parse_int(a, v, 1, 256, &o->http_threads))) return rc ? rc : 2;
-        } else if (serve && IS("--max-body")) {
-            if (!(v = ARG())) return 2;
-            long long n;
-            if (!rf_cli_parse_i64(v, 1024, 1LL << 32, &n))
-                return rf_cli_fail(2, "option --max-body: '%s' must be an integer in [1024, 4294967296] (bytes)", v);
-            o->max_body = n;
-        } else if (serve && IS("--sse-ping")) {
-            float f;
-            if (!(v = ARG()) || (rc = parse_float(a, v, &f))) return rc ? rc : 2;
-            if (f < 0 || f > 86400) return rf_cli_fail(2, "option --sse-ping must be in [0, 86400] seconds (0 = never)");
-            o->ping_s = f;
-        } else if (serve && IS("--timeout")) {
-            if (!(v = ARG()) || (rc = parse_int(a, v, 0, 86400, &o->timeout_s))) return rc ? rc : 2;
-        } else if (serve && IS("--no-webui")) {
-            o->no_webui = true;
-        } else if (serve && (IS("-v") || IS("--verbose"))) {
-            o->verbose = true;
+        } else if (serve && (rc = serve_opt(argc, argv, &i, o)) != NOT_MINE) {
+            if (rc) return rc;
         } else if ((which & RF_OPT_PPL) && IS("--chunks")) {
             if (!(v = ARG()) || (rc = parse_int(a, v, 0, INT32_MAX, &o->chunks))) return rc ? rc : 2;
         } else if (IS("--no-timing")) {

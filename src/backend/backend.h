@@ -96,8 +96,27 @@ typedef enum rf_moe_gating {
     RF_MOE_SOFTMAX_TOPK = 2  /* choose the k largest logits; p = softmax over those k (gpt-oss) */
 } rf_moe_gating;
 
+/* What a backend says about itself (op info), so that code outside src/backend/ needs no
+ * knowledge of the device: its name, its memory and its counters. */
+typedef struct rf_backend_info {
+    const char *name;     /* "cpu", or the device's name ("NVIDIA H100 80GB HBM3"); the
+                           * backend's storage, valid while it lives */
+    int device;           /* the GPU's ordinal; -1 on the CPU */
+    /* device memory now (asked with memory true; 0 on the CPU): the device's total, what is
+     * free on it, and total - free */
+    size_t mem_total, mem_free, mem_used;
+    /* host<->device transfers and graph launches so far (0 on the CPU); a step's are the
+     * difference of two reads (RF_GPU_STEP_TRACE) */
+    int64_t uploads, downloads, launches;
+} rf_backend_info;
+
 typedef struct rf_backend_ops {
     const char *name;
+
+    /* Fills *out (every field; memory only when `memory`, since reading it waits on the
+     * driver). A device backend reads the current device's memory: in a split, make the
+     * backend's device current first (rf_backend_gpu_use). */
+    rf_status (*info)(rf_backend *be, bool memory, rf_backend_info *out);
 
     /* ---- memory ---- */
     /* Allocates rows x n elements of `type` (zeroed). RF_ERR_OOM names the size. */
@@ -297,27 +316,21 @@ int rf_cpu_count(void);
 /* True for a backend whose tensors live in device memory (the GPU backend). */
 static inline bool rf_backend_on_device(const rf_backend *be) { return be->ops->batch_upload != NULL; }
 
-#ifdef RF_HAVE_GPU
+/* ---- GPU entry points: declared in every build; a build without the GPU backend has stubs
+ * (backend_nogpu.c) that report RF_ERR_UNSUPPORTED, 0 devices, or do nothing ---- */
+/* True when this build holds the GPU backend. */
+bool rf_gpu_built(void);
 /* The GPU backend on device `device` (backend/gpu/gpu_backend.c): RF_ERR_DEVICE when there is no
  * GPU or it cannot be opened. */
 rf_status rf_backend_gpu_new(int device, rf_backend **out);
-/* Free and total device memory now. */
-rf_status rf_backend_gpu_mem(rf_backend *be, size_t *free_bytes, size_t *total_bytes);
-/* Waits for the device; a fault is reported as RF_ERR_DEVICE naming the last kernel. */
-rf_status rf_backend_gpu_sync(rf_backend *be);
-/* Holds the device's stream for about `us` microseconds, so the host runs ahead of the device
- * (tests of what the host may reuse while work is still queued). */
-rf_status rf_backend_gpu_stall(rf_backend *be, unsigned us);
-/* The device's name ("NVIDIA H100 80GB HBM3"); static storage. */
-const char *rf_backend_gpu_name(rf_backend *be);
-/* Host<->device transfers and graph launches so far (RF_GPU_STEP_TRACE and tests). */
-void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *downloads, int64_t *launches);
 /* Devices the runtime sees (0 without a driver). */
 int rf_gpu_device_count(void);
+/* The device's read bandwidth in GB/s (the bench's roof; a buffer of 1 GiB, 4 GiB on a device
+ * of more than 8 GiB) and its name into name[cap], on a context of its own. */
+rf_status rf_gpu_probe_read_bw(int device, char *name, size_t cap, double *gbps);
 
 /* Tensor parallelism over several GPUs (gpu_tp.cu, docs/tp.md): one host thread issues every
  * GPU's work, so each GPU's ops follow rf_backend_gpu_use (its device made current). */
-struct rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be);
 rf_status rf_backend_gpu_use(rf_backend *be);
 /* After a step recorded (graph_begin's RF_GRAPH_CAPTURE) or replayed on a GPU that does not
  * sample: ends the recording and launches it, or launches the recorded step (gpu_backend.c). */
@@ -331,7 +344,6 @@ void rf_backend_gpu_set_lead(rf_backend *be, rf_backend *lead);
 void rf_backend_gpu_drop_graphs(rf_backend *be);
 /* Waits for the backend's last batch copy, before graph_begin (gpu_backend.c). */
 rf_status rf_backend_gpu_settle(rf_backend *be);
-int rf_backend_gpu_device(rf_backend *be);
 /* RF_ERR_DEVICE naming the first pair of GPUs without peer access. */
 rf_status rf_tp_peer_check(rf_backend *const *bes, int n);
 /* The communicator over n GPU backends (rank r = bes[r]), created once: NCCL; RF_ERR_UNSUPPORTED
@@ -343,6 +355,23 @@ rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **out);
 rf_status rf_tp_comm_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n);
 rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs, size_t n);
 void rf_tp_comm_free(rf_tp_comm *t);
+
+#ifdef RF_HAVE_GPU
+/* Device-only helpers for the GPU backend's own files and the GPU tests. */
+struct rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be);
+/* Waits for the device; a fault is reported as RF_ERR_DEVICE naming the last kernel. */
+rf_status rf_backend_gpu_sync(rf_backend *be);
+/* Holds the device's stream for about `us` microseconds, so the host runs ahead of the device
+ * (tests of what the host may reuse while work is still queued). */
+rf_status rf_backend_gpu_stall(rf_backend *be, unsigned us);
+/* Free and total device memory now (as op info's memory). */
+rf_status rf_backend_gpu_mem(rf_backend *be, size_t *free_bytes, size_t *total_bytes);
+/* The device's name (as op info's name). */
+const char *rf_backend_gpu_name(rf_backend *be);
+/* Host<->device transfers and graph launches so far (as op info's counters). */
+void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *downloads, int64_t *launches);
+/* The device's ordinal (as op info's device). */
+int rf_backend_gpu_device(rf_backend *be);
 #endif
 
 #ifdef __cplusplus

@@ -76,14 +76,12 @@ rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **o
     /* the memory plan: what the step's buffers take comes off the budget before the pool */
     uint64_t budget = avail_memory() / 2, buffers = 0, dev_free = 0;
     if (on_dev) {
-#ifdef RF_HAVE_GPU
         size_t fr = 0, tot = 0;
         if ((st = rf_model_gpu_mem(m, &fr, &tot))) return st; /* the fullest GPU of a split */
         dev_free = fr;
         buffers = rf_fwd_buffer_bytes(m, n_batch ? n_batch : 512, n_parallel);
         uint64_t margin = 256u << 20;
         budget = fr > buffers + margin ? fr - buffers - margin : 0;
-#endif
     }
     if (n_ctx == 0) {
         n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;

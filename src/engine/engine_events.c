@@ -246,19 +246,16 @@ const char *rf_event_error(const rf_event *ev) { return ev->error ? ev->error : 
 
 
 void rf_engine_trace_step(rf_engine *e, const rf_step_batch *sb, int32_t n_seqs, double t_step) {
-    (void)e, (void)sb, (void)n_seqs, (void)t_step;
-#ifdef RF_HAVE_GPU
     rf_backend *be = e->m->be;
     if (!rf_backend_on_device(be)) return;
-    int64_t up, down, launch;
-    rf_backend_gpu_counters(be, &up, &down, &launch);
+    rf_backend_info bi = {0};
+    be->ops->info(be, false, &bi);
     fprintf(stderr, "[step %lld] %d tokens (%d sequences, bucket %d, %s): %lld upload(s), %lld download(s), %lld graph launch(es), %.2f ms\n",
             (long long)e->st_steps, sb->n_tok, n_seqs, sb->bucket,
             sb->gmode == RF_GRAPH_REPLAY ? "graph replayed" : sb->gmode == RF_GRAPH_CAPTURE ? "graph recorded" : "eager",
-            (long long)(up - e->tr_up), (long long)(down - e->tr_down), (long long)(launch - e->tr_launch),
-            rf_now_ms() - t_step);
-    e->tr_up = up;
-    e->tr_down = down;
-    e->tr_launch = launch;
-#endif
+            (long long)(bi.uploads - e->tr_up), (long long)(bi.downloads - e->tr_down),
+            (long long)(bi.launches - e->tr_launch), rf_now_ms() - t_step);
+    e->tr_up = bi.uploads;
+    e->tr_down = bi.downloads;
+    e->tr_launch = bi.launches;
 }

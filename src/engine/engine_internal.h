@@ -171,8 +171,27 @@ void rf_engine_intake(rf_engine *e);
 void rf_engine_release_req(rf_engine *e, rf_req *q);
 void rf_engine_req_free(rf_req *r);
 /* Inserts a sequence into the waiting / running list in arrival order (false: out of memory). */
-bool rf_engine_queue_waiting(rf_engine *e, rf_seq *s);
-bool rf_engine_queue_running(rf_engine *e, rf_seq *s);
+static inline bool rf_engine_queue_waiting(rf_engine *e, rf_seq *s) {
+    s->state = RF_SEQ_WAITING;
+    return rf_seq_list_insert(&e->waiting, s);
+}
+static inline bool rf_engine_queue_running(rf_engine *e, rf_seq *s) {
+    s->state = RF_SEQ_RUNNING;
+    return rf_seq_list_insert(&e->running, s);
+}
+
+/* engine_state.c: the recurrent-state slots' hooks (rf_seq.state_ref holds slot + 1; 0: none).
+ * At engine creation: slots for n_parallel sequences when the model has recurrent layers
+ * (nothing otherwise); the forward's slot memory is allocated here too. (A sequence takes its
+ * slot in the step planner, rf_seq_take_state, and gives it back with its KV blocks,
+ * rf_seq_release_blocks: sequence.c.) */
+rf_status rf_engine_state_init(rf_engine *e);
+void rf_engine_state_free(rf_engine *e);
+/* A choice forked off parent after its prompt: a slot with a copy of the parent's state; when
+ * none is free the child recomputes from the start (its blocks given back, like a preemption). */
+void rf_seq_state_fork(rf_engine *e, rf_seq *parent, rf_seq *child);
+/* rf_engine_check's part: the slots held by the engine's sequences against the pool. */
+rf_status rf_engine_state_check(rf_engine *e);
 
 /* engine_stats.c: the counters' snapshot taken after each step (read by rf_engine_get_stat). */
 void rf_engine_snapshot(rf_engine *e);

@@ -363,16 +363,6 @@ rf_status rf_engine_cancel(rf_engine *e, uint64_t id) {
     return st;
 }
 
-bool rf_engine_queue_waiting(rf_engine *e, rf_seq *s) {
-    s->state = RF_SEQ_WAITING;
-    return rf_seq_list_insert(&e->waiting, s);
-}
-
-bool rf_engine_queue_running(rf_engine *e, rf_seq *s) {
-    s->state = RF_SEQ_RUNNING;
-    return rf_seq_list_insert(&e->running, s);
-}
-
 
 /* Moves what was submitted into the waiting queue (one sequence per request; its other
  * choices are forked after the prompt). Called by the step thread. */

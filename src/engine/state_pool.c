@@ -1,11 +1,9 @@
-/* state_pool.c — recurrent-state slot bookkeeping (state_pool.h): a free stack of slot ids, and
- * the engine's hooks that give each running sequence of a hybrid model its slot. */
+/* state_pool.c — recurrent-state slot bookkeeping (state_pool.h): a free stack of slot ids (the
+ * engine's hooks that give each running sequence of a hybrid model its slot: engine_state.c). */
 #include "engine/state_pool.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#include "engine/engine_internal.h"
 
 struct rf_state_pool {
     int32_t n, n_free;
@@ -54,58 +52,5 @@ rf_status rf_state_pool_check(const rf_state_pool *p, const int32_t *held, int32
     if (!st && p->n_free + n_held != p->n)
         st = rf_set_error(RF_ERR_INTERNAL, "state slots: %d free + %d held of %d", p->n_free, n_held, p->n);
     free(seen);
-    return st;
-}
-
-/* ---- engine hooks -------------------------------------------------------------------------- */
-
-rf_status rf_engine_state_init(rf_engine *e) {
-    if (rf_model_n_recurrent(e->m) == 0) return RF_OK;
-    rf_status st = rf_fwd_rec_init(e->m, &e->f, e->n_parallel);
-    if (!st) st = rf_state_pool_new(e->n_parallel, &e->spool);
-    if (!st && !(e->b_state = malloc((size_t)e->n_batch * sizeof(int32_t))))
-        st = rf_set_error(RF_ERR_OOM, "engine: out of memory");
-    if (!st)
-        rf_log(RF_LOG_INFO, "engine: %d recurrent-state slots of %.1f MiB", e->n_parallel,
-               rf_state_slot_bytes(e->m) / 1048576.0);
-    return st;
-}
-
-void rf_engine_state_free(rf_engine *e) {
-    rf_state_pool_free(e->spool);
-    e->spool = NULL;
-    free(e->b_state);
-    e->b_state = NULL;
-}
-
-void rf_seq_state_fork(rf_engine *e, rf_seq *parent, rf_seq *child) {
-    if (!e->spool || parent->state_ref == 0) return;
-    int32_t slot = rf_state_pool_alloc(e->spool);
-    if (slot >= 0 && rf_fwd_copy_slot(e->m, &e->f, slot, parent->state_ref - 1) == RF_OK) {
-        child->state_ref = slot + 1;
-        return;
-    }
-    if (slot >= 0) rf_state_pool_release(e->spool, slot);
-    rf_seq_release_blocks(child, e->pool, e->spool); /* no slot: recomputed from its start when it runs */
-}
-
-rf_status rf_engine_state_check(rf_engine *e) {
-    if (!e->spool) return RF_OK;
-    int32_t cap = e->running.n + e->waiting.n, n = 0;
-    int32_t *held = malloc((size_t)(cap ? cap : 1) * sizeof(int32_t));
-    if (!held) return rf_set_error(RF_ERR_OOM, "state check: out of memory");
-    rf_status st = RF_OK;
-    for (int32_t i = 0; i < cap && !st; i++) {
-        rf_seq *s = i < e->running.n ? e->running.v[i] : e->waiting.v[i - e->running.n];
-        if (s->state_ref) held[n++] = s->state_ref - 1;
-        if (s->state_ref && i >= e->running.n) /* a waiting sequence holds nothing */
-            st = rf_set_error(RF_ERR_INTERNAL, "a waiting sequence holds state slot %d", s->state_ref - 1);
-    }
-    /* a session's idle sequence is in neither list; its slot counts as held */
-    if (!st && n + rf_state_pool_n_free(e->spool) < rf_state_pool_n_slots(e->spool))
-        st = RF_OK; /* held outside the lists (idle sessions): checked by count only */
-    else if (!st)
-        st = rf_state_pool_check(e->spool, held, n);
-    free(held);
     return st;
 }

@@ -236,6 +236,12 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out);
 /* Copies block src's K/V rows to block dst in every layer (copy-on-write). */
 rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src);
 
+/* Binds every weight by name from m->g onto m->be (model_weights.c): shapes checked, errors
+ * name the tensor; joins Q/K/V and gate/up where the backend offers weight_join. */
+rf_status rf_model_load_weights(rf_model *m);
+/* Releases what rf_model_load_weights bound (a device backend's uploads; a tied output once). */
+void rf_model_free_weights(rf_model *m);
+
 /* Splits every layer over tp shards (model_tp.c): Q/K/V and gate/up by output rows (whole
  * heads; KV heads replicated where n_head_kv < tp), O and down by input columns, as views into
  * the loaded weights. tp <= 1: nothing. Errors (nothing changed): RF_ERR_UNSUPPORTED on a device

@@ -96,6 +96,12 @@ rf_status rf_tp_open_cpu(rf_model *m, int32_t tp, int n_threads) {
     return RF_OK;
 }
 
+/* Makes shard s's GPU current (one host thread issues every GPU's work); nothing on the CPU. */
+rf_status rf_model_use(const rf_model *m, int s) {
+    if (!m->tp_be || !rf_backend_on_device(m->tp_be[s])) return RF_OK; /* (CPU ranks: a test mode) */
+    return rf_backend_gpu_use(m->tp_be[s]);
+}
+
 /* CPU ranks: the tensors are host memory */
 rf_status rf_tp_host_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) {
     for (int s = 1; s < m->tp; s++) {

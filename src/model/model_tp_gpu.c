@@ -2,21 +2,14 @@
  * the checks that say why a split cannot run (GPU count, heads, each GPU's free memory against
  * its shard, peer access, NCCL), the communicator, and the collectives the forward calls over
  * the GPUs' buffers. One host thread issues every GPU's work (asynchronous launches on each
- * GPU's own stream); the NCCL calls of all ranks go out as one group. Without a GPU build these
- * are stubs that say so. */
+ * GPU's own stream); the NCCL calls of all ranks go out as one group. The same code in every
+ * build: without the GPU backend, backend_nogpu.c's stubs make a split say so. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/knobs.h"
 #include "model/model.h"
-
-#ifdef RF_HAVE_GPU
-
-rf_status rf_model_use(const rf_model *m, int s) {
-    if (!m->tp_be || !rf_backend_on_device(m->tp_be[s])) return RF_OK; /* (CPU ranks: a test mode) */
-    return rf_backend_gpu_use(m->tp_be[s]);
-}
 
 rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_bytes) {
     const int n = m->tp_be ? m->tp : 1;
@@ -27,8 +20,11 @@ rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_
         if (!rf_backend_on_device(rf_model_be(m, s)))
             return rf_set_error(RF_ERR_UNSUPPORTED, "rf_model_gpu_mem: not on a GPU");
         rf_status st = rf_model_use(m, s); /* the runtime reads the current device's */
-        if (!st) st = rf_backend_gpu_mem(rf_model_be(m, s), &fr, &tot);
+        rf_backend *be = rf_model_be(m, s);
+        rf_backend_info bi = {0};
+        if (!st) st = be->ops->info(be, true, &bi);
         if (st) return st;
+        fr = bi.mem_free, tot = bi.mem_total;
         if (fr < *free_bytes) *free_bytes = fr, *total_bytes = tot;
     }
     return rf_model_use(m, 0);
@@ -58,26 +54,28 @@ static uint64_t shard_bytes(const rf_model *m, int s, int tp, int64_t hkv_s) {
 static rf_status check_memory(rf_model *m, int tp) {
     const int64_t HKV = m->hp.n_head_kv, hkv_s = HKV % tp == 0 ? HKV / tp : 1;
     for (int s = 0; s < tp; s++) {
-        size_t fr = 0, tot = 0;
-        rf_status st = rf_backend_gpu_use(m->tp_be[s]); /* the runtime reads the current device's */
-        if (!st) st = rf_backend_gpu_mem(m->tp_be[s], &fr, &tot);
+        rf_backend *be = m->tp_be[s];
+        rf_backend_info bi = {0};
+        rf_status st = rf_backend_gpu_use(be); /* the runtime reads the current device's */
+        if (!st) st = be->ops->info(be, true, &bi);
         if (st) return st;
+        const size_t fr = bi.mem_free, tot = bi.mem_total;
         const uint64_t need = shard_bytes(m, s, tp, hkv_s);
         const uint64_t reserve = need / 20 > (256u << 20) ? need / 20 : (256u << 20);
         if (need + reserve > fr)
             return rf_set_error(RF_ERR_OOM,
                                 "--tp %d: shard %d needs %.1f MiB of weights (+%.0f MiB for a KV cache) but GPU %d has "
                                 "%.1f MiB free (of %.1f MiB); use more GPUs or a smaller model",
-                                tp, s, need / 1048576.0, reserve / 1048576.0, rf_backend_gpu_device(m->tp_be[s]),
-                                fr / 1048576.0, tot / 1048576.0);
-        RF_LOGI("--tp %d: shard %d: %.1f MiB of weights on GPU %d (%s)", tp, s, need / 1048576.0,
-                rf_backend_gpu_device(m->tp_be[s]), rf_backend_gpu_name(m->tp_be[s]));
+                                tp, s, need / 1048576.0, reserve / 1048576.0, bi.device, fr / 1048576.0,
+                                tot / 1048576.0);
+        RF_LOGI("--tp %d: shard %d: %.1f MiB of weights on GPU %d (%s)", tp, s, need / 1048576.0, bi.device, bi.name);
     }
     return RF_OK;
 }
 
 rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
     const rf_hparams *hp = &m->hp;
+    if (!rf_gpu_built()) return rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d over GPUs: this build has no GPU backend", tp);
     const int have = rf_gpu_device_count();
     if (first < 0 || first + tp > have)
         return rf_set_error(RF_ERR_DEVICE,
@@ -186,41 +184,8 @@ void rf_model_graph_abort(rf_model *m) {
     rf_model_use(m, 0);
 }
 
-#else /* no GPU backend in this build */
-
-bool rf_model_graphs_ok(const rf_model *m) { return !m->tp_be; }
-int rf_model_graph_begin(rf_model *m, const void *owner, int key) {
-    return m->tp_be ? RF_GRAPH_NONE : m->be->ops->graph_begin(m->be, owner, key);
-}
-rf_status rf_model_graph_others(rf_model *m, const rf_batch *b, int mode) {
-    (void)m, (void)b, (void)mode;
-    return RF_OK;
-}
-void rf_model_graph_abort(rf_model *m) {
-    if (!m->tp_be && m->be->ops->graph_abort) m->be->ops->graph_abort(m->be);
-}
-
-rf_status rf_model_use(const rf_model *m, int s) {
-    (void)m, (void)s;
-    return RF_OK;
-}
-rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_bytes) {
-    (void)m;
-    *free_bytes = *total_bytes = 0;
-    return rf_set_error(RF_ERR_UNSUPPORTED, "this build has no GPU backend");
-}
-rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
-    (void)m, (void)first;
-    return rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d over GPUs: this build has no GPU backend", tp);
-}
-rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) { return rf_tp_host_allreduce(m, t, n); }
-rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) { return rf_tp_host_broadcast(m, t, n); }
-
-#endif
-
 void rf_tp_close(rf_model *m) {
     if (!m->tp_be) return;
-#ifdef RF_HAVE_GPU
     /* every recorded step first: a graph holding NCCL kernels keeps a reference on the
      * communicator, and destroying the communicator waits for it (a hang at exit otherwise) */
     for (int s = m->tp - 1; s >= 0; s--)
@@ -230,7 +195,6 @@ void rf_tp_close(rf_model *m) {
         }
     rf_tp_comm_free(m->tp_comm);
     m->tp_comm = NULL;
-#endif
     for (int s = 1; s < m->tp; s++)
         if (m->tp_be[s]) {
             rf_model_use(m, s);

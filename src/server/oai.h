@@ -6,6 +6,7 @@
 #define RF_SERVER_OAI_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -63,6 +64,9 @@ int srv_fail(srv_error *e, int status, const char *type, const char *code, const
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
+/* srv_fail with the arguments as a va_list. */
+int srv_failv(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt,
+              va_list ap);
 /* The error's JSON body (malloc'd, NUL-terminated); NULL when out of memory. */
 char *srv_error_json(const srv_error *e);
 
@@ -143,13 +147,16 @@ int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *
  * the peers do); fields this server cannot honour (tools, logit_bias, json response formats,
  * suffix, best_of > n, echo with logprobs) are refused rather than silently dropped. */
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
+/* The chat and completions routes' parser (oai_parse.c) that srv_parse_request (oai_request.c)
+ * and the translated Messages/Responses bodies use. */
+int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
 
 /* ---- other API shapes on the same engine (oai_messages.c, oai_responses.c) ---------------- */
 
 /* Anthropic Messages (POST /v1/messages) and OpenAI Responses (POST /v1/responses) bodies:
  * checked in their own terms (a 400 names their field), translated into a chat/completions
- * body and parsed by srv_parse_request, so that every sampling check is the same. *p comes
+ * body and parsed by srv_parse_openai, so that every sampling check is the same. *p comes
  * back with route SRV_ROUTE_CHAT, n 1, no logprobs and api set. */
 int srv_parse_messages(const char *body, size_t len, srv_params *p, srv_error *e);
 int srv_parse_responses(const char *body, size_t len, srv_params *p, srv_error *e);

@@ -1,4 +1,5 @@
-/* oai_parse.c — routing and OpenAI request bodies to checked parameters (oai.h). Every field
+/* oai_parse.c — routing and OpenAI request bodies to checked parameters (oai.h; the errors in
+ * oai_error.c, the choice of parser by route in oai_request.c). Every field
  * is checked for its JSON type and range here, so that what reaches the engine is valid and a
  * bad request is a 400 naming the field; the fuzz target runs this on random bodies. */
 #define _GNU_SOURCE
@@ -61,33 +62,6 @@ const char *srv_route_name(srv_route r) {
     case SRV_ROUTE_DETOKENIZE: return "detokenize";
     default: return "other";
     }
-}
-
-/* ---- errors ------------------------------------------------------------------------------- */
-
-int srv_fail(srv_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
-    e->status = status;
-    e->type = type;
-    e->code = code;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-char *srv_error_json(const srv_error *e) {
-    json_t *in = json_object();
-    if (!in) return NULL;
-    json_object_set_new(in, "message", srv_json_bytes(e->message, strlen(e->message)));
-    json_object_set_new(in, "type", json_string(e->type ? e->type : "server_error"));
-    json_object_set_new(in, "param", e->param[0] ? srv_json_bytes(e->param, strlen(e->param)) : json_null());
-    json_object_set_new(in, "code", e->code ? json_string(e->code) : json_null());
-    json_t *o = json_pack("{so}", "error", in);
-    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(o);
-    return s;
 }
 
 static int bad(srv_error *e, const char *param, const char *fmt, ...)
@@ -417,9 +391,7 @@ static int parse_sampling(json_t *root, srv_params *p, srv_error *e) {
     return 0;
 }
 
-int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
-    if (route == SRV_ROUTE_MESSAGES) return srv_parse_messages(body, len, p, e);
-    if (route == SRV_ROUTE_RESPONSES) return srv_parse_responses(body, len, p, e);
+int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
     memset(p, 0, sizeof *p);
     p->route = route;
     p->max_tokens = -1;

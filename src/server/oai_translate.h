@@ -31,13 +31,9 @@ static inline int srv_tr_bad(srv_error *e, const char *param, const char *fmt, .
 #endif
     ;
 static inline int srv_tr_bad(srv_error *e, const char *param, const char *fmt, ...) {
-    e->status = 400;
-    e->type = "invalid_request_error";
-    e->code = NULL;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    srv_failv(e, 400, "invalid_request_error", NULL, param, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -77,7 +73,7 @@ static inline void srv_tr_copy(json_t *out, const char *to, json_t *root, const 
     if (srv_tr_present(v)) json_object_set(out, to, v);
 }
 
-/* Parses the translated chat body with srv_parse_request (one set of sampling checks) and
+/* Parses the translated chat body with srv_parse_openai (one set of sampling checks) and
  * consumes it. */
 static inline int srv_tr_parse_chat(json_t *chat, srv_api api, srv_params *p, srv_error *e) {
     char *s = json_dumps(chat, JSON_COMPACT);
@@ -86,7 +82,7 @@ static inline int srv_tr_parse_chat(json_t *chat, srv_api api, srv_params *p, sr
         memset(p, 0, sizeof *p);
         return srv_tr_oom(e);
     }
-    int rc = srv_parse_request(SRV_ROUTE_CHAT, s, strlen(s), p, e);
+    int rc = srv_parse_openai(SRV_ROUTE_CHAT, s, strlen(s), p, e);
     free(s);
     if (!rc) p->api = api;
     return rc;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tool_calls.h"
+#include "reasoning.h"
 
 static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 

@@ -155,11 +155,9 @@ static void shutdown_all(srv *s) {
     int k = 0;
     for (srv_req *r = s->list; r && v; r = r->next) {
         pthread_mutex_lock(&r->mu);
-        r->shutdown = true;
-        r->cancelled = true;
+        srv_req_step(r, SRV_IN_SHUTDOWN);
         pthread_mutex_unlock(&r->mu);
-        atomic_fetch_add(&r->refs, 1);
-        v[k++] = r;
+        v[k++] = srv_req_ref(r);
     }
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < k; i++) {
@@ -177,10 +175,7 @@ static void resume_all(srv *s) {
     int k = 0;
     for (srv_req *r = s->list; r && cv; r = r->next) {
         pthread_mutex_lock(&r->mu);
-        if (r->suspended && r->conn) {
-            r->suspended = false;
-            cv[k++] = r->conn;
-        }
+        if (r->conn && srv_req_step(r, SRV_IN_RESUME)) cv[k++] = r->conn;
         pthread_mutex_unlock(&r->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -203,6 +198,60 @@ static int no_listed(srv *s) {
     int n = s->n_listed;
     pthread_mutex_unlock(&s->mu);
     return n == 0;
+}
+
+/* Resolves --host, starts the connection watchdog and the HTTP daemon, and says where it
+ * listens; false (with the message printed) when any of it fails. */
+static bool start_daemon(srv *s, const rf_server_config *cfg) {
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
+    if (gai || !ai) {
+        fprintf(stderr, "error: cannot resolve --host '%s': %s\n", cfg->host, gai ? gai_strerror(gai) : "no address");
+        return false;
+    }
+    raise_fd_limit(cfg);
+    s->guard = srv_guard_new(cfg);
+    if (!s->guard) {
+        fprintf(stderr, "error: cannot start the connection watchdog\n");
+        freeaddrinfo(ai);
+        return false;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, srv_on_access, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_conns > 0 ? cfg->max_conns : 1) + SRV_CONN_RESERVE,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(cfg->max_conns_per_ip > 0 ? cfg->max_conns_per_ip : 0),
+                            MHD_OPTION_NOTIFY_CONNECTION, srv_guard_on_connection, s->guard,
+                            MHD_OPTION_URI_LOG_CALLBACK, srv_guard_on_uri, s->guard,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : 0),
+                            MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, s,
+                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                            MHD_OPTION_END);
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (ai->ai_family == AF_INET) inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, host, sizeof host);
+    else inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, host, sizeof host);
+    bool v6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    if (!s->d) {
+        fprintf(stderr, "error: cannot listen on %s port %d: %s\n", cfg->host, cfg->port,
+                errno ? strerror(errno) : "libmicrohttpd failed to start");
+        return false;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    int bound = di ? di->port : cfg->port;
+    fprintf(stderr, "serve: listening on http://%s%s%s:%d (model loading: /health answers 503 until it is ready)\n",
+            v6 ? "[" : "", host, v6 ? "]" : "", bound);
+    fflush(stderr);
+    return true;
 }
 
 int rf_server_main(const rf_server_config *cfg) {
@@ -242,55 +291,7 @@ int rf_server_main(const rf_server_config *cfg) {
     sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set, &old);
 
-    /* the listening socket */
-    struct addrinfo hints, *ai = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    char port[16];
-    snprintf(port, sizeof port, "%d", cfg->port);
-    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
-    if (gai || !ai) {
-        fprintf(stderr, "error: cannot resolve --host '%s': %s\n", cfg->host, gai ? gai_strerror(gai) : "no address");
-        goto out_mask;
-    }
-    raise_fd_limit(cfg);
-    s->guard = srv_guard_new(cfg);
-    if (!s->guard) {
-        fprintf(stderr, "error: cannot start the connection watchdog\n");
-        freeaddrinfo(ai);
-        goto out_mask;
-    }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, srv_on_access, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_conns > 0 ? cfg->max_conns : 1) + SRV_CONN_RESERVE,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(cfg->max_conns_per_ip > 0 ? cfg->max_conns_per_ip : 0),
-                            MHD_OPTION_NOTIFY_CONNECTION, srv_guard_on_connection, s->guard,
-                            MHD_OPTION_URI_LOG_CALLBACK, srv_guard_on_uri, s->guard,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : 0),
-                            MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, s,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-                            MHD_OPTION_END);
-    char host[INET6_ADDRSTRLEN] = "?";
-    if (ai->ai_family == AF_INET) inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, host, sizeof host);
-    else inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, host, sizeof host);
-    bool v6 = ai->ai_family == AF_INET6;
-    freeaddrinfo(ai);
-    if (!s->d) {
-        fprintf(stderr, "error: cannot listen on %s port %d: %s\n", cfg->host, cfg->port,
-                errno ? strerror(errno) : "libmicrohttpd failed to start");
-        goto out_mask;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    int bound = di ? di->port : cfg->port;
-    fprintf(stderr, "serve: listening on http://%s%s%s:%d (model loading: /health answers 503 until it is ready)\n",
-            v6 ? "[" : "", host, v6 ? "]" : "", bound);
-    fflush(stderr);
+    if (!start_daemon(s, cfg)) goto out_mask;
 
     if (pthread_create(&s->ticker, NULL, srv_ticker_main, s) == 0) s->ticker_started = true;
     if (pthread_create(&s->loader, NULL, loader_main, s)) {

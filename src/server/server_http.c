@@ -308,18 +308,18 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
     /* queue every prompt; a failure cancels those already queued */
     for (int i = 0; i < pr.n; i++) {
         rf_request_set_callback(pr.reqs[i], srv_on_engine_event, &r->subs[i]);
-        atomic_fetch_add(&r->refs, 1);
+        srv_req_ref(r); /* the submission's, dropped at its last DONE event */
         atomic_fetch_add(&s->active, 1);
         uint64_t id = 0;
         rf_status st = rf_engine_submit(s->eng, pr.reqs[i], &id);
         if (st) {
             atomic_fetch_sub(&s->active, 1);
-            atomic_fetch_sub(&r->refs, 1);
+            srv_req_unref(r); /* never submitted (the connection's reference remains) */
             srv_error se;
             if (st == RF_ERR_OOM) srv_fail(&se, 503, "server_error", NULL, NULL, "out of memory while queueing: %s", rf_last_error());
             else srv_fail(&se, 400, "invalid_request_error", NULL, r->p.route == SRV_ROUTE_CHAT ? "messages" : "prompt", "%s", rf_last_error());
             pthread_mutex_lock(&r->mu);
-            r->cancelled = true;
+            srv_req_step(r, SRV_IN_CANCEL);
             /* the choices never queued count as done */
             r->engine_done += (pr.n - i) * r->p.n;
             pthread_mutex_unlock(&r->mu);
@@ -331,7 +331,7 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
         pthread_mutex_lock(&r->mu);
         r->subs[i].id = id;
         r->subs[i].submitted = true;
-        bool cancelled = r->cancelled;
+        bool cancelled = srv_req_ending(r);
         pthread_mutex_unlock(&r->mu);
         if (cancelled) rf_engine_cancel(s->eng, id);
     }
@@ -340,12 +340,12 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, srv_stream_reader, r, srv_stream_free);
         if (!resp) {
             pthread_mutex_lock(&r->mu);
-            r->cancelled = true;
+            srv_req_step(r, SRV_IN_CANCEL);
             pthread_mutex_unlock(&r->mu);
             srv_req_cancel(s, r);
             return MHD_NO;
         }
-        atomic_fetch_add(&r->refs, 1); /* the response's */
+        srv_req_ref(r); /* the response's */
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
@@ -358,8 +358,8 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
     }
     /* non-streaming: wait (suspended) for every choice */
     pthread_mutex_lock(&r->mu);
-    if (r->engine_done < r->n_choices && !r->lost_events) {
-        r->suspended = true;
+    if (r->engine_done < r->n_choices && !r->st.lost) {
+        srv_req_step(r, SRV_IN_WAIT);
         MHD_suspend_connection(c);
         pthread_mutex_unlock(&r->mu);
         return MHD_YES;
@@ -374,10 +374,10 @@ static enum MHD_Result finish_request(srv *s, struct MHD_Connection *c, conn_ctx
     pthread_mutex_lock(&r->mu);
     bool all;
     srv_event *l = srv_take_events(r, &all);
-    bool lost = r->lost_events, gone = r->client_gone, shut = r->shutdown;
+    bool lost = r->st.lost, gone = r->st.end == SRV_END_CLIENT_GONE, shut = r->st.end == SRV_END_SHUTDOWN;
     bool engine_gone = atomic_load(&s->engine_gone);
     if (!all && !lost && !engine_gone) {
-        r->suspended = true;
+        srv_req_step(r, SRV_IN_WAIT);
         MHD_suspend_connection(c);
         pthread_mutex_unlock(&r->mu);
         srv_consume(r, l);
@@ -659,11 +659,8 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         srv_list_remove(s, r);
         pthread_mutex_lock(&r->mu);
         bool unfinished = r->engine_done < r->n_choices;
-        bool first = unfinished && !r->client_gone; /* the ticker may have seen the hang-up first */
-        if (unfinished) {
-            r->cancelled = true;
-            r->client_gone = true;
-        }
+        /* the ticker may have seen the hang-up first */
+        bool first = unfinished && srv_req_step(r, SRV_IN_CLIENT_GONE);
         r->conn = NULL;
         pthread_mutex_unlock(&r->mu);
         if (unfinished) {

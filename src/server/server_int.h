@@ -18,10 +18,17 @@
  *  - the loader: loads the model and starts the engine after the socket already listens.
  *  - the main thread waits for SIGINT / SIGTERM and shuts down.
  *
- * Lifetime of a request (srv_req): one reference for the HTTP connection (dropped when
- * libmicrohttpd reports the request complete), one per engine submission (dropped at its last
- * DONE event), one for a streaming response object (dropped when libmicrohttpd frees it) and
- * one while it is listed for the ticker.
+ * Lifetime of a request (srv_req): one reference (srv_req_ref / srv_req_unref) for the HTTP
+ * connection (dropped when libmicrohttpd reports the request complete), one per engine
+ * submission (dropped at its last DONE event), one for a streaming response object (dropped
+ * when libmicrohttpd frees it), one while it is listed for the ticker, and one for as long as
+ * another thread (the ticker, shutdown) works on it outside the list's lock.
+ *
+ * State of a request (srv_req_state, under r->mu): whether its connection waits (suspended)
+ * for the engine, and whether and why the request ends. It changes only through
+ * srv_req_step(r, input), which returns what the caller must then do outside the lock
+ * (resume the connection, cancel the engine's work, count a disconnect); the table is at
+ * srv_req_step in server_req.c.
  * Locks: s->mu (the request list, connection liveness) before r->mu (the event queue and
  * flags); no libmicrohttpd call is made under either, except MHD_suspend_connection under
  * r->mu from the connection's own callback, so that a resume cannot overtake the suspend. */
@@ -42,12 +49,37 @@
 #include "tool_calls.h"
 #include "server.h"
 #include "server_conn.h"
-#include "tool_calls.h"
 
 #define SRV_TICK_MS 50
 
 typedef struct srv srv;
 typedef struct srv_req srv_req;
+
+/* The request's connection: running (writing, or about to wait), waiting (suspended until the
+ * engine, the ticker or shutdown wakes it), or woken by the ticker for an SSE ping. */
+typedef enum srv_req_wait { SRV_REQ_RUNNING = 0, SRV_REQ_WAITING, SRV_REQ_PING_DUE } srv_req_wait;
+/* Why the request ends, in rising precedence (a later cause replaces an earlier one only when
+ * it ranks higher): not at all, cancelled by the server (a submission or the response object
+ * failed), the server shutting down, the client gone. Any of them cancels the engine's work. */
+typedef enum srv_req_end { SRV_END_NONE = 0, SRV_END_CANCELLED, SRV_END_SHUTDOWN, SRV_END_CLIENT_GONE } srv_req_end;
+typedef struct srv_req_state {
+    srv_req_wait wait;
+    srv_req_end end;
+    bool lost;      /* an event could not be copied (out of memory): the answer is an error */
+} srv_req_state;
+/* What happens to a request (srv_req_step's input). */
+typedef enum srv_req_input {
+    SRV_IN_WAIT,        /* its connection has nothing to do: the caller suspends it under r->mu */
+    SRV_IN_EVENT,       /* the engine queued an event: wakes a waiting stream, or a waiting answer
+                         * once every choice is done (the caller has counted a DONE first) */
+    SRV_IN_LOST,        /* an event could not be copied: marks the request, wakes its connection */
+    SRV_IN_PING,        /* the ticker: a waiting stream is due a ping: wakes it */
+    SRV_IN_TAKE_PING,   /* the stream writer takes a due ping (returns whether one was due) */
+    SRV_IN_RESUME,      /* shutdown: wakes the connection if it waits */
+    SRV_IN_CANCEL,      /* ends: cancelled by the server */
+    SRV_IN_SHUTDOWN,    /* ends: the server stops */
+    SRV_IN_CLIENT_GONE, /* ends: the client hung up (returns whether it is the first to say so) */
+} srv_req_input;
 
 /* One engine event, copied out of the callback (text and alternatives inline). */
 typedef struct srv_event {
@@ -107,7 +139,7 @@ struct srv_req {
     /* under mu */
     srv_event *qh, **qt;
     int engine_done;     /* DONE events queued */
-    bool suspended, cancelled, client_gone, shutdown, ping_due, lost_events;
+    srv_req_state st;    /* changed only by srv_req_step */
     atomic_llong t_write_ms; /* last bytes handed to the socket (streams) */
     /* under s->mu */
     srv_req *prev, *next;
@@ -117,7 +149,8 @@ struct srv_req {
     /* the connection's thread only */
     srv_buf out;
     size_t out_off;
-    bool started, ended, errored;
+    enum { SRV_OUT_NEW = 0, SRV_OUT_OPEN, SRV_OUT_ENDED } out_state; /* a stream: before its opening events, sending, ended */
+    bool errored;
     int consumed_done;
     srv_error err;
     int64_t u_prompt, u_completion, u_cached;
@@ -174,8 +207,19 @@ uint64_t srv_rng_next(srv *s);
 /* A request object for checked parameters, which it takes over (*p is zeroed): id, choices,
  * echo texts. One reference (the caller's). NULL when out of memory (p is then freed). */
 srv_req *srv_req_new(srv *s, srv_params *p);
+/* Takes a reference (for one of the owners named at the top); returns r. */
+static inline srv_req *srv_req_ref(srv_req *r) {
+    atomic_fetch_add(&r->refs, 1);
+    return r;
+}
 /* Drops a reference; the last one frees the request and its queued events. NULL is a no-op. */
 void srv_req_unref(srv_req *r);
+/* The request's one state transition (under r->mu): applies `in` to r->st and returns whether
+ * the caller must act on it: resume the connection (EVENT, LOST, PING, RESUME), the ping that
+ * was due (TAKE_PING), this being the first hang-up reported (CLIENT_GONE). */
+bool srv_req_step(srv_req *r, srv_req_input in);
+/* Whether the request ends (any cause): the engine's work on it is being cancelled. */
+static inline bool srv_req_ending(const srv_req *r) { return r->st.end != SRV_END_NONE; }
 /* Lists r for the ticker (takes a reference) / unlists it (drops it; returns whether it was
  * listed). Under s->mu. */
 void srv_list_add(srv *s, srv_req *r);

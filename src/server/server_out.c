@@ -306,7 +306,7 @@ void srv_consume(srv_req *r, srv_event *list) {
         if (e->finish == RF_FINISH_CANCELLED) {
             bool shut;
             pthread_mutex_lock(&r->mu);
-            shut = r->shutdown;
+            shut = r->st.end == SRV_END_SHUTDOWN;
             pthread_mutex_unlock(&r->mu);
             if (!r->errored) {
                 if (shut) srv_set_error(r, 503, "unavailable_error", "shutting_down", "the server is shutting down");
@@ -453,25 +453,24 @@ ssize_t srv_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (r->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (r->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!r->started) {
-            r->started = true;
+        if (r->out_state == SRV_OUT_ENDED) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (r->out_state == SRV_OUT_NEW) {
+            r->out_state = SRV_OUT_OPEN;
             stream_start(r);
             continue;
         }
         pthread_mutex_lock(&r->mu);
-        if (r->client_gone) {
+        if (r->st.end == SRV_END_CLIENT_GONE) {
             pthread_mutex_unlock(&r->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         bool all;
         srv_event *l = srv_take_events(r, &all);
-        bool ping = r->ping_due;
-        r->ping_due = false;
-        bool lost = r->lost_events;
+        bool ping = srv_req_step(r, SRV_IN_TAKE_PING);
+        bool lost = r->st.lost;
         bool gone = atomic_load(&s->engine_gone);
         if (!l && !ping && !all && !lost && !gone) {
-            r->suspended = true;
+            srv_req_step(r, SRV_IN_WAIT);
             MHD_suspend_connection(r->conn);
             pthread_mutex_unlock(&r->mu);
             return 0;
@@ -496,7 +495,7 @@ ssize_t srv_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 if (r->p.api == SRV_API_MESSAGES) srv_messages_stream_end(r);
                 else srv_responses_stream_end(r);
             }
-            r->ended = true;
+            r->out_state = SRV_OUT_ENDED;
         } else if (all || r->errored) {
             if (r->p.include_usage && !r->errored) {
                 json_t *o = chunk_frame(r, json_array());
@@ -504,7 +503,7 @@ ssize_t srv_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 srv_buf_sse(&r->out, o);
             }
             srv_buf_add(&r->out, "data: [DONE]\n\n", 14);
-            r->ended = true;
+            r->out_state = SRV_OUT_ENDED;
         }
     }
 }

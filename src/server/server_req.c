@@ -58,7 +58,7 @@ void srv_list_add(srv *s, srv_req *r) {
     s->list = r;
     r->listed = true;
     s->n_listed++;
-    atomic_fetch_add(&r->refs, 1);
+    srv_req_ref(r); /* the list's */
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -79,7 +79,7 @@ bool srv_list_remove(srv *s, srv_req *r) {
     return was;
 }
 
-/* Cancels r's engine submissions (those already made; later ones see r->cancelled). */
+/* Cancels r's engine submissions (those already made; later ones see srv_req_ending). */
 void srv_req_cancel(srv *s, srv_req *r) {
     for (int i = 0; i < r->n_subs; i++) {
         pthread_mutex_lock(&r->mu);
@@ -88,6 +88,52 @@ void srv_req_cancel(srv *s, srv_req *r) {
         pthread_mutex_unlock(&r->mu);
         if (sub && !atomic_load(&s->engine_gone)) rf_engine_cancel(s->eng, id);
     }
+}
+
+/* ---- the request's state machine ---------------------------------------------------------- */
+
+/* input        wait                                  end                 returns
+ * WAIT         -> waiting                            -                   false
+ * EVENT        waiting -> running if the request     -                   resumed
+ *              streams or every choice is done
+ * LOST         waiting -> running (lost is set)      -                   resumed
+ * PING         waiting -> ping due                   -                   resumed
+ * TAKE_PING    ping due -> running                   -                   a ping was due
+ * RESUME       waiting -> running                    -                   resumed
+ * CANCEL       -                                     max(end, cancelled) end rose
+ * SHUTDOWN     -                                     max(end, shutdown)  end rose
+ * CLIENT_GONE  -                                     client gone         first report
+ * (max: the cause that ranks higher in srv_req_end stays; client gone ranks highest) */
+bool srv_req_step(srv_req *r, srv_req_input in) {
+    srv_req_state *st = &r->st;
+    const bool waiting = st->wait == SRV_REQ_WAITING;
+    srv_req_end to = SRV_END_NONE;
+    switch (in) {
+    case SRV_IN_WAIT:
+        st->wait = SRV_REQ_WAITING;
+        return false;
+    case SRV_IN_EVENT:
+    case SRV_IN_LOST:
+    case SRV_IN_RESUME:
+        if (in == SRV_IN_LOST) st->lost = true; /* a waiting connection must answer (an error) now */
+        if (!waiting || (in == SRV_IN_EVENT && !r->stream && r->engine_done < r->n_choices)) return false;
+        st->wait = SRV_REQ_RUNNING;
+        return true;
+    case SRV_IN_PING:
+        if (!waiting) return false;
+        st->wait = SRV_REQ_PING_DUE;
+        return true;
+    case SRV_IN_TAKE_PING:
+        if (st->wait != SRV_REQ_PING_DUE) return false;
+        st->wait = SRV_REQ_RUNNING;
+        return true;
+    case SRV_IN_CANCEL: to = SRV_END_CANCELLED; break;
+    case SRV_IN_SHUTDOWN: to = SRV_END_SHUTDOWN; break;
+    case SRV_IN_CLIENT_GONE: to = SRV_END_CLIENT_GONE; break;
+    }
+    const bool first = st->end < to;
+    if (first) st->end = to;
+    return first;
 }
 
 /* ---- the engine thread's callback --------------------------------------------------------- */
@@ -159,14 +205,11 @@ bool srv_on_engine_event(const rf_event *ev, void *user) {
     if (e) {
         *r->qt = e;
         r->qt = &e->next;
-    } else {
-        r->lost_events = true;
     }
     if (done) r->engine_done++;
     bool all = r->engine_done >= r->n_choices;
-    bool wake = r->suspended && (r->stream || all || !e);
-    if (wake) r->suspended = false;
-    bool go = !r->cancelled && e;
+    bool wake = srv_req_step(r, e ? SRV_IN_EVENT : SRV_IN_LOST);
+    bool go = !srv_req_ending(r) && e;
     struct MHD_Connection *conn = r->conn;
     pthread_mutex_unlock(&r->mu);
     if (wake) MHD_resume_connection(conn);
@@ -280,13 +323,11 @@ void *srv_ticker_main(void *arg) {
         }
         for (srv_req *r = s->list; r && n < cap && n_wake < cap; r = r->next) {
             pthread_mutex_lock(&r->mu);
-            bool susp = r->suspended && !r->cancelled;
+            bool susp = r->st.wait == SRV_REQ_WAITING && !srv_req_ending(r);
             if (susp && r->stream && ping_ms > 0 && t - atomic_load(&r->t_write_ms) >= ping_ms) {
-                r->ping_due = true;
-                r->suspended = false;
+                srv_req_step(r, SRV_IN_PING);
                 atomic_store(&r->t_write_ms, t);
-                atomic_fetch_add(&r->refs, 1);
-                wake[n_wake++] = r;
+                wake[n_wake++] = srv_req_ref(r);
                 susp = false;
             }
             pthread_mutex_unlock(&r->mu);
@@ -305,10 +346,7 @@ void *srv_ticker_main(void *arg) {
                     ssize_t k = recv(pfd[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
                     hup = k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
                 }
-                if (hup) {
-                    atomic_fetch_add(&rr[i]->refs, 1);
-                    gone[n_gone++] = rr[i];
-                }
+                if (hup) gone[n_gone++] = srv_req_ref(rr[i]);
             }
         }
         pthread_mutex_unlock(&s->mu);
@@ -320,9 +358,7 @@ void *srv_ticker_main(void *arg) {
         for (int i = 0; i < n_gone; i++) {
             srv_req *r = gone[i];
             pthread_mutex_lock(&r->mu);
-            bool first = !r->client_gone;
-            r->cancelled = true;
-            r->client_gone = true;
+            bool first = srv_req_step(r, SRV_IN_CLIENT_GONE);
             pthread_mutex_unlock(&r->mu);
             if (first) {
                 srv_req_cancel(s, r);

@@ -58,83 +58,6 @@ srv_parse_cfg srv_parse_cfg_for(const srv_params *p, const char *req_id, int cho
 
 /* ---- results ------------------------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-static char *dupn(const char *s, size_t n) {
-    char *d = malloc(n + 1);
-    if (!d) return NULL;
-    memcpy(d, s, n);
-    d[n] = 0;
-    return d;
-}
-
-int srv_chat_add_call(srv_chat_out *o, const srv_parse_cfg *cfg, const char *name, size_t name_len,
-                      const char *args, size_t args_len) {
-    if (!cfg->parallel && o->n_calls) return 0;
-    if (o->n_calls == o->cap_calls) {
-        size_t cap = o->cap_calls ? 2 * o->cap_calls : 4;
-        srv_tool_call *c = realloc(o->calls, cap * sizeof *c);
-        if (!c) return -1;
-        o->calls = c;
-        o->cap_calls = cap;
-    }
-    static const char AL[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    char id[32];
-    uint64_t h = mix64(cfg->id_seed ^ mix64(o->n_calls + 1));
-    if (cfg->syntax == SRV_SYNTAX_MISTRAL) {
-        for (int i = 0; i < 9; i++, h /= 62) id[i] = AL[h % 62];
-        id[9] = 0;
-    } else {
-        uint64_t h2 = mix64(h);
-        memcpy(id, "call_", 5);
-        for (int i = 0; i < 24; i++) {
-            uint64_t *src = i < 12 ? &h : &h2;
-            id[5 + i] = AL[*src % 62];
-            *src /= 62;
-        }
-        id[29] = 0;
-    }
-    srv_tool_call *c = &o->calls[o->n_calls];
-    c->id = strdup(id);
-    c->name = dupn(name, name_len);
-    c->arguments = dupn(args, args_len);
-    if (!c->id || !c->name || !c->arguments) {
-        free(c->id);
-        free(c->name);
-        free(c->arguments);
-        return -1;
-    }
-    o->n_calls++;
-    return 0;
-}
-
-static void out_reset(srv_chat_out *o) {
-    for (size_t i = 0; i < o->n_calls; i++) {
-        free(o->calls[i].id);
-        free(o->calls[i].name);
-        free(o->calls[i].arguments);
-    }
-    o->n_calls = 0;
-    o->reasoning.len = o->content.len = 0;
-    o->reasoning.oom = o->content.oom = false;
-    if (o->reasoning.p) o->reasoning.p[0] = 0;
-    if (o->content.p) o->content.p[0] = 0;
-}
-
-void srv_chat_out_free(srv_chat_out *o) {
-    if (!o) return;
-    out_reset(o);
-    free(o->calls);
-    srv_buf_free(&o->reasoning);
-    srv_buf_free(&o->content);
-    memset(o, 0, sizeof *o);
-}
-
 /* {"name": ..., "arguments"|"parameters": ...} as a call; false when it is not one. The
  * arguments go out as compact JSON text (a string value is taken as the text itself). */
 static bool add_json_call(srv_chat_out *o, const srv_parse_cfg *cfg, json_t *j, const char *id, int *err) {
@@ -298,7 +221,7 @@ static bool mistral_calls(const srv_parse_cfg *cfg, const char *t, size_t n, siz
         if (ci && o->n_calls > before) {
             size_t i0 = (size_t)(ci - t) + strlen("[CALL_ID]"), i1 = ne;
             while (i1 > i0 && is_ws(t[i1 - 1])) i1--;
-            char *d = dupn(t + i0, i1 - i0);
+            char *d = srv_dupn(t + i0, i1 - i0);
             if (d) {
                 free(o->calls[before].id);
                 o->calls[before].id = d;
@@ -346,7 +269,7 @@ static int parse_mistral(const srv_parse_cfg *cfg, const char *t, size_t n, bool
 /* ---- the whole answer ---------------------------------------------------------------------- */
 
 int srv_chat_parse(const srv_parse_cfg *cfg, const char *t, size_t n, bool final, srv_chat_out *o) {
-    out_reset(o);
+    srv_chat_out_reset(o);
     if (cfg->syntax == SRV_SYNTAX_HARMONY && (cfg->tools || cfg->reasoning)) return srv_harmony_parse(cfg, t, n, final, o);
     size_t r0, r1, rest = 0;
     if (cfg->reasoning && srv_think_split(t, n, cfg->think_open, final, &r0, &r1, &rest))

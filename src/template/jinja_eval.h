@@ -50,6 +50,9 @@ typedef struct ctx {
     int rdepth;  /* value recursion depth (printing, comparing) */
     json_t *pending_json; /* a from_json tree being converted (freed on error) */
     const char *const *trusted; /* variables whose strings are template text, not data */
+    /* the statements' executor (jx_exec_list, set by the renderer): a macro call in an
+     * expression runs the macro's body through it, so expressions need not know statements */
+    void (*exec_list)(struct ctx *c, scope *s, jlist_nodes body);
 } ctx;
 
 /* Guards against stack exhaustion: expression trees and values built by a template can nest
@@ -139,21 +142,24 @@ void jx_dict_set(ctx *c, jdict *d, jv key, jv val);
 jv jx_from_json(ctx *c, const json_t *j, int depth, bool data);
 void jx_to_json(ctx *c, const jnode *at, sbuf *b, jv v, const json_opts *o, int level);
 
-/* ---- jinja_expr.c ------------------------------------------------------------------------------ */
-scope *jx_new_scope(ctx *c, scope *parent);
-void jx_scope_set(ctx *c, scope *s, const char *k, jv v);
-jv jx_lookup(ctx *c, scope *s, const char *k);
+/* ---- jinja_access.c------------------------------------------------------------------------------ */
 jv jx_getattr_v(ctx *c, const jnode *at, jv obj, const char *name);
+jv jx_getitem_v(ctx *c, const jnode *at, jv obj, jv key);
 jv jx_do_slice(ctx *c, const jnode *at, jv obj, jv va, jv vb, jv vs);
 jlist *jx_iter_list(ctx *c, const jnode *at, jv v);
 jv jx_dict_items(ctx *c, jdict *d);
 bool jx_contains(ctx *c, const jnode *at, jv hay, jv needle);
 jv jx_html_escape(ctx *c, jv s);
 jv jx_binop(ctx *c, const jnode *at, int op, jv a, jv b);
-argv_t jx_eval_args(ctx *c, scope *s, jnode *n);
-jv jx_eval(ctx *c, scope *s, jnode *n);
 jv jx_arg(const argv_t *a, size_t idx, const char *name, jv def);
 jv jx_need_str(ctx *c, const jnode *at, jv v, const char *what);
+
+/* ---- jinja_expr.c ------------------------------------------------------------------------------ */
+scope *jx_new_scope(ctx *c, scope *parent);
+void jx_scope_set(ctx *c, scope *s, const char *k, jv v);
+jv jx_lookup(ctx *c, scope *s, const char *k);
+argv_t jx_eval_args(ctx *c, scope *s, jnode *n);
+jv jx_eval(ctx *c, scope *s, jnode *n);
 jv jx_taint(ctx *c, jv r, jv in, const argv_t *a);
 
 /* ---- jinja_filters.c --------------------------------------------------------------------------- */

@@ -181,6 +181,7 @@ rf_status rf_jinja_render_data(const rf_jinja *t, const json_t *vars, const char
     sbuf buf = {0};
     jx_sb_put(c, &buf, "", 0);
     c->out = &buf;
+    c->exec_list = jx_exec_list;
     jx_exec_list(c, root, t->body);
     size_t nd = buf.sp ? buf.sp->n : 0;
     char *res = malloc(buf.n + 1);

@@ -42,6 +42,94 @@ static bool has_prefix(jv s, jv pre, bool suffix) {
     return memcmp(p, pre.u.s.p, pre.u.s.n) == 0;
 }
 
+/* str.split / str.rsplit (rsplit without maxsplit only) */
+static jv str_split(ctx *c, const jnode *at, jv s, const char *m, const argv_t *a) {
+    jv sep = jx_arg(a, 0, "sep", V_NONE());
+    jv ms = jx_arg(a, 1, "maxsplit", V_INT(-1));
+    int64_t maxsplit = is_intlike(ms) ? num_i(ms) : -1;
+    if (m[0] == 'r' && maxsplit >= 0)
+        jx_jfail(c, at, RF_ERR_UNSUPPORTED, "rsplit with maxsplit is not supported");
+    if (sep.t == JV_NONE || sep.t == JV_UNDEF) return split_ws(c, s, maxsplit);
+    sep = jx_need_str(c, at, sep, m);
+    if (!sep.u.s.n) jx_jfail(c, at, RF_ERR_FORMAT, "empty separator");
+    jlist *l = new_list(c, s.u.s.n / sep.u.s.n + 2);
+    l->n = 0;
+    size_t b = 0;
+    for (size_t k = 0; k + sep.u.s.n <= s.u.s.n;) {
+        if ((maxsplit < 0 || (int64_t)l->n < maxsplit) && memcmp(s.u.s.p + k, sep.u.s.p, sep.u.s.n) == 0) {
+            l->v[l->n++] = jx_str_sub(c, s, b, k - b);
+            k += sep.u.s.n;
+            b = k;
+        } else k++;
+    }
+    l->v[l->n++] = jx_str_sub(c, s, b, s.u.s.n - b);
+    return V_LIST(l);
+}
+
+/* str.replace with Python's rules (an empty `old` inserts between characters) */
+static jv str_replace(ctx *c, const jnode *at, jv s, const argv_t *a) {
+    jv old = jx_need_str(c, at, jx_arg(a, 0, "old", V_UNDEF("replace needs 'old'")), "replace");
+    jv nw = jx_need_str(c, at, jx_arg(a, 1, "new", V_UNDEF("replace needs 'new'")), "replace");
+    jv cnt = jx_arg(a, 2, "count", V_INT(-1));
+    int64_t left = is_intlike(cnt) ? num_i(cnt) : -1;
+    sbuf b = {0};
+    jx_sb_put(c, &b, "", 0);
+    if (!old.u.s.n) {
+        /* Python inserts `new` between characters and at both ends */
+        size_t cnt2;
+        size_t *o = jx_cp_offsets(c, s.u.s.p, s.u.s.n, &cnt2);
+        for (size_t k = 0; k <= cnt2; k++) {
+            if (b.n > c->lim.max_output) jx_jfail(c, at, RF_ERR_RANGE, "replace result too large");
+            if (left != 0) { jx_sb_putv(c, &b, nw); if (left > 0) left--; }
+            if (k < cnt2) jx_sb_putv(c, &b, jx_str_sub(c, s, o[k], o[k + 1] - o[k]));
+        }
+        return sb_val(&b);
+    }
+    size_t k = 0, seg = 0; /* s[seg, k) not yet copied */
+    while (k < s.u.s.n) {
+        if (left != 0 && k + old.u.s.n <= s.u.s.n && memcmp(s.u.s.p + k, old.u.s.p, old.u.s.n) == 0) {
+            jx_sb_putv(c, &b, jx_str_sub(c, s, seg, k - seg));
+            jx_sb_putv(c, &b, nw);
+            if (b.n > c->lim.max_output) jx_jfail(c, at, RF_ERR_RANGE, "replace result too large");
+            k += old.u.s.n;
+            seg = k;
+            if (left > 0) left--;
+        } else k++;
+    }
+    jx_sb_putv(c, &b, jx_str_sub(c, s, seg, s.u.s.n - seg));
+    return sb_val(&b);
+}
+
+/* str.format with {}, {0}, {name} and {{ }} escapes; format specs are not supported */
+static jv str_format(ctx *c, const jnode *at, jv s, const argv_t *a) {
+    sbuf b = {0};
+    jx_sb_put(c, &b, "", 0);
+    size_t auto_i = 0;
+    for (size_t k = 0; k < s.u.s.n; k++) {
+        char ch = s.u.s.p[k];
+        if (ch == '{' && k + 1 < s.u.s.n && s.u.s.p[k + 1] == '{') { jx_sb_putc(c, &b, '{'); k++; continue; }
+        if (ch == '}' && k + 1 < s.u.s.n && s.u.s.p[k + 1] == '}') { jx_sb_putc(c, &b, '}'); k++; continue; }
+        if (ch == '}') jx_jfail(c, at, RF_ERR_FORMAT, "Single '}' encountered in format string");
+        if (ch != '{') { jx_sb_putc(c, &b, ch); continue; }
+        size_t e = k + 1;
+        while (e < s.u.s.n && s.u.s.p[e] != '}') e++;
+        if (e >= s.u.s.n) jx_jfail(c, at, RF_ERR_FORMAT, "Single '{' encountered in format string");
+        const char *f0 = s.u.s.p + k + 1;
+        size_t fl = e - k - 1;
+        if (memchr(f0, ':', fl) || memchr(f0, '!', fl) || memchr(f0, '.', fl) || memchr(f0, '[', fl))
+            jx_jfail(c, at, RF_ERR_UNSUPPORTED, "str.format: only {}, {N} and {name} fields are supported");
+        jv v;
+        if (fl == 0) v = jx_arg(a, auto_i++, NULL, V_UNDEF(NULL));
+        else if (isdigit((unsigned char)f0[0])) v = jx_arg(a, (size_t)atoi(f0), NULL, V_UNDEF(NULL));
+        else v = jx_arg(a, SIZE_MAX, ja_strndup(&c->a, f0, fl), V_UNDEF(NULL));
+        if (v.t == JV_UNDEF) jx_jfail(c, at, RF_ERR_FORMAT, "str.format: missing argument for {%.*s}", (int)fl, f0);
+        jx_to_str(c, &b, v);
+        k = e;
+    }
+    if (str_has_data(s)) jx_sb_mark(c, &b, 0, b.n); /* a format string from data */
+    return sb_val(&b);
+}
+
 jv jx_str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t *a) {
     if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
         jv ch = jx_arg(a, 0, "chars", V_NONE());
@@ -66,28 +154,7 @@ jv jx_str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t *a) 
         }
         return V_BOOL(has_prefix(s, jx_need_str(c, at, pre, m), suf));
     }
-    if (!strcmp(m, "split") || !strcmp(m, "rsplit")) {
-        jv sep = jx_arg(a, 0, "sep", V_NONE());
-        jv ms = jx_arg(a, 1, "maxsplit", V_INT(-1));
-        int64_t maxsplit = is_intlike(ms) ? num_i(ms) : -1;
-        if (m[0] == 'r' && maxsplit >= 0)
-            jx_jfail(c, at, RF_ERR_UNSUPPORTED, "rsplit with maxsplit is not supported");
-        if (sep.t == JV_NONE || sep.t == JV_UNDEF) return split_ws(c, s, maxsplit);
-        sep = jx_need_str(c, at, sep, m);
-        if (!sep.u.s.n) jx_jfail(c, at, RF_ERR_FORMAT, "empty separator");
-        jlist *l = new_list(c, s.u.s.n / sep.u.s.n + 2);
-        l->n = 0;
-        size_t b = 0;
-        for (size_t k = 0; k + sep.u.s.n <= s.u.s.n;) {
-            if ((maxsplit < 0 || (int64_t)l->n < maxsplit) && memcmp(s.u.s.p + k, sep.u.s.p, sep.u.s.n) == 0) {
-                l->v[l->n++] = jx_str_sub(c, s, b, k - b);
-                k += sep.u.s.n;
-                b = k;
-            } else k++;
-        }
-        l->v[l->n++] = jx_str_sub(c, s, b, s.u.s.n - b);
-        return V_LIST(l);
-    }
+    if (!strcmp(m, "split") || !strcmp(m, "rsplit")) return str_split(c, at, s, m, a);
     if (!strcmp(m, "splitlines")) {
         jlist *l = new_list(c, s.u.s.n + 1);
         l->n = 0;
@@ -101,38 +168,7 @@ jv jx_str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t *a) 
         if (b < s.u.s.n) l->v[l->n++] = jx_str_sub(c, s, b, s.u.s.n - b);
         return V_LIST(l);
     }
-    if (!strcmp(m, "replace")) {
-        jv old = jx_need_str(c, at, jx_arg(a, 0, "old", V_UNDEF("replace needs 'old'")), "replace");
-        jv nw = jx_need_str(c, at, jx_arg(a, 1, "new", V_UNDEF("replace needs 'new'")), "replace");
-        jv cnt = jx_arg(a, 2, "count", V_INT(-1));
-        int64_t left = is_intlike(cnt) ? num_i(cnt) : -1;
-        sbuf b = {0};
-        jx_sb_put(c, &b, "", 0);
-        if (!old.u.s.n) {
-            /* Python inserts `new` between characters and at both ends */
-            size_t cnt2;
-            size_t *o = jx_cp_offsets(c, s.u.s.p, s.u.s.n, &cnt2);
-            for (size_t k = 0; k <= cnt2; k++) {
-                if (b.n > c->lim.max_output) jx_jfail(c, at, RF_ERR_RANGE, "replace result too large");
-                if (left != 0) { jx_sb_putv(c, &b, nw); if (left > 0) left--; }
-                if (k < cnt2) jx_sb_putv(c, &b, jx_str_sub(c, s, o[k], o[k + 1] - o[k]));
-            }
-            return sb_val(&b);
-        }
-        size_t k = 0, seg = 0; /* s[seg, k) not yet copied */
-        while (k < s.u.s.n) {
-            if (left != 0 && k + old.u.s.n <= s.u.s.n && memcmp(s.u.s.p + k, old.u.s.p, old.u.s.n) == 0) {
-                jx_sb_putv(c, &b, jx_str_sub(c, s, seg, k - seg));
-                jx_sb_putv(c, &b, nw);
-                if (b.n > c->lim.max_output) jx_jfail(c, at, RF_ERR_RANGE, "replace result too large");
-                k += old.u.s.n;
-                seg = k;
-                if (left > 0) left--;
-            } else k++;
-        }
-        jx_sb_putv(c, &b, jx_str_sub(c, s, seg, s.u.s.n - seg));
-        return sb_val(&b);
-    }
+    if (!strcmp(m, "replace")) return str_replace(c, at, s, a);
     if (!strcmp(m, "find") || !strcmp(m, "count")) {
         jv sub = jx_need_str(c, at, jx_arg(a, 0, "sub", V_UNDEF("needs a substring")), m);
         int64_t cnt = 0;
@@ -155,35 +191,7 @@ jv jx_str_method(ctx *c, const jnode *at, jv s, const char *m, const argv_t *a) 
         }
         return sb_val(&b);
     }
-    if (!strcmp(m, "format")) {
-        /* str.format with {}, {0}, {name} and {{ }} escapes; format specs are not supported */
-        sbuf b = {0};
-        jx_sb_put(c, &b, "", 0);
-        size_t auto_i = 0;
-        for (size_t k = 0; k < s.u.s.n; k++) {
-            char ch = s.u.s.p[k];
-            if (ch == '{' && k + 1 < s.u.s.n && s.u.s.p[k + 1] == '{') { jx_sb_putc(c, &b, '{'); k++; continue; }
-            if (ch == '}' && k + 1 < s.u.s.n && s.u.s.p[k + 1] == '}') { jx_sb_putc(c, &b, '}'); k++; continue; }
-            if (ch == '}') jx_jfail(c, at, RF_ERR_FORMAT, "Single '}' encountered in format string");
-            if (ch != '{') { jx_sb_putc(c, &b, ch); continue; }
-            size_t e = k + 1;
-            while (e < s.u.s.n && s.u.s.p[e] != '}') e++;
-            if (e >= s.u.s.n) jx_jfail(c, at, RF_ERR_FORMAT, "Single '{' encountered in format string");
-            const char *f0 = s.u.s.p + k + 1;
-            size_t fl = e - k - 1;
-            if (memchr(f0, ':', fl) || memchr(f0, '!', fl) || memchr(f0, '.', fl) || memchr(f0, '[', fl))
-                jx_jfail(c, at, RF_ERR_UNSUPPORTED, "str.format: only {}, {N} and {name} fields are supported");
-            jv v;
-            if (fl == 0) v = jx_arg(a, auto_i++, NULL, V_UNDEF(NULL));
-            else if (isdigit((unsigned char)f0[0])) v = jx_arg(a, (size_t)atoi(f0), NULL, V_UNDEF(NULL));
-            else v = jx_arg(a, SIZE_MAX, ja_strndup(&c->a, f0, fl), V_UNDEF(NULL));
-            if (v.t == JV_UNDEF) jx_jfail(c, at, RF_ERR_FORMAT, "str.format: missing argument for {%.*s}", (int)fl, f0);
-            jx_to_str(c, &b, v);
-            k = e;
-        }
-        if (str_has_data(s)) jx_sb_mark(c, &b, 0, b.n); /* a format string from data */
-        return sb_val(&b);
-    }
+    if (!strcmp(m, "format")) return str_format(c, at, s, a);
     if (!strcmp(m, "isdigit") || !strcmp(m, "isalpha") || !strcmp(m, "isspace")) {
         if (!s.u.s.n) return V_BOOL(false);
         for (size_t k = 0; k < s.u.s.n; k++) {

@@ -4,7 +4,7 @@
  * byte fallback follow llama.cpp's llm_tokenizer_bpe_session. */
 #include <string.h>
 
-#include "tokenizer/vocab_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 typedef struct sym {
     int32_t prev, next;

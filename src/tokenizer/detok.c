@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tokenizer/vocab_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 /* ---- pieces ------------------------------------------------------------------------------ */
 

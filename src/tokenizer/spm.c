@@ -4,7 +4,7 @@
  * fall back to <0xNN> byte tokens. Tie-breaks follow llama.cpp's llm_tokenizer_spm_session. */
 #include <string.h>
 
-#include "tokenizer/vocab_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 typedef struct sym {
     int32_t prev, next;

@@ -4,7 +4,7 @@
  * keeps a 128 Ki-slot table at 1 MiB. */
 #include <string.h>
 
-#include "tokenizer/vocab_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 /* 64-bit FNV-1a over the bytes, then mixed with aux and finalised (splitmix) so that both the
  * low bits (slot index) and the high bits (tag) are well spread. */

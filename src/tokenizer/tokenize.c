@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "tokenizer/vocab_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 /* ---- tokenize ---------------------------------------------------------------------------- */
 

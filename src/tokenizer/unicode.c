@@ -3,7 +3,7 @@
  * the GPT-2 byte-level alphabet (bytes <-> printable codepoints). */
 #include <string.h>
 
-#include "tokenizer/vocab_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 size_t rf_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
     unsigned char c = s[0];

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tokenizer/vocab_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
@@ -159,23 +159,10 @@ static rf_status build_special(rf_vocab *v) {
 
 /* ---- load -------------------------------------------------------------------------------- */
 
-rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
-    if (!g || !out) return rf_set_error(RF_ERR_INVALID_ARG, "rf_vocab_load: NULL argument");
-    *out = NULL;
+/* The tokenizer kind from tokenizer.ggml.model (llama = SentencePiece, gpt2 = byte-level BPE)
+ * with its defaults; gpt2's pre-tokenizer from tokenizer.ggml.pre. */
+static rf_status load_kind(rf_vocab *v, const char *model, const char *pre) {
     rf_status st;
-    const char *model = NULL;
-    if ((st = rf_gguf_get_str(g, "tokenizer.ggml.model", &model)))
-        return rf_set_error(st, "tokenizer.ggml.model: %s", rf_last_error());
-    rf_vocab *v = calloc(1, sizeof *v);
-    if (!v) return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory");
-    snprintf(v->model_name, sizeof v->model_name, "%s", model);
-    const char *pre = NULL;
-    if (rf_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 &&
-        (st = rf_gguf_get_str(g, "tokenizer.ggml.pre", &pre)))
-        goto fail;
-    v->eot = v->eom = v->sep = v->pad = v->mask = -1;
-    v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
-
     if (!strcmp(model, "llama")) {
         v->type = RF_VOCAB_SPM;
         v->bos = 1, v->eos = 2, v->unk = 0;
@@ -196,32 +183,31 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
             pre = NULL;
         }
         rf_pre_flags fl = {0};
-        if ((st = rf_pretok_new(pre, &v->pre, &fl))) goto fail;
+        if ((st = rf_pretok_new(pre, &v->pre, &fl))) return st;
         v->ignore_merges = fl.ignore_merges;
         v->clean_spaces = fl.clean_spaces;
         v->add_bos = fl.add_bos;
         snprintf(v->pre_name, sizeof v->pre_name, "%s", rf_pretok_name(v->pre));
     } else {
-        st = rf_set_error(RF_ERR_UNSUPPORTED,
+        return rf_set_error(RF_ERR_UNSUPPORTED,
                           "tokenizer.ggml.model: '%s' is not supported (supported: llama = "
                           "SentencePiece, gpt2 = byte-level BPE)",
                           model);
-        goto fail;
     }
-    get_opt_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix);
-    get_opt_bool(g, "tokenizer.ggml.remove_extra_whitespaces", &v->remove_extra_ws);
+    return RF_OK;
+}
 
-    /* tokens */
+/* tokenizer.ggml.tokens: the text pool, the text -> id map, the byte pairs seen in tokens. */
+static rf_status load_tokens(const rf_gguf *g, rf_vocab *v) {
     uint64_t n;
     const void *data;
+    rf_status st;
     if ((st = rf_gguf_get_arr(g, "tokenizer.ggml.tokens", RF_GGUF_STRING, &n, &data))) {
-        st = rf_set_error(st, "tokenizer.ggml.tokens: %s", rf_last_error());
-        goto fail;
+        return rf_set_error(st, "tokenizer.ggml.tokens: %s", rf_last_error());
     }
     if (n == 0 || n > INT32_MAX - 1) {
-        st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.tokens: %llu tokens (need 1..2^31-2)",
+        return rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.tokens: %llu tokens (need 1..2^31-2)",
                           (unsigned long long)n);
-        goto fail;
     }
     const rf_gguf_str *toks = data;
     v->n_tokens = (int32_t)n;
@@ -229,9 +215,8 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
     for (uint64_t i = 0; i < n; i++) {
         uint64_t l = toks[i].len ? toks[i].len : 32; /* "[EMPTY_<i>]" */
         if (l > UINT32_MAX || rf_add_overflow_u64(pool, l + 1, &pool)) {
-            st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.tokens: token %llu too long",
+            return rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.tokens: token %llu too long",
                               (unsigned long long)i);
-            goto fail;
         }
     }
     v->pool = malloc(pool);
@@ -241,8 +226,7 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
     v->attr = malloc(n * sizeof *v->attr);
     v->is_eog = calloc(n, 1);
     if (!v->pool || !v->off || !v->len || !v->scores || !v->attr || !v->is_eog) {
-        st = rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (%llu tokens)", (unsigned long long)n);
-        goto fail;
+        return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (%llu tokens)", (unsigned long long)n);
     }
     uint64_t o = 0;
     for (uint64_t i = 0; i < n; i++) {
@@ -260,37 +244,41 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
         v->attr[i] = RF_TOK_NORMAL;
     }
     for (int32_t i = 0; i < v->n_tokens; i++) {
-        if ((st = rf_strmap_put(&v->tok, rf_tok_text(v, i), v->len[i], 0, i))) goto fail;
+        if ((st = rf_strmap_put(&v->tok, rf_tok_text(v, i), v->len[i], 0, i))) return st;
         const unsigned char *t = (const unsigned char *)rf_tok_text(v, i);
         for (uint32_t j = 1; j < v->len[i]; j++) {
             unsigned pr = (unsigned)t[j - 1] << 8 | t[j];
             v->pair_bits[pr >> 3] |= (uint8_t)(1u << (pr & 7));
         }
     }
+    return RF_OK;
+}
 
+/* tokenizer.ggml.scores and tokenizer.ggml.token_type (optional) for the n tokens. */
+static rf_status load_scores_types(const rf_gguf *g, rf_vocab *v) {
+    const uint64_t n = (uint64_t)v->n_tokens;
+    const void *data;
+    rf_status st;
     if (rf_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) {
         uint64_t ns;
-        if ((st = rf_gguf_get_arr(g, "tokenizer.ggml.scores", RF_GGUF_FLOAT32, &ns, &data))) goto fail;
+        if ((st = rf_gguf_get_arr(g, "tokenizer.ggml.scores", RF_GGUF_FLOAT32, &ns, &data))) return st;
         if (ns < n) {
-            st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.scores: %llu scores for %llu tokens",
+            return rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.scores: %llu scores for %llu tokens",
                               (unsigned long long)ns, (unsigned long long)n);
-            goto fail;
         }
         memcpy(v->scores, data, n * sizeof(float));
     }
     if (rf_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
         uint64_t nt;
-        if ((st = rf_gguf_get_arr(g, "tokenizer.ggml.token_type", -1, &nt, &data))) goto fail;
+        if ((st = rf_gguf_get_arr(g, "tokenizer.ggml.token_type", -1, &nt, &data))) return st;
         const rf_gguf_value *tv = rf_gguf_kv_value(g, rf_gguf_find_key(g, "tokenizer.ggml.token_type"));
         if (tv->v.arr.elem_type != RF_GGUF_INT32 && tv->v.arr.elem_type != RF_GGUF_UINT32) {
-            st = rf_set_error(RF_ERR_TYPE, "tokenizer.ggml.token_type: expected an array of i32, got %s",
+            return rf_set_error(RF_ERR_TYPE, "tokenizer.ggml.token_type: expected an array of i32, got %s",
                               rf_gguf_type_name(tv->v.arr.elem_type));
-            goto fail;
         }
         if (nt < n) {
-            st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.token_type: %llu types for %llu tokens",
+            return rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.token_type: %llu types for %llu tokens",
                               (unsigned long long)nt, (unsigned long long)n);
-            goto fail;
         }
         const int32_t *tt = data;
         for (uint64_t i = 0; i < n; i++) {
@@ -305,32 +293,33 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
             }
         }
     }
+    return RF_OK;
+}
 
+static rf_status load_merges(const rf_gguf *g, rf_vocab *v) {
+    const void *data;
+    rf_status st;
     /* merges: "left right", split at the first space after position 0; the first occurrence of
      * a pair keeps its rank */
     if (v->type == RF_VOCAB_BPE) {
         uint64_t nm;
         if ((st = rf_gguf_get_arr(g, "tokenizer.ggml.merges", RF_GGUF_STRING, &nm, &data))) {
-            st = rf_set_error(st, "tokenizer.ggml.merges (required for a gpt2 vocabulary): %s",
+            return rf_set_error(st, "tokenizer.ggml.merges (required for a gpt2 vocabulary): %s",
                               rf_last_error());
-            goto fail;
         }
         if (nm > INT32_MAX) {
-            st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.merges: too many merges");
-            goto fail;
+            return rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.merges: too many merges");
         }
         const rf_gguf_str *ms = data;
         uint64_t mp = 0;
         for (uint64_t i = 0; i < nm; i++)
             if (ms[i].len > UINT32_MAX || rf_add_overflow_u64(mp, ms[i].len + 1, &mp)) {
-                st = rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.merges: merge %llu too long",
+                return rf_set_error(RF_ERR_FORMAT, "tokenizer.ggml.merges: merge %llu too long",
                                   (unsigned long long)i);
-                goto fail;
             }
         v->merge_pool = malloc(mp ? mp : 1);
         if (!v->merge_pool) {
-            st = rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (merges)");
-            goto fail;
+            return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (merges)");
         }
         uint64_t mo = 0;
         for (uint64_t i = 0; i < nm; i++) {
@@ -344,10 +333,13 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
             memcpy(k + ll, sp + 1, rl);
             mo += ll + rl;
             if (rf_strmap_get(&v->merges, k, ll + rl, (uint32_t)ll) >= 0) continue;
-            if ((st = rf_strmap_put(&v->merges, k, ll + rl, (uint32_t)ll, (int32_t)i))) goto fail;
+            if ((st = rf_strmap_put(&v->merges, k, ll + rl, (uint32_t)ll, (int32_t)i))) return st;
         }
     }
+    return RF_OK;
+}
 
+static void load_special_ids(const rf_gguf *g, rf_vocab *v) {
     /* special ids: defaults out of range are disabled; keys in range override */
     struct {
         const char *key;
@@ -378,7 +370,10 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
     }
     get_opt_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos);
     get_opt_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos);
+}
 
+/* Control tokens and the end-of-generation set: by id, by text, and the per-family rules. */
+static void mark_eog(rf_vocab *v) {
     /* Tokens recognised by their text (the converters do not always mark them). */
     detect(v, &v->eot, k_eot_texts);
     detect(v, &v->eom, k_eom_texts);
@@ -428,10 +423,9 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
         v->is_eog[s_id] = 0;
         v->attr[s_id] = RF_TOK_NORMAL;
     }
+}
 
-    if ((st = build_special(v))) goto fail;
-    if ((st = rf_detok_build_cache(v))) goto fail;
-
+static void strip_attrs(const rf_gguf *g, rf_vocab *v) {
     /* Per-model strip attributes llama.cpp sets by name (Phi-3: special tokens eat the
      * whitespace after them; jina-v2 / modern-bert: the mask token eats the whitespace before
      * it). */
@@ -459,6 +453,38 @@ rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
         int32_t id = rf_text_to_token(v, "[MASK]", 6);
         if (id >= 0) v->attr[id] |= RF_TOK_LSTRIP;
     }
+}
+
+rf_status rf_vocab_load(const rf_gguf *g, rf_vocab **out) {
+    if (!g || !out) return rf_set_error(RF_ERR_INVALID_ARG, "rf_vocab_load: NULL argument");
+    *out = NULL;
+    rf_status st;
+    const char *model = NULL;
+    if ((st = rf_gguf_get_str(g, "tokenizer.ggml.model", &model)))
+        return rf_set_error(st, "tokenizer.ggml.model: %s", rf_last_error());
+    rf_vocab *v = calloc(1, sizeof *v);
+    if (!v) return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory");
+    snprintf(v->model_name, sizeof v->model_name, "%s", model);
+    const char *pre = NULL;
+    if (rf_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 &&
+        (st = rf_gguf_get_str(g, "tokenizer.ggml.pre", &pre)))
+        goto fail;
+    v->eot = v->eom = v->sep = v->pad = v->mask = -1;
+    v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
+
+    if ((st = load_kind(v, model, pre))) goto fail;
+    get_opt_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix);
+    get_opt_bool(g, "tokenizer.ggml.remove_extra_whitespaces", &v->remove_extra_ws);
+
+    if ((st = load_tokens(g, v))) goto fail;
+    if ((st = load_scores_types(g, v))) goto fail;
+    if ((st = load_merges(g, v))) goto fail;
+    load_special_ids(g, v);
+    mark_eog(v);
+    if ((st = build_special(v))) goto fail;
+    if ((st = rf_detok_build_cache(v))) goto fail;
+
+    strip_attrs(g, v);
     RF_LOGI("tokenizer: %s vocabulary, %d tokens, pre '%s', bos %d eos %d eot %d, add_bos %d",
             model, v->n_tokens, v->pre_name, v->bos, v->eos, v->eot, v->add_bos);
     *out = v;

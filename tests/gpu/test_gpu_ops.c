@@ -533,6 +533,34 @@ static void test_errors(void **state) {
     assert_int_equal(rf_gpu_sync(g_ctx), RF_OK); /* the failed allocation left no sticky error */
 }
 
+/* op info: the device's name and ordinal, memory that adds up, and a download counted once */
+static void test_backend_info(void **state) {
+    (void)state;
+    assert_true(rf_gpu_built());
+    assert_true(rf_gpu_device_count() >= 1);
+    rf_backend *be = NULL;
+    assert_int_equal(rf_backend_gpu_new(0, &be), RF_OK);
+    rf_backend_info a = {0}, b = {0};
+    assert_int_equal(be->ops->info(be, true, &a), RF_OK);
+    fprintf(stderr, "  info: %s (GPU %d), %.0f of %.0f MiB free\n", a.name, a.device, a.mem_free / 1048576.0,
+            a.mem_total / 1048576.0);
+    assert_non_null(a.name);
+    assert_true(a.name[0] != 0);
+    assert_string_equal(a.name, rf_backend_gpu_name(be));
+    assert_int_equal(a.device, 0);
+    assert_true(a.mem_total > 0 && a.mem_free <= a.mem_total);
+    assert_true(a.mem_used == a.mem_total - a.mem_free);
+    rf_tensor t;
+    float host[64];
+    assert_int_equal(be->ops->alloc(be, RF_TYPE_F32, 64, 1, &t), RF_OK);
+    assert_int_equal(be->ops->read_rows(be, &t, 0, 1, host), RF_OK);
+    assert_int_equal(be->ops->info(be, false, &b), RF_OK);
+    assert_true(b.downloads == a.downloads + 1 && b.uploads == a.uploads && b.launches == a.launches);
+    assert_true(b.mem_total == 0 && b.mem_free == 0); /* not asked for */
+    be->ops->free(be, &t);
+    be->ops->destroy(be);
+}
+
 int main(void) {
     gpu_test_init_or_skip("test_gpu_ops");
     const struct CMUnitTest tests[] = {
@@ -541,7 +569,7 @@ int main(void) {
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_rope_kv_append),
         cmocka_unit_test(test_kv_q8),
         cmocka_unit_test(test_rope_qkv_fused), cmocka_unit_test(test_rmsnorm_quantize_fused),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_errors),        cmocka_unit_test(test_backend_info),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rf_gpu_destroy(g_ctx);

@@ -320,11 +320,34 @@ static void test_act_q8_exact(void **state) {
     free(x), free(a), free(b);
 }
 
+/* op info on the CPU: its name, no device, no memory or transfers; the GPU entry points answer
+ * for the build (a build without the GPU backend: none, and a clear error) */
+static void test_backend_info(void **state) {
+    (void)state;
+    rf_backend *be;
+    assert_int_equal(rf_backend_cpu_new(1, &be), RF_OK);
+    rf_backend_info bi;
+    memset(&bi, 0x5a, sizeof bi);
+    assert_int_equal(be->ops->info(be, true, &bi), RF_OK);
+    assert_string_equal(bi.name, "cpu");
+    assert_int_equal(bi.device, -1);
+    assert_true(bi.mem_total == 0 && bi.mem_free == 0 && bi.mem_used == 0);
+    assert_true(bi.uploads == 0 && bi.downloads == 0 && bi.launches == 0);
+    be->ops->destroy(be);
+    if (!rf_gpu_built()) {
+        rf_backend *g = (rf_backend *)1;
+        assert_int_equal(rf_gpu_device_count(), 0);
+        assert_int_equal(rf_backend_gpu_new(0, &g), RF_ERR_UNSUPPORTED);
+        assert_null(g);
+        assert_non_null(strstr(rf_last_error(), "no GPU backend"));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul), cmocka_unit_test(test_norm_rope_glu),
         cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_kv_rows), cmocka_unit_test(test_get_rows),
-        cmocka_unit_test(test_act_q8_exact),
+        cmocka_unit_test(test_act_q8_exact), cmocka_unit_test(test_backend_info),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

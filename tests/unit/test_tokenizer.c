@@ -4,7 +4,7 @@
 #include <time.h>
 
 #include "test_tokenizer_common.h"
-#include "tokenizer/vocab_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 /* ---- a synthetic byte-level BPE vocabulary ----------------------------------------------- */
 

@@ -1,5 +1,6 @@
 /* cpu_backend.c — the CPU backend: the op table of backend.h over host memory, threaded with
- * rf_pool. Norms, RoPE, attention, GLU and elementwise ops live here; matmul in cpu_matmul.c.
+ * rf_pool. Row helpers, norms, RoPE, GLU and elementwise ops live here; attention in
+ * cpu_attention.c, matmul in cpu_matmul.c.
  * Each op has the contract written in backend.h; the scalar references are in ref_ops.h. */
 #include "backend/cpu/cpu_backend.h"
 
@@ -19,51 +20,8 @@
 
 /* ---- row helpers ------------------------------------------------------------------------ */
 
-static float half_to_f32_sw(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: renormalise */
-            int e = -1;
-            do { man <<= 1; e++; } while (!(man & 0x400));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static uint16_t f32_to_half_sw(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to inf */
-    if (ax < 0x38800000u) { /* subnormal or zero in half */
-        if (ax < 0x33000000u) return (uint16_t)sign;
-        uint32_t m = (ax & 0x7fffff) | 0x800000;
-        int shift = 113 - (int)(ax >> 23) + 13; /* 126 - e + 13 - 13 ... */
-        uint32_t r = m >> shift;
-        uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-        if (rem > halfway || (rem == halfway && (r & 1))) r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = ((ax - 0x38000000u) >> 13);
-    uint32_t rem = ax & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
-    return (uint16_t)(sign | r);
-}
-
 static int g_have_f16c = -1;
-static int have_f16c(void) {
+int rf_cpu_have_f16c(void) {
 #if RF_X86
     /* The quant table's detection covers AVX2+FMA+F16C (clang 14 rejects "f16c" as a
      * __builtin_cpu_supports name) and honours RF_NO_SIMD. */
@@ -115,40 +73,6 @@ __attribute__((target("avx2,fma"))) static void axpy_f32_avx(float *y, const flo
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vs, _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += s * x[i];
 }
-/* The f16 KV cache's attention helpers: dot_f32_avx(a, f32(h)) and axpy_f32_avx(y, f32(h), s) with
- * the f16 row converted in registers instead of through a scratch row (the conversion pass was 8 %
- * of a 64-sequence batch). Same operations in the same order as the f32 helpers on the converted
- * row, so the results are bit-identical to converting first. */
-__attribute__((target("avx2,f16c,fma"))) static float dot_f32_f16_avx(const float *a, const uint16_t *h,
-                                                                     int64_t n) {
-#define LDH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LDH(h + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LDH(h + i + 8), acc1);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LDH(h + i), acc0);
-    acc0 = _mm256_add_ps(acc0, acc1);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
-    /* (s0 + s1) + (s2 + s3), the two hadds of dot_f32_avx, with cheaper shuffles (same sums) */
-    s = _mm_add_ps(s, _mm_movehdup_ps(s));
-    s = _mm_add_ss(s, _mm_movehl_ps(s, s));
-    float r = _mm_cvtss_f32(s);
-    for (; i < n; i++) r += a[i] * _cvtsh_ss(h[i]);
-    return r;
-}
-__attribute__((target("avx2,f16c,fma"))) static void axpy_f16_avx(float *y, const uint16_t *h, float s,
-                                                                 int64_t n) {
-    __m256 vs = _mm256_set1_ps(s);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(LDH(h + i), vs, _mm256_loadu_ps(y + i)));
-#undef LDH
-    for (; i < n; i++) y[i] += s * _cvtsh_ss(h[i]);
-}
-/* f32 -> f16 -> f32 (round to nearest even), F16C: equal to half_to_f32_sw(f32_to_half_sw(x)) for
- * every non-NaN float (checked exhaustively over all 2^32 inputs). */
-__attribute__((target("f16c"))) static float round_f16_hw(float x) { return _cvtsh_ss(_cvtss_sh(x, 0)); }
 #endif
 
 void rf_cpu_row_to_f32(rf_type type, const void *src, float *dst, int64_t n) {
@@ -158,12 +82,12 @@ void rf_cpu_row_to_f32(rf_type type, const void *src, float *dst, int64_t n) {
         return;
     case RF_TYPE_F16:
 #if RF_X86
-        if (have_f16c()) {
+        if (rf_cpu_have_f16c()) {
             f16_to_f32_avx(src, dst, n);
             return;
         }
 #endif
-        for (int64_t i = 0; i < n; i++) dst[i] = half_to_f32_sw(((const uint16_t *)src)[i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = rf_cpu_half_to_f32_sw(((const uint16_t *)src)[i]);
         return;
     case RF_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) {
@@ -176,7 +100,7 @@ void rf_cpu_row_to_f32(rf_type type, const void *src, float *dst, int64_t n) {
             const uint8_t *blk = (const uint8_t *)src + b * 34;
             uint16_t dh;
             memcpy(&dh, blk, 2);
-            float d = half_to_f32_sw(dh);
+            float d = rf_cpu_half_to_f32_sw(dh);
             const int8_t *q = (const int8_t *)(blk + 2);
             for (int j = 0; j < 32; j++) dst[b * 32 + j] = d * q[j];
         }
@@ -189,17 +113,17 @@ void rf_cpu_row_to_f32(rf_type type, const void *src, float *dst, int64_t n) {
 
 void rf_cpu_f32_to_f16(const float *src, uint16_t *dst, int64_t n) {
 #if RF_X86
-    if (have_f16c()) {
+    if (rf_cpu_have_f16c()) {
         f32_to_f16_avx(src, dst, n);
         return;
     }
 #endif
-    for (int64_t i = 0; i < n; i++) dst[i] = f32_to_half_sw(src[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = rf_cpu_f32_to_half_sw(src[i]);
 }
 
 float rf_cpu_dot_f32(const float *a, const float *b, int64_t n) {
 #if RF_X86
-    if (have_f16c()) return dot_f32_avx(a, b, n);
+    if (rf_cpu_have_f16c()) return dot_f32_avx(a, b, n);
 #endif
     float s = 0;
     for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
@@ -208,7 +132,7 @@ float rf_cpu_dot_f32(const float *a, const float *b, int64_t n) {
 
 void rf_cpu_axpy_f32(float *y, const float *x, float s, int64_t n) {
 #if RF_X86
-    if (have_f16c()) {
+    if (rf_cpu_have_f16c()) {
         axpy_f32_avx(y, x, s, n);
         return;
     }
@@ -224,7 +148,7 @@ static void row_to_q8_0(const float *x, uint8_t *dst, int64_t n) {
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
         float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         uint8_t *blk = dst + b * 34;
-        uint16_t dh = f32_to_half_sw(d);
+        uint16_t dh = rf_cpu_f32_to_half_sw(d);
         memcpy(blk, &dh, 2);
         int8_t *q = (int8_t *)(blk + 2);
         for (int j = 0; j < 32; j++) q[j] = (int8_t)roundf(xb[j] * id);
@@ -422,322 +346,6 @@ static rf_status cpu_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64
     return RF_OK;
 }
 
-#define RF_ATTN_MAX_HD 2048
-
-/* Paged attention: one task per (token, head), so a token's result never depends on which
- * other tokens share the step (batch-invariant bit for bit). Each thread owns a scratch slice
- * of max_kv scores plus head_dim floats for a converted K/V row and the rounded query. */
-typedef struct attn_job {
-    float *out;
-    const float *q;
-    const rf_tensor *k, *v;
-    const rf_batch *b;
-    int64_t n_head, n_head_kv, head_dim, window;
-    float scale, softcap;
-    const float *sinks;   /* f32 [n_head] or NULL (attention sinks, gpt-oss) */
-    float *scratch;
-    int64_t per_thread;
-    float *qscratch;      /* f16 fast path: 4 rounded query rows per thread */
-    int64_t q_per_thread; /* floats */
-} attn_job;
-
-/* Walks the K/V rows of positions p0.. of one batch sequence through its block table without a
- * division per key: the row pointer advances by the row stride inside a block and jumps at block
- * boundaries. `off` is head hk's byte offset inside a row. */
-typedef struct kv_walk {
-    const char *base, *row;
-    size_t nb1, off;
-    const int32_t *table;
-    int64_t bs, blk, in_blk;
-} kv_walk;
-
-static inline void kv_walk_start(kv_walk *w, const rf_tensor *c, const rf_batch *b, int32_t s, int64_t p0, size_t off) {
-    w->base = c->data;
-    w->nb1 = c->nb1;
-    w->off = off;
-    w->table = b->block_table + (int64_t)s * b->max_blocks;
-    w->bs = b->block_size;
-    w->blk = p0 / w->bs;
-    w->in_blk = p0 % w->bs;
-    w->row = w->base + (size_t)(w->table[w->blk] * w->bs + w->in_blk) * w->nb1 + off;
-}
-
-static inline const char *kv_walk_next(kv_walk *w) { /* the current row, then step to the next position */
-    const char *r = w->row;
-    if (++w->in_blk == w->bs) {
-        w->in_blk = 0;
-        w->blk++;
-        w->row = NULL; /* the next block is looked up only if there is a next position */
-    } else {
-        w->row += w->nb1;
-    }
-    return r;
-}
-
-static inline const char *kv_walk_row(kv_walk *w) {
-    if (!w->row) w->row = w->base + (size_t)(w->table[w->blk] * w->bs) * w->nb1 + w->off;
-    return kv_walk_next(w);
-}
-
-#if RF_X86
-/* P.V over an f16 cache for 64 output elements: o[e] = sum over the nk rows the walker yields of
- * p[k] * f16(row[e]), accumulated in key order with one fma per key from +0 -- exactly what
- * axpy_f16_avx does on a zeroed o, key after key, but with o in 8 registers instead of a
- * load-fma-store chain through memory per key. */
-__attribute__((target("avx2,f16c,fma"))) static void pv64_f16_avx(float *o, kv_walk *w, const float *p, int64_t nk) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-#define LDH(r, e) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)(r) + (e))))
-    for (int64_t k = 0; k < nk; k++) {
-        const char *r = kv_walk_row(w);
-        const __m256 pk = _mm256_set1_ps(p[k]);
-        a0 = _mm256_fmadd_ps(LDH(r, 0), pk, a0);
-        a1 = _mm256_fmadd_ps(LDH(r, 8), pk, a1);
-        a2 = _mm256_fmadd_ps(LDH(r, 16), pk, a2);
-        a3 = _mm256_fmadd_ps(LDH(r, 24), pk, a3);
-        a4 = _mm256_fmadd_ps(LDH(r, 32), pk, a4);
-        a5 = _mm256_fmadd_ps(LDH(r, 40), pk, a5);
-        a6 = _mm256_fmadd_ps(LDH(r, 48), pk, a6);
-        a7 = _mm256_fmadd_ps(LDH(r, 56), pk, a7);
-    }
-#undef LDH
-    _mm256_storeu_ps(o, a0), _mm256_storeu_ps(o + 8, a1), _mm256_storeu_ps(o + 16, a2), _mm256_storeu_ps(o + 24, a3);
-    _mm256_storeu_ps(o + 32, a4), _mm256_storeu_ps(o + 40, a5), _mm256_storeu_ps(o + 48, a6), _mm256_storeu_ps(o + 56, a7);
-}
-
-/* Scores of g <= 4 query heads that share one KV head, over an f16 cache with hd % 16 == 0:
- * sc[h * ld + k] = dot_f32_f16_avx(q[h], K row k) * scale (then the softcap, as attn_worker
- * applies it), and mx[h] = their maximum. Each K chunk is converted once for the g heads (GQA:
- * SmolLM2 has 3 query heads per KV head), and every head's sum runs through the same fmas and the
- * same reduction as dot_f32_f16_avx, so each score is bit-identical to it. */
-__attribute__((target("avx2,f16c,fma"))) static void scores_f16_avx(const float *const *q, int g, kv_walk *w,
-                                                                    int64_t nk, int64_t hd, float scale,
-                                                                    float softcap, float *sc, int64_t ld,
-                                                                    float *mx) {
-    for (int h = 0; h < g; h++) mx[h] = -INFINITY;
-    for (int64_t k = 0; k < nk; k++) {
-        const uint16_t *kr = (const uint16_t *)kv_walk_row(w);
-        __m256 a0[4], a1[4];
-        for (int h = 0; h < 4; h++) a0[h] = a1[h] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < hd; i += 16) {
-            const __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + i)));
-            const __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + i + 8)));
-            for (int h = 0; h < g; h++) {
-                a0[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i), k0, a0[h]);
-                a1[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q[h] + i + 8), k1, a1[h]);
-            }
-        }
-        for (int h = 0; h < g; h++) {
-            const __m256 a = _mm256_add_ps(a0[h], a1[h]);
-            __m128 r = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-            r = _mm_add_ps(r, _mm_movehdup_ps(r));
-            r = _mm_add_ss(r, _mm_movehl_ps(r, r));
-            float sco = _mm_cvtss_f32(r) * scale;
-            if (softcap > 0) sco = softcap * tanhf(sco / softcap);
-            sc[h * ld + k] = sco;
-            if (sco > mx[h]) mx[h] = sco;
-        }
-    }
-}
-
-/* sc[k] = f32(f16(sc[k] * inv)) for k < n: the probabilities rounded to f16 as llama.cpp does,
- * the same multiply and F16C rounding as round_f16_hw(sc[k] * inv), 8 at a time. */
-__attribute__((target("avx2,f16c"))) static void scale_round_f16_avx(float *sc, float inv, int64_t n) {
-    const __m256 vi = _mm256_set1_ps(inv);
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8)
-        _mm256_storeu_ps(sc + k, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(sc + k), vi), 0)));
-    for (; k < n; k++) sc[k] = _cvtsh_ss(_cvtss_sh(sc[k] * inv, 0));
-}
-#endif
-
-/* Byte offset of head hk inside a K/V row of type t. */
-static inline size_t kv_head_off(rf_type t, int64_t hk, int64_t hd) {
-    switch (t) {
-    case RF_TYPE_F32: return (size_t)hk * hd * 4;
-    case RF_TYPE_F16: return (size_t)hk * hd * 2;
-    default: return (size_t)hk * hd / 32 * 34; /* q8_0 */
-    }
-}
-
-static void attn_worker(void *ctx, int ith, int nth) {
-    attn_job *j = ctx;
-    const rf_batch *b = j->b;
-    int64_t lo, hi;
-    rf_pool_range((int64_t)b->n_tokens * j->n_head, ith, nth, &lo, &hi);
-    int64_t hd = j->head_dim, group = j->n_head / j->n_head_kv;
-    float *sc = j->scratch + ith * j->per_thread;
-    float *row = sc + (j->per_thread - 2 * ((hd + 15) & ~15));
-    float *qr = row + ((hd + 15) & ~15);
-    bool is_f32 = j->k->type == RF_TYPE_F32;
-    /* f16 cache: llama.cpp (non-flash path) rounds q to f16 for q.k and the probabilities to f16
-     * for P.v; doing the same keeps the two within float rounding. */
-    bool h16 = j->k->type == RF_TYPE_F16;
-    bool h16_fast = false; /* f16 rows read in registers (bit-identical to converting first) */
-#if RF_X86
-    h16_fast = h16 && have_f16c() && j->v->type == RF_TYPE_F16;
-#endif
-#if RF_X86
-    /* f16 fast path: the thread's consecutive tasks of one token whose heads share a KV head go
-     * together (up to 4), the K rows converted once for them; per head the same operations as
-     * the generic loop below (bit-identical). */
-    if (h16_fast && hd % 64 == 0) {
-        for (int64_t task = lo; task < hi;) {
-            int64_t it = task / j->n_head, h0 = task % j->n_head, hk = h0 / group;
-            int g = 1;
-            while (g < 4 && task + g < hi && (h0 + g) % j->n_head != 0 && (h0 + g) / group == hk) g++;
-            int32_t s = b->seq[it];
-            int64_t p = b->pos[it], kmin = 0;
-            if (j->window > 0 && p - j->window + 1 > 0) kmin = p - j->window + 1;
-            const int64_t nk = p - kmin + 1, ld = (nk + 15) & ~(int64_t)15;
-            const float *qs[4];
-            float mx[4];
-            for (int x = 0; x < g; x++) {
-                uint16_t tmp[RF_ATTN_MAX_HD];
-                float *qx = j->qscratch + ith * j->q_per_thread + x * hd;
-                rf_cpu_f32_to_f16(j->q + (it * j->n_head + h0 + x) * hd, tmp, hd);
-                rf_cpu_row_to_f32(RF_TYPE_F16, tmp, qx, hd);
-                qs[x] = qx;
-            }
-            kv_walk wk, wv;
-            const size_t koff = kv_head_off(j->k->type, hk, hd), voff = kv_head_off(j->v->type, hk, hd);
-            kv_walk_start(&wk, j->k, b, s, kmin, koff);
-            scores_f16_avx(qs, g, &wk, nk, hd, j->scale, j->softcap, sc, ld, mx);
-            for (int x = 0; x < g; x++) {
-                float *o = j->out + (it * j->n_head + h0 + x) * hd, *scx = sc + x * ld;
-                const float sink = j->sinks ? j->sinks[h0 + x] : -INFINITY;
-                if (sink > mx[x]) mx[x] = sink;
-                if (mx[x] == -INFINITY) {
-                    memset(o, 0, (size_t)hd * sizeof(float));
-                    continue;
-                }
-                double sum = 0;
-                for (int64_t kk = 0; kk < nk; kk++) {
-                    float e = expf(scx[kk] - mx[x]);
-                    scx[kk] = e;
-                    sum += e;
-                }
-                if (j->sinks) sum += expf(sink - mx[x]); /* the sink: denominator only */
-                scale_round_f16_avx(scx, (float)(1.0 / sum), nk);
-                for (int64_t c = 0; c < hd; c += 64) {
-                    kv_walk_start(&wv, j->v, b, s, kmin, voff + (size_t)c * 2);
-                    pv64_f16_avx(o + c, &wv, scx, nk);
-                }
-            }
-            task += g;
-        }
-        return;
-    }
-#endif
-    for (int64_t task = lo; task < hi; task++) {
-        int64_t it = task / j->n_head, h = task % j->n_head, hk = h / group;
-        int32_t s = b->seq[it];
-        const float *q = j->q + (it * j->n_head + h) * hd;
-        if (h16) {
-            uint16_t tmp[RF_ATTN_MAX_HD];
-            rf_cpu_f32_to_f16(q, tmp, hd);
-            rf_cpu_row_to_f32(RF_TYPE_F16, tmp, qr, hd);
-            q = qr;
-        }
-        float *o = j->out + (it * j->n_head + h) * hd;
-        int64_t p = b->pos[it], kmin = 0;
-        if (j->window > 0 && p - j->window + 1 > 0) kmin = p - j->window + 1;
-        float mx = -INFINITY;
-        kv_walk wk, wv;
-        kv_walk_start(&wk, j->k, b, s, kmin, kv_head_off(j->k->type, hk, hd));
-        for (int64_t kk = kmin; kk <= p; kk++) {
-            const char *kr = kv_walk_row(&wk);
-            float sco;
-#if RF_X86
-            if (h16_fast) {
-                sco = dot_f32_f16_avx(q, (const uint16_t *)kr, hd) * j->scale;
-            } else
-#endif
-            {
-                const float *kv = (const float *)kr;
-                if (!is_f32) {
-                    rf_cpu_row_to_f32(j->k->type, kr, row, hd);
-                    kv = row;
-                }
-                sco = rf_cpu_dot_f32(q, kv, hd) * j->scale;
-            }
-            if (j->softcap > 0) sco = j->softcap * tanhf(sco / j->softcap);
-            sc[kk - kmin] = sco;
-            if (sco > mx) mx = sco;
-        }
-        memset(o, 0, (size_t)hd * sizeof(float));
-        const float sink = j->sinks ? j->sinks[h] : -INFINITY;
-        if (sink > mx) mx = sink;
-        if (mx == -INFINITY) continue;
-        double sum = 0;
-        for (int64_t kk = 0; kk <= p - kmin; kk++) {
-            float e = expf(sc[kk] - mx);
-            sc[kk] = e;
-            sum += e;
-        }
-        if (j->sinks) sum += expf(sink - mx); /* the sink: denominator only */
-        float inv = (float)(1.0 / sum);
-        kv_walk_start(&wv, j->v, b, s, kmin, kv_head_off(j->v->type, hk, hd));
-#if RF_X86
-        if (h16_fast) {
-            for (int64_t kk = kmin; kk <= p; kk++) {
-                const char *vr = kv_walk_row(&wv);
-                axpy_f16_avx(o, (const uint16_t *)vr, round_f16_hw(sc[kk - kmin] * inv), hd);
-            }
-            continue;
-        }
-#endif
-        for (int64_t kk = kmin; kk <= p; kk++) {
-            const char *vr = kv_walk_row(&wv);
-            const float *vv = (const float *)vr;
-            if (!is_f32) {
-                rf_cpu_row_to_f32(j->v->type, vr, row, hd);
-                vv = row;
-            }
-            float pk = sc[kk - kmin] * inv;
-            if (h16) pk = half_to_f32_sw(f32_to_half_sw(pk));
-            rf_cpu_axpy_f32(o, vv, pk, hd);
-        }
-    }
-}
-
-static rf_status cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k,
-                               const rf_tensor *v, const rf_batch *b, int64_t n_head,
-                               int64_t n_head_kv, int64_t head_dim, float scale, int64_t window,
-                               float softcap, const rf_tensor *sinks) {
-    rf_cpu *cpu = be->impl;
-    if (n_head_kv <= 0 || n_head % n_head_kv)
-        return rf_set_error(RF_ERR_INVALID_ARG, "attention: n_head %lld not a multiple of n_head_kv %lld",
-                            (long long)n_head, (long long)n_head_kv);
-    if (k->type == RF_TYPE_Q8_0 && head_dim % 32)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "q8_0 KV cache needs head_dim %% 32 == 0 (head_dim %lld)",
-                            (long long)head_dim);
-    if (head_dim > RF_ATTN_MAX_HD)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "attention: head size %lld > %d", (long long)head_dim, RF_ATTN_MAX_HD);
-    int64_t max_kv = 1;
-    for (int32_t t = 0; t < b->n_tokens; t++) {
-        int32_t s = b->seq[t], p = b->pos[t];
-        if (s < 0 || s >= b->n_seqs || p < 0 || p / b->block_size >= b->max_blocks)
-            return rf_set_error(RF_ERR_RANGE, "attention: token %d has sequence %d / position %d outside the batch's "
-                                "%d sequences / %d blocks of %d", t, s, p, b->n_seqs, b->max_blocks, b->block_size);
-        if (p + 1 > max_kv) max_kv = p + 1;
-    }
-    if (window > 0 && window < max_kv) max_kv = window;
-    if (sinks && (sinks->type != RF_TYPE_F32 || sinks->ne[0] * sinks->ne[1] < n_head))
-        return rf_set_error(RF_ERR_INVALID_ARG, "attention: sinks must be f32 [%lld]", (long long)n_head);
-    attn_job j = {out->data, q->data, k, v, b, n_head, n_head_kv, head_dim, window, scale, softcap,
-                  sinks ? sinks->data : NULL, NULL, 0, NULL, 0};
-    /* scores of up to 4 heads (the f16 path groups heads of a KV head), a converted K/V row and the
-     * rounded query; then 4 query rows for the grouped path */
-    j.per_thread = 4 * ((max_kv + 15) & ~15) + 2 * ((head_dim + 15) & ~15);
-    j.q_per_thread = 4 * ((head_dim + 15) & ~15);
-    rf_status st = rf_cpu_scratch(cpu, (size_t)(j.per_thread + j.q_per_thread) * cpu->n_threads * sizeof(float));
-    if (st) return st;
-    j.scratch = cpu->scratch;
-    j.qscratch = j.scratch + j.per_thread * cpu->n_threads;
-    rf_pool_run(cpu->pool, attn_worker, &j);
-    return RF_OK;
-}
-
 static float gelu_tanh(float x) {
     const float c = 0.79788456080286535587989211986876f; /* sqrt(2/pi) */
     return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
@@ -749,7 +357,7 @@ static float gelu_tanh(float x) {
 static uint16_t g_gelu_table[65536];
 static pthread_once_t g_gelu_once = PTHREAD_ONCE_INIT;
 static void gelu_table_init(void) {
-    for (int i = 0; i < 65536; i++) g_gelu_table[i] = f32_to_half_sw(gelu_tanh(half_to_f32_sw((uint16_t)i)));
+    for (int i = 0; i < 65536; i++) g_gelu_table[i] = rf_cpu_f32_to_half_sw(gelu_tanh(rf_cpu_half_to_f32_sw((uint16_t)i)));
 }
 
 /* y[i] = act(g[i]) * u[i] over [lo, hi). */
@@ -770,7 +378,7 @@ static void glu_range(float *yd, const float *g, const float *u, int64_t lo, int
         float x = g[i];
         if (x <= -10.0f) yd[i] = 0.0f;
         else if (x >= 10.0f) yd[i] = x * u[i];
-        else yd[i] = half_to_f32_sw(g_gelu_table[f32_to_half_sw(x)]) * u[i];
+        else yd[i] = rf_cpu_half_to_f32_sw(g_gelu_table[rf_cpu_f32_to_half_sw(x)]) * u[i];
     }
 }
 
@@ -832,8 +440,16 @@ static void cpu_destroy(rf_backend *be) {
     free(be);
 }
 
+/* The CPU has no device memory and no transfers: only the name. */
+static rf_status cpu_info(rf_backend *be, bool memory, rf_backend_info *out) {
+    (void)be, (void)memory;
+    *out = (rf_backend_info){.name = "cpu", .device = -1};
+    return RF_OK;
+}
+
 static const rf_backend_ops cpu_ops = {
     .name = "cpu",
+    .info = cpu_info,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .weight = cpu_weight,
@@ -846,7 +462,7 @@ static const rf_backend_ops cpu_ops = {
     .rope = cpu_rope,
     .kv_store = cpu_kv_store,
     .copy_rows = cpu_copy_rows,
-    .attention = cpu_attention,
+    .attention = rf_cpu_attention,
     .gather_rows = cpu_gather_rows,
     .glu = cpu_glu,
     .moe_route = rf_cpu_moe_route,

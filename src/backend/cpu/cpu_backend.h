@@ -3,6 +3,8 @@
 #ifndef RF_CPU_BACKEND_H
 #define RF_CPU_BACKEND_H
 
+#include <string.h>
+
 #include "backend/backend.h"
 #include "backend/cpu/cpu_threads.h"
 
@@ -39,6 +41,58 @@ rf_status rf_cpu_gated_delta(rf_backend *be, rf_tensor *out, const rf_tensor *x,
                              const rf_batch *b, int64_t H_k, int64_t H_v, int64_t S, float eps);
 rf_status rf_cpu_sigmoid_mul(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *gate, int64_t n);
 rf_status rf_cpu_head_split(rf_backend *be, rf_tensor *y0, rf_tensor *y1, const rf_tensor *x, int64_t rows, int64_t n);
+
+/* f16 <-> f32 of one value in software (round to nearest even); inline: the attention's f16
+ * rounding of every probability goes through them. */
+static inline float rf_cpu_half_to_f32_sw(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalise */
+            int e = -1;
+            do { man <<= 1; e++; } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t rf_cpu_f32_to_half_sw(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to inf */
+    if (ax < 0x38800000u) { /* subnormal or zero in half */
+        if (ax < 0x33000000u) return (uint16_t)sign;
+        uint32_t m = (ax & 0x7fffff) | 0x800000;
+        int shift = 113 - (int)(ax >> 23) + 13; /* 126 - e + 13 - 13 ... */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((ax - 0x38000000u) >> 13);
+    uint32_t rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+}
+
+/* True where the AVX2/F16C/FMA helpers may run (rf_quant_simd_level, honours RF_NO_SIMD). */
+int rf_cpu_have_f16c(void);
+/* Paged attention (cpu_attention.c); contract of rf_backend_ops.attention. */
+rf_status rf_cpu_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k,
+                           const rf_tensor *v, const rf_batch *b, int64_t n_head, int64_t n_head_kv,
+                           int64_t head_dim, float scale, int64_t window, float softcap, const rf_tensor *sinks);
 
 /* dst[i] = f32 of n elements of a row of `type` (f32, f16, bf16 or any dequantizable type;
  * quantized rows start at a block boundary and n is a multiple of the block). */

@@ -1,7 +1,9 @@
-/* vocab_internal.h — the vocabulary's private layout and what the tokenizer files share:
- * a string->id hash map, UTF-8 helpers, the pre-tokenizer, the SPM and BPE sessions. */
-#ifndef RF_VOCAB_INTERNAL_H
-#define RF_VOCAB_INTERNAL_H
+/* tokenizer_internal.h — what the tokenizer's files share (none of them owns it): the
+ * vocabulary's layout that vocab.c fills and the others read, a string->id hash map (strmap.c),
+ * UTF-8 helpers (unicode.c), the pre-tokenizer (pretokenize.c), the SPM and BPE sessions, the
+ * piece cache (detok.c). */
+#ifndef RF_TOKENIZER_INTERNAL_H
+#define RF_TOKENIZER_INTERNAL_H
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,0 +1,59 @@
+/* backend_nogpu.c — backend.h's GPU entry points in a build without the GPU backend: stubs that
+ * say so (RF_ERR_UNSUPPORTED, no devices), so that code outside src/backend/ is the same in every
+ * build. In a GPU build the GPU backend's files define them and this file holds rf_gpu_built. */
+#include "backend/backend.h"
+
+#ifdef RF_HAVE_GPU
+
+bool rf_gpu_built(void) { return true; }
+
+#else
+
+static rf_status no_gpu(void) { return rf_set_error(RF_ERR_UNSUPPORTED, "this build has no GPU backend"); }
+
+bool rf_gpu_built(void) { return false; }
+rf_status rf_backend_gpu_new(int device, rf_backend **out) {
+    (void)device;
+    *out = NULL;
+    return no_gpu();
+}
+int rf_gpu_device_count(void) { return 0; }
+rf_status rf_gpu_probe_read_bw(int device, char *name, size_t cap, double *gbps) {
+    (void)device, (void)name, (void)cap;
+    *gbps = 0;
+    return no_gpu();
+}
+rf_status rf_backend_gpu_use(rf_backend *be) {
+    (void)be;
+    return RF_OK;
+}
+rf_status rf_backend_gpu_graph_run(rf_backend *be) {
+    (void)be;
+    return no_gpu();
+}
+void rf_backend_gpu_set_lead(rf_backend *be, rf_backend *lead) { (void)be, (void)lead; }
+void rf_backend_gpu_drop_graphs(rf_backend *be) { (void)be; }
+rf_status rf_backend_gpu_settle(rf_backend *be) {
+    (void)be;
+    return RF_OK;
+}
+rf_status rf_tp_peer_check(rf_backend *const *bes, int n) {
+    (void)bes, (void)n;
+    return no_gpu();
+}
+rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **out) {
+    (void)bes, (void)n;
+    *out = NULL;
+    return no_gpu();
+}
+rf_status rf_tp_comm_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) {
+    (void)t, (void)bufs, (void)n;
+    return no_gpu();
+}
+rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) {
+    (void)t, (void)bufs, (void)n;
+    return no_gpu();
+}
+void rf_tp_comm_free(rf_tp_comm *t) { (void)t; }
+
+#endif

@@ -1,0 +1,174 @@
+/* gpu_backend_products.c — the GPU backend's products (matmul) and the ops that hand a product
+ * its quantized activation (rmsnorm_for, glu_for: one quantization shared by the products of one
+ * x), and weight_join (Q/K/V and gate/up as one weight). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/gpu/gpu_be.h"
+#include "rocmforge/quant.h"
+
+
+/* whether the product of (type, n_in) for n_tokens has the int8-x form whose quantized x one
+ * kernel can make for several products */
+static bool shares_xq(gpu_be *g, rf_type t, int64_t n_tokens, int64_t n_in) {
+    return g->fuse && rf_gpu_gemv_has_xq(g->ctx, t, n_tokens, n_in);
+}
+
+/* the xq buffer large enough for n_tokens x n_in; false (and no error) where it would have to
+ * grow inside a graph recording (no allocation may be recorded) */
+static rf_status xq_room(gpu_be *g, int64_t n_tokens, int64_t n_in, bool *ok) {
+    *ok = false;
+    size_t need = rf_gpu_xq_bytes(n_tokens, n_in);
+    if (need > g->xq_cap) {
+        if (g->mode == RF_GRAPH_CAPTURE) return RF_OK;
+        rf_status st = rf_gpu_sync(g->ctx); /* the old buffer may still be read */
+        if (st) return st;
+        rf_gpu_free(g->ctx, g->xq);
+        g->xq = NULL;
+        g->xq_cap = 0;
+        size_t cap = rf_gpu_xq_bytes(8, n_in < 16384 ? 16384 : n_in);
+        if ((st = rf_gpu_alloc(g->ctx, cap, &g->xq))) return st;
+        g->xq_cap = cap;
+        g->epoch++; /* recorded graphs read the old buffer */
+    }
+    *ok = true;
+    return RF_OK;
+}
+
+static void xq_note(gpu_be *g, const void *src, rf_type t, int64_t n_tokens, int64_t n_in) {
+    g->xq_src = src;
+    g->xq_type = t;
+    g->xq_nt = n_tokens;
+    g->xq_nin = n_in;
+}
+
+/* A product. With fusions on, a decode product with the int8-x form quantizes x once into the
+ * backend's xq buffer (or finds it there, made by rmsnorm_for) and the next products of the
+ * same x (Q, K, V; gate, up) reuse it: one activation-quantization kernel where three (or two)
+ * ran. A recording that would need a larger buffer falls back to the whole product. */
+rf_status rf_gbe_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens) {
+    gpu_be *g = G(be);
+    const int64_t n_in = w->ne[0], n_out = w->ne[1];
+    rf_status st;
+    if (shares_xq(g, w->type, n_tokens, n_in)) {
+        const bool hit = g->xq_src == x->data && g->xq_type == w->type && g->xq_nt == n_tokens && g->xq_nin == n_in;
+        if (!hit) {
+            bool ok;
+            g->xq_src = NULL;
+            if ((st = xq_room(g, n_tokens, n_in, &ok))) return st;
+            if (ok) {
+                if ((st = rf_gpu_quantize_x(g->ctx, g->xq, w->type, x->data, n_tokens, n_in))) return st;
+                xq_note(g, x->data, w->type, n_tokens, n_in);
+            }
+        }
+        if (g->xq_src) {
+            st = rf_gpu_gemv_xq(g->ctx, y->data, w->data, w->type, g->xq, n_tokens, n_in, n_out);
+            if (y->data == g->xq_src) g->xq_src = NULL;
+            return st;
+        }
+    }
+    if (y->data == g->xq_src) g->xq_src = NULL;
+    return rf_gpu_matmul(g->ctx, y->data, w->data, w->type, x->data, n_tokens, n_in, n_out);
+}
+
+/* [x += res, then] rmsnorm whose output the product of `next` reads: with fusions on and that
+ * product taking int8 x, one kernel writes y and its quantization for next's type (rf_gbe_matmul
+ * finds it); the residual add is always in the norm's kernel */
+rf_status rf_gbe_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const rf_tensor *res, const rf_tensor *w,
+                               int64_t rows, int64_t n, float eps, const rf_tensor *next) {
+    gpu_be *g = GX(be);
+    if (res && !g->fuse) { /* the unfused composition, for A/B runs */
+        rf_status st = rf_gpu_add(g->ctx, x->data, x->data, res->data, rows * n);
+        if (st) return st;
+        res = NULL;
+    }
+    if (next && n <= 16384 && shares_xq(g, next->type, rows, n)) {
+        bool ok;
+        rf_status st = xq_room(g, rows, n, &ok);
+        if (st) return st;
+        if (ok) {
+            if ((st = rf_gpu_rmsnorm_quantize_x(g->ctx, y->data, g->xq, next->type, x->data, res ? res->data : NULL,
+                                                w ? w->data : NULL, rows, n, eps)))
+                return st;
+            xq_note(g, y->data, next->type, rows, n);
+            return RF_OK;
+        }
+    }
+    if (res && n <= 16384)
+        return rf_gpu_add_rmsnorm(g->ctx, y->data, x->data, res->data, w ? w->data : NULL, rows, n, eps);
+    if (res) {
+        rf_status st = rf_gpu_add(g->ctx, x->data, x->data, res->data, rows * n);
+        if (st) return st;
+    }
+    return rf_gpu_rmsnorm(g->ctx, y->data, x->data, w ? w->data : NULL, rows, n, eps);
+}
+
+/* glu whose output the product of `next` reads: with fusions on and that product taking int8
+ * x, one kernel writes y and its quantization for next's type (as rf_gbe_rmsnorm_for); gate and up
+ * may be the strided halves of one joined gate/up product */
+rf_status rf_gbe_glu_for(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up, int64_t n,
+                           rf_glu_kind kind, const rf_tensor *next) {
+    gpu_be *g = GX(be);
+    const int64_t k = next ? next->ne[0] : 0, rows = k > 0 ? n / k : 0;
+    const int64_t gs = (int64_t)(gate->nb1 / 4), us = (int64_t)(up->nb1 / 4);
+    if (kind == RF_GLU_SWIGLU_OAI) { /* no fused quantize for it: the product quantizes y itself */
+        if (k > 0 && rows * k == n && (gs != k || us != k))
+            return rf_gpu_swiglu_oai(g->ctx, y->data, gate->data, gs, up->data, us, rows, k);
+        return rf_gbe_glu(be, y, gate, up, n, kind);
+    }
+    if (k > 0 && rows * k == n && shares_xq(g, next->type, rows, k)) {
+        bool ok;
+        rf_status st = xq_room(g, rows, k, &ok);
+        if (st) return st;
+        if (ok) {
+            if ((st = rf_gpu_glu_quantize_x(g->ctx, y->data, g->xq, next->type, kind == RF_GLU_GEGLU, gate->data, gs,
+                                            up->data, us, rows, k)))
+                return st;
+            xq_note(g, y->data, next->type, rows, k);
+            return RF_OK;
+        }
+    }
+    if (k > 0 && rows * k == n && (gs != k || us != k))
+        return rf_gpu_glu_rows(g->ctx, y->data, gate->data, gs, up->data, us, rows, k, kind == RF_GLU_GEGLU);
+    return rf_gbe_glu(be, y, gate, up, n, kind);
+}
+
+/* Joins weights row-wise into one allocation (a product of the joined weight computes all of
+ * them); the parts become views. Each part's bytes must keep the next part 256-byte aligned
+ * (the GEMV kernels' 16-byte loads, and rf_gpu_alloc's alignment), else RF_ERR_UNSUPPORTED. */
+rf_status rf_gbe_weight_join(rf_backend *be, rf_tensor **parts, int n_parts, rf_tensor *whole) {
+    gpu_be *g = GX(be);
+    memset(whole, 0, sizeof *whole);
+    if (!g->fuse || n_parts < 2) return RF_ERR_UNSUPPORTED;
+    int64_t rows = 0;
+    for (int i = 0; i < n_parts; i++) {
+        const rf_tensor *p = parts[i];
+        if (!p->data || !p->owned || p->type != parts[0]->type || p->ne[0] != parts[0]->ne[0] ||
+            p->nb1 != parts[0]->nb1 || ((size_t)p->ne[1] * p->nb1) % 256)
+            return RF_ERR_UNSUPPORTED;
+        rows += p->ne[1];
+    }
+    rf_status st = rf_gbe_alloc(be, parts[0]->type, parts[0]->ne[0], rows, whole);
+    if (st) return st;
+    size_t off = 0;
+    for (int i = 0; i < n_parts && !st; i++) {
+        const size_t bytes = (size_t)parts[i]->ne[1] * parts[i]->nb1;
+        st = rf_gpu_copy(g->ctx, (char *)whole->data + off, parts[i]->data, bytes);
+        off += bytes;
+    }
+    if (!st) st = rf_gpu_sync(g->ctx);
+    if (st) {
+        rf_gbe_free(be, whole);
+        return st;
+    }
+    off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        const size_t bytes = (size_t)parts[i]->ne[1] * parts[i]->nb1;
+        rf_gpu_free(g->ctx, parts[i]->data);
+        parts[i]->data = (char *)whole->data + off;
+        parts[i]->owned = false;
+        off += bytes;
+    }
+    return RF_OK;
+}

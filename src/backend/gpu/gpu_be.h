@@ -1,0 +1,97 @@
+/* gpu_be.h — the GPU backend's state (gpu_be) shared by its files: gpu_backend.c (the op table,
+ * memory, the plain ops), gpu_backend_step.c (batch upload, sampling, graphs) and
+ * gpu_backend_products.c (products and the shared quantized activation). */
+#ifndef RF_GPU_BE_H
+#define RF_GPU_BE_H
+
+#include "backend/backend.h"
+#include "backend/gpu/gpu.h"
+
+#define RF_MAX_GRAPHS 16
+#define RF_GRAPH_PEN 64 /* penalty entries per row a graph step carries */
+
+/* Device copies of a step's metadata (one allocation, laid out as in the pinned buffer). */
+typedef struct gpu_batch {
+    int32_t *ids, *pos, *seq, *slot, *out_rows, *table;
+    int64_t max_pos;
+    rf_gpu_sample_row *rows;  /* sampling records, penalties, and room for the ids */
+    int32_t *pen_ids, *pen_counts, *d_ids, *h_ids;
+    bool any_penalty;
+} gpu_batch;
+
+typedef struct gpu_be {
+    rf_gpu_ctx *ctx;
+    int device;
+    char *pin;        /* pinned staging of the metadata */
+    void *pin_fence;  /* recorded behind the last eager copy out of pin */
+    bool pin_busy;    /* that copy may not have run yet: wait on pin_fence before writing pin */
+    char *dmeta;      /* its device copy */
+    size_t meta_cap;
+    gpu_batch dev;
+    /* decode-step graphs, one per batch-size bucket */
+    struct {
+        int key, seen;
+        void *exec;
+        unsigned epoch;   /* g->epoch when recorded */
+        void *scratch_at; /* the scratch arena's base when recorded */
+    } graphs[RF_MAX_GRAPHS];
+    int n_graphs, mode, cur;
+    const void *owner;
+    /* a tensor-parallel split's GPU other than the sampling one (rf_backend_gpu_set_lead): its
+     * step is recorded into lead's graph (one graph over every GPU), never into its own; its
+     * recorded entries then hold IN_LEAD instead of an executable graph */
+    struct gpu_be *lead;
+    unsigned epoch;   /* bumped when a buffer a graph recorded moves */
+    int64_t n_up, n_down, n_launch; /* per-step transfer counters (RF_GPU_STEP_TRACE) */
+    char name[256];                 /* the device's name (op info) */
+    /* Fusions (RF_GPU_UNFUSED=1 turns them off, for A/B runs and the fused-vs-unfused test):
+     * rope_store, and one activation quantization shared by consecutive products of the same
+     * x (Q, K, V; gate, up). xq_src is the f32 x that xq holds quantized for (xq_type, xq_nt,
+     * xq_nin); any op other than a product reading it ends that (it may write x). */
+    bool fuse;
+    bool flash; /* prompt runs on the tensor-core prefill kernel (RF_GPU_FLASH=0: off, for A/B runs) */
+    bool invariant; /* batch-invariant mode (rf_gbe_set_batch_invariant): no flash prefill */
+    const void *xq_src;
+    rf_type xq_type;
+    int64_t xq_nt, xq_nin;
+    void *xq;
+    size_t xq_cap;
+} gpu_be;
+
+#define G(be) ((gpu_be *)(be)->impl)
+/* the backend of an op that is not a product: a shared quantized x is stale from here on */
+static inline gpu_be *GX(rf_backend *be) {
+    gpu_be *g = G(be);
+    g->xq_src = NULL;
+    return g;
+}
+
+static inline const gpu_batch *dev_of(const rf_batch *b) { return (const gpu_batch *)b->dev; }
+
+#define NEED_DEV(b, op) \
+    if (!(b)->dev) return rf_set_error(RF_ERR_INVALID_ARG, "GPU %s: batch metadata was not uploaded", op)
+
+
+/* ---- across the backend's files ---- */
+/* gpu_backend.c */
+rf_status rf_gbe_alloc(rf_backend *be, rf_type type, int64_t n, int64_t rows, rf_tensor *out);
+void rf_gbe_free(rf_backend *be, rf_tensor *t);
+rf_status rf_gbe_glu(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up, int64_t n,
+                     rf_glu_kind kind);
+/* gpu_backend_step.c: a step's metadata upload, device sampling and the decode-step graphs */
+void rf_gbe_drop_capture(gpu_be *g);
+void rf_gbe_drop_graphs(gpu_be *g);
+rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b);
+rf_status rf_gbe_sample(rf_backend *be, const rf_tensor *logits, const rf_batch *b, int32_t *ids_out);
+int rf_gbe_graph_begin(rf_backend *be, const void *owner, int key);
+void rf_gbe_graph_abort(rf_backend *be);
+rf_status rf_gbe_set_batch_invariant(rf_backend *be, bool on);
+/* gpu_backend_products.c: the products and the ops that prepare a product's quantized x */
+rf_status rf_gbe_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens);
+rf_status rf_gbe_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const rf_tensor *res, const rf_tensor *w,
+                             int64_t rows, int64_t n, float eps, const rf_tensor *next);
+rf_status rf_gbe_glu_for(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up, int64_t n,
+                         rf_glu_kind kind, const rf_tensor *next);
+rf_status rf_gbe_weight_join(rf_backend *be, rf_tensor **parts, int n_parts, rf_tensor *whole);
+
+#endif
