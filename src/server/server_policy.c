@@ -52,9 +52,12 @@ bool srv_policy_framing(struct MHD_Connection *c, srv_error *e) {
     }
 #if MHD_VERSION < 0x01000000
     if (f.n_te) {
-        srv_fail(e, 411, "invalid_request_error", "length_required", NULL,
-                 "send the body with a Content-Length: chunked request bodies are not accepted by this build "
-                 "(libmicrohttpd older than 1.0)");
+        /* refused at the headers, before libmicrohttpd 0.9's chunk parser (which answers a long
+         * chunk-extension line with its own 500): every chunked body, well formed or not, gets
+         * the 400 a bad framing gets (411 would say the same; the issue's rule is one 400) */
+        srv_fail(e, 400, "invalid_request_error", "invalid_framing", NULL,
+                 "chunked request bodies are not accepted by this build (libmicrohttpd older than 1.0): send the "
+                 "body with a Content-Length");
         return false;
     }
 #endif
