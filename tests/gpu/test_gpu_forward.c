@@ -6,9 +6,10 @@
  *    1, 7, 33 and 100 tokens (one step, GEMV and GEMM paths, chunked prompts). Tolerance on the
  *    rel. L2 of the mean-removed logits (logits are defined up to a constant): 1e-2 for f32/f16/
  *    bf16 weights against the CPU (f16 operands in the many-token products, f16 KV on both
- *    sides); quantized weights against the CPU twin that rounds activations as the GPU does
- *    (TOL_TWIN) and, for accuracy, both against f32 activations (TOL_ACC), derived at TOL_TWIN;
- *    the argmax may differ only below the near-tie bound those imply;
+ *    sides); quantized weights: the GPU and the CPU twin that rounds activations as the GPU does
+ *    each against f32 activations (TOL_ACC), the GPU no further than TOL_RATIO times the twin
+ *    (the error model below says why GPU vs twin cannot be bounded tighter over a whole
+ *    forward); the argmax may differ only below the near-tie bound those imply;
  *  - SmolLM2 (Q4_1) and Gemma-3 (Q4_K_M) when models/ has them: logits as above over 8
  *    prompts, and greedy generation of 64 tokens on both devices, set beside the CPU's own
  *    float-order noise (its scalar kernels against its SIMD kernels, through rf_greedy_trace;
@@ -48,33 +49,39 @@ static rf_session *session_kv(rf_model *m, int ctx, rf_type kv) {
  * formats but use blocks of 256 with an f32 scale (Q8_K) for the K-quants, so "GPU vs CPU"
  * mixed two different roundings (tiny-gemma3 q4_k_m reached rel. L2 5.4e-2). The comparisons are
  * now:
- *  1. GPU vs its CPU twin (test hook RF_CPU_ACT_GPU: the CPU rounds activations as the GPU does,
- *     then sums the same exact products d_w q_w * d_x q_x in f32 in another order). Per product the
- *     two differ by float order only: |dy| <= n 2^-24 sum |w x'| (~1e-5 relative at n <= 1024).
- *     Across layers that noise reaches the next products' inputs, and an input whose two values
- *     straddle a rounding boundary of its block is one step d apart on the two sides: with inputs
- *     ~1e-5 apart relative and d ~ 2.5 rms / 127, an element flips with probability ~5e-4, i.e.
- *     a few of the ~5,000 int8 activations of a tiny model's token; each moves one product's
- *     output by ~d |w| / |y| ~ 2e-2 / sqrt(n_in) ~ 1e-3 relative, carried to the logits about
- *     unchanged: rel. L2 ~ sqrt(flips) x 1e-3 ~ 2e-3. Two GPU roundings the twin does not make
- *     are smaller still: Q4_1 / Q5_1's minimum term takes q8_1's s rounded to f16, and the BLAS
- *     path rounds x' to f16 (2^-11 relative each). Bound TOL_TWIN = 1e-2 (5x the estimate).
- *  2. Accuracy, GPU and twin each against f32 activations on the dequantized weights
- *     (RF_CPU_ACT_F32): the int8 rounding itself, uniform within +-d/2 (r.m.s. d / sqrt(12) ~
- *     0.6% of an activation's r.m.s.), enters ~3 products per layer, each passing ~0.6% relative
- *     to its output; over L <= 6 layers added in quadrature into the residual stream ~0.6% x
- *     sqrt(3 L) ~ 2.5%, plus the output head's 0.6%: ~3%. Bound TOL_ACC = 1e-1.
- *     Measured on the CPU (2026-11-28, tiny-gemma3 q4_k_m and tiny q4_0, 2 seeds): twin vs f32
- *     activations 1.8-2.5e-2; ggml vs twin 1.1e-7 where both round alike (q4_0, 1 and 7 tokens)
- *     and 1.2-3.9e-2 where they do not (K-quants' Q8_K; q4_0 prompts of 33+ tokens, which ggml's
- *     CPU path multiplies with f32 activations) -- the flaky 5.4e-2 of the old comparison.
+ *  1. Accuracy, GPU and its CPU twin (test hook RF_CPU_ACT_GPU: the CPU rounds activations as the
+ *     GPU does) each against f32 activations on the dequantized weights (RF_CPU_ACT_F32): the int8
+ *     rounding, uniform within +-d/2 (d = amax / 127 per 32; r.m.s. d / sqrt(12) ~ 0.6% of an
+ *     activation's r.m.s.), enters ~3 products per layer, each passing ~0.6% relative to its
+ *     output; over L <= 6 layers added in quadrature into the residual stream ~0.6% x sqrt(3 L) ~
+ *     2.5%, plus the output head's 0.6%: ~3%. Bound TOL_ACC = 1e-1. Measured (CPU, 2026-11-28,
+ *     tiny-gemma3 q4_k_m and tiny q4_0, 2 seeds): twin vs f32 activations 1.8-2.5e-2.
+ *  2. GPU vs twin is NOT a float-order comparison once a prompt has several tokens. Rounding to
+ *     int8 is discontinuous: where one activation element lies within the two sides' float-order
+ *     noise (~1e-7 relative) of a rounding boundary, the two round it one step d apart. That one
+ *     flip moves every output of its product by ~d |w| ~ 1e-3 relative (d ~ 2.5 rms / 127,
+ *     divided by sqrt(n_in)), and an input that moved 1e-3 relative lands across a boundary
+ *     with probability ~2 x 1e-3 rms / d ~ 10%: the next product flips ~10% of its elements, and
+ *     from there the two sides' rounding errors are independent draws. With ~5,000 int8 elements
+ *     per token per layer, the first flip is likely from a few tokens on. Measured on an H200
+ *     (2026-11-28, report-only build): GPU vs twin 1e-7 for most 1-token prompts, 1.4-3.0e-2 for
+ *     7/33/100 tokens, for q8_0 and q4_0 alike and whatever product path was forced
+ *     (RF_GPU_UNFUSED, RF_GPU_MMQ_MAX=0, RF_GPU_GEMV_MAX=0, RF_GPU_FLASH=0, RF_GPU_GRAPHS=0,
+ *     RF_GPU_PDL=0, RF_GPU_SYNC=1), i.e. as far apart as each is from f32 activations (1.4-2.5e-2).
+ *     So the whole forward bounds GPU vs twin only by the triangle inequality, 2 TOL_ACC, and the
+ *     test states instead what the model does predict: the GPU is as accurate as the twin, its
+ *     distance to f32 activations at most TOL_RATIO = 2 times the twin's (two draws of the same
+ *     rounding noise over a hidden state of >= 256 elements: their norms differ by a few tens of
+ *     percent (measured 0.77-1.27x); twice is a GPU path rounding more coarsely than the model,
+ *     e.g. a wrong scale). The tight check of each kernel against the twin with identical inputs
+ *     is the kernel tests' (test_gpu_quant, test_gpu_mmq: float order only).
  * Argmax: the output head mixes every hidden element into every logit, so a logit error spreads
  * over the vocabulary like Gaussian noise of r.m.s. rms(dl) <= tol rms(l) (the rel. L2 bound); a
  * top-2 gap then moves by more than 6 sqrt(2) rms(dl) with probability ~2e-9: a differing argmax
  * fails unless the reference's top-2 margin is below 6 sqrt(2) tol rms(l) (a near tie by the
  * bound, not by a fixed number or the seed). */
-#define TOL_TWIN 1e-2
 #define TOL_ACC 1e-1
+#define TOL_RATIO 2.0
 
 static double l2_centered(const float *x, int32_t n) {
     double m = 0, s = 0;
@@ -114,8 +121,9 @@ static double check_logits(const float *want, const float *got, int32_t nv, doub
 }
 
 /* Last-position logits of several prompts, CPU vs GPU, both with a KV cache of type kv; returns
- * the worst rel. L2. twin (quantized weights): GPU vs the CPU twin within TOL_TWIN, GPU and twin
- * vs f32 activations within TOL_ACC (tol unused); else GPU vs the CPU within tol. */
+ * the worst rel. L2. twin (quantized weights): GPU and the CPU twin vs f32 activations within
+ * TOL_ACC, the GPU's distance at most TOL_RATIO times the twin's (tol unused); else GPU vs the
+ * CPU within tol. */
 static double logits_case_kv(const char *path, double tol, const char *label, rf_type kv, bool twin) {
     rf_model *mc = load(path, RF_DEVICE_CPU), *mg = load(path, RF_DEVICE_GPU);
     int32_t nv = mc->hp.n_vocab;
@@ -124,7 +132,7 @@ static double logits_case_kv(const char *path, double tol, const char *label, rf
     rf_rng r;
     rf_rng_init(&r, rf_test_seed());
     const int lens[] = {1, 7, 33, 100};
-    double worst = 0, worst_acc = 0;
+    double worst = 0, worst_acc = 0, worst_ratio = 0;
     int32_t ids[128];
     for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
         random_prompt(&r, ids, lens[k], nv);
@@ -141,19 +149,27 @@ static double logits_case_kv(const char *path, double tol, const char *label, rf
         if (st) fail_msg("cpu eval: %s", rf_last_error());
         if (rf_session_eval(sg, ids, lens[k], false)) fail_msg("gpu eval: %s", rf_last_error());
         const float *lc = rf_session_logits(sc, lens[k] - 1), *lg = rf_session_logits(sg, lens[k] - 1);
-        const double e = check_logits(lc, lg, nv, twin ? TOL_TWIN : tol, twin ? "GPU vs CPU twin" : "GPU vs CPU",
-                                      label, lens[k]);
-        if (e > worst) worst = e;
-        if (twin) {
+        if (!twin) {
+            const double e = check_logits(lc, lg, nv, tol, "GPU vs CPU", label, lens[k]);
+            if (e > worst) worst = e;
+        } else {
+            float m;
+            bool same;
+            const double e = compare(lc, lg, nv, &m, &same); /* reported: the cascade (model 2) */
+            if (e > worst) worst = e;
             const float *lr = rf_session_logits(sr, lens[k] - 1);
             const double a = check_logits(lr, lg, nv, TOL_ACC, "GPU vs f32 activations", label, lens[k]);
             const double b = check_logits(lr, lc, nv, TOL_ACC, "CPU twin vs f32 activations", label, lens[k]);
+            if (!(a <= TOL_RATIO * b))
+                fail_msg("%s prompt of %d: the GPU is %.3e from f32 activations, more than %.0fx the twin's %.3e "
+                         "(a path rounding more coarsely than int8 per 32)", label, lens[k], a, TOL_RATIO, b);
             worst_acc = fmax(worst_acc, fmax(a, b));
+            worst_ratio = fmax(worst_ratio, a / b);
         }
     }
     if (twin)
-        printf("  %-28s GPU vs twin max rel. L2 %.2e (tol %.0e); vs f32 activations %.2e (tol %.0e)\n", label, worst,
-               TOL_TWIN, worst_acc, TOL_ACC);
+        printf("  %-28s vs f32 activations max rel. L2 %.2e (tol %.0e), GPU / twin distance %.2f (tol %.0f); GPU vs "
+               "twin %.2e (not bounded: the cascade)\n", label, worst_acc, TOL_ACC, worst_ratio, TOL_RATIO, worst);
     else
         printf("  %-28s max rel. L2 %.2e (tol %.0e)\n", label, worst, tol);
     if (sr) rf_session_free(sr);
@@ -175,8 +191,10 @@ static double logits_case(const char *path, double tol, const char *label, bool 
  * tensor-core prefill, which reads q8_0 too). The two sides' K/V rows differ by float rounding
  * before they are stored, and a q8_0 block rounds them to steps of d = amax / 127 as the int8
  * activations are rounded (per 32, f16 scale, one rule on both devices): where a value straddles
- * a rounding boundary the two caches differ by one step, the flips of the TOL_TWIN model, now in
- * K and V too. q8_0 weights: against the CPU twin (TOL_TWIN, TOL_ACC). f16 weights: against the
+ * a rounding boundary the two caches differ by one step, the flips of the cascade model, now in
+ * K and V too. q8_0 weights: as the other quantized cases (TOL_ACC, TOL_RATIO). f16 weights
+ * (no int8 activations: a KV flip moves the next layer's K/V by ~d |v| / sqrt(n) ~ 1e-3 relative,
+ * which re-rounds only the few K/V elements near a boundary; measured 1e-2..3e-2): against the
  * CPU, the f16 path's 1e-2 (f16 operands of the many-token products) plus those flips: 5e-2. */
 static void test_kv_q8(void **state) {
     (void)state;
@@ -449,11 +467,13 @@ static void on_logits(void *user, const rf_seq *s, const float *lg) {
 
 /* A greedy sequence alone (decode steps of one token: the GEMV kernels) and among 63 others
  * (64-token steps: the many-token product): the attention, norms, RoPE and sampling are
- * batch-invariant, the products are not (GEMV vs MMQ), but both round x to int8 the same way,
- * so the two runs' logits differ as the GPU and its CPU twin do (the model above TOL_TWIN):
- * required, at every step up to and including the first divergence, rel. L2 < TOL_TWIN between
+ * batch-invariant, the products are not (GEMV vs MMQ: another float order), and both round x to
+ * int8 the same way, so the two runs are two draws of the rounding noise as the GPU and its CPU
+ * twin are (model 2 above: a flip in one run cascades), each within TOL_ACC of f32 activations:
+ * required, at every step up to and including the first divergence, rel. L2 < 2 TOL_ACC between
  * the two runs' logits, and a divergence only where the alone run's top-2 margin is below
- * near_tie(TOL_TWIN) (the argmax rule above); reported: how many tokens match. */
+ * near_tie(2 TOL_ACC) (the argmax rule above); reported: how many tokens match. The tight
+ * statement (bit-identical alone and in a crowd) is --deterministic's: test_gpu_deterministic. */
 static void engine_invariance(const char *path, const char *label) {
     rf_model *m = load(path, RF_DEVICE_GPU);
     int32_t nv = m->hp.n_vocab;
@@ -490,7 +510,7 @@ static void engine_invariance(const char *path, const char *label) {
         bool same;
         const double rel = compare(la, lc, nv, &m, &same);
         if (rel > worst) worst = rel;
-        if (t == k) margin = m, tie = near_tie(la, nv, TOL_TWIN);
+        if (t == k) margin = m, tie = near_tie(la, nv, 2 * TOL_ACC);
     }
     printf("  %s: a greedy sequence alone and among 63 others: %d of %d tokens identical%s; logits rel. L2 between the "
            "two runs up to there <= %.2e\n", label, k, T, k < T ? " (then a near tie)" : "", worst);
@@ -502,7 +522,8 @@ static void engine_invariance(const char *path, const char *label) {
     rf_model_free(m);
     free(ra.rows);
     free(rc.rows);
-    if (!(worst < TOL_TWIN)) fail_msg("%s: logits alone vs among 63 others rel. L2 %.3e >= %.0e", label, worst, TOL_TWIN);
+    if (!(worst < 2 * TOL_ACC))
+        fail_msg("%s: logits alone vs among 63 others rel. L2 %.3e >= %.0e", label, worst, 2 * TOL_ACC);
     if (k < T && margin >= tie)
         fail_msg("%s: among 63 others the sequence diverges at token %d, not at a near tie (%.3f >= %.3f)", label, k,
                  margin, tie);

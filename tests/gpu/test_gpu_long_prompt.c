@@ -12,9 +12,12 @@
  *    the host still waits on a copy of the previous chunk);
  *  - every chunk remainder: prompts of 512 + r tokens, r = 1..511 (a stride with RF_TEST_QUICK),
  *    in chunks of 512, so the second chunk takes each product path (GEMV 1-8 tokens, MMQ, BLAS),
- *    against the CPU's logits at the same position (tolerances as test_gpu_forward states them:
- *    rel. L2 of the mean-removed logits 1e-2 for f32 weights, f16 operands in the products and an
- *    f16 cache on both sides; 5e-2 for q4_0, the int8 activation rounding).
+ *    against the CPU's logits at the same position (tolerances from test_gpu_forward's error
+ *    model: rel. L2 of the mean-removed logits 1e-2 for f32 weights, f16 operands in the products
+ *    and an f16 cache on both sides; for q4_0 both devices round activations to int8 per 32 the
+ *    same way, but one flipped element cascades (test_gpu_forward, model 2), so the two are two
+ *    draws of the rounding noise, each within TOL_ACC = 1e-1 of f32 activations: 2e-1. The old
+ *    5e-2 had no model behind it; measured 3.6e-2 over 511 prompts on an H200, 2026-11-28).
  * Skips (77) without a GPU. */
 #include "gpu_model_common.h"
 
@@ -169,7 +172,7 @@ static void remainders_case(const char *type, double tol) {
 static void test_every_remainder(void **state) {
     (void)state;
     remainders_case("f32", 1e-2);
-    remainders_case("q4_0", 5e-2);
+    remainders_case("q4_0", 2e-1);
 }
 
 int main(void) {
