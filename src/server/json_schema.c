@@ -10,6 +10,7 @@
 #define WS_MAX 12      /* whitespace bytes between tokens: small models otherwise loop on "\n" */
 #define MAX_ITEMS 64   /* maxItems beyond this (with a bound) is refused: the grammar is unrolled */
 #define MAX_SCHEMA_DEPTH 32
+#define DIGITS_MAX 15 /* digits after the first of an integer part, a fraction, an exponent */
 
 typedef struct jsc {
     rf_grammar *g;
@@ -99,12 +100,16 @@ static int32_t build_base(jsc *c) {
     rf_gseq_ref(&s, chars);
     lit(c, &s, "\"");
     c->string = def(c, &s);
-    /* digits ::= [0-9] digits | "" ; int ::= "-"? ("0" | [1-9] digits) */
-    int32_t digits = rf_grammar_rule(g);
-    cls(c, &s, '0', '9');
-    rf_gseq_ref(&s, digits);
+    /* digits ::= up to DIGITS_MAX more digits (a model may otherwise write digits until
+     * max_tokens); int ::= "-"? ("0" | [1-9] digits) */
     rf_gseq_alt(&s);
-    if (digits < 0 || rf_grammar_define(g, digits, &s)) return fail(c, "%s", "out of memory");
+    int32_t digits = def(c, &s);
+    for (int k = 0; k < DIGITS_MAX && digits >= 0; k++) {
+        cls(c, &s, '0', '9');
+        rf_gseq_ref(&s, digits);
+        rf_gseq_alt(&s);
+        digits = def(c, &s);
+    }
     lit(c, &s, "0");
     rf_gseq_alt(&s);
     cls(c, &s, '1', '9');
