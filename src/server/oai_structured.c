@@ -22,8 +22,8 @@ int srv_read_structured(json_t *root, srv_params *p, srv_error *e) {
         if (!strcmp(ts, "text")) {
             /* free text */
         } else if (!strcmp(ts, "json_object")) {
-            if (srv_json_grammar(NULL, &p->grammar, err, sizeof err))
-                return srv_fail(e, 500, "server_error", NULL, "response_format", "%s", err);
+            if (srv_json_grammar(NULL, &p->grammar, err, sizeof err)) /* only out of memory */
+                return srv_fail(e, 503, "server_error", NULL, "response_format", "%s", err);
         } else if (!strcmp(ts, "json_schema")) {
             json_t *js = json_object_get(v, "json_schema");
             if (js && !json_is_null(js) && !json_is_object(js))
@@ -57,6 +57,6 @@ int srv_tool_grammar(const srv_params *p, rf_grammar **out, srv_error *e) {
     char err[256] = "";
     int r = tools ? srv_tool_call_grammar(tools, NULL, p->parallel_tool_calls, out, err, sizeof err) : -1;
     json_decref(tools);
-    if (r) return srv_fail(e, 500, "server_error", NULL, "tool_choice", "the tool-call grammar failed: %s", err);
+    if (r) return srv_fail(e, 503, "server_error", NULL, "tool_choice", "the tool-call grammar failed: %s", err);
     return 0;
 }
