@@ -101,7 +101,7 @@ rf_status rf_grammar_define(rf_grammar *g, int32_t rule, rf_gseq *s) {
         st = rf_set_error(RF_ERR_OOM, "grammar: too large or out of memory");
     if (!st) {
         g->rule_at[rule] = g->n_el;
-        memcpy(g->el + g->n_el, s->e, (size_t)s->n * sizeof(int32_t));
+        if (s->n) memcpy(g->el + g->n_el, s->e, (size_t)s->n * sizeof(int32_t));
         g->n_el += s->n;
         g->el[g->n_el++] = GE_END;
     }
@@ -136,12 +136,12 @@ void rf_gstate_free(rf_gstate *s) {
 /* Adds a stack unless an equal one is there. false: out of memory or too many stacks. */
 static bool gstate_add(rf_gstate *s, const int32_t *st, int32_t n) {
     for (int32_t i = 0; i < s->n; i++)
-        if (s->len[i] == n && !memcmp(s->data + s->off[i], st, (size_t)n * sizeof(int32_t))) return true;
+        if (s->len[i] == n && (n == 0 || !memcmp(s->data + s->off[i], st, (size_t)n * sizeof(int32_t)))) return true;
     if (s->n >= RF_GRAMMAR_MAX_STACKS) return false;
     if (!grow((void **)&s->data, &s->cap_data, s->n_data + n + 1, sizeof(int32_t)) ||
         !grow((void **)&s->off, &s->cap_n, s->n + 1, sizeof(int32_t)) || !grow((void **)&s->len, &s->cap_len, s->n + 1, sizeof(int32_t)))
         return false;
-    memcpy(s->data + s->n_data, st, (size_t)n * sizeof(int32_t));
+    if (n) memcpy(s->data + s->n_data, st, (size_t)n * sizeof(int32_t));
     s->off[s->n] = s->n_data;
     s->len[s->n] = n;
     s->n_data += n;

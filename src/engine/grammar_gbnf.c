@@ -188,7 +188,10 @@ static int32_t parse_class(gp *p) {
     long total = 0;
     for (int i = 0; i < n_wide; i++) {
         total += ranges[i][1] - ranges[i][0] + 1;
-        if (total > GBNF_MAX_CLASS_EXPAND) return perr(p, "a class with more than 2048 non-ASCII characters is not supported"), -1;
+        if (total > GBNF_MAX_CLASS_EXPAND) {
+            rf_gseq_free(&s);
+            return perr(p, "a class with more than 2048 non-ASCII characters is not supported"), -1;
+        }
         for (long cp = ranges[i][0]; cp <= ranges[i][1]; cp++) {
             char b[4];
             size_t n = utf8(cp, b);
@@ -202,6 +205,16 @@ static int32_t parse_class(gp *p) {
 }
 
 static bool parse_alts(gp *p, rf_gseq *out, bool nested);
+
+/* A decimal count within the text's bounds (the text need not end in a NUL): -1 when none. */
+static long read_count(gp *p) {
+    long v = -1;
+    while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
+        v = (v < 0 ? 0 : v) * 10 + (*p->s++ - '0');
+        if (v > 1000000) v = 1000000;
+    }
+    return v;
+}
 
 /* A repetition of rule r from lo to hi (-1: unbounded) times, appended to s. */
 static bool repeat(gp *p, rf_gseq *s, int32_t r, long lo, long hi) {
@@ -239,11 +252,11 @@ static bool parse_seq(gp *p, rf_gseq *s, bool nested) {
             p->s++;
             while (p->s < p->end && *p->s != '"') {
                 long cp = read_char(p);
-                if (cp < 0) return perr(p, "bad character in a literal");
+                if (cp < 0) return rf_gseq_free(&frag), perr(p, "bad character in a literal");
                 char b[4];
                 rf_gseq_lit(p->g, &frag, b, utf8(cp, b));
             }
-            if (p->s >= p->end) return perr(p, "unterminated literal");
+            if (p->s >= p->end) return rf_gseq_free(&frag), perr(p, "unterminated literal");
             p->s++;
         } else if (c == '[') {
             p->s++;
@@ -295,18 +308,15 @@ static bool parse_seq(gp *p, rf_gseq *s, bool nested) {
             p->s++;
         } else if (p->s < p->end && *p->s == '{') {
             p->s++;
-            char *e;
-            lo = strtol(p->s, &e, 10);
-            if (e == p->s || lo < 0) return rf_gseq_free(&frag), perr(p, "bad {m,n}");
-            p->s = e;
+            lo = read_count(p);
+            if (lo < 0) return rf_gseq_free(&frag), perr(p, "bad {m,n}");
             hi = lo;
             if (p->s < p->end && *p->s == ',') {
                 p->s++;
                 hi = -1;
                 if (p->s < p->end && *p->s != '}') {
-                    hi = strtol(p->s, &e, 10);
-                    if (e == p->s || hi < lo) return rf_gseq_free(&frag), perr(p, "bad {m,n}");
-                    p->s = e;
+                    hi = read_count(p);
+                    if (hi < lo) return rf_gseq_free(&frag), perr(p, "bad {m,n}");
                 }
             }
             if (p->s >= p->end || *p->s != '}') return rf_gseq_free(&frag), perr(p, "bad {m,n}");

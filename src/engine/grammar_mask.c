@@ -203,7 +203,7 @@ static bool make_key(rf_gconstraint *c, const rf_gstate *s, int32_t *n, uint64_t
     c->key[at++] = s->n;
     for (int32_t i = 0; i < s->n; i++) {
         c->key[at++] = s->len[i];
-        memcpy(c->key + at, s->data + s->off[i], (size_t)s->len[i] * sizeof(int32_t));
+        if (s->len[i]) memcpy(c->key + at, s->data + s->off[i], (size_t)s->len[i] * sizeof(int32_t));
         at += s->len[i];
     }
     uint64_t x = 1469598103934665603ull;
