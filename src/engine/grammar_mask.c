@@ -172,21 +172,70 @@ static void first_bytes(const rf_grammar *g, const rf_gstate *s, rf_gclass *u) {
     }
 }
 
-static void walk(rf_gconstraint *c, const rf_grammar *g, int32_t node, int32_t depth, int32_t *n_allowed) {
-    if (depth >= TRIE_MAX_DEPTH) return;
+/* Whether two stack sets hold the same stacks (in any order). */
+static bool gstate_equal(const rf_gstate *a, const rf_gstate *b) {
+    if (a->n != b->n || a->n_data != b->n_data) return false;
+    for (int32_t i = 0; i < a->n; i++) {
+        bool found = false;
+        for (int32_t j = 0; j < b->n && !found; j++)
+            found = a->len[i] == b->len[j] &&
+                    (a->len[i] == 0 || !memcmp(a->data + a->off[i], b->data + b->off[j], (size_t)a->len[i] * sizeof(int32_t)));
+        if (!found) return false;
+    }
+    return true;
+}
+
+/* The bytes that lead from s back to s itself (a JSON string's plain characters): below such a
+ * byte the trie is walked from s again without stepping, which makes the walk of a string's
+ * first step (nearly every token allowed) a byte test per trie node. tmp is scratch. */
+static bool loop_bytes(rf_gconstraint *c, const rf_grammar *g, const rf_gstate *s, rf_gstate *tmp, rf_gclass *loop) {
     rf_gclass u;
-    first_bytes(g, &c->lv[depth], &u);
+    bool any = false;
+    first_bytes(g, s, &u);
+    memset(loop, 0, sizeof *loop);
+    for (unsigned b = 0; b < 256; b++)
+        if (rf_gclass_has(&u, b) && rf_gstate_step(g, &c->w, s, (unsigned char)b, tmp) > 0 && gstate_equal(tmp, s)) {
+            rf_gclass_set(loop, b, b);
+            any = true;
+        }
+    return any;
+}
+
+/* Marks the tokens below trie node `node` (at `depth` bytes) that st admits. ls / loop: the
+ * nearest ancestor state with self-loop bytes, and those bytes (NULL: none known). */
+static void walk(rf_gconstraint *c, const rf_grammar *g, int32_t node, int32_t depth, const rf_gstate *st,
+                 const rf_gstate *ls, const rf_gclass *loop, int32_t *n_allowed) {
+    if (depth >= TRIE_MAX_DEPTH) return;
+    rf_gclass u, own;
+    first_bytes(g, st, &u);
+    int32_t width = 0;
+    for (int b = 0; b < 32; b++) width += __builtin_popcount(u.bits[b]);
+    /* worth the probes only near the root, where nodes fan out, and from a state that takes
+     * most bytes (a string's inside) */
+    if (st != ls && depth <= 2 && width >= 64) {
+        int32_t kids = 0;
+        for (int32_t ch = c->t->nodes[node].child; ch >= 0 && kids < 16; ch = c->t->nodes[ch].sibling) kids++;
+        if (kids >= 16 && loop_bytes(c, g, st, &c->lv[depth + 1], &own)) {
+            ls = st;
+            loop = &own;
+        }
+    }
     for (int32_t ch = c->t->nodes[node].child; ch >= 0; ch = c->t->nodes[ch].sibling) {
         unsigned char b = c->t->nodes[ch].byte;
         if (!rf_gclass_has(&u, b)) continue;
-        int r = rf_gstate_step(g, &c->w, &c->lv[depth], b, &c->lv[depth + 1]);
-        if (r < 0) c->failed = true;
-        if (r <= 0) continue;
+        const rf_gstate *next = st;
+        if (!(loop && st == ls && rf_gclass_has(loop, b))) {
+            int r = rf_gstate_step(g, &c->w, st, b, &c->lv[depth + 1]);
+            if (r < 0) c->failed = true;
+            if (r <= 0) continue;
+            next = &c->lv[depth + 1];
+            if (ls && gstate_equal(next, ls)) next = ls; /* back in the loop state (after an escape) */
+        }
         for (int32_t id = c->t->nodes[ch].tok; id >= 0; id = c->t->tok_next[id]) {
             c->mask[id >> 3] |= (uint8_t)(1u << (id & 7));
             (*n_allowed)++;
         }
-        walk(c, g, ch, depth + 1, n_allowed);
+        walk(c, g, ch, depth + 1, next, ls, loop, n_allowed);
     }
 }
 
@@ -229,7 +278,7 @@ const uint8_t *rf_gconstraint_mask(rf_gconstraint *c, int32_t *n_allowed) {
     memset(c->mask, 0, (size_t)c->mask_bytes);
     int32_t n = 0;
     c->failed = false;
-    if (rf_gstate_copy(&c->lv[0], s)) walk(c, g, 0, 0, &n);
+    if (rf_gstate_copy(&c->lv[0], s)) walk(c, g, 0, 0, &c->lv[0], NULL, NULL, &n);
     if (c->failed) { /* too ambiguous somewhere below: keep what was found, never cache it */
         keyed = false;
     }
