@@ -43,6 +43,8 @@ static void cls(jsc *c, rf_gseq *s, unsigned lo, unsigned hi) {
     rf_gseq_class(c->g, s, &k);
 }
 
+static int32_t build_containers(jsc *c);
+
 /* Base rules: whitespace, strings (valid UTF-8, JSON escapes), numbers, any value. */
 static int32_t build_base(jsc *c) {
     rf_grammar *g = c->g;
@@ -151,7 +153,13 @@ static int32_t build_base(jsc *c) {
     c->boolean = def(c, &s);
     lit(c, &s, "null");
     c->null_ = def(c, &s);
-    /* value, object, array (mutually recursive) */
+    return c->oom ? -1 : build_containers(c);
+}
+
+/* value, object, array: any JSON (mutually recursive). */
+static int32_t build_containers(jsc *c) {
+    rf_grammar *g = c->g;
+    rf_gseq s = {0};
     c->value = rf_grammar_rule(g);
     c->object = rf_grammar_rule(g);
     c->array = rf_grammar_rule(g);
