@@ -288,6 +288,10 @@ typedef enum rf_event_kind {
  * (its choices finish as cancelled at the next step). Must not call rf_engine_step. */
 typedef bool (*rf_event_fn)(const rf_event *ev, void *user);
 void rf_request_set_callback(rf_request *r, rf_event_fn fn, void *user);
+/* Constrained decoding: every choice's output follows grammar g (src/engine/grammar.h; the
+ * request takes a reference, NULL clears). Such a request is sampled on the host. */
+typedef struct rf_grammar rf_grammar;
+void rf_request_set_grammar(rf_request *r, rf_grammar *g);
 
 /* Queues a request; *id (may be NULL) identifies it in events and rf_engine_cancel. The prompt
  * is tokenized / rendered here. RF_ERR_INVALID_ARG for an empty prompt or a chat request to a

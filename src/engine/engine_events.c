@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/grammar.h"
 
 const char *rf_finish_reason_str(rf_finish_reason r) {
     switch (r) {
@@ -28,6 +29,7 @@ rf_status rf_engine_seq_setup_gen(rf_engine *e, rf_seq *s, rf_req *q, int32_t ch
     rf_sampler_params sp = q->sp;
     sp.seed += (uint64_t)choice;
     rf_status st = rf_sampler_new(&sp, e->m->hp.n_vocab, &s->smp);
+    if (!st && q->grammar) st = rf_sampler_set_grammar(s->smp, q->grammar, e->m->vocab);
     if (st) return st;
     return rf_textout_init(&s->out, e->m->vocab, q->render_special, q->stops, q->stop_len, q->n_stop);
 }

@@ -19,6 +19,7 @@ struct rf_req {
     rf_sampler_params sp;
     int32_t max_tokens, n, logprobs;
     bool ignore_eos, render_special;
+    rf_grammar *grammar;     /* constrained decoding (grammar.h), or NULL */
     char *stops[RF_MAX_STOPS];
     size_t stop_len[RF_MAX_STOPS];
     int n_stop;
@@ -36,6 +37,7 @@ struct rf_request { /* the public builder */
     rf_sampler_params sp;
     int32_t max_tokens, n, logprobs;
     bool ignore_eos, render_special, add_special, parse_special;
+    rf_grammar *grammar;
     char *stops[RF_MAX_STOPS];
     size_t stop_len[RF_MAX_STOPS];
     int n_stop;

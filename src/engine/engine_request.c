@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/grammar.h"
 
 void rf_engine_req_free(rf_req *r) {
     if (!r) return;
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stops[i]);
+    rf_grammar_unref(r->grammar);
     free(r);
 }
 
@@ -47,7 +49,15 @@ void rf_request_free(rf_request *r) {
     if (!r) return;
     request_clear_prompt(r);
     for (int i = 0; i < r->n_stop; i++) free(r->stops[i]);
+    rf_grammar_unref(r->grammar);
     free(r);
+}
+
+void rf_request_set_grammar(rf_request *r, rf_grammar *g) {
+    if (!r) return;
+    rf_grammar_ref(g);
+    rf_grammar_unref(r->grammar);
+    r->grammar = g;
 }
 
 #define RANGE(name, lo, hi)                                                                              \
@@ -322,6 +332,8 @@ rf_status rf_engine_submit(rf_engine *e, const rf_request *r, uint64_t *id) {
     q->logprobs = r->logprobs;
     q->ignore_eos = r->ignore_eos;
     q->render_special = r->render_special;
+    q->grammar = r->grammar;
+    rf_grammar_ref(q->grammar);
     q->cb = r->cb;
     q->user = r->user;
     q->listed = true;

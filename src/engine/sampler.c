@@ -1,11 +1,14 @@
 /* sampler.c — rf_sampler: penalties over the recent history (llama.cpp's rules), then the draw
  * with rf_ref_sample's contract (ref_ops.h) so the CPU and GPU samplers pick the same token for
- * the same logits and the same u. The generator is splitmix64, seeded by the caller. */
+ * the same logits and the same u. The generator is splitmix64, seeded by the caller. A grammar
+ * (grammar.h) masks the logits after the penalties, before the draw. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/ref/ref_ops.h"
+#include "engine/grammar.h"
 #include "rocmforge/engine.h"
 
 struct rf_sampler {
@@ -16,6 +19,7 @@ struct rf_sampler {
     int32_t cap, n_hist, head;
     int32_t *count; /* [n_vocab] scratch for penalties */
     float *work;    /* [n_vocab] */
+    rf_gconstraint *gc; /* constrained decoding, or NULL */
 };
 
 rf_sampler_params rf_sampler_default_params(void) {
@@ -60,6 +64,7 @@ void rf_sampler_free(rf_sampler *s) {
     free(s->hist);
     free(s->count);
     free(s->work);
+    rf_gconstraint_free(s->gc);
     free(s);
 }
 
@@ -98,8 +103,31 @@ int32_t rf_sampler_sample(rf_sampler *s, const float *logits) {
         }
     }
     float u = rf_sampler_draw(s); /* [0, 1) */
+    if (s->gc) {
+        int32_t n_ok = 0;
+        const uint8_t *mask = rf_gconstraint_mask(s->gc, &n_ok);
+        if (n_ok == 0) {
+            fprintf(stderr, "warning: the grammar admits no token here; the choice ends\n");
+            return rf_gconstraint_eog(s->gc);
+        }
+        for (int32_t i = 0; i < s->n_vocab; i++)
+            if (!((mask[i >> 3] >> (i & 7)) & 1)) w[i] = -INFINITY;
+    }
     rf_sample_params sp = {p->temperature, p->top_k, p->top_p, p->min_p};
-    return rf_ref_sample(w, s->n_vocab, &sp, u);
+    int32_t id = rf_ref_sample(w, s->n_vocab, &sp, u);
+    if (s->gc && id >= 0 && !rf_gconstraint_accept(s->gc, id)) {
+        /* the allowed logits were NaN: the draw fell on a masked token; end the choice */
+        return rf_gconstraint_eog(s->gc);
+    }
+    return id;
+}
+
+rf_status rf_sampler_set_grammar(rf_sampler *s, rf_grammar *g, const rf_vocab *v) {
+    rf_gconstraint_free(s->gc);
+    s->gc = NULL;
+    if (!g) return RF_OK;
+    if (rf_vocab_n_tokens(v) != s->n_vocab) return rf_set_error(RF_ERR_INVALID_ARG, "sampler: the grammar's vocabulary differs");
+    return rf_gconstraint_new(g, v, &s->gc);
 }
 
 float rf_sampler_draw(rf_sampler *s) { return (float)(splitmix64(&s->rng) >> 40) / (float)(1 << 24); }

@@ -28,7 +28,8 @@ static bool dev_sample_ok(const rf_engine *e, const rf_step_plan *p, int32_t n_o
     for (int32_t i = 0; i < p->n_items; i++) {
         const rf_seq *s = p->items[i].s;
         if (wants_out(s, p->items[i].n) &&
-            (!s->gen || s->want_all || s->logits_dst || s->fork_left > 0 || s->req->logprobs >= 0))
+            (!s->gen || s->want_all || s->logits_dst || s->fork_left > 0 || s->req->logprobs >= 0 ||
+             s->req->grammar)) /* the grammar's mask is applied on the host */
             return false;
     }
     return true;

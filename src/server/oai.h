@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "rocmforge/engine.h"
+#include "engine/grammar.h"
 
 /* ---- limits (the engine's, engine.h) ------------------------------------------------------ */
 
@@ -128,6 +129,7 @@ typedef struct srv_params {
     int syntax;                 /* srv_tool_syntax (tool_calls.h) */
     bool parse_output;          /* split reasoning / parse tool calls out of the answer */
     bool think_open;            /* the prompt ends inside <think> */
+    rf_grammar *grammar;        /* response_format json_object / json_schema or 'grammar' (owned) */
 } srv_params;
 
 enum { SRV_TOOL_CHOICE_AUTO = 0, SRV_TOOL_CHOICE_NONE, SRV_TOOL_CHOICE_REQUIRED, SRV_TOOL_CHOICE_NAMED };
@@ -141,6 +143,13 @@ int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e);
  * parsed (oai_render.c). A template error (raise_exception) is a 400; a prompt longer than
  * the context a 400 context_length_exceeded. A model without a template: 0, nothing set. */
 int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *e);
+
+/* response_format (json_object, json_schema) and 'grammar' (GBNF) compiled into p->grammar;
+ * a schema outside the supported subset is a 400 naming the keyword (oai_structured.c). */
+int srv_read_structured(json_t *root, srv_params *p, srv_error *e);
+/* tool_choice "required" or a named function, for a template whose calls are Hermes/Qwen
+ * <tool_call> blocks: the grammar that forces a call (NULL when nothing is enforced). */
+int srv_tool_grammar(const srv_params *p, rf_grammar **out, srv_error *e);
 
 /* Parses and checks a request body for a completions route. Returns 0 and fills *p (free with
  * srv_params_free), or -1 with a 400 in *e naming the field. Unknown fields are ignored (as

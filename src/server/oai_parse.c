@@ -338,16 +338,7 @@ static int refuse_unsupported(json_t *root, srv_params *p, srv_error *e) {
         return bad(e, "tools", "'tools' needs /v1/chat/completions");
     if ((v = json_object_get(root, "functions")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
         return bad(e, "functions", "'functions' (function calling) is not supported by this server");
-    if ((v = json_object_get(root, "response_format")) && !json_is_null(v)) {
-        if (!json_is_object(v)) return bad(e, "response_format", "'response_format' must be an object, not %s", json_type_name(v));
-        json_t *t = json_object_get(v, "type");
-        if (!json_is_string(t)) return bad(e, "response_format.type", "'response_format.type' must be a string");
-        const char *ts = json_string_value(t);
-        if (!strcmp(ts, "json_object") || !strcmp(ts, "json_schema"))
-            return bad(e, "response_format.type", "response_format '%s' is not supported by this server (no constrained decoding)", ts);
-        if (strcmp(ts, "text"))
-            return bad(e, "response_format.type", "'response_format.type' must be one of text, json_object, json_schema (got '%.40s')", ts);
-    }
+    if (srv_read_structured(root, p, e)) return -1; /* response_format, grammar (oai_structured.c) */
     if (p->route == SRV_ROUTE_COMPLETIONS) {
         if ((v = json_object_get(root, "suffix")) && !json_is_null(v)) {
             if (!json_is_string(v)) return bad(e, "suffix", "'suffix' must be a string, not %s", json_type_name(v));
@@ -519,5 +510,6 @@ void srv_params_free(srv_params *p) {
     free(p->tools_json);
     free(p->tmpl_vars_json);
     free(p->prompt_ids);
+    rf_grammar_unref(p->grammar);
     memset(p, 0, sizeof *p);
 }

@@ -35,6 +35,7 @@ static rf_status set_options(rf_request *r, const srv_params *p, uint64_t seed) 
     st = st ? st : rf_request_set(r, RF_REQ_LOGPROBS, p->logprobs);
     st = st ? st : rf_request_set(r, RF_REQ_PARSE_SPECIAL, p->parse_special);
     for (int i = 0; i < p->n_stop && !st; i++) st = rf_request_add_stop(r, p->stop[i], p->stop_len[i]);
+    if (!st && p->grammar) rf_request_set_grammar(r, p->grammar);
     return st;
 }
 
@@ -54,10 +55,17 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
     out->max_tokens = p->max_tokens;
     int32_t nv = rf_engine_n_vocab(eng);
     char pp[64];
+    rf_grammar *tool_g = NULL; /* tool_choice required / named, enforced (oai_structured.c) */
+    if (chat && srv_tool_grammar(p, &tool_g, e)) {
+        srv_prepared_free(out);
+        return -1;
+    }
     for (int i = 0; i < n; i++) {
         rf_request *r = out->reqs[i] = rf_request_new();
+        if (r && tool_g) rf_request_set_grammar(r, tool_g);
         if (!r) {
             srv_prepared_free(out);
+            rf_grammar_unref(tool_g);
             return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while preparing the request");
         }
         rf_status st = set_options(r, p, seed);
@@ -75,6 +83,7 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
                     srv_fail(e, 400, "invalid_request_error", NULL, pp,
                              "token id %d at index %zu of '%s' is outside the vocabulary [0, %d)", sp->ids[k], k, pp, nv);
                     srv_prepared_free(out);
+                    rf_grammar_unref(tool_g);
                     return -1;
                 }
             st = rf_request_set_prompt_ids(r, sp->ids, sp->n_ids);
@@ -92,6 +101,7 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
                      "(tokenizing stopped there). Please reduce the length of the %s.",
                      n_ctx, chat ? "messages" : "prompt", np - 1, chat ? "messages" : "prompt");
             srv_prepared_free(out);
+            rf_grammar_unref(tool_g);
             return -1;
         }
         if (st) goto fail_st;
@@ -99,6 +109,7 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
         if (np <= 0) {
             srv_fail(e, 400, "invalid_request_error", NULL, pp, "the prompt is empty (it has no tokens)");
             srv_prepared_free(out);
+            rf_grammar_unref(tool_g);
             return -1;
         }
         int64_t max = p->max_tokens;
@@ -108,6 +119,7 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
                      "(%d in the %s, %lld in the completion). Please reduce the length of the %s or max_tokens.",
                      n_ctx, (long long)(np + max), np, chat ? "messages" : "prompt", (long long)max, chat ? "messages" : "prompt");
             srv_prepared_free(out);
+            rf_grammar_unref(tool_g);
             return -1;
         }
         if (max < 0) {
@@ -117,6 +129,7 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
                          "leaves no room for the completion. Please reduce the length of the %s.",
                          n_ctx, chat ? "messages" : "prompt", np, chat ? "messages" : "prompt");
                 srv_prepared_free(out);
+                rf_grammar_unref(tool_g);
                 return -1;
             }
             max = n_ctx - np;
@@ -127,7 +140,9 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
         snprintf(pp, sizeof pp, n > 1 ? "%s[%d]" : "%s", pparam, i);
         engine_error(e, st, pp);
         srv_prepared_free(out);
+        rf_grammar_unref(tool_g);
         return -1;
     }
+    rf_grammar_unref(tool_g);
     return 0;
 }

@@ -118,13 +118,24 @@ def test_errors(srv):
                        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
                        ({"instructions": 5}, "instructions"), ({"max_output_tokens": 0}, "max_output_tokens"),
                        ({"temperature": 3}, "temperature"),
-                       ({"text": {"format": {"type": "json_object"}}}, None)]:
+                       ({"text": {"format": {"type": "yaml"}}}, None)]:
         expect_error(srv, 400, "invalid_request_error", None, "POST", P, dict(ok, **bad), param=param)
     expect_error(srv, 401, "authentication_error", "invalid_api_key", "POST", P, ok, key=None)
     expect_error(srv, 415, "invalid_request_error", "unsupported_media_type", "POST", P, json.dumps(ok).encode(),
                  {"Content-Type": "text/plain"})
     expect_error(srv, 405, "invalid_request_error", "method_not_allowed", "GET", P)
     expect_error(srv, 400, "invalid_request_error", "context_length_exceeded", "POST", P, dict(ok, max_output_tokens=100000))
+    # text.format is chat's response_format: a constrained answer (docs/server.md, Structured output)
+    s, _, data = req(srv, "POST", P, dict(ok, text={"format": {"type": "json_schema", "name": "c", "schema": {
+        "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}}, max_output_tokens=40))
+    check(s == 200, f"text.format json_schema: {s} {data[:200]!r}")
+    j = json.loads(data)
+    if j.get("status") == "completed":
+        txt = "".join(c.get("text", "") for o in j["output"] if o.get("type") == "message" for c in o["content"])
+        check(isinstance(json.loads(txt).get("ok"), bool), f"text.format json_schema: {txt!r}")
+    expect_error(srv, 400, "invalid_request_error", "unsupported_schema", "POST", P,
+                 dict(ok, text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "string", "pattern": "a"}}}),
+                 msg="'pattern'")
     s, _, _ = req(srv, "POST", P, dict(ok, store=False))
     check(s == 200, f"store: false refused ({s})")
 

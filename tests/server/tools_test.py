@@ -207,7 +207,7 @@ def test_bad_requests(srv):
                  param="chat_template_kwargs")
     expect_error(srv, 400, "invalid_request_error", None, "POST", path,
                  dict(base, chat_template_kwargs={"messages": []}), param="chat_template_kwargs")
-    # tool_choice required is accepted (not yet enforced: no constrained decoding)
+    # tool_choice required is accepted (and enforced: structured_test.py checks the call)
     s, _, data = req(srv, "POST", path, dict(base, tools=TOOLS, tool_choice="required"))
     check(s == 200, f"tool_choice required: {s} {data[:200]!r}")
 

@@ -1,0 +1,24 @@
+/* json_schema.h — JSON Schema (a common subset) and tool calls compiled to grammars for
+ * constrained decoding (json_schema.c). */
+#ifndef RF_SERVER_JSON_SCHEMA_H
+#define RF_SERVER_JSON_SCHEMA_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "engine/grammar.h"
+
+/* A grammar of the JSON texts a schema admits (NULL schema: any JSON object), with bounded
+ * whitespace between tokens. Supported: type (one or a list) object/array/string/number/
+ * integer/boolean/null, properties (emitted in the schema's order), required, enum, const,
+ * items, additionalProperties false/true, anyOf (and oneOf, read as anyOf), minItems/maxItems
+ * (up to 64), and the annotations title/description/default/examples/$schema/$comment. Any
+ * other keyword: -1 with err naming it ("unsupported JSON Schema keyword 'pattern'"). */
+int srv_json_grammar(json_t *schema, rf_grammar **out, char *err, size_t errlen);
+/* The Hermes/Qwen tool-call format, `<tool_call>\n{"name": N, "arguments": A}\n</tool_call>`,
+ * one call (or several separated by "\n" when parallel) of the tools in the chat-completions
+ * `tools` array (only the one named `only` when not NULL); arguments follow each tool's
+ * `parameters` (any object when the schema is outside the subset). */
+int srv_tool_call_grammar(json_t *tools, const char *only, bool parallel, rf_grammar **out, char *err, size_t errlen);
+
+#endif

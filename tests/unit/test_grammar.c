@@ -1,0 +1,268 @@
+/* test_grammar.c — constrained decoding: the byte grammar's recognizer on JSON (any object and
+ * schemas: nested, anyOf, enum, arrays with bounds), schemas refused with the keyword named,
+ * GBNF parsing (classes, repetition, groups, errors), and the token mask over SmolLM2's
+ * vocabulary (checked token by token against the recognizer) when the model is present. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine/grammar.h"
+#include "rocmforge/gguf.h"
+#include "rocmforge/tokenizer.h"
+#include "test_util.h"
+#ifdef RF_HAVE_SERVER
+#include "server/json_schema.h"
+#endif
+
+static bool acc(rf_grammar *g, const char *s) { return rf_grammar_accepts(g, s, strlen(s)); }
+
+static void test_gbnf(void **state) {
+    (void)state;
+    rf_grammar *g = NULL;
+    const char *src = "# a comment\nroot ::= greet (\" \" name)* \"!\"?\n"
+                      "greet ::= \"hi\" | \"hello\"\n"
+                      "name ::= [A-Z] [a-z]{1,3}\n";
+    assert_int_equal(rf_grammar_parse_gbnf(src, strlen(src), &g), RF_OK);
+    assert_true(acc(g, "hi"));
+    assert_true(acc(g, "hello Bob!"));
+    assert_true(acc(g, "hi Al Zed"));
+    assert_false(acc(g, "hi bob"));
+    assert_false(acc(g, "hi Bobby"));
+    assert_false(acc(g, "hey"));
+    assert_false(acc(g, "hi!!"));
+    rf_grammar_unref(g);
+    /* negated classes, UTF-8 literals, '.', escapes, multi-line groups */
+    const char *s2 = "root ::= ( \"«\" [^\"\\n]* \"»\"\n | \"\\x41\" . )\n";
+    assert_int_equal(rf_grammar_parse_gbnf(s2, strlen(s2), &g), RF_OK);
+    assert_true(acc(g, "«çà va»"));
+    assert_true(acc(g, "Aé"));
+    assert_false(acc(g, "«a\"»"));
+    assert_false(acc(g, "A\xC3")); /* half a character */
+    rf_grammar_unref(g);
+    const char *bad[] = {"root ::= x\n", "root ::= root \"a\" | \"b\"\n", "root ::= \"a\n", "root ::= [a-\n",
+                         "foo ::= \"a\"\n", "root ::= \"a\"{3,1}\n", "root ::= (\"a\"\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        g = NULL;
+        assert_int_not_equal(rf_grammar_parse_gbnf(bad[i], strlen(bad[i]), &g), RF_OK);
+        assert_null(g);
+    }
+}
+
+#ifdef RF_HAVE_SERVER
+static rf_grammar *schema(const char *js, char *err, size_t n) {
+    json_error_t je;
+    json_t *sc = js ? json_loads(js, 0, &je) : NULL;
+    if (js) assert_non_null(sc);
+    rf_grammar *g = NULL;
+    int r = srv_json_grammar(sc, &g, err, n);
+    json_decref(sc);
+    return r ? NULL : g;
+}
+
+static void test_json_object(void **state) {
+    (void)state;
+    char err[256];
+    rf_grammar *g = schema(NULL, err, sizeof err);
+    assert_non_null(g);
+    const char *yes[] = {"{}", "{\"a\":1}", "{ \"a\" : [1, -2.5e+3, \"x\\n\\u00e9\", true, null, {\"b\": {}}] }",
+                         "{\"é\":\"日本\"}", "{\"a\": 0.5}\n"};
+    const char *no[] = {"{\"a\":1,}", "[1]", "{\"a\":01}", "\"x\"", " {}", "{\"a\":1.}", "{\"a\":\"\x01\"}",
+                        "{\"a\":\"\xC3\"}", "{\"a\" 1}", "{}}"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) assert_true(acc(g, yes[i]));
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) assert_false(acc(g, no[i]));
+    rf_grammar_unref(g);
+}
+
+static void test_json_schema(void **state) {
+    (void)state;
+    char err[256];
+    const char *sc = "{\"type\":\"object\",\"properties\":{"
+                     "\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"
+                     "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,\"maxItems\":2},"
+                     "\"kind\":{\"enum\":[\"cat\",\"dog\",3]},"
+                     "\"u\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"integer\"}]},"
+                     "\"pos\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\"},\"y\":{\"type\":\"number\"}},"
+                     "\"required\":[\"x\",\"y\"],\"additionalProperties\":false},"
+                     "\"v\":{\"const\":\"v1\"},\"ok\":{\"type\":[\"boolean\",\"null\"]}},"
+                     "\"required\":[\"name\",\"pos\"],\"additionalProperties\":false}";
+    rf_grammar *g = schema(sc, err, sizeof err);
+    assert_non_null(g);
+    const char *yes[] = {
+        "{\"name\":\"x\",\"pos\":{\"x\":1,\"y\":2.5}}",
+        "{\"name\": \"x\", \"age\": 3, \"tags\": [\"a\", \"b\"], \"kind\": 3, \"u\": null, \"pos\": {\"x\": -1e2, \"y\": 0}, \"v\": \"v1\", \"ok\": false}",
+        "{\n  \"name\": \"x\",\n  \"kind\": \"dog\",\n  \"pos\": {\"x\": 0, \"y\": 0},\n  \"ok\": null\n}",
+    };
+    const char *no[] = {
+        "{\"pos\":{\"x\":1,\"y\":2}}",                              /* name is required */
+        "{\"name\":\"x\"}",                                           /* pos is required */
+        "{\"pos\":{\"x\":1,\"y\":2},\"name\":\"x\"}",                 /* properties in the schema's order */
+        "{\"name\":\"x\",\"tags\":[],\"pos\":{\"x\":1,\"y\":2}}",     /* minItems */
+        "{\"name\":\"x\",\"tags\":[\"a\",\"b\",\"c\"],\"pos\":{\"x\":1,\"y\":2}}", /* maxItems */
+        "{\"name\":\"x\",\"kind\":\"cow\",\"pos\":{\"x\":1,\"y\":2}}", /* enum */
+        "{\"name\":\"x\",\"u\":2.5,\"pos\":{\"x\":1,\"y\":2}}",       /* anyOf null|integer */
+        "{\"name\":\"x\",\"pos\":{\"x\":1}}",                         /* nested required */
+        "{\"name\":\"x\",\"pos\":{\"x\":1,\"y\":2,\"z\":3}}",         /* nested additionalProperties */
+        "{\"name\":\"x\",\"pos\":{\"x\":1,\"y\":2},\"extra\":1}",     /* additionalProperties false */
+        "{\"name\":\"x\",\"v\":\"v2\",\"pos\":{\"x\":1,\"y\":2}}",    /* const */
+        "{\"name\":1,\"pos\":{\"x\":1,\"y\":2}}",                     /* type */
+    };
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (!acc(g, yes[i])) fail_msg("rejected %s", yes[i]);
+    }
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        if (acc(g, no[i])) fail_msg("accepted %s", no[i]);
+    }
+    rf_grammar_unref(g);
+    /* a top-level array with exact bounds, and an empty-properties object */
+    g = schema("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}", err, sizeof err);
+    assert_non_null(g);
+    assert_false(acc(g, "[1]"));
+    assert_true(acc(g, "[1,2]"));
+    assert_true(acc(g, "[1, 2, 3]"));
+    assert_false(acc(g, "[1,2,3,4]"));
+    rf_grammar_unref(g);
+    g = schema("{\"type\":\"object\",\"additionalProperties\":false}", err, sizeof err);
+    assert_non_null(g);
+    assert_true(acc(g, "{}"));
+    assert_false(acc(g, "{\"a\":1}"));
+    rf_grammar_unref(g);
+}
+
+static void test_schema_refused(void **state) {
+    (void)state;
+    struct {
+        const char *schema, *word;
+    } cases[] = {
+        {"{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"date\"}}}", "'format'"},
+        {"{\"$ref\":\"#/$defs/x\"}", "'$ref'"},
+        {"{\"type\":\"integer\",\"minimum\":0}", "'minimum'"},
+        {"{\"type\":\"array\",\"maxItems\":1000}", "maxItems"},
+        {"{\"type\":\"object\",\"required\":[\"a\"]}", "'a'"},
+        {"{\"type\":\"widget\"}", "widget"},
+        {"{\"anyOf\":[]}", "anyOf"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[256] = "";
+        rf_grammar *g = schema(cases[i].schema, err, sizeof err);
+        if (g) fail_msg("accepted %s", cases[i].schema);
+        if (!strstr(err, cases[i].word)) fail_msg("'%s' does not name %s", err, cases[i].word);
+    }
+}
+
+static void test_tool_call_grammar(void **state) {
+    (void)state;
+    json_error_t je;
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                               "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}},"
+                               "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]",
+                               0, &je);
+    assert_non_null(tools);
+    rf_grammar *g = NULL;
+    char err[256];
+    assert_int_equal(srv_tool_call_grammar(tools, NULL, false, &g, err, sizeof err), 0);
+    const char *one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    assert_true(acc(g, one));
+    assert_true(acc(g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
+    assert_false(acc(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+    assert_false(acc(g, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
+    char two[512];
+    snprintf(two, sizeof two, "%s\n%s", one, one);
+    assert_false(acc(g, two)); /* parallel_tool_calls false */
+    rf_grammar_unref(g);
+    assert_int_equal(srv_tool_call_grammar(tools, NULL, true, &g, err, sizeof err), 0);
+    assert_true(acc(g, two));
+    rf_grammar_unref(g);
+    json_decref(tools);
+}
+#endif
+
+/* The mask against the recognizer, token by token, along a path through the grammar. */
+static void check_mask(const rf_vocab *v, rf_grammar *g, const char *path) {
+    rf_gconstraint *c;
+    rf_gmatch *m;
+    assert_int_equal(rf_gconstraint_new(g, v, &c), RF_OK);
+    int32_t nv = rf_vocab_n_tokens(v);
+    int32_t *ids = malloc(4096 * sizeof(int32_t));
+    size_t n_ids = 0;
+    assert_int_equal(rf_tokenize(v, path, strlen(path), false, false, ids, 4096, &n_ids), RF_OK);
+    assert_int_equal(rf_gmatch_new(g, &m), RF_OK);
+    for (size_t k = 0; k <= n_ids; k++) {
+        int32_t n_ok = 0, count = 0;
+        const uint8_t *mask = rf_gconstraint_mask(c, &n_ok);
+        /* every token: allowed iff the recognizer, from the same prefix, takes its bytes */
+        for (int32_t id = 0; id < nv; id++) {
+            char buf[256];
+            size_t len = 0;
+            bool allowed = (mask[id >> 3] >> (id & 7)) & 1;
+            bool want;
+            if (rf_vocab_is_eog(v, id)) want = rf_gmatch_accepting(m);
+            else if (rf_token_to_piece(v, id, false, buf, sizeof buf, &len) || len == 0 || len > 128) want = false;
+            else want = rf_gmatch_check(m, buf, len);
+            if (allowed != want) fail_msg("step %zu token %d: mask %d, recognizer %d", k, id, allowed, want);
+            count += allowed;
+        }
+        assert_int_equal(count, n_ok);
+        assert_true(n_ok > 0);
+        (void)count;
+        if (k < n_ids) {
+            if (!((mask[ids[k] >> 3] >> (ids[k] & 7)) & 1)) fail_msg("step %zu: the path's token %d is masked", k, ids[k]);
+            assert_true(rf_gconstraint_accept(c, ids[k]));
+            char buf[256];
+            size_t len = 0;
+            rf_token_to_piece(v, ids[k], false, buf, sizeof buf, &len);
+            assert_true(rf_gmatch_feed(m, buf, len));
+        }
+    }
+    assert_true(rf_gmatch_accepting(m)); /* the path is a sentence: EOG was allowed at its end */
+    rf_gmatch_free(m);
+    free(ids);
+    rf_gconstraint_free(c);
+}
+
+static void test_mask_smollm2(void **state) {
+    (void)state;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", RF_SOURCE_DIR);
+    if (access(path, R_OK)) skip();
+    rf_gguf *gf;
+    rf_vocab *v;
+    assert_int_equal(rf_gguf_open(path, &gf), RF_OK);
+    assert_int_equal(rf_vocab_load(gf, &v), RF_OK);
+    rf_grammar *g = NULL;
+    const char *src = "root ::= \"{\" ws \"\\\"a\\\"\" ws \":\" ws [0-9]+ ws \"}\"\nws ::= [ \\n]?\n";
+    assert_int_equal(rf_grammar_parse_gbnf(src, strlen(src), &g), RF_OK);
+    check_mask(v, g, "{\"a\": 123 }");
+    rf_grammar_unref(g);
+#ifdef RF_HAVE_SERVER
+    char err[256];
+    g = schema("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}},\"required\":[\"name\"]}",
+               err, sizeof err);
+    assert_non_null(g);
+    check_mask(v, g, "{\"name\": \"Zoë said \\\"hi\\\"\", \"n\": -42}");
+    rf_grammar_unref(g);
+#endif
+    rf_vocab_free(v);
+    rf_gguf_close(gf);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gbnf),
+#ifdef RF_HAVE_SERVER
+        cmocka_unit_test(test_json_object),
+        cmocka_unit_test(test_json_schema),
+        cmocka_unit_test(test_schema_refused),
+        cmocka_unit_test(test_tool_call_grammar),
+#endif
+        cmocka_unit_test(test_mask_smollm2),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
