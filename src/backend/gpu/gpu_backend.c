@@ -9,6 +9,7 @@
 #include "core/knobs.h"
 #include "backend/backend.h"
 #include "backend/gpu/gpu.h"
+#include "backend/gpu/gpu_deltanet.h"
 #include "rocmforge/quant.h"
 
 
@@ -19,6 +20,7 @@
 /* Device copies of a step's metadata (one allocation, laid out as in the pinned buffer). */
 typedef struct gpu_batch {
     int32_t *ids, *pos, *seq, *slot, *out_rows, *table;
+    int32_t *state_slot; /* [n_seqs] (hybrid models), else NULL */
     int64_t max_pos;
     rf_gpu_sample_row *rows;  /* sampling records, penalties, and room for the ids */
     int32_t *pen_ids, *pen_counts, *d_ids, *h_ids;
@@ -176,13 +178,13 @@ static rf_status pin_settle(gpu_be *g) {
 static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     gpu_be *g = GX(be);
     size_t nt = (size_t)b->n_tokens, tab = (size_t)b->n_seqs * (size_t)b->max_blocks;
-    size_t ns = (size_t)b->n_sample;
+    size_t ns = (size_t)b->n_sample, nss = b->state_slot ? (size_t)b->n_seqs : 0;
     size_t pen_room = g->mode != RF_GRAPH_NONE ? ns * RF_GRAPH_PEN : (size_t)b->n_pen;
     if ((size_t)b->n_pen > pen_room) {
         drop_capture(g);
         return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with %d penalty entries (room for %zu)", b->n_pen, pen_room);
     }
-    size_t o_meta = 0, meta = up256((4 * nt + (size_t)b->n_out + tab) * 4);
+    size_t o_meta = 0, meta = up256((4 * nt + (size_t)b->n_out + tab + nss) * 4);
     size_t o_rows = meta, o_pid = o_rows + up256(ns * sizeof(rf_gpu_sample_row));
     size_t o_pcnt = o_pid + up256(pen_room * 4), o_ids = o_pcnt + up256(pen_room * 4);
     size_t up = o_ids, bytes = o_ids + up256(ns * 4);
@@ -215,6 +217,7 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     memcpy(h + 3 * nt, b->slot, nt * 4);
     if (b->n_out) memcpy(h + 4 * nt, b->out_rows, (size_t)b->n_out * 4);
     if (tab) memcpy(h + 4 * nt + b->n_out, b->block_table, tab * 4);
+    if (nss) memcpy(h + 4 * nt + b->n_out + tab, b->state_slot, nss * 4);
     if (b->max_pos > 0) max_pos = b->max_pos;
     else
         for (size_t i = 0; i < nt; i++)
@@ -245,6 +248,7 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
     g->dev.slot = d + 3 * nt;
     g->dev.out_rows = d + 4 * nt;
     g->dev.table = d + 4 * nt + b->n_out;
+    g->dev.state_slot = nss ? d + 4 * nt + b->n_out + tab : NULL;
     g->dev.max_pos = max_pos;
     g->dev.rows = (rf_gpu_sample_row *)(g->dmeta + o_rows);
     g->dev.pen_ids = (int32_t *)(g->dmeta + o_pid);
@@ -264,6 +268,17 @@ static rf_status g_batch_upload(rf_backend *be, rf_batch *b) {
 }
 
 static const gpu_batch *dev_of(const rf_batch *b) { return (const gpu_batch *)b->dev; }
+
+/* lent to the op files beside this one (gpu_deltanet.h) */
+rf_gpu_ctx *rf_gpu_be_op_ctx(rf_backend *be) { return GX(be)->ctx; }
+rf_status rf_gpu_be_batch_dev(const rf_batch *b, const char *op, const int32_t **pos, const int32_t **seq,
+                              const int32_t **state_slot) {
+    if (!b->dev) return rf_set_error(RF_ERR_INVALID_ARG, "GPU %s: batch metadata was not uploaded", op);
+    *pos = dev_of(b)->pos;
+    *seq = dev_of(b)->seq;
+    *state_slot = dev_of(b)->state_slot;
+    return RF_OK;
+}
 
 #define NEED_DEV(b, op) \
     if (!(b)->dev) return rf_set_error(RF_ERR_INVALID_ARG, "GPU %s: batch metadata was not uploaded", op)
@@ -745,6 +760,10 @@ static const rf_backend_ops gpu_ops = {
     .moe_route = g_moe_route,
     .matmul_id = g_matmul_id,
     .moe_combine = g_moe_combine,
+    .ssm_conv = rf_gpu_op_ssm_conv, /* gated DeltaNet: gpu_backend_deltanet.c */
+    .gated_delta = rf_gpu_op_gated_delta,
+    .sigmoid_mul = rf_gpu_op_sigmoid_mul,
+    .head_split = rf_gpu_op_head_split,
     .add = g_add,
     .scale = g_scale,
     .softcap = g_softcap,
