@@ -574,6 +574,9 @@ static void test_engine(void **state) {
         for (int i = 0; i < NP; i++) sub(e, prompts[i], lens[i], &graphed.o[i], &graphed.id[i], sample);
         drain(e);
         rf_engine_free(e);
+        /* the backend keys its recorded steps by the engine's address, which the next engine
+         * may reuse: drop them with the engine */
+        rf_backend_gpu_drop_graphs(m->be);
         rf_backend_gpu_counters(m->be, &up1, &dn1, &l1);
         printf("  tiny-qwen35 q8_0, %s: %lld graph launches; tokens from graphs vs eager\n", sample ? "sampled" : "greedy",
                (long long)(l1 - l0));

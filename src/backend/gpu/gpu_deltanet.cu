@@ -71,12 +71,37 @@ __global__ void rf_k_ssm_conv_state(const float *x, int64_t ldx, float *state, i
 }
 
 /* ---- gated delta rule ---------------------------------------------------------------------
+ * One token's inputs as a warp of the delta rule holds them: lane l's elements l + W e of the
+ * key head's q and k, the value of each of its rows j0 + r, the alpha and beta logits. */
+template <int E, int R>
+struct rf_dn_in {
+    float q[E], k[E], v[R], a, b;
+};
+template <int E, int R>
+static __device__ __forceinline__ void rf_dn_load(rf_dn_in<E, R> &in, const float *x, int64_t ldx, const float *a,
+                                                  const float *bt, int64_t t, int64_t KS, int kh, int h, int H_v,
+                                                  int S, int lane, int j0) {
+    const float *xr = x + t * ldx;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int i = lane + RF_WARP_SIZE * e;
+        in.q[e] = i < S ? xr[(int64_t)kh * S + i] : 0.0f;
+        in.k[e] = i < S ? xr[KS + (int64_t)kh * S + i] : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) in.v[r] = j0 + r < S ? xr[2 * KS + (int64_t)h * S + j0 + r] : 0.0f;
+    in.a = a[t * H_v + h];
+    in.b = bt[t * H_v + h];
+}
+
+/* ---- gated delta rule (kernel) -------------------------------------------------------------
  * grid (n_tokens, H_v, ceil(S / (RF_DN_WARPS * RF_DN_ROWS))), RF_DN_WARPS warps; the block of
  * token t0 works only when t0 starts its sequence's run (else it returns at once), for the
  * whole run t0..t1. Lane l of a warp holds elements i = l + W e (e < E) of its RF_DN_ROWS rows
  * j of the head's state M (row j: value index), of q and of k. Per token, as the CPU twin:
  * q, k L2-normalised; M *= exp(g); d_j = beta (v_j - M_j.k); M_j += d_j k; out_j = M_j.q / sqrt(S).
- * S <= E W. */
+ * S <= E W. The next token's inputs are loaded while the current one is computed (the loop
+ * is latency-bound on them in a prompt chunk). */
 template <int E>
 __global__ void __launch_bounds__(RF_DN_WARPS *RF_WARP_SIZE)
     rf_k_gated_delta(float *out, const float *x, int64_t ldx, const float *a, const float *bt, const float *dt_bias,
@@ -106,14 +131,16 @@ __global__ void __launch_bounds__(RF_DN_WARPS *RF_WARP_SIZE)
         }
     const float scale = 1.0f / sqrtf((float)S);
     const int64_t KS = (int64_t)H_k * S;
+    rf_dn_in<E, R> cur, nxt;
+    rf_dn_load<E, R>(cur, x, ldx, a, bt, t0, KS, kh, h, H_v, S, lane, j0);
+    nxt = cur;
     for (int64_t t = t0; t < t1; t++) {
-        const float *xr = x + t * ldx;
+        if (t + 1 < t1) rf_dn_load<E, R>(nxt, x, ldx, a, bt, t + 1, KS, kh, h, H_v, S, lane, j0);
         float q[E], k[E], sq = 0.0f, sk = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; e++) {
-            const int i = lane + WS * e;
-            q[e] = i < S ? xr[(int64_t)kh * S + i] : 0.0f;
-            k[e] = i < S ? xr[KS + (int64_t)kh * S + i] : 0.0f;
+            q[e] = cur.q[e];
+            k[e] = cur.k[e];
             sq += q[e] * q[e];
             sk += k[e] * k[e];
         }
@@ -122,9 +149,9 @@ __global__ void __launch_bounds__(RF_DN_WARPS *RF_WARP_SIZE)
         const float qs = 1.0f / fmaxf(sqrtf(sq), eps), ks = 1.0f / fmaxf(sqrtf(sk), eps);
 #pragma unroll
         for (int e = 0; e < E; e++) q[e] *= qs, k[e] *= ks;
-        const float ab = a[t * H_v + h] + dt_bias[h];
+        const float ab = cur.a + dt_bias[h];
         const float sp = ab > 20.0f ? ab : logf(1.0f + expf(ab));
-        const float decay = expf(sp * ssm_a[h]), beta = 1.0f / (1.0f + expf(-bt[t * H_v + h]));
+        const float decay = expf(sp * ssm_a[h]), beta = 1.0f / (1.0f + expf(-cur.b));
         float mk[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -140,9 +167,7 @@ __global__ void __launch_bounds__(RF_DN_WARPS *RF_WARP_SIZE)
         float o[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const int j = j0 + r;
-            const float v = j < S ? xr[2 * KS + (int64_t)h * S + j] : 0.0f;
-            const float d = (v - mk[r]) * beta;
+            const float d = (cur.v[r] - mk[r]) * beta;
             o[r] = 0.0f;
 #pragma unroll
             for (int e = 0; e < E; e++) {
@@ -155,6 +180,7 @@ __global__ void __launch_bounds__(RF_DN_WARPS *RF_WARP_SIZE)
             o[r] = rf_warp_sum(o[r]);
             if (lane == r && j0 + r < S) out[t * od + (int64_t)h * S + j0 + r] = o[r] * scale;
         }
+        cur = nxt;
     }
     if (!M) return;
 #pragma unroll
