@@ -49,7 +49,7 @@ rf_status rf_gpu_op_gated_delta(rf_backend *be, rf_tensor *out, const rf_tensor 
     if (!ss) return rf_set_error(RF_ERR_INVALID_ARG, "GPU gated_delta: the upload has no state slots");
     return rf_gpu_gated_delta(rf_gpu_be_op_ctx(be), out->data, x->data, (int64_t)(x->nb1 / 4), a->data, bt->data,
                               dt_bias->data, ssm_a->data, state->data, (int64_t)(state->nb1 / 4), state->ne[1], pos,
-                              seq, ss, b->n_tokens, H_k, H_v, S, eps);
+                              seq, ss, b->n_seqs, b->n_tokens, H_k, H_v, S, eps);
 }
 
 rf_status rf_gpu_op_sigmoid_mul(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *gate, int64_t n) {

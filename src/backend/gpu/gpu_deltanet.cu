@@ -94,10 +94,21 @@ static __device__ __forceinline__ void rf_dn_load(rf_dn_in<E, R> &in, const floa
     in.b = bt[t * H_v + h];
 }
 
+/* starts[seq[t]] = t for each token t that starts its sequence's run (seq outside [0, n_seqs)
+ * ignored); the entries of sequences without tokens stay as the caller set them (-1). */
+__global__ void rf_k_run_starts(int32_t *starts, const int32_t *seq, int64_t n_tokens, int64_t n_seqs) {
+    const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (t >= n_tokens || (t > 0 && seq[t - 1] == seq[t])) return;
+    const int32_t s = seq[t];
+    if (s >= 0 && s < n_seqs) starts[s] = (int32_t)t;
+}
+
 /* ---- gated delta rule (kernel) -------------------------------------------------------------
- * grid (n_tokens, H_v, ceil(S / (RF_DN_WARPS * RF_DN_ROWS))), RF_DN_WARPS warps; the block of
- * token t0 works only when t0 starts its sequence's run (else it returns at once), for the
- * whole run t0..t1. Lane l of a warp holds elements i = l + W e (e < E) of its RF_DN_ROWS rows
+ * grid (n, H_v, ceil(S / (RF_DN_WARPS * RF_DN_ROWS))), RF_DN_WARPS warps. Without starts
+ * (decode steps: n = n_tokens), the block of token t0 = x works only when t0 starts its
+ * sequence's run (else it returns at once); with starts (prompt chunks, many tokens per
+ * sequence: n = n_seqs), block x takes sequence x's run from starts[x] (-1: no tokens). Either
+ * way it computes the whole run t0..t1. Lane l of a warp holds elements i = l + W e (e < E) of its RF_DN_ROWS rows
  * j of the head's state M (row j: value index), of q and of k. Per token, as the CPU twin:
  * q, k L2-normalised; M *= exp(g); d_j = beta (v_j - M_j.k); M_j += d_j k; out_j = M_j.q / sqrt(S).
  * S <= E W. The next token's inputs are loaded while the current one is computed (the loop
@@ -106,12 +117,13 @@ template <int E>
 __global__ void __launch_bounds__(RF_DN_WARPS *RF_WARP_SIZE)
     rf_k_gated_delta(float *out, const float *x, int64_t ldx, const float *a, const float *bt, const float *dt_bias,
                      const float *ssm_a, float *state, int64_t ld_state, int64_t n_slots, const int32_t *pos,
-                     const int32_t *seq, const int32_t *sslot, int64_t n_tokens, int H_k, int H_v, int S, float eps) {
+                     const int32_t *seq, const int32_t *sslot, const int32_t *starts, int64_t n_tokens, int H_k,
+                     int H_v, int S, float eps) {
     constexpr int WS = RF_WARP_SIZE, R = RF_DN_ROWS;
-    const int64_t t0 = blockIdx.x;
     const int h = blockIdx.y, kh = h % H_k, lane = threadIdx.x % WS, warp = threadIdx.x / WS;
     const int j0 = (blockIdx.z * RF_DN_WARPS + warp) * R;
-    if (j0 >= S || (t0 > 0 && seq[t0 - 1] == seq[t0])) return;
+    const int64_t t0 = starts ? (int64_t)starts[blockIdx.x] : (int64_t)blockIdx.x;
+    if (j0 >= S || t0 < 0 || (!starts && t0 > 0 && seq[t0 - 1] == seq[t0])) return;
     const int64_t od = (int64_t)H_v * S;
     if (pos[t0] < 0) { /* padding: zeros */
         if (lane < R && j0 + lane < S) out[t0 * od + (int64_t)h * S + j0 + lane] = 0.0f;
@@ -229,29 +241,45 @@ extern "C" rf_status rf_gpu_ssm_conv(rf_gpu_ctx *ctx, float *y, const float *x, 
 extern "C" rf_status rf_gpu_gated_delta(rf_gpu_ctx *ctx, float *out, const float *x, int64_t ldx, const float *a,
                                         const float *bt, const float *dt_bias, const float *ssm_a, float *state,
                                         int64_t ld_state, int64_t n_slots, const int32_t *pos, const int32_t *seq,
-                                        const int32_t *sslot, int64_t n_tokens, int64_t H_k, int64_t H_v, int64_t S,
-                                        float eps) {
+                                        const int32_t *sslot, int64_t n_seqs, int64_t n_tokens, int64_t H_k,
+                                        int64_t H_v, int64_t S, float eps) {
     const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : RF_WARP_SIZE;
     RF_GPU_REQUIRE(H_k >= 1 && H_v >= 1 && H_v % H_k == 0 && H_v <= 65535 && S >= 1 && S <= 8 * ws &&
                        ldx >= (2 * H_k + H_v) * S && ld_state >= H_v * S * S && n_tokens >= 0 &&
-                       n_tokens <= INT32_MAX && n_slots >= 0,
+                       n_tokens <= INT32_MAX && n_slots >= 0 && n_seqs >= 1 && n_seqs <= INT32_MAX,
                    "gated_delta", "%lld key heads, %lld value heads of %lld (at most %d), x stride %lld, state rows "
                    "of %lld", (long long)H_k, (long long)H_v, (long long)S, 8 * ws, (long long)ldx,
                    (long long)ld_state);
     if (n_tokens == 0) return RF_OK;
+    /* prompt chunks: a table of where each sequence starts, so the grid runs over sequences
+     * (a grid over tokens would launch a block per token, all but the runs' first returning) */
+    int32_t *starts = NULL;
+    size_t mark = 0;
+    rf_status st = RF_OK;
+    if (n_tokens > 2 * n_seqs) {
+        void *p = NULL;
+        if ((st = rf_gpu_tmp(ctx, (size_t)n_seqs * sizeof(int32_t), &p, &mark))) return st;
+        starts = (int32_t *)p;
+        if (cudaMemsetAsync(starts, 0xFF, (size_t)n_seqs * sizeof(int32_t), ctx->stream) != cudaSuccess) {
+            ctx->scratch_used = mark;
+            return rf_set_error(RF_ERR_DEVICE, "gated_delta: cudaMemsetAsync failed: %s",
+                                cudaGetErrorString(cudaGetLastError()));
+        }
+        st = rf_gpu_launch(ctx, "rf_k_run_starts", false, rf_k_run_starts, dim3(rf_gpu_blocks(n_tokens, RF_DN_THREADS)),
+                           dim3(RF_DN_THREADS), 0, starts, seq, n_tokens, n_seqs);
+    }
     const int per_block = RF_DN_WARPS * RF_DN_ROWS;
-    const dim3 grid((unsigned)n_tokens, (unsigned)H_v, (unsigned)((S + per_block - 1) / per_block));
+    const dim3 grid((unsigned)(starts ? n_seqs : n_tokens), (unsigned)H_v, (unsigned)((S + per_block - 1) / per_block));
     const dim3 block((unsigned)(RF_DN_WARPS * ws));
     const int e = (int)((S + ws - 1) / ws);
 #define RF_DN_LAUNCH(EE)                                                                                             \
-    return rf_gpu_launch(ctx, "rf_k_gated_delta", false, rf_k_gated_delta<EE>, grid, block, 0, out, x, ldx, a, bt, \
-                         dt_bias, ssm_a, state, ld_state, n_slots, pos, seq, sslot, n_tokens, (int)H_k, (int)H_v,   \
-                         (int)S, eps)
-    if (e <= 1) RF_DN_LAUNCH(1);
-    if (e <= 2) RF_DN_LAUNCH(2);
-    if (e <= 4) RF_DN_LAUNCH(4);
-    RF_DN_LAUNCH(8);
+    rf_gpu_launch(ctx, "rf_k_gated_delta", false, rf_k_gated_delta<EE>, grid, block, 0, out, x, ldx, a, bt, dt_bias, \
+                  ssm_a, state, ld_state, n_slots, pos, seq, sslot, (const int32_t *)starts, n_tokens, (int)H_k,     \
+                  (int)H_v, (int)S, eps)
+    if (!st) st = e <= 1 ? RF_DN_LAUNCH(1) : e <= 2 ? RF_DN_LAUNCH(2) : e <= 4 ? RF_DN_LAUNCH(4) : RF_DN_LAUNCH(8);
 #undef RF_DN_LAUNCH
+    if (starts) ctx->scratch_used = mark;
+    return st;
 }
 
 extern "C" rf_status rf_gpu_sigmoid_mul(rf_gpu_ctx *ctx, float *y, const float *x, const float *gate, int64_t n) {

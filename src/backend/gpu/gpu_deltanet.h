@@ -33,7 +33,9 @@ rf_status rf_gpu_ssm_conv(rf_gpu_ctx *ctx, float *y, const float *x, int64_t ldx
  * (sequence, value head, 4 rows of the head's S x S state), the rows held in registers over
  * the sequence's tokens of the step (a prompt chunk is a loop inside the kernel). x rows at
  * stride ldx floats; a, bt f32 [n_tokens, H_v]; dt_bias, ssm_a f32 [H_v]; state rows of
- * H_v*S*S; out f32 [n_tokens, H_v*S]. S <= 8 x the warp size (256 on CUDA). Every dot product
+ * H_v*S*S; out f32 [n_tokens, H_v*S]; seq values in [0, n_seqs). S <= 8 x the warp size (256
+ * on CUDA). A step of more than 2 tokens per sequence (prompt chunks) first tabulates where each
+ * sequence starts, in the scratch arena (sized by an eager step before any graph records one). Every dot product
  * (the q and k norms, M k, M q) is a lane's strided partial sum (elements lane, lane + W, ...)
  * then the warp's butterfly: an order fixed by S and the warp size alone, so a token's outputs
  * and its sequence's state are the same bits whatever else shares the step and however its
@@ -41,8 +43,8 @@ rf_status rf_gpu_ssm_conv(rf_gpu_ctx *ctx, float *y, const float *x, int64_t ldx
 rf_status rf_gpu_gated_delta(rf_gpu_ctx *ctx, float *out, const float *x, int64_t ldx, const float *a,
                              const float *bt, const float *dt_bias, const float *ssm_a, float *state,
                              int64_t ld_state, int64_t n_slots, const int32_t *pos, const int32_t *seq,
-                             const int32_t *sslot, int64_t n_tokens, int64_t H_k, int64_t H_v, int64_t S,
-                             float eps);
+                             const int32_t *sslot, int64_t n_seqs, int64_t n_tokens, int64_t H_k, int64_t H_v,
+                             int64_t S, float eps);
 
 /* y[i] = x[i] * sigmoid(gate[i]) over n (y may alias x); twin rf_ref_sigmoid_mul. */
 rf_status rf_gpu_sigmoid_mul(rf_gpu_ctx *ctx, float *y, const float *x, const float *gate, int64_t n);
