@@ -460,8 +460,8 @@ static rf_status load_deltanet(rf_model *m, rf_layer *L, int il) {
     rf_status st;
     const rf_backend_ops *op = m->be->ops;
     if (m->tp_be)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "model: %s's gated DeltaNet layers cannot be split over GPUs (--tp) yet; "
-                            "run it on one GPU or the CPU", hp->arch_name);
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: %s's gated DeltaNet layers cannot be split into shards (--tp) "
+                            "yet; run it with --tp 1 (one GPU or the CPU)", hp->arch_name);
     if (!op->ssm_conv || !op->gated_delta || !op->sigmoid_mul || !op->head_split)
         return rf_set_error(RF_ERR_UNSUPPORTED, "model: the %s backend has no gated DeltaNet ops (%s needs them)", op->name,
                             hp->arch_name);
