@@ -9,7 +9,8 @@
  *    give the same bits (outputs and states);
  *  - tiny-qwen35 (f32, q8_0, q4_k_m) GPU vs CPU logits over prompts of 1/7/33/100 tokens;
  *  - the engine on the GPU in deterministic mode: 8 sequences together (staggered, chunked
- *    prompts) == each alone, bit for bit; decode steps replayed from graphs == eager.
+ *    prompts) == each alone, bit for bit; decode steps replayed from graphs == eager; n = 3
+ *    choices forked from a state copied on the device == recomputed.
  * Error model of the op comparisons (u = 2^-24):
  *  conv: each output a sum of K f32 products then SiLU: |dy| <= K u sum|w x| + silu's few ulps,
  *    rel. L2 ~ 1e-7 against the double reference: bound 1e-5 (backend.h's contract). The new
@@ -586,6 +587,58 @@ static void test_engine(void **state) {
     rf_model_free(m);
 }
 
+/* n = 3 choices: with slots to spare each fork copies the prompt's state on the device
+ * (copy_rows); with one slot the forks recompute the prompt. Deterministic mode: the same tokens
+ * for each choice (its own seeded generator) either way. */
+typedef struct choice_out {
+    int32_t n[3], tok[3][GT], done;
+} choice_out;
+
+static bool on_choice(const rf_event *ev, void *user) {
+    choice_out *o = user;
+    const int c = rf_event_choice(ev);
+    if (rf_event_get_kind(ev) == RF_EVENT_TOKEN && c >= 0 && c < 3 && o->n[c] < GT) o->tok[c][o->n[c]++] = rf_event_token(ev);
+    if (rf_event_get_kind(ev) == RF_EVENT_DONE) o->done++;
+    return true;
+}
+
+static void run_choices(rf_model *m, int slots, const int32_t *ids, int n, choice_out *o) {
+    memset(o, 0, sizeof *o);
+    rf_engine *e = engine(m, slots, 512, true);
+    rf_request *q = rf_request_new();
+    rf_request_set_prompt_ids(q, ids, (size_t)n);
+    rf_request_set(q, RF_REQ_MAX_TOKENS, GT);
+    rf_request_set(q, RF_REQ_IGNORE_EOS, 1);
+    rf_request_set(q, RF_REQ_N, 3);
+    rf_request_set(q, RF_REQ_TEMPERATURE, 0.9);
+    rf_request_set(q, RF_REQ_SEED, 41);
+    rf_request_set_callback(q, on_choice, o);
+    if (rf_engine_submit(e, q, NULL)) fail_msg("submit: %s", rf_last_error());
+    rf_request_free(q);
+    drain(e);
+    rf_engine_free(e);
+    rf_backend_gpu_drop_graphs(m->be); /* as in test_engine */
+}
+
+static void test_forks(void **state) {
+    (void)state;
+    char path[1200];
+    mkmodel("tiny-qwen35", "q8_0", path, sizeof path);
+    rf_model *m = load(path, RF_DEVICE_GPU);
+    assert_int_equal(rf_model_set_deterministic(m, true), RF_OK);
+    int32_t ids[37];
+    for (int k = 0; k < 37; k++) ids[k] = 100 + 7 * k;
+    static choice_out copied, recomputed;
+    run_choices(m, 4, ids, 37, &copied);
+    run_choices(m, 1, ids, 37, &recomputed);
+    for (int c = 0; c < 3; c++)
+        if (copied.n[c] != GT || recomputed.n[c] != GT || memcmp(copied.tok[c], recomputed.tok[c], sizeof(int32_t) * GT))
+            fail_msg("choice %d: forked state (%d tokens) and recomputed (%d tokens) differ", c, copied.n[c],
+                     recomputed.n[c]);
+    printf("  tiny-qwen35 q8_0, deterministic: n = 3 choices from a copied state == recomputed, %d tokens each\n", GT);
+    rf_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise),
@@ -593,6 +646,7 @@ int main(void) {
         cmocka_unit_test(test_invariance),
         cmocka_unit_test(test_logits_tiny_qwen35),
         cmocka_unit_test(test_engine),
+        cmocka_unit_test(test_forks),
     };
     const char *f = getenv("RF_TEST_FILTER");
     if (f && *f) cmocka_set_test_filter(f);
