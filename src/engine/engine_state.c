@@ -9,7 +9,8 @@ rf_status rf_engine_state_init(rf_engine *e) {
     if (rf_model_n_recurrent(e->m) == 0) return RF_OK;
     rf_status st = rf_fwd_rec_init(e->m, &e->f, e->n_parallel);
     if (!st) st = rf_state_pool_new(e->n_parallel, &e->spool);
-    if (!st && !(e->b_state = malloc((size_t)e->n_batch * sizeof(int32_t))))
+    /* zeroed: a graph bucket's padding entries are sent up too (the device ops skip them) */
+    if (!st && !(e->b_state = calloc((size_t)e->n_batch, sizeof(int32_t))))
         st = rf_set_error(RF_ERR_OOM, "engine: out of memory");
     if (!st)
         rf_log(RF_LOG_INFO, "engine: %d recurrent-state slots of %.1f MiB", e->n_parallel,

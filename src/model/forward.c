@@ -55,6 +55,9 @@ uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_r
     const uint64_t K = (uint64_t)hp->n_expert_used;
     if (hp->n_expert > 0)
         act += (uint64_t)n_batch * ((uint64_t)hp->n_expert + 2 * K + K * (2 * (uint64_t)hp->n_ff_exp + hp->n_embd)) * 4;
+    /* + gated DeltaNet layers: a state slot per sequence (logit_rows: the engine's n_parallel) and
+     * their step buffers */
+    act += rf_fwd_rec_bytes(m, n_batch, logit_rows);
     return act + big * 2 + (uint64_t)n_batch * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) * 4;
 }
 

@@ -31,6 +31,16 @@ uint64_t rf_state_slot_bytes(const rf_model *m) {
     return (uint64_t)rf_model_n_recurrent(m) * (uint64_t)(conv_elems(&m->hp) + ssm_elems(&m->hp)) * 4;
 }
 
+uint64_t rf_fwd_rec_bytes(const rf_model *m, int32_t n_batch, int32_t n_slots) {
+    const rf_hparams *hp = &m->hp;
+    if (rf_model_n_recurrent(m) == 0) return 0;
+    const uint64_t C = 2 * (uint64_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+    const uint64_t Q = (uint64_t)hp->n_head * hp->head_dim;
+    /* mix, cv, z, a, b, core, qg, gate (rf_fwd_rec_init) */
+    const uint64_t row = 2 * C + 2 * (uint64_t)hp->ssm_d_inner + 2 * (uint64_t)hp->ssm_dt_rank + 3 * Q;
+    return (uint64_t)n_slots * rf_state_slot_bytes(m) + (uint64_t)n_batch * row * 4;
+}
+
 void rf_fwd_rec_free(rf_model *m, rf_fwd *f) {
     rf_fwd_rec *r = f->rec;
     if (!r) return;

@@ -207,6 +207,9 @@ typedef struct rf_fwd_rec {
 int32_t rf_model_n_recurrent(const rf_model *m);
 /* Bytes of one state slot over all layers (the memory plan). */
 uint64_t rf_state_slot_bytes(const rf_model *m);
+/* What rf_fwd_rec_init allocates for n_slots slots and steps of n_batch tokens (0 without
+ * recurrent layers): the device memory plan counts it beside the KV pool. */
+uint64_t rf_fwd_rec_bytes(const rf_model *m, int32_t n_batch, int32_t n_slots);
 /* Allocates f->rec for n_slots sequences (nothing for a model without recurrent layers);
  * rf_fwd_free releases it. */
 rf_status rf_fwd_rec_init(rf_model *m, rf_fwd *f, int32_t n_slots);

@@ -247,8 +247,11 @@ static rf_status load_deltanet(rf_model *m, rf_layer *L, int il) {
     const int64_t KD = S * hp->ssm_n_group, VD = S * HV, C = 2 * KD + VD, K = hp->ssm_d_conv;
     rf_status st;
     const rf_backend_ops *op = m->be->ops;
-    if (!op->ssm_conv || !op->gated_delta || !op->sigmoid_mul || !op->head_split || m->tp_be)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "model: %s's gated DeltaNet layers run on the CPU only for now (--device cpu, no --tp)",
+    if (m->tp_be)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: %s's gated DeltaNet layers cannot be split into shards (--tp) "
+                            "yet; run it with --tp 1 (one GPU or the CPU)", hp->arch_name);
+    if (!op->ssm_conv || !op->gated_delta || !op->sigmoid_mul || !op->head_split)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: the %s backend has no gated DeltaNet ops (%s needs them)", op->name,
                             hp->arch_name);
     if ((st = bind_l(m, &L->attn_norm, il, "attn_norm.weight", E, 1, true))) return st;
     if ((st = bind_l(m, &L->wqkv, il, "attn_qkv.weight", E, C, true))) return st;

@@ -10,6 +10,7 @@
 
 #include "core/knobs.h"
 #include "backend/gpu/gpu_be.h"
+#include "backend/gpu/gpu_deltanet.h"
 #include "rocmforge/quant.h"
 
 static rf_status row_bytes(rf_type type, int64_t n, size_t *out) {
@@ -68,6 +69,17 @@ static rf_status g_read_rows(rf_backend *be, const rf_tensor *t, int64_t r0, int
     if (t->type != RF_TYPE_F32) return rf_set_error(RF_ERR_UNSUPPORTED, "GPU read_rows: only f32 tensors");
     G(be)->n_down++;
     return rf_gpu_download(G(be)->ctx, dst, (const char *)t->data + (size_t)r0 * t->nb1, (size_t)n * t->nb1);
+}
+
+/* lent to the op files beside this one (gpu_deltanet.h) */
+rf_gpu_ctx *rf_gpu_be_op_ctx(rf_backend *be) { return GX(be)->ctx; }
+rf_status rf_gpu_be_batch_dev(const rf_batch *b, const char *op, const int32_t **pos, const int32_t **seq,
+                              const int32_t **state_slot) {
+    if (!b->dev) return rf_set_error(RF_ERR_INVALID_ARG, "GPU %s: batch metadata was not uploaded", op);
+    *pos = dev_of(b)->pos;
+    *seq = dev_of(b)->seq;
+    *state_slot = dev_of(b)->state_slot;
+    return RF_OK;
 }
 
 static rf_status g_get_rows(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_batch *b) {
@@ -305,6 +317,10 @@ static const rf_backend_ops gpu_ops = {
     .moe_route = g_moe_route,
     .matmul_id = g_matmul_id,
     .moe_combine = g_moe_combine,
+    .ssm_conv = rf_gpu_op_ssm_conv, /* gated DeltaNet: gpu_backend_deltanet.c */
+    .gated_delta = rf_gpu_op_gated_delta,
+    .sigmoid_mul = rf_gpu_op_sigmoid_mul,
+    .head_split = rf_gpu_op_head_split,
     .add = g_add,
     .scale = g_scale,
     .softcap = g_softcap,

@@ -56,13 +56,13 @@ static rf_status pin_settle(gpu_be *g) {
 rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
     gpu_be *g = GX(be);
     size_t nt = (size_t)b->n_tokens, tab = (size_t)b->n_seqs * (size_t)b->max_blocks;
-    size_t ns = (size_t)b->n_sample;
+    size_t ns = (size_t)b->n_sample, nss = b->state_slot ? (size_t)b->n_seqs : 0;
     size_t pen_room = g->mode != RF_GRAPH_NONE ? ns * RF_GRAPH_PEN : (size_t)b->n_pen;
     if ((size_t)b->n_pen > pen_room) {
         rf_gbe_drop_capture(g);
         return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with %d penalty entries (room for %zu)", b->n_pen, pen_room);
     }
-    size_t o_meta = 0, meta = up256((4 * nt + (size_t)b->n_out + tab) * 4);
+    size_t o_meta = 0, meta = up256((4 * nt + (size_t)b->n_out + tab + nss) * 4);
     size_t o_rows = meta, o_pid = o_rows + up256(ns * sizeof(rf_gpu_sample_row));
     size_t o_pcnt = o_pid + up256(pen_room * 4), o_ids = o_pcnt + up256(pen_room * 4);
     size_t up = o_ids, bytes = o_ids + up256(ns * 4);
@@ -95,6 +95,7 @@ rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
     memcpy(h + 3 * nt, b->slot, nt * 4);
     if (b->n_out) memcpy(h + 4 * nt, b->out_rows, (size_t)b->n_out * 4);
     if (tab) memcpy(h + 4 * nt + b->n_out, b->block_table, tab * 4);
+    if (nss) memcpy(h + 4 * nt + b->n_out + tab, b->state_slot, nss * 4);
     if (b->max_pos > 0) max_pos = b->max_pos;
     else
         for (size_t i = 0; i < nt; i++)
@@ -125,6 +126,7 @@ rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
     g->dev.slot = d + 3 * nt;
     g->dev.out_rows = d + 4 * nt;
     g->dev.table = d + 4 * nt + b->n_out;
+    g->dev.state_slot = nss ? d + 4 * nt + b->n_out + tab : NULL;
     g->dev.max_pos = max_pos;
     g->dev.rows = (rf_gpu_sample_row *)(g->dmeta + o_rows);
     g->dev.pen_ids = (int32_t *)(g->dmeta + o_pid);

@@ -13,6 +13,7 @@
 /* Device copies of a step's metadata (one allocation, laid out as in the pinned buffer). */
 typedef struct gpu_batch {
     int32_t *ids, *pos, *seq, *slot, *out_rows, *table;
+    int32_t *state_slot; /* [n_seqs] (hybrid models), else NULL */
     int64_t max_pos;
     rf_gpu_sample_row *rows;  /* sampling records, penalties, and room for the ids */
     int32_t *pen_ids, *pen_counts, *d_ids, *h_ids;
