@@ -14,7 +14,10 @@
 #ifdef RF_HAVE_GPU
 
 rf_status rf_model_use(const rf_model *m, int s) {
-    if (!m->tp_be || !rf_backend_on_device(m->tp_be[s])) return RF_OK; /* (CPU ranks: a test mode) */
+    /* one GPU too: the thread that steps the engine (serve's engine thread) need not be the one
+     * that loaded the model, and the runtime's current device is per thread */
+    if (!m->tp_be) return rf_backend_on_device(m->be) ? rf_backend_gpu_use(m->be) : RF_OK;
+    if (!rf_backend_on_device(m->tp_be[s])) return RF_OK; /* (CPU ranks: a test mode) */
     return rf_backend_gpu_use(m->tp_be[s]);
 }
 
@@ -211,7 +214,8 @@ rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_
 }
 rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
     (void)m, (void)first;
-    return rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d over GPUs: this build has no GPU backend", tp);
+    return rf_set_error(RF_ERR_UNSUPPORTED,
+                        "--tp %d over GPUs: this build has no GPU backend (--device cpu runs the split on the CPU)", tp);
 }
 rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) { return rf_tp_host_allreduce(m, t, n); }
 rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) { return rf_tp_host_broadcast(m, t, n); }
