@@ -130,11 +130,14 @@ static bool tp_graphs_optin(void) {
 }
 
 bool rf_model_graphs_ok(const rf_model *m) {
-    return !m->tp_be || (m->tp_comm && tp_graphs_optin());
+    return !m->tp_be || (m->tp_comm && tp_graphs_optin() && !rf_tp_comm_aborted(m->tp_comm));
 }
 
 int rf_model_graph_begin(rf_model *m, const void *owner, int key) {
     if (!m->tp_be) return m->be->ops->graph_begin(m->be, owner, key);
+    /* a split whose communicators were aborted (a wait timed out) records and replays nothing:
+     * its steps run eagerly and fail at their first collective, naming why */
+    if (m->tp_comm && rf_tp_comm_aborted(m->tp_comm)) return RF_GRAPH_NONE;
     int mode = RF_GRAPH_NONE;
     bool same = true;
     /* every host wait before the first recording opens: none may happen while one is open */

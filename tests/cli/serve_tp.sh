@@ -139,6 +139,31 @@ if [ "$NGPU" -ge 2 ]; then
         same gpu1 "gpu2g$g"
         stop_server "gpu2g$g"
     done
+    # a GPU that stops taking part (rank 1 leaves out every collective: the tp_skip test hook,
+    # rocmforge-test): the request fails within RF_TP_TIMEOUT_MS (+ slack), the server lives on
+    RFT=${RF_TEST_CLI:-$(dirname "$RF")/tests/rocmforge-test}
+    if [ -x "$RFT" ]; then
+        RF_SAVE=$RF
+        RF=$RFT
+        start_server hang RF_TP_SKIP_RANK=2 RF_TP_SKIP_FROM=1 RF_TP_TIMEOUT_MS=3000 -- --device gpu --tp 2
+        RF=$RF_SAVE
+        port=$(cat "$T/hang.port")
+        t0=$(date +%s)
+        code=$(curl -s -o "$T/hang.body" -w '%{http_code}' --max-time 60 -H 'Content-Type: application/json' \
+            --data-binary "@$T/req0.json" "http://127.0.0.1:$port/v1/chat/completions")
+        dt=$(($(date +%s) - t0))
+        echo "hang: HTTP $code after ${dt}s: $(head -c 400 "$T/hang.body")"
+        [ "$dt" -le 25 ] || fail "hang: the request took ${dt}s (RF_TP_TIMEOUT_MS=3000)"
+        { [ "$code" != 200 ] || grep -q '"error"' "$T/hang.body"; } || fail "hang: the request succeeded"
+        grep -q "RF_TP_TIMEOUT_MS" "$T/hang.log" "$T/hang.body" || fail "hang: no error naming RF_TP_TIMEOUT_MS: $(tail -5 "$T/hang.log")"
+        h=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$port/health")
+        [ -n "$h" ] && [ "$h" != 000 ] || fail "hang: /health does not answer after the failed step"
+        t0=$(date +%s)
+        stop_server hang
+        echo "hang: /health $h; stopped in $(($(date +%s) - t0))s"
+    else
+        echo "hang check: skipped (rocmforge-test not found: $RFT)"
+    fi
 else
     echo "serve --tp 2 across GPUs: skipped ($NGPU GPU(s) present)"
 fi
