@@ -86,9 +86,10 @@ rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
         return rf_set_error(RF_ERR_DEVICE,
                             "--tp %d: the split over several GPUs needs %d GPUs (from GPU %d), %d present "
                             "(--device cpu runs the split on the CPU)", tp, tp, first, have);
-    if (hp->n_head % tp || hp->n_ff % tp)
-        return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %d heads and the FFN width %d", tp,
-                            hp->n_head, hp->n_ff);
+    const int ff = hp->n_expert > 0 ? hp->n_ff_exp : hp->n_ff; /* each expert's, for a mixture of experts */
+    if (hp->n_head % tp || ff % tp)
+        return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %d heads and the FFN width %d%s", tp,
+                            hp->n_head, ff, hp->n_expert > 0 ? " (of each expert)" : "");
     if (hp->n_head_kv % tp && tp % hp->n_head_kv)
         return rf_set_error(RF_ERR_INVALID_ARG,
                             "--tp %d: the %d KV heads can neither be split over %d shards nor replicated evenly", tp,

@@ -40,8 +40,21 @@
 #define ARGMAX_TIE 0.1f
 
 static char g_dir[1024];
-static const char *const k_presets[] = {"tiny", "tiny-qwen2", "tiny-gemma3", "tiny-llama2"};
-static const char *const k_types[] = {"f32", "q8_0"};
+/* Every preset in f32 and q8_0 (tiny-qwen3moe and tiny-gpt-oss: mixtures of experts, every
+ * expert split inside, the router and its top-k replicated on each GPU; gpt-oss also its
+ * attention sinks by heads, YaRN), and gpt-oss with MXFP4 experts (mkmodel's mxfp4_moe: every
+ * 2-D weight q8_0). `quant`: the q8_0 tolerance (activations quantized per 32-block). */
+static const struct {
+    const char *preset, *type;
+    bool quant;
+} k_cases[] = {{"tiny", "f32", false},          {"tiny", "q8_0", true},
+               {"tiny-qwen2", "f32", false},    {"tiny-qwen2", "q8_0", true},
+               {"tiny-gemma3", "f32", false},   {"tiny-gemma3", "q8_0", true},
+               {"tiny-llama2", "f32", false},   {"tiny-llama2", "q8_0", true},
+               {"tiny-qwen3moe", "f32", false}, {"tiny-qwen3moe", "q8_0", true},
+               {"tiny-gpt-oss", "f32", false},  {"tiny-gpt-oss", "q8_0", true},
+               {"tiny-gpt-oss", "mxfp4_moe", true}};
+#define N_CASES (sizeof k_cases / sizeof *k_cases)
 
 static void model_path(char *buf, size_t cap, const char *preset, const char *type) {
     snprintf(buf, cap, "%s/gputp-%s.%s.gguf", g_dir, preset, type);
@@ -56,18 +69,17 @@ static int setup(void **state) {
         return -1;
     }
     snprintf(g_dir, sizeof g_dir, "%s", sd && *sd ? sd : RF_BINARY_DIR "/synth-models");
-    for (size_t p = 0; p < sizeof k_presets / sizeof *k_presets; p++)
-        for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++) {
-            char path[1200], cmd[4096];
-            model_path(path, sizeof path, k_presets[p], k_types[t]);
-            if (access(path, R_OK) == 0) continue;
-            snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset %s --type %s -o '%s' >/dev/null 2>&1",
-                     g_dir, cli, k_presets[p], k_types[t], path);
-            if (system(cmd) != 0) {
-                fprintf(stderr, "test_gpu_tp: failed: %s\n", cmd);
-                return -1;
-            }
+    for (size_t c = 0; c < N_CASES; c++) {
+        char path[1200], cmd[4096];
+        model_path(path, sizeof path, k_cases[c].preset, k_cases[c].type);
+        if (access(path, R_OK) == 0) continue;
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset %s --type %s -o '%s' >/dev/null 2>&1", g_dir,
+                 cli, k_cases[c].preset, k_cases[c].type, path);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "test_gpu_tp: failed: %s\n", cmd);
+            return -1;
         }
+    }
     return 0;
 }
 
@@ -82,49 +94,50 @@ static rf_status load(const char *path, int tp, rf_model **m) {
  * model; `label` says where the shards ran. Returns the cases compared. */
 static int compare_splits(const char *label, int tp_max, double worst[2]) {
     int cases = 0;
-    for (size_t pi = 0; pi < sizeof k_presets / sizeof *k_presets; pi++)
-        for (size_t ti = 0; ti < sizeof k_types / sizeof *k_types; ti++) {
-            char path[1200];
-            model_path(path, sizeof path, k_presets[pi], k_types[ti]);
-            rf_model *m1 = NULL;
-            if (load(path, 1, &m1)) fail_msg("load %s: %s", path, rf_last_error());
-            const int32_t nv = m1->hp.n_vocab;
-            float *lg1 = host_f32((size_t)nv), *lgN = host_f32((size_t)nv), margin1[N_GEN], marginN[N_GEN];
-            int32_t gen1[N_GEN], genN[N_GEN], prompt[N_PROMPT];
-            for (int i = 0; i < N_PROMPT; i++) prompt[i] = (i * 131 + 7) % nv;
-            for (int tp = 2; tp <= tp_max; tp *= 2) {
-                rf_model *mN = NULL;
-                rf_status st = load(path, tp, &mN);
-                if (m1->hp.n_head % tp) { /* qwen2's 6 heads at tp 4 */
-                    assert_int_equal(st, RF_ERR_INVALID_ARG);
-                    printf("  %-12s %-5s tp %d: refused: %s\n", k_presets[pi], k_types[ti], tp, rf_last_error());
-                    continue;
-                }
-                if (st) fail_msg("load %s at tp %d (%s): %s", path, tp, label, rf_last_error());
-                assert_int_equal(mN->tp, tp);
-                for (int kvi = 0; kvi < 2; kvi++) {
-                    const rf_type kvt = kvi ? RF_TYPE_F16 : RF_TYPE_F32;
-                    rf_seq_run(m1, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lg1, gen1, margin1);
-                    rf_seq_run(mN, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lgN, genN, marginN);
-                    const double rel = rf_rel_l2(lgN, lg1, (size_t)nv);
-                    const double tol = ti ? TOL_Q8 : kvi ? TOL_F32_KV16 : TOL_F32;
-                    int same = 0;
-                    while (same < N_GEN && gen1[same] == genN[same]) same++;
-                    printf("  %-12s %-5s KV %-3s tp %d %s: logits rel L2 %.3g (tol %.0e), greedy %d/%d equal",
-                           k_presets[pi], k_types[ti], rf_type_name(kvt), tp, label, rel, tol, same, N_GEN);
-                    if (same < N_GEN) printf(" (then a near tie: unsplit margin %.3g)", margin1[same]);
-                    printf("\n");
-                    assert_true(rel < tol);
-                    assert_true(same == N_GEN || margin1[same] < ARGMAX_TIE);
-                    if (rel > worst[ti]) worst[ti] = rel;
-                    cases++;
-                }
-                rf_model_free(mN);
+    for (size_t c = 0; c < N_CASES; c++) {
+        const char *preset = k_cases[c].preset, *type = k_cases[c].type;
+        const int ti = k_cases[c].quant;
+        char path[1200];
+        model_path(path, sizeof path, preset, type);
+        rf_model *m1 = NULL;
+        if (load(path, 1, &m1)) fail_msg("load %s: %s", path, rf_last_error());
+        const int32_t nv = m1->hp.n_vocab;
+        float *lg1 = host_f32((size_t)nv), *lgN = host_f32((size_t)nv), margin1[N_GEN], marginN[N_GEN];
+        int32_t gen1[N_GEN], genN[N_GEN], prompt[N_PROMPT];
+        for (int i = 0; i < N_PROMPT; i++) prompt[i] = (i * 131 + 7) % nv;
+        for (int tp = 2; tp <= tp_max; tp *= 2) {
+            rf_model *mN = NULL;
+            rf_status st = load(path, tp, &mN);
+            if (m1->hp.n_head % tp) { /* qwen2's 6 heads at tp 4 */
+                assert_int_equal(st, RF_ERR_INVALID_ARG);
+                printf("  %-12s %-5s tp %d: refused: %s\n", preset, type, tp, rf_last_error());
+                continue;
             }
-            free(lg1);
-            free(lgN);
-            rf_model_free(m1);
+            if (st) fail_msg("load %s at tp %d (%s): %s", path, tp, label, rf_last_error());
+            assert_int_equal(mN->tp, tp);
+            for (int kvi = 0; kvi < 2; kvi++) {
+                const rf_type kvt = kvi ? RF_TYPE_F16 : RF_TYPE_F32;
+                rf_seq_run(m1, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lg1, gen1, margin1);
+                rf_seq_run(mN, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lgN, genN, marginN);
+                const double rel = rf_rel_l2(lgN, lg1, (size_t)nv);
+                const double tol = ti ? TOL_Q8 : kvi ? TOL_F32_KV16 : TOL_F32;
+                int same = 0;
+                while (same < N_GEN && gen1[same] == genN[same]) same++;
+                printf("  %-12s %-5s KV %-3s tp %d %s: logits rel L2 %.3g (tol %.0e), greedy %d/%d equal",
+                       preset, type, rf_type_name(kvt), tp, label, rel, tol, same, N_GEN);
+                if (same < N_GEN) printf(" (then a near tie: unsplit margin %.3g)", margin1[same]);
+                printf("\n");
+                assert_true(rel < tol);
+                assert_true(same == N_GEN || margin1[same] < ARGMAX_TIE);
+                if (rel > worst[ti]) worst[ti] = rel;
+                cases++;
+            }
+            rf_model_free(mN);
         }
+        free(lg1);
+        free(lgN);
+        rf_model_free(m1);
+    }
     return cases;
 }
 
