@@ -16,7 +16,7 @@
 rf_status rf_model_use(const rf_model *m, int s) {
     /* one GPU too: the thread that steps the engine (serve's engine thread) need not be the one
      * that loaded the model, and the runtime's current device is per thread */
-    if (!m->tp_be) return rf_backend_on_device(m->be) ? rf_backend_gpu_use(m->be) : RF_OK;
+    if (!m->tp_be) return m->be && rf_backend_on_device(m->be) ? rf_backend_gpu_use(m->be) : RF_OK;
     if (!rf_backend_on_device(m->tp_be[s])) return RF_OK; /* (CPU ranks: a test mode) */
     return rf_backend_gpu_use(m->tp_be[s]);
 }

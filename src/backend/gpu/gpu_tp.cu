@@ -18,6 +18,7 @@ struct rf_tp_comm {
 };
 typedef struct rf_tp_comm rf_tp_comm;
 extern "C" rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be); /* gpu_backend.c */
+extern "C" void rf_backend_gpu_drop_graphs(rf_backend *be);  /* gpu_backend.c */
 
 extern "C" rf_status rf_backend_gpu_use(rf_backend *be) {
     rf_gpu_ctx *ctx = rf_backend_gpu_ctx(be);
