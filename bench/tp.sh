@@ -3,8 +3,9 @@
 # and 32 for synthetic models at --tp 1, 2 and 4 (as many as the GPUs allow), and optionally the
 # GPU TP test first; prints one table.
 #
-#   bench/tp.sh --pack [BUILD_DIR]   on the build machine: collect rocmforge, test_gpu_tp and the
-#                                    shared libraries they need into build-tp-carry/ (a carry)
+#   bench/tp.sh --pack [BUILD_DIR]   on the build machine: build (RF_SHARED, default build-shared/)
+#                                    and collect rocmforge, test_gpu_tp, rocmforge-test, librocmforge.so
+#                                    and the libraries they need into build-tp-carry/ (a carry)
 #   bench/tp.sh [PHASE...]           on the GPU machine; phases in order (default: models bench):
 #     test    test_gpu_tp (the split across real GPUs vs the unsplit forward), log under $OUT; then
 #             `rocmforge run`/`batch` greedy text at --tp 2 (RF_TP_GRAPHS=0 eager, 1 one graph) vs --tp 1
@@ -28,16 +29,23 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--pack" ]; then
-    B=${2:-$ROOT/build-cuda}
+    # RF_SHARED (as scripts/gpu-check.sh): one librocmforge.so beside three small binaries; three
+    # static ones (~16 MB each) and the source tree do not fit one device call's 64 MiB carry
+    B=${2:-$ROOT/build-shared}
     C=$ROOT/build-tp-carry
+    [ -f "$B/CMakeCache.txt" ] || cmake -S "$ROOT" -B "$B" -DRF_CUDA=ON -DRF_CUDA_ARCHS=90 -DRF_SHARED=ON \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null || exit 1
+    cmake --build "$B" -j2 --target rocmforge_cli test_gpu_tp rocmforge_test_cli || exit 1
     rm -rf "$C" && mkdir -p "$C" || exit 1
     cp "$B"/rocmforge "$B"/tests/test_gpu_tp "$B"/tests/rocmforge-test "$C"/ || exit 1
+    [ -f "$B"/librocmforge.so ] && cp "$B"/librocmforge.so "$C"/
     cp -P /usr/lib/x86_64-linux-gnu/libcmocka.so.0* "$C"/
     for l in libmicrohttpd.so.12 libjansson.so.4 libpcre2-8.so.0; do
         [ -e /usr/lib/x86_64-linux-gnu/$l ] && cp -L /usr/lib/x86_64-linux-gnu/$l "$C"/
     done
-    strip --strip-debug "$C"/rocmforge "$C"/test_gpu_tp "$C"/rocmforge-test 2>/dev/null
+    strip --strip-debug "$C"/rocmforge "$C"/test_gpu_tp "$C"/rocmforge-test "$C"/librocmforge.so 2>/dev/null
     du -sh "$C"
+    [ -f "$C"/librocmforge.so ] || echo "tp.sh --pack: $B is not an RF_SHARED build: the carry may exceed 64 MiB with the source tree"
     exit 0
 fi
 BIN=${BIN:-}
