@@ -3,15 +3,23 @@
 # and 32 for synthetic models at --tp 1, 2 and 4 (as many as the GPUs allow), and optionally the
 # GPU TP test first; prints one table.
 #
-#   bench/tp.sh --pack [BUILD_DIR]   on the build machine: collect rocmforge, test_gpu_tp and the
-#                                    shared libraries they need into build-tp-carry/ (a carry)
+#   bench/tp.sh --pack [BUILD_DIR]   on the build machine: build (RF_SHARED, default build-shared/)
+#                                    and collect rocmforge, test_gpu_tp, rocmforge-test, librocmforge.so
+#                                    and the libraries they need into build-tp-carry/ (a carry)
 #   bench/tp.sh [PHASE...]           on the GPU machine; phases in order (default: models bench):
 #     test    test_gpu_tp (the split across real GPUs vs the unsplit forward), log under $OUT; then
 #             `rocmforge run`/`batch` greedy text at --tp 2 (RF_TP_GRAPHS=0 eager, 1 one graph) vs --tp 1
-#     models  write the models of $CASES into $MODELS_DIR with `rocmforge mkmodel` (kept when present)
+#     models  write the models of $CASES into $MODELS_DIR with `rocmforge mkmodel` (kept when present;
+#             the bytes written so far printed every 15 s)
 #     bench   `rocmforge bench --tp N` for each case and N in $TPS (skipping N above the GPU count);
 #             N > 1 twice: eager (RF_TP_GRAPHS=0) and one graph over every GPU (RF_TP_GRAPHS=1, the default)
+#     serve   tests/cli/serve_tp.sh: `serve --tp 2` vs `--tp 1` over HTTP (graphs and eager) and the
+#             hang check (a rank that stops: the request fails within RF_TP_TIMEOUT_MS)
 #     table   the table again from the logs under $OUT
+#     x4      the 4-GPU run in one call (nvidia-h200-x4, under 10 minutes): CASES defaults to
+#             "llama3-8b:q4_0 llama3-70b:q4_0" (the 70B: ~40 GB written on the device, ~1 min),
+#             TPS "1 2 4", REPS 1; then models and bench; no new bench run starts after
+#             $BUDGET_S seconds (default 500) so the table always comes back
 # env: BIN (dir holding rocmforge; default build-tp-carry, else build), OUT (./tp-out), MODELS_DIR
 #      (/tmp/rf-models), CASES ("llama3-8b:q4_0"; add llama2-70b:q4_0 for the 70B shape, ~39 GB
 #      on disk), TPS ("1 2 4"), REPS (3), NGEN (64 generated tokens per run), BATCH (32)
@@ -21,16 +29,23 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--pack" ]; then
-    B=${2:-$ROOT/build-cuda}
+    # RF_SHARED (as scripts/gpu-check.sh): one librocmforge.so beside three small binaries; three
+    # static ones (~16 MB each) and the source tree do not fit one device call's 64 MiB carry
+    B=${2:-$ROOT/build-shared}
     C=$ROOT/build-tp-carry
+    [ -f "$B/CMakeCache.txt" ] || cmake -S "$ROOT" -B "$B" -DRF_CUDA=ON -DRF_CUDA_ARCHS=90 -DRF_SHARED=ON \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null || exit 1
+    cmake --build "$B" -j2 --target rocmforge_cli test_gpu_tp rocmforge_test_cli || exit 1
     rm -rf "$C" && mkdir -p "$C" || exit 1
-    cp "$B"/rocmforge "$B"/tests/test_gpu_tp "$C"/ || exit 1
+    cp "$B"/rocmforge "$B"/tests/test_gpu_tp "$B"/tests/rocmforge-test "$C"/ || exit 1
+    [ -f "$B"/librocmforge.so ] && cp "$B"/librocmforge.so "$C"/
     cp -P /usr/lib/x86_64-linux-gnu/libcmocka.so.0* "$C"/
     for l in libmicrohttpd.so.12 libjansson.so.4 libpcre2-8.so.0; do
         [ -e /usr/lib/x86_64-linux-gnu/$l ] && cp -L /usr/lib/x86_64-linux-gnu/$l "$C"/
     done
-    strip --strip-debug "$C"/rocmforge "$C"/test_gpu_tp 2>/dev/null
+    strip --strip-debug "$C"/rocmforge "$C"/test_gpu_tp "$C"/rocmforge-test "$C"/librocmforge.so 2>/dev/null
     du -sh "$C"
+    [ -f "$C"/librocmforge.so ] || echo "tp.sh --pack: $B is not an RF_SHARED build: the carry may exceed 64 MiB with the source tree"
     exit 0
 fi
 BIN=${BIN:-}
@@ -40,9 +55,16 @@ fi
 BIN=$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")
 OUT=${OUT:-$ROOT/tp-out}
 MODELS_DIR=${MODELS_DIR:-/tmp/rf-models}
+if [ "${1:-}" = x4 ]; then # the 4-GPU run's defaults (each still overridable)
+    CASES=${CASES:-"llama3-8b:q4_0 llama3-70b:q4_0"}
+    REPS=${REPS:-1}
+fi
 CASES=${CASES:-"llama3-8b:q4_0"}
 TPS=${TPS:-"1 2 4"}
 REPS=${REPS:-3}
+BUDGET_S=${BUDGET_S:-500}
+T_START=$(date +%s)
+elapsed() { echo $(($(date +%s) - T_START)); }
 NGEN=${NGEN:-64}
 BATCH=${BATCH:-32}
 mkdir -p "$OUT" "$MODELS_DIR"
@@ -76,7 +98,7 @@ phase_test() {
     local d=${RF_SYNTH_DIR:-/tmp/rf-synth} ok=0 bad=0
     mkdir -p "$d"
     printf 'Hello world\nThe quick brown fox\nOnce upon a time\nA B C D\nLorem ipsum\n1 2 3 4 5\n' >"$OUT/prompts.txt"
-    for c in tiny:q8_0 tiny-llama2:f32 tiny-gemma3:q8_0; do
+    for c in tiny:q8_0 tiny-llama2:f32 tiny-gemma3:q8_0 tiny-qwen3moe:q8_0 tiny-gpt-oss:mxfp4_moe; do
         m="$d/cli-${c%%:*}.${c##*:}.gguf" f="${c%%:*}-${c##*:}"
         [ -s "$m" ] || "$BIN/rocmforge" mkmodel --preset "${c%%:*}" --type "${c##*:}" -o "$m" -q
         for mode in run batch; do
@@ -100,11 +122,28 @@ phase_test() {
 phase_models() {
     for c in $CASES; do
         m=$(model_path "$c")
-        [ -s "$m" ] && continue
-        echo "models: $c -> $m"
-        "$BIN/rocmforge" mkmodel --preset "${c%%:*}" --type "${c##*:}" -o "$m.part" -q && mv "$m.part" "$m" ||
-            { echo "mkmodel $c failed"; return 1; }
+        [ -s "$m" ] && { echo "models: $m present ($(du -h "$m" | cut -f1)), kept"; continue; }
+        echo "models: $c -> $m (at $(elapsed) s; $(df -h "$MODELS_DIR" | awk 'NR==2{print $4}') free)"
+        "$BIN/rocmforge" mkmodel --preset "${c%%:*}" --type "${c##*:}" -o "$m.part" -q &
+        local pid=$! t0
+        t0=$(date +%s)
+        local i=0
+        while kill -0 $pid 2>/dev/null; do
+            sleep 1
+            i=$((i + 1))
+            [ $((i % 15)) = 0 ] && kill -0 $pid 2>/dev/null &&
+                echo "models:   $c: $(du -h "$m.part" 2>/dev/null | cut -f1) written ($(($(date +%s) - t0)) s)"
+        done
+        wait $pid && mv "$m.part" "$m" || { echo "mkmodel $c failed"; rm -f "$m.part"; return 1; }
+        echo "models: $c written in $(($(date +%s) - t0)) s ($(du -h "$m" | cut -f1))"
     done
+}
+
+phase_serve() {
+    echo "serve: tests/cli/serve_tp.sh on $NGPU GPU(s)"
+    RF_TEST_CLI=$BIN/rocmforge-test timeout 400 bash "$ROOT/tests/cli/serve_tp.sh" "$BIN/rocmforge" "$ROOT" 2>&1 |
+        tee "$OUT/serve_tp.log" | tail -25
+    echo "serve_tp.sh: rc=${PIPESTATUS[0]} (0 pass, 77 skip)"
 }
 
 phase_bench() {
@@ -119,8 +158,13 @@ phase_bench() {
                 [ "$n" = 1 ] && [ $g = 1 ] && continue
                 local k=$n
                 [ $g = 1 ] && k=${n}g
-                echo "bench: $c tp $n$([ $g = 1 ] && echo ' RF_TP_GRAPHS=1')"
-                RF_TP_GRAPHS=$g timeout 300 "$BIN/rocmforge" bench -m "$m" --device gpu --tp "$n" -p 0 -n "$NGEN" -b "$BATCH" \
+                if [ "$(elapsed)" -ge "$BUDGET_S" ]; then
+                    echo "bench: $c tp $n (RF_TP_GRAPHS=$g) not started: $(elapsed) s gone of BUDGET_S=$BUDGET_S"; continue
+                fi
+                echo "bench: $c tp $n$([ $g = 1 ] && echo ' RF_TP_GRAPHS=1') (at $(elapsed) s)"
+                local left=$((BUDGET_S + 80 - $(elapsed)))
+                [ "$left" -gt 300 ] && left=300
+                RF_TP_GRAPHS=$g timeout "$left" "$BIN/rocmforge" bench -m "$m" --device gpu --tp "$n" -p 0 -n "$NGEN" -b "$BATCH" \
                     --batch-prompt 32 -r "$REPS" -o json >"$OUT/tp-$t-tp$k.json" 2>"$OUT/tp-$t-tp$k.err" ||
                     { echo "  failed:"; tail -3 "$OUT/tp-$t-tp$k.err"; }
             done
@@ -170,6 +214,9 @@ for p in "${phases[@]}"; do
     models) phase_models ;;
     bench) phase_bench ;;
     table) phase_table ;;
-    *) echo "unknown phase $p (test models bench table)"; exit 2 ;;
+    serve) phase_serve ;;
+    x4) echo "x4: $NGPU GPU(s), CASES=\"$CASES\" TPS=\"$TPS\" REPS=$REPS BUDGET_S=$BUDGET_S"
+        phase_models && phase_bench ;;
+    *) echo "unknown phase $p (test models bench serve table x4)"; exit 2 ;;
     esac
 done

@@ -34,7 +34,8 @@ static const char k_serve_usage[] =
     "  --kv-type T             KV cache type: f16 (default), f32, q8_0\n"
     "  --no-prefix-cache       do not reuse the KV blocks of shared prompt prefixes\n"
     "  --device D              auto (default), cpu, gpu or gpu:N\n"
-    "  --tp N                  split each layer over N GPUs (tensor parallelism; docs/tp.md)\n"
+    "  --tp N                  split each layer over N GPUs (tensor parallelism; docs/tp.md): refused without\n"
+    "                          N GPUs (--device cpu runs the split on the CPU: a check of it, not faster)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  --http-threads N        HTTP worker threads (default 4)\n"
     "  --max-body BYTES        request body limit, 413 above (default 8388608)\n"
@@ -158,6 +159,11 @@ static int serve_with(rf_server_config *cfg, const rf_run_opts *opts, const serv
     c.device = o.device;
     c.device_index = o.device_index;
     c.tp = o.tp;
+    /* A server asked for --tp N > 1 is asked for N GPUs: `run` with --device auto falls back to
+     * the split on the CPU (a check, slower than no split), which a server must not do quietly.
+     * So auto means gpu here, and the load refuses without N GPUs, naming the counts and
+     * --device cpu (docs/tp.md). */
+    if (c.tp > 1 && c.device == RF_DEVICE_AUTO) c.device = RF_DEVICE_GPU;
     c.n_threads = o.n_threads;
     c.n_ctx = o.n_ctx;
     c.n_parallel = o.n_parallel;

@@ -355,6 +355,10 @@ rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **out);
 rf_status rf_tp_comm_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n);
 rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs, size_t n);
 void rf_tp_comm_free(rf_tp_comm *t);
+/* True once a wait on the split timed out (RF_TP_TIMEOUT_MS) or NCCL reported an error: the
+ * communicators were aborted (every backend's recorded steps dropped first) and every later
+ * collective fails with the reason (gpu_nccl.h). */
+bool rf_tp_comm_aborted(const rf_tp_comm *t);
 
 #ifdef RF_HAVE_GPU
 /* Device-only helpers for the GPU backend's own files and the GPU tests. */

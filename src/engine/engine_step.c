@@ -130,6 +130,9 @@ static rf_status fail_step(rf_engine *e, const rf_step_plan *p, rf_seq *only, rf
 
 rf_status rf_engine_exec_step(rf_engine *e, rf_seq *only) {
     const double t_step = e->trace ? rf_now_ms() : 0;
+    /* the model's (first) GPU current on this thread: serve steps from a thread of its own */
+    rf_status ust = rf_model_use(e->m, 0);
+    if (ust) return ust;
     if (!only) intake(e);
     rf_step_plan *p = &e->plan;
     rf_sched sc = {.pool = e->pool, .spool = e->spool, .running = &e->running, .waiting = &e->waiting, .block_size = e->block_size,

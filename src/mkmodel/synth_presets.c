@@ -52,6 +52,11 @@ const synth_preset synth_presets[] = {
     {"llama2-70b", "Llama-2-70b-chat shapes (SentencePiece vocabulary)",
      "Llama 2 70B Chat (synthetic)", "69B", SYNTH_ARCH_LLAMA, 80, 8192, 28672, 64, 8, 128, 4096,
      10000.0f, 1e-5f, false, 0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 32000, 0}, NULL, 0, 0, false},
+    /* the tensor-parallel benchmark's 70B shape with Llama 3's vocabulary (bench/tp.sh): ~40 GB
+     * at Q4_0, one H200 holds it, so TP 1 is the baseline for TP 2 and 4 */
+    {"llama3-70b", "Meta-Llama-3-70B-Instruct shapes", "Meta Llama 3 70B Instruct (synthetic)", "70B",
+     SYNTH_ARCH_LLAMA, 80, 8192, 28672, 64, 8, 128, 8192, 500000.0f, 1e-5f, false, 0, 0, 0, 0,
+     {SYNTH_VOCAB_LLAMA3, 128256, 256}, "llama-bpe", 0, 0, false},
     /* gemma3: tied, q/k norms, post-norms, sliding window 512 on 5 of every 6 layers (layer 5, 11,
      * 17 global). The vocabulary is the SentencePiece family of tiny-llama2 (Gemma's real one is
      * SPM too, with other special ids). Shapes from gemma-3-270m's GGUF. */

@@ -139,16 +139,18 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
             return st;
         }
     }
-    /* mixture of experts (one backend: --tp is refused at load for these models) */
-    if (hp->n_expert > 0) {
-        const int64_t K = hp->n_expert_used, NK = (int64_t)n_batch * K;
-        rf_backend *be = m->be;
-        if ((st = be->ops->alloc(be, RF_TYPE_F32, hp->n_expert, n_batch, &f->moe_logits)) ||
-            (st = be->ops->alloc(be, RF_TYPE_I32, K, n_batch, &f->moe_ids)) ||
-            (st = be->ops->alloc(be, RF_TYPE_F32, K, n_batch, &f->moe_wts)) ||
-            (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_ff_exp, NK, &f->moe_g)) ||
-            (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_ff_exp, NK, &f->moe_u)) ||
-            (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_embd, NK, &f->moe_d))) {
+    /* mixture of experts: on each GPU of a split (the router replicated; the slots' widths one
+     * shard's), else on the one backend */
+    for (int d = 0; d < ndev && hp->n_expert > 0; d++) {
+        const int64_t K = hp->n_expert_used, NK = (int64_t)n_batch * K, FE = hp->n_ff_exp / W;
+        rf_backend *be = rf_model_be(m, d);
+        rf_fwd *A = act_of(f, d);
+        if ((st = rf_model_use(m, d)) || (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_expert, n_batch, &A->moe_logits)) ||
+            (st = be->ops->alloc(be, RF_TYPE_I32, K, n_batch, &A->moe_ids)) ||
+            (st = be->ops->alloc(be, RF_TYPE_F32, K, n_batch, &A->moe_wts)) ||
+            (st = be->ops->alloc(be, RF_TYPE_F32, FE, NK, &A->moe_g)) ||
+            (st = be->ops->alloc(be, RF_TYPE_F32, FE, NK, &A->moe_u)) ||
+            (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_embd, NK, &A->moe_d))) {
             rf_fwd_free(m, f);
             return st;
         }
@@ -354,31 +356,38 @@ static rf_status ffn_dense_glu(const step *t, int s, int il) {
     return op->matmul(be, po, &S->ffn_down, &g, n);
 }
 
-/* The mixture-of-experts feed-forward (one shard: --tp is refused at load for these models):
- * router logits = W_r h (+ bias) -> moe_route: each token's k experts and weights (the
- * architecture's gating, renormalised and scaled as the metadata says) -> the chosen experts'
- * gate and up products of the token's h (n * k rows) -> GLU -> each slot's down product of its
- * own GLU row -> o = the weighted sum over the k slots. */
+/* The mixture-of-experts feed-forward, shard s: router logits = W_r h (+ bias) -> moe_route:
+ * each token's k experts and weights (the architecture's gating, renormalised and scaled as the
+ * metadata says) -> the chosen experts' gate and up products of the token's h (n * k rows) ->
+ * GLU -> each slot's down product of its own GLU row -> the weighted sum over the k slots. Split
+ * (model_tp.c): every expert's gate/up rows and down columns are the shard's slice (Fs of F), so
+ * the sum is a partial one like the dense block's, summed by the all-reduce; the router and its
+ * top-k are whole, computed on each GPU of a split (the same h: the same choice), once on one
+ * backend (shard 0's, read by the others). */
 static rf_status ffn_moe(const step *t, int s, int il) {
     rf_model *m = t->m;
     const rf_hparams *hp = &m->hp;
-    if (s != 0 || t->tp != 1) return rf_set_error(RF_ERR_UNSUPPORTED, "forward: a mixture of experts with --tp > 1");
-    rf_backend *be = m->be;
+    const int d = t->ndev > 1 ? s : 0;
+    rf_backend *be = rf_model_be(m, d);
     const rf_backend_ops *op = be->ops;
-    rf_fwd *f = t->f;
-    const int64_t n = t->n, E = t->E, K = hp->n_expert_used, NE = hp->n_expert, F = hp->n_ff_exp;
-    const rf_layer *L = &m->layers[il];
+    rf_fwd *A = act_of(t->f, d);
+    const int64_t n = t->n, E = t->E, K = hp->n_expert_used, NE = hp->n_expert, Fs = hp->n_ff_exp / t->tp;
+    const rf_layer *L = t->tp > 1 ? &m->shards[(size_t)s * hp->n_layer + il] : &m->layers[il];
+    rf_tensor *po = t->ndev > 1 || s == 0 ? &A->o : &t->f->part[s - 1];
 #define OPT(x) (rf_has(&L->x) ? &L->x : NULL)
-    TRY(op->matmul(be, &f->moe_logits, &L->ffn_gate_inp, &f->h, n));
-    if (rf_has(&L->ffn_gate_inp_b)) TRY(op->add_bias(be, &f->moe_logits, &L->ffn_gate_inp_b, n, NE));
-    TRY(op->moe_route(be, &f->moe_ids, &f->moe_wts, &f->moe_logits, OPT(exp_probs_b), n, NE, K, hp->moe_gating,
-                      hp->moe_norm_w, hp->moe_w_scale));
-    TRY(op->matmul_id(be, &f->moe_g, &L->ffn_gate_exps, F, &f->h, false, &f->moe_ids, OPT(ffn_gate_exps_b), n, K));
-    TRY(op->matmul_id(be, &f->moe_u, &L->ffn_up_exps, F, &f->h, false, &f->moe_ids, OPT(ffn_up_exps_b), n, K));
-    TRY(op->glu(be, &f->moe_g, &f->moe_g, &f->moe_u, n * K * F, hp->glu));
-    TRY(op->matmul_id(be, &f->moe_d, &L->ffn_down_exps, E, &f->moe_g, true, &f->moe_ids, OPT(ffn_down_exps_b), n, K));
+    if (t->ndev > 1 || s == 0) {
+        TRY(op->matmul(be, &A->moe_logits, &L->ffn_gate_inp, &A->h, n));
+        if (rf_has(&L->ffn_gate_inp_b)) TRY(op->add_bias(be, &A->moe_logits, &L->ffn_gate_inp_b, n, NE));
+        TRY(op->moe_route(be, &A->moe_ids, &A->moe_wts, &A->moe_logits, OPT(exp_probs_b), n, NE, K, hp->moe_gating,
+                          hp->moe_norm_w, hp->moe_w_scale));
+    }
+    rf_tensor g = shard_act(&A->moe_g, Fs, t->tp), u = shard_act(&A->moe_u, Fs, t->tp);
+    TRY(op->matmul_id(be, &g, &L->ffn_gate_exps, Fs, &A->h, false, &A->moe_ids, OPT(ffn_gate_exps_b), n, K));
+    TRY(op->matmul_id(be, &u, &L->ffn_up_exps, Fs, &A->h, false, &A->moe_ids, OPT(ffn_up_exps_b), n, K));
+    TRY(op->glu(be, &g, &g, &u, n * K * Fs, hp->glu));
+    TRY(op->matmul_id(be, &A->moe_d, &L->ffn_down_exps, E, &g, true, &A->moe_ids, OPT(ffn_down_exps_b), n, K));
 #undef OPT
-    return op->moe_combine(be, &f->o, &f->moe_d, &f->moe_wts, n, K, E);
+    return op->moe_combine(be, po, &A->moe_d, &A->moe_wts, n, K, E);
 }
 
 /* The layer's mixer / feed-forward block for shard s, as the layer says (model_arch.c). */

@@ -159,6 +159,10 @@ struct rf_model {
     rf_backend **tp_be;
     struct rf_tp_comm *tp_comm;
     rf_tensor *tp_rope;
+    /* mixture of experts split on the CPU: host copies of each shard's expert rows (every
+     * expert's slice gathered: not a view), freed by rf_model_unshard */
+    void **tp_bufs;
+    int32_t n_tp_bufs;
 };
 
 /* True when a tensor slot was bound (optional tensors stay zeroed). */

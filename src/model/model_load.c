@@ -323,11 +323,7 @@ rf_status rf_model_load(const char *path, const rf_model_params *params, rf_mode
         st = rf_set_error(RF_ERR_INVALID_ARG, "--tp %d: the shard count must be 1 to 64", p.tp);
         goto fail;
     }
-    if (p.tp > 1 && m->hp.n_expert > 0) {
-        st = rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d: tensor parallelism of a mixture-of-experts model (%s, %d experts) "
-                          "is not supported yet", p.tp, arch, m->hp.n_expert);
-        goto fail;
-    }
+    /* (a mixture of experts is split inside every expert: model_tp.c) */
     if ((st = open_tp(m, &p))) goto fail;
     if (!m->be && (st = open_backend(m, &p))) goto fail;
     if ((st = rf_model_load_weights(m))) goto fail;

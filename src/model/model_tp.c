@@ -8,7 +8,9 @@
  * by input columns: a view that starts at the slice's first column and keeps the full row
  * stride (nb1), which the CPU matmul honours. Each shard's O and down products are therefore
  * partial sums over its columns, which the all-reduce adds. The embedding, the norms and the
- * LM head stay whole (every shard reads the same residual stream). */
+ * LM head stay whole (every shard reads the same residual stream). A mixture of experts is split
+ * inside every expert the same way (gate/up rows, down columns: each shard holds a slice of all
+ * experts), the router and its top-k replicated; the attention sinks follow their heads. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +100,10 @@ rf_status rf_tp_open_cpu(rf_model *m, int32_t tp, int n_threads) {
 
 /* Makes shard s's GPU current (one host thread issues every GPU's work); nothing on the CPU. */
 rf_status rf_model_use(const rf_model *m, int s) {
-    if (!m->tp_be || !rf_backend_on_device(m->tp_be[s])) return RF_OK; /* (CPU ranks: a test mode) */
+    /* one GPU too: the thread that steps the engine (serve's engine thread) need not be the one
+     * that loaded the model, and the runtime's current device is per thread */
+    if (!m->tp_be) return m->be && rf_backend_on_device(m->be) ? rf_backend_gpu_use(m->be) : RF_OK;
+    if (!rf_backend_on_device(m->tp_be[s])) return RF_OK; /* (CPU ranks: a test mode) */
     return rf_backend_gpu_use(m->tp_be[s]);
 }
 
@@ -121,13 +126,74 @@ rf_status rf_tp_host_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) {
 }
 
 /* every tensor slot of a layer */
-#define RF_LAYER_TENSORS 19
+#define RF_LAYER_TENSORS 29
 static void layer_tensors(rf_layer *L, rf_tensor **t) {
     rf_tensor *all[RF_LAYER_TENSORS] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
                                         &L->bv, &L->bo, &L->q_norm, &L->k_norm, &L->attn_post_norm,
                                         &L->ffn_norm, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                                        &L->ffn_post_norm, &L->wqkv, &L->ffn_gu};
+                                        &L->ffn_post_norm, &L->wqkv, &L->ffn_gu, &L->attn_sinks,
+                                        &L->ffn_gate_inp, &L->ffn_gate_inp_b, &L->exp_probs_b,
+                                        &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
+                                        &L->ffn_gate_exps_b, &L->ffn_up_exps_b, &L->ffn_down_exps_b};
     memcpy(t, all, sizeof all);
+}
+
+/* Each expert's slice [s0, s0 + cnt) of its `per` units (a unit: one row of an expert weight of
+ * NE * per rows, or one f32 of an expert bias [per, NE]), gathered from the file's tensor `name`
+ * into one contiguous weight of NE * cnt units, handed to be->ops->weight as ne0 x ne1. A device
+ * backend copies it up (the host copy goes); the CPU's weight is a view, so the host copy stays,
+ * kept in m->tp_bufs until rf_model_unshard. */
+static rf_status expert_slice(rf_model *m, rf_backend *be, const char *name, int64_t NE, int64_t per, int64_t s0,
+                              int64_t cnt, size_t unit, int64_t ne0, int64_t ne1, rf_tensor *out) {
+    const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, name);
+    if (!gt || !gt->data || (uint64_t)NE * (uint64_t)per * unit > gt->n_bytes)
+        return rf_set_error(RF_ERR_FORMAT, "--tp: tensor '%s' is not in the file as loaded", name);
+    void **bufs = realloc(m->tp_bufs, (size_t)(m->n_tp_bufs + 1) * sizeof *bufs);
+    uint8_t *buf = malloc((size_t)NE * (size_t)cnt * unit);
+    if (bufs) m->tp_bufs = bufs;
+    if (!bufs || !buf) {
+        free(buf);
+        return rf_set_error(RF_ERR_OOM, "--tp: out of memory slicing '%s'", name);
+    }
+    for (int64_t e = 0; e < NE; e++)
+        memcpy(buf + (size_t)(e * cnt) * unit, (const uint8_t *)gt->data + (size_t)(e * per + s0) * unit,
+               (size_t)cnt * unit);
+    rf_status st = be->ops->weight(be, gt->type, ne0, ne1, buf, out);
+    if (st || rf_backend_on_device(be)) free(buf);
+    else m->tp_bufs[m->n_tp_bufs++] = buf;
+    return st ? rf_set_error(st, "--tp: '%s' slice: %s", name, rf_last_error()) : RF_OK;
+}
+
+/* Shard s of a mixture-of-experts layer: every expert's gate/up rows [s*Fs, (s+1)*Fs) and their
+ * biases, its down columns (a strided view on the CPU, gathered and uploaded on a device: whole
+ * quantization blocks, checked, else refused by name) and the down bias on shard 0 only (the
+ * partial products of every shard are summed: the bias once). The router, its biases and the
+ * top-k stay whole: every shard routes the same tokens to the same experts. */
+static rf_status shard_moe(rf_model *m, rf_backend *be, bool dev, int il, int s, int tp, rf_layer *S) {
+    const rf_layer *L = &m->layers[il];
+    const int64_t NE = m->hp.n_expert, F = m->hp.n_ff_exp, E = m->hp.n_embd, Fs = F / tp;
+    char name[96], what[64];
+    rf_status st;
+    static const char *const gu[2] = {"ffn_gate_exps", "ffn_up_exps"};
+    rf_tensor *gu_w[2] = {&S->ffn_gate_exps, &S->ffn_up_exps}, *gu_b[2] = {&S->ffn_gate_exps_b, &S->ffn_up_exps_b};
+    const rf_tensor *gu_l[2] = {&L->ffn_gate_exps, &L->ffn_up_exps}, *gu_bl[2] = {&L->ffn_gate_exps_b, &L->ffn_up_exps_b};
+    for (int k = 0; k < 2; k++) {
+        size_t rb; /* one row: E columns of the file's type */
+        if ((st = rf_row_size(gu_l[k]->type, E, &rb))) return st;
+        snprintf(name, sizeof name, "blk.%d.%s.weight", il, gu[k]);
+        if ((st = expert_slice(m, be, name, NE, F, s * Fs, Fs, rb, E, NE * Fs, gu_w[k]))) return st;
+        if (!rf_has(gu_bl[k])) continue;
+        snprintf(name, sizeof name, "blk.%d.%s.bias", il, gu[k]);
+        if ((st = expert_slice(m, be, name, NE, F, s * Fs, Fs, sizeof(float), Fs, NE, gu_b[k]))) return st;
+    }
+    snprintf(what, sizeof what, "blk.%d.ffn_down_exps", il);
+    if ((st = slice_cols(&L->ffn_down_exps, s * Fs, Fs, what, &S->ffn_down_exps))) return st;
+    if (dev) {
+        snprintf(name, sizeof name, "%s.weight", what);
+        if ((st = upload_cols(m, be, name, &L->ffn_down_exps, s * Fs, Fs, &S->ffn_down_exps))) return st;
+    }
+    if (s > 0) memset(&S->ffn_down_exps_b, 0, sizeof S->ffn_down_exps_b);
+    return RF_OK;
 }
 
 void rf_model_unshard(rf_model *m) {
@@ -137,6 +203,10 @@ void rf_model_unshard(rf_model *m) {
         free(m->tp_rope);
         m->tp_rope = NULL;
     }
+    for (int i = 0; i < m->n_tp_bufs; i++) free(m->tp_bufs[i]);
+    free(m->tp_bufs);
+    m->tp_bufs = NULL;
+    m->n_tp_bufs = 0;
     if (!m->shards) return;
     /* what a device backend uploaded: the O/down column slices (one GPU), or every tensor of a
      * shard on its own GPU (several); the rest are views */
@@ -157,8 +227,10 @@ void rf_model_unshard(rf_model *m) {
 /* Several GPUs: shard s's row slices (host views into the mapped file) and the layer's vectors
  * uploaded to its GPU; then Q/K/V and gate/up joined there as the unsplit GPU model joins them. */
 static rf_status upload_shard_layer(rf_model *m, rf_backend *be, rf_layer *S) {
-    rf_tensor *t[] = {&S->attn_norm, &S->wq, &S->wk, &S->wv, &S->bq, &S->bk, &S->bv, &S->bo, &S->q_norm,
-                      &S->k_norm, &S->attn_post_norm, &S->ffn_norm, &S->ffn_gate, &S->ffn_up, &S->ffn_post_norm};
+    rf_tensor *t[] = {&S->attn_norm, &S->wq,       &S->wk,          &S->wv,          &S->bq,
+                      &S->bk,        &S->bv,       &S->bo,          &S->q_norm,      &S->k_norm,
+                      &S->attn_post_norm, &S->ffn_norm, &S->ffn_gate, &S->ffn_up, &S->ffn_post_norm,
+                      &S->attn_sinks, &S->ffn_gate_inp, &S->ffn_gate_inp_b, &S->exp_probs_b, &S->ffn_down_exps_b};
     for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
         if (!rf_has(t[i])) continue;
         rf_tensor h = *t[i];
@@ -166,7 +238,7 @@ static rf_status upload_shard_layer(rf_model *m, rf_backend *be, rf_layer *S) {
         if (st) return st;
     }
     (void)m;
-    if (!be->ops->weight_join) return RF_OK;
+    if (!be->ops->weight_join || !rf_has(&S->ffn_gate) || !rf_has(&S->ffn_up)) return RF_OK; /* (MoE: none) */
     rf_status js;
     if (!rf_has(&S->bq) && !rf_has(&S->q_norm) && !rf_has(&S->k_norm)) {
         rf_tensor *qkv[] = {&S->wq, &S->wk, &S->wv};
@@ -186,12 +258,13 @@ static rf_status upload_rope(rf_model *m) {
     /* the frequency factors the model bound: rope_freqs, or phi3's short longrope factors */
     const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, "rope_freqs.weight");
     if (!gt) gt = rf_gguf_find_tensor(m->g, "rope_factors_short.weight");
-    if (!gt) return rf_set_error(RF_ERR_FORMAT, "--tp: the model's RoPE frequency factors are not in the file");
+    const void *src = m->yarn_ff ? (const void *)m->yarn_ff : gt ? gt->data : NULL; /* YaRN's: computed */
+    if (!src) return rf_set_error(RF_ERR_FORMAT, "--tp: the model's RoPE frequency factors are not in the file");
     m->tp_rope[0] = m->rope_freqs;
     m->tp_rope[0].owned = false;
     for (int s = 1; s < m->tp; s++) {
         rf_status st = rf_model_use(m, s);
-        if (!st) st = m->tp_be[s]->ops->weight(m->tp_be[s], RF_TYPE_F32, m->rope_freqs.ne[0], 1, gt->data, &m->tp_rope[s]);
+        if (!st) st = m->tp_be[s]->ops->weight(m->tp_be[s], RF_TYPE_F32, m->rope_freqs.ne[0], 1, src, &m->tp_rope[s]);
         if (st) return st;
     }
     return rf_model_use(m, 0);
@@ -210,10 +283,11 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
         return rf_set_error(RF_ERR_UNSUPPORTED,
                             "--tp %d on one GPU backend: the split over several GPUs is opened at load (rf_tp_open); "
                             "every shard on one GPU is a test mode (docs/tp.md)", tp);
-    const int64_t H = hp->n_head, HKV = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
+    /* the FFN width split: every expert's for a mixture of experts (all its layers are) */
+    const int64_t H = hp->n_head, HKV = hp->n_head_kv, D = hp->head_dim, F = hp->n_expert > 0 ? hp->n_ff_exp : hp->n_ff;
     if (H % tp || F % tp)
-        return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %lld heads and the FFN width %lld", tp,
-                            (long long)H, (long long)F);
+        return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %lld heads and the FFN width %lld%s", tp,
+                            (long long)H, (long long)F, hp->n_expert > 0 ? " (of each expert)" : "");
     if (HKV % tp && tp % HKV)
         return rf_set_error(RF_ERR_INVALID_ARG,
                             "--tp %d: the %lld KV heads can neither be split over %d shards nor replicated evenly", tp,
@@ -243,6 +317,11 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
             S->bv = slice_rows(&L->bv, kv0, HKVs * D);
             S->ffn_gate = slice_rows(&L->ffn_gate, s * Fs, Fs);
             S->ffn_up = slice_rows(&L->ffn_up, s * Fs, Fs);
+            if (rf_has(&L->attn_sinks)) { /* f32 [n_head]: the shard's heads' */
+                S->attn_sinks.data = (char *)L->attn_sinks.data + (size_t)(s * Hs) * 4;
+                S->attn_sinks.ne[0] = Hs;
+                S->attn_sinks.nb1 = (size_t)Hs * 4;
+            }
             rf_status st;
             char what[64], name[96];
             if (multi && (st = rf_model_use(m, s))) goto fail;
@@ -251,6 +330,11 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
             if (dev) {
                 snprintf(name, sizeof name, "%s.weight", what);
                 if ((st = upload_cols(m, be, name, &L->wo, q0, Hs * D, &S->wo))) goto fail;
+            }
+            if (L->ffn == RF_FFN_MOE) {
+                if ((st = shard_moe(m, be, dev, il, s, tp, S))) goto fail;
+                if (multi && (st = upload_shard_layer(m, be, S))) goto fail;
+                continue;
             }
             snprintf(what, sizeof what, "blk.%d.ffn_down", il);
             if ((st = slice_cols(&L->ffn_down, s * Fs, Fs, what, &S->ffn_down))) goto fail;

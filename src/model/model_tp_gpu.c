@@ -81,9 +81,10 @@ rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
         return rf_set_error(RF_ERR_DEVICE,
                             "--tp %d: the split over several GPUs needs %d GPUs (from GPU %d), %d present "
                             "(--device cpu runs the split on the CPU)", tp, tp, first, have);
-    if (hp->n_head % tp || hp->n_ff % tp)
-        return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %d heads and the FFN width %d", tp,
-                            hp->n_head, hp->n_ff);
+    const int ff = hp->n_expert > 0 ? hp->n_ff_exp : hp->n_ff; /* each expert's, for a mixture of experts */
+    if (hp->n_head % tp || ff % tp)
+        return rf_set_error(RF_ERR_INVALID_ARG, "--tp %d does not divide the %d heads and the FFN width %d%s", tp,
+                            hp->n_head, ff, hp->n_expert > 0 ? " (of each expert)" : "");
     if (hp->n_head_kv % tp && tp % hp->n_head_kv)
         return rf_set_error(RF_ERR_INVALID_ARG,
                             "--tp %d: the %d KV heads can neither be split over %d shards nor replicated evenly", tp,
@@ -125,11 +126,14 @@ static bool tp_graphs_optin(void) {
 }
 
 bool rf_model_graphs_ok(const rf_model *m) {
-    return !m->tp_be || (m->tp_comm && tp_graphs_optin());
+    return !m->tp_be || (m->tp_comm && tp_graphs_optin() && !rf_tp_comm_aborted(m->tp_comm));
 }
 
 int rf_model_graph_begin(rf_model *m, const void *owner, int key) {
     if (!m->tp_be) return m->be->ops->graph_begin(m->be, owner, key);
+    /* a split whose communicators were aborted (a wait timed out) records and replays nothing:
+     * its steps run eagerly and fail at their first collective, naming why */
+    if (m->tp_comm && rf_tp_comm_aborted(m->tp_comm)) return RF_GRAPH_NONE;
     int mode = RF_GRAPH_NONE;
     bool same = true;
     /* every host wait before the first recording opens: none may happen while one is open */

@@ -13,11 +13,16 @@
  *  - NCCL at world size 1: a communicator on this GPU, a sum all-reduce in place (eager, and
  *    captured into a CUDA graph and replayed on new data), leaving the values as they were;
  *    two ranks on one device refused by name;
- *  - a split over more GPUs than present is refused, naming the counts.
+ *  - a split over more GPUs than present is refused, naming the counts;
+ *  - hang detection (2 GPUs): with rank 1 leaving out its collectives from the second step on
+ *    (the tp_skip test hook: a peer that stopped), that step fails with RF_ERR_DEVICE naming
+ *    RF_TP_TIMEOUT_MS within the timeout (+ 10 s), the next fails at once, and the model frees.
  * Skips (77) without a GPU. */
 #include "gpu_test_common.h"
+#include "core/knobs.h"
 #include "core/test_hooks.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/gpu/gpu_nccl.h"
@@ -35,8 +40,21 @@
 #define ARGMAX_TIE 0.1f
 
 static char g_dir[1024];
-static const char *const k_presets[] = {"tiny", "tiny-qwen2", "tiny-gemma3", "tiny-llama2"};
-static const char *const k_types[] = {"f32", "q8_0"};
+/* Every preset in f32 and q8_0 (tiny-qwen3moe and tiny-gpt-oss: mixtures of experts, every
+ * expert split inside, the router and its top-k replicated on each GPU; gpt-oss also its
+ * attention sinks by heads, YaRN), and gpt-oss with MXFP4 experts (mkmodel's mxfp4_moe: every
+ * 2-D weight q8_0). `quant`: the q8_0 tolerance (activations quantized per 32-block). */
+static const struct {
+    const char *preset, *type;
+    bool quant;
+} k_cases[] = {{"tiny", "f32", false},          {"tiny", "q8_0", true},
+               {"tiny-qwen2", "f32", false},    {"tiny-qwen2", "q8_0", true},
+               {"tiny-gemma3", "f32", false},   {"tiny-gemma3", "q8_0", true},
+               {"tiny-llama2", "f32", false},   {"tiny-llama2", "q8_0", true},
+               {"tiny-qwen3moe", "f32", false}, {"tiny-qwen3moe", "q8_0", true},
+               {"tiny-gpt-oss", "f32", false},  {"tiny-gpt-oss", "q8_0", true},
+               {"tiny-gpt-oss", "mxfp4_moe", true}};
+#define N_CASES (sizeof k_cases / sizeof *k_cases)
 
 static void model_path(char *buf, size_t cap, const char *preset, const char *type) {
     snprintf(buf, cap, "%s/gputp-%s.%s.gguf", g_dir, preset, type);
@@ -51,18 +69,17 @@ static int setup(void **state) {
         return -1;
     }
     snprintf(g_dir, sizeof g_dir, "%s", sd && *sd ? sd : RF_BINARY_DIR "/synth-models");
-    for (size_t p = 0; p < sizeof k_presets / sizeof *k_presets; p++)
-        for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++) {
-            char path[1200], cmd[4096];
-            model_path(path, sizeof path, k_presets[p], k_types[t]);
-            if (access(path, R_OK) == 0) continue;
-            snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset %s --type %s -o '%s' >/dev/null 2>&1",
-                     g_dir, cli, k_presets[p], k_types[t], path);
-            if (system(cmd) != 0) {
-                fprintf(stderr, "test_gpu_tp: failed: %s\n", cmd);
-                return -1;
-            }
+    for (size_t c = 0; c < N_CASES; c++) {
+        char path[1200], cmd[4096];
+        model_path(path, sizeof path, k_cases[c].preset, k_cases[c].type);
+        if (access(path, R_OK) == 0) continue;
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset %s --type %s -o '%s' >/dev/null 2>&1", g_dir,
+                 cli, k_cases[c].preset, k_cases[c].type, path);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "test_gpu_tp: failed: %s\n", cmd);
+            return -1;
         }
+    }
     return 0;
 }
 
@@ -77,49 +94,50 @@ static rf_status load(const char *path, int tp, rf_model **m) {
  * model; `label` says where the shards ran. Returns the cases compared. */
 static int compare_splits(const char *label, int tp_max, double worst[2]) {
     int cases = 0;
-    for (size_t pi = 0; pi < sizeof k_presets / sizeof *k_presets; pi++)
-        for (size_t ti = 0; ti < sizeof k_types / sizeof *k_types; ti++) {
-            char path[1200];
-            model_path(path, sizeof path, k_presets[pi], k_types[ti]);
-            rf_model *m1 = NULL;
-            if (load(path, 1, &m1)) fail_msg("load %s: %s", path, rf_last_error());
-            const int32_t nv = m1->hp.n_vocab;
-            float *lg1 = host_f32((size_t)nv), *lgN = host_f32((size_t)nv), margin1[N_GEN], marginN[N_GEN];
-            int32_t gen1[N_GEN], genN[N_GEN], prompt[N_PROMPT];
-            for (int i = 0; i < N_PROMPT; i++) prompt[i] = (i * 131 + 7) % nv;
-            for (int tp = 2; tp <= tp_max; tp *= 2) {
-                rf_model *mN = NULL;
-                rf_status st = load(path, tp, &mN);
-                if (m1->hp.n_head % tp) { /* qwen2's 6 heads at tp 4 */
-                    assert_int_equal(st, RF_ERR_INVALID_ARG);
-                    printf("  %-12s %-5s tp %d: refused: %s\n", k_presets[pi], k_types[ti], tp, rf_last_error());
-                    continue;
-                }
-                if (st) fail_msg("load %s at tp %d (%s): %s", path, tp, label, rf_last_error());
-                assert_int_equal(mN->tp, tp);
-                for (int kvi = 0; kvi < 2; kvi++) {
-                    const rf_type kvt = kvi ? RF_TYPE_F16 : RF_TYPE_F32;
-                    rf_seq_run(m1, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lg1, gen1, margin1);
-                    rf_seq_run(mN, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lgN, genN, marginN);
-                    const double rel = rf_rel_l2(lgN, lg1, (size_t)nv);
-                    const double tol = ti ? TOL_Q8 : kvi ? TOL_F32_KV16 : TOL_F32;
-                    int same = 0;
-                    while (same < N_GEN && gen1[same] == genN[same]) same++;
-                    printf("  %-12s %-5s KV %-3s tp %d %s: logits rel L2 %.3g (tol %.0e), greedy %d/%d equal",
-                           k_presets[pi], k_types[ti], rf_type_name(kvt), tp, label, rel, tol, same, N_GEN);
-                    if (same < N_GEN) printf(" (then a near tie: unsplit margin %.3g)", margin1[same]);
-                    printf("\n");
-                    assert_true(rel < tol);
-                    assert_true(same == N_GEN || margin1[same] < ARGMAX_TIE);
-                    if (rel > worst[ti]) worst[ti] = rel;
-                    cases++;
-                }
-                rf_model_free(mN);
+    for (size_t c = 0; c < N_CASES; c++) {
+        const char *preset = k_cases[c].preset, *type = k_cases[c].type;
+        const int ti = k_cases[c].quant;
+        char path[1200];
+        model_path(path, sizeof path, preset, type);
+        rf_model *m1 = NULL;
+        if (load(path, 1, &m1)) fail_msg("load %s: %s", path, rf_last_error());
+        const int32_t nv = m1->hp.n_vocab;
+        float *lg1 = host_f32((size_t)nv), *lgN = host_f32((size_t)nv), margin1[N_GEN], marginN[N_GEN];
+        int32_t gen1[N_GEN], genN[N_GEN], prompt[N_PROMPT];
+        for (int i = 0; i < N_PROMPT; i++) prompt[i] = (i * 131 + 7) % nv;
+        for (int tp = 2; tp <= tp_max; tp *= 2) {
+            rf_model *mN = NULL;
+            rf_status st = load(path, tp, &mN);
+            if (m1->hp.n_head % tp) { /* qwen2's 6 heads at tp 4 */
+                assert_int_equal(st, RF_ERR_INVALID_ARG);
+                printf("  %-12s %-5s tp %d: refused: %s\n", preset, type, tp, rf_last_error());
+                continue;
             }
-            free(lg1);
-            free(lgN);
-            rf_model_free(m1);
+            if (st) fail_msg("load %s at tp %d (%s): %s", path, tp, label, rf_last_error());
+            assert_int_equal(mN->tp, tp);
+            for (int kvi = 0; kvi < 2; kvi++) {
+                const rf_type kvt = kvi ? RF_TYPE_F16 : RF_TYPE_F32;
+                rf_seq_run(m1, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lg1, gen1, margin1);
+                rf_seq_run(mN, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lgN, genN, marginN);
+                const double rel = rf_rel_l2(lgN, lg1, (size_t)nv);
+                const double tol = ti ? TOL_Q8 : kvi ? TOL_F32_KV16 : TOL_F32;
+                int same = 0;
+                while (same < N_GEN && gen1[same] == genN[same]) same++;
+                printf("  %-12s %-5s KV %-3s tp %d %s: logits rel L2 %.3g (tol %.0e), greedy %d/%d equal",
+                       preset, type, rf_type_name(kvt), tp, label, rel, tol, same, N_GEN);
+                if (same < N_GEN) printf(" (then a near tie: unsplit margin %.3g)", margin1[same]);
+                printf("\n");
+                assert_true(rel < tol);
+                assert_true(same == N_GEN || margin1[same] < ARGMAX_TIE);
+                if (rel > worst[ti]) worst[ti] = rel;
+                cases++;
+            }
+            rf_model_free(mN);
         }
+        free(lg1);
+        free(lgN);
+        rf_model_free(m1);
+    }
     return cases;
 }
 
@@ -210,6 +228,82 @@ static void test_split_over_missing_gpus(void **state) {
     printf("  tp %d on %d GPU(s): %s\n", tp, have, rf_last_error());
 }
 
+/* One step of one sequence (as test_seq.c's, but returning the status): ids[0..n) at positions
+ * p0.., the last one's logits to lg. */
+static rf_status step_once(rf_model *m, rf_fwd *f, const int32_t *table, int32_t n_blocks, const int32_t *ids, int n,
+                           int p0, float *lg) {
+    int32_t pos[N_PROMPT], seq[N_PROMPT], slot[N_PROMPT], out_row = n - 1;
+    for (int i = 0; i < n; i++) {
+        pos[i] = p0 + i;
+        seq[i] = 0;
+        slot[i] = table[(p0 + i) / BLOCK] * BLOCK + (p0 + i) % BLOCK;
+    }
+    rf_batch b = {0};
+    b.n_tokens = n, b.ids = ids, b.pos = pos, b.seq = seq, b.slot = slot, b.n_seqs = 1, b.max_blocks = n_blocks;
+    b.block_size = BLOCK, b.block_table = table, b.n_out = 1, b.out_rows = &out_row;
+    return rf_forward(m, f, &b, lg);
+}
+
+static double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* A peer that stops answering: rank 1 leaves out its share of every collective from the second
+ * step's first all-reduce on, so rank 0's all-reduce waits for it forever on the GPU. The step's
+ * wait (the logits' download) must give up after RF_TP_TIMEOUT_MS, abort NCCL and fail naming
+ * the knob; the next step fails at once (the communicators are gone); freeing returns. */
+static void test_collective_timeout(void **state) {
+    (void)state;
+    rf_test_hooks_set(NULL);
+    const int have = rf_gpu_device_count();
+    if (have < 2) {
+        printf("  collective timeout: skipped, %d GPU(s) present (needs 2)\n", have);
+        skip();
+    }
+    /* read when the communicators are created: 5 s instead of the default minute */
+    assert_int_equal(rf_knob_override(RF_KNOB_TP_TIMEOUT_MS, "5000"), RF_OK);
+    const int64_t timeout = rf_knob_int(RF_KNOB_TP_TIMEOUT_MS);
+    assert_true(timeout == 5000);
+    char path[1200];
+    model_path(path, sizeof path, "tiny", "q8_0");
+    rf_model *m = NULL;
+    if (load(path, 2, &m)) fail_msg("load %s at tp 2: %s", path, rf_last_error());
+    const int32_t nv = m->hp.n_vocab, n_blocks = 2;
+    int32_t table[2] = {1, 0}, prompt[8];
+    for (int i = 0; i < 8; i++) prompt[i] = (i * 131 + 7) % nv;
+    float *lg = host_f32((size_t)nv);
+    rf_fwd f;
+    if (rf_fwd_init(m, &f, n_blocks, BLOCK, N_PROMPT, RF_TYPE_F16, 1)) fail_msg("fwd_init: %s", rf_last_error());
+    if (step_once(m, &f, table, n_blocks, prompt, 8, 0, lg)) fail_msg("step 1: %s", rf_last_error());
+    /* a step's collectives: the embedding's broadcast, then two all-reduces per layer */
+    const int64_t per_step = 1 + 2 * (int64_t)m->hp.n_layer;
+    rf_test_hooks_set(&(rf_test_hooks){.tp_skip_rank = 2, .tp_skip_from = per_step + 2});
+    float margin;
+    const int32_t next = rf_seq_argmax(lg, nv, &margin);
+    double t0 = wall_ms();
+    rf_status st = step_once(m, &f, table, n_blocks, &next, 1, 8, lg);
+    const double dt = wall_ms() - t0;
+    printf("  collective timeout (RF_TP_TIMEOUT_MS=%lld): the stuck step returned %d after %.0f ms: %s\n",
+           (long long)timeout, (int)st, dt, st ? rf_last_error() : "(no error)");
+    assert_int_equal(st, RF_ERR_DEVICE);
+    assert_non_null(strstr(rf_last_error(), "RF_TP_TIMEOUT_MS"));
+    assert_true(dt >= 0.9 * (double)timeout && dt < (double)timeout + 10000.0);
+    rf_test_hooks_set(NULL);
+    t0 = wall_ms();
+    st = step_once(m, &f, table, n_blocks, &next, 1, 8, lg);
+    printf("  the next step: %d after %.0f ms: %s\n", (int)st, wall_ms() - t0, st ? rf_last_error() : "(no error)");
+    assert_int_equal(st, RF_ERR_DEVICE);
+    assert_true(wall_ms() - t0 < 2000.0);
+    t0 = wall_ms();
+    rf_fwd_free(m, &f);
+    rf_model_free(m);
+    printf("  freed after the abort in %.0f ms\n", wall_ms() - t0);
+    free(lg);
+    rf_knob_override(RF_KNOB_TP_TIMEOUT_MS, NULL);
+}
+
 static void test_nccl_world_size_1(void **state) {
     (void)state;
     rf_gpu_comm *c = NULL;
@@ -255,6 +349,7 @@ int main(void) {
         cmocka_unit_test(test_split_on_one_gpu),
         cmocka_unit_test(test_split_across_2_gpus),
         cmocka_unit_test(test_split_across_4_gpus),
+        cmocka_unit_test(test_collective_timeout),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -39,8 +39,10 @@
 
 static char g_dir[1024];
 
-static const char *const k_presets[] = {"tiny",       "tiny-qwen2",   "tiny-gemma3",   "tiny-llama2",
-                                         "tiny-qwen3", "tiny-smollm3", "tiny-mistral3", "tiny-phi3"};
+/* (the mixtures of experts: every expert split inside, the router replicated) */
+static const char *const k_presets[] = {"tiny",       "tiny-qwen2",    "tiny-gemma3",   "tiny-llama2",
+                                         "tiny-qwen3", "tiny-smollm3",  "tiny-mistral3", "tiny-phi3",
+                                         "tiny-qwen3moe", "tiny-gpt-oss"};
 static const char *const k_types[] = {"f32", "q8_0"};
 
 static void model_path(char *buf, size_t cap, const char *preset, const char *type) {

@@ -1,5 +1,6 @@
 /* test_hooks_env.c — rocmforge-test's start: the test hooks (src/core/test_hooks.h) from the test
- * variables RF_SERVE_LOAD_DELAY_MS, RF_SERVE_TEST_FAULTS, RF_TP_ONE_DEVICE and RF_TP_CPU_RANKS.
+ * variables RF_SERVE_LOAD_DELAY_MS, RF_SERVE_TEST_FAULTS, RF_TP_ONE_DEVICE, RF_TP_CPU_RANKS and
+ * RF_TP_SKIP_RANK / RF_TP_SKIP_FROM (a rank that stops taking part in collectives).
  * Linked only into rocmforge-test (tests/CMakeLists.txt), never into rocmforge, which ignores them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +22,13 @@ void rf_test_hooks_from_env(void) {
     h.serve_faults = env_on("RF_SERVE_TEST_FAULTS");
     h.tp_one_device = env_on("RF_TP_ONE_DEVICE");
     h.tp_cpu_ranks = env_on("RF_TP_CPU_RANKS");
-    if (h.serve_load_delay_ms <= 0 && !h.serve_faults && !h.tp_one_device && !h.tp_cpu_ranks) return;
+    const char *sr = getenv("RF_TP_SKIP_RANK"), *sf = getenv("RF_TP_SKIP_FROM");
+    h.tp_skip_rank = sr ? atoi(sr) : 0;
+    h.tp_skip_from = sf ? atoll(sf) : 1;
+    if (h.serve_load_delay_ms <= 0 && !h.serve_faults && !h.tp_one_device && !h.tp_cpu_ranks && h.tp_skip_rank <= 0)
+        return;
     fprintf(stderr, "rocmforge-test: test hooks in force (load delay %d ms, serve faults %s, tp on one device %s, "
-            "tp on CPU ranks %s)\n", h.serve_load_delay_ms, h.serve_faults ? "on" : "off",
-            h.tp_one_device ? "on" : "off", h.tp_cpu_ranks ? "on" : "off");
+            "tp on CPU ranks %s, tp rank %d skipping collectives from the %lldth)\n", h.serve_load_delay_ms, h.serve_faults ? "on" : "off",
+            h.tp_one_device ? "on" : "off", h.tp_cpu_ranks ? "on" : "off", h.tp_skip_rank - 1, (long long)h.tp_skip_from);
     rf_test_hooks_set(&h);
 }

@@ -25,7 +25,14 @@ struct rf_gpu_ctx {
     bool pdl;                /* programmatic dependent launch usable (CUDA, sm_90+, RF_GPU_PDL!=0) */
     bool invariant;          /* batch-invariant products: MMQ for every token count (rf_gpu_set_batch_invariant) */
     unsigned trace_seq;      /* RF_GEMV_TRACE builds: q32s / mma launches so far (trace slots) */
+    struct rf_gpu_comm *watch; /* tensor parallelism: the communicator this stream's waits watch (gpu_nccl.cu) */
+    int watch_rank;            /* this context's rank in it */
 };
+
+/* The host's wait for this stream (event NULL: a fresh mark at its end) or for an event on it,
+ * polled while ctx->watch is set: gives up after RF_TP_TIMEOUT_MS, or at once when NCCL reports
+ * an error, aborting the communicator (gpu_nccl.cu); `what` names the wait in the error. */
+extern "C" rf_status rf_gpu_watch_wait(rf_gpu_ctx *ctx, void *event, const char *what);
 
 /* Runtime call: on failure return RF_ERR_DEVICE naming the call and the runtime's message. */
 #define RF_GPU_CHECK(call)                                                                   \

@@ -30,6 +30,15 @@ rf_status rf_gpu_comm_group(rf_gpu_comm *c, bool begin);
 /* Rank r's share of a broadcast of n floats from rank root's buf into every rank's buf (in place),
  * on ctxs[r]'s stream; grouped as the all-reduce. */
 rf_status rf_gpu_comm_broadcast(rf_gpu_comm *c, int rank, float *buf, size_t n, int root);
+/* Hang detection (RF_TP_TIMEOUT_MS, docs/tp.md): the communicators are non-blocking where NCCL
+ * has them (>= 2.14: every call that would wait on a peer returns and is polled), and while one
+ * exists every host wait on a rank's stream (rf_gpu_sync, rf_gpu_download, rf_gpu_fence_wait) is
+ * a polled wait (rf_gpu_watch_wait) that gives up after the timeout, or as soon as NCCL reports
+ * an error, and then aborts every rank's communicator, after calling fn(user) (which must
+ * destroy every graph holding this communicator's kernels: NCCL's abort waits for them). From
+ * then on every collective and wait fails with the reason (rf_gpu_comm_aborted). */
+void rf_gpu_comm_on_abort(rf_gpu_comm *c, void (*fn)(void *), void *user);
+bool rf_gpu_comm_aborted(const rf_gpu_comm *c);
 /* NCCL's version as major * 10000 + minor * 100 + patch (0 where it cannot be loaded). */
 int rf_gpu_nccl_version(void);
 void rf_gpu_comm_free(rf_gpu_comm *c);

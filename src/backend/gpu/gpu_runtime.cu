@@ -134,6 +134,7 @@ extern "C" rf_status rf_gpu_upload(rf_gpu_ctx *ctx, void *d_dst, const void *src
 
 extern "C" rf_status rf_gpu_download(rf_gpu_ctx *ctx, void *dst, const void *d_src, size_t bytes) {
     cudaError_t e = cudaMemcpyAsync(dst, d_src, bytes, cudaMemcpyDeviceToHost, ctx->stream);
+    if (e == cudaSuccess && ctx->watch) return rf_gpu_watch_wait(ctx, NULL, "a download of a step's results");
     if (e == cudaSuccess) e = cudaStreamSynchronize(ctx->stream);
     if (e != cudaSuccess)
         return rf_set_error(RF_ERR_DEVICE, "GPU download failed (last kernel %s): %s",
@@ -147,6 +148,7 @@ extern "C" rf_status rf_gpu_memset(rf_gpu_ctx *ctx, void *d_dst, int byte, size_
 }
 
 extern "C" rf_status rf_gpu_sync(rf_gpu_ctx *ctx) {
+    if (ctx->watch) return rf_gpu_watch_wait(ctx, NULL, "a wait for a step"); /* a split's: bounded */
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     if (e != cudaSuccess)
         return rf_set_error(RF_ERR_DEVICE,
@@ -166,6 +168,7 @@ extern "C" rf_status rf_gpu_fence_record(rf_gpu_ctx *ctx, void **fence) {
 }
 
 extern "C" rf_status rf_gpu_fence_wait(rf_gpu_ctx *ctx, void *fence) {
+    if (ctx->watch) return rf_gpu_watch_wait(ctx, fence, "a wait for a step's batch copy");
     cudaError_t e = cudaEventSynchronize((cudaEvent_t)fence);
     if (e != cudaSuccess)
         return rf_set_error(RF_ERR_DEVICE,

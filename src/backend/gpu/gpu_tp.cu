@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "backend/gpu/gpu_internal.h"
 #include "backend/gpu/gpu_nccl.h"
+#include "core/test_hooks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,9 +13,12 @@
 struct rf_tp_comm {
     int n;
     rf_gpu_comm *c;
+    rf_backend **bes;  /* [n] the split's backends: their recorded steps go before an abort */
+    int64_t issued;    /* collectives issued so far (the tp_skip test hook counts them) */
 };
 typedef struct rf_tp_comm rf_tp_comm;
 extern "C" rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be); /* gpu_backend.c */
+extern "C" void rf_backend_gpu_drop_graphs(rf_backend *be);  /* gpu_backend.c */
 
 extern "C" rf_status rf_backend_gpu_use(rf_backend *be) {
     rf_gpu_ctx *ctx = rf_backend_gpu_ctx(be);
@@ -45,25 +49,51 @@ extern "C" rf_status rf_tp_peer_check(rf_backend *const *bes, int n) {
     return RF_OK;
 }
 
+/* Before NCCL's abort (a wait on the split timed out): every GPU's recorded steps destroyed,
+ * followers first (their part lives in GPU 0's graph); NCCL's abort waits for every graph that
+ * holds its kernels, and a graph still in flight is released once the abort ends its kernels. */
+static void drop_all_graphs(void *user) {
+    rf_tp_comm *t = (rf_tp_comm *)user;
+    for (int s = t->n - 1; s >= 0; s--) {
+        (void)rf_backend_gpu_use(t->bes[s]);
+        rf_backend_gpu_drop_graphs(t->bes[s]);
+    }
+    (void)rf_backend_gpu_use(t->bes[0]);
+}
+
 extern "C" rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **out) {
     *out = NULL;
     rf_gpu_ctx **ctxs = (rf_gpu_ctx **)calloc((size_t)n, sizeof *ctxs);
     rf_tp_comm *t = (rf_tp_comm *)calloc(1, sizeof *t);
-    if (!ctxs || !t) {
+    rf_backend **keep = (rf_backend **)calloc((size_t)n, sizeof *keep);
+    if (!ctxs || !t || !keep) {
         free(ctxs);
         free(t);
+        free(keep);
         return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
     }
-    for (int i = 0; i < n; i++) ctxs[i] = rf_backend_gpu_ctx(bes[i]);
+    for (int i = 0; i < n; i++) ctxs[i] = rf_backend_gpu_ctx(bes[i]), keep[i] = bes[i];
     rf_status st = rf_gpu_comm_init(ctxs, n, &t->c);
     free(ctxs);
     if (st) {
         free(t);
+        free(keep);
         return rf_set_error(st, "--tp %d: the GPUs cannot be joined for the all-reduce: %s", n, rf_last_error());
     }
     t->n = n;
+    t->bes = keep;
+    rf_gpu_comm_on_abort(t->c, drop_all_graphs, t);
     *out = t;
     return RF_OK;
+}
+
+extern "C" bool rf_tp_comm_aborted(const rf_tp_comm *t) { return t && rf_gpu_comm_aborted(t->c); }
+
+/* The tp_skip test hook: rank skip_rank - 1 leaves out its share of every collective from the
+ * skip_from-th on (a peer that stopped answering), so the others' waits must time out. */
+static bool skipped(int64_t issued, int r) {
+    const rf_test_hooks *h = rf_test_hooks_get(); /* tests only (core/test_hooks.h) */
+    return h && h->tp_skip_rank > 0 && r == h->tp_skip_rank - 1 && issued >= h->tp_skip_from;
 }
 
 /* one collective over every rank, grouped: one host thread drives them all, and NCCL needs every
@@ -71,8 +101,10 @@ extern "C" rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **
 static rf_status collective(rf_tp_comm *t, rf_tensor *const *bufs, size_t n, bool reduce) {
     rf_status st = rf_gpu_comm_group(t->c, true);
     if (st) return st;
+    t->issued++;
     for (int r = 0; r < t->n && !st; r++)
-        st = reduce ? rf_gpu_comm_allreduce(t->c, r, (float *)bufs[r]->data, n)
+        if (!skipped(t->issued, r))
+            st = reduce ? rf_gpu_comm_allreduce(t->c, r, (float *)bufs[r]->data, n)
                     : rf_gpu_comm_broadcast(t->c, r, (float *)bufs[r]->data, n, 0);
     rf_status end = rf_gpu_comm_group(t->c, false);
     return st ? st : end;
@@ -89,5 +121,6 @@ extern "C" rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs,
 extern "C" void rf_tp_comm_free(rf_tp_comm *t) {
     if (!t) return;
     rf_gpu_comm_free(t->c);
+    free(t->bes);
     free(t);
 }
