@@ -75,7 +75,7 @@ static rf_status check_memory(rf_model *m, int tp) {
 
 rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
     const rf_hparams *hp = &m->hp;
-    if (!rf_gpu_built()) return rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d over GPUs: this build has no GPU backend", tp);
+    if (!rf_gpu_built()) return rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d over GPUs: this build has no GPU backend (--device cpu runs the split on the CPU)", tp);
     const int have = rf_gpu_device_count();
     if (first < 0 || first + tp > have)
         return rf_set_error(RF_ERR_DEVICE,
