@@ -24,6 +24,7 @@ extern "C" {
     X(TP_GRAPHS, BOOL, "on", 0, 0, "--tp over several GPUs: decode steps as one graph over every GPU (0: eager)")  \
     X(TP_NO_PEER_OK, BOOL, "off", 0, 0, "--tp over GPUs without peer access: NCCL through host memory (slow)") \
     X(TP_TIMEOUT_MS, INT, "60000", 0, 86400000, "--tp over GPUs: a wait on a step gives up after this many ms and aborts NCCL (0 = never)") \
+    X(TP_NCCL_NONBLOCKING, BOOL, "off", 0, 0, "--tp over GPUs: non-blocking NCCL communicators (each collective then costs a thread)") \
     X(CHAT_TIMING, BOOL, "off", 0, 0, "chat: print the timing line after each answer")               \
     X(NO_SIMD, BOOL, "off", 0, 0, "CPU: scalar dot kernels only (no AVX2, no VNNI)")                 \
     X(NO_VNNI, BOOL, "off", 0, 0, "CPU: AVX2 dot kernels where AVX-VNNI ones exist (A/B timing)")    \

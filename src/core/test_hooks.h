@@ -35,6 +35,12 @@ typedef struct rf_test_hooks {
      * rf_gpu_matmul_rounds_x); where it does not, the twin keeps x in f32. */
     int cpu_act;
     bool (*cpu_act_rounds)(rf_type wtype, int64_t n_tokens, int64_t n_in);
+    /* CPU mixture-of-experts router (rf_cpu_moe_route), when not NULL: lowers *moe_gap_min to
+     * the smallest gap between a token's k-th and (k+1)-th router logits, in units of that
+     * token's root-mean-square router logit, over every token routed (gatings that choose by
+     * logit: softmax and softmax over the top k; sigmoid routers are not measured). How near a
+     * path came to a router tie, for tests that judge a changed greedy token. */
+    float *moe_gap_min;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

@@ -370,15 +370,25 @@ static void test_elementwise(void **state) {
 /* ---- tiny-qwen35 GPU vs CPU ------------------------------------------------------------------ */
 
 /* The bounds of test_gpu_forward.c (its header states the model): f32 weights 1e-2 against the
- * CPU (f16 operands in the many-token products); quantized weights: the GPU and the CPU twin that
- * rounds activations as the GPU does each within TOL_ACC of f32 activations, the GPU no further
- * than TOL_RATIO times the twin plus the unrounded paths' 1e-2 (GPU vs twin itself is not
- * bounded tighter: one int8 rounding flip cascades, test_gpu_forward's model 2; measured here
- * 1.36e-2 at 33 tokens of q8_0 on an H200). The DeltaNet ops add ~1e-5 (above) and the
- * recurrence does not amplify (gain <= 1). An argmax may differ only at a top-2 margin below
- * 6 sqrt(2) tol rms(logits). */
+ * CPU (f16 operands in the many-token products); quantized weights: the GPU no further from f32
+ * activations than TOL_RATIO times the CPU twin that rounds activations as the GPU does, plus the
+ * unrounded paths' 1e-2, prompt by prompt (GPU vs twin itself is not bounded tighter: one int8
+ * rounding flip cascades, test_gpu_forward's model 2; measured here 1.36e-2 at 33 tokens of q8_0
+ * on an H200). The DeltaNet ops add ~1e-5 (above) and the recurrence does not amplify (gain <= 1).
+ * What rounding activations to int8 costs this model (twin vs f32), measured on the CPU for
+ * tiny-qwen35 q8_0, 2026-11-28: the errors of the 32 products' roundings add in quadrature
+ * (each product rounded alone, 40 prompts of 7 tokens: sqrt of the sum of their squared means
+ * 3.94e-2, all rounded 3.95e-2); the largest term is layer 0's DeltaNet output product (2.7e-2:
+ * its input, the gated norm times silu(z), has the widest blocks), then layer 0's FFN (1-1.6e-2).
+ * Means over 100 prompts: 4.7e-2 / 4.0e-2 / 3.7e-2 / 3.8e-2 at 1 / 7 / 33 / 100 tokens, twice
+ * tiny llama's 1.5e-2; single prompts reach 1.7e-1 at one token (a heavy tail: with an empty
+ * state a head's output is the sign of q.k times v after the gated norm). So the accuracy bound
+ * TOL_ACC holds for the mean over the case's N_PER x 4 prompts (spread of that mean ~5e-3), not
+ * for each prompt; the per-prompt statement is the ratio to the twin. An argmax may differ only
+ * at a top-2 margin below 6 sqrt(2) e rms(logits), e that prompt's allowed distance. */
 #define TOL_ACC 1e-1
 #define TOL_RATIO 2.0
+#define N_PER 4 /* prompts per length with quantized weights */
 
 static bool gpu_rounds(rf_type wtype, int64_t n_tokens, int64_t n_in) {
     return rf_gpu_matmul_rounds_x(g_ctx, wtype, n_tokens, n_in);
@@ -415,43 +425,52 @@ static void logits_case(const char *path, const char *label, bool twin) {
     rf_rng r;
     rf_rng_init(&r, rf_test_seed());
     const int lens[] = {1, 7, 33, 100};
-    double worst = 0, worst_acc = 0;
+    double worst = 0, worst_a = 0, worst_b = 0, sum_a = 0, sum_b = 0;
+    int n_acc = 0;
     int32_t ids[128];
-    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
-        random_prompt(&r, ids, lens[k], nv);
-        rf_session_truncate(sc, 0);
-        rf_session_truncate(sg, 0);
-        if (twin) set_cpu_act(RF_CPU_ACT_GPU);
-        rf_status st = rf_session_eval(sc, ids, lens[k], false);
-        if (!st && twin) {
-            rf_session_truncate(sr, 0);
-            set_cpu_act(RF_CPU_ACT_F32);
-            st = rf_session_eval(sr, ids, lens[k], false);
-        }
-        set_cpu_act(RF_CPU_ACT_GGML);
-        if (st) fail_msg("cpu eval: %s", rf_last_error());
-        if (rf_session_eval(sg, ids, lens[k], false)) fail_msg("gpu eval: %s", rf_last_error());
-        const float *lc = rf_session_logits(sc, lens[k] - 1), *lg = rf_session_logits(sg, lens[k] - 1);
-        if (!twin) {
-            const double e = check_logits(lc, lg, nv, 1e-2, "GPU vs CPU", label, lens[k]);
-            if (e > worst) worst = e;
-        } else {
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++)
+        for (int rep = 0; rep < (twin ? N_PER : 1); rep++) {
+            random_prompt(&r, ids, lens[k], nv);
+            rf_session_truncate(sc, 0);
+            rf_session_truncate(sg, 0);
+            if (twin) set_cpu_act(RF_CPU_ACT_GPU);
+            rf_status st = rf_session_eval(sc, ids, lens[k], false);
+            if (!st && twin) {
+                rf_session_truncate(sr, 0);
+                set_cpu_act(RF_CPU_ACT_F32);
+                st = rf_session_eval(sr, ids, lens[k], false);
+            }
+            set_cpu_act(RF_CPU_ACT_GGML);
+            if (st) fail_msg("cpu eval: %s", rf_last_error());
+            if (rf_session_eval(sg, ids, lens[k], false)) fail_msg("gpu eval: %s", rf_last_error());
+            const float *lc = rf_session_logits(sc, lens[k] - 1), *lg = rf_session_logits(sg, lens[k] - 1);
+            if (!twin) {
+                const double e = check_logits(lc, lg, nv, 1e-2, "GPU vs CPU", label, lens[k]);
+                if (e > worst) worst = e;
+                continue;
+            }
             float m;
             bool same;
             double rms;
             const double e = compare_rms(lc, lg, nv, &m, &same, &rms); /* reported, not bounded */
             if (e > worst) worst = e;
             const float *lr = rf_session_logits(sr, lens[k] - 1);
-            const double a = check_logits(lr, lg, nv, TOL_ACC, "GPU vs f32 activations", label, lens[k]);
-            const double b = check_logits(lr, lc, nv, TOL_ACC, "CPU twin vs f32 activations", label, lens[k]);
-            if (!(a <= TOL_RATIO * b + 1e-2))
-                fail_msg("%s prompt of %d: the GPU is %.3e from f32 activations, the twin %.3e", label, lens[k], a, b);
-            worst_acc = fmax(worst_acc, fmax(a, b));
+            const double b = compare_rms(lr, lc, nv, &m, &same, &rms); /* the scheme's own cost here */
+            const double allowed = TOL_RATIO * b + 1e-2;
+            const double a = check_logits(lr, lg, nv, allowed, "GPU vs f32 activations (TOL_RATIO x the twin)", label,
+                                          lens[k]);
+            sum_a += a, sum_b += b, n_acc++;
+            worst_a = fmax(worst_a, a), worst_b = fmax(worst_b, b);
         }
-    }
     printf("  %-24s GPU vs CPU%s max rel. L2 %.2e (%s)", label, twin ? " twin" : "", worst, twin ? "not bounded" : "tol 1e-2");
-    if (twin) printf("; vs f32 activations %.2e (tol %.0e)", worst_acc, TOL_ACC);
+    if (twin)
+        printf("; vs f32 activations: GPU mean %.2e max %.2e, twin mean %.2e max %.2e over %d prompts (mean tol %.0e)",
+               sum_a / n_acc, worst_a, sum_b / n_acc, worst_b, n_acc, TOL_ACC);
     printf("\n");
+    if (twin) {
+        if (!(sum_a / n_acc < TOL_ACC)) fail_msg("%s: GPU vs f32 activations, mean rel. L2 %.3e >= %.0e", label, sum_a / n_acc, TOL_ACC);
+        if (!(sum_b / n_acc < TOL_ACC)) fail_msg("%s: CPU twin vs f32 activations, mean rel. L2 %.3e >= %.0e", label, sum_b / n_acc, TOL_ACC);
+    }
     if (sr) rf_session_free(sr);
     rf_session_free(sc);
     rf_session_free(sg);

@@ -62,3 +62,20 @@ void rf_seq_run(rf_model *m, rf_type kv_type, int32_t block, const int32_t *prom
     free(table);
     rf_fwd_free(m, &f);
 }
+
+void rf_seq_replay(rf_model *m, rf_type kv_type, int32_t block, const int32_t *prompt, int n_prompt,
+                   const int32_t *tokens, int n_tokens) {
+    if (n_prompt < 1 || n_prompt > SEQ_MAX) fail_msg("rf_seq_replay: prompt of %d tokens (1..%d)", n_prompt, SEQ_MAX);
+    const int32_t nv = m->hp.n_vocab, n_blocks = (n_prompt + n_tokens + block) / block;
+    rf_fwd f;
+    if (rf_fwd_init(m, &f, n_blocks, block, n_prompt, kv_type, 1)) fail_msg("fwd_init: %s", rf_last_error());
+    int32_t *table = malloc((size_t)n_blocks * sizeof *table);
+    float *lg = malloc((size_t)nv * sizeof *lg);
+    if (!table || !lg) fail_msg("rf_seq_replay: out of memory");
+    for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i;
+    seq_step(m, &f, table, n_blocks, block, prompt, n_prompt, 0, lg);
+    for (int g = 0; g < n_tokens; g++) seq_step(m, &f, table, n_blocks, block, &tokens[g], 1, n_prompt + g, lg);
+    free(lg);
+    free(table);
+    rf_fwd_free(m, &f);
+}

@@ -16,4 +16,10 @@ int32_t rf_seq_argmax(const float *lg, int32_t nv, float *margin);
 void rf_seq_run(rf_model *m, rf_type kv_type, int32_t block, const int32_t *prompt, int n_prompt, int n_gen,
                 float *lg0, int32_t *gen, float *margin);
 
+/* The prompt in one step, then tokens[0..n_tokens) one step each (teacher forced), on a fresh
+ * cache: replays a path another run took (e.g. to measure its router margins through a test
+ * hook). Fails the test on any library error. */
+void rf_seq_replay(rf_model *m, rf_type kv_type, int32_t block, const int32_t *prompt, int n_prompt,
+                   const int32_t *tokens, int n_tokens);
+
 #endif

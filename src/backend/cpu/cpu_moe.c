@@ -4,12 +4,38 @@
  * rows), the combine is a weighted sum in slot order. Plain on purpose: the GPU's oracle. */
 #include "backend/cpu/cpu_backend.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "backend/ref/ref_ops.h"
 #include "core/knobs.h"
+#include "core/test_hooks.h"
 #include "quant/quant_impl.h" /* rf_vec_dot4_for */
 #include "rocmforge/quant.h"
+
+/* Test hook (test_hooks.h moe_gap_min): the gap between each token's k-th and (k+1)-th largest
+ * logit over its RMS logit, the smallest into *gap. */
+static void router_gap(float *gap, const float *logits, int64_t n, int64_t n_expert, int64_t k) {
+    for (int64_t t = 0; t < n; t++) {
+        const float *lg = logits + t * n_expert;
+        float top[65];
+        int64_t kk = k + 1 < 65 ? k + 1 : 65, have = 0;
+        double ss = 0;
+        for (int64_t e = 0; e < n_expert; e++) {
+            ss += (double)lg[e] * lg[e];
+            int64_t i = have < kk ? have++ : kk; /* insertion into the kk largest, descending */
+            if (i == kk && lg[e] <= top[kk - 1]) continue;
+            if (i == kk) i = kk - 1;
+            while (i > 0 && top[i - 1] < lg[e]) top[i] = top[i - 1], i--;
+            top[i] = lg[e];
+        }
+        const double rms = sqrt(ss / (double)n_expert);
+        if (kk == k + 1 && rms > 0) {
+            const float g = (float)((top[k - 1] - top[k]) / rms);
+            if (g < *gap) *gap = g;
+        }
+    }
+}
 
 rf_status rf_cpu_moe_route(rf_backend *be, rf_tensor *ids, rf_tensor *wts, const rf_tensor *logits,
                                const rf_tensor *sel_bias, int64_t n, int64_t n_expert, int64_t k,
@@ -18,6 +44,8 @@ rf_status rf_cpu_moe_route(rf_backend *be, rf_tensor *ids, rf_tensor *wts, const
     if (ids->type != RF_TYPE_I32 || wts->type != RF_TYPE_F32)
         return rf_set_error(RF_ERR_INVALID_ARG, "moe_route: ids must be i32 and weights f32 (got %s, %s)",
                             rf_type_name(ids->type), rf_type_name(wts->type));
+    const rf_test_hooks *h = rf_test_hooks_get();
+    if (h && h->moe_gap_min && gating != RF_MOE_SIGMOID && k < n_expert) router_gap(h->moe_gap_min, logits->data, n, n_expert, k);
     return rf_ref_moe_route(ids->data, wts->data, logits->data, sel_bias ? sel_bias->data : NULL, n, n_expert, k,
                             gating, norm, scale);
 }

@@ -106,8 +106,7 @@ static void comm_abort(rf_gpu_comm *c, const char *why) {
     for (int r = 0; r < c->n; r++)
         if (c->comm[r]) {
             (void)cudaSetDevice(c->ctx[r]->device);
-            if (g_nccl.abort) g_nccl.abort(c->comm[r]);
-            else g_nccl.destroy(c->comm[r]);
+            if (g_nccl.abort) g_nccl.abort(c->comm[r]); /* (without it: left, as destroying would wait) */
             c->comm[r] = NULL;
         }
     (void)cudaSetDevice(dev);
@@ -200,23 +199,23 @@ static rf_status init_nonblocking(rf_gpu_comm *c, const int *devs) {
     return settle(c, r, "creating the communicators");
 }
 
-/* One all-reduce of a small and of a larger buffer over every rank right away: NCCL connects
+/* All-reduces of a small, a middle and a large buffer over every rank right away: NCCL connects
  * the GPUs at their first collectives (runtime connect), and this keeps that out of a step's
  * graph recording, and shows GPUs that cannot talk at load, bounded by the timeout. */
 static rf_status warm_up(rf_gpu_comm *c) {
-    const size_t sizes[2] = {1024, 262144};
+    const size_t sizes[3] = {1024, 262144, 4194304}; /* 4 KiB, 1 MiB, 16 MiB: each size class's algorithm */
     float *buf[64] = {NULL};
     rf_status st = RF_OK;
     int dev = 0;
     (void)cudaGetDevice(&dev);
     for (int r = 0; r < c->n && !st; r++) {
-        if (cudaSetDevice(c->ctx[r]->device) != cudaSuccess || cudaMalloc((void **)&buf[r], sizes[1] * 4) != cudaSuccess ||
-            cudaMemsetAsync(buf[r], 0, sizes[1] * 4, c->ctx[r]->stream) != cudaSuccess) {
+        if (cudaSetDevice(c->ctx[r]->device) != cudaSuccess || cudaMalloc((void **)&buf[r], sizes[2] * 4) != cudaSuccess ||
+            cudaMemsetAsync(buf[r], 0, sizes[2] * 4, c->ctx[r]->stream) != cudaSuccess) {
             (void)cudaGetLastError();
             st = rf_set_error(RF_ERR_OOM, "NCCL: the first all-reduce's buffer on GPU %d", c->ctx[r]->device);
         }
     }
-    for (int i = 0; i < 2 && !st; i++) {
+    for (int i = 0; i < 3 && !st; i++) {
         st = rf_gpu_comm_group(c, true);
         for (int r = 0; r < c->n && !st; r++) st = rf_gpu_comm_allreduce(c, r, buf[r], sizes[i]);
         rf_status e = rf_gpu_comm_group(c, false);
@@ -270,7 +269,12 @@ extern "C" rf_status rf_gpu_comm_init(rf_gpu_ctx *const *ctxs, int n, rf_gpu_com
             }
     }
     c->timeout_ms = rf_knob_int(RF_KNOB_TP_TIMEOUT_MS);
-    c->nonblocking = g_nccl.nonblocking;
+    /* Blocking communicators by default: NCCL (2.2x) runs every ncclGroupEnd of a non-blocking
+     * one on a new thread and returns ncclInProgress, a thread per collective (two per layer per
+     * step) and kernel launches from that thread into a step's graph recording. A hang shows on
+     * the GPU (a collective waiting for a peer), which the polled waits below bound either way;
+     * RF_TP_NCCL_NONBLOCKING=1 also bounds the host's NCCL calls (for measuring both). */
+    c->nonblocking = g_nccl.nonblocking && rf_knob_bool(RF_KNOB_TP_NCCL_NONBLOCKING);
     if (c->nonblocking) {
         st = init_nonblocking(c, devs);
     } else {

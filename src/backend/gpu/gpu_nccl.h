@@ -30,8 +30,9 @@ rf_status rf_gpu_comm_group(rf_gpu_comm *c, bool begin);
 /* Rank r's share of a broadcast of n floats from rank root's buf into every rank's buf (in place),
  * on ctxs[r]'s stream; grouped as the all-reduce. */
 rf_status rf_gpu_comm_broadcast(rf_gpu_comm *c, int rank, float *buf, size_t n, int root);
-/* Hang detection (RF_TP_TIMEOUT_MS, docs/tp.md): the communicators are non-blocking where NCCL
- * has them (>= 2.14: every call that would wait on a peer returns and is polled), and while one
+/* Hang detection (RF_TP_TIMEOUT_MS, docs/tp.md): the communicators are blocking ones unless
+ * RF_TP_NCCL_NONBLOCKING=1 (NCCL >= 2.14: every call that would wait on a peer returns
+ * ncclInProgress and is polled, bounded; NCCL then runs each group end on a thread), and while one
  * exists every host wait on a rank's stream (rf_gpu_sync, rf_gpu_download, rf_gpu_fence_wait) is
  * a polled wait (rf_gpu_watch_wait) that gives up after the timeout, or as soon as NCCL reports
  * an error, and then aborts every rank's communicator, after calling fn(user) (which must
