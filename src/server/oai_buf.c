@@ -1,4 +1,5 @@
-/* oai_format.c — JSON and SSE output helpers of the server (oai.h). */
+/* oai_buf.c — the server's output primitives (oai.h): a growable byte buffer, SSE frames (a
+ * data line, or a named event), and JSON strings of any bytes (invalid UTF-8 made U+FFFD). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdarg.h>
@@ -63,21 +64,6 @@ json_t *srv_json_bytes(const char *s, size_t n) {
     return j;
 }
 
-json_t *srv_json_logprob(float lp) {
-    if (!isfinite(lp)) return json_real(-9999.0);
-    return json_real((double)lp);
-}
-
-const char *srv_finish_str(rf_finish_reason f) {
-    switch (f) {
-    case RF_FINISH_EOS:
-    case RF_FINISH_STOP: return "stop";
-    case RF_FINISH_LENGTH:
-    case RF_FINISH_CONTEXT: return "length";
-    default: return "stop";
-    }
-}
-
 void srv_buf_add(srv_buf *b, const void *s, size_t n) {
     if (b->oom) return;
     if (b->len + n + 1 > b->cap) {
@@ -132,6 +118,19 @@ void srv_buf_sse(srv_buf *b, json_t *j) {
         return;
     }
     srv_buf_add(b, "data: ", 6);
+    srv_buf_add(b, s, strlen(s));
+    srv_buf_add(b, "\n\n", 2);
+    free(s);
+}
+
+void srv_buf_sse_event(srv_buf *b, const char *name, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!s) {
+        b->oom = true;
+        return;
+    }
+    srv_buf_printf(b, "event: %s\ndata: ", name);
     srv_buf_add(b, s, strlen(s));
     srv_buf_add(b, "\n\n", 2);
     free(s);
