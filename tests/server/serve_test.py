@@ -32,16 +32,15 @@ import time
 
 import openai
 
+import server_suite
+from server_suite import Fail  # the other test files import it from here
+
 RF, MODEL = sys.argv[1], sys.argv[2]
 HOOKS_RF = sys.argv[sys.argv.index("--hooks-bin") + 1] if "--hooks-bin" in sys.argv else None
 QUICK = "--quick" in sys.argv
 KEY = "sk-test-key-0123456789"
 N_CONC = 8 if QUICK else 64
 N_TOK = 6 if QUICK else 12
-
-
-class Fail(Exception):
-    pass
 
 
 def check(cond, what):
@@ -663,31 +662,14 @@ def main():
         return 0
     srv = Server("--parallel", str(max(N_CONC, 16)), "--api-key", KEY, "--alias", "smol", "-c", "1024", "--kv-blocks", "2048",
                  "--max-body", "65536", "-t", "2", env={"RF_SERVE_TEST_FAULTS": "1"}, rf=HOOKS_RF)
-    try:
-        steps = [("routes", lambda: test_routes(srv)), ("chat", lambda: test_chat(srv))]
-        text = None
-        for name, f in steps:
-            t = time.time()
-            r = f()
-            text = r if name == "chat" else text
-            print(f"ok {name} ({time.time() - t:.1f} s)")
-        for name, f in [("n=3", lambda: test_n3(srv)), ("stop + logprobs", lambda: test_stop_logprobs(srv, text)),
-                        ("completions", lambda: test_completions(srv)), ("bad input", lambda: test_bad_input(srv)),
-                        ("allocation failure", lambda: test_alloc_failure(srv)),
-                        ("64 concurrent" if not QUICK else f"{N_CONC} concurrent", lambda: test_concurrent(srv)),
-                        ("disconnect storm", lambda: test_storm(srv))]:
-            t = time.time()
-            f()
-            print(f"ok {name} ({time.time() - t:.1f} s)")
-        srv.stop()
-    except Fail as x:
-        print(f"FAIL: {x}\n--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        return 1
-    except Exception:
-        print(f"--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        raise
+    got = {}
+    steps = [("routes", test_routes), ("chat", lambda s: got.update(text=test_chat(s))), ("n=3", test_n3),
+             ("stop + logprobs", lambda s: test_stop_logprobs(s, got["text"])), ("completions", test_completions),
+             ("bad input", test_bad_input), ("allocation failure", test_alloc_failure),
+             ("64 concurrent" if not QUICK else f"{N_CONC} concurrent", test_concurrent), ("disconnect storm", test_storm)]
+    rc = server_suite.run(srv, steps, pass_line=False)
+    if rc:
+        return rc
     t = time.time()
     try:
         test_queue_and_loading()
