@@ -231,8 +231,6 @@ void srv_buf_printf(srv_buf *b, const char *fmt, ...)
 #endif
     ;
 void srv_buf_free(srv_buf *b);
-/* Appends "data: <compact json>\n\n" and consumes j (decref). */
-void srv_buf_sse(srv_buf *b, json_t *j);
 /* Appends "event: <name>\ndata: <compact json>\n\n" and consumes j. */
 void srv_buf_sse_event(srv_buf *b, const char *name, json_t *j);
 

@@ -1,5 +1,6 @@
-/* oai_buf.c — the server's output primitives (oai.h): a growable byte buffer, SSE frames (a
- * data line, or a named event), and JSON strings of any bytes (invalid UTF-8 made U+FFFD). */
+/* oai_buf.c — the server's output primitives (oai.h): a growable byte buffer, the named SSE
+ * event frame of the Messages and Responses streams, and JSON strings of any bytes (invalid
+ * UTF-8 made U+FFFD). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdarg.h>
@@ -108,19 +109,6 @@ void srv_buf_printf(srv_buf *b, const char *fmt, ...) {
 void srv_buf_free(srv_buf *b) {
     free(b->p);
     memset(b, 0, sizeof *b);
-}
-
-void srv_buf_sse(srv_buf *b, json_t *j) {
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(j);
-    if (!s) {
-        b->oom = true;
-        return;
-    }
-    srv_buf_add(b, "data: ", 6);
-    srv_buf_add(b, s, strlen(s));
-    srv_buf_add(b, "\n\n", 2);
-    free(s);
 }
 
 void srv_buf_sse_event(srv_buf *b, const char *name, json_t *j) {

@@ -124,6 +124,20 @@ static const char *srv_finish_str(rf_finish_reason f) {
     }
 }
 
+/* Appends the SSE frame "data: <compact json>\n\n" and consumes j (decref). */
+static void srv_buf_sse(srv_buf *b, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!s) {
+        b->oom = true;
+        return;
+    }
+    srv_buf_add(b, "data: ", 6);
+    srv_buf_add(b, s, strlen(s));
+    srv_buf_add(b, "\n\n", 2);
+    free(s);
+}
+
 static void piece_of(srv *s, int32_t id, char *buf, size_t cap, size_t *n) {
     *n = 0;
     if (rf_token_to_piece(s->vocab, id, true, buf, cap, n) || *n > cap) *n = *n > cap ? cap : 0;
