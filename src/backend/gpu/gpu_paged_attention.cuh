@@ -274,12 +274,13 @@ static __device__ __forceinline__ void rf_pa_ranges(int (&lo)[R], int (&hi)[R], 
 
 /* This lane's dimensions of each row's query, times scale (an f16 cache: q rounded to f16 first,
  * as the CPU and llama.cpp do). */
-template <int D, typename KT, int R>
-static __device__ __forceinline__ void rf_pa_query(float (&qr)[R][rf_pa_cfg<D, KT, R>::EL],
+template <int D, typename KT, int R, int EL>
+static __device__ __forceinline__ void rf_pa_query(float (&qr)[R][EL],
                                                    const float *__restrict__ q, const int (&lo)[R], const int (&hi)[R],
                                                    int64_t t0, int n_head, int hk, int G, int GS, int hs, int sl,
                                                    float scale) {
     typedef rf_pa_cfg<D, KT, R> C;
+    static_assert(EL == C::EL, "a lane's query elements");
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const bool act = hi[r] >= lo[r];
@@ -305,11 +306,12 @@ static __device__ __forceinline__ void rf_pa_query(float (&qr)[R][rf_pa_cfg<D, K
 
 /* A warp's chunk, scores: step i, key slot ks -> key i * KPW + ks of the chunk; each K row read
  * once (16-byte loads) for all R rows; the softcapped score of (key, row) to sc[key * R + row]. */
-template <int D, typename KT, int R>
-static __device__ __forceinline__ void rf_pa_scores(float *sc, const float (&qr)[R][rf_pa_cfg<D, KT, R>::EL],
+template <int D, typename KT, int R, int EL>
+static __device__ __forceinline__ void rf_pa_scores(float *sc, const float (&qr)[R][EL],
                                                     const KT *__restrict__ k, int phys, int64_t rstride,
                                                     int64_t hoff, int ks, int sl, float softcap) {
     typedef rf_pa_cfg<D, KT, R> C;
+    static_assert(EL == C::EL, "a lane's query elements");
     constexpr int U = C::U, NP = C::NP, KPW = C::KPW, L = C::L, P = C::P, EPP = C::EPP, LR = C::LR;
 #pragma unroll 1
     for (int g = 0; g < C::NS / U; g++) {
