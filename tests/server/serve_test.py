@@ -22,7 +22,6 @@ import asyncio
 import http.client
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -33,7 +32,7 @@ import time
 import openai
 
 import server_suite
-from server_suite import Fail  # the other test files import it from here
+from server_suite import Fail, check  # the other test files import them from here
 
 RF, MODEL = sys.argv[1], sys.argv[2]
 HOOKS_RF = sys.argv[sys.argv.index("--hooks-bin") + 1] if "--hooks-bin" in sys.argv else None
@@ -43,57 +42,17 @@ N_CONC = 8 if QUICK else 64
 N_TOK = 6 if QUICK else 12
 
 
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
-class Server:
-    """A `rocmforge serve` child process; .port once it listens."""
+class Server(server_suite.Process):
+    """A `rocmforge serve` child process (rf: another binary, e.g. rocmforge-test); .port once it
+    listens, ready once /health is 200 (unless wait_ready=False)."""
 
     def __init__(self, *args, env=None, wait_ready=True, rf=None):
-        e = dict(os.environ)
-        e.update(env or {})
-        self.log = open(f"/tmp/rf-serve-test-{os.getpid()}-{id(self)}.log", "w+")
-        self.p = subprocess.Popen([rf or RF, "serve", "-m", MODEL, "--device", "cpu", "--port", "0", *args],
-                                  stdout=subprocess.DEVNULL, stderr=self.log, env=e)
-        t0 = time.time()
-        self.port = None
-        while time.time() - t0 < 60 and self.port is None:
-            self.log.seek(0)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.p.poll() is not None:
-                raise Fail(f"server exited {self.p.returncode}: {self.stderr()}")
-            else:
-                time.sleep(0.05)
-        check(self.port, "server did not print its port")
+        super().__init__(rf or RF, MODEL, args, env=env, tag="serve-test")
         if wait_ready:
             self.wait_ready()
 
     def wait_ready(self, timeout=120):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            st, _, _ = req(self, "GET", "/health")
-            if st == 200:
-                return
-            time.sleep(0.1)
-        raise Fail("server not ready: " + self.stderr())
-
-    def stderr(self):
-        self.log.seek(0)
-        return self.log.read()[-3000:]
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                rc = self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                raise Fail("server did not stop within 30 s of SIGTERM")
-            check(rc == 0, f"server exited {rc} after SIGTERM: {self.stderr()}")
+        super().wait_ready(lambda: req(self, "GET", "/health")[0] == 200, timeout)
 
 
 def req(srv, method, path, body=None, headers=None, key=KEY, timeout=120):
