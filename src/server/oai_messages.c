@@ -270,13 +270,7 @@ static int translate(json_t *root, json_t *chat, srv_error *e) {
     if (read_tools(root, chat, e)) return -1;
     v = json_object_get(root, "stream");
     if (srv_tr_present(v) && !json_is_boolean(v)) return srv_tr_bad(e, "stream", "'stream' must be a boolean, not %s", srv_tr_type_name(v));
-    v = json_object_get(root, "model");
-    if (srv_tr_present(v) && !json_is_string(v)) return srv_tr_bad(e, "model", "'model' must be a string, not %s", srv_tr_type_name(v));
-    srv_tr_copy(chat, "model", root, "model");
-    srv_tr_copy(chat, "stream", root, "stream");
-    srv_tr_copy(chat, "temperature", root, "temperature");
-    srv_tr_copy(chat, "top_p", root, "top_p");
-    srv_tr_copy(chat, "top_k", root, "top_k");
+    if (srv_tr_copy_sampling(root, chat, e)) return -1;
     json_t *msgs = json_array();
     if (!msgs) return srv_tr_oom(e);
     json_object_set_new(chat, "messages", msgs);

@@ -216,13 +216,7 @@ static int translate(json_t *root, json_t *chat, srv_error *e) {
             return srv_tr_bad(e, "max_output_tokens", "'max_output_tokens' must be an integer >= 1");
         json_object_set(chat, "max_tokens", v);
     }
-    v = json_object_get(root, "model");
-    if (srv_tr_present(v) && !json_is_string(v)) return srv_tr_bad(e, "model", "'model' must be a string, not %s", srv_tr_type_name(v));
-    srv_tr_copy(chat, "model", root, "model");
-    srv_tr_copy(chat, "stream", root, "stream");
-    srv_tr_copy(chat, "temperature", root, "temperature");
-    srv_tr_copy(chat, "top_p", root, "top_p");
-    srv_tr_copy(chat, "top_k", root, "top_k");   /* an extra, as on chat */
+    if (srv_tr_copy_sampling(root, chat, e)) return -1; /* top_k: an extra, as on chat */
     srv_tr_copy(chat, "seed", root, "seed");
     if (text_format(root, chat, e)) return -1;
     json_t *msgs = json_array();

@@ -73,6 +73,19 @@ static inline void srv_tr_copy(json_t *out, const char *to, json_t *root, const 
     if (srv_tr_present(v)) json_object_set(out, to, v);
 }
 
+/* The fields chat takes as they are: 'model' (checked to be a string), 'stream', 'temperature',
+ * 'top_p', 'top_k' (the chat parser checks the others' types and ranges). */
+static inline int srv_tr_copy_sampling(json_t *root, json_t *chat, srv_error *e) {
+    json_t *v = json_object_get(root, "model");
+    if (srv_tr_present(v) && !json_is_string(v)) return srv_tr_bad(e, "model", "'model' must be a string, not %s", srv_tr_type_name(v));
+    srv_tr_copy(chat, "model", root, "model");
+    srv_tr_copy(chat, "stream", root, "stream");
+    srv_tr_copy(chat, "temperature", root, "temperature");
+    srv_tr_copy(chat, "top_p", root, "top_p");
+    srv_tr_copy(chat, "top_k", root, "top_k");
+    return 0;
+}
+
 /* Appends {"role": role, "content": content} to msgs, taking content (NULL: out of memory). */
 static inline int srv_tr_add_msg(json_t *msgs, const char *role, json_t *content, srv_error *e) {
     json_t *m = json_object();
