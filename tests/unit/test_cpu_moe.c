@@ -4,7 +4,7 @@
  * without a bias, decode (1 token) and a batch, threads 1 and 3 (tolerance rel. L2 < 1e-2 for
  * quantized activations as matmul, 1e-5 for f32); the router bit for bit; the combine; i32
  * tensors from alloc; an out-of-range expert id refused. */
-#include "op_test_common.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +12,31 @@
 
 #include "backend/backend.h"
 #include "backend/ref/ref_ops.h"
+
+static rf_rng g_rng;
+
+static int setup(void **state) {
+    (void)state;
+    rf_rng_init(&g_rng, rf_test_seed());
+    return 0;
+}
+
+static float *rnd(size_t n, float scale) {
+    float *x = malloc(n * sizeof(float));
+    rf_rng_fill_normal(&g_rng, x, n, scale);
+    return x;
+}
+
+static rf_tensor host_f32(float *p, int64_t n, int64_t rows) {
+    rf_tensor t = {RF_TYPE_F32, {n, rows}, (size_t)n * 4, p, false};
+    return t;
+}
+
+static void check(const char *what, const float *got, const float *want, size_t n, double tol) {
+    double e = rf_rel_l2(got, want, n);
+    printf("  %-44s rel_l2 %.2e (tol %.0e)\n", what, e, tol);
+    if (!(e < tol)) fail_msg("%s: rel_l2 %g >= %g", what, e, tol);
+}
 
 static void test_route_combine(void **state) {
     (void)state;
