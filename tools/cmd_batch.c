@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cmd_run_opts.h"
+#include "core/utf8.h"
 
 static const char k_batch_usage[] =
     "usage: rocmforge batch -m MODEL -f PROMPTS [options]\n"
@@ -214,58 +215,13 @@ static int load_prompts(const char *path, bprompt **out, size_t *n_out) {
 
 /* ---- output ----------------------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s[0..n) (1-4), or 0 if s[0] starts none; then *bad is
- * the length of the maximal invalid subpart (at least 1) that becomes one U+FFFD, as Python's
- * errors="replace" and the Unicode standard's recommended practice do. */
-static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad) {
-    unsigned char c = s[0];
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        need = 2;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 3;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        *bad = 1;
-        return 0;
-    }
-    size_t i = 1;
-    for (; i <= need; i++) {
-        if (i >= n) break;
-        unsigned char lim_lo = i == 1 ? lo : 0x80, lim_hi = i == 1 ? hi : 0xBF;
-        if (s[i] < lim_lo || s[i] > lim_hi) break;
-    }
-    if (i == need + 1) return need + 1;
-    *bad = i;
-    return 0;
-}
-
 /* A JSON string of any bytes: invalid UTF-8 becomes U+FFFD. NULL when out of memory. */
 static json_t *json_bytes(const char *s, size_t n) {
     json_t *j = json_stringn(s, n);
     if (j) return j;
     char *b = malloc(3 * n + 1); /* each invalid byte at most 3 bytes out */
     if (!b) return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t bad = 0, k = utf8_seq((const unsigned char *)s + i, n - i, &bad);
-        if (k) {
-            memcpy(b + o, s + i, k);
-            o += k;
-            i += k;
-        } else {
-            memcpy(b + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i += bad;
-        }
-    }
-    j = json_stringn(b, o);
+    j = json_stringn(b, rf_utf8_replace(s, n, b)); /* as Python's errors="replace" */
     free(b);
     return j;
 }

@@ -114,7 +114,7 @@ typedef struct srv_params {
     char *stop[SRV_MAX_STOP];
     size_t stop_len[SRV_MAX_STOP];
     int n_stop;
-    /* chat: tools and reasoning (oai_tools.c, oai_render.c) */
+    /* chat: tools and reasoning (oai_tools.c, oai_prepare.c) */
     char *messages_json;        /* the messages as the template renders them (tool_calls, tool results) */
     char *tools_json;           /* the tools offered (NULL: none, or tool_choice "none") */
     char *tmpl_vars_json;       /* chat_template_kwargs + reasoning_effort (NULL: none) */
@@ -140,7 +140,7 @@ enum { SRV_TOOL_CHOICE_AUTO = 0, SRV_TOOL_CHOICE_NONE, SRV_TOOL_CHOICE_REQUIRED,
 int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e);
 /* Renders p's chat through the model's template (tools and variables included) and tokenizes
  * it as the engine would (the messages' text plain): sets p->prompt_ids and how the answer is
- * parsed (oai_render.c). A template error (raise_exception) is a 400; a prompt longer than
+ * parsed (oai_prepare.c). A template error (raise_exception) is a 400; a prompt longer than
  * the context a 400 context_length_exceeded. A model without a template: 0, nothing set. */
 int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *e);
 
@@ -156,7 +156,7 @@ int srv_tool_grammar(const srv_params *p, rf_grammar **out, srv_error *e);
  * the peers do); fields this server cannot honour (tools, logit_bias, json response formats,
  * suffix, best_of > n, echo with logprobs) are refused rather than silently dropped. */
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
-/* The chat and completions routes' parser (oai_parse.c) that srv_parse_request (oai_request.c)
+/* The chat and completions routes' parser (oai_parse.c) that srv_parse_request (oai_prepare.c)
  * and the translated Messages/Responses bodies use. */
 int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
@@ -217,10 +217,6 @@ void srv_prepared_free(srv_prepared *pr);
 
 /* A JSON string of any bytes: invalid UTF-8 becomes U+FFFD (one per maximal invalid subpart). */
 json_t *srv_json_bytes(const char *s, size_t n);
-/* A log-probability as JSON: -9999.0 for -inf or NaN (JSON has no infinities). */
-json_t *srv_json_logprob(float lp);
-/* The finish reason OpenAI clients know: eos/stop -> "stop", length/context -> "length". */
-const char *srv_finish_str(rf_finish_reason f);
 
 /* A growable byte buffer. */
 typedef struct srv_buf {
@@ -235,7 +231,7 @@ void srv_buf_printf(srv_buf *b, const char *fmt, ...)
 #endif
     ;
 void srv_buf_free(srv_buf *b);
-/* Appends "data: <compact json>\n\n" and consumes j (decref). */
-void srv_buf_sse(srv_buf *b, json_t *j);
+/* Appends "event: <name>\ndata: <compact json>\n\n" and consumes j. */
+void srv_buf_sse_event(srv_buf *b, const char *name, json_t *j);
 
 #endif

@@ -66,25 +66,7 @@ static int blocks_text(json_t *c, const char *param, json_t **out, srv_error *e)
         if (i) srv_buf_add(&b, "\n", 1);
         srv_buf_add(&b, json_string_value(tx), json_string_length(tx));
     }
-    if (b.oom) {
-        srv_buf_free(&b);
-        return srv_tr_oom(e);
-    }
-    *out = json_stringn(b.p ? b.p : "", b.len);
-    srv_buf_free(&b);
-    return *out ? 0 : srv_tr_oom(e);
-}
-
-static int add_msg(json_t *msgs, const char *role, json_t *content, srv_error *e) {
-    json_t *m = json_object();
-    if (!m || !content) {
-        json_decref(m);
-        json_decref(content);
-        return srv_tr_oom(e);
-    }
-    json_object_set_new(m, "role", json_string(role));
-    json_object_set_new(m, "content", content);
-    return json_array_append_new(msgs, m) ? srv_tr_oom(e) : 0;
+    return srv_tr_take_text(&b, out, e);
 }
 
 /* One turn's blocks in chat's terms: text blocks joined (*text), thinking blocks as the
@@ -175,7 +157,7 @@ static int read_messages(json_t *root, json_t *msgs, srv_error *e) {
     if (srv_tr_present(sys)) {
         json_t *t = NULL;
         if (blocks_text(sys, "system", &t, e)) return -1;
-        if (add_msg(msgs, "system", t, e)) return -1;
+        if (srv_tr_add_msg(msgs, "system", t, e)) return -1;
     }
     json_t *ms = json_object_get(root, "messages");
     if (!srv_tr_present(ms)) return srv_tr_bad(e, "messages", "'messages' is required");
@@ -288,13 +270,7 @@ static int translate(json_t *root, json_t *chat, srv_error *e) {
     if (read_tools(root, chat, e)) return -1;
     v = json_object_get(root, "stream");
     if (srv_tr_present(v) && !json_is_boolean(v)) return srv_tr_bad(e, "stream", "'stream' must be a boolean, not %s", srv_tr_type_name(v));
-    v = json_object_get(root, "model");
-    if (srv_tr_present(v) && !json_is_string(v)) return srv_tr_bad(e, "model", "'model' must be a string, not %s", srv_tr_type_name(v));
-    srv_tr_copy(chat, "model", root, "model");
-    srv_tr_copy(chat, "stream", root, "stream");
-    srv_tr_copy(chat, "temperature", root, "temperature");
-    srv_tr_copy(chat, "top_p", root, "top_p");
-    srv_tr_copy(chat, "top_k", root, "top_k");
+    if (srv_tr_copy_sampling(root, chat, e)) return -1;
     json_t *msgs = json_array();
     if (!msgs) return srv_tr_oom(e);
     json_object_set_new(chat, "messages", msgs);

@@ -1,5 +1,5 @@
 /* oai_parse.c — routing and OpenAI request bodies to checked parameters (oai.h; the errors in
- * oai_error.c, the choice of parser by route in oai_request.c). Every field
+ * oai_error.c, the choice of parser by route in oai_prepare.c). Every field
  * is checked for its JSON type and range here, so that what reaches the engine is valid and a
  * bad request is a 400 naming the field; the fuzz target runs this on random bodies. */
 #define _GNU_SOURCE

@@ -1,11 +1,231 @@
-/* oai_prepare.c — checked parameters (oai_parse.c) to engine requests, with the prompt counted
- * against the context before anything is queued: nothing is ever truncated. */
+/* oai_prepare.c — a request body to engine requests: the parser chosen by route (Anthropic
+ * Messages and OpenAI Responses bodies through their translators, which hand a chat body to
+ * oai_parse.c), the chat prompt rendered and tokenized, the prompt counted against the context. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "oai.h"
+#include "tool_calls.h"
+
+/* ---- the parser by route ------------------------------------------------------------------ */
+
+int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
+    if (route == SRV_ROUTE_MESSAGES) return srv_parse_messages(body, len, p, e);
+    if (route == SRV_ROUTE_RESPONSES) return srv_parse_responses(body, len, p, e);
+    return srv_parse_openai(route, body, len, p, e);
+}
+
+/* ---- the chat prompt: rendered by the server (not the engine) because it carries more than
+ * roles and texts: tools, assistant tool calls, tool results, reasoning and template variables.
+ * Tokenized as the engine tokenizes chat messages (only the template's own markup becomes
+ * special tokens); also decides how the answer will be parsed. ---------------------------- */
+
+/* For templates that ignore `tools` (SmolLM2's, the built-in fallbacks): the tools described
+ * in a system message, in the Hermes format the parser reads. */
+static json_t *tools_system_text(const char *tools_json) {
+    json_t *tools = json_loads(tools_json, 0, NULL);
+    if (!tools) return NULL;
+    srv_buf b = {0};
+    static const char HEAD[] = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+    static const char TAIL[] = "\n</tools>\n\nFor each function call, return a json object with function name and "
+                               "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                               "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+    srv_buf_add(&b, HEAD, strlen(HEAD));
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        char *s = json_dumps(t, JSON_COMPACT);
+        srv_buf_add(&b, "\n", 1);
+        if (s) srv_buf_add(&b, s, strlen(s));
+        free(s);
+    }
+    srv_buf_add(&b, TAIL, strlen(TAIL));
+    json_decref(tools);
+    json_t *r = b.oom ? NULL : json_stringn(b.p, b.len);
+    srv_buf_free(&b);
+    return r;
+}
+
+/* messages adjusted for the template: harmony reads reasoning as `thinking`; tools put in a
+ * system message when the template would drop them */
+static char *adjust_messages(const srv_params *p, bool harmony, bool inject_tools, bool inline_calls, bool sys_field) {
+    json_t *ms = json_loads(p->messages_json, 0, NULL);
+    if (!ms) return NULL;
+    size_t i;
+    json_t *m;
+    if (sys_field && p->tools_json) { /* Phi-4-mini: the functions as JSON text in the system message's `tools` */
+        json_t *tools = json_loads(p->tools_json, 0, NULL), *fns = json_array();
+        json_array_foreach(tools, i, m) json_array_append(fns, json_object_get(m, "function"));
+        char *txt = json_dumps(fns, 0);
+        json_decref(tools);
+        json_decref(fns);
+        json_t *first = json_array_get(ms, 0);
+        json_t *role = json_object_get(first, "role");
+        if (!(json_is_string(role) && !strcmp(json_string_value(role), "system"))) {
+            first = json_pack("{ssss}", "role", "system", "content", "");
+            json_array_insert_new(ms, 0, first);
+        }
+        if (txt && first) json_object_set_new(first, "tools", json_string(txt));
+        free(txt);
+    }
+    if (inline_calls) /* the template drops tool_calls: the calls as the model wrote them (Hermes) */
+        json_array_foreach(ms, i, m) {
+            json_t *tc = json_object_get(m, "tool_calls");
+            if (!json_is_array(tc)) continue;
+            const char *c = json_string_value(json_object_get(m, "content"));
+            srv_buf b = {0};
+            if (c) srv_buf_add(&b, c, strlen(c));
+            size_t k;
+            json_t *call;
+            json_array_foreach(tc, k, call) {
+                json_t *f = json_object_get(call, "function");
+                json_t *one = json_pack("{sOsO}", "name", json_object_get(f, "name"), "arguments", json_object_get(f, "arguments"));
+                char *js = one ? json_dumps(one, 0) : NULL;
+                json_decref(one);
+                if (b.len) srv_buf_add(&b, "\n", 1);
+                srv_buf_add(&b, "<tool_call>\n", 12);
+                if (js) srv_buf_add(&b, js, strlen(js));
+                srv_buf_add(&b, "\n</tool_call>", 13);
+                free(js);
+            }
+            if (!b.oom && b.p) json_object_set_new(m, "content", json_stringn(b.p, b.len));
+            srv_buf_free(&b);
+            json_object_del(m, "tool_calls");
+        }
+    if (harmony)
+        json_array_foreach(ms, i, m) {
+            json_t *rc = json_object_get(m, "reasoning_content");
+            if (rc) {
+                json_object_set(m, "thinking", rc);
+                json_object_del(m, "reasoning_content");
+            }
+        }
+    if (inject_tools) {
+        json_t *txt = tools_system_text(p->tools_json);
+        if (!txt) {
+            json_decref(ms);
+            return NULL;
+        }
+        json_t *first = json_array_get(ms, 0);
+        json_t *role = json_object_get(first, "role");
+        if (first && json_is_string(role) && !strcmp(json_string_value(role), "system")) {
+            const char *c = json_string_value(json_object_get(first, "content"));
+            size_t cl = c ? strlen(c) : 0;
+            char *joined = malloc(cl + 2 + json_string_length(txt) + 1);
+            if (joined) {
+                memcpy(joined, c ? c : "", cl);
+                size_t o = cl;
+                if (cl) {
+                    memcpy(joined + o, "\n\n", 2);
+                    o += 2;
+                }
+                memcpy(joined + o, json_string_value(txt), json_string_length(txt) + 1);
+                json_object_set_new(first, "content", json_string(joined));
+                free(joined);
+            }
+        } else {
+            json_array_insert_new(ms, 0, json_pack("{ssso}", "role", "system", "content", json_incref(txt)));
+        }
+        json_decref(txt);
+    }
+    char *s = json_dumps(ms, JSON_COMPACT);
+    json_decref(ms);
+    return s;
+}
+
+int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *e) {
+    const rf_chat_template *t = m ? rf_model_chat_template(m) : NULL;
+    if (!t || !p->n_msgs) return 0; /* the engine reports a model without a template */
+    const char *src = NULL;
+    const rf_gguf *g = rf_model_gguf(m);
+    if (!g || rf_gguf_get_str(g, "tokenizer.chat_template", &src)) src = NULL;
+    rf_clear_error();
+    if (rf_chat_template_is_fallback(t)) src = NULL;
+    bool thinks = false;
+    srv_tool_syntax syn = srv_tool_syntax_detect(src, &thinks);
+    if (!src) { /* a built-in family template: its family's tool syntax */
+        const char *arch = NULL;
+        if (g && rf_gguf_get_str(g, "general.architecture", &arch)) arch = NULL;
+        rf_clear_error();
+        syn = srv_tool_syntax_detect(rf_chat_family_template(rf_chat_family_detect(NULL, arch, g)), &thinks);
+    }
+    bool harmony = syn == SRV_SYNTAX_HARMONY;
+    bool inject = p->tools_json && (!src || !strstr(src, "tools")) && syn != SRV_SYNTAX_HARMONY;
+    if (inject && syn == SRV_SYNTAX_NONE) syn = SRV_SYNTAX_HERMES; /* the format the injected text asks for */
+    bool inline_calls = !src || !strstr(src, "tool_calls");
+    bool sys_field = src && strstr(src, "message['tools']");
+    /* roles and texts only: rendered from p->msgs as the engine would */
+    char *msgs = NULL;
+    rf_chat_msg *plain = NULL;
+    if (p->messages_json) {
+        msgs = adjust_messages(p, harmony, inject, inline_calls, sys_field);
+        if (!msgs) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while rendering the chat template");
+    } else {
+        plain = malloc(p->n_msgs * sizeof *plain);
+        if (!plain) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while rendering the chat template");
+        for (size_t i = 0; i < p->n_msgs; i++) plain[i] = (rf_chat_msg){p->msgs[i].role, p->msgs[i].content};
+    }
+    rf_chat_render_opts ro = {0};
+    ro.add_generation_prompt = true;
+    ro.messages_json = msgs;
+    ro.tools_json = inject ? NULL : p->tools_json;
+    ro.extra_json = p->tmpl_vars_json;
+    char *text = NULL;
+    rf_text_span *data = NULL;
+    size_t nd = 0;
+    rf_status st = rf_chat_template_render_data(t, plain, plain ? p->n_msgs : 0, &ro, &text, &data, &nd);
+    free(msgs);
+    free(plain);
+    if (st) {
+        if (st == RF_ERR_OOM) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while rendering the chat template");
+        return srv_fail(e, 400, "invalid_request_error", NULL, "messages", "the model's chat template refused the request: %s",
+                        rf_last_error());
+    }
+    size_t len = strlen(text);
+    const rf_vocab *v = rf_model_vocab(m);
+    rf_tokenize_opts o = {.parse_special = true, .plain = data, .n_plain = nd, .max_tokens = (size_t)n_ctx};
+    size_t cap = len + 4 < (size_t)n_ctx + 1 ? len + 4 : (size_t)n_ctx + 1, cnt = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    st = ids ? rf_tokenize_ex(v, text, len, &o, ids, cap, &cnt) : RF_ERR_OOM;
+    if (st == RF_ERR_RANGE && cnt > cap && cnt <= (size_t)n_ctx) {
+        int32_t *bigger = realloc(ids, cnt * sizeof *ids);
+        if (bigger) {
+            ids = bigger;
+            st = rf_tokenize_ex(v, text, len, &o, ids, cnt, &cnt);
+        } else {
+            st = RF_ERR_OOM;
+        }
+    }
+    bool opens = srv_prompt_opens_think(text, len);
+    free(text);
+    free(data);
+    if (st) {
+        free(ids);
+        if (st == RF_ERR_RANGE && cnt > (size_t)n_ctx)
+            return srv_fail(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
+                            "This model's maximum context length is %d tokens. However, the messages have more than %d "
+                            "tokens (tokenizing stopped there). Please reduce the length of the messages.",
+                            n_ctx, n_ctx);
+        if (st == RF_ERR_OOM) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while tokenizing the prompt");
+        return srv_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", rf_last_error());
+    }
+    p->prompt_ids = ids;
+    p->n_prompt_ids = cnt;
+    p->syntax = syn;
+    p->think_open = opens;
+    bool tools = p->tools_json != NULL;
+    bool reasoning = p->reasoning_split && (thinks || opens || harmony || p->reasoning_force);
+    p->parse_output = tools || reasoning || harmony; /* harmony's answer is its final channel */
+    /* the markers of these syntaxes are control tokens: the parser needs their text */
+    p->render_special = harmony || (tools && (syn == SRV_SYNTAX_MISTRAL || syn == SRV_SYNTAX_LLAMA3));
+    return 0;
+}
+
+/* ---- engine requests: checked parameters to requests, with the prompt counted against the
+ * context before anything is queued: nothing is ever truncated. ----------------------------- */
 
 void srv_prepared_free(srv_prepared *pr) {
     if (!pr) return;

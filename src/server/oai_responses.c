@@ -42,25 +42,7 @@ static int item_text(json_t *c, const char *param, json_t **out, srv_error *e) {
         if (i) srv_buf_add(&b, "\n", 1);
         srv_buf_add(&b, json_string_value(tx), json_string_length(tx));
     }
-    if (b.oom) {
-        srv_buf_free(&b);
-        return srv_tr_oom(e);
-    }
-    *out = json_stringn(b.p ? b.p : "", b.len);
-    srv_buf_free(&b);
-    return *out ? 0 : srv_tr_oom(e);
-}
-
-static int add_msg(json_t *msgs, const char *role, json_t *content, srv_error *e) {
-    json_t *m = json_object();
-    if (!m || !content) {
-        json_decref(m);
-        json_decref(content);
-        return srv_tr_oom(e);
-    }
-    json_object_set_new(m, "role", json_string(role));
-    json_object_set_new(m, "content", content);
-    return json_array_append_new(msgs, m) ? srv_tr_oom(e) : 0;
+    return srv_tr_take_text(&b, out, e);
 }
 
 /* A function_call item joins the assistant message just before it (or starts one) as one of
@@ -139,11 +121,11 @@ static int read_input(json_t *root, json_t *msgs, srv_error *e) {
     if (srv_tr_present(ins)) {
         if (!json_is_string(ins))
             return srv_tr_bad(e, "instructions", "'instructions' must be a string, not %s", srv_tr_type_name(ins));
-        if (add_msg(msgs, "system", json_incref(ins), e)) return -1;
+        if (srv_tr_add_msg(msgs, "system", json_incref(ins), e)) return -1;
     }
     json_t *in = json_object_get(root, "input");
     if (!srv_tr_present(in)) return srv_tr_bad(e, "input", "'input' is required");
-    if (json_is_string(in)) return add_msg(msgs, "user", json_incref(in), e);
+    if (json_is_string(in)) return srv_tr_add_msg(msgs, "user", json_incref(in), e);
     if (!json_is_array(in))
         return srv_tr_bad(e, "input", "'input' must be a string or a list of items, not %s", srv_tr_type_name(in));
     if (json_array_size(in) == 0) return srv_tr_bad(e, "input", "'input' must not be an empty list");
@@ -180,7 +162,7 @@ static int read_input(json_t *root, json_t *msgs, srv_error *e) {
         json_t *c = json_object_get(it, "content"), *txt = NULL;
         if (!srv_tr_present(c)) return srv_tr_bad(e, pp, "'%s' is required", pp);
         if (item_text(c, pp, &txt, e)) return -1;
-        if (add_msg(msgs, role, txt, e)) return -1;
+        if (srv_tr_add_msg(msgs, role, txt, e)) return -1;
         n_msgs++;
     }
     if (!n_msgs) return srv_tr_bad(e, "input", "'input' holds no message");
@@ -234,13 +216,7 @@ static int translate(json_t *root, json_t *chat, srv_error *e) {
             return srv_tr_bad(e, "max_output_tokens", "'max_output_tokens' must be an integer >= 1");
         json_object_set(chat, "max_tokens", v);
     }
-    v = json_object_get(root, "model");
-    if (srv_tr_present(v) && !json_is_string(v)) return srv_tr_bad(e, "model", "'model' must be a string, not %s", srv_tr_type_name(v));
-    srv_tr_copy(chat, "model", root, "model");
-    srv_tr_copy(chat, "stream", root, "stream");
-    srv_tr_copy(chat, "temperature", root, "temperature");
-    srv_tr_copy(chat, "top_p", root, "top_p");
-    srv_tr_copy(chat, "top_k", root, "top_k");   /* an extra, as on chat */
+    if (srv_tr_copy_sampling(root, chat, e)) return -1; /* top_k: an extra, as on chat */
     srv_tr_copy(chat, "seed", root, "seed");
     if (text_format(root, chat, e)) return -1;
     json_t *msgs = json_array();

@@ -157,7 +157,7 @@ static int norm_messages(json_t *root, srv_params *p, srv_error *e) {
                     json_decref(out);
                     return bad(e, pp, "'%s' must be a string", pp);
                 }
-                /* Qwen3-style templates read reasoning_content (gpt-oss's `thinking`: oai_render.c) */
+                /* Qwen3-style templates read reasoning_content (gpt-oss's `thinking`: oai_prepare.c) */
                 json_object_set(o, "reasoning_content", rc);
             }
         } else if (!strcmp(role, "tool")) {

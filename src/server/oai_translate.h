@@ -1,6 +1,6 @@
 /* oai_translate.h — small helpers shared by the request translators of the other API shapes
  * (oai_messages.c, oai_responses.c, oai_tokenize.c): 400s naming a field, JSON type names,
- * text parts joined. Static inline: each translator stays one file. */
+ * text parts joined, chat messages appended. Static inline: each translator stays one file. */
 #ifndef RF_SERVER_OAI_TRANSLATE_H
 #define RF_SERVER_OAI_TRANSLATE_H
 
@@ -71,6 +71,43 @@ static inline json_t *srv_tr_load(const char *body, size_t len, srv_error *e) {
 static inline void srv_tr_copy(json_t *out, const char *to, json_t *root, const char *from) {
     json_t *v = json_object_get(root, from);
     if (srv_tr_present(v)) json_object_set(out, to, v);
+}
+
+/* The fields chat takes as they are: 'model' (checked to be a string), 'stream', 'temperature',
+ * 'top_p', 'top_k' (the chat parser checks the others' types and ranges). */
+static inline int srv_tr_copy_sampling(json_t *root, json_t *chat, srv_error *e) {
+    json_t *v = json_object_get(root, "model");
+    if (srv_tr_present(v) && !json_is_string(v)) return srv_tr_bad(e, "model", "'model' must be a string, not %s", srv_tr_type_name(v));
+    srv_tr_copy(chat, "model", root, "model");
+    srv_tr_copy(chat, "stream", root, "stream");
+    srv_tr_copy(chat, "temperature", root, "temperature");
+    srv_tr_copy(chat, "top_p", root, "top_p");
+    srv_tr_copy(chat, "top_k", root, "top_k");
+    return 0;
+}
+
+/* Appends {"role": role, "content": content} to msgs, taking content (NULL: out of memory). */
+static inline int srv_tr_add_msg(json_t *msgs, const char *role, json_t *content, srv_error *e) {
+    json_t *m = json_object();
+    if (!m || !content) {
+        json_decref(m);
+        json_decref(content);
+        return srv_tr_oom(e);
+    }
+    json_object_set_new(m, "role", json_string(role));
+    json_object_set_new(m, "content", content);
+    return json_array_append_new(msgs, m) ? srv_tr_oom(e) : 0;
+}
+
+/* Text parts joined in b, as a JSON string in *out; b is freed either way. */
+static inline int srv_tr_take_text(srv_buf *b, json_t **out, srv_error *e) {
+    if (b->oom) {
+        srv_buf_free(b);
+        return srv_tr_oom(e);
+    }
+    *out = json_stringn(b->p ? b->p : "", b->len);
+    srv_buf_free(b);
+    return *out ? 0 : srv_tr_oom(e);
 }
 
 /* Parses the translated chat body with srv_parse_openai (one set of sampling checks) and

@@ -1,8 +1,8 @@
 /* server_int.h — what the parts of `rocmforge serve` share (not installed): the server and
  * request objects, their locks and lifetimes, and the functions one part calls in another.
  * server.c: start, threads, stop; server_http.c: libmicrohttpd's callbacks, routing, answers;
- * server_req.c: request objects, the engine callback, the ticker; server_out.c: events to
- * OpenAI JSON and SSE.
+ * server_req.c: request objects, their state machine, the ticker; server_out.c: the engine
+ * callback and events to OpenAI JSON and SSE.
  *
  * Threads:
  *  - libmicrohttpd's worker pool (epoll, suspend/resume): routes, checks and parses requests,
@@ -227,16 +227,17 @@ bool srv_list_remove(srv *s, srv_req *r);
 /* Cancels r's engine submissions made so far (later ones see r->cancelled); their choices end
  * as cancelled at the next step and their KV blocks return to the pool. */
 void srv_req_cancel(srv *s, srv_req *r);
+/* The ticker thread's body (arg: the srv); returns when s->ticker_stop is set. */
+void *srv_ticker_main(void *arg);
+
+/* ---- server_out.c: a request's output: the engine's events queued (engine thread), then
+ * turned into OpenAI JSON and SSE (the connection's thread) -------------------------------- */
+
 /* The engine callback (engine thread): copies the event into r's queue, resumes the
  * connection when it has something to write, records latencies. Returns false once the
  * request is cancelled, so the engine stops it. A copy that fails (out of memory) marks the
  * request lost_events: its connection answers with an error. */
 bool srv_on_engine_event(const rf_event *ev, void *user);
-/* The ticker thread's body (arg: the srv); returns when s->ticker_stop is set. */
-void *srv_ticker_main(void *arg);
-
-/* ---- server_out.c: events to OpenAI JSON and SSE (the connection's thread) ---------------- */
-
 /* Takes r's queued events (under r->mu); *all: every choice's DONE is among those taken so far. */
 srv_event *srv_take_events(srv_req *r, bool *all);
 void srv_free_events(srv_event *e);
@@ -277,8 +278,6 @@ void srv_responses_stream_error(srv_req *r);
 /* The whole non-streaming answer; NULL when out of memory. */
 json_t *srv_messages_final_json(srv_req *r);
 json_t *srv_responses_final_json(srv_req *r);
-/* Appends "event: <name>\ndata: <compact json>\n\n" and consumes j. */
-void srv_buf_sse_event(srv_buf *b, const char *name, json_t *j);
 
 /* ---- server_http.c: libmicrohttpd's callbacks --------------------------------------------- */
 

@@ -9,19 +9,6 @@
 
 #include "server_int.h"
 
-void srv_buf_sse_event(srv_buf *b, const char *name, json_t *j) {
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(j);
-    if (!s) {
-        b->oom = true;
-        return;
-    }
-    srv_buf_printf(b, "event: %s\ndata: ", name);
-    srv_buf_add(b, s, strlen(s));
-    srv_buf_add(b, "\n\n", 2);
-    free(s);
-}
-
 /* The stop sequence that ended the text: the only one, or, of several, the one whose first
  * occurrence in the generated pieces ends first (the engine stops at the first completed
  * match). NULL when none is found. */

@@ -1,6 +1,6 @@
-/* server_req.c — the request objects of `rocmforge serve` and everything that touches them
- * off the connection's thread: their lifetime and list, cancellation, the engine callback that
- * queues events, and the ticker that notices hang-ups of suspended clients and sends pings. */
+/* server_req.c — the request objects of `rocmforge serve`: their lifetime and list, their state
+ * machine, cancellation, and the ticker that notices hang-ups of suspended clients and sends
+ * pings (the engine callback that queues their events is the output's: server_out.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -135,100 +135,6 @@ bool srv_req_step(srv_req *r, srv_req_input in) {
     if (first) st->end = to;
     return first;
 }
-
-/* ---- the engine thread's callback --------------------------------------------------------- */
-
-static srv_event *event_copy(const rf_event *ev, int sub) {
-    size_t len = 0;
-    const char *t = rf_event_text(ev, &len);
-    int32_t n_top = rf_event_n_top(ev);
-    if (n_top < 0) n_top = 0;
-    if (n_top > SRV_MAX_TOP_LOGPROBS) n_top = SRV_MAX_TOP_LOGPROBS;
-    rf_event_kind kind = rf_event_get_kind(ev);
-    rf_finish_reason fin = rf_event_finish(ev);
-    const char *err = kind == RF_EVENT_DONE && fin == RF_FINISH_ERROR ? rf_event_error(ev) : NULL;
-    size_t elen = err ? strlen(err) : 0;
-    size_t sz = sizeof(srv_event) + (size_t)n_top * (sizeof(int32_t) + sizeof(float)) + len + 1 + (err ? elen + 1 : 0);
-    srv_event *e = malloc(sz);
-    if (!e) return NULL;
-    memset(e, 0, sizeof *e);
-    char *p = (char *)(e + 1);
-    e->top_id = (int32_t *)p;
-    p += (size_t)n_top * sizeof(int32_t);
-    e->top_lp = (float *)p;
-    p += (size_t)n_top * sizeof(float);
-    e->text = p;
-    if (len) memcpy(p, t, len);
-    p[len] = 0;
-    e->len = len;
-    p += len + 1;
-    if (err) {
-        memcpy(p, err, elen + 1);
-        e->error = p;
-    }
-    e->kind = kind;
-    e->sub = sub;
-    e->choice = rf_event_choice(ev);
-    e->token = rf_event_token(ev);
-    e->logprob = rf_event_logprob(ev);
-    int32_t k = 0;
-    for (int32_t i = 0; i < n_top; i++)
-        if (rf_event_top(ev, i, &e->top_id[k], &e->top_lp[k])) k++;
-    e->n_top = k;
-    e->finish = fin;
-    e->n_prompt = rf_event_n_prompt(ev);
-    e->n_cached = rf_event_n_cached(ev);
-    e->n_gen = rf_event_n_gen(ev);
-    return e;
-}
-
-bool srv_on_engine_event(const rf_event *ev, void *user) {
-    srv_sub *sb = user;
-    srv_req *r = sb->req;
-    srv *s = r->s;
-    rf_event_kind kind = rf_event_get_kind(ev);
-    int32_t choice = rf_event_choice(ev);
-    if (choice < 0 || choice >= r->p.n) choice = 0;
-    int ci = sb->idx * r->p.n + choice;
-    double t = srv_now_s();
-    if (kind == RF_EVENT_TOKEN) {
-        if (!r->first_token) {
-            r->first_token = true;
-            srv_metrics_observe(&s->m, &s->m.ttft, t - r->t_arrival);
-        }
-        if (r->t_last[ci] > 0) srv_metrics_observe(&s->m, &s->m.itl, t - r->t_last[ci]);
-        r->t_last[ci] = t;
-    }
-    srv_event *e = r->fault_oom ? NULL : event_copy(ev, sb->idx);
-    bool done = kind == RF_EVENT_DONE;
-    pthread_mutex_lock(&r->mu);
-    if (e) {
-        *r->qt = e;
-        r->qt = &e->next;
-    }
-    if (done) r->engine_done++;
-    bool all = r->engine_done >= r->n_choices;
-    bool wake = srv_req_step(r, e ? SRV_IN_EVENT : SRV_IN_LOST);
-    bool go = !srv_req_ending(r) && e;
-    struct MHD_Connection *conn = r->conn;
-    pthread_mutex_unlock(&r->mu);
-    if (wake) MHD_resume_connection(conn);
-    if (done) {
-        pthread_mutex_lock(&s->m.mu);
-        rf_finish_reason f = rf_event_finish(ev);
-        if ((unsigned)f < 8) s->m.finish[f]++;
-        s->m.completion_tokens += (uint64_t)(rf_event_n_gen(ev) > 0 ? rf_event_n_gen(ev) : 0);
-        if (sb->n_done == 0) s->m.prompt_tokens += (uint64_t)(rf_event_n_prompt(ev) > 0 ? rf_event_n_prompt(ev) : 0);
-        pthread_mutex_unlock(&s->m.mu);
-        if (all) srv_metrics_observe(&s->m, &s->m.e2e, t - r->t_arrival);
-        if (++sb->n_done == r->p.n) {
-            atomic_fetch_sub(&s->active, 1);
-            srv_req_unref(r);
-        }
-    }
-    return go;
-}
-
 
 /* ---- building a request ------------------------------------------------------------------ */
 

@@ -12,27 +12,13 @@
 # kernels need not be batch-invariant.
 # usage: bash batch.sh <rocmforge> <source-dir>
 set -u
-RF=$1
-SRC=$2
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+. "$2/tests/util/cli_common.sh" "$1" "$2"
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the JSON output"; exit 77; }
 
 B=("$RF" batch --device cpu)
 R=("$RF" run --device cpu)
 QUICK=${RF_TEST_QUICK:-0}
 if [ "$QUICK" = 0 ] && command -v nm >/dev/null && nm "$RF" 2>/dev/null | grep -q __asan_init; then QUICK=1; fi
-
-# expect CODE PATTERN -- command...: exit code and a stderr substring
-expect() {
-    local code=$1 pat=$2
-    shift 3
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    [ "$rc" = "$code" ] || fail "'$*' exited $rc, expected $code; stderr: $(cat "$T/err")"
-    grep -qF -- "$pat" "$T/err" || fail "'$*' stderr lacks '$pat': $(cat "$T/err")"
-}
 
 "$RF" mkmodel --preset tiny --type q8_0 -o "$T/tiny.gguf" >/dev/null 2>&1 || fail "mkmodel"
 M=$T/tiny.gguf

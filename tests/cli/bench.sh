@@ -4,10 +4,7 @@
 # test, --plot writes a PNG (when gnuplot is installed), and bad options fail with a message.
 # usage: bash bench.sh <rocmforge> <source-dir>
 set -u
-RF=$1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+. "$2/tests/util/cli_common.sh" "$1" "$2"
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check the JSON output"; exit 77; }
 
 "$RF" mkmodel --preset tiny --type q8_0 -o "$T/tiny.gguf" >/dev/null 2>&1 || fail "mkmodel"

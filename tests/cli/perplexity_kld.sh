@@ -4,10 +4,7 @@
 # mass on a chosen token per position) give numbers known in closed form.
 # usage: bash perplexity_kld.sh <rocmforge> <source-dir>
 set -u
-RF=$1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+. "$2/tests/util/cli_common.sh" "$1" "$2"
 command -v python3 >/dev/null || { echo "SKIPPED: no python3"; exit 77; }
 "$RF" mkmodel --preset tiny --type f32 -o "$T/m.gguf" >/dev/null 2>&1 || fail "mkmodel"
 for i in $(seq 1 60); do echo "The quick brown fox jumps over the lazy dog number $i, and then it rests."; done >"$T/text"

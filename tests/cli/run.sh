@@ -4,21 +4,7 @@
 # counts). Uses a tiny synthetic model from mkmodel; the SmolLM2 part runs when models/ has it.
 # usage: bash run.sh <rocmforge> <source-dir>
 set -u
-RF=$1
-SRC=$2
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-# expect CODE PATTERN -- command...: exit code and a stderr substring
-expect() {
-    local code=$1 pat=$2
-    shift 3
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    [ "$rc" = "$code" ] || fail "'$*' exited $rc, expected $code; stderr: $(cat "$T/err")"
-    grep -qF -- "$pat" "$T/err" || fail "'$*' stderr lacks '$pat': $(cat "$T/err")"
-}
+. "$2/tests/util/cli_common.sh" "$1" "$2"
 
 "$RF" mkmodel --preset tiny --type q8_0 -o "$T/tiny.gguf" >/dev/null || fail "mkmodel"
 M=$T/tiny.gguf

@@ -3,11 +3,7 @@
 # template (history kept), and `rocmforge run --chat` wraps a prompt in the template.
 # usage: bash run_chat.sh <rocmforge> <source-dir>
 set -u
-RF=$1
-SRC=$2
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+. "$2/tests/util/cli_common.sh" "$1" "$2"
 "$RF" mkmodel --preset tiny-qwen2 --type q8_0 -o "$T/m.gguf" >/dev/null 2>&1 || fail "mkmodel"
 printf 'hello there\nand again\n/exit\n' | "$RF" chat -m "$T/m.gguf" -s "Be brief." -n 6 -t 1 >"$T/out" 2>"$T/err"
 [ $? = 0 ] || fail "chat exited non-zero: $(cat "$T/err")"

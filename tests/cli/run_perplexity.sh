@@ -3,10 +3,7 @@
 # a clear error for a text shorter than two chunks, and a finite PPL that does not depend on
 # the thread count. usage: bash run_perplexity.sh <rocmforge> <source-dir>
 set -u
-RF=$1
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+. "$2/tests/util/cli_common.sh" "$1" "$2"
 "$RF" mkmodel --preset tiny --type q8_0 -o "$T/m.gguf" >/dev/null 2>&1 || fail "mkmodel"
 for i in $(seq 1 60); do echo "The quick brown fox jumps over the lazy dog number $i, and then it rests."; done >"$T/text"
 "$RF" perplexity -m "$T/m.gguf" -f "$T/text" --ctx 64 -t 1 >"$T/o1" 2>"$T/e1" || fail "perplexity: $(cat "$T/e1")"

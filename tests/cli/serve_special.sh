@@ -6,14 +6,7 @@
 # package (serve_test.py's harness); skipped (77) when one is missing or the server is not built.
 # usage: bash serve_special.sh <rocmforge> <source-dir>
 set -u
-RF=$(realpath "$1")
-SRC=$(realpath "$2")
-"$RF" serve --help 2>&1 | grep -qi "not part of this build\|unknown command" && { echo "SKIP: built without the server"; exit 77; }
-MODEL=$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf
-[ -f "$MODEL" ] || { echo "SKIP: $MODEL missing (make models)"; exit 77; }
-PY=$SRC/.venv/bin/python
-[ -x "$PY" ] || PY=python3
-"$PY" -c "import openai" 2>/dev/null || { echo "SKIP: the openai package is missing ($PY)"; exit 77; }
+. "$2/tests/server/serve_common.sh" "$1" "$2" openai
 QUICK=${RF_TEST_QUICK:-0}
 if [ "$QUICK" = 0 ] && command -v nm >/dev/null && nm "$RF" 2>/dev/null | grep -q __asan_init; then QUICK=1; fi
 args=("$RF" "$MODEL")

@@ -15,13 +15,7 @@
 
 #include "rocmforge/gguf.h"
 
-#define RF_FUZZ_CHECK(c) \
-    do {                 \
-        if (!(c)) {      \
-            fprintf(stderr, "fuzz invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
-            __builtin_trap(); \
-        }                \
-    } while (0)
+#include "fuzz_check.h"
 
 static unsigned rf_fuzz_touch_value(const rf_gguf_value *v, int depth) {
     unsigned acc = 0;

@@ -12,15 +12,9 @@
 #include "engine/grammar.h"
 #include "server/json_schema.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz_check.h"
 
-#define CHECK(c)                                                                           \
-    do {                                                                                   \
-        if (!(c)) {                                                                        \
-            fprintf(stderr, "fuzz invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
-            __builtin_trap();                                                              \
-        }                                                                                  \
-    } while (0)
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -31,12 +25,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t tl = gl < n ? n - gl - 1 : 0;
     rf_grammar *g = NULL;
     if (data[0] & 1) {
-        if (rf_grammar_parse_gbnf(src, gl, &g)) CHECK(g == NULL);
+        if (rf_grammar_parse_gbnf(src, gl, &g)) RF_FUZZ_CHECK(g == NULL);
     } else {
         json_error_t je;
         json_t *sc = json_loadb(src, gl, 0, &je);
         char err[256] = "";
-        if (sc && srv_json_grammar(sc, &g, err, sizeof err)) CHECK(err[0] && g == NULL);
+        if (sc && srv_json_grammar(sc, &g, err, sizeof err)) RF_FUZZ_CHECK(err[0] && g == NULL);
         json_decref(sc);
     }
     if (!g) return 0;
@@ -47,9 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         bool a = rf_gmatch_feed(m, text, half);
         if (a) {
             bool b = rf_gmatch_feed(m, text + half, tl - half);
-            if (b) CHECK(whole == rf_gmatch_accepting(m));
+            if (b) RF_FUZZ_CHECK(whole == rf_gmatch_accepting(m));
         }
-        if (!a || whole) CHECK(!whole || a);
+        if (!a || whole) RF_FUZZ_CHECK(!whole || a);
         rf_gmatch_free(m);
     }
     rf_grammar_unref(g);

@@ -25,13 +25,7 @@
 #include "server/oai.h"
 #include "server/tool_calls.h"
 
-#define RF_FUZZ_SRV_CHECK(c) \
-    do {                     \
-        if (!(c)) {          \
-            fprintf(stderr, "fuzz invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
-            __builtin_trap(); \
-        }                    \
-    } while (0)
+#include "fuzz_check.h"
 
 typedef struct rf_fuzz_srv {
     rf_model *model;
@@ -90,33 +84,33 @@ static int rf_fuzz_srv_init(rf_fuzz_srv *f, const char *model_path) {
 /* The Anthropic shape of the same error: {"type":"error","error":{"type","message"}}. */
 static void rf_fuzz_srv_check_anthropic(const srv_error *e) {
     char *j = srv_anthropic_error_json(e);
-    RF_FUZZ_SRV_CHECK(j != NULL);
+    RF_FUZZ_CHECK(j != NULL);
     json_error_t jerr;
     json_t *o = json_loads(j, 0, &jerr);
-    RF_FUZZ_SRV_CHECK(o && json_is_object(json_object_get(o, "error")));
-    RF_FUZZ_SRV_CHECK(!strcmp(json_string_value(json_object_get(o, "type")), "error"));
+    RF_FUZZ_CHECK(o && json_is_object(json_object_get(o, "error")));
+    RF_FUZZ_CHECK(!strcmp(json_string_value(json_object_get(o, "type")), "error"));
     json_t *in = json_object_get(o, "error");
-    RF_FUZZ_SRV_CHECK(json_is_string(json_object_get(in, "message")) && json_is_string(json_object_get(in, "type")));
+    RF_FUZZ_CHECK(json_is_string(json_object_get(in, "message")) && json_is_string(json_object_get(in, "type")));
     json_decref(o);
     free(j);
 }
 
 static void rf_fuzz_srv_check_error(const srv_error *e) {
-    RF_FUZZ_SRV_CHECK(e->status == 400 || e->status == 404 || e->status == 503);
-    if (e->status == 503) RF_FUZZ_SRV_CHECK(strstr(e->message, "out of memory") != NULL);
-    RF_FUZZ_SRV_CHECK(e->type && *e->type);
-    RF_FUZZ_SRV_CHECK(e->message[0]);
+    RF_FUZZ_CHECK(e->status == 400 || e->status == 404 || e->status == 503);
+    if (e->status == 503) RF_FUZZ_CHECK(strstr(e->message, "out of memory") != NULL);
+    RF_FUZZ_CHECK(e->type && *e->type);
+    RF_FUZZ_CHECK(e->message[0]);
     char *j = srv_error_json(e);
-    RF_FUZZ_SRV_CHECK(j != NULL);
+    RF_FUZZ_CHECK(j != NULL);
     json_error_t jerr;
     json_t *o = json_loads(j, 0, &jerr);
-    RF_FUZZ_SRV_CHECK(o && json_is_object(json_object_get(o, "error")));
+    RF_FUZZ_CHECK(o && json_is_object(json_object_get(o, "error")));
     json_t *in = json_object_get(o, "error");
-    RF_FUZZ_SRV_CHECK(json_is_string(json_object_get(in, "message")));
-    RF_FUZZ_SRV_CHECK(json_is_string(json_object_get(in, "type")));
+    RF_FUZZ_CHECK(json_is_string(json_object_get(in, "message")));
+    RF_FUZZ_CHECK(json_is_string(json_object_get(in, "type")));
     json_t *code = json_object_get(in, "code"), *param = json_object_get(in, "param");
-    RF_FUZZ_SRV_CHECK(code && (json_is_null(code) || json_is_string(code)));
-    RF_FUZZ_SRV_CHECK(param && (json_is_null(param) || json_is_string(param)));
+    RF_FUZZ_CHECK(code && (json_is_null(code) || json_is_string(code)));
+    RF_FUZZ_CHECK(param && (json_is_null(param) || json_is_string(param)));
     json_decref(o);
     free(j);
 }
@@ -129,10 +123,10 @@ static void rf_fuzz_srv_answer(const char *t, size_t n) {
         srv_parse_cfg cfg = {.syntax = (srv_tool_syntax)syn, .tools = true, .reasoning = true, .parallel = true,
                              .think_open = (n & 1) != 0, .id_seed = 1};
         srv_chat_out o = {0};
-        RF_FUZZ_SRV_CHECK(srv_chat_parse(&cfg, t, n, true, &o) == 0);
+        RF_FUZZ_CHECK(srv_chat_parse(&cfg, t, n, true, &o) == 0);
         for (size_t k = 0; k < o.n_calls; k++) {
             json_t *a = json_loads(o.calls[k].arguments, 0, NULL);
-            RF_FUZZ_SRV_CHECK(json_is_object(a));
+            RF_FUZZ_CHECK(json_is_object(a));
             json_decref(a);
         }
         srv_chat_stream s = {.ready = true, .cfg = cfg};
@@ -140,12 +134,12 @@ static void rf_fuzz_srv_answer(const char *t, size_t n) {
         size_t cut[3] = {n / 3, 2 * n / 3, n};
         for (int i = 0; i < 3; i++) {
             srv_chat_delta d;
-            RF_FUZZ_SRV_CHECK(srv_chat_stream_feed(&s, t, cut[i], i == 2, &d) == 0);
+            RF_FUZZ_CHECK(srv_chat_stream_feed(&s, t, cut[i], i == 2, &d) == 0);
             r += d.reasoning_len;
             c += d.content_len;
             calls += d.n_calls;
         }
-        RF_FUZZ_SRV_CHECK(r == o.reasoning.len && c == o.content.len && calls == o.n_calls);
+        RF_FUZZ_CHECK(r == o.reasoning.len && c == o.content.len && calls == o.n_calls);
         srv_chat_stream_free(&s);
         srv_chat_out_free(&o);
     }
@@ -168,13 +162,13 @@ static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
         memcpy(path, body, len);
         path[len] = 0;
         srv_route r = srv_route_of(path);
-        RF_FUZZ_SRV_CHECK(r >= SRV_ROUTE_NONE && r < SRV_ROUTE_COUNT);
+        RF_FUZZ_CHECK(r >= SRV_ROUTE_NONE && r < SRV_ROUTE_COUNT);
         const char *allow = NULL;
         (void)srv_route_allows(r, path, &allow);
-        RF_FUZZ_SRV_CHECK(allow != NULL);
-        RF_FUZZ_SRV_CHECK(srv_route_name(r) != NULL);
+        RF_FUZZ_CHECK(allow != NULL);
+        RF_FUZZ_CHECK(srv_route_name(r) != NULL);
         json_t *j = srv_json_bytes(path, len); /* any bytes make a valid JSON string */
-        RF_FUZZ_SRV_CHECK(j != NULL);
+        RF_FUZZ_CHECK(j != NULL);
         json_decref(j);
         free(path);
     }
@@ -195,9 +189,9 @@ static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
             rf_fuzz_srv_check_error(&e);
             rc = 1;
         } else {
-            RF_FUZZ_SRV_CHECK(json_is_array(json_object_get(a, "tokens")) || json_is_string(json_object_get(a, "content")));
+            RF_FUZZ_CHECK(json_is_array(json_object_get(a, "tokens")) || json_is_string(json_object_get(a, "content")));
             char *d = json_dumps(a, JSON_COMPACT);
-            RF_FUZZ_SRV_CHECK(d != NULL);
+            RF_FUZZ_CHECK(d != NULL);
             free(d);
             json_decref(a);
         }
@@ -211,18 +205,18 @@ static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
     }
     /* Messages and Responses come back as one-choice chat requests in their own answer shape */
     if (kind == 1 || kind == 2) {
-        RF_FUZZ_SRV_CHECK(p.route == SRV_ROUTE_CHAT && p.n == 1 && p.logprobs == -1);
-        RF_FUZZ_SRV_CHECK(p.api == (kind == 1 ? SRV_API_MESSAGES : SRV_API_RESPONSES));
-        if (kind == 1) RF_FUZZ_SRV_CHECK(p.max_tokens >= 1);
+        RF_FUZZ_CHECK(p.route == SRV_ROUTE_CHAT && p.n == 1 && p.logprobs == -1);
+        RF_FUZZ_CHECK(p.api == (kind == 1 ? SRV_API_MESSAGES : SRV_API_RESPONSES));
+        if (kind == 1) RF_FUZZ_CHECK(p.max_tokens >= 1);
     }
     /* what the parser accepts is in the engine's ranges */
-    RF_FUZZ_SRV_CHECK(p.n >= 1 && p.n <= SRV_MAX_N);
-    RF_FUZZ_SRV_CHECK(p.logprobs >= -1 && p.logprobs <= SRV_MAX_TOP_LOGPROBS);
-    RF_FUZZ_SRV_CHECK(p.n_stop >= 0 && p.n_stop <= SRV_MAX_STOP);
-    RF_FUZZ_SRV_CHECK(p.sp.temperature >= 0 && p.sp.temperature <= 2);
-    RF_FUZZ_SRV_CHECK(p.sp.top_p >= 0 && p.sp.top_p <= 1);
-    RF_FUZZ_SRV_CHECK(p.max_tokens >= -1);
-    RF_FUZZ_SRV_CHECK(p.route == SRV_ROUTE_CHAT ? p.n_msgs >= 1 : p.n_prompts >= 1);
+    RF_FUZZ_CHECK(p.n >= 1 && p.n <= SRV_MAX_N);
+    RF_FUZZ_CHECK(p.logprobs >= -1 && p.logprobs <= SRV_MAX_TOP_LOGPROBS);
+    RF_FUZZ_CHECK(p.n_stop >= 0 && p.n_stop <= SRV_MAX_STOP);
+    RF_FUZZ_CHECK(p.sp.temperature >= 0 && p.sp.temperature <= 2);
+    RF_FUZZ_CHECK(p.sp.top_p >= 0 && p.sp.top_p <= 1);
+    RF_FUZZ_CHECK(p.max_tokens >= -1);
+    RF_FUZZ_CHECK(p.route == SRV_ROUTE_CHAT ? p.n_msgs >= 1 : p.n_prompts >= 1);
     srv_prepared pr;
     memset(&e, 0, sizeof e);
     int rc = 2;
@@ -232,15 +226,15 @@ static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
         srv_params_free(&p);
         return 1;
     }
-    if (route == SRV_ROUTE_CHAT) RF_FUZZ_SRV_CHECK(p.prompt_ids != NULL && p.n_prompt_ids <= (size_t)f->n_ctx);
+    if (route == SRV_ROUTE_CHAT) RF_FUZZ_CHECK(p.prompt_ids != NULL && p.n_prompt_ids <= (size_t)f->n_ctx);
     if (srv_prepare(f->eng, f->n_ctx, &p, 42, &pr, &e)) {
         rf_fuzz_srv_check_error(&e);
         rc = 1;
     } else {
-        RF_FUZZ_SRV_CHECK(pr.n == (p.route == SRV_ROUTE_CHAT ? 1 : (int)p.n_prompts));
+        RF_FUZZ_CHECK(pr.n == (p.route == SRV_ROUTE_CHAT ? 1 : (int)p.n_prompts));
         for (int i = 0; i < pr.n; i++) {
-            RF_FUZZ_SRV_CHECK(pr.n_prompt[i] > 0 && pr.n_prompt[i] <= f->n_ctx);
-            if (p.max_tokens >= 0) RF_FUZZ_SRV_CHECK(pr.n_prompt[i] + p.max_tokens <= f->n_ctx);
+            RF_FUZZ_CHECK(pr.n_prompt[i] > 0 && pr.n_prompt[i] <= f->n_ctx);
+            if (p.max_tokens >= 0) RF_FUZZ_CHECK(pr.n_prompt[i] + p.max_tokens <= f->n_ctx);
         }
         srv_prepared_free(&pr);
     }

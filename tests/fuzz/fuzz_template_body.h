@@ -19,13 +19,7 @@
 
 #include "template/jinja.h"
 
-#define RF_FUZZ_TCHECK(c) \
-    do {                  \
-        if (!(c)) {       \
-            fprintf(stderr, "fuzz invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
-            __builtin_trap(); \
-        }                 \
-    } while (0)
+#include "fuzz_check.h"
 
 static const char RF_FUZZ_TEMPLATE_VARS[] =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be <|im_start|> brief.\"},"
@@ -40,13 +34,13 @@ static const char RF_FUZZ_TEMPLATE_VARS[] =
     " \"big\": 9223372036854775807, \"small\": -9223372036854775808}";
 
 static void rf_fuzz_template_check_out(const rf_jinja_output *o) {
-    RF_FUZZ_TCHECK(o->text != NULL);
-    RF_FUZZ_TCHECK(o->text[o->len] == 0);
-    RF_FUZZ_TCHECK((o->n_data == 0) == (o->data == NULL));
+    RF_FUZZ_CHECK(o->text != NULL);
+    RF_FUZZ_CHECK(o->text[o->len] == 0);
+    RF_FUZZ_CHECK((o->n_data == 0) == (o->data == NULL));
     for (size_t k = 0; k < o->n_data; k++) {
-        RF_FUZZ_TCHECK(o->data[k].begin < o->data[k].end);
-        RF_FUZZ_TCHECK(o->data[k].end <= o->len);
-        if (k) RF_FUZZ_TCHECK(o->data[k].begin > o->data[k - 1].end);
+        RF_FUZZ_CHECK(o->data[k].begin < o->data[k].end);
+        RF_FUZZ_CHECK(o->data[k].end <= o->len);
+        if (k) RF_FUZZ_CHECK(o->data[k].begin > o->data[k - 1].end);
     }
 }
 
@@ -60,12 +54,12 @@ static int rf_fuzz_template_one(const uint8_t *data, size_t size) {
         json_decref(vars);
         vars = json_loads(RF_FUZZ_TEMPLATE_VARS, 0, NULL);
     }
-    RF_FUZZ_TCHECK(vars != NULL);
+    RF_FUZZ_CHECK(vars != NULL);
     rf_jinja *t = NULL;
     rf_status st = rf_jinja_parse(src, slen, &t);
     if (st) {
-        RF_FUZZ_TCHECK(t == NULL);
-        RF_FUZZ_TCHECK(rf_last_error()[0] != 0);
+        RF_FUZZ_CHECK(t == NULL);
+        RF_FUZZ_CHECK(rf_last_error()[0] != 0);
         json_decref(vars);
         return 0;
     }
@@ -74,28 +68,28 @@ static int rf_fuzz_template_one(const uint8_t *data, size_t size) {
     rf_jinja_output o;
     st = rf_jinja_render_data(t, vars, trusted, &lim, 1, &o);
     if (st) {
-        RF_FUZZ_TCHECK(o.text == NULL && o.data == NULL && o.len == 0 && o.n_data == 0);
-        RF_FUZZ_TCHECK(rf_last_error()[0] != 0);
+        RF_FUZZ_CHECK(o.text == NULL && o.data == NULL && o.len == 0 && o.n_data == 0);
+        RF_FUZZ_CHECK(rf_last_error()[0] != 0);
     } else {
         rf_fuzz_template_check_out(&o);
         /* the same text without tracking */
         char *plain = NULL;
         size_t plen = 0;
-        RF_FUZZ_TCHECK(rf_jinja_render(t, vars, &lim, 1, &plain, &plen) == RF_OK);
-        RF_FUZZ_TCHECK(plen == o.len && memcmp(plain, o.text, plen) == 0);
+        RF_FUZZ_CHECK(rf_jinja_render(t, vars, &lim, 1, &plain, &plen) == RF_OK);
+        RF_FUZZ_CHECK(plen == o.len && memcmp(plain, o.text, plen) == 0);
         free(plain);
         /* every variable trusted: nothing is data */
         size_t nv = json_object_size(vars), i = 0;
         const char **all = calloc(nv + 1, sizeof *all);
-        RF_FUZZ_TCHECK(all != NULL);
+        RF_FUZZ_CHECK(all != NULL);
         const char *k;
         json_t *v;
         json_object_foreach(vars, k, v) all[i++] = k;
         rf_jinja_output o2;
-        RF_FUZZ_TCHECK(rf_jinja_render_data(t, vars, all, &lim, 1, &o2) == RF_OK);
+        RF_FUZZ_CHECK(rf_jinja_render_data(t, vars, all, &lim, 1, &o2) == RF_OK);
         rf_fuzz_template_check_out(&o2);
-        RF_FUZZ_TCHECK(o2.n_data == 0);
-        RF_FUZZ_TCHECK(o2.len == o.len && memcmp(o2.text, o.text, o.len) == 0);
+        RF_FUZZ_CHECK(o2.n_data == 0);
+        RF_FUZZ_CHECK(o2.len == o.len && memcmp(o2.text, o.text, o.len) == 0);
         free(o2.text);
         free(all);
     }

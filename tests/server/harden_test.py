@@ -17,15 +17,14 @@ Client sockets bind to 127.0.0.2.. (every 127/8 address is local on Linux) to ac
 usage: harden_test.py ROCMFORGE MODEL [--quick] [--only NAME,...]
 Exit 0 = every test passed; 1 = one failed (each test prints PASS / FAIL with the reason)."""
 import json
-import os
-import re
 import select
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
+
+import server_suite
+from server_suite import Fail, check
 
 RF, MODEL = sys.argv[1], sys.argv[2]
 QUICK = "--quick" in sys.argv
@@ -36,57 +35,18 @@ DEFAULT_READ_TIMEOUT = 10  # docs/server.md: --read-timeout's default
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}
 
 
-class Fail(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
-class Server:
+class Server(server_suite.Process):
     """A `rocmforge serve` child process; .port once it listens, ready once /health is 200."""
 
     def __init__(self, *args):
-        self.log = open(f"/tmp/rf-harden-test-{os.getpid()}-{id(self)}.log", "w+")
-        self.p = subprocess.Popen([RF, "serve", "-m", MODEL, "--device", "cpu", "--port", "0", "-t", "1",
-                                   "--http-threads", "2", *args], stdout=subprocess.DEVNULL, stderr=self.log)
-        t0 = time.time()
-        self.port = None
-        while time.time() - t0 < 60 and self.port is None:
-            self.log.seek(0)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.p.poll() is not None:
-                raise Fail(f"server exited {self.p.returncode}: {self.stderr()}")
-            else:
-                time.sleep(0.05)
-        check(self.port, "server did not print its port")
-        t0 = time.time()
-        while time.time() - t0 < 120:
-            try:
-                if request(self, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise Fail("server not ready: " + self.stderr())
+        super().__init__(RF, MODEL, ["-t", "1", "--http-threads", "2", *args], tag="harden-test")
+        self.wait_ready(self.healthy)
 
-    def stderr(self):
-        self.log.seek(0)
-        return self.log.read()[-3000:]
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                rc = self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                raise Fail("server did not stop within 30 s of SIGTERM")
-            check(rc == 0, f"server exited {rc} after SIGTERM: {self.stderr()}")
+    def healthy(self):
+        try:
+            return request(self, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0] == 200
+        except OSError:
+            return False
 
 
 def connect(srv, src="127.0.0.1", timeout=10):

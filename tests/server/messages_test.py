@@ -17,12 +17,13 @@ Exit 0 = pass, 1 = fail (the first failed check is printed)."""
 import json
 import re
 import sys
-import time
 
 import anthropic
 
 import serve_test as st
 from serve_test import KEY, Fail, Server, check, req
+
+import server_suite
 
 # The SDK of 2026 has no sampling arguments (temperature, top_p, top_k) any more; the API and
 # this server still take them in the body.
@@ -200,23 +201,8 @@ def test_errors(srv):
 
 def main():
     srv = Server("--parallel", "2", "--api-key", KEY, "-c", "2048", "-t", "2")
-    try:
-        for name, f in [("message", test_message), ("stream", test_stream), ("stop sequences", test_stop_sequences),
-                        ("errors", test_errors)]:
-            t = time.time()
-            f(srv)
-            print(f"ok {name} ({time.time() - t:.1f} s)")
-        srv.stop()
-    except Fail as x:
-        print(f"FAIL: {x}\n--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        return 1
-    except Exception:
-        print(f"--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        raise
-    print("PASS")
-    return 0
+    return server_suite.run(srv, [("message", test_message), ("stream", test_stream),
+                                  ("stop sequences", test_stop_sequences), ("errors", test_errors)])
 
 
 if __name__ == "__main__":

@@ -16,12 +16,13 @@ usage: messages_tools_test.py ROCMFORGE_TEST MODEL
 Exit 0 = pass, 1 = fail, 77 = skipped."""
 import json
 import sys
-import time
 
 import anthropic
 import openai
 
-from serve_test import KEY, Fail, Server, check, req
+from serve_test import KEY, Server, check, req
+
+import server_suite
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TWO = "Let me look.\n" + CALL + '\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
@@ -103,30 +104,17 @@ def test_responses(srv):
     check(r3.usage.input_tokens > r.usage.input_tokens + 10, f"loop prompt {r3.usage.input_tokens} vs {r.usage.input_tokens}")
 
 
+def tools_offered(srv):
+    s, _, _ = req(srv, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                                                         "tools": [{"type": "function", "function": {"name": "f"}}]})
+    if s != 200:
+        raise server_suite.Skip("this server has no tool calls (the chat path refuses tools)")
+
+
 def main():
     srv = Server("--api-key", KEY, "-t", "2", env={"RF_SERVE_TEST_FAULTS": "1"})
-    try:
-        s, _, _ = req(srv, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
-                                                             "tools": [{"type": "function", "function": {"name": "f"}}]})
-        if s != 200:
-            print("SKIP: this server has no tool calls (the chat path refuses tools)")
-            srv.stop()
-            return 77
-        for name, f in [("messages tool_use", test_messages), ("responses function_call", test_responses)]:
-            t = time.time()
-            f(srv)
-            print(f"ok {name} ({time.time() - t:.1f} s)")
-        srv.stop()
-    except Fail as x:
-        print(f"FAIL: {x}\n--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        return 1
-    except Exception:
-        print(f"--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        raise
-    print("PASS")
-    return 0
+    return server_suite.run(srv, [("messages tool_use", test_messages), ("responses function_call", test_responses)],
+                            setup=tools_offered)
 
 
 if __name__ == "__main__":

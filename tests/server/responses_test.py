@@ -16,11 +16,12 @@ usage: responses_test.py ROCMFORGE MODEL [--quick]
 Exit 0 = pass, 1 = fail (the first failed check is printed)."""
 import json
 import sys
-import time
 
 import openai
 
 from serve_test import KEY, Fail, Server, check, expect_error, req
+
+import server_suite
 
 INSTR = "You are a helpful assistant."
 USER = "List the numbers from 1 to 12."
@@ -142,22 +143,7 @@ def test_errors(srv):
 
 def main():
     srv = Server("--parallel", "2", "--api-key", KEY, "-c", "2048", "-t", "2")
-    try:
-        for name, f in [("response", test_response), ("stream", test_stream), ("errors", test_errors)]:
-            t = time.time()
-            f(srv)
-            print(f"ok {name} ({time.time() - t:.1f} s)")
-        srv.stop()
-    except Fail as x:
-        print(f"FAIL: {x}\n--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        return 1
-    except Exception:
-        print(f"--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        raise
-    print("PASS")
-    return 0
+    return server_suite.run(srv, [("response", test_response), ("stream", test_stream), ("errors", test_errors)])
 
 
 if __name__ == "__main__":

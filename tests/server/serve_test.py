@@ -22,7 +22,6 @@ import asyncio
 import http.client
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -32,6 +31,9 @@ import time
 
 import openai
 
+import server_suite
+from server_suite import Fail, check  # the other test files import them from here
+
 RF, MODEL = sys.argv[1], sys.argv[2]
 HOOKS_RF = sys.argv[sys.argv.index("--hooks-bin") + 1] if "--hooks-bin" in sys.argv else None
 QUICK = "--quick" in sys.argv
@@ -40,61 +42,17 @@ N_CONC = 8 if QUICK else 64
 N_TOK = 6 if QUICK else 12
 
 
-class Fail(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
-class Server:
-    """A `rocmforge serve` child process; .port once it listens."""
+class Server(server_suite.Process):
+    """A `rocmforge serve` child process (rf: another binary, e.g. rocmforge-test); .port once it
+    listens, ready once /health is 200 (unless wait_ready=False)."""
 
     def __init__(self, *args, env=None, wait_ready=True, rf=None):
-        e = dict(os.environ)
-        e.update(env or {})
-        self.log = open(f"/tmp/rf-serve-test-{os.getpid()}-{id(self)}.log", "w+")
-        self.p = subprocess.Popen([rf or RF, "serve", "-m", MODEL, "--device", "cpu", "--port", "0", *args],
-                                  stdout=subprocess.DEVNULL, stderr=self.log, env=e)
-        t0 = time.time()
-        self.port = None
-        while time.time() - t0 < 60 and self.port is None:
-            self.log.seek(0)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log.read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.p.poll() is not None:
-                raise Fail(f"server exited {self.p.returncode}: {self.stderr()}")
-            else:
-                time.sleep(0.05)
-        check(self.port, "server did not print its port")
+        super().__init__(rf or RF, MODEL, args, env=env, tag="serve-test")
         if wait_ready:
             self.wait_ready()
 
     def wait_ready(self, timeout=120):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            st, _, _ = req(self, "GET", "/health")
-            if st == 200:
-                return
-            time.sleep(0.1)
-        raise Fail("server not ready: " + self.stderr())
-
-    def stderr(self):
-        self.log.seek(0)
-        return self.log.read()[-3000:]
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                rc = self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                raise Fail("server did not stop within 30 s of SIGTERM")
-            check(rc == 0, f"server exited {rc} after SIGTERM: {self.stderr()}")
+        super().wait_ready(lambda: req(self, "GET", "/health")[0] == 200, timeout)
 
 
 def req(srv, method, path, body=None, headers=None, key=KEY, timeout=120):
@@ -663,31 +621,14 @@ def main():
         return 0
     srv = Server("--parallel", str(max(N_CONC, 16)), "--api-key", KEY, "--alias", "smol", "-c", "1024", "--kv-blocks", "2048",
                  "--max-body", "65536", "-t", "2", env={"RF_SERVE_TEST_FAULTS": "1"}, rf=HOOKS_RF)
-    try:
-        steps = [("routes", lambda: test_routes(srv)), ("chat", lambda: test_chat(srv))]
-        text = None
-        for name, f in steps:
-            t = time.time()
-            r = f()
-            text = r if name == "chat" else text
-            print(f"ok {name} ({time.time() - t:.1f} s)")
-        for name, f in [("n=3", lambda: test_n3(srv)), ("stop + logprobs", lambda: test_stop_logprobs(srv, text)),
-                        ("completions", lambda: test_completions(srv)), ("bad input", lambda: test_bad_input(srv)),
-                        ("allocation failure", lambda: test_alloc_failure(srv)),
-                        ("64 concurrent" if not QUICK else f"{N_CONC} concurrent", lambda: test_concurrent(srv)),
-                        ("disconnect storm", lambda: test_storm(srv))]:
-            t = time.time()
-            f()
-            print(f"ok {name} ({time.time() - t:.1f} s)")
-        srv.stop()
-    except Fail as x:
-        print(f"FAIL: {x}\n--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        return 1
-    except Exception:
-        print(f"--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        raise
+    got = {}
+    steps = [("routes", test_routes), ("chat", lambda s: got.update(text=test_chat(s))), ("n=3", test_n3),
+             ("stop + logprobs", lambda s: test_stop_logprobs(s, got["text"])), ("completions", test_completions),
+             ("bad input", test_bad_input), ("allocation failure", test_alloc_failure),
+             ("64 concurrent" if not QUICK else f"{N_CONC} concurrent", test_concurrent), ("disconnect storm", test_storm)]
+    rc = server_suite.run(srv, steps, pass_line=False)
+    if rc:
+        return rc
     t = time.time()
     try:
         test_queue_and_loading()

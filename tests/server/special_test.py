@@ -16,7 +16,9 @@ import threading
 import time
 
 import serve_test as st
-from serve_test import KEY, Fail, Server, check, expect_error, req
+from serve_test import KEY, Server, check, expect_error, req
+
+import server_suite
 
 QUICK = "--quick" in sys.argv
 N_CTX = 2048
@@ -114,23 +116,8 @@ def test_health_under_flood(srv):
 
 def main():
     srv = Server("--parallel", "4", "--api-key", KEY, "-c", str(N_CTX), "-t", "2")
-    try:
-        for name, f in [("forged turns", test_forged_turns), ("4 MiB refused", test_refuse_big),
-                        ("/health under a flood", test_health_under_flood)]:
-            t = time.time()
-            f(srv)
-            print(f"ok {name} ({time.time() - t:.1f} s)")
-        srv.stop()
-    except Fail as x:
-        print(f"FAIL: {x}\n--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        return 1
-    except Exception:
-        print(f"--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        raise
-    print("PASS")
-    return 0
+    return server_suite.run(srv, [("forged turns", test_forged_turns), ("4 MiB refused", test_refuse_big),
+                                  ("/health under a flood", test_health_under_flood)])
 
 
 if __name__ == "__main__":

@@ -11,11 +11,12 @@ usage: structured_test.py ROCMFORGE MODEL [--quick]
 Exit 0 = pass, 1 = fail (the first failed check is printed)."""
 import json
 import sys
-import time
 
 import openai
 
 from serve_test import KEY, Fail, Server, check, expect_error
+
+import server_suite
 
 QUICK = "--quick" in sys.argv
 MID = None
@@ -244,30 +245,18 @@ def test_bad_schemas(srv):
         check("maxLength" in str(x), f"BadRequestError lacks the keyword: {x}")
 
 
-def main():
+def set_model_id(srv):
     global MID
+    MID = client(srv).models.list().data[0].id
+
+
+def main():
     srv = Server("--api-key", KEY, "-c", "2048", "-t", "2", "--parallel", "4")
-    try:
-        MID = client(srv).models.list().data[0].id
-        for name, f in [("bad schemas are 400s", test_bad_schemas),
-                        ("json_object, streaming, completions n=3, GBNF", test_json_object_and_stream),
-                        ("unconstrained sequences unchanged", test_unconstrained_unchanged),
-                        ("tool_choice required / named", test_tool_choice),
-                        ("json_schema answers validate", test_schemas)]:
-            t = time.time()
-            f(srv)
-            print(f"ok {name} ({time.time() - t:.1f} s)", flush=True)
-        srv.stop()
-    except Fail as x:
-        print(f"FAIL: {x}\n--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        return 1
-    except Exception:
-        print(f"--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        raise
-    print("PASS")
-    return 0
+    return server_suite.run(srv, [("bad schemas are 400s", test_bad_schemas),
+                                  ("json_object, streaming, completions n=3, GBNF", test_json_object_and_stream),
+                                  ("unconstrained sequences unchanged", test_unconstrained_unchanged),
+                                  ("tool_choice required / named", test_tool_choice),
+                                  ("json_schema answers validate", test_schemas)], setup=set_model_id)
 
 
 if __name__ == "__main__":

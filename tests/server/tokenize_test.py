@@ -14,9 +14,10 @@ usage: tokenize_test.py ROCMFORGE MODEL [--quick]
 Exit 0 = pass, 1 = fail (the first failed check is printed)."""
 import json
 import sys
-import time
 
-from serve_test import KEY, Fail, Server, check, expect_error, req
+from serve_test import KEY, Server, check, expect_error, req
+
+import server_suite
 
 TEXTS = ["Hello world", "  leading spaces and\ttabs\n\nnew lines", "café naïve résumé", "日本語のテキスト",
          "emoji 🙂🚀 mixed", "x" * 300]
@@ -97,25 +98,8 @@ def test_strict():
 
 def main():
     srv = Server("--parallel", "2", "--api-key", KEY, "-t", "2")
-    try:
-        for name, f in [("round trip", test_round_trip), ("errors", test_errors), ("any model name", test_any_name)]:
-            t = time.time()
-            f(srv)
-            print(f"ok {name} ({time.time() - t:.1f} s)")
-        srv.stop()
-        t = time.time()
-        test_strict()
-        print(f"ok --strict-model-name and --alias ({time.time() - t:.1f} s)")
-    except Fail as x:
-        print(f"FAIL: {x}\n--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        return 1
-    except Exception:
-        print(f"--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        raise
-    print("PASS")
-    return 0
+    return server_suite.run(srv, [("round trip", test_round_trip), ("errors", test_errors), ("any model name", test_any_name)],
+                            after=[("--strict-model-name and --alias", test_strict)])
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@ usage: tools_test.py ROCMFORGE_TEST MODEL [--quick]
 Exit 0 = pass, 1 = fail (the first failed check is printed)."""
 import json
 import sys
-import time
 
 import openai
 
 import serve_test as st
-from serve_test import KEY, Fail, Server, check, expect_error, req
+from serve_test import KEY, Server, check, expect_error, req
+
+import server_suite
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
@@ -212,29 +213,17 @@ def test_bad_requests(srv):
     check(s == 200, f"tool_choice required: {s} {data[:200]!r}")
 
 
-def main():
+def set_model_id(srv):
     global MID
+    MID = client(srv).models.list().data[0].id
+
+
+def main():
     srv = Server("--api-key", KEY, "-c", "2048", "-t", "2", env={"RF_SERVE_TEST_FAULTS": "1"})
-    try:
-        MID = client(srv).models.list().data[0].id
-        for name, f in [("tools rendered", test_tools_rendered), ("tool calls parsed", test_parse),
-                        ("tool calls streamed", test_stream), ("two-turn tool loop", test_tool_loop),
-                        ("reasoning split", test_reasoning), ("the model's own answer streamed", test_real_stream),
-                        ("bad tool requests", test_bad_requests)]:
-            t = time.time()
-            f(srv)
-            print(f"ok {name} ({time.time() - t:.1f} s)")
-        srv.stop()
-    except Fail as x:
-        print(f"FAIL: {x}\n--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        return 1
-    except Exception:
-        print(f"--- server stderr ---\n{srv.stderr()}")
-        srv.p.kill()
-        raise
-    print("PASS")
-    return 0
+    return server_suite.run(srv, [("tools rendered", test_tools_rendered), ("tool calls parsed", test_parse),
+                                  ("tool calls streamed", test_stream), ("two-turn tool loop", test_tool_loop),
+                                  ("reasoning split", test_reasoning), ("the model's own answer streamed", test_real_stream),
+                                  ("bad tool requests", test_bad_requests)], setup=set_model_id)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@
 #define _GNU_SOURCE
 #include "test_util.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,29 +40,18 @@ static rf_status try_model(const char *path, const rf_gguf *g, bool *moe) {
 
 static void test_corpus_replay(void **state) {
     (void)state;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus", RF_SOURCE_DIR);
-    DIR *d = opendir(dir);
-    assert_non_null(d);
+    rf_test_corpus c;
+    rf_test_corpus_open(&c, "corpus");
     int n_files = 0, n_valid = 0, n_moe = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.') continue;
-        char path[8192];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        size_t size;
-        char *text = rf_test_read_file(path, &size);
-        assert_non_null(text);
-        /* an exact-size copy, so an over-read shows under ASan */
-        uint8_t *copy = malloc(size ? size : 1);
-        memcpy(copy, text, size);
-        free(text);
+    size_t size;
+    uint8_t *copy;
+    while ((copy = rf_test_corpus_next(&c, &size))) {
         rf_fuzz_gguf_one(copy, size);
         rf_gguf *g = NULL;
         if (rf_gguf_open_memory(copy, size, &g) == RF_OK) {
             n_valid++;
             bool moe;
-            rf_status st = try_model(path, g, &moe);
+            rf_status st = try_model(c.path, g, &moe);
             if (moe) {
                 n_moe++;
                 assert_int_not_equal(st, RF_OK); /* each qwen3moe seed is inconsistent on purpose */
@@ -73,7 +61,6 @@ static void test_corpus_replay(void **state) {
         free(copy);
         n_files++;
     }
-    closedir(d);
     printf("replayed %d corpus files (%d open as valid GGUF)\n", n_files, n_valid);
     assert_true(n_files >= 10);
     assert_true(n_valid >= 3);

@@ -4,7 +4,6 @@
  * `make test` and under ASan+UBSan in the sanitizer build, not only when libFuzzer is built. */
 #include "test_util.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,23 +12,12 @@
 
 static void test_corpus_replay(void **state) {
     (void)state;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus-template", RF_SOURCE_DIR);
-    DIR *d = opendir(dir);
-    assert_non_null(d);
+    rf_test_corpus c;
+    rf_test_corpus_open(&c, "corpus-template");
     int n_files = 0, n_parsed = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.') continue;
-        char path[8192];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        size_t size;
-        char *text = rf_test_read_file(path, &size);
-        assert_non_null(text);
-        /* an exact-size copy, so an over-read shows under ASan */
-        uint8_t *copy = malloc(size ? size : 1);
-        memcpy(copy, text, size);
-        free(text);
+    size_t size;
+    uint8_t *copy;
+    while ((copy = rf_test_corpus_next(&c, &size))) {
         rf_fuzz_template_one(copy, size);
         const char *nul = memchr(copy, 0, size);
         rf_jinja *t = NULL;
@@ -38,7 +26,6 @@ static void test_corpus_replay(void **state) {
         free(copy);
         n_files++;
     }
-    closedir(d);
     printf("replayed %d template corpus files (%d parse)\n", n_files, n_parsed);
     assert_true(n_files >= 20);
     assert_true(n_parsed >= 17);

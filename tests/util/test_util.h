@@ -38,4 +38,15 @@ const char *rf_test_data(const char *rel);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated); NULL on failure. */
 char *rf_test_read_file(const char *path, size_t *size);
 
+/* A fuzz corpus replayed file by file (the corpus tests): rf_test_corpus_open(c, "corpus") opens
+ * tests/fuzz/corpus (fails the test when it cannot); each rf_test_corpus_next gives a malloc'd copy
+ * of exactly the next file's size (an over-read shows under ASan; free it), its path in c->path;
+ * NULL at the end, when the directory is closed. */
+typedef struct rf_test_corpus {
+    void *dir;
+    char root[4096], path[8192];
+} rf_test_corpus;
+void rf_test_corpus_open(rf_test_corpus *c, const char *name);
+uint8_t *rf_test_corpus_next(rf_test_corpus *c, size_t *size);
+
 #endif

@@ -67,6 +67,142 @@ static __device__ __forceinline__ uint4 rf_fp_q8_to_h8(const uint4 w) {
     }
     return make_uint4(o[0], o[1], o[2], o[3]);
 }
+
+/* rf_k_flash_prefill's steps, cut out of it as they stood (inlined, every operation and its
+ * order unchanged, so the bits are too). */
+
+/* The block's Q tile, rounded to f16 (rows past n are zeros), into Qs; then this warp's A
+ * fragments of its 16 rows (wr ..) into qa. */
+template <int D>
+static __device__ __forceinline__ void rf_fp_q_tile(uint32_t (&qa)[D / 16][4], rf_half *Qs, const float *q, int r0,
+                                                    int n, int h, int n_head, int wr, int g, int c) {
+    constexpr int QS = rf_fp_geo<D>::QS, NK = D / 16;
+    const int tid = threadIdx.x;
+    for (int i = tid; i < RF_FP_BR * (D / 4); i += RF_FP_WARPS * 32) {
+        const int r = i / (D / 4), d = i % (D / 4) * 4;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r0 + r < n) x = *(const float4 *)(q + ((int64_t)(r0 + r) * n_head + h) * D + d);
+        *(uint32_t *)&Qs[r * QS + d] = rf_pack_h2(x.x, x.y);
+        *(uint32_t *)&Qs[r * QS + d + 2] = rf_pack_h2(x.z, x.w);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < NK; ks++) {
+        qa[ks][0] = rf_ld_h2(&Qs[(wr + g) * QS + ks * 16 + 2 * c]);
+        qa[ks][1] = rf_ld_h2(&Qs[(wr + g + 8) * QS + ks * 16 + 2 * c]);
+        qa[ks][2] = rf_ld_h2(&Qs[(wr + g) * QS + ks * 16 + 8 + 2 * c]);
+        qa[ks][3] = rf_ld_h2(&Qs[(wr + g + 8) * QS + ks * 16 + 8 + 2 * c]);
+    }
+}
+
+/* The warp's scores against the tile's keys (Ks): s[nt] is the C fragment of keys nt * 8 ..
+ * nt * 8 + 7 of its 16 rows. */
+template <int D>
+static __device__ __forceinline__ void rf_fp_scores(float (&s)[RF_FP_BC / 8][4], const uint32_t (&qa)[D / 16][4],
+                                                    const rf_half *Ks, int lane) {
+    constexpr int QS = rf_fp_geo<D>::QS, NK = D / 16, NT = RF_FP_BC / 8;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt += 2) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        s[nt + 1][0] = s[nt + 1][1] = s[nt + 1][2] = s[nt + 1][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < NK; ks++) {
+            uint32_t kb[4]; /* (nt, k lo), (nt, k hi), (nt + 1, k lo), (nt + 1, k hi) */
+            rf_ldsm4(kb, &Ks[(nt * 8 + (lane & 7) + ((lane >> 4) << 3)) * QS + ks * 16 + ((lane >> 3) & 1) * 8]);
+            rf_mma_f16(s[nt], qa[ks], kb[0], kb[1]);
+            rf_mma_f16(s[nt + 1], qa[ks], kb[2], kb[3]);
+        }
+    }
+}
+
+/* The tile's online softmax for this thread's two rows (a at position pa, b at pb; keys from kt):
+ * scaled, softcapped and masked scores, the running maxima (ma, mb) and sums (la, lb), the
+ * accumulator o rescaled, then o += P.V (P rounded to f16) from the tile's values (Vs). */
+template <int D>
+static __device__ __forceinline__ void rf_fp_softmax_pv(float (&o)[D / 8][4], float &ma, float &mb, float &la,
+                                                        float &lb, float (&s)[RF_FP_BC / 8][4], const rf_half *Vs,
+                                                        int kt, int pa, int pb, int c, int lane, float scale,
+                                                        float softcap, int window) {
+    constexpr int QS = rf_fp_geo<D>::QS, ND = D / 8, NT = RF_FP_BC / 8;
+    float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int kp = kt + nt * 8 + 2 * c + e;
+            float va = s[nt][e] * scale, vb = s[nt][2 + e] * scale;
+            if (softcap > 0.0f) va = softcap * tanhf(va / softcap), vb = softcap * tanhf(vb / softcap);
+            const bool sa = kp <= pa && (window <= 0 || kp > pa - window);
+            const bool sb = kp <= pb && (window <= 0 || kp > pb - window);
+            s[nt][e] = sa ? va : -INFINITY;
+            s[nt][2 + e] = sb ? vb : -INFINITY;
+            xa = fmaxf(xa, s[nt][e]);
+            xb = fmaxf(xb, s[nt][2 + e]);
+        }
+    xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
+    xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
+    xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
+    xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+    const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+    /* nothing seen yet (max still -inf): keep the state as it is */
+    const float fa = na == -INFINITY ? 1.0f : __expf(ma - na), fb = nb == -INFINITY ? 1.0f : __expf(mb - nb);
+    ma = na, mb = nb;
+    uint32_t pf[NT / 2][4];
+    float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const float p0a = na == -INFINITY ? 0.0f : __expf(s[nt][0] - na);
+        const float p1a = na == -INFINITY ? 0.0f : __expf(s[nt][1] - na);
+        const float p0b = nb == -INFINITY ? 0.0f : __expf(s[nt][2] - nb);
+        const float p1b = nb == -INFINITY ? 0.0f : __expf(s[nt][3] - nb);
+        sa += p0a + p1a;
+        sb += p0b + p1b;
+        pf[nt / 2][(nt & 1) * 2 + 0] = rf_pack_h2(p0a, p1a);
+        pf[nt / 2][(nt & 1) * 2 + 1] = rf_pack_h2(p0b, p1b);
+    }
+    la = la * fa + sa;
+    lb = lb * fb + sb;
+#pragma unroll
+    for (int dn = 0; dn < ND; dn++) o[dn][0] *= fa, o[dn][1] *= fa, o[dn][2] *= fb, o[dn][3] *= fb;
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++)
+#pragma unroll
+        for (int dn = 0; dn < ND; dn += 2) {
+            uint32_t vb[4]; /* (k lo, dn), (k hi, dn), (k lo, dn + 1), (k hi, dn + 1) */
+            rf_ldsm4_t(vb, &Vs[(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * QS + dn * 8 + (lane >> 4) * 8]);
+            rf_mma_f16(o[dn], pf[kk], vb[0], vb[1]);
+            rf_mma_f16(o[dn + 1], pf[kk], vb[2], vb[3]);
+        }
+}
+
+/* The rows' end: the sums over the row's 4 lanes, head h's sink (one more logit in the max and
+ * the denominator, no value), and o / l written for rows ra = r0 + wr + g and ra + 8 below n. */
+template <int D>
+static __device__ __forceinline__ void rf_fp_write(float *out, float (&o)[D / 8][4], float ma, float mb, float la,
+                                                   float lb, const float *sinks, int h, int n, int n_head, int r0,
+                                                   int wr, int g, int c) {
+    constexpr int ND = D / 8;
+    la += __shfl_xor_sync(0xffffffffu, la, 1);
+    la += __shfl_xor_sync(0xffffffffu, la, 2);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    if (sinks) { /* head h's sink: one more logit in the max and the denominator, no value */
+        const float sk = sinks[h], na = fmaxf(ma, sk), nb = fmaxf(mb, sk);
+        const float fa = ma == -INFINITY ? 0.0f : __expf(ma - na), fb = mb == -INFINITY ? 0.0f : __expf(mb - nb);
+        la = la * fa + (na == -INFINITY ? 0.0f : __expf(sk - na));
+        lb = lb * fb + (nb == -INFINITY ? 0.0f : __expf(sk - nb));
+#pragma unroll
+        for (int dn = 0; dn < ND; dn++) o[dn][0] *= fa, o[dn][1] *= fa, o[dn][2] *= fb, o[dn][3] *= fb;
+    }
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+    const int ra = r0 + wr + g, rb = ra + 8;
+#pragma unroll
+    for (int dn = 0; dn < ND; dn++) {
+        const int d = dn * 8 + 2 * c;
+        if (ra < n) *(float2 *)(out + ((int64_t)ra * n_head + h) * D + d) = make_float2(o[dn][0] * ia, o[dn][1] * ia);
+        if (rb < n) *(float2 *)(out + ((int64_t)rb * n_head + h) * D + d) = make_float2(o[dn][2] * ib, o[dn][3] * ib);
+    }
+}
 #endif
 
 /* flash_prefill: for each row r < n (token r of the run, position p0 + r) and query head h:
@@ -110,23 +246,8 @@ rf_k_flash_prefill(float *out, const float *q, const void *kcv, const void *vcv,
     const int64_t rstride = (int64_t)n_head_kv * D;
     const rf_half *kc = (const rf_half *)kcv, *vc = (const rf_half *)vcv;
 
-    /* Q tile, rounded to f16 (rows past n are zeros) */
-    for (int i = tid; i < RF_FP_BR * (D / 4); i += RF_FP_WARPS * 32) {
-        const int r = i / (D / 4), d = i % (D / 4) * 4;
-        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r0 + r < n) x = *(const float4 *)(q + ((int64_t)(r0 + r) * n_head + h) * D + d);
-        *(uint32_t *)&Qs[r * QS + d] = rf_pack_h2(x.x, x.y);
-        *(uint32_t *)&Qs[r * QS + d + 2] = rf_pack_h2(x.z, x.w);
-    }
-    __syncthreads();
     uint32_t qa[NK][4];
-#pragma unroll
-    for (int ks = 0; ks < NK; ks++) {
-        qa[ks][0] = rf_ld_h2(&Qs[(wr + g) * QS + ks * 16 + 2 * c]);
-        qa[ks][1] = rf_ld_h2(&Qs[(wr + g + 8) * QS + ks * 16 + 2 * c]);
-        qa[ks][2] = rf_ld_h2(&Qs[(wr + g) * QS + ks * 16 + 8 + 2 * c]);
-        qa[ks][3] = rf_ld_h2(&Qs[(wr + g + 8) * QS + ks * 16 + 8 + 2 * c]);
-    }
+    rf_fp_q_tile<D>(qa, Qs, q, r0, n, h, n_head, wr, g, c);
     /* this thread's two rows (a: g, b: g + 8 of the warp) by position; -1: past the run */
     const int pa = r0 + wr + g < n ? p0 + r0 + wr + g : -1, pb = r0 + wr + g + 8 < n ? p0 + r0 + wr + g + 8 : -1;
     const int last = (r0 + RF_FP_BR < n ? r0 + RF_FP_BR : n) - 1;
@@ -200,74 +321,15 @@ rf_k_flash_prefill(float *out, const float *q, const void *kcv, const void *vcv,
         const rf_half *Ks = KV + (size_t)2 * (it & 1) * RF_FP_BC * QS, *Vs = Ks + RF_FP_BC * QS;
         bool kput = false; /* Q8: the next tile's K stored (every thread stores its pieces, skipping or not) */
         if (whi >= kt && kt + RF_FP_BC - 1 >= wlo) { /* else no row of this warp sees the tile */
-        float s[NT][4];
-#pragma unroll
-        for (int nt = 0; nt < NT; nt += 2) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-            s[nt + 1][0] = s[nt + 1][1] = s[nt + 1][2] = s[nt + 1][3] = 0.0f;
-#pragma unroll
-            for (int ks = 0; ks < NK; ks++) {
-                uint32_t kb[4]; /* (nt, k lo), (nt, k hi), (nt + 1, k lo), (nt + 1, k hi) */
-                rf_ldsm4(kb, &Ks[(nt * 8 + (lane & 7) + ((lane >> 4) << 3)) * QS + ks * 16 + ((lane >> 3) & 1) * 8]);
-                rf_mma_f16(s[nt], qa[ks], kb[0], kb[1]);
-                rf_mma_f16(s[nt + 1], qa[ks], kb[2], kb[3]);
-            }
-        }
-        if constexpr (Q8) /* stage (it + 1) & 1 was last read in iteration it - 1, before its closing sync */
-            if (more) {
-                put_q8((it + 1) & 1, 0);
-                fetch_q8(kt + RF_FP_BC, vcv); /* stored after this tile's P.V products */
-                kput = true;
-            }
-        float xa = -INFINITY, xb = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int kp = kt + nt * 8 + 2 * c + e;
-                float va = s[nt][e] * scale, vb = s[nt][2 + e] * scale;
-                if (softcap > 0.0f) va = softcap * tanhf(va / softcap), vb = softcap * tanhf(vb / softcap);
-                const bool sa = kp <= pa && (window <= 0 || kp > pa - window);
-                const bool sb = kp <= pb && (window <= 0 || kp > pb - window);
-                s[nt][e] = sa ? va : -INFINITY;
-                s[nt][2 + e] = sb ? vb : -INFINITY;
-                xa = fmaxf(xa, s[nt][e]);
-                xb = fmaxf(xb, s[nt][2 + e]);
-            }
-        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
-        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
-        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
-        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
-        const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
-        /* nothing seen yet (max still -inf): keep the state as it is */
-        const float fa = na == -INFINITY ? 1.0f : __expf(ma - na), fb = nb == -INFINITY ? 1.0f : __expf(mb - nb);
-        ma = na, mb = nb;
-        uint32_t pf[NT / 2][4];
-        float sa = 0.0f, sb = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const float p0a = na == -INFINITY ? 0.0f : __expf(s[nt][0] - na);
-            const float p1a = na == -INFINITY ? 0.0f : __expf(s[nt][1] - na);
-            const float p0b = nb == -INFINITY ? 0.0f : __expf(s[nt][2] - nb);
-            const float p1b = nb == -INFINITY ? 0.0f : __expf(s[nt][3] - nb);
-            sa += p0a + p1a;
-            sb += p0b + p1b;
-            pf[nt / 2][(nt & 1) * 2 + 0] = rf_pack_h2(p0a, p1a);
-            pf[nt / 2][(nt & 1) * 2 + 1] = rf_pack_h2(p0b, p1b);
-        }
-        la = la * fa + sa;
-        lb = lb * fb + sb;
-#pragma unroll
-        for (int dn = 0; dn < ND; dn++) o[dn][0] *= fa, o[dn][1] *= fa, o[dn][2] *= fb, o[dn][3] *= fb;
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; kk++)
-#pragma unroll
-            for (int dn = 0; dn < ND; dn += 2) {
-                uint32_t vb[4]; /* (k lo, dn), (k hi, dn), (k lo, dn + 1), (k hi, dn + 1) */
-                rf_ldsm4_t(vb, &Vs[(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * QS + dn * 8 + (lane >> 4) * 8]);
-                rf_mma_f16(o[dn], pf[kk], vb[0], vb[1]);
-                rf_mma_f16(o[dn + 1], pf[kk], vb[2], vb[3]);
-            }
+            float s[NT][4];
+            rf_fp_scores<D>(s, qa, Ks, lane);
+            if constexpr (Q8) /* stage (it + 1) & 1 was last read in iteration it - 1, before its closing sync */
+                if (more) {
+                    put_q8((it + 1) & 1, 0);
+                    fetch_q8(kt + RF_FP_BC, vcv); /* stored after this tile's P.V products */
+                    kput = true;
+                }
+            rf_fp_softmax_pv<D>(o, ma, mb, la, lb, s, Vs, kt, pa, pb, c, lane, scale, softcap, window);
         }
         if constexpr (Q8)
             if (more) {
@@ -279,26 +341,7 @@ rf_k_flash_prefill(float *out, const float *q, const void *kcv, const void *vcv,
             }
         __syncthreads(); /* every warp is done with stage it & 1 before it is refilled */
     }
-    la += __shfl_xor_sync(0xffffffffu, la, 1);
-    la += __shfl_xor_sync(0xffffffffu, la, 2);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-    if (sinks) { /* head h's sink: one more logit in the max and the denominator, no value */
-        const float sk = sinks[h], na = fmaxf(ma, sk), nb = fmaxf(mb, sk);
-        const float fa = ma == -INFINITY ? 0.0f : __expf(ma - na), fb = mb == -INFINITY ? 0.0f : __expf(mb - nb);
-        la = la * fa + (na == -INFINITY ? 0.0f : __expf(sk - na));
-        lb = lb * fb + (nb == -INFINITY ? 0.0f : __expf(sk - nb));
-#pragma unroll
-        for (int dn = 0; dn < ND; dn++) o[dn][0] *= fa, o[dn][1] *= fa, o[dn][2] *= fb, o[dn][3] *= fb;
-    }
-    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
-    const int ra = r0 + wr + g, rb = ra + 8;
-#pragma unroll
-    for (int dn = 0; dn < ND; dn++) {
-        const int d = dn * 8 + 2 * c;
-        if (ra < n) *(float2 *)(out + ((int64_t)ra * n_head + h) * D + d) = make_float2(o[dn][0] * ia, o[dn][1] * ia);
-        if (rb < n) *(float2 *)(out + ((int64_t)rb * n_head + h) * D + d) = make_float2(o[dn][2] * ib, o[dn][3] * ib);
-    }
+    rf_fp_write<D>(out, o, ma, mb, la, lb, sinks, h, n, n_head, r0, wr, g, c);
 #else
     (void)out, (void)q, (void)kcv, (void)vcv, (void)bt, (void)n, (void)p0, (void)bs, (void)n_head, (void)n_head_kv;
     (void)scale, (void)window, (void)softcap, (void)sinks;

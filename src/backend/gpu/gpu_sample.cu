@@ -243,38 +243,26 @@ rf_k_sample_hist(unsigned *ghist, const uint64_t *part, const float *logits, int
         if (hist[i]) atomicAdd(&ghist[s * 256 + i], hist[i]);
 }
 
-/* sample: out[s] = rf_ref_sample(logits[s, :], params[s], u(seed, step, s)).
- * in: logits f32 [n_seq, n_vocab]; params [n_seq]. out: int32 [n_seq] (device).
- * launch: one block of RF_SAMPLE_THREADS threads per sequence. tolerance: the same token as the
- * CPU twin except where u lies within f32 rounding of a cumulative-probability boundary.
- * Passes over the row: argmax and count (greedy stops there); the top K = top_k (or 1024 when
- * top_k is 0) by a histogram of (lmax - l) in 1/16 steps, then at most RF_SAMPLE_SC candidates
- * (every key >= a threshold) copied to shared memory, sorted (bitonic), and min-p, top-p and
- * the draw done there by prefix sums. When the kept set may reach beyond those candidates
- * (top_k > 1024, or no top-k and a nucleus wider than them) the cuts are bisections over the
- * key, as before, with vectorized passes. part / ghist (S > 1): the first pass and the
- * histogram done by rf_k_sample_part / rf_k_sample_hist over S chunks of the row. */
-__global__ void __launch_bounds__(RF_SAMPLE_THREADS)
-rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *params,
-            uint64_t seed, uint64_t step, int ib, const uint64_t *part, const unsigned *ghist, int S) {
-    __shared__ float sh[1024 / 32];
-    __shared__ uint64_t shu[1024 / 32];
-    __shared__ int wt[256 / 32];
-    __shared__ int64_t pick[4];
-    __shared__ unsigned hist[256];
-    __shared__ unsigned shcnt;
-    __shared__ uint64_t skey[RF_SAMPLE_SC];
-    __shared__ float scum[RF_SAMPLE_SC];
-    const int64_t s = blockIdx.x;
-    const float *x = logits + s * n;
-    const rf_sample_dev P = params[s];
-    const int tid = threadIdx.x;
-    const uint64_t idmask = (1ull << ib) - 1;
-    const float T = P.temperature;
+/* rf_k_sample's shared memory, handed to its steps below. The steps are the kernel's own code
+ * cut out as it stood (inlined, every operation and its order unchanged), so the picks are too. */
+struct rf_sample_smem {
+    float *sh;       /* [1024 / 32] block sums */
+    uint64_t *shu;   /* [1024 / 32] block max / min / sum of keys */
+    int *wt;         /* [256 / 32] histogram picks */
+    int64_t *pick;   /* [4] */
+    unsigned *hist;  /* [256] */
+    unsigned *shcnt; /* candidates gathered */
+    uint64_t *skey;  /* [RF_SAMPLE_SC] candidates' order keys */
+    float *scum;     /* [RF_SAMPLE_SC] their prefix sums of p */
+};
 
-    /* argmax among non-NaN entries (lowest id on ties; float compares in the pass, the order
-     * key across threads), and the count of non-NaN entries */
-    uint64_t kb = 0, nv = 0;
+/* This thread's part of the first pass: the order key of its argmax among non-NaN entries (lowest
+ * id on ties; float compares in the pass, the order key across threads) and its count of
+ * non-NaN entries; from the split first pass's parts when there are any. */
+static __device__ __forceinline__ void rf_sample_count(uint64_t &kb, uint64_t &nv, const float *x, int64_t n, int ib,
+                                                       const uint64_t *part, int S, int64_t s) {
+    const int tid = threadIdx.x;
+    kb = 0, nv = 0;
     if (part)
         for (int i = tid; i < S; i += blockDim.x) {
             const uint64_t k = part[2 * (s * S + i)];
@@ -286,155 +274,175 @@ rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *p
         kb = rf_sample_argmax(x, n, 0, ib, &c);
         nv = c;
     }
-    const uint64_t best = rf_block_u64<0>(kb, shu);
-    if (best == 0) { /* all NaN */
-        if (tid == 0) out[s] = -1;
-        return;
-    }
-    const int64_t best_id = (int64_t)(idmask - (best & idmask));
-    if (T <= 0.0f) {
-        if (tid == 0) out[s] = (int32_t)best_id;
-        return;
-    }
-    const float lmax = x[best_id] / T; /* division, as the CPU twin */
-    if (lmax == INFINITY || lmax == -INFINITY) {
-        if (tid == 0) out[s] = (int32_t)best_id;
-        return;
-    }
-    const int64_t m_valid = (int64_t)rf_block_u64<2>(nv, shu);
-    const bool kc = P.top_k > 0 && (int64_t)P.top_k < m_valid; /* a top-k cut */
-    const float u = P.u >= 0.0f ? P.u : rf_sample_u_impl(seed, step, s);
+}
 
-    /* ---- candidates in shared memory: every key >= t, M <= RF_SAMPLE_SC of them ---- */
-    const bool shared_way = kc ? P.top_k <= RF_SAMPLE_KCAP
-                               : (m_valid <= RF_SAMPLE_SC || P.top_p < 1.0f || P.min_p > 0.0f);
-    if (shared_way) {
-        const int64_t r = kc ? P.top_k : (m_valid < RF_SAMPLE_KCAP ? m_valid : RF_SAMPLE_KCAP);
-        int way = 0; /* 0: all valid, 1: q-bins up to qcut, 2: keys >= t */
-        float qcut = 0.0f;
-        uint64_t t = 0;
-        if (m_valid > RF_SAMPLE_SC) {
-            /* q = (lmax - l) * 16 (>= 0, monotone in the key); bins 254 - floor(q), q < 255 */
-            for (int i = tid; i < 256; i += blockDim.x) hist[i] = ghist ? ghist[s * 256 + i] : 0u;
+/* The shared way's candidates: every key >= t (M <= RF_SAMPLE_SC of them) into sm.skey, found
+ * by q-bins (rf_sample_q) up to a cut, or by a radix select, when the row has more valid entries
+ * than fit. Returns M. */
+static __device__ __forceinline__ int rf_sample_gather(const float *x, int64_t n, const rf_sample_dev &P, int64_t s,
+                                                       int ib, float T, float lmax, int64_t m_valid, bool kc,
+                                                       const unsigned *ghist, const rf_sample_smem &sm) {
+    const int tid = threadIdx.x;
+    unsigned *hist = sm.hist;
+    uint64_t *skey = sm.skey;
+    const int64_t r = kc ? P.top_k : (m_valid < RF_SAMPLE_KCAP ? m_valid : RF_SAMPLE_KCAP);
+    int way = 0; /* 0: all valid, 1: q-bins up to qcut, 2: keys >= t */
+    float qcut = 0.0f;
+    uint64_t t = 0;
+    if (m_valid > RF_SAMPLE_SC) {
+        /* q = (lmax - l) * 16 (>= 0, monotone in the key); bins 254 - floor(q), q < 255 */
+        for (int i = tid; i < 256; i += blockDim.x) hist[i] = ghist ? ghist[s * 256 + i] : 0u;
+        __syncthreads();
+        if (!ghist) {
+            rf_row_visit(x, n, [&](float v, int64_t) {
+                const float q = rf_sample_q(v, T, lmax);
+                if (q < 255.0f) atomicAdd(&hist[255 - (int)q], 1u);
+            });
             __syncthreads();
-            if (!ghist) {
-                rf_row_visit(x, n, [&](float v, int64_t) {
-                    const float q = rf_sample_q(v, T, lmax);
-                    if (q < 255.0f) atomicAdd(&hist[255 - (int)q], 1u);
-                });
-                __syncthreads();
-            }
-            rf_hist_pick(hist, r, wt, pick);
-            if (pick[0] >= 0 && pick[1] + pick[2] <= RF_SAMPLE_SC) {
-                way = 1;
-                qcut = (float)(256 - pick[0]); /* keep q < qcut */
-            } else {
-                int64_t cnt;
-                t = rf_sample_radix(x, n, T, ib, r, RF_SAMPLE_SC, &cnt, hist, wt, pick);
-                way = 2;
-            }
         }
-        if (tid == 0) shcnt = 0;
-        __syncthreads();
-        if (way == 2)
-            rf_row_visit(x, n, [&](float v, int64_t i) {
-                if (v != v) return;
-                const uint64_t c = rf_order_key(v / T, i, ib);
-                if (c >= t) skey[atomicAdd(&shcnt, 1u)] = c;
-            });
-        else
-            rf_row_visit(x, n, [&](float v, int64_t i) {
-                if (v != v) return;
-                if (way == 0 || rf_sample_q(v, T, lmax) < qcut)
-                    skey[atomicAdd(&shcnt, 1u)] = rf_order_key(v / T, i, ib);
-            });
-        __syncthreads();
-        const int M = (int)shcnt;
-        int P2 = 1;
-        while (P2 < M) P2 <<= 1;
-        for (int i = M + tid; i < P2; i += blockDim.x) skey[i] = 0;
-        __syncthreads();
-        for (int k = 2; k <= P2; k <<= 1) /* bitonic sort, descending */
-            for (int j = k >> 1; j > 0; j >>= 1) {
-                for (int i = tid; i < P2; i += blockDim.x) {
-                    const int o = i ^ j;
-                    if (o > i) {
-                        const uint64_t a = skey[i], b = skey[o];
-                        if ((i & k) == 0 ? a < b : a > b) skey[i] = b, skey[o] = a;
-                    }
+        rf_hist_pick(hist, r, sm.wt, sm.pick);
+        if (sm.pick[0] >= 0 && sm.pick[1] + sm.pick[2] <= RF_SAMPLE_SC) {
+            way = 1;
+            qcut = (float)(256 - sm.pick[0]); /* keep q < qcut */
+        } else {
+            int64_t cnt;
+            t = rf_sample_radix(x, n, T, ib, r, RF_SAMPLE_SC, &cnt, hist, sm.wt, sm.pick);
+            way = 2;
+        }
+    }
+    if (tid == 0) *sm.shcnt = 0;
+    __syncthreads();
+    if (way == 2)
+        rf_row_visit(x, n, [&](float v, int64_t i) {
+            if (v != v) return;
+            const uint64_t c = rf_order_key(v / T, i, ib);
+            if (c >= t) skey[atomicAdd(sm.shcnt, 1u)] = c;
+        });
+    else
+        rf_row_visit(x, n, [&](float v, int64_t i) {
+            if (v != v) return;
+            if (way == 0 || rf_sample_q(v, T, lmax) < qcut)
+                skey[atomicAdd(sm.shcnt, 1u)] = rf_order_key(v / T, i, ib);
+        });
+    __syncthreads();
+    return (int)*sm.shcnt;
+}
+
+/* The M candidates' keys padded with zeros to a power of two and sorted descending (bitonic). */
+static __device__ __forceinline__ void rf_sample_sort(uint64_t *skey, int M) {
+    const int tid = threadIdx.x;
+    int P2 = 1;
+    while (P2 < M) P2 <<= 1;
+    for (int i = M + tid; i < P2; i += blockDim.x) skey[i] = 0;
+    __syncthreads();
+    for (int k = 2; k <= P2; k <<= 1) /* bitonic sort, descending */
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = tid; i < P2; i += blockDim.x) {
+                const int o = i ^ j;
+                if (o > i) {
+                    const uint64_t a = skey[i], b = skey[o];
+                    if ((i & k) == 0 ? a < b : a > b) skey[i] = b, skey[o] = a;
                 }
-                __syncthreads();
-            }
-        /* the first kn (top-k) candidates: p, min-p prefix m1, prefix sums */
-        const int kn = kc ? P.top_k : M;
-        const int i0 = 2 * tid, i1 = i0 + 1;
-        const float p0 = i0 < kn ? expf(rf_key_value(skey[i0], ib) - lmax) : 0.0f;
-        const float p1 = i1 < kn ? expf(rf_key_value(skey[i1], ib) - lmax) : 0.0f;
-        int m1 = kn;
-        if (P.min_p > 0.0f) {
-            int f = kn;
-            if (i0 >= 1 && i0 < kn && p0 < P.min_p) f = i0;
-            else if (i1 < kn && p1 < P.min_p) f = i1;
-            m1 = (int)rf_block_u64<1>((uint64_t)f, shu);
-        }
-        {
-            const int lane = tid % RF_WARP_SIZE, warp = tid / RF_WARP_SIZE;
-            const int nw = blockDim.x / RF_WARP_SIZE;
-            float xs = p0 + p1;
-            for (int o = 1; o < RF_WARP_SIZE; o <<= 1) {
-                const float y = RF_SHFL_UP(xs, o);
-                if (lane >= o) xs += y;
             }
             __syncthreads();
-            if (lane == RF_WARP_SIZE - 1) sh[warp] = xs;
-            __syncthreads();
-            float base = 0.0f;
-            for (int w = 0; w < warp; w++) base += sh[w];
-            (void)nw;
-            const float ex = base + xs - (p0 + p1);
-            if (i0 < RF_SAMPLE_SC) scum[i0] = ex + p0;
-            if (i1 < RF_SAMPLE_SC) scum[i1] = ex + p0 + p1;
-            __syncthreads();
         }
-        const bool whole = kc || M == m_valid; /* every kept entry is a candidate */
-        float total_k = 0.0f;
-        if (whole) total_k = scum[kn - 1];
-        else if (P.top_p < 1.0f) {
-            float tot = 0.0f;
-            rf_row_visit(x, n, [&](float v, int64_t i) {
-                if (v == v) tot += __expf(v / T - lmax);
-            });
-            total_k = rf_block_sum(tot, sh);
-        }
-        /* the cuts compare in double against double targets, as the CPU twin does */
-        const float mass2 = scum[m1 - 1];
-        const double tp = (double)P.top_p * (double)total_k;
-        const bool cut_p = P.top_p < 1.0f && (double)mass2 >= tp;
-        /* complete: the kept set ends inside the candidates */
-        if (whole || m1 < M || cut_p) {
-            int m2 = m1;
-            if (cut_p) {
-                int f = m1;
-                if (i0 < m1 && (double)scum[i0] >= tp) f = i0;
-                else if (i1 < m1 && (double)scum[i1] >= tp) f = i1;
-                m2 = (int)rf_block_u64<1>((uint64_t)f, shu) + 1;
-            }
-            const double target = (double)u * (double)scum[m2 - 1];
-            int f = m2 - 1;
-            if (i0 < m2 && (double)scum[i0] > target) f = i0;
-            else if (i1 < m2 && (double)scum[i1] > target) f = i1;
-            const int pk = (int)rf_block_u64<1>((uint64_t)f, shu);
-            if (tid == 0) out[s] = (int32_t)(idmask - (skey[pk] & idmask));
-            return;
-        }
-        /* else: the nucleus reaches past the candidates; bisect over the whole row below */
-    }
+}
 
-    /* ---- the whole row: top-k threshold ck (keep c >= ck) by radix select ---- */
+/* The prefix sums of the candidates' p (thread tid holds candidates 2 tid and 2 tid + 1) into
+ * sm.scum. */
+static __device__ __forceinline__ void rf_sample_scan(float p0, float p1, int i0, int i1, const rf_sample_smem &sm) {
+    const int tid = threadIdx.x;
+    const int lane = tid % RF_WARP_SIZE, warp = tid / RF_WARP_SIZE;
+    const int nw = blockDim.x / RF_WARP_SIZE;
+    float xs = p0 + p1;
+    for (int o = 1; o < RF_WARP_SIZE; o <<= 1) {
+        const float y = RF_SHFL_UP(xs, o);
+        if (lane >= o) xs += y;
+    }
+    __syncthreads();
+    if (lane == RF_WARP_SIZE - 1) sm.sh[warp] = xs;
+    __syncthreads();
+    float base = 0.0f;
+    for (int w = 0; w < warp; w++) base += sm.sh[w];
+    (void)nw;
+    const float ex = base + xs - (p0 + p1);
+    if (i0 < RF_SAMPLE_SC) sm.scum[i0] = ex + p0;
+    if (i1 < RF_SAMPLE_SC) sm.scum[i1] = ex + p0 + p1;
+    __syncthreads();
+}
+
+/* The shared way: the candidates gathered and sorted in shared memory, then min-p, top-p and the
+ * draw by prefix sums. Returns true when the pick is made (out[s] written), false when the
+ * nucleus reaches past the candidates (the whole row's bisections decide). */
+static __device__ __forceinline__ bool rf_sample_shared(int32_t *out, const float *x, int64_t n,
+                                                        const rf_sample_dev &P, int64_t s, int ib, float T,
+                                                        float lmax, float u, int64_t m_valid, bool kc,
+                                                        const unsigned *ghist, const rf_sample_smem &sm) {
+    const int tid = threadIdx.x;
+    const uint64_t idmask = (1ull << ib) - 1;
+    const int M = rf_sample_gather(x, n, P, s, ib, T, lmax, m_valid, kc, ghist, sm);
+    uint64_t *skey = sm.skey;
+    float *scum = sm.scum;
+    rf_sample_sort(skey, M);
+    /* the first kn (top-k) candidates: p, min-p prefix m1, prefix sums */
+    const int kn = kc ? P.top_k : M;
+    const int i0 = 2 * tid, i1 = i0 + 1;
+    const float p0 = i0 < kn ? expf(rf_key_value(skey[i0], ib) - lmax) : 0.0f;
+    const float p1 = i1 < kn ? expf(rf_key_value(skey[i1], ib) - lmax) : 0.0f;
+    int m1 = kn;
+    if (P.min_p > 0.0f) {
+        int f = kn;
+        if (i0 >= 1 && i0 < kn && p0 < P.min_p) f = i0;
+        else if (i1 < kn && p1 < P.min_p) f = i1;
+        m1 = (int)rf_block_u64<1>((uint64_t)f, sm.shu);
+    }
+    rf_sample_scan(p0, p1, i0, i1, sm);
+    const bool whole = kc || M == m_valid; /* every kept entry is a candidate */
+    float total_k = 0.0f;
+    if (whole) total_k = scum[kn - 1];
+    else if (P.top_p < 1.0f) {
+        float tot = 0.0f;
+        rf_row_visit(x, n, [&](float v, int64_t i) {
+            if (v == v) tot += __expf(v / T - lmax);
+        });
+        total_k = rf_block_sum(tot, sm.sh);
+    }
+    /* the cuts compare in double against double targets, as the CPU twin does */
+    const float mass2 = scum[m1 - 1];
+    const double tp = (double)P.top_p * (double)total_k;
+    const bool cut_p = P.top_p < 1.0f && (double)mass2 >= tp;
+    /* complete: the kept set ends inside the candidates */
+    if (whole || m1 < M || cut_p) {
+        int m2 = m1;
+        if (cut_p) {
+            int f = m1;
+            if (i0 < m1 && (double)scum[i0] >= tp) f = i0;
+            else if (i1 < m1 && (double)scum[i1] >= tp) f = i1;
+            m2 = (int)rf_block_u64<1>((uint64_t)f, sm.shu) + 1;
+        }
+        const double target = (double)u * (double)scum[m2 - 1];
+        int f = m2 - 1;
+        if (i0 < m2 && (double)scum[i0] > target) f = i0;
+        else if (i1 < m2 && (double)scum[i1] > target) f = i1;
+        const int pk = (int)rf_block_u64<1>((uint64_t)f, sm.shu);
+        if (tid == 0) out[s] = (int32_t)(idmask - (skey[pk] & idmask));
+        return true;
+    }
+    /* else: the nucleus reaches past the candidates; bisect over the whole row */
+    return false;
+}
+
+/* The whole row: the top-k threshold ck (keep c >= ck) by radix select, the top-p threshold cp
+ * and the draw by bisections over the order key, with vectorized passes. Returns the picked
+ * entry's order key. */
+static __device__ __forceinline__ uint64_t rf_sample_bisect(const float *x, int64_t n, const rf_sample_dev &P, int ib,
+                                                            float T, float lmax, float u, bool kc,
+                                                            const rf_sample_smem &sm) {
+    float *sh = sm.sh;
     uint64_t ck = 0;
     if (kc) {
         int64_t cnt;
-        ck = rf_sample_radix(x, n, T, ib, P.top_k, 0, &cnt, hist, wt, pick);
+        ck = rf_sample_radix(x, n, T, ib, P.top_k, 0, &cnt, sm.hist, sm.wt, sm.pick);
     }
     /* kept(i): valid, c >= ck, and p >= min_p (p = e^(l - lmax), so p_max = 1) */
 #define RF_P(v) __expf((v) / T - lmax)
@@ -499,10 +507,72 @@ rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *p
             const uint64_t c = rf_order_key(v / T, i, ib);
             if (c >= cp && RF_KEPT(v, c, RF_P(v)) && c < lo) lo = c;
         });
-        prefix = rf_block_u64<1>(lo, shu);
+        prefix = rf_block_u64<1>(lo, sm.shu);
     }
 #undef RF_P
 #undef RF_KEPT
+    return prefix;
+}
+
+/* sample: out[s] = rf_ref_sample(logits[s, :], params[s], u(seed, step, s)).
+ * in: logits f32 [n_seq, n_vocab]; params [n_seq]. out: int32 [n_seq] (device).
+ * launch: one block of RF_SAMPLE_THREADS threads per sequence. tolerance: the same token as the
+ * CPU twin except where u lies within f32 rounding of a cumulative-probability boundary.
+ * Passes over the row: argmax and count (greedy stops there); the top K = top_k (or 1024 when
+ * top_k is 0) by a histogram of (lmax - l) in 1/16 steps, then at most RF_SAMPLE_SC candidates
+ * (every key >= a threshold) copied to shared memory, sorted (bitonic), and min-p, top-p and
+ * the draw done there by prefix sums. When the kept set may reach beyond those candidates
+ * (top_k > 1024, or no top-k and a nucleus wider than them) the cuts are bisections over the
+ * key, as before, with vectorized passes. part / ghist (S > 1): the first pass and the
+ * histogram done by rf_k_sample_part / rf_k_sample_hist over S chunks of the row. */
+__global__ void __launch_bounds__(RF_SAMPLE_THREADS)
+rf_k_sample(int32_t *out, const float *logits, int64_t n, const rf_sample_dev *params,
+            uint64_t seed, uint64_t step, int ib, const uint64_t *part, const unsigned *ghist, int S) {
+    __shared__ float sh[1024 / 32];
+    __shared__ uint64_t shu[1024 / 32];
+    __shared__ int wt[256 / 32];
+    __shared__ int64_t pick[4];
+    __shared__ unsigned hist[256];
+    __shared__ unsigned shcnt;
+    __shared__ uint64_t skey[RF_SAMPLE_SC];
+    __shared__ float scum[RF_SAMPLE_SC];
+    const rf_sample_smem sm = {sh, shu, wt, pick, hist, &shcnt, skey, scum};
+    const int64_t s = blockIdx.x;
+    const float *x = logits + s * n;
+    const rf_sample_dev P = params[s];
+    const int tid = threadIdx.x;
+    const uint64_t idmask = (1ull << ib) - 1;
+    const float T = P.temperature;
+
+    /* argmax among non-NaN entries (lowest id on ties), and the count of non-NaN entries */
+    uint64_t kb, nv;
+    rf_sample_count(kb, nv, x, n, ib, part, S, s);
+    const uint64_t best = rf_block_u64<0>(kb, shu);
+    if (best == 0) { /* all NaN */
+        if (tid == 0) out[s] = -1;
+        return;
+    }
+    const int64_t best_id = (int64_t)(idmask - (best & idmask));
+    if (T <= 0.0f) {
+        if (tid == 0) out[s] = (int32_t)best_id;
+        return;
+    }
+    const float lmax = x[best_id] / T; /* division, as the CPU twin */
+    if (lmax == INFINITY || lmax == -INFINITY) {
+        if (tid == 0) out[s] = (int32_t)best_id;
+        return;
+    }
+    const int64_t m_valid = (int64_t)rf_block_u64<2>(nv, shu);
+    const bool kc = P.top_k > 0 && (int64_t)P.top_k < m_valid; /* a top-k cut */
+    const float u = P.u >= 0.0f ? P.u : rf_sample_u_impl(seed, step, s);
+
+    /* ---- candidates in shared memory: every key >= t, M <= RF_SAMPLE_SC of them ---- */
+    const bool shared_way = kc ? P.top_k <= RF_SAMPLE_KCAP
+                               : (m_valid <= RF_SAMPLE_SC || P.top_p < 1.0f || P.min_p > 0.0f);
+    if (shared_way && rf_sample_shared(out, x, n, P, s, ib, T, lmax, u, m_valid, kc, ghist, sm)) return;
+
+    /* ---- the whole row: bisections over the order key ---- */
+    const uint64_t prefix = rf_sample_bisect(x, n, P, ib, T, lmax, u, kc, sm);
     if (tid == 0) out[s] = (int32_t)(idmask - (prefix & idmask));
 }
 
