@@ -130,8 +130,8 @@ static rf_status pen_room(rf_engine *e, int32_t need) {
 
 /* Row `row`'s grammar mask (rf_sampler's, for its next draw) appended to the step's masks; a
  * grammar that admits nothing leaves the row unmasked and *none set (the pick then ends the
- * choice, rf_sampler_dev_pick). The mask is the host's byte mask read as little-endian words:
- * bit i % 32 of word i / 32 is bit i % 8 of byte i / 8. */
+ * choice, rf_sampler_dev_pick). The mask is the host's byte mask read as little-endian words
+ * (bit i % 32 of word i / 32 is bit i % 8 of byte i / 8): a plain copy on a little-endian host. */
 static rf_status grammar_row(rf_engine *e, rf_seq *s, rf_sample_row *row, bool *none, rf_step_batch *sb) {
     int32_t n_ok = 0;
     const uint8_t *m = rf_sampler_grammar_mask(s->smp, &n_ok);
@@ -149,8 +149,13 @@ static rf_status grammar_row(rf_engine *e, rf_seq *s, rf_sample_row *row, bool *
     }
     uint32_t *dst = e->s_masks + (size_t)sb->n_mask * W;
     const size_t nb = ((size_t)e->m->hp.n_vocab + 7) / 8;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    dst[W - 1] = 0; /* the tail bytes past nb */
+    memcpy(dst, m, nb);
+#else
     memset(dst, 0, W * sizeof(uint32_t));
     for (size_t k = 0; k < nb; k++) dst[k / 4] |= (uint32_t)m[k] << (8 * (k % 4));
+#endif
     row->mask_ref = ++sb->n_mask;
     return RF_OK;
 }
