@@ -13,6 +13,7 @@
 
 #include "cmd_run_opts.h"
 #include "core/utf8.h"
+#include "engine/grammar.h"
 
 static const char k_batch_usage[] =
     "usage: rocmforge batch -m MODEL -f PROMPTS [options]\n"
@@ -31,6 +32,8 @@ static const char k_batch_usage[] =
     "  --seed S                sampling seed of every prompt (default 0; 64-bit)\n"
     "  --stop TEXT             stop string (repeatable, not printed)\n"
     "  --ignore-eos            keep generating after end-of-text tokens\n"
+    "  --grammar GBNF, --grammar-file FILE   constrain every output to a GBNF grammar (llama.cpp's syntax)\n"
+    "  -j, --json-schema JSON, --json-schema-file FILE   constrain every output to JSON of a schema ('{}': any object)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  -c, --ctx N             positions per sequence (default: trained length, capped to 4096 and memory)\n"
     "  -b, --batch N           token budget of one engine step (default 512, at least P)\n"
@@ -306,8 +309,9 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* A request with the command line's generation options (no prompt yet); NULL after a message. */
-static rf_request *make_request(const rf_run_opts *o) {
+/* A request with the command line's generation options and grammar g (may be NULL; no prompt
+ * yet); NULL after a message. */
+static rf_request *make_request(const rf_run_opts *o, rf_grammar *g) {
     rf_request *r = rf_request_new();
     if (!r) {
         rf_cli_fail(1, "out of memory");
@@ -319,6 +323,7 @@ static rf_request *make_request(const rf_run_opts *o) {
     st = st ? st : rf_request_set(r, RF_REQ_IGNORE_EOS, o->ignore_eos);
     st = st ? st : rf_request_set(r, RF_REQ_RENDER_SPECIAL, o->render_special);
     for (int i = 0; i < o->n_stop && !st; i++) st = rf_request_add_stop(r, o->stops[i], strlen(o->stops[i]));
+    if (!st && g) rf_request_set_grammar(r, g);
     if (st) {
         rf_cli_fail(2, "%s", rf_last_error());
         rf_request_free(r);
@@ -366,12 +371,20 @@ int rf_cmd_batch(int argc, char **argv) {
         return rf_cli_fail(2, "missing -f PROMPTS");
     }
     /* everything the command line and the file can get wrong, before the model loads */
-    rf_request *probe = make_request(&o);
-    if (!probe) return 2;
+    rf_grammar *grammar = NULL;
+    if (rf_run_grammar(&o, &grammar)) return 2;
+    rf_request *probe = make_request(&o, grammar);
+    if (!probe) {
+        rf_grammar_unref(grammar);
+        return 2;
+    }
     rf_request_free(probe);
     const char *fname = strcmp(o.prompt_file, "-") ? o.prompt_file : "<stdin>";
     bstate S = {0};
-    if ((rc = load_prompts(o.prompt_file, &S.p, &S.n))) return rc;
+    if ((rc = load_prompts(o.prompt_file, &S.p, &S.n))) {
+        rf_grammar_unref(grammar);
+        return rc;
+    }
     rf_model *m = NULL;
     rf_engine *e = NULL;
     bref *refs = NULL;
@@ -395,7 +408,7 @@ int rf_cmd_batch(int argc, char **argv) {
     int64_t gen0 = rf_engine_get_stat(e, RF_STAT_GEN_TOKENS);
     for (size_t i = 0; i < S.n; i++) {
         bprompt *p = &S.p[i];
-        rf_request *r = make_request(&o);
+        rf_request *r = make_request(&o, grammar);
         if (!r) goto out;
         rf_status st = RF_OK;
         if (p->msgs) {
@@ -487,6 +500,7 @@ int rf_cmd_batch(int argc, char **argv) {
 out:
     rf_engine_free(e);
     rf_model_free(m);
+    rf_grammar_unref(grammar);
     for (size_t i = 0; i < S.n; i++) {
         free(S.p[i].text);
         free(S.p[i].out);

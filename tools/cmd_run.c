@@ -9,8 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "cmd_run_opts.h"
+#include "engine/grammar.h"
 #include "rocmforge/quant.h"
+#include "server/json_schema.h"
 
 static const char k_run_usage[] =
     "usage: rocmforge run -m MODEL (-p TEXT | -f FILE) [options]\n"
@@ -25,6 +29,8 @@ static const char k_run_usage[] =
     "  --seed S                sampling seed (default 0; 64-bit)\n"
     "  --stop TEXT             stop string (repeatable, not printed)\n"
     "  --ignore-eos            keep generating after end-of-text tokens\n"
+    "  --grammar GBNF, --grammar-file FILE   constrain the output to a GBNF grammar (llama.cpp's syntax)\n"
+    "  -j, --json-schema JSON, --json-schema-file FILE   constrain the output to JSON of a schema ('{}': any object)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  -c, --ctx N             context length (default: trained length, capped to 4096 and memory)\n"
     "  -b, --batch N           prompt tokens per forward pass (default 512)\n"
@@ -259,6 +265,15 @@ int rf_run_parse(int argc, char **argv, int which, rf_run_opts *o, const char *u
             o->system = v;
         } else if ((which & RF_OPT_PROMPT) && IS("--chat")) {
             o->chat = true;
+        } else if ((which & (RF_OPT_PROMPT | RF_OPT_BATCH)) &&
+                   (IS("--grammar") || IS("--grammar-file") || IS("-j") || IS("--json-schema") || IS("--json-schema-file"))) {
+            if (!(v = ARG())) return 2;
+            if (o->grammar || o->grammar_file || o->json_schema || o->json_schema_file)
+                return rf_cli_fail(2, "one of --grammar, --grammar-file, --json-schema, --json-schema-file");
+            if (IS("--grammar")) o->grammar = v;
+            else if (IS("--grammar-file")) o->grammar_file = v;
+            else if (IS("--json-schema-file")) o->json_schema_file = v;
+            else o->json_schema = v;
         } else if (samp && (rc = sampling_opt(argc, argv, &i, o)) != NOT_MINE) {
             if (rc) return rc;
         } else if (IS("--deterministic")) {
@@ -396,6 +411,31 @@ static bool print_piece(const char *p, size_t n, void *user) {
     return true;
 }
 
+static char *read_text_file(const char *path);
+
+int rf_run_grammar(const rf_run_opts *o, rf_grammar **g) {
+    *g = NULL;
+    const char *file = o->grammar_file ? o->grammar_file : o->json_schema_file;
+    char *text = file ? read_text_file(file) : NULL;
+    if (file && !text) return rf_cli_fail(2, "cannot read '%s'", file);
+    const char *src = text ? text : o->grammar ? o->grammar : o->json_schema;
+    int rc = 0;
+    if (!src) return 0;
+    if (o->grammar || o->grammar_file) {
+        if (rf_grammar_parse_gbnf(src, strlen(src), g)) rc = rf_cli_fail(2, "grammar: %s", rf_last_error());
+    } else {
+        json_error_t je;
+        json_t *schema = json_loads(src, 0, &je);
+        char err[256] = "";
+        if (!schema) rc = rf_cli_fail(2, "JSON schema: %s (line %d)", je.text, je.line);
+        else if (srv_json_grammar(json_object_size(schema) ? schema : NULL, g, err, sizeof err))
+            rc = rf_cli_fail(2, "JSON schema: %s", err);
+        json_decref(schema);
+    }
+    free(text);
+    return rc;
+}
+
 static char *read_text_file(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -445,6 +485,7 @@ int rf_cmd_run(int argc, char **argv) {
     size_t n_data = 0;
     int32_t *ids = NULL;
     rf_gen_stats stats = {0};
+    rf_grammar *grammar = NULL;
     rc = 1;
     const char *ptext = o.prompt;
     if (o.chat) {
@@ -506,6 +547,11 @@ int rf_cmd_run(int argc, char **argv) {
     gp.n_stop = (size_t)o.n_stop;
     gp.ignore_eos = o.ignore_eos;
     gp.render_special = o.render_special;
+    if (rf_run_grammar(&o, &grammar)) {
+        rc = 2;
+        goto out;
+    }
+    gp.grammar = grammar;
     if (rf_generate(s, ids, (int32_t)n_ids, &gp, print_piece, NULL, &stats)) {
         fflush(stdout);
         rf_cli_fail(1, "%s", rf_last_error());
@@ -521,6 +567,7 @@ int rf_cmd_run(int argc, char **argv) {
     else if (isatty(1)) putchar('\n');
     rc = 0;
 out:
+    rf_grammar_unref(grammar);
     free(stats.tokens);
     free(ids);
     free(text);

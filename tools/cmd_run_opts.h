@@ -21,6 +21,9 @@ typedef struct rf_run_opts {
     const char *stops[RF_MAX_STOP];
     int n_stop;
     const char *logits_out; /* run: write the last-position logits of the prompt (f32) here */
+    /* run and batch: constrained output (one of them): GBNF text, a GBNF file, a JSON Schema
+     * (text or file; "{}" any JSON object) */
+    const char *grammar, *grammar_file, *json_schema, *json_schema_file;
     int32_t chunks;         /* perplexity: max chunks (0 = all) */
     /* batch: the engine's pool and scheduling, and the output format */
     int32_t n_parallel;     /* sequences in flight (default 4) */
@@ -55,6 +58,10 @@ int rf_run_load(const rf_run_opts *o, rf_model **m);
 
 /* rf_run_load, then opens a session. Returns 0 or prints the error and returns 1. */
 int rf_run_open(const rf_run_opts *o, rf_model **m, rf_session **s);
+
+/* The grammar --grammar / --grammar-file / --json-schema / --json-schema-file ask for (*g NULL
+ * when none). Returns 0 or prints the error and returns 2 (a bad grammar or schema). */
+int rf_run_grammar(const rf_run_opts *o, rf_grammar **g);
 
 /* Prints "prompt: ... | generation: ..." timing to stderr. */
 void rf_run_print_timing(const rf_gen_stats *st);

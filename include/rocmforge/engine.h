@@ -167,6 +167,8 @@ typedef enum rf_finish_reason {
 /* "stop", "length", "eos", "context", "cancelled", "error" or "none". */
 const char *rf_finish_reason_str(rf_finish_reason r);
 
+typedef struct rf_grammar rf_grammar; /* a compiled grammar (rf_request_set_grammar) */
+
 typedef struct rf_gen_params {
     rf_sampler_params sampling;
     int32_t max_tokens;          /* < 0: until EOS or the context is full */
@@ -175,6 +177,7 @@ typedef struct rf_gen_params {
     bool ignore_eos;
     bool render_special;         /* emit control tokens' text */
     volatile int *cancel;        /* checked between tokens when non-NULL: != 0 stops */
+    rf_grammar *grammar;         /* NULL: free text; else the output follows it (not taken over) */
 } rf_gen_params;
 
 rf_gen_params rf_gen_default_params(void);
@@ -290,7 +293,6 @@ typedef bool (*rf_event_fn)(const rf_event *ev, void *user);
 void rf_request_set_callback(rf_request *r, rf_event_fn fn, void *user);
 /* Constrained decoding: every choice's output follows grammar g (src/engine/grammar.h; the
  * request takes a reference, NULL clears). Such a request is sampled on the host. */
-typedef struct rf_grammar rf_grammar;
 void rf_request_set_grammar(rf_request *r, rf_grammar *g);
 
 /* Queues a request; *id (may be NULL) identifies it in events and rf_engine_cancel. The prompt

@@ -69,6 +69,12 @@ typedef struct rf_batch {
     int32_t n_sample, n_pen;
     const struct rf_sample_row *sample_rows;
     const int32_t *pen_ids, *pen_counts;
+    /* grammar masks (structured output) for device sampling: masks not NULL makes a masked step
+     * (a recorded graph of one keeps room for a mask per sample row); n_mask rows of mask_words
+     * words, bit i % 32 of word i / 32 set where token i is allowed; a row's mask_ref names its
+     * mask. Masks apply after the penalties, before the draw, as rf_sampler does on the host. */
+    int32_t n_mask, mask_words;
+    const uint32_t *masks;
     void *dev;                  /* backend copy of the above (NULL on the CPU) */
 } rf_batch;
 
@@ -79,6 +85,7 @@ typedef struct rf_sample_row {
     int32_t top_k;
     float repeat_penalty, presence_penalty, frequency_penalty;
     int32_t pen_off, pen_n;             /* its entries in the penalty arrays */
+    int32_t mask_ref;                   /* 0: no grammar mask; k > 0: row k - 1 of the batch's masks */
 } rf_sample_row;
 
 typedef enum rf_glu_kind {

@@ -109,6 +109,10 @@ struct rf_engine {
     float *lp_work;          /* [n_vocab] log-softmax for logprobs */
     rf_sample_row *s_rows;   /* device sampling: a row per output, penalties, the ids */
     int32_t *s_ids, *pen_ids, *pen_counts, pen_cap;
+    uint32_t *s_masks;       /* grammar masks of a masked step: [rows, s_mask_words] */
+    size_t s_masks_cap;      /* words held */
+    int32_t s_mask_words;    /* (n_vocab + 31) / 32 */
+    bool *s_none;            /* [n_batch] per sample row: its grammar admitted no token */
     rf_seq **b_seqs;         /* [n_batch] the step's sequences, by batch sequence index */
     /* test hooks: replace the forward (scheduler tests) and see block copies */
     rf_status (*fwd_hook)(void *user, rf_engine *e, rf_batch *b, rf_seq *const *seqs, float *logits);
@@ -138,10 +142,15 @@ typedef struct rf_step_batch {
     int32_t n_tok, n_out, max_blocks;
     int32_t bucket, gmode, n_rows, n_pen;
     bool dev_sample;
+    bool masked;    /* a sampled sequence has a grammar: the device applies its mask (n_mask rows) */
+    int32_t n_mask;
 } rf_step_batch;
 rf_status rf_step_build(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb);
 rf_status rf_step_graph_pad(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb);
 rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb);
+/* A masked step's recorded graph is kept apart from its bucket's unmasked one (its upload holds
+ * every row's mask): graph key bucket + RF_STEP_MASKED_KEY. */
+#define RF_STEP_MASKED_KEY (1 << 24)
 
 /* sampler.c, for sampling on a device: the generator's next draw in [0, 1) (what
  * rf_sampler_sample would use), the parameters, and the distinct ids of the penalty window with

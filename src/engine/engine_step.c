@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "engine/engine_internal.h"
+#include "engine/grammar.h"
 
 static bool cancelled(const rf_seq *s) {
     return s->req && (s->req->cancel || (s->req->ext_cancel && *s->req->ext_cancel));
@@ -79,6 +80,7 @@ static rf_status run_batch(rf_engine *e, rf_step_batch *sb, int32_t n_items) {
                   .state_slot = e->spool ? e->b_state : NULL, .n_out = bucket ? bucket : sb->n_out,
                   .out_rows = e->b_out, .max_pos = bucket ? e->n_ctx - 1 : 0, .n_sample = sb->n_rows,
                   .n_pen = sb->n_pen, .sample_rows = e->s_rows, .pen_ids = e->pen_ids, .pen_counts = e->pen_counts,
+                  .n_mask = sb->n_mask, .mask_words = e->s_mask_words, .masks = sb->masked ? e->s_masks : NULL,
                   .dev = NULL};
     rf_status st;
     if (sb->gmode == RF_GRAPH_REPLAY) st = be->ops->batch_upload(be, &b);
@@ -112,7 +114,8 @@ static void outputs(rf_engine *e, const rf_step_plan *p, bool dev_sample) {
         }
         if (s->gen && last && s->state == RF_SEQ_RUNNING) {
             if (!dev_sample) rf_engine_on_output(e, s, lg + (size_t)(rows - 1) * nv);
-            else if (!rf_engine_pre_sample(e, s)) rf_engine_on_token(e, s, e->s_ids[row - 1], NULL);
+            else if (!rf_engine_pre_sample(e, s))
+                rf_engine_on_token(e, s, rf_sampler_dev_pick(s->smp, e->s_ids[row - 1], e->s_none[row - 1]), NULL);
         }
     }
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/grammar.h"
 
 rf_gen_params rf_gen_default_params(void) {
     rf_gen_params p;
@@ -70,6 +71,11 @@ rf_status rf_generate(rf_session *ss, const int32_t *prompt, int32_t n_prompt, c
         q.stop_len[q.n_stop++] = strlen(gp.stop[i]);
     }
     if ((st = rf_sampler_new(&q.sp, nv, &s->smp))) return st;
+    if (gp.grammar && (st = rf_sampler_set_grammar(s->smp, gp.grammar, e->m->vocab))) {
+        rf_sampler_free(s->smp);
+        s->smp = NULL;
+        return st;
+    }
     if ((st = rf_textout_init(&s->out, e->m->vocab, q.render_special, q.stops, q.stop_len, q.n_stop))) {
         rf_sampler_free(s->smp);
         s->smp = NULL;

@@ -17,6 +17,7 @@ rf_grammar *rf_grammar_new(void) {
     if (g) {
         atomic_init(&g->refs, 1);
         g->root = -1;
+        pthread_mutex_init(&g->masks_mu, NULL);
     }
     return g;
 }
@@ -25,6 +26,8 @@ void rf_grammar_ref(rf_grammar *g) {
 }
 void rf_grammar_unref(rf_grammar *g) {
     if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+    rf_gmask_shared_free(g->masks);
+    pthread_mutex_destroy(&g->masks_mu);
     free(g->el);
     free(g->rule_at);
     free(g->cls);

@@ -3,6 +3,7 @@
 #ifndef RF_ENGINE_GRAMMAR_INTERNAL_H
 #define RF_ENGINE_GRAMMAR_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "engine/grammar.h"
@@ -28,7 +29,15 @@ struct rf_grammar {
     rf_gclass *cls;
     int32_t n_cls, cap_cls;
     int32_t root;
+    /* token masks shared by every constraint of this grammar (grammar_mask.c): the requests of
+     * a batch given one grammar meet the same parse states, so one computes what the others
+     * look up; freed with the grammar */
+    struct gshared *masks;
+    pthread_mutex_t masks_mu;
 };
+
+/* grammar_mask.c: frees a grammar's shared masks (rf_grammar_unref). */
+void rf_gmask_shared_free(struct gshared *s);
 
 /* A set of parse stacks (positions into el; the top, last, is a byte class). A stack of length
  * 0 is a finished parse. */

@@ -1,7 +1,8 @@
 /* grammar_mask.c — which tokens keep the output inside a grammar: the vocabulary's byte strings
  * in a trie, walked depth-first from the current stack set so that a prefix that leaves the
  * grammar prunes every token below it; masks cached per stack set (inside a JSON string the set
- * repeats, so most steps are a lookup). */
+ * repeats, so most steps are a lookup), per constraint and, behind it, per grammar (the requests
+ * of one batch given one grammar share what any of them computed). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #define TRIE_MAX_DEPTH 128 /* longer tokens are never allowed under a grammar */
 #define MASK_CACHE 32
+#define SHARED_CACHE 256 /* per grammar: 256 masks (4 MiB at a 128k vocabulary) */
 
 typedef struct tnode {
     int32_t child, sibling; /* first child, next sibling: -1 none */
@@ -18,6 +20,7 @@ typedef struct tnode {
 } tnode;
 
 typedef struct vtrie {
+    uint64_t uid; /* never reused: a grammar's shared masks name the trie they were made over */
     const rf_vocab *v;
     int32_t n_vocab, refs;
     tnode *nodes;
@@ -93,7 +96,8 @@ static vtrie *trie_get(const rf_vocab *v) {
         if (g_tries[i] && g_tries[i]->v == v) t = g_tries[i];
         else if (!g_tries[i] && free_slot < 0) free_slot = i;
     }
-    if (!t && free_slot >= 0 && (t = trie_build(v))) g_tries[free_slot] = t;
+    static uint64_t next_uid = 1;
+    if (!t && free_slot >= 0 && (t = trie_build(v))) g_tries[free_slot] = t, t->uid = next_uid++;
     if (t) t->refs++;
     pthread_mutex_unlock(&g_trie_mu);
     return t;
@@ -115,6 +119,45 @@ typedef struct centry {
     int32_t *key, n_key, n_allowed;
     uint8_t *mask;
 } centry;
+
+/* A grammar's shared masks: entries of one trie (uid) each, filled round robin. */
+typedef struct gshared {
+    centry e[SHARED_CACHE];
+    uint64_t trie[SHARED_CACHE];
+    int32_t next;
+} gshared;
+
+void rf_gmask_shared_free(gshared *s) {
+    if (!s) return;
+    for (int i = 0; i < SHARED_CACHE; i++) {
+        free(s->e[i].key);
+        free(s->e[i].mask);
+    }
+    free(s);
+}
+
+/* Copies mask (bytes) with its key and count into entry e; false (e emptied) when out of memory. */
+static bool centry_set(centry *e, const int32_t *key, int32_t nk, uint64_t h, const uint8_t *mask, int32_t bytes,
+                       int32_t n_allowed) {
+    if (!e->mask) e->mask = malloc((size_t)bytes);
+    int32_t *k = realloc(e->key, (size_t)(nk ? nk : 1) * sizeof(int32_t));
+    if (k) e->key = k;
+    if (!e->mask || !k) {
+        free(e->mask);
+        e->mask = NULL;
+        return false;
+    }
+    memcpy(e->key, key, (size_t)nk * sizeof(int32_t));
+    memcpy(e->mask, mask, (size_t)bytes);
+    e->n_key = nk;
+    e->hash = h;
+    e->n_allowed = n_allowed;
+    return true;
+}
+
+static bool centry_is(const centry *e, const int32_t *key, int32_t nk, uint64_t h) {
+    return e->mask && e->hash == h && e->n_key == nk && !memcmp(e->key, key, (size_t)nk * sizeof(int32_t));
+}
 
 struct rf_gconstraint {
     rf_gmatch *m;
@@ -262,21 +305,56 @@ static bool make_key(rf_gconstraint *c, const rf_gstate *s, int32_t *n, uint64_t
     return true;
 }
 
+/* The grammar's shared masks: a hit copied into c's own mask (and c's cache); *n the count. */
+static bool shared_get(rf_gconstraint *c, rf_grammar *g, int32_t nk, uint64_t h, int32_t *n) {
+    bool hit = false;
+    pthread_mutex_lock(&g->masks_mu);
+    for (int i = 0; g->masks && i < SHARED_CACHE && !hit; i++) {
+        const centry *e = &g->masks->e[i];
+        if (g->masks->trie[i] == c->t->uid && centry_is(e, c->key, nk, h)) {
+            memcpy(c->mask, e->mask, (size_t)c->mask_bytes);
+            *n = e->n_allowed;
+            hit = true;
+        }
+    }
+    pthread_mutex_unlock(&g->masks_mu);
+    return hit;
+}
+
+static void shared_put(rf_gconstraint *c, rf_grammar *g, int32_t nk, uint64_t h, int32_t n) {
+    pthread_mutex_lock(&g->masks_mu);
+    if (!g->masks) g->masks = calloc(1, sizeof *g->masks);
+    if (g->masks) {
+        gshared *s = g->masks;
+        if (centry_set(&s->e[s->next], c->key, nk, h, c->mask, c->mask_bytes, n)) {
+            s->trie[s->next] = c->t->uid;
+            s->next = (s->next + 1) % SHARED_CACHE;
+        }
+    }
+    pthread_mutex_unlock(&g->masks_mu);
+}
+
 const uint8_t *rf_gconstraint_mask(rf_gconstraint *c, int32_t *n_allowed) {
     const rf_gstate *s = rf_gmatch_state(c->m);
-    const rf_grammar *g = rf_gmatch_grammar(c->m);
+    rf_grammar *g = (rf_grammar *)rf_gmatch_grammar(c->m); /* its shared masks are a cache */
     int32_t nk = 0;
     uint64_t h = 0;
     bool keyed = make_key(c, s, &nk, &h);
     for (int i = 0; keyed && i < MASK_CACHE; i++) {
         centry *e = &c->cache[i];
-        if (e->mask && e->hash == h && e->n_key == nk && !memcmp(e->key, c->key, (size_t)nk * sizeof(int32_t))) {
+        if (centry_is(e, c->key, nk, h)) {
             *n_allowed = e->n_allowed;
             return e->mask;
         }
     }
-    memset(c->mask, 0, (size_t)c->mask_bytes);
     int32_t n = 0;
+    if (keyed && shared_get(c, g, nk, h, &n)) {
+        if (centry_set(&c->cache[c->cache_next], c->key, nk, h, c->mask, c->mask_bytes, n))
+            c->cache_next = (c->cache_next + 1) % MASK_CACHE;
+        *n_allowed = n;
+        return c->mask;
+    }
+    memset(c->mask, 0, (size_t)c->mask_bytes);
     c->failed = false;
     if (rf_gstate_copy(&c->lv[0], s)) walk(c, g, 0, 0, &c->lv[0], NULL, NULL, &n);
     if (c->failed) { /* too ambiguous somewhere below: keep what was found, never cache it */
@@ -290,22 +368,9 @@ const uint8_t *rf_gconstraint_mask(rf_gconstraint *c, int32_t *n_allowed) {
         }
     *n_allowed = n;
     if (keyed) {
-        centry *e = &c->cache[c->cache_next];
-        if (!e->mask) e->mask = malloc((size_t)c->mask_bytes);
-        int32_t *k = realloc(e->key, (size_t)(nk ? nk : 1) * sizeof(int32_t));
-        if (e->mask && k) {
-            e->key = k;
-            memcpy(e->key, c->key, (size_t)nk * sizeof(int32_t));
-            memcpy(e->mask, c->mask, (size_t)c->mask_bytes);
-            e->n_key = nk;
-            e->hash = h;
-            e->n_allowed = n;
+        if (centry_set(&c->cache[c->cache_next], c->key, nk, h, c->mask, c->mask_bytes, n))
             c->cache_next = (c->cache_next + 1) % MASK_CACHE;
-        } else {
-            if (k) e->key = k;
-            free(e->mask);
-            e->mask = NULL;
-        }
+        shared_put(c, g, nk, h, n);
     }
     return c->mask;
 }

@@ -122,6 +122,23 @@ int32_t rf_sampler_sample(rf_sampler *s, const float *logits) {
     return id;
 }
 
+bool rf_sampler_has_grammar(const rf_sampler *s) { return s->gc != NULL; }
+
+const uint8_t *rf_sampler_grammar_mask(rf_sampler *s, int32_t *n_ok) {
+    *n_ok = 0;
+    return s->gc ? rf_gconstraint_mask(s->gc, n_ok) : NULL;
+}
+
+int32_t rf_sampler_dev_pick(rf_sampler *s, int32_t id, bool none_allowed) {
+    if (!s->gc) return id;
+    if (none_allowed) {
+        fprintf(stderr, "warning: the grammar admits no token here; the choice ends\n");
+        return rf_gconstraint_eog(s->gc);
+    }
+    if (id >= 0 && !rf_gconstraint_accept(s->gc, id)) return rf_gconstraint_eog(s->gc);
+    return id;
+}
+
 rf_status rf_sampler_set_grammar(rf_sampler *s, rf_grammar *g, const rf_vocab *v) {
     rf_gconstraint_free(s->gc);
     s->gc = NULL;

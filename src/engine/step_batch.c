@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/grammar.h"
 
 static rf_status grow(int32_t **p, int32_t *cap, int32_t need) {
     if (need <= *cap) return RF_OK;
@@ -28,8 +29,7 @@ static bool dev_sample_ok(const rf_engine *e, const rf_step_plan *p, int32_t n_o
     for (int32_t i = 0; i < p->n_items; i++) {
         const rf_seq *s = p->items[i].s;
         if (wants_out(s, p->items[i].n) &&
-            (!s->gen || s->want_all || s->logits_dst || s->fork_left > 0 || s->req->logprobs >= 0 ||
-             s->req->grammar)) /* the grammar's mask is applied on the host */
+            (!s->gen || s->want_all || s->logits_dst || s->fork_left > 0 || s->req->logprobs >= 0))
             return false;
     }
     return true;
@@ -71,6 +71,8 @@ rf_status rf_step_build(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) 
         e->logits_cap = (size_t)n_out * nv;
     }
     sb->dev_sample = dev_sample_ok(e, p, n_out);
+    for (int32_t i = 0; i < p->n_items && sb->dev_sample; i++) /* a grammar's mask goes with the step */
+        if (wants_out(p->items[i].s, p->items[i].n) && rf_sampler_has_grammar(p->items[i].s->smp)) sb->masked = true;
     return RF_OK;
 }
 
@@ -107,7 +109,8 @@ rf_status rf_step_graph_pad(rf_engine *e, const rf_step_plan *p, rf_step_batch *
     }
     sb->max_blocks = e->max_blocks;
     sb->bucket = bucket;
-    sb->gmode = rf_model_graph_begin(e->m, &e->f, bucket); /* every GPU of a split */
+    /* every GPU of a split; a masked step records apart (its upload holds the masks) */
+    sb->gmode = rf_model_graph_begin(e->m, &e->f, sb->masked ? bucket + RF_STEP_MASKED_KEY : bucket);
     return RF_OK;
 }
 
@@ -125,11 +128,48 @@ static rf_status pen_room(rf_engine *e, int32_t need) {
     return RF_OK;
 }
 
+/* Row `row`'s grammar mask (rf_sampler's, for its next draw) appended to the step's masks; a
+ * grammar that admits nothing leaves the row unmasked and *none set (the pick then ends the
+ * choice, rf_sampler_dev_pick). The mask is the host's byte mask read as little-endian words
+ * (bit i % 32 of word i / 32 is bit i % 8 of byte i / 8): a plain copy on a little-endian host. */
+static rf_status grammar_row(rf_engine *e, rf_seq *s, rf_sample_row *row, bool *none, rf_step_batch *sb) {
+    int32_t n_ok = 0;
+    const uint8_t *m = rf_sampler_grammar_mask(s->smp, &n_ok);
+    if (!m || n_ok == 0) {
+        *none = true;
+        return RF_OK;
+    }
+    const size_t W = (size_t)e->s_mask_words, need = (size_t)(sb->n_mask + 1) * W;
+    if (need > e->s_masks_cap) {
+        size_t cap = need * 2;
+        uint32_t *a = realloc(e->s_masks, cap * sizeof(uint32_t));
+        if (!a) return rf_set_error(RF_ERR_OOM, "grammar masks: out of memory");
+        e->s_masks = a;
+        e->s_masks_cap = cap;
+    }
+    uint32_t *dst = e->s_masks + (size_t)sb->n_mask * W;
+    const size_t nb = ((size_t)e->m->hp.n_vocab + 7) / 8;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    dst[W - 1] = 0; /* the tail bytes past nb */
+    memcpy(dst, m, nb);
+#else
+    memset(dst, 0, W * sizeof(uint32_t));
+    for (size_t k = 0; k < nb; k++) dst[k / 4] |= (uint32_t)m[k] << (8 * (k % 4));
+#endif
+    row->mask_ref = ++sb->n_mask;
+    return RF_OK;
+}
+
 /* One sampling record per output row (the sequences' own parameters, generator draws and
  * penalty windows) for the backend to sample on the device, padded to the bucket with inert
  * rows. A sequence that finishes before sampling (max_tokens) draws nothing, as on the host. */
 rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
     int32_t r = 0, n_pen = 0;
+    if (sb->masked && !e->s_masks) { /* a masked step always names its (maybe empty) masks */
+        if (!(e->s_masks = malloc((size_t)e->s_mask_words * sizeof(uint32_t))))
+            return rf_set_error(RF_ERR_OOM, "grammar masks: out of memory");
+        e->s_masks_cap = (size_t)e->s_mask_words;
+    }
     for (int32_t i = 0; i < p->n_items; i++) {
         rf_seq *s = p->items[i].s;
         if (s->n_computed + p->items[i].n != s->n_tokens) continue;
@@ -143,8 +183,13 @@ rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch
         row->repeat_penalty = sp->repeat_penalty;
         row->presence_penalty = sp->presence_penalty;
         row->frequency_penalty = sp->frequency_penalty;
+        e->s_none[r - 1] = false;
         if (s->req->max_tokens >= 0 && s->n_gen >= s->req->max_tokens) continue; /* finishes unsampled */
         row->u = rf_sampler_draw(s->smp);
+        if (sb->masked && rf_sampler_has_grammar(s->smp)) {
+            rf_status st = grammar_row(e, s, row, &e->s_none[r - 1], sb);
+            if (st) return st;
+        }
         for (;;) {
             int32_t got = rf_sampler_penalties(s->smp, e->pen_ids ? e->pen_ids + n_pen : NULL,
                                                e->pen_counts ? e->pen_counts + n_pen : NULL, e->pen_cap - n_pen);

@@ -338,14 +338,17 @@ typedef struct rf_gpu_sample_row {
     int32_t top_k;
     float repeat_penalty, presence_penalty, frequency_penalty;
     int32_t pen_off, pen_n;
+    int32_t mask_ref; /* 0: none; k > 0: row k - 1 of the masks */
 } rf_gpu_sample_row;
 /* Applies each row's penalties to logits [n_rows, n_vocab] in place (when any_penalty), then
- * d_out[r] = rf_ref_sample(row r, params, u) on the device. All pointers are device memory;
- * nothing is copied to the host. */
+ * (when d_masks is not NULL) sets to -inf every logit its mask (row mask_ref - 1 of d_masks,
+ * mask_words words, bit i % 32 of word i / 32: token i allowed) leaves out, then d_out[r] =
+ * rf_ref_sample(row r, params, u) on the device. All pointers are device memory; nothing is
+ * copied to the host. */
 rf_status rf_gpu_sample_rows(rf_gpu_ctx *ctx, int32_t *d_out, float *logits, int64_t n_rows,
                              int64_t n_vocab, const rf_gpu_sample_row *d_rows,
                              const int32_t *d_pen_ids, const int32_t *d_pen_counts,
-                             bool any_penalty);
+                             bool any_penalty, const uint32_t *d_masks, int64_t mask_words);
 
 /* ---- measurement (gpu_bench.cu) ------------------------------------------------------ */
 /* Device read bandwidth: median of `reps` passes of 16-byte loads over a fresh buffer of

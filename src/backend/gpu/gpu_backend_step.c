@@ -62,9 +62,18 @@ rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
         rf_gbe_drop_capture(g);
         return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with %d penalty entries (room for %zu)", b->n_pen, pen_room);
     }
+    /* a masked step: room for every row's mask in graph modes (the layout depends on sizes only) */
+    const size_t words = b->masks ? (size_t)b->mask_words : 0;
+    const size_t mask_room = !b->masks ? 0 : g->mode != RF_GRAPH_NONE ? ns : (size_t)b->n_mask;
+    if (b->masks && ((size_t)b->n_mask > ns || b->mask_words < 1)) {
+        rf_gbe_drop_capture(g);
+        return rf_set_error(RF_ERR_INTERNAL, "GPU step with %d grammar masks of %d words for %zu rows", b->n_mask,
+                            b->mask_words, ns);
+    }
     size_t o_meta = 0, meta = up256((4 * nt + (size_t)b->n_out + tab + nss) * 4);
     size_t o_rows = meta, o_pid = o_rows + up256(ns * sizeof(rf_gpu_sample_row));
-    size_t o_pcnt = o_pid + up256(pen_room * 4), o_ids = o_pcnt + up256(pen_room * 4);
+    size_t o_pcnt = o_pid + up256(pen_room * 4), o_mask = o_pcnt + up256(pen_room * 4);
+    size_t o_ids = o_mask + up256(mask_room * words * 4);
     size_t up = o_ids, bytes = o_ids + up256(ns * 4);
     rf_status st;
     if ((st = pin_settle(g))) {
@@ -114,8 +123,10 @@ rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
         hr[i].frequency_penalty = r->frequency_penalty;
         hr[i].pen_off = r->pen_off;
         hr[i].pen_n = r->pen_n;
+        hr[i].mask_ref = b->masks ? r->mask_ref : 0;
         any |= r->pen_n > 0;
     }
+    if (b->masks && b->n_mask) memcpy(g->pin + o_mask, b->masks, (size_t)b->n_mask * words * 4);
     if (b->n_pen) {
         memcpy(g->pin + o_pid, b->pen_ids, (size_t)b->n_pen * 4);
         memcpy(g->pin + o_pcnt, b->pen_counts, (size_t)b->n_pen * 4);
@@ -134,6 +145,8 @@ rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
     g->dev.d_ids = (int32_t *)(g->dmeta + o_ids);
     g->dev.h_ids = (int32_t *)(g->pin + o_ids);
     g->dev.any_penalty = any;
+    g->dev.masks = b->masks ? (const uint32_t *)(g->dmeta + o_mask) : NULL;
+    g->dev.mask_words = (int64_t)words;
     b->dev = &g->dev;
     if (g->mode == RF_GRAPH_REPLAY) return RF_OK;
     g->n_up++;
@@ -160,7 +173,7 @@ rf_status rf_gbe_sample(rf_backend *be, const rf_tensor *logits, const rf_batch 
         if ((st = rf_gpu_graph_launch(g->ctx, g->graphs[g->cur].exec))) return st;
     } else {
         if ((st = rf_gpu_sample_rows(g->ctx, d->d_ids, logits->data, (int64_t)n, logits->ne[0], d->rows, d->pen_ids,
-                                     d->pen_counts, d->any_penalty))) {
+                                     d->pen_counts, d->any_penalty, d->masks, d->mask_words))) {
             rf_gbe_drop_capture(g);
             return st;
         }

@@ -18,6 +18,8 @@ typedef struct gpu_batch {
     rf_gpu_sample_row *rows;  /* sampling records, penalties, and room for the ids */
     int32_t *pen_ids, *pen_counts, *d_ids, *h_ids;
     bool any_penalty;
+    const uint32_t *masks; /* a masked step's grammar masks (rows of mask_words), else NULL */
+    int64_t mask_words;
 } gpu_batch;
 
 typedef struct gpu_be {

@@ -687,6 +687,19 @@ __global__ void rf_k_penalize(float *logits, int64_t n_vocab, const rf_gpu_sampl
     }
 }
 
+/* mask: for each row r whose record names a mask (mask_ref k > 0), logits the mask's row k - 1
+ * leaves out (bit v % 32 of word v / 32 clear) become -inf, in place. launch: one block per
+ * row, threads over the vocabulary. exact. */
+__global__ void rf_k_grammar_mask(float *logits, int64_t n_vocab, const rf_gpu_sample_row *rows,
+                                  const uint32_t *masks, int64_t words) {
+    const int32_t k = rows[blockIdx.x].mask_ref;
+    if (k <= 0) return;
+    const uint32_t *m = masks + (int64_t)(k - 1) * words;
+    float *x = logits + (int64_t)blockIdx.x * n_vocab;
+    for (int64_t v = threadIdx.x; v < n_vocab; v += blockDim.x)
+        if (!((m[v >> 5] >> (v & 31)) & 1u)) x[v] = -INFINITY;
+}
+
 /* rows_to_params: the sample kernel's parameter records from the row records (device). */
 __global__ void rf_k_sample_params(rf_sample_dev *p, const rf_gpu_sample_row *rows, int64_t n) {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -701,7 +714,7 @@ __global__ void rf_k_sample_params(rf_sample_dev *p, const rf_gpu_sample_row *ro
 extern "C" rf_status rf_gpu_sample_rows(rf_gpu_ctx *ctx, int32_t *d_out, float *logits, int64_t n_rows,
                                         int64_t n_vocab, const rf_gpu_sample_row *d_rows,
                                         const int32_t *d_pen_ids, const int32_t *d_pen_counts,
-                                        bool any_penalty) {
+                                        bool any_penalty, const uint32_t *d_masks, int64_t mask_words) {
     const char *op = "rf_gpu_sample_rows";
     RF_GPU_REQUIRE(n_rows >= 0 && n_rows <= 65535, op, "n_rows=%lld", (long long)n_rows);
     RF_GPU_REQUIRE(n_vocab >= 1 && n_vocab < (1ll << 31), op, "n_vocab=%lld", (long long)n_vocab);
@@ -711,6 +724,12 @@ extern "C" rf_status rf_gpu_sample_rows(rf_gpu_ctx *ctx, int32_t *d_out, float *
         rf_k_penalize<<<(unsigned)n_rows, 128, 0, ctx->stream>>>(logits, n_vocab, d_rows, d_pen_ids,
                                                                 d_pen_counts);
         if ((st = RF_GPU_LAUNCHED(ctx, "rf_k_penalize"))) return st;
+    }
+    if (d_masks) {
+        RF_GPU_REQUIRE(mask_words * 32 >= n_vocab, op, "masks of %lld words for %lld tokens", (long long)mask_words,
+                       (long long)n_vocab);
+        rf_k_grammar_mask<<<(unsigned)n_rows, 256, 0, ctx->stream>>>(logits, n_vocab, d_rows, d_masks, mask_words);
+        if ((st = RF_GPU_LAUNCHED(ctx, "rf_k_grammar_mask"))) return st;
     }
     int ib = 1;
     while ((1ll << ib) <= n_vocab) ib++;
@@ -753,11 +772,11 @@ extern "C" rf_status rf_gpu_bench_sample(rf_gpu_ctx *ctx, const float *logits, i
     RF_GPU_CHECK(cudaEventCreate(&e1));
     for (int r = 0; r < 10 && !st; r++)
         st = rf_gpu_sample_rows(ctx, dout, (float *)logits, n_seq, n_vocab, (const rf_gpu_sample_row *)buf,
-                                NULL, NULL, false);
+                                NULL, NULL, false, NULL, 0);
     (void)cudaEventRecord(e0, ctx->stream);
     for (int r = 0; r < reps && !st; r++)
         st = rf_gpu_sample_rows(ctx, dout, (float *)logits, n_seq, n_vocab, (const rf_gpu_sample_row *)buf,
-                                NULL, NULL, false);
+                                NULL, NULL, false, NULL, 0);
     (void)cudaEventRecord(e1, ctx->stream);
     (void)cudaEventSynchronize(e1);
     float ms = 0;
