@@ -199,23 +199,47 @@ static rf_status bind_exps_bias(rf_model *m, rf_tensor *t, int il, const char *w
     return bind(m, t, name, rows, m->hp.n_expert, true);
 }
 
+/* A shared expert (qwen35moe, qwen3next): gate/up [n_embd -> F], down [F -> n_embd] with F =
+ * expert_shared_feed_forward_length (feed_forward_length where it is 0, as llama.cpp), and its
+ * sigmoid gate ffn_gate_inp_shexp f32 [n_embd]; all four or none. Not split over shards. */
+static rf_status load_shared_expert(rf_model *m, rf_layer *L, int il) {
+    const rf_hparams *hp = &m->hp;
+    static const char *const shexp[] = {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+                                        "ffn_gate_inp_shexp.weight"};
+    char name[96];
+    int have = 0;
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", il, shexp[i]);
+        have += rf_gguf_find_tensor(m->g, name) != NULL;
+    }
+    if (!have) return RF_OK;
+    snprintf(name, sizeof name, "blk.%d.ffn_up_shexp.weight", il);
+    if (m->tp_be)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: '%s' (a shared expert) cannot be split into shards (--tp)", name);
+    if (!m->be->ops->moe_shared_gate)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: the %s backend has no shared-expert gate ('%s')", m->be->ops->name, name);
+    const int64_t E = hp->n_embd, F = hp->n_ff_shexp > 0 ? hp->n_ff_shexp : hp->n_ff;
+    if (F <= 0)
+        return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: '%s' needs %s.expert_shared_feed_forward_length (or "
+                            "feed_forward_length)", name, hp->arch_name);
+    rf_status st;
+    if ((st = bind_l(m, &L->ffn_gate_shexp, il, shexp[0], E, F, true)) || (st = bind_l(m, &L->ffn_up_shexp, il, shexp[1], E, F, true)) ||
+        (st = bind_l(m, &L->ffn_down_shexp, il, shexp[2], F, E, true)))
+        return st;
+    return bind_l(m, &L->ffn_gate_inp_shexp, il, shexp[3], E, 1, true);
+}
+
 /* The mixture-of-experts block of layer il (RF_AF_MOE): the norm, the router [n_embd ->
  * n_expert] (+ optional bias and selection bias), the three expert tensors (shapes checked
- * against expert_count and expert_feed_forward_length), optional expert biases. A shared expert
- * (qwen2moe style; model.h has its slots) is refused by name until its forward is built. */
+ * against expert_count and expert_feed_forward_length), optional expert biases, an optional
+ * shared expert. */
 static rf_status load_ffn_moe(rf_model *m, rf_layer *L, int il) {
     const rf_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, F = hp->n_ff_exp, NE = hp->n_expert;
     rf_status st;
     char name[96];
     L->ffn = RF_FFN_MOE;
-    static const char *const shexp[] = {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
-                                        "ffn_gate_inp_shexp.weight"};
-    for (int i = 0; i < 4; i++) {
-        snprintf(name, sizeof name, "blk.%d.%s", il, shexp[i]);
-        if (rf_gguf_find_tensor(m->g, name))
-            return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (a shared expert) is not supported yet", name);
-    }
+    if ((st = load_shared_expert(m, L, il))) return st;
     if ((st = bind_l(m, &L->ffn_norm, il, ffn_norm_name(m), E, 1, true))) return st;
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
     const rf_gguf_tensor *gi = rf_gguf_find_tensor(m->g, name);
