@@ -24,6 +24,7 @@ typedef enum synth_arch {
     SYNTH_ARCH_GPT_OSS,
     SYNTH_ARCH_QWEN35,
     SYNTH_ARCH_QWEN35MOE,
+    SYNTH_ARCH_QWEN3NEXT,
     SYNTH_ARCH_COUNT
 } synth_arch;
 

@@ -183,6 +183,20 @@ static rf_status hp_qwen35moe(rf_model *m) {
     return hp_qwen35(m);
 }
 
+/* qwen3next (Qwen3-Next-80B-A3B): qwen35moe's layers with three differences in the file, as
+ * llama.cpp's qwen3next reads them: the DeltaNet value heads are grouped by key head (value head
+ * h reads key head h / (value heads / key heads)) and beta/alpha come as one ssm_ba,
+ * both regrouped at load (model_weights.c, RF_AF_DN_GROUPED); RoPE is plain NeoX over
+ * rope.dimension_count (no M-RoPE sections); feed_forward_length is written (unused: every layer
+ * is a mixture of experts; a layer without a router is refused by its missing tensor). */
+static rf_status hp_qwen3next(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st = hp_qwen35moe(m);
+    if (st) return st;
+    hp->ssm_n_group_file = hp->ssm_n_group;
+    return RF_OK;
+}
+
 static const rf_arch_desc k_archs[] = {
     {"llama", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, NULL},
     {"qwen2", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QKV_BIAS, 0, NULL},
@@ -197,6 +211,8 @@ static const rf_arch_desc k_archs[] = {
      hp_gpt_oss},
     {"qwen35", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_DELTANET, 0, hp_qwen35},
     {"qwen35moe", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_DELTANET | RF_AF_MOE, 0, hp_qwen35moe},
+    {"qwen3next", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_DELTANET | RF_AF_MOE | RF_AF_DN_GROUPED, 0,
+     hp_qwen3next},
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 
@@ -208,7 +224,7 @@ const rf_arch_desc *rf_arch_find(const char *name) {
 
 /* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
  * checks it against the table). */
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen3moe, gpt-oss, qwen35, qwen35moe"; }
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen3moe, gpt-oss, qwen35, qwen35moe, qwen3next"; }
 
 int rf_arch_count(void) { return N_ARCHS; }
 const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }
