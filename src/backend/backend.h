@@ -240,6 +240,13 @@ typedef struct rf_backend_ops {
      * wts f32 [n, k]; the sum runs over j in order 0..k-1 (no aliasing). */
     rf_status (*moe_combine)(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *wts, int64_t n,
                              int64_t k, int64_t m);
+    /* Optional (NULL: no shared-expert models): the shared expert's output z joins the experts'
+     * sum y through its sigmoid gate, y[t] += z[t] * sigmoid(w . h[t]) over t < n; y, z f32 [n, m]
+     * packed, h f32 rows of m (stride h->nb1), w f32 [m] (no aliasing). The gate's dot product
+     * is a sum of m products (a device may sum in another order: rel. 1e-6 of sum |w h|).
+     * rf_ref_moe_shared_gate is the twin. */
+    rf_status (*moe_shared_gate)(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *h,
+                                 const rf_tensor *w, int64_t n, int64_t m);
     /* ---- gated DeltaNet (qwen35, qwen3next; docs/ARCHITECTURE.md §4.9); optional: NULL where
      * not built. The references are in backend/ref/ref_deltanet.h. A sequence's state lives in
      * row b->state_slot[s] of a state tensor (f32, one row per slot); the ops read a slot as

@@ -23,6 +23,8 @@ typedef enum synth_arch {
     SYNTH_ARCH_QWEN3MOE,
     SYNTH_ARCH_GPT_OSS,
     SYNTH_ARCH_QWEN35,
+    SYNTH_ARCH_QWEN35MOE,
+    SYNTH_ARCH_QWEN3NEXT,
     SYNTH_ARCH_COUNT
 } synth_arch;
 
@@ -54,6 +56,7 @@ typedef struct synth_preset {
 typedef struct synth_moe {
     const char *preset;
     int32_t n_expert, n_expert_used, n_ff_exp;
+    int32_t n_ff_shexp; /* > 0: a shared expert of this width behind a sigmoid gate (qwen35moe) */
 } synth_moe;
 /* The expert shapes of preset p, or NULL for a dense one. */
 const synth_moe *synth_moe_of(const synth_preset *p);

@@ -137,14 +137,48 @@ const synth_preset synth_presets[] = {
     {"qwen3.5-9b", "Qwen3.5-9B shapes (24 gated DeltaNet + 8 gated attention layers)", "Qwen3.5 9B (synthetic)", "9B",
      SYNTH_ARCH_QWEN35, 32, 4096, 12288, 16, 4, 256, 262144, 10000000.0f, 1e-6f, false, 0, 0, 0, 0,
      {SYNTH_VOCAB_QWEN2, 248320, 248044}, "qwen35", 0, 64, false},
+    /* qwen35moe (src/models/qwen35moe.cpp): qwen35's layers with a mixture of experts plus a
+     * sigmoid-gated shared expert in every layer. Qwen3.6-35B-A3B (= Qwen3.5-35B-A3B shapes),
+     * config.json text_config as conversion/qwen.py (Qwen3_5MoeTextModel) maps it: 40 layers of
+     * 2048, 16 attention heads of 256 (2 KV), partial_rotary_factor 0.25 (RoPE on 64 dims,
+     * mrope_section [11, 11, 10]), DeltaNet 16 key / 32 value heads of 128, conv 4, 256 experts
+     * of 512 (moe_intermediate_size), top 8, shared expert 512
+     * (shared_expert_intermediate_size), no intermediate_size (so no feed_forward_length),
+     * rope_theta 1e7, 248320-token vocabulary, not tied (llama.cpp's snapshot names the 40-layer
+     * file 35B.A3B and its kernels' comments 16 Q / 2 KV heads and 256 experts). The tiny one:
+     * 8 experts of 128, top 2, a shared expert of 192 (a width of its own, so a mix-up shows). */
+    {"tiny-qwen35moe", "4-layer qwen35moe (3 gated DeltaNet layers: 2 key / 4 value heads of 64; 1 gated attention layer; 8 experts of 128, top-2, shared expert of 192), tied, 3072-token ChatML vocabulary",
+     "Tiny Qwen3.5 MoE (synthetic)", "8M", SYNTH_ARCH_QWEN35MOE, 4, 256, 0, 4, 2, 64, 262144, 10000000.0f, 1e-6f, true,
+     0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen35", 0, 16, false},
+    {"qwen3.6-35b-a3b", "Qwen3.6-35B-A3B shapes (30 gated DeltaNet + 10 gated attention layers; 256 experts of 512, top-8, shared expert 512)",
+     "Qwen3.6 35B A3B (synthetic)", "35B-A3B", SYNTH_ARCH_QWEN35MOE, 40, 2048, 0, 16, 2, 256, 262144, 10000000.0f, 1e-6f,
+     false, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 248320, 248044}, "qwen35", 0, 64, false},
+    /* qwen3next (src/models/qwen3next.cpp; conversion/qwen.py Qwen3NextModel): qwen35moe's
+     * layers, but the DeltaNet's value heads grouped by key head (no V reordering in its
+     * converter), beta and alpha joined per key head in ssm_ba, plain NeoX RoPE on
+     * rope.dimension_count (no sections), feed_forward_length written (intermediate_size).
+     * Qwen3-Next-80B-A3B's config.json: 48 layers of 2048, 16 heads of 256 (2 KV),
+     * partial_rotary_factor 0.25 (64 dims), DeltaNet 16 key / 32 value heads of 128, conv 4, 512
+     * experts of 512, top 10, shared expert 512, intermediate_size 5120, rope_theta 1e7, Qwen2's
+     * 151936-token vocabulary, not tied (llama.cpp's snapshot names the 48-layer file 80B.A3B). */
+    {"tiny-qwen3next", "4-layer qwen3next (3 gated DeltaNet layers: 2 key / 4 value heads of 64, grouped; 1 gated attention layer; 8 experts of 128, top-2, shared expert of 192), tied, 3072-token ChatML vocabulary",
+     "Tiny Qwen3 Next (synthetic)", "8M", SYNTH_ARCH_QWEN3NEXT, 4, 256, 512, 4, 2, 64, 262144, 10000000.0f, 1e-6f, true,
+     0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 3072, 3000}, "qwen2", 0, 16, false},
+    {"qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B shapes (36 gated DeltaNet + 12 gated attention layers; 512 experts of 512, top-10, shared expert 512)",
+     "Qwen3 Next 80B A3B (synthetic)", "80B-A3B", SYNTH_ARCH_QWEN3NEXT, 48, 2048, 5120, 16, 2, 256, 262144, 10000000.0f,
+     1e-6f, false, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0, 64, false},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
 static const synth_moe synth_moe_table[] = {
-    {"tiny-qwen3moe", 8, 2, 128},
-    {"qwen3-30b-a3b", 128, 8, 768},
-    {"tiny-gpt-oss", 16, 4, 128},
-    {"gpt-oss-20b", 32, 4, 2880},
+    {"tiny-qwen3moe", 8, 2, 128, 0},
+    {"qwen3-30b-a3b", 128, 8, 768, 0},
+    {"tiny-gpt-oss", 16, 4, 128, 0},
+    {"gpt-oss-20b", 32, 4, 2880, 0},
+    {"tiny-qwen35moe", 8, 2, 128, 192},
+    {"qwen3.6-35b-a3b", 256, 8, 512, 512},
+    {"tiny-qwen3next", 8, 2, 128, 192},
+    {"qwen3-next-80b-a3b", 512, 10, 512, 512},
 };
 
 const synth_moe *synth_moe_of(const synth_preset *p) {
@@ -434,6 +468,10 @@ typedef struct qwen35_shape {
 static const qwen35_shape k_qwen35[] = {
     {"tiny-qwen35", 4, 64, 2, 4, 4, {3, 3, 2}},
     {"qwen3.5-9b", 4, 128, 16, 32, 4, {11, 11, 10}},
+    {"tiny-qwen35moe", 4, 64, 2, 4, 4, {3, 3, 2}},
+    {"qwen3.6-35b-a3b", 4, 128, 16, 32, 4, {11, 11, 10}},
+    {"tiny-qwen3next", 4, 64, 2, 4, 4, {0, 0, 0}},
+    {"qwen3-next-80b-a3b", 4, 128, 16, 32, 4, {0, 0, 0}},
 };
 static const qwen35_shape *qwen35_of(const synth_preset *p) {
     for (size_t i = 0; i < sizeof k_qwen35 / sizeof *k_qwen35; i++)
@@ -444,6 +482,9 @@ static const qwen35_shape *qwen35_of(const synth_preset *p) {
 static bool tensors_qwen35(synth_tensor_list *l, const synth_preset *pp, int32_t n_layer, uint32_t n_vocab) {
     const synth_preset *p = pp;
     const qwen35_shape *x = qwen35_of(pp);
+    const synth_moe *moe = synth_moe_of(pp); /* qwen35moe */
+    if (p->arch != SYNTH_ARCH_QWEN35 && (!moe || moe->n_ff_shexp <= 0)) return false;
+    const bool next = p->arch == SYNTH_ARCH_QWEN3NEXT; /* beta and alpha joined per key head */
     const int64_t E = p->n_embd, F = p->n_ff, D = p->head_dim, Q = (int64_t)p->n_head * D, KV = (int64_t)p->n_head_kv * D;
     const int64_t S = x->ssm_state, KD = S * x->ssm_k_heads, VD = S * x->ssm_v_heads, C = 2 * KD + VD;
     const float emb_std = 2.0f / sqrtf((float)E);
@@ -472,14 +513,35 @@ static bool tensors_qwen35(synth_tensor_list *l, const synth_preset *pp, int32_t
             QADD("ssm_conv1d.weight", 2, x->ssm_conv, C, SYNTH_GEN_RANDOM, mat_std(x->ssm_conv));
             QADD("ssm_dt.bias", 1, x->ssm_v_heads, 1, SYNTH_GEN_RANDOM, 0.5f);
             QADD("ssm_a", 1, x->ssm_v_heads, 1, SYNTH_GEN_CONST, -0.5f);
-            QADD("ssm_beta.weight", 2, E, x->ssm_v_heads, SYNTH_GEN_RANDOM, mat_std(E));
-            QADD("ssm_alpha.weight", 2, E, x->ssm_v_heads, SYNTH_GEN_RANDOM, mat_std(E));
+            if (next) {
+                QADD("ssm_ba.weight", 2, E, 2 * x->ssm_v_heads, SYNTH_GEN_RANDOM, mat_std(E));
+            } else {
+                QADD("ssm_beta.weight", 2, E, x->ssm_v_heads, SYNTH_GEN_RANDOM, mat_std(E));
+                QADD("ssm_alpha.weight", 2, E, x->ssm_v_heads, SYNTH_GEN_RANDOM, mat_std(E));
+            }
             QADD("ssm_norm.weight", 1, S, 1, SYNTH_GEN_NEAR_ONE, 0.2f);
             QADD("ssm_out.weight", 2, VD, E, SYNTH_GEN_RANDOM, mat_std(VD));
         }
-        QADD("ffn_gate.weight", 2, E, F, SYNTH_GEN_RANDOM, mat_std(E));
-        QADD("ffn_up.weight", 2, E, F, SYNTH_GEN_RANDOM, mat_std(E));
-        QADD("ffn_down.weight", 2, F, E, SYNTH_GEN_RANDOM, mat_std(F));
+        if (!moe) {
+            QADD("ffn_gate.weight", 2, E, F, SYNTH_GEN_RANDOM, mat_std(E));
+            QADD("ffn_up.weight", 2, E, F, SYNTH_GEN_RANDOM, mat_std(E));
+            QADD("ffn_down.weight", 2, F, E, SYNTH_GEN_RANDOM, mat_std(F));
+            continue;
+        }
+        /* qwen35moe: the router (F32, std as qwen3moe's), the experts, the shared expert and
+         * its gate (1-D, so F32; logits of std ~1: the gate is neither shut nor wide open) */
+        const int64_t FE = moe->n_ff_exp, NE = moe->n_expert, FS = moe->n_ff_shexp;
+        QADD("ffn_gate_inp.weight", 2, E, NE, SYNTH_GEN_RANDOM, 2.0f * mat_std(E));
+        snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.weight", i);
+        if (!synth_list_add3(l, nm, E, FE, NE, SYNTH_GEN_RANDOM, mat_std(E))) return false;
+        snprintf(nm, sizeof nm, "blk.%d.ffn_up_exps.weight", i);
+        if (!synth_list_add3(l, nm, E, FE, NE, SYNTH_GEN_RANDOM, mat_std(E))) return false;
+        snprintf(nm, sizeof nm, "blk.%d.ffn_down_exps.weight", i);
+        if (!synth_list_add3(l, nm, FE, E, NE, SYNTH_GEN_RANDOM, mat_std(FE))) return false;
+        QADD("ffn_gate_inp_shexp.weight", 1, E, 1, SYNTH_GEN_RANDOM, mat_std(E));
+        QADD("ffn_gate_shexp.weight", 2, E, FS, SYNTH_GEN_RANDOM, mat_std(E));
+        QADD("ffn_up_shexp.weight", 2, E, FS, SYNTH_GEN_RANDOM, mat_std(E));
+        QADD("ffn_down_shexp.weight", 2, FS, E, SYNTH_GEN_RANDOM, mat_std(FS));
 #undef QADD
     }
     return true;
@@ -517,7 +579,7 @@ static rf_status write_kv_common(rf_gguf_writer *w, const synth_preset *p, int32
     U32("block_count", n_layer);
     U32("context_length", p->n_ctx);
     U32("embedding_length", p->n_embd);
-    U32("feed_forward_length", p->n_ff);
+    if (p->n_ff > 0) U32("feed_forward_length", p->n_ff); /* 0: the config has none (qwen35moe) */
     U32("attention.head_count", p->n_head);
     U32("attention.head_count_kv", p->n_head_kv);
     F32("rope.freq_base", p->rope_base);
@@ -611,20 +673,42 @@ static rf_status write_kv_gpt_oss(rf_gguf_writer *w, const synth_preset *p, int3
 
 /* qwen35 (conversion/qwen.py Qwen3_5TextModel): key/value length, partial rope.dimension_count,
  * the M-RoPE sections, the ssm.* sizes and the attention interval. */
-static rf_status write_kv_qwen35(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
-    rf_status st = write_kv_common(w, p, n_layer, "qwen35", KV_HEAD_LEN);
+static rf_status write_kv_hybrid(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer, const char *a) {
+    rf_status st = write_kv_common(w, p, n_layer, a, KV_HEAD_LEN);
     if (st) return st;
     const qwen35_shape *x = qwen35_of(p);
     const int32_t sec[4] = {x->rope_sections[0], x->rope_sections[1], x->rope_sections[2], 0};
-    if ((st = rf_gguf_set_u32(w, "qwen35.rope.dimension_count", (uint32_t)(p->n_rot ? p->n_rot : p->head_dim))) ||
-        (st = rf_gguf_set_arr(w, "qwen35.rope.dimension_sections", RF_GGUF_INT32, sec, 4)) ||
-        (st = rf_gguf_set_u32(w, "qwen35.ssm.conv_kernel", (uint32_t)x->ssm_conv)) ||
-        (st = rf_gguf_set_u32(w, "qwen35.ssm.state_size", (uint32_t)x->ssm_state)) ||
-        (st = rf_gguf_set_u32(w, "qwen35.ssm.group_count", (uint32_t)x->ssm_k_heads)) ||
-        (st = rf_gguf_set_u32(w, "qwen35.ssm.time_step_rank", (uint32_t)x->ssm_v_heads)) ||
-        (st = rf_gguf_set_u32(w, "qwen35.ssm.inner_size", (uint32_t)(x->ssm_state * x->ssm_v_heads))))
+    char k[128];
+#define K(key) (snprintf(k, sizeof k, "%s." key, a), k)
+    if ((st = rf_gguf_set_u32(w, K("rope.dimension_count"), (uint32_t)(p->n_rot ? p->n_rot : p->head_dim))) ||
+        (sec[0] && (st = rf_gguf_set_arr(w, K("rope.dimension_sections"), RF_GGUF_INT32, sec, 4))) ||
+        (st = rf_gguf_set_u32(w, K("ssm.conv_kernel"), (uint32_t)x->ssm_conv)) ||
+        (st = rf_gguf_set_u32(w, K("ssm.state_size"), (uint32_t)x->ssm_state)) ||
+        (st = rf_gguf_set_u32(w, K("ssm.group_count"), (uint32_t)x->ssm_k_heads)) ||
+        (st = rf_gguf_set_u32(w, K("ssm.time_step_rank"), (uint32_t)x->ssm_v_heads)) ||
+        (st = rf_gguf_set_u32(w, K("ssm.inner_size"), (uint32_t)(x->ssm_state * x->ssm_v_heads))))
         return st;
-    return rf_gguf_set_u32(w, "qwen35.full_attention_interval", (uint32_t)x->full_attn);
+    const synth_moe *m = synth_moe_of(p);
+    if (m && ((st = rf_gguf_set_u32(w, K("expert_count"), (uint32_t)m->n_expert)) ||
+              (st = rf_gguf_set_u32(w, K("expert_used_count"), (uint32_t)m->n_expert_used)) ||
+              (st = rf_gguf_set_u32(w, K("expert_feed_forward_length"), (uint32_t)m->n_ff_exp)) ||
+              (st = rf_gguf_set_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)m->n_ff_shexp))))
+        return st;
+    st = rf_gguf_set_u32(w, K("full_attention_interval"), (uint32_t)x->full_attn);
+#undef K
+    return st;
+}
+static rf_status write_kv_qwen35(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_hybrid(w, p, n_layer, "qwen35");
+}
+/* qwen35moe (conversion/qwen.py Qwen3_5MoeTextModel): qwen35's keys plus the experts' count,
+ * top-k and width and the shared expert's width (Qwen2MoeModel's keys). */
+static rf_status write_kv_qwen35moe(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_hybrid(w, p, n_layer, "qwen35moe");
+}
+/* qwen3next (conversion/qwen.py Qwen3NextModel): the same keys without M-RoPE sections. */
+static rf_status write_kv_qwen3next(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    return write_kv_hybrid(w, p, n_layer, "qwen3next");
 }
 
 /* src/models/gemma3.cpp has no 70B type. */
@@ -656,6 +740,8 @@ static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_QWEN3MOE] = {"qwen3moe", write_kv_qwen3moe, tensors_qwen3moe, is_70b_never},
     [SYNTH_ARCH_GPT_OSS] = {"gpt-oss", write_kv_gpt_oss, tensors_gpt_oss, is_70b_never},
     [SYNTH_ARCH_QWEN35] = {"qwen35", write_kv_qwen35, tensors_qwen35, is_70b_never},
+    [SYNTH_ARCH_QWEN35MOE] = {"qwen35moe", write_kv_qwen35moe, tensors_qwen35, is_70b_never},
+    [SYNTH_ARCH_QWEN3NEXT] = {"qwen3next", write_kv_qwen3next, tensors_qwen35, is_70b_never},
 };
 
 const synth_arch_info *synth_arch_get(synth_arch a) {

@@ -43,7 +43,7 @@ uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_r
     /* + the joined Q/K/V output and the second half of a joined gate/up output, where the
      * backend joins weights */
     uint64_t joined = m->be->ops->weight_join ? Q + 2 * KV + (uint64_t)hp->n_ff : 0;
-    uint64_t act = (uint64_t)n_batch * (3 * (uint64_t)hp->n_embd + 2 * Q + 2 * KV + 2 * (uint64_t)hp->n_ff + joined) * 4 +
+    uint64_t act = (uint64_t)n_batch * (3 * (uint64_t)hp->n_embd + 2 * Q + 2 * KV + 2 * (uint64_t)(hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp) + joined) * 4 +
                    (uint64_t)(logit_rows > RF_LOGIT_ROWS ? logit_rows : RF_LOGIT_ROWS) * hp->n_vocab * 4;
     /* a product over many tokens may dequantize its whole weight to f16 in scratch */
     uint64_t big = (uint64_t)hp->n_vocab * hp->n_embd;
@@ -122,7 +122,10 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
     }
     /* buffers: the whole model's widths on one backend; one shard's on each GPU of a split */
     const int64_t D = hp->head_dim, W = ndev > 1 ? tp : 1;
-    const int64_t Q = (int64_t)hp->n_head / W * D, KV = ndev > 1 ? KVs : (int64_t)hp->n_head_kv * D, F = hp->n_ff / W;
+    /* g and u also hold a shared expert's gate and up rows (one backend only: model_weights.c) */
+    const int64_t F_ = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
+    const int64_t Q = (int64_t)hp->n_head / W * D, KV = ndev > 1 ? KVs : (int64_t)hp->n_head_kv * D,
+                  F = (F_ > 0 ? F_ : 1) / W;
     for (int d = 0; d < ndev; d++) {
         /* joined products (weight_join): u holds gate and up side by side, qkv the Q/K/V columns */
         bool any_gu = false, any_qkv = false;
@@ -356,6 +359,26 @@ static rf_status ffn_dense_glu(const step *t, int s, int il) {
     return op->matmul(be, po, &S->ffn_down, &g, n);
 }
 
+/* The shared expert (qwen35moe, qwen3next; one backend, unsplit: model_weights.c refuses it with
+ * --tp): a dense GLU of n_ff_shexp over the same h, its output joining the experts' sum po
+ * through its own sigmoid gate, po += sigmoid(w_g . h) down(silu(gate h) * up h). Its products
+ * reuse g / u (sized for it) and moe_d (free once the experts are combined): no host round
+ * trip, so a decode step stays one graph. */
+static rf_status ffn_shared_expert(const step *t, int il, rf_tensor *po) {
+    rf_model *m = t->m;
+    rf_backend *be = rf_model_be(m, 0);
+    const rf_backend_ops *op = be->ops;
+    rf_fwd *A = act_of(t->f, 0);
+    const rf_layer *L = &m->layers[il];
+    const int64_t n = t->n, E = t->E, Fsh = L->ffn_up_shexp.ne[1];
+    rf_tensor g = shard_act(&A->g, Fsh, 2), u = shard_act(&A->u, Fsh, 2); /* rows of Fsh, packed */
+    TRY(op->matmul(be, &g, &L->ffn_gate_shexp, &A->h, n));
+    TRY(op->matmul(be, &u, &L->ffn_up_shexp, &A->h, n));
+    TRY(op->glu(be, &g, &g, &u, n * Fsh, m->hp.glu));
+    TRY(op->matmul(be, &A->moe_d, &L->ffn_down_shexp, &g, n));
+    return op->moe_shared_gate(be, po, &A->moe_d, &A->h, &L->ffn_gate_inp_shexp, n, E);
+}
+
 /* The mixture-of-experts feed-forward, shard s: router logits = W_r h (+ bias) -> moe_route:
  * each token's k experts and weights (the architecture's gating, renormalised and scaled as the
  * metadata says) -> the chosen experts' gate and up products of the token's h (n * k rows) ->
@@ -387,7 +410,8 @@ static rf_status ffn_moe(const step *t, int s, int il) {
     TRY(op->glu(be, &g, &g, &u, n * K * Fs, hp->glu));
     TRY(op->matmul_id(be, &A->moe_d, &L->ffn_down_exps, E, &g, true, &A->moe_ids, OPT(ffn_down_exps_b), n, K));
 #undef OPT
-    return op->moe_combine(be, po, &A->moe_d, &A->moe_wts, n, K, E);
+    TRY(op->moe_combine(be, po, &A->moe_d, &A->moe_wts, n, K, E));
+    return rf_has(&L->ffn_up_shexp) ? ffn_shared_expert(t, il, po) : RF_OK;
 }
 
 /* The layer's mixer / feed-forward block for shard s, as the layer says (model_arch.c). */

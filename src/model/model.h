@@ -34,6 +34,10 @@ enum {
     RF_AF_FFN_NORM_POST_ATTN = 1u << 9, /* the feed-forward's norm is post_attention_norm.weight (gpt-oss) */
     RF_AF_MOE = 1u << 7,          /* every layer's feed-forward is a mixture of experts (qwen3moe):
                                    * expert_count / expert_used_count / expert_feed_forward_length */
+    RF_AF_DN_GROUPED = 1u << 11,  /* qwen3next: the DeltaNet's value heads are grouped by key head
+                                   * (value head h reads key head h / (value heads / key heads))
+                                   * and beta/alpha come joined per key head in ssm_ba:
+                                   * regrouped at load (model_weights.c) */
     RF_AF_DELTANET = 1u << 10,    /* hybrid (qwen35): gated DeltaNet layers, and every
                                    * full_attention_interval-th layer gated attention (its Q
                                    * product holds a per-head output gate); the pre-FFN norm is
@@ -99,6 +103,9 @@ typedef struct rf_hparams {
      * ssm_d_state each (inner size = value heads * d_state), every full_attn_every-th layer
      * attention */
     int32_t ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank, ssm_d_inner, full_attn_every;
+    /* RF_AF_DN_GROUPED: the file's key heads (ssm.group_count); the weights' Q/K heads are then
+     * repeated at load to one per value head, so ssm_n_group = ssm_dt_rank once loaded */
+    int32_t ssm_n_group_file;
 } rf_hparams;
 
 typedef struct rf_layer {
@@ -140,6 +147,9 @@ struct rf_model {
     bool tied;
     rf_layer *layers;
     uint64_t n_params, weight_bytes;
+    void **host_w;    /* weights rebuilt on the host at load (qwen3next's regrouped rows) that a
+                       * backend borrows (the CPU); freed with the weights */
+    int32_t n_host_w;
     rf_progress_fn progress;        /* weight upload progress (device backends) */
     void *progress_user;
     uint64_t load_total, load_done;

@@ -123,13 +123,13 @@ static rf_status hp_qwen35(rf_model *m) {
         return st;
     if (hp->ssm_d_conv > 64 || hp->ssm_d_state > 1024 || hp->ssm_n_group > 4096 || hp->ssm_dt_rank > 4096 ||
         hp->ssm_dt_rank % hp->ssm_n_group || (int64_t)hp->ssm_dt_rank * hp->ssm_d_state != hp->ssm_d_inner)
-        return rf_set_error(RF_ERR_FORMAT, "model metadata: qwen35.ssm: conv %d, state %d, %d key heads, %d value heads, "
+        return rf_set_error(RF_ERR_FORMAT, "model metadata: %s.ssm: conv %d, state %d, %d key heads, %d value heads, "
                             "inner %d do not fit (value heads a multiple of key heads, inner = value heads x state)",
-                            hp->ssm_d_conv, hp->ssm_d_state, hp->ssm_n_group, hp->ssm_dt_rank, hp->ssm_d_inner);
+                            hp->arch_name, hp->ssm_d_conv, hp->ssm_d_state, hp->ssm_n_group, hp->ssm_dt_rank, hp->ssm_d_inner);
     hp->full_attn_every = 4;
     if ((st = rf_meta_opt_i32(m, "full_attention_interval", &hp->full_attn_every))) return st;
     if (hp->full_attn_every < 1)
-        return rf_set_error(RF_ERR_RANGE, "model metadata: qwen35.full_attention_interval = %d", hp->full_attn_every);
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.full_attention_interval = %d", hp->arch_name, hp->full_attn_every);
     char k[96];
     snprintf(k, sizeof k, "%s.attention.recurrent_layers", hp->arch_name);
     if (rf_gguf_find_key(m->g, k) >= 0)
@@ -137,7 +137,7 @@ static rf_status hp_qwen35(rf_model *m) {
     int32_t nextn = 0;
     if ((st = rf_meta_opt_i32(m, "nextn_predict_layers", &nextn))) return st;
     if (nextn >= hp->n_layer)
-        return rf_set_error(RF_ERR_FORMAT, "model metadata: qwen35.nextn_predict_layers = %d of %d blocks", nextn, hp->n_layer);
+        return rf_set_error(RF_ERR_FORMAT, "model metadata: %s.nextn_predict_layers = %d of %d blocks", hp->arch_name, nextn, hp->n_layer);
     hp->n_layer -= nextn;
     /* M-RoPE sections: with text positions (t = h = w = pos, e = 0) llama.cpp's interleaved rule
      * gives pair i the component of sector i % sum(sections): t, h or w (pos) unless it falls to e */
@@ -167,6 +167,36 @@ static rf_status hp_qwen35(rf_model *m) {
     return RF_OK;
 }
 
+/* qwen35moe (Qwen3.5/3.6 MoE, e.g. Qwen3.6-35B-A3B): qwen35's layers (gated DeltaNet, every
+ * full_attention_interval-th layer gated attention, M-RoPE sections) with a mixture of experts
+ * in every layer plus a shared expert behind a sigmoid gate. llama.cpp's qwen35moe routes by a
+ * softmax over all experts, always renormalises the top-k weights (expert_weights_norm is not
+ * read: a file saying false is warned about) and scales them by expert_weights_scale where the
+ * file gives one. feed_forward_length may be absent (model_load.c). */
+static rf_status hp_qwen35moe(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    if (!hp->moe_norm_w)
+        RF_LOGW("model metadata: %s.expert_weights_norm = false ignored (llama.cpp's %s always renormalises the top-%d "
+                "weights)", hp->arch_name, hp->arch_name, hp->n_expert_used);
+    hp->moe_gating = RF_MOE_SOFTMAX;
+    hp->moe_norm_w = true;
+    return hp_qwen35(m);
+}
+
+/* qwen3next (Qwen3-Next-80B-A3B): qwen35moe's layers with three differences in the file, as
+ * llama.cpp's qwen3next reads them: the DeltaNet value heads are grouped by key head (value head
+ * h reads key head h / (value heads / key heads)) and beta/alpha come as one ssm_ba,
+ * both regrouped at load (model_weights.c, RF_AF_DN_GROUPED); RoPE is plain NeoX over
+ * rope.dimension_count (no M-RoPE sections); feed_forward_length is written (unused: every layer
+ * is a mixture of experts; a layer without a router is refused by its missing tensor). */
+static rf_status hp_qwen3next(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st = hp_qwen35moe(m);
+    if (st) return st;
+    hp->ssm_n_group_file = hp->ssm_n_group;
+    return RF_OK;
+}
+
 static const rf_arch_desc k_archs[] = {
     {"llama", RF_ROPE_NORMAL, RF_GLU_SWIGLU, RF_AF_FULL_ROT, 0, NULL},
     {"qwen2", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QKV_BIAS, 0, NULL},
@@ -180,6 +210,9 @@ static const rf_arch_desc k_archs[] = {
     {"gpt-oss", RF_ROPE_NEOX, RF_GLU_SWIGLU_OAI, RF_AF_QKV_BIAS | RF_AF_SINKS | RF_AF_FFN_NORM_POST_ATTN | RF_AF_MOE, 0,
      hp_gpt_oss},
     {"qwen35", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_DELTANET, 0, hp_qwen35},
+    {"qwen35moe", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_DELTANET | RF_AF_MOE, 0, hp_qwen35moe},
+    {"qwen3next", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_DELTANET | RF_AF_MOE | RF_AF_DN_GROUPED, 0,
+     hp_qwen3next},
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 
@@ -191,7 +224,7 @@ const rf_arch_desc *rf_arch_find(const char *name) {
 
 /* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
  * checks it against the table). */
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen3moe, gpt-oss, qwen35"; }
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen3moe, gpt-oss, qwen35, qwen35moe, qwen3next"; }
 
 int rf_arch_count(void) { return N_ARCHS; }
 const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }

@@ -74,6 +74,9 @@ static rf_status load_moe_hparams(rf_model *m) {
                             hp->arch_name, hp->n_ff_exp);
     hp->n_ff_shexp = 0;
     if ((st = rf_meta_opt_i32(m, "expert_shared_feed_forward_length", &hp->n_ff_shexp))) return st;
+    if (hp->n_ff_shexp < 0)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.expert_shared_feed_forward_length = %d is out of range",
+                            hp->arch_name, hp->n_ff_shexp);
     hp->moe_gating = RF_MOE_SOFTMAX;
     hp->moe_norm_w = true;
     if (rf_gguf_find_key(m->g, rf_meta_key(m, "expert_weights_norm", k, sizeof k)) >= 0 &&
@@ -94,7 +97,10 @@ static rf_status load_hparams(rf_model *m) {
     if ((st = rf_meta_req_i32(m, "embedding_length", &hp->n_embd))) return st;
     if ((st = rf_meta_req_i32(m, "block_count", &hp->n_layer))) return st;
     if ((st = rf_meta_opt_i32(m, "feed_forward_length", &hp->n_ff))) return st;
-    if (hp->n_ff <= 0) return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s.feed_forward_length'", hp->arch_name);
+    /* a mixture of experts may go without it (qwen35moe: the experts' and the shared expert's
+     * widths have their own keys, checked in load_moe_hparams) */
+    if (hp->n_ff < 0 || (hp->n_ff == 0 && !(hp->arch->flags & RF_AF_MOE)))
+        return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s.feed_forward_length'", hp->arch_name);
     if ((st = rf_meta_req_i32(m, "attention.head_count", &hp->n_head))) return st;
     hp->n_head_kv = hp->n_head;
     if ((st = rf_meta_opt_i32(m, "attention.head_count_kv", &hp->n_head_kv))) return st;

@@ -199,23 +199,47 @@ static rf_status bind_exps_bias(rf_model *m, rf_tensor *t, int il, const char *w
     return bind(m, t, name, rows, m->hp.n_expert, true);
 }
 
+/* A shared expert (qwen35moe, qwen3next): gate/up [n_embd -> F], down [F -> n_embd] with F =
+ * expert_shared_feed_forward_length (feed_forward_length where it is 0, as llama.cpp), and its
+ * sigmoid gate ffn_gate_inp_shexp f32 [n_embd]; all four or none. Not split over shards. */
+static rf_status load_shared_expert(rf_model *m, rf_layer *L, int il) {
+    const rf_hparams *hp = &m->hp;
+    static const char *const shexp[] = {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+                                        "ffn_gate_inp_shexp.weight"};
+    char name[96];
+    int have = 0;
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", il, shexp[i]);
+        have += rf_gguf_find_tensor(m->g, name) != NULL;
+    }
+    if (!have) return RF_OK;
+    snprintf(name, sizeof name, "blk.%d.ffn_up_shexp.weight", il);
+    if (m->tp_be)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: '%s' (a shared expert) cannot be split into shards (--tp)", name);
+    if (!m->be->ops->moe_shared_gate)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: the %s backend has no shared-expert gate ('%s')", m->be->ops->name, name);
+    const int64_t E = hp->n_embd, F = hp->n_ff_shexp > 0 ? hp->n_ff_shexp : hp->n_ff;
+    if (F <= 0)
+        return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: '%s' needs %s.expert_shared_feed_forward_length (or "
+                            "feed_forward_length)", name, hp->arch_name);
+    rf_status st;
+    if ((st = bind_l(m, &L->ffn_gate_shexp, il, shexp[0], E, F, true)) || (st = bind_l(m, &L->ffn_up_shexp, il, shexp[1], E, F, true)) ||
+        (st = bind_l(m, &L->ffn_down_shexp, il, shexp[2], F, E, true)))
+        return st;
+    return bind_l(m, &L->ffn_gate_inp_shexp, il, shexp[3], E, 1, true);
+}
+
 /* The mixture-of-experts block of layer il (RF_AF_MOE): the norm, the router [n_embd ->
  * n_expert] (+ optional bias and selection bias), the three expert tensors (shapes checked
- * against expert_count and expert_feed_forward_length), optional expert biases. A shared expert
- * (qwen2moe style; model.h has its slots) is refused by name until its forward is built. */
+ * against expert_count and expert_feed_forward_length), optional expert biases, an optional
+ * shared expert. */
 static rf_status load_ffn_moe(rf_model *m, rf_layer *L, int il) {
     const rf_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, F = hp->n_ff_exp, NE = hp->n_expert;
     rf_status st;
     char name[96];
     L->ffn = RF_FFN_MOE;
-    static const char *const shexp[] = {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
-                                        "ffn_gate_inp_shexp.weight"};
-    for (int i = 0; i < 4; i++) {
-        snprintf(name, sizeof name, "blk.%d.%s", il, shexp[i]);
-        if (rf_gguf_find_tensor(m->g, name))
-            return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (a shared expert) is not supported yet", name);
-    }
+    if ((st = load_shared_expert(m, L, il))) return st;
     if ((st = bind_l(m, &L->ffn_norm, il, ffn_norm_name(m), E, 1, true))) return st;
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
     const rf_gguf_tensor *gi = rf_gguf_find_tensor(m->g, name);
@@ -241,6 +265,7 @@ static rf_status load_ffn_moe(rf_model *m, rf_layer *L, int il) {
 /* A gated DeltaNet layer's weights (qwen35; shapes as llama.cpp's loader checks them): the joined
  * q/k/v product (conv channels C = 2 key_dim + value_dim), the z gate, the conv taps (f32), dt
  * bias and A, beta and alpha, the per-head norm and the output product. */
+static rf_status load_deltanet_grouped(rf_model *m, rf_layer *L, int il);
 static rf_status load_deltanet(rf_model *m, rf_layer *L, int il) {
     const rf_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, S = hp->ssm_d_state, HV = hp->ssm_dt_rank;
@@ -253,6 +278,7 @@ static rf_status load_deltanet(rf_model *m, rf_layer *L, int il) {
     if (!op->ssm_conv || !op->gated_delta || !op->sigmoid_mul || !op->head_split)
         return rf_set_error(RF_ERR_UNSUPPORTED, "model: the %s backend has no gated DeltaNet ops (%s needs them)", op->name,
                             hp->arch_name);
+    if (hp->arch->flags & RF_AF_DN_GROUPED) return load_deltanet_grouped(m, L, il);
     if ((st = bind_l(m, &L->attn_norm, il, "attn_norm.weight", E, 1, true))) return st;
     if ((st = bind_l(m, &L->wqkv, il, "attn_qkv.weight", E, C, true))) return st;
     if ((st = bind_l(m, &L->ssm_gate, il, "attn_gate.weight", E, VD, true))) return st;
@@ -264,6 +290,85 @@ static rf_status load_deltanet(rf_model *m, rf_layer *L, int il) {
     if ((st = bind_l(m, &L->ssm_a, il, "ssm_a", HV, 1, true))) return st;
     if ((st = bind_l(m, &L->ssm_beta, il, "ssm_beta.weight", E, HV, true))) return st;
     if ((st = bind_l(m, &L->ssm_alpha, il, "ssm_alpha.weight", E, HV, true))) return st;
+    if ((st = bind_l(m, &L->ssm_norm, il, "ssm_norm.weight", S, 1, true))) return st;
+    return bind_l(m, &L->ssm_out, il, "ssm_out.weight", VD, E, true);
+}
+
+/* Binds a weight whose rows are rows of the file's tensor `name` ([ne0, file_rows], any
+ * computable type) picked by map[0..rows) (repeats allowed): copied whole rows on the host, which
+ * a device backend uploads (the copy freed) and the CPU borrows (kept in m->host_w). */
+static rf_status bind_rows(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, int64_t file_rows,
+                           const int64_t *map, int64_t rows, bool count) {
+    memset(t, 0, sizeof *t);
+    const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, name);
+    if (!gt) return rf_set_error(RF_ERR_NOT_FOUND, "model: missing tensor '%s' (architecture %s)", name, m->hp.arch_name);
+    const int64_t g1 = gt->ne[1] * gt->ne[2] * gt->ne[3];
+    if (gt->ne[0] != ne0 || g1 != file_rows)
+        return rf_set_error(RF_ERR_FORMAT, "model: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", name,
+                            (long long)gt->ne[0], (long long)g1, (long long)ne0, (long long)file_rows);
+    const rf_type_traits *tr = rf_type_info(gt->type);
+    if (!tr || (gt->type != RF_TYPE_F32 && gt->type != RF_TYPE_F16 && gt->type != RF_TYPE_BF16 && !tr->to_f32) || !gt->data)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' has type %s, which ROCmForge cannot compute with", name,
+                            rf_type_name(gt->type));
+    size_t rb;
+    rf_status st;
+    if ((st = rf_row_size(gt->type, ne0, &rb))) return st;
+    void **hw = realloc(m->host_w, (size_t)(m->n_host_w + 1) * sizeof *hw);
+    if (!hw) return rf_set_error(RF_ERR_OOM, "model: out of memory");
+    m->host_w = hw;
+    uint8_t *buf = malloc((size_t)rows * rb);
+    if (!buf) return rf_set_error(RF_ERR_OOM, "model: out of memory regrouping '%s'", name);
+    for (int64_t o = 0; o < rows; o++) memcpy(buf + (size_t)o * rb, (const uint8_t *)gt->data + (size_t)map[o] * rb, rb);
+    if ((st = m->be->ops->weight(m->be, gt->type, ne0, rows, buf, t))) {
+        free(buf);
+        return rf_set_error(st, "model: tensor '%s': %s", name, rf_last_error());
+    }
+    if (t->data == buf) m->host_w[m->n_host_w++] = buf; /* borrowed */
+    else free(buf);
+    if (count) m->n_params += (uint64_t)ne0 * (uint64_t)file_rows, m->weight_bytes += gt->n_bytes;
+    return RF_OK;
+}
+
+/* qwen3next's DeltaNet tensors, regrouped so the qwen35 ops compute them (RF_AF_DN_GROUPED):
+ * value head h reads key head h / r (r = value heads / key heads) where the ops read h % H_k;
+ * so the Q and K rows of attn_qkv and of the conv taps are repeated to one key head per value
+ * head, in value-head order (the repeated heads' L2 norms and convolutions are the same
+ * numbers: exact), and ssm_ba's per-key-head [beta (r rows); alpha (r rows)] is split
+ * into beta and alpha in value-head order. Cost: Q/K rows of the joined product and of the conv
+ * state grow r-fold (qwen3-next-80b: the product 8192 -> 12288 rows). The older joined q/k/v/z
+ * layout (ssm_in) is refused by name. */
+static rf_status load_deltanet_grouped(rf_model *m, rf_layer *L, int il) {
+    const rf_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, S = hp->ssm_d_state, HV = hp->ssm_dt_rank, HK = hp->ssm_n_group_file, r = HV / HK;
+    const int64_t KD = S * HK, VD = S * HV, C = 2 * KD + VD, C2 = 2 * S * HV + VD, K = hp->ssm_d_conv;
+    char name[96];
+    rf_status st;
+    snprintf(name, sizeof name, "blk.%d.ssm_in.weight", il);
+    if (rf_gguf_find_tensor(m->g, name))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (qwen3next's older joined q/k/v/z layout) is not supported; "
+                            "convert the model again (attn_qkv + attn_gate)", name);
+    int64_t *map = malloc((size_t)(C2 > 2 * HV ? C2 : 2 * HV) * sizeof *map);
+    if (!map) return rf_set_error(RF_ERR_OOM, "model: out of memory");
+    for (int64_t o = 0; o < C2; o++) {
+        const int64_t part = o < S * HV ? 0 : o < 2 * S * HV ? 1 : 2, w = o - part * S * HV;
+        map[o] = part < 2 ? part * KD + (w / S / r) * S + w % S : 2 * KD + w;
+    }
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
+    st = bind_rows(m, &L->wqkv, name, E, C, map, C2, true);
+    snprintf(name, sizeof name, "blk.%d.ssm_conv1d.weight", il);
+    if (!st) st = bind_rows(m, &L->ssm_conv1d, name, K, C, map, C2, true);
+    if (!st && L->ssm_conv1d.type != RF_TYPE_F32)
+        st = rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' has type %s; it must be f32", name, rf_type_name(L->ssm_conv1d.type));
+    for (int64_t h = 0; !st && h < HV; h++) map[h] = (h / r) * 2 * r + h % r, map[HV + h] = map[h] + r;
+    snprintf(name, sizeof name, "blk.%d.ssm_ba.weight", il);
+    if (!st) st = bind_rows(m, &L->ssm_beta, name, E, 2 * HV, map, HV, true);
+    if (!st) st = bind_rows(m, &L->ssm_alpha, name, E, 2 * HV, map + HV, HV, false);
+    free(map);
+    if (st) return st;
+    if ((st = bind_l(m, &L->attn_norm, il, "attn_norm.weight", E, 1, true))) return st;
+    if ((st = bind_l(m, &L->ssm_gate, il, "attn_gate.weight", E, VD, true))) return st;
+    if ((st = bind_l(m, &L->ssm_dt, il, "ssm_dt.bias", HV, 1, true))) return st;
+    if ((st = bind_l(m, &L->ssm_a, il, "ssm_a", HV, 1, true))) return st;
     if ((st = bind_l(m, &L->ssm_norm, il, "ssm_norm.weight", S, 1, true))) return st;
     return bind_l(m, &L->ssm_out, il, "ssm_out.weight", VD, E, true);
 }
@@ -369,6 +474,7 @@ rf_status rf_model_load_weights(rf_model *m) {
         if ((st = load_ffn(m, L, il))) return st;
         if ((st = join_for_backend(m, L))) return st;
     }
+    if (hp->arch->flags & RF_AF_DN_GROUPED) hp->ssm_n_group = hp->ssm_dt_rank; /* the key heads repeated at load */
     return RF_OK;
 }
 
@@ -391,4 +497,8 @@ void rf_model_free_weights(rf_model *m) {
                           &L->ssm_dt, &L->ssm_a, &L->ssm_beta, &L->ssm_alpha, &L->ssm_norm, &L->ssm_out};
         for (size_t i = 0; i < sizeof t / sizeof *t; i++) be->ops->free(be, t[i]);
     }
+    for (int32_t i = 0; i < m->n_host_w; i++) free(m->host_w[i]);
+    free(m->host_w);
+    m->host_w = NULL;
+    m->n_host_w = 0;
 }

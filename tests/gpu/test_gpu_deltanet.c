@@ -7,7 +7,8 @@
  *    leave every slot alone; sigmoid_mul and head_split against theirs;
  *  - invariance: the same sequences in one step, each alone, and each cut into random chunks
  *    give the same bits (outputs and states);
- *  - tiny-qwen35 (f32, q8_0, q4_k_m) GPU vs CPU logits over prompts of 1/7/33/100 tokens;
+ *  - tiny-qwen35, tiny-qwen35moe and tiny-qwen3next (f32, q8_0, q4_k_m) GPU vs CPU logits over
+ *    prompts of 1/7/33/100 tokens;
  *  - the engine on the GPU in deterministic mode: 8 sequences together (staggered, chunked
  *    prompts) == each alone, bit for bit; decode steps replayed from graphs == eager; n = 3
  *    choices forked from a state copied on the device == recomputed.
@@ -489,6 +490,22 @@ static void test_logits_tiny_qwen35(void **state) {
     }
 }
 
+/* tiny-qwen35moe and tiny-qwen3next: the same hybrid layers with experts and a sigmoid-gated shared expert in every
+ * layer, under the same rules and bounds (the experts' and the shared expert's products are more
+ * products of the kind the bounds above model; the router's top-k may flip at a near tie like an
+ * argmax, which the twin ratio absorbs prompt by prompt: the twin rounds as the GPU does). */
+static void test_logits_tiny_qwen35moe(void **state) {
+    (void)state;
+    const char *types[] = {"f32", "q8_0", "q4_k_m"}, *presets[] = {"tiny-qwen35moe", "tiny-qwen3next"};
+    char path[1200], label[96];
+    for (size_t p = 0; p < 2; p++) /* tiny-qwen3next: its DeltaNet rows regrouped at load */
+        for (size_t t = 0; t < 3; t++) {
+            mkmodel(presets[p], types[t], path, sizeof path);
+            snprintf(label, sizeof label, "%s %s", presets[p], types[t]);
+            logits_case(path, label, t > 0);
+        }
+}
+
 /* ---- the engine on the GPU ------------------------------------------------------------------- */
 
 enum { NP = 8, GT = 24 };
@@ -677,6 +694,7 @@ int main(void) {
         cmocka_unit_test(test_ops_vs_ref),
         cmocka_unit_test(test_invariance),
         cmocka_unit_test(test_logits_tiny_qwen35),
+        cmocka_unit_test(test_logits_tiny_qwen35moe),
         cmocka_unit_test(test_engine),
         cmocka_unit_test(test_forks),
     };

@@ -14,6 +14,7 @@
  *   for the f32-x ones (F16 and the types decoded element by element: f32 sums of <= 1024
  *   products, ~1e-6 expected).
  * - moe_combine: rel. L2 < 1e-6 (k <= 8 f32 products summed in order, ~1e-7).
+ * - moe_shared_gate: rel. L2 < 1e-5 (its model above test_shared_gate).
  * - batch invariance (set_batch_invariant on): a token's matmul_id outputs are the same bits in a
  *   call of 300 tokens and of a few.
  * - capture: route + matmul_id + combine recorded into a CUDA graph, replayed with other router
@@ -383,6 +384,44 @@ static void test_combine(void **state) {
     }
 }
 
+/* ---- moe_shared_gate (qwen35moe's shared expert) -------------------------------------------
+ * y[t] += z[t] sigmoid(w . h[t]) with h rows strided: against a double reference. The gate is a
+ * sum of m f32 products (block tree: ~u sqrt(m) sum|w h| relative), sigmoid's slope <= 1/4, then
+ * one product and one add per output: rel. L2 of y ~1e-7, bound 1e-5. */
+static void test_shared_gate(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 35);
+    const int64_t cases[][2] = {{1, 256}, {1, 2048}, {37, 300}, {300, 96}, {5, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t n = cases[c][0], m = cases[c][1], hs = m + 7;
+        float *z = host_f32(n * m), *y = host_f32(n * m), *h = host_f32(n * hs), *w = host_f32(m), *got = host_f32(n * m),
+              *want = host_f32(n * m);
+        rf_rng_fill_normal(&r, z, n * m, 1.0f);
+        rf_rng_fill_normal(&r, y, n * m, 1.0f);
+        rf_rng_fill_normal(&r, h, n * hs, 1.0f);
+        rf_rng_fill_normal(&r, w, m, 1.0f / sqrtf((float)m));
+        for (int64_t t = 0; t < n; t++) {
+            double g = 0;
+            for (int64_t i = 0; i < m; i++) g += (double)w[i] * h[t * hs + i];
+            const double sg = 1.0 / (1.0 + exp(-g));
+            for (int64_t i = 0; i < m; i++) want[t * m + i] = (float)(y[t * m + i] + z[t * m + i] * sg);
+        }
+        float *dz = dev_from(z, n * m * 4), *dy = dev_from(y, n * m * 4), *dh = dev_from(h, n * hs * 4), *dw = dev_from(w, m * 4);
+        rf_tensor ty = dt(RF_TYPE_F32, m, n, dy), tz = dt(RF_TYPE_F32, m, n, dz), th = dt(RF_TYPE_F32, m, n, dh),
+                  tw = dt(RF_TYPE_F32, m, 1, dw);
+        th.nb1 = (size_t)hs * 4;
+        assert_non_null(g_be->ops->moe_shared_gate);
+        assert_int_equal(g_be->ops->moe_shared_gate(g_be, &ty, &tz, &th, &tw, n, m), RF_OK);
+        dev_to(got, dy, n * m * 4);
+        char what[64];
+        snprintf(what, sizeof what, "shared gate n=%lld m=%lld", (long long)n, (long long)m);
+        check_rel(what, got, want, n * m, 1e-5);
+        rf_gpu_free(g_ctx, dz), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, dh), rf_gpu_free(g_ctx, dw);
+        free(z), free(y), free(h), free(w), free(got), free(want);
+    }
+}
+
 /* ---- a MoE block recorded into a graph ------------------------------------------------------ */
 
 typedef struct moe_bufs {
@@ -567,7 +606,8 @@ int main(void) {
     const bool only = getenv("RF_MOE_BENCH_ONLY") != NULL;
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_route),   cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_matmul_id_invariant),
-        cmocka_unit_test(test_combine), cmocka_unit_test(test_capture),   cmocka_unit_test(test_bench),
+        cmocka_unit_test(test_combine), cmocka_unit_test(test_shared_gate), cmocka_unit_test(test_capture),
+        cmocka_unit_test(test_bench),
     };
     const struct CMUnitTest just_bench[] = {cmocka_unit_test(test_bench)};
     int rc = only ? cmocka_run_group_tests(just_bench, NULL, NULL) : cmocka_run_group_tests(all, NULL, NULL);

@@ -7,7 +7,9 @@
  *    architecture says (Q/K norms, biases, RoPE on/off, sliding window, joined tensors from the
  *    file as views), checked on the loaded rf_layer fields;
  *  - qwen3moe's mixture-of-experts layers, and files with inconsistent expert counts, top-k or
- *    expert tensor shapes refused with one line naming the key or tensor.
+ *    expert tensor shapes refused with one line naming the key or tensor;
+ *  - qwen35moe / qwen3next: the hybrid plan with experts and shared experts, qwen3next's
+ *    regrouped key heads, inconsistent shared-expert / DeltaNet keys and tensors refused.
  * Whether those variants compute the right thing is test_model_golden's job (llama.cpp goldens). */
 #include "test_util.h"
 
@@ -335,12 +337,12 @@ static void test_gpt_oss_refusals(void **state) {
  * val < 0), or tensor `tname` given the shape ne[0..n_dims) (its bytes are the original's
  * prefix: the new shape is never larger). Loading must fail with `want`, the message naming
  * `needle`. */
-static void check_moe_refused(const char *key, int64_t val, const char *tname, uint32_t n_dims, const int64_t *ne,
-                              rf_status want, const char *needle) {
+static void check_refused_in(const char *preset, const char *key, int64_t val, const char *tname, uint32_t n_dims,
+                             const int64_t *ne, rf_status want, const char *needle) {
     char src[512], dst[512];
-    snprintf(src, sizeof src, "%s/tiny-qwen3moe.f32.gguf", g_dir);
+    snprintf(src, sizeof src, "%s/%s.f32.gguf", g_dir, preset);
     if (access(src, R_OK) != 0) {
-        rf_mkmodel_opts o = {.preset = "tiny-qwen3moe", .type = "f32", .seed = 0};
+        rf_mkmodel_opts o = {.preset = preset, .type = "f32", .seed = 0};
         if (rf_mkmodel_write(&o, src)) fail_msg("mkmodel: %s", rf_last_error());
     }
     snprintf(dst, sizeof dst, "%s/bad-moe.gguf", g_dir);
@@ -375,6 +377,10 @@ static void check_moe_refused(const char *key, int64_t val, const char *tname, u
     assert_non_null(strstr(rf_last_error(), needle));
     assert_null(strchr(rf_last_error(), '\n')); /* one line */
 }
+static void check_moe_refused(const char *key, int64_t val, const char *tname, uint32_t n_dims, const int64_t *ne,
+                              rf_status want, const char *needle) {
+    check_refused_in("tiny-qwen3moe", key, val, tname, n_dims, ne, want, needle);
+}
 
 /* Inconsistent expert counts, top-k and expert shapes: each a one-line error naming the key or
  * tensor, never a crash. */
@@ -396,6 +402,49 @@ static void test_moe_refusals(void **state) {
     check_moe_refused(NULL, 0, "blk.0.ffn_down_exps.weight", 3, swapped, RF_ERR_FORMAT, "blk.0.ffn_down_exps.weight");
 }
 
+/* qwen35moe / qwen3next: DeltaNet layers 0-2 and gated attention at 3, every layer a mixture of
+ * experts with its shared expert bound (width expert_shared_feed_forward_length); qwen3next's key
+ * heads repeated to one per value head once loaded (its joined rows regrouped). */
+static void test_hybrid_moe_plan(void **state) {
+    (void)state;
+    const char *presets[] = {"tiny-qwen35moe", "tiny-qwen3next"};
+    for (int p = 0; p < 2; p++) {
+        rf_model *m = load_preset(presets[p], "q8_0");
+        const rf_hparams *hp = &m->hp;
+        assert_int_equal(hp->n_expert, 8);
+        assert_int_equal(hp->n_expert_used, 2);
+        assert_int_equal(hp->n_ff_shexp, 192);
+        assert_true(hp->moe_norm_w);
+        assert_int_equal(hp->moe_gating, RF_MOE_SOFTMAX);
+        assert_int_equal(hp->ssm_n_group, p ? hp->ssm_dt_rank : 2);
+        for (int il = 0; il < hp->n_layer; il++) {
+            const rf_layer *L = &m->layers[il];
+            assert_int_equal(L->mixer, il == 3 ? RF_MIXER_ATTENTION : RF_MIXER_DELTANET);
+            assert_int_equal(L->ffn, RF_FFN_MOE);
+            assert_true(rf_has(&L->ffn_up_shexp) && rf_has(&L->ffn_gate_inp_shexp));
+            assert_int_equal(L->ffn_up_shexp.ne[1], 192);
+            if (il != 3) assert_int_equal(L->wqkv.ne[1], 2 * 64 * hp->ssm_n_group + 4 * 64);
+        }
+        rf_model_free(m);
+    }
+}
+
+/* Inconsistent qwen35moe / qwen3next files: one line naming the key or tensor. */
+static void test_hybrid_moe_refusals(void **state) {
+    (void)state;
+    check_refused_in("tiny-qwen35moe", "qwen35moe.expert_shared_feed_forward_length", 64, NULL, 0, NULL, RF_ERR_FORMAT,
+                     "blk.0.ffn_gate_shexp.weight");
+    /* no feed_forward_length in this file: the experts' width has no fallback */
+    check_refused_in("tiny-qwen35moe", "qwen35moe.expert_feed_forward_length", -1, NULL, 0, NULL, RF_ERR_RANGE,
+                     "qwen35moe.expert_feed_forward_length");
+    check_refused_in("tiny-qwen35moe", "qwen35moe.ssm.group_count", 3, NULL, 0, NULL, RF_ERR_FORMAT, "qwen35moe.ssm");
+    const int64_t gate[1] = {128}, ba[2] = {256, 4};
+    check_refused_in("tiny-qwen35moe", NULL, 0, "blk.2.ffn_gate_inp_shexp.weight", 1, gate, RF_ERR_FORMAT,
+                     "blk.2.ffn_gate_inp_shexp.weight");
+    check_refused_in("tiny-qwen3next", NULL, 0, "blk.1.ssm_ba.weight", 2, ba, RF_ERR_FORMAT, "blk.1.ssm_ba.weight");
+    check_refused_in("tiny-qwen3next", "qwen3next.ssm.time_step_rank", 6, NULL, 0, NULL, RF_ERR_FORMAT, "qwen3next.ssm");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_supported_list),
@@ -406,6 +455,8 @@ int main(void) {
         cmocka_unit_test(test_moe_refusals),
         cmocka_unit_test(test_gpt_oss_plan),
         cmocka_unit_test(test_gpt_oss_refusals),
+        cmocka_unit_test(test_hybrid_moe_plan),
+        cmocka_unit_test(test_hybrid_moe_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -21,6 +21,11 @@
 
 #include "engine/engine_internal.h"
 
+/* test_qwen35moe_engine.c runs these same cases on tiny-qwen35moe (experts + shared expert) */
+#ifndef HYBRID_PRESET
+#define HYBRID_PRESET "tiny-qwen35"
+#endif
+
 static char g_path[1200];
 
 static int setup(void **state) {
@@ -29,9 +34,9 @@ static int setup(void **state) {
     if (!cli) return -1;
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/synth-models", RF_BINARY_DIR);
-    snprintf(g_path, sizeof g_path, "%s/hybrid-tiny-qwen35.q8_0.gguf", dir);
+    snprintf(g_path, sizeof g_path, "%s/hybrid-" HYBRID_PRESET ".q8_0.gguf", dir);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset tiny-qwen35 --type q8_0 -o '%s' >/dev/null 2>&1", dir,
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset " HYBRID_PRESET " --type q8_0 -o '%s' >/dev/null 2>&1", dir,
              cli, g_path);
     return system(cmd) == 0 ? 0 : -1;
 }

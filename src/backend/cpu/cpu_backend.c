@@ -468,6 +468,7 @@ static const rf_backend_ops cpu_ops = {
     .moe_route = rf_cpu_moe_route,
     .matmul_id = rf_cpu_matmul_id,
     .moe_combine = rf_cpu_moe_combine,
+    .moe_shared_gate = rf_cpu_moe_shared_gate,
     .add = cpu_add,
     .scale = cpu_scale,
     .softcap = cpu_softcap,

@@ -32,6 +32,8 @@ rf_status rf_cpu_matmul_id(rf_backend *be, rf_tensor *y, const rf_tensor *w, int
                            bool x_per_slot, const rf_tensor *ids, const rf_tensor *bias, int64_t n, int64_t k);
 rf_status rf_cpu_moe_combine(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *wts, int64_t n,
                              int64_t k, int64_t m);
+rf_status rf_cpu_moe_shared_gate(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *h,
+                                 const rf_tensor *w, int64_t n, int64_t m);
 /* The gated DeltaNet ops (cpu_deltanet.c); contracts of rf_backend_ops.ssm_conv, gated_delta,
  * sigmoid_mul, head_split. */
 rf_status rf_cpu_ssm_conv(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w, rf_tensor *state,

@@ -187,3 +187,17 @@ rf_status rf_cpu_moe_combine(rf_backend *be, rf_tensor *y, const rf_tensor *z, c
     else comb_worker(&j, 0, 1);
     return RF_OK;
 }
+
+/* The shared expert's gate: the reference itself (n dot products of n_embd), row by row so a
+ * row's value never depends on the batch. h may be a strided view. */
+rf_status rf_cpu_moe_shared_gate(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *h,
+                                 const rf_tensor *w, int64_t n, int64_t m) {
+    (void)be;
+    if (w->type != RF_TYPE_F32 || w->ne[0] != m)
+        return rf_set_error(RF_ERR_INVALID_ARG, "moe_shared_gate: the gate must be f32 [%lld]", (long long)m);
+    const size_t hs = h->nb1 ? h->nb1 : (size_t)m * 4;
+    for (int64_t t = 0; t < n; t++)
+        rf_ref_moe_shared_gate((float *)y->data + t * m, (const float *)z->data + t * m,
+                               (const float *)((const char *)h->data + (size_t)t * hs), w->data, 1, m);
+    return RF_OK;
+}

@@ -267,6 +267,10 @@ bool rf_gpu_moe_grouped_takes(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t 
 /* y [n, m] = sum over j = 0..k-1 (in order) of wts[t, j] z[t k + j] */
 rf_status rf_gpu_moe_combine(rf_gpu_ctx *ctx, float *y, const float *z, const float *wts, int64_t n, int64_t k,
                              int64_t m);
+/* y[t] += z[t] * sigmoid(w . h[t]) over t < n: y, z [n, m] packed, h rows of m with stride
+ * h_stride floats, w f32 [m] (twin rf_ref_moe_shared_gate; the dot summed as a block tree). */
+rf_status rf_gpu_moe_shared_gate(rf_gpu_ctx *ctx, float *y, const float *z, const float *h, int64_t h_stride,
+                                 const float *w, int64_t n, int64_t m);
 
 /* ---- attention -------------------------------------------------------------------------- */
 /* rf_ref_attention's contract with K/V in a cache: q f32 [n_q, n_head, head_dim];

@@ -252,6 +252,14 @@ static rf_status g_moe_combine(rf_backend *be, rf_tensor *y, const rf_tensor *z,
     return rf_gpu_moe_combine(GX(be)->ctx, y->data, z->data, wts->data, n, k, m);
 }
 
+static rf_status g_moe_shared_gate(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *h,
+                                   const rf_tensor *w, int64_t n, int64_t m) {
+    if (w->type != RF_TYPE_F32 || w->ne[0] != m)
+        return rf_set_error(RF_ERR_INVALID_ARG, "moe_shared_gate: the gate must be f32 [%lld]", (long long)m);
+    const int64_t hs = h->nb1 ? (int64_t)(h->nb1 / 4) : m;
+    return rf_gpu_moe_shared_gate(GX(be)->ctx, y->data, z->data, h->data, hs, w->data, n, m);
+}
+
 void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *downloads, int64_t *launches) {
     gpu_be *g = G(be);
     *uploads = g->n_up;
@@ -317,6 +325,7 @@ static const rf_backend_ops gpu_ops = {
     .moe_route = g_moe_route,
     .matmul_id = g_matmul_id,
     .moe_combine = g_moe_combine,
+    .moe_shared_gate = g_moe_shared_gate,
     .ssm_conv = rf_gpu_op_ssm_conv, /* gated DeltaNet: gpu_backend_deltanet.c */
     .gated_delta = rf_gpu_op_gated_delta,
     .sigmoid_mul = rf_gpu_op_sigmoid_mul,

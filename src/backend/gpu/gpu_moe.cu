@@ -124,6 +124,33 @@ extern "C" rf_status rf_gpu_moe_combine(rf_gpu_ctx *ctx, float *y, const float *
                          0, y, z, wts, n, (int)k, m);
 }
 
+/* ---- the shared expert's sigmoid gate ----------------------------------------------------------
+ * one block of 256 per token t: g = w . h[t] (strided partial sums, then a block tree), then
+ * y[t, i] += z[t, i] * sigmoid(g) by the same threads */
+__global__ void rf_k_moe_shared_gate(float *y, const float *z, const float *h, int64_t hs, const float *w, int64_t m) {
+    __shared__ float part[256];
+    const int64_t t = blockIdx.x;
+    const float *hr = h + t * hs;
+    float acc = 0.0f;
+    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) acc += w[i] * hr[i];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = (int)blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float sg = 1.0f / (1.0f + expf(-part[0]));
+    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) y[t * m + i] += z[t * m + i] * sg;
+}
+
+extern "C" rf_status rf_gpu_moe_shared_gate(rf_gpu_ctx *ctx, float *y, const float *z, const float *h, int64_t h_stride,
+                                            const float *w, int64_t n, int64_t m) {
+    RF_GPU_REQUIRE(n >= 1 && n <= 0x7fffffff && m >= 1 && h_stride >= m, "moe_shared_gate", "n=%lld m=%lld stride=%lld",
+                   (long long)n, (long long)m, (long long)h_stride);
+    return rf_gpu_launch(ctx, "rf_k_moe_shared_gate", false, rf_k_moe_shared_gate, dim3((unsigned)n), dim3(256), 0, y,
+                         z, h, h_stride, w, m);
+}
+
 /* ---- grouping by expert (the batched product) ---------------------------------------------
  * moe_group, one block: cnt[e] = the slots choosing e (ids clamped to [0, n_expert)), off[e]
  * their exclusive prefix sum; slot s gets row pos[s] in off[e] .. off[e] + cnt[e] of the sorted

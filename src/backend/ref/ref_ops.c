@@ -475,6 +475,15 @@ rf_status rf_ref_matmul_id(float *y, const void *w, rf_type wtype, int64_t n_in,
     return RF_OK;
 }
 
+void rf_ref_moe_shared_gate(float *y, const float *z, const float *h, const float *w, int64_t n, int64_t m) {
+    for (int64_t t = 0; t < n; t++) {
+        float g = 0;
+        for (int64_t i = 0; i < m; i++) g += w[i] * h[t * m + i];
+        const float s = 1.0f / (1.0f + expf(-g)); /* ggml's sigmoid */
+        for (int64_t i = 0; i < m; i++) y[t * m + i] += z[t * m + i] * s;
+    }
+}
+
 void rf_ref_moe_combine(float *y, const float *z, const float *wts, int64_t n, int64_t k, int64_t m) {
     for (int64_t t = 0; t < n; t++)
         for (int64_t i = 0; i < m; i++) {

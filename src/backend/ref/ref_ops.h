@@ -143,4 +143,9 @@ rf_status rf_ref_matmul_id(float *y, const void *w, rf_type wtype, int64_t n_in,
 /* y[t] = sum over j = 0..k-1 in order of wts[t k + j] * z[t k + j]: y f32 [n, m], z [n k, m]. */
 void rf_ref_moe_combine(float *y, const float *z, const float *wts, int64_t n, int64_t k, int64_t m);
 
+/* The sigmoid-gated shared expert joining the experts' sum (qwen35moe, qwen3next): for t < n,
+ * g = sum over i = 0..m-1 in order of w[i] h[t m + i] (f32), y[t] += z[t] / (1 + exp(-g)),
+ * i.e. y[t, i] = y[t, i] + z[t, i] * sigmoid(g): y, z, h f32 [n, m], w f32 [m]. */
+void rf_ref_moe_shared_gate(float *y, const float *z, const float *h, const float *w, int64_t n, int64_t m);
+
 #endif
