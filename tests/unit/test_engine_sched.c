@@ -438,6 +438,37 @@ static void test_prompt_room(void **state) {
             }
 }
 
+/* The decode-step graph buckets (step_batch.c): the smallest 2^k or 3 * 2^k at least n, never
+ * past the cap, padding under a third of the step; a cap that is a power of two at least P
+ * (the engine's logit rows for --parallel P) gives every decode step of up to P sequences a
+ * bucket; up to 65536 tokens there are 32 of them (the GPU backend's RF_MAX_GRAPHS). */
+static void test_graph_bucket(void **state) {
+    (void)state;
+    for (int32_t cap = 1; cap <= 1100; cap++)
+        for (int32_t n = 1; n <= cap + 5; n++) {
+            int32_t b = rf_step_graph_bucket(n, cap), lo = 0;
+            for (int32_t x = n; x <= cap && !lo; x++) { /* the smallest ladder value in [n, cap] */
+                int32_t y = x;
+                while (y % 2 == 0) y /= 2;
+                if (y == 1 || y == 3) lo = x;
+            }
+            if (b != lo) fail_msg("bucket of %d under %d: %d, expected %d", n, cap, b, lo);
+            if (b && 2 * b >= 3 * n && b != n) fail_msg("bucket %d pads %d by a third or more", b, n);
+        }
+    for (int32_t par = 1; par <= 4096; par++) {
+        int32_t rows = 1;
+        while (rows < par) rows *= 2;
+        for (int32_t n = 1; n <= par; n++)
+            if (!rf_step_graph_bucket(n, rows)) fail_msg("no bucket for %d of --parallel %d", n, par);
+    }
+    int32_t distinct = 0, last = 0;
+    for (int32_t n = 1; n <= 65536; n++) {
+        int32_t b = rf_step_graph_bucket(n, 65536);
+        if (b != last) distinct++, last = b;
+    }
+    assert_int_equal(distinct, 32);
+}
+
 /* The pool alone: publish, lookup, eviction order, copy-on-write predicate, check. */
 static void test_pool(void **state) {
     (void)state;
@@ -480,6 +511,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_prompt_room),
+        cmocka_unit_test(test_graph_bucket),
         cmocka_unit_test(test_random_fake),
         cmocka_unit_test(test_random_real),
     };
