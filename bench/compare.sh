@@ -94,7 +94,11 @@ phase_bench() {
             >"$OUT/peer-$t.json" 2>"$OUT/peer-$t.err" || { echo "  failed:"; tail -3 "$OUT/peer-$t.err"; }
         if [ "$c" = "$BATCHED" ]; then
             echo "bench: llama-batched-bench $c"
-            "$LLAMA_DIR/build/bin/llama-batched-bench" -m "$m" -ngl 99 -fa 1 -c 20480 -b 2048 -ub 512 \
+            # the context holds every sequence's 128 + 128 positions (at least the 20480 used before)
+            local maxpl ctx
+            maxpl=$(echo "$NPL" | tr ',' '\n' | sort -n | tail -1)
+            ctx=$((maxpl * 256 > 20480 ? maxpl * 256 : 20480))
+            "$LLAMA_DIR/build/bin/llama-batched-bench" -m "$m" -ngl 99 -fa 1 -c "$ctx" -b 2048 -ub 512 \
                 -npp 128 -ntg 128 -npl "$NPL" --output-format jsonl >"$OUT/peer-batched-$t.jsonl" \
                 2>"$OUT/peer-batched-$t.err" || { echo "  failed:"; tail -3 "$OUT/peer-batched-$t.err"; }
         fi
@@ -150,17 +154,24 @@ if os.path.exists(f"{out}/peer-batched-{t}.jsonl"):
             peer[x["pl"]] = x["speed_tg"]
         except Exception:
             pass
+def f1(x, fmt=".1f"):
+    return "-" if x is None else format(x, fmt)
 if d:
-    print(f"\nbatched generation, {batched}: aggregate tok/s")
-    print("| sequences | rocmforge tok/s | step p50 ms | llama-batched-bench S_TG | ratio |")
-    print("|---:|---:|---:|---:|---:|")
+    # like with like: ours with all B sequences decoding (steady) beside llama-batched-bench's
+    # S_TG (B sequences decoding in lockstep after every prompt); our aggregate over every decode
+    # step (prompts streaming in first, sequences finishing one by one) is shown apart
+    print(f"\nbatched generation, {batched}: tok/s with all B sequences decoding")
+    print("| sequences | rocmforge steady tok/s | step p50 ms | p99 ms | llama-batched-bench S_TG | ratio | rocmforge all decode steps tok/s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for x in d["results"]:
         if " x " not in x["test"]:
             continue
         s = x["sequences"]
         p = peer.get(s)
-        print(f"| {s} | {x['tok_s']:.1f} | {x.get('ms_p50', 0):.2f} | {p:.1f} | {x['tok_s'] / p:.2f} |" if p else
-              f"| {s} | {x['tok_s']:.1f} | {x.get('ms_p50', 0):.2f} | - | - |")
+        st = x.get("tok_s")
+        ratio = f"{st / p:.2f}" if p and st else "-"
+        print(f"| {s} | {f1(st)} | {f1(x.get('ms_p50'), '.2f')} | {f1(x.get('ms_p99'), '.2f')} | {f1(p)} | {ratio} | "
+              f"{f1(x.get('tok_s_aggregate'))} |")
 EOF
 }
 

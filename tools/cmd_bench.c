@@ -1,5 +1,6 @@
 /* cmd_bench.c — `rocmforge bench`: prompt processing (ppN), generation (tgN, also at a KV depth)
- * and batched generation of B sequences at once, through the batching engine, in the spirit of
+ * and batched generation of B sequences at once (the steps with all B decoding, as
+ * llama-batched-bench's S_TG, and every decode step), through the batching engine, in the spirit of
  * llama-bench and llama-batched-bench: warm-up excluded, repetitions with mean ± stddev,
  * per-token latency p50/p99, and for generation the bytes read per token against the device's
  * read bandwidth, which bench measures itself first. GPU clocks, temperature and power are
@@ -23,7 +24,8 @@ static const char k_bench_usage[] =
     "  -p, --n-prompt N        prompt tokens of the ppN test (default 512; 0 = no ppN)\n"
     "  -n, --n-gen N           generated tokens of the tgN and batched tests (default 128)\n"
     "  -d, --depth D,D,...     KV depths for tgN (default 0): tgN @ dD first fills D positions\n"
-    "  -b, --batch B,B,...     batched generation of B sequences at once (default 1,8,32,64; 0 = none)\n"
+    "  -b, --batch B,B,...     batched generation of B sequences at once (default 1,8,32,64; 0 = none):\n"
+    "                          tok/s of the steps in which all B decode, and of every decode step\n"
     "  --batch-prompt N        prompt tokens of each batched sequence (default 128)\n"
     "  -r, --reps N            timed repetitions per test (default 5; one warm-up run is excluded)\n"
     "  --device D              auto (default), cpu, gpu or gpu:N\n"
@@ -217,28 +219,80 @@ static double cpu_read_bw(int threads) {
 
 /* ---- one test ----------------------------------------------------------------------------- */
 
-typedef struct run_result {
-    double prompt_s, decode_s;
-    int64_t prompt_tok, decode_tok;
-    double *lat;  /* decode step durations, ms */
-    int n_lat, cap_lat;
-    int done;
-} run_result;
+/* A growing list of step durations (ms). */
+typedef struct lat_vec {
+    double *v;
+    int n, cap;
+} lat_vec;
 
-static bool on_event(const rf_event *ev, void *user) {
-    run_result *r = user;
-    if (rf_event_get_kind(ev) == RF_EVENT_DONE) r->done++;
+static bool lat_push(lat_vec *l, double ms) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 256;
+        double *a = realloc(l->v, (size_t)cap * sizeof(double));
+        if (!a) return false;
+        l->v = a;
+        l->cap = cap;
+    }
+    l->v[l->n++] = ms;
     return true;
 }
 
-/* Submits nreq requests of plen random tokens generating ngen tokens each, steps the engine
- * until all are done, and splits the time into steps that computed prompt tokens and decode
- * steps (whose durations are the per-token latencies). */
-static int run_once(rf_engine *e, int nreq, int plen, int ngen, uint64_t *rng, run_result *r) {
+static bool lat_append(lat_vec *l, const lat_vec *src) {
+    for (int k = 0; k < src->n; k++)
+        if (!lat_push(l, src->v[k])) return false;
+    return true;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts l; its p-quantile (0 <= p <= 1), NAN when empty. */
+static double lat_quantile(lat_vec *l, double p) {
+    if (!l->n) return NAN;
+    qsort(l->v, (size_t)l->n, sizeof(double), cmp_d);
+    return l->v[p == 0.5 ? l->n / 2 : (int)((l->n - 1) * p)];
+}
+
+/* One run's steps, split three ways. A step that computed prompt tokens is a prompt step
+ * (prompt_s/tok). A step without prompt tokens that gave tokens is a decode step: all of them
+ * make the aggregate (decode_s/tok, lat), and those in which every one of the run's sequences
+ * decoded make the steady state (steady_s/tok, steady_lat), the figure llama-batched-bench's
+ * S_TG measures (all sequences decoding in lockstep after every prompt). A prompt step that also
+ * carried decode tokens goes to mixed_lat (what a running sequence waits while prompts stream
+ * in). */
+typedef struct run_result {
+    double prompt_s, decode_s, steady_s;
+    int64_t prompt_tok, decode_tok, steady_tok;
+    lat_vec lat, steady_lat, mixed_lat;
+    int max_seqs;        /* most decode tokens in one step */
+    int64_t ev_first, ev_dec; /* TOKEN events: first tokens (from a prompt step), later ones */
+    int done;
+} run_result;
+
+static void run_result_free(run_result *r) {
+    free(r->lat.v);
+    free(r->steady_lat.v);
+    free(r->mixed_lat.v);
+}
+
+static bool on_event(const rf_event *ev, void *user) {
+    run_result *r = user;
+    rf_event_kind k = rf_event_get_kind(ev);
+    if (k == RF_EVENT_DONE) r->done++;
+    else if (k == RF_EVENT_TOKEN) {
+        if (rf_event_n_gen(ev) > 1) r->ev_dec++;
+        else r->ev_first++;
+    }
+    return true;
+}
+
+/* Submits nreq requests of plen random tokens generating ngen tokens each. */
+static int submit_all(rf_engine *e, int nreq, int plen, int ngen, uint64_t *rng, run_result *r) {
     int32_t nv = rf_engine_n_vocab(e);
     int32_t *ids = malloc((size_t)(plen > 0 ? plen : 1) * sizeof(int32_t));
     if (!ids) return rf_cli_fail(1, "out of memory");
-    r->done = 0;
     for (int q = 0; q < nreq; q++) {
         for (int i = 0; i < plen; i++) {
             *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -260,302 +314,451 @@ static int run_once(rf_engine *e, int nreq, int plen, int ngen, uint64_t *rng, r
         }
     }
     free(ids);
+    return 0;
+}
+
+/* Submits the requests, steps the engine until all are done and sorts each step (run_result). */
+static int run_once(rf_engine *e, int nreq, int plen, int ngen, uint64_t *rng, run_result *r) {
+    r->done = 0;
+    int rc = submit_all(e, nreq, plen, ngen, rng, r);
+    if (rc) return rc;
     while (r->done < nreq) {
         int64_t p0 = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS), g0 = rf_engine_get_stat(e, RF_STAT_GEN_TOKENS);
+        int64_t d0 = r->ev_dec;
         double t0 = now_s();
         if (rf_engine_step(e)) return rf_cli_fail(1, "step failed: %s", rf_last_error());
         double dt = now_s() - t0;
         int64_t dp = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS) - p0, dg = rf_engine_get_stat(e, RF_STAT_GEN_TOKENS) - g0;
+        int64_t dd = r->ev_dec - d0;
+        if (dd > r->max_seqs) r->max_seqs = (int)dd;
+        bool ok = true;
         if (dp > 0) {
             r->prompt_s += dt;
             r->prompt_tok += dp;
+            if (dd > 0) ok = lat_push(&r->mixed_lat, dt * 1e3);
         } else if (dg > 0) {
             r->decode_s += dt;
             r->decode_tok += dg;
-            if (r->n_lat == r->cap_lat) {
-                int cap = r->cap_lat ? r->cap_lat * 2 : 256;
-                double *l = realloc(r->lat, (size_t)cap * sizeof(double));
-                if (!l) return rf_cli_fail(1, "out of memory");
-                r->lat = l;
-                r->cap_lat = cap;
+            ok = lat_push(&r->lat, dt * 1e3);
+            if (ok && dd == nreq) {
+                r->steady_s += dt;
+                r->steady_tok += dd;
+                ok = lat_push(&r->steady_lat, dt * 1e3);
             }
-            r->lat[r->n_lat++] = dt * 1e3;
         }
+        if (!ok) return rf_cli_fail(1, "out of memory");
     }
     return 0;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 typedef struct row {
     char test[48];
     int kind;    /* 0 pp, 1 tg, 2 batched */
     int depth, batch;
-    double mean, sd;   /* tok/s */
-    double p50, p99;   /* ms per decode step; NAN for pp */
+    double mean, sd;   /* tok/s; batched: the steady state (NAN when no step had every sequence decoding) */
+    double p50, p99;   /* ms per decode step (batched: steady steps); NAN for pp */
     double gbps;       /* achieved read bandwidth; NAN for pp */
+    double agg_mean, agg_sd;   /* batched: tok/s over every decode step (the ragged aggregate); else NAN */
+    double agg_p50, mixed_p50; /* batched: step p50 of every decode step / of prompt steps carrying decodes */
+    int steady_steps, decode_steps, max_seqs; /* batched: per repetition */
 } row;
+
+/* ---- the model, the device and the engine ------------------------------------------------ */
+
+typedef struct bench_env {
+    bench_opts o;
+    rf_model *m;
+    rf_engine *e;
+    rf_model_info info;
+    double bw;
+    char devname[256], driver[96];
+    bool on_gpu;
+    rf_gpu_reading before, after;
+    double w_bytes;             /* bytes a decode token reads: weights, one embedding row */
+    double exp_bytes, exp_frac; /* MoE: routed experts' bytes and the fraction one token reads */
+    int32_t n_exp, n_exp_used;
+    double kv_pos;              /* K/V bytes per position */
+} bench_env;
+
+/* The device's read bandwidth, measured first while its memory is still free. */
+static void measure_device(bench_env *v) {
+    const bench_opts *o = &v->o;
+    snprintf(v->devname, sizeof v->devname, "cpu");
+    if (o->device != RF_DEVICE_CPU && rf_gpu_device_count() > 0)
+        v->on_gpu = rf_gpu_probe_read_bw(o->device_index, v->devname, sizeof v->devname, &v->bw) == RF_OK;
+    fprintf(stderr, "bench: measuring read bandwidth...\n");
+    if (!v->on_gpu) v->bw = cpu_read_bw(o->threads ? o->threads : ncpu());
+    if (v->on_gpu) {
+        rf_gpu_monitor_read(o->device_index, &v->before);
+        if (v->before.driver[0]) snprintf(v->driver, sizeof v->driver, "%s", v->before.driver);
+    }
+}
+
+/* Bytes a decode step reads, from the model's tensors: every weight except that an untied
+ * embedding gives one row; MoE: a decode step of B sequences reads each layer's routed experts
+ * in proportion to the experts its tokens pick: k of E for one token; for B tokens, with the
+ * router's picks taken as independent and uniform (random synthetic routers come close; real
+ * routers pick fewer distinct experts, so this is an upper bound), E (1 - (1 - k/E)^B). */
+static void model_bytes(bench_env *v) {
+    const rf_gguf *g = rf_model_gguf(v->m);
+    v->w_bytes = (double)v->info.weight_bytes;
+    const rf_gguf_tensor *te = rf_gguf_find_tensor(g, "token_embd.weight");
+    if (te && !v->info.tied_embeddings) v->w_bytes -= (double)te->n_bytes * (1.0 - 1.0 / v->info.n_vocab);
+    v->exp_bytes = 0;
+    v->exp_frac = 1;
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_count", v->info.arch);
+    uint32_t u = 0;
+    if (!rf_gguf_get_u32(g, key, &u)) v->n_exp = (int32_t)u;
+    snprintf(key, sizeof key, "%s.expert_used_count", v->info.arch);
+    if (!rf_gguf_get_u32(g, key, &u)) v->n_exp_used = (int32_t)u;
+    for (int64_t i = 0; v->n_exp > 0 && i < rf_gguf_n_tensors(g); i++) {
+        const rf_gguf_tensor *t = rf_gguf_tensor_at(g, i);
+        if (strstr(t->name, "_exps.")) v->exp_bytes += (double)t->n_bytes;
+    }
+    if (v->n_exp > 0 && v->n_exp_used > 0 && v->n_exp_used <= v->n_exp) v->exp_frac = (double)v->n_exp_used / v->n_exp;
+    else v->exp_bytes = 0;
+    rf_type kt = v->o.kv_type;
+    v->kv_pos = (double)v->info.n_layer * 2 * v->info.n_head_kv * v->info.head_dim *
+                (kt == RF_TYPE_F32 ? 4 : kt == RF_TYPE_F16 ? 2 : 34.0 / 32);
+}
+
+/* Loads the model and makes the engine every test runs on. Its step holds max(-p, 512) tokens,
+ * and B + 512 for the largest batched test of B sequences, so prompts stream in at 512 tokens a
+ * step beside B decodes (as llama-batched-bench's 512-token micro-batches) and the batched test
+ * reaches the state where all B decode; --parallel is that B. */
+static int load_env(bench_env *v) {
+    const bench_opts *o = &v->o;
+    int maxb = 1, maxd = 0;
+    for (int i = 0; i < o->n_batches; i++) maxb = o->batches[i] > maxb ? o->batches[i] : maxb;
+    for (int i = 0; i < o->n_depths; i++) maxd = o->depths[i] > maxd ? o->depths[i] : maxd;
+    rf_model_params mp = rf_model_default_params();
+    mp.device = o->device;
+    mp.device_index = o->device_index;
+    mp.tp = o->tp;
+    mp.n_threads = o->threads;
+    if (rf_model_load(o->model, &mp, &v->m)) return rf_cli_fail(1, "%s", rf_last_error());
+    if (o->deterministic && rf_model_set_deterministic(v->m, true)) return rf_cli_fail(1, "%s", rf_last_error());
+    rf_model_get_info(v->m, &v->info);
+    if (v->on_gpu && strcmp(v->info.device, "cpu") == 0) { /* auto fell back to the CPU: its bandwidth, then */
+        v->on_gpu = false;
+        v->before.ok = false;
+        v->driver[0] = 0;
+        v->bw = cpu_read_bw(o->threads ? o->threads : ncpu());
+    }
+    if (!v->on_gpu) snprintf(v->devname, sizeof v->devname, "cpu (%d threads)", o->threads ? o->threads : ncpu());
+    model_bytes(v);
+    int ctx = o->p > maxd + o->n ? o->p : maxd + o->n;
+    if (o->batch_prompt + o->n > ctx && o->n_batches && o->batches[0]) ctx = o->batch_prompt + o->n;
+    ctx += 16;
+    int nb = o->p > 512 ? o->p : 512;
+    if (maxb > 1 && nb < maxb + 512) nb = maxb + 512;
+    rf_engine_config *c = rf_engine_config_new();
+    if (!c || rf_engine_config_set(c, RF_ENGINE_CTX, ctx) || rf_engine_config_set(c, RF_ENGINE_PARALLEL, maxb) ||
+        rf_engine_config_set(c, RF_ENGINE_BATCH, nb > 65536 ? 65536 : nb) || rf_engine_config_set(c, RF_ENGINE_PREFIX_CACHE, 0) ||
+        rf_engine_config_set(c, RF_ENGINE_KV_TYPE, o->kv_type) || rf_engine_config_set(c, RF_ENGINE_THREADS, o->threads) ||
+        rf_engine_new(v->m, c, &v->e)) {
+        rf_engine_config_free(c);
+        return rf_cli_fail(1, "%s", rf_last_error());
+    }
+    rf_engine_config_free(c);
+    return 0;
+}
+
+/* ---- the tests ---------------------------------------------------------------------------- */
+
+static void mean_sd(const double *x, int n, double *mean, double *sd) {
+    double s = 0, s2 = 0;
+    for (int k = 0; k < n; k++) s += x[k];
+    *mean = s / n;
+    for (int k = 0; k < n; k++) s2 += (x[k] - *mean) * (x[k] - *mean);
+    *sd = n > 1 ? sqrt(s2 / (n - 1)) : 0;
+}
+
+/* Every repetition's figures and the steps of all of them (for the quantiles). */
+typedef struct reps_acc {
+    double *ts, *agg;          /* [reps] tok/s: the row's figure, the batched aggregate */
+    lat_vec lat, steady, mixed;
+    bool no_steady;            /* a repetition had no step with every sequence decoding */
+} reps_acc;
+
+static int run_reps(bench_env *v, row *R, int done_tests, int total, uint64_t *rng, reps_acc *a) {
+    const bench_opts *o = &v->o;
+    bool tty = isatty(2);
+    int rc = 0;
+    for (int rep = -1; rep < o->reps && !rc; rep++) { /* rep -1: warm-up, not counted */
+        run_result r = {0};
+        if (tty)
+            fprintf(stderr, "\rbench: %-22s %s %d/%d  (test %d of %d)   ", R->test, rep < 0 ? "warm-up" : "rep",
+                    rep < 0 ? 0 : rep + 1, o->reps, done_tests + 1, total);
+        else if (rep < 0)
+            fprintf(stderr, "bench: %s (test %d of %d)\n", R->test, done_tests + 1, total);
+        if (R->kind == 0) rc = run_once(v->e, 1, o->p, 1, rng, &r);
+        else if (R->kind == 1) rc = run_once(v->e, 1, R->depth > 0 ? R->depth : 1, o->n, rng, &r);
+        else rc = run_once(v->e, R->batch, o->batch_prompt, o->n, rng, &r);
+        if (!rc && rep >= 0) {
+            double agg = r.decode_s > 0 ? r.decode_tok / r.decode_s : 0;
+            a->agg[rep] = agg;
+            if (R->kind == 0) a->ts[rep] = r.prompt_s > 0 ? r.prompt_tok / r.prompt_s : 0;
+            else if (R->kind == 1) a->ts[rep] = agg;
+            else {
+                a->ts[rep] = r.steady_s > 0 ? r.steady_tok / r.steady_s : 0;
+                a->no_steady |= r.steady_lat.n == 0;
+                R->steady_steps = r.steady_lat.n;
+                R->decode_steps = r.lat.n;
+                R->max_seqs = r.max_seqs;
+            }
+            if (!lat_append(&a->lat, &r.lat) || !lat_append(&a->steady, &r.steady_lat) || !lat_append(&a->mixed, &r.mixed_lat))
+                rc = rf_cli_fail(1, "out of memory");
+        }
+        run_result_free(&r);
+    }
+    return rc;
+}
+
+/* Runs one test (its warm-up and repetitions) and fills its row. */
+static int run_test(bench_env *v, row *R, int done_tests, int total, uint64_t *rng) {
+    const bench_opts *o = &v->o;
+    reps_acc a = {0};
+    a.ts = calloc((size_t)o->reps, sizeof(double));
+    a.agg = calloc((size_t)o->reps, sizeof(double));
+    int rc = a.ts && a.agg ? run_reps(v, R, done_tests, total, rng, &a) : rf_cli_fail(1, "out of memory");
+    R->p50 = R->p99 = R->gbps = R->agg_mean = R->agg_sd = R->agg_p50 = R->mixed_p50 = NAN;
+    if (!rc) {
+        mean_sd(a.ts, o->reps, &R->mean, &R->sd);
+        lat_vec *steps = R->kind == 2 ? &a.steady : &a.lat;
+        if (R->kind == 2) {
+            mean_sd(a.agg, o->reps, &R->agg_mean, &R->agg_sd);
+            R->agg_p50 = lat_quantile(&a.lat, 0.5);
+            R->mixed_p50 = lat_quantile(&a.mixed, 0.5);
+            if (a.no_steady) R->mean = R->sd = NAN;
+        }
+        if (R->kind && steps->n && !isnan(R->mean)) {
+            R->p50 = lat_quantile(steps, 0.5);
+            R->p99 = lat_quantile(steps, 0.99);
+            /* a decode step reads the weights once and each sequence's K/V (depth + the tokens
+             * generated so far, n/2 on average) */
+            double kv = v->kv_pos * (R->depth + (R->kind == 2 ? o->batch_prompt : 1) + o->n / 2.0);
+            const double wb = v->w_bytes - v->exp_bytes * (1 - (1 - pow(1 - v->exp_frac, R->batch)));
+            R->gbps = (wb + R->batch * kv) * (R->mean / R->batch) / 1e9;
+        }
+    }
+    free(a.ts);
+    free(a.agg);
+    free(a.lat.v);
+    free(a.steady.v);
+    free(a.mixed.v);
+    return rc;
+}
+
+/* Every test in order: ppN, tgN at each depth, each batched size. */
+static int run_tests(bench_env *v, row *rows, int *nrows) {
+    const bench_opts *o = &v->o;
+    uint64_t rng = 0x5eed;
+    int total = (o->p ? 1 : 0) + o->n_depths, done_tests = 0, rc = 0;
+    for (int i = 0; i < o->n_batches; i++) total += o->batches[i] > 0;
+    for (int kind = 0; kind < 3 && !rc; kind++) {
+        int count = kind == 0 ? (o->p ? 1 : 0) : kind == 1 ? o->n_depths : o->n_batches;
+        for (int ti = 0; ti < count && !rc; ti++) {
+            int depth = kind == 1 ? o->depths[ti] : 0, batch = kind == 2 ? o->batches[ti] : 1;
+            if (kind == 2 && batch == 0) continue;
+            row *R = &rows[*nrows];
+            memset(R, 0, sizeof *R);
+            R->kind = kind, R->depth = depth, R->batch = batch;
+            if (kind == 0) snprintf(R->test, sizeof R->test, "pp%d", o->p);
+            else if (kind == 1) snprintf(R->test, sizeof R->test, depth ? "tg%d @ d%d" : "tg%d", o->n, depth);
+            else snprintf(R->test, sizeof R->test, "tg%d x %d seqs", o->n, batch);
+            rc = run_test(v, R, done_tests, total, &rng);
+            done_tests++;
+            if (!rc) (*nrows)++;
+        }
+    }
+    if (isatty(2)) fprintf(stderr, "\r%78s\r", "");
+    return rc;
+}
+
+/* ---- output ------------------------------------------------------------------------------- */
+
+/* A number or JSON's null. */
+static void json_num(const char *key, const char *fmt, double x) {
+    printf(", \"%s\": ", key);
+    if (isnan(x)) printf("null");
+    else printf(fmt, x);
+}
+
+static void print_json(const bench_env *v, const row *rows, int nrows, const char *base, const char *date) {
+    printf("{\"model\": \"%s\", \"ftype\": \"%s\", \"params\": %llu, \"weight_bytes\": %llu, \"device\": \"%s\", "
+           "\"driver\": \"%s\", \"read_bw_gbs\": %.1f, \"date\": \"%s\", \"reps\": %d,\n \"gpu_before\": ",
+           base, v->info.ftype, (unsigned long long)v->info.n_params, (unsigned long long)v->info.weight_bytes, v->devname,
+           v->driver, v->bw, date, v->o.reps);
+    for (int k = 0; k < 2; k++) {
+        const rf_gpu_reading *g = k ? &v->after : &v->before;
+        if (!g->ok) printf("null");
+        else printf("{\"sm_mhz\": %u, \"mem_mhz\": %u, \"temp_c\": %u, \"power_w\": %.1f, \"throttled\": %s}", g->sm_mhz,
+                    g->mem_mhz, g->temp_c, g->power_mw / 1000.0, g->throttled ? "true" : "false");
+        if (!k) printf(", \"gpu_after\": ");
+    }
+    printf(",\n \"results\": [\n");
+    for (int i = 0; i < nrows; i++) {
+        const row *R = &rows[i];
+        printf("  {\"test\": \"%s\", \"depth\": %d, \"sequences\": %d", R->test, R->depth, R->batch);
+        json_num("tok_s", "%.2f", R->mean);
+        json_num("tok_s_sd", "%.2f", R->sd);
+        if (R->kind) {
+            json_num("ms_p50", "%.3f", R->p50);
+            json_num("ms_p99", "%.3f", R->p99);
+            json_num("gb_s", "%.1f", R->gbps);
+            json_num("bw_frac", "%.3f", v->bw > 0 ? R->gbps / v->bw : NAN);
+        }
+        if (R->kind == 2) {
+            json_num("tok_s_aggregate", "%.2f", R->agg_mean);
+            json_num("tok_s_aggregate_sd", "%.2f", R->agg_sd);
+            json_num("ms_p50_aggregate", "%.3f", R->agg_p50);
+            json_num("ms_p50_prompt_steps", "%.3f", R->mixed_p50);
+            printf(", \"steady_steps\": %d, \"decode_steps\": %d, \"max_seqs_per_step\": %d", R->steady_steps,
+                   R->decode_steps, R->max_seqs);
+        }
+        printf("}%s\n", i + 1 < nrows ? "," : "");
+    }
+    printf(" ]}\n");
+}
+
+/* A CSV cell: the number, or nothing. */
+static void csv_num(const char *fmt, double x) {
+    putchar(',');
+    if (!isnan(x)) printf(fmt, x);
+}
+
+static void print_csv(const bench_env *v, const row *rows, int nrows, const char *base) {
+    printf("model,ftype,device,test,depth,sequences,tok_s,tok_s_sd,ms_p50,ms_p99,gb_s,bw_frac,tok_s_aggregate,"
+           "tok_s_aggregate_sd,steady_steps,decode_steps\n");
+    for (int i = 0; i < nrows; i++) {
+        const row *R = &rows[i];
+        printf("%s,%s,\"%s\",%s,%d,%d", base, v->info.ftype, v->devname, R->test, R->depth, R->batch);
+        csv_num("%.2f", R->mean);
+        csv_num("%.2f", R->sd);
+        csv_num("%.3f", R->p50);
+        csv_num("%.3f", R->p99);
+        csv_num("%.1f", R->gbps);
+        csv_num("%.3f", v->bw > 0 && !isnan(R->gbps) ? R->gbps / v->bw : NAN);
+        csv_num("%.2f", R->agg_mean);
+        csv_num("%.2f", R->agg_sd);
+        if (R->kind == 2) printf(",%d,%d\n", R->steady_steps, R->decode_steps);
+        else printf(",,\n");
+    }
+}
+
+static void print_md(const bench_env *v, const row *rows, int nrows, const char *base, const char *date) {
+    printf("device: %s%s%s | read bandwidth %.1f GB/s (measured) | %s\n", v->devname, v->driver[0] ? " | driver " : "",
+           v->driver, v->bw, date);
+    printf("model: %s | %s | %.1f MiB of weights | %.1f M params | %.1f MiB read per decode token (+ K/V)\n\n", base,
+           v->info.ftype, v->info.weight_bytes / 1048576.0, v->info.n_params / 1e6,
+           (v->w_bytes - v->exp_bytes * (1 - v->exp_frac)) / 1048576.0);
+    if (v->exp_bytes > 0)
+        printf("experts: %d of %d per token, %.1f MiB of expert weights (a step of B sequences counts the "
+               "experts B uniform picks would reach: an upper bound for real routers)\n\n", v->n_exp_used, v->n_exp,
+               v->exp_bytes / 1048576.0);
+    printf("| test | t/s | ms/step p50 | p99 | GB/s | of bw | all decode steps t/s |\n"
+           "|---|---:|---:|---:|---:|---:|---:|\n");
+    bool any_b = false;
+    for (int i = 0; i < nrows; i++) {
+        const row *R = &rows[i];
+        if (isnan(R->mean)) printf("| %s | - |", R->test);
+        else printf("| %s | %.2f ± %.2f |", R->test, R->mean, R->sd);
+        if (isnan(R->p50)) printf(" - | - | - | - |");
+        else printf(" %.2f | %.2f | %.1f | %.0f%% |", R->p50, R->p99, R->gbps, v->bw > 0 ? 100 * R->gbps / v->bw : 0.0);
+        if (R->kind == 2) printf(" %.2f ± %.2f |\n", R->agg_mean, R->agg_sd);
+        else printf(" - |\n");
+        any_b |= R->kind == 2;
+    }
+    if (any_b) {
+        printf("\nbatched (tgN x B seqs): t/s and its step p50/p99 are the steady state, steps in which all B sequences\n"
+               "decode (llama-batched-bench's S_TG); 'all decode steps' is every step without prompt tokens, prompts\n"
+               "streaming in first and sequences finishing one by one after.\n");
+        for (int i = 0; i < nrows; i++) {
+            const row *R = &rows[i];
+            if (R->kind != 2) continue;
+            printf("  %s: %d of %d decode steps had all %d sequences (most in one step: %d); step p50 %.2f ms over "
+                   "all decode steps", R->test, R->steady_steps, R->decode_steps, R->batch, R->max_seqs, R->agg_p50);
+            if (isnan(R->mixed_p50)) printf(", no prompt step carried decodes\n");
+            else printf(", %.2f ms over the prompt steps that carried decodes\n", R->mixed_p50);
+            if (isnan(R->mean))
+                printf("  %s: no step had every sequence decoding (the first finished before the last prompt was in): "
+                       "raise -n\n", R->test);
+        }
+    }
+    if (v->before.ok)
+        printf("\ngpu (%s): before %u/%u MHz (sm/mem) %u C %.0f W | after %u/%u MHz %u C %.0f W\n", v->before.source,
+               v->before.sm_mhz, v->before.mem_mhz, v->before.temp_c, v->before.power_mw / 1000.0, v->after.sm_mhz,
+               v->after.mem_mhz, v->after.temp_c, v->after.power_mw / 1000.0);
+}
+
+/* --plot: tok/s against depth and batch size (gnuplot). */
+static int plot(const bench_env *v, const row *rows, int nrows, const char *base, const char *date) {
+    char tmp[] = "/tmp/rf-bench-XXXXXX";
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) return rf_cli_fail(1, "--plot: cannot write a temporary file");
+    fprintf(f, "# kind x tok/s sd aggregate\n");
+    for (int i = 0; i < nrows; i++) { /* '?': no figure (a batched test without its steady state) */
+        const row *R = &rows[i];
+        if (!R->kind) continue;
+        fprintf(f, "%d %d", R->kind, R->kind == 1 ? R->depth : R->batch);
+        if (isnan(R->mean)) fprintf(f, " ? ?");
+        else fprintf(f, " %.3f %.3f", R->mean, R->sd);
+        fprintf(f, " %.3f\n", isnan(R->agg_mean) ? (isnan(R->mean) ? 0.0 : R->mean) : R->agg_mean);
+    }
+    fclose(f);
+    FILE *g = popen("gnuplot 2>&1", "w");
+    if (!g) {
+        unlink(tmp);
+        return rf_cli_fail(1, "--plot needs gnuplot (apt-get install gnuplot-nox)");
+    }
+    fprintf(g,
+            "set terminal pngcairo noenhanced size 1100,450 font ',10'\nset output '%s'\n" /* noenhanced: '_' in a file name is not a subscript */
+            "set multiplot layout 1,2 title '%s on %s (tg%d, %s)'\n"
+            "set grid\nset ylabel 'tokens/s'\nset yrange [0:*]\nset datafile missing '?'\n"
+            "set xlabel 'KV depth (positions)'\nset title 'one sequence'\n"
+            "plot '%s' using ($1==1?$2:1/0):3:4 with yerrorlines lw 2 pt 7 title 'tg tok/s'\n"
+            "set xlabel 'sequences at once'\nset title 'batched generation'\nset logscale x 2\n"
+            "plot '%s' using ($1==2?$2:1/0):3:4 with yerrorlines lw 2 pt 7 title 'all decoding (steady)', "
+            "'' using ($1==2?$2:1/0):5 with linespoints lw 1 pt 6 title 'all decode steps'\n"
+            "unset multiplot\n",
+            v->o.plot, base, v->devname, v->o.n, date, tmp, tmp);
+    int prc = pclose(g);
+    unlink(tmp);
+    if (prc != 0) return rf_cli_fail(1, "--plot: gnuplot failed (exit %d); is gnuplot installed (apt-get install gnuplot-nox)?", prc);
+    fprintf(stderr, "bench: wrote %s\n", v->o.plot);
+    return 0;
+}
 
 /* ---- the command ------------------------------------------------------------------------ */
 
 int rf_cmd_bench(int argc, char **argv) {
-    bench_opts o;
-    int rc = parse(argc, argv, &o);
+    bench_env v;
+    memset(&v, 0, sizeof v);
+    int rc = parse(argc, argv, &v.o);
     if (rc >= 0) return rc;
-    int maxb = 1, maxd = 0;
-    for (int i = 0; i < o.n_batches; i++) maxb = o.batches[i] > maxb ? o.batches[i] : maxb;
-    for (int i = 0; i < o.n_depths; i++) maxd = o.depths[i] > maxd ? o.depths[i] : maxd;
-
-    /* the device's read bandwidth first, while its memory is still free */
-    double bw = 0;
-    char devname[256] = "cpu", driver[96] = "";
-    bool on_gpu = false;
-    if (o.device != RF_DEVICE_CPU && rf_gpu_device_count() > 0)
-        on_gpu = rf_gpu_probe_read_bw(o.device_index, devname, sizeof devname, &bw) == RF_OK;
-    fprintf(stderr, "bench: measuring read bandwidth...\n");
-    if (!on_gpu) bw = cpu_read_bw(o.threads ? o.threads : ncpu());
-    rf_gpu_reading before = {0}, after = {0};
-    if (on_gpu) {
-        rf_gpu_monitor_read(o.device_index, &before);
-        if (before.driver[0]) snprintf(driver, sizeof driver, "%s", before.driver);
-    }
-
-    rf_model_params mp = rf_model_default_params();
-    mp.device = o.device;
-    mp.device_index = o.device_index;
-    mp.tp = o.tp;
-    mp.n_threads = o.threads;
-    rf_model *m = NULL;
-    if (rf_model_load(o.model, &mp, &m)) return rf_cli_fail(1, "%s", rf_last_error());
-    if (o.deterministic && rf_model_set_deterministic(m, true)) {
-        rf_model_free(m);
-        return rf_cli_fail(1, "%s", rf_last_error());
-    }
-    rf_model_info info;
-    rf_model_get_info(m, &info);
-    if (on_gpu && strcmp(info.device, "cpu") == 0) { /* auto fell back to the CPU: its bandwidth, then */
-        on_gpu = false;
-        before.ok = false;
-        driver[0] = 0;
-        bw = cpu_read_bw(o.threads ? o.threads : ncpu());
-    }
-    if (!on_gpu) snprintf(devname, sizeof devname, "cpu (%d threads)", o.threads ? o.threads : ncpu());
-    /* bytes a decode token reads: every weight, except that an untied embedding gives one row */
-    double w_bytes = (double)info.weight_bytes;
-    const rf_gguf_tensor *te = rf_gguf_find_tensor(rf_model_gguf(m), "token_embd.weight");
-    if (te && !info.tied_embeddings) w_bytes -= (double)te->n_bytes * (1.0 - 1.0 / info.n_vocab);
-    /* MoE: a decode step of B sequences reads each layer's routed experts in proportion to the
-     * experts its tokens pick: k of E for one token; for B tokens, with the router's picks taken as
-     * independent and uniform (random synthetic routers come close; real routers pick fewer
-     * distinct experts, so this is an upper bound), E (1 - (1 - k/E)^B) distinct experts */
-    double exp_bytes = 0, exp_frac = 1;
-    int32_t n_exp = 0, n_exp_used = 0;
-    {
-        char key[128];
-        snprintf(key, sizeof key, "%s.expert_count", info.arch);
-        uint32_t u = 0;
-        if (!rf_gguf_get_u32(rf_model_gguf(m), key, &u)) n_exp = (int32_t)u;
-        snprintf(key, sizeof key, "%s.expert_used_count", info.arch);
-        if (!rf_gguf_get_u32(rf_model_gguf(m), key, &u)) n_exp_used = (int32_t)u;
-        for (int64_t i = 0; n_exp > 0 && i < rf_gguf_n_tensors(rf_model_gguf(m)); i++) {
-            const rf_gguf_tensor *t = rf_gguf_tensor_at(rf_model_gguf(m), i);
-            if (strstr(t->name, "_exps.")) exp_bytes += (double)t->n_bytes;
-        }
-        if (n_exp > 0 && n_exp_used > 0 && n_exp_used <= n_exp) exp_frac = (double)n_exp_used / n_exp;
-        else exp_bytes = 0;
-    }
-    double kv_pos = (double)info.n_layer * 2 * info.n_head_kv * info.head_dim * (o.kv_type == RF_TYPE_F32 ? 4 : o.kv_type == RF_TYPE_F16 ? 2 : 34.0 / 32);
-
-    int ctx = o.p > maxd + o.n ? o.p : maxd + o.n;
-    if (o.batch_prompt + o.n > ctx && o.n_batches && o.batches[0]) ctx = o.batch_prompt + o.n;
-    ctx += 16;
-    rf_engine_config *c = rf_engine_config_new();
-    rf_engine *e = NULL;
-    int nb = o.p > 512 ? o.p : 512;
-    if (nb < maxb) nb = maxb;
-    if (!c || rf_engine_config_set(c, RF_ENGINE_CTX, ctx) || rf_engine_config_set(c, RF_ENGINE_PARALLEL, maxb) ||
-        rf_engine_config_set(c, RF_ENGINE_BATCH, nb > 65536 ? 65536 : nb) || rf_engine_config_set(c, RF_ENGINE_PREFIX_CACHE, 0) ||
-        rf_engine_config_set(c, RF_ENGINE_KV_TYPE, o.kv_type) || rf_engine_config_set(c, RF_ENGINE_THREADS, o.threads) ||
-        rf_engine_new(m, c, &e)) {
-        rf_engine_config_free(c);
-        rf_model_free(m);
-        return rf_cli_fail(1, "%s", rf_last_error());
-    }
-    rf_engine_config_free(c);
-
-    /* the tests */
+    measure_device(&v);
+    rc = load_env(&v);
     row rows[40];
     int nrows = 0;
-    uint64_t rng = 0x5eed;
-    int total = (o.p ? 1 : 0) + o.n_depths;
-    for (int i = 0; i < o.n_batches; i++) total += o.batches[i] > 0;
-    int done_tests = 0;
-    bool tty = isatty(2);
-    rc = 0;
-    for (int kind = 0; kind < 3 && !rc; kind++) {
-        int count = kind == 0 ? (o.p ? 1 : 0) : kind == 1 ? o.n_depths : o.n_batches;
-        for (int ti = 0; ti < count && !rc; ti++) {
-            int depth = kind == 1 ? o.depths[ti] : 0, batch = kind == 2 ? o.batches[ti] : 1;
-            if (kind == 2 && batch == 0) continue;
-            row *R = &rows[nrows];
-            memset(R, 0, sizeof *R);
-            R->kind = kind, R->depth = depth, R->batch = batch;
-            if (kind == 0) snprintf(R->test, sizeof R->test, "pp%d", o.p);
-            else if (kind == 1) snprintf(R->test, sizeof R->test, depth ? "tg%d @ d%d" : "tg%d", o.n, depth);
-            else snprintf(R->test, sizeof R->test, "tg%d x %d seqs", o.n, batch);
-            double *ts = calloc((size_t)o.reps, sizeof(double));
-            run_result all = {0};
-            for (int rep = -1; rep < o.reps && !rc; rep++) { /* rep -1: warm-up, not counted */
-                run_result r = {0};
-                if (tty)
-                    fprintf(stderr, "\rbench: %-22s %s %d/%d  (test %d of %d)   ", R->test, rep < 0 ? "warm-up" : "rep",
-                            rep < 0 ? 0 : rep + 1, o.reps, done_tests + 1, total);
-                else if (rep < 0)
-                    fprintf(stderr, "bench: %s (test %d of %d)\n", R->test, done_tests + 1, total);
-                if (kind == 0) rc = run_once(e, 1, o.p, 1, &rng, &r);
-                else if (kind == 1) rc = run_once(e, 1, depth > 0 ? depth : 1, o.n, &rng, &r);
-                else rc = run_once(e, batch, o.batch_prompt, o.n, &rng, &r);
-                if (!rc && rep >= 0) {
-                    ts[rep] = kind == 0 ? (r.prompt_s > 0 ? r.prompt_tok / r.prompt_s : 0)
-                                        : (r.decode_s > 0 ? r.decode_tok / r.decode_s : 0);
-                    for (int k = 0; k < r.n_lat; k++) {
-                        if (all.n_lat == all.cap_lat) {
-                            int cap = all.cap_lat ? all.cap_lat * 2 : 1024;
-                            double *l = realloc(all.lat, (size_t)cap * sizeof(double));
-                            if (!l) break;
-                            all.lat = l;
-                            all.cap_lat = cap;
-                        }
-                        all.lat[all.n_lat++] = r.lat[k];
-                    }
-                }
-                free(r.lat);
-            }
-            done_tests++;
-            if (rc) {
-                free(ts);
-                free(all.lat);
-                break;
-            }
-            double s = 0, s2 = 0;
-            for (int k = 0; k < o.reps; k++) s += ts[k];
-            R->mean = s / o.reps;
-            for (int k = 0; k < o.reps; k++) s2 += (ts[k] - R->mean) * (ts[k] - R->mean);
-            R->sd = o.reps > 1 ? sqrt(s2 / (o.reps - 1)) : 0;
-            R->p50 = R->p99 = R->gbps = NAN;
-            if (kind && all.n_lat) {
-                qsort(all.lat, (size_t)all.n_lat, sizeof(double), cmp_d);
-                R->p50 = all.lat[all.n_lat / 2];
-                R->p99 = all.lat[(int)((all.n_lat - 1) * 0.99)];
-                /* a decode step reads the weights once and each sequence's K/V (depth + the
-                 * tokens generated so far, n/2 on average) */
-                double kv = kv_pos * (depth + (kind == 2 ? o.batch_prompt : 1) + o.n / 2.0);
-                const double wb = w_bytes - exp_bytes * (1 - (1 - pow(1 - exp_frac, batch)));
-                R->gbps = (wb + batch * kv) * (R->mean / batch) / 1e9;
-            }
-            free(ts);
-            free(all.lat);
-            nrows++;
-        }
-    }
-    if (tty) fprintf(stderr, "\r%78s\r", "");
-    if (on_gpu) rf_gpu_monitor_read(o.device_index, &after);
-    rf_engine_free(e);
-    rf_model_free(m);
+    if (!rc) rc = run_tests(&v, rows, &nrows);
+    if (v.on_gpu) rf_gpu_monitor_read(v.o.device_index, &v.after);
+    rf_engine_free(v.e);
+    rf_model_free(v.m);
     if (rc) return rc;
 
-    /* ---- output ---- */
-    const char *base = strrchr(o.model, '/');
-    base = base ? base + 1 : o.model;
-    char ctime_s[64];
+    const char *base = strrchr(v.o.model, '/');
+    base = base ? base + 1 : v.o.model;
+    char date[64];
     time_t now = time(NULL);
-    strftime(ctime_s, sizeof ctime_s, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    if (o.out == 1) {
-        printf("{\"model\": \"%s\", \"ftype\": \"%s\", \"params\": %llu, \"weight_bytes\": %llu, \"device\": \"%s\", "
-               "\"driver\": \"%s\", \"read_bw_gbs\": %.1f, \"date\": \"%s\", \"reps\": %d,\n \"gpu_before\": ",
-               base, info.ftype, (unsigned long long)info.n_params, (unsigned long long)info.weight_bytes, devname, driver,
-               bw, ctime_s, o.reps);
-        for (int k = 0; k < 2; k++) {
-            const rf_gpu_reading *g = k ? &after : &before;
-            if (!g->ok) printf("null");
-            else printf("{\"sm_mhz\": %u, \"mem_mhz\": %u, \"temp_c\": %u, \"power_w\": %.1f, \"throttled\": %s}", g->sm_mhz,
-                        g->mem_mhz, g->temp_c, g->power_mw / 1000.0, g->throttled ? "true" : "false");
-            if (!k) printf(", \"gpu_after\": ");
-        }
-        printf(",\n \"results\": [\n");
-        for (int i = 0; i < nrows; i++) {
-            const row *R = &rows[i];
-            printf("  {\"test\": \"%s\", \"depth\": %d, \"sequences\": %d, \"tok_s\": %.2f, \"tok_s_sd\": %.2f", R->test, R->depth,
-                   R->batch, R->mean, R->sd);
-            if (!isnan(R->p50)) printf(", \"ms_p50\": %.3f, \"ms_p99\": %.3f, \"gb_s\": %.1f, \"bw_frac\": %.3f", R->p50, R->p99, R->gbps,
-                                       bw > 0 ? R->gbps / bw : 0.0);
-            printf("}%s\n", i + 1 < nrows ? "," : "");
-        }
-        printf(" ]}\n");
-    } else if (o.out == 2) {
-        printf("model,ftype,device,test,depth,sequences,tok_s,tok_s_sd,ms_p50,ms_p99,gb_s,bw_frac\n");
-        for (int i = 0; i < nrows; i++) {
-            const row *R = &rows[i];
-            printf("%s,%s,\"%s\",%s,%d,%d,%.2f,%.2f", base, info.ftype, devname, R->test, R->depth, R->batch, R->mean, R->sd);
-            if (isnan(R->p50)) printf(",,,,\n");
-            else printf(",%.3f,%.3f,%.1f,%.3f\n", R->p50, R->p99, R->gbps, bw > 0 ? R->gbps / bw : 0.0);
-        }
-    } else {
-        printf("device: %s%s%s | read bandwidth %.1f GB/s (measured) | %s\n", devname, driver[0] ? " | driver " : "", driver, bw,
-               ctime_s);
-        printf("model: %s | %s | %.1f MiB of weights | %.1f M params | %.1f MiB read per decode token (+ K/V)\n\n", base,
-               info.ftype, info.weight_bytes / 1048576.0, info.n_params / 1e6,
-               (w_bytes - exp_bytes * (1 - exp_frac)) / 1048576.0);
-        if (exp_bytes > 0)
-            printf("experts: %d of %d per token, %.1f MiB of expert weights (a step of B sequences counts the "
-                   "experts B uniform picks would reach: an upper bound for real routers)\n\n", n_exp_used, n_exp,
-                   exp_bytes / 1048576.0);
-        printf("| test | t/s | ms/step p50 | p99 | GB/s | of bw |\n|---|---:|---:|---:|---:|---:|\n");
-        for (int i = 0; i < nrows; i++) {
-            const row *R = &rows[i];
-            printf("| %s | %.2f ± %.2f |", R->test, R->mean, R->sd);
-            if (isnan(R->p50)) printf(" - | - | - | - |\n");
-            else printf(" %.2f | %.2f | %.1f | %.0f%% |\n", R->p50, R->p99, R->gbps, bw > 0 ? 100 * R->gbps / bw : 0.0);
-        }
-        if (before.ok)
-            printf("\ngpu (%s): before %u/%u MHz (sm/mem) %u C %.0f W | after %u/%u MHz %u C %.0f W\n", before.source, before.sm_mhz,
-                   before.mem_mhz, before.temp_c, before.power_mw / 1000.0, after.sm_mhz, after.mem_mhz, after.temp_c,
-                   after.power_mw / 1000.0);
-    }
-    if (after.ok && after.throttled)
-        fprintf(stderr, "warning: the GPU's clocks were cut during the run (reasons 0x%llx: power cap or thermal)\n", after.reasons);
-
-    if (o.plot) {
-        char tmp[] = "/tmp/rf-bench-XXXXXX";
-        int fd = mkstemp(tmp);
-        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-        if (!f) return rf_cli_fail(1, "--plot: cannot write a temporary file");
-        fprintf(f, "# kind x tok/s sd\n");
-        for (int i = 0; i < nrows; i++)
-            if (rows[i].kind) fprintf(f, "%d %d %.3f %.3f\n", rows[i].kind, rows[i].kind == 1 ? rows[i].depth : rows[i].batch, rows[i].mean, rows[i].sd);
-        fclose(f);
-        FILE *g = popen("gnuplot 2>&1", "w");
-        if (!g) {
-            unlink(tmp);
-            return rf_cli_fail(1, "--plot needs gnuplot (apt-get install gnuplot-nox)");
-        }
-        fprintf(g,
-                "set terminal pngcairo noenhanced size 1100,450 font ',10'\nset output '%s'\n" /* noenhanced: '_' in a file name is not a subscript */
-                "set multiplot layout 1,2 title '%s on %s (tg%d, %s)'\n"
-                "set grid\nset ylabel 'tokens/s'\nset yrange [0:*]\n"
-                "set xlabel 'KV depth (positions)'\nset title 'one sequence'\n"
-                "plot '%s' using ($1==1?$2:1/0):3:4 with yerrorlines lw 2 pt 7 title 'tg tok/s'\n"
-                "set xlabel 'sequences at once'\nset title 'batched generation (aggregate)'\nset logscale x 2\n"
-                "plot '%s' using ($1==2?$2:1/0):3:4 with yerrorlines lw 2 pt 7 title 'tok/s'\n"
-                "unset multiplot\n",
-                o.plot, base, devname, o.n, ctime_s, tmp, tmp);
-        int prc = pclose(g);
-        unlink(tmp);
-        if (prc != 0) return rf_cli_fail(1, "--plot: gnuplot failed (exit %d); is gnuplot installed (apt-get install gnuplot-nox)?", prc);
-        fprintf(stderr, "bench: wrote %s\n", o.plot);
-    }
-    return 0;
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    if (v.o.out == 1) print_json(&v, rows, nrows, base, date);
+    else if (v.o.out == 2) print_csv(&v, rows, nrows, base);
+    else print_md(&v, rows, nrows, base, date);
+    if (v.after.ok && v.after.throttled)
+        fprintf(stderr, "warning: the GPU's clocks were cut during the run (reasons 0x%llx: power cap or thermal)\n",
+                v.after.reasons);
+    return v.o.plot ? plot(&v, rows, nrows, base, date) : 0;
 }

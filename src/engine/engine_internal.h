@@ -147,6 +147,9 @@ typedef struct rf_step_batch {
 } rf_step_batch;
 rf_status rf_step_build(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb);
 rf_status rf_step_graph_pad(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb);
+/* The graph bucket of a decode step of n tokens: the smallest of 1, 2, 3, 4, 6, 8, 12, ... (2^k
+ * and 3 * 2^k) at least n, so the padding is under a third of the step; 0 when it passes cap. */
+int32_t rf_step_graph_bucket(int32_t n, int32_t cap);
 rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb);
 /* A masked step's recorded graph is kept apart from its bucket's unmasked one (its upload holds
  * every row's mask): graph key bucket + RF_STEP_MASKED_KEY. */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/knobs.h"
 #include "engine/engine_internal.h"
 #include "engine/grammar.h"
 
@@ -139,7 +140,8 @@ rf_status rf_engine_exec_step(rf_engine *e, rf_seq *only) {
     if (!only) intake(e);
     rf_step_plan *p = &e->plan;
     rf_sched sc = {.pool = e->pool, .spool = e->spool, .running = &e->running, .waiting = &e->waiting, .block_size = e->block_size,
-                   .n_batch = e->n_batch, .n_parallel = e->n_parallel};
+                   .n_batch = e->n_batch, .n_parallel = e->n_parallel,
+                   .n_step = (int32_t)rf_knob_int(RF_KNOB_STEP_TOKENS), .n_prompt_min = (int32_t)rf_knob_int(RF_KNOB_STEP_PROMPT_MIN)};
     rf_status st = rf_sched_plan(&sc, only, p);
     rf_status cst = apply_plan(e, p);
     if (!st) st = cst;

@@ -1,9 +1,10 @@
 /* scheduler.c — the step planner of continuous batching (docs/ARCHITECTURE.md §4.4): give every
  * running sequence's next token a place in the step's token budget (decodes first, then prompt
- * chunks), admit waiting sequences first come first served (their prompt's full blocks looked up
- * in the prefix cache), find KV blocks for every scheduled position (copy-on-write of a shared
- * block; when the pool is empty the newest sequence is preempted). It books blocks in the pool
- * and moves sequences between the lists; running the step is the engine's (engine_step.c). */
+ * chunks within the prompt room, the rule in scheduler.h), admit waiting sequences first come
+ * first served (their prompt's full blocks looked up in the prefix cache), find KV blocks for
+ * every scheduled position (copy-on-write of a shared block; when the pool is empty the newest
+ * sequence is preempted). It books blocks in the pool and moves sequences between the lists;
+ * running the step is the engine's (engine_step.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,7 +132,17 @@ static bool admit(const rf_sched *sc, rf_seq *s, rf_step_plan *p) {
     return true;
 }
 
-/* The step's tokens: decodes first, then prompt chunks, then admissions while budget lasts. */
+int32_t rf_sched_prompt_room(int32_t n_batch, int32_t n_step, int32_t n_prompt_min, int32_t d) {
+    if (d <= 0) return n_batch;
+    int32_t cap = n_batch - d;
+    if (cap <= 0) return 0;
+    int32_t step = n_step > 0 && n_step < n_batch ? n_step : n_batch;
+    int32_t want = step - d > n_prompt_min ? step - d : n_prompt_min;
+    return want < cap ? (want > 0 ? want : 0) : cap;
+}
+
+/* The step's tokens: decodes first, then prompt chunks and admissions within the prompt room
+ * (rf_sched_prompt_room). */
 static rf_status choose(const rf_sched *sc, rf_seq *only, rf_step_plan *p) {
     int32_t budget = sc->n_batch;
     rf_status st = RF_OK;
@@ -139,15 +150,22 @@ static rf_status choose(const rf_sched *sc, rf_seq *only, rf_step_plan *p) {
         int32_t need = only->n_tokens - only->n_computed;
         return add_item(p, only, need < budget ? need : budget);
     }
-    for (int pass = 0; pass < 2 && !st; pass++)
-        for (int32_t i = 0; i < sc->running->n && budget > 0 && !st; i++) {
-            rf_seq *s = sc->running->v[i];
-            int32_t need = s->n_tokens - s->n_computed;
-            if (need <= 0 || (pass == 0) != (need == 1)) continue;
-            int32_t take = need < budget ? need : budget;
-            st = add_item(p, s, take);
-            budget -= take;
-        }
+    int32_t d = 0;
+    for (int32_t i = 0; i < sc->running->n && d < budget && !st; i++) {
+        rf_seq *s = sc->running->v[i];
+        if (s->n_tokens - s->n_computed != 1) continue;
+        st = add_item(p, s, 1);
+        d++;
+    }
+    budget = rf_sched_prompt_room(sc->n_batch, sc->n_step, sc->n_prompt_min, d);
+    for (int32_t i = 0; i < sc->running->n && budget > 0 && !st; i++) {
+        rf_seq *s = sc->running->v[i];
+        int32_t need = s->n_tokens - s->n_computed;
+        if (need <= 1) continue;
+        int32_t take = need < budget ? need : budget;
+        st = add_item(p, s, take);
+        budget -= take;
+    }
     while (!st && budget > 0 && sc->waiting->n > 0 && sc->running->n < sc->n_parallel) {
         rf_seq *s = sc->waiting->v[0];
         if (!admit(sc, s, p)) break;

@@ -13,7 +13,20 @@ typedef struct rf_sched {
     rf_state_pool *spool;           /* recurrent-state slots (hybrid models), or NULL */
     rf_seq_list *running, *waiting; /* the engine's lists, in arrival order */
     int32_t block_size, n_batch, n_parallel;
+    /* the step's token budget (rf_sched_prompt_room): n_step caps a step that carries decode
+     * tokens (0 = n_batch), n_prompt_min is the prompt room such a step keeps while n_batch has
+     * it, so prompts stream in even when decodes fill n_step */
+    int32_t n_step, n_prompt_min;
 } rf_sched;
+
+/* The rule of a step's budget. Every decoding sequence (one token left to compute) gets its
+ * token first, oldest first, up to n_batch: a decode is never deferred for a prompt. Prompt
+ * chunks (running prompts oldest first, then admissions first come first served) fill
+ *   room(d) = n_batch                                          when d = 0 (no decode waits)
+ *   room(d) = min(n_batch - d, max(n_step - d, n_prompt_min))  when d > 0
+ * where d is the step's decode tokens and n_step = 0 means n_batch; with the defaults (n_step =
+ * n_batch) room(d) = n_batch - d, the engine's rule before n_step existed. Pure: for tests. */
+int32_t rf_sched_prompt_room(int32_t n_batch, int32_t n_step, int32_t n_prompt_min, int32_t d);
 
 typedef struct rf_plan_item {
     rf_seq *s;

@@ -76,16 +76,26 @@ rf_status rf_step_build(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) 
     return RF_OK;
 }
 
+int32_t rf_step_graph_bucket(int32_t n, int32_t cap) {
+    for (int64_t p = 1; p <= cap; p *= 2) {
+        if (p >= n) return (int32_t)p;
+        if (p >= 2 && p + p / 2 >= n) return p + p / 2 <= cap ? (int32_t)(p + p / 2) : 0;
+    }
+    return 0;
+}
+
 /* A decode step (one token per sequence, all sampled on the device) runs as a recorded graph of
- * its batch-size bucket: padded with inert tokens (position -1, no slot) to the bucket, block-
- * table stride and position bound fixed, so the recording fits every such step. */
+ * its batch-size bucket (rf_step_graph_bucket, up to the logit rows: the power of two at least
+ * --parallel, so every decode step has one): padded with inert tokens (position -1, no slot) to
+ * the bucket, block-table stride and position bound fixed, so the recording fits every such
+ * step. Buckets between the powers of two (3, 6, 12, ..., 192, 384) keep the padding of, say,
+ * 129-192 or 257-384 sequences under a third. */
 rf_status rf_step_graph_pad(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
     int32_t n_items = p->n_items, n_tok = sb->n_tok;
     if (!sb->dev_sample || !e->m->be->ops->graph_begin || !e->graphs || n_tok != n_items || sb->n_out != n_items)
         return RF_OK;
-    int32_t bucket = 1;
-    while (bucket < n_tok) bucket *= 2;
-    bool ok = bucket <= e->n_batch && bucket <= e->f.logit_rows;
+    int32_t bucket = rf_step_graph_bucket(n_tok, e->n_batch < e->f.logit_rows ? e->n_batch : e->f.logit_rows);
+    bool ok = bucket > 0;
     for (int32_t i = 0; i < n_items && ok; i++) {
         const rf_sampler_params *sp = rf_sampler_get_params(p->items[i].s->smp);
         bool pen = sp->repeat_last_n != 0 &&

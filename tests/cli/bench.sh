@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench.sh — `rocmforge bench` on the CPU with a tiny model: every test kind appears (ppN, tgN,
-# tgN @ dD, batched), -o json is valid JSON with the fields a reader needs, -o csv has one row per
-# test, --plot writes a PNG (when gnuplot is installed), and bad options fail with a message.
+# tgN @ dD, batched), -o json is valid JSON with the fields a reader needs (batched: the steady
+# state and the aggregate), -o csv has one row per test, a batched test without a step of every
+# sequence decoding reports no steady figure, --plot writes a PNG (when gnuplot is installed), and
+# bad options fail with a message.
 # usage: bash bench.sh <rocmforge> <source-dir>
 set -u
 . "$2/tests/util/cli_common.sh" "$1" "$2"
@@ -15,6 +17,8 @@ for row in "pp32" "tg8" "tg8 @ d16" "tg8 x 4 seqs"; do
     grep -qF "$row" "$T/md" || fail "markdown lacks a '$row' row: $(cat "$T/md")"
 done
 grep -q "GB/s" "$T/md" || fail "markdown lacks the bandwidth column"
+grep -q "all decode steps t/s" "$T/md" || fail "markdown lacks the aggregate column: $(cat "$T/md")"
+grep -q "decode steps had all 4 sequences" "$T/md" || fail "markdown lacks the batched steps line: $(cat "$T/md")"
 
 "${B[@]}" -o json >"$T/json" 2>"$T/err" || fail "bench json: $(cat "$T/err")"
 python3 - "$T/json" <<'EOF' || fail "bench json does not hold what it should: $(cat "$T/json")"
@@ -25,10 +29,29 @@ assert len(rows) >= 5, rows
 for r in rows:
     assert r["tok_s"] > 0, r
     assert r["tok_s_sd"] >= 0, r
+    if " x " in r["test"]:
+        # the steady state (every sequence decoding) and the aggregate over every decode step
+        assert r["tok_s_aggregate"] > 0 and r["tok_s_aggregate_sd"] >= 0, r
+        assert 0 < r["steady_steps"] <= r["decode_steps"], r
+        assert r["max_seqs_per_step"] == r["sequences"], r
+        assert r["ms_p50"] > 0 and r["ms_p99"] >= r["ms_p50"], r
 EOF
 
 "${B[@]}" -o csv >"$T/csv" 2>"$T/err" || fail "bench csv: $(cat "$T/err")"
 [ "$(grep -c . "$T/csv")" -ge 6 ] || fail "csv should hold a header and 5 rows: $(cat "$T/csv")"
+head -1 "$T/csv" | grep -q ",tok_s_aggregate,tok_s_aggregate_sd,steady_steps,decode_steps$" || fail "csv header: $(head -1 "$T/csv")"
+[ "$(awk -F, '{print NF}' "$T/csv" | sort -u | wc -l)" = 1 ] || fail "csv rows of different widths: $(cat "$T/csv")"
+
+# prompts longer than a step's prompt room: the last prompt is in only after the first sequence
+# finished, so no step has every sequence decoding: the steady figure is absent, not made up
+"$RF" bench -m "$T/tiny.gguf" --device cpu -t 1 -p 0 -n 2 -b 4 --batch-prompt 600 -r 1 -o json >"$T/ns" 2>"$T/err" ||
+    fail "bench without a steady state: $(cat "$T/err")"
+python3 - "$T/ns" <<'EOF' || fail "bench without a steady state: $(cat "$T/ns")"
+import json, sys
+r = [x for x in json.load(open(sys.argv[1]))["results"] if " x " in x["test"]][0]
+assert r["tok_s"] is None and r["ms_p50"] is None and r["steady_steps"] == 0, r
+assert r["tok_s_aggregate"] > 0 and r["max_seqs_per_step"] < 4, r
+EOF
 
 if command -v gnuplot >/dev/null; then
     "${B[@]}" --plot "$T/p.png" >/dev/null 2>"$T/err" || fail "bench --plot: $(cat "$T/err")"

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/knobs.h"
 #include "engine/engine_internal.h"
 
 static char g_model[1024];
@@ -39,7 +40,74 @@ typedef struct fake {
     int64_t rows;
     int32_t nv, bs;
     int64_t checked;  /* positions verified */
+    /* the planner's view before the step (snap_plan): running sequences with one token left
+     * (decodes) and the prompt tokens the running prompts still need; preemptions so far */
+    rf_seq *dec[4096];
+    int32_t n_dec;
+    int64_t prompt_need, preempt0;
+    int32_t n_step, n_prompt_min; /* the knobs' values in this run */
+    int64_t plans, decode_tok, prompt_tok, max_step; /* what the plans held */
 } fake;
+
+static bool is_cancelled(const rf_seq *s) {
+    return s->req && (s->req->cancel || (s->req->ext_cancel && *s->req->ext_cancel));
+}
+
+/* Before a step: what the planner will see (cancelled sequences leave before it plans). */
+static void snap_plan(fake *f, const rf_engine *e) {
+    f->n_dec = 0;
+    f->prompt_need = 0;
+    f->preempt0 = rf_engine_get_stat((rf_engine *)e, RF_STAT_PREEMPTIONS);
+    for (int32_t i = 0; i < e->running.n; i++) {
+        rf_seq *s = e->running.v[i];
+        if (s->state != RF_SEQ_RUNNING || is_cancelled(s)) continue;
+        int32_t need = s->n_tokens - s->n_computed;
+        if (need == 1 && f->n_dec < 4096) f->dec[f->n_dec++] = s;
+        else if (need > 1) f->prompt_need += need;
+    }
+}
+
+/* The plan against the rule (scheduler.h): every sequence at most once with 1..need tokens,
+ * at most --batch tokens; every decoding sequence still running holds the plan's first items
+ * with one token each (a decode is never deferred); the prompt tokens after them fit the prompt
+ * room of that many decodes, and, when nothing was preempted, fill it as far as the running
+ * prompts need (admissions may add more, never past the room). */
+static rf_status check_plan(fake *f, rf_engine *e) {
+    const rf_step_plan *p = &e->plan;
+    int64_t total = 0, prompt = 0;
+    int32_t d = 0;
+    for (int32_t i = 0; i < f->n_dec; i++)
+        for (int32_t k = 0; k < e->running.n; k++)
+            if (e->running.v[k] == f->dec[i]) d++;
+    for (int32_t i = 0; i < p->n_items; i++) {
+        const rf_seq *s = p->items[i].s;
+        int32_t n = p->items[i].n, need = s->n_tokens - s->n_computed;
+        if (n < 1 || n > need) return rf_set_error(RF_ERR_INTERNAL, "plan item %d: %d tokens of %d needed", i, n, need);
+        for (int32_t k = 0; k < i; k++)
+            if (p->items[k].s == s) return rf_set_error(RF_ERR_INTERNAL, "plan: a sequence twice (items %d, %d)", k, i);
+        total += n;
+        if (i < d) {
+            bool dec = false;
+            for (int32_t k = 0; k < f->n_dec && !dec; k++) dec = f->dec[k] == s;
+            if (!dec || n != 1) return rf_set_error(RF_ERR_INTERNAL, "plan item %d of %d decodes is not a decode", i, d);
+        } else
+            prompt += n;
+    }
+    if (p->n_items < d) return rf_set_error(RF_ERR_INTERNAL, "plan: %d items for %d decodes", p->n_items, d);
+    if (total > e->n_batch) return rf_set_error(RF_ERR_INTERNAL, "plan: %lld tokens, budget %d", (long long)total, e->n_batch);
+    int32_t room = rf_sched_prompt_room(e->n_batch, f->n_step, f->n_prompt_min, d);
+    if (prompt > room) return rf_set_error(RF_ERR_INTERNAL, "plan: %lld prompt tokens beside %d decodes, room %d", (long long)prompt, d, room);
+    int64_t want = f->prompt_need < room ? f->prompt_need : room;
+    if (rf_engine_get_stat(e, RF_STAT_PREEMPTIONS) == f->preempt0 && prompt < want)
+        return rf_set_error(RF_ERR_INTERNAL, "plan: %lld prompt tokens beside %d decodes, room %d, running prompts need %lld",
+                            (long long)prompt, d, room, (long long)f->prompt_need);
+    f->plans++;
+    f->decode_tok += d;
+    f->prompt_tok += prompt;
+    if (total > f->max_step) f->max_step = total;
+    return RF_OK;
+}
+
 
 static uint64_t chain(uint64_t prev, int32_t tok, int32_t pos) {
     uint64_t z = prev ^ ((uint64_t)(uint32_t)tok * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)pos << 40);
@@ -52,6 +120,8 @@ static int64_t row_of(const rf_seq *s, int32_t B, int32_t p) { return (int64_t)s
 
 static rf_status fake_forward(void *user, rf_engine *e, rf_batch *b, rf_seq *const *seqs, float *logits) {
     fake *f = user;
+    rf_status pst = check_plan(f, e);
+    if (pst) return pst;
     int32_t B = b->block_size, t = 0, out = 0;
     for (int32_t i = 0; i < b->n_seqs; i++) {
         const rf_seq *s = seqs[i];
@@ -156,6 +226,17 @@ static rf_engine *make_engine(rf_model *m, int ctx, int par, int batch, int bloc
     return e;
 }
 
+/* One step with the plan checked (fake forward) and every invariant after it. */
+static void step_checked(rf_engine *e, fake *f, const char *what, int step) {
+    if (f) snap_plan(f, e);
+    if (rf_engine_step(e)) fail_msg("%s step %d: %s", what, step, rf_last_error());
+    if (rf_engine_check(e)) fail_msg("%s step %d: %s", what, step, rf_last_error());
+}
+
+static bool busy(rf_engine *e) {
+    return rf_engine_get_stat(e, RF_STAT_RUNNING) + rf_engine_get_stat(e, RF_STAT_WAITING) > 0;
+}
+
 static rf_request *build(const result *r) {
     rf_request *q = rf_request_new();
     rf_request_set_prompt_ids(q, r->prompt, (size_t)r->prompt_n);
@@ -167,8 +248,16 @@ static rf_request *build(const result *r) {
     return q;
 }
 
-/* Random workload over `steps` steps; returns preemptions and prefix hits through the stats. */
-static void run_random(rf_model *m, int steps, bool fake_fwd, int bs, int blocks) {
+/* Random workload over `steps` steps on an engine of `par` sequences and a step of `batch`
+ * tokens, with RF_STEP_TOKENS = n_step and RF_STEP_PROMPT_MIN = prompt_min; returns
+ * preemptions and prefix hits through the stats. */
+static void run_random(rf_model *m, int steps, bool fake_fwd, int bs, int blocks, int par, int batch, int n_step,
+                       int prompt_min) {
+    char v1[16], v2[16];
+    snprintf(v1, sizeof v1, "%d", n_step);
+    snprintf(v2, sizeof v2, "%d", prompt_min);
+    if (rf_knob_override(RF_KNOB_STEP_TOKENS, v1) || rf_knob_override(RF_KNOB_STEP_PROMPT_MIN, v2))
+        fail_msg("knobs: %s", rf_last_error());
     rf_rng rng;
     rf_rng_init(&rng, rf_test_seed());
     enum { NBASE = 4 };
@@ -176,9 +265,12 @@ static void run_random(rf_model *m, int steps, bool fake_fwd, int bs, int blocks
     int32_t nv = m->hp.n_vocab;
     for (int i = 0; i < NBASE; i++)
         for (int k = 0; k < 128; k++) base[i][k] = 10 + (int32_t)(rf_rng_u64(&rng) % (uint64_t)(nv - 20));
-    fake f = {0};
+    static fake f;
+    memset(&f, 0, sizeof f);
+    f.n_step = n_step;
+    f.n_prompt_min = prompt_min;
     const int ctx = 128;
-    rf_engine *e = make_engine(m, ctx, 8, 32, blocks, bs, true, fake_fwd ? &f : NULL);
+    rf_engine *e = make_engine(m, ctx, par, batch, blocks, bs, true, fake_fwd ? &f : NULL);
     g_nres = 0;
     int n_cancel = 0, n_reject = 0;
     for (int step = 0; step < steps; step++) {
@@ -218,18 +310,21 @@ static void run_random(rf_model *m, int steps, bool fake_fwd, int bs, int blocks
                 n_cancel++;
             }
         }
-        if (rf_engine_step(e)) fail_msg("step %d: %s", step, rf_last_error());
-        if (rf_engine_check(e)) fail_msg("step %d: %s", step, rf_last_error());
+        step_checked(e, fake_fwd ? &f : NULL, "random", step);
     }
-    if (rf_engine_run(e)) fail_msg("drain: %s", rf_last_error());
-    if (rf_engine_check(e)) fail_msg("after drain: %s", rf_last_error());
+    for (int step = 0; busy(e); step++) step_checked(e, fake_fwd ? &f : NULL, "drain", step);
     int64_t total = rf_engine_get_stat(e, RF_STAT_BLOCKS_TOTAL), used = rf_engine_get_stat(e, RF_STAT_BLOCKS_USED),
             fr = rf_engine_get_stat(e, RF_STAT_BLOCKS_FREE), ca = rf_engine_get_stat(e, RF_STAT_BLOCKS_CACHED);
     int64_t pre = rf_engine_get_stat(e, RF_STAT_PREEMPTIONS), hits = rf_engine_get_stat(e, RF_STAT_PREFIX_HIT_TOKENS);
-    printf("  %s: %d steps, %d requests (%d cancelled, %d refused), %lld preemptions, %lld prefix-hit tokens, "
-           "%lld positions verified; blocks %lld used / %lld free / %lld cached of %lld\n",
-           fake_fwd ? "fake forward" : "real forward", steps, g_nres, n_cancel, n_reject, (long long)pre,
-           (long long)hits, (long long)f.checked, (long long)used, (long long)fr, (long long)ca, (long long)total);
+    printf("  %s (parallel %d, batch %d, step tokens %d, prompt min %d): %d steps, %d requests (%d cancelled, %d "
+           "refused), %lld preemptions, %lld prefix-hit tokens, %lld positions verified; blocks %lld used / %lld free / "
+           "%lld cached of %lld\n",
+           fake_fwd ? "fake forward" : "real forward", par, batch, n_step, prompt_min, steps, g_nres, n_cancel, n_reject,
+           (long long)pre, (long long)hits, (long long)f.checked, (long long)used, (long long)fr, (long long)ca,
+           (long long)total);
+    if (fake_fwd)
+        printf("    %lld plans checked: %lld decode and %lld prompt tokens, at most %lld in a step\n", (long long)f.plans,
+               (long long)f.decode_tok, (long long)f.prompt_tok, (long long)f.max_step);
     assert_int_equal(used, 0);
     assert_int_equal(fr + ca, total);
     assert_int_equal(rf_engine_get_stat(e, RF_STAT_RUNNING), 0);
@@ -251,7 +346,10 @@ static void run_random(rf_model *m, int steps, bool fake_fwd, int bs, int blocks
 
     /* every finished, uncancelled request alone (a roomy pool, one at a time) gives the same */
     if (fake_fwd) {
-        fake f2 = {0};
+        static fake f2;
+        memset(&f2, 0, sizeof f2);
+        f2.n_step = n_step;
+        f2.n_prompt_min = prompt_min;
         rf_engine *e1 = make_engine(m, ctx, 1, 32, 0, bs, false, &f2);
         int compared = 0;
         for (int i = 0; i < g_nres && compared < 60; i++) {
@@ -262,7 +360,8 @@ static void run_random(rf_model *m, int steps, bool fake_fwd, int bs, int blocks
             alone.done = 0;
             rf_request *q = build(&alone);
             rf_request_set_callback(q, on_ev, &alone);
-            if (rf_engine_submit(e1, q, NULL) || rf_engine_run(e1)) fail_msg("alone: %s", rf_last_error());
+            if (rf_engine_submit(e1, q, NULL)) fail_msg("alone: %s", rf_last_error());
+            for (int step = 0; busy(e1); step++) step_checked(e1, &f2, "alone", step);
             rf_request_free(q);
             for (int c = 0; c < r->n; c++) {
                 if (alone.ntok[c] != r->ntok[c] || memcmp(alone.tok[c], r->tok[c], (size_t)r->ntok[c] * 4) ||
@@ -291,16 +390,83 @@ static void test_random_fake(void **state) {
     (void)state;
     rf_model *m = load();
     /* block size 4: a 128-position sequence needs 32 blocks; 60 blocks run out often */
-    run_random(m, 4000, true, 4, 60);
-    run_random(m, 1500, true, 16, 17);
+    run_random(m, 4000, true, 4, 60, 8, 32, 0, 32);
+    run_random(m, 1500, true, 16, 17, 8, 32, 0, 32);
+    /* a step budget below --batch: decodes fill it, prompts keep their floor (4 tokens) */
+    run_random(m, 3000, true, 4, 60, 8, 32, 10, 4);
+    /* as many sequences as the step holds: decodes can fill --batch itself (no prompt room) */
+    run_random(m, 2000, true, 8, 40, 16, 16, 12, 3);
+    rf_knob_override(RF_KNOB_STEP_TOKENS, NULL);
+    rf_knob_override(RF_KNOB_STEP_PROMPT_MIN, NULL);
     rf_model_free(m);
 }
 
 static void test_random_real(void **state) {
     (void)state;
     rf_model *m = load();
-    run_random(m, 300, false, 8, 24);
+    run_random(m, 300, false, 8, 24, 8, 32, 0, 32);
+    rf_knob_override(RF_KNOB_STEP_TOKENS, NULL);
+    rf_knob_override(RF_KNOB_STEP_PROMPT_MIN, NULL);
     rf_model_free(m);
+}
+
+/* The budget rule alone (scheduler.h), over every small case: a step without decodes gives
+ * prompts all of --batch; with decodes the room never passes --batch - d, is at least the floor
+ * while --batch has it, fills n_step - d when that is more, and shrinks as decodes grow; the
+ * defaults (n_step 0 or >= --batch) give --batch - d, the rule before n_step existed. */
+static void test_prompt_room(void **state) {
+    (void)state;
+    for (int32_t nb = 1; nb <= 40; nb++)
+        for (int32_t ns = 0; ns <= 45; ns++)
+            for (int32_t pm = 0; pm <= 12; pm++) {
+                int32_t prev = nb;
+                for (int32_t d = 0; d <= nb; d++) {
+                    int32_t r = rf_sched_prompt_room(nb, ns, pm, d);
+                    int32_t step = ns > 0 && ns < nb ? ns : nb;
+                    if (d == 0) {
+                        assert_int_equal(r, nb);
+                        continue;
+                    }
+                    assert_true(r >= 0 && r <= nb - d);
+                    assert_true(r >= (pm < nb - d ? pm : nb - d));
+                    assert_true(r >= (step - d < nb - d ? step - d : nb - d));
+                    assert_true(d + r <= (step > d + pm ? step : d + pm) || r == 0);
+                    assert_true(r <= prev);
+                    if (ns == 0 || ns >= nb) assert_int_equal(r, nb - d);
+                    prev = r;
+                }
+            }
+}
+
+/* The decode-step graph buckets (step_batch.c): the smallest 2^k or 3 * 2^k at least n, never
+ * past the cap, padding under a third of the step; a cap that is a power of two at least P
+ * (the engine's logit rows for --parallel P) gives every decode step of up to P sequences a
+ * bucket; up to 65536 tokens there are 32 of them (the GPU backend's RF_MAX_GRAPHS). */
+static void test_graph_bucket(void **state) {
+    (void)state;
+    for (int32_t cap = 1; cap <= 1100; cap++)
+        for (int32_t n = 1; n <= cap + 5; n++) {
+            int32_t b = rf_step_graph_bucket(n, cap), lo = 0;
+            for (int32_t x = n; x <= cap && !lo; x++) { /* the smallest ladder value in [n, cap] */
+                int32_t y = x;
+                while (y % 2 == 0) y /= 2;
+                if (y == 1 || y == 3) lo = x;
+            }
+            if (b != lo) fail_msg("bucket of %d under %d: %d, expected %d", n, cap, b, lo);
+            if (b && 2 * b >= 3 * n && b != n) fail_msg("bucket %d pads %d by a third or more", b, n);
+        }
+    for (int32_t par = 1; par <= 4096; par++) {
+        int32_t rows = 1;
+        while (rows < par) rows *= 2;
+        for (int32_t n = 1; n <= par; n++)
+            if (!rf_step_graph_bucket(n, rows)) fail_msg("no bucket for %d of --parallel %d", n, par);
+    }
+    int32_t distinct = 0, last = 0;
+    for (int32_t n = 1; n <= 65536; n++) {
+        int32_t b = rf_step_graph_bucket(n, 65536);
+        if (b != last) distinct++, last = b;
+    }
+    assert_int_equal(distinct, 32);
 }
 
 /* The pool alone: publish, lookup, eviction order, copy-on-write predicate, check. */
@@ -344,6 +510,8 @@ static void test_pool(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_prompt_room),
+        cmocka_unit_test(test_graph_bucket),
         cmocka_unit_test(test_random_fake),
         cmocka_unit_test(test_random_real),
     };

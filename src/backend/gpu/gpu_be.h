@@ -7,7 +7,7 @@
 #include "backend/backend.h"
 #include "backend/gpu/gpu.h"
 
-#define RF_MAX_GRAPHS 16
+#define RF_MAX_GRAPHS 32 /* the engine's buckets (rf_step_graph_bucket) up to 65536 tokens */
 #define RF_GRAPH_PEN 64 /* penalty entries per row a graph step carries */
 
 /* Device copies of a step's metadata (one allocation, laid out as in the pinned buffer). */
