@@ -388,6 +388,13 @@ static void test_elementwise(void **state) {
  * for each prompt; the per-prompt statement is the ratio to the twin. An argmax may differ only
  * at a top-2 margin below 6 sqrt(2) e rms(logits), e that prompt's allowed distance. */
 #define TOL_ACC 1e-1
+/* With experts (tiny-qwen35moe, tiny-qwen3next q8_0) int8 activations also flip router choices
+ * (a near tie of two experts' logits: test_gpu_tp's router model), each flip a discrete jump of
+ * the logits: the CPU twin vs f32 activations, 100 prompts per length, 2026-11-29: mean
+ * 0.098-0.118, standard deviation 0.10-0.18 per prompt, single prompts up to 1.35. The mean of
+ * the case's 16 prompts then spreads by <= 0.18 / 4 = 0.046; TOL_ACC_MOE = 0.12 + 3 x 0.046 = 0.26
+ * bounds it (the per-prompt statement stays the GPU's ratio to the twin). */
+#define TOL_ACC_MOE 2.6e-1
 #define TOL_RATIO 2.0
 #define N_PER 4 /* prompts per length with quantized weights */
 
@@ -419,8 +426,10 @@ static double check_logits(const float *want, const float *got, int32_t nv, doub
 }
 
 static void logits_case(const char *path, const char *label, bool twin) {
+    double tol_acc = TOL_ACC;
     rf_model *mc = load(path, RF_DEVICE_CPU), *mg = load(path, RF_DEVICE_GPU);
     assert_true(rf_model_n_recurrent(mg) > 0);
+    if (mc->hp.n_expert > 0) tol_acc = TOL_ACC_MOE;
     const int32_t nv = mc->hp.n_vocab;
     rf_session *sc = session(mc, 256), *sg = session(mg, 256), *sr = twin ? session(mc, 256) : NULL;
     rf_rng r;
@@ -466,11 +475,11 @@ static void logits_case(const char *path, const char *label, bool twin) {
     printf("  %-24s GPU vs CPU%s max rel. L2 %.2e (%s)", label, twin ? " twin" : "", worst, twin ? "not bounded" : "tol 1e-2");
     if (twin)
         printf("; vs f32 activations: GPU mean %.2e max %.2e, twin mean %.2e max %.2e over %d prompts (mean tol %.0e)",
-               sum_a / n_acc, worst_a, sum_b / n_acc, worst_b, n_acc, TOL_ACC);
+               sum_a / n_acc, worst_a, sum_b / n_acc, worst_b, n_acc, tol_acc);
     printf("\n");
     if (twin) {
-        if (!(sum_a / n_acc < TOL_ACC)) fail_msg("%s: GPU vs f32 activations, mean rel. L2 %.3e >= %.0e", label, sum_a / n_acc, TOL_ACC);
-        if (!(sum_b / n_acc < TOL_ACC)) fail_msg("%s: CPU twin vs f32 activations, mean rel. L2 %.3e >= %.0e", label, sum_b / n_acc, TOL_ACC);
+        if (!(sum_a / n_acc < tol_acc)) fail_msg("%s: GPU vs f32 activations, mean rel. L2 %.3e >= %.2g", label, sum_a / n_acc, tol_acc);
+        if (!(sum_b / n_acc < tol_acc)) fail_msg("%s: CPU twin vs f32 activations, mean rel. L2 %.3e >= %.2g", label, sum_b / n_acc, tol_acc);
     }
     if (sr) rf_session_free(sr);
     rf_session_free(sc);
