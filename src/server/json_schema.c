@@ -517,11 +517,14 @@ int srv_tool_call_grammar(json_t *tools, const char *only, bool parallel, rf_gra
         for (size_t k = 0; k < c.n_refs; k++) free(c.refs[k].path); /* each tool's own "#" */
         c.n_refs = 0;
         c.root = pa;
-        int32_t args = pa ? schema(&c, pa, 0) : c.object;
-        if (args < 0) { /* a schema outside the subset: any object keeps the call well-formed */
-            if (c.oom) goto done;
-            c.err[0] = 0;
-            args = c.object;
+        /* a schema outside the subset: any object keeps the call well-formed. Probed in a
+         * grammar of its own first: a failed compile leaves rules without a body behind. */
+        rf_grammar *probe = NULL;
+        char perr[8];
+        int32_t args = c.object;
+        if (pa && srv_json_grammar(pa, &probe, perr, sizeof perr) == 0) {
+            rf_grammar_unref(probe);
+            if ((args = schema(&c, pa, 0)) < 0) goto done;
         }
         if (n_alt++) rf_gseq_alt(&s);
         lit(&c, &s, "<tool_call>\n{\"name\": ");

@@ -290,6 +290,15 @@ static void test_tool_call_grammar(void **state) {
     assert_true(acc(g, two));
     rf_grammar_unref(g);
     json_decref(tools);
+    /* parameters outside the subset, failing after some rules were made: any object instead */
+    tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                       "\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":3},\"b\":{\"$ref\":\"#/$defs/x\"}},"
+                       "\"$defs\":{\"x\":{\"type\":\"string\",\"not\":{}}}}}}]", 0, NULL);
+    assert_non_null(tools);
+    assert_int_equal(srv_tool_call_grammar(tools, NULL, false, &g, err, sizeof err), 0);
+    assert_true(acc(g, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"zz\": 1}}\n</tool_call>"));
+    rf_grammar_unref(g);
+    json_decref(tools);
 }
 #endif
 
