@@ -162,7 +162,7 @@ SCHEMAS = [
     ("order with $defs", {"$defs": {"item": OBJ({"sku": S("string", pattern="^[a-z]+[0-9]*$"), "qty": S("integer", minimum=1, maximum=9)})},
                           **OBJ({"items": S("array", items={"$ref": "#/$defs/item"}, minItems=1, maxItems=2)})}),
     ("tree via definitions", {"$ref": "#/definitions/node", "definitions": {"node": OBJ(
-        {"v": S("integer", minimum=0, maximum=9), "kids": S("array", items={"$ref": "#/definitions/node"}, maxItems=2)})}}),
+        {"v": S("integer", minimum=0, maximum=9), "kids": S("array", items={"$ref": "#/definitions/node"}, maxItems=1)}, req=["v"])}}),
 ]
 
 
