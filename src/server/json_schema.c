@@ -474,6 +474,9 @@ static int finish(jsc *c, int32_t body, rf_grammar **out) {
     rf_gseq_ref(&s, c->ws);
     int32_t root = def(c, &s);
     if (root < 0 || rf_grammar_finish(c->g, root)) return fail(c, "%s", "the grammar is invalid");
+    rf_gmatch *m = NULL; /* left recursion (a $ref reached before any text) shows at the start */
+    if (rf_gmatch_new(c->g, &m)) return fail(c, "%s", "the schema refers to itself before any text ('$ref' left recursion)");
+    rf_gmatch_free(m);
     *out = c->g;
     c->g = NULL;
     return 0;

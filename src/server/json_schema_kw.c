@@ -330,6 +330,13 @@ int32_t srv_jsc_ref(jsc *c, json_t *sc, int depth) {
         if (!strcmp(c->refs[i].path, ref)) return c->refs[i].rule;
     json_t *target = c->root ? resolve(c->root, ref) : NULL;
     if (!target) return srv_jsc_fail(c, "'$ref' '%.100s' does not name a schema in this document (#/$defs/NAME, #/definitions/NAME, #)", ref);
+    /* a chain of bare $refs back to itself would be a rule that is only itself */
+    json_t *t2 = target;
+    for (int k = 0; json_is_object(t2) && json_is_string(json_object_get(t2, "$ref")); k++) {
+        if (k > 32 || !strcmp(json_string_value(json_object_get(t2, "$ref")), ref))
+            return srv_jsc_fail(c, "'$ref' '%.100s' refers to itself without any text between (a cycle)", ref);
+        t2 = c->root ? resolve(c->root, json_string_value(json_object_get(t2, "$ref"))) : NULL;
+    }
     jsc_ref *t = realloc(c->refs, (c->n_refs + 1) * sizeof *t);
     char *path = strdup(ref);
     int32_t r = rf_grammar_rule(c->g);
