@@ -6,27 +6,21 @@
 #include <string.h>
 
 #include "json_schema.h"
+#include "json_schema_int.h"
 
 #define WS_MAX 12      /* whitespace bytes between tokens: small models otherwise loop on "\n" */
 #define MAX_ITEMS 64   /* maxItems beyond this (with a bound) is refused: the grammar is unrolled */
 #define MAX_SCHEMA_DEPTH 32
 #define DIGITS_MAX 15 /* digits after the first of an integer part, a fraction, an exponent */
 
-typedef struct jsc {
-    rf_grammar *g;
-    int32_t ws, string, number, integer, value, object, array, boolean, null_;
-    char *err;
-    size_t errlen;
-    bool oom;
-} jsc;
-
-static int32_t fail(jsc *c, const char *fmt, const char *arg) {
+int32_t srv_jsc_fail(jsc *c, const char *fmt, const char *arg) {
     if (c->err && !c->err[0]) snprintf(c->err, c->errlen, fmt, arg);
     return -1;
 }
+#define fail srv_jsc_fail
 
 /* rule := seq (consumed) */
-static int32_t def(jsc *c, rf_gseq *s) {
+int32_t srv_jsc_def(jsc *c, rf_gseq *s) {
     int32_t r = rf_grammar_rule(c->g);
     if (r < 0 || rf_grammar_define(c->g, r, s)) {
         rf_gseq_free(s);
@@ -35,6 +29,7 @@ static int32_t def(jsc *c, rf_gseq *s) {
     }
     return r;
 }
+#define def srv_jsc_def
 
 static void lit(jsc *c, rf_gseq *s, const char *t) { rf_gseq_lit(c->g, s, t, strlen(t)); }
 static void cls(jsc *c, rf_gseq *s, unsigned lo, unsigned hi) {
@@ -92,6 +87,7 @@ static int32_t build_base(jsc *c) {
         for (int j = 0; j < 4 && u8[i][j][0]; j++) cls(c, &s, u8[i][j][0], u8[i][j][1]);
     }
     int32_t ch = def(c, &s);
+    c->ch = ch;
     /* chars ::= ch chars | "" ; string ::= "\"" chars "\"" */
     int32_t chars = rf_grammar_rule(g);
     rf_gseq_ref(&s, ch);
@@ -219,7 +215,7 @@ static int32_t build_containers(jsc *c) {
     return c->oom ? -1 : 0;
 }
 
-static int32_t schema(jsc *c, json_t *sc, int depth);
+#define schema srv_jsc_schema
 
 /* A literal JSON value (enum / const): its compact text. */
 static void literal(jsc *c, rf_gseq *s, json_t *v) {
@@ -234,7 +230,9 @@ static void literal(jsc *c, rf_gseq *s, json_t *v) {
 
 static const char *const KNOWN[] = {"type", "properties", "required", "enum", "const", "items", "additionalProperties",
                                     "anyOf", "oneOf", "minItems", "maxItems", "title", "description", "$schema",
-                                    "default", "examples", "$comment", "strict", NULL};
+                                    "default", "examples", "$comment", "strict", "minLength", "maxLength", "pattern",
+                                    "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                    "$ref", "$defs", "definitions", NULL};
 
 static int32_t object_schema(jsc *c, json_t *sc, int depth) {
     json_t *props = json_object_get(sc, "properties"), *req = json_object_get(sc, "required");
@@ -391,15 +389,15 @@ static int32_t array_schema(jsc *c, json_t *sc, int depth) {
 static int32_t typed(jsc *c, json_t *sc, const char *t, int depth) {
     if (!strcmp(t, "object")) return object_schema(c, sc, depth);
     if (!strcmp(t, "array")) return array_schema(c, sc, depth);
-    if (!strcmp(t, "string")) return c->string;
-    if (!strcmp(t, "number")) return c->number;
-    if (!strcmp(t, "integer")) return c->integer;
+    if (!strcmp(t, "string")) return srv_jsc_string(c, sc);
+    if (!strcmp(t, "number")) return srv_jsc_number(c, sc, false);
+    if (!strcmp(t, "integer")) return srv_jsc_number(c, sc, true);
     if (!strcmp(t, "boolean")) return c->boolean;
     if (!strcmp(t, "null")) return c->null_;
     return fail(c, "unknown type '%.40s'", t);
 }
 
-static int32_t schema(jsc *c, json_t *sc, int depth) {
+int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth) {
     if (depth > MAX_SCHEMA_DEPTH) return fail(c, "%s", "the schema nests too deeply");
     if (json_is_true(sc)) return c->value;
     if (!json_is_object(sc)) return fail(c, "%s", "a schema must be an object");
@@ -411,6 +409,7 @@ static int32_t schema(jsc *c, json_t *sc, int depth) {
         for (int i = 0; KNOWN[i] && !ok; i++) ok = !strcmp(key, KNOWN[i]);
         if (!ok) return fail(c, "unsupported JSON Schema keyword '%.64s'", key);
     }
+    if (json_object_get(sc, "$ref")) return srv_jsc_ref(c, sc, depth);
     rf_gseq s = {0};
     json_t *en = json_object_get(sc, "enum"), *cn = json_object_get(sc, "const");
     if (cn) {
@@ -463,6 +462,7 @@ static int32_t schema(jsc *c, json_t *sc, int depth) {
     if (ty) return fail(c, "%s", "'type' must be a string or an array of strings");
     if (json_object_get(sc, "properties")) return object_schema(c, sc, depth);
     if (json_object_get(sc, "items")) return array_schema(c, sc, depth);
+    if (srv_jsc_has_typed_kw(sc)) return fail(c, "%s", "a string or number keyword (pattern, format, minLength, minimum, ...) needs 'type'");
     return c->value;
 }
 
@@ -474,6 +474,9 @@ static int finish(jsc *c, int32_t body, rf_grammar **out) {
     rf_gseq_ref(&s, c->ws);
     int32_t root = def(c, &s);
     if (root < 0 || rf_grammar_finish(c->g, root)) return fail(c, "%s", "the grammar is invalid");
+    rf_gmatch *m = NULL; /* left recursion (a $ref reached before any text) shows at the start */
+    if (rf_gmatch_new(c->g, &m)) return fail(c, "%s", "the schema refers to itself before any text ('$ref' left recursion)");
+    rf_gmatch_free(m);
     *out = c->g;
     c->g = NULL;
     return 0;
@@ -493,8 +496,13 @@ int srv_json_grammar(json_t *sc, rf_grammar **out, char *err, size_t errlen) {
     jsc c;
     *out = NULL;
     int r = -1;
-    if (begin(&c, err, errlen)) r = finish(&c, sc ? schema(&c, sc, 0) : c.object, out);
+    if (begin(&c, err, errlen)) {
+        c.root = sc;
+        r = finish(&c, sc ? schema(&c, sc, 0) : c.object, out);
+    }
     rf_grammar_unref(c.g);
+    for (size_t i = 0; i < c.n_refs; i++) free(c.refs[i].path);
+    free(c.refs);
     return r;
 }
 
@@ -509,11 +517,17 @@ int srv_tool_call_grammar(json_t *tools, const char *only, bool parallel, rf_gra
         json_t *f = json_object_get(json_array_get(tools, i), "function");
         json_t *nm = json_object_get(f, "name"), *pa = json_object_get(f, "parameters");
         if (!json_is_string(nm) || (only && strcmp(only, json_string_value(nm)))) continue;
-        int32_t args = pa ? schema(&c, pa, 0) : c.object;
-        if (args < 0) { /* a schema outside the subset: any object keeps the call well-formed */
-            if (c.oom) goto done;
-            c.err[0] = 0;
-            args = c.object;
+        for (size_t k = 0; k < c.n_refs; k++) free(c.refs[k].path); /* each tool's own "#" */
+        c.n_refs = 0;
+        c.root = pa;
+        /* a schema outside the subset: any object keeps the call well-formed. Probed in a
+         * grammar of its own first: a failed compile leaves rules without a body behind. */
+        rf_grammar *probe = NULL;
+        char perr[8];
+        int32_t args = c.object;
+        if (pa && srv_json_grammar(pa, &probe, perr, sizeof perr) == 0) {
+            rf_grammar_unref(probe);
+            if ((args = schema(&c, pa, 0)) < 0) goto done;
         }
         if (n_alt++) rf_gseq_alt(&s);
         lit(&c, &s, "<tool_call>\n{\"name\": ");
@@ -543,5 +557,7 @@ int srv_tool_call_grammar(json_t *tools, const char *only, bool parallel, rf_gra
     r = finish(&c, body, out);
 done:
     rf_grammar_unref(c.g);
+    for (size_t i = 0; i < c.n_refs; i++) free(c.refs[i].path);
+    free(c.refs);
     return r;
 }

@@ -12,8 +12,10 @@
  * whitespace between tokens. Supported: type (one or a list) object/array/string/number/
  * integer/boolean/null, properties (emitted in the schema's order), required, enum, const,
  * items, additionalProperties false/true, anyOf (and oneOf, read as anyOf), minItems/maxItems
- * (up to 64), and the annotations title/description/default/examples/$schema/$comment. Any
- * other keyword: -1 with err naming it ("unsupported JSON Schema keyword 'pattern'"). */
+ * (up to 64), minLength/maxLength, pattern (a regex subset), format (date, time, date-time,
+ * uuid, email, ipv4), minimum/maximum/exclusive* (json_schema_kw.c), $ref into the document,
+ * and the annotations title/description/default/examples/$schema/$comment. Any other keyword or
+ * construct: -1 with err naming it ("unsupported JSON Schema keyword 'not'"). */
 int srv_json_grammar(json_t *schema, rf_grammar **out, char *err, size_t errlen);
 /* The Hermes/Qwen tool-call format, `<tool_call>\n{"name": N, "arguments": A}\n</tool_call>`,
  * one call (or several separated by "\n" when parallel) of the tools in the chat-completions

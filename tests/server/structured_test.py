@@ -5,12 +5,17 @@ harness): response_format json_schema answers parse and validate against their s
 schemas, seeds and temperatures; json_object answers are JSON objects; llama-server's `grammar`
 field; tool_choice "required" and a named function yield a well-formed call of the model's own
 (no recorded answers); schemas outside the subset are 400s naming the keyword.
-The validator below covers exactly the subset the server accepts (the `jsonschema` package is not
-in the environment); it is strict: every keyword it meets must be one it knows.
+Answers are validated by the `jsonschema` package (with its format checker) when it is installed,
+and always by the validator below, which covers exactly the subset the server accepts and is
+strict: every keyword it meets must be one it knows (formats checked with datetime/uuid/re).
 usage: structured_test.py ROCMFORGE MODEL [--quick]
 Exit 0 = pass, 1 = fail (the first failed check is printed)."""
+import datetime
+import ipaddress
 import json
+import re
 import sys
+import uuid
 
 import openai
 
@@ -21,14 +26,61 @@ import server_suite
 QUICK = "--quick" in sys.argv
 MID = None
 KNOWN = {"type", "properties", "required", "enum", "const", "items", "additionalProperties", "anyOf", "oneOf",
-         "minItems", "maxItems", "title", "description"}
+         "minItems", "maxItems", "title", "description", "pattern", "format", "minLength", "maxLength", "minimum",
+         "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref", "$defs", "definitions"}
+try:
+    import jsonschema
+except ImportError:
+    jsonschema = None
 
 
-def valid(v, s, path="$"):
+def _time(x):
+    m = re.fullmatch(r"(\d\d):(\d\d):(\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", x)
+    check(m is not None, f"time {x!r}")
+    datetime.time.fromisoformat(x[:8])
+    if m.group(5) != "Z":
+        check(int(m.group(5)[1:3]) < 24 and int(m.group(5)[4:]) < 60, f"time offset {x!r}")
+
+
+FORMATS = {
+    "date": lambda x: datetime.date.fromisoformat(x) and check(len(x) == 10, f"date {x!r}"),
+    "time": _time,
+    "date-time": lambda x: (check("T" in x, f"date-time {x!r}"), FORMATS["date"](x.split("T")[0]), _time(x.split("T")[1])),
+    "uuid": lambda x: check(str(uuid.UUID(x)) == x, f"uuid {x!r}"),
+    "email": lambda x: check(re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", x) is not None, f"email {x!r}"),
+    "ipv4": lambda x: ipaddress.IPv4Address(x),
+}
+
+
+def valid(v, s, path="$", root=None):
     """Raises Fail unless v is valid under schema s (the supported subset)."""
+    if root is None:
+        root = s
+        if jsonschema is not None:
+            try:
+                jsonschema.validate(v, s, format_checker=jsonschema.FormatChecker())
+            except jsonschema.ValidationError as e:
+                raise Fail(f"jsonschema: {e.message}")
     if s is True or s == {}:
         return
     check(set(s) <= KNOWN, f"validator: unknown keywords {set(s) - KNOWN}")
+    if "$ref" in s:
+        t = root
+        for seg in s["$ref"].lstrip("#").split("/")[1:]:
+            t = t[seg]
+        return valid(v, t, path, root)
+    if isinstance(v, str):
+        check(len(v) >= s.get("minLength", 0) and len(v) <= s.get("maxLength", 10 ** 9), f"{path}: length of {v!r}")
+        if "pattern" in s:
+            check(re.search(s["pattern"], v) is not None, f"{path}: {v!r} !~ {s['pattern']}")
+        if "format" in s:
+            try:
+                FORMATS[s["format"]](v)
+            except ValueError as e:
+                raise Fail(f"{path}: {v!r} is not a {s['format']}: {e}")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        check(v >= s.get("minimum", -1e300) and v <= s.get("maximum", 1e300), f"{path}: {v} outside bounds")
+        check(v > s.get("exclusiveMinimum", -1e300) and v < s.get("exclusiveMaximum", 1e300), f"{path}: {v} outside bounds")
     if "const" in s:
         check(v == s["const"] and type(v) is type(s["const"]), f"{path}: {v!r} != const {s['const']!r}")
     if "enum" in s:
@@ -38,7 +90,7 @@ def valid(v, s, path="$"):
             ok = 0
             for sub in s[k]:
                 try:
-                    valid(v, sub, path)
+                    valid(v, sub, path, root)
                     ok += 1
                 except Fail:
                     pass
@@ -60,14 +112,14 @@ def valid(v, s, path="$"):
             check(r in v, f"{path}: required {r!r} missing in {v}")
         for k, x in v.items():
             if k in props:
-                valid(x, props[k], f"{path}.{k}")
+                valid(x, props[k], f"{path}.{k}", root)
             else:
                 check(s.get("additionalProperties", True) is not False, f"{path}: extra property {k!r}")
     if isinstance(v, list):
         check(len(v) >= s.get("minItems", 0), f"{path}: {len(v)} items < minItems")
         check(len(v) <= s.get("maxItems", 10 ** 9), f"{path}: {len(v)} items > maxItems")
         for i, x in enumerate(v):
-            valid(x, s.get("items", True), f"{path}[{i}]")
+            valid(x, s.get("items", True), f"{path}[{i}]", root)
 
 
 S = lambda t, **kw: dict(type=t, **kw)
@@ -97,6 +149,20 @@ SCHEMAS = [
     ("deep", OBJ({"a": OBJ({"b": OBJ({"c": OBJ({"d": S("boolean")})})})})),
     ("empty array allowed", OBJ({"xs": S("array", items=S("number"), maxItems=2)})),
     ("titled", {"title": "T", "description": "d", **OBJ({"t": S("string", description="a title")})}),
+    ("event with date", OBJ({"name": S("string", maxLength=20), "day": S("string", format="date")})),
+    ("log entry", OBJ({"at": S("string", format="date-time"), "level": {"enum": ["info", "warn"]}})),
+    ("alarm", OBJ({"time": S("string", format="time")})),
+    ("record id", OBJ({"id": S("string", format="uuid")})),
+    ("contact", OBJ({"email": S("string", format="email"), "ip": S("string", format="ipv4")})),
+    ("product code", OBJ({"code": S("string", pattern="^[A-Z]{3}-[0-9]{3}$")})),
+    ("short text", OBJ({"t": S("string", minLength=2, maxLength=8)})),
+    ("rating", OBJ({"stars": S("integer", minimum=1, maximum=5), "votes": S("integer", minimum=0)})),
+    ("temperature", OBJ({"c": S("number", minimum=-40, maximum=60.5)})),
+    ("probability", OBJ({"p": S("number", minimum=0, maximum=1), "n": S("integer", exclusiveMinimum=0, exclusiveMaximum=100)})),
+    ("order with $defs", {"$defs": {"item": OBJ({"sku": S("string", pattern="^[a-z]+[0-9]*$"), "qty": S("integer", minimum=1, maximum=9)})},
+                          **OBJ({"items": S("array", items={"$ref": "#/$defs/item"}, minItems=1, maxItems=2)})}),
+    ("tree via definitions", {"$ref": "#/definitions/node", "definitions": {"node": OBJ(
+        {"v": S("integer", minimum=0, maximum=9), "kids": S("array", items={"$ref": "#/definitions/node"}, maxItems=1)}, req=["v"])}}),
 ]
 
 
@@ -222,10 +288,11 @@ def test_tool_choice(srv):
 def test_bad_schemas(srv):
     body = lambda sc: {"model": "x", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
                        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": sc}}}
-    for sc, word in [({"type": "string", "pattern": "^a"}, "'pattern'"),
-                     ({"type": "object", "properties": {"d": {"type": "string", "format": "date-time"}}}, "'format'"),
-                     ({"$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}}, "'$"),
-                     ({"type": "integer", "minimum": 1}, "'minimum'"),
+    for sc, word in [({"type": "string", "pattern": "(?<=a)b"}, "lookaround"),
+                     ({"type": "object", "properties": {"d": {"type": "string", "format": "hostname"}}}, "'hostname'"),
+                     ({"$ref": "#/$defs/b", "$defs": {"a": {"type": "string"}}}, "'$ref'"),
+                     ({"type": "integer", "minimum": 3, "maximum": 2}, "minimum above maximum"),
+                     ({"type": "string", "not": {"const": "a"}}, "'not'"),
                      ({"type": "object", "required": ["zz"]}, "'zz'"),
                      ({"type": "array", "maxItems": 100000}, "maxItems")]:
         expect_error(srv, 400, "invalid_request_error", "unsupported_schema", "POST", "/v1/chat/completions", body(sc),
@@ -239,10 +306,10 @@ def test_bad_schemas(srv):
     try:
         client(srv).chat.completions.create(model=MID, messages=[{"role": "user", "content": "x"}], max_tokens=4,
                                             response_format={"type": "json_schema", "json_schema": {
-                                                "name": "x", "schema": {"type": "string", "maxLength": 3}}})
-        raise Fail("maxLength accepted")
+                                                "name": "x", "schema": {"type": "string", "if": {"maxLength": 3}}}})
+        raise Fail("'if' accepted")
     except openai.BadRequestError as x:
-        check("maxLength" in str(x), f"BadRequestError lacks the keyword: {x}")
+        check("'if'" in str(x), f"BadRequestError lacks the keyword: {x}")
 
 
 def set_model_id(srv):

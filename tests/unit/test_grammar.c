@@ -140,10 +140,22 @@ static void test_schema_refused(void **state) {
     struct {
         const char *schema, *word;
     } cases[] = {
-        {"{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern'"},
-        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"date\"}}}", "'format'"},
+        {"{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", "lookaround"},
+        {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreference"},
+        {"{\"type\":\"string\",\"pattern\":\"a\\\\bc\"}", "word boundary"},
+        {"{\"type\":\"string\",\"pattern\":\"a{1,100}\"}", "above 64"},
+        {"{\"type\":\"string\",\"pattern\":\"a(b\"}", "'('"},
+        {"{\"type\":\"string\",\"pattern\":\"a^b\"}", "anchor"},
+        {"{\"type\":\"string\",\"format\":\"hostname\"}", "'hostname'"},
         {"{\"$ref\":\"#/$defs/x\"}", "'$ref'"},
-        {"{\"type\":\"integer\",\"minimum\":0}", "'minimum'"},
+        {"{\"$ref\":\"#/$defs/x\",\"type\":\"object\",\"$defs\":{\"x\":{}}}", "'type'"},
+        {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "minimum above maximum"},
+        {"{\"minimum\":0}", "needs 'type'"},
+        {"{\"type\":\"string\",\"minLength\":1000}", "minLength"},
+        {"{\"type\":\"string\",\"not\":{}}", "'not'"},
+        {"{\"$ref\":\"#\"}", "cycle"},
+        {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "left recursion"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/x\"}},\"$defs\":{\"x\":{\"$ref\":\"#/$defs/y\"},\"y\":{\"$ref\":\"#/$defs/x\"}}}", "cycle"},
         {"{\"type\":\"array\",\"maxItems\":1000}", "maxItems"},
         {"{\"type\":\"object\",\"required\":[\"a\"]}", "'a'"},
         {"{\"type\":\"widget\"}", "widget"},
@@ -154,6 +166,106 @@ static void test_schema_refused(void **state) {
         rf_grammar *g = schema(cases[i].schema, err, sizeof err);
         if (g) fail_msg("accepted %s", cases[i].schema);
         if (!strstr(err, cases[i].word)) fail_msg("'%s' does not name %s", err, cases[i].word);
+    }
+}
+
+
+static void check_set(rf_grammar *g, const char *sc, const char *const *yes, size_t ny, const char *const *no, size_t nn) {
+    for (size_t i = 0; i < ny; i++)
+        if (!acc(g, yes[i])) fail_msg("%s rejected %s", sc, yes[i]);
+    for (size_t i = 0; i < nn; i++)
+        if (acc(g, no[i])) fail_msg("%s accepted %s", sc, no[i]);
+}
+#define CHECK(sc, yes, no)                                                                                             \
+    do {                                                                                                               \
+        char err_[256];                                                                                                \
+        rf_grammar *g_ = schema(sc, err_, sizeof err_);                                                                \
+        if (!g_) fail_msg("%s refused: %s", sc, err_);                                                                 \
+        check_set(g_, sc, yes, sizeof yes / sizeof yes[0], no, sizeof no / sizeof no[0]);                             \
+        rf_grammar_unref(g_);                                                                                          \
+    } while (0)
+
+/* pattern, format, min/maxLength, number bounds, $ref: each against texts in and out */
+static void test_schema_keywords(void **state) {
+    (void)state;
+    {
+        const char *y[] = {"\"ab-12\"", "\"AB-1234\""}, *n[] = {"\"ab-1\"", "\"ab12\"", "\"a1-12\"", "\"ab-12345\""};
+        CHECK("{\"type\":\"string\",\"pattern\":\"^[a-zA-Z]{2}-\\\\d{2,4}$\"}", y, n);
+    }
+    {   /* unanchored: a search */
+        const char *y[] = {"\"xx cat yy\"", "\"cat\"", "\"dog\""}, *n[] = {"\"ca t\"", "\"\""};
+        CHECK("{\"type\":\"string\",\"pattern\":\"(cat|dog)\"}", y, n);
+    }
+    {
+        const char *y[] = {"\"a\"", "\"abc\"", "\"\\u00e9x\""}, *n[] = {"\"\"", "\"abcd\""};
+        CHECK("{\"type\":\"string\",\"minLength\":1,\"maxLength\":3}", y, n);
+    }
+    {
+        const char *y[] = {"\"2024-02-28\"", "\"1999-12-31\"", "\"2000-04-30\""},
+                   *n[] = {"\"2024-02-30\"", "\"2024-04-31\"", "\"2024-13-01\"", "\"24-01-01\"", "\"2024-1-01\""};
+        CHECK("{\"type\":\"string\",\"format\":\"date\"}", y, n);
+    }
+    {
+        const char *y[] = {"\"2024-01-02T03:04:05Z\"", "\"2024-01-02T23:59:59.123+05:30\""},
+                   *n[] = {"\"2024-01-02T24:00:00Z\"", "\"2024-01-02 03:04:05Z\"", "\"2024-01-02T03:04:05\""};
+        CHECK("{\"type\":\"string\",\"format\":\"date-time\"}", y, n);
+    }
+    {
+        const char *y[] = {"\"123e4567-e89b-12d3-a456-426614174000\""}, *n[] = {"\"123e4567e89b12d3a456426614174000\"", "\"123E4567-e89b-12d3-a456-426614174000\""};
+        CHECK("{\"type\":\"string\",\"format\":\"uuid\"}", y, n);
+    }
+    {
+        const char *y[] = {"\"a.b+c@example.com\"", "\"x@y.co.uk\""}, *n[] = {"\"a@b\"", "\"@b.com\"", "\"a b@c.com\""};
+        CHECK("{\"type\":\"string\",\"format\":\"email\"}", y, n);
+    }
+    {
+        const char *y[] = {"\"12:00:00Z\"", "\"00:00:00-08:00\""}, *n[] = {"\"12:00\"", "\"12:60:00Z\""};
+        CHECK("{\"type\":\"string\",\"format\":\"time\"}", y, n);
+    }
+    {
+        const char *y[] = {"-17", "0", "5", "99", "100", "250"}, *n[] = {"-18", "251", "1000", "5.5", "-0", "007"};
+        CHECK("{\"type\":\"integer\",\"minimum\":-17,\"maximum\":250}", y, n);
+    }
+    {
+        const char *y[] = {"1", "9", "10", "123456"}, *n[] = {"0", "-1"};
+        CHECK("{\"type\":\"integer\",\"exclusiveMinimum\":0}", y, n);
+    }
+    {
+        const char *y[] = {"-1000", "-5", "-1"}, *n[] = {"0", "1"};
+        CHECK("{\"type\":\"integer\",\"exclusiveMaximum\":0}", y, n);
+    }
+    {
+        const char *y[] = {"0", "0.5", "0.25", "1", "-2", "-1.5", "-0.5"}, *n[] = {"1.5", "-2.5", "2", "-3", "1e0"};
+        CHECK("{\"type\":\"number\",\"minimum\":-2,\"maximum\":1}", y, n);
+    }
+    {
+        const char *y[] = {"3", "3.5", "4"}, *n[] = {"2.9", "2", "4.5", "5"};
+        CHECK("{\"type\":\"number\",\"minimum\":2.5,\"exclusiveMaximum\":4.9}", y, n);
+    }
+    {   /* the generated range regex, exhaustively against arithmetic */
+        char err[256], t[32];
+        rf_grammar *g = schema("{\"type\":\"integer\",\"minimum\":-123,\"maximum\":4567}", err, sizeof err);
+        assert_non_null(g);
+        for (int v = -1200; v <= 12000; v++) {
+            snprintf(t, sizeof t, "%d", v);
+            if (acc(g, t) != (v >= -123 && v <= 4567)) fail_msg("%d", v);
+        }
+        rf_grammar_unref(g);
+    }
+    {
+        const char *y[] = {"{\"a\":{\"x\":1},\"b\":{\"x\":2}}"}, *n[] = {"{\"a\":{\"x\":\"s\"},\"b\":{\"x\":2}}"};
+        CHECK("{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/p\"},\"b\":{\"$ref\":\"#/definitions/p\"}},"
+              "\"required\":[\"a\",\"b\"],\"$defs\":{\"p\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},"
+              "\"required\":[\"x\"]}},\"definitions\":{\"p\":{\"$ref\":\"#/$defs/p\"}}}",
+              y, n);
+    }
+    {   /* recursive: a tree */
+        const char *y[] = {"{\"v\":1,\"kids\":[]}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3,\"kids\":[]}]}]}"},
+                   *n[] = {"{\"v\":1,\"kids\":[{\"v\":2}]}", "{\"v\":1,\"kids\":[{\"v\":\"x\",\"kids\":[]}]}"};
+        CHECK("{\"$ref\":\"#/$defs/node\",\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+              "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\",\"kids\"],"
+              "\"additionalProperties\":false}}}",
+              y, n);
     }
 }
 
@@ -179,6 +291,15 @@ static void test_tool_call_grammar(void **state) {
     rf_grammar_unref(g);
     assert_int_equal(srv_tool_call_grammar(tools, NULL, true, &g, err, sizeof err), 0);
     assert_true(acc(g, two));
+    rf_grammar_unref(g);
+    json_decref(tools);
+    /* parameters outside the subset, failing after some rules were made: any object instead */
+    tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                       "\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":3},\"b\":{\"$ref\":\"#/$defs/x\"}},"
+                       "\"$defs\":{\"x\":{\"type\":\"string\",\"not\":{}}}}}}]", 0, NULL);
+    assert_non_null(tools);
+    assert_int_equal(srv_tool_call_grammar(tools, NULL, false, &g, err, sizeof err), 0);
+    assert_true(acc(g, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"zz\": 1}}\n</tool_call>"));
     rf_grammar_unref(g);
     json_decref(tools);
 }
@@ -260,6 +381,7 @@ int main(void) {
         cmocka_unit_test(test_json_object),
         cmocka_unit_test(test_json_schema),
         cmocka_unit_test(test_schema_refused),
+        cmocka_unit_test(test_schema_keywords),
         cmocka_unit_test(test_tool_call_grammar),
 #endif
         cmocka_unit_test(test_mask_smollm2),
