@@ -1,5 +1,5 @@
-/* gpu_gemm.cu — many-token products: which path a product of n tokens takes (rf_gpu_matmul: GEMV,
- * MMQ in gpu_mmq.cu, GEMV groups of 8, or the following), and
+/* gpu_gemm.cu — many-token products: rf_gpu_matmul dispatching on the router's choice
+ * (gpu_route.c: GEMV, MMQ in gpu_mmq.cu, GEMV groups of 8, or the following), and
  * the vendor BLAS path: W dequantized to f16 and x converted to f16 (for quantized W through
  * ggml's int8 activation rounding) in the scratch arena, then cublasGemmEx with f32
  * accumulation and an f32 result. On HIP without hipBLAS (Debian) rf_gpu_gemm runs the GEMV
@@ -8,6 +8,7 @@
 
 #include "core/knobs.h"
 #include "backend/gpu/gpu_internal.h"
+#include "backend/gpu/gpu_route.h"
 #include "rocmforge/quant.h"
 
 /* f32 -> f16, grid-stride; the GEMM's x operand */
@@ -105,77 +106,67 @@ extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
 }
 #endif
 
-/* The most tokens a quantized product takes through the GEMV kernels in groups of 8 (env
- * RF_GPU_GEMV_MAX, default 64) before the dequantize + BLAS path. A decode step of 9..64
- * sequences reads each quantized weight once per 8 tokens (the later groups largely from L2,
- * the products of one weight running back to back), where the BLAS path writes and reads the
- * whole weight as f16 every step: on an H100, llama3-8b Q4_0 at 32 sequences took 49 ms per
- * step that way (docs/PERFORMANCE.md). */
-static int64_t rf_gemv_max_tokens(void) {
-    static int64_t v = -1;
-    if (v < 0) {
-        v = rf_knob_int(RF_KNOB_GPU_GEMV_MAX);
+/* The knobs of the route (read once): RF_GPU_GEMV_MAX (default 64), RF_GPU_MMQ_MAX (128, 0 =
+ * never), RF_GPU_MMQ_MIN (5); what each threshold rests on: gpu_route.c */
+static void rf_route_knobs(int64_t *gemv_max, int64_t *mmq_min, int64_t *mmq_max) {
+    static int64_t g = -1, lo = -1, hi = -1;
+    if (g < 0) {
+        hi = rf_knob_int(RF_KNOB_GPU_MMQ_MAX);
+        lo = rf_knob_int(RF_KNOB_GPU_MMQ_MIN);
+        if (lo < 1) lo = 1;
+        g = rf_knob_int(RF_KNOB_GPU_GEMV_MAX);
     }
-    return v;
+    *gemv_max = g, *mmq_min = lo, *mmq_max = hi;
 }
 
-/* The most tokens a product takes through MMQ (rf_gpu_mmq: the weight read once per 64 tokens
- * on the int8 tensor cores) where the type has it, before the paths below (env RF_GPU_MMQ_MAX,
- * 0 = never). Default 128: on the H100 MMQ beat dequantize + cuBLAS at 128 tokens in every
- * shape measured (Q4_0 4096x4096 33 vs 52 us, 28672x4096 183 vs 297, Q6_K 128256x4096 1462
- * vs 1712), and lost at 512 (1.7-2.7x slower); docs/perf-gpu.md, "MMQ". */
-static int64_t rf_mmq_max_tokens(void) {
-    static int64_t v = -1;
-    if (v < 0) {
-        v = rf_knob_int(RF_KNOB_GPU_MMQ_MAX);
-    }
-    return v;
-}
-
-/* The fewest tokens a product takes through MMQ (env RF_GPU_MMQ_MIN, default 5: 1-4 tokens keep
- * the GEMVs and their shared, fused activation quantization). H100, llama3-8b Q4_0 decode,
- * 2026-11-28: 8 sequences 6.52 -> 6.11 ms a step with MMQ from 5 (1,213 -> 1,293 tok/s); from 2,
- * 2 and 4 sequences lost (3.34 -> 6.00 and 5.27 -> 6.07 ms). test_gpu_mmq checks 1..512 tokens. */
-static int64_t rf_mmq_min_tokens(void) {
-    static int64_t v = -1;
-    if (v < 0) {
-        v = rf_knob_int(RF_KNOB_GPU_MMQ_MIN);
-        if (v < 1) v = 1;
-    }
-    return v;
+/* the router's facts for this context and product (gpu_route.h) */
+extern "C" rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in,
+                                     int64_t n_out) {
+    rf_gpu_route_facts f;
+    f.type = wtype, f.n_tokens = n_tokens, f.n_in = n_in, f.n_out = n_out;
+    f.invariant = ctx->invariant;
+    f.mmq = ctx->info.cc_major >= 8 && rf_gpu_mmq_supported(wtype, n_in);
+    f.gemv = rf_gpu_gemv_supported(wtype);
+#if defined(RF_GPU_NO_BLAS)
+    f.blas = false;
+#else
+    f.blas = true;
+#endif
+    rf_route_knobs(&f.gemv_max, &f.mmq_min, &f.mmq_max);
+    return rf_gpu_route(&f);
 }
 
 extern "C" void rf_gpu_set_batch_invariant(rf_gpu_ctx *ctx, bool on) { ctx->invariant = on; }
 
 extern "C" bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
-    if (ctx->invariant) return n_tokens >= 1 && ctx->info.cc_major >= 8 && rf_gpu_mmq_supported(wtype, n_in);
-    return n_tokens >= rf_mmq_min_tokens() && n_tokens <= rf_mmq_max_tokens() && ctx->info.cc_major >= 8 &&
-           rf_gpu_mmq_supported(wtype, n_in);
+    return rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1) == RF_ROUTE_MMQ;
 }
 
 /* Whether rf_gpu_matmul (and the backend's shared-x products, which take the GEMV's rule) rounds
- * x to int8 blocks of 32 for this product: the path choice below, asked by the CPU twin in tests
- * (core/test_hooks.h, cpu_act). MMQ, the int8-x GEMVs and the BLAS path of quantized weights
- * round; the f32-x GEMVs (K-quants where q32s does not take the rows, the generic kernel) and
- * unquantized weights do not. */
+ * x to int8 blocks of 32 for this product: by the route, asked by the CPU twin in tests
+ * (core/test_hooks.h, cpu_act). MMQ and the BLAS path of quantized weights round; the GEMVs
+ * (one call or groups of 8) round where their kernel takes int8 x (rf_gpu_gemv_rounds_x: the 32-element
+ * formats, K-quants where q32s takes the rows), not in the f32-x kernels; unquantized weights never. */
 extern "C" bool rf_gpu_matmul_rounds_x(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
     if (wtype == RF_TYPE_F32 || wtype == RF_TYPE_F16 || wtype == RF_TYPE_BF16) return false;
-    if (rf_gpu_mmq_takes(ctx, wtype, n_tokens, n_in)) return true;
-    if (n_tokens <= 8 || (rf_gpu_gemv_supported(wtype) && n_tokens <= rf_gemv_max_tokens()))
-        return rf_gpu_gemv_has_xq(ctx, wtype, 1, n_in); /* the GEMV's rule (groups of 8 alike) */
-    return true; /* BLAS: x through ggml's int8 rounding, then f16 */
+    switch (rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1)) {
+    case RF_ROUTE_GEMV: case RF_ROUTE_GEMV_GROUPS: return rf_gpu_gemv_rounds_x(ctx, wtype, n_in);
+    case RF_ROUTE_NONE: return false;
+    default: return true; /* MMQ; BLAS: x through ggml's int8 rounding, then f16 */
+    }
 }
 
+/* y = W x for any n_tokens: the kernel family rf_gpu_route picks */
 extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                    const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
-    if (rf_gpu_mmq_takes(ctx, wtype, n_tokens, n_in)) return rf_gpu_mmq(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
-    if (ctx->invariant)
+    switch (rf_gpu_route_for(ctx, wtype, n_tokens, n_in, n_out)) {
+    case RF_ROUTE_MMQ: return rf_gpu_mmq(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    case RF_ROUTE_GEMV: return rf_gpu_gemv(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    case RF_ROUTE_GEMV_GROUPS: return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    case RF_ROUTE_BLAS: return rf_gpu_gemm(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    default:
         return rf_set_error(RF_ERR_UNSUPPORTED, "deterministic mode: no batch-invariant GPU product for %s weights with "
                             "%lld inputs (it has q4_0, q8_0, q4_K, q5_K and q6_K on sm_80 and newer); use the CPU or "
                             "leave the mode off", rf_type_name(wtype), (long long)n_in);
-    if (n_tokens <= 8) return rf_gpu_gemv(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
-    const bool quantized = wtype != RF_TYPE_F16 && wtype != RF_TYPE_BF16 && wtype != RF_TYPE_F32;
-    if (quantized && rf_gpu_gemv_supported(wtype) && n_tokens <= rf_gemv_max_tokens())
-        return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
-    return rf_gpu_gemm(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    }
 }

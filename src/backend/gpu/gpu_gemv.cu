@@ -4,6 +4,7 @@
  * the entry points, argument checks and the choice of kernel and variant; the kernels live in
  * gpu_gemv_{xq,q32,q32s,mma,f16,k,generic}.cu (shared pieces: gpu_gemv.cuh, gpu_gemv_dot.cuh). */
 #include "backend/gpu/gpu_gemv.cuh"
+#include "backend/gpu/gpu_route.h"
 
 /* ---- host glue ------------------------------------------------------------------------- */
 
@@ -177,9 +178,14 @@ extern "C" rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, 
 }
 
 extern "C" bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
+    /* only where the router sends the product to one GEMV call (not MMQ, which quantizes its own,
+     * nor deterministic mode, where every product goes through rf_gpu_matmul) */
     return n_tokens >= 1 && n_tokens <= 8 && n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28) &&
-           rf_has_xq(ctx, wtype, n_in) && !rf_gpu_mmq_takes(ctx, wtype, n_tokens, n_in) /* MMQ quantizes its own */
-           && !ctx->invariant; /* batch-invariant mode: every product through rf_gpu_matmul */
+           rf_has_xq(ctx, wtype, n_in) && rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1) == RF_ROUTE_GEMV;
+}
+
+extern "C" bool rf_gpu_gemv_rounds_x(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
+    return n_in >= RF_QK && n_in % RF_QK == 0 && rf_has_xq(ctx, t, n_in);
 }
 
 extern "C" rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,

@@ -1,5 +1,5 @@
 /* gpu_gemv_f16.cu — the GEMVs of 16-bit weights (F16, BF16) with f32 x: gemv_f16 (variants 1..3)
- * and, for 2..8 tokens, gemv_tc on the tf32 tensor cores (CUDA sm_80+, variants 25 / 26). */
+ * and, for 2..8 tokens, gemv_tc on the tf32 tensor cores (CUDA sm_80+, variants 25 / 26). Twin: rf_ref_matmul (f32 x). */
 #include "backend/gpu/gpu_gemv.cuh"
 
 /* gemv_f16: the same product for W in f16 or bf16 (T), x f32 [nt, n_in]; n_in % 8 == 0 so

@@ -1,5 +1,5 @@
 /* gpu_gemv_generic.cu — gemv_generic: the correct path for every other type with a device
- * decoder (IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, F32, ...) and for shapes the fast kernels do not take. */
+ * decoder (IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, F32, ...) and for shapes the fast kernels do not take. Twin: rf_ref_matmul (f32 x). */
 #include "backend/gpu/gpu_gemv.cuh"
 
 /* gemv_generic: any type with a device decoder (rf_dq_elem), element by element; the fallback

@@ -1,6 +1,6 @@
 /* gpu_gemv_k.cu — the K-quant GEMVs with f32 x (gemv_k for Q4_K / Q5_K / Q6_K, gemv_k45 for Q4_K /
  * Q5_K): the path where the int8-x q32s kernel does not take the rows (HIP, other widths,
- * variants 1..3). */
+ * variants 1..3). Twin: rf_ref_matmul (f32 x). */
 #include "backend/gpu/gpu_gemv.cuh"
 
 /* acc[t] += sum_j wq[j] x[t, j] - mterm * sum_j x[t, j] over one 32-element chunk (xc: the chunk

@@ -1,5 +1,5 @@
 /* gpu_gemv_mma.cu — gemv_mma: 2..8 tokens of Q4_0 / Q8_0 on the int8 tensor cores (CUDA sm_80+,
- * variant 24 and the default from 4 tokens or rows wider than 8192), and its trace. */
+ * variant 24 and the default from 4 tokens or rows wider than 8192), and its trace. Twin: rf_cpu_matmul with test_hooks cpu_act = RF_CPU_ACT_GPU (x rounded as rf_k_quantize_x rounds it). */
 #include "backend/gpu/gpu_gemv.cuh"
 
 #if defined(RF_GEMV_TRACE)

@@ -1,5 +1,5 @@
 /* gpu_gemv_q32.cu — gemv_q32: the int8-x product for the legacy 32-element formats (Q4_0, Q4_1,
- * Q5_0, Q5_1, Q8_0) in any row layout; variants 1..3, and the only int8-x kernel of the HIP build. */
+ * Q5_0, Q5_1, Q8_0) in any row layout; variants 1..3, and the only int8-x kernel of the HIP build. Twin: rf_cpu_matmul with test_hooks cpu_act = RF_CPU_ACT_GPU (x rounded as rf_k_quantize_x rounds it). */
 #include "backend/gpu/gpu_gemv_dot.cuh"
 
 #if defined(RF_HIP)

@@ -1,6 +1,6 @@
 /* gpu_gemv_q32s.cu — gemv_q32s and gemv_q32h: the int8-x products over rows of whole 16-byte
  * groups (32-element formats and Q4_K / Q5_K / Q6_K), CUDA sm_80+; variants 4..23, their tuning
- * by shape (rf_q32s_tune), and the trace of their blocks (RF_GEMV_TRACE builds). */
+ * by shape (rf_q32s_tune), and the trace of their blocks (RF_GEMV_TRACE builds). Twin: rf_cpu_matmul with test_hooks cpu_act = RF_CPU_ACT_GPU (x rounded as rf_k_quantize_x rounds it). */
 #include "backend/gpu/gpu_gemv_dot.cuh"
 
 #if defined(RF_GEMV_TRACE)

@@ -1,0 +1,34 @@
+/* gpu_route.c — the GPU product router (rf_gpu_route): the one place that decides which kernel
+ * family a product of n tokens takes; rf_gpu_matmul (gpu_gemm.cu) dispatches on it, and the
+ * backend's shared-activation products (gpu_backend_products.c) and the tests' CPU twin ask it
+ * through rf_gpu_gemv_has_xq / rf_gpu_matmul_rounds_x. Measurements behind each threshold:
+ * docs/PERFORMANCE.md and docs/perf-gpu.md. */
+#include "backend/gpu/gpu_route.h"
+
+static bool quantized(rf_type t) { return t != RF_TYPE_F32 && t != RF_TYPE_F16 && t != RF_TYPE_BF16; }
+
+rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
+    const int64_t n = f->n_tokens;
+    /* batch invariance: only MMQ's reduction order is independent of the token count */
+    if (f->invariant) return f->mmq && n >= 1 ? RF_ROUTE_MMQ : RF_ROUTE_NONE;
+    /* MMQ from RF_GPU_MMQ_MIN (default 5): on the H100 2 and 4 sequences of 8B Q4_0 lost with it
+     * (3.34 -> 6.00, 5.27 -> 6.07 ms a step), 8 gained (6.52 -> 6.11); up to RF_GPU_MMQ_MAX
+     * (default 128: it beat dequantize + cuBLAS at 128 tokens in every shape measured, lost at 512) */
+    const int64_t mmq_min = f->mmq_min < 1 ? 1 : f->mmq_min;
+    if (f->mmq && n >= mmq_min && n <= f->mmq_max) return RF_ROUTE_MMQ;
+    if (n <= 8) return RF_ROUTE_GEMV;
+    /* groups of 8 read a quantized weight once per 8 tokens, where BLAS writes and reads it whole
+     * as f16 every call (8B Q4_0 at 32 sequences: 49 ms a step through BLAS) */
+    if (!f->blas || (quantized(f->type) && f->gemv && n <= f->gemv_max)) return RF_ROUTE_GEMV_GROUPS;
+    return RF_ROUTE_BLAS;
+}
+
+const char *rf_gpu_route_name(rf_gpu_route_kind k) {
+    switch (k) {
+    case RF_ROUTE_GEMV: return "gemv";
+    case RF_ROUTE_GEMV_GROUPS: return "gemv-groups";
+    case RF_ROUTE_MMQ: return "mmq";
+    case RF_ROUTE_BLAS: return "blas";
+    default: return "none";
+    }
+}

@@ -1,0 +1,56 @@
+/* gpu_route.h — the GPU product router: which kernel family takes a product y = W x of n tokens
+ * (rf_gpu_route), as a pure function of the facts below, so the one decision can be read, logged
+ * and tested in one place. Plain C: no device code, no context. */
+#ifndef RF_GPU_ROUTE_H
+#define RF_GPU_ROUTE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rocmforge/core.h"
+#include "backend/gpu/gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rf_gpu_route_kind {
+    RF_ROUTE_GEMV = 0,    /* rf_gpu_gemv: 1..8 tokens in one call, each weight read once per call */
+    RF_ROUTE_GEMV_GROUPS, /* rf_gpu_gemv in groups of 8 tokens (9..RF_GPU_GEMV_MAX, quantized) */
+    RF_ROUTE_MMQ,         /* rf_gpu_mmq: int8 tensor cores, weight read once per 64 tokens */
+    RF_ROUTE_BLAS,        /* rf_gpu_gemm: W dequantized to f16 in scratch, then cuBLAS / hipBLAS */
+    RF_ROUTE_NONE,        /* deterministic mode without a batch-invariant kernel: an error */
+} rf_gpu_route_kind;
+
+/* What the route depends on, and nothing else (the caller fills it from the context and knobs) */
+typedef struct rf_gpu_route_facts {
+    rf_type type;
+    int64_t n_tokens, n_in, n_out;
+    bool invariant; /* --deterministic (RF_DETERMINISTIC): batch-invariant products only */
+    bool mmq;       /* MMQ has a kernel for (type, n_in) on this device (rf_gpu_mmq_supported, sm_80+) */
+    bool gemv;      /* the GEMV family decodes the type (rf_gpu_gemv_supported) */
+    bool blas;      /* this build has a vendor BLAS (not HIP without hipBLAS) */
+    int64_t mmq_min, mmq_max; /* RF_GPU_MMQ_MIN, RF_GPU_MMQ_MAX (0: never) */
+    int64_t gemv_max;         /* RF_GPU_GEMV_MAX */
+} rf_gpu_route_facts;
+
+/* The route: deterministic mode takes MMQ for every token count where it has a kernel (its
+ * result for a token does not depend on the call's token count), else NONE; otherwise MMQ inside
+ * [mmq_min, mmq_max], then 1..8 tokens one GEMV call, quantized types up to gemv_max in GEMV
+ * groups of 8, the rest BLAS (GEMV groups where the build has no BLAS). */
+rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f);
+/* the route of a product on this context, its facts from the device, the mode and the knobs
+ * (gpu_gemm.cu); what rf_gpu_matmul takes, rf_gpu_mmq_takes, rf_gpu_matmul_rounds_x and
+ * rf_gpu_gemv_has_xq answer from it */
+rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
+                                   int64_t n_out);
+/* whether rf_gpu_gemv (one call or groups of 8) takes (type, n_in) through int8 x rounded per 32
+ * (gpu_gemv.cu: the 32-element formats, K-quants where q32s takes the rows), else f32 x */
+bool rf_gpu_gemv_rounds_x(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in);
+/* the route's name, for traces and test messages */
+const char *rf_gpu_route_name(rf_gpu_route_kind k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,76 @@
+/* test_gpu_route.c — the GPU product router (src/backend/gpu/gpu_route.c), a pure function of its
+ * facts, checked on the host in every build: the route of each token count under the default
+ * knobs, deterministic mode (MMQ for every count or an error, never a count-dependent kernel),
+ * types without MMQ, builds without BLAS and the knobs' edges. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+/* the router is plain C with no device code: compiled in here so CPU-only builds test it too */
+#include "backend/gpu/gpu_route.c"
+
+static rf_gpu_route_facts facts(rf_type t, int64_t n, bool mmq) {
+    rf_gpu_route_facts f;
+    memset(&f, 0, sizeof f);
+    f.type = t, f.n_tokens = n, f.n_in = 4096, f.n_out = 4096;
+    f.mmq = mmq, f.gemv = true, f.blas = true;
+    f.mmq_min = 5, f.mmq_max = 128, f.gemv_max = 64; /* the knobs' defaults (docs/knobs.md) */
+    return f;
+}
+
+static rf_gpu_route_kind route(rf_type t, int64_t n, bool mmq) {
+    const rf_gpu_route_facts f = facts(t, n, mmq);
+    return rf_gpu_route(&f);
+}
+
+static void test_defaults(void **state) {
+    (void)state;
+    for (int64_t n = 1; n <= 600; n++) {
+        const rf_gpu_route_kind want = n <= 4 ? RF_ROUTE_GEMV : n <= 128 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS;
+        if (route(RF_TYPE_Q4_0, n, true) != want) fail_msg("q4_0 n=%lld: %s", (long long)n, rf_gpu_route_name(route(RF_TYPE_Q4_0, n, true)));
+        /* no MMQ kernel (Q4_1, or a device older than sm_80): GEMV, groups of 8 up to 64, BLAS */
+        const rf_gpu_route_kind w2 = n <= 8 ? RF_ROUTE_GEMV : n <= 64 ? RF_ROUTE_GEMV_GROUPS : RF_ROUTE_BLAS;
+        assert_int_equal(route(RF_TYPE_Q4_1, n, false), w2);
+        /* unquantized weights never take GEMV groups */
+        assert_int_equal(route(RF_TYPE_F16, n, false), n <= 8 ? RF_ROUTE_GEMV : RF_ROUTE_BLAS);
+    }
+}
+
+static void test_deterministic(void **state) {
+    (void)state;
+    for (int64_t n = 1; n <= 600; n += 7) {
+        rf_gpu_route_facts f = facts(RF_TYPE_Q4_K, n, true);
+        f.invariant = true;
+        assert_int_equal(rf_gpu_route(&f), RF_ROUTE_MMQ); /* one kernel whatever the count */
+        f.mmq = false;
+        assert_int_equal(rf_gpu_route(&f), RF_ROUTE_NONE); /* an error, not a count-dependent path */
+    }
+    assert_string_equal(rf_gpu_route_name(RF_ROUTE_NONE), "none");
+}
+
+static void test_knobs_and_builds(void **state) {
+    (void)state;
+    rf_gpu_route_facts f = facts(RF_TYPE_Q8_0, 16, true);
+    f.mmq_max = 0; /* never MMQ */
+    assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS);
+    f.mmq_max = 128, f.mmq_min = 0; /* below 1: from one token */
+    f.n_tokens = 1;
+    assert_int_equal(rf_gpu_route(&f), RF_ROUTE_MMQ);
+    f.mmq_min = 5, f.n_tokens = 200, f.blas = false; /* HIP without hipBLAS: groups past MMQ */
+    assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS);
+    f.type = RF_TYPE_F16, f.mmq = false;
+    assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS);
+    f.blas = true, f.type = RF_TYPE_Q6_K, f.mmq = true, f.gemv_max = 256;
+    assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS); /* past MMQ's 128, within 256 */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_knobs_and_builds),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
