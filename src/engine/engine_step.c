@@ -116,7 +116,7 @@ static void outputs(rf_engine *e, const rf_step_plan *p, bool dev_sample) {
         if (s->gen && last && s->state == RF_SEQ_RUNNING) {
             if (!dev_sample) rf_engine_on_output(e, s, lg + (size_t)(rows - 1) * nv);
             else if (!rf_engine_pre_sample(e, s))
-                rf_engine_on_token(e, s, rf_sampler_dev_pick(s->smp, e->s_ids[row - 1], e->s_none[row - 1]), NULL);
+                rf_engine_on_token(e, s, rf_sampler_grammar_pick(s->smp, e->s_ids[row - 1], e->s_none[row - 1]), NULL);
         }
     }
 }

@@ -94,13 +94,13 @@ int32_t rf_gconstraint_eog(const rf_gconstraint *c);
 rf_status rf_sampler_set_grammar(rf_sampler *s, rf_grammar *g, const rf_vocab *v);
 /* For sampling on the device: whether s has a grammar; its mask for the next draw (bit i % 8
  * of byte i / 8: token i allowed, (n_vocab + 7) / 8 bytes, valid until the next call on s) and
- * the number of allowed tokens in *n_ok (0: none; the choice must end with rf_sampler_dev_pick's
+ * the number of allowed tokens in *n_ok (0: none; the choice must end with rf_sampler_grammar_pick's
  * fallback). */
 bool rf_sampler_has_grammar(const rf_sampler *s);
 const uint8_t *rf_sampler_grammar_mask(rf_sampler *s, int32_t *n_ok);
-/* The token a device draw under s's mask gives: id advances the grammar and is returned; when
+/* The token a draw under s's mask gives (on the host or the device): id advances the grammar and is returned; when
  * the grammar admitted nothing (n_ok was 0) or refuses id (every allowed logit was NaN) it is
  * an end-of-generation token (the choice ends with "stop"), as rf_sampler_sample does. */
-int32_t rf_sampler_dev_pick(rf_sampler *s, int32_t id, bool none_allowed);
+int32_t rf_sampler_grammar_pick(rf_sampler *s, int32_t id, bool none_allowed);
 
 #endif

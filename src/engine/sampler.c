@@ -106,20 +106,12 @@ int32_t rf_sampler_sample(rf_sampler *s, const float *logits) {
     if (s->gc) {
         int32_t n_ok = 0;
         const uint8_t *mask = rf_gconstraint_mask(s->gc, &n_ok);
-        if (n_ok == 0) {
-            fprintf(stderr, "warning: the grammar admits no token here; the choice ends\n");
-            return rf_gconstraint_eog(s->gc);
-        }
+        if (n_ok == 0) return rf_sampler_grammar_pick(s, -1, true);
         for (int32_t i = 0; i < s->n_vocab; i++)
             if (!((mask[i >> 3] >> (i & 7)) & 1)) w[i] = -INFINITY;
     }
     rf_sample_params sp = {p->temperature, p->top_k, p->top_p, p->min_p};
-    int32_t id = rf_ref_sample(w, s->n_vocab, &sp, u);
-    if (s->gc && id >= 0 && !rf_gconstraint_accept(s->gc, id)) {
-        /* the allowed logits were NaN: the draw fell on a masked token; end the choice */
-        return rf_gconstraint_eog(s->gc);
-    }
-    return id;
+    return rf_sampler_grammar_pick(s, rf_ref_sample(w, s->n_vocab, &sp, u), false);
 }
 
 bool rf_sampler_has_grammar(const rf_sampler *s) { return s->gc != NULL; }
@@ -129,12 +121,13 @@ const uint8_t *rf_sampler_grammar_mask(rf_sampler *s, int32_t *n_ok) {
     return s->gc ? rf_gconstraint_mask(s->gc, n_ok) : NULL;
 }
 
-int32_t rf_sampler_dev_pick(rf_sampler *s, int32_t id, bool none_allowed) {
+int32_t rf_sampler_grammar_pick(rf_sampler *s, int32_t id, bool none_allowed) {
     if (!s->gc) return id;
     if (none_allowed) {
         fprintf(stderr, "warning: the grammar admits no token here; the choice ends\n");
         return rf_gconstraint_eog(s->gc);
     }
+    /* a refused id: the allowed logits were NaN and the draw fell on a masked token */
     if (id >= 0 && !rf_gconstraint_accept(s->gc, id)) return rf_gconstraint_eog(s->gc);
     return id;
 }

@@ -140,7 +140,7 @@ static rf_status pen_room(rf_engine *e, int32_t need) {
 
 /* Row `row`'s grammar mask (rf_sampler's, for its next draw) appended to the step's masks; a
  * grammar that admits nothing leaves the row unmasked and *none set (the pick then ends the
- * choice, rf_sampler_dev_pick). The mask is the host's byte mask read as little-endian words
+ * choice, rf_sampler_grammar_pick). The mask is the host's byte mask read as little-endian words
  * (bit i % 32 of word i / 32 is bit i % 8 of byte i / 8): a plain copy on a little-endian host. */
 static rf_status grammar_row(rf_engine *e, rf_seq *s, rf_sample_row *row, bool *none, rf_step_batch *sb) {
     int32_t n_ok = 0;
