@@ -6,9 +6,12 @@
  * Tolerance: rel. L2 < 1e-2 over the sampled outputs (>= 128), as the int8-x GEMVs (x rounded to int8 per
  * 32 costs ~0.5% per output). Batch invariance: a token's outputs are bit-identical in calls
  * of 512, 100, 64, 33, 9, 8 and 5 tokens wherever it sits in them; determinism: two calls
- * identical; rf_gpu_matmul routes 5..128 tokens here (RF_GPU_MMQ_MIN / _MAX unset). RF_MMQ_BENCH=1 also times
- * MMQ against the earlier paths (GEMV in groups of 8, dequantize + cuBLAS). Skips (77) without
- * a GPU. */
+ * identical; rf_gpu_matmul routes 5..128 tokens here (RF_GPU_MMQ_MIN / _MAX unset). Every tile
+ * configuration (RF_MMQ_CFG 0..5, set per call with rf_knob_override) against the reference at
+ * 65..512 tokens and odd shapes, and bit-identical to the others. RF_MMQ_BENCH=1 also times
+ * MMQ against the earlier paths (GEMV in groups of 8, dequantize + cuBLAS); RF_MMQ_BENCH_CFG=1
+ * times every configuration at 64..512 tokens beside dequantize + cuBLAS (us and int8 TOPS).
+ * Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
 int main(void) {
@@ -138,6 +141,80 @@ static void test_mmq_batch_invariance(void **state) {
     }
 }
 
+/* Every RF_MMQ_CFG (0 auto, 1..5: gpu_mmq.cu's rf_launch_mmq) at 65..512 tokens and odd shapes:
+ * within the bound of test_mmq_vs_ref against rf_ref_matmul on the sampled tokens, and every
+ * output bit-identical to configuration 1's (each output's arithmetic is the same in all tiles) */
+#define N_CFG 6
+static void config_case(rf_rng *r, rf_type t, int64_t n_in, int64_t n_out, const int64_t *nts, int n_nts) {
+    if (!rf_gpu_mmq_supported(t, n_in)) return;
+    int64_t ntmax = 0;
+    for (int k = 0; k < n_nts; k++) ntmax = nts[k] > ntmax ? nts[k] : ntmax;
+    size_t bytes;
+    uint8_t *w = random_weights(r, t, n_out, n_in, &bytes);
+    float *x = host_f32(ntmax * n_in), *got = host_f32(ntmax * n_out), *first = host_f32(ntmax * n_out);
+    rf_rng_fill_normal(r, x, ntmax * n_in, 1.0f);
+    void *dw = dev_from(w, bytes);
+    float *dx = dev_from(x, ntmax * n_in * 4), *dy = dev_poison(ntmax * n_out * 4);
+    for (int k = 0; k < n_nts; k++) {
+        const int64_t nt = nts[k];
+        /* sampled tokens: tile edges of 32, 64 and 128 tokens, the last ones, all below 128 rows */
+        const int64_t cand[] = {0, 1, 31, 32, 63, 64, 127, 128, nt / 2, nt - 2, nt - 1};
+        int64_t samp[16];
+        int ns = 0;
+        for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
+            bool dup = cand[i] < 0 || cand[i] >= nt;
+            for (int j = 0; j < ns && !dup; j++) dup = samp[j] == cand[i];
+            if (!dup) samp[ns++] = cand[i];
+        }
+        float *xs = host_f32(ns * n_in), *want = host_f32(ns * n_out), *gs = host_f32(ns * n_out);
+        for (int j = 0; j < ns; j++) memcpy(xs + j * n_in, x + samp[j] * n_in, n_in * 4);
+        assert_int_equal(rf_ref_matmul(want, w, t, xs, ns, n_in, n_out), RF_OK);
+        for (int cfg = 1; cfg <= N_CFG; cfg++) {
+            char v[4];
+            snprintf(v, sizeof v, "%d", cfg % N_CFG); /* 1..5, then 0 (auto) */
+            assert_int_equal(rf_knob_override(RF_KNOB_MMQ_CFG, v), RF_OK);
+            assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
+            rf_status st = rf_gpu_mmq(g_ctx, dy, dw, t, dx, nt, n_in, n_out);
+            if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
+            assert_int_equal(st, RF_OK);
+            dev_to(got, dy, nt * n_out * 4);
+            for (int j = 0; j < ns; j++) memcpy(gs + j * n_out, got + samp[j] * n_out, n_out * 4);
+            char what[96];
+            snprintf(what, sizeof what, "mmq cfg %d %s nt=%lld %lldx%lld", cfg % N_CFG, rf_type_name(t), (long long)nt,
+                     (long long)n_out, (long long)n_in);
+            check_rel(what, gs, want, ns * n_out, 1e-2);
+            for (int64_t i = 0; i < nt * n_out; i++) assert_false(isnan(got[i]));
+            if (cfg == 1) memcpy(first, got, nt * n_out * 4);
+            else if (memcmp(first, got, nt * n_out * 4)) {
+                fprintf(stderr, "  %s: not bit-identical to cfg 1\n", what);
+                fail();
+            }
+        }
+        free(xs), free(want), free(gs);
+    }
+    assert_int_equal(rf_knob_override(RF_KNOB_MMQ_CFG, NULL), RF_OK); /* unset again */
+    rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
+    free(w), free(x), free(got), free(first);
+}
+
+static void test_mmq_configs(void **state) {
+    (void)state;
+    if (rf_knob_is_set(RF_KNOB_MMQ_CFG)) { /* the knob the test turns; leave a measurement alone */
+        fprintf(stderr, "  test_mmq_configs: skipped, RF_MMQ_CFG is set\n");
+        return;
+    }
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 13);
+    const int64_t big[] = {65, 96, 128, 200, 256, 512}, odd1[] = {200, 33}, odd2[] = {129}, odd3[] = {96, 161};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const rf_type t = k_types[ti];
+        config_case(&r, t, 4096, 4096, big, 6);
+        config_case(&r, t, 4096, 131, odd1, 2);   /* rows past the 128-row tile */
+        config_case(&r, t, 1024, 300, odd2, 1);   /* a short row: few chunks per split */
+        config_case(&r, t, 14336, 1000, odd3, 2); /* a long row, tokens past a 128-token tile */
+    }
+}
+
 /* ---- RF_MMQ_BENCH=1: time per call (host clock over synchronized runs of calls, the weights
  * rotating among copies of > 200 MB so that each call reads them from device memory) ---------- */
 static double now_s(void) {
@@ -227,10 +304,66 @@ static void bench(void) {
     }
 }
 
+/* RF_MMQ_BENCH_CFG=1: every configuration per (type, shape, tokens), timed as bench() times
+ * (weights rotating through > 200 MB), beside dequantize + cuBLAS; TOPS = 2 nt n_in n_out / time */
+static void bench_cfg(void) {
+    const rf_type types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
+    const int64_t shapes[][2] = {{4096, 4096}, {4096, 6144}, {4096, 28672}, {14336, 4096}}; /* n_in, n_out */
+    const int64_t nts[] = {64, 128, 256, 512};
+    fprintf(stderr, "  %-6s %-12s %4s", "type", "n_out x n_in", "tok");
+    for (int c = 1; c <= 5; c++) fprintf(stderr, "   cfg%d us  TOPS", c);
+    fprintf(stderr, "    gemm us  TOPS  auto us\n");
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const rf_type t = types[ti];
+            const int64_t n_in = shapes[si][0], n_out = shapes[si][1];
+            if (!rf_gpu_mmq_supported(t, n_in)) continue;
+            size_t rb;
+            assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
+            const size_t wb = rb * (size_t)n_out;
+            int nmat = (int)(((size_t)200 << 20) / wb) + 1;
+            nmat = nmat < 2 ? 2 : nmat > 64 ? 64 : nmat;
+            void *w[64];
+            for (int i = 0; i < nmat; i++) {
+                assert_int_equal(rf_gpu_alloc(g_ctx, wb, &w[i]), RF_OK);
+                assert_int_equal(rf_gpu_memset(g_ctx, w[i], 0x11 + i, wb), RF_OK); /* finite f16 scales */
+            }
+            float *x, *y;
+            assert_int_equal(rf_gpu_alloc(g_ctx, 512 * n_in * 4, (void **)&x), RF_OK);
+            assert_int_equal(rf_gpu_alloc(g_ctx, 512 * n_out * 4, (void **)&y), RF_OK);
+            assert_int_equal(rf_gpu_memset(g_ctx, x, 0x3c, 512 * n_in * 4), RF_OK);
+            for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+                const int64_t nt = nts[k];
+                char sh[32];
+                snprintf(sh, sizeof sh, "%lldx%lld", (long long)n_out, (long long)n_in);
+                fprintf(stderr, "  %-6s %-12s %4lld", rf_type_name(t), sh, (long long)nt);
+                for (int c = 1; c <= 7; c++) { /* 1..5, 6: gemm, 7: auto (cfg 0) */
+                    char v[4];
+                    snprintf(v, sizeof v, "%d", c == 7 ? 0 : c <= 5 ? c : 0);
+                    assert_int_equal(rf_knob_override(RF_KNOB_MMQ_CFG, v), RF_OK);
+                    const int p = c == 6 ? 2 : 0;
+                    const int reps = nmat * (8 > 64 / nmat ? 8 : 64 / nmat);
+                    for (int i = 0; i < nmat; i++) assert_int_equal(bench_call(p, y, w[i], t, x, nt, n_in, n_out), RF_OK);
+                    assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                    const double t0 = now_s();
+                    for (int i = 0; i < reps; i++) assert_int_equal(bench_call(p, y, w[i % nmat], t, x, nt, n_in, n_out), RF_OK);
+                    assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                    const double us = (now_s() - t0) / reps * 1e6;
+                    if (c == 7) fprintf(stderr, " %8.1f", us);
+                    else fprintf(stderr, " %9.1f %5.0f", us, 2.0 * nt * n_in * n_out / us * 1e-6);
+                }
+                fprintf(stderr, "\n");
+            }
+            assert_int_equal(rf_knob_override(RF_KNOB_MMQ_CFG, NULL), RF_OK); /* unset again */
+            for (int i = 0; i < nmat; i++) rf_gpu_free(g_ctx, w[i]);
+            rf_gpu_free(g_ctx, x), rf_gpu_free(g_ctx, y);
+        }
+}
+
 static void test_mmq_bench(void **state) {
     (void)state;
-    if (!getenv("RF_MMQ_BENCH")) return;
-    bench();
+    if (getenv("RF_MMQ_BENCH")) bench();
+    if (getenv("RF_MMQ_BENCH_CFG")) bench_cfg();
 }
 
 int main(void) {
@@ -239,6 +372,7 @@ int main(void) {
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_mmq_vs_ref),
         cmocka_unit_test(test_mmq_batch_invariance),
+        cmocka_unit_test(test_mmq_configs),
         cmocka_unit_test(test_mmq_bench),
     };
     const struct CMUnitTest just_bench[] = {cmocka_unit_test(test_mmq_bench)};

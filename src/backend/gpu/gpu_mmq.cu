@@ -7,7 +7,8 @@
 #include "backend/gpu/gpu_gemv.cuh"
 
 #define RF_MMQ_BM 128 /* weight rows per block */
-#define RF_MMQ_NW 8   /* warps per block: 8 / WN along the rows x WN (1 or 2) along 32 tokens each */
+#define RF_MMQ_NW 8   /* warps per block: 8 / WN along the rows x WN (1, 2 or 4) along 32 tokens each */
+#define RF_MMQ_SMEM_MAX (227 * 1024) /* dynamic shared memory one block may have (sm_80 163 KB: see rf_mmq_stage) */
 
 #if !defined(RF_HIP) /* mma.sync, cp.async: CUDA only */
 
@@ -37,14 +38,17 @@ template <> struct rf_mmq_fmt<RF_TYPE_Q6_K> {
 /* the tile of BN = 32 WN tokens: bytes of one stage: rows (plus 16 a realigned word may read
  * past the last), x (per token KB blocks of 32 plus 16: the 8 tokens g of one fragment load on
  * distinct banks), records (per token KB records plus 16); ST stages (WN 1: one fewer where that
- * lets 2 blocks share an SM) */
+ * lets 2 blocks share an SM; WN 4: as many of the format's as fit one block, 2 to 3). WN 4 needs
+ * 227 KB of shared memory for Q4_0 / Q4_K / Q5_K in 3 stages (sm_90; on sm_80 / sm_86 the
+ * attribute is refused and the launch fails with a message: use RF_MMQ_CFG 1-3 there) */
 template <int T, int WN, int STX = 0> struct rf_mmq_stage {
     using F = rf_mmq_fmt<T>;
     static constexpr int BN = 32 * WN;
-    static constexpr int ST = STX ? STX : WN == 2 || T == RF_TYPE_Q6_K ? F::ST : F::ST == 4 ? 3 : F::ST == 3 && F::CB > 200 ? 2 : F::ST;
     static constexpr int XT = F::KB * 32 + 16, RS = F::KB * F::REC + 16;
     static constexpr int XO = RF_MMQ_BM * F::SROW + 16, RO = XO + BN * XT;
     static constexpr int BYTES = RO + BN * RS;
+    static constexpr int ST4 = F::ST * BYTES <= RF_MMQ_SMEM_MAX ? F::ST : (F::ST - 1) * BYTES <= RF_MMQ_SMEM_MAX ? F::ST - 1 : 2;
+    static constexpr int ST = STX ? STX : WN == 4 ? ST4 : WN == 2 || T == RF_TYPE_Q6_K ? F::ST : F::ST == 4 ? 3 : F::ST == 3 && F::CB > 200 ? 2 : F::ST;
     static constexpr int SMEM = ST * BYTES;
     static constexpr int MINB = 2 * SMEM + 2048 <= 228 * 1024 ? 2 : 1; /* blocks per SM */
 };
@@ -77,6 +81,15 @@ static __device__ __forceinline__ uint32_t rf_mmq_word(const uint8_t *r, int p) 
     return __byte_perm(*(const uint32_t *)(r + p - 2), *(const uint32_t *)(r + p + 2), 0x5432u);
 }
 
+/* Exact int -> f32 without the conversion unit (16 results per clock per SM on sm_80 / sm_90,
+ * which bounded the kernel: 4 conversions per mma): v + RF_MMQ_MAGIC read as a float is 1.5 2^23
+ * + v exactly for |v| < 2^22, so taking 1.5 2^23 off gives (float)v bit for bit, on the
+ * integer and FMA pipes. The int8 formats' block sums add the bias in the mma's c operand (free):
+ * |sum| <= 32 * 128 * 127 < 2^22. */
+#define RF_MMQ_MAGIC 0x4B400000
+static __device__ __forceinline__ float rf_mmq_unbias(int biased) { return __int_as_float(biased) - 12582912.0f; }
+static __device__ __forceinline__ float rf_mmq_i2f(int v) { return rf_mmq_unbias(v + RF_MMQ_MAGIC); }
+
 /* mmq: y[t, o] = sum_i W[o, i] x[t, i] for the tokens t of blockIdx.x's tile of BN = 32 WN and
  * the rows o of blockIdx.y's tile of 128, over the chunks of blockIdx.z's share of the row
  * (splits shares: the partial sums go to y + z * nt * n_out, summed by rf_k_mmq_reduce). W:
@@ -85,9 +98,10 @@ static __device__ __forceinline__ uint32_t rf_mmq_word(const uint8_t *r, int p) 
  * (8 / WN), warp / (8 / WN)) owns rows 16 WN wm .. + 16 WN - 1 (WN m16 fragments) by tokens
  * 32 wn .. + 31 (four n8 fragments, those wholly past the call's tokens skipped); per
  * 32-element block b, one mma per fragment pair gives the exact int32 sum of q x (Q4_0 / Q4_K /
- * Q5_K: their centres 8 / 8 / 16 taken off in the mma's c operand, - c sum x; Q6_K: two k16
- * products, one per 16-element half with its int8 scale, centre 32 likewise), which is scaled
- * in f32 into the register accumulators: y += d_w d_x s (Q4_K / Q5_K: + (c d sc - dmin m) *
+ * Q5_K: their centres 8 / 8 / 16 taken off in the mma's c operand, - c sum x, which also adds
+ * the bias of rf_mmq_unbias; Q6_K: two k16 products, one per 16-element half with its int8
+ * scale, centre 32 likewise, converted by the conversion unit: its sums reach 2^24), which is
+ * scaled in f32 into the register accumulators: y += d_w d_x s (Q4_K / Q5_K: + (c d sc - dmin m) *
  * the sum of f32 x, as the GEMV's rf_qk_dot). Each output is one thread's running sum over its
  * blocks in row order with the same operations whatever WN, STX, the token count or the
  * token's place in the tile: a token's result has the same bits in every call of the same
@@ -230,8 +244,8 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
                         rf_k4_sm(b, r + 4, &sc, &m);
                         const float d = rf_h2f_bits(*(const uint16_t *)r), dmin = rf_h2f_bits(*(const uint16_t *)(r + 2));
                         constexpr float C = T == RF_TYPE_Q4_K ? 8.0f : 16.0f;
-                        D[mf][h] = d * (float)sc;
-                        CM[mf][h] = C * D[mf][h] - dmin * (float)m;
+                        D[mf][h] = d * rf_mmq_i2f(sc); /* = (float)sc, (float)m: 0..63 */
+                        CM[mf][h] = C * D[mf][h] - dmin * rf_mmq_i2f(m);
                     } else { /* Q6_K: block b = 8 s + 4 hh + kk of super-block s (at 210 s) */
                         const int s = b / 8, hh = b % 8 / 4, kk = b % 4, o = 210 * s;
                         const uint32_t l0 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1));
@@ -267,17 +281,19 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
 #pragma unroll
                         for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
                     } else if constexpr (T == RF_TYPE_Q8_0) {
-                        const int c[4] = {0, 0, 0, 0};
+                        const int c[4] = {RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC};
                         rf_mmq_k32<false>(s, A[mf], X, c);
                     } else {
                         constexpr int C = T == RF_TYPE_Q5_K ? 16 : 8;
-                        const int c[4] = {-C * sx0, -C * sx1, -C * sx0, -C * sx1};
+                        const int c0 = RF_MMQ_MAGIC - C * sx0, c1 = RF_MMQ_MAGIC - C * sx1;
+                        const int c[4] = {c0, c1, c0, c1};
                         rf_mmq_k32<true>(s, A[mf], X, c);
                     }
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float dw = D[mf][i / 2], dxv = i % 2 ? dx1 : dx0;
-                        acc[mf][nf][i] += dw * dxv * (float)s[i];
+                        const float fs = T == RF_TYPE_Q6_K ? (float)s[i] : rf_mmq_unbias(s[i]); /* (float) of the sum */
+                        acc[mf][nf][i] += dw * dxv * fs;
                         if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K)
                             acc[mf][nf][i] += CM[mf][i / 2] * *(const float *)((i % 2 ? q1 : q0) + 8);
                     }
@@ -324,18 +340,27 @@ static rf_status rf_launch_mmq_wn(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     return rf_gpu_launch(ctx, tiles ? "rf_k_mmq (grouped)" : "rf_k_mmq", !tiles, kern, grid, dim3(RF_MMQ_NW * 32),
                          (size_t)smem, y, w, qx, rec, nt, n_in, n_out, rb, splits, tiles);
 }
-/* tiles of 32 tokens (8 warps along the rows: every warp busy) up to 32 tokens, else of 64;
+/* tiles of 32 tokens (8 warps along the rows: every warp busy) up to 32 tokens, of 64 up to
+ * 128, of 128 past that (Q6_K: 64; a 128-token stage of its 16-block chunks does not fit);
  * each output's arithmetic is the same in all (batch invariance holds across them). RF_MMQ_CFG
- * (measurement knob): 1 = tiles of 32 always, 2 = tiles of 64 above 32 tokens in 2 stages, 3 = in
- * the format's stages. */
+ * (measurement knob, read at every call so that a test may change it with rf_knob_override):
+ * 1 = tiles of 32 always, 2 = tiles of 64 above 32 tokens in 2 stages, 3 = in the format's
+ * stages, 4 = tiles of 128 (2 warps along the rows x 4 along the tokens, each warp 64 rows x
+ * 32 tokens: 16 mma per A and B fragment load) at every token count in as many stages as fit,
+ * 5 = the same in 2 stages (Q6_K: 4 and 5 are 3). */
 template <int T>
 static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
                                int nt, int n_in, int n_out, int64_t rb, int splits) {
-    static int cfg = -1;
-    if (cfg < 0) {
-        cfg = (int)rf_knob_int(RF_KNOB_MMQ_CFG);
+    const int cfg = (int)rf_knob_int(RF_KNOB_MMQ_CFG);
+    if constexpr (T != RF_TYPE_Q6_K) {
+        if (cfg == 4 || (cfg == 0 && nt > 128)) return rf_launch_mmq_wn<T, 4>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+        if (cfg == 5) {
+            constexpr int S5 = rf_mmq_stage<T, 4>::ST == 2 ? 0 : 2; /* one instance where the default is 2 */
+            return rf_launch_mmq_wn<T, 4, S5>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+        }
     }
-    if (nt <= 32 || cfg == 1) return rf_launch_mmq_wn<T, 1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+    if (cfg == 1 || (nt <= 32 && cfg != 4 && cfg != 5))
+        return rf_launch_mmq_wn<T, 1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
     /* Q4_0 in 2 stages fits 2 blocks per SM: better where the grid fills them (28672 x 4096 at
      * 64 tokens: 118 -> 96 us), worse where few blocks need the deeper ring (4096 x 4096: 23 -> 26) */
     const int64_t blocks = (int64_t)(n_out + RF_MMQ_BM - 1) / RF_MMQ_BM * ((nt + 63) / 64) * splits;
