@@ -36,6 +36,7 @@ extern "C" {
     X(POOL_SPIN, INT, "2000", 1, 1000000000, "CPU thread pool: spin iterations before a worker sleeps") \
     X(GPU_GRAPHS, BOOL, "on", 0, 0, "GPU: decode steps replayed as CUDA/HIP graphs (off: kernel by kernel)") \
     X(GPU_STEP_TRACE, BOOL, "off", 0, 0, "engine on a GPU: one stderr line per step (tokens, copies, graph launches)") \
+    X(GPU_OP_TIMES, BOOL, "off", 0, 0, "GPU: time every eager kernel by name, table on stderr at exit (with RF_GPU_GRAPHS=0)") \
     X(GPU_SYNC, BOOL, "off", 0, 0, "GPU: synchronize after every kernel so a fault names it (slow)") \
     X(GPU_PDL, BOOL, "on", 0, 0, "GPU (sm_90+): programmatic dependent launch")                      \
     X(GPU_UNFUSED, BOOL, "off", 0, 0, "GPU: the unfused decode ops (fused-vs-unfused A/B)")          \
