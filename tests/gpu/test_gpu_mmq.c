@@ -71,7 +71,7 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
     dev_to(got2, dy, nt * n_out * 4);
     assert_memory_equal(got, got2, nt * n_out * 4);
     /* rf_gpu_matmul takes MMQ for these token counts (default RF_GPU_MMQ_MIN / _MAX) */
-    if (!rf_knob_is_set(RF_KNOB_GPU_MMQ_MAX) && !rf_knob_is_set(RF_KNOB_GPU_MMQ_MIN) && nt >= 5 && nt <= 128) {
+    if (!rf_knob_is_set(RF_KNOB_GPU_MMQ_MAX) && !rf_knob_is_set(RF_KNOB_GPU_MMQ_MIN) && nt >= 5 && nt <= rf_knob_int(RF_KNOB_GPU_MMQ_MAX)) {
         assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
         assert_int_equal(rf_gpu_matmul(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
         dev_to(got2, dy, nt * n_out * 4);

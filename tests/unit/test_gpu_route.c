@@ -16,7 +16,7 @@ static rf_gpu_route_facts facts(rf_type t, int64_t n, bool mmq) {
     memset(&f, 0, sizeof f);
     f.type = t, f.n_tokens = n, f.n_in = 4096, f.n_out = 4096;
     f.mmq = mmq, f.gemv = true, f.blas = true;
-    f.mmq_min = 5, f.mmq_max = 128, f.gemv_max = 64; /* the knobs' defaults (docs/knobs.md) */
+    f.mmq_min = 5, f.mmq_max = 96, f.gemv_max = 64; /* the knobs' defaults (docs/knobs.md) */
     return f;
 }
 
@@ -28,7 +28,7 @@ static rf_gpu_route_kind route(rf_type t, int64_t n, bool mmq) {
 static void test_defaults(void **state) {
     (void)state;
     for (int64_t n = 1; n <= 600; n++) {
-        const rf_gpu_route_kind want = n <= 4 ? RF_ROUTE_GEMV : n <= 128 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS;
+        const rf_gpu_route_kind want = n <= 4 ? RF_ROUTE_GEMV : n <= 96 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS;
         if (route(RF_TYPE_Q4_0, n, true) != want) fail_msg("q4_0 n=%lld: %s", (long long)n, rf_gpu_route_name(route(RF_TYPE_Q4_0, n, true)));
         /* no MMQ kernel (Q4_1, or a device older than sm_80): GEMV, groups of 8 up to 64, BLAS */
         const rf_gpu_route_kind w2 = n <= 8 ? RF_ROUTE_GEMV : n <= 64 ? RF_ROUTE_GEMV_GROUPS : RF_ROUTE_BLAS;

@@ -13,7 +13,8 @@ rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
     if (f->invariant) return f->mmq && n >= 1 ? RF_ROUTE_MMQ : RF_ROUTE_NONE;
     /* MMQ from RF_GPU_MMQ_MIN (default 5): on the H100 2 and 4 sequences of 8B Q4_0 lost with it
      * (3.34 -> 6.00, 5.27 -> 6.07 ms a step), 8 gained (6.52 -> 6.11); up to RF_GPU_MMQ_MAX
-     * (default 128: it beat dequantize + cuBLAS at 128 tokens in every shape measured, lost at 512) */
+     * (default 96: on an H200 it beats dequantize + cuBLAS at 64 tokens and loses at 128 in every type
+     * and shape measured, docs/PERFORMANCE.md 2026-11-29; the 128-sequence step 20.9 -> 18.8 ms) */
     const int64_t mmq_min = f->mmq_min < 1 ? 1 : f->mmq_min;
     if (f->mmq && n >= mmq_min && n <= f->mmq_max) return RF_ROUTE_MMQ;
     if (n <= 8) return RF_ROUTE_GEMV;
