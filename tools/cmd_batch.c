@@ -36,7 +36,7 @@ static const char k_batch_usage[] =
     "  -j, --json-schema JSON, --json-schema-file FILE   constrain every output to JSON of a schema ('{}': any object)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  -c, --ctx N             positions per sequence (default: trained length, capped to 4096 and memory)\n"
-    "  -b, --batch N           token budget of one engine step (default 512, at least P)\n"
+    "  -b, --batch N           token budget of one engine step (default 512, 2 x P past 256)\n"
     "  --kv-type T             KV cache type: f16 (default), f32, q8_0\n"
     "  --kv-blocks N           KV pool size in blocks (default: ctx x parallel positions, capped to memory)\n"
     "  --block-size N          positions per KV block (default 16)\n"

@@ -28,7 +28,7 @@ static const char k_serve_usage[] =
     "  --parallel N            sequences generated at once (default 4); more requests wait, first come first served\n"
     "  --max-queue N           requests that may wait beyond --parallel before a 503 (default 256)\n"
     "  -c, --ctx N             positions per sequence: prompt + max_tokens must fit (default: trained length, capped to 4096)\n"
-    "  -b, --batch N           token budget of one engine step (default 512, at least --parallel)\n"
+    "  -b, --batch N           token budget of one engine step (default 512, 2 x --parallel past 256)\n"
     "  --kv-blocks N           KV pool size in blocks (default: ctx x parallel positions)\n"
     "  --block-size N          positions per KV block (default 16)\n"
     "  --kv-type T             KV cache type: f16 (default), f32, q8_0\n"

@@ -215,7 +215,7 @@ typedef struct rf_event rf_event;
 typedef enum rf_engine_opt {
     RF_ENGINE_CTX = 0,      /* positions per sequence; 0 (default) = trained length capped to 4096 */
     RF_ENGINE_PARALLEL,     /* sequences running at once (default 4); more wait, first come first served */
-    RF_ENGINE_BATCH,        /* token budget of a step (default 512; raised to PARALLEL if smaller) */
+    RF_ENGINE_BATCH,        /* token budget of a step (0 = default: 512, twice PARALLEL past 256; raised to PARALLEL if smaller) */
     RF_ENGINE_KV_BLOCKS,    /* pool size in blocks; 0 (default) = blocks for CTX x PARALLEL positions */
     RF_ENGINE_BLOCK_SIZE,   /* positions per KV block (default 16, docs/engine.md says why) */
     RF_ENGINE_KV_TYPE,      /* an rf_type: RF_TYPE_F16 (default), RF_TYPE_F32 or RF_TYPE_Q8_0 */

@@ -8,7 +8,7 @@
 #include "rocmforge/quant.h"
 
 rf_engine_config rf_engine_config_default(void) {
-    return (rf_engine_config){.n_ctx = 0, .n_parallel = 4, .n_batch = 512, .n_blocks = 0, .block_size = 16,
+    return (rf_engine_config){.n_ctx = 0, .n_parallel = 4, .n_batch = 0, .n_blocks = 0, .block_size = 16,
                               .kv_type = RF_TYPE_F16, .prefix_cache = true, .n_threads = 0};
 }
 
@@ -73,13 +73,20 @@ rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **o
     rf_status st = rf_kv_bytes_per_pos(m, kv_type, &per_pos);
     if (st) return st;
     bool on_dev = rf_backend_on_device(m->be);
+    /* the step's capacity: 0 = 512 tokens, and twice the sequences past 256, so that prompt chunks
+     * still find room in a step in which every running sequence decodes (the step budget rule,
+     * rf_sched_prompt_room); a smaller explicit one is kept, with a warning when it leaves none */
+    if (n_batch == 0) n_batch = n_parallel > 256 ? 2 * n_parallel : 512;
+    else if (n_batch <= n_parallel)
+        rf_log(RF_LOG_WARN, "engine: a step of %d tokens with %d sequences leaves no room for prompt tokens while all "
+               "decode (new requests wait for one to finish): raise --batch above %d", n_batch, n_parallel, n_parallel);
     /* the memory plan: what the step's buffers take comes off the budget before the pool */
     uint64_t budget = avail_memory() / 2, buffers = 0, dev_free = 0;
     if (on_dev) {
         size_t fr = 0, tot = 0;
         if ((st = rf_model_gpu_mem(m, &fr, &tot))) return st; /* the fullest GPU of a split */
         dev_free = fr;
-        buffers = rf_fwd_buffer_bytes(m, n_batch ? n_batch : 512, n_parallel);
+        buffers = rf_fwd_buffer_bytes(m, n_batch, n_parallel);
         uint64_t margin = 256u << 20;
         budget = fr > buffers + margin ? fr - buffers - margin : 0;
     }
@@ -116,7 +123,6 @@ rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **o
                             "a KV pool of %d blocks of %d positions cannot hold one sequence of the context of %d "
                             "(needs %d blocks: raise --kv-blocks or lower --ctx)",
                             n_blocks, block_size, n_ctx, need);
-    if (n_batch == 0) n_batch = 512;
     if (n_batch < n_parallel) n_batch = n_parallel;
     int32_t lrows = 1;
     while (lrows < n_parallel) lrows *= 2; /* room for the padded decode bucket on a device */
