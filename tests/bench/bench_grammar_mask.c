@@ -7,6 +7,7 @@
  * against that walk bit for bit (slow), -v prints each walk (its time, what the state admits,
  * the text before it).
  *   rf_bench_grammar_mask MODEL.gguf [-n SEQS] [-s STEPS] [-j SCHEMA] [--seed N] [--old] [--check] [-v] */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +88,6 @@ int main(int argc, char **argv) {
     uint32_t *x = calloc((size_t)n_seq, sizeof *x);
     bool *done = calloc((size_t)n_seq, sizeof *done);
     double *t = calloc((size_t)steps, sizeof *t);
-    int32_t *pend = calloc((size_t)n_seq, sizeof *pend);
     uint8_t *copy = malloc((size_t)mb);
     char **text = calloc((size_t)n_seq, sizeof *text);
     size_t *tlen = calloc((size_t)n_seq, sizeof *tlen);
@@ -117,7 +117,6 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "step %d seq %d: walk %.3f ms%s, %d allowed, after \"%.*s\"\n", s, i, now_ms() - b,
                         f1 > f0 ? " (loop table)" : "", n_ok, (int)(tlen[i] < 12 ? tlen[i] : 12),
                         text[i] + (tlen[i] < 12 ? 0 : tlen[i] - 12));
-            pend[i] = n_ok;
             (void)m;
             live++;
         }
@@ -179,6 +178,6 @@ int main(int argc, char **argv) {
     rf_grammar_unref(g);
     rf_vocab_free(v);
     rf_gguf_close(gf);
-    free(c), free(ref), free(x), free(done), free(t), free(pend), free(copy), free(text), free(tlen);
+    free(c), free(ref), free(x), free(done), free(t), free(copy), free(text), free(tlen);
     return mism ? 1 : 0;
 }
