@@ -257,6 +257,22 @@ static bool centry_is(const centry *e, const int32_t *key, int32_t nk, uint64_t 
     return e->mask && e->hash == h && e->n_key == nk && !memcmp(e->key, key, (size_t)nk * sizeof(int32_t));
 }
 
+/* The stack sets a constraint's walks meet, interned, with their transitions by byte computed
+ * once each: a walk then costs a table lookup per trie node instead of a recognizer step (a
+ * bounded string, maxLength, has no self-loop: each of its states is met once per walk at
+ * every trie node). Kept across walks (the grammar does not change), emptied when half full. */
+#define DFA_MAX 4096
+#define DFA_SLOTS 8192 /* open addressing, a power of 2 above 2 * DFA_MAX */
+typedef struct gdfa {
+    rf_gstate *st; /* [cap] */
+    rf_gclass *u;  /* [cap] the bytes st[i] takes */
+    uint64_t *hash;
+    int32_t *next; /* [cap * 256] the state after a byte: -2 not computed, -1 none */
+    int32_t n, cap;
+    int32_t *slot; /* [DFA_SLOTS] id + 1, 0 empty */
+    bool full;     /* a walk met more than DFA_MAX states: it is redone as the plain walk */
+} gdfa;
+
 struct rf_gconstraint {
     rf_gmatch *m;
     vtrie *t;
@@ -270,6 +286,7 @@ struct rf_gconstraint {
     bool failed; /* past the grammar's limits during a walk: nothing allowed */
     int mode;    /* RF_GMASK_NO_CACHE | RF_GMASK_NO_FAST (tests, benchmarks) */
     int64_t n_walks, n_fast;
+    gdfa d;
 };
 
 void rf_gconstraint_set_mode(rf_gconstraint *c, int mode) { c->mode = mode; }
@@ -308,6 +325,12 @@ void rf_gconstraint_free(rf_gconstraint *c) {
         free(c->cache[i].mask);
     }
     free(c->key);
+    for (int32_t i = 0; i < c->d.cap; i++) rf_gstate_free(&c->d.st[i]);
+    free(c->d.st);
+    free(c->d.u);
+    free(c->d.hash);
+    free(c->d.next);
+    free(c->d.slot);
     free(c);
 }
 
@@ -402,6 +425,99 @@ static void walk(rf_gconstraint *c, const rf_grammar *g, const tnode *nodes, con
     }
 }
 
+/* A hash of a stack set that does not depend on the order of its stacks. */
+static uint64_t gstate_hash(const rf_gstate *s) {
+    uint64_t h = 0;
+    for (int32_t i = 0; i < s->n; i++) {
+        uint64_t x = 1469598103934665603ull ^ (uint64_t)s->len[i];
+        for (int32_t k = 0; k < s->len[i]; k++) x = (x ^ (uint32_t)s->data[s->off[i] + k]) * 1099511628211ull;
+        x ^= x >> 29;
+        h += x * 0xbf58476d1ce4e5b9ull;
+    }
+    return h ^ (uint64_t)s->n;
+}
+
+static void dfa_reset(gdfa *d) {
+    d->n = 0;
+    d->full = false;
+    if (d->slot) memset(d->slot, 0, DFA_SLOTS * sizeof(int32_t));
+}
+
+/* s's id in d (added when new); -1 when d is full or out of memory (d->full set). */
+static int32_t dfa_intern(const rf_grammar *g, gdfa *d, const rf_gstate *s) {
+    if (!d->slot && !(d->slot = calloc(DFA_SLOTS, sizeof(int32_t)))) return d->full = true, -1;
+    uint64_t h = gstate_hash(s);
+    uint32_t at = (uint32_t)(h ^ (h >> 32)) & (DFA_SLOTS - 1);
+    for (; d->slot[at]; at = (at + 1) & (DFA_SLOTS - 1)) {
+        int32_t id = d->slot[at] - 1;
+        if (d->hash[id] == h && gstate_equal(&d->st[id], s)) return id;
+    }
+    if (d->n >= DFA_MAX) return d->full = true, -1;
+    if (d->n == d->cap) {
+        int32_t cap = d->cap ? d->cap * 2 : 64;
+        rf_gstate *st = realloc(d->st, (size_t)cap * sizeof *st);
+        if (st) d->st = st;
+        rf_gclass *u = realloc(d->u, (size_t)cap * sizeof *u);
+        if (u) d->u = u;
+        uint64_t *hh = realloc(d->hash, (size_t)cap * sizeof *hh);
+        if (hh) d->hash = hh;
+        int32_t *nx = realloc(d->next, (size_t)cap * 256 * sizeof *nx);
+        if (nx) d->next = nx;
+        if (!st || !u || !hh || !nx) return d->full = true, -1;
+        memset(d->st + d->cap, 0, (size_t)(cap - d->cap) * sizeof *st);
+        d->cap = cap;
+    }
+    int32_t id = d->n;
+    if (!rf_gstate_copy(&d->st[id], s)) return d->full = true, -1;
+    first_bytes(g, s, &d->u[id]);
+    d->hash[id] = h;
+    for (int k = 0; k < 256; k++) d->next[(size_t)id * 256 + k] = -2;
+    d->n++;
+    d->slot[at] = id + 1;
+    return id;
+}
+
+/* walk's twin over interned states: the same tokens (each step is the same set function of the
+ * same set), each (state, byte) stepped once. */
+static void walk_dfa(rf_gconstraint *c, const rf_grammar *g, const tnode *nodes, const int32_t *tok_next, int32_t node,
+                     int32_t depth, int32_t id, int32_t *n_allowed) {
+    gdfa *d = &c->d;
+    if (depth >= TRIE_MAX_DEPTH || d->full) return;
+    for (int32_t ch = nodes[node].child; ch >= 0; ch = nodes[ch].sibling) {
+        unsigned char b = nodes[ch].byte;
+        if (!rf_gclass_has(&d->u[id], b)) continue;
+        int32_t nx = d->next[(size_t)id * 256 + b];
+        if (nx == -2) {
+            int r = rf_gstate_step(g, &c->w, &d->st[id], b, &c->lv[1]);
+            if (r < 0) c->failed = true;
+            nx = r > 0 ? dfa_intern(g, d, &c->lv[1]) : -1;
+            if (d->full) return;
+            d->next[(size_t)id * 256 + b] = nx;
+        }
+        if (nx < 0) continue;
+        for (int32_t t = nodes[ch].tok; t >= 0; t = tok_next[t]) {
+            c->mask[t >> 3] |= (uint8_t)(1u << (t & 7));
+            (*n_allowed)++;
+        }
+        walk_dfa(c, g, nodes, tok_next, ch, depth + 1, nx, n_allowed);
+    }
+}
+
+/* The interned walk from st over a trie (the whole one or a loop table's suffix trie); false
+ * when it met too many states (the mask is then partial: the caller redoes it). */
+static bool dfa_walk(rf_gconstraint *c, const rf_grammar *g, const tnode *nodes, const int32_t *tok_next,
+                     const rf_gstate *st, int32_t *n_allowed) {
+    if (c->d.n > DFA_MAX / 2) dfa_reset(&c->d);
+    c->d.full = false;
+    int32_t id = dfa_intern(g, &c->d, st);
+    if (id >= 0) walk_dfa(c, g, nodes, tok_next, 0, 0, id, n_allowed);
+    if (c->d.full) {
+        dfa_reset(&c->d);
+        return false;
+    }
+    return true;
+}
+
 /* The mask from stack set st (c->lv[0]) through a loop table: when st takes most bytes and
  * many of them lead back to st itself (a JSON string's inside), the tokens made of those bytes
  * are a copy of the table's bitset and only the suffix trie (the other tokens from their first
@@ -419,7 +535,12 @@ static bool fast_walk(rf_gconstraint *c, const rf_grammar *g, const rf_gstate *s
     if (!l) return false;
     memcpy(c->mask, l->all, (size_t)c->mask_bytes);
     *n_allowed = l->n_all;
-    walk(c, g, l->nodes, l->tok_next, 0, 0, st, &lc, n_allowed);
+    if (!dfa_walk(c, g, l->nodes, l->tok_next, st, n_allowed)) {
+        memcpy(c->mask, l->all, (size_t)c->mask_bytes); /* too many states: the plain walk */
+        *n_allowed = l->n_all;
+        c->failed = false;
+        walk(c, g, l->nodes, l->tok_next, 0, 0, st, &lc, n_allowed);
+    }
     c->n_fast++;
     return true;
 }
@@ -499,7 +620,14 @@ const uint8_t *rf_gconstraint_mask(rf_gconstraint *c, int32_t *n_allowed) {
     c->failed = false;
     c->n_walks++;
     if (rf_gstate_copy(&c->lv[0], s)) {
-        if ((c->mode & RF_GMASK_NO_FAST) || !fast_walk(c, g, &c->lv[0], &n)) {
+        bool done = !(c->mode & RF_GMASK_NO_FAST) && fast_walk(c, g, &c->lv[0], &n);
+        if (!done && !(c->mode & RF_GMASK_NO_FAST)) { /* the whole trie, interned */
+            memset(c->mask, 0, (size_t)c->mask_bytes);
+            n = 0;
+            done = dfa_walk(c, g, c->t->nodes, c->t->tok_next, &c->lv[0], &n);
+            if (!done) c->failed = false;
+        }
+        if (!done) {
             memset(c->mask, 0, (size_t)c->mask_bytes);
             n = 0;
             walk(c, g, c->t->nodes, c->t->tok_next, 0, 0, &c->lv[0], NULL, &n);

@@ -26,7 +26,7 @@ static const char *DEFAULT_SCHEMA =
 
 static double now_ms(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); /* the thread's own time: the VM is shared */
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 

@@ -442,6 +442,13 @@ static void test_mask_smollm2(void **state) {
     assert_non_null(g);
     for (uint32_t seed = 11; seed <= 14; seed++) check_fast(v, g, NULL, seed, 40, &n_fast);
     rf_grammar_unref(g);
+    /* a bounded string (no self-loop: the interned walk of the whole trie) and bounded numbers */
+    g = schema("{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":6},"
+               "\"n\":{\"type\":\"integer\",\"minimum\":-5,\"maximum\":300}},\"required\":[\"s\",\"n\"]}", err, sizeof err);
+    assert_non_null(g);
+    check_fast(v, g, "{\"s\": \"ab\\\"\u00e9z\", \"n\": 299}", 0, 0, &n_fast);
+    check_fast(v, g, NULL, 15, 30, &n_fast);
+    rf_grammar_unref(g);
     assert_true(n_fast > 20); /* the fast path was taken, not only the reference on both sides */
 #endif
     rf_vocab_free(v);
