@@ -92,6 +92,21 @@ static void trie_free(vtrie *t) {
     free(t);
 }
 
+/* Copies the subtree of old's node `at` into nw in depth-first order (children in their order):
+ * a walk then reads the node array mostly forward instead of jumping through it. */
+static int32_t relayout(const tnode *old, tnode *nw, int32_t at, int32_t *n) {
+    int32_t me = (*n)++, prev = -1;
+    nw[me] = old[at];
+    nw[me].child = nw[me].sibling = -1;
+    for (int32_t ch = old[at].child; ch >= 0; ch = old[ch].sibling) {
+        int32_t c = relayout(old, nw, ch, n);
+        if (prev < 0) nw[me].child = c;
+        else nw[prev].sibling = c;
+        prev = c;
+    }
+    return me;
+}
+
 static vtrie *trie_build(const rf_vocab *v) {
     vtrie *t = calloc(1, sizeof *t);
     int32_t nv = rf_vocab_n_tokens(v);
@@ -128,6 +143,14 @@ static vtrie *trie_build(const rf_vocab *v) {
         t->nodes[at].tok = id;
     }
     t->boff[nv] = (int32_t)n_bytes;
+    tnode *nw = malloc((size_t)t->n_nodes * sizeof *nw);
+    if (nw) { /* without the memory, the insertion order serves */
+        int32_t n = 0;
+        relayout(t->nodes, nw, 0, &n);
+        free(t->nodes);
+        t->nodes = nw;
+        t->cap_nodes = t->n_nodes;
+    }
     return t;
 fail:
     trie_free(t);
