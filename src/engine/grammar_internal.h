@@ -60,4 +60,13 @@ bool rf_gstate_accepting(const rf_gstate *s);
 const rf_gstate *rf_gmatch_state(const rf_gmatch *m);
 rf_grammar *rf_gmatch_grammar(const rf_gmatch *m);
 
+/* grammar_mask.c, for tests and benchmarks: how a constraint computes masks. NO_CACHE: every
+ * mask walked (no lookups in its own or the grammar's cache, nothing stored); NO_FAST: the
+ * whole-vocabulary walk even where a loop table would do (the reference the fast path is
+ * checked against). Stats: masks walked (cache misses) and how many of them took a loop table. */
+#define RF_GMASK_NO_CACHE 1
+#define RF_GMASK_NO_FAST 2
+void rf_gconstraint_set_mode(rf_gconstraint *c, int mode);
+void rf_gconstraint_stats(const rf_gconstraint *c, int64_t *walks, int64_t *fast);
+
 #endif

@@ -1,7 +1,8 @@
 /* test_grammar.c — constrained decoding: the byte grammar's recognizer on JSON (any object and
  * schemas: nested, anyOf, enum, arrays with bounds), schemas refused with the keyword named,
  * GBNF parsing (classes, repetition, groups, errors), and the token mask over SmolLM2's
- * vocabulary (checked token by token against the recognizer) when the model is present. */
+ * vocabulary (checked token by token against the recognizer, and the loop-table fast path bit
+ * for bit against the whole-vocabulary walk) when the model is present. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "engine/grammar.h"
+#include "engine/grammar_internal.h"
 #include "rocmforge/gguf.h"
 #include "rocmforge/tokenizer.h"
 #include "test_util.h"
@@ -348,6 +350,62 @@ static void check_mask(const rf_vocab *v, rf_grammar *g, const char *path) {
     rf_gconstraint_free(c);
 }
 
+
+/* The fast path (loop tables) against the whole-vocabulary walk, bit for bit, with no cache on
+ * either side: along `path` (tokenized) when walk_seed is 0, else along a walk that draws each
+ * next token from the mask (seeded, favouring long tokens so strings fill with text). */
+static void check_fast(const rf_vocab *v, rf_grammar *g, const char *path, uint32_t walk_seed, int steps, int64_t *n_fast) {
+    rf_gconstraint *f, *r;
+    assert_int_equal(rf_gconstraint_new(g, v, &f), RF_OK);
+    assert_int_equal(rf_gconstraint_new(g, v, &r), RF_OK);
+    rf_gconstraint_set_mode(f, RF_GMASK_NO_CACHE);
+    rf_gconstraint_set_mode(r, RF_GMASK_NO_CACHE | RF_GMASK_NO_FAST);
+    int32_t nv = rf_vocab_n_tokens(v), mb = (nv + 7) / 8;
+    int32_t *ids = malloc(4096 * sizeof(int32_t));
+    uint8_t *fm = malloc((size_t)mb);
+    size_t n_ids = 0;
+    if (!walk_seed) assert_int_equal(rf_tokenize(v, path, strlen(path), false, false, ids, 4096, &n_ids), RF_OK);
+    else n_ids = (size_t)steps;
+    uint32_t x = walk_seed;
+    for (size_t k = 0; k < n_ids; k++) {
+        int32_t nf = 0, nr = 0;
+        memcpy(fm, rf_gconstraint_mask(f, &nf), (size_t)mb);
+        const uint8_t *rm = rf_gconstraint_mask(r, &nr);
+        if (memcmp(fm, rm, (size_t)mb)) {
+            int32_t id = 0;
+            while (((fm[id >> 3] ^ rm[id >> 3]) >> (id & 7) & 1) == 0) id++;
+            fail_msg("step %zu: token %d fast %d, reference %d", k, id, (fm[id >> 3] >> (id & 7)) & 1, (rm[id >> 3] >> (id & 7)) & 1);
+        }
+        assert_int_equal(nf, nr);
+        int32_t id = ids[k];
+        if (walk_seed) { /* the longest of 8 drawn allowed tokens that is not end-of-generation */
+            if (nr == 0) break;
+            id = -1;
+            size_t best = 0;
+            for (int tries = 0; tries < 4000 && best < 8; tries++) {
+                x = x * 1664525u + 1013904223u;
+                int32_t t = (int32_t)((x >> 8) % (uint32_t)nv);
+                char buf[256];
+                size_t len = 0;
+                if (!((rm[t >> 3] >> (t & 7)) & 1) || rf_vocab_is_eog(v, t)) continue;
+                if (rf_token_to_piece(v, t, false, buf, sizeof buf, &len) || len <= best) continue;
+                best = len;
+                id = t;
+            }
+            if (id < 0) break; /* only end-of-generation left (or a rare draw): the walk is over */
+        }
+        assert_true(rf_gconstraint_accept(f, id));
+        assert_true(rf_gconstraint_accept(r, id));
+    }
+    int64_t walks, fast;
+    rf_gconstraint_stats(f, &walks, &fast);
+    *n_fast += fast;
+    free(fm);
+    free(ids);
+    rf_gconstraint_free(f);
+    rf_gconstraint_free(r);
+}
+
 static void test_mask_smollm2(void **state) {
     (void)state;
     char path[1200];
@@ -368,7 +426,30 @@ static void test_mask_smollm2(void **state) {
                err, sizeof err);
     assert_non_null(g);
     check_mask(v, g, "{\"name\": \"Zoë said \\\"hi\\\"\", \"n\": -42}");
+    int64_t n_fast = 0;
+    check_fast(v, g, "{\"name\": \"Zoë said \\\"hi\\\" \\u00e9t\\u00E9 \\\\ \\/ ok\", \"n\": 7}", 0, 0, &n_fast);
+    for (uint32_t seed = 1; seed <= 6; seed++) check_fast(v, g, NULL, seed, 40, &n_fast);
     rf_grammar_unref(g);
+    /* an object holding an array of strings (the cost measurement's, docs/PERFORMANCE.md) and
+     * any JSON object: strings at several depths, numbers, keys */
+    g = schema("{\"type\":\"object\",\"properties\":{\"items\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},"
+               "\"required\":[\"items\"]}", err, sizeof err);
+    assert_non_null(g);
+    check_fast(v, g, "{\"items\": [\"first one\", \"zwei \\\"drei\\\"\", \"\", \"emoji \xf0\x9f\x98\x80 ok\"]}", 0, 0, &n_fast);
+    for (uint32_t seed = 7; seed <= 10; seed++) check_fast(v, g, NULL, seed, 40, &n_fast);
+    rf_grammar_unref(g);
+    g = schema(NULL, err, sizeof err);
+    assert_non_null(g);
+    for (uint32_t seed = 11; seed <= 14; seed++) check_fast(v, g, NULL, seed, 40, &n_fast);
+    rf_grammar_unref(g);
+    /* a bounded string (no self-loop: the interned walk of the whole trie) and bounded numbers */
+    g = schema("{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":6},"
+               "\"n\":{\"type\":\"integer\",\"minimum\":-5,\"maximum\":300}},\"required\":[\"s\",\"n\"]}", err, sizeof err);
+    assert_non_null(g);
+    check_fast(v, g, "{\"s\": \"ab\\\"\u00e9z\", \"n\": 299}", 0, 0, &n_fast);
+    check_fast(v, g, NULL, 15, 30, &n_fast);
+    rf_grammar_unref(g);
+    assert_true(n_fast > 20); /* the fast path was taken, not only the reference on both sides */
 #endif
     rf_vocab_free(v);
     rf_gguf_close(gf);
