@@ -43,9 +43,8 @@ json_t *srv_embeddings_final_json(srv_req *r) {
         json_object_set_new(d, "index", json_integer(i));
     }
     json_object_set_new(o, "data", data);
-    /* the name asked for (any name is served by the loaded model), else the server's */
-    const char *model = r->p.model ? r->p.model : r->s->alias;
-    json_object_set_new(o, "model", srv_json_bytes(model, strlen(model)));
+    /* the server's name for its model (--alias or the file name), as the chat answers give it */
+    json_object_set_new(o, "model", srv_json_bytes(r->s->alias, strlen(r->s->alias)));
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(r->u_prompt));
     json_object_set_new(u, "total_tokens", json_integer(r->u_prompt));

@@ -4,14 +4,15 @@ tests/cli/serve_embeddings.sh; serve_test.py's harness; SmolLM2 on the CPU, whos
 pooling_type: last-token pooling):
   - shapes: one string, a list of strings, a list of ids, a list of lists of ids; each vector has
     the model's n_embd floats and unit L2 norm; data in input order with its index; usage counts
-    the prompt tokens; `model` echoes the name asked for;
+    the prompt tokens; `model` names the model as chat answers do (its alias);
   - a batch of inputs equals each input alone, bit for bit (the CPU is batch-invariant), and so
     does a run beside generation requests; ids equal to the text's tokens give the text's vector;
     base64 decodes to the float answer; 'dimensions' equal to n_embd is accepted;
   - the official `openai` client's embeddings.create (its default base64 and float);
   - errors in OpenAI's shape: empty input, an empty string or list, bad types, ids outside the
     vocabulary, an input longer than the context (context_length_exceeded), 'dimensions' other than
-    n_embd, a bad encoding_format; the API key enforced; GET refused.
+    n_embd, a bad encoding_format; the API key enforced; GET refused;
+  - clients hanging up mid-batch: cancelled, every KV block back, the server still answers.
 usage: embeddings_test.py ROCMFORGE MODEL
 Exit 0 = pass, 1 = fail (the first failed check is printed)."""
 import base64
@@ -21,7 +22,10 @@ import struct
 import sys
 import threading
 
-from serve_test import KEY, Server, check, client, expect_error, req
+import socket
+import time
+
+from serve_test import KEY, Server, check, client, expect_error, metrics, req, wait_idle
 
 import server_suite
 
@@ -54,7 +58,7 @@ def test_shapes(srv):
     check(all(isinstance(x, float) for x in v), "floats")
     norm = math.sqrt(sum(x * x for x in v))
     check(abs(norm - 1) < 1e-5, f"L2 norm {norm}")
-    check(j["model"] == "text-embedding-3-small", f"model echoed: {j['model']}")
+    check(j["model"] == json.loads(post_chat(srv))["model"], f"model {j['model']}: not the name chat answers with")
     ids = post_tok(srv, TEXTS[0])
     check(j["usage"] == {"prompt_tokens": len(ids), "total_tokens": len(ids)}, f"usage {j['usage']} vs {len(ids)} tokens")
     j = post(srv, {"input": TEXTS})
@@ -68,6 +72,13 @@ def test_shapes(srv):
     check(vs[0] != vs[1], "different texts give different vectors")
     j = post(srv, {"input": TEXTS[1], "dimensions": 576})
     check(len(vectors(j, 1)[0]) == 576, "dimensions = n_embd accepted")
+
+def post_chat(srv):
+    s, _, data = req(srv, "POST", "/v1/chat/completions", {"model": "gpt-4o", "max_tokens": 1,
+                                                           "messages": [{"role": "user", "content": "hi"}]})
+    check(s == 200, f"chat {s}")
+    return data
+
 
 def post_tok(srv, text):
     s, _, data = req(srv, "POST", "/tokenize", {"content": text, "add_special": True})
@@ -97,7 +108,7 @@ def test_sdk(srv):
     c = client(srv)
     r = c.embeddings.create(model="any-name", input=["hello world", "goodbye world"])
     check(len(r.data) == 2 and len(r.data[0].embedding) == 576, f"SDK (base64 by default): {len(r.data)}")
-    check(r.usage.prompt_tokens > 0 and r.model == "any-name", f"SDK usage {r.usage} model {r.model}")
+    check(r.usage.prompt_tokens > 0 and r.model, f"SDK usage {r.usage} model {r.model}")
     f = c.embeddings.create(model="any-name", input="hello world", encoding_format="float")
     check(f32(f.data[0].embedding) == f32(r.data[0].embedding), "SDK: float equals base64 (as float32)")
 
@@ -119,6 +130,28 @@ def test_with_generation(srv):
         t.join()
     check(not errs, f"generation failed: {errs[:1]}")
     check(mixed == alone, "embeddings beside generation differ from alone")
+
+def drop(srv, body, delay):
+    """Sends an embeddings request and resets the connection after `delay` seconds."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    b = json.dumps(body).encode()
+    s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
+    time.sleep(delay)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
+    s.close()
+
+
+def test_disconnect(srv):
+    """Clients that hang up mid-batch: their requests are cancelled and every KV block returns."""
+    long = "Embeddings map text to vectors. " * 40
+    for delay in (0.0, 0.05, 0.3):
+        drop(srv, {"input": [long] * 12}, delay)
+    m = wait_idle(srv)
+    check(m["rocmforge_kv_blocks_used"] == 0, f"blocks still used: {m['rocmforge_kv_blocks_used']}")
+    (v,) = vectors(post(srv, {"input": "after the hang-ups"}), 1)
+    check(len(v) == 576, "answers after the hang-ups")
+
 
 def test_errors(srv):
     E = "/v1/embeddings"
@@ -146,7 +179,7 @@ def main():
     srv = Server("--parallel", "4", "--api-key", KEY, "-t", "2", "-c", str(N_CTX), "-b", "64")
     return server_suite.run(srv, [("shapes, batch = singles", test_shapes), ("token ids", test_ids), ("base64", test_base64),
                                   ("openai SDK", test_sdk), ("beside generation", test_with_generation),
-                                  ("errors", test_errors)])
+                                  ("errors", test_errors), ("disconnects", test_disconnect)])
 
 if __name__ == "__main__":
     sys.exit(main())
