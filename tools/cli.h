@@ -19,6 +19,7 @@ int rf_cmd_chat(int argc, char **argv);
 int rf_cmd_perplexity(int argc, char **argv);
 int rf_cmd_bench(int argc, char **argv);
 int rf_cmd_serve(int argc, char **argv);
+int rf_cmd_embed(int argc, char **argv);
 
 /* Prints "error: <msg>\n" to stderr; returns `code` for `return rf_cli_fail(2, ...)`. */
 int rf_cli_fail(int code, const char *fmt, ...)

@@ -21,6 +21,7 @@ void rf_test_hooks_from_env(void); /* tests/util/test_hooks_env.c: rocmforge-tes
 #pragma weak rf_cmd_perplexity
 #pragma weak rf_cmd_bench
 #pragma weak rf_cmd_serve
+#pragma weak rf_cmd_embed
 
 typedef struct rf_cmd {
     const char *name;
@@ -66,6 +67,7 @@ int main(int argc, char **argv) {
         {"batch", rf_cmd_batch, "generate for every prompt of a file, many at once (continuous batching)"},
         {"chat", rf_cmd_chat, "interactive chat with the model's template"},
         {"serve", rf_cmd_serve, "OpenAI-compatible HTTP server"},
+        {"embed", rf_cmd_embed, "embeddings of texts as JSON (pooled as the model file says)"},
         {"bench", rf_cmd_bench, "prompt/generation speed and memory bandwidth"},
         {"perplexity", rf_cmd_perplexity, "perplexity of a model over a text file"},
         {"inspect", rf_cmd_inspect, "show a GGUF file's metadata and tensors"},

@@ -255,10 +255,30 @@ typedef enum rf_req_opt {
     RF_REQ_LOGPROBS,         /* -1 (default) none; 0: the chosen token's log-probability; k in 1..20:
                               * also the k most likely tokens (log-softmax of the raw logits) */
     RF_REQ_ADD_SPECIAL,      /* text prompts: 1 (default) adds BOS where the model wants one */
-    RF_REQ_PARSE_SPECIAL     /* text prompts: 1 (default) parses control-token texts in the prompt
+    RF_REQ_PARSE_SPECIAL,    /* text prompts: 1 (default) parses control-token texts in the prompt
                               * as those tokens; 0 tokenizes the prompt as plain text. Chat
                               * messages never: only the template's own markup gives them */
+    RF_REQ_EMBED             /* 0 (default): generate; an rf_pooling (1..3): compute the prompt's
+                              * embedding instead (no tokens generated, no KV kept after): the
+                              * final-norm hidden rows pooled, L2-normalized, delivered by the
+                              * DONE event (rf_event_embedding). One choice; sampling ignored */
 } rf_req_opt;
+
+/* How an embedding pools a prompt's final-norm hidden rows (the values of the GGUF key
+ * <arch>.pooling_type): the mean over every position, the first position's row, or the last's. */
+typedef enum rf_pooling {
+    RF_POOLING_NONE = 0,
+    RF_POOLING_MEAN = 1,
+    RF_POOLING_CLS = 2,
+    RF_POOLING_LAST = 3
+} rf_pooling;
+
+/* The model's pooling: <arch>.pooling_type when it says mean, cls or last; RF_POOLING_LAST when
+ * the key is absent or says none (a causal decoder's last row is the only one that saw the whole
+ * input); RF_POOLING_NONE for a kind it cannot pool (rank: a reranker's head). */
+rf_pooling rf_model_pooling(const rf_model *m);
+/* "mean", "cls", "last" or "none". */
+const char *rf_pooling_str(rf_pooling p);
 
 /* A request under construction (defaults: greedy, no limit, one choice); NULL when out of
  * memory. The engine copies what it needs at submit: the request may be freed or reused after. */
@@ -363,6 +383,9 @@ int32_t rf_event_n_prompt(const rf_event *ev);       /* prompt tokens */
 int32_t rf_event_n_cached(const rf_event *ev);       /* of which found in the prefix cache */
 int32_t rf_event_n_gen(const rf_event *ev);          /* tokens generated so far (EOS included) */
 const char *rf_event_error(const rf_event *ev);      /* DONE with RF_FINISH_ERROR: why; else "" */
+/* DONE of an embedding request (RF_REQ_EMBED) that finished (RF_FINISH_EOS): its vector, *n
+ * floats (the model's n_embd), L2-normalized; NULL (and *n 0) otherwise. */
+const float *rf_event_embedding(const rf_event *ev, int32_t *n);
 
 #ifdef __cplusplus
 }

@@ -219,6 +219,7 @@ void rf_engine_free(rf_engine *e) {
     free(e->pen_counts);
     free(e->b_table);
     free(e->logits);
+    free(e->hid);
     free(e->lp_work);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);

@@ -19,6 +19,7 @@ struct rf_req {
     rf_sampler_params sp;
     int32_t max_tokens, n, logprobs;
     bool ignore_eos, render_special;
+    int32_t pooling;         /* an embedding request's rf_pooling (pooling.c); 0: generation */
     rf_grammar *grammar;     /* constrained decoding (grammar.h), or NULL */
     char *stops[RF_MAX_STOPS];
     size_t stop_len[RF_MAX_STOPS];
@@ -37,6 +38,7 @@ struct rf_request { /* the public builder */
     rf_sampler_params sp;
     int32_t max_tokens, n, logprobs;
     bool ignore_eos, render_special, add_special, parse_special;
+    int32_t pooling;         /* RF_REQ_EMBED */
     rf_grammar *grammar;
     char *stops[RF_MAX_STOPS];
     size_t stop_len[RF_MAX_STOPS];
@@ -63,6 +65,8 @@ struct rf_event {
     float top_lp[RF_MAX_TOP_LOGPROBS];
     rf_finish_reason finish;
     const char *error;
+    const float *embd;       /* an embedding request's DONE: the vector [n_embd] */
+    int32_t n_embd;
 };
 
 /* The engine's configuration, typed: what rf_engine_config_set checks and rf_engine_create reads
@@ -114,6 +118,9 @@ struct rf_engine {
     int32_t s_mask_words;    /* (n_vocab + 31) / 32 */
     bool *s_none;            /* [n_batch] per sample row: its grammar admitted no token */
     rf_seq **b_seqs;         /* [n_batch] the step's sequences, by batch sequence index */
+    float *hid;              /* embedding requests' hidden rows of the step [rows, n_embd] (pooling.c) */
+    size_t hid_cap;          /* floats held */
+    int32_t hid_row;         /* the next row of hid outputs() hands out */
     /* test hooks: replace the forward (scheduler tests) and see block copies */
     rf_status (*fwd_hook)(void *user, rf_engine *e, rf_batch *b, rf_seq *const *seqs, float *logits);
     void (*copy_hook)(void *user, int32_t dst, int32_t src);
@@ -178,6 +185,16 @@ bool rf_engine_emit(rf_req *q, rf_event *ev);
 rf_status rf_engine_seq_setup_gen(rf_engine *e, rf_seq *s, rf_req *q, int32_t choice);
 /* RF_GPU_STEP_TRACE=1: prints what crossed the bus in the step just run. */
 void rf_engine_trace_step(rf_engine *e, const rf_step_batch *sb, int32_t n_seqs, double t_step);
+
+/* pooling.c: embedding requests in the step. rf_step_embed_rows appends the rows the step's
+ * embedding sequences need to the batch's outputs, after the logit rows (the forward hands them
+ * back as final-norm hidden rows, f->n_hidden); a step with any samples on the host.
+ * rf_embed_take folds a sequence's rows of the step just run (the positions [n_computed - n,
+ * n_computed)) into its pooling and, once its prompt is done, finishes it with its vector. */
+rf_status rf_step_embed_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb);
+void rf_embed_take(rf_engine *e, rf_seq *s, int32_t n);
+/* Makes a queued sequence of an embedding request pool instead of generating. */
+rf_status rf_embed_seq_setup(rf_engine *e, rf_seq *s);
 
 /* engine_request.c: moves submitted requests into the waiting queue; frees a request whose
  * choices are all done (only listed ones: a session owns its own). */

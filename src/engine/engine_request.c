@@ -105,6 +105,7 @@ rf_status rf_request_set(rf_request *r, rf_req_opt opt, double v) {
     case RF_REQ_LOGPROBS: INTEGRAL("logprobs"); RANGE("logprobs", -1, RF_MAX_TOP_LOGPROBS); r->logprobs = (int32_t)v; break;
     case RF_REQ_ADD_SPECIAL: r->add_special = v != 0; break;
     case RF_REQ_PARSE_SPECIAL: r->parse_special = v != 0; break;
+    case RF_REQ_EMBED: INTEGRAL("embed"); RANGE("embed", 0, 3); r->pooling = (int32_t)v; break;
     default: return rf_set_error(RF_ERR_INVALID_ARG, "request option %d is unknown", (int)opt);
     }
     return RF_OK;
@@ -332,6 +333,8 @@ rf_status rf_engine_submit(rf_engine *e, const rf_request *r, uint64_t *id) {
     q->logprobs = r->logprobs;
     q->ignore_eos = r->ignore_eos;
     q->render_special = r->render_special;
+    q->pooling = r->pooling;
+    if (q->pooling) q->n = 1;
     q->grammar = r->grammar;
     rf_grammar_ref(q->grammar);
     q->cb = r->cb;
@@ -410,6 +413,13 @@ void rf_engine_intake(rf_engine *e) {
         s->n_prompt = q->n_prompt;
         s->order = e->next_order++;
         s->fork_left = q->n - 1;
+        if (q->pooling && (st = rf_embed_seq_setup(e, s))) {
+            rf_engine_finish_seq(e, s, RF_FINISH_ERROR, "out of memory while queueing the request");
+            q->n_seqs++;
+            rf_seq_free(s);
+            if (--q->n_seqs == 0) rf_engine_release_req(e, q);
+            continue;
+        }
         s->t_start = rf_now_ms();
         q->n_seqs++;
         for (uint32_t i = 0; i < (uint32_t)q->n_prompt; i++) rf_sampler_accept(s->smp, q->prompt[i]);

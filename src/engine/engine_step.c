@@ -105,6 +105,10 @@ static void outputs(rf_engine *e, const rf_step_plan *p, bool dev_sample) {
             e->st_prompt += pe - s->n_computed;
         }
         s->n_computed += n;
+        if (s->pooling) { /* an embedding request: its hidden rows, not published (pooling.c) */
+            rf_embed_take(e, s, n);
+            continue;
+        }
         rf_seq_publish_blocks(s, e->pool, e->block_size);
         int32_t rows = s->want_all ? n : ((last && (s->gen || s->logits_dst)) ? 1 : 0);
         const float *lg = e->logits + (size_t)row * nv;
@@ -151,6 +155,7 @@ rf_status rf_engine_exec_step(rf_engine *e, rf_seq *only) {
     }
     rf_step_batch sb = {.gmode = RF_GRAPH_NONE};
     if (!st) st = rf_step_build(e, p, &sb);
+    if (!st) st = rf_step_embed_rows(e, p, &sb); /* embedding requests' rows (pooling.c) */
     if (!st) st = rf_step_graph_pad(e, p, &sb);
     if (!st && sb.dev_sample) st = rf_step_sample_rows(e, p, &sb);
     if (!st) st = run_batch(e, &sb, p->n_items);

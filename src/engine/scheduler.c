@@ -88,7 +88,8 @@ static bool ensure_blocks(const rf_sched *sc, rf_seq *s, int32_t upto, rf_step_p
 static void prefix_lookup(const rf_sched *sc, rf_seq *s, rf_step_plan *p) {
     if (s->lookup_done) return;
     s->lookup_done = true;
-    if (!rf_kv_pool_prefix_cache(sc->pool) || s->n_blocks > 0) return;
+    /* an embedding pools rows of every position it computes: none may come from the cache */
+    if (!rf_kv_pool_prefix_cache(sc->pool) || s->n_blocks > 0 || s->pooling) return;
     int32_t B = sc->block_size;
     for (int32_t bi = 0; (bi + 1) * B <= s->n_tokens; bi++) {
         uint64_t parent = bi ? s->hashes[bi - 1] : 0;

@@ -25,6 +25,7 @@ void rf_seq_free(rf_seq *s) {
     free(s->tokens);
     free(s->blocks);
     free(s->hashes);
+    free(s->pool_acc);
     free(s);
 }
 

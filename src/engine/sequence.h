@@ -41,6 +41,12 @@ typedef struct rf_seq {
     /* what the step wants back: outputs for all new tokens (session logits) or the last */
     bool want_all;
     float *logits_dst;       /* session: where this step's rows go, NULL = engine's buffer */
+    /* an embedding request (pooling.c): its rf_pooling (0: none), the pooled sum of the rows
+     * seen (double, [n_embd]), and how many leading positions it holds (a recomputation after a
+     * preemption skips them) */
+    int32_t pooling;
+    double *pool_acc;
+    int32_t pool_upto;
     /* rf_generate's bookkeeping */
     double t_start, t_first;
 } rf_seq;

@@ -530,6 +530,12 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
     if (n_out == 0) return RF_OK;
     TRY(op->gather_rows(be, &f->o, &f->x, b, E));
     TRY(op->rmsnorm(be, &f->h, &f->o, &m->output_norm, n_out, E, hp->norm_eps));
+    if (f->n_hidden > 0) { /* embeddings: the last n_hidden rows come out normed, without logits */
+        if (f->n_hidden > n_out) return rf_set_error(RF_ERR_INVALID_ARG, "forward: %d hidden rows of %d outputs", f->n_hidden, n_out);
+        n_out -= f->n_hidden;
+        TRY(op->read_rows(be, &f->h, n_out, f->n_hidden, f->hidden_out));
+        if (n_out == 0) return RF_OK;
+    }
     if (!logits_out) { /* kept on the backend for its sampler */
         if (n_out > f->logit_rows)
             return rf_set_error(RF_ERR_INVALID_ARG, "forward: %d outputs kept on the backend, room for %d", n_out,

@@ -200,6 +200,10 @@ typedef struct rf_fwd {
                                           * the all-reduce */
     struct rf_fwd_rec *rec;              /* gated DeltaNet layers' buffers and state slots (NULL for
                                           * models without; forward_deltanet.c) */
+    /* embeddings (set per step by the engine; 0 otherwise): the last n_hidden of the step's
+     * outputs are read to hidden_out [n_hidden, n_embd] after the final norm, and get no logits */
+    int32_t n_hidden;
+    float *hidden_out;
     struct rf_fwd *dev;                  /* several GPUs: [tp - 1] GPU 1..'s own buffers x .. qkv (this
                                           * struct's are GPU 0's), each sized for one shard's heads */
 } rf_fwd;

@@ -35,6 +35,7 @@ typedef enum srv_route {
     SRV_ROUTE_RESPONSES,  /* OpenAI's /v1/responses, stateless (oai_responses.c) */
     SRV_ROUTE_TOKENIZE,   /* llama-server's /tokenize and /detokenize (oai_tokenize.c) */
     SRV_ROUTE_DETOKENIZE,
+    SRV_ROUTE_EMBEDDINGS, /* OpenAI's /v1/embeddings (oai_embeddings.c) */
     SRV_ROUTE_COUNT
 } srv_route;
 
@@ -130,6 +131,9 @@ typedef struct srv_params {
     bool parse_output;          /* split reasoning / parse tool calls out of the answer */
     bool think_open;            /* the prompt ends inside <think> */
     rf_grammar *grammar;        /* response_format json_object / json_schema or 'grammar' (owned) */
+    /* embeddings (oai_embeddings.c): the inputs are `prompts` */
+    bool embd_base64;           /* encoding_format "base64" (else "float") */
+    int64_t dimensions;         /* 'dimensions' as asked (0: not given) */
 } srv_params;
 
 enum { SRV_TOOL_CHOICE_AUTO = 0, SRV_TOOL_CHOICE_NONE, SRV_TOOL_CHOICE_REQUIRED, SRV_TOOL_CHOICE_NAMED };
@@ -212,6 +216,23 @@ typedef struct srv_prepared {
  * ids outside [0, n_vocab) are a 400. Returns 0, or -1 with *e. */
 int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e);
 void srv_prepared_free(srv_prepared *pr);
+
+/* ---- /v1/embeddings (oai_embeddings.c) ------------------------------------------------------- */
+
+#define SRV_MAX_EMBED_INPUTS 2048 /* inputs in one /v1/embeddings request (OpenAI's limit) */
+
+/* Parses a /v1/embeddings body: 'input' (a string, an array of strings, an array of token ids or
+ * an array of arrays of ids) into p->prompts, 'encoding_format', 'dimensions', 'model'. 0, or -1
+ * with a 400 naming the field. */
+int srv_parse_embeddings(const char *body, size_t len, srv_params *p, srv_error *e);
+/* The engine requests of an embeddings body: one per input, pooled as `pooling` (the model's);
+ * 'dimensions' other than n_embd, a pooling the model cannot do, an input with no tokens or one
+ * longer than the context (context_length_exceeded) are 400s. 0, or -1 with *e. */
+int srv_embed_prepare(rf_engine *eng, int32_t n_ctx, rf_pooling pooling, int32_t n_embd, const srv_params *p,
+                      srv_prepared *out, srv_error *e);
+/* An embedding as the answer writes it: a JSON array of numbers, or base64 of its little-endian
+ * float32 bytes (what the OpenAI SDKs decode). NULL when out of memory. */
+json_t *srv_embedding_json(const float *v, int32_t n, bool base64);
 
 /* ---- output helpers ----------------------------------------------------------------------- */
 

@@ -34,6 +34,8 @@ srv_route srv_route_of(const char *path) {
         {"/responses", SRV_ROUTE_RESPONSES},
         {"/tokenize", SRV_ROUTE_TOKENIZE},
         {"/detokenize", SRV_ROUTE_DETOKENIZE},
+        {"/v1/embeddings", SRV_ROUTE_EMBEDDINGS},
+        {"/embeddings", SRV_ROUTE_EMBEDDINGS},
     };
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (strlen(tab[i].path) == n && !memcmp(tab[i].path, path, n)) return tab[i].r;
@@ -42,7 +44,7 @@ srv_route srv_route_of(const char *path) {
 
 bool srv_route_allows(srv_route r, const char *method, const char **allow) {
     bool post = r == SRV_ROUTE_CHAT || r == SRV_ROUTE_COMPLETIONS || r == SRV_ROUTE_MESSAGES || r == SRV_ROUTE_RESPONSES ||
-                r == SRV_ROUTE_TOKENIZE || r == SRV_ROUTE_DETOKENIZE;
+                r == SRV_ROUTE_TOKENIZE || r == SRV_ROUTE_DETOKENIZE || r == SRV_ROUTE_EMBEDDINGS;
     if (allow) *allow = post ? "POST" : "GET, HEAD";
     if (!method) return false;
     if (post) return !strcmp(method, "POST");
@@ -60,6 +62,7 @@ const char *srv_route_name(srv_route r) {
     case SRV_ROUTE_RESPONSES: return "responses";
     case SRV_ROUTE_TOKENIZE: return "tokenize";
     case SRV_ROUTE_DETOKENIZE: return "detokenize";
+    case SRV_ROUTE_EMBEDDINGS: return "embeddings";
     default: return "other";
     }
 }

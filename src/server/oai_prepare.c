@@ -14,6 +14,7 @@
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
     if (route == SRV_ROUTE_MESSAGES) return srv_parse_messages(body, len, p, e);
     if (route == SRV_ROUTE_RESPONSES) return srv_parse_responses(body, len, p, e);
+    if (route == SRV_ROUTE_EMBEDDINGS) return srv_parse_embeddings(body, len, p, e);
     return srv_parse_openai(route, body, len, p, e);
 }
 

@@ -243,6 +243,14 @@ static bool auth_ok(srv *s, struct MHD_Connection *c, bool *missing) {
 
 static enum MHD_Result finish_request(srv *s, struct MHD_Connection *c, conn_ctx *cc);
 
+/* /v1/embeddings' engine requests, pooled as the model's file says (oai_embeddings.c). */
+static int embed_prepare(srv *s, const srv_params *p, srv_prepared *pr, srv_error *e) {
+    rf_model_info mi;
+    memset(pr, 0, sizeof *pr);
+    if (rf_model_get_info(s->model, &mi)) return srv_fail(e, 503, "server_error", NULL, NULL, "%s", rf_last_error());
+    return srv_embed_prepare(s->eng, s->n_ctx, rf_model_pooling(s->model), mi.n_embd, p, pr, e);
+}
+
 /* The body has arrived: parse, check, queue on the engine and answer (streams at once). */
 static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
     srv_route route = cc->route;
@@ -263,6 +271,12 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
     }
     int n_subs = p.route == SRV_ROUTE_CHAT ? 1 : (int)p.n_prompts;
     int64_t limit = (int64_t)s->cfg.n_parallel + s->cfg.max_queue;
+    if (p.route == SRV_ROUTE_EMBEDDINGS && n_subs > limit) { /* could never be queued: not a retry later */
+        srv_params_free(&p);
+        return fail(s, c, route, 400, "invalid_request_error", NULL, "input",
+                    "'input' has %d entries; this server queues at most %lld at once (--parallel + --max-queue)", n_subs,
+                    (long long)limit);
+    }
     if (atomic_load(&s->active) + n_subs > limit) {
         srv_params_free(&p);
         pthread_mutex_lock(&s->m.mu);
@@ -277,7 +291,7 @@ static enum MHD_Result start_request(srv *s, struct MHD_Connection *c, conn_ctx 
         srv_params_free(&p);
         return send_error(s, c, route, &e);
     }
-    if (srv_prepare(s->eng, s->n_ctx, &p, srv_rng_next(s), &pr, &e)) {
+    if (p.route == SRV_ROUTE_EMBEDDINGS ? embed_prepare(s, &p, &pr, &e) : srv_prepare(s->eng, s->n_ctx, &p, srv_rng_next(s), &pr, &e)) {
         srv_params_free(&p);
         return send_error(s, c, route, &e);
     }

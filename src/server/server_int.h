@@ -96,6 +96,8 @@ typedef struct srv_event {
     char *text;
     size_t len;
     char *error;
+    float *embd;        /* an embedding's DONE: its vector (inline) */
+    int32_t n_embd;
 } srv_event;
 
 typedef struct srv_sub {
@@ -113,6 +115,8 @@ typedef struct srv_choice {
     rf_finish_reason finish;
     bool done;
     srv_chat_stream cs; /* chat with parse_output: reasoning / tool calls split off (tool_calls.h) */
+    float *embd;        /* /v1/embeddings: the input's vector (server_out_embeddings.c) */
+    int32_t n_embd;
 } srv_choice;
 
 struct srv_req {
@@ -259,6 +263,12 @@ json_t *srv_final_json(srv_req *r);
 ssize_t srv_stream_reader(void *cls, uint64_t pos, char *buf, size_t max);
 /* Frees the streaming response's reference. */
 void srv_stream_free(void *cls);
+
+/* ---- server_out_embeddings.c: /v1/embeddings' answer --------------------------------------- */
+/* A DONE event of an embeddings request: its vector kept in its choice. */
+void srv_embed_consume(srv_req *r, srv_choice *ch, const srv_event *e);
+/* {"object": "list", "data": [...], "model", "usage"}; NULL when out of memory. */
+json_t *srv_embeddings_final_json(srv_req *r);
 
 /* ---- server_out_messages.c, server_out_responses.c: the other API shapes' answers ---------- */
 

@@ -24,11 +24,20 @@ static srv_event *event_copy(const rf_event *ev, int sub) {
     rf_finish_reason fin = rf_event_finish(ev);
     const char *err = kind == RF_EVENT_DONE && fin == RF_FINISH_ERROR ? rf_event_error(ev) : NULL;
     size_t elen = err ? strlen(err) : 0;
-    size_t sz = sizeof(srv_event) + (size_t)n_top * (sizeof(int32_t) + sizeof(float)) + len + 1 + (err ? elen + 1 : 0);
+    int32_t n_embd = 0;
+    const float *embd = rf_event_embedding(ev, &n_embd); /* an embedding's vector, first (aligned) */
+    size_t sz = sizeof(srv_event) + (size_t)n_embd * sizeof(float) + (size_t)n_top * (sizeof(int32_t) + sizeof(float)) +
+                len + 1 + (err ? elen + 1 : 0);
     srv_event *e = malloc(sz);
     if (!e) return NULL;
     memset(e, 0, sizeof *e);
     char *p = (char *)(e + 1);
+    if (embd && n_embd > 0) {
+        e->embd = (float *)p;
+        e->n_embd = n_embd;
+        memcpy(p, embd, (size_t)n_embd * sizeof(float));
+        p += (size_t)n_embd * sizeof(float);
+    }
     e->top_id = (int32_t *)p;
     p += (size_t)n_top * sizeof(int32_t);
     e->top_lp = (float *)p;
@@ -443,6 +452,10 @@ void srv_consume(srv_req *r, srv_event *list) {
             continue;
         }
         if (r->errored) continue;
+        if (r->p.route == SRV_ROUTE_EMBEDDINGS) {
+            srv_embed_consume(r, ch, e);
+            continue;
+        }
         if (r->p.api) { /* Messages / Responses: their own output (the test hook's answer included) */
             ch->finish = e->finish;
             if (r->p.api == SRV_API_MESSAGES) srv_messages_text(r, e->text, e->len, -1);
@@ -497,6 +510,7 @@ srv_event *srv_take_events(srv_req *r, bool *all) {
 json_t *srv_final_json(srv_req *r) {
     if (r->p.api == SRV_API_MESSAGES) return srv_messages_final_json(r);
     if (r->p.api == SRV_API_RESPONSES) return srv_responses_final_json(r);
+    if (r->p.route == SRV_ROUTE_EMBEDDINGS) return srv_embeddings_final_json(r);
     bool chat = r->p.route == SRV_ROUTE_CHAT;
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id));

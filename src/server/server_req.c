@@ -32,6 +32,7 @@ void srv_req_unref(srv_req *r) {
         srv_buf_free(&r->ch[i].text);
         json_decref(r->ch[i].lp);
         srv_chat_stream_free(&r->ch[i].cs);
+        free(r->ch[i].embd);
     }
     if (r->echo)
         for (int i = 0; i < r->n_subs; i++) free(r->echo[i]);

@@ -33,6 +33,7 @@ CHAT = {"model": "smol", "messages": [{"role": "system", "content": "Be brief."}
         "logprobs": False, "stream_options": {"include_usage": True}}
 COMPL = {"model": "smol", "prompt": "Once upon a time", "max_tokens": 4, "echo": False, "logprobs": 1, "n": 1,
          "stream": False, "stop": "x"}
+EMBED = {"model": "x", "input": ["Hello", [1, 2, 3]], "encoding_format": "base64"}
 ODD = [None, True, False, 0, -1, 1, 2, 64, 65, 2 ** 31, 2 ** 63, -2 ** 63, 1e308, -1e308, 0.5, -0.0, 1e-320, "", "x",
        "\u0000", "\ud800" if False else "\udbff", "é😀", "a" * 5000, [], [1], ["a", 1], {}, {"a": {"b": [None]}},
        [[[[[[[[[[]]]]]]]]]], "<|im_start|>", "<|im_end|>", "user", "assistant", "system", "tool", "json_object"]
@@ -120,8 +121,8 @@ def make_request(rng):
     route = rng.choice(ROUTES[:2] * 4 + ROUTES)
     if rng.random() < 0.1:
         route = route + rng.choice(["/", "?a=1", "%2F", "//", "/../health", "?" + "x" * 3000, "\x7f"])
-    method = "POST" if route.startswith(("/v1/chat", "/v1/compl", "/chat", "/compl")) and rng.random() < 0.85 else rng.choice(METHODS)
-    base = CHAT if "chat" in route else COMPL
+    method = "POST" if route.startswith(("/v1/chat", "/v1/compl", "/chat", "/compl", "/v1/embed")) and rng.random() < 0.85 else rng.choice(METHODS)
+    base = CHAT if "chat" in route else EMBED if "embed" in route else COMPL
     body_obj = base
     for _ in range(rng.randint(0, 4)):
         body_obj = mutate_json(rng, body_obj)

@@ -6,8 +6,8 @@
  *
  * Input: byte 0 picks the route (bits 2-3: 0 = bit 0 picks chat or completions, 1 = Anthropic
  * messages, 2 = OpenAI responses, 3 = bit 0 picks /tokenize or /detokenize, answered from the
- * model's vocabulary; bit 1: also try the rest as a URL path and a method), the rest is the
- * request body. Invariants (a violation traps): a refused
+ * model's vocabulary; bit 1: also try the rest as a URL path and a method; bit 4: /v1/embeddings
+ * instead, parsed and prepared as embedding requests), the rest is the request body. Invariants (a violation traps): a refused
  * body is a 400 or 404 with a type, a message and valid JSON for its error; never a 5xx other
  * than 503 for out-of-memory; an accepted body's parameters are in the ranges the engine takes;
  * prepared requests are counted against the context (prompt + max_tokens <= n_ctx). */
@@ -145,6 +145,44 @@ static void rf_fuzz_srv_answer(const char *t, size_t n) {
     }
 }
 
+/* /v1/embeddings: parse, prepare with the model's pooling (every input counted against the
+ * context, none empty), and the vector written both ways (base64: 4 bytes a float). */
+static int rf_fuzz_srv_embed(rf_fuzz_srv *f, const char *body, size_t len) {
+    srv_params p;
+    srv_error e;
+    memset(&e, 0, sizeof e);
+    if (srv_parse_request(SRV_ROUTE_EMBEDDINGS, body, len, &p, &e)) {
+        rf_fuzz_srv_check_error(&e);
+        return 0;
+    }
+    RF_FUZZ_CHECK(p.route == SRV_ROUTE_EMBEDDINGS && p.n == 1 && !p.stream);
+    RF_FUZZ_CHECK(p.n_prompts >= 1 && p.n_prompts <= SRV_MAX_EMBED_INPUTS);
+    for (size_t i = 0; i < p.n_prompts; i++) RF_FUZZ_CHECK(p.prompts[i].text ? p.prompts[i].len > 0 : p.prompts[i].n_ids > 0);
+    rf_model_info mi;
+    RF_FUZZ_CHECK(rf_model_get_info(f->model, &mi) == RF_OK);
+    srv_prepared pr;
+    memset(&e, 0, sizeof e);
+    int rc = 2;
+    if (srv_embed_prepare(f->eng, f->n_ctx, rf_model_pooling(f->model), mi.n_embd, &p, &pr, &e)) {
+        rf_fuzz_srv_check_error(&e);
+        rc = 1;
+    } else {
+        RF_FUZZ_CHECK(pr.n == (int)p.n_prompts);
+        RF_FUZZ_CHECK(!p.dimensions || p.dimensions == mi.n_embd);
+        for (int i = 0; i < pr.n; i++) RF_FUZZ_CHECK(pr.n_prompt[i] > 0 && pr.n_prompt[i] <= f->n_ctx);
+        srv_prepared_free(&pr);
+    }
+    float v[5] = {1.0f, -0.5f, 0.25f, 3e-39f, (float)len};
+    int32_t n = (int32_t)(len % 6);
+    json_t *j = srv_embedding_json(v, n, p.embd_base64);
+    RF_FUZZ_CHECK(j != NULL);
+    if (p.embd_base64) RF_FUZZ_CHECK(json_is_string(j) && json_string_length(j) == (size_t)(4 * n + 2) / 3 * 4);
+    else RF_FUZZ_CHECK(json_is_array(j) && json_array_size(j) == (size_t)n);
+    json_decref(j);
+    srv_params_free(&p);
+    return rc;
+}
+
 /* One input; returns 0 when the body was refused by the parser, 1 when refused while preparing
  * (context, vocabulary, template), 2 when engine requests were built. */
 static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
@@ -176,6 +214,7 @@ static int rf_fuzz_srv_one(rf_fuzz_srv *f, const uint8_t *data, size_t size) {
     srv_params p;
     srv_error e;
     memset(&e, 0, sizeof e);
+    if (data[0] & 16) return rf_fuzz_srv_embed(f, body, len);
     if (kind == 3) { /* /tokenize, /detokenize: parse and answer (no engine) */
         srv_tok_req t;
         if (srv_parse_tokenize(route, body, len, &t, &e)) {

@@ -1,0 +1,336 @@
+/* test_engine_embed.c — embedding requests (RF_REQ_EMBED) in the batching engine on the CPU (a
+ * tiny synthetic llama, and SmolLM2 from models/ when present):
+ *  - the row each pooling takes: a causal model's row at position q is the last row of the prompt
+ *    cut after q, so cls(P) = last(P[:1]) and mean(P[:1]) = last(P[:1]), bit for bit; mean(P) lies
+ *    in the positive cone of last(P[:q+1]) over every q (least squares: residual under 1e-4 and
+ *    every coefficient positive; a row missed or a chunk lost leaves a zero coefficient);
+ *  - chunking and batching: a prompt split into 5-token chunks, many embedding requests at once,
+ *    beside generation requests, and after a preemption mid-prompt (mean, cls) give the same
+ *    bits as one request alone with the whole prompt in one step; unit L2 norm;
+ *  - no KV kept: after the run no block is used or cached (embeddings publish nothing), also when
+ *    requests are cancelled while queued or mid-prompt (DONE cancelled, no vector);
+ *  - the model's pooling: last for a file without <arch>.pooling_type; bad RF_REQ_EMBED values. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine_internal.h"
+
+static char g_tiny[1200];
+
+static int setup(void **state) {
+    (void)state;
+    const char *cli = getenv("RF_CLI");
+    if (!cli) return -1;
+    char dir[1024], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/synth-models", RF_BINARY_DIR);
+    snprintf(g_tiny, sizeof g_tiny, "%s/embed-tiny.f16.gguf", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset tiny --type f16 -o '%s' >/dev/null 2>&1", dir, cli, g_tiny);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static rf_model *load(const char *path) {
+    rf_model_params mp = rf_model_default_params();
+    mp.n_threads = 2;
+    rf_model *m = NULL;
+    if (rf_model_load(path, &mp, &m)) fail_msg("load %s: %s", path, rf_last_error());
+    return m;
+}
+
+static rf_engine *engine(rf_model *m, int ctx, int par, int batch, int blocks) {
+    rf_engine_config *c = rf_engine_config_new();
+    assert_int_equal(rf_engine_config_set(c, RF_ENGINE_CTX, ctx), RF_OK);
+    assert_int_equal(rf_engine_config_set(c, RF_ENGINE_PARALLEL, par), RF_OK);
+    assert_int_equal(rf_engine_config_set(c, RF_ENGINE_BATCH, batch), RF_OK);
+    if (blocks) assert_int_equal(rf_engine_config_set(c, RF_ENGINE_KV_BLOCKS, blocks), RF_OK);
+    rf_engine *e = NULL;
+    if (rf_engine_new(m, c, &e)) fail_msg("engine: %s", rf_last_error());
+    rf_engine_config_free(c);
+    return e;
+}
+
+#define MAXE 4096
+typedef struct vec {
+    float v[MAXE];
+    int32_t n, n_prompt, done, tokens;
+    rf_finish_reason fin;
+} vec;
+
+static bool on_ev(const rf_event *ev, void *user) {
+    vec *o = user;
+    if (rf_event_get_kind(ev) == RF_EVENT_TOKEN) {
+        o->tokens++;
+        return true;
+    }
+    int32_t n = 0;
+    const float *v = rf_event_embedding(ev, &n);
+    o->fin = rf_event_finish(ev);
+    o->n_prompt = rf_event_n_prompt(ev);
+    o->done++;
+    if (v && n <= MAXE) {
+        memcpy(o->v, v, (size_t)n * sizeof(float));
+        o->n = n;
+    }
+    return true;
+}
+
+static uint64_t submit(rf_engine *e, const int32_t *ids, int n, rf_pooling pool, vec *o) {
+    memset(o, 0, sizeof *o);
+    rf_request *q = rf_request_new();
+    assert_int_equal(rf_request_set_prompt_ids(q, ids, (size_t)n), RF_OK);
+    assert_int_equal(rf_request_set(q, RF_REQ_EMBED, pool), RF_OK);
+    rf_request_set_callback(q, on_ev, o);
+    uint64_t id = 0;
+    if (rf_engine_submit(e, q, &id)) fail_msg("submit: %s", rf_last_error());
+    rf_request_free(q);
+    return id;
+}
+
+/* One prompt alone, whole in one step. */
+static void embed1(rf_model *m, const int32_t *ids, int n, rf_pooling pool, vec *o) {
+    rf_engine *e = engine(m, 256, 1, 256, 0);
+    submit(e, ids, n, pool, o);
+    assert_int_equal(rf_engine_run(e), RF_OK);
+    assert_int_equal(o->done, 1);
+    assert_int_equal(o->fin, RF_FINISH_EOS);
+    assert_int_equal(o->n_prompt, n);
+    rf_engine_free(e);
+}
+
+static void no_kv_left(rf_engine *e) {
+    assert_int_equal(rf_engine_get_stat(e, RF_STAT_BLOCKS_USED), 0);
+    assert_int_equal(rf_engine_get_stat(e, RF_STAT_BLOCKS_CACHED), 0);
+    assert_int_equal(rf_engine_get_stat(e, RF_STAT_BLOCKS_FREE), rf_engine_get_stat(e, RF_STAT_BLOCKS_TOTAL));
+    assert_int_equal(rf_engine_check(e), RF_OK);
+}
+
+static void unit_norm(const vec *o, int32_t n_embd) {
+    assert_int_equal(o->n, n_embd);
+    double ss = 0;
+    for (int32_t j = 0; j < o->n; j++) ss += (double)o->v[j] * o->v[j];
+    /* n_embd float32 roundings of a unit vector's elements: |ss - 1| <= n_embd * 2^-23 */
+    if (fabs(ss - 1) > o->n * 0x1p-23) fail_msg("squared norm %.9f", ss);
+}
+
+static void same(const vec *a, const vec *b, const char *what) {
+    if (a->n != b->n || memcmp(a->v, b->v, (size_t)a->n * sizeof(float))) {
+        int32_t j = 0;
+        while (j < a->n && a->v[j] == b->v[j]) j++;
+        fail_msg("%s: vectors differ (n %d vs %d; first at %d: %g vs %g)", what, a->n, b->n, j, j < a->n ? a->v[j] : 0,
+                 j < b->n ? b->v[j] : 0);
+    }
+}
+
+#define NP 12
+static void prompt(int32_t *ids, int n, int salt) {
+    for (int k = 0; k < n; k++) ids[k] = 3 + (k * 37 + salt * 101) % 200;
+}
+
+/* Solves the normal equations of min |U c - v| (U: n columns of dimension E) by Gaussian
+ * elimination with partial pivoting; returns the residual's norm. */
+static double lsq(const vec *u, int n, const vec *v, double *c) {
+    int32_t E = v->n;
+    double G[NP][NP + 1];
+    for (int a = 0; a < n; a++) {
+        for (int b = 0; b < n; b++) {
+            double s = 0;
+            for (int32_t j = 0; j < E; j++) s += (double)u[a].v[j] * u[b].v[j];
+            G[a][b] = s;
+        }
+        double s = 0;
+        for (int32_t j = 0; j < E; j++) s += (double)u[a].v[j] * v->v[j];
+        G[a][n] = s;
+    }
+    for (int k = 0; k < n; k++) {
+        int p = k;
+        for (int r = k + 1; r < n; r++)
+            if (fabs(G[r][k]) > fabs(G[p][k])) p = r;
+        for (int j = 0; j <= n; j++) {
+            double t = G[k][j];
+            G[k][j] = G[p][j];
+            G[p][j] = t;
+        }
+        for (int r = k + 1; r < n; r++) {
+            double f = G[r][k] / G[k][k];
+            for (int j = k; j <= n; j++) G[r][j] -= f * G[k][j];
+        }
+    }
+    for (int k = n - 1; k >= 0; k--) {
+        double s = G[k][n];
+        for (int j = k + 1; j < n; j++) s -= G[k][j] * c[j];
+        c[k] = s / G[k][k];
+    }
+    double rr = 0;
+    for (int32_t j = 0; j < E; j++) {
+        double s = v->v[j];
+        for (int a = 0; a < n; a++) s -= c[a] * u[a].v[j];
+        rr += s * s;
+    }
+    return sqrt(rr);
+}
+
+static void rows_of(const char *path) {
+    rf_model *m = load(path);
+    rf_model_info mi;
+    assert_int_equal(rf_model_get_info(m, &mi), RF_OK);
+    int32_t ids[NP];
+    prompt(ids, NP, 1);
+    static vec last[NP], mean, cls, mean1;
+    for (int q = 0; q < NP; q++) {
+        embed1(m, ids, q + 1, RF_POOLING_LAST, &last[q]);
+        unit_norm(&last[q], mi.n_embd);
+    }
+    embed1(m, ids, NP, RF_POOLING_CLS, &cls);
+    same(&cls, &last[0], "cls(P) vs last(P[:1])");
+    embed1(m, ids, 1, RF_POOLING_MEAN, &mean1);
+    same(&mean1, &last[0], "mean(P[:1]) vs last(P[:1])");
+    embed1(m, ids, NP, RF_POOLING_MEAN, &mean);
+    unit_norm(&mean, mi.n_embd);
+    double c[NP];
+    double res = lsq(last, NP, &mean, c);
+    /* v and the u's are unit vectors rounded to float32 (2^-24 relative per element); the
+     * residual of an exact combination is then ~ sqrt(E) * 2^-24 times the coefficients' size,
+     * far below 1e-4, while a vector outside the span leaves ~ sqrt(1 - NP / E) */
+    if (res > 1e-4) fail_msg("mean is not a combination of the rows: residual %g", res);
+    double mx = 0;
+    for (int q = 0; q < NP; q++) mx = c[q] > mx ? c[q] : mx;
+    for (int q = 0; q < NP; q++)
+        if (!(c[q] > 0.05 * mx)) fail_msg("row %d's weight in the mean is %g (largest %g): a row was missed", q, c[q], mx);
+    rf_model_free(m);
+}
+
+static void test_rows_tiny(void **state) {
+    (void)state;
+    rows_of(g_tiny);
+}
+
+static bool have_model(const char *name, char *path, size_t n) {
+    snprintf(path, n, "%s/models/%s", RF_SOURCE_DIR, name);
+    return access(path, R_OK) == 0;
+}
+
+static void gen_req(rf_engine *e, const int32_t *ids, int n, int max_tokens, vec *o) {
+    memset(o, 0, sizeof *o);
+    rf_request *q = rf_request_new();
+    assert_int_equal(rf_request_set_prompt_ids(q, ids, (size_t)n), RF_OK);
+    assert_int_equal(rf_request_set(q, RF_REQ_MAX_TOKENS, max_tokens), RF_OK);
+    assert_int_equal(rf_request_set(q, RF_REQ_IGNORE_EOS, 1), RF_OK);
+    rf_request_set_callback(q, on_ev, o);
+    assert_int_equal(rf_engine_submit(e, q, NULL), RF_OK);
+    rf_request_free(q);
+}
+
+/* Many prompts in chunks, among generation requests and preemptions, against each alone. */
+static void batched(const char *path) {
+    rf_model *m = load(path);
+    enum { N = 6 };
+    static int32_t ids[N][80];
+    int len[N] = {80, 7, 33, 1, 64, 50};
+    rf_pooling pool[N] = {RF_POOLING_MEAN, RF_POOLING_LAST, RF_POOLING_CLS, RF_POOLING_MEAN, RF_POOLING_LAST, RF_POOLING_MEAN};
+    static vec alone[N], got[N], gen[2];
+    for (int i = 0; i < N; i++) {
+        prompt(ids[i], len[i], i + 2);
+        embed1(m, ids[i], len[i], pool[i], &alone[i]);
+    }
+    /* a 5-token step budget and 3 sequences at once */
+    rf_engine *e = engine(m, 128, 3, 5, 0);
+    for (int i = 0; i < N; i++) {
+        submit(e, ids[i], len[i], pool[i], &got[i]);
+        if (i == 1) /* generation requests between the embeddings */
+            for (int g = 0; g < 2; g++) gen_req(e, ids[0] + g, 20, 6, &gen[g]);
+    }
+    assert_int_equal(rf_engine_run(e), RF_OK);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(got[i].fin, RF_FINISH_EOS);
+        assert_int_equal(got[i].tokens, 0);
+        same(&got[i], &alone[i], "chunked and batched");
+    }
+    for (int g = 0; g < 2; g++) assert_int_equal(gen[g].tokens, 6);
+    /* generation publishes its blocks (cached); embeddings hold none */
+    assert_int_equal(rf_engine_get_stat(e, RF_STAT_BLOCKS_USED), 0);
+    assert_int_equal(rf_engine_check(e), RF_OK);
+    rf_engine_free(e);
+    /* preempted mid-prompt: a pool of 8 blocks of 16, one prompt token per step beside a
+     * generation (older) growing from 30 to 110 positions; the embedding (60 tokens, newer) is
+     * the victim when the pool runs out, recomputes once the generation is done, and pools
+     * the rows it had before only once */
+    for (int k = 0; k < 2; k++) {
+        rf_pooling pk = k ? RF_POOLING_CLS : RF_POOLING_MEAN;
+        vec ref;
+        embed1(m, ids[0], 60, pk, &ref);
+        e = engine(m, 112, 2, 2, 8);
+        gen_req(e, ids[1], 30, 80, &gen[0]);
+        submit(e, ids[0], 60, pk, &got[0]);
+        assert_int_equal(rf_engine_run(e), RF_OK);
+        if (rf_engine_get_stat(e, RF_STAT_PREEMPTIONS) == 0) fail_msg("no preemption happened");
+        assert_int_equal(gen[0].tokens, 80);
+        same(&got[0], &ref, k ? "cls after a preemption" : "mean after a preemption");
+        assert_int_equal(rf_engine_get_stat(e, RF_STAT_BLOCKS_USED), 0);
+        assert_int_equal(rf_engine_check(e), RF_OK);
+        rf_engine_free(e);
+    }
+    rf_model_free(m);
+}
+
+static void test_batched_tiny(void **state) {
+    (void)state;
+    batched(g_tiny);
+}
+
+static void test_real(void **state) {
+    (void)state;
+    char p[1200];
+    if (!have_model("SmolLM2-135M-Instruct.Q4_1.gguf", p, sizeof p)) skip();
+    rf_model *m = load(p);
+    assert_int_equal(rf_model_pooling(m), RF_POOLING_LAST); /* the file has no pooling_type */
+    rf_model_free(m);
+    rows_of(p);
+    batched(p);
+}
+
+static void test_cancel_and_kv(void **state) {
+    (void)state;
+    rf_model *m = load(g_tiny);
+    assert_int_equal(rf_model_pooling(m), RF_POOLING_LAST);
+    assert_string_equal(rf_pooling_str(RF_POOLING_MEAN), "mean");
+    rf_engine *e = engine(m, 128, 2, 8, 0);
+    int32_t ids[100];
+    prompt(ids, 100, 9);
+    static vec o[4];
+    uint64_t id[4];
+    for (int i = 0; i < 4; i++) id[i] = submit(e, ids, 100 - i, RF_POOLING_MEAN, &o[i]);
+    assert_int_equal(rf_engine_step(e), RF_OK); /* request 0 mid-prompt */
+    assert_int_equal(rf_engine_cancel(e, id[0]), RF_OK);
+    assert_int_equal(rf_engine_cancel(e, id[3]), RF_OK); /* queued */
+    assert_int_equal(rf_engine_run(e), RF_OK);
+    assert_int_equal(o[0].fin, RF_FINISH_CANCELLED);
+    assert_int_equal(o[0].n, 0);
+    assert_int_equal(o[3].fin, RF_FINISH_CANCELLED);
+    assert_int_equal(o[1].fin, RF_FINISH_EOS);
+    assert_int_equal(o[2].fin, RF_FINISH_EOS);
+    no_kv_left(e); /* nothing published, nothing held */
+    rf_engine_free(e);
+    rf_request *q = rf_request_new();
+    assert_int_equal(rf_request_set(q, RF_REQ_EMBED, 4), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_request_set(q, RF_REQ_EMBED, -1), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_request_set(q, RF_REQ_EMBED, 1.5), RF_ERR_INVALID_ARG);
+    rf_request_free(q);
+    int32_t n = 7;
+    assert_null(rf_event_embedding(NULL, &n));
+    assert_int_equal(n, 0);
+    rf_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rows_tiny),
+        cmocka_unit_test(test_batched_tiny),
+        cmocka_unit_test(test_cancel_and_kv),
+        cmocka_unit_test(test_real),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
