@@ -107,7 +107,7 @@ extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
 #endif
 
 /* The knobs of the route (read once): RF_GPU_GEMV_MAX (default 64), RF_GPU_MMQ_MAX (128, 0 =
- * never), RF_GPU_MMQ_MIN (5); what each threshold rests on: gpu_route.c */
+ * never), RF_GPU_MMQ_MIN (17); what each threshold rests on: gpu_route.c */
 static void rf_route_knobs(int64_t *gemv_max, int64_t *mmq_min, int64_t *mmq_max) {
     static int64_t g = -1, lo = -1, hi = -1;
     if (g < 0) {
@@ -127,6 +127,7 @@ extern "C" rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type wty
     f.invariant = ctx->invariant;
     f.mmq = ctx->info.cc_major >= 8 && rf_gpu_mmq_supported(wtype, n_in);
     f.gemv = rf_gpu_gemv_supported(wtype);
+    f.gemv_n = rf_gpu_gemv_max_tokens(ctx, wtype, n_in);
 #if defined(RF_GPU_NO_BLAS)
     f.blas = false;
 #else
