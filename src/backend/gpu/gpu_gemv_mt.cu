@@ -328,9 +328,13 @@ static int rf_mt_optin(const rf_gpu_ctx *ctx) {
     }
     return v[d];
 }
-template <int T> static int rf_mt_smem(int ks) { /* of 16-token tiles, the larger of the two */
-    return ks == 1 ? rf_mt_tile<T, 2, 1>::SMEM : ks == 2 ? rf_mt_tile<T, 2, 2>::SMEM
-         : ks == 4 ? rf_mt_tile<T, 2, 4>::SMEM : rf_mt_tile<T, 2, 8>::SMEM;
+/* the shared memory of KS = ks, the larger of the 8- and 16-token tiles (their stage counts may
+ * differ), so the choice of KS does not depend on the token count */
+template <int T, int KS> static constexpr int rf_mt_smem_ks() {
+    return rf_mt_tile<T, 1, KS>::SMEM > rf_mt_tile<T, 2, KS>::SMEM ? rf_mt_tile<T, 1, KS>::SMEM : rf_mt_tile<T, 2, KS>::SMEM;
+}
+template <int T> static int rf_mt_smem(int ks) {
+    return ks == 1 ? rf_mt_smem_ks<T, 1>() : ks == 2 ? rf_mt_smem_ks<T, 2>() : ks == 4 ? rf_mt_smem_ks<T, 4>() : rf_mt_smem_ks<T, 8>();
 }
 /* Warps along the row (KS) for an n_out x n_in product: variants 27..30 force 1, 2, 4, 8;
  * otherwise the fewest whose grid (ceil(n_out / (128 / KS)) blocks) gives at least 7 in 8 SMs a
