@@ -1,14 +1,15 @@
 /* test_gpu_gemvn.c — products of 1..16 tokens through rf_gpu_matmul (whatever kernel the router,
  * gpu_route.c, sends them to: one GEMV call, gemv_mt for 2..16 tokens, MMQ, GEMV groups) for every
- * type with a fast path (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16) and MXFP4, Q2_K, Q3_K, at real and odd
- * widths and odd heights, outputs poisoned first:
+ * type with a fast path (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16; Q4_1, Q5_0, Q5_1) and MXFP4, Q2_K, Q3_K,
+ * at real and odd widths and odd heights, outputs poisoned first:
  * - against rf_ref_matmul (accuracy): rel. L2 < 1e-2 where the route rounds x to int8 per 32 (the
  *   uniform rounding error of a Gaussian x, step amax / 127 with amax ~2.2 sigma, is ~0.5% of an
  *   output's rms, as in test_gpu_mmq), 2e-3 where it does not (tf32 / f32 float order);
- * - where x is rounded (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), element by element against the GPU's twin
- *   computed here in double: the same rounded x, the dequantized weights, and for Q4_K / Q5_K the
- *   one term the kernels take from the unrounded x (the minimum's factor cm = c d sc - dmin m times
- *   the f32 sum of x); the two then differ by float order alone, bounded by gamma(nb + 16) times
+ * - where x is rounded (those eight), element by element against the GPU's twin computed here in
+ *   double: the same rounded x, the dequantized weights, and the one term the kernels take from
+ *   elsewhere (Q4_K / Q5_K: the minimum's factor cm = c d sc - dmin m times the f32 sum of the
+ *   unrounded x; Q4_1 / Q5_1: m times ggml's q8_1 s = f16(amax / 127 sum q), as the CPU's own
+ *   q8_1 path); the two then differ by float order alone, bounded by gamma(nb + 16) times
  *   the sum of the absolute values of the terms (nb blocks of 32 summed one after another, a few
  *   roundings per term: the scale products, the f32 sum of x, the split sums);
  * - every gemv_mt variant (its warps along the row forced to 1, 2, 4, 8) and the q32s loop it
@@ -32,10 +33,11 @@ int main(void) {
 #include "backend/ref/ref_ops.h"
 #include "rocmforge/quant.h"
 
-static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K,
-                                  RF_TYPE_F16,  RF_TYPE_MXFP4, RF_TYPE_Q2_K, RF_TYPE_Q3_K};
+static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K, RF_TYPE_F16,
+                                  RF_TYPE_Q4_1, RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_MXFP4, RF_TYPE_Q2_K, RF_TYPE_Q3_K};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
-static const rf_type k_mt_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
+static const rf_type k_mt_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K,
+                                     RF_TYPE_Q4_1, RF_TYPE_Q5_0, RF_TYPE_Q5_1};
 #define N_MT (sizeof k_mt_types / sizeof k_mt_types[0])
 
 static bool has_twin(rf_type t) {
@@ -55,6 +57,18 @@ static void round_like_gpu(const float *x, float *xr, int64_t n) {
         const float d = d16 <= 65504.0f ? d16 : d32, id = amax > 0.0f ? 127.0f / amax : 0.0f;
         for (int k = 0; k < 32; k++) xr[b * 32 + k] = d * nearbyintf(xb[k] * id);
     }
+}
+
+/* ggml's q8_1 s of one block of x as rf_k_quantize_x makes it for Q4_1 / Q5_1 weights:
+ * f16(amax / 127 * sum q) (f32 beyond f16's range) */
+static double q81_s(const float *xb) {
+    float amax = 0.0f;
+    for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(xb[k]));
+    const float d32 = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int sq = 0;
+    for (int k = 0; k < 32; k++) sq += (int)nearbyintf(xb[k] * id);
+    const float s32 = d32 * (float)sq, s16 = rf_fp16_to_f32(rf_f32_to_fp16(s32));
+    return fabsf(s16) <= 65504.0f ? s16 : s32;
 }
 
 /* Q4_K / Q5_K sub-block j's 6-bit scale and min (ggml's 12-byte field at q) */
@@ -96,6 +110,19 @@ static void twin_one(rf_type t, const float *wf, const uint8_t *wrow, const floa
             s += (c * d * sc - dmin * m) * (sx - sxr);
             /* |d sc sum (q - c) x'| <= |d sc| c_max sum |x'| (|q - c| <= c); the cm term */
             a += fabs(d * sc) * c * axr + (fabs(c * d * sc) + fabs(dmin * m)) * ax;
+        }
+    }
+    if (t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1) { /* d dx sum q x + m s: s is q8_1's, not sum x' */
+        const int bytes = t == RF_TYPE_Q4_1 ? 20 : 24;
+        const double qmax = t == RF_TYPE_Q4_1 ? 15.0 : 31.0;
+        for (int64_t b = 0; b < nb; b++) {
+            uint16_t hd, hm;
+            memcpy(&hd, wrow + b * bytes, 2), memcpy(&hm, wrow + b * bytes + 2, 2);
+            const double d = rf_fp16_to_f32(hd), m = rf_fp16_to_f32(hm), sq = q81_s(x + b * 32);
+            double sxr = 0.0, axr = 0.0;
+            for (int k = 0; k < 32; k++) sxr += xr[b * 32 + k], axr += fabs(xr[b * 32 + k]);
+            s += m * (sq - sxr);
+            a += fabs(d) * qmax * axr + fabs(m * sq);
         }
     }
     const double u = ldexp(1.0, -24), n = (double)(nb + 16);

@@ -38,9 +38,13 @@ static void test_defaults(void **state) {
         rf_gpu_route_facts f8 = facts(RF_TYPE_Q4_K, n, true);
         f8.gemv_n = 8;
         assert_int_equal(rf_gpu_route(&f8), n <= 4 ? RF_ROUTE_GEMV : n <= 128 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS);
-        /* no MMQ kernel (Q4_1, or a device older than sm_80): GEMV, groups of 8 up to 64, BLAS */
+        /* no MMQ kernel nor gemv_mt (a device older than sm_80): GEMV, groups of 8 up to 64, BLAS */
         const rf_gpu_route_kind w2 = n <= 8 ? RF_ROUTE_GEMV : n <= 64 ? RF_ROUTE_GEMV_GROUPS : RF_ROUTE_BLAS;
         assert_int_equal(route(RF_TYPE_Q4_1, n, false), w2);
+        /* gemv_mt without MMQ (Q4_1, Q5_0, Q5_1): one call up to 16, then groups of 16 up to 64 */
+        rf_gpu_route_facts f41 = facts(RF_TYPE_Q4_1, n, false);
+        f41.gemv_n = 16;
+        assert_int_equal(rf_gpu_route(&f41), n <= 16 ? RF_ROUTE_GEMV : n <= 64 ? RF_ROUTE_GEMV_GROUPS : RF_ROUTE_BLAS);
         /* unquantized weights never take GEMV groups */
         assert_int_equal(route(RF_TYPE_F16, n, false), n <= 8 ? RF_ROUTE_GEMV : RF_ROUTE_BLAS);
     }

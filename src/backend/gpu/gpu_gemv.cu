@@ -1,5 +1,5 @@
 /* gpu_gemv.cu — quantized matrix-vector products for decode (1..8 tokens, 1..16 where gemv_mt
- * takes the type): y = W x with W in ggml block layout streamed once from device memory.
+ * takes the type and width): y = W x with W in ggml block layout streamed once from device memory.
  * Twin: rf_ref_matmul (dequantize row, accumulate in double). This file is the dispatcher:
  * the entry points, argument checks and the choice of kernel and variant; the kernels live in
  * gpu_gemv_{xq,q32,q32s,mt,f16,k,generic}.cu (shared pieces: gpu_gemv.cuh, gpu_gemv_dot.cuh). */
@@ -33,7 +33,7 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
  *   most) = 13: (2, 4), 14: (3, 4), 15: (4, 4), 16: (2, 2), 17: (4, 1), 18: (6, 1), 19: (3, 2),
  *   20: (2, 1); 21..23: v7 in one-warp blocks at register budgets 128, ~255 and ptxas's own;
  *   24: as 7 (was gemv_mma, 2..8 tokens of Q4_0 / Q8_0 on the tensor cores, which gemv_mt
- *   replaced); 27..30: 2..16 tokens of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K on gemv_mt with 1, 2, 4, 8
+ *   replaced); 27..30: 2..16 tokens of the int8-x types on gemv_mt with 1, 2, 4, 8
  *   warps along a row (the default: gemv_mt with the count rf_mt_ks picks by shape; one token
  *   as the default);
  * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2); 25, 26: 2..8 tokens of

@@ -155,8 +155,8 @@ rf_status rf_gemv_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
 rf_status rf_gemv_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
                               const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
                               int64_t n_out, int64_t rb, bool whole);
-/* gpu_gemv_mt.cu: gemv_mt, 2..16 tokens of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K on the int8 tensor
- * cores; x from rf_k_quantize_x with gb = 1 (in order) at xq (rf_gpu_xq_bytes' layout).
+/* gpu_gemv_mt.cu: gemv_mt, 2..16 tokens of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
+ * on the int8 tensor cores; x from rf_k_quantize_x with gb = 1 (in order) at xq (rf_gpu_xq_bytes' layout).
  * rf_gemv_mt_ok: the kernel takes (t, n_in) on this device (sm_80+, whole chunks of 256
  * elements, Q6_K 512, its stages fit); rf_gemv_mt_warps_per_row: the warps it puts along a row
  * for the shape (1, 2, 4 or 8; variants 27..30 force them) */

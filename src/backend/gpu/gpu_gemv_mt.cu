@@ -1,20 +1,24 @@
 /* gpu_gemv_mt.cu — gemv_mt: products of 2..16 tokens on the int8 tensor cores (CUDA sm_80+): each
  * weight chunk is staged once per block and multiplied against every token's int8 x with
  * mma.m16n8k32 (tokens as n), so the weights are read once per call and decoded once per 8 or 16
- * tokens. Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. Twin: rf_cpu_matmul with test_hooks cpu_act =
+ * tokens. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. Twin: rf_cpu_matmul with test_hooks cpu_act =
  * RF_CPU_ACT_GPU (x rounded as rf_k_quantize_x rounds it). */
-#include "backend/gpu/gpu_gemv.cuh"
+#include "backend/gpu/gpu_gemv_dot.cuh" /* rf_qh4 */
 
 #if !defined(RF_HIP) /* mma.sync, cp.async: CUDA only */
 
-/* The formats' chunks: KB 32-element blocks per chunk (one q32s group: 8 blocks, one K super-
- * block; Q6_K two super-blocks, 420 bytes, 4-byte aligned in rows of an even number of them),
- * CB bytes of a row per chunk, copied in CPY-byte cp.async pieces; SROW: a staged row's stride
- * (a multiple of 16 bytes whose word count is 4 mod 8, so the 8 rows g of one fragment load fall
- * on distinct banks); REC: bytes of an x record (rf_k_quantize_x, GB 1: 8 = (d, int sum), 16 =
- * + f32 sum, int sum of the first 16); ST: pipeline stages where they fit. */
+/* The formats' chunks: KB 32-element blocks per chunk (8 blocks of the 32-element formats, one K
+ * super-block; Q6_K two super-blocks, 420 bytes, 4-byte aligned in rows of an even number of
+ * them), CB bytes of a row per chunk, copied in CPY-byte cp.async pieces; SROW: a staged row's
+ * stride (a multiple of 16 bytes whose word count is 4 mod 8, so the 8 rows g of one fragment
+ * load fall on distinct banks); REC: bytes of an x record (rf_k_quantize_x, GB 1: 8 = (d, int
+ * sum), 16 = + the f32 sum (Q4_1 / Q5_1: ggml's q8_1 s instead), int sum of the first 16); ST:
+ * pipeline stages where they fit. */
 template <int T> struct rf_mt_fmt;
 template <> struct rf_mt_fmt<RF_TYPE_Q4_0> { static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 8, ST = 3; };
+template <> struct rf_mt_fmt<RF_TYPE_Q4_1> { static constexpr int KB = 8, CB = 160, CPY = 16, SROW = 176, REC = 16, ST = 3; };
+template <> struct rf_mt_fmt<RF_TYPE_Q5_0> { static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 176, REC = 8, ST = 3; };
+template <> struct rf_mt_fmt<RF_TYPE_Q5_1> { static constexpr int KB = 8, CB = 192, CPY = 16, SROW = 208, REC = 16, ST = 3; };
 template <> struct rf_mt_fmt<RF_TYPE_Q8_0> { static constexpr int KB = 8, CB = 272, CPY = 16, SROW = 272, REC = 8, ST = 3; };
 template <> struct rf_mt_fmt<RF_TYPE_Q4_K> { static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 16, ST = 3; };
 template <> struct rf_mt_fmt<RF_TYPE_Q5_K> { static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 176, REC = 16, ST = 3; };
@@ -72,9 +76,10 @@ static __device__ __forceinline__ uint32_t rf_mt_word(const uint8_t *r, int p) {
 /* Block b of the chunk for one staged row r, lane t (b a compile-time constant once unrolled):
  * the A fragment's words of that row (lo: elements 4t..4t+3, hi: 16 + 4t..; any order of the 32
  * elements serves, as long as x's words follow it, and this is the order x is stored in), the
- * factor d of the block's integer sum, the factor cm of the f32 sum of x (Q4_K / Q5_K: q centred
- * on c in the integer sum, so cm = c d sc - dmin m, as rf_qk_dot) and Q6_K's two int8 scales of
- * the 16-element halves. */
+ * factor d of the block's integer sum, the factor cm of the record's sum of x (Q4_K / Q5_K: q
+ * centred on c in the integer sum, so cm = c d sc - dmin m, as rf_qk_dot; Q4_1 / Q5_1: the
+ * minimum m, against q8_1's s, as rf_q32_dot) and Q6_K's two int8 scales of the 16-element
+ * halves. Q5_0 / Q5_1: bit 4 of element j is bit j of qh. */
 template <int T>
 static __device__ __forceinline__ void rf_mt_row(const uint8_t *r, int t, int b, uint32_t &lo, uint32_t &hi, float &d,
                                                  float &cm, int &sc0, int &sc1) {
@@ -83,6 +88,18 @@ static __device__ __forceinline__ void rf_mt_row(const uint8_t *r, int t, int b,
         const uint32_t q = rf_mt_word(rt, b * 18 + 2);
         lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
         d = rf_h2f_bits(*(const uint16_t *)(r + b * 18));
+    } else if constexpr (T == RF_TYPE_Q4_1) { /* d, m, 16 bytes of nibbles: 4-byte aligned */
+        const uint32_t q = *(const uint32_t *)(rt + b * 20 + 4);
+        lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
+        d = rf_h2f_bits(*(const uint16_t *)(r + b * 20)), cm = rf_h2f_bits(*(const uint16_t *)(r + b * 20 + 2));
+    } else if constexpr (T == RF_TYPE_Q5_0) { /* d, qh (4 bytes), 16 bytes of nibbles */
+        const uint32_t qh = rf_mt_word(r, b * 22 + 2), q = rf_mt_word(rt, b * 22 + 6);
+        lo = (q & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 4 * t), hi = ((q >> 4) & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 16 + 4 * t);
+        d = rf_h2f_bits(*(const uint16_t *)(r + b * 22));
+    } else if constexpr (T == RF_TYPE_Q5_1) { /* d, m, qh, 16 bytes of nibbles: 4-byte aligned */
+        const uint32_t qh = *(const uint32_t *)(r + b * 24 + 4), q = *(const uint32_t *)(rt + b * 24 + 8);
+        lo = (q & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 4 * t), hi = ((q >> 4) & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 16 + 4 * t);
+        d = rf_h2f_bits(*(const uint16_t *)(r + b * 24)), cm = rf_h2f_bits(*(const uint16_t *)(r + b * 24 + 2));
     } else if constexpr (T == RF_TYPE_Q8_0) {
         lo = rf_mt_word(rt, b * 34 + 2), hi = rf_mt_word(rt, b * 34 + 18);
         d = rf_h2f_bits(*(const uint16_t *)(r + b * 34));
@@ -119,8 +136,8 @@ static __device__ __forceinline__ void rf_mt_row(const uint8_t *r, int t, int b,
 /* One block b of the chunk, rows g, g + 8 (ra, rb) against NF fragments of 8 tokens: x words t
  * and 4 + t of token g of each fragment at sx (fragment stride 8 XT), records of tokens 2t,
  * 2t + 1 at sr (fragment stride 8 RS); acc[nf][i]: rows g (i < 2), g + 8 by tokens 2t, 2t + 1
- * += d_w d_x s (+ cm * the f32 sum of x for Q4_K / Q5_K). Fragments wholly past the call's
- * tokens (nf >= nfa) are skipped. */
+ * += d_w d_x s (+ cm * the record's sum of x for Q4_K / Q5_K, Q4_1 / Q5_1). Fragments wholly
+ * past the call's tokens (nf >= nfa) are skipped. */
 template <int T, int NF, int XT, int RS>
 static __device__ __forceinline__ void rf_mt_block(float (*acc)[4], const uint8_t *ra, const uint8_t *rb, const uint8_t *sx,
                                                    const uint8_t *sr, int t, int b, int nfa) {
@@ -148,15 +165,17 @@ static __device__ __forceinline__ void rf_mt_block(float (*acc)[4], const uint8_
             for (int i = 0; i < 4; i++) s[i] = SC[i / 2][0] * sl[i] + SC[i / 2][1] * sh[i];
         } else if constexpr (T == RF_TYPE_Q8_0) {
             rf_mt_k32<false>(s, A, X, RF_MT_MAGIC, RF_MT_MAGIC);
+        } else if constexpr (T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1) { /* q uncentred: the minimum takes m s */
+            rf_mt_k32<true>(s, A, X, RF_MT_MAGIC, RF_MT_MAGIC);
         } else { /* q centred on C in exact integers: sum (q - C) x = sum q x - C sum x */
-            constexpr int C = T == RF_TYPE_Q5_K ? 16 : 8;
+            constexpr int C = T == RF_TYPE_Q5_K || T == RF_TYPE_Q5_0 ? 16 : 8;
             rf_mt_k32<true>(s, A, X, RF_MT_MAGIC - C * sx0, RF_MT_MAGIC - C * sx1);
         }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const float fs = T == RF_TYPE_Q6_K ? (float)s[i] : rf_mt_unbias(s[i]); /* (float) of the sum */
             acc[nf][i] += D[i / 2] * (i % 2 ? dx1 : dx0) * fs;
-            if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K)
+            if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K || T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1)
                 acc[nf][i] += CM[i / 2] * *(const float *)((i % 2 ? q1 : q0) + 8);
         }
     }
@@ -249,11 +268,12 @@ static __device__ __forceinline__ void rf_mt_store(float (*acc)[4], float *red, 
  * qx / rec: rf_k_quantize_x's x with GB = 1 (in order) and records of REC bytes. Warp (wr, ks) =
  * (warp % WR, warp / WR) owns rows 16 wr .. 16 wr + 15 (one m16 fragment) by all tokens (NF n8
  * fragments, those wholly past nt skipped) over chunks ks, ks + KS, ...: per 32-element block
- * one mma per fragment gives the exact int32 sum of q x (Q4_0 / Q4_K / Q5_K: their centres 8 / 8
- * / 16 taken off in the mma's c operand, which also adds the bias of rf_mt_unbias; Q6_K: two k16
+ * one mma per fragment gives the exact int32 sum of q x (Q4_0 / Q5_0 / Q4_K / Q5_K: their centres
+ * 8 / 16 / 8 / 16 taken off in the mma's c operand, which also adds the bias of rf_mt_unbias;
+ * Q4_1 / Q5_1 uncentred, their minimum times q8_1's s added as the K-quants' cm term; Q6_K: two k16
  * products, one per 16-element half with its int8 scale, converted by the conversion unit: its
  * sums reach 2^24), scaled in f32 into register accumulators: y += d_w d_x s (Q4_K / Q5_K: + cm *
- * the f32 sum of x, as the GEMV's rf_qk_dot). The KS partial sums of an output are then added in
+ * the record's sum, as the GEMV's rf_qk_dot and rf_q32_dot). The KS partial sums of an output are then added in
  * ks order (deterministic). An output's arithmetic does not depend on nt or on the token's place:
  * for a given KS (chosen from the shape and device alone) a token's result has the same bits in
  * every call of 2..16 tokens. Stages (KS chunks of every row of the tile, their x and records)
@@ -262,7 +282,7 @@ static __device__ __forceinline__ void rf_mt_store(float (*acc)[4], float *red, 
  * it. launch: grid ceil(n_out / RB), 256 threads, rf_mt_tile<T, NF, KS>::SMEM bytes of dynamic
  * shared memory. */
 template <int T, int NF, int KS>
-__global__ void __launch_bounds__(RF_MT_NW * 32)
+__global__ void __launch_bounds__(RF_MT_NW * 32, 2) /* 128 registers: ptxas's own choice of 80 spilled Q5_1 */
 rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt, int64_t n_in, int64_t n_out,
              int64_t row_bytes) {
     using F = rf_mt_fmt<T>;
@@ -389,6 +409,9 @@ bool rf_gemv_mt_ok(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
     const int optin = rf_mt_optin(ctx);
     switch (t) { /* whole chunks, and the 16-token stages of one warp per row fit the device */
     case RF_TYPE_Q4_0: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q4_0>(1) <= optin;
+    case RF_TYPE_Q4_1: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q4_1>(1) <= optin;
+    case RF_TYPE_Q5_0: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q5_0>(1) <= optin;
+    case RF_TYPE_Q5_1: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q5_1>(1) <= optin;
     case RF_TYPE_Q8_0: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q8_0>(1) <= optin;
     case RF_TYPE_Q4_K: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q4_K>(1) <= optin;
     case RF_TYPE_Q5_K: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q5_K>(1) <= optin;
@@ -400,6 +423,9 @@ bool rf_gemv_mt_ok(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
 int rf_gemv_mt_warps_per_row(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n_out) {
     switch (t) {
     case RF_TYPE_Q4_0: return rf_mt_ks<RF_TYPE_Q4_0>(ctx, n_in, n_out);
+    case RF_TYPE_Q4_1: return rf_mt_ks<RF_TYPE_Q4_1>(ctx, n_in, n_out);
+    case RF_TYPE_Q5_0: return rf_mt_ks<RF_TYPE_Q5_0>(ctx, n_in, n_out);
+    case RF_TYPE_Q5_1: return rf_mt_ks<RF_TYPE_Q5_1>(ctx, n_in, n_out);
     case RF_TYPE_Q8_0: return rf_mt_ks<RF_TYPE_Q8_0>(ctx, n_in, n_out);
     case RF_TYPE_Q4_K: return rf_mt_ks<RF_TYPE_Q4_K>(ctx, n_in, n_out);
     case RF_TYPE_Q5_K: return rf_mt_ks<RF_TYPE_Q5_K>(ctx, n_in, n_out);
@@ -414,6 +440,9 @@ rf_status rf_gemv_launch_mt(rf_gpu_ctx *ctx, rf_type t, float *y, const uint8_t 
     const uint8_t *rec = (const uint8_t *)xq + ((n + 255) & ~(size_t)255); /* rf_gpu_xq_bytes' layout */
     switch (t) {
     case RF_TYPE_Q4_0: return rf_launch_mt<RF_TYPE_Q4_0>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    case RF_TYPE_Q4_1: return rf_launch_mt<RF_TYPE_Q4_1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    case RF_TYPE_Q5_0: return rf_launch_mt<RF_TYPE_Q5_0>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    case RF_TYPE_Q5_1: return rf_launch_mt<RF_TYPE_Q5_1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
     case RF_TYPE_Q8_0: return rf_launch_mt<RF_TYPE_Q8_0>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
     case RF_TYPE_Q4_K: return rf_launch_mt<RF_TYPE_Q4_K>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
     case RF_TYPE_Q5_K: return rf_launch_mt<RF_TYPE_Q5_K>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);

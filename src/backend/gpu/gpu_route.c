@@ -25,8 +25,8 @@ rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
     if (f->mmq && n >= mmq_min && n <= f->mmq_max) return RF_ROUTE_MMQ;
     if (n <= gemv_n) return RF_ROUTE_GEMV;
     if (f->mmq && n <= f->mmq_max) return RF_ROUTE_MMQ;
-    /* groups of 8 read a quantized weight once per 8 tokens, where BLAS writes and reads it whole
-     * as f16 every call (8B Q4_0 at 32 sequences: 49 ms a step through BLAS) */
+    /* groups of gemv_n read a quantized weight once per 8 or 16 tokens, where BLAS writes and
+     * reads it whole as f16 every call (8B Q4_0 at 32 sequences: 49 ms a step through BLAS) */
     if (!f->blas || (quantized(f->type) && f->gemv && n <= f->gemv_max)) return RF_ROUTE_GEMV_GROUPS;
     return RF_ROUTE_BLAS;
 }

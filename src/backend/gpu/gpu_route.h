@@ -16,7 +16,7 @@ extern "C" {
 
 typedef enum rf_gpu_route_kind {
     RF_ROUTE_GEMV = 0,    /* rf_gpu_gemv: 1..gemv_n tokens in one call, each weight read once per call */
-    RF_ROUTE_GEMV_GROUPS, /* rf_gpu_gemv in groups of 8 tokens (past one call, up to RF_GPU_GEMV_MAX, quantized) */
+    RF_ROUTE_GEMV_GROUPS, /* rf_gpu_gemv in groups of gemv_n tokens (past one call, up to RF_GPU_GEMV_MAX, quantized) */
     RF_ROUTE_MMQ,         /* rf_gpu_mmq: int8 tensor cores, weight read once per 64 tokens */
     RF_ROUTE_BLAS,        /* rf_gpu_gemm: W dequantized to f16 in scratch, then cuBLAS / hipBLAS */
     RF_ROUTE_NONE,        /* deterministic mode without a batch-invariant kernel: an error */
@@ -52,7 +52,7 @@ int rf_gpu_gemv_mt_ks(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in, int64_t
  * rf_gpu_gemv_has_xq answer from it */
 rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
                                    int64_t n_out);
-/* whether rf_gpu_gemv (one call or groups of 8) takes (type, n_in) through int8 x rounded per 32
+/* whether rf_gpu_gemv (one call or groups) takes (type, n_in) through int8 x rounded per 32
  * (gpu_gemv.cu: the 32-element formats, K-quants where q32s takes the rows), else f32 x */
 bool rf_gpu_gemv_rounds_x(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in);
 /* the route's name, for traces and test messages */
