@@ -158,7 +158,7 @@ rf_status rf_gemv_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w
 /* gpu_gemv_mt.cu: gemv_mt, 2..16 tokens of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
  * on the int8 tensor cores; x from rf_k_quantize_x with gb = 1 (in order) at xq (rf_gpu_xq_bytes' layout).
  * rf_gemv_mt_ok: the kernel takes (t, n_in) on this device (sm_80+, whole chunks of 256
- * elements, Q6_K 512, its stages fit); rf_gemv_mt_warps_per_row: the warps it puts along a row
+ * elements, Q6_K rows of 2048, its stages fit); rf_gemv_mt_warps_per_row: the warps it puts along a row
  * for the shape (1, 2, 4 or 8; variants 27..30 force them) */
 bool rf_gemv_mt_ok(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in);
 int rf_gemv_mt_warps_per_row(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n_out);

@@ -8,21 +8,25 @@
 #if !defined(RF_HIP) /* mma.sync, cp.async: CUDA only */
 
 /* The formats' chunks: KB 32-element blocks per chunk (8 blocks of the 32-element formats, one K
- * super-block; Q6_K two super-blocks, 420 bytes, 4-byte aligned in rows of an even number of
- * them), CB bytes of a row per chunk, copied in CPY-byte cp.async pieces; SROW: a staged row's
- * stride (a multiple of 16 bytes whose word count is 4 mod 8, so the 8 rows g of one fragment
- * load fall on distinct banks); REC: bytes of an x record (rf_k_quantize_x, GB 1: 8 = (d, int
+ * super-block; Q6_K two super-blocks), CB bytes of a row per chunk, copied as CW 16-byte cp.async
+ * pieces from the 16-byte boundary at or before the chunk (Q6_K's 420-byte chunks start 0, 4, 8
+ * or 12 bytes past one, in rows of whole 16-byte words: 27 pieces cover any of them, where 4-byte
+ * copies took 105); SROW: a staged row's stride (a multiple of 16 bytes whose word count is 4 mod
+ * 8, so the 8 rows g of one fragment load fall on distinct banks; Q6_K: room for the offset and
+ * a realigned word read past the chunk); REC: bytes of an x record (rf_k_quantize_x, GB 1: 8 = (d, int
  * sum), 16 = + the f32 sum (Q4_1 / Q5_1: ggml's q8_1 s instead), int sum of the first 16); ST:
  * pipeline stages where they fit. */
 template <int T> struct rf_mt_fmt;
-template <> struct rf_mt_fmt<RF_TYPE_Q4_0> { static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 8, ST = 3; };
-template <> struct rf_mt_fmt<RF_TYPE_Q4_1> { static constexpr int KB = 8, CB = 160, CPY = 16, SROW = 176, REC = 16, ST = 3; };
-template <> struct rf_mt_fmt<RF_TYPE_Q5_0> { static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 176, REC = 8, ST = 3; };
-template <> struct rf_mt_fmt<RF_TYPE_Q5_1> { static constexpr int KB = 8, CB = 192, CPY = 16, SROW = 208, REC = 16, ST = 3; };
-template <> struct rf_mt_fmt<RF_TYPE_Q8_0> { static constexpr int KB = 8, CB = 272, CPY = 16, SROW = 272, REC = 8, ST = 3; };
-template <> struct rf_mt_fmt<RF_TYPE_Q4_K> { static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 16, ST = 3; };
-template <> struct rf_mt_fmt<RF_TYPE_Q5_K> { static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 176, REC = 16, ST = 3; };
-template <> struct rf_mt_fmt<RF_TYPE_Q6_K> { static constexpr int KB = 16, CB = 420, CPY = 4, SROW = 432, REC = 16, ST = 2; };
+template <> struct rf_mt_fmt<RF_TYPE_Q4_0> { static constexpr int KB = 8, CB = 144, CW = 9, SROW = 144, REC = 8, ST = 3; };
+template <> struct rf_mt_fmt<RF_TYPE_Q4_1> { static constexpr int KB = 8, CB = 160, CW = 10, SROW = 176, REC = 16, ST = 3; };
+template <> struct rf_mt_fmt<RF_TYPE_Q5_0> { static constexpr int KB = 8, CB = 176, CW = 11, SROW = 176, REC = 8, ST = 3; };
+template <> struct rf_mt_fmt<RF_TYPE_Q5_1> { static constexpr int KB = 8, CB = 192, CW = 12, SROW = 208, REC = 16, ST = 3; };
+template <> struct rf_mt_fmt<RF_TYPE_Q8_0> { static constexpr int KB = 8, CB = 272, CW = 17, SROW = 272, REC = 8, ST = 3; };
+template <> struct rf_mt_fmt<RF_TYPE_Q4_K> { static constexpr int KB = 8, CB = 144, CW = 9, SROW = 144, REC = 16, ST = 3; };
+template <> struct rf_mt_fmt<RF_TYPE_Q5_K> { static constexpr int KB = 8, CB = 176, CW = 11, SROW = 176, REC = 16, ST = 3; };
+template <> struct rf_mt_fmt<RF_TYPE_Q6_K> { static constexpr int KB = 16, CB = 420, CW = 27, SROW = 464, REC = 16, ST = 2; };
+/* where chunk c of a row starts past the 16-byte boundary its copy starts at */
+template <int T> static __device__ __forceinline__ int rf_mt_off(int c) { return rf_mt_fmt<T>::CB % 16 ? c * rf_mt_fmt<T>::CB % 16 : 0; }
 
 #define RF_MT_NW 8 /* warps per block: 8 / KS along the rows (16 each) x KS along the row's chunks */
 #define RF_MT_SMEM_MAX (227 * 1024)
@@ -189,16 +193,15 @@ static __device__ __forceinline__ void rf_mt_issue_w(unsigned so, const uint8_t 
                                                      int64_t n_out, int s, int nch) {
     using F = rf_mt_fmt<T>;
     using L = rf_mt_tile<T, NF, KS>;
-    constexpr int CW = F::CB / F::CPY, N = KS * L::RB * CW;
+    constexpr int CW = F::CW, N = KS * L::RB * CW;
+    static_assert(16 * CW >= F::CB + (F::CB % 16 ? 12 : 0) && 16 * CW <= F::SROW, "the copies cover any chunk");
 #pragma unroll 4
     for (int i = threadIdx.x; i < N; i += RF_MT_NW * 32) {
         const int kc = i / (L::RB * CW), row = i / CW % L::RB, col = i % CW, c = s * KS + kc;
         if (c >= nch) continue;
         const int64_t r = r0 + row < n_out ? r0 + row : n_out - 1;
-        const uint8_t *src = w + r * row_bytes + (int64_t)c * F::CB + col * F::CPY;
-        const unsigned dst = so + (unsigned)((kc * L::RB + row) * F::SROW + col * F::CPY);
-        if (F::CPY == 16) rf_cp_async16_s(dst, src);
-        else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+        const uint8_t *src = w + r * row_bytes + (int64_t)c * F::CB - rf_mt_off<T>(c) + col * 16;
+        rf_cp_async16_s(so + (unsigned)((kc * L::RB + row) * F::SROW + col * 16), src);
     }
 }
 template <int T, int NF, int KS>
@@ -326,7 +329,7 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
         rf_cp_async_commit();
         if (s * KS + ks >= nch) continue; /* this warp's chunk lies past the row */
         const uint8_t *sl = rf_mt_smem + s % ST * L::BYTES;
-        const uint8_t *ra = sl + (ks * L::RB + 16 * wr + g) * F::SROW, *rb = ra + 8 * F::SROW;
+        const uint8_t *ra = sl + (ks * L::RB + 16 * wr + g) * F::SROW + rf_mt_off<T>(s * KS + ks), *rb = ra + 8 * F::SROW;
         const uint8_t *sx = sl + L::XO + (ks * L::BN + g) * L::XT, *sr = sl + L::RO + (ks * L::BN + 2 * t) * L::RS;
 #pragma unroll
         for (int b = 0; b < F::KB; b++) rf_mt_block<T, NF, L::XT, L::RS>(acc, ra, rb, sx, sr, t, b, nfa);
@@ -415,7 +418,7 @@ bool rf_gemv_mt_ok(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
     case RF_TYPE_Q8_0: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q8_0>(1) <= optin;
     case RF_TYPE_Q4_K: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q4_K>(1) <= optin;
     case RF_TYPE_Q5_K: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q5_K>(1) <= optin;
-    case RF_TYPE_Q6_K: return n_in % 512 == 0 && rf_mt_smem<RF_TYPE_Q6_K>(1) <= optin;
+    case RF_TYPE_Q6_K: return n_in % 2048 == 0 && rf_mt_smem<RF_TYPE_Q6_K>(1) <= optin; /* rows of whole words */
     default: return false;
     }
 }
