@@ -36,12 +36,13 @@ extern "C" {
     X(POOL_SPIN, INT, "2000", 1, 1000000000, "CPU thread pool: spin iterations before a worker sleeps") \
     X(GPU_GRAPHS, BOOL, "on", 0, 0, "GPU: decode steps replayed as CUDA/HIP graphs (off: kernel by kernel)") \
     X(GPU_STEP_TRACE, BOOL, "off", 0, 0, "engine on a GPU: one stderr line per step (tokens, copies, graph launches)") \
+    X(GPU_OP_TIMES, BOOL, "off", 0, 0, "GPU: time every eager kernel by name, table on stderr at exit (with RF_GPU_GRAPHS=0)") \
     X(GPU_SYNC, BOOL, "off", 0, 0, "GPU: synchronize after every kernel so a fault names it (slow)") \
     X(GPU_PDL, BOOL, "on", 0, 0, "GPU (sm_90+): programmatic dependent launch")                      \
     X(GPU_UNFUSED, BOOL, "off", 0, 0, "GPU: the unfused decode ops (fused-vs-unfused A/B)")          \
     X(GPU_FLASH, BOOL, "on", 0, 0, "GPU: prompt attention on the tensor-core flash prefill kernel")  \
     X(GPU_GEMV_MAX, INT, "64", 0, 1000000000, "GPU: most tokens a quantized product runs as GEMVs") \
-    X(GPU_MMQ_MAX, INT, "128", 0, 1000000000, "GPU: most tokens a product runs on MMQ (0 = never)") \
+    X(GPU_MMQ_MAX, INT, "96", 0, 1000000000, "GPU: most tokens a product runs on MMQ (0 = never)") \
     X(GPU_MMQ_MIN, INT, "17", 1, 1000000000, "GPU: fewest tokens a product runs on MMQ")            \
     X(GPU_MOE_GROUPED_MIN, INT, "96", 1, 1000000000, "GPU: fewest token-expert slots a MoE product groups by expert (MMQ)") \
     X(MMQ_CFG, INT, "0", 0, 5, "GPU MMQ tiles: 0 auto, 1 32-token, 2 64-token 2-stage, 3 64-token, 4 128-token, 5 128-token 2-stage") \

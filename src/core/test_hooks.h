@@ -41,6 +41,13 @@ typedef struct rf_test_hooks {
      * logit: softmax and softmax over the top k; sigmoid routers are not measured). How near a
      * path came to a router tie, for tests that judge a changed greedy token. */
     float *moe_gap_min;
+    /* CPU gated delta rule (rf_cpu_gated_delta), when not NULL: lowers *dn_cond_min to the
+     * smallest |o| / (||M||_F |q|) over every token and value head, o = M q the head's output
+     * before its gated RMS norm, M the state after the token's update. The norm divides by |o|, so
+     * a relative perturbation e of q, k or M moves the normed output by ~e / cond: near 0 (with an
+     * empty state, cond = |cos(q, k)|) the output's sign turns on float order. For tests that judge
+     * two paths' distance on such a prompt. */
+    float *dn_cond_min;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

@@ -405,15 +405,26 @@ static void test_elementwise(void **state) {
  * Such a prompt is exempt from the 1e-2 bound only when the CPU path met a router gap below this. */
 #define ROUTER_TIE_F32 1.2e-2f
 #define TOL_RATIO 2.0
+/* The gated norm of a DeltaNet head divides its output o = M q by |o|: a relative perturbation e
+ * of q, k or the state moves the normed output by ~e / cond, cond = |o| / (|M|_F |q|) (test hook
+ * dn_cond_min; with an empty state, a 1-token prompt, cond = |cos(q, k)| and the output is
+ * sign(q.k) v / rms(v): a sign turn flips the head whole). Between the GPU and its twin, which
+ * differ in float order and the int8 roundings that order flips, a layer's input differs by up to
+ * the unrounded paths' own agreement, 1e-2 (above); a prompt whose twin met cond below that may
+ * see a head turn on one path and not the other, so its per-prompt ratio is replaced by the
+ * garbage bound and the ratio is stated for the means (GPU mean <= 2 x twin mean + 1e-2), as for
+ * router near ties. Expected share: 2 key heads x 3 DeltaNet layers of head size 64 (cos ~
+ * N(0, 1/64)) put ~1/3 of 1-token prompts and few longer ones below it. */
+#define DN_TURN 1e-2f
 #define N_PER 4 /* prompts per length with quantized weights */
 
 static bool gpu_rounds(rf_type wtype, int64_t n_tokens, int64_t n_in) {
     return rf_gpu_matmul_rounds_x(g_ctx, wtype, n_tokens, n_in);
 }
 
-static void set_cpu_act(int mode) {
+static void set_cpu_act(int mode, float *dn_cond) {
     if (mode == RF_CPU_ACT_GGML) rf_test_hooks_set(NULL);
-    else rf_test_hooks_set(&(rf_test_hooks){.cpu_act = mode, .cpu_act_rounds = gpu_rounds});
+    else rf_test_hooks_set(&(rf_test_hooks){.cpu_act = mode, .cpu_act_rounds = gpu_rounds, .dn_cond_min = dn_cond});
 }
 
 static double check_logits(const float *want, const float *got, int32_t nv, double tol, const char *what,
@@ -453,16 +464,17 @@ static void logits_case(const char *path, const char *label, bool twin) {
             random_prompt(&r, ids, lens[k], nv);
             rf_session_truncate(sc, 0);
             rf_session_truncate(sg, 0);
-            if (twin) set_cpu_act(RF_CPU_ACT_GPU);
+            float cond = INFINITY; /* the twin's smallest gated-norm conditioning (test hook) */
+            if (twin) set_cpu_act(RF_CPU_ACT_GPU, &cond);
             float gap = INFINITY; /* f32 with experts: the CPU path's smallest router gap (test hook) */
             if (!twin && moe) rf_test_hooks_set(&(rf_test_hooks){.moe_gap_min = &gap});
             rf_status st = rf_session_eval(sc, ids, lens[k], false);
             if (!st && twin) {
                 rf_session_truncate(sr, 0);
-                set_cpu_act(RF_CPU_ACT_F32);
+                set_cpu_act(RF_CPU_ACT_F32, NULL);
                 st = rf_session_eval(sr, ids, lens[k], false);
             }
-            set_cpu_act(RF_CPU_ACT_GGML);
+            set_cpu_act(RF_CPU_ACT_GGML, NULL);
             if (st) fail_msg("cpu eval: %s", rf_last_error());
             if (rf_session_eval(sg, ids, lens[k], false)) fail_msg("gpu eval: %s", rf_last_error());
             const float *lc = rf_session_logits(sc, lens[k] - 1), *lg = rf_session_logits(sg, lens[k] - 1);
@@ -489,9 +501,13 @@ static void logits_case(const char *path, const char *label, bool twin) {
             const double b = compare_rms(lr, lc, nv, &m, &same, &rms); /* the scheme's own cost here */
             /* with experts a router flip between the GPU and the twin makes one of them far from f32
              * and the other near, prompt by prompt: there the ratio holds for the means (below) */
-            const double allowed = moe ? tol_acc * 10 : TOL_RATIO * b + 1e-2;
+            const bool turn = cond < DN_TURN; /* a head's sign near a turn: the ratio holds for the means */
+            const double allowed = moe || turn ? tol_acc * 10 : TOL_RATIO * b + 1e-2;
             const double a = check_logits(lr, lg, nv, allowed, "GPU vs f32 activations (TOL_RATIO x the twin)", label,
                                           lens[k]);
+            if (turn && !moe && a > TOL_RATIO * b + 1e-2)
+                printf("  %s prompt of %d: GPU %.3e from f32 against the twin's %.3e after a gated-norm conditioning of "
+                       "%.3g (< %.3g): a head's sign turned\n", label, lens[k], a, b, cond, DN_TURN);
             sum_a += a, sum_b += b, n_acc++;
             worst_a = fmax(worst_a, a), worst_b = fmax(worst_b, b);
         }
@@ -503,7 +519,7 @@ static void logits_case(const char *path, const char *label, bool twin) {
     if (twin) {
         if (!(sum_a / n_acc < tol_acc)) fail_msg("%s: GPU vs f32 activations, mean rel. L2 %.3e >= %.2g", label, sum_a / n_acc, tol_acc);
         if (!(sum_b / n_acc < tol_acc)) fail_msg("%s: CPU twin vs f32 activations, mean rel. L2 %.3e >= %.2g", label, sum_b / n_acc, tol_acc);
-        if (moe && !(sum_a <= TOL_RATIO * sum_b + 1e-2 * n_acc))
+        if (!(sum_a <= TOL_RATIO * sum_b + 1e-2 * n_acc))
             fail_msg("%s: the GPU's mean distance from f32 activations %.3e is over %g x the twin's %.3e", label,
                      sum_a / n_acc, TOL_RATIO, sum_b / n_acc);
     }

@@ -18,7 +18,7 @@ static rf_gpu_route_facts facts(rf_type t, int64_t n, bool mmq) {
     f.type = t, f.n_tokens = n, f.n_in = 4096, f.n_out = 4096;
     f.mmq = mmq, f.gemv = true, f.blas = true;
     f.gemv_n = mmq ? 16 : 8; /* gemv_mt takes what MMQ takes (Q4_0 .. Q6_K, CUDA sm_80+) */
-    f.mmq_min = 17, f.mmq_max = 128, f.gemv_max = 64; /* the knobs' defaults (docs/knobs.md) */
+    f.mmq_min = 17, f.mmq_max = 96, f.gemv_max = 64; /* the knobs' defaults (docs/knobs.md) */
     return f;
 }
 
@@ -30,14 +30,14 @@ static rf_gpu_route_kind route(rf_type t, int64_t n, bool mmq) {
 static void test_defaults(void **state) {
     (void)state;
     for (int64_t n = 1; n <= 600; n++) {
-        /* 1..16 tokens one GEMV call (gemv_mt from 2), MMQ up to 128, BLAS past it */
-        const rf_gpu_route_kind want = n <= 16 ? RF_ROUTE_GEMV : n <= 128 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS;
+        /* 1..16 tokens one GEMV call (gemv_mt from 2), MMQ up to 96, BLAS past it */
+        const rf_gpu_route_kind want = n <= 16 ? RF_ROUTE_GEMV : n <= 96 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS;
         if (route(RF_TYPE_Q4_0, n, true) != want) fail_msg("q4_0 n=%lld: %s", (long long)n, rf_gpu_route_name(route(RF_TYPE_Q4_0, n, true)));
         /* MMQ's types where gemv_mt does not take the rows (one GEMV call takes 8): MMQ from 5,
          * as before gemv_mt */
         rf_gpu_route_facts f8 = facts(RF_TYPE_Q4_K, n, true);
         f8.gemv_n = 8;
-        assert_int_equal(rf_gpu_route(&f8), n <= 4 ? RF_ROUTE_GEMV : n <= 128 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS);
+        assert_int_equal(rf_gpu_route(&f8), n <= 4 ? RF_ROUTE_GEMV : n <= 96 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS);
         /* no MMQ kernel nor gemv_mt (a device older than sm_80): GEMV, groups of 8 up to 64, BLAS */
         const rf_gpu_route_kind w2 = n <= 8 ? RF_ROUTE_GEMV : n <= 64 ? RF_ROUTE_GEMV_GROUPS : RF_ROUTE_BLAS;
         assert_int_equal(route(RF_TYPE_Q4_1, n, false), w2);

@@ -2,9 +2,11 @@
  * sigmoid_mul, head_split): plain f32 loops in ggml's order of operations, threaded over
  * channels (conv) and (sequence, head) pairs (delta rule). Twins: ref_deltanet.h. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/test_hooks.h"
 #include "backend/ref/ref_deltanet.h"
 
 /* The sequences of a batch as runs of contiguous tokens: starts[i]..starts[i+1]. */
@@ -106,6 +108,7 @@ typedef struct delta_job {
     int64_t H_k, H_v, S;
     float eps;
     float *scratch; /* per thread: 3 S */
+    float *cond;    /* test hook dn_cond_min: per thread, or NULL */
 } delta_job;
 
 static void l2n(float *y, const float *x, int64_t n, float eps) {
@@ -113,6 +116,14 @@ static void l2n(float *y, const float *x, int64_t n, float eps) {
     for (int64_t i = 0; i < n; i++) s += (double)(x[i] * x[i]);
     const float sc = 1.0f / fmaxf(sqrtf((float)s), eps);
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * sc;
+}
+
+/* the test hook's conditioning of one head's output (test_hooks.h dn_cond_min); q is unit */
+static float head_cond(const float *o, const float *M, int64_t S, float scale) {
+    double oo = 0, mm = 0;
+    for (int64_t i = 0; i < S; i++) oo += (double)o[i] * o[i];
+    for (int64_t i = 0; i < S * S; i++) mm += (double)M[i] * M[i];
+    return mm > 0 ? (float)(sqrt(oo) / (sqrt(mm) * scale)) : INFINITY;
 }
 
 static void delta_worker(void *ctx, int ith, int nth) {
@@ -142,6 +153,7 @@ static void delta_worker(void *ctx, int ith, int nth) {
             for (int64_t jj = 0; jj < S; jj++) rf_cpu_axpy_f32(M + jj * S, k, d[jj], S);
             float *o = j->out + t * H_v * S + h * S;
             for (int64_t jj = 0; jj < S; jj++) o[jj] = rf_cpu_dot_f32(M + jj * S, q, S) * scale;
+            if (j->cond) j->cond[ith] = fminf(j->cond[ith], head_cond(o, M, S, scale));
         }
     }
 }
@@ -160,7 +172,13 @@ rf_status rf_cpu_gated_delta(rf_backend *be, rf_tensor *out, const rf_tensor *x,
     delta_job j = {.b = b, .r = &r, .out = out->data, .x = x->data, .ldx = x->nb1, .a = a->data, .bt = bt->data,
                    .dt = dt_bias->data, .sa = ssm_a->data, .state = state->data, .ldst = state->nb1, .H_k = H_k,
                    .H_v = H_v, .S = S, .eps = eps, .scratch = scr};
+    const rf_test_hooks *h = rf_test_hooks_get(); /* tests only: one minimum per thread */
+    if (h && h->dn_cond_min && !(j.cond = malloc((size_t)cpu->n_threads * sizeof(float))))
+        return rf_set_error(RF_ERR_OOM, "gated_delta: test hook buffer");
+    for (int i = 0; j.cond && i < cpu->n_threads; i++) j.cond[i] = INFINITY;
     rf_pool_run(cpu->pool, delta_worker, &j);
+    for (int i = 0; j.cond && i < cpu->n_threads; i++) *h->dn_cond_min = fminf(*h->dn_cond_min, j.cond[i]);
+    free(j.cond);
     return RF_OK;
 }
 

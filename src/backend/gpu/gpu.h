@@ -193,7 +193,7 @@ rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, co
                      int64_t n_tokens, int64_t n_in, int64_t n_out);
 bool rf_gpu_mmq_supported(rf_type wtype, int64_t n_in);
 /* Whether rf_gpu_matmul sends a product of n_tokens to MMQ (the router's answer, gpu_route.h:
- * RF_GPU_MMQ_MIN .. MAX tokens, default 5 .. 128, or every count in deterministic mode). */
+ * RF_GPU_MMQ_MIN .. MAX tokens, default 17 .. 96, or every count in deterministic mode). */
 bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
 /* Whether rf_gpu_matmul's product of n_tokens rounds x to int8 blocks of 32 (MMQ, the int8-x
  * GEMVs, the BLAS path of quantized weights) or takes it as f32 / f16; for the CPU twin of tests. */

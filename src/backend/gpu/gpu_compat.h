@@ -61,6 +61,10 @@
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
 #define cudaEventDisableTiming hipEventDisableTiming
 #define cudaStreamQuery hipStreamQuery
+#define cudaEventQuery hipEventQuery
+#define cudaStreamIsCapturing hipStreamIsCapturing
+#define cudaStreamCaptureStatus hipStreamCaptureStatus
+#define cudaStreamCaptureStatusNone hipStreamCaptureStatusNone
 #define cudaErrorNotReady hipErrorNotReady
 #define cudaLaunchHostFunc hipLaunchHostFunc
 #define cudaGraph_t hipGraph_t

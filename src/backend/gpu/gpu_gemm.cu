@@ -108,7 +108,7 @@ extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
 }
 #endif
 
-/* The knobs of the route (read once): RF_GPU_GEMV_MAX (default 64), RF_GPU_MMQ_MAX (128, 0 =
+/* The knobs of the route (read once): RF_GPU_GEMV_MAX (default 64), RF_GPU_MMQ_MAX (96, 0 =
  * never), RF_GPU_MMQ_MIN (17); what each threshold rests on: gpu_route.c */
 static void rf_route_knobs(int64_t *gemv_max, int64_t *mmq_min, int64_t *mmq_max) {
     static int64_t g = -1, lo = -1, hi = -1;

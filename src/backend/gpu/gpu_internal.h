@@ -27,7 +27,14 @@ struct rf_gpu_ctx {
     unsigned trace_seq;      /* RF_GEMV_TRACE builds: q32s / mma launches so far (trace slots) */
     struct rf_gpu_comm *watch; /* tensor parallelism: the communicator this stream's waits watch (gpu_nccl.cu) */
     int watch_rank;            /* this context's rank in it */
+    struct rf_gpu_op_times *op_times; /* RF_GPU_OP_TIMES: per-kernel GPU time (gpu_op_times.cu), or NULL */
 };
+typedef struct rf_gpu_op_times rf_gpu_op_times;
+/* gpu_op_times.cu: the table's start (at context creation), one mark after each eager launch,
+ * and the printed table with the table's end (at context destruction) */
+extern "C" rf_status rf_gpu_op_times_new(rf_gpu_ctx *ctx);
+extern "C" void rf_gpu_op_time(rf_gpu_ctx *ctx, const char *name);
+extern "C" void rf_gpu_op_times_free(rf_gpu_ctx *ctx);
 
 /* The host's wait for this stream (event NULL: a fresh mark at its end) or for an event on it,
  * polled while ctx->watch is set: gives up after RF_TP_TIMEOUT_MS, or at once when NCCL reports
@@ -50,6 +57,7 @@ static inline rf_status rf_gpu_after_launch(rf_gpu_ctx *ctx, const char *kernel)
     if (e != cudaSuccess)
         return rf_set_error(RF_ERR_DEVICE, "GPU kernel %s: launch failed: %s", kernel,
                             cudaGetErrorString(e));
+    if (ctx->op_times) rf_gpu_op_time(ctx, kernel);
     if (ctx->sync_each) {
         e = cudaStreamSynchronize(ctx->stream);
         if (e != cudaSuccess)

@@ -340,8 +340,8 @@ static rf_status rf_launch_mmq_wn(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     return rf_gpu_launch(ctx, tiles ? "rf_k_mmq (grouped)" : "rf_k_mmq", !tiles, kern, grid, dim3(RF_MMQ_NW * 32),
                          (size_t)smem, y, w, qx, rec, nt, n_in, n_out, rb, splits, tiles);
 }
-/* tiles of 32 tokens (8 warps along the rows: every warp busy) up to 32 tokens, of 64 up to
- * 128, of 128 past that (Q6_K: 64; a 128-token stage of its 16-block chunks does not fit);
+/* tiles of 32 tokens (8 warps along the rows: every warp busy) up to 32 tokens, of 64 in 2
+ * stages past that;
  * each output's arithmetic is the same in all (batch invariance holds across them). RF_MMQ_CFG
  * (measurement knob, read at every call so that a test may change it with rf_knob_override):
  * 1 = tiles of 32 always, 2 = tiles of 64 above 32 tokens in 2 stages, 3 = in the format's
@@ -353,7 +353,7 @@ static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, cons
                                int nt, int n_in, int n_out, int64_t rb, int splits) {
     const int cfg = (int)rf_knob_int(RF_KNOB_MMQ_CFG);
     if constexpr (T != RF_TYPE_Q6_K) {
-        if (cfg == 4 || (cfg == 0 && nt > 128)) return rf_launch_mmq_wn<T, 4>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+        if (cfg == 4) return rf_launch_mmq_wn<T, 4>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
         if (cfg == 5) {
             constexpr int S5 = rf_mmq_stage<T, 4>::ST == 2 ? 0 : 2; /* one instance where the default is 2 */
             return rf_launch_mmq_wn<T, 4, S5>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
@@ -361,11 +361,11 @@ static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, cons
     }
     if (cfg == 1 || (nt <= 32 && cfg != 4 && cfg != 5))
         return rf_launch_mmq_wn<T, 1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
-    /* Q4_0 in 2 stages fits 2 blocks per SM: better where the grid fills them (28672 x 4096 at
-     * 64 tokens: 118 -> 96 us), worse where few blocks need the deeper ring (4096 x 4096: 23 -> 26) */
-    const int64_t blocks = (int64_t)(n_out + RF_MMQ_BM - 1) / RF_MMQ_BM * ((nt + 63) / 64) * splits;
-    const bool two = cfg == 2 || (cfg == 0 && T == RF_TYPE_Q4_0 && blocks * 2 >= 3 * (int64_t)ctx->info.sm_count);
-    if (two) return rf_launch_mmq_wn<T, 2, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+    /* the default past 32 tokens: tiles of 64 in 2 stages, the fastest configuration at every type
+     * (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), shape (4096-28672 rows) and count (64-512 tokens) measured
+     * on an H200 (docs/PERFORMANCE.md, 2026-11-29: e.g. Q8_0 28672 x 4096 at 64 tokens 94.8 us
+     * against 120.3 in the format's stages, 192.2 with tiles of 128) */
+    if (cfg == 2 || cfg == 0) return rf_launch_mmq_wn<T, 2, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
     return rf_launch_mmq_wn<T, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
 }
 #endif

@@ -15,8 +15,9 @@ rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
      * reads each weight once for all of them where MMQ reads it once per 32 and pays a split-K
      * reduction; on the H100 with the older GEMVs, 2 and 4 sequences of 8B Q4_0 lost with MMQ
      * (3.34 -> 6.00, 5.27 -> 6.07 ms a step) and 8 gained (6.52 -> 6.11), so 5 was the default
-     * then); up to RF_GPU_MMQ_MAX (default 128: it beat dequantize + cuBLAS at 128 tokens in
-     * every shape measured, lost at 512). Where gemv_mt does not take the type and width (one
+     * then); up to RF_GPU_MMQ_MAX (default 96: on an H200 it beats dequantize + cuBLAS at 64
+     * tokens and loses at 128 in every type and shape measured, docs/PERFORMANCE.md 2026-11-29;
+     * the 128-sequence step 20.9 -> 18.8 ms). Where gemv_mt does not take the type and width (one
      * GEMV call takes 8: the q32s loop or the f32-x kernels), MMQ from 5 at the latest, the
      * routing before gemv_mt; past what one GEMV call takes, MMQ whatever RF_GPU_MMQ_MIN says. */
     const int64_t gemv_n = f->gemv_n < 8 ? 8 : f->gemv_n;

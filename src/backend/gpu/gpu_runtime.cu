@@ -77,6 +77,7 @@ extern "C" rf_status rf_gpu_init(int device, rf_gpu_ctx **out) {
     }
 #endif
 #endif
+    if (!st && rf_knob_bool(RF_KNOB_GPU_OP_TIMES)) st = rf_gpu_op_times_new(c);
     if (st) {
         rf_gpu_destroy(c);
         return st;
@@ -88,6 +89,7 @@ extern "C" rf_status rf_gpu_init(int device, rf_gpu_ctx **out) {
 extern "C" void rf_gpu_destroy(rf_gpu_ctx *ctx) {
     if (!ctx) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+    rf_gpu_op_times_free(ctx);
     if (ctx->scratch) cudaFree(ctx->scratch);
 #if !defined(RF_GPU_NO_BLAS)
     if (ctx->blas) cublasDestroy(ctx->blas);
