@@ -113,44 +113,6 @@ static void trace_summary(const uint64_t (*r)[TRACE_BLOCKS][4], int nc, int grid
     free(after), free(e), free(bz);
 }
 
-/* the per-chunk timeline of the tensor-core kernel (rf_gpu_trace_read_mma): medians over the
- * blocks of nc calls, microseconds, chunks of warp 0 (nk of them recorded, at most 6) */
-#define TRACE_MMA_BLOCKS 1024
-static void trace_mma_summary(const uint64_t (*r)[TRACE_MMA_BLOCKS][16], int nc, int grid, int nk) {
-    if (nc < 3 || grid < 1 || grid > TRACE_MMA_BLOCKS) {
-        printf("trace: %d calls of %d blocks, too few\n", nc, grid);
-        return;
-    }
-    const size_t m = (size_t)(nc - 1) * grid;
-    double *v = malloc(m * sizeof(double)), *per = malloc(nc * sizeof(double));
-    int np = 0;
-    for (int c = 1; c < nc; c++) { /* period: first release to first release */
-        uint64_t a = UINT64_MAX, b = UINT64_MAX;
-        for (int i = 0; i < grid; i++) {
-            a = r[c - 1][i][1] < a ? r[c - 1][i][1] : a;
-            b = r[c][i][1] < b ? r[c][i][1] : b;
-        }
-        per[np++] = ((double)b - (double)a) / 1e3;
-    }
-    printf("trace (tensor-core kernel): %d blocks per call, %d calls; medians over blocks, us\n", grid, nc - 1);
-    printf("  period (release to release)   %7.2f\n", med_d(per, np));
-    const int nrec = nk < 6 ? nk : 6;
-    for (int f = 0; f < 2 + 2 * nrec; f++) { /* intervals between consecutive stamps, then to the end */
-        const int from = f, to = f + 1 < 2 + 2 * nrec ? f + 1 : 14;
-        size_t k = 0;
-        for (int c = 1; c < nc; c++)
-            for (int i = 0; i < grid; i++) v[k++] = ((double)r[c][i][to] - (double)r[c][i][from]) / 1e3;
-        char what[48];
-        if (from == 0) snprintf(what, sizeof what, "start -> release");
-        else if (from == 1) snprintf(what, sizeof what, "release -> chunk 0 landed");
-        else if (to == 14) snprintf(what, sizeof what, "chunk %d decoded -> block end", (from - 3) / 2);
-        else if (from % 2 == 0) snprintf(what, sizeof what, "chunk %d decode", (from - 2) / 2);
-        else snprintf(what, sizeof what, "chunk %d decoded -> %d landed", (from - 3) / 2, (from - 1) / 2);
-        printf("  %-30s %7.2f\n", what, med_d(v, k));
-    }
-    free(v), free(per);
-}
-
 int main(int argc, char **argv) {
     int ntok = 1, reps = 50, sweep_only = 0, one_var = -1, occ = 0, one_rpw = 0;
     const char *occ_type = NULL;
@@ -216,18 +178,15 @@ int main(int argc, char **argv) {
         printf("%s %lld->%lld v%d x %s: %.2f us, %.1f%% of bw\n", one_type, one_in, one_out, one_var, one_xq ? "int8" : "f32", us,
                pct_bw(wb, us, bw));
         if (trace) { /* one more graph (3 replays) with the trace on, then its last calls: the
-                      * q32s kernel's timeline (1 token), the tensor-core kernel's per chunk */
-            const bool mma = ntok > 1;
-            const int want = mma ? 33 : 65;
-            const size_t per = mma ? sizeof(uint64_t[TRACE_MMA_BLOCKS][16]) : sizeof(uint64_t[TRACE_BLOCKS][4]);
+                      * q32s kernel's timeline (1 token) */
+            const int want = 65;
+            const size_t per = sizeof(uint64_t[TRACE_BLOCKS][4]);
             uint64_t *tr = malloc(want * per);
             int nc = 0, grid = 0;
             rf_status st = tr ? rf_gpu_trace_reset(ctx) : rf_set_error(RF_ERR_OOM, "trace buffer");
             if (!st) st = rf_gpu_bench_gemv(ctx, t, ntok, one_in, one_out, (size_t)400 << 20, 1, one_xq, &us, &wb);
-            if (!st) st = mma ? rf_gpu_trace_read_mma(ctx, tr, want, &nc, &grid) : rf_gpu_trace_read(ctx, tr, want, &nc, &grid);
+            if (!st) st = rf_gpu_trace_read(ctx, tr, want, &nc, &grid);
             if (st) fprintf(stderr, "trace: %s\n", rf_last_error());
-            else if (mma) /* warp 0's chunks: 8 warps per 16 rows, chunks of 256 elements */
-                trace_mma_summary((const uint64_t(*)[TRACE_MMA_BLOCKS][16])tr, nc, grid, (int)((one_in / 256 + 7) / 8));
             else {
                 const uint64_t(*t4)[TRACE_BLOCKS][4] = (const uint64_t(*)[TRACE_BLOCKS][4])tr;
                 trace_summary(t4, nc, grid);

@@ -6,7 +6,7 @@
  * Tolerance: rel. L2 < 1e-2 over the sampled outputs (>= 128), as the int8-x GEMVs (x rounded to int8 per
  * 32 costs ~0.5% per output). Batch invariance: a token's outputs are bit-identical in calls
  * of 512, 100, 64, 33, 9, 8 and 5 tokens wherever it sits in them; determinism: two calls
- * identical; rf_gpu_matmul routes 5..128 tokens here (RF_GPU_MMQ_MIN / _MAX unset). Every tile
+ * identical; rf_gpu_matmul's products that the router sends here (17..96 tokens by default) too. Every tile
  * configuration (RF_MMQ_CFG 0..5, set per call with rf_knob_override) against the reference at
  * 65..512 tokens and odd shapes, and bit-identical to the others. RF_MMQ_BENCH=1 also times
  * MMQ against the earlier paths (GEMV in groups of 8, dequantize + cuBLAS); RF_MMQ_BENCH_CFG=1
@@ -70,8 +70,8 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
     assert_int_equal(rf_gpu_mmq(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
     dev_to(got2, dy, nt * n_out * 4);
     assert_memory_equal(got, got2, nt * n_out * 4);
-    /* rf_gpu_matmul takes MMQ for these token counts (default RF_GPU_MMQ_MIN / _MAX) */
-    if (!rf_knob_is_set(RF_KNOB_GPU_MMQ_MAX) && !rf_knob_is_set(RF_KNOB_GPU_MMQ_MIN) && nt >= 5 && nt <= rf_knob_int(RF_KNOB_GPU_MMQ_MAX)) {
+    /* where the router sends rf_gpu_matmul to MMQ (by default 17..96 tokens; 2..16 take gemv_mt) */
+    if (rf_gpu_mmq_takes(g_ctx, t, nt, n_in)) {
         assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
         assert_int_equal(rf_gpu_matmul(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
         dev_to(got2, dy, nt * n_out * 4);

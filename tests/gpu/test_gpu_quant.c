@@ -209,8 +209,8 @@ static void test_gemv(void **state) {
     for (int v = 1; v <= 26; v++) { /* 4..7, 9..23: the q32s kernel, 8: q32h (else as 7); the other
                                      * kernels take their default; 13..20: x in registers where a
                                      * row is 16 or 32 groups (4096 or 8192 wide), else as 7;
-                                     * 24: 2..8 tokens of Q4_0 / Q8_0 on the tensor cores (their
-                                     * default from 4 tokens or 8192 wide; one token as 7);
+                                     * 24: as 7 (gemv_mt, 2..16 tokens of Q4_0 .. Q6_K, and
+                                     * its variants 27..30: test_gpu_gemvn);
                                      * 25, 26: 2..8 tokens of F16 / BF16 on the tensor cores (4 and
                                      * 2 chunks per warp in flight; 25 is their default) */
         rf_gpu_set_gemv_variant(g_ctx, v);
@@ -237,14 +237,6 @@ static void test_gemv(void **state) {
             run_matmul_case(&r, t, 1, bs * 300 > 8192 ? 8192 : bs * 300, 131, false, tol);
             run_matmul_case(&r, t, 1, bs * 448 > 14336 ? 14336 : bs * 448, 67, false, tol);
             if (v >= 13) run_matmul_case(&r, t, 1, 4096, 131, false, tol);
-            if (v == 24) /* the mma kernel: 16-row tiles (131, 67 and 130 rows end mid-tile),
-                          * chunks of 8 blocks split over 8 warps (14336: 56 chunks, 1280: 5, so
-                          * some warps take none), tokens 2..8 (columns past nt zero) */
-                for (int64_t nt = 2; nt <= 8; nt += 3) {
-                    run_matmul_case(&r, t, nt, 4096, 131, false, tol);
-                    run_matmul_case(&r, t, nt, bs * 448 > 14336 ? 14336 : bs * 448, 67, false, tol);
-                    run_matmul_case(&r, t, nt, bs * 40, 130, false, tol);
-                }
             if (v == 8) { /* widths q32h takes (Q4_0/Q5_0/Q8_0: 16, 4 and 1 groups per row; the
                            * last stage of 130 rows of 4 groups is partial), and 2 tokens (q32s) */
                 run_matmul_case(&r, t, 1, 4096, 131, false, tol);

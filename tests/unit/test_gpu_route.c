@@ -1,7 +1,8 @@
 /* test_gpu_route.c — the GPU product router (src/backend/gpu/gpu_route.c), a pure function of its
  * facts, checked on the host in every build: the route of each token count under the default
- * knobs, deterministic mode (MMQ for every count or an error, never a count-dependent kernel),
- * types without MMQ, builds without BLAS and the knobs' edges. */
+ * knobs (one GEMV call up to 16 tokens where gemv_mt takes the type, else 8), deterministic mode
+ * (MMQ for every count or an error, never a count-dependent kernel), types without MMQ, builds
+ * without BLAS and the knobs' edges. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,8 @@ static rf_gpu_route_facts facts(rf_type t, int64_t n, bool mmq) {
     memset(&f, 0, sizeof f);
     f.type = t, f.n_tokens = n, f.n_in = 4096, f.n_out = 4096;
     f.mmq = mmq, f.gemv = true, f.blas = true;
-    f.mmq_min = 5, f.mmq_max = 96, f.gemv_max = 64; /* the knobs' defaults (docs/knobs.md) */
+    f.gemv_n = mmq ? 16 : 8; /* gemv_mt takes what MMQ takes (Q4_0 .. Q6_K, CUDA sm_80+) */
+    f.mmq_min = 17, f.mmq_max = 96, f.gemv_max = 64; /* the knobs' defaults (docs/knobs.md) */
     return f;
 }
 
@@ -28,11 +30,21 @@ static rf_gpu_route_kind route(rf_type t, int64_t n, bool mmq) {
 static void test_defaults(void **state) {
     (void)state;
     for (int64_t n = 1; n <= 600; n++) {
-        const rf_gpu_route_kind want = n <= 4 ? RF_ROUTE_GEMV : n <= 96 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS;
+        /* 1..16 tokens one GEMV call (gemv_mt from 2), MMQ up to 96, BLAS past it */
+        const rf_gpu_route_kind want = n <= 16 ? RF_ROUTE_GEMV : n <= 96 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS;
         if (route(RF_TYPE_Q4_0, n, true) != want) fail_msg("q4_0 n=%lld: %s", (long long)n, rf_gpu_route_name(route(RF_TYPE_Q4_0, n, true)));
-        /* no MMQ kernel (Q4_1, or a device older than sm_80): GEMV, groups of 8 up to 64, BLAS */
+        /* MMQ's types where gemv_mt does not take the rows (one GEMV call takes 8): MMQ from 5,
+         * as before gemv_mt */
+        rf_gpu_route_facts f8 = facts(RF_TYPE_Q4_K, n, true);
+        f8.gemv_n = 8;
+        assert_int_equal(rf_gpu_route(&f8), n <= 4 ? RF_ROUTE_GEMV : n <= 96 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS);
+        /* no MMQ kernel nor gemv_mt (a device older than sm_80): GEMV, groups of 8 up to 64, BLAS */
         const rf_gpu_route_kind w2 = n <= 8 ? RF_ROUTE_GEMV : n <= 64 ? RF_ROUTE_GEMV_GROUPS : RF_ROUTE_BLAS;
         assert_int_equal(route(RF_TYPE_Q4_1, n, false), w2);
+        /* gemv_mt without MMQ (Q4_1, Q5_0, Q5_1): one call up to 16, then groups of 16 up to 64 */
+        rf_gpu_route_facts f41 = facts(RF_TYPE_Q4_1, n, false);
+        f41.gemv_n = 16;
+        assert_int_equal(rf_gpu_route(&f41), n <= 16 ? RF_ROUTE_GEMV : n <= 64 ? RF_ROUTE_GEMV_GROUPS : RF_ROUTE_BLAS);
         /* unquantized weights never take GEMV groups */
         assert_int_equal(route(RF_TYPE_F16, n, false), n <= 8 ? RF_ROUTE_GEMV : RF_ROUTE_BLAS);
     }
@@ -52,13 +64,25 @@ static void test_deterministic(void **state) {
 
 static void test_knobs_and_builds(void **state) {
     (void)state;
-    rf_gpu_route_facts f = facts(RF_TYPE_Q8_0, 16, true);
-    f.mmq_max = 0; /* never MMQ */
+    rf_gpu_route_facts f = facts(RF_TYPE_Q8_0, 24, true);
+    f.mmq_max = 0; /* never MMQ: past one GEMV call, groups */
     assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS);
     f.mmq_max = 128, f.mmq_min = 0; /* below 1: from one token */
     f.n_tokens = 1;
     assert_int_equal(rf_gpu_route(&f), RF_ROUTE_MMQ);
-    f.mmq_min = 5, f.n_tokens = 200, f.blas = false; /* HIP without hipBLAS: groups past MMQ */
+    f.mmq_min = 5, f.n_tokens = 5; /* the knob brings MMQ into the GEMV's range */
+    assert_int_equal(rf_gpu_route(&f), RF_ROUTE_MMQ);
+    f.n_tokens = 4;
+    assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV);
+    f.gemv_n = 0, f.mmq = false; /* below 8: one GEMV call takes 8 at least */
+    f.n_tokens = 8, f.mmq_min = 17;
+    assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV);
+    f.n_tokens = 9;
+    assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS);
+    f.mmq = true, f.gemv_n = 8, f.mmq_min = 7; /* no gemv_mt: MMQ from 5 whatever the knob says above */
+    f.n_tokens = 6;
+    assert_int_equal(rf_gpu_route(&f), RF_ROUTE_MMQ);
+    f.gemv_n = 16, f.n_tokens = 200, f.blas = false; /* HIP without hipBLAS: groups past MMQ */
     assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS);
     f.type = RF_TYPE_F16, f.mmq = false;
     assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS);

@@ -76,7 +76,7 @@ static void test_int_rule(void **state) {
         assert_non_null(strstr(rf_last_error(), "from 0 to 64"));
         assert_int_equal(rf_knob_int(RF_KNOB_TP), 0); /* the default again */
     }
-    assert_int_equal(rf_knob_int(RF_KNOB_GPU_MMQ_MIN), 5);
+    assert_int_equal(rf_knob_int(RF_KNOB_GPU_MMQ_MIN), 17);
     assert_int_equal(rf_knob_override(RF_KNOB_GPU_MMQ_MIN, "0"), RF_ERR_INVALID_ARG); /* range 1.. */
     rf_knob_override(RF_KNOB_TP, NULL);
 }

@@ -193,7 +193,7 @@ rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, co
                      int64_t n_tokens, int64_t n_in, int64_t n_out);
 bool rf_gpu_mmq_supported(rf_type wtype, int64_t n_in);
 /* Whether rf_gpu_matmul sends a product of n_tokens to MMQ (the router's answer, gpu_route.h:
- * RF_GPU_MMQ_MIN .. MAX tokens, default 5 .. 128, or every count in deterministic mode). */
+ * RF_GPU_MMQ_MIN .. MAX tokens, default 17 .. 96, or every count in deterministic mode). */
 bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
 /* Whether rf_gpu_matmul's product of n_tokens rounds x to int8 blocks of 32 (MMQ, the int8-x
  * GEMVs, the BLAS path of quantized weights) or takes it as f32 / f16; for the CPU twin of tests. */
@@ -230,7 +230,7 @@ rf_status rf_gpu_glu_rows(rf_gpu_ctx *ctx, float *y, const float *gate, int64_t 
                           int64_t rows, int64_t n, bool geglu);
 rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
                          int64_t n_tokens, int64_t n_in, int64_t n_out);
-/* Selects a GEMV kernel variant (0 = default, 1..26 = the variants listed in gpu_gemv.cu); for
+/* Selects a GEMV kernel variant (0 = default, 1..30 = the variants listed in gpu_gemv.cu); for
  * the benchmark's sweep and tests. */
 void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);
 /* Rows of W per warp for the q32s / q32h kernels (variants 4..23 and their defaults): 0 = the
@@ -370,11 +370,6 @@ rf_status rf_gpu_bench_gemv(rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int
  * its dependency wait and at its end, then SM << 32 | grid size; sets *ncalls and *grid. */
 rf_status rf_gpu_trace_reset(rf_gpu_ctx *ctx);
 rf_status rf_gpu_trace_read(rf_gpu_ctx *ctx, uint64_t *out, int max_calls, int *ncalls, int *grid);
-/* The same for the tensor-core kernel (2..8 tokens): out[call][1024 blocks][16 words] from warp
- * 0 of each block: start, release, then for chunks k < 6 the moment chunk k landed and the
- * moment its decode ended (words 2 + 2k, 3 + 2k), its end (14) and the grid size (15); at most
- * 64 calls. */
-rf_status rf_gpu_trace_read_mma(rf_gpu_ctx *ctx, uint64_t *out, int max_calls, int *ncalls, int *grid);
 /* Mean microseconds per rf_gpu_sample_rows call (no penalties) over `reps` back-to-back calls
  * timed with device events (after 10 warm-up calls): every row of logits [n_seq, n_vocab]
  * (device) sampled with *params and u = 0.5. */

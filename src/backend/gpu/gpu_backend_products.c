@@ -27,7 +27,9 @@ static rf_status xq_room(gpu_be *g, int64_t n_tokens, int64_t n_in, bool *ok) {
         rf_gpu_free(g->ctx, g->xq);
         g->xq = NULL;
         g->xq_cap = 0;
-        size_t cap = rf_gpu_xq_bytes(8, n_in < 16384 ? 16384 : n_in);
+        /* one GEMV call takes up to 16 tokens (gemv_mt): room for them, so a step's graph
+         * recording does not fall back for lack of it */
+        size_t cap = rf_gpu_xq_bytes(n_tokens > 16 ? n_tokens : 16, n_in < 16384 ? 16384 : n_in);
         if ((st = rf_gpu_alloc(g->ctx, cap, &g->xq))) return st;
         g->xq_cap = cap;
         g->epoch++; /* recorded graphs read the old buffer */

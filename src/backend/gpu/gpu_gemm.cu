@@ -1,9 +1,9 @@
 /* gpu_gemm.cu — many-token products: rf_gpu_matmul dispatching on the router's choice
- * (gpu_route.c: GEMV, MMQ in gpu_mmq.cu, GEMV groups of 8, or the following), and
+ * (gpu_route.c: GEMV, MMQ in gpu_mmq.cu, GEMV groups of 8 or 16, or the following), and
  * the vendor BLAS path: W dequantized to f16 and x converted to f16 (for quantized W through
  * ggml's int8 activation rounding) in the scratch arena, then cublasGemmEx with f32
  * accumulation and an f32 result. On HIP without hipBLAS (Debian) rf_gpu_gemm runs the GEMV
- * kernels in token groups of 8 instead. Twin: rf_ref_matmul. */
+ * kernels in token groups of 8 (16) instead. Twin: rf_ref_matmul. */
 #include <stdlib.h>
 
 #include "core/knobs.h"
@@ -38,11 +38,13 @@ __global__ void rf_k_f32_to_f16_q8(rf_half *y, const float *x, int64_t n) {
     }
 }
 
-/* y = W x for any n_tokens through the GEMV kernels, up to 8 tokens per call */
+/* y = W x for any n_tokens through the GEMV kernels, as many tokens per call as one takes (8, or
+ * 16 where gemv_mt takes the type) */
 static rf_status rf_gemv_groups(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
                                 int64_t n_tokens, int64_t n_in, int64_t n_out) {
-    for (int64_t t = 0; t < n_tokens; t += 8) {
-        const int64_t nt = n_tokens - t < 8 ? n_tokens - t : 8;
+    const int64_t g = rf_gpu_gemv_max_tokens(ctx, wtype, n_in); /* 16 where gemv_mt takes them, else 8 */
+    for (int64_t t = 0; t < n_tokens; t += g) {
+        const int64_t nt = n_tokens - t < g ? n_tokens - t : g;
         const rf_status st = rf_gpu_gemv(ctx, y + t * n_out, w, wtype, x + t * n_in, nt, n_in, n_out);
         if (st) return st;
     }
@@ -107,7 +109,7 @@ extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
 #endif
 
 /* The knobs of the route (read once): RF_GPU_GEMV_MAX (default 64), RF_GPU_MMQ_MAX (96, 0 =
- * never), RF_GPU_MMQ_MIN (5); what each threshold rests on: gpu_route.c */
+ * never), RF_GPU_MMQ_MIN (17); what each threshold rests on: gpu_route.c */
 static void rf_route_knobs(int64_t *gemv_max, int64_t *mmq_min, int64_t *mmq_max) {
     static int64_t g = -1, lo = -1, hi = -1;
     if (g < 0) {
@@ -127,6 +129,7 @@ extern "C" rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type wty
     f.invariant = ctx->invariant;
     f.mmq = ctx->info.cc_major >= 8 && rf_gpu_mmq_supported(wtype, n_in);
     f.gemv = rf_gpu_gemv_supported(wtype);
+    f.gemv_n = rf_gpu_gemv_max_tokens(ctx, wtype, n_in);
 #if defined(RF_GPU_NO_BLAS)
     f.blas = false;
 #else

@@ -1,8 +1,8 @@
-/* gpu_gemv.cu — quantized matrix-vector products for decode (1..8 tokens): y = W x with W in
- * ggml block layout streamed once from device memory with 16-byte loads, several in flight per
- * lane. Twin: rf_ref_matmul (dequantize row, accumulate in double). This file is the dispatcher:
+/* gpu_gemv.cu — quantized matrix-vector products for decode (1..8 tokens, 1..16 where gemv_mt
+ * takes the type and width): y = W x with W in ggml block layout streamed once from device memory.
+ * Twin: rf_ref_matmul (dequantize row, accumulate in double). This file is the dispatcher:
  * the entry points, argument checks and the choice of kernel and variant; the kernels live in
- * gpu_gemv_{xq,q32,q32s,mma,f16,k,generic}.cu (shared pieces: gpu_gemv.cuh, gpu_gemv_dot.cuh). */
+ * gpu_gemv_{xq,q32,q32s,mt,f16,k,generic}.cu (shared pieces: gpu_gemv.cuh, gpu_gemv_dot.cuh). */
 #include "backend/gpu/gpu_gemv.cuh"
 #include "backend/gpu/gpu_route.h"
 
@@ -32,7 +32,10 @@ extern "C" bool rf_gpu_gemv_supported(rf_type t) {
  *   (XR: rows of 16 or 32 groups, one token, else as 7) with (ring stages, warps per block at
  *   most) = 13: (2, 4), 14: (3, 4), 15: (4, 4), 16: (2, 2), 17: (4, 1), 18: (6, 1), 19: (3, 2),
  *   20: (2, 1); 21..23: v7 in one-warp blocks at register budgets 128, ~255 and ptxas's own;
- *   24: 2..8 tokens of Q4_0 / Q8_0 on the tensor cores (gemv_mma; one token as 7);
+ *   24: as 7 (was gemv_mma, 2..8 tokens of Q4_0 / Q8_0 on the tensor cores, which gemv_mt
+ *   replaced); 27..30: 2..16 tokens of the int8-x types on gemv_mt with 1, 2, 4, 8
+ *   warps along a row (the default: gemv_mt with the count rf_mt_ks picks by shape; one token
+ *   as the default);
  * f16 (warps per row, loads in flight) = 1: (1, 4), 2: (4, 4), 3: (4, 2); 25, 26: 2..8 tokens of
  *   F16 / BF16 on the tensor cores (gemv_tc, rows a multiple of 32 wide; 4 and 2 chunks in
  *   flight per warp; 25 is their default; one token as the default);
@@ -76,12 +79,51 @@ static int rf_xq_records(rf_type t) {
     return t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K ? 1 : 0;
 }
 
+/* whether (t, n_in) has an int8-x product: the 32-element formats always, Q4_K / Q5_K / Q6_K
+ * where the q32s kernel takes the rows (CUDA, n_in a multiple of 256 up to 16384) and the context's variant
+ * is not one of the K kernels' (1..3) */
+static bool rf_has_xq(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
+    if (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K) return rf_q32_variant(ctx, t, n_in, 1) >= 4;
+    return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 ||
+           t == RF_TYPE_Q8_0;
+}
+
+/* whether gemv_mt (gpu_gemv_mt.cu) takes nt tokens of (t, n_in): 2..16 tokens of a type it
+ * decodes, where the int8-x GEMV takes the rows at all (so the rounding of x, and the CPU twin's
+ * answer rf_gpu_gemv_rounds_x, do not change with it), under the default variant or one of its
+ * own (27..30) */
+static bool rf_mt_takes(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_in) {
+#if defined(RF_HIP)
+    (void)ctx, (void)t, (void)nt, (void)n_in;
+    return false;
+#else
+    const int v = ctx->gemv_variant;
+    return nt >= 2 && nt <= 16 && (v == 0 || (v >= 27 && v <= 30)) && rf_has_xq(ctx, t, n_in) &&
+           rf_gemv_mt_ok(ctx, t, n_in);
+#endif
+}
+/* the most tokens one rf_gpu_gemv call takes for (t, n_in): 16 where gemv_mt takes them, else 8 */
+static int rf_gemv_max_nt(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
+    return rf_mt_takes(ctx, t, 16, n_in) ? 16 : 8;
+}
+extern "C" int rf_gpu_gemv_max_tokens(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
+    return rf_gemv_max_nt(ctx, t, n_in);
+}
+extern "C" int rf_gpu_gemv_mt_ks(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n_out) {
+#if defined(RF_HIP)
+    (void)ctx, (void)t, (void)n_in, (void)n_out;
+    return 0;
+#else
+    return rf_mt_takes(ctx, t, 16, n_in) ? rf_gemv_mt_warps_per_row(ctx, t, n_in, n_out) : 0;
+#endif
+}
+
 /* quantize_x into xq for the product rf_q32_variant picks (its x order); n_out does not change
  * the order, only the variant's kernel among 1..3, which share it */
 static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const float *x, int nt,
                                  int64_t n_in) {
     const int v = rf_q32_variant(ctx, t, n_in, 1);
-    const int gb = v >= 4 ? rf_q32s_gb(t) : 1;
+    const int gb = v >= 4 && !rf_mt_takes(ctx, t, nt, n_in) ? rf_q32s_gb(t) : 1; /* gemv_mt: in order */
     return rf_gemv_launch_quantize_x(ctx, xq, gb, rf_xq_records(t), x, nt, n_in);
 }
 /* whole: x was quantized by the kernel right before (rf_gpu_gemv), which the default tuning
@@ -95,24 +137,17 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
     const int8_t *qx = (const int8_t *)xq;
     const float4 *dx = (const float4 *)((const char *)xq + ((n + 255) & ~(size_t)255));
 #if !defined(RF_HIP)
+    if (rf_mt_takes(ctx, t, nt, n_in)) return rf_gemv_launch_mt(ctx, t, y, w, xq, nt, n_in, n_out, rb);
     if (v >= 4) return rf_gemv_launch_q32s(ctx, v, y, w, t, qx, dx, nt, n_in, n_out, rb, whole);
 #endif
     return rf_gemv_launch_q32(ctx, v, y, w, t, qx, dx, nt, n_in, n_out, rb);
 }
 
-/* whether (t, n_in) has an int8-x product: the 32-element formats always, Q4_K / Q5_K / Q6_K
- * where the q32s kernel takes the rows (CUDA, n_in a multiple of 256 up to 16384) and the context's variant
- * is not one of the K kernels' (1..3) */
-static bool rf_has_xq(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
-    if (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K) return rf_q32_variant(ctx, t, n_in, 1) >= 4;
-    return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 ||
-           t == RF_TYPE_Q8_0;
-}
-
 /* the checks rf_gpu_quantize_x and rf_gpu_gemv_xq share (op names the caller) */
 static rf_status rf_xq_check(const rf_gpu_ctx *ctx, const char *op, rf_type wtype,
                              int64_t n_tokens, int64_t n_in) {
-    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8", (long long)n_tokens);
+    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= rf_gemv_max_nt(ctx, wtype, n_in), op, "n_tokens=%lld outside 1..%d",
+                   (long long)n_tokens, rf_gemv_max_nt(ctx, wtype, n_in));
     RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
                    "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
     RF_GPU_REQUIRE(rf_has_xq(ctx, wtype, n_in), op,
@@ -143,10 +178,10 @@ extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype,
     return rf_q32_quantize(ctx, xq, wtype, x, (int)n_tokens, n_in);
 }
 
-/* the x order and record kind rf_q32_quantize writes for (t, n_in) */
-static void rf_xq_layout(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int *gb, int *rk) {
+/* the x order and record kind rf_q32_quantize writes for nt tokens of (t, n_in) */
+static void rf_xq_layout(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_in, int *gb, int *rk) {
     const int v = rf_q32_variant(ctx, t, n_in, 1);
-    *gb = v >= 4 ? rf_q32s_gb(t) : 1;
+    *gb = v >= 4 && !rf_mt_takes(ctx, t, nt, n_in) ? rf_q32s_gb(t) : 1;
     *rk = rf_xq_records(t);
 }
 extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x,
@@ -158,7 +193,7 @@ extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *
     RF_GPU_REQUIRE(n_in <= 16384, op, "n_in=%lld above 16384", (long long)n_in);
     RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0, op, "xq must be 16-byte aligned (rf_gpu_alloc memory)");
     int gb, rk;
-    rf_xq_layout(ctx, wtype, n_in, &gb, &rk);
+    rf_xq_layout(ctx, wtype, n_tokens, n_in, &gb, &rk);
     RF_GPU_REQUIRE(!res || h != x, op, "h must not alias x with a residual");
     return rf_gemv_launch_rmsnorm_quantize_x(ctx, h, xq, gb, rk, x, res, w, (int)n_tokens, n_in, eps);
 }
@@ -171,7 +206,7 @@ extern "C" rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, 
     if (st) return st;
     RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0, op, "xq must be 16-byte aligned (rf_gpu_alloc memory)");
     int gb, rk;
-    rf_xq_layout(ctx, wtype, n_in, &gb, &rk);
+    rf_xq_layout(ctx, wtype, n_tokens, n_in, &gb, &rk);
     RF_GPU_REQUIRE(gs >= n_in && us >= n_in, op, "row strides %lld, %lld below n_in=%lld", (long long)gs,
                    (long long)us, (long long)n_in);
     return rf_gemv_launch_glu_quantize_x(ctx, y, xq, gb, rk, geglu, gate, gs, up, us, (int)n_tokens, n_in);
@@ -180,7 +215,7 @@ extern "C" rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, 
 extern "C" bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
     /* only where the router sends the product to one GEMV call (not MMQ, which quantizes its own,
      * nor deterministic mode, where every product goes through rf_gpu_matmul) */
-    return n_tokens >= 1 && n_tokens <= 8 && n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28) &&
+    return n_tokens >= 1 && n_in >= RF_QK && n_tokens <= rf_gemv_max_nt(ctx, wtype, n_in) && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28) &&
            rf_has_xq(ctx, wtype, n_in) && rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1) == RF_ROUTE_GEMV;
 }
 
@@ -204,8 +239,8 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     const char *op = "rf_gpu_gemv";
     RF_GPU_REQUIRE(rf_gpu_type_supported(wtype), op, "weight type %d has no GPU decoder",
                    (int)wtype);
-    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 8, op, "n_tokens=%lld outside 1..8",
-                   (long long)n_tokens);
+    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= rf_gemv_max_nt(ctx, wtype, n_in), op, "n_tokens=%lld outside 1..%d",
+                   (long long)n_tokens, rf_gemv_max_nt(ctx, wtype, n_in));
     const int bs = rf_gq_block((int)wtype), bb = rf_gq_bytes((int)wtype);
     RF_GPU_REQUIRE(n_in >= 1 && n_in % bs == 0, op, "n_in=%lld not a multiple of block size %d",
                    (long long)n_in, bs);

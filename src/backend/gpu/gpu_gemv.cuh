@@ -20,8 +20,8 @@
 #if defined(RF_GEMV_TRACE)
 #define RF_TRACE_CALLS 256
 #define RF_TRACE_BLOCKS 2048
-/* the buffers: rf_trace_buf in gpu_gemv_q32s.cu, rf_trace_mma in gpu_gemv_mma.cu (one definition
- * each, in the file whose kernels write it: no relocatable device code) */
+/* the buffer: rf_trace_buf in gpu_gemv_q32s.cu (one definition, in the file whose kernels write
+ * it: no relocatable device code) */
 static __device__ __forceinline__ unsigned long long rf_gtime(void) {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -44,15 +44,7 @@ static __device__ __forceinline__ unsigned rf_smid(void) {
         rf_tr[0] = rf_tr_t0, rf_tr[1] = rf_tr_t1, rf_tr[2] = rf_gtime();                        \
         rf_tr[3] = ((unsigned long long)rf_smid() << 32) | gridDim.x;                           \
     }
-/* gemv_mma: warp 0 of each block stamps its start, release, then per chunk k < 6 the moment
- * chunk k has landed and the moment its decode ends, then its end (slot [call % 64][block]) */
-#define RF_TRACE_MMA_CALLS 64
-#define RF_TRACE_MMA_BLOCKS 1024
-#define RF_TRACE_MMA(i)                                                                         \
-    if (threadIdx.x == 0 && blockIdx.x < RF_TRACE_MMA_BLOCKS)                                   \
-    rf_trace_mma[rf_tr_call % RF_TRACE_MMA_CALLS][blockIdx.x][i] = rf_gtime()
 #else
-#define RF_TRACE_MMA(i) (void)0
 #define RF_TRACE_START() (void)0
 #define RF_TRACE_WAITED() (void)0
 #define RF_TRACE_END() (void)0
@@ -119,7 +111,7 @@ static __device__ __forceinline__ void rf_gemv_store(float *y, const float *acc,
 }
 
 #if !defined(RF_HIP)
-/* The end of the 16-row tensor-core GEMVs (gemv_mma, gemv_tc): each of the NW warps holds an
+/* The end of the 16-row tensor-core GEMV gemv_tc: each of the NW warps holds an
  * m16n8 f32 fragment of partial sums (lane (g, c): rows g, g + 8 by tokens 2c, 2c + 1); they are
  * added in warp order (deterministic) and tokens < nt of rows < n_out stored to y [nt, n_out]. */
 template <int NW>
@@ -158,15 +150,20 @@ rf_status rf_gemv_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
                              const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
                              int64_t n_out, int64_t rb);
 #if !defined(RF_HIP)
-/* gpu_gemv_q32s.cu: gemv_q32s / gemv_q32h (variants 4..23; 24 hands 2..8 tokens of Q4_0 / Q8_0
- * to gemv_mma), the 32-element formats and Q4_K / Q5_K / Q6_K */
+/* gpu_gemv_q32s.cu: gemv_q32s / gemv_q32h (variants 4..23; 24: as 7), the 32-element formats and
+ * Q4_K / Q5_K / Q6_K */
 rf_status rf_gemv_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
                               const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
                               int64_t n_out, int64_t rb, bool whole);
-/* gpu_gemv_mma.cu: gemv_mma, Q4_0 / Q8_0 */
-rf_status rf_gemv_launch_mma(rf_gpu_ctx *ctx, rf_type t, float *y, const uint8_t *w,
-                             const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
-                             int64_t n_out, int64_t rb);
+/* gpu_gemv_mt.cu: gemv_mt, 2..16 tokens of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
+ * on the int8 tensor cores; x from rf_k_quantize_x with gb = 1 (in order) at xq (rf_gpu_xq_bytes' layout).
+ * rf_gemv_mt_ok: the kernel takes (t, n_in) on this device (sm_80+, whole chunks of 256
+ * elements, Q6_K rows of 2048, its stages fit); rf_gemv_mt_warps_per_row: the warps it puts along a row
+ * for the shape (1, 2, 4 or 8; variants 27..30 force them) */
+bool rf_gemv_mt_ok(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in);
+int rf_gemv_mt_warps_per_row(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n_out);
+rf_status rf_gemv_launch_mt(rf_gpu_ctx *ctx, rf_type t, float *y, const uint8_t *w, const void *xq, int nt,
+                            int64_t n_in, int64_t n_out, int64_t rb);
 /* gpu_gemv_f16.cu: gemv_tc (2..8 tokens of F16 / BF16, n_in a multiple of 32, sm_80+) */
 rf_status rf_gemv_launch_tc(rf_gpu_ctx *ctx, rf_type t, float *y, const uint8_t *w, const float *x,
                             int nt, int64_t n_in, int64_t n_out);
@@ -184,7 +181,7 @@ rf_status rf_gemv_launch_generic(rf_gpu_ctx *ctx, unsigned grid, unsigned thread
                                  float *y, const uint8_t *w, const float *x, int nt, int64_t n_in,
                                  int64_t n_out, int64_t rb, int bs, int bb);
 #if defined(RF_GEMV_TRACE)
-/* gpu_gemv.cu: the last calls' slots of a trace buffer (rf_gpu_trace_read, _read_mma) */
+/* gpu_gemv.cu: the last calls' slots of a trace buffer (rf_gpu_trace_read) */
 rf_status rf_trace_copy(rf_gpu_ctx *ctx, const void *sym, int cap, size_t per, uint64_t *out,
                         int max_calls, int *ncalls);
 #endif

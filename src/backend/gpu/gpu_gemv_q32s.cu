@@ -567,13 +567,8 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
         }
         return RF_Q32S(1, 2, true);
     }
-    /* 2..8 tokens of Q4_0 / Q8_0 on the tensor cores (variant 24), by default from 4 tokens on
-     * and for rows wider than 8192 (H100: 4 tokens 27-43% -> 34-63%, 8 tokens 16-23% -> 23-49%;
-     * 2 tokens of 4096-wide rows stay faster in q32s: 44-67% against 36-54%) */
-    if constexpr (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q8_0)
-        if ((v == 24 || (ctx->gemv_variant == 0 && (nt >= 4 || n_in > 8192))) && n_in % 256 == 0 &&
-            ctx->info.cc_major >= 8)
-            return rf_gemv_launch_mma(ctx, (rf_type)T, y, w, qx, dx, nt, n_in, n_out, rb);
+    /* 2..8 tokens here: the 32-element formats gemv_mt does not take (Q4_1, Q5_0, Q5_1), rows it
+     * does not take, and variant 7 forced (the tests' and the timing table's baseline) */
     if (v == 5) return RF_Q32S(8, 3, false);
     if (v == 6) return RF_Q32S(8, 1, false);
     return RF_Q32S(8, 2, false);

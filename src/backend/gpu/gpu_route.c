@@ -11,15 +11,23 @@ rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
     const int64_t n = f->n_tokens;
     /* batch invariance: only MMQ's reduction order is independent of the token count */
     if (f->invariant) return f->mmq && n >= 1 ? RF_ROUTE_MMQ : RF_ROUTE_NONE;
-    /* MMQ from RF_GPU_MMQ_MIN (default 5): on the H100 2 and 4 sequences of 8B Q4_0 lost with it
-     * (3.34 -> 6.00, 5.27 -> 6.07 ms a step), 8 gained (6.52 -> 6.11); up to RF_GPU_MMQ_MAX
-     * (default 96: on an H200 it beats dequantize + cuBLAS at 64 tokens and loses at 128 in every type
-     * and shape measured, docs/PERFORMANCE.md 2026-11-29; the 128-sequence step 20.9 -> 18.8 ms) */
-    const int64_t mmq_min = f->mmq_min < 1 ? 1 : f->mmq_min;
+    /* MMQ from RF_GPU_MMQ_MIN (default 17: past the 16 tokens gemv_mt takes in one call, which
+     * reads each weight once for all of them where MMQ reads it once per 32 and pays a split-K
+     * reduction; on the H100 with the older GEMVs, 2 and 4 sequences of 8B Q4_0 lost with MMQ
+     * (3.34 -> 6.00, 5.27 -> 6.07 ms a step) and 8 gained (6.52 -> 6.11), so 5 was the default
+     * then); up to RF_GPU_MMQ_MAX (default 96: on an H200 it beats dequantize + cuBLAS at 64
+     * tokens and loses at 128 in every type and shape measured, docs/PERFORMANCE.md 2026-11-29;
+     * the 128-sequence step 20.9 -> 18.8 ms). Where gemv_mt does not take the type and width (one
+     * GEMV call takes 8: the q32s loop or the f32-x kernels), MMQ from 5 at the latest, the
+     * routing before gemv_mt; past what one GEMV call takes, MMQ whatever RF_GPU_MMQ_MIN says. */
+    const int64_t gemv_n = f->gemv_n < 8 ? 8 : f->gemv_n;
+    int64_t mmq_min = f->mmq_min < 1 ? 1 : f->mmq_min;
+    if (gemv_n < 16 && mmq_min > 5) mmq_min = 5;
     if (f->mmq && n >= mmq_min && n <= f->mmq_max) return RF_ROUTE_MMQ;
-    if (n <= 8) return RF_ROUTE_GEMV;
-    /* groups of 8 read a quantized weight once per 8 tokens, where BLAS writes and reads it whole
-     * as f16 every call (8B Q4_0 at 32 sequences: 49 ms a step through BLAS) */
+    if (n <= gemv_n) return RF_ROUTE_GEMV;
+    if (f->mmq && n <= f->mmq_max) return RF_ROUTE_MMQ;
+    /* groups of gemv_n read a quantized weight once per 8 or 16 tokens, where BLAS writes and
+     * reads it whole as f16 every call (8B Q4_0 at 32 sequences: 49 ms a step through BLAS) */
     if (!f->blas || (quantized(f->type) && f->gemv && n <= f->gemv_max)) return RF_ROUTE_GEMV_GROUPS;
     return RF_ROUTE_BLAS;
 }

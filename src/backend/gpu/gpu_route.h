@@ -15,8 +15,8 @@ extern "C" {
 #endif
 
 typedef enum rf_gpu_route_kind {
-    RF_ROUTE_GEMV = 0,    /* rf_gpu_gemv: 1..8 tokens in one call, each weight read once per call */
-    RF_ROUTE_GEMV_GROUPS, /* rf_gpu_gemv in groups of 8 tokens (9..RF_GPU_GEMV_MAX, quantized) */
+    RF_ROUTE_GEMV = 0,    /* rf_gpu_gemv: 1..gemv_n tokens in one call, each weight read once per call */
+    RF_ROUTE_GEMV_GROUPS, /* rf_gpu_gemv in groups of gemv_n tokens (past one call, up to RF_GPU_GEMV_MAX, quantized) */
     RF_ROUTE_MMQ,         /* rf_gpu_mmq: int8 tensor cores, weight read once per 64 tokens */
     RF_ROUTE_BLAS,        /* rf_gpu_gemm: W dequantized to f16 in scratch, then cuBLAS / hipBLAS */
     RF_ROUTE_NONE,        /* deterministic mode without a batch-invariant kernel: an error */
@@ -30,21 +30,29 @@ typedef struct rf_gpu_route_facts {
     bool mmq;       /* MMQ has a kernel for (type, n_in) on this device (rf_gpu_mmq_supported, sm_80+) */
     bool gemv;      /* the GEMV family decodes the type (rf_gpu_gemv_supported) */
     bool blas;      /* this build has a vendor BLAS (not HIP without hipBLAS) */
+    int64_t gemv_n; /* the most tokens one GEMV call takes (rf_gpu_gemv_max_tokens: 16 where the
+                     * multi-token kernel gemv_mt takes the type and width, else 8) */
     int64_t mmq_min, mmq_max; /* RF_GPU_MMQ_MIN, RF_GPU_MMQ_MAX (0: never) */
     int64_t gemv_max;         /* RF_GPU_GEMV_MAX */
 } rf_gpu_route_facts;
 
 /* The route: deterministic mode takes MMQ for every token count where it has a kernel (its
  * result for a token does not depend on the call's token count), else NONE; otherwise MMQ inside
- * [mmq_min, mmq_max], then 1..8 tokens one GEMV call, quantized types up to gemv_max in GEMV
- * groups of 8, the rest BLAS (GEMV groups where the build has no BLAS). */
+ * [mmq_min, mmq_max] (mmq_min at most 5 where gemv_n is 8: no gemv_mt), then 1..gemv_n tokens
+ * one GEMV call, MMQ past that up to mmq_max, quantized types up to gemv_max in GEMV groups of
+ * 8, the rest BLAS (GEMV groups where the build has no BLAS). */
 rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f);
+/* the most tokens one rf_gpu_gemv call takes for (type, n_in) on this context (gpu_gemv.cu) */
+int rf_gpu_gemv_max_tokens(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in);
+/* the warps gemv_mt puts along a row of an n_out x n_in product of type (1, 2, 4 or 8; 0 where
+ * it does not take the type): for traces and the tests' timing table */
+int rf_gpu_gemv_mt_ks(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in, int64_t n_out);
 /* the route of a product on this context, its facts from the device, the mode and the knobs
  * (gpu_gemm.cu); what rf_gpu_matmul takes, rf_gpu_mmq_takes, rf_gpu_matmul_rounds_x and
  * rf_gpu_gemv_has_xq answer from it */
 rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
                                    int64_t n_out);
-/* whether rf_gpu_gemv (one call or groups of 8) takes (type, n_in) through int8 x rounded per 32
+/* whether rf_gpu_gemv (one call or groups) takes (type, n_in) through int8 x rounded per 32
  * (gpu_gemv.cu: the 32-element formats, K-quants where q32s takes the rows), else f32 x */
 bool rf_gpu_gemv_rounds_x(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in);
 /* the route's name, for traces and test messages */
