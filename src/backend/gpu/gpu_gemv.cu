@@ -97,8 +97,13 @@ static bool rf_mt_takes(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_
     (void)ctx, (void)t, (void)nt, (void)n_in;
     return false;
 #else
+    /* the default from 4 tokens: on the H200 (2026-11-29, RF_GEMVN_BENCH) 2 tokens through q32s
+     * took 1.2-1.7x one token's time and through gemv_mt 1.8-2.5x (Q4_0 4096 -> 14336: 17.2
+     * against 24.5 us; 8B step at 2 sequences 4.22 ms through gemv_mt); from 4 gemv_mt wins in
+     * most shapes (Q4_0 4096 -> 28672 at 4: 31.9 against 39.9) */
     const int v = ctx->gemv_variant;
-    return nt >= 2 && nt <= 16 && (v == 0 || (v >= 27 && v <= 30)) && rf_has_xq(ctx, t, n_in) &&
+    const int64_t lo = v == 0 ? 4 : 2;
+    return nt >= lo && nt <= 16 && (v == 0 || (v >= 27 && v <= 30)) && rf_has_xq(ctx, t, n_in) &&
            rf_gemv_mt_ok(ctx, t, n_in);
 #endif
 }
