@@ -327,7 +327,8 @@ static void test_random(void **state) {
 /* The hybrid prefix cache: prompt A (PFX_LEN tokens, in chunks of 512) leaves checkpoints at
  * 512, 1024, 1536 (chunk ends) and 1984 (A's last block boundary); B = A + 30 new tokens
  * resumes at 1984 and computes 36 tokens; C = A's first 700 + 40 new resumes at 512 (the last
- * checkpoint inside the shared 43 blocks) and computes 228. Each equals the same request on an
+ * checkpoint inside the shared 43 blocks) and computes 228; D = A's first 1985 resumes at 1984
+ * and computes its last token alone (a one-token step). Each equals the same request on an
  * engine with the cache off: tokens and every logits row bit for bit (the CPU's ops are
  * row-independent and the delta rule recurrent, so a restored state is the state). */
 #define PFX_LEN 1990
@@ -344,13 +345,14 @@ static void test_prefix_cache(void **state) {
     memcpy(c, a, 700 * sizeof(int32_t));
     for (int k = 700; k < 740; k++) c[k] = 5 + (int32_t)(rf_rng_u64(&r) % (uint64_t)(nv - 10));
     assert_int_equal(rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, "6"), RF_OK);
-    out on[3], off[3];
-    hooks h = {on, 3, nv};
+    out on[4], off[4];
+    hooks h = {on, 4, nv};
     for (int pass = 0; pass < 2; pass++) {
         rf_engine_config *cf = rf_engine_config_new();
         rf_engine_config_set(cf, RF_ENGINE_CTX, 2048 + 64);
         rf_engine_config_set(cf, RF_ENGINE_PARALLEL, 1);
         rf_engine_config_set(cf, RF_ENGINE_BATCH, 512);
+        rf_engine_config_set(cf, RF_ENGINE_KV_BLOCKS, 320); /* room for every prefix: no KV block evicted */
         rf_engine_config_set(cf, RF_ENGINE_PREFIX_CACHE, pass == 0);
         rf_engine *e = NULL;
         if (rf_engine_new(m, cf, &e)) fail_msg("engine: %s", rf_last_error());
@@ -360,10 +362,10 @@ static void test_prefix_cache(void **state) {
         h.outs = o;
         e->logits_hook = on_logits;
         e->hook_user = &h;
-        const int32_t *ids[3] = {a, b, c};
-        const int len[3] = {PFX_LEN, PFX_LEN + 30, 740};
-        const int64_t want[3] = {PFX_LEN, 36, 228}; /* prompt tokens computed with the cache on */
-        for (int i = 0; i < 3; i++) {
+        const int32_t *ids[4] = {a, b, c, a};
+        const int len[4] = {PFX_LEN, PFX_LEN + 30, 740, 1985};
+        const int64_t want[4] = {PFX_LEN, 36, 228, 1}; /* prompt tokens computed with the cache on */
+        for (int i = 0; i < 4; i++) {
             int64_t p0 = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS), h0 = rf_engine_get_stat(e, RF_STAT_STATE_CKPT_HITS);
             submit(e, ids[i], len[i], 8, &o[i], 1, 0);
             run_checked(e);
@@ -373,15 +375,15 @@ static void test_prefix_cache(void **state) {
             assert_int_equal(rf_engine_get_stat(e, RF_STAT_STATE_CKPT_HITS) - h0, pass == 0 && i > 0 ? 1 : 0);
         }
         if (pass == 0) {
-            assert_int_equal(rf_engine_get_stat(e, RF_STAT_PREFIX_HIT_TOKENS), 1984 + 512);
+            assert_int_equal(rf_engine_get_stat(e, RF_STAT_PREFIX_HIT_TOKENS), 1984 + 512 + 1984);
             assert_true(rf_engine_get_stat(e, RF_STAT_STATE_CKPT_USED) >= 4);
             assert_int_equal(rf_engine_get_stat(e, RF_STAT_STATE_SLOTS_USED), 0);
         }
         rf_engine_free(e);
     }
-    for (int i = 0; i < 3; i++) same(&off[i], &on[i], 0, "prefix cache on vs off", i);
-    printf("  prefix cache: %d-token prompt, then +30 new tokens (36 computed) and its first 700 + 40 (228 computed): "
-           "same tokens and logits as with the cache off\n", PFX_LEN);
+    for (int i = 0; i < 4; i++) same(&off[i], &on[i], 0, "prefix cache on vs off", i);
+    printf("  prefix cache: %d-token prompt, then +30 new tokens (36 computed), its first 700 + 40 (228 computed) and "
+           "its first 1985 (1 computed): same tokens and logits as with the cache off\n", PFX_LEN);
     rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, NULL);
     rf_model_free(m);
 }
