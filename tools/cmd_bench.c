@@ -378,6 +378,8 @@ typedef struct bench_env {
     double exp_bytes, exp_frac; /* MoE: routed experts' bytes and the fraction one token reads */
     int32_t n_exp, n_exp_used;
     double kv_pos;              /* K/V bytes per position */
+    int64_t kv_bytes, state_bytes; /* the engine's KV pool; a hybrid model's state slots (+ checkpoints) */
+    int64_t n_slots, n_ckpt;
 } bench_env;
 
 /* The device's read bandwidth, measured first while its memory is still free. */
@@ -462,6 +464,10 @@ static int load_env(bench_env *v) {
         return rf_cli_fail(1, "%s", rf_last_error());
     }
     rf_engine_config_free(c);
+    v->kv_bytes = rf_engine_get_stat(v->e, RF_STAT_KV_BYTES);
+    v->state_bytes = rf_engine_get_stat(v->e, RF_STAT_STATE_BYTES);
+    v->n_slots = rf_engine_get_stat(v->e, RF_STAT_STATE_SLOTS);
+    v->n_ckpt = rf_engine_get_stat(v->e, RF_STAT_STATE_CKPT_TOTAL);
     return 0;
 }
 
@@ -588,9 +594,10 @@ static void json_num(const char *key, const char *fmt, double x) {
 
 static void print_json(const bench_env *v, const row *rows, int nrows, const char *base, const char *date) {
     printf("{\"model\": \"%s\", \"ftype\": \"%s\", \"params\": %llu, \"weight_bytes\": %llu, \"device\": \"%s\", "
-           "\"driver\": \"%s\", \"read_bw_gbs\": %.1f, \"date\": \"%s\", \"reps\": %d,\n \"gpu_before\": ",
+           "\"driver\": \"%s\", \"read_bw_gbs\": %.1f, \"date\": \"%s\", \"reps\": %d, \"kv_bytes\": %lld, "
+           "\"state_bytes\": %lld, \"state_slots\": %lld,\n \"gpu_before\": ",
            base, v->info.ftype, (unsigned long long)v->info.n_params, (unsigned long long)v->info.weight_bytes, v->devname,
-           v->driver, v->bw, date, v->o.reps);
+           v->driver, v->bw, date, v->o.reps, (long long)v->kv_bytes, (long long)v->state_bytes, (long long)v->n_slots);
     for (int k = 0; k < 2; k++) {
         const rf_gpu_reading *g = k ? &v->after : &v->before;
         if (!g->ok) printf("null");
@@ -651,9 +658,14 @@ static void print_csv(const bench_env *v, const row *rows, int nrows, const char
 static void print_md(const bench_env *v, const row *rows, int nrows, const char *base, const char *date) {
     printf("device: %s%s%s | read bandwidth %.1f GB/s (measured) | %s\n", v->devname, v->driver[0] ? " | driver " : "",
            v->driver, v->bw, date);
-    printf("model: %s | %s | %.1f MiB of weights | %.1f M params | %.1f MiB read per decode token (+ K/V)\n\n", base,
+    printf("model: %s | %s | %.1f MiB of weights | %.1f M params | %.1f MiB read per decode token (+ K/V)\n", base,
            v->info.ftype, v->info.weight_bytes / 1048576.0, v->info.n_params / 1e6,
            (v->w_bytes - v->exp_bytes * (1 - v->exp_frac)) / 1048576.0);
+    printf("memory: KV pool %.1f MiB", v->kv_bytes / 1048576.0);
+    if (v->n_slots > 0) /* a hybrid model: its recurrent state beside the KV */
+        printf(" | recurrent state %.1f MiB (%lld slots + %lld checkpoints of %.2f MiB)", v->state_bytes / 1048576.0,
+               (long long)v->n_slots, (long long)v->n_ckpt, v->state_bytes / 1048576.0 / (double)(v->n_slots + v->n_ckpt));
+    printf("\n\n");
     if (v->exp_bytes > 0)
         printf("experts: %d of %d per token, %.1f MiB of expert weights (a step of B sequences counts the "
                "experts B uniform picks would reach: an upper bound for real routers)\n\n", v->n_exp_used, v->n_exp,

@@ -360,7 +360,16 @@ typedef enum rf_engine_stat {
     RF_STAT_GEN_TOKENS,       /* tokens sampled */
     RF_STAT_PREEMPTIONS,      /* sequences preempted because the pool ran out */
     RF_STAT_STEPS,            /* steps that ran a forward */
-    RF_STAT_REQUESTS_DONE     /* requests finished (every choice done) */
+    RF_STAT_REQUESTS_DONE,    /* requests finished (every choice done) */
+    /* hybrid models (gated DeltaNet layers; 0 otherwise): recurrent-state slots, one per
+     * running sequence, and the prefix cache's state checkpoints (RF_STATE_CHECKPOINTS) */
+    RF_STAT_STATE_SLOTS,
+    RF_STAT_STATE_SLOTS_USED,
+    RF_STAT_STATE_CKPT_TOTAL,
+    RF_STAT_STATE_CKPT_USED,  /* checkpoints holding a state */
+    RF_STAT_STATE_CKPT_HITS,  /* admissions resumed from a checkpoint, over the engine's life */
+    RF_STAT_STATE_BYTES,      /* memory of the slots and checkpoints together */
+    RF_STAT_KV_BYTES          /* memory of the KV pool (every layer's K and V) */
 } rf_engine_stat;
 
 /* A counter or state; -1 for an unknown stat. Thread-safe. */

@@ -28,6 +28,7 @@ extern "C" {
     X(CHAT_TIMING, BOOL, "off", 0, 0, "chat: print the timing line after each answer")               \
     X(STEP_TOKENS, INT, "0", 0, 65536, "engine: token budget of a step that carries decode tokens (0 = --batch; docs/engine.md)") \
     X(STEP_PROMPT_MIN, INT, "32", 0, 65536, "engine: prompt tokens such a step keeps room for when decodes fill RF_STEP_TOKENS") \
+    X(STATE_CHECKPOINTS, INT, "-1", -1, 65536, "engine, hybrid models: recurrent-state checkpoints of the prefix cache (-1: 2 x --parallel; 0: no prefix cache; docs/engine.md)") \
     X(NO_SIMD, BOOL, "off", 0, 0, "CPU: scalar dot kernels only (no AVX2, no VNNI)")                 \
     X(NO_VNNI, BOOL, "off", 0, 0, "CPU: AVX2 dot kernels where AVX-VNNI ones exist (A/B timing)")    \
     X(GGML_ORDER, BOOL, "off", 0, 0, "CPU: ggml's x86 float order for Q8_0 (VNNI), Q4_K and Q6_K dots") \

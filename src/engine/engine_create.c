@@ -61,6 +61,14 @@ rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **o
     rf_type kv_type = c->kv_type;
     bool prefix_cache = c->prefix_cache;
     if (!m) return rf_set_error(RF_ERR_INVALID_ARG, "engine: model is NULL");
+    /* a hybrid model's prefix cache resumes from state checkpoints (engine_state.c): their
+     * memory is planned here, beside the slots; none, no prefix cache */
+    int32_t n_ckpt = 0;
+    if (rf_model_n_recurrent(m) > 0 && prefix_cache && n_parallel > 0) {
+        int64_t k = rf_knob_int(RF_KNOB_STATE_CHECKPOINTS);
+        n_ckpt = k < 0 ? 2 * n_parallel : (int32_t)k;
+        if (n_ckpt == 0) prefix_cache = false;
+    }
     const rf_hparams *hp = &m->hp;
     if (kv_type != RF_TYPE_F32 && kv_type != RF_TYPE_F16 && kv_type != RF_TYPE_Q8_0)
         return rf_set_error(RF_ERR_INVALID_ARG, "KV cache type %s is not supported (f32, f16, q8_0)", rf_type_name(kv_type));
@@ -86,7 +94,7 @@ rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **o
         size_t fr = 0, tot = 0;
         if ((st = rf_model_gpu_mem(m, &fr, &tot))) return st; /* the fullest GPU of a split */
         dev_free = fr;
-        buffers = rf_fwd_buffer_bytes(m, n_batch, n_parallel);
+        buffers = rf_fwd_buffer_bytes(m, n_batch, n_parallel) + (uint64_t)n_ckpt * rf_state_slot_bytes(m);
         uint64_t margin = 256u << 20;
         budget = fr > buffers + margin ? fr - buffers - margin : 0;
     }
@@ -163,8 +171,8 @@ rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **o
         rf_engine_free(e);
         return rf_set_error(RF_ERR_OOM, "engine: out of memory");
     }
-    /* a recurrent state cannot be rebuilt from cached KV blocks: no prefix cache for hybrids */
-    if ((st = rf_kv_pool_new(n_blocks, block_size, prefix_cache && rf_model_n_recurrent(m) == 0, &e->pool))) {
+    e->n_ckpt = n_ckpt;
+    if ((st = rf_kv_pool_new(n_blocks, block_size, prefix_cache, &e->pool))) {
         rf_engine_free(e);
         return st;
     }

@@ -87,6 +87,7 @@ struct rf_engine {
     rf_kv_pool *pool;
     struct rf_state_pool *spool; /* recurrent-state slots (hybrid models; NULL otherwise) */
     int32_t *b_state;            /* [n_batch] the step's per-sequence slots (with spool) */
+    int32_t n_ckpt;              /* prefix-cache state checkpoints (rows n_parallel.. of the slots) */
     int32_t n_ctx, n_parallel, n_batch, block_size, max_blocks; /* max_blocks: per sequence */
     rf_type kv_type;
     bool graphs;             /* decode steps as device graphs (RF_GPU_GRAPHS=0 turns them off) */
@@ -125,9 +126,11 @@ struct rf_engine {
     rf_status (*fwd_hook)(void *user, rf_engine *e, rf_batch *b, rf_seq *const *seqs, float *logits);
     void (*copy_hook)(void *user, int32_t dst, int32_t src);
     void (*logits_hook)(void *user, const rf_seq *s, const float *logits); /* before each sample */
+    void (*state_copy_hook)(void *user, int32_t dst, int32_t src); /* state rows (slots, checkpoints) */
     void *hook_user;
     /* counters (read under mu by rf_engine_get_stat) */
-    int64_t st_prompt, st_hits, st_gen, st_preempt, st_steps, st_done;
+    int64_t st_prompt, st_hits, st_gen, st_preempt, st_steps, st_done, st_ckpt_hits;
+    int64_t snap_slots_used, snap_ckpt_used;
     int64_t snap_running, snap_waiting, snap_used, snap_free, snap_cached;
 };
 
@@ -221,6 +224,13 @@ void rf_engine_state_free(rf_engine *e);
 /* A choice forked off parent after its prompt: a slot with a copy of the parent's state; when
  * none is free the child recomputes from the start (its blocks given back, like a preemption). */
 void rf_seq_state_fork(rf_engine *e, rf_seq *parent, rf_seq *child);
+/* The plan's checkpoint restores (each checkpoint's state into the sequence's slot, before the
+ * forward; the plan's references dropped even on error), counted as checkpoint hits. */
+rf_status rf_engine_state_restore(rf_engine *e, const rf_step_plan *p);
+/* After a step that computed n tokens of s: a checkpoint of its state when it ends on a block
+ * boundary of a prompt chunk or inside the prompt (none when one exists already, or when every
+ * checkpoint is being restored). */
+rf_status rf_engine_state_save(rf_engine *e, const rf_seq *s, int32_t n);
 /* rf_engine_check's part: the slots held by the engine's sequences against the pool. */
 rf_status rf_engine_state_check(rf_engine *e);
 

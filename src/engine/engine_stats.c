@@ -18,6 +18,8 @@ void rf_engine_snapshot(rf_engine *e) {
     e->snap_used = rf_kv_pool_n_used(e->pool);
     e->snap_free = rf_kv_pool_n_free(e->pool);
     e->snap_cached = rf_kv_pool_n_cached(e->pool);
+    e->snap_slots_used = rf_state_pool_n_slots(e->spool) - rf_state_pool_n_free(e->spool);
+    e->snap_ckpt_used = rf_state_pool_n_ckpt_used(e->spool);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -46,6 +48,22 @@ int64_t rf_engine_get_stat(rf_engine *e, rf_engine_stat s) {
     case RF_STAT_PREEMPTIONS: v = e->st_preempt; break;
     case RF_STAT_STEPS: v = e->st_steps; break;
     case RF_STAT_REQUESTS_DONE: v = e->st_done; break;
+    case RF_STAT_STATE_SLOTS: v = rf_state_pool_n_slots(e->spool); break;
+    case RF_STAT_STATE_SLOTS_USED: v = e->snap_slots_used; break;
+    case RF_STAT_STATE_CKPT_TOTAL: v = rf_state_pool_n_ckpt(e->spool); break;
+    case RF_STAT_STATE_CKPT_USED: v = e->snap_ckpt_used; break;
+    case RF_STAT_STATE_CKPT_HITS: v = e->st_ckpt_hits; break;
+    case RF_STAT_STATE_BYTES:
+        v = e->spool ? (int64_t)(rf_state_pool_n_slots(e->spool) + rf_state_pool_n_ckpt(e->spool)) *
+                           (int64_t)rf_state_slot_bytes(e->m)
+                     : 0;
+        break;
+    case RF_STAT_KV_BYTES: {
+        uint64_t per_pos = 0;
+        v = rf_kv_bytes_per_pos(e->m, e->kv_type, &per_pos) ? -1
+                                                             : (int64_t)per_pos * e->block_size * rf_kv_pool_n_blocks(e->pool);
+        break;
+    }
     default: v = -1;
     }
     pthread_mutex_unlock(&e->mu);

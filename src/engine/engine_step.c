@@ -1,5 +1,5 @@
 /* engine_step.c — the engine's step: intake and cancellations, the scheduler's plan executed
- * (block copies, the batch, the forward and sampling on the backend), outputs handed to the
+ * (block copies and state restores, the batch, the forward and sampling on the backend), outputs handed to the
  * events, finished sequences retired; and the loops that drive it (run, wait, wake). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,12 +63,13 @@ static rf_status apply_plan(rf_engine *e, const rf_step_plan *p) {
         rf_engine_finish_seq(e, s, RF_FINISH_ERROR, p->failed_why[i]);
         drop_seq(e, s);
     }
-    for (int32_t i = 0; i < p->n_copies; i++) {
-        rf_status st = rf_fwd_copy_block(e->m, &e->f, p->copies[i].dst, p->copies[i].src);
-        if (st) return st;
-        if (e->copy_hook) e->copy_hook(e->hook_user, p->copies[i].dst, p->copies[i].src);
+    rf_status st = RF_OK;
+    for (int32_t i = 0; i < p->n_copies && !st; i++) {
+        st = rf_fwd_copy_block(e->m, &e->f, p->copies[i].dst, p->copies[i].src);
+        if (!st && e->copy_hook) e->copy_hook(e->hook_user, p->copies[i].dst, p->copies[i].src);
     }
-    return RF_OK;
+    rf_status rst = e->spool ? rf_engine_state_restore(e, p) : RF_OK; /* drops the plan's checkpoint references */
+    return st ? st : rst;
 }
 
 /* The forward over the batch (or a recorded graph's replay) and the device's sampling. */
@@ -110,6 +111,7 @@ static void outputs(rf_engine *e, const rf_step_plan *p, bool dev_sample) {
             continue;
         }
         rf_seq_publish_blocks(s, e->pool, e->block_size);
+        if (e->spool && rf_engine_state_save(e, s, n)) rf_log(RF_LOG_WARN, "state checkpoint: %s", rf_last_error());
         int32_t rows = s->want_all ? n : ((last && (s->gen || s->logits_dst)) ? 1 : 0);
         const float *lg = e->logits + (size_t)row * nv;
         row += rows;

@@ -1,7 +1,8 @@
 /* scheduler.c — the step planner of continuous batching (docs/ARCHITECTURE.md §4.4): give every
  * running sequence's next token a place in the step's token budget (decodes first, then prompt
  * chunks within the prompt room, the rule in scheduler.h), admit waiting sequences first come
- * first served (their prompt's full blocks looked up in the prefix cache), find KV blocks for
+ * first served (their prompt's full blocks looked up in the prefix cache; a hybrid model's
+ * resumed where a state checkpoint exists), find KV blocks for
  * every scheduled position (copy-on-write of a shared block; when the pool is empty the newest
  * sequence is preempted). It books blocks in the pool and moves sequences between the lists;
  * running the step is the engine's (engine_step.c). */
@@ -83,6 +84,27 @@ static bool ensure_blocks(const rf_sched *sc, rf_seq *s, int32_t upto, rf_step_p
     return true;
 }
 
+/* A hybrid model with state checkpoints and a prefix cache (scheduler.h). */
+static bool ckpt_on(const rf_sched *sc) {
+    return sc->spool && rf_state_pool_n_ckpt(sc->spool) > 0 && rf_kv_pool_prefix_cache(sc->pool);
+}
+
+/* A hybrid model resumes only where a state checkpoint exists: the longest found prefix of
+ * bi blocks (bi * B < n_tokens) with a checkpoint keyed by its hash chain keeps its blocks and
+ * a reference to the checkpoint (restored before the step, rf_sched_plan); the blocks past it
+ * go back (their positions are recomputed, the state has to pass through them). */
+static void ckpt_resume(const rf_sched *sc, rf_seq *s) {
+    int32_t B = sc->block_size, bi = s->n_blocks;
+    while (bi > 0 && bi * B > s->n_tokens - 1) bi--;
+    int32_t c = -1;
+    for (; bi > 0 && c < 0; bi--)
+        if ((c = rf_state_ckpt_lookup(sc->spool, s->hashes[bi - 1], bi * B)) >= 0) break;
+    if (c < 0) bi = 0;
+    for (int32_t i = s->n_blocks - 1; i >= bi; i--) rf_kv_pool_unref(sc->pool, s->blocks[i]);
+    s->n_blocks = s->n_hashed = bi;
+    s->ckpt_ref = c + 1;
+}
+
 /* Looks the prompt's leading full blocks up in the prefix cache (once per admission). At
  * least the last token is left to compute, so its logits come out of the step. */
 static void prefix_lookup(const rf_sched *sc, rf_seq *s, rf_step_plan *p) {
@@ -99,6 +121,7 @@ static void prefix_lookup(const rf_sched *sc, rf_seq *s, rf_step_plan *p) {
         s->hashes[bi] = rf_kv_block_hash(parent, s->tokens + bi * B, B);
         s->n_hashed = bi + 1;
     }
+    if (sc->spool) ckpt_resume(sc, s);
     int32_t hit = s->n_blocks * B;
     if (hit > s->n_tokens - 1) hit = s->n_tokens - 1;
     s->n_computed = hit;
@@ -106,6 +129,15 @@ static void prefix_lookup(const rf_sched *sc, rf_seq *s, rf_step_plan *p) {
         s->n_cached = hit;
         p->prefix_hits += hit;
     }
+}
+
+/* A prompt chunk of `take` tokens cut at a block boundary (hybrid prefix cache, scheduler.h). */
+static int32_t ckpt_cut(const rf_sched *sc, const rf_seq *s, int32_t take) {
+    if (!ckpt_on(sc)) return take;
+    int32_t B = sc->block_size, end = s->n_computed + take;
+    if (end == s->n_tokens && end % B == 0) return take;
+    int32_t a = (end == s->n_tokens ? end - 1 : end) / B * B;
+    return a > s->n_computed ? a - s->n_computed : take;
 }
 
 /* Admits the head of the waiting queue if the pool can take its remaining prompt with a block
@@ -163,7 +195,7 @@ static rf_status choose(const rf_sched *sc, rf_seq *only, rf_step_plan *p) {
         rf_seq *s = sc->running->v[i];
         int32_t need = s->n_tokens - s->n_computed;
         if (need <= 1) continue;
-        int32_t take = need < budget ? need : budget;
+        int32_t take = ckpt_cut(sc, s, need < budget ? need : budget);
         st = add_item(p, s, take);
         budget -= take;
     }
@@ -171,7 +203,7 @@ static rf_status choose(const rf_sched *sc, rf_seq *only, rf_step_plan *p) {
         rf_seq *s = sc->waiting->v[0];
         if (!admit(sc, s, p)) break;
         int32_t need = s->n_tokens - s->n_computed;
-        int32_t take = need < budget ? need : budget;
+        int32_t take = ckpt_cut(sc, s, need < budget ? need : budget);
         st = add_item(p, s, take);
         budget -= take;
     }
@@ -180,13 +212,28 @@ static rf_status choose(const rf_sched *sc, rf_seq *only, rf_step_plan *p) {
 
 rf_status rf_sched_plan(const rf_sched *sc, rf_seq *only, rf_step_plan *p) {
     p->n_items = p->n_copies = p->n_failed = p->n_preempted = 0;
-    p->prefix_hits = 0;
+    p->n_restores = 0;
+    p->prefix_hits = p->ckpt_hits = 0;
     rf_status st = choose(sc, only, p);
     /* recurrent-state slots (hybrid models): one per sequence, or it sits this step out; taken
      * before the KV blocks, so a sequence that cannot run takes none (else slot-less forks could
      * hoard the pool and preempt the sequences that hold slots) */
     for (int32_t i = 0; i < p->n_items && sc->spool; i++)
         if (p->items[i].n && !rf_seq_take_state(p->items[i].s, sc->spool)) p->items[i].n = 0;
+    /* a resumed sequence's checkpoint goes into its slot before the step (the plan now holds
+     * the reference; a sequence preempted below was given its slot back, a harmless copy) */
+    for (int32_t i = 0; i < p->n_items && sc->spool && !st; i++) {
+        rf_seq *s = p->items[i].s;
+        if (!p->items[i].n || !s->ckpt_ref) continue;
+        if (!grow_arr((void **)&p->restores, &p->restores_cap, p->n_restores + 1, sizeof *p->restores)) {
+            st = rf_set_error(RF_ERR_OOM, "step: out of memory");
+            break;
+        }
+        p->restores[p->n_restores].slot = s->state_ref - 1;
+        p->restores[p->n_restores++].ckpt = s->ckpt_ref - 1;
+        s->ckpt_ref = 0;
+        p->ckpt_hits++;
+    }
     /* KV blocks for every scheduled position, preempting the newest when out */
     for (int32_t i = 0; i < p->n_items && !st; i++) {
         rf_seq *s = p->items[i].s;
@@ -213,6 +260,7 @@ rf_status rf_sched_plan(const rf_sched *sc, rf_seq *only, rf_step_plan *p) {
 void rf_step_plan_free(rf_step_plan *p) {
     free(p->items);
     free(p->copies);
+    free(p->restores);
     free(p->failed);
     free(p->failed_why);
     memset(p, 0, sizeof *p);

@@ -19,7 +19,14 @@ typedef struct rf_sched {
     int32_t n_step, n_prompt_min;
 } rf_sched;
 
-/* The rule of a step's budget. Every decoding sequence (one token left to compute) gets its
+/* A hybrid model's prefix cache (state checkpoints: sc->spool has some and the KV pool a prefix
+ * cache) cuts prompt chunks at block boundaries so the state after each can be checkpointed:
+ * a chunk that does not finish the prompt ends at the last boundary inside it (when one is past
+ * the chunk's start), and a chunk that would finish it stops at the prompt's last boundary first
+ * (the tail follows the next step). So a plan's prompt tokens may fall short of the room below
+ * by up to block_size - 1 per prompt chunk.
+ *
+ * The rule of a step's budget. Every decoding sequence (one token left to compute) gets its
  * token first, oldest first, up to n_batch: a decode is never deferred for a prompt. Prompt
  * chunks (running prompts oldest first, then admissions first come first served) fill
  *   room(d) = n_batch                                          when d = 0 (no decode waits)
@@ -33,18 +40,23 @@ typedef struct rf_plan_item {
     int32_t n; /* tokens of s in this step, from s->n_computed */
 } rf_plan_item;
 
-/* A step plan. The engine copies each block (copies[i].src into .dst, in order) before the
- * forward, and fails the sequences in failed[] (they are in neither list). */
+/* A step plan. The engine copies each block (copies[i].src into .dst, in order) and restores
+ * each state checkpoint (restores[i].ckpt into state slot .slot, then drops the plan's reference
+ * to the checkpoint) before the forward, and fails the sequences in failed[] (they are in
+ * neither list). */
 typedef struct rf_step_plan {
     rf_plan_item *items;          /* the step's sequences with their token counts (n > 0) */
     int32_t n_items, items_cap;
     struct { int32_t dst, src; } *copies; /* copy-on-write of shared partial blocks */
     int32_t n_copies, copies_cap;
+    struct { int32_t slot, ckpt; } *restores; /* hybrid prefix hits: checkpoint into slot */
+    int32_t n_restores, restores_cap;
     rf_seq **failed;              /* out of memory while admitting or preempting */
     const char **failed_why;
     int32_t n_failed, failed_cap;
     int32_t n_preempted;          /* sequences sent back to the waiting list */
     int64_t prefix_hits;          /* prompt tokens found in the prefix cache by admissions */
+    int64_t ckpt_hits;            /* admissions that resume from a state checkpoint */
 } rf_step_plan;
 
 /* Plans one step. With only non-NULL the step holds that sequence alone (a session's eval),

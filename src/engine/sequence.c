@@ -51,7 +51,8 @@ void rf_seq_release_blocks(rf_seq *s, rf_kv_pool *pool, rf_state_pool *spool) {
     s->lookup_done = false;
     /* the recurrent state goes with the KV: the sequence recomputes from its start */
     if (spool && s->state_ref) rf_state_pool_release(spool, s->state_ref - 1);
-    s->state_ref = 0;
+    if (spool && s->ckpt_ref) rf_state_ckpt_unref(spool, s->ckpt_ref - 1);
+    s->state_ref = s->ckpt_ref = 0;
 }
 
 bool rf_seq_take_state(rf_seq *s, rf_state_pool *spool) {

@@ -27,6 +27,8 @@ typedef struct rf_seq {
     int32_t n_computed;      /* leading tokens whose K/V are in the pool */
     int32_t *blocks, n_blocks, blocks_cap; /* block table */
     int32_t state_ref;       /* recurrent-state slot + 1 (0: none; state_pool.h) */
+    int32_t ckpt_ref;        /* a checkpoint to restore into the slot before the next step, + 1
+                              * (0: none); the sequence holds a reference to it */
     uint64_t *hashes;        /* [blocks_cap] hash chain of the leading full blocks */
     int32_t n_hashed;        /* leading blocks whose hash is known (published or found) */
     bool lookup_done;        /* prefix cache consulted since the last preemption */
@@ -63,7 +65,8 @@ void rf_seq_free(rf_seq *s);
 /* Appends ids to a sequence's tokens. */
 rf_status rf_seq_append(rf_seq *s, const int32_t *ids, int32_t n);
 /* Frees a sequence's blocks (last first, so a prefix's tail is evicted before its head) and
- * gives its recurrent-state slot back to spool (NULL: the model has no recurrent layers). */
+ * gives its recurrent-state slot (and a checkpoint it was to restore) back to spool (NULL: the
+ * model has no recurrent layers). */
 void rf_seq_release_blocks(rf_seq *s, rf_kv_pool *pool, rf_state_pool *spool);
 /* A hybrid model's sequence about to enter a step: its state slot, taken from spool now if it
  * has none; false when every slot is taken (it sits the step out). */

@@ -107,4 +107,13 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *b) {
     one(b, "rocmforge_preemptions_total", "counter", "Sequences preempted because the KV pool ran out.", g->preemptions);
     one(b, "rocmforge_engine_steps_total", "counter", "Engine steps that ran a forward.", g->steps);
     one(b, "rocmforge_engine_requests_finished_total", "counter", "Engine requests finished.", g->requests_done);
+    one(b, "rocmforge_kv_bytes", "gauge", "Memory of the KV pool (K and V of every attention layer).", g->kv_bytes);
+    one(b, "rocmforge_state_slots_total", "gauge", "Recurrent-state slots (hybrid models; one per running sequence).",
+        g->state_slots);
+    one(b, "rocmforge_state_slots_used", "gauge", "Recurrent-state slots held by a sequence.", g->state_slots_used);
+    one(b, "rocmforge_state_checkpoints_total", "gauge", "Recurrent-state checkpoints of the prefix cache (hybrid models).",
+        g->ckpt_total);
+    one(b, "rocmforge_state_checkpoints_used", "gauge", "State checkpoints holding a prefix's state.", g->ckpt_used);
+    one(b, "rocmforge_state_checkpoint_hits_total", "counter", "Requests resumed from a state checkpoint.", g->ckpt_hits);
+    one(b, "rocmforge_state_bytes", "gauge", "Memory of the state slots and checkpoints.", g->state_bytes);
 }

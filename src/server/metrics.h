@@ -36,6 +36,8 @@ typedef struct srv_gauges {
     int64_t running, waiting, blocks_total, blocks_used, blocks_free, blocks_cached, block_size;
     int64_t prompt_computed, prefix_hits, gen_tokens, preemptions, steps, requests_done;
     int64_t ctx, parallel, active_requests, max_queue;
+    /* hybrid models' recurrent state (0 otherwise): slots, prefix checkpoints, their memory */
+    int64_t state_slots, state_slots_used, ckpt_total, ckpt_used, ckpt_hits, state_bytes, kv_bytes;
 } srv_gauges;
 
 void srv_metrics_init(srv_metrics *m);

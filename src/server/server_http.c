@@ -168,6 +168,13 @@ static enum MHD_Result send_metrics(srv *s, struct MHD_Connection *c) {
         g.preemptions = rf_engine_get_stat(e, RF_STAT_PREEMPTIONS);
         g.steps = rf_engine_get_stat(e, RF_STAT_STEPS);
         g.requests_done = rf_engine_get_stat(e, RF_STAT_REQUESTS_DONE);
+        g.state_slots = rf_engine_get_stat(e, RF_STAT_STATE_SLOTS);
+        g.state_slots_used = rf_engine_get_stat(e, RF_STAT_STATE_SLOTS_USED);
+        g.ckpt_total = rf_engine_get_stat(e, RF_STAT_STATE_CKPT_TOTAL);
+        g.ckpt_used = rf_engine_get_stat(e, RF_STAT_STATE_CKPT_USED);
+        g.ckpt_hits = rf_engine_get_stat(e, RF_STAT_STATE_CKPT_HITS);
+        g.state_bytes = rf_engine_get_stat(e, RF_STAT_STATE_BYTES);
+        g.kv_bytes = rf_engine_get_stat(e, RF_STAT_KV_BYTES);
     }
     srv_buf b = {0};
     srv_metrics_render(&s->m, &g, &b);

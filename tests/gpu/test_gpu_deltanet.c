@@ -11,7 +11,9 @@
  *    prompts of 1/7/33/100 tokens;
  *  - the engine on the GPU in deterministic mode: 8 sequences together (staggered, chunked
  *    prompts) == each alone, bit for bit; decode steps replayed from graphs == eager; n = 3
- *    choices forked from a state copied on the device == recomputed.
+ *    choices forked from a state copied on the device == recomputed; the prefix cache's state
+ *    checkpoints (saved and restored by device-to-device slot copies): requests sharing a
+ *    1990-token prefix compute only their new tokens and equal the cache-off engine.
  * Error model of the op comparisons (u = 2^-24):
  *  conv: each output a sum of K f32 products then SiLU: |dy| <= K u sum|w x| + silu's few ulps,
  *    rel. L2 ~ 1e-7 against the double reference: bound 1e-5 (backend.h's contract). The new
@@ -23,6 +25,7 @@
  *    times decay <= 1), so they add as a random walk over the T tokens the sequence has seen:
  *    rel. L2 <= 8 u sqrt(S T) (7.7e-5 at S 128, T 200), not below the CPU twin's 1e-5.
  * Skips (77) without a GPU. */
+#include "core/knobs.h"
 #include "core/test_hooks.h"
 #include "gpu_model_common.h"
 
@@ -739,6 +742,74 @@ static void test_forks(void **state) {
     rf_model_free(m);
 }
 
+/* The hybrid prefix cache on the GPU (test_qwen35_engine.c's test_prefix_cache, deterministic
+ * mode): A (1990 tokens, chunks of 512) leaves state checkpoints at 512/1024/1536/1984; B = A +
+ * 30 resumes at 1984 (36 computed), C = A's first 700 + 40 at 512 (228), D = A's first 1985 at
+ * 1984 (1 computed: a one-token step, replayed from a graph). Tokens and logits equal the
+ * cache-off engine's (deterministic mode is chunking-invariant, test_engine). */
+static void test_prefix_cache(void **state) {
+    (void)state;
+    char path[1200];
+    mkmodel("tiny-qwen35", "q8_0", path, sizeof path);
+    rf_model *m = load(path, RF_DEVICE_GPU);
+    assert_int_equal(rf_model_set_deterministic(m, true), RF_OK);
+    g_nv = m->hp.n_vocab;
+    enum { L = 1990 };
+    static int32_t a[L + 30], c[740];
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 11);
+    random_prompt(&r, a, L + 30, g_nv);
+    memcpy(c, a, 700 * sizeof(int32_t));
+    random_prompt(&r, c + 700, 40, g_nv);
+    const int32_t *ids[4] = {a, a, c, a};
+    const int len[4] = {L, L + 30, 740, 1985};
+    const int64_t want[4] = {L, 36, 228, 1};
+    assert_int_equal(rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, "6"), RF_OK);
+    /* pass 0: cache on, 1: off (host sampling, every logits row hashed), 2: on with device
+     * sampling and decode graphs (no hook) */
+    static run_out on, off, dev;
+    for (int pass = 0; pass < 3; pass++) {
+        run_out *ro = pass == 0 ? &on : pass == 1 ? &off : &dev;
+        memset(ro, 0, sizeof *ro);
+        rf_engine_config *cf = rf_engine_config_new();
+        rf_engine_config_set(cf, RF_ENGINE_CTX, 2048 + 64);
+        rf_engine_config_set(cf, RF_ENGINE_PARALLEL, 1);
+        rf_engine_config_set(cf, RF_ENGINE_BATCH, 512);
+        rf_engine_config_set(cf, RF_ENGINE_KV_BLOCKS, 320);
+        rf_engine_config_set(cf, RF_ENGINE_PREFIX_CACHE, pass != 1);
+        rf_engine *e = NULL;
+        if (rf_engine_new(m, cf, &e)) fail_msg("engine: %s", rf_last_error());
+        rf_engine_config_free(cf);
+        if (pass < 2) {
+            e->logits_hook = on_logits;
+            e->hook_user = ro;
+        }
+        for (int i = 0; i < 4; i++) {
+            int64_t p0 = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS);
+            sub(e, ids[i], len[i], &ro->o[i], &ro->id[i], false);
+            drain(e);
+            int64_t got = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS) - p0;
+            if (got != (pass != 1 ? want[i] : len[i]))
+                fail_msg("pass %d, request %d: %lld prompt tokens computed", pass, i, (long long)got);
+        }
+        if (pass != 1) assert_int_equal(rf_engine_get_stat(e, RF_STAT_STATE_CKPT_HITS), 3);
+        rf_engine_free(e);
+        rf_backend_gpu_drop_graphs(m->be); /* as in test_engine */
+    }
+    rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, NULL);
+    for (int i = 0; i < 4; i++) {
+        if (on.o[i].n != GT || off.o[i].n != GT || memcmp(on.o[i].tok, off.o[i].tok, sizeof(int32_t) * GT))
+            fail_msg("request %d: tokens differ with the prefix cache on and off", i);
+        if (dev.o[i].n != GT || memcmp(dev.o[i].tok, off.o[i].tok, sizeof(int32_t) * GT))
+            fail_msg("request %d: tokens differ with the prefix cache on (device sampling, graphs) and off", i);
+        for (int k = 0; k < GT; k++)
+            if (on.lhash[i][k] != off.lhash[i][k]) fail_msg("request %d token %d: logits differ (cache on / off)", i, k);
+    }
+    printf("  tiny-qwen35 q8_0, deterministic: a 1990-token prefix resumed from device state checkpoints (36, 228 and 1 "
+           "prompt tokens computed) == cache off, %d tokens and logits bit for bit (and tokens with device sampling)\n", GT);
+    rf_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise),
@@ -748,6 +819,7 @@ int main(void) {
         cmocka_unit_test(test_logits_tiny_qwen35moe),
         cmocka_unit_test(test_engine),
         cmocka_unit_test(test_forks),
+        cmocka_unit_test(test_prefix_cache),
     };
     const char *f = getenv("RF_TEST_FILTER");
     if (f && *f) cmocka_set_test_filter(f);

@@ -9,7 +9,14 @@
  * holds its own prefix's hash (so prefix sharing, copy-on-write and preemption never hand a
  * sequence someone else's K/V), and derives the logits from that hash: outputs are a function
  * of the prompt and seed only, so each finished request is re-run alone and must match.
- * A shorter run does the same with the real forward of a tiny model. Skips (77) without RF_CLI. */
+ * A shorter run does the same with the real forward of a tiny model. Skips (77) without RF_CLI.
+ *
+ * The hybrid runs (tiny-qwen35: gated DeltaNet layers) add the recurrent-state slots and the
+ * prefix cache's state checkpoints: the fake forward also keeps, per state row (slots, then
+ * checkpoints), the hash of the prefix whose state it holds, follows every slot copy (forks,
+ * checkpoint saves and restores), and verifies that a sequence resuming at position p > 0 reads
+ * a slot holding its own first p tokens' state; every step checks slots and checkpoint
+ * reference counts (rf_engine_check), and at the end every slot and checkpoint is back. */
 #include "test_util.h"
 
 #include <math.h>
@@ -20,7 +27,7 @@
 #include "core/knobs.h"
 #include "engine/engine_internal.h"
 
-static char g_model[1024];
+static char g_model[1024], g_hybrid[1024];
 
 static int setup(void **state) {
     (void)state;
@@ -30,6 +37,9 @@ static int setup(void **state) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/synth-models' && '%s' mkmodel --preset tiny --type q8_0 -o '%s' >/dev/null 2>&1",
              RF_BINARY_DIR, cli, g_model);
+    if (system(cmd) != 0) return -1;
+    snprintf(g_hybrid, sizeof g_hybrid, "%s/synth-models/sched-tiny-qwen35.q8_0.gguf", RF_BINARY_DIR);
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel --preset tiny-qwen35 --type q8_0 -o '%s' >/dev/null 2>&1", cli, g_hybrid);
     return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -47,6 +57,9 @@ typedef struct fake {
     int64_t prompt_need, preempt0;
     int32_t n_step, n_prompt_min; /* the knobs' values in this run */
     int64_t plans, decode_tok, prompt_tok, max_step; /* what the plans held */
+    uint64_t *sshadow; /* hybrid: per state row (slot, then checkpoint): its prefix's hash */
+    int64_t srows, resumed; /* state rows; sequences that resumed at p > 0 with a checked state */
+    int64_t slotless_need; /* hybrid: prompt tokens of running sequences without a slot yet */
 } fake;
 
 static bool is_cancelled(const rf_seq *s) {
@@ -56,7 +69,7 @@ static bool is_cancelled(const rf_seq *s) {
 /* Before a step: what the planner will see (cancelled sequences leave before it plans). */
 static void snap_plan(fake *f, const rf_engine *e) {
     f->n_dec = 0;
-    f->prompt_need = 0;
+    f->prompt_need = f->slotless_need = 0;
     f->preempt0 = rf_engine_get_stat((rf_engine *)e, RF_STAT_PREEMPTIONS);
     for (int32_t i = 0; i < e->running.n; i++) {
         rf_seq *s = e->running.v[i];
@@ -64,6 +77,7 @@ static void snap_plan(fake *f, const rf_engine *e) {
         int32_t need = s->n_tokens - s->n_computed;
         if (need == 1 && f->n_dec < 4096) f->dec[f->n_dec++] = s;
         else if (need > 1) f->prompt_need += need;
+        if (need > 1 && !s->state_ref) f->slotless_need += need;
     }
 }
 
@@ -98,6 +112,9 @@ static rf_status check_plan(fake *f, rf_engine *e) {
     int32_t room = rf_sched_prompt_room(e->n_batch, f->n_step, f->n_prompt_min, d);
     if (prompt > room) return rf_set_error(RF_ERR_INTERNAL, "plan: %lld prompt tokens beside %d decodes, room %d", (long long)prompt, d, room);
     int64_t want = f->prompt_need < room ? f->prompt_need : room;
+    if (e->spool) { /* hybrid: chunks cut at block boundaries, sequences without a slot sit out (scheduler.h) */
+        want -= (int64_t)(e->block_size - 1) * (p->n_items - d + 1) + f->slotless_need;
+    }
     if (rf_engine_get_stat(e, RF_STAT_PREEMPTIONS) == f->preempt0 && prompt < want)
         return rf_set_error(RF_ERR_INTERNAL, "plan: %lld prompt tokens beside %d decodes, room %d, running prompts need %lld",
                             (long long)prompt, d, room, (long long)f->prompt_need);
@@ -129,11 +146,23 @@ static rf_status fake_forward(void *user, rf_engine *e, rf_batch *b, rf_seq *con
         while (t + n < b->n_tokens && b->seq[t + n] == i) n++;
         if (p0 != s->n_computed || p0 + n > s->n_tokens)
             return rf_set_error(RF_ERR_INTERNAL, "batch sequence %d: positions %d.. but %d computed", i, p0, s->n_computed);
+        int64_t srow = -1;
+        if (f->sshadow) {
+            srow = b->state_slot ? b->state_slot[i] : -1;
+            if (srow < 0 || srow >= e->n_parallel || srow != s->state_ref - 1)
+                return rf_set_error(RF_ERR_INTERNAL, "batch sequence %d: state slot %lld, it holds %d", i, (long long)srow,
+                                    s->state_ref - 1);
+        }
         uint64_t h = 0;
         for (int32_t p = 0; p < p0 + n; p++) {
             h = chain(h, s->tokens[p], p);
             int64_t r = row_of(s, B, p);
             if (r < 0 || r >= f->rows) return rf_set_error(RF_ERR_INTERNAL, "row %lld outside the pool", (long long)r);
+            if (p == p0 - 1 && srow >= 0) { /* the state it resumes from is its own prefix's */
+                if (f->sshadow[srow] != h)
+                    return rf_set_error(RF_ERR_INTERNAL, "a sequence resumes at %d from a state of another prefix", p0);
+                f->resumed++;
+            }
             if (p < p0) {
                 if (f->shadow[r] != h)
                     return rf_set_error(RF_ERR_INTERNAL, "position %d of a sequence reads row %lld holding another prefix", p,
@@ -145,6 +174,7 @@ static rf_status fake_forward(void *user, rf_engine *e, rf_batch *b, rf_seq *con
             if (b->pos[k] != p || b->ids[k] != s->tokens[p] || b->slot[k] != r)
                 return rf_set_error(RF_ERR_INTERNAL, "token %d: position/id/slot do not match its sequence", k);
             f->shadow[r] = h;
+            if (srow >= 0 && p == p0 + n - 1) f->sshadow[srow] = h;
             if (out < b->n_out && b->out_rows[out] == k) {
                 float *lg = logits + (size_t)out * f->nv;
                 uint64_t z = h;
@@ -160,6 +190,12 @@ static rf_status fake_forward(void *user, rf_engine *e, rf_batch *b, rf_seq *con
     if (t != b->n_tokens || out != b->n_out) return rf_set_error(RF_ERR_INTERNAL, "batch layout: %d/%d tokens, %d/%d outputs",
                                                                  t, b->n_tokens, out, b->n_out);
     return RF_OK;
+}
+
+static void fake_state_copy(void *user, int32_t dst, int32_t src) {
+    fake *f = user;
+    if (dst >= 0 && dst < f->srows && src >= 0 && src < f->srows) f->sshadow[dst] = f->sshadow[src];
+    else f->srows = -1; /* reported after the run */
 }
 
 static void fake_copy(void *user, int32_t dst, int32_t src) {
@@ -222,6 +258,11 @@ static rf_engine *make_engine(rf_model *m, int ctx, int par, int batch, int bloc
         e->copy_hook = fake_copy;
         e->hook_user = f;
         f->bs = bs;
+        if (e->spool) {
+            f->srows = rf_engine_get_stat(e, RF_STAT_STATE_SLOTS) + rf_engine_get_stat(e, RF_STAT_STATE_CKPT_TOTAL);
+            f->sshadow = calloc((size_t)f->srows, sizeof(uint64_t));
+            e->state_copy_hook = fake_state_copy;
+        }
     }
     return e;
 }
@@ -332,6 +373,18 @@ static void run_random(rf_model *m, int steps, bool fake_fwd, int bs, int blocks
     assert_int_equal(rf_engine_get_stat(e, RF_STAT_REQUESTS_DONE), g_nres);
     assert_true(pre > 0);
     assert_true(hits > 0);
+    if (e->spool) {
+        int64_t ck = rf_engine_get_stat(e, RF_STAT_STATE_CKPT_HITS);
+        printf("    state: %lld slots, %lld checkpoints (%lld holding a state), %lld resumed from one; %lld steps read a "
+               "state, each its own prefix's\n",
+               (long long)rf_engine_get_stat(e, RF_STAT_STATE_SLOTS), (long long)rf_engine_get_stat(e, RF_STAT_STATE_CKPT_TOTAL),
+               (long long)rf_engine_get_stat(e, RF_STAT_STATE_CKPT_USED), (long long)ck, (long long)f.resumed);
+        if (fake_fwd && f.srows < 0) fail_msg("a state copy outside the slots and checkpoints");
+        assert_int_equal(rf_engine_get_stat(e, RF_STAT_STATE_SLOTS_USED), 0);
+        assert_int_equal(rf_state_pool_n_free(e->spool), rf_state_pool_n_slots(e->spool));
+        assert_true(ck > 0);
+        if (rf_engine_check(e)) fail_msg("after the run: %s", rf_last_error()); /* no checkpoint referenced */
+    }
     for (int i = 0; i < g_nres; i++) {
         result *r = &g_res[i];
         if (r->done != r->n) fail_msg("request %d: %d of %d choices finished", i, r->done, r->n);
@@ -374,17 +427,20 @@ static void run_random(rf_model *m, int steps, bool fake_fwd, int bs, int blocks
         printf("  %d requests re-run alone: identical tokens and finish reasons\n", compared);
         rf_engine_free(e1);
         free(f2.shadow);
+        free(f2.sshadow);
     }
     free(f.shadow);
+    free(f.sshadow);
 }
 
-static rf_model *load(void) {
+static rf_model *load_path(const char *path) {
     rf_model_params mp = rf_model_default_params();
     mp.n_threads = 2;
     rf_model *m = NULL;
-    if (rf_model_load(g_model, &mp, &m)) fail_msg("load: %s", rf_last_error());
+    if (rf_model_load(path, &mp, &m)) fail_msg("load: %s", rf_last_error());
     return m;
 }
+static rf_model *load(void) { return load_path(g_model); }
 
 static void test_random_fake(void **state) {
     (void)state;
@@ -396,6 +452,24 @@ static void test_random_fake(void **state) {
     run_random(m, 3000, true, 4, 60, 8, 32, 10, 4);
     /* as many sequences as the step holds: decodes can fill --batch itself (no prompt room) */
     run_random(m, 2000, true, 8, 40, 16, 16, 12, 3);
+    rf_knob_override(RF_KNOB_STEP_TOKENS, NULL);
+    rf_knob_override(RF_KNOB_STEP_PROMPT_MIN, NULL);
+    rf_model_free(m);
+}
+
+/* The same randomized workload on a hybrid model: state slots (n_parallel of them; forks copy
+ * them, preemption gives them back) and the prefix cache's checkpoints, a few so that they are
+ * evicted often (RF_STATE_CHECKPOINTS = 6 and 3), with block sizes 4 and 8. */
+static void test_random_hybrid(void **state) {
+    (void)state;
+    rf_model *m = load_path(g_hybrid);
+    assert_true(rf_model_n_recurrent(m) > 0);
+    assert_int_equal(rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, "6"), RF_OK);
+    run_random(m, 4000, true, 4, 60, 8, 32, 0, 32);
+    run_random(m, 2000, true, 4, 60, 8, 32, 10, 4);
+    assert_int_equal(rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, "3"), RF_OK);
+    run_random(m, 2000, true, 8, 40, 16, 16, 12, 3);
+    rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, NULL);
     rf_knob_override(RF_KNOB_STEP_TOKENS, NULL);
     rf_knob_override(RF_KNOB_STEP_PROMPT_MIN, NULL);
     rf_model_free(m);
@@ -513,6 +587,7 @@ int main(void) {
         cmocka_unit_test(test_prompt_room),
         cmocka_unit_test(test_graph_bucket),
         cmocka_unit_test(test_random_fake),
+        cmocka_unit_test(test_random_hybrid),
         cmocka_unit_test(test_random_real),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

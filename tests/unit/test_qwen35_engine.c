@@ -8,7 +8,11 @@
  *    seeds s, s+1, s+2;
  *  - a forced preemption (a KV pool too small for all): identical tokens after recomputation;
  *  - cancellation mid-prompt and mid-decode, and every step's rf_engine_check (state slots held
- *    by running sequences only, none twice), every slot and block back at the end.
+ *    by running sequences only, none twice), every slot and block back at the end;
+ *  - the prefix cache with state checkpoints: a request sharing a long prefix with an earlier
+ *    one resumes from the checkpoint at the last shared block boundary (at a prompt chunk's end
+ *    or the earlier prompt's last boundary) and computes only the rest, with the same tokens
+ *    and logits as with the cache off.
  * Why bit identity is expected, not luck: every CPU op is row-independent with a fixed order
  * per row, the conv sums each output's taps in the same order however the prompt is cut, and
  * the delta rule runs token by token (the recurrent form) whatever the chunk, so a chunk
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/knobs.h"
 #include "engine/engine_internal.h"
 
 /* test_qwen35moe_engine.c runs these same cases on tiny-qwen35moe (experts + shared expert) */
@@ -319,12 +324,77 @@ static void test_random(void **state) {
     rf_model_free(m);
 }
 
+/* The hybrid prefix cache: prompt A (PFX_LEN tokens, in chunks of 512) leaves checkpoints at
+ * 512, 1024, 1536 (chunk ends) and 1984 (A's last block boundary); B = A + 30 new tokens
+ * resumes at 1984 and computes 36 tokens; C = A's first 700 + 40 new resumes at 512 (the last
+ * checkpoint inside the shared 43 blocks) and computes 228; D = A's first 1985 resumes at 1984
+ * and computes its last token alone (a one-token step). Each equals the same request on an
+ * engine with the cache off: tokens and every logits row bit for bit (the CPU's ops are
+ * row-independent and the delta rule recurrent, so a restored state is the state). */
+#define PFX_LEN 1990
+static void test_prefix_cache(void **state) {
+    (void)state;
+    rf_model *m = load();
+    int32_t nv = m->hp.n_vocab;
+    static int32_t a[PFX_LEN + 40], b[PFX_LEN + 30], c[740];
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 11);
+    for (int k = 0; k < PFX_LEN + 40; k++) a[k] = 5 + (int32_t)(rf_rng_u64(&r) % (uint64_t)(nv - 10));
+    memcpy(b, a, PFX_LEN * sizeof(int32_t));
+    for (int k = PFX_LEN; k < PFX_LEN + 30; k++) b[k] = 5 + (int32_t)(rf_rng_u64(&r) % (uint64_t)(nv - 10));
+    memcpy(c, a, 700 * sizeof(int32_t));
+    for (int k = 700; k < 740; k++) c[k] = 5 + (int32_t)(rf_rng_u64(&r) % (uint64_t)(nv - 10));
+    assert_int_equal(rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, "6"), RF_OK);
+    out on[4], off[4];
+    hooks h = {on, 4, nv};
+    for (int pass = 0; pass < 2; pass++) {
+        rf_engine_config *cf = rf_engine_config_new();
+        rf_engine_config_set(cf, RF_ENGINE_CTX, 2048 + 64);
+        rf_engine_config_set(cf, RF_ENGINE_PARALLEL, 1);
+        rf_engine_config_set(cf, RF_ENGINE_BATCH, 512);
+        rf_engine_config_set(cf, RF_ENGINE_KV_BLOCKS, 320); /* room for every prefix: no KV block evicted */
+        rf_engine_config_set(cf, RF_ENGINE_PREFIX_CACHE, pass == 0);
+        rf_engine *e = NULL;
+        if (rf_engine_new(m, cf, &e)) fail_msg("engine: %s", rf_last_error());
+        rf_engine_config_free(cf);
+        assert_int_equal(rf_engine_get_stat(e, RF_STAT_STATE_CKPT_TOTAL), pass == 0 ? 6 : 0);
+        out *o = pass == 0 ? on : off;
+        h.outs = o;
+        e->logits_hook = on_logits;
+        e->hook_user = &h;
+        const int32_t *ids[4] = {a, b, c, a};
+        const int len[4] = {PFX_LEN, PFX_LEN + 30, 740, 1985};
+        const int64_t want[4] = {PFX_LEN, 36, 228, 1}; /* prompt tokens computed with the cache on */
+        for (int i = 0; i < 4; i++) {
+            int64_t p0 = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS), h0 = rf_engine_get_stat(e, RF_STAT_STATE_CKPT_HITS);
+            submit(e, ids[i], len[i], 8, &o[i], 1, 0);
+            run_checked(e);
+            int64_t got = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS) - p0;
+            if (pass == 0 && got != want[i]) fail_msg("request %d: %lld prompt tokens computed, want %lld", i, (long long)got, (long long)want[i]);
+            if (pass == 1 && got != len[i]) fail_msg("cache off, request %d: %lld prompt tokens computed", i, (long long)got);
+            assert_int_equal(rf_engine_get_stat(e, RF_STAT_STATE_CKPT_HITS) - h0, pass == 0 && i > 0 ? 1 : 0);
+        }
+        if (pass == 0) {
+            assert_int_equal(rf_engine_get_stat(e, RF_STAT_PREFIX_HIT_TOKENS), 1984 + 512 + 1984);
+            assert_true(rf_engine_get_stat(e, RF_STAT_STATE_CKPT_USED) >= 4);
+            assert_int_equal(rf_engine_get_stat(e, RF_STAT_STATE_SLOTS_USED), 0);
+        }
+        rf_engine_free(e);
+    }
+    for (int i = 0; i < 4; i++) same(&off[i], &on[i], 0, "prefix cache on vs off", i);
+    printf("  prefix cache: %d-token prompt, then +30 new tokens (36 computed), its first 700 + 40 (228 computed) and "
+           "its first 1985 (1 computed): same tokens and logits as with the cache off\n", PFX_LEN);
+    rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, NULL);
+    rf_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunks_and_crowd),
         cmocka_unit_test(test_choices),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_random),
+        cmocka_unit_test(test_prefix_cache),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
