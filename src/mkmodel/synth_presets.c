@@ -167,6 +167,12 @@ const synth_preset synth_presets[] = {
     {"qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B shapes (36 gated DeltaNet + 12 gated attention layers; 512 experts of 512, top-10, shared expert 512)",
      "Qwen3 Next 80B A3B (synthetic)", "80B-A3B", SYNTH_ARCH_QWEN3NEXT, 48, 2048, 5120, 16, 2, 256, 262144, 10000000.0f,
      1e-6f, false, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0, 64, false},
+    /* gemma4 (synth_presets_gemma.c has the rest of its shape): sliding and full layers with
+     * different head sizes and KV heads, the last two layers reading earlier layers' KV,
+     * per-layer token embeddings, partial proportional RoPE on full layers, soft-capping. */
+    {"tiny-gemma4", "8-layer gemma4 (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; 2 shared-KV layers; per-layer embeddings of 64), dim 256, tied, 2048-token SPM vocabulary",
+     "Tiny Gemma 4 (synthetic)", "6M", SYNTH_ARCH_GEMMA4, 8, 256, 512, 4, 2, 64, 131072, 1000000.0f, 1e-6f, true,
+     0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 16, 0, false},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
@@ -742,6 +748,7 @@ static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_QWEN35] = {"qwen35", write_kv_qwen35, tensors_qwen35, is_70b_never},
     [SYNTH_ARCH_QWEN35MOE] = {"qwen35moe", write_kv_qwen35moe, tensors_qwen35, is_70b_never},
     [SYNTH_ARCH_QWEN3NEXT] = {"qwen3next", write_kv_qwen3next, tensors_qwen35, is_70b_never},
+    [SYNTH_ARCH_GEMMA4] = {"gemma4", synth_write_kv_gemma4, synth_tensors_gemma4, is_70b_never},
 };
 
 const synth_arch_info *synth_arch_get(synth_arch a) {
