@@ -72,7 +72,7 @@ bool synth_tensors_gemma4(synth_tensor_list *l, const synth_preset *p, int32_t n
         const bool own_kv = i < first_shared;
         LADD("attn_norm.weight", 1, E, 1, SYNTH_GEN_ONES, 0);
         LADD("attn_q.weight", 2, E, H * D, SYNTH_GEN_RANDOM, mat_std(E));
-        LADD("attn_q_norm.weight", 1, D, 1, SYNTH_GEN_CONST, 2.0f / sqrtf((float)D));
+        LADD("attn_q_norm.weight", 1, D, 1, SYNTH_GEN_CONST, 1.0f / sqrtf((float)D));
         if (own_kv) {
             LADD("attn_k.weight", 2, E, KV, SYNTH_GEN_RANDOM, mat_std(E));
             LADD("attn_k_norm.weight", 1, D, 1, SYNTH_GEN_NEAR_ONE, 0.2f);

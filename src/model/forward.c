@@ -77,7 +77,7 @@ uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_r
      * their step buffers */
     act += rf_fwd_rec_bytes(m, n_batch, logit_rows);
     /* + gemma4's per-layer inputs and their scratch */
-    act += (uint64_t)n_batch * (uint64_t)hp->n_embd_ple * (uint64_t)(hp->n_layer + 1) * 4;
+    act += (uint64_t)n_batch * (uint64_t)hp->n_embd_ple * (uint64_t)hp->n_layer * 2 * 4;
     return act + big * 2 + (uint64_t)n_batch * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) * 4;
 }
 
@@ -181,8 +181,9 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
             return st;
         }
     }
-    if (hp->n_embd_ple > 0 && ((st = m->be->ops->alloc(m->be, RF_TYPE_F32, hp->n_embd_ple, (int64_t)hp->n_layer * n_batch, &f->ple)) ||
-                               (st = m->be->ops->alloc(m->be, RF_TYPE_F32, hp->n_embd_ple, n_batch, &f->ple_g)))) {
+    const int64_t NP = (int64_t)hp->n_embd_ple * hp->n_layer; /* gemma4's per-layer inputs */
+    if (NP > 0 && ((st = m->be->ops->alloc(m->be, RF_TYPE_F32, NP, n_batch, &f->ple)) ||
+                   (st = m->be->ops->alloc(m->be, RF_TYPE_F32, NP, n_batch, &f->ple_g)))) {
         rf_fwd_free(m, f);
         return st;
     }

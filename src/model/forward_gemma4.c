@@ -6,7 +6,6 @@
 #include <math.h>
 
 #include "model/model.h"
-#include "rocmforge/quant.h"
 
 #define TRY(call)                     \
     do {                              \
@@ -31,37 +30,40 @@ static rf_tensor rows_of(const rf_tensor *t, int64_t r0, int64_t w, int64_t n) {
     return v;
 }
 
-/* Per-layer inputs (gemma4's get_per_layer_inputs + project_per_layer_inputs): for layer il,
- * the token's slice il of per_layer_token_embd times sqrt(P), plus the RMS-normed slice il of
- * per_layer_model_proj . x / sqrt(n_embd) (x: the scaled embeddings), all times 1/sqrt(2). The
- * embedding slice is read as a strided view of the table (rows of n_layer * P, columns
- * [il * P, (il + 1) * P)): the CPU's get_rows reads rows at w->nb1; a device backend's does not
- * (yet), so a device is refused. */
+/* Per-layer inputs (gemma4's get_per_layer_inputs + project_per_layer_inputs), token-major
+ * in f->ple [n, n_layer * P] (layer il: columns [il * P, (il + 1) * P)): the token's row of
+ * per_layer_token_embd times sqrt(P), plus per_layer_model_proj . x / sqrt(n_embd) (x: the
+ * scaled embeddings) RMS-normed per layer slice, all times 1/sqrt(2). Whole rows are read, so a
+ * slice need not hold whole quantization blocks. */
 rf_status rf_gemma4_ple(rf_model *m, rf_fwd *f, const rf_batch *b, int64_t n) {
     const rf_hparams *hp = &m->hp;
-    const int64_t P = hp->n_embd_ple, E = hp->n_embd;
+    const int64_t P = hp->n_embd_ple, NP = P * hp->n_layer, E = hp->n_embd;
     if (P == 0) return RF_OK;
     rf_backend *be = m->be;
     const rf_backend_ops *op = be->ops;
-    if (rf_backend_on_device(be))
-        return rf_set_error(RF_ERR_UNSUPPORTED, "forward: gemma4's per-layer embeddings are not built on %s yet", op->name);
-    size_t col;
-    TRY(rf_row_size(m->ple_embd.type, P, &col));
-    rf_tensor g = packed(&f->ple_g, P, n);
-    for (int il = 0; il < hp->n_layer; il++) {
-        rf_tensor pl = rows_of(&f->ple, (int64_t)il * f->n_batch, P, n);
-        rf_tensor emb = m->ple_embd; /* columns of layer il, rows of the whole table's stride */
-        emb.data = (char *)emb.data + (size_t)il * col;
-        emb.ne[0] = P;
-        emb.owned = false;
-        TRY(op->get_rows(be, &pl, &emb, b));
-        TRY(op->scale(be, &pl, sqrtf((float)P), n * P));
-        rf_tensor w = rf_tensor_rows(&m->ple_model_proj, (int64_t)il * P, P);
-        TRY(op->matmul(be, &g, &w, &f->x, n));
-        TRY(op->scale(be, &g, 1.0f / sqrtf((float)E), n * P));
-        TRY(op->rmsnorm(be, &g, &g, &m->ple_proj_norm, n, P, hp->norm_eps));
-        TRY(op->add(be, &pl, &pl, &g, n * P));
-        TRY(op->scale(be, &pl, 1.0f / sqrtf(2.0f), n * P));
+    rf_tensor pl = packed(&f->ple, NP, n), g = packed(&f->ple_g, NP, n);
+    TRY(op->get_rows(be, &pl, &m->ple_embd, b));
+    TRY(op->scale(be, &pl, sqrtf((float)P), n * NP));
+    TRY(op->matmul(be, &g, &m->ple_model_proj, &f->x, n));
+    TRY(op->scale(be, &g, 1.0f / sqrtf((float)E), n * NP));
+    TRY(op->rmsnorm(be, &g, &g, &m->ple_proj_norm, n * hp->n_layer, P, hp->norm_eps));
+    TRY(op->add(be, &pl, &pl, &g, n * NP));
+    return op->scale(be, &pl, 1.0f / sqrtf(2.0f), n * NP);
+}
+
+/* y = gelu(y) * (layer il's slice of the per-layer inputs): glu_for reads the slice in place
+ * (a row view of stride n_layer * P) where the backend has it; else one packed row at a time. */
+static rf_status ple_gate(rf_model *m, rf_fwd *f, rf_tensor *y, int il, int64_t n) {
+    const rf_backend_ops *op = m->be->ops;
+    const int64_t P = m->hp.n_embd_ple, NP = P * m->hp.n_layer;
+    rf_tensor sl = packed(&f->ple, P, n);
+    sl.data = (char *)f->ple.data + (size_t)il * P * 4;
+    sl.nb1 = (size_t)NP * 4;
+    if (op->glu_for) return op->glu_for(m->be, y, y, &sl, n * P, RF_GLU_GEGLU, &m->layers[il].ple_proj);
+    for (int64_t t = 0; t < n; t++) {
+        rf_tensor yt = rows_of(y, t, P, 1), ut = packed(&f->ple, P, 1);
+        ut.data = (char *)f->ple.data + ((size_t)t * NP + (size_t)il * P) * 4;
+        TRY(op->glu(m->be, &yt, &yt, &ut, P, RF_GLU_GEGLU));
     }
     return RF_OK;
 }
@@ -121,9 +123,9 @@ rf_status rf_gemma4_layer(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int
     TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
     /* per-layer embedding: x += norm(proj(gelu(gate x) * per-layer input)) */
     if (P > 0) {
-        rf_tensor pg = packed(&f->ple_g, P, n), pl = rows_of(&f->ple, (int64_t)il * f->n_batch, P, n);
+        rf_tensor pg = packed(&f->ple_g, P, n);
         TRY(op->matmul(be, &pg, &L->ple_gate, &f->x, n));
-        TRY(op->glu(be, &pg, &pg, &pl, n * P, RF_GLU_GEGLU));
+        TRY(ple_gate(m, f, &pg, il, n));
         TRY(op->matmul(be, &f->o, &L->ple_proj, &pg, n));
         TRY(op->rmsnorm(be, &f->o, &f->o, &L->ple_norm, n, E, hp->norm_eps));
         TRY(op->add(be, &f->x, &f->x, &f->o, n * E));

@@ -216,8 +216,8 @@ typedef struct rf_fwd {
                                           * the all-reduce */
     struct rf_fwd_rec *rec;              /* gated DeltaNet layers' buffers and state slots (NULL for
                                           * models without; forward_deltanet.c) */
-    rf_tensor ple, ple_g;                /* gemma4: the per-layer inputs [n_layer * n_batch, P] (layer
-                                          * il's rows il * n_batch ..) and the block's scratch [n_batch, P] */
+    rf_tensor ple, ple_g;                /* gemma4: the per-layer inputs [n_batch, n_layer * P] (layer
+                                          * il's columns il * P ..) and their scratch, same shape */
     struct rf_fwd *dev;                  /* several GPUs: [tp - 1] GPU 1..'s own buffers x .. qkv (this
                                           * struct's are GPU 0's), each sized for one shard's heads */
 } rf_fwd;
