@@ -112,7 +112,15 @@ typedef struct synth_arch_info {
 
 const synth_arch_info *synth_arch_get(synth_arch a);
 
-/* gemma4 (synth_presets_gemma.c): its keys and tensors. */
+/* The llama-family tensors (llama, qwen2 with biases) and the common {arch}.* keys
+ * (synth_presets.c), which the other families' writers build on; flags: */
+enum { KV_VOCAB_SIZE = 1, KV_ROPE_DIM = 2, KV_HEAD_LEN = 4 };
+bool synth_tensors_llama_like(synth_tensor_list *l, const synth_preset *p, int32_t n_layer, uint32_t n_vocab, bool qkv_bias);
+rf_status synth_write_kv_common(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer, const char *arch, unsigned flags);
+
+/* The Gemma family (synth_presets_gemma.c): gemma3's and gemma4's keys and tensors. */
+rf_status synth_write_kv_gemma3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer);
+bool synth_tensors_gemma3(synth_tensor_list *l, const synth_preset *p, int32_t n_layer, uint32_t n_vocab);
 rf_status synth_write_kv_gemma4(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer);
 bool synth_tensors_gemma4(synth_tensor_list *l, const synth_preset *p, int32_t n_layer, uint32_t n_vocab);
 

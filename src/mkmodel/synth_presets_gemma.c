@@ -1,6 +1,6 @@
-/* synth_presets_gemma.c — mkmodel's gemma4 architecture: the metadata keys and tensors
- * llama.cpp's gemma4 loads (src/models/gemma4.cpp; keys as conversion/gemma.py Gemma4Model
- * writes them), and the gemma4-specific shapes of its presets (a side table by preset name). */
+/* synth_presets_gemma.c — mkmodel's Gemma family: the metadata keys and tensors llama.cpp's
+ * gemma3 and gemma4 load (src/models/gemma3.cpp, gemma4.cpp; keys as conversion/gemma.py writes
+ * them), and the gemma4-specific shapes of its presets (a side table by preset name). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +43,38 @@ static float mat_std(int64_t n_in) { return 1.0f / sqrtf((float)n_in); }
         snprintf(nm, sizeof nm, "blk.%d." suffix, i);  \
         ADD(nm, __VA_ARGS__);                          \
     } while (0)
+
+/* gemma3 (peer src/models/gemma3.cpp): the llama tensors plus per-head q/k RMS norms and the
+ * post-attention / post-FFN norms. Gemma GGUFs store norm weights with the (1 + w) already
+ * folded in, so 1.0 is the neutral value. The post-norm gains are 4.0, not 1.0: Gemma scales the
+ * (tied) embedding by sqrt(n_embd), so with gains of 1 the input token's own embedding dominates
+ * the final state and its logit is ~sqrt(n_embd)*|e|^2/rms(x) = 16 against a logit std of 2 (the
+ * model only repeats its input). With 2·n_layer block outputs of rms 4 it is ~2.3 std: elevated
+ * but not winning. */
+bool synth_tensors_gemma3(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
+                           uint32_t n_vocab) {
+    if (!synth_tensors_llama_like(l, p, n_layer, n_vocab, false)) return false;
+    char nm[64];
+    for (int32_t i = 0; i < n_layer; i++) {
+        snprintf(nm, sizeof nm, "blk.%d.attn_q_norm.weight", i);
+        ADD(nm, 1, p->head_dim, 1, SYNTH_GEN_ONES, 0);
+        snprintf(nm, sizeof nm, "blk.%d.attn_k_norm.weight", i);
+        ADD(nm, 1, p->head_dim, 1, SYNTH_GEN_ONES, 0);
+        snprintf(nm, sizeof nm, "blk.%d.post_attention_norm.weight", i);
+        ADD(nm, 1, p->n_embd, 1, SYNTH_GEN_CONST, 4.0f);
+        snprintf(nm, sizeof nm, "blk.%d.post_ffw_norm.weight", i);
+        ADD(nm, 1, p->n_embd, 1, SYNTH_GEN_CONST, 4.0f);
+    }
+    return true;
+}
+
+/* The keys convert_hf_to_gguf writes for Gemma 3 (no rope.dimension_count, no vocab_size). */
+rf_status synth_write_kv_gemma3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
+    rf_status st = synth_write_kv_common(w, p, n_layer, "gemma3", KV_HEAD_LEN);
+    if (st) return st;
+    if (p->n_swa > 0) st = rf_gguf_set_u32(w, "gemma3.attention.sliding_window", (uint32_t)p->n_swa);
+    return st;
+}
 
 /* Norm gains: 1 for the pre-norms, near 1 for the K norms (so a skipped norm shows), 4 for the
  * post-norms (gemma3's reason: the scaled embedding must not dominate the output). The Q norm
