@@ -486,6 +486,17 @@ static void test_gemma4_plan(void **state) {
     check_refused_in("tiny-gemma4", "gemma4.expert_count", 4, NULL, 0, NULL, RF_ERR_UNSUPPORTED, "gemma4.expert_count");
     const int64_t k[2] = {256, 64};
     check_refused_in("tiny-gemma4", NULL, 0, "blk.2.attn_k.weight", 2, k, RF_ERR_FORMAT, "blk.2.attn_k.weight");
+    /* --tp: refused at load, naming the architecture */
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiny-gemma4.f32.gguf", g_dir);
+    rf_model_params mp = rf_model_default_params();
+    mp.device = RF_DEVICE_CPU;
+    mp.n_threads = 1;
+    mp.tp = 2;
+    rf_model *mt = NULL;
+    assert_int_equal(rf_model_load(path, &mp, &mt), RF_ERR_UNSUPPORTED);
+    assert_null(mt);
+    assert_non_null(strstr(rf_last_error(), "gemma4 cannot be split"));
 }
 
 int main(void) {
