@@ -25,6 +25,7 @@ typedef enum synth_arch {
     SYNTH_ARCH_QWEN35,
     SYNTH_ARCH_QWEN35MOE,
     SYNTH_ARCH_QWEN3NEXT,
+    SYNTH_ARCH_GEMMA4,
     SYNTH_ARCH_COUNT
 } synth_arch;
 
@@ -74,6 +75,8 @@ typedef enum synth_gen {
     SYNTH_GEN_NEAR_ONE,       /* 1 + uniform noise of std `std` (norm gains that matter) */
     SYNTH_GEN_LONGROPE_SHORT, /* phi3 rope_factors_short */
     SYNTH_GEN_LONGROPE_LONG,  /* phi3 rope_factors_long */
+    SYNTH_GEN_PROP_ROPE,      /* gemma4's full-layer rope_freqs: 1 for the first `std` entries,
+                               * 1e30 (a pair that does not turn) after */
 } synth_gen;
 
 typedef struct synth_tensor {
@@ -108,6 +111,18 @@ typedef struct synth_arch_info {
 } synth_arch_info;
 
 const synth_arch_info *synth_arch_get(synth_arch a);
+
+/* The llama-family tensors (llama, qwen2 with biases) and the common {arch}.* keys
+ * (synth_presets.c), which the other families' writers build on; flags: */
+enum { KV_VOCAB_SIZE = 1, KV_ROPE_DIM = 2, KV_HEAD_LEN = 4 };
+bool synth_tensors_llama_like(synth_tensor_list *l, const synth_preset *p, int32_t n_layer, uint32_t n_vocab, bool qkv_bias);
+rf_status synth_write_kv_common(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer, const char *arch, unsigned flags);
+
+/* The Gemma family (synth_presets_gemma.c): gemma3's and gemma4's keys and tensors. */
+rf_status synth_write_kv_gemma3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer);
+bool synth_tensors_gemma3(synth_tensor_list *l, const synth_preset *p, int32_t n_layer, uint32_t n_vocab);
+rf_status synth_write_kv_gemma4(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer);
+bool synth_tensors_gemma4(synth_tensor_list *l, const synth_preset *p, int32_t n_layer, uint32_t n_vocab);
 
 /* rope_freqs.weight as llama.cpp's converter computes it for rope_type "llama3". out has
  * head_dim/2 entries. */

@@ -167,6 +167,12 @@ const synth_preset synth_presets[] = {
     {"qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B shapes (36 gated DeltaNet + 12 gated attention layers; 512 experts of 512, top-10, shared expert 512)",
      "Qwen3 Next 80B A3B (synthetic)", "80B-A3B", SYNTH_ARCH_QWEN3NEXT, 48, 2048, 5120, 16, 2, 256, 262144, 10000000.0f,
      1e-6f, false, 0, 0, 0, 0, {SYNTH_VOCAB_QWEN2, 151936, 151643}, "qwen2", 0, 64, false},
+    /* gemma4 (synth_presets_gemma.c has the rest of its shape): sliding and full layers with
+     * different head sizes and KV heads, the last two layers reading earlier layers' KV,
+     * per-layer token embeddings, partial proportional RoPE on full layers, soft-capping. */
+    {"tiny-gemma4", "8-layer gemma4 (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; 2 shared-KV layers; per-layer embeddings of 64), dim 256, tied, 2048-token SPM vocabulary",
+     "Tiny Gemma 4 (synthetic)", "6M", SYNTH_ARCH_GEMMA4, 8, 256, 512, 4, 2, 64, 131072, 1000000.0f, 1e-6f, true,
+     0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 16, 0, false},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
@@ -254,7 +260,7 @@ static float mat_std(int64_t n_in) { return 1.0f / sqrtf((float)n_in); }
     } while (0)
 
 /* The llama-family tensors (llama, qwen2): embeddings, head, norms, attention, SwiGLU FFN. */
-static bool tensors_llama_like(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
+bool synth_tensors_llama_like(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
                                uint32_t n_vocab, bool qkv_bias) {
     const int64_t E = p->n_embd, F = p->n_ff, Q = (int64_t)p->n_head * p->head_dim,
                   KV = (int64_t)p->n_head_kv * p->head_dim;
@@ -289,35 +295,11 @@ static bool tensors_llama_like(synth_tensor_list *l, const synth_preset *p, int3
     return true;
 }
 
-/* gemma3 (peer src/models/gemma3.cpp): the llama tensors plus per-head q/k RMS norms and the
- * post-attention / post-FFN norms. Gemma GGUFs store norm weights with the (1 + w) already
- * folded in, so 1.0 is the neutral value. The post-norm gains are 4.0, not 1.0: Gemma scales the
- * (tied) embedding by sqrt(n_embd), so with gains of 1 the input token's own embedding dominates
- * the final state and its logit is ~sqrt(n_embd)*|e|^2/rms(x) = 16 against a logit std of 2 (the
- * model only repeats its input). With 2·n_layer block outputs of rms 4 it is ~2.3 std: elevated
- * but not winning. */
-static bool tensors_gemma3(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
-                           uint32_t n_vocab) {
-    if (!tensors_llama_like(l, p, n_layer, n_vocab, false)) return false;
-    char nm[64];
-    for (int32_t i = 0; i < n_layer; i++) {
-        snprintf(nm, sizeof nm, "blk.%d.attn_q_norm.weight", i);
-        ADD(nm, 1, p->head_dim, 1, SYNTH_GEN_ONES, 0);
-        snprintf(nm, sizeof nm, "blk.%d.attn_k_norm.weight", i);
-        ADD(nm, 1, p->head_dim, 1, SYNTH_GEN_ONES, 0);
-        snprintf(nm, sizeof nm, "blk.%d.post_attention_norm.weight", i);
-        ADD(nm, 1, p->n_embd, 1, SYNTH_GEN_CONST, 4.0f);
-        snprintf(nm, sizeof nm, "blk.%d.post_ffw_norm.weight", i);
-        ADD(nm, 1, p->n_embd, 1, SYNTH_GEN_CONST, 4.0f);
-    }
-    return true;
-}
-
 /* qwen3 (peer src/models/qwen3.cpp): the llama tensors plus per-head Q/K norm gains (head_dim
  * each), near 1 but not 1 so that a forward that skips them or mixes them up differs. */
 static bool tensors_qwen3(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
                           uint32_t n_vocab) {
-    if (!tensors_llama_like(l, p, n_layer, n_vocab, false)) return false;
+    if (!synth_tensors_llama_like(l, p, n_layer, n_vocab, false)) return false;
     char nm[64];
     for (int32_t i = 0; i < n_layer; i++) {
         snprintf(nm, sizeof nm, "blk.%d.attn_q_norm.weight", i);
@@ -549,20 +531,18 @@ static bool tensors_qwen35(synth_tensor_list *l, const synth_preset *pp, int32_t
 
 static bool tensors_llama(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
                           uint32_t n_vocab) {
-    return tensors_llama_like(l, p, n_layer, n_vocab, false);
+    return synth_tensors_llama_like(l, p, n_layer, n_vocab, false);
 }
 
 static bool tensors_qwen2(synth_tensor_list *l, const synth_preset *p, int32_t n_layer,
                           uint32_t n_vocab) {
-    return tensors_llama_like(l, p, n_layer, n_vocab, true);
+    return synth_tensors_llama_like(l, p, n_layer, n_vocab, true);
 }
 
 /* ---- metadata ----------------------------------------------------------------------------- */
 
-enum { KV_VOCAB_SIZE = 1, KV_ROPE_DIM = 2, KV_HEAD_LEN = 4 };
-
 /* The {arch}.* keys llama.cpp's converter writes for the llama-family architectures. */
-static rf_status write_kv_common(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer,
+rf_status synth_write_kv_common(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer,
                                  const char *arch, unsigned flags) {
     char k[128];
     rf_status st = RF_OK;
@@ -596,41 +576,33 @@ static rf_status write_kv_common(rf_gguf_writer *w, const synth_preset *p, int32
 }
 
 static rf_status write_kv_llama(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
-    return write_kv_common(w, p, n_layer, "llama", KV_VOCAB_SIZE | KV_ROPE_DIM | KV_HEAD_LEN);
+    return synth_write_kv_common(w, p, n_layer, "llama", KV_VOCAB_SIZE | KV_ROPE_DIM | KV_HEAD_LEN);
 }
 
 static rf_status write_kv_qwen2(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
-    return write_kv_common(w, p, n_layer, "qwen2", 0);
-}
-
-/* The keys convert_hf_to_gguf writes for Gemma 3 (no rope.dimension_count, no vocab_size). */
-static rf_status write_kv_gemma3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
-    rf_status st = write_kv_common(w, p, n_layer, "gemma3", KV_HEAD_LEN);
-    if (st) return st;
-    if (p->n_swa > 0) st = rf_gguf_set_u32(w, "gemma3.attention.sliding_window", (uint32_t)p->n_swa);
-    return st;
+    return synth_write_kv_common(w, p, n_layer, "qwen2", 0);
 }
 
 /* qwen3 (Qwen2Model's converter): key/value length, no vocab_size or rope.dimension_count. */
 static rf_status write_kv_qwen3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
-    return write_kv_common(w, p, n_layer, "qwen3", KV_HEAD_LEN);
+    return synth_write_kv_common(w, p, n_layer, "qwen3", KV_HEAD_LEN);
 }
 
 /* smollm3 (LlamaModel's converter, no head_dim in its config): vocab_size and
  * rope.dimension_count. The NoPE step has no key: llama.cpp fixes it at 4. */
 static rf_status write_kv_smollm3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
-    return write_kv_common(w, p, n_layer, "smollm3", KV_VOCAB_SIZE | KV_ROPE_DIM);
+    return synth_write_kv_common(w, p, n_layer, "smollm3", KV_VOCAB_SIZE | KV_ROPE_DIM);
 }
 
 /* mistral3 (LlamaModel's converter; Mistral Small 3's config has head_dim 128). */
 static rf_status write_kv_mistral3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
-    return write_kv_common(w, p, n_layer, "mistral3", KV_VOCAB_SIZE | KV_ROPE_DIM | KV_HEAD_LEN);
+    return synth_write_kv_common(w, p, n_layer, "mistral3", KV_VOCAB_SIZE | KV_ROPE_DIM | KV_HEAD_LEN);
 }
 
 /* phi3 (conversion/phi.py Phi3MiniModel): partial rope.dimension_count, the original context,
  * the sliding window it writes, and rope.scaling.attn_factor with longrope factors. */
 static rf_status write_kv_phi3(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
-    rf_status st = write_kv_common(w, p, n_layer, "phi3", 0);
+    rf_status st = synth_write_kv_common(w, p, n_layer, "phi3", 0);
     if (st) return st;
     const uint32_t rot = (uint32_t)(p->n_rot ? p->n_rot : p->head_dim);
     if ((st = rf_gguf_set_u32(w, "phi3.rope.dimension_count", rot))) return st;
@@ -647,7 +619,7 @@ static rf_status write_kv_phi3(rf_gguf_writer *w, const synth_preset *p, int32_t
 static rf_status write_kv_qwen3moe(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
     const synth_moe *x = synth_moe_of(p);
     if (!x) return rf_set_error(RF_ERR_INTERNAL, "mkmodel: preset '%s' has no expert shapes", p->name);
-    rf_status st = write_kv_common(w, p, n_layer, "qwen3moe", KV_HEAD_LEN);
+    rf_status st = synth_write_kv_common(w, p, n_layer, "qwen3moe", KV_HEAD_LEN);
     if (st) return st;
     if ((st = rf_gguf_set_u32(w, "qwen3moe.expert_count", (uint32_t)x->n_expert))) return st;
     if ((st = rf_gguf_set_u32(w, "qwen3moe.expert_used_count", (uint32_t)x->n_expert_used))) return st;
@@ -660,7 +632,7 @@ static rf_status write_kv_qwen3moe(rf_gguf_writer *w, const synth_preset *p, int
 static rf_status write_kv_gpt_oss(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer) {
     const synth_moe *x = synth_moe_of(p);
     if (!x) return rf_set_error(RF_ERR_INTERNAL, "mkmodel: preset '%s' has no expert shapes", p->name);
-    rf_status st = write_kv_common(w, p, n_layer, "gpt-oss", KV_HEAD_LEN);
+    rf_status st = synth_write_kv_common(w, p, n_layer, "gpt-oss", KV_HEAD_LEN);
     if (st) return st;
     if ((st = rf_gguf_set_u32(w, "gpt-oss.expert_count", (uint32_t)x->n_expert))) return st;
     if ((st = rf_gguf_set_u32(w, "gpt-oss.expert_used_count", (uint32_t)x->n_expert_used))) return st;
@@ -674,7 +646,7 @@ static rf_status write_kv_gpt_oss(rf_gguf_writer *w, const synth_preset *p, int3
 /* qwen35 (conversion/qwen.py Qwen3_5TextModel): key/value length, partial rope.dimension_count,
  * the M-RoPE sections, the ssm.* sizes and the attention interval. */
 static rf_status write_kv_hybrid(rf_gguf_writer *w, const synth_preset *p, int32_t n_layer, const char *a) {
-    rf_status st = write_kv_common(w, p, n_layer, a, KV_HEAD_LEN);
+    rf_status st = synth_write_kv_common(w, p, n_layer, a, KV_HEAD_LEN);
     if (st) return st;
     const qwen35_shape *x = qwen35_of(p);
     const int32_t sec[4] = {x->rope_sections[0], x->rope_sections[1], x->rope_sections[2], 0};
@@ -732,7 +704,7 @@ static bool is_70b_qwen2(const synth_preset *p, int32_t n_layer) {
 static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_LLAMA] = {"llama", write_kv_llama, tensors_llama, is_70b_llama},
     [SYNTH_ARCH_QWEN2] = {"qwen2", write_kv_qwen2, tensors_qwen2, is_70b_qwen2},
-    [SYNTH_ARCH_GEMMA3] = {"gemma3", write_kv_gemma3, tensors_gemma3, is_70b_never},
+    [SYNTH_ARCH_GEMMA3] = {"gemma3", synth_write_kv_gemma3, synth_tensors_gemma3, is_70b_never},
     [SYNTH_ARCH_QWEN3] = {"qwen3", write_kv_qwen3, tensors_qwen3, is_70b_never},
     [SYNTH_ARCH_SMOLLM3] = {"smollm3", write_kv_smollm3, tensors_llama, is_70b_never},
     [SYNTH_ARCH_MISTRAL3] = {"mistral3", write_kv_mistral3, tensors_llama, is_70b_never},
@@ -742,6 +714,7 @@ static const synth_arch_info synth_arch_table[SYNTH_ARCH_COUNT] = {
     [SYNTH_ARCH_QWEN35] = {"qwen35", write_kv_qwen35, tensors_qwen35, is_70b_never},
     [SYNTH_ARCH_QWEN35MOE] = {"qwen35moe", write_kv_qwen35moe, tensors_qwen35, is_70b_never},
     [SYNTH_ARCH_QWEN3NEXT] = {"qwen3next", write_kv_qwen3next, tensors_qwen35, is_70b_never},
+    [SYNTH_ARCH_GEMMA4] = {"gemma4", synth_write_kv_gemma4, synth_tensors_gemma4, is_70b_never},
 };
 
 const synth_arch_info *synth_arch_get(synth_arch a) {

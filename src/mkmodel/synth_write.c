@@ -205,6 +205,9 @@ static void *make_rows(void *arg) {
         case SYNTH_GEN_LONGROPE_LONG:
             synth_longrope_factors(j->f->pl->p, t->gen == SYNTH_GEN_LONGROPE_LONG, j->rowf);
             break;
+        case SYNTH_GEN_PROP_ROPE:
+            for (int64_t i = 0; i < n; i++) j->rowf[i] = i < (int64_t)t->std ? 1.0f : 1e30f;
+            break;
         }
         uint8_t *dst = j->f->chunk + (size_t)(row - j->r_base) * j->row_bytes;
         if (t->type == RF_TYPE_F32) {

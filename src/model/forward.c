@@ -20,6 +20,14 @@ static int64_t shard_head_kv(const rf_model *m) { return m->tp > 1 ? m->tp_head_
 /* Several GPUs (model_tp_gpu.c): each GPU holds one shard's KV pools and buffers. */
 static bool multi_gpu(const rf_model *m) { return m->tp_be != NULL; }
 
+/* Layer il's KV row width where it differs per layer (gemma4: its own KV heads and head size;
+ * 0 for a layer that reads another layer's cache), else -1: the model's. */
+static int64_t layer_kv_width(const rf_model *m, int il) {
+    const rf_layer *L = m->layers ? &m->layers[il] : NULL;
+    if (!L || !L->head_dim) return -1;
+    return L->kv_layer == il ? (int64_t)L->n_head_kv * L->head_dim : 0;
+}
+
 rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out) {
     int64_t kvdim = shard_head_kv(m) * m->hp.head_dim; /* one shard's */
     size_t row;
@@ -34,6 +42,16 @@ rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out)
      * the memory plan of each GPU needs) */
     /* (gated DeltaNet layers keep no KV: their state lives in slots, forward_deltanet.c) */
     *out = (uint64_t)row * 2 * (uint64_t)(m->hp.n_layer - rf_model_n_recurrent(m)) * (uint64_t)(multi_gpu(m) ? 1 : n_shards(m));
+    if (m->hp.arch->flags & RF_AF_GEMMA4) { /* per-layer widths; shared-KV layers keep none */
+        *out = 0;
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            if (layer_kv_width(m, il) == 0) continue;
+            rf_status st = kv_type == RF_TYPE_Q8_0 ? rf_row_size(kv_type, layer_kv_width(m, il), &row) : RF_OK;
+            if (st) return st;
+            if (kv_type != RF_TYPE_Q8_0) row = (size_t)layer_kv_width(m, il) * (kv_type == RF_TYPE_F32 ? 4 : 2);
+            *out += (uint64_t)row * 2;
+        }
+    }
     return RF_OK;
 }
 
@@ -58,6 +76,8 @@ uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_r
     /* + gated DeltaNet layers: a state slot per sequence (logit_rows: the engine's n_parallel) and
      * their step buffers */
     act += rf_fwd_rec_bytes(m, n_batch, logit_rows);
+    /* + gemma4's per-layer inputs and their scratch */
+    act += (uint64_t)n_batch * (uint64_t)hp->n_embd_ple * (uint64_t)hp->n_layer * 2 * 4;
     return act + big * 2 + (uint64_t)n_batch * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) * 4;
 }
 
@@ -84,7 +104,8 @@ static rf_status alloc_acts(rf_backend *be, rf_fwd *A, int64_t E, int64_t Q, int
 static void free_acts(rf_backend *be, rf_fwd *A) {
     rf_tensor *bufs[] = {&A->x,      &A->h,          &A->q,       &A->k,       &A->v,     &A->att,
                          &A->o,      &A->g,          &A->u,       &A->qkv,     &A->logits, &A->moe_logits,
-                         &A->moe_ids, &A->moe_wts,   &A->moe_g,   &A->moe_u,   &A->moe_d};
+                         &A->moe_ids, &A->moe_wts,   &A->moe_g,   &A->moe_u,   &A->moe_d,
+                         &A->ple,     &A->ple_g};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->ops->free(be, bufs[i]);
 }
 
@@ -113,9 +134,11 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
     for (int il = 0; il < n_pools; il++) {
         rf_backend *be = rf_model_be(m, il / hp->n_layer);
         /* a gated DeltaNet layer has no KV: a one-row placeholder */
-        const int64_t lrows = m->layers[il % hp->n_layer].mixer == RF_MIXER_DELTANET ? 1 : rows;
-        if ((st = rf_model_use(m, il / hp->n_layer)) || (st = be->ops->alloc(be, kv_type, KVs, lrows, &f->kc[il])) ||
-            (st = be->ops->alloc(be, kv_type, KVs, lrows, &f->vc[il]))) {
+        /* (so has a shared-KV layer, gemma4: it reads an earlier layer's pool) */
+        const int64_t lw = layer_kv_width(m, il % hp->n_layer), lkv = lw > 0 ? lw : KVs;
+        const int64_t lrows = m->layers[il % hp->n_layer].mixer == RF_MIXER_DELTANET || lw == 0 ? 1 : rows;
+        if ((st = rf_model_use(m, il / hp->n_layer)) || (st = be->ops->alloc(be, kv_type, lkv, lrows, &f->kc[il])) ||
+            (st = be->ops->alloc(be, kv_type, lkv, lrows, &f->vc[il]))) {
             rf_fwd_free(m, f);
             return rf_set_error(st, "KV pool of %d blocks of %d positions: %s", n_blocks, block_size, rf_last_error());
         }
@@ -158,6 +181,12 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
             return st;
         }
     }
+    const int64_t NP = (int64_t)hp->n_embd_ple * hp->n_layer; /* gemma4's per-layer inputs */
+    if (NP > 0 && ((st = m->be->ops->alloc(m->be, RF_TYPE_F32, NP, n_batch, &f->ple)) ||
+                   (st = m->be->ops->alloc(m->be, RF_TYPE_F32, NP, n_batch, &f->ple_g)))) {
+        rf_fwd_free(m, f);
+        return st;
+    }
     for (int s = 1; s < tp && ndev == 1; s++)
         if ((st = m->be->ops->alloc(m->be, RF_TYPE_F32, hp->n_embd, n_batch, &f->part[s - 1]))) {
             rf_fwd_free(m, f);
@@ -198,7 +227,8 @@ void rf_fwd_free(rf_model *m, rf_fwd *f) {
 rf_status rf_fwd_copy_block(rf_model *m, rf_fwd *f, int32_t dst, int32_t src) {
     int64_t B = f->block_size;
     for (int il = 0; il < n_shards(m) * m->hp.n_layer; il++) {
-        if (m->layers[il % m->hp.n_layer].mixer == RF_MIXER_DELTANET) continue; /* no KV */
+        if (m->layers[il % m->hp.n_layer].mixer == RF_MIXER_DELTANET || layer_kv_width(m, il % m->hp.n_layer) == 0)
+            continue; /* no KV of its own */
         rf_backend *be = rf_model_be(m, il / m->hp.n_layer);
         TRY(rf_model_use(m, il / m->hp.n_layer));
         TRY(be->ops->copy_rows(be, &f->kc[il], dst * B, src * B, B));
@@ -521,9 +551,14 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
     const int64_t E = t.E;
     b->block_size = f->block_size;
     TRY(embed(&t, b, copies));
-    for (int il = 0; il < hp->n_layer; il++) TRY(layer(&t, il));
-    TRY(rf_model_use(m, 0)); /* the rest on GPU 0, which holds the final norm and the LM head */
-    TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
+    if (hp->arch->flags & RF_AF_GEMMA4) { /* its own layer (forward_gemma4.c): x complete after each */
+        TRY(rf_gemma4_ple(m, f, b, n));
+        for (int il = 0; il < hp->n_layer; il++) TRY(rf_gemma4_layer(m, f, b, il, n));
+    } else {
+        for (int il = 0; il < hp->n_layer; il++) TRY(layer(&t, il));
+        TRY(rf_model_use(m, 0)); /* the rest on GPU 0, which holds the final norm and the LM head */
+        TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
+    }
 
     /* ---- output: the wanted rows, gathered, then final norm and LM head ---- */
     int32_t n_out = b->n_out;

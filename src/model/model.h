@@ -42,6 +42,9 @@ enum {
                                    * full_attention_interval-th layer gated attention (its Q
                                    * product holds a per-head output gate); the pre-FFN norm is
                                    * named post_attention_norm */
+    RF_AF_GEMMA4 = 1u << 12,      /* gemma4: per-layer head sizes and KV heads, shared-KV layers,
+                                   * per-layer token embeddings, V RMS-normed, layer output scale
+                                   * (forward_gemma4.c) */
 };
 
 /* One architecture: its name in general.architecture, the variants it uses, and the hook that
@@ -106,6 +109,10 @@ typedef struct rf_hparams {
     /* RF_AF_DN_GROUPED: the file's key heads (ssm.group_count); the weights' Q/K heads are then
      * repeated at load to one per value head, so ssm_n_group = ssm_dt_rank once loaded */
     int32_t ssm_n_group_file;
+    /* gemma4 (RF_AF_GEMMA4): sliding-window layers' head size and rotated dims (head_dim and
+     * n_rot are the largest head and the full-attention layers' rotated dims), the width of the per-layer token embeddings (0:
+     * none), the count of trailing layers that read an earlier layer's KV */
+    int32_t head_dim_full, head_dim_swa, n_rot_swa, n_embd_ple, n_kv_shared;
 } rf_hparams;
 
 typedef struct rf_layer {
@@ -132,6 +139,14 @@ typedef struct rf_layer {
     bool is_swa;
     bool rope;                 /* RoPE on Q and K (false: a NoPE layer, smollm3) */
     float rope_base, rope_scale;
+    /* gemma4 (head_dim 0 elsewhere: the model's head_dim, n_head_kv, n_rot, own KV): this
+     * layer's head size, KV heads, rotated dims; kv_layer: the layer whose paged cache it
+     * reads (il itself, or an earlier one for a shared-KV layer, which keeps no KV); out_scale
+     * multiplies the layer's output (1: none); the per-layer embedding block's gate, projection
+     * and norm */
+    int32_t head_dim, n_head_kv, n_rot, kv_layer;
+    float out_scale;
+    rf_tensor ple_gate, ple_proj, ple_norm;
 } rf_layer;
 
 struct rf_model {
@@ -142,6 +157,7 @@ struct rf_model {
     rf_backend *be;
     rf_hparams hp;
     rf_tensor tok_embd, output_norm, output, rope_freqs;
+    rf_tensor ple_embd, ple_model_proj, ple_proj_norm; /* gemma4's per-layer token embeddings */
     rf_tensor rope_long; /* phi3 longrope factors past the original context (bound, unused yet) */
     float *yarn_ff;      /* host copy of YaRN's factors behind rope_freqs (the CPU borrows it) */
     bool tied;
@@ -204,6 +220,8 @@ typedef struct rf_fwd {
      * outputs are read to hidden_out [n_hidden, n_embd] after the final norm, and get no logits */
     int32_t n_hidden;
     float *hidden_out;
+    rf_tensor ple, ple_g;                /* gemma4: the per-layer inputs [n_batch, n_layer * P] (layer
+                                          * il's columns il * P ..) and their scratch, same shape */
     struct rf_fwd *dev;                  /* several GPUs: [tp - 1] GPU 1..'s own buffers x .. qkv (this
                                           * struct's are GPU 0's), each sized for one shard's heads */
 } rf_fwd;
@@ -238,6 +256,22 @@ rf_status rf_fwd_copy_slot(rf_model *m, rf_fwd *f, int32_t dst, int32_t src);
  * f->h and writing f->o for the n tokens of b. */
 rf_status rf_mixer_deltanet(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int64_t n);
 rf_status rf_mixer_gated_attention(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int64_t n);
+
+/* ---- gemma4 (model_gemma4.c, forward_gemma4.c) ---- */
+/* The architecture table's hook: gemma4's keys (per-layer KV heads and window pattern, the
+ * sliding layers' head size / RoPE, shared-KV layers, per-layer embeddings), checked. */
+rf_status rf_gemma4_hparams(rf_model *m);
+/* Binds layer il's weights and sets its per-layer sizes (replaces the generic attention and
+ * feed-forward binding); the model-level per-layer embedding tensors. */
+rf_status rf_gemma4_load_layer(rf_model *m, rf_layer *L, int il);
+rf_status rf_gemma4_load_top(rf_model *m);
+/* Binds tensor `name` of shape [ne0, ne1] (model_weights.c's rule: missing and required is an
+ * error naming it; vectors f32). */
+rf_status rf_model_bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, int64_t ne1, bool required);
+/* The per-layer inputs of the batch's n tokens into f->ple (needs f->x = the scaled embeddings);
+ * one gemma4 layer over f->x (the residual stream, complete on return: f->o is not pending). */
+rf_status rf_gemma4_ple(rf_model *m, rf_fwd *f, const rf_batch *b, int64_t n);
+rf_status rf_gemma4_layer(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int64_t n);
 
 /* Bytes of K and V per position over all layers for a KV type (f32, f16, q8_0). */
 rf_status rf_kv_bytes_per_pos(const rf_model *m, rf_type kv_type, uint64_t *out);

@@ -213,6 +213,9 @@ static const rf_arch_desc k_archs[] = {
     {"qwen35moe", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_DELTANET | RF_AF_MOE, 0, hp_qwen35moe},
     {"qwen3next", RF_ROPE_NEOX, RF_GLU_SWIGLU, RF_AF_QK_NORM | RF_AF_DELTANET | RF_AF_MOE | RF_AF_DN_GROUPED, 0,
      hp_qwen3next},
+    /* gemma4: model_gemma4.c (hyper-parameters, weights) and forward_gemma4.c (its layer) */
+    {"gemma4", RF_ROPE_NEOX, RF_GLU_GEGLU, RF_AF_QK_NORM | RF_AF_POST_NORMS | RF_AF_EMBED_SCALE | RF_AF_GEMMA4, 0,
+     rf_gemma4_hparams},
 };
 #define N_ARCHS ((int)(sizeof k_archs / sizeof k_archs[0]))
 
@@ -224,7 +227,7 @@ const rf_arch_desc *rf_arch_find(const char *name) {
 
 /* The table's names in order (a constant, so callers on any thread may print it; test_model_arch
  * checks it against the table). */
-const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen3moe, gpt-oss, qwen35, qwen35moe, qwen3next"; }
+const char *rf_supported_archs(void) { return "llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen3moe, gpt-oss, qwen35, qwen35moe, qwen3next, gemma4"; }
 
 int rf_arch_count(void) { return N_ARCHS; }
 const rf_arch_desc *rf_arch_at(int i) { return i >= 0 && i < N_ARCHS ? &k_archs[i] : NULL; }

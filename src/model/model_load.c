@@ -103,7 +103,8 @@ static rf_status load_hparams(rf_model *m) {
         return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s.feed_forward_length'", hp->arch_name);
     if ((st = rf_meta_req_i32(m, "attention.head_count", &hp->n_head))) return st;
     hp->n_head_kv = hp->n_head;
-    if ((st = rf_meta_opt_i32(m, "attention.head_count_kv", &hp->n_head_kv))) return st;
+    /* (gemma4 gives one per layer, read by its hook) */
+    if (!(hp->arch->flags & RF_AF_GEMMA4) && (st = rf_meta_opt_i32(m, "attention.head_count_kv", &hp->n_head_kv))) return st;
     hp->n_ctx_train = 2048;
     if ((st = rf_meta_opt_i32(m, "context_length", &hp->n_ctx_train))) return st;
     if (hp->n_layer > RF_MAX_LAYERS)

@@ -278,6 +278,9 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
         m->tp_head_kv = hp->n_head_kv;
         return RF_OK;
     }
+    if (hp->arch->flags & RF_AF_GEMMA4) /* per-layer head sizes and shared-KV layers: not split */
+        return rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d: %s cannot be split (per-layer head sizes, shared-KV layers)", tp,
+                            hp->arch_name);
     const bool dev = rf_backend_on_device(m->be), multi = m->tp_be != NULL;
     if (dev && !multi && !rf_tp_one_device())
         return rf_set_error(RF_ERR_UNSUPPORTED,

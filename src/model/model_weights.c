@@ -60,6 +60,10 @@ static rf_status bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, 
     return RF_OK;
 }
 
+rf_status rf_model_bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, int64_t ne1, bool required) {
+    return bind(m, t, name, ne0, ne1, required);
+}
+
 static rf_status bind_l(rf_model *m, rf_tensor *t, int il, const char *what, int64_t ne0, int64_t ne1,
                         bool required) {
     char name[96];
@@ -463,6 +467,10 @@ rf_status rf_model_load_weights(rf_model *m) {
         L->is_swa = hp->n_swa > 0 && (hp->swa_pattern == 0 || il % hp->swa_pattern < hp->swa_pattern - 1);
         L->rope_base = L->is_swa ? hp->rope_base_swa : hp->rope_base;
         L->rope_scale = L->is_swa ? hp->rope_scale_swa : hp->rope_scale;
+        if (hp->arch->flags & RF_AF_GEMMA4) { /* per-layer shapes (model_gemma4.c) */
+            if ((st = rf_gemma4_load_layer(m, L, il))) return st;
+            continue;
+        }
         const bool hybrid = hp->arch->flags & RF_AF_DELTANET;
         if (hybrid && (il + 1) % hp->full_attn_every != 0) {
             L->mixer = RF_MIXER_DELTANET;
@@ -474,6 +482,7 @@ rf_status rf_model_load_weights(rf_model *m) {
         if ((st = load_ffn(m, L, il))) return st;
         if ((st = join_for_backend(m, L))) return st;
     }
+    if ((hp->arch->flags & RF_AF_GEMMA4) && (st = rf_gemma4_load_top(m))) return st;
     if (hp->arch->flags & RF_AF_DN_GROUPED) hp->ssm_n_group = hp->ssm_dt_rank; /* the key heads repeated at load */
     return RF_OK;
 }
@@ -483,7 +492,8 @@ rf_status rf_model_load_weights(rf_model *m) {
 void rf_model_free_weights(rf_model *m) {
     rf_backend *be = m->be;
     if (rf_has(&m->output) && m->output.data == m->tok_embd.data) memset(&m->output, 0, sizeof m->output);
-    rf_tensor *top[] = {&m->tok_embd, &m->output_norm, &m->output, &m->rope_freqs, &m->rope_long};
+    rf_tensor *top[] = {&m->tok_embd, &m->output_norm, &m->output, &m->rope_freqs, &m->rope_long,
+                        &m->ple_embd, &m->ple_model_proj, &m->ple_proj_norm};
     for (size_t i = 0; i < sizeof top / sizeof *top; i++) be->ops->free(be, top[i]);
     if (!m->layers) return;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -494,7 +504,8 @@ void rf_model_free_weights(rf_model *m) {
                           &L->ffn_gate_inp_b, &L->exp_probs_b, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
                           &L->ffn_gate_exps_b, &L->ffn_up_exps_b, &L->ffn_down_exps_b, &L->ffn_gate_shexp,
                           &L->ffn_up_shexp, &L->ffn_down_shexp, &L->ffn_gate_inp_shexp, &L->attn_sinks, &L->ssm_gate, &L->ssm_conv1d,
-                          &L->ssm_dt, &L->ssm_a, &L->ssm_beta, &L->ssm_alpha, &L->ssm_norm, &L->ssm_out};
+                          &L->ssm_dt, &L->ssm_a, &L->ssm_beta, &L->ssm_alpha, &L->ssm_norm, &L->ssm_out,
+                          &L->ple_gate, &L->ple_proj, &L->ple_norm};
         for (size_t i = 0; i < sizeof t / sizeof *t; i++) be->ops->free(be, t[i]);
     }
     for (int32_t i = 0; i < m->n_host_w; i++) free(m->host_w[i]);

@@ -45,7 +45,7 @@ w.add_tensor("token_embd.weight", np.zeros((8, 32), np.float32))
 w.add_tensor("output_norm.weight", np.ones(32, np.float32))
 w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 PYEOF
-    expect 1 "unsupported architecture 'mamba' (supported: llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen3moe, gpt-oss, qwen35, qwen35moe, qwen3next)" -- "$RF" run -m "$T/mamba.gguf" -p hi
+    expect 1 "unsupported architecture 'mamba' (supported: llama, qwen2, gemma3, qwen3, smollm3, mistral3, phi3, qwen3moe, gpt-oss, qwen35, qwen35moe, qwen3next, gemma4)" -- "$RF" run -m "$T/mamba.gguf" -p hi
     expect 1 "missing tensor 'blk.0.attn_norm.weight'" -- "$RF" run -m "$T/notensor.gguf" -p hi
 else
     echo "note: no .venv with gguf: arch/tensor error cases not run"

@@ -232,6 +232,52 @@ static void test_logits_tiny(void **state) {
     }
 }
 
+/* gemma4 (tiny-gemma4: sliding layers of head dim 64 and full layers of 128 with their own KV
+ * heads, shared-KV layers, per-layer embeddings read in place by glu_for, partial RoPE through
+ * rope_freqs, V = K product on full layers) as test_logits_tiny's cases, apart so that its
+ * result reads on its own line: the same tolerances and error model (8 layers, 5 products per
+ * layer where the model assumed <= 6 layers and 3: ~sqrt(40/18) = 1.5x the int8 noise, inside
+ * TOL_ACC's margin; measured on the CPU 2026-11-29, twin vs f32 activations over prompts of
+ * 1/7/33/100 tokens: q8_0 2.4-3.1e-2, q4_0 2.6-3.5e-2, q4_k_m 2.2-3.4e-2, against tiny-gemma3
+ * q4_k_m's 1.6-2.1e-2), then fused vs unfused as test_fused. */
+static void test_gemma4(void **state) {
+    (void)state;
+    const char *types[] = {"f32", "f16", "q8_0", "q4_0", "q4_k_m"};
+    char path[1200], label[96];
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        mkmodel("tiny-gemma4", types[t], path, sizeof path);
+        snprintf(label, sizeof label, "tiny-gemma4 %s", types[t]);
+        logits_case(path, 1e-2, label, t >= 2);
+    }
+    mkmodel("tiny-gemma4", "q8_0", path, sizeof path);
+    rf_knob_override(RF_KNOB_GPU_UNFUSED, NULL);
+    rf_model *mf = load(path, RF_DEVICE_GPU);
+    rf_knob_override(RF_KNOB_GPU_UNFUSED, "1");
+    rf_model *mu = load(path, RF_DEVICE_GPU);
+    rf_knob_override(RF_KNOB_GPU_UNFUSED, NULL);
+    int32_t nv = mf->hp.n_vocab, ids[64];
+    rf_session *sf = session(mf, 128), *su = session(mu, 128);
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 13);
+    const int lens[] = {1, 7, 33};
+    for (size_t k = 0; k < 3; k++) {
+        random_prompt(&r, ids, lens[k], nv);
+        rf_session_truncate(sf, 0);
+        rf_session_truncate(su, 0);
+        if (rf_session_eval(sf, ids, lens[k], false) || rf_session_eval(su, ids, lens[k], false))
+            fail_msg("eval: %s", rf_last_error());
+        float margin;
+        bool same;
+        double e = compare(rf_session_logits(su, lens[k] - 1), rf_session_logits(sf, lens[k] - 1), nv, &margin, &same);
+        printf("  tiny-gemma4 q8_0 prompt of %d: fused vs unfused rel. L2 %.2e\n", lens[k], e);
+        if (!(e < 1e-3)) fail_msg("tiny-gemma4 q8_0 prompt of %d: fused vs unfused rel. L2 %.3e", lens[k], e);
+    }
+    rf_session_free(sf);
+    rf_session_free(su);
+    rf_model_free(mf);
+    rf_model_free(mu);
+}
+
 /* Fusions (the shared activation quantization, RoPE + KV append with Q, and whatever the
  * backend fuses) against the unfused composition (RF_GPU_UNFUSED=1 when the backend is made):
  * last-position logits of prompts of 1, 7 and 33 tokens (decode products and a prompt chunk),
@@ -574,6 +620,7 @@ int main(void) {
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_logits_tiny),
         cmocka_unit_test(test_fused),
+        cmocka_unit_test(test_gemma4),
         cmocka_unit_test(test_kv_q8),
         cmocka_unit_test(test_real_models),
         cmocka_unit_test(test_engine_gpu),

@@ -445,6 +445,60 @@ static void test_hybrid_moe_refusals(void **state) {
     check_refused_in("tiny-qwen3next", "qwen3next.ssm.time_step_rank", 6, NULL, 0, NULL, RF_ERR_FORMAT, "qwen3next.ssm");
 }
 
+/* gemma4: the layer kinds and per-layer sizes from the per-layer keys, the shared-KV map
+ * (llama.cpp's rule: a trailing sliding layer reads the last own-KV sliding layer, a full one the
+ * last own-KV full layer), the KV plan per position (own-KV layers only, each its own width), and
+ * refusals naming the key or tensor. */
+static void test_gemma4_plan(void **state) {
+    (void)state;
+    rf_model *m = load_preset("tiny-gemma4", "f32");
+    assert_string_equal(m->hp.arch->name, "gemma4"); /* (not check_common: shared layers lack K/V) */
+    const char *kinds = "SSFSSFSF";
+    for (int il = 0; il < 8; il++) {
+        const rf_layer *L = &m->layers[il];
+        const bool swa = kinds[il] == 'S';
+        assert_int_equal(L->is_swa, swa);
+        assert_int_equal(L->head_dim, swa ? 64 : 128);
+        assert_int_equal(L->n_head_kv, swa ? 2 : 1);
+        assert_int_equal(L->n_rot, swa ? 64 : 128);
+        assert_int_equal(L->kv_layer, il < 6 ? il : (swa ? 4 : 5));
+        assert_true(rf_has(&L->ple_gate) && rf_has(&L->ple_proj) && rf_has(&L->ple_norm));
+        assert_true(L->out_scale > 0.79f && L->out_scale < 0.81f);
+        assert_true(L->mixer == RF_MIXER_ATTENTION && rf_has(&L->q_norm) && rf_has(&L->attn_post_norm));
+        assert_int_equal(rf_has(&L->wk), il < 6);
+        assert_int_equal(rf_has(&L->wv), il < 6 && swa); /* full layers: V is the K product */
+    }
+    assert_true(m->hp.attn_scale == 1.0f && m->hp.final_softcap == 30.0f && m->hp.n_swa == 16);
+    assert_int_equal(m->hp.n_embd_ple, 64);
+    assert_true(rf_has(&m->ple_embd) && rf_has(&m->rope_freqs));
+    uint64_t kvb = 0;
+    assert_int_equal(rf_kv_bytes_per_pos(m, RF_TYPE_F32, &kvb), RF_OK);
+    assert_int_equal(kvb, (4 * 2 * 64 + 2 * 1 * 128) * 4 * 2); /* 6 own-KV layers, K and V */
+    rf_model_free(m);
+    check_refused_in("tiny-gemma4", "gemma4.attention.sliding_window_pattern", -1, NULL, 0, NULL, RF_ERR_NOT_FOUND,
+                     "gemma4.attention.sliding_window_pattern");
+    check_refused_in("tiny-gemma4", "gemma4.attention.shared_kv_layers", 7, NULL, 0, NULL, RF_ERR_RANGE,
+                     "gemma4.attention.shared_kv_layers");
+    check_refused_in("tiny-gemma4", "gemma4.attention.head_count_kv", 3, NULL, 0, NULL, RF_ERR_FORMAT,
+                     "gemma4.attention.head_count_kv");
+    check_refused_in("tiny-gemma4", "gemma4.attention.key_length_swa", 63, NULL, 0, NULL, RF_ERR_FORMAT,
+                     "gemma4.attention.key_length_swa");
+    check_refused_in("tiny-gemma4", "gemma4.expert_count", 4, NULL, 0, NULL, RF_ERR_UNSUPPORTED, "gemma4.expert_count");
+    const int64_t k[2] = {256, 64};
+    check_refused_in("tiny-gemma4", NULL, 0, "blk.2.attn_k.weight", 2, k, RF_ERR_FORMAT, "blk.2.attn_k.weight");
+    /* --tp: refused at load, naming the architecture */
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiny-gemma4.f32.gguf", g_dir);
+    rf_model_params mp = rf_model_default_params();
+    mp.device = RF_DEVICE_CPU;
+    mp.n_threads = 1;
+    mp.tp = 2;
+    rf_model *mt = NULL;
+    assert_int_equal(rf_model_load(path, &mp, &mt), RF_ERR_UNSUPPORTED);
+    assert_null(mt);
+    assert_non_null(strstr(rf_last_error(), "gemma4 cannot be split"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_supported_list),
@@ -457,6 +511,7 @@ int main(void) {
         cmocka_unit_test(test_gpt_oss_refusals),
         cmocka_unit_test(test_hybrid_moe_plan),
         cmocka_unit_test(test_hybrid_moe_refusals),
+        cmocka_unit_test(test_gemma4_plan),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
