@@ -13,6 +13,7 @@ int main(void) {
 }
 #else
 #include "gpu_test_common.h"
+#include "backend/gpu/gpu_route.h"
 
 #include "backend/ref/ref_ops.h"
 #include "backend/cpu/cpu_backend.h"
@@ -329,11 +330,15 @@ static void test_gemv(void **state) {
         }
     }
     /* host contract checks */
-    assert_int_equal(rf_gpu_gemv(g_ctx, NULL, NULL, RF_TYPE_Q4_0, NULL, 9, 32, 1), RF_ERR_INVALID_ARG);
+    /* one token past what one call takes (8, or 16 where gemv_mt takes the rows): refused before
+     * anything is launched (the NULL pointers would fault) */
+    assert_int_equal(rf_gpu_gemv(g_ctx, NULL, NULL, RF_TYPE_Q4_0, NULL, rf_gpu_gemv_max_tokens(g_ctx, RF_TYPE_Q4_0, 32) + 1, 32, 1),
+                     RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_gemv(g_ctx, NULL, NULL, RF_TYPE_Q4_0, NULL, 1, 48, 1), RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_quantize_x(g_ctx, NULL, RF_TYPE_Q6_K, NULL, 1, 256), RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_gemv_xq(g_ctx, NULL, NULL, RF_TYPE_F16, NULL, 1, 256, 1), RF_ERR_INVALID_ARG);
-    assert_int_equal(rf_gpu_gemv_xq(g_ctx, NULL, NULL, RF_TYPE_Q8_0, NULL, 9, 256, 1), RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_gemv_xq(g_ctx, NULL, NULL, RF_TYPE_Q8_0, NULL, rf_gpu_gemv_max_tokens(g_ctx, RF_TYPE_Q8_0, 256) + 1, 256, 1),
+                     RF_ERR_INVALID_ARG);
 }
 
 /* Back-to-back dependent GEMVs with no host sync in between: y_k = W_k y_(k-1), the formats
