@@ -265,7 +265,7 @@ rf_status rf_gemma4_hparams(rf_model *m);
  * feed-forward binding); the model-level per-layer embedding tensors. */
 rf_status rf_gemma4_load_layer(rf_model *m, rf_layer *L, int il);
 rf_status rf_gemma4_load_top(rf_model *m);
-/* Binds tensor `name` of shape [ne0, ne1] (model_weights.c's rule: missing and required is an
+/* Binds tensor `name` of shape [ne0, ne1] (model_bind.c: missing and required is an
  * error naming it; vectors f32). */
 rf_status rf_model_bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, int64_t ne1, bool required);
 /* The per-layer inputs of the batch's n tokens into f->ple (needs f->x = the scaled embeddings);

@@ -13,62 +13,11 @@
 
 /* ---- tensors ------------------------------------------------------------------------------ */
 
-/* Binds tensor `name` with expected shape [ne0, ne1] (ne1 = 1 for vectors). Missing and
- * required: RF_ERR_NOT_FOUND naming it. Norms and biases must be f32. */
-static rf_status bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, int64_t ne1,
-                      bool required) {
-    memset(t, 0, sizeof *t);
-    const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, name);
-    if (!gt) {
-        if (!required) return RF_OK;
-        return rf_set_error(RF_ERR_NOT_FOUND, "model: missing tensor '%s' (architecture %s)", name,
-                            m->hp.arch_name);
-    }
-    int64_t g1 = gt->ne[1] * gt->ne[2] * gt->ne[3];
-    if (gt->ne[0] != ne0 || g1 != ne1)
-        return rf_set_error(RF_ERR_FORMAT, "model: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
-                            name, (long long)gt->ne[0], (long long)g1, (long long)ne0, (long long)ne1);
-    if (ne1 == 1 && gt->type != RF_TYPE_F32)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' has type %s; vectors must be f32", name,
-                            rf_type_name(gt->type));
-    const rf_type_traits *tr = rf_type_info(gt->type);
-    if (!tr || (gt->type != RF_TYPE_F32 && gt->type != RF_TYPE_F16 && gt->type != RF_TYPE_BF16 && !tr->to_f32))
-        return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' has type %s, which ROCmForge cannot compute with",
-                            name, rf_type_name(gt->type));
-    if (!gt->data) return rf_set_error(RF_ERR_FORMAT, "model: tensor '%s' has no data", name);
-    rf_status st;
-    if (m->tp_be && strncmp(name, "blk.", 4) == 0) {
-        /* split over several GPUs: a host view into the mapped file; each GPU uploads its slices
-         * of it (model_tp.c), none the whole layer */
-        size_t rb;
-        if ((st = rf_row_size(gt->type, ne0, &rb))) return st;
-        *t = (rf_tensor){.type = gt->type, .ne = {ne0, ne1}, .nb1 = rb, .data = (void *)gt->data, .owned = false};
-    } else {
-        st = m->be->ops->weight(m->be, gt->type, ne0, ne1, gt->data, t);
-    }
-    if (st) return rf_set_error(st, "model: tensor '%s': %s", name, rf_last_error());
-    if (m->progress && m->load_total) { /* a device backend uploads here: show it */
-        m->load_done += gt->n_bytes;
-        float f = (float)m->load_done / (float)m->load_total;
-        if (f - m->load_last >= 0.01f || f >= 1.0f) {
-            m->progress(f > 1.0f ? 1.0f : f, m->progress_user);
-            m->load_last = f;
-        }
-    }
-    m->n_params += (uint64_t)ne0 * (uint64_t)ne1;
-    m->weight_bytes += gt->n_bytes;
-    return RF_OK;
-}
-
-rf_status rf_model_bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, int64_t ne1, bool required) {
-    return bind(m, t, name, ne0, ne1, required);
-}
-
 static rf_status bind_l(rf_model *m, rf_tensor *t, int il, const char *what, int64_t ne0, int64_t ne1,
                         bool required) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s", il, what);
-    return bind(m, t, name, ne0, ne1, required);
+    return rf_model_bind(m, t, name, ne0, ne1, required);
 }
 
 /* ---- weights ---------------------------------------------------------------------------- */
@@ -100,8 +49,8 @@ static rf_status load_longrope(rf_model *m) {
     rf_hparams *hp = &m->hp;
     rf_status st;
     const int64_t half = hp->n_rot / 2;
-    if ((st = bind(m, &m->rope_long, "rope_factors_long.weight", half, 1, false))) return st;
-    if (!rf_has(&m->rope_freqs) && (st = bind(m, &m->rope_freqs, "rope_factors_short.weight", half, 1, false))) return st;
+    if ((st = rf_model_bind(m, &m->rope_long, "rope_factors_long.weight", half, 1, false))) return st;
+    if (!rf_has(&m->rope_freqs) && (st = rf_model_bind(m, &m->rope_freqs, "rope_factors_short.weight", half, 1, false))) return st;
     float af = 1.0f;
     if ((st = rf_meta_opt_f32(m, "rope.scaling.attn_factor", &af))) return st;
     if (!(af > 0 && af < 16))
@@ -188,7 +137,7 @@ static rf_status bind_exps(rf_model *m, rf_tensor *t, int il, const char *what, 
                             "(%s.expert_count = %lld)",
                             name, (long long)gt->ne[0], (long long)gt->ne[1], (long long)gt->ne[2], gt->n_dims,
                             (long long)ne0, (long long)ne1, (long long)ne, m->hp.arch_name, (long long)ne);
-    return bind(m, t, name, ne0, ne1 * ne, true);
+    return rf_model_bind(m, t, name, ne0, ne1 * ne, true);
 }
 
 /* An optional per-expert bias blk.il.<what> f32 [rows, n_expert] (gpt-oss). */
@@ -200,7 +149,7 @@ static rf_status bind_exps_bias(rf_model *m, rf_tensor *t, int il, const char *w
     if (gt->type != RF_TYPE_F32)
         return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' has type %s; biases must be f32", name,
                             rf_type_name(gt->type));
-    return bind(m, t, name, rows, m->hp.n_expert, true);
+    return rf_model_bind(m, t, name, rows, m->hp.n_expert, true);
 }
 
 /* A shared expert (qwen35moe, qwen3next): gate/up [n_embd -> F], down [F -> n_embd] with F =
@@ -448,12 +397,12 @@ rf_status rf_model_load_weights(rf_model *m) {
     if (vs && vs != hp->n_vocab)
         return rf_set_error(RF_ERR_FORMAT, "model: %s.vocab_size = %d but token_embd.weight has %d rows", hp->arch_name, vs, hp->n_vocab);
     const int64_t E = hp->n_embd;
-    if ((st = bind(m, &m->tok_embd, "token_embd.weight", E, nv, true))) return st;
-    if ((st = bind(m, &m->output_norm, "output_norm.weight", E, 1, true))) return st;
-    if ((st = bind(m, &m->output, "output.weight", E, nv, false))) return st;
+    if ((st = rf_model_bind(m, &m->tok_embd, "token_embd.weight", E, nv, true))) return st;
+    if ((st = rf_model_bind(m, &m->output_norm, "output_norm.weight", E, 1, true))) return st;
+    if ((st = rf_model_bind(m, &m->output, "output.weight", E, nv, false))) return st;
     m->tied = !rf_has(&m->output);
     if (m->tied) m->output = m->tok_embd;
-    if ((st = bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 1, false))) return st;
+    if ((st = rf_model_bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 1, false))) return st;
     if ((st = load_longrope(m))) return st;
     if ((st = load_yarn(m))) return st;
 

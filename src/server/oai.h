@@ -35,7 +35,7 @@ typedef enum srv_route {
     SRV_ROUTE_RESPONSES,  /* OpenAI's /v1/responses, stateless (oai_responses.c) */
     SRV_ROUTE_TOKENIZE,   /* llama-server's /tokenize and /detokenize (oai_tokenize.c) */
     SRV_ROUTE_DETOKENIZE,
-    SRV_ROUTE_EMBEDDINGS, /* OpenAI's /v1/embeddings (oai_embeddings.c) */
+    SRV_ROUTE_EMBEDDINGS, /* OpenAI's /v1/embeddings (oai_prepare.c) */
     SRV_ROUTE_COUNT
 } srv_route;
 
@@ -131,7 +131,7 @@ typedef struct srv_params {
     bool parse_output;          /* split reasoning / parse tool calls out of the answer */
     bool think_open;            /* the prompt ends inside <think> */
     rf_grammar *grammar;        /* response_format json_object / json_schema or 'grammar' (owned) */
-    /* embeddings (oai_embeddings.c): the inputs are `prompts` */
+    /* embeddings (oai_prepare.c): the inputs are `prompts` */
     bool embd_base64;           /* encoding_format "base64" (else "float") */
     int64_t dimensions;         /* 'dimensions' as asked (0: not given) */
 } srv_params;
@@ -217,7 +217,7 @@ typedef struct srv_prepared {
 int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e);
 void srv_prepared_free(srv_prepared *pr);
 
-/* ---- /v1/embeddings (oai_embeddings.c) ------------------------------------------------------- */
+/* ---- /v1/embeddings (oai_prepare.c) ------------------------------------------------------- */
 
 #define SRV_MAX_EMBED_INPUTS 2048 /* inputs in one /v1/embeddings request (OpenAI's limit) */
 

@@ -115,7 +115,7 @@ typedef struct srv_choice {
     rf_finish_reason finish;
     bool done;
     srv_chat_stream cs; /* chat with parse_output: reasoning / tool calls split off (tool_calls.h) */
-    float *embd;        /* /v1/embeddings: the input's vector (server_out_embeddings.c) */
+    float *embd;        /* /v1/embeddings: the input's vector (server_out.c) */
     int32_t n_embd;
 } srv_choice;
 
@@ -264,7 +264,7 @@ ssize_t srv_stream_reader(void *cls, uint64_t pos, char *buf, size_t max);
 /* Frees the streaming response's reference. */
 void srv_stream_free(void *cls);
 
-/* ---- server_out_embeddings.c: /v1/embeddings' answer --------------------------------------- */
+/* ---- server_out.c: /v1/embeddings' answer --------------------------------------- */
 /* A DONE event of an embeddings request: its vector kept in its choice. */
 void srv_embed_consume(srv_req *r, srv_choice *ch, const srv_event *e);
 /* {"object": "list", "data": [...], "model", "usage"}; NULL when out of memory. */
