@@ -22,6 +22,7 @@ assert [x["index"] for x in three["data"]] == [0, 1, 2]
 for x in three["data"] + mean["data"]:
     v = x["embedding"]
     assert len(v) == three["n_embd"] == 576 and x["n_tokens"] > 0, len(v)
+    # unit length up to float32 rounding (~6e-8 from the elements' rounding; embeddings_test.py)
     assert abs(math.sqrt(sum(t * t for t in v)) - 1) < 1e-5
 assert three["data"][1]["embedding"] == one["data"][0]["embedding"], "a text among others differs from alone"
 assert mean["data"][0]["embedding"] != one["data"][0]["embedding"], "mean equals last"

@@ -56,6 +56,8 @@ def test_shapes(srv):
     (v,) = vectors(j, 1)
     check(len(v) == 576, f"SmolLM2's n_embd is 576, got {len(v)}")
     check(all(isinstance(x, float) for x in v), "floats")
+    # unit length up to float32 rounding: each element rounded once (relative 2^-24) moves the norm
+    # by ~6e-8; 1e-5 leaves room for the engine's f32 sum of squares, not for a missed normalisation
     norm = math.sqrt(sum(x * x for x in v))
     check(abs(norm - 1) < 1e-5, f"L2 norm {norm}")
     check(j["model"] == json.loads(post_chat(srv))["model"], f"model {j['model']}: not the name chat answers with")
