@@ -8,7 +8,8 @@
  *   logits; weights rel. L2 < 1e-5 (a few f32 roundings of exp and one sum of <= 32 terms:
  *   ~1e-7 expected); k or n_expert out of range: RF_ERR_INVALID_ARG.
  * - matmul_id: n_expert 8/32/128, k 1/2/4/8, 1..300 tokens (crossing RF_GPU_MOE_GROUPED_MIN: the
- *   GEMV per slot below, the grouped MMQ above), each weight type, with and without bias,
+ *   GEMV per slot below, the grouped MMQ above; MXFP4, which MMQ does not take: the tiled GEMV
+ *   from two slots per expert), each weight type, with and without bias,
  *   x_per_slot both ways, on a sample of slots: rel. L2 < 1e-2 for the int8-x types (x rounded
  *   to int8 per 32 costs ~0.5% per output, the bound of test_gpu_mmq / test_gpu_quant), < 1e-4
  *   for the f32-x ones (F16 and the types decoded element by element: f32 sums of <= 1024
@@ -16,7 +17,7 @@
  * - moe_combine: rel. L2 < 1e-6 (k <= 8 f32 products summed in order, ~1e-7).
  * - moe_shared_gate: rel. L2 < 1e-5 (its model above test_shared_gate).
  * - batch invariance (set_batch_invariant on): a token's matmul_id outputs are the same bits in a
- *   call of 300 tokens and of a few.
+ *   call of 300 tokens and of a few (MXFP4: the tiled GEMV against the per-slot one).
  * - capture: route + matmul_id + combine recorded into a CUDA graph, replayed with other router
  *   logits, equals the eager ops bit for bit (few and many slots).
  * RF_MOE_BENCH=1: bytes read per MoE decode token and bandwidth for qwen3-30b-a3b's experts
@@ -222,7 +223,7 @@ static void rand_ids(rf_rng *r, int32_t *ids, int64_t n, int64_t k, int64_t ne) 
 
 static bool int8_x(rf_type t) {
     return t != RF_TYPE_F16 && t != RF_TYPE_BF16 && t != RF_TYPE_F32 && t != RF_TYPE_Q2_K && t != RF_TYPE_Q3_K &&
-           t != RF_TYPE_MXFP4 && t != RF_TYPE_IQ4_NL && t != RF_TYPE_IQ4_XS;
+           t != RF_TYPE_IQ4_NL && t != RF_TYPE_IQ4_XS; /* MXFP4: int8 x (Q8_0-style), as the CPU's dot */
 }
 
 typedef struct mid_case {
@@ -319,7 +320,9 @@ static void test_matmul_id_invariant(void **state) {
     rf_rng r;
     rf_rng_init(&r, rf_test_seed() + 33);
     assert_int_equal(g_be->ops->set_batch_invariant(g_be, true), RF_OK);
-    const rf_type ts[] = {RF_TYPE_Q4_K, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_TYPE_F16, RF_TYPE_Q3_K};
+    /* MXFP4: MMQ does not take it; 300 tokens go through the tiled GEMV, the small calls
+     * through the per-slot GEMV: the same bits required across the two kernels */
+    const rf_type ts[] = {RF_TYPE_Q4_K, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_TYPE_F16, RF_TYPE_Q3_K, RF_TYPE_MXFP4};
     for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
         const rf_type t = ts[ti];
         const int64_t ne = 32, k = 4, n = 300, n_in = 512, n_out = 96, nk = n * k;

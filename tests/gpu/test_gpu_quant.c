@@ -1,7 +1,7 @@
 /* test_gpu_quant.c — dequantize, embedding lookup, quantized GEMV (1..8 tokens) and the cuBLAS
  * GEMM against rf_dequantize_row / rf_ref_get_rows / rf_ref_matmul on random blocks (random
  * quant bytes, seed printed), outputs poisoned first.
- * Tolerances: dequantize f32 rel. L2 < 1e-6, f16 < 1e-3; GEMV on f16/bf16 weights < 1e-5;
+ * Tolerances: dequantize f32 rel. L2 < 1e-6, f16 < 1e-3; GEMV on f16/bf16/f32 weights < 1e-5;
  * quantized GEMV vs the dequantized f32 reference < 1e-2; GEMM (f16 operands) < 1e-2;
  * a NaN in x must give NaN outputs. Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
@@ -27,7 +27,8 @@ static const rf_type k_deq_types[] = {RF_TYPE_F32,  RF_TYPE_F16,  RF_TYPE_BF16, 
 
 static const rf_type k_gemv_types[] = {RF_TYPE_F16,  RF_TYPE_BF16, RF_TYPE_Q8_0, RF_TYPE_Q4_0,
                                        RF_TYPE_Q4_1, RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_Q4_K,
-                                       RF_TYPE_Q5_K, RF_TYPE_Q6_K, RF_TYPE_Q2_K, RF_TYPE_IQ4_NL};
+                                       RF_TYPE_Q5_K, RF_TYPE_Q6_K, RF_TYPE_Q2_K, RF_TYPE_IQ4_NL,
+                                       RF_TYPE_F32}; /* F32: routers, through gemv_f16's loop */
 #define N_GEMV (sizeof k_gemv_types / sizeof k_gemv_types[0])
 
 static int64_t block_of(rf_type t) { return rf_type_info(t)->block_size; }
@@ -184,7 +185,7 @@ static void test_gemv(void **state) {
     for (size_t ti = 0; ti < N_GEMV; ti++) {
         const rf_type t = k_gemv_types[ti];
         const int64_t bs = block_of(t);
-        const bool q = t != RF_TYPE_F16 && t != RF_TYPE_BF16;
+        const bool q = t != RF_TYPE_F16 && t != RF_TYPE_BF16 && t != RF_TYPE_F32;
         const double tol = q ? 1e-2 : 1e-5;
         /* n_in: one block, an odd number of blocks, a row that is not 16-byte aligned for
          * 18/34-byte blocks, and a real width; n_out: 1, not a multiple of the 4 rows per block.
@@ -218,9 +219,9 @@ static void test_gemv(void **state) {
         for (size_t ti = 0; ti < N_GEMV; ti++) {
             const rf_type t = k_gemv_types[ti];
             const int64_t bs = block_of(t);
-            const bool f16 = t == RF_TYPE_F16 || t == RF_TYPE_BF16;
-            const double tol = !f16 ? 1e-2 : 1e-5;
-            if (f16 && v > 3 && v < 25) continue; /* the f16 kernel's default: run above */
+            const bool f16 = t == RF_TYPE_F16 || t == RF_TYPE_BF16, fl = f16 || t == RF_TYPE_F32;
+            const double tol = !fl ? 1e-2 : 1e-5;
+            if (fl && v > 3 && v < 25) continue; /* the f16 kernel's default: run above */
             if (!f16 && v >= 25) continue;
             if (v >= 25) { /* gemv_tc: 16-row tiles (1, 131 and 67 rows end mid-tile), 32-element
                             * chunks over 8 warps (one chunk: 7 warps take none), 2..8 tokens */

@@ -282,6 +282,10 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
         if (n_in % 8 == 0) return rf_gemv_launch_f16(ctx, v, vgrid, threads, wtype, y, wp, x, nt, n_in, n_out);
         /* fall through: unaligned rows take the generic kernel */
     default:
+        /* f32 weights (MoE routers: one per layer, 43 us a call through gemv_generic on an H200
+         * at 128 x 2048) through gemv_f16's loop, 4 floats per 16-byte word */
+        if (wtype == RF_TYPE_F32 && n_in % 4 == 0)
+            return rf_gemv_launch_f16(ctx, v, vgrid, threads, wtype, y, wp, x, nt, n_in, n_out);
         if (wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K || wtype == RF_TYPE_Q6_K)
             return rf_gemv_launch_k(ctx, vk, kgrid, threads, wtype, y, wp, x, nt, n_in, n_out, rb);
         return rf_gemv_launch_generic(ctx, grid, threads, wtype, y, wp, x, nt, n_in, n_out, rb, bs, bb);

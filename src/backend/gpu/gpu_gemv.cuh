@@ -168,7 +168,7 @@ rf_status rf_gemv_launch_mt(rf_gpu_ctx *ctx, rf_type t, float *y, const uint8_t 
 rf_status rf_gemv_launch_tc(rf_gpu_ctx *ctx, rf_type t, float *y, const uint8_t *w, const float *x,
                             int nt, int64_t n_in, int64_t n_out);
 #endif
-/* gpu_gemv_f16.cu: gemv_f16 (F16 / BF16, n_in a multiple of 8) */
+/* gpu_gemv_f16.cu: gemv_f16 (F16 / BF16, n_in a multiple of 8; F32, n_in a multiple of 4) */
 rf_status rf_gemv_launch_f16(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned threads, rf_type t,
                              float *y, const uint8_t *w, const float *x, int nt, int64_t n_in,
                              int64_t n_out);

@@ -1,9 +1,10 @@
-/* gpu_gemv_f16.cu — the GEMVs of 16-bit weights (F16, BF16) with f32 x: gemv_f16 (variants 1..3)
- * and, for 2..8 tokens, gemv_tc on the tf32 tensor cores (CUDA sm_80+, variants 25 / 26). Twin: rf_ref_matmul (f32 x). */
+/* gpu_gemv_f16.cu — the GEMVs of float weights (F16, BF16, and F32: routers, small heads) with
+ * f32 x: gemv_f16 (variants 1..3) and, for 2..8 tokens of F16 / BF16, gemv_tc on the tf32 tensor
+ * cores (CUDA sm_80+, variants 25 / 26). Twin: rf_ref_matmul (f32 x). */
 #include "backend/gpu/gpu_gemv.cuh"
 
-/* gemv_f16: the same product for W in f16 or bf16 (T), x f32 [nt, n_in]; n_in % 8 == 0 so
- * each row is 16-byte aligned; each thread keeps UNR independent 16-byte loads in flight while
+/* gemv_f16: the same product for W in f16, bf16 or f32 (T), x f32 [nt, n_in]; n_in % 8 == 0
+ * (f32: % 4) so each row is 16-byte aligned; a 16-byte word holds E = 8 (f32: 4) elements; each thread keeps UNR independent 16-byte loads in flight while
  * it decodes the previous UNR (the first before rf_pdl_wait(): see gemv_q32 on w).
  * launch: RF_GEMV_WARPS warps per block, WPR warps per row. tolerance rel. L2 < 1e-5 vs the
  * f32 reference on the same (already 16-bit) weights. */
@@ -16,8 +17,9 @@ rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
     int64_t row = (int64_t)blockIdx.x * GROUPS + grp;
     const bool valid = row < n_out;
     if (!valid) row = n_out - 1;
-    const int64_t n8 = n_in / 8;
-    const uint4 *wr = (const uint4 *)(w + row * n_in * 2);
+    constexpr int E = T == RF_TYPE_F32 ? 4 : 8; /* elements per 16-byte word */
+    const int64_t n8 = n_in / E;
+    const uint4 *wr = (const uint4 *)(w + row * n_in * (16 / E));
     float acc[NTMAX];
 #pragma unroll
     for (int t = 0; t < NTMAX; t++) acc[t] = 0.0f;
@@ -47,7 +49,9 @@ rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
             float wf[8];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                if (T == RF_TYPE_F16) {
+                if (T == RF_TYPE_F32) {
+                    wf[j] = __uint_as_float(wv[j]);
+                } else if (T == RF_TYPE_F16) {
                     wf[2 * j] = rf_h2f_bits((uint16_t)(wv[j] & 0xFFFF));
                     wf[2 * j + 1] = rf_h2f_bits((uint16_t)(wv[j] >> 16));
                 } else {
@@ -58,10 +62,15 @@ rf_k_gemv_f16(float *y, const uint8_t *w, const float *x, int nt, int64_t n_in, 
 #pragma unroll
             for (int t = 0; t < NTMAX; t++) {
                 if (t >= nt) break;
-                const float4 *xp = (const float4 *)(x + t * n_in + i * 8);
-                const float4 a = xp[0], b = xp[1];
-                acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
-                          wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+                const float4 *xp = (const float4 *)(x + t * n_in + i * E);
+                const float4 a = xp[0];
+                if (E == 4) {
+                    acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w;
+                } else {
+                    const float4 b = xp[1];
+                    acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
+                              wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+                }
             }
         }
     }
@@ -198,6 +207,7 @@ rf_status rf_gemv_launch_f16(rf_gpu_ctx *ctx, int v, unsigned grid, unsigned thr
                              float *y, const uint8_t *w, const float *x, int nt, int64_t n_in,
                              int64_t n_out) {
     if (t == RF_TYPE_F16) return rf_launch_f16<RF_TYPE_F16>(ctx, v, grid, threads, y, w, x, nt, n_in, n_out);
+    if (t == RF_TYPE_F32) return rf_launch_f16<RF_TYPE_F32>(ctx, v, grid, threads, y, w, x, nt, n_in, n_out);
     return rf_launch_f16<RF_TYPE_BF16>(ctx, v, grid, threads, y, w, x, nt, n_in, n_out);
 }
 #if !defined(RF_HIP)

@@ -156,6 +156,12 @@ rf_status rf_moe_gemv_launch(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t
                              const uint8_t *rec, const float *x, const int32_t *ids, const float *bias, int64_t n_in,
                              int64_t n_out, int64_t row_bytes, int64_t k, int64_t n_expert, bool x_per_slot,
                              int64_t nk);
+/* the indirect GEMV over expert tiles (rf_k_moe_group's, RF_MOE_TILE = 8 rows each) of x's rows
+ * sorted by expert (qx / rec with rf_moe_gemv_rk's records): ys [rows, n_out] in that order,
+ * without bias; every slot bit-identical to rf_moe_gemv_launch's */
+rf_status rf_moe_gemv_tiles_launch(rf_gpu_ctx *ctx, float *ys, const void *w, rf_type t, const int8_t *qx,
+                                   const uint8_t *rec, const int4 *tiles, int64_t n_tiles, int64_t n_in, int64_t n_out,
+                                   int64_t row_bytes);
 
 static inline unsigned rf_gpu_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

@@ -228,13 +228,15 @@ __global__ void rf_k_moe_scatter(float *y, const float *ys, const int32_t *pos, 
 static size_t rf_moe_al(size_t b) { return (b + 255) & ~(size_t)255; }
 
 /* The grouped path: x quantized once (n_x rows), sorted by expert into nk rows, one grouped MMQ
- * over tiles of 32 rows of one expert (each expert's weights read once per tile column), the
- * results scattered back to their slots. */
+ * over tiles of 32 rows of one expert (each expert's weights read once per tile column), or,
+ * for the types and widths MMQ does not take (gemv), the tiled GEMV over tiles of RF_MOE_TILE
+ * rows; the results scattered back to their slots. */
 static rf_status rf_moe_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out, const float *x,
                                 int64_t n_x, bool xps, const int32_t *ids, const float *bias, int64_t k, int64_t n_expert,
-                                int64_t n_in, int64_t nk) {
-    const int bn = 32, n_tiles = (int)((nk + bn - 1) / bn + n_expert);
-    const int rk = t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K ? 1 : 0, rec = rk ? 16 : 8;
+                                int64_t n_in, int64_t nk, bool gemv) {
+    const int bn = gemv ? 8 : 32, n_tiles = (int)((nk + bn - 1) / bn + n_expert);
+    const int rk = gemv ? rf_moe_gemv_rk(t, n_in) : t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K ? 1 : 0;
+    const int rec = rk ? 16 : 8;
     const size_t xb = rf_moe_al(rf_gpu_xq_bytes(n_x, n_in)), pb = rf_moe_al(rf_gpu_xq_bytes(nk, n_in));
     const size_t ib = rf_moe_al((size_t)nk * 4), tb = rf_moe_al((size_t)n_tiles * 16);
     const size_t yb = (size_t)nk * (size_t)n_out * 4;
@@ -257,7 +259,11 @@ static rf_status rf_moe_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
     if (!st)
         st = rf_gpu_launch(ctx, "rf_k_moe_gather_xq", false, rf_k_moe_gather_xq, dim3((unsigned)nk), dim3(128), 0, xp,
                            pr, (const int8_t *)xq, xr, (const int32_t *)src, (int)n_in, (int)(n_in / 32 * rec));
-    if (!st) st = rf_gpu_mmq_grouped(ctx, ys, w, t, xp, pr, tiles, n_tiles, (int)nk, n_in, n_out);
+    if (!st && gemv)
+        st = rf_moe_gemv_tiles_launch(ctx, ys, w, t, xp, pr, tiles, n_tiles, n_in, n_out,
+                                      n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t));
+    else if (!st)
+        st = rf_gpu_mmq_grouped(ctx, ys, w, t, xp, pr, tiles, n_tiles, (int)nk, n_in, n_out);
     if (!st)
         st = rf_gpu_launch(ctx, "rf_k_moe_scatter", false, rf_k_moe_scatter, dim3(rf_gpu_blocks(nk * n_out, 256)),
                            dim3(256), 0, y, (const float *)ys, (const int32_t *)pos, ids, bias, nk, n_out, (int)n_expert);
@@ -304,7 +310,12 @@ extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, 
         return RF_OK;
     }
     if (rf_gpu_moe_grouped_takes(ctx, t, n_in, n, k))
-        return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk);
+        return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk, false);
+    /* types / widths MMQ does not take (MXFP4; gpt-oss's 2880): the tiled GEMV once the slots
+     * average two or more per expert (each expert's rows then read once per 8 slots instead of
+     * once per slot); bit-identical to the GEMV below, so the crossover keeps batch invariance */
+    if (!rf_gpu_mmq_supported(t, n_in) && rf_moe_gemv_rk(t, n_in) >= 0 && nk >= 2 * n_expert && nk >= 16)
+        return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk, true);
     /* the GEMV path: every type; batch invariant by construction (a slot's sum never sees the
      * others), so batch-invariant mode takes it for the types MMQ does not */
     const int rk = rf_moe_gemv_rk(t, n_in);

@@ -1,9 +1,11 @@
-/* gpu_moe_gemv.cu — the decode half of the indirect product over expert ids (matmul_id for few
- * tokens): a GEMV per (token, slot) that reads only its expert's rows, on the int8-x dots of the
- * dense GEMVs (gpu_gemv_dot.cuh) or, for the other types, f32 x. gpu_moe.cu dispatches. */
+/* gpu_moe_gemv.cu — the GEMV half of the indirect product over expert ids (matmul_id): a GEMV
+ * per (token, slot) that reads only its expert's rows, on the int8-x dots of the dense GEMVs
+ * (gpu_gemv_dot.cuh) or, for the other types, f32 x; and the same per expert tile of sorted slots
+ * for the types MMQ does not take (MXFP4, widths not a multiple of 256). gpu_moe.cu dispatches. */
 #include "backend/gpu/gpu_gemv_dot.cuh"
 
 #define RF_MOE_GEMV_THREADS 128 /* threads per block: rows of LPR lanes each */
+#define RF_MOE_TILE 8           /* slots per tile of the tiled GEMV (moe_gemv_qt) */
 
 /* the dense GEMVs' x records (rf_k_quantize_x, GB 1): (d, int sum) or (d, int sum, f32 sum or
  * q8_1 s, int sum of the first 16) */
@@ -11,7 +13,8 @@ template <int T> struct rf_moe_fmt {
     static constexpr bool K = T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K;
     static constexpr int REC = K || T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 ? 16 : 8;
     static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
-                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q8_0 ? 34 : T == RF_TYPE_Q4_K ? 144
+                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q8_0 ? 34 : T == RF_TYPE_MXFP4 ? 17
+                            : T == RF_TYPE_Q4_K ? 144
                             : T == RF_TYPE_Q5_K ? 176 : 210;
     static constexpr int UE = K ? 256 : 32; /* elements per unit (a lane's step) */
 };
@@ -40,7 +43,12 @@ template <int T>
 static __device__ __forceinline__ float rf_moe_unit_dot(const uint8_t *wr, int u, const int8_t *qx,
                                                         const uint8_t *rec) {
     using F = rf_moe_fmt<T>;
-    if constexpr (!F::K) {
+    if constexpr (T == RF_TYPE_MXFP4) { /* 17-byte blocks at any byte offset: Q8_0-style x records */
+        const int4 *xv = (const int4 *)(qx + (int64_t)u * 32);
+        const int4 x0 = xv[0], x1 = xv[1];
+        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        return rf_mxfp4_dot(wr + (int64_t)u * F::BB, xi, ((const float2 *)rec)[u].x);
+    } else if constexpr (!F::K) {
         const uint8_t *bp = wr + (int64_t)u * F::BB;
         const uint32_t *aw = (const uint32_t *)((uintptr_t)bp & ~(uintptr_t)3);
         const int o = (int)((uintptr_t)bp & 3);
@@ -111,10 +119,49 @@ rf_k_moe_gemv_q(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec
     const int8_t *xq = qx + (int64_t)xr * n_in;
     const uint8_t *xrec = rec + (int64_t)xr * (n_in / 32) * REC;
     float acc = 0.0f;
-    for (int u = sub; u < nu; u += LPR) acc += rf_moe_unit_dot<T>(wr, u, xq, xrec);
+    for (int u = sub; u < nu; u += LPR) acc = __fadd_rn(acc, rf_moe_unit_dot<T>(wr, u, xq, xrec));
 #pragma unroll
     for (int m = LPR / 2; m > 0; m >>= 1) acc += RF_SHFL_XOR(acc, m);
     if (sub == 0 && row < n_out) y[(int64_t)s * n_out + row] = acc + (bias ? bias[(int64_t)e * n_out + row] : 0.0f);
+}
+
+/* moe_gemv_qt: moe_gemv_q over a tile of slots that chose the same expert: blockIdx.y's tile
+ * tiles[y] = (expert e, first row p0, end row p1, 0) of rf_k_moe_group (e < 0: unused, the block
+ * exits), rows p0 .. p1 - 1 (at most BN) of qx / rec sorted by expert (rf_k_moe_gather_xq);
+ * ys[p, o] = W_e[o] . x_p without the bias (rf_k_moe_scatter adds it). Each row's units are read
+ * from memory once for the whole tile (the tokens after the first hit L1). A slot's sum takes
+ * exactly moe_gemv_q's operations in its order (explicitly rounded adds over the same units, the
+ * same butterfly, the bias added after), so its bits do not depend on which path or tile took it
+ * (batch invariant). launch: grid (ceil(n_out / (128 / LPR)), n_tiles), 128 threads. */
+template <int T, int LPR, int BN>
+__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
+rf_k_moe_gemv_qt(float *ys, const uint8_t *w, const int8_t *qx, const uint8_t *rec, const int4 *tiles, int n_in,
+                 int n_out, int64_t row_bytes) {
+    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
+    const int4 tl = tiles[blockIdx.y];
+    if (tl.x < 0) return;
+    const int sub = (int)threadIdx.x % LPR, row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR;
+    const int rowc = row < n_out ? row : n_out - 1, np = tl.z - tl.y;
+    const uint8_t *wr = w + ((int64_t)tl.x * n_out + rowc) * row_bytes;
+    constexpr int REC = rf_moe_fmt<T>::REC, UE = rf_moe_fmt<T>::UE;
+    const int nu = n_in / UE, rb = n_in / 32 * REC;
+    float acc[BN];
+#pragma unroll
+    for (int j = 0; j < BN; j++) acc[j] = 0.0f;
+    for (int u = sub; u < nu; u += LPR)
+#pragma unroll
+        for (int j = 0; j < BN; j++)
+            if (j < np) {
+                const int p = tl.y + j;
+                acc[j] = __fadd_rn(acc[j], rf_moe_unit_dot<T>(wr, u, qx + (int64_t)p * n_in, rec + (int64_t)p * rb));
+            }
+#pragma unroll
+    for (int j = 0; j < BN; j++) {
+        float a = acc[j];
+#pragma unroll
+        for (int m = LPR / 2; m > 0; m >>= 1) a += RF_SHFL_XOR(a, m);
+        if (sub == 0 && row < n_out && j < np) ys[(int64_t)(tl.y + j) * n_out + row] = a;
+    }
 }
 
 /* moe_gemv_f: the same over f32 x [n_x, n_in] for the other types: F16 / BF16 in units of 8
@@ -177,11 +224,50 @@ static rf_status rf_moe_launch_q(rf_gpu_ctx *ctx, float *y, const uint8_t *w, co
 #undef RF_MQ
 }
 
+template <int T, int BN>
+static rf_status rf_moe_launch_qt(rf_gpu_ctx *ctx, float *ys, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
+                                  const int4 *tiles, int n_tiles, int n_in, int n_out, int64_t rb) {
+    const int lpr = rf_moe_lpr(n_in / rf_moe_fmt<T>::UE);
+    const dim3 grid((unsigned)((n_out + RF_MOE_GEMV_THREADS / lpr - 1) / (RF_MOE_GEMV_THREADS / lpr)), (unsigned)n_tiles);
+#define RF_MQ(L)                                                                                                      \
+    rf_gpu_launch(ctx, "rf_k_moe_gemv_qt", false, rf_k_moe_gemv_qt<T, L, BN>, grid, dim3(RF_MOE_GEMV_THREADS), 0, ys, \
+                  w, qx, rec, tiles, n_in, n_out, rb)
+    return lpr == 2 ? RF_MQ(2) : lpr == 4 ? RF_MQ(4) : lpr == 8 ? RF_MQ(8) : RF_MQ(32);
+#undef RF_MQ
+}
+
+rf_status rf_moe_gemv_tiles_launch(rf_gpu_ctx *ctx, float *ys, const void *w, rf_type t, const int8_t *qx,
+                                   const uint8_t *rec, const int4 *tiles, int64_t n_tiles, int64_t n_in, int64_t n_out,
+                                   int64_t row_bytes) {
+    const uint8_t *wp = (const uint8_t *)w;
+    const int ni = (int)n_in, no = (int)n_out;
+    rf_status st = RF_OK;
+    for (int64_t t0 = 0; t0 < n_tiles && !st; t0 += 65535) { /* grid.y holds 65535 tiles */
+        const int nt = (int)(n_tiles - t0 < 65535 ? n_tiles - t0 : 65535);
+        const int4 *tl = tiles + t0;
+#define RF_MQT(T) rf_moe_launch_qt<T, RF_MOE_TILE>(ctx, ys, wp, qx, rec, tl, nt, ni, no, row_bytes)
+        switch (t) {
+        case RF_TYPE_Q4_0: st = RF_MQT(RF_TYPE_Q4_0); break;
+        case RF_TYPE_Q4_1: st = RF_MQT(RF_TYPE_Q4_1); break;
+        case RF_TYPE_Q5_0: st = RF_MQT(RF_TYPE_Q5_0); break;
+        case RF_TYPE_Q5_1: st = RF_MQT(RF_TYPE_Q5_1); break;
+        case RF_TYPE_Q8_0: st = RF_MQT(RF_TYPE_Q8_0); break;
+        case RF_TYPE_MXFP4: st = RF_MQT(RF_TYPE_MXFP4); break;
+        case RF_TYPE_Q4_K: st = RF_MQT(RF_TYPE_Q4_K); break;
+        case RF_TYPE_Q5_K: st = RF_MQT(RF_TYPE_Q5_K); break;
+        case RF_TYPE_Q6_K: st = RF_MQT(RF_TYPE_Q6_K); break;
+        default: st = rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_tiles_launch: no int8-x kernel for type %d", (int)t);
+        }
+#undef RF_MQT
+    }
+    return st;
+}
+
 /* the record kind rf_k_quantize_x makes for a type of the int8-x path: 0 (d, sum), 1 (+ f32 sum),
  * 2 (+ q8_1 s); -1: not an int8-x type for this n_in */
 extern "C" int rf_moe_gemv_rk(rf_type t, int64_t n_in) {
     switch (t) {
-    case RF_TYPE_Q4_0: case RF_TYPE_Q5_0: case RF_TYPE_Q8_0: return n_in % 32 == 0 ? 0 : -1;
+    case RF_TYPE_Q4_0: case RF_TYPE_Q5_0: case RF_TYPE_Q8_0: case RF_TYPE_MXFP4: return n_in % 32 == 0 ? 0 : -1;
     case RF_TYPE_Q4_1: case RF_TYPE_Q5_1: return n_in % 32 == 0 ? 2 : -1;
     case RF_TYPE_Q4_K: case RF_TYPE_Q5_K: case RF_TYPE_Q6_K: return n_in % 256 == 0 ? 1 : -1;
     default: return -1;
@@ -205,6 +291,7 @@ rf_status rf_moe_gemv_launch(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t
             case RF_TYPE_Q5_0: st = RF_MQT(RF_TYPE_Q5_0); break;
             case RF_TYPE_Q5_1: st = RF_MQT(RF_TYPE_Q5_1); break;
             case RF_TYPE_Q8_0: st = RF_MQT(RF_TYPE_Q8_0); break;
+            case RF_TYPE_MXFP4: st = RF_MQT(RF_TYPE_MXFP4); break;
             case RF_TYPE_Q4_K: st = RF_MQT(RF_TYPE_Q4_K); break;
             case RF_TYPE_Q5_K: st = RF_MQT(RF_TYPE_Q5_K); break;
             case RF_TYPE_Q6_K: st = RF_MQT(RF_TYPE_Q6_K); break;
