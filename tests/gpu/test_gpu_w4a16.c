@@ -4,13 +4,15 @@
  * chunk, split rows). Two checks on sampled tokens (all rows):
  *  - against a CPU twin with the kernel's own f16 operands (x rounded as rf_gpu_gemm rounds it,
  *    each weight the f16 the kernel forms: gpu_w4a16.cu's error model), summed in double: per
- *    output |got - want| <= 4 2^-24 (n_in / 16 + 8) sum_i |w_i x_i| (the f32 accumulation of
- *    the tensor cores, k16 steps and up to 8 splits); a wrong index, nibble, scale or min of one
- *    32-element sub-block moves an output by ~32 / n_in of that sum, 20x and more above it;
+ *    output |got - want| <= 8 2^-24 (n_in / 16 + 8) sum_i |w_i x_i| (the f32 accumulation of
+ *    the tensor cores: truncated alignment per k16 step, up to 8 splits); a wrong index, nibble,
+ *    scale or min of one 32-element sub-block moves an output by ~32 / n_in of that sum, 5x
+ *    (n_in 14336) to 60x (4096) above it;
  *  - against rf_ref_matmul (f32 x, exact weights): rel. L2 < 1e-2 (x's int8 rounding, ~0.5%).
  * On a mismatch it prints the first bad outputs and a map of the bad ones over the 128 x 128
- * tile (rows / 8 by tokens / 8). RF_W4A16_BENCH=1 also times each type x llama3-8b shape x
- * 64/128/256/512 tokens: W4A16 beside MMQ tiles of 64 (RF_MMQ_CFG=2) and dequantize + cuBLAS.
+ * tile (rows / 8 by tokens / 8). Each case runs in every tile configuration (RF_W4A16_CFG 0..2).
+ * RF_W4A16_BENCH=1 also times each type x llama3-8b shape x 64/128/256/512 tokens: W4A16 (auto,
+ * tiles of 64, of 128) beside MMQ tiles of 64 (RF_MMQ_CFG=2) and dequantize + cuBLAS.
  * Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
@@ -95,93 +97,118 @@ static void twin_x(const float *x, int64_t n_in, double *out) {
     }
 }
 
-/* y = W x by W4A16 for nt tokens against the twin and rf_ref_matmul on sampled tokens */
-static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_out) {
-    if (!rf_gpu_w4a16_supported(t, n_in)) return;
-    size_t bytes;
-    uint8_t *w = random_weights(r, t, n_out, n_in, &bytes);
-    const size_t rb = bytes / (size_t)n_out;
-    float *x = host_f32(nt * n_in), *got = host_f32(nt * n_out);
-    rf_rng_fill_normal(r, x, nt * n_in, 1.0f);
+/* the twin's outputs and bounds for the sampled tokens (all rows) */
+typedef struct twin {
+    int64_t nt, n_in, n_out, samp[16];
+    int ns;
+    double *want, *bound;
+} twin;
+
+static void twin_make(twin *tw, rf_type t, const uint8_t *w, size_t rb, const float *x) {
+    const int64_t nt = tw->nt, n_in = tw->n_in, n_out = tw->n_out;
     const int64_t cand[] = {0, 1, 7, 8, 63, 64, 65, 127, 128, nt / 2, nt - 2, nt - 1};
-    int64_t samp[16];
-    int ns = 0;
+    tw->ns = 0;
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
         bool dup = cand[i] < 0 || cand[i] >= nt;
-        for (int k = 0; k < ns && !dup; k++) dup = samp[k] == cand[i];
-        if (!dup) samp[ns++] = cand[i];
+        for (int k = 0; k < tw->ns && !dup; k++) dup = tw->samp[k] == cand[i];
+        if (!dup) tw->samp[tw->ns++] = cand[i];
     }
-    void *dw = dev_from(w, bytes);
-    float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
-    rf_status st = rf_gpu_w4a16(g_ctx, dy, dw, t, dx, nt, n_in, n_out);
-    if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
-    assert_int_equal(st, RF_OK);
-    dev_to(got, dy, nt * n_out * 4);
-    int nan = 0;
-    for (int64_t i = 0; i < nt * n_out; i++) nan += isnan(got[i]) != 0;
-    if (nan) fprintf(stderr, "  %d outputs not written (NaN poison left)\n", nan);
-    assert_int_equal(nan, 0);
-
-    /* the twin: every row's f16 weights, the sampled tokens' f16 x, sums in double */
+    const int ns = tw->ns;
     double *wd = malloc((size_t)n_in * sizeof *wd), *xd = malloc((size_t)ns * n_in * sizeof *xd);
-    double *want = malloc((size_t)ns * n_out * sizeof *want), *bound = malloc((size_t)ns * n_out * sizeof *bound);
-    assert_non_null(wd), assert_non_null(xd), assert_non_null(want), assert_non_null(bound);
-    for (int k = 0; k < ns; k++) twin_x(x + samp[k] * n_in, n_in, xd + (size_t)k * n_in);
-    const double ub = 4.0 * ldexp(1.0, -24) * (double)(n_in / 16 + 8);
+    tw->want = malloc((size_t)ns * n_out * sizeof *tw->want), tw->bound = malloc((size_t)ns * n_out * sizeof *tw->bound);
+    assert_non_null(wd), assert_non_null(xd), assert_non_null(tw->want), assert_non_null(tw->bound);
+    for (int k = 0; k < ns; k++) twin_x(x + tw->samp[k] * n_in, n_in, xd + (size_t)k * n_in);
+    const double ub = 8.0 * ldexp(1.0, -24) * (double)(n_in / 16 + 8);
     for (int64_t o = 0; o < n_out; o++) {
         twin_row(t, w + (size_t)o * rb, n_in, wd);
         for (int k = 0; k < ns; k++) {
             double s = 0, a = 0;
             const double *xk = xd + (size_t)k * n_in;
             for (int64_t i = 0; i < n_in; i++) s += wd[i] * xk[i], a += fabs(wd[i] * xk[i]);
-            want[(size_t)k * n_out + o] = s, bound[(size_t)k * n_out + o] = ub * a;
+            tw->want[(size_t)k * n_out + o] = s, tw->bound[(size_t)k * n_out + o] = ub * a;
         }
     }
+    free(wd), free(xd);
+}
+
+/* got (all nt x n_out outputs) against the twin: the count outside the bound, the first ones
+ * and a map of them over the 128 x 128 tile printed */
+static int twin_check(const twin *tw, const float *got, const char *what) {
+    const int64_t n_out = tw->n_out;
     int bad = 0;
     char map[16][17];
     memset(map, '.', sizeof map);
     for (int i = 0; i < 16; i++) map[i][16] = 0;
     double worst = 0;
-    for (int k = 0; k < ns; k++)
+    for (int k = 0; k < tw->ns; k++)
         for (int64_t o = 0; o < n_out; o++) {
             const size_t i = (size_t)k * n_out + o;
-            const double g = got[samp[k] * n_out + o], e = fabs(g - want[i]);
-            if (bound[i] > 0 && e / bound[i] > worst) worst = e / bound[i];
-            if (!(e <= bound[i])) {
+            const double g = got[tw->samp[k] * n_out + o], e = fabs(g - tw->want[i]);
+            if (tw->bound[i] > 0 && e / tw->bound[i] > worst) worst = e / tw->bound[i];
+            if (!(e <= tw->bound[i])) {
                 if (bad < 8)
                     fprintf(stderr, "  bad: token %lld row %lld: got %.9g want %.9g (|err| %.3g > bound %.3g)\n",
-                            (long long)samp[k], (long long)o, g, want[i], e, bound[i]);
-                map[(o % 128) / 8][(samp[k] % 128) / 8] = 'X';
+                            (long long)tw->samp[k], (long long)o, g, tw->want[i], e, tw->bound[i]);
+                map[(o % 128) / 8][(tw->samp[k] % 128) / 8] = 'X';
                 bad++;
             }
         }
-    fprintf(stderr, "  w4a16 %-5s nt=%-4lld %6lldx%-6lld vs twin: %d of %lld outside the bound, worst |err|/bound %.3g\n",
-            rf_type_name(t), (long long)nt, (long long)n_out, (long long)n_in, bad, (long long)ns * n_out, worst);
+    fprintf(stderr, "  %-44s vs twin: %d of %lld outside the bound, worst |err|/bound %.3g\n", what, bad,
+            (long long)tw->ns * n_out, worst);
     if (bad) {
         fprintf(stderr, "  bad outputs over the 128-row x 128-token tile (rows / 8 down, tokens / 8 across, "
                         "sampled tokens only):\n");
         for (int i = 0; i < 16; i++) fprintf(stderr, "    %3d %s\n", i * 8, map[i]);
     }
-    /* accuracy against the f32 oracle */
+    return bad;
+}
+
+/* y = W x by W4A16 for nt tokens, in each tile configuration (RF_W4A16_CFG 0, 1, 2 unless the
+ * knob is set), against the twin and rf_ref_matmul on sampled tokens; every output written;
+ * a second call the same bits */
+static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_out) {
+    if (!rf_gpu_w4a16_supported(t, n_in)) return;
+    size_t bytes;
+    uint8_t *w = random_weights(r, t, n_out, n_in, &bytes);
+    float *x = host_f32(nt * n_in), *got = host_f32(nt * n_out), *got2 = host_f32(nt * n_out);
+    rf_rng_fill_normal(r, x, nt * n_in, 1.0f);
+    twin tw = {.nt = nt, .n_in = n_in, .n_out = n_out};
+    twin_make(&tw, t, w, bytes / (size_t)n_out, x);
+    const int ns = tw.ns;
     float *xs = host_f32(ns * n_in), *ref = host_f32(ns * n_out), *gs = host_f32(ns * n_out);
-    for (int k = 0; k < ns; k++) {
-        memcpy(xs + k * n_in, x + samp[k] * n_in, n_in * 4);
-        memcpy(gs + k * n_out, got + samp[k] * n_out, n_out * 4);
-    }
+    for (int k = 0; k < ns; k++) memcpy(xs + k * n_in, x + tw.samp[k] * n_in, n_in * 4);
     assert_int_equal(rf_ref_matmul(ref, w, t, xs, ns, n_in, n_out), RF_OK);
-    char what[96];
-    snprintf(what, sizeof what, "w4a16 %s nt=%lld %lldx%lld vs rf_ref_matmul", rf_type_name(t), (long long)nt,
-             (long long)n_out, (long long)n_in);
-    check_rel(what, gs, ref, ns * n_out, 1e-2);
-    assert_int_equal(bad, 0);
-    /* determinism: a second call gives the same bits */
-    float *got2 = host_f32(nt * n_out);
-    assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
-    assert_int_equal(rf_gpu_w4a16(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
-    dev_to(got2, dy, nt * n_out * 4);
-    assert_memory_equal(got, got2, nt * n_out * 4);
+    void *dw = dev_from(w, bytes);
+    float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
+    const bool user_cfg = rf_knob_is_set(RF_KNOB_W4A16_CFG);
+    for (int cfg = 0; cfg <= (user_cfg ? 0 : 2); cfg++) {
+        char v[4];
+        snprintf(v, sizeof v, "%d", cfg);
+        if (!user_cfg) assert_int_equal(rf_knob_override(RF_KNOB_W4A16_CFG, v), RF_OK);
+        assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
+        rf_status st = rf_gpu_w4a16(g_ctx, dy, dw, t, dx, nt, n_in, n_out);
+        if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
+        assert_int_equal(st, RF_OK);
+        dev_to(got, dy, nt * n_out * 4);
+        int nan = 0;
+        for (int64_t i = 0; i < nt * n_out; i++) nan += isnan(got[i]) != 0;
+        if (nan) fprintf(stderr, "  %d outputs not written (NaN poison left)\n", nan);
+        char what[96];
+        snprintf(what, sizeof what, "w4a16 cfg %d %s nt=%lld %lldx%lld", user_cfg ? -1 : cfg, rf_type_name(t),
+                 (long long)nt, (long long)n_out, (long long)n_in);
+        const int bad = twin_check(&tw, got, what);
+        for (int k = 0; k < ns; k++) memcpy(gs + k * n_out, got + tw.samp[k] * n_out, n_out * 4);
+        check_rel(what, gs, ref, ns * n_out, 1e-2); /* against the f32 oracle: x's int8 rounding */
+        assert_int_equal(nan, 0);
+        assert_int_equal(bad, 0);
+        assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
+        assert_int_equal(rf_gpu_w4a16(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
+        dev_to(got2, dy, nt * n_out * 4);
+        assert_memory_equal(got, got2, nt * n_out * 4);
+    }
+    if (!user_cfg) assert_int_equal(rf_knob_override(RF_KNOB_W4A16_CFG, NULL), RF_OK);
     rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
-    free(w), free(x), free(got), free(got2), free(wd), free(xd), free(want), free(bound), free(xs), free(ref), free(gs);
+    free(w), free(x), free(got), free(got2), free(tw.want), free(tw.bound), free(xs), free(ref), free(gs);
 }
 
 static void test_w4a16_vs_twin(void **state) {
@@ -247,10 +274,11 @@ static rf_status bench_call(int path, float *y, void *w, rf_type t, const float 
     return rf_gpu_gemm(g_ctx, y, w, t, x, nt, n_in, n_out);
 }
 static void bench(void) {
+    const bool cfg_set = rf_knob_is_set(RF_KNOB_W4A16_CFG); /* a measurement's own choice: kept */
     const int64_t shapes[][2] = {{4096, 4096}, {4096, 6144}, {4096, 28672}, {14336, 4096}}; /* n_in, n_out */
     const int64_t nts[] = {64, 128, 256, 512};
-    fprintf(stderr, "  %-6s %-12s %4s  %9s %5s  %9s %5s  %9s %5s\n", "type", "n_out x n_in", "tok", "w4a16 us", "TOPS",
-            "mmq2 us", "TOPS", "gemm us", "TOPS");
+    fprintf(stderr, "  %-6s %-12s %4s  %9s %5s  %9s %5s  %9s %5s  %9s %5s  %9s %5s\n", "type", "n_out x n_in", "tok",
+            "w4a16 us", "TOPS", "w4a-64 us", "TOPS", "w4a-128", "TOPS", "mmq2 us", "TOPS", "gemm us", "TOPS");
     for (size_t ti = 0; ti < N_TYPES; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const rf_type t = k_types[ti];
@@ -274,7 +302,13 @@ static void bench(void) {
                 char sh[32];
                 snprintf(sh, sizeof sh, "%lldx%lld", (long long)n_out, (long long)n_in);
                 fprintf(stderr, "  %-6s %-12s %4lld", rf_type_name(t), sh, (long long)nt);
-                for (int p = 0; p < 3; p++) {
+                for (int c = 0; c < 5; c++) { /* W4A16 auto, tiles of 64, of 128; MMQ; dequantize + cuBLAS */
+                    const int p = c < 3 ? 0 : c - 2;
+                    if (!cfg_set && c < 3) {
+                        char v[4];
+                        snprintf(v, sizeof v, "%d", c);
+                        assert_int_equal(rf_knob_override(RF_KNOB_W4A16_CFG, v), RF_OK);
+                    }
                     if (p == 1 && !rf_gpu_mmq_supported(t, n_in)) {
                         fprintf(stderr, "  %9s %5s", "-", "-");
                         continue;
@@ -293,6 +327,7 @@ static void bench(void) {
             for (int i = 0; i < nmat; i++) rf_gpu_free(g_ctx, w[i]);
             rf_gpu_free(g_ctx, x), rf_gpu_free(g_ctx, y);
         }
+    if (!cfg_set) assert_int_equal(rf_knob_override(RF_KNOB_W4A16_CFG, NULL), RF_OK);
 }
 
 static void test_w4a16_bench(void **state) {

@@ -13,15 +13,17 @@
  * Error model against a twin that uses the same f16 operands (the test's): every weight is the
  *   f16 the kernel forms, Q4_0 / Q8_0 f16(d (q - c)) (one rounding of an exact product), Q4_K
  *   f16(q s - m) with s = f16(d sc), m = f16(dmin mn) (three roundings); x the f16 above.
- *   Products of two f16 are exact in f32; the tensor cores sum each k16 step into the f32
- *   accumulator (Hopper / Ampere: at most ~2 units of the f32 rounding per step of the larger of
- *   |acc| and the step's sum of |w x|), in k order within each split, and splits are added in
- *   order by rf_k_w4a16_reduce. Bound per output: 4 u32 (n_in / 16 + splits) sum_i |w_i x_i|,
- *   u32 = 2^-24. Against rf_ref_matmul (f32 x, exact weights): the int8 rounding of x (~0.5% rel.
+ *   Products of two f16 are exact in f32; the tensor cores add each k16 step's 16 products to
+ *   the f32 accumulator with the significands aligned to the largest and truncated (a few extra
+ *   bits), then normalised toward zero: per step at most ~(17 2^-26 + 2^-23) of the larger of
+ *   |acc| and the step's sum of |w x|, taken as 8 u32 (u32 = 2^-24); steps in k order within a
+ *   split, splits (<= 8) added in order by rf_k_w4a16_reduce. Bound per output:
+ *   8 u32 (n_in / 16 + 8) sum_i |w_i x_i|. Against rf_ref_matmul (f32 x, exact weights): the int8 rounding of x (~0.5% rel.
  *   L2 as MMQ / BLAS) and 2^-11 per weight dominate: rel. L2 < 1e-2.
  * Not batch invariant (splits depend on the token count); deterministic call to call. */
 #include <stdlib.h>
 
+#include "core/knobs.h"
 #include "backend/gpu/gpu_internal.h"
 #include "backend/gpu/gpu_quant.cuh"
 
@@ -339,11 +341,13 @@ static rf_status rf_w4a16_check(const char *op, const void *w, rf_type wtype, co
 }
 
 #if !defined(RF_HIP)
-/* Tiles and split-K from the shape: tiles of 64 tokens up to 64, else 128; the row of chunks
+/* Tiles and split-K from the shape: tiles of 64 tokens up to 64, else 128 (RF_W4A16_CFG 1 / 2:
+ * always 64 / 128; a measurement knob read at every call, so a test may turn it); the row of chunks
  * split so that the blocks about fill the SMs once (1 block per SM with tiles of 128, 2 with 64)
  * where the tiles alone leave half of them idle, at least 4 chunks per split, at most 8. */
 static void rf_w4a16_plan(const rf_gpu_ctx *ctx, int64_t nt, int64_t n_in, int64_t n_out, int *bn, int *splits) {
-    *bn = nt <= 64 ? 64 : 128;
+    const int64_t cfg = rf_knob_int(RF_KNOB_W4A16_CFG);
+    *bn = cfg == 1 ? 64 : cfg == 2 ? 128 : nt <= 64 ? 64 : 128;
     const int64_t slots = (int64_t)ctx->info.sm_count * (*bn == 64 ? 2 : 1);
     const int64_t tiles = ((nt + *bn - 1) / *bn) * ((n_out + RF_W4_BM - 1) / RF_W4_BM);
     int64_t s = slots / (tiles > 0 ? tiles : 1);
