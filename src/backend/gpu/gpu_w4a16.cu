@@ -18,8 +18,9 @@
  *   bits), then normalised toward zero: per step at most ~(17 2^-26 + 2^-23) of the larger of
  *   |acc| and the step's sum of |w x|, taken as 8 u32 (u32 = 2^-24); steps in k order within a
  *   split, splits (<= 8) added in order by rf_k_w4a16_reduce. Bound per output:
- *   8 u32 (n_in / 16 + 8) sum_i |w_i x_i|. Against rf_ref_matmul (f32 x, exact weights): the int8 rounding of x (~0.5% rel.
- *   L2 as MMQ / BLAS) and 2^-11 per weight dominate: rel. L2 < 1e-2.
+ *   8 u32 (n_in / 16 + 8) sum_i |w_i x_i|. Against rf_ref_matmul (f32 x, exact weights): the
+ *   int8 rounding of x (~0.5% rel. L2, as MMQ / BLAS) and 2^-11 per weight dominate: rel. L2
+ *   < 1e-2. (Q8_0 is W8A16 by the same scheme; the name is the family's.)
  * Not batch invariant (splits depend on the token count); deterministic call to call. */
 #include <stdlib.h>
 
@@ -57,9 +58,9 @@ template <int T, int BN> struct rf_w4_tile {
  * compiler may interleave them with the next fragments' decoding) */
 static __device__ __forceinline__ void rf_w4_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 /* four 8x8 f16 matrices from shared memory (volatile: ordered with the barriers) */
 static __device__ __forceinline__ void rf_w4_ldm4(uint32_t *r, unsigned addr) {
