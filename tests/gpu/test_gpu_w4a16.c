@@ -1,5 +1,5 @@
 /* test_gpu_w4a16.c — W4A16 (rf_gpu_w4a16: quantized products on the f16 tensor cores, weights
- * dequantized in registers) for Q4_0, Q4_K, Q8_0 on random blocks (seed printed), outputs
+ * dequantized in registers) for Q4_0, Q4_K, Q5_K, Q8_0 on random blocks (seed printed), outputs
  * poisoned first, at 64..512 tokens, real widths and odd shapes (rows and tokens past a tile, one
  * chunk, split rows). Two checks on sampled tokens (all rows):
  *  - against a CPU twin with the kernel's own f16 operands (x rounded as rf_gpu_gemm rounds it,
@@ -30,7 +30,7 @@ int main(void) {
 #include "backend/ref/ref_ops.h"
 #include "rocmforge/quant.h"
 
-static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q4_K, RF_TYPE_Q8_0};
+static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q8_0};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 /* v rounded to the nearest f16 (ties to even), from double (exact: no double rounding) */
@@ -68,15 +68,17 @@ static void twin_row(rf_type t, const uint8_t *row, int64_t n_in, double *w) {
         }
         return;
     }
-    for (int64_t s = 0; s < n_in / 256; s++) { /* Q4_K */
-        const uint8_t *p = row + s * 144;
+    const bool k5 = t == RF_TYPE_Q5_K; /* else Q4_K */
+    for (int64_t s = 0; s < n_in / 256; s++) {
+        const uint8_t *p = row + s * (k5 ? 176 : 144);
         const double d = h2d(p), dm = h2d(p + 2);
         for (int j = 0; j < 8; j++) {
             int sc, m;
             k4_sm(j, p + 4, &sc, &m);
             const double fs = f16_round((double)(float)(d * sc)), fm = f16_round((double)(float)(dm * m));
             for (int l = 0; l < 32; l++) {
-                const int q = (p[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
+                const int q = ((p[(k5 ? 48 : 16) + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15) |
+                              (k5 ? ((p[16 + l] >> j) & 1) << 4 : 0);
                 w[s * 256 + 32 * j + l] = f16_round(q * fs - fm);
             }
         }

@@ -1,6 +1,6 @@
 /* gpu_w4a16.cu — W4A16: quantized products of many tokens (64..thousands) on the f16 tensor cores
  * (CUDA sm_80+, mma.sync m16n8k16), the weights kept quantized in memory and dequantized to f16
- * in registers per fragment; Q4_0, Q4_K, Q8_0. Twin: rf_ref_matmul (x as rf_gpu_gemm rounds it).
+ * in registers per fragment; Q4_0, Q4_K, Q5_K, Q8_0. Twin: rf_ref_matmul (x as rf_gpu_gemm rounds it).
  *
  * Contract (rf_gpu_w4a16, rf_gpu_w4a16_f16x):
  *   y[t, o] = sum_i W[o, i] x[t, i], y f32 [n_tokens, n_out] row-major (rf_gpu_matmul's layout),
@@ -12,7 +12,7 @@
  *   rf_gpu_w4a16_f16x takes x already in f16 [n_tokens, n_in].
  * Error model against a twin that uses the same f16 operands (the test's): every weight is the
  *   f16 the kernel forms, Q4_0 / Q8_0 f16(d (q - c)) (one rounding of an exact product), Q4_K
- *   f16(q s - m) with s = f16(d sc), m = f16(dmin mn) (three roundings); x the f16 above.
+ *   / Q5_K f16(q s - m) with s = f16(d sc), m = f16(dmin mn) (three roundings); x the f16 above.
  *   Products of two f16 are exact in f32; the tensor cores add each k16 step's 16 products to
  *   the f32 accumulator with the significands aligned to the largest and truncated (a few extra
  *   bits), then normalised toward zero: per step at most ~(17 2^-26 + 2^-23) of the larger of
@@ -40,6 +40,7 @@
 template <int T> struct rf_w4_fmt;
 template <> struct rf_w4_fmt<RF_TYPE_Q4_0> { static constexpr int SA = 144; };
 template <> struct rf_w4_fmt<RF_TYPE_Q4_K> { static constexpr int SA = 144; };
+template <> struct rf_w4_fmt<RF_TYPE_Q5_K> { static constexpr int SA = 176; };
 template <> struct rf_w4_fmt<RF_TYPE_Q8_0> { static constexpr int SA = 272; };
 
 /* BN tokens per block (64 or 128; each warp BN / 2 of them), ST stages */
@@ -49,8 +50,8 @@ template <int T, int BN> struct rf_w4_tile {
     static constexpr int ABYTES = RF_W4_BM * SA;
     static constexpr int STAGE = ABYTES + BN * RF_W4_SB;
     static constexpr int SMEM = ST * STAGE;
-    /* blocks per SM (Q4_K: 1, its scales would spill at 128 registers) */
-    static constexpr int MINB = T != RF_TYPE_Q4_K && 2 * SMEM + 2048 <= 228 * 1024 ? 2 : 1;
+    /* blocks per SM (Q4_K / Q5_K: 1, their scales would spill at 128 registers) */
+    static constexpr int MINB = T != RF_TYPE_Q4_K && T != RF_TYPE_Q5_K && 2 * SMEM + 2048 <= 228 * 1024 ? 2 : 1;
     static constexpr int NF = BN / 16;                                  /* n8 fragments per warp */
 };
 
@@ -192,9 +193,9 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
             for (int h = 0; h < 2; h++) ra[mf][h] = sl + (32 * wm + 16 * mf + 8 * h + g) * SA;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            /* Q4_K: sub-blocks 2j (low nibbles) and 2j + 1 (high) of each row: f16 scale s and min m */
+            /* Q4_K / Q5_K: sub-blocks 2j (low nibbles) and 2j + 1 (high) of each row: f16 scale s and min m */
             __half2 SL[2][2], ML[2][2], SH[2][2], MH[2][2];
-            if constexpr (T == RF_TYPE_Q4_K) {
+            if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
 #pragma unroll
                 for (int mf = 0; mf < 2; mf++)
 #pragma unroll
@@ -213,7 +214,7 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
             for (int c = 0; c < 2; c++) {
                 uint32_t Alo[2][4], Ahi[2][4]; /* the fragments of k16 steps klo and khi */
                 int klo, khi;
-                if constexpr (T == RF_TYPE_Q4_K) klo = 4 * j + c, khi = 4 * j + 2 + c;
+                if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) klo = 4 * j + c, khi = 4 * j + 2 + c;
                 else klo = 4 * j + 2 * c, khi = klo + 1; /* block 2j + c: its halves */
 #pragma unroll
                 for (int mf = 0; mf < 2; mf++)
@@ -228,14 +229,26 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
                             Alo[mf][2 + h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 8), c8), d));
                             Ahi[mf][h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 4), c8), d));
                             Ahi[mf][2 + h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 12), c8), d));
-                        } else if constexpr (T == RF_TYPE_Q4_K) {
-                            const uint32_t v = rf_w4_bytes(r + 16 + 32 * j + 16 * c + 2 * t);
+                        } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
+                            /* qs at 16 (Q4_K) / 48 (Q5_K): bytes 32 j + 16 c + 2t..; Q5_K's fifth
+                             * bit: bit 2j / 2j + 1 of qh bytes 16 c + 2t.. (at 16), as bit 4 */
+                            constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
+                            const uint32_t v = rf_w4_bytes(r + QS + 32 * j + 16 * c + 2 * t);
+                            uint32_t b5[4] = {0, 0, 0, 0}; /* lo pair, hi pair of klo; of khi */
+                            if constexpr (T == RF_TYPE_Q5_K) {
+                                const uint32_t vh = rf_w4_bytes(r + 16 + 16 * c + 2 * t);
+                                b5[0] = ((vh >> (2 * j)) & 0x00010001u) << 4;
+                                b5[1] = ((vh >> (8 + 2 * j)) & 0x00010001u) << 4;
+                                b5[2] = ((vh >> (2 * j + 1)) & 0x00010001u) << 4;
+                                b5[3] = ((vh >> (8 + 2 * j + 1)) & 0x00010001u) << 4;
+                            }
                             const __half2 c0 = __float2half2_rn(1024.0f);
                             const __half2 nl = __hneg2(ML[mf][h]), nh = __hneg2(MH[mf][h]);
-                            Alo[mf][h] = rf_w4_u(__hfma2(__hsub2(rf_w4_nib(v, 0), c0), SL[mf][h], nl));
-                            Alo[mf][2 + h] = rf_w4_u(__hfma2(__hsub2(rf_w4_nib(v, 8), c0), SL[mf][h], nl));
-                            Ahi[mf][h] = rf_w4_u(__hfma2(__hsub2(rf_w4_nib(v, 4), c0), SH[mf][h], nh));
-                            Ahi[mf][2 + h] = rf_w4_u(__hfma2(__hsub2(rf_w4_nib(v, 12), c0), SH[mf][h], nh));
+                            auto q = [&](int sh, uint32_t hb) { return __hsub2(rf_w4_h2(rf_w4_u(rf_w4_nib(v, sh)) | hb), c0); };
+                            Alo[mf][h] = rf_w4_u(__hfma2(q(0, b5[0]), SL[mf][h], nl));
+                            Alo[mf][2 + h] = rf_w4_u(__hfma2(q(8, b5[1]), SL[mf][h], nl));
+                            Ahi[mf][h] = rf_w4_u(__hfma2(q(4, b5[2]), SH[mf][h], nh));
+                            Ahi[mf][2 + h] = rf_w4_u(__hfma2(q(12, b5[3]), SH[mf][h], nh));
                         } else { /* Q8_0, block 2j + c: bytes 2t.. of the first 16 quants, then of the second */
                             const int b = 2 * j + c;
                             const uint8_t *q = r + 34 * b + 2 + 2 * t;
@@ -324,7 +337,7 @@ extern "C" bool rf_gpu_w4a16_supported(rf_type t, int64_t n_in) {
     return false;
 #else
     if (n_in < RF_W4_KC || n_in > ((int64_t)1 << 28) || n_in % RF_W4_KC) return false;
-    return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q8_0;
+    return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q8_0;
 #endif
 }
 
@@ -332,7 +345,7 @@ extern "C" bool rf_gpu_w4a16_supported(rf_type t, int64_t n_in) {
 static rf_status rf_w4a16_check(const char *op, const void *w, rf_type wtype, const void *x, const float *y,
                                 int64_t n_tokens, int64_t n_in, int64_t n_out) {
     RF_GPU_REQUIRE(rf_gpu_w4a16_supported(wtype, n_in), op, "weight type %d with n_in=%lld has no W4A16 kernel "
-                   "(CUDA: Q4_0, Q4_K, Q8_0 with n_in a multiple of 256)", (int)wtype, (long long)n_in);
+                   "(CUDA: Q4_0, Q4_K, Q5_K, Q8_0 with n_in a multiple of 256)", (int)wtype, (long long)n_in);
     RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 65535 && n_out >= 1 && n_out <= 0x7fffffff &&
                        n_tokens * n_in <= 0x7fffffff && n_tokens * n_out <= 0x7fffffff, op, "shape %lld x %lld x %lld",
                    (long long)n_tokens, (long long)n_in, (long long)n_out);
@@ -369,6 +382,7 @@ static rf_status rf_w4a16_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type 
     switch (wtype) {
     case RF_TYPE_Q4_0: st = rf_w4a16_launch<RF_TYPE_Q4_0>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
     case RF_TYPE_Q4_K: st = rf_w4a16_launch<RF_TYPE_Q4_K>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
+    case RF_TYPE_Q5_K: st = rf_w4a16_launch<RF_TYPE_Q5_K>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
     default: st = rf_w4a16_launch<RF_TYPE_Q8_0>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
     }
     if (!st && splits > 1) {
