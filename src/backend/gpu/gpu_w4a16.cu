@@ -357,12 +357,18 @@ static rf_status rf_w4a16_check(const char *op, const void *w, rf_type wtype, co
 #if !defined(RF_HIP)
 /* Tiles and split-K from the shape: tiles of 64 tokens up to 64, else 128 (RF_W4A16_CFG 1 / 2:
  * always 64 / 128; a measurement knob read at every call, so a test may turn it); the row of chunks
- * split so that the blocks about fill the SMs once (1 block per SM with tiles of 128, 2 with 64)
+ * split so that the blocks about fill the SMs once (1 block per SM, 2 with Q4_0's tiles of 64)
  * where the tiles alone leave half of them idle, at least 4 chunks per split, at most 8. */
-static void rf_w4a16_plan(const rf_gpu_ctx *ctx, int64_t nt, int64_t n_in, int64_t n_out, int *bn, int *splits) {
+static_assert(rf_w4_tile<RF_TYPE_Q4_K, 64>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64>::MINB == 1 &&
+                  rf_w4_tile<RF_TYPE_Q8_0, 64>::MINB == 1 && rf_w4_tile<RF_TYPE_Q4_0, 128>::MINB == 1,
+              "rf_w4a16_plan counts 2 blocks per SM for Q4_0's tiles of 64 only");
+static void rf_w4a16_plan(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_in, int64_t n_out, int *bn,
+                          int *splits) {
     const int64_t cfg = rf_knob_int(RF_KNOB_W4A16_CFG);
     *bn = cfg == 1 ? 64 : cfg == 2 ? 128 : nt <= 64 ? 64 : 128;
-    const int64_t slots = (int64_t)ctx->info.sm_count * (*bn == 64 ? 2 : 1);
+    /* blocks per SM: the instance's launch bound (only Q4_0's tiles of 64 fit 2) */
+    const int minb = *bn == 128 ? 1 : t == RF_TYPE_Q4_0 ? rf_w4_tile<RF_TYPE_Q4_0, 64>::MINB : 1;
+    const int64_t slots = (int64_t)ctx->info.sm_count * minb;
     const int64_t tiles = ((nt + *bn - 1) / *bn) * ((n_out + RF_W4_BM - 1) / RF_W4_BM);
     int64_t s = slots / (tiles > 0 ? tiles : 1);
     const int64_t nch = n_in / RF_W4_KC;
@@ -405,7 +411,7 @@ extern "C" rf_status rf_gpu_w4a16_f16x(rf_gpu_ctx *ctx, float *y, const void *w,
 #else
     RF_GPU_REQUIRE(ctx->info.cc_major >= 8, op, "the f16 tensor-core kernel needs compute capability 8.0+");
     int bn, splits;
-    rf_w4a16_plan(ctx, n_tokens, n_in, n_out, &bn, &splits);
+    rf_w4a16_plan(ctx, wtype, n_tokens, n_in, n_out, &bn, &splits);
     size_t mark = ctx->scratch_used;
     void *tmp = NULL;
     if (splits > 1 && (st = rf_gpu_tmp(ctx, (size_t)splits * n_tokens * n_out * sizeof(float), &tmp, &mark)))
@@ -427,7 +433,7 @@ extern "C" rf_status rf_gpu_w4a16(rf_gpu_ctx *ctx, float *y, const void *w, rf_t
 #else
     RF_GPU_REQUIRE(ctx->info.cc_major >= 8, op, "the f16 tensor-core kernel needs compute capability 8.0+");
     int bn, splits;
-    rf_w4a16_plan(ctx, n_tokens, n_in, n_out, &bn, &splits);
+    rf_w4a16_plan(ctx, wtype, n_tokens, n_in, n_out, &bn, &splits);
     const int64_t nx = n_tokens * n_in;
     const size_t xb = ((size_t)nx * 2 + 255) & ~(size_t)255;
     const size_t pb = splits > 1 ? (size_t)splits * n_tokens * n_out * sizeof(float) : 0;
