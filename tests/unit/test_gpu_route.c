@@ -90,8 +90,25 @@ static void test_knobs_and_builds(void **state) {
     assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS); /* past MMQ's 128, within 256 */
 }
 
+/* RF_GPU_W4A16=1: W4A16 from w4a16_min tokens, ahead of MMQ and BLAS; never in deterministic mode */
+static void test_w4a16(void **state) {
+    (void)state;
+    for (int64_t n = 1; n <= 600; n += 7) {
+        rf_gpu_route_facts f = facts(RF_TYPE_Q4_0, n, true);
+        const rf_gpu_route_kind off = rf_gpu_route(&f);
+        f.w4a16 = true, f.w4a16_min = 97;
+        assert_int_equal(rf_gpu_route(&f), n >= 97 ? RF_ROUTE_W4A16 : off);
+        f.w4a16_min = 64; /* below MMQ's top: it takes them from MMQ */
+        assert_int_equal(rf_gpu_route(&f), n >= 64 ? RF_ROUTE_W4A16 : off);
+        f.invariant = true;
+        assert_int_equal(rf_gpu_route(&f), RF_ROUTE_MMQ);
+    }
+    assert_string_equal(rf_gpu_route_name(RF_ROUTE_W4A16), "w4a16");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_w4a16),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_knobs_and_builds),

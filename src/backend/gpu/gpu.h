@@ -192,6 +192,15 @@ rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, c
 rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
                      int64_t n_tokens, int64_t n_in, int64_t n_out);
 bool rf_gpu_mmq_supported(rf_type wtype, int64_t n_in);
+/* W4A16 (gpu_w4a16.cu): y = W x on the f16 tensor cores, W dequantized to f16 in registers per
+ * fragment (never whole), x rounded as rf_gpu_gemm rounds it (int8 per 32, then f16) or, with
+ * _f16x, given in f16 [n_tokens, n_in]. rf_gpu_w4a16_supported: CUDA (cc 8.0+ checked by the
+ * call), Q4_0, Q4_K, Q5_K, Q8_0 with n_in a multiple of 256. Contract and error model: gpu_w4a16.cu. */
+rf_status rf_gpu_w4a16(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
+                       int64_t n_tokens, int64_t n_in, int64_t n_out);
+rf_status rf_gpu_w4a16_f16x(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *x16,
+                            int64_t n_tokens, int64_t n_in, int64_t n_out);
+bool rf_gpu_w4a16_supported(rf_type wtype, int64_t n_in);
 /* Whether rf_gpu_matmul sends a product of n_tokens to MMQ (the router's answer, gpu_route.h:
  * RF_GPU_MMQ_MIN .. MAX tokens, default 17 .. 96, or every count in deterministic mode). */
 bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);

@@ -136,6 +136,9 @@ extern "C" rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type wty
     f.blas = true;
 #endif
     rf_route_knobs(&f.gemv_max, &f.mmq_min, &f.mmq_max);
+    /* RF_GPU_W4A16 (2 = auto: off until measured) read per call, so a test may turn it */
+    f.w4a16 = rf_knob_int(RF_KNOB_GPU_W4A16) == 1 && ctx->info.cc_major >= 8 && rf_gpu_w4a16_supported(wtype, n_in);
+    f.w4a16_min = rf_knob_int(RF_KNOB_GPU_W4A16_MIN);
     return rf_gpu_route(&f);
 }
 
@@ -167,6 +170,7 @@ extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_
     case RF_ROUTE_GEMV: return rf_gpu_gemv(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
     case RF_ROUTE_GEMV_GROUPS: return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
     case RF_ROUTE_BLAS: return rf_gpu_gemm(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    case RF_ROUTE_W4A16: return rf_gpu_w4a16(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
     default:
         return rf_set_error(RF_ERR_UNSUPPORTED, "deterministic mode: no batch-invariant GPU product for %s weights with "
                             "%lld inputs (it has q4_0, q8_0, q4_K, q5_K and q6_K on sm_80 and newer); use the CPU or "

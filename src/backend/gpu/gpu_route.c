@@ -11,6 +11,10 @@ rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
     const int64_t n = f->n_tokens;
     /* batch invariance: only MMQ's reduction order is independent of the token count */
     if (f->invariant) return f->mmq && n >= 1 ? RF_ROUTE_MMQ : RF_ROUTE_NONE;
+    /* W4A16 (RF_GPU_W4A16=1) from RF_GPU_W4A16_MIN tokens (default 97: where BLAS took over from
+     * MMQ); its default stays off until measured on the devices (tests/gpu/test_gpu_w4a16.c's
+     * RF_W4A16_BENCH table: W4A16 beside MMQ and dequantize + cuBLAS per type, shape, tokens) */
+    if (f->w4a16 && n >= (f->w4a16_min < 1 ? 1 : f->w4a16_min)) return RF_ROUTE_W4A16;
     /* MMQ from RF_GPU_MMQ_MIN (default 17: past the 16 tokens gemv_mt takes in one call, which
      * reads each weight once for all of them where MMQ reads it once per 32 and pays a split-K
      * reduction; on the H100 with the older GEMVs, 2 and 4 sequences of 8B Q4_0 lost with MMQ
@@ -38,6 +42,7 @@ const char *rf_gpu_route_name(rf_gpu_route_kind k) {
     case RF_ROUTE_GEMV_GROUPS: return "gemv-groups";
     case RF_ROUTE_MMQ: return "mmq";
     case RF_ROUTE_BLAS: return "blas";
+    case RF_ROUTE_W4A16: return "w4a16";
     default: return "none";
     }
 }

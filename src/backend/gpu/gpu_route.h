@@ -19,6 +19,7 @@ typedef enum rf_gpu_route_kind {
     RF_ROUTE_GEMV_GROUPS, /* rf_gpu_gemv in groups of gemv_n tokens (past one call, up to RF_GPU_GEMV_MAX, quantized) */
     RF_ROUTE_MMQ,         /* rf_gpu_mmq: int8 tensor cores, weight read once per 64 tokens */
     RF_ROUTE_BLAS,        /* rf_gpu_gemm: W dequantized to f16 in scratch, then cuBLAS / hipBLAS */
+    RF_ROUTE_W4A16,       /* rf_gpu_w4a16: f16 tensor cores, W dequantized in registers (RF_GPU_W4A16) */
     RF_ROUTE_NONE,        /* deterministic mode without a batch-invariant kernel: an error */
 } rf_gpu_route_kind;
 
@@ -34,13 +35,16 @@ typedef struct rf_gpu_route_facts {
                      * multi-token kernel gemv_mt takes the type and width, else 8) */
     int64_t mmq_min, mmq_max; /* RF_GPU_MMQ_MIN, RF_GPU_MMQ_MAX (0: never) */
     int64_t gemv_max;         /* RF_GPU_GEMV_MAX */
+    bool w4a16;               /* RF_GPU_W4A16 on and W4A16 has a kernel for (type, n_in) on this device */
+    int64_t w4a16_min;        /* RF_GPU_W4A16_MIN: fewest tokens it takes */
 } rf_gpu_route_facts;
 
 /* The route: deterministic mode takes MMQ for every token count where it has a kernel (its
  * result for a token does not depend on the call's token count), else NONE; otherwise MMQ inside
  * [mmq_min, mmq_max] (mmq_min at most 5 where gemv_n is 8: no gemv_mt), then 1..gemv_n tokens
  * one GEMV call, MMQ past that up to mmq_max, quantized types up to gemv_max in GEMV groups of
- * 8, the rest BLAS (GEMV groups where the build has no BLAS). */
+ * 8, the rest BLAS (GEMV groups where the build has no BLAS). With w4a16, W4A16 from w4a16_min
+ * tokens on (outside deterministic mode), ahead of MMQ and BLAS. */
 rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f);
 /* the most tokens one rf_gpu_gemv call takes for (type, n_in) on this context (gpu_gemv.cu) */
 int rf_gpu_gemv_max_tokens(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in);

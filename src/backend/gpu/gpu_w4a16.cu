@@ -1,0 +1,450 @@
+/* gpu_w4a16.cu — W4A16: quantized products of many tokens (64..thousands) on the f16 tensor cores
+ * (CUDA sm_80+, mma.sync m16n8k16), the weights kept quantized in memory and dequantized to f16
+ * in registers per fragment; Q4_0, Q4_K, Q5_K, Q8_0. Twin: rf_ref_matmul (x as rf_gpu_gemm rounds it).
+ *
+ * Contract (rf_gpu_w4a16, rf_gpu_w4a16_f16x):
+ *   y[t, o] = sum_i W[o, i] x[t, i], y f32 [n_tokens, n_out] row-major (rf_gpu_matmul's layout),
+ *   W: n_out rows in ggml's layout (row_bytes = n_in / block * block bytes), n_in a multiple of
+ *   256 (256 .. 2^28), 1 <= n_tokens <= 65535, n_tokens * n_in < 2^31; W and x 16-byte aligned
+ *   (rf_gpu_alloc memory), y 4-byte aligned. rf_gpu_w4a16 takes f32 x and rounds it as the BLAS
+ *   path does (rf_k_f32_to_f16_q8 of gpu_gemm.cu: int8 per 32 with ggml's rounding, times the
+ *   f16 scale, rounded to f16), so rf_gpu_matmul_rounds_x answers the same for either route;
+ *   rf_gpu_w4a16_f16x takes x already in f16 [n_tokens, n_in].
+ * Error model against a twin that uses the same f16 operands (the test's): every weight is the
+ *   f16 the kernel forms, Q4_0 / Q8_0 f16(d (q - c)) (one rounding of an exact product), Q4_K
+ *   / Q5_K f16(q s - m) with s = f16(d sc), m = f16(dmin mn) (three roundings); x the f16 above.
+ *   Products of two f16 are exact in f32; the tensor cores add each k16 step's 16 products to
+ *   the f32 accumulator with the significands aligned to the largest and truncated (a few extra
+ *   bits), then normalised toward zero: per step at most ~(17 2^-26 + 2^-23) of the larger of
+ *   |acc| and the step's sum of |w x|, taken as 8 u32 (u32 = 2^-24); steps in k order within a
+ *   split, splits (<= 8) added in order by rf_k_w4a16_reduce. Bound per output:
+ *   8 u32 (n_in / 16 + 8) sum_i |w_i x_i|. Against rf_ref_matmul (f32 x, exact weights): the
+ *   int8 rounding of x (~0.5% rel. L2, as MMQ / BLAS) and 2^-11 per weight dominate: rel. L2
+ *   < 1e-2. (Q8_0 is W8A16 by the same scheme; the name is the family's.)
+ * Not batch invariant (splits depend on the token count); deterministic call to call. */
+#include <stdlib.h>
+
+#include "core/knobs.h"
+#include "backend/gpu/gpu_internal.h"
+#include "backend/gpu/gpu_quant.cuh"
+
+#define RF_W4_BM 128   /* weight rows per block: 4 warps along them, 32 rows (2 m16 fragments) each */
+#define RF_W4_KC 256   /* elements of a row per pipeline stage (a Q4_K super-block, 8 Q4_0 / Q8_0 blocks) */
+#define RF_W4_SB 528   /* a staged token's stride: 512 bytes of f16 x + 16 (ldmatrix rows on distinct banks) */
+#define RF_W4_NTH 256  /* threads per block: 8 warps, 4 along the rows x 2 along the tokens */
+
+#if !defined(RF_HIP) /* mma.sync, ldmatrix, cp.async: CUDA only */
+
+/* SA: bytes of a row per stage (16-byte multiple; word count 4 mod 8, so the rows g of a fragment
+ * load fall on distinct banks) */
+template <int T> struct rf_w4_fmt;
+template <> struct rf_w4_fmt<RF_TYPE_Q4_0> { static constexpr int SA = 144; };
+template <> struct rf_w4_fmt<RF_TYPE_Q4_K> { static constexpr int SA = 144; };
+template <> struct rf_w4_fmt<RF_TYPE_Q5_K> { static constexpr int SA = 176; };
+template <> struct rf_w4_fmt<RF_TYPE_Q8_0> { static constexpr int SA = 272; };
+
+/* BN tokens per block (64 or 128; each warp BN / 2 of them), ST stages */
+template <int T, int BN> struct rf_w4_tile {
+    static constexpr int SA = rf_w4_fmt<T>::SA;
+    static constexpr int ST = 2;
+    static constexpr int ABYTES = RF_W4_BM * SA;
+    static constexpr int STAGE = ABYTES + BN * RF_W4_SB;
+    static constexpr int SMEM = ST * STAGE;
+    /* blocks per SM (Q4_K / Q5_K: 1, their scales would spill at 128 registers) */
+    static constexpr int MINB = T != RF_TYPE_Q4_K && T != RF_TYPE_Q5_K && 2 * SMEM + 2048 <= 228 * 1024 ? 2 : 1;
+    static constexpr int NF = BN / 16;                                  /* n8 fragments per warp */
+};
+
+/* d += a b for one m16n8k16 f16 tile, f32 accumulators (not volatile: no memory effect, so the
+ * compiler may interleave them with the next fragments' decoding) */
+static __device__ __forceinline__ void rf_w4_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* four 8x8 f16 matrices from shared memory (volatile: ordered with the barriers) */
+static __device__ __forceinline__ void rf_w4_ldm4(uint32_t *r, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+static __device__ __forceinline__ __half2 rf_w4_h2(uint32_t u) {
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return h;
+}
+static __device__ __forceinline__ uint32_t rf_w4_u(__half2 h) {
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+static __device__ __forceinline__ __half2 rf_w4_hb(uint16_t bits) { /* (h, h) from its bits */
+    return rf_w4_h2((uint32_t)bits * 0x10001u);
+}
+
+/* The 4 bytes at o + 2t, + 1, + 8, + 9 of a staged row (its k16 pairs of lane t), as
+ * (b0, b8, b1, b9): 4-bit nibbles of byte pairs fall in the two f16 halves by shift and mask */
+static __device__ __forceinline__ uint32_t rf_w4_bytes(const uint8_t *r) {
+    const uint32_t lo = *(const uint16_t *)r, hi = *(const uint16_t *)(r + 8);
+    return __byte_perm(lo, hi, 0x5140u);
+}
+/* the halves (1024 + nibble) of v >> sh's low nibbles in bytes 0 and 2 (exact f16 integers) */
+static __device__ __forceinline__ __half2 rf_w4_nib(uint32_t v, int sh) {
+    return rf_w4_h2(((v >> sh) & 0x000F000Fu) | 0x64006400u);
+}
+
+/* w4a16: y[t, o] for the tokens of blockIdx.x's tile of BN and the rows of blockIdx.y's tile of
+ * 128, over the chunks of 256 of blockIdx.z's share of the row (splits > 1: partial sums to
+ * y + z * nt * n_out, added by rf_k_w4a16_reduce). x16: f16 [nt, n_in]. Warp (wm, wn) = (warp % 4,
+ * warp / 4) owns rows 32 wm .. + 31 (two m16 fragments) by tokens BN / 2 wn .. + BN / 2 - 1 (NF
+ * n8 fragments). Per unit of 16 staged bytes of a row's quants (a Q4_0 block's, half of a Q4_K
+ * sub-block pair's) lane (g, t) reads 4 bytes of rows g, g + 8 that hold its A elements of two
+ * k16 steps (low nibbles: one, high: the other), forms 1024 + q as f16 by mask and or, subtracts
+ * the centre exactly and scales in f16 (one rounding: the f16 weight), then one mma per
+ * fragment pair and k16 step; B by ldmatrix from the staged f16 x. Chunks are staged by cp.async
+ * in a ring of ST stages (W of the first ones requested before rf_pdl_wait: W is not written by
+ * work in flight). Rows past n_out read the last row, tokens past nt the last token; neither is
+ * stored. launch: grid (ceil(nt / BN), ceil(n_out / 128), splits), 256 threads,
+ * rf_w4_tile<T, BN>::SMEM bytes of dynamic shared memory. */
+template <int T, int BN>
+__global__ void __launch_bounds__(RF_W4_NTH, rf_w4_tile<T, BN>::MINB)
+rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int n_out, int64_t row_bytes,
+           int splits) {
+    using L = rf_w4_tile<T, BN>;
+    constexpr int SA = L::SA, ST = L::ST, NF = L::NF, CW = SA / 16;
+    extern __shared__ __align__(16) uint8_t rf_w4_smem[];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+    const int wm = warp % 4, wn = warp / 4;
+    const int r0 = blockIdx.y * RF_W4_BM, t0 = blockIdx.x * BN;
+    const int nch = n_in / RF_W4_KC;
+    const int kc0 = (int)((int64_t)blockIdx.z * nch / splits), nk = (int)((int64_t)(blockIdx.z + 1) * nch / splits) - kc0;
+    const unsigned base = rf_smem_addr(rf_w4_smem);
+
+    auto issue_w = [&](int k, int slot) {
+        if (k >= nk) return;
+        const int64_t off = (int64_t)(kc0 + k) * SA;
+        const unsigned so = base + (unsigned)(slot * L::STAGE);
+#pragma unroll 4
+        for (int i = tid; i < RF_W4_BM * CW; i += RF_W4_NTH) {
+            const int row = i / CW, col = i % CW;
+            const int r = r0 + row < n_out ? r0 + row : n_out - 1;
+            rf_cp_async16_s(so + (unsigned)(row * SA + col * 16), w + (int64_t)r * row_bytes + off + col * 16);
+        }
+    };
+    auto issue_x = [&](int k, int slot) {
+        if (k >= nk) return;
+        const int64_t kx = (int64_t)(kc0 + k) * RF_W4_KC;
+        const unsigned so = base + (unsigned)(slot * L::STAGE + L::ABYTES);
+#pragma unroll 4
+        for (int i = tid; i < BN * 32; i += RF_W4_NTH) {
+            const int n = i / 32, c = i % 32, tok = t0 + n < nt ? t0 + n : nt - 1;
+            rf_cp_async16_s(so + (unsigned)(n * RF_W4_SB + c * 16), x16 + (int64_t)tok * n_in + kx + c * 8);
+        }
+    };
+#pragma unroll
+    for (int k = 0; k < ST - 1; k++) {
+        issue_w(k, k);
+        rf_cp_async_commit();
+    }
+    rf_pdl_trigger();
+    rf_pdl_wait();
+#pragma unroll
+    for (int k = 0; k < ST - 1; k++) { /* groups W0..W(ST-2), X0..X(ST-2), then W+X per chunk */
+        issue_x(k, k);
+        rf_cp_async_commit();
+    }
+    float acc[2][NF][4];
+#pragma unroll
+    for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+        for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mf][nf][i] = 0.0f;
+    /* ldmatrix.x4 rows of lane: matrix lane / 8 = (tokens + 8 (lane / 16), k + 8 ((lane / 8) % 2)) */
+    const unsigned bl = (unsigned)((wn * (BN / 2) + (lane / 16) * 8 + lane % 8) * RF_W4_SB + ((lane / 8) % 2) * 16);
+
+    /* one k16 step: A (this warp's two m16 fragments) times the warp's NF n8 fragments of x */
+    auto step = [&](unsigned sb, int kk, const uint32_t (*A)[4]) {
+#pragma unroll
+        for (int p = 0; p < NF / 2; p++) {
+            uint32_t b[4];
+            rf_w4_ldm4(b, sb + bl + (unsigned)(p * 16 * RF_W4_SB + kk * 32));
+#pragma unroll
+            for (int mf = 0; mf < 2; mf++) {
+                rf_w4_mma(acc[mf][2 * p], A[mf], b[0], b[1]);
+                rf_w4_mma(acc[mf][2 * p + 1], A[mf], b[2], b[3]);
+            }
+        }
+    };
+
+    for (int k = 0; k < nk; k++) {
+        rf_cp_async_wait<ST - 2>();
+        __syncthreads(); /* chunk k visible to all; slot (k - 1) % ST read by all */
+        issue_w(k + ST - 1, (k + ST - 1) % ST);
+        issue_x(k + ST - 1, (k + ST - 1) % ST);
+        rf_cp_async_commit();
+        const uint8_t *sl = rf_w4_smem + (k % ST) * L::STAGE;
+        const unsigned sb = base + (unsigned)((k % ST) * L::STAGE + L::ABYTES);
+        const uint8_t *ra[2][2]; /* rows g, g + 8 of each m16 fragment */
+#pragma unroll
+        for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) ra[mf][h] = sl + (32 * wm + 16 * mf + 8 * h + g) * SA;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            /* Q4_K / Q5_K: sub-blocks 2j (low nibbles) and 2j + 1 (high) of each row: f16 scale s and min m */
+            __half2 SL[2][2], ML[2][2], SH[2][2], MH[2][2];
+            if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
+#pragma unroll
+                for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t *r = ra[mf][h];
+                        const float d = rf_h2f_bits(*(const uint16_t *)r), dm = rf_h2f_bits(*(const uint16_t *)(r + 2));
+                        int sc, m;
+                        rf_k4_sm(2 * j, r + 4, &sc, &m);
+                        SL[mf][h] = __float2half2_rn(d * (float)sc), ML[mf][h] = __float2half2_rn(dm * (float)m);
+                        rf_k4_sm(2 * j + 1, r + 4, &sc, &m);
+                        SH[mf][h] = __float2half2_rn(d * (float)sc), MH[mf][h] = __float2half2_rn(dm * (float)m);
+                    }
+            }
+            (void)SL, (void)ML, (void)SH, (void)MH;
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                uint32_t Alo[2][4], Ahi[2][4]; /* the fragments of k16 steps klo and khi */
+                int klo, khi;
+                if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) klo = 4 * j + c, khi = 4 * j + 2 + c;
+                else klo = 4 * j + 2 * c, khi = klo + 1; /* block 2j + c: its halves */
+#pragma unroll
+                for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t *r = ra[mf][h];
+                        if constexpr (T == RF_TYPE_Q4_0) {
+                            const int b = 2 * j + c;
+                            const uint32_t v = rf_w4_bytes(r + 18 * b + 2 + 2 * t);
+                            const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 18 * b)), c8 = __float2half2_rn(1032.0f);
+                            Alo[mf][h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 0), c8), d));
+                            Alo[mf][2 + h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 8), c8), d));
+                            Ahi[mf][h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 4), c8), d));
+                            Ahi[mf][2 + h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 12), c8), d));
+                        } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
+                            /* qs at 16 (Q4_K) / 48 (Q5_K): bytes 32 j + 16 c + 2t..; Q5_K's fifth
+                             * bit: bit 2j / 2j + 1 of qh bytes 16 c + 2t.. (at 16), as bit 4 */
+                            constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
+                            const uint32_t v = rf_w4_bytes(r + QS + 32 * j + 16 * c + 2 * t);
+                            uint32_t b5[4] = {0, 0, 0, 0}; /* lo pair, hi pair of klo; of khi */
+                            if constexpr (T == RF_TYPE_Q5_K) {
+                                const uint32_t vh = rf_w4_bytes(r + 16 + 16 * c + 2 * t);
+                                b5[0] = ((vh >> (2 * j)) & 0x00010001u) << 4;
+                                b5[1] = ((vh >> (8 + 2 * j)) & 0x00010001u) << 4;
+                                b5[2] = ((vh >> (2 * j + 1)) & 0x00010001u) << 4;
+                                b5[3] = ((vh >> (8 + 2 * j + 1)) & 0x00010001u) << 4;
+                            }
+                            const __half2 c0 = __float2half2_rn(1024.0f);
+                            const __half2 nl = __hneg2(ML[mf][h]), nh = __hneg2(MH[mf][h]);
+                            auto q = [&](int sh, uint32_t hb) { return __hsub2(rf_w4_h2(rf_w4_u(rf_w4_nib(v, sh)) | hb), c0); };
+                            Alo[mf][h] = rf_w4_u(__hfma2(q(0, b5[0]), SL[mf][h], nl));
+                            Alo[mf][2 + h] = rf_w4_u(__hfma2(q(8, b5[1]), SL[mf][h], nl));
+                            Ahi[mf][h] = rf_w4_u(__hfma2(q(4, b5[2]), SH[mf][h], nh));
+                            Ahi[mf][2 + h] = rf_w4_u(__hfma2(q(12, b5[3]), SH[mf][h], nh));
+                        } else { /* Q8_0, block 2j + c: bytes 2t.. of the first 16 quants, then of the second */
+                            const int b = 2 * j + c;
+                            const uint8_t *q = r + 34 * b + 2 + 2 * t;
+                            const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 34 * b)), c8 = __float2half2_rn(1152.0f);
+                            const uint32_t q0 = *(const uint16_t *)q, q1 = *(const uint16_t *)(q + 8);
+                            const uint32_t q2 = *(const uint16_t *)(q + 16), q3 = *(const uint16_t *)(q + 24);
+                            /* (b ^ 0x80) | 0x6400 in each half: 1024 + 128 + b exactly */
+                            auto h8 = [&](uint32_t u) {
+                                return __hmul2(__hsub2(rf_w4_h2(__byte_perm(u ^ 0x8080u, 0x6464u, 0x5140u)), c8), d);
+                            };
+                            Alo[mf][h] = rf_w4_u(h8(q0)), Alo[mf][2 + h] = rf_w4_u(h8(q1));
+                            Ahi[mf][h] = rf_w4_u(h8(q2)), Ahi[mf][2 + h] = rf_w4_u(h8(q3));
+                        }
+                    }
+                step(sb, klo, Alo);
+                step(sb, khi, Ahi);
+            }
+        }
+    }
+    float *out = splits > 1 ? y + (int64_t)blockIdx.z * nt * n_out : y;
+#pragma unroll
+    for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+        for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = r0 + 32 * wm + 16 * mf + g + 8 * (i / 2);
+                const int tok = t0 + wn * (BN / 2) + 8 * nf + 2 * t + i % 2;
+                if (row < n_out && tok < nt) out[(int64_t)tok * n_out + row] = acc[mf][nf][i];
+            }
+}
+
+/* y[i] = part[0][i] + ... + part[splits - 1][i] in that order (parts n apart) */
+__global__ void rf_k_w4a16_reduce(float *y, const float *part, int64_t n, int splits) {
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float s = part[i];
+        for (int k = 1; k < splits; k++) s += part[k * n + i];
+        y[i] = s;
+    }
+}
+
+/* x -> f16 as rf_gpu_gemm's x operand of a quantized weight (gpu_gemm.cu rf_k_f32_to_f16_q8, the
+ * same arithmetic): per 32, q = rint(x 127 / amax), x16 = f16(q f16(amax / 127)). n a multiple
+ * of 32; launch: blocks of 256, grid-stride over groups of 32 lanes. */
+__global__ void rf_k_w4a16_x(rf_half *y, const float *x, int64_t n) {
+    const int lane = threadIdx.x % 32;
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    for (int64_t g0 = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32 * 32; g0 < n;
+         g0 += (int64_t)gridDim.x * blockDim.x) {
+        const float v = x[g0 + lane];
+        float amax = fabsf(v);
+        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, RF_SHFL_XOR(amax, m));
+        const float d32 = amax / 127.0f, d16 = __half2float(__float2half(d32));
+        const float d = d16 <= 65504.0f ? d16 : d32;
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        y[g0 + lane] = __float2half_rn((float)__float2int_rn(v * id) * d);
+    }
+}
+
+template <int T, int BN>
+static rf_status rf_w4a16_launch_t(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in,
+                                   int n_out, int64_t rb, int splits) {
+    auto kern = rf_k_w4a16<T, BN>;
+    constexpr int smem = rf_w4_tile<T, BN>::SMEM;
+    static size_t attr[RF_GPU_MAX_DEVICES];
+    const rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)smem, 0, attr, "rf_k_w4a16");
+    if (st) return st;
+    const dim3 grid((unsigned)((nt + BN - 1) / BN), (unsigned)((n_out + RF_W4_BM - 1) / RF_W4_BM), (unsigned)splits);
+    return rf_gpu_launch(ctx, "rf_k_w4a16", true, kern, grid, dim3(RF_W4_NTH), (size_t)smem, y, w, x16, nt, n_in,
+                         n_out, rb, splits);
+}
+template <int T>
+static rf_status rf_w4a16_launch(rf_gpu_ctx *ctx, int bn, float *y, const uint8_t *w, const rf_half *x16, int nt,
+                                 int n_in, int n_out, int64_t rb, int splits) {
+    if (bn == 64) return rf_w4a16_launch_t<T, 64>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
+    return rf_w4a16_launch_t<T, 128>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
+}
+#endif /* !RF_HIP */
+
+extern "C" bool rf_gpu_w4a16_supported(rf_type t, int64_t n_in) {
+#if defined(RF_HIP)
+    (void)t, (void)n_in;
+    return false;
+#else
+    if (n_in < RF_W4_KC || n_in > ((int64_t)1 << 28) || n_in % RF_W4_KC) return false;
+    return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q8_0;
+#endif
+}
+
+/* the shape checks of both entries */
+static rf_status rf_w4a16_check(const char *op, const void *w, rf_type wtype, const void *x, const float *y,
+                                int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    RF_GPU_REQUIRE(rf_gpu_w4a16_supported(wtype, n_in), op, "weight type %d with n_in=%lld has no W4A16 kernel "
+                   "(CUDA: Q4_0, Q4_K, Q5_K, Q8_0 with n_in a multiple of 256)", (int)wtype, (long long)n_in);
+    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 65535 && n_out >= 1 && n_out <= 0x7fffffff &&
+                       n_tokens * n_in <= 0x7fffffff && n_tokens * n_out <= 0x7fffffff, op, "shape %lld x %lld x %lld",
+                   (long long)n_tokens, (long long)n_in, (long long)n_out);
+    RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 3) == 0, op,
+                   "w and x must be 16-byte aligned (rf_gpu_alloc memory)");
+    return RF_OK;
+}
+
+#if !defined(RF_HIP)
+/* Tiles and split-K from the shape: tiles of 64 tokens up to 64, else 128 (RF_W4A16_CFG 1 / 2:
+ * always 64 / 128; a measurement knob read at every call, so a test may turn it); the row of chunks
+ * split so that the blocks about fill the SMs once (1 block per SM, 2 with Q4_0's tiles of 64)
+ * where the tiles alone leave half of them idle, at least 4 chunks per split, at most 8. */
+static_assert(rf_w4_tile<RF_TYPE_Q4_K, 64>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64>::MINB == 1 &&
+                  rf_w4_tile<RF_TYPE_Q8_0, 64>::MINB == 1 && rf_w4_tile<RF_TYPE_Q4_0, 128>::MINB == 1,
+              "rf_w4a16_plan counts 2 blocks per SM for Q4_0's tiles of 64 only");
+static void rf_w4a16_plan(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_in, int64_t n_out, int *bn,
+                          int *splits) {
+    const int64_t cfg = rf_knob_int(RF_KNOB_W4A16_CFG);
+    *bn = cfg == 1 ? 64 : cfg == 2 ? 128 : nt <= 64 ? 64 : 128;
+    /* blocks per SM: the instance's launch bound (only Q4_0's tiles of 64 fit 2) */
+    const int minb = *bn == 128 ? 1 : t == RF_TYPE_Q4_0 ? rf_w4_tile<RF_TYPE_Q4_0, 64>::MINB : 1;
+    const int64_t slots = (int64_t)ctx->info.sm_count * minb;
+    const int64_t tiles = ((nt + *bn - 1) / *bn) * ((n_out + RF_W4_BM - 1) / RF_W4_BM);
+    int64_t s = slots / (tiles > 0 ? tiles : 1);
+    const int64_t nch = n_in / RF_W4_KC;
+    if (s > nch / 4) s = nch / 4;
+    if (s > 8) s = 8;
+    *splits = s < 1 ? 1 : (int)s;
+}
+
+/* the product from f16 x; part: splits * n_tokens * n_out floats of scratch where splits > 1 */
+static rf_status rf_w4a16_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const rf_half *x16,
+                              int64_t n_tokens, int64_t n_in, int64_t n_out, int bn, int splits, float *part) {
+    const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
+    float *out = splits > 1 ? part : y;
+    const uint8_t *wp = (const uint8_t *)w;
+    const int nt = (int)n_tokens, ni = (int)n_in, no = (int)n_out;
+    rf_status st;
+    switch (wtype) {
+    case RF_TYPE_Q4_0: st = rf_w4a16_launch<RF_TYPE_Q4_0>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
+    case RF_TYPE_Q4_K: st = rf_w4a16_launch<RF_TYPE_Q4_K>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
+    case RF_TYPE_Q5_K: st = rf_w4a16_launch<RF_TYPE_Q5_K>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
+    default: st = rf_w4a16_launch<RF_TYPE_Q8_0>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
+    }
+    if (!st && splits > 1) {
+        const int64_t ny = n_tokens * n_out;
+        st = rf_gpu_launch(ctx, "rf_k_w4a16_reduce", true, rf_k_w4a16_reduce, dim3(rf_gpu_blocks(ny, 256)), dim3(256),
+                           0, y, (const float *)part, ny, splits);
+    }
+    return st;
+}
+#endif
+
+extern "C" rf_status rf_gpu_w4a16_f16x(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *x16,
+                                       int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    const char *op = "rf_gpu_w4a16";
+    rf_status st = rf_w4a16_check(op, w, wtype, x16, y, n_tokens, n_in, n_out);
+    if (st) return st;
+#if defined(RF_HIP)
+    (void)ctx;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no W4A16 kernel on HIP", op);
+#else
+    RF_GPU_REQUIRE(ctx->info.cc_major >= 8, op, "the f16 tensor-core kernel needs compute capability 8.0+");
+    int bn, splits;
+    rf_w4a16_plan(ctx, wtype, n_tokens, n_in, n_out, &bn, &splits);
+    size_t mark = ctx->scratch_used;
+    void *tmp = NULL;
+    if (splits > 1 && (st = rf_gpu_tmp(ctx, (size_t)splits * n_tokens * n_out * sizeof(float), &tmp, &mark)))
+        return st;
+    st = rf_w4a16_run(ctx, y, w, wtype, (const rf_half *)x16, n_tokens, n_in, n_out, bn, splits, (float *)tmp);
+    ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
+    return st;
+#endif
+}
+
+extern "C" rf_status rf_gpu_w4a16(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
+                                  int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    const char *op = "rf_gpu_w4a16";
+    rf_status st = rf_w4a16_check(op, w, wtype, x, y, n_tokens, n_in, n_out);
+    if (st) return st;
+#if defined(RF_HIP)
+    (void)ctx;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no W4A16 kernel on HIP", op);
+#else
+    RF_GPU_REQUIRE(ctx->info.cc_major >= 8, op, "the f16 tensor-core kernel needs compute capability 8.0+");
+    int bn, splits;
+    rf_w4a16_plan(ctx, wtype, n_tokens, n_in, n_out, &bn, &splits);
+    const int64_t nx = n_tokens * n_in;
+    const size_t xb = ((size_t)nx * 2 + 255) & ~(size_t)255;
+    const size_t pb = splits > 1 ? (size_t)splits * n_tokens * n_out * sizeof(float) : 0;
+    size_t mark;
+    void *tmp;
+    if ((st = rf_gpu_tmp(ctx, xb + pb, &tmp, &mark))) return st;
+    rf_half *x16 = (rf_half *)tmp;
+    st = rf_gpu_launch(ctx, "rf_k_w4a16_x", true, rf_k_w4a16_x, dim3(rf_gpu_blocks(nx, 256)), dim3(256), 0, x16, x, nx);
+    if (!st)
+        st = rf_w4a16_run(ctx, y, w, wtype, x16, n_tokens, n_in, n_out, bn, splits, (float *)((char *)tmp + xb));
+    ctx->scratch_used = mark;
+    return st;
+#endif
+}
