@@ -170,9 +170,9 @@ const synth_preset synth_presets[] = {
     /* gemma4 (synth_presets_gemma.c has the rest of its shape): sliding and full layers with
      * different head sizes and KV heads, the last two layers reading earlier layers' KV,
      * per-layer token embeddings, partial proportional RoPE on full layers, soft-capping. */
-    {"tiny-gemma4", "8-layer gemma4 (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; 2 shared-KV layers; per-layer embeddings of 64), dim 256, tied, 2048-token SPM vocabulary",
+    {"tiny-gemma4", "8-layer gemma4 (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; 2 shared-KV layers; per-layer embeddings of 64), dim 256, tied, 2048-token gemma4 vocabulary (BPE over SPM-style text)",
      "Tiny Gemma 4 (synthetic)", "6M", SYNTH_ARCH_GEMMA4, 8, 256, 512, 4, 2, 64, 131072, 1000000.0f, 1e-6f, true,
-     0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 16, 0, false},
+     0, 0, 0, 0, {SYNTH_VOCAB_GEMMA4, 2048, 0}, NULL, 16, 0, false},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
