@@ -173,6 +173,11 @@ const synth_preset synth_presets[] = {
     {"tiny-gemma4", "8-layer gemma4 (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; 2 shared-KV layers; per-layer embeddings of 64), dim 256, tied, 2048-token gemma4 vocabulary (BPE over SPM-style text)",
      "Tiny Gemma 4 (synthetic)", "6M", SYNTH_ARCH_GEMMA4, 8, 256, 512, 4, 2, 64, 131072, 1000000.0f, 1e-6f, true,
      0, 0, 0, 0, {SYNTH_VOCAB_GEMMA4, 2048, 0}, NULL, 16, 0, false},
+    /* gemma4 MoE (26B-A4B's layout): every layer a dense GeGLU of 256 beside 8 experts of 128,
+     * top 2; no per-layer embeddings, no shared-KV layers */
+    {"tiny-gemma4moe", "6-layer gemma4 MoE (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; dense GeGLU of 256 beside 8 experts of 128, top-2), dim 256, tied, 2048-token gemma4 vocabulary",
+     "Tiny Gemma 4 MoE (synthetic)", "7M", SYNTH_ARCH_GEMMA4, 6, 256, 256, 4, 2, 64, 131072, 1000000.0f, 1e-6f, true,
+     0, 0, 0, 0, {SYNTH_VOCAB_GEMMA4, 2048, 0}, NULL, 16, 0, false},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
@@ -185,6 +190,7 @@ static const synth_moe synth_moe_table[] = {
     {"qwen3.6-35b-a3b", 256, 8, 512, 512},
     {"tiny-qwen3next", 8, 2, 128, 192},
     {"qwen3-next-80b-a3b", 512, 10, 512, 512},
+    {"tiny-gemma4moe", 8, 2, 128, 0},
 };
 
 const synth_moe *synth_moe_of(const synth_preset *p) {
