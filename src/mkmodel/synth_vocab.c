@@ -475,53 +475,6 @@ static const char *const SMOLLM_SPECIALS[] = {
 };
 #define SMOLLM_N_SPECIAL 17
 
-static const char TEMPLATE_LLAMA3[] =
-    "{{- bos_token }}\n"
-    "{%- for message in messages %}\n"
-    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
-    "{%- endif %}\n";
-
-static const char TEMPLATE_QWEN2[] =
-    "{%- if messages[0]['role'] != 'system' %}\n"
-    "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}\n"
-    "{%- endif %}\n"
-    "{%- for message in messages %}\n"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "{{- '<|im_start|>assistant\\n' }}\n"
-    "{%- endif %}\n";
-
-static const char TEMPLATE_SMOLLM[] =
-    "{%- for message in messages %}\n"
-    "{%- if loop.first and messages[0]['role'] != 'system' %}\n"
-    "{{- '<|im_start|>system\\nYou are a helpful AI assistant.<|im_end|>\\n' }}\n"
-    "{%- endif %}\n"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "{{- '<|im_start|>assistant\\n' }}\n"
-    "{%- endif %}\n";
-
-static const char TEMPLATE_LLAMA2[] =
-    "{%- if messages[0]['role'] == 'system' %}\n"
-    "{%- set system = '<<SYS>>\\n' + messages[0]['content'] + '\\n<</SYS>>\\n\\n' %}\n"
-    "{%- set loop_messages = messages[1:] %}\n"
-    "{%- else %}\n"
-    "{%- set system = '' %}\n"
-    "{%- set loop_messages = messages %}\n"
-    "{%- endif %}\n"
-    "{%- for message in loop_messages %}\n"
-    "{%- if message['role'] == 'user' %}\n"
-    "{{- bos_token + '[INST] ' + (system if loop.first else '') + message['content'] | trim + ' [/INST]' }}\n"
-    "{%- else %}\n"
-    "{{- ' ' + message['content'] | trim + ' ' + eos_token }}\n"
-    "{%- endif %}\n"
-    "{%- endfor %}\n";
-
 /* Moves builder storage into the output vocabulary (pointer arrays over the arenas). */
 static rf_status finish(vbuild *b, synth_vocab *v) {
     v->n_tokens = b->n;
@@ -644,7 +597,7 @@ static rf_status build_bpe(const synth_vocab_spec *spec, synth_vocab *v) {
         v->bos = (int32_t)first_special;
         v->eos = v->eot = (int32_t)first_special + 9; /* <|eot_id|>, as the Instruct models */
         v->add_bos = true;
-        v->chat_template = TEMPLATE_LLAMA3;
+        v->chat_template = synth_template_llama3;
         break;
     case SYNTH_VOCAB_QWEN2:
         for (uint32_t i = 0; i < QWEN2_N_SPECIAL; i++)
@@ -654,14 +607,14 @@ static rf_status build_bpe(const synth_vocab_spec *spec, synth_vocab *v) {
             v->types[i] = SYNTH_TOK_UNUSED;
         v->bos = v->pad = (int32_t)first_special; /* <|endoftext|> */
         v->eos = (int32_t)first_special + 2;       /* <|im_end|> */
-        v->chat_template = TEMPLATE_QWEN2;
+        v->chat_template = synth_template_qwen2;
         break;
     case SYNTH_VOCAB_SMOLLM:
         for (uint32_t i = 0; i < SMOLLM_N_SPECIAL; i++) v->types[i] = SYNTH_TOK_CONTROL;
         v->unk = 0;
         v->bos = 1;
         v->eos = v->pad = 2;
-        v->chat_template = TEMPLATE_SMOLLM;
+        v->chat_template = synth_template_smollm;
         break;
     default:
         break;
@@ -679,18 +632,6 @@ done:
 static const char *const k_gemma4_fixed[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|turn>", "<turn|>",
                                              "<|tool_response>", "<tool_response|>", "<|channel>", "<channel|>", "</s>"};
 #define N_GEMMA4_FIXED (sizeof k_gemma4_fixed / sizeof k_gemma4_fixed[0])
-
-/* A Gemma-4-style template (the official one's turn markers, role 'assistant' -> 'model'; not
- * its tool or thinking parts). */
-static const char TEMPLATE_GEMMA4[] =
-    "{{- bos_token }}\n"
-    "{%- for message in messages %}\n"
-    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] %}\n"
-    "{{- '<|turn>' + role + '\\n' + message['content'] | trim + '<turn|>\\n' }}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "{{- '<|turn>model\\n' }}\n"
-    "{%- endif %}\n";
 
 /* gemma4 extras: newline-run tokens (taken whole by the tokenizer's newline rule) and space-run
  * tokens with their merges (ranked first), as Gemma's real vocabulary has. */
@@ -809,7 +750,7 @@ static rf_status build_spm(const synth_vocab_spec *spec, synth_vocab *v) {
     v->pad = g4 ? 0 : -1;
     v->add_bos = true;
     v->add_eos = false;
-    v->chat_template = g4 ? TEMPLATE_GEMMA4 : TEMPLATE_LLAMA2;
+    v->chat_template = g4 ? synth_template_gemma4 : synth_template_llama2;
 done:
     free(order);
     vb_free(&b);

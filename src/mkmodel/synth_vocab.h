@@ -68,4 +68,8 @@ uint32_t synth_byte_to_cp(uint8_t b);
 /* The embedded English sample text the merges are learned from (NUL-terminated). */
 extern const char synth_sample_text[];
 
+/* The chat templates of the families (synth_templates.c). */
+extern const char synth_template_llama3[], synth_template_qwen2[], synth_template_smollm[], synth_template_llama2[],
+    synth_template_gemma4[];
+
 #endif

@@ -1,9 +1,8 @@
 /* forward_gemma4.c — gemma4's layer (docs/ARCHITECTURE.md §4.9): attention with the layer's own
  * head size, KV heads and RoPE (partial on full layers through rope_freqs), V RMS-normed, shared-KV
- * layers reading an earlier layer's cache; post-norms; the GeGLU feed-forward; the per-layer
- * embedding block; the layer output scale; on MoE layers the experts beside the dense GeGLU.
- * What is computed follows llama.cpp's
- * src/models/gemma4.cpp; every step is a backend.h op. */
+ * layers reading an earlier layer's cache; post-norms; the GeGLU feed-forward (on MoE layers with
+ * the experts beside it); the per-layer embedding block; the layer output scale. What is computed
+ * follows llama.cpp's src/models/gemma4.cpp; every step is a backend.h op. */
 #include <math.h>
 
 #include "model/model.h"

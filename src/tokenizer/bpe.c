@@ -1,8 +1,8 @@
 /* bpe.c — BPE: byte-level ("gpt2" vocabularies) and SPM-style ("gemma4": spaces escaped to
- * U+2581, raw UTF-8, <0xXX> byte fallback): invalid UTF-8 -> U+FFFD, pre-tokenizer split,
- * GPT-2 byte encoding or the escape, then ranked merges per word with a binary heap over a linked list of
- * symbols (O(L log L) per word) and a per-call cache of words already seen. Tie-breaks and the
- * byte fallback follow llama.cpp's llm_tokenizer_bpe_session. */
+ * U+2581, raw UTF-8, <0xXX> byte fallback): invalid UTF-8 -> U+FFFD, pre-tokenizer split, GPT-2
+ * byte encoding or the escape, then ranked merges per word with a binary heap over a linked list
+ * of symbols (O(L log L) per word) and a per-call cache of words already seen. Tie-breaks and
+ * the byte fallback follow llama.cpp's llm_tokenizer_bpe_session. */
 #include <string.h>
 
 #include "tokenizer/tokenizer_internal.h"
