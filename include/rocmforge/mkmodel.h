@@ -30,7 +30,7 @@ typedef struct rf_mkmodel_preset_info {
     int32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim;
     uint32_t n_vocab, n_ctx;
     bool tied_embeddings;
-    const char *tokenizer; /* "gpt2" or "llama" */
+    const char *tokenizer; /* "gpt2", "llama" or "gemma4" */
     const char *pre;       /* tokenizer.ggml.pre or NULL */
 } rf_mkmodel_preset_info;
 

@@ -170,9 +170,21 @@ const synth_preset synth_presets[] = {
     /* gemma4 (synth_presets_gemma.c has the rest of its shape): sliding and full layers with
      * different head sizes and KV heads, the last two layers reading earlier layers' KV,
      * per-layer token embeddings, partial proportional RoPE on full layers, soft-capping. */
-    {"tiny-gemma4", "8-layer gemma4 (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; 2 shared-KV layers; per-layer embeddings of 64), dim 256, tied, 2048-token SPM vocabulary",
+    {"tiny-gemma4", "8-layer gemma4 (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; 2 shared-KV layers; per-layer embeddings of 64), dim 256, tied, 2048-token gemma4 vocabulary (BPE over SPM-style text)",
      "Tiny Gemma 4 (synthetic)", "6M", SYNTH_ARCH_GEMMA4, 8, 256, 512, 4, 2, 64, 131072, 1000000.0f, 1e-6f, true,
-     0, 0, 0, 0, {SYNTH_VOCAB_LLAMA2, 2048, 0}, NULL, 16, 0, false},
+     0, 0, 0, 0, {SYNTH_VOCAB_GEMMA4, 2048, 0}, NULL, 16, 0, false},
+    /* gemma4 MoE (26B-A4B's layout): every layer a dense GeGLU of 256 beside 8 experts of 128,
+     * top 2; no per-layer embeddings, no shared-KV layers */
+    {"tiny-gemma4moe", "6-layer gemma4 MoE (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; dense GeGLU of 256 beside 8 experts of 128, top-2), dim 256, tied, 2048-token gemma4 vocabulary",
+     "Tiny Gemma 4 MoE (synthetic)", "7M", SYNTH_ARCH_GEMMA4, 6, 256, 256, 4, 2, 64, 131072, 1000000.0f, 1e-6f, true,
+     0, 0, 0, 0, {SYNTH_VOCAB_GEMMA4, 2048, 0}, NULL, 16, 0, false},
+    /* Gemma 4 26B-A4B (sources in docs/models.md): 30 layers of 2816, 16 heads; sliding layers
+     * 8 KV heads of 256, window 1024, RoPE base 1e4; full layers (synth_presets_gemma.c) 2 KV
+     * heads of 512, base 1e6; a dense GeGLU of 2112 beside 128 experts of 704, top 8; soft-cap
+     * 30; tied; 262144-token vocabulary */
+    {"gemma4-26b-a4b", "Gemma-4-26B-A4B shapes (30 layers, 25 sliding + 5 full; 128 experts of 704, top-8, beside a dense GeGLU of 2112)",
+     "Gemma 4 26B A4B (synthetic)", "26B-A4B", SYNTH_ARCH_GEMMA4, 30, 2816, 2112, 16, 8, 256, 262144, 1000000.0f, 1e-6f, true,
+     0, 0, 0, 0, {SYNTH_VOCAB_GEMMA4, 262144, 0}, NULL, 1024, 0, false},
 };
 const int32_t synth_n_presets = (int32_t)(sizeof synth_presets / sizeof synth_presets[0]);
 
@@ -185,6 +197,8 @@ static const synth_moe synth_moe_table[] = {
     {"qwen3.6-35b-a3b", 256, 8, 512, 512},
     {"tiny-qwen3next", 8, 2, 128, 192},
     {"qwen3-next-80b-a3b", 512, 10, 512, 512},
+    {"tiny-gemma4moe", 8, 2, 128, 0},
+    {"gemma4-26b-a4b", 128, 8, 704, 0},
 };
 
 const synth_moe *synth_moe_of(const synth_preset *p) {

@@ -475,53 +475,6 @@ static const char *const SMOLLM_SPECIALS[] = {
 };
 #define SMOLLM_N_SPECIAL 17
 
-static const char TEMPLATE_LLAMA3[] =
-    "{{- bos_token }}\n"
-    "{%- for message in messages %}\n"
-    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
-    "{%- endif %}\n";
-
-static const char TEMPLATE_QWEN2[] =
-    "{%- if messages[0]['role'] != 'system' %}\n"
-    "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}\n"
-    "{%- endif %}\n"
-    "{%- for message in messages %}\n"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "{{- '<|im_start|>assistant\\n' }}\n"
-    "{%- endif %}\n";
-
-static const char TEMPLATE_SMOLLM[] =
-    "{%- for message in messages %}\n"
-    "{%- if loop.first and messages[0]['role'] != 'system' %}\n"
-    "{{- '<|im_start|>system\\nYou are a helpful AI assistant.<|im_end|>\\n' }}\n"
-    "{%- endif %}\n"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "{{- '<|im_start|>assistant\\n' }}\n"
-    "{%- endif %}\n";
-
-static const char TEMPLATE_LLAMA2[] =
-    "{%- if messages[0]['role'] == 'system' %}\n"
-    "{%- set system = '<<SYS>>\\n' + messages[0]['content'] + '\\n<</SYS>>\\n\\n' %}\n"
-    "{%- set loop_messages = messages[1:] %}\n"
-    "{%- else %}\n"
-    "{%- set system = '' %}\n"
-    "{%- set loop_messages = messages %}\n"
-    "{%- endif %}\n"
-    "{%- for message in loop_messages %}\n"
-    "{%- if message['role'] == 'user' %}\n"
-    "{{- bos_token + '[INST] ' + (system if loop.first else '') + message['content'] | trim + ' [/INST]' }}\n"
-    "{%- else %}\n"
-    "{{- ' ' + message['content'] | trim + ' ' + eos_token }}\n"
-    "{%- endif %}\n"
-    "{%- endfor %}\n";
-
 /* Moves builder storage into the output vocabulary (pointer arrays over the arenas). */
 static rf_status finish(vbuild *b, synth_vocab *v) {
     v->n_tokens = b->n;
@@ -644,7 +597,7 @@ static rf_status build_bpe(const synth_vocab_spec *spec, synth_vocab *v) {
         v->bos = (int32_t)first_special;
         v->eos = v->eot = (int32_t)first_special + 9; /* <|eot_id|>, as the Instruct models */
         v->add_bos = true;
-        v->chat_template = TEMPLATE_LLAMA3;
+        v->chat_template = synth_template_llama3;
         break;
     case SYNTH_VOCAB_QWEN2:
         for (uint32_t i = 0; i < QWEN2_N_SPECIAL; i++)
@@ -654,14 +607,14 @@ static rf_status build_bpe(const synth_vocab_spec *spec, synth_vocab *v) {
             v->types[i] = SYNTH_TOK_UNUSED;
         v->bos = v->pad = (int32_t)first_special; /* <|endoftext|> */
         v->eos = (int32_t)first_special + 2;       /* <|im_end|> */
-        v->chat_template = TEMPLATE_QWEN2;
+        v->chat_template = synth_template_qwen2;
         break;
     case SYNTH_VOCAB_SMOLLM:
         for (uint32_t i = 0; i < SMOLLM_N_SPECIAL; i++) v->types[i] = SYNTH_TOK_CONTROL;
         v->unk = 0;
         v->bos = 1;
         v->eos = v->pad = 2;
-        v->chat_template = TEMPLATE_SMOLLM;
+        v->chat_template = synth_template_smollm;
         break;
     default:
         break;
@@ -673,8 +626,30 @@ done:
     return st;
 }
 
+/* Gemma 4's fixed tokens: pad, eos, bos, unk, mask, the chat-turn and tool markers and </s>
+ * (an ordinary token there: llama.cpp drops it from the end-of-generation set when
+ * <|tool_response> exists), then the bytes. */
+static const char *const k_gemma4_fixed[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|turn>", "<turn|>",
+                                             "<|tool_response>", "<tool_response|>", "<|channel>", "<channel|>", "</s>"};
+#define N_GEMMA4_FIXED (sizeof k_gemma4_fixed / sizeof k_gemma4_fixed[0])
+
+/* gemma4 extras: newline-run tokens (taken whole by the tokenizer's newline rule) and space-run
+ * tokens with their merges (ranked first), as Gemma's real vocabulary has. */
+static bool add_gemma4_runs(vbuild *b) {
+    static const char *const nl[] = {"\n", "\n\n", "\n\n\n"};
+    for (int i = 0; i < 3; i++)
+        if (vb_find(b, nl[i], strlen(nl[i])) < 0 && vb_add_cstr(b, nl[i]) < 0) return false;
+    int64_t sp = vb_find(b, "\xE2\x96\x81", 3);
+    if (sp < 0) return false;
+    int64_t sp2 = vb_concat(b, (uint32_t)sp, (uint32_t)sp, true);
+    return sp2 >= 0 && vb_concat(b, (uint32_t)sp2, (uint32_t)sp2, true) >= 0;
+}
+
+/* SentencePiece vocabulary; gemma4: the same pieces with Gemma 4's fixed tokens, newline and
+ * space runs, and the merge list kept (its tokenizer is BPE over SPM-style text). */
 static rf_status build_spm(const synth_vocab_spec *spec, synth_vocab *v) {
-    const uint32_t n_vocab = spec->n_vocab, n_fixed = 3 + 256;
+    const bool g4 = spec->family == SYNTH_VOCAB_GEMMA4;
+    const uint32_t n_vocab = spec->n_vocab, n_named = g4 ? (uint32_t)N_GEMMA4_FIXED : 3, n_fixed = n_named + 256;
     if (n_vocab < n_fixed + 300)
         return rf_set_error(RF_ERR_INVALID_ARG, "mkmodel: SPM vocabulary too small (%u)", n_vocab);
     const uint32_t n_pieces = n_vocab - n_fixed;
@@ -687,9 +662,13 @@ static rf_status build_spm(const synth_vocab_spec *spec, synth_vocab *v) {
         goto done;
     }
     /* fixed tokens first, so pieces can never collide with them */
-    vb_add_cstr(&b, "<unk>");
-    vb_add_cstr(&b, "<s>");
-    vb_add_cstr(&b, "</s>");
+    if (g4) {
+        for (size_t i = 0; i < N_GEMMA4_FIXED; i++) vb_add_cstr(&b, k_gemma4_fixed[i]);
+    } else {
+        vb_add_cstr(&b, "<unk>");
+        vb_add_cstr(&b, "<s>");
+        vb_add_cstr(&b, "</s>");
+    }
     for (int x = 0; x < 256; x++) {
         char s[8];
         snprintf(s, sizeof s, "<0x%02X>", x);
@@ -715,6 +694,10 @@ static rf_status build_spm(const synth_vocab_spec *spec, synth_vocab *v) {
         }
     }
     const uint32_t first_merged = b.n;
+    if (g4 && !add_gemma4_runs(&b)) {
+        st = rf_set_error(RF_ERR_OOM, "mkmodel: vocabulary: out of memory");
+        goto done;
+    }
     if (!train_merges(&b, &ws, n_vocab) || !synth_merges(&b, n_vocab, 0x73706d766f636162ull ^ n_vocab)) {
         st = rf_set_error(RF_ERR_OOM, "mkmodel: vocabulary: could not build %u tokens", n_vocab);
         goto done;
@@ -747,22 +730,27 @@ static rf_status build_spm(const synth_vocab_spec *spec, synth_vocab *v) {
     for (uint32_t i = 0; i < n_vocab; i++) sorted[i] = v->tokens[order[i]];
     free(v->tokens);
     v->tokens = sorted;
-    free(v->merges); /* SPM files carry no merge list */
-    v->merges = NULL;
-    v->n_merges = 0;
+    if (!g4) {
+        free(v->merges); /* SPM files carry no merge list */
+        v->merges = NULL;
+        v->n_merges = 0;
+    }
+    const uint32_t unk_id = g4 ? 3 : 0;
     for (uint32_t i = 0; i < n_vocab; i++) {
-        v->types[i] = i == 0 ? SYNTH_TOK_UNKNOWN : i < 3 ? SYNTH_TOK_CONTROL
+        v->types[i] = i == unk_id ? SYNTH_TOK_UNKNOWN : i < n_named ? SYNTH_TOK_CONTROL
                     : i < n_fixed ? SYNTH_TOK_BYTE : SYNTH_TOK_NORMAL;
         v->scores[i] = i < n_fixed ? 0.0f : (float)n_fixed - (float)i;
     }
-    v->is_spm = true;
-    v->unk = 0;
-    v->bos = 1;
-    v->eos = 2;
-    v->eot = v->pad = -1;
+    v->is_spm = !g4;
+    v->model = g4 ? "gemma4" : "llama";
+    v->unk = (int32_t)unk_id;
+    v->bos = g4 ? 2 : 1;
+    v->eos = g4 ? 1 : 2;
+    v->eot = -1;
+    v->pad = g4 ? 0 : -1;
     v->add_bos = true;
     v->add_eos = false;
-    v->chat_template = TEMPLATE_LLAMA2;
+    v->chat_template = g4 ? synth_template_gemma4 : synth_template_llama2;
 done:
     free(order);
     vb_free(&b);
@@ -772,12 +760,14 @@ done:
 
 rf_status synth_vocab_build(const synth_vocab_spec *spec, const char *pre, synth_vocab *out) {
     memset(out, 0, sizeof *out);
-    rf_status st = spec->family == SYNTH_VOCAB_LLAMA2 ? build_spm(spec, out) : build_bpe(spec, out);
+    const bool spm_text = spec->family == SYNTH_VOCAB_LLAMA2 || spec->family == SYNTH_VOCAB_GEMMA4;
+    rf_status st = spm_text ? build_spm(spec, out) : build_bpe(spec, out);
     if (st) {
         synth_vocab_free(out);
         return st;
     }
-    out->pre = out->is_spm ? NULL : pre;
+    if (!out->model) out->model = "gpt2";
+    out->pre = out->is_spm ? NULL : spec->family == SYNTH_VOCAB_GEMMA4 ? "gemma4" : pre;
     return RF_OK;
 }
 

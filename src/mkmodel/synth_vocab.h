@@ -15,6 +15,9 @@ typedef enum synth_vocab_family {
     SYNTH_VOCAB_QWEN2,  /* gpt2 BPE, ChatML specials at the end, then [PADn] up to the size */
     SYNTH_VOCAB_SMOLLM, /* gpt2 BPE, ChatML + code specials at ids 0..16 */
     SYNTH_VOCAB_LLAMA2, /* SentencePiece: <unk>, <s>, </s>, <0x00>..<0xFF>, pieces with scores */
+    SYNTH_VOCAB_GEMMA4, /* "gemma4": the LLAMA2 pieces as BPE merges over SPM-style text; <pad>,
+                           <eos>, <bos>, <unk>, <mask>, turn/tool markers, </s>, <0x00>..<0xFF>,
+                           newline and space runs */
 } synth_vocab_family;
 
 /* Token types as stored in tokenizer.ggml.token_type. */
@@ -36,7 +39,8 @@ typedef struct synth_vocab_spec {
 } synth_vocab_spec;
 
 typedef struct synth_vocab {
-    bool is_spm;          /* "llama" (true) or "gpt2" (false) */
+    bool is_spm;          /* "llama" (true) or a BPE model (false: merges written) */
+    const char *model;    /* tokenizer.ggml.model: "llama", "gpt2" or "gemma4" */
     uint32_t n_tokens;
     const char **tokens;  /* n_tokens NUL-terminated strings, unique */
     int32_t *types;       /* n_tokens token types */
@@ -63,5 +67,9 @@ uint32_t synth_byte_to_cp(uint8_t b);
 
 /* The embedded English sample text the merges are learned from (NUL-terminated). */
 extern const char synth_sample_text[];
+
+/* The chat templates of the families (synth_templates.c). */
+extern const char synth_template_llama3[], synth_template_qwen2[], synth_template_smollm[], synth_template_llama2[],
+    synth_template_gemma4[];
 
 #endif

@@ -36,8 +36,8 @@ bool rf_mkmodel_preset_at(int32_t i, rf_mkmodel_preset_info *out) {
     out->n_vocab = p->vocab.n_vocab;
     out->n_ctx = p->n_ctx;
     out->tied_embeddings = p->tied;
-    out->tokenizer = p->vocab.family == SYNTH_VOCAB_LLAMA2 ? "llama" : "gpt2";
-    out->pre = p->pre;
+    out->tokenizer = p->vocab.family == SYNTH_VOCAB_LLAMA2 ? "llama" : p->vocab.family == SYNTH_VOCAB_GEMMA4 ? "gemma4" : "gpt2";
+    out->pre = p->vocab.family == SYNTH_VOCAB_GEMMA4 ? "gemma4" : p->pre;
     return true;
 }
 
@@ -264,7 +264,7 @@ static rf_status fill_tensor(void *user, int64_t index, uint64_t offset, void *d
 
 static rf_status write_tokenizer(rf_gguf_writer *w, const synth_vocab *v) {
     rf_status st;
-    if ((st = rf_gguf_set_str(w, "tokenizer.ggml.model", v->is_spm ? "llama" : "gpt2"))) return st;
+    if ((st = rf_gguf_set_str(w, "tokenizer.ggml.model", v->model))) return st;
     if (v->pre && (st = rf_gguf_set_str(w, "tokenizer.ggml.pre", v->pre))) return st;
     if ((st = rf_gguf_set_arr_str(w, "tokenizer.ggml.tokens", v->tokens, v->n_tokens))) return st;
     if (v->scores &&

@@ -1,8 +1,8 @@
 /* forward_gemma4.c — gemma4's layer (docs/ARCHITECTURE.md §4.9): attention with the layer's own
  * head size, KV heads and RoPE (partial on full layers through rope_freqs), V RMS-normed, shared-KV
- * layers reading an earlier layer's cache; post-norms; the GeGLU feed-forward; the per-layer
- * embedding block; the layer output scale. What is computed follows llama.cpp's
- * src/models/gemma4.cpp; every step is a backend.h op. */
+ * layers reading an earlier layer's cache; post-norms; the GeGLU feed-forward (on MoE layers with
+ * the experts beside it); the per-layer embedding block; the layer output scale. What is computed
+ * follows llama.cpp's src/models/gemma4.cpp; every step is a backend.h op. */
 #include <math.h>
 
 #include "model/model.h"
@@ -100,6 +100,33 @@ static rf_status attention(rf_model *m, rf_fwd *f, const rf_batch *b, int il, in
     return op->matmul(be, &f->o, &L->wo, &att, n);
 }
 
+/* The experts' branch of a MoE layer (llama.cpp's gemma4 graph), added to f->o: the router
+ * reads x RMS-normed without a gain, times ffn_gate_inp.scale / sqrt(n_embd) (one rmsnorm with
+ * that gain, then the scale); softmax over all experts, the top k renormalised (moe_route); the
+ * chosen experts' GeGLU of x normed with pre_ffw_norm_2; their weighted sum, normed with
+ * post_ffw_norm_2. f->h is free here (the dense branch is done) and holds the inputs, then the
+ * sum. */
+static rf_status experts(rf_model *m, rf_fwd *f, int il, int64_t n) {
+    const rf_hparams *hp = &m->hp;
+    const rf_layer *L = &m->layers[il];
+    rf_backend *be = m->be;
+    const rf_backend_ops *op = be->ops;
+    const int64_t E = hp->n_embd, K = hp->n_expert_used, NE = hp->n_expert, FE = hp->n_ff_exp;
+    TRY(op->rmsnorm(be, &f->h, &f->x, &L->ffn_gate_inp_s, n, E, hp->norm_eps));
+    TRY(op->scale(be, &f->h, 1.0f / sqrtf((float)E), n * E));
+    TRY(op->matmul(be, &f->moe_logits, &L->ffn_gate_inp, &f->h, n));
+    TRY(op->moe_route(be, &f->moe_ids, &f->moe_wts, &f->moe_logits, NULL, n, NE, K, hp->moe_gating, hp->moe_norm_w,
+                      hp->moe_w_scale));
+    TRY(op->rmsnorm(be, &f->h, &f->x, &L->ffn_pre_norm_2, n, E, hp->norm_eps));
+    TRY(op->matmul_id(be, &f->moe_g, &L->ffn_gate_exps, FE, &f->h, false, &f->moe_ids, NULL, n, K));
+    TRY(op->matmul_id(be, &f->moe_u, &L->ffn_up_exps, FE, &f->h, false, &f->moe_ids, NULL, n, K));
+    TRY(op->glu(be, &f->moe_g, &f->moe_g, &f->moe_u, n * K * FE, RF_GLU_GEGLU));
+    TRY(op->matmul_id(be, &f->moe_d, &L->ffn_down_exps, E, &f->moe_g, true, &f->moe_ids, NULL, n, K));
+    TRY(op->moe_combine(be, &f->h, &f->moe_d, &f->moe_wts, n, K, E));
+    TRY(op->rmsnorm(be, &f->h, &f->h, &L->ffn_post_norm_2, n, E, hp->norm_eps));
+    return op->add(be, &f->o, &f->o, &f->h, n * E);
+}
+
 rf_status rf_gemma4_layer(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int64_t n) {
     const rf_hparams *hp = &m->hp;
     const rf_layer *L = &m->layers[il];
@@ -112,13 +139,18 @@ rf_status rf_gemma4_layer(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int
     TRY(attention(m, f, b, il, n));
     TRY(op->rmsnorm(be, &f->o, &f->o, &L->attn_post_norm, n, E, hp->norm_eps));
     TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
-    /* feed-forward: x += post_norm(down(gelu(gate h) * up h)), h = norm(x) */
+    /* feed-forward: x += post_norm(down(gelu(gate h) * up h)), h = norm(x); on a MoE layer the
+     * dense branch gets its own post-norm and the experts' branch is added before post_norm */
     rf_tensor g = packed(&f->g, F, n), u = packed(&f->u, F, n);
     TRY(op->rmsnorm(be, &f->h, &f->x, &L->ffn_norm, n, E, hp->norm_eps));
     TRY(op->matmul(be, &g, &L->ffn_gate, &f->h, n));
     TRY(op->matmul(be, &u, &L->ffn_up, &f->h, n));
     TRY(op->glu(be, &g, &g, &u, n * F, RF_GLU_GEGLU));
     TRY(op->matmul(be, &f->o, &L->ffn_down, &g, n));
+    if (L->ffn == RF_FFN_MOE) {
+        TRY(op->rmsnorm(be, &f->o, &f->o, &L->ffn_post_norm_1, n, E, hp->norm_eps));
+        TRY(experts(m, f, il, n));
+    }
     TRY(op->rmsnorm(be, &f->o, &f->o, &L->ffn_post_norm, n, E, hp->norm_eps));
     TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
     /* per-layer embedding: x += norm(proj(gelu(gate x) * per-layer input)) */

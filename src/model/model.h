@@ -147,6 +147,9 @@ typedef struct rf_layer {
     int32_t head_dim, n_head_kv, n_rot, kv_layer;
     float out_scale;
     rf_tensor ple_gate, ple_proj, ple_norm;
+    /* gemma4 MoE layers (ffn == RF_FFN_MOE there): the router input's gain (f32 [n_embd]), the
+     * experts' pre-norm, and the post-norms of the dense branch and of the experts' sum */
+    rf_tensor ffn_gate_inp_s, ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2;
 } rf_layer;
 
 struct rf_model {

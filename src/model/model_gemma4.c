@@ -1,5 +1,6 @@
 /* model_gemma4.c — gemma4's hyper-parameters and weights (docs/ARCHITECTURE.md §4.9): per-layer
- * window pattern, head sizes and KV heads, shared-KV layers, per-layer token embeddings. Facts
+ * window pattern, head sizes and KV heads, shared-KV layers, per-layer token embeddings, the
+ * mixture-of-experts layers (26B-A4B). Facts
  * (key and tensor names, which layer's cache a shared layer reads) follow llama.cpp's
  * src/models/gemma4.cpp and its KV-cache reuse rule; the forward is forward_gemma4.c. */
 #include <math.h>
@@ -39,6 +40,35 @@ static rf_status layer_value(rf_model *m, const char *suffix, int il, int32_t de
     return RF_OK;
 }
 
+/* gemma4's mixture of experts (26B-A4B), where expert_count is present: expert_used_count (the
+ * top-k) and expert_feed_forward_length required; softmax over all experts, the top-k weights
+ * renormalised, no scale (llama.cpp's gemma4 graph fixes these, whatever the file says). */
+static rf_status moe_hparams(rf_model *m) {
+    rf_hparams *hp = &m->hp;
+    rf_status st;
+    char k[160];
+    hp->n_expert = 0;
+    if (rf_gguf_find_key(m->g, rf_meta_key(m, "expert_count", k, sizeof k)) < 0) return RF_OK;
+    if ((st = rf_meta_req_i32(m, "expert_count", &hp->n_expert)) ||
+        (st = rf_meta_req_i32(m, "expert_used_count", &hp->n_expert_used)) ||
+        (st = rf_meta_req_i32(m, "expert_feed_forward_length", &hp->n_ff_exp)))
+        return st;
+    if (hp->n_expert <= 0 || hp->n_expert > RF_MAX_EXPERTS)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.expert_count = %d: a mixture-of-experts model needs 1 to %d experts",
+                            hp->arch_name, hp->n_expert, RF_MAX_EXPERTS);
+    if (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.expert_used_count = %d is not a top-k of %d experts",
+                            hp->arch_name, hp->n_expert_used, hp->n_expert);
+    if (hp->n_ff_exp <= 0)
+        return rf_set_error(RF_ERR_RANGE, "model metadata: %s.expert_feed_forward_length = %d is out of range", hp->arch_name,
+                            hp->n_ff_exp);
+    hp->n_ff_shexp = 0;
+    hp->moe_gating = RF_MOE_SOFTMAX;
+    hp->moe_norm_w = true;
+    hp->moe_w_scale = 1.0f;
+    return RF_OK;
+}
+
 /* gemma4: sliding-window layers where attention.sliding_window_pattern (one boolean per layer)
  * says so, with their own head size (key_length_swa), rotated dims (rope.dimension_count_swa)
  * and RoPE base (rope.freq_base_swa); full layers use key_length and rope.dimension_count (with
@@ -50,8 +80,7 @@ rf_status rf_gemma4_hparams(rf_model *m) {
     rf_status st;
     char k[160];
     hp->attn_scale = 1.0f;
-    if (rf_gguf_find_key(m->g, rf_meta_key(m, "expert_count", k, sizeof k)) >= 0)
-        return rf_set_error(RF_ERR_UNSUPPORTED, "model metadata: '%s': gemma4's mixture of experts is not built yet", k);
+    if ((st = moe_hparams(m))) return st;
     if ((st = rf_meta_req_i32(m, "attention.sliding_window", &hp->n_swa))) return st;
     if (rf_gguf_find_key(m->g, rf_meta_key(m, "attention.sliding_window_pattern", k, sizeof k)) < 0)
         return rf_set_error(RF_ERR_NOT_FOUND, "model metadata: missing required key '%s'", k);
@@ -107,6 +136,55 @@ rf_status rf_gemma4_hparams(rf_model *m) {
         if ((st = rf_model_bind(m, t, name, ne0, ne1, req))) return st; \
     } while (0)
 
+/* An expert tensor blk.il.<what>, GGUF [ne0, ne1, n_expert], bound as one weight of
+ * n_expert * ne1 rows (backend.h). */
+static rf_status bind_exps(rf_model *m, rf_tensor *t, int il, const char *what, int64_t ne0, int64_t ne1) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", il, what);
+    const int64_t ne = m->hp.n_expert;
+    const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, name);
+    if (!gt) return rf_set_error(RF_ERR_NOT_FOUND, "model: missing tensor '%s' (architecture gemma4)", name);
+    if (gt->n_dims != 3 || gt->ne[0] != ne0 || gt->ne[1] != ne1 || gt->ne[2] != ne)
+        return rf_set_error(RF_ERR_FORMAT, "model: expert tensor '%s' has shape [%lld, %lld, %lld] (%u dims), expected "
+                            "[%lld, %lld, %lld]", name, (long long)gt->ne[0], (long long)gt->ne[1], (long long)gt->ne[2],
+                            gt->n_dims, (long long)ne0, (long long)ne1, (long long)ne);
+    return rf_model_bind(m, t, name, ne0, ne1 * ne, true);
+}
+
+/* A gemma4 MoE layer (the layers that have blk.il.ffn_gate_inp.weight): beside the dense GeGLU
+ * (its weights bound by the caller), the router and its input gain, the experts' pre-norm,
+ * the two branch post-norms and the experts. Refused by name: the joined gate_up experts and
+ * per-expert scales some converters write (not built). */
+static rf_status load_moe(rf_model *m, rf_layer *L, int il) {
+    const rf_hparams *hp = &m->hp;
+    rf_status st;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+    if (!rf_gguf_find_tensor(m->g, name)) return RF_OK; /* a dense layer of a MoE model */
+    static const char *const refused[] = {"ffn_gate_up_exps.weight", "ffn_gate_exps.scale", "ffn_up_exps.scale",
+                                          "ffn_down_exps.scale"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(name, sizeof name, "blk.%d.%s", il, refused[i]);
+        if (rf_gguf_find_tensor(m->g, name))
+            return rf_set_error(RF_ERR_UNSUPPORTED, "model: tensor '%s' (gemma4) is not supported", name);
+    }
+    if (!m->be->ops->moe_route || !m->be->ops->matmul_id || !m->be->ops->moe_combine)
+        return rf_set_error(RF_ERR_UNSUPPORTED, "model: the %s backend has no mixture-of-experts ops (layer %d)",
+                            m->be->ops->name, il);
+    const int64_t E = hp->n_embd, FE = hp->n_ff_exp, NE = hp->n_expert;
+    L->ffn = RF_FFN_MOE;
+    BIND(&L->ffn_gate_inp, "ffn_gate_inp.weight", E, NE, true);
+    BIND(&L->ffn_gate_inp_s, "ffn_gate_inp.scale", E, 1, true);
+    BIND(&L->ffn_pre_norm_2, "pre_ffw_norm_2.weight", E, 1, true);
+    BIND(&L->ffn_post_norm_1, "post_ffw_norm_1.weight", E, 1, true);
+    BIND(&L->ffn_post_norm_2, "post_ffw_norm_2.weight", E, 1, true);
+    if ((st = bind_exps(m, &L->ffn_gate_exps, il, "ffn_gate_exps.weight", E, FE)) ||
+        (st = bind_exps(m, &L->ffn_up_exps, il, "ffn_up_exps.weight", E, FE)) ||
+        (st = bind_exps(m, &L->ffn_down_exps, il, "ffn_down_exps.weight", FE, E)))
+        return st;
+    return RF_OK;
+}
+
 rf_status rf_gemma4_load_layer(rf_model *m, rf_layer *L, int il) {
     const rf_hparams *hp = &m->hp;
     rf_status st;
@@ -150,6 +228,7 @@ rf_status rf_gemma4_load_layer(rf_model *m, rf_layer *L, int il) {
     BIND(&L->ffn_up, "ffn_up.weight", E, F, true);
     BIND(&L->ffn_down, "ffn_down.weight", F, E, true);
     BIND(&L->ffn_post_norm, "post_ffw_norm.weight", E, 1, true);
+    if (hp->n_expert > 0 && (st = load_moe(m, L, il))) return st;
     L->out_scale = 1.0f;
     snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
     const rf_gguf_tensor *gs = rf_gguf_find_tensor(m->g, name);

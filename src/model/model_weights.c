@@ -454,7 +454,8 @@ void rf_model_free_weights(rf_model *m) {
                           &L->ffn_gate_exps_b, &L->ffn_up_exps_b, &L->ffn_down_exps_b, &L->ffn_gate_shexp,
                           &L->ffn_up_shexp, &L->ffn_down_shexp, &L->ffn_gate_inp_shexp, &L->attn_sinks, &L->ssm_gate, &L->ssm_conv1d,
                           &L->ssm_dt, &L->ssm_a, &L->ssm_beta, &L->ssm_alpha, &L->ssm_norm, &L->ssm_out,
-                          &L->ple_gate, &L->ple_proj, &L->ple_norm};
+                          &L->ple_gate, &L->ple_proj, &L->ple_norm, &L->ffn_gate_inp_s, &L->ffn_pre_norm_2,
+                          &L->ffn_post_norm_1, &L->ffn_post_norm_2};
         for (size_t i = 0; i < sizeof t / sizeof *t; i++) be->ops->free(be, t[i]);
     }
     for (int32_t i = 0; i < m->n_host_w; i++) free(m->host_w[i]);

@@ -1,7 +1,8 @@
-/* bpe.c — byte-level BPE ("gpt2" vocabularies): invalid UTF-8 -> U+FFFD, pre-tokenizer split,
- * GPT-2 byte encoding, then ranked merges per word with a binary heap over a linked list of
- * symbols (O(L log L) per word) and a per-call cache of words already seen. Tie-breaks and the
- * byte fallback follow llama.cpp's llm_tokenizer_bpe_session. */
+/* bpe.c — BPE: byte-level ("gpt2" vocabularies) and SPM-style ("gemma4": spaces escaped to
+ * U+2581, raw UTF-8, <0xXX> byte fallback): invalid UTF-8 -> U+FFFD, pre-tokenizer split, GPT-2
+ * byte encoding or the escape, then ranked merges per word with a binary heap over a linked list
+ * of symbols (O(L log L) per word) and a per-call cache of words already seen. Tie-breaks and
+ * the byte fallback follow llama.cpp's llm_tokenizer_bpe_session. */
 #include <string.h>
 
 #include "tokenizer/tokenizer_internal.h"
@@ -104,11 +105,23 @@ static bool add_bigram(rf_bpe_session *s, const char *w, int32_t left, int32_t r
 
 static rf_status emit(rf_bpe_session *s, rf_idvec *out, int32_t id) { return rf_idvec_push(out, id); }
 
+/* The <0xXX> token of a raw byte, or -1 (gemma4 has no one-byte-text fallback). */
+static int32_t spm_byte_token(const rf_vocab *v, unsigned char c) {
+    static const char hex[] = "0123456789ABCDEF";
+    char buf[6] = {'<', '0', 'x', hex[c >> 4], hex[c & 15], '>'};
+    return rf_text_to_token(v, buf, 6);
+}
+
 /* Merges one encoded word w[0..n) and appends its ids to out. */
 static rf_status merge_word(rf_bpe_session *s, const char *w, size_t n, rf_idvec *out) {
     const rf_vocab *v = s->v;
     rf_status st;
     if (v->ignore_merges) {
+        int32_t id = rf_text_to_token(v, w, n);
+        if (id >= 0) return emit(s, out, id);
+    } else if (v->bpe_spm_style && n && strspn(w, "\n") >= n) {
+        /* gemma4: a run of newlines is one token when the vocabulary has it (its merges would
+         * pair them differently) */
         int32_t id = rf_text_to_token(v, w, n);
         if (id >= 0) return emit(s, out, id);
     }
@@ -143,9 +156,11 @@ static rf_status merge_word(rf_bpe_session *s, const char *w, size_t n, rf_idvec
             if ((st = emit(s, out, id))) return st;
             continue;
         }
-        /* No token for the symbol: each byte of the (encoded) text on its own, if it is one. */
+        /* No token for the symbol: each byte of the (encoded) text on its own, if it is one
+         * (SPM-style vocabularies spell a byte <0xXX>). */
         for (uint32_t j = 0; j < y->n; j++) {
-            int32_t bid = rf_text_to_token(v, w + y->start + j, 1);
+            int32_t bid = v->bpe_spm_style ? spm_byte_token(v, (unsigned char)w[y->start + j])
+                                           : rf_text_to_token(v, w + y->start + j, 1);
             if (bid >= 0 && (st = emit(s, out, bid))) return st;
         }
     }
@@ -158,15 +173,23 @@ oom:
 static rf_status on_word(void *user, const char *word, size_t len) {
     rf_bpe_session *s = user;
     rf_status st;
-    /* byte-level encoding: every byte becomes its printable stand-in */
-    if (!reserve((void **)&s->enc, &s->enc_cap, 2 * len + 1, 1))
+    /* byte-level encoding: every byte becomes its printable stand-in; SPM-style (gemma4):
+     * the raw text with each space escaped to U+2581 */
+    if (!reserve((void **)&s->enc, &s->enc_cap, 3 * len + 1, 1))
         return rf_set_error(RF_ERR_OOM, "tokenizer: out of memory (word of %zu bytes)", len);
     size_t n = 0;
+    const bool spm = s->v->bpe_spm_style;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)word[i];
+        if (spm) {
+            if (c == ' ') memcpy(s->enc + n, "\xE2\x96\x81", 3), n += 3;
+            else s->enc[n++] = (char)c;
+            continue;
+        }
         memcpy(s->enc + n, s->bm->enc[c], s->bm->enc_len[c]);
         n += s->bm->enc_len[c];
     }
+    s->enc[n] = 0; /* strspn in merge_word */
     if (rf_pcache_get(&s->cache, s->enc, n, s->out, &st)) return st;
     if ((st = rf_idvec_room(s->out, n, s->v->max_token_len))) return st;
     size_t before = s->out->n;

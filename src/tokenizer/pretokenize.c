@@ -26,6 +26,11 @@ typedef struct pre_def {
     bool ignore_merges, clean_spaces, add_bos;
 } pre_def;
 
+/* SPM-style BPE (gemma4): spaces become U+2581 and the merges run on raw UTF-8 (no GPT-2 byte
+ * encoding, byte fallback through <0xXX> tokens); BOS is always added. */
+#define PRE_SPM_STYLE "gemma4|granite-embed-multi-311m"
+
+
 static const pre_def k_pre[] = {
     {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, false, true, false},
     {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano", {RE_LLAMA3}, true, true, true},
@@ -52,6 +57,9 @@ static const pre_def k_pre[] = {
      {"\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+",
       "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"},
      false, false, false},
+    /* gemma4: no word split beyond cutting newline runs from the rest (the whole line, spaces
+     * escaped, is one merge unit) */
+    {PRE_SPM_STYLE, {"[^\\n]+|[\\n]+"}, false, true, true},
     {"poro-chat", {RE_PORO}, false, false, false},
     {"bloom|gpt3-finnish", {RE_PORO}, false, true, false},
     {"viking", {RE_PORO, "\\p{N}"}, false, false, false},
@@ -129,7 +137,7 @@ rf_status rf_pretok_new(const char *pre, rf_pretok **out, rf_pre_flags *flags) {
         return rf_set_error(RF_ERR_UNSUPPORTED,
                             "tokenizer.ggml.pre: unknown pre-tokenizer type '%s' (supported: "
                             "default, llama3/llama-bpe, gpt-2, qwen2, smollm, starcoder, "
-                            "deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt-4o, tekken, "
+                            "deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt-4o, tekken, gemma4, "
                             "and aliases; see docs/tokenizer.md)",
                             name);
     rf_pretok *p = calloc(1, sizeof *p);
@@ -162,6 +170,7 @@ rf_status rf_pretok_new(const char *pre, rf_pretok **out, rf_pre_flags *flags) {
         flags->clean_spaces = d->clean_spaces;
         flags->add_bos = d->add_bos;
         flags->has_add_bos = d->add_bos;
+        flags->spm_style = name_in(PRE_SPM_STYLE, name);
     }
     *out = p;
     return RF_OK;

@@ -91,6 +91,7 @@ typedef struct rf_pretok rf_pretok;
  * flags llama.cpp ties to it. RF_ERR_UNSUPPORTED naming an unknown value. */
 typedef struct rf_pre_flags {
     bool ignore_merges, clean_spaces, add_bos, has_add_bos;
+    bool spm_style; /* gemma4: escaped spaces, raw UTF-8 merges, <0xXX> byte fallback */
 } rf_pre_flags;
 rf_status rf_pretok_new(const char *pre, rf_pretok **out, rf_pre_flags *flags);
 void rf_pretok_free(rf_pretok *p);
@@ -148,6 +149,10 @@ struct rf_vocab {
     int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
     bool add_bos, add_eos, add_space_prefix, clean_spaces, ignore_merges, escape_whitespaces;
     bool remove_extra_ws;
+    /* BPE with SPM-style text (gemma4 pre-tokenizer): spaces -> U+2581 before the merges, no
+     * byte encoding, words of newlines only taken whole when a token, bytes as <0xXX>, BOS
+     * forced on */
+    bool bpe_spm_style;
 
     int32_t *special;  /* control/user-defined/unknown ids, longest text first */
     size_t n_special;

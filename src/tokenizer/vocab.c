@@ -159,8 +159,9 @@ static rf_status build_special(rf_vocab *v) {
 
 /* ---- load -------------------------------------------------------------------------------- */
 
-/* The tokenizer kind from tokenizer.ggml.model (llama = SentencePiece, gpt2 = byte-level BPE)
- * with its defaults; gpt2's pre-tokenizer from tokenizer.ggml.pre. */
+/* The tokenizer kind from tokenizer.ggml.model (llama = SentencePiece, gpt2 = byte-level BPE,
+ * gemma4 = BPE on SPM-style text) with its defaults; gpt2's pre-tokenizer from
+ * tokenizer.ggml.pre. */
 static rf_status load_kind(rf_vocab *v, const char *model, const char *pre) {
     rf_status st;
     if (!strcmp(model, "llama")) {
@@ -172,12 +173,17 @@ static rf_status load_kind(rf_vocab *v, const char *model, const char *pre) {
         v->add_eos = false;
         v->escape_whitespaces = true;
         snprintf(v->pre_name, sizeof v->pre_name, "default");
-    } else if (!strcmp(model, "gpt2")) {
+    } else if (!strcmp(model, "gpt2") || !strcmp(model, "gemma4")) {
         v->type = RF_VOCAB_BPE;
         v->bos = 11, v->eos = 11, v->unk = -1;
         v->add_space_prefix = false;
         v->escape_whitespaces = false;
-        if (!pre || !*pre) {
+        if (!strcmp(model, "gemma4")) {
+            /* Gemma 4: BPE merges over SPM-style text; its special ids come only from the
+             * file, and the pre-tokenizer is gemma4's whatever tokenizer.ggml.pre says */
+            v->bos = v->eos = -1;
+            pre = "gemma4";
+        } else if (!pre || !*pre) {
             RF_LOGW("tokenizer: tokenizer.ggml.pre is missing, using the 'default' pre-tokenizer; "
                     "GENERATION QUALITY WILL BE DEGRADED (consider regenerating the model)");
             pre = NULL;
@@ -187,11 +193,12 @@ static rf_status load_kind(rf_vocab *v, const char *model, const char *pre) {
         v->ignore_merges = fl.ignore_merges;
         v->clean_spaces = fl.clean_spaces;
         v->add_bos = fl.add_bos;
+        v->bpe_spm_style = v->escape_whitespaces = fl.spm_style;
         snprintf(v->pre_name, sizeof v->pre_name, "%s", rf_pretok_name(v->pre));
     } else {
         return rf_set_error(RF_ERR_UNSUPPORTED,
                           "tokenizer.ggml.model: '%s' is not supported (supported: llama = "
-                          "SentencePiece, gpt2 = byte-level BPE)",
+                          "SentencePiece, gpt2 = byte-level BPE, gemma4 = BPE on SPM-style text)",
                           model);
     }
     return RF_OK;
@@ -370,6 +377,11 @@ static void load_special_ids(const rf_gguf *g, rf_vocab *v) {
     }
     get_opt_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos);
     get_opt_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos);
+    /* Gemma 4 files that say add_bos = false were converted wrongly (llama.cpp overrides it) */
+    if (v->bpe_spm_style && !v->add_bos) {
+        RF_LOGW("tokenizer: tokenizer.ggml.add_bos_token = false overridden to true for the gemma4 tokenizer");
+        v->add_bos = true;
+    }
 }
 
 /* Control tokens and the end-of-generation set: by id, by text, and the per-family rules. */

@@ -483,7 +483,8 @@ static void test_gemma4_plan(void **state) {
                      "gemma4.attention.head_count_kv");
     check_refused_in("tiny-gemma4", "gemma4.attention.key_length_swa", 63, NULL, 0, NULL, RF_ERR_FORMAT,
                      "gemma4.attention.key_length_swa");
-    check_refused_in("tiny-gemma4", "gemma4.expert_count", 4, NULL, 0, NULL, RF_ERR_UNSUPPORTED, "gemma4.expert_count");
+    /* expert_count makes it a MoE model, which needs the top-k key */
+    check_refused_in("tiny-gemma4", "gemma4.expert_count", 4, NULL, 0, NULL, RF_ERR_NOT_FOUND, "gemma4.expert_used_count");
     const int64_t k[2] = {256, 64};
     check_refused_in("tiny-gemma4", NULL, 0, "blk.2.attn_k.weight", 2, k, RF_ERR_FORMAT, "blk.2.attn_k.weight");
     /* --tp: refused at load, naming the architecture */
@@ -499,6 +500,37 @@ static void test_gemma4_plan(void **state) {
     assert_non_null(strstr(rf_last_error(), "gemma4 cannot be split"));
 }
 
+/* gemma4 MoE (tiny-gemma4moe): every layer a dense GeGLU beside the experts, the router's gain
+ * and the branch norms bound, softmax routing with the top-k renormalised; refusals naming the
+ * key or tensor. */
+static void test_gemma4moe_plan(void **state) {
+    (void)state;
+    rf_model *m = load_preset("tiny-gemma4moe", "f32");
+    assert_string_equal(m->hp.arch->name, "gemma4");
+    assert_int_equal(m->hp.n_expert, 8);
+    assert_int_equal(m->hp.n_expert_used, 2);
+    assert_int_equal(m->hp.n_ff_exp, 128);
+    assert_true(m->hp.moe_gating == RF_MOE_SOFTMAX && m->hp.moe_norm_w && m->hp.moe_w_scale == 1.0f);
+    assert_int_equal(m->hp.n_embd_ple, 0);
+    for (int il = 0; il < 6; il++) {
+        const rf_layer *L = &m->layers[il];
+        assert_int_equal(L->ffn, RF_FFN_MOE);
+        assert_int_equal(L->kv_layer, il);
+        assert_true(rf_has(&L->ffn_gate) && rf_has(&L->ffn_gate_inp) && rf_has(&L->ffn_gate_inp_s) &&
+                    rf_has(&L->ffn_pre_norm_2) && rf_has(&L->ffn_post_norm_1) && rf_has(&L->ffn_post_norm_2));
+        assert_true(rf_has(&L->ffn_gate_exps) && rf_has(&L->ffn_up_exps) && rf_has(&L->ffn_down_exps));
+        assert_int_equal(L->ffn_down_exps.ne[1], 8 * 256);
+    }
+    rf_model_free(m);
+    check_refused_in("tiny-gemma4moe", "gemma4.expert_used_count", 9, NULL, 0, NULL, RF_ERR_RANGE, "gemma4.expert_used_count");
+    check_refused_in("tiny-gemma4moe", "gemma4.expert_feed_forward_length", -1, NULL, 0, NULL, RF_ERR_NOT_FOUND,
+                     "gemma4.expert_feed_forward_length");
+    const int64_t d[3] = {128, 256, 4};
+    check_refused_in("tiny-gemma4moe", NULL, 0, "blk.1.ffn_down_exps.weight", 3, d, RF_ERR_FORMAT, "blk.1.ffn_down_exps.weight");
+    const int64_t sc[1] = {128};
+    check_refused_in("tiny-gemma4moe", NULL, 0, "blk.0.ffn_gate_inp.scale", 1, sc, RF_ERR_FORMAT, "blk.0.ffn_gate_inp.scale");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_supported_list),
@@ -512,6 +544,7 @@ int main(void) {
         cmocka_unit_test(test_hybrid_moe_plan),
         cmocka_unit_test(test_hybrid_moe_refusals),
         cmocka_unit_test(test_gemma4_plan),
+        cmocka_unit_test(test_gemma4moe_plan),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,7 @@
 /* test_tokenizer_golden.c — parity with llama.cpp on the real vocabularies: every text of
  * tests/data/tokenizer/texts.json against the ids, detokenized text and pieces llama.cpp
  * produced for SmolLM2 (BPE) and Gemma 3 (SPM) (tests/data/tokenizer/{smollm2,gemma3}.json,
- * see NOTE.md there). Every mismatch is printed with the text, the expected and the got.
+ * see NOTE.md there), and for mkmodel's tiny-gemma4 vocabulary (the gemma4 tokenizer). Every mismatch is printed with the text, the expected and the got.
  * Skips (77) naming the model file when it is absent (scripts/fetch-models.sh fetches them). */
 #include <jansson.h>
 
@@ -157,8 +157,28 @@ static void test_gemma3(void **state) {
     run_model("gemma3", RF_GEMMA3_PATH);
 }
 
+/* The gemma4 tokenizer (BPE over SPM-style text) on the vocabulary mkmodel writes for
+ * tiny-gemma4 (mk-tiny-gemma4.json: texts.json plus texts-gemma4.json; the file is made here by
+ * the CLI, the vocabulary does not depend on --type). */
+static void test_mk_tiny_gemma4(void **state) {
+    (void)state;
+    const char *cli = getenv("RF_CLI");
+    if (!cli) {
+        fprintf(stderr, "SKIP mk-tiny-gemma4: RF_CLI is not set\n");
+        return;
+    }
+    char dir[1024], path[1200], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/synth-models", RF_BINARY_DIR);
+    snprintf(path, sizeof path, "%s/tok-tiny-gemma4.f32.gguf", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset tiny-gemma4 --type f32 --seed 0 -o '%s' >/dev/null 2>&1",
+             dir, cli, path);
+    assert_int_equal(system(cmd), 0);
+    run_model("mk-tiny-gemma4", path);
+    remove(path);
+}
+
 int main(void) {
-    if (!tk_file_exists(RF_SMOLLM2_PATH) && !tk_file_exists(RF_GEMMA3_PATH)) {
+    if (!tk_file_exists(RF_SMOLLM2_PATH) && !tk_file_exists(RF_GEMMA3_PATH) && !getenv("RF_CLI")) {
         fprintf(stderr, "SKIP test_tokenizer_golden: %s and %s are absent (run scripts/fetch-models.sh)\n",
                 RF_SMOLLM2_PATH, RF_GEMMA3_PATH);
         return RF_TEST_SKIP;
@@ -166,6 +186,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_smollm2),
         cmocka_unit_test(test_gemma3),
+        cmocka_unit_test(test_mk_tiny_gemma4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
