@@ -48,6 +48,9 @@ typedef struct rf_test_hooks {
      * empty state, cond = |cos(q, k)|) the output's sign turns on float order. For tests that judge
      * two paths' distance on such a prompt. */
     float *dn_cond_min;
+    /* gemv_mt (gpu_gemv_mt.cu): stage its copies with the per-stage index arithmetic it had before
+     * the per-thread copy plan (same bytes, same outputs bit for bit), for old-vs-new timing */
+    bool gemv_mt_old_copies;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

@@ -4,6 +4,7 @@
  * tokens. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. Twin: rf_cpu_matmul with test_hooks cpu_act =
  * RF_CPU_ACT_GPU (x rounded as rf_k_quantize_x rounds it). */
 #include "backend/gpu/gpu_gemv_dot.cuh" /* rf_qh4 */
+#include "core/test_hooks.h"
 
 #if !defined(RF_HIP) /* mma.sync, cp.async: CUDA only */
 
@@ -229,6 +230,76 @@ static __device__ __forceinline__ void rf_mt_issue_x(unsigned so, const int8_t *
     }
 }
 
+/* A 16-byte copy that reads nothing and zero-fills where v is false (cp.async's src-size 0) */
+static __device__ __forceinline__ void rf_mt_cp16(unsigned s, const void *gmem, bool v) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(v ? 16 : 0) : "memory");
+#else
+    (void)s, (void)gmem, (void)v;
+    RF_DEVICE_TRAP();
+#endif
+}
+
+/* The copy plan: what this thread copies of every stage, worked out once. The index arithmetic of
+ * rf_mt_issue_w / _x (divisions by 9, 17, 27 pieces, 64-bit products per 16 bytes) took ~30
+ * instructions per copy, as many per stage as the products themselves (Q4_0: ~190 against ~300
+ * per warp); here a stage costs a few adds and one instruction per copy. The same bytes land in
+ * the same places (the outputs do not change), except that x of tokens past nt is zero-filled
+ * instead of read again from the last token (those columns are never stored; the repeated reads
+ * of one token's lines made 2 tokens slower than 8). Weights: a team of 2 threads per row of a
+ * chunk (KS RB = 128 of them: 256 threads), pieces h, h + 2, ...; x and records: a team of
+ * PX = 256 / (KS BN) threads per (chunk, token), pieces h, h + PX, ... */
+template <int T, int NF, int KS> struct rf_mt_plan {
+    using F = rf_mt_fmt<T>;
+    using L = rf_mt_tile<T, NF, KS>;
+    static constexpr int PX = RF_MT_NW * 32 / (KS * L::BN), XW = F::KB * 2, RW = F::KB * F::REC / 16;
+    static_assert(KS * L::RB * 2 == RF_MT_NW * 32 && PX * KS * L::BN == RF_MT_NW * 32, "teams cover the block");
+    const uint8_t *ws, *xs, *rs; /* stage 0's sources of this thread's first piece */
+    unsigned wd, xd, rd;         /* their offsets in a slot */
+    int wkc, xkc;                /* the chunks of the stage they belong to */
+    bool xv;                     /* x of a token of the call (else zero-filled) */
+
+    __device__ __forceinline__ rf_mt_plan(const uint8_t *w, int64_t row_bytes, int64_t r0, int64_t n_out,
+                                          const int8_t *qx, const uint8_t *rec, int nt, int64_t n_in) {
+        const int tid = threadIdx.x;
+        const int q = tid / 2, h = tid % 2, row = q % L::RB;
+        wkc = q / L::RB;
+        const int64_t r = r0 + row < n_out ? r0 + row : n_out - 1; /* rows past n_out read the last */
+        ws = w + r * row_bytes + (int64_t)wkc * F::CB + h * 16;
+        wd = (unsigned)((wkc * L::RB + row) * F::SROW + h * 16);
+        const int p = tid / PX, hx = tid % PX, n = p % L::BN;
+        xkc = p / L::BN;
+        xv = n < nt;
+        const int tok = n < nt ? n : nt - 1;
+        xs = (const uint8_t *)qx + tok * n_in + (int64_t)xkc * F::KB * 32 + hx * 16;
+        xd = (unsigned)(L::XO + (xkc * L::BN + n) * L::XT + hx * 16);
+        rs = rec + (tok * (n_in / 32) + (int64_t)xkc * F::KB) * F::REC + hx * 16;
+        rd = (unsigned)(L::RO + (xkc * L::BN + n) * L::RS + hx * 16);
+    }
+    /* stage s's weights into the slot at shared address so (chunks at or past nch skipped) */
+    __device__ __forceinline__ void issue_w(unsigned so, int s, int nch) const {
+        const int c = s * KS + wkc;
+        if (c >= nch) return;
+        const uint8_t *src = ws + (int64_t)s * KS * F::CB - rf_mt_off<T>(c);
+        const int h = threadIdx.x % 2;
+#pragma unroll
+        for (int j = 0; j < (F::CW + 1) / 2; j++)
+            if (h + 2 * j < F::CW) rf_cp_async16_s(so + wd + 32 * j, src + 32 * j);
+    }
+    /* stage s's x and records */
+    __device__ __forceinline__ void issue_x(unsigned so, int s, int nch) const {
+        if (s * KS + xkc >= nch) return;
+        const int h = threadIdx.x % PX;
+        const uint8_t *xsrc = xs + (int64_t)s * KS * F::KB * 32, *rsrc = rs + (int64_t)s * KS * F::KB * F::REC;
+#pragma unroll
+        for (int j = 0; j < (XW + PX - 1) / PX; j++)
+            if (h + PX * j < XW) rf_mt_cp16(so + xd + 16 * PX * j, xsrc + 16 * PX * j, xv);
+#pragma unroll
+        for (int j = 0; j < (RW + PX - 1) / PX; j++)
+            if (h + PX * j < RW) rf_mt_cp16(so + rd + 16 * PX * j, rsrc + 16 * PX * j, xv);
+    }
+};
+
 /* The end of gemv_mt: the KS warps of each row fragment hold partial sums of its outputs (acc:
  * rows g, g + 8 by tokens 2t, 2t + 1 of each token fragment); they are added in ks order
  * through shared memory (red: the ring, free once every copy has landed) and the tokens < nt of
@@ -284,7 +355,7 @@ static __device__ __forceinline__ void rf_mt_store(float (*acc)[4], float *red, 
  * stages are requested before rf_pdl_wait() (W must not be written by work in flight), x after
  * it. launch: grid ceil(n_out / RB), 256 threads, rf_mt_tile<T, NF, KS>::SMEM bytes of dynamic
  * shared memory. */
-template <int T, int NF, int KS>
+template <int T, int NF, int KS, bool OLD>
 __global__ void __launch_bounds__(RF_MT_NW * 32, 2) /* 128 registers: ptxas's own choice of 80 spilled Q5_1 */
 rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt, int64_t n_in, int64_t n_out,
              int64_t row_bytes) {
@@ -298,9 +369,13 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
     const int64_t r0 = (int64_t)blockIdx.x * L::RB;
     const int nch = (int)(n_in / 32 / F::KB), nst = (nch + KS - 1) / KS;
     const unsigned base = rf_smem_addr(rf_mt_smem);
+    const rf_mt_plan<T, NF, KS> plan(w, row_bytes, r0, n_out, qx, rec, nt, n_in);
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
-        if (s < nst) rf_mt_issue_w<T, NF, KS>(base + s * L::BYTES, w, row_bytes, r0, n_out, s, nch);
+        if (s < nst) {
+            if (OLD) rf_mt_issue_w<T, NF, KS>(base + s * L::BYTES, w, row_bytes, r0, n_out, s, nch);
+            else plan.issue_w(base + s * L::BYTES, s, nch);
+        }
         rf_cp_async_commit();
     }
     rf_pdl_trigger();
@@ -308,7 +383,10 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) { /* groups W0..W(ST-2), X0..X(ST-2), then W+X per stage:
                                         * at stage s, wait<ST - 2> leaves stage s landed */
-        if (s < nst) rf_mt_issue_x<T, NF, KS>(base + s * L::BYTES, qx, rec, nt, n_in, s, nch);
+        if (s < nst) {
+            if (OLD) rf_mt_issue_x<T, NF, KS>(base + s * L::BYTES, qx, rec, nt, n_in, s, nch);
+            else plan.issue_x(base + s * L::BYTES, s, nch);
+        }
         rf_cp_async_commit();
     }
     const int nfa = (nt + 7) / 8; /* token fragments holding any of the call's tokens */
@@ -323,8 +401,13 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
         const int sn = s + ST - 1;
         if (sn < nst) {
             const unsigned so = base + (unsigned)(sn % ST * L::BYTES);
-            rf_mt_issue_w<T, NF, KS>(so, w, row_bytes, r0, n_out, sn, nch);
-            rf_mt_issue_x<T, NF, KS>(so, qx, rec, nt, n_in, sn, nch);
+            if (OLD) {
+                rf_mt_issue_w<T, NF, KS>(so, w, row_bytes, r0, n_out, sn, nch);
+                rf_mt_issue_x<T, NF, KS>(so, qx, rec, nt, n_in, sn, nch);
+            } else {
+                plan.issue_w(so, sn, nch);
+                plan.issue_x(so, sn, nch);
+            }
         }
         rf_cp_async_commit();
         if (s * KS + ks >= nch) continue; /* this warp's chunk lies past the row */
@@ -382,9 +465,11 @@ template <int T, int NF, int KS>
 static rf_status rf_launch_mt_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt,
                                 int64_t n_in, int64_t n_out, int64_t rb) {
     using L = rf_mt_tile<T, NF, KS>;
-    auto kern = rf_k_gemv_mt<T, NF, KS>;
-    static size_t attr[RF_GPU_MAX_DEVICES];
-    const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)L::SMEM, 0, attr, "rf_k_gemv_mt");
+    const rf_test_hooks *th = rf_test_hooks_get(); /* tests only: the old copies, for timing */
+    const bool old = th && th->gemv_mt_old_copies;
+    auto kern = old ? rf_k_gemv_mt<T, NF, KS, true> : rf_k_gemv_mt<T, NF, KS, false>;
+    static size_t attr[2][RF_GPU_MAX_DEVICES];
+    const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)L::SMEM, 0, attr[old], "rf_k_gemv_mt");
     if (ast) return ast;
     return rf_gpu_launch(ctx, "rf_k_gemv_mt", true, kern, dim3((unsigned)((n_out + L::RB - 1) / L::RB)),
                          dim3(RF_MT_NW * 32), (size_t)L::SMEM, y, w, qx, rec, nt, n_in, n_out, rb);
