@@ -16,7 +16,9 @@
  *   replaced, against the same twin;
  * - gemv_mt's batch invariance: a token's outputs have the same bits in calls of 4..16 tokens;
  * - gemv_mt's copies (a per-thread plan) against its old per-stage copies (test_hooks
- *   gemv_mt_old_copies): the same outputs bit for bit, every variant.
+ *   gemv_mt_old_copies): the same outputs bit for bit, every variant;
+ * - gemv_mt with a row's chunks split among the blocks of a cluster (test_hooks gemv_mt_sk 2, 4)
+ *   against the twin, and batch invariant.
  * RF_GEMVN_BENCH=1 then times each type on the 8B decode shapes at 1, 2, 4, 8, 12, 16 tokens,
  * every path side by side (us per call from CUDA-graph replays, GB/s of the weight read), then
  * gemv_mt old against new (Q4_0, Q4_K, Q8_0, Q6_K on the four 8B shapes, 1..16 tokens, GB/s and
@@ -275,10 +277,10 @@ static void test_gemvn_invariant(void **state) {
 }
 
 /* y of nt tokens through rf_gpu_matmul under the context's variant, with gemv_mt's old copies
- * (old) or its copy plan */
+ * (old) or its copy plan, its row's chunks split among sk blocks (0: its own choice) */
 static float *run_mt_copies(rf_type t, const void *dw, const float *dx, int64_t nt, int64_t n_in, int64_t n_out,
-                            bool old) {
-    if (old) rf_test_hooks_set(&(rf_test_hooks){.gemv_mt_old_copies = true});
+                            bool old, int sk) {
+    rf_test_hooks_set(&(rf_test_hooks){.gemv_mt_old_copies = old, .gemv_mt_sk = sk});
     float *dy = dev_poison(nt * n_out * 4), *y = host_f32(nt * n_out);
     const rf_status st = rf_gpu_matmul(g_ctx, dy, dw, t, dx, nt, n_in, n_out);
     rf_test_hooks_set(NULL);
@@ -292,7 +294,8 @@ static float *run_mt_copies(rf_type t, const void *dw, const float *dx, int64_t 
 /* gemv_mt's copy plan stages the same bytes as the per-stage copies it replaced (x of tokens past
  * the call's zero-filled instead, in columns never stored): every variant (1, 2, 4, 8 warps along
  * a row), token counts around the fragments, a last stage part-filled (2304 = 9 chunks) and a
- * height that ends mid-tile give the same bits both ways */
+ * height that ends mid-tile give the same bits both ways, the new kernel's chunks kept in one
+ * block (sk 1: the old order of the sums) */
 static void test_gemvn_copies(void **state) {
     (void)state;
     rf_rng r;
@@ -315,8 +318,8 @@ static void test_gemvn_copies(void **state) {
         for (int v = 27; v <= 30; v++) {
             rf_gpu_set_gemv_variant(g_ctx, v);
             for (size_t i = 0; i < sizeof nts / sizeof nts[0]; i++) {
-                float *yo = run_mt_copies(t, dw, dx, nts[i], n_in, n_out, true);
-                float *yn = run_mt_copies(t, dw, dx, nts[i], n_in, n_out, false);
+                float *yo = run_mt_copies(t, dw, dx, nts[i], n_in, n_out, true, 0);
+                float *yn = run_mt_copies(t, dw, dx, nts[i], n_in, n_out, false, 1);
                 for (int64_t e = 0; e < nts[i] * n_out; e++) assert_false(isnan(yn[e]));
                 assert_memory_equal(yn, yo, (size_t)(nts[i] * n_out) * sizeof(float));
                 free(yo), free(yn);
@@ -328,6 +331,41 @@ static void test_gemvn_copies(void **state) {
                 (long long)n_out, (long long)n_in, same);
         rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx);
         free(w), free(x);
+    }
+}
+
+/* gemv_mt with a row's chunks split among the 2 or 4 blocks of a cluster (Hopper; elsewhere the
+ * hook's sk is ignored and this repeats sk 1) against the twin, every variant, stages of one
+ * block part-filled or empty (2304 = 9 chunks over 4 blocks: 3, 3, 3, 0 at KS 1), and batch
+ * invariant: a token's bits in a call of 16 tokens and of nt */
+static void test_gemvn_split(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 41);
+    const int64_t nts[] = {2, 7, 9};
+    for (size_t k = 0; k < N_MT; k++) {
+        const rf_type t = k_mt_types[k];
+        const int64_t n_in = t == RF_TYPE_Q6_K ? 4096 : 2304, n_out = 203;
+        if (rf_gpu_gemv_max_tokens(g_ctx, t, n_in) < 16) continue;
+        for (int sk = 2; sk <= 4; sk *= 2)
+            for (int v = 27; v <= 30; v++) {
+                rf_gpu_set_gemv_variant(g_ctx, v);
+                rf_test_hooks_set(&(rf_test_hooks){.gemv_mt_sk = sk});
+                char tag[24];
+                snprintf(tag, sizeof tag, "sk%d v%d ", sk, v);
+                uint8_t *w = NULL;
+                float *x = NULL, *y16 = NULL;
+                run_case_v(&r, t, 16, n_in, n_out, tag, &y16, &w, &x);
+                for (size_t i = 0; i < sizeof nts / sizeof nts[0]; i++) {
+                    float *y = NULL;
+                    run_case_v(&r, t, nts[i], n_in, n_out, tag, &y, &w, &x);
+                    assert_memory_equal(y, y16, (size_t)(nts[i] * n_out) * sizeof(float));
+                    free(y);
+                }
+                rf_test_hooks_set(NULL);
+                free(w), free(x), free(y16);
+            }
+        rf_gpu_set_gemv_variant(g_ctx, 0);
     }
 }
 
@@ -577,6 +615,7 @@ int main(void) {
         cmocka_unit_test(test_gemvn_variants),
         cmocka_unit_test(test_gemvn_invariant),
         cmocka_unit_test(test_gemvn_copies),
+        cmocka_unit_test(test_gemvn_split),
         cmocka_unit_test(test_gemvn_bench),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
