@@ -388,13 +388,17 @@ static __device__ __forceinline__ void rf_mt_store(float (*acc)[4], float *red, 
  * products, one per 16-element half with its int8 scale, converted by the conversion unit: its
  * sums reach 2^24), scaled in f32 into register accumulators: y += d_w d_x s (Q4_K / Q5_K: + cm *
  * the record's sum, as the GEMV's rf_qk_dot and rf_q32_dot). The KS partial sums of an output are then added in
- * ks order (deterministic). An output's arithmetic does not depend on nt or on the token's place:
- * for a given KS (chosen from the shape and device alone) a token's result has the same bits in
- * every call of 2..16 tokens. Stages (KS chunks of every row of the tile, their x and records)
- * go through a ring of ST slots shared by the block with cp.async; the weights of the first
- * stages are requested before rf_pdl_wait() (W must not be written by work in flight), x after
- * it. launch: grid ceil(n_out / RB), 256 threads, rf_mt_tile<T, NF, KS>::SMEM bytes of dynamic
- * shared memory. */
+ * ks order (deterministic). With sk > 1 the sk blocks of a cluster share the tile, block rank q
+ * taking the chunks [q per, (q + 1) per) (per: ceil(nch / (sk KS)) KS), and rank 0 adds the
+ * partial sums in (rank, ks) order. An output's arithmetic does not depend on nt or on the
+ * token's place: for a given KS and sk (chosen from the shape and device alone) a token's result
+ * has the same bits in every call of 2..16 tokens. Stages (KS chunks of every row of the tile,
+ * their x and records) go through a ring of ST slots shared by the block with cp.async, each
+ * thread copying the same pieces of every stage (rf_mt_plan); the weights of the first stages are
+ * requested before rf_pdl_wait() (W must not be written by work in flight), x after it. OLD: the
+ * per-stage copies it had before the plan (tests' timing only, sk 1). launch: grid
+ * ceil(n_out / RB) sk, clusters of sk (sm_90) where sk > 1, 256 threads,
+ * rf_mt_tile<T, NF, KS>::SMEM bytes of dynamic shared memory. */
 template <int T, int NF, int KS, bool OLD>
 __global__ void __launch_bounds__(RF_MT_NW * 32, (rf_mt_tile<T, NF, KS>::MINB3 && !OLD) ? 3 : 2)
 rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt, int64_t n_in, int64_t n_out,
