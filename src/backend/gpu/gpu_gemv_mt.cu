@@ -42,10 +42,15 @@ template <int T, int NF, int KS> struct rf_mt_tile {
     static constexpr int XT = F::KB * 32 + 16, RS = F::KB * F::REC + 16;
     static constexpr int XO = KS * RB * F::SROW + 16, RO = XO + KS * BN * XT;
     static constexpr int BYTES = RO + KS * BN * RS;
-    static constexpr int ST = F::ST * BYTES <= RF_MT_SMEM_MAX ? F::ST : 2;
-    static constexpr int SMEM = ST * BYTES;
-    /* 3 blocks an SM by shared memory (228 KB, 1 KB reserved a block): NF 1 then asks ptxas for
-     * 80 registers, which it meets without spilling (NF 2 and the rest: 128, where 80 spilled Q5_1) */
+    /* ST: the format's stages where they fit, but 2 where 3 would leave one block (8 warps) an SM
+     * (228 KB, 1 KB reserved a block) and 2 let two share it (Q8_0 at KS 2, 4, 8: 118-168 KB;
+     * KS 8 of the 4-bit formats): as many bytes in flight an SM, twice the warps to hide the
+     * products' latencies. ST_OLD: the stages before that (the old copies' kernel). */
+    static constexpr int ST_OLD = F::ST * BYTES <= RF_MT_SMEM_MAX ? F::ST : 2;
+    static constexpr int ST = ST_OLD == 3 && 2 * (3 * BYTES + 1024) > 228 * 1024 && 2 * (2 * BYTES + 1024) <= 228 * 1024 ? 2 : ST_OLD;
+    static constexpr int SMEM = ST * BYTES, SMEM_OLD = ST_OLD * BYTES;
+    /* 3 blocks an SM by shared memory: NF 1 then asks ptxas for 80 registers, which it meets
+     * without spilling (NF 2 and the rest: 128, where 80 spilled Q5_1) */
     static constexpr bool MINB3 = NF == 1 && 3 * (SMEM + 1024) <= 228 * 1024;
 };
 
@@ -405,7 +410,7 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
              int64_t row_bytes, int sk) {
     using F = rf_mt_fmt<T>;
     using L = rf_mt_tile<T, NF, KS>;
-    constexpr int ST = L::ST;
+    constexpr int ST = OLD ? L::ST_OLD : L::ST;
     static_assert(RF_WARP_SIZE == 32, "mma.sync: 32-lane warps");
     extern __shared__ __align__(16) uint8_t rf_mt_smem[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -535,16 +540,17 @@ static rf_status rf_launch_mt_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, con
     const bool old = th && th->gemv_mt_old_copies;
     auto kern = old ? rf_k_gemv_mt<T, NF, KS, true> : rf_k_gemv_mt<T, NF, KS, false>;
     static size_t attr[2][RF_GPU_MAX_DEVICES];
-    const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)L::SMEM, 0, attr[old], "rf_k_gemv_mt");
+    const size_t smem = (size_t)(old ? L::SMEM_OLD : L::SMEM);
+    const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), smem, 0, attr[old], "rf_k_gemv_mt");
     if (ast) return ast;
     const int sk = rf_mt_sk<T>(ctx, KS, n_in, n_out);
     const dim3 grid((unsigned)((n_out + L::RB - 1) / L::RB * sk)), block(RF_MT_NW * 32);
     if (sk == 1)
-        return rf_gpu_launch(ctx, "rf_k_gemv_mt", true, kern, grid, block, (size_t)L::SMEM, y, w, qx, rec, nt, n_in, n_out, rb, 1);
+        return rf_gpu_launch(ctx, "rf_k_gemv_mt", true, kern, grid, block, smem, y, w, qx, rec, nt, n_in, n_out, rb, 1);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
-    cfg.dynamicSmemBytes = (size_t)L::SMEM;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = ctx->stream;
     cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeClusterDimension;
