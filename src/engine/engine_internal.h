@@ -1,5 +1,5 @@
 /* engine_internal.h — the batching engine's inside, shared by its files (engine_create.c,
- * engine_request.c, engine_step.c, step_batch.c, engine_events.c, engine_stats.c) and the
+ * engine_request.c, engine_step.c, engine_events.c, engine_stats.c) and the
  * session layer (session.c, generate.c), which drives one persistent sequence through the same
  * step. The planner (scheduler.h) and sequences (sequence.h) sit below and never call back. */
 #ifndef RF_ENGINE_INTERNAL_H
@@ -143,7 +143,7 @@ rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **o
  * session's eval), whatever else is queued. */
 rf_status rf_engine_exec_step(rf_engine *e, rf_seq *only);
 
-/* step_batch.c: the step's batch from a plan. rf_step_batch lays the plan's tokens out in the
+/* engine_step.c: the step's batch from a plan. rf_step_batch lays the plan's tokens out in the
  * engine's scratch (b_ids ...) and says which rows come out; rf_step_dev_sample says whether every
  * output is a plain generation step the backend samples itself; rf_step_graph_pad pads a decode
  * step to its graph bucket (0: runs eagerly); rf_step_sample_rows writes the device's sampling
