@@ -186,8 +186,6 @@ rf_event rf_engine_done_event(const rf_req *q, int32_t choice, int32_t n_prompt,
 bool rf_engine_emit(rf_req *q, rf_event *ev);
 /* Sets a sequence up to generate for request q as choice `choice`. */
 rf_status rf_engine_seq_setup_gen(rf_engine *e, rf_seq *s, rf_req *q, int32_t choice);
-/* RF_GPU_STEP_TRACE=1: prints what crossed the bus in the step just run. */
-void rf_engine_trace_step(rf_engine *e, const rf_step_batch *sb, int32_t n_seqs, double t_step);
 
 /* pooling.c: embedding requests in the step. rf_step_embed_rows appends the rows the step's
  * embedding sequences need to the batch's outputs, after the logit rows (the forward hands them

@@ -227,6 +227,23 @@ rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch
 
 /* ---- the step ---- */
 
+/* RF_GPU_STEP_TRACE=1: prints what crossed the bus in the step just run (tokens, bucket, graph
+ * mode, uploads, downloads, launches), a line a step on a device backend. */
+static void trace_step(rf_engine *e, const rf_step_batch *sb, int32_t n_seqs, double t_step) {
+    rf_backend *be = e->m->be;
+    if (!rf_backend_on_device(be)) return;
+    rf_backend_info bi = {0};
+    be->ops->info(be, false, &bi);
+    fprintf(stderr, "[step %lld] %d tokens (%d sequences, bucket %d, %s): %lld upload(s), %lld download(s), %lld graph launch(es), %.2f ms\n",
+            (long long)e->st_steps, sb->n_tok, n_seqs, sb->bucket,
+            sb->gmode == RF_GRAPH_REPLAY ? "graph replayed" : sb->gmode == RF_GRAPH_CAPTURE ? "graph recorded" : "eager",
+            (long long)(bi.uploads - e->tr_up), (long long)(bi.downloads - e->tr_down),
+            (long long)(bi.launches - e->tr_launch), rf_now_ms() - t_step);
+    e->tr_up = bi.uploads;
+    e->tr_down = bi.downloads;
+    e->tr_launch = bi.launches;
+}
+
 static bool cancelled(const rf_seq *s) {
     return s->req && (s->req->cancel || (s->req->ext_cancel && *s->req->ext_cancel));
 }
@@ -381,7 +398,7 @@ rf_status rf_engine_exec_step(rf_engine *e, rf_seq *only) {
     if (st && sb.gmode != RF_GRAPH_NONE) rf_model_graph_abort(e->m);
     if (st) return fail_step(e, p, only, st);
     e->st_steps++;
-    if (e->trace) rf_engine_trace_step(e, &sb, p->n_items, t_step);
+    if (e->trace) trace_step(e, &sb, p->n_items, t_step);
     outputs(e, p, sb.dev_sample);
     if (!only) retire(e);
     else if (only->state != RF_SEQ_RUNNING) rf_seq_list_remove(&e->running, only);
