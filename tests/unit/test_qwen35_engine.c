@@ -50,64 +50,15 @@ enum { NP = 8 };
 static int32_t g_prompt[NP][RF_ENG_PLEN]; /* prompts 0..3 of 60 tokens force preemption */
 static int g_plen[NP];
 
+/* the crowd's engine idle: its 5 state slots back */
+static void slots_back(rf_engine *e) { assert_int_equal(rf_state_pool_n_free(e->spool), 5); }
+
 static void test_chunks_and_crowd(void **state) {
     (void)state;
     rf_model *m = rf_eng_load(g_path);
     assert_true(rf_model_n_recurrent(m) == 3);
     rf_eng_make_prompts(m->hp.n_vocab, NP, g_prompt, g_plen);
-    rf_eng_out alone[NP], other[NP];
-    rf_eng_hooks h = {alone, NP, m->hp.n_vocab};
-    rf_engine *e = rf_eng_new(m, 1, 512, 0);
-    e->logits_hook = rf_eng_on_logits;
-    e->hook_user = &h;
-    for (int i = 0; i < NP; i++) {
-        rf_eng_submit(e, g_prompt[i], g_plen[i], 24, &alone[i], 1, 0);
-        run_checked(e);
-    }
-    rf_engine_free(e);
-    /* one sequence at a time, its prompt in chunks of the step budget */
-    const int budgets[] = {1, 3, 7, 16};
-    for (int bi = 0; bi < 4; bi++) {
-        e = rf_eng_new(m, 1, budgets[bi], 0);
-        h.outs = other;
-        e->logits_hook = rf_eng_on_logits;
-        e->hook_user = &h;
-        for (int i = 0; i < NP; i += 3) {
-            rf_eng_submit(e, g_prompt[i], g_plen[i], 24, &other[i], 1, 0);
-            run_checked(e);
-            rf_eng_same(&alone[i], &other[i], 0, "prompt in chunks", i);
-        }
-        rf_engine_free(e);
-    }
-    /* together: staggered arrivals, chunked prompts, 5 running at once */
-    e = rf_eng_new(m, 5, 16, 0);
-    e->logits_hook = rf_eng_on_logits;
-    e->hook_user = &h;
-    int submitted = 0, steps = 0;
-    while (submitted < NP || rf_engine_get_stat(e, RF_STAT_RUNNING) + rf_engine_get_stat(e, RF_STAT_WAITING) > 0) {
-        if (submitted < NP && (steps % 3 == 0 || submitted < 2)) {
-            rf_eng_submit(e, g_prompt[submitted], g_plen[submitted], 24, &other[submitted], 1, 0);
-            submitted++;
-        }
-        assert_int_equal(rf_engine_step(e), RF_OK);
-        if (rf_engine_check(e)) fail_msg("check: %s", rf_last_error());
-        steps++;
-    }
-    assert_int_equal(rf_state_pool_n_free(e->spool), 5);
-    for (int i = 0; i < NP; i++) rf_eng_same(&alone[i], &other[i], 0, "together", i);
-    rf_engine_free(e);
-    /* preemption: 9 blocks of 16 (the least for a context of 128) for sequences of 84 positions
-     * (6 blocks each): two are admitted (4 blocks each for the prompt), then outgrow the pool */
-    e = rf_eng_new(m, 5, 16, 9);
-    e->logits_hook = rf_eng_on_logits;
-    e->hook_user = &h;
-    for (int i = 0; i < 4; i++) rf_eng_submit(e, g_prompt[i], g_plen[i], 24, &other[i], 1, 0);
-    run_checked(e);
-    int64_t pre = rf_engine_get_stat(e, RF_STAT_PREEMPTIONS);
-    assert_true(pre > 0);
-    for (int i = 0; i < 4; i++) rf_eng_same(&alone[i], &other[i], 0, "after preemption", i);
-    printf("  chunks of 1/3/7/16 == one chunk; %d together == alone; %lld preemptions, same tokens\n", NP, (long long)pre);
-    rf_engine_free(e);
+    rf_eng_chunks_and_crowd(m, NP, g_prompt, g_plen, run_checked, slots_back);
     rf_model_free(m);
 }
 

@@ -99,3 +99,62 @@ void rf_eng_same(const rf_eng_out *a, const rf_eng_out *b, int choice, const cha
     for (int k = 0; k < a->n[choice]; k++)
         if (a->lhash[choice][k] != b->lhash[choice][k]) fail_msg("%s, prompt %d token %d: logits differ", what, i, k);
 }
+
+void rf_eng_chunks_and_crowd(rf_model *m, int np, int32_t (*prompt)[RF_ENG_PLEN], const int *plen,
+                             int (*run)(rf_engine *e), void (*idle)(rf_engine *e)) {
+    assert_true(np >= 4 && np <= RF_ENG_NP);
+    rf_eng_out alone[RF_ENG_NP], other[RF_ENG_NP];
+    rf_eng_hooks h = {alone, np, m->hp.n_vocab};
+    rf_engine *e = rf_eng_new(m, 1, 512, 0);
+    e->logits_hook = rf_eng_on_logits;
+    e->hook_user = &h;
+    for (int i = 0; i < np; i++) {
+        rf_eng_submit(e, prompt[i], plen[i], 24, &alone[i], 1, 0);
+        run(e);
+    }
+    rf_engine_free(e);
+    /* one sequence at a time, its prompt in chunks of the step budget */
+    const int budgets[] = {1, 3, 7, 16};
+    for (int bi = 0; bi < 4; bi++) {
+        e = rf_eng_new(m, 1, budgets[bi], 0);
+        h.outs = other;
+        e->logits_hook = rf_eng_on_logits;
+        e->hook_user = &h;
+        for (int i = 0; i < np; i += 3) {
+            rf_eng_submit(e, prompt[i], plen[i], 24, &other[i], 1, 0);
+            run(e);
+            rf_eng_same(&alone[i], &other[i], 0, "prompt in chunks", i);
+        }
+        rf_engine_free(e);
+    }
+    /* together: staggered arrivals, chunked prompts, 5 running at once */
+    e = rf_eng_new(m, 5, 16, 0);
+    e->logits_hook = rf_eng_on_logits;
+    e->hook_user = &h;
+    int submitted = 0, steps = 0;
+    while (submitted < np || rf_engine_get_stat(e, RF_STAT_RUNNING) + rf_engine_get_stat(e, RF_STAT_WAITING) > 0) {
+        if (submitted < np && (steps % 3 == 0 || submitted < 2)) {
+            rf_eng_submit(e, prompt[submitted], plen[submitted], 24, &other[submitted], 1, 0);
+            submitted++;
+        }
+        assert_int_equal(rf_engine_step(e), RF_OK);
+        if (rf_engine_check(e)) fail_msg("check: %s", rf_last_error());
+        steps++;
+    }
+    assert_int_equal(rf_engine_get_stat(e, RF_STAT_BLOCKS_USED), 0);
+    if (idle) idle(e);
+    for (int i = 0; i < np; i++) rf_eng_same(&alone[i], &other[i], 0, "together", i);
+    rf_engine_free(e);
+    /* preemption: 9 blocks of 16 (the least for a context of 128) for sequences of 84 positions
+     * (6 blocks each): two are admitted (4 blocks each for the prompt), then outgrow the pool */
+    e = rf_eng_new(m, 5, 16, 9);
+    e->logits_hook = rf_eng_on_logits;
+    e->hook_user = &h;
+    for (int i = 0; i < 4; i++) rf_eng_submit(e, prompt[i], plen[i], 24, &other[i], 1, 0);
+    run(e);
+    int64_t pre = rf_engine_get_stat(e, RF_STAT_PREEMPTIONS);
+    assert_true(pre > 0);
+    for (int i = 0; i < 4; i++) rf_eng_same(&alone[i], &other[i], 0, "after preemption", i);
+    printf("  chunks of 1/3/7/16 == one chunk; %d together == alone; %lld preemptions, same tokens\n", np, (long long)pre);
+    rf_engine_free(e);
+}

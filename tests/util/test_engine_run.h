@@ -11,6 +11,7 @@
 
 #define RF_ENG_MAXT 40 /* tokens recorded per choice */
 #define RF_ENG_PLEN 70 /* longest prompt of rf_eng_make_prompts */
+#define RF_ENG_NP 8    /* most prompts of rf_eng_chunks_and_crowd */
 
 /* What one request produced: its id, DONE events seen, and per choice (up to 3) the tokens and
  * an FNV-1a hash of each logits row's bytes. */
@@ -51,5 +52,14 @@ void rf_eng_make_prompts(int32_t nv, int n, int32_t (*prompt)[RF_ENG_PLEN], int 
 /* Fails the test unless a and b hold the same tokens and logits-row hashes for `choice`
  * (what and i name the case in the message). */
 void rf_eng_same(const rf_eng_out *a, const rf_eng_out *b, int choice, const char *what, int i);
+
+/* The invariance cases on m's prompts[0..np) (np of 4..RF_ENG_NP; 24 greedy tokens each, every
+ * logits row hashed): each alone in one step; alone in chunks of 1, 3, 7 and 16 tokens; all
+ * together with staggered arrival, 5 at once in 16-token steps; the first 4 in a pool of 9 blocks
+ * that forces preemption. Every run equals the lone one in tokens and logits bits. run(e) steps
+ * an engine until idle with the caller's checks; idle(e), when given, checks the crowd's engine
+ * once it is idle (a hybrid model: every state slot back). */
+void rf_eng_chunks_and_crowd(rf_model *m, int np, int32_t (*prompt)[RF_ENG_PLEN], const int *plen,
+                             int (*run)(rf_engine *e), void (*idle)(rf_engine *e));
 
 #endif
