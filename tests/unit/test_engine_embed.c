@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
+#include "test_engine_run.h"
 #include "test_embed.h"
 
 static char g_tiny[1200];
@@ -32,14 +33,6 @@ static int setup(void **state) {
     snprintf(g_tiny, sizeof g_tiny, "%s/embed-tiny.f16.gguf", dir);
     snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset tiny --type f16 -o '%s' >/dev/null 2>&1", dir, cli, g_tiny);
     return system(cmd) == 0 ? 0 : -1;
-}
-
-static rf_model *load(const char *path) {
-    rf_model_params mp = rf_model_default_params();
-    mp.n_threads = 2;
-    rf_model *m = NULL;
-    if (rf_model_load(path, &mp, &m)) fail_msg("load %s: %s", path, rf_last_error());
-    return m;
 }
 
 static rf_engine *engine(rf_model *m, int ctx, int par, int batch, int blocks) {
@@ -138,7 +131,7 @@ static double lsq(const rf_emb_vec *u, int n, const rf_emb_vec *v, double *c) {
 }
 
 static void rows_of(const char *path) {
-    rf_model *m = load(path);
+    rf_model *m = rf_eng_load(path);
     rf_model_info mi;
     assert_int_equal(rf_model_get_info(m, &mi), RF_OK);
     int32_t ids[NP];
@@ -190,7 +183,7 @@ static void gen_req(rf_engine *e, const int32_t *ids, int n, int max_tokens, rf_
 
 /* Many prompts in chunks, among generation requests and preemptions, against each alone. */
 static void batched(const char *path) {
-    rf_model *m = load(path);
+    rf_model *m = rf_eng_load(path);
     enum { N = 6 };
     static int32_t ids[N][80];
     int len[N] = {80, 7, 33, 1, 64, 50};
@@ -249,7 +242,7 @@ static void test_real(void **state) {
     (void)state;
     char p[1200];
     if (!have_model("SmolLM2-135M-Instruct.Q4_1.gguf", p, sizeof p)) skip();
-    rf_model *m = load(p);
+    rf_model *m = rf_eng_load(p);
     assert_int_equal(rf_model_pooling(m), RF_POOLING_LAST); /* the file has no pooling_type */
     rf_model_free(m);
     rows_of(p);
@@ -258,7 +251,7 @@ static void test_real(void **state) {
 
 static void test_cancel_and_kv(void **state) {
     (void)state;
-    rf_model *m = load(g_tiny);
+    rf_model *m = rf_eng_load(g_tiny);
     assert_int_equal(rf_model_pooling(m), RF_POOLING_LAST);
     assert_string_equal(rf_pooling_str(RF_POOLING_MEAN), "mean");
     rf_engine *e = engine(m, 128, 2, 8, 0);
