@@ -1,6 +1,6 @@
-/* oai_translate.h — small helpers shared by the request translators of the other API shapes
- * (oai_messages.c, oai_responses.c, oai_tokenize.c): 400s naming a field, JSON type names,
- * text parts joined, chat messages appended. Static inline: each translator stays one file. */
+/* oai_translate.h — small helpers shared by the request readers (oai_parse.c, oai_tools.c) and
+ * the translators of the other API shapes (oai_messages.c, oai_responses.c, oai_tokenize.c): 400s
+ * naming a field, JSON type names, text parts joined, chat messages appended. Static inline. */
 #ifndef RF_SERVER_OAI_TRANSLATE_H
 #define RF_SERVER_OAI_TRANSLATE_H
 
