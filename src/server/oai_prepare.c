@@ -262,12 +262,8 @@ static rf_status set_options(rf_request *r, const srv_params *p, uint64_t seed) 
     return st;
 }
 
-int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e) {
-    memset(out, 0, sizeof *out);
-    bool chat = p->route == SRV_ROUTE_CHAT;
-    int n = chat ? 1 : (int)p->n_prompts;
-    const char *pparam = chat ? "messages" : "prompt";
-    if (n < 1) return srv_fail(e, 400, "invalid_request_error", NULL, pparam, "the request has no prompt");
+/* Room for n engine requests and their prompt lengths in out; -1 (a 503 in e) when out of memory. */
+static int prepared_alloc(srv_prepared *out, int n, srv_error *e) {
     out->reqs = calloc((size_t)n, sizeof *out->reqs);
     out->n_prompt = calloc((size_t)n, sizeof *out->n_prompt);
     if (!out->reqs || !out->n_prompt) {
@@ -275,6 +271,16 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
         return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while preparing the request");
     }
     out->n = n;
+    return 0;
+}
+
+int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e) {
+    memset(out, 0, sizeof *out);
+    bool chat = p->route == SRV_ROUTE_CHAT;
+    int n = chat ? 1 : (int)p->n_prompts;
+    const char *pparam = chat ? "messages" : "prompt";
+    if (n < 1) return srv_fail(e, 400, "invalid_request_error", NULL, pparam, "the request has no prompt");
+    if (prepared_alloc(out, n, e)) return -1;
     out->max_tokens = p->max_tokens;
     int32_t nv = rf_engine_n_vocab(eng);
     char pp[64];
@@ -502,13 +508,7 @@ int srv_embed_prepare(rf_engine *eng, int32_t n_ctx, rf_pooling pooling, int32_t
                         (long long)p->dimensions, n_embd);
     int n = (int)p->n_prompts;
     if (n < 1) return srv_fail(e, 400, "invalid_request_error", NULL, "input", "the request has no input");
-    out->reqs = calloc((size_t)n, sizeof *out->reqs);
-    out->n_prompt = calloc((size_t)n, sizeof *out->n_prompt);
-    if (!out->reqs || !out->n_prompt) {
-        srv_prepared_free(out);
-        return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while preparing the request");
-    }
-    out->n = n;
+    if (prepared_alloc(out, n, e)) return -1;
     out->max_tokens = 0;
     char pp[32];
     for (int i = 0; i < n; i++) {
