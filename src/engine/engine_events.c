@@ -1,8 +1,7 @@
 /* engine_events.c — what becomes of a sequence's output: sampling, forking a request's other
  * choices, log-probabilities, text with stop strings, the TOKEN and DONE events handed to the
- * request's callback, the event accessors (rf_event_*) and the per-step trace. */
+ * request's callback, and the event accessors (rf_event_*). */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -245,19 +244,3 @@ int32_t rf_event_n_prompt(const rf_event *ev) { return ev->n_prompt; }
 int32_t rf_event_n_cached(const rf_event *ev) { return ev->n_cached; }
 int32_t rf_event_n_gen(const rf_event *ev) { return ev->n_gen; }
 const char *rf_event_error(const rf_event *ev) { return ev->error ? ev->error : ""; }
-
-
-void rf_engine_trace_step(rf_engine *e, const rf_step_batch *sb, int32_t n_seqs, double t_step) {
-    rf_backend *be = e->m->be;
-    if (!rf_backend_on_device(be)) return;
-    rf_backend_info bi = {0};
-    be->ops->info(be, false, &bi);
-    fprintf(stderr, "[step %lld] %d tokens (%d sequences, bucket %d, %s): %lld upload(s), %lld download(s), %lld graph launch(es), %.2f ms\n",
-            (long long)e->st_steps, sb->n_tok, n_seqs, sb->bucket,
-            sb->gmode == RF_GRAPH_REPLAY ? "graph replayed" : sb->gmode == RF_GRAPH_CAPTURE ? "graph recorded" : "eager",
-            (long long)(bi.uploads - e->tr_up), (long long)(bi.downloads - e->tr_down),
-            (long long)(bi.launches - e->tr_launch), rf_now_ms() - t_step);
-    e->tr_up = bi.uploads;
-    e->tr_down = bi.downloads;
-    e->tr_launch = bi.launches;
-}

@@ -1,5 +1,5 @@
 /* engine_internal.h — the batching engine's inside, shared by its files (engine_create.c,
- * engine_request.c, engine_step.c, step_batch.c, engine_events.c, engine_stats.c) and the
+ * engine_request.c, engine_step.c, engine_events.c, engine_stats.c) and the
  * session layer (session.c, generate.c), which drives one persistent sequence through the same
  * step. The planner (scheduler.h) and sequences (sequence.h) sit below and never call back. */
 #ifndef RF_ENGINE_INTERNAL_H
@@ -143,7 +143,7 @@ rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **o
  * session's eval), whatever else is queued. */
 rf_status rf_engine_exec_step(rf_engine *e, rf_seq *only);
 
-/* step_batch.c: the step's batch from a plan. rf_step_batch lays the plan's tokens out in the
+/* engine_step.c: the step's batch from a plan. rf_step_batch lays the plan's tokens out in the
  * engine's scratch (b_ids ...) and says which rows come out; rf_step_dev_sample says whether every
  * output is a plain generation step the backend samples itself; rf_step_graph_pad pads a decode
  * step to its graph bucket (0: runs eagerly); rf_step_sample_rows writes the device's sampling
@@ -186,8 +186,6 @@ rf_event rf_engine_done_event(const rf_req *q, int32_t choice, int32_t n_prompt,
 bool rf_engine_emit(rf_req *q, rf_event *ev);
 /* Sets a sequence up to generate for request q as choice `choice`. */
 rf_status rf_engine_seq_setup_gen(rf_engine *e, rf_seq *s, rf_req *q, int32_t choice);
-/* RF_GPU_STEP_TRACE=1: prints what crossed the bus in the step just run. */
-void rf_engine_trace_step(rf_engine *e, const rf_step_batch *sb, int32_t n_seqs, double t_step);
 
 /* pooling.c: embedding requests in the step. rf_step_embed_rows appends the rows the step's
  * embedding sequences need to the batch's outputs, after the logit rows (the forward hands them

@@ -1,6 +1,7 @@
 /* engine_step.c — the engine's step: intake and cancellations, the scheduler's plan executed
- * (block copies and state restores, the batch, the forward and sampling on the backend), outputs handed to the
- * events, finished sequences retired; and the loops that drive it (run, wait, wake). */
+ * (block copies and state restores; the plan laid out as the forward's batch, a decode step padded
+ * to its device-graph bucket, the device's sampling rows; the forward and sampling on the backend),
+ * outputs handed to the events, finished sequences retired; and the loops that drive it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,239 @@
 #include "core/knobs.h"
 #include "engine/engine_internal.h"
 #include "engine/grammar.h"
+
+/* ---- the step's batch: the plan laid out for the forward ---- */
+
+static rf_status grow(int32_t **p, int32_t *cap, int32_t need) {
+    if (need <= *cap) return RF_OK;
+    int32_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    int32_t *a = realloc(*p, (size_t)c * sizeof(int32_t));
+    if (!a) return rf_set_error(RF_ERR_OOM, "step: out of memory");
+    *p = a;
+    *cap = c;
+    return RF_OK;
+}
+
+/* Whether s's last scheduled token gives an output row (or every token does: session logits). */
+static bool wants_out(const rf_seq *s, int32_t n) {
+    return s->want_all || (s->n_computed + n == s->n_tokens && (s->gen || s->logits_dst));
+}
+
+/* Sample on the device (only ids come back) when every output is a plain generation step. */
+static bool dev_sample_ok(const rf_engine *e, const rf_step_plan *p, int32_t n_out) {
+    if (!e->m->be->ops->sample || e->fwd_hook || e->logits_hook || n_out <= 0 || n_out > e->f.logit_rows) return false;
+    for (int32_t i = 0; i < p->n_items; i++) {
+        const rf_seq *s = p->items[i].s;
+        if (wants_out(s, p->items[i].n) &&
+            (!s->gen || s->want_all || s->logits_dst || s->fork_left > 0 || s->req->logprobs >= 0))
+            return false;
+    }
+    return true;
+}
+
+rf_status rf_step_build(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
+    int32_t B = e->block_size, n_tok = 0, n_out = 0, max_blocks = 1;
+    memset(sb, 0, sizeof *sb);
+    for (int32_t i = 0; i < p->n_items; i++)
+        if (p->items[i].s->n_blocks > max_blocks) max_blocks = p->items[i].s->n_blocks;
+    rf_status st = grow(&e->b_table, &e->b_table_cap, p->n_items * max_blocks);
+    if (st) return st;
+    for (int32_t i = 0; i < p->n_items; i++) {
+        rf_seq *s = p->items[i].s;
+        int32_t n = p->items[i].n;
+        bool last = s->n_computed + n == s->n_tokens;
+        for (int32_t k = 0; k < n; k++) {
+            int32_t q = s->n_computed + k;
+            e->b_ids[n_tok] = s->tokens[q];
+            e->b_pos[n_tok] = q;
+            e->b_seq[n_tok] = i;
+            e->b_slot[n_tok] = s->blocks[q / B] * B + q % B;
+            if (s->want_all || (last && k == n - 1 && (s->gen || s->logits_dst))) e->b_out[n_out++] = n_tok;
+            n_tok++;
+        }
+        memcpy(e->b_table + (size_t)i * max_blocks, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+        if (e->spool) e->b_state[i] = s->state_ref - 1; /* taken by the planner */
+        e->b_seqs[i] = s;
+    }
+    sb->n_tok = n_tok;
+    sb->n_out = n_out;
+    sb->max_blocks = max_blocks;
+    sb->gmode = RF_GRAPH_NONE;
+    int32_t nv = e->m->hp.n_vocab;
+    if ((size_t)n_out * nv > e->logits_cap) {
+        float *l = realloc(e->logits, (size_t)n_out * nv * sizeof(float));
+        if (!l) return rf_set_error(RF_ERR_OOM, "logits of %d rows: out of memory", n_out);
+        e->logits = l;
+        e->logits_cap = (size_t)n_out * nv;
+    }
+    sb->dev_sample = dev_sample_ok(e, p, n_out);
+    for (int32_t i = 0; i < p->n_items && sb->dev_sample; i++) /* a grammar's mask goes with the step */
+        if (wants_out(p->items[i].s, p->items[i].n) && rf_sampler_has_grammar(p->items[i].s->smp)) sb->masked = true;
+    return RF_OK;
+}
+
+int32_t rf_step_graph_bucket(int32_t n, int32_t cap) {
+    for (int64_t p = 1; p <= cap; p *= 2) {
+        if (p >= n) return (int32_t)p;
+        if (p >= 2 && p + p / 2 >= n) return p + p / 2 <= cap ? (int32_t)(p + p / 2) : 0;
+    }
+    return 0;
+}
+
+/* A decode step (one token per sequence, all sampled on the device) runs as a recorded graph of
+ * its batch-size bucket (rf_step_graph_bucket, up to the logit rows: the power of two at least
+ * --parallel, so every decode step has one): padded with inert tokens (position -1, no slot) to
+ * the bucket, block-table stride and position bound fixed, so the recording fits every such
+ * step. Buckets between the powers of two (3, 6, 12, ..., 192, 384) keep the padding of, say,
+ * 129-192 or 257-384 sequences under a third. */
+rf_status rf_step_graph_pad(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
+    int32_t n_items = p->n_items, n_tok = sb->n_tok;
+    if (!sb->dev_sample || !e->m->be->ops->graph_begin || !e->graphs || n_tok != n_items || sb->n_out != n_items)
+        return RF_OK;
+    int32_t bucket = rf_step_graph_bucket(n_tok, e->n_batch < e->f.logit_rows ? e->n_batch : e->f.logit_rows);
+    bool ok = bucket > 0;
+    for (int32_t i = 0; i < n_items && ok; i++) {
+        const rf_sampler_params *sp = rf_sampler_get_params(p->items[i].s->smp);
+        bool pen = sp->repeat_last_n != 0 &&
+                   (sp->repeat_penalty != 1.0f || sp->presence_penalty != 0 || sp->frequency_penalty != 0);
+        if (pen && (sp->repeat_last_n < 0 || sp->repeat_last_n > 64)) ok = false; /* the graph carries 64 */
+    }
+    if (!ok) return RF_OK;
+    rf_status st = grow(&e->b_table, &e->b_table_cap, bucket * e->max_blocks);
+    if (st) return st;
+    /* re-lay the block tables at the fixed stride, then pad */
+    for (int32_t i = n_items - 1; i >= 0; i--)
+        memmove(e->b_table + (size_t)i * e->max_blocks, e->b_table + (size_t)i * sb->max_blocks,
+                (size_t)sb->max_blocks * sizeof(int32_t));
+    for (int32_t t = n_tok; t < bucket; t++) {
+        e->b_ids[t] = 0;
+        e->b_pos[t] = -1;
+        e->b_seq[t] = t;
+        e->b_slot[t] = -1;
+        e->b_out[t] = t;
+        memset(e->b_table + (size_t)t * e->max_blocks, 0, (size_t)e->max_blocks * sizeof(int32_t));
+    }
+    sb->max_blocks = e->max_blocks;
+    sb->bucket = bucket;
+    /* every GPU of a split; a masked step records apart (its upload holds the masks) */
+    sb->gmode = rf_model_graph_begin(e->m, &e->f, sb->masked ? bucket + RF_STEP_MASKED_KEY : bucket);
+    return RF_OK;
+}
+
+/* Makes room for n more penalty entries. */
+static rf_status pen_room(rf_engine *e, int32_t need) {
+    if (need <= e->pen_cap) return RF_OK;
+    int32_t cap = need * 2;
+    int32_t *a = realloc(e->pen_ids, (size_t)cap * sizeof(int32_t));
+    if (!a) return rf_set_error(RF_ERR_OOM, "sampling: out of memory");
+    e->pen_ids = a;
+    a = realloc(e->pen_counts, (size_t)cap * sizeof(int32_t));
+    if (!a) return rf_set_error(RF_ERR_OOM, "sampling: out of memory");
+    e->pen_counts = a;
+    e->pen_cap = cap;
+    return RF_OK;
+}
+
+/* Row `row`'s grammar mask (rf_sampler's, for its next draw) appended to the step's masks; a
+ * grammar that admits nothing leaves the row unmasked and *none set (the pick then ends the
+ * choice, rf_sampler_grammar_pick). The mask is the host's byte mask read as little-endian words
+ * (bit i % 32 of word i / 32 is bit i % 8 of byte i / 8): a plain copy on a little-endian host. */
+static rf_status grammar_row(rf_engine *e, rf_seq *s, rf_sample_row *row, bool *none, rf_step_batch *sb) {
+    int32_t n_ok = 0;
+    const uint8_t *m = rf_sampler_grammar_mask(s->smp, &n_ok);
+    if (!m || n_ok == 0) {
+        *none = true;
+        return RF_OK;
+    }
+    const size_t W = (size_t)e->s_mask_words, need = (size_t)(sb->n_mask + 1) * W;
+    if (need > e->s_masks_cap) {
+        size_t cap = need * 2;
+        uint32_t *a = realloc(e->s_masks, cap * sizeof(uint32_t));
+        if (!a) return rf_set_error(RF_ERR_OOM, "grammar masks: out of memory");
+        e->s_masks = a;
+        e->s_masks_cap = cap;
+    }
+    uint32_t *dst = e->s_masks + (size_t)sb->n_mask * W;
+    const size_t nb = ((size_t)e->m->hp.n_vocab + 7) / 8;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    dst[W - 1] = 0; /* the tail bytes past nb */
+    memcpy(dst, m, nb);
+#else
+    memset(dst, 0, W * sizeof(uint32_t));
+    for (size_t k = 0; k < nb; k++) dst[k / 4] |= (uint32_t)m[k] << (8 * (k % 4));
+#endif
+    row->mask_ref = ++sb->n_mask;
+    return RF_OK;
+}
+
+/* One sampling record per output row (the sequences' own parameters, generator draws and
+ * penalty windows) for the backend to sample on the device, padded to the bucket with inert
+ * rows. A sequence that finishes before sampling (max_tokens) draws nothing, as on the host. */
+rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
+    int32_t r = 0, n_pen = 0;
+    if (sb->masked && !e->s_masks) { /* a masked step always names its (maybe empty) masks */
+        if (!(e->s_masks = malloc((size_t)e->s_mask_words * sizeof(uint32_t))))
+            return rf_set_error(RF_ERR_OOM, "grammar masks: out of memory");
+        e->s_masks_cap = (size_t)e->s_mask_words;
+    }
+    for (int32_t i = 0; i < p->n_items; i++) {
+        rf_seq *s = p->items[i].s;
+        if (s->n_computed + p->items[i].n != s->n_tokens) continue;
+        const rf_sampler_params *sp = rf_sampler_get_params(s->smp);
+        rf_sample_row *row = &e->s_rows[r++];
+        memset(row, 0, sizeof *row);
+        row->temperature = sp->temperature;
+        row->top_k = sp->top_k;
+        row->top_p = sp->top_p;
+        row->min_p = sp->min_p;
+        row->repeat_penalty = sp->repeat_penalty;
+        row->presence_penalty = sp->presence_penalty;
+        row->frequency_penalty = sp->frequency_penalty;
+        e->s_none[r - 1] = false;
+        if (s->req->max_tokens >= 0 && s->n_gen >= s->req->max_tokens) continue; /* finishes unsampled */
+        row->u = rf_sampler_draw(s->smp);
+        if (sb->masked && rf_sampler_has_grammar(s->smp)) {
+            rf_status st = grammar_row(e, s, row, &e->s_none[r - 1], sb);
+            if (st) return st;
+        }
+        for (;;) {
+            int32_t got = rf_sampler_penalties(s->smp, e->pen_ids ? e->pen_ids + n_pen : NULL,
+                                               e->pen_counts ? e->pen_counts + n_pen : NULL, e->pen_cap - n_pen);
+            if (n_pen + got <= e->pen_cap) {
+                row->pen_off = n_pen;
+                row->pen_n = got;
+                n_pen += got;
+                break;
+            }
+            rf_status st = pen_room(e, n_pen + got);
+            if (st) return st;
+        }
+    }
+    for (; r < sb->bucket; r++) memset(&e->s_rows[r], 0, sizeof e->s_rows[r]); /* padding: greedy, ignored */
+    sb->n_rows = r;
+    sb->n_pen = n_pen;
+    return RF_OK;
+}
+
+/* ---- the step ---- */
+
+/* RF_GPU_STEP_TRACE=1: prints what crossed the bus in the step just run (tokens, bucket, graph
+ * mode, uploads, downloads, launches), a line a step on a device backend. */
+static void trace_step(rf_engine *e, const rf_step_batch *sb, int32_t n_seqs, double t_step) {
+    rf_backend *be = e->m->be;
+    if (!rf_backend_on_device(be)) return;
+    rf_backend_info bi = {0};
+    be->ops->info(be, false, &bi);
+    fprintf(stderr, "[step %lld] %d tokens (%d sequences, bucket %d, %s): %lld upload(s), %lld download(s), %lld graph launch(es), %.2f ms\n",
+            (long long)e->st_steps, sb->n_tok, n_seqs, sb->bucket,
+            sb->gmode == RF_GRAPH_REPLAY ? "graph replayed" : sb->gmode == RF_GRAPH_CAPTURE ? "graph recorded" : "eager",
+            (long long)(bi.uploads - e->tr_up), (long long)(bi.downloads - e->tr_down),
+            (long long)(bi.launches - e->tr_launch), rf_now_ms() - t_step);
+    e->tr_up = bi.uploads;
+    e->tr_down = bi.downloads;
+    e->tr_launch = bi.launches;
+}
 
 static bool cancelled(const rf_seq *s) {
     return s->req && (s->req->cancel || (s->req->ext_cancel && *s->req->ext_cancel));
@@ -164,7 +398,7 @@ rf_status rf_engine_exec_step(rf_engine *e, rf_seq *only) {
     if (st && sb.gmode != RF_GRAPH_NONE) rf_model_graph_abort(e->m);
     if (st) return fail_step(e, p, only, st);
     e->st_steps++;
-    if (e->trace) rf_engine_trace_step(e, &sb, p->n_items, t_step);
+    if (e->trace) trace_step(e, &sb, p->n_items, t_step);
     outputs(e, p, sb.dev_sample);
     if (!only) retire(e);
     else if (only->state != RF_SEQ_RUNNING) rf_seq_list_remove(&e->running, only);

@@ -24,9 +24,17 @@ rf_grammar *rf_grammar_new(void) {
 void rf_grammar_ref(rf_grammar *g) {
     if (g) atomic_fetch_add(&g->refs, 1);
 }
+static void shared_masks_free(gshared *s) {
+    if (!s) return;
+    for (int i = 0; i < SHARED_CACHE; i++) {
+        free(s->e[i].key);
+        free(s->e[i].mask);
+    }
+    free(s);
+}
 void rf_grammar_unref(rf_grammar *g) {
     if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
-    rf_gmask_shared_free(g->masks);
+    shared_masks_free(g->masks);
     pthread_mutex_destroy(&g->masks_mu);
     free(g->el);
     free(g->rule_at);

@@ -36,8 +36,21 @@ struct rf_grammar {
     pthread_mutex_t masks_mu;
 };
 
-/* grammar_mask.c: frees a grammar's shared masks (rf_grammar_unref). */
-void rf_gmask_shared_free(struct gshared *s);
+/* A cached token mask: the stack set it was computed for (key, hash), the mask, its count. */
+typedef struct centry {
+    uint64_t hash;
+    int32_t *key, n_key, n_allowed;
+    uint8_t *mask;
+} centry;
+
+/* A grammar's shared masks: entries of one trie (uid) each, filled round robin by
+ * grammar_mask.c; the grammar owns the storage and frees it with itself (grammar.c). */
+#define SHARED_CACHE 256 /* per grammar: 256 masks (4 MiB at a 128k vocabulary) */
+typedef struct gshared {
+    centry e[SHARED_CACHE];
+    uint64_t trie[SHARED_CACHE];
+    int32_t next;
+} gshared;
 
 /* A set of parse stacks (positions into el; the top, last, is a byte class). A stack of length
  * 0 is a finished parse. */

@@ -11,7 +11,6 @@
 
 #define TRIE_MAX_DEPTH 128 /* longer tokens are never allowed under a grammar */
 #define MASK_CACHE 32
-#define SHARED_CACHE 256 /* per grammar: 256 masks (4 MiB at a 128k vocabulary) */
 
 typedef struct tnode {
     int32_t child, sibling; /* first child, next sibling: -1 none */
@@ -233,28 +232,6 @@ static const ltable *ltable_get(vtrie *t, const rf_gclass *loop) {
     }
     pthread_mutex_unlock(&g_trie_mu);
     return l;
-}
-
-typedef struct centry {
-    uint64_t hash;
-    int32_t *key, n_key, n_allowed;
-    uint8_t *mask;
-} centry;
-
-/* A grammar's shared masks: entries of one trie (uid) each, filled round robin. */
-typedef struct gshared {
-    centry e[SHARED_CACHE];
-    uint64_t trie[SHARED_CACHE];
-    int32_t next;
-} gshared;
-
-void rf_gmask_shared_free(gshared *s) {
-    if (!s) return;
-    for (int i = 0; i < SHARED_CACHE; i++) {
-        free(s->e[i].key);
-        free(s->e[i].mask);
-    }
-    free(s);
 }
 
 /* Copies mask (bytes) with its key and count into entry e; false (e emptied) when out of memory. */

@@ -1,6 +1,6 @@
-/* json_schema.c — JSON Schema (the common subset) and "any JSON object" compiled to a byte
- * grammar (engine/grammar.h) for constrained decoding, and the Hermes/Qwen tool-call grammar
- * that enforces tool_choice "required" or a named function. */
+/* json_schema.c — JSON Schema (the common subset: types, objects, arrays, $ref to $defs) and "any
+ * JSON object" compiled to a byte grammar (engine/grammar.h) for constrained decoding, and the
+ * Hermes/Qwen tool-call grammar that enforces tool_choice "required" or a named function. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,22 +13,7 @@
 #define MAX_SCHEMA_DEPTH 32
 #define DIGITS_MAX 15 /* digits after the first of an integer part, a fraction, an exponent */
 
-int32_t srv_jsc_fail(jsc *c, const char *fmt, const char *arg) {
-    if (c->err && !c->err[0]) snprintf(c->err, c->errlen, fmt, arg);
-    return -1;
-}
 #define fail srv_jsc_fail
-
-/* rule := seq (consumed) */
-int32_t srv_jsc_def(jsc *c, rf_gseq *s) {
-    int32_t r = rf_grammar_rule(c->g);
-    if (r < 0 || rf_grammar_define(c->g, r, s)) {
-        rf_gseq_free(s);
-        c->oom = true;
-        return fail(c, "%s", "the grammar is too large");
-    }
-    return r;
-}
 #define def srv_jsc_def
 
 static void lit(jsc *c, rf_gseq *s, const char *t) { rf_gseq_lit(c->g, s, t, strlen(t)); }
@@ -215,6 +200,7 @@ static int32_t build_containers(jsc *c) {
     return c->oom ? -1 : 0;
 }
 
+static int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth); /* recursive: objects, arrays, $ref */
 #define schema srv_jsc_schema
 
 /* A literal JSON value (enum / const): its compact text. */
@@ -397,7 +383,82 @@ static int32_t typed(jsc *c, json_t *sc, const char *t, int depth) {
     return fail(c, "unknown type '%.40s'", t);
 }
 
-int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth) {
+/* ---- $ref ---- */
+
+static json_t *resolve(json_t *root, const char *ref) {
+    if (ref[0] != '#') return NULL;
+    json_t *cur = root;
+    const char *p = ref + 1;
+    while (*p) {
+        if (*p != '/') return NULL;
+        p++;
+        char seg[256];
+        size_t n = 0;
+        for (; *p && *p != '/'; p++) {
+            char ch = *p;
+            if (ch == '~') {
+                if (p[1] == '0') ch = '~';
+                else if (p[1] == '1') ch = '/';
+                else return NULL;
+                p++;
+            }
+            if (n + 1 >= sizeof seg) return NULL;
+            seg[n++] = ch;
+        }
+        seg[n] = 0;
+        cur = json_is_object(cur) ? json_object_get(cur, seg) : NULL;
+        if (!cur) return NULL;
+    }
+    return cur;
+}
+
+static const char *const REF_SIBLINGS[] = {"$ref", "$defs", "definitions", "title", "description", "$comment",
+                                           "$schema", "default", "examples", NULL};
+
+static int32_t ref_schema(jsc *c, json_t *sc, int depth) {
+    json_t *rv = json_object_get(sc, "$ref");
+    if (!json_is_string(rv)) return srv_jsc_fail(c, "'%s' must be a string", "$ref");
+    const char *key;
+    json_t *v;
+    json_object_foreach(sc, key, v) {
+        bool ok = false;
+        for (int i = 0; REF_SIBLINGS[i] && !ok; i++) ok = !strcmp(key, REF_SIBLINGS[i]);
+        if (!ok) return srv_jsc_fail(c, "unsupported JSON Schema keyword '%.64s' beside '$ref'", key);
+    }
+    const char *ref = json_string_value(rv);
+    for (size_t i = 0; i < c->n_refs; i++)
+        if (!strcmp(c->refs[i].path, ref)) return c->refs[i].rule;
+    json_t *target = c->root ? resolve(c->root, ref) : NULL;
+    if (!target) return srv_jsc_fail(c, "'$ref' '%.100s' does not name a schema in this document (#/$defs/NAME, #/definitions/NAME, #)", ref);
+    /* a chain of bare $refs back to itself would be a rule that is only itself */
+    json_t *t2 = target;
+    for (int k = 0; json_is_object(t2) && json_is_string(json_object_get(t2, "$ref")); k++) {
+        if (k > 32 || !strcmp(json_string_value(json_object_get(t2, "$ref")), ref))
+            return srv_jsc_fail(c, "'$ref' '%.100s' refers to itself without any text between (a cycle)", ref);
+        t2 = c->root ? resolve(c->root, json_string_value(json_object_get(t2, "$ref"))) : NULL;
+    }
+    jsc_ref *t = realloc(c->refs, (c->n_refs + 1) * sizeof *t);
+    char *path = strdup(ref);
+    int32_t r = rf_grammar_rule(c->g);
+    if (!t || !path || r < 0) {
+        if (t) c->refs = t;
+        free(path);
+        return srv_jsc_fail(c, "%s", "out of memory");
+    }
+    c->refs = t;
+    c->refs[c->n_refs++] = (jsc_ref){path, r};
+    int32_t body = srv_jsc_schema(c, target, depth + 1);
+    if (body < 0) return -1;
+    rf_gseq s = {0};
+    rf_gseq_ref(&s, body);
+    if (rf_grammar_define(c->g, r, &s)) {
+        rf_gseq_free(&s);
+        return srv_jsc_fail(c, "%s", "the grammar is too large");
+    }
+    return r;
+}
+
+static int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth) {
     if (depth > MAX_SCHEMA_DEPTH) return fail(c, "%s", "the schema nests too deeply");
     if (json_is_true(sc)) return c->value;
     if (!json_is_object(sc)) return fail(c, "%s", "a schema must be an object");
@@ -409,7 +470,7 @@ int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth) {
         for (int i = 0; KNOWN[i] && !ok; i++) ok = !strcmp(key, KNOWN[i]);
         if (!ok) return fail(c, "unsupported JSON Schema keyword '%.64s'", key);
     }
-    if (json_object_get(sc, "$ref")) return srv_jsc_ref(c, sc, depth);
+    if (json_object_get(sc, "$ref")) return ref_schema(c, sc, depth);
     rf_gseq s = {0};
     json_t *en = json_object_get(sc, "enum"), *cn = json_object_get(sc, "const");
     if (cn) {

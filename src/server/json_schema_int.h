@@ -1,11 +1,13 @@
-/* json_schema_int.h — the JSON Schema compiler's state shared by its files (json_schema.c: types,
- * objects, arrays; json_schema_kw.c: string/number bounds, formats, $ref; json_schema_regex.c). */
+/* json_schema_int.h — the JSON Schema compiler's state and its two primitives (fail, def) shared
+ * by its files, called one way: json_schema.c (types, objects, arrays, $ref) -> json_schema_kw.c
+ * (string/number bounds, formats) -> json_schema_regex.c. */
 #ifndef RF_SERVER_JSON_SCHEMA_INT_H
 #define RF_SERVER_JSON_SCHEMA_INT_H
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "engine/grammar.h"
 
@@ -26,15 +28,27 @@ typedef struct jsc {
     bool oom;
 } jsc;
 
-int32_t srv_jsc_fail(jsc *c, const char *fmt, const char *arg);
-int32_t srv_jsc_def(jsc *c, rf_gseq *s); /* a new rule ::= s (s consumed) */
-int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth);
+/* The first error wins (err keeps it); returns -1 so that callers can `return srv_jsc_fail(...)`. */
+static inline int32_t srv_jsc_fail(jsc *c, const char *fmt, const char *arg) {
+    if (c->err && !c->err[0]) snprintf(c->err, c->errlen, fmt, arg);
+    return -1;
+}
+
+/* A new rule ::= s (s consumed); -1 with err set when the grammar cannot grow. */
+static inline int32_t srv_jsc_def(jsc *c, rf_gseq *s) {
+    int32_t r = rf_grammar_rule(c->g);
+    if (r < 0 || rf_grammar_define(c->g, r, s)) {
+        rf_gseq_free(s);
+        c->oom = true;
+        return srv_jsc_fail(c, "%s", "the grammar is too large");
+    }
+    return r;
+}
 
 /* json_schema_kw.c: "string" with minLength/maxLength/pattern/format, "number"/"integer" with
- * minimum/maximum/exclusive*, and $ref (NULL-free: each returns a rule or -1 with err set). */
+ * minimum/maximum/exclusive* (each returns a rule or -1 with err set). */
 int32_t srv_jsc_string(jsc *c, json_t *sc);
 int32_t srv_jsc_number(jsc *c, json_t *sc, bool integer);
-int32_t srv_jsc_ref(jsc *c, json_t *sc, int depth);
 bool srv_jsc_has_typed_kw(json_t *sc); /* a string/number keyword present */
 
 /* json_schema_regex.c: the bytes that fully match a regex of the supported subset (see

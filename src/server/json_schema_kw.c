@@ -1,6 +1,6 @@
 /* json_schema_kw.c — the JSON Schema keywords that bound a string or a number (minLength,
- * maxLength, pattern, format, minimum, maximum, exclusiveMinimum, exclusiveMaximum) and $ref to
- * $defs/definitions (recursive too), compiled to grammar rules for json_schema.c. */
+ * maxLength, pattern, format, minimum, maximum, exclusiveMinimum, exclusiveMaximum), compiled to
+ * grammar rules for json_schema.c (formats and integer ranges through json_schema_regex.c). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -280,80 +280,5 @@ int32_t srv_jsc_number(jsc *c, json_t *sc, bool integer) {
     int32_t r = b.bad ? srv_jsc_fail(c, "%s", "the number bounds make the grammar too large")
                       : srv_jsc_regex(c, b.p, b.n);
     free(b.p);
-    return r;
-}
-
-/* ---- $ref ---- */
-
-static json_t *resolve(json_t *root, const char *ref) {
-    if (ref[0] != '#') return NULL;
-    json_t *cur = root;
-    const char *p = ref + 1;
-    while (*p) {
-        if (*p != '/') return NULL;
-        p++;
-        char seg[256];
-        size_t n = 0;
-        for (; *p && *p != '/'; p++) {
-            char ch = *p;
-            if (ch == '~') {
-                if (p[1] == '0') ch = '~';
-                else if (p[1] == '1') ch = '/';
-                else return NULL;
-                p++;
-            }
-            if (n + 1 >= sizeof seg) return NULL;
-            seg[n++] = ch;
-        }
-        seg[n] = 0;
-        cur = json_is_object(cur) ? json_object_get(cur, seg) : NULL;
-        if (!cur) return NULL;
-    }
-    return cur;
-}
-
-static const char *const REF_SIBLINGS[] = {"$ref", "$defs", "definitions", "title", "description", "$comment",
-                                           "$schema", "default", "examples", NULL};
-
-int32_t srv_jsc_ref(jsc *c, json_t *sc, int depth) {
-    json_t *rv = json_object_get(sc, "$ref");
-    if (!json_is_string(rv)) return srv_jsc_fail(c, "'%s' must be a string", "$ref");
-    const char *key;
-    json_t *v;
-    json_object_foreach(sc, key, v) {
-        bool ok = false;
-        for (int i = 0; REF_SIBLINGS[i] && !ok; i++) ok = !strcmp(key, REF_SIBLINGS[i]);
-        if (!ok) return srv_jsc_fail(c, "unsupported JSON Schema keyword '%.64s' beside '$ref'", key);
-    }
-    const char *ref = json_string_value(rv);
-    for (size_t i = 0; i < c->n_refs; i++)
-        if (!strcmp(c->refs[i].path, ref)) return c->refs[i].rule;
-    json_t *target = c->root ? resolve(c->root, ref) : NULL;
-    if (!target) return srv_jsc_fail(c, "'$ref' '%.100s' does not name a schema in this document (#/$defs/NAME, #/definitions/NAME, #)", ref);
-    /* a chain of bare $refs back to itself would be a rule that is only itself */
-    json_t *t2 = target;
-    for (int k = 0; json_is_object(t2) && json_is_string(json_object_get(t2, "$ref")); k++) {
-        if (k > 32 || !strcmp(json_string_value(json_object_get(t2, "$ref")), ref))
-            return srv_jsc_fail(c, "'$ref' '%.100s' refers to itself without any text between (a cycle)", ref);
-        t2 = c->root ? resolve(c->root, json_string_value(json_object_get(t2, "$ref"))) : NULL;
-    }
-    jsc_ref *t = realloc(c->refs, (c->n_refs + 1) * sizeof *t);
-    char *path = strdup(ref);
-    int32_t r = rf_grammar_rule(c->g);
-    if (!t || !path || r < 0) {
-        if (t) c->refs = t;
-        free(path);
-        return srv_jsc_fail(c, "%s", "out of memory");
-    }
-    c->refs = t;
-    c->refs[c->n_refs++] = (jsc_ref){path, r};
-    int32_t body = srv_jsc_schema(c, target, depth + 1);
-    if (body < 0) return -1;
-    rf_gseq s = {0};
-    rf_gseq_ref(&s, body);
-    if (rf_grammar_define(c->g, r, &s)) {
-        rf_gseq_free(&s);
-        return srv_jsc_fail(c, "%s", "the grammar is too large");
-    }
     return r;
 }

@@ -71,6 +71,14 @@ int srv_failv(srv_error *e, int status, const char *type, const char *code, cons
               va_list ap);
 /* The error's JSON body (malloc'd, NUL-terminated); NULL when out of memory. */
 char *srv_error_json(const srv_error *e);
+/* A 400 invalid_request_error naming param (srv_fail's shape); returns -1. */
+int srv_bad(srv_error *e, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* A JSON value's type in an error message ("an object", "a string", ...; NULL: "absent"). */
+const char *srv_json_type_name(const json_t *v);
 
 /* ---- parsed requests ---------------------------------------------------------------------- */
 

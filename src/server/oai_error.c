@@ -1,5 +1,6 @@
-/* oai_error.c — an OpenAI-shaped error (oai.h): filled by every parser (srv_fail) and written as
- * the response body {"error": {"message", "type", "param", "code"}}. */
+/* oai_error.c — an OpenAI-shaped error (oai.h): filled by every parser (srv_fail; srv_bad for a
+ * 400 naming a field, with srv_json_type_name) and written as the response body
+ * {"error": {"message", "type", "param", "code"}}. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,28 @@ int srv_fail(srv_error *e, int status, const char *type, const char *code, const
     srv_failv(e, status, type, code, param, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+int srv_bad(srv_error *e, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    srv_failv(e, 400, "invalid_request_error", NULL, param, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *srv_json_type_name(const json_t *v) {
+    if (!v) return "absent";
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
 }
 
 char *srv_error_json(const srv_error *e) {

@@ -52,7 +52,7 @@ static int blocks_text(json_t *c, const char *param, json_t **out, srv_error *e)
         return 0;
     }
     if (!json_is_array(c))
-        return srv_tr_bad(e, param, "'%s' must be a string or a list of text blocks, not %s", param, srv_tr_type_name(c));
+        return srv_bad(e, param, "'%s' must be a string or a list of text blocks, not %s", param, srv_json_type_name(c));
     srv_buf b = {0};
     char pp[96];
     for (size_t i = 0; i < json_array_size(c); i++) {
@@ -61,7 +61,7 @@ static int blocks_text(json_t *c, const char *param, json_t **out, srv_error *e)
         snprintf(pp, sizeof pp, "%s[%zu]", param, i);
         if (!json_is_string(ty) || strcmp(json_string_value(ty), "text") || !json_is_string(tx)) {
             srv_buf_free(&b);
-            return srv_tr_bad(e, pp, "'%s' must be a text block {\"type\": \"text\", \"text\": ...} (other blocks are not supported here)", pp);
+            return srv_bad(e, pp, "'%s' must be a text block {\"type\": \"text\", \"text\": ...} (other blocks are not supported here)", pp);
         }
         if (i) srv_buf_add(&b, "\n", 1);
         srv_buf_add(&b, json_string_value(tx), json_string_length(tx));
@@ -81,8 +81,8 @@ typedef struct turn {
 static int tool_use_call(json_t *blk, const char *pp, turn *t, srv_error *e) {
     json_t *id = json_object_get(blk, "id"), *nm = json_object_get(blk, "name"), *in = json_object_get(blk, "input");
     if (!json_is_string(id) || !json_is_string(nm))
-        return srv_tr_bad(e, pp, "'%s': a tool_use block needs string 'id' and 'name'", pp);
-    if (srv_tr_present(in) && !json_is_object(in)) return srv_tr_bad(e, pp, "'%s.input' must be an object", pp);
+        return srv_bad(e, pp, "'%s': a tool_use block needs string 'id' and 'name'", pp);
+    if (srv_tr_present(in) && !json_is_object(in)) return srv_bad(e, pp, "'%s.input' must be an object", pp);
     char *args = srv_tr_present(in) ? json_dumps(in, JSON_COMPACT) : strdup("{}");
     json_t *c = args ? json_pack("{sOsss{sOss}}", "id", id, "type", "function", "function", "name", nm, "arguments", args) : NULL;
     free(args);
@@ -92,7 +92,7 @@ static int tool_use_call(json_t *blk, const char *pp, turn *t, srv_error *e) {
 
 static int tool_result_msg(json_t *blk, const char *pp, json_t *msgs, srv_error *e) {
     json_t *id = json_object_get(blk, "tool_use_id"), *c = json_object_get(blk, "content"), *txt = NULL;
-    if (!json_is_string(id)) return srv_tr_bad(e, pp, "'%s': a tool_result block needs a string 'tool_use_id'", pp);
+    if (!json_is_string(id)) return srv_bad(e, pp, "'%s': a tool_result block needs a string 'tool_use_id'", pp);
     char cp[128];
     snprintf(cp, sizeof cp, "%s.content", pp);
     if (!srv_tr_present(c)) txt = json_string("");
@@ -109,17 +109,17 @@ static int read_blocks(json_t *c, const char *param, bool assistant, json_t *msg
         return 0;
     }
     if (!json_is_array(c))
-        return srv_tr_bad(e, param, "'%s' must be a string or a list of content blocks, not %s", param, srv_tr_type_name(c));
+        return srv_bad(e, param, "'%s' must be a string or a list of content blocks, not %s", param, srv_json_type_name(c));
     char pp[96];
     for (size_t i = 0; i < json_array_size(c); i++) {
         json_t *blk = json_array_get(c, i);
         snprintf(pp, sizeof pp, "%s[%zu]", param, i);
         json_t *ty = json_is_object(blk) ? json_object_get(blk, "type") : NULL;
-        if (!json_is_string(ty)) return srv_tr_bad(e, pp, "'%s' must be a content block object with a string 'type'", pp);
+        if (!json_is_string(ty)) return srv_bad(e, pp, "'%s' must be a content block object with a string 'type'", pp);
         const char *ts = json_string_value(ty);
         if (!strcmp(ts, "text")) {
             json_t *tx = json_object_get(blk, "text");
-            if (!json_is_string(tx)) return srv_tr_bad(e, pp, "'%s.text' must be a string, not %s", pp, srv_tr_type_name(tx));
+            if (!json_is_string(tx)) return srv_bad(e, pp, "'%s.text' must be a string, not %s", pp, srv_json_type_name(tx));
             if (t->any_text) srv_buf_add(&t->text, "\n", 1);
             srv_buf_add(&t->text, json_string_value(tx), json_string_length(tx));
             t->any_text = true;
@@ -133,7 +133,7 @@ static int read_blocks(json_t *c, const char *param, bool assistant, json_t *msg
         } else if (!assistant && !strcmp(ts, "tool_result")) {
             if (tool_result_msg(blk, pp, msgs, e)) return -1;
         } else {
-            return srv_tr_bad(e, pp, "content blocks of type '%.40s' are not supported %s by this server", ts,
+            return srv_bad(e, pp, "content blocks of type '%.40s' are not supported %s by this server", ts,
                               assistant ? "in an assistant turn" : "in a user turn");
         }
     }
@@ -160,25 +160,25 @@ static int read_messages(json_t *root, json_t *msgs, srv_error *e) {
         if (srv_tr_add_msg(msgs, "system", t, e)) return -1;
     }
     json_t *ms = json_object_get(root, "messages");
-    if (!srv_tr_present(ms)) return srv_tr_bad(e, "messages", "'messages' is required");
-    if (!json_is_array(ms)) return srv_tr_bad(e, "messages", "'messages' must be an array, not %s", srv_tr_type_name(ms));
-    if (json_array_size(ms) == 0) return srv_tr_bad(e, "messages", "'messages' must not be empty");
+    if (!srv_tr_present(ms)) return srv_bad(e, "messages", "'messages' is required");
+    if (!json_is_array(ms)) return srv_bad(e, "messages", "'messages' must be an array, not %s", srv_json_type_name(ms));
+    if (json_array_size(ms) == 0) return srv_bad(e, "messages", "'messages' must not be empty");
     if (json_array_size(ms) > SRV_MAX_MESSAGES)
-        return srv_tr_bad(e, "messages", "'messages' has %zu entries; at most %d", json_array_size(ms), SRV_MAX_MESSAGES);
+        return srv_bad(e, "messages", "'messages' has %zu entries; at most %d", json_array_size(ms), SRV_MAX_MESSAGES);
     char pp[64];
     for (size_t i = 0; i < json_array_size(ms); i++) {
         json_t *m = json_array_get(ms, i);
         snprintf(pp, sizeof pp, "messages[%zu]", i);
-        if (!json_is_object(m)) return srv_tr_bad(e, pp, "'%s' must be an object, not %s", pp, srv_tr_type_name(m));
+        if (!json_is_object(m)) return srv_bad(e, pp, "'%s' must be an object, not %s", pp, srv_json_type_name(m));
         json_t *ro = json_object_get(m, "role");
         snprintf(pp, sizeof pp, "messages[%zu].role", i);
-        if (!json_is_string(ro)) return srv_tr_bad(e, pp, "'%s' must be a string ('user' or 'assistant'), not %s", pp, srv_tr_type_name(ro));
+        if (!json_is_string(ro)) return srv_bad(e, pp, "'%s' must be a string ('user' or 'assistant'), not %s", pp, srv_json_type_name(ro));
         const char *r = json_string_value(ro);
         if (strcmp(r, "user") && strcmp(r, "assistant"))
-            return srv_tr_bad(e, pp, "'%s': unknown role '%.40s' (expected 'user' or 'assistant'; the system prompt is the top-level 'system')", pp, r);
+            return srv_bad(e, pp, "'%s': unknown role '%.40s' (expected 'user' or 'assistant'; the system prompt is the top-level 'system')", pp, r);
         snprintf(pp, sizeof pp, "messages[%zu].content", i);
         json_t *c = json_object_get(m, "content");
-        if (!srv_tr_present(c)) return srv_tr_bad(e, pp, "'%s' is required", pp);
+        if (!srv_tr_present(c)) return srv_bad(e, pp, "'%s' is required", pp);
         turn t = {0};
         int rc = read_blocks(c, pp, !strcmp(r, "assistant"), msgs, &t, e);
         if (!rc) rc = add_turn(msgs, r, &t, e);
@@ -196,20 +196,20 @@ static int read_messages(json_t *root, json_t *msgs, srv_error *e) {
 static int read_tools(json_t *root, json_t *chat, srv_error *e) {
     json_t *v = json_object_get(root, "tools");
     if (srv_tr_present(v)) {
-        if (!json_is_array(v)) return srv_tr_bad(e, "tools", "'tools' must be a list, not %s", srv_tr_type_name(v));
+        if (!json_is_array(v)) return srv_bad(e, "tools", "'tools' must be a list, not %s", srv_json_type_name(v));
         json_t *out = json_array();
         json_object_set_new(chat, "tools", out);
         char pp[48];
         for (size_t i = 0; i < json_array_size(v); i++) {
             json_t *t = json_array_get(v, i), *ty = json_is_object(t) ? json_object_get(t, "type") : NULL;
             snprintf(pp, sizeof pp, "tools[%zu]", i);
-            if (!json_is_object(t)) return srv_tr_bad(e, pp, "'%s' must be an object, not %s", pp, srv_tr_type_name(t));
+            if (!json_is_object(t)) return srv_bad(e, pp, "'%s' must be an object, not %s", pp, srv_json_type_name(t));
             if (srv_tr_present(ty) && !(json_is_string(ty) && !strcmp(json_string_value(ty), "custom")))
-                return srv_tr_bad(e, pp, "'%s': server tools (type '%.40s') are not supported by this server; define the tool "
+                return srv_bad(e, pp, "'%s': server tools (type '%.40s') are not supported by this server; define the tool "
                                          "with a name and an input_schema", pp, json_is_string(ty) ? json_string_value(ty) : "?");
             json_t *nm = json_object_get(t, "name"), *sc = json_object_get(t, "input_schema");
-            if (!json_is_string(nm)) return srv_tr_bad(e, pp, "'%s.name' must be a string", pp);
-            if (!json_is_object(sc)) return srv_tr_bad(e, pp, "'%s.input_schema' must be an object (a JSON Schema)", pp);
+            if (!json_is_string(nm)) return srv_bad(e, pp, "'%s.name' must be a string", pp);
+            if (!json_is_object(sc)) return srv_bad(e, pp, "'%s.input_schema' must be an object (a JSON Schema)", pp);
             json_t *fn = json_pack("{sOsO}", "name", nm, "parameters", sc);
             if (fn) srv_tr_copy(fn, "description", t, "description");
             if (!fn || json_array_append_new(out, json_pack("{ssso}", "type", "function", "function", fn))) return srv_tr_oom(e);
@@ -218,21 +218,21 @@ static int read_tools(json_t *root, json_t *chat, srv_error *e) {
     v = json_object_get(root, "tool_choice");
     if (!srv_tr_present(v)) return 0;
     json_t *ty = json_is_object(v) ? json_object_get(v, "type") : NULL;
-    if (!json_is_string(ty)) return srv_tr_bad(e, "tool_choice", "'tool_choice' must be an object with a string 'type'");
+    if (!json_is_string(ty)) return srv_bad(e, "tool_choice", "'tool_choice' must be an object with a string 'type'");
     const char *t = json_string_value(ty);
     if (!strcmp(t, "auto")) json_object_set_new(chat, "tool_choice", json_string("auto"));
     else if (!strcmp(t, "any")) json_object_set_new(chat, "tool_choice", json_string("required"));
     else if (!strcmp(t, "none")) json_object_set_new(chat, "tool_choice", json_string("none"));
     else if (!strcmp(t, "tool")) {
         json_t *nm = json_object_get(v, "name");
-        if (!json_is_string(nm)) return srv_tr_bad(e, "tool_choice.name", "'tool_choice' of type 'tool' needs a string 'name'");
+        if (!json_is_string(nm)) return srv_bad(e, "tool_choice.name", "'tool_choice' of type 'tool' needs a string 'name'");
         json_object_set_new(chat, "tool_choice", json_pack("{sss{sO}}", "type", "function", "function", "name", nm));
     } else {
-        return srv_tr_bad(e, "tool_choice.type", "'tool_choice.type' must be auto, any, tool or none (got '%.40s')", t);
+        return srv_bad(e, "tool_choice.type", "'tool_choice.type' must be auto, any, tool or none (got '%.40s')", t);
     }
     json_t *dp = json_object_get(v, "disable_parallel_tool_use");
     if (srv_tr_present(dp) && !json_is_boolean(dp))
-        return srv_tr_bad(e, "tool_choice.disable_parallel_tool_use", "'disable_parallel_tool_use' must be a boolean");
+        return srv_bad(e, "tool_choice.disable_parallel_tool_use", "'disable_parallel_tool_use' must be a boolean");
     if (json_is_true(dp)) json_object_set_new(chat, "parallel_tool_calls", json_false());
     return 0;
 }
@@ -241,35 +241,35 @@ static int read_tools(json_t *root, json_t *chat, srv_error *e) {
 static int check_num(json_t *root, const char *key, double lo, double hi, srv_error *e) {
     json_t *v = json_object_get(root, key);
     if (!srv_tr_present(v)) return 0;
-    if (!json_is_number(v)) return srv_tr_bad(e, key, "'%s' must be a number, not %s", key, srv_tr_type_name(v));
+    if (!json_is_number(v)) return srv_bad(e, key, "'%s' must be a number, not %s", key, srv_json_type_name(v));
     double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) return srv_tr_bad(e, key, "'%s' must be in [%g, %g] (got %g)", key, lo, hi, d);
+    if (!(d >= lo && d <= hi)) return srv_bad(e, key, "'%s' must be in [%g, %g] (got %g)", key, lo, hi, d);
     return 0;
 }
 
 static int translate(json_t *root, json_t *chat, srv_error *e) {
     json_t *v = json_object_get(root, "max_tokens");
-    if (!srv_tr_present(v)) return srv_tr_bad(e, "max_tokens", "'max_tokens' is required");
+    if (!srv_tr_present(v)) return srv_bad(e, "max_tokens", "'max_tokens' is required");
     if (!json_is_integer(v) || json_integer_value(v) < 1)
-        return srv_tr_bad(e, "max_tokens", "'max_tokens' must be an integer >= 1");
+        return srv_bad(e, "max_tokens", "'max_tokens' must be an integer >= 1");
     json_object_set(chat, "max_tokens", v);
     if (check_num(root, "temperature", 0, 1, e) || check_num(root, "top_p", 0, 1, e)) return -1;
     v = json_object_get(root, "top_k");
     if (srv_tr_present(v) && (!json_is_integer(v) || json_integer_value(v) < 0))
-        return srv_tr_bad(e, "top_k", "'top_k' must be an integer >= 0");
+        return srv_bad(e, "top_k", "'top_k' must be an integer >= 0");
     v = json_object_get(root, "stop_sequences");
     if (srv_tr_present(v)) {
-        if (!json_is_array(v)) return srv_tr_bad(e, "stop_sequences", "'stop_sequences' must be a list of strings, not %s", srv_tr_type_name(v));
+        if (!json_is_array(v)) return srv_bad(e, "stop_sequences", "'stop_sequences' must be a list of strings, not %s", srv_json_type_name(v));
         if (json_array_size(v) > SRV_MAX_STOP)
-            return srv_tr_bad(e, "stop_sequences", "'stop_sequences' has %zu strings; at most %d", json_array_size(v), SRV_MAX_STOP);
+            return srv_bad(e, "stop_sequences", "'stop_sequences' has %zu strings; at most %d", json_array_size(v), SRV_MAX_STOP);
         for (size_t i = 0; i < json_array_size(v); i++)
             if (!json_is_string(json_array_get(v, i)))
-                return srv_tr_bad(e, "stop_sequences", "'stop_sequences'[%zu] must be a string", i);
+                return srv_bad(e, "stop_sequences", "'stop_sequences'[%zu] must be a string", i);
         json_object_set(chat, "stop", v);
     }
     if (read_tools(root, chat, e)) return -1;
     v = json_object_get(root, "stream");
-    if (srv_tr_present(v) && !json_is_boolean(v)) return srv_tr_bad(e, "stream", "'stream' must be a boolean, not %s", srv_tr_type_name(v));
+    if (srv_tr_present(v) && !json_is_boolean(v)) return srv_bad(e, "stream", "'stream' must be a boolean, not %s", srv_json_type_name(v));
     if (srv_tr_copy_sampling(root, chat, e)) return -1;
     json_t *msgs = json_array();
     if (!msgs) return srv_tr_oom(e);

@@ -67,42 +67,12 @@ const char *srv_route_name(srv_route r) {
     }
 }
 
-static int bad(srv_error *e, const char *param, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static int bad(srv_error *e, const char *param, const char *fmt, ...) {
-    e->status = 400;
-    e->type = "invalid_request_error";
-    e->code = NULL;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* ---- field readers: absent or null = keep the default ------------------------------------- */
-
-static const char *json_type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
 
 static int get_bool(json_t *o, const char *key, bool *out, srv_error *e) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return bad(e, key, "'%s' must be a boolean, not %s", key, json_type_name(v));
+    if (!json_is_boolean(v)) return srv_bad(e, key, "'%s' must be a boolean, not %s", key, srv_json_type_name(v));
     *out = json_is_true(v);
     return 0;
 }
@@ -110,9 +80,9 @@ static int get_bool(json_t *o, const char *key, bool *out, srv_error *e) {
 static int get_num(json_t *o, const char *key, double lo, double hi, double *out, srv_error *e) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return bad(e, key, "'%s' must be a number, not %s", key, json_type_name(v));
+    if (!json_is_number(v)) return srv_bad(e, key, "'%s' must be a number, not %s", key, srv_json_type_name(v));
     double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) return bad(e, key, "'%s' must be in [%g, %g] (got %g)", key, lo, hi, d);
+    if (!(d >= lo && d <= hi)) return srv_bad(e, key, "'%s' must be in [%g, %g] (got %g)", key, lo, hi, d);
     *out = d;
     return 0;
 }
@@ -128,12 +98,12 @@ static int get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *
     } else if (json_is_real(v)) {
         double d = json_real_value(v);
         if (d != floor(d) || !(d >= -9.2e18 && d <= 9.2e18))
-            return bad(e, key, "'%s' must be an integer (got %g)", key, d);
+            return srv_bad(e, key, "'%s' must be an integer (got %g)", key, d);
         x = (int64_t)d;
     } else {
-        return bad(e, key, "'%s' must be an integer, not %s", key, json_type_name(v));
+        return srv_bad(e, key, "'%s' must be an integer, not %s", key, srv_json_type_name(v));
     }
-    if (x < lo || x > hi) return bad(e, key, "'%s' must be in [%lld, %lld] (got %lld)", key, (long long)lo, (long long)hi, (long long)x);
+    if (x < lo || x > hi) return srv_bad(e, key, "'%s' must be in [%lld, %lld] (got %lld)", key, (long long)lo, (long long)hi, (long long)x);
     *out = x;
     if (given) *given = true;
     return 0;
@@ -156,7 +126,7 @@ static int oom(srv_error *e) {
 /* content: a string, or a list of parts {"type": "text", "text": "..."} joined with "\n". */
 static int read_content(json_t *c, const char *param, bool null_ok, char **out, srv_error *e) {
     if (!c || json_is_null(c)) {
-        if (!null_ok) return bad(e, param, "'%s' is required (a string or a list of text parts)", param);
+        if (!null_ok) return srv_bad(e, param, "'%s' is required (a string or a list of text parts)", param);
         *out = dup_n("", 0);
         return *out ? 0 : oom(e);
     }
@@ -165,7 +135,7 @@ static int read_content(json_t *c, const char *param, bool null_ok, char **out, 
         return *out ? 0 : oom(e);
     }
     if (!json_is_array(c))
-        return bad(e, param, "'%s' must be a string or a list of text parts, not %s", param, json_type_name(c));
+        return srv_bad(e, param, "'%s' must be a string or a list of text parts, not %s", param, srv_json_type_name(c));
     srv_buf b = {0};
     size_t i;
     json_t *part;
@@ -179,20 +149,20 @@ static int read_content(json_t *c, const char *param, bool null_ok, char **out, 
         }
         if (!json_is_object(part)) {
             srv_buf_free(&b);
-            return bad(e, pp, "'%s' must be an object {\"type\": \"text\", \"text\": ...}, not %s", pp, json_type_name(part));
+            return srv_bad(e, pp, "'%s' must be an object {\"type\": \"text\", \"text\": ...}, not %s", pp, srv_json_type_name(part));
         }
         json_t *ty = json_object_get(part, "type"), *tx = json_object_get(part, "text");
         if (!json_is_string(ty)) {
             srv_buf_free(&b);
-            return bad(e, pp, "'%s.type' must be a string", pp);
+            return srv_bad(e, pp, "'%s.type' must be a string", pp);
         }
         if (strcmp(json_string_value(ty), "text")) {
             srv_buf_free(&b);
-            return bad(e, pp, "content parts of type '%.40s' are not supported (only 'text')", json_string_value(ty));
+            return srv_bad(e, pp, "content parts of type '%.40s' are not supported (only 'text')", json_string_value(ty));
         }
         if (!json_is_string(tx)) {
             srv_buf_free(&b);
-            return bad(e, pp, "'%s.text' must be a string", pp);
+            return srv_bad(e, pp, "'%s.text' must be a string", pp);
         }
         if (i) srv_buf_add(&b, "\n", 1);
         srv_buf_add(&b, json_string_value(tx), json_string_length(tx));
@@ -208,22 +178,22 @@ static int read_content(json_t *c, const char *param, bool null_ok, char **out, 
 
 static int read_messages(json_t *root, srv_params *p, srv_error *e) {
     json_t *ms = json_object_get(root, "messages");
-    if (!ms || json_is_null(ms)) return bad(e, "messages", "'messages' is required");
-    if (!json_is_array(ms)) return bad(e, "messages", "'messages' must be an array, not %s", json_type_name(ms));
+    if (!ms || json_is_null(ms)) return srv_bad(e, "messages", "'messages' is required");
+    if (!json_is_array(ms)) return srv_bad(e, "messages", "'messages' must be an array, not %s", srv_json_type_name(ms));
     size_t n = json_array_size(ms);
-    if (n == 0) return bad(e, "messages", "'messages' must not be empty");
-    if (n > SRV_MAX_MESSAGES) return bad(e, "messages", "'messages' has %zu entries; at most %d", n, SRV_MAX_MESSAGES);
+    if (n == 0) return srv_bad(e, "messages", "'messages' must not be empty");
+    if (n > SRV_MAX_MESSAGES) return srv_bad(e, "messages", "'messages' has %zu entries; at most %d", n, SRV_MAX_MESSAGES);
     p->msgs = calloc(n, sizeof *p->msgs);
     if (!p->msgs) return oom(e);
     char pp[64];
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(ms, i);
         snprintf(pp, sizeof pp, "messages[%zu]", i);
-        if (!json_is_object(m)) return bad(e, pp, "'%s' must be an object, not %s", pp, json_type_name(m));
+        if (!json_is_object(m)) return srv_bad(e, pp, "'%s' must be an object, not %s", pp, srv_json_type_name(m));
         json_t *ro = json_object_get(m, "role");
         snprintf(pp, sizeof pp, "messages[%zu].role", i);
-        if (!ro || json_is_null(ro)) return bad(e, pp, "'%s' is required", pp);
-        if (!json_is_string(ro)) return bad(e, pp, "'%s' must be a string, not %s", pp, json_type_name(ro));
+        if (!ro || json_is_null(ro)) return srv_bad(e, pp, "'%s' is required", pp);
+        if (!json_is_string(ro)) return srv_bad(e, pp, "'%s' must be a string, not %s", pp, srv_json_type_name(ro));
         const char *r = json_string_value(ro);
         const char *role;
         if (!strcmp(r, "system") || !strcmp(r, "developer")) role = "system";
@@ -231,9 +201,9 @@ static int read_messages(json_t *root, srv_params *p, srv_error *e) {
         else if (!strcmp(r, "assistant")) role = "assistant";
         else if (!strcmp(r, "tool")) role = "tool"; /* tool results (oai_tools.c reads the rest) */
         else if (!strcmp(r, "function"))
-            return bad(e, pp, "'%s': role 'function' (the deprecated function calling) is not supported; use 'tool'", pp);
+            return srv_bad(e, pp, "'%s': role 'function' (the deprecated function calling) is not supported; use 'tool'", pp);
         else
-            return bad(e, pp, "'%s': unknown role '%.40s' (expected system, user, assistant, tool or developer)", pp, r);
+            return srv_bad(e, pp, "'%s': unknown role '%.40s' (expected system, user, assistant, tool or developer)", pp, r);
         snprintf(pp, sizeof pp, "messages[%zu].content", i);
         if (read_content(json_object_get(m, "content"), pp, role[0] == 'a' /* assistant: may be null */, &p->msgs[i].content, e)) return -1;
         p->n_msgs = i + 1;
@@ -246,15 +216,15 @@ static int read_messages(json_t *root, srv_params *p, srv_error *e) {
 
 static int read_ids(json_t *a, const char *param, srv_prompt *out, srv_error *e) {
     size_t n = json_array_size(a);
-    if (n == 0) return bad(e, param, "'%s' is an empty list of token ids", param);
+    if (n == 0) return srv_bad(e, param, "'%s' is an empty list of token ids", param);
     out->ids = malloc(n * sizeof(int32_t));
     if (!out->ids) return oom(e);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(a, i);
         if (!json_is_integer(v))
-            return bad(e, param, "'%s'[%zu] must be a token id (an integer), not %s", param, i, json_type_name(v));
+            return srv_bad(e, param, "'%s'[%zu] must be a token id (an integer), not %s", param, i, srv_json_type_name(v));
         json_int_t x = json_integer_value(v);
-        if (x < 0 || x > INT32_MAX) return bad(e, param, "'%s'[%zu] = %lld is not a token id", param, i, (long long)x);
+        if (x < 0 || x > INT32_MAX) return srv_bad(e, param, "'%s'[%zu] = %lld is not a token id", param, i, (long long)x);
         out->ids[i] = (int32_t)x;
     }
     out->n_ids = n;
@@ -263,7 +233,7 @@ static int read_ids(json_t *a, const char *param, srv_prompt *out, srv_error *e)
 
 static int read_prompts(json_t *root, srv_params *p, srv_error *e) {
     json_t *pr = json_object_get(root, "prompt");
-    if (!pr || json_is_null(pr)) return bad(e, "prompt", "'prompt' is required");
+    if (!pr || json_is_null(pr)) return srv_bad(e, "prompt", "'prompt' is required");
     if (json_is_string(pr)) {
         p->prompts = calloc(1, sizeof *p->prompts);
         if (!p->prompts) return oom(e);
@@ -273,9 +243,9 @@ static int read_prompts(json_t *root, srv_params *p, srv_error *e) {
         return 0;
     }
     if (!json_is_array(pr))
-        return bad(e, "prompt", "'prompt' must be a string, a list of strings or a list of token ids, not %s", json_type_name(pr));
+        return srv_bad(e, "prompt", "'prompt' must be a string, a list of strings or a list of token ids, not %s", srv_json_type_name(pr));
     size_t n = json_array_size(pr);
-    if (n == 0) return bad(e, "prompt", "'prompt' must not be an empty list");
+    if (n == 0) return srv_bad(e, "prompt", "'prompt' must not be an empty list");
     json_t *first = json_array_get(pr, 0);
     if (json_is_integer(first)) { /* one prompt of token ids */
         p->prompts = calloc(1, sizeof *p->prompts);
@@ -283,7 +253,7 @@ static int read_prompts(json_t *root, srv_params *p, srv_error *e) {
         p->n_prompts = 1;
         return read_ids(pr, "prompt", &p->prompts[0], e);
     }
-    if (n > SRV_MAX_PROMPTS) return bad(e, "prompt", "'prompt' holds %zu prompts; at most %d per request", n, SRV_MAX_PROMPTS);
+    if (n > SRV_MAX_PROMPTS) return srv_bad(e, "prompt", "'prompt' holds %zu prompts; at most %d per request", n, SRV_MAX_PROMPTS);
     p->prompts = calloc(n, sizeof *p->prompts);
     if (!p->prompts) return oom(e);
     p->n_prompts = n;
@@ -297,7 +267,7 @@ static int read_prompts(json_t *root, srv_params *p, srv_error *e) {
         } else if (json_is_array(v)) {
             if (read_ids(v, pp, &p->prompts[i], e)) return -1;
         } else {
-            return bad(e, pp, "'%s' must be a string or a list of token ids, not %s", pp, json_type_name(v));
+            return srv_bad(e, pp, "'%s' must be a string or a list of token ids, not %s", pp, srv_json_type_name(v));
         }
     }
     return 0;
@@ -315,13 +285,13 @@ static int read_stop(json_t *root, srv_params *p, srv_error *e) {
         p->n_stop = 1;
         return 0;
     }
-    if (!json_is_array(s)) return bad(e, "stop", "'stop' must be a string or a list of strings, not %s", json_type_name(s));
+    if (!json_is_array(s)) return srv_bad(e, "stop", "'stop' must be a string or a list of strings, not %s", srv_json_type_name(s));
     if (json_array_size(s) > SRV_MAX_STOP)
-        return bad(e, "stop", "'stop' has %zu strings; at most %d", json_array_size(s), SRV_MAX_STOP);
+        return srv_bad(e, "stop", "'stop' has %zu strings; at most %d", json_array_size(s), SRV_MAX_STOP);
     size_t i;
     json_t *v;
     json_array_foreach(s, i, v) {
-        if (!json_is_string(v)) return bad(e, "stop", "'stop'[%zu] must be a string, not %s", i, json_type_name(v));
+        if (!json_is_string(v)) return srv_bad(e, "stop", "'stop'[%zu] must be a string, not %s", i, srv_json_type_name(v));
         if (json_string_length(v) == 0) continue;
         if (!(p->stop[p->n_stop] = dup_n(json_string_value(v), json_string_length(v)))) return oom(e);
         p->stop_len[p->n_stop++] = json_string_length(v);
@@ -333,24 +303,24 @@ static int read_stop(json_t *root, srv_params *p, srv_error *e) {
 static int refuse_unsupported(json_t *root, srv_params *p, srv_error *e) {
     json_t *v;
     if ((v = json_object_get(root, "logit_bias")) && !json_is_null(v)) {
-        if (!json_is_object(v)) return bad(e, "logit_bias", "'logit_bias' must be an object, not %s", json_type_name(v));
-        if (json_object_size(v)) return bad(e, "logit_bias", "'logit_bias' is not supported by this server");
+        if (!json_is_object(v)) return srv_bad(e, "logit_bias", "'logit_bias' must be an object, not %s", srv_json_type_name(v));
+        if (json_object_size(v)) return srv_bad(e, "logit_bias", "'logit_bias' is not supported by this server");
     }
     if (p->route == SRV_ROUTE_COMPLETIONS && (v = json_object_get(root, "tools")) && !json_is_null(v) &&
         !(json_is_array(v) && !json_array_size(v)))
-        return bad(e, "tools", "'tools' needs /v1/chat/completions");
+        return srv_bad(e, "tools", "'tools' needs /v1/chat/completions");
     if ((v = json_object_get(root, "functions")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
-        return bad(e, "functions", "'functions' (function calling) is not supported by this server");
+        return srv_bad(e, "functions", "'functions' (function calling) is not supported by this server");
     if (srv_read_structured(root, p, e)) return -1; /* response_format, grammar (oai_structured.c) */
     if (p->route == SRV_ROUTE_COMPLETIONS) {
         if ((v = json_object_get(root, "suffix")) && !json_is_null(v)) {
-            if (!json_is_string(v)) return bad(e, "suffix", "'suffix' must be a string, not %s", json_type_name(v));
-            if (json_string_length(v)) return bad(e, "suffix", "'suffix' (insertion) is not supported by this server");
+            if (!json_is_string(v)) return srv_bad(e, "suffix", "'suffix' must be a string, not %s", srv_json_type_name(v));
+            if (json_string_length(v)) return srv_bad(e, "suffix", "'suffix' (insertion) is not supported by this server");
         }
         int64_t best_of = 1;
         bool given;
         if (get_int(root, "best_of", 1, SRV_MAX_N, &best_of, &given, e)) return -1;
-        if (given && best_of > p->n) return bad(e, "best_of", "'best_of' > n is not supported by this server (best_of %lld, n %d)", (long long)best_of, p->n);
+        if (given && best_of > p->n) return srv_bad(e, "best_of", "'best_of' > n is not supported by this server (best_of %lld, n %d)", (long long)best_of, p->n);
     }
     return 0;
 }
@@ -371,7 +341,7 @@ static int parse_sampling(json_t *root, srv_params *p, srv_error *e) {
     json_t *v = json_object_get(root, "repetition_penalty");
     if (v && !json_is_null(v)) {
         if (get_num(root, "repetition_penalty", 0, 100, &rep, e)) return -1;
-        if (rep <= 0) return bad(e, "repetition_penalty", "'repetition_penalty' must be > 0 (got %g)", rep);
+        if (rep <= 0) return srv_bad(e, "repetition_penalty", "'repetition_penalty' must be > 0 (got %g)", rep);
     }
     int64_t seed;
     if (get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &p->has_seed, e)) return -1;
@@ -402,23 +372,23 @@ int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *
     p->logprobs = -1;
     if (route != SRV_ROUTE_CHAT && route != SRV_ROUTE_COMPLETIONS)
         return srv_fail(e, 404, "not_found_error", NULL, NULL, "no such route");
-    if (!body || len == 0) return bad(e, NULL, "the request body is empty (expected a JSON object)");
+    if (!body || len == 0) return srv_bad(e, NULL, "the request body is empty (expected a JSON object)");
     json_error_t jerr;
     json_t *root = json_loadb(body, len, 0, &jerr);
     if (!root) {
         if (strstr(jerr.text, "NUL") || strstr(jerr.text, "\\u0000"))
-            return bad(e, NULL, "invalid JSON: strings may not hold \\u0000 (line %d, column %d)", jerr.line, jerr.column);
-        return bad(e, NULL, "invalid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+            return srv_bad(e, NULL, "invalid JSON: strings may not hold \\u0000 (line %d, column %d)", jerr.line, jerr.column);
+        return srv_bad(e, NULL, "invalid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
     }
     int rc = -1;
     if (!json_is_object(root)) {
-        bad(e, NULL, "the request body must be a JSON object, not %s", json_type_name(root));
+        srv_bad(e, NULL, "the request body must be a JSON object, not %s", srv_json_type_name(root));
         goto out;
     }
     json_t *v = json_object_get(root, "model");
     if (v && !json_is_null(v)) {
         if (!json_is_string(v)) {
-            bad(e, "model", "'model' must be a string, not %s", json_type_name(v));
+            srv_bad(e, "model", "'model' must be a string, not %s", srv_json_type_name(v));
             goto out;
         }
         if (!(p->model = dup_n(json_string_value(v), json_string_length(v)))) {
@@ -434,12 +404,12 @@ int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *
     v = json_object_get(root, "stream_options");
     if (v && !json_is_null(v)) {
         if (!json_is_object(v)) {
-            bad(e, "stream_options", "'stream_options' must be an object, not %s", json_type_name(v));
+            srv_bad(e, "stream_options", "'stream_options' must be an object, not %s", srv_json_type_name(v));
             goto out;
         }
         json_t *iu = json_object_get(v, "include_usage");
         if (iu && !json_is_null(iu) && !json_is_boolean(iu)) {
-            bad(e, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean, not %s", json_type_name(iu));
+            srv_bad(e, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean, not %s", srv_json_type_name(iu));
             goto out;
         }
         p->include_usage = json_is_true(iu);
@@ -465,7 +435,7 @@ int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *
         int64_t top = 0;
         if (get_int(root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &top, &given, e)) goto out;
         if (given && !lp) {
-            bad(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            srv_bad(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
             goto out;
         }
         p->logprobs = lp ? (int32_t)top : -1;
@@ -480,7 +450,7 @@ int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *
         }
         if (get_bool(root, "echo", &p->echo, e)) goto out;
         if (p->echo && p->logprobs >= 0) {
-            bad(e, "echo", "'echo' together with 'logprobs' is not supported (prompt log-probabilities are not computed)");
+            srv_bad(e, "echo", "'echo' together with 'logprobs' is not supported (prompt log-probabilities are not computed)");
             goto out;
         }
     }

@@ -262,12 +262,8 @@ static rf_status set_options(rf_request *r, const srv_params *p, uint64_t seed) 
     return st;
 }
 
-int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e) {
-    memset(out, 0, sizeof *out);
-    bool chat = p->route == SRV_ROUTE_CHAT;
-    int n = chat ? 1 : (int)p->n_prompts;
-    const char *pparam = chat ? "messages" : "prompt";
-    if (n < 1) return srv_fail(e, 400, "invalid_request_error", NULL, pparam, "the request has no prompt");
+/* Room for n engine requests and their prompt lengths in out; -1 (a 503 in e) when out of memory. */
+static int prepared_alloc(srv_prepared *out, int n, srv_error *e) {
     out->reqs = calloc((size_t)n, sizeof *out->reqs);
     out->n_prompt = calloc((size_t)n, sizeof *out->n_prompt);
     if (!out->reqs || !out->n_prompt) {
@@ -275,6 +271,16 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
         return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while preparing the request");
     }
     out->n = n;
+    return 0;
+}
+
+int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e) {
+    memset(out, 0, sizeof *out);
+    bool chat = p->route == SRV_ROUTE_CHAT;
+    int n = chat ? 1 : (int)p->n_prompts;
+    const char *pparam = chat ? "messages" : "prompt";
+    if (n < 1) return srv_fail(e, 400, "invalid_request_error", NULL, pparam, "the request has no prompt");
+    if (prepared_alloc(out, n, e)) return -1;
     out->max_tokens = p->max_tokens;
     int32_t nv = rf_engine_n_vocab(eng);
     char pp[64];
@@ -375,12 +381,12 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
 /* An array of token ids into *sp (param names the field in errors). */
 static int read_ids(json_t *a, srv_prompt *sp, const char *param, srv_error *e) {
     size_t n = json_array_size(a);
-    if (!n) return srv_tr_bad(e, "input", "'%s' is an empty list of token ids", param);
+    if (!n) return srv_bad(e, "input", "'%s' is an empty list of token ids", param);
     if (!(sp->ids = malloc(n * sizeof *sp->ids))) return srv_tr_oom(e);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(a, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-            return srv_tr_bad(e, "input", "'%s'[%zu] must be a token id (an integer >= 0)", param, i);
+            return srv_bad(e, "input", "'%s'[%zu] must be a token id (an integer >= 0)", param, i);
         sp->ids[i] = (int32_t)json_integer_value(v);
     }
     sp->n_ids = n;
@@ -389,7 +395,7 @@ static int read_ids(json_t *a, srv_prompt *sp, const char *param, srv_error *e) 
 
 static int read_text(json_t *v, srv_prompt *sp, const char *param, srv_error *e) {
     size_t n = json_string_length(v);
-    if (!n) return srv_tr_bad(e, "input", "'%s' is an empty string", param);
+    if (!n) return srv_bad(e, "input", "'%s' is an empty string", param);
     if (!(sp->text = malloc(n + 1))) return srv_tr_oom(e);
     memcpy(sp->text, json_string_value(v), n + 1);
     sp->len = n;
@@ -398,14 +404,14 @@ static int read_text(json_t *v, srv_prompt *sp, const char *param, srv_error *e)
 
 /* 'input': a string, a list of strings, a list of token ids, or a list of lists of ids. */
 static int read_inputs(json_t *in, srv_params *p, srv_error *e) {
-    if (!srv_tr_present(in)) return srv_tr_bad(e, "input", "'input' is required");
+    if (!srv_tr_present(in)) return srv_bad(e, "input", "'input' is required");
     if (!json_is_string(in) && !json_is_array(in))
-        return srv_tr_bad(e, "input", "'input' must be a string or an array, not %s", srv_tr_type_name(in));
+        return srv_bad(e, "input", "'input' must be a string or an array, not %s", srv_json_type_name(in));
     size_t n = json_is_string(in) ? 1 : json_array_size(in);
-    if (!n) return srv_tr_bad(e, "input", "'input' is an empty list");
+    if (!n) return srv_bad(e, "input", "'input' is an empty list");
     bool ids = json_is_array(in) && json_is_integer(json_array_get(in, 0)); /* one prompt of ids */
     if (ids) n = 1;
-    if (n > SRV_MAX_EMBED_INPUTS) return srv_tr_bad(e, "input", "'input' has %zu entries; at most %d", n, SRV_MAX_EMBED_INPUTS);
+    if (n > SRV_MAX_EMBED_INPUTS) return srv_bad(e, "input", "'input' has %zu entries; at most %d", n, SRV_MAX_EMBED_INPUTS);
     if (!(p->prompts = calloc(n, sizeof *p->prompts))) return srv_tr_oom(e);
     p->n_prompts = n;
     if (json_is_string(in)) return read_text(in, &p->prompts[0], "input", e);
@@ -416,8 +422,8 @@ static int read_inputs(json_t *in, srv_params *p, srv_error *e) {
         snprintf(param, sizeof param, "input[%zu]", i);
         int rc = json_is_string(v)  ? read_text(v, &p->prompts[i], param, e)
                  : json_is_array(v) ? read_ids(v, &p->prompts[i], param, e)
-                                    : srv_tr_bad(e, "input", "'%s' must be a string or a list of token ids, not %s",
-                                                 param, srv_tr_type_name(v));
+                                    : srv_bad(e, "input", "'%s' must be a string or a list of token ids, not %s",
+                                                 param, srv_json_type_name(v));
         if (rc) return rc;
     }
     return 0;
@@ -426,25 +432,25 @@ static int read_inputs(json_t *in, srv_params *p, srv_error *e) {
 static int read_body(json_t *root, srv_params *p, srv_error *e) {
     json_t *v = json_object_get(root, "model");
     if (srv_tr_present(v)) {
-        if (!json_is_string(v)) return srv_tr_bad(e, "model", "'model' must be a string, not %s", srv_tr_type_name(v));
+        if (!json_is_string(v)) return srv_bad(e, "model", "'model' must be a string, not %s", srv_json_type_name(v));
         if (!(p->model = strndup(json_string_value(v), json_string_length(v)))) return srv_tr_oom(e);
     }
     v = json_object_get(root, "encoding_format");
     if (srv_tr_present(v)) {
         const char *f = json_string_value(v);
         if (!f || (strcmp(f, "float") && strcmp(f, "base64")))
-            return srv_tr_bad(e, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+            return srv_bad(e, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
         p->embd_base64 = !strcmp(f, "base64");
     }
     v = json_object_get(root, "dimensions");
     if (srv_tr_present(v)) {
         if (!json_is_integer(v) || json_integer_value(v) < 1)
-            return srv_tr_bad(e, "dimensions", "'dimensions' must be an integer >= 1");
+            return srv_bad(e, "dimensions", "'dimensions' must be an integer >= 1");
         p->dimensions = json_integer_value(v);
     }
     v = json_object_get(root, "user");
     if (srv_tr_present(v) && !json_is_string(v))
-        return srv_tr_bad(e, "user", "'user' must be a string, not %s", srv_tr_type_name(v));
+        return srv_bad(e, "user", "'user' must be a string, not %s", srv_json_type_name(v));
     return read_inputs(json_object_get(root, "input"), p, e);
 }
 
@@ -502,13 +508,7 @@ int srv_embed_prepare(rf_engine *eng, int32_t n_ctx, rf_pooling pooling, int32_t
                         (long long)p->dimensions, n_embd);
     int n = (int)p->n_prompts;
     if (n < 1) return srv_fail(e, 400, "invalid_request_error", NULL, "input", "the request has no input");
-    out->reqs = calloc((size_t)n, sizeof *out->reqs);
-    out->n_prompt = calloc((size_t)n, sizeof *out->n_prompt);
-    if (!out->reqs || !out->n_prompt) {
-        srv_prepared_free(out);
-        return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while preparing the request");
-    }
-    out->n = n;
+    if (prepared_alloc(out, n, e)) return -1;
     out->max_tokens = 0;
     char pp[32];
     for (int i = 0; i < n; i++) {

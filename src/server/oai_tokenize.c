@@ -19,7 +19,7 @@ void srv_tok_req_free(srv_tok_req *t) {
 static int get_flag(json_t *root, const char *key, bool *out, srv_error *e) {
     json_t *v = json_object_get(root, key);
     if (!srv_tr_present(v)) return 0;
-    if (!json_is_boolean(v)) return srv_tr_bad(e, key, "'%s' must be a boolean, not %s", key, srv_tr_type_name(v));
+    if (!json_is_boolean(v)) return srv_bad(e, key, "'%s' must be a boolean, not %s", key, srv_json_type_name(v));
     *out = json_is_true(v);
     return 0;
 }
@@ -31,7 +31,7 @@ static int parse_body(srv_route route, json_t *root, srv_tok_req *t, srv_error *
             return -1;
         json_t *c = json_object_get(root, "content");
         if (!srv_tr_present(c)) return 0; /* llama-server: no content, no tokens */
-        if (!json_is_string(c)) return srv_tr_bad(e, "content", "'content' must be a string, not %s", srv_tr_type_name(c));
+        if (!json_is_string(c)) return srv_bad(e, "content", "'content' must be a string, not %s", srv_json_type_name(c));
         t->len = json_string_length(c);
         if (!(t->content = malloc(t->len + 1))) return srv_tr_oom(e);
         memcpy(t->content, json_string_value(c), t->len + 1);
@@ -39,14 +39,14 @@ static int parse_body(srv_route route, json_t *root, srv_tok_req *t, srv_error *
     }
     json_t *a = json_object_get(root, "tokens");
     if (!srv_tr_present(a)) return 0; /* llama-server: no tokens, empty content */
-    if (!json_is_array(a)) return srv_tr_bad(e, "tokens", "'tokens' must be a list of token ids, not %s", srv_tr_type_name(a));
+    if (!json_is_array(a)) return srv_bad(e, "tokens", "'tokens' must be a list of token ids, not %s", srv_json_type_name(a));
     size_t n = json_array_size(a);
     if (!n) return 0;
     if (!(t->ids = malloc(n * sizeof *t->ids))) return srv_tr_oom(e);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(a, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-            return srv_tr_bad(e, "tokens", "'tokens'[%zu] must be a token id (an integer >= 0)", i);
+            return srv_bad(e, "tokens", "'tokens'[%zu] must be a token id (an integer >= 0)", i);
         t->ids[i] = (int32_t)json_integer_value(v);
     }
     t->n_ids = n;
@@ -101,7 +101,7 @@ static json_t *tokenize(const rf_vocab *v, const srv_tok_req *t, size_t max_toke
     rf_status st = rf_tokenize_ex(v, t->content, t->len, &o, NULL, 0, &n);
     if (st == RF_ERR_RANGE && n > max_tokens) {
         json_decref(arr);
-        srv_tr_bad(e, "content", "'content' has more than %zu tokens (the limit of /tokenize)", max_tokens);
+        srv_bad(e, "content", "'content' has more than %zu tokens (the limit of /tokenize)", max_tokens);
         return NULL;
     }
     int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
@@ -137,7 +137,7 @@ static json_t *detokenize(const rf_vocab *v, const srv_tok_req *t, srv_error *e)
         if (t->ids[i] >= nv) {
             free(buf);
             srv_buf_free(&out);
-            srv_tr_bad(e, "tokens", "token id %d at index %zu is outside the vocabulary [0, %d)", t->ids[i], i, nv);
+            srv_bad(e, "tokens", "token id %d at index %zu is outside the vocabulary [0, %d)", t->ids[i], i, nv);
             return NULL;
         }
         if (piece_of(v, t->ids[i], &buf, &cap, &len)) len = 0;

@@ -11,23 +11,6 @@
 
 #include "oai.h"
 
-static int bad(srv_error *e, const char *param, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static int bad(srv_error *e, const char *param, const char *fmt, ...) {
-    e->status = 400;
-    e->type = "invalid_request_error";
-    e->code = NULL;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static int oom(srv_error *e) {
     return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while reading the request");
 }
@@ -44,30 +27,30 @@ static bool name_ok(const char *s, size_t n) {
 }
 
 static int check_tools(json_t *tools, srv_error *e) {
-    if (!json_is_array(tools)) return bad(e, "tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
-    if (json_array_size(tools) > 512) return bad(e, "tools", "'tools' has %zu entries; at most 512", json_array_size(tools));
+    if (!json_is_array(tools)) return srv_bad(e, "tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
+    if (json_array_size(tools) > 512) return srv_bad(e, "tools", "'tools' has %zu entries; at most 512", json_array_size(tools));
     size_t i;
     json_t *t;
     char pp[64];
     json_array_foreach(tools, i, t) {
         snprintf(pp, sizeof pp, "tools[%zu]", i);
-        if (!json_is_object(t)) return bad(e, pp, "'%s' must be an object", pp);
+        if (!json_is_object(t)) return srv_bad(e, pp, "'%s' must be an object", pp);
         json_t *ty = json_object_get(t, "type");
         if (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))
-            return bad(e, pp, "'%s.type' must be \"function\"", pp);
+            return srv_bad(e, pp, "'%s.type' must be \"function\"", pp);
         json_t *f = json_object_get(t, "function");
-        if (!json_is_object(f)) return bad(e, pp, "'%s.function' must be an object with a 'name'", pp);
+        if (!json_is_object(f)) return srv_bad(e, pp, "'%s.function' must be an object with a 'name'", pp);
         json_t *nm = json_object_get(f, "name");
         if (!json_is_string(nm) || !name_ok(json_string_value(nm), json_string_length(nm)))
-            return bad(e, pp, "'%s.function.name' must be a string of 1 to 64 letters, digits, '_', '-' or '.'", pp);
+            return srv_bad(e, pp, "'%s.function.name' must be a string of 1 to 64 letters, digits, '_', '-' or '.'", pp);
         json_t *d = json_object_get(f, "description");
-        if (d && !json_is_null(d) && !json_is_string(d)) return bad(e, pp, "'%s.function.description' must be a string", pp);
+        if (d && !json_is_null(d) && !json_is_string(d)) return srv_bad(e, pp, "'%s.function.description' must be a string", pp);
         json_t *pa = json_object_get(f, "parameters");
         if (pa && !json_is_null(pa) && !json_is_object(pa))
-            return bad(e, pp, "'%s.function.parameters' must be a JSON Schema object", pp);
+            return srv_bad(e, pp, "'%s.function.parameters' must be a JSON Schema object", pp);
         for (size_t k = 0; k < i; k++) {
             json_t *o = json_object_get(json_object_get(json_array_get(tools, k), "function"), "name");
-            if (json_equal(o, nm)) return bad(e, pp, "'%s': the function name '%s' is defined twice", pp, json_string_value(nm));
+            if (json_equal(o, nm)) return srv_bad(e, pp, "'%s': the function name '%s' is defined twice", pp, json_string_value(nm));
         }
     }
     return 0;
@@ -77,11 +60,11 @@ static int check_tools(json_t *tools, srv_error *e) {
  * with the arguments as an object when they are JSON text of one (transformers' convention,
  * which templates such as gpt-oss's and Mistral's assume). */
 static json_t *norm_call(json_t *c, const char *pp, srv_error *e) {
-    if (!json_is_object(c)) return bad(e, pp, "'%s' must be an object", pp), NULL;
+    if (!json_is_object(c)) return srv_bad(e, pp, "'%s' must be an object", pp), NULL;
     json_t *f = json_object_get(c, "function");
-    if (!json_is_object(f)) return bad(e, pp, "'%s.function' must be an object with 'name' and 'arguments'", pp), NULL;
+    if (!json_is_object(f)) return srv_bad(e, pp, "'%s.function' must be an object with 'name' and 'arguments'", pp), NULL;
     json_t *nm = json_object_get(f, "name");
-    if (!json_is_string(nm) || !json_string_length(nm)) return bad(e, pp, "'%s.function.name' must be a non-empty string", pp), NULL;
+    if (!json_is_string(nm) || !json_string_length(nm)) return srv_bad(e, pp, "'%s.function.name' must be a non-empty string", pp), NULL;
     json_t *a = json_object_get(f, "arguments");
     json_t *args;
     if (!a || json_is_null(a)) {
@@ -96,12 +79,12 @@ static json_t *norm_call(json_t *c, const char *pp, srv_error *e) {
     } else if (json_is_object(a)) {
         args = json_incref(a);
     } else {
-        return bad(e, pp, "'%s.function.arguments' must be a JSON string", pp), NULL;
+        return srv_bad(e, pp, "'%s.function.arguments' must be a JSON string", pp), NULL;
     }
     json_t *id = json_object_get(c, "id");
     if (id && !json_is_null(id) && !json_is_string(id)) {
         json_decref(args);
-        return bad(e, pp, "'%s.id' must be a string", pp), NULL;
+        return srv_bad(e, pp, "'%s.id' must be a string", pp), NULL;
     }
     json_t *fn = json_pack("{sOso}", "name", nm, "arguments", args);
     json_t *o = fn ? json_pack("{sssO}", "type", "function", "function", fn) : NULL;
@@ -131,7 +114,7 @@ static int norm_messages(json_t *root, srv_params *p, srv_error *e) {
                 snprintf(pp, sizeof pp, "messages[%zu].tool_calls", i);
                 if (!json_is_array(tc)) {
                     json_decref(out);
-                    return bad(e, pp, "'%s' must be an array", pp);
+                    return srv_bad(e, pp, "'%s' must be an array", pp);
                 }
                 if (json_array_size(tc)) {
                     json_t *a = json_array();
@@ -155,7 +138,7 @@ static int norm_messages(json_t *root, srv_params *p, srv_error *e) {
                 snprintf(pp, sizeof pp, "messages[%zu].reasoning_content", i);
                 if (!json_is_string(rc)) {
                     json_decref(out);
-                    return bad(e, pp, "'%s' must be a string", pp);
+                    return srv_bad(e, pp, "'%s' must be a string", pp);
                 }
                 /* Qwen3-style templates read reasoning_content (gpt-oss's `thinking`: oai_prepare.c) */
                 json_object_set(o, "reasoning_content", rc);
@@ -165,7 +148,7 @@ static int norm_messages(json_t *root, srv_params *p, srv_error *e) {
             snprintf(pp, sizeof pp, "messages[%zu].tool_call_id", i);
             if (id && !json_is_null(id) && !json_is_string(id)) {
                 json_decref(out);
-                return bad(e, pp, "'%s' must be a string", pp);
+                return srv_bad(e, pp, "'%s' must be a string", pp);
             }
             if (json_is_string(id)) json_object_set(o, "tool_call_id", id);
             if (json_is_string(nm)) json_object_set(o, "name", nm);
@@ -191,21 +174,21 @@ int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e) {
             if (!strcmp(s, "auto")) p->tool_choice = SRV_TOOL_CHOICE_AUTO;
             else if (!strcmp(s, "none")) p->tool_choice = SRV_TOOL_CHOICE_NONE;
             else if (!strcmp(s, "required")) p->tool_choice = SRV_TOOL_CHOICE_REQUIRED;
-            else return bad(e, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}} (got '%.40s')", s);
+            else return srv_bad(e, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}} (got '%.40s')", s);
         } else if (json_is_object(tc)) {
             json_t *nm = json_object_get(json_object_get(tc, "function"), "name");
-            if (!json_is_string(nm)) return bad(e, "tool_choice", "'tool_choice.function.name' must be a string");
+            if (!json_is_string(nm)) return srv_bad(e, "tool_choice", "'tool_choice.function.name' must be a string");
             named = json_string_value(nm);
             p->tool_choice = SRV_TOOL_CHOICE_NAMED;
         } else {
-            return bad(e, "tool_choice", "'tool_choice' must be a string or an object");
+            return srv_bad(e, "tool_choice", "'tool_choice' must be a string or an object");
         }
         if (p->tool_choice != SRV_TOOL_CHOICE_NONE && p->tool_choice != SRV_TOOL_CHOICE_AUTO && !have_tools)
-            return bad(e, "tool_choice", "'tool_choice' \"required\" or a named function needs a non-empty 'tools'");
+            return srv_bad(e, "tool_choice", "'tool_choice' \"required\" or a named function needs a non-empty 'tools'");
     }
     json_t *par = json_object_get(root, "parallel_tool_calls");
     if (par && !json_is_null(par)) {
-        if (!json_is_boolean(par)) return bad(e, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+        if (!json_is_boolean(par)) return srv_bad(e, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
         p->parallel_tool_calls = json_is_true(par);
     }
     if (have_tools && p->tool_choice != SRV_TOOL_CHOICE_NONE) {
@@ -218,7 +201,7 @@ int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e) {
                 json_t *nm = json_object_get(json_object_get(t, "function"), "name");
                 if (!strcmp(json_string_value(nm), named)) use = json_pack("[O]", t);
             }
-            if (!use) return bad(e, "tool_choice", "'tool_choice' names the function '%.64s', which 'tools' does not define", named);
+            if (!use) return srv_bad(e, "tool_choice", "'tool_choice' names the function '%.64s', which 'tools' does not define", named);
         }
         p->tools_json = json_dumps(use, JSON_COMPACT);
         if (use != tools) json_decref(use);
@@ -231,13 +214,13 @@ int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e) {
     if (kw && !json_is_null(kw)) {
         if (!json_is_object(kw)) {
             json_decref(vars);
-            return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+            return srv_bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         }
         static const char *const reserved[] = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"};
         for (size_t k = 0; k < sizeof reserved / sizeof reserved[0]; k++)
             if (json_object_get(kw, reserved[k])) {
                 json_decref(vars);
-                return bad(e, "chat_template_kwargs", "'chat_template_kwargs' may not set '%s'", reserved[k]);
+                return srv_bad(e, "chat_template_kwargs", "'chat_template_kwargs' may not set '%s'", reserved[k]);
             }
         json_object_update(vars, kw);
     }
@@ -246,7 +229,7 @@ int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e) {
         const char *s = json_is_string(re) ? json_string_value(re) : "";
         if (strcmp(s, "minimal") && strcmp(s, "low") && strcmp(s, "medium") && strcmp(s, "high")) {
             json_decref(vars);
-            return bad(e, "reasoning_effort", "'reasoning_effort' must be \"minimal\", \"low\", \"medium\" or \"high\"");
+            return srv_bad(e, "reasoning_effort", "'reasoning_effort' must be \"minimal\", \"low\", \"medium\" or \"high\"");
         }
         json_object_set(vars, "reasoning_effort", re);
     }
@@ -255,12 +238,12 @@ int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e) {
     if (json_object_size(kw) + (re && !json_is_null(re)) && !p->tmpl_vars_json) return oom(e);
     json_t *rf = json_object_get(root, "reasoning_format");
     if (rf && !json_is_null(rf)) {
-        if (!json_is_string(rf)) return bad(e, "reasoning_format", "'reasoning_format' must be a string");
+        if (!json_is_string(rf)) return srv_bad(e, "reasoning_format", "'reasoning_format' must be a string");
         const char *s = json_string_value(rf);
         if (!strcmp(s, "none")) p->reasoning_split = false;
         else if (!strcmp(s, "deepseek") || !strcmp(s, "parsed")) p->reasoning_force = true;
         else if (strcmp(s, "auto"))
-            return bad(e, "reasoning_format", "'reasoning_format' must be \"none\", \"auto\" or \"deepseek\"");
+            return srv_bad(e, "reasoning_format", "'reasoning_format' must be \"none\", \"auto\" or \"deepseek\"");
     }
     /* messages of roles and texts only render from p->msgs (no JSON round trip of big texts) */
     bool extras = p->tools_json != NULL;

@@ -1,6 +1,6 @@
 /* oai_translate.h — small helpers shared by the request translators of the other API shapes
- * (oai_messages.c, oai_responses.c, oai_tokenize.c): 400s naming a field, JSON type names,
- * text parts joined, chat messages appended. Static inline: each translator stays one file. */
+ * (oai_messages.c, oai_responses.c, oai_tokenize.c): the body loaded, fields copied, text parts
+ * joined, chat messages appended. Static inline: each translator stays one file. */
 #ifndef RF_SERVER_OAI_TRANSLATE_H
 #define RF_SERVER_OAI_TRANSLATE_H
 
@@ -11,33 +11,6 @@
 
 #include "oai.h"
 
-static inline const char *srv_tr_type_name(const json_t *v) {
-    if (!v) return "absent";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
-static inline int srv_tr_bad(srv_error *e, const char *param, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static inline int srv_tr_bad(srv_error *e, const char *param, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    srv_failv(e, 400, "invalid_request_error", NULL, param, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static inline int srv_tr_oom(srv_error *e) {
     return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while reading the request");
 }
@@ -47,20 +20,20 @@ static inline bool srv_tr_present(const json_t *v) { return v && !json_is_null(v
 /* Loads a body that must be a JSON object; NULL with a 400 in *e. */
 static inline json_t *srv_tr_load(const char *body, size_t len, srv_error *e) {
     if (!body || len == 0) {
-        srv_tr_bad(e, NULL, "the request body is empty (expected a JSON object)");
+        srv_bad(e, NULL, "the request body is empty (expected a JSON object)");
         return NULL;
     }
     json_error_t jerr;
     json_t *root = json_loadb(body, len, 0, &jerr);
     if (!root) {
         if (strstr(jerr.text, "NUL") || strstr(jerr.text, "\\u0000"))
-            srv_tr_bad(e, NULL, "invalid JSON: strings may not hold \\u0000 (line %d, column %d)", jerr.line, jerr.column);
+            srv_bad(e, NULL, "invalid JSON: strings may not hold \\u0000 (line %d, column %d)", jerr.line, jerr.column);
         else
-            srv_tr_bad(e, NULL, "invalid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+            srv_bad(e, NULL, "invalid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
         return NULL;
     }
     if (!json_is_object(root)) {
-        srv_tr_bad(e, NULL, "the request body must be a JSON object, not %s", srv_tr_type_name(root));
+        srv_bad(e, NULL, "the request body must be a JSON object, not %s", srv_json_type_name(root));
         json_decref(root);
         return NULL;
     }
@@ -77,7 +50,7 @@ static inline void srv_tr_copy(json_t *out, const char *to, json_t *root, const 
  * 'top_p', 'top_k' (the chat parser checks the others' types and ranges). */
 static inline int srv_tr_copy_sampling(json_t *root, json_t *chat, srv_error *e) {
     json_t *v = json_object_get(root, "model");
-    if (srv_tr_present(v) && !json_is_string(v)) return srv_tr_bad(e, "model", "'model' must be a string, not %s", srv_tr_type_name(v));
+    if (srv_tr_present(v) && !json_is_string(v)) return srv_bad(e, "model", "'model' must be a string, not %s", srv_json_type_name(v));
     srv_tr_copy(chat, "model", root, "model");
     srv_tr_copy(chat, "stream", root, "stream");
     srv_tr_copy(chat, "temperature", root, "temperature");

@@ -392,14 +392,9 @@ static rf_status template_for(const rf_gguf *g, const char *src, rf_chat_templat
     return st;
 }
 
-rf_status rf_chat_template_from_gguf(const rf_gguf *g, rf_chat_template **out) {
-    if (!g || !out) return rf_set_error(RF_ERR_INVALID_ARG, "rf_chat_template_from_gguf: NULL argument");
-    *out = NULL;
-    const char *src = NULL;
-    if (rf_gguf_get_str(g, "tokenizer.chat_template", &src)) src = NULL;
-    rf_clear_error();
-    rf_status st = template_for(g, src, out);
-    if (st) return st;
+/* The model's BOS and EOS texts copied into a parsed template (the template is freed and *out
+ * cleared when out of memory). */
+static rf_status with_special_tokens(const rf_gguf *g, rf_chat_template **out) {
     (*out)->bos = strdup(token_text(g, "tokenizer.ggml.bos_token_id"));
     (*out)->eos = strdup(token_text(g, "tokenizer.ggml.eos_token_id"));
     if (!(*out)->bos || !(*out)->eos) {
@@ -408,6 +403,17 @@ rf_status rf_chat_template_from_gguf(const rf_gguf *g, rf_chat_template **out) {
         return rf_set_error(RF_ERR_OOM, "chat template: out of memory");
     }
     return RF_OK;
+}
+
+rf_status rf_chat_template_from_gguf(const rf_gguf *g, rf_chat_template **out) {
+    if (!g || !out) return rf_set_error(RF_ERR_INVALID_ARG, "rf_chat_template_from_gguf: NULL argument");
+    *out = NULL;
+    const char *src = NULL;
+    if (rf_gguf_get_str(g, "tokenizer.chat_template", &src)) src = NULL;
+    rf_clear_error();
+    rf_status st = template_for(g, src, out);
+    if (st) return st;
+    return with_special_tokens(g, out);
 }
 
 rf_status rf_chat_template_from_gguf_named(const rf_gguf *g, const char *name, rf_chat_template **out) {
@@ -421,14 +427,7 @@ rf_status rf_chat_template_from_gguf_named(const rf_gguf *g, const char *name, r
     if (st) return st == RF_ERR_NOT_FOUND ? rf_set_error(RF_ERR_NOT_FOUND, "the model has no '%s'", key) : st;
     st = rf_chat_template_parse(src, out);
     if (st) return st;
-    (*out)->bos = strdup(token_text(g, "tokenizer.ggml.bos_token_id"));
-    (*out)->eos = strdup(token_text(g, "tokenizer.ggml.eos_token_id"));
-    if (!(*out)->bos || !(*out)->eos) {
-        rf_chat_template_free(*out);
-        *out = NULL;
-        return rf_set_error(RF_ERR_OOM, "chat template: out of memory");
-    }
-    return RF_OK;
+    return with_special_tokens(g, out);
 }
 
 rf_status rf_chat_apply_template(const rf_gguf *g, const char *tmpl, const rf_chat_msg *msgs,

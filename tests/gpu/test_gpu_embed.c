@@ -16,48 +16,13 @@
  *    embedding request mid-prompt returns its blocks.
  * Skips (77) without a GPU. */
 #include "gpu_model_common.h"
+#include "test_embed.h"
 
 static int setup(void **state) {
     (void)state;
     gpu_test_init_or_skip("test_gpu_embed");
     gpu_model_dirs();
     return 0;
-}
-
-#define MAXE 4096
-typedef struct emb {
-    float v[MAXE];
-    int32_t n, done, tokens;
-    rf_finish_reason fin;
-} emb;
-
-static bool on_emb(const rf_event *ev, void *user) {
-    emb *o = user;
-    if (rf_event_get_kind(ev) == RF_EVENT_TOKEN) {
-        o->tokens++;
-        return true;
-    }
-    int32_t n = 0;
-    const float *v = rf_event_embedding(ev, &n);
-    o->fin = rf_event_finish(ev);
-    o->done++;
-    if (v && n <= MAXE) {
-        memcpy(o->v, v, (size_t)n * sizeof(float));
-        o->n = n;
-    }
-    return true;
-}
-
-static uint64_t submit_emb(rf_engine *e, const int32_t *ids, int n, rf_pooling pool, emb *o) {
-    memset(o, 0, sizeof *o);
-    rf_request *q = rf_request_new();
-    rf_request_set_prompt_ids(q, ids, (size_t)n);
-    if (rf_request_set(q, RF_REQ_EMBED, pool)) fail_msg("RF_REQ_EMBED: %s", rf_last_error());
-    rf_request_set_callback(q, on_emb, o);
-    uint64_t id = 0;
-    if (rf_engine_submit(e, q, &id)) fail_msg("submit: %s", rf_last_error());
-    rf_request_free(q);
-    return id;
 }
 
 static rf_engine *engine_for(rf_model *m, int ctx, int par) {
@@ -75,11 +40,11 @@ static const int k_len[4] = {1, 7, 100, 700};
 static const rf_pooling k_pool[3] = {RF_POOLING_MEAN, RF_POOLING_CLS, RF_POOLING_LAST};
 
 /* Every case at once (beside two generation requests) on m; out[NCASE]. */
-static void run_cases(rf_model *m, int32_t (*ids)[700], emb *out) {
+static void run_cases(rf_model *m, int32_t (*ids)[700], rf_emb_vec *out) {
     rf_engine *e = engine_for(m, 1024, 4);
     gen_out g[2];
     for (int c = 0; c < NCASE; c++) {
-        submit_emb(e, ids[c / 3], k_len[c / 3], k_pool[c % 3], &out[c]);
+        rf_emb_submit(e, ids[c / 3], k_len[c / 3], k_pool[c % 3], &out[c]);
         if (c == 4)
             for (int k = 0; k < 2; k++) submit(e, ids[2] + k, 40, 16, &g[k]);
     }
@@ -94,7 +59,7 @@ static void run_cases(rf_model *m, int32_t (*ids)[700], emb *out) {
     rf_engine_free(e);
 }
 
-static double dist(const emb *a, const emb *b) {
+static double dist(const rf_emb_vec *a, const rf_emb_vec *b) {
     double s = 0;
     for (int32_t j = 0; j < a->n; j++) s += ((double)a->v[j] - b->v[j]) * ((double)a->v[j] - b->v[j]);
     return sqrt(s);
@@ -102,7 +67,7 @@ static double dist(const emb *a, const emb *b) {
 
 static void gpu_vs_cpu(const char *path, double tol, const char *label) {
     static int32_t ids[4][700];
-    static emb cpu[NCASE], gpu[NCASE];
+    static rf_emb_vec cpu[NCASE], gpu[NCASE];
     rf_model *mc = load(path, RF_DEVICE_CPU);
     rf_rng r;
     rf_rng_init(&r, rf_test_seed() + 17);
@@ -148,14 +113,14 @@ static void test_deterministic_and_cancel(void **state) {
     rf_model *m = load(path, RF_DEVICE_GPU);
     assert_int_equal(rf_model_set_deterministic(m, true), RF_OK);
     static int32_t ids[4][700];
-    static emb crowd[NCASE], alone;
+    static rf_emb_vec crowd[NCASE], alone;
     rf_rng r;
     rf_rng_init(&r, rf_test_seed() + 29);
     for (int i = 0; i < 4; i++) random_prompt(&r, ids[i], 700, m->hp.n_vocab);
     run_cases(m, ids, crowd);
     for (int c = 0; c < NCASE; c++) {
         rf_engine *e = engine_for(m, 1024, 1);
-        submit_emb(e, ids[c / 3], k_len[c / 3], k_pool[c % 3], &alone);
+        rf_emb_submit(e, ids[c / 3], k_len[c / 3], k_pool[c % 3], &alone);
         if (rf_engine_run(e)) fail_msg("run: %s", rf_last_error());
         if (memcmp(alone.v, crowd[c].v, (size_t)alone.n * sizeof(float)))
             fail_msg("deterministic mode: %d tokens %s differs alone vs in the crowd (L2 %.3e)", k_len[c / 3],
@@ -163,7 +128,7 @@ static void test_deterministic_and_cancel(void **state) {
         rf_engine_free(e);
     }
     rf_engine *e = engine_for(m, 1024, 2);
-    uint64_t id = submit_emb(e, ids[3], 700, RF_POOLING_MEAN, &alone);
+    uint64_t id = rf_emb_submit(e, ids[3], 700, RF_POOLING_MEAN, &alone);
     assert_int_equal(rf_engine_step(e), RF_OK); /* its first 512 tokens */
     assert_int_equal(rf_engine_cancel(e, id), RF_OK);
     assert_int_equal(rf_engine_run(e), RF_OK);

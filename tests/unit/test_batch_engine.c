@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
+#include "test_engine_run.h"
 
 #ifdef RF_TEST_QUICK
 #define REAL_PROMPTS 4
@@ -45,14 +46,6 @@ static int setup(void **state) {
         if (system(cmd) != 0) return -1;
     }
     return 0;
-}
-
-static rf_model *load(const char *path) {
-    rf_model_params mp = rf_model_default_params();
-    mp.n_threads = 2;
-    rf_model *m = NULL;
-    if (rf_model_load(path, &mp, &m)) fail_msg("load %s: %s", path, rf_last_error());
-    return m;
 }
 
 static rf_engine *engine(rf_model *m, int ctx, int par, int batch, bool prefix) {
@@ -137,7 +130,7 @@ static rf_request *req_ids(const int32_t *ids, int n, int max_tokens, out *o) {
 /* ---- batch invariance ------------------------------------------------------------------- */
 
 static void invariance(const char *path, int n_prompts, int n_tokens, int batch) {
-    rf_model *m = load(path);
+    rf_model *m = rf_eng_load(path);
     g_nv = m->hp.n_vocab;
     rf_rng rng;
     rf_rng_init(&rng, rf_test_seed());
@@ -237,7 +230,7 @@ static void test_prefix_cache(void **state) {
     (void)state;
     char p[1200];
     snprintf(p, sizeof p, "%s/batch-tiny.q4_0.gguf", g_dir);
-    rf_model *m = load(p);
+    rf_model *m = rf_eng_load(p);
     int32_t nv = m->hp.n_vocab;
     enum { PRE = 203, SUF = 17 };
     int32_t a[PRE + SUF], b[PRE + SUF];
@@ -301,7 +294,7 @@ static void test_choices(void **state) {
     (void)state;
     char p[1200];
     snprintf(p, sizeof p, "%s/batch-tiny-qwen2.q8_0.gguf", g_dir);
-    rf_model *m = load(p);
+    rf_model *m = rf_eng_load(p);
     int32_t ids[37];
     for (int k = 0; k < 37; k++) ids[k] = 100 + 7 * k;
     out all, one[3];
@@ -343,7 +336,7 @@ static void test_cancel(void **state) {
     (void)state;
     char p[1200];
     snprintf(p, sizeof p, "%s/batch-tiny.q4_0.gguf", g_dir);
-    rf_model *m = load(p);
+    rf_model *m = rf_eng_load(p);
     int32_t ids[120];
     for (int k = 0; k < 120; k++) ids[k] = 50 + k;
     rf_engine *e = engine(m, 256, 2, 32, true);
@@ -379,7 +372,7 @@ static void test_bad_input(void **state) {
     (void)state;
     char p[1200];
     snprintf(p, sizeof p, "%s/batch-tiny.q4_0.gguf", g_dir);
-    rf_model *m = load(p);
+    rf_model *m = rf_eng_load(p);
     rf_engine_config *c = rf_engine_config_new();
     assert_int_equal(rf_engine_config_set(c, RF_ENGINE_CTX, 256), RF_OK);
     assert_int_equal(rf_engine_config_set(c, RF_ENGINE_KV_BLOCKS, 10), RF_OK);
@@ -443,7 +436,7 @@ static void test_logprobs(void **state) {
     (void)state;
     char p[1200];
     snprintf(p, sizeof p, "%s/batch-tiny.q4_0.gguf", g_dir);
-    rf_model *m = load(p);
+    rf_model *m = rf_eng_load(p);
     rf_engine *e = engine(m, 64, 1, 64, true);
     rf_request *q = rf_request_new();
     assert_int_equal(rf_request_set_prompt_text(q, "Hello there, how", 16), RF_OK);

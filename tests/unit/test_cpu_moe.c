@@ -22,21 +22,9 @@ static int setup(void **state) {
     return 0;
 }
 
-static float *rnd(size_t n, float scale) {
-    float *x = malloc(n * sizeof(float));
-    rf_rng_fill_normal(&g_rng, x, n, scale);
-    return x;
-}
-
 static rf_tensor host_f32(float *p, int64_t n, int64_t rows) {
     rf_tensor t = {RF_TYPE_F32, {n, rows}, (size_t)n * 4, p, false};
     return t;
-}
-
-static void check(const char *what, const float *got, const float *want, size_t n, double tol) {
-    double e = rf_rel_l2(got, want, n);
-    printf("  %-44s rel_l2 %.2e (tol %.2e)\n", what, e, tol);
-    if (!(e < tol)) fail_msg("%s: rel_l2 %g >= %g", what, e, tol);
 }
 
 /* The CPU rounds x to int8 per block of blk (256 for the K-quants' q8_K, 32 otherwise) with
@@ -65,7 +53,7 @@ static void test_route_combine(void **state) {
     rf_backend *be;
     assert_int_equal(rf_backend_cpu_new(3, &be), RF_OK);
     const int64_t n = 7, ne = 16, k = 4, m = 40;
-    float *lg = rnd((size_t)(n * ne), 2.0f), *sb = rnd((size_t)ne, 0.5f);
+    float *lg = rf_test_randn(&g_rng, (size_t)(n * ne), 2.0f), *sb = rf_test_randn(&g_rng, (size_t)ne, 0.5f);
     rf_tensor ids, wts, lt = host_f32(lg, ne, n), bt = host_f32(sb, ne, 1);
     assert_int_equal(be->ops->alloc(be, RF_TYPE_I32, k, n, &ids), RF_OK);
     assert_int_equal(ids.nb1, (size_t)k * 4);
@@ -83,12 +71,12 @@ static void test_route_combine(void **state) {
     assert_int_equal(be->ops->moe_route(be, &ids, &wts, &lt, NULL, n, ne, ne + 1, RF_MOE_SOFTMAX, true, 1.0f),
                      RF_ERR_INVALID_ARG);
     /* combine */
-    float *z = rnd((size_t)(n * k * m), 1.0f), *want = malloc((size_t)(n * m) * 4), *got = malloc((size_t)(n * m) * 4);
+    float *z = rf_test_randn(&g_rng, (size_t)(n * k * m), 1.0f), *want = malloc((size_t)(n * m) * 4), *got = malloc((size_t)(n * m) * 4);
     rf_poison_f32(got, (size_t)(n * m));
     rf_tensor zt = host_f32(z, m, n * k), yt = host_f32(got, m, n);
     assert_int_equal(be->ops->moe_combine(be, &yt, &zt, &wts, n, k, m), RF_OK);
     rf_ref_moe_combine(want, z, wts.data, n, k, m);
-    check("moe_combine", got, want, (size_t)(n * m), 1e-6);
+    rf_test_check_l2("moe_combine", got, want, (size_t)(n * m), 1e-6);
     be->ops->free(be, &ids);
     be->ops->free(be, &wts);
     free(lg), free(sb), free(z), free(want), free(got);
@@ -106,8 +94,8 @@ static void test_matmul_id(void **state) {
             for (int64_t n = 1; n <= 5; n += 4)
                 for (int per_slot = 0; per_slot < 2; per_slot++) {
                     const int64_t nx = per_slot ? n * k : n;
-                    float *wf = rnd((size_t)(n_in * n_out * ne), 0.5f), *x = rnd((size_t)(n_in * nx), 1.0f);
-                    float *bias = per_slot ? rnd((size_t)(ne * n_out), 1.0f) : NULL;
+                    float *wf = rf_test_randn(&g_rng, (size_t)(n_in * n_out * ne), 0.5f), *x = rf_test_randn(&g_rng, (size_t)(n_in * nx), 1.0f);
+                    float *bias = per_slot ? rf_test_randn(&g_rng, (size_t)(ne * n_out), 1.0f) : NULL;
                     size_t rs;
                     assert_int_equal(rf_row_size(types[ti], n_in, &rs), RF_OK);
                     void *wq = malloc(rs * (size_t)(n_out * ne));
@@ -131,7 +119,7 @@ static void test_matmul_id(void **state) {
                              per_slot ? "per-slot" : "per-token", bias ? " +bias" : "", th);
                     const double tol = types[ti] == RF_TYPE_F32 ? 1e-5 : types[ti] == RF_TYPE_F16 ? 1e-2
                                                                     : act_tol(types[ti], x, n_in, nx);
-                    check(name, got, want, (size_t)(n * k * n_out), tol);
+                    rf_test_check_l2(name, got, want, (size_t)(n * k * n_out), tol);
                     ((int32_t *)ids.data)[n * k - 1] = (int32_t)ne; /* out of range */
                     assert_int_equal(be->ops->matmul_id(be, &yt, &w, n_out, &xt, per_slot, &ids, NULL, n, k), RF_ERR_RANGE);
                     be->ops->free(be, &ids);

@@ -24,21 +24,9 @@ static int setup(void **state) {
     return 0;
 }
 
-static float *rnd(size_t n, float scale) {
-    float *x = malloc(n * sizeof(float));
-    rf_rng_fill_normal(&g_rng, x, n, scale);
-    return x;
-}
-
 static rf_tensor host_f32(float *p, int64_t n, int64_t rows) {
     rf_tensor t = {RF_TYPE_F32, {n, rows}, (size_t)n * 4, p, false};
     return t;
-}
-
-static void check(const char *what, const float *got, const float *want, size_t n, double tol) {
-    double e = rf_rel_l2(got, want, n);
-    printf("  %-34s rel_l2 %.2e (tol %.0e)\n", what, e, tol);
-    if (!(e < tol)) fail_msg("%s: rel_l2 %g >= %g", what, e, tol);
 }
 
 static void test_matmul(void **state) {
@@ -49,7 +37,7 @@ static void test_matmul(void **state) {
         assert_int_equal(rf_backend_cpu_new(th, &be), RF_OK);
         for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
             int64_t n_in = 512, n_out = 37, nt = 5;
-            float *wf = rnd((size_t)(n_in * n_out), 0.5f), *x = rnd((size_t)(n_in * nt), 1.0f);
+            float *wf = rf_test_randn(&g_rng, (size_t)(n_in * n_out), 0.5f), *x = rf_test_randn(&g_rng, (size_t)(n_in * nt), 1.0f);
             size_t rs;
             assert_int_equal(rf_row_size(types[ti], n_in, &rs), RF_OK);
             void *wq = malloc(rs * (size_t)n_out);
@@ -63,7 +51,7 @@ static void test_matmul(void **state) {
             assert_int_equal(be->ops->matmul(be, &yt, &w, &xt, nt), RF_OK);
             char name[64];
             snprintf(name, sizeof name, "matmul %s t=%d", rf_type_name(types[ti]), th);
-            check(name, got, want, (size_t)(nt * n_out), types[ti] == RF_TYPE_F32 ? 1e-5 : 1e-2);
+            rf_test_check_l2(name, got, want, (size_t)(nt * n_out), types[ti] == RF_TYPE_F32 ? 1e-5 : 1e-2);
             free(wf), free(x), free(wq), free(want), free(got);
         }
         be->ops->destroy(be);
@@ -75,13 +63,13 @@ static void test_norm_rope_glu(void **state) {
     rf_backend *be;
     assert_int_equal(rf_backend_cpu_new(2, &be), RF_OK);
     int64_t rows = 7, n = 96;
-    float *x = rnd((size_t)(rows * n), 2.0f), *w = rnd((size_t)n, 1.0f);
+    float *x = rf_test_randn(&g_rng, (size_t)(rows * n), 2.0f), *w = rf_test_randn(&g_rng, (size_t)n, 1.0f);
     float *want = malloc((size_t)(rows * n) * 4), *got = malloc((size_t)(rows * n) * 4);
     rf_ref_rmsnorm(want, x, w, rows, n, 1e-6f);
     rf_poison_f32(got, (size_t)(rows * n));
     rf_tensor xt = host_f32(x, n, rows), yt = host_f32(got, n, rows), wt = host_f32(w, n, 1);
     assert_int_equal(be->ops->rmsnorm(be, &yt, &xt, &wt, rows, n, 1e-6f), RF_OK);
-    check("rmsnorm", got, want, (size_t)(rows * n), 1e-5);
+    rf_test_check_l2("rmsnorm", got, want, (size_t)(rows * n), 1e-5);
 
     /* rope: 5 tokens x 3 heads x 64, positions 11.., both modes, partial rotation, factors */
     int64_t nt = 5, nh = 3, hd = 64;
@@ -90,7 +78,7 @@ static void test_norm_rope_glu(void **state) {
     for (int mode = 0; mode <= 2; mode += 2) {
         for (int use_ff = 0; use_ff < 2; use_ff++) {
             int64_t n_rot = use_ff ? 32 : 64;
-            float *q = rnd((size_t)(nt * nh * hd), 1.0f), *r = malloc((size_t)(nt * nh * hd) * 4);
+            float *q = rf_test_randn(&g_rng, (size_t)(nt * nh * hd), 1.0f), *r = malloc((size_t)(nt * nh * hd) * 4);
             memcpy(r, q, (size_t)(nt * nh * hd) * 4);
             int32_t pos[5] = {11, 12, 13, 14, 15};
             rf_ref_rope(r, nt, nh, hd, n_rot, nh * hd, hd, pos, 10000.0f, 0.5f, use_ff ? ff : NULL, mode);
@@ -104,27 +92,27 @@ static void test_norm_rope_glu(void **state) {
             bt.pos = pos;
             assert_int_equal(be->ops->rope(be, &qt, &bt, nh, hd, n_rot, 10000.0f, 0.5f, use_ff ? &fft : NULL, mode, gain),
                              RF_OK);
-            check(mode ? "rope neox" : "rope normal", q, r, (size_t)(nt * nh * hd), 1e-5);
+            rf_test_check_l2(mode ? "rope neox" : "rope normal", q, r, (size_t)(nt * nh * hd), 1e-5);
             free(q), free(r);
         }
     }
     /* glu */
     size_t m = 1000;
-    float *g = rnd(m, 3.0f), *u = rnd(m, 1.0f), *gw = malloc(m * 4), *gg = malloc(m * 4);
+    float *g = rf_test_randn(&g_rng, m, 3.0f), *u = rf_test_randn(&g_rng, m, 1.0f), *gw = malloc(m * 4), *gg = malloc(m * 4);
     rf_tensor gt = host_f32(g, (int64_t)m, 1), ut = host_f32(u, (int64_t)m, 1), ot = host_f32(gg, (int64_t)m, 1);
     rf_ref_swiglu(gw, g, u, (int64_t)m);
     rf_poison_f32(gg, m);
     assert_int_equal(be->ops->glu(be, &ot, &gt, &ut, (int64_t)m, RF_GLU_SWIGLU), RF_OK);
-    check("swiglu", gg, gw, m, 1e-6);
+    rf_test_check_l2("swiglu", gg, gw, m, 1e-6);
     rf_ref_geglu(gw, g, u, (int64_t)m);
     rf_poison_f32(gg, m);
     assert_int_equal(be->ops->glu(be, &ot, &gt, &ut, (int64_t)m, RF_GLU_GEGLU), RF_OK);
-    check("geglu (ggml f16 table)", gg, gw, m, 2e-3);
+    rf_test_check_l2("geglu (ggml f16 table)", gg, gw, m, 2e-3);
     for (size_t i = 0; i < m; i += 7) g[i] *= 4, u[i] *= 12; /* past the clamps at +-7 */
     rf_ref_swiglu_oai(gw, g, u, (int64_t)m);
     rf_poison_f32(gg, m);
     assert_int_equal(be->ops->glu(be, &ot, &gt, &ut, (int64_t)m, RF_GLU_SWIGLU_OAI), RF_OK);
-    check("swiglu_oai", gg, gw, m, 1e-6);
+    rf_test_check_l2("swiglu_oai", gg, gw, m, 1e-6);
     free(g), free(u), free(gw), free(gg);
     free(x), free(w), free(want), free(got);
     be->ops->destroy(be);
@@ -159,7 +147,7 @@ static void test_paged_attention(void **state) {
                 for (int32_t i = 0, u = 0; i < S; i++)
                     for (int32_t k = 0; k < (len[i] + bs - 1) / bs; k++) table[i * maxb + k] = perm[u++];
                 int64_t rows = (int64_t)nblk * bs;
-                float *kp = rnd((size_t)(rows * KVD), 1.0f), *vp = rnd((size_t)(rows * KVD), 1.0f);
+                float *kp = rf_test_randn(&g_rng, (size_t)(rows * KVD), 1.0f), *vp = rf_test_randn(&g_rng, (size_t)(rows * KVD), 1.0f);
                 int32_t pos[16], seq[16], slot[16], nt = 0;
                 for (int32_t i = 0; i < S; i++)
                     for (int32_t t = len[i] - newt[i]; t < len[i]; t++) {
@@ -168,9 +156,9 @@ static void test_paged_attention(void **state) {
                         slot[nt] = table[i * maxb + t / bs] * bs + t % bs;
                         nt++;
                     }
-                float *q = rnd((size_t)(nt * H * D), 1.0f), *want = malloc((size_t)(nt * H * D) * 4),
+                float *q = rf_test_randn(&g_rng, (size_t)(nt * H * D), 1.0f), *want = malloc((size_t)(nt * H * D) * 4),
                       *got = malloc((size_t)(nt * H * D) * 4), *one = malloc((size_t)(H * D) * 4);
-                float *sk = bs == 16 ? rnd((size_t)H, 3.0f) : NULL; /* sink logits as large as the scores */
+                float *sk = bs == 16 ? rf_test_randn(&g_rng, (size_t)H, 3.0f) : NULL; /* sink logits as large as the scores */
                 rf_tensor skt = sk ? host_f32(sk, H, 1) : (rf_tensor){0}, *skp = sk ? &skt : NULL;
                 assert_int_equal(rf_ref_paged_attention(want, q, kp, vp, nt, pos, seq, table, maxb, bs, H, HKV, D,
                                                         0.125f, window, 0.0f, sk), RF_OK);
@@ -206,7 +194,7 @@ static void test_paged_attention(void **state) {
                     char name[96];
                     snprintf(name, sizeof name, "paged attention %s bs %d win %d t=%d%s", rf_type_name(kts[ki]), bs,
                              (int)window, th, sk ? " sinks" : "");
-                    check(name, got, want, (size_t)(nt * H * D), tol[ki]);
+                    rf_test_check_l2(name, got, want, (size_t)(nt * H * D), tol[ki]);
                     for (int32_t t = 0; t < nt; t++) { /* the same token alone in a batch */
                         rf_batch b1 = b;
                         b1.n_tokens = 1;
@@ -236,7 +224,7 @@ static void test_kv_rows(void **state) {
     int64_t n = 64, rows = 12;
     rf_tensor c;
     assert_int_equal(be->ops->alloc(be, RF_TYPE_F32, n, rows, &c), RF_OK);
-    float *x = rnd((size_t)(3 * n), 1.0f), out[3 * 64];
+    float *x = rf_test_randn(&g_rng, (size_t)(3 * n), 1.0f), out[3 * 64];
     int32_t slots[3] = {7, 2, 11}, outr[2] = {0, 2};
     rf_batch b = {0};
     b.n_tokens = 3;
@@ -266,7 +254,7 @@ static void test_get_rows(void **state) {
     rf_backend *be;
     assert_int_equal(rf_backend_cpu_new(1, &be), RF_OK);
     int64_t n = 64, rows = 10;
-    float *wf = rnd((size_t)(n * rows), 1.0f);
+    float *wf = rf_test_randn(&g_rng, (size_t)(n * rows), 1.0f);
     size_t rs;
     assert_int_equal(rf_row_size(RF_TYPE_Q8_0, n, &rs), RF_OK);
     void *wq = malloc(rs * (size_t)rows);
@@ -281,7 +269,7 @@ static void test_get_rows(void **state) {
     b.n_tokens = 3;
     b.ids = ids;
     assert_int_equal(be->ops->get_rows(be, &yt, &w, &b), RF_OK);
-    check("get_rows q8_0", got, want, 3 * 64, 1e-6);
+    rf_test_check_l2("get_rows q8_0", got, want, 3 * 64, 1e-6);
     int32_t bad = 10;
     b.n_tokens = 1;
     b.ids = &bad;

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
+#include "test_engine_run.h"
+#include "test_embed.h"
 
 static char g_tiny[1200];
 
@@ -33,14 +35,6 @@ static int setup(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static rf_model *load(const char *path) {
-    rf_model_params mp = rf_model_default_params();
-    mp.n_threads = 2;
-    rf_model *m = NULL;
-    if (rf_model_load(path, &mp, &m)) fail_msg("load %s: %s", path, rf_last_error());
-    return m;
-}
-
 static rf_engine *engine(rf_model *m, int ctx, int par, int batch, int blocks) {
     rf_engine_config *c = rf_engine_config_new();
     assert_int_equal(rf_engine_config_set(c, RF_ENGINE_CTX, ctx), RF_OK);
@@ -53,47 +47,10 @@ static rf_engine *engine(rf_model *m, int ctx, int par, int batch, int blocks) {
     return e;
 }
 
-#define MAXE 4096
-typedef struct vec {
-    float v[MAXE];
-    int32_t n, n_prompt, done, tokens;
-    rf_finish_reason fin;
-} vec;
-
-static bool on_ev(const rf_event *ev, void *user) {
-    vec *o = user;
-    if (rf_event_get_kind(ev) == RF_EVENT_TOKEN) {
-        o->tokens++;
-        return true;
-    }
-    int32_t n = 0;
-    const float *v = rf_event_embedding(ev, &n);
-    o->fin = rf_event_finish(ev);
-    o->n_prompt = rf_event_n_prompt(ev);
-    o->done++;
-    if (v && n <= MAXE) {
-        memcpy(o->v, v, (size_t)n * sizeof(float));
-        o->n = n;
-    }
-    return true;
-}
-
-static uint64_t submit(rf_engine *e, const int32_t *ids, int n, rf_pooling pool, vec *o) {
-    memset(o, 0, sizeof *o);
-    rf_request *q = rf_request_new();
-    assert_int_equal(rf_request_set_prompt_ids(q, ids, (size_t)n), RF_OK);
-    assert_int_equal(rf_request_set(q, RF_REQ_EMBED, pool), RF_OK);
-    rf_request_set_callback(q, on_ev, o);
-    uint64_t id = 0;
-    if (rf_engine_submit(e, q, &id)) fail_msg("submit: %s", rf_last_error());
-    rf_request_free(q);
-    return id;
-}
-
 /* One prompt alone, whole in one step. */
-static void embed1(rf_model *m, const int32_t *ids, int n, rf_pooling pool, vec *o) {
+static void embed1(rf_model *m, const int32_t *ids, int n, rf_pooling pool, rf_emb_vec *o) {
     rf_engine *e = engine(m, 256, 1, 256, 0);
-    submit(e, ids, n, pool, o);
+    rf_emb_submit(e, ids, n, pool, o);
     assert_int_equal(rf_engine_run(e), RF_OK);
     assert_int_equal(o->done, 1);
     assert_int_equal(o->fin, RF_FINISH_EOS);
@@ -108,7 +65,7 @@ static void no_kv_left(rf_engine *e) {
     assert_int_equal(rf_engine_check(e), RF_OK);
 }
 
-static void unit_norm(const vec *o, int32_t n_embd) {
+static void unit_norm(const rf_emb_vec *o, int32_t n_embd) {
     assert_int_equal(o->n, n_embd);
     double ss = 0;
     for (int32_t j = 0; j < o->n; j++) ss += (double)o->v[j] * o->v[j];
@@ -116,7 +73,7 @@ static void unit_norm(const vec *o, int32_t n_embd) {
     if (fabs(ss - 1) > o->n * 0x1p-23) fail_msg("squared norm %.9f", ss);
 }
 
-static void same(const vec *a, const vec *b, const char *what) {
+static void same(const rf_emb_vec *a, const rf_emb_vec *b, const char *what) {
     if (a->n != b->n || memcmp(a->v, b->v, (size_t)a->n * sizeof(float))) {
         int32_t j = 0;
         while (j < a->n && a->v[j] == b->v[j]) j++;
@@ -132,7 +89,7 @@ static void prompt(int32_t *ids, int n, int salt) {
 
 /* Solves the normal equations of min |U c - v| (U: n columns of dimension E) by Gaussian
  * elimination with partial pivoting; returns the residual's norm. */
-static double lsq(const vec *u, int n, const vec *v, double *c) {
+static double lsq(const rf_emb_vec *u, int n, const rf_emb_vec *v, double *c) {
     int32_t E = v->n;
     double G[NP][NP + 1];
     for (int a = 0; a < n; a++) {
@@ -174,12 +131,12 @@ static double lsq(const vec *u, int n, const vec *v, double *c) {
 }
 
 static void rows_of(const char *path) {
-    rf_model *m = load(path);
+    rf_model *m = rf_eng_load(path);
     rf_model_info mi;
     assert_int_equal(rf_model_get_info(m, &mi), RF_OK);
     int32_t ids[NP];
     prompt(ids, NP, 1);
-    static vec last[NP], mean, cls, mean1;
+    static rf_emb_vec last[NP], mean, cls, mean1;
     for (int q = 0; q < NP; q++) {
         embed1(m, ids, q + 1, RF_POOLING_LAST, &last[q]);
         unit_norm(&last[q], mi.n_embd);
@@ -213,25 +170,25 @@ static bool have_model(const char *name, char *path, size_t n) {
     return access(path, R_OK) == 0;
 }
 
-static void gen_req(rf_engine *e, const int32_t *ids, int n, int max_tokens, vec *o) {
+static void gen_req(rf_engine *e, const int32_t *ids, int n, int max_tokens, rf_emb_vec *o) {
     memset(o, 0, sizeof *o);
     rf_request *q = rf_request_new();
     assert_int_equal(rf_request_set_prompt_ids(q, ids, (size_t)n), RF_OK);
     assert_int_equal(rf_request_set(q, RF_REQ_MAX_TOKENS, max_tokens), RF_OK);
     assert_int_equal(rf_request_set(q, RF_REQ_IGNORE_EOS, 1), RF_OK);
-    rf_request_set_callback(q, on_ev, o);
+    rf_request_set_callback(q, rf_emb_on_event, o);
     assert_int_equal(rf_engine_submit(e, q, NULL), RF_OK);
     rf_request_free(q);
 }
 
 /* Many prompts in chunks, among generation requests and preemptions, against each alone. */
 static void batched(const char *path) {
-    rf_model *m = load(path);
+    rf_model *m = rf_eng_load(path);
     enum { N = 6 };
     static int32_t ids[N][80];
     int len[N] = {80, 7, 33, 1, 64, 50};
     rf_pooling pool[N] = {RF_POOLING_MEAN, RF_POOLING_LAST, RF_POOLING_CLS, RF_POOLING_MEAN, RF_POOLING_LAST, RF_POOLING_MEAN};
-    static vec alone[N], got[N], gen[2];
+    static rf_emb_vec alone[N], got[N], gen[2];
     for (int i = 0; i < N; i++) {
         prompt(ids[i], len[i], i + 2);
         embed1(m, ids[i], len[i], pool[i], &alone[i]);
@@ -239,7 +196,7 @@ static void batched(const char *path) {
     /* a 5-token step budget and 3 sequences at once */
     rf_engine *e = engine(m, 128, 3, 5, 0);
     for (int i = 0; i < N; i++) {
-        submit(e, ids[i], len[i], pool[i], &got[i]);
+        rf_emb_submit(e, ids[i], len[i], pool[i], &got[i]);
         if (i == 1) /* generation requests between the embeddings */
             for (int g = 0; g < 2; g++) gen_req(e, ids[0] + g, 20, 6, &gen[g]);
     }
@@ -260,11 +217,11 @@ static void batched(const char *path) {
      * the rows it had before only once */
     for (int k = 0; k < 2; k++) {
         rf_pooling pk = k ? RF_POOLING_CLS : RF_POOLING_MEAN;
-        vec ref;
+        rf_emb_vec ref;
         embed1(m, ids[0], 60, pk, &ref);
         e = engine(m, 112, 2, 2, 8);
         gen_req(e, ids[1], 30, 80, &gen[0]);
-        submit(e, ids[0], 60, pk, &got[0]);
+        rf_emb_submit(e, ids[0], 60, pk, &got[0]);
         assert_int_equal(rf_engine_run(e), RF_OK);
         if (rf_engine_get_stat(e, RF_STAT_PREEMPTIONS) == 0) fail_msg("no preemption happened");
         assert_int_equal(gen[0].tokens, 80);
@@ -285,7 +242,7 @@ static void test_real(void **state) {
     (void)state;
     char p[1200];
     if (!have_model("SmolLM2-135M-Instruct.Q4_1.gguf", p, sizeof p)) skip();
-    rf_model *m = load(p);
+    rf_model *m = rf_eng_load(p);
     assert_int_equal(rf_model_pooling(m), RF_POOLING_LAST); /* the file has no pooling_type */
     rf_model_free(m);
     rows_of(p);
@@ -294,15 +251,15 @@ static void test_real(void **state) {
 
 static void test_cancel_and_kv(void **state) {
     (void)state;
-    rf_model *m = load(g_tiny);
+    rf_model *m = rf_eng_load(g_tiny);
     assert_int_equal(rf_model_pooling(m), RF_POOLING_LAST);
     assert_string_equal(rf_pooling_str(RF_POOLING_MEAN), "mean");
     rf_engine *e = engine(m, 128, 2, 8, 0);
     int32_t ids[100];
     prompt(ids, 100, 9);
-    static vec o[4];
+    static rf_emb_vec o[4];
     uint64_t id[4];
-    for (int i = 0; i < 4; i++) id[i] = submit(e, ids, 100 - i, RF_POOLING_MEAN, &o[i]);
+    for (int i = 0; i < 4; i++) id[i] = rf_emb_submit(e, ids, 100 - i, RF_POOLING_MEAN, &o[i]);
     assert_int_equal(rf_engine_step(e), RF_OK); /* request 0 mid-prompt */
     assert_int_equal(rf_engine_cancel(e, id[0]), RF_OK);
     assert_int_equal(rf_engine_cancel(e, id[3]), RF_OK); /* queued */

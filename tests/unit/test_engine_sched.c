@@ -512,7 +512,7 @@ static void test_prompt_room(void **state) {
             }
 }
 
-/* The decode-step graph buckets (step_batch.c): the smallest 2^k or 3 * 2^k at least n, never
+/* The decode-step graph buckets (engine_step.c): the smallest 2^k or 3 * 2^k at least n, never
  * past the cap, padding under a third of the step; a cap that is a power of two at least P
  * (the engine's logit rows for --parallel P) gives every decode step of up to P sequences a
  * bucket; up to 65536 tokens there are 32 of them (the GPU backend's RF_MAX_GRAPHS). */

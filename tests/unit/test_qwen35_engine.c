@@ -25,6 +25,7 @@
 
 #include "core/knobs.h"
 #include "engine/engine_internal.h"
+#include "test_engine_run.h"
 
 /* test_qwen35moe_engine.c runs these same cases on tiny-qwen35moe (experts + shared expert) */
 #ifndef HYBRID_PRESET
@@ -35,213 +36,64 @@ static char g_path[1200];
 
 static int setup(void **state) {
     (void)state;
-    const char *cli = getenv("RF_CLI");
-    if (!cli) return -1;
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/synth-models", RF_BINARY_DIR);
-    snprintf(g_path, sizeof g_path, "%s/hybrid-" HYBRID_PRESET ".q8_0.gguf", dir);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset " HYBRID_PRESET " --type q8_0 -o '%s' >/dev/null 2>&1", dir,
-             cli, g_path);
-    return system(cmd) == 0 ? 0 : -1;
+    return rf_eng_make_model(HYBRID_PRESET, "hybrid", g_path, sizeof g_path);
 }
 
-static rf_model *load(void) {
-    rf_model_params mp = rf_model_default_params();
-    mp.n_threads = 2;
-    rf_model *m = NULL;
-    if (rf_model_load(g_path, &mp, &m)) fail_msg("load %s: %s", g_path, rf_last_error());
-    return m;
-}
-
-static rf_engine *engine(rf_model *m, int par, int batch, int blocks) {
-    rf_engine_config *c = rf_engine_config_new();
-    assert_int_equal(rf_engine_config_set(c, RF_ENGINE_CTX, 128), RF_OK);
-    assert_int_equal(rf_engine_config_set(c, RF_ENGINE_PARALLEL, par), RF_OK);
-    assert_int_equal(rf_engine_config_set(c, RF_ENGINE_BATCH, batch), RF_OK);
-    assert_int_equal(rf_engine_config_set(c, RF_ENGINE_KV_BLOCKS, blocks), RF_OK);
-    rf_engine *e = NULL;
-    if (rf_engine_new(m, c, &e)) fail_msg("engine: %s", rf_last_error());
-    rf_engine_config_free(c);
-    return e;
-}
-
-#define MAXT 40
-typedef struct out {
-    uint64_t id;
-    int32_t done, n[3];
-    int32_t tok[3][MAXT];
-    uint64_t lhash[3][MAXT];
-} out;
-
-static bool on_ev(const rf_event *ev, void *user) {
-    out *o = user;
-    int c = rf_event_choice(ev);
-    if (rf_event_get_kind(ev) == RF_EVENT_TOKEN) {
-        if (o->n[c] < MAXT) o->tok[c][o->n[c]++] = rf_event_token(ev);
-    } else {
-        o->done++;
-    }
-    return true;
-}
-
-typedef struct hooks {
-    out *outs;
-    int n;
-    int32_t nv;
-} hooks;
-
-static void on_logits(void *user, const rf_seq *s, const float *lg) {
-    hooks *h = user;
-    uint64_t z = 1469598103934665603ull;
-    const unsigned char *p = (const unsigned char *)lg;
-    for (size_t k = 0; k < (size_t)h->nv * sizeof(float); k++) z = (z ^ p[k]) * 1099511628211ull;
-    for (int i = 0; i < h->n; i++)
-        if (h->outs[i].id == s->req->id && s->n_gen < MAXT) h->outs[i].lhash[s->choice][s->n_gen] = z;
-}
-
-static void submit(rf_engine *e, const int32_t *ids, int n, int max_tokens, out *o, int choices, int seed) {
-    rf_request *q = rf_request_new();
-    assert_int_equal(rf_request_set_prompt_ids(q, ids, (size_t)n), RF_OK);
-    assert_int_equal(rf_request_set(q, RF_REQ_MAX_TOKENS, max_tokens), RF_OK);
-    assert_int_equal(rf_request_set(q, RF_REQ_IGNORE_EOS, 1), RF_OK);
-    if (choices > 1 || seed) {
-        assert_int_equal(rf_request_set(q, RF_REQ_N, choices), RF_OK);
-        assert_int_equal(rf_request_set(q, RF_REQ_TEMPERATURE, 0.9), RF_OK);
-        assert_int_equal(rf_request_set(q, RF_REQ_SEED, seed), RF_OK);
-    }
-    memset(o, 0, sizeof *o);
-    rf_request_set_callback(q, on_ev, o);
-    assert_int_equal(rf_engine_submit(e, q, &o->id), RF_OK);
-    rf_request_free(q);
-}
-
-/* steps until idle, checking the bookkeeping every step; every slot and block back at the end */
+/* rf_eng_run_checked, and every state slot back at the end */
 static int run_checked(rf_engine *e) {
-    int steps = 0;
-    while (rf_engine_get_stat(e, RF_STAT_RUNNING) + rf_engine_get_stat(e, RF_STAT_WAITING) > 0) {
-        assert_int_equal(rf_engine_step(e), RF_OK);
-        if (rf_engine_check(e)) fail_msg("check: %s", rf_last_error());
-        steps++;
-    }
-    assert_int_equal(rf_engine_get_stat(e, RF_STAT_BLOCKS_USED), 0);
+    int steps = rf_eng_run_checked(e);
     assert_int_equal(rf_state_pool_n_free(e->spool), rf_state_pool_n_slots(e->spool));
     return steps;
 }
 
 enum { NP = 8 };
-static int32_t g_prompt[NP][70];
+static int32_t g_prompt[NP][RF_ENG_PLEN]; /* prompts 0..3 of 60 tokens force preemption */
 static int g_plen[NP];
 
-static void make_prompts(int32_t nv) {
-    rf_rng r;
-    rf_rng_init(&r, rf_test_seed());
-    for (int i = 0; i < NP; i++) {
-        g_plen[i] = i < 4 ? 60 : 5 + (int)(rf_rng_u64(&r) % 60); /* 0..3: long enough to force preemption */
-        for (int k = 0; k < g_plen[i]; k++) g_prompt[i][k] = 5 + (int32_t)(rf_rng_u64(&r) % (uint64_t)(nv - 10));
-    }
-}
-
-static void same(const out *a, const out *b, int choice, const char *what, int i) {
-    if (a->n[choice] != b->n[choice] || memcmp(a->tok[choice], b->tok[choice], (size_t)a->n[choice] * 4))
-        fail_msg("%s, prompt %d: tokens differ", what, i);
-    for (int k = 0; k < a->n[choice]; k++)
-        if (a->lhash[choice][k] != b->lhash[choice][k]) fail_msg("%s, prompt %d token %d: logits differ", what, i, k);
-}
+/* the crowd's engine idle: its 5 state slots back */
+static void slots_back(rf_engine *e) { assert_int_equal(rf_state_pool_n_free(e->spool), 5); }
 
 static void test_chunks_and_crowd(void **state) {
     (void)state;
-    rf_model *m = load();
+    rf_model *m = rf_eng_load(g_path);
     assert_true(rf_model_n_recurrent(m) == 3);
-    make_prompts(m->hp.n_vocab);
-    out alone[NP], other[NP];
-    hooks h = {alone, NP, m->hp.n_vocab};
-    rf_engine *e = engine(m, 1, 512, 0);
-    e->logits_hook = on_logits;
-    e->hook_user = &h;
-    for (int i = 0; i < NP; i++) {
-        submit(e, g_prompt[i], g_plen[i], 24, &alone[i], 1, 0);
-        run_checked(e);
-    }
-    rf_engine_free(e);
-    /* one sequence at a time, its prompt in chunks of the step budget */
-    const int budgets[] = {1, 3, 7, 16};
-    for (int bi = 0; bi < 4; bi++) {
-        e = engine(m, 1, budgets[bi], 0);
-        h.outs = other;
-        e->logits_hook = on_logits;
-        e->hook_user = &h;
-        for (int i = 0; i < NP; i += 3) {
-            submit(e, g_prompt[i], g_plen[i], 24, &other[i], 1, 0);
-            run_checked(e);
-            same(&alone[i], &other[i], 0, "prompt in chunks", i);
-        }
-        rf_engine_free(e);
-    }
-    /* together: staggered arrivals, chunked prompts, 5 running at once */
-    e = engine(m, 5, 16, 0);
-    e->logits_hook = on_logits;
-    e->hook_user = &h;
-    int submitted = 0, steps = 0;
-    while (submitted < NP || rf_engine_get_stat(e, RF_STAT_RUNNING) + rf_engine_get_stat(e, RF_STAT_WAITING) > 0) {
-        if (submitted < NP && (steps % 3 == 0 || submitted < 2)) {
-            submit(e, g_prompt[submitted], g_plen[submitted], 24, &other[submitted], 1, 0);
-            submitted++;
-        }
-        assert_int_equal(rf_engine_step(e), RF_OK);
-        if (rf_engine_check(e)) fail_msg("check: %s", rf_last_error());
-        steps++;
-    }
-    assert_int_equal(rf_state_pool_n_free(e->spool), 5);
-    for (int i = 0; i < NP; i++) same(&alone[i], &other[i], 0, "together", i);
-    rf_engine_free(e);
-    /* preemption: 9 blocks of 16 (the least for a context of 128) for sequences of 84 positions
-     * (6 blocks each): two are admitted (4 blocks each for the prompt), then outgrow the pool */
-    e = engine(m, 5, 16, 9);
-    e->logits_hook = on_logits;
-    e->hook_user = &h;
-    for (int i = 0; i < 4; i++) submit(e, g_prompt[i], g_plen[i], 24, &other[i], 1, 0);
-    run_checked(e);
-    int64_t pre = rf_engine_get_stat(e, RF_STAT_PREEMPTIONS);
-    assert_true(pre > 0);
-    for (int i = 0; i < 4; i++) same(&alone[i], &other[i], 0, "after preemption", i);
-    printf("  chunks of 1/3/7/16 == one chunk; %d together == alone; %lld preemptions, same tokens\n", NP, (long long)pre);
-    rf_engine_free(e);
+    rf_eng_make_prompts(m->hp.n_vocab, NP, g_prompt, g_plen);
+    rf_eng_chunks_and_crowd(m, NP, g_prompt, g_plen, run_checked, slots_back);
     rf_model_free(m);
 }
 
 static void test_choices(void **state) {
     (void)state;
-    rf_model *m = load();
+    rf_model *m = rf_eng_load(g_path);
     int32_t ids[37];
     for (int k = 0; k < 37; k++) ids[k] = 100 + 7 * k;
-    out all, one[3];
-    hooks h = {&all, 1, m->hp.n_vocab};
-    rf_engine *e = engine(m, 4, 512, 0);
-    e->logits_hook = on_logits;
+    rf_eng_out all, one[3];
+    rf_eng_hooks h = {&all, 1, m->hp.n_vocab};
+    rf_engine *e = rf_eng_new(m, 4, 512, 0);
+    e->logits_hook = rf_eng_on_logits;
     e->hook_user = &h;
-    submit(e, ids, 37, 20, &all, 3, 41);
+    rf_eng_submit(e, ids, 37, 20, &all, 3, 41);
     run_checked(e);
     assert_int_equal(all.done, 3);
     assert_int_equal(rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS), 37); /* the prompt's state computed once */
     rf_engine_free(e);
     /* with one slot the forks cannot copy the state: they recompute, same tokens */
-    out few;
-    e = engine(m, 1, 512, 0);
+    rf_eng_out few;
+    e = rf_eng_new(m, 1, 512, 0);
     h.outs = &few;
-    e->logits_hook = on_logits;
+    e->logits_hook = rf_eng_on_logits;
     e->hook_user = &h;
-    submit(e, ids, 37, 20, &few, 3, 41);
+    rf_eng_submit(e, ids, 37, 20, &few, 3, 41);
     run_checked(e);
-    for (int c = 0; c < 3; c++) same(&all, &few, c, "forks recomputed", c);
+    for (int c = 0; c < 3; c++) rf_eng_same(&all, &few, c, "forks recomputed", c);
     rf_engine_free(e);
-    e = engine(m, 1, 512, 0);
+    e = rf_eng_new(m, 1, 512, 0);
     int differ = 0;
     for (int c = 0; c < 3; c++) {
         h.outs = &one[c];
-        e->logits_hook = on_logits;
+        e->logits_hook = rf_eng_on_logits;
         e->hook_user = &h;
-        submit(e, ids, 37, 20, &one[c], 1, 41 + c);
+        rf_eng_submit(e, ids, 37, 20, &one[c], 1, 41 + c);
         run_checked(e);
         assert_int_equal(one[c].n[0], all.n[c]);
         assert_memory_equal(one[c].tok[0], all.tok[c], (size_t)all.n[c] * 4);
@@ -255,10 +107,10 @@ static void test_choices(void **state) {
 
 static void test_cancel(void **state) {
     (void)state;
-    rf_model *m = load();
-    rf_engine *e = engine(m, 4, 8, 0);
-    out o[3];
-    for (int i = 0; i < 3; i++) submit(e, g_prompt[i], 40, 30, &o[i], 1, 0);
+    rf_model *m = rf_eng_load(g_path);
+    rf_engine *e = rf_eng_new(m, 4, 8, 0);
+    rf_eng_out o[3];
+    for (int i = 0; i < 3; i++) rf_eng_submit(e, g_prompt[i], 40, 30, &o[i], 1, 0);
     for (int s = 0; s < 3; s++) assert_int_equal(rf_engine_step(e), RF_OK); /* mid-prompt */
     assert_int_equal(rf_engine_cancel(e, o[0].id), RF_OK);
     for (int s = 0; s < 12; s++) assert_int_equal(rf_engine_step(e), RF_OK); /* decoding */
@@ -274,15 +126,15 @@ static void test_cancel(void **state) {
  * finished, uncancelled request re-run alone gives the same tokens. */
 static void test_random(void **state) {
     (void)state;
-    rf_model *m = load();
+    rf_model *m = rf_eng_load(g_path);
     rf_rng rng;
     rf_rng_init(&rng, rf_test_seed() + 7);
     enum { NR = 40, STEPS = 260 };
     static int32_t prompt[NR][50];
-    static out res[NR];
+    static rf_eng_out res[NR];
     int plen[NR], nch[NR], seed[NR], maxt[NR], n_req = 0;
     bool cancelled[NR] = {false};
-    rf_engine *e = engine(m, 4, 24, 9);
+    rf_engine *e = rf_eng_new(m, 4, 24, 9);
     for (int step = 0; step < STEPS || rf_engine_get_stat(e, RF_STAT_RUNNING) + rf_engine_get_stat(e, RF_STAT_WAITING) > 0;
          step++) {
         if (step < STEPS - 40 && n_req < NR && rf_rng_u64(&rng) % 100 < 30) {
@@ -292,7 +144,7 @@ static void test_random(void **state) {
             nch[i] = rf_rng_u64(&rng) % 4 == 0 ? 2 + (int)(rf_rng_u64(&rng) % 2) : 1;
             seed[i] = nch[i] > 1 || rf_rng_u64(&rng) % 2 ? 1 + (int)(rf_rng_u64(&rng) % 100) : 0;
             maxt[i] = 1 + (int)(rf_rng_u64(&rng) % 40);
-            submit(e, prompt[i], plen[i], maxt[i], &res[i], nch[i], seed[i]);
+            rf_eng_submit(e, prompt[i], plen[i], maxt[i], &res[i], nch[i], seed[i]);
         }
         if (n_req > 0 && rf_rng_u64(&rng) % 100 < 3) {
             int i = (int)(rf_rng_u64(&rng) % (uint64_t)n_req);
@@ -306,13 +158,13 @@ static void test_random(void **state) {
     assert_int_equal(rf_state_pool_n_free(e->spool), 4);
     int64_t pre = rf_engine_get_stat(e, RF_STAT_PREEMPTIONS);
     rf_engine_free(e);
-    e = engine(m, 1, 512, 0);
+    e = rf_eng_new(m, 1, 512, 0);
     int compared = 0;
     for (int i = 0; i < n_req; i++) {
         assert_int_equal(res[i].done, nch[i]);
         if (cancelled[i]) continue;
-        out alone;
-        submit(e, prompt[i], plen[i], maxt[i], &alone, nch[i], seed[i]);
+        rf_eng_out alone;
+        rf_eng_submit(e, prompt[i], plen[i], maxt[i], &alone, nch[i], seed[i]);
         run_checked(e);
         for (int c = 0; c < nch[i]; c++)
             if (alone.n[c] != res[i].n[c] || memcmp(alone.tok[c], res[i].tok[c], (size_t)alone.n[c] * 4))
@@ -334,7 +186,7 @@ static void test_random(void **state) {
 #define PFX_LEN 1990
 static void test_prefix_cache(void **state) {
     (void)state;
-    rf_model *m = load();
+    rf_model *m = rf_eng_load(g_path);
     int32_t nv = m->hp.n_vocab;
     static int32_t a[PFX_LEN + 40], b[PFX_LEN + 30], c[740];
     rf_rng r;
@@ -345,8 +197,8 @@ static void test_prefix_cache(void **state) {
     memcpy(c, a, 700 * sizeof(int32_t));
     for (int k = 700; k < 740; k++) c[k] = 5 + (int32_t)(rf_rng_u64(&r) % (uint64_t)(nv - 10));
     assert_int_equal(rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, "6"), RF_OK);
-    out on[4], off[4];
-    hooks h = {on, 4, nv};
+    rf_eng_out on[4], off[4];
+    rf_eng_hooks h = {on, 4, nv};
     for (int pass = 0; pass < 2; pass++) {
         rf_engine_config *cf = rf_engine_config_new();
         rf_engine_config_set(cf, RF_ENGINE_CTX, 2048 + 64);
@@ -358,16 +210,16 @@ static void test_prefix_cache(void **state) {
         if (rf_engine_new(m, cf, &e)) fail_msg("engine: %s", rf_last_error());
         rf_engine_config_free(cf);
         assert_int_equal(rf_engine_get_stat(e, RF_STAT_STATE_CKPT_TOTAL), pass == 0 ? 6 : 0);
-        out *o = pass == 0 ? on : off;
+        rf_eng_out *o = pass == 0 ? on : off;
         h.outs = o;
-        e->logits_hook = on_logits;
+        e->logits_hook = rf_eng_on_logits;
         e->hook_user = &h;
         const int32_t *ids[4] = {a, b, c, a};
         const int len[4] = {PFX_LEN, PFX_LEN + 30, 740, 1985};
         const int64_t want[4] = {PFX_LEN, 36, 228, 1}; /* prompt tokens computed with the cache on */
         for (int i = 0; i < 4; i++) {
             int64_t p0 = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS), h0 = rf_engine_get_stat(e, RF_STAT_STATE_CKPT_HITS);
-            submit(e, ids[i], len[i], 8, &o[i], 1, 0);
+            rf_eng_submit(e, ids[i], len[i], 8, &o[i], 1, 0);
             run_checked(e);
             int64_t got = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS) - p0;
             if (pass == 0 && got != want[i]) fail_msg("request %d: %lld prompt tokens computed, want %lld", i, (long long)got, (long long)want[i]);
@@ -381,7 +233,7 @@ static void test_prefix_cache(void **state) {
         }
         rf_engine_free(e);
     }
-    for (int i = 0; i < 4; i++) same(&off[i], &on[i], 0, "prefix cache on vs off", i);
+    for (int i = 0; i < 4; i++) rf_eng_same(&off[i], &on[i], 0, "prefix cache on vs off", i);
     printf("  prefix cache: %d-token prompt, then +30 new tokens (36 computed), its first 700 + 40 (228 computed) and "
            "its first 1985 (1 computed): same tokens and logits as with the cache off\n", PFX_LEN);
     rf_knob_override(RF_KNOB_STATE_CHECKPOINTS, NULL);

@@ -51,6 +51,19 @@ void rf_rng_fill_normal(rf_rng *r, float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = scale * rf_rng_normal(r);
 }
 
+float *rf_test_randn(rf_rng *r, size_t n, float scale) {
+    float *x = malloc(n * sizeof(float));
+    if (!x) fail_msg("out of memory (%zu floats)", n);
+    rf_rng_fill_normal(r, x, n, scale);
+    return x;
+}
+
+void rf_test_check_l2(const char *what, const float *got, const float *want, size_t n, double tol) {
+    double e = rf_rel_l2(got, want, n);
+    printf("  %-44s rel_l2 %.2e (tol %.2e)\n", what, e, tol);
+    if (!(e < tol)) fail_msg("%s: rel_l2 %g >= %g", what, e, tol);
+}
+
 double rf_rel_l2(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {

@@ -29,6 +29,11 @@ void rf_rng_fill_normal(rf_rng *r, float *x, size_t n, float scale);
 double rf_rel_l2(const float *a, const float *b, size_t n);
 double rf_max_abs_diff(const float *a, const float *b, size_t n);
 
+/* n values of N(0, scale^2) from r in a malloc'd buffer (free it). */
+float *rf_test_randn(rf_rng *r, size_t n, float scale);
+/* Prints `what` with got's relative L2 error against want; fails the test unless it is below tol. */
+void rf_test_check_l2(const char *what, const float *got, const float *want, size_t n, double tol);
+
 /* Fill with a NaN bit pattern so unwritten outputs show. */
 void rf_poison_f32(float *x, size_t n);
 
