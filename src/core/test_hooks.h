@@ -48,6 +48,10 @@ typedef struct rf_test_hooks {
      * empty state, cond = |cos(q, k)|) the output's sign turns on float order. For tests that judge
      * two paths' distance on such a prompt. */
     float *dn_cond_min;
+    /* rf_gpu_paged_attention: the kernels as before the decode speed-up (no L2 prefetch, the
+     * reduce loading one unit at a time) so that a test
+     * times both in one run; the values are the same bit for bit either way */
+    bool gpu_pa_old;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0
