@@ -274,9 +274,10 @@ rf_k_paged_attn_reduce_gp(float *out, const float *__restrict__ part, const floa
             }
 #pragma unroll
             for (int i = 0; i < RF_PA_GROUP; i++) { /* split u0 + i into its group */
-                if (u0 + i > u1) break;
-                const int m1 = rf_pa_factors(Mg, deng, mlb[i].x, mlb[i].y, fa, fb);
-                numg = rf_pa_apply(numg, ab[i], m1, fa, fb);
+                if (u0 + i <= u1) {
+                    const int m1 = rf_pa_factors(Mg, deng, mlb[i].x, mlb[i].y, fa, fb);
+                    numg = rf_pa_apply(numg, ab[i], m1, fa, fb);
+                }
             }
         }
         __syncthreads(); /* the previous round's group states are read */
