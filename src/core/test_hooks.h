@@ -55,6 +55,10 @@ typedef struct rf_test_hooks {
     /* gemv_mt: blocks of a cluster splitting a row's chunks (1, 2, 4; 0: its own choice from the
      * shape, rf_mt_sk); the old copies always take 1 */
     int gemv_mt_sk;
+    /* rf_gpu_paged_attention: the kernels as before the decode speed-up (no L2 prefetch, the
+     * reduce loading one unit at a time) so that a test
+     * times both in one run; the values are the same bit for bit either way */
+    bool gpu_pa_old;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

@@ -13,8 +13,11 @@
  * rows must be exact zeros. q8_0 against the unquantized K/V: per element the bound
  * check_q8_bound derives from the rounding of K and V (below). Batch invariance: every output row must be bit-identical when the token runs alone
  * (n_tokens = 1, its own max_pos), when max_pos is larger, and when the batch is reversed.
- * Then a timing table: decode (1/8/64 sequences x depth 512/4096) and a 512-token prompt chunk
- * for the llama3-8b shape (32 heads, 8 kv heads, head_dim 128, f16 cache, blocks of 16).
+ * Every case also runs the kernels as before the decode speed-up (test hook gpu_pa_old) and
+ * with the other shape hint (rf_gpu_paged_attention_hint: decode rows / prompt chunks): the
+ * same bits. Then a timing table for the llama3-8b shape (32 heads, 8 kv heads, head_dim 128,
+ * blocks of 16): decode rows, f16 and q8_0 cache, 1 sequence at depth 512/4096/16384 and
+ * 64/128/256 sequences at depth 256/1024, old kernels against new; a 512-token prompt chunk.
  * Inputs are fresh each run (seed printed; RF_TEST_SEED=<n> replays). Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
@@ -29,6 +32,7 @@ int main(void) {
 #include <time.h>
 
 #include "backend/ref/ref_ops.h"
+#include "core/test_hooks.h"
 
 #define FAR_BLOCK (1 << 22) /* table entry past a sequence's blocks: a read there faults */
 #define TABLE_SPAN 300000   /* positions a block table can address (as an engine's n_ctx) */
@@ -294,8 +298,27 @@ static void run_case(rf_rng *r, const pa_case *c) {
     assert_int_equal(call_pa(c, dalt, drq, dk, dv, nt, drpos, drseq, dtab, maxb, max_pos), RF_OK);
     dev_to(alt, dalt, (size_t)(nt * qd) * 4);
     for (int64_t t = 0; t < nt; t++) assert_true(memcmp(alt + t * qd, got + (nt - 1 - t) * qd, (size_t)qd * 4) == 0);
-    fprintf(stderr, "  %-48s bit-identical alone / reversed / max_pos %lld, %lld, %lld\n", "", (long long)more[0],
-            (long long)more[1], (long long)more[2]);
+    /* 4: the kernels as before the decode speed-up (test hook gpu_pa_old: no prefetch, the reduce
+     * one unit at a time): the same bits */
+    const rf_test_hooks old_hooks = {.gpu_pa_old = true};
+    rf_test_hooks_set(&old_hooks);
+    rf_status ost = call_pa(c, dalt, dq, dk, dv, nt, dpos, dseq, dtab, maxb, max_pos);
+    rf_test_hooks_set(NULL);
+    assert_int_equal(ost, RF_OK);
+    dev_to(alt, dalt, (size_t)(nt * qd) * 4);
+    assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
+    /* 5: the other shape hint (decode rows <-> prompt chunks: other rows per warp and tokens per
+     * block; correct for any batch, the same bits) */
+    assert_int_equal(rf_gpu_paged_attention_hint(g_ctx, dalt, dq, dk, dv,
+                                                 c->q8 ? RF_TYPE_Q8_0 : c->f16 ? RF_TYPE_F16 : RF_TYPE_F32, nt, dpos,
+                                                 dseq, dtab, maxb, c->bs, c->nh, c->nhkv, c->D,
+                                                 1.0f / sqrtf((float)c->D), c->window, c->softcap, max_pos,
+                                                 c->sinks ? g_dsinks : NULL, nt > 64),
+                     RF_OK);
+    dev_to(alt, dalt, (size_t)(nt * qd) * 4);
+    assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
+    fprintf(stderr, "  %-48s bit-identical alone / reversed / old kernels / other hint / max_pos %lld, %lld, %lld\n",
+            "", (long long)more[0], (long long)more[1], (long long)more[2]);
 
     rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dalt), rf_gpu_free(g_ctx, dk);
     rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq), rf_gpu_free(g_ctx, dtab);
@@ -481,7 +504,8 @@ static double now_s(void) {
 
 /* Timing (informative, never fails): llama3-8b attention shape over a pool of 64 x 4096
  * positions (1 GiB of K/V); each call of a decode case reads a different set of blocks (block
- * tables rotate over the pool) so that small cases do not run from L2. Microseconds per call are
+ * tables rotate over the pool) so that small cases do not run from L2; the largest (256 x 1024)
+ * covers the whole pool, 1 GiB, far past L2. Microseconds per call are
  * wall time of back-to-back calls (two launches when the keys are split and reduced). */
 static void test_timing(void **state) {
     if (getenv("RF_TEST_QUICK")) skip(); /* timing means nothing under a sanitizer */
@@ -511,85 +535,69 @@ static void test_timing(void **state) {
     fprintf(stderr, "  paged attention, llama3-8b shape (32 heads / 8 kv heads x 128, f16 K/V, blocks of 16)%s\n",
             bw > 0 ? "" : " (read bandwidth not measured)");
     if (bw > 0) fprintf(stderr, "  device read bandwidth %.0f GB/s\n", bw);
-    fprintf(stderr, "  %-8s %5s %6s %10s %9s %7s\n", "kind", "seqs", "depth", "us/call", "K/V GB/s", "of bw");
-    const int seqs[3] = {1, 8, 64}, depths[2] = {512, 4096};
-    for (int di = 0; di < 2; di++)
-        for (int si = 0; si < 3; si++) {
-            const int ns = seqs[si], depth = depths[di];
+    void *qk = NULL, *qv = NULL;
+    const size_t qbytes = (size_t)pool_pos * (size_t)(kvd / 32 * 34);
+    if (rf_gpu_alloc(g_ctx, qbytes, &qk) || rf_gpu_alloc(g_ctx, qbytes, &qv)) {
+        fprintf(stderr, "  q8_0 timing skipped: no room for the q8_0 pool (%s)\n", rf_last_error());
+        if (qk) rf_gpu_free(g_ctx, qk);
+        qk = qv = NULL;
+    } else {
+        assert_int_equal(rf_gpu_memset(g_ctx, qk, 0x2c, qbytes), RF_OK); /* d ~0.065, q 44 */
+        assert_int_equal(rf_gpu_memset(g_ctx, qv, 0x1c, qbytes), RF_OK); /* d ~0.004, q 28 */
+    }
+    /* decode rows (one token per sequence, every sequence at the same depth; the hint decode, as
+     * the engine gives it), f16 and q8_0 K/V (q8_0 reads 34 bytes per 32 elements where f16 reads
+     * 64), the kernels as now ("new") and as before the decode speed-up ("old": test hook
+     * gpu_pa_old, which also ignores the hint as the former host did; the same bits) */
+    fprintf(stderr, "  %-6s %5s %6s %9s %9s %9s %7s %7s\n", "decode", "seqs", "depth", "old us", "new us", "new GB/s",
+            "old bw", "new bw");
+    const int dcase[9][2] = {{1, 512}, {1, 4096}, {1, 16384}, {64, 256}, {128, 256}, {256, 256},
+                             {64, 1024}, {128, 1024}, {256, 1024}};
+    int32_t *hpos = malloc(256 * 4), *hsq = malloc(256 * 4);
+    for (int ti = 0; ti < 2; ti++) {
+        if (ti && !qk) break;
+        const rf_type kt = ti ? RF_TYPE_Q8_0 : RF_TYPE_F16;
+        void *k = ti ? qk : dk, *v = ti ? qv : dv;
+        for (int ci = 0; ci < 9; ci++) {
+            const int ns = dcase[ci][0], depth = dcase[ci][1];
             const int64_t maxb = depth / bs, need = ns * maxb;
             int64_t nrot = nblk / need;
             if (nrot > 128) nrot = 128;
-            int32_t *tab = malloc((size_t)(nrot * need) * 4), pos[64], sq[64];
-            for (int64_t i = 0; i < nrot * need; i++) tab[i] = perm[i];
-            for (int s = 0; s < ns; s++) pos[s] = depth - 1, sq[s] = s;
-            int32_t *dtab = dev_from(tab, (size_t)(nrot * need) * 4), *dpos = dev_from(pos, (size_t)ns * 4);
-            int32_t *dseq = dev_from(sq, (size_t)ns * 4);
-            const double bytes = (double)ns * depth * kvd * 2 * 2;
+            int32_t *dtab = dev_from(perm, (size_t)(nrot * need) * 4);
+            for (int s = 0; s < ns; s++) hpos[s] = depth - 1, hsq[s] = s;
+            int32_t *dpos = dev_from(hpos, (size_t)ns * 4), *dseq = dev_from(hsq, (size_t)ns * 4);
+            const double bytes = (double)ns * depth * kvd * 2 * (ti ? 34.0 / 32.0 : 2.0);
             int reps = (int)(4e9 / bytes);
-            if (reps < 20) reps = 20;
+            if (reps < 50) reps = 50;
             if (reps > 2000) reps = 2000;
-            for (int i = 0; i < 3; i++)
-                assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, ns, dpos, dseq,
-                                                        dtab + (i % nrot) * need, maxb, bs, nh, nhkv, D, scale, 0,
-                                                        0.0f, depth - 1, NULL),
-                                 RF_OK);
-            assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
-            const double t0 = now_s();
-            for (int i = 0; i < reps; i++)
-                assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, dk, dv, RF_TYPE_F16, ns, dpos, dseq,
-                                                        dtab + (i % nrot) * need, maxb, bs, nh, nhkv, D, scale, 0,
-                                                        0.0f, depth - 1, NULL),
-                                 RF_OK);
-            assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
-            const double us = (now_s() - t0) / reps * 1e6, gbs = bytes / (us * 1e-6) / 1e9;
-            char frac[16] = "-";
-            if (bw > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gbs / bw);
-            fprintf(stderr, "  %-8s %5d %6d %10.1f %9.0f %7s\n", "decode", ns, depth, us, gbs, frac);
-            rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
-            free(tab);
-        }
-    /* one decoding sequence at depth 4096 / 16384, f16 against q8_0 K/V (issue 24: decode at
-     * depth 16k; q8_0 reads 34 bytes per 32 elements where f16 reads 64) */
-    void *qk = NULL, *qv = NULL;
-    const size_t qbytes = (size_t)pool_pos * (size_t)(kvd / 32 * 34);
-    if (!rf_gpu_alloc(g_ctx, qbytes, &qk) && !rf_gpu_alloc(g_ctx, qbytes, &qv)) {
-        assert_int_equal(rf_gpu_memset(g_ctx, qk, 0x2c, qbytes), RF_OK); /* d ~0.065, q 44 */
-        assert_int_equal(rf_gpu_memset(g_ctx, qv, 0x1c, qbytes), RF_OK); /* d ~0.004, q 28 */
-        for (int di = 0; di < 2; di++)
-            for (int ti = 0; ti < 2; ti++) {
-                const int depth = di ? 16384 : 4096;
-                const int64_t maxb = depth / bs;
-                const int64_t nrot = nblk / maxb < 16 ? nblk / maxb : 16;
-                int32_t pos = depth - 1, sq = 0;
-                int32_t *dtab = dev_from(perm, (size_t)(nrot * maxb) * 4), *dpos = dev_from(&pos, 4);
-                int32_t *dseq = dev_from(&sq, 4);
-                const rf_type kt = ti ? RF_TYPE_Q8_0 : RF_TYPE_F16;
-                void *k = ti ? qk : dk, *v = ti ? qv : dv;
-                const double bytes = (double)depth * kvd * 2 * (ti ? 34.0 / 32.0 : 2.0);
-                const int reps = 200;
+            double us[2];
+            for (int oi = 0; oi < 2; oi++) { /* 0: old, 1: new */
+                const rf_test_hooks oh = {.gpu_pa_old = true};
+                rf_test_hooks_set(oi ? NULL : &oh);
                 for (int i = 0; i < reps + 3; i++) {
                     if (i == 3) {
                         assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
                         t_start = now_s();
                     }
-                    assert_int_equal(rf_gpu_paged_attention(g_ctx, dout, dq, k, v, kt, 1, dpos, dseq,
-                                                            dtab + (i % nrot) * maxb, maxb, bs, nh, nhkv, D, scale, 0,
-                                                            0.0f, depth - 1, NULL),
+                    assert_int_equal(rf_gpu_paged_attention_hint(g_ctx, dout, dq, k, v, kt, ns, dpos, dseq,
+                                                                 dtab + (i % nrot) * need, maxb, bs, nh, nhkv, D,
+                                                                 scale, 0, 0.0f, depth - 1, NULL, true),
                                      RF_OK);
                 }
                 assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
-                const double us = (now_s() - t_start) / reps * 1e6, gbs = bytes / (us * 1e-6) / 1e9;
-                char frac[16] = "-";
-                if (bw > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * gbs / bw);
-                fprintf(stderr, "  %-8s %5d %6d %10.1f %9.0f %7s\n", ti ? "dec q8_0" : "dec f16", 1, depth, us, gbs,
-                        frac);
-                rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
+                us[oi] = (now_s() - t_start) / reps * 1e6;
             }
-    } else {
-        fprintf(stderr, "  q8_0 timing skipped: no room for the q8_0 pool (%s)\n", rf_last_error());
+            rf_test_hooks_set(NULL);
+            const double gbs = bytes / (us[1] * 1e-6) / 1e9, gbo = bytes / (us[0] * 1e-6) / 1e9;
+            char fo[16] = "-", fn[16] = "-";
+            if (bw > 0) snprintf(fo, sizeof fo, "%.0f%%", 100.0 * gbo / bw), snprintf(fn, sizeof fn, "%.0f%%", 100.0 * gbs / bw);
+            fprintf(stderr, "  %-6s %5d %6d %9.1f %9.1f %9.0f %7s %7s\n", ti ? "q8_0" : "f16", ns, depth, us[0], us[1],
+                    gbs, fo, fn);
+            rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
+        }
     }
-    if (qk) rf_gpu_free(g_ctx, qk);
-    if (qv) rf_gpu_free(g_ctx, qv);
+    free(hpos), free(hsq);
+    if (qk) rf_gpu_free(g_ctx, qk), rf_gpu_free(g_ctx, qv);
     /* one 512-token prompt chunk of one sequence: positions 0..511 and 3584..4095 */
     for (int di = 0; di < 2; di++) {
         const int depth = di ? 4096 : 512, nt = 512;

@@ -320,6 +320,18 @@ rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const float *q, co
                                  int64_t block_size, int64_t n_head, int64_t n_head_kv,
                                  int64_t head_dim, float scale, int64_t window, float softcap,
                                  int64_t max_pos, const float *sinks);
+/* Same, with the host's word on the batch's shape: decode when no two consecutive tokens of the
+ * call belong to one sequence (decode rows of many sequences: one token per block whatever
+ * n_tokens is), else prompt chunks (consecutive tokens of a sequence share each K/V load).
+ * rf_gpu_paged_attention takes decode for n_tokens <= 64. Only the speed depends on it: the
+ * output is the same bit for bit, and correct for any batch, either way. */
+rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
+                                      const void *v, rf_type kv_type, int64_t n_tokens,
+                                      const int32_t *pos, const int32_t *seq,
+                                      const int32_t *block_table, int64_t max_blocks,
+                                      int64_t block_size, int64_t n_head, int64_t n_head_kv,
+                                      int64_t head_dim, float scale, int64_t window, float softcap,
+                                      int64_t max_pos, const float *sinks, bool decode);
 
 /* Flash-attention prefill (gpu_flash_prefill.cu): the n tokens of one sequence at positions
  * pos0..pos0+n-1 against its keys, on the tensor cores; the contract of rf_gpu_paged_attention

@@ -27,9 +27,16 @@
  * Speed: a warp reads each K/V row of its chunk once for all the query rows it holds (the group
  * of query heads of a kv head; for prompt chunks also several consecutive tokens of one
  * sequence), with 16-byte loads (L lanes per key, KPW keys per warp step) and U steps of loads in
- * flight. Long contexts spread over gridDim.z blocks per (tokens, kv head), so that a handful of
- * decoding sequences still fills the device; a second kernel folds the partial states. */
+ * flight; it prefetches every K/V line of its chunk into L2 when it looks the keys up, and the
+ * next split's while it works on this one, so that a split waits on memory about once, not once
+ * per round of loads (decode is bound by that latency, not by the bytes). Long contexts spread
+ * over gridDim.z blocks per (tokens, kv head), so that a handful of decoding sequences still
+ * fills the device; a second kernel folds the partial states (its loads issued together, the
+ * groups of a row side by side). Decode rows (the host's hint, rf_gpu_paged_attention_hint) get
+ * one token per block at any batch size. */
 #include "backend/gpu/gpu_paged_attention.cuh"
+
+#include "core/test_hooks.h"
 
 /* paged_attn: rows (token t, query head h) of a block of tokens against their sequences' keys.
  *   Block (x, y, z): tokens t0 = x*NQ .. t0+NQ-1 (NQ consecutive batch slots), kv head
@@ -51,7 +58,8 @@
  *   Rows of padding tokens (pos < 0) are written as zeros by the z == 0 blocks, rows of tokens
  *   with pos > pmax (max_pos, or past the block table) or seq < 0 as NaN; nothing else is read
  *   for them. sinks (f32 [n_head] or NULL): head h's sink folds into a row's state last, at
- *   the one place a row is normalised (rf_pa_final_sink).
+ *   the one place a row is normalised (rf_pa_final_sink). pf: 1 prefetches the K/V lines into
+ *   L2 (rf_pa_prefetch), 0 not (the former kernel, for the test hook gpu_pa_old).
  * in:  q f32 [n_tokens, n_head, D] (16-byte aligned), k, v KT [rows, n_head_kv, D] (16-byte
  *      aligned), pos, seq int32 [n_tokens], bt int32 [*, max_blocks] (device).
  * out: out f32 [n_tokens, n_head, D].
@@ -68,7 +76,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                 const int32_t *__restrict__ seq, const int32_t *__restrict__ bt, int n_tokens,
                 int max_blocks, int bs, int n_head, int n_head_kv, int G, int GS, int NQ, int HS,
                 float scale, int window, float softcap, int pmax, int mode, int nsp,
-                const float *__restrict__ sinks) {
+                const float *__restrict__ sinks, int pf) {
     typedef rf_pa_cfg<D, KT, R> C;
     constexpr int WS = C::WS, W = C::W, CH = C::CH, L = C::L, EL = C::EL, RD = C::RD, EPT = C::EPT;
     static_assert(R >= 1 && R <= 8 && L % R == 0 && RD <= 1024, "rows per warp");
@@ -111,11 +119,17 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
         const rf_pa_at at = {out, part, pml, sinks, t0, n_head, hk, G, GS, hs, NQ, sq, window, ustep, nsp, mode};
 
         const int sfirst = ulo / RF_PA_SPLIT, slast = uhi / RF_PA_SPLIT;
+        /* pf: the warp looks up its next split's keys while it works on this one and prefetches
+         * their K/V lines into L2 (and this split's on a fresh lookup); values unchanged */
+        int phys_n = -1;
+        bool have_n = false;
         for (int un = sfirst / ustep + z; un <= slast / ustep; un += Z) {
             const int s0 = max(sfirst, un * ustep), s1 = min(slast, un * ustep + ustep - 1);
             for (int s = s0; s <= s1; s++) {
                 const bool uend = s == s1; /* last split of the unit (of this pass) */
                 const int j0 = s * RF_PA_SPLIT + warp * CH;
+                const bool had_n = have_n;
+                have_n = false;
                 if (j0 > uhi || j0 + CH - 1 < ulo) {
                     if (lane == 0) {
 #pragma unroll
@@ -124,10 +138,18 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                 } else {
                     /* cache row of key j0 + lane (-1: none of this pass's rows may see it) */
                     const int j = j0 + lane;
-                    int phys = -1;
-                    if (lane < CH && j >= ulo && j <= uhi)
-                        phys = bt[(int64_t)sq * max_blocks + j / bs] * bs + j % bs;
+                    const int phys = had_n ? phys_n : rf_pa_phys(bt, sq, max_blocks, bs, lane, j, ulo, uhi);
+                    if (pf) {
+                        if (!had_n) rf_pa_prefetch<D, KT>(k, v, phys, rstride, hoff, lane);
+                        const int un2 = un + Z, sn = s < s1 ? s + 1 : max(sfirst, un2 * ustep);
+                        if (s < s1 || un2 <= slast / ustep) {
+                            phys_n = rf_pa_phys(bt, sq, max_blocks, bs, lane, sn * RF_PA_SPLIT + warp * CH + lane,
+                                                ulo, uhi);
+                            have_n = true;
+                        }
+                    }
                     rf_pa_scores<D, KT, R>(s_sc[warp], qr, k, phys, rstride, hoff, ks, sl, softcap);
+                    if (have_n) rf_pa_prefetch<D, KT>(k, v, phys_n, rstride, hoff, lane);
                     RF_SYNCWARP();
                     float mx[R], ls[R];
                     rf_pa_softmax<R>(s_sc[warp], lane, j, lo, hi, mx, ls);
@@ -157,9 +179,12 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
  * in order): out[t, h, d] = num / den. Rows with one unit, padding and invalid tokens were
  * written by rf_k_paged_attn and are skipped.
  * in: part f32 [n_tokens * n_head, nsp, D], pml float2 [n_tokens * n_head, nsp], pos, seq.
+ * NB units' loads are issued together (1: one unit at a time, the former kernel, for the test
+ * hook gpu_pa_old).
  * launch: grid (n_tokens, n_head), D threads rounded up to a warp; a programmatic dependent
  * launch after rf_k_paged_attn where the device has it (waits for it before reading anything).
  * tolerance: as rf_k_paged_attn. */
+template <int NB>
 __global__ void __launch_bounds__(256)
 rf_k_paged_attn_reduce(float *out, const float *__restrict__ part, const float2 *__restrict__ pml,
                        const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_head,
@@ -176,23 +201,98 @@ rf_k_paged_attn_reduce(float *out, const float *__restrict__ part, const float2 
     if (ufr == ulr || seq[t] < 0) return;
     const int64_t orow = t * n_head + h;
     float M = -INFINITY, den = 0.0f, num = 0.0f, Mg = -INFINITY, deng = 0.0f, numg = 0.0f, fa, fb;
-    for (int u = ufr; u <= ulr; u++) {
-        const int64_t si = orow * nsp + (u - ufr);
-        const float2 ml = pml[si];
-        const float a = part[si * D + d];
-        if (mode == RF_PA_SPLITS) { /* split u into its group; a finished group into the row */
-            const int m1 = rf_pa_factors(Mg, deng, ml.x, ml.y, fa, fb);
-            numg = rf_pa_apply(numg, a, m1, fa, fb);
-            if ((u + 1) % RF_PA_GROUP != 0 && u != ulr) continue;
-            const int m2 = rf_pa_factors(M, den, Mg, deng, fa, fb);
-            num = rf_pa_apply(num, numg, m2, fa, fb);
-            Mg = -INFINITY, deng = 0.0f, numg = 0.0f;
-        } else {
-            const int m2 = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
-            num = rf_pa_apply(num, a, m2, fa, fb);
+    /* NB units' loads issued together, then folded one by one in order: the same arithmetic as
+     * one unit at a time, one memory latency per NB units instead of per unit */
+    for (int u0 = ufr; u0 <= ulr; u0 += NB) {
+        float2 mlb[NB];
+        float ab[NB];
+#pragma unroll
+        for (int i = 0; i < NB; i++) {
+            const int64_t si = orow * nsp + (u0 + i - ufr);
+            mlb[i] = make_float2(-INFINITY, 0.0f), ab[i] = 0.0f;
+            if (u0 + i <= ulr) mlb[i] = pml[si], ab[i] = part[si * D + d];
+        }
+#pragma unroll
+        for (int i = 0; i < NB; i++) {
+            const int u = u0 + i;
+            if (u > ulr) break;
+            const float2 ml = mlb[i];
+            const float a = ab[i];
+            if (mode == RF_PA_SPLITS) { /* split u into its group; a finished group into the row */
+                const int m1 = rf_pa_factors(Mg, deng, ml.x, ml.y, fa, fb);
+                numg = rf_pa_apply(numg, a, m1, fa, fb);
+                if ((u + 1) % RF_PA_GROUP != 0 && u != ulr) continue;
+                const int m2 = rf_pa_factors(M, den, Mg, deng, fa, fb);
+                num = rf_pa_apply(num, numg, m2, fa, fb);
+                Mg = -INFINITY, deng = 0.0f, numg = 0.0f;
+            } else {
+                const int m2 = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
+                num = rf_pa_apply(num, a, m2, fa, fb);
+            }
         }
     }
     out[orow * D + d] = rf_pa_final_sink(M, den, num, sinks, h);
+}
+
+/* paged_attn_reduce_gp: rf_k_paged_attn_reduce for mode RF_PA_SPLITS with the groups of a row
+ * folded side by side: thread (d, gi) folds the splits of group gb + gi in order (the loads of
+ * its <= RF_PA_GROUP splits issued together), then thread (d, 0) folds the groups' states into
+ * the row in order. The tree and every operation are those of rf_k_paged_attn_reduce (groups are
+ * independent until they fold into the row), so the bits are too; one memory latency and
+ * RF_PA_GROUP + GP fold steps per GP groups instead of a step per split.
+ * launch: grid (n_tokens, n_head), block (D rounded up to a warp, GP), GP * blockDim.x <= 512
+ * (at 1024 the register cap of 64 spills the loads in flight). */
+__global__ void __launch_bounds__(512)
+rf_k_paged_attn_reduce_gp(float *out, const float *__restrict__ part, const float2 *__restrict__ pml,
+                          const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_head, int D,
+                          int window, int pmax, int nsp, const float *__restrict__ sinks) {
+    __shared__ float s_num[512];
+    __shared__ float2 s_gml[32];
+    rf_pdl_trigger();
+    rf_pdl_wait(); /* part, pml: written by rf_k_paged_attn, which may still be running */
+    const int64_t t = blockIdx.x;
+    const int h = blockIdx.y, d = threadIdx.x, gi = threadIdx.y, DT = blockDim.x, GP = blockDim.y;
+    const int p = pos[t]; /* the same for the whole block: it returns as one */
+    if (p < 0 || p > pmax) return;
+    const int ufr = (window > 0 && p >= window ? p - window + 1 : 0) / RF_PA_SPLIT, ulr = p / RF_PA_SPLIT;
+    if (ufr == ulr || seq[t] < 0) return;
+    const bool act = d < D;
+    const int64_t orow = t * n_head + h;
+    float M = -INFINITY, den = 0.0f, num = 0.0f, fa, fb;
+    for (int gb = ufr / RF_PA_GROUP; gb <= ulr / RF_PA_GROUP; gb += GP) {
+        const int g = gb + gi;
+        float Mg = -INFINITY, deng = 0.0f, numg = 0.0f;
+        if (act && g <= ulr / RF_PA_GROUP) {
+            const int u0 = max(ufr, g * RF_PA_GROUP), u1 = min(ulr, g * RF_PA_GROUP + RF_PA_GROUP - 1);
+            float2 mlb[RF_PA_GROUP];
+            float ab[RF_PA_GROUP];
+#pragma unroll
+            for (int i = 0; i < RF_PA_GROUP; i++) {
+                const int64_t si = orow * nsp + (u0 + i - ufr);
+                mlb[i] = make_float2(-INFINITY, 0.0f), ab[i] = 0.0f;
+                if (u0 + i <= u1) mlb[i] = pml[si], ab[i] = part[si * D + d];
+            }
+#pragma unroll
+            for (int i = 0; i < RF_PA_GROUP; i++) { /* split u0 + i into its group */
+                if (u0 + i <= u1) {
+                    const int m1 = rf_pa_factors(Mg, deng, mlb[i].x, mlb[i].y, fa, fb);
+                    numg = rf_pa_apply(numg, ab[i], m1, fa, fb);
+                }
+            }
+        }
+        __syncthreads(); /* the previous round's group states are read */
+        s_num[gi * DT + d] = numg;
+        if (d == 0) s_gml[gi] = make_float2(Mg, deng);
+        __syncthreads();
+        if (gi == 0 && act) {
+            for (int j = 0; j < GP && gb + j <= ulr / RF_PA_GROUP; j++) { /* the groups into the row */
+                const float2 ml = s_gml[j];
+                const int m2 = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
+                num = rf_pa_apply(num, s_num[j * DT + d], m2, fa, fb);
+            }
+        }
+    }
+    if (gi == 0 && act) out[orow * D + d] = rf_pa_final_sink(M, den, num, sinks, h);
 }
 
 /* ---- host ------------------------------------------------------------------------------- */
@@ -209,6 +309,7 @@ struct rf_pa_args {
     float softcap;
     int pmax, mode, nsp;
     const float *sinks;
+    int pf;
 };
 
 template <int D, typename KT, int R>
@@ -217,7 +318,7 @@ static rf_status rf_pa_go(rf_gpu_ctx *ctx, dim3 grid, unsigned threads, const rf
     return rf_gpu_launch(ctx, "rf_k_paged_attn", false, rf_k_paged_attn<D, KT, R>, grid, dim3(threads), 0,
                          a.out, a.part, a.pml, a.q, k, v, a.pos, a.seq, a.bt, a.n_tokens, a.max_blocks,
                          a.bs, a.n_head, a.n_head_kv, a.G, a.GS, a.NQ, a.HS, a.scale, a.window,
-                         a.softcap, a.pmax, a.mode, a.nsp, a.sinks);
+                         a.softcap, a.pmax, a.mode, a.nsp, a.sinks, a.pf);
 }
 
 template <typename KT>
@@ -251,6 +352,18 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
                                             int64_t n_head_kv, int64_t head_dim, float scale,
                                             int64_t window, float softcap, int64_t max_pos,
                                             const float *sinks) {
+    return rf_gpu_paged_attention_hint(ctx, out, q, k, v, kv_type, n_tokens, pos, seq, block_table, max_blocks,
+                                       block_size, n_head, n_head_kv, head_dim, scale, window, softcap, max_pos,
+                                       sinks, n_tokens <= RF_PA_DECODE_MAX);
+}
+
+extern "C" rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
+                                                 const void *v, rf_type kv_type, int64_t n_tokens,
+                                                 const int32_t *pos, const int32_t *seq,
+                                                 const int32_t *block_table, int64_t max_blocks, int64_t block_size,
+                                                 int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                                                 int64_t window, float softcap, int64_t max_pos, const float *sinks,
+                                                 bool decode) {
     const char *op = "rf_gpu_paged_attention";
     RF_GPU_REQUIRE(kv_type == RF_TYPE_F16 || kv_type == RF_TYPE_F32 || (kv_type == RF_TYPE_Q8_0 && head_dim % 32 == 0),
                    op, "K/V type %d with head_dim %lld (want f16, f32, or q8_0 with head_dim %% 32 == 0)",
@@ -274,9 +387,14 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
     const int D = (int)head_dim;
     const int64_t G = n_head / n_head_kv;
     const int rmax = D <= 128 ? RF_PA_RMAX : 4; /* R * D <= 1024: the block's shared memory */
-    /* decode: one token per block, its query heads of one kv head in a warp; prompt chunks:
-     * consecutive tokens fill a warp's rows too */
-    const int R = n_tokens > RF_PA_DECODE_MAX ? rmax : rf_pa_pow2((int)(G < rmax ? G : rmax));
+    const rf_test_hooks *hk = rf_test_hooks_get();
+    const bool old = hk && hk->gpu_pa_old;
+    if (old) decode = n_tokens <= RF_PA_DECODE_MAX; /* the former rule: by the count alone */
+    /* decode rows: one token per block, its query heads of one kv head in a warp (a block of
+     * several tokens of different sequences would walk their keys one sequence after another,
+     * its rows half idle, at the larger R's register count); prompt chunks: consecutive tokens
+     * of a sequence fill a warp's rows too, sharing each K/V load */
+    const int R = decode ? rf_pa_pow2((int)(G < rmax ? G : rmax)) : rmax;
     const int64_t GS = G < R ? G : R, NQ = R / GS, HS = (G + GS - 1) / GS;
     const int64_t X = (n_tokens + NQ - 1) / NQ, Y = n_head_kv * HS;
     RF_GPU_REQUIRE(Y <= 65535, op, "n_head_kv=%lld too large", (long long)n_head_kv);
@@ -314,7 +432,7 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
     a.n_tokens = (int)n_tokens, a.max_blocks = (int)max_blocks, a.bs = (int)block_size;
     a.n_head = (int)n_head, a.n_head_kv = (int)n_head_kv, a.G = (int)G, a.GS = (int)GS;
     a.NQ = (int)NQ, a.HS = (int)HS, a.scale = scale, a.window = win, a.softcap = softcap;
-    a.pmax = pmax, a.mode = mode, a.nsp = (int)nsp, a.sinks = sinks;
+    a.pmax = pmax, a.mode = mode, a.nsp = (int)nsp, a.sinks = sinks, a.pf = old ? 0 : 1;
 
     size_t mark = ctx->scratch_used;
     if (mode != RF_PA_TOTAL) {
@@ -337,10 +455,18 @@ extern "C" rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const f
         return st;
     }
     const unsigned rt = (unsigned)((D + ws - 1) / ws * ws);
-    st = rf_gpu_launch(ctx, "rf_k_paged_attn_reduce", true, rf_k_paged_attn_reduce,
-                       dim3((unsigned)n_tokens, (unsigned)n_head), dim3(rt), 0, out,
-                       (const float *)a.part, (const float2 *)a.pml, pos, seq, a.n_head, D, win,
-                       pmax, mode, a.nsp, sinks);
+    if (mode == RF_PA_SPLITS && !old) { /* the groups of a row side by side */
+        const int64_t ng = nsp / RF_PA_GROUP + 2; /* groups a row can touch */
+        const unsigned gp = (unsigned)(ng < 512 / rt ? ng : 512 / rt);
+        st = rf_gpu_launch(ctx, "rf_k_paged_attn_reduce_gp", true, rf_k_paged_attn_reduce_gp,
+                           dim3((unsigned)n_tokens, (unsigned)n_head), dim3(rt, gp), 0, out, (const float *)a.part,
+                           (const float2 *)a.pml, pos, seq, a.n_head, D, win, pmax, a.nsp, sinks);
+    } else {
+        st = rf_gpu_launch(ctx, "rf_k_paged_attn_reduce", true,
+                           old ? rf_k_paged_attn_reduce<1> : rf_k_paged_attn_reduce<16>,
+                           dim3((unsigned)n_tokens, (unsigned)n_head), dim3(rt), 0, out, (const float *)a.part,
+                           (const float2 *)a.pml, pos, seq, a.n_head, D, win, pmax, mode, a.nsp, sinks);
+    }
     ctx->scratch_used = mark;
     return st;
 }

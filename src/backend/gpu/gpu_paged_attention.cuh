@@ -49,13 +49,13 @@ struct rf_pa_q8 {
  * is exact in f32): 5/8 of f16's bytes per key (the 4 lanes of a block read its scale once
  * from memory; the quants are half of f16's bytes). */
 template <typename KT> struct rf_pa_kt {
-    static constexpr int EPP = 16 / (int)sizeof(KT), EPU = 1;
+    static constexpr int EPP = 16 / (int)sizeof(KT), EPU = 1, UB = (int)sizeof(KT); /* UB: bytes per unit */
     static __device__ __forceinline__ uint4 ld(const KT *__restrict__ c, int64_t u, int pc) {
         return *reinterpret_cast<const uint4 *>(c + u + pc * EPP);
     }
 };
 template <> struct rf_pa_kt<rf_pa_q8> {
-    static constexpr int EPP = 8, EPU = 32;
+    static constexpr int EPP = 8, EPU = 32, UB = 34;
     static __device__ __forceinline__ uint4 ld(const rf_pa_q8 *__restrict__ c, int64_t u, int pc) {
         const uint8_t *b = reinterpret_cast<const uint8_t *>(c) + (u + pc / 4) * 34;
         const uint16_t *h = reinterpret_cast<const uint16_t *>(b + 2 + (pc % 4) * 8);
@@ -82,6 +82,48 @@ template <int D, typename KT> struct rf_pa_geo {
     static_assert(D % EPP == 0 && NP <= 2 && NS >= 1 && NS % U0 == 0 && L >= 8, "paged attention geometry");
     static_assert(RF_PA_CHUNK <= WS && RF_PA_CHUNK % KPW == 0, "chunk vs warp");
 };
+
+/* A hint that the 128-byte line holding p is wanted soon: fetched into L2, no register waits for
+ * it (CUDA; elsewhere nothing). */
+static __device__ __forceinline__ void rf_pa_pf(const void *p) {
+#if defined(RF_HIP)
+    (void)p;
+#else
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
+/* The cache row of key j for sequence sq, or -1 where the lane holds no key of the chunk or no
+ * row of the pass may see key j (lane < RF_PA_CHUNK: key j = chunk start + lane). */
+static __device__ __forceinline__ int rf_pa_phys(const int32_t *__restrict__ bt, int sq, int max_blocks, int bs,
+                                                 int lane, int j, int ulo, int uhi) {
+    int phys = -1;
+    if (lane < RF_PA_CHUNK && j >= ulo && j <= uhi) phys = bt[(int64_t)sq * max_blocks + j / bs] * bs + j % bs;
+    return phys;
+}
+
+/* Every K and V line of a warp's chunk (lane l < RF_PA_CHUNK holds key l's cache row phys, -1:
+ * none) prefetched into L2, so that the chunk's loads that follow (the later rounds of the K
+ * reads, all of V, or the next split's) find it there instead of waiting on memory one round
+ * after another; it changes no value. A row of RB bytes is named by its starts every 128 bytes
+ * and its last byte (rows need not be line-aligned: q8_0 rows are 34-byte blocks). */
+template <int D, typename KT>
+static __device__ __forceinline__ void rf_pa_prefetch(const KT *__restrict__ k, const KT *__restrict__ v, int phys,
+                                                      int64_t rstride, int64_t hoff, int lane) {
+    constexpr int UB = rf_pa_kt<KT>::UB, RB = D / rf_pa_kt<KT>::EPU * UB, NA = (RB + 127) / 128 + 1;
+    constexpr int N = RF_PA_CHUNK * NA, IT = (N + RF_WARP_SIZE - 1) / RF_WARP_SIZE;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int i = it * RF_WARP_SIZE + lane, key = i / NA < RF_PA_CHUNK ? i / NA : RF_PA_CHUNK - 1;
+        const int ph = RF_SHFL(phys, key); /* every lane takes part */
+        if (i < N && ph >= 0) {
+            const int a = i % NA;
+            const int64_t off = ((int64_t)ph * rstride + hoff) * UB + (a * 128 < RB ? a * 128 : RB - 1);
+            rf_pa_pf(reinterpret_cast<const char *>(k) + off);
+            rf_pa_pf(reinterpret_cast<const char *>(v) + off);
+        }
+    }
+}
 
 /* a piece of K/V (rf_pa_kt::ld) -> floats */
 template <typename KT> struct rf_pa_cvt;
