@@ -48,13 +48,6 @@ typedef struct rf_test_hooks {
      * empty state, cond = |cos(q, k)|) the output's sign turns on float order. For tests that judge
      * two paths' distance on such a prompt. */
     float *dn_cond_min;
-    /* gemv_mt (gpu_gemv_mt.cu): stage its copies with the per-stage index arithmetic it had before
-     * the per-thread copy plan, and no split of a row's chunks among blocks (the kernel as it
-     * was: with gemv_mt_sk 1 the new one gives the same outputs bit for bit), for old-vs-new timing */
-    bool gemv_mt_old_copies;
-    /* gemv_mt: blocks of a cluster splitting a row's chunks (1, 2, 4; 0: its own choice from the
-     * shape, rf_mt_sk); the old copies always take 1 */
-    int gemv_mt_sk;
     /* rf_gpu_paged_attention: the kernels as before the decode speed-up (no L2 prefetch, the
      * reduce loading one unit at a time) so that a test
      * times both in one run; the values are the same bit for bit either way */

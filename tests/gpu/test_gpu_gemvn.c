@@ -14,16 +14,10 @@
  *   roundings per term: the scale products, the f32 sum of x, the split sums);
  * - every gemv_mt variant (its warps along the row forced to 1, 2, 4, 8) and the q32s loop it
  *   replaced, against the same twin;
- * - gemv_mt's batch invariance: a token's outputs have the same bits in calls of 4..16 tokens;
- * - gemv_mt's copies (a per-thread plan) against its old per-stage copies (test_hooks
- *   gemv_mt_old_copies): the same outputs bit for bit, every variant;
- * - gemv_mt with a row's chunks split among the blocks of a cluster (test_hooks gemv_mt_sk 2, 4)
- *   against the twin, and batch invariant.
+ * - gemv_mt's batch invariance: a token's outputs have the same bits in calls of 4..16 tokens.
  * RF_GEMVN_BENCH=1 then times each type on the 8B decode shapes at 1, 2, 4, 8, 12, 16 tokens,
- * every path side by side (us per call from CUDA-graph replays, GB/s of the weight read), then
- * gemv_mt old against new (Q4_0, Q4_K, Q8_0, Q6_K on the four 8B shapes, 1..16 tokens, GB/s and
- * share of the read bandwidth); RF_GEMVN_BENCH=mt the second table alone. Skips (77) without a
- * GPU. */
+ * every path side by side (us per call from CUDA-graph replays, GB/s of the weight read), the
+ * table printed last. Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
 int main(void) {
@@ -37,7 +31,6 @@ int main(void) {
 
 #include "backend/gpu/gpu_route.h"
 #include "backend/ref/ref_ops.h"
-#include "core/test_hooks.h"
 #include "rocmforge/quant.h"
 
 static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K, RF_TYPE_F16,
@@ -276,99 +269,6 @@ static void test_gemvn_invariant(void **state) {
     }
 }
 
-/* y of nt tokens through rf_gpu_matmul under the context's variant, with gemv_mt's old copies
- * (old) or its copy plan, its row's chunks split among sk blocks (0: its own choice) */
-static float *run_mt_copies(rf_type t, const void *dw, const float *dx, int64_t nt, int64_t n_in, int64_t n_out,
-                            bool old, int sk) {
-    rf_test_hooks_set(&(rf_test_hooks){.gemv_mt_old_copies = old, .gemv_mt_sk = sk});
-    float *dy = dev_poison(nt * n_out * 4), *y = host_f32(nt * n_out);
-    const rf_status st = rf_gpu_matmul(g_ctx, dy, dw, t, dx, nt, n_in, n_out);
-    rf_test_hooks_set(NULL);
-    if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
-    assert_int_equal(st, RF_OK);
-    dev_to(y, dy, nt * n_out * 4);
-    rf_gpu_free(g_ctx, dy);
-    return y;
-}
-
-/* gemv_mt's copy plan stages the same bytes as the per-stage copies it replaced (x of tokens past
- * the call's zero-filled instead, in columns never stored): every variant (1, 2, 4, 8 warps along
- * a row), token counts around the fragments, a last stage part-filled (2304 = 9 chunks) and a
- * height that ends mid-tile give the same bits both ways, the new kernel's chunks kept in one
- * block (sk 1: the old order of the sums) */
-static void test_gemvn_copies(void **state) {
-    (void)state;
-    rf_rng r;
-    rf_rng_init(&r, rf_test_seed() + 37);
-    const int64_t nts[] = {2, 3, 5, 8, 9, 13, 16};
-    for (size_t k = 0; k < N_MT; k++) {
-        const rf_type t = k_mt_types[k];
-        const int64_t n_in = t == RF_TYPE_Q6_K ? 4096 : 2304, n_out = 203;
-        if (rf_gpu_gemv_max_tokens(g_ctx, t, n_in) < 16) {
-            fprintf(stderr, "  %s: gemv_mt does not take %lld-wide rows here; skipped\n", rf_type_name(t), (long long)n_in);
-            continue;
-        }
-        size_t bytes;
-        uint8_t *w = random_weights(&r, t, n_out, n_in, &bytes);
-        float *x = host_f32(16 * n_in);
-        rf_rng_fill_normal(&r, x, 16 * n_in, 1.0f);
-        void *dw = dev_from(w, bytes);
-        float *dx = dev_from(x, 16 * n_in * 4);
-        int same = 0;
-        for (int v = 27; v <= 30; v++) {
-            rf_gpu_set_gemv_variant(g_ctx, v);
-            for (size_t i = 0; i < sizeof nts / sizeof nts[0]; i++) {
-                float *yo = run_mt_copies(t, dw, dx, nts[i], n_in, n_out, true, 0);
-                float *yn = run_mt_copies(t, dw, dx, nts[i], n_in, n_out, false, 1);
-                for (int64_t e = 0; e < nts[i] * n_out; e++) assert_false(isnan(yn[e]));
-                assert_memory_equal(yn, yo, (size_t)(nts[i] * n_out) * sizeof(float));
-                free(yo), free(yn);
-                same++;
-            }
-        }
-        rf_gpu_set_gemv_variant(g_ctx, 0);
-        fprintf(stderr, "  %s %lldx%lld: old and new copies agree bit for bit in %d calls\n", rf_type_name(t),
-                (long long)n_out, (long long)n_in, same);
-        rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx);
-        free(w), free(x);
-    }
-}
-
-/* gemv_mt with a row's chunks split among the 2 or 4 blocks of a cluster (Hopper; elsewhere the
- * hook's sk is ignored and this repeats sk 1) against the twin, every variant, stages of one
- * block part-filled or empty (2304 = 9 chunks over 4 blocks: 3, 3, 3, 0 at KS 1), and batch
- * invariant: a token's bits in a call of 16 tokens and of nt */
-static void test_gemvn_split(void **state) {
-    (void)state;
-    rf_rng r;
-    rf_rng_init(&r, rf_test_seed() + 41);
-    const int64_t nts[] = {2, 7, 9};
-    for (size_t k = 0; k < N_MT; k++) {
-        const rf_type t = k_mt_types[k];
-        const int64_t n_in = t == RF_TYPE_Q6_K ? 4096 : 2304, n_out = 203;
-        if (rf_gpu_gemv_max_tokens(g_ctx, t, n_in) < 16) continue;
-        for (int sk = 2; sk <= 4; sk *= 2)
-            for (int v = 27; v <= 30; v++) {
-                rf_gpu_set_gemv_variant(g_ctx, v);
-                rf_test_hooks_set(&(rf_test_hooks){.gemv_mt_sk = sk});
-                char tag[24];
-                snprintf(tag, sizeof tag, "sk%d v%d ", sk, v);
-                uint8_t *w = NULL;
-                float *x = NULL, *y16 = NULL;
-                run_case_v(&r, t, 16, n_in, n_out, tag, &y16, &w, &x);
-                for (size_t i = 0; i < sizeof nts / sizeof nts[0]; i++) {
-                    float *y = NULL;
-                    run_case_v(&r, t, nts[i], n_in, n_out, tag, &y, &w, &x);
-                    assert_memory_equal(y, y16, (size_t)(nts[i] * n_out) * sizeof(float));
-                    free(y);
-                }
-                rf_test_hooks_set(NULL);
-                free(w), free(x), free(y16);
-            }
-        rf_gpu_set_gemv_variant(g_ctx, 0);
-    }
-}
-
 /* ---- RF_GEMVN_BENCH=1: us per call from CUDA-graph replays (>= 64 calls a graph, the weights
  * rotating among copies of >= 400 MB so that every call reads them from device memory; the x
  * quantization counted in, as rf_gpu_matmul runs it), for each path ----------------------- */
@@ -391,8 +291,6 @@ typedef struct {
     int path, nmat;
     void **w;
     float *x, *y;
-    int var;  /* > 0: this variant instead of the path's (the old-vs-new table) */
-    bool old; /* gemv_mt's old copies (test_hooks) */
 } bench_call;
 
 static rf_status bench_one(const bench_call *b, int i) {
@@ -403,7 +301,7 @@ static rf_status bench_one(const bench_call *b, int i) {
 /* median us per call of the path, 0 where the path does not take the product */
 static double bench_path(bench_call *b) {
     const int var[N_PATHS] = {0, 27, 28, 29, 30, 7, 0, 0};
-    rf_gpu_set_gemv_variant(g_ctx, b->var > 0 ? b->var : var[b->path]);
+    rf_gpu_set_gemv_variant(g_ctx, var[b->path]);
     double us = 0.0;
     const bool mt = b->path >= P_MT1 && b->path <= P_MT8;
     if ((mt && (b->nt < 2 || rf_gpu_gemv_max_tokens(g_ctx, b->t, b->n_in) < 16)) || (b->path == P_Q32S && (b->nt < 2 || b->nt > 8)) ||
@@ -411,7 +309,6 @@ static double bench_path(bench_call *b) {
         rf_gpu_set_gemv_variant(g_ctx, 0);
         return 0.0;
     }
-    if (b->old) rf_test_hooks_set(&(rf_test_hooks){.gemv_mt_old_copies = true}); /* read at launch and capture */
     const int per = b->nmat >= 64 ? b->nmat : (64 + b->nmat - 1) / b->nmat * b->nmat;
     for (int i = 0; i < b->nmat; i++) assert_int_equal(bench_one(b, i), RF_OK); /* warm-up, scratch grown */
     assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
@@ -442,7 +339,6 @@ static double bench_path(bench_call *b) {
         for (int j = i + 1; j < 7; j++)
             if (t[j] < t[i]) us = t[i], t[i] = t[j], t[j] = us;
     us = t[3];
-    rf_test_hooks_set(NULL);
     rf_gpu_set_gemv_variant(g_ctx, 0);
     return us;
 }
@@ -466,111 +362,16 @@ static void bench_shape(size_t ti, size_t si, int64_t n_in, int64_t n_out) {
     assert_int_equal(rf_gpu_memset(g_ctx, x, 0x3c, 16 * n_in * 4), RF_OK);
     for (int p = 0; p < N_PATHS; p++)
         for (size_t k = 0; k < N_BNT; k++) {
-            bench_call b = {t, n_in, n_out, k_bench_nt[k], p, nmat, w, x, y, 0, false};
+            bench_call b = {t, n_in, n_out, k_bench_nt[k], p, nmat, w, x, y};
             g_us[ti][si][p][k] = bench_path(&b);
         }
     for (int i = 0; i < nmat; i++) rf_gpu_free(g_ctx, w[i]);
     rf_gpu_free(g_ctx, x), rf_gpu_free(g_ctx, y);
 }
 
-/* ---- gemv_mt old (per-stage copies) against new, on the 8B decode shapes ---------------------- */
-static const rf_type k_cmp_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q4_K, RF_TYPE_Q8_0, RF_TYPE_Q6_K};
-#define N_CT (sizeof k_cmp_types / sizeof k_cmp_types[0])
-static const int64_t k_cmp_nt[] = {1, 2, 4, 8, 16};
-#define N_CNT (sizeof k_cmp_nt / sizeof k_cmp_nt[0])
-/* rows: the route (1 token: the one-token GEMV; 2, 3: the q32s loop; 4..16: gemv_mt new), then
- * gemv_mt old and new under the variant forcing the route's KS (so 2 tokens run it too) */
-enum { C_ROUTE, C_OLD, C_NEW, N_CROWS };
-static const char *k_crow_name[N_CROWS] = {"route", "mt old", "mt new"};
-
-static void bench_cmp_shape(rf_type t, int64_t n_in, int64_t n_out, double us[N_CROWS][N_CNT]) {
-    size_t rb;
-    assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
-    const size_t wb = rb * (size_t)n_out;
-    int nmat = (int)(((size_t)400 << 20) / wb) + 1;
-    if (nmat < 2) nmat = 2;
-    if (nmat > 64) nmat = 64;
-    void *w[64];
-    for (int i = 0; i < nmat; i++) {
-        assert_int_equal(rf_gpu_alloc(g_ctx, wb, &w[i]), RF_OK);
-        assert_int_equal(rf_gpu_memset(g_ctx, w[i], 0x11 + i, wb), RF_OK); /* finite f16 scales */
-    }
-    float *x, *y;
-    assert_int_equal(rf_gpu_alloc(g_ctx, 16 * n_in * 4, (void **)&x), RF_OK);
-    assert_int_equal(rf_gpu_alloc(g_ctx, 16 * n_out * 4, (void **)&y), RF_OK);
-    assert_int_equal(rf_gpu_memset(g_ctx, x, 0x3c, 16 * n_in * 4), RF_OK);
-    const int ks = rf_gpu_gemv_max_tokens(g_ctx, t, n_in) >= 16 ? rf_gpu_gemv_mt_ks(g_ctx, t, n_in, n_out) : 0;
-    const int var = ks == 1 ? 27 : ks == 2 ? 28 : ks == 4 ? 29 : 30;
-    for (int row = 0; row < N_CROWS; row++)
-        for (size_t k = 0; k < N_CNT; k++) {
-            us[row][k] = 0.0;
-            if (row != C_ROUTE && (k_cmp_nt[k] < 2 || ks == 0)) continue;
-            bench_call b = {t, n_in, n_out, k_cmp_nt[k], row == C_ROUTE ? P_ROUTE : P_MT1, nmat, w, x, y,
-                            row == C_ROUTE ? 0 : var, row == C_OLD};
-            us[row][k] = bench_path(&b);
-        }
-    for (int i = 0; i < nmat; i++) rf_gpu_free(g_ctx, w[i]);
-    rf_gpu_free(g_ctx, x), rf_gpu_free(g_ctx, y);
-}
-
-static void bench_cmp(double bw) {
-    /* n_in -> n_out: attention output, Q/K/V joined, gate and up joined, down */
-    const int64_t shapes[4][2] = {{4096, 4096}, {4096, 6144}, {4096, 28672}, {14336, 4096}};
-    static double us[N_CT][4][N_CROWS][N_CNT];
-    for (size_t ti = 0; ti < N_CT; ti++)
-        for (size_t si = 0; si < 4; si++) bench_cmp_shape(k_cmp_types[ti], shapes[si][0], shapes[si][1], us[ti][si]);
-    printf("\ngemv_mt old (per-stage copies) against new (copy plan): us per call (CUDA-graph replays, x quantization "
-           "included), GB/s of the weights and %% of the read bandwidth (%.0f GB/s); mt rows under the variant forcing "
-           "the route's KS; 'x1': over the route's 1-token time\n", bw);
-    for (size_t ti = 0; ti < N_CT; ti++)
-        for (size_t si = 0; si < 4; si++) {
-            const rf_type t = k_cmp_types[ti];
-            size_t rb;
-            assert_int_equal(rf_row_size(t, shapes[si][0], &rb), RF_OK);
-            const double mb = (double)rb * shapes[si][1] / 1e6;
-            printf("%-5s %5lld -> %-5lld (%.1f MB, KS %d)\n", rf_type_name(t), (long long)shapes[si][0],
-                   (long long)shapes[si][1], mb,
-                   rf_gpu_gemv_max_tokens(g_ctx, t, shapes[si][0]) >= 16 ? rf_gpu_gemv_mt_ks(g_ctx, t, shapes[si][0], shapes[si][1]) : 0);
-            printf("  %-10s", "tokens");
-            for (size_t k = 0; k < N_CNT; k++) printf(" %23lld", (long long)k_cmp_nt[k]);
-            printf("\n");
-            const double *u = &us[ti][si][0][0];
-            for (int row = 0; row < N_CROWS; row++) {
-                printf("  %-10s", k_crow_name[row]);
-                for (size_t k = 0; k < N_CNT; k++) {
-                    const double v = u[row * N_CNT + k];
-                    if (v <= 0) printf(" %23s", "-");
-                    else printf(" %6.1f us %5.0f GB %3.0f%%", v, mb * 1e3 / v, bw > 0 ? 100.0 * mb * 1e3 / v / bw : 0.0);
-                }
-                printf("\n");
-            }
-            const double one = u[C_ROUTE * N_CNT + 0];
-            printf("  %-10s", "new/old");
-            for (size_t k = 0; k < N_CNT; k++) {
-                const double o = u[C_OLD * N_CNT + k], n = u[C_NEW * N_CNT + k];
-                if (o > 0 && n > 0) printf(" %23.2f", n / o);
-                else printf(" %23s", "-");
-            }
-            printf("\n  %-10s", "new x1");
-            for (size_t k = 0; k < N_CNT; k++) {
-                const double n = u[C_NEW * N_CNT + k];
-                if (one > 0 && n > 0) printf(" %23.2f", n / one);
-                else printf(" %23s", "-");
-            }
-            printf("\n");
-        }
-}
-
 static void test_gemvn_bench(void **state) {
     (void)state;
-    const char *mode = getenv("RF_GEMVN_BENCH");
-    if (!mode) return;
-    if (!strcmp(mode, "mt")) {
-        double bw = 0.0;
-        if (rf_gpu_bench_read_bw(g_ctx, (size_t)2 << 30, 20, &bw)) bw = 0.0;
-        bench_cmp(bw);
-        return;
-    }
+    if (!getenv("RF_GEMVN_BENCH")) return;
     /* the 8B decode step's products: n_in -> n_out (gate and up joined, Q/K/V joined) */
     const int64_t shapes[N_BSHAPES][2] = {{4096, 14336}, {14336, 4096}, {4096, 28672}, {4096, 6144}};
     double bw = 0.0;
@@ -605,7 +406,6 @@ static void test_gemvn_bench(void **state) {
                 printf(" %18.2f", g_us[ti][si][P_ROUTE][0] > 0 ? g_us[ti][si][P_ROUTE][k] / g_us[ti][si][P_ROUTE][0] : 0.0);
             printf("\n");
         }
-    bench_cmp(bw);
 }
 
 int main(void) {
@@ -614,8 +414,6 @@ int main(void) {
         cmocka_unit_test(test_gemvn_vs_ref),
         cmocka_unit_test(test_gemvn_variants),
         cmocka_unit_test(test_gemvn_invariant),
-        cmocka_unit_test(test_gemvn_copies),
-        cmocka_unit_test(test_gemvn_split),
         cmocka_unit_test(test_gemvn_bench),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);

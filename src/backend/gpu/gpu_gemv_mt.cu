@@ -4,7 +4,6 @@
  * tokens. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. Twin: rf_cpu_matmul with test_hooks cpu_act =
  * RF_CPU_ACT_GPU (x rounded as rf_k_quantize_x rounds it). */
 #include "backend/gpu/gpu_gemv_dot.cuh" /* rf_qh4 */
-#include "core/test_hooks.h"
 
 #if !defined(RF_HIP) /* mma.sync, cp.async: CUDA only */
 
@@ -42,16 +41,8 @@ template <int T, int NF, int KS> struct rf_mt_tile {
     static constexpr int XT = F::KB * 32 + 16, RS = F::KB * F::REC + 16;
     static constexpr int XO = KS * RB * F::SROW + 16, RO = XO + KS * BN * XT;
     static constexpr int BYTES = RO + KS * BN * RS;
-    /* ST: the format's stages where they fit, but 2 where 3 would leave one block (8 warps) an SM
-     * (228 KB, 1 KB reserved a block) and 2 let two share it (Q8_0 at KS 2, 4, 8: 118-168 KB;
-     * KS 8 of the 4-bit formats): as many bytes in flight an SM, twice the warps to hide the
-     * products' latencies. ST_OLD: the stages before that (the old copies' kernel). */
-    static constexpr int ST_OLD = F::ST * BYTES <= RF_MT_SMEM_MAX ? F::ST : 2;
-    static constexpr int ST = ST_OLD == 3 && 2 * (3 * BYTES + 1024) > 228 * 1024 && 2 * (2 * BYTES + 1024) <= 228 * 1024 ? 2 : ST_OLD;
-    static constexpr int SMEM = ST * BYTES, SMEM_OLD = ST_OLD * BYTES;
-    /* 3 blocks an SM by shared memory: NF 1 then asks ptxas for 80 registers, which it meets
-     * without spilling (NF 2 and the rest: 128, where 80 spilled Q5_1) */
-    static constexpr bool MINB3 = NF == 1 && 3 * (SMEM + 1024) <= 228 * 1024;
+    static constexpr int ST = F::ST * BYTES <= RF_MT_SMEM_MAX ? F::ST : 2;
+    static constexpr int SMEM = ST * BYTES;
 };
 
 /* d = a b + c for one m16n8k32 int8 tile (A unsigned bytes with AU, else signed; B signed) or
@@ -238,139 +229,32 @@ static __device__ __forceinline__ void rf_mt_issue_x(unsigned so, const int8_t *
     }
 }
 
-/* A 16-byte copy that reads nothing and zero-fills where v is false (cp.async's src-size 0) */
-static __device__ __forceinline__ void rf_mt_cp16(unsigned s, const void *gmem, bool v) {
-#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(v ? 16 : 0) : "memory");
-#else
-    (void)s, (void)gmem, (void)v;
-    RF_DEVICE_TRAP();
-#endif
-}
-
-/* The copy plan: what this thread copies of every stage, worked out once. The index arithmetic of
- * rf_mt_issue_w / _x (divisions by 9, 17, 27 pieces, 64-bit products per 16 bytes) took ~30
- * instructions per copy, as many per stage as the products themselves (Q4_0: ~190 against ~300
- * per warp); here a stage costs a few adds and one instruction per copy. The same bytes land in
- * the same places (the outputs do not change), except that x of tokens past nt is zero-filled
- * instead of read again from the last token (those columns are never stored; the repeated reads
- * of one token's lines made 2 tokens slower than 8). Weights: a team of 2 threads per row of a
- * chunk (KS RB = 128 of them: 256 threads), pieces h, h + 2, ...; x and records: a team of
- * PX = 256 / (KS BN) threads per (chunk, token), pieces h, h + PX, ... */
-template <int T, int NF, int KS> struct rf_mt_plan {
-    using F = rf_mt_fmt<T>;
-    using L = rf_mt_tile<T, NF, KS>;
-    static constexpr int PX = RF_MT_NW * 32 / (KS * L::BN), XW = F::KB * 2, RW = F::KB * F::REC / 16;
-    static_assert(KS * L::RB * 2 == RF_MT_NW * 32 && PX * KS * L::BN == RF_MT_NW * 32, "teams cover the block");
-    const uint8_t *ws, *xs, *rs; /* chunk 0's sources of this thread's first piece */
-    unsigned wd, xd, rd;         /* their offsets in a slot */
-    int wkc, xkc;                /* the chunks of a stage they belong to */
-    int c0, c1;                  /* the block's chunks: stage s holds c0 + s KS .., those below c1 */
-    bool xv;                     /* x of a token of the call (else zero-filled) */
-
-    __device__ __forceinline__ rf_mt_plan(const uint8_t *w, int64_t row_bytes, int64_t r0, int64_t n_out,
-                                          const int8_t *qx, const uint8_t *rec, int nt, int64_t n_in, int c0_, int c1_) {
-        const int tid = threadIdx.x;
-        c0 = c0_, c1 = c1_;
-        const int q = tid / 2, h = tid % 2, row = q % L::RB;
-        wkc = q / L::RB;
-        const int64_t r = r0 + row < n_out ? r0 + row : n_out - 1; /* rows past n_out read the last */
-        ws = w + r * row_bytes + (int64_t)wkc * F::CB + h * 16;
-        wd = (unsigned)((wkc * L::RB + row) * F::SROW + h * 16);
-        const int p = tid / PX, hx = tid % PX, n = p % L::BN;
-        xkc = p / L::BN;
-        xv = n < nt;
-        const int tok = n < nt ? n : nt - 1;
-        xs = (const uint8_t *)qx + tok * n_in + (int64_t)xkc * F::KB * 32 + hx * 16;
-        xd = (unsigned)(L::XO + (xkc * L::BN + n) * L::XT + hx * 16);
-        rs = rec + (tok * (n_in / 32) + (int64_t)xkc * F::KB) * F::REC + hx * 16;
-        rd = (unsigned)(L::RO + (xkc * L::BN + n) * L::RS + hx * 16);
-    }
-    /* stage s's weights into the slot at shared address so (chunks at or past c1 skipped) */
-    __device__ __forceinline__ void issue_w(unsigned so, int s) const {
-        const int c = c0 + s * KS + wkc;
-        if (c >= c1) return;
-        const uint8_t *src = ws + (int64_t)(c0 + s * KS) * F::CB - rf_mt_off<T>(c);
-        const int h = threadIdx.x % 2;
-#pragma unroll
-        for (int j = 0; j < (F::CW + 1) / 2; j++)
-            if (h + 2 * j < F::CW) rf_cp_async16_s(so + wd + 32 * j, src + 32 * j);
-    }
-    /* stage s's x and records */
-    __device__ __forceinline__ void issue_x(unsigned so, int s) const {
-        if (c0 + s * KS + xkc >= c1) return;
-        const int h = threadIdx.x % PX;
-        const int64_t cs = c0 + s * KS;
-        const uint8_t *xsrc = xs + cs * F::KB * 32, *rsrc = rs + cs * F::KB * F::REC;
-#pragma unroll
-        for (int j = 0; j < (XW + PX - 1) / PX; j++)
-            if (h + PX * j < XW) rf_mt_cp16(so + xd + 16 * PX * j, xsrc + 16 * PX * j, xv);
-#pragma unroll
-        for (int j = 0; j < (RW + PX - 1) / PX; j++)
-            if (h + PX * j < RW) rf_mt_cp16(so + rd + 16 * PX * j, rsrc + 16 * PX * j, xv);
-    }
-};
-
-/* the cluster's barrier (sm_90: kernels launched with sk > 1 only there), every thread of every
- * block of the cluster: shared-memory writes before it are visible to the cluster's reads after */
-static __device__ __forceinline__ void rf_mt_cluster_sync(void) {
-#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#else
-    RF_DEVICE_TRAP();
-#endif
-}
-/* the float at local shared address a in block rank of the cluster */
-static __device__ __forceinline__ float rf_mt_ld_cluster(unsigned a, int rank) {
-#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned ra;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
-    return v;
-#else
-    (void)a, (void)rank;
-    RF_DEVICE_TRAP();
-    return 0.0f;
-#endif
-}
-
-/* The end of gemv_mt: the KS warps of each row fragment in each of the sk blocks of the cluster
- * hold partial sums of its outputs (acc: rows g, g + 8 by tokens 2t, 2t + 1 of each token
- * fragment); they are added in (block rank, ks) order through shared memory (red: the ring, free
- * once every copy has landed; other blocks' through the cluster's shared memory) and the tokens
- * < nt of rows < n_out stored to y [nt, n_out] by the rank-0 block. Every thread of the cluster
- * calls it. */
+/* The end of gemv_mt: the KS warps of each row fragment hold partial sums of its outputs (acc:
+ * rows g, g + 8 by tokens 2t, 2t + 1 of each token fragment); they are added in ks order
+ * through shared memory (red: the ring, free once every copy has landed) and the tokens < nt of
+ * rows < n_out stored to y [nt, n_out]. Every thread of the block calls it. */
 template <int NF, int KS, int WR>
 static __device__ __forceinline__ void rf_mt_store(float (*acc)[4], float *red, float *y, int nt, int64_t r0,
-                                                   int64_t n_out, int sk, int rank) {
+                                                   int64_t n_out) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int wr = warp % WR, ks = warp / WR;
-    if (KS > 1 || sk > 1) {
+    if (KS > 1) {
         rf_cp_async_wait<0>();
         __syncthreads(); /* every warp is past its last read of the ring */
 #pragma unroll
         for (int nf = 0; nf < NF; nf++)
 #pragma unroll
             for (int i = 0; i < 4; i++) red[((warp * NF + nf) * 4 + i) * 32 + lane] = acc[nf][i];
-        if (sk > 1) rf_mt_cluster_sync();
-        else __syncthreads();
-        const bool mine = ks == 0 && rank == 0;
-        if (mine) {
+        __syncthreads();
+        if (ks != 0) return;
 #pragma unroll
-            for (int nf = 0; nf < NF; nf++)
+        for (int nf = 0; nf < NF; nf++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    float v = acc[nf][i];
-                    for (int k = 1; k < KS; k++) v += red[(((k * WR + wr) * NF + nf) * 4 + i) * 32 + lane];
-                    for (int q = 1; q < sk; q++)
-                        for (int k = 0; k < KS; k++)
-                            v += rf_mt_ld_cluster(rf_smem_addr(&red[(((k * WR + wr) * NF + nf) * 4 + i) * 32 + lane]), q);
-                    acc[nf][i] = v;
-                }
-        }
-        if (sk > 1) rf_mt_cluster_sync(); /* the other blocks' shared memory stays until it is read */
-        if (!mine) return;
+            for (int i = 0; i < 4; i++) {
+                float v = acc[nf][i];
+                for (int k = 1; k < KS; k++) v += red[(((k * WR + wr) * NF + nf) * 4 + i) * 32 + lane];
+                acc[nf][i] = v;
+            }
     }
 #pragma unroll
     for (int nf = 0; nf < NF; nf++)
@@ -393,40 +277,30 @@ static __device__ __forceinline__ void rf_mt_store(float (*acc)[4], float *red, 
  * products, one per 16-element half with its int8 scale, converted by the conversion unit: its
  * sums reach 2^24), scaled in f32 into register accumulators: y += d_w d_x s (Q4_K / Q5_K: + cm *
  * the record's sum, as the GEMV's rf_qk_dot and rf_q32_dot). The KS partial sums of an output are then added in
- * ks order (deterministic). With sk > 1 the sk blocks of a cluster share the tile, block rank q
- * taking the chunks [q per, (q + 1) per) (per: ceil(nch / (sk KS)) KS), and rank 0 adds the
- * partial sums in (rank, ks) order. An output's arithmetic does not depend on nt or on the
- * token's place: for a given KS and sk (chosen from the shape and device alone) a token's result
- * has the same bits in every call of 2..16 tokens. Stages (KS chunks of every row of the tile,
- * their x and records) go through a ring of ST slots shared by the block with cp.async, each
- * thread copying the same pieces of every stage (rf_mt_plan); the weights of the first stages are
- * requested before rf_pdl_wait() (W must not be written by work in flight), x after it. OLD: the
- * per-stage copies it had before the plan (tests' timing only, sk 1). launch: grid
- * ceil(n_out / RB) sk, clusters of sk (sm_90) where sk > 1, 256 threads,
- * rf_mt_tile<T, NF, KS>::SMEM bytes of dynamic shared memory. */
-template <int T, int NF, int KS, bool OLD>
-__global__ void __launch_bounds__(RF_MT_NW * 32, (rf_mt_tile<T, NF, KS>::MINB3 && !OLD) ? 3 : 2)
+ * ks order (deterministic). An output's arithmetic does not depend on nt or on the token's place:
+ * for a given KS (chosen from the shape and device alone) a token's result has the same bits in
+ * every call of 2..16 tokens. Stages (KS chunks of every row of the tile, their x and records)
+ * go through a ring of ST slots shared by the block with cp.async; the weights of the first
+ * stages are requested before rf_pdl_wait() (W must not be written by work in flight), x after
+ * it. launch: grid ceil(n_out / RB), 256 threads, rf_mt_tile<T, NF, KS>::SMEM bytes of dynamic
+ * shared memory. */
+template <int T, int NF, int KS>
+__global__ void __launch_bounds__(RF_MT_NW * 32, 2) /* 128 registers: ptxas's own choice of 80 spilled Q5_1 */
 rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt, int64_t n_in, int64_t n_out,
-             int64_t row_bytes, int sk) {
+             int64_t row_bytes) {
     using F = rf_mt_fmt<T>;
     using L = rf_mt_tile<T, NF, KS>;
-    constexpr int ST = OLD ? L::ST_OLD : L::ST;
+    constexpr int ST = L::ST;
     static_assert(RF_WARP_SIZE == 32, "mma.sync: 32-lane warps");
     extern __shared__ __align__(16) uint8_t rf_mt_smem[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int wr = warp % L::WR, ks = warp / L::WR;
-    const int rank = (int)(blockIdx.x % (unsigned)sk); /* the cluster's blocks split the row's chunks */
-    const int64_t r0 = (int64_t)(blockIdx.x / (unsigned)sk) * L::RB;
-    const int nch = (int)(n_in / 32 / F::KB), per = (nch + sk * KS - 1) / (sk * KS) * KS;
-    const int c0 = rank * per < nch ? rank * per : nch, c1 = c0 + per < nch ? c0 + per : nch, nst = (c1 - c0 + KS - 1) / KS;
+    const int64_t r0 = (int64_t)blockIdx.x * L::RB;
+    const int nch = (int)(n_in / 32 / F::KB), nst = (nch + KS - 1) / KS;
     const unsigned base = rf_smem_addr(rf_mt_smem);
-    const rf_mt_plan<T, NF, KS> plan(w, row_bytes, r0, n_out, qx, rec, nt, n_in, c0, c1);
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
-        if (s < nst) {
-            if (OLD) rf_mt_issue_w<T, NF, KS>(base + s * L::BYTES, w, row_bytes, r0, n_out, s, nch);
-            else plan.issue_w(base + s * L::BYTES, s);
-        }
+        if (s < nst) rf_mt_issue_w<T, NF, KS>(base + s * L::BYTES, w, row_bytes, r0, n_out, s, nch);
         rf_cp_async_commit();
     }
     rf_pdl_trigger();
@@ -434,10 +308,7 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) { /* groups W0..W(ST-2), X0..X(ST-2), then W+X per stage:
                                         * at stage s, wait<ST - 2> leaves stage s landed */
-        if (s < nst) {
-            if (OLD) rf_mt_issue_x<T, NF, KS>(base + s * L::BYTES, qx, rec, nt, n_in, s, nch);
-            else plan.issue_x(base + s * L::BYTES, s);
-        }
+        if (s < nst) rf_mt_issue_x<T, NF, KS>(base + s * L::BYTES, qx, rec, nt, n_in, s, nch);
         rf_cp_async_commit();
     }
     const int nfa = (nt + 7) / 8; /* token fragments holding any of the call's tokens */
@@ -452,23 +323,18 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
         const int sn = s + ST - 1;
         if (sn < nst) {
             const unsigned so = base + (unsigned)(sn % ST * L::BYTES);
-            if (OLD) {
-                rf_mt_issue_w<T, NF, KS>(so, w, row_bytes, r0, n_out, sn, nch);
-                rf_mt_issue_x<T, NF, KS>(so, qx, rec, nt, n_in, sn, nch);
-            } else {
-                plan.issue_w(so, sn);
-                plan.issue_x(so, sn);
-            }
+            rf_mt_issue_w<T, NF, KS>(so, w, row_bytes, r0, n_out, sn, nch);
+            rf_mt_issue_x<T, NF, KS>(so, qx, rec, nt, n_in, sn, nch);
         }
         rf_cp_async_commit();
-        if (c0 + s * KS + ks >= c1) continue; /* this warp's chunk lies past the block's */
+        if (s * KS + ks >= nch) continue; /* this warp's chunk lies past the row */
         const uint8_t *sl = rf_mt_smem + s % ST * L::BYTES;
-        const uint8_t *ra = sl + (ks * L::RB + 16 * wr + g) * F::SROW + rf_mt_off<T>(c0 + s * KS + ks), *rb = ra + 8 * F::SROW;
+        const uint8_t *ra = sl + (ks * L::RB + 16 * wr + g) * F::SROW + rf_mt_off<T>(s * KS + ks), *rb = ra + 8 * F::SROW;
         const uint8_t *sx = sl + L::XO + (ks * L::BN + g) * L::XT, *sr = sl + L::RO + (ks * L::BN + 2 * t) * L::RS;
 #pragma unroll
         for (int b = 0; b < F::KB; b++) rf_mt_block<T, NF, L::XT, L::RS>(acc, ra, rb, sx, sr, t, b, nfa);
     }
-    rf_mt_store<NF, KS, L::WR>(acc, (float *)rf_mt_smem, y, nt, r0, n_out, sk, rank);
+    rf_mt_store<NF, KS, L::WR>(acc, (float *)rf_mt_smem, y, nt, r0, n_out);
 }
 
 /* the device's shared memory one block may opt in to, asked once per GPU */
@@ -512,60 +378,16 @@ template <int T> static int rf_mt_ks(const rf_gpu_ctx *ctx, int64_t n_in, int64_
     return ks;
 }
 
-/* Blocks of a cluster splitting each row tile's chunks (sk, 1: no split) for KS warps along the
- * row: where the grid of ceil(n_out / (128 / KS)) tiles holds under 1.5 blocks per SM (4096 rows:
- * 128 tiles at KS 4, one block of 8 warps per SM; 6144: 192), the fewest of 2, 4 that give 1.75
- * per SM, each block keeping two stages or more; Hopper and later (clusters), never with the old
- * copies. From the shape, KS and the device alone: the order in which an output's partial sums
- * are added (block rank, then ks) does not depend on the token count. test_hooks gemv_mt_sk
- * forces it. */
-template <int T> static int rf_mt_sk(const rf_gpu_ctx *ctx, int ks, int64_t n_in, int64_t n_out) {
-    const rf_test_hooks *th = rf_test_hooks_get();
-    if (th && th->gemv_mt_old_copies) return 1;
-    if (ctx->info.cc_major < 9) return 1;
-    if (th && th->gemv_mt_sk > 0) return th->gemv_mt_sk >= 4 ? 4 : th->gemv_mt_sk >= 2 ? 2 : 1;
-    const int64_t nch = n_in / 32 / rf_mt_fmt<T>::KB, tiles = (n_out + 128 / ks - 1) / (128 / ks);
-    const int64_t sms = ctx->info.sm_count;
-    if (2 * tiles >= 3 * sms) return 1;
-    int sk = 1;
-    while (sk < 4 && 4 * tiles * sk < 7 * sms && nch >= 2 * ks * (2 * sk)) sk *= 2;
-    return sk;
-}
-
 template <int T, int NF, int KS>
 static rf_status rf_launch_mt_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt,
                                 int64_t n_in, int64_t n_out, int64_t rb) {
     using L = rf_mt_tile<T, NF, KS>;
-    const rf_test_hooks *th = rf_test_hooks_get(); /* tests only: the old copies, for timing */
-    const bool old = th && th->gemv_mt_old_copies;
-    auto kern = old ? rf_k_gemv_mt<T, NF, KS, true> : rf_k_gemv_mt<T, NF, KS, false>;
-    static size_t attr[2][RF_GPU_MAX_DEVICES];
-    const size_t smem = (size_t)(old ? L::SMEM_OLD : L::SMEM);
-    const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), smem, 0, attr[old], "rf_k_gemv_mt");
+    auto kern = rf_k_gemv_mt<T, NF, KS>;
+    static size_t attr[RF_GPU_MAX_DEVICES];
+    const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)L::SMEM, 0, attr, "rf_k_gemv_mt");
     if (ast) return ast;
-    const int sk = rf_mt_sk<T>(ctx, KS, n_in, n_out);
-    const dim3 grid((unsigned)((n_out + L::RB - 1) / L::RB * sk)), block(RF_MT_NW * 32);
-    if (sk == 1)
-        return rf_gpu_launch(ctx, "rf_k_gemv_mt", true, kern, grid, block, smem, y, w, qx, rec, nt, n_in, n_out, rb, 1);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = ctx->stream;
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = (unsigned)sk, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = ctx->pdl ? 2 : 1;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, y, w, qx, rec, nt, n_in, n_out, rb, sk);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return rf_set_error(RF_ERR_DEVICE, "GPU kernel rf_k_gemv_mt (clusters of %d): launch failed: %s", sk,
-                            cudaGetErrorString(e));
-    }
-    return rf_gpu_after_launch(ctx, "rf_k_gemv_mt");
+    return rf_gpu_launch(ctx, "rf_k_gemv_mt", true, kern, dim3((unsigned)((n_out + L::RB - 1) / L::RB)),
+                         dim3(RF_MT_NW * 32), (size_t)L::SMEM, y, w, qx, rec, nt, n_in, n_out, rb);
 }
 template <int T, int NF>
 static rf_status rf_launch_mt_nf(rf_gpu_ctx *ctx, int ks, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
