@@ -226,8 +226,9 @@ static void test_w4a16_vs_twin(void **state) {
             run_case(&r, k_types[ti], cases[c][2], cases[c][1], cases[c][0]);
 }
 
-/* what the router does with the knob: off by default; RF_GPU_W4A16=1 sends the products past
- * RF_GPU_W4A16_MIN tokens of the types it takes to W4A16, and rf_gpu_matmul gives its bits */
+/* what the router does with the knob: by default (auto) 97..192 tokens, so not 256;
+ * RF_GPU_W4A16=1 sends the products past RF_GPU_W4A16_MIN tokens of the types it takes to W4A16,
+ * and rf_gpu_matmul gives its bits */
 static void test_w4a16_route(void **state) {
     (void)state;
     if (rf_knob_is_set(RF_KNOB_GPU_W4A16)) {
@@ -243,6 +244,9 @@ static void test_w4a16_route(void **state) {
     rf_rng_fill_normal(&r, x, nt * n_in, 1.0f);
     void *dw = dev_from(w, bytes);
     float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
+    fprintf(stderr, "  route of q4_0 128 tokens, knob unset: %s\n",
+            rf_gpu_route_name(rf_gpu_route_for(g_ctx, RF_TYPE_Q4_0, 128, n_in, n_out)));
+    assert_int_equal(rf_gpu_route_for(g_ctx, RF_TYPE_Q4_0, 128, n_in, n_out), RF_ROUTE_W4A16);
     fprintf(stderr, "  route of q4_0 %lld tokens, knob unset: %s\n", (long long)nt,
             rf_gpu_route_name(rf_gpu_route_for(g_ctx, RF_TYPE_Q4_0, nt, n_in, n_out)));
     assert_int_not_equal(rf_gpu_route_for(g_ctx, RF_TYPE_Q4_0, nt, n_in, n_out), RF_ROUTE_W4A16);

@@ -90,7 +90,8 @@ static void test_knobs_and_builds(void **state) {
     assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS); /* past MMQ's 128, within 256 */
 }
 
-/* RF_GPU_W4A16=1: W4A16 from w4a16_min tokens, ahead of MMQ and BLAS; never in deterministic mode */
+/* RF_GPU_W4A16=1: W4A16 from w4a16_min tokens, ahead of MMQ and BLAS (auto: up to w4a16_max);
+ * never in deterministic mode */
 static void test_w4a16(void **state) {
     (void)state;
     for (int64_t n = 1; n <= 600; n += 7) {
@@ -100,6 +101,9 @@ static void test_w4a16(void **state) {
         assert_int_equal(rf_gpu_route(&f), n >= 97 ? RF_ROUTE_W4A16 : off);
         f.w4a16_min = 64; /* below MMQ's top: it takes them from MMQ */
         assert_int_equal(rf_gpu_route(&f), n >= 64 ? RF_ROUTE_W4A16 : off);
+        f.w4a16_max = 192; /* auto: an upper limit too, past it the route without W4A16 */
+        assert_int_equal(rf_gpu_route(&f), n >= 64 && n <= 192 ? RF_ROUTE_W4A16 : off);
+        f.w4a16_max = 0;
         f.invariant = true;
         assert_int_equal(rf_gpu_route(&f), RF_ROUTE_MMQ);
     }

@@ -136,9 +136,12 @@ extern "C" rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type wty
     f.blas = true;
 #endif
     rf_route_knobs(&f.gemv_max, &f.mmq_min, &f.mmq_max);
-    /* RF_GPU_W4A16 (2 = auto: off until measured) read per call, so a test may turn it */
-    f.w4a16 = rf_knob_int(RF_KNOB_GPU_W4A16) == 1 && ctx->info.cc_major >= 8 && rf_gpu_w4a16_supported(wtype, n_in);
+    /* RF_GPU_W4A16 read per call, so a test may turn it: 1 from the minimum up, 2 (auto, the
+     * default) up to RF_GPU_W4A16_MAX as well */
+    const int w4 = (int)rf_knob_int(RF_KNOB_GPU_W4A16);
+    f.w4a16 = w4 != 0 && ctx->info.cc_major >= 8 && rf_gpu_w4a16_supported(wtype, n_in);
     f.w4a16_min = rf_knob_int(RF_KNOB_GPU_W4A16_MIN);
+    f.w4a16_max = w4 == 2 ? rf_knob_int(RF_KNOB_GPU_W4A16_MAX) : 0;
     return rf_gpu_route(&f);
 }
 

@@ -11,10 +11,14 @@ rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
     const int64_t n = f->n_tokens;
     /* batch invariance: only MMQ's reduction order is independent of the token count */
     if (f->invariant) return f->mmq && n >= 1 ? RF_ROUTE_MMQ : RF_ROUTE_NONE;
-    /* W4A16 (RF_GPU_W4A16=1) from RF_GPU_W4A16_MIN tokens (default 97: where BLAS took over from
-     * MMQ); its default stays off until measured on the devices (tests/gpu/test_gpu_w4a16.c's
-     * RF_W4A16_BENCH table: W4A16 beside MMQ and dequantize + cuBLAS per type, shape, tokens) */
-    if (f->w4a16 && n >= (f->w4a16_min < 1 ? 1 : f->w4a16_min)) return RF_ROUTE_W4A16;
+    /* W4A16 from RF_GPU_W4A16_MIN tokens (default 97: where BLAS took over from MMQ) up to
+     * w4a16_max (auto: RF_GPU_W4A16_MAX, default 192). Measured on an H200 (2026-11-29,
+     * tests/gpu/test_gpu_w4a16.c's RF_W4A16_BENCH table, llama3-8b shapes): at 128 tokens W4A16
+     * beats MMQ and dequantize + cuBLAS in every type and shape (Q4_0 4096 -> 14336: 72 us against
+     * 96 and 94), at 256 cuBLAS wins everywhere (137 against 109); the 128-sequence 8B Q4_0 step
+     * 13.9 -> 12.3 ms, the 256-sequence one 18.9 -> 22.4 ms with no upper limit. */
+    if (f->w4a16 && n >= (f->w4a16_min < 1 ? 1 : f->w4a16_min) && (f->w4a16_max <= 0 || n <= f->w4a16_max))
+        return RF_ROUTE_W4A16;
     /* MMQ from RF_GPU_MMQ_MIN (default 17: past the 16 tokens gemv_mt takes in one call, which
      * reads each weight once for all of them where MMQ reads it once per 32 and pays a split-K
      * reduction; on the H100 with the older GEMVs, 2 and 4 sequences of 8B Q4_0 lost with MMQ

@@ -37,6 +37,7 @@ typedef struct rf_gpu_route_facts {
     int64_t gemv_max;         /* RF_GPU_GEMV_MAX */
     bool w4a16;               /* RF_GPU_W4A16 on and W4A16 has a kernel for (type, n_in) on this device */
     int64_t w4a16_min;        /* RF_GPU_W4A16_MIN: fewest tokens it takes */
+    int64_t w4a16_max;        /* most tokens it takes (auto: RF_GPU_W4A16_MAX); <= 0: no limit */
 } rf_gpu_route_facts;
 
 /* The route: deterministic mode takes MMQ for every token count where it has a kernel (its
