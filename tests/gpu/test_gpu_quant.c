@@ -2,7 +2,8 @@
  * GEMM against rf_dequantize_row / rf_ref_get_rows / rf_ref_matmul on random blocks (random
  * quant bytes, seed printed), outputs poisoned first.
  * Tolerances: dequantize f32 rel. L2 < 1e-6, f16 < 1e-3; GEMV on f16/bf16/f32 weights < 1e-5;
- * quantized GEMV vs the dequantized f32 reference < 1e-2; GEMM (f16 operands) < 1e-2;
+ * quantized GEMV vs the dequantized f32 reference: int8-x formats < 2 x x's own int8 rounding
+ * (act_q8_rel's model), the others < 1e-2; GEMM (f16 operands) < 1e-2;
  * a NaN in x must give NaN outputs. Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <math.h>
@@ -129,6 +130,29 @@ static void ref_matmul_q8_1(float *want, const uint8_t *w, rf_type t, const floa
     free(xq);
 }
 
+/* ||x - q8(x)|| / ||x||: x rounded to int8 per 32 elements with the scale amax / 127, as the
+ * int8-x GEMVs take it. The model of their distance from the f32-x reference: y - y_ref = W (q8(x)
+ * - x), and over rows of W drawn independently of that rounding the rel. L2 of the outputs is
+ * kappa * this ratio, kappa <= 1.4 over every int8-x format and width (H200, 2026-11-29:
+ * 0.45-0.75% measured where the ratio is ~0.53%); the ratio itself is one draw per x, not an
+ * average over the outputs (every row sees the same x): ~0.53% for wide rows, but up to ~0.97%
+ * for one 32-element block (3,000 Gaussian draws). The bound is 2 x this ratio: kappa and the
+ * spread of the rel. L2 over >= 67 rows (~+-17% at 1 sigma). A fixed 1% failed at random at one
+ * block (seed 1795937331220630: 1.05%). */
+static double act_q8_rel(const float *x, int64_t n) {
+    double e2 = 0, x2 = 0;
+    for (int64_t b = 0; b + 32 <= n; b += 32) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b + i]));
+        const float d = amax / 127.0f;
+        for (int i = 0; i < 32; i++) {
+            const float q = d > 0 ? rintf(x[b + i] / d) * d : 0.0f;
+            e2 += (double)(q - x[b + i]) * (q - x[b + i]), x2 += (double)x[b + i] * x[b + i];
+        }
+    }
+    return x2 > 0 ? sqrt(e2 / x2) : 0.0;
+}
+
 static void run_matmul_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_out,
                             bool gemm, double tol) {
     size_t bytes;
@@ -141,6 +165,7 @@ static void run_matmul_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int6
         tol = 1e-4;
     } else
         assert_int_equal(rf_ref_matmul(want, w, t, x, nt, n_in, n_out), RF_OK);
+    if (!gemm && !q81 && int8_x(t) && n_in % 32 == 0) tol = 2.0 * act_q8_rel(x, nt * n_in); /* model above */
     void *dw = dev_from(w, bytes);
     float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
     rf_status st = gemm ? rf_gpu_gemm(g_ctx, dy, dw, t, dx, nt, n_in, n_out)

@@ -195,17 +195,18 @@ __global__ void rf_k_moe_group(int32_t *pos, int32_t *src, int4 *tiles, const in
     }
 }
 
-/* row p of the sorted quantized x = row src[p] of xq (int8 row of n_in bytes and its records of
- * rb bytes, both multiples of 16); launch: grid (rows), 128 threads */
+/* row p of the sorted quantized x = row src[p] of xq (int8 row of n_in bytes, a multiple of 16,
+ * and its records of rb bytes, a multiple of 8: 8-byte records of an odd number of 32-element
+ * blocks, as the tiled GEMV takes them); launch: grid (rows), 128 threads */
 __global__ void rf_k_moe_gather_xq(int8_t *qd, uint8_t *rd, const int8_t *qs, const uint8_t *rs, const int32_t *src,
                                    int n_in, int rb) {
     const int p = blockIdx.x, r = src[p];
     const uint4 *a = (const uint4 *)(qs + (int64_t)r * n_in);
     uint4 *b = (uint4 *)(qd + (int64_t)p * n_in);
     for (int i = threadIdx.x; i < n_in / 16; i += blockDim.x) b[i] = a[i];
-    const uint4 *c = (const uint4 *)(rs + (int64_t)r * rb);
-    uint4 *d = (uint4 *)(rd + (int64_t)p * rb);
-    for (int i = threadIdx.x; i < rb / 16; i += blockDim.x) d[i] = c[i];
+    const uint2 *c = (const uint2 *)(rs + (int64_t)r * rb);
+    uint2 *d = (uint2 *)(rd + (int64_t)p * rb);
+    for (int i = threadIdx.x; i < rb / 8; i += blockDim.x) d[i] = c[i];
 }
 
 /* y[s, o] = ys[pos[s], o] (+ bias[e_s, o]); grid-stride over nk n_out */
