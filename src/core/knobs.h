@@ -46,7 +46,7 @@ extern "C" {
     X(GPU_MMQ_MAX, INT, "96", 0, 1000000000, "GPU: most tokens a product runs on MMQ (0 = never)") \
     X(GPU_MMQ_MIN, INT, "17", 1, 1000000000, "GPU: fewest tokens a product runs on MMQ")            \
     X(GPU_W4A16, INT, "2", 0, 2, "GPU: W4A16 tensor-core products (weights dequantized in registers): 0 off, 1 from RF_GPU_W4A16_MIN tokens up, 2 auto (RF_GPU_W4A16_MIN..RF_GPU_W4A16_MAX tokens)") \
-    X(GPU_W4A16_MIN, INT, "97", 1, 1000000000, "GPU: fewest tokens a product runs on W4A16") \
+    X(GPU_W4A16_MIN, INT, "64", 1, 1000000000, "GPU: fewest tokens a product runs on W4A16") \
     X(GPU_W4A16_MAX, INT, "192", 1, 1000000000, "GPU: most tokens a product runs on W4A16 in auto mode (past it dequantize + cuBLAS wins on an H200)") \
     X(GPU_MOE_GROUPED_MIN, INT, "96", 1, 1000000000, "GPU: fewest token-expert slots a MoE product groups by expert (MMQ)") \
     X(MMQ_CFG, INT, "0", 0, 5, "GPU MMQ tiles: 0 auto, 1 32-token, 2 64-token 2-stage, 3 64-token, 4 128-token, 5 128-token 2-stage") \
