@@ -8,6 +8,7 @@
 
 #include "core/knobs.h"
 #include "backend/gpu/gpu_internal.h"
+#include "backend/gpu/gpu_quant.cuh"
 #include "backend/gpu/gpu_route.h"
 #include "rocmforge/quant.h"
 
@@ -27,15 +28,8 @@ __global__ void rf_k_f32_to_f16(rf_half *y, const float *x, int64_t n) {
 __global__ void rf_k_f32_to_f16_q8(rf_half *y, const float *x, int64_t n) {
     const int lane = threadIdx.x % 32;
     for (int64_t g0 = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32 * 32; g0 < n;
-         g0 += (int64_t)gridDim.x * blockDim.x) {
-        const float v = x[g0 + lane];
-        float amax = fabsf(v);
-        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, RF_SHFL_XOR(amax, m)); /* m < 32: within the group on wave32 and wave64 */
-        const float d32 = amax / 127.0f, d16 = __half2float(__float2half(d32));
-        const float d = d16 <= 65504.0f ? d16 : d32; /* f16 would overflow: keep f32 */
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        y[g0 + lane] = rf_float2half((float)__float2int_rn(v * id) * d);
-    }
+         g0 += (int64_t)gridDim.x * blockDim.x)
+        y[g0 + lane] = rf_act_q8_half(x[g0 + lane]);
 }
 
 /* y = W x for any n_tokens through the GEMV kernels, as many tokens per call as one takes (8, or

@@ -145,4 +145,18 @@ static __device__ __forceinline__ float rf_dq_elem(int t, const uint8_t *b, int 
     }
 }
 
+/* ggml's activation rounding (as rf_k_quantize_x and the CPU's act_q8) taken to f16, for the
+ * f16 tensor-core products of quantized weights (dequantize + BLAS in gpu_gemm.cu, W4A16): v is
+ * this lane's element of a group of 32 consecutive lanes; per group q = rint(v 127 / amax),
+ * result f16(q d) with d = f16(amax / 127) (f32 where f16 would overflow). Every lane of the
+ * group must call it (a shuffle; m < 32 stays within the group on wave32 and wave64). */
+static __device__ __forceinline__ rf_half rf_act_q8_half(float v) {
+    float amax = fabsf(v);
+    for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, RF_SHFL_XOR(amax, m));
+    const float d32 = amax / 127.0f, d16 = rf_half2float(rf_float2half(d32));
+    const float d = d16 <= 65504.0f ? d16 : d32;
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    return rf_float2half((float)__float2int_rn(v * id) * d);
+}
+
 #endif

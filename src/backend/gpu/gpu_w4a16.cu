@@ -292,23 +292,16 @@ __global__ void rf_k_w4a16_reduce(float *y, const float *part, int64_t n, int sp
     }
 }
 
-/* x -> f16 as rf_gpu_gemm's x operand of a quantized weight (gpu_gemm.cu rf_k_f32_to_f16_q8, the
- * same arithmetic): per 32, q = rint(x 127 / amax), x16 = f16(q f16(amax / 127)). n a multiple
- * of 32; launch: blocks of 256, grid-stride over groups of 32 lanes. */
+/* x -> f16 as rf_gpu_gemm's x operand of a quantized weight (rf_act_q8_half, as gpu_gemm.cu's
+ * rf_k_f32_to_f16_q8); n a multiple of 32; launch: blocks of 256, grid-stride over groups of 32
+ * lanes. */
 __global__ void rf_k_w4a16_x(rf_half *y, const float *x, int64_t n) {
     const int lane = threadIdx.x % 32;
     rf_pdl_trigger();
     rf_pdl_wait();
     for (int64_t g0 = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32 * 32; g0 < n;
-         g0 += (int64_t)gridDim.x * blockDim.x) {
-        const float v = x[g0 + lane];
-        float amax = fabsf(v);
-        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, RF_SHFL_XOR(amax, m));
-        const float d32 = amax / 127.0f, d16 = __half2float(__float2half(d32));
-        const float d = d16 <= 65504.0f ? d16 : d32;
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        y[g0 + lane] = __float2half_rn((float)__float2int_rn(v * id) * d);
-    }
+         g0 += (int64_t)gridDim.x * blockDim.x)
+        y[g0 + lane] = rf_act_q8_half(x[g0 + lane]);
 }
 
 template <int T, int BN>
