@@ -13,11 +13,13 @@
  * rows must be exact zeros. q8_0 against the unquantized K/V: per element the bound
  * check_q8_bound derives from the rounding of K and V (below). Batch invariance: every output row must be bit-identical when the token runs alone
  * (n_tokens = 1, its own max_pos), when max_pos is larger, and when the batch is reversed.
- * Every case also runs the kernels as before the decode speed-up (test hook gpu_pa_old) and
- * with the other shape hint (rf_gpu_paged_attention_hint: decode rows / prompt chunks): the
- * same bits. Then a timing table for the llama3-8b shape (32 heads, 8 kv heads, head_dim 128,
- * blocks of 16): decode rows, f16 and q8_0 cache, 1 sequence at depth 512/4096/16384 and
- * 64/128/256 sequences at depth 256/1024, old kernels against new; a 512-token prompt chunk.
+ * Every case also runs the kernels as before the decode speed-up (test hook gpu_pa_old), the
+ * plain kernel where the staged one runs (test hook gpu_pa_nostage: K/V read from memory, not
+ * from shared-memory stages, another grid) and with the other shape hint
+ * (rf_gpu_paged_attention_hint: decode rows / prompt chunks): the same bits. Then a timing table
+ * for the llama3-8b shape (32 heads, 8 kv heads, head_dim 128, blocks of 16): decode rows, f16
+ * and q8_0 cache, 1 sequence at depth 512/4096/16384 and 64/128/256 sequences at depth
+ * 256/1024, old, plain and new (staged) kernels side by side; a 512-token prompt chunk.
  * Inputs are fresh each run (seed printed; RF_TEST_SEED=<n> replays). Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>

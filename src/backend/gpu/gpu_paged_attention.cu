@@ -33,7 +33,11 @@
  * over gridDim.z blocks per (tokens, kv head), so that a handful of decoding sequences still
  * fills the device; a second kernel folds the partial states (its loads issued together, the
  * groups of a row side by side). Decode rows (the host's hint, rf_gpu_paged_attention_hint) get
- * one token per block at any batch size. */
+ * one token per block at any batch size. Staged variant (ST; CUDA sm_80+, f16 and q8_0 caches,
+ * head dims 64 and 128): a warp copies its chunk's K and V rows into shared memory with cp.async
+ * (one round trip per chunk, no registers held by the loads in flight) and the next split's while
+ * it computes and folds this one; the grid is one wave of resident blocks, each walking several
+ * splits. The same pieces feed the same arithmetic: the bits of the plain kernel. */
 #include "backend/gpu/gpu_paged_attention.cuh"
 
 #include "core/test_hooks.h"
@@ -112,7 +116,9 @@ static __device__ __forceinline__ void rf_pa_split_staged(float *sc, float *acc_
  *   with pos > pmax (max_pos, or past the block table) or seq < 0 as NaN; nothing else is read
  *   for them. sinks (f32 [n_head] or NULL): head h's sink folds into a row's state last, at
  *   the one place a row is normalised (rf_pa_final_sink). pf: 1 prefetches the K/V lines into
- *   L2 (rf_pa_prefetch), 0 not (the former kernel, for the test hook gpu_pa_old).
+ *   L2 (rf_pa_prefetch), 0 not (the former kernel, for the test hook gpu_pa_old); ST: the bytes
+ *   per cp.async copy (16, 8 or 4), with 2 * RF_PA_WARPS * rf_pa_stg::BYTES of dynamic shared
+ *   memory (rf_pa_split_staged).
  * in:  q f32 [n_tokens, n_head, D] (16-byte aligned), k, v KT [rows, n_head_kv, D] (16-byte
  *      aligned), pos, seq int32 [n_tokens], bt int32 [*, max_blocks] (device).
  * out: out f32 [n_tokens, n_head, D].
