@@ -52,6 +52,9 @@ typedef struct rf_test_hooks {
      * reduce loading one unit at a time) so that a test
      * times both in one run; the values are the same bit for bit either way */
     bool gpu_pa_old;
+    /* rf_gpu_paged_attention: the plain kernel where the staged one (K/V copied into shared
+     * memory with cp.async) would run, for a side-by-side timing; the same bits either way */
+    bool gpu_pa_nostage;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

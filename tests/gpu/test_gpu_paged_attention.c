@@ -13,11 +13,13 @@
  * rows must be exact zeros. q8_0 against the unquantized K/V: per element the bound
  * check_q8_bound derives from the rounding of K and V (below). Batch invariance: every output row must be bit-identical when the token runs alone
  * (n_tokens = 1, its own max_pos), when max_pos is larger, and when the batch is reversed.
- * Every case also runs the kernels as before the decode speed-up (test hook gpu_pa_old) and
- * with the other shape hint (rf_gpu_paged_attention_hint: decode rows / prompt chunks): the
- * same bits. Then a timing table for the llama3-8b shape (32 heads, 8 kv heads, head_dim 128,
- * blocks of 16): decode rows, f16 and q8_0 cache, 1 sequence at depth 512/4096/16384 and
- * 64/128/256 sequences at depth 256/1024, old kernels against new; a 512-token prompt chunk.
+ * Every case also runs the kernels as before the decode speed-up (test hook gpu_pa_old), the
+ * plain kernel where the staged one runs (test hook gpu_pa_nostage: K/V read from memory, not
+ * from shared-memory stages, another grid) and with the other shape hint
+ * (rf_gpu_paged_attention_hint: decode rows / prompt chunks): the same bits. Then a timing table
+ * for the llama3-8b shape (32 heads, 8 kv heads, head_dim 128, blocks of 16): decode rows, f16
+ * and q8_0 cache, 1 sequence at depth 512/4096/16384 and 64/128/256 sequences at depth
+ * 256/1024, old, plain and new (staged) kernels side by side; a 512-token prompt chunk.
  * Inputs are fresh each run (seed printed; RF_TEST_SEED=<n> replays). Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
@@ -307,6 +309,15 @@ static void run_case(rf_rng *r, const pa_case *c) {
     assert_int_equal(ost, RF_OK);
     dev_to(alt, dalt, (size_t)(nt * qd) * 4);
     assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
+    /* 4b: the plain kernel where the staged one runs (test hook gpu_pa_nostage: the K/V pieces
+     * read from memory, not from the warps' shared-memory stages, another schedule): the same bits */
+    const rf_test_hooks ns_hooks = {.gpu_pa_nostage = true};
+    rf_test_hooks_set(&ns_hooks);
+    ost = call_pa(c, dalt, dq, dk, dv, nt, dpos, dseq, dtab, maxb, max_pos);
+    rf_test_hooks_set(NULL);
+    assert_int_equal(ost, RF_OK);
+    dev_to(alt, dalt, (size_t)(nt * qd) * 4);
+    assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
     /* 5: the other shape hint (decode rows <-> prompt chunks: other rows per warp and tokens per
      * block; correct for any batch, the same bits) */
     assert_int_equal(rf_gpu_paged_attention_hint(g_ctx, dalt, dq, dk, dv,
@@ -317,7 +328,7 @@ static void run_case(rf_rng *r, const pa_case *c) {
                      RF_OK);
     dev_to(alt, dalt, (size_t)(nt * qd) * 4);
     assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
-    fprintf(stderr, "  %-48s bit-identical alone / reversed / old kernels / other hint / max_pos %lld, %lld, %lld\n",
+    fprintf(stderr, "  %-48s bit-identical alone / reversed / old / unstaged kernels / other hint / max_pos %lld, %lld, %lld\n",
             "", (long long)more[0], (long long)more[1], (long long)more[2]);
 
     rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dalt), rf_gpu_free(g_ctx, dk);
@@ -549,8 +560,8 @@ static void test_timing(void **state) {
      * the engine gives it), f16 and q8_0 K/V (q8_0 reads 34 bytes per 32 elements where f16 reads
      * 64), the kernels as now ("new") and as before the decode speed-up ("old": test hook
      * gpu_pa_old, which also ignores the hint as the former host did; the same bits) */
-    fprintf(stderr, "  %-6s %5s %6s %9s %9s %9s %7s %7s\n", "decode", "seqs", "depth", "old us", "new us", "new GB/s",
-            "old bw", "new bw");
+    fprintf(stderr, "  %-6s %5s %6s %9s %9s %9s %9s %7s %7s\n", "decode", "seqs", "depth", "old us", "plain us", "new us",
+            "new GB/s", "old bw", "new bw");
     const int dcase[9][2] = {{1, 512}, {1, 4096}, {1, 16384}, {64, 256}, {128, 256}, {256, 256},
                              {64, 1024}, {128, 1024}, {256, 1024}};
     int32_t *hpos = malloc(256 * 4), *hsq = malloc(256 * 4);
@@ -570,10 +581,10 @@ static void test_timing(void **state) {
             int reps = (int)(4e9 / bytes);
             if (reps < 50) reps = 50;
             if (reps > 2000) reps = 2000;
-            double us[2];
-            for (int oi = 0; oi < 2; oi++) { /* 0: old, 1: new */
-                const rf_test_hooks oh = {.gpu_pa_old = true};
-                rf_test_hooks_set(oi ? NULL : &oh);
+            double us[3];
+            for (int oi = 0; oi < 3; oi++) { /* 0: old, 1: plain (unstaged, with L2 prefetch), 2: new */
+                const rf_test_hooks oh = {.gpu_pa_old = true}, ph = {.gpu_pa_nostage = true};
+                rf_test_hooks_set(oi == 0 ? &oh : oi == 1 ? &ph : NULL);
                 for (int i = 0; i < reps + 3; i++) {
                     if (i == 3) {
                         assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
@@ -588,11 +599,11 @@ static void test_timing(void **state) {
                 us[oi] = (now_s() - t_start) / reps * 1e6;
             }
             rf_test_hooks_set(NULL);
-            const double gbs = bytes / (us[1] * 1e-6) / 1e9, gbo = bytes / (us[0] * 1e-6) / 1e9;
+            const double gbs = bytes / (us[2] * 1e-6) / 1e9, gbo = bytes / (us[0] * 1e-6) / 1e9;
             char fo[16] = "-", fn[16] = "-";
             if (bw > 0) snprintf(fo, sizeof fo, "%.0f%%", 100.0 * gbo / bw), snprintf(fn, sizeof fn, "%.0f%%", 100.0 * gbs / bw);
-            fprintf(stderr, "  %-6s %5d %6d %9.1f %9.1f %9.0f %7s %7s\n", ti ? "q8_0" : "f16", ns, depth, us[0], us[1],
-                    gbs, fo, fn);
+            fprintf(stderr, "  %-6s %5d %6d %9.1f %9.1f %9.1f %9.0f %7s %7s\n", ti ? "q8_0" : "f16", ns, depth, us[0],
+                    us[1], us[2], gbs, fo, fn);
             rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
         }
     }

@@ -33,10 +33,67 @@
  * over gridDim.z blocks per (tokens, kv head), so that a handful of decoding sequences still
  * fills the device; a second kernel folds the partial states (its loads issued together, the
  * groups of a row side by side). Decode rows (the host's hint, rf_gpu_paged_attention_hint) get
- * one token per block at any batch size. */
+ * one token per block at any batch size. Staged variant (ST; CUDA sm_80+, f16 and q8_0 caches,
+ * head dims 64 and 128): a warp copies its chunk's K and V rows into shared memory with cp.async
+ * (one round trip per chunk, no registers held by the loads in flight) and the next split's while
+ * it computes and folds this one; the grid is one wave of resident blocks, each walking several
+ * splits. The same pieces feed the same arithmetic: the bits of the plain kernel. */
 #include "backend/gpu/gpu_paged_attention.cuh"
 
 #include "core/test_hooks.h"
+
+/* The staged variant's dynamic shared memory: per warp a K and a V stage (rf_pa_stg). */
+extern __shared__ __align__(16) char rf_pa_dyn[];
+
+/* One split of a warp's chunk, staged (rf_k_paged_attn's ST variant; the steps and the
+ * arithmetic of the plain path, the K/V pieces read from the warp's stages): on a fresh lookup
+ * the chunk's K and V are copied in (two commit groups); the next split's K is copied in as soon
+ * as this one's scores have read the K stage, its V once P.V has read the V stage, so that each
+ * waits on memory while the warp works on this split and the block folds it. gr: bytes per copy.
+ * had_n / phys_n / have_n: as the plain path's lookahead (more: a next split exists, key sn *
+ * RF_PA_SPLIT + warp * RF_PA_CHUNK + lane its key). */
+template <int D, typename KT, int R, int EL>
+static __device__ __forceinline__ void rf_pa_split_staged(float *sc, float *acc_w, float2 *ml_w, const float (&qr)[R][EL],
+                                                          const KT *__restrict__ k, const KT *__restrict__ v,
+                                                          const int32_t *__restrict__ bt, int sq, int max_blocks, int bs,
+                                                          int lane, int j, int ulo, int uhi, const int (&lo)[R],
+                                                          const int (&hi)[R], int64_t rstride, int64_t hoff, int ks,
+                                                          int sl, float softcap, int gr, bool had_n, int &phys_n,
+                                                          bool &have_n, bool more, int sn, int warp) {
+    typedef rf_pa_stg<D, KT> S;
+    char *sk = rf_pa_dyn + (size_t)warp * 2 * S::BYTES, *sv = sk + S::BYTES;
+    const unsigned ak = rf_smem_addr(sk), av = rf_smem_addr(sv);
+    const int phys = had_n ? phys_n : rf_pa_phys(bt, sq, max_blocks, bs, lane, j, ulo, uhi);
+    if (!had_n) {
+        rf_pa_stage<D, KT>(ak, k, phys, rstride, hoff, lane, gr);
+        rf_cp_async_commit();
+        rf_pa_stage<D, KT>(av, v, phys, rstride, hoff, lane, gr);
+        rf_cp_async_commit();
+    }
+    have_n = false;
+    if (more) {
+        phys_n = rf_pa_phys(bt, sq, max_blocks, bs, lane, sn * RF_PA_SPLIT + warp * RF_PA_CHUNK + lane, ulo, uhi);
+        have_n = true;
+    }
+    rf_cp_async_wait<1>(); /* this split's K (its V may still be on the way) */
+    RF_SYNCWARP();
+    rf_pa_scores<D, KT, R, EL, true>(sc, qr, k, phys, rstride, hoff, ks, sl, softcap, sk);
+    RF_SYNCWARP(); /* the K stage is read: the next split's K may come in */
+    if (have_n) rf_pa_stage<D, KT>(ak, k, phys_n, rstride, hoff, lane, gr);
+    rf_cp_async_commit();
+    float mx[R], ls[R];
+    rf_pa_softmax<R>(sc, lane, j, lo, hi, mx, ls);
+    rf_cp_async_wait<1>(); /* this split's V (the next K may still be on the way) */
+    RF_SYNCWARP();
+    rf_pa_pv<D, KT, R, true>(acc_w, sc, v, phys, rstride, hoff, ks, sl, sv);
+    RF_SYNCWARP(); /* the V stage is read */
+    if (have_n) rf_pa_stage<D, KT>(av, v, phys_n, rstride, hoff, lane, gr);
+    rf_cp_async_commit();
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++) ml_w[r] = make_float2(mx[r], ls[r]);
+    }
+}
 
 /* paged_attn: rows (token t, query head h) of a block of tokens against their sequences' keys.
  *   Block (x, y, z): tokens t0 = x*NQ .. t0+NQ-1 (NQ consecutive batch slots), kv head
@@ -59,7 +116,9 @@
  *   with pos > pmax (max_pos, or past the block table) or seq < 0 as NaN; nothing else is read
  *   for them. sinks (f32 [n_head] or NULL): head h's sink folds into a row's state last, at
  *   the one place a row is normalised (rf_pa_final_sink). pf: 1 prefetches the K/V lines into
- *   L2 (rf_pa_prefetch), 0 not (the former kernel, for the test hook gpu_pa_old).
+ *   L2 (rf_pa_prefetch), 0 not (the former kernel, for the test hook gpu_pa_old); ST: the bytes
+ *   per cp.async copy (16, 8 or 4), with 2 * RF_PA_WARPS * rf_pa_stg::BYTES of dynamic shared
+ *   memory (rf_pa_split_staged).
  * in:  q f32 [n_tokens, n_head, D] (16-byte aligned), k, v KT [rows, n_head_kv, D] (16-byte
  *      aligned), pos, seq int32 [n_tokens], bt int32 [*, max_blocks] (device).
  * out: out f32 [n_tokens, n_head, D].
@@ -69,7 +128,7 @@
  *   K/V against the reference on the f16 values; < 1e-2 against unrounded f32 values; q8_0 K/V
  *   against the reference on the dequantized values d * q, which are exact in f32, so the f32
  *   arithmetic: the query is not rounded, as the CPU's q8_0 path does not round it). */
-template <int D, typename KT, int R>
+template <int D, typename KT, int R, bool ST>
 __global__ void __launch_bounds__(RF_PA_WARPS * RF_WARP_SIZE, R <= 4 ? 2 : 1)
 rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ q,
                 const KT *__restrict__ k, const KT *__restrict__ v, const int32_t *__restrict__ pos,
@@ -123,6 +182,9 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
          * their K/V lines into L2 (and this split's on a fresh lookup); values unchanged */
         int phys_n = -1;
         bool have_n = false;
+        if constexpr (ST) { /* this pass's stages are free: the last pass's reads are done */
+            RF_SYNCWARP();
+        }
         for (int un = sfirst / ustep + z; un <= slast / ustep; un += Z) {
             const int s0 = max(sfirst, un * ustep), s1 = min(slast, un * ustep + ustep - 1);
             for (int s = s0; s <= s1; s++) {
@@ -135,6 +197,12 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
 #pragma unroll
                         for (int r = 0; r < R; r++) s_ml[warp][r] = make_float2(-INFINITY, 0.0f);
                     }
+                } else if constexpr (ST) {
+                    const int j = j0 + lane;
+                    rf_pa_split_staged<D, KT, R>(s_sc[warp], s_acc[warp], s_ml[warp], qr, k, v, bt, sq, max_blocks, bs,
+                                                 lane, j, ulo, uhi, lo, hi, rstride, hoff, ks, sl, softcap, pf, had_n,
+                                                 phys_n, have_n, s < s1 || un + Z <= slast / ustep,
+                                                 s < s1 ? s + 1 : max(sfirst, (un + Z) * ustep), warp);
                 } else {
                     /* cache row of key j0 + lane (-1: none of this pass's rows may see it) */
                     const int j = j0 + lane;
@@ -309,24 +377,55 @@ struct rf_pa_args {
     float softcap;
     int pmax, mode, nsp;
     const float *sinks;
-    int pf;
+    int pf; /* plain kernel: 1 L2 prefetch, 0 none; staged: bytes per copy */
+    bool st; /* the staged variant (rf_pa_stage_gr) */
 };
 
-template <int D, typename KT, int R>
+template <int D, typename KT, int R, bool ST>
 static rf_status rf_pa_go(rf_gpu_ctx *ctx, dim3 grid, unsigned threads, const rf_pa_args &a) {
     const KT *k = (const KT *)a.k, *v = (const KT *)a.v;
-    return rf_gpu_launch(ctx, "rf_k_paged_attn", false, rf_k_paged_attn<D, KT, R>, grid, dim3(threads), 0,
+    size_t smem = 0;
+    if constexpr (ST) { /* a K and a V stage per warp, past the default 48 KiB with the static arrays */
+        static size_t set[RF_GPU_MAX_DEVICES];
+        smem = (size_t)2 * RF_PA_WARPS * rf_pa_stg<D, KT>::BYTES;
+        rf_status st = rf_gpu_smem_attr(ctx, (const void *)rf_k_paged_attn<D, KT, R, ST>, smem, 48 * 1024, set,
+                                        "rf_k_paged_attn");
+        if (st) return st;
+    }
+    return rf_gpu_launch(ctx, "rf_k_paged_attn", false, rf_k_paged_attn<D, KT, R, ST>, grid, dim3(threads), smem,
                          a.out, a.part, a.pml, a.q, k, v, a.pos, a.seq, a.bt, a.n_tokens, a.max_blocks,
                          a.bs, a.n_head, a.n_head_kv, a.G, a.GS, a.NQ, a.HS, a.scale, a.window,
                          a.softcap, a.pmax, a.mode, a.nsp, a.sinks, a.pf);
 }
 
+/* The staged variant's shapes (rf_pa_stg): f16 and q8_0 caches with head dims 64 and 128 (two
+ * stages of 16 rows per warp stay <= 64 KiB a block), CUDA only (cp.async, sm_80+). */
+template <typename KT> static constexpr bool rf_pa_stage_kt() {
+    return sizeof(KT) == 2 || rf_pa_kt<KT>::EPU == 32;
+}
+#if !defined(RF_HIP)
+static bool rf_pa_stage_dim(int D) { return D == 64 || D == 128; }
+#endif
+
 template <typename KT>
 static rf_status rf_pa_dispatch(rf_gpu_ctx *ctx, int D, int R, dim3 grid, unsigned threads,
                                 const rf_pa_args &a) {
+#if !defined(RF_HIP)
+    if constexpr (rf_pa_stage_kt<KT>()) {
+        if (a.st) {
+#define RF_PA_SCASE(DD, RR) \
+    if (D == DD && R == RR) return rf_pa_go<DD, KT, RR, true>(ctx, grid, threads, a);
+#define RF_PA_SDIM(DD) RF_PA_SCASE(DD, 1) RF_PA_SCASE(DD, 2) RF_PA_SCASE(DD, 4) RF_PA_SCASE(DD, 8)
+            RF_PA_SDIM(64)
+            RF_PA_SDIM(128)
+#undef RF_PA_SDIM
+#undef RF_PA_SCASE
+        }
+    }
+#endif
 #define RF_PA_CASE(DD, RR)                                                                    \
     if constexpr (DD % rf_pa_kt<KT>::EPU == 0)                                                \
-        if (D == DD && R == RR) return rf_pa_go<DD, KT, RR>(ctx, grid, threads, a);
+        if (D == DD && R == RR) return rf_pa_go<DD, KT, RR, false>(ctx, grid, threads, a);
 #define RF_PA_DIM(DD) RF_PA_CASE(DD, 1) RF_PA_CASE(DD, 2) RF_PA_CASE(DD, 4)
     RF_PA_DIM(64)
     RF_PA_DIM(80)
@@ -410,9 +509,27 @@ extern "C" rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, co
     const int64_t gk = (int64_t)RF_PA_SPLIT * RF_PA_GROUP;
     const int64_t nsp_g = pmax < 0 ? 1 : (span - 1) / gk + 2 < pmax / gk + 1 ? (span - 1) / gk + 2 : pmax / gk + 1;
 
+    /* staged (CUDA sm_80+, f16 / q8_0, head dim 64 or 128): the K/V copies' size, the largest
+     * of 16, 8, 4 bytes that divides every head row's address (q8_0 rows are 34-byte blocks) */
+    int gr = 0;
+#if !defined(RF_HIP)
+    if (!old && !(hk && hk->gpu_pa_nostage) && ctx->info.cc_major >= 8 && kv_type != RF_TYPE_F32 &&
+        rf_pa_stage_dim(D)) {
+        const int64_t hbytes = kv_type == RF_TYPE_Q8_0 ? D / 32 * 34 : (int64_t)D * 2;
+        const uint64_t al = (uint64_t)(hbytes * n_head_kv) | (uint64_t)hbytes | (uint64_t)(uintptr_t)k |
+                            (uint64_t)(uintptr_t)v;
+        gr = 16;
+        while (gr >= 4 && al % (uint64_t)gr) gr /= 2;
+        if (gr < 4) gr = 0;
+    }
+#endif
     /* spread the splits over gridDim.z blocks when the rows alone would leave the device idle,
-     * the partial states through memory per split, or per group if that is too large */
-    const int64_t target = 4LL * (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+     * the partial states through memory per split, or per group if that is too large. Staged:
+     * as many blocks as are resident at once (two per SM up to 4 rows per warp, else one), so
+     * that a block walks several splits and its copies of the next overlap this one's work;
+     * plain: four per SM. The schedule changes no bits (the header comment). */
+    const int64_t per_sm = gr ? (R <= 4 ? 2 : 1) : 4;
+    const int64_t target = per_sm * (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
     const size_t row_slot = (size_t)n_tokens * (size_t)n_head * ((size_t)D + 2) * sizeof(float);
     int mode = RF_PA_TOTAL;
     int64_t Zb = 1, nsp = 1;
@@ -432,7 +549,8 @@ extern "C" rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, co
     a.n_tokens = (int)n_tokens, a.max_blocks = (int)max_blocks, a.bs = (int)block_size;
     a.n_head = (int)n_head, a.n_head_kv = (int)n_head_kv, a.G = (int)G, a.GS = (int)GS;
     a.NQ = (int)NQ, a.HS = (int)HS, a.scale = scale, a.window = win, a.softcap = softcap;
-    a.pmax = pmax, a.mode = mode, a.nsp = (int)nsp, a.sinks = sinks, a.pf = old ? 0 : 1;
+    a.pmax = pmax, a.mode = mode, a.nsp = (int)nsp, a.sinks = sinks, a.pf = gr ? gr : old ? 0 : 1;
+    a.st = gr > 0;
 
     size_t mark = ctx->scratch_used;
     if (mode != RF_PA_TOTAL) {

@@ -125,6 +125,65 @@ static __device__ __forceinline__ void rf_pa_prefetch(const KT *__restrict__ k, 
     }
 }
 
+/* Staging (the decode speed-up of rf_k_paged_attn's ST variant, CUDA sm_80+): a warp copies
+ * its chunk's K rows, and separately its V rows, into its own shared-memory slots with cp.async
+ * (no register holds them in flight, so a warp has a whole chunk's K and V, 8 KiB for f16 x 128,
+ * outstanding at once instead of one round of U loads), and the next split's while it works on
+ * this one. Slot i of a stage holds key i's head row (RB bytes, at a stride of RBP = RB rounded
+ * up to 16); the reads that follow take the same 16-byte pieces from there that they took from
+ * memory: the values, and so the bits, are unchanged. gr: bytes per copy (16, 8 or 4: the
+ * largest that divides every row's address; the host's choice). */
+template <int D, typename KT> struct rf_pa_stg {
+    static constexpr int UB = rf_pa_kt<KT>::UB, RB = D / rf_pa_kt<KT>::EPU * UB, RBP = (RB + 15) / 16 * 16;
+    static constexpr int BYTES = RF_PA_CHUNK * RBP; /* one stage (K or V) of one warp */
+};
+static __device__ __forceinline__ void rf_pa_cp4(unsigned s, const void *g) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(g) : "memory");
+#else
+    (void)s, (void)g;
+    RF_DEVICE_TRAP();
+#endif
+}
+/* The head rows of the chunk's keys (lane l < RF_PA_CHUNK holds key l's cache row phys, -1:
+ * none, nothing copied) from c into the stage at smem address st, in copies of gr bytes; every
+ * lane takes part (the shuffles). Not committed: the caller closes the group. */
+template <int D, typename KT, int GR>
+static __device__ __forceinline__ void rf_pa_stage_gr(unsigned st, const KT *__restrict__ c, int phys,
+                                                      int64_t rstride, int64_t hoff, int lane) {
+    typedef rf_pa_stg<D, KT> S;
+    constexpr int gr = GR, npc = S::RB / GR, n = RF_PA_CHUNK * npc;
+#pragma unroll 1
+    for (int i0 = 0; i0 < n; i0 += RF_WARP_SIZE) { /* uniform trip count: every lane shuffles */
+        const int i = i0 + lane, key = i / npc < RF_PA_CHUNK ? i / npc : RF_PA_CHUNK - 1, pc = i % npc;
+        const int ph = RF_SHFL(phys, key);
+        if (i < n && ph >= 0) {
+            const char *src = reinterpret_cast<const char *>(c) + ((int64_t)ph * rstride + hoff) * S::UB + pc * gr;
+            const unsigned dst = st + (unsigned)(key * S::RBP + pc * gr);
+            if constexpr (gr == 16) rf_cp_async16_s(dst, src);
+            else if constexpr (gr == 8) rf_cp_async8_s(dst, src);
+            else rf_pa_cp4(dst, src);
+        }
+    }
+}
+template <int D, typename KT>
+static __device__ __forceinline__ void rf_pa_stage(unsigned st, const KT *__restrict__ c, int phys, int64_t rstride,
+                                                   int64_t hoff, int lane, int gr) {
+    typedef rf_pa_stg<D, KT> S;
+    if constexpr (S::RB % 16 == 0) { /* f16: rows of 2 x D bytes, 16-byte copies (the host's gr) */
+        (void)gr;
+        rf_pa_stage_gr<D, KT, 16>(st, c, phys, rstride, hoff, lane);
+    } else { /* q8_0: rows of D / 32 blocks of 34 bytes, 8- or 4-byte copies */
+        if constexpr (S::RB % 8 == 0) {
+            if (gr == 8) {
+                rf_pa_stage_gr<D, KT, 8>(st, c, phys, rstride, hoff, lane);
+                return;
+            }
+        }
+        rf_pa_stage_gr<D, KT, 4>(st, c, phys, rstride, hoff, lane);
+    }
+}
+
 /* a piece of K/V (rf_pa_kt::ld) -> floats */
 template <typename KT> struct rf_pa_cvt;
 template <> struct rf_pa_cvt<rf_pa_q8> {
@@ -348,10 +407,11 @@ static __device__ __forceinline__ void rf_pa_query(float (&qr)[R][EL],
 
 /* A warp's chunk, scores: step i, key slot ks -> key i * KPW + ks of the chunk; each K row read
  * once (16-byte loads) for all R rows; the softcapped score of (key, row) to sc[key * R + row]. */
-template <int D, typename KT, int R, int EL>
+template <int D, typename KT, int R, int EL, bool ST = false>
 static __device__ __forceinline__ void rf_pa_scores(float *sc, const float (&qr)[R][EL],
                                                     const KT *__restrict__ k, int phys, int64_t rstride,
-                                                    int64_t hoff, int ks, int sl, float softcap) {
+                                                    int64_t hoff, int ks, int sl, float softcap,
+                                                    const char *stg = nullptr) {
     typedef rf_pa_cfg<D, KT, R> C;
     static_assert(EL == C::EL, "a lane's query elements");
     constexpr int U = C::U, NP = C::NP, KPW = C::KPW, L = C::L, P = C::P, EPP = C::EPP, LR = C::LR;
@@ -365,8 +425,14 @@ static __device__ __forceinline__ void rf_pa_scores(float *sc, const float (&qr)
             for (int np = 0; np < NP; np++) {
                 const int pc = sl + np * L;
                 kw[u][np] = make_uint4(0u, 0u, 0u, 0u);
-                if (ph >= 0 && pc < P)
-                    kw[u][np] = rf_pa_kt<KT>::ld(k, ph * rstride + hoff, pc);
+                if (ph >= 0 && pc < P) {
+                    if constexpr (ST) /* key (g * U + u) * KPW + ks of the chunk, from its slot */
+                        kw[u][np] = rf_pa_kt<KT>::ld(reinterpret_cast<const KT *>(
+                                                         stg + ((g * U + u) * KPW + ks) * rf_pa_stg<D, KT>::RBP),
+                                                     0, pc);
+                    else
+                        kw[u][np] = rf_pa_kt<KT>::ld(k, ph * rstride + hoff, pc);
+                }
             }
         }
 #pragma unroll
@@ -418,9 +484,10 @@ static __device__ __forceinline__ void rf_pa_softmax(float *sc, int lane, int j,
 
 /* A warp's chunk, P.V: each key slot accumulates its own keys (each V row read once for all R
  * rows), then the slots are summed across the warp; the chunk's [row][dim] to acc_w. */
-template <int D, typename KT, int R>
+template <int D, typename KT, int R, bool ST = false>
 static __device__ __forceinline__ void rf_pa_pv(float *acc_w, const float *sc, const KT *__restrict__ v, int phys,
-                                                int64_t rstride, int64_t hoff, int ks, int sl) {
+                                                int64_t rstride, int64_t hoff, int ks, int sl,
+                                                const char *stg = nullptr) {
     typedef rf_pa_cfg<D, KT, R> C;
     constexpr int U = C::U, NP = C::NP, KPW = C::KPW, L = C::L, P = C::P, EPP = C::EPP, EL = C::EL, WS = C::WS;
     float acc[R][EL];
@@ -438,8 +505,14 @@ static __device__ __forceinline__ void rf_pa_pv(float *acc_w, const float *sc, c
             for (int np = 0; np < NP; np++) {
                 const int pc = sl + np * L;
                 vw[u][np] = make_uint4(0u, 0u, 0u, 0u);
-                if (ph >= 0 && pc < P)
-                    vw[u][np] = rf_pa_kt<KT>::ld(v, ph * rstride + hoff, pc);
+                if (ph >= 0 && pc < P) {
+                    if constexpr (ST)
+                        vw[u][np] = rf_pa_kt<KT>::ld(reinterpret_cast<const KT *>(
+                                                         stg + ((g * U + u) * KPW + ks) * rf_pa_stg<D, KT>::RBP),
+                                                     0, pc);
+                    else
+                        vw[u][np] = rf_pa_kt<KT>::ld(v, ph * rstride + hoff, pc);
+                }
             }
         }
 #pragma unroll
