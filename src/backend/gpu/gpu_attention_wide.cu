@@ -206,21 +206,22 @@ static __device__ __forceinline__ void rf_aw_scores(float *sp, float2 *sml, cons
 #pragma unroll
         for (int i = 0; i < RF_AW_RPT; i++) {
             const int r = g + i * RF_AW_NG;
-            if (r >= R) break;
-            const float4 q0 = *reinterpret_cast<const float4 *>(sq + r * D + pc * 8);
-            const float4 q1 = *reinterpret_cast<const float4 *>(sq + r * D + pc * 8 + 4);
-            float s = dot[i];
-            s = __fmaf_rn(q0.x, kf[0], s), s = __fmaf_rn(q0.y, kf[1], s);
-            s = __fmaf_rn(q0.z, kf[2], s), s = __fmaf_rn(q0.w, kf[3], s);
-            s = __fmaf_rn(q1.x, kf[4], s), s = __fmaf_rn(q1.y, kf[5], s);
-            s = __fmaf_rn(q1.z, kf[6], s), s = __fmaf_rn(q1.w, kf[7], s);
-            dot[i] = s;
+            if (r < R) { /* (no break: HIP unrolls only loops without one) */
+                const float4 q0 = *reinterpret_cast<const float4 *>(sq + r * D + pc * 8);
+                const float4 q1 = *reinterpret_cast<const float4 *>(sq + r * D + pc * 8 + 4);
+                float s = dot[i];
+                s = __fmaf_rn(q0.x, kf[0], s), s = __fmaf_rn(q0.y, kf[1], s);
+                s = __fmaf_rn(q0.z, kf[2], s), s = __fmaf_rn(q0.w, kf[3], s);
+                s = __fmaf_rn(q1.x, kf[4], s), s = __fmaf_rn(q1.y, kf[5], s);
+                s = __fmaf_rn(q1.z, kf[6], s), s = __fmaf_rn(q1.w, kf[7], s);
+                dot[i] = s;
+            }
         }
     }
 #pragma unroll
     for (int i = 0; i < RF_AW_RPT; i++) {
         const int r = g + i * RF_AW_NG; /* uniform over the TK lanes of the group */
-        if (r >= R) break;
+        if (r >= R) continue;
         float s = dot[i];
         if (softcap > 0.0f) s = __fmul_rn(softcap, tanhf(__fdiv_rn(s, softcap)));
         if (!have || kp < slo[r] || kp > shi[r]) s = -INFINITY;
@@ -389,7 +390,7 @@ rf_k_attn_wide(float *out, float *part, float2 *pml, const float *__restrict__ q
                     }
 #pragma unroll
                     for (int r = 0; r < RF_AW_RMAX; r++) {
-                        if (r >= R) break;
+                        if (r >= R) continue;
                         const float2 ml = s_ml[r];
                         float fa, fb;
                         const int md = rf_aw_factors(uM[r], uL[r], ml.x, ml.y, fa, fb);
@@ -402,7 +403,7 @@ rf_k_attn_wide(float *out, float *part, float2 *pml, const float *__restrict__ q
             if (d0 < D) {
 #pragma unroll
                 for (int r = 0; r < RF_AW_RMAX; r++) {
-                    if (r >= R) break;
+                    if (r >= R) continue;
                     if (mode == RF_AW_TOTAL) {
                         float fa, fb;
                         const int md = rf_aw_factors(rM[r], rL[r], uM[r], uL[r], fa, fb);
@@ -435,8 +436,7 @@ rf_k_attn_wide(float *out, float *part, float2 *pml, const float *__restrict__ q
         if (mode == RF_AW_TOTAL && d0 < D) {
 #pragma unroll
             for (int r = 0; r < RF_AW_RMAX; r++) {
-                if (r >= R) break;
-                if (s_lo[r] > s_hi[r]) continue;
+                if (r >= R || s_lo[r] > s_hi[r]) continue;
                 const int64_t orow = (t0 + r / GS) * n_head + (int64_t)hk * G + hs * GS + r % GS;
                 float4 o;
                 o.x = rf_aw_final(rM[r], rL[r], ra[r][0], sinks, orow % n_head);
@@ -481,9 +481,10 @@ rf_k_attn_wide_reduce(float *out, const float *__restrict__ part, const float2 *
         }
 #pragma unroll
         for (int i = 0; i < NB; i++) {
-            if (u0 + i > ulr) break;
-            const int md = rf_aw_factors(M, L, mlb[i].x, mlb[i].y, fa, fb);
-            num = rf_aw_apply(num, ab[i], md, fa, fb);
+            if (u0 + i <= ulr) {
+                const int md = rf_aw_factors(M, L, mlb[i].x, mlb[i].y, fa, fb);
+                num = rf_aw_apply(num, ab[i], md, fa, fb);
+            }
         }
     }
     out[orow * D + d] = rf_aw_final(M, L, num, sinks, h);
