@@ -106,13 +106,27 @@ static __device__ __forceinline__ void rf_aw_cp4(void *smem, const void *gmem) {
 #endif
 }
 
-/* The K and V rows of the tile's keys (phys[j]: cache row of key j, -1: none, left unwritten:
- * no row may see that key) into sk, sv; returns once this thread's copies have landed. */
+/* Cache rows of keys kt .. kt + RF_AW_TK - 1 of sequence sq into phys (threads tid < RF_AW_TK):
+ * -1 outside [ulo, uhi], the keys no row of the pass may see. */
+static __device__ __forceinline__ void rf_aw_phys(int *phys, const int32_t *__restrict__ bt, int sq, int max_blocks,
+                                                  int bs, int kt, int ulo, int uhi) {
+    if (threadIdx.x < RF_AW_TK) {
+        const int j = kt + threadIdx.x;
+        int ph = -1;
+        if (j >= ulo && j <= uhi) {
+            const int b = bt[(int64_t)sq * max_blocks + j / bs];
+            ph = b >= 0 ? b * bs + j % bs : -1;
+        }
+        phys[threadIdx.x] = ph;
+    }
+}
+
+/* The tile's rows of one cache (phys[j]: cache row of key j; -1: left unwritten, no row may see
+ * that key) into dst, asynchronously: one commit group (rf_cp_async_wait, then a barrier). */
 template <typename KT>
-static __device__ __forceinline__ void rf_aw_load_tile(unsigned char *sk, unsigned char *sv, const int *phys,
-                                                       const unsigned char *__restrict__ k,
-                                                       const unsigned char *__restrict__ v, int64_t rstride,
-                                                       int64_t hoff, int D) {
+static __device__ __forceinline__ void rf_aw_copy(unsigned char *dst, const int *phys,
+                                                  const unsigned char *__restrict__ src, int64_t rstride,
+                                                  int64_t hoff, int D) {
     const int RB = rf_aw_kt<KT>::rb(D), KS = rf_aw_kt<KT>::ks(D);
     constexpr int W = sizeof(KT) >= 2 ? 16 : 4; /* bytes per copy */
     const int per = RB / W, n = RF_AW_TK * per;
@@ -120,16 +134,10 @@ static __device__ __forceinline__ void rf_aw_load_tile(unsigned char *sk, unsign
         const int j = i / per, c = (i % per) * W, ph = phys[j];
         if (ph < 0) continue;
         const int64_t go = (int64_t)ph * rstride + hoff + c;
-        if (W == 16) {
-            rf_cp_async16(sk + j * KS + c, k + go);
-            rf_cp_async16(sv + j * KS + c, v + go);
-        } else {
-            rf_aw_cp4(sk + j * KS + c, k + go);
-            rf_aw_cp4(sv + j * KS + c, v + go);
-        }
+        if (W == 16) rf_cp_async16(dst + j * KS + c, src + go);
+        else rf_aw_cp4(dst + j * KS + c, src + go);
     }
     rf_cp_async_commit();
-    rf_cp_async_wait<0>();
 }
 
 /* Elements 8 pc .. 8 pc + 7 of a staged row as floats (q8_0: d * q, exact in f32). */
@@ -187,7 +195,7 @@ template <> struct rf_aw_rd<rf_aw_q8> {
 
 /* A tile's scores and softmax: thread (key j = tid % TK, row group g = tid / TK) scores rows
  * g + i * NG against key kt + j (the query rows sq, scaled, in shared memory), masks them by the
- * rows' ranges, and leaves the weights e^(s - m) in sp[row][j] and the rows' (m, l) in sml. */
+ * rows' ranges, and leaves the weights e^(s - m) in sp[j][row] and the rows' (m, l) in sml. */
 template <typename KT>
 static __device__ __forceinline__ void rf_aw_scores(float *sp, float2 *sml, const float *sq, const unsigned char *sk,
                                                     const int *phys, const int *slo, const int *shi, int kt, int D,
@@ -232,7 +240,7 @@ static __device__ __forceinline__ void rf_aw_scores(float *sp, float2 *sml, cons
         float l = p;
 #pragma unroll
         for (int o = RF_AW_TK / 2; o > 0; o >>= 1) l = __fadd_rn(l, RF_SHFL_XOR(l, o));
-        sp[r * RF_AW_TK + j] = p;
+        sp[j * RF_AW_RMAX + r] = p;
         if (j == 0) sml[r] = make_float2(m, l);
     }
 }
@@ -268,6 +276,107 @@ static __device__ __forceinline__ void rf_aw_tokens(float *out, int4 *stok, cons
     }
 }
 
+/* The block's geometry and the pass's place, as the unit-end and write steps read them. */
+struct rf_aw_at {
+    float *out, *part;
+    float2 *pml;
+    const float *sinks;
+    int64_t t0;
+    int n_head, hk, G, GS, hs, D, nsp, mode;
+};
+
+/* A tile's P.V for this thread's dims d0 .. d0 + 3 (each V row read once for all rows, keys in
+ * order, zero weights skipped), folded into the unit's state (ua, uM, uL) by the tile's (m, l). */
+template <typename KT>
+static __device__ __forceinline__ void rf_aw_pv(float (&ua)[RF_AW_RMAX][4], float (&uM)[RF_AW_RMAX],
+                                                float (&uL)[RF_AW_RMAX], const float *sp, const float2 *sml,
+                                                const unsigned char *sv, int KS, int d0, int R) {
+    float acc[RF_AW_RMAX][4];
+#pragma unroll
+    for (int r = 0; r < RF_AW_RMAX; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+    for (int j = 0; j < RF_AW_TK; j++) {
+        float vf[4], pr[RF_AW_RMAX];
+        rf_aw_rd<KT>::piece4(sv + j * KS, d0, vf);
+#pragma unroll
+        for (int i = 0; i < RF_AW_RMAX / 4; i++) {
+            const float4 x = *reinterpret_cast<const float4 *>(sp + j * RF_AW_RMAX + 4 * i);
+            pr[4 * i] = x.x, pr[4 * i + 1] = x.y, pr[4 * i + 2] = x.z, pr[4 * i + 3] = x.w;
+        }
+#pragma unroll
+        for (int r = 0; r < RF_AW_RMAX; r++) {
+            if (r < R && pr[r] != 0.0f) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[r][e] = __fmaf_rn(pr[r], vf[e], acc[r][e]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RF_AW_RMAX; r++) {
+        if (r >= R) continue;
+        const float2 ml = sml[r];
+        float fa, fb;
+        const int md = rf_aw_factors(uM[r], uL[r], ml.x, ml.y, fa, fb);
+#pragma unroll
+        for (int e = 0; e < 4; e++) ua[r][e] = rf_aw_apply(ua[r][e], acc[r][e], md, fa, fb);
+    }
+}
+
+/* Unit u's end, per row of the pass: mode TOTAL folds the unit's state into the row's; UNITS
+ * writes it (a row whose keys lie in this one unit: normalised, to out; else to part / pml).
+ * The unit's state is reset. */
+static __device__ __forceinline__ void rf_aw_unit_end(const rf_aw_at &a, int u, float (&ua)[RF_AW_RMAX][4],
+                                                      float (&uM)[RF_AW_RMAX], float (&uL)[RF_AW_RMAX],
+                                                      float (&ra)[RF_AW_RMAX][4], float (&rM)[RF_AW_RMAX],
+                                                      float (&rL)[RF_AW_RMAX], const int *slo, const int *shi, int d0,
+                                                      int R) {
+#pragma unroll
+    for (int r = 0; r < RF_AW_RMAX; r++) {
+        if (r >= R) continue;
+        if (a.mode == RF_AW_TOTAL) {
+            float fa, fb;
+            const int md = rf_aw_factors(rM[r], rL[r], uM[r], uL[r], fa, fb);
+#pragma unroll
+            for (int e = 0; e < 4; e++) ra[r][e] = rf_aw_apply(ra[r][e], ua[r][e], md, fa, fb);
+        } else if (slo[r] <= shi[r]) {
+            const int ufr = slo[r] / RF_AW_UNIT, ulr = shi[r] / RF_AW_UNIT;
+            if (u >= ufr && u <= ulr) {
+                const int64_t orow = (a.t0 + r / a.GS) * a.n_head + (int64_t)a.hk * a.G + a.hs * a.GS + r % a.GS;
+                if (ufr == ulr) {
+                    float4 o;
+                    o.x = rf_aw_final(uM[r], uL[r], ua[r][0], a.sinks, orow % a.n_head);
+                    o.y = rf_aw_final(uM[r], uL[r], ua[r][1], a.sinks, orow % a.n_head);
+                    o.z = rf_aw_final(uM[r], uL[r], ua[r][2], a.sinks, orow % a.n_head);
+                    o.w = rf_aw_final(uM[r], uL[r], ua[r][3], a.sinks, orow % a.n_head);
+                    *reinterpret_cast<float4 *>(a.out + orow * a.D + d0) = o;
+                } else {
+                    const int64_t si = orow * a.nsp + (u - ufr);
+                    *reinterpret_cast<float4 *>(a.part + si * a.D + d0) = make_float4(ua[r][0], ua[r][1], ua[r][2], ua[r][3]);
+                    if (d0 == 0) a.pml[si] = make_float2(uM[r], uL[r]);
+                }
+            }
+        }
+        uM[r] = -INFINITY, uL[r] = 0.0f;
+        ua[r][0] = ua[r][1] = ua[r][2] = ua[r][3] = 0.0f;
+    }
+}
+
+/* mode TOTAL, after a pass: its rows written normalised from the row states. */
+static __device__ __forceinline__ void rf_aw_write_rows(const rf_aw_at &a, const float (&ra)[RF_AW_RMAX][4],
+                                                        const float (&rM)[RF_AW_RMAX], const float (&rL)[RF_AW_RMAX],
+                                                        const int *slo, const int *shi, int d0, int R) {
+#pragma unroll
+    for (int r = 0; r < RF_AW_RMAX; r++) {
+        if (r >= R || slo[r] > shi[r]) continue;
+        const int64_t orow = (a.t0 + r / a.GS) * a.n_head + (int64_t)a.hk * a.G + a.hs * a.GS + r % a.GS;
+        float4 o;
+        o.x = rf_aw_final(rM[r], rL[r], ra[r][0], a.sinks, orow % a.n_head);
+        o.y = rf_aw_final(rM[r], rL[r], ra[r][1], a.sinks, orow % a.n_head);
+        o.z = rf_aw_final(rM[r], rL[r], ra[r][2], a.sinks, orow % a.n_head);
+        o.w = rf_aw_final(rM[r], rL[r], ra[r][3], a.sinks, orow % a.n_head);
+        *reinterpret_cast<float4 *>(a.out + orow * a.D + d0) = o;
+    }
+}
+
 /* attn_wide: rows (token t, query head h) of a block against their sequences' keys.
  *   Block (x, y, z): tokens t0 = x * NQ .. + NQ - 1, kv head hk = y / HS, head slice hs = y % HS
  *   (query heads hk * G + hs * GS .. + GS - 1); row r < R = NQ * GS: token t0 + r / GS, head slot
@@ -293,9 +402,9 @@ rf_k_attn_wide(float *out, float *part, float2 *pml, const float *__restrict__ q
                int D, int G, int GS, int NQ, int HS, float scale, int window, float softcap, int pmax, int mode,
                int nsp, const float *__restrict__ sinks) {
     extern __shared__ __align__(16) unsigned char rf_aw_sm[];
-    __shared__ __align__(16) float s_p[RF_AW_RMAX * RF_AW_TK];
+    __shared__ __align__(16) float s_p[RF_AW_TK * RF_AW_RMAX]; /* [key][row] */
     __shared__ float2 s_ml[RF_AW_RMAX];
-    __shared__ int s_phys[RF_AW_TK], s_lo[RF_AW_RMAX], s_hi[RF_AW_RMAX];
+    __shared__ int s_phys[2][RF_AW_TK], s_lo[RF_AW_RMAX], s_hi[RF_AW_RMAX];
     __shared__ int4 s_tok[RF_AW_RMAX];
     const int KS = rf_aw_kt<KT>::ks(D);
     float *s_q = reinterpret_cast<float *>(rf_aw_sm);
@@ -355,97 +464,43 @@ rf_k_attn_wide(float *out, float *part, float2 *pml, const float *__restrict__ q
 #pragma unroll
             for (int e = 0; e < 4; e++) ua[r][e] = ra[r][e] = 0.0f;
         }
-        for (int u = ulo / RF_AW_UNIT + z; u <= uhi / RF_AW_UNIT; u += Z) {
-            const int kend = min(uhi, u * RF_AW_UNIT + RF_AW_UNIT - 1);
-            for (int kt = max(ulo, u * RF_AW_UNIT) / RF_AW_TK * RF_AW_TK; kt <= kend; kt += RF_AW_TK) {
-                if (tid < RF_AW_TK) {
-                    const int j = kt + tid;
-                    int ph = -1;
-                    if (j >= ulo && j <= uhi) {
-                        const int b = bt[(int64_t)sq * max_blocks + j / bs];
-                        ph = b >= 0 ? b * bs + j % bs : -1;
-                    }
-                    s_phys[tid] = ph;
-                }
-                __syncthreads(); /* s_phys; the previous tile's readers of s_k, s_v, s_p are done */
-                rf_aw_load_tile<KT>(s_k, s_v, s_phys, kc, vc, rstride, hoff, D);
-                __syncthreads();
-                rf_aw_scores<KT>(s_p, s_ml, s_q, s_k, s_phys, s_lo, s_hi, kt, D, R, softcap);
-                __syncthreads();
-                if (d0 < D) { /* the tile's P.V for this thread's dims, folded into the unit's state */
-                    float acc[RF_AW_RMAX][4];
-#pragma unroll
-                    for (int r = 0; r < RF_AW_RMAX; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
-                    for (int j = 0; j < RF_AW_TK; j++) {
-                        float vf[4];
-                        rf_aw_rd<KT>::piece4(s_v + j * KS, d0, vf);
-#pragma unroll
-                        for (int r = 0; r < RF_AW_RMAX; r++) {
-                            const float p = r < R ? s_p[r * RF_AW_TK + j] : 0.0f;
-                            if (p != 0.0f) {
-#pragma unroll
-                                for (int e = 0; e < 4; e++) acc[r][e] = __fmaf_rn(p, vf[e], acc[r][e]);
-                            }
-                        }
-                    }
-#pragma unroll
-                    for (int r = 0; r < RF_AW_RMAX; r++) {
-                        if (r >= R) continue;
-                        const float2 ml = s_ml[r];
-                        float fa, fb;
-                        const int md = rf_aw_factors(uM[r], uL[r], ml.x, ml.y, fa, fb);
-#pragma unroll
-                        for (int e = 0; e < 4; e++) ua[r][e] = rf_aw_apply(ua[r][e], acc[r][e], md, fa, fb);
-                    }
-                }
-            }
-            /* the unit's end: into the rows (TOTAL), or out (UNITS) */
+        const rf_aw_at at = {out, part, pml, sinks, t0, n_head, hk, G, GS, hs, D, nsp, mode};
+        /* the pass's tiles in order: units u = first + z, + Z, ..., a unit's tiles of RF_AW_TK keys.
+         * The next tile's K rows are copied while this one's P.V runs, its V rows while the next
+         * scores run (cp.async: two commit groups per tile, K then V; elsewhere the copies are
+         * plain loads and stores and nothing overlaps). */
+        const int ulast = uhi / RF_AW_UNIT;
+        int u = ulo / RF_AW_UNIT + z, kt = max(ulo, u * RF_AW_UNIT) / RF_AW_TK * RF_AW_TK, buf = 0;
+        if (u <= ulast) {
+            rf_aw_phys(s_phys[0], bt, sq, max_blocks, bs, kt, ulo, uhi);
+            __syncthreads();
+            rf_aw_copy<KT>(s_k, s_phys[0], kc, rstride, hoff, D);
+            rf_aw_copy<KT>(s_v, s_phys[0], vc, rstride, hoff, D);
+        }
+        while (u <= ulast) {
+            const bool uend = kt + RF_AW_TK > min(uhi, u * RF_AW_UNIT + RF_AW_UNIT - 1); /* the unit's last tile */
+            const int un = uend ? u + Z : u;
+            const int ktn = uend ? max(ulo, un * RF_AW_UNIT) / RF_AW_TK * RF_AW_TK : kt + RF_AW_TK;
+            const bool more = un <= ulast;
+            rf_cp_async_wait<1>(); /* this tile's K rows (its V rows may still be in flight) */
+            __syncthreads();
+            rf_aw_scores<KT>(s_p, s_ml, s_q, s_k, s_phys[buf], s_lo, s_hi, kt, D, R, softcap);
+            if (more) rf_aw_phys(s_phys[buf ^ 1], bt, sq, max_blocks, bs, ktn, ulo, uhi);
+            __syncthreads(); /* s_k read; s_p, s_ml and the next tile's rows written */
+            if (more) rf_aw_copy<KT>(s_k, s_phys[buf ^ 1], kc, rstride, hoff, D);
+            else rf_cp_async_commit(); /* an empty group: two per tile, always */
+            rf_cp_async_wait<1>();     /* this tile's V rows */
+            __syncthreads();
             if (d0 < D) {
-#pragma unroll
-                for (int r = 0; r < RF_AW_RMAX; r++) {
-                    if (r >= R) continue;
-                    if (mode == RF_AW_TOTAL) {
-                        float fa, fb;
-                        const int md = rf_aw_factors(rM[r], rL[r], uM[r], uL[r], fa, fb);
-#pragma unroll
-                        for (int e = 0; e < 4; e++) ra[r][e] = rf_aw_apply(ra[r][e], ua[r][e], md, fa, fb);
-                    } else if (s_lo[r] <= s_hi[r]) {
-                        const int ufr = s_lo[r] / RF_AW_UNIT, ulr = s_hi[r] / RF_AW_UNIT;
-                        if (u >= ufr && u <= ulr) {
-                            const int64_t orow = (t0 + r / GS) * n_head + (int64_t)hk * G + hs * GS + r % GS;
-                            if (ufr == ulr) {
-                                float4 o;
-                                o.x = rf_aw_final(uM[r], uL[r], ua[r][0], sinks, orow % n_head);
-                                o.y = rf_aw_final(uM[r], uL[r], ua[r][1], sinks, orow % n_head);
-                                o.z = rf_aw_final(uM[r], uL[r], ua[r][2], sinks, orow % n_head);
-                                o.w = rf_aw_final(uM[r], uL[r], ua[r][3], sinks, orow % n_head);
-                                *reinterpret_cast<float4 *>(out + orow * D + d0) = o;
-                            } else {
-                                const int64_t si = orow * nsp + (u - ufr);
-                                *reinterpret_cast<float4 *>(part + si * D + d0) =
-                                    make_float4(ua[r][0], ua[r][1], ua[r][2], ua[r][3]);
-                                if (d0 == 0) pml[si] = make_float2(uM[r], uL[r]);
-                            }
-                        }
-                    }
-                    uM[r] = -INFINITY, uL[r] = 0.0f;
-                    ua[r][0] = ua[r][1] = ua[r][2] = ua[r][3] = 0.0f;
-                }
+                rf_aw_pv<KT>(ua, uM, uL, s_p, s_ml, s_v, KS, d0, R);
+                if (uend) rf_aw_unit_end(at, u, ua, uM, uL, ra, rM, rL, s_lo, s_hi, d0, R);
             }
+            __syncthreads(); /* s_v, s_p read */
+            if (more) rf_aw_copy<KT>(s_v, s_phys[buf ^ 1], vc, rstride, hoff, D);
+            else rf_cp_async_commit();
+            u = un, kt = ktn, buf ^= 1;
         }
-        if (mode == RF_AW_TOTAL && d0 < D) {
-#pragma unroll
-            for (int r = 0; r < RF_AW_RMAX; r++) {
-                if (r >= R || s_lo[r] > s_hi[r]) continue;
-                const int64_t orow = (t0 + r / GS) * n_head + (int64_t)hk * G + hs * GS + r % GS;
-                float4 o;
-                o.x = rf_aw_final(rM[r], rL[r], ra[r][0], sinks, orow % n_head);
-                o.y = rf_aw_final(rM[r], rL[r], ra[r][1], sinks, orow % n_head);
-                o.z = rf_aw_final(rM[r], rL[r], ra[r][2], sinks, orow % n_head);
-                o.w = rf_aw_final(rM[r], rL[r], ra[r][3], sinks, orow % n_head);
-                *reinterpret_cast<float4 *>(out + orow * D + d0) = o;
-            }
-        }
+        if (mode == RF_AW_TOTAL && d0 < D) rf_aw_write_rows(at, ra, rM, rL, s_lo, s_hi, d0, R);
         __syncthreads(); /* s_lo, s_hi, s_q are the next pass's */
     }
 }
@@ -513,7 +568,7 @@ struct rf_aw_args {
 template <typename KT> static rf_status rf_aw_go(rf_gpu_ctx *ctx, dim3 grid, const rf_aw_args &a) {
     static size_t attr[RF_GPU_MAX_DEVICES];
     const size_t smem = rf_aw_smem<KT>(a.D);
-    const size_t stat = RF_AW_RMAX * RF_AW_TK * 4 + RF_AW_RMAX * 8 + RF_AW_TK * 4 + 2 * RF_AW_RMAX * 4 + RF_AW_RMAX * 16 + 256;
+    const size_t stat = RF_AW_RMAX * RF_AW_TK * 4 + RF_AW_RMAX * 8 + 2 * RF_AW_TK * 4 + 2 * RF_AW_RMAX * 4 + RF_AW_RMAX * 16 + 256;
     auto kern = rf_k_attn_wide<KT>;
     const rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), smem, stat, attr, "rf_k_attn_wide");
     if (st) return st;
