@@ -173,6 +173,12 @@ const synth_preset synth_presets[] = {
     {"tiny-gemma4", "8-layer gemma4 (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; 2 shared-KV layers; per-layer embeddings of 64), dim 256, tied, 2048-token gemma4 vocabulary (BPE over SPM-style text)",
      "Tiny Gemma 4 (synthetic)", "6M", SYNTH_ARCH_GEMMA4, 8, 256, 512, 4, 2, 64, 131072, 1000000.0f, 1e-6f, true,
      0, 0, 0, 0, {SYNTH_VOCAB_GEMMA4, 2048, 0}, NULL, 16, 0, false},
+    /* gemma4 with 26B-A4B's head sizes at a tiny width: sliding layers 2 KV heads of 256, full
+     * layers 1 KV head of 512 (the GPU's wide-head attention, gpu_attention_wide.cu); otherwise
+     * tiny-gemma4's layout (shared-KV layers, per-layer embeddings) */
+    {"tiny-gemma4-wide", "8-layer gemma4 with wide heads (sliding window 16: 4 heads of 256, 2 KV; full: 4 heads of 512, 1 KV, RoPE on 128 dims, V = K; 2 shared-KV layers; per-layer embeddings of 64), dim 256, tied, 2048-token gemma4 vocabulary",
+     "Tiny Gemma 4 wide heads (synthetic)", "14M", SYNTH_ARCH_GEMMA4, 8, 256, 512, 4, 2, 256, 131072, 1000000.0f, 1e-6f, true,
+     0, 0, 0, 0, {SYNTH_VOCAB_GEMMA4, 2048, 0}, NULL, 16, 0, false},
     /* gemma4 MoE (26B-A4B's layout): every layer a dense GeGLU of 256 beside 8 experts of 128,
      * top 2; no per-layer embeddings, no shared-KV layers */
     {"tiny-gemma4moe", "6-layer gemma4 MoE (sliding window 16: 4 heads of 64, 2 KV; full: 4 heads of 128, 1 KV, RoPE on 32 dims, V = K; dense GeGLU of 256 beside 8 experts of 128, top-2), dim 256, tied, 2048-token gemma4 vocabulary",

@@ -27,6 +27,7 @@ static const gemma4_shape k_shapes[] = {
     {"tiny-gemma4", "SSFSSFSF", 128, 1, 16, 10000.0f, 2, 64, true, 30.0f, 0.8f},
     /* the MoE layout (26B-A4B's kind): every layer's feed-forward is a dense GeGLU beside the
      * experts (synth_moe_table); no per-layer embeddings or shared-KV layers */
+    {"tiny-gemma4-wide", "SSFSSFSF", 512, 1, 64, 10000.0f, 2, 64, true, 30.0f, 0.8f},
     {"tiny-gemma4moe", "SSFSSF", 128, 1, 16, 10000.0f, 0, 0, true, 30.0f, 0.8f},
     /* Gemma 4 26B-A4B (docs/models.md names the sources): 25 sliding + 5 full layers (5:1),
      * full layers 2 KV heads of 512, RoPE on 0.25 of them (64 pairs), V = K; no per-layer

@@ -216,6 +216,16 @@ static uint64_t file_weight_bytes(const rf_gguf *g) {
     return total;
 }
 
+/* Whether the GPU attention has kernels for the model's heads: 64, 80, 96, 128, 256
+ * (gpu_paged_attention.cu), or a multiple of 64 up to 512 (gpu_attention_wide.cu; Gemma 4's
+ * full-attention layers). gemma4: both its head sizes (head_dim is the larger). */
+static bool gpu_head_ok(int hd) {
+    return hd == 64 || hd == 80 || hd == 96 || hd == 128 || hd == 256 || (hd > 256 && hd <= 512 && hd % 64 == 0);
+}
+static bool gpu_heads_ok(const rf_hparams *hp) {
+    return gpu_head_ok(hp->head_dim) && (hp->head_dim_swa <= 0 || gpu_head_ok(hp->head_dim_swa));
+}
+
 /* Picks and opens the backend. gpu: the GPU or an error naming what is missing (no GPU, or
  * the weights' size against the device's free memory, checked before any upload). auto: the
  * GPU when one is present and the weights fit with room for a KV cache, else the CPU with a
@@ -230,9 +240,11 @@ static rf_status open_backend(rf_model *m, const rf_model_params *p) {
         const char *why = NULL;
         char buf[256];
         rf_status st = RF_OK;
-        int hd = m->hp.head_dim;
-        if (hd != 64 && hd != 80 && hd != 96 && hd != 128 && hd != 256) {
-            snprintf(buf, sizeof buf, "the GPU attention has no kernel for head size %d (64, 80, 96, 128, 256)", hd);
+        int hd = m->hp.head_dim_swa > 0 && !gpu_head_ok(m->hp.head_dim_swa) ? m->hp.head_dim_swa : m->hp.head_dim;
+        if (!gpu_heads_ok(&m->hp)) {
+            snprintf(buf, sizeof buf,
+                     "the GPU attention has no kernel for head size %d (64, 80, 96, 128, 256, multiples of 64 up to 512)",
+                     hd);
             why = buf;
             st = rf_set_error(RF_ERR_UNSUPPORTED, "--device gpu: %s; use --device cpu", buf);
         } else if (rf_gpu_device_count() <= 0) {
@@ -284,7 +296,7 @@ static rf_status open_tp(rf_model *m, rf_model_params *p) {
         return RF_OK;
     }
     int hd = m->hp.head_dim;
-    if (hd != 64 && hd != 80 && hd != 96 && hd != 128 && hd != 256)
+    if (!gpu_heads_ok(&m->hp))
         return rf_set_error(RF_ERR_UNSUPPORTED, "--tp %d on GPUs: the GPU attention has no kernel for head size %d", p->tp,
                             hd);
     rf_status st = rf_tp_open(m, p->tp, p->device_index);

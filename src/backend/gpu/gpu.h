@@ -311,7 +311,7 @@ rf_status rf_gpu_attention_splits(rf_gpu_ctx *ctx, float *out, const float *q, c
  * pos[t] < 0 is padding: its output row is zeros and nothing is read for it. max_pos is a host
  * upper bound of pos over the batch (sizes the split of the keys). Batch-invariant: a token's
  * output does not depend on which other tokens share the call (the keys are split at fixed
- * absolute positions). head_dim in {64, 80, 96, 128, 256}. sinks: device f32 [n_head] or NULL
+ * absolute positions). head_dim in {64, 80, 96, 128, 256}, or past 256: rf_gpu_attention_wide. sinks: device f32 [n_head] or NULL
  * (attention sinks: head h's logit joins each row's max and denominator once, no value). */
 rf_status rf_gpu_paged_attention(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
                                  const void *v, rf_type kv_type, int64_t n_tokens,
@@ -332,6 +332,17 @@ rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, const float *
                                       int64_t block_size, int64_t n_head, int64_t n_head_kv,
                                       int64_t head_dim, float scale, int64_t window, float softcap,
                                       int64_t max_pos, const float *sinks, bool decode);
+
+/* The paged-attention contract for heads wider than 256 (gpu_attention_wide.cu; the two calls
+ * above send head_dim > 256 here): head_dim a multiple of 64 up to 512, an f16 or q8_0 cache (f32
+ * too on CUDA); batch-invariant (its own fixed order of sums, not the bits of the <= 256 kernels);
+ * decode: as rf_gpu_paged_attention_hint's, a speed hint only. */
+bool rf_gpu_attention_wide_supported(rf_type kv_type, int64_t head_dim);
+rf_status rf_gpu_attention_wide(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
+                                rf_type kv_type, int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                                const int32_t *block_table, int64_t max_blocks, int64_t block_size, int64_t n_head,
+                                int64_t n_head_kv, int64_t head_dim, float scale, int64_t window, float softcap,
+                                int64_t max_pos, const float *sinks, bool decode);
 
 /* Flash-attention prefill (gpu_flash_prefill.cu): the n tokens of one sequence at positions
  * pos0..pos0+n-1 against its keys, on the tensor cores; the contract of rf_gpu_paged_attention

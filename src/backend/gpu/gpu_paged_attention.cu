@@ -463,6 +463,10 @@ extern "C" rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, co
                                                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                                                  int64_t window, float softcap, int64_t max_pos, const float *sinks,
                                                  bool decode) {
+    if (head_dim > 256) /* wider heads (Gemma 4's full layers): gpu_attention_wide.cu */
+        return rf_gpu_attention_wide(ctx, out, q, k, v, kv_type, n_tokens, pos, seq, block_table, max_blocks,
+                                     block_size, n_head, n_head_kv, head_dim, scale, window, softcap, max_pos, sinks,
+                                     decode);
     const char *op = "rf_gpu_paged_attention";
     RF_GPU_REQUIRE(kv_type == RF_TYPE_F16 || kv_type == RF_TYPE_F32 || (kv_type == RF_TYPE_Q8_0 && head_dim % 32 == 0),
                    op, "K/V type %d with head_dim %lld (want f16, f32, or q8_0 with head_dim %% 32 == 0)",
