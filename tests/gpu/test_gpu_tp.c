@@ -49,7 +49,12 @@
  * pair of logits moves between the runs with sigma <= 2 TOL_Q8 RMS, so a flip needs a twin gap
  * below ~4 sigma = 8 TOL_Q8 RMS. A quantized MoE case whose greedy tokens part without an output
  * near tie passes only if the twin, replaying the unsplit path up to the parting token, met a
- * router gap below that anywhere (every layer, every token so far). */
+ * router gap below that anywhere (every layer, every token so far). The same flip inside the
+ * prompt changes the prompt's logits by more than TOL_Q8 (the token that took another expert
+ * feeds every later token through attention): a quantized MoE case whose prompt logits differ
+ * by TOL_Q8 or more passes only if the twin's replay of the prompt met a gap below ROUTER_TIE.
+ * (H200, 2026-11-29: tiny-gpt-oss mxfp4_moe tp 2 rel L2 0.0365 after a prompt gap of 4.9e-4
+ * RMS; the unsplit model run again gave the same logits bit for bit, so not a race.) */
 #define ROUTER_TIE (8.0f * (float)TOL_Q8)
 
 static char g_dir[1024];
@@ -163,8 +168,14 @@ static int compare_splits(const char *label, int tp_max, double worst[2]) {
                     printf(" (then an output margin of %.3g: a router near tie on the path, gap %.3g RMS, bound %.3g)",
                            margin1[same], rgap, ROUTER_TIE);
                 else if (same < N_GEN) printf(" (then a near tie: unsplit margin %.3g)", margin1[same]);
+                float pgap = INFINITY; /* MoE only: the twin's smallest router gap over the prompt */
+                if (rel >= tol && m1->hp.n_expert > 0 && ti) {
+                    pgap = twin_router_gap(path, kvt, prompt, gen1, 0);
+                    printf("; over the tolerance after a router near tie in the prompt: gap %.3g RMS, bound %.3g",
+                           pgap, ROUTER_TIE);
+                }
                 printf("\n");
-                assert_true(rel < tol);
+                assert_true(rel < tol || pgap < ROUTER_TIE);
                 assert_true(same == N_GEN || margin1[same] < ARGMAX_TIE || rgap < ROUTER_TIE);
                 if (rel > worst[ti]) worst[ti] = rel;
                 cases++;
