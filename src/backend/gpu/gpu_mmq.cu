@@ -122,6 +122,71 @@ static __device__ __forceinline__ uint32_t rf_mmq_wsh(const uint8_t *smem, int o
 static __device__ __forceinline__ float rf_mmq_unbias(int biased) { return __int_as_float(biased) - 12582912.0f; }
 static __device__ __forceinline__ float rf_mmq_i2f(int v) { return rf_mmq_unbias(v + RF_MMQ_MAGIC); }
 
+/* The unaligned formats' weights of one chunk (CB bytes at byte off of each row, fewer in a
+ * partial last chunk) of the 128 rows from r0 into a stage (sm: its generic address, so: its
+ * shared-space one), row by row SROW apart: from the 16-byte word below the chunk's first byte to
+ * its last byte in CW 16-byte cp.async copies at most, the copy that would cross the row's end
+ * read byte by byte and zero-padded (nothing past a row is read: the last row of the tensor ends
+ * the allocation); rows past n_out copy the last. All 256 threads. */
+template <int CB, int SROW, int CW>
+static __device__ __forceinline__ void rf_mmq_issue_w_ua(uint8_t *sm, unsigned so, const uint8_t *w, int64_t row_bytes,
+                                                         int64_t off, int r0, int n_out) {
+    const int cbv = row_bytes - off < CB ? (int)(row_bytes - off) : CB;
+#pragma unroll 2
+    for (int i = threadIdx.x; i < RF_MMQ_BM * CW; i += RF_MMQ_NW * 32) {
+        const int row = i / CW, col = i % CW;
+        const int r = r0 + row < n_out ? r0 + row : n_out - 1;
+        const uint8_t *rs = w + (int64_t)r * row_bytes, *s0 = rs + off;
+        const uint8_t *a = (const uint8_t *)((uintptr_t)s0 & ~(uintptr_t)15), *src = a + 16 * col;
+        if (col >= ((int)(s0 - a) + cbv + 15) / 16) continue;
+        if (src + 16 <= rs + row_bytes) {
+            rf_cp_async16_s(so + (unsigned)(row * SROW + col * 16), src);
+        } else {
+            uint32_t v[4] = {0u, 0u, 0u, 0u};
+            const int nv = (int)(rs + row_bytes - src);
+#pragma unroll
+            for (int j = 0; j < 16; j++) /* unrolled: v stays in registers */
+                if (j < nv) v[j >> 2] |= (uint32_t)src[j] << (8 * (j & 3));
+            *(uint4 *)(sm + row * SROW + col * 16) = make_uint4(v[0], v[1], v[2], v[3]);
+        }
+    }
+}
+
+/* The unaligned formats' A fragment words of block b for lane (g, t) of one staged row whose
+ * chunk starts at byte ro of the shared memory (run-time offsets: rf_mmq_wsh): lo = elements
+ * 4t..4t+3, hi = 16+4t..16+4t+3 as int8 (Q4_0: as its unsigned codes, centre in the mma's c),
+ * d the block's (Q6_K: the super-block's) scale, sc Q6_K's two int8 scales of the halves. */
+template <int B>
+static __device__ __forceinline__ void rf_mmq_a_ua(const uint8_t *smem, int ro, int t, int b, uint32_t *lo,
+                                                   uint32_t *hi, float *d, int *sc) {
+    const int ot = ro + 4 * t;
+    if constexpr (B == RF_TYPE_Q4_0) {
+        const uint32_t q = rf_mmq_wsh(smem, ot + b * 18 + 2);
+        *lo = q & 0x0F0F0F0Fu, *hi = (q >> 4) & 0x0F0F0F0Fu;
+        *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + b * 18) & 0xFFFFu));
+    } else if constexpr (B == RF_TYPE_Q8_0) {
+        *lo = rf_mmq_wsh(smem, ot + b * 34 + 2), *hi = rf_mmq_wsh(smem, ot + b * 34 + 18);
+        *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + b * 34) & 0xFFFFu));
+    } else if constexpr (B == RF_TYPE_MXFP4) {
+        /* codes j and 16 + j in the low and high nibble of byte 1 + j; the value 2^(e - 128) kv
+         * (kv: the doubled E2M1 value, int8), as rf_mxfp4_dot */
+        const uint32_t q = rf_mmq_wsh(smem, ot + b * 17 + 1);
+        *lo = (uint32_t)rf_fp4x4(q & 0x0F0F0F0Fu), *hi = (uint32_t)rf_fp4x4((q >> 4) & 0x0F0F0F0Fu);
+        const uint32_t ex = rf_mmq_wsh(smem, ro + b * 17) & 0xFFu;
+        *d = __uint_as_float(ex < 2 ? (0x00200000u << ex) : ((ex - 1) << 23));
+    } else { /* Q6_K, one super-block per chunk: block b = 4 hh + kk (see rf_k_mmq's aligned one) */
+        const int hh = b / 4, kk = b % 4, ls = 4 * (kk >> 1), hs = 2 * kk;
+        const uint32_t l0 = rf_mmq_wsh(smem, ot + 64 * hh + 32 * (kk & 1));
+        const uint32_t l1 = rf_mmq_wsh(smem, ot + 64 * hh + 32 * (kk & 1) + 16);
+        const uint32_t h0 = rf_mmq_wsh(smem, ot + 128 + 32 * hh), h1 = rf_mmq_wsh(smem, ot + 128 + 32 * hh + 16);
+        *lo = ((l0 >> ls) & 0x0F0F0F0Fu) | (((h0 >> hs) & 0x03030303u) << 4);
+        *hi = ((l1 >> ls) & 0x0F0F0F0Fu) | (((h1 >> hs) & 0x03030303u) << 4);
+        const uint32_t sw = rf_mmq_wsh(smem, ro + 192 + 8 * hh + 2 * kk);
+        sc[0] = (int)(int8_t)(sw & 0xFFu), sc[1] = (int)(int8_t)((sw >> 8) & 0xFFu);
+        *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + 208) & 0xFFFFu));
+    }
+}
+
 /* mmq: y[t, o] = sum_i W[o, i] x[t, i] for the tokens t of blockIdx.x's tile of BN = 32 WN and
  * the rows o of blockIdx.y's tile of 128, over the chunks of blockIdx.z's share of the row
  * (splits shares: the partial sums go to y + z * nt * n_out, summed by rf_k_mmq_reduce). W:
@@ -179,26 +244,8 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
         if (k >= nk) return;
         const int64_t off = (int64_t)(kc0 + k) * F::CB;
         const unsigned so = base + (unsigned)(slot * L::BYTES);
-        if constexpr (UA) { /* from the 16-byte word below the chunk's first byte to its last byte */
-            const int cbv = row_bytes - off < F::CB ? (int)(row_bytes - off) : F::CB;
-#pragma unroll 2
-            for (int i = tid; i < RF_MMQ_BM * CW; i += NTH) {
-                const int row = i / CW, col = i % CW;
-                const int r = r0 + row < n_out ? r0 + row : n_out - 1;
-                const uint8_t *rs = w + (int64_t)r * row_bytes, *s0 = rs + off;
-                const uint8_t *a = (const uint8_t *)((uintptr_t)s0 & ~(uintptr_t)15), *src = a + 16 * col;
-                if (col >= ((int)(s0 - a) + cbv + 15) / 16) continue;
-                if (src + 16 <= rs + row_bytes) {
-                    rf_cp_async16_s(so + (unsigned)(row * F::SROW + col * 16), src);
-                } else { /* the copy would cross the row's end (last chunk): its bytes before it, zeros past */
-                    uint32_t v[4] = {0u, 0u, 0u, 0u};
-                    const int nv = (int)(rs + row_bytes - src);
-#pragma unroll
-                    for (int j = 0; j < 16; j++) /* unrolled: v stays in registers */
-                        if (j < nv) v[j >> 2] |= (uint32_t)src[j] << (8 * (j & 3));
-                    *(uint4 *)(rf_mmq_smem + slot * L::BYTES + row * F::SROW + col * 16) = make_uint4(v[0], v[1], v[2], v[3]);
-                }
-            }
+        if constexpr (UA) {
+            rf_mmq_issue_w_ua<F::CB, F::SROW, CW>(rf_mmq_smem + slot * L::BYTES, so, w, row_bytes, off, r0, n_out);
         } else {
 #pragma unroll 4
             for (int i = tid; i < RF_MMQ_BM * CW; i += NTH) {
@@ -303,37 +350,8 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const uint8_t *r = ra[mf][h], *rt = r + 4 * t; /* rt: offsets known at compile time */
-                    if constexpr (UA) { /* words at run-time offsets: o0 the block, ot + 4 t */
-                        const int ot = ro[mf][h] + 4 * t;
-                        if constexpr (B == RF_TYPE_Q4_0) {
-                            const uint32_t q = rf_mmq_wsh(rf_mmq_smem, ot + b * 18 + 2);
-                            A[mf][h] = q & 0x0F0F0F0Fu, A[mf][2 + h] = (q >> 4) & 0x0F0F0F0Fu;
-                            D[mf][h] = rf_h2f_bits((uint16_t)(rf_mmq_wsh(rf_mmq_smem, ro[mf][h] + b * 18) & 0xFFFFu));
-                        } else if constexpr (B == RF_TYPE_Q8_0) {
-                            A[mf][h] = rf_mmq_wsh(rf_mmq_smem, ot + b * 34 + 2);
-                            A[mf][2 + h] = rf_mmq_wsh(rf_mmq_smem, ot + b * 34 + 18);
-                            D[mf][h] = rf_h2f_bits((uint16_t)(rf_mmq_wsh(rf_mmq_smem, ro[mf][h] + b * 34) & 0xFFFFu));
-                        } else if constexpr (B == RF_TYPE_MXFP4) {
-                            /* codes j and 16 + j in the low and high nibble of byte 1 + j; the value
-                             * 2^(e - 128) kv (kv: the doubled E2M1 value, int8), as rf_mxfp4_dot */
-                            const uint32_t q = rf_mmq_wsh(rf_mmq_smem, ot + b * 17 + 1);
-                            A[mf][h] = (uint32_t)rf_fp4x4(q & 0x0F0F0F0Fu);
-                            A[mf][2 + h] = (uint32_t)rf_fp4x4((q >> 4) & 0x0F0F0F0Fu);
-                            const uint32_t ex = rf_mmq_wsh(rf_mmq_smem, ro[mf][h] + b * 17) & 0xFFu;
-                            D[mf][h] = __uint_as_float(ex < 2 ? (0x00200000u << ex) : ((ex - 1) << 23));
-                        } else { /* Q6_K, one super-block per chunk: block b = 4 hh + kk */
-                            const int hh = b / 4, kk = b % 4;
-                            const uint32_t l0 = rf_mmq_wsh(rf_mmq_smem, ot + 64 * hh + 32 * (kk & 1));
-                            const uint32_t l1 = rf_mmq_wsh(rf_mmq_smem, ot + 64 * hh + 32 * (kk & 1) + 16);
-                            const uint32_t h0 = rf_mmq_wsh(rf_mmq_smem, ot + 128 + 32 * hh);
-                            const uint32_t h1 = rf_mmq_wsh(rf_mmq_smem, ot + 128 + 32 * hh + 16);
-                            const int ls = 4 * (kk >> 1), hs = 2 * kk;
-                            A[mf][h] = ((l0 >> ls) & 0x0F0F0F0Fu) | (((h0 >> hs) & 0x03030303u) << 4);
-                            A[mf][2 + h] = ((l1 >> ls) & 0x0F0F0F0Fu) | (((h1 >> hs) & 0x03030303u) << 4);
-                            const uint32_t sw = rf_mmq_wsh(rf_mmq_smem, ro[mf][h] + 192 + 8 * hh + 2 * kk);
-                            SC[mf][h][0] = (int)(int8_t)(sw & 0xFFu), SC[mf][h][1] = (int)(int8_t)((sw >> 8) & 0xFFu);
-                            D[mf][h] = rf_h2f_bits((uint16_t)(rf_mmq_wsh(rf_mmq_smem, ro[mf][h] + 208) & 0xFFFFu));
-                        }
+                    if constexpr (UA) {
+                        rf_mmq_a_ua<B>(rf_mmq_smem, ro[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], SC[mf][h]);
                     } else if constexpr (T == RF_TYPE_Q4_0) {
                         const uint32_t q = rf_mmq_word(rt, b * 18 + 2);
                         A[mf][h] = q & 0x0F0F0F0Fu, A[mf][2 + h] = (q >> 4) & 0x0F0F0F0Fu;
