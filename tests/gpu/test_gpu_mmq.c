@@ -1,7 +1,9 @@
 /* test_gpu_mmq.c — MMQ (rf_gpu_mmq: many-token quantized products on the int8 tensor cores)
  * against rf_ref_matmul on random blocks (seed printed), outputs poisoned first, for each
- * format it takes (Q4_0, Q8_0, Q6_K, Q4_K, Q5_K) at 1..512 tokens, real widths and an odd
- * height. The reference is computed for a sample of the tokens (first, last, a few between:
+ * format it takes (Q4_0, Q8_0, Q6_K, Q4_K, Q5_K, MXFP4) at 1..512 tokens, real widths and an odd
+ * height; rows of a partial last chunk (test_mmq_partial: gpt-oss's 2880 for Q4_0 / Q8_0 /
+ * MXFP4, qwen3-30b-a3b's 768 and 1280 for Q6_K, an odd count of blocks: 1440, rows of an odd
+ * byte length in MXFP4) at 9, 33, 128 and 512 tokens. The reference is computed for a sample of the tokens (first, last, a few between:
  * the double-precision oracle over all of 512 would take minutes; below 128 rows all of them).
  * Tolerance: rel. L2 < 1e-2 over the sampled outputs (>= 128), as the int8-x GEMVs (x rounded to int8 per
  * 32 costs ~0.5% per output). Batch invariance: a token's outputs are bit-identical in calls
@@ -10,7 +12,9 @@
  * configuration (RF_MMQ_CFG 0..5, set per call with rf_knob_override) against the reference at
  * 65..512 tokens and odd shapes, and bit-identical to the others. RF_MMQ_BENCH=1 also times
  * MMQ against the earlier paths (GEMV in groups of 8, dequantize + cuBLAS); RF_MMQ_BENCH_CFG=1
- * times every configuration at 64..512 tokens beside dequantize + cuBLAS (us and int8 TOPS).
+ * times every configuration at 64..512 tokens beside dequantize + cuBLAS (us and int8 TOPS);
+ * its cases 10.. are gpt-oss-20b's products (MXFP4 experts 2880 -> 2880 / 5760, Q8_0 attention
+ * 2880 -> 4096 / 512) and qwen3-30b-a3b's Q6_K down expert (768 -> 2048).
  * Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
@@ -27,7 +31,7 @@ int main(void) {
 #include "backend/ref/ref_ops.h"
 #include "rocmforge/quant.h"
 
-static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_TYPE_Q4_K, RF_TYPE_Q5_K};
+static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_MXFP4};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 /* y = W x by MMQ for nt tokens vs rf_ref_matmul on the sampled tokens */
@@ -95,10 +99,37 @@ static void test_mmq_vs_ref(void **state) {
         run_case(&r, t, 9, 1024, 300);
         run_case(&r, t, 130, 512, 1); /* one row, one or two chunks, three tiles of tokens */
     }
-    /* shapes without the kernel are refused */
-    assert_false(rf_gpu_mmq_supported(RF_TYPE_Q4_0, 4096 + 32));
-    assert_false(rf_gpu_mmq_supported(RF_TYPE_Q6_K, 256 * 3));
+    /* the widths MMQ takes (a partial last chunk: test_mmq_partial), and those it refuses */
+    assert_true(rf_gpu_mmq_supported(RF_TYPE_Q4_0, 4096 + 32));
+    assert_true(rf_gpu_mmq_supported(RF_TYPE_Q6_K, 256 * 3));
+    assert_true(rf_gpu_mmq_supported(RF_TYPE_MXFP4, 2880));
+    assert_false(rf_gpu_mmq_supported(RF_TYPE_Q4_K, 2880)); /* not a whole super-block */
+    assert_false(rf_gpu_mmq_supported(RF_TYPE_Q8_0, 224));  /* below one chunk of 8 blocks */
     assert_false(rf_gpu_mmq_supported(RF_TYPE_F16, 4096));
+}
+
+/* Rows that end in a partial chunk (8 blocks of 32 per chunk; Q6_K: one or two super-blocks):
+ * the bound and checks of test_mmq_vs_ref (run_case: rel. L2 < 1e-2 from x rounded to int8 per
+ * 32, every output written, two calls identical, rf_gpu_matmul's MMQ route identical), heights
+ * of a partial 128-row tile so the last row of the tensor ends the last chunk */
+static void test_mmq_partial(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 14);
+    const int64_t nts[] = {9, 33, 128, 512};
+    const struct { rf_type t; int64_t n_in, n_out; } cases[] = {
+        {RF_TYPE_MXFP4, 2880, 2880}, {RF_TYPE_MXFP4, 2880, 131}, {RF_TYPE_MXFP4, 1440, 131}, /* 45 blocks: odd rows */
+        {RF_TYPE_MXFP4, 4096, 300},  {RF_TYPE_Q8_0, 2880, 512},  {RF_TYPE_Q8_0, 2880, 131},
+        {RF_TYPE_Q8_0, 1440, 131},   {RF_TYPE_Q4_0, 2880, 4096}, {RF_TYPE_Q4_0, 1440, 131},
+        {RF_TYPE_Q4_0, 288, 131},    /* 9 blocks: one chunk and one block */
+        {RF_TYPE_Q6_K, 768, 2048},   {RF_TYPE_Q6_K, 768, 131},   {RF_TYPE_Q6_K, 1280, 131},
+        {RF_TYPE_Q4_K, 2816, 131},   {RF_TYPE_Q5_K, 2816, 131},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        assert_true(rf_gpu_mmq_supported(cases[c].t, cases[c].n_in));
+        for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++)
+            run_case(&r, cases[c].t, nts[k], cases[c].n_in, cases[c].n_out);
+    }
 }
 
 /* token s + i of a 512-token call against token i of calls of n tokens on x + s */
@@ -106,11 +137,11 @@ static void test_mmq_batch_invariance(void **state) {
     (void)state;
     rf_rng r;
     rf_rng_init(&r, rf_test_seed() + 12);
-    const int64_t shapes[][2] = {{4096, 4096}, {4096, 131}, {14336, 1000}};
+    const int64_t shapes[][2] = {{4096, 4096}, {4096, 131}, {14336, 1000}, {2880, 2880}, {768, 131}, {1440, 300}};
     const int64_t sub[][2] = {{0, 9}, {70, 9}, {5, 64}, {100, 100}, {448, 33}, {503, 9}, {1, 511}, {3, 5}, {200, 8}, {507, 5}};
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const rf_type t = k_types[ti];
-        for (int s = 0; s < 3; s++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t n_in = shapes[s][0], n_out = shapes[s][1], nt = 512;
             if (!rf_gpu_mmq_supported(t, n_in)) continue;
             size_t bytes;
@@ -212,6 +243,8 @@ static void test_mmq_configs(void **state) {
         config_case(&r, t, 4096, 131, odd1, 2);   /* rows past the 128-row tile */
         config_case(&r, t, 1024, 300, odd2, 1);   /* a short row: few chunks per split */
         config_case(&r, t, 14336, 1000, odd3, 2); /* a long row, tokens past a 128-token tile */
+        config_case(&r, t, 2880, 300, odd1, 2);   /* a partial last chunk (Q4_0, Q8_0, MXFP4) */
+        config_case(&r, t, 768, 131, odd2, 1);    /* Q6_K: an odd count of super-blocks */
     }
 }
 
@@ -239,6 +272,10 @@ static void bench(void) {
         {RF_TYPE_Q4_0, 14336, 4096}, {RF_TYPE_Q8_0, 4096, 4096}, {RF_TYPE_Q8_0, 4096, 28672},
         {RF_TYPE_Q6_K, 4096, 128256}, {RF_TYPE_Q4_K, 4096, 28672}, {RF_TYPE_Q5_K, 14336, 4096},
         {RF_TYPE_Q6_K, 14336, 4096},
+        /* 10..: gpt-oss-20b (experts gate / up / down, fused gate+up, attention q, k / v; o is
+         * 4096 wide, aligned) and qwen3-30b-a3b's down expert */
+        {RF_TYPE_MXFP4, 2880, 2880}, {RF_TYPE_MXFP4, 2880, 5760}, {RF_TYPE_Q8_0, 2880, 4096},
+        {RF_TYPE_Q8_0, 2880, 512}, {RF_TYPE_Q6_K, 768, 2048},
     };
     const int64_t nts[] = {16, 32, 64, 128, 512};
     const char *names[] = {"mmq", "gemv8", "gemm"};
@@ -371,6 +408,7 @@ int main(void) {
     const char *only = getenv("RF_MMQ_BENCH_ONLY");
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_mmq_vs_ref),
+        cmocka_unit_test(test_mmq_partial),
         cmocka_unit_test(test_mmq_batch_invariance),
         cmocka_unit_test(test_mmq_configs),
         cmocka_unit_test(test_mmq_bench),

@@ -8,8 +8,10 @@
  *   logits; weights rel. L2 < 1e-5 (a few f32 roundings of exp and one sum of <= 32 terms:
  *   ~1e-7 expected); k or n_expert out of range: RF_ERR_INVALID_ARG.
  * - matmul_id: n_expert 8/32/128, k 1/2/4/8, 1..300 tokens (crossing RF_GPU_MOE_GROUPED_MIN: the
- *   GEMV per slot below, the grouped MMQ above; MXFP4, which MMQ does not take: the tiled GEMV
- *   from two slots per expert), each weight type, with and without bias,
+ *   GEMV per slot below, the grouped MMQ above; the types MMQ does not take: the tiled GEMV
+ *   from two slots per expert), each weight type, with and without bias; the grouped MMQ at
+ *   widths of a partial last chunk (gpt-oss's MXFP4 / Q8_0 2880, qwen3-30b-a3b's Q6_K 768, an
+ *   odd count of blocks) with experts chosen unevenly (one takes 3 tokens in 4, some none),
  *   x_per_slot both ways, on a sample of slots: rel. L2 < 1e-2 for the int8-x types (x rounded
  *   to int8 per 32 costs ~0.5% per output, the bound of test_gpu_mmq / test_gpu_quant), < 1e-4
  *   for the f32-x ones (F16 and the types decoded element by element: f32 sums of <= 1024
@@ -21,7 +23,8 @@
  * - capture: route + matmul_id + combine recorded into a CUDA graph, replayed with other router
  *   logits, equals the eager ops bit for bit (few and many slots).
  * RF_MOE_BENCH=1: bytes read per MoE decode token and bandwidth for qwen3-30b-a3b's experts
- * (dim 2048, 128 experts, top-8, ff 768; Q4_K and Q8_0) at 1..512 tokens, on the path the
+ * (dim 2048, 128 experts, top-8, ff 768; Q4_K and Q8_0) and gpt-oss-20b's (MXFP4, dim 2880, 32
+ * experts of 2880, top-4) at 1..512 tokens, on the path the
  * crossover picks and, below it, on the grouped path too (RF_GPU_MOE_GROUPED_MIN=1000000 shows
  * the GEMV above it); RF_MOE_BENCH_ONLY=1 runs only that. Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
@@ -232,6 +235,8 @@ typedef struct mid_case {
     bool bias, xps;
 } mid_case;
 
+static bool g_skew; /* mid_run: expert 0 in 3 tokens of 4 (uneven tiles, experts without rows) */
+
 static void mid_run(rf_rng *r, const mid_case *c) {
     const int64_t nk = c->n * c->k, nx = c->xps ? nk : c->n;
     size_t bytes, rb;
@@ -242,6 +247,11 @@ static void mid_run(rf_rng *r, const mid_case *c) {
     rf_rng_fill_normal(r, x, nx * c->n_in, 1.0f);
     rf_rng_fill_normal(r, bias, c->ne * c->n_out, 1.0f);
     rand_ids(r, ids, c->n, c->k, c->ne);
+    for (int64_t t = 0; g_skew && t < c->n; t++) {
+        bool has0 = false;
+        for (int64_t j = 0; j < c->k; j++) has0 |= ids[t * c->k + j] == 0;
+        if (!has0 && t % 4 != 0) ids[t * c->k] = 0; /* still distinct within the token */
+    }
     void *dw = dev_from(w, bytes);
     float *dx = dev_from(x, nx * c->n_in * 4), *db = dev_from(bias, c->ne * c->n_out * 4), *dy = dev_poison(nk * c->n_out * 4);
     int32_t *di = dev_from(ids, nk * 4);
@@ -314,6 +324,18 @@ static void test_matmul_id(void **state) {
             mid_case c = {both[b], 128, 8, n, 2048, 96, true, false};
             mid_run(&r, &c);
         }
+    /* the grouped MMQ's partial last chunks, experts chosen unevenly (slots >= 96: grouped) */
+    const mid_case part[] = {
+        {RF_TYPE_MXFP4, 32, 4, 40, 2880, 200, true, false}, /* gpt-oss-20b's experts */
+        {RF_TYPE_MXFP4, 8, 2, 100, 1440, 131, false, true}, /* 45 blocks: rows of an odd length */
+        {RF_TYPE_Q8_0, 32, 4, 40, 2880, 200, false, false},
+        {RF_TYPE_Q4_0, 8, 2, 100, 1440, 131, true, false},
+        {RF_TYPE_Q6_K, 128, 8, 16, 768, 256, false, false}, /* qwen3-30b-a3b's down experts */
+        {RF_TYPE_Q6_K, 128, 8, 16, 768, 256, false, true},
+    };
+    g_skew = true;
+    for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) mid_run(&r, &part[i]); /* prints the path taken */
+    g_skew = false;
 }
 
 /* invariant mode: a token's outputs in a call of 300 tokens equal those in calls of a few */
@@ -322,8 +344,8 @@ static void test_matmul_id_invariant(void **state) {
     rf_rng r;
     rf_rng_init(&r, rf_test_seed() + 33);
     assert_int_equal(g_be->ops->set_batch_invariant(g_be, true), RF_OK);
-    /* MXFP4: MMQ does not take it; 300 tokens go through the tiled GEMV, the small calls
-     * through the per-slot GEMV: the same bits required across the two kernels */
+    /* MXFP4: the grouped MMQ at every count in this mode (as the other types MMQ takes), the
+     * same bits required across counts */
     const rf_type ts[] = {RF_TYPE_Q4_K, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_TYPE_F16, RF_TYPE_Q3_K, RF_TYPE_MXFP4};
     for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
         const rf_type t = ts[ti];
@@ -499,7 +521,7 @@ static void test_capture(void **state) {
     }
 }
 
-/* ---- bench: qwen3-30b-a3b's experts ---------------------------------------------------------- */
+/* ---- bench: qwen3-30b-a3b's and gpt-oss-20b's experts ---------------------------------------- */
 
 static double now_s(void) {
     struct timespec ts;
@@ -510,9 +532,9 @@ static double now_s(void) {
 /* One MoE feed-forward of n tokens, replayed from a graph of NS steps over NS router-logit sets:
  * route, gate and up (matmul_id, x shared), SwiGLU, down (per slot), combine. Bytes: the distinct
  * experts each step's ids choose times an expert's three matrices. */
-static void bench_one(rf_rng *r, rf_type t, int64_t n) {
+static void bench_one(rf_rng *r, rf_type t, int64_t n, int64_t dim, int64_t ne, int64_t k, int64_t ff) {
     enum { NS = 16, REPS = 20 };
-    const int64_t dim = 2048, ne = 128, k = 8, ff = 768, nk = n * k;
+    const int64_t nk = n * k;
     size_t rbg, rbd;
     assert_int_equal(rf_row_size(t, dim, &rbg), RF_OK);
     assert_int_equal(rf_row_size(t, ff, &rbd), RF_OK);
@@ -556,9 +578,9 @@ static void bench_one(rf_rng *r, rf_type t, int64_t n) {
     dev_to(ids, di, NS * nk * 4);
     double distinct = 0;
     for (int s = 0; s < NS; s++) {
-        char seen[128] = {0};
+        char seen[1024] = {0};
         for (int64_t i = 0; i < nk; i++) seen[ids[s * nk + i]] = 1;
-        for (int e = 0; e < 128; e++) distinct += seen[e];
+        for (int e = 0; e < ne; e++) distinct += seen[e];
     }
     distinct /= NS;
     assert_int_equal(rf_gpu_graph_launch(g_ctx, exec), RF_OK); /* warm */
@@ -569,8 +591,8 @@ static void bench_one(rf_rng *r, rf_type t, int64_t n) {
     const double us = (now_s() - t0) / (REPS * NS) * 1e6;
     const double per_expert = (double)(2 * rbg * ff + rbd * dim);
     const double bytes = distinct * per_expert;
-    fprintf(stderr, "  moe bench %-5s n=%-4lld %-7s %8.1f us/layer  %6.1f experts  %7.2f MB read  %7.1f GB/s"
-            "  (%.2f MB per token)\n", rf_type_name(t), (long long)n,
+    fprintf(stderr, "  moe bench %-5s %lldx%lld/%lld n=%-4lld %-7s %8.1f us/layer  %6.1f experts  %7.2f MB read  %7.1f GB/s"
+            "  (%.2f MB per token)\n", rf_type_name(t), (long long)dim, (long long)ff, (long long)ne, (long long)n,
             rf_gpu_moe_grouped_takes(g_ctx, t, dim, n, k) ? "grouped" : "gemv", us, distinct, bytes * 1e-6,
             bytes / us * 1e-3, bytes / n * 1e-6);
     rf_gpu_graph_destroy(exec);
@@ -589,12 +611,15 @@ static void test_bench(void **state) {
     fprintf(stderr, "  device read bandwidth %.0f GB/s (16-byte loads over 2 GiB)\n", bw);
     const rf_type ts[] = {RF_TYPE_Q4_K, RF_TYPE_Q8_0};
     const int64_t ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 512};
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < 3; ti++) /* qwen3-30b-a3b (dim 2048, 128 experts of 768, top-8), then
+                                    * gpt-oss-20b (MXFP4, dim 2880, 32 experts of 2880, top-4) */
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-            bench_one(&r, ts[ti], ns[i]);
-            if (!rf_gpu_moe_grouped_takes(g_ctx, ts[ti], 2048, ns[i], 8)) { /* the other side of the crossover */
+            const rf_type t = ti < 2 ? ts[ti] : RF_TYPE_MXFP4;
+            const int64_t dim = ti < 2 ? 2048 : 2880, ne = ti < 2 ? 128 : 32, k = ti < 2 ? 8 : 4, ff = ti < 2 ? 768 : 2880;
+            bench_one(&r, t, ns[i], dim, ne, k, ff);
+            if (!rf_gpu_moe_grouped_takes(g_ctx, t, dim, ns[i], k)) { /* the other side of the crossover */
                 assert_int_equal(g_be->ops->set_batch_invariant(g_be, true), RF_OK); /* grouped for every n */
-                bench_one(&r, ts[ti], ns[i]);
+                bench_one(&r, t, ns[i], dim, ne, k, ff);
                 assert_int_equal(g_be->ops->set_batch_invariant(g_be, false), RF_OK);
             }
         }

@@ -1,10 +1,10 @@
 /* gpu_mmq.cu — MMQ: quantized products of many tokens (9 .. thousands) on the int8 tensor cores
  * (CUDA sm_80+, mma.sync): each weight tile is read once per 64 tokens, x quantized once per
- * call (rf_k_quantize_x's q8 blocks, as the GEMVs); Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. */
+ * call (rf_k_quantize_x's q8 blocks, as the GEMVs); Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. */
 #include <stdlib.h>
 
 #include "core/knobs.h"
-#include "backend/gpu/gpu_gemv.cuh"
+#include "backend/gpu/gpu_gemv_dot.cuh" /* rf_fp4x4: MXFP4 codes to int8 */
 
 #define RF_MMQ_BM 128 /* weight rows per block */
 #define RF_MMQ_NW 8   /* warps per block: 8 / WN along the rows x WN (1, 2 or 4) along 32 tokens each */
@@ -19,21 +19,46 @@
  * 16 = + f32 sum, int sum of the first 16); ST: pipeline stages. */
 template <int T> struct rf_mmq_fmt;
 template <> struct rf_mmq_fmt<RF_TYPE_Q4_0> {
-    static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 8, RK = 0, ST = 4, BB = 18;
+    static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 8, RK = 0, ST = 4, BB = 18, UA = 0;
 };
 template <> struct rf_mmq_fmt<RF_TYPE_Q8_0> {
-    static constexpr int KB = 8, CB = 272, CPY = 16, SROW = 272, REC = 8, RK = 0, ST = 3, BB = 34;
+    static constexpr int KB = 8, CB = 272, CPY = 16, SROW = 272, REC = 8, RK = 0, ST = 3, BB = 34, UA = 0;
 };
 template <> struct rf_mmq_fmt<RF_TYPE_Q4_K> {
-    static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 16, RK = 1, ST = 3, BB = 144;
+    static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 16, RK = 1, ST = 3, BB = 144, UA = 0;
 };
 template <> struct rf_mmq_fmt<RF_TYPE_Q5_K> {
-    static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 176, REC = 16, RK = 1, ST = 3, BB = 176;
+    static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 176, REC = 16, RK = 1, ST = 3, BB = 176, UA = 0;
 };
 /* Q6_K: two 210-byte super-blocks per chunk (420 bytes, 4-byte aligned in rows of an even
  * number of super-blocks; the second one sits 2 bytes past a word) */
 template <> struct rf_mmq_fmt<RF_TYPE_Q6_K> {
-    static constexpr int KB = 16, CB = 420, CPY = 4, SROW = 432, REC = 16, RK = 1, ST = 2, BB = 210;
+    static constexpr int KB = 16, CB = 420, CPY = 4, SROW = 432, REC = 16, RK = 1, ST = 2, BB = 210, UA = 0;
+};
+/* Rows at any byte alignment (UA = 1): Q4_0 / Q8_0 rows of a count of blocks not a multiple of
+ * 8 (gpt-oss's 2880 = 90 blocks: 1620 / 3060-byte rows, 4 but not 16 bytes aligned, and a last
+ * chunk of 2 blocks), Q6_K rows of an odd count of super-blocks (qwen3-30b-a3b's 768: 630-byte
+ * rows, every other one 2 bytes past a word; one super-block per chunk), MXFP4 (17-byte
+ * blocks). A row's chunk is staged from the 16-byte word below its first byte (sh = its
+ * address mod 16 bytes further on) up to its last, in 16-byte copies, the one crossing the row's
+ * end (last chunk) read byte by byte so nothing past a row is read; the staged bytes are then read
+ * as words at any offset (rf_mmq_wsh), the blocks past the row's end in a last partial chunk
+ * skipped. SROW: 16 ceil((15 + CB + 15) / 16) + 16 rounded to 4 mod 8 words. Pseudo types for
+ * the three rewrites of formats that have an aligned kernel: */
+#define RF_MMQ_UA(t) (1000 + (t))
+template <int T> struct rf_mmq_base { static constexpr int v = T >= 1000 ? T - 1000 : T; };
+template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q4_0)> {
+    static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 176, REC = 8, RK = 0, ST = 4, BB = 18, UA = 1;
+};
+template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q8_0)> {
+    static constexpr int KB = 8, CB = 272, CPY = 16, SROW = 304, REC = 8, RK = 0, ST = 3, BB = 34, UA = 1;
+};
+template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q6_K)> {
+    static constexpr int KB = 8, CB = 210, CPY = 16, SROW = 272, REC = 16, RK = 1, ST = 3, BB = 210, UA = 1;
+};
+/* MXFP4: 8 blocks of 17 bytes (E8M0 exponent, 16 bytes of codes) per chunk; x as Q8_0's */
+template <> struct rf_mmq_fmt<RF_TYPE_MXFP4> {
+    static constexpr int KB = 8, CB = 136, CPY = 16, SROW = 176, REC = 8, RK = 0, ST = 4, BB = 17, UA = 1;
 };
 /* the tile of BN = 32 WN tokens: bytes of one stage: rows (plus 16 a realigned word may read
  * past the last), x (per token KB blocks of 32 plus 16: the 8 tokens g of one fragment load on
@@ -81,6 +106,13 @@ static __device__ __forceinline__ uint32_t rf_mmq_word(const uint8_t *r, int p) 
     return __byte_perm(*(const uint32_t *)(r + p - 2), *(const uint32_t *)(r + p + 2), 0x5432u);
 }
 
+/* the 4 bytes at byte o of the shared memory (any o: two aligned words funnel-shifted; the
+ * unaligned formats' staged rows, whose offsets are known only at run time) */
+static __device__ __forceinline__ uint32_t rf_mmq_wsh(const uint8_t *smem, int o) {
+    const uint32_t *a = (const uint32_t *)smem + (o >> 2);
+    return __funnelshift_r(a[0], a[1], 8u * (unsigned)(o & 3));
+}
+
 /* Exact int -> f32 without the conversion unit (16 results per clock per SM on sm_80 / sm_90,
  * which bounded the kernel: 4 conversions per mma): v + RF_MMQ_MAGIC read as a float is 1.5 2^23
  * + v exactly for |v| < 2^22, so taking 1.5 2^23 off gives (float)v bit for bit, on the
@@ -89,6 +121,71 @@ static __device__ __forceinline__ uint32_t rf_mmq_word(const uint8_t *r, int p) 
 #define RF_MMQ_MAGIC 0x4B400000
 static __device__ __forceinline__ float rf_mmq_unbias(int biased) { return __int_as_float(biased) - 12582912.0f; }
 static __device__ __forceinline__ float rf_mmq_i2f(int v) { return rf_mmq_unbias(v + RF_MMQ_MAGIC); }
+
+/* The unaligned formats' weights of one chunk (CB bytes at byte off of each row, fewer in a
+ * partial last chunk) of the 128 rows from r0 into a stage (sm: its generic address, so: its
+ * shared-space one), row by row SROW apart: from the 16-byte word below the chunk's first byte to
+ * its last byte in CW 16-byte cp.async copies at most, the copy that would cross the row's end
+ * read byte by byte and zero-padded (nothing past a row is read: the last row of the tensor ends
+ * the allocation); rows past n_out copy the last. All 256 threads. */
+template <int CB, int SROW, int CW>
+static __device__ __forceinline__ void rf_mmq_issue_w_ua(uint8_t *sm, unsigned so, const uint8_t *w, int64_t row_bytes,
+                                                         int64_t off, int r0, int n_out) {
+    const int cbv = row_bytes - off < CB ? (int)(row_bytes - off) : CB;
+#pragma unroll 2
+    for (int i = threadIdx.x; i < RF_MMQ_BM * CW; i += RF_MMQ_NW * 32) {
+        const int row = i / CW, col = i % CW;
+        const int r = r0 + row < n_out ? r0 + row : n_out - 1;
+        const uint8_t *rs = w + (int64_t)r * row_bytes, *s0 = rs + off;
+        const uint8_t *a = (const uint8_t *)((uintptr_t)s0 & ~(uintptr_t)15), *src = a + 16 * col;
+        if (col >= ((int)(s0 - a) + cbv + 15) / 16) continue;
+        if (src + 16 <= rs + row_bytes) {
+            rf_cp_async16_s(so + (unsigned)(row * SROW + col * 16), src);
+        } else {
+            uint32_t v[4] = {0u, 0u, 0u, 0u};
+            const int nv = (int)(rs + row_bytes - src);
+#pragma unroll
+            for (int j = 0; j < 16; j++) /* unrolled: v stays in registers */
+                if (j < nv) v[j >> 2] |= (uint32_t)src[j] << (8 * (j & 3));
+            *(uint4 *)(sm + row * SROW + col * 16) = make_uint4(v[0], v[1], v[2], v[3]);
+        }
+    }
+}
+
+/* The unaligned formats' A fragment words of block b for lane (g, t) of one staged row whose
+ * chunk starts at byte ro of the shared memory (run-time offsets: rf_mmq_wsh): lo = elements
+ * 4t..4t+3, hi = 16+4t..16+4t+3 as int8 (Q4_0: as its unsigned codes, centre in the mma's c),
+ * d the block's (Q6_K: the super-block's) scale, sc Q6_K's two int8 scales of the halves. */
+template <int B>
+static __device__ __forceinline__ void rf_mmq_a_ua(const uint8_t *smem, int ro, int t, int b, uint32_t *lo,
+                                                   uint32_t *hi, float *d, int *sc) {
+    const int ot = ro + 4 * t;
+    if constexpr (B == RF_TYPE_Q4_0) {
+        const uint32_t q = rf_mmq_wsh(smem, ot + b * 18 + 2);
+        *lo = q & 0x0F0F0F0Fu, *hi = (q >> 4) & 0x0F0F0F0Fu;
+        *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + b * 18) & 0xFFFFu));
+    } else if constexpr (B == RF_TYPE_Q8_0) {
+        *lo = rf_mmq_wsh(smem, ot + b * 34 + 2), *hi = rf_mmq_wsh(smem, ot + b * 34 + 18);
+        *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + b * 34) & 0xFFFFu));
+    } else if constexpr (B == RF_TYPE_MXFP4) {
+        /* codes j and 16 + j in the low and high nibble of byte 1 + j; the value 2^(e - 128) kv
+         * (kv: the doubled E2M1 value, int8), as rf_mxfp4_dot */
+        const uint32_t q = rf_mmq_wsh(smem, ot + b * 17 + 1);
+        *lo = (uint32_t)rf_fp4x4(q & 0x0F0F0F0Fu), *hi = (uint32_t)rf_fp4x4((q >> 4) & 0x0F0F0F0Fu);
+        const uint32_t ex = rf_mmq_wsh(smem, ro + b * 17) & 0xFFu;
+        *d = __uint_as_float(ex < 2 ? (0x00200000u << ex) : ((ex - 1) << 23));
+    } else { /* Q6_K, one super-block per chunk: block b = 4 hh + kk (see rf_k_mmq's aligned one) */
+        const int hh = b / 4, kk = b % 4, ls = 4 * (kk >> 1), hs = 2 * kk;
+        const uint32_t l0 = rf_mmq_wsh(smem, ot + 64 * hh + 32 * (kk & 1));
+        const uint32_t l1 = rf_mmq_wsh(smem, ot + 64 * hh + 32 * (kk & 1) + 16);
+        const uint32_t h0 = rf_mmq_wsh(smem, ot + 128 + 32 * hh), h1 = rf_mmq_wsh(smem, ot + 128 + 32 * hh + 16);
+        *lo = ((l0 >> ls) & 0x0F0F0F0Fu) | (((h0 >> hs) & 0x03030303u) << 4);
+        *hi = ((l1 >> ls) & 0x0F0F0F0Fu) | (((h1 >> hs) & 0x03030303u) << 4);
+        const uint32_t sw = rf_mmq_wsh(smem, ro + 192 + 8 * hh + 2 * kk);
+        sc[0] = (int)(int8_t)(sw & 0xFFu), sc[1] = (int)(int8_t)((sw >> 8) & 0xFFu);
+        *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + 208) & 0xFFFFu));
+    }
+}
 
 /* mmq: y[t, o] = sum_i W[o, i] x[t, i] for the tokens t of blockIdx.x's tile of BN = 32 WN and
  * the rows o of blockIdx.y's tile of 128, over the chunks of blockIdx.z's share of the row
@@ -123,8 +220,10 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
     using F = rf_mmq_fmt<T>;
     using L = rf_mmq_stage<T, WN, STX>;
     constexpr int KB = F::KB, ST = L::ST, NTH = RF_MMQ_NW * 32, BN = L::BN, WM = RF_MMQ_NW / WN, MF = WN;
-    constexpr int CW = F::CB / F::CPY;          /* copies per row per chunk */
-    constexpr int XW = KB * 2, RW = KB * F::REC / 16; /* 16-byte copies per token: x, records */
+    constexpr int B = rf_mmq_base<T>::v, UA = F::UA; /* the format; rows at any alignment */
+    constexpr int CW = UA ? (15 + F::CB + 15) / 16 : F::CB / F::CPY; /* copies per row per chunk (UA: at most) */
+    constexpr int XW = KB * 2, RW = UA ? KB * F::REC / 8 : KB * F::REC / 16; /* copies per token: x (16 bytes),
+                                                                              * records (16, UA 8) */
     extern __shared__ __align__(16) uint8_t rf_mmq_smem[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int wm = warp % WM, wn = warp / WM;
@@ -136,7 +235,7 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
         w += (int64_t)tl.x * n_out * row_bytes;
         t0 = tl.y, nt = tl.z;
     }
-    const int nb = n_in / 32, nch = nb / KB;
+    const int nb = n_in / 32, nch = UA ? (nb + KB - 1) / KB : nb / KB; /* UA: the last chunk may be partial */
     const int kc0 = (int)((int64_t)blockIdx.z * nch / splits), nk = (int)((int64_t)(blockIdx.z + 1) * nch / splits) - kc0;
     const unsigned base = rf_smem_addr(rf_mmq_smem);
     const int ntile = nt - t0 < BN ? nt - t0 : BN;
@@ -145,31 +244,45 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
         if (k >= nk) return;
         const int64_t off = (int64_t)(kc0 + k) * F::CB;
         const unsigned so = base + (unsigned)(slot * L::BYTES);
+        if constexpr (UA) {
+            rf_mmq_issue_w_ua<F::CB, F::SROW, CW>(rf_mmq_smem + slot * L::BYTES, so, w, row_bytes, off, r0, n_out);
+        } else {
 #pragma unroll 4
-        for (int i = tid; i < RF_MMQ_BM * CW; i += NTH) {
-            const int row = i / CW, col = i % CW;
-            const int r = r0 + row < n_out ? r0 + row : n_out - 1;
-            const uint8_t *src = w + (int64_t)r * row_bytes + off + col * F::CPY;
-            const unsigned dst = so + (unsigned)(row * F::SROW + col * F::CPY);
-            if (F::CPY == 16) rf_cp_async16_s(dst, src);
-            else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+            for (int i = tid; i < RF_MMQ_BM * CW; i += NTH) {
+                const int row = i / CW, col = i % CW;
+                const int r = r0 + row < n_out ? r0 + row : n_out - 1;
+                const uint8_t *src = w + (int64_t)r * row_bytes + off + col * F::CPY;
+                const unsigned dst = so + (unsigned)(row * F::SROW + col * F::CPY);
+                if (F::CPY == 16) rf_cp_async16_s(dst, src);
+                else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+            }
         }
     };
     auto issue_x = [&](int k, int slot) { /* x and its records for chunk k */
         if (k >= nk) return;
-        const int kb = (kc0 + k) * KB;
+        const int kb = (kc0 + k) * KB, nbv = nb - kb < KB ? nb - kb : KB; /* blocks in the chunk */
         const unsigned so = base + (unsigned)(slot * L::BYTES);
 #pragma unroll
         for (int i = tid; i < BN * XW; i += NTH) {
             const int n = i / XW, c = i % XW, tok = t0 + n < nt ? t0 + n : nt - 1;
+            if (UA && c >= 2 * nbv) continue; /* past the row (partial last chunk) */
             rf_cp_async16_s(so + (unsigned)(L::XO + n * L::XT + c * 16),
                             qx + (int64_t)tok * n_in + (int64_t)kb * 32 + c * 16);
         }
+        if constexpr (UA) { /* 8-byte copies: 8-byte records of an odd count of blocks sit 8 past 16 */
 #pragma unroll
-        for (int i = tid; i < BN * RW; i += NTH) {
-            const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
-            rf_cp_async16_s(so + (unsigned)(L::RO + n * L::RS + c * 16),
-                            rec + ((int64_t)tok * nb + kb) * F::REC + c * 16);
+            for (int i = tid; i < BN * RW; i += NTH) {
+                const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
+                if (c >= nbv * F::REC / 8) continue;
+                rf_cp_async8_s(so + (unsigned)(L::RO + n * L::RS + c * 8), rec + ((int64_t)tok * nb + kb) * F::REC + c * 8);
+            }
+        } else {
+#pragma unroll
+            for (int i = tid; i < BN * RW; i += NTH) {
+                const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
+                rf_cp_async16_s(so + (unsigned)(L::RO + n * L::RS + c * 16),
+                                rec + ((int64_t)tok * nb + kb) * F::REC + c * 16);
+            }
         }
     };
 #pragma unroll
@@ -194,6 +307,15 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
         for (int nf = 0; nf < 4; nf++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mf][nf][i] = 0.0f;
+    int ral[MF][2]; /* UA: the staged rows g, g + 8 of each m16 fragment: row start address mod 16 */
+#pragma unroll
+    for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int rr = r0 + 16 * MF * wm + 16 * mf + 8 * h + g;
+            ral[mf][h] = (int)((uintptr_t)(w + (int64_t)(rr < n_out ? rr : n_out - 1) * row_bytes) & 15);
+        }
+    (void)ral;
 
     for (int k = 0; k < nk; k++) {
         rf_cp_async_wait<ST - 2>();
@@ -205,12 +327,19 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
         const uint8_t *sl = rf_mmq_smem + (k % ST) * L::BYTES;
         const uint8_t *sx = sl + L::XO + (32 * wn + g) * L::XT, *sr = sl + L::RO + (32 * wn + 2 * t) * L::RS;
         const uint8_t *ra[MF][2]; /* rows g, g + 8 of each m16 fragment */
+        int ro[MF][2]; /* UA: the rows' chunk starts, offsets in the shared memory */
+        const int offm = (int)((int64_t)(kc0 + k) * F::CB & 15), nbv = nb - (kc0 + k) * KB;
 #pragma unroll
         for (int mf = 0; mf < MF; mf++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) ra[mf][h] = sl + (16 * MF * wm + 16 * mf + 8 * h + g) * F::SROW;
+            for (int h = 0; h < 2; h++) {
+                ra[mf][h] = sl + (16 * MF * wm + 16 * mf + 8 * h + g) * F::SROW;
+                ro[mf][h] = (k % ST) * L::BYTES + (16 * MF * wm + 16 * mf + 8 * h + g) * F::SROW + ((ral[mf][h] + offm) & 15);
+            }
+        (void)ro, (void)nbv;
 #pragma unroll
         for (int b = 0; b < KB; b++) {
+            if (UA && b >= nbv) break; /* a partial last chunk: the row ends at block nbv */
             /* the A fragments of block b (lane (g, t): words t and 4 + t of rows g, g + 8) and
              * the rows' f32 factors */
             uint32_t A[MF][4];
@@ -221,7 +350,9 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const uint8_t *r = ra[mf][h], *rt = r + 4 * t; /* rt: offsets known at compile time */
-                    if constexpr (T == RF_TYPE_Q4_0) {
+                    if constexpr (UA) {
+                        rf_mmq_a_ua<B>(rf_mmq_smem, ro[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], SC[mf][h]);
+                    } else if constexpr (T == RF_TYPE_Q4_0) {
                         const uint32_t q = rf_mmq_word(rt, b * 18 + 2);
                         A[mf][h] = q & 0x0F0F0F0Fu, A[mf][2 + h] = (q >> 4) & 0x0F0F0F0Fu;
                         D[mf][h] = rf_h2f_bits(*(const uint16_t *)(r + b * 18));
@@ -273,18 +404,18 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
 #pragma unroll
                 for (int mf = 0; mf < MF; mf++) {
                     int s[4];
-                    if constexpr (T == RF_TYPE_Q6_K) {
+                    if constexpr (B == RF_TYPE_Q6_K) {
                         const int lo0 = *(const int *)(q0 + 12), lo1 = *(const int *)(q1 + 12);
                         int sl4[4], sh4[4];
                         rf_mmq_k16u(sl4, A[mf][0], A[mf][1], X[0], -32 * lo0, -32 * lo1);
                         rf_mmq_k16u(sh4, A[mf][2], A[mf][3], X[1], -32 * (sx0 - lo0), -32 * (sx1 - lo1));
 #pragma unroll
                         for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
-                    } else if constexpr (T == RF_TYPE_Q8_0) {
+                    } else if constexpr (B == RF_TYPE_Q8_0 || B == RF_TYPE_MXFP4) { /* signed values */
                         const int c[4] = {RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC};
                         rf_mmq_k32<false>(s, A[mf], X, c);
                     } else {
-                        constexpr int C = T == RF_TYPE_Q5_K ? 16 : 8;
+                        constexpr int C = B == RF_TYPE_Q5_K ? 16 : 8;
                         const int c0 = RF_MMQ_MAGIC - C * sx0, c1 = RF_MMQ_MAGIC - C * sx1;
                         const int c[4] = {c0, c1, c0, c1};
                         rf_mmq_k32<true>(s, A[mf], X, c);
@@ -292,7 +423,7 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float dw = D[mf][i / 2], dxv = i % 2 ? dx1 : dx0;
-                        const float fs = T == RF_TYPE_Q6_K ? (float)s[i] : rf_mmq_unbias(s[i]); /* (float) of the sum */
+                        const float fs = B == RF_TYPE_Q6_K ? (float)s[i] : rf_mmq_unbias(s[i]); /* (float) of the sum */
                         acc[mf][nf][i] += dw * dxv * fs;
                         if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K)
                             acc[mf][nf][i] += CM[mf][i / 2] * *(const float *)((i % 2 ? q1 : q0) + 8);
@@ -347,12 +478,12 @@ static rf_status rf_launch_mmq_wn(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
  * 1 = tiles of 32 always, 2 = tiles of 64 above 32 tokens in 2 stages, 3 = in the format's
  * stages, 4 = tiles of 128 (2 warps along the rows x 4 along the tokens, each warp 64 rows x
  * 32 tokens: 16 mma per A and B fragment load) at every token count in as many stages as fit,
- * 5 = the same in 2 stages (Q6_K: 4 and 5 are 3). */
+ * 5 = the same in 2 stages (Q6_K and the unaligned formats: 4 and 5 are 3, fewer instances to build). */
 template <int T>
 static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
                                int nt, int n_in, int n_out, int64_t rb, int splits) {
     const int cfg = (int)rf_knob_int(RF_KNOB_MMQ_CFG);
-    if constexpr (T != RF_TYPE_Q6_K) {
+    if constexpr (T != RF_TYPE_Q6_K && !rf_mmq_fmt<T>::UA) {
         if (cfg == 4) return rf_launch_mmq_wn<T, 4>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
         if (cfg == 5) {
             constexpr int S5 = rf_mmq_stage<T, 4>::ST == 2 ? 0 : 2; /* one instance where the default is 2 */
@@ -370,6 +501,23 @@ static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, cons
 }
 #endif
 
+/* The kernel's format for (type, n_in): the aligned kernels where the rows hold whole chunks
+ * (Q4_0 / Q8_0: n_in a multiple of 256, Q6_K of 512), else the unaligned ones (rf_mmq_fmt's
+ * UA); -1: none (rf_gpu_mmq_supported's rule) */
+#if !defined(RF_HIP)
+static int rf_mmq_kernel_type(rf_type t, int64_t n_in) {
+    if (n_in < 256 || n_in > ((int64_t)1 << 28)) return -1;
+    switch (t) {
+    case RF_TYPE_Q4_0: case RF_TYPE_Q8_0:
+        return n_in % 256 == 0 ? (int)t : n_in % 32 == 0 ? RF_MMQ_UA((int)t) : -1;
+    case RF_TYPE_Q4_K: case RF_TYPE_Q5_K: return n_in % 256 == 0 ? (int)t : -1;
+    case RF_TYPE_Q6_K: return n_in % 512 == 0 ? (int)t : n_in % 256 == 0 ? RF_MMQ_UA((int)t) : -1;
+    case RF_TYPE_MXFP4: return n_in % 32 == 0 ? (int)t : -1;
+    default: return -1;
+    }
+}
+#endif
+
 /* The grouped product of gpu_moe.cu (see rf_k_mmq): tiles of 32 rows, no split. */
 extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
                                         const uint8_t *rec, const int4 *tiles, int n_tiles, int n_rows, int64_t n_in,
@@ -382,28 +530,36 @@ extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w
     const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
     const uint8_t *wp = (const uint8_t *)w;
     const int ni = (int)n_in, no = (int)n_out;
-    switch (wtype) {
-    case RF_TYPE_Q4_0: return rf_launch_mmq_wn<RF_TYPE_Q4_0, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles);
-    case RF_TYPE_Q8_0: return rf_launch_mmq_wn<RF_TYPE_Q8_0, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles);
-    case RF_TYPE_Q4_K: return rf_launch_mmq_wn<RF_TYPE_Q4_K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles);
-    case RF_TYPE_Q5_K: return rf_launch_mmq_wn<RF_TYPE_Q5_K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles);
-    case RF_TYPE_Q6_K: return rf_launch_mmq_wn<RF_TYPE_Q6_K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles);
-    default: return rf_set_error(RF_ERR_INVALID_ARG, "rf_gpu_mmq_grouped: weight type %d has no MMQ kernel", (int)wtype);
+#define RF_MMQ_G(K) rf_launch_mmq_wn<K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles)
+    switch (rf_mmq_kernel_type(wtype, n_in)) {
+    case RF_TYPE_Q4_0: return RF_MMQ_G(RF_TYPE_Q4_0);
+    case RF_TYPE_Q8_0: return RF_MMQ_G(RF_TYPE_Q8_0);
+    case RF_TYPE_Q4_K: return RF_MMQ_G(RF_TYPE_Q4_K);
+    case RF_TYPE_Q5_K: return RF_MMQ_G(RF_TYPE_Q5_K);
+    case RF_TYPE_Q6_K: return RF_MMQ_G(RF_TYPE_Q6_K);
+    case RF_TYPE_MXFP4: return RF_MMQ_G(RF_TYPE_MXFP4);
+    case RF_MMQ_UA(RF_TYPE_Q4_0): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q4_0));
+    case RF_MMQ_UA(RF_TYPE_Q8_0): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q8_0));
+    case RF_MMQ_UA(RF_TYPE_Q6_K): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q6_K));
+#undef RF_MMQ_G
+    default:
+        return rf_set_error(RF_ERR_INVALID_ARG, "rf_gpu_mmq_grouped: weight type %d with n_in=%lld has no MMQ kernel",
+                            (int)wtype, (long long)n_in);
     }
 #endif
 }
 
+/* MMQ takes (CUDA): Q4_0, Q8_0, MXFP4 with n_in a multiple of their 32-element block, Q4_K,
+ * Q5_K, Q6_K of their 256-element super-block, n_in >= 256 (at least one whole chunk of 8
+ * blocks of 32: a split of the rows, rf_mmq_splits, is never empty) and <= 2^28 (int offsets).
+ * Rows whose length is not a whole number of chunks end in a partial last chunk (the
+ * unaligned kernels, rf_mmq_fmt's UA). HIP: none. */
 extern "C" bool rf_gpu_mmq_supported(rf_type t, int64_t n_in) {
 #if defined(RF_HIP)
     (void)t, (void)n_in;
     return false;
 #else
-    if (n_in < 256 || n_in > ((int64_t)1 << 28)) return false;
-    switch (t) {
-    case RF_TYPE_Q4_0: case RF_TYPE_Q8_0: case RF_TYPE_Q4_K: case RF_TYPE_Q5_K: return n_in % 256 == 0;
-    case RF_TYPE_Q6_K: return n_in % 512 == 0;
-    default: return false;
-    }
+    return rf_mmq_kernel_type(t, n_in) >= 0;
 #endif
 }
 
@@ -420,7 +576,7 @@ static int rf_mmq_splits(const rf_gpu_ctx *ctx, int64_t n_in, int64_t n_out, int
     if (slots < 0) {
         slots = (int)rf_knob_int(RF_KNOB_MMQ_SLOTS);
     }
-    const int64_t mt = (n_out + RF_MMQ_BM - 1) / RF_MMQ_BM, nch = n_in / 32 / kb;
+    const int64_t mt = (n_out + RF_MMQ_BM - 1) / RF_MMQ_BM, nch = (n_in / 32 + kb - 1) / kb; /* a partial chunk counts */
     int64_t s = slots * ctx->info.sm_count / mt;
     if (s > nch / (slots == 2 ? 2 : 4)) s = nch / (slots == 2 ? 2 : 4);
     if (s > 8) s = 8;
@@ -431,7 +587,7 @@ extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
                                 int64_t n_tokens, int64_t n_in, int64_t n_out) {
     const char *op = "rf_gpu_mmq";
     RF_GPU_REQUIRE(rf_gpu_mmq_supported(wtype, n_in), op, "weight type %d with n_in=%lld has no MMQ kernel "
-                   "(CUDA: Q4_0, Q8_0, Q4_K, Q5_K with n_in a multiple of 256, Q6_K of 512)", (int)wtype,
+                   "(CUDA: Q4_0, Q8_0, MXFP4 with n_in a multiple of 32, Q4_K, Q5_K, Q6_K of 256; n_in >= 256)", (int)wtype,
                    (long long)n_in);
     RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 65535 && n_out >= 1 && n_out <= 0x7fffffff &&
                        n_tokens * n_in <= 0x7fffffff, op, "shape %lld x %lld x %lld", (long long)n_tokens,
@@ -443,7 +599,7 @@ extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
     return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no MMQ kernel on HIP", op);
 #else
     RF_GPU_REQUIRE(ctx->info.cc_major >= 8, op, "the int8 tensor-core kernel needs compute capability 8.0+");
-    const int kb = wtype == RF_TYPE_Q6_K ? 16 : 8;
+    const int kt = rf_mmq_kernel_type(wtype, n_in), kb = kt == RF_TYPE_Q6_K ? 16 : 8;
     const int splits = rf_mmq_splits(ctx, n_in, n_out, kb);
     const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
     const size_t xqb = (rf_gpu_xq_bytes(n_tokens, n_in) + 255) & ~(size_t)255;
@@ -461,13 +617,19 @@ extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
     const uint8_t *wp = (const uint8_t *)w;
     const int nt = (int)n_tokens, ni = (int)n_in, no = (int)n_out;
     if (!st) {
-        switch (wtype) {
-        case RF_TYPE_Q4_0: st = rf_launch_mmq<RF_TYPE_Q4_0>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits); break;
-        case RF_TYPE_Q8_0: st = rf_launch_mmq<RF_TYPE_Q8_0>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits); break;
-        case RF_TYPE_Q4_K: st = rf_launch_mmq<RF_TYPE_Q4_K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits); break;
-        case RF_TYPE_Q5_K: st = rf_launch_mmq<RF_TYPE_Q5_K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits); break;
-        default: st = rf_launch_mmq<RF_TYPE_Q6_K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits); break;
+#define RF_MMQ_D(K) rf_launch_mmq<K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits)
+        switch (kt) {
+        case RF_TYPE_Q4_0: st = RF_MMQ_D(RF_TYPE_Q4_0); break;
+        case RF_TYPE_Q8_0: st = RF_MMQ_D(RF_TYPE_Q8_0); break;
+        case RF_TYPE_Q4_K: st = RF_MMQ_D(RF_TYPE_Q4_K); break;
+        case RF_TYPE_Q5_K: st = RF_MMQ_D(RF_TYPE_Q5_K); break;
+        case RF_TYPE_MXFP4: st = RF_MMQ_D(RF_TYPE_MXFP4); break;
+        case RF_MMQ_UA(RF_TYPE_Q4_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q4_0)); break;
+        case RF_MMQ_UA(RF_TYPE_Q8_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q8_0)); break;
+        case RF_MMQ_UA(RF_TYPE_Q6_K): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q6_K)); break;
+        default: st = RF_MMQ_D(RF_TYPE_Q6_K); break;
         }
+#undef RF_MMQ_D
     }
     if (!st && splits > 1) {
         const int64_t ny = n_tokens * n_out;

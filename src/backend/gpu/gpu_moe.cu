@@ -280,6 +280,9 @@ extern "C" bool rf_gpu_moe_grouped_takes(rf_gpu_ctx *ctx, rf_type t, int64_t n_i
     static int64_t min_slots = -1;
     if (min_slots < 0) min_slots = rf_knob_int(RF_KNOB_GPU_MOE_GROUPED_MIN);
     if (!rf_gpu_mmq_supported(t, n_in) || ctx->info.cc_major < 8) return false;
+    /* batch-invariant mode: the grouped MMQ at every slot count for every type and width MMQ
+     * takes, MXFP4 and the partial-chunk widths (gpt-oss's 2880, qwen3-30b-a3b's Q6_K 768)
+     * included, so one kernel sums a slot's row whatever the count */
     return ctx->invariant || n * k >= min_slots;
 #endif
 }
@@ -312,10 +315,15 @@ extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, 
     }
     if (rf_gpu_moe_grouped_takes(ctx, t, n_in, n, k))
         return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk, false);
-    /* types / widths MMQ does not take (MXFP4; gpt-oss's 2880): the tiled GEMV once the slots
-     * average two or more per expert (each expert's rows then read once per 8 slots instead of
-     * once per slot); bit-identical to the GEMV below, so the crossover keeps batch invariance */
-    if (!rf_gpu_mmq_supported(t, n_in) && rf_moe_gemv_rk(t, n_in) >= 0 && nk >= 2 * n_expert && nk >= 16)
+    /* below the grouped MMQ's minimum, for the types and widths the aligned MMQ kernels do not
+     * take (those MMQ has no kernel for; MXFP4, Q4_0 / Q8_0 rows not a multiple of 256 such as
+     * gpt-oss's 2880, Q6_K not of 512): the tiled GEMV once the slots average two or more per
+     * expert (each expert's rows then read once per 8 slots instead of once per slot), the rule
+     * from before MMQ took the unaligned ones, kept until that crossover is measured;
+     * bit-identical to the GEMV below, so the crossover keeps batch invariance */
+    const bool mmq_aligned = rf_gpu_mmq_supported(t, n_in) && t != RF_TYPE_MXFP4 &&
+                             n_in % (t == RF_TYPE_Q6_K ? 512 : 256) == 0;
+    if (!mmq_aligned && rf_moe_gemv_rk(t, n_in) >= 0 && nk >= 2 * n_expert && nk >= 16)
         return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk, true);
     /* the GEMV path: every type; batch invariant by construction (a slot's sum never sees the
      * others), so batch-invariant mode takes it for the types MMQ does not */
