@@ -240,6 +240,20 @@ typedef struct rf_backend_ops {
      * wts f32 [n, k]; the sum runs over j in order 0..k-1 (no aliasing). */
     rf_status (*moe_combine)(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *wts, int64_t n,
                              int64_t k, int64_t m);
+    /* Optional decode fusions (NULL: the unfused ops; callers use rf_moe_gate_up /
+     * rf_moe_down_sum below, which fall back). matmul_id_glu: y[t * k + j] = glu(kind) of
+     * matmul_id(w_gate, x, b_gate) and matmul_id(w_up, x, b_up) (x_per_slot false), as those two
+     * calls and glu compute them (same tolerance); u f32 [n * k, n_out] is scratch the op may
+     * overwrite. y, u packed (a shard's slice of wider buffers is a packed view). */
+    rf_status (*matmul_id_glu)(rf_backend *be, rf_tensor *y, rf_tensor *u, const rf_tensor *w_gate,
+                               const rf_tensor *w_up, int64_t n_out, const rf_tensor *x, const rf_tensor *ids,
+                               const rf_tensor *b_gate, const rf_tensor *b_up, int64_t n, int64_t k,
+                               rf_glu_kind kind);
+    /* matmul_id_combine: y [n, n_out] = moe_combine of matmul_id(w, x, bias) with x per slot
+     * (x [n * k, n_in]), as those two calls compute it; z f32 [n * k, n_out] is scratch. */
+    rf_status (*matmul_id_combine)(rf_backend *be, rf_tensor *y, rf_tensor *z, const rf_tensor *w, int64_t n_out,
+                                   const rf_tensor *x, const rf_tensor *ids, const rf_tensor *bias,
+                                   const rf_tensor *wts, int64_t n, int64_t k);
     /* Optional (NULL: no shared-expert models): the shared expert's output z joins the experts'
      * sum y through its sigmoid gate, y[t] += z[t] * sigmoid(w . h[t]) over t < n; y, z f32 [n, m]
      * packed, h f32 rows of m (stride h->nb1), w f32 [m] (no aliasing). The gate's dot product
@@ -317,6 +331,17 @@ struct rf_backend {
     const rf_backend_ops *ops;
     void *impl;
 };
+
+/* The MoE feed-forward's products through a backend (backend_moe.c): its fused op where it has
+ * one (matmul_id_glu / matmul_id_combine), else the unfused calls it stands for (matmul_id
+ * twice and glu into y, the up product in u; matmul_id into z and moe_combine), so a backend
+ * without the fusion (the CPU oracle) computes exactly what it did before. */
+rf_status rf_moe_gate_up(rf_backend *be, rf_tensor *y, rf_tensor *u, const rf_tensor *w_gate, const rf_tensor *w_up,
+                         int64_t n_out, const rf_tensor *x, const rf_tensor *ids, const rf_tensor *b_gate,
+                         const rf_tensor *b_up, int64_t n, int64_t k, rf_glu_kind kind);
+rf_status rf_moe_down_sum(rf_backend *be, rf_tensor *y, rf_tensor *z, const rf_tensor *w, int64_t n_out,
+                          const rf_tensor *x, const rf_tensor *ids, const rf_tensor *bias, const rf_tensor *wts,
+                          int64_t n, int64_t k);
 
 /* The CPU backend with n_threads workers (0 = number of cores). */
 rf_status rf_backend_cpu_new(int n_threads, rf_backend **out);

@@ -435,12 +435,13 @@ static rf_status ffn_moe(const step *t, int s, int il) {
                           hp->moe_norm_w, hp->moe_w_scale));
     }
     rf_tensor g = shard_act(&A->moe_g, Fs, t->tp), u = shard_act(&A->moe_u, Fs, t->tp);
-    TRY(op->matmul_id(be, &g, &L->ffn_gate_exps, Fs, &A->h, false, &A->moe_ids, OPT(ffn_gate_exps_b), n, K));
-    TRY(op->matmul_id(be, &u, &L->ffn_up_exps, Fs, &A->h, false, &A->moe_ids, OPT(ffn_up_exps_b), n, K));
-    TRY(op->glu(be, &g, &g, &u, n * K * Fs, hp->glu));
-    TRY(op->matmul_id(be, &A->moe_d, &L->ffn_down_exps, E, &g, true, &A->moe_ids, OPT(ffn_down_exps_b), n, K));
+    /* gate and up with the GLU, then down with the router-weighted sum: one fused op each where
+     * the backend has it (backend_moe.c; the decode GEMV path), else the unfused ops */
+    TRY(rf_moe_gate_up(be, &g, &u, &L->ffn_gate_exps, &L->ffn_up_exps, Fs, &A->h, &A->moe_ids, OPT(ffn_gate_exps_b),
+                       OPT(ffn_up_exps_b), n, K, hp->glu));
+    TRY(rf_moe_down_sum(be, po, &A->moe_d, &L->ffn_down_exps, E, &g, &A->moe_ids, OPT(ffn_down_exps_b), &A->moe_wts,
+                        n, K));
 #undef OPT
-    TRY(op->moe_combine(be, po, &A->moe_d, &A->moe_wts, n, K, E));
     return rf_has(&L->ffn_up_shexp) ? ffn_shared_expert(t, il, po) : RF_OK;
 }
 

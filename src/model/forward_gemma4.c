@@ -118,11 +118,9 @@ static rf_status experts(rf_model *m, rf_fwd *f, int il, int64_t n) {
     TRY(op->moe_route(be, &f->moe_ids, &f->moe_wts, &f->moe_logits, NULL, n, NE, K, hp->moe_gating, hp->moe_norm_w,
                       hp->moe_w_scale));
     TRY(op->rmsnorm(be, &f->h, &f->x, &L->ffn_pre_norm_2, n, E, hp->norm_eps));
-    TRY(op->matmul_id(be, &f->moe_g, &L->ffn_gate_exps, FE, &f->h, false, &f->moe_ids, NULL, n, K));
-    TRY(op->matmul_id(be, &f->moe_u, &L->ffn_up_exps, FE, &f->h, false, &f->moe_ids, NULL, n, K));
-    TRY(op->glu(be, &f->moe_g, &f->moe_g, &f->moe_u, n * K * FE, RF_GLU_GEGLU));
-    TRY(op->matmul_id(be, &f->moe_d, &L->ffn_down_exps, E, &f->moe_g, true, &f->moe_ids, NULL, n, K));
-    TRY(op->moe_combine(be, &f->h, &f->moe_d, &f->moe_wts, n, K, E));
+    TRY(rf_moe_gate_up(be, &f->moe_g, &f->moe_u, &L->ffn_gate_exps, &L->ffn_up_exps, FE, &f->h, &f->moe_ids, NULL,
+                       NULL, n, K, RF_GLU_GEGLU));
+    TRY(rf_moe_down_sum(be, &f->h, &f->moe_d, &L->ffn_down_exps, E, &f->moe_g, &f->moe_ids, NULL, &f->moe_wts, n, K));
     TRY(op->rmsnorm(be, &f->h, &f->h, &L->ffn_post_norm_2, n, E, hp->norm_eps));
     return op->add(be, &f->o, &f->o, &f->h, n * E);
 }

@@ -530,7 +530,8 @@ static double now_s(void) {
 }
 
 /* One MoE feed-forward of n tokens, replayed from a graph of NS steps over NS router-logit sets:
- * route, gate and up (matmul_id, x shared), SwiGLU, down (per slot), combine. Bytes: the distinct
+ * route, gate and up with SwiGLU (rf_moe_gate_up), down with the weighted sum (rf_moe_down_sum):
+ * on the GEMV path the two fused kernels, else matmul_id, glu, matmul_id, combine. Bytes: the distinct
  * experts each step's ids choose times an expert's three matrices. */
 static void bench_one(rf_rng *r, rf_type t, int64_t n, int64_t dim, int64_t ne, int64_t k, int64_t ff) {
     enum { NS = 16, REPS = 20 };
@@ -563,11 +564,9 @@ static void bench_one(rf_rng *r, rf_type t, int64_t n, int64_t dim, int64_t ne, 
         for (int s = 0; s < NS; s++) {
             rf_tensor tl = dt(RF_TYPE_F32, ne, n, dl + s * n * ne), ti = dt(RF_TYPE_I32, k, n, di + s * nk);
             rf_status st = o->moe_route(g_be, &ti, &tw, &tl, NULL, n, ne, k, RF_MOE_SOFTMAX, true, 1.0f);
-            if (!st) st = o->matmul_id(g_be, &tg, &twg, ff, &tx, false, &ti, NULL, n, k);
-            if (!st) st = o->matmul_id(g_be, &tu, &twu, ff, &tx, false, &ti, NULL, n, k);
-            if (!st) st = o->glu(g_be, &tg, &tg, &tu, nk * ff, RF_GLU_SWIGLU);
-            if (!st) st = o->matmul_id(g_be, &tz, &twd, dim, &tg, true, &ti, NULL, n, k);
-            if (!st) st = o->moe_combine(g_be, &ty, &tz, &tw, n, k, dim);
+            /* as the forward: the decode fusions where the GEMV path runs (backend_moe.c) */
+            if (!st) st = rf_moe_gate_up(g_be, &tg, &tu, &twg, &twu, ff, &tx, &ti, NULL, NULL, n, k, RF_GLU_SWIGLU);
+            if (!st) st = rf_moe_down_sum(g_be, &ty, &tz, &twd, dim, &tg, &ti, NULL, &tw, n, k);
             if (st) fail_msg("bench step: %s", rf_last_error());
         }
         if (pass == 1) assert_int_equal(rf_gpu_capture_end(g_ctx, &exec), RF_OK);

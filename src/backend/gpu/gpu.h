@@ -273,6 +273,17 @@ rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, 
                            int64_t n, int64_t k);
 /* Whether rf_gpu_matmul_id takes the grouped path for these shapes on this device. */
 bool rf_gpu_moe_grouped_takes(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k);
+/* The decode fusions (backend.h's matmul_id_glu / matmul_id_combine): where rf_gpu_matmul_id
+ * takes the GEMV per slot, one kernel (x quantized once) computes y [n k, n_out] = glu(gate
+ * product, up product) (glu: rf_glu_kind; wg, wu of type t) or y [n, n_out] = the wts-weighted
+ * sum of each token's k down products of x [n k, n_in]; elsewhere the unfused ops, with u / z
+ * ([n k, n_out]) their intermediate. Bit-identical to the unfused ops either way. */
+rf_status rf_gpu_matmul_id_glu(rf_gpu_ctx *ctx, float *y, float *u, const void *wg, const void *wu, rf_type t,
+                               int64_t n_out, int64_t n_expert, int64_t n_in, const float *x, const int32_t *ids,
+                               const float *bg, const float *bu, int64_t n, int64_t k, int glu);
+rf_status rf_gpu_matmul_id_combine(rf_gpu_ctx *ctx, float *y, float *z, const void *w, rf_type t, int64_t n_out,
+                                   int64_t n_expert, int64_t n_in, const float *x, const int32_t *ids,
+                                   const float *bias, const float *wts, int64_t n, int64_t k);
 /* y [n, m] = sum over j = 0..k-1 (in order) of wts[t, j] z[t k + j] */
 rf_status rf_gpu_moe_combine(rf_gpu_ctx *ctx, float *y, const float *z, const float *wts, int64_t n, int64_t k,
                              int64_t m);

@@ -260,6 +260,34 @@ static rf_status g_moe_combine(rf_backend *be, rf_tensor *y, const rf_tensor *z,
     return rf_gpu_moe_combine(GX(be)->ctx, y->data, z->data, wts->data, n, k, m);
 }
 
+/* the decode fusions (rf_gpu_matmul_id_glu / _combine); a gate and an up weight of different
+ * types or shapes take the unfused ops */
+static rf_status g_matmul_id_glu(rf_backend *be, rf_tensor *y, rf_tensor *u, const rf_tensor *wg, const rf_tensor *wu,
+                                 int64_t n_out, const rf_tensor *x, const rf_tensor *ids, const rf_tensor *bg,
+                                 const rf_tensor *bu, int64_t n, int64_t k, rf_glu_kind kind) {
+    if (wg->type != wu->type || wg->ne[0] != wu->ne[0] || wg->ne[1] != wu->ne[1]) {
+        rf_status st = g_matmul_id(be, y, wg, n_out, x, false, ids, bg, n, k);
+        if (!st) st = g_matmul_id(be, u, wu, n_out, x, false, ids, bu, n, k);
+        return st ? st : rf_gbe_glu(be, y, y, u, n * k * n_out, kind);
+    }
+    if (n_out < 1 || wg->ne[1] % n_out != 0 || ids->type != RF_TYPE_I32)
+        return rf_set_error(RF_ERR_INVALID_ARG, "matmul_id_glu: %lld weight rows are not experts of %lld rows (or "
+                            "ids not i32)", (long long)wg->ne[1], (long long)n_out);
+    return rf_gpu_matmul_id_glu(GX(be)->ctx, y->data, u->data, wg->data, wu->data, wg->type, n_out, wg->ne[1] / n_out,
+                                wg->ne[0], x->data, ids->data, bg ? bg->data : NULL, bu ? bu->data : NULL, n, k,
+                                (int)kind);
+}
+
+static rf_status g_matmul_id_combine(rf_backend *be, rf_tensor *y, rf_tensor *z, const rf_tensor *w, int64_t n_out,
+                                     const rf_tensor *x, const rf_tensor *ids, const rf_tensor *bias,
+                                     const rf_tensor *wts, int64_t n, int64_t k) {
+    if (n_out < 1 || w->ne[1] % n_out != 0 || ids->type != RF_TYPE_I32)
+        return rf_set_error(RF_ERR_INVALID_ARG, "matmul_id_combine: %lld weight rows are not experts of %lld rows "
+                            "(or ids not i32)", (long long)w->ne[1], (long long)n_out);
+    return rf_gpu_matmul_id_combine(GX(be)->ctx, y->data, z->data, w->data, w->type, n_out, w->ne[1] / n_out,
+                                    w->ne[0], x->data, ids->data, bias ? bias->data : NULL, wts->data, n, k);
+}
+
 static rf_status g_moe_shared_gate(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *h,
                                    const rf_tensor *w, int64_t n, int64_t m) {
     if (w->type != RF_TYPE_F32 || w->ne[0] != m)
@@ -333,6 +361,8 @@ static const rf_backend_ops gpu_ops = {
     .moe_route = g_moe_route,
     .matmul_id = g_matmul_id,
     .moe_combine = g_moe_combine,
+    .matmul_id_glu = g_matmul_id_glu,
+    .matmul_id_combine = g_matmul_id_combine,
     .moe_shared_gate = g_moe_shared_gate,
     .ssm_conv = rf_gpu_op_ssm_conv, /* gated DeltaNet: gpu_backend_deltanet.c */
     .gated_delta = rf_gpu_op_gated_delta,

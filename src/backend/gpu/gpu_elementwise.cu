@@ -47,13 +47,7 @@ __global__ void rf_k_geglu(float *y, const float *g, const float *u, int64_t n) 
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] = rf_gelu_tanh(g[i]) * u[i];
 }
-/* swiglu_oai (gpt-oss): g = min(gate, 7), u = clamp(up, -7, 7), y = g / (1 + e^(-1.702 g)) * (u + 1),
- * ggml's order of operations (NaN passes the clamps). twin rf_ref_swiglu_oai; rel. L2 < 1e-5. */
-static __device__ __forceinline__ float rf_swiglu_oai(float gv, float uv) {
-    const float lim = 7.0f, alpha = 1.702f;
-    const float x = lim < gv ? lim : gv, y = uv < -lim ? -lim : (lim < uv ? lim : uv);
-    return x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
-}
+/* swiglu_oai (gpt-oss): rf_swiglu_oai (gpu_internal.h). twin rf_ref_swiglu_oai; rel. L2 < 1e-5. */
 /* in: gate rows at stride gs, up rows at stride us (floats); out: y packed [rows, n] (may alias
  * when packed); grid (blocks over n, rows) with rows = 1 for a packed vector of any length. */
 __global__ void rf_k_swiglu_oai_rows(float *y, const float *g, int64_t gs, const float *u, int64_t us, int64_t n) {

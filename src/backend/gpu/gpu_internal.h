@@ -156,6 +156,19 @@ rf_status rf_moe_gemv_launch(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t
                              const uint8_t *rec, const float *x, const int32_t *ids, const float *bias, int64_t n_in,
                              int64_t n_out, int64_t row_bytes, int64_t k, int64_t n_expert, bool x_per_slot,
                              int64_t nk);
+/* the decode fusions of the indirect GEMV (x as rf_moe_gemv_launch's, one type for wg and wu):
+ * y [nk, n_out] = glu(kind)(Wg_e x_{s/k} (+ bg[e]), Wu_e x_{s/k} (+ bu[e])), the bits of two
+ * rf_moe_gemv_launch and the glu kernel; and y [n, n_out] = sum over j in order of
+ * wts[t k + j] (W_e x_{t k + j} (+ bias[e])), the bits of rf_moe_gemv_launch (x per slot) and
+ * rf_k_moe_combine */
+rf_status rf_moe_gemv_glu_launch(rf_gpu_ctx *ctx, float *y, const void *wg, const void *wu, rf_type t,
+                                 const int8_t *qx, const uint8_t *rec, const float *x, const int32_t *ids,
+                                 const float *bg, const float *bu, int64_t n_in, int64_t n_out, int64_t row_bytes,
+                                 int64_t k, int64_t n_expert, int kind, int64_t nk);
+rf_status rf_moe_gemv_comb_launch(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, const int8_t *qx,
+                                  const uint8_t *rec, const float *x, const int32_t *ids, const float *bias,
+                                  const float *wts, int64_t n_in, int64_t n_out, int64_t row_bytes, int64_t k,
+                                  int64_t n_expert, int64_t n);
 /* the indirect GEMV over expert tiles (rf_k_moe_group's, RF_MOE_TILE = 8 rows each) of x's rows
  * sorted by expert (qx / rec with rf_moe_gemv_rk's records): ys [rows, n_out] in that order,
  * without bias; every slot bit-identical to rf_moe_gemv_launch's */
@@ -175,6 +188,14 @@ static __device__ __forceinline__ float rf_silu(float x) { return x / (1.0f + ex
 static __device__ __forceinline__ float rf_gelu_tanh(float x) {
     const float c = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+/* swiglu_oai (gpt-oss): g = min(gate, 7), u = clamp(up, -7, 7), y = g / (1 + e^(-1.702 g)) * (u + 1),
+ * ggml's order of operations (NaN passes the clamps); as rf_ref_swiglu_oai (one definition: the
+ * GLU kernel and the MoE gate/up GEMV's GLU agree bit for bit). */
+static __device__ __forceinline__ float rf_swiglu_oai(float gv, float uv) {
+    const float lim = 7.0f, alpha = 1.702f;
+    const float x = lim < gv ? lim : gv, y = uv < -lim ? -lim : (lim < uv ? lim : uv);
+    return x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
 }
 
 #endif

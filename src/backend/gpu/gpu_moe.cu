@@ -106,12 +106,13 @@ extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts,
 }
 
 /* ---- combine ------------------------------------------------------------------------------ */
-/* y[t, i] = sum over j = 0..k-1 in order of wts[t, j] z[t k + j, i]; grid-stride over n m */
+/* y[t, i] = sum over j = 0..k-1 in order of wts[t, j] z[t k + j, i], explicit fma from 0 (the
+ * fused down GEMV, rf_k_moe_gemv_comb, sums the same way: the same bits); grid-stride over n m */
 __global__ void rf_k_moe_combine(float *y, const float *z, const float *wts, int64_t n, int k, int64_t m) {
     for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < n * m; q += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = q / m, i = q % m;
         float s = 0.0f;
-        for (int j = 0; j < k; j++) s += wts[t * k + j] * z[(t * k + j) * m + i];
+        for (int j = 0; j < k; j++) s = __fmaf_rn(wts[t * k + j], z[(t * k + j) * m + i], s);
         y[q] = s;
     }
 }
@@ -287,10 +288,9 @@ extern "C" bool rf_gpu_moe_grouped_takes(rf_gpu_ctx *ctx, rf_type t, int64_t n_i
 #endif
 }
 
-extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out,
-                                      int64_t n_expert, int64_t n_in, const float *x, bool x_per_slot,
-                                      const int32_t *ids, const float *bias, int64_t n, int64_t k) {
-    const char *op = "matmul_id";
+/* the shapes every indirect product checks (op names the caller) */
+static rf_status rf_moe_check(const char *op, rf_type t, int64_t n_out, int64_t n_expert, int64_t n_in, const void *w,
+                              const float *x, int64_t n, int64_t k) {
     RF_GPU_REQUIRE(n >= 1 && k >= 1 && n_expert >= 1 && k <= n_expert, op, "n=%lld k=%lld n_expert=%lld",
                    (long long)n, (long long)k, (long long)n_expert);
     RF_GPU_REQUIRE(k <= 65535 && n <= 0x7fffffff / k, op, "n=%lld k=%lld", (long long)n, (long long)k);
@@ -300,6 +300,34 @@ extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, 
     RF_GPU_REQUIRE(bs > 0 && n_in % bs == 0, op, "weight type %d with rows of %lld", (int)t, (long long)n_in);
     RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0, op,
                    "w and x must be 16-byte aligned (rf_gpu_alloc memory)");
+    RF_GPU_REQUIRE(!(t == RF_TYPE_F16 || t == RF_TYPE_BF16) || rf_moe_gemv_rk(t, n_in) >= 0 || n_in % 8 == 0, op,
+                   "F16 rows of %lld", (long long)n_in);
+    return RF_OK;
+}
+
+/* the tiled GEMV (rf_moe_grouped, gemv) below the grouped MMQ's minimum, for the types and
+ * widths the aligned MMQ kernels do not take (those MMQ has no kernel for; MXFP4, Q4_0 / Q8_0
+ * rows not a multiple of 256 such as gpt-oss's 2880, Q6_K not of 512), once the slots average two
+ * or more per expert (each expert's rows then read once per 8 slots instead of once per slot):
+ * the rule from before MMQ took the unaligned ones, kept until that crossover is measured;
+ * bit-identical to the per-slot GEMV, so the crossover keeps batch invariance */
+static bool rf_moe_tiled_takes(rf_type t, int64_t n_in, int64_t nk, int64_t n_expert) {
+    const bool mmq_aligned = rf_gpu_mmq_supported(t, n_in) && t != RF_TYPE_MXFP4 &&
+                             n_in % (t == RF_TYPE_Q6_K ? 512 : 256) == 0;
+    return !mmq_aligned && rf_moe_gemv_rk(t, n_in) >= 0 && nk >= 2 * n_expert && nk >= 16;
+}
+
+/* whether matmul_id takes the GEMV per slot (the decode fusions' path) for these shapes */
+static bool rf_moe_per_slot(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k, int64_t n_expert) {
+    return n * k <= 65535 && !rf_gpu_moe_grouped_takes(ctx, t, n_in, n, k) && !rf_moe_tiled_takes(t, n_in, n * k, n_expert);
+}
+
+extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out,
+                                      int64_t n_expert, int64_t n_in, const float *x, bool x_per_slot,
+                                      const int32_t *ids, const float *bias, int64_t n, int64_t k) {
+    rf_status st0 = rf_moe_check("matmul_id", t, n_out, n_expert, n_in, w, x, n, k);
+    if (st0) return st0;
+    const int bs = rf_gq_block((int)t);
     const int64_t nk = n * k, n_x = x_per_slot ? nk : n;
     const int64_t rb = n_in / bs * rf_gq_bytes((int)t);
     if (nk > 65535) { /* calls of at most 65535 slots (grid and buffer bounds), whole tokens each */
@@ -315,23 +343,14 @@ extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, 
     }
     if (rf_gpu_moe_grouped_takes(ctx, t, n_in, n, k))
         return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk, false);
-    /* below the grouped MMQ's minimum, for the types and widths the aligned MMQ kernels do not
-     * take (those MMQ has no kernel for; MXFP4, Q4_0 / Q8_0 rows not a multiple of 256 such as
-     * gpt-oss's 2880, Q6_K not of 512): the tiled GEMV once the slots average two or more per
-     * expert (each expert's rows then read once per 8 slots instead of once per slot), the rule
-     * from before MMQ took the unaligned ones, kept until that crossover is measured;
-     * bit-identical to the GEMV below, so the crossover keeps batch invariance */
-    const bool mmq_aligned = rf_gpu_mmq_supported(t, n_in) && t != RF_TYPE_MXFP4 &&
-                             n_in % (t == RF_TYPE_Q6_K ? 512 : 256) == 0;
-    if (!mmq_aligned && rf_moe_gemv_rk(t, n_in) >= 0 && nk >= 2 * n_expert && nk >= 16)
+    /* types / widths MMQ does not take: the tiled GEMV (rf_moe_tiled_takes) */
+    if (rf_moe_tiled_takes(t, n_in, nk, n_expert))
         return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk, true);
     /* the GEMV path: every type; batch invariant by construction (a slot's sum never sees the
      * others), so batch-invariant mode takes it for the types MMQ does not */
     const int rk = rf_moe_gemv_rk(t, n_in);
-    if (rk < 0) {
-        RF_GPU_REQUIRE(!(t == RF_TYPE_F16 || t == RF_TYPE_BF16) || n_in % 8 == 0, op, "F16 rows of %lld", (long long)n_in);
+    if (rk < 0)
         return rf_moe_gemv_launch(ctx, y, w, t, NULL, NULL, x, ids, bias, n_in, n_out, rb, k, n_expert, x_per_slot, nk);
-    }
     size_t mark;
     void *xq;
     rf_status st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(n_x, n_in), &xq, &mark);
@@ -340,6 +359,77 @@ extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, 
     if (!st)
         st = rf_moe_gemv_launch(ctx, y, w, t, (const int8_t *)xq, (const uint8_t *)xq + rf_moe_al((size_t)n_x * n_in),
                                 NULL, ids, bias, n_in, n_out, rb, k, n_expert, x_per_slot, nk);
+    ctx->scratch_used = mark;
+    return st;
+}
+
+/* ---- the decode fusions (the GEMV per slot only; other paths: the unfused ops) -------------- */
+
+/* y [n k, n_out] = glu(gate product, up product) of the same x rows (backend.h's matmul_id_glu):
+ * on the GEMV path x quantized once and one kernel for both products and the GLU; else the two
+ * matmul_id (the up product into u) and the glu op. */
+extern "C" rf_status rf_gpu_matmul_id_glu(rf_gpu_ctx *ctx, float *y, float *u, const void *wg, const void *wu,
+                                          rf_type t, int64_t n_out, int64_t n_expert, int64_t n_in, const float *x,
+                                          const int32_t *ids, const float *bg, const float *bu, int64_t n, int64_t k,
+                                          int glu) {
+    const char *op = "matmul_id_glu";
+    rf_status st = rf_moe_check(op, t, n_out, n_expert, n_in, wg, x, n, k);
+    if (st) return st;
+    RF_GPU_REQUIRE(glu >= RF_GLU_SWIGLU && glu <= RF_GLU_SWIGLU_OAI && ((uintptr_t)wu & 15) == 0, op,
+                   "glu kind %d (or an unaligned up weight)", glu);
+    const int64_t nk = n * k;
+    if (!rf_moe_per_slot(ctx, t, n_in, n, k, n_expert)) {
+        st = rf_gpu_matmul_id(ctx, y, wg, t, n_out, n_expert, n_in, x, false, ids, bg, n, k);
+        if (!st) st = rf_gpu_matmul_id(ctx, u, wu, t, n_out, n_expert, n_in, x, false, ids, bu, n, k);
+        if (st) return st;
+        if (glu == RF_GLU_SWIGLU) return rf_gpu_swiglu(ctx, y, y, u, nk * n_out);
+        if (glu == RF_GLU_GEGLU) return rf_gpu_geglu(ctx, y, y, u, nk * n_out);
+        return rf_gpu_swiglu_oai(ctx, y, y, nk * n_out, u, nk * n_out, 1, nk * n_out);
+    }
+    const int64_t rb = n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t);
+    const int rk = rf_moe_gemv_rk(t, n_in);
+    if (rk < 0)
+        return rf_moe_gemv_glu_launch(ctx, y, wg, wu, t, NULL, NULL, x, ids, bg, bu, n_in, n_out, rb, k, n_expert, glu, nk);
+    size_t mark;
+    void *xq;
+    st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(n, n_in), &xq, &mark);
+    if (st) return st;
+    st = rf_gemv_launch_quantize_x(ctx, xq, 1, rk, x, (int)n, n_in);
+    if (!st)
+        st = rf_moe_gemv_glu_launch(ctx, y, wg, wu, t, (const int8_t *)xq,
+                                    (const uint8_t *)xq + rf_moe_al((size_t)n * n_in), NULL, ids, bg, bu, n_in, n_out,
+                                    rb, k, n_expert, glu, nk);
+    ctx->scratch_used = mark;
+    return st;
+}
+
+/* y [n, n_out] = the router-weighted sum of each token's k down products of x [n k, n_in]
+ * (backend.h's matmul_id_combine): on the GEMV path one kernel; else matmul_id into z and
+ * moe_combine. */
+extern "C" rf_status rf_gpu_matmul_id_combine(rf_gpu_ctx *ctx, float *y, float *z, const void *w, rf_type t,
+                                              int64_t n_out, int64_t n_expert, int64_t n_in, const float *x,
+                                              const int32_t *ids, const float *bias, const float *wts, int64_t n,
+                                              int64_t k) {
+    rf_status st = rf_moe_check("matmul_id_combine", t, n_out, n_expert, n_in, w, x, n, k);
+    if (st) return st;
+    const int64_t nk = n * k;
+    if (!rf_moe_per_slot(ctx, t, n_in, n, k, n_expert)) {
+        st = rf_gpu_matmul_id(ctx, z, w, t, n_out, n_expert, n_in, x, true, ids, bias, n, k);
+        return st ? st : rf_gpu_moe_combine(ctx, y, z, wts, n, k, n_out);
+    }
+    const int64_t rb = n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t);
+    const int rk = rf_moe_gemv_rk(t, n_in);
+    if (rk < 0)
+        return rf_moe_gemv_comb_launch(ctx, y, w, t, NULL, NULL, x, ids, bias, wts, n_in, n_out, rb, k, n_expert, n);
+    size_t mark;
+    void *xq;
+    st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(nk, n_in), &xq, &mark);
+    if (st) return st;
+    st = rf_gemv_launch_quantize_x(ctx, xq, 1, rk, x, (int)nk, n_in);
+    if (!st)
+        st = rf_moe_gemv_comb_launch(ctx, y, w, t, (const int8_t *)xq,
+                                     (const uint8_t *)xq + rf_moe_al((size_t)nk * n_in), NULL, ids, bias, wts, n_in,
+                                     n_out, rb, k, n_expert, n);
     ctx->scratch_used = mark;
     return st;
 }

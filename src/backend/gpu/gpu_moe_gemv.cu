@@ -1,7 +1,9 @@
 /* gpu_moe_gemv.cu — the GEMV half of the indirect product over expert ids (matmul_id): a GEMV
  * per (token, slot) that reads only its expert's rows, on the int8-x dots of the dense GEMVs
- * (gpu_gemv_dot.cuh) or, for the other types, f32 x; and the same per expert tile of sorted slots
- * for the types MMQ does not take (MXFP4, widths not a multiple of 256). gpu_moe.cu dispatches. */
+ * (gpu_gemv_dot.cuh) or, for the other types, f32 x; its decode fusions (gate and up with the
+ * GLU; down with the router-weighted sum); and the same GEMV per expert tile of sorted slots for
+ * the types MMQ does not take (MXFP4, widths not a multiple of 256). gpu_moe.cu dispatches. */
+#include "backend/backend.h" /* rf_glu_kind */
 #include "backend/gpu/gpu_gemv_dot.cuh"
 
 #define RF_MOE_GEMV_THREADS 128 /* threads per block: rows of LPR lanes each */
@@ -92,45 +94,138 @@ static __device__ __forceinline__ float rf_moe_unit_dot(const uint8_t *wr, int u
     }
 }
 
-/* moe_gemv_q: y[s, o] = W_e[o] . x_r (+ bias[e, o]) for slot s = s0 + blockIdx.y, e = ids[s]
- * clamped to [0, n_expert), r = s with x_per_slot, else s / k; W: n_expert * n_out rows of
- * row_bytes; qx / rec: rf_k_quantize_x's x of n_x rows (GB 1, records of rf_moe_fmt<T>::REC
- * bytes). A row is LPR lanes, lane j taking units j, j + LPR, ... (a unit: a 32-element block,
- * or a 256-element super-block of the K-quants; LPR 2, 4, 8 or 32: the fewest covering a row's
- * units), summed by a butterfly over the LPR lanes: the
- * order depends on the shape alone, never on the other slots (batch invariant). Not a
- * programmatic dependent launch (ids come from the kernel before). launch: grid (ceil(n_out /
- * (128 / LPR)), slots), 128 threads. */
+/* RF_MOE_F32X: the template type of the f32-x path (rf_moe_row over f32 x, any type) */
+#define RF_MOE_F32X (-1)
+
+/* One weight row wr against token row xr of x, summed over the row's LPR lanes: lane j takes
+ * units j, j + LPR, ... (a unit: a 32-element block, or a 256-element super-block of the
+ * K-quants; for F16 / BF16 8 elements, for the other f32-x types their block), explicitly
+ * rounded adds in that order, then a butterfly over the LPR lanes (every lane holds the sum).
+ * The order depends on the shape alone, never on the other slots (batch invariant). T >= 0:
+ * int8 x (qx / rec: rf_k_quantize_x's x, records of rf_moe_fmt<T>::REC bytes); RF_MOE_F32X: f32
+ * x of type t (F16 / BF16 in 16-byte loads, any other type element by element with rf_dq_elem:
+ * the obviously-right path, not a fast one). */
 template <int T, int LPR>
-__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
-rf_k_moe_gemv_q(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, const int32_t *ids,
-                const float *bias, int n_in, int n_out, int64_t row_bytes, int k, int n_expert, int x_per_slot,
-                int s0) {
-    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
-    const int s = s0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR;
-    const int row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR;
-    int e = ids[s];
-    e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
-    const int xr = x_per_slot ? s : s / k;
-    const int rowc = row < n_out ? row : n_out - 1;
-    const uint8_t *wr = w + ((int64_t)e * n_out + rowc) * row_bytes;
-    constexpr int REC = rf_moe_fmt<T>::REC, UE = rf_moe_fmt<T>::UE;
-    const int nu = n_in / UE;
-    const int8_t *xq = qx + (int64_t)xr * n_in;
-    const uint8_t *xrec = rec + (int64_t)xr * (n_in / 32) * REC;
+static __device__ __forceinline__ float rf_moe_row(const uint8_t *wr, rf_type t, const int8_t *qx, const uint8_t *rec,
+                                                   const float *x, int xr, int n_in, int sub) {
     float acc = 0.0f;
-    for (int u = sub; u < nu; u += LPR) acc = __fadd_rn(acc, rf_moe_unit_dot<T>(wr, u, xq, xrec));
+    if constexpr (T != RF_MOE_F32X) {
+        constexpr int REC = rf_moe_fmt<T>::REC, UE = rf_moe_fmt<T>::UE;
+        const int nu = n_in / UE;
+        const int8_t *xq = qx + (int64_t)xr * n_in;
+        const uint8_t *xrec = rec + (int64_t)xr * (n_in / 32) * REC;
+        for (int u = sub; u < nu; u += LPR) acc = __fadd_rn(acc, rf_moe_unit_dot<T>(wr, u, xq, xrec));
+    } else {
+        const float *xv = x + (int64_t)xr * n_in;
+        if (t == RF_TYPE_F16 || t == RF_TYPE_BF16) {
+            for (int u = sub; u < n_in / 8; u += LPR) {
+                const uint4 q = *(const uint4 *)(wr + (int64_t)u * 16);
+                const float4 a = *(const float4 *)(xv + 8 * u), b = *(const float4 *)(xv + 8 * u + 4);
+                const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+                const float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const uint16_t h = (uint16_t)(qw[i / 2] >> (16 * (i % 2)));
+                    const float wv = t == RF_TYPE_F16 ? rf_h2f_bits(h) : rf_bf16_to_float_dev(h);
+                    acc += wv * xf[i];
+                }
+            }
+        } else {
+            const int bs = rf_gq_block((int)t), bb = rf_gq_bytes((int)t), nb = n_in / bs;
+            for (int u = sub; u < nb; u += LPR) {
+                const uint8_t *bp = wr + (int64_t)u * bb;
+                float s1 = 0.0f;
+                for (int i = 0; i < bs; i++) s1 += rf_dq_elem((int)t, bp, i) * xv[(int64_t)u * bs + i];
+                acc += s1;
+            }
+        }
+    }
 #pragma unroll
     for (int m = LPR / 2; m > 0; m >>= 1) acc += RF_SHFL_XOR(acc, m);
+    return acc;
+}
+
+static __device__ __forceinline__ int rf_moe_expert(const int32_t *ids, int s, int n_expert) {
+    const int e = ids[s];
+    return e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
+}
+
+/* moe_gemv: y[s, o] = W_e[o] . x_r (+ bias[e, o]) for slot s = s0 + blockIdx.y, e = ids[s]
+ * clamped to [0, n_expert), r = s with x_per_slot, else s / k; W: n_expert * n_out rows of
+ * row_bytes; x as rf_moe_row takes it (LPR 2, 4, 8 or 32: the fewest covering a row's units).
+ * Not a programmatic dependent launch (ids come from the kernel before). launch: grid
+ * (ceil(n_out / (128 / LPR)), slots), 128 threads. */
+template <int T, int LPR>
+__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
+rf_k_moe_gemv(float *y, const uint8_t *w, rf_type t, const int8_t *qx, const uint8_t *rec, const float *x,
+              const int32_t *ids, const float *bias, int n_in, int n_out, int64_t row_bytes, int k, int n_expert,
+              int x_per_slot, int s0) {
+    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
+    const int s = s0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR;
+    const int row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR, rowc = row < n_out ? row : n_out - 1;
+    const int e = rf_moe_expert(ids, s, n_expert);
+    const float acc = rf_moe_row<T, LPR>(w + ((int64_t)e * n_out + rowc) * row_bytes, t, qx, rec, x,
+                                         x_per_slot ? s : s / k, n_in, sub);
     if (sub == 0 && row < n_out) y[(int64_t)s * n_out + row] = acc + (bias ? bias[(int64_t)e * n_out + row] : 0.0f);
 }
 
-/* moe_gemv_qt: moe_gemv_q over a tile of slots that chose the same expert: blockIdx.y's tile
+/* the GLU of the forward's ffn (rf_glu_kind), the arithmetic of the glu kernels (gpu_internal.h) */
+static __device__ __forceinline__ float rf_moe_glu(int kind, float g, float u) {
+    return kind == RF_GLU_SWIGLU ? rf_silu(g) * u : kind == RF_GLU_GEGLU ? rf_gelu_tanh(g) * u : rf_swiglu_oai(g, u);
+}
+
+/* moe_gemv_glu: the gate and up products of slot s over the same x row s / k, and their GLU:
+ * y[s, o] = glu(Wg_e[o] . x + bg[e, o], Wu_e[o] . x + bu[e, o]) (biases where not NULL), each
+ * product moe_gemv's operations in its order and the GLU the glu op's, so y is the bits of
+ * matmul_id (gate), matmul_id (up), glu. wg and wu: one type and row size. launch as moe_gemv. */
+template <int T, int LPR>
+__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
+rf_k_moe_gemv_glu(float *y, const uint8_t *wg, const uint8_t *wu, rf_type t, const int8_t *qx, const uint8_t *rec,
+                  const float *x, const int32_t *ids, const float *bg, const float *bu, int n_in, int n_out,
+                  int64_t row_bytes, int k, int n_expert, int kind, int s0) {
+    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
+    const int s = s0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR;
+    const int row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR, rowc = row < n_out ? row : n_out - 1;
+    const int e = rf_moe_expert(ids, s, n_expert);
+    const int64_t wo = ((int64_t)e * n_out + rowc) * row_bytes;
+    const float ag = rf_moe_row<T, LPR>(wg + wo, t, qx, rec, x, s / k, n_in, sub);
+    const float au = rf_moe_row<T, LPR>(wu + wo, t, qx, rec, x, s / k, n_in, sub);
+    if (sub == 0 && row < n_out) {
+        const int64_t bo = (int64_t)e * n_out + row;
+        y[(int64_t)s * n_out + row] = rf_moe_glu(kind, ag + (bg ? bg[bo] : 0.0f), au + (bu ? bu[bo] : 0.0f));
+    }
+}
+
+/* moe_gemv_comb: the down products of token tok = t0 + blockIdx.y's k slots (x per slot) and
+ * their weighted sum: y[tok, o] = sum over j = 0..k-1 in order of wts[tok k + j] z_j with z_j =
+ * W_e[o] . x[tok k + j] (+ bias[e, o]), e = ids[tok k + j]: each z_j moe_gemv's operations, the
+ * sum moe_combine's (explicit fma from 0), so y is the bits of matmul_id then moe_combine, and
+ * a token's sum never sees the other tokens (batch invariant). launch: grid (ceil(n_out /
+ * (128 / LPR)), tokens), 128 threads. */
+template <int T, int LPR>
+__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
+rf_k_moe_gemv_comb(float *y, const uint8_t *w, rf_type t, const int8_t *qx, const uint8_t *rec, const float *x,
+                   const int32_t *ids, const float *bias, const float *wts, int n_in, int n_out, int64_t row_bytes,
+                   int k, int n_expert, int t0) {
+    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
+    const int tok = t0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR;
+    const int row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR, rowc = row < n_out ? row : n_out - 1;
+    float out = 0.0f;
+    for (int j = 0; j < k; j++) {
+        const int s = tok * k + j, e = rf_moe_expert(ids, s, n_expert);
+        const float acc = rf_moe_row<T, LPR>(w + ((int64_t)e * n_out + rowc) * row_bytes, t, qx, rec, x, s, n_in, sub);
+        const float z = acc + (bias ? bias[(int64_t)e * n_out + rowc] : 0.0f);
+        out = __fmaf_rn(wts[s], z, out);
+    }
+    if (sub == 0 && row < n_out) y[(int64_t)tok * n_out + row] = out;
+}
+
+/* moe_gemv_qt: moe_gemv over a tile of slots that chose the same expert: blockIdx.y's tile
  * tiles[y] = (expert e, first row p0, end row p1, 0) of rf_k_moe_group (e < 0: unused, the block
  * exits), rows p0 .. p1 - 1 (at most BN) of qx / rec sorted by expert (rf_k_moe_gather_xq);
  * ys[p, o] = W_e[o] . x_p without the bias (rf_k_moe_scatter adds it). Each row's units are read
  * from memory once for the whole tile (the tokens after the first hit L1). A slot's sum takes
- * exactly moe_gemv_q's operations in its order (explicitly rounded adds over the same units, the
+ * exactly rf_moe_row's operations in its order (explicitly rounded adds over the same units, the
  * same butterfly, the bias added after), so its bits do not depend on which path or tile took it
  * (batch invariant). launch: grid (ceil(n_out / (128 / LPR)), n_tiles), 128 threads. */
 template <int T, int LPR, int BN>
@@ -164,76 +259,97 @@ rf_k_moe_gemv_qt(float *ys, const uint8_t *w, const int8_t *qx, const uint8_t *r
     }
 }
 
-/* moe_gemv_f: the same over f32 x [n_x, n_in] for the other types: F16 / BF16 in units of 8
- * elements (one 16-byte load; n_in a multiple of 8), any other type the GPU decodes in units of
- * its block, element by element with rf_dq_elem (the obviously-right path, not a fast one). */
-template <int LPR>
-__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
-rf_k_moe_gemv_f(float *y, const uint8_t *w, rf_type t, const float *x, const int32_t *ids, const float *bias,
-                int n_in, int n_out, int64_t row_bytes, int k, int n_expert, int x_per_slot, int s0) {
-    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
-    const int s = s0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR;
-    const int row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR;
-    int e = ids[s];
-    e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
-    const int xr = x_per_slot ? s : s / k;
-    const int rowc = row < n_out ? row : n_out - 1;
-    const uint8_t *wr = w + ((int64_t)e * n_out + rowc) * row_bytes;
-    const float *xv = x + (int64_t)xr * n_in;
-    float acc = 0.0f;
-    if (t == RF_TYPE_F16 || t == RF_TYPE_BF16) {
-        for (int u = sub; u < n_in / 8; u += LPR) {
-            const uint4 q = *(const uint4 *)(wr + (int64_t)u * 16);
-            const float4 a = *(const float4 *)(xv + 8 * u), b = *(const float4 *)(xv + 8 * u + 4);
-            const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
-            const float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const uint16_t h = (uint16_t)(qw[i / 2] >> (16 * (i % 2)));
-                const float wv = t == RF_TYPE_F16 ? rf_h2f_bits(h) : rf_bf16_to_float_dev(h);
-                acc += wv * xf[i];
-            }
-        }
-    } else {
-        const int bs = rf_gq_block((int)t), bb = rf_gq_bytes((int)t), nb = n_in / bs;
-        for (int u = sub; u < nb; u += LPR) {
-            const uint8_t *bp = wr + (int64_t)u * bb;
-            float s1 = 0.0f;
-            for (int i = 0; i < bs; i++) s1 += rf_dq_elem((int)t, bp, i) * xv[(int64_t)u * bs + i];
-            acc += s1;
-        }
-    }
-#pragma unroll
-    for (int m = LPR / 2; m > 0; m >>= 1) acc += RF_SHFL_XOR(acc, m);
-    if (sub == 0 && row < n_out) y[(int64_t)s * n_out + row] = acc + (bias ? bias[(int64_t)e * n_out + row] : 0.0f);
-}
-
 /* lanes per row: the fewest of 2, 4, 8, 32 covering the row's units (idle lanes past them) */
 static int rf_moe_lpr(int64_t units) { return units <= 2 ? 2 : units <= 4 ? 4 : units <= 8 ? 8 : 32; }
 
-template <int T>
-static rf_status rf_moe_launch_q(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
-                                 const int32_t *ids, const float *bias, int n_in, int n_out, int64_t rb, int k,
-                                 int n_expert, int xps, int s0, int ns) {
-    const int lpr = rf_moe_lpr(n_in / rf_moe_fmt<T>::UE);
-    const dim3 grid((unsigned)((n_out + RF_MOE_GEMV_THREADS / lpr - 1) / (RF_MOE_GEMV_THREADS / lpr)), (unsigned)ns);
-#define RF_MQ(L)                                                                                                    \
-    rf_gpu_launch(ctx, "rf_k_moe_gemv_q", false, rf_k_moe_gemv_q<T, L>, grid, dim3(RF_MOE_GEMV_THREADS), 0, y, w, \
-                  qx, rec, ids, bias, n_in, n_out, rb, k, n_expert, xps, s0)
-    return lpr == 2 ? RF_MQ(2) : lpr == 4 ? RF_MQ(4) : lpr == 8 ? RF_MQ(8) : RF_MQ(32);
-#undef RF_MQ
+/* The one type dispatch of the launchers: st = CALL(T) with the template type of t (the int8-x
+ * types with qx, RF_MOE_F32X without), or the error naming who. */
+#define RF_MOE_DISPATCH(st, t, qx, CALL, who)                                                                   \
+    do {                                                                                                          \
+        if (!(qx)) { st = CALL(RF_MOE_F32X); break; }                                                             \
+        switch (t) {                                                                                              \
+        case RF_TYPE_Q4_0: st = CALL(RF_TYPE_Q4_0); break;                                                        \
+        case RF_TYPE_Q4_1: st = CALL(RF_TYPE_Q4_1); break;                                                        \
+        case RF_TYPE_Q5_0: st = CALL(RF_TYPE_Q5_0); break;                                                        \
+        case RF_TYPE_Q5_1: st = CALL(RF_TYPE_Q5_1); break;                                                        \
+        case RF_TYPE_Q8_0: st = CALL(RF_TYPE_Q8_0); break;                                                        \
+        case RF_TYPE_MXFP4: st = CALL(RF_TYPE_MXFP4); break;                                                      \
+        case RF_TYPE_Q4_K: st = CALL(RF_TYPE_Q4_K); break;                                                        \
+        case RF_TYPE_Q5_K: st = CALL(RF_TYPE_Q5_K); break;                                                        \
+        case RF_TYPE_Q6_K: st = CALL(RF_TYPE_Q6_K); break;                                                        \
+        default: st = rf_set_error(RF_ERR_INVALID_ARG, "%s: no int8-x kernel for type %d", who, (int)(t));      \
+        }                                                                                                         \
+    } while (0)
+
+/* a row's lanes for type T (RF_MOE_F32X: of runtime type t) over rows of n_in */
+template <int T> static int rf_moe_lanes(rf_type t, int64_t n_in) {
+    if constexpr (T != RF_MOE_F32X) return rf_moe_lpr(n_in / rf_moe_fmt<T>::UE);
+    else return rf_moe_lpr(t == RF_TYPE_F16 || t == RF_TYPE_BF16 ? n_in / 8 : n_in / rf_gq_block((int)t));
 }
 
-template <int T, int BN>
+static dim3 rf_moe_grid(int64_t n_out, int lpr, int ny) {
+    return dim3((unsigned)((n_out + RF_MOE_GEMV_THREADS / lpr - 1) / (RF_MOE_GEMV_THREADS / lpr)), (unsigned)ny);
+}
+
+/* the launch of kernel K<T, lanes> (lanes from rf_moe_lanes<T>) with the arguments after */
+#define RF_MOE_BY_LANES(st, lpr, name, K, T, grid, ...)                                                          \
+    do {                                                                                                          \
+        const dim3 b_(RF_MOE_GEMV_THREADS);                                                                       \
+        st = lpr == 2   ? rf_gpu_launch(ctx, name, false, K<T, 2>, grid, b_, 0, __VA_ARGS__)                       \
+             : lpr == 4 ? rf_gpu_launch(ctx, name, false, K<T, 4>, grid, b_, 0, __VA_ARGS__)                       \
+             : lpr == 8 ? rf_gpu_launch(ctx, name, false, K<T, 8>, grid, b_, 0, __VA_ARGS__)                       \
+                        : rf_gpu_launch(ctx, name, false, K<T, 32>, grid, b_, 0, __VA_ARGS__);                     \
+    } while (0)
+
+template <int T>
+static rf_status rf_moe_launch_one(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t, const int8_t *qx,
+                                   const uint8_t *rec, const float *x, const int32_t *ids, const float *bias, int n_in,
+                                   int n_out, int64_t rb, int k, int n_expert, int xps, int s0, int ns) {
+    const int lpr = rf_moe_lanes<T>(t, n_in);
+    rf_status st;
+    RF_MOE_BY_LANES(st, lpr, "rf_k_moe_gemv", rf_k_moe_gemv, T, rf_moe_grid(n_out, lpr, ns), y, w, t, qx, rec, x, ids,
+                    bias, n_in, n_out, rb, k, n_expert, xps, s0);
+    return st;
+}
+
+template <int T>
+static rf_status rf_moe_launch_glu(rf_gpu_ctx *ctx, float *y, const uint8_t *wg, const uint8_t *wu, rf_type t,
+                                   const int8_t *qx, const uint8_t *rec, const float *x, const int32_t *ids,
+                                   const float *bg, const float *bu, int n_in, int n_out, int64_t rb, int k,
+                                   int n_expert, int kind, int s0, int ns) {
+    const int lpr = rf_moe_lanes<T>(t, n_in);
+    rf_status st;
+    RF_MOE_BY_LANES(st, lpr, "rf_k_moe_gemv_glu", rf_k_moe_gemv_glu, T, rf_moe_grid(n_out, lpr, ns), y, wg, wu, t, qx,
+                    rec, x, ids, bg, bu, n_in, n_out, rb, k, n_expert, kind, s0);
+    return st;
+}
+
+template <int T>
+static rf_status rf_moe_launch_comb(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t, const int8_t *qx,
+                                    const uint8_t *rec, const float *x, const int32_t *ids, const float *bias,
+                                    const float *wts, int n_in, int n_out, int64_t rb, int k, int n_expert, int t0,
+                                    int nt) {
+    const int lpr = rf_moe_lanes<T>(t, n_in);
+    rf_status st;
+    RF_MOE_BY_LANES(st, lpr, "rf_k_moe_gemv_comb", rf_k_moe_gemv_comb, T, rf_moe_grid(n_out, lpr, nt), y, w, t, qx,
+                    rec, x, ids, bias, wts, n_in, n_out, rb, k, n_expert, t0);
+    return st;
+}
+
+template <int T>
 static rf_status rf_moe_launch_qt(rf_gpu_ctx *ctx, float *ys, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
                                   const int4 *tiles, int n_tiles, int n_in, int n_out, int64_t rb) {
-    const int lpr = rf_moe_lpr(n_in / rf_moe_fmt<T>::UE);
-    const dim3 grid((unsigned)((n_out + RF_MOE_GEMV_THREADS / lpr - 1) / (RF_MOE_GEMV_THREADS / lpr)), (unsigned)n_tiles);
-#define RF_MQ(L)                                                                                                      \
-    rf_gpu_launch(ctx, "rf_k_moe_gemv_qt", false, rf_k_moe_gemv_qt<T, L, BN>, grid, dim3(RF_MOE_GEMV_THREADS), 0, ys, \
-                  w, qx, rec, tiles, n_in, n_out, rb)
-    return lpr == 2 ? RF_MQ(2) : lpr == 4 ? RF_MQ(4) : lpr == 8 ? RF_MQ(8) : RF_MQ(32);
-#undef RF_MQ
+    if constexpr (T == RF_MOE_F32X) {
+        return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_tiles_launch: the tiled GEMV takes int8 x only");
+    } else {
+        const int lpr = rf_moe_lanes<T>(RF_TYPE_F32, n_in);
+        const dim3 grid = rf_moe_grid(n_out, lpr, n_tiles), b(RF_MOE_GEMV_THREADS);
+        const char *nm = "rf_k_moe_gemv_qt";
+        return lpr == 2   ? rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_qt<T, 2, RF_MOE_TILE>, grid, b, 0, ys, w, qx, rec, tiles, n_in, n_out, rb)
+               : lpr == 4 ? rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_qt<T, 4, RF_MOE_TILE>, grid, b, 0, ys, w, qx, rec, tiles, n_in, n_out, rb)
+               : lpr == 8 ? rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_qt<T, 8, RF_MOE_TILE>, grid, b, 0, ys, w, qx, rec, tiles, n_in, n_out, rb)
+                          : rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_qt<T, 32, RF_MOE_TILE>, grid, b, 0, ys, w, qx, rec, tiles, n_in, n_out, rb);
+    }
 }
 
 rf_status rf_moe_gemv_tiles_launch(rf_gpu_ctx *ctx, float *ys, const void *w, rf_type t, const int8_t *qx,
@@ -245,19 +361,8 @@ rf_status rf_moe_gemv_tiles_launch(rf_gpu_ctx *ctx, float *ys, const void *w, rf
     for (int64_t t0 = 0; t0 < n_tiles && !st; t0 += 65535) { /* grid.y holds 65535 tiles */
         const int nt = (int)(n_tiles - t0 < 65535 ? n_tiles - t0 : 65535);
         const int4 *tl = tiles + t0;
-#define RF_MQT(T) rf_moe_launch_qt<T, RF_MOE_TILE>(ctx, ys, wp, qx, rec, tl, nt, ni, no, row_bytes)
-        switch (t) {
-        case RF_TYPE_Q4_0: st = RF_MQT(RF_TYPE_Q4_0); break;
-        case RF_TYPE_Q4_1: st = RF_MQT(RF_TYPE_Q4_1); break;
-        case RF_TYPE_Q5_0: st = RF_MQT(RF_TYPE_Q5_0); break;
-        case RF_TYPE_Q5_1: st = RF_MQT(RF_TYPE_Q5_1); break;
-        case RF_TYPE_Q8_0: st = RF_MQT(RF_TYPE_Q8_0); break;
-        case RF_TYPE_MXFP4: st = RF_MQT(RF_TYPE_MXFP4); break;
-        case RF_TYPE_Q4_K: st = RF_MQT(RF_TYPE_Q4_K); break;
-        case RF_TYPE_Q5_K: st = RF_MQT(RF_TYPE_Q5_K); break;
-        case RF_TYPE_Q6_K: st = RF_MQT(RF_TYPE_Q6_K); break;
-        default: st = rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_tiles_launch: no int8-x kernel for type %d", (int)t);
-        }
+#define RF_MQT(T) rf_moe_launch_qt<T>(ctx, ys, wp, qx, rec, tl, nt, ni, no, row_bytes)
+        RF_MOE_DISPATCH(st, t, qx, RF_MQT, "rf_moe_gemv_tiles_launch");
 #undef RF_MQT
     }
     return st;
@@ -283,32 +388,41 @@ rf_status rf_moe_gemv_launch(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t
     rf_status st = RF_OK;
     for (int64_t s0 = 0; s0 < nk && !st; s0 += 65535) { /* grid.y holds 65535 slots */
         const int ns = (int)(nk - s0 < 65535 ? nk - s0 : 65535), s = (int)s0;
-        if (qx) {
-#define RF_MQT(T) rf_moe_launch_q<T>(ctx, y, wp, qx, rec, ids, bias, ni, no, row_bytes, kk, ne, xps, s, ns)
-            switch (t) {
-            case RF_TYPE_Q4_0: st = RF_MQT(RF_TYPE_Q4_0); break;
-            case RF_TYPE_Q4_1: st = RF_MQT(RF_TYPE_Q4_1); break;
-            case RF_TYPE_Q5_0: st = RF_MQT(RF_TYPE_Q5_0); break;
-            case RF_TYPE_Q5_1: st = RF_MQT(RF_TYPE_Q5_1); break;
-            case RF_TYPE_Q8_0: st = RF_MQT(RF_TYPE_Q8_0); break;
-            case RF_TYPE_MXFP4: st = RF_MQT(RF_TYPE_MXFP4); break;
-            case RF_TYPE_Q4_K: st = RF_MQT(RF_TYPE_Q4_K); break;
-            case RF_TYPE_Q5_K: st = RF_MQT(RF_TYPE_Q5_K); break;
-            case RF_TYPE_Q6_K: st = RF_MQT(RF_TYPE_Q6_K); break;
-            default: st = rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_launch: no int8-x kernel for type %d", (int)t);
-            }
-#undef RF_MQT
-        } else {
-            const bool f16 = t == RF_TYPE_F16 || t == RF_TYPE_BF16;
-            const int lpr = rf_moe_lpr(f16 ? n_in / 8 : n_in / rf_gq_block((int)t));
-            const dim3 grid((unsigned)((n_out + RF_MOE_GEMV_THREADS / lpr - 1) / (RF_MOE_GEMV_THREADS / lpr)),
-                            (unsigned)ns);
-#define RF_MF(L)                                                                                               \
-    rf_gpu_launch(ctx, "rf_k_moe_gemv_f", false, rf_k_moe_gemv_f<L>, grid, dim3(RF_MOE_GEMV_THREADS), 0, y, wp, \
-                  t, x, ids, bias, ni, no, row_bytes, kk, ne, xps, s)
-            st = lpr == 2 ? RF_MF(2) : lpr == 4 ? RF_MF(4) : lpr == 8 ? RF_MF(8) : RF_MF(32);
-#undef RF_MF
-        }
+#define RF_MQ(T) rf_moe_launch_one<T>(ctx, y, wp, t, qx, rec, x, ids, bias, ni, no, row_bytes, kk, ne, xps, s, ns)
+        RF_MOE_DISPATCH(st, t, qx, RF_MQ, "rf_moe_gemv_launch");
+#undef RF_MQ
+    }
+    return st;
+}
+
+rf_status rf_moe_gemv_glu_launch(rf_gpu_ctx *ctx, float *y, const void *wg, const void *wu, rf_type t,
+                                 const int8_t *qx, const uint8_t *rec, const float *x, const int32_t *ids,
+                                 const float *bg, const float *bu, int64_t n_in, int64_t n_out, int64_t row_bytes,
+                                 int64_t k, int64_t n_expert, int kind, int64_t nk) {
+    const uint8_t *gp = (const uint8_t *)wg, *up = (const uint8_t *)wu;
+    const int ni = (int)n_in, no = (int)n_out, kk = (int)k, ne = (int)n_expert;
+    rf_status st = RF_OK;
+    for (int64_t s0 = 0; s0 < nk && !st; s0 += 65535) {
+        const int ns = (int)(nk - s0 < 65535 ? nk - s0 : 65535), s = (int)s0;
+#define RF_MQ(T) rf_moe_launch_glu<T>(ctx, y, gp, up, t, qx, rec, x, ids, bg, bu, ni, no, row_bytes, kk, ne, kind, s, ns)
+        RF_MOE_DISPATCH(st, t, qx, RF_MQ, "rf_moe_gemv_glu_launch");
+#undef RF_MQ
+    }
+    return st;
+}
+
+rf_status rf_moe_gemv_comb_launch(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, const int8_t *qx,
+                                  const uint8_t *rec, const float *x, const int32_t *ids, const float *bias,
+                                  const float *wts, int64_t n_in, int64_t n_out, int64_t row_bytes, int64_t k,
+                                  int64_t n_expert, int64_t n) {
+    const uint8_t *wp = (const uint8_t *)w;
+    const int ni = (int)n_in, no = (int)n_out, kk = (int)k, ne = (int)n_expert;
+    rf_status st = RF_OK;
+    for (int64_t t0 = 0; t0 < n && !st; t0 += 65535) { /* grid.y holds 65535 tokens */
+        const int nt = (int)(n - t0 < 65535 ? n - t0 : 65535), tt = (int)t0;
+#define RF_MQ(T) rf_moe_launch_comb<T>(ctx, y, wp, t, qx, rec, x, ids, bias, wts, ni, no, row_bytes, kk, ne, tt, nt)
+        RF_MOE_DISPATCH(st, t, qx, RF_MQ, "rf_moe_gemv_comb_launch");
+#undef RF_MQ
     }
     return st;
 }
