@@ -446,6 +446,34 @@ rf_status rf_engine_run(rf_engine *e) {
     }
 }
 
+static bool serve_stopped(rf_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    bool stop = e->serve_stop;
+    pthread_mutex_unlock(&e->mu);
+    return stop;
+}
+
+void rf_engine_serve(rf_engine *e, void (*on_error)(void *user, rf_status st), void *user) {
+    while (!serve_stopped(e)) {
+        if (!rf_engine_wait(e, 200)) continue;
+        if (serve_stopped(e)) break;
+        const int64_t steps = e->st_steps;
+        rf_status st = rf_engine_step(e);
+        if (st && on_error) on_error(user, st);
+        if (e->st_steps == steps) {
+            struct timespec ts = {0, 500000L}; /* nothing ran (only cancellations): do not spin */
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+void rf_engine_stop_serving(rf_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->serve_stop = true;
+    pthread_mutex_unlock(&e->mu);
+    rf_engine_wake(e);
+}
+
 rf_status rf_engine_step(rf_engine *e) {
     if (!e) return rf_set_error(RF_ERR_INVALID_ARG, "step: engine is NULL");
     return rf_engine_exec_step(e, NULL);
