@@ -1,7 +1,8 @@
 /* engine_step.c — the engine's step: intake and cancellations, the scheduler's plan executed
  * (block copies and state restores; the plan laid out as the forward's batch, a decode step padded
  * to its device-graph bucket, the device's sampling rows; the forward and sampling on the backend),
- * outputs handed to the events, finished sequences retired; and the loops that drive it. */
+ * outputs handed to the events, finished sequences retired; and the loops that drive it
+ * (rf_engine_run until idle, rf_engine_serve: an engine thread's loop until stopped). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
