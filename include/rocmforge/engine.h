@@ -201,9 +201,9 @@ rf_status rf_generate(rf_session *s, const int32_t *prompt, int32_t n_prompt,
 
 /* ---- the batching engine --------------------------------------------------------------
  * Many sequences in one forward per step (docs/ARCHITECTURE.md §4.4). Requests are submitted from any
- * thread; one thread calls rf_engine_step (or rf_engine_run) over and over, and each step runs
- * every running sequence's next token together with chunks of waiting prompts, within a token
- * budget. Results come back as events through each request's callback, on the stepping thread.
+ * thread; one thread calls rf_engine_step (or rf_engine_run, or rf_engine_serve) over and over,
+ * and each step runs every running sequence's next token together with chunks of waiting
+ * prompts, within a token budget. Results come back as events through each request's callback, on the stepping thread.
  * Everything here is opaque handles, enums and scalars, so other languages can bind it without
  * matching struct layouts. */
 
@@ -343,6 +343,13 @@ rf_status rf_engine_run(rf_engine *e);
 bool rf_engine_wait(rf_engine *e, int timeout_ms);
 /* Wakes a thread blocked in rf_engine_wait (to shut it down). Thread-safe. */
 void rf_engine_wake(rf_engine *e);
+/* An engine thread's loop: steps while a request is queued or running, waits (rf_engine_wait,
+ * 200 ms at a time) while none is, and does not spin on steps that ran nothing (only
+ * cancellations), until rf_engine_stop_serving. A failed step (its requests already got an error
+ * event) is handed to on_error (NULL: none) and the loop goes on. */
+void rf_engine_serve(rf_engine *e, void (*on_error)(void *user, rf_status st), void *user);
+/* Ends rf_engine_serve after the step it is in (its thread is woken). Thread-safe. */
+void rf_engine_stop_serving(rf_engine *e);
 
 typedef enum rf_engine_stat {
     RF_STAT_RUNNING = 0,      /* sequences running (prompt or generation) */

@@ -102,6 +102,7 @@ struct rf_engine {
     uint64_t next_id, next_order;
     int64_t n_active_reqs;   /* incoming + active, for rf_engine_wait */
     bool wake;
+    bool serve_stop;         /* rf_engine_stop_serving was called */
     /* sequences (step thread) */
     rf_seq_list running;     /* in arrival order */
     rf_seq_list waiting;     /* in arrival order */

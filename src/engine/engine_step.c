@@ -1,7 +1,8 @@
 /* engine_step.c — the engine's step: intake and cancellations, the scheduler's plan executed
  * (block copies and state restores; the plan laid out as the forward's batch, a decode step padded
  * to its device-graph bucket, the device's sampling rows; the forward and sampling on the backend),
- * outputs handed to the events, finished sequences retired; and the loops that drive it. */
+ * outputs handed to the events, finished sequences retired; and the loops that drive it
+ * (rf_engine_run until idle, rf_engine_serve: an engine thread's loop until stopped). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,6 +445,34 @@ rf_status rf_engine_run(rf_engine *e) {
         rf_status st = rf_engine_step(e);
         if (st) return st;
     }
+}
+
+static bool serve_stopped(rf_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    bool stop = e->serve_stop;
+    pthread_mutex_unlock(&e->mu);
+    return stop;
+}
+
+void rf_engine_serve(rf_engine *e, void (*on_error)(void *user, rf_status st), void *user) {
+    while (!serve_stopped(e)) {
+        if (!rf_engine_wait(e, 200)) continue;
+        if (serve_stopped(e)) break;
+        const int64_t steps = e->st_steps;
+        rf_status st = rf_engine_step(e);
+        if (st && on_error) on_error(user, st);
+        if (e->st_steps == steps) {
+            struct timespec ts = {0, 500000L}; /* nothing ran (only cancellations): do not spin */
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+void rf_engine_stop_serving(rf_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->serve_stop = true;
+    pthread_mutex_unlock(&e->mu);
+    rf_engine_wake(e);
 }
 
 rf_status rf_engine_step(rf_engine *e) {

@@ -5,7 +5,8 @@
 
 #include "engine/kv_pool.h"
 #include "engine/state_pool.h"
-#include "engine/textout.h"
+#include "rocmforge/engine.h"
+#include "tokenizer/detok.h"
 
 typedef enum rf_seq_state {
     RF_SEQ_WAITING = 0, /* queued or preempted: holds no blocks */

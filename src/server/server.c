@@ -20,19 +20,16 @@
 
 /* ---- engine and loader threads ------------------------------------------------------------ */
 
+static void on_step_error(void *user, rf_status st) {
+    (void)user;
+    (void)st;
+    fprintf(stderr, "serve: engine step failed (its requests get an error): %s\n", rf_last_error());
+}
+
+/* the engine thread: the engine's own loop (rf_engine_serve) until shutdown */
 static void *engine_main(void *arg) {
     srv *s = arg;
-    while (!atomic_load(&s->engine_stop)) {
-        if (!rf_engine_wait(s->eng, 200)) continue;
-        if (atomic_load(&s->engine_stop)) break;
-        int64_t steps = rf_engine_get_stat(s->eng, RF_STAT_STEPS);
-        rf_status st = rf_engine_step(s->eng);
-        if (st) fprintf(stderr, "serve: engine step failed (its requests get an error): %s\n", rf_last_error());
-        if (rf_engine_get_stat(s->eng, RF_STAT_STEPS) == steps) {
-            struct timespec ts = {0, 500000L}; /* nothing ran (only cancellations): do not spin */
-            nanosleep(&ts, NULL);
-        }
-    }
+    rf_engine_serve(s->eng, on_step_error, s);
     return NULL;
 }
 
@@ -335,8 +332,7 @@ out_stop:
             shutdown_all(s);
             wait_until(no_active, s, 100);
         }
-        atomic_store(&s->engine_stop, 1);
-        rf_engine_wake(s->eng);
+        rf_engine_stop_serving(s->eng);
         if (s->engine_started) pthread_join(s->engine_thr, NULL);
         s->engine_started = false;
     }

@@ -9,7 +9,7 @@
  *    queues them on the engine (rf_engine_submit is thread-safe and never waits for a step) and
  *    writes responses. A connection waiting for tokens is suspended, never blocked: its thread
  *    serves others.
- *  - the engine thread: rf_engine_wait / rf_engine_step over and over. Its callback copies
+ *  - the engine thread: rf_engine_serve (the engine steps while it has work). Its callback copies
  *    each event into the request's queue and resumes the connection; it never touches a socket.
  *  - the ticker (every 50 ms): looks for clients that hung up while their connection was
  *    suspended (libmicrohttpd does not watch suspended sockets) and cancels their requests, so
@@ -180,7 +180,7 @@ struct srv {
     int64_t created;
     bool test_faults;    /* test hook serve_faults: requests may ask for simulated failures */
     atomic_int ready, stopping, engine_gone, load_failed;
-    atomic_int engine_stop, ticker_stop;
+    atomic_int ticker_stop;
     atomic_int active;   /* engine submissions not yet finished */
     char load_error[512];
     pthread_t loader, engine_thr, ticker;

@@ -9,15 +9,19 @@
  *    with seeds s, s+1, s+2;
  *  - cancellation while queued, during a chunked prompt and mid-decode returns every block;
  *  - bad input: prompt longer than the context, a pool too small for one sequence, an empty
- *    prompt; logprobs are sorted, <= 0, and greedy picks the first.
+ *    prompt; logprobs are sorted, <= 0, and greedy picks the first;
+ *  - rf_engine_serve on a thread of its own (requests submitted from another) gives the tokens
+ *    rf_engine_run gives, and rf_engine_stop_serving ends it while it waits for work.
  * The CPU kernels are row-independent, so bit identity is the expected result, not luck.
  * Under the sanitizer build (RF_TEST_QUICK) the real models run fewer prompts and tokens. */
 #include "test_util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
@@ -368,6 +372,69 @@ static void test_cancel(void **state) {
     rf_model_free(m);
 }
 
+/* ---- the serve loop ---------------------------------------------------------------------- */
+
+typedef struct serve_ctx {
+    rf_engine *e;
+    int errors; /* written by the serving thread, read after the join */
+} serve_ctx;
+
+static void on_serve_error(void *user, rf_status st) {
+    (void)st;
+    ((serve_ctx *)user)->errors++;
+}
+
+static void *serve_main(void *arg) {
+    serve_ctx *c = arg;
+    rf_engine_serve(c->e, on_serve_error, c);
+    return NULL;
+}
+
+static void test_serve(void **state) {
+    (void)state;
+    char p[1200];
+    snprintf(p, sizeof p, "%s/batch-tiny.q4_0.gguf", g_dir);
+    rf_model *m = rf_eng_load(p);
+    enum { NR = 3 };
+    int32_t ids[40];
+    for (int k = 0; k < 40; k++) ids[k] = 60 + 3 * k;
+    out a[NR], b[NR];
+    rf_engine *e = engine(m, 128, 4, 32, false);
+    for (int i = 0; i < NR; i++) {
+        rf_request *q = req_ids(ids + i, 20 + 5 * i, 12, &a[i]);
+        assert_int_equal(rf_engine_submit(e, q, &a[i].id), RF_OK);
+        rf_request_free(q);
+    }
+    assert_int_equal(rf_engine_run(e), RF_OK);
+    rf_engine_free(e);
+
+    serve_ctx c = {engine(m, 128, 4, 32, false), 0};
+    pthread_t thr;
+    assert_int_equal(pthread_create(&thr, NULL, serve_main, &c), 0);
+    for (int i = 0; i < NR; i++) {
+        rf_request *q = req_ids(ids + i, 20 + 5 * i, 12, &b[i]);
+        assert_int_equal(rf_engine_submit(c.e, q, &b[i].id), RF_OK);
+        rf_request_free(q);
+    }
+    /* the serving thread finishes them; stats are thread-safe (60 s at most) */
+    for (int t = 0; t < 6000 && rf_engine_get_stat(c.e, RF_STAT_REQUESTS_DONE) < NR; t++) {
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(rf_engine_get_stat(c.e, RF_STAT_REQUESTS_DONE), NR);
+    rf_engine_stop_serving(c.e); /* it waits for work now: the stop wakes it */
+    assert_int_equal(pthread_join(thr, NULL), 0);
+    assert_int_equal(c.errors, 0);
+    for (int i = 0; i < NR; i++) {
+        assert_int_equal(b[i].done, 1);
+        assert_int_equal(b[i].n[0], 12);
+        assert_memory_equal(b[i].tok[0], a[i].tok[0], sizeof a[i].tok[0]);
+    }
+    assert_int_equal(rf_engine_get_stat(c.e, RF_STAT_BLOCKS_USED), 0);
+    rf_engine_free(c.e);
+    rf_model_free(m);
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     char p[1200];
@@ -459,7 +526,7 @@ int main(void) {
         cmocka_unit_test(test_invariance_tiny), cmocka_unit_test(test_invariance_real),
         cmocka_unit_test(test_prefix_cache),    cmocka_unit_test(test_choices),
         cmocka_unit_test(test_cancel),          cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_logprobs),        cmocka_unit_test(test_serve),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -1,9 +1,12 @@
-/* textout.h — a sequence's text output: the detokenizer and stop strings with hold-back
- * (textout.c). */
-#ifndef RF_TEXTOUT_H
-#define RF_TEXTOUT_H
+/* detok.h — what the tokenizer gives the engine beyond the public API (detok.c): rf_textout, a
+ * choice's text output (the streaming detokenizer, then stop strings held back). */
+#ifndef RF_DETOK_H
+#define RF_DETOK_H
 
-#include "model/model.h"
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "rocmforge/tokenizer.h"
 
 #define RF_MAX_STOPS 16
 
