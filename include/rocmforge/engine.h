@@ -203,7 +203,8 @@ rf_status rf_generate(rf_session *s, const int32_t *prompt, int32_t n_prompt,
  * Many sequences in one forward per step (docs/ARCHITECTURE.md §4.4). Requests are submitted from any
  * thread; one thread calls rf_engine_step (or rf_engine_run, or rf_engine_serve) over and over,
  * and each step runs every running sequence's next token together with chunks of waiting
- * prompts, within a token budget. Results come back as events through each request's callback, on the stepping thread.
+ * prompts, within a token budget. Results come back as events through each request's callback,
+ * on the stepping thread.
  * Everything here is opaque handles, enums and scalars, so other languages can bind it without
  * matching struct layouts. */
 
