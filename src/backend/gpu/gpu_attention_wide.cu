@@ -9,7 +9,7 @@
  *     their butterfly sum l, and the P.V numerator in key order (zero weights skipped);
  *   * units of RF_AW_UNIT keys at multiples of RF_AW_UNIT: the unit's tiles folded in order;
  *   * the row: its units folded in order, head h's sink last, then one division.
- * Every fold is rf_aw_factors / rf_aw_apply on explicit IEEE intrinsics, in the block (one block
+ * Every fold is rf_pa_factors / rf_pa_apply on explicit IEEE intrinsics, in the block (one block
  * walks all units: mode RF_AW_TOTAL) or in rf_k_attn_wide_reduce (units spread over gridDim.z,
  * their states through memory: RF_AW_UNITS): the same bits either way, so a token's output does
  * not depend on the batch, the shape hint or max_pos. (Not the same bits as the <= 256 kernels,
@@ -21,6 +21,7 @@
  * together). f32 arithmetic on the CUDA cores: decode is bound by the K/V bytes, a prompt chunk by
  * the shared-memory reads (about 2-3x the time a tensor-core kernel would take; docs/perf-gpu.md). */
 #include "backend/gpu/gpu_internal.h"
+#include "backend/gpu/gpu_softmax_merge.cuh"
 
 #include <limits.h>
 
@@ -64,35 +65,13 @@ template <> struct rf_aw_kt<rf_aw_q8> {
     static __host__ __device__ constexpr int ks(int D) { return D / 32 * 34 + ((D / 32 * 34 / 4) % 2 ? 0 : 4); }
 };
 
-/* One step of the ordered fold of softmax states (max M, sum L, numerator per element): the
- * incoming (m, l) into (M, L); returns how a numerator folds (rf_aw_apply). m == -inf: empty. */
-#define RF_AW_SKIP 0
-#define RF_AW_SET 1
-#define RF_AW_COMB 2
-static __device__ __forceinline__ int rf_aw_factors(float &M, float &L, float m, float l, float &fa, float &fb) {
-    fa = 1.0f, fb = 1.0f;
-    if (m == -INFINITY) return RF_AW_SKIP;
-    if (M == -INFINITY) {
-        M = m, L = l;
-        return RF_AW_SET;
-    }
-    const float Mn = fmaxf(M, m);
-    fa = __expf(__fsub_rn(M, Mn));
-    fb = __expf(__fsub_rn(m, Mn));
-    L = __fmaf_rn(l, fb, __fmul_rn(L, fa));
-    M = Mn;
-    return RF_AW_COMB;
-}
-static __device__ __forceinline__ float rf_aw_apply(float num, float a, int mode, float fa, float fb) {
-    return mode == RF_AW_COMB ? __fmaf_rn(a, fb, __fmul_rn(num, fa)) : mode == RF_AW_SET ? a : num;
-}
 /* The normalised output of a row's state with head h's sink (sinks NULL: none) folded in last as
  * one more state (max sink, sum 1, numerator 0); no key and no sink: 0. */
 static __device__ __forceinline__ float rf_aw_final(float M, float L, float num, const float *sinks, int64_t h) {
     if (sinks) {
         float fa, fb;
-        const int md = rf_aw_factors(M, L, sinks[h], 1.0f, fa, fb);
-        num = rf_aw_apply(num, 0.0f, md, fa, fb);
+        const int md = rf_pa_factors(M, L, sinks[h], 1.0f, fa, fb);
+        num = rf_pa_apply(num, 0.0f, md, fa, fb);
     }
     return M == -INFINITY ? 0.0f : __fdiv_rn(num, L);
 }
@@ -315,9 +294,9 @@ static __device__ __forceinline__ void rf_aw_pv(float (&ua)[RF_AW_RMAX][4], floa
         if (r >= R) continue;
         const float2 ml = sml[r];
         float fa, fb;
-        const int md = rf_aw_factors(uM[r], uL[r], ml.x, ml.y, fa, fb);
+        const int md = rf_pa_factors(uM[r], uL[r], ml.x, ml.y, fa, fb);
 #pragma unroll
-        for (int e = 0; e < 4; e++) ua[r][e] = rf_aw_apply(ua[r][e], acc[r][e], md, fa, fb);
+        for (int e = 0; e < 4; e++) ua[r][e] = rf_pa_apply(ua[r][e], acc[r][e], md, fa, fb);
     }
 }
 
@@ -334,9 +313,9 @@ static __device__ __forceinline__ void rf_aw_unit_end(const rf_aw_at &a, int u, 
         if (r >= R) continue;
         if (a.mode == RF_AW_TOTAL) {
             float fa, fb;
-            const int md = rf_aw_factors(rM[r], rL[r], uM[r], uL[r], fa, fb);
+            const int md = rf_pa_factors(rM[r], rL[r], uM[r], uL[r], fa, fb);
 #pragma unroll
-            for (int e = 0; e < 4; e++) ra[r][e] = rf_aw_apply(ra[r][e], ua[r][e], md, fa, fb);
+            for (int e = 0; e < 4; e++) ra[r][e] = rf_pa_apply(ra[r][e], ua[r][e], md, fa, fb);
         } else if (slo[r] <= shi[r]) {
             const int ufr = slo[r] / RF_AW_UNIT, ulr = shi[r] / RF_AW_UNIT;
             if (u >= ufr && u <= ulr) {
@@ -537,8 +516,8 @@ rf_k_attn_wide_reduce(float *out, const float *__restrict__ part, const float2 *
 #pragma unroll
         for (int i = 0; i < NB; i++) {
             if (u0 + i <= ulr) {
-                const int md = rf_aw_factors(M, L, mlb[i].x, mlb[i].y, fa, fb);
-                num = rf_aw_apply(num, ab[i], md, fa, fb);
+                const int md = rf_pa_factors(M, L, mlb[i].x, mlb[i].y, fa, fb);
+                num = rf_pa_apply(num, ab[i], md, fa, fb);
             }
         }
     }

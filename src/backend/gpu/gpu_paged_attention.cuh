@@ -1,10 +1,12 @@
 /* gpu_paged_attention.cuh — the device side of the paged-attention kernels (gpu_paged_attention.cu,
  * whose header comment states the batch invariance these serve): the block geometry, K/V piece
- * loads, the butterfly sums, the ordered merge of softmax states, and rf_k_paged_attn's steps. */
+ * loads, the butterfly sums, a merged softmax state's output (the merge step itself:
+ * gpu_softmax_merge.cuh), and rf_k_paged_attn's steps. */
 #ifndef RF_GPU_PAGED_ATTENTION_CUH
 #define RF_GPU_PAGED_ATTENTION_CUH
 
 #include "backend/gpu/gpu_internal.h"
+#include "backend/gpu/gpu_softmax_merge.cuh"
 
 #include <limits.h>
 
@@ -21,10 +23,6 @@
 #define RF_PA_RMAX 8
 #endif
 
-/* merge steps (rf_pa_factors) */
-#define RF_PA_SKIP 0 /* the incoming state is empty: nothing changes */
-#define RF_PA_SET 1  /* the running state is empty: it becomes the incoming one */
-#define RF_PA_COMB 2 /* num = num * fa + a * fb */
 
 /* where a block's folded states go (kernel argument `mode`) */
 #define RF_PA_TOTAL 0 /* the block walks every split of its rows and writes the rows */
@@ -279,27 +277,6 @@ template <int M> struct rf_pa_tsum<1, M> {
     }
 };
 
-/* One step of the ordered merge of softmax states (max M, sum den, numerator num per element):
- * folds the incoming (m, l) into (M, den) and returns how num folds in the incoming numerator
- * (rf_pa_apply with the factors fa, fb). An incoming m == -inf is an empty state (skipped). */
-static __device__ __forceinline__ int rf_pa_factors(float &M, float &den, float m, float l,
-                                                    float &fa, float &fb) {
-    fa = 1.0f, fb = 1.0f;
-    if (m == -INFINITY) return RF_PA_SKIP;
-    if (M == -INFINITY) {
-        M = m, den = l;
-        return RF_PA_SET;
-    }
-    const float Mn = fmaxf(M, m);
-    fa = __expf(__fsub_rn(M, Mn));
-    fb = __expf(__fsub_rn(m, Mn));
-    den = __fmaf_rn(l, fb, __fmul_rn(den, fa));
-    M = Mn;
-    return RF_PA_COMB;
-}
-static __device__ __forceinline__ float rf_pa_apply(float num, float a, int mode, float fa, float fb) {
-    return mode == RF_PA_COMB ? __fmaf_rn(a, fb, __fmul_rn(num, fa)) : mode == RF_PA_SET ? a : num;
-}
 /* normalised output of a merged state (no key at all: 0; NaN stays NaN) */
 static __device__ __forceinline__ float rf_pa_final(float M, float den, float num) {
     return M == -INFINITY ? 0.0f : __fdiv_rn(num, den);
