@@ -17,7 +17,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 echo "hip-check: $($HIPCC --version 2>/dev/null | grep -m1 -i 'HIP version' || echo hipcc) ($HIPCC)"
 echo "hip-check: targets gfx90a (wave64) gfx1030 (wave32)"
-echo "hip-check: left out: the cuBLAS GEMM path (gpu_gemm.cu compiles its no-BLAS fallback: Debian"
+echo "hip-check: left out: the cuBLAS GEMM path (gpu_gemm.cu compiles its kernels only, gpu_matmul.cu its no-BLAS fallback: Debian"
 echo "           ships no hipBLAS; define RF_HAVE_HIPBLAS with hipBLAS installed to build it)"
 fail=0
 n=0

@@ -137,6 +137,27 @@ static int32_t build_base(jsc *c) {
     return c->oom ? -1 : build_containers(c);
 }
 
+/* ws string ws ":" ws value ws more: a member and what follows it (members, or the rest of an
+ * object) */
+static void member_tail(jsc *c, rf_gseq *s, int32_t more) {
+    rf_gseq_ref(s, c->ws);
+    rf_gseq_ref(s, c->string);
+    rf_gseq_ref(s, c->ws);
+    lit(c, s, ":");
+    rf_gseq_ref(s, c->ws);
+    rf_gseq_ref(s, c->value);
+    rf_gseq_ref(s, c->ws);
+    rf_gseq_ref(s, more);
+}
+
+/* ws value ws more: an item and what follows it */
+static void item_tail(jsc *c, rf_gseq *s, int32_t more) {
+    rf_gseq_ref(s, c->ws);
+    rf_gseq_ref(s, c->value);
+    rf_gseq_ref(s, c->ws);
+    rf_gseq_ref(s, more);
+}
+
 /* value, object, array: any JSON (mutually recursive). */
 static int32_t build_containers(jsc *c) {
     rf_grammar *g = c->g;
@@ -153,25 +174,11 @@ static int32_t build_containers(jsc *c) {
     /* members ::= "," ws string ws ":" ws value ws members | "" */
     int32_t more = rf_grammar_rule(g);
     lit(c, &s, ",");
-    rf_gseq_ref(&s, c->ws);
-    rf_gseq_ref(&s, c->string);
-    rf_gseq_ref(&s, c->ws);
-    lit(c, &s, ":");
-    rf_gseq_ref(&s, c->ws);
-    rf_gseq_ref(&s, c->value);
-    rf_gseq_ref(&s, c->ws);
-    rf_gseq_ref(&s, more);
+    member_tail(c, &s, more);
     rf_gseq_alt(&s);
     if (more < 0 || rf_grammar_define(g, more, &s)) return fail(c, "%s", "out of memory");
     lit(c, &s, "{");
-    rf_gseq_ref(&s, c->ws);
-    rf_gseq_ref(&s, c->string);
-    rf_gseq_ref(&s, c->ws);
-    lit(c, &s, ":");
-    rf_gseq_ref(&s, c->ws);
-    rf_gseq_ref(&s, c->value);
-    rf_gseq_ref(&s, c->ws);
-    rf_gseq_ref(&s, more);
+    member_tail(c, &s, more);
     lit(c, &s, "}");
     rf_gseq_alt(&s);
     lit(c, &s, "{");
@@ -180,17 +187,11 @@ static int32_t build_containers(jsc *c) {
     if (c->object < 0 || rf_grammar_define(g, c->object, &s)) return fail(c, "%s", "out of memory");
     int32_t imore = rf_grammar_rule(g);
     lit(c, &s, ",");
-    rf_gseq_ref(&s, c->ws);
-    rf_gseq_ref(&s, c->value);
-    rf_gseq_ref(&s, c->ws);
-    rf_gseq_ref(&s, imore);
+    item_tail(c, &s, imore);
     rf_gseq_alt(&s);
     if (imore < 0 || rf_grammar_define(g, imore, &s)) return fail(c, "%s", "out of memory");
     lit(c, &s, "[");
-    rf_gseq_ref(&s, c->ws);
-    rf_gseq_ref(&s, c->value);
-    rf_gseq_ref(&s, c->ws);
-    rf_gseq_ref(&s, imore);
+    item_tail(c, &s, imore);
     lit(c, &s, "]");
     rf_gseq_alt(&s);
     lit(c, &s, "[");

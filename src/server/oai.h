@@ -35,7 +35,7 @@ typedef enum srv_route {
     SRV_ROUTE_RESPONSES,  /* OpenAI's /v1/responses, stateless (oai_responses.c) */
     SRV_ROUTE_TOKENIZE,   /* llama-server's /tokenize and /detokenize (oai_tokenize.c) */
     SRV_ROUTE_DETOKENIZE,
-    SRV_ROUTE_EMBEDDINGS, /* OpenAI's /v1/embeddings (oai_prepare.c) */
+    SRV_ROUTE_EMBEDDINGS, /* OpenAI's /v1/embeddings (oai_parse.c, oai_prepare.c) */
     SRV_ROUTE_COUNT
 } srv_route;
 
@@ -139,7 +139,7 @@ typedef struct srv_params {
     bool parse_output;          /* split reasoning / parse tool calls out of the answer */
     bool think_open;            /* the prompt ends inside <think> */
     rf_grammar *grammar;        /* response_format json_object / json_schema or 'grammar' (owned) */
-    /* embeddings (oai_prepare.c): the inputs are `prompts` */
+    /* embeddings (oai_parse.c): the inputs are `prompts` */
     bool embd_base64;           /* encoding_format "base64" (else "float") */
     int64_t dimensions;         /* 'dimensions' as asked (0: not given) */
 } srv_params;
@@ -168,8 +168,11 @@ int srv_tool_grammar(const srv_params *p, rf_grammar **out, srv_error *e);
  * the peers do); fields this server cannot honour (tools, logit_bias, json response formats,
  * suffix, best_of > n, echo with logprobs) are refused rather than silently dropped. */
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
-/* The chat and completions routes' parser (oai_parse.c) that srv_parse_request (oai_prepare.c)
- * and the translated Messages/Responses bodies use. */
+/* A request body that must be a JSON object (oai_parse.c; every route's parser loads through
+ * it): NULL with a 400 in *e when it is empty, not JSON (or holds U+0000) or not an object. */
+json_t *srv_body_object(const char *body, size_t len, srv_error *e);
+/* The chat and completions routes' parser that srv_parse_request and the translated
+ * Messages/Responses bodies use (oai_parse.c, as srv_parse_request). */
 int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
 
@@ -225,7 +228,7 @@ typedef struct srv_prepared {
 int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e);
 void srv_prepared_free(srv_prepared *pr);
 
-/* ---- /v1/embeddings (oai_prepare.c) ------------------------------------------------------- */
+/* ---- /v1/embeddings (the body: oai_parse.c; requests, vector: oai_prepare.c) -------------- */
 
 #define SRV_MAX_EMBED_INPUTS 2048 /* inputs in one /v1/embeddings request (OpenAI's limit) */
 

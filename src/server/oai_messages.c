@@ -279,7 +279,7 @@ static int translate(json_t *root, json_t *chat, srv_error *e) {
 
 int srv_parse_messages(const char *body, size_t len, srv_params *p, srv_error *e) {
     memset(p, 0, sizeof *p);
-    json_t *root = srv_tr_load(body, len, e);
+    json_t *root = srv_body_object(body, len, e);
     if (!root) return -1;
     json_t *chat = json_object();
     if (!chat) {

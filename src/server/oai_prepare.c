@@ -1,14 +1,14 @@
-/* oai_prepare.c — a request body to engine requests: the parser chosen by route (Anthropic
- * Messages and OpenAI Responses bodies through their translators, which hand a chat body to
- * oai_parse.c), the chat prompt rendered and tokenized, the prompt counted against the context;
- * OpenAI's /v1/embeddings body (inputs as prompts, encoding_format, dimensions) at the end. */
+/* oai_prepare.c — a request body to engine requests: the parser chosen by route (oai_parse.c's
+ * OpenAI bodies; Anthropic Messages and OpenAI Responses bodies through their translators), the
+ * chat prompt rendered through the model's template and tokenized, requests built with the
+ * prompt counted against the context; OpenAI's /v1/embeddings requests and the vector at the
+ * end. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "oai.h"
-#include "oai_translate.h"
 #include "tool_calls.h"
 
 /* ---- the parser by route ------------------------------------------------------------------ */
@@ -376,100 +376,7 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
     return 0;
 }
 
-/* ---- /v1/embeddings: the body ----------------------------------------------------------------------------- */
-
-/* An array of token ids into *sp (param names the field in errors). */
-static int read_ids(json_t *a, srv_prompt *sp, const char *param, srv_error *e) {
-    size_t n = json_array_size(a);
-    if (!n) return srv_bad(e, "input", "'%s' is an empty list of token ids", param);
-    if (!(sp->ids = malloc(n * sizeof *sp->ids))) return srv_tr_oom(e);
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_array_get(a, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-            return srv_bad(e, "input", "'%s'[%zu] must be a token id (an integer >= 0)", param, i);
-        sp->ids[i] = (int32_t)json_integer_value(v);
-    }
-    sp->n_ids = n;
-    return 0;
-}
-
-static int read_text(json_t *v, srv_prompt *sp, const char *param, srv_error *e) {
-    size_t n = json_string_length(v);
-    if (!n) return srv_bad(e, "input", "'%s' is an empty string", param);
-    if (!(sp->text = malloc(n + 1))) return srv_tr_oom(e);
-    memcpy(sp->text, json_string_value(v), n + 1);
-    sp->len = n;
-    return 0;
-}
-
-/* 'input': a string, a list of strings, a list of token ids, or a list of lists of ids. */
-static int read_inputs(json_t *in, srv_params *p, srv_error *e) {
-    if (!srv_tr_present(in)) return srv_bad(e, "input", "'input' is required");
-    if (!json_is_string(in) && !json_is_array(in))
-        return srv_bad(e, "input", "'input' must be a string or an array, not %s", srv_json_type_name(in));
-    size_t n = json_is_string(in) ? 1 : json_array_size(in);
-    if (!n) return srv_bad(e, "input", "'input' is an empty list");
-    bool ids = json_is_array(in) && json_is_integer(json_array_get(in, 0)); /* one prompt of ids */
-    if (ids) n = 1;
-    if (n > SRV_MAX_EMBED_INPUTS) return srv_bad(e, "input", "'input' has %zu entries; at most %d", n, SRV_MAX_EMBED_INPUTS);
-    if (!(p->prompts = calloc(n, sizeof *p->prompts))) return srv_tr_oom(e);
-    p->n_prompts = n;
-    if (json_is_string(in)) return read_text(in, &p->prompts[0], "input", e);
-    if (ids) return read_ids(in, &p->prompts[0], "input", e);
-    char param[32];
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_array_get(in, i);
-        snprintf(param, sizeof param, "input[%zu]", i);
-        int rc = json_is_string(v)  ? read_text(v, &p->prompts[i], param, e)
-                 : json_is_array(v) ? read_ids(v, &p->prompts[i], param, e)
-                                    : srv_bad(e, "input", "'%s' must be a string or a list of token ids, not %s",
-                                                 param, srv_json_type_name(v));
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-static int read_body(json_t *root, srv_params *p, srv_error *e) {
-    json_t *v = json_object_get(root, "model");
-    if (srv_tr_present(v)) {
-        if (!json_is_string(v)) return srv_bad(e, "model", "'model' must be a string, not %s", srv_json_type_name(v));
-        if (!(p->model = strndup(json_string_value(v), json_string_length(v)))) return srv_tr_oom(e);
-    }
-    v = json_object_get(root, "encoding_format");
-    if (srv_tr_present(v)) {
-        const char *f = json_string_value(v);
-        if (!f || (strcmp(f, "float") && strcmp(f, "base64")))
-            return srv_bad(e, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
-        p->embd_base64 = !strcmp(f, "base64");
-    }
-    v = json_object_get(root, "dimensions");
-    if (srv_tr_present(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1)
-            return srv_bad(e, "dimensions", "'dimensions' must be an integer >= 1");
-        p->dimensions = json_integer_value(v);
-    }
-    v = json_object_get(root, "user");
-    if (srv_tr_present(v) && !json_is_string(v))
-        return srv_bad(e, "user", "'user' must be a string, not %s", srv_json_type_name(v));
-    return read_inputs(json_object_get(root, "input"), p, e);
-}
-
-int srv_parse_embeddings(const char *body, size_t len, srv_params *p, srv_error *e) {
-    memset(p, 0, sizeof *p);
-    p->route = SRV_ROUTE_EMBEDDINGS;
-    p->n = 1;
-    p->max_tokens = -1;
-    p->logprobs = -1;
-    p->sp = rf_sampler_default_params();
-    json_t *root = srv_tr_load(body, len, e);
-    if (!root) return -1;
-    int rc = read_body(root, p, e);
-    json_decref(root);
-    if (rc) srv_params_free(p);
-    return rc;
-}
-
-/* ---- engine requests ---------------------------------------------------------------------- */
+/* ---- /v1/embeddings: engine requests (the body: oai_parse.c) ------------------------------- */
 
 static int prepare_one(rf_engine *eng, int32_t n_ctx, rf_pooling pooling, const srv_prompt *sp, const char *pp,
                        rf_request **out, int32_t *n_prompt, srv_error *e) {

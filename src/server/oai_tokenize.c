@@ -58,7 +58,7 @@ int srv_parse_tokenize(srv_route route, const char *body, size_t len, srv_tok_re
     t->parse_special = true;
     if (route != SRV_ROUTE_TOKENIZE && route != SRV_ROUTE_DETOKENIZE)
         return srv_fail(e, 404, "not_found_error", NULL, NULL, "no such route");
-    json_t *root = srv_tr_load(body, len, e);
+    json_t *root = srv_body_object(body, len, e);
     if (!root) return -1;
     int rc = parse_body(route, root, t, e);
     json_decref(root);

@@ -17,29 +17,6 @@ static inline int srv_tr_oom(srv_error *e) {
 
 static inline bool srv_tr_present(const json_t *v) { return v && !json_is_null(v); }
 
-/* Loads a body that must be a JSON object; NULL with a 400 in *e. */
-static inline json_t *srv_tr_load(const char *body, size_t len, srv_error *e) {
-    if (!body || len == 0) {
-        srv_bad(e, NULL, "the request body is empty (expected a JSON object)");
-        return NULL;
-    }
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, 0, &jerr);
-    if (!root) {
-        if (strstr(jerr.text, "NUL") || strstr(jerr.text, "\\u0000"))
-            srv_bad(e, NULL, "invalid JSON: strings may not hold \\u0000 (line %d, column %d)", jerr.line, jerr.column);
-        else
-            srv_bad(e, NULL, "invalid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
-        return NULL;
-    }
-    if (!json_is_object(root)) {
-        srv_bad(e, NULL, "the request body must be a JSON object, not %s", srv_json_type_name(root));
-        json_decref(root);
-        return NULL;
-    }
-    return root;
-}
-
 /* Copies root[from] into out[to] when present (the chat parser checks it). */
 static inline void srv_tr_copy(json_t *out, const char *to, json_t *root, const char *from) {
     json_t *v = json_object_get(root, from);

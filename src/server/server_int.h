@@ -248,6 +248,12 @@ void srv_free_events(srv_event *e);
 /* Applies events to r: stream chunks into r->out, or the choices' texts and log-probabilities.
  * An engine error or a cancellation sets r->err (and, streaming, writes the error event). */
 void srv_consume(srv_req *r, srv_event *list);
+/* A parsed choice's answer (chat, Messages and Responses alike; tool_calls.h parses it): text
+ * added and the parse fed (its configuration made at the first text), *d what it now commits;
+ * false when out of memory (r->out.oom set). srv_choice_parse: the whole text parsed at the end
+ * into *po; nonzero when out of memory (po freed). */
+bool srv_choice_feed(srv_req *r, int ci, const char *text, size_t len, bool final, srv_chat_delta *d);
+int srv_choice_parse(const srv_req *r, int ci, srv_chat_out *po);
 /* Records the request's error (the first one wins). */
 void srv_set_error(srv_req *r, int status, const char *type, const char *code, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -287,15 +287,8 @@ static void emit_calls(srv_req *r, int ci, const srv_chat_delta *d) {
 
 /* Adds text to a parsed chat choice and streams what the parse now commits; lp is consumed. */
 static void stream_parsed(srv_req *r, int ci, const char *text, size_t len, json_t *lp, bool final) {
-    srv_choice *ch = &r->ch[ci];
-    if (!ch->cs.ready) {
-        ch->cs.cfg = srv_parse_cfg_for(&r->p, r->id, ci);
-        ch->cs.ready = true;
-    }
-    srv_buf_add(&ch->text, text, len);
     srv_chat_delta d;
-    if (ch->text.oom || srv_chat_stream_feed(&ch->cs, ch->text.p ? ch->text.p : "", ch->text.len, final, &d)) {
-        r->out.oom = true;
+    if (!srv_choice_feed(r, ci, text, len, final, &d)) {
         json_decref(lp);
         return;
     }
@@ -528,10 +521,8 @@ json_t *srv_final_json(srv_req *r) {
             json_object_set_new(msg, "role", json_string("assistant"));
             size_t n_calls = 0;
             if (r->p.parse_output) {
-                srv_parse_cfg cfg = srv_parse_cfg_for(&r->p, r->id, i);
-                srv_chat_out po = {0};
-                if (srv_chat_parse(&cfg, ch->text.p ? ch->text.p : "", ch->text.len, true, &po)) {
-                    srv_chat_out_free(&po);
+                srv_chat_out po;
+                if (srv_choice_parse(r, i, &po)) {
                     json_decref(msg);
                     json_decref(c);
                     json_decref(arr);

@@ -32,19 +32,6 @@ static const char *stop_hit(srv_req *r) {
  * tool_use (input_json_delta when streamed), stop_reason tool_use. Without it, one text block. */
 static bool parsed(const srv_req *r) { return r->p.parse_output; }
 
-static srv_parse_cfg parse_cfg(const srv_req *r) {
-    srv_parse_cfg c = {0};
-    c.syntax = (srv_tool_syntax)r->p.syntax;
-    c.tools = r->p.tools_json != NULL;
-    c.reasoning = r->p.reasoning_split;
-    c.think_open = r->p.think_open;
-    c.parallel = r->p.parallel_tool_calls;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a of the request id, as the chat path seeds ids */
-    for (const char *k = r->id; *k; k++) h = (h ^ (unsigned char)*k) * 1099511628211ull;
-    c.id_seed = h;
-    return c;
-}
-
 static size_t n_calls(srv_req *r) { return parsed(r) ? r->ch[0].cs.cur.n_calls : 0; }
 
 static json_t *tool_use_block(const srv_tool_call *c, bool with_input) {
@@ -59,13 +46,8 @@ static json_t *tool_use_block(const srv_tool_call *c, bool with_input) {
 
 /* The final content blocks of a parsed answer; NULL when out of memory. */
 static json_t *parsed_blocks(srv_req *r, size_t *calls) {
-    srv_choice *ch = &r->ch[0];
-    srv_parse_cfg cfg = parse_cfg(r);
-    srv_chat_out po = {0};
-    if (srv_chat_parse(&cfg, ch->text.p ? ch->text.p : "", ch->text.len, true, &po)) {
-        srv_chat_out_free(&po);
-        return NULL;
-    }
+    srv_chat_out po;
+    if (srv_choice_parse(r, 0, &po)) return NULL;
     json_t *a = json_array();
     if (po.reasoning.len) {
         json_t *b = json_pack("{ssss}", "type", "thinking", "signature", "");
@@ -112,17 +94,8 @@ static void block_delta(srv_req *r, const char *type, const char *key, const cha
 
 /* Streams what the parse of the text so far commits (final: all of it, and the blocks closed). */
 static void stream_parsed(srv_req *r, const char *text, size_t len, bool final) {
-    srv_choice *ch = &r->ch[0];
-    if (!ch->cs.ready) {
-        ch->cs.cfg = parse_cfg(r);
-        ch->cs.ready = true;
-    }
-    srv_buf_add(&ch->text, text, len);
     srv_chat_delta d;
-    if (ch->text.oom || srv_chat_stream_feed(&ch->cs, ch->text.p ? ch->text.p : "", ch->text.len, final, &d)) {
-        r->out.oom = true;
-        return;
-    }
+    if (!srv_choice_feed(r, 0, text, len, final, &d)) return;
     if (d.reasoning_len) {
         open_block(r, 2);
         block_delta(r, "thinking_delta", "thinking", d.reasoning, d.reasoning_len);

@@ -62,19 +62,6 @@ static json_t *message_item(srv_req *r, bool done) {
  * With the chat path's answer parser (tool_calls.h, when this tree has it): a reasoning item
  * (reasoning_text), the message and one function_call item per call; streamed with
  * response.reasoning_text.delta and response.function_call_arguments.delta / .done. */
-static srv_parse_cfg parse_cfg(const srv_req *r) {
-    srv_parse_cfg c = {0};
-    c.syntax = (srv_tool_syntax)r->p.syntax;
-    c.tools = r->p.tools_json != NULL;
-    c.reasoning = r->p.reasoning_split;
-    c.think_open = r->p.think_open;
-    c.parallel = r->p.parallel_tool_calls;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a of the request id, as the chat path seeds ids */
-    for (const char *k = r->id; *k; k++) h = (h ^ (unsigned char)*k) * 1099511628211ull;
-    c.id_seed = h;
-    return c;
-}
-
 static json_t *reasoning_item(srv_req *r, const char *text, size_t len, bool done) {
     char id[80];
     item_id_of(r, "rs", -1, id, sizeof id);
@@ -114,13 +101,8 @@ static json_t *message_item_text(srv_req *r, const char *text, size_t len) {
 
 /* The final output items of a parsed answer; NULL when out of memory. */
 static json_t *parsed_output(srv_req *r) {
-    srv_choice *ch = &r->ch[0];
-    srv_parse_cfg cfg = parse_cfg(r);
-    srv_chat_out po = {0};
-    if (srv_chat_parse(&cfg, ch->text.p ? ch->text.p : "", ch->text.len, true, &po)) {
-        srv_chat_out_free(&po);
-        return NULL;
-    }
+    srv_chat_out po;
+    if (srv_choice_parse(r, 0, &po)) return NULL;
     json_t *a = json_array();
     if (po.reasoning.len) json_array_append_new(a, reasoning_item(r, po.reasoning.p, po.reasoning.len, true));
     bool blank = true;
@@ -178,17 +160,8 @@ static void open_item(srv_req *r, int kind) {
 }
 
 static void stream_parsed(srv_req *r, const char *text, size_t len, bool final) {
-    srv_choice *ch = &r->ch[0];
-    if (!ch->cs.ready) {
-        ch->cs.cfg = parse_cfg(r);
-        ch->cs.ready = true;
-    }
-    srv_buf_add(&ch->text, text, len);
     srv_chat_delta d;
-    if (ch->text.oom || srv_chat_stream_feed(&ch->cs, ch->text.p ? ch->text.p : "", ch->text.len, final, &d)) {
-        r->out.oom = true;
-        return;
-    }
+    if (!srv_choice_feed(r, 0, text, len, final, &d)) return;
     if (d.reasoning_len) {
         open_item(r, 2);
         char id[80];

@@ -1,6 +1,7 @@
 /* server_req.c — the request objects of `rocmforge serve`: their lifetime and list, their state
- * machine, cancellation, and the ticker that notices hang-ups of suspended clients and sends
- * pings (the engine callback that queues their events is the output's: server_out.c). */
+ * machine, cancellation, a choice's answer fed to and parsed by the answer parser (for every
+ * API's output), and the ticker that notices hang-ups of suspended clients and sends pings (the
+ * engine callback that queues their events is the output's: server_out.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -201,6 +202,33 @@ srv_req *srv_req_new(srv *s, srv_params *p) {
     return r;
 }
 
+
+/* ---- a choice's answer parsed (chat, Messages, Responses) ------------------------------------ */
+
+bool srv_choice_feed(srv_req *r, int ci, const char *text, size_t len, bool final, srv_chat_delta *d) {
+    srv_choice *ch = &r->ch[ci];
+    if (!ch->cs.ready) {
+        ch->cs.cfg = srv_parse_cfg_for(&r->p, r->id, ci);
+        ch->cs.ready = true;
+    }
+    srv_buf_add(&ch->text, text, len);
+    if (ch->text.oom || srv_chat_stream_feed(&ch->cs, ch->text.p ? ch->text.p : "", ch->text.len, final, d)) {
+        r->out.oom = true;
+        return false;
+    }
+    return true;
+}
+
+int srv_choice_parse(const srv_req *r, int ci, srv_chat_out *po) {
+    const srv_choice *ch = &r->ch[ci];
+    srv_parse_cfg cfg = srv_parse_cfg_for(&r->p, r->id, ci);
+    memset(po, 0, sizeof *po);
+    if (srv_chat_parse(&cfg, ch->text.p ? ch->text.p : "", ch->text.len, true, po)) {
+        srv_chat_out_free(po);
+        return -1;
+    }
+    return 0;
+}
 
 /* ---- the ticker: hang-ups of suspended connections, pings ---------------------------------- */
 

@@ -239,7 +239,7 @@ rf_status rf_gpu_glu_rows(rf_gpu_ctx *ctx, float *y, const float *gate, int64_t 
                           int64_t rows, int64_t n, bool geglu);
 rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
                          int64_t n_tokens, int64_t n_in, int64_t n_out);
-/* Selects a GEMV kernel variant (0 = default, 1..30 = the variants listed in gpu_gemv.cu); for
+/* Selects a GEMV kernel variant (0 = default, 1..30 = the variants listed in gpu_matmul.cu); for
  * the benchmark's sweep and tests. */
 void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);
 /* Rows of W per warp for the q32s / q32h kernels (variants 4..23 and their defaults): 0 = the

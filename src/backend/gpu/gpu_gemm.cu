@@ -1,15 +1,10 @@
-/* gpu_gemm.cu — many-token products: rf_gpu_matmul dispatching on the router's choice
- * (gpu_route.c: GEMV, MMQ in gpu_mmq.cu, GEMV groups of 8 or 16, or the following), and
- * the vendor BLAS path: W dequantized to f16 and x converted to f16 (for quantized W through
- * ggml's int8 activation rounding) in the scratch arena, then cublasGemmEx with f32
- * accumulation and an f32 result. On HIP without hipBLAS (Debian) rf_gpu_gemm runs the GEMV
- * kernels in token groups of 8 (16) instead. Twin: rf_ref_matmul. */
-#include <stdlib.h>
-
-#include "core/knobs.h"
+/* gpu_gemm.cu — the vendor BLAS path of a many-token product (rf_gpu_gemm, which the router
+ * in gpu_matmul.cu picks past what the GEMV groups and MMQ take): W dequantized to f16 and x
+ * converted to f16 (for quantized W through ggml's int8 activation rounding) in the scratch
+ * arena, then cublasGemmEx with f32 accumulation and an f32 result. On HIP without hipBLAS
+ * (Debian) rf_gpu_gemm is gpu_matmul.cu's GEMV groups instead. Twin: rf_ref_matmul. */
 #include "backend/gpu/gpu_internal.h"
 #include "backend/gpu/gpu_quant.cuh"
-#include "backend/gpu/gpu_route.h"
 #include "rocmforge/quant.h"
 
 /* f32 -> f16, grid-stride; the GEMM's x operand */
@@ -32,25 +27,7 @@ __global__ void rf_k_f32_to_f16_q8(rf_half *y, const float *x, int64_t n) {
         y[g0 + lane] = rf_act_q8_half(x[g0 + lane]);
 }
 
-/* y = W x for any n_tokens through the GEMV kernels, as many tokens per call as one takes (8, or
- * 16 where gemv_mt takes the type) */
-static rf_status rf_gemv_groups(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
-                                int64_t n_tokens, int64_t n_in, int64_t n_out) {
-    const int64_t g = rf_gpu_gemv_max_tokens(ctx, wtype, n_in); /* 16 where gemv_mt takes them, else 8 */
-    for (int64_t t = 0; t < n_tokens; t += g) {
-        const int64_t nt = n_tokens - t < g ? n_tokens - t : g;
-        const rf_status st = rf_gpu_gemv(ctx, y + t * n_out, w, wtype, x + t * n_in, nt, n_in, n_out);
-        if (st) return st;
-    }
-    return RF_OK;
-}
-
-#if defined(RF_GPU_NO_BLAS)
-extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
-                                 const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
-    return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out); /* no BLAS in this build */
-}
-#else
+#if !defined(RF_GPU_NO_BLAS)
 /* y[t, o] = sum_i W[o, i] x[t, i]: in column-major terms Y^T (n_out x nt) = W (op T of the
  * n_in x n_out column-major view of row-major W) times X^T (n_in x nt, ld n_in).
  * tolerance vs rf_ref_matmul: rel. L2 < 1e-2 (f16 operands, f32 accumulation). */
@@ -101,76 +78,3 @@ extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     return RF_GPU_LAUNCHED(ctx, "cublasGemmEx");
 }
 #endif
-
-/* The knobs of the route (read once): RF_GPU_GEMV_MAX (default 64), RF_GPU_MMQ_MAX (96, 0 =
- * never), RF_GPU_MMQ_MIN (17); what each threshold rests on: gpu_route.c */
-static void rf_route_knobs(int64_t *gemv_max, int64_t *mmq_min, int64_t *mmq_max) {
-    static int64_t g = -1, lo = -1, hi = -1;
-    if (g < 0) {
-        hi = rf_knob_int(RF_KNOB_GPU_MMQ_MAX);
-        lo = rf_knob_int(RF_KNOB_GPU_MMQ_MIN);
-        if (lo < 1) lo = 1;
-        g = rf_knob_int(RF_KNOB_GPU_GEMV_MAX);
-    }
-    *gemv_max = g, *mmq_min = lo, *mmq_max = hi;
-}
-
-/* the router's facts for this context and product (gpu_route.h) */
-extern "C" rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in,
-                                     int64_t n_out) {
-    rf_gpu_route_facts f;
-    f.type = wtype, f.n_tokens = n_tokens, f.n_in = n_in, f.n_out = n_out;
-    f.invariant = ctx->invariant;
-    f.mmq = ctx->info.cc_major >= 8 && rf_gpu_mmq_supported(wtype, n_in);
-    f.gemv = rf_gpu_gemv_supported(wtype);
-    f.gemv_n = rf_gpu_gemv_max_tokens(ctx, wtype, n_in);
-#if defined(RF_GPU_NO_BLAS)
-    f.blas = false;
-#else
-    f.blas = true;
-#endif
-    rf_route_knobs(&f.gemv_max, &f.mmq_min, &f.mmq_max);
-    /* RF_GPU_W4A16 read per call, so a test may turn it: 1 from the minimum up, 2 (auto, the
-     * default) up to RF_GPU_W4A16_MAX as well */
-    const int w4 = (int)rf_knob_int(RF_KNOB_GPU_W4A16);
-    f.w4a16 = w4 != 0 && ctx->info.cc_major >= 8 && rf_gpu_w4a16_supported(wtype, n_in);
-    f.w4a16_min = rf_knob_int(RF_KNOB_GPU_W4A16_MIN);
-    f.w4a16_max = w4 == 2 ? rf_knob_int(RF_KNOB_GPU_W4A16_MAX) : 0;
-    return rf_gpu_route(&f);
-}
-
-extern "C" void rf_gpu_set_batch_invariant(rf_gpu_ctx *ctx, bool on) { ctx->invariant = on; }
-
-extern "C" bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
-    return rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1) == RF_ROUTE_MMQ;
-}
-
-/* Whether rf_gpu_matmul (and the backend's shared-x products, which take the GEMV's rule) rounds
- * x to int8 blocks of 32 for this product: by the route, asked by the CPU twin in tests
- * (core/test_hooks.h, cpu_act). MMQ and the BLAS path of quantized weights round; the GEMVs
- * (one call or groups of 8) round where their kernel takes int8 x (rf_gpu_gemv_rounds_x: the 32-element
- * formats, K-quants where q32s takes the rows), not in the f32-x kernels; unquantized weights never. */
-extern "C" bool rf_gpu_matmul_rounds_x(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
-    if (wtype == RF_TYPE_F32 || wtype == RF_TYPE_F16 || wtype == RF_TYPE_BF16) return false;
-    switch (rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1)) {
-    case RF_ROUTE_GEMV: case RF_ROUTE_GEMV_GROUPS: return rf_gpu_gemv_rounds_x(ctx, wtype, n_in);
-    case RF_ROUTE_NONE: return false;
-    default: return true; /* MMQ; BLAS: x through ggml's int8 rounding, then f16 */
-    }
-}
-
-/* y = W x for any n_tokens: the kernel family rf_gpu_route picks */
-extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
-                                   const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
-    switch (rf_gpu_route_for(ctx, wtype, n_tokens, n_in, n_out)) {
-    case RF_ROUTE_MMQ: return rf_gpu_mmq(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
-    case RF_ROUTE_GEMV: return rf_gpu_gemv(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
-    case RF_ROUTE_GEMV_GROUPS: return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
-    case RF_ROUTE_BLAS: return rf_gpu_gemm(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
-    case RF_ROUTE_W4A16: return rf_gpu_w4a16(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
-    default:
-        return rf_set_error(RF_ERR_UNSUPPORTED, "deterministic mode: no batch-invariant GPU product for %s weights with "
-                            "%lld inputs (it has q4_0, q8_0, q4_K, q5_K and q6_K on sm_80 and newer); use the CPU or "
-                            "leave the mode off", rf_type_name(wtype), (long long)n_in);
-    }
-}

@@ -1,6 +1,6 @@
 /* gpu_gemv.cuh — what the gpu_gemv*.cu files share: the constants, the timeline-trace macros,
  * the q32s group layout, the row stores, and each family file's entry point for the dispatcher
- * (gpu_gemv.cu). Not for callers outside the GEMV: they use gpu.h. */
+ * (gpu_matmul.cu). Not for callers outside the GEMV: they use gpu.h. */
 #ifndef RF_GPU_GEMV_CUH
 #define RF_GPU_GEMV_CUH
 
@@ -181,7 +181,7 @@ rf_status rf_gemv_launch_generic(rf_gpu_ctx *ctx, unsigned grid, unsigned thread
                                  float *y, const uint8_t *w, const float *x, int nt, int64_t n_in,
                                  int64_t n_out, int64_t rb, int bs, int bb);
 #if defined(RF_GEMV_TRACE)
-/* gpu_gemv.cu: the last calls' slots of a trace buffer (rf_gpu_trace_read) */
+/* gpu_matmul.cu: the last calls' slots of a trace buffer (rf_gpu_trace_read) */
 rf_status rf_trace_copy(rf_gpu_ctx *ctx, const void *sym, int cap, size_t per, uint64_t *out,
                         int max_calls, int *ncalls);
 #endif

@@ -19,7 +19,7 @@ struct rf_gpu_ctx {
     size_t scratch_size, scratch_used;
     const char *last_kernel; /* name of the last launch, for fault messages */
     bool sync_each;          /* RF_GPU_SYNC=1: synchronize after every launch */
-    int gemv_variant;        /* 0 = default kernel variant; see gpu_gemv.cu */
+    int gemv_variant;        /* 0 = default kernel variant; see gpu_matmul.cu */
     int gemv_rpw;            /* 0 = default rows per warp of q32s / q32h; else this, rounded up */
     int gemv_pad_kb;         /* KB of unused shared memory per q32s block (occupancy knob, 0..16) */
     bool pdl;                /* programmatic dependent launch usable (CUDA, sm_90+, RF_GPU_PDL!=0) */

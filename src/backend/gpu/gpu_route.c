@@ -1,7 +1,8 @@
-/* gpu_route.c — the GPU product router (rf_gpu_route): the one place that decides which kernel
- * family a product of n tokens takes; rf_gpu_matmul (gpu_gemm.cu) dispatches on it, and the
- * backend's shared-activation products (gpu_backend_products.c) and the tests' CPU twin ask it
- * through rf_gpu_gemv_has_xq / rf_gpu_matmul_rounds_x. Measurements behind each threshold:
+/* gpu_route.c — the GPU product router's rule (rf_gpu_route): the one place that decides which
+ * kernel family a product of n tokens takes, a pure function of its facts (plain C, tested in
+ * every build). gpu_matmul.cu gathers the facts (rf_gpu_route_for) and dispatches on the answer;
+ * the backend's shared-activation products (gpu_backend_products.c) and the tests' CPU twin ask
+ * it through rf_gpu_gemv_has_xq / rf_gpu_matmul_rounds_x. Measurements behind each threshold:
  * docs/PERFORMANCE.md and docs/perf-gpu.md. */
 #include "backend/gpu/gpu_route.h"
 

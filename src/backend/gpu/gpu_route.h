@@ -47,18 +47,18 @@ typedef struct rf_gpu_route_facts {
  * 8, the rest BLAS (GEMV groups where the build has no BLAS). With w4a16, W4A16 from w4a16_min
  * tokens on (outside deterministic mode), ahead of MMQ and BLAS. */
 rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f);
-/* the most tokens one rf_gpu_gemv call takes for (type, n_in) on this context (gpu_gemv.cu) */
+/* the most tokens one rf_gpu_gemv call takes for (type, n_in) on this context (gpu_matmul.cu) */
 int rf_gpu_gemv_max_tokens(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in);
 /* the warps gemv_mt puts along a row of an n_out x n_in product of type (1, 2, 4 or 8; 0 where
  * it does not take the type): for traces and the tests' timing table */
 int rf_gpu_gemv_mt_ks(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in, int64_t n_out);
 /* the route of a product on this context, its facts from the device, the mode and the knobs
- * (gpu_gemm.cu); what rf_gpu_matmul takes, rf_gpu_mmq_takes, rf_gpu_matmul_rounds_x and
+ * (gpu_matmul.cu); what rf_gpu_matmul takes, rf_gpu_mmq_takes, rf_gpu_matmul_rounds_x and
  * rf_gpu_gemv_has_xq answer from it */
 rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type type, int64_t n_tokens, int64_t n_in,
                                    int64_t n_out);
 /* whether rf_gpu_gemv (one call or groups) takes (type, n_in) through int8 x rounded per 32
- * (gpu_gemv.cu: the 32-element formats, K-quants where q32s takes the rows), else f32 x */
+ * (gpu_matmul.cu: the 32-element formats, K-quants where q32s takes the rows), else f32 x */
 bool rf_gpu_gemv_rounds_x(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in);
 /* the route's name, for traces and test messages */
 const char *rf_gpu_route_name(rf_gpu_route_kind k);

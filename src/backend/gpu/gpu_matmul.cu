@@ -1,12 +1,17 @@
-/* gpu_gemv.cu — quantized matrix-vector products for decode (1..8 tokens, 1..16 where gemv_mt
- * takes the type and width): y = W x with W in ggml block layout streamed once from device memory.
- * Twin: rf_ref_matmul (dequantize row, accumulate in double). This file is the dispatcher:
- * the entry points, argument checks and the choice of kernel and variant; the kernels live in
- * gpu_gemv_{xq,q32,q32s,mt,f16,k,generic}.cu (shared pieces: gpu_gemv.cuh, gpu_gemv_dot.cuh). */
+/* gpu_matmul.cu — the GPU product's one entry: rf_gpu_matmul takes the kernel family that the
+ * router's rule (gpu_route.c) picks from this context's facts (rf_gpu_route_for: the device,
+ * the mode, the knobs), and within the GEMV family the kernel and variant for the type, width
+ * and tokens (rf_gpu_gemv; the int8-x halves rf_gpu_quantize_x / rf_gpu_gemv_xq that the
+ * backend's shared activations use). Only the choice and the argument checks live here; the
+ * kernels and their launchers live in their families' files: gpu_gemv_{xq,q32,q32s,mt,f16,k,
+ * generic}.cu (shared pieces: gpu_gemv.cuh, gpu_gemv_dot.cuh), gpu_mmq.cu, gpu_w4a16.cu and
+ * gpu_gemm.cu (BLAS). Twin: rf_ref_matmul (dequantize row, accumulate in double). */
+#include "core/knobs.h"
 #include "backend/gpu/gpu_gemv.cuh"
 #include "backend/gpu/gpu_route.h"
+#include "rocmforge/quant.h"
 
-/* ---- host glue ------------------------------------------------------------------------- */
+/* ---- the GEMV family: 1..8 tokens (1..16 where gemv_mt takes them), each weight read once ---- */
 
 extern "C" void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant) { ctx->gemv_variant = variant; }
 extern "C" void rf_gpu_set_gemv_rpw(rf_gpu_ctx *ctx, int rpw) { ctx->gemv_rpw = rpw > 0 ? (rpw < 1024 ? rpw : 1024) : 0; }
@@ -292,7 +297,104 @@ extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_ty
     }
 }
 
-/* the timeline trace (RF_GEMV_TRACE builds; else RF_ERR_UNSUPPORTED) */
+/* ---- the route: which family takes a product of n tokens, and the dispatch on it ---------- */
+
+/* The knobs of the route (read once): RF_GPU_GEMV_MAX (default 64), RF_GPU_MMQ_MAX (96, 0 =
+ * never), RF_GPU_MMQ_MIN (17); what each threshold rests on: gpu_route.c */
+static void rf_route_knobs(int64_t *gemv_max, int64_t *mmq_min, int64_t *mmq_max) {
+    static int64_t g = -1, lo = -1, hi = -1;
+    if (g < 0) {
+        hi = rf_knob_int(RF_KNOB_GPU_MMQ_MAX);
+        lo = rf_knob_int(RF_KNOB_GPU_MMQ_MIN);
+        if (lo < 1) lo = 1;
+        g = rf_knob_int(RF_KNOB_GPU_GEMV_MAX);
+    }
+    *gemv_max = g, *mmq_min = lo, *mmq_max = hi;
+}
+
+/* the router's facts for this context and product (gpu_route.h) */
+extern "C" rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in,
+                                     int64_t n_out) {
+    rf_gpu_route_facts f;
+    f.type = wtype, f.n_tokens = n_tokens, f.n_in = n_in, f.n_out = n_out;
+    f.invariant = ctx->invariant;
+    f.mmq = ctx->info.cc_major >= 8 && rf_gpu_mmq_supported(wtype, n_in);
+    f.gemv = rf_gpu_gemv_supported(wtype);
+    f.gemv_n = rf_gpu_gemv_max_tokens(ctx, wtype, n_in);
+#if defined(RF_GPU_NO_BLAS)
+    f.blas = false;
+#else
+    f.blas = true;
+#endif
+    rf_route_knobs(&f.gemv_max, &f.mmq_min, &f.mmq_max);
+    /* RF_GPU_W4A16 read per call, so a test may turn it: 1 from the minimum up, 2 (auto, the
+     * default) up to RF_GPU_W4A16_MAX as well */
+    const int w4 = (int)rf_knob_int(RF_KNOB_GPU_W4A16);
+    f.w4a16 = w4 != 0 && ctx->info.cc_major >= 8 && rf_gpu_w4a16_supported(wtype, n_in);
+    f.w4a16_min = rf_knob_int(RF_KNOB_GPU_W4A16_MIN);
+    f.w4a16_max = w4 == 2 ? rf_knob_int(RF_KNOB_GPU_W4A16_MAX) : 0;
+    return rf_gpu_route(&f);
+}
+
+extern "C" void rf_gpu_set_batch_invariant(rf_gpu_ctx *ctx, bool on) { ctx->invariant = on; }
+
+extern "C" bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
+    return rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1) == RF_ROUTE_MMQ;
+}
+
+/* Whether rf_gpu_matmul (and the backend's shared-x products, which take the GEMV's rule) rounds
+ * x to int8 blocks of 32 for this product: by the route, asked by the CPU twin in tests
+ * (core/test_hooks.h, cpu_act). MMQ and the BLAS path of quantized weights round; the GEMVs
+ * (one call or groups of 8) round where their kernel takes int8 x (rf_gpu_gemv_rounds_x: the 32-element
+ * formats, K-quants where q32s takes the rows), not in the f32-x kernels; unquantized weights never. */
+extern "C" bool rf_gpu_matmul_rounds_x(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
+    if (wtype == RF_TYPE_F32 || wtype == RF_TYPE_F16 || wtype == RF_TYPE_BF16) return false;
+    switch (rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1)) {
+    case RF_ROUTE_GEMV: case RF_ROUTE_GEMV_GROUPS: return rf_gpu_gemv_rounds_x(ctx, wtype, n_in);
+    case RF_ROUTE_NONE: return false;
+    default: return true; /* MMQ; BLAS: x through ggml's int8 rounding, then f16 */
+    }
+}
+
+/* y = W x for any n_tokens through the GEMV kernels, as many tokens per call as one takes (8, or
+ * 16 where gemv_mt takes the type) */
+static rf_status rf_gemv_groups(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
+                                int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    const int64_t g = rf_gpu_gemv_max_tokens(ctx, wtype, n_in); /* 16 where gemv_mt takes them, else 8 */
+    for (int64_t t = 0; t < n_tokens; t += g) {
+        const int64_t nt = n_tokens - t < g ? n_tokens - t : g;
+        const rf_status st = rf_gpu_gemv(ctx, y + t * n_out, w, wtype, x + t * n_in, nt, n_in, n_out);
+        if (st) return st;
+    }
+    return RF_OK;
+}
+
+/* y = W x for any n_tokens: the kernel family rf_gpu_route picks */
+extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
+                                   const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    switch (rf_gpu_route_for(ctx, wtype, n_tokens, n_in, n_out)) {
+    case RF_ROUTE_MMQ: return rf_gpu_mmq(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    case RF_ROUTE_GEMV: return rf_gpu_gemv(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    case RF_ROUTE_GEMV_GROUPS: return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    case RF_ROUTE_BLAS: return rf_gpu_gemm(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    case RF_ROUTE_W4A16: return rf_gpu_w4a16(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+    default:
+        return rf_set_error(RF_ERR_UNSUPPORTED, "deterministic mode: no batch-invariant GPU product for %s weights with "
+                            "%lld inputs (it has q4_0, q8_0, q4_K, q5_K and q6_K on sm_80 and newer); use the CPU or "
+                            "leave the mode off", rf_type_name(wtype), (long long)n_in);
+    }
+}
+
+#if defined(RF_GPU_NO_BLAS)
+/* no BLAS in this build (HIP without hipBLAS): the BLAS entry runs the GEMV groups */
+extern "C" rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
+                                 const float *x, int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    return rf_gemv_groups(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
+}
+#endif
+
+/* ---- the GEMV timeline trace (RF_GEMV_TRACE builds; else RF_ERR_UNSUPPORTED) -------------- */
+
 extern "C" rf_status rf_gpu_trace_reset(rf_gpu_ctx *ctx) {
 #if defined(RF_GEMV_TRACE)
     RF_GPU_CHECK(cudaStreamSynchronize(ctx->stream));
