@@ -4,7 +4,9 @@
  * - against the reference ops (rf_ref_matmul_id, rf_ref_swiglu / geglu / swiglu_oai,
  *   rf_ref_moe_combine: the CPU twin), every expert type the GEMV path takes (Q4_0, Q4_1, Q8_0,
  *   Q4_K, Q5_K, Q6_K, MXFP4 on int8 x; F16, F32 on f32 x), each GLU kind, widths 96 and 2880
- *   (the 32-element types) or 256 .. 2048 (the K-quants), k 1 / 4 / 8, with and without biases.
+ *   (the 32-element types) or 256 .. 2048 (the K-quants), k 1 / 4 / 8, with and without biases;
+ *   then Q5_0, Q5_1 (int8 x), BF16, Q2_K, Q3_K, IQ4_NL (f32 x), and k = 2, 3, 6, 32 (the down+sum
+ *   kernel's uneven layouts of slots over its lane groups).
  *   Bounds (test_gpu_moe's model): an int8-x product is off by ~0.5% of its RMS per output
  *   (rel. L2 < 1e-2 there); the GLU y = f(g, u) moves that by df/dg dg + df/du du. For silu /
  *   gelu with g, u of one scale that is ~2.1x a product's error (|a'| <= 1.13, E a(g)^2 ~
@@ -72,7 +74,11 @@ static void rand_ids(rf_rng *r, int32_t *ids, int64_t n, int64_t k, int64_t ne) 
         }
 }
 
-static bool f32_x(rf_type t) { return t == RF_TYPE_F16 || t == RF_TYPE_F32; }
+/* the types the expert GEMV takes on f32 x (F16 / BF16 loads; the rest element by element) */
+static bool f32_x(rf_type t) {
+    return t == RF_TYPE_F16 || t == RF_TYPE_F32 || t == RF_TYPE_BF16 || t == RF_TYPE_Q2_K || t == RF_TYPE_Q3_K ||
+           t == RF_TYPE_IQ4_NL;
+}
 
 static void ref_glu(float *y, const float *g, const float *u, int64_t n, rf_glu_kind kind) {
     if (kind == RF_GLU_SWIGLU) rf_ref_swiglu(y, g, u, n);
@@ -244,6 +250,31 @@ static void test_fused_ref(void **state) {
     }
 }
 
+/* The rest of the types the per-slot GEMV takes (Q5_0 / Q5_1 on int8 x; BF16, Q2_K, Q3_K, IQ4_NL
+ * on f32 x), and the slot counts the down+sum kernel lays out unevenly: k = 6 (the block's groups
+ * not a multiple of k: 128 / LPR = 32 groups over 5 rows of 6 slots, 2 idle) and k = 32 (more
+ * slots than groups: the 4 groups of LPR 32 take 8 rounds), and k = 2 / 3 on wide rows. */
+static void test_fused_more(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 44);
+    const rf_type ts[] = {RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_BF16, RF_TYPE_Q2_K, RF_TYPE_Q3_K, RF_TYPE_IQ4_NL};
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+        const bool kq = rf_type_info(ts[ti])->block_size == 256;
+        ref_case(&r, ts[ti], 16, 4, 2, kq ? 512 : 2880, kq ? 256 : 96, ti % 2 == 0, (rf_glu_kind)(ti % 3));
+        ref_case(&r, ts[ti], 16, 8, 1, kq ? 256 : 96, kq ? 512 : 2880, ti % 2 == 1, RF_GLU_SWIGLU);
+    }
+    const rf_type tk[] = {RF_TYPE_Q4_K, RF_TYPE_Q6_K, RF_TYPE_Q8_0, RF_TYPE_MXFP4, RF_TYPE_F16};
+    for (size_t ti = 0; ti < sizeof tk / sizeof tk[0]; ti++) {
+        const bool kq = rf_type_info(tk[ti])->block_size == 256;
+        /* down rows of 3 units (LPR 4: 32 groups) and of 90 / 8 units (LPR 32 / 8) */
+        ref_case(&r, tk[ti], 64, 6, 2, kq ? 1024 : 512, kq ? 768 : 96, true, RF_GLU_SWIGLU);
+        ref_case(&r, tk[ti], 64, 32, 1, kq ? 512 : 256, kq ? 2048 : 2880, false, RF_GLU_GEGLU);
+        ref_case(&r, tk[ti], 32, 3, 3, kq ? 256 : 96, kq ? 1024 : 2880, true, RF_GLU_SWIGLU_OAI);
+        ref_case(&r, tk[ti], 32, 2, 1, kq ? 768 : 2880, kq ? 256 : 64, false, RF_GLU_SWIGLU);
+    }
+}
+
 /* ---- batch invariance ---------------------------------------------------------------------- */
 
 /* tokens of an n-token call against calls of m tokens at t0 (the same bits) */
@@ -353,6 +384,7 @@ int main(void) {
     if (!rf_knob_is_set(RF_KNOB_GPU_MOE_FUSE) && rf_knob_override(RF_KNOB_GPU_MOE_FUSE, "2")) return 1;
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_fused_ref),
+        cmocka_unit_test(test_fused_more),
         cmocka_unit_test(test_fused_invariant),
         cmocka_unit_test(test_fused_capture),
     };

@@ -413,11 +413,11 @@ extern "C" rf_status rf_gpu_matmul_id_combine(rf_gpu_ctx *ctx, float *y, float *
     rf_status st = rf_moe_check("matmul_id_combine", t, n_out, n_expert, n_in, w, x, n, k);
     if (st) return st;
     const int64_t nk = n * k;
-    /* RF_GPU_MOE_FUSE (read per call: a test or a bench may turn it) below 2: the unfused ops. The
-     * fused kernel walks a token's k slots one after another in one block (n_out / rows-per-block
-     * blocks a token against the per-slot GEMV's k times as many): on an H200 (2026-11-29) the
-     * qwen3-30b-a3b tg128 with both fusions was 892 tok/s against 975 before them */
-    if (rf_knob_int(RF_KNOB_GPU_MOE_FUSE) < 2 || !rf_moe_per_slot(ctx, t, n_in, n, k, n_expert)) {
+    /* RF_GPU_MOE_FUSE (read per call: a test or a bench may turn it) below 2: the unfused ops
+     * (the default until the slot-parallel kernel is measured: the first fused kernel walked a
+     * token's k slots one after another in one block and lost 15% of qwen3-30b-a3b's tg128 on an
+     * H200, 2026-11-29); k above the router's 32: the unfused ops (the kernel's shared memory) */
+    if (rf_knob_int(RF_KNOB_GPU_MOE_FUSE) < 2 || k > RF_MOE_MAX_K || !rf_moe_per_slot(ctx, t, n_in, n, k, n_expert)) {
         st = rf_gpu_matmul_id(ctx, z, w, t, n_out, n_expert, n_in, x, true, ids, bias, n, k);
         return st ? st : rf_gpu_moe_combine(ctx, y, z, wts, n, k, n_out);
     }

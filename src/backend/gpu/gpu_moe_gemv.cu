@@ -198,26 +198,39 @@ rf_k_moe_gemv_glu(float *y, const uint8_t *wg, const uint8_t *wu, rf_type t, con
 
 /* moe_gemv_comb: the down products of token tok = t0 + blockIdx.y's k slots (x per slot) and
  * their weighted sum: y[tok, o] = sum over j = 0..k-1 in order of wts[tok k + j] z_j with z_j =
- * W_e[o] . x[tok k + j] (+ bias[e, o]), e = ids[tok k + j]: each z_j moe_gemv's operations, the
- * sum moe_combine's (explicit fma from 0), so y is the bits of matmul_id then moe_combine, and
- * a token's sum never sees the other tokens (batch invariant). launch: grid (ceil(n_out /
- * (128 / LPR)), tokens), 128 threads. */
+ * W_e[o] . x[tok k + j] (+ bias[e, o]), e = ids[tok k + j]. The slots run in parallel: the
+ * block's 128 / LPR groups of LPR lanes take its R rows' R k (slot, row) pairs, pair p = j R + r
+ * (slot j, row o0 + r: neighbouring groups read neighbouring rows of one expert), in rounds of
+ * the group count (uniform over the block, so every lane of a warp meets the butterfly; a group
+ * past the last pair recomputes it and stores nothing); each z_j is moe_gemv's operations in its
+ * order, kept in shared memory; then thread r sums its row's k terms as moe_combine does
+ * (explicit fma from 0, j = 0..k-1). So y is the bits of matmul_id then moe_combine, a token's
+ * sum never sees the other tokens (batch invariant), and a token has as many blocks as the
+ * per-slot GEMV gives its k slots (R = max(1, groups / k) rows a block). R k <= RF_MOE_COMB_PAIRS.
+ * launch: grid (ceil(n_out / R), tokens), 128 threads. */
+#define RF_MOE_COMB_PAIRS 64
 template <int T, int LPR>
 __global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
 rf_k_moe_gemv_comb(float *y, const uint8_t *w, rf_type t, const int8_t *qx, const uint8_t *rec, const float *x,
                    const int32_t *ids, const float *bias, const float *wts, int n_in, int n_out, int64_t row_bytes,
-                   int k, int n_expert, int t0) {
-    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
-    const int tok = t0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR;
-    const int row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR, rowc = row < n_out ? row : n_out - 1;
-    float out = 0.0f;
-    for (int j = 0; j < k; j++) {
-        const int s = tok * k + j, e = rf_moe_expert(ids, s, n_expert);
+                   int k, int n_expert, int rpb, int t0) {
+    constexpr int G = RF_MOE_GEMV_THREADS / LPR;
+    __shared__ float zs[RF_MOE_COMB_PAIRS];
+    const int tok = t0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR, grp = (int)threadIdx.x / LPR;
+    const int o0 = (int)blockIdx.x * rpb, np = rpb * k;
+    for (int p0 = 0; p0 < np; p0 += G) {
+        const int p = p0 + grp, pc = p < np ? p : np - 1, j = pc / rpb, row = o0 + pc % rpb;
+        const int rowc = row < n_out ? row : n_out - 1, s = tok * k + j, e = rf_moe_expert(ids, s, n_expert);
         const float acc = rf_moe_row<T, LPR>(w + ((int64_t)e * n_out + rowc) * row_bytes, t, qx, rec, x, s, n_in, sub);
-        const float z = acc + (bias ? bias[(int64_t)e * n_out + rowc] : 0.0f);
-        out = __fmaf_rn(wts[s], z, out);
+        if (sub == 0 && p < np) zs[p] = acc + (bias ? bias[(int64_t)e * n_out + rowc] : 0.0f);
     }
-    if (sub == 0 && row < n_out) y[(int64_t)tok * n_out + row] = out;
+    __syncthreads();
+    const int r = (int)threadIdx.x, row = o0 + r;
+    if (r < rpb && row < n_out) {
+        float out = 0.0f;
+        for (int j = 0; j < k; j++) out = __fmaf_rn(wts[tok * k + j], zs[j * rpb + r], out);
+        y[(int64_t)tok * n_out + row] = out;
+    }
 }
 
 /* moe_gemv_qt: moe_gemv over a tile of slots that chose the same expert: blockIdx.y's tile
@@ -329,10 +342,14 @@ static rf_status rf_moe_launch_comb(rf_gpu_ctx *ctx, float *y, const uint8_t *w,
                                     const uint8_t *rec, const float *x, const int32_t *ids, const float *bias,
                                     const float *wts, int n_in, int n_out, int64_t rb, int k, int n_expert, int t0,
                                     int nt) {
-    const int lpr = rf_moe_lanes<T>(t, n_in);
+    const int lpr = rf_moe_lanes<T>(t, n_in), groups = RF_MOE_GEMV_THREADS / lpr;
+    const int rpb = groups / k > 1 ? groups / k : 1; /* rows a block: its groups over the k slots */
+    if (rpb * k > RF_MOE_COMB_PAIRS)
+        return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_comb_launch: k=%d above %d", k, RF_MOE_COMB_PAIRS);
+    const dim3 grid((unsigned)((n_out + rpb - 1) / rpb), (unsigned)nt);
     rf_status st;
-    RF_MOE_BY_LANES(st, lpr, "rf_k_moe_gemv_comb", rf_k_moe_gemv_comb, T, rf_moe_grid(n_out, lpr, nt), y, w, t, qx,
-                    rec, x, ids, bias, wts, n_in, n_out, rb, k, n_expert, t0);
+    RF_MOE_BY_LANES(st, lpr, "rf_k_moe_gemv_comb", rf_k_moe_gemv_comb, T, grid, y, w, t, qx, rec, x, ids, bias, wts,
+                    n_in, n_out, rb, k, n_expert, rpb, t0);
     return st;
 }
 
