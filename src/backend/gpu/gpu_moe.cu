@@ -5,6 +5,7 @@
 #include "core/knobs.h"
 #include "backend/backend.h" /* rf_moe_gating */
 #include "backend/gpu/gpu_gemv.cuh"
+#include "backend/gpu/gpu_moe_quant.cuh"
 
 #define RF_MOE_ROUTE_WARPS 4
 
@@ -16,19 +17,20 @@
  * id) over the experts not yet taken give the k in descending order, ties to the lower id; lane
  * j keeps choice j. Weights: p, / their sum (clamped below at 6.103515625e-5, llama.cpp's guard)
  * when norm, * scale. launch: RF_MOE_ROUTE_WARPS warps per block. */
+/* token t's routing by one warp (lane = its lane); lb (NULL, or f32 [n_expert]) the router's
+ * bias, added to each logit first as add_bias does (one rounded add) */
 template <int EPL>
-__global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, const float *sel_bias, int n,
-                               int n_expert, int k, int gating, int norm, float scale) {
-    const int W = RF_WARP_SIZE, lane = (int)threadIdx.x % W;
-    const int t = (int)blockIdx.x * ((int)blockDim.x / W) + (int)threadIdx.x / W;
-    if (t >= n) return; /* whole warps leave; nothing below syncs the block */
+static __device__ __forceinline__ void rf_moe_route_warp(int32_t *ids, float *wts, const float *logits, const float *lb,
+                                                         const float *sel_bias, int t, int n_expert, int k, int gating,
+                                                         int norm, float scale, int lane) {
+    const int W = RF_WARP_SIZE;
     const float *l = logits + (int64_t)t * n_expert;
     float p[EPL], c[EPL];
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < EPL; i++) {
         const int e = i * W + lane;
-        p[i] = e < n_expert ? l[e] : -INFINITY;
+        p[i] = e < n_expert ? (lb ? l[e] + lb[e] : l[e]) : -INFINITY;
         mx = fmaxf(mx, p[i]);
     }
     if (gating == RF_MOE_SOFTMAX) {
@@ -83,11 +85,39 @@ __global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, co
     }
 }
 
-extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts, const float *logits,
-                                      const float *sel_bias, int64_t n, int64_t n_expert, int64_t k, int gating,
-                                      bool norm, float scale) {
-    const char *op = "moe_route";
-    const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : 32;
+template <int EPL>
+__global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, const float *sel_bias, int n,
+                               int n_expert, int k, int gating, int norm, float scale) {
+    const int W = RF_WARP_SIZE, lane = (int)threadIdx.x % W;
+    const int t = (int)blockIdx.x * ((int)blockDim.x / W) + (int)threadIdx.x / W;
+    if (t >= n) return; /* whole warps leave; nothing below syncs the block */
+    rf_moe_route_warp<EPL>(ids, wts, logits, NULL, sel_bias, t, n_expert, k, gating, norm, scale, lane);
+}
+
+/* moe_route_q: block t routes token t (its first warp, as moe_route, the router's bias lb added
+ * to the logits first when not NULL: add_bias then moe_route) and, when qx is not NULL, quantizes
+ * the token's row of x (f32 [n, n_in], n_in a multiple of 32) as rf_k_quantize_x<1, RK> does
+ * (every warp, whole 32-element groups): the router's top-k, the expert products' activation
+ * quantization and gpt-oss's router bias were three launches. launch: grid (n), 512 threads. */
+template <int EPL, int RK>
+__global__ void __launch_bounds__(512)
+rf_k_moe_route_q(int32_t *ids, float *wts, int8_t *qx, float4 *dx, const float *logits, const float *lb,
+                 const float *sel_bias, const float *x, int n_in, int n_expert, int k, int gating, int norm,
+                 float scale) {
+    const int t = (int)blockIdx.x;
+    if (qx) {
+        const float *xr = x + (int64_t)t * n_in;
+        for (int i0 = (int)(threadIdx.x & ~31u); i0 < n_in; i0 += (int)blockDim.x) {
+            const int i = i0 + (int)threadIdx.x % 32;
+            rf_moe_quantize_elem<RK>(qx, dx, xr[i], i, n_in, t, (int)threadIdx.x % 32);
+        }
+    }
+    if ((int)threadIdx.x < RF_WARP_SIZE)
+        rf_moe_route_warp<EPL>(ids, wts, logits, lb, sel_bias, t, n_expert, k, gating, norm, scale, (int)threadIdx.x);
+}
+
+/* the router's checks (op names the caller) */
+static rf_status rf_moe_route_check(const char *op, int64_t n, int64_t n_expert, int64_t k, int gating) {
     RF_GPU_REQUIRE(n >= 1 && n <= 0x7fffffff / (n_expert > 0 ? n_expert : 1), op, "%lld tokens", (long long)n);
     RF_GPU_REQUIRE(n_expert >= 1 && n_expert <= RF_MOE_MAX_EXPERT, op,
                    "n_expert=%lld (the GPU router takes 1..%d)", (long long)n_expert, RF_MOE_MAX_EXPERT);
@@ -95,6 +125,15 @@ extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts,
                    "k=%lld with %lld experts (1 <= k <= n_expert, at most %d on the GPU)", (long long)k,
                    (long long)n_expert, RF_MOE_MAX_K);
     RF_GPU_REQUIRE(gating >= RF_MOE_SOFTMAX && gating <= RF_MOE_SOFTMAX_TOPK, op, "gating %d", gating);
+    return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts, const float *logits,
+                                      const float *sel_bias, int64_t n, int64_t n_expert, int64_t k, int gating,
+                                      bool norm, float scale) {
+    const rf_status st = rf_moe_route_check("moe_route", n, n_expert, k, gating);
+    if (st) return st;
+    const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : 32;
     const int64_t epl = (n_expert + ws - 1) / ws;
     const dim3 grid((unsigned)((n + RF_MOE_ROUTE_WARPS - 1) / RF_MOE_ROUTE_WARPS)), block(RF_MOE_ROUTE_WARPS * ws);
     const int ni = (int)n, ne = (int)n_expert, kk = (int)k, nm = norm ? 1 : 0;
@@ -103,6 +142,23 @@ extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts,
                   ne, kk, gating, nm, scale)
     return epl <= 1 ? RF_RT(1) : epl <= 4 ? RF_RT(4) : epl <= 8 ? RF_RT(8) : epl <= 16 ? RF_RT(16) : RF_RT(32);
 #undef RF_RT
+}
+
+/* moe_route_q's launch (x's records of kind rk, xq NULL: routing only) */
+static rf_status rf_moe_route_q_launch(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d, void *xq, int rk) {
+    const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : 32;
+    const int64_t epl = (d->n_expert + ws - 1) / ws;
+    int8_t *qx = (int8_t *)xq;
+    float4 *dx = xq ? (float4 *)((char *)xq + (((size_t)d->n * (size_t)d->n_in + 255) & ~(size_t)255)) : NULL;
+    const int ni = (int)d->n_in, ne = (int)d->n_expert, kk = (int)d->k, nm = d->norm ? 1 : 0;
+#define RF_RQ(E, R)                                                                                                \
+    rf_gpu_launch(ctx, "rf_k_moe_route_q", false, rf_k_moe_route_q<E, R>, dim3((unsigned)d->n), dim3(512), 0, d->ids, \
+                  d->wts, qx, dx, (const float *)d->logits, d->lb, d->sel_bias, d->x, ni, ne, kk, d->gating, nm,       \
+                  d->scale)
+#define RF_RQE(R) (epl <= 1 ? RF_RQ(1, R) : epl <= 4 ? RF_RQ(4, R) : epl <= 8 ? RF_RQ(8, R) : epl <= 16 ? RF_RQ(16, R) : RF_RQ(32, R))
+    return rk == 1 ? RF_RQE(1) : rk == 2 ? RF_RQE(2) : RF_RQE(0);
+#undef RF_RQE
+#undef RF_RQ
 }
 
 /* ---- combine ------------------------------------------------------------------------------ */
@@ -434,6 +490,63 @@ extern "C" rf_status rf_gpu_matmul_id_combine(rf_gpu_ctx *ctx, float *y, float *
         st = rf_moe_gemv_comb_launch(ctx, y, w, t, (const int8_t *)xq,
                                      (const uint8_t *)xq + rf_moe_al((size_t)nk * n_in), NULL, ids, bias, wts, n_in,
                                      n_out, rb, k, n_expert, n);
+    ctx->scratch_used = mark;
+    return st;
+}
+
+/* ---- one MoE feed-forward's experts (backend.h's moe_ffn) ---------------------------------- */
+
+/* whether rf_gpu_moe_ffn takes its three-kernel path for these shapes */
+static bool rf_moe_ffn_fused(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d) {
+    const int64_t n = d->n, k = d->k, ne = d->n_expert;
+    return rf_knob_int(RF_KNOB_GPU_MOE_FUSE) >= 3 && k <= RF_MOE_MAX_K && n * k <= 65535 &&
+           rf_moe_gemv_rk(d->tg, d->n_in) >= 0 && rf_moe_gemv_rk(d->td, d->n_ff) >= 0 && d->n_ff % 32 == 0 &&
+           rf_moe_per_slot(ctx, d->tg, d->n_in, n, k, ne) && rf_moe_per_slot(ctx, d->td, d->n_ff, n, k, ne);
+}
+
+extern "C" rf_status rf_gpu_moe_ffn(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_ffn_desc *d) {
+    const char *op = "moe_ffn";
+    rf_status st = rf_moe_route_check(op, d->n, d->n_expert, d->k, d->gating);
+    if (!st) st = rf_moe_check(op, d->tg, d->n_ff, d->n_expert, d->n_in, d->wg, d->x, d->n, d->k);
+    if (!st) st = rf_moe_check(op, d->td, d->n_out, d->n_expert, d->n_ff, d->wd, d->g, d->n, d->k);
+    if (st) return st;
+    RF_GPU_REQUIRE(d->glu >= RF_GLU_SWIGLU && d->glu <= RF_GLU_SWIGLU_OAI && ((uintptr_t)d->wu & 15) == 0, op,
+                   "glu kind %d (or an unaligned up weight)", d->glu);
+    const int64_t n = d->n, k = d->k, nk = n * k, ne = d->n_expert;
+    if (!rf_moe_ffn_fused(ctx, d)) { /* the ops it stands for */
+        if (d->lb) st = rf_gpu_add_bias(ctx, d->logits, d->lb, n, ne);
+        if (!st) st = rf_gpu_moe_route(ctx, d->ids, d->wts, d->logits, d->sel_bias, n, ne, k, d->gating, d->norm, d->scale);
+        if (!st) st = rf_gpu_matmul_id_glu(ctx, d->g, d->u, d->wg, d->wu, d->tg, d->n_ff, ne, d->n_in, d->x, d->ids, d->bg,
+                                           d->bu, n, k, d->glu);
+        if (!st) st = rf_gpu_matmul_id_combine(ctx, y, d->z, d->wd, d->td, d->n_out, ne, d->n_ff, d->g, d->ids, d->bd,
+                                               d->wts, n, k);
+        return st;
+    }
+    const int rkg = rf_moe_gemv_rk(d->tg, d->n_in), rkd = rf_moe_gemv_rk(d->td, d->n_ff);
+    const size_t xh = rf_moe_al(rf_gpu_xq_bytes(n, d->n_in)), xd = rf_gpu_xq_bytes(nk, d->n_ff);
+    size_t mark;
+    void *tmp;
+    if ((st = rf_gpu_tmp(ctx, xh + xd, &tmp, &mark))) return st;
+    char *qh = (char *)tmp, *qd = qh + xh;
+    const uint8_t *rh = (const uint8_t *)qh + rf_moe_al((size_t)n * d->n_in);
+    const uint8_t *rd = (const uint8_t *)qd + rf_moe_al((size_t)nk * d->n_ff);
+    const int64_t rbg = d->n_in / rf_gq_block((int)d->tg) * rf_gq_bytes((int)d->tg);
+    const int64_t rbd = d->n_ff / rf_gq_block((int)d->td) * rf_gq_bytes((int)d->td);
+    /* route (+ the router's bias) and h's quantization for gate / up */
+    st = rf_moe_route_q_launch(ctx, d, qh, rkg);
+    /* gate + up + GLU, and the down input's quantization: one kernel where the rows take it */
+    if (!st && rf_moe_gemv_gluq_takes(d->tg, d->n_in, d->n_ff))
+        st = rf_moe_gemv_gluq_launch(ctx, d->g, qd, rkd, d->wg, d->wu, d->tg, (const int8_t *)qh, rh, d->ids, d->bg,
+                                     d->bu, d->n_in, d->n_ff, rbg, k, ne, d->glu, nk);
+    else if (!st) {
+        st = rf_moe_gemv_glu_launch(ctx, d->g, d->wg, d->wu, d->tg, (const int8_t *)qh, rh, NULL, d->ids, d->bg, d->bu,
+                                    d->n_in, d->n_ff, rbg, k, ne, d->glu, nk);
+        if (!st) st = rf_gemv_launch_quantize_x(ctx, qd, 1, rkd, d->g, (int)nk, d->n_ff);
+    }
+    /* down + the router-weighted sum */
+    if (!st)
+        st = rf_moe_gemv_comb_launch(ctx, y, d->wd, d->td, (const int8_t *)qd, rd, NULL, d->ids, d->bd, d->wts,
+                                     d->n_ff, d->n_out, rbd, k, ne, n);
     ctx->scratch_used = mark;
     return st;
 }

@@ -5,6 +5,7 @@
  * the types MMQ does not take (MXFP4, widths not a multiple of 256). gpu_moe.cu dispatches. */
 #include "backend/backend.h" /* rf_glu_kind */
 #include "backend/gpu/gpu_gemv_dot.cuh"
+#include "backend/gpu/gpu_moe_quant.cuh"
 
 #define RF_MOE_GEMV_THREADS 128 /* threads per block: rows of LPR lanes each */
 #define RF_MOE_TILE 8           /* slots per tile of the tiled GEMV (moe_gemv_qt) */
@@ -196,6 +197,38 @@ rf_k_moe_gemv_glu(float *y, const uint8_t *wg, const uint8_t *wu, rf_type t, con
     }
 }
 
+/* moe_gemv_gluq: moe_gemv_glu over 32 rows a block (32 LPR threads: LPR <= 8), and the block's
+ * 32 outputs of slot s, one 32-element group of the down product's x, quantized as
+ * rf_k_quantize_x<1, rkd> does (qd / dd: rows of n_out) by the first warp from shared memory: y
+ * is moe_gemv_glu's bits and qd / dd quantize_x's of that y, one launch where there were two.
+ * n_out a multiple of 32. launch: grid (n_out / 32, slots), 32 LPR threads. */
+template <int T, int LPR>
+__global__ void __launch_bounds__(32 * LPR)
+rf_k_moe_gemv_gluq(float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg, const uint8_t *wu, rf_type t,
+                   const int8_t *qx, const uint8_t *rec, const float *x, const int32_t *ids, const float *bg,
+                   const float *bu, int n_in, int n_out, int64_t row_bytes, int k, int n_expert, int kind, int s0) {
+    __shared__ float ys[32];
+    const int s = s0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR, r = (int)threadIdx.x / LPR;
+    const int row = (int)blockIdx.x * 32 + r;
+    const int e = rf_moe_expert(ids, s, n_expert);
+    const int64_t wo = ((int64_t)e * n_out + row) * row_bytes;
+    const float ag = rf_moe_row<T, LPR>(wg + wo, t, qx, rec, x, s / k, n_in, sub);
+    const float au = rf_moe_row<T, LPR>(wu + wo, t, qx, rec, x, s / k, n_in, sub);
+    if (sub == 0) {
+        const int64_t bo = (int64_t)e * n_out + row;
+        const float v = rf_moe_glu(kind, ag + (bg ? bg[bo] : 0.0f), au + (bu ? bu[bo] : 0.0f));
+        y[(int64_t)s * n_out + row] = v;
+        ys[r] = v;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < 32) { /* rkd: the down weight's record kind, one branch for the warp */
+        const int i = (int)blockIdx.x * 32 + (int)threadIdx.x, l = (int)threadIdx.x;
+        if (rkd == 0) rf_moe_quantize_elem<0>(qd, dd, ys[l], i, n_out, s, l);
+        else if (rkd == 1) rf_moe_quantize_elem<1>(qd, dd, ys[l], i, n_out, s, l);
+        else rf_moe_quantize_elem<2>(qd, dd, ys[l], i, n_out, s, l);
+    }
+}
+
 /* moe_gemv_comb: the down products of token tok = t0 + blockIdx.y's k slots (x per slot) and
  * their weighted sum: y[tok, o] = sum over j = 0..k-1 in order of wts[tok k + j] z_j with z_j =
  * W_e[o] . x[tok k + j] (+ bias[e, o]), e = ids[tok k + j]. The slots run in parallel: the
@@ -338,6 +371,26 @@ static rf_status rf_moe_launch_glu(rf_gpu_ctx *ctx, float *y, const uint8_t *wg,
 }
 
 template <int T>
+static rf_status rf_moe_launch_gluq(rf_gpu_ctx *ctx, float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg,
+                                    const uint8_t *wu, rf_type t, const int8_t *qx, const uint8_t *rec,
+                                    const int32_t *ids, const float *bg, const float *bu, int n_in, int n_out,
+                                    int64_t rb, int k, int n_expert, int kind, int s0, int ns) {
+    if constexpr (T == RF_MOE_F32X) {
+        return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_gluq_launch: int8 x only");
+    } else {
+        const int lpr = rf_moe_lanes<T>(t, n_in);
+        const dim3 grid((unsigned)(n_out / 32), (unsigned)ns);
+        const char *nm = "rf_k_moe_gemv_gluq";
+#define RF_GQL(L)                                                                                                \
+    rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_gluq<T, L>, grid, dim3(32 * L), 0, y, qd, dd, rkd, wg, wu, t, qx, rec, \
+                  (const float *)NULL, ids, bg, bu, n_in, n_out, rb, k, n_expert, kind, s0)
+        return lpr == 2 ? RF_GQL(2) : lpr == 4 ? RF_GQL(4) : lpr == 8 ? RF_GQL(8)
+                        : rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_gluq_launch: rows of %d units", n_in);
+#undef RF_GQL
+    }
+}
+
+template <int T>
 static rf_status rf_moe_launch_comb(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t, const int8_t *qx,
                                     const uint8_t *rec, const float *x, const int32_t *ids, const float *bias,
                                     const float *wts, int n_in, int n_out, int64_t rb, int k, int n_expert, int t0,
@@ -425,6 +478,32 @@ rf_status rf_moe_gemv_glu_launch(rf_gpu_ctx *ctx, float *y, const void *wg, cons
         RF_MOE_DISPATCH(st, t, qx, RF_MQ, "rf_moe_gemv_glu_launch");
 #undef RF_MQ
     }
+    return st;
+}
+
+/* whether rf_moe_gemv_gluq_launch takes (t, n_in, n_out): int8 x, rows of at most 8 units */
+bool rf_moe_gemv_gluq_takes(rf_type t, int64_t n_in, int64_t n_out) {
+    const int rk = rf_moe_gemv_rk(t, n_in);
+    if (rk < 0 || n_out % 32) return false;
+    const int ue = t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K ? 256 : 32;
+    return rf_moe_lpr(n_in / ue) <= 8;
+}
+
+rf_status rf_moe_gemv_gluq_launch(rf_gpu_ctx *ctx, float *y, void *xqd, int rkd, const void *wg, const void *wu,
+                                  rf_type t, const int8_t *qx, const uint8_t *rec, const int32_t *ids, const float *bg,
+                                  const float *bu, int64_t n_in, int64_t n_out, int64_t row_bytes, int64_t k,
+                                  int64_t n_expert, int kind, int64_t nk) {
+    if (!rf_moe_gemv_gluq_takes(t, n_in, n_out) || rkd < 0 || rkd > 2 || nk > 65535)
+        return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_gluq_launch: type %d rows %lld x %lld, %lld slots",
+                            (int)t, (long long)n_in, (long long)n_out, (long long)nk);
+    int8_t *qd = (int8_t *)xqd;
+    float4 *dd = (float4 *)((char *)xqd + (((size_t)nk * (size_t)n_out + 255) & ~(size_t)255));
+    const uint8_t *gp = (const uint8_t *)wg, *up = (const uint8_t *)wu;
+    const int ni = (int)n_in, no = (int)n_out, kk = (int)k, ne = (int)n_expert, ns = (int)nk;
+    rf_status st = RF_OK;
+#define RF_MQ(T) rf_moe_launch_gluq<T>(ctx, y, qd, dd, rkd, gp, up, t, qx, rec, ids, bg, bu, ni, no, row_bytes, kk, ne, kind, 0, ns)
+    RF_MOE_DISPATCH(st, t, qx, RF_MQ, "rf_moe_gemv_gluq_launch");
+#undef RF_MQ
     return st;
 }
 
