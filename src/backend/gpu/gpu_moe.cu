@@ -5,7 +5,7 @@
 #include "core/knobs.h"
 #include "backend/backend.h" /* rf_moe_gating */
 #include "backend/gpu/gpu_gemv.cuh"
-#include "backend/gpu/gpu_moe_quant.cuh"
+#include "backend/gpu/gpu_moe.cuh"
 
 #define RF_MOE_ROUTE_WARPS 4
 
@@ -252,12 +252,12 @@ __global__ void rf_k_moe_group(int32_t *pos, int32_t *src, int4 *tiles, const in
     }
 }
 
-/* row p of the sorted quantized x = row src[p] of xq (int8 row of n_in bytes, a multiple of 16,
- * and its records of rb bytes, a multiple of 8: 8-byte records of an odd number of 32-element
- * blocks, as the tiled GEMV takes them); launch: grid (rows), 128 threads */
+/* row p of the sorted quantized x = row src[p] / div of xq (int8 row of n_in bytes, a multiple
+ * of 16, and its records of rb bytes, a multiple of 8: 8-byte records of an odd number of
+ * 32-element blocks, as the tiled GEMV takes them); launch: grid (rows), 128 threads */
 __global__ void rf_k_moe_gather_xq(int8_t *qd, uint8_t *rd, const int8_t *qs, const uint8_t *rs, const int32_t *src,
-                                   int n_in, int rb) {
-    const int p = blockIdx.x, r = src[p];
+                                   int n_in, int rb, int div) {
+    const int p = blockIdx.x, r = src[p] / div;
     const uint4 *a = (const uint4 *)(qs + (int64_t)r * n_in);
     uint4 *b = (uint4 *)(qd + (int64_t)p * n_in);
     for (int i = threadIdx.x; i < n_in / 16; i += blockDim.x) b[i] = a[i];
@@ -278,6 +278,53 @@ __global__ void rf_k_moe_scatter(float *y, const float *ys, const int32_t *pos, 
             v += bias[(int64_t)e * n_out + o];
         }
         y[q] = v;
+    }
+}
+
+/* moe_glu_sorted (the grouped path of moe_ffn): row p of the expert-sorted gate and up products
+ * ysg, ysu [nk, n] (slot s = src[p], e = ids[s] clamped): v = glu(ysg[p] + bg[e], ysu[p] + bu[e])
+ * (moe_scatter's bias add, then the GLU: the bits of scatter, scatter, glu), written to g[s] in
+ * slot order and quantized as rf_k_quantize_x<1, RK> does into row p of qd / dd: the down
+ * product's x already in its sorted order, where the unfused ops quantize g and gather it.
+ * n a multiple of 32. launch: grid (nk), 256 threads. */
+template <int RK>
+__global__ void rf_k_moe_glu_sorted(float *g, int8_t *qd, float4 *dd, const float *ysg, const float *ysu,
+                                    const int32_t *src, const int32_t *ids, const float *bg, const float *bu, int n,
+                                    int n_expert, int kind) {
+    const int p = (int)blockIdx.x, s = src[p], lane = (int)threadIdx.x % 32;
+    int e = ids[s];
+    e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
+    for (int i0 = (int)(threadIdx.x & ~31u); i0 < n; i0 += (int)blockDim.x) {
+        const int i = i0 + lane;
+        float a = ysg[(int64_t)p * n + i], b = ysu[(int64_t)p * n + i];
+        if (bg) a += bg[(int64_t)e * n + i];
+        if (bu) b += bu[(int64_t)e * n + i];
+        const float v = rf_moe_glu(kind, a, b);
+        g[(int64_t)s * n + i] = v;
+        rf_moe_quantize_elem<RK>(qd, dd, v, i, n, p, lane);
+    }
+}
+
+/* y[t, o] = sum over j = 0..k-1 in order of wts[t k + j] (ys[pos[t k + j], o] (+ bias[e, o])),
+ * explicit fma from 0: moe_scatter then moe_combine's arithmetic, one launch; grid-stride over
+ * n n_out */
+__global__ void rf_k_moe_scatter_comb(float *y, const float *ys, const int32_t *pos, const int32_t *ids,
+                                      const float *bias, const float *wts, int64_t n, int k, int64_t n_out,
+                                      int n_expert) {
+    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < n * n_out; q += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = q / n_out, o = q % n_out;
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int64_t s = t * k + j;
+            float v = ys[(int64_t)pos[s] * n_out + o];
+            if (bias) {
+                int e = ids[s];
+                e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
+                v += bias[(int64_t)e * n_out + o];
+            }
+            acc = __fmaf_rn(wts[s], v, acc);
+        }
+        y[q] = acc;
     }
 }
 
@@ -316,7 +363,7 @@ static rf_status rf_moe_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
                            xps ? 1 : 0, bn, n_tiles);
     if (!st)
         st = rf_gpu_launch(ctx, "rf_k_moe_gather_xq", false, rf_k_moe_gather_xq, dim3((unsigned)nk), dim3(128), 0, xp,
-                           pr, (const int8_t *)xq, xr, (const int32_t *)src, (int)n_in, (int)(n_in / 32 * rec));
+                           pr, (const int8_t *)xq, xr, (const int32_t *)src, (int)n_in, (int)(n_in / 32 * rec), 1);
     if (!st && gemv)
         st = rf_moe_gemv_tiles_launch(ctx, ys, w, t, xp, pr, tiles, n_tiles, n_in, n_out,
                                       n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t));
@@ -504,6 +551,67 @@ static bool rf_moe_ffn_fused(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d) {
            rf_moe_per_slot(ctx, d->tg, d->n_in, n, k, ne) && rf_moe_per_slot(ctx, d->td, d->n_ff, n, k, ne);
 }
 
+/* whether rf_gpu_moe_ffn takes its grouped path (both products on the grouped MMQ) */
+static bool rf_moe_ffn_grouped_takes(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d) {
+    const int64_t n = d->n, k = d->k;
+    return rf_knob_int(RF_KNOB_GPU_MOE_FUSE) >= 3 && k <= RF_MOE_MAX_K && n * k <= 65535 && d->n_ff % 32 == 0 &&
+           rf_gpu_moe_grouped_takes(ctx, d->tg, d->n_in, n, k) && rf_gpu_moe_grouped_takes(ctx, d->td, d->n_ff, n, k);
+}
+
+/* The grouped path of moe_ffn (many slots: rf_moe_grouped's, once for the three products): the
+ * route kernel quantizes h; one grouping of the ids (pos, src = the slot, the tile table) serves
+ * gate, up and down; h's rows gathered once for gate and up; the GLU of the sorted products
+ * quantizes the down input straight into its sorted order; the down products scattered and
+ * summed in one kernel. 8 launches where the unfused ops take 19; each slot's bits those of the
+ * unfused grouped ops (an MMQ row's result does not depend on its place: rf_k_mmq's contract). */
+static rf_status rf_moe_ffn_grouped(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_ffn_desc *d) {
+    const int64_t n = d->n, k = d->k, nk = n * k, ne = d->n_expert, ni = d->n_in, nf = d->n_ff, no = d->n_out;
+    const bool kg = d->tg == RF_TYPE_Q4_K || d->tg == RF_TYPE_Q5_K || d->tg == RF_TYPE_Q6_K;
+    const bool kd = d->td == RF_TYPE_Q4_K || d->td == RF_TYPE_Q5_K || d->td == RF_TYPE_Q6_K;
+    const int bn = 32, n_tiles = (int)((nk + bn - 1) / bn + ne), rkg = kg ? 1 : 0, rkd = kd ? 1 : 0;
+    const size_t bh = rf_moe_al(rf_gpu_xq_bytes(n, ni)), bhs = rf_moe_al(rf_gpu_xq_bytes(nk, ni));
+    const size_t bd = rf_moe_al(rf_gpu_xq_bytes(nk, nf)), bi = rf_moe_al((size_t)nk * 4);
+    const size_t bt = rf_moe_al((size_t)n_tiles * 16), bf = rf_moe_al((size_t)nk * nf * 4);
+    size_t mark;
+    void *tmp;
+    rf_status st = rf_gpu_tmp(ctx, bh + bhs + bd + 2 * bi + bt + 2 * bf + (size_t)nk * no * 4, &tmp, &mark);
+    if (st) return st;
+    char *c = (char *)tmp; /* qh, qhs, qd, pos, src, tiles, ysg, ysu, ysd */
+    const size_t o_qd = bh + bhs, o_pos = o_qd + bd, o_tl = o_pos + 2 * bi, o_ys = o_tl + bt;
+    int8_t *qh = (int8_t *)c, *qhs = (int8_t *)(c + bh), *qd = (int8_t *)(c + o_qd);
+    int32_t *pos = (int32_t *)(c + o_pos), *src = (int32_t *)(c + o_pos + bi);
+    int4 *tiles = (int4 *)(c + o_tl);
+    float *ysg = (float *)(c + o_ys), *ysu = (float *)(c + o_ys + bf), *ysd = (float *)(c + o_ys + 2 * bf);
+    uint8_t *rh = (uint8_t *)qh + rf_moe_al((size_t)n * ni), *rhs = (uint8_t *)qhs + rf_moe_al((size_t)nk * ni);
+    uint8_t *rd = (uint8_t *)qd + rf_moe_al((size_t)nk * nf);
+    st = rf_moe_route_q_launch(ctx, d, qh, rkg);
+    if (!st)
+        st = rf_gpu_launch(ctx, "rf_k_moe_group", false, rf_k_moe_group, dim3(1), dim3(1024),
+                           (size_t)(4 * ne * sizeof(int)), pos, src, tiles, (const int32_t *)d->ids, (int)nk, (int)k,
+                           (int)ne, 1, bn, n_tiles);
+    if (!st)
+        st = rf_gpu_launch(ctx, "rf_k_moe_gather_xq", false, rf_k_moe_gather_xq, dim3((unsigned)nk), dim3(128), 0, qhs,
+                           rhs, (const int8_t *)qh, (const uint8_t *)rh, (const int32_t *)src, (int)ni,
+                           (int)(ni / 32 * (rkg ? 16 : 8)), (int)k);
+    if (!st) st = rf_gpu_mmq_grouped(ctx, ysg, d->wg, d->tg, qhs, rhs, tiles, n_tiles, (int)nk, ni, nf);
+    if (!st) st = rf_gpu_mmq_grouped(ctx, ysu, d->wu, d->tg, qhs, rhs, tiles, n_tiles, (int)nk, ni, nf);
+    if (!st) {
+#define RF_GS(R)                                                                                                    \
+    rf_gpu_launch(ctx, "rf_k_moe_glu_sorted", false, rf_k_moe_glu_sorted<R>, dim3((unsigned)nk), dim3(256), 0, d->g, qd, \
+                  (float4 *)rd, (const float *)ysg, (const float *)ysu, (const int32_t *)src, (const int32_t *)d->ids,  \
+                  d->bg, d->bu, (int)nf, (int)ne, d->glu)
+        st = rkd ? RF_GS(1) : RF_GS(0);
+#undef RF_GS
+    }
+    if (!st) st = rf_gpu_mmq_grouped(ctx, ysd, d->wd, d->td, qd, rd, tiles, n_tiles, (int)nk, nf, no);
+    if (!st)
+        st = rf_gpu_launch(ctx, "rf_k_moe_scatter_comb", false, rf_k_moe_scatter_comb, dim3(rf_gpu_blocks(n * no, 256)),
+                           dim3(256), 0, y, (const float *)ysd, (const int32_t *)pos, (const int32_t *)d->ids, d->bd,
+                           (const float *)d->wts, n, (int)k, no, (int)ne);
+    ctx->scratch_used = mark;
+    return st;
+}
+
 extern "C" rf_status rf_gpu_moe_ffn(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_ffn_desc *d) {
     const char *op = "moe_ffn";
     rf_status st = rf_moe_route_check(op, d->n, d->n_expert, d->k, d->gating);
@@ -513,6 +621,7 @@ extern "C" rf_status rf_gpu_moe_ffn(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_
     RF_GPU_REQUIRE(d->glu >= RF_GLU_SWIGLU && d->glu <= RF_GLU_SWIGLU_OAI && ((uintptr_t)d->wu & 15) == 0, op,
                    "glu kind %d (or an unaligned up weight)", d->glu);
     const int64_t n = d->n, k = d->k, nk = n * k, ne = d->n_expert;
+    if (!rf_moe_ffn_fused(ctx, d) && rf_moe_ffn_grouped_takes(ctx, d)) return rf_moe_ffn_grouped(ctx, y, d);
     if (!rf_moe_ffn_fused(ctx, d)) { /* the ops it stands for */
         if (d->lb) st = rf_gpu_add_bias(ctx, d->logits, d->lb, n, ne);
         if (!st) st = rf_gpu_moe_route(ctx, d->ids, d->wts, d->logits, d->sel_bias, n, ne, k, d->gating, d->norm, d->scale);

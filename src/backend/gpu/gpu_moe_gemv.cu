@@ -5,7 +5,7 @@
  * the types MMQ does not take (MXFP4, widths not a multiple of 256). gpu_moe.cu dispatches. */
 #include "backend/backend.h" /* rf_glu_kind */
 #include "backend/gpu/gpu_gemv_dot.cuh"
-#include "backend/gpu/gpu_moe_quant.cuh"
+#include "backend/gpu/gpu_moe.cuh"
 
 #define RF_MOE_GEMV_THREADS 128 /* threads per block: rows of LPR lanes each */
 #define RF_MOE_TILE 8           /* slots per tile of the tiled GEMV (moe_gemv_qt) */
@@ -168,11 +168,6 @@ rf_k_moe_gemv(float *y, const uint8_t *w, rf_type t, const int8_t *qx, const uin
     const float acc = rf_moe_row<T, LPR>(w + ((int64_t)e * n_out + rowc) * row_bytes, t, qx, rec, x,
                                          x_per_slot ? s : s / k, n_in, sub);
     if (sub == 0 && row < n_out) y[(int64_t)s * n_out + row] = acc + (bias ? bias[(int64_t)e * n_out + row] : 0.0f);
-}
-
-/* the GLU of the forward's ffn (rf_glu_kind), the arithmetic of the glu kernels (gpu_internal.h) */
-static __device__ __forceinline__ float rf_moe_glu(int kind, float g, float u) {
-    return kind == RF_GLU_SWIGLU ? rf_silu(g) * u : kind == RF_GLU_GEGLU ? rf_gelu_tanh(g) * u : rf_swiglu_oai(g, u);
 }
 
 /* moe_gemv_glu: the gate and up products of slot s over the same x row s / k, and their GLU:

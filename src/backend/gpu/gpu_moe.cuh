@@ -1,9 +1,10 @@
-/* gpu_moe_quant.cuh — the activation quantization of rf_k_quantize_x (gpu_gemv_xq.cu) in its
- * in-order layout (GB 1), as a device function, for the MoE kernels that fold it into their
- * epilogue (the router's, the GLU's) instead of a quantize_x launch of their own. */
-#ifndef RF_GPU_MOE_QUANT_CUH
-#define RF_GPU_MOE_QUANT_CUH
+/* gpu_moe.cuh — the device functions the MoE kernels (gpu_moe.cu, gpu_moe_gemv.cu) share: the
+ * activation quantization of rf_k_quantize_x (gpu_gemv_xq.cu) in its in-order layout (GB 1), for
+ * the kernels that fold it into their epilogue instead of a quantize_x launch, and the GLU. */
+#ifndef RF_GPU_MOE_CUH
+#define RF_GPU_MOE_CUH
 
+#include "backend/backend.h"        /* rf_glu_kind */
 #include "backend/gpu/gpu_gemv.cuh" /* RF_QK */
 
 /* One element's share of rf_k_quantize_x<1, RK>: v is element i of row tok of an x of rows of
@@ -60,6 +61,11 @@ static __device__ __forceinline__ void rf_moe_quantize_elem(int8_t *qx, float4 *
         if (FS) dx[r] = make_float4(d, __int_as_float(qs), rs, __int_as_float(qlo));
         else ((float2 *)dx)[r] = make_float2(d, __int_as_float(qs));
     }
+}
+
+/* the GLU of the forward's ffn (rf_glu_kind), the arithmetic of the glu kernels (gpu_internal.h) */
+static __device__ __forceinline__ float rf_moe_glu(int kind, float g, float u) {
+    return kind == RF_GLU_SWIGLU ? rf_silu(g) * u : kind == RF_GLU_GEGLU ? rf_gelu_tanh(g) * u : rf_swiglu_oai(g, u);
 }
 
 #endif
