@@ -97,7 +97,7 @@ __global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, co
 /* moe_route_q: block t routes token t (its first warp, as moe_route, the router's bias lb added
  * to the logits first when not NULL: add_bias then moe_route) and, when qx is not NULL, quantizes
  * the token's row of x (f32 [n, n_in], n_in a multiple of 32) as rf_k_quantize_x<1, RK> does
- * (every warp, whole 32-element groups): the router's top-k, the expert products' activation
+ * (the other warps, whole 32-element groups): the router's top-k, the expert products' activation
  * quantization and gpt-oss's router bias were three launches. launch: grid (n), 512 threads. */
 template <int EPL, int RK>
 __global__ void __launch_bounds__(512)
@@ -105,15 +105,18 @@ rf_k_moe_route_q(int32_t *ids, float *wts, int8_t *qx, float4 *dx, const float *
                  const float *sel_bias, const float *x, int n_in, int n_expert, int k, int gating, int norm,
                  float scale) {
     const int t = (int)blockIdx.x;
+    if ((int)threadIdx.x < RF_WARP_SIZE) { /* the first warp routes while the others quantize */
+        rf_moe_route_warp<EPL>(ids, wts, logits, lb, sel_bias, t, n_expert, k, gating, norm, scale, (int)threadIdx.x);
+        return;
+    }
     if (qx) {
+        const int tq = (int)threadIdx.x - RF_WARP_SIZE, nq = (int)blockDim.x - RF_WARP_SIZE; /* multiples of 32 */
         const float *xr = x + (int64_t)t * n_in;
-        for (int i0 = (int)(threadIdx.x & ~31u); i0 < n_in; i0 += (int)blockDim.x) {
-            const int i = i0 + (int)threadIdx.x % 32;
-            rf_moe_quantize_elem<RK>(qx, dx, xr[i], i, n_in, t, (int)threadIdx.x % 32);
+        for (int i0 = tq & ~31; i0 < n_in; i0 += nq) {
+            const int i = i0 + tq % 32;
+            rf_moe_quantize_elem<RK>(qx, dx, xr[i], i, n_in, t, tq % 32);
         }
     }
-    if ((int)threadIdx.x < RF_WARP_SIZE)
-        rf_moe_route_warp<EPL>(ids, wts, logits, lb, sel_bias, t, n_expert, k, gating, norm, scale, (int)threadIdx.x);
 }
 
 /* the router's checks (op names the caller) */
@@ -551,10 +554,12 @@ static bool rf_moe_ffn_fused(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d) {
            rf_moe_per_slot(ctx, d->tg, d->n_in, n, k, ne) && rf_moe_per_slot(ctx, d->td, d->n_ff, n, k, ne);
 }
 
-/* whether rf_gpu_moe_ffn takes its grouped path (both products on the grouped MMQ) */
+/* whether rf_gpu_moe_ffn takes its grouped path (both products on the grouped MMQ), up to 4096
+ * slots (batched decode and short prompts: its scratch holds the three products' sorted outputs
+ * at once, where the unfused ops hold one; longer prompts gain nothing from fewer launches) */
 static bool rf_moe_ffn_grouped_takes(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d) {
     const int64_t n = d->n, k = d->k;
-    return rf_knob_int(RF_KNOB_GPU_MOE_FUSE) >= 3 && k <= RF_MOE_MAX_K && n * k <= 65535 && d->n_ff % 32 == 0 &&
+    return rf_knob_int(RF_KNOB_GPU_MOE_FUSE) >= 3 && k <= RF_MOE_MAX_K && n * k <= 4096 && d->n_ff % 32 == 0 &&
            rf_gpu_moe_grouped_takes(ctx, d->tg, d->n_in, n, k) && rf_gpu_moe_grouped_takes(ctx, d->td, d->n_ff, n, k);
 }
 
