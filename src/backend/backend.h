@@ -117,6 +117,8 @@ typedef struct rf_backend_info {
     int64_t uploads, downloads, launches;
 } rf_backend_info;
 
+struct rf_moe_ffn_args; /* op moe_ffn's arguments (below, with rf_moe_ffn) */
+
 typedef struct rf_backend_ops {
     const char *name;
 
@@ -254,6 +256,12 @@ typedef struct rf_backend_ops {
     rf_status (*matmul_id_combine)(rf_backend *be, rf_tensor *y, rf_tensor *z, const rf_tensor *w, int64_t n_out,
                                    const rf_tensor *x, const rf_tensor *ids, const rf_tensor *bias,
                                    const rf_tensor *wts, int64_t n, int64_t k);
+    /* Optional (NULL: rf_moe_ffn below runs the ops it stands for): one MoE feed-forward's
+     * experts from the router's logits, y [n, a->n_out] = add_bias (a->logits_b, in place),
+     * moe_route, matmul_id_glu, matmul_id_combine of rf_moe_ffn_args, as those calls compute it
+     * (logits may be left with or without the bias added; g holds the GLU's output, u and z are
+     * scratch). */
+    rf_status (*moe_ffn)(rf_backend *be, rf_tensor *y, const struct rf_moe_ffn_args *a);
     /* Optional (NULL: no shared-expert models): the shared expert's output z joins the experts'
      * sum y through its sigmoid gate, y[t] += z[t] * sigmoid(w . h[t]) over t < n; y, z f32 [n, m]
      * packed, h f32 rows of m (stride h->nb1), w f32 [m] (no aliasing). The gate's dot product
@@ -342,6 +350,23 @@ rf_status rf_moe_gate_up(rf_backend *be, rf_tensor *y, rf_tensor *u, const rf_te
 rf_status rf_moe_down_sum(rf_backend *be, rf_tensor *y, rf_tensor *z, const rf_tensor *w, int64_t n_out,
                           const rf_tensor *x, const rf_tensor *ids, const rf_tensor *bias, const rf_tensor *wts,
                           int64_t n, int64_t k);
+/* One MoE feed-forward's experts, from the router's logits to the weighted sum (op moe_ffn). */
+typedef struct rf_moe_ffn_args {
+    rf_tensor *logits;                       /* f32 [n, n_expert]: the router's product W h */
+    const rf_tensor *logits_b, *sel_bias;    /* NULL or f32 [n_expert]: router bias; moe_route's */
+    rf_moe_gating gating;
+    bool norm;
+    float scale;
+    rf_tensor *ids, *wts;                    /* out: moe_route's */
+    const rf_tensor *x;                      /* h f32 [n, n_in] */
+    const rf_tensor *w_gate, *w_up, *w_down; /* experts: [n_in, n_ff], [n_in, n_ff], [n_ff, n_out] each */
+    const rf_tensor *b_gate, *b_up, *b_down; /* NULL or f32 [n_expert, n_ff / n_out] */
+    rf_tensor *g, *u, *z;                    /* [n k, n_ff] (g: the GLU's output), [n k, n_ff], [n k, n_out] */
+    int64_t n, k, n_expert, n_ff, n_out;
+    rf_glu_kind glu;
+} rf_moe_ffn_args;
+/* op moe_ffn where the backend has it, else add_bias, moe_route, rf_moe_gate_up, rf_moe_down_sum */
+rf_status rf_moe_ffn(rf_backend *be, rf_tensor *y, const rf_moe_ffn_args *a);
 
 /* The CPU backend with n_threads workers (0 = number of cores). */
 rf_status rf_backend_cpu_new(int n_threads, rf_backend **out);

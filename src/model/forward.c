@@ -428,6 +428,20 @@ static rf_status ffn_moe(const step *t, int s, int il) {
     const rf_layer *L = t->tp > 1 ? &m->shards[(size_t)s * hp->n_layer + il] : &m->layers[il];
     rf_tensor *po = t->ndev > 1 || s == 0 ? &A->o : &t->f->part[s - 1];
 #define OPT(x) (rf_has(&L->x) ? &L->x : NULL)
+    if (t->tp == 1) { /* unsplit: the router's bias, route, gate/up/GLU and down/sum as one op (a
+                       * backend's fusions: rf_moe_ffn; the CPU runs the same ops as below) */
+        TRY(op->matmul(be, &A->moe_logits, &L->ffn_gate_inp, &A->h, n));
+        rf_tensor g = shard_act(&A->moe_g, Fs, 1), u = shard_act(&A->moe_u, Fs, 1);
+        const rf_moe_ffn_args a = {
+            .logits = &A->moe_logits, .logits_b = OPT(ffn_gate_inp_b), .sel_bias = OPT(exp_probs_b),
+            .gating = hp->moe_gating, .norm = hp->moe_norm_w, .scale = hp->moe_w_scale, .ids = &A->moe_ids,
+            .wts = &A->moe_wts, .x = &A->h, .w_gate = &L->ffn_gate_exps, .w_up = &L->ffn_up_exps,
+            .w_down = &L->ffn_down_exps, .b_gate = OPT(ffn_gate_exps_b), .b_up = OPT(ffn_up_exps_b),
+            .b_down = OPT(ffn_down_exps_b), .g = &g, .u = &u, .z = &A->moe_d, .n = n, .k = K, .n_expert = NE,
+            .n_ff = Fs, .n_out = E, .glu = hp->glu};
+        TRY(rf_moe_ffn(be, po, &a));
+        return rf_has(&L->ffn_up_shexp) ? ffn_shared_expert(t, il, po) : RF_OK;
+    }
     if (t->ndev > 1 || s == 0) {
         TRY(op->matmul(be, &A->moe_logits, &L->ffn_gate_inp, &A->h, n));
         if (rf_has(&L->ffn_gate_inp_b)) TRY(op->add_bias(be, &A->moe_logits, &L->ffn_gate_inp_b, n, NE));

@@ -530,8 +530,8 @@ static double now_s(void) {
 }
 
 /* One MoE feed-forward of n tokens, replayed from a graph of NS steps over NS router-logit sets:
- * route, gate and up with SwiGLU (rf_moe_gate_up), down with the weighted sum (rf_moe_down_sum):
- * on the GEMV path the two fused kernels, else matmul_id, glu, matmul_id, combine. Bytes: the distinct
+ * route, gate and up with SwiGLU, down with the weighted sum, as rf_moe_ffn runs them (the fusions
+ * RF_GPU_MOE_FUSE turns on; 0: route, matmul_id, glu, matmul_id, combine). Bytes: the distinct
  * experts each step's ids choose times an expert's three matrices. */
 static void bench_one(rf_rng *r, rf_type t, int64_t n, int64_t dim, int64_t ne, int64_t k, int64_t ff) {
     enum { NS = 16, REPS = 20 };
@@ -557,16 +557,18 @@ static void bench_one(rf_rng *r, rf_type t, int64_t n, int64_t dim, int64_t ne, 
     rf_tensor twg = dt(t, dim, ne * ff, dwg), twu = dt(t, dim, ne * ff, dwu), twd = dt(t, ff, ne * dim, dwd);
     rf_tensor tx = dt(RF_TYPE_F32, dim, n, dx), tw = dt(RF_TYPE_F32, k, n, dw), tg = dt(RF_TYPE_F32, ff, nk, dg),
               tu = dt(RF_TYPE_F32, ff, nk, du), tz = dt(RF_TYPE_F32, dim, nk, dz), ty = dt(RF_TYPE_F32, dim, n, dy);
-    const rf_backend_ops *o = g_be->ops;
     void *exec = NULL;
     for (int pass = 0; pass < 2; pass++) { /* eager (scratch grows), then recorded */
         if (pass == 1) assert_int_equal(rf_gpu_capture_begin(g_ctx), RF_OK);
         for (int s = 0; s < NS; s++) {
             rf_tensor tl = dt(RF_TYPE_F32, ne, n, dl + s * n * ne), ti = dt(RF_TYPE_I32, k, n, di + s * nk);
-            rf_status st = o->moe_route(g_be, &ti, &tw, &tl, NULL, n, ne, k, RF_MOE_SOFTMAX, true, 1.0f);
-            /* as the forward: the decode fusions where the GEMV path runs (backend_moe.c) */
-            if (!st) st = rf_moe_gate_up(g_be, &tg, &tu, &twg, &twu, ff, &tx, &ti, NULL, NULL, n, k, RF_GLU_SWIGLU);
-            if (!st) st = rf_moe_down_sum(g_be, &ty, &tz, &twd, dim, &tg, &ti, NULL, &tw, n, k);
+            /* as the forward: route and the experts through rf_moe_ffn (backend_moe.c; its fusions
+             * as RF_GPU_MOE_FUSE says) */
+            const rf_moe_ffn_args a = {.logits = &tl, .gating = RF_MOE_SOFTMAX, .norm = true, .scale = 1.0f, .ids = &ti,
+                                       .wts = &tw, .x = &tx, .w_gate = &twg, .w_up = &twu, .w_down = &twd, .g = &tg,
+                                       .u = &tu, .z = &tz, .n = n, .k = k, .n_expert = ne, .n_ff = ff, .n_out = dim,
+                                       .glu = RF_GLU_SWIGLU};
+            rf_status st = rf_moe_ffn(g_be, &ty, &a);
             if (st) fail_msg("bench step: %s", rf_last_error());
         }
         if (pass == 1) assert_int_equal(rf_gpu_capture_end(g_ctx, &exec), RF_OK);

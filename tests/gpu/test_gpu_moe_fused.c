@@ -4,7 +4,9 @@
  * - against the reference ops (rf_ref_matmul_id, rf_ref_swiglu / geglu / swiglu_oai,
  *   rf_ref_moe_combine: the CPU twin), every expert type the GEMV path takes (Q4_0, Q4_1, Q8_0,
  *   Q4_K, Q5_K, Q6_K, MXFP4 on int8 x; F16, F32 on f32 x), each GLU kind, widths 96 and 2880
- *   (the 32-element types) or 256 .. 2048 (the K-quants), k 1 / 4 / 8, with and without biases.
+ *   (the 32-element types) or 256 .. 2048 (the K-quants), k 1 / 4 / 8, with and without biases;
+ *   then Q5_0, Q5_1 (int8 x), BF16, Q2_K, Q3_K, IQ4_NL (f32 x), and k = 2, 3, 6, 32 (the down+sum
+ *   kernel's uneven layouts of slots over its lane groups).
  *   Bounds (test_gpu_moe's model): an int8-x product is off by ~0.5% of its RMS per output
  *   (rel. L2 < 1e-2 there); the GLU y = f(g, u) moves that by df/dg dg + df/du du. For silu /
  *   gelu with g, u of one scale that is ~2.1x a product's error (|a'| <= 1.13, E a(g)^2 ~
@@ -72,7 +74,11 @@ static void rand_ids(rf_rng *r, int32_t *ids, int64_t n, int64_t k, int64_t ne) 
         }
 }
 
-static bool f32_x(rf_type t) { return t == RF_TYPE_F16 || t == RF_TYPE_F32; }
+/* the types the expert GEMV takes on f32 x (F16 / BF16 loads; the rest element by element) */
+static bool f32_x(rf_type t) {
+    return t == RF_TYPE_F16 || t == RF_TYPE_F32 || t == RF_TYPE_BF16 || t == RF_TYPE_Q2_K || t == RF_TYPE_Q3_K ||
+           t == RF_TYPE_IQ4_NL;
+}
 
 static void ref_glu(float *y, const float *g, const float *u, int64_t n, rf_glu_kind kind) {
     if (kind == RF_GLU_SWIGLU) rf_ref_swiglu(y, g, u, n);
@@ -244,6 +250,146 @@ static void test_fused_ref(void **state) {
     }
 }
 
+/* The rest of the types the per-slot GEMV takes (Q5_0 / Q5_1 on int8 x; BF16, Q2_K, Q3_K, IQ4_NL
+ * on f32 x), and the slot counts the down+sum kernel lays out unevenly: k = 6 (the block's groups
+ * not a multiple of k: 128 / LPR = 32 groups over 5 rows of 6 slots, 2 idle) and k = 32 (more
+ * slots than groups: the 4 groups of LPR 32 take 8 rounds), and k = 2 / 3 on wide rows. */
+static void test_fused_more(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 44);
+    const rf_type ts[] = {RF_TYPE_Q5_0, RF_TYPE_Q5_1, RF_TYPE_BF16, RF_TYPE_Q2_K, RF_TYPE_Q3_K, RF_TYPE_IQ4_NL};
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+        const bool kq = rf_type_info(ts[ti])->block_size == 256;
+        ref_case(&r, ts[ti], 16, 4, 2, kq ? 512 : 2880, kq ? 256 : 96, ti % 2 == 0, (rf_glu_kind)(ti % 3));
+        ref_case(&r, ts[ti], 16, 8, 1, kq ? 256 : 96, kq ? 512 : 2880, ti % 2 == 1, RF_GLU_SWIGLU);
+    }
+    const rf_type tk[] = {RF_TYPE_Q4_K, RF_TYPE_Q6_K, RF_TYPE_Q8_0, RF_TYPE_MXFP4, RF_TYPE_F16};
+    for (size_t ti = 0; ti < sizeof tk / sizeof tk[0]; ti++) {
+        const bool kq = rf_type_info(tk[ti])->block_size == 256;
+        /* down rows of 3 units (LPR 4: 32 groups) and of 90 / 8 units (LPR 32 / 8) */
+        ref_case(&r, tk[ti], 64, 6, 2, kq ? 1024 : 512, kq ? 768 : 96, true, RF_GLU_SWIGLU);
+        ref_case(&r, tk[ti], 64, 32, 1, kq ? 512 : 256, kq ? 2048 : 2880, false, RF_GLU_GEGLU);
+        ref_case(&r, tk[ti], 32, 3, 3, kq ? 256 : 96, kq ? 1024 : 2880, true, RF_GLU_SWIGLU_OAI);
+        ref_case(&r, tk[ti], 32, 2, 1, kq ? 768 : 2880, kq ? 256 : 64, false, RF_GLU_SWIGLU);
+    }
+}
+
+/* ---- the whole experts' half (moe_ffn) ------------------------------------------------------
+ * rf_moe_ffn (RF_GPU_MOE_FUSE 3: route with the router's bias and h's quantization, gate+up+GLU
+ * with the down input's quantization, down+sum) against the GPU's unfused ops on the same logits
+ * (add_bias, moe_route, matmul_id x 2, glu, matmul_id, moe_combine): ids, wts, the GLU output g
+ * and y the same bits (the folded quantizations are rf_k_quantize_x's operations; the route
+ * kernel adds the bias as add_bias does); whether the ids equal rf_ref_moe_route's on the host is
+ * printed (test_gpu_moe tests the router). Gate/up and down of one type or of Q4_K_M's
+ * pair (Q4_K, Q6_K); rows of 8 units or fewer (the GLU kernel's quantizing form) and of more
+ * (gpt-oss's 2880: GLU kernel, then quantize_x); F16 (not fused: the ops it stands for); slot
+ * counts on the grouped MMQ (its fused form), also in batch-invariant mode. */
+static void ffn_case(rf_rng *r, rf_type tg, rf_type td, int64_t ne, int64_t k, int64_t n, int64_t dim, int64_t ff,
+                     bool bias, rf_glu_kind kind, rf_moe_gating gating, bool router_b) {
+    const int64_t nk = n * k;
+    size_t bgb, bdb;
+    uint8_t *wg = random_weights(r, tg, ne * ff, dim, &bgb), *wu = random_weights(r, tg, ne * ff, dim, &bgb);
+    uint8_t *wd = random_weights(r, td, ne * dim, ff, &bdb);
+    float *x = host_f32(n * dim), *lg = host_f32(n * ne), *lb = host_f32(ne), *sb = host_f32(ne);
+    float *bg = host_f32(ne * ff), *bu = host_f32(ne * ff), *bd = host_f32(ne * dim);
+    rf_rng_fill_normal(r, x, n * dim, 1.0f);
+    rf_rng_fill_normal(r, lg, n * ne, 2.0f);
+    rf_rng_fill_normal(r, lb, ne, 0.5f);
+    rf_rng_fill_normal(r, sb, ne, 0.3f);
+    rf_rng_fill_normal(r, bg, ne * ff, 0.5f), rf_rng_fill_normal(r, bu, ne * ff, 0.5f);
+    rf_rng_fill_normal(r, bd, ne * dim, 0.5f);
+    rf_tensor dwg = dt(tg, dim, ne * ff, dev_from(wg, bgb)), dwu = dt(tg, dim, ne * ff, dev_from(wu, bgb)),
+              dwd = dt(td, ff, ne * dim, dev_from(wd, bdb)), dx = dt(RF_TYPE_F32, dim, n, dev_from(x, n * dim * 4)),
+              dlb = dt(RF_TYPE_F32, ne, 1, dev_from(lb, ne * 4)), dsb = dt(RF_TYPE_F32, ne, 1, dev_from(sb, ne * 4)),
+              dbg = dt(RF_TYPE_F32, ff, ne, dev_from(bg, ne * ff * 4)), dbu = dt(RF_TYPE_F32, ff, ne, dev_from(bu, ne * ff * 4)),
+              dbd = dt(RF_TYPE_F32, dim, ne, dev_from(bd, ne * dim * 4));
+    const rf_tensor *sel = gating == RF_MOE_SIGMOID ? &dsb : NULL;
+    int32_t *ids[2];
+    float *wts[2], *g[2], *y[2];
+    for (int side = 0; side < 2; side++) { /* 0: rf_moe_ffn, 1: the unfused ops */
+        rf_tensor tl = dt(RF_TYPE_F32, ne, n, dev_from(lg, n * ne * 4)), ti = dt(RF_TYPE_I32, k, n, dev_poison(nk * 4)),
+                  tw = dt(RF_TYPE_F32, k, n, dev_poison(nk * 4)), tg_ = dt(RF_TYPE_F32, ff, nk, dev_poison(nk * ff * 4)),
+                  tu = dt(RF_TYPE_F32, ff, nk, dev_poison(nk * ff * 4)), tz = dt(RF_TYPE_F32, dim, nk, dev_poison(nk * dim * 4)),
+                  ty = dt(RF_TYPE_F32, dim, n, dev_poison(n * dim * 4));
+        const rf_backend_ops *op = g_be->ops;
+        rf_status st;
+        if (side == 0) {
+            const rf_moe_ffn_args a = {
+                .logits = &tl, .logits_b = router_b ? &dlb : NULL, .sel_bias = sel, .gating = gating, .norm = true,
+                .scale = 1.5f, .ids = &ti, .wts = &tw, .x = &dx, .w_gate = &dwg, .w_up = &dwu, .w_down = &dwd,
+                .b_gate = bias ? &dbg : NULL, .b_up = bias ? &dbu : NULL, .b_down = bias ? &dbd : NULL, .g = &tg_,
+                .u = &tu, .z = &tz, .n = n, .k = k, .n_expert = ne, .n_ff = ff, .n_out = dim, .glu = kind};
+            assert_non_null(op->moe_ffn);
+            st = rf_moe_ffn(g_be, &ty, &a);
+        } else {
+            st = router_b ? op->add_bias(g_be, &tl, &dlb, n, ne) : RF_OK;
+            if (!st) st = op->moe_route(g_be, &ti, &tw, &tl, sel, n, ne, k, gating, true, 1.5f);
+            if (!st) st = op->matmul_id(g_be, &tg_, &dwg, ff, &dx, false, &ti, bias ? &dbg : NULL, n, k);
+            if (!st) st = op->matmul_id(g_be, &tu, &dwu, ff, &dx, false, &ti, bias ? &dbu : NULL, n, k);
+            if (!st) st = op->glu(g_be, &tg_, &tg_, &tu, nk * ff, kind);
+            if (!st) st = op->matmul_id(g_be, &tz, &dwd, dim, &tg_, true, &ti, bias ? &dbd : NULL, n, k);
+            if (!st) st = op->moe_combine(g_be, &ty, &tz, &tw, n, k, dim);
+        }
+        if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
+        assert_int_equal(st, RF_OK);
+        ids[side] = malloc(nk * 4), wts[side] = host_f32(nk), g[side] = host_f32(nk * ff), y[side] = host_f32(n * dim);
+        dev_to(ids[side], ti.data, nk * 4), dev_to(wts[side], tw.data, nk * 4);
+        dev_to(g[side], tg_.data, nk * ff * 4), dev_to(y[side], ty.data, n * dim * 4);
+        rf_tensor *ts[] = {&tl, &ti, &tw, &tg_, &tu, &tz, &ty};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) rf_gpu_free(g_ctx, ts[i]->data);
+    }
+    /* the host's route of the same logits (+ bias) */
+    int32_t *rid = malloc(nk * 4);
+    float *rw = host_f32(nk), *lgb = host_f32(n * ne);
+    for (int64_t i = 0; i < n * ne; i++) lgb[i] = router_b ? lg[i] + lb[i % ne] : lg[i];
+    assert_int_equal(rf_ref_moe_route(rid, rw, lgb, gating == RF_MOE_SIGMOID ? sb : NULL, n, ne, k, gating, true, 1.5f),
+                     RF_OK);
+    const bool same = memcmp(ids[0], ids[1], nk * 4) == 0 && memcmp(wts[0], wts[1], nk * 4) == 0 &&
+                      memcmp(g[0], g[1], nk * ff * 4) == 0 && memcmp(y[0], y[1], n * dim * 4) == 0;
+    const bool ref_ids = memcmp(ids[0], rid, nk * 4) == 0;
+    fprintf(stderr, "  moe_ffn %s/%s ne=%lld k=%lld n=%lld %lldx%lld glu=%d gating=%d%s%s: %s the unfused ops, ids %s "
+            "the reference's\n", rf_type_name(tg), rf_type_name(td), (long long)ne, (long long)k, (long long)n,
+            (long long)dim, (long long)ff, (int)kind, (int)gating, bias ? " bias" : "", router_b ? " router-bias" : "",
+            same ? "bit-identical to" : "DIFFERS from", ref_ids ? "equal" : "DIFFER from");
+    assert_true(same); /* (the ids against the reference: printed only, test_gpu_moe checks the router) */
+    for (int side = 0; side < 2; side++) free(ids[side]), free(wts[side]), free(g[side]), free(y[side]);
+    free(rid), free(rw), free(lgb);
+    rf_tensor *ds[] = {&dwg, &dwu, &dwd, &dx, &dlb, &dsb, &dbg, &dbu, &dbd};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) rf_gpu_free(g_ctx, ds[i]->data);
+    free(wg), free(wu), free(wd), free(x), free(lg), free(lb), free(sb), free(bg), free(bu), free(bd);
+}
+
+static void test_fused_ffn(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 45);
+    /* qwen3-30b-a3b's shapes (narrowed: 2048 x 768, 128 experts, top-8), Q4_K_M's pair and one type */
+    ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q6_K, 128, 8, 1, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
+    ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q4_K, 64, 8, 3, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
+    ffn_case(&r, RF_TYPE_Q5_K, RF_TYPE_Q6_K, 64, 6, 2, 1024, 512, true, RF_GLU_GEGLU, RF_MOE_SIGMOID, true);
+    /* gpt-oss's: 2880 wide, 32 experts, top-4, biases, the router's bias, its GLU and gating */
+    ffn_case(&r, RF_TYPE_MXFP4, RF_TYPE_MXFP4, 32, 4, 1, 2880, 2880, true, RF_GLU_SWIGLU_OAI, RF_MOE_SOFTMAX_TOPK, true);
+    ffn_case(&r, RF_TYPE_MXFP4, RF_TYPE_MXFP4, 32, 4, 2, 256, 2880, true, RF_GLU_SWIGLU_OAI, RF_MOE_SOFTMAX_TOPK, true);
+    /* the 32-element types with rows of <= 8 units (GLU kernel quantizes) and the rest */
+    ffn_case(&r, RF_TYPE_Q8_0, RF_TYPE_Q8_0, 64, 8, 2, 256, 96, true, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
+    ffn_case(&r, RF_TYPE_Q4_0, RF_TYPE_Q4_1, 64, 8, 1, 128, 64, false, RF_GLU_GEGLU, RF_MOE_SOFTMAX, true);
+    ffn_case(&r, RF_TYPE_Q5_1, RF_TYPE_Q5_0, 16, 2, 3, 96, 320, true, RF_GLU_SWIGLU, RF_MOE_SIGMOID, false);
+    /* not fused: f32 x */
+    ffn_case(&r, RF_TYPE_F16, RF_TYPE_F16, 16, 4, 2, 256, 128, true, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, true);
+    /* slot counts past the per-slot GEMV (>= 96): the grouped path (CUDA sm_80+: one grouping, the
+     * GLU quantizing in sorted order, scatter+sum; elsewhere the unfused ops) */
+    ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q6_K, 64, 8, 24, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
+    ffn_case(&r, RF_TYPE_MXFP4, RF_TYPE_MXFP4, 16, 4, 32, 2880, 2880, true, RF_GLU_SWIGLU_OAI, RF_MOE_SOFTMAX_TOPK, true);
+    ffn_case(&r, RF_TYPE_Q8_0, RF_TYPE_Q4_0, 16, 6, 17, 512, 320, true, RF_GLU_GEGLU, RF_MOE_SIGMOID, true);
+    ffn_case(&r, RF_TYPE_Q5_K, RF_TYPE_Q4_K, 64, 8, 40, 512, 256, true, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
+    /* batch-invariant mode: the grouped path at every slot count where MMQ takes the types */
+    assert_int_equal(g_be->ops->set_batch_invariant(g_be, true), RF_OK);
+    ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q6_K, 64, 8, 1, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
+    ffn_case(&r, RF_TYPE_MXFP4, RF_TYPE_MXFP4, 16, 4, 3, 2880, 2880, true, RF_GLU_SWIGLU_OAI, RF_MOE_SOFTMAX_TOPK, true);
+    assert_int_equal(g_be->ops->set_batch_invariant(g_be, false), RF_OK);
+}
+
 /* ---- batch invariance ---------------------------------------------------------------------- */
 
 /* tokens of an n-token call against calls of m tokens at t0 (the same bits) */
@@ -349,10 +495,12 @@ int main(void) {
         return 1;
     }
     g_ctx = rf_backend_gpu_ctx(g_be); /* the helpers and the ops on one stream */
-    /* both fusions, whatever RF_GPU_MOE_FUSE's default (1: gate+up only), unless the caller set it */
-    if (!rf_knob_is_set(RF_KNOB_GPU_MOE_FUSE) && rf_knob_override(RF_KNOB_GPU_MOE_FUSE, "2")) return 1;
+    /* every fusion, whatever RF_GPU_MOE_FUSE's default (1: gate+up only), unless the caller set it */
+    if (!rf_knob_is_set(RF_KNOB_GPU_MOE_FUSE) && rf_knob_override(RF_KNOB_GPU_MOE_FUSE, "3")) return 1;
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_fused_ref),
+        cmocka_unit_test(test_fused_more),
+        cmocka_unit_test(test_fused_ffn),
         cmocka_unit_test(test_fused_invariant),
         cmocka_unit_test(test_fused_capture),
     };

@@ -284,6 +284,30 @@ rf_status rf_gpu_matmul_id_glu(rf_gpu_ctx *ctx, float *y, float *u, const void *
 rf_status rf_gpu_matmul_id_combine(rf_gpu_ctx *ctx, float *y, float *z, const void *w, rf_type t, int64_t n_out,
                                    int64_t n_expert, int64_t n_in, const float *x, const int32_t *ids,
                                    const float *bias, const float *wts, int64_t n, int64_t k);
+/* One MoE feed-forward's experts from the router's logits (backend.h's moe_ffn): logits (+ lb,
+ * the router's bias, added in place on the unfused path) -> route -> gate and up with the GLU
+ * (g [n k, n_ff]; u scratch) -> down (z scratch) summed with the router weights into y [n, n_out].
+ * With RF_GPU_MOE_FUSE >= 3 on the per-slot path (int8-x types for both products): three kernels
+ * (route with the bias and x's quantization; gate+up+GLU with the down input's quantization;
+ * down+sum), else the ops above (rf_gpu_add_bias, rf_gpu_moe_route, rf_gpu_matmul_id_glu,
+ * rf_gpu_matmul_id_combine). Bit-identical either way. */
+typedef struct rf_gpu_moe_ffn_desc {
+    float *logits;                 /* [n, n_expert] */
+    const float *lb, *sel_bias;    /* NULL or [n_expert] each */
+    int gating;                    /* rf_moe_gating */
+    bool norm;
+    float scale;
+    int32_t *ids;                  /* out [n, k] */
+    float *wts;                    /* out [n, k] */
+    const float *x;                /* [n, n_in] */
+    const void *wg, *wu, *wd;      /* [n_expert n_ff, n_in] of tg (both), [n_expert n_out, n_ff] of td */
+    rf_type tg, td;
+    const float *bg, *bu, *bd;     /* NULL or [n_expert, n_ff] / [n_expert, n_out] */
+    float *g, *u, *z;              /* [n k, n_ff], [n k, n_ff], [n k, n_out] */
+    int64_t n, k, n_expert, n_in, n_ff, n_out;
+    int glu;                       /* rf_glu_kind */
+} rf_gpu_moe_ffn_desc;
+rf_status rf_gpu_moe_ffn(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_ffn_desc *d);
 /* y [n, m] = sum over j = 0..k-1 (in order) of wts[t, j] z[t k + j] */
 rf_status rf_gpu_moe_combine(rf_gpu_ctx *ctx, float *y, const float *z, const float *wts, int64_t n, int64_t k,
                              int64_t m);

@@ -288,6 +288,35 @@ static rf_status g_matmul_id_combine(rf_backend *be, rf_tensor *y, rf_tensor *z,
                                     w->ne[0], x->data, ids->data, bias ? bias->data : NULL, wts->data, n, k);
 }
 
+/* one MoE feed-forward's experts (rf_gpu_moe_ffn); gate and up of different types or shapes
+ * take the ops it stands for */
+static rf_status g_moe_ffn(rf_backend *be, rf_tensor *y, const rf_moe_ffn_args *a) {
+    const rf_tensor *wg = a->w_gate, *wu = a->w_up, *wd = a->w_down;
+    if (wg->type != wu->type || wg->ne[0] != wu->ne[0] || wg->ne[1] != wu->ne[1]) {
+        rf_status st = a->logits_b ? g_add_bias(be, a->logits, a->logits_b, a->n, a->n_expert) : RF_OK;
+        if (!st)
+            st = g_moe_route(be, a->ids, a->wts, a->logits, a->sel_bias, a->n, a->n_expert, a->k, a->gating, a->norm,
+                             a->scale);
+        if (!st)
+            st = g_matmul_id_glu(be, a->g, a->u, wg, wu, a->n_ff, a->x, a->ids, a->b_gate, a->b_up, a->n, a->k, a->glu);
+        return st ? st : g_matmul_id_combine(be, y, a->z, wd, a->n_out, a->g, a->ids, a->b_down, a->wts, a->n, a->k);
+    }
+    if (a->n_ff < 1 || a->n_out < 1 || wg->ne[1] != a->n_ff * a->n_expert || wd->ne[1] != a->n_out * a->n_expert ||
+        wd->ne[0] != a->n_ff || a->ids->type != RF_TYPE_I32 || a->wts->type != RF_TYPE_F32)
+        return rf_set_error(RF_ERR_INVALID_ARG, "moe_ffn: expert weights of %lld / %lld rows are not %lld experts of "
+                            "%lld / %lld rows (or ids / wts not i32 / f32)", (long long)wg->ne[1], (long long)wd->ne[1],
+                            (long long)a->n_expert, (long long)a->n_ff, (long long)a->n_out);
+#define D_(t) ((t) ? (t)->data : NULL)
+    const rf_gpu_moe_ffn_desc d = {
+        .logits = a->logits->data, .lb = D_(a->logits_b), .sel_bias = D_(a->sel_bias), .gating = (int)a->gating,
+        .norm = a->norm, .scale = a->scale, .ids = a->ids->data, .wts = a->wts->data, .x = a->x->data,
+        .wg = wg->data, .wu = wu->data, .wd = wd->data, .tg = wg->type, .td = wd->type, .bg = D_(a->b_gate),
+        .bu = D_(a->b_up), .bd = D_(a->b_down), .g = a->g->data, .u = a->u->data, .z = a->z->data, .n = a->n,
+        .k = a->k, .n_expert = a->n_expert, .n_in = wg->ne[0], .n_ff = a->n_ff, .n_out = a->n_out, .glu = (int)a->glu};
+#undef D_
+    return rf_gpu_moe_ffn(GX(be)->ctx, y->data, &d);
+}
+
 static rf_status g_moe_shared_gate(rf_backend *be, rf_tensor *y, const rf_tensor *z, const rf_tensor *h,
                                    const rf_tensor *w, int64_t n, int64_t m) {
     if (w->type != RF_TYPE_F32 || w->ne[0] != m)
@@ -363,6 +392,7 @@ static const rf_backend_ops gpu_ops = {
     .moe_combine = g_moe_combine,
     .matmul_id_glu = g_matmul_id_glu,
     .matmul_id_combine = g_matmul_id_combine,
+    .moe_ffn = g_moe_ffn,
     .moe_shared_gate = g_moe_shared_gate,
     .ssm_conv = rf_gpu_op_ssm_conv, /* gated DeltaNet: gpu_backend_deltanet.c */
     .gated_delta = rf_gpu_op_gated_delta,

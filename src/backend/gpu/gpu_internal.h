@@ -169,6 +169,15 @@ rf_status rf_moe_gemv_comb_launch(rf_gpu_ctx *ctx, float *y, const void *w, rf_t
                                   const uint8_t *rec, const float *x, const int32_t *ids, const float *bias,
                                   const float *wts, int64_t n_in, int64_t n_out, int64_t row_bytes, int64_t k,
                                   int64_t n_expert, int64_t n);
+/* moe_gemv_glu over 32 rows a block with the GLU's output quantized for the down product in
+ * its epilogue (xqd: rf_gpu_xq_bytes(nk, n_out), rf_k_quantize_x's GB-1 layout with record kind
+ * rkd; y as rf_moe_gemv_glu_launch's), where rf_moe_gemv_gluq_takes (int8 x, rows of at most 8
+ * units, n_out a multiple of 32) */
+bool rf_moe_gemv_gluq_takes(rf_type t, int64_t n_in, int64_t n_out);
+rf_status rf_moe_gemv_gluq_launch(rf_gpu_ctx *ctx, float *y, void *xqd, int rkd, const void *wg, const void *wu,
+                                  rf_type t, const int8_t *qx, const uint8_t *rec, const int32_t *ids, const float *bg,
+                                  const float *bu, int64_t n_in, int64_t n_out, int64_t row_bytes, int64_t k,
+                                  int64_t n_expert, int kind, int64_t nk);
 /* the indirect GEMV over expert tiles (rf_k_moe_group's, RF_MOE_TILE = 8 rows each) of x's rows
  * sorted by expert (qx / rec with rf_moe_gemv_rk's records): ys [rows, n_out] in that order,
  * without bias; every slot bit-identical to rf_moe_gemv_launch's */

@@ -5,6 +5,7 @@
 #include "core/knobs.h"
 #include "backend/backend.h" /* rf_moe_gating */
 #include "backend/gpu/gpu_gemv.cuh"
+#include "backend/gpu/gpu_moe.cuh"
 
 #define RF_MOE_ROUTE_WARPS 4
 
@@ -16,19 +17,20 @@
  * id) over the experts not yet taken give the k in descending order, ties to the lower id; lane
  * j keeps choice j. Weights: p, / their sum (clamped below at 6.103515625e-5, llama.cpp's guard)
  * when norm, * scale. launch: RF_MOE_ROUTE_WARPS warps per block. */
+/* token t's routing by one warp (lane = its lane); lb (NULL, or f32 [n_expert]) the router's
+ * bias, added to each logit first as add_bias does (one rounded add) */
 template <int EPL>
-__global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, const float *sel_bias, int n,
-                               int n_expert, int k, int gating, int norm, float scale) {
-    const int W = RF_WARP_SIZE, lane = (int)threadIdx.x % W;
-    const int t = (int)blockIdx.x * ((int)blockDim.x / W) + (int)threadIdx.x / W;
-    if (t >= n) return; /* whole warps leave; nothing below syncs the block */
+static __device__ __forceinline__ void rf_moe_route_warp(int32_t *ids, float *wts, const float *logits, const float *lb,
+                                                         const float *sel_bias, int t, int n_expert, int k, int gating,
+                                                         int norm, float scale, int lane) {
+    const int W = RF_WARP_SIZE;
     const float *l = logits + (int64_t)t * n_expert;
     float p[EPL], c[EPL];
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < EPL; i++) {
         const int e = i * W + lane;
-        p[i] = e < n_expert ? l[e] : -INFINITY;
+        p[i] = e < n_expert ? (lb ? l[e] + lb[e] : l[e]) : -INFINITY;
         mx = fmaxf(mx, p[i]);
     }
     if (gating == RF_MOE_SOFTMAX) {
@@ -83,11 +85,42 @@ __global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, co
     }
 }
 
-extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts, const float *logits,
-                                      const float *sel_bias, int64_t n, int64_t n_expert, int64_t k, int gating,
-                                      bool norm, float scale) {
-    const char *op = "moe_route";
-    const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : 32;
+template <int EPL>
+__global__ void rf_k_moe_route(int32_t *ids, float *wts, const float *logits, const float *sel_bias, int n,
+                               int n_expert, int k, int gating, int norm, float scale) {
+    const int W = RF_WARP_SIZE, lane = (int)threadIdx.x % W;
+    const int t = (int)blockIdx.x * ((int)blockDim.x / W) + (int)threadIdx.x / W;
+    if (t >= n) return; /* whole warps leave; nothing below syncs the block */
+    rf_moe_route_warp<EPL>(ids, wts, logits, NULL, sel_bias, t, n_expert, k, gating, norm, scale, lane);
+}
+
+/* moe_route_q: block t routes token t (its first warp, as moe_route, the router's bias lb added
+ * to the logits first when not NULL: add_bias then moe_route) and, when qx is not NULL, quantizes
+ * the token's row of x (f32 [n, n_in], n_in a multiple of 32) as rf_k_quantize_x<1, RK> does
+ * (the other warps, whole 32-element groups): the router's top-k, the expert products' activation
+ * quantization and gpt-oss's router bias were three launches. launch: grid (n), 512 threads. */
+template <int EPL, int RK>
+__global__ void __launch_bounds__(512)
+rf_k_moe_route_q(int32_t *ids, float *wts, int8_t *qx, float4 *dx, const float *logits, const float *lb,
+                 const float *sel_bias, const float *x, int n_in, int n_expert, int k, int gating, int norm,
+                 float scale) {
+    const int t = (int)blockIdx.x;
+    if ((int)threadIdx.x < RF_WARP_SIZE) { /* the first warp routes while the others quantize */
+        rf_moe_route_warp<EPL>(ids, wts, logits, lb, sel_bias, t, n_expert, k, gating, norm, scale, (int)threadIdx.x);
+        return;
+    }
+    if (qx) {
+        const int tq = (int)threadIdx.x - RF_WARP_SIZE, nq = (int)blockDim.x - RF_WARP_SIZE; /* multiples of 32 */
+        const float *xr = x + (int64_t)t * n_in;
+        for (int i0 = tq & ~31; i0 < n_in; i0 += nq) {
+            const int i = i0 + tq % 32;
+            rf_moe_quantize_elem<RK>(qx, dx, xr[i], i, n_in, t, tq % 32);
+        }
+    }
+}
+
+/* the router's checks (op names the caller) */
+static rf_status rf_moe_route_check(const char *op, int64_t n, int64_t n_expert, int64_t k, int gating) {
     RF_GPU_REQUIRE(n >= 1 && n <= 0x7fffffff / (n_expert > 0 ? n_expert : 1), op, "%lld tokens", (long long)n);
     RF_GPU_REQUIRE(n_expert >= 1 && n_expert <= RF_MOE_MAX_EXPERT, op,
                    "n_expert=%lld (the GPU router takes 1..%d)", (long long)n_expert, RF_MOE_MAX_EXPERT);
@@ -95,6 +128,15 @@ extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts,
                    "k=%lld with %lld experts (1 <= k <= n_expert, at most %d on the GPU)", (long long)k,
                    (long long)n_expert, RF_MOE_MAX_K);
     RF_GPU_REQUIRE(gating >= RF_MOE_SOFTMAX && gating <= RF_MOE_SOFTMAX_TOPK, op, "gating %d", gating);
+    return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts, const float *logits,
+                                      const float *sel_bias, int64_t n, int64_t n_expert, int64_t k, int gating,
+                                      bool norm, float scale) {
+    const rf_status st = rf_moe_route_check("moe_route", n, n_expert, k, gating);
+    if (st) return st;
+    const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : 32;
     const int64_t epl = (n_expert + ws - 1) / ws;
     const dim3 grid((unsigned)((n + RF_MOE_ROUTE_WARPS - 1) / RF_MOE_ROUTE_WARPS)), block(RF_MOE_ROUTE_WARPS * ws);
     const int ni = (int)n, ne = (int)n_expert, kk = (int)k, nm = norm ? 1 : 0;
@@ -103,6 +145,23 @@ extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts,
                   ne, kk, gating, nm, scale)
     return epl <= 1 ? RF_RT(1) : epl <= 4 ? RF_RT(4) : epl <= 8 ? RF_RT(8) : epl <= 16 ? RF_RT(16) : RF_RT(32);
 #undef RF_RT
+}
+
+/* moe_route_q's launch (x's records of kind rk, xq NULL: routing only) */
+static rf_status rf_moe_route_q_launch(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d, void *xq, int rk) {
+    const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : 32;
+    const int64_t epl = (d->n_expert + ws - 1) / ws;
+    int8_t *qx = (int8_t *)xq;
+    float4 *dx = xq ? (float4 *)((char *)xq + (((size_t)d->n * (size_t)d->n_in + 255) & ~(size_t)255)) : NULL;
+    const int ni = (int)d->n_in, ne = (int)d->n_expert, kk = (int)d->k, nm = d->norm ? 1 : 0;
+#define RF_RQ(E, R)                                                                                                \
+    rf_gpu_launch(ctx, "rf_k_moe_route_q", false, rf_k_moe_route_q<E, R>, dim3((unsigned)d->n), dim3(512), 0, d->ids, \
+                  d->wts, qx, dx, (const float *)d->logits, d->lb, d->sel_bias, d->x, ni, ne, kk, d->gating, nm,       \
+                  d->scale)
+#define RF_RQE(R) (epl <= 1 ? RF_RQ(1, R) : epl <= 4 ? RF_RQ(4, R) : epl <= 8 ? RF_RQ(8, R) : epl <= 16 ? RF_RQ(16, R) : RF_RQ(32, R))
+    return rk == 1 ? RF_RQE(1) : rk == 2 ? RF_RQE(2) : RF_RQE(0);
+#undef RF_RQE
+#undef RF_RQ
 }
 
 /* ---- combine ------------------------------------------------------------------------------ */
@@ -196,12 +255,12 @@ __global__ void rf_k_moe_group(int32_t *pos, int32_t *src, int4 *tiles, const in
     }
 }
 
-/* row p of the sorted quantized x = row src[p] of xq (int8 row of n_in bytes, a multiple of 16,
- * and its records of rb bytes, a multiple of 8: 8-byte records of an odd number of 32-element
- * blocks, as the tiled GEMV takes them); launch: grid (rows), 128 threads */
+/* row p of the sorted quantized x = row src[p] / div of xq (int8 row of n_in bytes, a multiple
+ * of 16, and its records of rb bytes, a multiple of 8: 8-byte records of an odd number of
+ * 32-element blocks, as the tiled GEMV takes them); launch: grid (rows), 128 threads */
 __global__ void rf_k_moe_gather_xq(int8_t *qd, uint8_t *rd, const int8_t *qs, const uint8_t *rs, const int32_t *src,
-                                   int n_in, int rb) {
-    const int p = blockIdx.x, r = src[p];
+                                   int n_in, int rb, int div) {
+    const int p = blockIdx.x, r = src[p] / div;
     const uint4 *a = (const uint4 *)(qs + (int64_t)r * n_in);
     uint4 *b = (uint4 *)(qd + (int64_t)p * n_in);
     for (int i = threadIdx.x; i < n_in / 16; i += blockDim.x) b[i] = a[i];
@@ -222,6 +281,53 @@ __global__ void rf_k_moe_scatter(float *y, const float *ys, const int32_t *pos, 
             v += bias[(int64_t)e * n_out + o];
         }
         y[q] = v;
+    }
+}
+
+/* moe_glu_sorted (the grouped path of moe_ffn): row p of the expert-sorted gate and up products
+ * ysg, ysu [nk, n] (slot s = src[p], e = ids[s] clamped): v = glu(ysg[p] + bg[e], ysu[p] + bu[e])
+ * (moe_scatter's bias add, then the GLU: the bits of scatter, scatter, glu), written to g[s] in
+ * slot order and quantized as rf_k_quantize_x<1, RK> does into row p of qd / dd: the down
+ * product's x already in its sorted order, where the unfused ops quantize g and gather it.
+ * n a multiple of 32. launch: grid (nk), 256 threads. */
+template <int RK>
+__global__ void rf_k_moe_glu_sorted(float *g, int8_t *qd, float4 *dd, const float *ysg, const float *ysu,
+                                    const int32_t *src, const int32_t *ids, const float *bg, const float *bu, int n,
+                                    int n_expert, int kind) {
+    const int p = (int)blockIdx.x, s = src[p], lane = (int)threadIdx.x % 32;
+    int e = ids[s];
+    e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
+    for (int i0 = (int)(threadIdx.x & ~31u); i0 < n; i0 += (int)blockDim.x) {
+        const int i = i0 + lane;
+        float a = ysg[(int64_t)p * n + i], b = ysu[(int64_t)p * n + i];
+        if (bg) a += bg[(int64_t)e * n + i];
+        if (bu) b += bu[(int64_t)e * n + i];
+        const float v = rf_moe_glu(kind, a, b);
+        g[(int64_t)s * n + i] = v;
+        rf_moe_quantize_elem<RK>(qd, dd, v, i, n, p, lane);
+    }
+}
+
+/* y[t, o] = sum over j = 0..k-1 in order of wts[t k + j] (ys[pos[t k + j], o] (+ bias[e, o])),
+ * explicit fma from 0: moe_scatter then moe_combine's arithmetic, one launch; grid-stride over
+ * n n_out */
+__global__ void rf_k_moe_scatter_comb(float *y, const float *ys, const int32_t *pos, const int32_t *ids,
+                                      const float *bias, const float *wts, int64_t n, int k, int64_t n_out,
+                                      int n_expert) {
+    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < n * n_out; q += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = q / n_out, o = q % n_out;
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int64_t s = t * k + j;
+            float v = ys[(int64_t)pos[s] * n_out + o];
+            if (bias) {
+                int e = ids[s];
+                e = e < 0 ? 0 : e >= n_expert ? n_expert - 1 : e;
+                v += bias[(int64_t)e * n_out + o];
+            }
+            acc = __fmaf_rn(wts[s], v, acc);
+        }
+        y[q] = acc;
     }
 }
 
@@ -260,7 +366,7 @@ static rf_status rf_moe_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
                            xps ? 1 : 0, bn, n_tiles);
     if (!st)
         st = rf_gpu_launch(ctx, "rf_k_moe_gather_xq", false, rf_k_moe_gather_xq, dim3((unsigned)nk), dim3(128), 0, xp,
-                           pr, (const int8_t *)xq, xr, (const int32_t *)src, (int)n_in, (int)(n_in / 32 * rec));
+                           pr, (const int8_t *)xq, xr, (const int32_t *)src, (int)n_in, (int)(n_in / 32 * rec), 1);
     if (!st && gemv)
         st = rf_moe_gemv_tiles_launch(ctx, ys, w, t, xp, pr, tiles, n_tiles, n_in, n_out,
                                       n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t));
@@ -413,11 +519,11 @@ extern "C" rf_status rf_gpu_matmul_id_combine(rf_gpu_ctx *ctx, float *y, float *
     rf_status st = rf_moe_check("matmul_id_combine", t, n_out, n_expert, n_in, w, x, n, k);
     if (st) return st;
     const int64_t nk = n * k;
-    /* RF_GPU_MOE_FUSE (read per call: a test or a bench may turn it) below 2: the unfused ops. The
-     * fused kernel walks a token's k slots one after another in one block (n_out / rows-per-block
-     * blocks a token against the per-slot GEMV's k times as many): on an H200 (2026-11-29) the
-     * qwen3-30b-a3b tg128 with both fusions was 892 tok/s against 975 before them */
-    if (rf_knob_int(RF_KNOB_GPU_MOE_FUSE) < 2 || !rf_moe_per_slot(ctx, t, n_in, n, k, n_expert)) {
+    /* RF_GPU_MOE_FUSE (read per call: a test or a bench may turn it) below 2: the unfused ops
+     * (the default until the slot-parallel kernel is measured: the first fused kernel walked a
+     * token's k slots one after another in one block and lost 15% of qwen3-30b-a3b's tg128 on an
+     * H200, 2026-11-29); k above the router's 32: the unfused ops (the kernel's shared memory) */
+    if (rf_knob_int(RF_KNOB_GPU_MOE_FUSE) < 2 || k > RF_MOE_MAX_K || !rf_moe_per_slot(ctx, t, n_in, n, k, n_expert)) {
         st = rf_gpu_matmul_id(ctx, z, w, t, n_out, n_expert, n_in, x, true, ids, bias, n, k);
         return st ? st : rf_gpu_moe_combine(ctx, y, z, wts, n, k, n_out);
     }
@@ -434,6 +540,127 @@ extern "C" rf_status rf_gpu_matmul_id_combine(rf_gpu_ctx *ctx, float *y, float *
         st = rf_moe_gemv_comb_launch(ctx, y, w, t, (const int8_t *)xq,
                                      (const uint8_t *)xq + rf_moe_al((size_t)nk * n_in), NULL, ids, bias, wts, n_in,
                                      n_out, rb, k, n_expert, n);
+    ctx->scratch_used = mark;
+    return st;
+}
+
+/* ---- one MoE feed-forward's experts (backend.h's moe_ffn) ---------------------------------- */
+
+/* whether rf_gpu_moe_ffn takes its three-kernel path for these shapes */
+static bool rf_moe_ffn_fused(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d) {
+    const int64_t n = d->n, k = d->k, ne = d->n_expert;
+    return rf_knob_int(RF_KNOB_GPU_MOE_FUSE) >= 3 && k <= RF_MOE_MAX_K && n * k <= 65535 &&
+           rf_moe_gemv_rk(d->tg, d->n_in) >= 0 && rf_moe_gemv_rk(d->td, d->n_ff) >= 0 && d->n_ff % 32 == 0 &&
+           rf_moe_per_slot(ctx, d->tg, d->n_in, n, k, ne) && rf_moe_per_slot(ctx, d->td, d->n_ff, n, k, ne);
+}
+
+/* whether rf_gpu_moe_ffn takes its grouped path (both products on the grouped MMQ), up to 4096
+ * slots (batched decode and short prompts: its scratch holds the three products' sorted outputs
+ * at once, where the unfused ops hold one; longer prompts gain nothing from fewer launches) */
+static bool rf_moe_ffn_grouped_takes(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d) {
+    const int64_t n = d->n, k = d->k;
+    return rf_knob_int(RF_KNOB_GPU_MOE_FUSE) >= 3 && k <= RF_MOE_MAX_K && n * k <= 4096 && d->n_ff % 32 == 0 &&
+           rf_gpu_moe_grouped_takes(ctx, d->tg, d->n_in, n, k) && rf_gpu_moe_grouped_takes(ctx, d->td, d->n_ff, n, k);
+}
+
+/* The grouped path of moe_ffn (many slots: rf_moe_grouped's, once for the three products): the
+ * route kernel quantizes h; one grouping of the ids (pos, src = the slot, the tile table) serves
+ * gate, up and down; h's rows gathered once for gate and up; the GLU of the sorted products
+ * quantizes the down input straight into its sorted order; the down products scattered and
+ * summed in one kernel. 8 launches where the unfused ops take 19; each slot's bits those of the
+ * unfused grouped ops (an MMQ row's result does not depend on its place: rf_k_mmq's contract). */
+static rf_status rf_moe_ffn_grouped(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_ffn_desc *d) {
+    const int64_t n = d->n, k = d->k, nk = n * k, ne = d->n_expert, ni = d->n_in, nf = d->n_ff, no = d->n_out;
+    const bool kg = d->tg == RF_TYPE_Q4_K || d->tg == RF_TYPE_Q5_K || d->tg == RF_TYPE_Q6_K;
+    const bool kd = d->td == RF_TYPE_Q4_K || d->td == RF_TYPE_Q5_K || d->td == RF_TYPE_Q6_K;
+    const int bn = 32, n_tiles = (int)((nk + bn - 1) / bn + ne), rkg = kg ? 1 : 0, rkd = kd ? 1 : 0;
+    const size_t bh = rf_moe_al(rf_gpu_xq_bytes(n, ni)), bhs = rf_moe_al(rf_gpu_xq_bytes(nk, ni));
+    const size_t bd = rf_moe_al(rf_gpu_xq_bytes(nk, nf)), bi = rf_moe_al((size_t)nk * 4);
+    const size_t bt = rf_moe_al((size_t)n_tiles * 16), bf = rf_moe_al((size_t)nk * nf * 4);
+    size_t mark;
+    void *tmp;
+    rf_status st = rf_gpu_tmp(ctx, bh + bhs + bd + 2 * bi + bt + 2 * bf + (size_t)nk * no * 4, &tmp, &mark);
+    if (st) return st;
+    char *c = (char *)tmp; /* qh, qhs, qd, pos, src, tiles, ysg, ysu, ysd */
+    const size_t o_qd = bh + bhs, o_pos = o_qd + bd, o_tl = o_pos + 2 * bi, o_ys = o_tl + bt;
+    int8_t *qh = (int8_t *)c, *qhs = (int8_t *)(c + bh), *qd = (int8_t *)(c + o_qd);
+    int32_t *pos = (int32_t *)(c + o_pos), *src = (int32_t *)(c + o_pos + bi);
+    int4 *tiles = (int4 *)(c + o_tl);
+    float *ysg = (float *)(c + o_ys), *ysu = (float *)(c + o_ys + bf), *ysd = (float *)(c + o_ys + 2 * bf);
+    uint8_t *rh = (uint8_t *)qh + rf_moe_al((size_t)n * ni), *rhs = (uint8_t *)qhs + rf_moe_al((size_t)nk * ni);
+    uint8_t *rd = (uint8_t *)qd + rf_moe_al((size_t)nk * nf);
+    st = rf_moe_route_q_launch(ctx, d, qh, rkg);
+    if (!st)
+        st = rf_gpu_launch(ctx, "rf_k_moe_group", false, rf_k_moe_group, dim3(1), dim3(1024),
+                           (size_t)(4 * ne * sizeof(int)), pos, src, tiles, (const int32_t *)d->ids, (int)nk, (int)k,
+                           (int)ne, 1, bn, n_tiles);
+    if (!st)
+        st = rf_gpu_launch(ctx, "rf_k_moe_gather_xq", false, rf_k_moe_gather_xq, dim3((unsigned)nk), dim3(128), 0, qhs,
+                           rhs, (const int8_t *)qh, (const uint8_t *)rh, (const int32_t *)src, (int)ni,
+                           (int)(ni / 32 * (rkg ? 16 : 8)), (int)k);
+    if (!st) st = rf_gpu_mmq_grouped(ctx, ysg, d->wg, d->tg, qhs, rhs, tiles, n_tiles, (int)nk, ni, nf);
+    if (!st) st = rf_gpu_mmq_grouped(ctx, ysu, d->wu, d->tg, qhs, rhs, tiles, n_tiles, (int)nk, ni, nf);
+    if (!st) {
+#define RF_GS(R)                                                                                                    \
+    rf_gpu_launch(ctx, "rf_k_moe_glu_sorted", false, rf_k_moe_glu_sorted<R>, dim3((unsigned)nk), dim3(256), 0, d->g, qd, \
+                  (float4 *)rd, (const float *)ysg, (const float *)ysu, (const int32_t *)src, (const int32_t *)d->ids,  \
+                  d->bg, d->bu, (int)nf, (int)ne, d->glu)
+        st = rkd ? RF_GS(1) : RF_GS(0);
+#undef RF_GS
+    }
+    if (!st) st = rf_gpu_mmq_grouped(ctx, ysd, d->wd, d->td, qd, rd, tiles, n_tiles, (int)nk, nf, no);
+    if (!st)
+        st = rf_gpu_launch(ctx, "rf_k_moe_scatter_comb", false, rf_k_moe_scatter_comb, dim3(rf_gpu_blocks(n * no, 256)),
+                           dim3(256), 0, y, (const float *)ysd, (const int32_t *)pos, (const int32_t *)d->ids, d->bd,
+                           (const float *)d->wts, n, (int)k, no, (int)ne);
+    ctx->scratch_used = mark;
+    return st;
+}
+
+extern "C" rf_status rf_gpu_moe_ffn(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_ffn_desc *d) {
+    const char *op = "moe_ffn";
+    rf_status st = rf_moe_route_check(op, d->n, d->n_expert, d->k, d->gating);
+    if (!st) st = rf_moe_check(op, d->tg, d->n_ff, d->n_expert, d->n_in, d->wg, d->x, d->n, d->k);
+    if (!st) st = rf_moe_check(op, d->td, d->n_out, d->n_expert, d->n_ff, d->wd, d->g, d->n, d->k);
+    if (st) return st;
+    RF_GPU_REQUIRE(d->glu >= RF_GLU_SWIGLU && d->glu <= RF_GLU_SWIGLU_OAI && ((uintptr_t)d->wu & 15) == 0, op,
+                   "glu kind %d (or an unaligned up weight)", d->glu);
+    const int64_t n = d->n, k = d->k, nk = n * k, ne = d->n_expert;
+    if (!rf_moe_ffn_fused(ctx, d) && rf_moe_ffn_grouped_takes(ctx, d)) return rf_moe_ffn_grouped(ctx, y, d);
+    if (!rf_moe_ffn_fused(ctx, d)) { /* the ops it stands for */
+        if (d->lb) st = rf_gpu_add_bias(ctx, d->logits, d->lb, n, ne);
+        if (!st) st = rf_gpu_moe_route(ctx, d->ids, d->wts, d->logits, d->sel_bias, n, ne, k, d->gating, d->norm, d->scale);
+        if (!st) st = rf_gpu_matmul_id_glu(ctx, d->g, d->u, d->wg, d->wu, d->tg, d->n_ff, ne, d->n_in, d->x, d->ids, d->bg,
+                                           d->bu, n, k, d->glu);
+        if (!st) st = rf_gpu_matmul_id_combine(ctx, y, d->z, d->wd, d->td, d->n_out, ne, d->n_ff, d->g, d->ids, d->bd,
+                                               d->wts, n, k);
+        return st;
+    }
+    const int rkg = rf_moe_gemv_rk(d->tg, d->n_in), rkd = rf_moe_gemv_rk(d->td, d->n_ff);
+    const size_t xh = rf_moe_al(rf_gpu_xq_bytes(n, d->n_in)), xd = rf_gpu_xq_bytes(nk, d->n_ff);
+    size_t mark;
+    void *tmp;
+    if ((st = rf_gpu_tmp(ctx, xh + xd, &tmp, &mark))) return st;
+    char *qh = (char *)tmp, *qd = qh + xh;
+    const uint8_t *rh = (const uint8_t *)qh + rf_moe_al((size_t)n * d->n_in);
+    const uint8_t *rd = (const uint8_t *)qd + rf_moe_al((size_t)nk * d->n_ff);
+    const int64_t rbg = d->n_in / rf_gq_block((int)d->tg) * rf_gq_bytes((int)d->tg);
+    const int64_t rbd = d->n_ff / rf_gq_block((int)d->td) * rf_gq_bytes((int)d->td);
+    /* route (+ the router's bias) and h's quantization for gate / up */
+    st = rf_moe_route_q_launch(ctx, d, qh, rkg);
+    /* gate + up + GLU, and the down input's quantization: one kernel where the rows take it */
+    if (!st && rf_moe_gemv_gluq_takes(d->tg, d->n_in, d->n_ff))
+        st = rf_moe_gemv_gluq_launch(ctx, d->g, qd, rkd, d->wg, d->wu, d->tg, (const int8_t *)qh, rh, d->ids, d->bg,
+                                     d->bu, d->n_in, d->n_ff, rbg, k, ne, d->glu, nk);
+    else if (!st) {
+        st = rf_moe_gemv_glu_launch(ctx, d->g, d->wg, d->wu, d->tg, (const int8_t *)qh, rh, NULL, d->ids, d->bg, d->bu,
+                                    d->n_in, d->n_ff, rbg, k, ne, d->glu, nk);
+        if (!st) st = rf_gemv_launch_quantize_x(ctx, qd, 1, rkd, d->g, (int)nk, d->n_ff);
+    }
+    /* down + the router-weighted sum */
+    if (!st)
+        st = rf_moe_gemv_comb_launch(ctx, y, d->wd, d->td, (const int8_t *)qd, rd, NULL, d->ids, d->bd, d->wts,
+                                     d->n_ff, d->n_out, rbd, k, ne, n);
     ctx->scratch_used = mark;
     return st;
 }

@@ -5,6 +5,7 @@
  * the types MMQ does not take (MXFP4, widths not a multiple of 256). gpu_moe.cu dispatches. */
 #include "backend/backend.h" /* rf_glu_kind */
 #include "backend/gpu/gpu_gemv_dot.cuh"
+#include "backend/gpu/gpu_moe.cuh"
 
 #define RF_MOE_GEMV_THREADS 128 /* threads per block: rows of LPR lanes each */
 #define RF_MOE_TILE 8           /* slots per tile of the tiled GEMV (moe_gemv_qt) */
@@ -169,11 +170,6 @@ rf_k_moe_gemv(float *y, const uint8_t *w, rf_type t, const int8_t *qx, const uin
     if (sub == 0 && row < n_out) y[(int64_t)s * n_out + row] = acc + (bias ? bias[(int64_t)e * n_out + row] : 0.0f);
 }
 
-/* the GLU of the forward's ffn (rf_glu_kind), the arithmetic of the glu kernels (gpu_internal.h) */
-static __device__ __forceinline__ float rf_moe_glu(int kind, float g, float u) {
-    return kind == RF_GLU_SWIGLU ? rf_silu(g) * u : kind == RF_GLU_GEGLU ? rf_gelu_tanh(g) * u : rf_swiglu_oai(g, u);
-}
-
 /* moe_gemv_glu: the gate and up products of slot s over the same x row s / k, and their GLU:
  * y[s, o] = glu(Wg_e[o] . x + bg[e, o], Wu_e[o] . x + bu[e, o]) (biases where not NULL), each
  * product moe_gemv's operations in its order and the GLU the glu op's, so y is the bits of
@@ -196,28 +192,73 @@ rf_k_moe_gemv_glu(float *y, const uint8_t *wg, const uint8_t *wu, rf_type t, con
     }
 }
 
+/* moe_gemv_gluq: moe_gemv_glu over 32 rows a block (32 LPR threads: LPR <= 8), and the block's
+ * 32 outputs of slot s, one 32-element group of the down product's x, quantized as
+ * rf_k_quantize_x<1, rkd> does (qd / dd: rows of n_out) by the first warp from shared memory: y
+ * is moe_gemv_glu's bits and qd / dd quantize_x's of that y, one launch where there were two.
+ * n_out a multiple of 32. launch: grid (n_out / 32, slots), 32 LPR threads. */
+template <int T, int LPR>
+__global__ void __launch_bounds__(32 * LPR)
+rf_k_moe_gemv_gluq(float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg, const uint8_t *wu, rf_type t,
+                   const int8_t *qx, const uint8_t *rec, const float *x, const int32_t *ids, const float *bg,
+                   const float *bu, int n_in, int n_out, int64_t row_bytes, int k, int n_expert, int kind, int s0) {
+    __shared__ float ys[32];
+    const int s = s0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR, r = (int)threadIdx.x / LPR;
+    const int row = (int)blockIdx.x * 32 + r;
+    const int e = rf_moe_expert(ids, s, n_expert);
+    const int64_t wo = ((int64_t)e * n_out + row) * row_bytes;
+    const float ag = rf_moe_row<T, LPR>(wg + wo, t, qx, rec, x, s / k, n_in, sub);
+    const float au = rf_moe_row<T, LPR>(wu + wo, t, qx, rec, x, s / k, n_in, sub);
+    if (sub == 0) {
+        const int64_t bo = (int64_t)e * n_out + row;
+        const float v = rf_moe_glu(kind, ag + (bg ? bg[bo] : 0.0f), au + (bu ? bu[bo] : 0.0f));
+        y[(int64_t)s * n_out + row] = v;
+        ys[r] = v;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < 32) { /* rkd: the down weight's record kind, one branch for the warp */
+        const int i = (int)blockIdx.x * 32 + (int)threadIdx.x, l = (int)threadIdx.x;
+        if (rkd == 0) rf_moe_quantize_elem<0>(qd, dd, ys[l], i, n_out, s, l);
+        else if (rkd == 1) rf_moe_quantize_elem<1>(qd, dd, ys[l], i, n_out, s, l);
+        else rf_moe_quantize_elem<2>(qd, dd, ys[l], i, n_out, s, l);
+    }
+}
+
 /* moe_gemv_comb: the down products of token tok = t0 + blockIdx.y's k slots (x per slot) and
  * their weighted sum: y[tok, o] = sum over j = 0..k-1 in order of wts[tok k + j] z_j with z_j =
- * W_e[o] . x[tok k + j] (+ bias[e, o]), e = ids[tok k + j]: each z_j moe_gemv's operations, the
- * sum moe_combine's (explicit fma from 0), so y is the bits of matmul_id then moe_combine, and
- * a token's sum never sees the other tokens (batch invariant). launch: grid (ceil(n_out /
- * (128 / LPR)), tokens), 128 threads. */
+ * W_e[o] . x[tok k + j] (+ bias[e, o]), e = ids[tok k + j]. The slots run in parallel: the
+ * block's 128 / LPR groups of LPR lanes take its R rows' R k (slot, row) pairs, pair p = j R + r
+ * (slot j, row o0 + r: neighbouring groups read neighbouring rows of one expert), in rounds of
+ * the group count (uniform over the block, so every lane of a warp meets the butterfly; a group
+ * past the last pair recomputes it and stores nothing); each z_j is moe_gemv's operations in its
+ * order, kept in shared memory; then thread r sums its row's k terms as moe_combine does
+ * (explicit fma from 0, j = 0..k-1). So y is the bits of matmul_id then moe_combine, a token's
+ * sum never sees the other tokens (batch invariant), and a token has as many blocks as the
+ * per-slot GEMV gives its k slots (R = max(1, groups / k) rows a block). R k <= RF_MOE_COMB_PAIRS.
+ * launch: grid (ceil(n_out / R), tokens), 128 threads. */
+#define RF_MOE_COMB_PAIRS 64
 template <int T, int LPR>
 __global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
 rf_k_moe_gemv_comb(float *y, const uint8_t *w, rf_type t, const int8_t *qx, const uint8_t *rec, const float *x,
                    const int32_t *ids, const float *bias, const float *wts, int n_in, int n_out, int64_t row_bytes,
-                   int k, int n_expert, int t0) {
-    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
-    const int tok = t0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR;
-    const int row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR, rowc = row < n_out ? row : n_out - 1;
-    float out = 0.0f;
-    for (int j = 0; j < k; j++) {
-        const int s = tok * k + j, e = rf_moe_expert(ids, s, n_expert);
+                   int k, int n_expert, int rpb, int t0) {
+    constexpr int G = RF_MOE_GEMV_THREADS / LPR;
+    __shared__ float zs[RF_MOE_COMB_PAIRS];
+    const int tok = t0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR, grp = (int)threadIdx.x / LPR;
+    const int o0 = (int)blockIdx.x * rpb, np = rpb * k;
+    for (int p0 = 0; p0 < np; p0 += G) {
+        const int p = p0 + grp, pc = p < np ? p : np - 1, j = pc / rpb, row = o0 + pc % rpb;
+        const int rowc = row < n_out ? row : n_out - 1, s = tok * k + j, e = rf_moe_expert(ids, s, n_expert);
         const float acc = rf_moe_row<T, LPR>(w + ((int64_t)e * n_out + rowc) * row_bytes, t, qx, rec, x, s, n_in, sub);
-        const float z = acc + (bias ? bias[(int64_t)e * n_out + rowc] : 0.0f);
-        out = __fmaf_rn(wts[s], z, out);
+        if (sub == 0 && p < np) zs[p] = acc + (bias ? bias[(int64_t)e * n_out + rowc] : 0.0f);
     }
-    if (sub == 0 && row < n_out) y[(int64_t)tok * n_out + row] = out;
+    __syncthreads();
+    const int r = (int)threadIdx.x, row = o0 + r;
+    if (r < rpb && row < n_out) {
+        float out = 0.0f;
+        for (int j = 0; j < k; j++) out = __fmaf_rn(wts[tok * k + j], zs[j * rpb + r], out);
+        y[(int64_t)tok * n_out + row] = out;
+    }
 }
 
 /* moe_gemv_qt: moe_gemv over a tile of slots that chose the same expert: blockIdx.y's tile
@@ -325,14 +366,38 @@ static rf_status rf_moe_launch_glu(rf_gpu_ctx *ctx, float *y, const uint8_t *wg,
 }
 
 template <int T>
+static rf_status rf_moe_launch_gluq(rf_gpu_ctx *ctx, float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg,
+                                    const uint8_t *wu, rf_type t, const int8_t *qx, const uint8_t *rec,
+                                    const int32_t *ids, const float *bg, const float *bu, int n_in, int n_out,
+                                    int64_t rb, int k, int n_expert, int kind, int s0, int ns) {
+    if constexpr (T == RF_MOE_F32X) {
+        return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_gluq_launch: int8 x only");
+    } else {
+        const int lpr = rf_moe_lanes<T>(t, n_in);
+        const dim3 grid((unsigned)(n_out / 32), (unsigned)ns);
+        const char *nm = "rf_k_moe_gemv_gluq";
+#define RF_GQL(L)                                                                                                \
+    rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_gluq<T, L>, grid, dim3(32 * L), 0, y, qd, dd, rkd, wg, wu, t, qx, rec, \
+                  (const float *)NULL, ids, bg, bu, n_in, n_out, rb, k, n_expert, kind, s0)
+        return lpr == 2 ? RF_GQL(2) : lpr == 4 ? RF_GQL(4) : lpr == 8 ? RF_GQL(8)
+                        : rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_gluq_launch: rows of %d units", n_in);
+#undef RF_GQL
+    }
+}
+
+template <int T>
 static rf_status rf_moe_launch_comb(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t, const int8_t *qx,
                                     const uint8_t *rec, const float *x, const int32_t *ids, const float *bias,
                                     const float *wts, int n_in, int n_out, int64_t rb, int k, int n_expert, int t0,
                                     int nt) {
-    const int lpr = rf_moe_lanes<T>(t, n_in);
+    const int lpr = rf_moe_lanes<T>(t, n_in), groups = RF_MOE_GEMV_THREADS / lpr;
+    const int rpb = groups / k > 1 ? groups / k : 1; /* rows a block: its groups over the k slots */
+    if (rpb * k > RF_MOE_COMB_PAIRS)
+        return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_comb_launch: k=%d above %d", k, RF_MOE_COMB_PAIRS);
+    const dim3 grid((unsigned)((n_out + rpb - 1) / rpb), (unsigned)nt);
     rf_status st;
-    RF_MOE_BY_LANES(st, lpr, "rf_k_moe_gemv_comb", rf_k_moe_gemv_comb, T, rf_moe_grid(n_out, lpr, nt), y, w, t, qx,
-                    rec, x, ids, bias, wts, n_in, n_out, rb, k, n_expert, t0);
+    RF_MOE_BY_LANES(st, lpr, "rf_k_moe_gemv_comb", rf_k_moe_gemv_comb, T, grid, y, w, t, qx, rec, x, ids, bias, wts,
+                    n_in, n_out, rb, k, n_expert, rpb, t0);
     return st;
 }
 
@@ -408,6 +473,32 @@ rf_status rf_moe_gemv_glu_launch(rf_gpu_ctx *ctx, float *y, const void *wg, cons
         RF_MOE_DISPATCH(st, t, qx, RF_MQ, "rf_moe_gemv_glu_launch");
 #undef RF_MQ
     }
+    return st;
+}
+
+/* whether rf_moe_gemv_gluq_launch takes (t, n_in, n_out): int8 x, rows of at most 8 units */
+bool rf_moe_gemv_gluq_takes(rf_type t, int64_t n_in, int64_t n_out) {
+    const int rk = rf_moe_gemv_rk(t, n_in);
+    if (rk < 0 || n_out % 32) return false;
+    const int ue = t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K ? 256 : 32;
+    return rf_moe_lpr(n_in / ue) <= 8;
+}
+
+rf_status rf_moe_gemv_gluq_launch(rf_gpu_ctx *ctx, float *y, void *xqd, int rkd, const void *wg, const void *wu,
+                                  rf_type t, const int8_t *qx, const uint8_t *rec, const int32_t *ids, const float *bg,
+                                  const float *bu, int64_t n_in, int64_t n_out, int64_t row_bytes, int64_t k,
+                                  int64_t n_expert, int kind, int64_t nk) {
+    if (!rf_moe_gemv_gluq_takes(t, n_in, n_out) || rkd < 0 || rkd > 2 || nk > 65535)
+        return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_gluq_launch: type %d rows %lld x %lld, %lld slots",
+                            (int)t, (long long)n_in, (long long)n_out, (long long)nk);
+    int8_t *qd = (int8_t *)xqd;
+    float4 *dd = (float4 *)((char *)xqd + (((size_t)nk * (size_t)n_out + 255) & ~(size_t)255));
+    const uint8_t *gp = (const uint8_t *)wg, *up = (const uint8_t *)wu;
+    const int ni = (int)n_in, no = (int)n_out, kk = (int)k, ne = (int)n_expert, ns = (int)nk;
+    rf_status st = RF_OK;
+#define RF_MQ(T) rf_moe_launch_gluq<T>(ctx, y, qd, dd, rkd, gp, up, t, qx, rec, ids, bg, bu, ni, no, row_bytes, kk, ne, kind, 0, ns)
+    RF_MOE_DISPATCH(st, t, qx, RF_MQ, "rf_moe_gemv_gluq_launch");
+#undef RF_MQ
     return st;
 }
 
