@@ -1,14 +1,16 @@
 /* test_gpu_flash_prefill.c — rf_gpu_flash_prefill (tensor-core attention of a prompt chunk) against
  * rf_ref_paged_attention: one sequence's chunk of n tokens at positions p0..p0+n-1 over a paged
- * f16 cache whose blocks are scattered over the pool in a shuffled order, head dims 64/80/96/128,
- * GQA groups (32/8, 8/8, 14/2, 4/1), block sizes 1/7/16, sliding window and softcap, chunks of
- * 1..300 tokens at depths 0..5000. Pool rows that hold no position of the sequence are NaN and
+ * f16 cache whose blocks are scattered over the pool in a shuffled order, head dims 64/80/96/128
+ * and the split heads 256/512 (Gemma 3/4), GQA groups (32/8, 8/8, 14/2, 4/1, 16/8, 16/2), block
+ * sizes 1/7/16, sliding window and softcap, chunks of 1..300 tokens at depths 0..5000. Pool rows that hold no position of the sequence are NaN and
  * table entries past its blocks point far outside the pool, so a key the chunk must not read
  * shows as NaN or a fault. Tolerance: the reference runs on the same f16-rounded q, K and V in
  * f32; the kernel rounds each softmax weight to f16 in P.V (relative error <= 2^-11 = 4.9e-4
  * each, so at most that relative error in every output component's weighted sum, with the
- * denominator left in f32) and sums in another order: rel. L2 < 1e-3.
- * q8_0 caches (head dims 64/96/128): the reference runs on the dequantized K/V (d * q, exact in
+ * denominator left in f32) and sums in another order: rel. L2 < 1e-3. The split heads sum each
+ * score from D / 128 partial products in a fixed order: one more f32 summation order (relative
+ * error ~ 2^-24 per add), far below the f16 terms, so the same bound.
+ * q8_0 caches (head dims 64/96/128/256/512): the reference runs on the dequantized K/V (d * q, exact in
  * f32); the kernel rounds each K and V element to f16 for the tensor cores (relative error <=
  * 2^-11 each, like P's rounding: a V element's enters the output as P's does, a K element's moves
  * a score by at most 2^-11 of the sum of |q_i k_i|, which for these inputs is the same order).
@@ -16,7 +18,9 @@
  * tolerance, rounded up: rel. L2 < 2e-3.
  * Chunking: the same tokens in one call and cut into two calls at a random point give
  * bit-identical rows (the kernel's contract). Then the llama3-8b shape's 512-token chunk at depths
- * 0 / 4096 / 16384: time per call against rf_gpu_paged_attention, TFLOP/s.
+ * 0 / 4096 / 16384, and Gemma 4 26B-A4B's 1024-token chunks (sliding layers: head dim 256, 16/8
+ * heads, window 1024; full layers: 512, 16/2) at depths to 4096: time per call against
+ * rf_gpu_paged_attention (rf_gpu_attention_wide at 512), TFLOP/s.
  * Inputs are fresh each run (seed printed; RF_TEST_SEED=<n> replays). Skips (77) without a GPU. */
 #include "gpu_test_common.h"
 
@@ -166,10 +170,26 @@ static void test_flash_vs_ref(void **state) {
         /* attention sinks (gpt-oss: head dim 64, 64/8 heads, window 128 on half the layers) */
         {64, 64, 8, 16, 0, 0, 0, 100, true}, {64, 64, 8, 16, 128, 0, 700, 200, true},
         {128, 8, 2, 7, 0, 0, 1000, 33, true},
+        /* split heads: Gemma 3/4 sliding layers (256, window, softcap on Gemma 2-style files) and
+         * Gemma 4's full layers (512, 16/2) */
+        {256, 16, 8, 16, 0, 0, 0, 100, false}, {256, 16, 8, 16, 512, 0, 700, 150, false},
+        {256, 8, 4, 7, 0, 30, 300, 65, false}, {256, 4, 1, 16, 0, 0, 64, 33, true}, {256, 16, 8, 16, 0, 0, 40, 1, false},
+        {512, 16, 2, 16, 0, 0, 0, 70, false}, {512, 8, 2, 7, 0, 0, 500, 100, false},
+        {512, 4, 4, 1, 100, 30, 200, 45, true}, {512, 16, 2, 16, 0, 0, 31, 40, false},
     };
+    rf_gpu_info info;
+    rf_gpu_get_info(g_ctx, &info);
+    /* Hopper (227 KiB a block): the split heads must take the kernel */
+    if (info.cc_major == 9 && rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_F16, 128))
+        assert_true(rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_F16, 256) &&
+                    rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_Q8_0, 512));
     double worst = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (!rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_F16, cases[i].D)) {
+            if (cases[i].D > 128) { /* split heads want ~150-170 KB of shared memory a block */
+                printf("  D%lld: not available on this device (shared memory): skipped\n", (long long)cases[i].D);
+                continue;
+            }
             printf("  flash prefill not available on this device: skipped\n");
             skip();
         }
@@ -182,7 +202,9 @@ static void test_flash_vs_ref(void **state) {
     double worst8 = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (cases[i].D % 32) continue;
-        assert_true(rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_Q8_0, cases[i].D));
+        assert_true(rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_Q8_0, cases[i].D) ==
+                    rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_F16, cases[i].D));
+        if (!rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_Q8_0, cases[i].D)) continue;
         const double e = run_case(&r, &cases[i], RF_TYPE_Q8_0);
         if (e > worst8) worst8 = e;
         if (!(e < 2e-3)) fail_msg("q8_0 case %zu: rel. L2 %.3e >= 2e-3", i, e);
@@ -196,54 +218,79 @@ static double now_s(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* llama3-8b's attention for a 512-token chunk at several depths: both kernels, mean of 20 calls */
+/* One prompt chunk's attention, both kernels (and flash on a q8_0 cache), mean of 20 calls. */
+typedef struct fp_shape {
+    const char *name;
+    int64_t D, nh, nhkv, window;
+    int32_t n, p0;
+} fp_shape;
+
+static void time_shape(rf_rng *r, const fp_shape *sh) {
+    const int64_t D = sh->D, nh = sh->nh, nhkv = sh->nhkv, bs = 16, n = sh->n, qd = nh * D, win = sh->window;
+    const int32_t p0 = sh->p0;
+    const float scale = 1.0f / sqrtf((float)D);
+    fp_pool p;
+    pool_make(r, &p, p0 + n, bs, nhkv * D, false);
+    fp_pool p8;
+    pool_make(r, &p8, p0 + n, bs, nhkv * D, true);
+    float *q = host_f32((size_t)(n * qd));
+    for (int64_t i = 0; i < n * qd; i++) q[i] = rf_rng_normal(r) * 0.6f;
+    int32_t *pos = malloc((size_t)n * 4), *seq = calloc((size_t)n, 4);
+    for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
+    float *dq = dev_from(q, (size_t)(n * qd) * 4), *dout = dev_poison((size_t)(n * qd) * 4);
+    int32_t *dpos = dev_from(pos, (size_t)n * 4), *dseq = dev_from(seq, (size_t)n * 4);
+    double t[3];
+    for (int kern = 0; kern < 3; kern++) {
+        for (int rep = -3; rep < 20; rep++) {
+            if (rep == 0) {
+                assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                t[kern] = now_s();
+            }
+            rf_status st = kern == 0
+                ? rf_gpu_paged_attention(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, dpos, dseq, p.dtab, p.maxb, bs, nh,
+                                         nhkv, D, scale, win, 0.0f, p0 + n - 1, NULL)
+                : kern == 1 ? rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, p0, p.dtab, bs, nh, nhkv,
+                                                   D, scale, win, 0.0f, NULL)
+                            : rf_gpu_flash_prefill(g_ctx, dout, dq, p8.dk, p8.dv, RF_TYPE_Q8_0, n, p0, p8.dtab, bs, nh,
+                                                   nhkv, D, scale, win, 0.0f, NULL);
+            assert_int_equal(st, RF_OK);
+        }
+        assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+        t[kern] = (now_s() - t[kern]) / 20 * 1e6;
+    }
+    /* keys seen: token i at position p0 + i sees min(p0 + i + 1, window) keys; 4 flops per
+     * (query head, key, dim): QK and PV */
+    double keys = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const double k = p0 + i + 1.0;
+        keys += win > 0 && k > (double)win ? (double)win : k;
+    }
+    const double flops = 4.0 * nh * D * keys;
+    printf("  %-18s D%-3lld depth %-6d %12.1f %12.1f %10.1f %9.1fx %14.1f\n", sh->name, (long long)D, (int)(p0 + n),
+           t[0], t[1], flops / t[1] * 1e-6, t[0] / t[1], t[2]);
+    rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
+    free(q), free(pos), free(seq);
+    pool_free(&p), pool_free(&p8);
+}
+
+/* llama3-8b's 512-token chunk at several depths; Gemma 4 26B-A4B's 1024-token chunks (the
+ * sliding layers' 256-wide heads, the full layers' 512-wide ones) up to depth 4096 */
 static void test_flash_timing(void **state) {
     (void)state;
     if (!rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_F16, 128)) skip();
     rf_rng r;
     rf_rng_init(&r, rf_test_seed() + 5);
-    const int64_t D = 128, nh = 32, nhkv = 8, bs = 16, n = 512, qd = nh * D;
-    const int32_t depths[] = {0, 4096 - 512, 16384 - 512};
-    printf("  %-24s %12s %12s %10s %10s %14s\n", "llama3-8b, 512 tokens", "paged (us)", "flash (us)", "TFLOP/s",
+    const fp_shape shapes[] = {
+        {"llama3-8b", 128, 32, 8, 0, 512, 0},        {"llama3-8b", 128, 32, 8, 0, 512, 4096 - 512},
+        {"llama3-8b", 128, 32, 8, 0, 512, 16384 - 512}, {"gemma4 sliding", 256, 16, 8, 1024, 1024, 0},
+        {"gemma4 sliding", 256, 16, 8, 1024, 1024, 3072}, {"gemma4 full", 512, 16, 2, 0, 1024, 0},
+        {"gemma4 full", 512, 16, 2, 0, 1024, 3072},
+    };
+    printf("  %-18s %-4s %-12s %12s %12s %10s %10s %14s\n", "shape", "", "", "paged (us)", "flash (us)", "TFLOP/s",
            "speed-up", "flash q8_0 (us)");
-    for (size_t k = 0; k < 3; k++) {
-        const int32_t p0 = depths[k];
-        fp_pool p;
-        pool_make(&r, &p, p0 + n, bs, nhkv * D, false);
-        fp_pool p8;
-        pool_make(&r, &p8, p0 + n, bs, nhkv * D, true);
-        float *q = host_f32((size_t)(n * qd));
-        for (int64_t i = 0; i < n * qd; i++) q[i] = rf_rng_normal(&r) * 0.6f;
-        int32_t *pos = malloc((size_t)n * 4), *seq = calloc((size_t)n, 4);
-        for (int32_t i = 0; i < n; i++) pos[i] = p0 + i;
-        float *dq = dev_from(q, (size_t)(n * qd) * 4), *dout = dev_poison((size_t)(n * qd) * 4);
-        int32_t *dpos = dev_from(pos, (size_t)n * 4), *dseq = dev_from(seq, (size_t)n * 4);
-        double t[3];
-        for (int kern = 0; kern < 3; kern++) {
-            for (int rep = -3; rep < 20; rep++) {
-                if (rep == 0) {
-                    assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
-                    t[kern] = now_s();
-                }
-                rf_status st = kern == 0
-                    ? rf_gpu_paged_attention(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, dpos, dseq, p.dtab, p.maxb,
-                                             bs, nh, nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, p0 + n - 1, NULL)
-                    : kern == 1 ? rf_gpu_flash_prefill(g_ctx, dout, dq, p.dk, p.dv, RF_TYPE_F16, n, p0, p.dtab, bs, nh,
-                                                       nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, NULL)
-                                : rf_gpu_flash_prefill(g_ctx, dout, dq, p8.dk, p8.dv, RF_TYPE_Q8_0, n, p0, p8.dtab, bs,
-                                                       nh, nhkv, D, 1.0f / sqrtf((float)D), 0, 0.0f, NULL);
-                assert_int_equal(st, RF_OK);
-            }
-            assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
-            t[kern] = (now_s() - t[kern]) / 20 * 1e6;
-        }
-        /* causal: token i sees p0 + i + 1 keys; 4 flops per (query head, key, dim): QK and PV */
-        const double flops = 4.0 * nh * D * ((double)n * p0 + (double)n * (n + 1) / 2);
-        printf("  depth %-18d %12.1f %12.1f %10.1f %9.1fx %14.1f\n", (int)(p0 + n), t[0], t[1], flops / t[1] * 1e-6,
-               t[0] / t[1], t[2]);
-        rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
-        free(q), free(pos), free(seq);
-        pool_free(&p), pool_free(&p8);
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        if (!rf_gpu_flash_prefill_supported(g_ctx, RF_TYPE_F16, shapes[i].D)) continue;
+        time_shape(&r, &shapes[i]);
     }
 }
 

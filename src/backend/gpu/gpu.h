@@ -383,7 +383,9 @@ rf_status rf_gpu_attention_wide(rf_gpu_ctx *ctx, float *out, const float *q, con
  * pos0..pos0+n-1 against its keys, on the tensor cores; the contract of rf_gpu_paged_attention
  * for those tokens (q f32 [n, n_head, head_dim], out likewise, bt_row the sequence's device
  * block-table row) with the softmax weights rounded to f16 in P.V (rel. L2 < 1e-3 against
- * rf_ref_paged_attention). Supported: CUDA sm_80+, f16 cache, head_dim 64/80/96/128. */
+ * rf_ref_paged_attention; q8_0 caches: < 2e-3). Supported: CUDA sm_80+; f16 cache with head_dim
+ * 64/80/96/128, q8_0 with 64/96/128; both with 256 and 512 where the device gives a block
+ * 168 / 150 KB of shared memory (H100/H200; A100: 512 only). */
 bool rf_gpu_flash_prefill_supported(rf_gpu_ctx *ctx, rf_type kv_type, int64_t head_dim);
 rf_status rf_gpu_flash_prefill(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
                                rf_type kv_type, int64_t n, int64_t pos0, const int32_t *bt_row,

@@ -174,8 +174,9 @@ static rf_status attn_paged(gpu_be *g, float *out, const float *q, const rf_tens
 }
 
 /* Attention of a step. An eager step (prompt chunks; graph steps are decode tokens only) finds
- * its prompt runs on the host and gives the long ones to rf_gpu_flash_prefill, the tokens
- * between them to rf_gpu_paged_attention in one call per stretch. A token's output in a run
+ * its prompt runs on the host and gives the long ones to rf_gpu_flash_prefill (head dims 64-128,
+ * and 256 / 512 in place of the paged / wide kernels where the device has the shared memory),
+ * the tokens between them to rf_gpu_paged_attention in one call per stretch. A token's output in a run
  * does not depend on how its prompt was chunked (the kernel's contract), but differs in rounding
  * from the same token computed by the paged kernel (docs/gpu.md, "Batch invariance"). */
 static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q, const rf_tensor *k, const rf_tensor *v,
