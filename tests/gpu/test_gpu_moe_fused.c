@@ -18,8 +18,10 @@
  *   (central differences of the reference GLU), relative to |y| (for silu with Gaussian g, u
  *   this gives 2.7%, near the 3e-2 above; Gaussian product errors of that size give 0.7%, and
  *   for the clamped one 1.4% / 4.0% at products of RMS 30 / 300 against bounds of 4.3% /
- *   12.5%); the down sum of k products with positive weights keeps a product's relative error:
- *   bound 1e-2. f32-x types: f32 sums (~1e-6), bound 1e-4 for both.
+ *   12.5%); the down sum of k products with positive weights keeps a product's relative error,
+ *   but its x is a GLU output h, heavier-tailed than a Gaussian: its bound is the int8 rounding
+ *   of the actual h (down_bound below, ~1%, bound ~3%; H200 2026-11-29: a fixed 1e-2 failed at
+ *   rel. L2 1.0-1.1% on 96- and 2880-wide h). f32-x types: f32 sums (~1e-6), bound 1e-4 for both.
  * - against the GPU's unfused ops (matmul_id twice and glu; matmul_id per slot and
  *   moe_combine): the same bits (the fused kernels take the unfused ones' operations in their
  *   order: backend.h's promise, docs/ARCHITECTURE.md).
@@ -101,6 +103,28 @@ static double glu_bound(const float *g, const float *u, int64_t n, rf_glu_kind k
         num += e * e, den += (double)y0 * y0;
     }
     return den > 0 ? 3.0 * sqrt(num / den) : 3e-2;
+}
+
+/* The down sum's rel. L2 bound for int8-x products: the error is h's rounding to int8 (both sides
+ * read the twin's h), element error uniform in +-d/2 with d = max|h| / 127 of its 32-block, so
+ * variance d^2 / 12; through random expert rows and the router's weights w the output's expected
+ * rel. L2 is sqrt(sum w^2 sum_blocks 32 d^2 / 12 / sum w^2 |h|^2) (biases only add to |o|); the
+ * bound is 3x that. h is a GLU output, heavier-tailed than a Gaussian (max / RMS of a block ~4-5
+ * where a Gaussian's is ~2.3), so this is ~1%, not the 0.5% of a product of Gaussian x. */
+static double down_bound(const float *h, const float *wts, int64_t nk, int64_t ff) {
+    double num = 0, den = 0;
+    for (int64_t s = 0; s < nk; s++) {
+        const double w2 = (double)wts[s] * wts[s];
+        for (int64_t b = 0; b + 32 <= ff; b += 32) {
+            double amax = 0;
+            for (int i = 0; i < 32; i++) {
+                const double v = h[s * ff + b + i];
+                amax = fmax(amax, fabs(v)), den += w2 * v * v;
+            }
+            num += w2 * 32.0 * (amax / 127.0) * (amax / 127.0) / 12.0;
+        }
+    }
+    return den > 0 ? 3.0 * sqrt(num / den) : 1e-2;
 }
 
 /* One MoE feed-forward's experts on the host and the device: weights, biases, x, ids, wts. */
@@ -219,7 +243,7 @@ static void ref_case(rf_rng *r, rf_type t, int64_t ne, int64_t k, int64_t n, int
     check_rel(what, yg, h, nk * ff, f32_x(t) ? 1e-4 : kind == RF_GLU_SWIGLU_OAI ? glu_bound(g, u, nk * ff, kind) : 3e-2);
     snprintf(what, sizeof what, "down_sum %s ne=%lld k=%lld n=%lld %lldx%lld%s", rf_type_name(t), (long long)ne,
              (long long)k, (long long)n, (long long)dim, (long long)ff, bias ? " bias" : "");
-    check_rel(what, og, o, n * dim, f32_x(t) ? 1e-4 : 1e-2);
+    check_rel(what, og, o, n * dim, f32_x(t) ? 1e-4 : down_bound(h, f.wts, nk, ff));
     unfused_run(&f, kind, dh, yu, ou);
     const bool same = memcmp(yg, yu, nk * ff * 4) == 0 && memcmp(og, ou, n * dim * 4) == 0;
     if (!same) fprintf(stderr, "  %s: fused DIFFERS from the unfused ops\n", what);
