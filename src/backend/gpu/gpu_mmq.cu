@@ -187,6 +187,166 @@ static __device__ __forceinline__ void rf_mmq_a_ua(const uint8_t *smem, int ro, 
     }
 }
 
+/* The aligned formats' A fragment words of block b for lane (g, t) of a staged row r whose chunk
+ * starts at r (offsets compile-time constants once unrolled, but for Q6_K's second super-block):
+ * lo, hi, d and sc as rf_mmq_a_ua; cm: Q4_K / Q5_K's f32 factor of the block's x sum
+ * (c d sc - dmin m, the centre and the minimum). */
+template <int T>
+static __device__ __forceinline__ void rf_mmq_a_al(const uint8_t *r, int t, int b, uint32_t *lo, uint32_t *hi,
+                                                   float *d, float *cm, int *sc) {
+    const uint8_t *rt = r + 4 * t; /* rt: offsets known at compile time */
+    if constexpr (T == RF_TYPE_Q4_0) {
+        const uint32_t q = rf_mmq_word(rt, b * 18 + 2);
+        *lo = q & 0x0F0F0F0Fu, *hi = (q >> 4) & 0x0F0F0F0Fu;
+        *d = rf_h2f_bits(*(const uint16_t *)(r + b * 18));
+    } else if constexpr (T == RF_TYPE_Q8_0) {
+        *lo = rf_mmq_word(rt, b * 34 + 2);
+        *hi = rf_mmq_word(rt, b * 34 + 18);
+        *d = rf_h2f_bits(*(const uint16_t *)(r + b * 34));
+    } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
+        /* sub-block b: nibble b % 2 of qs bytes 32 (b / 2) + l; Q5_K: bit b of qh byte l */
+        constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
+        const int sh = 4 * (b % 2);
+        uint32_t q0 = (*(const uint32_t *)(rt + QS + 32 * (b / 2)) >> sh) & 0x0F0F0F0Fu;
+        uint32_t q1 = (*(const uint32_t *)(rt + QS + 32 * (b / 2) + 16) >> sh) & 0x0F0F0F0Fu;
+        if (T == RF_TYPE_Q5_K) {
+            q0 |= ((*(const uint32_t *)(rt + 16) >> b) & 0x01010101u) << 4;
+            q1 |= ((*(const uint32_t *)(rt + 32) >> b) & 0x01010101u) << 4;
+        }
+        *lo = q0, *hi = q1;
+        int s, m;
+        rf_k4_sm(b, r + 4, &s, &m);
+        const float dd = rf_h2f_bits(*(const uint16_t *)r), dmin = rf_h2f_bits(*(const uint16_t *)(r + 2));
+        constexpr float C = T == RF_TYPE_Q4_K ? 8.0f : 16.0f;
+        *d = dd * rf_mmq_i2f(s); /* = (float)sc, (float)m: 0..63 */
+        *cm = C * *d - dmin * rf_mmq_i2f(m);
+    } else { /* Q6_K: block b = 8 s + 4 hh + kk of super-block s (at 210 s) */
+        const int s = b / 8, hh = b % 8 / 4, kk = b % 4, o = 210 * s;
+        const uint32_t l0 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1));
+        const uint32_t l1 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1) + 16);
+        const uint32_t h0 = rf_mmq_word(rt, o + 128 + 32 * hh);
+        const uint32_t h1 = rf_mmq_word(rt, o + 128 + 32 * hh + 16);
+        const int ls = 4 * (kk >> 1), hs = 2 * kk;
+        *lo = ((l0 >> ls) & 0x0F0F0F0Fu) | (((h0 >> hs) & 0x03030303u) << 4);
+        *hi = ((l1 >> ls) & 0x0F0F0F0Fu) | (((h1 >> hs) & 0x03030303u) << 4);
+        const uint32_t sw = rf_mmq_word(r, o + 192 + 8 * hh + 2 * kk);
+        sc[0] = (int)(int8_t)(sw & 0xFFu), sc[1] = (int)(int8_t)((sw >> 8) & 0xFFu);
+        *d = rf_h2f_bits((uint16_t)(rf_mmq_word(r, o + 208) & 0xFFFFu));
+    }
+}
+
+/* rf_k_mmq's copies of chunk kc of a row share into stage slot (shared base address base,
+ * generic smem): the weights of the 128 rows from r0 (rows past n_out copy the last; the
+ * unaligned formats through rf_mmq_issue_w_ua), all 256 threads */
+template <int T, int WN, int STX>
+static __device__ __forceinline__ void rf_mmq_issue_w(uint8_t *smem, unsigned base, const uint8_t *w,
+                                                      int64_t row_bytes, int kc, int slot, int r0, int n_out) {
+    using F = rf_mmq_fmt<T>;
+    using L = rf_mmq_stage<T, WN, STX>;
+    constexpr int CW = F::UA ? (15 + F::CB + 15) / 16 : F::CB / F::CPY; /* copies per row per chunk (UA: at most) */
+    const int64_t off = (int64_t)kc * F::CB;
+    const unsigned so = base + (unsigned)(slot * L::BYTES);
+    if constexpr (F::UA) {
+        rf_mmq_issue_w_ua<F::CB, F::SROW, CW>(smem + slot * L::BYTES, so, w, row_bytes, off, r0, n_out);
+    } else {
+#pragma unroll 4
+        for (int i = threadIdx.x; i < RF_MMQ_BM * CW; i += RF_MMQ_NW * 32) {
+            const int row = i / CW, col = i % CW;
+            const int r = r0 + row < n_out ? r0 + row : n_out - 1;
+            const uint8_t *src = w + (int64_t)r * row_bytes + off + col * F::CPY;
+            const unsigned dst = so + (unsigned)(row * F::SROW + col * F::CPY);
+            if (F::CPY == 16) rf_cp_async16_s(dst, src);
+            else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+        }
+    }
+}
+
+/* the same for x and its records: the BN tokens from t0 (tokens past nt copy the last), the
+ * blocks of chunk kc (nb blocks a row: the unaligned formats' partial last chunk copies its own) */
+template <int T, int WN, int STX>
+static __device__ __forceinline__ void rf_mmq_issue_x(unsigned base, const int8_t *qx, const uint8_t *rec, int kc,
+                                                      int slot, int t0, int nt, int n_in, int nb) {
+    using F = rf_mmq_fmt<T>;
+    using L = rf_mmq_stage<T, WN, STX>;
+    constexpr int KB = F::KB, BN = L::BN, NTH = RF_MMQ_NW * 32, UA = F::UA;
+    constexpr int XW = KB * 2, RW = UA ? KB * F::REC / 8 : KB * F::REC / 16; /* copies per token: x (16 bytes),
+                                                                              * records (16, UA 8) */
+    const int tid = threadIdx.x;
+    const int kb = kc * KB, nbv = nb - kb < KB ? nb - kb : KB; /* blocks in the chunk */
+    const unsigned so = base + (unsigned)(slot * L::BYTES);
+#pragma unroll
+    for (int i = tid; i < BN * XW; i += NTH) {
+        const int n = i / XW, c = i % XW, tok = t0 + n < nt ? t0 + n : nt - 1;
+        if (UA && c >= 2 * nbv) continue; /* past the row (partial last chunk) */
+        rf_cp_async16_s(so + (unsigned)(L::XO + n * L::XT + c * 16), qx + (int64_t)tok * n_in + (int64_t)kb * 32 + c * 16);
+    }
+    if constexpr (UA) { /* 8-byte copies: 8-byte records of an odd count of blocks sit 8 past 16 */
+#pragma unroll
+        for (int i = tid; i < BN * RW; i += NTH) {
+            const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
+            if (c >= nbv * F::REC / 8) continue;
+            rf_cp_async8_s(so + (unsigned)(L::RO + n * L::RS + c * 8), rec + ((int64_t)tok * nb + kb) * F::REC + c * 8);
+        }
+    } else {
+#pragma unroll
+        for (int i = tid; i < BN * RW; i += NTH) {
+            const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
+            rf_cp_async16_s(so + (unsigned)(L::RO + n * L::RS + c * 16), rec + ((int64_t)tok * nb + kb) * F::REC + c * 16);
+        }
+    }
+}
+
+/* rf_k_mmq's products of block b: for each of the warp's token fragments nf < nfa (B: words t,
+ * 4 + t of token 8 nf + g's block b at sx; records of tokens 8 nf + 2t, + 1 at sr) and m16
+ * fragments mf (A, D, CM, SC: rf_mmq_a_al / rf_mmq_a_ua), one mma, its exact int32 sum scaled
+ * into acc (see rf_k_mmq) */
+template <int T, int WN, int STX>
+static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], const uint32_t (&A)[WN][4],
+                                                  const float (&D)[WN][2], const float (&CM)[WN][2],
+                                                  const int (&SC)[WN][2][2], const uint8_t *sx, const uint8_t *sr,
+                                                  int b, int t, int nfa) {
+    using F = rf_mmq_fmt<T>;
+    using L = rf_mmq_stage<T, WN, STX>;
+    constexpr int MF = WN, B = rf_mmq_base<T>::v;
+#pragma unroll
+    for (int nf = 0; nf < 4; nf++) {
+        if (nf >= nfa) break;
+        const int X[2] = {*(const int *)(sx + nf * 8 * L::XT + b * 32 + 4 * t),
+                          *(const int *)(sx + nf * 8 * L::XT + b * 32 + 16 + 4 * t)};
+        const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC, *q1 = q0 + L::RS;
+        const float dx0 = *(const float *)q0, dx1 = *(const float *)q1;
+        const int sx0 = *(const int *)(q0 + 4), sx1 = *(const int *)(q1 + 4);
+#pragma unroll
+        for (int mf = 0; mf < MF; mf++) {
+            int s[4];
+            if constexpr (B == RF_TYPE_Q6_K) {
+                const int lo0 = *(const int *)(q0 + 12), lo1 = *(const int *)(q1 + 12);
+                int sl4[4], sh4[4];
+                rf_mmq_k16u(sl4, A[mf][0], A[mf][1], X[0], -32 * lo0, -32 * lo1);
+                rf_mmq_k16u(sh4, A[mf][2], A[mf][3], X[1], -32 * (sx0 - lo0), -32 * (sx1 - lo1));
+#pragma unroll
+                for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
+            } else if constexpr (B == RF_TYPE_Q8_0 || B == RF_TYPE_MXFP4) { /* signed values */
+                const int c[4] = {RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC};
+                rf_mmq_k32<false>(s, A[mf], X, c);
+            } else {
+                constexpr int C = B == RF_TYPE_Q5_K || B == RF_TYPE_Q5_0 ? 16 : 8;
+                const int c0 = RF_MMQ_MAGIC - C * sx0, c1 = RF_MMQ_MAGIC - C * sx1;
+                const int c[4] = {c0, c1, c0, c1};
+                rf_mmq_k32<true>(s, A[mf], X, c);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float dw = D[mf][i / 2], dxv = i % 2 ? dx1 : dx0;
+                const float fs = B == RF_TYPE_Q6_K ? (float)s[i] : rf_mmq_unbias(s[i]); /* (float) of the sum */
+                acc[mf][nf][i] += dw * dxv * fs;
+                if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K)
+                    acc[mf][nf][i] += CM[mf][i / 2] * *(const float *)((i % 2 ? q1 : q0) + 8);
+            }
+        }
+    }
+}
+
 /* mmq: y[t, o] = sum_i W[o, i] x[t, i] for the tokens t of blockIdx.x's tile of BN = 32 WN and
  * the rows o of blockIdx.y's tile of 128, over the chunks of blockIdx.z's share of the row
  * (splits shares: the partial sums go to y + z * nt * n_out, summed by rf_k_mmq_reduce). W:
@@ -219,11 +379,8 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
          int n_out, int64_t row_bytes, int splits, const int4 *tiles) {
     using F = rf_mmq_fmt<T>;
     using L = rf_mmq_stage<T, WN, STX>;
-    constexpr int KB = F::KB, ST = L::ST, NTH = RF_MMQ_NW * 32, BN = L::BN, WM = RF_MMQ_NW / WN, MF = WN;
+    constexpr int KB = F::KB, ST = L::ST, BN = L::BN, WM = RF_MMQ_NW / WN, MF = WN;
     constexpr int B = rf_mmq_base<T>::v, UA = F::UA; /* the format; rows at any alignment */
-    constexpr int CW = UA ? (15 + F::CB + 15) / 16 : F::CB / F::CPY; /* copies per row per chunk (UA: at most) */
-    constexpr int XW = KB * 2, RW = UA ? KB * F::REC / 8 : KB * F::REC / 16; /* copies per token: x (16 bytes),
-                                                                              * records (16, UA 8) */
     extern __shared__ __align__(16) uint8_t rf_mmq_smem[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int wm = warp % WM, wn = warp / WM;
@@ -240,54 +397,9 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
     const unsigned base = rf_smem_addr(rf_mmq_smem);
     const int ntile = nt - t0 < BN ? nt - t0 : BN;
 
-    auto issue_w = [&](int k, int slot) { /* the weights of chunk k of this block's share */
-        if (k >= nk) return;
-        const int64_t off = (int64_t)(kc0 + k) * F::CB;
-        const unsigned so = base + (unsigned)(slot * L::BYTES);
-        if constexpr (UA) {
-            rf_mmq_issue_w_ua<F::CB, F::SROW, CW>(rf_mmq_smem + slot * L::BYTES, so, w, row_bytes, off, r0, n_out);
-        } else {
-#pragma unroll 4
-            for (int i = tid; i < RF_MMQ_BM * CW; i += NTH) {
-                const int row = i / CW, col = i % CW;
-                const int r = r0 + row < n_out ? r0 + row : n_out - 1;
-                const uint8_t *src = w + (int64_t)r * row_bytes + off + col * F::CPY;
-                const unsigned dst = so + (unsigned)(row * F::SROW + col * F::CPY);
-                if (F::CPY == 16) rf_cp_async16_s(dst, src);
-                else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-            }
-        }
-    };
-    auto issue_x = [&](int k, int slot) { /* x and its records for chunk k */
-        if (k >= nk) return;
-        const int kb = (kc0 + k) * KB, nbv = nb - kb < KB ? nb - kb : KB; /* blocks in the chunk */
-        const unsigned so = base + (unsigned)(slot * L::BYTES);
-#pragma unroll
-        for (int i = tid; i < BN * XW; i += NTH) {
-            const int n = i / XW, c = i % XW, tok = t0 + n < nt ? t0 + n : nt - 1;
-            if (UA && c >= 2 * nbv) continue; /* past the row (partial last chunk) */
-            rf_cp_async16_s(so + (unsigned)(L::XO + n * L::XT + c * 16),
-                            qx + (int64_t)tok * n_in + (int64_t)kb * 32 + c * 16);
-        }
-        if constexpr (UA) { /* 8-byte copies: 8-byte records of an odd count of blocks sit 8 past 16 */
-#pragma unroll
-            for (int i = tid; i < BN * RW; i += NTH) {
-                const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
-                if (c >= nbv * F::REC / 8) continue;
-                rf_cp_async8_s(so + (unsigned)(L::RO + n * L::RS + c * 8), rec + ((int64_t)tok * nb + kb) * F::REC + c * 8);
-            }
-        } else {
-#pragma unroll
-            for (int i = tid; i < BN * RW; i += NTH) {
-                const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
-                rf_cp_async16_s(so + (unsigned)(L::RO + n * L::RS + c * 16),
-                                rec + ((int64_t)tok * nb + kb) * F::REC + c * 16);
-            }
-        }
-    };
 #pragma unroll
     for (int k = 0; k < ST - 1; k++) {
-        issue_w(k, k);
+        if (k < nk) rf_mmq_issue_w<T, WN, STX>(rf_mmq_smem, base, w, row_bytes, kc0 + k, k, r0, n_out);
         rf_cp_async_commit();
     }
     rf_pdl_trigger();
@@ -295,7 +407,7 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
 #pragma unroll
     for (int k = 0; k < ST - 1; k++) { /* groups W0..W(ST-2), X0..X(ST-2), then W+X per chunk:
                                        * at chunk k, wait<ST - 2> leaves chunk k landed */
-        issue_x(k, k);
+        if (k < nk) rf_mmq_issue_x<T, WN, STX>(base, qx, rec, kc0 + k, k, t0, nt, n_in, nb);
         rf_cp_async_commit();
     }
     /* token fragments of this warp holding any of the call's tokens */
@@ -320,8 +432,11 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
     for (int k = 0; k < nk; k++) {
         rf_cp_async_wait<ST - 2>();
         __syncthreads(); /* chunk k visible to all; slot (k - 1) % ST read by all */
-        issue_w(k + ST - 1, (k + ST - 1) % ST);
-        issue_x(k + ST - 1, (k + ST - 1) % ST);
+        const int kn = k + ST - 1, sn = (k + ST - 1) % ST;
+        if (kn < nk) {
+            rf_mmq_issue_w<T, WN, STX>(rf_mmq_smem, base, w, row_bytes, kc0 + kn, sn, r0, n_out);
+            rf_mmq_issue_x<T, WN, STX>(base, qx, rec, kc0 + kn, sn, t0, nt, n_in, nb);
+        }
         rf_cp_async_commit();
         if (nfa == 0) continue;
         const uint8_t *sl = rf_mmq_smem + (k % ST) * L::BYTES;
@@ -349,87 +464,12 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
             for (int mf = 0; mf < MF; mf++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const uint8_t *r = ra[mf][h], *rt = r + 4 * t; /* rt: offsets known at compile time */
-                    if constexpr (UA) {
+                    if constexpr (UA)
                         rf_mmq_a_ua<B>(rf_mmq_smem, ro[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], SC[mf][h]);
-                    } else if constexpr (T == RF_TYPE_Q4_0) {
-                        const uint32_t q = rf_mmq_word(rt, b * 18 + 2);
-                        A[mf][h] = q & 0x0F0F0F0Fu, A[mf][2 + h] = (q >> 4) & 0x0F0F0F0Fu;
-                        D[mf][h] = rf_h2f_bits(*(const uint16_t *)(r + b * 18));
-                    } else if constexpr (T == RF_TYPE_Q8_0) {
-                        A[mf][h] = rf_mmq_word(rt, b * 34 + 2);
-                        A[mf][2 + h] = rf_mmq_word(rt, b * 34 + 18);
-                        D[mf][h] = rf_h2f_bits(*(const uint16_t *)(r + b * 34));
-                    } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
-                        /* sub-block b: nibble b % 2 of qs bytes 32 (b / 2) + l; Q5_K: bit b of qh byte l */
-                        constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
-                        const int sh = 4 * (b % 2);
-                        uint32_t q0 = (*(const uint32_t *)(rt + QS + 32 * (b / 2)) >> sh) & 0x0F0F0F0Fu;
-                        uint32_t q1 = (*(const uint32_t *)(rt + QS + 32 * (b / 2) + 16) >> sh) & 0x0F0F0F0Fu;
-                        if (T == RF_TYPE_Q5_K) {
-                            q0 |= ((*(const uint32_t *)(rt + 16) >> b) & 0x01010101u) << 4;
-                            q1 |= ((*(const uint32_t *)(rt + 32) >> b) & 0x01010101u) << 4;
-                        }
-                        A[mf][h] = q0, A[mf][2 + h] = q1;
-                        int sc, m;
-                        rf_k4_sm(b, r + 4, &sc, &m);
-                        const float d = rf_h2f_bits(*(const uint16_t *)r), dmin = rf_h2f_bits(*(const uint16_t *)(r + 2));
-                        constexpr float C = T == RF_TYPE_Q4_K ? 8.0f : 16.0f;
-                        D[mf][h] = d * rf_mmq_i2f(sc); /* = (float)sc, (float)m: 0..63 */
-                        CM[mf][h] = C * D[mf][h] - dmin * rf_mmq_i2f(m);
-                    } else { /* Q6_K: block b = 8 s + 4 hh + kk of super-block s (at 210 s) */
-                        const int s = b / 8, hh = b % 8 / 4, kk = b % 4, o = 210 * s;
-                        const uint32_t l0 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1));
-                        const uint32_t l1 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1) + 16);
-                        const uint32_t h0 = rf_mmq_word(rt, o + 128 + 32 * hh);
-                        const uint32_t h1 = rf_mmq_word(rt, o + 128 + 32 * hh + 16);
-                        const int ls = 4 * (kk >> 1), hs = 2 * kk;
-                        A[mf][h] = ((l0 >> ls) & 0x0F0F0F0Fu) | (((h0 >> hs) & 0x03030303u) << 4);
-                        A[mf][2 + h] = ((l1 >> ls) & 0x0F0F0F0Fu) | (((h1 >> hs) & 0x03030303u) << 4);
-                        const uint32_t sw = rf_mmq_word(r, o + 192 + 8 * hh + 2 * kk);
-                        SC[mf][h][0] = (int)(int8_t)(sw & 0xFFu), SC[mf][h][1] = (int)(int8_t)((sw >> 8) & 0xFFu);
-                        D[mf][h] = rf_h2f_bits((uint16_t)(rf_mmq_word(r, o + 208) & 0xFFFFu));
-                    }
+                    else
+                        rf_mmq_a_al<T>(ra[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], &CM[mf][h], SC[mf][h]);
                 }
-            (void)CM, (void)SC;
-#pragma unroll
-            for (int nf = 0; nf < 4; nf++) {
-                if (nf >= nfa) break;
-                /* B: words t, 4 + t of token 8 nf + g's block b; records of tokens 8 nf + 2t, + 1 */
-                const int X[2] = {*(const int *)(sx + nf * 8 * L::XT + b * 32 + 4 * t),
-                                  *(const int *)(sx + nf * 8 * L::XT + b * 32 + 16 + 4 * t)};
-                const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC, *q1 = q0 + L::RS;
-                const float dx0 = *(const float *)q0, dx1 = *(const float *)q1;
-                const int sx0 = *(const int *)(q0 + 4), sx1 = *(const int *)(q1 + 4);
-#pragma unroll
-                for (int mf = 0; mf < MF; mf++) {
-                    int s[4];
-                    if constexpr (B == RF_TYPE_Q6_K) {
-                        const int lo0 = *(const int *)(q0 + 12), lo1 = *(const int *)(q1 + 12);
-                        int sl4[4], sh4[4];
-                        rf_mmq_k16u(sl4, A[mf][0], A[mf][1], X[0], -32 * lo0, -32 * lo1);
-                        rf_mmq_k16u(sh4, A[mf][2], A[mf][3], X[1], -32 * (sx0 - lo0), -32 * (sx1 - lo1));
-#pragma unroll
-                        for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
-                    } else if constexpr (B == RF_TYPE_Q8_0 || B == RF_TYPE_MXFP4) { /* signed values */
-                        const int c[4] = {RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC};
-                        rf_mmq_k32<false>(s, A[mf], X, c);
-                    } else {
-                        constexpr int C = B == RF_TYPE_Q5_K ? 16 : 8;
-                        const int c0 = RF_MMQ_MAGIC - C * sx0, c1 = RF_MMQ_MAGIC - C * sx1;
-                        const int c[4] = {c0, c1, c0, c1};
-                        rf_mmq_k32<true>(s, A[mf], X, c);
-                    }
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const float dw = D[mf][i / 2], dxv = i % 2 ? dx1 : dx0;
-                        const float fs = B == RF_TYPE_Q6_K ? (float)s[i] : rf_mmq_unbias(s[i]); /* (float) of the sum */
-                        acc[mf][nf][i] += dw * dxv * fs;
-                        if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K)
-                            acc[mf][nf][i] += CM[mf][i / 2] * *(const float *)((i % 2 ? q1 : q0) + 8);
-                    }
-                }
-            }
+            rf_mmq_mma<T, WN, STX>(acc, A, D, CM, SC, sx, sr, b, t, nfa);
         }
     }
     float *out = tiles ? y : y + (int64_t)blockIdx.z * nt * n_out;
