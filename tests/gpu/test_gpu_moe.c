@@ -332,6 +332,11 @@ static void test_matmul_id(void **state) {
         {RF_TYPE_Q4_0, 8, 2, 100, 1440, 131, true, false},
         {RF_TYPE_Q6_K, 128, 8, 16, 768, 256, false, false}, /* qwen3-30b-a3b's down experts */
         {RF_TYPE_Q6_K, 128, 8, 16, 768, 256, false, true},
+        {RF_TYPE_Q5_0, 128, 8, 40, 704, 256, false, false}, /* gemma4-26b-a4b's down experts */
+        /* >= 48 slots per expert: the grouped MMQ's tiles of 64 rows (rf_gpu_mmq_grouped_rows) */
+        {RF_TYPE_Q5_0, 8, 4, 200, 704, 131, true, true},
+        {RF_TYPE_MXFP4, 8, 4, 200, 2880, 131, false, false},
+        {RF_TYPE_Q4_K, 8, 4, 200, 512, 200, true, false},
     };
     g_skew = true;
     for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) mid_run(&r, &part[i]); /* prints the path taken */
@@ -347,9 +352,12 @@ static void test_matmul_id_invariant(void **state) {
     /* MXFP4: the grouped MMQ at every count in this mode (as the other types MMQ takes), the
      * same bits required across counts */
     const rf_type ts[] = {RF_TYPE_Q4_K, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_TYPE_F16, RF_TYPE_Q3_K, RF_TYPE_MXFP4};
-    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
-        const rf_type t = ts[ti];
-        const int64_t ne = 32, k = 4, n = 300, n_in = 512, n_out = 96, nk = n * k;
+    const size_t nts = sizeof ts / sizeof ts[0];
+    for (size_t tj = 0; tj < 2 * nts; tj++) {
+        const rf_type t = ts[tj % nts];
+        /* second pass, 8 experts: 150 slots per expert, the 300-token call on the grouped MMQ's
+         * tiles of 64 rows and the few-token calls on tiles of 32 (rf_gpu_mmq_grouped_rows) */
+        const int64_t ne = tj < nts ? 32 : 8, k = 4, n = 300, n_in = 512, n_out = 96, nk = n * k;
         size_t bytes;
         uint8_t *w = random_weights(&r, t, ne * n_out, n_in, &bytes);
         float *x = host_f32(n * n_in), *big = host_f32(nk * n_out), *part = host_f32(nk * n_out);
@@ -373,7 +381,8 @@ static void test_matmul_id_invariant(void **state) {
             dev_to(part, dy, m * k * n_out * 4);
             bad += memcmp(part, big + s0 * k * n_out, m * k * n_out * 4) != 0;
         }
-        fprintf(stderr, "  matmul_id batch invariance %s: %s\n", rf_type_name(t), bad ? "FAILED" : "bit-identical");
+        fprintf(stderr, "  matmul_id batch invariance %s ne=%lld: %s\n", rf_type_name(t), (long long)ne,
+                bad ? "FAILED" : "bit-identical");
         assert_int_equal(bad, 0);
         rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, di);
         free(w), free(x), free(big), free(part), free(ids);

@@ -1,6 +1,6 @@
 /* gpu_mmq.cu — MMQ: quantized products of many tokens (9 .. thousands) on the int8 tensor cores
  * (CUDA sm_80+, mma.sync): each weight tile is read once per 64 tokens, x quantized once per
- * call (rf_k_quantize_x's q8 blocks, as the GEMVs); Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. */
+ * call (rf_k_quantize_x's q8 blocks, as the GEMVs); Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. */
 #include <stdlib.h>
 
 #include "core/knobs.h"
@@ -24,6 +24,11 @@ template <> struct rf_mmq_fmt<RF_TYPE_Q4_0> {
 template <> struct rf_mmq_fmt<RF_TYPE_Q8_0> {
     static constexpr int KB = 8, CB = 272, CPY = 16, SROW = 272, REC = 8, RK = 0, ST = 3, BB = 34, UA = 0;
 };
+/* Q5_0: 8 blocks of 22 bytes (f16 d, 4 bytes of high bits, 16 of nibbles), rows of whole chunks
+ * 16-byte aligned (176 = 11 x 16) */
+template <> struct rf_mmq_fmt<RF_TYPE_Q5_0> {
+    static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 176, REC = 8, RK = 0, ST = 4, BB = 22, UA = 0;
+};
 template <> struct rf_mmq_fmt<RF_TYPE_Q4_K> {
     static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 16, RK = 1, ST = 3, BB = 144, UA = 0;
 };
@@ -43,8 +48,8 @@ template <> struct rf_mmq_fmt<RF_TYPE_Q6_K> {
  * address mod 16 bytes further on) up to its last, in 16-byte copies, the one crossing the row's
  * end (last chunk) read byte by byte so nothing past a row is read; the staged bytes are then read
  * as words at any offset (rf_mmq_wsh), the blocks past the row's end in a last partial chunk
- * skipped. SROW: 16 ceil((15 + CB + 15) / 16) + 16 rounded to 4 mod 8 words. Pseudo types for
- * the three rewrites of formats that have an aligned kernel: */
+ * skipped. SROW: 16 ceil((15 + CB + 15) / 16) rounded up to 4 mod 8 words (Q6_K: 16 more).
+ * Pseudo types for the rewrites of formats that have an aligned kernel: */
 #define RF_MMQ_UA(t) (1000 + (t))
 template <int T> struct rf_mmq_base { static constexpr int v = T >= 1000 ? T - 1000 : T; };
 template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q4_0)> {
@@ -52,6 +57,9 @@ template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q4_0)> {
 };
 template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q8_0)> {
     static constexpr int KB = 8, CB = 272, CPY = 16, SROW = 304, REC = 8, RK = 0, ST = 3, BB = 34, UA = 1;
+};
+template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q5_0)> { /* gemma4-26b-a4b's 704-wide down experts */
+    static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 208, REC = 8, RK = 0, ST = 4, BB = 22, UA = 1;
 };
 template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q6_K)> {
     static constexpr int KB = 8, CB = 210, CPY = 16, SROW = 272, REC = 16, RK = 1, ST = 3, BB = 210, UA = 1;
@@ -152,6 +160,22 @@ static __device__ __forceinline__ void rf_mmq_issue_w_ua(uint8_t *sm, unsigned s
     }
 }
 
+/* The doubled E2M1 values (int8) of the 8 MXFP4 codes in q (byte k: codes j + k in its low
+ * nibble, 16 + j + k in its high one): lo = those of the low nibbles, hi of the high ones, the
+ * values of rf_fp4x4 (the GEMV's) in 14 operations where two rf_fp4x4 take ~28: the nibbles
+ * index the two halves of the table (codes 0-7 and their negatives) as byte_perm selectors in
+ * place, two nibbles per byte (bytes lo0 hi0 lo1 hi1 | lo2 hi2 lo3 hi3), the sign bit picks the
+ * half per byte, and two more byte_perm de-interleave. */
+static __device__ __forceinline__ void rf_mmq_fp4x8(uint32_t q, uint32_t *lo, uint32_t *hi) {
+    const uint32_t m = q & 0x77777777u, mb = m >> 16; /* 3-bit selectors: bit 3 of a nibble would
+                                                       * make byte_perm replicate a sign */
+    const uint32_t pa = __byte_perm(0x03020100u, 0x0C080604u, m), pb = __byte_perm(0x03020100u, 0x0C080604u, mb);
+    const uint32_t na = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, m), nb = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, mb);
+    const uint32_t ra = __byte_perm(pa, na, 0x3210u | ((q >> 1) & 0x4444u));
+    const uint32_t rb = __byte_perm(pb, nb, 0x3210u | ((q >> 17) & 0x4444u));
+    *lo = __byte_perm(ra, rb, 0x6420u), *hi = __byte_perm(ra, rb, 0x7531u);
+}
+
 /* The unaligned formats' A fragment words of block b for lane (g, t) of one staged row whose
  * chunk starts at byte ro of the shared memory (run-time offsets: rf_mmq_wsh): lo = elements
  * 4t..4t+3, hi = 16+4t..16+4t+3 as int8 (Q4_0: as its unsigned codes, centre in the mma's c),
@@ -167,12 +191,16 @@ static __device__ __forceinline__ void rf_mmq_a_ua(const uint8_t *smem, int ro, 
     } else if constexpr (B == RF_TYPE_Q8_0) {
         *lo = rf_mmq_wsh(smem, ot + b * 34 + 2), *hi = rf_mmq_wsh(smem, ot + b * 34 + 18);
         *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + b * 34) & 0xFFFFu));
+    } else if constexpr (B == RF_TYPE_Q5_0) { /* bit 4 of element j: bit j of qh */
+        const uint32_t qh = rf_mmq_wsh(smem, ro + b * 22 + 2), q = rf_mmq_wsh(smem, ot + b * 22 + 6);
+        *lo = (q & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 4 * t);
+        *hi = ((q >> 4) & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 16 + 4 * t);
+        *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + b * 22) & 0xFFFFu));
     } else if constexpr (B == RF_TYPE_MXFP4) {
         /* codes j and 16 + j in the low and high nibble of byte 1 + j; the value 2^(e - 128) kv
-         * (kv: the doubled E2M1 value, int8), as rf_mxfp4_dot */
-        const uint32_t q = rf_mmq_wsh(smem, ot + b * 17 + 1);
-        *lo = (uint32_t)rf_fp4x4(q & 0x0F0F0F0Fu), *hi = (uint32_t)rf_fp4x4((q >> 4) & 0x0F0F0F0Fu);
-        const uint32_t ex = rf_mmq_wsh(smem, ro + b * 17) & 0xFFu;
+         * (kv: the doubled E2M1 value, int8), as rf_mxfp4_dot; the exponent byte read alone */
+        rf_mmq_fp4x8(rf_mmq_wsh(smem, ot + b * 17 + 1), lo, hi);
+        const uint32_t ex = smem[ro + b * 17];
         *d = __uint_as_float(ex < 2 ? (0x00200000u << ex) : ((ex - 1) << 23));
     } else { /* Q6_K, one super-block per chunk: block b = 4 hh + kk (see rf_k_mmq's aligned one) */
         const int hh = b / 4, kk = b % 4, ls = 4 * (kk >> 1), hs = 2 * kk;
@@ -199,6 +227,11 @@ static __device__ __forceinline__ void rf_mmq_a_al(const uint8_t *r, int t, int 
         const uint32_t q = rf_mmq_word(rt, b * 18 + 2);
         *lo = q & 0x0F0F0F0Fu, *hi = (q >> 4) & 0x0F0F0F0Fu;
         *d = rf_h2f_bits(*(const uint16_t *)(r + b * 18));
+    } else if constexpr (T == RF_TYPE_Q5_0) { /* bit 4 of element j: bit j of qh */
+        const uint32_t qh = rf_mmq_word(r, b * 22 + 2), q = rf_mmq_word(rt, b * 22 + 6);
+        *lo = (q & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 4 * t);
+        *hi = ((q >> 4) & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 16 + 4 * t);
+        *d = rf_h2f_bits(*(const uint16_t *)(r + b * 22));
     } else if constexpr (T == RF_TYPE_Q8_0) {
         *lo = rf_mmq_word(rt, b * 34 + 2);
         *hi = rf_mmq_word(rt, b * 34 + 18);
@@ -542,13 +575,13 @@ static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, cons
 #endif
 
 /* The kernel's format for (type, n_in): the aligned kernels where the rows hold whole chunks
- * (Q4_0 / Q8_0: n_in a multiple of 256, Q6_K of 512), else the unaligned ones (rf_mmq_fmt's
+ * (Q4_0 / Q5_0 / Q8_0: n_in a multiple of 256, Q6_K of 512), else the unaligned ones (rf_mmq_fmt's
  * UA); -1: none (rf_gpu_mmq_supported's rule) */
 #if !defined(RF_HIP)
 static int rf_mmq_kernel_type(rf_type t, int64_t n_in) {
     if (n_in < 256 || n_in > ((int64_t)1 << 28)) return -1;
     switch (t) {
-    case RF_TYPE_Q4_0: case RF_TYPE_Q8_0:
+    case RF_TYPE_Q4_0: case RF_TYPE_Q5_0: case RF_TYPE_Q8_0:
         return n_in % 256 == 0 ? (int)t : n_in % 32 == 0 ? RF_MMQ_UA((int)t) : -1;
     case RF_TYPE_Q4_K: case RF_TYPE_Q5_K: return n_in % 256 == 0 ? (int)t : -1;
     case RF_TYPE_Q6_K: return n_in % 512 == 0 ? (int)t : n_in % 256 == 0 ? RF_MMQ_UA((int)t) : -1;
@@ -558,27 +591,39 @@ static int rf_mmq_kernel_type(rf_type t, int64_t n_in) {
 }
 #endif
 
-/* The grouped product of gpu_moe.cu (see rf_k_mmq): tiles of 32 rows, no split. */
+/* Tiles of 64 rows once the experts average 48 slots or more (gpt-oss-20b's pp512: 2048 slots over
+ * 32 experts; gemma4-26b-a4b's pp4096: 32768 over 128), else 32 (qwen3-30b-a3b's pp512: 4096
+ * over 128): the dense kernel's tiles of 64 in 2 stages read each staged weight chunk for twice
+ * the tokens (Q4_0 28672 x 4096 at 64 tokens, H200: 96 us against 125 with tiles of 32, so a tile
+ * of 64 costs ~1.5 of 32: it wins from ~40 slots per expert). Each output's arithmetic is the
+ * same in both (rf_k_mmq), so the switch keeps batch invariance. */
+extern "C" int rf_gpu_mmq_grouped_rows(int64_t nk, int64_t n_expert) { return nk >= 48 * n_expert ? 64 : 32; }
+
+/* The grouped product of gpu_moe.cu (see rf_k_mmq): tiles of bn = 32 or 64 rows, no split. */
 extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
-                                        const uint8_t *rec, const int4 *tiles, int n_tiles, int n_rows, int64_t n_in,
-                                        int64_t n_out) {
+                                        const uint8_t *rec, const int4 *tiles, int n_tiles, int bn, int n_rows,
+                                        int64_t n_in, int64_t n_out) {
 #if defined(RF_HIP)
-    (void)ctx, (void)y, (void)w, (void)wtype, (void)qx, (void)rec, (void)tiles, (void)n_tiles, (void)n_rows;
+    (void)ctx, (void)y, (void)w, (void)wtype, (void)qx, (void)rec, (void)tiles, (void)n_tiles, (void)n_rows, (void)bn;
     (void)n_in, (void)n_out;
     return rf_set_error(RF_ERR_UNSUPPORTED, "rf_gpu_mmq_grouped: no MMQ kernel on HIP");
 #else
     const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
     const uint8_t *wp = (const uint8_t *)w;
     const int ni = (int)n_in, no = (int)n_out;
-#define RF_MMQ_G(K) rf_launch_mmq_wn<K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles)
+#define RF_MMQ_G(K)                                                                                 \
+    (bn == 64 ? rf_launch_mmq_wn<K, 2, 2>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles) \
+              : rf_launch_mmq_wn<K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles))
     switch (rf_mmq_kernel_type(wtype, n_in)) {
     case RF_TYPE_Q4_0: return RF_MMQ_G(RF_TYPE_Q4_0);
+    case RF_TYPE_Q5_0: return RF_MMQ_G(RF_TYPE_Q5_0);
     case RF_TYPE_Q8_0: return RF_MMQ_G(RF_TYPE_Q8_0);
     case RF_TYPE_Q4_K: return RF_MMQ_G(RF_TYPE_Q4_K);
     case RF_TYPE_Q5_K: return RF_MMQ_G(RF_TYPE_Q5_K);
     case RF_TYPE_Q6_K: return RF_MMQ_G(RF_TYPE_Q6_K);
     case RF_TYPE_MXFP4: return RF_MMQ_G(RF_TYPE_MXFP4);
     case RF_MMQ_UA(RF_TYPE_Q4_0): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q4_0));
+    case RF_MMQ_UA(RF_TYPE_Q5_0): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q5_0));
     case RF_MMQ_UA(RF_TYPE_Q8_0): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q8_0));
     case RF_MMQ_UA(RF_TYPE_Q6_K): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q6_K));
 #undef RF_MMQ_G
@@ -589,7 +634,7 @@ extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w
 #endif
 }
 
-/* MMQ takes (CUDA): Q4_0, Q8_0, MXFP4 with n_in a multiple of their 32-element block, Q4_K,
+/* MMQ takes (CUDA): Q4_0, Q5_0, Q8_0, MXFP4 with n_in a multiple of their 32-element block, Q4_K,
  * Q5_K, Q6_K of their 256-element super-block, n_in >= 256 (at least one whole chunk of 8
  * blocks of 32: a split of the rows, rf_mmq_splits, is never empty) and <= 2^28 (int offsets).
  * Rows whose length is not a whole number of chunks end in a partial last chunk (the
@@ -627,8 +672,8 @@ extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
                                 int64_t n_tokens, int64_t n_in, int64_t n_out) {
     const char *op = "rf_gpu_mmq";
     RF_GPU_REQUIRE(rf_gpu_mmq_supported(wtype, n_in), op, "weight type %d with n_in=%lld has no MMQ kernel "
-                   "(CUDA: Q4_0, Q8_0, MXFP4 with n_in a multiple of 32, Q4_K, Q5_K, Q6_K of 256; n_in >= 256)", (int)wtype,
-                   (long long)n_in);
+                   "(CUDA: Q4_0, Q5_0, Q8_0, MXFP4 with n_in a multiple of 32, Q4_K, Q5_K, Q6_K of 256; n_in >= 256)",
+                   (int)wtype, (long long)n_in);
     RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 65535 && n_out >= 1 && n_out <= 0x7fffffff &&
                        n_tokens * n_in <= 0x7fffffff, op, "shape %lld x %lld x %lld", (long long)n_tokens,
                    (long long)n_in, (long long)n_out);
@@ -660,11 +705,13 @@ extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
 #define RF_MMQ_D(K) rf_launch_mmq<K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits)
         switch (kt) {
         case RF_TYPE_Q4_0: st = RF_MMQ_D(RF_TYPE_Q4_0); break;
+        case RF_TYPE_Q5_0: st = RF_MMQ_D(RF_TYPE_Q5_0); break;
         case RF_TYPE_Q8_0: st = RF_MMQ_D(RF_TYPE_Q8_0); break;
         case RF_TYPE_Q4_K: st = RF_MMQ_D(RF_TYPE_Q4_K); break;
         case RF_TYPE_Q5_K: st = RF_MMQ_D(RF_TYPE_Q5_K); break;
         case RF_TYPE_MXFP4: st = RF_MMQ_D(RF_TYPE_MXFP4); break;
         case RF_MMQ_UA(RF_TYPE_Q4_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q4_0)); break;
+        case RF_MMQ_UA(RF_TYPE_Q5_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q5_0)); break;
         case RF_MMQ_UA(RF_TYPE_Q8_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q8_0)); break;
         case RF_MMQ_UA(RF_TYPE_Q6_K): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q6_K)); break;
         default: st = RF_MMQ_D(RF_TYPE_Q6_K); break;
