@@ -160,6 +160,11 @@ static __device__ __forceinline__ void rf_mmq_issue_w_ua(uint8_t *sm, unsigned s
     }
 }
 
+/* Q5_0's high bits: bits 0..3 of x to bit 4 of bytes 0..3 (rf_qh4's values in 4 operations where
+ * it takes ~10: the product puts bit i at i + 7 j for j = 0..3, no two terms on one bit, and
+ * bit i of byte i, i + 7 i = 8 i, is the one kept) */
+static __device__ __forceinline__ uint32_t rf_mmq_qh4(uint32_t x) { return ((x & 0xFu) * 0x00204081u << 4) & 0x10101010u; }
+
 /* The doubled E2M1 values (int8) of the 8 MXFP4 codes in q (byte k: codes j + k in its low
  * nibble, 16 + j + k in its high one): lo = those of the low nibbles, hi of the high ones, the
  * values of rf_fp4x4 (the GEMV's) in 14 operations where two rf_fp4x4 take ~28: the nibbles
@@ -192,9 +197,8 @@ static __device__ __forceinline__ void rf_mmq_a_ua(const uint8_t *smem, int ro, 
         *lo = rf_mmq_wsh(smem, ot + b * 34 + 2), *hi = rf_mmq_wsh(smem, ot + b * 34 + 18);
         *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + b * 34) & 0xFFFFu));
     } else if constexpr (B == RF_TYPE_Q5_0) { /* bit 4 of element j: bit j of qh */
-        const uint32_t qh = rf_mmq_wsh(smem, ro + b * 22 + 2), q = rf_mmq_wsh(smem, ot + b * 22 + 6);
-        *lo = (q & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 4 * t);
-        *hi = ((q >> 4) & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 16 + 4 * t);
+        const uint32_t qh = rf_mmq_wsh(smem, ro + b * 22 + 2) >> (4 * t), q = rf_mmq_wsh(smem, ot + b * 22 + 6);
+        *lo = (q & 0x0F0F0F0Fu) | rf_mmq_qh4(qh), *hi = ((q >> 4) & 0x0F0F0F0Fu) | rf_mmq_qh4(qh >> 16);
         *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + b * 22) & 0xFFFFu));
     } else if constexpr (B == RF_TYPE_MXFP4) {
         /* codes j and 16 + j in the low and high nibble of byte 1 + j; the value 2^(e - 128) kv
@@ -228,9 +232,8 @@ static __device__ __forceinline__ void rf_mmq_a_al(const uint8_t *r, int t, int 
         *lo = q & 0x0F0F0F0Fu, *hi = (q >> 4) & 0x0F0F0F0Fu;
         *d = rf_h2f_bits(*(const uint16_t *)(r + b * 18));
     } else if constexpr (T == RF_TYPE_Q5_0) { /* bit 4 of element j: bit j of qh */
-        const uint32_t qh = rf_mmq_word(r, b * 22 + 2), q = rf_mmq_word(rt, b * 22 + 6);
-        *lo = (q & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 4 * t);
-        *hi = ((q >> 4) & 0x0F0F0F0Fu) | (uint32_t)rf_qh4(qh, 16 + 4 * t);
+        const uint32_t qh = rf_mmq_word(r, b * 22 + 2) >> (4 * t), q = rf_mmq_word(rt, b * 22 + 6);
+        *lo = (q & 0x0F0F0F0Fu) | rf_mmq_qh4(qh), *hi = ((q >> 4) & 0x0F0F0F0Fu) | rf_mmq_qh4(qh >> 16);
         *d = rf_h2f_bits(*(const uint16_t *)(r + b * 22));
     } else if constexpr (T == RF_TYPE_Q8_0) {
         *lo = rf_mmq_word(rt, b * 34 + 2);
