@@ -19,12 +19,15 @@
  * - moe_combine: rel. L2 < 1e-6 (k <= 8 f32 products summed in order, ~1e-7).
  * - moe_shared_gate: rel. L2 < 1e-5 (its model above test_shared_gate).
  * - batch invariance (set_batch_invariant on): a token's matmul_id outputs are the same bits in a
- *   call of 300 tokens and of a few (MXFP4: the tiled GEMV against the per-slot one).
+ *   call of 300 tokens and of a few (MXFP4: the tiled GEMV against the per-slot one); again with
+ *   8 experts, where the 300-token call takes the grouped MMQ's tiles of 64 rows and the few
+ *   tokens' calls tiles of 32.
  * - capture: route + matmul_id + combine recorded into a CUDA graph, replayed with other router
  *   logits, equals the eager ops bit for bit (few and many slots).
  * RF_MOE_BENCH=1: bytes read per MoE decode token and bandwidth for qwen3-30b-a3b's experts
- * (dim 2048, 128 experts, top-8, ff 768; Q4_K and Q8_0) and gpt-oss-20b's (MXFP4, dim 2880, 32
- * experts of 2880, top-4) at 1..512 tokens, on the path the
+ * (dim 2048, 128 experts, top-8, ff 768; Q4_K and Q8_0), gpt-oss-20b's (MXFP4, dim 2880, 32
+ * experts of 2880, top-4) and gemma4-26b-a4b's shape in Q5_0 (dim 2816, 128 of 704, top-8) at
+ * 1..512 tokens, on the path the
  * crossover picks and, below it, on the grouped path too (RF_GPU_MOE_GROUPED_MIN=1000000 shows
  * the GEMV above it); RF_MOE_BENCH_ONLY=1 runs only that. Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
@@ -619,11 +622,14 @@ static void test_bench(void **state) {
     fprintf(stderr, "  device read bandwidth %.0f GB/s (16-byte loads over 2 GiB)\n", bw);
     const rf_type ts[] = {RF_TYPE_Q4_K, RF_TYPE_Q8_0};
     const int64_t ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 512};
-    for (int ti = 0; ti < 3; ti++) /* qwen3-30b-a3b (dim 2048, 128 experts of 768, top-8), then
-                                    * gpt-oss-20b (MXFP4, dim 2880, 32 experts of 2880, top-4) */
+    for (int ti = 0; ti < 4; ti++) /* qwen3-30b-a3b (dim 2048, 128 experts of 768, top-8), then
+                                    * gpt-oss-20b (MXFP4, dim 2880, 32 experts of 2880, top-4), then
+                                    * gemma4-26b-a4b's shape in Q5_0 (its down experts' type; dim
+                                    * 2816, 128 experts of 704, top-8: down rows of a partial chunk) */
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-            const rf_type t = ti < 2 ? ts[ti] : RF_TYPE_MXFP4;
-            const int64_t dim = ti < 2 ? 2048 : 2880, ne = ti < 2 ? 128 : 32, k = ti < 2 ? 8 : 4, ff = ti < 2 ? 768 : 2880;
+            const rf_type t = ti < 2 ? ts[ti] : ti == 2 ? RF_TYPE_MXFP4 : RF_TYPE_Q5_0;
+            const int64_t dim = ti < 2 ? 2048 : ti == 2 ? 2880 : 2816, ne = ti == 2 ? 32 : 128, k = ti == 2 ? 4 : 8;
+            const int64_t ff = ti < 2 ? 768 : ti == 2 ? 2880 : 704;
             bench_one(&r, t, ns[i], dim, ne, k, ff);
             if (!rf_gpu_moe_grouped_takes(g_ctx, t, dim, ns[i], k)) { /* the other side of the crossover */
                 assert_int_equal(g_be->ops->set_batch_invariant(g_be, true), RF_OK); /* grouped for every n */
