@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "core/knobs.h"
-#include "backend/gpu/gpu_gemv_dot.cuh" /* rf_fp4x4: MXFP4 codes to int8 */
+#include "backend/gpu/gpu_gemv.cuh" /* rf_gemv_launch_quantize_x; gpu_quant.cuh: f16, K-quant scales */
 
 #define RF_MMQ_BM 128 /* weight rows per block */
 #define RF_MMQ_NW 8   /* warps per block: 8 / WN along the rows x WN (1, 2 or 4) along 32 tokens each */
@@ -163,7 +163,9 @@ static __device__ __forceinline__ void rf_mmq_issue_w_ua(uint8_t *sm, unsigned s
 /* Q5_0's high bits: bits 0..3 of x to bit 4 of bytes 0..3 (rf_qh4's values in 4 operations where
  * it takes ~10: the product puts bit i at i + 7 j for j = 0..3, no two terms on one bit, and
  * bit i of byte i, i + 7 i = 8 i, is the one kept) */
-static __device__ __forceinline__ uint32_t rf_mmq_qh4(uint32_t x) { return ((x & 0xFu) * 0x00204081u << 4) & 0x10101010u; }
+static __device__ __forceinline__ uint32_t rf_mmq_qh4(uint32_t x) {
+    return ((x & 0xFu) * 0x00204081u << 4) & 0x10101010u;
+}
 
 /* The doubled E2M1 values (int8) of the 8 MXFP4 codes in q (byte k: codes j + k in its low
  * nibble, 16 + j + k in its high one): lo = those of the low nibbles, hi of the high ones, the
