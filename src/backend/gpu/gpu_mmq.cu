@@ -316,7 +316,8 @@ static __device__ __forceinline__ void rf_mmq_issue_x(unsigned base, const int8_
     for (int i = tid; i < BN * XW; i += NTH) {
         const int n = i / XW, c = i % XW, tok = t0 + n < nt ? t0 + n : nt - 1;
         if (UA && c >= 2 * nbv) continue; /* past the row (partial last chunk) */
-        rf_cp_async16_s(so + (unsigned)(L::XO + n * L::XT + c * 16), qx + (int64_t)tok * n_in + (int64_t)kb * 32 + c * 16);
+        rf_cp_async16_s(so + (unsigned)(L::XO + n * L::XT + c * 16),
+                        qx + (int64_t)tok * n_in + (int64_t)kb * 32 + c * 16);
     }
     if constexpr (UA) { /* 8-byte copies: 8-byte records of an odd count of blocks sit 8 past 16 */
 #pragma unroll
@@ -329,7 +330,8 @@ static __device__ __forceinline__ void rf_mmq_issue_x(unsigned base, const int8_
 #pragma unroll
         for (int i = tid; i < BN * RW; i += NTH) {
             const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
-            rf_cp_async16_s(so + (unsigned)(L::RO + n * L::RS + c * 16), rec + ((int64_t)tok * nb + kb) * F::REC + c * 16);
+            rf_cp_async16_s(so + (unsigned)(L::RO + n * L::RS + c * 16),
+                            rec + ((int64_t)tok * nb + kb) * F::REC + c * 16);
         }
     }
 }
