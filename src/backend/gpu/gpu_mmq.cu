@@ -607,9 +607,9 @@ static int rf_mmq_kernel_type(rf_type t, int64_t n_in) {
 extern "C" int rf_gpu_mmq_grouped_rows(int64_t nk, int64_t n_expert) { return nk >= 48 * n_expert ? 64 : 32; }
 
 /* The grouped product of gpu_moe.cu (see rf_k_mmq): tiles of bn = 32 or 64 rows, no split. */
-extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
-                                        const uint8_t *rec, const int4 *tiles, int n_tiles, int bn, int n_rows,
-                                        int64_t n_in, int64_t n_out) {
+extern "C" rf_status rf_gpu_mmq_grouped_bn(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
+                                           const uint8_t *rec, const int4 *tiles, int n_tiles, int bn, int n_rows,
+                                           int64_t n_in, int64_t n_out) {
 #if defined(RF_HIP)
     (void)ctx, (void)y, (void)w, (void)wtype, (void)qx, (void)rec, (void)tiles, (void)n_tiles, (void)n_rows, (void)bn;
     (void)n_in, (void)n_out;
@@ -639,6 +639,13 @@ extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w
                             (int)wtype, (long long)n_in);
     }
 #endif
+}
+
+/* tiles of 32 rows (the tables gpu_moe.cu's other grouped callers build) */
+extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
+                                        const uint8_t *rec, const int4 *tiles, int n_tiles, int n_rows, int64_t n_in,
+                                        int64_t n_out) {
+    return rf_gpu_mmq_grouped_bn(ctx, y, w, wtype, qx, rec, tiles, n_tiles, 32, n_rows, n_in, n_out);
 }
 
 /* MMQ takes (CUDA): Q4_0, Q5_0, Q8_0, MXFP4 with n_in a multiple of their 32-element block, Q4_K,

@@ -265,7 +265,7 @@ static rf_status rf_moe_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
         st = rf_moe_gemv_tiles_launch(ctx, ys, w, t, xp, pr, tiles, n_tiles, n_in, n_out,
                                       n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t));
     else if (!st)
-        st = rf_gpu_mmq_grouped(ctx, ys, w, t, xp, pr, tiles, n_tiles, bn, (int)nk, n_in, n_out);
+        st = rf_gpu_mmq_grouped_bn(ctx, ys, w, t, xp, pr, tiles, n_tiles, bn, (int)nk, n_in, n_out);
     if (!st)
         st = rf_gpu_launch(ctx, "rf_k_moe_scatter", false, rf_k_moe_scatter, dim3(rf_gpu_blocks(nk * n_out, 256)),
                            dim3(256), 0, y, (const float *)ys, (const int32_t *)pos, ids, bias, nk, n_out, (int)n_expert);
