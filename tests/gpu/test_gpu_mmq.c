@@ -1,9 +1,10 @@
 /* test_gpu_mmq.c — MMQ (rf_gpu_mmq: many-token quantized products on the int8 tensor cores)
  * against rf_ref_matmul on random blocks (seed printed), outputs poisoned first, for each
- * format it takes (Q4_0, Q8_0, Q6_K, Q4_K, Q5_K, MXFP4) at 1..512 tokens, real widths and an odd
- * height; rows of a partial last chunk (test_mmq_partial: gpt-oss's 2880 for Q4_0 / Q8_0 /
+ * format it takes (Q4_0, Q8_0, Q6_K, Q4_K, Q5_K, MXFP4, Q5_0) at 1..512 tokens, real widths and an
+ * odd height; rows of a partial last chunk (test_mmq_partial: gpt-oss's 2880 for Q4_0 / Q8_0 /
  * MXFP4, qwen3-30b-a3b's 768 and 1280 for Q6_K, an odd count of blocks: 1440, rows of an odd
- * byte length in MXFP4) at 9, 33, 128 and 512 tokens. The reference is computed for a sample of the tokens (first, last, a few between:
+ * byte length in MXFP4, gemma4-26b-a4b's 704-wide Q5_0 down experts) at 9, 33, 128 and 512
+ * tokens. The reference is computed for a sample of the tokens (first, last, a few between:
  * the double-precision oracle over all of 512 would take minutes; below 128 rows all of them).
  * Tolerance: rel. L2 < 1e-2 over the sampled outputs (>= 128), as the int8-x GEMVs (x rounded to int8 per
  * 32 costs ~0.5% per output). Batch invariance: a token's outputs are bit-identical in calls
@@ -14,7 +15,8 @@
  * MMQ against the earlier paths (GEMV in groups of 8, dequantize + cuBLAS); RF_MMQ_BENCH_CFG=1
  * times every configuration at 64..512 tokens beside dequantize + cuBLAS (us and int8 TOPS);
  * its cases 10.. are gpt-oss-20b's products (MXFP4 experts 2880 -> 2880 / 5760, Q8_0 attention
- * 2880 -> 4096 / 512) and qwen3-30b-a3b's Q6_K down expert (768 -> 2048).
+ * 2880 -> 4096 / 512) and qwen3-30b-a3b's Q6_K down expert (768 -> 2048), 15.. gemma4-26b-a4b's
+ * Q5_0 down expert (704 -> 2816) and an aligned Q5_0 4096 x 4096.
  * Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
@@ -31,7 +33,8 @@ int main(void) {
 #include "backend/ref/ref_ops.h"
 #include "rocmforge/quant.h"
 
-static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_MXFP4};
+static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_MXFP4,
+                                  RF_TYPE_Q5_0};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
 /* y = W x by MMQ for nt tokens vs rf_ref_matmul on the sampled tokens */
@@ -103,6 +106,8 @@ static void test_mmq_vs_ref(void **state) {
     assert_true(rf_gpu_mmq_supported(RF_TYPE_Q4_0, 4096 + 32));
     assert_true(rf_gpu_mmq_supported(RF_TYPE_Q6_K, 256 * 3));
     assert_true(rf_gpu_mmq_supported(RF_TYPE_MXFP4, 2880));
+    assert_true(rf_gpu_mmq_supported(RF_TYPE_Q5_0, 704)); /* 22 blocks: two chunks and 6 blocks */
+    assert_false(rf_gpu_mmq_supported(RF_TYPE_Q5_1, 4096)); /* Q4_1 / Q5_1: no MMQ tile */
     assert_false(rf_gpu_mmq_supported(RF_TYPE_Q4_K, 2880)); /* not a whole super-block */
     assert_false(rf_gpu_mmq_supported(RF_TYPE_Q8_0, 224));  /* below one chunk of 8 blocks */
     assert_false(rf_gpu_mmq_supported(RF_TYPE_F16, 4096));
@@ -124,6 +129,8 @@ static void test_mmq_partial(void **state) {
         {RF_TYPE_Q4_0, 288, 131},    /* 9 blocks: one chunk and one block */
         {RF_TYPE_Q6_K, 768, 2048},   {RF_TYPE_Q6_K, 768, 131},   {RF_TYPE_Q6_K, 1280, 131},
         {RF_TYPE_Q4_K, 2816, 131},   {RF_TYPE_Q5_K, 2816, 131},
+        {RF_TYPE_Q5_0, 704, 2816},   {RF_TYPE_Q5_0, 704, 131},   {RF_TYPE_Q5_0, 2880, 131}, /* gemma4's down */
+        {RF_TYPE_Q5_0, 288, 131},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         assert_true(rf_gpu_mmq_supported(cases[c].t, cases[c].n_in));
@@ -245,6 +252,7 @@ static void test_mmq_configs(void **state) {
         config_case(&r, t, 14336, 1000, odd3, 2); /* a long row, tokens past a 128-token tile */
         config_case(&r, t, 2880, 300, odd1, 2);   /* a partial last chunk (Q4_0, Q8_0, MXFP4) */
         config_case(&r, t, 768, 131, odd2, 1);    /* Q6_K: an odd count of super-blocks */
+        config_case(&r, t, 704, 300, odd1, 2);    /* Q5_0 (Q4_0, Q8_0, MXFP4): 22 blocks, gemma4's down */
     }
 }
 
@@ -276,6 +284,7 @@ static void bench(void) {
          * 4096 wide, aligned) and qwen3-30b-a3b's down expert */
         {RF_TYPE_MXFP4, 2880, 2880}, {RF_TYPE_MXFP4, 2880, 5760}, {RF_TYPE_Q8_0, 2880, 4096},
         {RF_TYPE_Q8_0, 2880, 512}, {RF_TYPE_Q6_K, 768, 2048},
+        {RF_TYPE_Q5_0, 704, 2816}, {RF_TYPE_Q5_0, 4096, 4096},
     };
     const int64_t nts[] = {16, 32, 64, 128, 512};
     const char *names[] = {"mmq", "gemv8", "gemm"};

@@ -19,12 +19,15 @@
  * - moe_combine: rel. L2 < 1e-6 (k <= 8 f32 products summed in order, ~1e-7).
  * - moe_shared_gate: rel. L2 < 1e-5 (its model above test_shared_gate).
  * - batch invariance (set_batch_invariant on): a token's matmul_id outputs are the same bits in a
- *   call of 300 tokens and of a few (MXFP4: the tiled GEMV against the per-slot one).
+ *   call of 300 tokens and of a few (MXFP4: the tiled GEMV against the per-slot one); again with
+ *   8 experts, where the 300-token call takes the grouped MMQ's tiles of 64 rows and the few
+ *   tokens' calls tiles of 32.
  * - capture: route + matmul_id + combine recorded into a CUDA graph, replayed with other router
  *   logits, equals the eager ops bit for bit (few and many slots).
  * RF_MOE_BENCH=1: bytes read per MoE decode token and bandwidth for qwen3-30b-a3b's experts
- * (dim 2048, 128 experts, top-8, ff 768; Q4_K and Q8_0) and gpt-oss-20b's (MXFP4, dim 2880, 32
- * experts of 2880, top-4) at 1..512 tokens, on the path the
+ * (dim 2048, 128 experts, top-8, ff 768; Q4_K and Q8_0), gpt-oss-20b's (MXFP4, dim 2880, 32
+ * experts of 2880, top-4) and gemma4-26b-a4b's shape in Q5_0 (dim 2816, 128 of 704, top-8) at
+ * 1..512 tokens, on the path the
  * crossover picks and, below it, on the grouped path too (RF_GPU_MOE_GROUPED_MIN=1000000 shows
  * the GEMV above it); RF_MOE_BENCH_ONLY=1 runs only that. Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
@@ -332,6 +335,11 @@ static void test_matmul_id(void **state) {
         {RF_TYPE_Q4_0, 8, 2, 100, 1440, 131, true, false},
         {RF_TYPE_Q6_K, 128, 8, 16, 768, 256, false, false}, /* qwen3-30b-a3b's down experts */
         {RF_TYPE_Q6_K, 128, 8, 16, 768, 256, false, true},
+        {RF_TYPE_Q5_0, 128, 8, 40, 704, 256, false, false}, /* gemma4-26b-a4b's down experts */
+        /* >= 48 slots per expert: the grouped MMQ's tiles of 64 rows (rf_gpu_mmq_grouped_rows) */
+        {RF_TYPE_Q5_0, 8, 4, 200, 704, 131, true, true},
+        {RF_TYPE_MXFP4, 8, 4, 200, 2880, 131, false, false},
+        {RF_TYPE_Q4_K, 8, 4, 200, 512, 200, true, false},
     };
     g_skew = true;
     for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) mid_run(&r, &part[i]); /* prints the path taken */
@@ -347,9 +355,12 @@ static void test_matmul_id_invariant(void **state) {
     /* MXFP4: the grouped MMQ at every count in this mode (as the other types MMQ takes), the
      * same bits required across counts */
     const rf_type ts[] = {RF_TYPE_Q4_K, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_TYPE_F16, RF_TYPE_Q3_K, RF_TYPE_MXFP4};
-    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
-        const rf_type t = ts[ti];
-        const int64_t ne = 32, k = 4, n = 300, n_in = 512, n_out = 96, nk = n * k;
+    const size_t nts = sizeof ts / sizeof ts[0];
+    for (size_t tj = 0; tj < 2 * nts; tj++) {
+        const rf_type t = ts[tj % nts];
+        /* second pass, 8 experts: 150 slots per expert, the 300-token call on the grouped MMQ's
+         * tiles of 64 rows and the few-token calls on tiles of 32 (rf_gpu_mmq_grouped_rows) */
+        const int64_t ne = tj < nts ? 32 : 8, k = 4, n = 300, n_in = 512, n_out = 96, nk = n * k;
         size_t bytes;
         uint8_t *w = random_weights(&r, t, ne * n_out, n_in, &bytes);
         float *x = host_f32(n * n_in), *big = host_f32(nk * n_out), *part = host_f32(nk * n_out);
@@ -373,7 +384,8 @@ static void test_matmul_id_invariant(void **state) {
             dev_to(part, dy, m * k * n_out * 4);
             bad += memcmp(part, big + s0 * k * n_out, m * k * n_out * 4) != 0;
         }
-        fprintf(stderr, "  matmul_id batch invariance %s: %s\n", rf_type_name(t), bad ? "FAILED" : "bit-identical");
+        fprintf(stderr, "  matmul_id batch invariance %s ne=%lld: %s\n", rf_type_name(t), (long long)ne,
+                bad ? "FAILED" : "bit-identical");
         assert_int_equal(bad, 0);
         rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, di);
         free(w), free(x), free(big), free(part), free(ids);
@@ -612,11 +624,14 @@ static void test_bench(void **state) {
     fprintf(stderr, "  device read bandwidth %.0f GB/s (16-byte loads over 2 GiB)\n", bw);
     const rf_type ts[] = {RF_TYPE_Q4_K, RF_TYPE_Q8_0};
     const int64_t ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 512};
-    for (int ti = 0; ti < 3; ti++) /* qwen3-30b-a3b (dim 2048, 128 experts of 768, top-8), then
-                                    * gpt-oss-20b (MXFP4, dim 2880, 32 experts of 2880, top-4) */
+    for (int ti = 0; ti < 4; ti++) /* qwen3-30b-a3b (dim 2048, 128 experts of 768, top-8), then
+                                    * gpt-oss-20b (MXFP4, dim 2880, 32 experts of 2880, top-4), then
+                                    * gemma4-26b-a4b's shape in Q5_0 (its down experts' type; dim
+                                    * 2816, 128 experts of 704, top-8: down rows of a partial chunk) */
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-            const rf_type t = ti < 2 ? ts[ti] : RF_TYPE_MXFP4;
-            const int64_t dim = ti < 2 ? 2048 : 2880, ne = ti < 2 ? 128 : 32, k = ti < 2 ? 8 : 4, ff = ti < 2 ? 768 : 2880;
+            const rf_type t = ti < 2 ? ts[ti] : ti == 2 ? RF_TYPE_MXFP4 : RF_TYPE_Q5_0;
+            const int64_t dim = ti < 2 ? 2048 : ti == 2 ? 2880 : 2816, ne = ti == 2 ? 32 : 128, k = ti == 2 ? 4 : 8;
+            const int64_t ff = ti < 2 ? 768 : ti == 2 ? 2880 : 704;
             bench_one(&r, t, ns[i], dim, ne, k, ff);
             if (!rf_gpu_moe_grouped_takes(g_ctx, t, dim, ns[i], k)) { /* the other side of the crossover */
                 assert_int_equal(g_be->ops->set_batch_invariant(g_be, true), RF_OK); /* grouped for every n */

@@ -144,10 +144,17 @@ static inline rf_status rf_gpu_tmp(rf_gpu_ctx *ctx, size_t bytes, void **p, size
 #define RF_MOE_MAX_K 32        /* choices per token (one per lane) */
 /* rf_k_mmq over tiles (expert, first row, end row) of x's rows sorted by expert (qx / rec:
  * rf_k_quantize_x's GB-1 layout of n_rows rows), y [n_rows, n_out] in that order; n_tiles
- * blocks along x (unused tiles: expert -1); MMQ's types and n_in (rf_gpu_mmq_supported) */
+ * blocks along x (unused tiles: expert -1), tiles of at most 32 rows; MMQ's types and n_in
+ * (rf_gpu_mmq_supported) */
 extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
                                         const uint8_t *rec, const int4 *tiles, int n_tiles, int n_rows, int64_t n_in,
                                         int64_t n_out);
+/* the same over tiles of at most bn rows, 32 or 64 (rf_gpu_mmq_grouped_rows: the height for nk
+ * slots over n_expert experts; each output the same bits either way) */
+extern "C" rf_status rf_gpu_mmq_grouped_bn(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
+                                           const uint8_t *rec, const int4 *tiles, int n_tiles, int bn, int n_rows,
+                                           int64_t n_in, int64_t n_out);
+extern "C" int rf_gpu_mmq_grouped_rows(int64_t nk, int64_t n_expert);
 /* the record kind of the int8-x MoE GEMV for (t, n_in) (rf_k_quantize_x's rk), -1: f32 x */
 extern "C" int rf_moe_gemv_rk(rf_type t, int64_t n_in);
 /* the indirect GEMV: int8 x (qx / rec, from rf_k_quantize_x with rf_moe_gemv_rk's records) or,

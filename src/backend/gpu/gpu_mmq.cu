@@ -1,10 +1,10 @@
 /* gpu_mmq.cu — MMQ: quantized products of many tokens (9 .. thousands) on the int8 tensor cores
  * (CUDA sm_80+, mma.sync): each weight tile is read once per 64 tokens, x quantized once per
- * call (rf_k_quantize_x's q8 blocks, as the GEMVs); Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. */
+ * call (rf_k_quantize_x's q8 blocks, as the GEMVs); Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. */
 #include <stdlib.h>
 
 #include "core/knobs.h"
-#include "backend/gpu/gpu_gemv_dot.cuh" /* rf_fp4x4: MXFP4 codes to int8 */
+#include "backend/gpu/gpu_gemv.cuh" /* rf_gemv_launch_quantize_x; gpu_quant.cuh: f16, K-quant scales */
 
 #define RF_MMQ_BM 128 /* weight rows per block */
 #define RF_MMQ_NW 8   /* warps per block: 8 / WN along the rows x WN (1, 2 or 4) along 32 tokens each */
@@ -23,6 +23,11 @@ template <> struct rf_mmq_fmt<RF_TYPE_Q4_0> {
 };
 template <> struct rf_mmq_fmt<RF_TYPE_Q8_0> {
     static constexpr int KB = 8, CB = 272, CPY = 16, SROW = 272, REC = 8, RK = 0, ST = 3, BB = 34, UA = 0;
+};
+/* Q5_0: 8 blocks of 22 bytes (f16 d, 4 bytes of high bits, 16 of nibbles), rows of whole chunks
+ * 16-byte aligned (176 = 11 x 16) */
+template <> struct rf_mmq_fmt<RF_TYPE_Q5_0> {
+    static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 176, REC = 8, RK = 0, ST = 4, BB = 22, UA = 0;
 };
 template <> struct rf_mmq_fmt<RF_TYPE_Q4_K> {
     static constexpr int KB = 8, CB = 144, CPY = 16, SROW = 144, REC = 16, RK = 1, ST = 3, BB = 144, UA = 0;
@@ -43,8 +48,8 @@ template <> struct rf_mmq_fmt<RF_TYPE_Q6_K> {
  * address mod 16 bytes further on) up to its last, in 16-byte copies, the one crossing the row's
  * end (last chunk) read byte by byte so nothing past a row is read; the staged bytes are then read
  * as words at any offset (rf_mmq_wsh), the blocks past the row's end in a last partial chunk
- * skipped. SROW: 16 ceil((15 + CB + 15) / 16) + 16 rounded to 4 mod 8 words. Pseudo types for
- * the three rewrites of formats that have an aligned kernel: */
+ * skipped. SROW: 16 ceil((15 + CB + 15) / 16) rounded up to 4 mod 8 words (Q6_K: 16 more).
+ * Pseudo types for the rewrites of formats that have an aligned kernel: */
 #define RF_MMQ_UA(t) (1000 + (t))
 template <int T> struct rf_mmq_base { static constexpr int v = T >= 1000 ? T - 1000 : T; };
 template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q4_0)> {
@@ -52,6 +57,9 @@ template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q4_0)> {
 };
 template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q8_0)> {
     static constexpr int KB = 8, CB = 272, CPY = 16, SROW = 304, REC = 8, RK = 0, ST = 3, BB = 34, UA = 1;
+};
+template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q5_0)> { /* gemma4-26b-a4b's 704-wide down experts */
+    static constexpr int KB = 8, CB = 176, CPY = 16, SROW = 208, REC = 8, RK = 0, ST = 4, BB = 22, UA = 1;
 };
 template <> struct rf_mmq_fmt<RF_MMQ_UA(RF_TYPE_Q6_K)> {
     static constexpr int KB = 8, CB = 210, CPY = 16, SROW = 272, REC = 16, RK = 1, ST = 3, BB = 210, UA = 1;
@@ -152,6 +160,29 @@ static __device__ __forceinline__ void rf_mmq_issue_w_ua(uint8_t *sm, unsigned s
     }
 }
 
+/* Q5_0's high bits: bits 0..3 of x to bit 4 of bytes 0..3 (rf_qh4's values in 4 operations where
+ * it takes ~10: the product puts bit i at i + 7 j for j = 0..3, no two terms on one bit, and
+ * bit i of byte i, i + 7 i = 8 i, is the one kept) */
+static __device__ __forceinline__ uint32_t rf_mmq_qh4(uint32_t x) {
+    return ((x & 0xFu) * 0x00204081u << 4) & 0x10101010u;
+}
+
+/* The doubled E2M1 values (int8) of the 8 MXFP4 codes in q (byte k: codes j + k in its low
+ * nibble, 16 + j + k in its high one): lo = those of the low nibbles, hi of the high ones, the
+ * values of rf_fp4x4 (the GEMV's) in 14 operations where two rf_fp4x4 take ~28: the nibbles
+ * index the two halves of the table (codes 0-7 and their negatives) as byte_perm selectors in
+ * place, two nibbles per byte (bytes lo0 hi0 lo1 hi1 | lo2 hi2 lo3 hi3), the sign bit picks the
+ * half per byte, and two more byte_perm de-interleave. */
+static __device__ __forceinline__ void rf_mmq_fp4x8(uint32_t q, uint32_t *lo, uint32_t *hi) {
+    const uint32_t m = q & 0x77777777u, mb = m >> 16; /* 3-bit selectors: bit 3 of a nibble would
+                                                       * make byte_perm replicate a sign */
+    const uint32_t pa = __byte_perm(0x03020100u, 0x0C080604u, m), pb = __byte_perm(0x03020100u, 0x0C080604u, mb);
+    const uint32_t na = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, m), nb = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, mb);
+    const uint32_t ra = __byte_perm(pa, na, 0x3210u | ((q >> 1) & 0x4444u));
+    const uint32_t rb = __byte_perm(pb, nb, 0x3210u | ((q >> 17) & 0x4444u));
+    *lo = __byte_perm(ra, rb, 0x6420u), *hi = __byte_perm(ra, rb, 0x7531u);
+}
+
 /* The unaligned formats' A fragment words of block b for lane (g, t) of one staged row whose
  * chunk starts at byte ro of the shared memory (run-time offsets: rf_mmq_wsh): lo = elements
  * 4t..4t+3, hi = 16+4t..16+4t+3 as int8 (Q4_0: as its unsigned codes, centre in the mma's c),
@@ -167,12 +198,15 @@ static __device__ __forceinline__ void rf_mmq_a_ua(const uint8_t *smem, int ro, 
     } else if constexpr (B == RF_TYPE_Q8_0) {
         *lo = rf_mmq_wsh(smem, ot + b * 34 + 2), *hi = rf_mmq_wsh(smem, ot + b * 34 + 18);
         *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + b * 34) & 0xFFFFu));
+    } else if constexpr (B == RF_TYPE_Q5_0) { /* bit 4 of element j: bit j of qh */
+        const uint32_t qh = rf_mmq_wsh(smem, ro + b * 22 + 2) >> (4 * t), q = rf_mmq_wsh(smem, ot + b * 22 + 6);
+        *lo = (q & 0x0F0F0F0Fu) | rf_mmq_qh4(qh), *hi = ((q >> 4) & 0x0F0F0F0Fu) | rf_mmq_qh4(qh >> 16);
+        *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + b * 22) & 0xFFFFu));
     } else if constexpr (B == RF_TYPE_MXFP4) {
         /* codes j and 16 + j in the low and high nibble of byte 1 + j; the value 2^(e - 128) kv
-         * (kv: the doubled E2M1 value, int8), as rf_mxfp4_dot */
-        const uint32_t q = rf_mmq_wsh(smem, ot + b * 17 + 1);
-        *lo = (uint32_t)rf_fp4x4(q & 0x0F0F0F0Fu), *hi = (uint32_t)rf_fp4x4((q >> 4) & 0x0F0F0F0Fu);
-        const uint32_t ex = rf_mmq_wsh(smem, ro + b * 17) & 0xFFu;
+         * (kv: the doubled E2M1 value, int8), as rf_mxfp4_dot; the exponent byte read alone */
+        rf_mmq_fp4x8(rf_mmq_wsh(smem, ot + b * 17 + 1), lo, hi);
+        const uint32_t ex = smem[ro + b * 17];
         *d = __uint_as_float(ex < 2 ? (0x00200000u << ex) : ((ex - 1) << 23));
     } else { /* Q6_K, one super-block per chunk: block b = 4 hh + kk (see rf_k_mmq's aligned one) */
         const int hh = b / 4, kk = b % 4, ls = 4 * (kk >> 1), hs = 2 * kk;
@@ -184,6 +218,172 @@ static __device__ __forceinline__ void rf_mmq_a_ua(const uint8_t *smem, int ro, 
         const uint32_t sw = rf_mmq_wsh(smem, ro + 192 + 8 * hh + 2 * kk);
         sc[0] = (int)(int8_t)(sw & 0xFFu), sc[1] = (int)(int8_t)((sw >> 8) & 0xFFu);
         *d = rf_h2f_bits((uint16_t)(rf_mmq_wsh(smem, ro + 208) & 0xFFFFu));
+    }
+}
+
+/* The aligned formats' A fragment words of block b for lane (g, t) of a staged row r whose chunk
+ * starts at r (offsets compile-time constants once unrolled, but for Q6_K's second super-block):
+ * lo, hi, d and sc as rf_mmq_a_ua; cm: Q4_K / Q5_K's f32 factor of the block's x sum
+ * (c d sc - dmin m, the centre and the minimum). */
+template <int T>
+static __device__ __forceinline__ void rf_mmq_a_al(const uint8_t *r, int t, int b, uint32_t *lo, uint32_t *hi,
+                                                   float *d, float *cm, int *sc) {
+    const uint8_t *rt = r + 4 * t; /* rt: offsets known at compile time */
+    if constexpr (T == RF_TYPE_Q4_0) {
+        const uint32_t q = rf_mmq_word(rt, b * 18 + 2);
+        *lo = q & 0x0F0F0F0Fu, *hi = (q >> 4) & 0x0F0F0F0Fu;
+        *d = rf_h2f_bits(*(const uint16_t *)(r + b * 18));
+    } else if constexpr (T == RF_TYPE_Q5_0) { /* bit 4 of element j: bit j of qh */
+        const uint32_t qh = rf_mmq_word(r, b * 22 + 2) >> (4 * t), q = rf_mmq_word(rt, b * 22 + 6);
+        *lo = (q & 0x0F0F0F0Fu) | rf_mmq_qh4(qh), *hi = ((q >> 4) & 0x0F0F0F0Fu) | rf_mmq_qh4(qh >> 16);
+        *d = rf_h2f_bits(*(const uint16_t *)(r + b * 22));
+    } else if constexpr (T == RF_TYPE_Q8_0) {
+        *lo = rf_mmq_word(rt, b * 34 + 2);
+        *hi = rf_mmq_word(rt, b * 34 + 18);
+        *d = rf_h2f_bits(*(const uint16_t *)(r + b * 34));
+    } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
+        /* sub-block b: nibble b % 2 of qs bytes 32 (b / 2) + l; Q5_K: bit b of qh byte l */
+        constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
+        const int sh = 4 * (b % 2);
+        uint32_t q0 = (*(const uint32_t *)(rt + QS + 32 * (b / 2)) >> sh) & 0x0F0F0F0Fu;
+        uint32_t q1 = (*(const uint32_t *)(rt + QS + 32 * (b / 2) + 16) >> sh) & 0x0F0F0F0Fu;
+        if (T == RF_TYPE_Q5_K) {
+            q0 |= ((*(const uint32_t *)(rt + 16) >> b) & 0x01010101u) << 4;
+            q1 |= ((*(const uint32_t *)(rt + 32) >> b) & 0x01010101u) << 4;
+        }
+        *lo = q0, *hi = q1;
+        int s, m;
+        rf_k4_sm(b, r + 4, &s, &m);
+        const float dd = rf_h2f_bits(*(const uint16_t *)r), dmin = rf_h2f_bits(*(const uint16_t *)(r + 2));
+        constexpr float C = T == RF_TYPE_Q4_K ? 8.0f : 16.0f;
+        *d = dd * rf_mmq_i2f(s); /* = (float)sc, (float)m: 0..63 */
+        *cm = C * *d - dmin * rf_mmq_i2f(m);
+    } else { /* Q6_K: block b = 8 s + 4 hh + kk of super-block s (at 210 s) */
+        const int s = b / 8, hh = b % 8 / 4, kk = b % 4, o = 210 * s;
+        const uint32_t l0 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1));
+        const uint32_t l1 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1) + 16);
+        const uint32_t h0 = rf_mmq_word(rt, o + 128 + 32 * hh);
+        const uint32_t h1 = rf_mmq_word(rt, o + 128 + 32 * hh + 16);
+        const int ls = 4 * (kk >> 1), hs = 2 * kk;
+        *lo = ((l0 >> ls) & 0x0F0F0F0Fu) | (((h0 >> hs) & 0x03030303u) << 4);
+        *hi = ((l1 >> ls) & 0x0F0F0F0Fu) | (((h1 >> hs) & 0x03030303u) << 4);
+        const uint32_t sw = rf_mmq_word(r, o + 192 + 8 * hh + 2 * kk);
+        sc[0] = (int)(int8_t)(sw & 0xFFu), sc[1] = (int)(int8_t)((sw >> 8) & 0xFFu);
+        *d = rf_h2f_bits((uint16_t)(rf_mmq_word(r, o + 208) & 0xFFFFu));
+    }
+}
+
+/* rf_k_mmq's copies of chunk kc of a row share into stage slot (shared base address base,
+ * generic smem): the weights of the 128 rows from r0 (rows past n_out copy the last; the
+ * unaligned formats through rf_mmq_issue_w_ua), all 256 threads */
+template <int T, int WN, int STX>
+static __device__ __forceinline__ void rf_mmq_issue_w(uint8_t *smem, unsigned base, const uint8_t *w,
+                                                      int64_t row_bytes, int kc, int slot, int r0, int n_out) {
+    using F = rf_mmq_fmt<T>;
+    using L = rf_mmq_stage<T, WN, STX>;
+    constexpr int CW = F::UA ? (15 + F::CB + 15) / 16 : F::CB / F::CPY; /* copies per row per chunk (UA: at most) */
+    const int64_t off = (int64_t)kc * F::CB;
+    const unsigned so = base + (unsigned)(slot * L::BYTES);
+    if constexpr (F::UA) {
+        rf_mmq_issue_w_ua<F::CB, F::SROW, CW>(smem + slot * L::BYTES, so, w, row_bytes, off, r0, n_out);
+    } else {
+#pragma unroll 4
+        for (int i = threadIdx.x; i < RF_MMQ_BM * CW; i += RF_MMQ_NW * 32) {
+            const int row = i / CW, col = i % CW;
+            const int r = r0 + row < n_out ? r0 + row : n_out - 1;
+            const uint8_t *src = w + (int64_t)r * row_bytes + off + col * F::CPY;
+            const unsigned dst = so + (unsigned)(row * F::SROW + col * F::CPY);
+            if (F::CPY == 16) rf_cp_async16_s(dst, src);
+            else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+        }
+    }
+}
+
+/* the same for x and its records: the BN tokens from t0 (tokens past nt copy the last), the
+ * blocks of chunk kc (nb blocks a row: the unaligned formats' partial last chunk copies its own) */
+template <int T, int WN, int STX>
+static __device__ __forceinline__ void rf_mmq_issue_x(unsigned base, const int8_t *qx, const uint8_t *rec, int kc,
+                                                      int slot, int t0, int nt, int n_in, int nb) {
+    using F = rf_mmq_fmt<T>;
+    using L = rf_mmq_stage<T, WN, STX>;
+    constexpr int KB = F::KB, BN = L::BN, NTH = RF_MMQ_NW * 32, UA = F::UA;
+    constexpr int XW = KB * 2, RW = UA ? KB * F::REC / 8 : KB * F::REC / 16; /* copies per token: x (16 bytes),
+                                                                              * records (16, UA 8) */
+    const int tid = threadIdx.x;
+    const int kb = kc * KB, nbv = nb - kb < KB ? nb - kb : KB; /* blocks in the chunk */
+    const unsigned so = base + (unsigned)(slot * L::BYTES);
+#pragma unroll
+    for (int i = tid; i < BN * XW; i += NTH) {
+        const int n = i / XW, c = i % XW, tok = t0 + n < nt ? t0 + n : nt - 1;
+        if (UA && c >= 2 * nbv) continue; /* past the row (partial last chunk) */
+        rf_cp_async16_s(so + (unsigned)(L::XO + n * L::XT + c * 16),
+                        qx + (int64_t)tok * n_in + (int64_t)kb * 32 + c * 16);
+    }
+    if constexpr (UA) { /* 8-byte copies: 8-byte records of an odd count of blocks sit 8 past 16 */
+#pragma unroll
+        for (int i = tid; i < BN * RW; i += NTH) {
+            const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
+            if (c >= nbv * F::REC / 8) continue;
+            rf_cp_async8_s(so + (unsigned)(L::RO + n * L::RS + c * 8), rec + ((int64_t)tok * nb + kb) * F::REC + c * 8);
+        }
+    } else {
+#pragma unroll
+        for (int i = tid; i < BN * RW; i += NTH) {
+            const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
+            rf_cp_async16_s(so + (unsigned)(L::RO + n * L::RS + c * 16),
+                            rec + ((int64_t)tok * nb + kb) * F::REC + c * 16);
+        }
+    }
+}
+
+/* rf_k_mmq's products of block b: for each of the warp's token fragments nf < nfa (B: words t,
+ * 4 + t of token 8 nf + g's block b at sx; records of tokens 8 nf + 2t, + 1 at sr) and m16
+ * fragments mf (A, D, CM, SC: rf_mmq_a_al / rf_mmq_a_ua), one mma, its exact int32 sum scaled
+ * into acc (see rf_k_mmq) */
+template <int T, int WN, int STX>
+static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], const uint32_t (&A)[WN][4],
+                                                  const float (&D)[WN][2], const float (&CM)[WN][2],
+                                                  const int (&SC)[WN][2][2], const uint8_t *sx, const uint8_t *sr,
+                                                  int b, int t, int nfa) {
+    using F = rf_mmq_fmt<T>;
+    using L = rf_mmq_stage<T, WN, STX>;
+    constexpr int MF = WN, B = rf_mmq_base<T>::v;
+#pragma unroll
+    for (int nf = 0; nf < 4; nf++) {
+        if (nf >= nfa) break;
+        const int X[2] = {*(const int *)(sx + nf * 8 * L::XT + b * 32 + 4 * t),
+                          *(const int *)(sx + nf * 8 * L::XT + b * 32 + 16 + 4 * t)};
+        const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC, *q1 = q0 + L::RS;
+        const float dx0 = *(const float *)q0, dx1 = *(const float *)q1;
+        const int sx0 = *(const int *)(q0 + 4), sx1 = *(const int *)(q1 + 4);
+#pragma unroll
+        for (int mf = 0; mf < MF; mf++) {
+            int s[4];
+            if constexpr (B == RF_TYPE_Q6_K) {
+                const int lo0 = *(const int *)(q0 + 12), lo1 = *(const int *)(q1 + 12);
+                int sl4[4], sh4[4];
+                rf_mmq_k16u(sl4, A[mf][0], A[mf][1], X[0], -32 * lo0, -32 * lo1);
+                rf_mmq_k16u(sh4, A[mf][2], A[mf][3], X[1], -32 * (sx0 - lo0), -32 * (sx1 - lo1));
+#pragma unroll
+                for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
+            } else if constexpr (B == RF_TYPE_Q8_0 || B == RF_TYPE_MXFP4) { /* signed values */
+                const int c[4] = {RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC};
+                rf_mmq_k32<false>(s, A[mf], X, c);
+            } else {
+                constexpr int C = B == RF_TYPE_Q5_K || B == RF_TYPE_Q5_0 ? 16 : 8;
+                const int c0 = RF_MMQ_MAGIC - C * sx0, c1 = RF_MMQ_MAGIC - C * sx1;
+                const int c[4] = {c0, c1, c0, c1};
+                rf_mmq_k32<true>(s, A[mf], X, c);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float dw = D[mf][i / 2], dxv = i % 2 ? dx1 : dx0;
+                const float fs = B == RF_TYPE_Q6_K ? (float)s[i] : rf_mmq_unbias(s[i]); /* (float) of the sum */
+                acc[mf][nf][i] += dw * dxv * fs;
+                if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K)
+                    acc[mf][nf][i] += CM[mf][i / 2] * *(const float *)((i % 2 ? q1 : q0) + 8);
+            }
+        }
     }
 }
 
@@ -219,11 +419,8 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
          int n_out, int64_t row_bytes, int splits, const int4 *tiles) {
     using F = rf_mmq_fmt<T>;
     using L = rf_mmq_stage<T, WN, STX>;
-    constexpr int KB = F::KB, ST = L::ST, NTH = RF_MMQ_NW * 32, BN = L::BN, WM = RF_MMQ_NW / WN, MF = WN;
+    constexpr int KB = F::KB, ST = L::ST, BN = L::BN, WM = RF_MMQ_NW / WN, MF = WN;
     constexpr int B = rf_mmq_base<T>::v, UA = F::UA; /* the format; rows at any alignment */
-    constexpr int CW = UA ? (15 + F::CB + 15) / 16 : F::CB / F::CPY; /* copies per row per chunk (UA: at most) */
-    constexpr int XW = KB * 2, RW = UA ? KB * F::REC / 8 : KB * F::REC / 16; /* copies per token: x (16 bytes),
-                                                                              * records (16, UA 8) */
     extern __shared__ __align__(16) uint8_t rf_mmq_smem[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int wm = warp % WM, wn = warp / WM;
@@ -240,54 +437,9 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
     const unsigned base = rf_smem_addr(rf_mmq_smem);
     const int ntile = nt - t0 < BN ? nt - t0 : BN;
 
-    auto issue_w = [&](int k, int slot) { /* the weights of chunk k of this block's share */
-        if (k >= nk) return;
-        const int64_t off = (int64_t)(kc0 + k) * F::CB;
-        const unsigned so = base + (unsigned)(slot * L::BYTES);
-        if constexpr (UA) {
-            rf_mmq_issue_w_ua<F::CB, F::SROW, CW>(rf_mmq_smem + slot * L::BYTES, so, w, row_bytes, off, r0, n_out);
-        } else {
-#pragma unroll 4
-            for (int i = tid; i < RF_MMQ_BM * CW; i += NTH) {
-                const int row = i / CW, col = i % CW;
-                const int r = r0 + row < n_out ? r0 + row : n_out - 1;
-                const uint8_t *src = w + (int64_t)r * row_bytes + off + col * F::CPY;
-                const unsigned dst = so + (unsigned)(row * F::SROW + col * F::CPY);
-                if (F::CPY == 16) rf_cp_async16_s(dst, src);
-                else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-            }
-        }
-    };
-    auto issue_x = [&](int k, int slot) { /* x and its records for chunk k */
-        if (k >= nk) return;
-        const int kb = (kc0 + k) * KB, nbv = nb - kb < KB ? nb - kb : KB; /* blocks in the chunk */
-        const unsigned so = base + (unsigned)(slot * L::BYTES);
-#pragma unroll
-        for (int i = tid; i < BN * XW; i += NTH) {
-            const int n = i / XW, c = i % XW, tok = t0 + n < nt ? t0 + n : nt - 1;
-            if (UA && c >= 2 * nbv) continue; /* past the row (partial last chunk) */
-            rf_cp_async16_s(so + (unsigned)(L::XO + n * L::XT + c * 16),
-                            qx + (int64_t)tok * n_in + (int64_t)kb * 32 + c * 16);
-        }
-        if constexpr (UA) { /* 8-byte copies: 8-byte records of an odd count of blocks sit 8 past 16 */
-#pragma unroll
-            for (int i = tid; i < BN * RW; i += NTH) {
-                const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
-                if (c >= nbv * F::REC / 8) continue;
-                rf_cp_async8_s(so + (unsigned)(L::RO + n * L::RS + c * 8), rec + ((int64_t)tok * nb + kb) * F::REC + c * 8);
-            }
-        } else {
-#pragma unroll
-            for (int i = tid; i < BN * RW; i += NTH) {
-                const int n = i / RW, c = i % RW, tok = t0 + n < nt ? t0 + n : nt - 1;
-                rf_cp_async16_s(so + (unsigned)(L::RO + n * L::RS + c * 16),
-                                rec + ((int64_t)tok * nb + kb) * F::REC + c * 16);
-            }
-        }
-    };
 #pragma unroll
     for (int k = 0; k < ST - 1; k++) {
-        issue_w(k, k);
+        if (k < nk) rf_mmq_issue_w<T, WN, STX>(rf_mmq_smem, base, w, row_bytes, kc0 + k, k, r0, n_out);
         rf_cp_async_commit();
     }
     rf_pdl_trigger();
@@ -295,7 +447,7 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
 #pragma unroll
     for (int k = 0; k < ST - 1; k++) { /* groups W0..W(ST-2), X0..X(ST-2), then W+X per chunk:
                                        * at chunk k, wait<ST - 2> leaves chunk k landed */
-        issue_x(k, k);
+        if (k < nk) rf_mmq_issue_x<T, WN, STX>(base, qx, rec, kc0 + k, k, t0, nt, n_in, nb);
         rf_cp_async_commit();
     }
     /* token fragments of this warp holding any of the call's tokens */
@@ -320,8 +472,11 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
     for (int k = 0; k < nk; k++) {
         rf_cp_async_wait<ST - 2>();
         __syncthreads(); /* chunk k visible to all; slot (k - 1) % ST read by all */
-        issue_w(k + ST - 1, (k + ST - 1) % ST);
-        issue_x(k + ST - 1, (k + ST - 1) % ST);
+        const int kn = k + ST - 1, sn = (k + ST - 1) % ST;
+        if (kn < nk) {
+            rf_mmq_issue_w<T, WN, STX>(rf_mmq_smem, base, w, row_bytes, kc0 + kn, sn, r0, n_out);
+            rf_mmq_issue_x<T, WN, STX>(base, qx, rec, kc0 + kn, sn, t0, nt, n_in, nb);
+        }
         rf_cp_async_commit();
         if (nfa == 0) continue;
         const uint8_t *sl = rf_mmq_smem + (k % ST) * L::BYTES;
@@ -349,87 +504,12 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
             for (int mf = 0; mf < MF; mf++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const uint8_t *r = ra[mf][h], *rt = r + 4 * t; /* rt: offsets known at compile time */
-                    if constexpr (UA) {
+                    if constexpr (UA)
                         rf_mmq_a_ua<B>(rf_mmq_smem, ro[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], SC[mf][h]);
-                    } else if constexpr (T == RF_TYPE_Q4_0) {
-                        const uint32_t q = rf_mmq_word(rt, b * 18 + 2);
-                        A[mf][h] = q & 0x0F0F0F0Fu, A[mf][2 + h] = (q >> 4) & 0x0F0F0F0Fu;
-                        D[mf][h] = rf_h2f_bits(*(const uint16_t *)(r + b * 18));
-                    } else if constexpr (T == RF_TYPE_Q8_0) {
-                        A[mf][h] = rf_mmq_word(rt, b * 34 + 2);
-                        A[mf][2 + h] = rf_mmq_word(rt, b * 34 + 18);
-                        D[mf][h] = rf_h2f_bits(*(const uint16_t *)(r + b * 34));
-                    } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
-                        /* sub-block b: nibble b % 2 of qs bytes 32 (b / 2) + l; Q5_K: bit b of qh byte l */
-                        constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
-                        const int sh = 4 * (b % 2);
-                        uint32_t q0 = (*(const uint32_t *)(rt + QS + 32 * (b / 2)) >> sh) & 0x0F0F0F0Fu;
-                        uint32_t q1 = (*(const uint32_t *)(rt + QS + 32 * (b / 2) + 16) >> sh) & 0x0F0F0F0Fu;
-                        if (T == RF_TYPE_Q5_K) {
-                            q0 |= ((*(const uint32_t *)(rt + 16) >> b) & 0x01010101u) << 4;
-                            q1 |= ((*(const uint32_t *)(rt + 32) >> b) & 0x01010101u) << 4;
-                        }
-                        A[mf][h] = q0, A[mf][2 + h] = q1;
-                        int sc, m;
-                        rf_k4_sm(b, r + 4, &sc, &m);
-                        const float d = rf_h2f_bits(*(const uint16_t *)r), dmin = rf_h2f_bits(*(const uint16_t *)(r + 2));
-                        constexpr float C = T == RF_TYPE_Q4_K ? 8.0f : 16.0f;
-                        D[mf][h] = d * rf_mmq_i2f(sc); /* = (float)sc, (float)m: 0..63 */
-                        CM[mf][h] = C * D[mf][h] - dmin * rf_mmq_i2f(m);
-                    } else { /* Q6_K: block b = 8 s + 4 hh + kk of super-block s (at 210 s) */
-                        const int s = b / 8, hh = b % 8 / 4, kk = b % 4, o = 210 * s;
-                        const uint32_t l0 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1));
-                        const uint32_t l1 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1) + 16);
-                        const uint32_t h0 = rf_mmq_word(rt, o + 128 + 32 * hh);
-                        const uint32_t h1 = rf_mmq_word(rt, o + 128 + 32 * hh + 16);
-                        const int ls = 4 * (kk >> 1), hs = 2 * kk;
-                        A[mf][h] = ((l0 >> ls) & 0x0F0F0F0Fu) | (((h0 >> hs) & 0x03030303u) << 4);
-                        A[mf][2 + h] = ((l1 >> ls) & 0x0F0F0F0Fu) | (((h1 >> hs) & 0x03030303u) << 4);
-                        const uint32_t sw = rf_mmq_word(r, o + 192 + 8 * hh + 2 * kk);
-                        SC[mf][h][0] = (int)(int8_t)(sw & 0xFFu), SC[mf][h][1] = (int)(int8_t)((sw >> 8) & 0xFFu);
-                        D[mf][h] = rf_h2f_bits((uint16_t)(rf_mmq_word(r, o + 208) & 0xFFFFu));
-                    }
+                    else
+                        rf_mmq_a_al<T>(ra[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], &CM[mf][h], SC[mf][h]);
                 }
-            (void)CM, (void)SC;
-#pragma unroll
-            for (int nf = 0; nf < 4; nf++) {
-                if (nf >= nfa) break;
-                /* B: words t, 4 + t of token 8 nf + g's block b; records of tokens 8 nf + 2t, + 1 */
-                const int X[2] = {*(const int *)(sx + nf * 8 * L::XT + b * 32 + 4 * t),
-                                  *(const int *)(sx + nf * 8 * L::XT + b * 32 + 16 + 4 * t)};
-                const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC, *q1 = q0 + L::RS;
-                const float dx0 = *(const float *)q0, dx1 = *(const float *)q1;
-                const int sx0 = *(const int *)(q0 + 4), sx1 = *(const int *)(q1 + 4);
-#pragma unroll
-                for (int mf = 0; mf < MF; mf++) {
-                    int s[4];
-                    if constexpr (B == RF_TYPE_Q6_K) {
-                        const int lo0 = *(const int *)(q0 + 12), lo1 = *(const int *)(q1 + 12);
-                        int sl4[4], sh4[4];
-                        rf_mmq_k16u(sl4, A[mf][0], A[mf][1], X[0], -32 * lo0, -32 * lo1);
-                        rf_mmq_k16u(sh4, A[mf][2], A[mf][3], X[1], -32 * (sx0 - lo0), -32 * (sx1 - lo1));
-#pragma unroll
-                        for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
-                    } else if constexpr (B == RF_TYPE_Q8_0 || B == RF_TYPE_MXFP4) { /* signed values */
-                        const int c[4] = {RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC};
-                        rf_mmq_k32<false>(s, A[mf], X, c);
-                    } else {
-                        constexpr int C = B == RF_TYPE_Q5_K ? 16 : 8;
-                        const int c0 = RF_MMQ_MAGIC - C * sx0, c1 = RF_MMQ_MAGIC - C * sx1;
-                        const int c[4] = {c0, c1, c0, c1};
-                        rf_mmq_k32<true>(s, A[mf], X, c);
-                    }
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const float dw = D[mf][i / 2], dxv = i % 2 ? dx1 : dx0;
-                        const float fs = B == RF_TYPE_Q6_K ? (float)s[i] : rf_mmq_unbias(s[i]); /* (float) of the sum */
-                        acc[mf][nf][i] += dw * dxv * fs;
-                        if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K)
-                            acc[mf][nf][i] += CM[mf][i / 2] * *(const float *)((i % 2 ? q1 : q0) + 8);
-                    }
-                }
-            }
+            rf_mmq_mma<T, WN, STX>(acc, A, D, CM, SC, sx, sr, b, t, nfa);
         }
     }
     float *out = tiles ? y : y + (int64_t)blockIdx.z * nt * n_out;
@@ -502,13 +582,13 @@ static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, cons
 #endif
 
 /* The kernel's format for (type, n_in): the aligned kernels where the rows hold whole chunks
- * (Q4_0 / Q8_0: n_in a multiple of 256, Q6_K of 512), else the unaligned ones (rf_mmq_fmt's
+ * (Q4_0 / Q5_0 / Q8_0: n_in a multiple of 256, Q6_K of 512), else the unaligned ones (rf_mmq_fmt's
  * UA); -1: none (rf_gpu_mmq_supported's rule) */
 #if !defined(RF_HIP)
 static int rf_mmq_kernel_type(rf_type t, int64_t n_in) {
     if (n_in < 256 || n_in > ((int64_t)1 << 28)) return -1;
     switch (t) {
-    case RF_TYPE_Q4_0: case RF_TYPE_Q8_0:
+    case RF_TYPE_Q4_0: case RF_TYPE_Q5_0: case RF_TYPE_Q8_0:
         return n_in % 256 == 0 ? (int)t : n_in % 32 == 0 ? RF_MMQ_UA((int)t) : -1;
     case RF_TYPE_Q4_K: case RF_TYPE_Q5_K: return n_in % 256 == 0 ? (int)t : -1;
     case RF_TYPE_Q6_K: return n_in % 512 == 0 ? (int)t : n_in % 256 == 0 ? RF_MMQ_UA((int)t) : -1;
@@ -518,27 +598,39 @@ static int rf_mmq_kernel_type(rf_type t, int64_t n_in) {
 }
 #endif
 
-/* The grouped product of gpu_moe.cu (see rf_k_mmq): tiles of 32 rows, no split. */
-extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
-                                        const uint8_t *rec, const int4 *tiles, int n_tiles, int n_rows, int64_t n_in,
-                                        int64_t n_out) {
+/* Tiles of 64 rows once the experts average 48 slots or more (gpt-oss-20b's pp512: 2048 slots over
+ * 32 experts; gemma4-26b-a4b's pp4096: 32768 over 128), else 32 (qwen3-30b-a3b's pp512: 4096
+ * over 128): the dense kernel's tiles of 64 in 2 stages read each staged weight chunk for twice
+ * the tokens (Q4_0 28672 x 4096 at 64 tokens, H200: 96 us against 125 with tiles of 32, so a tile
+ * of 64 costs ~1.5 of 32: it wins from ~40 slots per expert). Each output's arithmetic is the
+ * same in both (rf_k_mmq), so the switch keeps batch invariance. */
+extern "C" int rf_gpu_mmq_grouped_rows(int64_t nk, int64_t n_expert) { return nk >= 48 * n_expert ? 64 : 32; }
+
+/* The grouped product of gpu_moe.cu (see rf_k_mmq): tiles of bn = 32 or 64 rows, no split. */
+extern "C" rf_status rf_gpu_mmq_grouped_bn(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
+                                           const uint8_t *rec, const int4 *tiles, int n_tiles, int bn, int n_rows,
+                                           int64_t n_in, int64_t n_out) {
 #if defined(RF_HIP)
-    (void)ctx, (void)y, (void)w, (void)wtype, (void)qx, (void)rec, (void)tiles, (void)n_tiles, (void)n_rows;
+    (void)ctx, (void)y, (void)w, (void)wtype, (void)qx, (void)rec, (void)tiles, (void)n_tiles, (void)n_rows, (void)bn;
     (void)n_in, (void)n_out;
     return rf_set_error(RF_ERR_UNSUPPORTED, "rf_gpu_mmq_grouped: no MMQ kernel on HIP");
 #else
     const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
     const uint8_t *wp = (const uint8_t *)w;
     const int ni = (int)n_in, no = (int)n_out;
-#define RF_MMQ_G(K) rf_launch_mmq_wn<K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles)
+#define RF_MMQ_G(K)                                                                                 \
+    (bn == 64 ? rf_launch_mmq_wn<K, 2, 2>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles) \
+              : rf_launch_mmq_wn<K, 1>(ctx, y, wp, qx, rec, n_rows, ni, no, rb, 1, tiles, n_tiles))
     switch (rf_mmq_kernel_type(wtype, n_in)) {
     case RF_TYPE_Q4_0: return RF_MMQ_G(RF_TYPE_Q4_0);
+    case RF_TYPE_Q5_0: return RF_MMQ_G(RF_TYPE_Q5_0);
     case RF_TYPE_Q8_0: return RF_MMQ_G(RF_TYPE_Q8_0);
     case RF_TYPE_Q4_K: return RF_MMQ_G(RF_TYPE_Q4_K);
     case RF_TYPE_Q5_K: return RF_MMQ_G(RF_TYPE_Q5_K);
     case RF_TYPE_Q6_K: return RF_MMQ_G(RF_TYPE_Q6_K);
     case RF_TYPE_MXFP4: return RF_MMQ_G(RF_TYPE_MXFP4);
     case RF_MMQ_UA(RF_TYPE_Q4_0): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q4_0));
+    case RF_MMQ_UA(RF_TYPE_Q5_0): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q5_0));
     case RF_MMQ_UA(RF_TYPE_Q8_0): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q8_0));
     case RF_MMQ_UA(RF_TYPE_Q6_K): return RF_MMQ_G(RF_MMQ_UA(RF_TYPE_Q6_K));
 #undef RF_MMQ_G
@@ -549,7 +641,14 @@ extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w
 #endif
 }
 
-/* MMQ takes (CUDA): Q4_0, Q8_0, MXFP4 with n_in a multiple of their 32-element block, Q4_K,
+/* tiles of 32 rows (the tables gpu_moe.cu's other grouped callers build) */
+extern "C" rf_status rf_gpu_mmq_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int8_t *qx,
+                                        const uint8_t *rec, const int4 *tiles, int n_tiles, int n_rows, int64_t n_in,
+                                        int64_t n_out) {
+    return rf_gpu_mmq_grouped_bn(ctx, y, w, wtype, qx, rec, tiles, n_tiles, 32, n_rows, n_in, n_out);
+}
+
+/* MMQ takes (CUDA): Q4_0, Q5_0, Q8_0, MXFP4 with n_in a multiple of their 32-element block, Q4_K,
  * Q5_K, Q6_K of their 256-element super-block, n_in >= 256 (at least one whole chunk of 8
  * blocks of 32: a split of the rows, rf_mmq_splits, is never empty) and <= 2^28 (int offsets).
  * Rows whose length is not a whole number of chunks end in a partial last chunk (the
@@ -587,8 +686,8 @@ extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
                                 int64_t n_tokens, int64_t n_in, int64_t n_out) {
     const char *op = "rf_gpu_mmq";
     RF_GPU_REQUIRE(rf_gpu_mmq_supported(wtype, n_in), op, "weight type %d with n_in=%lld has no MMQ kernel "
-                   "(CUDA: Q4_0, Q8_0, MXFP4 with n_in a multiple of 32, Q4_K, Q5_K, Q6_K of 256; n_in >= 256)", (int)wtype,
-                   (long long)n_in);
+                   "(CUDA: Q4_0, Q5_0, Q8_0, MXFP4 with n_in a multiple of 32, Q4_K, Q5_K, Q6_K of 256; n_in >= 256)",
+                   (int)wtype, (long long)n_in);
     RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 65535 && n_out >= 1 && n_out <= 0x7fffffff &&
                        n_tokens * n_in <= 0x7fffffff, op, "shape %lld x %lld x %lld", (long long)n_tokens,
                    (long long)n_in, (long long)n_out);
@@ -620,11 +719,13 @@ extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
 #define RF_MMQ_D(K) rf_launch_mmq<K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits)
         switch (kt) {
         case RF_TYPE_Q4_0: st = RF_MMQ_D(RF_TYPE_Q4_0); break;
+        case RF_TYPE_Q5_0: st = RF_MMQ_D(RF_TYPE_Q5_0); break;
         case RF_TYPE_Q8_0: st = RF_MMQ_D(RF_TYPE_Q8_0); break;
         case RF_TYPE_Q4_K: st = RF_MMQ_D(RF_TYPE_Q4_K); break;
         case RF_TYPE_Q5_K: st = RF_MMQ_D(RF_TYPE_Q5_K); break;
         case RF_TYPE_MXFP4: st = RF_MMQ_D(RF_TYPE_MXFP4); break;
         case RF_MMQ_UA(RF_TYPE_Q4_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q4_0)); break;
+        case RF_MMQ_UA(RF_TYPE_Q5_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q5_0)); break;
         case RF_MMQ_UA(RF_TYPE_Q8_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q8_0)); break;
         case RF_MMQ_UA(RF_TYPE_Q6_K): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q6_K)); break;
         default: st = RF_MMQ_D(RF_TYPE_Q6_K); break;

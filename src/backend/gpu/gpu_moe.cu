@@ -342,7 +342,7 @@ static size_t rf_moe_al(size_t b) { return (b + 255) & ~(size_t)255; }
 static rf_status rf_moe_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out, const float *x,
                                 int64_t n_x, bool xps, const int32_t *ids, const float *bias, int64_t k, int64_t n_expert,
                                 int64_t n_in, int64_t nk, bool gemv) {
-    const int bn = gemv ? 8 : 32, n_tiles = (int)((nk + bn - 1) / bn + n_expert);
+    const int bn = gemv ? 8 : rf_gpu_mmq_grouped_rows(nk, n_expert), n_tiles = (int)((nk + bn - 1) / bn + n_expert);
     const int rk = gemv ? rf_moe_gemv_rk(t, n_in) : t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K ? 1 : 0;
     const int rec = rk ? 16 : 8;
     const size_t xb = rf_moe_al(rf_gpu_xq_bytes(n_x, n_in)), pb = rf_moe_al(rf_gpu_xq_bytes(nk, n_in));
@@ -371,7 +371,7 @@ static rf_status rf_moe_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
         st = rf_moe_gemv_tiles_launch(ctx, ys, w, t, xp, pr, tiles, n_tiles, n_in, n_out,
                                       n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t));
     else if (!st)
-        st = rf_gpu_mmq_grouped(ctx, ys, w, t, xp, pr, tiles, n_tiles, (int)nk, n_in, n_out);
+        st = rf_gpu_mmq_grouped_bn(ctx, ys, w, t, xp, pr, tiles, n_tiles, bn, (int)nk, n_in, n_out);
     if (!st)
         st = rf_gpu_launch(ctx, "rf_k_moe_scatter", false, rf_k_moe_scatter, dim3(rf_gpu_blocks(nk * n_out, 256)),
                            dim3(256), 0, y, (const float *)ys, (const int32_t *)pos, ids, bias, nk, n_out, (int)n_expert);
