@@ -208,7 +208,7 @@ bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t 
  * GEMVs, the BLAS path of quantized weights) or takes it as f32 / f16; for the CPU twin of tests. */
 bool rf_gpu_matmul_rounds_x(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
 /* The two halves of rf_gpu_gemv for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; and
- * Q4_K, Q5_K in CUDA builds for n_in a multiple of 256 up to 16384), so the
+ * Q4_K, Q5_K, Q6_K in CUDA builds for n_in a multiple of 256 up to 16384), so the
  * op producing x can quantize it once for every product that reads it (and the products run as
  * one kernel each). rf_gpu_quantize_x: x f32 [n_tokens, n_in] -> xq, rf_gpu_xq_bytes(n_tokens,
  * n_in) bytes of device memory (16-byte aligned), int8 per 32 plus scales in the order the

@@ -55,10 +55,10 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
     const bool fits = false; /* wave64 rings of 64 groups would not fit */
     (void)gb;
 #else
-    /* x in 24 KB; Q6_K rows of whole 16-byte words (8k super-blocks of 210 bytes); the rings'
-     * cp.async needs sm_80 (older GPUs take gemv_q32, whose copies fall back to loads) */
-    const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384 &&
-                      (t != RF_TYPE_Q6_K || n_in % 2048 == 0) && ctx->info.cc_major >= 8;
+    /* x in 24 KB; Q6_K rows of any count of super-blocks (rows of 8k are whole 16-byte words;
+     * others take a multiple of the rows that are, rf_launch_q32s_k); the rings' cp.async needs
+     * sm_80 (older GPUs take gemv_q32, whose copies fall back to loads) */
+    const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384 && ctx->info.cc_major >= 8;
 #endif
     int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 24 ? ctx->gemv_variant : 0;
     /* q32s (x through L1; its register budget and rows per warp tuned by shape, rf_q32s_tune)
@@ -157,7 +157,7 @@ static rf_status rf_xq_check(const rf_gpu_ctx *ctx, const char *op, rf_type wtyp
                    "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
     RF_GPU_REQUIRE(rf_has_xq(ctx, wtype, n_in), op,
                    "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K, "
-                   "Q5_K with CUDA and n_in a multiple of 256 up to 16384, Q6_K of 2048)", (int)wtype, (long long)n_in);
+                   "Q5_K, Q6_K with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
     return RF_OK;
 }
 

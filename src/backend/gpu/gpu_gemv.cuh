@@ -61,7 +61,7 @@ template <int T> struct rf_q32_group {
     static constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 || T == RF_TYPE_Q4_K ||
                                T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K;
     /* bytes per 32 elements (Q4_K / Q5_K: a 256-element super-block of 144 / 176 bytes is the
-     * group; Q6_K: one of 210 bytes, so groups start at any even byte: rows of 8k super-blocks) */
+     * group; Q6_K: one of 210 bytes, so groups start at any even byte) */
     static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
                             : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q4_K ? 18 : T == RF_TYPE_Q5_K ? 22
                             : T == RF_TYPE_Q6_K ? 0 /* not used */ : 34;

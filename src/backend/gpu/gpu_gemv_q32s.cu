@@ -18,9 +18,10 @@ template <int SLOT, int S> struct rf_wring {
     const char *src; /* this lane's first word of the next stage */
     unsigned sa;     /* its word in slot 0 (shared-memory address) */
     int lane, left, slot; /* words left from the next stage on, and its slot */
-    __device__ __forceinline__ rf_wring(const void *run, uint4 *slot0, int words, int lane_)
+    int tail;        /* bytes of a last partial word after the whole ones (even, < 16; Q6_K) */
+    __device__ __forceinline__ rf_wring(const void *run, uint4 *slot0, int words, int lane_, int tail_ = 0)
         : src((const char *)run + lane_ * 16), sa(rf_smem_addr(slot0) + (unsigned)lane_ * 16),
-          lane(lane_), left(words), slot(0) {}
+          lane(lane_), left(words), slot(0), tail(tail_) {}
     __device__ __forceinline__ void issue() {
         constexpr int WS = RF_WARP_SIZE, NC = (SLOT + WS - 1) / WS;
         const unsigned s = sa + (unsigned)(slot * SLOT * 16);
@@ -32,6 +33,21 @@ template <int SLOT, int S> struct rf_wring {
 #pragma unroll
             for (int m = 0; m < NC; m++)
                 if (lane + m * WS < left) rf_cp_async16_s(s + m * WS * 16, src + m * WS * 16);
+            /* the run's last bytes, short of a word (a run of Q6_K super-blocks ends at any even
+             * byte): copied with 2-byte loads by the lane of word `left`, the rest of the word
+             * zero, so nothing past the run is read. A plain shared store: the warp barrier
+             * before the stage is read makes it visible as it does the async copies. */
+            if (tail > 0 && left >= 0 && left < SLOT && lane == left % WS) {
+                const int m = left / WS;
+                const uint16_t *p = (const uint16_t *)(src + m * WS * 16);
+                uint32_t u[4] = {0, 0, 0, 0};
+#pragma unroll
+                for (int i = 0; i < 7; i++)
+                    if (2 * i < tail) u[i / 2] |= (uint32_t)__ldg(p + i) << (16 * (i % 2));
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(s + (unsigned)(m * WS * 16)),
+                             "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
+                             : "memory");
+            }
         }
         rf_cp_async_commit();
         src += SLOT * 16;
@@ -53,7 +69,8 @@ template <int SLOT, int S> struct rf_wring {
  * stage, a row running on into the next stage is carried over in a register.
  * Q4_K / Q5_K: a group is one super-block, decoded by rf_qk_dot against its 8 blocks of x;
  * Q6_K likewise (rf_q6k_dot), its 210-byte super-blocks read with aligned 32-bit shared loads
- * and one byte_perm per word (a group starts at an even byte; rows of 8k super-blocks).
+ * and one byte_perm per word (a group starts at an even byte; rows of any count of super-blocks,
+ * each warp's run starting 16-byte aligned and the last one ending at any even byte).
  * x is int8 per 32 from rf_k_quantize_x with gb = GB (lanes taking the j-th block of
  * consecutive groups read consecutive 16-byte words of it). With XS (one token) each block first
  * copies x into shared memory (rf_q32s_smem: after the rings; per block of 32 the scale and int
@@ -83,8 +100,11 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     const int rows = n_out - row0 < rpw ? (int)(n_out > row0 ? n_out - row0 : 0) : rpw;
     const int ngr = rows * ng;              /* groups of this warp (< 2^31: rpw * ng small) */
     const int nk = (ngr + WS - 1) / WS;     /* its stages */
-    /* ngr * GBYTES is a multiple of 16: rows of whole 16-byte words (the launch checks) */
-    rf_wring<SLOT, S> wr(w + row0 * row_bytes, ring[warp][0], ngr * G::GBYTES / 16, lane);
+    /* the run starts 16-byte aligned: rows of whole 16-byte words, or (Q6_K, 210-byte groups)
+     * rpw a multiple of the rows that make whole words (the launch); a Q6_K run may then end
+     * short of a word in the last warp only */
+    rf_wring<SLOT, S> wr(w + row0 * row_bytes, ring[warp][0], ngr * G::GBYTES / 16, lane,
+                         G::GBYTES % 16 ? ngr * G::GBYTES % 16 : 0);
     for (int k = 0; k < S; k++) wr.issue();
     rf_pdl_trigger();
     rf_pdl_wait();
@@ -412,8 +432,12 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     }
     if (!per_sm[kb]) per_sm[kb] = rf_blocks_per_sm(kern, NW * ctx->info.warp_size, (size_t)kb * 1024);
     const int ng = (int)(n_in / RF_QK / rf_q32_group<T>::GB);
-    /* whole stages where ng divides the warp: a multiple of 32 / ng rows */
-    const int64_t rpw = rf_rows_per_warp(ctx, per_sm[kb], NW, n_out, rpw_req, ng < 32 && 32 % ng == 0 ? 32 / ng : 1);
+    /* whole stages where ng divides the warp: a multiple of 32 / ng rows; Q6_K rows whose bytes
+     * are not a multiple of 16 (2816 wide: 11 super-blocks, 2310 bytes): a multiple of the rows
+     * that are (8 there), so every warp's run starts 16-byte aligned */
+    int unit = ng < 32 && 32 % ng == 0 ? 32 / ng : 1;
+    while ((int64_t)unit * ng * rf_q32_group<T>::GBYTES % 16) unit++;
+    const int64_t rpw = rf_rows_per_warp(ctx, per_sm[kb], NW, n_out, rpw_req, unit);
     const int64_t blocks = (n_out + rpw * NW - 1) / (rpw * NW);
 #if defined(RF_GEMV_TRACE)
     const int rpw_arg = (int)rpw | (int)((ctx->trace_seq++ & 0x7fffu) << 16); /* the call's slot */
