@@ -155,6 +155,11 @@ typedef struct rf_backend_ops {
                         int64_t n_tokens);
     /* y[r,i] += b[i] for r < rows, b f32 [n] (a bias). */
     rf_status (*add_bias)(rf_backend *be, rf_tensor *y, const rf_tensor *b, int64_t rows, int64_t n);
+    /* Optional fusion (NULL: the forward calls matmul, then add_bias): matmul, then y[t,o] += b[o]
+     * (b f32 [w.ne[1]]), one f32 add per output as add_bias does; the GPU adds it in the GEMV's
+     * store (one launch where two ran). */
+    rf_status (*matmul_bias)(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, const rf_tensor *b,
+                             int64_t n_tokens);
     /* rf_ref_rmsnorm over rows x n (w f32 [n] or NULL); y may alias x. */
     rf_status (*rmsnorm)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w,
                          int64_t rows, int64_t n, float eps);

@@ -456,6 +456,57 @@ static void test_gemv_chain(void **state) {
     rf_gpu_set_pdl(g_ctx, true);
 }
 
+/* rf_gpu_gemv_xq_bias: the product with its bias in the GEMV's store equals the product then
+ * rf_gpu_add_bias bit for bit (one f32 add per output either way): gemv_q32 (Q8_0 / Q5_0 rows of
+ * 2880, gpt-oss's Q/K/V), q32s (4096 wide, its O; 2816-wide Q6_K / Q4_K, segmented rows), q32h
+ * (variant 8), gemv_mt (4 tokens: the bias kernel after it), 1..8 tokens. */
+static void test_gemv_bias(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 7);
+    const struct { rf_type t; int64_t n_in, n_out; } cs[] = {
+        {RF_TYPE_Q8_0, 2880, 4096}, {RF_TYPE_Q8_0, 2880, 512}, {RF_TYPE_Q8_0, 4096, 2880}, {RF_TYPE_Q5_0, 2880, 131},
+        {RF_TYPE_Q4_0, 4096, 131},  {RF_TYPE_Q4_K, 2816, 131}, {RF_TYPE_Q6_K, 2816, 131}, {RF_TYPE_Q6_K, 4096, 67},
+    };
+    const int variants[] = {0, 3, 8, 17};
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        rf_gpu_set_gemv_variant(g_ctx, variants[vi]);
+        for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+            for (int64_t nt = 1; nt <= 8; nt += (nt < 2 ? 1 : nt < 4 ? 2 : 4)) {
+                const rf_type t = cs[ci].t;
+                const int64_t n_in = cs[ci].n_in, n_out = cs[ci].n_out;
+                if (nt > rf_gpu_gemv_max_tokens(g_ctx, t, n_in)) continue;
+                void *xq;
+                assert_int_equal(rf_gpu_alloc(g_ctx, rf_gpu_xq_bytes(nt, n_in), &xq), RF_OK);
+                size_t bytes;
+                uint8_t *w = random_weights(&r, t, n_out, n_in, &bytes);
+                float *x = host_f32(nt * n_in), *b = host_f32(n_out);
+                rf_rng_fill_normal(&r, x, nt * n_in, 1.0f);
+                rf_rng_fill_normal(&r, b, n_out, 1.0f);
+                void *dw = dev_from(w, bytes);
+                float *dx = dev_from(x, nt * n_in * 4), *db = dev_from(b, n_out * 4);
+                float *d1 = dev_poison(nt * n_out * 4), *d2 = dev_poison(nt * n_out * 4);
+                if (rf_gpu_quantize_x(g_ctx, xq, t, dx, nt, n_in) == RF_OK) { /* K kernels forced: none */
+                    assert_int_equal(rf_gpu_gemv_xq(g_ctx, d1, dw, t, xq, nt, n_in, n_out), RF_OK);
+                    assert_int_equal(rf_gpu_add_bias(g_ctx, d1, db, nt, n_out), RF_OK);
+                    assert_int_equal(rf_gpu_gemv_xq_bias(g_ctx, d2, dw, t, xq, db, nt, n_in, n_out), RF_OK);
+                    float *y1 = host_f32(nt * n_out), *y2 = host_f32(nt * n_out);
+                    dev_to(y1, d1, nt * n_out * 4);
+                    dev_to(y2, d2, nt * n_out * 4);
+                    if (memcmp(y1, y2, nt * n_out * 4))
+                        fprintf(stderr, "  bias %s %lldx%lld nt=%lld v%d: differs\n", rf_type_name(t), (long long)n_out,
+                                (long long)n_in, (long long)nt, variants[vi]);
+                    assert_memory_equal(y1, y2, nt * n_out * 4);
+                    free(y1), free(y2);
+                }
+                rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, db), rf_gpu_free(g_ctx, d1);
+                rf_gpu_free(g_ctx, d2), rf_gpu_free(g_ctx, xq);
+                free(w), free(x), free(b);
+            }
+    }
+    rf_gpu_set_gemv_variant(g_ctx, 0);
+}
+
 static void test_gemm(void **state) {
     (void)state;
     rf_rng r;
@@ -475,6 +526,7 @@ int main(void) {
         cmocka_unit_test(test_dequantize),
         cmocka_unit_test(test_gemv),
         cmocka_unit_test(test_gemv_chain),
+        cmocka_unit_test(test_gemv_bias),
         cmocka_unit_test(test_gemm),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

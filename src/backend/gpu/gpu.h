@@ -239,6 +239,12 @@ rf_status rf_gpu_glu_rows(rf_gpu_ctx *ctx, float *y, const float *gate, int64_t 
                           int64_t rows, int64_t n, bool geglu);
 rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
                          int64_t n_tokens, int64_t n_in, int64_t n_out);
+/* rf_gpu_gemv_xq_bias: the same with y[t, o] = (W x)[t, o] + bias[o] (bias f32 [n_out] on the
+ * device, or NULL: rf_gpu_gemv_xq), the bias added in the product kernel's store where it has
+ * that epilogue (gemv_q32, q32s, q32h), else by rf_gpu_add_bias after it: the same y either way,
+ * one f32 add per output. */
+rf_status rf_gpu_gemv_xq_bias(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
+                              const float *bias, int64_t n_tokens, int64_t n_in, int64_t n_out);
 /* Selects a GEMV kernel variant (0 = default, 1..30 = the variants listed in gpu_gemv.cu); for
  * the benchmark's sweep and tests. */
 void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);

@@ -348,6 +348,7 @@ static const rf_backend_ops gpu_ops = {
     .get_rows = g_get_rows,
     .matmul = rf_gbe_matmul,
     .add_bias = g_add_bias,
+    .matmul_bias = rf_gbe_matmul_bias,
     .rmsnorm = g_rmsnorm,
     .rmsnorm_for = rf_gbe_rmsnorm_for,
     .rope = g_rope,

@@ -145,16 +145,17 @@ rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int
                                         int64_t n);
 rf_status rf_gemv_launch_quantize_x(rf_gpu_ctx *ctx, void *xq, int gb, int rk, const float *x,
                                     int nt, int64_t n_in);
-/* gpu_gemv_q32.cu: gemv_q32 (variants 1..3; HIP's only int8-x kernel), Q4_0 .. Q8_0 */
+/* gpu_gemv_q32.cu: gemv_q32 (variants 1..3; HIP's only int8-x kernel), Q4_0 .. Q8_0; bias: NULL,
+ * or one f32 per output row added in the kernel's store (as the q32s launch's) */
 rf_status rf_gemv_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
                              const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
-                             int64_t n_out, int64_t rb);
+                             int64_t n_out, int64_t rb, const float *bias);
 #if !defined(RF_HIP)
 /* gpu_gemv_q32s.cu: gemv_q32s / gemv_q32h (variants 4..23; 24: as 7), the 32-element formats and
  * Q4_K / Q5_K / Q6_K */
 rf_status rf_gemv_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
                               const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
-                              int64_t n_out, int64_t rb, bool whole);
+                              int64_t n_out, int64_t rb, bool whole, const float *bias);
 /* gpu_gemv_mt.cu: gemv_mt, 2..16 tokens of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
  * on the int8 tensor cores; x from rf_k_quantize_x with gb = 1 (in order) at xq (rf_gpu_xq_bytes' layout).
  * rf_gemv_mt_ok: the kernel takes (t, n_in) on this device (sm_80+, whole chunks of 256
