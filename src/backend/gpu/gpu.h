@@ -225,6 +225,11 @@ rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const floa
  * rf_gpu_rmsnorm(x, w, eps), in one kernel; n <= 16384; y must not alias x with res. */
 rf_status rf_gpu_add_rmsnorm(rf_gpu_ctx *ctx, float *y, float *x, const float *res, const float *w, int64_t rows,
                              int64_t n, float eps);
+/* rf_gpu_add_norm: over rows x n (n <= 16384), with o (not NULL) o = rf_gpu_rmsnorm(o, wo) and x = (x + o) * s
+ * (both written back; without o, s must be 1 and x is only read); with y (not NULL) y = rf_gpu_rmsnorm(x, wy)
+ * * sy; y aliases neither x nor o. One kernel (gemma4's post-norm, residual add, layer scale and next norm). */
+rf_status rf_gpu_add_norm(rf_gpu_ctx *ctx, float *x, float *o, const float *wo, float s, float *y, const float *wy,
+                          float sy, int64_t rows, int64_t n, float eps);
 rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x, const float *res,
                                     const float *w, int64_t n_tokens, int64_t n_in, float eps);
 bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
