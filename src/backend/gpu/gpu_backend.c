@@ -101,8 +101,8 @@ static rf_status g_add_norm(rf_backend *be, rf_tensor *x, rf_tensor *o, const rf
     rf_gpu_ctx *ctx = GX(be)->ctx;
     float *xd = x->data, *od = o ? o->data : NULL, *yd = y ? y->data : NULL;
     const float *wo = w_o ? w_o->data : NULL, *wy = w_y ? w_y->data : NULL;
-    if (n <= 16384) return rf_gpu_add_norm(ctx, xd, od, wo, s, yd, wy, s_y, rows, n, eps);
-    rf_status st = RF_OK; /* rows past the fused kernel's reach: the unfused ops */
+    if (n <= 16384 && GX(be)->fuse) return rf_gpu_add_norm(ctx, xd, od, wo, s, yd, wy, s_y, rows, n, eps);
+    rf_status st = RF_OK; /* rows past the fused kernel's reach, or fusions off: the unfused ops */
     if (od) {
         if (!st) st = rf_gpu_rmsnorm(ctx, od, od, wo, rows, n, eps);
         if (!st) st = rf_gpu_add(ctx, xd, xd, od, rows * n);
