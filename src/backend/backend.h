@@ -157,6 +157,11 @@ typedef struct rf_backend_ops {
                         int64_t n_tokens);
     /* y[r,i] += b[i] for r < rows, b f32 [n] (a bias). */
     rf_status (*add_bias)(rf_backend *be, rf_tensor *y, const rf_tensor *b, int64_t rows, int64_t n);
+    /* Optional fusion (NULL: the forward calls matmul, then add_bias): matmul, then y[t,o] += b[o]
+     * (b f32 [w.ne[1]]), one f32 add per output as add_bias does; the GPU adds it in the GEMV's
+     * store (one launch where two ran). */
+    rf_status (*matmul_bias)(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, const rf_tensor *b,
+                             int64_t n_tokens);
     /* rf_ref_rmsnorm over rows x n (w f32 [n] or NULL); y may alias x. */
     rf_status (*rmsnorm)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w,
                          int64_t rows, int64_t n, float eps);
@@ -167,6 +172,12 @@ typedef struct rf_backend_ops {
      * takes it). */
     rf_status (*rmsnorm_for)(rf_backend *be, rf_tensor *y, rf_tensor *x, const rf_tensor *res, const rf_tensor *w,
                              int64_t rows, int64_t n, float eps, const rf_tensor *next);
+    /* Optional fusion (NULL: the forward calls rmsnorm, add, scale, rmsnorm, scale; gemma4's post-norms with the
+     * residual add, the layer scale and the next norm): over rows x n, with o (not NULL) o = rmsnorm(o) * w_o
+     * and x = (x + o) * s, both written back (without o, s is 1 and x only read); with y (not NULL) y =
+     * rmsnorm(x) * w_y * s_y. y aliases neither x nor o. Each step as the op it replaces computes it. */
+    rf_status (*add_norm)(rf_backend *be, rf_tensor *x, rf_tensor *o, const rf_tensor *w_o, float s, rf_tensor *y,
+                          const rf_tensor *w_y, float s_y, int64_t rows, int64_t n, float eps);
     /* RoPE in place over x [b->n_tokens, n_heads, head_dim], token t at position b->pos[t]
      * (rf_ref_rope's rule; freq_factors f32 [n_rot/2] or NULL), the rotated dims then
      * multiplied by attn_factor (ggml's attn_factor: cos and sin times it; the n_rot..head_dim

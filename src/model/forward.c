@@ -270,6 +270,16 @@ static rf_status rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const r
     return be->ops->rmsnorm(be, y, x, w, rows, n, eps);
 }
 
+/* y = W x, plus the bias b per output column where b is not NULL: one op where the backend fuses
+ * them (the GPU's GEMV adds it in its store), else matmul then add_bias (n_out: y's width). */
+static rf_status matmul_bias(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, const rf_tensor *b,
+                             int64_t n, int64_t n_out) {
+    if (!b) return be->ops->matmul(be, y, w, x, n);
+    if (be->ops->matmul_bias) return be->ops->matmul_bias(be, y, w, x, b, n);
+    rf_status st = be->ops->matmul(be, y, w, x, n);
+    return st ? st : be->ops->add_bias(be, y, b, n, n_out);
+}
+
 /* One step's fixed facts for the layer blocks below. Tensor parallelism (model_tp.c): each
  * layer's attention and FFN run once per shard with the shard's weights, heads and KV pool.
  * On one backend (ndev 1) shard 0 writes o, shards 1.. their partial products to f->part, the
@@ -305,6 +315,12 @@ static rf_status reduce(const step *t) {
     return rf_tp_dev_allreduce(t->m, o, t->n * t->E);
 }
 
+/* whether the attention output bias joins the O product (unsplit: the product is the whole sum;
+ * split, it is added once after the reduce) */
+static bool o_bias_in_product(const step *t, const rf_layer *L) {
+    return t->tp == 1 && rf_has(&L->bo) && L->mixer == RF_MIXER_ATTENTION && !L->attn_gate;
+}
+
 /* The attention mixer, shard s: Q/K/V products (one joined product where the weights are joined
  * and the backend fuses RoPE with the cache store), biases, per-head Q/K norms, RoPE, K/V into
  * the layer's paged cache (no RoPE on a NoPE layer), attention over the sequence (its window on
@@ -333,12 +349,10 @@ static rf_status mixer_attention(const step *t, int s, int il) {
         TRY(op->rope_store(be, &q, &jq, &jk, &jv, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
                            rope_ff, hp->rope_mode, hp->rope_attn_factor));
     } else {
-        TRY(op->matmul(be, &q, &S->wq, &A->h, n));
-        TRY(op->matmul(be, &k, &S->wk, &A->h, n));
-        TRY(op->matmul(be, &v, &S->wv, &A->h, n));
-        if (rf_has(&S->bq)) TRY(op->add_bias(be, &q, &S->bq, n, Qs)); /* qwen2 */
-        if (rf_has(&S->bk)) TRY(op->add_bias(be, &k, &S->bk, n, KVs));
-        if (rf_has(&S->bv)) TRY(op->add_bias(be, &v, &S->bv, n, KVs));
+        /* with their biases (qwen2, gpt-oss) */
+        TRY(matmul_bias(be, &q, &S->wq, &A->h, rf_has(&S->bq) ? &S->bq : NULL, n, Qs));
+        TRY(matmul_bias(be, &k, &S->wk, &A->h, rf_has(&S->bk) ? &S->bk : NULL, n, KVs));
+        TRY(matmul_bias(be, &v, &S->wv, &A->h, rf_has(&S->bv) ? &S->bv : NULL, n, KVs));
         /* per-head RMSNorm (gemma3): rows of one head */
         if (rf_has(&S->q_norm)) TRY(op->rmsnorm(be, &q, &q, &S->q_norm, n * Hs, D, hp->norm_eps));
         if (rf_has(&S->k_norm)) TRY(op->rmsnorm(be, &k, &k, &S->k_norm, n * HKVs, D, hp->norm_eps));
@@ -359,7 +373,8 @@ static rf_status mixer_attention(const step *t, int s, int il) {
     }
     TRY(op->attention(be, &att, &q, kc, vc, b, Hs, HKVs, D, hp->attn_scale, S->is_swa ? hp->n_swa : 0, 0.0f,
                       rf_has(&S->attn_sinks) ? &S->attn_sinks : NULL));
-    return op->matmul(be, po, &S->wo, &att, n); /* a shard's: the partial sum over its heads */
+    /* a shard's: the partial sum over its heads; unsplit, with the output bias (o_bias_in_product) */
+    return matmul_bias(be, po, &S->wo, &att, o_bias_in_product(t, S) ? &S->bo : NULL, n, t->E);
 }
 
 /* The dense GLU feed-forward, shard s: down(act(gate h) * up h) over the shard's slice of the FFN
@@ -443,8 +458,7 @@ static rf_status ffn_moe(const step *t, int s, int il) {
         return rf_has(&L->ffn_up_shexp) ? ffn_shared_expert(t, il, po) : RF_OK;
     }
     if (t->ndev > 1 || s == 0) {
-        TRY(op->matmul(be, &A->moe_logits, &L->ffn_gate_inp, &A->h, n));
-        if (rf_has(&L->ffn_gate_inp_b)) TRY(op->add_bias(be, &A->moe_logits, &L->ffn_gate_inp_b, n, NE));
+        TRY(matmul_bias(be, &A->moe_logits, &L->ffn_gate_inp, &A->h, OPT(ffn_gate_inp_b), n, NE));
         TRY(op->moe_route(be, &A->moe_ids, &A->moe_wts, &A->moe_logits, OPT(exp_probs_b), n, NE, K, hp->moe_gating,
                           hp->moe_norm_w, hp->moe_w_scale));
     }
@@ -504,7 +518,7 @@ static rf_status layer(const step *t, int il) {
         rf_backend *be = rf_model_be(m, d);
         rf_fwd *A = act_of(t->f, d);
         TRY(rf_model_use(m, d));
-        if (rf_has(&R->bo)) TRY(be->ops->add_bias(be, &A->o, &R->bo, n, E)); /* once, after the reduce */
+        if (rf_has(&R->bo) && !o_bias_in_product(t, R)) TRY(be->ops->add_bias(be, &A->o, &R->bo, n, E)); /* once, after the reduce */
         if (rf_has(&R->attn_post_norm)) TRY(be->ops->rmsnorm(be, &A->o, &A->o, &R->attn_post_norm, n, E, hp->norm_eps));
         /* (o joins the residual stream in the FFN norm) */
         /* ---- feed-forward block ---- */

@@ -30,6 +30,28 @@ static rf_tensor rows_of(const rf_tensor *t, int64_t r0, int64_t w, int64_t n) {
     return v;
 }
 
+/* With o (not NULL): o = rmsnorm(o) * w_o, x = (x + o) * s; with y (not NULL): y = rmsnorm(x) * w_y * s_y
+ * (w_y NULL: no gain). One op where the backend fuses them (the GPU: one kernel per row), else
+ * the ops in that order, so the CPU computes what the unfused layer did. */
+static rf_status add_norm(rf_model *m, rf_tensor *x, rf_tensor *o, const rf_tensor *w_o, float s, rf_tensor *y,
+                          const rf_tensor *w_y, float s_y, int64_t n) {
+    rf_backend *be = m->be;
+    const rf_backend_ops *op = be->ops;
+    const int64_t E = m->hp.n_embd;
+    const float eps = m->hp.norm_eps;
+    if (op->add_norm) return op->add_norm(be, x, o, w_o, s, y, w_y, s_y, n, E, eps);
+    if (o) {
+        TRY(op->rmsnorm(be, o, o, w_o, n, E, eps));
+        TRY(op->add(be, x, x, o, n * E));
+        if (s != 1.0f) TRY(op->scale(be, x, s, n * E));
+    }
+    if (y) {
+        TRY(op->rmsnorm(be, y, x, w_y, n, E, eps));
+        if (s_y != 1.0f) TRY(op->scale(be, y, s_y, n * E));
+    }
+    return RF_OK;
+}
+
 /* Per-layer inputs (gemma4's get_per_layer_inputs + project_per_layer_inputs), token-major
  * in f->ple [n, n_layer * P] (layer il: columns [il * P, (il + 1) * P)): the token's row of
  * per_layer_token_embd times sqrt(P), plus per_layer_model_proj . x / sqrt(n_embd) (x: the
@@ -112,8 +134,7 @@ static rf_status experts(rf_model *m, rf_fwd *f, int il, int64_t n) {
     rf_backend *be = m->be;
     const rf_backend_ops *op = be->ops;
     const int64_t E = hp->n_embd, K = hp->n_expert_used, NE = hp->n_expert, FE = hp->n_ff_exp;
-    TRY(op->rmsnorm(be, &f->h, &f->x, &L->ffn_gate_inp_s, n, E, hp->norm_eps));
-    TRY(op->scale(be, &f->h, 1.0f / sqrtf((float)E), n * E));
+    TRY(add_norm(m, &f->x, NULL, NULL, 1.0f, &f->h, &L->ffn_gate_inp_s, 1.0f / sqrtf((float)E), n));
     TRY(op->matmul(be, &f->moe_logits, &L->ffn_gate_inp, &f->h, n));
     TRY(op->moe_route(be, &f->moe_ids, &f->moe_wts, &f->moe_logits, NULL, n, NE, K, hp->moe_gating, hp->moe_norm_w,
                       hp->moe_w_scale));
@@ -121,8 +142,7 @@ static rf_status experts(rf_model *m, rf_fwd *f, int il, int64_t n) {
     TRY(rf_moe_gate_up(be, &f->moe_g, &f->moe_u, &L->ffn_gate_exps, &L->ffn_up_exps, FE, &f->h, &f->moe_ids, NULL,
                        NULL, n, K, RF_GLU_GEGLU));
     TRY(rf_moe_down_sum(be, &f->h, &f->moe_d, &L->ffn_down_exps, E, &f->moe_g, &f->moe_ids, NULL, &f->moe_wts, n, K));
-    TRY(op->rmsnorm(be, &f->h, &f->h, &L->ffn_post_norm_2, n, E, hp->norm_eps));
-    return op->add(be, &f->o, &f->o, &f->h, n * E);
+    return add_norm(m, &f->o, &f->h, &L->ffn_post_norm_2, 1.0f, NULL, NULL, 1.0f, n); /* o += post_norm_2(h) */
 }
 
 rf_status rf_gemma4_layer(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int64_t n) {
@@ -132,15 +152,16 @@ rf_status rf_gemma4_layer(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int
     const rf_backend_ops *op = be->ops;
     const int64_t E = hp->n_embd, F = hp->n_ff, P = hp->n_embd_ple;
     if (m->tp > 1) return rf_set_error(RF_ERR_UNSUPPORTED, "forward: gemma4 cannot be split (--tp)");
-    /* attention block: x += post_norm(attn(norm(x))) */
-    TRY(op->rmsnorm(be, &f->h, &f->x, &L->attn_norm, n, E, hp->norm_eps));
+    /* the next layer's attention norm is made with this layer's last residual add (below): a
+     * layer past the first finds h = attn_norm(x) made by the one before it */
+    const rf_tensor *next_norm = il + 1 < hp->n_layer ? &m->layers[il + 1].attn_norm : NULL;
+    /* attention block: x += post_norm(attn(norm(x))), then h = ffn_norm(x) in the same op */
+    if (il == 0) TRY(op->rmsnorm(be, &f->h, &f->x, &L->attn_norm, n, E, hp->norm_eps));
     TRY(attention(m, f, b, il, n));
-    TRY(op->rmsnorm(be, &f->o, &f->o, &L->attn_post_norm, n, E, hp->norm_eps));
-    TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
-    /* feed-forward: x += post_norm(down(gelu(gate h) * up h)), h = norm(x); on a MoE layer the
-     * dense branch gets its own post-norm and the experts' branch is added before post_norm */
+    TRY(add_norm(m, &f->x, &f->o, &L->attn_post_norm, 1.0f, &f->h, &L->ffn_norm, 1.0f, n));
+    /* feed-forward: x += post_norm(down(gelu(gate h) * up h)); on a MoE layer the dense branch
+     * gets its own post-norm and the experts' branch is added before post_norm */
     rf_tensor g = packed(&f->g, F, n), u = packed(&f->u, F, n);
-    TRY(op->rmsnorm(be, &f->h, &f->x, &L->ffn_norm, n, E, hp->norm_eps));
     TRY(op->matmul(be, &g, &L->ffn_gate, &f->h, n));
     TRY(op->matmul(be, &u, &L->ffn_up, &f->h, n));
     TRY(op->glu(be, &g, &g, &u, n * F, RF_GLU_GEGLU));
@@ -149,17 +170,15 @@ rf_status rf_gemma4_layer(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int
         TRY(op->rmsnorm(be, &f->o, &f->o, &L->ffn_post_norm_1, n, E, hp->norm_eps));
         TRY(experts(m, f, il, n));
     }
-    TRY(op->rmsnorm(be, &f->o, &f->o, &L->ffn_post_norm, n, E, hp->norm_eps));
-    TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
+    /* the last residual add of the layer takes the output scale and makes the next layer's h */
+    if (P == 0)
+        return add_norm(m, &f->x, &f->o, &L->ffn_post_norm, L->out_scale, next_norm ? &f->h : NULL, next_norm, 1.0f,
+                        n);
+    TRY(add_norm(m, &f->x, &f->o, &L->ffn_post_norm, 1.0f, NULL, NULL, 1.0f, n));
     /* per-layer embedding: x += norm(proj(gelu(gate x) * per-layer input)) */
-    if (P > 0) {
-        rf_tensor pg = packed(&f->ple_g, P, n);
-        TRY(op->matmul(be, &pg, &L->ple_gate, &f->x, n));
-        TRY(ple_gate(m, f, &pg, il, n));
-        TRY(op->matmul(be, &f->o, &L->ple_proj, &pg, n));
-        TRY(op->rmsnorm(be, &f->o, &f->o, &L->ple_norm, n, E, hp->norm_eps));
-        TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
-    }
-    if (L->out_scale != 1.0f) TRY(op->scale(be, &f->x, L->out_scale, n * E));
-    return RF_OK;
+    rf_tensor pg = packed(&f->ple_g, P, n);
+    TRY(op->matmul(be, &pg, &L->ple_gate, &f->x, n));
+    TRY(ple_gate(m, f, &pg, il, n));
+    TRY(op->matmul(be, &f->o, &L->ple_proj, &pg, n));
+    return add_norm(m, &f->x, &f->o, &L->ple_norm, L->out_scale, next_norm ? &f->h : NULL, next_norm, 1.0f, n);
 }

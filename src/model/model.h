@@ -272,7 +272,8 @@ rf_status rf_gemma4_load_top(rf_model *m);
  * error naming it; vectors f32). */
 rf_status rf_model_bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0, int64_t ne1, bool required);
 /* The per-layer inputs of the batch's n tokens into f->ple (needs f->x = the scaled embeddings);
- * one gemma4 layer over f->x (the residual stream, complete on return: f->o is not pending). */
+ * one gemma4 layer over f->x (the residual stream, complete on return: f->o is not pending; f->h
+ * = the next layer's attention norm of it, which layer il > 0 expects from layer il - 1). */
 rf_status rf_gemma4_ple(rf_model *m, rf_fwd *f, const rf_batch *b, int64_t n);
 rf_status rf_gemma4_layer(rf_model *m, rf_fwd *f, const rf_batch *b, int il, int64_t n);
 

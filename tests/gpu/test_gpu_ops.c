@@ -521,6 +521,71 @@ static void test_rmsnorm_quantize_fused(void **state) {
             }
 }
 
+/* rf_gpu_add_norm (gemma4's post-norm, residual add, layer scale and next norm in one kernel)
+ * against the ops it replaces, run one by one (rf_gpu_rmsnorm, rf_gpu_add, rf_gpu_scale,
+ * rf_gpu_rmsnorm, rf_gpu_scale): x, o and y bit for bit (its kernel rounds each step apart, as
+ * they do), with and without o, y, the gains and the scales; rows of 1 .. 16384, 1 and 3 rows.
+ * Each of those ops is checked against its CPU twin above. */
+static void test_add_norm_fused(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 11);
+    const int64_t ns[] = {1, 7, 1000, 2816, 4097, 16384};
+    const struct { bool o, wo, y, wy; float s, sy; } cs[] = {
+        {true, true, true, true, 1.0f, 1.0f},      /* attention post-norm + add + FFN norm */
+        {true, true, true, true, 0.71f, 1.0f},     /* the layer's last add, its scale, the next norm */
+        {true, true, false, false, 1.0f, 1.0f},    /* o += post_norm_2(h) */
+        {true, true, false, false, 1.7f, 1.0f},    /* the last layer: no next norm */
+        {false, false, true, true, 1.0f, 0.0189f}, /* the router's input: norm and 1/sqrt(n) */
+        {true, false, true, false, 1.3f, 2.0f},    /* no gains */
+    };
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+        for (int64_t rows = 1; rows <= 3; rows += 2)
+            for (size_t c = 0; c < sizeof cs / sizeof *cs; c++) {
+                const int64_t n = ns[ni], tot = rows * n;
+                float *x = host_f32(tot), *o = host_f32(tot), *wo = host_f32(n), *wy = host_f32(n);
+                rf_rng_fill_normal(&r, x, tot, 2.0f);
+                rf_rng_fill_normal(&r, o, tot, 1.0f);
+                rf_rng_fill_normal(&r, wo, n, 1.0f);
+                rf_rng_fill_normal(&r, wy, n, 1.0f);
+                float *dx1 = dev_from(x, tot * 4), *dx2 = dev_from(x, tot * 4);
+                float *do1 = dev_from(o, tot * 4), *do2 = dev_from(o, tot * 4);
+                float *dwo = cs[c].wo ? dev_from(wo, n * 4) : NULL, *dwy = cs[c].wy ? dev_from(wy, n * 4) : NULL;
+                float *dy1 = dev_poison(tot * 4), *dy2 = dev_poison(tot * 4);
+                if (cs[c].o) { /* the ops one by one */
+                    assert_int_equal(rf_gpu_rmsnorm(g_ctx, do1, do1, dwo, rows, n, 1e-6f), RF_OK);
+                    assert_int_equal(rf_gpu_add(g_ctx, dx1, dx1, do1, tot), RF_OK);
+                    if (cs[c].s != 1.0f) assert_int_equal(rf_gpu_scale(g_ctx, dx1, dx1, cs[c].s, tot), RF_OK);
+                }
+                if (cs[c].y) {
+                    assert_int_equal(rf_gpu_rmsnorm(g_ctx, dy1, dx1, dwy, rows, n, 1e-6f), RF_OK);
+                    if (cs[c].sy != 1.0f) assert_int_equal(rf_gpu_scale(g_ctx, dy1, dy1, cs[c].sy, tot), RF_OK);
+                }
+                assert_int_equal(rf_gpu_add_norm(g_ctx, dx2, cs[c].o ? do2 : NULL, dwo, cs[c].s, cs[c].y ? dy2 : NULL,
+                                                 dwy, cs[c].sy, rows, n, 1e-6f),
+                                 RF_OK);
+                float *a = host_f32(tot), *b = host_f32(tot);
+                float *pairs[3][2] = {{dx1, dx2}, {do1, do2}, {dy1, dy2}};
+                for (int k = 0; k < 3; k++) {
+                    if (k == 2 && !cs[c].y) continue;
+                    dev_to(a, pairs[k][0], tot * 4);
+                    dev_to(b, pairs[k][1], tot * 4);
+                    if (memcmp(a, b, tot * 4))
+                        fprintf(stderr, "  add_norm n=%lld rows=%lld case %zu: %s differs\n", (long long)n,
+                                (long long)rows, c, k == 0 ? "x" : k == 1 ? "o" : "y");
+                    assert_memory_equal(a, b, tot * 4);
+                }
+                rf_gpu_free(g_ctx, dx1), rf_gpu_free(g_ctx, dx2), rf_gpu_free(g_ctx, do1), rf_gpu_free(g_ctx, do2);
+                rf_gpu_free(g_ctx, dwo), rf_gpu_free(g_ctx, dwy), rf_gpu_free(g_ctx, dy1), rf_gpu_free(g_ctx, dy2);
+                free(x), free(o), free(wo), free(wy), free(a), free(b);
+            }
+    /* y aliasing x or o, a scale without o: refused */
+    assert_int_equal(rf_gpu_add_norm(g_ctx, (float *)16, (float *)32, NULL, 1.0f, (float *)16, NULL, 1.0f, 1, 8, 1e-6f),
+                     RF_ERR_INVALID_ARG);
+    assert_int_equal(rf_gpu_add_norm(g_ctx, (float *)16, NULL, NULL, 2.0f, (float *)48, NULL, 1.0f, 1, 8, 1e-6f),
+                     RF_ERR_INVALID_ARG);
+}
+
 static void test_errors(void **state) {
     (void)state;
     assert_int_equal(rf_gpu_softmax(g_ctx, NULL, NULL, 1, 0, 1.0f), RF_ERR_INVALID_ARG);
@@ -569,6 +634,7 @@ int main(void) {
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_rope_kv_append),
         cmocka_unit_test(test_kv_q8),
         cmocka_unit_test(test_rope_qkv_fused), cmocka_unit_test(test_rmsnorm_quantize_fused),
+        cmocka_unit_test(test_add_norm_fused),
         cmocka_unit_test(test_errors),        cmocka_unit_test(test_backend_info),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

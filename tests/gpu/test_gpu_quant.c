@@ -231,6 +231,16 @@ static void test_gemv(void **state) {
         if (x_int8) run_matmul_case(&r, t, 1, 4096, 8200, false, tol);
         /* 4096 < n_out <= 8192 (a fused Q/K/V product; Q4_0 / Q4_K take ~1024 warps there) */
         if (x_int8) run_matmul_case(&r, t, 1, 4096, 5000, false, tol);
+        /* the K-quants at gemma4-26b-a4b's width, 2816 = 11 super-blocks (the tied Q6_K LM head,
+         * Q4_K Q/K/V/gate/up) and 2304 = 9: Q6_K rows of 2310 / 1890 bytes, not whole 16-byte
+         * words, so q32s runs 8 rows per warp and the last warp's run ends mid-word (131 rows:
+         * 3 in the last 8; 8200 rows: the tall default) */
+        if (bs == 256) {
+            const int64_t kw[][2] = {{2816, 131}, {2816, 8200}, {2304, 131}};
+            for (int s = 0; s < 3; s++)
+                for (int64_t nt = 1; nt <= 8; nt += (nt < 3 ? 1 : 5))
+                    if (nt == 1 || kw[s][1] < 1000) run_matmul_case(&r, t, nt, kw[s][0], kw[s][1], false, tol);
+        }
     }
     /* every kernel variant (the default is one of them) on a few shapes */
     for (int v = 1; v <= 26; v++) { /* 4..7, 9..23: the q32s kernel, 8: q32h (else as 7); the other
@@ -308,6 +318,7 @@ static void test_gemv(void **state) {
                 if (!int8_x(t)) continue; /* the knob only moves q32s / q32h */
                 run_matmul_case(&r, t, 1, 4096, 131, false, 1e-2);
                 run_matmul_case(&r, t, 1, block_of(t) == 256 ? 2048 : 1024, 130, false, 1e-2);
+                if (block_of(t) == 256) run_matmul_case(&r, t, 1, 2816, 131, false, 1e-2); /* Q6_K: 8 rows */
                 if (v == 7) run_matmul_case(&r, t, 2, 4096, 129, false, 1e-2); /* 8..23: as 7 */
             }
         }
@@ -354,6 +365,29 @@ static void test_gemv(void **state) {
             rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, d1);
             free(w), free(x);
         }
+    }
+    /* the same for the K-quants at 2816 (Q6_K: a one-row run of 2310 bytes, its last 6 copied
+     * short of a word) */
+    const rf_type kq[] = {RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
+    for (size_t ti = 0; ti < 3; ti++) {
+        const rf_type t = kq[ti];
+        const int64_t n_in = 2816, n_out = 131;
+        size_t bytes;
+        uint8_t *w = random_weights(&r, t, n_out, n_in, &bytes);
+        float *x = host_f32(n_in);
+        rf_rng_fill_normal(&r, x, n_in, 1.0f);
+        void *dw = dev_from(w, bytes);
+        float *dx = dev_from(x, n_in * 4), *dy = dev_poison(n_out * 4), *d1 = dev_poison(4);
+        float y[131], y1;
+        assert_int_equal(rf_gpu_gemv(g_ctx, dy, dw, t, dx, 1, n_in, n_out), RF_OK);
+        assert_int_equal(rf_gpu_gemv(g_ctx, d1, dw, t, dx, 1, n_in, 1), RF_OK);
+        dev_to(y, dy, sizeof y);
+        dev_to(&y1, d1, 4);
+        if (memcmp(&y1, &y[0], 4) != 0)
+            fprintf(stderr, "  %s n_in=2816: one row %g, first of 131 %g\n", rf_type_name(t), y1, y[0]);
+        assert_memory_equal(&y1, &y[0], 4);
+        rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, d1);
+        free(w), free(x);
     }
     /* host contract checks */
     /* one token past what one call takes (8, or 16 where gemv_mt takes the rows): refused before
@@ -422,6 +456,57 @@ static void test_gemv_chain(void **state) {
     rf_gpu_set_pdl(g_ctx, true);
 }
 
+/* rf_gpu_gemv_xq_bias: the product with its bias in the GEMV's store equals the product then
+ * rf_gpu_add_bias bit for bit (one f32 add per output either way): gemv_q32 (Q8_0 / Q5_0 rows of
+ * 2880, gpt-oss's Q/K/V), q32s (4096 wide, its O; 2816-wide Q6_K / Q4_K, segmented rows), q32h
+ * (variant 8), gemv_mt (4 tokens: the bias kernel after it), 1..8 tokens. */
+static void test_gemv_bias(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 7);
+    const struct { rf_type t; int64_t n_in, n_out; } cs[] = {
+        {RF_TYPE_Q8_0, 2880, 4096}, {RF_TYPE_Q8_0, 2880, 512}, {RF_TYPE_Q8_0, 4096, 2880}, {RF_TYPE_Q5_0, 2880, 131},
+        {RF_TYPE_Q4_0, 4096, 131},  {RF_TYPE_Q4_K, 2816, 131}, {RF_TYPE_Q6_K, 2816, 131}, {RF_TYPE_Q6_K, 4096, 67},
+    };
+    const int variants[] = {0, 3, 8, 17};
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        rf_gpu_set_gemv_variant(g_ctx, variants[vi]);
+        for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+            for (int64_t nt = 1; nt <= 8; nt += (nt < 2 ? 1 : nt < 4 ? 2 : 4)) {
+                const rf_type t = cs[ci].t;
+                const int64_t n_in = cs[ci].n_in, n_out = cs[ci].n_out;
+                if (nt > rf_gpu_gemv_max_tokens(g_ctx, t, n_in)) continue;
+                void *xq;
+                assert_int_equal(rf_gpu_alloc(g_ctx, rf_gpu_xq_bytes(nt, n_in), &xq), RF_OK);
+                size_t bytes;
+                uint8_t *w = random_weights(&r, t, n_out, n_in, &bytes);
+                float *x = host_f32(nt * n_in), *b = host_f32(n_out);
+                rf_rng_fill_normal(&r, x, nt * n_in, 1.0f);
+                rf_rng_fill_normal(&r, b, n_out, 1.0f);
+                void *dw = dev_from(w, bytes);
+                float *dx = dev_from(x, nt * n_in * 4), *db = dev_from(b, n_out * 4);
+                float *d1 = dev_poison(nt * n_out * 4), *d2 = dev_poison(nt * n_out * 4);
+                if (rf_gpu_quantize_x(g_ctx, xq, t, dx, nt, n_in) == RF_OK) { /* K kernels forced: none */
+                    assert_int_equal(rf_gpu_gemv_xq(g_ctx, d1, dw, t, xq, nt, n_in, n_out), RF_OK);
+                    assert_int_equal(rf_gpu_add_bias(g_ctx, d1, db, nt, n_out), RF_OK);
+                    assert_int_equal(rf_gpu_gemv_xq_bias(g_ctx, d2, dw, t, xq, db, nt, n_in, n_out), RF_OK);
+                    float *y1 = host_f32(nt * n_out), *y2 = host_f32(nt * n_out);
+                    dev_to(y1, d1, nt * n_out * 4);
+                    dev_to(y2, d2, nt * n_out * 4);
+                    if (memcmp(y1, y2, nt * n_out * 4))
+                        fprintf(stderr, "  bias %s %lldx%lld nt=%lld v%d: differs\n", rf_type_name(t), (long long)n_out,
+                                (long long)n_in, (long long)nt, variants[vi]);
+                    assert_memory_equal(y1, y2, nt * n_out * 4);
+                    free(y1), free(y2);
+                }
+                rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, db), rf_gpu_free(g_ctx, d1);
+                rf_gpu_free(g_ctx, d2), rf_gpu_free(g_ctx, xq);
+                free(w), free(x), free(b);
+            }
+    }
+    rf_gpu_set_gemv_variant(g_ctx, 0);
+}
+
 static void test_gemm(void **state) {
     (void)state;
     rf_rng r;
@@ -441,6 +526,7 @@ int main(void) {
         cmocka_unit_test(test_dequantize),
         cmocka_unit_test(test_gemv),
         cmocka_unit_test(test_gemv_chain),
+        cmocka_unit_test(test_gemv_bias),
         cmocka_unit_test(test_gemm),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -208,7 +208,7 @@ bool rf_gpu_mmq_takes(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t 
  * GEMVs, the BLAS path of quantized weights) or takes it as f32 / f16; for the CPU twin of tests. */
 bool rf_gpu_matmul_rounds_x(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
 /* The two halves of rf_gpu_gemv for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; and
- * Q4_K, Q5_K in CUDA builds for n_in a multiple of 256 up to 16384), so the
+ * Q4_K, Q5_K, Q6_K in CUDA builds for n_in a multiple of 256 up to 16384), so the
  * op producing x can quantize it once for every product that reads it (and the products run as
  * one kernel each). rf_gpu_quantize_x: x f32 [n_tokens, n_in] -> xq, rf_gpu_xq_bytes(n_tokens,
  * n_in) bytes of device memory (16-byte aligned), int8 per 32 plus scales in the order the
@@ -225,6 +225,11 @@ rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const floa
  * rf_gpu_rmsnorm(x, w, eps), in one kernel; n <= 16384; y must not alias x with res. */
 rf_status rf_gpu_add_rmsnorm(rf_gpu_ctx *ctx, float *y, float *x, const float *res, const float *w, int64_t rows,
                              int64_t n, float eps);
+/* rf_gpu_add_norm: over rows x n (n <= 16384), with o (not NULL) o = rf_gpu_rmsnorm(o, wo) and x = (x + o) * s
+ * (both written back; without o, s must be 1 and x is only read); with y (not NULL) y = rf_gpu_rmsnorm(x, wy)
+ * * sy; y aliases neither x nor o. One kernel (gemma4's post-norm, residual add, layer scale and next norm). */
+rf_status rf_gpu_add_norm(rf_gpu_ctx *ctx, float *x, float *o, const float *wo, float s, float *y, const float *wy,
+                          float sy, int64_t rows, int64_t n, float eps);
 rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x, const float *res,
                                     const float *w, int64_t n_tokens, int64_t n_in, float eps);
 bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
@@ -239,6 +244,12 @@ rf_status rf_gpu_glu_rows(rf_gpu_ctx *ctx, float *y, const float *gate, int64_t 
                           int64_t rows, int64_t n, bool geglu);
 rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
                          int64_t n_tokens, int64_t n_in, int64_t n_out);
+/* rf_gpu_gemv_xq_bias: the same with y[t, o] = (W x)[t, o] + bias[o] (bias f32 [n_out] on the
+ * device, or NULL: rf_gpu_gemv_xq), the bias added in the product kernel's store where it has
+ * that epilogue (gemv_q32, q32s, q32h), else by rf_gpu_add_bias after it: the same y either way,
+ * one f32 add per output. */
+rf_status rf_gpu_gemv_xq_bias(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
+                              const float *bias, int64_t n_tokens, int64_t n_in, int64_t n_out);
 /* Selects a GEMV kernel variant (0 = default, 1..30 = the variants listed in gpu_matmul.cu); for
  * the benchmark's sweep and tests. */
 void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);

@@ -96,6 +96,25 @@ static rf_status g_rmsnorm(rf_backend *be, rf_tensor *y, const rf_tensor *x, con
     return rf_gpu_rmsnorm(GX(be)->ctx, y->data, x->data, w ? w->data : NULL, rows, n, eps);
 }
 
+static rf_status g_add_norm(rf_backend *be, rf_tensor *x, rf_tensor *o, const rf_tensor *w_o, float s, rf_tensor *y,
+                           const rf_tensor *w_y, float s_y, int64_t rows, int64_t n, float eps) {
+    rf_gpu_ctx *ctx = GX(be)->ctx;
+    float *xd = x->data, *od = o ? o->data : NULL, *yd = y ? y->data : NULL;
+    const float *wo = w_o ? w_o->data : NULL, *wy = w_y ? w_y->data : NULL;
+    if (n <= 16384 && GX(be)->fuse) return rf_gpu_add_norm(ctx, xd, od, wo, s, yd, wy, s_y, rows, n, eps);
+    rf_status st = RF_OK; /* rows past the fused kernel's reach, or fusions off: the unfused ops */
+    if (od) {
+        if (!st) st = rf_gpu_rmsnorm(ctx, od, od, wo, rows, n, eps);
+        if (!st) st = rf_gpu_add(ctx, xd, xd, od, rows * n);
+        if (!st && s != 1.0f) st = rf_gpu_scale(ctx, xd, xd, s, rows * n);
+    }
+    if (yd) {
+        if (!st) st = rf_gpu_rmsnorm(ctx, yd, xd, wy, rows, n, eps);
+        if (!st && s_y != 1.0f) st = rf_gpu_scale(ctx, yd, yd, s_y, rows * n);
+    }
+    return st;
+}
+
 static rf_status g_rope(rf_backend *be, rf_tensor *x, const rf_batch *b, int64_t n_heads, int64_t head_dim,
                         int64_t n_rot, float freq_base, float freq_scale, const rf_tensor *ff, int mode,
                         float attn_factor) {
@@ -378,7 +397,9 @@ static const rf_backend_ops gpu_ops = {
     .get_rows = g_get_rows,
     .matmul = rf_gbe_matmul,
     .add_bias = g_add_bias,
+    .matmul_bias = rf_gbe_matmul_bias,
     .rmsnorm = g_rmsnorm,
+    .add_norm = g_add_norm,
     .rmsnorm_for = rf_gbe_rmsnorm_for,
     .rope = g_rope,
     .kv_store = g_kv_store,

@@ -49,7 +49,8 @@ static void xq_note(gpu_be *g, const void *src, rf_type t, int64_t n_tokens, int
  * backend's xq buffer (or finds it there, made by rmsnorm_for) and the next products of the
  * same x (Q, K, V; gate, up) reuse it: one activation-quantization kernel where three (or two)
  * ran. A recording that would need a larger buffer falls back to the whole product. */
-rf_status rf_gbe_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens) {
+static rf_status matmul_b(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, const float *bias,
+                          int64_t n_tokens) {
     gpu_be *g = G(be);
     const int64_t n_in = w->ne[0], n_out = w->ne[1];
     rf_status st;
@@ -65,13 +66,26 @@ rf_status rf_gbe_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const 
             }
         }
         if (g->xq_src) {
-            st = rf_gpu_gemv_xq(g->ctx, y->data, w->data, w->type, g->xq, n_tokens, n_in, n_out);
+            st = rf_gpu_gemv_xq_bias(g->ctx, y->data, w->data, w->type, g->xq, bias, n_tokens, n_in, n_out);
             if (y->data == g->xq_src) g->xq_src = NULL;
             return st;
         }
     }
     if (y->data == g->xq_src) g->xq_src = NULL;
-    return rf_gpu_matmul(g->ctx, y->data, w->data, w->type, x->data, n_tokens, n_in, n_out);
+    st = rf_gpu_matmul(g->ctx, y->data, w->data, w->type, x->data, n_tokens, n_in, n_out);
+    return st || !bias ? st : rf_gpu_add_bias(g->ctx, y->data, bias, n_tokens, n_out);
+}
+rf_status rf_gbe_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens) {
+    return matmul_b(be, y, w, x, NULL, n_tokens);
+}
+/* the product and its bias: in the int8-x GEMV's store where the product takes that path (decode
+ * with fusions on), else rf_gpu_add_bias after it */
+rf_status rf_gbe_matmul_bias(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, const rf_tensor *b,
+                             int64_t n_tokens) {
+    if (b->type != RF_TYPE_F32 || b->ne[0] != w->ne[1])
+        return rf_set_error(RF_ERR_INVALID_ARG, "matmul_bias: bias of %lld (type %d) for %lld outputs",
+                            (long long)b->ne[0], (int)b->type, (long long)w->ne[1]);
+    return matmul_b(be, y, w, x, (const float *)b->data, n_tokens);
 }
 
 /* [x += res, then] rmsnorm whose output the product of `next` reads: with fusions on and that

@@ -91,6 +91,8 @@ void rf_gbe_graph_abort(rf_backend *be);
 rf_status rf_gbe_set_batch_invariant(rf_backend *be, bool on);
 /* gpu_backend_products.c: the products and the ops that prepare a product's quantized x */
 rf_status rf_gbe_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens);
+rf_status rf_gbe_matmul_bias(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, const rf_tensor *b,
+                             int64_t n_tokens);
 rf_status rf_gbe_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const rf_tensor *res, const rf_tensor *w,
                              int64_t rows, int64_t n, float eps, const rf_tensor *next);
 rf_status rf_gbe_glu_for(rf_backend *be, rf_tensor *y, const rf_tensor *gate, const rf_tensor *up, int64_t n,

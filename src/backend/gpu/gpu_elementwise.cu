@@ -159,6 +159,67 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_v(float *y, float *x, const
     }
 }
 
+/* add_norm: gemma4's post-norms with what follows them, in one kernel per row: with o (not NULL)
+ * o = rmsnorm(o) * wo, then x = (x + o) * s (both written back); with y (not NULL) y =
+ * rmsnorm(x) * wy * sy (the next block's pre-norm, or the router's input norm and scale). Each
+ * norm's arithmetic is rf_k_rmsnorm_v's (a thread's squares over k in order, the block sum,
+ * v * inv * w) and the add and the scales are rf_k_add's and rf_k_scale's (rounded apart), in
+ * the order the unfused ops apply them: the same values as those ops give. y must alias
+ * neither x nor o. launch: one block per row, 1024 threads, n <= 1024 K. tolerance as
+ * rf_k_rmsnorm. */
+template <int K>
+__global__ void __launch_bounds__(1024) rf_k_add_norm(float *x, float *o, const float *wo, float s, float *y,
+                                                      const float *wy, float sy, int n, float eps) {
+    rf_pdl_trigger();
+    __shared__ float sh[1024 / 32];
+    float *xr = x + (int64_t)blockIdx.x * n;
+    float v[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = k * 1024 + threadIdx.x;
+        v[k] = i < n ? xr[i] : 0.0f;
+    }
+    if (o) {
+        float *orow = o + (int64_t)blockIdx.x * n;
+        float u[K], wv[K], ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = k * 1024 + threadIdx.x;
+            u[k] = i < n ? orow[i] : 0.0f;
+            wv[k] = wo && i < n ? wo[i] : 1.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < K; k++) ss += u[k] * u[k];
+        ss = rf_block_sum(ss, sh);
+        const float inv = rsqrtf(ss / (float)n + eps);
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = k * 1024 + threadIdx.x;
+            u[k] = u[k] * inv * wv[k];
+            v[k] = __fadd_rn(v[k], u[k]); /* rounded as rf_k_add's: no contraction with the norm's product */
+            if (s != 1.0f) v[k] = __fmul_rn(v[k], s);
+            if (i < n) orow[i] = u[k], xr[i] = v[k];
+        }
+    }
+    if (y) {
+        float *yr = y + (int64_t)blockIdx.x * n;
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++) ss += v[k] * v[k];
+        ss = rf_block_sum(ss, sh);
+        const float inv = rsqrtf(ss / (float)n + eps);
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = k * 1024 + threadIdx.x;
+            if (i < n) {
+                float h = v[k] * inv * (wy ? wy[i] : 1.0f);
+                if (sy != 1.0f) h = h * sy;
+                yr[i] = h;
+            }
+        }
+    }
+}
+
 /* layer_norm: y[r,i] = (x[r,i] - mean) / sqrt(var + eps) * w[i] + b[i] (population variance)
  * in: x f32 [rows, n], w, b f32 [n] or NULL; out: y (may alias x); one block per row; n >= 1
  * twin rf_ref_layernorm; tolerance rel. L2 < 1e-5 (two passes: mean first, then variance) */
@@ -270,6 +331,22 @@ extern "C" rf_status rf_gpu_add_rmsnorm(rf_gpu_ctx *ctx, float *y, float *x, con
     else if (k <= 8) rf_k_rmsnorm_v<8><<<(unsigned)rows, 1024, 0, ctx->stream>>>(y, x, res, w, (int)n, eps);
     else rf_k_rmsnorm_v<16><<<(unsigned)rows, 1024, 0, ctx->stream>>>(y, x, res, w, (int)n, eps);
     return RF_GPU_LAUNCHED(ctx, "rf_k_rmsnorm_v");
+}
+
+extern "C" rf_status rf_gpu_add_norm(rf_gpu_ctx *ctx, float *x, float *o, const float *wo, float s, float *y,
+                                     const float *wy, float sy, int64_t rows, int64_t n, float eps) {
+    RF_GPU_REQUIRE(n >= 1 && n <= 16384 && rows >= 0 && rows <= 0x7fffffff && (!y || (y != x && y != o)) &&
+                       (o || s == 1.0f),
+                   "rf_gpu_add_norm", "rows=%lld n=%lld (n <= 16384; y must alias neither x nor o; s 1 without o)",
+                   (long long)rows, (long long)n);
+    if (rows == 0 || (!o && !y)) return RF_OK;
+    const int k = (int)((n + 1023) / 1024);
+#define RF_AN(K) rf_k_add_norm<K><<<(unsigned)rows, 1024, 0, ctx->stream>>>(x, o, wo, s, y, wy, sy, (int)n, eps)
+    if (k <= 4) RF_AN(4);
+    else if (k <= 8) RF_AN(8);
+    else RF_AN(16);
+#undef RF_AN
+    return RF_GPU_LAUNCHED(ctx, "rf_k_add_norm");
 }
 
 extern "C" rf_status rf_gpu_rmsnorm(rf_gpu_ctx *ctx, float *y, const float *x, const float *w,

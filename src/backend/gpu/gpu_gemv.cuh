@@ -61,7 +61,7 @@ template <int T> struct rf_q32_group {
     static constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 || T == RF_TYPE_Q4_K ||
                                T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K;
     /* bytes per 32 elements (Q4_K / Q5_K: a 256-element super-block of 144 / 176 bytes is the
-     * group; Q6_K: one of 210 bytes, so groups start at any even byte: rows of 8k super-blocks) */
+     * group; Q6_K: one of 210 bytes, so groups start at any even byte) */
     static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
                             : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q4_K ? 18 : T == RF_TYPE_Q5_K ? 22
                             : T == RF_TYPE_Q6_K ? 0 /* not used */ : 34;
@@ -145,16 +145,17 @@ rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int
                                         int64_t n);
 rf_status rf_gemv_launch_quantize_x(rf_gpu_ctx *ctx, void *xq, int gb, int rk, const float *x,
                                     int nt, int64_t n_in);
-/* gpu_gemv_q32.cu: gemv_q32 (variants 1..3; HIP's only int8-x kernel), Q4_0 .. Q8_0 */
+/* gpu_gemv_q32.cu: gemv_q32 (variants 1..3; HIP's only int8-x kernel), Q4_0 .. Q8_0; bias: NULL,
+ * or one f32 per output row added in the kernel's store (as the q32s launch's) */
 rf_status rf_gemv_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
                              const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
-                             int64_t n_out, int64_t rb);
+                             int64_t n_out, int64_t rb, const float *bias);
 #if !defined(RF_HIP)
 /* gpu_gemv_q32s.cu: gemv_q32s / gemv_q32h (variants 4..23; 24: as 7), the 32-element formats and
  * Q4_K / Q5_K / Q6_K */
 rf_status rf_gemv_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
                               const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
-                              int64_t n_out, int64_t rb, bool whole);
+                              int64_t n_out, int64_t rb, bool whole, const float *bias);
 /* gpu_gemv_mt.cu: gemv_mt, 2..16 tokens of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
  * on the int8 tensor cores; x from rf_k_quantize_x with gb = 1 (in order) at xq (rf_gpu_xq_bytes' layout).
  * rf_gemv_mt_ok: the kernel takes (t, n_in) on this device (sm_80+, whole chunks of 256

@@ -8,7 +8,9 @@
 #define RF_Q32_WARPS RF_GEMV_WARPS
 #endif
 
-/* gemv_q32: y[t, o] = sum_i W[o, i] x[t, i] for W in a 32-element block format T.
+/* gemv_q32: y[t, o] = sum_i W[o, i] x[t, i] (+ bias[o] where bias is not NULL: the product's
+ * bias in its epilogue, one launch where a bias kernel followed) for W in a 32-element block
+ * format T.
  * in: w rows of row_bytes (ggml layout, readable 16 bytes past the end: rf_gpu_alloc pads);
  *     qx int8 [nt, n_in] and dx [nt, n_in/32] from rf_k_quantize_x (GB 1); 1 <= nt <= NTMAX.
  * out: y f32 [nt, n_out]. launch: NW warps per block; a group of WPR warps owns R consecutive
@@ -25,7 +27,7 @@
 template <int T, int NTMAX, int R, int S, int WPR, int NW>
 __global__ void __launch_bounds__(NW * RF_WARP_SIZE)
 rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, int nt,
-              int64_t n_in, int64_t n_out, int64_t row_bytes) {
+              int64_t n_in, int64_t n_out, int64_t row_bytes, const float *bias) {
     constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
                      : T == RF_TYPE_Q5_1 ? 24 : 34;
     constexpr int G = RF_WARP_SIZE;                /* lanes = blocks per stage and row */
@@ -133,7 +135,7 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, in
             if (WPR > 1) {
                 if (lane == 0) red[warp][r][t] = v;
             } else if (row0 + r < n_out && lane == 0) {
-                y[t * n_out + row0 + r] = v;
+                y[t * n_out + row0 + r] = bias ? v + bias[row0 + r] : v;
             }
         }
     if (WPR > 1) {
@@ -142,7 +144,7 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, in
             const int r = lane / NTMAX, t = lane % NTMAX;
             float v = 0.0f;
             for (int j = 0; j < WPR; j++) v += red[warp + j][r][t];
-            if (t < nt && row0 + r < n_out) y[t * n_out + row0 + r] = v;
+            if (t < nt && row0 + r < n_out) y[t * n_out + row0 + r] = bias ? v + bias[row0 + r] : v;
         }
     }
 }
@@ -150,7 +152,7 @@ rf_k_gemv_q32(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, in
 template <int T>
 static rf_status rf_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
                                const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
-                               int64_t n_out, int64_t rb) {
+                               int64_t n_out, int64_t rb, const float *bias) {
     const char *name = "rf_k_gemv_q32";
 #if defined(RF_HIP)
     (void)v; /* one configuration: wave64 rings of the larger variants pass the 64 KB of LDS */
@@ -160,7 +162,7 @@ static rf_status rf_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *
 #endif
     const int64_t rows_per_block = nw / wpr * rpw;
     const dim3 grid((unsigned)((n_out + rows_per_block - 1) / rows_per_block)), block(nw * ctx->info.warp_size);
-#define RF_Q32(NTM, R, S, WPR) rf_gpu_launch(ctx, name, true, rf_k_gemv_q32<T, NTM, R, S, WPR, RF_Q32_WARPS>, grid, block, 0, y, w, qx, dx, nt, n_in, n_out, rb)
+#define RF_Q32(NTM, R, S, WPR) rf_gpu_launch(ctx, name, true, rf_k_gemv_q32<T, NTM, R, S, WPR, RF_Q32_WARPS>, grid, block, 0, y, w, qx, dx, nt, n_in, n_out, rb, bias)
 #if defined(RF_HIP)
     return nt == 1 ? RF_Q32(1, 2, 2, 2) : RF_Q32(8, 2, 2, 2);
 #else
@@ -178,12 +180,12 @@ static rf_status rf_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *
 
 rf_status rf_gemv_launch_q32(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
                              const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
-                             int64_t n_out, int64_t rb) {
+                             int64_t n_out, int64_t rb, const float *bias) {
     switch (t) {
-    case RF_TYPE_Q4_0: return rf_launch_q32<RF_TYPE_Q4_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
-    case RF_TYPE_Q4_1: return rf_launch_q32<RF_TYPE_Q4_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
-    case RF_TYPE_Q5_0: return rf_launch_q32<RF_TYPE_Q5_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
-    case RF_TYPE_Q5_1: return rf_launch_q32<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
-    default: return rf_launch_q32<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb);
+    case RF_TYPE_Q4_0: return rf_launch_q32<RF_TYPE_Q4_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, bias);
+    case RF_TYPE_Q4_1: return rf_launch_q32<RF_TYPE_Q4_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, bias);
+    case RF_TYPE_Q5_0: return rf_launch_q32<RF_TYPE_Q5_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, bias);
+    case RF_TYPE_Q5_1: return rf_launch_q32<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, bias);
+    default: return rf_launch_q32<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, bias);
     }
 }

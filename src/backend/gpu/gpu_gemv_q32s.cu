@@ -18,9 +18,10 @@ template <int SLOT, int S> struct rf_wring {
     const char *src; /* this lane's first word of the next stage */
     unsigned sa;     /* its word in slot 0 (shared-memory address) */
     int lane, left, slot; /* words left from the next stage on, and its slot */
-    __device__ __forceinline__ rf_wring(const void *run, uint4 *slot0, int words, int lane_)
+    int tail;        /* bytes of a last partial word after the whole ones (even, < 16; Q6_K) */
+    __device__ __forceinline__ rf_wring(const void *run, uint4 *slot0, int words, int lane_, int tail_ = 0)
         : src((const char *)run + lane_ * 16), sa(rf_smem_addr(slot0) + (unsigned)lane_ * 16),
-          lane(lane_), left(words), slot(0) {}
+          lane(lane_), left(words), slot(0), tail(tail_) {}
     __device__ __forceinline__ void issue() {
         constexpr int WS = RF_WARP_SIZE, NC = (SLOT + WS - 1) / WS;
         const unsigned s = sa + (unsigned)(slot * SLOT * 16);
@@ -32,6 +33,21 @@ template <int SLOT, int S> struct rf_wring {
 #pragma unroll
             for (int m = 0; m < NC; m++)
                 if (lane + m * WS < left) rf_cp_async16_s(s + m * WS * 16, src + m * WS * 16);
+            /* the run's last bytes, short of a word (a run of Q6_K super-blocks ends at any even
+             * byte): copied with 2-byte loads by the lane of word `left`, the rest of the word
+             * zero, so nothing past the run is read. A plain shared store: the warp barrier
+             * before the stage is read makes it visible as it does the async copies. */
+            if (tail > 0 && left >= 0 && left < SLOT && lane == left % WS) {
+                const int m = left / WS;
+                const uint16_t *p = (const uint16_t *)(src + m * WS * 16);
+                uint32_t u[4] = {0, 0, 0, 0};
+#pragma unroll
+                for (int i = 0; i < 7; i++)
+                    if (2 * i < tail) u[i / 2] |= (uint32_t)__ldg(p + i) << (16 * (i % 2));
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(s + (unsigned)(m * WS * 16)),
+                             "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3])
+                             : "memory");
+            }
         }
         rf_cp_async_commit();
         src += SLOT * 16;
@@ -53,7 +69,8 @@ template <int SLOT, int S> struct rf_wring {
  * stage, a row running on into the next stage is carried over in a register.
  * Q4_K / Q5_K: a group is one super-block, decoded by rf_qk_dot against its 8 blocks of x;
  * Q6_K likewise (rf_q6k_dot), its 210-byte super-blocks read with aligned 32-bit shared loads
- * and one byte_perm per word (a group starts at an even byte; rows of 8k super-blocks).
+ * and one byte_perm per word (a group starts at an even byte; rows of any count of super-blocks,
+ * each warp's run starting 16-byte aligned and the last one ending at any even byte).
  * x is int8 per 32 from rf_k_quantize_x with gb = GB (lanes taking the j-th block of
  * consecutive groups read consecutive 16-byte words of it). With XS (one token) each block first
  * copies x into shared memory (rf_q32s_smem: after the rings; per block of 32 the scale and int
@@ -64,11 +81,11 @@ template <int SLOT, int S> struct rf_wring {
  * XR (one token, NG dividing the warp): a lane's group is the same in every stage, so its x is
  * loaded into registers once, before the loop. MINB: __launch_bounds__'s blocks per SM (0: none).
  * launch: NW warps per block, any grid with grid * NW * rpw >= n_out; NG = n_in / 32 / GB or 0.
- * tolerance as gemv_q32. */
+ * bias (not NULL): y[t, o] += bias[o] in the store, as gemv_q32. tolerance as gemv_q32. */
 template <int T, int NTMAX, int S, int NW, bool XS, int NG, int MINB = 0, bool XR = false>
 __global__ void __launch_bounds__(NW * RF_WARP_SIZE, MINB)
 rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, int nt,
-               int64_t n_in, int64_t n_out, int64_t row_bytes, int rpw) {
+               int64_t n_in, int64_t n_out, int64_t row_bytes, int rpw, const float *bias) {
     using G = rf_q32_group<T>;
     constexpr int BB = G::BB, GB = G::GB, NU = G::NU, WS = RF_WARP_SIZE;
     constexpr int SLOT = WS * G::GBYTES / 16; /* 16-byte words per stage */
@@ -83,8 +100,11 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     const int rows = n_out - row0 < rpw ? (int)(n_out > row0 ? n_out - row0 : 0) : rpw;
     const int ngr = rows * ng;              /* groups of this warp (< 2^31: rpw * ng small) */
     const int nk = (ngr + WS - 1) / WS;     /* its stages */
-    /* ngr * GBYTES is a multiple of 16: rows of whole 16-byte words (the launch checks) */
-    rf_wring<SLOT, S> wr(w + row0 * row_bytes, ring[warp][0], ngr * G::GBYTES / 16, lane);
+    /* the run starts 16-byte aligned: rows of whole 16-byte words, or (Q6_K, 210-byte groups)
+     * rpw a multiple of the rows that make whole words (the launch); a Q6_K run may then end
+     * short of a word in the last warp only */
+    rf_wring<SLOT, S> wr(w + row0 * row_bytes, ring[warp][0], ngr * G::GBYTES / 16, lane,
+                         G::GBYTES % 16 ? ngr * G::GBYTES % 16 : 0);
     for (int k = 0; k < S; k++) wr.issue();
     rf_pdl_trigger();
     rf_pdl_wait();
@@ -216,7 +236,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
 #pragma unroll
                 for (int m = 1; m < WS; m <<= 1)
                     if (m < ng) v[t] += RF_SHFL_XOR(v[t], m);
-                if (g == 0 && gid < ngr) y[t * n_out + row0 + r] = v[t];
+                if (g == 0 && gid < ngr) y[t * n_out + row0 + r] = bias ? v[t] + bias[row0 + r] : v[t];
             }
             r += WS / ng;
             continue;
@@ -234,7 +254,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
                 for (int t = 0; t < NTMAX; t++) {
                     if (NTMAX > 1 && t >= nt) break;
                     const float tot = rf_warp_sum(accA[t]);
-                    if (lane == 0 && ra < rows) y[t * n_out + row0 + ra] = tot;
+                    if (lane == 0 && ra < rows) y[t * n_out + row0 + ra] = bias ? tot + bias[row0 + ra] : tot;
                     accA[t] = accB[t], accB[t] = 0.0f;
                 }
             }
@@ -264,7 +284,7 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
         for (int t = 0; t < NTMAX; t++) {
             if (NTMAX > 1 && t >= nt) break;
             float tot = v[t] + (lane == 0 ? carry[t] : 0.0f); /* lane 0's row may run on */
-            if (head && rr < rows && ends) y[t * n_out + row0 + rr] = tot;
+            if (head && rr < rows && ends) y[t * n_out + row0 + rr] = bias ? tot + bias[row0 + rr] : tot;
             /* the last row here, if it runs on, is carried: its head lane's total */
             const float c = RF_SHFL(tot, hl);
             carry[t] = ((r31 + 1) * ng - 1 < (k + 1) * WS || r31 >= rows) ? 0.0f : c;
@@ -295,7 +315,7 @@ template <int T> struct rf_q32h_ok {
 template <int T, int S, int NW, int NG>
 __global__ void __launch_bounds__(NW * RF_WARP_SIZE)
 rf_k_gemv_q32h(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, int64_t n_in,
-               int64_t n_out, int64_t row_bytes, int rpw) {
+               int64_t n_out, int64_t row_bytes, int rpw, const float *bias) {
     using G = rf_q32_group<T>;
     constexpr int BB = G::BB, GB = G::GB, NU = G::NU, WS = RF_WARP_SIZE, HS = WS / 2;
     static_assert(rf_q32h_ok<T>::value && 4 * BB % 8 == 0, "8-block groups without f32 sums");
@@ -361,7 +381,10 @@ rf_k_gemv_q32h(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
 #pragma unroll
         for (int m = 1; m < WS; m <<= 1)
             if (m < 2 * ng) v += RF_SHFL_XOR(v, m);
-        if (lane % (2 * ng) == 0 && gid < ngr) y[row0 + k * rps + gi / ng] = v;
+        if (lane % (2 * ng) == 0 && gid < ngr) {
+            const int64_t o = row0 + k * rps + gi / ng;
+            y[o] = bias ? v + bias[o] : v;
+        }
     }
 }
 
@@ -394,7 +417,7 @@ static int64_t rf_rows_per_warp(const rf_gpu_ctx *ctx, int per_sm, int nw, int64
 template <int T, int NTM, int S, int NW, bool XS, int NG, int MINB = 0, bool XR = false>
 static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                   const float4 *dx, int nt, int64_t n_in, int64_t n_out,
-                                  int64_t rb, int rpw_req) {
+                                  int64_t rb, int rpw_req, const float *bias) {
     constexpr int SLOT = RF_WARP_SIZE * rf_q32_group<T>::GBYTES;
     constexpr bool FS = rf_q32_group<T>::FS;
     auto kern = rf_k_gemv_q32s<T, NTM, S, NW, XS, NG, MINB, XR>;
@@ -412,8 +435,12 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     }
     if (!per_sm[kb]) per_sm[kb] = rf_blocks_per_sm(kern, NW * ctx->info.warp_size, (size_t)kb * 1024);
     const int ng = (int)(n_in / RF_QK / rf_q32_group<T>::GB);
-    /* whole stages where ng divides the warp: a multiple of 32 / ng rows */
-    const int64_t rpw = rf_rows_per_warp(ctx, per_sm[kb], NW, n_out, rpw_req, ng < 32 && 32 % ng == 0 ? 32 / ng : 1);
+    /* whole stages where ng divides the warp: a multiple of 32 / ng rows; Q6_K rows whose bytes
+     * are not a multiple of 16 (2816 wide: 11 super-blocks, 2310 bytes): a multiple of the rows
+     * that are (8 there), so every warp's run starts 16-byte aligned */
+    int unit = ng < 32 && 32 % ng == 0 ? 32 / ng : 1;
+    while ((int64_t)unit * ng * rf_q32_group<T>::GBYTES % 16) unit++;
+    const int64_t rpw = rf_rows_per_warp(ctx, per_sm[kb], NW, n_out, rpw_req, unit);
     const int64_t blocks = (n_out + rpw * NW - 1) / (rpw * NW);
 #if defined(RF_GEMV_TRACE)
     const int rpw_arg = (int)rpw | (int)((ctx->trace_seq++ & 0x7fffu) << 16); /* the call's slot */
@@ -422,14 +449,14 @@ static rf_status rf_launch_q32s_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
 #endif
     return rf_gpu_launch(ctx, "rf_k_gemv_q32s", true, kern, dim3((unsigned)blocks),
                          dim3(NW * ctx->info.warp_size), smem, y, w, qx, dx, nt, n_in, n_out, rb,
-                         rpw_arg);
+                         rpw_arg, bias);
 }
 /* q32h (variant 8): 4 warps per block, 2 ring stages; rows per warp as for q32s, a multiple of
  * the rows per stage */
 template <int T, int NG>
 static rf_status rf_launch_q32h(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                 const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb,
-                                int rpw_req) {
+                                int rpw_req, const float *bias) {
     constexpr int NW = 4, S = 2;
     auto kern = rf_k_gemv_q32h<T, S, NW, NG>;
     static int per_sm = 0;
@@ -438,7 +465,7 @@ static rf_status rf_launch_q32h(rf_gpu_ctx *ctx, float *y, const uint8_t *w, con
     const int64_t rpw = rf_rows_per_warp(ctx, per_sm, NW, n_out, rpw_req, rps);
     const int64_t blocks = (n_out + rpw * NW - 1) / (rpw * NW);
     return rf_gpu_launch(ctx, "rf_k_gemv_q32h", true, kern, dim3((unsigned)blocks),
-                         dim3(NW * ctx->info.warp_size), 0, y, w, qx, dx, n_in, n_out, rb, (int)rpw);
+                         dim3(NW * ctx->info.warp_size), 0, y, w, qx, dx, n_in, n_out, rb, (int)rpw, bias);
 }
 /* The default q32s configuration for one token, from the H100 occupancy sweeps of 2026-11-22
  * (docs/perf-gpu.md, sessions 6 and 7): the variant (7: ptxas's own register budget, ~80 for the
@@ -498,38 +525,38 @@ template <int T> static constexpr int rf_q32s_warps(int s, int nmax = 4) {
 template <int T, int MB, int S = 2, int NWR = 4>
 static rf_status rf_launch_q32s_ng(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                    const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb,
-                                   int rpw) {
+                                   int rpw, const float *bias) {
     constexpr int NW = rf_q32s_warps<T>(S, NWR);
     const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
     if (ng == 16) /* 4096 wide (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) */
-        return rf_launch_q32s_k<T, 1, S, NW, false, 16, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+        return rf_launch_q32s_k<T, 1, S, NW, false, 16, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
     if (ng == 32) /* 4096 wide (Q4_1, Q5_1), 8192 (Q4_0 ...) */
-        return rf_launch_q32s_k<T, 1, S, NW, false, 32, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+        return rf_launch_q32s_k<T, 1, S, NW, false, 32, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
     if (ng == 56) /* 14336 wide */
-        return rf_launch_q32s_k<T, 1, S, NW, false, 56, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
-    return rf_launch_q32s_k<T, 1, S, NW, false, 0, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+        return rf_launch_q32s_k<T, 1, S, NW, false, 56, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+    return rf_launch_q32s_k<T, 1, S, NW, false, 0, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
 }
 /* XR (x in registers; rows of 16 or 32 groups, else v7) with S ring stages and up to NWR warps
  * per block (fewer where the rings would pass 48 KB) */
 template <int T, int S, int NWR>
 static rf_status rf_launch_q32s_xr(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                    const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb,
-                                   int rpw) {
+                                   int rpw, const float *bias) {
     constexpr int SB = RF_WARP_SIZE * rf_q32_group<T>::GBYTES; /* bytes per slot */
     constexpr int SS = S * SB > 49152 ? 49152 / SB : S;
     constexpr int NW = rf_q32s_warps<T>(SS, NWR);
     const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
     if (ng == 16)
-        return rf_launch_q32s_k<T, 1, SS, NW, false, 16, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
+        return rf_launch_q32s_k<T, 1, SS, NW, false, 16, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
     if (ng == 32)
-        return rf_launch_q32s_k<T, 1, SS, NW, false, 32, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw);
-    return rf_launch_q32s_ng<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        return rf_launch_q32s_k<T, 1, SS, NW, false, 32, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+    return rf_launch_q32s_ng<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
 }
 template <int T>
 static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
                                 const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
-                                int64_t n_out, int64_t rb, bool whole) {
-#define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, rf_q32s_warps<T>(S), XS, 0>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw)
+                                int64_t n_out, int64_t rb, bool whole, const float *bias) {
+#define RF_Q32S(NTM, S, XS) rf_launch_q32s_k<T, NTM, S, rf_q32s_warps<T>(S), XS, 0>(ctx, y, w, qx, dx, nt, n_in, n_out, rb, rpw, bias)
     int rpw = ctx->gemv_rpw;
     if (nt == 1 && ctx->gemv_variant == 0) { /* the default: tuned by shape */
         int tv = 7, trpw = 0;
@@ -540,29 +567,29 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
     if (nt == 1) {
         if constexpr (rf_q32h_ok<T>::value) { /* v8: q32h where each stage holds whole rows */
             const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
-            if (v == 8 && ng == 16) return rf_launch_q32h<T, 16>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-            if (v == 8 && RF_WARP_SIZE / 2 % ng == 0) return rf_launch_q32h<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+            if (v == 8 && ng == 16) return rf_launch_q32h<T, 16>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+            if (v == 8 && RF_WARP_SIZE / 2 % ng == 0) return rf_launch_q32h<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
         }
         if (v == 5) return RF_Q32S(1, 3, true);
         if (v == 6) return RF_Q32S(1, 1, true);
         switch (v) { /* v7 (and v8 where its kernel does not apply); 9..12: at least MB blocks
                       * per SM */
-        case 9: return rf_launch_q32s_ng<T, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 10: return rf_launch_q32s_ng<T, 3>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 11: return rf_launch_q32s_ng<T, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 12: return rf_launch_q32s_ng<T, 5>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 13: return rf_launch_q32s_xr<T, 2, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 14: return rf_launch_q32s_xr<T, 3, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 15: return rf_launch_q32s_xr<T, 4, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 16: return rf_launch_q32s_xr<T, 2, 2>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 17: return rf_launch_q32s_xr<T, 4, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 18: return rf_launch_q32s_xr<T, 6, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 19: return rf_launch_q32s_xr<T, 3, 2>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 20: return rf_launch_q32s_xr<T, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 21: return rf_launch_q32s_ng<T, 16, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 22: return rf_launch_q32s_ng<T, 1, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 23: return rf_launch_q32s_ng<T, 0, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
-        case 7: case 8: case 24: return rf_launch_q32s_ng<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw);
+        case 9: return rf_launch_q32s_ng<T, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 10: return rf_launch_q32s_ng<T, 3>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 11: return rf_launch_q32s_ng<T, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 12: return rf_launch_q32s_ng<T, 5>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 13: return rf_launch_q32s_xr<T, 2, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 14: return rf_launch_q32s_xr<T, 3, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 15: return rf_launch_q32s_xr<T, 4, 4>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 16: return rf_launch_q32s_xr<T, 2, 2>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 17: return rf_launch_q32s_xr<T, 4, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 18: return rf_launch_q32s_xr<T, 6, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 19: return rf_launch_q32s_xr<T, 3, 2>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 20: return rf_launch_q32s_xr<T, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 21: return rf_launch_q32s_ng<T, 16, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 22: return rf_launch_q32s_ng<T, 1, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 23: return rf_launch_q32s_ng<T, 0, 2, 1>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+        case 7: case 8: case 24: return rf_launch_q32s_ng<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
         default: break;
         }
         return RF_Q32S(1, 2, true);
@@ -577,16 +604,16 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
 
 rf_status rf_gemv_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
                               const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
-                              int64_t n_out, int64_t rb, bool whole) {
+                              int64_t n_out, int64_t rb, bool whole, const float *bias) {
     switch (t) {
-    case RF_TYPE_Q4_0: return rf_launch_q32s<RF_TYPE_Q4_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
-    case RF_TYPE_Q4_1: return rf_launch_q32s<RF_TYPE_Q4_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
-    case RF_TYPE_Q5_0: return rf_launch_q32s<RF_TYPE_Q5_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
-    case RF_TYPE_Q5_1: return rf_launch_q32s<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
-    case RF_TYPE_Q4_K: return rf_launch_q32s<RF_TYPE_Q4_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
-    case RF_TYPE_Q5_K: return rf_launch_q32s<RF_TYPE_Q5_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
-    case RF_TYPE_Q6_K: return rf_launch_q32s<RF_TYPE_Q6_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
-    default: return rf_launch_q32s<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole);
+    case RF_TYPE_Q4_0: return rf_launch_q32s<RF_TYPE_Q4_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);
+    case RF_TYPE_Q4_1: return rf_launch_q32s<RF_TYPE_Q4_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);
+    case RF_TYPE_Q5_0: return rf_launch_q32s<RF_TYPE_Q5_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);
+    case RF_TYPE_Q5_1: return rf_launch_q32s<RF_TYPE_Q5_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);
+    case RF_TYPE_Q4_K: return rf_launch_q32s<RF_TYPE_Q4_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);
+    case RF_TYPE_Q5_K: return rf_launch_q32s<RF_TYPE_Q5_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);
+    case RF_TYPE_Q6_K: return rf_launch_q32s<RF_TYPE_Q6_K>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);
+    default: return rf_launch_q32s<RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);
     }
 }
 #endif

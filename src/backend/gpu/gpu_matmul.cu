@@ -60,10 +60,10 @@ static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_
     const bool fits = false; /* wave64 rings of 64 groups would not fit */
     (void)gb;
 #else
-    /* x in 24 KB; Q6_K rows of whole 16-byte words (8k super-blocks of 210 bytes); the rings'
-     * cp.async needs sm_80 (older GPUs take gemv_q32, whose copies fall back to loads) */
-    const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384 &&
-                      (t != RF_TYPE_Q6_K || n_in % 2048 == 0) && ctx->info.cc_major >= 8;
+    /* x in 24 KB; Q6_K rows of any count of super-blocks (rows of 8k are whole 16-byte words;
+     * others take a multiple of the rows that are, rf_launch_q32s_k); the rings' cp.async needs
+     * sm_80 (older GPUs take gemv_q32, whose copies fall back to loads) */
+    const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384 && ctx->info.cc_major >= 8;
 #endif
     int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 24 ? ctx->gemv_variant : 0;
     /* q32s (x through L1; its register budget and rows per warp tuned by shape, rf_q32s_tune)
@@ -137,9 +137,10 @@ static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const flo
     return rf_gemv_launch_quantize_x(ctx, xq, gb, rf_xq_records(t), x, nt, n_in);
 }
 /* whole: x was quantized by the kernel right before (rf_gpu_gemv), which the default tuning
- * takes into account */
+ * takes into account; bias (not NULL): y += bias per output row, in the product's store */
 static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type t,
-                                const void *xq, int nt, int64_t n_in, int64_t n_out, bool whole) {
+                                const void *xq, int nt, int64_t n_in, int64_t n_out, bool whole,
+                                const float *bias) {
     const int v = rf_q32_variant(ctx, t, n_in, n_out);
     (void)whole; /* HIP: q32 only, not tuned by shape */
     const int64_t rb = n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t);
@@ -147,10 +148,13 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
     const int8_t *qx = (const int8_t *)xq;
     const float4 *dx = (const float4 *)((const char *)xq + ((n + 255) & ~(size_t)255));
 #if !defined(RF_HIP)
-    if (rf_mt_takes(ctx, t, nt, n_in)) return rf_gemv_launch_mt(ctx, t, y, w, xq, nt, n_in, n_out, rb);
-    if (v >= 4) return rf_gemv_launch_q32s(ctx, v, y, w, t, qx, dx, nt, n_in, n_out, rb, whole);
+    if (rf_mt_takes(ctx, t, nt, n_in)) { /* gemv_mt has no bias epilogue: the bias kernel after it */
+        const rf_status st = rf_gemv_launch_mt(ctx, t, y, w, xq, nt, n_in, n_out, rb);
+        return st || !bias ? st : rf_gpu_add_bias(ctx, y, bias, nt, n_out);
+    }
+    if (v >= 4) return rf_gemv_launch_q32s(ctx, v, y, w, t, qx, dx, nt, n_in, n_out, rb, whole, bias);
 #endif
-    return rf_gemv_launch_q32(ctx, v, y, w, t, qx, dx, nt, n_in, n_out, rb);
+    return rf_gemv_launch_q32(ctx, v, y, w, t, qx, dx, nt, n_in, n_out, rb, bias);
 }
 
 /* the checks rf_gpu_quantize_x and rf_gpu_gemv_xq share (op names the caller) */
@@ -162,7 +166,7 @@ static rf_status rf_xq_check(const rf_gpu_ctx *ctx, const char *op, rf_type wtyp
                    "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
     RF_GPU_REQUIRE(rf_has_xq(ctx, wtype, n_in), op,
                    "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K, "
-                   "Q5_K with CUDA and n_in a multiple of 256 up to 16384, Q6_K of 2048)", (int)wtype, (long long)n_in);
+                   "Q5_K, Q6_K with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
     return RF_OK;
 }
 
@@ -173,7 +177,7 @@ static rf_status rf_xq_gemv(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type
     void *xq;
     rf_status st = rf_gpu_tmp(ctx, rf_gpu_xq_bytes(nt, n_in), &xq, &mark);
     if (!st) st = rf_q32_quantize(ctx, xq, t, x, nt, n_in);
-    if (!st) st = rf_q32_product(ctx, y, w, t, xq, nt, n_in, n_out, true);
+    if (!st) st = rf_q32_product(ctx, y, w, t, xq, nt, n_in, n_out, true, NULL);
     ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
     return st;
 }
@@ -235,13 +239,19 @@ extern "C" bool rf_gpu_gemv_rounds_x(const rf_gpu_ctx *ctx, rf_type t, int64_t n
 
 extern "C" rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                                     const void *xq, int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    return rf_gpu_gemv_xq_bias(ctx, y, w, wtype, xq, NULL, n_tokens, n_in, n_out);
+}
+
+extern "C" rf_status rf_gpu_gemv_xq_bias(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
+                                         const void *xq, const float *bias, int64_t n_tokens, int64_t n_in,
+                                         int64_t n_out) {
     const char *op = "rf_gpu_gemv_xq";
     const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
     if (st) return st;
     RF_GPU_REQUIRE(n_out >= 1 && n_out <= 0x7fffffff, op, "n_out=%lld", (long long)n_out);
     RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)xq & 15) == 0 && ((uintptr_t)y & 3) == 0,
                    op, "w and xq must be 16-byte aligned (rf_gpu_alloc memory)");
-    return rf_q32_product(ctx, y, (const uint8_t *)w, wtype, xq, (int)n_tokens, n_in, n_out, false);
+    return rf_q32_product(ctx, y, (const uint8_t *)w, wtype, xq, (int)n_tokens, n_in, n_out, false, bias);
 }
 
 extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
