@@ -139,7 +139,7 @@ static __device__ __forceinline__ void rf_w4_kscales(const uint8_t *const (&ra)[
 }
 
 /* The A fragments of this lane (g, t) for unit (j, c) of a stage: the k16 steps klo (Alo) and
- * khi (Ahi) of rf_w4_ksteps, rows ra (g, g + 8 of each m16 fragment) dequantized to f16 (the
+ * khi (Ahi) the kernel names, rows ra (g, g + 8 of each m16 fragment) dequantized to f16 (the
  * kernel's comment says how); S: rf_w4_kscales's for Q4_K / Q5_K, unread otherwise */
 template <int T>
 static __device__ __forceinline__ void rf_w4_frags(const uint8_t *const (&ra)[2][2], int j, int c, int t,
