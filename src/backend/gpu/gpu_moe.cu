@@ -573,7 +573,7 @@ static rf_status rf_moe_ffn_grouped(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_
     const int64_t n = d->n, k = d->k, nk = n * k, ne = d->n_expert, ni = d->n_in, nf = d->n_ff, no = d->n_out;
     const bool kg = d->tg == RF_TYPE_Q4_K || d->tg == RF_TYPE_Q5_K || d->tg == RF_TYPE_Q6_K;
     const bool kd = d->td == RF_TYPE_Q4_K || d->td == RF_TYPE_Q5_K || d->td == RF_TYPE_Q6_K;
-    const int bn = 32, n_tiles = (int)((nk + bn - 1) / bn + ne), rkg = kg ? 1 : 0, rkd = kd ? 1 : 0;
+    const int bn = rf_gpu_mmq_grouped_rows(nk, ne), n_tiles = (int)((nk + bn - 1) / bn + ne), rkg = kg ? 1 : 0, rkd = kd ? 1 : 0;
     const size_t bh = rf_moe_al(rf_gpu_xq_bytes(n, ni)), bhs = rf_moe_al(rf_gpu_xq_bytes(nk, ni));
     const size_t bd = rf_moe_al(rf_gpu_xq_bytes(nk, nf)), bi = rf_moe_al((size_t)nk * 4);
     const size_t bt = rf_moe_al((size_t)n_tiles * 16), bf = rf_moe_al((size_t)nk * nf * 4);
@@ -598,8 +598,8 @@ static rf_status rf_moe_ffn_grouped(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_
         st = rf_gpu_launch(ctx, "rf_k_moe_gather_xq", false, rf_k_moe_gather_xq, dim3((unsigned)nk), dim3(128), 0, qhs,
                            rhs, (const int8_t *)qh, (const uint8_t *)rh, (const int32_t *)src, (int)ni,
                            (int)(ni / 32 * (rkg ? 16 : 8)), (int)k);
-    if (!st) st = rf_gpu_mmq_grouped(ctx, ysg, d->wg, d->tg, qhs, rhs, tiles, n_tiles, (int)nk, ni, nf);
-    if (!st) st = rf_gpu_mmq_grouped(ctx, ysu, d->wu, d->tg, qhs, rhs, tiles, n_tiles, (int)nk, ni, nf);
+    if (!st) st = rf_gpu_mmq_grouped_bn(ctx, ysg, d->wg, d->tg, qhs, rhs, tiles, n_tiles, bn, (int)nk, ni, nf);
+    if (!st) st = rf_gpu_mmq_grouped_bn(ctx, ysu, d->wu, d->tg, qhs, rhs, tiles, n_tiles, bn, (int)nk, ni, nf);
     if (!st) {
 #define RF_GS(R)                                                                                                    \
     rf_gpu_launch(ctx, "rf_k_moe_glu_sorted", false, rf_k_moe_glu_sorted<R>, dim3((unsigned)nk), dim3(256), 0, d->g, qd, \
@@ -608,7 +608,7 @@ static rf_status rf_moe_ffn_grouped(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_
         st = rkd ? RF_GS(1) : RF_GS(0);
 #undef RF_GS
     }
-    if (!st) st = rf_gpu_mmq_grouped(ctx, ysd, d->wd, d->td, qd, rd, tiles, n_tiles, (int)nk, nf, no);
+    if (!st) st = rf_gpu_mmq_grouped_bn(ctx, ysd, d->wd, d->td, qd, rd, tiles, n_tiles, bn, (int)nk, nf, no);
     if (!st)
         st = rf_gpu_launch(ctx, "rf_k_moe_scatter_comb", false, rf_k_moe_scatter_comb, dim3(rf_gpu_blocks(n * no, 256)),
                            dim3(256), 0, y, (const float *)ysd, (const int32_t *)pos, (const int32_t *)d->ids, d->bd,
