@@ -55,9 +55,6 @@ typedef struct rf_test_hooks {
     /* rf_gpu_paged_attention: the plain kernel where the staged one (K/V copied into shared
      * memory with cp.async) would run, for a side-by-side timing; the same bits either way */
     bool gpu_pa_nostage;
-    /* rf_gpu_w4a16: split-K partials summed by the separate reduce kernel, as before the product
-     * kernel's last split summed them itself; the same bits either way */
-    bool gpu_w4a16_sep;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

@@ -10,11 +10,9 @@
  *    (n_in 14336) to 60x (4096) above it;
  *  - against rf_ref_matmul (f32 x, exact weights): rel. L2 < 1e-2 (x's int8 rounding, ~0.5%).
  * On a mismatch it prints the first bad outputs and a map of the bad ones over the 128 x 128
- * tile (rows / 8 by tokens / 8). Each case runs in every tile configuration (RF_W4A16_CFG 0..2),
- * twice (the same bits) and once with split-K summed by the former separate kernel (the same bits).
+ * tile (rows / 8 by tokens / 8). Each case runs in every tile configuration (RF_W4A16_CFG 0..2).
  * RF_W4A16_BENCH=1 also times each type x llama3-8b shape x 64/128/256/512 tokens: W4A16 (auto,
- * auto with the former separate split-K kernel, tiles of 64, of 128) beside MMQ tiles of 64
- * (RF_MMQ_CFG=2) and dequantize + cuBLAS.
+ * tiles of 64, of 128) beside MMQ tiles of 64 (RF_MMQ_CFG=2) and dequantize + cuBLAS.
  * Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
@@ -24,7 +22,6 @@ int main(void) {
 }
 #else
 #include "core/knobs.h"
-#include "core/test_hooks.h"
 #include "gpu_test_common.h"
 
 #include <time.h>
@@ -170,8 +167,7 @@ static int twin_check(const twin *tw, const float *got, const char *what) {
 
 /* y = W x by W4A16 for nt tokens, in each tile configuration (RF_W4A16_CFG 0, 1, 2 unless the
  * knob is set), against the twin and rf_ref_matmul on sampled tokens; every output written;
- * a second call the same bits, and the same bits with the splits summed by the separate reduce
- * kernel (test hook gpu_w4a16_sep) */
+ * a second call the same bits */
 static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_out) {
     if (!rf_gpu_w4a16_supported(t, n_in)) return;
     size_t bytes;
@@ -210,17 +206,6 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
         assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
         assert_int_equal(rf_gpu_w4a16(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
         dev_to(got2, dy, nt * n_out * 4);
-        assert_memory_equal(got, got2, nt * n_out * 4);
-        /* the split-K partials summed by the separate reduce kernel (the former path, test hook
-         * gpu_w4a16_sep) against the product kernel's last split: the same additions, the same bits */
-        const rf_test_hooks sep = {.gpu_w4a16_sep = true};
-        rf_test_hooks_set(&sep);
-        assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
-        st = rf_gpu_w4a16(g_ctx, dy, dw, t, dx, nt, n_in, n_out);
-        rf_test_hooks_set(NULL);
-        assert_int_equal(st, RF_OK);
-        dev_to(got2, dy, nt * n_out * 4);
-        if (memcmp(got, got2, nt * n_out * 4)) fprintf(stderr, "  %s: fused split-K sum differs from the reduce kernel's\n", what);
         assert_memory_equal(got, got2, nt * n_out * 4);
     }
     if (!user_cfg) assert_int_equal(rf_knob_override(RF_KNOB_W4A16_CFG, NULL), RF_OK);
@@ -298,9 +283,8 @@ static void bench(void) {
     const bool cfg_set = rf_knob_is_set(RF_KNOB_W4A16_CFG); /* a measurement's own choice: kept */
     const int64_t shapes[][2] = {{4096, 4096}, {4096, 6144}, {4096, 28672}, {14336, 4096}}; /* n_in, n_out */
     const int64_t nts[] = {64, 128, 256, 512};
-    fprintf(stderr, "  %-6s %-12s %4s  %9s %5s  %9s %5s  %9s %5s  %9s %5s  %9s %5s  %9s %5s\n", "type", "n_out x n_in",
-            "tok", "w4a16 us", "TOPS", "w4a-sep", "TOPS", "w4a-64 us", "TOPS", "w4a-128", "TOPS", "mmq2 us", "TOPS",
-            "gemm us", "TOPS");
+    fprintf(stderr, "  %-6s %-12s %4s  %9s %5s  %9s %5s  %9s %5s  %9s %5s  %9s %5s\n", "type", "n_out x n_in", "tok",
+            "w4a16 us", "TOPS", "w4a-64 us", "TOPS", "w4a-128", "TOPS", "mmq2 us", "TOPS", "gemm us", "TOPS");
     for (size_t ti = 0; ti < N_TYPES; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const rf_type t = k_types[ti];
@@ -324,15 +308,11 @@ static void bench(void) {
                 char sh[32];
                 snprintf(sh, sizeof sh, "%lldx%lld", (long long)n_out, (long long)n_in);
                 fprintf(stderr, "  %-6s %-12s %4lld", rf_type_name(t), sh, (long long)nt);
-                /* W4A16 auto, auto with split-K summed by the separate kernel (the former path: test
-                 * hook gpu_w4a16_sep), tiles of 64, of 128; MMQ; dequantize + cuBLAS */
-                for (int c = 0; c < 6; c++) {
-                    const int p = c < 4 ? 0 : c - 3;
-                    const rf_test_hooks sep = {.gpu_w4a16_sep = true};
-                    rf_test_hooks_set(c == 1 ? &sep : NULL);
-                    if (!cfg_set && c < 4) {
+                for (int c = 0; c < 5; c++) { /* W4A16 auto, tiles of 64, of 128; MMQ; dequantize + cuBLAS */
+                    const int p = c < 3 ? 0 : c - 2;
+                    if (!cfg_set && c < 3) {
                         char v[4];
-                        snprintf(v, sizeof v, "%d", c < 2 ? 0 : c - 1);
+                        snprintf(v, sizeof v, "%d", c);
                         assert_int_equal(rf_knob_override(RF_KNOB_W4A16_CFG, v), RF_OK);
                     }
                     if (p == 1 && !rf_gpu_mmq_supported(t, n_in)) {
@@ -348,7 +328,6 @@ static void bench(void) {
                     const double us = (now_s() - t0) / reps * 1e6;
                     fprintf(stderr, "  %9.1f %5.0f", us, 2.0 * nt * n_in * n_out / us * 1e-6);
                 }
-                rf_test_hooks_set(NULL);
                 fprintf(stderr, "\n");
             }
             for (int i = 0; i < nmat; i++) rf_gpu_free(g_ctx, w[i]);

@@ -28,10 +28,7 @@ struct rf_gpu_ctx {
     struct rf_gpu_comm *watch; /* tensor parallelism: the communicator this stream's waits watch (gpu_nccl.cu) */
     int watch_rank;            /* this context's rank in it */
     struct rf_gpu_op_times *op_times; /* RF_GPU_OP_TIMES: per-kernel GPU time (gpu_op_times.cu), or NULL */
-    unsigned *w4a16_cnt; /* RF_GPU_W4A16_COUNTERS split-K arrival counters of gpu_w4a16.cu (device memory, 0 between
-                            its launches: each tile's last block sets its own back), or NULL */
 };
-#define RF_GPU_W4A16_COUNTERS 4096
 typedef struct rf_gpu_op_times rf_gpu_op_times;
 /* gpu_op_times.cu: the table's start (at context creation), one mark after each eager launch,
  * and the printed table with the table's end (at context destruction) */

@@ -77,22 +77,6 @@ extern "C" rf_status rf_gpu_init(int device, rf_gpu_ctx **out) {
     }
 #endif
 #endif
-#if defined(RF_CUDA_BUILD)
-    /* W4A16's split-K counters, zeroed once here (in this stream's order, before any launch on
-     * it) so that no launch (and no graph) needs a memset; without them (no memory) W4A16 sums
-     * its splits with a second kernel */
-    if (!st) {
-        const size_t cb = RF_GPU_W4A16_COUNTERS * sizeof(unsigned);
-        if (cudaMalloc((void **)&c->w4a16_cnt, cb) != cudaSuccess) {
-            (void)cudaGetLastError();
-            c->w4a16_cnt = NULL;
-        } else if (cudaMemsetAsync(c->w4a16_cnt, 0, cb, c->stream) != cudaSuccess) {
-            (void)cudaGetLastError();
-            cudaFree(c->w4a16_cnt);
-            c->w4a16_cnt = NULL;
-        }
-    }
-#endif
     if (!st && rf_knob_bool(RF_KNOB_GPU_OP_TIMES)) st = rf_gpu_op_times_new(c);
     if (st) {
         rf_gpu_destroy(c);
@@ -107,7 +91,6 @@ extern "C" void rf_gpu_destroy(rf_gpu_ctx *ctx) {
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     rf_gpu_op_times_free(ctx);
     if (ctx->scratch) cudaFree(ctx->scratch);
-    if (ctx->w4a16_cnt) (void)cudaFree(ctx->w4a16_cnt);
 #if !defined(RF_GPU_NO_BLAS)
     if (ctx->blas) cublasDestroy(ctx->blas);
     if (ctx->blas_ws) cudaFree(ctx->blas_ws);

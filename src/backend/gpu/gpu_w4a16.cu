@@ -17,8 +17,7 @@
  *   the f32 accumulator with the significands aligned to the largest and truncated (a few extra
  *   bits), then normalised toward zero: per step at most ~(17 2^-26 + 2^-23) of the larger of
  *   |acc| and the step's sum of |w x|, taken as 8 u32 (u32 = 2^-24); steps in k order within a
- *   split, splits (<= 8) added in split order (by the tile's last split to finish, in the
- *   product kernel; or by rf_k_w4a16_reduce: the same additions). Bound per output:
+ *   split, splits (<= 8) added in order by rf_k_w4a16_reduce. Bound per output:
  *   8 u32 (n_in / 16 + 8) sum_i |w_i x_i|. Against rf_ref_matmul (f32 x, exact weights): the
  *   int8 rounding of x (~0.5% rel. L2, as MMQ / BLAS) and 2^-11 per weight dominate: rel. L2
  *   < 1e-2. (Q8_0 is W8A16 by the same scheme; the name is the family's.)
@@ -26,7 +25,6 @@
 #include <stdlib.h>
 
 #include "core/knobs.h"
-#include "core/test_hooks.h"
 #include "backend/gpu/gpu_internal.h"
 #include "backend/gpu/gpu_quant.cuh"
 
@@ -96,185 +94,9 @@ static __device__ __forceinline__ __half2 rf_w4_nib(uint32_t v, int sh) {
     return rf_w4_h2(((v >> sh) & 0x000F000Fu) | 0x64006400u);
 }
 
-/* cp.async of one stage's W: 128 rows (from r0; rows past n_out read the last one) of SA bytes
- * at byte off of each row, to shared address so */
-template <int T>
-static __device__ __forceinline__ void rf_w4_issue_w(unsigned so, const uint8_t *w, int64_t off, int r0, int n_out,
-                                                     int64_t row_bytes, int tid) {
-    constexpr int SA = rf_w4_fmt<T>::SA, CW = SA / 16;
-#pragma unroll 4
-    for (int i = tid; i < RF_W4_BM * CW; i += RF_W4_NTH) {
-        const int row = i / CW, col = i % CW;
-        const int r = r0 + row < n_out ? r0 + row : n_out - 1;
-        rf_cp_async16_s(so + (unsigned)(row * SA + col * 16), w + (int64_t)r * row_bytes + off + col * 16);
-    }
-}
-/* cp.async of one stage's x: 256 f16 from element kx of BN tokens (from t0; tokens past nt read
- * the last one), RF_W4_SB bytes apart, to shared address so */
-template <int BN>
-static __device__ __forceinline__ void rf_w4_issue_x(unsigned so, const rf_half *x16, int64_t kx, int t0, int nt,
-                                                     int n_in, int tid) {
-#pragma unroll 4
-    for (int i = tid; i < BN * 32; i += RF_W4_NTH) {
-        const int n = i / 32, c = i % 32, tok = t0 + n < nt ? t0 + n : nt - 1;
-        rf_cp_async16_s(so + (unsigned)(n * RF_W4_SB + c * 16), x16 + (int64_t)tok * n_in + kx + c * 8);
-    }
-}
-
-/* Q4_K / Q5_K: the f16 scale and min of sub-blocks 2j (low nibbles) and 2j + 1 (high) of rows
- * ra: S[0] / S[1] scale / min of 2j, S[2] / S[3] of 2j + 1 */
-static __device__ __forceinline__ void rf_w4_kscales(const uint8_t *const (&ra)[2][2], int j, __half2 (&S)[4][2][2]) {
-#pragma unroll
-    for (int mf = 0; mf < 2; mf++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *r = ra[mf][h];
-            const float d = rf_h2f_bits(*(const uint16_t *)r), dm = rf_h2f_bits(*(const uint16_t *)(r + 2));
-            int sc, m;
-            rf_k4_sm(2 * j, r + 4, &sc, &m);
-            S[0][mf][h] = __float2half2_rn(d * (float)sc), S[1][mf][h] = __float2half2_rn(dm * (float)m);
-            rf_k4_sm(2 * j + 1, r + 4, &sc, &m);
-            S[2][mf][h] = __float2half2_rn(d * (float)sc), S[3][mf][h] = __float2half2_rn(dm * (float)m);
-        }
-}
-
-/* The A fragments of this lane (g, t) for unit (j, c) of a stage: the k16 steps klo (Alo) and
- * khi (Ahi) the kernel names, rows ra (g, g + 8 of each m16 fragment) dequantized to f16 (the
- * kernel's comment says how); S: rf_w4_kscales's for Q4_K / Q5_K, unread otherwise */
-template <int T>
-static __device__ __forceinline__ void rf_w4_frags(const uint8_t *const (&ra)[2][2], int j, int c, int t,
-                                                   const __half2 (&S)[4][2][2], uint32_t (&Alo)[2][4],
-                                                   uint32_t (&Ahi)[2][4]) {
-#pragma unroll
-    for (int mf = 0; mf < 2; mf++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *r = ra[mf][h];
-            if constexpr (T == RF_TYPE_Q4_0) {
-                const int b = 2 * j + c;
-                const uint32_t v = rf_w4_bytes(r + 18 * b + 2 + 2 * t);
-                const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 18 * b)), c8 = __float2half2_rn(1032.0f);
-                Alo[mf][h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 0), c8), d));
-                Alo[mf][2 + h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 8), c8), d));
-                Ahi[mf][h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 4), c8), d));
-                Ahi[mf][2 + h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 12), c8), d));
-            } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
-                /* qs at 16 (Q4_K) / 48 (Q5_K): bytes 32 j + 16 c + 2t..; Q5_K's fifth
-                 * bit: bit 2j / 2j + 1 of qh bytes 16 c + 2t.. (at 16), as bit 4 */
-                constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
-                const uint32_t v = rf_w4_bytes(r + QS + 32 * j + 16 * c + 2 * t);
-                uint32_t b5[4] = {0, 0, 0, 0}; /* lo pair, hi pair of klo; of khi */
-                if constexpr (T == RF_TYPE_Q5_K) {
-                    const uint32_t vh = rf_w4_bytes(r + 16 + 16 * c + 2 * t);
-                    b5[0] = ((vh >> (2 * j)) & 0x00010001u) << 4;
-                    b5[1] = ((vh >> (8 + 2 * j)) & 0x00010001u) << 4;
-                    b5[2] = ((vh >> (2 * j + 1)) & 0x00010001u) << 4;
-                    b5[3] = ((vh >> (8 + 2 * j + 1)) & 0x00010001u) << 4;
-                }
-                const __half2 c0 = __float2half2_rn(1024.0f);
-                const __half2 nl = __hneg2(S[1][mf][h]), nh = __hneg2(S[3][mf][h]);
-                auto q = [&](int sh, uint32_t hb) { return __hsub2(rf_w4_h2(rf_w4_u(rf_w4_nib(v, sh)) | hb), c0); };
-                Alo[mf][h] = rf_w4_u(__hfma2(q(0, b5[0]), S[0][mf][h], nl));
-                Alo[mf][2 + h] = rf_w4_u(__hfma2(q(8, b5[1]), S[0][mf][h], nl));
-                Ahi[mf][h] = rf_w4_u(__hfma2(q(4, b5[2]), S[2][mf][h], nh));
-                Ahi[mf][2 + h] = rf_w4_u(__hfma2(q(12, b5[3]), S[2][mf][h], nh));
-            } else { /* Q8_0, block 2j + c: bytes 2t.. of the first 16 quants, then of the second */
-                const int b = 2 * j + c;
-                const uint8_t *q = r + 34 * b + 2 + 2 * t;
-                const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 34 * b)), c8 = __float2half2_rn(1152.0f);
-                const uint32_t q0 = *(const uint16_t *)q, q1 = *(const uint16_t *)(q + 8);
-                const uint32_t q2 = *(const uint16_t *)(q + 16), q3 = *(const uint16_t *)(q + 24);
-                /* (b ^ 0x80) | 0x6400 in each half: 1024 + 128 + b exactly */
-                auto h8 = [&](uint32_t u) {
-                    return __hmul2(__hsub2(rf_w4_h2(__byte_perm(u ^ 0x8080u, 0x6464u, 0x5140u)), c8), d);
-                };
-                Alo[mf][h] = rf_w4_u(h8(q0)), Alo[mf][2 + h] = rf_w4_u(h8(q1));
-                Ahi[mf][h] = rf_w4_u(h8(q2)), Ahi[mf][2 + h] = rf_w4_u(h8(q3));
-            }
-        }
-}
-
-/* one k16 step kk of a stage: A (this warp's two m16 fragments) times the warp's NF n8
- * fragments of x, B by ldmatrix.x4 from sbl (the stage's x plus this lane's row offset) */
-template <int NF>
-static __device__ __forceinline__ void rf_w4_step(float (&acc)[2][NF][4], unsigned sbl, int kk,
-                                                  const uint32_t (&A)[2][4]) {
-#pragma unroll
-    for (int p = 0; p < NF / 2; p++) {
-        uint32_t b[4];
-        rf_w4_ldm4(b, sbl + (unsigned)(p * 16 * RF_W4_SB + kk * 32));
-#pragma unroll
-        for (int mf = 0; mf < 2; mf++) {
-            rf_w4_mma(acc[mf][2 * p], A[mf], b[0], b[1]);
-            rf_w4_mma(acc[mf][2 * p + 1], A[mf], b[2], b[3]);
-        }
-    }
-}
-
-/* The block's outputs. splits 1: acc to y. Else acc to its split's partials (part + z nt n_out);
- * with cnt (arrival counters, one per (x, y) tile, 0 between launches) the block that arrives
- * last at its tile reads back every split's partials (its own too: the same values) and sums
- * them in split order, as rf_k_w4a16_reduce does (the same float additions: the same bits),
- * writes y and sets the counter back to 0; without cnt rf_k_w4a16_reduce sums them after the
- * kernel. The sum runs split by split over all of a thread's outputs, so each round's loads are
- * independent (one L2 round trip per split, not per output and split). */
-template <int BN, int NF>
-static __device__ __forceinline__ void rf_w4_store(float (&acc)[2][NF][4], float *y, float *part, unsigned *cnt,
-                                                   int nt, int n_out, int r0, int t0, int splits) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    const int rb = r0 + 32 * (warp % 4) + g, tb = t0 + (warp / 4) * (BN / 2) + 2 * t;
-    const int64_t ny = (int64_t)nt * n_out;
-    float *out = splits > 1 ? part + (int64_t)blockIdx.z * ny : y;
-#pragma unroll
-    for (int mf = 0; mf < 2; mf++)
-#pragma unroll
-        for (int nf = 0; nf < NF; nf++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int row = rb + 16 * mf + 8 * (i / 2), tok = tb + 8 * nf + i % 2;
-                if (row < n_out && tok < nt) out[(int64_t)tok * n_out + row] = acc[mf][nf][i];
-            }
-    if (splits == 1 || !cnt) return;
-    __threadfence(); /* this block's partials visible device-wide before its arrival counts */
-    __syncthreads();
-    unsigned *c = cnt + blockIdx.y * gridDim.x + blockIdx.x;
-    bool mine = false;
-    if (threadIdx.x == 0) {
-        mine = atomicAdd(c, 1u) == (unsigned)splits - 1;
-        if (mine) *c = 0; /* every split has arrived: no other block touches it in this launch */
-    }
-    if (!__syncthreads_or(mine)) return;
-    __threadfence(); /* the other splits' partials, published before their arrivals */
-#pragma unroll 1
-    for (int k = 0; k < splits; k++) {
-        const float *pk = part + k * ny;
-#pragma unroll
-        for (int mf = 0; mf < 2; mf++)
-#pragma unroll
-            for (int nf = 0; nf < NF; nf++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int row = rb + 16 * mf + 8 * (i / 2), tok = tb + 8 * nf + i % 2;
-                    if (row < n_out && tok < nt) {
-                        const float v = __ldcg(pk + (int64_t)tok * n_out + row);
-                        acc[mf][nf][i] = k == 0 ? v : acc[mf][nf][i] + v;
-                    }
-                }
-    }
-#pragma unroll
-    for (int mf = 0; mf < 2; mf++)
-#pragma unroll
-        for (int nf = 0; nf < NF; nf++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int row = rb + 16 * mf + 8 * (i / 2), tok = tb + 8 * nf + i % 2;
-                if (row < n_out && tok < nt) y[(int64_t)tok * n_out + row] = acc[mf][nf][i];
-            }
-}
-
 /* w4a16: y[t, o] for the tokens of blockIdx.x's tile of BN and the rows of blockIdx.y's tile of
  * 128, over the chunks of 256 of blockIdx.z's share of the row (splits > 1: partial sums to
- * part, summed by rf_w4_store). x16: f16 [nt, n_in]. Warp (wm, wn) = (warp % 4,
+ * y + z * nt * n_out, added by rf_k_w4a16_reduce). x16: f16 [nt, n_in]. Warp (wm, wn) = (warp % 4,
  * warp / 4) owns rows 32 wm .. + 31 (two m16 fragments) by tokens BN / 2 wn .. + BN / 2 - 1 (NF
  * n8 fragments). Per unit of 16 staged bytes of a row's quants (a Q4_0 block's, half of a Q4_K
  * sub-block pair's) lane (g, t) reads 4 bytes of rows g, g + 8 that hold its A elements of two
@@ -284,14 +106,13 @@ static __device__ __forceinline__ void rf_w4_store(float (&acc)[2][NF][4], float
  * in a ring of ST stages (W of the first ones requested before rf_pdl_wait: W is not written by
  * work in flight). Rows past n_out read the last row, tokens past nt the last token; neither is
  * stored. launch: grid (ceil(nt / BN), ceil(n_out / 128), splits), 256 threads,
- * rf_w4_tile<T, BN>::SMEM bytes of dynamic shared memory; part and cnt: rf_w4_store's. */
+ * rf_w4_tile<T, BN>::SMEM bytes of dynamic shared memory. */
 template <int T, int BN>
 __global__ void __launch_bounds__(RF_W4_NTH, rf_w4_tile<T, BN>::MINB)
-rf_k_w4a16(float *y, float *part, unsigned *cnt, const uint8_t *w, const rf_half *x16, int nt, int n_in, int n_out,
-           int64_t row_bytes, int splits) {
+rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int n_out, int64_t row_bytes,
+           int splits) {
     using L = rf_w4_tile<T, BN>;
-    constexpr int SA = L::SA, ST = L::ST, NF = L::NF;
-    constexpr bool KQ = T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K;
+    constexpr int SA = L::SA, ST = L::ST, NF = L::NF, CW = SA / 16;
     extern __shared__ __align__(16) uint8_t rf_w4_smem[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int wm = warp % 4, wn = warp / 4;
@@ -299,26 +120,38 @@ rf_k_w4a16(float *y, float *part, unsigned *cnt, const uint8_t *w, const rf_half
     const int nch = n_in / RF_W4_KC;
     const int kc0 = (int)((int64_t)blockIdx.z * nch / splits), nk = (int)((int64_t)(blockIdx.z + 1) * nch / splits) - kc0;
     const unsigned base = rf_smem_addr(rf_w4_smem);
-    /* chunk k into slot k % ST */
-    auto issue_w = [&](int k) {
-        if (k < nk)
-            rf_w4_issue_w<T>(base + (unsigned)((k % ST) * L::STAGE), w, (int64_t)(kc0 + k) * SA, r0, n_out, row_bytes, tid);
+
+    auto issue_w = [&](int k, int slot) {
+        if (k >= nk) return;
+        const int64_t off = (int64_t)(kc0 + k) * SA;
+        const unsigned so = base + (unsigned)(slot * L::STAGE);
+#pragma unroll 4
+        for (int i = tid; i < RF_W4_BM * CW; i += RF_W4_NTH) {
+            const int row = i / CW, col = i % CW;
+            const int r = r0 + row < n_out ? r0 + row : n_out - 1;
+            rf_cp_async16_s(so + (unsigned)(row * SA + col * 16), w + (int64_t)r * row_bytes + off + col * 16);
+        }
     };
-    auto issue_x = [&](int k) {
-        if (k < nk)
-            rf_w4_issue_x<BN>(base + (unsigned)((k % ST) * L::STAGE + L::ABYTES), x16, (int64_t)(kc0 + k) * RF_W4_KC, t0,
-                              nt, n_in, tid);
+    auto issue_x = [&](int k, int slot) {
+        if (k >= nk) return;
+        const int64_t kx = (int64_t)(kc0 + k) * RF_W4_KC;
+        const unsigned so = base + (unsigned)(slot * L::STAGE + L::ABYTES);
+#pragma unroll 4
+        for (int i = tid; i < BN * 32; i += RF_W4_NTH) {
+            const int n = i / 32, c = i % 32, tok = t0 + n < nt ? t0 + n : nt - 1;
+            rf_cp_async16_s(so + (unsigned)(n * RF_W4_SB + c * 16), x16 + (int64_t)tok * n_in + kx + c * 8);
+        }
     };
 #pragma unroll
     for (int k = 0; k < ST - 1; k++) {
-        issue_w(k);
+        issue_w(k, k);
         rf_cp_async_commit();
     }
     rf_pdl_trigger();
     rf_pdl_wait();
 #pragma unroll
     for (int k = 0; k < ST - 1; k++) { /* groups W0..W(ST-2), X0..X(ST-2), then W+X per chunk */
-        issue_x(k);
+        issue_x(k, k);
         rf_cp_async_commit();
     }
     float acc[2][NF][4];
@@ -331,14 +164,28 @@ rf_k_w4a16(float *y, float *part, unsigned *cnt, const uint8_t *w, const rf_half
     /* ldmatrix.x4 rows of lane: matrix lane / 8 = (tokens + 8 (lane / 16), k + 8 ((lane / 8) % 2)) */
     const unsigned bl = (unsigned)((wn * (BN / 2) + (lane / 16) * 8 + lane % 8) * RF_W4_SB + ((lane / 8) % 2) * 16);
 
+    /* one k16 step: A (this warp's two m16 fragments) times the warp's NF n8 fragments of x */
+    auto step = [&](unsigned sb, int kk, const uint32_t (*A)[4]) {
+#pragma unroll
+        for (int p = 0; p < NF / 2; p++) {
+            uint32_t b[4];
+            rf_w4_ldm4(b, sb + bl + (unsigned)(p * 16 * RF_W4_SB + kk * 32));
+#pragma unroll
+            for (int mf = 0; mf < 2; mf++) {
+                rf_w4_mma(acc[mf][2 * p], A[mf], b[0], b[1]);
+                rf_w4_mma(acc[mf][2 * p + 1], A[mf], b[2], b[3]);
+            }
+        }
+    };
+
     for (int k = 0; k < nk; k++) {
         rf_cp_async_wait<ST - 2>();
         __syncthreads(); /* chunk k visible to all; slot (k - 1) % ST read by all */
-        issue_w(k + ST - 1);
-        issue_x(k + ST - 1);
+        issue_w(k + ST - 1, (k + ST - 1) % ST);
+        issue_x(k + ST - 1, (k + ST - 1) % ST);
         rf_cp_async_commit();
         const uint8_t *sl = rf_w4_smem + (k % ST) * L::STAGE;
-        const unsigned sbl = base + (unsigned)((k % ST) * L::STAGE + L::ABYTES) + bl;
+        const unsigned sb = base + (unsigned)((k % ST) * L::STAGE + L::ABYTES);
         const uint8_t *ra[2][2]; /* rows g, g + 8 of each m16 fragment */
 #pragma unroll
         for (int mf = 0; mf < 2; mf++)
@@ -346,21 +193,92 @@ rf_k_w4a16(float *y, float *part, unsigned *cnt, const uint8_t *w, const rf_half
             for (int h = 0; h < 2; h++) ra[mf][h] = sl + (32 * wm + 16 * mf + 8 * h + g) * SA;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            __half2 S[4][2][2]; /* Q4_K / Q5_K: sub-blocks 2j and 2j + 1's scales and mins */
-            if constexpr (KQ) rf_w4_kscales(ra, j, S);
+            /* Q4_K / Q5_K: sub-blocks 2j (low nibbles) and 2j + 1 (high) of each row: f16 scale s and min m */
+            __half2 SL[2][2], ML[2][2], SH[2][2], MH[2][2];
+            if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
+#pragma unroll
+                for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t *r = ra[mf][h];
+                        const float d = rf_h2f_bits(*(const uint16_t *)r), dm = rf_h2f_bits(*(const uint16_t *)(r + 2));
+                        int sc, m;
+                        rf_k4_sm(2 * j, r + 4, &sc, &m);
+                        SL[mf][h] = __float2half2_rn(d * (float)sc), ML[mf][h] = __float2half2_rn(dm * (float)m);
+                        rf_k4_sm(2 * j + 1, r + 4, &sc, &m);
+                        SH[mf][h] = __float2half2_rn(d * (float)sc), MH[mf][h] = __float2half2_rn(dm * (float)m);
+                    }
+            }
+            (void)SL, (void)ML, (void)SH, (void)MH;
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 uint32_t Alo[2][4], Ahi[2][4]; /* the fragments of k16 steps klo and khi */
-                rf_w4_frags<T>(ra, j, c, t, S, Alo, Ahi);
-                /* K-quants: sub-block pair j's low nibbles are steps 4j + c, high 4j + 2 + c;
-                 * 32-element blocks: block 2j + c's halves */
-                const int klo = KQ ? 4 * j + c : 4 * j + 2 * c, khi = KQ ? 4 * j + 2 + c : klo + 1;
-                rf_w4_step<NF>(acc, sbl, klo, Alo);
-                rf_w4_step<NF>(acc, sbl, khi, Ahi);
+                int klo, khi;
+                if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) klo = 4 * j + c, khi = 4 * j + 2 + c;
+                else klo = 4 * j + 2 * c, khi = klo + 1; /* block 2j + c: its halves */
+#pragma unroll
+                for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t *r = ra[mf][h];
+                        if constexpr (T == RF_TYPE_Q4_0) {
+                            const int b = 2 * j + c;
+                            const uint32_t v = rf_w4_bytes(r + 18 * b + 2 + 2 * t);
+                            const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 18 * b)), c8 = __float2half2_rn(1032.0f);
+                            Alo[mf][h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 0), c8), d));
+                            Alo[mf][2 + h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 8), c8), d));
+                            Ahi[mf][h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 4), c8), d));
+                            Ahi[mf][2 + h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 12), c8), d));
+                        } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
+                            /* qs at 16 (Q4_K) / 48 (Q5_K): bytes 32 j + 16 c + 2t..; Q5_K's fifth
+                             * bit: bit 2j / 2j + 1 of qh bytes 16 c + 2t.. (at 16), as bit 4 */
+                            constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
+                            const uint32_t v = rf_w4_bytes(r + QS + 32 * j + 16 * c + 2 * t);
+                            uint32_t b5[4] = {0, 0, 0, 0}; /* lo pair, hi pair of klo; of khi */
+                            if constexpr (T == RF_TYPE_Q5_K) {
+                                const uint32_t vh = rf_w4_bytes(r + 16 + 16 * c + 2 * t);
+                                b5[0] = ((vh >> (2 * j)) & 0x00010001u) << 4;
+                                b5[1] = ((vh >> (8 + 2 * j)) & 0x00010001u) << 4;
+                                b5[2] = ((vh >> (2 * j + 1)) & 0x00010001u) << 4;
+                                b5[3] = ((vh >> (8 + 2 * j + 1)) & 0x00010001u) << 4;
+                            }
+                            const __half2 c0 = __float2half2_rn(1024.0f);
+                            const __half2 nl = __hneg2(ML[mf][h]), nh = __hneg2(MH[mf][h]);
+                            auto q = [&](int sh, uint32_t hb) { return __hsub2(rf_w4_h2(rf_w4_u(rf_w4_nib(v, sh)) | hb), c0); };
+                            Alo[mf][h] = rf_w4_u(__hfma2(q(0, b5[0]), SL[mf][h], nl));
+                            Alo[mf][2 + h] = rf_w4_u(__hfma2(q(8, b5[1]), SL[mf][h], nl));
+                            Ahi[mf][h] = rf_w4_u(__hfma2(q(4, b5[2]), SH[mf][h], nh));
+                            Ahi[mf][2 + h] = rf_w4_u(__hfma2(q(12, b5[3]), SH[mf][h], nh));
+                        } else { /* Q8_0, block 2j + c: bytes 2t.. of the first 16 quants, then of the second */
+                            const int b = 2 * j + c;
+                            const uint8_t *q = r + 34 * b + 2 + 2 * t;
+                            const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 34 * b)), c8 = __float2half2_rn(1152.0f);
+                            const uint32_t q0 = *(const uint16_t *)q, q1 = *(const uint16_t *)(q + 8);
+                            const uint32_t q2 = *(const uint16_t *)(q + 16), q3 = *(const uint16_t *)(q + 24);
+                            /* (b ^ 0x80) | 0x6400 in each half: 1024 + 128 + b exactly */
+                            auto h8 = [&](uint32_t u) {
+                                return __hmul2(__hsub2(rf_w4_h2(__byte_perm(u ^ 0x8080u, 0x6464u, 0x5140u)), c8), d);
+                            };
+                            Alo[mf][h] = rf_w4_u(h8(q0)), Alo[mf][2 + h] = rf_w4_u(h8(q1));
+                            Ahi[mf][h] = rf_w4_u(h8(q2)), Ahi[mf][2 + h] = rf_w4_u(h8(q3));
+                        }
+                    }
+                step(sb, klo, Alo);
+                step(sb, khi, Ahi);
             }
         }
     }
-    rf_w4_store<BN, NF>(acc, y, part, cnt, nt, n_out, r0, t0, splits);
+    float *out = splits > 1 ? y + (int64_t)blockIdx.z * nt * n_out : y;
+#pragma unroll
+    for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+        for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = r0 + 32 * wm + 16 * mf + g + 8 * (i / 2);
+                const int tok = t0 + wn * (BN / 2) + 8 * nf + 2 * t + i % 2;
+                if (row < n_out && tok < nt) out[(int64_t)tok * n_out + row] = acc[mf][nf][i];
+            }
 }
 
 /* y[i] = part[0][i] + ... + part[splits - 1][i] in that order (parts n apart) */
@@ -386,28 +304,23 @@ __global__ void rf_k_w4a16_x(rf_half *y, const float *x, int64_t n) {
         y[g0 + lane] = rf_act_q8_half(x[g0 + lane]);
 }
 
-/* the product kernel; part and cnt: rf_w4_store's (NULL where splits is 1) */
-struct rf_w4_args {
-    float *y, *part;
-    unsigned *cnt;
-    const uint8_t *w;
-    const rf_half *x16;
-    int nt, n_in, n_out, splits;
-    int64_t rb;
-};
-template <int T, int BN> static rf_status rf_w4a16_launch_t(rf_gpu_ctx *ctx, const rf_w4_args &a) {
+template <int T, int BN>
+static rf_status rf_w4a16_launch_t(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in,
+                                   int n_out, int64_t rb, int splits) {
     auto kern = rf_k_w4a16<T, BN>;
     constexpr int smem = rf_w4_tile<T, BN>::SMEM;
     static size_t attr[RF_GPU_MAX_DEVICES];
     const rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)smem, 0, attr, "rf_k_w4a16");
     if (st) return st;
-    const dim3 grid((unsigned)((a.nt + BN - 1) / BN), (unsigned)((a.n_out + RF_W4_BM - 1) / RF_W4_BM), (unsigned)a.splits);
-    return rf_gpu_launch(ctx, "rf_k_w4a16", true, kern, grid, dim3(RF_W4_NTH), (size_t)smem, a.y, a.part, a.cnt, a.w,
-                         a.x16, a.nt, a.n_in, a.n_out, a.rb, a.splits);
+    const dim3 grid((unsigned)((nt + BN - 1) / BN), (unsigned)((n_out + RF_W4_BM - 1) / RF_W4_BM), (unsigned)splits);
+    return rf_gpu_launch(ctx, "rf_k_w4a16", true, kern, grid, dim3(RF_W4_NTH), (size_t)smem, y, w, x16, nt, n_in,
+                         n_out, rb, splits);
 }
-template <int T> static rf_status rf_w4a16_launch(rf_gpu_ctx *ctx, int bn, const rf_w4_args &a) {
-    if (bn == 64) return rf_w4a16_launch_t<T, 64>(ctx, a);
-    return rf_w4a16_launch_t<T, 128>(ctx, a);
+template <int T>
+static rf_status rf_w4a16_launch(rf_gpu_ctx *ctx, int bn, float *y, const uint8_t *w, const rf_half *x16, int nt,
+                                 int n_in, int n_out, int64_t rb, int splits) {
+    if (bn == 64) return rf_w4a16_launch_t<T, 64>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
+    return rf_w4a16_launch_t<T, 128>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
 }
 #endif /* !RF_HIP */
 
@@ -457,28 +370,21 @@ static void rf_w4a16_plan(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t 
     *splits = s < 1 ? 1 : (int)s;
 }
 
-/* the product from f16 x; part: splits * n_tokens * n_out floats of scratch where splits > 1,
- * summed in the product kernel by the last split of each tile to arrive (ctx->w4a16_cnt), or by
- * rf_k_w4a16_reduce where the context has no counters, the tiles outnumber them, or the test
- * hook gpu_w4a16_sep asks (the former path; the same bits) */
+/* the product from f16 x; part: splits * n_tokens * n_out floats of scratch where splits > 1 */
 static rf_status rf_w4a16_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const rf_half *x16,
                               int64_t n_tokens, int64_t n_in, int64_t n_out, int bn, int splits, float *part) {
-    rf_w4_args a;
-    a.y = y, a.part = splits > 1 ? part : NULL, a.cnt = NULL, a.w = (const uint8_t *)w, a.x16 = x16;
-    a.nt = (int)n_tokens, a.n_in = (int)n_in, a.n_out = (int)n_out, a.splits = splits;
-    a.rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
-    const int64_t tiles = ((n_tokens + bn - 1) / bn) * ((n_out + RF_W4_BM - 1) / RF_W4_BM);
-    const rf_test_hooks *hk = rf_test_hooks_get();
-    if (splits > 1 && ctx->w4a16_cnt && tiles <= RF_GPU_W4A16_COUNTERS && !(hk && hk->gpu_w4a16_sep))
-        a.cnt = ctx->w4a16_cnt;
+    const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
+    float *out = splits > 1 ? part : y;
+    const uint8_t *wp = (const uint8_t *)w;
+    const int nt = (int)n_tokens, ni = (int)n_in, no = (int)n_out;
     rf_status st;
     switch (wtype) {
-    case RF_TYPE_Q4_0: st = rf_w4a16_launch<RF_TYPE_Q4_0>(ctx, bn, a); break;
-    case RF_TYPE_Q4_K: st = rf_w4a16_launch<RF_TYPE_Q4_K>(ctx, bn, a); break;
-    case RF_TYPE_Q5_K: st = rf_w4a16_launch<RF_TYPE_Q5_K>(ctx, bn, a); break;
-    default: st = rf_w4a16_launch<RF_TYPE_Q8_0>(ctx, bn, a); break;
+    case RF_TYPE_Q4_0: st = rf_w4a16_launch<RF_TYPE_Q4_0>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
+    case RF_TYPE_Q4_K: st = rf_w4a16_launch<RF_TYPE_Q4_K>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
+    case RF_TYPE_Q5_K: st = rf_w4a16_launch<RF_TYPE_Q5_K>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
+    default: st = rf_w4a16_launch<RF_TYPE_Q8_0>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
     }
-    if (!st && splits > 1 && !a.cnt) {
+    if (!st && splits > 1) {
         const int64_t ny = n_tokens * n_out;
         st = rf_gpu_launch(ctx, "rf_k_w4a16_reduce", true, rf_k_w4a16_reduce, dim3(rf_gpu_blocks(ny, 256)), dim3(256),
                            0, y, (const float *)part, ny, splits);
