@@ -395,6 +395,9 @@ static void test_gemv(void **state) {
     assert_int_equal(rf_gpu_gemv(g_ctx, NULL, NULL, RF_TYPE_Q4_0, NULL, rf_gpu_gemv_max_tokens(g_ctx, RF_TYPE_Q4_0, 32) + 1, 32, 1),
                      RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_gemv(g_ctx, NULL, NULL, RF_TYPE_Q4_0, NULL, 1, 48, 1), RF_ERR_INVALID_ARG);
+    /* a type without an int8-x path, and (the contract) no device memory: refused, nothing launched
+     * (Q6_K at 256 was the first case until q32s took Q6_K rows of any super-block count) */
+    assert_int_equal(rf_gpu_quantize_x(g_ctx, NULL, RF_TYPE_F16, NULL, 1, 256), RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_quantize_x(g_ctx, NULL, RF_TYPE_Q6_K, NULL, 1, 256), RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_gemv_xq(g_ctx, NULL, NULL, RF_TYPE_F16, NULL, 1, 256, 1), RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_gemv_xq(g_ctx, NULL, NULL, RF_TYPE_Q8_0, NULL, rf_gpu_gemv_max_tokens(g_ctx, RF_TYPE_Q8_0, 256) + 1, 256, 1),

@@ -187,8 +187,8 @@ extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype,
     const char *op = "rf_gpu_quantize_x";
     const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
     if (st) return st;
-    RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0 && ((uintptr_t)x & 15) == 0, op,
-                   "x and xq must be 16-byte aligned (rf_gpu_alloc memory)");
+    RF_GPU_REQUIRE(xq && x && ((uintptr_t)xq & 15) == 0 && ((uintptr_t)x & 15) == 0, op,
+                   "x and xq must be 16-byte aligned device memory (rf_gpu_alloc)");
     return rf_q32_quantize(ctx, xq, wtype, x, (int)n_tokens, n_in);
 }
 
