@@ -245,10 +245,11 @@ static void test_gemv(void **state) {
          * (90 blocks; its Q/K/V and 201088-row LM head), SmolLM2's 576 (18), Qwen2's 896 (28).
          * q32s takes them in groups of 2 blocks (rows of 3060 / 1620 bytes at 2880: 4 rows per
          * warp make whole 16-byte words, the last warp's run ends mid-word); 8200 rows: the tall
-         * default; 5120: gpt-oss's Q/K/V heights as one */
+         * default; 5120: gpt-oss's Q/K/V heights as one; 64 / 128: 1 / 2 groups a row, stages of
+         * whole rows */
         if (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q8_0) {
-            const int64_t gw[][2] = {{2880, 131}, {576, 131}, {896, 130}, {2880, 8200}, {2880, 5120}};
-            for (int s = 0; s < 5; s++)
+            const int64_t gw[][2] = {{2880, 131}, {576, 131}, {896, 130}, {2880, 8200}, {2880, 5120}, {64, 131}, {128, 130}};
+            for (int s = 0; s < 7; s++)
                 for (int64_t nt = 1; nt <= 8; nt += (nt < 3 ? 1 : 5))
                     if (nt == 1 || gw[s][1] < 1000) run_matmul_case(&r, t, nt, gw[s][0], gw[s][1], false, tol);
         }
