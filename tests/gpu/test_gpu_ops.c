@@ -510,8 +510,10 @@ static void test_norm_rope_fused(void **state) {
             for (int mode = 0; mode <= 2; mode += 2)
                 for (int T = 1; T <= 7; T += 6) {
                     const int64_t D = dims[di][0], R = di == 0 && mode ? 32 : D; /* one partial rotation */
-                    const int norms = T == 1 ? 3 : 1 + (n % 3);                    /* prompt: Q, K, then both */
-                    norm_rope_case(&r, T, dims[di][1], dims[di][2], D, R, mode, cts[ci], norms, (n & 1) != 0, NULL);
+                    const int norms = T == 1 ? 3 : 1 + (n % 3); /* prompt: K, Q, both in turn */
+                    /* joined Q/K/V rows (Q out of place) on every other mode: decode and prompt */
+                    norm_rope_case(&r, T, dims[di][1], dims[di][2], D, R, mode, cts[ci], norms, ((n >> 1) & 1) != 0,
+                                   NULL);
                     n++;
                 }
     /* gemma4's own-KV layers: Q, K and V normed; a 512 head (full layers) with frequency factors
