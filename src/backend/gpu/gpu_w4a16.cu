@@ -94,6 +94,67 @@ static __device__ __forceinline__ __half2 rf_w4_nib(uint32_t v, int sh) {
     return rf_w4_h2(((v >> sh) & 0x000F000Fu) | 0x64006400u);
 }
 
+/* The A elements one lane decodes from one staged row r for the k16 steps klo (lo) and khi (hi)
+ * of sub-chunk (j, c): lo[0], lo[2] / hi[0], hi[2] are its two words of each (rf_k_w4a16's
+ * fragment order); sl, ml / sh, mh: the K-quants' f16 scale and min of sub-blocks 2j and 2j + 1. */
+template <int T>
+static __device__ __forceinline__ void rf_w4_frags(uint32_t *lo, uint32_t *hi, const uint8_t *r, int j, int c, int t,
+                                                   __half2 sl, __half2 ml, __half2 sh, __half2 mh) {
+    (void)sl, (void)ml, (void)sh, (void)mh;
+    if constexpr (T == RF_TYPE_Q4_0) {
+        const int b = 2 * j + c;
+        const uint32_t v = rf_w4_bytes(r + 18 * b + 2 + 2 * t);
+        const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 18 * b)), c8 = __float2half2_rn(1032.0f);
+        lo[0] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 0), c8), d));
+        lo[2] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 8), c8), d));
+        hi[0] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 4), c8), d));
+        hi[2] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 12), c8), d));
+    } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
+        /* qs at 16 (Q4_K) / 48 (Q5_K): bytes 32 j + 16 c + 2t..; Q5_K's fifth
+         * bit: bit 2j / 2j + 1 of qh bytes 16 c + 2t.. (at 16), as bit 4 */
+        constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
+        const uint32_t v = rf_w4_bytes(r + QS + 32 * j + 16 * c + 2 * t);
+        uint32_t b5[4] = {0, 0, 0, 0}; /* lo pair, hi pair of klo; of khi */
+        if constexpr (T == RF_TYPE_Q5_K) {
+            const uint32_t vh = rf_w4_bytes(r + 16 + 16 * c + 2 * t);
+            b5[0] = ((vh >> (2 * j)) & 0x00010001u) << 4;
+            b5[1] = ((vh >> (8 + 2 * j)) & 0x00010001u) << 4;
+            b5[2] = ((vh >> (2 * j + 1)) & 0x00010001u) << 4;
+            b5[3] = ((vh >> (8 + 2 * j + 1)) & 0x00010001u) << 4;
+        }
+        const __half2 c0 = __float2half2_rn(1024.0f);
+        const __half2 nl = __hneg2(ml), nh = __hneg2(mh);
+        auto q = [&](int n, uint32_t hb) { return __hsub2(rf_w4_h2(rf_w4_u(rf_w4_nib(v, n)) | hb), c0); };
+        lo[0] = rf_w4_u(__hfma2(q(0, b5[0]), sl, nl));
+        lo[2] = rf_w4_u(__hfma2(q(8, b5[1]), sl, nl));
+        hi[0] = rf_w4_u(__hfma2(q(4, b5[2]), sh, nh));
+        hi[2] = rf_w4_u(__hfma2(q(12, b5[3]), sh, nh));
+    } else { /* Q8_0, block 2j + c: bytes 2t.. of the first 16 quants, then of the second */
+        const int b = 2 * j + c;
+        const uint8_t *q = r + 34 * b + 2 + 2 * t;
+        const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 34 * b)), c8 = __float2half2_rn(1152.0f);
+        const uint32_t q0 = *(const uint16_t *)q, q1 = *(const uint16_t *)(q + 8);
+        const uint32_t q2 = *(const uint16_t *)(q + 16), q3 = *(const uint16_t *)(q + 24);
+        /* (b ^ 0x80) | 0x6400 in each half: 1024 + 128 + b exactly */
+        auto h8 = [&](uint32_t u) {
+            return __hmul2(__hsub2(rf_w4_h2(__byte_perm(u ^ 0x8080u, 0x6464u, 0x5140u)), c8), d);
+        };
+        lo[0] = rf_w4_u(h8(q0)), lo[2] = rf_w4_u(h8(q1));
+        hi[0] = rf_w4_u(h8(q2)), hi[2] = rf_w4_u(h8(q3));
+    }
+}
+
+/* Q4_K / Q5_K: the f16 scale and min of sub-blocks 2j (sl, ml) and 2j + 1 (sh, mh) of staged row r */
+static __device__ __forceinline__ void rf_w4_kscales(const uint8_t *r, int j, __half2 *sl, __half2 *ml, __half2 *sh,
+                                                     __half2 *mh) {
+    const float d = rf_h2f_bits(*(const uint16_t *)r), dm = rf_h2f_bits(*(const uint16_t *)(r + 2));
+    int sc, m;
+    rf_k4_sm(2 * j, r + 4, &sc, &m);
+    *sl = __float2half2_rn(d * (float)sc), *ml = __float2half2_rn(dm * (float)m);
+    rf_k4_sm(2 * j + 1, r + 4, &sc, &m);
+    *sh = __float2half2_rn(d * (float)sc), *mh = __float2half2_rn(dm * (float)m);
+}
+
 /* w4a16: y[t, o] for the tokens of blockIdx.x's tile of BN and the rows of blockIdx.y's tile of
  * 128, over the chunks of 256 of blockIdx.z's share of the row (splits > 1: partial sums to
  * y + z * nt * n_out, added by rf_k_w4a16_reduce). x16: f16 [nt, n_in]. Warp (wm, wn) = (warp % 4,
@@ -199,15 +260,7 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
 #pragma unroll
                 for (int mf = 0; mf < 2; mf++)
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const uint8_t *r = ra[mf][h];
-                        const float d = rf_h2f_bits(*(const uint16_t *)r), dm = rf_h2f_bits(*(const uint16_t *)(r + 2));
-                        int sc, m;
-                        rf_k4_sm(2 * j, r + 4, &sc, &m);
-                        SL[mf][h] = __float2half2_rn(d * (float)sc), ML[mf][h] = __float2half2_rn(dm * (float)m);
-                        rf_k4_sm(2 * j + 1, r + 4, &sc, &m);
-                        SH[mf][h] = __float2half2_rn(d * (float)sc), MH[mf][h] = __float2half2_rn(dm * (float)m);
-                    }
+                    for (int h = 0; h < 2; h++) rf_w4_kscales(ra[mf][h], j, &SL[mf][h], &ML[mf][h], &SH[mf][h], &MH[mf][h]);
             }
             (void)SL, (void)ML, (void)SH, (void)MH;
 #pragma unroll
@@ -220,48 +273,8 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
                 for (int mf = 0; mf < 2; mf++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
-                        const uint8_t *r = ra[mf][h];
-                        if constexpr (T == RF_TYPE_Q4_0) {
-                            const int b = 2 * j + c;
-                            const uint32_t v = rf_w4_bytes(r + 18 * b + 2 + 2 * t);
-                            const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 18 * b)), c8 = __float2half2_rn(1032.0f);
-                            Alo[mf][h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 0), c8), d));
-                            Alo[mf][2 + h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 8), c8), d));
-                            Ahi[mf][h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 4), c8), d));
-                            Ahi[mf][2 + h] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 12), c8), d));
-                        } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
-                            /* qs at 16 (Q4_K) / 48 (Q5_K): bytes 32 j + 16 c + 2t..; Q5_K's fifth
-                             * bit: bit 2j / 2j + 1 of qh bytes 16 c + 2t.. (at 16), as bit 4 */
-                            constexpr int QS = T == RF_TYPE_Q4_K ? 16 : 48;
-                            const uint32_t v = rf_w4_bytes(r + QS + 32 * j + 16 * c + 2 * t);
-                            uint32_t b5[4] = {0, 0, 0, 0}; /* lo pair, hi pair of klo; of khi */
-                            if constexpr (T == RF_TYPE_Q5_K) {
-                                const uint32_t vh = rf_w4_bytes(r + 16 + 16 * c + 2 * t);
-                                b5[0] = ((vh >> (2 * j)) & 0x00010001u) << 4;
-                                b5[1] = ((vh >> (8 + 2 * j)) & 0x00010001u) << 4;
-                                b5[2] = ((vh >> (2 * j + 1)) & 0x00010001u) << 4;
-                                b5[3] = ((vh >> (8 + 2 * j + 1)) & 0x00010001u) << 4;
-                            }
-                            const __half2 c0 = __float2half2_rn(1024.0f);
-                            const __half2 nl = __hneg2(ML[mf][h]), nh = __hneg2(MH[mf][h]);
-                            auto q = [&](int sh, uint32_t hb) { return __hsub2(rf_w4_h2(rf_w4_u(rf_w4_nib(v, sh)) | hb), c0); };
-                            Alo[mf][h] = rf_w4_u(__hfma2(q(0, b5[0]), SL[mf][h], nl));
-                            Alo[mf][2 + h] = rf_w4_u(__hfma2(q(8, b5[1]), SL[mf][h], nl));
-                            Ahi[mf][h] = rf_w4_u(__hfma2(q(4, b5[2]), SH[mf][h], nh));
-                            Ahi[mf][2 + h] = rf_w4_u(__hfma2(q(12, b5[3]), SH[mf][h], nh));
-                        } else { /* Q8_0, block 2j + c: bytes 2t.. of the first 16 quants, then of the second */
-                            const int b = 2 * j + c;
-                            const uint8_t *q = r + 34 * b + 2 + 2 * t;
-                            const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 34 * b)), c8 = __float2half2_rn(1152.0f);
-                            const uint32_t q0 = *(const uint16_t *)q, q1 = *(const uint16_t *)(q + 8);
-                            const uint32_t q2 = *(const uint16_t *)(q + 16), q3 = *(const uint16_t *)(q + 24);
-                            /* (b ^ 0x80) | 0x6400 in each half: 1024 + 128 + b exactly */
-                            auto h8 = [&](uint32_t u) {
-                                return __hmul2(__hsub2(rf_w4_h2(__byte_perm(u ^ 0x8080u, 0x6464u, 0x5140u)), c8), d);
-                            };
-                            Alo[mf][h] = rf_w4_u(h8(q0)), Alo[mf][2 + h] = rf_w4_u(h8(q1));
-                            Ahi[mf][h] = rf_w4_u(h8(q2)), Ahi[mf][2 + h] = rf_w4_u(h8(q3));
-                        }
+                        rf_w4_frags<T>(&Alo[mf][h], &Ahi[mf][h], ra[mf][h], j, c, t, SL[mf][h], ML[mf][h], SH[mf][h],
+                                       MH[mf][h]);
                     }
                 step(sb, klo, Alo);
                 step(sb, khi, Ahi);
