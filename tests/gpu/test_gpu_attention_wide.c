@@ -22,6 +22,8 @@
  *    Batch invariance, bit for bit: every token alone (its own max_pos), a larger max_pos (other
  *    splits over gridDim.z, or none), the other shape hint (decode rows / prompt chunks).
  *  - Whole model (tiny-gemma4-wide: sliding layers of 256, full layers of 512, shared-KV layers):
+ *    the prompts of 33 and 100 tokens take the flash prefill at 256 and 512 where the device has
+ *    it (gpu_flash_prefill.cu), decode and shorter runs this file's kernels;
  *    last-position logits GPU vs CPU over prompts of 1, 7, 33, 100 tokens with f32 and f16 weights,
  *    f16 KV (tol 1e-2) and q8_0 KV (5e-2): test_gpu_forward.c's error model and argmax rule
  *    (near-tie bound), and greedy continuation of 32 tokens equal up to a step where the CPU's
@@ -345,7 +347,8 @@ static void model_case(const char *wtype, rf_type kv, double tol) {
     mkmodel("tiny-gemma4-wide", wtype, path, sizeof path);
     snprintf(label, sizeof label, "tiny-gemma4-wide %s, %s KV", wtype, rf_type_name(kv));
     rf_model *mc = load(path, RF_DEVICE_CPU), *mg = load(path, RF_DEVICE_GPU);
-    assert_int_equal(mg->hp.head_dim, 512); /* the full layers' heads: the wide kernel */
+    assert_int_equal(mg->hp.head_dim, 512); /* the full layers' heads: the wide kernel in decode and short
+                                              * runs, the flash prefill for runs of >= 16 (sm_80+) */
     const int32_t nv = mc->hp.n_vocab;
     rf_session *sc = session_kv(mc, 256, kv), *sg = session_kv(mg, 256, kv);
     rf_rng r;

@@ -390,7 +390,7 @@ extern "C" rf_status rf_gpu_matmul(rf_gpu_ctx *ctx, float *y, const void *w, rf_
     case RF_ROUTE_W4A16: return rf_gpu_w4a16(ctx, y, w, wtype, x, n_tokens, n_in, n_out);
     default:
         return rf_set_error(RF_ERR_UNSUPPORTED, "deterministic mode: no batch-invariant GPU product for %s weights with "
-                            "%lld inputs (it has q4_0, q8_0, q4_K, q5_K and q6_K on sm_80 and newer); use the CPU or "
+                            "%lld inputs (it has q4_0, q5_0, q8_0, mxfp4, q4_K, q5_K and q6_K on sm_80 and newer); use the CPU or "
                             "leave the mode off", rf_type_name(wtype), (long long)n_in);
     }
 }
