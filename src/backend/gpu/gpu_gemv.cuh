@@ -187,4 +187,65 @@ rf_status rf_trace_copy(rf_gpu_ctx *ctx, const void *sym, int cap, size_t per, u
                         int max_calls, int *ncalls);
 #endif
 
+/* One element's share of rf_k_quantize_x<GB, RK> (gpu_gemv_xq.cu: the layouts and records): v is
+ * element i of token tok; lane = its place in the group (the group is 32 consecutive lanes of one
+ * warp, all present, v = 0 past n_in). Here so that the kernels which fold the quantization into
+ * their epilogue (rmsnorm_quantize_x, the MoE kernels) write the same bits as rf_k_quantize_x. */
+template <int GB, int RK>
+static __device__ __forceinline__ void rf_quantize_elem(int8_t *qx, float4 *dx, float v, int i, int n_in,
+                                                        int tok, int lane) {
+    constexpr bool FS = RK >= 1; /* 16-byte records; RK 2: their sum is ggml's q8_1 s (below) */
+    float amax = fabsf(v), sum = v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && RF_QK == 32
+    constexpr bool RX = !FS; /* the group is one whole warp: one redux.sync per reduction */
+#else
+    constexpr bool RX = false;
+#endif
+    if (RX) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        /* |x| as bits orders like the floats, and any NaN lies above +inf: a NaN max is NaN */
+        amax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(amax)));
+#endif
+    } else {
+#pragma unroll
+        for (int m = RF_QK / 2; m > 0; m >>= 1) {
+            amax = fmaxf(amax, RF_SHFL_XOR(amax, m));
+            sum += RF_SHFL_XOR(sum, m);
+        }
+    }
+    /* ggml's activation blocks (the CPU twin's act_q8): q = rint(x * 127/amax) and the scale
+     * kept as f16 (as f32 where f16 would overflow, |x| > 8e6, where ggml gives inf), so GPU and
+     * CPU round the same activations the same way. A NaN in the group must reach y: NaN d
+     * poisons every product (int8 cannot hold it). */
+    const float d32 = amax / 127.0f, d16 = __half2float(__float2half(d32));
+    const float d = sum != sum ? sum : (d16 <= 65504.0f ? d16 : d32); /* beyond f16's range: f32 */
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * id);
+    int qs = q, qlo = q;
+    if (RX) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        qs = __reduce_add_sync(0xffffffffu, q);
+#endif
+    } else {
+#pragma unroll
+        for (int m = RF_QK / 2; m > 0; m >>= 1) qs += RF_SHFL_XOR(qs, m);
+    }
+    if (FS) /* the sum of the group's first 16 (Q6_K: one scale per 16) */
+#pragma unroll
+        for (int m = RF_QK / 4; m > 0; m >>= 1) qlo += RF_SHFL_XOR(qlo, m);
+    const int b = i / RF_QK, ng = n_in / RF_QK / GB, j = b % GB, g = b / GB;
+    const int h = lane / 16, c = lane % 16;
+    const int unit = GB == 1 ? 2 * b + h : (2 * j + h) * ng + g; /* < 2^24: n_in < 2^28 */
+    if (i < n_in) qx[(int64_t)tok * n_in + unit * 16 + c] = (int8_t)q;
+    const int64_t r = (int64_t)tok * (n_in / RF_QK) + (GB == 1 ? b : j * ng + g);
+    if (i < n_in && lane == 0) {
+        /* RK 2 (Q4_1 / Q5_1 weights): the record's sum is s = f16(amax / 127 * sum q), ggml's
+         * q8_1 s and the CPU twin's, so the minimum term m * s is the CPU's exactly */
+        const float s32 = d32 * (float)qs, s16 = __half2float(__float2half(s32));
+        const float rs = RK == 2 ? (sum != sum ? sum : fabsf(s16) <= 65504.0f ? s16 : s32) : sum; /* as d */
+        if (FS) dx[r] = make_float4(d, __int_as_float(qs), rs, __int_as_float(qlo));
+        else ((float2 *)dx)[r] = make_float2(d, __int_as_float(qs));
+    }
+}
+
 #endif

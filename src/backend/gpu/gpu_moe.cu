@@ -114,7 +114,7 @@ rf_k_moe_route_q(int32_t *ids, float *wts, int8_t *qx, float4 *dx, const float *
         const float *xr = x + (int64_t)t * n_in;
         for (int i0 = tq & ~31; i0 < n_in; i0 += nq) {
             const int i = i0 + tq % 32;
-            rf_moe_quantize_elem<RK>(qx, dx, xr[i], i, n_in, t, tq % 32);
+            rf_quantize_elem<1, RK>(qx, dx, xr[i], i, n_in, t, tq % 32);
         }
     }
 }
@@ -304,7 +304,7 @@ __global__ void rf_k_moe_glu_sorted(float *g, int8_t *qd, float4 *dd, const floa
         if (bu) b += bu[(int64_t)e * n + i];
         const float v = rf_moe_glu(kind, a, b);
         g[(int64_t)s * n + i] = v;
-        rf_moe_quantize_elem<RK>(qd, dd, v, i, n, p, lane);
+        rf_quantize_elem<1, RK>(qd, dd, v, i, n, p, lane);
     }
 }
 

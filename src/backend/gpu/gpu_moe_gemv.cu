@@ -218,9 +218,9 @@ rf_k_moe_gemv_gluq(float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg,
     __syncthreads();
     if ((int)threadIdx.x < 32) { /* rkd: the down weight's record kind, one branch for the warp */
         const int i = (int)blockIdx.x * 32 + (int)threadIdx.x, l = (int)threadIdx.x;
-        if (rkd == 0) rf_moe_quantize_elem<0>(qd, dd, ys[l], i, n_out, s, l);
-        else if (rkd == 1) rf_moe_quantize_elem<1>(qd, dd, ys[l], i, n_out, s, l);
-        else rf_moe_quantize_elem<2>(qd, dd, ys[l], i, n_out, s, l);
+        if (rkd == 0) rf_quantize_elem<1, 0>(qd, dd, ys[l], i, n_out, s, l);
+        else if (rkd == 1) rf_quantize_elem<1, 1>(qd, dd, ys[l], i, n_out, s, l);
+        else rf_quantize_elem<1, 2>(qd, dd, ys[l], i, n_out, s, l);
     }
 }
 
