@@ -203,6 +203,29 @@ static void run_matmul_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int6
     free(w), free(x), free(want), free(got);
 }
 
+/* A one-row product of (t, n_in) on the GPU equals row 0 of the same product over 131 rows, bit
+ * for bit (the GEMV kernels' row sums do not depend on the height or on where a warp's run ends). */
+static void one_row_case(rf_rng *r, rf_type t, int64_t n_in) {
+    enum { N_OUT = 131 };
+    size_t bytes;
+    uint8_t *w = random_weights(r, t, N_OUT, n_in, &bytes);
+    float *x = host_f32(n_in);
+    rf_rng_fill_normal(r, x, n_in, 1.0f);
+    void *dw = dev_from(w, bytes);
+    float *dx = dev_from(x, n_in * 4), *dy = dev_poison(N_OUT * 4), *d1 = dev_poison(4);
+    float y[N_OUT], y1;
+    assert_int_equal(rf_gpu_gemv(g_ctx, dy, dw, t, dx, 1, n_in, N_OUT), RF_OK);
+    assert_int_equal(rf_gpu_gemv(g_ctx, d1, dw, t, dx, 1, n_in, 1), RF_OK);
+    dev_to(y, dy, sizeof y);
+    dev_to(&y1, d1, 4);
+    if (memcmp(&y1, &y[0], 4) != 0)
+        fprintf(stderr, "  %s n_in=%lld: one row %g, first of %d %g\n", rf_type_name(t), (long long)n_in, y1, N_OUT,
+                y[0]);
+    assert_memory_equal(&y1, &y[0], 4);
+    rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, d1);
+    free(w), free(x);
+}
+
 static void test_gemv(void **state) {
     (void)state;
     rf_rng r;
@@ -344,51 +367,13 @@ static void test_gemv(void **state) {
     for (size_t ti = 0; ti < N_GEMV; ti++) {
         const rf_type t = k_gemv_types[ti];
         if (block_of(t) != 32 || !rf_gpu_gemv_supported(t)) continue;
-        const int64_t widths[2] = {4096, 14336};
-        for (int wi = 0; wi < 2; wi++) {
-            const int64_t n_in = widths[wi], n_out = 131;
-            size_t bytes;
-            uint8_t *w = random_weights(&r, t, n_out, n_in, &bytes);
-            float *x = host_f32(n_in);
-            rf_rng_fill_normal(&r, x, n_in, 1.0f);
-            void *dw = dev_from(w, bytes);
-            float *dx = dev_from(x, n_in * 4), *dy = dev_poison(n_out * 4), *d1 = dev_poison(4);
-            float y[131], y1;
-            assert_int_equal(rf_gpu_gemv(g_ctx, dy, dw, t, dx, 1, n_in, n_out), RF_OK);
-            assert_int_equal(rf_gpu_gemv(g_ctx, d1, dw, t, dx, 1, n_in, 1), RF_OK);
-            dev_to(y, dy, sizeof y);
-            dev_to(&y1, d1, 4);
-            if (memcmp(&y1, &y[0], 4) != 0)
-                fprintf(stderr, "  %s n_in=%lld: one row %g, first of 131 %g\n", rf_type_name(t),
-                        (long long)n_in, y1, y[0]);
-            assert_memory_equal(&y1, &y[0], 4);
-            rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, d1);
-            free(w), free(x);
-        }
+        one_row_case(&r, t, 4096);
+        one_row_case(&r, t, 14336);
     }
     /* the same for the K-quants at 2816 (Q6_K: a one-row run of 2310 bytes, its last 6 copied
      * short of a word) */
     const rf_type kq[] = {RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
-    for (size_t ti = 0; ti < 3; ti++) {
-        const rf_type t = kq[ti];
-        const int64_t n_in = 2816, n_out = 131;
-        size_t bytes;
-        uint8_t *w = random_weights(&r, t, n_out, n_in, &bytes);
-        float *x = host_f32(n_in);
-        rf_rng_fill_normal(&r, x, n_in, 1.0f);
-        void *dw = dev_from(w, bytes);
-        float *dx = dev_from(x, n_in * 4), *dy = dev_poison(n_out * 4), *d1 = dev_poison(4);
-        float y[131], y1;
-        assert_int_equal(rf_gpu_gemv(g_ctx, dy, dw, t, dx, 1, n_in, n_out), RF_OK);
-        assert_int_equal(rf_gpu_gemv(g_ctx, d1, dw, t, dx, 1, n_in, 1), RF_OK);
-        dev_to(y, dy, sizeof y);
-        dev_to(&y1, d1, 4);
-        if (memcmp(&y1, &y[0], 4) != 0)
-            fprintf(stderr, "  %s n_in=2816: one row %g, first of 131 %g\n", rf_type_name(t), y1, y[0]);
-        assert_memory_equal(&y1, &y[0], 4);
-        rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, d1);
-        free(w), free(x);
-    }
+    for (size_t ti = 0; ti < 3; ti++) one_row_case(&r, kq[ti], 2816);
     /* host contract checks */
     /* one token past what one call takes (8, or 16 where gemv_mt takes the rows): refused before
      * anything is launched (the NULL pointers would fault) */
