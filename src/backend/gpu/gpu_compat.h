@@ -192,6 +192,18 @@ static __device__ __forceinline__ float rf_block_sum(float v, float *sh) {
     v = lane < nwarps ? sh[lane] : 0.0f;
     return rf_warp_sum(v);
 }
+/* The RMS norm's 1 / sqrt(mean(v^2) + eps) over a block's row of n held as v[0..K) per thread
+ * (element k * blockDim.x + threadIdx.x, zeros past n): each thread's squares summed over k in
+ * order, then rf_block_sum. One definition, so every fused norm kernel (rmsnorm_v, add_norm,
+ * rmsnorm_quantize_x) computes the same bits. Contains __syncthreads. */
+template <int K>
+static __device__ __forceinline__ float rf_rms_inv(const float *v, int n, float eps, float *sh) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) ss += v[k] * v[k];
+    ss = rf_block_sum(ss, sh);
+    return rsqrtf(ss / (float)n + eps);
+}
 static __device__ __forceinline__ float rf_block_max(float v, float *sh) {
     const int lane = threadIdx.x % RF_WARP_SIZE, warp = threadIdx.x / RF_WARP_SIZE;
     const int nwarps = blockDim.x / RF_WARP_SIZE;

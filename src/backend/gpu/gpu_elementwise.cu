@@ -130,7 +130,6 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_v(float *y, float *x, const
     float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
     float v[K], wv[K];
-    float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; k++) {
         const int i = k * 1024 + threadIdx.x;
@@ -148,10 +147,7 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_v(float *y, float *x, const
             }
         }
     }
-#pragma unroll
-    for (int k = 0; k < K; k++) ss += v[k] * v[k];
-    ss = rf_block_sum(ss, sh);
-    const float inv = rsqrtf(ss / (float)n + eps);
+    const float inv = rf_rms_inv<K>(v, n, eps, sh);
 #pragma unroll
     for (int k = 0; k < K; k++) {
         const int i = k * 1024 + threadIdx.x;
@@ -181,17 +177,14 @@ __global__ void __launch_bounds__(1024) rf_k_add_norm(float *x, float *o, const 
     }
     if (o) {
         float *orow = o + (int64_t)blockIdx.x * n;
-        float u[K], wv[K], ss = 0.0f;
+        float u[K], wv[K];
 #pragma unroll
         for (int k = 0; k < K; k++) {
             const int i = k * 1024 + threadIdx.x;
             u[k] = i < n ? orow[i] : 0.0f;
             wv[k] = wo && i < n ? wo[i] : 1.0f;
         }
-#pragma unroll
-        for (int k = 0; k < K; k++) ss += u[k] * u[k];
-        ss = rf_block_sum(ss, sh);
-        const float inv = rsqrtf(ss / (float)n + eps);
+        const float inv = rf_rms_inv<K>(u, n, eps, sh);
 #pragma unroll
         for (int k = 0; k < K; k++) {
             const int i = k * 1024 + threadIdx.x;
@@ -203,11 +196,7 @@ __global__ void __launch_bounds__(1024) rf_k_add_norm(float *x, float *o, const 
     }
     if (y) {
         float *yr = y + (int64_t)blockIdx.x * n;
-        float ss = 0.0f;
-#pragma unroll
-        for (int k = 0; k < K; k++) ss += v[k] * v[k];
-        ss = rf_block_sum(ss, sh);
-        const float inv = rsqrtf(ss / (float)n + eps);
+        const float inv = rf_rms_inv<K>(v, n, eps, sh);
 #pragma unroll
         for (int k = 0; k < K; k++) {
             const int i = k * 1024 + threadIdx.x;

@@ -45,7 +45,6 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int
     __shared__ float sh[1024 / 32];
     float *xr = x + (int64_t)blockIdx.x * n;
     float v[K], wv[K];
-    float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; k++) {
         const int i = k * 1024 + threadIdx.x;
@@ -63,10 +62,7 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int
             }
         }
     }
-#pragma unroll
-    for (int k = 0; k < K; k++) ss += v[k] * v[k];
-    ss = rf_block_sum(ss, sh);
-    const float inv = rsqrtf(ss / (float)n + eps);
+    const float inv = rf_rms_inv<K>(v, n, eps, sh);
     float *hr = hout + (int64_t)blockIdx.x * n;
 #pragma unroll
     for (int k = 0; k < K; k++) {
