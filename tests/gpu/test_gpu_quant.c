@@ -264,6 +264,18 @@ static void test_gemv(void **state) {
                 for (int64_t nt = 1; nt <= 8; nt += (nt < 3 ? 1 : 5))
                     if (nt == 1 || kw[s][1] < 1000) run_matmul_case(&r, t, nt, kw[s][0], kw[s][1], false, tol);
         }
+        /* Q4_0 / Q8_0 rows of an even count of blocks that is not a multiple of 8: gpt-oss's 2880
+         * (90 blocks; its Q/K/V and 201088-row LM head), SmolLM2's 576 (18), Qwen2's 896 (28).
+         * q32s takes them in groups of 2 blocks (rows of 3060 / 1620 bytes at 2880: 4 rows per
+         * warp make whole 16-byte words, the last warp's run ends mid-word); 8200 rows: the tall
+         * default; 5120: gpt-oss's Q/K/V heights as one; 64 / 128: 1 / 2 groups a row, stages of
+         * whole rows */
+        if (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q8_0) {
+            const int64_t gw[][2] = {{2880, 131}, {576, 131}, {896, 130}, {2880, 8200}, {2880, 5120}, {64, 131}, {128, 130}};
+            for (int s = 0; s < 7; s++)
+                for (int64_t nt = 1; nt <= 8; nt += (nt < 3 ? 1 : 5))
+                    if (nt == 1 || gw[s][1] < 1000) run_matmul_case(&r, t, nt, gw[s][0], gw[s][1], false, tol);
+        }
     }
     /* every kernel variant (the default is one of them) on a few shapes */
     for (int v = 1; v <= 26; v++) { /* 4..7, 9..23: the q32s kernel, 8: q32h (else as 7); the other
@@ -342,6 +354,8 @@ static void test_gemv(void **state) {
                 run_matmul_case(&r, t, 1, 4096, 131, false, 1e-2);
                 run_matmul_case(&r, t, 1, block_of(t) == 256 ? 2048 : 1024, 130, false, 1e-2);
                 if (block_of(t) == 256) run_matmul_case(&r, t, 1, 2816, 131, false, 1e-2); /* Q6_K: 8 rows */
+                if (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q8_0) /* groups of 2: 4 or 8 rows a warp */
+                    run_matmul_case(&r, t, 1, 2880, 131, false, 1e-2);
                 if (v == 7) run_matmul_case(&r, t, 2, 4096, 129, false, 1e-2); /* 8..23: as 7 */
             }
         }
@@ -369,6 +383,9 @@ static void test_gemv(void **state) {
         if (block_of(t) != 32 || !rf_gpu_gemv_supported(t)) continue;
         one_row_case(&r, t, 4096);
         one_row_case(&r, t, 14336);
+        /* 2880: Q4_0 / Q8_0 in groups of 2 blocks, a one-row run of 1620 / 3060 bytes (its last
+         * 4 copied short of a word) */
+        one_row_case(&r, t, 2880);
     }
     /* the same for the K-quants at 2816 (Q6_K: a one-row run of 2310 bytes, its last 6 copied
      * short of a word) */
@@ -445,9 +462,10 @@ static void test_gemv_chain(void **state) {
 }
 
 /* rf_gpu_gemv_xq_bias: the product with its bias in the GEMV's store equals the product then
- * rf_gpu_add_bias bit for bit (one f32 add per output either way): gemv_q32 (Q8_0 / Q5_0 rows of
- * 2880, gpt-oss's Q/K/V), q32s (4096 wide, its O; 2816-wide Q6_K / Q4_K, segmented rows), q32h
- * (variant 8), gemv_mt (4 tokens: the bias kernel after it), 1..8 tokens. */
+ * rf_gpu_add_bias bit for bit (one f32 add per output either way): q32s in groups of 2 blocks
+ * (Q8_0 / Q4_0 rows of 2880, gpt-oss's Q/K/V; 896), gemv_q32 (Q5_0 rows of 2880), q32s (4096
+ * wide, its O; 2816-wide Q6_K / Q4_K, segmented rows), q32h (variant 8), gemv_mt (4 tokens: the
+ * bias kernel after it), 1..8 tokens; variant 3 sends every row to gemv_q32. */
 static void test_gemv_bias(void **state) {
     (void)state;
     rf_rng r;
@@ -455,6 +473,7 @@ static void test_gemv_bias(void **state) {
     const struct { rf_type t; int64_t n_in, n_out; } cs[] = {
         {RF_TYPE_Q8_0, 2880, 4096}, {RF_TYPE_Q8_0, 2880, 512}, {RF_TYPE_Q8_0, 4096, 2880}, {RF_TYPE_Q5_0, 2880, 131},
         {RF_TYPE_Q4_0, 4096, 131},  {RF_TYPE_Q4_K, 2816, 131}, {RF_TYPE_Q6_K, 2816, 131}, {RF_TYPE_Q6_K, 4096, 67},
+        {RF_TYPE_Q4_0, 2880, 131},  {RF_TYPE_Q8_0, 896, 67},
     };
     const int variants[] = {0, 3, 8, 17};
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {

@@ -55,31 +55,42 @@ static __device__ __forceinline__ unsigned rf_smid(void) {
  * blocks of x). In a row whose bytes are a multiple of 16, every group
  * starts 16-byte aligned, so a lane reads one with NU aligned 16-byte shared-memory loads (NU is
  * odd: lanes NU words apart hit distinct banks) and every field offset in it is a compile-time
- * constant. */
+ * constant. T is the weight type, or RF_Q32_G2 + the type: Q4_0 / Q8_0 rows of an even count of
+ * blocks that is not a multiple of 8 (gpt-oss's 2880 = 90 blocks, 576 = 18, 896 = 28) taken in
+ * groups of 2 blocks (36 / 68 bytes: an odd count N4 of 4-byte words, so groups start 4-byte
+ * aligned in a stage and lanes N4 words apart hit distinct banks). */
+#define RF_Q32_G2 64                          /* above every rf_type */
+#define RF_Q32_WT(T) ((T) % RF_Q32_G2)        /* the weight type of a q32s format */
 template <int T> struct rf_q32_group {
+    static constexpr int W = RF_Q32_WT(T);
+    static constexpr bool G2 = T >= RF_Q32_G2;
     /* the x records carry the f32 sum of each block of x (16 bytes, else 8) */
-    static constexpr bool FS = T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 || T == RF_TYPE_Q4_K ||
-                               T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K;
+    static constexpr bool FS = W == RF_TYPE_Q4_1 || W == RF_TYPE_Q5_1 || W == RF_TYPE_Q4_K ||
+                               W == RF_TYPE_Q5_K || W == RF_TYPE_Q6_K;
     /* bytes per 32 elements (Q4_K / Q5_K: a 256-element super-block of 144 / 176 bytes is the
      * group; Q6_K: one of 210 bytes, so groups start at any even byte) */
-    static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
-                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q4_K ? 18 : T == RF_TYPE_Q5_K ? 22
-                            : T == RF_TYPE_Q6_K ? 0 /* not used */ : 34;
-    static constexpr int GB = T == RF_TYPE_Q4_1 ? 4 : T == RF_TYPE_Q5_1 ? 2 : 8; /* blocks */
-    static constexpr int GBYTES = T == RF_TYPE_Q6_K ? 210 : GB * BB;            /* bytes */
-    static constexpr int NU = GB * BB / 16; /* 16-byte words (Q6_K: 0, not used) */
-    static_assert(T == RF_TYPE_Q6_K || (GB * BB % 16 == 0 && NU % 2 == 1),
-                  "a group: an odd number of 16-byte words");
+    static constexpr int BB = W == RF_TYPE_Q4_0 ? 18 : W == RF_TYPE_Q4_1 ? 20 : W == RF_TYPE_Q5_0 ? 22
+                            : W == RF_TYPE_Q5_1 ? 24 : W == RF_TYPE_Q4_K ? 18 : W == RF_TYPE_Q5_K ? 22
+                            : W == RF_TYPE_Q6_K ? 0 /* not used */ : 34;
+    static constexpr int GB = G2 ? 2 : W == RF_TYPE_Q4_1 ? 4 : W == RF_TYPE_Q5_1 ? 2 : 8; /* blocks */
+    static constexpr int GBYTES = W == RF_TYPE_Q6_K ? 210 : GB * BB;                    /* bytes */
+    static constexpr int NU = G2 ? 0 : GB * BB / 16; /* 16-byte words (Q6_K, G2: 0, not used) */
+    static constexpr int N4 = G2 ? GBYTES / 4 : 0;   /* G2: 4-byte words */
+    static_assert(W == RF_TYPE_Q6_K || (G2 && (W == RF_TYPE_Q4_0 || W == RF_TYPE_Q8_0) && N4 % 2 == 1) ||
+                      (!G2 && GB * BB % 16 == 0 && NU % 2 == 1),
+                  "a group: an odd number of 16-byte words (G2: of 4-byte words)");
 };
 
-/* the blocks per group of the q32s kernel for a 32-element format, 0 for others */
-static inline int rf_q32s_gb(rf_type t) {
+/* the blocks per group of the q32s kernel for a 32-element format and rows of n_in, 0 for others
+ * (Q4_0 / Q8_0: 8, or 2 where the row's blocks are even but not a multiple of 8, RF_Q32_G2) */
+static inline int rf_q32s_gb(rf_type t, int64_t n_in) {
+    const int64_t nb = n_in / 32;
     switch (t) {
-    case RF_TYPE_Q4_0: return rf_q32_group<RF_TYPE_Q4_0>::GB;
+    case RF_TYPE_Q4_0: return nb % 8 && nb % 2 == 0 ? 2 : rf_q32_group<RF_TYPE_Q4_0>::GB;
     case RF_TYPE_Q4_1: return rf_q32_group<RF_TYPE_Q4_1>::GB;
     case RF_TYPE_Q5_0: return rf_q32_group<RF_TYPE_Q5_0>::GB;
     case RF_TYPE_Q5_1: return rf_q32_group<RF_TYPE_Q5_1>::GB;
-    case RF_TYPE_Q8_0: return rf_q32_group<RF_TYPE_Q8_0>::GB;
+    case RF_TYPE_Q8_0: return nb % 8 && nb % 2 == 0 ? 2 : rf_q32_group<RF_TYPE_Q8_0>::GB;
     case RF_TYPE_Q4_K: return rf_q32_group<RF_TYPE_Q4_K>::GB;
     case RF_TYPE_Q5_K: return rf_q32_group<RF_TYPE_Q5_K>::GB;
     case RF_TYPE_Q6_K: return rf_q32_group<RF_TYPE_Q6_K>::GB;

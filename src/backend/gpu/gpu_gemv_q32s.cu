@@ -1,4 +1,4 @@
-/* gpu_gemv_q32s.cu — gemv_q32s and gemv_q32h: the int8-x products over rows of whole 16-byte
+/* gpu_gemv_q32s.cu — gemv_q32s and gemv_q32h: the int8-x products over warps' runs of whole
  * groups (32-element formats and Q4_K / Q5_K / Q6_K), CUDA sm_80+; variants 4..23, their tuning
  * by shape (rf_q32s_tune), and the trace of their blocks (RF_GEMV_TRACE builds). Twin: rf_cpu_matmul with test_hooks cpu_act = RF_CPU_ACT_GPU (x rounded as rf_k_quantize_x rounds it). */
 #include "backend/gpu/gpu_gemv_dot.cuh"
@@ -56,6 +56,204 @@ template <int SLOT, int S> struct rf_wring {
     }
 };
 
+/* ---- the pieces of rf_k_gemv_q32s (below), each inlined into it ---- */
+
+/* XS: the block copies x of its one token into shared memory xs: qx (n_in bytes), then the nb
+ * records (16 bytes with the f32 sums, FS, else 8), and waits for every thread's copies */
+template <int NW, bool FS>
+static __device__ __forceinline__ void rf_q32s_stage_x(uint4 *xs, const int8_t *qx, const float4 *dx,
+                                                       int64_t n_in, int nb) {
+    constexpr int WS = RF_WARP_SIZE;
+    const int nq = (int)(n_in / 16);
+    const uint4 *qx4 = (const uint4 *)qx;
+    for (int i = threadIdx.x; i < nq; i += NW * WS) xs[i] = qx4[i];
+    const int nr = FS ? nb : nb / 2; /* records of 16 or 8 bytes (nb is even: GB >= 2) */
+    for (int i = threadIdx.x; i < nr; i += NW * WS) xs[nq + i] = ((const uint4 *)dx)[i];
+    __syncthreads();
+}
+
+/* x block j of group gg (token t) in rf_k_quantize_x's order (ng groups a row, nb blocks): 8
+ * int words, the scale, the int sum, the f32 sum and the int sum of the first 16 (the last two
+ * where the records carry them, FS; xd: records of 16 bytes, else 8) */
+template <bool FS>
+static __device__ __forceinline__ void rf_q32s_load_x(const int8_t *xq, const char *xd, int64_t n_in, int nb,
+                                                      int ng, int t, int j, int gg, int *xi, float &dxd,
+                                                      int &sxi, float &fsum, int &slo) {
+    constexpr int DXB = FS ? 16 : 8; /* bytes per record of xd */
+    const int4 *xp = (const int4 *)(xq + t * n_in) + 2 * j * ng + gg;
+    const int4 x0 = xp[0], x1 = xp[ng];
+    xi[0] = x0.x, xi[1] = x0.y, xi[2] = x0.z, xi[3] = x0.w;
+    xi[4] = x1.x, xi[5] = x1.y, xi[6] = x1.z, xi[7] = x1.w;
+    const char *dp = xd + ((int64_t)t * nb + j * ng + gg) * DXB;
+    if (FS) {
+        const float4 q = *(const float4 *)dp;
+        dxd = q.x, sxi = __float_as_int(q.y), fsum = q.z, slo = __float_as_int(q.w);
+    } else { /* the sum of the f32 x is not needed: one 8-byte load */
+        const float2 q = *(const float2 *)dp;
+        dxd = q.x, sxi = __float_as_int(q.y), fsum = 0.0f, slo = 0;
+    }
+}
+
+/* 4-byte words of a q32s group (T as rf_q32_group), plus the zero word rf_q32_dot may read */
+template <int T> struct rf_q32s_cw {
+    static constexpr int N = RF_Q32_WT(T) == RF_TYPE_Q6_K ? 53 : rf_q32_group<T>::G2 ? rf_q32_group<T>::N4 + 1
+                                                                                    : rf_q32_group<T>::NU * 4 + 1;
+};
+/* this lane's group of the stage in slot (lane * GBYTES bytes in) as 4-byte words cw:
+ * NU aligned 16-byte loads; G2: N4 aligned 4-byte loads; Q6_K: its 210 bytes at an even byte,
+ * realigned from the 53 aligned words that hold them */
+template <int T>
+static __device__ __forceinline__ void rf_q32s_group_words(uint32_t *cw, const uint4 *slot, int lane) {
+    using G = rf_q32_group<T>;
+    if constexpr (G::W == RF_TYPE_Q6_K) {
+        const int off = lane * G::GBYTES; /* in the stage */
+        const uint32_t *sw = (const uint32_t *)slot + off / 4;
+        const unsigned sel = (off & 2) ? 0x5432u : 0x3210u;
+        uint32_t a[54];
+#pragma unroll
+        for (int u = 0; u < 53; u++) a[u] = sw[u];
+        a[53] = 0;
+#pragma unroll
+        for (int u = 0; u < 53; u++) cw[u] = __byte_perm(a[u], a[u + 1], sel);
+    } else if constexpr (G::G2) {
+        const uint32_t *sw = (const uint32_t *)slot + lane * G::N4;
+#pragma unroll
+        for (int u = 0; u < G::N4; u++) cw[u] = sw[u];
+        cw[G::N4] = 0;
+    } else {
+        const uint4 *src = slot + lane * G::NU;
+#pragma unroll
+        for (int u = 0; u < G::NU; u++) {
+            const uint4 q = src[u];
+            cw[4 * u] = q.x, cw[4 * u + 1] = q.y, cw[4 * u + 2] = q.z, cw[4 * u + 3] = q.w;
+        }
+        cw[G::NU * 4] = 0;
+    }
+}
+
+/* x as q32s reads it: quantized x and its records (global or, XS, shared memory), ng groups and
+ * nb blocks a row; XR: one group's x in registers (xr ... xlr: XN blocks) */
+template <int XN> struct rf_q32s_x {
+    const int8_t *xq;
+    const char *xd;
+    int64_t n_in;
+    int nb, ng;
+    int xr[XN][8], xsr[XN], xlr[XN];
+    float xdr[XN], xfr[XN];
+};
+
+/* v[t] += the dot of this lane's group (cw) with x group g of token t, t < nt */
+template <int T, int NTMAX, bool XR, int XN>
+static __device__ __forceinline__ void rf_q32s_decode(float *v, const uint32_t *cw, const rf_q32s_x<XN> &x,
+                                                      int nt, int g) {
+    using G = rf_q32_group<T>;
+    constexpr int W = G::W, BB = G::BB, GB = G::GB;
+    constexpr bool FS = G::FS;
+    if constexpr (W == RF_TYPE_Q4_K || W == RF_TYPE_Q5_K || W == RF_TYPE_Q6_K) {
+#pragma unroll
+        for (int t = 0; t < NTMAX; t++) { /* one super-block per group, 8 blocks of x */
+            if (NTMAX > 1 && t >= nt) break;
+            int xi[8][8], sxi[8], slo[8];
+            float dxd[8], fsum[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if constexpr (XR) {
+#pragma unroll
+                    for (int u = 0; u < 8; u++) xi[j][u] = x.xr[j][u];
+                    dxd[j] = x.xdr[j], sxi[j] = x.xsr[j], fsum[j] = x.xfr[j], slo[j] = x.xlr[j];
+                } else
+                    rf_q32s_load_x<FS>(x.xq, x.xd, x.n_in, x.nb, x.ng, t, j, g, xi[j], dxd[j], sxi[j], fsum[j], slo[j]);
+            }
+            if constexpr (W == RF_TYPE_Q6_K) v[t] += rf_q6k_dot(cw, xi, dxd, sxi, slo);
+            else v[t] += rf_qk_dot<W == RF_TYPE_Q5_K>(cw, xi, dxd, sxi, fsum);
+        }
+    } else
+#pragma unroll
+    for (int j = 0; j < GB; j++) {
+#pragma unroll
+        for (int t = 0; t < NTMAX; t++) {
+            if (NTMAX > 1 && t >= nt) break; /* NTMAX 1: nt is 1 */
+            int xi[8], sxi, slo;
+            float dxd, fsum;
+            if constexpr (XR) {
+#pragma unroll
+                for (int u = 0; u < 8; u++) xi[u] = x.xr[j][u];
+                dxd = x.xdr[j], sxi = x.xsr[j], fsum = x.xfr[j], slo = x.xlr[j];
+            } else
+                rf_q32s_load_x<FS>(x.xq, x.xd, x.n_in, x.nb, x.ng, t, j, g, xi, dxd, sxi, fsum, slo);
+            (void)slo;
+            /* the block's offset in its word, 0 or 2, is fixed for each j */
+            if (j * BB % 4 == 0) v[t] += rf_q32_dot<W, 0, true>(&cw[j * BB / 4], 0, xi, dxd, sxi, fsum);
+            else v[t] += rf_q32_dot<W, 2, true>(&cw[j * BB / 4], 2, xi, dxd, sxi, fsum);
+        }
+    }
+}
+
+/* the row sums of a stage k whose lanes' dots are v (groups gid < ngr of the warp's run, this
+ * lane's row r and group g in it), stored to y (+ bias) as rows end; then r and g step to the
+ * next stage. The output row o of token t is y[t * n_out + o]. */
+/* ng >= WS: a stage holds parts of at most two rows and ends at most one: lanes keep the open
+ * row's sum (accA) and the next one's (accB) */
+template <int NTMAX>
+static __device__ __forceinline__ void rf_q32s_sum_long(float *y, const float *v, float *accA, float *accB, int nt,
+                                                        int k, int ng, int rows, int64_t row0, int64_t n_out,
+                                                        const float *bias, int lane, int &r, int &g) {
+    constexpr int WS = RF_WARP_SIZE;
+    const int ra = RF_SHFL(r, 0); /* the open row */
+#pragma unroll
+    for (int t = 0; t < NTMAX; t++) {
+        if (r == ra) accA[t] += v[t];
+        else accB[t] += v[t];
+    }
+    if ((ra + 1) * ng - 1 < (k + 1) * WS) { /* the open row ends here */
+#pragma unroll
+        for (int t = 0; t < NTMAX; t++) {
+            if (NTMAX > 1 && t >= nt) break;
+            const float tot = rf_warp_sum(accA[t]);
+            if (lane == 0 && ra < rows) y[t * n_out + row0 + ra] = bias ? tot + bias[row0 + ra] : tot;
+            accA[t] = accB[t], accB[t] = 0.0f;
+        }
+    }
+    g += WS;
+    if (g >= ng) g -= ng, r++;
+}
+/* otherwise: lanes of one row are consecutive; after the shuffles the first lane of each row's
+ * segment holds the segment's sum (lanes past the run: row rows); the last row of the stage, if
+ * it runs on, is carried to the next in carry */
+template <int NTMAX>
+static __device__ __forceinline__ void rf_q32s_sum_seg(float *y, float *v, float *carry, int nt, int k, int gid,
+                                                       int ngr, int ng, int rows, int64_t row0, int64_t n_out,
+                                                       const float *bias, int lane, int &r, int &g) {
+    constexpr int WS = RF_WARP_SIZE;
+    const int rr = gid < ngr ? r : rows;
+#pragma unroll
+    for (int m = 1; m < WS; m <<= 1) {
+        const int ro = RF_SHFL_DOWN(rr, m);
+#pragma unroll
+        for (int t = 0; t < NTMAX; t++) {
+            const float o = RF_SHFL_DOWN(v[t], m);
+            if (lane + m < WS && ro == rr) v[t] += o;
+        }
+    }
+    const int rprev = RF_SHFL_UP(rr, 1);
+    const bool head = lane == 0 || rprev != rr;      /* first lane of its row here */
+    const int glast = (rr + 1) * ng - 1;              /* the row's last group in the run */
+    const bool ends = glast < (k + 1) * WS;           /* ... lies in this stage */
+    const int r31 = RF_SHFL(rr, WS - 1);
+    const int hl = __ffs(RF_BALLOT(rr == r31)) - 1; /* head lane of the last row here */
+#pragma unroll
+    for (int t = 0; t < NTMAX; t++) {
+        if (NTMAX > 1 && t >= nt) break;
+        float tot = v[t] + (lane == 0 ? carry[t] : 0.0f); /* lane 0's row may run on */
+        if (head && rr < rows && ends) y[t * n_out + row0 + rr] = bias ? tot + bias[row0 + rr] : tot;
+        /* the last row here, if it runs on, is carried: its head lane's total */
+        const float c = RF_SHFL(tot, hl);
+        carry[t] = ((r31 + 1) * ng - 1 < (k + 1) * WS || r31 >= rows) ? 0.0f : c;
+    }
+    g += WS; /* this lane's group in the next stage */
+    while (g >= ng) g -= ng, r++;
+}
+
 /* gemv_q32s: the same product as gemv_q32 for rows of whole groups (rf_q32_group; rf_gpu_gemv
  * checks row_bytes % 16 == 0). Such rows lie back to back as one run of groups, so warp w takes
  * rows [w * rpw, w * rpw + rpw) as one contiguous run of rpw * ng groups (ng per row) and streams
@@ -71,6 +269,10 @@ template <int SLOT, int S> struct rf_wring {
  * Q6_K likewise (rf_q6k_dot), its 210-byte super-blocks read with aligned 32-bit shared loads
  * and one byte_perm per word (a group starts at an even byte; rows of any count of super-blocks,
  * each warp's run starting 16-byte aligned and the last one ending at any even byte).
+ * G2 (T = RF_Q32_G2 + Q4_0 / Q8_0: rows of an even count of blocks, not a multiple of 8, as
+ * gpt-oss's 2880 = 90): groups of 2 blocks, 36 / 68 bytes, read with aligned 4-byte shared loads;
+ * runs as Q6_K's (rows per warp a multiple of 4 at 2880, whole words; the last run ends at any
+ * 4-byte word, copied by rf_wring's tail).
  * x is int8 per 32 from rf_k_quantize_x with gb = GB (lanes taking the j-th block of
  * consecutive groups read consecutive 16-byte words of it). With XS (one token) each block first
  * copies x into shared memory (rf_q32s_smem: after the rings; per block of 32 the scale and int
@@ -87,7 +289,7 @@ __global__ void __launch_bounds__(NW * RF_WARP_SIZE, MINB)
 rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, int nt,
                int64_t n_in, int64_t n_out, int64_t row_bytes, int rpw, const float *bias) {
     using G = rf_q32_group<T>;
-    constexpr int BB = G::BB, GB = G::GB, NU = G::NU, WS = RF_WARP_SIZE;
+    constexpr int GB = G::GB, WS = RF_WARP_SIZE;
     constexpr int SLOT = WS * G::GBYTES / 16; /* 16-byte words per stage */
     constexpr bool FS = G::FS; /* the x records carry the f32 sum */
     __shared__ uint4 ring[NW][S][SLOT];
@@ -100,9 +302,9 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     const int rows = n_out - row0 < rpw ? (int)(n_out > row0 ? n_out - row0 : 0) : rpw;
     const int ngr = rows * ng;              /* groups of this warp (< 2^31: rpw * ng small) */
     const int nk = (ngr + WS - 1) / WS;     /* its stages */
-    /* the run starts 16-byte aligned: rows of whole 16-byte words, or (Q6_K, 210-byte groups)
-     * rpw a multiple of the rows that make whole words (the launch); a Q6_K run may then end
-     * short of a word in the last warp only */
+    /* the run starts 16-byte aligned: rows of whole 16-byte words, or (Q6_K, 210-byte groups;
+     * G2, 36 / 68) rpw a multiple of the rows that make whole words (the launch); such a run may
+     * then end short of a word in the last warp only */
     rf_wring<SLOT, S> wr(w + row0 * row_bytes, ring[warp][0], ngr * G::GBYTES / 16, lane,
                          G::GBYTES % 16 ? ngr * G::GBYTES % 16 : 0);
     for (int k = 0; k < S; k++) wr.issue();
@@ -110,43 +312,20 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
     rf_pdl_wait();
     RF_TRACE_WAITED();
     uint4 *xs = rf_dyn; /* XS: qx (n_in bytes), then nb records */
-    if (XS) {
-        const int nq = (int)(n_in / 16);
-        const uint4 *qx4 = (const uint4 *)qx;
-        for (int i = threadIdx.x; i < nq; i += NW * WS) xs[i] = qx4[i];
-        const int nr = FS ? nb : nb / 2; /* records of 16 or 8 bytes (nb is even: GB >= 2) */
-        for (int i = threadIdx.x; i < nr; i += NW * WS) xs[nq + i] = ((const uint4 *)dx)[i];
-        __syncthreads();
-    }
-    const int8_t *xq = XS ? (const int8_t *)xs : qx;
-    const char *xd = XS ? (const char *)(xs + n_in / 16) : (const char *)dx;
-    constexpr int DXB = FS ? 16 : 8; /* bytes per record of xd */
-    constexpr bool KQ = T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K;
-    /* x block j of group gg (token t): 8 int words, the scale, the int sum, the f32 sum and the
-     * int sum of the first 16 (the last two where the records carry them) */
-    auto load_x = [&](int t, int j, int gg, int *xi, float &dxd, int &sxi, float &fsum, int &slo) {
-        const int4 *xp = (const int4 *)(xq + t * n_in) + 2 * j * ng + gg;
-        const int4 x0 = xp[0], x1 = xp[ng];
-        xi[0] = x0.x, xi[1] = x0.y, xi[2] = x0.z, xi[3] = x0.w;
-        xi[4] = x1.x, xi[5] = x1.y, xi[6] = x1.z, xi[7] = x1.w;
-        const char *dp = xd + ((int64_t)t * nb + j * ng + gg) * DXB;
-        if (FS) {
-            const float4 q = *(const float4 *)dp;
-            dxd = q.x, sxi = __float_as_int(q.y), fsum = q.z, slo = __float_as_int(q.w);
-        } else { /* the sum of the f32 x is not needed: one 8-byte load */
-            const float2 q = *(const float2 *)dp;
-            dxd = q.x, sxi = __float_as_int(q.y), fsum = 0.0f, slo = 0;
-        }
-    };
+    if (XS) rf_q32s_stage_x<NW, FS>(xs, qx, dx, n_in, nb);
+    constexpr bool KQ = G::W == RF_TYPE_Q4_K || G::W == RF_TYPE_Q5_K || G::W == RF_TYPE_Q6_K;
     /* XR: ng divides the warp, so a lane's group is the same in every stage: its x (the blocks
      * of one group, 8 for the super-block formats) is loaded into registers once */
     static_assert(!XR || (NTMAX == 1 && !XS && NG > 0 && WS % (NG > 0 ? NG : 1) == 0), "XR: one token, ng | WS");
     constexpr int XN = XR ? (KQ ? 8 : GB) : 1;
-    int xr[XN][8], xsr[XN], xlr[XN];
-    float xdr[XN], xfr[XN];
+    rf_q32s_x<XN> x;
+    x.xq = XS ? (const int8_t *)xs : qx;
+    x.xd = XS ? (const char *)(xs + n_in / 16) : (const char *)dx;
+    x.n_in = n_in, x.nb = nb, x.ng = ng;
     if constexpr (XR) {
 #pragma unroll
-        for (int j = 0; j < XN; j++) load_x(0, j, lane % NG, xr[j], xdr[j], xsr[j], xfr[j], xlr[j]);
+        for (int j = 0; j < XN; j++)
+            rf_q32s_load_x<FS>(x.xq, x.xd, n_in, nb, ng, 0, j, lane % NG, x.xr[j], x.xdr[j], x.xsr[j], x.xfr[j], x.xlr[j]);
     }
     float carry[NTMAX]; /* the partial sum of the row running on from the previous stage */
     float accA[NTMAX], accB[NTMAX]; /* ng >= 32: this lane's share of the open and next rows */
@@ -165,66 +344,9 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
 #pragma unroll
         for (int t = 0; t < NTMAX; t++) v[t] = 0.0f;
         if (gid < ngr) {
-            /* the group as words, plus a zero word rf_q32_dot may read; Q6_K: its 210 bytes at an
-             * even byte, realigned from the 53 aligned words that hold them */
-            uint32_t cw[T == RF_TYPE_Q6_K ? 53 : NU * 4 + 1];
-            if constexpr (T == RF_TYPE_Q6_K) {
-                const int off = lane * G::GBYTES; /* in the stage */
-                const uint32_t *sw = (const uint32_t *)&ring[warp][slot][0] + off / 4;
-                const unsigned sel = (off & 2) ? 0x5432u : 0x3210u;
-                uint32_t a[54];
-#pragma unroll
-                for (int u = 0; u < 53; u++) a[u] = sw[u];
-                a[53] = 0;
-#pragma unroll
-                for (int u = 0; u < 53; u++) cw[u] = __byte_perm(a[u], a[u + 1], sel);
-            } else {
-                const uint4 *src = &ring[warp][slot][lane * NU];
-#pragma unroll
-                for (int u = 0; u < NU; u++) {
-                    const uint4 q = src[u];
-                    cw[4 * u] = q.x, cw[4 * u + 1] = q.y, cw[4 * u + 2] = q.z, cw[4 * u + 3] = q.w;
-                }
-                cw[NU * 4] = 0;
-            }
-            if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K) {
-#pragma unroll
-                for (int t = 0; t < NTMAX; t++) { /* one super-block per group, 8 blocks of x */
-                    if (NTMAX > 1 && t >= nt) break;
-                    int xi[8][8], sxi[8], slo[8];
-                    float dxd[8], fsum[8];
-#pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        if constexpr (XR) {
-#pragma unroll
-                            for (int u = 0; u < 8; u++) xi[j][u] = xr[j][u];
-                            dxd[j] = xdr[j], sxi[j] = xsr[j], fsum[j] = xfr[j], slo[j] = xlr[j];
-                        } else
-                            load_x(t, j, g, xi[j], dxd[j], sxi[j], fsum[j], slo[j]);
-                    }
-                    if constexpr (T == RF_TYPE_Q6_K) v[t] += rf_q6k_dot(cw, xi, dxd, sxi, slo);
-                    else v[t] += rf_qk_dot<T == RF_TYPE_Q5_K>(cw, xi, dxd, sxi, fsum);
-                }
-            } else
-#pragma unroll
-            for (int j = 0; j < GB; j++) {
-#pragma unroll
-                for (int t = 0; t < NTMAX; t++) {
-                    if (NTMAX > 1 && t >= nt) break; /* NTMAX 1: nt is 1 */
-                    int xi[8], sxi, slo;
-                    float dxd, fsum;
-                    if constexpr (XR) {
-#pragma unroll
-                        for (int u = 0; u < 8; u++) xi[u] = xr[j][u];
-                        dxd = xdr[j], sxi = xsr[j], fsum = xfr[j], slo = xlr[j];
-                    } else
-                        load_x(t, j, g, xi, dxd, sxi, fsum, slo);
-                    (void)slo;
-                    /* the block's offset in its word, 0 or 2, is fixed for each j */
-                    if (j * BB % 4 == 0) v[t] += rf_q32_dot<T, 0, true>(&cw[j * BB / 4], 0, xi, dxd, sxi, fsum);
-                    else v[t] += rf_q32_dot<T, 2, true>(&cw[j * BB / 4], 2, xi, dxd, sxi, fsum);
-                }
-            }
+            uint32_t cw[rf_q32s_cw<T>::N];
+            rf_q32s_group_words<T>(cw, &ring[warp][slot][0], lane);
+            rf_q32s_decode<T, NTMAX, XR, XN>(v, cw, x, nt, g);
         }
         RF_SYNCWARP(); /* the slot is read by all lanes before it is refilled */
         wr.issue(); /* stage k + S (an empty group past the run) */
@@ -239,58 +361,10 @@ rf_k_gemv_q32s(float *y, const uint8_t *w, const int8_t *qx, const float4 *dx, i
                 if (g == 0 && gid < ngr) y[t * n_out + row0 + r] = bias ? v[t] + bias[row0 + r] : v[t];
             }
             r += WS / ng;
-            continue;
-        }
-        if (ng >= WS) { /* a stage holds parts of at most two rows and ends at most one: lanes
-                         * keep the open row's sum (accA) and the next one's (accB) */
-            const int ra = RF_SHFL(r, 0);           /* the open row */
-#pragma unroll
-            for (int t = 0; t < NTMAX; t++) {
-                if (r == ra) accA[t] += v[t];
-                else accB[t] += v[t];
-            }
-            if ((ra + 1) * ng - 1 < (k + 1) * WS) { /* the open row ends here */
-#pragma unroll
-                for (int t = 0; t < NTMAX; t++) {
-                    if (NTMAX > 1 && t >= nt) break;
-                    const float tot = rf_warp_sum(accA[t]);
-                    if (lane == 0 && ra < rows) y[t * n_out + row0 + ra] = bias ? tot + bias[row0 + ra] : tot;
-                    accA[t] = accB[t], accB[t] = 0.0f;
-                }
-            }
-            g += WS;
-            if (g >= ng) g -= ng, r++;
-            continue;
-        }
-        /* rows of this stage: lanes of one row are consecutive; after the shuffles the first
-         * lane of each row's segment holds the segment's sum (lanes past the run: row rows) */
-        const int rr = gid < ngr ? r : rows;
-#pragma unroll
-        for (int m = 1; m < WS; m <<= 1) {
-            const int ro = RF_SHFL_DOWN(rr, m);
-#pragma unroll
-            for (int t = 0; t < NTMAX; t++) {
-                const float o = RF_SHFL_DOWN(v[t], m);
-                if (lane + m < WS && ro == rr) v[t] += o;
-            }
-        }
-        const int rprev = RF_SHFL_UP(rr, 1);
-        const bool head = lane == 0 || rprev != rr;      /* first lane of its row here */
-        const int glast = (rr + 1) * ng - 1;              /* the row's last group in the run */
-        const bool ends = glast < (k + 1) * WS;           /* ... lies in this stage */
-        const int r31 = RF_SHFL(rr, WS - 1);
-        const int hl = __ffs(RF_BALLOT(rr == r31)) - 1; /* head lane of the last row here */
-#pragma unroll
-        for (int t = 0; t < NTMAX; t++) {
-            if (NTMAX > 1 && t >= nt) break;
-            float tot = v[t] + (lane == 0 ? carry[t] : 0.0f); /* lane 0's row may run on */
-            if (head && rr < rows && ends) y[t * n_out + row0 + rr] = bias ? tot + bias[row0 + rr] : tot;
-            /* the last row here, if it runs on, is carried: its head lane's total */
-            const float c = RF_SHFL(tot, hl);
-            carry[t] = ((r31 + 1) * ng - 1 < (k + 1) * WS || r31 >= rows) ? 0.0f : c;
-        }
-        g += WS; /* this lane's group in the next stage */
-        while (g >= ng) g -= ng, r++;
+        } else if (ng >= WS)
+            rf_q32s_sum_long<NTMAX>(y, v, accA, accB, nt, k, ng, rows, row0, n_out, bias, lane, r, g);
+        else
+            rf_q32s_sum_seg<NTMAX>(y, v, carry, nt, k, gid, ngr, ng, rows, row0, n_out, bias, lane, r, g);
     }
     RF_TRACE_END();
 }
@@ -481,7 +555,7 @@ static rf_status rf_launch_q32h(rf_gpu_ctx *ctx, float *y, const uint8_t *w, con
  * rows per warp, and v7 in place of XR) keep x in registers where that won by more than ~2
  * points, mostly in one-warp blocks, which pack around the next call's blocks. */
 static void rf_q32s_tune(rf_type t, int64_t n_in, int64_t n_out, bool whole, int *v, int *rpw) {
-    const int64_t ng = n_in / RF_QK / rf_q32s_gb(t);
+    const int64_t ng = n_in / RF_QK / rf_q32s_gb(t, n_in);
     *v = n_in > 8192 ? 11 : n_out > 8192 ? 9 : 7;
     *rpw = whole && n_in > 8192 && (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K) ? 4 : 0;
     if (t == RF_TYPE_Q6_K && n_out <= 8192) *v = 11; /* ~150 registers at 4096x4096 too: 75% vs 56% */
@@ -528,16 +602,22 @@ static rf_status rf_launch_q32s_ng(rf_gpu_ctx *ctx, float *y, const uint8_t *w, 
                                    int rpw, const float *bias) {
     constexpr int NW = rf_q32s_warps<T>(S, NWR);
     const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
-    if (ng == 16) /* 4096 wide (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) */
-        return rf_launch_q32s_k<T, 1, S, NW, false, 16, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
-    if (ng == 32) /* 4096 wide (Q4_1, Q5_1), 8192 (Q4_0 ...) */
-        return rf_launch_q32s_k<T, 1, S, NW, false, 32, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
-    if (ng == 56) /* 14336 wide */
-        return rf_launch_q32s_k<T, 1, S, NW, false, 56, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
-    return rf_launch_q32s_k<T, 1, S, NW, false, 0, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+    if constexpr (rf_q32_group<T>::G2) { /* groups of 2 blocks: gpt-oss's 2880 (45 groups) compiled in */
+        if constexpr (MB == 0)
+            if (ng == 45) return rf_launch_q32s_k<T, 1, S, NW, false, 45, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+        return rf_launch_q32s_k<T, 1, S, NW, false, 0, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+    } else {
+        if (ng == 16) /* 4096 wide (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) */
+            return rf_launch_q32s_k<T, 1, S, NW, false, 16, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+        if (ng == 32) /* 4096 wide (Q4_1, Q5_1), 8192 (Q4_0 ...) */
+            return rf_launch_q32s_k<T, 1, S, NW, false, 32, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+        if (ng == 56) /* 14336 wide */
+            return rf_launch_q32s_k<T, 1, S, NW, false, 56, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+        return rf_launch_q32s_k<T, 1, S, NW, false, 0, MB>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+    }
 }
-/* XR (x in registers; rows of 16 or 32 groups, else v7) with S ring stages and up to NWR warps
- * per block (fewer where the rings would pass 48 KB) */
+/* XR (x in registers; rows of 16 or 32 groups, else v7; G2: x through L1 with these S and NWR)
+ * with S ring stages and up to NWR warps per block (fewer where the rings would pass 48 KB) */
 template <int T, int S, int NWR>
 static rf_status rf_launch_q32s_xr(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx,
                                    const float4 *dx, int64_t n_in, int64_t n_out, int64_t rb,
@@ -546,11 +626,15 @@ static rf_status rf_launch_q32s_xr(rf_gpu_ctx *ctx, float *y, const uint8_t *w, 
     constexpr int SS = S * SB > 49152 ? 49152 / SB : S;
     constexpr int NW = rf_q32s_warps<T>(SS, NWR);
     const int64_t ng = n_in / RF_QK / rf_q32_group<T>::GB;
-    if (ng == 16)
-        return rf_launch_q32s_k<T, 1, SS, NW, false, 16, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
-    if (ng == 32)
-        return rf_launch_q32s_k<T, 1, SS, NW, false, 32, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
-    return rf_launch_q32s_ng<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+    if constexpr (rf_q32_group<T>::G2) /* ng never divides the warp: no XR, the ring depth and warps alone */
+        return rf_launch_q32s_k<T, 1, SS, NW, false, 0>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+    else {
+        if (ng == 16)
+            return rf_launch_q32s_k<T, 1, SS, NW, false, 16, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+        if (ng == 32)
+            return rf_launch_q32s_k<T, 1, SS, NW, false, 32, 0, true>(ctx, y, w, qx, dx, 1, n_in, n_out, rb, rpw, bias);
+        return rf_launch_q32s_ng<T, 0>(ctx, y, w, qx, dx, n_in, n_out, rb, rpw, bias);
+    }
 }
 template <int T>
 static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w,
@@ -560,7 +644,7 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
     int rpw = ctx->gemv_rpw;
     if (nt == 1 && ctx->gemv_variant == 0) { /* the default: tuned by shape */
         int tv = 7, trpw = 0;
-        rf_q32s_tune((rf_type)T, n_in, n_out, whole, &tv, &trpw);
+        rf_q32s_tune((rf_type)RF_Q32_WT(T), n_in, n_out, whole, &tv, &trpw);
         v = tv;
         if (!rpw) rpw = trpw;
     }
@@ -605,6 +689,10 @@ static rf_status rf_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t 
 rf_status rf_gemv_launch_q32s(rf_gpu_ctx *ctx, int v, float *y, const uint8_t *w, rf_type t,
                               const int8_t *qx, const float4 *dx, int nt, int64_t n_in,
                               int64_t n_out, int64_t rb, bool whole, const float *bias) {
+    if (rf_q32s_gb(t, n_in) == 2 && (t == RF_TYPE_Q4_0 || t == RF_TYPE_Q8_0)) /* G2 rows (2880 wide) */
+        return t == RF_TYPE_Q4_0
+                 ? rf_launch_q32s<RF_Q32_G2 + RF_TYPE_Q4_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias)
+                 : rf_launch_q32s<RF_Q32_G2 + RF_TYPE_Q8_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);
     switch (t) {
     case RF_TYPE_Q4_0: return rf_launch_q32s<RF_TYPE_Q4_0>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);
     case RF_TYPE_Q4_1: return rf_launch_q32s<RF_TYPE_Q4_1>(ctx, v, y, w, qx, dx, nt, n_in, n_out, rb, whole, bias);

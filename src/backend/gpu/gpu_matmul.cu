@@ -55,14 +55,15 @@ static int rf_gemv_rows_per_block(int variant) { return variant == 1 ? RF_GEMV_W
  * q32s 4..7, 9..23 and q32h 8 (rows of whole 16-byte groups, n_in <= 16384, CUDA); default from the H100 sweeps
  * in docs/perf-gpu.md */
 static int rf_q32_variant(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n_out) {
-    const int gb = rf_q32s_gb(t);
+    const int gb = rf_q32s_gb(t, n_in);
 #if defined(RF_HIP)
     const bool fits = false; /* wave64 rings of 64 groups would not fit */
     (void)gb;
 #else
     /* x in 24 KB; Q6_K rows of any count of super-blocks (rows of 8k are whole 16-byte words;
-     * others take a multiple of the rows that are, rf_launch_q32s_k); the rings' cp.async needs
-     * sm_80 (older GPUs take gemv_q32, whose copies fall back to loads) */
+     * others take a multiple of the rows that are, rf_launch_q32s_k), Q4_0 / Q8_0 rows of an even
+     * count of blocks (not a multiple of 8: groups of 2, gpt-oss's 2880); the rings' cp.async
+     * needs sm_80 (older GPUs take gemv_q32, whose copies fall back to loads) */
     const bool fits = gb > 0 && n_in / RF_QK % gb == 0 && n_in <= 16384 && ctx->info.cc_major >= 8;
 #endif
     int v = ctx->gemv_variant >= 1 && ctx->gemv_variant <= 24 ? ctx->gemv_variant : 0;
@@ -133,7 +134,7 @@ extern "C" int rf_gpu_gemv_mt_ks(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in,
 static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const float *x, int nt,
                                  int64_t n_in) {
     const int v = rf_q32_variant(ctx, t, n_in, 1);
-    const int gb = v >= 4 && !rf_mt_takes(ctx, t, nt, n_in) ? rf_q32s_gb(t) : 1; /* gemv_mt: in order */
+    const int gb = v >= 4 && !rf_mt_takes(ctx, t, nt, n_in) ? rf_q32s_gb(t, n_in) : 1; /* gemv_mt: in order */
     return rf_gemv_launch_quantize_x(ctx, xq, gb, rf_xq_records(t), x, nt, n_in);
 }
 /* whole: x was quantized by the kernel right before (rf_gpu_gemv), which the default tuning
@@ -195,7 +196,7 @@ extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype,
 /* the x order and record kind rf_q32_quantize writes for nt tokens of (t, n_in) */
 static void rf_xq_layout(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_in, int *gb, int *rk) {
     const int v = rf_q32_variant(ctx, t, n_in, 1);
-    *gb = v >= 4 && !rf_mt_takes(ctx, t, nt, n_in) ? rf_q32s_gb(t) : 1;
+    *gb = v >= 4 && !rf_mt_takes(ctx, t, nt, n_in) ? rf_q32s_gb(t, n_in) : 1;
     *rk = rf_xq_records(t);
 }
 extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x,
