@@ -198,6 +198,17 @@ typedef struct rf_backend_ops {
                             rf_tensor *kc, rf_tensor *vc, const rf_batch *b, int64_t n_head,
                             int64_t n_head_kv, int64_t head_dim, int64_t n_rot, float freq_base,
                             float freq_scale, const rf_tensor *freq_factors, int mode, float attn_factor);
+    /* Optional fusion (NULL: the forward calls rmsnorm on q, k (and v), then rope_store, or rope and
+     * kv_store): rope_store with the per-head RMSNorms first (qwen3's, gemma3's and gemma4's
+     * attn_q_norm / attn_k_norm): each head_dim row of q is rmsnorm(row, q_norm, eps) before its
+     * RoPE, each row of k rmsnorm(row, k_norm, eps) (q_norm or k_norm NULL: that one not normed), with
+     * v_norm each row of v rmsnorm(row, NULL, eps) before its store (gemma4), as op rmsnorm computes
+     * them; k and v are left unspecified afterwards. Same errors as rope_store. */
+    rf_status (*norm_rope_store)(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf_tensor *k, rf_tensor *v,
+                                 rf_tensor *kc, rf_tensor *vc, const rf_batch *b, int64_t n_head, int64_t n_head_kv,
+                                 int64_t head_dim, int64_t n_rot, float freq_base, float freq_scale,
+                                 const rf_tensor *freq_factors, int mode, float attn_factor, const rf_tensor *q_norm,
+                                 const rf_tensor *k_norm, bool v_norm, float eps);
     /* Copies n rows of a cache from row src0 to row dst0 (non-overlapping): copy-on-write of a
      * shared KV block. */
     rf_status (*copy_rows)(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n);

@@ -353,12 +353,19 @@ static rf_status mixer_attention(const step *t, int s, int il) {
         TRY(matmul_bias(be, &q, &S->wq, &A->h, rf_has(&S->bq) ? &S->bq : NULL, n, Qs));
         TRY(matmul_bias(be, &k, &S->wk, &A->h, rf_has(&S->bk) ? &S->bk : NULL, n, KVs));
         TRY(matmul_bias(be, &v, &S->wv, &A->h, rf_has(&S->bv) ? &S->bv : NULL, n, KVs));
-        /* per-head RMSNorm (gemma3): rows of one head */
-        if (rf_has(&S->q_norm)) TRY(op->rmsnorm(be, &q, &q, &S->q_norm, n * Hs, D, hp->norm_eps));
-        if (rf_has(&S->k_norm)) TRY(op->rmsnorm(be, &k, &k, &S->k_norm, n * HKVs, D, hp->norm_eps));
+        /* per-head RMSNorm (qwen3, gemma3): rows of one head; with norm_rope_store, in the RoPE + cache
+         * store (one launch where three ran) */
+        const bool qn = rf_has(&S->q_norm), kn = rf_has(&S->k_norm);
+        const bool norm_in_rope = (qn || kn) && S->rope && op->norm_rope_store;
+        if (qn && !norm_in_rope) TRY(op->rmsnorm(be, &q, &q, &S->q_norm, n * Hs, D, hp->norm_eps));
+        if (kn && !norm_in_rope) TRY(op->rmsnorm(be, &k, &k, &S->k_norm, n * HKVs, D, hp->norm_eps));
         if (!S->rope) { /* a NoPE layer (smollm3): positions only through the causal mask */
             TRY(op->kv_store(be, kc, &k, b));
             TRY(op->kv_store(be, vc, &v, b));
+        } else if (norm_in_rope) {
+            TRY(op->norm_rope_store(be, &q, &q, &k, &v, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base,
+                                    S->rope_scale, rope_ff, hp->rope_mode, hp->rope_attn_factor,
+                                    qn ? &S->q_norm : NULL, kn ? &S->k_norm : NULL, false, hp->norm_eps));
         } else if (op->rope_store) {
             TRY(op->rope_store(be, &q, &q, &k, &v, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
                                rope_ff, hp->rope_mode, hp->rope_attn_factor));

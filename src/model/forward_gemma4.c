@@ -105,9 +105,18 @@ static rf_status attention(rf_model *m, rf_fwd *f, const rf_batch *b, int il, in
     const rf_tensor *ff = !L->is_swa && rf_has(&m->rope_freqs) ? &m->rope_freqs : NULL;
     rf_tensor q = packed(&f->q, H * D, n), att = packed(&f->att, H * D, n);
     TRY(op->matmul(be, &q, &L->wq, &f->h, n));
-    TRY(op->rmsnorm(be, &q, &q, &L->q_norm, n * H, D, hp->norm_eps));
-    TRY(op->rope(be, &q, b, H, D, L->n_rot, L->rope_base, L->rope_scale, ff, hp->rope_mode, 1.0f));
-    if (L->kv_layer == il) {
+    if (L->kv_layer == il && op->norm_rope_store) {
+        /* the Q, K and V norms, both RoPEs and the cache stores in one op (one GPU launch for seven) */
+        rf_tensor k = packed(&f->k, HKV * D, n), v = packed(&f->v, HKV * D, n);
+        TRY(op->matmul(be, &k, &L->wk, &f->h, n));
+        TRY(op->matmul(be, &v, rf_has(&L->wv) ? &L->wv : &L->wk, &f->h, n));
+        TRY(op->norm_rope_store(be, &q, &q, &k, &v, &f->kc[il], &f->vc[il], b, H, HKV, D, L->n_rot, L->rope_base,
+                                L->rope_scale, ff, hp->rope_mode, 1.0f, &L->q_norm, &L->k_norm, true, hp->norm_eps));
+    } else {
+        TRY(op->rmsnorm(be, &q, &q, &L->q_norm, n * H, D, hp->norm_eps));
+        TRY(op->rope(be, &q, b, H, D, L->n_rot, L->rope_base, L->rope_scale, ff, hp->rope_mode, 1.0f));
+    }
+    if (L->kv_layer == il && !op->norm_rope_store) {
         rf_tensor k = packed(&f->k, HKV * D, n), v = packed(&f->v, HKV * D, n);
         TRY(op->matmul(be, &k, &L->wk, &f->h, n));
         TRY(op->matmul(be, &v, rf_has(&L->wv) ? &L->wv : &L->wk, &f->h, n));

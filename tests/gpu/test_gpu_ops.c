@@ -411,6 +411,124 @@ static void test_rope_qkv_fused(void **state) {
     }
 }
 
+/* Bytes of a KV cache of `rows` rows of n_kv values of type ct (f32, f16 or q8_0). */
+static size_t cache_bytes(rf_type ct, int64_t rows, int64_t n_kv) {
+    return (size_t)rows * (size_t)(ct == RF_TYPE_Q8_0 ? n_kv / 32 * 34 : n_kv * (ct == RF_TYPE_F16 ? 2 : 4));
+}
+
+/* The per-head Q/K(/V) RMSNorms folded into the RoPE + KV append (rf_gpu_norm_rope_qkv_append, one
+ * kernel) against their unfused composition: rf_gpu_rmsnorm over the Q rows, over the K rows (and
+ * over the V rows without a gain), then rf_gpu_rope_qkv_append. Q, the K cache and the V cache must
+ * be bit-identical (the same sum-of-squares order as rf_k_rmsnorm_v, the same rounding steps), for
+ * head dims 64, 128 and 256 with GQA (and gemma4's 512 with the V norm and frequency factors),
+ * decode (1 token) and prompt (7 tokens, one slot outside the cache), both RoPE modes (one partial
+ * rotation), f32, f16 and q8_0 caches, Q normed only, K normed only, both; Q in place from packed
+ * rows, or out of place from the strided columns of one joined Q/K/V row. norms: bit 0 Q, bit 1 K,
+ * bit 2 V. */
+static void norm_rope_case(rf_rng *r, int64_t T, int64_t H, int64_t HKV, int64_t D, int64_t R, int mode,
+                           rf_type ct, int norms, int joined, const float *ff) {
+    const int64_t ROWS = 24, nq = T * H * D, nk = T * HKV * D, W = (H + 2 * HKV) * D;
+    int32_t pos[7] = {0, 1, 17, 300, 4095, 5, 9}, slot[7] = {2, 3, 23, -1, 7, 11, 0};
+    if (T == 1) pos[0] = 1234, slot[0] = 5;
+    float *q = host_f32(nq), *k = host_f32(nk), *v = host_f32(nk), *qw = host_f32(D), *kw = host_f32(D);
+    rf_rng_fill_normal(r, q, nq, 2.0f);
+    rf_rng_fill_normal(r, k, nk, 0.5f);
+    rf_rng_fill_normal(r, v, nk, 1.0f);
+    rf_rng_fill_normal(r, qw, D, 1.0f);
+    rf_rng_fill_normal(r, kw, D, 1.0f);
+    float *dq1 = dev_from(q, nq * 4), *dk1 = dev_from(k, nk * 4), *dv = dev_from(v, nk * 4), *dv2 = dev_from(v, nk * 4);
+    float *dff = ff ? dev_from(ff, R / 2 * 4) : NULL;
+    float *dqw = dev_from(qw, D * 4), *dkw = dev_from(kw, D * 4);
+    const float *wq = norms & 1 ? dqw : NULL, *wk = norms & 2 ? dkw : NULL;
+    int32_t *dpos = dev_from(pos, sizeof pos), *dslot = dev_from(slot, sizeof slot);
+    const size_t cb = cache_bytes(ct, ROWS, HKV * D);
+    void *kc1 = dev_poison(cb), *vc1 = dev_poison(cb), *kc2 = dev_poison(cb), *vc2 = dev_poison(cb);
+    const float eps = 1e-6f, gain = mode ? 1.19f : 1.0f;
+    /* unfused: the two norms in place, then the RoPE + append */
+    if (wq) assert_int_equal(rf_gpu_rmsnorm(g_ctx, dq1, dq1, wq, T * H, D, eps), RF_OK);
+    if (wk) assert_int_equal(rf_gpu_rmsnorm(g_ctx, dk1, dk1, wk, T * HKV, D, eps), RF_OK);
+    if (norms & 4) assert_int_equal(rf_gpu_rmsnorm(g_ctx, dv, dv, NULL, T * HKV, D, eps), RF_OK);
+    assert_int_equal(rf_gpu_rope_qkv_append(g_ctx, dq1, dq1, H * D, H, dk1, HKV * D, dv, HKV * D, T, HKV, D, R, dpos,
+                                            dslot, 5e5f, 1.0f, dff, mode, gain, kc1, vc1, ct, ROWS),
+                     RF_OK);
+    /* fused */
+    float *dq2, *dsrc = NULL;
+    if (joined) {
+        float *jr = host_f32(T * W);
+        for (int64_t t = 0; t < T; t++) {
+            memcpy(jr + t * W, q + t * H * D, H * D * 4);
+            memcpy(jr + t * W + H * D, k + t * HKV * D, HKV * D * 4);
+            memcpy(jr + t * W + (H + HKV) * D, v + t * HKV * D, HKV * D * 4);
+        }
+        dsrc = dev_from(jr, T * W * 4), dq2 = dev_poison(nq * 4);
+        free(jr);
+        assert_int_equal(rf_gpu_norm_rope_qkv_append(g_ctx, dq2, dsrc, W, H, dsrc + H * D, W, dsrc + (H + HKV) * D, W,
+                                                     T, HKV, D, R, dpos, dslot, 5e5f, 1.0f, dff, mode, gain, kc2,
+                                                     vc2, ct, ROWS, wq, wk, (norms & 4) != 0, eps),
+                         RF_OK);
+    } else {
+        float *dk2 = dev_from(k, nk * 4);
+        dq2 = dev_from(q, nq * 4);
+        assert_int_equal(rf_gpu_norm_rope_qkv_append(g_ctx, dq2, dq2, H * D, H, dk2, HKV * D, dv2, HKV * D, T, HKV, D,
+                                                     R, dpos, dslot, 5e5f, 1.0f, dff, mode, gain, kc2, vc2, ct, ROWS,
+                                                     wq, wk, (norms & 4) != 0, eps),
+                         RF_OK);
+        dsrc = dk2;
+    }
+    float *q1 = host_f32(nq), *q2 = host_f32(nq);
+    uint8_t *a = malloc(cb), *b = malloc(cb);
+    dev_to(q1, dq1, nq * 4), dev_to(q2, dq2, nq * 4);
+    assert_memory_equal(q1, q2, nq * 4);
+    dev_to(a, kc1, cb), dev_to(b, kc2, cb);
+    assert_memory_equal(a, b, cb);
+    dev_to(a, vc1, cb), dev_to(b, vc2, cb);
+    assert_memory_equal(a, b, cb);
+    /* and Q against the CPU oracle (rf_ref_rmsnorm then rf_ref_rope; rel. L2 < 1e-5 as each op's
+     * own test): a norm that did not run fails here even where both GPU paths agree */
+    if (wq && gain == 1.0f) {
+        rf_ref_rmsnorm(q, q, qw, T * H, D, eps);
+        rf_ref_rope(q, T, H, D, R, H * D, D, pos, 5e5f, 1.0f, ff, mode);
+        check_rel("norm_rope_qkv_append Q vs the CPU oracle", q2, q, nq, 1e-5);
+    }
+    rf_gpu_free(g_ctx, dq1), rf_gpu_free(g_ctx, dk1), rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dqw);
+    rf_gpu_free(g_ctx, dkw), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dslot), rf_gpu_free(g_ctx, dq2);
+    rf_gpu_free(g_ctx, dsrc), rf_gpu_free(g_ctx, kc1), rf_gpu_free(g_ctx, vc1), rf_gpu_free(g_ctx, kc2);
+    rf_gpu_free(g_ctx, vc2), rf_gpu_free(g_ctx, dv2);
+    if (dff) rf_gpu_free(g_ctx, dff);
+    free(q), free(k), free(v), free(qw), free(kw), free(q1), free(q2), free(a), free(b);
+}
+
+static void test_norm_rope_fused(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 13);
+    static const int64_t dims[3][3] = {{64, 8, 2}, {128, 32, 4}, {256, 8, 4}}; /* head dim, heads, KV heads */
+    static const rf_type cts[3] = {RF_TYPE_F32, RF_TYPE_F16, RF_TYPE_Q8_0};
+    int n = 0;
+    for (int di = 0; di < 3; di++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int mode = 0; mode <= 2; mode += 2)
+                for (int T = 1; T <= 7; T += 6) {
+                    const int64_t D = dims[di][0], R = di == 0 && mode ? 32 : D; /* one partial rotation */
+                    const int norms = T == 1 ? 3 : 1 + (n % 3); /* prompt: K, Q, both in turn */
+                    /* joined Q/K/V rows (Q out of place) on every other mode: decode and prompt */
+                    norm_rope_case(&r, T, dims[di][1], dims[di][2], D, R, mode, cts[ci], norms, ((n >> 1) & 1) != 0,
+                                   NULL);
+                    n++;
+                }
+    /* gemma4's own-KV layers: Q, K and V normed; a 512 head (full layers) with frequency factors
+     * whose huge values past the first pairs leave those pairs still, and a 256 head (sliding) */
+    float ff[256];
+    for (int i = 0; i < 256; i++) ff[i] = i < 32 ? 1.0f + 0.01f * (float)i : 1e30f;
+    for (int ci = 0; ci < 3; ci++)
+        for (int T = 1; T <= 7; T += 6) {
+            norm_rope_case(&r, T, 8, 2, 512, 512, RF_ROPE_NEOX, cts[ci], 7, T == 7, ff);
+            norm_rope_case(&r, T, 16, 8, 256, 256, RF_ROPE_NEOX, cts[ci], 7, T == 1, NULL);
+            n += 2;
+        }
+    fprintf(stderr, "  norm_rope_qkv_append: %d cases bit-identical to rmsnorm, rmsnorm, rope_qkv_append\n", n);
+}
+
 /* RMSNorm + activation quantization in one kernel against rf_gpu_rmsnorm then
  * rf_gpu_quantize_x: h and the quantized x byte-identical, for the x orders and record kinds the
  * products take (Q4_0 and Q8_0: groups of 8 blocks, Q4_1 and Q4_K: with sums, Q5_0 wide rows),
@@ -633,7 +751,8 @@ int main(void) {
         cmocka_unit_test(test_softmax_special), cmocka_unit_test(test_causal_mask),
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_rope_kv_append),
         cmocka_unit_test(test_kv_q8),
-        cmocka_unit_test(test_rope_qkv_fused), cmocka_unit_test(test_rmsnorm_quantize_fused),
+        cmocka_unit_test(test_rope_qkv_fused), cmocka_unit_test(test_norm_rope_fused),
+        cmocka_unit_test(test_rmsnorm_quantize_fused),
         cmocka_unit_test(test_add_norm_fused),
         cmocka_unit_test(test_errors),        cmocka_unit_test(test_backend_info),
     };

@@ -151,6 +151,19 @@ rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin,
                                  const int32_t *slot, float freq_base, float freq_scale,
                                  const float *freq_factors, int mode, float attn_factor, void *k_cache,
                                  void *v_cache, rf_type cache_type, int64_t cache_rows);
+/* rf_gpu_rope_qkv_append with the per-head RMSNorms first (qwen3's and gemma3's attn_q_norm /
+ * attn_k_norm): each [head_dim] row of qin is rf_gpu_rmsnorm(row, q_norm, eps) before its RoPE, each
+ * row of k rf_gpu_rmsnorm(row, k_norm, eps) (q_norm or k_norm NULL: not normed), with v_norm each
+ * row of v rf_gpu_rmsnorm(row, NULL, eps) (gemma4's V; none of the three: rf_gpu_rope_qkv_append
+ * itself), in one kernel; Q, K and V bit-identical to those rf_gpu_rmsnorm calls, then
+ * rf_gpu_rope_qkv_append. With a norm, head_dim <= 1024. */
+rf_status rf_gpu_norm_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq, int64_t n_head,
+                                      const float *k, int64_t sk, const float *v, int64_t sv, int64_t n_tokens,
+                                      int64_t n_head_kv, int64_t head_dim, int64_t n_rot, const int32_t *pos,
+                                      const int32_t *slot, float freq_base, float freq_scale,
+                                      const float *freq_factors, int mode, float attn_factor, void *k_cache,
+                                      void *v_cache, rf_type cache_type, int64_t cache_rows, const float *q_norm,
+                                      const float *k_norm, int v_norm, float eps);
 rf_status rf_gpu_rope_kv_append(rf_gpu_ctx *ctx, const float *k, const float *v,
                                 int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
                                 int64_t n_rot, const int32_t *pos, const int32_t *slot,

@@ -158,6 +158,34 @@ static rf_status g_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf
                                   ff ? ff->data : NULL, mode, attn_factor, kc->data, vc->data, kc->type, kc->ne[1]);
 }
 
+/* norm_rope_store in one kernel: the per-head Q/K (and V) RMSNorms, then rope_store's work. Fusions
+ * off (RF_GPU_UNFUSED), or a head past the kernel's 1024 threads: the norms, then rope_store. */
+static rf_status g_norm_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf_tensor *k, rf_tensor *v,
+                                   rf_tensor *kc, rf_tensor *vc, const rf_batch *b, int64_t n_head, int64_t n_head_kv,
+                                   int64_t head_dim, int64_t n_rot, float freq_base, float freq_scale,
+                                   const rf_tensor *ff, int mode, float attn_factor, const rf_tensor *q_norm,
+                                   const rf_tensor *k_norm, bool v_norm, float eps) {
+    NEED_DEV(b, "norm_rope_store");
+    gpu_be *g = GX(be);
+    const int64_t sq = (int64_t)(q->nb1 / 4), sk = (int64_t)(k->nb1 / 4), sv = (int64_t)(v->nb1 / 4);
+    const bool packed = sq == n_head * head_dim && sk == n_head_kv * head_dim && sv == n_head_kv * head_dim;
+    if (!g->fuse || head_dim > 1024 || kc->type != vc->type ||
+        (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32 && kc->type != RF_TYPE_Q8_0)) {
+        rf_status st;
+        if (!packed) return rf_set_error(RF_ERR_UNSUPPORTED, "norm_rope_store: unfused needs packed q, k and v rows");
+        if (q_norm && (st = g_rmsnorm(be, q, q, q_norm, b->n_tokens * n_head, head_dim, eps))) return st;
+        if (k_norm && (st = g_rmsnorm(be, k, k, k_norm, b->n_tokens * n_head_kv, head_dim, eps))) return st;
+        if (v_norm && (st = g_rmsnorm(be, v, v, NULL, b->n_tokens * n_head_kv, head_dim, eps))) return st;
+        return g_rope_store(be, q_out, q, k, v, kc, vc, b, n_head, n_head_kv, head_dim, n_rot, freq_base, freq_scale,
+                            ff, mode, attn_factor);
+    }
+    return rf_gpu_norm_rope_qkv_append(g->ctx, q_out->data, q->data, sq, n_head, k->data, sk, v->data, sv,
+                                       b->n_tokens, n_head_kv, head_dim, n_rot, dev_of(b)->pos, dev_of(b)->slot,
+                                       freq_base, freq_scale, ff ? ff->data : NULL, mode, attn_factor, kc->data,
+                                       vc->data, kc->type, kc->ne[1], q_norm ? q_norm->data : NULL,
+                                       k_norm ? k_norm->data : NULL, v_norm, eps);
+}
+
 static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n) {
     if (n < 0 || dst0 < 0 || src0 < 0 || dst0 + n > t->ne[1] || src0 + n > t->ne[1] ||
         (dst0 < src0 + n && src0 < dst0 + n))
@@ -404,6 +432,7 @@ static const rf_backend_ops gpu_ops = {
     .rope = g_rope,
     .kv_store = g_kv_store,
     .rope_store = g_rope_store,
+    .norm_rope_store = g_norm_rope_store,
     .copy_rows = g_copy_rows,
     .attention = g_attention,
     .gather_rows = g_gather_rows,

@@ -48,7 +48,7 @@ typedef struct gpu_be {
     int64_t n_up, n_down, n_launch; /* per-step transfer counters (RF_GPU_STEP_TRACE) */
     char name[256];                 /* the device's name (op info) */
     /* Fusions (RF_GPU_UNFUSED=1 turns them off, for A/B runs and the fused-vs-unfused test):
-     * rope_store, and one activation quantization shared by consecutive products of the same
+     * rope_store, norm_rope_store, and one activation quantization shared by consecutive products of the same
      * x (Q, K, V; gate, up). xq_src is the f32 x that xq holds quantized for (xq_type, xq_nt,
      * xq_nin); any op other than a product reading it ends that (it may write x). */
     bool fuse;

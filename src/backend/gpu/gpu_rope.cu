@@ -1,5 +1,6 @@
 /* gpu_rope.cu — rotary position embedding (normal and NeoX pairing, any layout via strides,
- * llama3 frequency factors) and the fused RoPE + KV-cache append. */
+ * llama3 frequency factors) and the fused RoPE + KV-cache append (with or without the per-head
+ * Q/K RMSNorms before it). */
 #include "backend/gpu/gpu_internal.h"
 
 /* Angle of pair i at position p. Computed in double: at positions in the thousands an f32 angle
@@ -107,6 +108,92 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
     }
 }
 
+/* norm_rope_kv_append: rf_k_rope_kv_append with the per-head RMSNorms first: the (t, h) row of q
+ * (n_head heads) is rmsnorm(row, qw, eps) before its RoPE, the K row rmsnorm(row, kw, eps) (qw or
+ * kw NULL: that one not normed), V stored as is, or with vnorm as rmsnorm(row, NULL, eps) (gemma4).
+ * Each norm's arithmetic is rf_k_rmsnorm_v's for a row of head_dim <= 1024: thread d holds
+ * element d (0 past the row), its square, rf_block_sum (warps of RF_WARP_SIZE consecutive
+ * elements, then the warp sums; the warps rmsnorm_v's 1024 threads have past the row add exact
+ * zeros), inv = rsqrtf(ss / n + eps), x * inv * w. The normed row goes through shared memory to
+ * the thread of its rotated pair, whose arithmetic is rf_k_rope_kv_append's: Q, K and V
+ * bit-identical to rf_gpu_rmsnorm per row then rf_gpu_rope_qkv_append. launch: one block per
+ * (t, head) over the n_head query heads then the n_head_kv key/value heads, blockDim head_dim
+ * rounded up to 64 (a multiple of either warp width). */
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    rf_k_norm_rope_kv_append(float *qout, const float *qin, int64_t sq, int64_t n_head, const float *k, int64_t sk,
+                             const float *v, int64_t sv, int64_t n_head_kv, int64_t head_dim, int64_t n_rot,
+                             const int32_t *pos, const int32_t *slot, float base, float fscale, const float *ff,
+                             int neox, float af, T *kc, T *vc, int64_t cache_rows, const float *qw, const float *kw,
+                             int vnorm, float eps) {
+    __shared__ float sh[1024 / 32];
+    __shared__ float xs[1024];
+    const int64_t nh = n_head + n_head_kv, t = blockIdx.x / nh, hh = blockIdx.x % nh;
+    const bool is_q = hh < n_head;
+    const int64_t h = is_q ? hh : hh - n_head;
+    const int d = threadIdx.x;
+    const float *src, *w;
+    T *kd = NULL;
+    float *qo = NULL;
+    if (is_q) {
+        src = qin + t * sq + h * head_dim;
+        qo = qout + (t * n_head + h) * head_dim;
+        w = qw;
+    } else {
+        const int32_t sl = slot ? slot[t] : (int32_t)t; /* NULL: row t (the q8_0 path's staging) */
+        if (sl < 0 || sl >= cache_rows) return;          /* the whole block: before any barrier */
+        src = k + t * sk + h * head_dim;
+        kd = kc + ((int64_t)sl * n_head_kv + h) * head_dim;
+        w = kw;
+        float y = d < head_dim ? v[t * sv + h * head_dim + d] : 0.0f;
+        if (vnorm) { /* gemma4's V: RMS-normed without a gain (rmsnorm_v's w NULL: times 1) */
+            float ss = 0.0f;
+            ss += y * y;
+            ss = rf_block_sum(ss, sh);
+            const float inv = rsqrtf(ss / (float)(int)head_dim + eps);
+            y = y * inv * 1.0f;
+        }
+        if (d < head_dim) vc[((int64_t)sl * n_head_kv + h) * head_dim + d] = rf_to_cache<T>(y);
+    }
+    float x = d < head_dim ? src[d] : 0.0f;
+    if (w) { /* uniform over the block */
+        const float wv = d < head_dim ? w[d] : 1.0f;
+        float ss = 0.0f;
+        ss += x * x;
+        ss = rf_block_sum(ss, sh);
+        const float inv = rsqrtf(ss / (float)(int)head_dim + eps);
+        x = x * inv * wv;
+    }
+    xs[d] = x; /* in place (qout == qin) is safe: this block alone reads and writes its row */
+    __syncthreads();
+    if (d >= head_dim) return;
+    if (d >= n_rot) {
+        if (is_q) qo[d] = x;
+        else kd[d] = rf_to_cache<T>(x);
+        return;
+    }
+    const int64_t half = n_rot / 2;
+    int64_t i, i0, i1;
+    if (neox) {
+        if (d >= half) return;
+        i = d, i0 = d, i1 = d + half;
+    } else {
+        if (d & 1) return;
+        i = d / 2, i0 = d, i1 = d + 1;
+    }
+    float c, s;
+    rf_rope_cs(pos[t], i, n_rot, base, fscale, ff, af, &c, &s);
+    const float a = xs[i0], b = xs[i1];
+    const float r0 = a * c - b * s, r1 = a * s + b * c;
+    if (is_q) {
+        qo[i0] = r0;
+        qo[i1] = r1;
+    } else {
+        kd[i0] = rf_to_cache<T>(r0);
+        kd[i1] = rf_to_cache<T>(r1);
+    }
+}
+
 extern "C" rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads,
                                  int64_t head_dim, int64_t n_rot, int64_t stride_t,
                                  int64_t stride_h, const int32_t *pos, float freq_base,
@@ -126,13 +213,38 @@ extern "C" rf_status rf_gpu_rope(rf_gpu_ctx *ctx, float *x, int64_t n_tokens, in
     return RF_GPU_LAUNCHED(ctx, "rf_k_rope");
 }
 
-extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq,
-                                            int64_t n_head, const float *k, int64_t sk, const float *v,
-                                            int64_t sv, int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
-                                            int64_t n_rot, const int32_t *pos, const int32_t *slot,
-                                            float freq_base, float freq_scale, const float *freq_factors,
-                                            int mode, float attn_factor, void *k_cache, void *v_cache,
-                                            rf_type cache_type, int64_t cache_rows) {
+/* One launch of the RoPE + KV append kernel writing caches of T: the norm-first kernel when a
+ * norm is asked for, else the per-element one. */
+template <typename T>
+static rf_status rope_append_launch(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq, int64_t n_head,
+                                    const float *k, int64_t sk, const float *v, int64_t sv, int64_t n_tokens,
+                                    int64_t n_head_kv, int64_t head_dim, int64_t n_rot, const int32_t *pos,
+                                    const int32_t *slot, float base, float fscale, const float *ff, int neox, float af,
+                                    T *kc, T *vc, int64_t cache_rows, const float *qw, const float *kw, int vnorm,
+                                    float eps) {
+    if (qw || kw || vnorm) {
+        const int64_t blocks = n_tokens * (n_head + n_head_kv);
+        const int threads = (int)((head_dim + 63) / 64 * 64);
+        rf_k_norm_rope_kv_append<T><<<(unsigned)blocks, threads, 0, ctx->stream>>>(
+            qout, qin, sq, n_head, k, sk, v, sv, n_head_kv, head_dim, n_rot, pos, slot, base, fscale, ff, neox, af, kc,
+            vc, cache_rows, qw, kw, vnorm, eps);
+        return RF_GPU_LAUNCHED(ctx, "rf_k_norm_rope_kv_append");
+    }
+    const int64_t total = n_tokens * (n_head + n_head_kv) * head_dim;
+    rf_k_rope_kv_append<T><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
+        qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos, slot, base, fscale, ff, neox,
+        af, kc, vc, cache_rows);
+    return RF_GPU_LAUNCHED(ctx, "rf_k_rope_kv_append");
+}
+
+extern "C" rf_status rf_gpu_norm_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq,
+                                                 int64_t n_head, const float *k, int64_t sk, const float *v,
+                                                 int64_t sv, int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
+                                                 int64_t n_rot, const int32_t *pos, const int32_t *slot,
+                                                 float freq_base, float freq_scale, const float *freq_factors,
+                                                 int mode, float attn_factor, void *k_cache, void *v_cache,
+                                                 rf_type cache_type, int64_t cache_rows, const float *q_norm,
+                                                 const float *k_norm, int v_norm, float eps) {
     const char *op = "rf_gpu_rope_qkv_append";
     RF_GPU_REQUIRE(n_rot >= 0 && n_rot % 2 == 0 && n_rot <= head_dim, op,
                    "n_rot=%lld must be even and <= head_dim=%lld", (long long)n_rot,
@@ -145,6 +257,11 @@ extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const 
                        sk >= n_head_kv * head_dim && sv >= n_head_kv * head_dim,
                    op, "bad shape or strides");
     RF_GPU_REQUIRE(qin != qout || sq == n_head * head_dim || n_head == 0, op, "in place needs packed q rows");
+    RF_GPU_REQUIRE((!q_norm && !k_norm && !v_norm) ||
+                       (head_dim <= 1024 && n_tokens * (n_head + n_head_kv) <= 0x7fffffff),
+                   op,
+                   "the per-head norms need head_dim <= 1024 and fewer than 2^31 rows (head_dim %lld)",
+                   (long long)head_dim);
     const int64_t total = n_tokens * (n_head + n_head_kv) * head_dim;
     if (total == 0) return RF_OK;
     int neox = mode == RF_ROPE_NEOX;
@@ -160,27 +277,33 @@ extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const 
         rf_status st = rf_gpu_tmp(ctx, (size_t)n_tokens * (size_t)kvd * 8, &tmp, &mark);
         if (st) return st;
         float *ks = (float *)tmp, *vs = ks + n_tokens * kvd;
-        rf_k_rope_kv_append<float><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
-            qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos, NULL, freq_base,
-            freq_scale, freq_factors, neox, attn_factor, ks, vs, n_tokens);
-        st = RF_GPU_LAUNCHED(ctx, "rf_k_rope_kv_append");
+        st = rope_append_launch<float>(ctx, qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot,
+                                       pos, NULL, freq_base, freq_scale, freq_factors, neox, attn_factor, ks, vs,
+                                       n_tokens, q_norm, k_norm, v_norm, eps);
         if (!st) st = rf_gpu_kv_store_q8(ctx, k_cache, cache_rows, ks, kvd, n_tokens, kvd, slot);
         if (!st) st = rf_gpu_kv_store_q8(ctx, v_cache, cache_rows, vs, kvd, n_tokens, kvd, slot);
         ctx->scratch_used = mark;
         return st;
     }
-    if (cache_type == RF_TYPE_F16) {
-        rf_half *kc = (rf_half *)k_cache, *vc = (rf_half *)v_cache;
-        rf_k_rope_kv_append<rf_half><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
-            qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos, slot, freq_base,
-            freq_scale, freq_factors, neox, attn_factor, kc, vc, cache_rows);
-    } else {
-        float *kc = (float *)k_cache, *vc = (float *)v_cache;
-        rf_k_rope_kv_append<float><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
-            qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos, slot, freq_base,
-            freq_scale, freq_factors, neox, attn_factor, kc, vc, cache_rows);
-    }
-    return RF_GPU_LAUNCHED(ctx, "rf_k_rope_kv_append");
+    if (cache_type == RF_TYPE_F16)
+        return rope_append_launch<rf_half>(ctx, qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim,
+                                           n_rot, pos, slot, freq_base, freq_scale, freq_factors, neox, attn_factor,
+                                           (rf_half *)k_cache, (rf_half *)v_cache, cache_rows, q_norm, k_norm, v_norm, eps);
+    return rope_append_launch<float>(ctx, qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot,
+                                     pos, slot, freq_base, freq_scale, freq_factors, neox, attn_factor,
+                                     (float *)k_cache, (float *)v_cache, cache_rows, q_norm, k_norm, v_norm, eps);
+}
+
+extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq,
+                                            int64_t n_head, const float *k, int64_t sk, const float *v,
+                                            int64_t sv, int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
+                                            int64_t n_rot, const int32_t *pos, const int32_t *slot,
+                                            float freq_base, float freq_scale, const float *freq_factors,
+                                            int mode, float attn_factor, void *k_cache, void *v_cache,
+                                            rf_type cache_type, int64_t cache_rows) {
+    return rf_gpu_norm_rope_qkv_append(ctx, qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot,
+                                       pos, slot, freq_base, freq_scale, freq_factors, mode, attn_factor, k_cache,
+                                       v_cache, cache_type, cache_rows, NULL, NULL, 0, 0.0f);
 }
 
 extern "C" rf_status rf_gpu_rope_kv_append(rf_gpu_ctx *ctx, const float *k, const float *v,
