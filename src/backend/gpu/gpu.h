@@ -416,7 +416,8 @@ rf_status rf_gpu_paged_attention_route(rf_gpu_ctx *ctx, float *out, const float 
  * 1e-3 (q8_0: 2e-3) against rf_ref_paged_attention on the same f16 q and K/V values.
  * Supported: CUDA sm_80+ with the shared memory (106-110 KB a block at head_dim 128), f16 or q8_0
  * cache, head_dim 64 or 128, GQA ratio <= 8. _wanted: supported, and a row of the call can see
- * min_keys keys, and the partial states fit the scratch bound (else the paged kernel). */
+ * min_keys keys, and n_tokens x n_head x 32 splits x (head_dim + 2) floats fit 256 MiB (else the
+ * paged kernel; independent of max_pos, so a graph step and its eager twin route alike). */
 bool rf_gpu_decode_attention_supported(rf_gpu_ctx *ctx, rf_type kv_type, int64_t head_dim, int64_t n_head,
                                        int64_t n_head_kv);
 bool rf_gpu_decode_attention_wanted(rf_gpu_ctx *ctx, rf_type kv_type, int64_t n_tokens, int64_t head_dim,

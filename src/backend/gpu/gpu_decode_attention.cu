@@ -11,7 +11,11 @@
 #define RF_DA_CH 16     /* keys per chunk: the mma's 16 rows */
 #define RF_DA_SMIN 256  /* keys per split at least */
 #define RF_DA_ZMAX 32   /* splits per row at most */
-#define RF_DA_SCRATCH (64u << 20) /* partial states per call at most (bytes), else the paged kernel */
+/* Partial states a call may need at most (bytes, counting RF_DA_ZMAX splits a row whatever the
+ * depth, so that the answer depends on the call's token and head counts only, the same for a
+ * graph step recorded at max_pos = n_ctx - 1 and the eager step): else the paged kernel. 256 MiB:
+ * ~480 decode tokens of llama3-8b's 32 heads of 128. */
+#define RF_DA_SCRATCH (256u << 20)
 
 /* Keys per split of a row that sees n keys: the least power-of-two multiple of RF_DA_SMIN that
  * leaves at most RF_DA_ZMAX splits. A function of n alone, so a row's splits, and with them its
@@ -423,9 +427,7 @@ extern "C" bool rf_gpu_decode_attention_wanted(rf_gpu_ctx *ctx, rf_type kv_type,
                                                int64_t min_keys) {
     if (min_keys < 1 || pmax < 0 || rf_da_span(pmax, window) < min_keys) return false;
     if (!rf_gpu_decode_attention_supported(ctx, kv_type, head_dim, n_head, n_head_kv)) return false;
-    const int64_t span = rf_da_span(pmax, window), zs0 = (span + RF_DA_SMIN - 1) / RF_DA_SMIN;
-    const int64_t zs = zs0 < RF_DA_ZMAX ? zs0 : RF_DA_ZMAX;
-    const double bytes = (double)n_tokens * (double)n_head * (double)zs * ((double)head_dim * 4 + 8);
+    const double bytes = (double)n_tokens * (double)n_head * RF_DA_ZMAX * ((double)head_dim * 4 + 8);
     return bytes <= (double)RF_DA_SCRATCH;
 }
 
