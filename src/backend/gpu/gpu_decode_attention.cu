@@ -206,54 +206,62 @@ static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float 
 }
 #endif
 
-/* decode_attn: block (t, hk, z) takes split z of token t's keys for the query heads hk * G ..
- *   hk * G + G - 1 (G <= 8). Token t at position p = pos[t] of sequence seq[t] sees the keys
- *   lo .. p (lo = p - window + 1 when window > 0 and p >= window, else 0), n = p - lo + 1 of them,
- *   cut into splits of S = rf_da_split(n) keys from lo; rows with p < 0, p + 1 < kmin, p > pmax or
- *   seq < 0 are not this kernel's (rf_k_decode_merge writes the invalid ones). Warp w takes chunks
- *   w, w + 4, ... of 16 keys of the split, each copied in with cp.async NST - 1 chunks ahead, and
- *   keeps its own online softmax; the block merges the 4 warps' states in warp order
- *   (rf_pa_factors / rf_pa_apply) and writes the split's state: its (max, sum) to
- *   pml[(t * n_head + h) * ZS + z], its numerator to part[that * D + d].
- * in: q f32 [n_tokens, n_head, D] (16-byte aligned; rounded to f16 for the tensor cores), k, v
- *   [rows, n_head_kv, D] f16 or q8_0 (16-byte aligned), pos, seq int32 [n_tokens], bt int32
- *   [*, max_blocks].
- * launch: grid (n_tokens, n_head_kv, ZS), RF_DA_WARPS * 32 threads, rf_da_geo::SMEM bytes of
- *   dynamic shared memory; ZS >= the splits of any row (rf_gpu_decode_attention). */
-template <int D, bool Q8>
-__global__ void __launch_bounds__(RF_DA_WARPS * 32, 2)
-rf_k_decode_attn(float *part, float2 *pml, const float *__restrict__ q, const void *__restrict__ kcv,
-                 const void *__restrict__ vcv, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
-                 const int32_t *__restrict__ bt, int max_blocks, int bs, int n_head, int n_head_kv, int G,
-                 float scale, int window, float softcap, int pmax, int kmin, int ZS) {
+/* The kernel's arguments that every work item reads. */
+struct rf_da_args {
+    float *part;
+    float2 *pml;
+    const float *q;
+    const void *k, *v;
+    const int32_t *pos, *seq, *bt;
+    int n_tokens, max_blocks, bs, n_head, n_head_kv, G;
+    float scale;
+    int window;
+    float softcap;
+    int pmax, kmin, ZS;
+};
+
+/* The split of a work item (t, hk, z) for its row, or false where the item has no work: the
+ * token's row is not this kernel's (p < 0, p + 1 < kmin, p > pmax, seq < 0) or has fewer splits.
+ * k0, k1: the split's first and last key; sq: the sequence. */
+static __device__ __forceinline__ bool rf_da_split_of(const rf_da_args &a, int t, int z, int &k0, int &k1, int &sq) {
+    const int p = a.pos[t];
+    if (p < 0 || p + 1 < a.kmin || p > a.pmax) return false;
+    sq = a.seq[t];
+    if (sq < 0) return false;
+    const int lo = a.window > 0 && p >= a.window ? p - a.window + 1 : 0, n = p - lo + 1, S = rf_da_split(n);
+    if ((long long)z * S >= n) return false;
+    k0 = lo + z * S, k1 = min(p, k0 + S - 1);
+    return true;
+}
+
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* One work item: split z (keys k0 .. k1) of token t's row for kv head hk, the block's 4 warps
+ * each walking chunks w, w + 4, ... of 16 keys with cp.async NST - 1 chunks ahead and an online
+ * softmax of its own; then the warps' states merged in warp order (rf_pa_factors / rf_pa_apply)
+ * and the split's state written: (max, sum) to pml[(t * n_head + h) * ZS + z], the numerator to
+ * part[that * D + d], for the query heads h = hk * G .. hk * G + G - 1. Ends with a block barrier
+ * (the shared memory is free for the next item). */
+template <int D, bool Q8>
+static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned char *sm, int t, int hk, int z,
+                                                  int k0, int k1, int sq) {
     typedef rf_da_geo<D, Q8> C;
     constexpr int NK = D / 16, CH = RF_DA_CH, W = RF_DA_WARPS, NST = C::NST;
-    extern __shared__ __align__(16) unsigned char rf_da_sm[];
-    rf_pdl_trigger(); /* the merge (a dependent launch) may be scheduled; it waits */
-    const int t = blockIdx.x, hk = blockIdx.y, z = blockIdx.z;
-    const int p = pos[t];
-    if (p < 0 || p + 1 < kmin || p > pmax) return;
-    const int sq = seq[t];
-    if (sq < 0) return;
-    const int lo = window > 0 && p >= window ? p - window + 1 : 0, n = p - lo + 1, S = rf_da_split(n);
-    if ((long long)z * S >= n) return; /* the row has fewer splits */
-    const int k0 = lo + z * S, k1 = min(p, k0 + S - 1), nch = (k1 - k0) / CH + 1;
+    const int nch = (k1 - k0) / CH + 1;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
-    unsigned char *wsm = rf_da_sm + warp * C::WARP_BYTES;
+    unsigned char *wsm = sm + warp * C::WARP_BYTES;
     rf_half *Tf = reinterpret_cast<rf_half *>(wsm + NST * C::STAGE); /* q8_0's f16 tile */
     rf_half *Ps = reinterpret_cast<rf_half *>(wsm + C::PS_OFF);
     const unsigned sa0 = rf_smem_addr(wsm);
-    const int64_t head0 = (int64_t)t * n_head + (int64_t)hk * G;
-    const int32_t *btr = bt + (int64_t)sq * max_blocks;
+    const int64_t head0 = (int64_t)t * a.n_head + (int64_t)hk * a.G;
+    const int32_t *btr = a.bt + (int64_t)sq * a.max_blocks;
 
     /* B fragments of Q^T (k = dims, n = heads): head g's dims ks * 16 + 2c, + 1, + 8, + 9 in f16 */
     uint32_t qb[NK][2];
 #pragma unroll
     for (int ks = 0; ks < NK; ks++) {
         qb[ks][0] = qb[ks][1] = 0u;
-        if (g < G) {
-            const float *qr = q + (head0 + g) * D + ks * 16 + 2 * c;
+        if (g < a.G) {
+            const float *qr = a.q + (head0 + g) * D + ks * 16 + 2 * c;
             const float2 x = *reinterpret_cast<const float2 *>(qr), y = *reinterpret_cast<const float2 *>(qr + 8);
             qb[ks][0] = rf_da_h2(x.x, x.y), qb[ks][1] = rf_da_h2(y.x, y.y);
         }
@@ -266,14 +274,16 @@ rf_k_decode_attn(float *part, float2 *pml, const float *__restrict__ q, const vo
     const int nit = warp < nch ? (nch - warp + W - 1) / W : 0; /* this warp's chunks */
 #pragma unroll
     for (int i = 0; i < NST - 1; i++) { /* the first NST - 1 chunks in flight (empty groups past the end) */
-        if (i < nit) rf_da_load<D, Q8>(sa0 + i * C::STAGE, kcv, vcv, btr, bs, k0 + (warp + W * i) * CH, k1, n_head_kv, hk, lane);
+        if (i < nit)
+            rf_da_load<D, Q8>(sa0 + i * C::STAGE, a.k, a.v, btr, a.bs, k0 + (warp + W * i) * CH, k1, a.n_head_kv, hk,
+                              lane);
         rf_cp_async_commit();
     }
     for (int it = 0; it < nit; it++) {
         const int nx = it + NST - 1; /* its stage was read in iteration it - 1 (closed by a __syncwarp) */
         if (nx < nit)
-            rf_da_load<D, Q8>(sa0 + (nx % NST) * C::STAGE, kcv, vcv, btr, bs, k0 + (warp + W * nx) * CH, k1, n_head_kv,
-                              hk, lane);
+            rf_da_load<D, Q8>(sa0 + (nx % NST) * C::STAGE, a.k, a.v, btr, a.bs, k0 + (warp + W * nx) * CH, k1,
+                              a.n_head_kv, hk, lane);
         rf_cp_async_commit();
         rf_cp_async_wait<NST - 1>(); /* chunk it is in (this thread's copies) */
         __syncwarp();                /* ... and every lane's */
@@ -286,7 +296,7 @@ rf_k_decode_attn(float *part, float2 *pml, const float *__restrict__ q, const vo
         } else {
             Ks = reinterpret_cast<const rf_half *>(sb), Vs = Ks + CH * C::QS;
         }
-        rf_da_chunk<D>(o, m0, m1, l0, l1, qb, Ks, Vs, Ps, k0 + (warp + W * it) * CH, k1, scale, softcap, lane);
+        rf_da_chunk<D>(o, m0, m1, l0, l1, qb, Ks, Vs, Ps, k0 + (warp + W * it) * CH, k1, a.scale, a.softcap, lane);
         __syncwarp(); /* the stage, Tf and Ps are read */
     }
     rf_cp_async_wait<0>();
@@ -298,8 +308,8 @@ rf_k_decode_attn(float *part, float2 *pml, const float *__restrict__ q, const vo
 
     /* the block's merge: the warps' states in warp order (a warp without chunks: an empty state) */
     __syncthreads(); /* every warp is done with its stages: the bytes now hold the states */
-    float *Om = reinterpret_cast<float *>(rf_da_sm);
-    float2 *MLm = reinterpret_cast<float2 *>(rf_da_sm + W * 8 * D * 4);
+    float *Om = reinterpret_cast<float *>(sm);
+    float2 *MLm = reinterpret_cast<float2 *>(sm + W * 8 * D * 4);
 #pragma unroll
     for (int mt = 0; mt < NK; mt++) {
         float *ob = Om + (warp * 8 + 2 * c) * D + mt * 16 + g;
@@ -307,7 +317,7 @@ rf_k_decode_attn(float *part, float2 *pml, const float *__restrict__ q, const vo
     }
     if (g == 0) MLm[warp * 8 + 2 * c] = make_float2(m0, l0), MLm[warp * 8 + 2 * c + 1] = make_float2(m1, l1);
     __syncthreads();
-    for (int idx = tid; idx < G * D; idx += W * 32) {
+    for (int idx = tid; idx < a.G * D; idx += W * 32) {
         const int h = idx / D, d = idx % D;
         float M = -INFINITY, den = 0.0f, num = 0.0f, fa, fb;
 #pragma unroll
@@ -316,13 +326,58 @@ rf_k_decode_attn(float *part, float2 *pml, const float *__restrict__ q, const vo
             const int md = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
             num = rf_pa_apply(num, Om[(w * 8 + h) * D + d], md, fa, fb);
         }
-        const int64_t si = (head0 + h) * ZS + z;
-        part[si * D + d] = num;
-        if (d == 0) pml[si] = make_float2(M, den);
+        const int64_t si = (head0 + h) * a.ZS + z;
+        a.part[si * D + d] = num;
+        if (d == 0) a.pml[si] = make_float2(M, den);
+    }
+    __syncthreads(); /* the states are read: the next item may fill the stages */
+}
+#endif
+
+/* decode_attn: the work items (t, hk, z) — split z of token t's keys for the query heads of kv
+ *   head hk — numbered z fastest, then hk, then t; block b takes items b, b + gridDim.x, ...:
+ *   each round its 128 threads look 128 of them up at once (rf_da_split_of: the token's position
+ *   decides whether the row is this kernel's and how many splits it has) and the block works
+ *   through those with work (rf_da_item), so items without work cost one look-up each (a graph
+ *   step recorded for a long context launches for every split of every token). Token t at position
+ *   p = pos[t] of sequence seq[t] sees the keys lo .. p (lo = p - window + 1 when window > 0 and
+ *   p >= window, else 0), n = p - lo + 1 of them, cut into splits of S = rf_da_split(n) keys from
+ *   lo. The order in which a block takes its items changes no value.
+ * in: q f32 [n_tokens, n_head, D] (16-byte aligned; rounded to f16 for the tensor cores), k, v
+ *   [rows, n_head_kv, D] f16 or q8_0 (16-byte aligned), pos, seq int32 [n_tokens], bt int32
+ *   [*, max_blocks].
+ * launch: a grid of at most the resident blocks (two an SM), RF_DA_WARPS * 32 threads,
+ *   rf_da_geo::SMEM bytes of dynamic shared memory; ZS >= the splits of any row
+ *   (rf_gpu_decode_attention). */
+template <int D, bool Q8>
+__global__ void __launch_bounds__(RF_DA_WARPS * 32, 2) rf_k_decode_attn(rf_da_args a) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    extern __shared__ __align__(16) unsigned char rf_da_sm[];
+    __shared__ int s_item[RF_DA_WARPS * 32], s_n;
+    rf_pdl_trigger(); /* the merge (a dependent launch) may be scheduled; it waits */
+    const int tid = threadIdx.x, NTH = RF_DA_WARPS * 32;
+    const int64_t total = (int64_t)a.n_tokens * a.n_head_kv * a.ZS, B = gridDim.x;
+    for (int64_t r0 = 0; (int64_t)blockIdx.x + B * r0 < total; r0 += NTH) {
+        const int64_t item = (int64_t)blockIdx.x + B * (r0 + tid);
+        if (tid == 0) s_n = 0;
+        __syncthreads();
+        int k0 = 0, k1 = -1, sq = -1;
+        if (item < total &&
+            rf_da_split_of(a, (int)(item / ((int64_t)a.n_head_kv * a.ZS)), (int)(item % a.ZS), k0, k1, sq))
+            s_item[atomicAdd(&s_n, 1)] = tid;
+        __syncthreads();
+        const int na = s_n;
+        for (int i = 0; i < na; i++) {
+            const int64_t it = (int64_t)blockIdx.x + B * (r0 + s_item[i]);
+            const int t = (int)(it / ((int64_t)a.n_head_kv * a.ZS)), hk = (int)(it / a.ZS % a.n_head_kv);
+            const int z = (int)(it % a.ZS);
+            rf_da_split_of(a, t, z, k0, k1, sq); /* true: it was found so above */
+            rf_da_item<D, Q8>(a, rf_da_sm, t, hk, z, k0, k1, sq);
+        }
+        __syncthreads(); /* s_item and s_n are read */
     }
 #else
-    (void)part, (void)pml, (void)q, (void)kcv, (void)vcv, (void)pos, (void)seq, (void)bt, (void)max_blocks, (void)bs;
-    (void)n_head, (void)n_head_kv, (void)G, (void)scale, (void)window, (void)softcap, (void)pmax, (void)kmin, (void)ZS;
+    (void)a;
     RF_DEVICE_TRAP();
 #endif
 }
@@ -385,19 +440,18 @@ static bool rf_da_smem_ok(rf_gpu_ctx *ctx, size_t smem) {
     return optin[d] > 0 && (size_t)optin[d] >= smem;
 }
 
-template <int D, bool Q8>
-static rf_status rf_da_go(rf_gpu_ctx *ctx, dim3 grid, float *part, float2 *pml, const float *q, const void *k,
-                          const void *v, const int32_t *pos, const int32_t *seq, const int32_t *bt, int max_blocks,
-                          int bs, int n_head, int n_head_kv, int G, float scale, int window, float softcap, int pmax,
-                          int kmin, int ZS) {
+template <int D, bool Q8> static rf_status rf_da_go(rf_gpu_ctx *ctx, const rf_da_args &a) {
     static size_t attr[RF_GPU_MAX_DEVICES];
     const size_t smem = rf_da_geo<D, Q8>::SMEM;
-    rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_decode_attn<D, Q8>), smem, 0, attr,
-                                    "rf_k_decode_attn");
+    rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_decode_attn<D, Q8>), smem,
+                                    (RF_DA_WARPS * 32 + 1) * sizeof(int), attr, "rf_k_decode_attn");
     if (st) return st;
-    return rf_gpu_launch(ctx, "rf_k_decode_attn", false, rf_k_decode_attn<D, Q8>, grid, dim3(RF_DA_WARPS * 32), smem,
-                         part, pml, q, k, v, pos, seq, bt, max_blocks, bs, n_head, n_head_kv, G, scale, window, softcap,
-                         pmax, kmin, ZS);
+    /* every item once, in at most one wave of resident blocks (two an SM) */
+    const int64_t total = (int64_t)a.n_tokens * a.n_head_kv * a.ZS;
+    const int64_t res = 2 * (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+    const unsigned blocks = (unsigned)(total < res ? total : res);
+    return rf_gpu_launch(ctx, "rf_k_decode_attn", false, rf_k_decode_attn<D, Q8>, dim3(blocks),
+                         dim3(RF_DA_WARPS * 32), smem, a);
 }
 #endif
 
@@ -468,22 +522,19 @@ extern "C" rf_status rf_gpu_decode_attention(rf_gpu_ctx *ctx, float *out, const 
     if (st) return st;
     float *part = (float *)tmp;
     float2 *pml = (float2 *)((char *)tmp + ((pbytes + 255) & ~(size_t)255));
-    const dim3 grid((unsigned)n_tokens, (unsigned)n_head_kv, (unsigned)ZS);
-    const int a[] = {(int)max_blocks, (int)block_size, (int)n_head, (int)n_head_kv, G, (int)window, pmax, (int)min_keys};
+    rf_da_args a;
+    a.part = part, a.pml = pml, a.q = q, a.k = k, a.v = v, a.pos = pos, a.seq = seq, a.bt = block_table;
+    a.n_tokens = (int)n_tokens, a.max_blocks = (int)max_blocks, a.bs = (int)block_size, a.n_head = (int)n_head;
+    a.n_head_kv = (int)n_head_kv, a.G = G, a.scale = scale, a.window = (int)window, a.softcap = softcap;
+    a.pmax = pmax, a.kmin = (int)min_keys, a.ZS = ZS;
     if (kv_type == RF_TYPE_Q8_0)
-        st = D == 64 ? rf_da_go<64, true>(ctx, grid, part, pml, q, k, v, pos, seq, block_table, a[0], a[1], a[2], a[3],
-                                          a[4], scale, a[5], softcap, a[6], a[7], ZS)
-                     : rf_da_go<128, true>(ctx, grid, part, pml, q, k, v, pos, seq, block_table, a[0], a[1], a[2], a[3],
-                                           a[4], scale, a[5], softcap, a[6], a[7], ZS);
+        st = D == 64 ? rf_da_go<64, true>(ctx, a) : rf_da_go<128, true>(ctx, a);
     else
-        st = D == 64 ? rf_da_go<64, false>(ctx, grid, part, pml, q, k, v, pos, seq, block_table, a[0], a[1], a[2], a[3],
-                                           a[4], scale, a[5], softcap, a[6], a[7], ZS)
-                     : rf_da_go<128, false>(ctx, grid, part, pml, q, k, v, pos, seq, block_table, a[0], a[1], a[2], a[3],
-                                            a[4], scale, a[5], softcap, a[6], a[7], ZS);
+        st = D == 64 ? rf_da_go<64, false>(ctx, a) : rf_da_go<128, false>(ctx, a);
     if (!st)
         st = rf_gpu_launch(ctx, "rf_k_decode_merge", true, rf_k_decode_merge, dim3((unsigned)n_tokens, (unsigned)n_head),
-                           dim3((unsigned)D), 0, out, (const float *)part, (const float2 *)pml, pos, seq, a[2], D, a[5],
-                           pmax, a[7], ZS, sinks);
+                           dim3((unsigned)D), 0, out, (const float *)part, (const float2 *)pml, pos, seq, a.n_head, D,
+                           a.window, pmax, a.kmin, ZS, sinks);
     ctx->scratch_used = mark;
     return st;
 #endif
