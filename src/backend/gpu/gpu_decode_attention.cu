@@ -1,8 +1,8 @@
-/* gpu_decode_attention.cu — decode attention at long depth on the tensor cores: one query token
- * per block row against its sequence's paged f16 or q8_0 K/V, the query heads of a kv head (the
- * GQA group, up to 8) as the 8 columns of mma.sync m16n8k16 and 16 keys as its rows, the keys split
- * over blocks so that one sequence fills the device, the splits merged in a fixed order. CUDA
- * sm_80+ only (elsewhere rf_gpu_decode_attention_supported is false). Twin: rf_ref_paged_attention. */
+/* gpu_decode_attention.cu — decode attention at long depth on the tensor cores: a query token's
+ * rows against its sequence's paged f16 or q8_0 K/V, the query heads of a kv head (the GQA group,
+ * up to 8) as the 8 columns of mma.sync m16n8k16 and 16 keys as its rows, the keys split over
+ * blocks so that one sequence fills the device, the splits merged in a fixed order. CUDA sm_80+
+ * only (elsewhere rf_gpu_decode_attention_supported is false). Twin: rf_ref_paged_attention. */
 #include "backend/gpu/gpu_paged_attention.cuh"
 
 #include <limits.h>
