@@ -446,9 +446,26 @@ template <int D, bool Q8> static rf_status rf_da_go(rf_gpu_ctx *ctx, const rf_da
     rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_decode_attn<D, Q8>), smem,
                                     (RF_DA_WARPS * 32 + 1) * sizeof(int), attr, "rf_k_decode_attn");
     if (st) return st;
-    /* every item once, in at most one wave of resident blocks (two an SM) */
+    /* the grid below is the resident blocks: ask for the largest shared-memory carveout first (a
+     * hint; without it the driver may keep more L1 and fit one block of 110 KB an SM, not two) */
+    static int per_sm[RF_GPU_MAX_DEVICES]; /* resident blocks an SM; 0: not asked yet */
+    const int dv = ctx->device >= 0 && ctx->device < RF_GPU_MAX_DEVICES ? ctx->device : 0;
+    if (!per_sm[dv]) {
+        if (cudaFuncSetAttribute(reinterpret_cast<const void *>(rf_k_decode_attn<D, Q8>),
+                                 cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+            (void)cudaGetLastError(); /* a hint only */
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, rf_k_decode_attn<D, Q8>, RF_DA_WARPS * 32, smem) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            n = 2;
+        }
+        per_sm[dv] = n >= 1 ? n : 1;
+    }
+    /* every item once, in at most one wave of resident blocks (two an SM on sm_90 / A100 at D = 64) */
     const int64_t total = (int64_t)a.n_tokens * a.n_head_kv * a.ZS;
-    const int64_t res = 2 * (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+    const int64_t res = per_sm[dv] * (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
     const unsigned blocks = (unsigned)(total < res ? total : res);
     return rf_gpu_launch(ctx, "rf_k_decode_attn", false, rf_k_decode_attn<D, Q8>, dim3(blocks),
                          dim3(RF_DA_WARPS * 32), smem, a);
