@@ -38,8 +38,8 @@ mkdir -p "$RF_SYNTH_DIR"
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 ALL=$(cd "$BIN" && ls test_gpu_* | tr '\n' ' ')
 TESTS=${TESTS:-$ALL}
-SAN_TESTS=${SAN_TESTS:-"test_gpu_batch_ops test_gpu_paged_attention test_gpu_sample test_gpu_attention"}
-RACE_TESTS=${RACE_TESTS:-"test_gpu_paged_attention test_gpu_sample test_gpu_attention"}
+SAN_TESTS=${SAN_TESTS:-"test_gpu_batch_ops test_gpu_paged_attention test_gpu_sample test_gpu_attention test_gpu_decode_attention"}
+RACE_TESTS=${RACE_TESTS:-"test_gpu_paged_attention test_gpu_sample test_gpu_attention test_gpu_decode_attention"}
 declare -A RES MEM RACE
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; } \
     >"$OUT/device.txt" 2>&1

@@ -392,6 +392,43 @@ rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, const float *
                                       int64_t head_dim, float scale, int64_t window, float softcap,
                                       int64_t max_pos, const float *sinks, bool decode);
 
+/* Same, and with min_keys >= 1 (0: as rf_gpu_paged_attention_hint) a decode call (decode true)
+ * gives its rows at positions >= min_keys - 1 to rf_gpu_decode_attention where that kernel takes
+ * the call (rf_gpu_decode_attention_wanted), the rest to the paged kernel. Which kernel a row takes
+ * follows from its own position (and the call's decode word and shape), so its bits do not depend
+ * on the other rows of a decode call; they differ in rounding from the paged kernel's (f16
+ * softmax weights), so the batch-invariant mode passes 0. */
+rf_status rf_gpu_paged_attention_route(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
+                                       const void *v, rf_type kv_type, int64_t n_tokens,
+                                       const int32_t *pos, const int32_t *seq,
+                                       const int32_t *block_table, int64_t max_blocks,
+                                       int64_t block_size, int64_t n_head, int64_t n_head_kv,
+                                       int64_t head_dim, float scale, int64_t window, float softcap,
+                                       int64_t max_pos, const float *sinks, bool decode, int64_t min_keys);
+
+/* Decode attention on the tensor cores (gpu_decode_attention.cu): the rf_gpu_paged_attention
+ * contract for the tokens at positions pos[t] >= min_keys - 1 (min_keys >= 1); other rows are
+ * not touched (padding rows neither). Made for one query token per sequence at long depth: the
+ * GQA group's query heads (n_head / n_head_kv <= 8) share each K/V tile on mma.sync, the keys of a
+ * row are split over up to 32 blocks (splits of 256 * 2^i keys, fixed by the row's key count) and
+ * merged in split order: batch-invariant bit for bit. q is rounded to f16 and the softmax weights
+ * enter P.V in f16 (q8_0: K and V dequantized to f16(d * q), as rf_gpu_flash_prefill): rel. L2 <
+ * 1e-3 (q8_0: 2e-3) against rf_ref_paged_attention on the same f16 q and K/V values.
+ * Supported: CUDA sm_80+ with the shared memory (106-110 KB a block at head_dim 128), f16 or q8_0
+ * cache, head_dim 64 or 128, GQA ratio <= 8. _wanted: supported, and a row of the call can see
+ * min_keys keys, and n_tokens x n_head x 32 splits x (head_dim + 2) floats fit 256 MiB (else the
+ * paged kernel; independent of max_pos, so a graph step and its eager twin route alike). */
+bool rf_gpu_decode_attention_supported(rf_gpu_ctx *ctx, rf_type kv_type, int64_t head_dim, int64_t n_head,
+                                       int64_t n_head_kv);
+bool rf_gpu_decode_attention_wanted(rf_gpu_ctx *ctx, rf_type kv_type, int64_t n_tokens, int64_t head_dim,
+                                    int64_t n_head, int64_t n_head_kv, int64_t window, int64_t pmax,
+                                    int64_t min_keys);
+rf_status rf_gpu_decode_attention(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
+                                  rf_type kv_type, int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                                  const int32_t *block_table, int64_t max_blocks, int64_t block_size,
+                                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, int64_t window,
+                                  float softcap, int64_t max_pos, const float *sinks, int64_t min_keys);
+
 /* The paged-attention contract for heads wider than 256 (gpu_attention_wide.cu; the two calls
  * above send head_dim > 256 here): head_dim a multiple of 64 up to 512, an f16 or q8_0 cache (f32
  * too on CUDA); batch-invariant (its own fixed order of sums, not the bits of the <= 256 kernels);

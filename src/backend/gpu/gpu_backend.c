@@ -201,8 +201,10 @@ static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t
 #define RF_FLASH_MIN_RUN 16
 
 /* The paged-attention kernel over tokens [t0, t1) of the batch, told whether they are decode
- * rows (graph steps are; an eager stretch is when no two consecutive tokens share a sequence):
- * a speed hint only, the values are the same either way. */
+ * rows (graph steps are; an eager stretch is when no two consecutive tokens share a sequence).
+ * Decode rows that see RF_GPU_DECODE_MMA_MIN keys or more take the tensor-core decode kernel
+ * (rf_gpu_paged_attention_route), except in the batch-invariant mode, which keeps the paged
+ * kernel's bits for every row. */
 static rf_status attn_paged(gpu_be *g, float *out, const float *q, const rf_tensor *k, const rf_tensor *v,
                             const rf_batch *b, int64_t t0, int64_t t1, int64_t n_head, int64_t n_head_kv,
                             int64_t head_dim, float scale, int64_t window, float softcap, const float *sinks) {
@@ -215,9 +217,11 @@ static rf_status attn_paged(gpu_be *g, float *out, const float *q, const rf_tens
         for (int64_t t = t0 + 1; t < t1 && decode; t++)
             decode = !(b->seq[t] == b->seq[t - 1] && b->pos[t] >= 0 && b->pos[t - 1] >= 0);
     }
-    return rf_gpu_paged_attention_hint(g->ctx, out + t0 * row, q + t0 * row, k->data, v->data, k->type, t1 - t0,
-                                       d->pos + t0, d->seq + t0, d->table, b->max_blocks, b->block_size, n_head,
-                                       n_head_kv, head_dim, scale, window, softcap, d->max_pos, sinks, decode);
+    const int64_t mma_min = decode && !g->invariant ? rf_knob_int(RF_KNOB_GPU_DECODE_MMA_MIN) : 0;
+    return rf_gpu_paged_attention_route(g->ctx, out + t0 * row, q + t0 * row, k->data, v->data, k->type, t1 - t0,
+                                        d->pos + t0, d->seq + t0, d->table, b->max_blocks, b->block_size, n_head,
+                                        n_head_kv, head_dim, scale, window, softcap, d->max_pos, sinks, decode,
+                                        mma_min);
 }
 
 /* Attention of a step. An eager step (prompt chunks; graph steps are decode tokens only) finds

@@ -118,7 +118,8 @@ static __device__ __forceinline__ void rf_pa_split_staged(float *sc, float *acc_
  *   the one place a row is normalised (rf_pa_final_sink). pf: 1 prefetches the K/V lines into
  *   L2 (rf_pa_prefetch), 0 not (the former kernel, for the test hook gpu_pa_old); ST: the bytes
  *   per cp.async copy (16, 8 or 4), with 2 * RF_PA_WARPS * rf_pa_stg::BYTES of dynamic shared
- *   memory (rf_pa_split_staged).
+ *   memory (rf_pa_split_staged). Tokens at positions >= pskip are left to rf_k_decode_attn
+ *   (rf_gpu_paged_attention_route): nothing is read or written for them.
  * in:  q f32 [n_tokens, n_head, D] (16-byte aligned), k, v KT [rows, n_head_kv, D] (16-byte
  *      aligned), pos, seq int32 [n_tokens], bt int32 [*, max_blocks] (device).
  * out: out f32 [n_tokens, n_head, D].
@@ -135,7 +136,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
                 const int32_t *__restrict__ seq, const int32_t *__restrict__ bt, int n_tokens,
                 int max_blocks, int bs, int n_head, int n_head_kv, int G, int GS, int NQ, int HS,
                 float scale, int window, float softcap, int pmax, int mode, int nsp,
-                const float *__restrict__ sinks, int pf) {
+                const float *__restrict__ sinks, int pf, int pskip) {
     typedef rf_pa_cfg<D, KT, R> C;
     constexpr int WS = C::WS, W = C::W, CH = C::CH, L = C::L, EL = C::EL, RD = C::RD, EPT = C::EPT;
     static_assert(R >= 1 && R <= 8 && L % R == 0 && RD <= 1024, "rows per warp");
@@ -155,7 +156,7 @@ rf_k_paged_attn(float *out, float *part, float2 *pml, const float *__restrict__ 
     const int hk = blockIdx.y / HS, hs = blockIdx.y % HS, z = blockIdx.z, Z = gridDim.z;
     rf_pdl_trigger(); /* the reduce kernel (a dependent launch) may be scheduled; it waits */
 
-    rf_pa_tokens<D, R>(out, pos, seq, t0, n_tokens, NQ, pmax, n_head, hk, G, GS, hs, z, s_tpos, s_tseq, s_tst);
+    rf_pa_tokens<D, R>(out, pos, seq, t0, n_tokens, NQ, pmax, n_head, hk, G, GS, hs, z, s_tpos, s_tseq, s_tst, pskip);
 
     constexpr int EPU = rf_pa_kt<KT>::EPU; /* row offsets in units of the cache type (rf_pa_kt) */
     const int64_t rstride = (int64_t)n_head_kv * D / EPU, hoff = (int64_t)hk * D / EPU;
@@ -379,6 +380,7 @@ struct rf_pa_args {
     const float *sinks;
     int pf; /* plain kernel: 1 L2 prefetch, 0 none; staged: bytes per copy */
     bool st; /* the staged variant (rf_pa_stage_gr) */
+    int pskip; /* tokens at positions >= pskip are rf_gpu_decode_attention's (INT_MAX: none) */
 };
 
 template <int D, typename KT, int R, bool ST>
@@ -395,7 +397,7 @@ static rf_status rf_pa_go(rf_gpu_ctx *ctx, dim3 grid, unsigned threads, const rf
     return rf_gpu_launch(ctx, "rf_k_paged_attn", false, rf_k_paged_attn<D, KT, R, ST>, grid, dim3(threads), smem,
                          a.out, a.part, a.pml, a.q, k, v, a.pos, a.seq, a.bt, a.n_tokens, a.max_blocks,
                          a.bs, a.n_head, a.n_head_kv, a.G, a.GS, a.NQ, a.HS, a.scale, a.window,
-                         a.softcap, a.pmax, a.mode, a.nsp, a.sinks, a.pf);
+                         a.softcap, a.pmax, a.mode, a.nsp, a.sinks, a.pf, a.pskip);
 }
 
 /* The staged variant's shapes (rf_pa_stg): f16 and q8_0 caches with head dims 64 and 128 (two
@@ -463,6 +465,18 @@ extern "C" rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, co
                                                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                                                  int64_t window, float softcap, int64_t max_pos, const float *sinks,
                                                  bool decode) {
+    return rf_gpu_paged_attention_route(ctx, out, q, k, v, kv_type, n_tokens, pos, seq, block_table, max_blocks,
+                                        block_size, n_head, n_head_kv, head_dim, scale, window, softcap, max_pos, sinks,
+                                        decode, 0);
+}
+
+extern "C" rf_status rf_gpu_paged_attention_route(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
+                                                  const void *v, rf_type kv_type, int64_t n_tokens,
+                                                  const int32_t *pos, const int32_t *seq,
+                                                  const int32_t *block_table, int64_t max_blocks, int64_t block_size,
+                                                  int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                                                  int64_t window, float softcap, int64_t max_pos, const float *sinks,
+                                                  bool decode, int64_t min_keys) {
     if (head_dim > 256) /* wider heads (Gemma 4's full layers): gpu_attention_wide.cu */
         return rf_gpu_attention_wide(ctx, out, q, k, v, kv_type, n_tokens, pos, seq, block_table, max_blocks,
                                      block_size, n_head, n_head_kv, head_dim, scale, window, softcap, max_pos, sinks,
@@ -503,7 +517,20 @@ extern "C" rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, co
     RF_GPU_REQUIRE(Y <= 65535, op, "n_head_kv=%lld too large", (long long)n_head_kv);
 
     const int64_t pmax64 = max_pos < max_blocks * block_size - 1 ? max_pos : max_blocks * block_size - 1;
-    const int pmax = pmax64 < 0 ? -1 : (int)pmax64;
+    int pmax = pmax64 < 0 ? -1 : (int)pmax64;
+    /* decode rows that see min_keys keys or more: the tensor-core kernel (gpu_decode_attention.cu);
+     * a row's kernel follows from its own position, so the rows here keep their bits. This kernel
+     * then serves positions < min_keys - 1 only, and sizes its splits for them. */
+    int pskip = INT_MAX;
+    if (decode && !old && min_keys > 0 &&
+        rf_gpu_decode_attention_wanted(ctx, kv_type, n_tokens, head_dim, n_head, n_head_kv, window, pmax, min_keys)) {
+        rf_status st = rf_gpu_decode_attention(ctx, out, q, k, v, kv_type, n_tokens, pos, seq, block_table, max_blocks,
+                                               block_size, n_head, n_head_kv, head_dim, scale, window, softcap, max_pos,
+                                               sinks, min_keys);
+        if (st) return st;
+        pskip = (int)(min_keys - 1);
+        if (pmax > pskip - 1) pmax = pskip - 1;
+    }
     /* a window that covers every position does nothing: drop it (same arithmetic) */
     const int win = window > 0 && window <= pmax ? (int)window : 0;
     /* units (splits, groups) a row can span */
@@ -554,7 +581,7 @@ extern "C" rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, co
     a.n_head = (int)n_head, a.n_head_kv = (int)n_head_kv, a.G = (int)G, a.GS = (int)GS;
     a.NQ = (int)NQ, a.HS = (int)HS, a.scale = scale, a.window = win, a.softcap = softcap;
     a.pmax = pmax, a.mode = mode, a.nsp = (int)nsp, a.sinks = sinks, a.pf = gr ? gr : old ? 0 : 1;
-    a.st = gr > 0;
+    a.st = gr > 0, a.pskip = pskip;
 
     size_t mark = ctx->scratch_used;
     if (mode != RF_PA_TOTAL) {

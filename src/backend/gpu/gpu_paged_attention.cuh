@@ -306,12 +306,13 @@ template <int D, typename KT, int R> struct rf_pa_cfg {
 };
 
 /* The block's tokens (state 0 none, 1 padding, 2 invalid: a NaN row, 3 attends) into s_tpos,
- * s_tseq, s_tst; then the z == 0 blocks write the rows of padding (zeros) and invalid tokens (NaN). */
+ * s_tseq, s_tst; then the z == 0 blocks write the rows of padding (zeros) and invalid tokens (NaN).
+ * Tokens at positions >= pskip are none: rf_gpu_decode_attention takes them. */
 template <int D, int R>
 static __device__ __forceinline__ void rf_pa_tokens(float *out, const int32_t *__restrict__ pos,
                                                     const int32_t *__restrict__ seq, int64_t t0, int n_tokens,
                                                     int NQ, int pmax, int n_head, int hk, int G, int GS, int hs,
-                                                    int z, int *s_tpos, int *s_tseq, int *s_tst) {
+                                                    int z, int *s_tpos, int *s_tseq, int *s_tst, int pskip) {
     constexpr int NT = RF_PA_WARPS * RF_WARP_SIZE, RD = R * D;
     const int tid = threadIdx.x;
     if (tid < RF_PA_MAXNQ) {
@@ -319,7 +320,9 @@ static __device__ __forceinline__ void rf_pa_tokens(float *out, const int32_t *_
         if (tid < NQ && t0 + tid < n_tokens) {
             p = pos[t0 + tid];
             st = 1;
-            if (p >= 0) {
+            if (p >= pskip) {
+                st = 0; /* another kernel's row (rf_gpu_decode_attention) */
+            } else if (p >= 0) {
                 st = 2;
                 if (p <= pmax) {
                     sq = seq[t0 + tid];

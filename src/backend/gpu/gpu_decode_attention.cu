@@ -1,0 +1,558 @@
+/* gpu_decode_attention.cu — decode attention at long depth on the tensor cores: a query token's
+ * rows against its sequence's paged f16 or q8_0 K/V, the query heads of a kv head (the GQA group,
+ * up to 8) as the 8 columns of mma.sync m16n8k16 and 16 keys as its rows, the keys split over
+ * blocks so that one sequence fills the device, the splits merged in a fixed order. CUDA sm_80+
+ * only (elsewhere rf_gpu_decode_attention_supported is false). Twin: rf_ref_paged_attention. */
+#include "backend/gpu/gpu_paged_attention.cuh"
+
+#include <limits.h>
+
+#define RF_DA_WARPS 4   /* warps per block, each walking its own chunks of the block's split */
+#define RF_DA_CH 16     /* keys per chunk: the mma's 16 rows */
+#define RF_DA_SMIN 256  /* keys per split at least */
+#define RF_DA_ZMAX 32   /* splits per row at most */
+/* Partial states a call may need at most (bytes, counting RF_DA_ZMAX splits a row whatever the
+ * depth, so that the answer depends on the call's token and head counts only, the same for a
+ * graph step recorded at max_pos = n_ctx - 1 and the eager step): else the paged kernel. 256 MiB:
+ * ~480 decode tokens of llama3-8b's 32 heads of 128. */
+#define RF_DA_SCRATCH (256u << 20)
+
+/* Keys per split of a row that sees n keys: the least power-of-two multiple of RF_DA_SMIN that
+ * leaves at most RF_DA_ZMAX splits. A function of n alone, so a row's splits, and with them its
+ * arithmetic, do not depend on what else is in the call. */
+static __host__ __device__ __forceinline__ int rf_da_split(int n) {
+    int S = RF_DA_SMIN;
+    while ((long long)S * RF_DA_ZMAX < n) S *= 2;
+    return S;
+}
+
+/* Shared memory of a block, per warp: NST stages of a chunk's K and V (f16: tiles [16][QS]
+ * halves, copied as they are; q8_0: the raw head rows, RBP bytes apart), q8_0's f16 tile of the
+ * chunk in use (dequantized from its stage), and the chunk's P^T [8 heads][PSS] in f16. After the
+ * walk the same bytes hold the warps' states for the block's merge: [W][8][D] f32 + [W][8] float2.
+ * D = 128: 106 KB (f16) / 110 KB (q8_0), so two blocks per SM on sm_80 / sm_90. */
+template <int D, bool Q8> struct rf_da_geo {
+    static constexpr int QS = D + 8; /* the 8 rows of an ldmatrix fall in different banks */
+    static constexpr int TILE = 2 * RF_DA_CH * QS;      /* halves: K then V of one chunk */
+    static constexpr int RB = D / 32 * 34;               /* q8_0 bytes of a head row */
+    static constexpr int RBP = (RB + 15) / 16 * 16;
+    static constexpr int GR = RB % 8 == 0 ? 8 : 4;       /* bytes per q8_0 copy (rows are 2-byte blocks) */
+    static constexpr int NST = Q8 ? 4 : 3;
+    static constexpr int STAGE = Q8 ? 2 * RF_DA_CH * RBP : TILE * 2; /* bytes */
+    static constexpr int PSS = 24;
+    static constexpr int PS_OFF = NST * STAGE + (Q8 ? TILE * 2 : 0);
+    static constexpr int WARP_BYTES = PS_OFF + 8 * PSS * 2;
+    static constexpr int MERGE_BYTES = RF_DA_WARPS * (8 * D * 4 + 8 * 8);
+    static constexpr int SMEM = RF_DA_WARPS * WARP_BYTES > MERGE_BYTES ? RF_DA_WARPS * WARP_BYTES : MERGE_BYTES;
+    static_assert(WARP_BYTES % 16 == 0 && STAGE % 16 == 0 && (D == 64 || D == 128), "decode attention geometry");
+};
+
+#if !defined(RF_HIP)
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+static __device__ __forceinline__ void rf_da_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ __forceinline__ uint32_t rf_da_h2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+static __device__ __forceinline__ void rf_da_ldsm4(uint32_t *r, const rf_half *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(rf_smem_addr(p)));
+}
+static __device__ __forceinline__ void rf_da_ldsm4_t(uint32_t *r, const rf_half *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(rf_smem_addr(p)));
+}
+/* N bytes global -> shared (smem address s), asynchronously; zeros when !ok (nothing read) */
+template <int N> static __device__ __forceinline__ void rf_da_cp(unsigned s, const void *g, bool ok) {
+    if constexpr (N == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(g), "r"(ok ? 16 : 0) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(s), "l"(g), "n"(N), "r"(ok ? N : 0)
+                     : "memory");
+}
+
+/* A warp's chunk of keys kb .. kb + 15 (those <= k1; the others zero-filled) into the stage at
+ * smem address sa: K then V, each key's head row (f16: the tile rows; q8_0: the raw bytes). One
+ * lane per key looks its cache row up in the sequence's block-table row btr; every lane copies. */
+template <int D, bool Q8>
+static __device__ __forceinline__ void rf_da_load(unsigned sa, const void *kcv, const void *vcv, const int32_t *btr,
+                                                  int bs, int kb, int k1, int n_head_kv, int hk, int lane) {
+    typedef rf_da_geo<D, Q8> C;
+    constexpr int CH = RF_DA_CH;
+    const int key = kb + (lane & 15);
+    int ph = 0;
+    if (lane < CH && key <= k1) ph = btr[key / bs] * bs + key % bs;
+    if constexpr (!Q8) {
+        constexpr int PC = D / 8, NT = 2 * CH * PC; /* 16-byte pieces */
+        const int64_t rs = (int64_t)n_head_kv * D, ho = (int64_t)hk * D;
+#pragma unroll
+        for (int i0 = 0; i0 < NT; i0 += 32) {
+            const int i = i0 + lane, kv = i / (CH * PC), r = (i / PC) % CH, pc = i % PC;
+            const int prow = __shfl_sync(0xffffffffu, ph, r);
+            const bool ok = kb + r <= k1;
+            const rf_half *src = (const rf_half *)(kv ? vcv : kcv) + (ok ? prow * rs + ho + pc * 8 : 0);
+            rf_da_cp<16>(sa + (unsigned)(((kv * CH + r) * C::QS + pc * 8) * 2), src, ok);
+        }
+    } else {
+        constexpr int GR = C::GR, NPC = C::RB / GR, NT = 2 * CH * NPC;
+        static_assert(NT % 32 == 0, "every lane takes part in the shuffles");
+        const int64_t rs = (int64_t)n_head_kv * C::RB, ho = (int64_t)hk * C::RB; /* bytes */
+#pragma unroll 4
+        for (int i0 = 0; i0 < NT; i0 += 32) {
+            const int i = i0 + lane, kv = i / (CH * NPC), r = (i / NPC) % CH, pc = i % NPC;
+            const int prow = __shfl_sync(0xffffffffu, ph, r);
+            const bool ok = kb + r <= k1;
+            const unsigned char *src = (const unsigned char *)(kv ? vcv : kcv) + (ok ? prow * rs + ho + pc * GR : 0);
+            rf_da_cp<GR>(sa + (unsigned)((kv * CH + r) * C::RBP + pc * GR), src, ok);
+        }
+    }
+}
+
+/* q8_0: the raw chunk in stage sb dequantized into the f16 tile Tf: element e of block b is
+ * f16(d_b * q_e), d_b * q_e computed exactly (q as the f16 1024 + (q + 128) less 1152, exact for
+ * integers; one rounding in __hmul2), the values rf_k_flash_prefill's q8_0 path puts into its
+ * tiles. Unit (kv, key, block) per lane and step; the quants of a block start 2 bytes into it, so
+ * half the blocks are 2 bytes off a word (read as words and funnel-shifted into place). */
+template <int D>
+static __device__ __forceinline__ void rf_da_q8_tile(rf_half *Tf, const unsigned char *sb, int lane) {
+    typedef rf_da_geo<D, true> C;
+    constexpr int CH = RF_DA_CH, NB = D / 32, NU = 2 * CH * NB;
+    const __half2 bias = __floats2half2_rn(1152.0f, 1152.0f);
+#pragma unroll
+    for (int u0 = 0; u0 < NU; u0 += 32) {
+        const int u = u0 + lane, kv = u / (CH * NB), rem = u % (CH * NB), key = rem % CH, b = rem / CH;
+        const unsigned char *row = sb + (kv * CH + key) * C::RBP;
+        const int off = 34 * b + 2, sh = (off & 3) * 8;
+        const uint32_t *w = reinterpret_cast<const uint32_t *>(row + (off & ~3));
+        const __half2 d2 = __half2half2(*reinterpret_cast<const __half *>(row + 34 * b));
+        uint32_t wv[9];
+#pragma unroll
+        for (int i = 0; i < 9; i++) wv[i] = w[i];
+        rf_half *dst = Tf + (kv * CH + key) * C::QS + b * 32;
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+            uint32_t r[4];
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const uint32_t qw = __funnelshift_r(wv[2 * jj + hh], wv[2 * jj + hh + 1], sh) ^ 0x80808080u;
+                const uint32_t lo = __byte_perm(qw, 0x64646464u, 0x4140), hi = __byte_perm(qw, 0x64646464u, 0x4342);
+                __half2 a = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&lo), bias), d2);
+                __half2 c = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&hi), bias), d2);
+                r[2 * hh] = *reinterpret_cast<const uint32_t *>(&a);
+                r[2 * hh + 1] = *reinterpret_cast<const uint32_t *>(&c);
+            }
+            *reinterpret_cast<uint4 *>(dst + jj * 8) = make_uint4(r[0], r[1], r[2], r[3]);
+        }
+    }
+}
+
+/* One chunk of a warp (keys kb .. kb + 15, those > k1 masked; K and V tiles Ks, Vs [16][QS]):
+ * S^T = K Q^T on the tensor cores (thread (g, c) holds keys g and g + 8 of heads 2c and 2c + 1),
+ * scaled, softcapped and masked; the running maxima (m0, m1) and this thread's partial sums
+ * (l0, l1) of its two heads and the accumulator o (O^T: dims mt * 16 + g (+ 8) of heads 2c, 2c + 1)
+ * rescaled; P rounded to f16, through Ps into the B fragment of P^T; O^T += V^T P^T. */
+template <int D>
+static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float &m0, float &m1, float &l0, float &l1,
+                                                   const uint32_t (&qb)[D / 16][2], const rf_half *Ks,
+                                                   const rf_half *Vs, rf_half *Ps, int kb, int k1, float scale,
+                                                   float softcap, int lane) {
+    constexpr int QS = D + 8, NK = D / 16, PSS = 24;
+    const int g = lane >> 2, c = lane & 3;
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ks = 0; ks < NK; ks++) {
+        uint32_t a[4];
+        rf_da_ldsm4(a, Ks + ((lane & 7) + ((lane >> 3) & 1) * 8) * QS + ks * 16 + (lane >> 4) * 8);
+        rf_da_mma(s, a, qb[ks][0], qb[ks][1]);
+    }
+    const bool va = kb + g <= k1, vb = kb + g + 8 <= k1; /* key kb <= k1 always: the maxima are finite */
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float x = s[e] * scale;
+        if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+        s[e] = (e < 2 ? va : vb) ? x : -INFINITY;
+    }
+    float x0 = fmaxf(s[0], s[2]), x1 = fmaxf(s[1], s[3]);
+#pragma unroll
+    for (int m = 4; m < 32; m *= 2) {
+        x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, m));
+        x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, m));
+    }
+    const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
+    const float f0 = __expf(m0 - n0), f1 = __expf(m1 - n1); /* m = -inf (nothing yet): 0 */
+    m0 = n0, m1 = n1;
+    const float p0 = __expf(s[0] - n0), p1 = __expf(s[1] - n1), p2 = __expf(s[2] - n0), p3 = __expf(s[3] - n1);
+    l0 = l0 * f0 + (p0 + p2);
+    l1 = l1 * f1 + (p1 + p3);
+#pragma unroll
+    for (int mt = 0; mt < NK; mt++) o[mt][0] *= f0, o[mt][1] *= f1, o[mt][2] *= f0, o[mt][3] *= f1;
+    Ps[(2 * c) * PSS + g] = __float2half_rn(p0);
+    Ps[(2 * c + 1) * PSS + g] = __float2half_rn(p1);
+    Ps[(2 * c) * PSS + g + 8] = __float2half_rn(p2);
+    Ps[(2 * c + 1) * PSS + g + 8] = __float2half_rn(p3);
+    __syncwarp();
+    const uint32_t b0 = *reinterpret_cast<const uint32_t *>(Ps + g * PSS + 2 * c);
+    const uint32_t b1 = *reinterpret_cast<const uint32_t *>(Ps + g * PSS + 2 * c + 8);
+#pragma unroll
+    for (int mt = 0; mt < NK; mt++) {
+        uint32_t a[4];
+        rf_da_ldsm4_t(a, Vs + ((lane & 7) + (lane >> 4) * 8) * QS + mt * 16 + ((lane >> 3) & 1) * 8);
+        rf_da_mma(o[mt], a, b0, b1);
+    }
+}
+#endif
+
+/* The kernel's arguments that every work item reads. */
+struct rf_da_args {
+    float *part;
+    float2 *pml;
+    const float *q;
+    const void *k, *v;
+    const int32_t *pos, *seq, *bt;
+    int n_tokens, max_blocks, bs, n_head, n_head_kv, G;
+    float scale;
+    int window;
+    float softcap;
+    int pmax, kmin, ZS;
+};
+
+/* The split of a work item (t, hk, z) for its row, or false where the item has no work: the
+ * token's row is not this kernel's (p < 0, p + 1 < kmin, p > pmax, seq < 0) or has fewer splits.
+ * k0, k1: the split's first and last key; sq: the sequence. */
+static __device__ __forceinline__ bool rf_da_split_of(const rf_da_args &a, int t, int z, int &k0, int &k1, int &sq) {
+    const int p = a.pos[t];
+    if (p < 0 || p + 1 < a.kmin || p > a.pmax) return false;
+    sq = a.seq[t];
+    if (sq < 0) return false;
+    const int lo = a.window > 0 && p >= a.window ? p - a.window + 1 : 0, n = p - lo + 1, S = rf_da_split(n);
+    if ((long long)z * S >= n) return false;
+    k0 = lo + z * S, k1 = min(p, k0 + S - 1);
+    return true;
+}
+
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* One work item: split z (keys k0 .. k1) of token t's row for kv head hk, the block's 4 warps
+ * each walking chunks w, w + 4, ... of 16 keys with cp.async NST - 1 chunks ahead and an online
+ * softmax of its own; then the warps' states merged in warp order (rf_pa_factors / rf_pa_apply)
+ * and the split's state written: (max, sum) to pml[(t * n_head + h) * ZS + z], the numerator to
+ * part[that * D + d], for the query heads h = hk * G .. hk * G + G - 1. Ends with a block barrier
+ * (the shared memory is free for the next item). */
+template <int D, bool Q8>
+static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned char *sm, int t, int hk, int z,
+                                                  int k0, int k1, int sq) {
+    typedef rf_da_geo<D, Q8> C;
+    constexpr int NK = D / 16, CH = RF_DA_CH, W = RF_DA_WARPS, NST = C::NST;
+    const int nch = (k1 - k0) / CH + 1;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    unsigned char *wsm = sm + warp * C::WARP_BYTES;
+    rf_half *Tf = reinterpret_cast<rf_half *>(wsm + NST * C::STAGE); /* q8_0's f16 tile */
+    rf_half *Ps = reinterpret_cast<rf_half *>(wsm + C::PS_OFF);
+    const unsigned sa0 = rf_smem_addr(wsm);
+    const int64_t head0 = (int64_t)t * a.n_head + (int64_t)hk * a.G;
+    const int32_t *btr = a.bt + (int64_t)sq * a.max_blocks;
+
+    /* B fragments of Q^T (k = dims, n = heads): head g's dims ks * 16 + 2c, + 1, + 8, + 9 in f16 */
+    uint32_t qb[NK][2];
+#pragma unroll
+    for (int ks = 0; ks < NK; ks++) {
+        qb[ks][0] = qb[ks][1] = 0u;
+        if (g < a.G) {
+            const float *qr = a.q + (head0 + g) * D + ks * 16 + 2 * c;
+            const float2 x = *reinterpret_cast<const float2 *>(qr), y = *reinterpret_cast<const float2 *>(qr + 8);
+            qb[ks][0] = rf_da_h2(x.x, x.y), qb[ks][1] = rf_da_h2(y.x, y.y);
+        }
+    }
+    float o[NK][4];
+#pragma unroll
+    for (int mt = 0; mt < NK; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+    const int nit = warp < nch ? (nch - warp + W - 1) / W : 0; /* this warp's chunks */
+#pragma unroll
+    for (int i = 0; i < NST - 1; i++) { /* the first NST - 1 chunks in flight (empty groups past the end) */
+        if (i < nit)
+            rf_da_load<D, Q8>(sa0 + i * C::STAGE, a.k, a.v, btr, a.bs, k0 + (warp + W * i) * CH, k1, a.n_head_kv, hk,
+                              lane);
+        rf_cp_async_commit();
+    }
+    for (int it = 0; it < nit; it++) {
+        const int nx = it + NST - 1; /* its stage was read in iteration it - 1 (closed by a __syncwarp) */
+        if (nx < nit)
+            rf_da_load<D, Q8>(sa0 + (nx % NST) * C::STAGE, a.k, a.v, btr, a.bs, k0 + (warp + W * nx) * CH, k1,
+                              a.n_head_kv, hk, lane);
+        rf_cp_async_commit();
+        rf_cp_async_wait<NST - 1>(); /* chunk it is in (this thread's copies) */
+        __syncwarp();                /* ... and every lane's */
+        const unsigned char *sb = wsm + (it % NST) * C::STAGE;
+        const rf_half *Ks, *Vs;
+        if constexpr (Q8) {
+            rf_da_q8_tile<D>(Tf, sb, lane);
+            __syncwarp();
+            Ks = Tf, Vs = Tf + CH * C::QS;
+        } else {
+            Ks = reinterpret_cast<const rf_half *>(sb), Vs = Ks + CH * C::QS;
+        }
+        rf_da_chunk<D>(o, m0, m1, l0, l1, qb, Ks, Vs, Ps, k0 + (warp + W * it) * CH, k1, a.scale, a.softcap, lane);
+        __syncwarp(); /* the stage, Tf and Ps are read */
+    }
+    rf_cp_async_wait<0>();
+#pragma unroll
+    for (int m = 4; m < 32; m *= 2) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, m);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, m);
+    }
+
+    /* the block's merge: the warps' states in warp order (a warp without chunks: an empty state) */
+    __syncthreads(); /* every warp is done with its stages: the bytes now hold the states */
+    float *Om = reinterpret_cast<float *>(sm);
+    float2 *MLm = reinterpret_cast<float2 *>(sm + W * 8 * D * 4);
+#pragma unroll
+    for (int mt = 0; mt < NK; mt++) {
+        float *ob = Om + (warp * 8 + 2 * c) * D + mt * 16 + g;
+        ob[0] = o[mt][0], ob[D] = o[mt][1], ob[8] = o[mt][2], ob[D + 8] = o[mt][3];
+    }
+    if (g == 0) MLm[warp * 8 + 2 * c] = make_float2(m0, l0), MLm[warp * 8 + 2 * c + 1] = make_float2(m1, l1);
+    __syncthreads();
+    for (int idx = tid; idx < a.G * D; idx += W * 32) {
+        const int h = idx / D, d = idx % D;
+        float M = -INFINITY, den = 0.0f, num = 0.0f, fa, fb;
+#pragma unroll
+        for (int w = 0; w < W; w++) {
+            const float2 ml = MLm[w * 8 + h];
+            const int md = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
+            num = rf_pa_apply(num, Om[(w * 8 + h) * D + d], md, fa, fb);
+        }
+        const int64_t si = (head0 + h) * a.ZS + z;
+        a.part[si * D + d] = num;
+        if (d == 0) a.pml[si] = make_float2(M, den);
+    }
+    __syncthreads(); /* the states are read: the next item may fill the stages */
+}
+#endif
+
+/* decode_attn: the work items (t, hk, z) — split z of token t's keys for the query heads of kv
+ *   head hk — numbered z fastest, then hk, then t; block b takes items b, b + gridDim.x, ...:
+ *   each round its 128 threads look 128 of them up at once (rf_da_split_of: the token's position
+ *   decides whether the row is this kernel's and how many splits it has) and the block works
+ *   through those with work (rf_da_item), so items without work cost one look-up each (a graph
+ *   step recorded for a long context launches for every split of every token). Token t at position
+ *   p = pos[t] of sequence seq[t] sees the keys lo .. p (lo = p - window + 1 when window > 0 and
+ *   p >= window, else 0), n = p - lo + 1 of them, cut into splits of S = rf_da_split(n) keys from
+ *   lo. The order in which a block takes its items changes no value.
+ * in: q f32 [n_tokens, n_head, D] (16-byte aligned; rounded to f16 for the tensor cores), k, v
+ *   [rows, n_head_kv, D] f16 or q8_0 (16-byte aligned), pos, seq int32 [n_tokens], bt int32
+ *   [*, max_blocks].
+ * launch: a grid of at most the resident blocks (two an SM), RF_DA_WARPS * 32 threads,
+ *   rf_da_geo::SMEM bytes of dynamic shared memory; ZS >= the splits of any row
+ *   (rf_gpu_decode_attention). */
+template <int D, bool Q8>
+__global__ void __launch_bounds__(RF_DA_WARPS * 32, 2) rf_k_decode_attn(rf_da_args a) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    extern __shared__ __align__(16) unsigned char rf_da_sm[];
+    __shared__ int s_item[RF_DA_WARPS * 32], s_n;
+    rf_pdl_trigger(); /* the merge (a dependent launch) may be scheduled; it waits */
+    const int tid = threadIdx.x, NTH = RF_DA_WARPS * 32;
+    const int64_t total = (int64_t)a.n_tokens * a.n_head_kv * a.ZS, B = gridDim.x;
+    for (int64_t r0 = 0; (int64_t)blockIdx.x + B * r0 < total; r0 += NTH) {
+        const int64_t item = (int64_t)blockIdx.x + B * (r0 + tid);
+        if (tid == 0) s_n = 0;
+        __syncthreads();
+        int k0 = 0, k1 = -1, sq = -1;
+        if (item < total &&
+            rf_da_split_of(a, (int)(item / ((int64_t)a.n_head_kv * a.ZS)), (int)(item % a.ZS), k0, k1, sq))
+            s_item[atomicAdd(&s_n, 1)] = tid;
+        __syncthreads();
+        const int na = s_n;
+        for (int i = 0; i < na; i++) {
+            const int64_t it = (int64_t)blockIdx.x + B * (r0 + s_item[i]);
+            const int t = (int)(it / ((int64_t)a.n_head_kv * a.ZS)), hk = (int)(it / a.ZS % a.n_head_kv);
+            const int z = (int)(it % a.ZS);
+            rf_da_split_of(a, t, z, k0, k1, sq); /* true: it was found so above */
+            rf_da_item<D, Q8>(a, rf_da_sm, t, hk, z, k0, k1, sq);
+        }
+        __syncthreads(); /* s_item and s_n are read */
+    }
+#else
+    (void)a;
+    RF_DEVICE_TRAP();
+#endif
+}
+#endif /* !RF_HIP */
+
+/* decode_merge: row (t, h) of rf_k_decode_attn's tokens: its splits' states folded in split order
+ *   (their loads issued together), head h's sink last (rf_pa_final_sink), out = num / den. Rows
+ *   with p + 1 >= kmin that are invalid (p > pmax or seq < 0) are written as NaN; other rows
+ *   (padding, p + 1 < kmin) are left alone.
+ * launch: grid (n_tokens, n_head), D threads (a multiple of 32); a programmatic dependent launch
+ *   after rf_k_decode_attn (waits for it before reading part / pml). */
+__global__ void __launch_bounds__(128)
+rf_k_decode_merge(float *out, const float *__restrict__ part, const float2 *__restrict__ pml,
+                  const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int n_head, int D, int window,
+                  int pmax, int kmin, int ZS, const float *__restrict__ sinks) {
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    const int64_t t = blockIdx.x;
+    const int h = blockIdx.y, d = threadIdx.x;
+    const int p = pos[t];
+    if (p < 0 || p + 1 < kmin || d >= D) return;
+    const int64_t orow = t * n_head + h;
+    if (p > pmax || seq[t] < 0) {
+        out[orow * D + d] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const int lo = window > 0 && p >= window ? p - window + 1 : 0, n = p - lo + 1, S = rf_da_split(n);
+    const int cnt = (n + S - 1) / S;
+    float2 ml[RF_DA_ZMAX];
+    float a[RF_DA_ZMAX];
+#pragma unroll
+    for (int i = 0; i < RF_DA_ZMAX; i++) {
+        ml[i] = make_float2(-INFINITY, 0.0f), a[i] = 0.0f;
+        if (i < cnt) ml[i] = pml[orow * ZS + i], a[i] = part[(orow * ZS + i) * D + d];
+    }
+    float M = -INFINITY, den = 0.0f, num = 0.0f, fa, fb;
+#pragma unroll
+    for (int i = 0; i < RF_DA_ZMAX; i++) {
+        const int md = rf_pa_factors(M, den, ml[i].x, ml[i].y, fa, fb); /* past cnt: empty, skipped */
+        num = rf_pa_apply(num, a[i], md, fa, fb);
+    }
+    out[orow * D + d] = rf_pa_final_sink(M, den, num, sinks, h);
+}
+
+/* ---- host ------------------------------------------------------------------------------- */
+
+#if !defined(RF_HIP)
+/* the device lets a block have `smem` bytes of shared memory (opt-in); read once per device */
+static bool rf_da_smem_ok(rf_gpu_ctx *ctx, size_t smem) {
+    static int optin[RF_GPU_MAX_DEVICES]; /* 0: not read yet, -1: unknown */
+    const int d = ctx->device >= 0 && ctx->device < RF_GPU_MAX_DEVICES ? ctx->device : 0;
+    if (!optin[d]) {
+        int v = 0;
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device) != cudaSuccess) {
+            (void)cudaGetLastError();
+            v = -1;
+        }
+        optin[d] = v > 0 ? v : -1;
+    }
+    return optin[d] > 0 && (size_t)optin[d] >= smem;
+}
+
+template <int D, bool Q8> static rf_status rf_da_go(rf_gpu_ctx *ctx, const rf_da_args &a) {
+    static size_t attr[RF_GPU_MAX_DEVICES];
+    const size_t smem = rf_da_geo<D, Q8>::SMEM;
+    rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_decode_attn<D, Q8>), smem,
+                                    (RF_DA_WARPS * 32 + 1) * sizeof(int), attr, "rf_k_decode_attn");
+    if (st) return st;
+    /* the grid below is the resident blocks: ask for the largest shared-memory carveout first (a
+     * hint; without it the driver may keep more L1 and fit one block of 110 KB an SM, not two) */
+    static int per_sm[RF_GPU_MAX_DEVICES]; /* resident blocks an SM; 0: not asked yet */
+    const int dv = ctx->device >= 0 && ctx->device < RF_GPU_MAX_DEVICES ? ctx->device : 0;
+    if (!per_sm[dv]) {
+        if (cudaFuncSetAttribute(reinterpret_cast<const void *>(rf_k_decode_attn<D, Q8>),
+                                 cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+            (void)cudaGetLastError(); /* a hint only */
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, rf_k_decode_attn<D, Q8>, RF_DA_WARPS * 32, smem) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            n = 2;
+        }
+        per_sm[dv] = n >= 1 ? n : 1;
+    }
+    /* every item once, in at most one wave of resident blocks (two an SM on sm_90 / A100 at D = 64) */
+    const int64_t total = (int64_t)a.n_tokens * a.n_head_kv * a.ZS;
+    const int64_t res = per_sm[dv] * (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+    const unsigned blocks = (unsigned)(total < res ? total : res);
+    return rf_gpu_launch(ctx, "rf_k_decode_attn", false, rf_k_decode_attn<D, Q8>, dim3(blocks),
+                         dim3(RF_DA_WARPS * 32), smem, a);
+}
+#endif
+
+extern "C" bool rf_gpu_decode_attention_supported(rf_gpu_ctx *ctx, rf_type kv_type, int64_t head_dim, int64_t n_head,
+                                                  int64_t n_head_kv) {
+#if defined(RF_HIP)
+    (void)ctx, (void)kv_type, (void)head_dim, (void)n_head, (void)n_head_kv;
+    return false; /* mma.sync: the HIP build keeps rf_gpu_paged_attention */
+#else
+    if (ctx->info.cc_major < 8 || (ctx->info.warp_size > 0 && ctx->info.warp_size != 32)) return false;
+    if ((kv_type != RF_TYPE_F16 && kv_type != RF_TYPE_Q8_0) || (head_dim != 64 && head_dim != 128)) return false;
+    if (n_head_kv < 1 || n_head < n_head_kv || n_head % n_head_kv != 0 || n_head / n_head_kv > 8) return false;
+    const size_t smem = head_dim == 64 ? (kv_type == RF_TYPE_Q8_0 ? rf_da_geo<64, true>::SMEM : rf_da_geo<64, false>::SMEM)
+                                       : (kv_type == RF_TYPE_Q8_0 ? rf_da_geo<128, true>::SMEM : rf_da_geo<128, false>::SMEM);
+    return rf_da_smem_ok(ctx, smem);
+#endif
+}
+
+/* the key span a call's rows can have (pmax: the last position the call may hold) */
+static int64_t rf_da_span(int64_t pmax, int64_t window) {
+    const int64_t span = pmax + 1;
+    return window > 0 && window < span ? window : span;
+}
+
+extern "C" bool rf_gpu_decode_attention_wanted(rf_gpu_ctx *ctx, rf_type kv_type, int64_t n_tokens, int64_t head_dim,
+                                               int64_t n_head, int64_t n_head_kv, int64_t window, int64_t pmax,
+                                               int64_t min_keys) {
+    if (min_keys < 1 || pmax < 0 || rf_da_span(pmax, window) < min_keys) return false;
+    if (!rf_gpu_decode_attention_supported(ctx, kv_type, head_dim, n_head, n_head_kv)) return false;
+    const double bytes = (double)n_tokens * (double)n_head * RF_DA_ZMAX * ((double)head_dim * 4 + 8);
+    return bytes <= (double)RF_DA_SCRATCH;
+}
+
+extern "C" rf_status rf_gpu_decode_attention(rf_gpu_ctx *ctx, float *out, const float *q, const void *k, const void *v,
+                                             rf_type kv_type, int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                                             const int32_t *block_table, int64_t max_blocks, int64_t block_size,
+                                             int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                                             int64_t window, float softcap, int64_t max_pos, const float *sinks,
+                                             int64_t min_keys) {
+    const char *op = "rf_gpu_decode_attention";
+    RF_GPU_REQUIRE(rf_gpu_decode_attention_supported(ctx, kv_type, head_dim, n_head, n_head_kv), op,
+                   "not available for K/V type %d, head_dim %lld, %lld / %lld heads on this device", (int)kv_type,
+                   (long long)head_dim, (long long)n_head, (long long)n_head_kv);
+    RF_GPU_REQUIRE(n_tokens >= 0 && n_tokens <= INT_MAX && n_head <= 65535, op, "n_tokens=%lld n_head=%lld",
+                   (long long)n_tokens, (long long)n_head);
+    RF_GPU_REQUIRE(block_size >= 1 && block_size <= INT_MAX && max_blocks >= 1 && max_blocks <= INT_MAX, op,
+                   "block_size=%lld max_blocks=%lld", (long long)block_size, (long long)max_blocks);
+    RF_GPU_REQUIRE(window >= 0 && window <= INT_MAX && max_pos < (1LL << 30) && min_keys >= 1 && min_keys < (1LL << 30),
+                   op, "window=%lld max_pos=%lld min_keys=%lld", (long long)window, (long long)max_pos,
+                   (long long)min_keys);
+    if (n_tokens == 0) return RF_OK;
+    RF_GPU_REQUIRE(out && q && k && v && pos && seq && block_table, op, "NULL pointer argument");
+    RF_GPU_REQUIRE((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0, op, "q, k and v must be 16-byte aligned");
+#if defined(RF_HIP)
+    (void)out, (void)sinks, (void)scale, (void)softcap;
+    return rf_set_error(RF_ERR_INVALID_ARG, "%s: not built for HIP", op);
+#else
+    const int D = (int)head_dim, G = (int)(n_head / n_head_kv);
+    const int64_t cap = max_blocks * block_size - 1, pmax64 = max_pos < cap ? max_pos : cap;
+    const int pmax = pmax64 < 0 ? -1 : (int)pmax64;
+    const int64_t span = pmax < 0 ? 1 : rf_da_span(pmax, window), zs0 = (span + RF_DA_SMIN - 1) / RF_DA_SMIN;
+    const int ZS = (int)(zs0 < RF_DA_ZMAX ? zs0 : RF_DA_ZMAX);
+    const size_t rows = (size_t)n_tokens * (size_t)n_head * (size_t)ZS;
+    const size_t pbytes = rows * (size_t)D * sizeof(float);
+    size_t mark;
+    void *tmp;
+    rf_status st = rf_gpu_tmp(ctx, pbytes + 256 + rows * sizeof(float2), &tmp, &mark);
+    if (st) return st;
+    float *part = (float *)tmp;
+    float2 *pml = (float2 *)((char *)tmp + ((pbytes + 255) & ~(size_t)255));
+    rf_da_args a;
+    a.part = part, a.pml = pml, a.q = q, a.k = k, a.v = v, a.pos = pos, a.seq = seq, a.bt = block_table;
+    a.n_tokens = (int)n_tokens, a.max_blocks = (int)max_blocks, a.bs = (int)block_size, a.n_head = (int)n_head;
+    a.n_head_kv = (int)n_head_kv, a.G = G, a.scale = scale, a.window = (int)window, a.softcap = softcap;
+    a.pmax = pmax, a.kmin = (int)min_keys, a.ZS = ZS;
+    if (kv_type == RF_TYPE_Q8_0)
+        st = D == 64 ? rf_da_go<64, true>(ctx, a) : rf_da_go<128, true>(ctx, a);
+    else
+        st = D == 64 ? rf_da_go<64, false>(ctx, a) : rf_da_go<128, false>(ctx, a);
+    if (!st)
+        st = rf_gpu_launch(ctx, "rf_k_decode_merge", true, rf_k_decode_merge, dim3((unsigned)n_tokens, (unsigned)n_head),
+                           dim3((unsigned)D), 0, out, (const float *)part, (const float2 *)pml, pos, seq, a.n_head, D,
+                           a.window, pmax, a.kmin, ZS, sinks);
+    ctx->scratch_used = mark;
+    return st;
+#endif
+}
