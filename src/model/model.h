@@ -362,7 +362,8 @@ rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_
 rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n);
 rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n);
 /* The vocabulary split (docs/tp.md): shard s's rows [*v0, *v0 + *n) of the embedding and the LM
- * head. Every shard but the last starts on a multiple of 64 rows; the last takes the rest. */
+ * head. Every shard but the last holds V / tp rounded down to a multiple of 16 rows; the last
+ * takes the rest. */
 void rf_tp_vocab_rows(const rf_model *m, int s, int64_t *v0, int64_t *n);
 int64_t rf_tp_vocab_step(int64_t n_vocab, int tp); /* the rows of every shard but the last */
 /* Several GPUs (or CPU ranks): rows x width f32 of shard s's src (rows of width) copied into GPU

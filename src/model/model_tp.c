@@ -197,12 +197,13 @@ static rf_status shard_moe(rf_model *m, rf_backend *be, bool dev, int il, int s,
     return RF_OK;
 }
 
-/* V / tp rounded down to a multiple of 64 rows (when that leaves any): shard starts on whole
- * tiles of the GPU's products and the CPU's 4-row groups (so a CPU rank computes every logit
- * with the same kernel as the whole head: bit-identical); the last shard takes the remainder. */
+/* V / tp rounded down to a multiple of 16 rows (when that leaves any): every shard starts on one
+ * of the CPU matmul's 16-row blocks, so its 4-row kernel groups the same rows as over the whole
+ * head and a CPU rank computes every logit bit for bit as the whole head does; the last shard
+ * takes the remainder (fewer than tp * 16 rows more than V / tp). */
 int64_t rf_tp_vocab_step(int64_t n_vocab, int tp) {
     const int64_t step = n_vocab / (tp > 0 ? tp : 1);
-    return step >= 64 ? step - step % 64 : step;
+    return step >= 16 ? step - step % 16 : step;
 }
 
 void rf_tp_vocab_rows(const rf_model *m, int s, int64_t *v0, int64_t *n) {

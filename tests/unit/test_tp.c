@@ -40,9 +40,15 @@
 static char g_dir[1024];
 
 /* (the mixtures of experts: every expert split inside, the router replicated) */
+/* "tiny-v2047": tiny with a vocabulary of 2047 tokens (mkmodel --vocab), which no shard count
+ * divides: the vocabulary split's last shard takes the remainder (every tiny preset's own size,
+ * 2048 or 3072, divides evenly at 2 and 4) */
 static const char *const k_presets[] = {"tiny",       "tiny-qwen2",    "tiny-gemma3",   "tiny-llama2",
                                          "tiny-qwen3", "tiny-smollm3",  "tiny-mistral3", "tiny-phi3",
-                                         "tiny-qwen3moe", "tiny-gpt-oss"};
+                                         "tiny-qwen3moe", "tiny-gpt-oss", "tiny-v2047"};
+#define ODD_VOCAB "tiny-v2047"
+#define ODD_VOCAB_ARGS "--preset tiny --vocab 2047"
+
 static const char *const k_types[] = {"f32", "q8_0"};
 
 static void model_path(char *buf, size_t cap, const char *preset, const char *type) {
@@ -58,8 +64,11 @@ static int setup(void **state) {
         for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++) {
             char path[1200], cmd[4096];
             model_path(path, sizeof path, k_presets[p], k_types[t]);
-            snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset %s --type %s -o '%s' >/dev/null 2>&1", g_dir,
-                     cli, k_presets[p], k_types[t], path);
+            char args[128];
+            if (strcmp(k_presets[p], ODD_VOCAB) == 0) snprintf(args, sizeof args, "%s", ODD_VOCAB_ARGS);
+            else snprintf(args, sizeof args, "--preset %s", k_presets[p]);
+            snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel %s --type %s -o '%s' >/dev/null 2>&1", g_dir, cli,
+                     args, k_types[t], path);
             if (system(cmd) != 0) return -1;
         }
     char path[1200], cmd[4096];
@@ -151,15 +160,50 @@ static void test_sharded_vs_unsharded(void **state) {
         }
 }
 
+/* The vocabulary split of a model on CPU ranks: rank s holds rows rf_tp_vocab_rows(s) of the
+ * embedding and the LM head, views at those rows of the whole (a tied head: the embedding's
+ * slice), the ranks' rows covering the vocabulary once, each about 1/tp of it (V / tp rounded
+ * down to 16 rows; the last rank takes the remainder). Prints each rank's bytes of embedding +
+ * head and their share of the whole. */
+static void check_vocab_split(const rf_model *m, const char *preset, const char *type, int tp) {
+    const int64_t V = m->hp.n_vocab;
+    int64_t next = 0;
+    const bool tied = m->output.data == m->tok_embd.data;
+    const uint64_t whole = (uint64_t)m->tok_embd.nb1 * (uint64_t)V + (tied ? 0 : (uint64_t)m->output.nb1 * (uint64_t)V);
+    printf("  %-12s %-5s tp %d: vocabulary %lld%s, embedding + LM head %.1f KiB whole; per rank:", preset, type, tp,
+           (long long)V, V % tp ? " (not divisible)" : "", whole / 1024.0);
+    for (int s = 0; s < tp; s++) {
+        int64_t v0, n;
+        rf_tp_vocab_rows(m, s, &v0, &n);
+        assert_int_equal(v0, next);
+        next = v0 + n;
+        if (s < tp - 1) { /* V / tp rounded down to 16 rows */
+            assert_int_equal(n % 16, 0);
+            assert_true(n <= V / tp && V / tp - n < 16);
+        } else { /* the rest: fewer than tp * 16 rows over V / tp */
+            assert_true(n >= V / tp && n - V / tp < (int64_t)tp * 16);
+        }
+        assert_int_equal(m->tp_embd[s].ne[1], n);
+        assert_ptr_equal(m->tp_embd[s].data, (const char *)m->tok_embd.data + (size_t)v0 * m->tok_embd.nb1);
+        assert_int_equal(m->tp_lmhead[s].ne[1], n);
+        assert_ptr_equal(m->tp_lmhead[s].data, (const char *)m->output.data + (size_t)v0 * m->output.nb1);
+        const uint64_t bytes = (uint64_t)m->tp_embd[s].nb1 * (uint64_t)n +
+                               (tied ? 0 : (uint64_t)m->tp_lmhead[s].nb1 * (uint64_t)n);
+        printf(" %lld rows %.1f KiB (%.3f)", (long long)n, bytes / 1024.0, (double)bytes / (double)whole);
+    }
+    printf("\n");
+    assert_int_equal(next, V);
+}
+
 /* The tp_cpu_ranks test hook (RF_TP_CPU_RANKS=1 for rocmforge-test): the several-GPU code path (a backend, buffers and KV pools per rank, the
- * ops between products on every rank, the all-reduce and the embedding broadcast between
- * ranks) on CPU backends. Its all-reduce sums in rank order as the one-backend split does and
+ * ops between products on every rank, the all-reduces between ranks, the embedding and the LM
+ * head split by vocabulary rows with the logits gathered on rank 0) on CPU backends. Its all-reduce sums in rank order as the one-backend split does and
  * every rank computes the same ops on the same inputs, so the logits and greedy tokens must be
  * bit-identical to the one-backend split's (which test_sharded_vs_unsharded compares with the
  * unsplit model). */
 static void test_cpu_ranks_vs_one_backend(void **state) {
     (void)state;
-    int cases = 0;
+    int cases = 0, odd = 0;
     for (size_t pi = 0; pi < sizeof k_presets / sizeof *k_presets; pi++)
         for (size_t ti = 0; ti < sizeof k_types / sizeof *k_types; ti++) {
             char path[1200];
@@ -179,6 +223,8 @@ static void test_cpu_ranks_vs_one_backend(void **state) {
                 if (sr) fail_msg("load %s at tp %d with CPU ranks: %s", path, tp, rf_last_error());
                 assert_non_null(mR->tp_be);
                 assert_int_equal(mR->tp, tp);
+                check_vocab_split(mR, k_presets[pi], k_types[ti], tp);
+                if (mR->hp.n_vocab % tp) odd++;
                 const int32_t nv = mS->hp.n_vocab;
                 float *lgS = malloc((size_t)nv * 4), *lgR = malloc((size_t)nv * 4), mgS[N_GEN], mgR[N_GEN];
                 int32_t genS[N_GEN], genR[N_GEN], prompt[N_PROMPT];
@@ -197,7 +243,9 @@ static void test_cpu_ranks_vs_one_backend(void **state) {
                 rf_model_free(mR);
             }
         }
-    printf("  CPU ranks (the several-GPU code path): %d cases bit-identical to the one-backend split\n", cases);
+    printf("  CPU ranks (the several-GPU code path): %d cases bit-identical to the one-backend split (%d splits with a "
+           "vocabulary no shard count divides)\n", cases, odd);
+    assert_true(odd > 0);
 }
 
 static void test_refused_splits(void **state) {
