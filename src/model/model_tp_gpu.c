@@ -32,8 +32,8 @@ rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_
 
 /* Bytes of weights shard s's GPU will hold: a 1/tp share of every layer matrix (K and V: the
  * shard's KV heads, replicated ones counted on each GPU), every layer vector whole, rope_freqs
- * on each GPU, its rows of the embedding and of the LM head (the vocabulary split: whole rows,
- * rf_tp_vocab_rows), the rest of the top-level tensors (the final norm) on GPU 0. */
+ * and the final norm on each GPU, its rows of the embedding and of the LM head (the vocabulary
+ * split: whole rows, rf_tp_vocab_rows), any other top-level tensor on GPU 0. */
 static uint64_t shard_bytes(const rf_model *m, int s, int tp, int64_t hkv_s) {
     uint64_t total = 0;
     for (int64_t i = 0; i < rf_gguf_n_tensors(m->g); i++) {
@@ -47,7 +47,7 @@ static uint64_t shard_bytes(const rf_model *m, int s, int tp, int64_t hkv_s) {
         } else if ((strcmp(nm, "token_embd.weight") == 0 || strcmp(nm, "output.weight") == 0) && t->ne[1] > 0) {
             const int64_t V = t->ne[1], step = rf_tp_vocab_step(V, tp), v0 = s * step, n = s == tp - 1 ? V - v0 : step;
             total += t->n_bytes / (uint64_t)V * (uint64_t)n;
-        } else if (s == 0 || strcmp(nm, "rope_freqs.weight") == 0) {
+        } else if (s == 0 || strcmp(nm, "rope_freqs.weight") == 0 || strcmp(nm, "output_norm.weight") == 0) {
             total += t->n_bytes;
         }
     }
