@@ -195,12 +195,31 @@ static void check_vocab_split(const rf_model *m, const char *preset, const char 
     assert_int_equal(next, V);
 }
 
+/* Every prompt position's logits from one step (n_out = N_PROMPT: the LM head over several rows,
+ * on CPU ranks each rank's slice gathered into rank 0's logits), kept on the backend as for a
+ * device sampler (kept) or written to host memory, into out [N_PROMPT, n_vocab]. */
+static void prompt_rows_logits(rf_model *m, rf_type kvt, const int32_t *prompt, bool kept, float *out) {
+    enum { NB = (N_PROMPT + BLOCK - 1) / BLOCK };
+    rf_fwd f;
+    if (rf_fwd_init(m, &f, NB, BLOCK, N_PROMPT, kvt, N_PROMPT)) fail_msg("fwd init: %s", rf_last_error());
+    int32_t table[NB], pos[N_PROMPT], seq[N_PROMPT], slot[N_PROMPT], rows[N_PROMPT];
+    for (int i = 0; i < NB; i++) table[i] = i;
+    for (int i = 0; i < N_PROMPT; i++) pos[i] = i, seq[i] = 0, slot[i] = i, rows[i] = i;
+    rf_batch b = {0};
+    b.n_tokens = N_PROMPT, b.ids = prompt, b.pos = pos, b.seq = seq, b.slot = slot, b.n_seqs = 1;
+    b.max_blocks = NB, b.block_size = BLOCK, b.block_table = table, b.n_out = N_PROMPT, b.out_rows = rows;
+    if (rf_forward(m, &f, &b, kept ? NULL : out)) fail_msg("forward: %s", rf_last_error());
+    if (kept && m->be->ops->read_rows(m->be, &f.logits, 0, N_PROMPT, out)) fail_msg("read: %s", rf_last_error());
+    rf_fwd_free(m, &f);
+}
+
 /* The tp_cpu_ranks test hook (RF_TP_CPU_RANKS=1 for rocmforge-test): the several-GPU code path (a backend, buffers and KV pools per rank, the
  * ops between products on every rank, the all-reduces between ranks, the embedding and the LM
  * head split by vocabulary rows with the logits gathered on rank 0) on CPU backends. Its all-reduce sums in rank order as the one-backend split does and
  * every rank computes the same ops on the same inputs, so the logits and greedy tokens must be
  * bit-identical to the one-backend split's (which test_sharded_vs_unsharded compares with the
- * unsplit model). */
+ * unsplit model), also for every prompt row's logits from one step (kept on the backend or
+ * written to host memory: the LM head's slices gathered over several rows). */
 static void test_cpu_ranks_vs_one_backend(void **state) {
     (void)state;
     int cases = 0, odd = 0;
@@ -227,6 +246,7 @@ static void test_cpu_ranks_vs_one_backend(void **state) {
                 if (mR->hp.n_vocab % tp) odd++;
                 const int32_t nv = mS->hp.n_vocab;
                 float *lgS = malloc((size_t)nv * 4), *lgR = malloc((size_t)nv * 4), mgS[N_GEN], mgR[N_GEN];
+                float *rowsS = malloc((size_t)nv * N_PROMPT * 4), *rowsR = malloc((size_t)nv * N_PROMPT * 4);
                 int32_t genS[N_GEN], genR[N_GEN], prompt[N_PROMPT];
                 for (int i = 0; i < N_PROMPT; i++) prompt[i] = (i * 131 + 7) % nv;
                 for (int kvi = 0; kvi < 2; kvi++) {
@@ -235,10 +255,17 @@ static void test_cpu_ranks_vs_one_backend(void **state) {
                     rf_seq_run(mR, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lgR, genR, mgR);
                     assert_memory_equal(lgR, lgS, (size_t)nv * 4);
                     assert_memory_equal(genR, genS, sizeof genS);
+                    for (int kept = 0; kept < 2; kept++) { /* every prompt row: the head's slices over 24 rows */
+                        prompt_rows_logits(mS, kvt, prompt, kept, rowsS);
+                        prompt_rows_logits(mR, kvt, prompt, kept, rowsR);
+                        assert_memory_equal(rowsR, rowsS, (size_t)nv * N_PROMPT * 4);
+                    }
                     cases++;
                 }
                 free(lgS);
                 free(lgR);
+                free(rowsS);
+                free(rowsR);
                 rf_model_free(mS);
                 rf_model_free(mR);
             }
