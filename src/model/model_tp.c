@@ -221,6 +221,9 @@ static rf_status shard_vocab(rf_model *m) {
     m->tp_lmhead = calloc((size_t)m->tp, sizeof *m->tp_lmhead);
     m->tp_onorm = calloc((size_t)m->tp, sizeof *m->tp_onorm);
     if (!m->tp_embd || !m->tp_lmhead || !m->tp_onorm) return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    /* GPUs: the copies of the head's logit slices into GPU 0's logits (CPU ranks: host copies) */
+    rf_status gs = rf_backend_on_device(m->tp_be[0]) ? rf_tp_gather_new(m->tp_be, m->tp, &m->tp_gather) : RF_OK;
+    if (gs) return gs;
     const bool tied = m->output.data == m->tok_embd.data;
     for (int s = 0; s < m->tp; s++) {
         rf_backend *be = m->tp_be[s];
@@ -258,6 +261,8 @@ static void unshard_vocab(rf_model *m) {
         if (m->tp_embd && m->tp_embd[s].owned) be->ops->free(be, &m->tp_embd[s]);
         if (m->tp_onorm && m->tp_onorm[s].owned) be->ops->free(be, &m->tp_onorm[s]);
     }
+    rf_tp_gather_free(m->tp_gather); /* (events only: the recorded steps keep none) */
+    m->tp_gather = NULL;
     if (m->tp_be && m->tp_embd) rf_model_use(m, 0);
     free(m->tp_embd);
     free(m->tp_lmhead);

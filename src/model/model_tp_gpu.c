@@ -107,8 +107,6 @@ rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
         if ((st = rf_tp_peer_check(m->tp_be, tp))) return st;
     }
     if ((st = rf_tp_comm_new(m->tp_be, tp, &m->tp_comm))) return st;
-    /* the LM head's logit slices gathered on GPU 0 (the vocabulary split) */
-    if ((st = rf_tp_gather_new(m->tp_be, tp, &m->tp_gather))) return st;
     /* a recorded step is one graph over every GPU, launched by GPU 0's sample (docs/tp.md) */
     for (int s = 1; s < tp; s++) {
         if ((st = rf_model_use(m, s))) return st;
@@ -220,8 +218,6 @@ void rf_tp_close(rf_model *m) {
         }
     rf_tp_comm_free(m->tp_comm);
     m->tp_comm = NULL;
-    rf_tp_gather_free(m->tp_gather);
-    m->tp_gather = NULL;
     for (int s = 1; s < m->tp; s++)
         if (m->tp_be[s]) {
             rf_model_use(m, s);
