@@ -69,6 +69,11 @@ uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_r
     if (ff > big) big = ff;
     /* + the partial O / down outputs of shards 1.. */
     act += (uint64_t)(n_shards(m) - 1) * (uint64_t)n_batch * hp->n_embd * 4;
+    if (multi_gpu(m)) { /* + a GPU's LM head slice's logits (the vocabulary split; the last GPU's is the widest) */
+        int64_t v0, nv;
+        rf_tp_vocab_rows(m, m->tp - 1, &v0, &nv);
+        act += (uint64_t)(logit_rows > RF_LOGIT_ROWS ? logit_rows : RF_LOGIT_ROWS) * (uint64_t)nv * 4;
+    }
     /* + the mixture of experts: router logits, ids and weights, each slot's gate, up and down */
     const uint64_t K = (uint64_t)hp->n_expert_used;
     if (hp->n_expert > 0)
