@@ -13,7 +13,7 @@
 
 static void mk_usage(FILE *f) {
     fprintf(f,
-            "usage: rocmforge mkmodel --preset NAME [--type TYPE] [--seed N] [--layers N] [--pure]\n"
+            "usage: rocmforge mkmodel --preset NAME [--type TYPE] [--seed N] [--layers N] [--vocab N] [--pure]\n"
             "                         -o OUT.gguf\n"
             "       rocmforge mkmodel --preset NAME [--type TYPE] [--layers N] --dry-run\n"
             "       rocmforge mkmodel --list\n\n"
@@ -28,6 +28,7 @@ static void mk_usage(FILE *f) {
             "  --pure          no mix: every 2-D weight gets the base type (llama-quantize --pure)\n"
             "  --seed N        random seed (default 0)\n"
             "  --layers N      override the layer count (1..1024)\n"
+            "  --vocab N       override the vocabulary size (tokens; at least the family's fixed ones)\n"
             "  -t, --threads N rows are made on N threads (default: all CPUs; same bytes)\n"
             "  -o, --output F  output file\n"
             "  --dry-run       print the tensors, types and sizes instead of writing\n"
@@ -97,7 +98,7 @@ int rf_cmd_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = true;
         } else if (!strcmp(a, "--preset") || !strcmp(a, "--type") || !strcmp(a, "--seed") ||
-                   !strcmp(a, "--layers") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
+                   !strcmp(a, "--layers") || !strcmp(a, "--vocab") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
                    !strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!val) return rf_cli_fail(2, "mkmodel: %s needs a value", a);
             i++;
@@ -115,6 +116,10 @@ int rf_cmd_mkmodel(int argc, char **argv) {
                 if (!rf_cli_parse_i64(val, 1, 1024, &v))
                     return rf_cli_fail(2, "mkmodel: --layers '%s' is not an integer in 1..1024", val);
                 o.n_layers = (int32_t)v;
+            } else if (!strcmp(a, "--vocab")) {
+                if (!rf_cli_parse_i64(val, 1, INT32_MAX, &v))
+                    return rf_cli_fail(2, "mkmodel: --vocab '%s' is not an integer in 1..%d", val, INT32_MAX);
+                o.n_vocab = (uint32_t)v;
             } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
                 if (!rf_cli_parse_i64(val, 1, 64, &v))
                     return rf_cli_fail(2, "mkmodel: --threads '%s' is not an integer in 1..64", val);

@@ -21,6 +21,9 @@ typedef struct rf_mkmodel_opts {
     /* Optional: called before each tensor is written (i of n, name). */
     void (*progress)(void *user, int64_t i, int64_t n, const char *name);
     void *progress_user;
+    uint32_t n_vocab;   /* 0 = the preset's vocabulary size, else this many tokens (the family's
+                           fixed tokens at least; tests: a size a tensor-parallel split cannot
+                           divide evenly) */
 } rf_mkmodel_opts;
 
 typedef struct rf_mkmodel_preset_info {

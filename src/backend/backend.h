@@ -150,6 +150,12 @@ typedef struct rf_backend_ops {
     /* y[t,:] = dequantize(row b->ids[t] of w) for t < b->n_tokens; y f32 [n_tokens, w.ne[0]].
      * RF_ERR_RANGE if an id is outside [0, w.ne[1]). */
     rf_status (*get_rows)(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_batch *b);
+    /* A shard's part of get_rows over rows split by vocabulary (tensor parallelism: w holds rows
+     * [r0, r0 + w.ne[1]) of a table of n_all rows): y[t,:] = dequantize(row b->ids[t] - r0 of w)
+     * where the id falls in w's rows, else zeros, so the shards' sum is get_rows of the whole.
+     * An id outside [0, n_all): as get_rows (RF_ERR_RANGE; NaNs on a device). */
+    rf_status (*get_rows_part)(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_batch *b, int64_t r0,
+                               int64_t n_all);
     /* y[t,o] = sum_i w[o,i] x[t,i] for t < n_tokens; x f32 [n_tokens, w.ne[0]],
      * y f32 [n_tokens, w.ne[1]] (no aliasing). Quantized weights may quantize x the way ggml
      * does (Q8_0/Q8_1/Q8_K activations): tolerance vs rf_ref_matmul rel. L2 < 1e-2. */
@@ -445,6 +451,17 @@ void rf_tp_comm_free(rf_tp_comm *t);
  * communicators were aborted (every backend's recorded steps dropped first) and every later
  * collective fails with the reason (gpu_nccl.h). */
 bool rf_tp_comm_aborted(const rf_tp_comm *t);
+/* The LM head's vocabulary slices gathered into GPU 0's logits (gpu_tp_gather.cu, docs/tp.md):
+ * created once per split over n GPU backends (peer access enabled from each GPU to GPU 0 where
+ * the GPUs allow it). rf_tp_gather_cols copies rows x width f32 of src (GPU s's, rows of width)
+ * into dst (GPU 0's, rows of dst->ne[0]) at column col0: on GPU s's stream after GPU 0's work so
+ * far, and GPU 0's stream waits for it (events: capturable into the split's one graph); s = 0
+ * is a copy on GPU 0's own stream. */
+typedef struct rf_tp_gather rf_tp_gather;
+rf_status rf_tp_gather_new(rf_backend *const *bes, int n, rf_tp_gather **out);
+rf_status rf_tp_gather_cols(rf_tp_gather *g, int s, rf_tensor *dst, int64_t col0, const rf_tensor *src, int64_t rows,
+                            int64_t width);
+void rf_tp_gather_free(rf_tp_gather *g);
 
 #ifdef RF_HAVE_GPU
 /* Device-only helpers for the GPU backend's own files and the GPU tests. */

@@ -59,5 +59,16 @@ bool rf_tp_comm_aborted(const rf_tp_comm *t) {
     (void)t;
     return false;
 }
+rf_status rf_tp_gather_new(rf_backend *const *bes, int n, rf_tp_gather **out) {
+    (void)bes, (void)n;
+    *out = NULL;
+    return no_gpu();
+}
+rf_status rf_tp_gather_cols(rf_tp_gather *g, int s, rf_tensor *dst, int64_t col0, const rf_tensor *src, int64_t rows,
+                            int64_t width) {
+    (void)g, (void)s, (void)dst, (void)col0, (void)src, (void)rows, (void)width;
+    return no_gpu();
+}
+void rf_tp_gather_free(rf_tp_gather *g) { (void)g; }
 
 #endif

@@ -50,7 +50,8 @@ const char *rf_mkmodel_type_at(int32_t i, const char **alias_of) {
 /* ---- planning ----------------------------------------------------------------------------- */
 
 typedef struct plan {
-    const synth_preset *p;
+    const synth_preset *p; /* the table's, or own with another vocabulary size (--vocab) */
+    synth_preset own;
     const synth_ftype *ft;
     int32_t n_layer;
     synth_tensor_list l;
@@ -86,6 +87,13 @@ static rf_status make_plan(const rf_mkmodel_opts *o, plan *pl) {
         return rf_set_error(RF_ERR_INVALID_ARG, "mkmodel: layer count %" PRId32 " outside 1..1024",
                             o->n_layers);
     pl->n_layer = o->n_layers ? o->n_layers : pl->p->n_layer;
+    if (o->n_vocab) {
+        if (o->n_vocab > (uint32_t)INT32_MAX)
+            return rf_set_error(RF_ERR_INVALID_ARG, "mkmodel: vocabulary size %" PRIu32 " is too large", o->n_vocab);
+        pl->own = *pl->p;
+        pl->own.vocab.n_vocab = o->n_vocab;
+        pl->p = &pl->own;
+    }
     const synth_arch_info *ai = synth_arch_get(pl->p->arch);
     if (!ai->tensors(&pl->l, pl->p, pl->n_layer, pl->p->vocab.n_vocab)) {
         plan_free(pl);
@@ -294,11 +302,12 @@ static rf_status write_metadata(rf_gguf_writer *w, const plan *pl, const rf_mkmo
     const synth_preset *p = pl->p;
     const synth_arch_info *ai = synth_arch_get(p->arch);
     rf_status st;
-    char desc[256];
+    char desc[256], vocab[32] = "";
+    if (o->n_vocab) snprintf(vocab, sizeof vocab, " --vocab %" PRIu32, o->n_vocab);
     snprintf(desc, sizeof desc,
              "synthetic random weights: rocmforge mkmodel --preset %s --type %s --seed %" PRIu64
-             " --layers %" PRId32 "%s",
-             p->name, pl->ft->name, o->seed, pl->n_layer, o->pure ? " --pure" : "");
+             " --layers %" PRId32 "%s%s",
+             p->name, pl->ft->name, o->seed, pl->n_layer, o->pure ? " --pure" : "", vocab);
     if ((st = rf_gguf_set_str(w, "general.architecture", ai->name))) return st;
     if ((st = rf_gguf_set_str(w, "general.type", "model"))) return st;
     if ((st = rf_gguf_set_str(w, "general.name", p->model_name))) return st;

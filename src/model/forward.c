@@ -69,6 +69,11 @@ uint64_t rf_fwd_buffer_bytes(const rf_model *m, int32_t n_batch, int32_t logit_r
     if (ff > big) big = ff;
     /* + the partial O / down outputs of shards 1.. */
     act += (uint64_t)(n_shards(m) - 1) * (uint64_t)n_batch * hp->n_embd * 4;
+    if (multi_gpu(m)) { /* + a GPU's LM head slice's logits (the vocabulary split; the last GPU's is the widest) */
+        int64_t v0, nv;
+        rf_tp_vocab_rows(m, m->tp - 1, &v0, &nv);
+        act += (uint64_t)(logit_rows > RF_LOGIT_ROWS ? logit_rows : RF_LOGIT_ROWS) * (uint64_t)nv * 4;
+    }
     /* + the mixture of experts: router logits, ids and weights, each slot's gate, up and down */
     const uint64_t K = (uint64_t)hp->n_expert_used;
     if (hp->n_expert > 0)
@@ -105,7 +110,7 @@ static void free_acts(rf_backend *be, rf_fwd *A) {
     rf_tensor *bufs[] = {&A->x,      &A->h,          &A->q,       &A->k,       &A->v,     &A->att,
                          &A->o,      &A->g,          &A->u,       &A->qkv,     &A->logits, &A->moe_logits,
                          &A->moe_ids, &A->moe_wts,   &A->moe_g,   &A->moe_u,   &A->moe_d,
-                         &A->ple,     &A->ple_g};
+                         &A->ple,     &A->ple_g,      &A->vlogits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->ops->free(be, bufs[i]);
 }
 
@@ -158,9 +163,12 @@ rf_status rf_fwd_init(rf_model *m, rf_fwd *f, int32_t n_blocks, int32_t block_si
             any_qkv |= rf_has(&L->wqkv);
         }
         rf_backend *be = rf_model_be(m, d);
+        int64_t v0 = 0, nv = 0; /* several GPUs: this GPU's rows of the LM head (the vocabulary split) */
+        if (ndev > 1) rf_tp_vocab_rows(m, d, &v0, &nv);
         if ((st = rf_model_use(m, d)) ||
             (st = alloc_acts(be, act_of(f, d), hp->n_embd, Q, KV, F, any_gu, any_qkv, n_batch)) ||
-            (d == 0 && (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_vocab, f->logit_rows, &f->logits)))) {
+            (d == 0 && (st = be->ops->alloc(be, RF_TYPE_F32, hp->n_vocab, f->logit_rows, &f->logits))) ||
+            (ndev > 1 && (st = be->ops->alloc(be, RF_TYPE_F32, nv, f->logit_rows, &act_of(f, d)->vlogits)))) {
             rf_fwd_free(m, f);
             return st;
         }
@@ -550,8 +558,10 @@ static rf_status layer(const step *t, int il) {
     return RF_OK;
 }
 
-/* Each device's copy of the batch metadata; then the embeddings on GPU 0 (gemma: scaled by
- * sqrt(n_embd)), sent to the other GPUs of a split. */
+/* Each device's copy of the batch metadata; then the embeddings (gemma: scaled by sqrt(n_embd)).
+ * Over several GPUs by vocabulary rows: each GPU looks up the tokens in its rows and writes zeros
+ * for the others, and the sum all-reduce gives every GPU the whole (each value is one GPU's plus
+ * zeros: exact). */
 static rf_status embed(step *t, rf_batch *b, rf_batch *copies) {
     rf_model *m = t->m;
     for (int d = 0; d < t->ndev; d++) {
@@ -561,13 +571,63 @@ static rf_status embed(step *t, rf_batch *b, rf_batch *copies) {
         TRY(rf_model_use(m, d));
         if (be->ops->batch_upload) TRY(be->ops->batch_upload(be, t->b[d]));
     }
-    TRY(rf_model_use(m, 0));
-    TRY(m->be->ops->get_rows(m->be, &t->f->x, &m->tok_embd, b));
-    if (m->hp.embed_scale != 1.0f) TRY(m->be->ops->scale(m->be, &t->f->x, m->hp.embed_scale, t->n * t->E));
-    if (t->ndev == 1) return RF_OK;
+    if (t->ndev == 1) {
+        TRY(rf_model_use(m, 0));
+        TRY(m->be->ops->get_rows(m->be, &t->f->x, &m->tok_embd, b));
+        if (m->hp.embed_scale != 1.0f) TRY(m->be->ops->scale(m->be, &t->f->x, m->hp.embed_scale, t->n * t->E));
+        return RF_OK;
+    }
     rf_tensor *x[64];
-    for (int d = 0; d < t->ndev; d++) x[d] = &act_of(t->f, d)->x;
-    return rf_tp_dev_broadcast(m, x, t->n * t->E);
+    for (int d = 0; d < t->ndev; d++) {
+        rf_backend *be = rf_model_be(m, d);
+        int64_t v0, nv;
+        rf_tp_vocab_rows(m, d, &v0, &nv);
+        x[d] = &act_of(t->f, d)->x;
+        if (!be->ops->get_rows_part) return rf_set_error(RF_ERR_UNSUPPORTED, "--tp: the backend has no get_rows_part");
+        TRY(rf_model_use(m, d));
+        TRY(be->ops->get_rows_part(be, x[d], &m->tp_embd[d], t->b[d], v0, m->hp.n_vocab));
+        if (m->hp.embed_scale != 1.0f) TRY(be->ops->scale(be, x[d], m->hp.embed_scale, t->n * t->E)); /* zeros stay */
+    }
+    return rf_tp_dev_allreduce(m, x, t->n * t->E);
+}
+
+/* Several GPUs: the final residual add, the wanted rows and the final norm on every GPU (each has
+ * the same residual stream), so that each can apply its rows of the LM head. */
+static rf_status final_norm_all(const step *t, rf_batch *b, int32_t n_out) {
+    rf_model *m = t->m;
+    for (int d = 0; d < t->ndev; d++) {
+        rf_backend *be = rf_model_be(m, d);
+        rf_fwd *A = act_of(t->f, d);
+        TRY(rf_model_use(m, d));
+        TRY(be->ops->add(be, &A->x, &A->x, &A->o, t->n * t->E));
+        if (n_out == 0) continue;
+        TRY(be->ops->gather_rows(be, &A->o, &A->x, d ? t->b[d] : b, t->E));
+        TRY(be->ops->rmsnorm(be, &A->h, &A->o, &m->tp_onorm[d], n_out, t->E, m->hp.norm_eps));
+    }
+    return rf_model_use(m, 0);
+}
+
+/* Several GPUs: the LM head by vocabulary rows. GPU d's rows of the head over rows [r0, r0 + cnt)
+ * of its normed stream (softcap applied to its slice: elementwise), the slices gathered into
+ * GPU 0's logits rows [0, cnt) for the sampler; GPU 0's one row (a batch-1 decode) written in
+ * place, the rest through its slice buffer. */
+static rf_status lm_head_split(const step *t, int32_t r0, int32_t cnt) {
+    rf_model *m = t->m;
+    rf_fwd *f = t->f;
+    for (int d = 0; d < t->ndev; d++) {
+        rf_backend *be = rf_model_be(m, d);
+        rf_fwd *A = act_of(f, d);
+        int64_t v0, nv;
+        rf_tp_vocab_rows(m, d, &v0, &nv);
+        const bool direct = d == 0 && cnt == 1;
+        rf_tensor hr = rf_tensor_rows(&A->h, r0, cnt), y = A->vlogits;
+        if (direct) y = f->logits, y.ne[0] = nv, y.ne[1] = 1, y.nb1 = (size_t)nv * 4, y.owned = false;
+        TRY(rf_model_use(m, d));
+        TRY(be->ops->matmul(be, &y, &m->tp_lmhead[d], &hr, cnt));
+        if (m->hp.final_softcap > 0) TRY(be->ops->softcap(be, &y, m->hp.final_softcap, (int64_t)cnt * nv));
+        if (!direct) TRY(rf_tp_dev_gather(m, d, &f->logits, v0, &A->vlogits, cnt, nv));
+    }
+    return rf_model_use(m, 0);
 }
 
 rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
@@ -592,15 +652,20 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         for (int il = 0; il < hp->n_layer; il++) TRY(rf_gemma4_layer(m, f, b, il, n));
     } else {
         for (int il = 0; il < hp->n_layer; il++) TRY(layer(&t, il));
-        TRY(rf_model_use(m, 0)); /* the rest on GPU 0, which holds the final norm and the LM head */
-        TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
+        if (t.ndev > 1) TRY(final_norm_all(&t, b, b->n_out)); /* each GPU: its rows of the LM head below */
+        else {
+            TRY(rf_model_use(m, 0));
+            TRY(op->add(be, &f->x, &f->x, &f->o, n * E));
+        }
     }
 
     /* ---- output: the wanted rows, gathered, then final norm and LM head ---- */
     int32_t n_out = b->n_out;
     if (n_out == 0) return RF_OK;
-    TRY(op->gather_rows(be, &f->o, &f->x, b, E));
-    TRY(op->rmsnorm(be, &f->h, &f->o, &m->output_norm, n_out, E, hp->norm_eps));
+    if (t.ndev == 1) {
+        TRY(op->gather_rows(be, &f->o, &f->x, b, E));
+        TRY(op->rmsnorm(be, &f->h, &f->o, &m->output_norm, n_out, E, hp->norm_eps));
+    }
     if (f->n_hidden > 0) { /* embeddings: the last n_hidden rows come out normed, without logits */
         if (f->n_hidden > n_out) return rf_set_error(RF_ERR_INVALID_ARG, "forward: %d hidden rows of %d outputs", f->n_hidden, n_out);
         n_out -= f->n_hidden;
@@ -611,6 +676,7 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
         if (n_out > f->logit_rows)
             return rf_set_error(RF_ERR_INVALID_ARG, "forward: %d outputs kept on the backend, room for %d", n_out,
                                 f->logit_rows);
+        if (t.ndev > 1) return lm_head_split(&t, 0, n_out);
         TRY(op->matmul(be, &f->logits, &m->output, &f->h, n_out));
         if (hp->final_softcap > 0) TRY(op->softcap(be, &f->logits, hp->final_softcap, (int64_t)n_out * hp->n_vocab));
         return RF_OK;
@@ -618,8 +684,12 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
     for (int32_t r = 0; r < n_out; r += RF_LOGIT_ROWS) {
         int32_t cnt = n_out - r < RF_LOGIT_ROWS ? n_out - r : RF_LOGIT_ROWS;
         rf_tensor hr = rf_tensor_rows(&f->h, r, cnt);
-        TRY(op->matmul(be, &f->logits, &m->output, &hr, cnt));
-        if (hp->final_softcap > 0) TRY(op->softcap(be, &f->logits, hp->final_softcap, (int64_t)cnt * hp->n_vocab));
+        if (t.ndev > 1) {
+            TRY(lm_head_split(&t, r, cnt));
+        } else {
+            TRY(op->matmul(be, &f->logits, &m->output, &hr, cnt));
+            if (hp->final_softcap > 0) TRY(op->softcap(be, &f->logits, hp->final_softcap, (int64_t)cnt * hp->n_vocab));
+        }
         TRY(op->read_rows(be, &f->logits, 0, cnt, logits_out + (size_t)r * hp->n_vocab));
     }
     return RF_OK;

@@ -181,13 +181,19 @@ struct rf_model {
     int32_t tp, tp_head, tp_head_kv;
     rf_layer *shards;
     /* the split over several GPUs (model_tp_gpu.c): tp_be[s] is shard s's GPU backend (tp_be[0]
-     * == be, which also holds the embedding, the final norm and the LM head), tp_comm the NCCL
+     * == be), tp_comm the NCCL
      * communicator over them, tp_rope[s] rope_freqs on GPU s. NULL when one backend runs every
      * shard (the CPU, or the tp_one_device test hook). The layers' own tensors are then host views into
      * the mapped file, never uploaded whole: each GPU uploads its shard's slices. */
     rf_backend **tp_be;
     struct rf_tp_comm *tp_comm;
     rf_tensor *tp_rope;
+    /* the vocabulary split (with tp_be): GPU s holds rows rf_tp_vocab_rows(s) of the embedding
+     * (tp_embd[s]) and of the LM head (tp_lmhead[s]; tied: the same slice); tok_embd and output are
+     * then host views, uploaded nowhere whole. tp_gather copies the LM head's logit slices into
+     * GPU 0's logits (NULL on CPU ranks: host copies). */
+    rf_tensor *tp_embd, *tp_lmhead, *tp_onorm; /* tp_onorm[s]: the final norm on GPU s (0: output_norm) */
+    struct rf_tp_gather *tp_gather;
     /* mixture of experts split on the CPU: host copies of each shard's expert rows (every
      * expert's slice gathered: not a view), freed by rf_model_unshard */
     void **tp_bufs;
@@ -209,6 +215,9 @@ typedef struct rf_fwd {
     rf_tensor qkv;                       /* [n_batch, Q + 2 KV] for joined Q/K/V (else unused);
                                           * u is [n_batch, 2 n_ff] where gate/up are joined */
     rf_tensor logits;                    /* [logit_rows, n_vocab] */
+    rf_tensor vlogits;                   /* several GPUs: [logit_rows, this GPU's vocabulary rows], its
+                                          * LM head slice's logits before they are gathered into GPU
+                                          * 0's logits */
     /* mixture of experts (unallocated without one): router logits [n_batch, n_expert], the
      * chosen ids (i32) and weights [n_batch, k], each slot's gate / up / down outputs
      * [n_batch * k, n_ff_exp or n_embd] */
@@ -352,6 +361,16 @@ rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_
  * the broadcast of GPU 0's t[0] to every t[s]. */
 rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n);
 rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n);
+/* The vocabulary split (docs/tp.md): shard s's rows [*v0, *v0 + *n) of the embedding and the LM
+ * head. Every shard but the last holds V / tp rounded down to a multiple of 16 rows; the last
+ * takes the rest. */
+void rf_tp_vocab_rows(const rf_model *m, int s, int64_t *v0, int64_t *n);
+int64_t rf_tp_vocab_step(int64_t n_vocab, int tp); /* the rows of every shard but the last */
+/* Several GPUs (or CPU ranks): rows x width f32 of shard s's src (rows of width) copied into GPU
+ * 0's dst (rows of dst->ne[0]) at column col0, ordered after GPU 0's work so far and before
+ * GPU 0's later work (the LM head's logit slices gathered for the sampler). */
+rf_status rf_tp_dev_gather(rf_model *m, int s, rf_tensor *dst, int64_t col0, const rf_tensor *src, int64_t rows,
+                           int64_t width);
 
 /* Library-internal session accessors (session.c) for the generation loop. */
 const rf_vocab *rf_session_vocab(const rf_session *s);

@@ -29,9 +29,9 @@ rf_status rf_model_bind(rf_model *m, rf_tensor *t, const char *name, int64_t ne0
                             name, rf_type_name(gt->type));
     if (!gt->data) return rf_set_error(RF_ERR_FORMAT, "model: tensor '%s' has no data", name);
     rf_status st;
-    if (m->tp_be && strncmp(name, "blk.", 4) == 0) {
+    if (m->tp_be && (strncmp(name, "blk.", 4) == 0 || !strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight"))) {
         /* split over several GPUs: a host view into the mapped file; each GPU uploads its slices
-         * of it (model_tp.c), none the whole layer */
+         * of it (model_tp.c), none the whole layer, embedding or LM head */
         size_t rb;
         if ((st = rf_row_size(gt->type, ne0, &rb))) return st;
         *t = (rf_tensor){.type = gt->type, .ne = {ne0, ne1}, .nb1 = rb, .data = (void *)gt->data, .owned = false};

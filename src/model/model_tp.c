@@ -7,8 +7,9 @@
  * their biases and gate/up are split by output rows (contiguous rows: plain views); O and down
  * by input columns: a view that starts at the slice's first column and keeps the full row
  * stride (nb1), which the CPU matmul honours. Each shard's O and down products are therefore
- * partial sums over its columns, which the all-reduce adds. The embedding, the norms and the
- * LM head stay whole (every shard reads the same residual stream). A mixture of experts is split
+ * partial sums over its columns, which the all-reduce adds. The norms stay whole (every shard
+ * reads the same residual stream); so do the embedding and the LM head on one backend, while over
+ * several GPUs (or CPU ranks) each holds its rows of them (the vocabulary split). A mixture of experts is split
  * inside every expert the same way (gate/up rows, down columns: each shard holds a slice of all
  * experts), the router and its top-k replicated; the attention sinks follow their heads. */
 #include <stdbool.h>
@@ -196,7 +197,81 @@ static rf_status shard_moe(rf_model *m, rf_backend *be, bool dev, int il, int s,
     return RF_OK;
 }
 
+/* V / tp rounded down to a multiple of 16 rows (when that leaves any): every shard starts on one
+ * of the CPU matmul's 16-row blocks, so its 4-row kernel groups the same rows as over the whole
+ * head and a CPU rank computes every logit bit for bit as the whole head does; the last shard
+ * takes the remainder (fewer than tp * 16 rows more than V / tp). */
+int64_t rf_tp_vocab_step(int64_t n_vocab, int tp) {
+    const int64_t step = n_vocab / (tp > 0 ? tp : 1);
+    return step >= 16 ? step - step % 16 : step;
+}
+
+void rf_tp_vocab_rows(const rf_model *m, int s, int64_t *v0, int64_t *n) {
+    const int tp = m->tp > 1 ? m->tp : 1;
+    const int64_t V = m->hp.n_vocab, step = rf_tp_vocab_step(V, tp);
+    *v0 = (int64_t)s * step;
+    *n = s == tp - 1 ? V - *v0 : step;
+}
+
+/* Several GPUs (or CPU ranks): shard s's rows of the embedding and of the LM head, host views
+ * into the mapped file, uploaded to its GPU (a CPU rank's weight is the view itself); a tied
+ * head is the embedding's slice. Whole rows: any quantization type. */
+static rf_status shard_vocab(rf_model *m) {
+    m->tp_embd = calloc((size_t)m->tp, sizeof *m->tp_embd);
+    m->tp_lmhead = calloc((size_t)m->tp, sizeof *m->tp_lmhead);
+    m->tp_onorm = calloc((size_t)m->tp, sizeof *m->tp_onorm);
+    if (!m->tp_embd || !m->tp_lmhead || !m->tp_onorm) return rf_set_error(RF_ERR_OOM, "--tp: out of memory");
+    /* GPUs: the copies of the head's logit slices into GPU 0's logits (CPU ranks: host copies) */
+    rf_status gs = rf_backend_on_device(m->tp_be[0]) ? rf_tp_gather_new(m->tp_be, m->tp, &m->tp_gather) : RF_OK;
+    if (gs) return gs;
+    const bool tied = m->output.data == m->tok_embd.data;
+    for (int s = 0; s < m->tp; s++) {
+        rf_backend *be = m->tp_be[s];
+        int64_t v0, n;
+        rf_tp_vocab_rows(m, s, &v0, &n);
+        rf_status st = rf_model_use(m, s);
+        const rf_tensor *src[2] = {&m->tok_embd, &m->output};
+        rf_tensor *dst[2] = {&m->tp_embd[s], &m->tp_lmhead[s]};
+        for (int k = 0; k < (tied ? 1 : 2) && !st; k++) {
+            rf_tensor h = rf_tensor_rows(src[k], v0, n);
+            if ((st = be->ops->weight(be, h.type, h.ne[0], n, h.data, dst[k])))
+                st = rf_set_error(st, "--tp: rows [%lld, %lld) of the %s on shard %d: %s", (long long)v0,
+                                  (long long)(v0 + n), k ? "LM head" : "embedding", s, rf_last_error());
+        }
+        if (!st && s == 0) m->tp_onorm[0] = m->output_norm, m->tp_onorm[0].owned = false; /* GPU 0's own */
+        else if (!st) { /* every GPU applies its rows of the head to its own copy of the stream */
+            const rf_gguf_tensor *gt = rf_gguf_find_tensor(m->g, "output_norm.weight");
+            st = gt && gt->data ? be->ops->weight(be, RF_TYPE_F32, m->output_norm.ne[0], 1, gt->data, &m->tp_onorm[s])
+                                : rf_set_error(RF_ERR_FORMAT, "--tp: 'output_norm.weight' is not in the file as loaded");
+        }
+        if (st) return st;
+        if (tied) {
+            m->tp_lmhead[s] = m->tp_embd[s];
+            m->tp_lmhead[s].owned = false; /* freed once, as the embedding's slice */
+        }
+    }
+    return rf_model_use(m, 0);
+}
+
+static void unshard_vocab(rf_model *m) {
+    for (int s = 0; m->tp_be && s < m->tp; s++) {
+        rf_backend *be = m->tp_be[s];
+        if (!be || rf_model_use(m, s)) continue;
+        if (m->tp_lmhead && m->tp_lmhead[s].owned) be->ops->free(be, &m->tp_lmhead[s]);
+        if (m->tp_embd && m->tp_embd[s].owned) be->ops->free(be, &m->tp_embd[s]);
+        if (m->tp_onorm && m->tp_onorm[s].owned) be->ops->free(be, &m->tp_onorm[s]);
+    }
+    rf_tp_gather_free(m->tp_gather); /* (events only: the recorded steps keep none) */
+    m->tp_gather = NULL;
+    if (m->tp_be && m->tp_embd) rf_model_use(m, 0);
+    free(m->tp_embd);
+    free(m->tp_lmhead);
+    free(m->tp_onorm);
+    m->tp_embd = m->tp_lmhead = m->tp_onorm = NULL;
+}
+
 void rf_model_unshard(rf_model *m) {
+    unshard_vocab(m);
     if (m->tp_rope) {
         for (int s = 1; s < m->tp; s++)
             if (m->tp_rope[s].owned && !rf_model_use(m, s)) m->tp_be[s]->ops->free(m->tp_be[s], &m->tp_rope[s]);
@@ -355,6 +430,7 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
     m->tp_head = (int32_t)Hs;
     m->tp_head_kv = (int32_t)HKVs;
     rf_status st = upload_rope(m);
+    if (!st && multi) st = shard_vocab(m);
     if (st) {
         rf_model_unshard(m);
         return st;

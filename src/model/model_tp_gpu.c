@@ -32,7 +32,8 @@ rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_
 
 /* Bytes of weights shard s's GPU will hold: a 1/tp share of every layer matrix (K and V: the
  * shard's KV heads, replicated ones counted on each GPU), every layer vector whole, rope_freqs
- * on each GPU, the rest of the top-level tensors (embedding, final norm, LM head) on GPU 0. */
+ * and the final norm on each GPU, its rows of the embedding and of the LM head (the vocabulary
+ * split: whole rows, rf_tp_vocab_rows), any other top-level tensor on GPU 0. */
 static uint64_t shard_bytes(const rf_model *m, int s, int tp, int64_t hkv_s) {
     uint64_t total = 0;
     for (int64_t i = 0; i < rf_gguf_n_tensors(m->g); i++) {
@@ -43,7 +44,10 @@ static uint64_t shard_bytes(const rf_model *m, int s, int tp, int64_t hkv_s) {
             else if (strstr(nm, ".attn_k.") || strstr(nm, ".attn_v."))
                 total += t->n_bytes / (uint64_t)m->hp.n_head_kv * (uint64_t)hkv_s;
             else total += t->n_bytes / (uint64_t)tp;
-        } else if (s == 0 || strcmp(nm, "rope_freqs.weight") == 0) {
+        } else if ((strcmp(nm, "token_embd.weight") == 0 || strcmp(nm, "output.weight") == 0) && t->ne[1] > 0) {
+            const int64_t V = t->ne[1], step = rf_tp_vocab_step(V, tp), v0 = s * step, n = s == tp - 1 ? V - v0 : step;
+            total += t->n_bytes / (uint64_t)V * (uint64_t)n;
+        } else if (s == 0 || strcmp(nm, "rope_freqs.weight") == 0 || strcmp(nm, "output_norm.weight") == 0) {
             total += t->n_bytes;
         }
     }
@@ -119,6 +123,21 @@ rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n) {
 rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) {
     if (!m->tp_comm) return rf_tp_host_broadcast(m, t, n);
     return rf_tp_comm_broadcast(m->tp_comm, t, (size_t)n);
+}
+
+/* the LM head's logit slices into GPU 0's logits: a peer copy across GPUs, a host copy on CPU ranks */
+rf_status rf_tp_dev_gather(rf_model *m, int s, rf_tensor *dst, int64_t col0, const rf_tensor *src, int64_t rows,
+                           int64_t width) {
+    if (m->tp_gather) return rf_tp_gather_cols(m->tp_gather, s, dst, col0, src, rows, width);
+    if (rf_backend_on_device(m->tp_be[s]))
+        return rf_set_error(RF_ERR_UNSUPPORTED, "--tp: GPU ranks need the gather of their logits");
+    if (col0 < 0 || col0 + width > dst->ne[0] || rows > dst->ne[1] || rows > src->ne[1] || width > src->ne[0])
+        return rf_set_error(RF_ERR_INVALID_ARG, "--tp: gathering %lld x %lld logits of rank %d: bad shape",
+                            (long long)rows, (long long)width, s);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy((float *)dst->data + r * dst->ne[0] + col0, (const float *)src->data + r * src->ne[0],
+               (size_t)width * sizeof(float));
+    return RF_OK;
 }
 
 static bool tp_graphs_optin(void) {

@@ -1,6 +1,7 @@
-/* test_gpu_quant.c — dequantize, embedding lookup, quantized GEMV (1..8 tokens) and the cuBLAS
- * GEMM against rf_dequantize_row / rf_ref_get_rows / rf_ref_matmul on random blocks (random
- * quant bytes, seed printed), outputs poisoned first.
+/* test_gpu_quant.c — dequantize, embedding lookup (whole, and a shard's rows: get_rows_part),
+ * quantized GEMV (1..8 tokens) and the cuBLAS GEMM against rf_dequantize_row /
+ * rf_ref_get_rows(_part) / rf_ref_matmul on random blocks (random quant bytes, seed printed),
+ * outputs poisoned first.
  * Tolerances: dequantize f32 rel. L2 < 1e-6, f16 < 1e-3; GEMV on f16/bf16/f32 weights < 1e-5;
  * quantized GEMV vs the dequantized f32 reference: int8-x formats < 2 x x's own int8 rounding
  * (act_q8_rel's model), the others < 1e-2; GEMM (f16 operands) < 1e-2;
@@ -93,6 +94,24 @@ static void test_dequantize(void **state) {
             dev_to(gr, dg, 4 * n_in * 4);
             snprintf(what, sizeof what, "get_rows %s", rf_type_name(t));
             check_rel(what, gr, wr, 4 * n_in, 1e-6);
+            /* a shard's part (tensor parallelism by vocabulary rows): rows [r0, rows) of a table of
+             * rows + 2; ids inside give their row, ids elsewhere in the table zeros */
+            const int64_t r0 = rows / 2, rb = (int64_t)(bytes / (size_t)rows);
+            int32_t pids[4] = {(int32_t)(rows - 1), 0, (int32_t)(rows + 1), (int32_t)r0};
+            int32_t *dpid = dev_from(pids, sizeof pids);
+            rf_gpu_free(g_ctx, dg);
+            dg = dev_poison(4 * n_in * 4);
+            assert_int_equal(rf_gpu_get_rows_part(g_ctx, dg, (uint8_t *)dw + r0 * rb, t, dpid, 4, n_in, r0, rows - r0,
+                                                  rows + 2), RF_OK);
+            assert_int_equal(rf_ref_get_rows_part(wr, w + r0 * rb, t, pids, 4, n_in, r0, rows - r0, rows + 2), RF_OK);
+            dev_to(gr, dg, 4 * n_in * 4);
+            snprintf(what, sizeof what, "get_rows_part %s rows [%lld, %lld)", rf_type_name(t), (long long)r0,
+                     (long long)rows);
+            check_rel(what, gr, wr, 4 * n_in, 1e-6);
+            for (int k = 0; k < 4; k++) /* the zeros exact */
+                if (pids[k] < r0 || pids[k] >= rows)
+                    for (int64_t i = 0; i < n_in; i++) assert_true(gr[k * n_in + i] == 0.0f);
+            rf_gpu_free(g_ctx, dpid);
             rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, dh);
             rf_gpu_free(g_ctx, did), rf_gpu_free(g_ctx, dg);
             free(w), free(want), free(got), free(h), free(gr), free(wr);
@@ -107,6 +126,14 @@ static void test_dequantize(void **state) {
     assert_int_equal(rf_gpu_get_rows(g_ctx, dg, dw, RF_TYPE_F32, did, 2, 32, 2), RF_OK);
     dev_to(out, dg, sizeof out);
     assert_true(out[0] == 32.0f && isnan(out[32]));
+    /* the part of row 1 of 2: id 1 its row, id 7 outside the table NaNs, id 0 zeros */
+    int32_t pbad[3] = {1, 7, 0};
+    int32_t *dpb = dev_from(pbad, sizeof pbad);
+    float *dg3 = dev_poison(3 * 32 * 4), out3[96];
+    assert_int_equal(rf_gpu_get_rows_part(g_ctx, dg3, dw + 32, RF_TYPE_F32, dpb, 3, 32, 1, 1, 2), RF_OK);
+    dev_to(out3, dg3, sizeof out3);
+    assert_true(out3[0] == 32.0f && out3[31] == 63.0f && isnan(out3[32]) && out3[64] == 0.0f && out3[95] == 0.0f);
+    rf_gpu_free(g_ctx, dpb), rf_gpu_free(g_ctx, dg3);
     assert_int_equal(rf_gpu_dequantize(g_ctx, dg, RF_TYPE_F32, dw, RF_TYPE_Q4_0, 1, 33),
                      RF_ERR_INVALID_ARG);
     rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dg), rf_gpu_free(g_ctx, did);

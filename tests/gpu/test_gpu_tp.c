@@ -2,8 +2,11 @@
  *  - across real GPUs (when 2, and 4, are present; else skipped by name): --tp N loads one
  *    shard per GPU with NCCL all-reduces, and the tiny models of every architecture in f32 and
  *    q8_0 give the unsplit one-GPU forward's last-position logits within the one-device mode's
- *    tolerances and its 32 greedy tokens (or the same up to a near tie), f32 and f16 KV caches;
- *    each GPU's free memory is the same after the models are freed;
+ *    tolerances and its 32 greedy tokens (or the same up to a near tie), f32 and f16 KV caches,
+ *    and every prompt row's logits kept on GPU 0 for the sampler (each GPU's LM head rows
+ *    gathered there; a 2047-token vocabulary no N divides included); each GPU holds its rows of
+ *    the embedding and LM head, about 1/N of them (printed); each GPU's free memory is the same
+ *    after the models are freed;
  *  - the split on one GPU's kernels: the tp_one_device test hook puts every shard on the one device (O
  *    and down slices uploaded as weights of their own, a KV pool per shard, the in-process
  *    all-reduce), and the tiny models of every architecture in f32 and q8_0, split over 2 and 4
@@ -71,7 +74,12 @@ static const struct {
                {"tiny-llama2", "f32", false},   {"tiny-llama2", "q8_0", true},
                {"tiny-qwen3moe", "f32", false}, {"tiny-qwen3moe", "q8_0", true},
                {"tiny-gpt-oss", "f32", false},  {"tiny-gpt-oss", "q8_0", true},
-               {"tiny-gpt-oss", "mxfp4_moe", true}};
+               {"tiny-gpt-oss", "mxfp4_moe", true},
+               {"tiny-v2047", "f32", false},    {"tiny-v2047", "q8_0", true}};
+/* tiny with 2047 tokens (mkmodel --vocab): a vocabulary no shard count divides, so the last GPU
+ * of the vocabulary split holds more rows than the others (the presets' own sizes divide evenly) */
+#define ODD_VOCAB "tiny-v2047"
+#define ODD_VOCAB_ARGS "--preset tiny --vocab 2047"
 #define N_CASES (sizeof k_cases / sizeof *k_cases)
 
 static void model_path(char *buf, size_t cap, const char *preset, const char *type) {
@@ -91,8 +99,11 @@ static int setup(void **state) {
         char path[1200], cmd[4096];
         model_path(path, sizeof path, k_cases[c].preset, k_cases[c].type);
         if (access(path, R_OK) == 0) continue;
-        snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset %s --type %s -o '%s' >/dev/null 2>&1", g_dir,
-                 cli, k_cases[c].preset, k_cases[c].type, path);
+        char args[128];
+        if (strcmp(k_cases[c].preset, ODD_VOCAB) == 0) snprintf(args, sizeof args, "%s", ODD_VOCAB_ARGS);
+        else snprintf(args, sizeof args, "--preset %s", k_cases[c].preset);
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel %s --type %s -o '%s' >/dev/null 2>&1", g_dir, cli,
+                 args, k_cases[c].type, path);
         if (system(cmd) != 0) {
             fprintf(stderr, "test_gpu_tp: failed: %s\n", cmd);
             return -1;
@@ -126,6 +137,58 @@ static rf_status load(const char *path, int tp, rf_model **m) {
     return rf_model_load(path, &mp, m);
 }
 
+/* The vocabulary split across GPUs: the whole embedding and LM head are host views (uploaded
+ * nowhere), each GPU holds its rows of them (uploaded), about 1/N of their bytes each (V / N
+ * rounded down to 16 rows, the last GPU the rest); printed per GPU. */
+static void check_vocab_split(const rf_model *m, const char *path) {
+    const int N = m->tp;
+    const int64_t V = m->hp.n_vocab;
+    const bool tied = m->output.data == m->tok_embd.data;
+    const uint64_t whole = (uint64_t)m->tok_embd.nb1 * (uint64_t)V + (tied ? 0 : (uint64_t)m->output.nb1 * (uint64_t)V);
+    assert_false(m->tok_embd.owned);
+    assert_false(m->output.owned);
+    printf("  %s at tp %d: embedding + LM head %.1f KiB%s; each GPU's share:", path, N, whole / 1024.0,
+           tied ? " (tied)" : "");
+    int64_t rows = 0;
+    for (int s = 0; s < N; s++) {
+        int64_t v0, n;
+        rf_tp_vocab_rows(m, s, &v0, &n);
+        assert_int_equal(v0, rows);
+        rows += n;
+        assert_true(m->tp_embd[s].owned); /* uploaded to GPU s */
+        assert_int_equal(m->tp_embd[s].ne[1], n);
+        assert_int_equal(m->tp_lmhead[s].ne[1], n);
+        if (tied) assert_ptr_equal(m->tp_lmhead[s].data, m->tp_embd[s].data);
+        else assert_true(m->tp_lmhead[s].owned);
+        const uint64_t bytes = (uint64_t)m->tp_embd[s].nb1 * (uint64_t)n +
+                               (tied ? 0 : (uint64_t)m->tp_lmhead[s].nb1 * (uint64_t)n);
+        printf(" GPU %d %lld rows %.1f KiB (%.3f of it)", s, (long long)n, bytes / 1024.0, (double)bytes / (double)whole);
+        /* 1/N of the rows, the last GPU up to N * 16 rows more */
+        assert_true(n <= V / N + (int64_t)N * 16 && n + 16 > V / N);
+    }
+    printf("\n");
+    assert_int_equal(rows, V);
+}
+
+/* Every prompt position's logits from one step (n_out = N_PROMPT), kept on the backend as for
+ * the device sampler (GPU 0's f->logits: over several GPUs each GPU's LM head slice gathered
+ * there, rows of the whole vocabulary) and read back to out [N_PROMPT, n_vocab]. */
+static void prompt_rows_logits(rf_model *m, rf_type kvt, const int32_t *prompt, float *out) {
+    enum { NB = (N_PROMPT + BLOCK - 1) / BLOCK };
+    rf_fwd f;
+    if (rf_fwd_init(m, &f, NB, BLOCK, N_PROMPT, kvt, N_PROMPT)) fail_msg("fwd init: %s", rf_last_error());
+    int32_t table[NB], pos[N_PROMPT], seq[N_PROMPT], slot[N_PROMPT], rows[N_PROMPT];
+    for (int i = 0; i < NB; i++) table[i] = i;
+    for (int i = 0; i < N_PROMPT; i++) pos[i] = i, seq[i] = 0, slot[i] = i, rows[i] = i;
+    rf_batch b = {0};
+    b.n_tokens = N_PROMPT, b.ids = prompt, b.pos = pos, b.seq = seq, b.slot = slot, b.n_seqs = 1;
+    b.max_blocks = NB, b.block_size = BLOCK, b.block_table = table, b.n_out = N_PROMPT, b.out_rows = rows;
+    if (rf_forward(m, &f, &b, NULL)) fail_msg("forward (logits kept): %s", rf_last_error());
+    if (rf_model_use(m, 0) || m->be->ops->read_rows(m->be, &f.logits, 0, N_PROMPT, out))
+        fail_msg("read logits: %s", rf_last_error());
+    rf_fwd_free(m, &f);
+}
+
 /* Every preset and type at tp 2 and 4 (where tp divides the heads) against the unsplit one-GPU
  * model; `label` says where the shards ran. Returns the cases compared. */
 static int compare_splits(const char *label, int tp_max, double worst[2]) {
@@ -139,6 +202,7 @@ static int compare_splits(const char *label, int tp_max, double worst[2]) {
         if (load(path, 1, &m1)) fail_msg("load %s: %s", path, rf_last_error());
         const int32_t nv = m1->hp.n_vocab;
         float *lg1 = host_f32((size_t)nv), *lgN = host_f32((size_t)nv), margin1[N_GEN], marginN[N_GEN];
+        float *rows1 = host_f32((size_t)nv * N_PROMPT), *rowsN = host_f32((size_t)nv * N_PROMPT);
         int32_t gen1[N_GEN], genN[N_GEN], prompt[N_PROMPT];
         for (int i = 0; i < N_PROMPT; i++) prompt[i] = (i * 131 + 7) % nv;
         for (int tp = 2; tp <= tp_max; tp *= 2) {
@@ -151,6 +215,7 @@ static int compare_splits(const char *label, int tp_max, double worst[2]) {
             }
             if (st) fail_msg("load %s at tp %d (%s): %s", path, tp, label, rf_last_error());
             assert_int_equal(mN->tp, tp);
+            if (mN->tp_be) check_vocab_split(mN, path); /* across GPUs: each GPU's rows of the vocabulary */
             for (int kvi = 0; kvi < 2; kvi++) {
                 const rf_type kvt = kvi ? RF_TYPE_F16 : RF_TYPE_F32;
                 rf_seq_run(m1, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lg1, gen1, margin1);
@@ -178,12 +243,24 @@ static int compare_splits(const char *label, int tp_max, double worst[2]) {
                 assert_true(rel < tol || pgap < ROUTER_TIE);
                 assert_true(same == N_GEN || margin1[same] < ARGMAX_TIE || rgap < ROUTER_TIE);
                 if (rel > worst[ti]) worst[ti] = rel;
+                /* every prompt row's logits kept on GPU 0 (the sampler's buffer): the gathered slices
+                 * of the vocabulary split over several rows, with the same tolerance */
+                prompt_rows_logits(m1, kvt, prompt, rows1);
+                prompt_rows_logits(mN, kvt, prompt, rowsN);
+                const double rel_rows = rf_rel_l2(rowsN, rows1, (size_t)nv * N_PROMPT);
+                if (rel_rows >= tol && pgap == INFINITY && m1->hp.n_expert > 0 && ti) /* as for the last row */
+                    pgap = twin_router_gap(path, kvt, prompt, gen1, 0);
+                printf("  %-12s %-5s KV %-3s tp %d %s: all %d prompt rows' logits on GPU 0 rel L2 %.3g\n", preset, type,
+                       rf_type_name(kvt), tp, label, N_PROMPT, rel_rows);
+                assert_true(rel_rows < tol || pgap < ROUTER_TIE);
                 cases++;
             }
             rf_model_free(mN);
         }
         free(lg1);
         free(lgN);
+        free(rows1);
+        free(rowsN);
         rf_model_free(m1);
     }
     return cases;

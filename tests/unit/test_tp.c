@@ -40,9 +40,15 @@
 static char g_dir[1024];
 
 /* (the mixtures of experts: every expert split inside, the router replicated) */
+/* "tiny-v2047": tiny with a vocabulary of 2047 tokens (mkmodel --vocab), which no shard count
+ * divides: the vocabulary split's last shard takes the remainder (every tiny preset's own size,
+ * 2048 or 3072, divides evenly at 2 and 4) */
 static const char *const k_presets[] = {"tiny",       "tiny-qwen2",    "tiny-gemma3",   "tiny-llama2",
                                          "tiny-qwen3", "tiny-smollm3",  "tiny-mistral3", "tiny-phi3",
-                                         "tiny-qwen3moe", "tiny-gpt-oss"};
+                                         "tiny-qwen3moe", "tiny-gpt-oss", "tiny-v2047"};
+#define ODD_VOCAB "tiny-v2047"
+#define ODD_VOCAB_ARGS "--preset tiny --vocab 2047"
+
 static const char *const k_types[] = {"f32", "q8_0"};
 
 static void model_path(char *buf, size_t cap, const char *preset, const char *type) {
@@ -58,8 +64,11 @@ static int setup(void **state) {
         for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++) {
             char path[1200], cmd[4096];
             model_path(path, sizeof path, k_presets[p], k_types[t]);
-            snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --preset %s --type %s -o '%s' >/dev/null 2>&1", g_dir,
-                     cli, k_presets[p], k_types[t], path);
+            char args[128];
+            if (strcmp(k_presets[p], ODD_VOCAB) == 0) snprintf(args, sizeof args, "%s", ODD_VOCAB_ARGS);
+            else snprintf(args, sizeof args, "--preset %s", k_presets[p]);
+            snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel %s --type %s -o '%s' >/dev/null 2>&1", g_dir, cli,
+                     args, k_types[t], path);
             if (system(cmd) != 0) return -1;
         }
     char path[1200], cmd[4096];
@@ -151,15 +160,69 @@ static void test_sharded_vs_unsharded(void **state) {
         }
 }
 
+/* The vocabulary split of a model on CPU ranks: rank s holds rows rf_tp_vocab_rows(s) of the
+ * embedding and the LM head, views at those rows of the whole (a tied head: the embedding's
+ * slice), the ranks' rows covering the vocabulary once, each about 1/tp of it (V / tp rounded
+ * down to 16 rows; the last rank takes the remainder). Prints each rank's bytes of embedding +
+ * head and their share of the whole. */
+static void check_vocab_split(const rf_model *m, const char *preset, const char *type, int tp) {
+    const int64_t V = m->hp.n_vocab;
+    int64_t next = 0;
+    const bool tied = m->output.data == m->tok_embd.data;
+    const uint64_t whole = (uint64_t)m->tok_embd.nb1 * (uint64_t)V + (tied ? 0 : (uint64_t)m->output.nb1 * (uint64_t)V);
+    printf("  %-12s %-5s tp %d: vocabulary %lld%s, embedding + LM head %.1f KiB whole; per rank:", preset, type, tp,
+           (long long)V, V % tp ? " (not divisible)" : "", whole / 1024.0);
+    for (int s = 0; s < tp; s++) {
+        int64_t v0, n;
+        rf_tp_vocab_rows(m, s, &v0, &n);
+        assert_int_equal(v0, next);
+        next = v0 + n;
+        if (s < tp - 1) { /* V / tp rounded down to 16 rows */
+            assert_int_equal(n % 16, 0);
+            assert_true(n <= V / tp && V / tp - n < 16);
+        } else { /* the rest: fewer than tp * 16 rows over V / tp */
+            assert_true(n >= V / tp && n - V / tp < (int64_t)tp * 16);
+        }
+        assert_int_equal(m->tp_embd[s].ne[1], n);
+        assert_ptr_equal(m->tp_embd[s].data, (const char *)m->tok_embd.data + (size_t)v0 * m->tok_embd.nb1);
+        assert_int_equal(m->tp_lmhead[s].ne[1], n);
+        assert_ptr_equal(m->tp_lmhead[s].data, (const char *)m->output.data + (size_t)v0 * m->output.nb1);
+        const uint64_t bytes = (uint64_t)m->tp_embd[s].nb1 * (uint64_t)n +
+                               (tied ? 0 : (uint64_t)m->tp_lmhead[s].nb1 * (uint64_t)n);
+        printf(" %lld rows %.1f KiB (%.3f)", (long long)n, bytes / 1024.0, (double)bytes / (double)whole);
+    }
+    printf("\n");
+    assert_int_equal(next, V);
+}
+
+/* Every prompt position's logits from one step (n_out = N_PROMPT: the LM head over several rows,
+ * on CPU ranks each rank's slice gathered into rank 0's logits), kept on the backend as for a
+ * device sampler (kept) or written to host memory, into out [N_PROMPT, n_vocab]. */
+static void prompt_rows_logits(rf_model *m, rf_type kvt, const int32_t *prompt, bool kept, float *out) {
+    enum { NB = (N_PROMPT + BLOCK - 1) / BLOCK };
+    rf_fwd f;
+    if (rf_fwd_init(m, &f, NB, BLOCK, N_PROMPT, kvt, N_PROMPT)) fail_msg("fwd init: %s", rf_last_error());
+    int32_t table[NB], pos[N_PROMPT], seq[N_PROMPT], slot[N_PROMPT], rows[N_PROMPT];
+    for (int i = 0; i < NB; i++) table[i] = i;
+    for (int i = 0; i < N_PROMPT; i++) pos[i] = i, seq[i] = 0, slot[i] = i, rows[i] = i;
+    rf_batch b = {0};
+    b.n_tokens = N_PROMPT, b.ids = prompt, b.pos = pos, b.seq = seq, b.slot = slot, b.n_seqs = 1;
+    b.max_blocks = NB, b.block_size = BLOCK, b.block_table = table, b.n_out = N_PROMPT, b.out_rows = rows;
+    if (rf_forward(m, &f, &b, kept ? NULL : out)) fail_msg("forward: %s", rf_last_error());
+    if (kept && m->be->ops->read_rows(m->be, &f.logits, 0, N_PROMPT, out)) fail_msg("read: %s", rf_last_error());
+    rf_fwd_free(m, &f);
+}
+
 /* The tp_cpu_ranks test hook (RF_TP_CPU_RANKS=1 for rocmforge-test): the several-GPU code path (a backend, buffers and KV pools per rank, the
- * ops between products on every rank, the all-reduce and the embedding broadcast between
- * ranks) on CPU backends. Its all-reduce sums in rank order as the one-backend split does and
+ * ops between products on every rank, the all-reduces between ranks, the embedding and the LM
+ * head split by vocabulary rows with the logits gathered on rank 0) on CPU backends. Its all-reduce sums in rank order as the one-backend split does and
  * every rank computes the same ops on the same inputs, so the logits and greedy tokens must be
  * bit-identical to the one-backend split's (which test_sharded_vs_unsharded compares with the
- * unsplit model). */
+ * unsplit model), also for every prompt row's logits from one step (kept on the backend or
+ * written to host memory: the LM head's slices gathered over several rows). */
 static void test_cpu_ranks_vs_one_backend(void **state) {
     (void)state;
-    int cases = 0;
+    int cases = 0, odd = 0;
     for (size_t pi = 0; pi < sizeof k_presets / sizeof *k_presets; pi++)
         for (size_t ti = 0; ti < sizeof k_types / sizeof *k_types; ti++) {
             char path[1200];
@@ -179,8 +242,11 @@ static void test_cpu_ranks_vs_one_backend(void **state) {
                 if (sr) fail_msg("load %s at tp %d with CPU ranks: %s", path, tp, rf_last_error());
                 assert_non_null(mR->tp_be);
                 assert_int_equal(mR->tp, tp);
+                check_vocab_split(mR, k_presets[pi], k_types[ti], tp);
+                if (mR->hp.n_vocab % tp) odd++;
                 const int32_t nv = mS->hp.n_vocab;
                 float *lgS = malloc((size_t)nv * 4), *lgR = malloc((size_t)nv * 4), mgS[N_GEN], mgR[N_GEN];
+                float *rowsS = malloc((size_t)nv * N_PROMPT * 4), *rowsR = malloc((size_t)nv * N_PROMPT * 4);
                 int32_t genS[N_GEN], genR[N_GEN], prompt[N_PROMPT];
                 for (int i = 0; i < N_PROMPT; i++) prompt[i] = (i * 131 + 7) % nv;
                 for (int kvi = 0; kvi < 2; kvi++) {
@@ -189,15 +255,24 @@ static void test_cpu_ranks_vs_one_backend(void **state) {
                     rf_seq_run(mR, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lgR, genR, mgR);
                     assert_memory_equal(lgR, lgS, (size_t)nv * 4);
                     assert_memory_equal(genR, genS, sizeof genS);
+                    for (int kept = 0; kept < 2; kept++) { /* every prompt row: the head's slices over 24 rows */
+                        prompt_rows_logits(mS, kvt, prompt, kept, rowsS);
+                        prompt_rows_logits(mR, kvt, prompt, kept, rowsR);
+                        assert_memory_equal(rowsR, rowsS, (size_t)nv * N_PROMPT * 4);
+                    }
                     cases++;
                 }
                 free(lgS);
                 free(lgR);
+                free(rowsS);
+                free(rowsR);
                 rf_model_free(mS);
                 rf_model_free(mR);
             }
         }
-    printf("  CPU ranks (the several-GPU code path): %d cases bit-identical to the one-backend split\n", cases);
+    printf("  CPU ranks (the several-GPU code path): %d cases bit-identical to the one-backend split (%d splits with a "
+           "vocabulary no shard count divides)\n", cases, odd);
+    assert_true(odd > 0);
 }
 
 static void test_refused_splits(void **state) {

@@ -252,6 +252,21 @@ static rf_status cpu_get_rows(rf_backend *be, rf_tensor *y, const rf_tensor *w, 
     return RF_OK;
 }
 
+/* a shard's part of a lookup split by vocabulary rows: w holds rows [r0, r0 + w.ne[1]) of n_all */
+static rf_status cpu_get_rows_part(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_batch *b, int64_t r0,
+                                   int64_t n_all) {
+    const int32_t *ids = b->ids;
+    for (int64_t t = 0; t < b->n_tokens; t++)
+        if (ids[t] < 0 || ids[t] >= n_all)
+            return rf_set_error(RF_ERR_RANGE, "token id %d outside the vocabulary [0, %lld)", ids[t], (long long)n_all);
+    for (int64_t t = 0; t < b->n_tokens; t++) {
+        float *yt = (float *)y->data + t * w->ne[0];
+        if (ids[t] < r0 || ids[t] >= r0 + w->ne[1]) memset(yt, 0, (size_t)w->ne[0] * sizeof(float));
+        else rf_cpu_row_to_f32(w->type, (const char *)w->data + (size_t)(ids[t] - r0) * w->nb1, yt, w->ne[0]);
+    }
+    return RF_OK;
+}
+
 static rf_status cpu_gather_rows(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_batch *b,
                                  int64_t n) {
     for (int64_t i = 0; i < b->n_out; i++)
@@ -456,6 +471,7 @@ static const rf_backend_ops cpu_ops = {
     .read_rows = cpu_read_rows,
     .batch_upload = NULL,
     .get_rows = cpu_get_rows,
+    .get_rows_part = cpu_get_rows_part,
     .matmul = rf_cpu_matmul,
     .add_bias = cpu_add_bias,
     .rmsnorm = cpu_rmsnorm,

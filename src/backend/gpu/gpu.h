@@ -184,6 +184,10 @@ rf_status rf_gpu_dequantize(rf_gpu_ctx *ctx, void *dst, rf_type dst_type, const 
  * (the host cannot see device ids without a round trip). */
 rf_status rf_gpu_get_rows(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
                           const int32_t *ids, int64_t n_ids, int64_t n_in, int64_t n_rows);
+/* rf_ref_get_rows_part's contract with device ids (a shard's part of a lookup split by rows: W
+ * rows [r0, r0 + n_rows) of n_all; zeros for ids elsewhere); an id outside [0, n_all): NaNs. */
+rf_status rf_gpu_get_rows_part(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const int32_t *ids,
+                               int64_t n_ids, int64_t n_in, int64_t r0, int64_t n_rows, int64_t n_all);
 /* y = W x (rf_ref_matmul's contract). n_tokens <= 8 and a GEMV type: quantized GEMV kernel
  * (x quantized to int8 per 32 for quantized W); otherwise GEMM: W dequantized to f16 in scratch,
  * x to f16, cuBLAS GemmEx with f32 accumulation. W must come from rf_gpu_alloc (tail padding).

@@ -87,6 +87,13 @@ static rf_status g_get_rows(rf_backend *be, rf_tensor *y, const rf_tensor *w, co
     return rf_gpu_get_rows(GX(be)->ctx, y->data, w->data, w->type, dev_of(b)->ids, b->n_tokens, w->ne[0], w->ne[1]);
 }
 
+static rf_status g_get_rows_part(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_batch *b, int64_t r0,
+                                 int64_t n_all) {
+    NEED_DEV(b, "get_rows_part");
+    return rf_gpu_get_rows_part(GX(be)->ctx, y->data, w->data, w->type, dev_of(b)->ids, b->n_tokens, w->ne[0], r0,
+                                w->ne[1], n_all);
+}
+
 static rf_status g_add_bias(rf_backend *be, rf_tensor *y, const rf_tensor *b, int64_t rows, int64_t n) {
     return rf_gpu_add_bias(GX(be)->ctx, y->data, b->data, rows, n);
 }
@@ -427,6 +434,7 @@ static const rf_backend_ops gpu_ops = {
     .read_rows = g_read_rows,
     .batch_upload = rf_gbe_batch_upload,
     .get_rows = g_get_rows,
+    .get_rows_part = g_get_rows_part,
     .matmul = rf_gbe_matmul,
     .add_bias = g_add_bias,
     .matmul_bias = rf_gbe_matmul_bias,

@@ -146,21 +146,29 @@ static bool rf_dq_rows_launch(rf_gpu_ctx *ctx, T *dst, const uint8_t *s, int t, 
 #undef RF_DQR
 }
 
-/* get_rows: y[k, :] = dequantize(row ids[k] of W); an id outside [0, n_rows) gives NaNs.
+/* get_rows: y[k, :] = dequantize(row ids[k] - r0 of W) where that row is W's, else zeros (a
+ * shard's part of a lookup split by rows: W is rows [r0, r0 + n_rows) of n_all); an id outside
+ * [0, n_all) gives NaNs. The whole table: r0 = 0, n_all = n_rows.
  * in: W n_rows rows of n_in elements (type t), ids int32 [n_ids]; out: y f32 [n_ids, n_in]
- * launch: one thread per output element, grid-stride. twin rf_ref_get_rows; exact (f32). */
+ * launch: one thread per output element, grid-stride. twin rf_ref_get_rows(_part); exact (f32). */
 __global__ void rf_k_get_rows(float *y, const uint8_t *w, int t, const int32_t *ids, int64_t n_ids,
-                              int64_t n_in, int64_t n_rows, int64_t row_bytes, int bs, int bb) {
+                              int64_t n_in, int64_t r0, int64_t n_rows, int64_t n_all, int64_t row_bytes, int bs,
+                              int bb) {
     const int64_t total = n_ids * n_in;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
          e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t k = e / n_in, i = e % n_in;
         const int32_t id = ids[k];
-        if (id < 0 || id >= n_rows) {
+        if (id < 0 || id >= n_all) {
             y[e] = __int_as_float(0x7fc00000);
             continue;
         }
-        const uint8_t *blk = w + (int64_t)id * row_bytes + (i / bs) * bb;
+        const int64_t r = (int64_t)id - r0;
+        if (r < 0 || r >= n_rows) {
+            y[e] = 0.0f;
+            continue;
+        }
+        const uint8_t *blk = w + r * row_bytes + (i / bs) * bb;
         y[e] = rf_dq_elem(t, blk, (int)(i % bs));
     }
 }
@@ -219,19 +227,26 @@ extern "C" rf_status rf_gpu_dequantize(rf_gpu_ctx *ctx, void *dst, rf_type dst_t
     return RF_GPU_LAUNCHED(ctx, "rf_k_dequantize");
 }
 
-extern "C" rf_status rf_gpu_get_rows(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
-                                     const int32_t *ids, int64_t n_ids, int64_t n_in,
-                                     int64_t n_rows) {
+extern "C" rf_status rf_gpu_get_rows_part(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
+                                          const int32_t *ids, int64_t n_ids, int64_t n_in, int64_t r0,
+                                          int64_t n_rows, int64_t n_all) {
     int64_t rb;
     rf_status st = rf_gpu_row_bytes("rf_gpu_get_rows", wtype, n_in, &rb);
     if (st) return st;
-    RF_GPU_REQUIRE(n_ids >= 0 && n_rows >= 1, "rf_gpu_get_rows", "n_ids=%lld n_rows=%lld",
-                   (long long)n_ids, (long long)n_rows);
+    RF_GPU_REQUIRE(n_ids >= 0 && n_rows >= 1 && r0 >= 0 && r0 + n_rows <= n_all, "rf_gpu_get_rows",
+                   "n_ids=%lld rows [%lld, %lld) of %lld", (long long)n_ids, (long long)r0,
+                   (long long)(r0 + n_rows), (long long)n_all);
     const int64_t total = n_ids * n_in;
     if (total == 0) return RF_OK;
     const int bs = rf_gq_block((int)wtype), bb = rf_gq_bytes((int)wtype), ti = (int)wtype;
     const uint8_t *wp = (const uint8_t *)w;
-    rf_k_get_rows<<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(y, wp, ti, ids, n_ids, n_in,
-                                                                      n_rows, rb, bs, bb);
+    rf_k_get_rows<<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(y, wp, ti, ids, n_ids, n_in, r0,
+                                                                      n_rows, n_all, rb, bs, bb);
     return RF_GPU_LAUNCHED(ctx, "rf_k_get_rows");
+}
+
+extern "C" rf_status rf_gpu_get_rows(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
+                                     const int32_t *ids, int64_t n_ids, int64_t n_in,
+                                     int64_t n_rows) {
+    return rf_gpu_get_rows_part(ctx, y, w, wtype, ids, n_ids, n_in, 0, n_rows, n_rows);
 }

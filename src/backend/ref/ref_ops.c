@@ -205,6 +205,23 @@ rf_status rf_ref_get_rows(float *y, const void *w, rf_type wtype, const int32_t 
     return RF_OK;
 }
 
+rf_status rf_ref_get_rows_part(float *y, const void *w, rf_type wtype, const int32_t *ids, int64_t n_ids,
+                               int64_t n_in, int64_t r0, int64_t n_rows, int64_t n_all) {
+    for (int64_t t = 0; t < n_ids; t++) {
+        if (ids[t] < 0 || ids[t] >= n_all)
+            return rf_set_error(RF_ERR_RANGE, "rf_ref_get_rows_part: id %d at %lld outside [0, %lld)", ids[t],
+                                (long long)t, (long long)n_all);
+        const int32_t local = (int32_t)(ids[t] - r0);
+        if (ids[t] < r0 || ids[t] >= r0 + n_rows) {
+            memset(y + t * n_in, 0, (size_t)n_in * sizeof(float));
+            continue;
+        }
+        rf_status st = rf_ref_get_rows(y + t * n_in, w, wtype, &local, 1, n_in, n_rows);
+        if (st) return st;
+    }
+    return RF_OK;
+}
+
 /* ---- attention --------------------------------------------------------------------------- */
 
 /* Softmax of n scores in place with one more logit `sink` that has no value row (attention

@@ -69,6 +69,11 @@ rf_status rf_ref_matmul(float *y, const void *w, rf_type wtype, const float *x, 
  * RF_ERR_RANGE if an id is outside [0, n_rows). */
 rf_status rf_ref_get_rows(float *y, const void *w, rf_type wtype, const int32_t *ids,
                           int64_t n_ids, int64_t n_in, int64_t n_rows);
+/* A shard's part of a lookup split by rows (tensor parallelism): w holds rows [r0, r0 + n_rows)
+ * of a table of n_all rows; y[t] = row ids[t] - r0 of w where the id falls there, else zeros.
+ * RF_ERR_RANGE for an id outside [0, n_all). */
+rf_status rf_ref_get_rows_part(float *y, const void *w, rf_type wtype, const int32_t *ids, int64_t n_ids,
+                               int64_t n_in, int64_t r0, int64_t n_rows, int64_t n_all);
 
 /* Attention, grouped-query. q [n_q, n_head, head_dim]; k, v [n_kv, n_head_kv, head_dim]
  * (all f32, row-major); out [n_q, n_head, head_dim]. Query head h reads kv head
