@@ -555,5 +555,8 @@ int main(void) {
         cmocka_unit_test(test_split_p2p_vs_nccl),
         cmocka_unit_test(test_collective_timeout),
     };
+    /* RF_TEST_FILTER='test_p2p_*': the p2p all-reduce's cases and its timing alone (a quick run) */
+    const char *f = getenv("RF_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
     return cmocka_run_group_tests(tests, setup, NULL);
 }
