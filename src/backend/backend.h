@@ -441,9 +441,12 @@ rf_status rf_tp_peer_check(rf_backend *const *bes, int n);
 /* The communicator over n GPU backends (rank r = bes[r]), created once: NCCL; RF_ERR_UNSUPPORTED
  * naming libnccl.so.2 where NCCL is missing, RF_ERR_DEVICE with NCCL's message where its init
  * fails. The collectives are in place over f32 tensors bufs[r] on rank r's GPU, enqueued on each
- * backend's stream as one NCCL group: a sum all-reduce, and a broadcast from rank 0. */
+ * backend's stream as one NCCL group: a sum all-reduce, and a broadcast from rank 0. All-reduces
+ * of up to p2p_max floats go through the peer-to-peer kernels instead (gpu_tp_p2p.h) where
+ * RF_TP_ALLREDUCE and the GPUs allow (RF_TP_ALLREDUCE=p2p where they do not: the error says why). */
 typedef struct rf_tp_comm rf_tp_comm;
-rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **out);
+#define RF_TP_P2P_MAX_TOKENS 256 /* the peer-to-peer all-reduce takes steps of up to this many tokens */
+rf_status rf_tp_comm_new(rf_backend *const *bes, int n, size_t p2p_max, rf_tp_comm **out);
 rf_status rf_tp_comm_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n);
 rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs, size_t n);
 void rf_tp_comm_free(rf_tp_comm *t);

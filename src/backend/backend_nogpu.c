@@ -41,8 +41,8 @@ rf_status rf_tp_peer_check(rf_backend *const *bes, int n) {
     (void)bes, (void)n;
     return no_gpu();
 }
-rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **out) {
-    (void)bes, (void)n;
+rf_status rf_tp_comm_new(rf_backend *const *bes, int n, size_t p2p_max, rf_tp_comm **out) {
+    (void)bes, (void)n, (void)p2p_max;
     *out = NULL;
     return no_gpu();
 }

@@ -74,6 +74,7 @@ static bool parse_float(const char *s, double *out) {
 /* The string knobs with a fixed set of spellings. */
 static bool string_ok(rf_knob k, const char *s) {
     static const char *const levels[] = {"error", "warn", "warning", "info", "debug", "0", "1", "2", "3"};
+    if (k == RF_KNOB_TP_ALLREDUCE) return !strcmp(s, "auto") || !strcmp(s, "nccl") || !strcmp(s, "p2p");
     if (k != RF_KNOB_LOG) return true;
     for (size_t i = 0; i < sizeof levels / sizeof *levels; i++)
         if (!strcasecmp(s, levels[i])) return true;
@@ -85,7 +86,9 @@ static const char *expect_text(const rf_knob_info *in, char *buf, size_t n) {
     case RF_KNOB_BOOL: return "a boolean (1/true/yes/on or 0/false/no/off)";
     case RF_KNOB_INT: snprintf(buf, n, "an integer from %lld to %lld", (long long)in->lo, (long long)in->hi); return buf;
     case RF_KNOB_FLOAT: return "a finite number";
-    case RF_KNOB_STRING: return in == &g_info[RF_KNOB_LOG] ? "error, warn, info, debug or 0-3" : "text";
+    case RF_KNOB_STRING:
+        if (in == &g_info[RF_KNOB_TP_ALLREDUCE]) return "auto, nccl or p2p";
+        return in == &g_info[RF_KNOB_LOG] ? "error, warn, info, debug or 0-3" : "text";
     }
     return "?";
 }

@@ -20,8 +20,8 @@ typedef struct rf_test_hooks {
                                 "X-RF-Test-Output: <JSON string>" replaces a chat answer's text */
     bool tp_one_device;      /* --tp N on a GPU: every shard on the one device, one after another */
     bool tp_cpu_ranks;       /* --tp N on the CPU through the several-GPU path (a backend per rank) */
-    /* --tp over GPUs: rank tp_skip_rank - 1 (0 = none) leaves out its share of every NCCL
-     * collective from the tp_skip_from-th (counted from 1 per split) on: a peer that stopped,
+    /* --tp over GPUs: rank tp_skip_rank - 1 (0 = none) leaves out its share of every
+     * collective (NCCL's calls, the p2p all-reduce's kernel) from the tp_skip_from-th (counted from 1 per split) on: a peer that stopped,
      * so the other ranks' collectives never finish and the step's wait must time out */
     int tp_skip_rank;
     int64_t tp_skip_from;

@@ -106,7 +106,8 @@ rf_status rf_tp_open(rf_model *m, int32_t tp, int first) {
     if (!rf_knob_bool(RF_KNOB_TP_NO_PEER_OK)) {
         if ((st = rf_tp_peer_check(m->tp_be, tp))) return st;
     }
-    if ((st = rf_tp_comm_new(m->tp_be, tp, &m->tp_comm))) return st;
+    /* all-reduces of n_embd floats a token: decode steps of up to 256 tokens peer to peer */
+    if ((st = rf_tp_comm_new(m->tp_be, tp, (size_t)RF_TP_P2P_MAX_TOKENS * (size_t)hp->n_embd, &m->tp_comm))) return st;
     /* a recorded step is one graph over every GPU, launched by GPU 0's sample (docs/tp.md) */
     for (int s = 1; s < tp; s++) {
         if ((st = rf_model_use(m, s))) return st;

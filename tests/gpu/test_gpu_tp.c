@@ -19,7 +19,10 @@
  *  - a split over more GPUs than present is refused, naming the counts;
  *  - hang detection (2 GPUs): with rank 1 leaving out its collectives from the second step on
  *    (the tp_skip test hook: a peer that stopped), that step fails with RF_ERR_DEVICE naming
- *    RF_TP_TIMEOUT_MS within the timeout (+ 10 s), the next fails at once, and the model frees.
+ *    RF_TP_TIMEOUT_MS within the timeout (+ 10 s), the next fails at once, and the model frees;
+ *    with NCCL's all-reduce (blocking and non-blocking communicators) and the p2p one;
+ *  - the peer-to-peer all-reduce (2+ GPUs): its own cases (gpu_p2p_cases.h: sums, graphs, the
+ *    timeout, µs per call against NCCL), and the split forward with it against NCCL's.
  * Skips (77) without a GPU. */
 #include "gpu_test_common.h"
 #include "core/knobs.h"
@@ -32,6 +35,8 @@
 #include <unistd.h>
 
 #include "backend/gpu/gpu_nccl.h"
+#include "gpu_p2p_cases.h"
+#include "rocmforge/engine.h"
 #include "test_seq.h"
 
 /* The split reorders O's and down's sums only, but on the GPU a prompt of more than 8 tokens
@@ -303,8 +308,9 @@ static void split_across(int tp_max) {
     char label[64];
     snprintf(label, sizeof label, "across %d GPUs", tp_max);
     int cases = compare_splits(label, tp_max, worst);
-    printf("  split across GPUs (up to %d): %d cases, worst logits rel L2 %.3g (f32) / %.3g (q8_0); NCCL %d\n", tp_max,
-           cases, worst[0], worst[1], rf_gpu_nccl_version());
+    printf("  split across GPUs (up to %d): %d cases, worst logits rel L2 %.3g (f32) / %.3g (q8_0); NCCL %d; "
+           "RF_TP_ALLREDUCE=%s (auto: the p2p all-reduce where the GPUs allow)\n", tp_max, cases, worst[0], worst[1],
+           rf_gpu_nccl_version(), rf_knob_str(RF_KNOB_TP_ALLREDUCE));
     /* a load, a sequence and a free of a split give every GPU's memory back: measured after the
      * comparisons above (the runtime loads kernels lazily and keeps them: not a leak), then after
      * one more cycle; 16 MiB for the runtime's own pools */
@@ -379,20 +385,24 @@ static double wall_ms(void) {
  * step's first all-reduce on, so rank 0's all-reduce waits for it forever on the GPU. The step's
  * wait (the logits' download) must give up after RF_TP_TIMEOUT_MS, abort NCCL and fail naming
  * the knob; the next step fails at once (the communicators are gone); freeing returns. With
- * blocking communicators (the default) and non-blocking ones (RF_TP_NCCL_NONBLOCKING=1). */
-static void timeout_case(bool nonblocking) {
+ * blocking communicators (the default) and non-blocking ones (RF_TP_NCCL_NONBLOCKING=1), NCCL's
+ * all-reduce; and the p2p all-reduce (RF_TP_ALLREDUCE=p2p: its kernel on rank 0 gives up on the
+ * GPU after the timeout, the later ones at once, and the host's wait reports it). */
+static void timeout_case(bool nonblocking, const char *allreduce) {
     /* read when the communicators are created: 5 s instead of the default minute */
     assert_int_equal(rf_knob_override(RF_KNOB_TP_TIMEOUT_MS, "5000"), RF_OK);
     assert_int_equal(rf_knob_override(RF_KNOB_TP_NCCL_NONBLOCKING, nonblocking ? "1" : NULL), RF_OK);
+    assert_int_equal(rf_knob_override(RF_KNOB_TP_ALLREDUCE, allreduce), RF_OK);
     const int64_t timeout = rf_knob_int(RF_KNOB_TP_TIMEOUT_MS);
     assert_true(timeout == 5000);
-    const char *mode = nonblocking ? "non-blocking" : "blocking";
+    char mode[96];
+    snprintf(mode, sizeof mode, "%s communicators, %s all-reduce", nonblocking ? "non-blocking" : "blocking", allreduce);
     char path[1200];
     model_path(path, sizeof path, "tiny", "q8_0");
     rf_model *m = NULL;
     double t0 = wall_ms();
     if (load(path, 2, &m)) fail_msg("load %s at tp 2 (%s communicators): %s", path, mode, rf_last_error());
-    printf("  collective timeout, %s communicators: loaded at tp 2 in %.0f ms\n", mode, wall_ms() - t0);
+    printf("  collective timeout, %s: loaded at tp 2 in %.0f ms\n", mode, wall_ms() - t0);
     const int32_t nv = m->hp.n_vocab, n_blocks = 2;
     int32_t table[2] = {1, 0}, prompt[8];
     for (int i = 0; i < 8; i++) prompt[i] = (i * 131 + 7) % nv;
@@ -428,6 +438,7 @@ static void timeout_case(bool nonblocking) {
     free(lg);
     rf_knob_override(RF_KNOB_TP_TIMEOUT_MS, NULL);
     rf_knob_override(RF_KNOB_TP_NCCL_NONBLOCKING, NULL);
+    rf_knob_override(RF_KNOB_TP_ALLREDUCE, NULL);
 }
 
 static void test_collective_timeout(void **state) {
@@ -438,8 +449,120 @@ static void test_collective_timeout(void **state) {
         printf("  collective timeout: skipped, %d GPU(s) present (needs 2)\n", have);
         skip();
     }
-    timeout_case(false);
-    timeout_case(true);
+    timeout_case(false, "nccl");
+    timeout_case(true, "nccl");
+    timeout_case(false, "p2p");
+}
+
+/* The whole split forward with the p2p all-reduce against the same split with NCCL's: every
+ * preset and type at tp 2, the logits within the split's tolerances of each other (both add
+ * x0 + x1: equal bits are expected; the bound is the split's, a reordered sum) and the greedy
+ * tokens equal or parting where NCCL's run had a near tie;
+ * then an engine with the decode graphs (tiny q8_0, 4 sequences of 24 tokens) gives the same
+ * tokens either way. */
+static rf_status load_mode(const char *path, int tp, const char *mode, rf_model **m) {
+    assert_int_equal(rf_knob_override(RF_KNOB_TP_ALLREDUCE, mode), RF_OK);
+    rf_status st = load(path, tp, m);
+    rf_knob_override(RF_KNOB_TP_ALLREDUCE, NULL);
+    return st;
+}
+
+static bool on_tok(const rf_event *ev, void *user) {
+    int32_t *o = user; /* o[0]: count, then the tokens */
+    if (rf_event_get_kind(ev) == RF_EVENT_TOKEN && o[0] < 32) o[1 + o[0]++] = rf_event_token(ev);
+    return true;
+}
+
+static void engine_tokens(rf_model *m, int32_t out[4][33]) {
+    rf_engine_config *c = rf_engine_config_new();
+    rf_engine_config_set(c, RF_ENGINE_CTX, 256);
+    rf_engine_config_set(c, RF_ENGINE_PARALLEL, 4);
+    rf_engine *e = NULL;
+    if (rf_engine_new(m, c, &e)) fail_msg("engine: %s", rf_last_error());
+    rf_engine_config_free(c);
+    for (int s = 0; s < 4; s++) {
+        int32_t ids[20];
+        for (int i = 0; i < 20; i++) ids[i] = (i * 37 + s * 101 + 11) % m->hp.n_vocab;
+        out[s][0] = 0;
+        rf_request *q = rf_request_new();
+        rf_request_set_prompt_ids(q, ids, 20);
+        rf_request_set(q, RF_REQ_MAX_TOKENS, 24);
+        rf_request_set(q, RF_REQ_IGNORE_EOS, 1);
+        rf_request_set(q, RF_REQ_TEMPERATURE, 0);
+        rf_request_set_callback(q, on_tok, out[s]);
+        if (rf_engine_submit(e, q, NULL)) fail_msg("submit: %s", rf_last_error());
+        rf_request_free(q);
+    }
+    if (rf_engine_run(e)) fail_msg("engine run: %s", rf_last_error());
+    rf_engine_free(e);
+}
+
+static void test_split_p2p_vs_nccl(void **state) {
+    (void)state;
+    rf_test_hooks_set(NULL);
+    const int have = rf_gpu_device_count();
+    if (have < 2) {
+        printf("  split with the p2p all-reduce: skipped, %d GPU(s) present (needs 2)\n", have);
+        skip();
+    }
+    double worst = 0;
+    int cases = 0;
+    for (size_t ci = 0; ci < N_CASES; ci++) {
+        char path[1200];
+        model_path(path, sizeof path, k_cases[ci].preset, k_cases[ci].type);
+        for (int tp = 2; tp <= 2; tp++) { /* (at tp 4 the orders differ: test_split_across_4_gpus judges p2p there) */
+            rf_model *mp = NULL, *mn = NULL;
+            rf_status st = load_mode(path, tp, "p2p", &mp);
+            if (st == RF_ERR_INVALID_ARG) continue; /* heads not divisible: refused as in compare_splits */
+            if (st) fail_msg("load %s at tp %d, RF_TP_ALLREDUCE=p2p: %s", path, tp, rf_last_error());
+            if (load_mode(path, tp, "nccl", &mn)) fail_msg("load %s at tp %d, nccl: %s", path, tp, rf_last_error());
+            const int32_t nv = mp->hp.n_vocab;
+            float *lp = host_f32((size_t)nv), *ln = host_f32((size_t)nv), mgp[N_GEN], mgn[N_GEN];
+            int32_t gp[N_GEN], gn[N_GEN], prompt[N_PROMPT];
+            for (int i = 0; i < N_PROMPT; i++) prompt[i] = (i * 131 + 7) % nv;
+            for (int kvi = 0; kvi < 2; kvi++) {
+                const rf_type kvt = kvi ? RF_TYPE_F16 : RF_TYPE_F32;
+                rf_seq_run(mp, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lp, gp, mgp);
+                rf_seq_run(mn, kvt, BLOCK, prompt, N_PROMPT, N_GEN, ln, gn, mgn);
+                const double rel = rf_rel_l2(lp, ln, (size_t)nv);
+                const double tol = k_cases[ci].quant ? TOL_Q8 : kvi ? TOL_F32_KV16 : TOL_F32;
+                int same = 0;
+                while (same < N_GEN && gp[same] == gn[same]) same++;
+                printf("  %-13s %-9s KV %-3s tp %d: p2p vs NCCL logits rel L2 %.3g (tol %.0e; %s), greedy %d/%d equal%s\n",
+                       k_cases[ci].preset, k_cases[ci].type, rf_type_name(kvt), tp, rel, tol,
+                       memcmp(lp, ln, (size_t)nv * sizeof(float)) ? "not bit-equal" : "bit-equal", same, N_GEN,
+                       same < N_GEN ? " (then a near tie in NCCL's run)" : "");
+                assert_true(rel < tol);
+                assert_true(same == N_GEN || mgn[same] < ARGMAX_TIE);
+                if (rel > worst) worst = rel;
+                cases++;
+            }
+            free(lp), free(ln);
+            rf_model_free(mp);
+            rf_model_free(mn);
+        }
+    }
+    printf("  split, p2p vs NCCL all-reduce: %d cases, worst logits rel L2 %.3g\n", cases, worst);
+    /* the engine with its decode graphs (one graph over every GPU, the p2p kernels inside) */
+    char path[1200];
+    model_path(path, sizeof path, "tiny", "q8_0");
+    int32_t tok[2][4][33];
+    memset(tok, 0, sizeof tok);
+    for (int k = 0; k < 2; k++) {
+        rf_model *m = NULL;
+        if (load_mode(path, 2, k ? "nccl" : "p2p", &m)) fail_msg("load %s: %s", path, rf_last_error());
+        const double t0 = wall_ms();
+        engine_tokens(m, tok[k]);
+        printf("  engine, tiny q8_0 tp 2, %s all-reduce, decode graphs %s: 4 x %d tokens in %.0f ms\n",
+               k ? "NCCL" : "p2p", rf_knob_bool(RF_KNOB_GPU_GRAPHS) && rf_model_graphs_ok(m) ? "on" : "off", tok[k][0][0],
+               wall_ms() - t0);
+        rf_model_free(m);
+    }
+    for (int s = 0; s < 4; s++) {
+        assert_int_equal(tok[0][s][0], 24);
+        assert_memory_equal(tok[0][s], tok[1][s], sizeof tok[0][s]);
+    }
+    printf("  engine: the p2p and NCCL runs' tokens are equal (4 sequences x 24)\n");
 }
 
 static void test_nccl_world_size_1(void **state) {
@@ -497,11 +620,20 @@ int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut short (a hang) keeps every line printed so far */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nccl_world_size_1),
+        /* the p2p all-reduce's own cases and timing first: quick, and printed even if a later
+         * case runs past the device call's limit */
+        cmocka_unit_test(test_p2p_allreduce),
+        cmocka_unit_test(test_p2p_timeout),
+        cmocka_unit_test(test_p2p_bench),
         cmocka_unit_test(test_split_over_missing_gpus),
         cmocka_unit_test(test_split_on_one_gpu),
         cmocka_unit_test(test_split_across_2_gpus),
         cmocka_unit_test(test_split_across_4_gpus),
+        cmocka_unit_test(test_split_p2p_vs_nccl),
         cmocka_unit_test(test_collective_timeout),
     };
+    /* RF_TEST_FILTER='test_p2p_*': the p2p all-reduce's cases and its timing alone (a quick run) */
+    const char *f = getenv("RF_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
     return cmocka_run_group_tests(tests, setup, NULL);
 }

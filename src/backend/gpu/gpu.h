@@ -33,6 +33,9 @@ typedef struct rf_gpu_info {
 void rf_gpu_get_info(const rf_gpu_ctx *ctx, rf_gpu_info *info);
 /* The context's stream as an opaque handle (cudaStream_t / hipStream_t). */
 void *rf_gpu_stream(rf_gpu_ctx *ctx);
+/* Makes the context's device the calling thread's current one (one thread driving several GPUs:
+ * work for a stream goes out with its device current; gpu_tp.cu). */
+rf_status rf_gpu_set_current(rf_gpu_ctx *ctx);
 
 /* ---- memory ----------------------------------------------------------------------------- */
 /* Allocates `bytes` (+16 bytes of tail padding so 16-byte loads may over-read a row end).

@@ -3,6 +3,7 @@
  * builds without nccl.h get the stubs at the end, which fail with RF_ERR_UNSUPPORTED. */
 #include "backend/gpu/gpu_internal.h"
 #include "backend/gpu/gpu_nccl.h"
+#include "backend/gpu/gpu_tp_p2p.h"
 
 #if !defined(RF_HIP) && defined(__has_include)
 #if __has_include(<nccl.h>)
@@ -84,6 +85,7 @@ struct rf_gpu_comm {
     int64_t timeout_ms;     /* RF_TP_TIMEOUT_MS; 0 = unbounded waits */
     void (*on_abort)(void *);
     void *on_abort_user;
+    const rf_gpu_p2p *p2p;  /* the peer-to-peer all-reduce whose error word the waits watch, or NULL */
     char why[384];          /* why it was aborted */
 };
 
@@ -159,7 +161,7 @@ static rf_status settle(rf_gpu_comm *c, ncclResult_t r, const char *what) {
     }
 }
 
-static rf_status check_live(rf_gpu_comm *c) {
+extern "C" rf_status rf_gpu_comm_live(rf_gpu_comm *c) {
     return c->aborted ? rf_set_error(RF_ERR_DEVICE, "NCCL: the split's communicators were aborted earlier (%s); "
                                      "restart to use the GPUs again", c->why)
                       : RF_OK;
@@ -312,9 +314,13 @@ extern "C" void rf_gpu_comm_on_abort(rf_gpu_comm *c, void (*fn)(void *), void *u
 
 extern "C" bool rf_gpu_comm_aborted(const rf_gpu_comm *c) { return c && c->aborted; }
 
+extern "C" void rf_gpu_comm_watch_p2p(rf_gpu_comm *c, const rf_gpu_p2p *p) {
+    if (c) c->p2p = p;
+}
+
 extern "C" rf_status rf_gpu_comm_allreduce(rf_gpu_comm *c, int rank, float *buf, size_t n) {
     if (!c || rank < 0 || rank >= c->n) return rf_set_error(RF_ERR_INVALID_ARG, "NCCL all-reduce: rank %d", rank);
-    rf_status st = check_live(c);
+    rf_status st = rf_gpu_comm_live(c);
     if (st) return st;
     RF_NCCL_TRY(g_nccl.all_reduce(buf, buf, n, ncclFloat32, ncclSum, c->comm[rank], c->ctx[rank]->stream),
                 "all-reduce");
@@ -324,7 +330,7 @@ extern "C" rf_status rf_gpu_comm_allreduce(rf_gpu_comm *c, int rank, float *buf,
 extern "C" rf_status rf_gpu_comm_broadcast(rf_gpu_comm *c, int rank, float *buf, size_t n, int root) {
     if (!c || rank < 0 || rank >= c->n || root < 0 || root >= c->n)
         return rf_set_error(RF_ERR_INVALID_ARG, "NCCL broadcast: rank %d, root %d", rank, root);
-    rf_status st = check_live(c);
+    rf_status st = rf_gpu_comm_live(c);
     if (st) return st;
     RF_NCCL_TRY(g_nccl.broadcast(buf, buf, n, ncclFloat32, root, c->comm[rank], c->ctx[rank]->stream), "broadcast");
     return RF_OK;
@@ -333,7 +339,7 @@ extern "C" rf_status rf_gpu_comm_broadcast(rf_gpu_comm *c, int rank, float *buf,
 extern "C" rf_status rf_gpu_comm_group(rf_gpu_comm *c, bool begin) {
     if (!c) return rf_set_error(RF_ERR_INVALID_ARG, "NCCL group: no communicator");
     if (begin) {
-        rf_status st = check_live(c);
+        rf_status st = rf_gpu_comm_live(c);
         if (st) return st;
         RF_NCCL_TRY(g_nccl.group_start(), "group start");
         return RF_OK;
@@ -341,6 +347,18 @@ extern "C" rf_status rf_gpu_comm_group(rf_gpu_comm *c, bool begin) {
     /* the group's calls are enqueued on the ranks' streams once this returns: with non-blocking
      * communicators perhaps after polling (a first connect), bounded */
     return settle(c, g_nccl.group_end(), "collective (group end)");
+}
+
+/* A peer-to-peer all-reduce kernel gave up waiting for a peer (its error word, in host memory):
+ * abort as a timed-out wait does. Its kernels return by themselves after the timeout, so the
+ * stream may well finish: the word is read on every poll and once more after the wait. */
+static bool p2p_timed_out(rf_gpu_comm *c, rf_gpu_ctx *ctx, const char *what) {
+    char why[192], msg[384];
+    if (c->aborted || !c->p2p || !rf_gpu_p2p_failed(c->p2p, why, sizeof why)) return false;
+    snprintf(msg, sizeof msg, "--tp: %s on GPU %d: %s: a GPU of the split is stuck or lost; the communicators were "
+             "aborted and the split runs no further steps", what, ctx->device, why);
+    comm_abort(c, msg);
+    return true;
 }
 
 extern "C" rf_status rf_gpu_watch_wait(rf_gpu_ctx *ctx, void *event, const char *what) {
@@ -365,7 +383,8 @@ extern "C" rf_status rf_gpu_watch_wait(rf_gpu_ctx *ctx, void *event, const char 
                 next_check = t + 1.0;
                 bad = async_failed(c, &busy, &err);
             }
-            if (bad >= 0) {
+            if (p2p_timed_out(c, ctx, what)) {
+            } else if (bad >= 0) {
                 snprintf(msg, sizeof msg, "--tp: %s on GPU %d: NCCL reports an error on rank %d (GPU %d): %s; the "
                          "communicators were aborted and the split runs no further steps", what, ctx->device, bad,
                          c->ctx[bad]->device, g_nccl.error_string(err));
@@ -385,6 +404,7 @@ extern "C" rf_status rf_gpu_watch_wait(rf_gpu_ctx *ctx, void *event, const char 
         if (t - t0 > 20.0) usleep(t - t0 > 1000.0 ? 500 : 50);
         (void)spin;
     }
+    (void)p2p_timed_out(c, ctx, what); /* the step ran to its end, but without a sum somewhere */
     return c->aborted ? rf_set_error(RF_ERR_DEVICE, "%s", c->why) : RF_OK;
 }
 
@@ -430,6 +450,8 @@ extern "C" rf_status rf_gpu_comm_group(rf_gpu_comm *c, bool begin) {
 extern "C" void rf_gpu_comm_free(rf_gpu_comm *c) { (void)c; }
 extern "C" void rf_gpu_comm_on_abort(rf_gpu_comm *c, void (*fn)(void *), void *user) { (void)c, (void)fn, (void)user; }
 extern "C" bool rf_gpu_comm_aborted(const rf_gpu_comm *c) { (void)c; return false; }
+extern "C" rf_status rf_gpu_comm_live(rf_gpu_comm *c) { (void)c; return RF_OK; }
+extern "C" void rf_gpu_comm_watch_p2p(rf_gpu_comm *c, const struct rf_gpu_p2p *p) { (void)c, (void)p; }
 /* never called here (no communicator sets ctx->watch): the plain waits */
 extern "C" rf_status rf_gpu_watch_wait(rf_gpu_ctx *ctx, void *event, const char *what) {
     cudaError_t e = event ? cudaEventSynchronize((cudaEvent_t)event) : cudaStreamSynchronize(ctx->stream);

@@ -40,6 +40,13 @@ rf_status rf_gpu_comm_broadcast(rf_gpu_comm *c, int rank, float *buf, size_t n, 
  * then on every collective and wait fails with the reason (rf_gpu_comm_aborted). */
 void rf_gpu_comm_on_abort(rf_gpu_comm *c, void (*fn)(void *), void *user);
 bool rf_gpu_comm_aborted(const rf_gpu_comm *c);
+/* RF_OK, or (after an abort) RF_ERR_DEVICE with the reason: for collectives that do not go
+ * through NCCL (the peer-to-peer all-reduce) and must fail as NCCL's do. */
+rf_status rf_gpu_comm_live(rf_gpu_comm *c);
+/* The polled waits also watch the peer-to-peer all-reduce's error word (gpu_tp_p2p.h): a kernel
+ * whose wait for a peer timed out on the GPU aborts the split as a timed-out wait does. */
+struct rf_gpu_p2p;
+void rf_gpu_comm_watch_p2p(rf_gpu_comm *c, const struct rf_gpu_p2p *p);
 /* NCCL's version as major * 10000 + minor * 100 + patch (0 where it cannot be loaded). */
 int rf_gpu_nccl_version(void);
 void rf_gpu_comm_free(rf_gpu_comm *c);

@@ -1,18 +1,23 @@
 /* gpu_tp.cu — what tensor parallelism over several GPUs needs of the GPU backends (docs/tp.md):
  * making a backend's GPU the host thread's current device (one thread issues every GPU's work),
  * the peer-access check between the GPUs of a split, and the communicator over their backends
- * (NCCL, gpu_nccl.cu) with the grouped all-reduce and broadcast the forward calls. */
+ * (NCCL, gpu_nccl.cu; the peer-to-peer all-reduce, gpu_tp_p2p.cu, for the steps it can take)
+ * with the all-reduce and broadcast the forward calls. */
 #include "backend/backend.h"
 #include "backend/gpu/gpu_internal.h"
 #include "backend/gpu/gpu_nccl.h"
+#include "backend/gpu/gpu_tp_p2p.h"
+#include "core/knobs.h"
 #include "core/test_hooks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct rf_tp_comm {
     int n;
     rf_gpu_comm *c;
+    rf_gpu_p2p *p2p;   /* the peer-to-peer all-reduce (RF_TP_ALLREDUCE), or NULL: NCCL for every size */
     rf_backend **bes;  /* [n] the split's backends: their recorded steps go before an abort */
     int64_t issued;    /* collectives issued so far (the tp_skip test hook counts them) */
 };
@@ -22,6 +27,11 @@ extern "C" void rf_backend_gpu_drop_graphs(rf_backend *be);  /* gpu_backend.c */
 
 extern "C" rf_status rf_backend_gpu_use(rf_backend *be) {
     rf_gpu_ctx *ctx = rf_backend_gpu_ctx(be);
+    RF_GPU_CHECK(cudaSetDevice(ctx->device));
+    return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_set_current(rf_gpu_ctx *ctx) {
     RF_GPU_CHECK(cudaSetDevice(ctx->device));
     return RF_OK;
 }
@@ -54,6 +64,7 @@ extern "C" rf_status rf_tp_peer_check(rf_backend *const *bes, int n) {
  * holds its kernels, and a graph still in flight is released once the abort ends its kernels. */
 static void drop_all_graphs(void *user) {
     rf_tp_comm *t = (rf_tp_comm *)user;
+    rf_gpu_p2p_stop(t->p2p); /* its kernels waiting for a peer end, as NCCL's abort ends NCCL's */
     for (int s = t->n - 1; s >= 0; s--) {
         (void)rf_backend_gpu_use(t->bes[s]);
         rf_backend_gpu_drop_graphs(t->bes[s]);
@@ -61,7 +72,27 @@ static void drop_all_graphs(void *user) {
     (void)rf_backend_gpu_use(t->bes[0]);
 }
 
-extern "C" rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **out) {
+/* The peer-to-peer all-reduce where RF_TP_ALLREDUCE lets it (auto: where it can run; p2p: it
+ * must, or the load fails naming why; nccl: never), for steps of up to p2p_max floats. */
+static rf_status p2p_open(rf_tp_comm *t, rf_gpu_ctx *const *ctxs, size_t p2p_max) {
+    const char *mode = rf_knob_str(RF_KNOB_TP_ALLREDUCE);
+    if (!mode) mode = "auto";
+    if (t->n < 2 || strcmp(mode, "nccl") == 0 || p2p_max == 0) return RF_OK;
+    rf_status st = rf_gpu_p2p_new(ctxs, t->n, p2p_max, rf_knob_int(RF_KNOB_TP_TIMEOUT_MS), &t->p2p);
+    if (st && strcmp(mode, "p2p") == 0)
+        return rf_set_error(st, "--tp %d: RF_TP_ALLREDUCE=p2p, but %s", t->n, rf_last_error());
+    if (st) {
+        RF_LOGI("--tp %d: every all-reduce through NCCL (%s)", t->n, rf_last_error());
+        rf_clear_error();
+        return RF_OK;
+    }
+    rf_gpu_comm_watch_p2p(t->c, t->p2p);
+    RF_LOGI("--tp %d: all-reduces of up to %zu floats peer to peer (RF_TP_ALLREDUCE=%s), larger ones through NCCL",
+            t->n, rf_gpu_p2p_max(t->p2p), mode);
+    return RF_OK;
+}
+
+extern "C" rf_status rf_tp_comm_new(rf_backend *const *bes, int n, size_t p2p_max, rf_tp_comm **out) {
     *out = NULL;
     rf_gpu_ctx **ctxs = (rf_gpu_ctx **)calloc((size_t)n, sizeof *ctxs);
     rf_tp_comm *t = (rf_tp_comm *)calloc(1, sizeof *t);
@@ -74,8 +105,8 @@ extern "C" rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **
     }
     for (int i = 0; i < n; i++) ctxs[i] = rf_backend_gpu_ctx(bes[i]), keep[i] = bes[i];
     rf_status st = rf_gpu_comm_init(ctxs, n, &t->c);
-    free(ctxs);
     if (st) {
+        free(ctxs);
         free(t);
         free(keep);
         return rf_set_error(st, "--tp %d: the GPUs cannot be joined for the all-reduce: %s", n, rf_last_error());
@@ -83,6 +114,12 @@ extern "C" rf_status rf_tp_comm_new(rf_backend *const *bes, int n, rf_tp_comm **
     t->n = n;
     t->bes = keep;
     rf_gpu_comm_on_abort(t->c, drop_all_graphs, t);
+    st = p2p_open(t, ctxs, p2p_max);
+    free(ctxs);
+    if (st) {
+        rf_tp_comm_free(t);
+        return st;
+    }
     *out = t;
     return RF_OK;
 }
@@ -110,8 +147,21 @@ static rf_status collective(rf_tp_comm *t, rf_tensor *const *bufs, size_t n, boo
     return st ? st : end;
 }
 
+/* The all-reduce through the peer-to-peer kernels: one launch per rank, no group (each kernel
+ * waits for its peers on the GPU); fails as NCCL's calls do once the split was aborted. */
+static rf_status p2p_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) {
+    rf_status st = rf_gpu_comm_live(t->c);
+    if (st) return st;
+    t->issued++;
+    for (int r = 0; r < t->n && !st; r++)
+        if (!skipped(t->issued, r)) st = rf_gpu_p2p_allreduce(t->p2p, r, (float *)bufs[r]->data, n);
+    return st;
+}
+
 extern "C" rf_status rf_tp_comm_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) {
-    return collective(t, bufs, n, true);
+    bool p2p = t->p2p != NULL;
+    for (int r = 0; r < t->n && p2p; r++) p2p = rf_gpu_p2p_takes(t->p2p, (const float *)bufs[r]->data, n);
+    return p2p ? p2p_allreduce(t, bufs, n) : collective(t, bufs, n, true);
 }
 
 extern "C" rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) {
@@ -120,6 +170,7 @@ extern "C" rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs,
 
 extern "C" void rf_tp_comm_free(rf_tp_comm *t) {
     if (!t) return;
+    rf_gpu_p2p_free(t->p2p); /* (its kernels stopped first: none is left waiting) */
     rf_gpu_comm_free(t->c);
     free(t->bes);
     free(t);
