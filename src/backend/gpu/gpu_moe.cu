@@ -476,17 +476,25 @@ static bool rf_moe_per_slot(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n,
  * few slots per expert (batched decode: at most RF_GPU_MOE_GGEMV on average), from
  * RF_GPU_MOE_GGEMV_MIN slots or, that 0, wherever the per-slot GEMV stops (slot counts where the
  * grouped MMQ or the unfused tiled GEMV would run); the int8-x types; not in batch-invariant
- * mode (there the grouped MMQ sums every slot count, its own bits). The bound's model: a tile's
- * expert rows are read once per RF_MOE_TILE slots, and each (weight unit, slot) costs ~10-20
- * integer operations besides the unit's one decode, so near 8 slots an expert the dots cost
- * about what the weights' bytes do on an H200; from there the grouped MMQ's tensor cores win
- * (below it, its 32- or 64-row tiles are mostly padding). */
+ * mode (there the grouped MMQ sums every slot count, its own bits); CUDA only. The bound's model (H200,
+ * ~4.8 TB/s, ~3.3e13 lane operations/s): the expert rows are read once per RF_MOE_TILE slots;
+ * the dots cost ~0.8 integer operations per weight and slot (Q4_K) or ~0.4 plus ~2.2 once for the
+ * decode (MXFP4), so they cost what the bytes do from ~4-5 slots an expert and s / 4.7 times
+ * that past it; the grouped MMQ took 3-6 times the bytes' time at 2-4 slots an expert (eager op
+ * times, 32 sequences: qwen3-30b-a3b 79 us a call, gpt-oss-20b 181 us), its 32-row tiles mostly
+ * padding, so the GEMV should lead up to ~10-15 slots an expert: 8 until a measurement moves it
+ * (test_gpu_moe_ggemv's bench prints both sides). */
 static bool rf_moe_ggemv_fits(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k, int64_t n_expert,
                               int lvl) {
+#if defined(RF_HIP) /* the gate+up kernels are not built for HIP (their compile time), nor is the grouped MMQ */
+    (void)ctx, (void)t, (void)n_in, (void)n, (void)k, (void)n_expert, (void)lvl;
+    return false;
+#else
     const int64_t nk = n * k, most = rf_knob_int(RF_KNOB_GPU_MOE_GGEMV), least = rf_knob_int(RF_KNOB_GPU_MOE_GGEMV_MIN);
     return rf_knob_int(RF_KNOB_GPU_MOE_FUSE) >= lvl && most > 0 && !ctx->invariant && k <= RF_MOE_MAX_K &&
            nk <= 65535 && nk <= most * n_expert && (nk + RF_MOE_TILE - 1) / RF_MOE_TILE + n_expert <= 65535 &&
            rf_moe_gemv_rk(t, n_in) >= 0 && (least == 0 || nk >= least);
+#endif
 }
 
 static bool rf_moe_ggemv_takes(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k, int64_t n_expert,

@@ -48,10 +48,11 @@ static __device__ __forceinline__ void rf_moe_words(uint32_t *o, const uint8_t *
 }
 
 /* One unit (a 32-element block, or a K-quant super-block) of a weight row held in registers:
- * rf_moe_wload reads (MXFP4: and decodes) unit u of row wr, rf_moe_wdot dots it with one token's
- * row of the quantized x (qx: its n_in int8, rec: its records). rf_moe_unit_dot is the two in a
- * row; every kernel's dot of a unit is rf_moe_wdot of rf_moe_wload's registers, so a unit read
- * once for several tokens gives each the bits of the one-token kernels. */
+ * rf_moe_wload reads (MXFP4: and decodes) unit u of row wr; rf_moe_xload reads the same unit of
+ * one token's row of the quantized x (qx: its n_in int8, rec: its records); rf_moe_xdot dots the
+ * two. rf_moe_unit_dot is the three in a row; every kernel's dot of a unit is rf_moe_xdot of
+ * those registers, so a unit read once for several tokens (and a token's unit for several
+ * rows) gives each the bits of the one-token kernels. */
 template <int T> struct rf_moe_wu {
     static constexpr int NW = T == RF_TYPE_MXFP4 ? 8 : T == RF_TYPE_Q4_K ? 36 : T == RF_TYPE_Q5_K ? 44
                             : T == RF_TYPE_Q6_K ? 53 : (rf_moe_fmt<T>::BB + 2 + 3) / 4;
@@ -84,39 +85,40 @@ static __device__ __forceinline__ void rf_moe_wload(rf_moe_wu<T> &a, const uint8
     }
 }
 
+/* one unit of one token's quantized x (rf_moe_xload: its int8 values and records), dotted with
+ * any number of weight units (rf_moe_xdot) */
+template <int T> struct rf_moe_xu {
+    static constexpr int NB = rf_moe_fmt<T>::K ? 8 : 1; /* 32-element blocks */
+    int xi[NB][8];
+    float dxd[NB], fs[NB]; /* fs: the f32 sum or q8_1's s (16-byte records), else 0 */
+    int sxi[NB], slo[NB];  /* slo: the int sum of the first 16 (K-quants) */
+};
+
 template <int T>
-static __device__ __forceinline__ float rf_moe_wdot(const rf_moe_wu<T> &a, int u, const int8_t *qx,
-                                                    const uint8_t *rec) {
-    using F = rf_moe_fmt<T>;
-    if constexpr (!F::K) {
-        const int4 *xv = (const int4 *)(qx + (int64_t)u * 32);
-        const int4 x0 = xv[0], x1 = xv[1];
-        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        if constexpr (T == RF_TYPE_MXFP4) { /* Q8_0-style x records */
-            return rf_mxfp4_dot_dq((const int *)a.w, a.d, xi, ((const float2 *)rec)[u].x);
-        } else if constexpr (F::REC == 16) {
-            const float4 r = ((const float4 *)rec)[u];
-            return rf_q32_dot<T>(a.w, a.o, xi, r.x, __float_as_int(r.y), r.z);
+static __device__ __forceinline__ void rf_moe_xload(rf_moe_xu<T> &x, int u, const int8_t *qx, const uint8_t *rec) {
+    constexpr int NB = rf_moe_xu<T>::NB;
+    const int4 *xv = (const int4 *)(qx + (int64_t)u * 32 * NB);
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        const int4 x0 = xv[2 * b], x1 = xv[2 * b + 1];
+        x.xi[b][0] = x0.x, x.xi[b][1] = x0.y, x.xi[b][2] = x0.z, x.xi[b][3] = x0.w;
+        x.xi[b][4] = x1.x, x.xi[b][5] = x1.y, x.xi[b][6] = x1.z, x.xi[b][7] = x1.w;
+        if constexpr (rf_moe_fmt<T>::REC == 16) {
+            const float4 r = ((const float4 *)rec)[(int64_t)u * NB + b];
+            x.dxd[b] = r.x, x.sxi[b] = __float_as_int(r.y), x.fs[b] = r.z, x.slo[b] = __float_as_int(r.w);
         } else {
             const float2 r = ((const float2 *)rec)[u];
-            return rf_q32_dot<T>(a.w, a.o, xi, r.x, __float_as_int(r.y), 0.0f);
+            x.dxd[b] = r.x, x.sxi[b] = __float_as_int(r.y), x.fs[b] = 0.0f, x.slo[b] = 0;
         }
-    } else {
-        int xi[8][8], sxi[8], slo[8];
-        float dxd[8], fs[8];
-        const int4 *xv = (const int4 *)(qx + (int64_t)u * 256);
-        const float4 *rv = (const float4 *)rec + (int64_t)u * 8;
-#pragma unroll
-        for (int b = 0; b < 8; b++) {
-            const int4 x0 = xv[2 * b], x1 = xv[2 * b + 1];
-            xi[b][0] = x0.x, xi[b][1] = x0.y, xi[b][2] = x0.z, xi[b][3] = x0.w;
-            xi[b][4] = x1.x, xi[b][5] = x1.y, xi[b][6] = x1.z, xi[b][7] = x1.w;
-            const float4 r = rv[b];
-            dxd[b] = r.x, sxi[b] = __float_as_int(r.y), fs[b] = r.z, slo[b] = __float_as_int(r.w);
-        }
-        if constexpr (T == RF_TYPE_Q6_K) return rf_q6k_dot(a.w, xi, dxd, sxi, slo);
-        else return rf_qk_dot<T == RF_TYPE_Q5_K>(a.w, xi, dxd, sxi, fs);
     }
+}
+
+template <int T>
+static __device__ __forceinline__ float rf_moe_xdot(const rf_moe_wu<T> &a, const rf_moe_xu<T> &x) {
+    if constexpr (T == RF_TYPE_MXFP4) return rf_mxfp4_dot_dq((const int *)a.w, a.d, x.xi[0], x.dxd[0]);
+    else if constexpr (!rf_moe_fmt<T>::K) return rf_q32_dot<T>(a.w, a.o, x.xi[0], x.dxd[0], x.sxi[0], x.fs[0]);
+    else if constexpr (T == RF_TYPE_Q6_K) return rf_q6k_dot(a.w, x.xi, x.dxd, x.sxi, x.slo);
+    else return rf_qk_dot<T == RF_TYPE_Q5_K>(a.w, x.xi, x.dxd, x.sxi, x.fs);
 }
 
 /* the int8-x dot of unit u of a weight row wr with token row xr of the quantized x */
@@ -124,8 +126,10 @@ template <int T>
 static __device__ __forceinline__ float rf_moe_unit_dot(const uint8_t *wr, int u, const int8_t *qx,
                                                         const uint8_t *rec) {
     rf_moe_wu<T> a;
+    rf_moe_xu<T> x;
     rf_moe_wload<T>(a, wr, u);
-    return rf_moe_wdot<T>(a, u, qx, rec);
+    rf_moe_xload<T>(x, u, qx, rec);
+    return rf_moe_xdot<T>(a, x);
 }
 
 /* lanes per row: the fewest of 2, 4, 8, 32 covering the row's units (idle lanes past them) */

@@ -46,7 +46,7 @@ struct rf_moe_gg_args {
  * g[src[p], o] = v, and (qd not NULL) the block's 32 v of slot j (one 32-element group of the
  * down product's x) quantized into row p of qd / dd by one warp from shared memory. Each (row,
  * slot) sum: lane sub of the row's LPR adds units sub, sub + LPR, ... with explicitly rounded
- * adds (rf_moe_wdot of the unit rf_moe_wload read once for the tile), then the butterfly over
+ * adds (rf_moe_xdot of the unit rf_moe_wload read once for the tile), then the butterfly over
  * the LPR lanes, the biases added after: rf_moe_row's operations (the per-slot and decode
  * kernels') in its order, so a slot's bits never depend on its tile or path. n_out a multiple
  * of 32 for NP 2. launch: grid (ceil(n_out / 32), tiles), NT threads. */
@@ -91,14 +91,14 @@ __global__ void __launch_bounds__((rf_gg_shape<T, LPR, NP>::NT)) rf_k_moe_ggemv(
                 for (int i = 0; i < R; i++) rf_moe_wload<T>(wv[q][i], wb[q] + wo[i], u);
 #pragma unroll
             for (int j = 0; j < BN; j++)
-                if (j < np) {
-                    const int8_t *xq = a.qx + (int64_t)xrow[j] * n_in;
-                    const uint8_t *xr = a.rec + (int64_t)xrow[j] * rb;
+                if (j < np) { /* the slot's unit of x read once for the NP R weight units */
+                    rf_moe_xu<T> xu;
+                    rf_moe_xload<T>(xu, u, a.qx + (int64_t)xrow[j] * n_in, a.rec + (int64_t)xrow[j] * rb);
 #pragma unroll
                     for (int q = 0; q < NP; q++)
 #pragma unroll
                         for (int i = 0; i < R; i++)
-                            acc[q][i][j] = __fadd_rn(acc[q][i][j], rf_moe_wdot<T>(wv[q][i], u, xq, xr));
+                            acc[q][i][j] = __fadd_rn(acc[q][i][j], rf_moe_xdot<T>(wv[q][i], xu));
                 }
         }
 #pragma unroll
@@ -182,6 +182,11 @@ rf_status rf_moe_ggemv_glu_launch(rf_gpu_ctx *ctx, float *g, void *xqd, int rkd,
         nk > 65535)
         return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_ggemv_glu_launch: type %d rows %lld x %lld, %lld tiles",
                             (int)t, (long long)n_in, (long long)n_out, (long long)n_tiles);
+#if defined(RF_HIP) /* not built for HIP (its compile time; rf_moe_ggemv_fits keeps HIP off it) */
+    (void)ctx, (void)g, (void)wg, (void)wu, (void)qx, (void)rec, (void)tiles, (void)bg, (void)bu, (void)row_bytes;
+    (void)kind;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "rf_moe_ggemv_glu_launch: not built for HIP");
+#else
     rf_moe_gg_args a = {};
     a.g = g, a.qd = (int8_t *)xqd, a.rkd = rkd;
     a.dd = xqd ? (float4 *)((char *)xqd + (((size_t)nk * (size_t)n_out + 255) & ~(size_t)255)) : NULL;
@@ -193,6 +198,7 @@ rf_status rf_moe_ggemv_glu_launch(rf_gpu_ctx *ctx, float *g, void *xqd, int rkd,
     RF_MOE_DISPATCH(st, t, qx, RF_MQG, "rf_moe_ggemv_glu_launch");
 #undef RF_MQG
     return st;
+#endif
 }
 
 /* The grouped GEMV path of moe_ffn (few slots per expert): the route kernel quantizes h; one
