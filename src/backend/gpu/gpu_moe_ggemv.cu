@@ -12,7 +12,11 @@
  * 144-210 bytes of registers each, so one), NT threads (at most 128), P passes over the block's
  * 32 rows. */
 template <int T, int LPR, int NP> struct rf_gg_shape {
+#if defined(RF_HIP) /* compile-checked only: one row a group, the size of the tiled kernel before */
+    static constexpr int R = 1;
+#else
     static constexpr int R = rf_moe_fmt<T>::K ? 1 : NP == 1 && LPR == 32 ? 4 : 2;
+#endif
     static constexpr int NT = 32 * LPR / R < 128 ? 32 * LPR / R : 128;
     static constexpr int G = NT / LPR;
     static constexpr int P = 32 / (G * R);
