@@ -52,6 +52,8 @@ extern "C" {
     X(GPU_W4A16_MAX, INT, "192", 1, 1000000000, "GPU: most tokens a product runs on W4A16 in auto mode (past it dequantize + cuBLAS wins on an H200)") \
     X(GPU_MOE_GROUPED_MIN, INT, "96", 1, 1000000000, "GPU: fewest token-expert slots a MoE product groups by expert (MMQ)") \
     X(GPU_MOE_FUSE, INT, "3", 0, 3, "GPU: MoE decode fusions on the per-slot GEMV path: 0 none, 1 gate+up+GLU in one kernel, 2 also down+weighted sum in one kernel, 3 also the router bias and the activation quantizations folded into the route and GLU kernels, and on the grouped path one grouping for the three products with the scatter and sum in one kernel") \
+    X(GPU_MOE_GGEMV, INT, "8", 0, 1024, "GPU: most token-expert slots per expert (on average) a MoE feed-forward runs on the grouped GEMV (each chosen expert's rows read once per 8 slots, the bits of one token alone) where the per-slot GEMV stops; past it the grouped MMQ (0 = never)") \
+    X(GPU_MOE_GGEMV_MIN, INT, "0", 0, 1000000000, "GPU: fewest token-expert slots a MoE feed-forward runs on the grouped GEMV (0: from where the per-slot GEMV stops)") \
     X(MMQ_CFG, INT, "0", 0, 5, "GPU MMQ tiles: 0 auto, 1 32-token, 2 64-token 2-stage, 3 64-token, 4 128-token, 5 128-token 2-stage") \
     X(W4A16_CFG, INT, "0", 0, 2, "GPU W4A16 tiles: 0 auto (64 tokens up to 64, else 128), 1 64-token, 2 128-token") \
     X(MMQ_SLOTS, INT, "2", 1, 2, "GPU MMQ split-K: blocks per SM the splits aim to fill")           \

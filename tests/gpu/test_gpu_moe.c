@@ -24,7 +24,8 @@
  *   tokens' calls tiles of 32.
  * - capture: route + matmul_id + combine recorded into a CUDA graph, replayed with other router
  *   logits, equals the eager ops bit for bit (few and many slots).
- * RF_MOE_BENCH=1: bytes read per MoE decode token and bandwidth for qwen3-30b-a3b's experts
+ * RF_GPU_MOE_GGEMV is 0 here unless set (the grouped MMQ at its counts; the grouped GEMV of few
+ * slots per expert: test_gpu_moe_ggemv). RF_MOE_BENCH=1: bytes read per MoE decode token and bandwidth for qwen3-30b-a3b's experts
  * (dim 2048, 128 experts, top-8, ff 768; Q4_K and Q8_0), gpt-oss-20b's (MXFP4, dim 2880, 32
  * experts of 2880, top-4) and gemma4-26b-a4b's shape in Q5_0 (dim 2816, 128 of 704, top-8) at
  * 1..512 tokens, on the path the
@@ -43,6 +44,7 @@ int main(void) {
 
 #include "backend/backend.h"
 #include "backend/ref/ref_ops.h"
+#include "core/knobs.h"
 #include "rocmforge/quant.h"
 
 static rf_backend *g_be;
@@ -649,6 +651,9 @@ int main(void) {
         return 1;
     }
     g_ctx = rf_backend_gpu_ctx(g_be); /* the helpers and the ops on one stream */
+    /* the grouped MMQ wherever it takes the slots (the crossovers and partial chunks above),
+     * not the grouped GEMV of few slots per expert (test_gpu_moe_ggemv), unless the caller set it */
+    if (!rf_knob_is_set(RF_KNOB_GPU_MOE_GGEMV) && rf_knob_override(RF_KNOB_GPU_MOE_GGEMV, "0")) return 1;
     const bool only = getenv("RF_MOE_BENCH_ONLY") != NULL;
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_route),   cmocka_unit_test(test_matmul_id), cmocka_unit_test(test_matmul_id_invariant),

@@ -308,7 +308,8 @@ static void test_fused_more(void **state) {
  * printed (test_gpu_moe tests the router). Gate/up and down of one type or of Q4_K_M's
  * pair (Q4_K, Q6_K); rows of 8 units or fewer (the GLU kernel's quantizing form) and of more
  * (gpt-oss's 2880: GLU kernel, then quantize_x); F16 (not fused: the ops it stands for); slot
- * counts on the grouped MMQ (its fused form), also in batch-invariant mode. */
+ * counts on the grouped GEMV and (RF_GPU_MOE_GGEMV=0) the grouped MMQ (their fused forms), also
+ * in batch-invariant mode. */
 static void ffn_case(rf_rng *r, rf_type tg, rf_type td, int64_t ne, int64_t k, int64_t n, int64_t dim, int64_t ff,
                      bool bias, rf_glu_kind kind, rf_moe_gating gating, bool router_b) {
     const int64_t nk = n * k;
@@ -401,12 +402,18 @@ static void test_fused_ffn(void **state) {
     ffn_case(&r, RF_TYPE_Q5_1, RF_TYPE_Q5_0, 16, 2, 3, 96, 320, true, RF_GLU_SWIGLU, RF_MOE_SIGMOID, false);
     /* not fused: f32 x */
     ffn_case(&r, RF_TYPE_F16, RF_TYPE_F16, 16, 4, 2, 256, 128, true, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, true);
-    /* slot counts past the per-slot GEMV (>= 96): the grouped path (CUDA sm_80+: one grouping, the
-     * GLU quantizing in sorted order, scatter+sum; elsewhere the unfused ops) */
-    ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q6_K, 64, 8, 24, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
-    ffn_case(&r, RF_TYPE_MXFP4, RF_TYPE_MXFP4, 16, 4, 32, 2880, 2880, true, RF_GLU_SWIGLU_OAI, RF_MOE_SOFTMAX_TOPK, true);
-    ffn_case(&r, RF_TYPE_Q8_0, RF_TYPE_Q4_0, 16, 6, 17, 512, 320, true, RF_GLU_GEGLU, RF_MOE_SIGMOID, true);
-    ffn_case(&r, RF_TYPE_Q5_K, RF_TYPE_Q4_K, 64, 8, 40, 512, 256, true, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
+    /* slot counts past the per-slot GEMV (>= 96): the grouped paths, with few slots an expert
+     * (RF_GPU_MOE_GGEMV's default) the grouped GEMV (the unfused matmul_id its tiled GEMV), with
+     * the knob off the grouped MMQ (CUDA sm_80+: one grouping, the GLU quantizing in sorted
+     * order, scatter+sum; elsewhere the unfused ops) */
+    for (int gg = 0; gg < 2; gg++) {
+        assert_int_equal(rf_knob_override(RF_KNOB_GPU_MOE_GGEMV, gg ? NULL : "0"), RF_OK);
+        ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q6_K, 64, 8, 24, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
+        ffn_case(&r, RF_TYPE_MXFP4, RF_TYPE_MXFP4, 16, 4, 32, 2880, 2880, true, RF_GLU_SWIGLU_OAI, RF_MOE_SOFTMAX_TOPK,
+                 true);
+        ffn_case(&r, RF_TYPE_Q8_0, RF_TYPE_Q4_0, 16, 6, 17, 512, 320, true, RF_GLU_GEGLU, RF_MOE_SIGMOID, true);
+        ffn_case(&r, RF_TYPE_Q5_K, RF_TYPE_Q4_K, 64, 8, 40, 512, 256, true, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
+    }
     /* batch-invariant mode: the grouped path at every slot count where MMQ takes the types */
     assert_int_equal(g_be->ops->set_batch_invariant(g_be, true), RF_OK);
     ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q6_K, 64, 8, 1, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);

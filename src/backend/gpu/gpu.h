@@ -320,8 +320,10 @@ rf_status rf_gpu_matmul_id_combine(rf_gpu_ctx *ctx, float *y, float *z, const vo
  * (g [n k, n_ff]; u scratch) -> down (z scratch) summed with the router weights into y [n, n_out].
  * With RF_GPU_MOE_FUSE >= 3 on the per-slot path (int8-x types for both products): three kernels
  * (route with the bias and x's quantization; gate+up+GLU with the down input's quantization;
- * down+sum), else the ops above (rf_gpu_add_bias, rf_gpu_moe_route, rf_gpu_matmul_id_glu,
- * rf_gpu_matmul_id_combine). Bit-identical either way. */
+ * down+sum); with few slots per expert past it (RF_GPU_MOE_GGEMV) the grouped GEMV (each token's
+ * bits those of the three kernels for it alone); with many, the grouped MMQ; else the ops above
+ * (rf_gpu_add_bias, rf_gpu_moe_route, rf_gpu_matmul_id_glu, rf_gpu_matmul_id_combine).
+ * Bit-identical to those ops on each path. */
 typedef struct rf_gpu_moe_ffn_desc {
     float *logits;                 /* [n, n_expert] */
     const float *lb, *sel_bias;    /* NULL or [n_expert] each */

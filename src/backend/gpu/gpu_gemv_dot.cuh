@@ -1,6 +1,6 @@
 /* gpu_gemv_dot.cuh — the int8-x dot products of one block of each format, shared by the int8-x
- * GEMVs (gemv_q32, gemv_q32s, gemv_q32h): the 32-element formats (rf_q32_dot, rf_mxfp4_dot) and
- * the Q4_K / Q5_K / Q6_K super-blocks (rf_qk_dot, rf_q6k_dot). */
+ * GEMVs and MMQ: the 32-element formats (rf_q32_dot, rf_mxfp4_dot, MXFP4 also decoded once for
+ * several tokens) and the Q4_K / Q5_K / Q6_K super-blocks (rf_qk_dot, rf_q6k_dot). */
 #ifndef RF_GPU_GEMV_DOT_CUH
 #define RF_GPU_GEMV_DOT_CUH
 
@@ -97,6 +97,28 @@ static __device__ __forceinline__ int rf_fp4x4(uint32_t q) {
     return (int)((pos & ~m) | (neg & m));
 }
 
+/* The doubled E2M1 values (int8) of the 8 MXFP4 codes in q (byte k: codes j + k in its low
+ * nibble, 16 + j + k in its high one): lo = those of the low nibbles, hi of the high ones, the
+ * values of rf_fp4x4 in 14 operations where two rf_fp4x4 take ~28: the nibbles index the two
+ * halves of the table (codes 0-7 and their negatives) as byte_perm selectors in place, two
+ * nibbles per byte (bytes lo0 hi0 lo1 hi1 | lo2 hi2 lo3 hi3), the sign bit picks the half per
+ * byte, and two more byte_perm de-interleave. (MMQ's A fragments and the grouped MoE GEMV, which
+ * decode a block once for several tokens.) */
+static __device__ __forceinline__ void rf_fp4x8(uint32_t q, uint32_t *lo, uint32_t *hi) {
+    const uint32_t m = q & 0x77777777u, mb = m >> 16; /* 3-bit selectors: bit 3 of a nibble would
+                                                       * make byte_perm replicate a sign */
+    const uint32_t pa = __byte_perm(0x03020100u, 0x0C080604u, m), pb = __byte_perm(0x03020100u, 0x0C080604u, mb);
+    const uint32_t na = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, m), nb = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, mb);
+    const uint32_t ra = __byte_perm(pa, na, 0x3210u | ((q >> 1) & 0x4444u));
+    const uint32_t rb = __byte_perm(pb, nb, 0x3210u | ((q >> 17) & 0x4444u));
+    *lo = __byte_perm(ra, rb, 0x6420u), *hi = __byte_perm(ra, rb, 0x7531u);
+}
+
+/* an MXFP4 block's scale 2^(e - 128) (E8M0 e times 0.5, as rf_e8m0_to_f32_half) */
+static __device__ __forceinline__ float rf_mxfp4_scale(uint32_t ex) {
+    return __uint_as_float(ex < 2 ? (0x00200000u << ex) : ((ex - 1) << 23));
+}
+
 /* Dot of one MXFP4 block (17 bytes at any byte offset: E8M0 exponent e, then 16 bytes of codes,
  * element j in the low nibble of byte j, j + 16 in its high nibble) with one token's Q8_0-style
  * int8 x (xi: 8 packed int8x4, dxd its scale): 2^(e - 128) * dxd * sum kv[q] x in exact
@@ -117,8 +139,38 @@ static __device__ __forceinline__ float rf_mxfp4_dot(const uint8_t *bp, const in
         s = rf_dp4a(rf_fp4x4(q & 0x0F0F0F0Fu), xi[k], s);
         s = rf_dp4a(rf_fp4x4((q >> 4) & 0x0F0F0F0Fu), xi[4 + k], s);
     }
-    const uint32_t ex = bp[0]; /* e8m0 times 0.5, as rf_e8m0_to_f32_half */
-    const float d = __uint_as_float(ex < 2 ? (0x00200000u << ex) : ((ex - 1) << 23));
+    const float d = rf_mxfp4_scale(bp[0]);
+    return d * dxd * (float)s;
+}
+
+/* rf_mxfp4_dot in two halves, for a block dotted with several tokens' x: the block decoded once
+ * (q[k] and q[4 + k]: the int8 values of elements 4k..4k+3 and 16+4k..16+4k+3, rf_fp4x8's; the
+ * return value its scale), then each token's dot, the same integers and the same float
+ * operations as rf_mxfp4_dot (its bits). */
+static __device__ __forceinline__ float rf_mxfp4_decode(const uint8_t *bp, int *q) {
+    const uint8_t *qp = bp + 1;
+    const uint32_t *a = (const uint32_t *)((uintptr_t)qp & ~(uintptr_t)3);
+    const unsigned o = (unsigned)((uintptr_t)qp & 3);
+    uint32_t w[5];
+#pragma unroll
+    for (int k = 0; k < 4; k++) w[k] = a[k];
+    w[4] = o ? a[4] : 0u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        uint32_t lo, hi;
+        rf_fp4x8(__byte_perm(w[k], w[k + 1], 0x3210u + o * 0x1111u), &lo, &hi);
+        q[k] = (int)lo, q[4 + k] = (int)hi;
+    }
+    return rf_mxfp4_scale(bp[0]);
+}
+
+static __device__ __forceinline__ float rf_mxfp4_dot_dq(const int *q, float d, const int *xi, float dxd) {
+    int s = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        s = rf_dp4a(q[k], xi[k], s);
+        s = rf_dp4a(q[4 + k], xi[4 + k], s);
+    }
     return d * dxd * (float)s;
 }
 

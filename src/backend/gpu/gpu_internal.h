@@ -185,12 +185,47 @@ rf_status rf_moe_gemv_gluq_launch(rf_gpu_ctx *ctx, float *y, void *xqd, int rkd,
                                   rf_type t, const int8_t *qx, const uint8_t *rec, const int32_t *ids, const float *bg,
                                   const float *bu, int64_t n_in, int64_t n_out, int64_t row_bytes, int64_t k,
                                   int64_t n_expert, int kind, int64_t nk);
-/* the indirect GEMV over expert tiles (rf_k_moe_group's, RF_MOE_TILE = 8 rows each) of x's rows
- * sorted by expert (qx / rec with rf_moe_gemv_rk's records): ys [rows, n_out] in that order,
- * without bias; every slot bit-identical to rf_moe_gemv_launch's */
+/* a part of a MoE scratch block, rounded up to 256 bytes */
+static inline size_t rf_moe_al(size_t b) { return (b + 255) & ~(size_t)255; }
+/* gpu_moe.cu's kernels for the grouped paths (see there): the router with h's quantization
+ * (records of kind rk; xq NULL: routing only); the ids grouped by expert into pos / src and the
+ * tile table (tiles of at most bn sorted rows, n_tiles entries, the unused ones expert -1); the
+ * sorted products ys scattered back to their slots (+ bias) and summed with the router's
+ * weights in slot order into y [n, n_out] */
+struct rf_gpu_moe_ffn_desc;
+rf_status rf_moe_route_q_launch(rf_gpu_ctx *ctx, const struct rf_gpu_moe_ffn_desc *d, void *xq, int rk);
+rf_status rf_moe_group_launch(rf_gpu_ctx *ctx, int32_t *pos, int32_t *src, int4 *tiles, const int32_t *ids, int64_t nk,
+                              int64_t k, int64_t n_expert, bool x_per_slot, int bn, int n_tiles);
+rf_status rf_moe_scatter_comb_launch(rf_gpu_ctx *ctx, float *y, const float *ys, const int32_t *pos,
+                                     const int32_t *ids, const float *bias, const float *wts, int64_t n, int64_t k,
+                                     int64_t n_out, int64_t n_expert);
+/* the grouped GEMV paths (gpu_moe_ggemv.cu): moe_ffn's whole block, matmul_id_glu's and
+ * matmul_id_combine's products (arguments as those ops'; gpu_moe.cu decides when) */
+rf_status rf_moe_ffn_ggemv(rf_gpu_ctx *ctx, float *y, const struct rf_gpu_moe_ffn_desc *d);
+rf_status rf_moe_glu_ggemv(rf_gpu_ctx *ctx, float *y, const void *wg, const void *wu, rf_type t, int64_t n_out,
+                           int64_t n_expert, int64_t n_in, const float *x, const int32_t *ids, const float *bg,
+                           const float *bu, int64_t n, int64_t k, int glu);
+rf_status rf_moe_comb_ggemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out, int64_t n_expert,
+                            int64_t n_in, const float *x, const int32_t *ids, const float *bias, const float *wts,
+                            int64_t n, int64_t k);
+/* the indirect GEMV over expert tiles (rf_k_moe_group's, RF_MOE_TILE rows each) of slots sorted
+ * by expert, x qx / rec with rf_moe_gemv_rk's records, sorted row p's x row p (src NULL) or
+ * src[p] / xdiv: ys [rows, n_out] in sorted order, without bias; every slot bit-identical to
+ * rf_moe_gemv_launch's (gpu_moe_ggemv.cu) */
+#define RF_MOE_TILE 8 /* slots per tile of the grouped GEMV */
 rf_status rf_moe_gemv_tiles_launch(rf_gpu_ctx *ctx, float *ys, const void *w, rf_type t, const int8_t *qx,
-                                   const uint8_t *rec, const int4 *tiles, int64_t n_tiles, int64_t n_in, int64_t n_out,
-                                   int64_t row_bytes);
+                                   const uint8_t *rec, const int32_t *src, int64_t xdiv, const int4 *tiles,
+                                   int64_t n_tiles, int64_t n_in, int64_t n_out, int64_t row_bytes);
+/* the grouped GEMV's gate + up + GLU over the same tiles (moe_ffn's grouped GEMV path): x rows
+ * qx / rec per token (rf_moe_gemv_rk's records), the token of sorted row p is src[p] / k; g [nk,
+ * n_out] = the GLU in slot order src[p] (the bits of rf_moe_gemv_glu_launch), and (xqd not NULL)
+ * the same values quantized as rf_k_quantize_x<1, rkd> into xqd's sorted rows
+ * (rf_gpu_xq_bytes(nk, n_out); n_out a multiple of 32) for the down product; at most 65535 tiles
+ * and slots */
+rf_status rf_moe_ggemv_glu_launch(rf_gpu_ctx *ctx, float *g, void *xqd, int rkd, const void *wg, const void *wu,
+                                  rf_type t, const int8_t *qx, const uint8_t *rec, const int32_t *src,
+                                  const int4 *tiles, int64_t n_tiles, const float *bg, const float *bu, int64_t n_in,
+                                  int64_t n_out, int64_t row_bytes, int64_t k, int kind, int64_t nk);
 
 static inline unsigned rf_gpu_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

@@ -4,7 +4,8 @@
 #include <stdlib.h>
 
 #include "core/knobs.h"
-#include "backend/gpu/gpu_gemv.cuh" /* rf_gemv_launch_quantize_x; gpu_quant.cuh: f16, K-quant scales */
+#include "backend/gpu/gpu_gemv.cuh"     /* rf_gemv_launch_quantize_x; gpu_quant.cuh: f16, K-quant scales */
+#include "backend/gpu/gpu_gemv_dot.cuh" /* rf_fp4x8, rf_mxfp4_scale */
 
 #define RF_MMQ_BM 128 /* weight rows per block */
 #define RF_MMQ_NW 8   /* warps per block: 8 / WN along the rows x WN (1, 2 or 4) along 32 tokens each */
@@ -167,22 +168,6 @@ static __device__ __forceinline__ uint32_t rf_mmq_qh4(uint32_t x) {
     return ((x & 0xFu) * 0x00204081u << 4) & 0x10101010u;
 }
 
-/* The doubled E2M1 values (int8) of the 8 MXFP4 codes in q (byte k: codes j + k in its low
- * nibble, 16 + j + k in its high one): lo = those of the low nibbles, hi of the high ones, the
- * values of rf_fp4x4 (the GEMV's) in 14 operations where two rf_fp4x4 take ~28: the nibbles
- * index the two halves of the table (codes 0-7 and their negatives) as byte_perm selectors in
- * place, two nibbles per byte (bytes lo0 hi0 lo1 hi1 | lo2 hi2 lo3 hi3), the sign bit picks the
- * half per byte, and two more byte_perm de-interleave. */
-static __device__ __forceinline__ void rf_mmq_fp4x8(uint32_t q, uint32_t *lo, uint32_t *hi) {
-    const uint32_t m = q & 0x77777777u, mb = m >> 16; /* 3-bit selectors: bit 3 of a nibble would
-                                                       * make byte_perm replicate a sign */
-    const uint32_t pa = __byte_perm(0x03020100u, 0x0C080604u, m), pb = __byte_perm(0x03020100u, 0x0C080604u, mb);
-    const uint32_t na = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, m), nb = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, mb);
-    const uint32_t ra = __byte_perm(pa, na, 0x3210u | ((q >> 1) & 0x4444u));
-    const uint32_t rb = __byte_perm(pb, nb, 0x3210u | ((q >> 17) & 0x4444u));
-    *lo = __byte_perm(ra, rb, 0x6420u), *hi = __byte_perm(ra, rb, 0x7531u);
-}
-
 /* The unaligned formats' A fragment words of block b for lane (g, t) of one staged row whose
  * chunk starts at byte ro of the shared memory (run-time offsets: rf_mmq_wsh): lo = elements
  * 4t..4t+3, hi = 16+4t..16+4t+3 as int8 (Q4_0: as its unsigned codes, centre in the mma's c),
@@ -205,9 +190,8 @@ static __device__ __forceinline__ void rf_mmq_a_ua(const uint8_t *smem, int ro, 
     } else if constexpr (B == RF_TYPE_MXFP4) {
         /* codes j and 16 + j in the low and high nibble of byte 1 + j; the value 2^(e - 128) kv
          * (kv: the doubled E2M1 value, int8), as rf_mxfp4_dot; the exponent byte read alone */
-        rf_mmq_fp4x8(rf_mmq_wsh(smem, ot + b * 17 + 1), lo, hi);
-        const uint32_t ex = smem[ro + b * 17];
-        *d = __uint_as_float(ex < 2 ? (0x00200000u << ex) : ((ex - 1) << 23));
+        rf_fp4x8(rf_mmq_wsh(smem, ot + b * 17 + 1), lo, hi);
+        *d = rf_mxfp4_scale(smem[ro + b * 17]);
     } else { /* Q6_K, one super-block per chunk: block b = 4 hh + kk (see rf_k_mmq's aligned one) */
         const int hh = b / 4, kk = b % 4, ls = 4 * (kk >> 1), hs = 2 * kk;
         const uint32_t l0 = rf_mmq_wsh(smem, ot + 64 * hh + 32 * (kk & 1));

@@ -148,7 +148,7 @@ extern "C" rf_status rf_gpu_moe_route(rf_gpu_ctx *ctx, int32_t *ids, float *wts,
 }
 
 /* moe_route_q's launch (x's records of kind rk, xq NULL: routing only) */
-static rf_status rf_moe_route_q_launch(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d, void *xq, int rk) {
+rf_status rf_moe_route_q_launch(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d, void *xq, int rk) {
     const int ws = ctx->info.warp_size > 0 ? ctx->info.warp_size : 32;
     const int64_t epl = (d->n_expert + ws - 1) / ws;
     int8_t *qx = (int8_t *)xq;
@@ -212,7 +212,33 @@ extern "C" rf_status rf_gpu_moe_shared_gate(rf_gpu_ctx *ctx, float *y, const flo
 }
 
 /* ---- grouping by expert (the batched product) ---------------------------------------------
- * moe_group, one block: cnt[e] = the slots choosing e (ids clamped to [0, n_expert)), off[e]
+ * the inclusive prefix sums of *a and *b over the block's threads in order (every thread calls;
+ * blockDim a multiple of the warp, at most 32 warps): a warp scan, then one over the warps' sums */
+static __device__ __forceinline__ void rf_block_scan2(int *a, int *b) {
+    __shared__ int wa[32], wb[32];
+    const int W = RF_WARP_SIZE, lane = (int)threadIdx.x % W, wid = (int)threadIdx.x / W, nw = (int)blockDim.x / W;
+    int va = *a, vb = *b;
+#pragma unroll
+    for (int m = 1; m < W; m <<= 1) {
+        const int ta = RF_SHFL_UP(va, m), tb = RF_SHFL_UP(vb, m);
+        if (lane >= m) va += ta, vb += tb;
+    }
+    if (lane == W - 1) wa[wid] = va, wb[wid] = vb;
+    __syncthreads();
+    if (wid == 0) {
+        int sa = lane < nw ? wa[lane] : 0, sb = lane < nw ? wb[lane] : 0;
+#pragma unroll
+        for (int m = 1; m < W; m <<= 1) {
+            const int ta = RF_SHFL_UP(sa, m), tb = RF_SHFL_UP(sb, m);
+            if (lane >= m) sa += ta, sb += tb;
+        }
+        if (lane < nw) wa[lane] = sa, wb[lane] = sb;
+    }
+    __syncthreads();
+    *a = va + (wid ? wa[wid - 1] : 0), *b = vb + (wid ? wb[wid - 1] : 0);
+}
+
+/* moe_group, one block: cnt[e] = the slots choosing e (ids clamped to [0, n_expert)), off[e]
  * their exclusive prefix sum; slot s gets row pos[s] in off[e] .. off[e] + cnt[e] of the sorted
  * rows and src[pos[s]] = its x row (s with x_per_slot, else s / k); tiles[]: for each expert in
  * order, (e, first row, end row, 0) per BN rows, then (-1, 0, 0, 0) up to n_tiles (the most any
@@ -233,13 +259,20 @@ __global__ void rf_k_moe_group(int32_t *pos, int32_t *src, int4 *tiles, const in
     }
     __syncthreads();
     __shared__ int used;
-    if (threadIdx.x == 0) {
-        int o = 0, tt = 0;
-        for (int e = 0; e < n_expert; e++) {
+    { /* the experts' exclusive prefix sums of rows and tiles, thread i taking a run of per in
+       * order (was one thread's loop over them: ~0.1 us an expert, 12 us of qwen3-30b-a3b's 128) */
+        const int per = (n_expert + (int)blockDim.x - 1) / (int)blockDim.x, e0 = (int)threadIdx.x * per;
+        const int e1 = e0 + per < n_expert ? e0 + per : n_expert;
+        int c = 0, nt = 0;
+        for (int e = e0; e < e1; e++) c += cnt[e], nt += (cnt[e] + bn - 1) / bn;
+        int o = c, tt = nt;
+        rf_block_scan2(&o, &tt);
+        if (threadIdx.x == blockDim.x - 1) used = tt;
+        o -= c, tt -= nt;
+        for (int e = e0; e < e1; e++) {
             off[e] = o, tb[e] = tt;
             o += cnt[e], tt += (cnt[e] + bn - 1) / bn;
         }
-        used = tt;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
@@ -331,9 +364,21 @@ __global__ void rf_k_moe_scatter_comb(float *y, const float *ys, const int32_t *
     }
 }
 
-/* ---- the indirect product ----------------------------------------------------------------- */
+rf_status rf_moe_group_launch(rf_gpu_ctx *ctx, int32_t *pos, int32_t *src, int4 *tiles, const int32_t *ids, int64_t nk,
+                              int64_t k, int64_t n_expert, bool x_per_slot, int bn, int n_tiles) {
+    return rf_gpu_launch(ctx, "rf_k_moe_group", false, rf_k_moe_group, dim3(1), dim3(1024),
+                         (size_t)(4 * n_expert * sizeof(int)), pos, src, tiles, ids, (int)nk, (int)k, (int)n_expert,
+                         x_per_slot ? 1 : 0, bn, n_tiles);
+}
 
-static size_t rf_moe_al(size_t b) { return (b + 255) & ~(size_t)255; }
+rf_status rf_moe_scatter_comb_launch(rf_gpu_ctx *ctx, float *y, const float *ys, const int32_t *pos,
+                                     const int32_t *ids, const float *bias, const float *wts, int64_t n, int64_t k,
+                                     int64_t n_out, int64_t n_expert) {
+    return rf_gpu_launch(ctx, "rf_k_moe_scatter_comb", false, rf_k_moe_scatter_comb, dim3(rf_gpu_blocks(n * n_out, 256)),
+                         dim3(256), 0, y, ys, pos, ids, bias, wts, n, (int)k, n_out, (int)n_expert);
+}
+
+/* ---- the indirect product ----------------------------------------------------------------- */
 
 /* The grouped path: x quantized once (n_x rows), sorted by expert into nk rows, one grouped MMQ
  * over tiles of 32 rows of one expert (each expert's weights read once per tile column), or,
@@ -342,7 +387,7 @@ static size_t rf_moe_al(size_t b) { return (b + 255) & ~(size_t)255; }
 static rf_status rf_moe_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out, const float *x,
                                 int64_t n_x, bool xps, const int32_t *ids, const float *bias, int64_t k, int64_t n_expert,
                                 int64_t n_in, int64_t nk, bool gemv) {
-    const int bn = gemv ? 8 : rf_gpu_mmq_grouped_rows(nk, n_expert), n_tiles = (int)((nk + bn - 1) / bn + n_expert);
+    const int bn = gemv ? RF_MOE_TILE : rf_gpu_mmq_grouped_rows(nk, n_expert), n_tiles = (int)((nk + bn - 1) / bn + n_expert);
     const int rk = gemv ? rf_moe_gemv_rk(t, n_in) : t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K ? 1 : 0;
     const int rec = rk ? 16 : 8;
     const size_t xb = rf_moe_al(rf_gpu_xq_bytes(n_x, n_in)), pb = rf_moe_al(rf_gpu_xq_bytes(nk, n_in));
@@ -361,14 +406,12 @@ static rf_status rf_moe_grouped(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
     uint8_t *pr = (uint8_t *)xp + rf_moe_al((size_t)nk * n_in);
     st = rf_gemv_launch_quantize_x(ctx, xq, 1, rk, x, (int)n_x, n_in);
     if (!st)
-        st = rf_gpu_launch(ctx, "rf_k_moe_group", false, rf_k_moe_group, dim3(1), dim3(1024),
-                           (size_t)(4 * n_expert * sizeof(int)), pos, src, tiles, ids, (int)nk, (int)k, (int)n_expert,
-                           xps ? 1 : 0, bn, n_tiles);
+        st = rf_moe_group_launch(ctx, pos, src, tiles, ids, nk, k, n_expert, xps, bn, n_tiles);
     if (!st)
         st = rf_gpu_launch(ctx, "rf_k_moe_gather_xq", false, rf_k_moe_gather_xq, dim3((unsigned)nk), dim3(128), 0, xp,
                            pr, (const int8_t *)xq, xr, (const int32_t *)src, (int)n_in, (int)(n_in / 32 * rec), 1);
     if (!st && gemv)
-        st = rf_moe_gemv_tiles_launch(ctx, ys, w, t, xp, pr, tiles, n_tiles, n_in, n_out,
+        st = rf_moe_gemv_tiles_launch(ctx, ys, w, t, xp, pr, NULL, 1, tiles, n_tiles, n_in, n_out,
                                       n_in / rf_gq_block((int)t) * rf_gq_bytes((int)t));
     else if (!st)
         st = rf_gpu_mmq_grouped_bn(ctx, ys, w, t, xp, pr, tiles, n_tiles, bn, (int)nk, n_in, n_out);
@@ -428,6 +471,38 @@ static bool rf_moe_per_slot(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n,
     return n * k <= 65535 && !rf_gpu_moe_grouped_takes(ctx, t, n_in, n, k) && !rf_moe_tiled_takes(t, n_in, n * k, n_expert);
 }
 
+/* whether the fused ops of level lvl (RF_GPU_MOE_FUSE: matmul_id_glu 1, matmul_id_combine 2,
+ * moe_ffn 3) take the grouped GEMV (gpu_moe_ggemv.cu) for a product of type t over rows of n_in:
+ * few slots per expert (batched decode: at most RF_GPU_MOE_GGEMV on average), from
+ * RF_GPU_MOE_GGEMV_MIN slots or, that 0, wherever the per-slot GEMV stops (slot counts where the
+ * grouped MMQ or the unfused tiled GEMV would run); the int8-x types; not in batch-invariant
+ * mode (there the grouped MMQ sums every slot count, its own bits); CUDA only. The bound's model (H200,
+ * ~4.8 TB/s, ~3.3e13 lane operations/s): the expert rows are read once per RF_MOE_TILE slots;
+ * the dots cost ~0.8 integer operations per weight and slot (Q4_K) or ~0.4 plus ~2.2 once for the
+ * decode (MXFP4), so they cost what the bytes do from ~4-5 slots an expert and s / 4.7 times
+ * that past it; the grouped MMQ took 3-6 times the bytes' time at 2-4 slots an expert (eager op
+ * times, 32 sequences: qwen3-30b-a3b 79 us a call, gpt-oss-20b 181 us), its 32-row tiles mostly
+ * padding, so the GEMV should lead up to ~10-15 slots an expert: 8 until a measurement moves it
+ * (test_gpu_moe_ggemv's bench prints both sides). */
+static bool rf_moe_ggemv_fits(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k, int64_t n_expert,
+                              int lvl) {
+#if defined(RF_HIP) /* the gate+up kernels are not built for HIP (their compile time), nor is the grouped MMQ */
+    (void)ctx, (void)t, (void)n_in, (void)n, (void)k, (void)n_expert, (void)lvl;
+    return false;
+#else
+    const int64_t nk = n * k, most = rf_knob_int(RF_KNOB_GPU_MOE_GGEMV), least = rf_knob_int(RF_KNOB_GPU_MOE_GGEMV_MIN);
+    return rf_knob_int(RF_KNOB_GPU_MOE_FUSE) >= lvl && most > 0 && !ctx->invariant && k <= RF_MOE_MAX_K &&
+           nk <= 65535 && nk <= most * n_expert && (nk + RF_MOE_TILE - 1) / RF_MOE_TILE + n_expert <= 65535 &&
+           rf_moe_gemv_rk(t, n_in) >= 0 && (least == 0 || nk >= least);
+#endif
+}
+
+static bool rf_moe_ggemv_takes(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k, int64_t n_expert,
+                               int lvl) {
+    return rf_moe_ggemv_fits(ctx, t, n_in, n, k, n_expert, lvl) &&
+           (rf_knob_int(RF_KNOB_GPU_MOE_GGEMV_MIN) > 0 || !rf_moe_per_slot(ctx, t, n_in, n, k, n_expert));
+}
+
 extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, rf_type t, int64_t n_out,
                                       int64_t n_expert, int64_t n_in, const float *x, bool x_per_slot,
                                       const int32_t *ids, const float *bias, int64_t n, int64_t k) {
@@ -447,10 +522,13 @@ extern "C" rf_status rf_gpu_matmul_id(rf_gpu_ctx *ctx, float *y, const void *w, 
         }
         return RF_OK;
     }
-    if (rf_gpu_moe_grouped_takes(ctx, t, n_in, n, k))
+    /* few slots per expert (rf_moe_ggemv_fits, any fusion level): the tiled GEMV where the
+     * grouped MMQ would run, so the unfused ops give the fused grouped GEMV's bits */
+    const bool few = rf_moe_ggemv_fits(ctx, t, n_in, n, k, n_expert, 0);
+    if (rf_gpu_moe_grouped_takes(ctx, t, n_in, n, k) && !few)
         return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk, false);
-    /* types / widths MMQ does not take: the tiled GEMV (rf_moe_tiled_takes) */
-    if (rf_moe_tiled_takes(t, n_in, nk, n_expert))
+    /* types / widths MMQ does not take, or few slots an expert: the tiled GEMV */
+    if (rf_moe_tiled_takes(t, n_in, nk, n_expert) || (few && rf_gpu_moe_grouped_takes(ctx, t, n_in, n, k)))
         return rf_moe_grouped(ctx, y, w, t, n_out, x, n_x, x_per_slot, ids, bias, k, n_expert, n_in, nk, true);
     /* the GEMV path: every type; batch invariant by construction (a slot's sum never sees the
      * others), so batch-invariant mode takes it for the types MMQ does not */
@@ -484,6 +562,8 @@ extern "C" rf_status rf_gpu_matmul_id_glu(rf_gpu_ctx *ctx, float *y, float *u, c
     RF_GPU_REQUIRE(glu >= RF_GLU_SWIGLU && glu <= RF_GLU_SWIGLU_OAI && ((uintptr_t)wu & 15) == 0, op,
                    "glu kind %d (or an unaligned up weight)", glu);
     const int64_t nk = n * k;
+    if (rf_moe_ggemv_takes(ctx, t, n_in, n, k, n_expert, 1))
+        return rf_moe_glu_ggemv(ctx, y, wg, wu, t, n_out, n_expert, n_in, x, ids, bg, bu, n, k, glu);
     if (rf_knob_int(RF_KNOB_GPU_MOE_FUSE) < 1 || !rf_moe_per_slot(ctx, t, n_in, n, k, n_expert)) {
         st = rf_gpu_matmul_id(ctx, y, wg, t, n_out, n_expert, n_in, x, false, ids, bg, n, k);
         if (!st) st = rf_gpu_matmul_id(ctx, u, wu, t, n_out, n_expert, n_in, x, false, ids, bu, n, k);
@@ -519,6 +599,8 @@ extern "C" rf_status rf_gpu_matmul_id_combine(rf_gpu_ctx *ctx, float *y, float *
     rf_status st = rf_moe_check("matmul_id_combine", t, n_out, n_expert, n_in, w, x, n, k);
     if (st) return st;
     const int64_t nk = n * k;
+    if (rf_moe_ggemv_takes(ctx, t, n_in, n, k, n_expert, 2))
+        return rf_moe_comb_ggemv(ctx, y, w, t, n_out, n_expert, n_in, x, ids, bias, wts, n, k);
     /* RF_GPU_MOE_FUSE (read per call: a test or a bench may turn it) below 2: the unfused ops
      * (the default until the slot-parallel kernel is measured: the first fused kernel walked a
      * token's k slots one after another in one block and lost 15% of qwen3-30b-a3b's tg128 on an
@@ -591,9 +673,7 @@ static rf_status rf_moe_ffn_grouped(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_
     uint8_t *rd = (uint8_t *)qd + rf_moe_al((size_t)nk * nf);
     st = rf_moe_route_q_launch(ctx, d, qh, rkg);
     if (!st)
-        st = rf_gpu_launch(ctx, "rf_k_moe_group", false, rf_k_moe_group, dim3(1), dim3(1024),
-                           (size_t)(4 * ne * sizeof(int)), pos, src, tiles, (const int32_t *)d->ids, (int)nk, (int)k,
-                           (int)ne, 1, bn, n_tiles);
+        st = rf_moe_group_launch(ctx, pos, src, tiles, d->ids, nk, k, ne, true, bn, n_tiles);
     if (!st)
         st = rf_gpu_launch(ctx, "rf_k_moe_gather_xq", false, rf_k_moe_gather_xq, dim3((unsigned)nk), dim3(128), 0, qhs,
                            rhs, (const int8_t *)qh, (const uint8_t *)rh, (const int32_t *)src, (int)ni,
@@ -610,11 +690,18 @@ static rf_status rf_moe_ffn_grouped(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_
     }
     if (!st) st = rf_gpu_mmq_grouped_bn(ctx, ysd, d->wd, d->td, qd, rd, tiles, n_tiles, bn, (int)nk, nf, no);
     if (!st)
-        st = rf_gpu_launch(ctx, "rf_k_moe_scatter_comb", false, rf_k_moe_scatter_comb, dim3(rf_gpu_blocks(n * no, 256)),
-                           dim3(256), 0, y, (const float *)ysd, (const int32_t *)pos, (const int32_t *)d->ids, d->bd,
-                           (const float *)d->wts, n, (int)k, no, (int)ne);
+        st = rf_moe_scatter_comb_launch(ctx, y, ysd, pos, d->ids, d->bd, d->wts, n, k, no, ne);
     ctx->scratch_used = mark;
     return st;
+}
+
+/* whether rf_gpu_moe_ffn takes its grouped GEMV path (rf_moe_ggemv_takes' rule for both
+ * products; with RF_GPU_MOE_GGEMV_MIN 0, wherever its three-kernel per-slot path stops) */
+static bool rf_moe_ffn_ggemv_takes(rf_gpu_ctx *ctx, const rf_gpu_moe_ffn_desc *d) {
+    const int64_t n = d->n, k = d->k, ne = d->n_expert;
+    return d->n_ff % 32 == 0 && rf_moe_ggemv_fits(ctx, d->tg, d->n_in, n, k, ne, 3) &&
+           rf_moe_ggemv_fits(ctx, d->td, d->n_ff, n, k, ne, 3) &&
+           (rf_knob_int(RF_KNOB_GPU_MOE_GGEMV_MIN) > 0 || !rf_moe_ffn_fused(ctx, d));
 }
 
 extern "C" rf_status rf_gpu_moe_ffn(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_ffn_desc *d) {
@@ -626,6 +713,7 @@ extern "C" rf_status rf_gpu_moe_ffn(rf_gpu_ctx *ctx, float *y, const rf_gpu_moe_
     RF_GPU_REQUIRE(d->glu >= RF_GLU_SWIGLU && d->glu <= RF_GLU_SWIGLU_OAI && ((uintptr_t)d->wu & 15) == 0, op,
                    "glu kind %d (or an unaligned up weight)", d->glu);
     const int64_t n = d->n, k = d->k, nk = n * k, ne = d->n_expert;
+    if (rf_moe_ffn_ggemv_takes(ctx, d)) return rf_moe_ffn_ggemv(ctx, y, d);
     if (!rf_moe_ffn_fused(ctx, d) && rf_moe_ffn_grouped_takes(ctx, d)) return rf_moe_ffn_grouped(ctx, y, d);
     if (!rf_moe_ffn_fused(ctx, d)) { /* the ops it stands for */
         if (d->lb) st = rf_gpu_add_bias(ctx, d->logits, d->lb, n, ne);

@@ -1,102 +1,11 @@
 /* gpu_moe_gemv.cu — the GEMV half of the indirect product over expert ids (matmul_id): a GEMV
  * per (token, slot) that reads only its expert's rows, on the int8-x dots of the dense GEMVs
- * (gpu_gemv_dot.cuh) or, for the other types, f32 x; its decode fusions (gate and up with the
- * GLU; down with the router-weighted sum); and the same GEMV per expert tile of sorted slots for
- * the types MMQ does not take (MXFP4, widths not a multiple of 256). gpu_moe.cu dispatches. */
-#include "backend/backend.h" /* rf_glu_kind */
-#include "backend/gpu/gpu_gemv_dot.cuh"
+ * (gpu_gemv_dot.cuh, through gpu_moe.cuh's unit dot) or, for the other types, f32 x; and its
+ * decode fusions (gate and up with the GLU; down with the router-weighted sum). The same GEMV
+ * over expert tiles of sorted slots is gpu_moe_ggemv.cu's; gpu_moe.cu dispatches. */
 #include "backend/gpu/gpu_moe.cuh"
 
 #define RF_MOE_GEMV_THREADS 128 /* threads per block: rows of LPR lanes each */
-#define RF_MOE_TILE 8           /* slots per tile of the tiled GEMV (moe_gemv_qt) */
-
-/* the dense GEMVs' x records (rf_k_quantize_x, GB 1): (d, int sum) or (d, int sum, f32 sum or
- * q8_1 s, int sum of the first 16) */
-template <int T> struct rf_moe_fmt {
-    static constexpr bool K = T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K || T == RF_TYPE_Q6_K;
-    static constexpr int REC = K || T == RF_TYPE_Q4_1 || T == RF_TYPE_Q5_1 ? 16 : 8;
-    static constexpr int BB = T == RF_TYPE_Q4_0 ? 18 : T == RF_TYPE_Q4_1 ? 20 : T == RF_TYPE_Q5_0 ? 22
-                            : T == RF_TYPE_Q5_1 ? 24 : T == RF_TYPE_Q8_0 ? 34 : T == RF_TYPE_MXFP4 ? 17
-                            : T == RF_TYPE_Q4_K ? 144
-                            : T == RF_TYPE_Q5_K ? 176 : 210;
-    static constexpr int UE = K ? 256 : 32; /* elements per unit (a lane's step) */
-};
-
-/* N aligned words of the 2-byte-aligned bytes at p (Q6_K super-blocks sit at any even byte):
- * reads one word more when p is 2 mod 4 (within rf_gpu_alloc's tail padding at a row's end) */
-template <int N>
-static __device__ __forceinline__ void rf_moe_words(uint32_t *o, const uint8_t *p) {
-    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
-    if (((uintptr_t)p & 3) == 0) {
-#pragma unroll
-        for (int i = 0; i < N; i++) o[i] = a[i];
-    } else {
-        uint32_t prev = a[0];
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            const uint32_t nx = a[i + 1];
-            o[i] = __byte_perm(prev, nx, 0x5432u);
-            prev = nx;
-        }
-    }
-}
-
-/* the int8-x dot of unit u of a weight row wr with token row xr of the quantized x */
-template <int T>
-static __device__ __forceinline__ float rf_moe_unit_dot(const uint8_t *wr, int u, const int8_t *qx,
-                                                        const uint8_t *rec) {
-    using F = rf_moe_fmt<T>;
-    if constexpr (T == RF_TYPE_MXFP4) { /* 17-byte blocks at any byte offset: Q8_0-style x records */
-        const int4 *xv = (const int4 *)(qx + (int64_t)u * 32);
-        const int4 x0 = xv[0], x1 = xv[1];
-        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        return rf_mxfp4_dot(wr + (int64_t)u * F::BB, xi, ((const float2 *)rec)[u].x);
-    } else if constexpr (!F::K) {
-        const uint8_t *bp = wr + (int64_t)u * F::BB;
-        const uint32_t *aw = (const uint32_t *)((uintptr_t)bp & ~(uintptr_t)3);
-        const int o = (int)((uintptr_t)bp & 3);
-        const int4 *xv = (const int4 *)(qx + (int64_t)u * 32);
-        const int4 x0 = xv[0], x1 = xv[1];
-        const int xi[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        if constexpr (F::REC == 16) {
-            const float4 r = ((const float4 *)rec)[u];
-            return rf_q32_dot<T>(aw, o, xi, r.x, __float_as_int(r.y), r.z);
-        } else {
-            const float2 r = ((const float2 *)rec)[u];
-            return rf_q32_dot<T>(aw, o, xi, r.x, __float_as_int(r.y), 0.0f);
-        }
-    } else {
-        constexpr int NW = T == RF_TYPE_Q4_K ? 36 : T == RF_TYPE_Q5_K ? 44 : 53;
-        uint32_t w[T == RF_TYPE_Q6_K ? NW : NW / 4 * 4];
-        if constexpr (T == RF_TYPE_Q6_K) {
-            rf_moe_words<NW>(w, wr + (int64_t)u * F::BB);
-        } else { /* 144 / 176-byte super-blocks in rows of them: 16-byte aligned */
-            const uint4 *q = (const uint4 *)(wr + (int64_t)u * F::BB);
-#pragma unroll
-            for (int i = 0; i < NW / 4; i++) {
-                const uint4 v = q[i];
-                w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
-            }
-        }
-        int xi[8][8], sxi[8], slo[8];
-        float dxd[8], fs[8];
-        const int4 *xv = (const int4 *)(qx + (int64_t)u * 256);
-        const float4 *rv = (const float4 *)rec + (int64_t)u * 8;
-#pragma unroll
-        for (int b = 0; b < 8; b++) {
-            const int4 x0 = xv[2 * b], x1 = xv[2 * b + 1];
-            xi[b][0] = x0.x, xi[b][1] = x0.y, xi[b][2] = x0.z, xi[b][3] = x0.w;
-            xi[b][4] = x1.x, xi[b][5] = x1.y, xi[b][6] = x1.z, xi[b][7] = x1.w;
-            const float4 r = rv[b];
-            dxd[b] = r.x, sxi[b] = __float_as_int(r.y), fs[b] = r.z, slo[b] = __float_as_int(r.w);
-        }
-        if constexpr (T == RF_TYPE_Q6_K) return rf_q6k_dot(w, xi, dxd, sxi, slo);
-        else return rf_qk_dot<T == RF_TYPE_Q5_K>(w, xi, dxd, sxi, fs);
-    }
-}
-
-/* RF_MOE_F32X: the template type of the f32-x path (rf_moe_row over f32 x, any type) */
-#define RF_MOE_F32X (-1)
 
 /* One weight row wr against token row xr of x, summed over the row's LPR lanes: lane j takes
  * units j, j + LPR, ... (a unit: a 32-element block, or a 256-element super-block of the
@@ -261,67 +170,6 @@ rf_k_moe_gemv_comb(float *y, const uint8_t *w, rf_type t, const int8_t *qx, cons
     }
 }
 
-/* moe_gemv_qt: moe_gemv over a tile of slots that chose the same expert: blockIdx.y's tile
- * tiles[y] = (expert e, first row p0, end row p1, 0) of rf_k_moe_group (e < 0: unused, the block
- * exits), rows p0 .. p1 - 1 (at most BN) of qx / rec sorted by expert (rf_k_moe_gather_xq);
- * ys[p, o] = W_e[o] . x_p without the bias (rf_k_moe_scatter adds it). Each row's units are read
- * from memory once for the whole tile (the tokens after the first hit L1). A slot's sum takes
- * exactly rf_moe_row's operations in its order (explicitly rounded adds over the same units, the
- * same butterfly, the bias added after), so its bits do not depend on which path or tile took it
- * (batch invariant). launch: grid (ceil(n_out / (128 / LPR)), n_tiles), 128 threads. */
-template <int T, int LPR, int BN>
-__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
-rf_k_moe_gemv_qt(float *ys, const uint8_t *w, const int8_t *qx, const uint8_t *rec, const int4 *tiles, int n_in,
-                 int n_out, int64_t row_bytes) {
-    constexpr int RPB = RF_MOE_GEMV_THREADS / LPR;
-    const int4 tl = tiles[blockIdx.y];
-    if (tl.x < 0) return;
-    const int sub = (int)threadIdx.x % LPR, row = (int)blockIdx.x * RPB + (int)threadIdx.x / LPR;
-    const int rowc = row < n_out ? row : n_out - 1, np = tl.z - tl.y;
-    const uint8_t *wr = w + ((int64_t)tl.x * n_out + rowc) * row_bytes;
-    constexpr int REC = rf_moe_fmt<T>::REC, UE = rf_moe_fmt<T>::UE;
-    const int nu = n_in / UE, rb = n_in / 32 * REC;
-    float acc[BN];
-#pragma unroll
-    for (int j = 0; j < BN; j++) acc[j] = 0.0f;
-    for (int u = sub; u < nu; u += LPR)
-#pragma unroll
-        for (int j = 0; j < BN; j++)
-            if (j < np) {
-                const int p = tl.y + j;
-                acc[j] = __fadd_rn(acc[j], rf_moe_unit_dot<T>(wr, u, qx + (int64_t)p * n_in, rec + (int64_t)p * rb));
-            }
-#pragma unroll
-    for (int j = 0; j < BN; j++) {
-        float a = acc[j];
-#pragma unroll
-        for (int m = LPR / 2; m > 0; m >>= 1) a += RF_SHFL_XOR(a, m);
-        if (sub == 0 && row < n_out && j < np) ys[(int64_t)(tl.y + j) * n_out + row] = a;
-    }
-}
-
-/* lanes per row: the fewest of 2, 4, 8, 32 covering the row's units (idle lanes past them) */
-static int rf_moe_lpr(int64_t units) { return units <= 2 ? 2 : units <= 4 ? 4 : units <= 8 ? 8 : 32; }
-
-/* The one type dispatch of the launchers: st = CALL(T) with the template type of t (the int8-x
- * types with qx, RF_MOE_F32X without), or the error naming who. */
-#define RF_MOE_DISPATCH(st, t, qx, CALL, who)                                                                   \
-    do {                                                                                                          \
-        if (!(qx)) { st = CALL(RF_MOE_F32X); break; }                                                             \
-        switch (t) {                                                                                              \
-        case RF_TYPE_Q4_0: st = CALL(RF_TYPE_Q4_0); break;                                                        \
-        case RF_TYPE_Q4_1: st = CALL(RF_TYPE_Q4_1); break;                                                        \
-        case RF_TYPE_Q5_0: st = CALL(RF_TYPE_Q5_0); break;                                                        \
-        case RF_TYPE_Q5_1: st = CALL(RF_TYPE_Q5_1); break;                                                        \
-        case RF_TYPE_Q8_0: st = CALL(RF_TYPE_Q8_0); break;                                                        \
-        case RF_TYPE_MXFP4: st = CALL(RF_TYPE_MXFP4); break;                                                      \
-        case RF_TYPE_Q4_K: st = CALL(RF_TYPE_Q4_K); break;                                                        \
-        case RF_TYPE_Q5_K: st = CALL(RF_TYPE_Q5_K); break;                                                        \
-        case RF_TYPE_Q6_K: st = CALL(RF_TYPE_Q6_K); break;                                                        \
-        default: st = rf_set_error(RF_ERR_INVALID_ARG, "%s: no int8-x kernel for type %d", who, (int)(t));      \
-        }                                                                                                         \
-    } while (0)
-
 /* a row's lanes for type T (RF_MOE_F32X: of runtime type t) over rows of n_in */
 template <int T> static int rf_moe_lanes(rf_type t, int64_t n_in) {
     if constexpr (T != RF_MOE_F32X) return rf_moe_lpr(n_in / rf_moe_fmt<T>::UE);
@@ -398,38 +246,6 @@ static rf_status rf_moe_launch_comb(rf_gpu_ctx *ctx, float *y, const uint8_t *w,
     rf_status st;
     RF_MOE_BY_LANES(st, lpr, "rf_k_moe_gemv_comb", rf_k_moe_gemv_comb, T, grid, y, w, t, qx, rec, x, ids, bias, wts,
                     n_in, n_out, rb, k, n_expert, rpb, t0);
-    return st;
-}
-
-template <int T>
-static rf_status rf_moe_launch_qt(rf_gpu_ctx *ctx, float *ys, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
-                                  const int4 *tiles, int n_tiles, int n_in, int n_out, int64_t rb) {
-    if constexpr (T == RF_MOE_F32X) {
-        return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_tiles_launch: the tiled GEMV takes int8 x only");
-    } else {
-        const int lpr = rf_moe_lanes<T>(RF_TYPE_F32, n_in);
-        const dim3 grid = rf_moe_grid(n_out, lpr, n_tiles), b(RF_MOE_GEMV_THREADS);
-        const char *nm = "rf_k_moe_gemv_qt";
-        return lpr == 2   ? rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_qt<T, 2, RF_MOE_TILE>, grid, b, 0, ys, w, qx, rec, tiles, n_in, n_out, rb)
-               : lpr == 4 ? rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_qt<T, 4, RF_MOE_TILE>, grid, b, 0, ys, w, qx, rec, tiles, n_in, n_out, rb)
-               : lpr == 8 ? rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_qt<T, 8, RF_MOE_TILE>, grid, b, 0, ys, w, qx, rec, tiles, n_in, n_out, rb)
-                          : rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_qt<T, 32, RF_MOE_TILE>, grid, b, 0, ys, w, qx, rec, tiles, n_in, n_out, rb);
-    }
-}
-
-rf_status rf_moe_gemv_tiles_launch(rf_gpu_ctx *ctx, float *ys, const void *w, rf_type t, const int8_t *qx,
-                                   const uint8_t *rec, const int4 *tiles, int64_t n_tiles, int64_t n_in, int64_t n_out,
-                                   int64_t row_bytes) {
-    const uint8_t *wp = (const uint8_t *)w;
-    const int ni = (int)n_in, no = (int)n_out;
-    rf_status st = RF_OK;
-    for (int64_t t0 = 0; t0 < n_tiles && !st; t0 += 65535) { /* grid.y holds 65535 tiles */
-        const int nt = (int)(n_tiles - t0 < 65535 ? n_tiles - t0 : 65535);
-        const int4 *tl = tiles + t0;
-#define RF_MQT(T) rf_moe_launch_qt<T>(ctx, ys, wp, qx, rec, tl, nt, ni, no, row_bytes)
-        RF_MOE_DISPATCH(st, t, qx, RF_MQT, "rf_moe_gemv_tiles_launch");
-#undef RF_MQT
-    }
     return st;
 }
 
