@@ -43,7 +43,7 @@ extern "C" {
     X(GPU_PDL, BOOL, "on", 0, 0, "GPU (sm_90+): programmatic dependent launch")                      \
     X(GPU_UNFUSED, BOOL, "off", 0, 0, "GPU: the unfused decode ops (fused-vs-unfused A/B)")          \
     X(GPU_FLASH, BOOL, "on", 0, 0, "GPU: prompt attention on the tensor-core flash prefill kernel")  \
-    X(GPU_DECODE_MMA_MIN, INT, "2048", 0, 1000000000, "GPU: fewest keys a decode row sees to take the tensor-core decode attention (0 = never)") \
+    X(GPU_DECODE_MMA_MIN, INT, "0", 0, 1000000000, "GPU: fewest keys a decode row sees to take the tensor-core decode attention (0 = never, the default: on the H200 the decode step at depth 16,384 ran 7.9% slower with it at 2048, docs/gpu.md)") \
     X(GPU_GEMV_MAX, INT, "64", 0, 1000000000, "GPU: most tokens a quantized product runs as GEMVs") \
     X(GPU_MMQ_MAX, INT, "96", 0, 1000000000, "GPU: most tokens a product runs on MMQ (0 = never)") \
     X(GPU_MMQ_MIN, INT, "17", 1, 1000000000, "GPU: fewest tokens a product runs on MMQ")            \
@@ -52,7 +52,7 @@ extern "C" {
     X(GPU_W4A16_MAX, INT, "192", 1, 1000000000, "GPU: most tokens a product runs on W4A16 in auto mode (past it dequantize + cuBLAS wins on an H200)") \
     X(GPU_MOE_GROUPED_MIN, INT, "96", 1, 1000000000, "GPU: fewest token-expert slots a MoE product groups by expert (MMQ)") \
     X(GPU_MOE_FUSE, INT, "3", 0, 3, "GPU: MoE decode fusions on the per-slot GEMV path: 0 none, 1 gate+up+GLU in one kernel, 2 also down+weighted sum in one kernel, 3 also the router bias and the activation quantizations folded into the route and GLU kernels, and on the grouped path one grouping for the three products with the scatter and sum in one kernel") \
-    X(GPU_MOE_GGEMV, INT, "8", 0, 1024, "GPU: most token-expert slots per expert (on average) a MoE feed-forward runs on the grouped GEMV (each chosen expert's rows read once per 8 slots, the bits of one token alone) where the per-slot GEMV stops; past it the grouped MMQ (0 = never)") \
+    X(GPU_MOE_GGEMV, INT, "0", 0, 1024, "GPU: most token-expert slots per expert (on average) a MoE feed-forward runs on the grouped GEMV (each chosen expert's rows read once per 8 slots, the bits of one token alone) where the per-slot GEMV stops; past it the grouped MMQ (0 = never, the default: measured slower than the grouped MMQ for the K-quant experts, faster for MXFP4 at 4 slots an expert: docs/perf-gpu.md)") \
     X(GPU_MOE_GGEMV_MIN, INT, "0", 0, 1000000000, "GPU: fewest token-expert slots a MoE feed-forward runs on the grouped GEMV (0: from where the per-slot GEMV stops)") \
     X(MMQ_CFG, INT, "0", 0, 5, "GPU MMQ tiles: 0 auto, 1 32-token, 2 64-token 2-stage, 3 64-token, 4 128-token, 5 128-token 2-stage") \
     X(W4A16_CFG, INT, "0", 0, 2, "GPU W4A16 tiles: 0 auto (64 tokens up to 64, else 128), 1 64-token, 2 128-token") \

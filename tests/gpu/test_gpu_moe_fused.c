@@ -403,17 +403,18 @@ static void test_fused_ffn(void **state) {
     /* not fused: f32 x */
     ffn_case(&r, RF_TYPE_F16, RF_TYPE_F16, 16, 4, 2, 256, 128, true, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, true);
     /* slot counts past the per-slot GEMV (>= 96): the grouped paths, with few slots an expert
-     * (RF_GPU_MOE_GGEMV's default) the grouped GEMV (the unfused matmul_id its tiled GEMV), with
+     * (RF_GPU_MOE_GGEMV 8; its default is 0) the grouped GEMV (the unfused matmul_id its tiled GEMV), with
      * the knob off the grouped MMQ (CUDA sm_80+: one grouping, the GLU quantizing in sorted
      * order, scatter+sum; elsewhere the unfused ops) */
     for (int gg = 0; gg < 2; gg++) {
-        assert_int_equal(rf_knob_override(RF_KNOB_GPU_MOE_GGEMV, gg ? NULL : "0"), RF_OK);
+        assert_int_equal(rf_knob_override(RF_KNOB_GPU_MOE_GGEMV, gg ? "8" : "0"), RF_OK);
         ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q6_K, 64, 8, 24, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
         ffn_case(&r, RF_TYPE_MXFP4, RF_TYPE_MXFP4, 16, 4, 32, 2880, 2880, true, RF_GLU_SWIGLU_OAI, RF_MOE_SOFTMAX_TOPK,
                  true);
         ffn_case(&r, RF_TYPE_Q8_0, RF_TYPE_Q4_0, 16, 6, 17, 512, 320, true, RF_GLU_GEGLU, RF_MOE_SIGMOID, true);
         ffn_case(&r, RF_TYPE_Q5_K, RF_TYPE_Q4_K, 64, 8, 40, 512, 256, true, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
     }
+    assert_int_equal(rf_knob_override(RF_KNOB_GPU_MOE_GGEMV, NULL), RF_OK);
     /* batch-invariant mode: the grouped path at every slot count where MMQ takes the types */
     assert_int_equal(g_be->ops->set_batch_invariant(g_be, true), RF_OK);
     ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q6_K, 64, 8, 1, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
