@@ -24,7 +24,7 @@ extern "C" {
     X(TP_GRAPHS, BOOL, "on", 0, 0, "--tp over several GPUs: decode steps as one graph over every GPU (0: eager)")  \
     X(TP_NO_PEER_OK, BOOL, "off", 0, 0, "--tp over GPUs without peer access: NCCL through host memory (slow)") \
     X(TP_TIMEOUT_MS, INT, "60000", 0, 86400000, "--tp over GPUs: a wait on a step gives up after this many ms and aborts NCCL (0 = never)") \
-    X(TP_ALLREDUCE, STRING, "auto", 0, 0, "--tp over GPUs: the all-reduce of steps up to 256 tokens: auto (peer-to-peer kernels where every pair of GPUs has peer access), nccl, p2p") \
+    X(TP_ALLREDUCE, STRING, "nccl", 0, 0, "--tp over GPUs: the all-reduce of steps up to 256 tokens: nccl (the default until the peer-to-peer kernels have run on two GPUs), auto (peer-to-peer kernels where every pair of GPUs has peer access), p2p") \
     X(TP_NCCL_NONBLOCKING, BOOL, "off", 0, 0, "--tp over GPUs: non-blocking NCCL communicators (each collective then costs a thread)") \
     X(CHAT_TIMING, BOOL, "off", 0, 0, "chat: print the timing line after each answer")               \
     X(STEP_TOKENS, INT, "0", 0, 65536, "engine: token budget of a step that carries decode tokens (0 = --batch; docs/engine.md)") \
