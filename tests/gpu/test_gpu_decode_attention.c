@@ -24,7 +24,10 @@
  * the paged kernel's bits and the others this kernel's; padding rows zeros, invalid rows NaN.
  * Timing (printed, nothing checked): llama3-8b's shape (32 / 8 heads, head dim 128, blocks of 16),
  * 1 and 8 sequences at depths 1,024 .. 32,768, f16 and q8_0: us per call of the paged kernel
- * (rf_gpu_paged_attention_hint, decode), this kernel, and the route at the default threshold.
+ * (rf_gpu_paged_attention_hint, decode), this kernel, and the route at threshold 2048, for the
+ * token at position depth - 1; then this kernel and the route for the token at depth + 15, where
+ * `rocmforge bench -d DEPTH -n 16` decodes (its tokens sit at depth .. depth + 15: one key past a
+ * power of two changes a row's splits, which the engine's op times showed and this test missed).
  * RF_TEST_QUICK (sanitizer runs): the cases of <= 6,000 keys, no timing.
  * Inputs are fresh each run (seed printed; RF_TEST_SEED=<n> replays). Skips (77) without a GPU
  * or where the kernel is not built (HIP, sm < 80). */
@@ -231,7 +234,9 @@ static void test_decode_vs_ref(void **state) {
 }
 
 /* rf_gpu_paged_attention_route: a decode call mixing rows below and above the threshold, a
- * padding row and an invalid one; each row takes its kernel's bits. */
+ * padding row and an invalid one; each row takes its kernel's bits. Threshold 2048, then 1: every
+ * row the decode kernel's and the paged kernel not launched, so the merge writes the padding row's
+ * zeros itself. */
 static void test_route(void **state) {
     (void)state;
     for (int q8 = 0; q8 < 2; q8++) {
@@ -239,7 +244,7 @@ static void test_route(void **state) {
         if (!rf_gpu_decode_attention_supported(g_ctx, kt, 128, 32, 8)) skip();
         rf_rng r;
         rf_rng_init(&r, rf_test_seed() + 3 + (uint64_t)q8);
-        const int64_t D = 128, nh = 32, nhkv = 8, bs = 16, qd = nh * D, kmin = 2048;
+        const int64_t D = 128, nh = 32, nhkv = 8, bs = 16, qd = nh * D;
         const int32_t len[5] = {3000, 100, 2048, 2047, 6000};
         da_pool p;
         pool_make(&r, &p, len, 5, bs, nhkv * D, q8);
@@ -255,42 +260,49 @@ static void test_route(void **state) {
         float *dq = dev_from(q, (size_t)(nt * qd) * 4), *dout = dev_poison((size_t)(nt * qd) * 4);
         int32_t *dpos = dev_from(pos, sizeof pos), *dseq = dev_from(seq, sizeof seq);
         const int64_t maxp = 5999;
-        assert_int_equal(rf_gpu_paged_attention_route(g_ctx, dout, dq, p.dk, p.dv, kt, nt, dpos, dseq, p.dtab, p.maxb,
-                                                      bs, nh, nhkv, D, scale, 0, 0.0f, maxp, NULL, true, kmin),
-                         RF_OK);
-        dev_to(got, dout, (size_t)(nt * qd) * 4);
-        assert_int_equal(rf_gpu_memset(g_ctx, dout, 0xFF, (size_t)(nt * qd) * 4), RF_OK);
         assert_int_equal(rf_gpu_paged_attention_hint(g_ctx, dout, dq, p.dk, p.dv, kt, nt, dpos, dseq, p.dtab, p.maxb,
                                                      bs, nh, nhkv, D, scale, 0, 0.0f, maxp, NULL, true),
                          RF_OK);
         dev_to(pa, dout, (size_t)(nt * qd) * 4);
-        assert_int_equal(rf_gpu_memset(g_ctx, dout, 0xFF, (size_t)(nt * qd) * 4), RF_OK);
-        assert_int_equal(rf_gpu_decode_attention(g_ctx, dout, dq, p.dk, p.dv, kt, nt, dpos, dseq, p.dtab, p.maxb, bs,
-                                                 nh, nhkv, D, scale, 0, 0.0f, maxp, NULL, kmin),
-                         RF_OK);
-        dev_to(da, dout, (size_t)(nt * qd) * 4);
-        for (int t = 0; t < nt; t++) {
-            const float *g = got + t * qd;
-            if (t == 5) {
-                for (int64_t i = 0; i < qd; i++)
-                    if (g[i] != 0.0f) fail_msg("padding row: %g at %lld", g[i], (long long)i);
-            } else if (t == 6) {
-                for (int64_t i = 0; i < qd; i++)
-                    if (!isnan(g[i])) fail_msg("invalid row: %g at %lld", g[i], (long long)i);
-            } else {
-                const bool deep = pos[t] + 1 >= kmin;
-                if (memcmp(g, (deep ? da : pa) + t * qd, (size_t)qd * 4))
-                    fail_msg("row %d (pos %d): not the %s kernel's bits", t, pos[t], deep ? "decode" : "paged");
-            }
-        }
-        /* and against the reference (the 5 valid rows) */
         assert_int_equal(rf_ref_paged_attention(want, q, p.kf, p.vf, 5, pos, seq, p.tab, p.maxb, bs, nh, nhkv, D, scale,
                                                 0, 0.0f, NULL),
                          RF_OK);
-        const double e = rel_l2(got, want, (size_t)(5 * qd));
-        printf("  route %s: rows 2047+ keys on the decode kernel, the rest paged; rel. L2 %.2e\n", q8 ? "q8_0" : "f16",
-               e);
-        if (!(e < (q8 ? 2e-3 : 1e-3))) fail_msg("route: rel. L2 %.3e", e);
+        for (int km = 0; km < 2; km++) {
+            const int64_t kmin = km ? 1 : 2048;
+            assert_int_equal(rf_gpu_memset(g_ctx, dout, 0xFF, (size_t)(nt * qd) * 4), RF_OK);
+            assert_int_equal(rf_gpu_paged_attention_route(g_ctx, dout, dq, p.dk, p.dv, kt, nt, dpos, dseq, p.dtab,
+                                                          p.maxb, bs, nh, nhkv, D, scale, 0, 0.0f, maxp, NULL, true,
+                                                          kmin),
+                             RF_OK);
+            dev_to(got, dout, (size_t)(nt * qd) * 4);
+            assert_int_equal(rf_gpu_memset(g_ctx, dout, 0xFF, (size_t)(nt * qd) * 4), RF_OK);
+            assert_int_equal(rf_gpu_decode_attention(g_ctx, dout, dq, p.dk, p.dv, kt, nt, dpos, dseq, p.dtab, p.maxb,
+                                                     bs, nh, nhkv, D, scale, 0, 0.0f, maxp, NULL, kmin),
+                             RF_OK);
+            dev_to(da, dout, (size_t)(nt * qd) * 4);
+            for (int t = 0; t < nt; t++) {
+                const float *g = got + t * qd;
+                if (t == 5) {
+                    for (int64_t i = 0; i < qd; i++)
+                        if (g[i] != 0.0f) fail_msg("kmin %lld, padding row: %g at %lld", (long long)kmin, g[i],
+                                                   (long long)i);
+                } else if (t == 6) {
+                    for (int64_t i = 0; i < qd; i++)
+                        if (!isnan(g[i])) fail_msg("kmin %lld, invalid row: %g at %lld", (long long)kmin, g[i],
+                                                   (long long)i);
+                } else {
+                    const bool deep = pos[t] + 1 >= kmin;
+                    if (memcmp(g, (deep ? da : pa) + t * qd, (size_t)qd * 4))
+                        fail_msg("kmin %lld, row %d (pos %d): not the %s kernel's bits", (long long)kmin, t, pos[t],
+                                 deep ? "decode" : "paged");
+                }
+            }
+            /* and against the reference (the 5 valid rows) */
+            const double e = rel_l2(got, want, (size_t)(5 * qd));
+            printf("  route %s kmin %4lld: rows %lld+ keys on the decode kernel, the rest paged; rel. L2 %.2e\n",
+                   q8 ? "q8_0" : "f16", (long long)kmin, (long long)kmin, e);
+            if (!(e < (q8 ? 2e-3 : 1e-3))) fail_msg("route kmin %lld: rel. L2 %.3e", (long long)kmin, e);
+        }
         rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
         free(q), free(got), free(pa), free(da), free(want);
         pool_free(&p);
@@ -354,8 +366,8 @@ static void test_decode_timing(void **state) {
     const int nss[] = {1, 8};
     const float scale = 1.0f / sqrtf((float)D);
     printf("  llama3-8b shape (32/8 heads, D 128, blocks of 16), us per call (mean of 50):\n");
-    printf("  %-5s %4s %7s %11s %11s %11s %9s\n", "cache", "seqs", "depth", "paged", "decode", "route@2048",
-           "speed-up");
+    printf("  %-5s %4s %7s %11s %11s %11s %9s %11s %11s\n", "cache", "seqs", "depth", "paged", "decode", "route@2048",
+           "speed-up", "decode+15", "route+15");
     for (int q8 = 0; q8 < 2; q8++)
         for (size_t ni = 0; ni < sizeof nss / sizeof *nss; ni++)
             for (size_t di = 0; di < sizeof depths / sizeof *depths; di++) {
@@ -365,39 +377,43 @@ static void test_decode_timing(void **state) {
                 void *dk, *dv;
                 int32_t *dtab;
                 int64_t maxb;
-                time_pool(&r, ns, len, bs, nhkv * D, q8, &dk, &dv, &dtab, &maxb);
+                time_pool(&r, ns, len + 16, bs, nhkv * D, q8, &dk, &dv, &dtab, &maxb);
                 int32_t pos[8], seq[8];
                 for (int s = 0; s < ns; s++) pos[s] = len - 1, seq[s] = s;
                 float *q = host_f32((size_t)(ns * qd));
                 for (int64_t i = 0; i < ns * qd; i++) q[i] = rf_rng_normal(&r) * 0.6f;
                 float *dq = dev_from(q, (size_t)(ns * qd) * 4), *dout = dev_poison((size_t)(ns * qd) * 4);
                 int32_t *dpos = dev_from(pos, (size_t)ns * 4), *dseq = dev_from(seq, (size_t)ns * 4);
-                double t[3];
-                for (int kern = 0; kern < 3; kern++) {
+                for (int s = 0; s < ns; s++) pos[s] = len + 15; /* the bench's last decode token */
+                int32_t *dpos2 = dev_from(pos, (size_t)ns * 4);
+                double t[5];
+                for (int kern = 0; kern < 5; kern++) {
+                    const int32_t *tp = kern < 3 ? dpos : dpos2;
+                    const int64_t mp = kern < 3 ? len - 1 : len + 15;
                     for (int rep = -5; rep < 50; rep++) {
                         if (rep == 0) {
                             assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
                             t[kern] = now_s();
                         }
                         const rf_status st =
-                            kern == 0 ? rf_gpu_paged_attention_hint(g_ctx, dout, dq, dk, dv, kt, ns, dpos, dseq, dtab,
-                                                                    maxb, bs, nh, nhkv, D, scale, 0, 0.0f, len - 1,
+                            kern == 0 ? rf_gpu_paged_attention_hint(g_ctx, dout, dq, dk, dv, kt, ns, tp, dseq, dtab,
+                                                                    maxb, bs, nh, nhkv, D, scale, 0, 0.0f, mp,
                                                                     NULL, true)
-                            : kern == 1 ? rf_gpu_decode_attention(g_ctx, dout, dq, dk, dv, kt, ns, dpos, dseq, dtab,
-                                                                  maxb, bs, nh, nhkv, D, scale, 0, 0.0f, len - 1,
-                                                                  NULL, 1)
-                                        : rf_gpu_paged_attention_route(g_ctx, dout, dq, dk, dv, kt, ns, dpos, dseq,
-                                                                       dtab, maxb, bs, nh, nhkv, D, scale, 0, 0.0f,
-                                                                       len - 1, NULL, true, kmin);
+                            : kern == 1 || kern == 3
+                                ? rf_gpu_decode_attention(g_ctx, dout, dq, dk, dv, kt, ns, tp, dseq, dtab, maxb, bs, nh,
+                                                          nhkv, D, scale, 0, 0.0f, mp, NULL, 1)
+                                : rf_gpu_paged_attention_route(g_ctx, dout, dq, dk, dv, kt, ns, tp, dseq, dtab, maxb,
+                                                               bs, nh, nhkv, D, scale, 0, 0.0f, mp, NULL, true, kmin);
                         assert_int_equal(st, RF_OK);
                     }
                     assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
                     t[kern] = (now_s() - t[kern]) / 50 * 1e6;
                 }
-                printf("  %-5s %4d %7d %11.1f %11.1f %11.1f %8.2fx\n", q8 ? "q8_0" : "f16", ns, len, t[0], t[1], t[2],
-                       t[0] / t[1]);
+                printf("  %-5s %4d %7d %11.1f %11.1f %11.1f %8.2fx %11.1f %11.1f\n", q8 ? "q8_0" : "f16", ns, len,
+                       t[0], t[1], t[2], t[0] / t[1], t[3], t[4]);
                 rf_gpu_free(g_ctx, dk), rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dq);
                 rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq);
+                rf_gpu_free(g_ctx, dpos2);
                 free(q);
             }
 }

@@ -406,7 +406,8 @@ rf_status rf_gpu_paged_attention_hint(rf_gpu_ctx *ctx, float *out, const float *
  * the call (rf_gpu_decode_attention_wanted), the rest to the paged kernel. Which kernel a row takes
  * follows from its own position (and the call's decode word and shape), so its bits do not depend
  * on the other rows of a decode call; they differ in rounding from the paged kernel's (f16
- * softmax weights), so the batch-invariant mode passes 0. */
+ * softmax weights), so the batch-invariant mode passes 0. min_keys 1: every row the decode
+ * kernel's, the paged kernel not launched (the decode merge writes padding rows' zeros). */
 rf_status rf_gpu_paged_attention_route(rf_gpu_ctx *ctx, float *out, const float *q, const void *k,
                                        const void *v, rf_type kv_type, int64_t n_tokens,
                                        const int32_t *pos, const int32_t *seq,
@@ -417,9 +418,10 @@ rf_status rf_gpu_paged_attention_route(rf_gpu_ctx *ctx, float *out, const float 
 
 /* Decode attention on the tensor cores (gpu_decode_attention.cu): the rf_gpu_paged_attention
  * contract for the tokens at positions pos[t] >= min_keys - 1 (min_keys >= 1); other rows are
- * not touched (padding rows neither). Made for one query token per sequence at long depth: the
- * GQA group's query heads (n_head / n_head_kv <= 8) share each K/V tile on mma.sync, the keys of a
- * row are split over up to 32 blocks (splits of 256 * 2^i keys, fixed by the row's key count) and
+ * not touched (padding rows neither, except with min_keys 1: zeros). Made for one query token per
+ * sequence at long depth: the GQA group's query heads (n_head / n_head_kv <= 8) share each K/V
+ * tile on mma.sync, the keys of a row are split over up to 32 blocks (splits of
+ * max(256, ceil(n / 32) rounded up to 64) keys, fixed by the row's key count n) and
  * merged in split order: batch-invariant bit for bit. q is rounded to f16 and the softmax weights
  * enter P.V in f16 (q8_0: K and V dequantized to f16(d * q), as rf_gpu_flash_prefill): rel. L2 <
  * 1e-3 (q8_0: 2e-3) against rf_ref_paged_attention on the same f16 q and K/V values.

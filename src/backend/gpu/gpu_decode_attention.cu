@@ -17,13 +17,17 @@
  * ~480 decode tokens of llama3-8b's 32 heads of 128. */
 #define RF_DA_SCRATCH (256u << 20)
 
-/* Keys per split of a row that sees n keys: the least power-of-two multiple of RF_DA_SMIN that
- * leaves at most RF_DA_ZMAX splits. A function of n alone, so a row's splits, and with them its
- * arithmetic, do not depend on what else is in the call. */
+/* Keys per split of a row that sees n keys: the fewest that leave at most RF_DA_ZMAX splits,
+ * rounded up to a round of the block's warps (RF_DA_WARPS chunks of RF_DA_CH keys, so the warps
+ * of a split get equal chunks), at least RF_DA_SMIN. Not a power of two: with 256 * 2^i a row
+ * just past 16,384 keys got 17 splits of 1,024 (half the device idle, each block twice the keys:
+ * 56.8 us a call in the engine at 16,385 .. 16,400 keys against 34.6 us at 16,384); now 29 of 576.
+ * A function of n alone, so a row's splits, and with them its arithmetic, do not depend on what
+ * else is in the call. */
 static __host__ __device__ __forceinline__ int rf_da_split(int n) {
-    int S = RF_DA_SMIN;
-    while ((long long)S * RF_DA_ZMAX < n) S *= 2;
-    return S;
+    constexpr int R = RF_DA_WARPS * RF_DA_CH;
+    const int S = ((n + RF_DA_ZMAX - 1) / RF_DA_ZMAX + R - 1) / R * R;
+    return S > RF_DA_SMIN ? S : RF_DA_SMIN;
 }
 
 /* Shared memory of a block, per warp: NST stages of a chunk's K and V (f16: tiles [16][QS]
@@ -385,8 +389,10 @@ __global__ void __launch_bounds__(RF_DA_WARPS * 32, 2) rf_k_decode_attn(rf_da_ar
 
 /* decode_merge: row (t, h) of rf_k_decode_attn's tokens: its splits' states folded in split order
  *   (their loads issued together), head h's sink last (rf_pa_final_sink), out = num / den. Rows
- *   with p + 1 >= kmin that are invalid (p > pmax or seq < 0) are written as NaN; other rows
- *   (padding, p + 1 < kmin) are left alone.
+ *   with p + 1 >= kmin that are invalid (p > pmax or seq < 0) are written as NaN; rows with
+ *   p + 1 < kmin are left alone (the paged kernel's), except padding rows (p < 0) when kmin <= 1:
+ *   then no paged kernel runs in the call (rf_gpu_paged_attention_route) and they are written as
+ *   its zeros.
  * launch: grid (n_tokens, n_head), D threads (a multiple of 32); a programmatic dependent launch
  *   after rf_k_decode_attn (waits for it before reading part / pml). */
 __global__ void __launch_bounds__(128)
@@ -398,8 +404,13 @@ rf_k_decode_merge(float *out, const float *__restrict__ part, const float2 *__re
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y, d = threadIdx.x;
     const int p = pos[t];
-    if (p < 0 || p + 1 < kmin || d >= D) return;
+    if (d >= D) return;
     const int64_t orow = t * n_head + h;
+    if (p < 0 && kmin <= 1) {
+        out[orow * D + d] = 0.0f;
+        return;
+    }
+    if (p < 0 || p + 1 < kmin) return;
     if (p > pmax || seq[t] < 0) {
         out[orow * D + d] = __int_as_float(0x7fc00000);
         return;
