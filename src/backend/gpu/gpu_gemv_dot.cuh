@@ -119,19 +119,26 @@ static __device__ __forceinline__ float rf_mxfp4_scale(uint32_t ex) {
     return __uint_as_float(ex < 2 ? (0x00200000u << ex) : ((ex - 1) << 23));
 }
 
-/* Dot of one MXFP4 block (17 bytes at any byte offset: E8M0 exponent e, then 16 bytes of codes,
- * element j in the low nibble of byte j, j + 16 in its high nibble) with one token's Q8_0-style
- * int8 x (xi: 8 packed int8x4, dxd its scale): 2^(e - 128) * dxd * sum kv[q] x in exact
- * integers, the twin of rf_vec_dot_mxfp4 (quant/vec_dot.c). The codes are read as five aligned
- * words (up to 3 bytes past the block: rf_gpu_alloc pads every allocation by 16). */
-static __device__ __forceinline__ float rf_mxfp4_dot(const uint8_t *bp, const int *xi, float dxd) {
+/* An MXFP4 block's 16 code bytes (after its exponent byte at bp) as five aligned words w and the
+ * byte offset o of the codes in w[0]: __byte_perm(w[k], w[k + 1], 0x3210 + o * 0x1111) is code
+ * word k (up to 3 bytes read past the block: rf_gpu_alloc pads every allocation by 16). */
+static __device__ __forceinline__ unsigned rf_mxfp4_words(const uint8_t *bp, uint32_t *w) {
     const uint8_t *qp = bp + 1;
     const uint32_t *a = (const uint32_t *)((uintptr_t)qp & ~(uintptr_t)3);
     const unsigned o = (unsigned)((uintptr_t)qp & 3);
-    uint32_t w[5];
 #pragma unroll
     for (int k = 0; k < 4; k++) w[k] = a[k];
     w[4] = o ? a[4] : 0u;
+    return o;
+}
+
+/* Dot of one MXFP4 block (17 bytes at any byte offset: E8M0 exponent e, then 16 bytes of codes,
+ * element j in the low nibble of byte j, j + 16 in its high nibble) with one token's Q8_0-style
+ * int8 x (xi: 8 packed int8x4, dxd its scale): 2^(e - 128) * dxd * sum kv[q] x in exact
+ * integers, the twin of rf_vec_dot_mxfp4 (quant/vec_dot.c); the codes read by rf_mxfp4_words. */
+static __device__ __forceinline__ float rf_mxfp4_dot(const uint8_t *bp, const int *xi, float dxd) {
+    uint32_t w[5];
+    const unsigned o = rf_mxfp4_words(bp, w);
     int s = 0;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -148,13 +155,8 @@ static __device__ __forceinline__ float rf_mxfp4_dot(const uint8_t *bp, const in
  * return value its scale), then each token's dot, the same integers and the same float
  * operations as rf_mxfp4_dot (its bits). */
 static __device__ __forceinline__ float rf_mxfp4_decode(const uint8_t *bp, int *q) {
-    const uint8_t *qp = bp + 1;
-    const uint32_t *a = (const uint32_t *)((uintptr_t)qp & ~(uintptr_t)3);
-    const unsigned o = (unsigned)((uintptr_t)qp & 3);
     uint32_t w[5];
-#pragma unroll
-    for (int k = 0; k < 4; k++) w[k] = a[k];
-    w[4] = o ? a[4] : 0u;
+    const unsigned o = rf_mxfp4_words(bp, w);
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         uint32_t lo, hi;
