@@ -20,9 +20,9 @@ typedef struct rf_test_hooks {
                                 "X-RF-Test-Output: <JSON string>" replaces a chat answer's text */
     bool tp_one_device;      /* --tp N on a GPU: every shard on the one device, one after another */
     bool tp_cpu_ranks;       /* --tp N on the CPU through the several-GPU path (a backend per rank) */
-    /* --tp over GPUs: rank tp_skip_rank - 1 (0 = none) leaves out its share of every
-     * collective (NCCL's calls, the p2p all-reduce's kernel) from the tp_skip_from-th (counted from 1 per split) on: a peer that stopped,
-     * so the other ranks' collectives never finish and the step's wait must time out */
+    /* --tp over GPUs: from the tp_skip_from-th collective (counted from 1 per split) on, rank
+     * tp_skip_rank - 1's (0 = none) stream runs a stall kernel before its share: a GPU that
+     * stopped, so the other ranks' collectives wait and the step's wait must time out */
     int tp_skip_rank;
     int64_t tp_skip_from;
     /* CPU products of quantized weights (rf_cpu_matmul): RF_CPU_ACT_GGML (0) as ggml (activations

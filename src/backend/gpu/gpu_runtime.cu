@@ -130,11 +130,34 @@ extern "C" void rf_gpu_free(rf_gpu_ctx *ctx, void *d_ptr) {
 
 extern "C" rf_status rf_gpu_upload(rf_gpu_ctx *ctx, void *d_dst, const void *src, size_t bytes) {
     RF_GPU_CHECK(cudaMemcpyAsync(d_dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    if (ctx->watch) return rf_gpu_watch_wait(ctx, NULL, "an upload"); /* a split's: bounded */
     RF_GPU_CHECK(cudaStreamSynchronize(ctx->stream));
     return RF_OK;
 }
 
+/* whether the host memory at p is pinned (registered or cudaMallocHost'ed) */
+static bool host_pinned(const void *p) {
+#if defined(RF_HIP) /* the attribute's field name differs across ROCm releases: wait first always */
+    (void)p;
+    return false;
+#else
+    cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return at.type == cudaMemoryTypeHost;
+#endif
+}
+
 extern "C" rf_status rf_gpu_download(rf_gpu_ctx *ctx, void *dst, const void *d_src, size_t bytes) {
+    /* A copy into pageable memory returns only once it has run, so on a split's stuck GPU the
+     * host would block inside cudaMemcpyAsync, before any polled wait: the stream is drained by
+     * the bounded wait first (test_gpu_tp's collective timeout downloads into malloc'ed memory) */
+    if (ctx->watch && !host_pinned(dst)) {
+        rf_status st = rf_gpu_watch_wait(ctx, NULL, "a download of a step's results");
+        if (st) return st;
+    }
     cudaError_t e = cudaMemcpyAsync(dst, d_src, bytes, cudaMemcpyDeviceToHost, ctx->stream);
     if (e == cudaSuccess && ctx->watch) return rf_gpu_watch_wait(ctx, NULL, "a download of a step's results");
     if (e == cudaSuccess) e = cudaStreamSynchronize(ctx->stream);
@@ -261,7 +284,12 @@ extern "C" rf_status rf_gpu_upload_weights(rf_gpu_ctx *ctx, const void *src, siz
 
 extern "C" rf_status rf_gpu_scratch_reserve(rf_gpu_ctx *ctx, size_t bytes) {
     if (bytes <= ctx->scratch_size) return RF_OK;
-    RF_GPU_CHECK(cudaStreamSynchronize(ctx->stream)); /* old scratch may still be read */
+    if (ctx->watch) { /* old scratch may still be read; a split's wait is bounded */
+        rf_status st = rf_gpu_watch_wait(ctx, NULL, "a wait before the scratch arena grows");
+        if (st) return st;
+    } else {
+        RF_GPU_CHECK(cudaStreamSynchronize(ctx->stream)); /* old scratch may still be read */
+    }
     if (ctx->scratch) cudaFree(ctx->scratch);
     ctx->scratch = NULL;
     ctx->scratch_size = ctx->scratch_used = 0;

@@ -20,6 +20,8 @@ struct rf_tp_comm {
     rf_gpu_p2p *p2p;   /* the peer-to-peer all-reduce (RF_TP_ALLREDUCE), or NULL: NCCL for every size */
     rf_backend **bes;  /* [n] the split's backends: their recorded steps go before an abort */
     int64_t issued;    /* collectives issued so far (the tp_skip test hook counts them) */
+    volatile int *stall_release; /* tp_skip test hook: mapped host word that ends the stall kernels */
+    int *stall_dev;              /* the same word as the kernels see it */
 };
 typedef struct rf_tp_comm rf_tp_comm;
 extern "C" rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be); /* gpu_backend.c */
@@ -64,6 +66,7 @@ extern "C" rf_status rf_tp_peer_check(rf_backend *const *bes, int n) {
  * holds its kernels, and a graph still in flight is released once the abort ends its kernels. */
 static void drop_all_graphs(void *user) {
     rf_tp_comm *t = (rf_tp_comm *)user;
+    if (t->stall_release) *t->stall_release = 1; /* the test hook's stalled rank runs again */
     rf_gpu_p2p_stop(t->p2p); /* its kernels waiting for a peer end, as NCCL's abort ends NCCL's */
     for (int s = t->n - 1; s >= 0; s--) {
         (void)rf_backend_gpu_use(t->bes[s]);
@@ -126,11 +129,50 @@ extern "C" rf_status rf_tp_comm_new(rf_backend *const *bes, int n, size_t p2p_ma
 
 extern "C" bool rf_tp_comm_aborted(const rf_tp_comm *t) { return t && rf_gpu_comm_aborted(t->c); }
 
-/* The tp_skip test hook: rank skip_rank - 1 leaves out its share of every collective from the
- * skip_from-th on (a peer that stopped answering), so the others' waits must time out. */
+/* The tp_skip test hook: from the skip_from-th collective on, rank skip_rank - 1's stream first
+ * runs a stall kernel, then its share of the collective: a GPU that stopped making progress.
+ * Every host call is still made, as it would be with a stuck GPU (one host thread issues every
+ * rank's work, and a call left out can block the host inside NCCL's group launch, where no wait
+ * of ours is polled); so the other ranks' collectives wait on their GPUs, and the step's polled
+ * wait must time out. The stall ends when the split is aborted (drop_all_graphs sets the word),
+ * when the communicator is freed, or after 300 s of %globaltimer (a test that lost the thread). */
+__global__ void rf_k_tp_stall(const volatile int *release) {
+#if defined(RF_CUDA_BUILD)
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(100000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (!*release && t - t0 < 300000000000ull);
+#else /* HIP: bounded by sleeps of ~8k cycles each (about 300 s at 2 GHz) */
+    for (long long i = 0; !*release && i < 75000000ll; i++) __builtin_amdgcn_s_sleep(127);
+#endif
+}
+
 static bool skipped(int64_t issued, int r) {
     const rf_test_hooks *h = rf_test_hooks_get(); /* tests only (core/test_hooks.h) */
     return h && h->tp_skip_rank > 0 && r == h->tp_skip_rank - 1 && issued >= h->tp_skip_from;
+}
+
+/* Rank r's stall kernel where the hook says this collective stalls it (nothing otherwise). */
+static rf_status maybe_stall(rf_tp_comm *t, int r) {
+    if (!skipped(t->issued, r)) return RF_OK;
+    if (!t->stall_release) {
+        void *h = NULL;
+        RF_GPU_CHECK(cudaHostAlloc(&h, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+        t->stall_release = (volatile int *)h;
+        *t->stall_release = 0;
+        RF_GPU_CHECK(cudaHostGetDevicePointer((void **)&t->stall_dev, h, 0));
+    }
+    rf_gpu_ctx *ctx = rf_backend_gpu_ctx(t->bes[r]);
+    int dev = 0;
+    RF_GPU_CHECK(cudaGetDevice(&dev));
+    RF_GPU_CHECK(cudaSetDevice(ctx->device));
+    rf_k_tp_stall<<<1, 1, 0, ctx->stream>>>(t->stall_dev);
+    const cudaError_t e = cudaGetLastError();
+    (void)cudaSetDevice(dev);
+    if (e != cudaSuccess) return rf_set_error(RF_ERR_DEVICE, "tp_skip test hook: stall kernel: %s", cudaGetErrorString(e));
+    return RF_OK;
 }
 
 /* one collective over every rank, grouped: one host thread drives them all, and NCCL needs every
@@ -139,10 +181,12 @@ static rf_status collective(rf_tp_comm *t, rf_tensor *const *bufs, size_t n, boo
     rf_status st = rf_gpu_comm_group(t->c, true);
     if (st) return st;
     t->issued++;
-    for (int r = 0; r < t->n && !st; r++)
-        if (!skipped(t->issued, r))
+    for (int r = 0; r < t->n && !st; r++) {
+        st = maybe_stall(t, r);
+        if (!st)
             st = reduce ? rf_gpu_comm_allreduce(t->c, r, (float *)bufs[r]->data, n)
-                    : rf_gpu_comm_broadcast(t->c, r, (float *)bufs[r]->data, n, 0);
+                        : rf_gpu_comm_broadcast(t->c, r, (float *)bufs[r]->data, n, 0);
+    }
     rf_status end = rf_gpu_comm_group(t->c, false);
     return st ? st : end;
 }
@@ -153,8 +197,10 @@ static rf_status p2p_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) 
     rf_status st = rf_gpu_comm_live(t->c);
     if (st) return st;
     t->issued++;
-    for (int r = 0; r < t->n && !st; r++)
-        if (!skipped(t->issued, r)) st = rf_gpu_p2p_allreduce(t->p2p, r, (float *)bufs[r]->data, n);
+    for (int r = 0; r < t->n && !st; r++) {
+        st = maybe_stall(t, r);
+        if (!st) st = rf_gpu_p2p_allreduce(t->p2p, r, (float *)bufs[r]->data, n);
+    }
     return st;
 }
 
@@ -170,8 +216,19 @@ extern "C" rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs,
 
 extern "C" void rf_tp_comm_free(rf_tp_comm *t) {
     if (!t) return;
+    if (t->stall_release) *t->stall_release = 1;
     rf_gpu_p2p_free(t->p2p); /* (its kernels stopped first: none is left waiting) */
     rf_gpu_comm_free(t->c);
+    if (t->stall_release) { /* the stall kernels saw the word (set above) and ended */
+        int dev = 0;
+        (void)cudaGetDevice(&dev);
+        for (int r = 0; r < t->n; r++)
+            if (cudaSetDevice(rf_backend_gpu_ctx(t->bes[r])->device) == cudaSuccess)
+                (void)cudaStreamSynchronize(rf_backend_gpu_ctx(t->bes[r])->stream);
+        cudaFreeHost((void *)t->stall_release);
+        (void)cudaGetLastError();
+        (void)cudaSetDevice(dev);
+    }
     free(t->bes);
     free(t);
 }
