@@ -152,6 +152,7 @@ rf_status rf_engine_exec_step(rf_engine *e, rf_seq *only);
 typedef struct rf_step_batch {
     int32_t n_tok, n_out, max_blocks;
     int32_t bucket, gmode, n_rows, n_pen;
+    int32_t max_pos; /* a graph step's position bound: its depth bucket's last position */
     bool dev_sample;
     bool masked;    /* a sampled sequence has a grammar: the device applies its mask (n_mask rows) */
     int32_t n_mask;
@@ -165,6 +166,15 @@ rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch
 /* A masked step's recorded graph is kept apart from its bucket's unmasked one (its upload holds
  * every row's mask): graph key bucket + RF_STEP_MASKED_KEY. */
 #define RF_STEP_MASKED_KEY (1 << 24)
+/* A graph step's depth bucket: its position bound is the last position of the smallest power of
+ * two of at least RF_STEP_DEPTH_MIN keys that holds its deepest row (at most n_ctx), so a step of
+ * short rows never runs kernels sized for n_ctx (the decode attention's split count, its choice
+ * of kernel: rf_step_depth_bucket); key + log2(bucket / RF_STEP_DEPTH_MIN) * RF_STEP_DEPTH_KEY. */
+#define RF_STEP_DEPTH_MIN 1024
+#define RF_STEP_DEPTH_KEY (1 << 25)
+/* The depth bucket of a step whose deepest row is at position max_p: the keys its bound allows
+ * (a power of two >= RF_STEP_DEPTH_MIN, >= max_p + 1; n_ctx where that is fewer) and its index. */
+int32_t rf_step_depth_bucket(int32_t max_p, int32_t n_ctx, int32_t *index);
 
 /* sampler.c, for sampling on a device: the generator's next draw in [0, 1) (what
  * rf_sampler_sample would use), the parameters, and the distinct ids of the penalty window with

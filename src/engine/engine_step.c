@@ -91,12 +91,20 @@ int32_t rf_step_graph_bucket(int32_t n, int32_t cap) {
     return 0;
 }
 
+int32_t rf_step_depth_bucket(int32_t max_p, int32_t n_ctx, int32_t *index) {
+    int64_t keys = RF_STEP_DEPTH_MIN;
+    int32_t i = 0;
+    while (keys < (int64_t)max_p + 1 && keys < n_ctx) keys *= 2, i++;
+    *index = i;
+    return keys < n_ctx ? (int32_t)keys : n_ctx;
+}
+
 /* A decode step (one token per sequence, all sampled on the device) runs as a recorded graph of
  * its batch-size bucket (rf_step_graph_bucket, up to the logit rows: the power of two at least
  * --parallel, so every decode step has one): padded with inert tokens (position -1, no slot) to
- * the bucket, block-table stride and position bound fixed, so the recording fits every such
- * step. Buckets between the powers of two (3, 6, 12, ..., 192, 384) keep the padding of, say,
- * 129-192 or 257-384 sequences under a third. */
+ * the bucket, block-table stride fixed and the position bound that of its depth bucket
+ * (rf_step_depth_bucket, part of the graph's key), so the recording fits every such step.
+ * Buckets between the powers of two (3, 6, 12, ..., 192, 384) keep the padding of, say, 129-192 or 257-384 sequences under a third. */
 rf_status rf_step_graph_pad(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
     int32_t n_items = p->n_items, n_tok = sb->n_tok;
     if (!sb->dev_sample || !e->m->be->ops->graph_begin || !e->graphs || n_tok != n_items || sb->n_out != n_items)
@@ -124,10 +132,15 @@ rf_status rf_step_graph_pad(rf_engine *e, const rf_step_plan *p, rf_step_batch *
         e->b_out[t] = t;
         memset(e->b_table + (size_t)t * e->max_blocks, 0, (size_t)e->max_blocks * sizeof(int32_t));
     }
+    int32_t max_p = 0, depth;
+    for (int32_t t = 0; t < n_tok; t++)
+        if (e->b_pos[t] > max_p) max_p = e->b_pos[t];
+    sb->max_pos = rf_step_depth_bucket(max_p, e->n_ctx, &depth) - 1;
     sb->max_blocks = e->max_blocks;
     sb->bucket = bucket;
     /* every GPU of a split; a masked step records apart (its upload holds the masks) */
-    sb->gmode = rf_model_graph_begin(e->m, &e->f, sb->masked ? bucket + RF_STEP_MASKED_KEY : bucket);
+    sb->gmode = rf_model_graph_begin(e->m, &e->f,
+                                     (sb->masked ? bucket + RF_STEP_MASKED_KEY : bucket) + depth * RF_STEP_DEPTH_KEY);
     return RF_OK;
 }
 
@@ -315,7 +328,7 @@ static rf_status run_batch(rf_engine *e, rf_step_batch *sb, int32_t n_items) {
                   .slot = e->b_slot, .n_seqs = bucket ? bucket : n_items, .max_blocks = sb->max_blocks,
                   .block_size = e->block_size, .block_table = e->b_table,
                   .state_slot = e->spool ? e->b_state : NULL, .n_out = bucket ? bucket : sb->n_out,
-                  .out_rows = e->b_out, .max_pos = bucket ? e->n_ctx - 1 : 0, .n_sample = sb->n_rows,
+                  .out_rows = e->b_out, .max_pos = bucket ? sb->max_pos : 0, .n_sample = sb->n_rows,
                   .n_pen = sb->n_pen, .sample_rows = e->s_rows, .pen_ids = e->pen_ids, .pen_counts = e->pen_counts,
                   .n_mask = sb->n_mask, .mask_words = e->s_mask_words, .masks = sb->masked ? e->s_masks : NULL,
                   .dev = NULL};

@@ -9,7 +9,9 @@
  *  - then decoding: the same long prompt through the batching engine, held the same way, and 24
  *    greedy tokens from decode steps recorded into and replayed from a graph, against the same
  *    run without graphs: identical tokens (the same kernels; a graph must not be recorded while
- *    the host still waits on a copy of the previous chunk);
+ *    the host still waits on a copy of the previous chunk); also after 9,000 tokens, where both
+ *    modes take the tensor-core decode attention (a graph step's depth bucket and an eager
+ *    step's deepest row give the same kernel);
  *  - every chunk remainder: prompts of 512 + r tokens, r = 1..511 (a stride with RF_TEST_QUICK),
  *    in chunks of 512, so the second chunk takes each product path (GEMV 1-8 tokens, MMQ, BLAS),
  *    against the CPU's logits at the same position (tolerances from test_gpu_forward's error
@@ -101,12 +103,15 @@ static void engine_tokens(rf_model *m, const int32_t *ids, int n_prompt, bool gr
 
 static void test_decode_after_long_prompt(void **state) {
     (void)state;
-    const char *types[] = {"f32", "q4_0"};
-    for (size_t t = 0; t < 2; t++) {
+    /* the third: decode past 8,192 keys, where a step's depth bucket (16,384) takes the
+     * tensor-core decode attention (RF_GPU_DECODE_MMA_MIN's default) in both modes */
+    const char *types[] = {"f32", "q4_0", "q4_0"};
+    const int lens[] = {3 * 512 + 431, 3 * 512 + 431, 17 * 512 + 296};
+    for (size_t t = 0; t < 3; t++) {
         char path[1200];
         mkmodel("tiny", types[t], path, sizeof path);
         rf_model *m = load(path, RF_DEVICE_GPU);
-        const int n = 3 * 512 + 431;
+        const int n = lens[t];
         int32_t *ids = malloc((size_t)n * sizeof *ids);
         assert_non_null(ids);
         rf_rng r;

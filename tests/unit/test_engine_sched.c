@@ -541,6 +541,29 @@ static void test_graph_bucket(void **state) {
         if (b != last) distinct++, last = b;
     }
     assert_int_equal(distinct, 32);
+    /* depth buckets: the smallest power of two >= 1024 holding max_p + 1 keys, n_ctx at most;
+     * the index is its log2 over 1024; every key (batch bucket, masked, depth) stays distinct */
+    for (int32_t n_ctx = 1; n_ctx <= (1 << 20); n_ctx = n_ctx * 3 / 2 + 1)
+        for (int32_t max_p = 0; max_p < n_ctx; max_p += 1 + max_p / 7) {
+            int32_t idx = -1, k = rf_step_depth_bucket(max_p, n_ctx, &idx);
+            int64_t want = RF_STEP_DEPTH_MIN;
+            int32_t wi = 0;
+            while (want < (int64_t)max_p + 1 && want < n_ctx) want *= 2, wi++;
+            if (want > n_ctx) want = n_ctx;
+            if (k != want || idx != wi || k - 1 < max_p)
+                fail_msg("depth bucket of %d under n_ctx %d: %d (index %d), expected %lld (%d)", max_p, n_ctx, k, idx,
+                         (long long)want, wi);
+            if ((int64_t)65536 + RF_STEP_MASKED_KEY + (int64_t)idx * RF_STEP_DEPTH_KEY > INT32_MAX)
+                fail_msg("graph key overflows at depth index %d", idx);
+        }
+    int32_t i0, i1, i2;
+    assert_int_equal(rf_step_depth_bucket(0, 16384, &i0), 1024);
+    assert_int_equal(rf_step_depth_bucket(1024, 16384, &i1), 2048);
+    assert_int_equal(rf_step_depth_bucket(16383, 20000, &i2), 16384);
+    assert_int_equal(i0, 0);
+    assert_int_equal(i1, 1);
+    assert_int_equal(i2, 4);
+    assert_true(RF_STEP_MASKED_KEY > 65536 && RF_STEP_DEPTH_KEY > RF_STEP_MASKED_KEY);
 }
 
 /* The pool alone: publish, lookup, eviction order, copy-on-write predicate, check. */

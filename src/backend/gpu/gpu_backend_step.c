@@ -214,7 +214,10 @@ int rf_gbe_graph_begin(rf_backend *be, const void *owner, int key) {
     int i = 0;
     while (i < g->n_graphs && g->graphs[i].key != key) i++;
     if (i == g->n_graphs) {
-        if (g->n_graphs == RF_MAX_GRAPHS) return RF_GRAPH_NONE;
+        if (g->n_graphs == RF_MAX_GRAPHS) { /* all go: every GPU of a split sees the same keys, so all */
+            rf_gbe_drop_graphs(g);           /* of them drop together and their tables stay alike */
+            i = 0;
+        }
         memset(&g->graphs[i], 0, sizeof g->graphs[i]);
         g->graphs[i].key = key;
         g->n_graphs++;

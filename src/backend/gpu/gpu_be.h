@@ -7,7 +7,7 @@
 #include "backend/backend.h"
 #include "backend/gpu/gpu.h"
 
-#define RF_MAX_GRAPHS 32 /* the engine's buckets (rf_step_graph_bucket) up to 65536 tokens */
+#define RF_MAX_GRAPHS 128 /* the engine's keys: batch buckets (rf_step_graph_bucket) x depth buckets */
 #define RF_GRAPH_PEN 64 /* penalty entries per row a graph step carries */
 
 /* Device copies of a step's metadata (one allocation, laid out as in the pinned buffer). */
@@ -31,7 +31,7 @@ typedef struct gpu_be {
     char *dmeta;      /* its device copy */
     size_t meta_cap;
     gpu_batch dev;
-    /* decode-step graphs, one per batch-size bucket */
+    /* decode-step graphs, one per engine key (batch-size bucket, depth bucket, masked or not) */
     struct {
         int key, seen;
         void *exec;
