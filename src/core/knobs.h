@@ -24,7 +24,7 @@ extern "C" {
     X(TP_GRAPHS, BOOL, "on", 0, 0, "--tp over several GPUs: decode steps as one graph over every GPU (0: eager)")  \
     X(TP_NO_PEER_OK, BOOL, "off", 0, 0, "--tp over GPUs without peer access: NCCL through host memory (slow)") \
     X(TP_TIMEOUT_MS, INT, "60000", 0, 86400000, "--tp over GPUs: a wait on a step gives up after this many ms and aborts NCCL (0 = never)") \
-    X(TP_ALLREDUCE, STRING, "nccl", 0, 0, "--tp over GPUs: the all-reduce of steps up to 256 tokens: nccl (the default until the peer-to-peer kernels have run on two GPUs), auto (peer-to-peer kernels where every pair of GPUs has peer access), p2p") \
+    X(TP_ALLREDUCE, STRING, "auto", 0, 0, "--tp over GPUs: the all-reduce of steps up to 256 tokens: auto (the default: peer-to-peer kernels where every pair of GPUs has peer access, else NCCL), p2p (those kernels or the load fails), nccl") \
     X(TP_NCCL_NONBLOCKING, BOOL, "off", 0, 0, "--tp over GPUs: non-blocking NCCL communicators (each collective then costs a thread)") \
     X(CHAT_TIMING, BOOL, "off", 0, 0, "chat: print the timing line after each answer")               \
     X(STEP_TOKENS, INT, "0", 0, 65536, "engine: token budget of a step that carries decode tokens (0 = --batch; docs/engine.md)") \
@@ -43,7 +43,7 @@ extern "C" {
     X(GPU_PDL, BOOL, "on", 0, 0, "GPU (sm_90+): programmatic dependent launch")                      \
     X(GPU_UNFUSED, BOOL, "off", 0, 0, "GPU: the unfused decode ops (fused-vs-unfused A/B)")          \
     X(GPU_FLASH, BOOL, "on", 0, 0, "GPU: prompt attention on the tensor-core flash prefill kernel")  \
-    X(GPU_DECODE_MMA_MIN, INT, "0", 0, 1000000000, "GPU: fewest keys a decode row sees to take the tensor-core decode attention (0 = never, the default: on the H200 the decode step at depth 16,384 ran 7.9% slower with it at 2048, docs/gpu.md)") \
+    X(GPU_DECODE_MMA_MIN, INT, "16384", 0, 1000000000, "GPU: a decode call takes the tensor-core decode attention for all its rows where its depth bucket (the power of two of at least 1024 holding its deepest row, or the window) reaches this many keys: 16384, the default, from rows past 8,192 keys, where it is faster on the H200 (0 = never)") \
     X(GPU_GEMV_MAX, INT, "64", 0, 1000000000, "GPU: most tokens a quantized product runs as GEMVs") \
     X(GPU_MMQ_MAX, INT, "96", 0, 1000000000, "GPU: most tokens a product runs on MMQ (0 = never)") \
     X(GPU_MMQ_MIN, INT, "17", 1, 1000000000, "GPU: fewest tokens a product runs on MMQ")            \
@@ -52,7 +52,7 @@ extern "C" {
     X(GPU_W4A16_MAX, INT, "192", 1, 1000000000, "GPU: most tokens a product runs on W4A16 in auto mode (past it dequantize + cuBLAS wins on an H200)") \
     X(GPU_MOE_GROUPED_MIN, INT, "96", 1, 1000000000, "GPU: fewest token-expert slots a MoE product groups by expert (MMQ)") \
     X(GPU_MOE_FUSE, INT, "3", 0, 3, "GPU: MoE decode fusions on the per-slot GEMV path: 0 none, 1 gate+up+GLU in one kernel, 2 also down+weighted sum in one kernel, 3 also the router bias and the activation quantizations folded into the route and GLU kernels, and on the grouped path one grouping for the three products with the scatter and sum in one kernel") \
-    X(GPU_MOE_GGEMV, INT, "0", 0, 1024, "GPU: most token-expert slots per expert (on average) a MoE feed-forward runs on the grouped GEMV (each chosen expert's rows read once per 8 slots, the bits of one token alone) where the per-slot GEMV stops; past it the grouped MMQ (0 = never, the default: measured slower than the grouped MMQ for the K-quant experts, faster for MXFP4 at 4 slots an expert: docs/perf-gpu.md)") \
+    X(GPU_MOE_GGEMV, INT, "-1", -1, 1024, "GPU: most token-expert slots per expert (on average) a MoE feed-forward runs on the grouped GEMV (each chosen expert's rows read once per 8 slots, the bits of one token alone) where the per-slot GEMV stops; past it the grouped MMQ (0 = never; -1, the default: 4 for MXFP4 experts, where it measured faster, never for the others, where the grouped MMQ is: docs/perf-gpu.md)") \
     X(GPU_MOE_GGEMV_MIN, INT, "0", 0, 1000000000, "GPU: fewest token-expert slots a MoE feed-forward runs on the grouped GEMV (0: from where the per-slot GEMV stops)") \
     X(MMQ_CFG, INT, "0", 0, 5, "GPU MMQ tiles: 0 auto, 1 32-token, 2 64-token 2-stage, 3 64-token, 4 128-token, 5 128-token 2-stage") \
     X(W4A16_CFG, INT, "0", 0, 2, "GPU W4A16 tiles: 0 auto (64 tokens up to 64, else 128), 1 64-token, 2 128-token") \

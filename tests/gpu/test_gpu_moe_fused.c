@@ -403,7 +403,7 @@ static void test_fused_ffn(void **state) {
     /* not fused: f32 x */
     ffn_case(&r, RF_TYPE_F16, RF_TYPE_F16, 16, 4, 2, 256, 128, true, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, true);
     /* slot counts past the per-slot GEMV (>= 96): the grouped paths, with few slots an expert
-     * (RF_GPU_MOE_GGEMV 8; its default is 0) the grouped GEMV (the unfused matmul_id its tiled GEMV), with
+     * (RF_GPU_MOE_GGEMV 8; its default, -1, takes it for MXFP4 only) the grouped GEMV (the unfused matmul_id its tiled GEMV), with
      * the knob off the grouped MMQ (CUDA sm_80+: one grouping, the GLU quantizing in sorted
      * order, scatter+sum; elsewhere the unfused ops) */
     for (int gg = 0; gg < 2; gg++) {

@@ -473,7 +473,8 @@ static bool rf_moe_per_slot(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n,
 
 /* whether the fused ops of level lvl (RF_GPU_MOE_FUSE: matmul_id_glu 1, matmul_id_combine 2,
  * moe_ffn 3) take the grouped GEMV (gpu_moe_ggemv.cu) for a product of type t over rows of n_in:
- * few slots per expert (batched decode: at most RF_GPU_MOE_GGEMV on average), from
+ * few slots per expert (batched decode: at most RF_GPU_MOE_GGEMV on average, by default 4 for MXFP4 and
+ * none for the other types: RF_MOE_GGEMV_MXFP4), from
  * RF_GPU_MOE_GGEMV_MIN slots or, that 0, wherever the per-slot GEMV stops (slot counts where the
  * grouped MMQ or the unfused tiled GEMV would run); the int8-x types; not in batch-invariant
  * mode (there the grouped MMQ sums every slot count, its own bits); CUDA only. The bound's model (H200,
@@ -484,13 +485,20 @@ static bool rf_moe_per_slot(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n,
  * times, 32 sequences: qwen3-30b-a3b 79 us a call, gpt-oss-20b 181 us), its 32-row tiles mostly
  * padding, so the GEMV should lead up to ~10-15 slots an expert: 8 until a measurement moves it
  * (test_gpu_moe_ggemv's bench prints both sides). */
+/* RF_GPU_MOE_GGEMV's default (-1) by the expert type: MXFP4 up to 4 slots an expert (H200,
+ * gpt-oss-20b, step p50 at 16/24/32/48/64 sequences: 9.42/10.94/12.38/15.74/16.72 ms against the
+ * grouped MMQ's 9.37/13.71/14.31/15.92/16.62: -20% at 24, -13% at 32, even elsewhere; 6 lost 1.4%
+ * at 48); the K-quants never (25% slower at 32 sequences, docs/perf-gpu.md) */
+#define RF_MOE_GGEMV_MXFP4 4
+
 static bool rf_moe_ggemv_fits(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k, int64_t n_expert,
                               int lvl) {
 #if defined(RF_HIP) /* the gate+up kernels are not built for HIP (their compile time), nor is the grouped MMQ */
     (void)ctx, (void)t, (void)n_in, (void)n, (void)k, (void)n_expert, (void)lvl;
     return false;
 #else
-    const int64_t nk = n * k, most = rf_knob_int(RF_KNOB_GPU_MOE_GGEMV), least = rf_knob_int(RF_KNOB_GPU_MOE_GGEMV_MIN);
+    const int64_t knob = rf_knob_int(RF_KNOB_GPU_MOE_GGEMV), least = rf_knob_int(RF_KNOB_GPU_MOE_GGEMV_MIN);
+    const int64_t nk = n * k, most = knob >= 0 ? knob : t == RF_TYPE_MXFP4 ? RF_MOE_GGEMV_MXFP4 : 0;
     return rf_knob_int(RF_KNOB_GPU_MOE_FUSE) >= lvl && most > 0 && !ctx->invariant && k <= RF_MOE_MAX_K &&
            nk <= 65535 && nk <= most * n_expert && (nk + RF_MOE_TILE - 1) / RF_MOE_TILE + n_expert <= 65535 &&
            rf_moe_gemv_rk(t, n_in) >= 0 && (least == 0 || nk >= least);
