@@ -61,6 +61,19 @@ static void usage(FILE *f, const rf_cmd *cmds, size_t n) {
                 cmds[i].fn ? "" : " (not in this build yet)");
 }
 
+/* --tp N over several GPUs: every kernel loaded when the GPUs' contexts are made
+ * (CUDA_MODULE_LOADING=EAGER, unless the environment sets it). With CUDA's lazy loading a
+ * kernel's first launch loads it and waits for its device; on a split whose other GPU is stuck in
+ * a collective that wait never ends, and it comes before any of the split's bounded waits
+ * (docs/tp.md, "A GPU that stops"). Must run before the first CUDA call of the process. */
+static void tp_eager_modules(int argc, char **argv) {
+    for (int i = 2; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--tp") && atoi(argv[i + 1]) > 1) {
+            setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+            return;
+        }
+}
+
 int main(int argc, char **argv) {
     const rf_cmd cmds[] = {
         {"run", rf_cmd_run, "generate text from a prompt"},
@@ -93,6 +106,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (rf_knobs_init()) return rf_cli_fail(2, "%s", rf_last_error()); /* a knob that does not parse */
+    tp_eager_modules(argc, argv);
 #ifdef RF_TEST_HOOKS
     rf_test_hooks_from_env();
 #endif
