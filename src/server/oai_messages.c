@@ -193,29 +193,23 @@ static int read_messages(json_t *root, json_t *msgs, srv_error *e) {
 /* tools [{name, description, input_schema}] and tool_choice {type: auto | any | tool | none,
  * name, disable_parallel_tool_use} in chat's terms. Anthropic's server tools (a 'type' such as
  * "web_search_20250305") run on Anthropic's side: refused. */
+static int tool(json_t *t, json_t *ty, const char *pp, json_t *out, srv_error *e) {
+    if (!json_is_object(t)) return srv_bad(e, pp, "'%s' must be an object, not %s", pp, srv_json_type_name(t));
+    if (srv_tr_present(ty) && !(json_is_string(ty) && !strcmp(json_string_value(ty), "custom")))
+        return srv_bad(e, pp, "'%s': server tools (type '%.40s') are not supported by this server; define the tool "
+                                 "with a name and an input_schema", pp, json_is_string(ty) ? json_string_value(ty) : "?");
+    json_t *nm = json_object_get(t, "name"), *sc = json_object_get(t, "input_schema");
+    if (!json_is_string(nm)) return srv_bad(e, pp, "'%s.name' must be a string", pp);
+    if (!json_is_object(sc)) return srv_bad(e, pp, "'%s.input_schema' must be an object (a JSON Schema)", pp);
+    json_t *fn = json_pack("{sOsO}", "name", nm, "parameters", sc);
+    if (fn) srv_tr_copy(fn, "description", t, "description");
+    if (!fn || json_array_append_new(out, json_pack("{ssso}", "type", "function", "function", fn))) return srv_tr_oom(e);
+    return 0;
+}
+
 static int read_tools(json_t *root, json_t *chat, srv_error *e) {
-    json_t *v = json_object_get(root, "tools");
-    if (srv_tr_present(v)) {
-        if (!json_is_array(v)) return srv_bad(e, "tools", "'tools' must be a list, not %s", srv_json_type_name(v));
-        json_t *out = json_array();
-        json_object_set_new(chat, "tools", out);
-        char pp[48];
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            json_t *t = json_array_get(v, i), *ty = json_is_object(t) ? json_object_get(t, "type") : NULL;
-            snprintf(pp, sizeof pp, "tools[%zu]", i);
-            if (!json_is_object(t)) return srv_bad(e, pp, "'%s' must be an object, not %s", pp, srv_json_type_name(t));
-            if (srv_tr_present(ty) && !(json_is_string(ty) && !strcmp(json_string_value(ty), "custom")))
-                return srv_bad(e, pp, "'%s': server tools (type '%.40s') are not supported by this server; define the tool "
-                                         "with a name and an input_schema", pp, json_is_string(ty) ? json_string_value(ty) : "?");
-            json_t *nm = json_object_get(t, "name"), *sc = json_object_get(t, "input_schema");
-            if (!json_is_string(nm)) return srv_bad(e, pp, "'%s.name' must be a string", pp);
-            if (!json_is_object(sc)) return srv_bad(e, pp, "'%s.input_schema' must be an object (a JSON Schema)", pp);
-            json_t *fn = json_pack("{sOsO}", "name", nm, "parameters", sc);
-            if (fn) srv_tr_copy(fn, "description", t, "description");
-            if (!fn || json_array_append_new(out, json_pack("{ssso}", "type", "function", "function", fn))) return srv_tr_oom(e);
-        }
-    }
-    v = json_object_get(root, "tool_choice");
+    if (srv_tr_tools(root, chat, tool, e)) return -1;
+    json_t *v = json_object_get(root, "tool_choice");
     if (!srv_tr_present(v)) return 0;
     json_t *ty = json_is_object(v) ? json_object_get(v, "type") : NULL;
     if (!json_is_string(ty)) return srv_bad(e, "tool_choice", "'tool_choice' must be an object with a string 'type'");
@@ -247,7 +241,7 @@ static int check_num(json_t *root, const char *key, double lo, double hi, srv_er
     return 0;
 }
 
-static int translate(json_t *root, json_t *chat, srv_error *e) {
+static int translate(json_t *root, json_t *chat, void *arg, srv_error *e) {
     json_t *v = json_object_get(root, "max_tokens");
     if (!srv_tr_present(v)) return srv_bad(e, "max_tokens", "'max_tokens' is required");
     if (!json_is_integer(v) || json_integer_value(v) < 1)
@@ -278,19 +272,5 @@ static int translate(json_t *root, json_t *chat, srv_error *e) {
 }
 
 int srv_parse_messages(const char *body, size_t len, srv_params *p, srv_error *e) {
-    memset(p, 0, sizeof *p);
-    json_t *root = srv_body_object(body, len, e);
-    if (!root) return -1;
-    json_t *chat = json_object();
-    if (!chat) {
-        json_decref(root);
-        return srv_tr_oom(e);
-    }
-    int rc = translate(root, chat, e);
-    json_decref(root);
-    if (rc) {
-        json_decref(chat);
-        return -1;
-    }
-    return srv_tr_parse_chat(chat, SRV_API_MESSAGES, p, e);
+    return srv_tr_parse(body, len, translate, NULL, SRV_API_MESSAGES, p, e);
 }

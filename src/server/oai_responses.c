@@ -81,30 +81,24 @@ static int function_item(json_t *it, const char *t, const char *pp, json_t *msgs
 /* tools [{type: "function", name, description, parameters, strict}] and tool_choice ("auto",
  * "none", "required", {type: "function", name}) in chat's terms; hosted tools (web_search,
  * file_search, ...) run on OpenAI's side: refused. */
+static int tool(json_t *t, json_t *ty, const char *pp, json_t *out, srv_error *e) {
+    if (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))
+        return srv_bad(e, pp, "'%s': only tools of type 'function' are supported by this server", pp);
+    json_t *nm = json_object_get(t, "name");
+    if (!json_is_string(nm)) return srv_bad(e, pp, "'%s.name' must be a string", pp);
+    json_t *fn = json_pack("{sO}", "name", nm);
+    if (!fn) return srv_tr_oom(e);
+    srv_tr_copy(fn, "description", t, "description");
+    srv_tr_copy(fn, "parameters", t, "parameters");
+    srv_tr_copy(fn, "strict", t, "strict");
+    if (json_array_append_new(out, json_pack("{ssso}", "type", "function", "function", fn))) return srv_tr_oom(e);
+    return 0;
+}
+
 static int read_tools(json_t *root, json_t *chat, srv_error *e) {
-    json_t *v = json_object_get(root, "tools");
-    if (srv_tr_present(v)) {
-        if (!json_is_array(v)) return srv_bad(e, "tools", "'tools' must be a list, not %s", srv_json_type_name(v));
-        json_t *out = json_array();
-        json_object_set_new(chat, "tools", out);
-        char pp[48];
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            json_t *t = json_array_get(v, i), *ty = json_is_object(t) ? json_object_get(t, "type") : NULL;
-            snprintf(pp, sizeof pp, "tools[%zu]", i);
-            if (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))
-                return srv_bad(e, pp, "'%s': only tools of type 'function' are supported by this server", pp);
-            json_t *nm = json_object_get(t, "name");
-            if (!json_is_string(nm)) return srv_bad(e, pp, "'%s.name' must be a string", pp);
-            json_t *fn = json_pack("{sO}", "name", nm);
-            if (!fn) return srv_tr_oom(e);
-            srv_tr_copy(fn, "description", t, "description");
-            srv_tr_copy(fn, "parameters", t, "parameters");
-            srv_tr_copy(fn, "strict", t, "strict");
-            if (json_array_append_new(out, json_pack("{ssso}", "type", "function", "function", fn))) return srv_tr_oom(e);
-        }
-    }
+    if (srv_tr_tools(root, chat, tool, e)) return -1;
     srv_tr_copy(chat, "parallel_tool_calls", root, "parallel_tool_calls");
-    v = json_object_get(root, "tool_choice");
+    json_t *v = json_object_get(root, "tool_choice");
     if (!srv_tr_present(v) || json_is_string(v)) {
         srv_tr_copy(chat, "tool_choice", root, "tool_choice");
         return 0;
@@ -225,21 +219,18 @@ static int translate(json_t *root, json_t *chat, srv_error *e) {
     return read_input(root, msgs, e);
 }
 
-int srv_parse_responses(const char *body, size_t len, srv_params *p, srv_error *e) {
-    memset(p, 0, sizeof *p);
-    json_t *root = srv_body_object(body, len, e);
-    if (!root) return -1;
-    json_t *chat = json_object();
-    char *ins = NULL;
-    int rc = chat ? translate(root, chat, e) : srv_tr_oom(e);
+/* translate, then a copy of 'instructions' in *(char **)arg (the chat parse clears p) */
+static int translate_ins(json_t *root, json_t *chat, void *arg, srv_error *e) {
+    char **ins = arg;
+    int rc = translate(root, chat, e);
     json_t *iv = json_object_get(root, "instructions");
-    if (!rc && json_is_string(iv) && !(ins = strndup(json_string_value(iv), json_string_length(iv)))) rc = srv_tr_oom(e);
-    json_decref(root);
-    if (rc) {
-        json_decref(chat);
-        return -1;
-    }
-    if (srv_tr_parse_chat(chat, SRV_API_RESPONSES, p, e)) {
+    if (!rc && json_is_string(iv) && !(*ins = strndup(json_string_value(iv), json_string_length(iv)))) rc = srv_tr_oom(e);
+    return rc;
+}
+
+int srv_parse_responses(const char *body, size_t len, srv_params *p, srv_error *e) {
+    char *ins = NULL;
+    if (srv_tr_parse(body, len, translate_ins, &ins, SRV_API_RESPONSES, p, e)) {
         free(ins);
         return -1;
     }

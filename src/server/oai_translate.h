@@ -1,6 +1,7 @@
 /* oai_translate.h — small helpers shared by the request translators of the other API shapes
- * (oai_messages.c, oai_responses.c, oai_tokenize.c): the body loaded, fields copied, text parts
- * joined, chat messages appended. Static inline: each translator stays one file. */
+ * (oai_messages.c, oai_responses.c, oai_tokenize.c): the body loaded, translated and parsed as
+ * chat, fields copied, the tools list walked, text parts joined, chat messages appended. Static
+ * inline: each translator stays one file. */
 #ifndef RF_SERVER_OAI_TRANSLATE_H
 #define RF_SERVER_OAI_TRANSLATE_H
 
@@ -73,6 +74,47 @@ static inline int srv_tr_parse_chat(json_t *chat, srv_api api, srv_params *p, sr
     free(s);
     if (!rc) p->api = api;
     return rc;
+}
+
+/* Translates a request of another API shape into a chat body. */
+typedef int (*srv_tr_fn)(json_t *root, json_t *chat, void *arg, srv_error *e);
+
+/* The body loaded as an object, translated by tr (arg passed on) into a new chat body, then parsed
+ * as chat (srv_tr_parse_chat) with api; the body's JSON is freed either way. */
+static inline int srv_tr_parse(const char *body, size_t len, srv_tr_fn tr, void *arg, srv_api api, srv_params *p,
+                               srv_error *e) {
+    memset(p, 0, sizeof *p);
+    json_t *root = srv_body_object(body, len, e);
+    if (!root) return -1;
+    json_t *chat = json_object();
+    int rc = chat ? tr(root, chat, arg, e) : srv_tr_oom(e);
+    json_decref(root);
+    if (rc) {
+        json_decref(chat);
+        return -1;
+    }
+    return srv_tr_parse_chat(chat, api, p, e);
+}
+
+/* Turns one entry of the request's 'tools' (t; ty its 'type' when t is an object; pp "tools[i]")
+ * into chat's tools, appended to out. */
+typedef int (*srv_tr_tool_fn)(json_t *t, json_t *ty, const char *pp, json_t *out, srv_error *e);
+
+/* The request's 'tools' when present: a list (else refused), chat's "tools" made, each entry
+ * given to one. */
+static inline int srv_tr_tools(json_t *root, json_t *chat, srv_tr_tool_fn one, srv_error *e) {
+    json_t *v = json_object_get(root, "tools");
+    if (!srv_tr_present(v)) return 0;
+    if (!json_is_array(v)) return srv_bad(e, "tools", "'tools' must be a list, not %s", srv_json_type_name(v));
+    json_t *out = json_array();
+    json_object_set_new(chat, "tools", out);
+    char pp[48];
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *t = json_array_get(v, i), *ty = json_is_object(t) ? json_object_get(t, "type") : NULL;
+        snprintf(pp, sizeof pp, "tools[%zu]", i);
+        if (one(t, ty, pp, out, e)) return -1;
+    }
+    return 0;
 }
 
 #endif

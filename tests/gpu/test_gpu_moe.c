@@ -38,31 +38,7 @@ int main(void) {
     return 77;
 }
 #else
-#include "gpu_test_common.h"
-
-#include <time.h>
-
-#include "backend/backend.h"
-#include "backend/ref/ref_ops.h"
-#include "core/knobs.h"
-#include "rocmforge/quant.h"
-
-static rf_backend *g_be;
-
-static rf_tensor dt(rf_type t, int64_t n, int64_t rows, void *d) {
-    rf_tensor v;
-    memset(&v, 0, sizeof v);
-    v.type = t;
-    v.ne[0] = n;
-    v.ne[1] = rows;
-    size_t rb = 0;
-    if (t == RF_TYPE_F32 || t == RF_TYPE_I32) rb = (size_t)n * 4;
-    else if (t == RF_TYPE_F16 || t == RF_TYPE_BF16) rb = (size_t)n * 2;
-    else assert_int_equal(rf_row_size(t, n, &rb), RF_OK);
-    v.nb1 = rb;
-    v.data = d;
-    return v;
-}
+#include "gpu_moe_common.h"
 
 /* ---- references (backend.h's contract, double where it sums) ------------------------------ */
 
@@ -213,21 +189,6 @@ static void test_route(void **state) {
 }
 
 /* ---- matmul_id ---------------------------------------------------------------------------- */
-
-/* random distinct-per-token expert ids [n, k] */
-static void rand_ids(rf_rng *r, int32_t *ids, int64_t n, int64_t k, int64_t ne) {
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t j = 0; j < k; j++) {
-            int32_t e;
-            bool dup;
-            do {
-                e = (int32_t)(rf_rng_u64(r) % (uint64_t)ne);
-                dup = false;
-                for (int64_t i = 0; i < j; i++) dup |= ids[t * k + i] == e;
-            } while (dup);
-            ids[t * k + j] = e;
-        }
-}
 
 static bool int8_x(rf_type t) {
     return t != RF_TYPE_F16 && t != RF_TYPE_BF16 && t != RF_TYPE_F32 && t != RF_TYPE_Q2_K && t != RF_TYPE_Q3_K &&
@@ -537,12 +498,6 @@ static void test_capture(void **state) {
 
 /* ---- bench: qwen3-30b-a3b's and gpt-oss-20b's experts ---------------------------------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* One MoE feed-forward of n tokens, replayed from a graph of NS steps over NS router-logit sets:
  * route, gate and up with SwiGLU, down with the weighted sum, as rf_moe_ffn runs them (the fusions
  * RF_GPU_MOE_FUSE turns on; 0: route, matmul_id, glu, matmul_id, combine). Bytes: the distinct
@@ -644,13 +599,7 @@ static void test_bench(void **state) {
 }
 
 int main(void) {
-    gpu_test_init_or_skip("test_gpu_moe");
-    rf_gpu_destroy(g_ctx);
-    if (rf_backend_gpu_new(0, &g_be)) {
-        fprintf(stderr, "test_gpu_moe: GPU backend: %s\n", rf_last_error());
-        return 1;
-    }
-    g_ctx = rf_backend_gpu_ctx(g_be); /* the helpers and the ops on one stream */
+    if (moe_backend_open("test_gpu_moe")) return 1;
     /* the grouped MMQ wherever it takes the slots (the crossovers and partial chunks above),
      * not the grouped GEMV of few slots per expert (test_gpu_moe_ggemv), unless the caller set it */
     if (!rf_knob_is_set(RF_KNOB_GPU_MOE_GGEMV) && rf_knob_override(RF_KNOB_GPU_MOE_GGEMV, "0")) return 1;

@@ -20,8 +20,9 @@
  *   for the clamped one 1.4% / 4.0% at products of RMS 30 / 300 against bounds of 4.3% /
  *   12.5%); the down sum of k products with positive weights keeps a product's relative error,
  *   but its x is a GLU output h, heavier-tailed than a Gaussian: its bound is the int8 rounding
- *   of the actual h (down_bound below, ~1%, bound ~3%; H200 2026-11-29: a fixed 1e-2 failed at
- *   rel. L2 1.0-1.1% on 96- and 2880-wide h). f32-x types: f32 sums (~1e-6), bound 1e-4 for both.
+ *   of the actual h (down_bound in gpu_moe_common.h, ~1%, bound ~3%; H200 2026-11-29: a fixed
+ *   1e-2 failed at rel. L2 1.0-1.1% on 96- and 2880-wide h). f32-x types: f32 sums (~1e-6),
+ *   bound 1e-4 for both.
  * - against the GPU's unfused ops (matmul_id twice and glu; matmul_id per slot and
  *   moe_combine): the same bits (the fused kernels take the unfused ones' operations in their
  *   order: backend.h's promise, docs/ARCHITECTURE.md).
@@ -37,44 +38,7 @@ int main(void) {
     return 77;
 }
 #else
-#include "gpu_test_common.h"
-
-#include "backend/backend.h"
-#include "core/knobs.h"
-#include "backend/ref/ref_ops.h"
-#include "rocmforge/quant.h"
-
-static rf_backend *g_be;
-
-static rf_tensor dt(rf_type t, int64_t n, int64_t rows, void *d) {
-    rf_tensor v;
-    memset(&v, 0, sizeof v);
-    v.type = t;
-    v.ne[0] = n;
-    v.ne[1] = rows;
-    size_t rb = 0;
-    if (t == RF_TYPE_F32 || t == RF_TYPE_I32) rb = (size_t)n * 4;
-    else if (t == RF_TYPE_F16 || t == RF_TYPE_BF16) rb = (size_t)n * 2;
-    else assert_int_equal(rf_row_size(t, n, &rb), RF_OK);
-    v.nb1 = rb;
-    v.data = d;
-    return v;
-}
-
-/* random distinct-per-token expert ids [n, k] */
-static void rand_ids(rf_rng *r, int32_t *ids, int64_t n, int64_t k, int64_t ne) {
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t j = 0; j < k; j++) {
-            int32_t e;
-            bool dup;
-            do {
-                e = (int32_t)(rf_rng_u64(r) % (uint64_t)ne);
-                dup = false;
-                for (int64_t i = 0; i < j; i++) dup |= ids[t * k + i] == e;
-            } while (dup);
-            ids[t * k + j] = e;
-        }
-}
+#include "gpu_moe_common.h"
 
 /* the types the expert GEMV takes on f32 x (F16 / BF16 loads; the rest element by element) */
 static bool f32_x(rf_type t) {
@@ -103,28 +67,6 @@ static double glu_bound(const float *g, const float *u, int64_t n, rf_glu_kind k
         num += e * e, den += (double)y0 * y0;
     }
     return den > 0 ? 3.0 * sqrt(num / den) : 3e-2;
-}
-
-/* The down sum's rel. L2 bound for int8-x products: the error is h's rounding to int8 (both sides
- * read the twin's h), element error uniform in +-d/2 with d = max|h| / 127 of its 32-block, so
- * variance d^2 / 12; through random expert rows and the router's weights w the output's expected
- * rel. L2 is sqrt(sum w^2 sum_blocks 32 d^2 / 12 / sum w^2 |h|^2) (biases only add to |o|); the
- * bound is 3x that. h is a GLU output, heavier-tailed than a Gaussian (max / RMS of a block ~4-5
- * where a Gaussian's is ~2.3), so this is ~1%, not the 0.5% of a product of Gaussian x. */
-static double down_bound(const float *h, const float *wts, int64_t nk, int64_t ff) {
-    double num = 0, den = 0;
-    for (int64_t s = 0; s < nk; s++) {
-        const double w2 = (double)wts[s] * wts[s];
-        for (int64_t b = 0; b + 32 <= ff; b += 32) {
-            double amax = 0;
-            for (int i = 0; i < 32; i++) {
-                const double v = h[s * ff + b + i];
-                amax = fmax(amax, fabs(v)), den += w2 * v * v;
-            }
-            num += w2 * 32.0 * (amax / 127.0) * (amax / 127.0) / 12.0;
-        }
-    }
-    return den > 0 ? 3.0 * sqrt(num / den) : 1e-2;
 }
 
 /* One MoE feed-forward's experts on the host and the device: weights, biases, x, ids, wts. */
@@ -520,13 +462,7 @@ static void test_fused_capture(void **state) {
 }
 
 int main(void) {
-    gpu_test_init_or_skip("test_gpu_moe_fused");
-    rf_gpu_destroy(g_ctx);
-    if (rf_backend_gpu_new(0, &g_be)) {
-        fprintf(stderr, "test_gpu_moe_fused: GPU backend: %s\n", rf_last_error());
-        return 1;
-    }
-    g_ctx = rf_backend_gpu_ctx(g_be); /* the helpers and the ops on one stream */
+    if (moe_backend_open("test_gpu_moe_fused")) return 1;
     /* every fusion, whatever RF_GPU_MOE_FUSE's default (1: gate+up only), unless the caller set it */
     if (!rf_knob_is_set(RF_KNOB_GPU_MOE_FUSE) && rf_knob_override(RF_KNOB_GPU_MOE_FUSE, "3")) return 1;
     const struct CMUnitTest all[] = {

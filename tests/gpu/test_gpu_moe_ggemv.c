@@ -35,30 +35,7 @@ int main(void) {
     return 77;
 }
 #else
-#include "gpu_test_common.h"
-
-#include <time.h>
-
-#include "backend/backend.h"
-#include "core/knobs.h"
-#include "rocmforge/quant.h"
-
-static rf_backend *g_be;
-
-static rf_tensor dt(rf_type t, int64_t n, int64_t rows, void *d) {
-    rf_tensor v;
-    memset(&v, 0, sizeof v);
-    v.type = t;
-    v.ne[0] = n;
-    v.ne[1] = rows;
-    size_t rb = 0;
-    if (t == RF_TYPE_F32 || t == RF_TYPE_I32) rb = (size_t)n * 4;
-    else if (t == RF_TYPE_F16 || t == RF_TYPE_BF16) rb = (size_t)n * 2;
-    else assert_int_equal(rf_row_size(t, n, &rb), RF_OK);
-    v.nb1 = rb;
-    v.data = d;
-    return v;
-}
+#include "gpu_moe_common.h"
 
 static void knobs(const char *most, const char *least) {
     assert_int_equal(rf_knob_override(RF_KNOB_GPU_MOE_GGEMV, most), RF_OK);
@@ -190,24 +167,6 @@ static hres run_host(const moe *m, int64_t t0, int64_t n, int ops) {
 
 static void hres_free(hres *h) { free(h->ids), free(h->wts), free(h->g), free(h->y); }
 
-/* test_gpu_moe_fused's down_bound: 3x the expected rel. L2 of the int8 rounding of the down
- * input h (per 32-block, d = amax / 127, error variance d^2 / 12) through the router's weights */
-static double down_bound(const float *h, const float *wts, int64_t nk, int64_t ff) {
-    double num = 0, den = 0;
-    for (int64_t s = 0; s < nk; s++) {
-        const double w2 = (double)wts[s] * wts[s];
-        for (int64_t b = 0; b + 32 <= ff; b += 32) {
-            double amax = 0;
-            for (int i = 0; i < 32; i++) {
-                const double v = h[s * ff + b + i];
-                amax = fmax(amax, fabs(v)), den += w2 * v * v;
-            }
-            num += w2 * 32.0 * (amax / 127.0) * (amax / 127.0) / 12.0;
-        }
-    }
-    return den > 0 ? 3.0 * sqrt(num / den) : 1e-2;
-}
-
 /* n tokens on the grouped GEMV against each token alone (bits) and against the old path (bounds) */
 static void ggemv_case(const moe *m, int64_t n, int ops) {
     const int64_t k = m->k, nk = n * k, ff = m->ff, dim = m->dim;
@@ -332,12 +291,6 @@ static void test_ggemv_capture(void **state) {
 
 /* ---- timing ------------------------------------------------------------------------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* median us per MoE block of n tokens (a graph of `per` calls, 7 replays) */
 static double bench_block(const moe *m, int64_t n, int ops) {
     const int per = 20;
@@ -424,13 +377,7 @@ static void test_ggemv_bench(void **state) {
 }
 
 int main(void) {
-    gpu_test_init_or_skip("test_gpu_moe_ggemv");
-    rf_gpu_destroy(g_ctx);
-    if (rf_backend_gpu_new(0, &g_be)) {
-        fprintf(stderr, "test_gpu_moe_ggemv: GPU backend: %s\n", rf_last_error());
-        return 1;
-    }
-    g_ctx = rf_backend_gpu_ctx(g_be); /* the helpers and the ops on one stream */
+    if (moe_backend_open("test_gpu_moe_ggemv")) return 1;
     if (!rf_knob_is_set(RF_KNOB_GPU_MOE_FUSE) && rf_knob_override(RF_KNOB_GPU_MOE_FUSE, "3")) return 1;
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_ggemv_real_shapes),

@@ -3,6 +3,7 @@
  * cpu_attention.c, matmul in cpu_matmul.c.
  * Each op has the contract written in backend.h; the scalar references are in ref_ops.h. */
 #include "backend/cpu/cpu_backend.h"
+#include "backend/backend_common.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -202,12 +203,7 @@ static rf_status cpu_alloc(rf_backend *be, rf_type type, int64_t n, int64_t rows
     size_t sz = total ? (size_t)total : 64;
     void *p = zalloc64(sz);
     if (!p) return rf_set_error(RF_ERR_OOM, "cannot allocate %.1f MiB on the CPU", sz / 1048576.0);
-    out->type = type;
-    out->ne[0] = n;
-    out->ne[1] = rows;
-    out->nb1 = rb;
-    out->data = p;
-    out->owned = true;
+    rf_tensor_set(out, type, n, rows, rb, p, true);
     return RF_OK;
 }
 
@@ -222,12 +218,7 @@ static rf_status cpu_weight(rf_backend *be, rf_type type, int64_t n, int64_t row
     size_t rb;
     rf_status st = row_bytes(type, n, &rb);
     if (st) return st;
-    out->type = type;
-    out->ne[0] = n;
-    out->ne[1] = rows;
-    out->nb1 = rb;
-    out->data = (void *)host;
-    out->owned = false;
+    rf_tensor_set(out, type, n, rows, rb, (void *)host, false);
     return RF_OK;
 }
 
@@ -352,10 +343,8 @@ static rf_status cpu_kv_store(rf_backend *be, rf_tensor *cache, const rf_tensor 
 }
 
 static rf_status cpu_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n) {
-    if (n < 0 || dst0 < 0 || src0 < 0 || dst0 + n > t->ne[1] || src0 + n > t->ne[1] ||
-        (dst0 < src0 + n && src0 < dst0 + n))
-        return rf_set_error(RF_ERR_RANGE, "copy_rows %lld -> %lld (%lld rows) in a tensor of %lld rows",
-                            (long long)src0, (long long)dst0, (long long)n, (long long)t->ne[1]);
+    rf_status st = rf_copy_rows_check(t, dst0, src0, n);
+    if (st) return st;
     memcpy((char *)t->data + (size_t)dst0 * t->nb1, (const char *)t->data + (size_t)src0 * t->nb1,
            (size_t)n * t->nb1);
     return RF_OK;
@@ -500,28 +489,18 @@ int rf_cpu_count(void) {
     return n > 0 ? (int)n : 1;
 }
 
+/* rf_backend_make's init: the thread pool of *(int *)arg threads */
+static rf_status cpu_init(void *impl, void *arg) {
+    rf_cpu *cpu = impl;
+    cpu->n_threads = *(const int *)arg; /* on failure impl is freed: no state is left half set */
+    return rf_pool_new(cpu->n_threads, &cpu->pool);
+}
+
 rf_status rf_backend_cpu_new(int n_threads, rf_backend **out) {
     *out = NULL;
     if (n_threads < 0) return rf_set_error(RF_ERR_INVALID_ARG, "thread count %d must be >= 1", n_threads);
     if (n_threads == 0) n_threads = rf_cpu_count();
-    rf_backend *be = calloc(1, sizeof *be);
-    rf_cpu *cpu = calloc(1, sizeof *cpu);
-    if (!be || !cpu) {
-        free(be);
-        free(cpu);
-        return rf_set_error(RF_ERR_OOM, "CPU backend: out of memory");
-    }
-    rf_status st = rf_pool_new(n_threads, &cpu->pool);
-    if (st) {
-        free(be);
-        free(cpu);
-        return st;
-    }
-    cpu->n_threads = n_threads;
-    be->ops = &cpu_ops;
-    be->impl = cpu;
-    *out = be;
-    return RF_OK;
+    return rf_backend_make(&cpu_ops, sizeof(rf_cpu), cpu_init, &n_threads, "CPU backend", out);
 }
 
 int rf_backend_cpu_n_threads(const rf_backend *be) { return ((const rf_cpu *)be->impl)->n_threads; }

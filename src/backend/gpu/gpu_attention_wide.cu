@@ -507,12 +507,7 @@ rf_k_attn_wide_reduce(float *out, const float *__restrict__ part, const float2 *
     for (int u0 = ufr; u0 <= ulr; u0 += NB) {
         float2 mlb[NB];
         float ab[NB];
-#pragma unroll
-        for (int i = 0; i < NB; i++) {
-            const int64_t si = orow * nsp + (u0 + i - ufr);
-            mlb[i] = make_float2(-INFINITY, 0.0f), ab[i] = 0.0f;
-            if (u0 + i <= ulr) mlb[i] = pml[si], ab[i] = part[si * D + d];
-        }
+        rf_pa_load_units<NB>(mlb, ab, part, pml, orow, nsp, ufr, u0, ulr, D, d);
 #pragma unroll
         for (int i = 0; i < NB; i++) {
             if (u0 + i <= ulr) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/knobs.h"
+#include "backend/backend_common.h"
 #include "backend/gpu/gpu_be.h"
 #include "backend/gpu/gpu_deltanet.h"
 #include "rocmforge/quant.h"
@@ -33,12 +34,7 @@ rf_status rf_gbe_alloc(rf_backend *be, rf_type type, int64_t n, int64_t rows, rf
         rf_gpu_free(GX(be)->ctx, p);
         return st;
     }
-    out->type = type;
-    out->ne[0] = n;
-    out->ne[1] = rows;
-    out->nb1 = rb;
-    out->data = p;
-    out->owned = true;
+    rf_tensor_set(out, type, n, rows, rb, p, true);
     return RF_OK;
 }
 
@@ -56,12 +52,7 @@ static rf_status g_weight(rf_backend *be, rf_type type, int64_t n, int64_t rows,
     if (st) return st;
     void *d = NULL;
     if ((st = rf_gpu_upload_weights(GX(be)->ctx, host, rb * (size_t)rows, "weights", false, &d))) return st;
-    out->type = type;
-    out->ne[0] = n;
-    out->ne[1] = rows;
-    out->nb1 = rb;
-    out->data = d;
-    out->owned = true;
+    rf_tensor_set(out, type, n, rows, rb, d, true);
     return RF_OK;
 }
 
@@ -194,10 +185,8 @@ static rf_status g_norm_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *
 }
 
 static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n) {
-    if (n < 0 || dst0 < 0 || src0 < 0 || dst0 + n > t->ne[1] || src0 + n > t->ne[1] ||
-        (dst0 < src0 + n && src0 < dst0 + n))
-        return rf_set_error(RF_ERR_RANGE, "copy_rows %lld -> %lld (%lld rows) in a tensor of %lld rows",
-                            (long long)src0, (long long)dst0, (long long)n, (long long)t->ne[1]);
+    rf_status st = rf_copy_rows_check(t, dst0, src0, n);
+    if (st) return st;
     return rf_gpu_copy(GX(be)->ctx, (char *)t->data + (size_t)dst0 * t->nb1, (const char *)t->data + (size_t)src0 * t->nb1,
                        (size_t)n * t->nb1);
 }
@@ -483,28 +472,20 @@ static const rf_backend_ops gpu_ops = {
     .destroy = g_destroy,
 };
 
-rf_status rf_backend_gpu_new(int device, rf_backend **out) {
-    *out = NULL;
-    rf_backend *be = calloc(1, sizeof *be);
-    gpu_be *g = calloc(1, sizeof *g);
-    if (!be || !g) {
-        free(be);
-        free(g);
-        return rf_set_error(RF_ERR_OOM, "GPU backend: out of memory");
-    }
+/* rf_backend_make's init: a context on device *(int *)arg, the knobs read once */
+static rf_status g_init(void *impl, void *arg) {
+    gpu_be *g = impl;
+    const int device = *(const int *)arg;
     rf_status st = rf_gpu_init(device, &g->ctx);
-    if (st) {
-        free(be);
-        free(g);
-        return st;
-    }
+    if (st) return st;
     g->device = device;
     g->fuse = !rf_knob_bool(RF_KNOB_GPU_UNFUSED);
     g->flash = rf_knob_bool(RF_KNOB_GPU_FLASH);
-    be->ops = &gpu_ops;
-    be->impl = g;
-    *out = be;
     return RF_OK;
+}
+
+rf_status rf_backend_gpu_new(int device, rf_backend **out) {
+    return rf_backend_make(&gpu_ops, sizeof(gpu_be), g_init, &device, "GPU backend", out);
 }
 
 bool rf_backend_is_gpu(const rf_backend *be) { return be && be->ops == &gpu_ops; }

@@ -3,6 +3,7 @@
  * up to 8) as the 8 columns of mma.sync m16n8k16 and 16 keys as its rows, the keys split over
  * blocks so that one sequence fills the device, the splits merged in a fixed order. CUDA sm_80+
  * only (elsewhere rf_gpu_decode_attention_supported is false). Twin: rf_ref_paged_attention. */
+#include "backend/gpu/gpu_mma.cuh"
 #include "backend/gpu/gpu_paged_attention.cuh"
 
 #include <limits.h>
@@ -53,23 +54,7 @@ template <int D, bool Q8> struct rf_da_geo {
 
 #if !defined(RF_HIP)
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-static __device__ __forceinline__ void rf_da_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ uint32_t rf_da_h2(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t *>(&h);
-}
-static __device__ __forceinline__ void rf_da_ldsm4(uint32_t *r, const rf_half *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(rf_smem_addr(p)));
-}
-static __device__ __forceinline__ void rf_da_ldsm4_t(uint32_t *r, const rf_half *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(rf_smem_addr(p)));
-}
+/* rf_mma_f16, rf_pack_h2, rf_ldsm4, rf_ldsm4_t: gpu_mma.cuh */
 /* N bytes global -> shared (smem address s), asynchronously; zeros when !ok (nothing read) */
 template <int N> static __device__ __forceinline__ void rf_da_cp(unsigned s, const void *g, bool ok) {
     if constexpr (N == 16)
@@ -170,8 +155,8 @@ static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float 
 #pragma unroll
     for (int ks = 0; ks < NK; ks++) {
         uint32_t a[4];
-        rf_da_ldsm4(a, Ks + ((lane & 7) + ((lane >> 3) & 1) * 8) * QS + ks * 16 + (lane >> 4) * 8);
-        rf_da_mma(s, a, qb[ks][0], qb[ks][1]);
+        rf_ldsm4(a, Ks + ((lane & 7) + ((lane >> 3) & 1) * 8) * QS + ks * 16 + (lane >> 4) * 8);
+        rf_mma_f16(s, a, qb[ks][0], qb[ks][1]);
     }
     const bool va = kb + g <= k1, vb = kb + g + 8 <= k1; /* key kb <= k1 always: the maxima are finite */
 #pragma unroll
@@ -204,8 +189,8 @@ static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float 
 #pragma unroll
     for (int mt = 0; mt < NK; mt++) {
         uint32_t a[4];
-        rf_da_ldsm4_t(a, Vs + ((lane & 7) + (lane >> 4) * 8) * QS + mt * 16 + ((lane >> 3) & 1) * 8);
-        rf_da_mma(o[mt], a, b0, b1);
+        rf_ldsm4_t(a, Vs + ((lane & 7) + (lane >> 4) * 8) * QS + mt * 16 + ((lane >> 3) & 1) * 8);
+        rf_mma_f16(o[mt], a, b0, b1);
     }
 }
 #endif
@@ -267,7 +252,7 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
         if (g < a.G) {
             const float *qr = a.q + (head0 + g) * D + ks * 16 + 2 * c;
             const float2 x = *reinterpret_cast<const float2 *>(qr), y = *reinterpret_cast<const float2 *>(qr + 8);
-            qb[ks][0] = rf_da_h2(x.x, x.y), qb[ks][1] = rf_da_h2(y.x, y.y);
+            qb[ks][0] = rf_pack_h2(x.x, x.y), qb[ks][1] = rf_pack_h2(y.x, y.y);
         }
     }
     float o[NK][4];

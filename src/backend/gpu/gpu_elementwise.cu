@@ -1,6 +1,7 @@
 /* gpu_elementwise.cu — small f32 kernels: scale, add, mul, causal mask, softmax, RMSNorm,
  * LayerNorm, SwiGLU, GeGLU. Each has the contract of its CPU twin in backend/ref/ref_ops.h. */
 #include "backend/gpu/gpu_internal.h"
+#include "backend/gpu/gpu_rmsnorm.cuh"
 
 #define RF_EW_THREADS 256
 #define RF_ROW_THREADS 256 /* a multiple of 64: whole warps on every target */
@@ -130,23 +131,7 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_v(float *y, float *x, const
     float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
     float v[K], wv[K];
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        const int i = k * 1024 + threadIdx.x;
-        v[k] = i < n ? xr[i] : 0.0f;
-        wv[k] = w && i < n ? w[i] : 1.0f;
-    }
-    if (res) { /* the residual add before the norm (rf_k_add's x + r), x written back */
-        const float *rr = res + (int64_t)blockIdx.x * n;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int i = k * 1024 + threadIdx.x;
-            if (i < n) {
-                v[k] = v[k] + rr[i];
-                xr[i] = v[k];
-            }
-        }
-    }
+    rf_rms_load_row<K>(v, wv, xr, res, w, n);
     const float inv = rf_rms_inv<K>(v, n, eps, sh);
 #pragma unroll
     for (int k = 0; k < K; k++) {

@@ -5,6 +5,7 @@
  * sm_80+ only: elsewhere rf_gpu_flash_prefill_supported is false and the caller keeps
  * rf_gpu_paged_attention. Twin: rf_ref_paged_attention (contract in gpu.h). */
 #include "backend/gpu/gpu_internal.h"
+#include "backend/gpu/gpu_mma.cuh"
 
 #include <limits.h>
 
@@ -42,26 +43,8 @@ template <int D> struct rf_fp_geo {
 };
 
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-static __device__ __forceinline__ void rf_mma_f16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ uint32_t rf_pack_h2(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t *>(&h);
-}
+/* rf_mma_f16, rf_pack_h2, rf_ldsm4, rf_ldsm4_t: gpu_mma.cuh */
 static __device__ __forceinline__ uint32_t rf_ld_h2(const rf_half *p) { return *reinterpret_cast<const uint32_t *>(p); }
-/* four 8x8 b16 matrices from shared memory, lane l giving the address of row l % 8 of matrix
- * l / 8; .trans hands each thread the transposed pair (the B operand from row-major V) */
-static __device__ __forceinline__ void rf_ldsm4(uint32_t *r, const rf_half *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(rf_smem_addr(p)));
-}
-static __device__ __forceinline__ void rf_ldsm4_t(uint32_t *r, const rf_half *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(rf_smem_addr(p)));
-}
 /* 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read) */
 static __device__ __forceinline__ void rf_cp16_or_zero(rf_half *dst, const rf_half *src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(rf_smem_addr(dst)), "l"(src),

@@ -1,6 +1,7 @@
 /* gpu_gemv_xq.cu — the activation quantization of the int8-x GEMVs: x f32 -> int8 per 32 with
  * scale and sums (rf_k_quantize_x), in the block order the product kernel reads. */
 #include "backend/gpu/gpu_gemv.cuh"
+#include "backend/gpu/gpu_rmsnorm.cuh"
 
 /* ---- x quantization ------------------------------------------------------------------------
  * quantize_x: for each 32-element group g of x: d = f16(max|x| / 127), qx = rint(x * 127 / max|x|),
@@ -45,23 +46,7 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int
     __shared__ float sh[1024 / 32];
     float *xr = x + (int64_t)blockIdx.x * n;
     float v[K], wv[K];
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        const int i = k * 1024 + threadIdx.x;
-        v[k] = i < n ? xr[i] : 0.0f;
-        wv[k] = w && i < n ? w[i] : 1.0f;
-    }
-    if (res) { /* the residual add before the norm, as rf_k_rmsnorm_v */
-        const float *rr = res + (int64_t)blockIdx.x * n;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int i = k * 1024 + threadIdx.x;
-            if (i < n) {
-                v[k] = v[k] + rr[i];
-                xr[i] = v[k];
-            }
-        }
-    }
+    rf_rms_load_row<K>(v, wv, xr, res, w, n);
     const float inv = rf_rms_inv<K>(v, n, eps, sh);
     float *hr = hout + (int64_t)blockIdx.x * n;
 #pragma unroll

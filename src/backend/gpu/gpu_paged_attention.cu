@@ -275,12 +275,7 @@ rf_k_paged_attn_reduce(float *out, const float *__restrict__ part, const float2 
     for (int u0 = ufr; u0 <= ulr; u0 += NB) {
         float2 mlb[NB];
         float ab[NB];
-#pragma unroll
-        for (int i = 0; i < NB; i++) {
-            const int64_t si = orow * nsp + (u0 + i - ufr);
-            mlb[i] = make_float2(-INFINITY, 0.0f), ab[i] = 0.0f;
-            if (u0 + i <= ulr) mlb[i] = pml[si], ab[i] = part[si * D + d];
-        }
+        rf_pa_load_units<NB>(mlb, ab, part, pml, orow, nsp, ufr, u0, ulr, D, d);
 #pragma unroll
         for (int i = 0; i < NB; i++) {
             const int u = u0 + i;
@@ -335,12 +330,7 @@ rf_k_paged_attn_reduce_gp(float *out, const float *__restrict__ part, const floa
             const int u0 = max(ufr, g * RF_PA_GROUP), u1 = min(ulr, g * RF_PA_GROUP + RF_PA_GROUP - 1);
             float2 mlb[RF_PA_GROUP];
             float ab[RF_PA_GROUP];
-#pragma unroll
-            for (int i = 0; i < RF_PA_GROUP; i++) {
-                const int64_t si = orow * nsp + (u0 + i - ufr);
-                mlb[i] = make_float2(-INFINITY, 0.0f), ab[i] = 0.0f;
-                if (u0 + i <= u1) mlb[i] = pml[si], ab[i] = part[si * D + d];
-            }
+            rf_pa_load_units<RF_PA_GROUP>(mlb, ab, part, pml, orow, nsp, ufr, u0, u1, D, d);
 #pragma unroll
             for (int i = 0; i < RF_PA_GROUP; i++) { /* split u0 + i into its group */
                 if (u0 + i <= u1) {

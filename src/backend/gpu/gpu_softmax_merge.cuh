@@ -1,6 +1,7 @@
 /* gpu_softmax_merge.cuh — one step of the ordered merge of online-softmax states, on explicit
  * IEEE intrinsics so every kernel that folds states in the same order gets the same bits: the
- * paged-attention kernels (gpu_paged_attention.cu) and the wide-head ones (gpu_attention_wide.cu). */
+ * paged-attention kernels (gpu_paged_attention.cu) and the wide-head ones (gpu_attention_wide.cu);
+ * and the reduce kernels' batched loads of the states they fold. */
 #ifndef RF_GPU_SOFTMAX_MERGE_CUH
 #define RF_GPU_SOFTMAX_MERGE_CUH
 
@@ -31,6 +32,22 @@ static __device__ __forceinline__ int rf_pa_factors(float &M, float &den, float 
 }
 static __device__ __forceinline__ float rf_pa_apply(float num, float a, int mode, float fa, float fb) {
     return mode == RF_PA_COMB ? __fmaf_rn(a, fb, __fmul_rn(num, fa)) : mode == RF_PA_SET ? a : num;
+}
+
+/* The partial states of units u0 .. u0 + NB - 1 of output row orow, element d, into mlb / ab (a
+ * unit past u1: empty, -inf and 0), the loads issued together: one memory latency per NB units.
+ * Unit u's state is number u - ufr of the row's nsp: (m, l) in pml, its D numerators in part. */
+template <int NB>
+static __device__ __forceinline__ void rf_pa_load_units(float2 (&mlb)[NB], float (&ab)[NB],
+                                                        const float *__restrict__ part,
+                                                        const float2 *__restrict__ pml, int64_t orow, int nsp,
+                                                        int ufr, int u0, int u1, int D, int d) {
+#pragma unroll
+    for (int i = 0; i < NB; i++) {
+        const int64_t si = orow * nsp + (u0 + i - ufr);
+        mlb[i] = make_float2(-INFINITY, 0.0f), ab[i] = 0.0f;
+        if (u0 + i <= u1) mlb[i] = pml[si], ab[i] = part[si * D + d];
+    }
 }
 
 #endif
