@@ -14,6 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(RF_HIP) /* the mapped pinned-memory names gpu_compat.h does not carry (the stall hook's word) */
+#define cudaHostAlloc hipHostMalloc
+#define cudaHostAllocMapped hipHostMallocMapped
+#define cudaHostAllocPortable hipHostMallocPortable
+#define cudaHostGetDevicePointer hipHostGetDevicePointer
+#endif
+
 struct rf_tp_comm {
     int n;
     rf_gpu_comm *c;
@@ -225,7 +232,7 @@ extern "C" void rf_tp_comm_free(rf_tp_comm *t) {
         for (int r = 0; r < t->n; r++)
             if (cudaSetDevice(rf_backend_gpu_ctx(t->bes[r])->device) == cudaSuccess)
                 (void)cudaStreamSynchronize(rf_backend_gpu_ctx(t->bes[r])->stream);
-        cudaFreeHost((void *)t->stall_release);
+        (void)cudaFreeHost((void *)t->stall_release);
         (void)cudaGetLastError();
         (void)cudaSetDevice(dev);
     }
