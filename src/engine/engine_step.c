@@ -104,7 +104,8 @@ int32_t rf_step_depth_bucket(int32_t max_p, int32_t n_ctx, int32_t *index) {
  * --parallel, so every decode step has one): padded with inert tokens (position -1, no slot) to
  * the bucket, block-table stride fixed and the position bound that of its depth bucket
  * (rf_step_depth_bucket, part of the graph's key), so the recording fits every such step.
- * Buckets between the powers of two (3, 6, 12, ..., 192, 384) keep the padding of, say, 129-192 or 257-384 sequences under a third. */
+ * Buckets between the powers of two (3, 6, 12, ..., 192, 384) keep the padding of, say,
+ * 129-192 or 257-384 sequences under a third. */
 rf_status rf_step_graph_pad(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
     int32_t n_items = p->n_items, n_tok = sb->n_tok;
     if (!sb->dev_sample || !e->m->be->ops->graph_begin || !e->graphs || n_tok != n_items || sb->n_out != n_items)
