@@ -63,7 +63,8 @@ typedef struct rf_batch {
                                  * gated_delta state tensors */
     int32_t n_out;
     const int32_t *out_rows;    /* [n_out] increasing token indices whose outputs are wanted */
-    int32_t max_pos;            /* > 0: a fixed upper bound of pos (graphs); else computed */
+    int32_t max_pos;            /* > 0: a fixed upper bound of pos (graphs: the last position of
+                                 * the step's depth bucket, rf_depth_bucket_keys); else computed */
     /* device sampling (ops.sample), given before the forward so one upload carries it all:
      * a row per output, and the penalty entries the rows point into */
     int32_t n_sample, n_pen;
@@ -77,6 +78,18 @@ typedef struct rf_batch {
     const uint32_t *masks;
     void *dev;                  /* backend copy of the above (NULL on the CPU) */
 } rf_batch;
+
+/* A decode step's depth bucket: the smallest power of two of at least RF_DEPTH_BUCKET_MIN keys
+ * that holds max_pos + 1 keys. The engine records a graph per bucket (capped at n_ctx; its
+ * max_pos is the bucket's last position) and a backend that picks an attention kernel by depth
+ * picks it by this bucket, so an eager step and a recorded one of the same rows take the same
+ * kernel. Rounding is the same at both ends: a capped bucket (n_ctx) rounds to the pow2 above it. */
+#define RF_DEPTH_BUCKET_MIN 1024
+static inline int64_t rf_depth_bucket_keys(int64_t max_pos) {
+    int64_t keys = RF_DEPTH_BUCKET_MIN;
+    while (keys < max_pos + 1) keys *= 2;
+    return keys;
+}
 
 /* One output row's sampling, for backends that sample on the device (see ops.sample). */
 struct rf_sample_row;

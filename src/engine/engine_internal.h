@@ -166,14 +166,13 @@ rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch
 /* A masked step's recorded graph is kept apart from its bucket's unmasked one (its upload holds
  * every row's mask): graph key bucket + RF_STEP_MASKED_KEY. */
 #define RF_STEP_MASKED_KEY (1 << 24)
-/* A graph step's depth bucket: its position bound is the last position of the smallest power of
- * two of at least RF_STEP_DEPTH_MIN keys that holds its deepest row (at most n_ctx), so a step of
- * short rows never runs kernels sized for n_ctx (the decode attention's split count, its choice
- * of kernel: rf_step_depth_bucket); key + log2(bucket / RF_STEP_DEPTH_MIN) * RF_STEP_DEPTH_KEY. */
-#define RF_STEP_DEPTH_MIN 1024
+/* A graph step's depth bucket: its position bound is the last position of the backend's depth
+ * bucket of its deepest row (rf_depth_bucket_keys, backend.h; at most n_ctx), so a step of short
+ * rows never runs kernels sized for n_ctx (the decode attention's split count, its choice of
+ * kernel); key + log2(bucket / RF_DEPTH_BUCKET_MIN) * RF_STEP_DEPTH_KEY. */
 #define RF_STEP_DEPTH_KEY (1 << 25)
 /* The depth bucket of a step whose deepest row is at position max_p: the keys its bound allows
- * (a power of two >= RF_STEP_DEPTH_MIN, >= max_p + 1; n_ctx where that is fewer) and its index. */
+ * (rf_depth_bucket_keys(max_p); n_ctx where that is fewer) and its index. */
 int32_t rf_step_depth_bucket(int32_t max_p, int32_t n_ctx, int32_t *index);
 
 /* sampler.c, for sampling on a device: the generator's next draw in [0, 1) (what

@@ -92,9 +92,9 @@ int32_t rf_step_graph_bucket(int32_t n, int32_t cap) {
 }
 
 int32_t rf_step_depth_bucket(int32_t max_p, int32_t n_ctx, int32_t *index) {
-    int64_t keys = RF_STEP_DEPTH_MIN;
+    const int64_t keys = rf_depth_bucket_keys(max_p < n_ctx ? max_p : n_ctx - 1);
     int32_t i = 0;
-    while (keys < (int64_t)max_p + 1 && keys < n_ctx) keys *= 2, i++;
+    for (int64_t k = RF_DEPTH_BUCKET_MIN; k < keys; k *= 2) i++;
     *index = i;
     return keys < n_ctx ? (int32_t)keys : n_ctx;
 }

@@ -546,7 +546,7 @@ static void test_graph_bucket(void **state) {
     for (int32_t n_ctx = 1; n_ctx <= (1 << 20); n_ctx = n_ctx * 3 / 2 + 1)
         for (int32_t max_p = 0; max_p < n_ctx; max_p += 1 + max_p / 7) {
             int32_t idx = -1, k = rf_step_depth_bucket(max_p, n_ctx, &idx);
-            int64_t want = RF_STEP_DEPTH_MIN;
+            int64_t want = RF_DEPTH_BUCKET_MIN;
             int32_t wi = 0;
             while (want < (int64_t)max_p + 1 && want < n_ctx) want *= 2, wi++;
             if (want > n_ctx) want = n_ctx;

@@ -207,8 +207,7 @@ static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t
 static int64_t mma_min_keys(const gpu_be *g, const gpu_batch *d, bool decode, int64_t window) {
     const int64_t least = rf_knob_int(RF_KNOB_GPU_DECODE_MMA_MIN);
     if (!decode || g->invariant || least <= 0 || d->max_pos < 0) return 0;
-    int64_t keys = 1024;
-    while (keys < d->max_pos + 1) keys *= 2;
+    int64_t keys = rf_depth_bucket_keys(d->max_pos);
     if (window > 0 && window < keys) keys = window;
     return keys >= least ? 1 : 0;
 }
