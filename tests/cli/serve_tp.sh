@@ -159,33 +159,7 @@ chat cpu2
 stop_server cpu2
 same cpu1 cpu2
 
-# ---- a disconnect storm: every KV block back, each GPU's memory as it was (serve_tp_storm.py) ----
-STORM=$(dirname "$0")/serve_tp_storm.py
-# storm NAME TP GPUS ENV... -- ARGS...: a server (--parallel 16, -c 1024), the storm, the server stopped
-storm() {
-    local name=$1 tp=$2 gpus=$3
-    shift 3
-    start_server "$name" "$@" --parallel 16 -c 1024
-    python3 "$STORM" "$(cat "$T/$name.port")" "$name" --tp "$tp" --gpus "$gpus" ||
-        fail "storm $name: $(tail -5 "$T/$name.log")"
-    stop_server "$name"
-}
-storm storm-cpu2 2 0 -- --device cpu --tp 2
 RFT=${RF_TEST_CLI:-$(dirname "$RF")/tests/rocmforge-test}
-if [ -x "$RFT" ]; then # CPU ranks: a backend and a KV pool per rank, as over GPUs (tp_cpu_ranks)
-    RF_SAVE=$RF
-    RF=$RFT
-    storm storm-ranks2 2 0 RF_TP_CPU_RANKS=1 -- --device cpu --tp 2
-    RF=$RF_SAVE
-else
-    echo "storm on CPU ranks: skipped (rocmforge-test not found: $RFT)"
-fi
-if [ "$NGPU" -ge 1 ]; then
-    storm storm-gpu1 1 1 -- --device gpu --tp 1
-fi
-if [ "$NGPU" -ge 2 ]; then
-    storm storm-gpu2 2 2 -- --device gpu --tp 2
-fi
 
 # ---- across GPUs (2 present): the decode graphs (default) and eager ----
 if [ "$NGPU" -ge 2 ]; then
@@ -227,5 +201,32 @@ if [ "$NGPU" -ge 2 ]; then
     fi
 else
     echo "serve --tp 2 across GPUs: skipped ($NGPU GPU(s) present)"
+fi
+
+# ---- a disconnect storm: every KV block back, each GPU's memory as it was (serve_tp_storm.py) ----
+STORM=$(dirname "$0")/serve_tp_storm.py
+# storm NAME TP GPUS ENV... -- ARGS...: a server (--parallel 16, -c 1024), the storm, the server stopped
+storm() {
+    local name=$1 tp=$2 gpus=$3
+    shift 3
+    start_server "$name" "$@" --parallel 16 -c 1024
+    python3 "$STORM" "$(cat "$T/$name.port")" "$name" --tp "$tp" --gpus "$gpus" ||
+        fail "storm $name: $(tail -5 "$T/$name.log")"
+    stop_server "$name"
+}
+storm storm-cpu2 2 0 -- --device cpu --tp 2
+if [ -x "$RFT" ]; then # CPU ranks: a backend and a KV pool per rank, as over GPUs (tp_cpu_ranks)
+    RF_SAVE=$RF
+    RF=$RFT
+    storm storm-ranks2 2 0 RF_TP_CPU_RANKS=1 -- --device cpu --tp 2
+    RF=$RF_SAVE
+else
+    echo "storm on CPU ranks: skipped (rocmforge-test not found: $RFT)"
+fi
+if [ "$NGPU" -ge 1 ]; then
+    storm storm-gpu1 1 1 -- --device gpu --tp 1
+fi
+if [ "$NGPU" -ge 2 ]; then
+    storm storm-gpu2 2 2 -- --device gpu --tp 2
 fi
 echo "PASS"
