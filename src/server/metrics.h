@@ -30,7 +30,7 @@ typedef struct srv_metrics {
     uint64_t queue_full;             /* requests refused with 503 because the queue was full */
 } srv_metrics;
 
-#define SRV_GPU_MAX 64 /* GPUs listed per GPU (--tp's bound) */
+#define SRV_GPU_MAX 64 /* GPUs /metrics lists at most (--tp's bound) */
 
 /* One GPU of the model (rf_engine_get_device_stat; mem_total < 0: its memory could not be read). */
 typedef struct srv_gpu_gauges {
