@@ -92,7 +92,7 @@ phase_test() {
         RF_CLI=$BIN/rocmforge RF_SYNTH_DIR=${RF_SYNTH_DIR:-/tmp/rf-synth} "$BIN/test_gpu_tp" >"$OUT/test_gpu_tp.log" 2>&1
         rc=$?
     fi
-    grep -E "tp [24] |refused|skipped|PASSED|FAILED|NCCL|memory free|error" "$OUT/test_gpu_tp.log" | head -150
+    grep -E "tp [24] |refused|skipped|PASSED|FAILED|NCCL|memory free|device stats|error" "$OUT/test_gpu_tp.log" | head -150
     echo "test_gpu_tp: rc=$rc (0 pass, 77 skip)"
     [ "$NGPU" -ge 2 ] || return 0
     # the engine path (device sampler, decode graphs): greedy text at tp 2 vs tp 1
