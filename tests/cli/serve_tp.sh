@@ -193,6 +193,10 @@ if [ "$NGPU" -ge 2 ]; then
         grep -q "RF_TP_TIMEOUT_MS" "$T/hang.log" "$T/hang.body" || fail "hang: no error naming RF_TP_TIMEOUT_MS: $(tail -5 "$T/hang.log")"
         h=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$port/health")
         [ -n "$h" ] && [ "$h" != 000 ] || fail "hang: /health does not answer after the failed step"
+        # /metrics asks each GPU's driver for its free memory: it must answer on the aborted split too
+        mc=$(curl -s -o "$T/hang.metrics" -w '%{http_code}' --max-time 10 "http://127.0.0.1:$port/metrics")
+        [ "$mc" = 200 ] || fail "hang: /metrics answered '$mc' after the failed step"
+        echo "hang: /metrics $mc: $(grep '^rocmforge_gpu_memory_free_bytes' "$T/hang.metrics" | tr '\n' ' ')"
         t0=$(date +%s)
         stop_server hang
         echo "hang: /health $h; stopped in $(($(date +%s) - t0))s"
