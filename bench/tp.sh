@@ -13,8 +13,9 @@
 #             the bytes written so far printed every 15 s)
 #     bench   `rocmforge bench --tp N` for each case and N in $TPS (skipping N above the GPU count);
 #             N > 1 twice: eager (RF_TP_GRAPHS=0) and one graph over every GPU (RF_TP_GRAPHS=1, the default)
-#     serve   tests/cli/serve_tp.sh: `serve --tp 2` vs `--tp 1` over HTTP (graphs and eager) and the
-#             hang check (a rank that stops: the request fails within RF_TP_TIMEOUT_MS)
+#     serve   tests/cli/serve_tp.sh: `serve --tp 2` vs `--tp 1` over HTTP (graphs and eager), the
+#             disconnect storms (/metrics per GPU: KV blocks back, each GPU's free memory unchanged)
+#             and the hang check (a rank that stops: the request fails within RF_TP_TIMEOUT_MS)
 #     table   the table again from the logs under $OUT
 #     x4      the 4-GPU run in one call (nvidia-h200-x4, under 10 minutes): CASES defaults to
 #             "llama3-8b:q4_0 llama3-70b:q4_0" (the 70B: ~40 GB written on the device, ~1 min),
@@ -91,7 +92,7 @@ phase_test() {
         RF_CLI=$BIN/rocmforge RF_SYNTH_DIR=${RF_SYNTH_DIR:-/tmp/rf-synth} "$BIN/test_gpu_tp" >"$OUT/test_gpu_tp.log" 2>&1
         rc=$?
     fi
-    grep -E "tp [24] |refused|skipped|PASSED|FAILED|NCCL|memory free|error" "$OUT/test_gpu_tp.log" | head -150
+    grep -E "tp [24] |refused|skipped|PASSED|FAILED|NCCL|memory free|device stats|error" "$OUT/test_gpu_tp.log" | head -150
     echo "test_gpu_tp: rc=$rc (0 pass, 77 skip)"
     [ "$NGPU" -ge 2 ] || return 0
     # the engine path (device sampler, decode graphs): greedy text at tp 2 vs tp 1
@@ -142,7 +143,7 @@ phase_models() {
 phase_serve() {
     echo "serve: tests/cli/serve_tp.sh on $NGPU GPU(s)"
     RF_TEST_CLI=$BIN/rocmforge-test timeout 400 bash "$ROOT/tests/cli/serve_tp.sh" "$BIN/rocmforge" "$ROOT" 2>&1 |
-        tee "$OUT/serve_tp.log" | tail -25
+        tee "$OUT/serve_tp.log" | tail -45
     echo "serve_tp.sh: rc=${PIPESTATUS[0]} (0 pass, 77 skip)"
 }
 

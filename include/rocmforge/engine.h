@@ -377,11 +377,31 @@ typedef enum rf_engine_stat {
     RF_STAT_STATE_CKPT_USED,  /* checkpoints holding a state */
     RF_STAT_STATE_CKPT_HITS,  /* admissions resumed from a checkpoint, over the engine's life */
     RF_STAT_STATE_BYTES,      /* memory of the slots and checkpoints together */
-    RF_STAT_KV_BYTES          /* memory of the KV pool (every layer's K and V) */
+    RF_STAT_KV_BYTES,         /* memory of the KV pool (every layer's K and V; a split over GPUs:
+                               * every GPU's pool together) */
+    RF_STAT_TP_SIZE           /* shards the model is split into (--tp; 1 = not split) */
 } rf_engine_stat;
 
 /* A counter or state; -1 for an unknown stat. Thread-safe. */
 int64_t rf_engine_get_stat(rf_engine *e, rf_engine_stat s);
+
+/* GPUs the engine's model runs on: N for a split over N GPUs, 1 for one GPU, 0 on the CPU (the
+ * CPU split too). Thread-safe. */
+int32_t rf_engine_n_devices(rf_engine *e);
+
+typedef enum rf_engine_device_stat {
+    RF_DEVSTAT_ORDINAL = 0, /* the GPU's ordinal (--device gpu:I --tp N: I .. I+N-1) */
+    RF_DEVSTAT_MEM_TOTAL,   /* the device's memory, bytes */
+    RF_DEVSTAT_MEM_FREE,    /* free on it now (the driver's count: every process's use), bytes */
+    RF_DEVSTAT_KV_BYTES     /* its KV pool: K and V of its shard's KV heads, every attention layer,
+                             * allocated when the engine is made (a split: one pool per GPU) */
+} rf_engine_device_stat;
+
+/* A stat of GPU i (0 <= i < rf_engine_n_devices: shard i's); -1 for i or s out of range, or
+ * when the driver does not answer (rf_last_error says why). The memory is asked of the driver
+ * now, from any thread while another steps the engine: the device is made current for the query
+ * alone and the calling thread's current device is left as it was. */
+int64_t rf_engine_get_device_stat(rf_engine *e, int32_t i, rf_engine_device_stat s);
 
 /* Event accessors; pointers stay valid until the callback returns. */
 rf_event_kind rf_event_get_kind(const rf_event *ev);

@@ -136,8 +136,10 @@ typedef struct rf_backend_ops {
     const char *name;
 
     /* Fills *out (every field; memory only when `memory`, since reading it waits on the
-     * driver). A device backend reads the current device's memory: in a split, make the
-     * backend's device current first (rf_backend_gpu_use). */
+     * driver). A device backend reads its own device's memory whichever device is current on
+     * the calling thread, and leaves that thread's current device as it was. It writes nothing
+     * of the backend, so another thread (a server's /metrics) may call it while this one steps
+     * (the counters are then the stepping thread's latest, read without a lock). */
     rf_status (*info)(rf_backend *be, bool memory, rf_backend_info *out);
 
     /* ---- memory ---- */

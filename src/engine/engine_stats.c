@@ -59,15 +59,46 @@ int64_t rf_engine_get_stat(rf_engine *e, rf_engine_stat s) {
                      : 0;
         break;
     case RF_STAT_KV_BYTES: {
+        /* a split over GPUs (or CPU ranks) has a pool per rank, which rf_kv_bytes_per_pos counts
+         * one of (what each GPU's memory plan needs): every rank's together here */
         uint64_t per_pos = 0;
-        v = rf_kv_bytes_per_pos(e->m, e->kv_type, &per_pos) ? -1
-                                                             : (int64_t)per_pos * e->block_size * rf_kv_pool_n_blocks(e->pool);
+        const int64_t ranks = e->m->tp_be ? e->m->tp : 1;
+        v = rf_kv_bytes_per_pos(e->m, e->kv_type, &per_pos)
+                ? -1
+                : (int64_t)per_pos * e->block_size * rf_kv_pool_n_blocks(e->pool) * ranks;
         break;
     }
+    case RF_STAT_TP_SIZE: v = e->m->tp > 1 ? e->m->tp : 1; break;
     default: v = -1;
     }
     pthread_mutex_unlock(&e->mu);
     return v;
+}
+
+int32_t rf_engine_n_devices(rf_engine *e) { return e ? rf_model_n_gpus(e->m) : 0; }
+
+int64_t rf_engine_get_device_stat(rf_engine *e, int32_t i, rf_engine_device_stat s) {
+    if (!e || i < 0 || i >= rf_model_n_gpus(e->m)) {
+        rf_set_error(RF_ERR_RANGE, "GPU %d of the engine: it runs on %d GPU(s)", i, rf_engine_n_devices(e));
+        return -1;
+    }
+    if (s == RF_DEVSTAT_KV_BYTES) {
+        /* each GPU holds one pool of its shard's KV heads (one GPU: every shard's, which is what
+         * rf_kv_bytes_per_pos counts for it); the pool's size is fixed when the engine is made */
+        uint64_t per_pos = 0;
+        if (rf_kv_bytes_per_pos(e->m, e->kv_type, &per_pos)) return -1;
+        return (int64_t)(per_pos * (uint64_t)e->block_size * (uint64_t)rf_kv_pool_n_blocks(e->pool));
+    }
+    if (s != RF_DEVSTAT_ORDINAL && s != RF_DEVSTAT_MEM_TOTAL && s != RF_DEVSTAT_MEM_FREE) {
+        rf_set_error(RF_ERR_RANGE, "unknown device stat %d", (int)s);
+        return -1;
+    }
+    /* no engine lock: the driver's answer may take a while, and nothing of the engine is read */
+    rf_backend_info bi;
+    const rf_status st = rf_model_gpu_info(e->m, i, s != RF_DEVSTAT_ORDINAL, &bi);
+    if (s == RF_DEVSTAT_ORDINAL) return bi.device; /* filled before the memory is asked */
+    if (st) return -1;
+    return (int64_t)(s == RF_DEVSTAT_MEM_TOTAL ? bi.mem_total : bi.mem_free);
 }
 
 static rf_status check_seq(rf_engine *e, const rf_seq *s, int32_t *refs, uint32_t *stamp, uint32_t mark) {

@@ -357,6 +357,13 @@ static inline rf_backend *rf_model_be(const rf_model *m, int s) { return m->tp_b
 rf_status rf_model_use(const rf_model *m, int s);
 /* The least free device memory over the model's GPUs, and that GPU's total. */
 rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_bytes);
+/* GPUs the model runs on: N for a split over N GPUs (shard s on the s-th), 1 for one GPU (the
+ * one-device split test mode too), 0 on the CPU (CPU ranks too). */
+int rf_model_n_gpus(const rf_model *m);
+/* GPU s's backend info, with its memory now when `memory` (op info): from any thread, while
+ * another steps; the calling thread's current device is left as it was. RF_ERR_RANGE for s
+ * outside. */
+rf_status rf_model_gpu_info(const rf_model *m, int s, bool memory, rf_backend_info *out);
 /* Several GPUs: the sum all-reduce of t[s] (GPU s's tensor, n floats) over the GPUs, in place;
  * the broadcast of GPU 0's t[0] to every t[s]. */
 rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n);

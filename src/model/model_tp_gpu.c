@@ -30,6 +30,22 @@ rf_status rf_model_gpu_mem(const rf_model *m, size_t *free_bytes, size_t *total_
     return rf_model_use(m, 0);
 }
 
+int rf_model_n_gpus(const rf_model *m) {
+    if (!m || !m->be) return 0;
+    if (m->tp_be) return rf_backend_on_device(m->tp_be[0]) ? m->tp : 0;
+    return rf_backend_on_device(m->be) ? 1 : 0;
+}
+
+rf_status rf_model_gpu_info(const rf_model *m, int s, bool memory, rf_backend_info *out) {
+    memset(out, 0, sizeof *out);
+    if (s < 0 || s >= rf_model_n_gpus(m))
+        return rf_set_error(RF_ERR_RANGE, "GPU %d of the model: it runs on %d GPU(s)", s, rf_model_n_gpus(m));
+    /* no rf_model_use: the op reads the backend's own device and leaves the caller's current one
+     * (the engine thread's is its own: a per-thread setting) */
+    rf_backend *be = rf_model_be(m, s);
+    return be->ops->info(be, memory, out);
+}
+
 /* Bytes of weights shard s's GPU will hold: a 1/tp share of every layer matrix (K and V: the
  * shard's KV heads, replicated ones counted on each GPU), every layer vector whole, rope_freqs
  * and the final norm on each GPU, its rows of the embedding and of the LM head (the vocabulary

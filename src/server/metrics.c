@@ -1,5 +1,6 @@
 /* metrics.c — Prometheus text exposition (version 0.0.4) of the server's state. */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <string.h>
 
 #include "metrics.h"
@@ -55,6 +56,18 @@ static void render_hist(srv_buf *b, const char *name, const char *help, const sr
 
 static void one(srv_buf *b, const char *name, const char *type, const char *help, long long v) {
     srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", name, help, name, type, name, v);
+}
+
+/* A gauge with a sample per GPU, labelled by the GPU's ordinal; the field at byte offset off of
+ * srv_gpu_gauges; GPUs whose memory was not read are left out of the memory gauges. */
+static void per_gpu(srv_buf *b, const char *name, const char *help, const srv_gauges *g, size_t off, bool mem) {
+    srv_buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (int i = 0; i < g->n_gpu; i++) {
+        const srv_gpu_gauges *d = &g->gpu[i];
+        if (mem && d->mem_total < 0) continue;
+        srv_buf_printf(b, "%s{gpu=\"%lld\"} %lld\n", name, (long long)d->device,
+                       (long long)*(const int64_t *)((const char *)d + off));
+    }
 }
 
 void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *b) {
@@ -116,4 +129,12 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *b) {
     one(b, "rocmforge_state_checkpoints_used", "gauge", "State checkpoints holding a prefix's state.", g->ckpt_used);
     one(b, "rocmforge_state_checkpoint_hits_total", "counter", "Requests resumed from a state checkpoint.", g->ckpt_hits);
     one(b, "rocmforge_state_bytes", "gauge", "Memory of the state slots and checkpoints.", g->state_bytes);
+    one(b, "rocmforge_tp_size", "gauge", "Shards the model is split into (--tp; 1 = not split).", g->tp_size);
+    if (g->n_gpu <= 0) return; /* the CPU */
+    per_gpu(b, "rocmforge_gpu_memory_total_bytes", "Memory of each GPU the model runs on.", g,
+            offsetof(srv_gpu_gauges, mem_total), true);
+    per_gpu(b, "rocmforge_gpu_memory_free_bytes", "Free memory of each GPU now (the driver's count, every process's use).",
+            g, offsetof(srv_gpu_gauges, mem_free), true);
+    per_gpu(b, "rocmforge_gpu_kv_bytes", "Memory of each GPU's KV pool (its shard's KV heads; allocated at load).", g,
+            offsetof(srv_gpu_gauges, kv_bytes), false);
 }

@@ -30,6 +30,13 @@ typedef struct srv_metrics {
     uint64_t queue_full;             /* requests refused with 503 because the queue was full */
 } srv_metrics;
 
+#define SRV_GPU_MAX 64 /* GPUs /metrics lists at most (--tp's bound) */
+
+/* One GPU of the model (rf_engine_get_device_stat; mem_total < 0: its memory could not be read). */
+typedef struct srv_gpu_gauges {
+    int64_t device, mem_total, mem_free, kv_bytes;
+} srv_gpu_gauges;
+
 /* Engine-side values sampled when /metrics is read (-1: not loaded yet). */
 typedef struct srv_gauges {
     int loaded;
@@ -38,6 +45,11 @@ typedef struct srv_gauges {
     int64_t ctx, parallel, active_requests, max_queue;
     /* hybrid models' recurrent state (0 otherwise): slots, prefix checkpoints, their memory */
     int64_t state_slots, state_slots_used, ckpt_total, ckpt_used, ckpt_hits, state_bytes, kv_bytes;
+    /* tensor parallelism: the shards (--tp; 1 unsplit), and the GPUs the model runs on (none on
+     * the CPU): a series per GPU */
+    int64_t tp_size;
+    int n_gpu;
+    srv_gpu_gauges gpu[SRV_GPU_MAX];
 } srv_gauges;
 
 void srv_metrics_init(srv_metrics *m);

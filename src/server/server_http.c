@@ -175,6 +175,19 @@ static enum MHD_Result send_metrics(srv *s, struct MHD_Connection *c) {
         g.ckpt_hits = rf_engine_get_stat(e, RF_STAT_STATE_CKPT_HITS);
         g.state_bytes = rf_engine_get_stat(e, RF_STAT_STATE_BYTES);
         g.kv_bytes = rf_engine_get_stat(e, RF_STAT_KV_BYTES);
+        g.tp_size = rf_engine_get_stat(e, RF_STAT_TP_SIZE);
+        /* each GPU's memory now: the driver is asked from this thread, on the GPU's device, while
+         * the engine thread may be stepping on its own (rf_engine_get_device_stat) */
+        g.n_gpu = rf_engine_n_devices(e);
+        if (g.n_gpu > SRV_GPU_MAX) g.n_gpu = SRV_GPU_MAX;
+        for (int i = 0; i < g.n_gpu; i++) {
+            srv_gpu_gauges *d = &g.gpu[i];
+            d->device = rf_engine_get_device_stat(e, i, RF_DEVSTAT_ORDINAL);
+            d->kv_bytes = rf_engine_get_device_stat(e, i, RF_DEVSTAT_KV_BYTES);
+            d->mem_total = rf_engine_get_device_stat(e, i, RF_DEVSTAT_MEM_TOTAL);
+            d->mem_free = rf_engine_get_device_stat(e, i, RF_DEVSTAT_MEM_FREE);
+            if (d->mem_free < 0) d->mem_total = -1; /* not read: left out (metrics.c) */
+        }
     }
     srv_buf b = {0};
     srv_metrics_render(&s->m, &g, &b);

@@ -5,6 +5,12 @@
 # requests, three at once, with the text `serve --tp 1` gives. Where 2 GPUs are present (the
 # lead's run on nvidia-h200-x2), the same comparison on the GPUs: `serve --device gpu --tp 2`,
 # with the decode graphs (the default) and eager (RF_TP_GRAPHS=0), against `--tp 1`.
+# A disconnect storm (serve_tp_storm.py: 24 streams on 16 slots, all cut mid-stream) on the CPU
+# split (one backend, and CPU ranks through rocmforge-test: the several-GPU code path) and, where
+# GPUs are present, on one GPU and on the split over 2: afterwards /metrics must show no KV
+# block used and no sequence running, rocmforge_tp_size and the per-GPU series
+# (rocmforge_gpu_memory_*_bytes, rocmforge_gpu_kv_bytes; none on the CPU), each GPU's free memory
+# unchanged by a storm after a warm-up one, and a normal request must be answered.
 # Needs curl and python3; skipped (77) without them or without the server in the build.
 # usage: bash serve_tp.sh <rocmforge> <source-dir>
 set -u
@@ -153,6 +159,8 @@ chat cpu2
 stop_server cpu2
 same cpu1 cpu2
 
+RFT=${RF_TEST_CLI:-$(dirname "$RF")/tests/rocmforge-test}
+
 # ---- across GPUs (2 present): the decode graphs (default) and eager ----
 if [ "$NGPU" -ge 2 ]; then
     start_server gpu1 -- --device gpu --tp 1
@@ -169,7 +177,6 @@ if [ "$NGPU" -ge 2 ]; then
     done
     # a GPU that stops taking part (rank 1 leaves out every collective: the tp_skip test hook,
     # rocmforge-test): the request fails within RF_TP_TIMEOUT_MS (+ slack), the server lives on
-    RFT=${RF_TEST_CLI:-$(dirname "$RF")/tests/rocmforge-test}
     if [ -x "$RFT" ]; then
         RF_SAVE=$RF
         RF=$RFT
@@ -186,6 +193,10 @@ if [ "$NGPU" -ge 2 ]; then
         grep -q "RF_TP_TIMEOUT_MS" "$T/hang.log" "$T/hang.body" || fail "hang: no error naming RF_TP_TIMEOUT_MS: $(tail -5 "$T/hang.log")"
         h=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$port/health")
         [ -n "$h" ] && [ "$h" != 000 ] || fail "hang: /health does not answer after the failed step"
+        # /metrics asks each GPU's driver for its free memory: it must answer on the aborted split too
+        mc=$(curl -s -o "$T/hang.metrics" -w '%{http_code}' --max-time 10 "http://127.0.0.1:$port/metrics")
+        [ "$mc" = 200 ] || fail "hang: /metrics answered '$mc' after the failed step"
+        echo "hang: /metrics $mc: $(grep '^rocmforge_gpu_memory_free_bytes' "$T/hang.metrics" | tr '\n' ' ')"
         t0=$(date +%s)
         stop_server hang
         echo "hang: /health $h; stopped in $(($(date +%s) - t0))s"
@@ -194,5 +205,32 @@ if [ "$NGPU" -ge 2 ]; then
     fi
 else
     echo "serve --tp 2 across GPUs: skipped ($NGPU GPU(s) present)"
+fi
+
+# ---- a disconnect storm: every KV block back, each GPU's memory as it was (serve_tp_storm.py) ----
+STORM=$(dirname "$0")/serve_tp_storm.py
+# storm NAME TP GPUS ENV... -- ARGS...: a server (--parallel 16, -c 1024), the storm, the server stopped
+storm() {
+    local name=$1 tp=$2 gpus=$3
+    shift 3
+    start_server "$name" "$@" --parallel 16 -c 1024
+    python3 "$STORM" "$(cat "$T/$name.port")" "$name" --tp "$tp" --gpus "$gpus" ||
+        fail "storm $name: $(tail -5 "$T/$name.log")"
+    stop_server "$name"
+}
+storm storm-cpu2 2 0 -- --device cpu --tp 2
+if [ -x "$RFT" ]; then # CPU ranks: a backend and a KV pool per rank, as over GPUs (tp_cpu_ranks)
+    RF_SAVE=$RF
+    RF=$RFT
+    storm storm-ranks2 2 0 RF_TP_CPU_RANKS=1 -- --device cpu --tp 2
+    RF=$RF_SAVE
+else
+    echo "storm on CPU ranks: skipped (rocmforge-test not found: $RFT)"
+fi
+if [ "$NGPU" -ge 1 ]; then
+    storm storm-gpu1 1 1 -- --device gpu --tp 1
+fi
+if [ "$NGPU" -ge 2 ]; then
+    storm storm-gpu2 2 2 -- --device gpu --tp 2
 fi
 echo "PASS"

@@ -22,7 +22,9 @@
  *    RF_TP_TIMEOUT_MS within the timeout (+ 10 s), the next fails at once, and the model frees;
  *    with NCCL's all-reduce (blocking and non-blocking communicators) and the p2p one;
  *  - the peer-to-peer all-reduce (2+ GPUs): its own cases (gpu_p2p_cases.h: sums, graphs, the
- *    timeout, µs per call against NCCL), and the split forward with it against NCCL's.
+ *    timeout, µs per call against NCCL), and the split forward with it against NCCL's;
+ *  - the per-GPU stats of /metrics (test_device_stats: 2 GPUs, or 1): read from another thread
+ *    while the engine steps, of the GPU asked for, leaving the caller's current device alone.
  * Skips (77) without a GPU. */
 #include "gpu_test_common.h"
 #include "core/knobs.h"
@@ -30,7 +32,9 @@
 
 #include <execinfo.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -604,6 +608,133 @@ static void test_nccl_world_size_1(void **state) {
     free(back);
 }
 
+/* /metrics' per-GPU stats (rf_engine_get_device_stat; docs/tp.md, "`/metrics` per GPU") on the
+ * split over 2 GPUs (one GPU present: the unsplit model on it): the GPUs' ordinals, memory and
+ * equal KV pools adding up to RF_STAT_KV_BYTES; read from this thread while an engine thread
+ * serves 8 requests (the decode graphs recorded and replayed there), every read answers and every
+ * request ends with its 24 tokens; then, from this thread with GPU 0 current, a 256 MiB buffer
+ * allocated on the last GPU shows in that GPU's free memory only (the read is of the GPU asked
+ * for, not of the current device), and a buffer allocated through GPU 0's backend right after
+ * reading the last GPU's stat lands on GPU 0 (the read left the thread's current device as it
+ * was; an allocation goes to the current device). */
+static atomic_int g_done;
+static bool on_count(const rf_event *ev, void *user) {
+    int *n = user;
+    if (rf_event_get_kind(ev) == RF_EVENT_TOKEN) (*n)++;
+    else if (rf_event_get_kind(ev) == RF_EVENT_DONE) atomic_fetch_add(&g_done, 1);
+    return true;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *serve_main(void *e) {
+    rf_engine_serve(e, NULL, NULL);
+    return NULL;
+}
+
+#define MIB (1024.0 * 1024.0)
+static void test_device_stats(void **state) {
+    (void)state;
+    rf_test_hooks_set(NULL);
+    const int n = rf_gpu_device_count() >= 2 ? 2 : 1, last = n - 1;
+    char path[1200];
+    model_path(path, sizeof path, "tiny", "q8_0");
+    rf_model *m = NULL;
+    if (load(path, n, &m)) fail_msg("load %s at tp %d: %s", path, n, rf_last_error());
+    rf_engine_config *c = rf_engine_config_new();
+    rf_engine_config_set(c, RF_ENGINE_CTX, 256);
+    rf_engine_config_set(c, RF_ENGINE_PARALLEL, 8);
+    rf_engine *e = NULL;
+    if (rf_engine_new(m, c, &e)) fail_msg("engine: %s", rf_last_error());
+    rf_engine_config_free(c);
+    assert_int_equal(rf_engine_n_devices(e), n);
+    assert_int_equal(rf_engine_get_stat(e, RF_STAT_TP_SIZE), n);
+    int64_t kv_sum = 0;
+    for (int d = 0; d < n; d++) {
+        const int64_t ord = rf_engine_get_device_stat(e, d, RF_DEVSTAT_ORDINAL),
+                      tot = rf_engine_get_device_stat(e, d, RF_DEVSTAT_MEM_TOTAL),
+                      fr = rf_engine_get_device_stat(e, d, RF_DEVSTAT_MEM_FREE),
+                      kv = rf_engine_get_device_stat(e, d, RF_DEVSTAT_KV_BYTES);
+        printf("  device stats: GPU %lld: %.1f of %.1f MiB free, KV pool %.2f MiB\n", (long long)ord, fr / MIB,
+               tot / MIB, kv / MIB);
+        assert_int_equal(ord, d);
+        assert_true(tot > 0 && fr > 0 && fr <= tot);
+        assert_true(kv > 0);
+        assert_int_equal(kv, rf_engine_get_device_stat(e, 0, RF_DEVSTAT_KV_BYTES));
+        kv_sum += kv;
+    }
+    assert_int_equal(kv_sum, rf_engine_get_stat(e, RF_STAT_KV_BYTES));
+    assert_int_equal(rf_engine_get_device_stat(e, n, RF_DEVSTAT_MEM_FREE), -1);
+    /* reads while the engine thread steps */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, serve_main, e), 0);
+    atomic_store(&g_done, 0);
+    int toks[8] = {0};
+    for (int s = 0; s < 8; s++) {
+        int32_t ids[20];
+        for (int i = 0; i < 20; i++) ids[i] = (i * 37 + s * 101 + 11) % m->hp.n_vocab;
+        rf_request *q = rf_request_new();
+        rf_request_set_prompt_ids(q, ids, 20);
+        rf_request_set(q, RF_REQ_MAX_TOKENS, 24);
+        rf_request_set(q, RF_REQ_IGNORE_EOS, 1);
+        rf_request_set(q, RF_REQ_TEMPERATURE, 0);
+        rf_request_set_callback(q, on_count, &toks[s]);
+        if (rf_engine_submit(e, q, NULL)) fail_msg("submit: %s", rf_last_error());
+        rf_request_free(q);
+    }
+    int reads = 0;
+    const double t0 = now_s();
+    while (atomic_load(&g_done) < 8 && now_s() - t0 < 60) {
+        for (int d = 0; d < n; d++, reads++)
+            if (rf_engine_get_device_stat(e, d, RF_DEVSTAT_MEM_FREE) <= 0)
+                fail_msg("GPU %d's free memory while the engine steps: %s", d, rf_last_error());
+        usleep(200); /* a scraper's pace, many times over */
+    }
+    rf_engine_stop_serving(e);
+    pthread_join(th, NULL);
+    for (int s = 0; s < 8; s++) assert_int_equal(toks[s], 24);
+    printf("  device stats: %d reads while the engine thread ran 8 requests of 24 tokens (%lld steps)\n", reads,
+           (long long)rf_engine_get_stat(e, RF_STAT_STEPS));
+    /* which GPU a read sees, and the caller's current device kept */
+    const size_t big = (size_t)256 << 20;
+    const int64_t slack = 16 << 20;
+    rf_backend *b0 = rf_model_be(m, 0), *bl = rf_model_be(m, last);
+    rf_tensor tl = {0}, t0b = {0};
+    assert_int_equal(rf_model_use(m, 0), RF_OK);
+    const int64_t f0 = rf_engine_get_device_stat(e, 0, RF_DEVSTAT_MEM_FREE),
+                  fl = rf_engine_get_device_stat(e, last, RF_DEVSTAT_MEM_FREE);
+    assert_int_equal(rf_model_use(m, last), RF_OK);
+    assert_int_equal(bl->ops->alloc(bl, RF_TYPE_F32, 1 << 20, (int64_t)(big >> 22), &tl), RF_OK);
+    assert_int_equal(rf_model_use(m, 0), RF_OK);
+    const int64_t f0b = rf_engine_get_device_stat(e, 0, RF_DEVSTAT_MEM_FREE),
+                  flb = rf_engine_get_device_stat(e, last, RF_DEVSTAT_MEM_FREE);
+    printf("  device stats: 256 MiB on GPU %d: GPU 0 free %.1f -> %.1f MiB, GPU %d %.1f -> %.1f MiB\n", last, f0 / MIB,
+           f0b / MIB, last, fl / MIB, flb / MIB);
+    assert_true(fl - flb >= (int64_t)big - slack);
+    if (n > 1) {
+        assert_true(llabs(f0 - f0b) < slack);
+        /* GPU 0 current; the last GPU's read must leave it so: GPU 0's next buffer lands on GPU 0 */
+        (void)rf_engine_get_device_stat(e, last, RF_DEVSTAT_MEM_FREE);
+        assert_int_equal(b0->ops->alloc(b0, RF_TYPE_F32, 1 << 20, (int64_t)(big >> 22), &t0b), RF_OK);
+        const int64_t f0c = rf_engine_get_device_stat(e, 0, RF_DEVSTAT_MEM_FREE),
+                      flc = rf_engine_get_device_stat(e, last, RF_DEVSTAT_MEM_FREE);
+        printf("  device stats: 256 MiB through GPU 0's backend after reading GPU %d: GPU 0 free %.1f -> %.1f MiB, "
+               "GPU %d %.1f -> %.1f MiB\n", last, f0b / MIB, f0c / MIB, last, flb / MIB, flc / MIB);
+        assert_true(f0b - f0c >= (int64_t)big - slack);
+        assert_true(llabs(flb - flc) < slack);
+        b0->ops->free(b0, &t0b);
+    }
+    assert_int_equal(rf_model_use(m, last), RF_OK);
+    bl->ops->free(bl, &tl);
+    assert_int_equal(rf_model_use(m, 0), RF_OK);
+    rf_engine_free(e);
+    rf_model_free(m);
+}
+
 /* SIGQUIT (a harness's timeout -s QUIT): the stack of the thread it lands on (the main one, which
  * issues every GPU's work), then the default action: where a hang sits, on a machine without gdb */
 static void on_quit(int sig) {
@@ -627,6 +758,7 @@ int main(void) {
         cmocka_unit_test(test_p2p_timeout),
         cmocka_unit_test(test_p2p_bench),
         cmocka_unit_test(test_split_over_missing_gpus),
+        cmocka_unit_test(test_device_stats),
         cmocka_unit_test(test_split_on_one_gpu),
         cmocka_unit_test(test_split_across_2_gpus),
         cmocka_unit_test(test_split_across_4_gpus),

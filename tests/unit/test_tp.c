@@ -301,11 +301,48 @@ static void test_refused_splits(void **state) {
     rf_model_free(m);
 }
 
+/* What the engine reports of a split (the server's /metrics): RF_STAT_TP_SIZE; RF_STAT_KV_BYTES
+ * the same unsplit, split on one backend and split over CPU ranks (the same KV heads, held in one
+ * pool per shard on one backend or one pool per rank), and no GPU in any of them. */
+static void test_engine_stats(void **state) {
+    (void)state;
+    char path[1200];
+    model_path(path, sizeof path, "tiny", "f32");
+    int64_t kv1 = -1;
+    for (int c = 0; c < 3; c++) {
+        const int tp = c == 0 ? 1 : 2;
+        rf_model *m = NULL;
+        rf_test_hooks_set(c == 2 ? &(rf_test_hooks){.tp_cpu_ranks = true} : NULL);
+        rf_status st = load(path, tp, &m);
+        rf_test_hooks_set(NULL);
+        if (st) fail_msg("load %s at tp %d: %s", path, tp, rf_last_error());
+        assert_true(c == 2 ? m->tp_be != NULL : m->tp_be == NULL);
+        rf_engine_config *cfg = rf_engine_config_new();
+        assert_int_equal(rf_engine_config_set(cfg, RF_ENGINE_CTX, 256), RF_OK);
+        assert_int_equal(rf_engine_config_set(cfg, RF_ENGINE_PARALLEL, 2), RF_OK);
+        rf_engine *e = NULL;
+        if (rf_engine_new(m, cfg, &e)) fail_msg("engine at tp %d: %s", tp, rf_last_error());
+        rf_engine_config_free(cfg);
+        assert_int_equal(rf_engine_get_stat(e, RF_STAT_TP_SIZE), tp);
+        const int64_t kv = rf_engine_get_stat(e, RF_STAT_KV_BYTES);
+        assert_true(kv > 0);
+        if (c == 0) kv1 = kv;
+        assert_int_equal(kv, kv1);
+        assert_int_equal(rf_engine_n_devices(e), 0);
+        assert_int_equal(rf_engine_get_device_stat(e, 0, RF_DEVSTAT_MEM_FREE), -1);
+        assert_int_equal(rf_engine_get_device_stat(e, -1, RF_DEVSTAT_KV_BYTES), -1);
+        rf_engine_free(e);
+        rf_model_free(m);
+    }
+    printf("  engine stats: tp size 1 / 2 / 2 (CPU ranks), KV pool %lld bytes in each, no GPU\n", (long long)kv1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharded_vs_unsharded),
         cmocka_unit_test(test_cpu_ranks_vs_one_backend),
         cmocka_unit_test(test_refused_splits),
+        cmocka_unit_test(test_engine_stats),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -392,10 +392,7 @@ void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *download
 }
 
 static rf_status g_info(rf_backend *be, bool memory, rf_backend_info *out) {
-    gpu_be *g = G(be);
-    rf_gpu_info gi;
-    rf_gpu_get_info(g->ctx, &gi);
-    snprintf(g->name, sizeof g->name, "%s", gi.name);
+    gpu_be *g = G(be); /* writes nothing of g: a server's metrics thread calls this while the engine steps */
     *out = (rf_backend_info){.name = g->name, .device = g->device};
     rf_backend_gpu_counters(be, &out->uploads, &out->downloads, &out->launches);
     if (!memory) return RF_OK;
@@ -478,6 +475,9 @@ static rf_status g_init(void *impl, void *arg) {
     rf_status st = rf_gpu_init(device, &g->ctx);
     if (st) return st;
     g->device = device;
+    rf_gpu_info gi;
+    rf_gpu_get_info(g->ctx, &gi);
+    snprintf(g->name, sizeof g->name, "%s", gi.name); /* once: op info hands it out */
     g->fuse = !rf_knob_bool(RF_KNOB_GPU_UNFUSED);
     g->flash = rf_knob_bool(RF_KNOB_GPU_FLASH);
     return RF_OK;

@@ -142,9 +142,18 @@ extern "C" rf_status rf_gpu_copy(rf_gpu_ctx *ctx, void *dst, const void *src, si
     return RF_OK;
 }
 
+/* The runtime answers for the calling thread's current device, which need not be ctx's: a split
+ * holds a context per GPU, and a server's metrics thread asks while the engine thread steps. So
+ * ctx's device is made current for the query alone and the thread's own current device is put
+ * back (the current device is per host thread: the engine thread's is not touched). */
 extern "C" rf_status rf_gpu_mem_info(rf_gpu_ctx *ctx, size_t *free_bytes, size_t *total_bytes) {
-    (void)ctx;
-    RF_GPU_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    int prev = -1;
+    RF_GPU_CHECK(cudaGetDevice(&prev));
+    if (prev != ctx->device) RF_GPU_CHECK(cudaSetDevice(ctx->device));
+    const cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (prev != ctx->device) RF_GPU_CHECK(cudaSetDevice(prev));
+    if (e != cudaSuccess)
+        return rf_set_error(RF_ERR_DEVICE, "GPU %d: cudaMemGetInfo failed: %s", ctx->device, cudaGetErrorString(e));
     return RF_OK;
 }
 
