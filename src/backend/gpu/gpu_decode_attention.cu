@@ -87,16 +87,28 @@ static __device__ __forceinline__ void rf_da_load(unsigned sa, const void *kcv, 
             rf_da_cp<16>(sa + (unsigned)(((kv * CH + r) * C::QS + pc * 8) * 2), src, ok);
         }
     } else {
-        constexpr int GR = C::GR, NPC = C::RB / GR, NT = 2 * CH * NPC;
-        static_assert(NT % 32 == 0, "every lane takes part in the shuffles");
+        /* a row is NPC = 17 pieces of GR bytes (D 128: 8, D 64: 4). Lane l copies pieces sub,
+         * sub + 8 (and 16 where sub = 0; sub = l % 8) of the K and V rows of keys rq, rq + 4,
+         * rq + 8, rq + 12 (rq = l / 8): so 4 shuffles a chunk, not one a copy, and each copy
+         * instruction reads 4 rows of 64 contiguous bytes. The bytes land where they did. */
+        constexpr int GR = C::GR, NPC = C::RB / GR;
+        static_assert(NPC == 17, "a q8_0 head row is 17 pieces of GR bytes");
         const int64_t rs = (int64_t)n_head_kv * C::RB, ho = (int64_t)hk * C::RB; /* bytes */
-#pragma unroll 4
-        for (int i0 = 0; i0 < NT; i0 += 32) {
-            const int i = i0 + lane, kv = i / (CH * NPC), r = (i / NPC) % CH, pc = i % NPC;
+        const int sub = lane & 7, rq = lane >> 3;
+#pragma unroll
+        for (int i = 0; i < CH / 4; i++) {
+            const int r = rq + 4 * i;
             const int prow = __shfl_sync(0xffffffffu, ph, r);
             const bool ok = kb + r <= k1;
-            const unsigned char *src = (const unsigned char *)(kv ? vcv : kcv) + (ok ? prow * rs + ho + pc * GR : 0);
-            rf_da_cp<GR>(sa + (unsigned)((kv * CH + r) * C::RBP + pc * GR), src, ok);
+            const int64_t off = ok ? prow * rs + ho + sub * GR : 0;
+#pragma unroll
+            for (int kv = 0; kv < 2; kv++) {
+                const unsigned char *src = (const unsigned char *)(kv ? vcv : kcv) + off;
+                const unsigned dst = sa + (unsigned)((kv * CH + r) * C::RBP + sub * GR);
+                rf_da_cp<GR>(dst, src, ok);
+                rf_da_cp<GR>(dst + 8 * GR, src + (ok ? 8 * GR : 0), ok);
+                if (sub == 0) rf_da_cp<GR>(dst + 16 * GR, src + (ok ? 16 * GR : 0), ok);
+            }
         }
     }
 }
