@@ -32,10 +32,10 @@ static __host__ __device__ __forceinline__ int rf_da_split(int n) {
 }
 
 /* Shared memory of a block, per warp: NST stages of a chunk's K and V (f16: tiles [16][QS]
- * halves, copied as they are; q8_0: the raw head rows, RBP bytes apart), q8_0's f16 tile of the
- * chunk in use (dequantized from its stage), and the chunk's P^T [8 heads][PSS] in f16. After the
- * walk the same bytes hold the warps' states for the block's merge: [W][8][D] f32 + [W][8] float2.
- * D = 128: 106 KB (f16) / 110 KB (q8_0), so two blocks per SM on sm_80 / sm_90. */
+ * halves, copied as they are; q8_0: the raw head rows, RBP bytes apart, dequantized from there
+ * into registers), and the chunk's P^T [8 heads][PSS] in f16. After the walk the same bytes hold
+ * the warps' states for the block's merge: [W][8][D] f32 + [W][8] float2. D = 128: 106 KB (f16,
+ * two blocks an SM on sm_80 / sm_90) / 74 KB (q8_0, three on sm_90). */
 template <int D, bool Q8> struct rf_da_geo {
     static constexpr int QS = D + 8; /* the 8 rows of an ldmatrix fall in different banks */
     static constexpr int TILE = 2 * RF_DA_CH * QS;      /* halves: K then V of one chunk */
@@ -45,7 +45,7 @@ template <int D, bool Q8> struct rf_da_geo {
     static constexpr int NST = Q8 ? 4 : 3;
     static constexpr int STAGE = Q8 ? 2 * RF_DA_CH * RBP : TILE * 2; /* bytes */
     static constexpr int PSS = 24;
-    static constexpr int PS_OFF = NST * STAGE + (Q8 ? TILE * 2 : 0);
+    static constexpr int PS_OFF = NST * STAGE;
     static constexpr int WARP_BYTES = PS_OFF + 8 * PSS * 2;
     static constexpr int MERGE_BYTES = RF_DA_WARPS * (8 * D * 4 + 8 * 8);
     static constexpr int SMEM = RF_DA_WARPS * WARP_BYTES > MERGE_BYTES ? RF_DA_WARPS * WARP_BYTES : MERGE_BYTES;
@@ -113,62 +113,80 @@ static __device__ __forceinline__ void rf_da_load(unsigned sa, const void *kcv, 
     }
 }
 
-/* q8_0: the raw chunk in stage sb dequantized into the f16 tile Tf: element e of block b is
- * f16(d_b * q_e), d_b * q_e computed exactly (q as the f16 1024 + (q + 128) less 1152, exact for
- * integers; one rounding in __hmul2), the values rf_k_flash_prefill's q8_0 path puts into its
- * tiles. Unit (kv, key, block) per lane and step; the quants of a block start 2 bytes into it, so
- * half the blocks are 2 bytes off a word (read as words and funnel-shifted into place). */
-template <int D>
-static __device__ __forceinline__ void rf_da_q8_tile(rf_half *Tf, const unsigned char *sb, int lane) {
-    typedef rf_da_geo<D, true> C;
-    constexpr int CH = RF_DA_CH, NB = D / 32, NU = 2 * CH * NB;
+/* q8_0: the 4 quants of word w (bytes in row order) times their block's scale d2, as two f16
+ * pairs (lo: the first two, hi: the last two; the lower element in the low half): f16(d * q) with
+ * d * q computed exactly (q as the f16 1024 + (q + 128) less 1152, exact for integers; one
+ * rounding in __hmul2), the values rf_k_flash_prefill's q8_0 path puts into its tiles. */
+static __device__ __forceinline__ void rf_da_deq4(uint32_t w, __half2 d2, uint32_t &lo, uint32_t &hi) {
     const __half2 bias = __floats2half2_rn(1152.0f, 1152.0f);
-#pragma unroll
-    for (int u0 = 0; u0 < NU; u0 += 32) {
-        const int u = u0 + lane, kv = u / (CH * NB), rem = u % (CH * NB), key = rem % CH, b = rem / CH;
-        const unsigned char *row = sb + (kv * CH + key) * C::RBP;
-        const int off = 34 * b + 2, sh = (off & 3) * 8;
-        const uint32_t *w = reinterpret_cast<const uint32_t *>(row + (off & ~3));
-        const __half2 d2 = __half2half2(*reinterpret_cast<const __half *>(row + 34 * b));
-        uint32_t wv[9];
-#pragma unroll
-        for (int i = 0; i < 9; i++) wv[i] = w[i];
-        rf_half *dst = Tf + (kv * CH + key) * C::QS + b * 32;
-#pragma unroll
-        for (int jj = 0; jj < 4; jj++) {
-            uint32_t r[4];
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const uint32_t qw = __funnelshift_r(wv[2 * jj + hh], wv[2 * jj + hh + 1], sh) ^ 0x80808080u;
-                const uint32_t lo = __byte_perm(qw, 0x64646464u, 0x4140), hi = __byte_perm(qw, 0x64646464u, 0x4342);
-                __half2 a = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&lo), bias), d2);
-                __half2 c = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&hi), bias), d2);
-                r[2 * hh] = *reinterpret_cast<const uint32_t *>(&a);
-                r[2 * hh + 1] = *reinterpret_cast<const uint32_t *>(&c);
-            }
-            *reinterpret_cast<uint4 *>(dst + jj * 8) = make_uint4(r[0], r[1], r[2], r[3]);
-        }
-    }
+    const uint32_t qw = w ^ 0x80808080u;
+    const uint32_t l = __byte_perm(qw, 0x64646464u, 0x4140), h = __byte_perm(qw, 0x64646464u, 0x4342);
+    const __half2 x = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&l), bias), d2);
+    const __half2 y = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&h), bias), d2);
+    lo = *reinterpret_cast<const uint32_t *>(&x), hi = *reinterpret_cast<const uint32_t *>(&y);
 }
 
-/* One chunk of a warp (keys kb .. kb + 15, those > k1 masked; K and V tiles Ks, Vs [16][QS]):
+/* One chunk of a warp (keys kb .. kb + 15, those > k1 masked; st: its stage):
  * S^T = K Q^T on the tensor cores (thread (g, c) holds keys g and g + 8 of heads 2c and 2c + 1),
  * scaled, softcapped and masked; the running maxima (m0, m1) and this thread's partial sums
- * (l0, l1) of its two heads and the accumulator o (O^T: dims mt * 16 + g (+ 8) of heads 2c, 2c + 1)
- * rescaled; P rounded to f16, through Ps into the B fragment of P^T; O^T += V^T P^T. */
-template <int D>
+ * (l0, l1) of its two heads and the accumulator o rescaled; P rounded to f16, through Ps into the
+ * B fragment of P^T; O^T += V^T P^T. o[mt] holds O^T rows (dims) A and B of heads 2c, 2c + 1:
+ * f16 (tiles K, V [16][QS] in the stage, read by ldmatrix): A = mt * 16 + g, B = A + 8; q8_0 (the
+ * raw rows in the stage, dequantized straight into the A fragments, no f16 tile): A = D/8 * g + 2mt,
+ * B = A + 1, so that a thread's V elements are D/8 consecutive quants of a key (one block). The
+ * fragments hold the same f16 values at the same k positions as the f16 tile's ldmatrix would
+ * (S: dims in order; P^T V: keys in order, only the dims' rows permuted): the same arithmetic. */
+template <int D, bool Q8>
 static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float &m0, float &m1, float &l0, float &l1,
-                                                   const uint32_t (&qb)[D / 16][2], const rf_half *Ks,
-                                                   const rf_half *Vs, rf_half *Ps, int kb, int k1, float scale,
-                                                   float softcap, int lane) {
-    constexpr int QS = D + 8, NK = D / 16, PSS = 24;
+                                                   const uint32_t (&qb)[D / 16][2], const unsigned char *st,
+                                                   rf_half *Ps, int kb, int k1, float scale, float softcap, int lane) {
+    constexpr int QS = D + 8, NK = D / 16, PSS = 24, CH = RF_DA_CH;
+    constexpr int RBP = rf_da_geo<D, Q8>::RBP, DG = D / 8, NW = DG / 4;
     const int g = lane >> 2, c = lane & 3;
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const rf_half *Ks = reinterpret_cast<const rf_half *>(st), *Vs = Ks + CH * QS; /* f16 */
+    const unsigned char *Kr = st, *Vr = st + CH * RBP;                           /* q8_0 rows */
+    /* q8_0 V: keys 2c, 2c + 1, 2c + 8, 2c + 9 (j = 0..3), quants DG * g .. + DG - 1 (of block vbk,
+     * at byte vo of the row: 2-byte aligned, read as NW + 1 words from vo & ~3 and shifted by
+     * vsh), loaded before S so that their latency hides behind it */
+    const int vbk = DG * g / 32, vo = 34 * vbk + 2 + DG * g % 32, vsh = (vo & 2) * 8;
+    uint32_t vw[4][NW + 1];
+    __half2 vd[4];
+    if constexpr (Q8) {
 #pragma unroll
-    for (int ks = 0; ks < NK; ks++) {
-        uint32_t a[4];
-        rf_ldsm4(a, Ks + ((lane & 7) + ((lane >> 3) & 1) * 8) * QS + ks * 16 + (lane >> 4) * 8);
-        rf_mma_f16(s, a, qb[ks][0], qb[ks][1]);
+        for (int j = 0; j < 4; j++) {
+            const unsigned char *row = Vr + (2 * c + (j & 1) + 8 * (j >> 1)) * RBP;
+            vd[j] = __half2half2(*reinterpret_cast<const __half *>(row + 34 * vbk));
+            const uint32_t *w = reinterpret_cast<const uint32_t *>(row + (vo & ~3));
+#pragma unroll
+            for (int i = 0; i <= NW; i++) vw[j][i] = w[i];
+        }
+    }
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if constexpr (Q8) {
+        /* K: rows g, g + 8 (r = 0, 1), block b's quants 2c, 2c + 1 (+ 8, + 16, + 24): the A
+         * fragments of k-steps 2b (the first two pairs) and 2b + 1 */
+#pragma unroll
+        for (int b = 0; b < D / 32; b++) {
+            uint32_t a0[4], a1[4];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const unsigned char *row = Kr + (g + 8 * r) * RBP + 34 * b;
+                const __half2 d2 = __half2half2(*reinterpret_cast<const __half *>(row));
+                const unsigned short *q = reinterpret_cast<const unsigned short *>(row + 2 + 2 * c);
+                const uint32_t w01 = (uint32_t)q[0] | (uint32_t)q[4] << 16, w23 = (uint32_t)q[8] | (uint32_t)q[12] << 16;
+                rf_da_deq4(w01, d2, a0[r], a0[2 + r]);
+                rf_da_deq4(w23, d2, a1[r], a1[2 + r]);
+            }
+            rf_mma_f16(s, a0, qb[2 * b][0], qb[2 * b][1]);
+            rf_mma_f16(s, a1, qb[2 * b + 1][0], qb[2 * b + 1][1]);
+        }
+    } else {
+#pragma unroll
+        for (int ks = 0; ks < NK; ks++) {
+            uint32_t a[4];
+            rf_ldsm4(a, Ks + ((lane & 7) + ((lane >> 3) & 1) * 8) * QS + ks * 16 + (lane >> 4) * 8);
+            rf_mma_f16(s, a, qb[ks][0], qb[ks][1]);
+        }
     }
     const bool va = kb + g <= k1, vb = kb + g + 8 <= k1; /* key kb <= k1 always: the maxima are finite */
 #pragma unroll
@@ -198,11 +216,29 @@ static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float 
     __syncwarp();
     const uint32_t b0 = *reinterpret_cast<const uint32_t *>(Ps + g * PSS + 2 * c);
     const uint32_t b1 = *reinterpret_cast<const uint32_t *>(Ps + g * PSS + 2 * c + 8);
+    if constexpr (Q8) {
+        /* word i of the 4 keys: quants 4i .. 4i + 3 of the thread's DG, i.e. rows A, B of mt = 2i
+         * (lo) and mt = 2i + 1 (hi); a key pair's f16 pairs regrouped per dim */
 #pragma unroll
-    for (int mt = 0; mt < NK; mt++) {
-        uint32_t a[4];
-        rf_ldsm4_t(a, Vs + ((lane & 7) + (lane >> 4) * 8) * QS + mt * 16 + ((lane >> 3) & 1) * 8);
-        rf_mma_f16(o[mt], a, b0, b1);
+        for (int i = 0; i < NW; i++) {
+            uint32_t lo[4], hi[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) rf_da_deq4(__funnelshift_r(vw[j][i], vw[j][i + 1], vsh), vd[j], lo[j], hi[j]);
+            uint32_t a[4];
+            a[0] = __byte_perm(lo[0], lo[1], 0x5410), a[1] = __byte_perm(lo[0], lo[1], 0x7632);
+            a[2] = __byte_perm(lo[2], lo[3], 0x5410), a[3] = __byte_perm(lo[2], lo[3], 0x7632);
+            rf_mma_f16(o[2 * i], a, b0, b1);
+            a[0] = __byte_perm(hi[0], hi[1], 0x5410), a[1] = __byte_perm(hi[0], hi[1], 0x7632);
+            a[2] = __byte_perm(hi[2], hi[3], 0x5410), a[3] = __byte_perm(hi[2], hi[3], 0x7632);
+            rf_mma_f16(o[2 * i + 1], a, b0, b1);
+        }
+    } else {
+#pragma unroll
+        for (int mt = 0; mt < NK; mt++) {
+            uint32_t a[4];
+            rf_ldsm4_t(a, Vs + ((lane & 7) + (lane >> 4) * 8) * QS + mt * 16 + ((lane >> 3) & 1) * 8);
+            rf_mma_f16(o[mt], a, b0, b1);
+        }
     }
 }
 #endif
@@ -250,7 +286,6 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
     const int nch = (k1 - k0) / CH + 1;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     unsigned char *wsm = sm + warp * C::WARP_BYTES;
-    rf_half *Tf = reinterpret_cast<rf_half *>(wsm + NST * C::STAGE); /* q8_0's f16 tile */
     rf_half *Ps = reinterpret_cast<rf_half *>(wsm + C::PS_OFF);
     const unsigned sa0 = rf_smem_addr(wsm);
     const int64_t head0 = (int64_t)t * a.n_head + (int64_t)hk * a.G;
@@ -288,17 +323,9 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
         rf_cp_async_commit();
         rf_cp_async_wait<NST - 1>(); /* chunk it is in (this thread's copies) */
         __syncwarp();                /* ... and every lane's */
-        const unsigned char *sb = wsm + (it % NST) * C::STAGE;
-        const rf_half *Ks, *Vs;
-        if constexpr (Q8) {
-            rf_da_q8_tile<D>(Tf, sb, lane);
-            __syncwarp();
-            Ks = Tf, Vs = Tf + CH * C::QS;
-        } else {
-            Ks = reinterpret_cast<const rf_half *>(sb), Vs = Ks + CH * C::QS;
-        }
-        rf_da_chunk<D>(o, m0, m1, l0, l1, qb, Ks, Vs, Ps, k0 + (warp + W * it) * CH, k1, a.scale, a.softcap, lane);
-        __syncwarp(); /* the stage, Tf and Ps are read */
+        rf_da_chunk<D, Q8>(o, m0, m1, l0, l1, qb, wsm + (it % NST) * C::STAGE, Ps, k0 + (warp + W * it) * CH, k1,
+                           a.scale, a.softcap, lane);
+        __syncwarp(); /* the stage and Ps are read */
     }
     rf_cp_async_wait<0>();
 #pragma unroll
@@ -312,9 +339,10 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
     float *Om = reinterpret_cast<float *>(sm);
     float2 *MLm = reinterpret_cast<float2 *>(sm + W * 8 * D * 4);
 #pragma unroll
-    for (int mt = 0; mt < NK; mt++) {
-        float *ob = Om + (warp * 8 + 2 * c) * D + mt * 16 + g;
-        ob[0] = o[mt][0], ob[D] = o[mt][1], ob[8] = o[mt][2], ob[D + 8] = o[mt][3];
+    for (int mt = 0; mt < NK; mt++) { /* rows A and B of o[mt] (rf_da_chunk) */
+        const int dA = Q8 ? D / 8 * g + 2 * mt : mt * 16 + g, dB = Q8 ? dA + 1 : dA + 8;
+        float *ob = Om + (warp * 8 + 2 * c) * D;
+        ob[dA] = o[mt][0], ob[D + dA] = o[mt][1], ob[dB] = o[mt][2], ob[D + dB] = o[mt][3];
     }
     if (g == 0) MLm[warp * 8 + 2 * c] = make_float2(m0, l0), MLm[warp * 8 + 2 * c + 1] = make_float2(m1, l1);
     __syncthreads();
