@@ -207,8 +207,12 @@ static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float 
     const float p0 = __expf(s[0] - n0), p1 = __expf(s[1] - n1), p2 = __expf(s[2] - n0), p3 = __expf(s[3] - n1);
     l0 = l0 * f0 + (p0 + p2);
     l1 = l1 * f1 + (p1 + p3);
+    /* past the first chunks the maxima rarely move: skip the rescale where every factor is 1
+     * (a multiplication by 1 changes no bit) */
+    if (__any_sync(0xffffffffu, f0 != 1.0f || f1 != 1.0f)) {
 #pragma unroll
-    for (int mt = 0; mt < NK; mt++) o[mt][0] *= f0, o[mt][1] *= f1, o[mt][2] *= f0, o[mt][3] *= f1;
+        for (int mt = 0; mt < NK; mt++) o[mt][0] *= f0, o[mt][1] *= f1, o[mt][2] *= f0, o[mt][3] *= f1;
+    }
     Ps[(2 * c) * PSS + g] = __float2half_rn(p0);
     Ps[(2 * c + 1) * PSS + g] = __float2half_rn(p1);
     Ps[(2 * c) * PSS + g + 8] = __float2half_rn(p2);
