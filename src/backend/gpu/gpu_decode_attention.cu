@@ -8,7 +8,7 @@
 
 #include <limits.h>
 
-#define RF_DA_WARPS 4   /* warps per block, each walking its own chunks of the block's split */
+#define RF_DA_WARPS 4   /* a split's keys are a multiple of RF_DA_WARPS chunks (rf_da_split) */
 #define RF_DA_CH 16     /* keys per chunk: the mma's 16 rows */
 #define RF_DA_SMIN 256  /* keys per split at least */
 #define RF_DA_ZMAX 32   /* splits per row at most */
@@ -19,8 +19,8 @@
 #define RF_DA_SCRATCH (256u << 20)
 
 /* Keys per split of a row that sees n keys: the fewest that leave at most RF_DA_ZMAX splits,
- * rounded up to a round of the block's warps (RF_DA_WARPS chunks of RF_DA_CH keys, so the warps
- * of a split get equal chunks), at least RF_DA_SMIN. Not a power of two: with 256 * 2^i a row
+ * rounded up to RF_DA_WARPS chunks of RF_DA_CH keys (so the 4 warps of an f16 block get equal
+ * chunks, the 8 of a q8_0 block equal or one fewer), at least RF_DA_SMIN. Not a power of two: with 256 * 2^i a row
  * just past 16,384 keys got 17 splits of 1,024 (half the device idle, each block twice the keys:
  * 56.8 us a call in the engine at 16,385 .. 16,400 keys against 34.6 us at 16,384); now 29 of 576.
  * A function of n alone, so a row's splits, and with them its arithmetic, do not depend on what
@@ -31,24 +31,29 @@ static __host__ __device__ __forceinline__ int rf_da_split(int n) {
     return S > RF_DA_SMIN ? S : RF_DA_SMIN;
 }
 
-/* Shared memory of a block, per warp: NST stages of a chunk's K and V (f16: tiles [16][QS]
- * halves, copied as they are; q8_0: the raw head rows, RBP bytes apart, dequantized from there
- * into registers), and the chunk's P^T [8 heads][PSS] in f16. After the walk the same bytes hold
- * the warps' states for the block's merge: [W][8][D] f32 + [W][8] float2. D = 128: 106 KB (f16,
- * two blocks an SM on sm_80 / sm_90) / 74 KB (q8_0, three on sm_90). */
+/* A block's W warps (each walking its own chunks of the block's split) and their shared memory,
+ * per warp: NST stages of a chunk's K and V (f16: tiles [16][QS] halves, copied as they are; q8_0:
+ * the raw head rows, RBP bytes apart, dequantized from there into registers), and the chunk's P^T
+ * [8 heads][PSS] in f16. After the walk the same bytes hold the warps' states for the block's
+ * merge: [W][8][D] f32 + [W][8] float2. D = 128: f16 4 warps, 106 KB; q8_0 8 warps, 111 KB: two
+ * blocks an SM on sm_90 either way. One sequence at 16,384 keys is 8 kv heads x 32 splits = 256
+ * blocks, about the device's 2 x 132 resident ones, so more warps a block, not more blocks an SM,
+ * is what puts more warps on an SM at batch 1 (q8_0: 16 instead of 8, each with 2 chunks in
+ * flight: ~140 KB an SM against the ~30 KB that ~4 TB/s x ~1 us asks for). */
 template <int D, bool Q8> struct rf_da_geo {
     static constexpr int QS = D + 8; /* the 8 rows of an ldmatrix fall in different banks */
     static constexpr int TILE = 2 * RF_DA_CH * QS;      /* halves: K then V of one chunk */
     static constexpr int RB = D / 32 * 34;               /* q8_0 bytes of a head row */
     static constexpr int RBP = (RB + 15) / 16 * 16;
     static constexpr int GR = RB % 8 == 0 ? 8 : 4;       /* bytes per q8_0 copy (rows are 2-byte blocks) */
-    static constexpr int NST = Q8 ? 4 : 3;
+    static constexpr int W = Q8 ? 8 : 4;
+    static constexpr int NST = Q8 && D == 64 ? 4 : 3;
     static constexpr int STAGE = Q8 ? 2 * RF_DA_CH * RBP : TILE * 2; /* bytes */
     static constexpr int PSS = 24;
     static constexpr int PS_OFF = NST * STAGE;
     static constexpr int WARP_BYTES = PS_OFF + 8 * PSS * 2;
-    static constexpr int MERGE_BYTES = RF_DA_WARPS * (8 * D * 4 + 8 * 8);
-    static constexpr int SMEM = RF_DA_WARPS * WARP_BYTES > MERGE_BYTES ? RF_DA_WARPS * WARP_BYTES : MERGE_BYTES;
+    static constexpr int MERGE_BYTES = W * (8 * D * 4 + 8 * 8);
+    static constexpr int SMEM = W * WARP_BYTES > MERGE_BYTES ? W * WARP_BYTES : MERGE_BYTES;
     static_assert(WARP_BYTES % 16 == 0 && STAGE % 16 == 0 && (D == 64 || D == 128), "decode attention geometry");
 };
 
@@ -173,7 +178,8 @@ static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float 
                 const unsigned char *row = Kr + (g + 8 * r) * RBP + 34 * b;
                 const __half2 d2 = __half2half2(*reinterpret_cast<const __half *>(row));
                 const unsigned short *q = reinterpret_cast<const unsigned short *>(row + 2 + 2 * c);
-                const uint32_t w01 = (uint32_t)q[0] | (uint32_t)q[4] << 16, w23 = (uint32_t)q[8] | (uint32_t)q[12] << 16;
+                const uint32_t w01 = (uint32_t)q[0] | (uint32_t)q[4] << 16;
+                const uint32_t w23 = (uint32_t)q[8] | (uint32_t)q[12] << 16;
                 rf_da_deq4(w01, d2, a0[r], a0[2 + r]);
                 rf_da_deq4(w23, d2, a1[r], a1[2 + r]);
             }
@@ -227,7 +233,8 @@ static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float 
         for (int i = 0; i < NW; i++) {
             uint32_t lo[4], hi[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) rf_da_deq4(__funnelshift_r(vw[j][i], vw[j][i + 1], vsh), vd[j], lo[j], hi[j]);
+            for (int j = 0; j < 4; j++)
+                rf_da_deq4(__funnelshift_r(vw[j][i], vw[j][i + 1], vsh), vd[j], lo[j], hi[j]);
             uint32_t a[4];
             a[0] = __byte_perm(lo[0], lo[1], 0x5410), a[1] = __byte_perm(lo[0], lo[1], 0x7632);
             a[2] = __byte_perm(lo[2], lo[3], 0x5410), a[3] = __byte_perm(lo[2], lo[3], 0x7632);
@@ -276,8 +283,8 @@ static __device__ __forceinline__ bool rf_da_split_of(const rf_da_args &a, int t
 }
 
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-/* One work item: split z (keys k0 .. k1) of token t's row for kv head hk, the block's 4 warps
- * each walking chunks w, w + 4, ... of 16 keys with cp.async NST - 1 chunks ahead and an online
+/* One work item: split z (keys k0 .. k1) of token t's row for kv head hk, the block's W warps
+ * each walking chunks w, w + W, ... of 16 keys with cp.async NST - 1 chunks ahead and an online
  * softmax of its own; then the warps' states merged in warp order (rf_pa_factors / rf_pa_apply)
  * and the split's state written: (max, sum) to pml[(t * n_head + h) * ZS + z], the numerator to
  * part[that * D + d], for the query heads h = hk * G .. hk * G + G - 1. Ends with a block barrier
@@ -286,7 +293,7 @@ template <int D, bool Q8>
 static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned char *sm, int t, int hk, int z,
                                                   int k0, int k1, int sq) {
     typedef rf_da_geo<D, Q8> C;
-    constexpr int NK = D / 16, CH = RF_DA_CH, W = RF_DA_WARPS, NST = C::NST;
+    constexpr int NK = D / 16, CH = RF_DA_CH, W = C::W, NST = C::NST;
     const int nch = (k1 - k0) / CH + 1;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     unsigned char *wsm = sm + warp * C::WARP_BYTES;
@@ -369,7 +376,7 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
 
 /* decode_attn: the work items (t, hk, z) — split z of token t's keys for the query heads of kv
  *   head hk — numbered z fastest, then hk, then t; block b takes items b, b + gridDim.x, ...:
- *   each round its 128 threads look 128 of them up at once (rf_da_split_of: the token's position
+ *   each round its W * 32 threads look W * 32 of them up at once (rf_da_split_of: the token's position
  *   decides whether the row is this kernel's and how many splits it has) and the block works
  *   through those with work (rf_da_item), so items without work cost one look-up each (a graph
  *   step recorded for a long context launches for every split of every token). Token t at position
@@ -379,16 +386,16 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
  * in: q f32 [n_tokens, n_head, D] (16-byte aligned; rounded to f16 for the tensor cores), k, v
  *   [rows, n_head_kv, D] f16 or q8_0 (16-byte aligned), pos, seq int32 [n_tokens], bt int32
  *   [*, max_blocks].
- * launch: a grid of at most the resident blocks (two an SM), RF_DA_WARPS * 32 threads,
+ * launch: a grid of at most the resident blocks (two an SM), rf_da_geo::W * 32 threads,
  *   rf_da_geo::SMEM bytes of dynamic shared memory; ZS >= the splits of any row
  *   (rf_gpu_decode_attention). */
 template <int D, bool Q8>
-__global__ void __launch_bounds__(RF_DA_WARPS * 32, 2) rf_k_decode_attn(rf_da_args a) {
+__global__ void __launch_bounds__(rf_da_geo<D, Q8>::W * 32, 2) rf_k_decode_attn(rf_da_args a) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     extern __shared__ __align__(16) unsigned char rf_da_sm[];
-    __shared__ int s_item[RF_DA_WARPS * 32], s_n;
+    __shared__ int s_item[rf_da_geo<D, Q8>::W * 32], s_n;
     rf_pdl_trigger(); /* the merge (a dependent launch) may be scheduled; it waits */
-    const int tid = threadIdx.x, NTH = RF_DA_WARPS * 32;
+    const int tid = threadIdx.x, NTH = rf_da_geo<D, Q8>::W * 32;
     const int64_t total = (int64_t)a.n_tokens * a.n_head_kv * a.ZS, B = gridDim.x;
     for (int64_t r0 = 0; (int64_t)blockIdx.x + B * r0 < total; r0 += NTH) {
         const int64_t item = (int64_t)blockIdx.x + B * (r0 + tid);
@@ -484,10 +491,10 @@ template <int D, bool Q8> static rf_status rf_da_go(rf_gpu_ctx *ctx, const rf_da
     static size_t attr[RF_GPU_MAX_DEVICES];
     const size_t smem = rf_da_geo<D, Q8>::SMEM;
     rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_decode_attn<D, Q8>), smem,
-                                    (RF_DA_WARPS * 32 + 1) * sizeof(int), attr, "rf_k_decode_attn");
+                                    (rf_da_geo<D, Q8>::W * 32 + 1) * sizeof(int), attr, "rf_k_decode_attn");
     if (st) return st;
     /* the grid below is the resident blocks: ask for the largest shared-memory carveout first (a
-     * hint; without it the driver may keep more L1 and fit one block of 110 KB an SM, not two) */
+     * hint; without it the driver may keep more L1 and fit one block of ~110 KB an SM, not two) */
     static int per_sm[RF_GPU_MAX_DEVICES]; /* resident blocks an SM; 0: not asked yet */
     const int dv = ctx->device >= 0 && ctx->device < RF_GPU_MAX_DEVICES ? ctx->device : 0;
     if (!per_sm[dv]) {
@@ -496,19 +503,19 @@ template <int D, bool Q8> static rf_status rf_da_go(rf_gpu_ctx *ctx, const rf_da
                                  (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
             (void)cudaGetLastError(); /* a hint only */
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, rf_k_decode_attn<D, Q8>, RF_DA_WARPS * 32, smem) !=
-            cudaSuccess) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, rf_k_decode_attn<D, Q8>, rf_da_geo<D, Q8>::W * 32,
+                                                          smem) != cudaSuccess) {
             (void)cudaGetLastError();
             n = 2;
         }
         per_sm[dv] = n >= 1 ? n : 1;
     }
-    /* every item once, in at most one wave of resident blocks (two an SM on sm_90 / A100 at D = 64) */
+    /* every item once, in at most one wave of resident blocks (two an SM on sm_90, one on A100 at D = 128) */
     const int64_t total = (int64_t)a.n_tokens * a.n_head_kv * a.ZS;
     const int64_t res = per_sm[dv] * (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
     const unsigned blocks = (unsigned)(total < res ? total : res);
     return rf_gpu_launch(ctx, "rf_k_decode_attn", false, rf_k_decode_attn<D, Q8>, dim3(blocks),
-                         dim3(RF_DA_WARPS * 32), smem, a);
+                         dim3(rf_da_geo<D, Q8>::W * 32), smem, a);
 }
 #endif
 
