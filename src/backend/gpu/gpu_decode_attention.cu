@@ -52,7 +52,11 @@ template <int D, bool Q8> struct rf_da_geo {
     static constexpr int PSS = 24;
     static constexpr int PS_OFF = NST * STAGE;
     static constexpr int WARP_BYTES = PS_OFF + 8 * PSS * 2;
-    static constexpr int MERGE_BYTES = W * (8 * D * 4 + 8 * 8);
+    /* the merge's state rows: f16 D floats apart, dim d at d; q8_0 OMS apart, dim d at d + d / 32,
+     * so that the stores of an o[mt] (dims D/8 g + 2mt of rows 2c: 16 g apart, a 16-way bank
+     * conflict unpadded) hit 32 different banks */
+    static constexpr int OMS = !Q8 ? D : D == 128 ? 146 : 65;
+    static constexpr int MERGE_BYTES = W * (8 * OMS * 4 + 8 * 8);
     static constexpr int SMEM = W * WARP_BYTES > MERGE_BYTES ? W * WARP_BYTES : MERGE_BYTES;
     static_assert(WARP_BYTES % 16 == 0 && STAGE % 16 == 0 && (D == 64 || D == 128), "decode attention geometry");
 };
@@ -348,12 +352,13 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
     /* the block's merge: the warps' states in warp order (a warp without chunks: an empty state) */
     __syncthreads(); /* every warp is done with its stages: the bytes now hold the states */
     float *Om = reinterpret_cast<float *>(sm);
-    float2 *MLm = reinterpret_cast<float2 *>(sm + W * 8 * D * 4);
+    float2 *MLm = reinterpret_cast<float2 *>(sm + W * 8 * C::OMS * 4);
 #pragma unroll
     for (int mt = 0; mt < NK; mt++) { /* rows A and B of o[mt] (rf_da_chunk) */
         const int dA = Q8 ? D / 8 * g + 2 * mt : mt * 16 + g, dB = Q8 ? dA + 1 : dA + 8;
-        float *ob = Om + (warp * 8 + 2 * c) * D;
-        ob[dA] = o[mt][0], ob[D + dA] = o[mt][1], ob[dB] = o[mt][2], ob[D + dB] = o[mt][3];
+        const int pA = Q8 ? dA + dA / 32 : dA, pB = Q8 ? dB + dB / 32 : dB, OMS = C::OMS;
+        float *ob = Om + (warp * 8 + 2 * c) * OMS;
+        ob[pA] = o[mt][0], ob[OMS + pA] = o[mt][1], ob[pB] = o[mt][2], ob[OMS + pB] = o[mt][3];
     }
     if (g == 0) MLm[warp * 8 + 2 * c] = make_float2(m0, l0), MLm[warp * 8 + 2 * c + 1] = make_float2(m1, l1);
     __syncthreads();
@@ -364,7 +369,7 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
         for (int w = 0; w < W; w++) {
             const float2 ml = MLm[w * 8 + h];
             const int md = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
-            num = rf_pa_apply(num, Om[(w * 8 + h) * D + d], md, fa, fb);
+            num = rf_pa_apply(num, Om[(w * 8 + h) * C::OMS + (Q8 ? d + d / 32 : d)], md, fa, fb);
         }
         const int64_t si = (head0 + h) * a.ZS + z;
         a.part[si * D + d] = num;
