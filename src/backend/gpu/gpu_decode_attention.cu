@@ -85,15 +85,22 @@ static __device__ __forceinline__ void rf_da_load(unsigned sa, const void *kcv, 
     int ph = 0;
     if (lane < CH && key <= k1) ph = btr[key / bs] * bs + key % bs;
     if constexpr (!Q8) {
-        constexpr int PC = D / 8, NT = 2 * CH * PC; /* 16-byte pieces */
+        /* a row is PC 16-byte pieces: lane l copies piece l % PC of the K and V rows of keys
+         * l / PC + RPI i (RPI = 32 / PC rows an instruction, each read whole) */
+        constexpr int PC = D / 8, RPI = 32 / PC;
         const int64_t rs = (int64_t)n_head_kv * D, ho = (int64_t)hk * D;
+        const int pc = lane % PC, rq = lane / PC;
 #pragma unroll
-        for (int i0 = 0; i0 < NT; i0 += 32) {
-            const int i = i0 + lane, kv = i / (CH * PC), r = (i / PC) % CH, pc = i % PC;
+        for (int i = 0; i < CH / RPI; i++) {
+            const int r = rq + RPI * i;
             const int prow = __shfl_sync(0xffffffffu, ph, r);
             const bool ok = kb + r <= k1;
-            const rf_half *src = (const rf_half *)(kv ? vcv : kcv) + (ok ? prow * rs + ho + pc * 8 : 0);
-            rf_da_cp<16>(sa + (unsigned)(((kv * CH + r) * C::QS + pc * 8) * 2), src, ok);
+            const int64_t off = ok ? prow * rs + ho + pc * 8 : 0;
+#pragma unroll
+            for (int kv = 0; kv < 2; kv++) {
+                const rf_half *src = (const rf_half *)(kv ? vcv : kcv) + off;
+                rf_da_cp<16>(sa + (unsigned)(((kv * CH + r) * C::QS + pc * 8) * 2), src, ok);
+            }
         }
     } else {
         /* a row is NPC = 17 pieces of GR bytes (D 128: 8, D 64: 4). Lane l copies pieces sub,
