@@ -78,12 +78,14 @@ template <int N> static __device__ __forceinline__ void rf_da_cp(unsigned s, con
  * lane per key looks its cache row up in the sequence's block-table row btr; every lane copies. */
 template <int D, bool Q8>
 static __device__ __forceinline__ void rf_da_load(unsigned sa, const void *kcv, const void *vcv, const int32_t *btr,
-                                                  int bs, int kb, int k1, int n_head_kv, int hk, int lane) {
+                                                  int bs, int bsh, int kb, int k1, int n_head_kv, int hk,
+                                                  int lane) {
     typedef rf_da_geo<D, Q8> C;
     constexpr int CH = RF_DA_CH;
     const int key = kb + (lane & 15);
     int ph = 0;
-    if (lane < CH && key <= k1) ph = btr[key / bs] * bs + key % bs;
+    if (lane < CH && key <= k1) /* bsh: log2(bs) where bs is a power of two (no division), else -1 */
+        ph = bsh >= 0 ? (btr[key >> bsh] << bsh) + (key & (bs - 1)) : btr[key / bs] * bs + key % bs;
     if constexpr (!Q8) {
         /* a row is PC 16-byte pieces: lane l copies piece l % PC of the K and V rows of keys
          * l / PC + RPI i (RPI = 32 / PC rows an instruction, each read whole) */
@@ -272,7 +274,7 @@ struct rf_da_args {
     const float *q;
     const void *k, *v;
     const int32_t *pos, *seq, *bt;
-    int n_tokens, max_blocks, bs, n_head, n_head_kv, G;
+    int n_tokens, max_blocks, bs, bsh, n_head, n_head_kv, G;
     float scale;
     int window;
     float softcap;
@@ -333,14 +335,14 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
 #pragma unroll
     for (int i = 0; i < NST - 1; i++) { /* the first NST - 1 chunks in flight (empty groups past the end) */
         if (i < nit)
-            rf_da_load<D, Q8>(sa0 + i * C::STAGE, a.k, a.v, btr, a.bs, k0 + (warp + W * i) * CH, k1, a.n_head_kv, hk,
-                              lane);
+            rf_da_load<D, Q8>(sa0 + i * C::STAGE, a.k, a.v, btr, a.bs, a.bsh, k0 + (warp + W * i) * CH, k1,
+                              a.n_head_kv, hk, lane);
         rf_cp_async_commit();
     }
     for (int it = 0; it < nit; it++) {
         const int nx = it + NST - 1; /* its stage was read in iteration it - 1 (closed by a __syncwarp) */
         if (nx < nit)
-            rf_da_load<D, Q8>(sa0 + (nx % NST) * C::STAGE, a.k, a.v, btr, a.bs, k0 + (warp + W * nx) * CH, k1,
+            rf_da_load<D, Q8>(sa0 + (nx % NST) * C::STAGE, a.k, a.v, btr, a.bs, a.bsh, k0 + (warp + W * nx) * CH, k1,
                               a.n_head_kv, hk, lane);
         rf_cp_async_commit();
         rf_cp_async_wait<NST - 1>(); /* chunk it is in (this thread's copies) */
@@ -601,6 +603,9 @@ extern "C" rf_status rf_gpu_decode_attention(rf_gpu_ctx *ctx, float *out, const 
     rf_da_args a;
     a.part = part, a.pml = pml, a.q = q, a.k = k, a.v = v, a.pos = pos, a.seq = seq, a.bt = block_table;
     a.n_tokens = (int)n_tokens, a.max_blocks = (int)max_blocks, a.bs = (int)block_size, a.n_head = (int)n_head;
+    a.bsh = -1;
+    for (int i = 0; i < 31; i++)
+        if (block_size == (int64_t)1 << i) a.bsh = i;
     a.n_head_kv = (int)n_head_kv, a.G = G, a.scale = scale, a.window = (int)window, a.softcap = softcap;
     a.pmax = pmax, a.kmin = (int)min_keys, a.ZS = ZS;
     if (kv_type == RF_TYPE_Q8_0)
