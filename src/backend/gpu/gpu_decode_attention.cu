@@ -73,19 +73,26 @@ template <int N> static __device__ __forceinline__ void rf_da_cp(unsigned s, con
                      : "memory");
 }
 
+/* Lane l < 16: the cache block of key kb + l from the sequence's block-table row btr (0 past k1
+ * and for the other lanes): only the load, its value first used by rf_da_load a chunk later.
+ * bsh: log2(bs) where bs is a power of two (no division), else -1. */
+static __device__ __forceinline__ int rf_da_blk(const int32_t *btr, int bs, int bsh, int kb, int k1, int lane) {
+    const int key = kb + lane;
+    int blk = 0;
+    if (lane < RF_DA_CH && key <= k1) blk = btr[bsh >= 0 ? key >> bsh : key / bs];
+    return blk;
+}
+
 /* A warp's chunk of keys kb .. kb + 15 (those <= k1; the others zero-filled) into the stage at
- * smem address sa: K then V, each key's head row (f16: the tile rows; q8_0: the raw bytes). One
- * lane per key looks its cache row up in the sequence's block-table row btr; every lane copies. */
+ * smem address sa: K then V, each key's head row (f16: the tile rows; q8_0: the raw bytes), lane
+ * l < 16's key in cache block blk (rf_da_blk, looked up a chunk earlier); every lane copies. */
 template <int D, bool Q8>
-static __device__ __forceinline__ void rf_da_load(unsigned sa, const void *kcv, const void *vcv, const int32_t *btr,
-                                                  int bs, int bsh, int kb, int k1, int n_head_kv, int hk,
-                                                  int lane) {
+static __device__ __forceinline__ void rf_da_load(unsigned sa, const void *kcv, const void *vcv, int blk, int bs,
+                                                  int bsh, int kb, int k1, int n_head_kv, int hk, int lane) {
     typedef rf_da_geo<D, Q8> C;
     constexpr int CH = RF_DA_CH;
-    const int key = kb + (lane & 15);
-    int ph = 0;
-    if (lane < CH && key <= k1) /* bsh: log2(bs) where bs is a power of two (no division), else -1 */
-        ph = bsh >= 0 ? (btr[key >> bsh] << bsh) + (key & (bs - 1)) : btr[key / bs] * bs + key % bs;
+    const int key = kb + (lane & 15); /* its cache row (lanes 0 .. 15 are read) */
+    const int ph = bsh >= 0 ? (blk << bsh) + (key & (bs - 1)) : blk * bs + key % bs;
     if constexpr (!Q8) {
         /* a row is PC 16-byte pieces: lane l copies piece l % PC of the K and V rows of keys
          * l / PC + RPI i (RPI = 32 / PC rows an instruction, each read whole) */
@@ -332,18 +339,25 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     const int nit = warp < nch ? (nch - warp + W - 1) / W : 0; /* this warp's chunks */
+    /* the cache rows of the first NST chunks looked up together, then each chunk's a chunk before
+     * its copies (the look-up's latency behind a chunk's work, not in front of the copies) */
+    int blk[NST];
+#pragma unroll
+    for (int i = 0; i < NST; i++) blk[i] = rf_da_blk(btr, a.bs, a.bsh, k0 + (warp + W * i) * CH, k1, lane);
 #pragma unroll
     for (int i = 0; i < NST - 1; i++) { /* the first NST - 1 chunks in flight (empty groups past the end) */
         if (i < nit)
-            rf_da_load<D, Q8>(sa0 + i * C::STAGE, a.k, a.v, btr, a.bs, a.bsh, k0 + (warp + W * i) * CH, k1,
+            rf_da_load<D, Q8>(sa0 + i * C::STAGE, a.k, a.v, blk[i], a.bs, a.bsh, k0 + (warp + W * i) * CH, k1,
                               a.n_head_kv, hk, lane);
         rf_cp_async_commit();
     }
+    int blkn = blk[NST - 1];
     for (int it = 0; it < nit; it++) {
         const int nx = it + NST - 1; /* its stage was read in iteration it - 1 (closed by a __syncwarp) */
         if (nx < nit)
-            rf_da_load<D, Q8>(sa0 + (nx % NST) * C::STAGE, a.k, a.v, btr, a.bs, a.bsh, k0 + (warp + W * nx) * CH, k1,
-                              a.n_head_kv, hk, lane);
+            rf_da_load<D, Q8>(sa0 + (nx % NST) * C::STAGE, a.k, a.v, blkn, a.bs, a.bsh, k0 + (warp + W * nx) * CH,
+                              k1, a.n_head_kv, hk, lane);
+        if (nx + 1 < nit) blkn = rf_da_blk(btr, a.bs, a.bsh, k0 + (warp + W * (nx + 1)) * CH, k1, lane);
         rf_cp_async_commit();
         rf_cp_async_wait<NST - 1>(); /* chunk it is in (this thread's copies) */
         __syncwarp();                /* ... and every lane's */
