@@ -20,11 +20,11 @@
 
 /* Keys per split of a row that sees n keys: the fewest that leave at most RF_DA_ZMAX splits,
  * rounded up to RF_DA_WARPS chunks of RF_DA_CH keys (so the 4 warps of an f16 block get equal
- * chunks, the 8 of a q8_0 block equal or one fewer), at least RF_DA_SMIN. Not a power of two: with 256 * 2^i a row
- * just past 16,384 keys got 17 splits of 1,024 (half the device idle, each block twice the keys:
- * 56.8 us a call in the engine at 16,385 .. 16,400 keys against 34.6 us at 16,384); now 29 of 576.
- * A function of n alone, so a row's splits, and with them its arithmetic, do not depend on what
- * else is in the call. */
+ * chunks, the 8 of a q8_0 block equal or one fewer), at least RF_DA_SMIN. Not a power of two:
+ * with 256 * 2^i a row just past 16,384 keys got 17 splits of 1,024 (half the device idle, each
+ * block twice the keys: 56.8 us a call in the engine at 16,385 .. 16,400 keys against 34.6 us at
+ * 16,384); now 29 of 576. A function of n alone, so a row's splits, and with them its arithmetic,
+ * do not depend on what else is in the call. */
 static __host__ __device__ __forceinline__ int rf_da_split(int n) {
     constexpr int R = RF_DA_WARPS * RF_DA_CH;
     const int S = ((n + RF_DA_ZMAX - 1) / RF_DA_ZMAX + R - 1) / R * R;
@@ -115,7 +115,7 @@ static __device__ __forceinline__ void rf_da_load(unsigned sa, const void *kcv, 
         /* a row is NPC = 17 pieces of GR bytes (D 128: 8, D 64: 4). Lane l copies pieces sub,
          * sub + 8 (and 16 where sub = 0; sub = l % 8) of the K and V rows of keys rq, rq + 4,
          * rq + 8, rq + 12 (rq = l / 8): so 4 shuffles a chunk, not one a copy, and each copy
-         * instruction reads 4 rows of 64 contiguous bytes. The bytes land where they did. */
+         * instruction reads 4 rows of 8 GR contiguous bytes. The bytes land where they did. */
         constexpr int GR = C::GR, NPC = C::RB / GR;
         static_assert(NPC == 17, "a q8_0 head row is 17 pieces of GR bytes");
         const int64_t rs = (int64_t)n_head_kv * C::RB, ho = (int64_t)hk * C::RB; /* bytes */
