@@ -8,7 +8,7 @@
 
 #include <limits.h>
 
-#define RF_DA_WARPS 4   /* warps per block, each walking its own chunks of the block's split */
+#define RF_DA_WARPS 4   /* a split's keys are a multiple of RF_DA_WARPS chunks (rf_da_split) */
 #define RF_DA_CH 16     /* keys per chunk: the mma's 16 rows */
 #define RF_DA_SMIN 256  /* keys per split at least */
 #define RF_DA_ZMAX 32   /* splits per row at most */
@@ -19,36 +19,45 @@
 #define RF_DA_SCRATCH (256u << 20)
 
 /* Keys per split of a row that sees n keys: the fewest that leave at most RF_DA_ZMAX splits,
- * rounded up to a round of the block's warps (RF_DA_WARPS chunks of RF_DA_CH keys, so the warps
- * of a split get equal chunks), at least RF_DA_SMIN. Not a power of two: with 256 * 2^i a row
- * just past 16,384 keys got 17 splits of 1,024 (half the device idle, each block twice the keys:
- * 56.8 us a call in the engine at 16,385 .. 16,400 keys against 34.6 us at 16,384); now 29 of 576.
- * A function of n alone, so a row's splits, and with them its arithmetic, do not depend on what
- * else is in the call. */
+ * rounded up to RF_DA_WARPS chunks of RF_DA_CH keys (so the 4 warps of an f16 block get equal
+ * chunks, the 8 of a q8_0 block equal or one fewer), at least RF_DA_SMIN. Not a power of two:
+ * with 256 * 2^i a row just past 16,384 keys got 17 splits of 1,024 (half the device idle, each
+ * block twice the keys: 56.8 us a call in the engine at 16,385 .. 16,400 keys against 34.6 us at
+ * 16,384); now 29 of 576. A function of n alone, so a row's splits, and with them its arithmetic,
+ * do not depend on what else is in the call. */
 static __host__ __device__ __forceinline__ int rf_da_split(int n) {
     constexpr int R = RF_DA_WARPS * RF_DA_CH;
     const int S = ((n + RF_DA_ZMAX - 1) / RF_DA_ZMAX + R - 1) / R * R;
     return S > RF_DA_SMIN ? S : RF_DA_SMIN;
 }
 
-/* Shared memory of a block, per warp: NST stages of a chunk's K and V (f16: tiles [16][QS]
- * halves, copied as they are; q8_0: the raw head rows, RBP bytes apart), q8_0's f16 tile of the
- * chunk in use (dequantized from its stage), and the chunk's P^T [8 heads][PSS] in f16. After the
- * walk the same bytes hold the warps' states for the block's merge: [W][8][D] f32 + [W][8] float2.
- * D = 128: 106 KB (f16) / 110 KB (q8_0), so two blocks per SM on sm_80 / sm_90. */
+/* A block's W warps (each walking its own chunks of the block's split) and their shared memory,
+ * per warp: NST stages of a chunk's K and V (f16: tiles [16][QS] halves, copied as they are; q8_0:
+ * the raw head rows, RBP bytes apart, dequantized from there into registers), and the chunk's P^T
+ * [8 heads][PSS] in f16. After the walk the same bytes hold the warps' states for the block's
+ * merge: [W][8][D] f32 + [W][8] float2. D = 128: f16 4 warps, 106 KB; q8_0 8 warps, 111 KB: two
+ * blocks an SM on sm_90 either way. One sequence at 16,384 keys is 8 kv heads x 32 splits = 256
+ * blocks, about the device's 2 x 132 resident ones, so more warps a block, not more blocks an SM,
+ * is what puts more warps on an SM at batch 1 (q8_0: 16 instead of 8, each with 2 chunks in
+ * flight: ~140 KB an SM against the ~30 KB that ~4 TB/s x ~1 us asks for). */
 template <int D, bool Q8> struct rf_da_geo {
     static constexpr int QS = D + 8; /* the 8 rows of an ldmatrix fall in different banks */
     static constexpr int TILE = 2 * RF_DA_CH * QS;      /* halves: K then V of one chunk */
     static constexpr int RB = D / 32 * 34;               /* q8_0 bytes of a head row */
     static constexpr int RBP = (RB + 15) / 16 * 16;
     static constexpr int GR = RB % 8 == 0 ? 8 : 4;       /* bytes per q8_0 copy (rows are 2-byte blocks) */
-    static constexpr int NST = Q8 ? 4 : 3;
+    static constexpr int W = Q8 ? 8 : 4;
+    static constexpr int NST = Q8 && D == 64 ? 4 : 3;
     static constexpr int STAGE = Q8 ? 2 * RF_DA_CH * RBP : TILE * 2; /* bytes */
     static constexpr int PSS = 24;
-    static constexpr int PS_OFF = NST * STAGE + (Q8 ? TILE * 2 : 0);
+    static constexpr int PS_OFF = NST * STAGE;
     static constexpr int WARP_BYTES = PS_OFF + 8 * PSS * 2;
-    static constexpr int MERGE_BYTES = RF_DA_WARPS * (8 * D * 4 + 8 * 8);
-    static constexpr int SMEM = RF_DA_WARPS * WARP_BYTES > MERGE_BYTES ? RF_DA_WARPS * WARP_BYTES : MERGE_BYTES;
+    /* the merge's state rows: f16 D floats apart, dim d at d; q8_0 OMS apart, dim d at d + d / 32,
+     * so that the stores of an o[mt] (dims D/8 g + 2mt of rows 2c: 16 g apart, a 16-way bank
+     * conflict unpadded) hit 32 different banks */
+    static constexpr int OMS = !Q8 ? D : D == 128 ? 146 : 65;
+    static constexpr int MERGE_BYTES = W * (8 * OMS * 4 + 8 * 8);
+    static constexpr int SMEM = W * WARP_BYTES > MERGE_BYTES ? W * WARP_BYTES : MERGE_BYTES;
     static_assert(WARP_BYTES % 16 == 0 && STAGE % 16 == 0 && (D == 64 || D == 128), "decode attention geometry");
 };
 
@@ -64,99 +73,146 @@ template <int N> static __device__ __forceinline__ void rf_da_cp(unsigned s, con
                      : "memory");
 }
 
+/* Lane l < 16: the cache block of key kb + l from the sequence's block-table row btr (0 past k1
+ * and for the other lanes): only the load, its value first used by rf_da_load a chunk later.
+ * bsh: log2(bs) where bs is a power of two (no division), else -1. */
+static __device__ __forceinline__ int rf_da_blk(const int32_t *btr, int bs, int bsh, int kb, int k1, int lane) {
+    const int key = kb + lane;
+    int blk = 0;
+    if (lane < RF_DA_CH && key <= k1) blk = btr[bsh >= 0 ? key >> bsh : key / bs];
+    return blk;
+}
+
 /* A warp's chunk of keys kb .. kb + 15 (those <= k1; the others zero-filled) into the stage at
- * smem address sa: K then V, each key's head row (f16: the tile rows; q8_0: the raw bytes). One
- * lane per key looks its cache row up in the sequence's block-table row btr; every lane copies. */
+ * smem address sa: K then V, each key's head row (f16: the tile rows; q8_0: the raw bytes), lane
+ * l < 16's key in cache block blk (rf_da_blk, looked up a chunk earlier); every lane copies. */
 template <int D, bool Q8>
-static __device__ __forceinline__ void rf_da_load(unsigned sa, const void *kcv, const void *vcv, const int32_t *btr,
-                                                  int bs, int kb, int k1, int n_head_kv, int hk, int lane) {
+static __device__ __forceinline__ void rf_da_load(unsigned sa, const void *kcv, const void *vcv, int blk, int bs,
+                                                  int bsh, int kb, int k1, int n_head_kv, int hk, int lane) {
     typedef rf_da_geo<D, Q8> C;
     constexpr int CH = RF_DA_CH;
-    const int key = kb + (lane & 15);
-    int ph = 0;
-    if (lane < CH && key <= k1) ph = btr[key / bs] * bs + key % bs;
+    const int key = kb + (lane & 15); /* its cache row (lanes 0 .. 15 are read) */
+    const int ph = bsh >= 0 ? (blk << bsh) + (key & (bs - 1)) : blk * bs + key % bs;
     if constexpr (!Q8) {
-        constexpr int PC = D / 8, NT = 2 * CH * PC; /* 16-byte pieces */
+        /* a row is PC 16-byte pieces: lane l copies piece l % PC of the K and V rows of keys
+         * l / PC + RPI i (RPI = 32 / PC rows an instruction, each read whole) */
+        constexpr int PC = D / 8, RPI = 32 / PC;
         const int64_t rs = (int64_t)n_head_kv * D, ho = (int64_t)hk * D;
+        const int pc = lane % PC, rq = lane / PC;
 #pragma unroll
-        for (int i0 = 0; i0 < NT; i0 += 32) {
-            const int i = i0 + lane, kv = i / (CH * PC), r = (i / PC) % CH, pc = i % PC;
+        for (int i = 0; i < CH / RPI; i++) {
+            const int r = rq + RPI * i;
             const int prow = __shfl_sync(0xffffffffu, ph, r);
             const bool ok = kb + r <= k1;
-            const rf_half *src = (const rf_half *)(kv ? vcv : kcv) + (ok ? prow * rs + ho + pc * 8 : 0);
-            rf_da_cp<16>(sa + (unsigned)(((kv * CH + r) * C::QS + pc * 8) * 2), src, ok);
+            const int64_t off = ok ? prow * rs + ho + pc * 8 : 0;
+#pragma unroll
+            for (int kv = 0; kv < 2; kv++) {
+                const rf_half *src = (const rf_half *)(kv ? vcv : kcv) + off;
+                rf_da_cp<16>(sa + (unsigned)(((kv * CH + r) * C::QS + pc * 8) * 2), src, ok);
+            }
         }
     } else {
-        constexpr int GR = C::GR, NPC = C::RB / GR, NT = 2 * CH * NPC;
-        static_assert(NT % 32 == 0, "every lane takes part in the shuffles");
+        /* a row is NPC = 17 pieces of GR bytes (D 128: 8, D 64: 4). Lane l copies pieces sub,
+         * sub + 8 (and 16 where sub = 0; sub = l % 8) of the K and V rows of keys rq, rq + 4,
+         * rq + 8, rq + 12 (rq = l / 8): so 4 shuffles a chunk, not one a copy, and each copy
+         * instruction reads 4 rows of 8 GR contiguous bytes. The bytes land where they did. */
+        constexpr int GR = C::GR, NPC = C::RB / GR;
+        static_assert(NPC == 17, "a q8_0 head row is 17 pieces of GR bytes");
         const int64_t rs = (int64_t)n_head_kv * C::RB, ho = (int64_t)hk * C::RB; /* bytes */
-#pragma unroll 4
-        for (int i0 = 0; i0 < NT; i0 += 32) {
-            const int i = i0 + lane, kv = i / (CH * NPC), r = (i / NPC) % CH, pc = i % NPC;
+        const int sub = lane & 7, rq = lane >> 3;
+#pragma unroll
+        for (int i = 0; i < CH / 4; i++) {
+            const int r = rq + 4 * i;
             const int prow = __shfl_sync(0xffffffffu, ph, r);
             const bool ok = kb + r <= k1;
-            const unsigned char *src = (const unsigned char *)(kv ? vcv : kcv) + (ok ? prow * rs + ho + pc * GR : 0);
-            rf_da_cp<GR>(sa + (unsigned)((kv * CH + r) * C::RBP + pc * GR), src, ok);
-        }
-    }
-}
-
-/* q8_0: the raw chunk in stage sb dequantized into the f16 tile Tf: element e of block b is
- * f16(d_b * q_e), d_b * q_e computed exactly (q as the f16 1024 + (q + 128) less 1152, exact for
- * integers; one rounding in __hmul2), the values rf_k_flash_prefill's q8_0 path puts into its
- * tiles. Unit (kv, key, block) per lane and step; the quants of a block start 2 bytes into it, so
- * half the blocks are 2 bytes off a word (read as words and funnel-shifted into place). */
-template <int D>
-static __device__ __forceinline__ void rf_da_q8_tile(rf_half *Tf, const unsigned char *sb, int lane) {
-    typedef rf_da_geo<D, true> C;
-    constexpr int CH = RF_DA_CH, NB = D / 32, NU = 2 * CH * NB;
-    const __half2 bias = __floats2half2_rn(1152.0f, 1152.0f);
+            const int64_t off = ok ? prow * rs + ho + sub * GR : 0;
 #pragma unroll
-    for (int u0 = 0; u0 < NU; u0 += 32) {
-        const int u = u0 + lane, kv = u / (CH * NB), rem = u % (CH * NB), key = rem % CH, b = rem / CH;
-        const unsigned char *row = sb + (kv * CH + key) * C::RBP;
-        const int off = 34 * b + 2, sh = (off & 3) * 8;
-        const uint32_t *w = reinterpret_cast<const uint32_t *>(row + (off & ~3));
-        const __half2 d2 = __half2half2(*reinterpret_cast<const __half *>(row + 34 * b));
-        uint32_t wv[9];
-#pragma unroll
-        for (int i = 0; i < 9; i++) wv[i] = w[i];
-        rf_half *dst = Tf + (kv * CH + key) * C::QS + b * 32;
-#pragma unroll
-        for (int jj = 0; jj < 4; jj++) {
-            uint32_t r[4];
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const uint32_t qw = __funnelshift_r(wv[2 * jj + hh], wv[2 * jj + hh + 1], sh) ^ 0x80808080u;
-                const uint32_t lo = __byte_perm(qw, 0x64646464u, 0x4140), hi = __byte_perm(qw, 0x64646464u, 0x4342);
-                __half2 a = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&lo), bias), d2);
-                __half2 c = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&hi), bias), d2);
-                r[2 * hh] = *reinterpret_cast<const uint32_t *>(&a);
-                r[2 * hh + 1] = *reinterpret_cast<const uint32_t *>(&c);
+            for (int kv = 0; kv < 2; kv++) {
+                const unsigned char *src = (const unsigned char *)(kv ? vcv : kcv) + off;
+                const unsigned dst = sa + (unsigned)((kv * CH + r) * C::RBP + sub * GR);
+                rf_da_cp<GR>(dst, src, ok);
+                rf_da_cp<GR>(dst + 8 * GR, src + (ok ? 8 * GR : 0), ok);
+                if (sub == 0) rf_da_cp<GR>(dst + 16 * GR, src + (ok ? 16 * GR : 0), ok);
             }
-            *reinterpret_cast<uint4 *>(dst + jj * 8) = make_uint4(r[0], r[1], r[2], r[3]);
         }
     }
 }
 
-/* One chunk of a warp (keys kb .. kb + 15, those > k1 masked; K and V tiles Ks, Vs [16][QS]):
+/* q8_0: the 4 quants of word w (bytes in row order) times their block's scale d2, as two f16
+ * pairs (lo: the first two, hi: the last two; the lower element in the low half): f16(d * q) with
+ * d * q computed exactly (q as the f16 1024 + (q + 128) less 1152, exact for integers; one
+ * rounding in __hmul2), the values rf_k_flash_prefill's q8_0 path puts into its tiles. */
+static __device__ __forceinline__ void rf_da_deq4(uint32_t w, __half2 d2, uint32_t &lo, uint32_t &hi) {
+    const __half2 bias = __floats2half2_rn(1152.0f, 1152.0f);
+    const uint32_t qw = w ^ 0x80808080u;
+    const uint32_t l = __byte_perm(qw, 0x64646464u, 0x4140), h = __byte_perm(qw, 0x64646464u, 0x4342);
+    const __half2 x = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&l), bias), d2);
+    const __half2 y = __hmul2(__hsub2(*reinterpret_cast<const __half2 *>(&h), bias), d2);
+    lo = *reinterpret_cast<const uint32_t *>(&x), hi = *reinterpret_cast<const uint32_t *>(&y);
+}
+
+/* One chunk of a warp (keys kb .. kb + 15, those > k1 masked; st: its stage):
  * S^T = K Q^T on the tensor cores (thread (g, c) holds keys g and g + 8 of heads 2c and 2c + 1),
  * scaled, softcapped and masked; the running maxima (m0, m1) and this thread's partial sums
- * (l0, l1) of its two heads and the accumulator o (O^T: dims mt * 16 + g (+ 8) of heads 2c, 2c + 1)
- * rescaled; P rounded to f16, through Ps into the B fragment of P^T; O^T += V^T P^T. */
-template <int D>
+ * (l0, l1) of its two heads and the accumulator o rescaled; P rounded to f16, through Ps into the
+ * B fragment of P^T; O^T += V^T P^T. o[mt] holds O^T rows (dims) A and B of heads 2c, 2c + 1:
+ * f16 (tiles K, V [16][QS] in the stage, read by ldmatrix): A = mt * 16 + g, B = A + 8; q8_0 (the
+ * raw rows in the stage, dequantized straight into the A fragments, no f16 tile): A = D/8 * g + 2mt,
+ * B = A + 1, so that a thread's V elements are D/8 consecutive quants of a key (one block). The
+ * fragments hold the same f16 values at the same k positions as the f16 tile's ldmatrix would
+ * (S: dims in order; P^T V: keys in order, only the dims' rows permuted): the same arithmetic. */
+template <int D, bool Q8>
 static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float &m0, float &m1, float &l0, float &l1,
-                                                   const uint32_t (&qb)[D / 16][2], const rf_half *Ks,
-                                                   const rf_half *Vs, rf_half *Ps, int kb, int k1, float scale,
-                                                   float softcap, int lane) {
-    constexpr int QS = D + 8, NK = D / 16, PSS = 24;
+                                                   const uint32_t (&qb)[D / 16][2], const unsigned char *st,
+                                                   rf_half *Ps, int kb, int k1, float scale, float softcap, int lane) {
+    constexpr int QS = D + 8, NK = D / 16, PSS = 24, CH = RF_DA_CH;
+    constexpr int RBP = rf_da_geo<D, Q8>::RBP, DG = D / 8, NW = DG / 4;
     const int g = lane >> 2, c = lane & 3;
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const rf_half *Ks = reinterpret_cast<const rf_half *>(st), *Vs = Ks + CH * QS; /* f16 */
+    const unsigned char *Kr = st, *Vr = st + CH * RBP;                           /* q8_0 rows */
+    /* q8_0 V: keys 2c, 2c + 1, 2c + 8, 2c + 9 (j = 0..3), quants DG * g .. + DG - 1 (of block vbk,
+     * at byte vo of the row: 2-byte aligned, read as NW + 1 words from vo & ~3 and shifted by
+     * vsh), loaded before S so that their latency hides behind it */
+    const int vbk = DG * g / 32, vo = 34 * vbk + 2 + DG * g % 32, vsh = (vo & 2) * 8;
+    uint32_t vw[4][NW + 1];
+    __half2 vd[4];
+    if constexpr (Q8) {
 #pragma unroll
-    for (int ks = 0; ks < NK; ks++) {
-        uint32_t a[4];
-        rf_ldsm4(a, Ks + ((lane & 7) + ((lane >> 3) & 1) * 8) * QS + ks * 16 + (lane >> 4) * 8);
-        rf_mma_f16(s, a, qb[ks][0], qb[ks][1]);
+        for (int j = 0; j < 4; j++) {
+            const unsigned char *row = Vr + (2 * c + (j & 1) + 8 * (j >> 1)) * RBP;
+            vd[j] = __half2half2(*reinterpret_cast<const __half *>(row + 34 * vbk));
+            const uint32_t *w = reinterpret_cast<const uint32_t *>(row + (vo & ~3));
+#pragma unroll
+            for (int i = 0; i <= NW; i++) vw[j][i] = w[i];
+        }
+    }
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if constexpr (Q8) {
+        /* K: rows g, g + 8 (r = 0, 1), block b's quants 2c, 2c + 1 (+ 8, + 16, + 24): the A
+         * fragments of k-steps 2b (the first two pairs) and 2b + 1 */
+#pragma unroll
+        for (int b = 0; b < D / 32; b++) {
+            uint32_t a0[4], a1[4];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const unsigned char *row = Kr + (g + 8 * r) * RBP + 34 * b;
+                const __half2 d2 = __half2half2(*reinterpret_cast<const __half *>(row));
+                const unsigned short *q = reinterpret_cast<const unsigned short *>(row + 2 + 2 * c);
+                const uint32_t w01 = (uint32_t)q[0] | (uint32_t)q[4] << 16;
+                const uint32_t w23 = (uint32_t)q[8] | (uint32_t)q[12] << 16;
+                rf_da_deq4(w01, d2, a0[r], a0[2 + r]);
+                rf_da_deq4(w23, d2, a1[r], a1[2 + r]);
+            }
+            rf_mma_f16(s, a0, qb[2 * b][0], qb[2 * b][1]);
+            rf_mma_f16(s, a1, qb[2 * b + 1][0], qb[2 * b + 1][1]);
+        }
+    } else {
+#pragma unroll
+        for (int ks = 0; ks < NK; ks++) {
+            uint32_t a[4];
+            rf_ldsm4(a, Ks + ((lane & 7) + ((lane >> 3) & 1) * 8) * QS + ks * 16 + (lane >> 4) * 8);
+            rf_mma_f16(s, a, qb[ks][0], qb[ks][1]);
+        }
     }
     const bool va = kb + g <= k1, vb = kb + g + 8 <= k1; /* key kb <= k1 always: the maxima are finite */
 #pragma unroll
@@ -177,8 +233,12 @@ static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float 
     const float p0 = __expf(s[0] - n0), p1 = __expf(s[1] - n1), p2 = __expf(s[2] - n0), p3 = __expf(s[3] - n1);
     l0 = l0 * f0 + (p0 + p2);
     l1 = l1 * f1 + (p1 + p3);
+    /* past the first chunks the maxima rarely move: skip the rescale where every factor is 1
+     * (a multiplication by 1 changes no bit) */
+    if (__any_sync(0xffffffffu, f0 != 1.0f || f1 != 1.0f)) {
 #pragma unroll
-    for (int mt = 0; mt < NK; mt++) o[mt][0] *= f0, o[mt][1] *= f1, o[mt][2] *= f0, o[mt][3] *= f1;
+        for (int mt = 0; mt < NK; mt++) o[mt][0] *= f0, o[mt][1] *= f1, o[mt][2] *= f0, o[mt][3] *= f1;
+    }
     Ps[(2 * c) * PSS + g] = __float2half_rn(p0);
     Ps[(2 * c + 1) * PSS + g] = __float2half_rn(p1);
     Ps[(2 * c) * PSS + g + 8] = __float2half_rn(p2);
@@ -186,11 +246,30 @@ static __device__ __forceinline__ void rf_da_chunk(float (&o)[D / 16][4], float 
     __syncwarp();
     const uint32_t b0 = *reinterpret_cast<const uint32_t *>(Ps + g * PSS + 2 * c);
     const uint32_t b1 = *reinterpret_cast<const uint32_t *>(Ps + g * PSS + 2 * c + 8);
+    if constexpr (Q8) {
+        /* word i of the 4 keys: quants 4i .. 4i + 3 of the thread's DG, i.e. rows A, B of mt = 2i
+         * (lo) and mt = 2i + 1 (hi); a key pair's f16 pairs regrouped per dim */
 #pragma unroll
-    for (int mt = 0; mt < NK; mt++) {
-        uint32_t a[4];
-        rf_ldsm4_t(a, Vs + ((lane & 7) + (lane >> 4) * 8) * QS + mt * 16 + ((lane >> 3) & 1) * 8);
-        rf_mma_f16(o[mt], a, b0, b1);
+        for (int i = 0; i < NW; i++) {
+            uint32_t lo[4], hi[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                rf_da_deq4(__funnelshift_r(vw[j][i], vw[j][i + 1], vsh), vd[j], lo[j], hi[j]);
+            uint32_t a[4];
+            a[0] = __byte_perm(lo[0], lo[1], 0x5410), a[1] = __byte_perm(lo[0], lo[1], 0x7632);
+            a[2] = __byte_perm(lo[2], lo[3], 0x5410), a[3] = __byte_perm(lo[2], lo[3], 0x7632);
+            rf_mma_f16(o[2 * i], a, b0, b1);
+            a[0] = __byte_perm(hi[0], hi[1], 0x5410), a[1] = __byte_perm(hi[0], hi[1], 0x7632);
+            a[2] = __byte_perm(hi[2], hi[3], 0x5410), a[3] = __byte_perm(hi[2], hi[3], 0x7632);
+            rf_mma_f16(o[2 * i + 1], a, b0, b1);
+        }
+    } else {
+#pragma unroll
+        for (int mt = 0; mt < NK; mt++) {
+            uint32_t a[4];
+            rf_ldsm4_t(a, Vs + ((lane & 7) + (lane >> 4) * 8) * QS + mt * 16 + ((lane >> 3) & 1) * 8);
+            rf_mma_f16(o[mt], a, b0, b1);
+        }
     }
 }
 #endif
@@ -202,7 +281,7 @@ struct rf_da_args {
     const float *q;
     const void *k, *v;
     const int32_t *pos, *seq, *bt;
-    int n_tokens, max_blocks, bs, n_head, n_head_kv, G;
+    int n_tokens, max_blocks, bs, bsh, n_head, n_head_kv, G;
     float scale;
     int window;
     float softcap;
@@ -224,8 +303,8 @@ static __device__ __forceinline__ bool rf_da_split_of(const rf_da_args &a, int t
 }
 
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-/* One work item: split z (keys k0 .. k1) of token t's row for kv head hk, the block's 4 warps
- * each walking chunks w, w + 4, ... of 16 keys with cp.async NST - 1 chunks ahead and an online
+/* One work item: split z (keys k0 .. k1) of token t's row for kv head hk, the block's W warps
+ * each walking chunks w, w + W, ... of 16 keys with cp.async NST - 1 chunks ahead and an online
  * softmax of its own; then the warps' states merged in warp order (rf_pa_factors / rf_pa_apply)
  * and the split's state written: (max, sum) to pml[(t * n_head + h) * ZS + z], the numerator to
  * part[that * D + d], for the query heads h = hk * G .. hk * G + G - 1. Ends with a block barrier
@@ -234,11 +313,10 @@ template <int D, bool Q8>
 static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned char *sm, int t, int hk, int z,
                                                   int k0, int k1, int sq) {
     typedef rf_da_geo<D, Q8> C;
-    constexpr int NK = D / 16, CH = RF_DA_CH, W = RF_DA_WARPS, NST = C::NST;
+    constexpr int NK = D / 16, CH = RF_DA_CH, W = C::W, NST = C::NST;
     const int nch = (k1 - k0) / CH + 1;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     unsigned char *wsm = sm + warp * C::WARP_BYTES;
-    rf_half *Tf = reinterpret_cast<rf_half *>(wsm + NST * C::STAGE); /* q8_0's f16 tile */
     rf_half *Ps = reinterpret_cast<rf_half *>(wsm + C::PS_OFF);
     const unsigned sa0 = rf_smem_addr(wsm);
     const int64_t head0 = (int64_t)t * a.n_head + (int64_t)hk * a.G;
@@ -261,32 +339,31 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     const int nit = warp < nch ? (nch - warp + W - 1) / W : 0; /* this warp's chunks */
+    /* the cache rows of the first NST chunks looked up together, then each chunk's a chunk before
+     * its copies (the look-up's latency behind a chunk's work, not in front of the copies) */
+    int blk[NST];
+#pragma unroll
+    for (int i = 0; i < NST; i++) blk[i] = rf_da_blk(btr, a.bs, a.bsh, k0 + (warp + W * i) * CH, k1, lane);
 #pragma unroll
     for (int i = 0; i < NST - 1; i++) { /* the first NST - 1 chunks in flight (empty groups past the end) */
         if (i < nit)
-            rf_da_load<D, Q8>(sa0 + i * C::STAGE, a.k, a.v, btr, a.bs, k0 + (warp + W * i) * CH, k1, a.n_head_kv, hk,
-                              lane);
+            rf_da_load<D, Q8>(sa0 + i * C::STAGE, a.k, a.v, blk[i], a.bs, a.bsh, k0 + (warp + W * i) * CH, k1,
+                              a.n_head_kv, hk, lane);
         rf_cp_async_commit();
     }
+    int blkn = blk[NST - 1];
     for (int it = 0; it < nit; it++) {
         const int nx = it + NST - 1; /* its stage was read in iteration it - 1 (closed by a __syncwarp) */
         if (nx < nit)
-            rf_da_load<D, Q8>(sa0 + (nx % NST) * C::STAGE, a.k, a.v, btr, a.bs, k0 + (warp + W * nx) * CH, k1,
-                              a.n_head_kv, hk, lane);
+            rf_da_load<D, Q8>(sa0 + (nx % NST) * C::STAGE, a.k, a.v, blkn, a.bs, a.bsh, k0 + (warp + W * nx) * CH,
+                              k1, a.n_head_kv, hk, lane);
+        if (nx + 1 < nit) blkn = rf_da_blk(btr, a.bs, a.bsh, k0 + (warp + W * (nx + 1)) * CH, k1, lane);
         rf_cp_async_commit();
         rf_cp_async_wait<NST - 1>(); /* chunk it is in (this thread's copies) */
         __syncwarp();                /* ... and every lane's */
-        const unsigned char *sb = wsm + (it % NST) * C::STAGE;
-        const rf_half *Ks, *Vs;
-        if constexpr (Q8) {
-            rf_da_q8_tile<D>(Tf, sb, lane);
-            __syncwarp();
-            Ks = Tf, Vs = Tf + CH * C::QS;
-        } else {
-            Ks = reinterpret_cast<const rf_half *>(sb), Vs = Ks + CH * C::QS;
-        }
-        rf_da_chunk<D>(o, m0, m1, l0, l1, qb, Ks, Vs, Ps, k0 + (warp + W * it) * CH, k1, a.scale, a.softcap, lane);
-        __syncwarp(); /* the stage, Tf and Ps are read */
+        rf_da_chunk<D, Q8>(o, m0, m1, l0, l1, qb, wsm + (it % NST) * C::STAGE, Ps, k0 + (warp + W * it) * CH, k1,
+                           a.scale, a.softcap, lane);
+        __syncwarp(); /* the stage and Ps are read */
     }
     rf_cp_async_wait<0>();
 #pragma unroll
@@ -298,11 +375,13 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
     /* the block's merge: the warps' states in warp order (a warp without chunks: an empty state) */
     __syncthreads(); /* every warp is done with its stages: the bytes now hold the states */
     float *Om = reinterpret_cast<float *>(sm);
-    float2 *MLm = reinterpret_cast<float2 *>(sm + W * 8 * D * 4);
+    float2 *MLm = reinterpret_cast<float2 *>(sm + W * 8 * C::OMS * 4);
 #pragma unroll
-    for (int mt = 0; mt < NK; mt++) {
-        float *ob = Om + (warp * 8 + 2 * c) * D + mt * 16 + g;
-        ob[0] = o[mt][0], ob[D] = o[mt][1], ob[8] = o[mt][2], ob[D + 8] = o[mt][3];
+    for (int mt = 0; mt < NK; mt++) { /* rows A and B of o[mt] (rf_da_chunk) */
+        const int dA = Q8 ? D / 8 * g + 2 * mt : mt * 16 + g, dB = Q8 ? dA + 1 : dA + 8;
+        const int pA = Q8 ? dA + dA / 32 : dA, pB = Q8 ? dB + dB / 32 : dB, OMS = C::OMS;
+        float *ob = Om + (warp * 8 + 2 * c) * OMS;
+        ob[pA] = o[mt][0], ob[OMS + pA] = o[mt][1], ob[pB] = o[mt][2], ob[OMS + pB] = o[mt][3];
     }
     if (g == 0) MLm[warp * 8 + 2 * c] = make_float2(m0, l0), MLm[warp * 8 + 2 * c + 1] = make_float2(m1, l1);
     __syncthreads();
@@ -313,7 +392,7 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
         for (int w = 0; w < W; w++) {
             const float2 ml = MLm[w * 8 + h];
             const int md = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
-            num = rf_pa_apply(num, Om[(w * 8 + h) * D + d], md, fa, fb);
+            num = rf_pa_apply(num, Om[(w * 8 + h) * C::OMS + (Q8 ? d + d / 32 : d)], md, fa, fb);
         }
         const int64_t si = (head0 + h) * a.ZS + z;
         a.part[si * D + d] = num;
@@ -325,7 +404,7 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
 
 /* decode_attn: the work items (t, hk, z) — split z of token t's keys for the query heads of kv
  *   head hk — numbered z fastest, then hk, then t; block b takes items b, b + gridDim.x, ...:
- *   each round its 128 threads look 128 of them up at once (rf_da_split_of: the token's position
+ *   each round its W * 32 threads look W * 32 of them up at once (rf_da_split_of: the token's position
  *   decides whether the row is this kernel's and how many splits it has) and the block works
  *   through those with work (rf_da_item), so items without work cost one look-up each (a graph
  *   step recorded for a long context launches for every split of every token). Token t at position
@@ -335,16 +414,16 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
  * in: q f32 [n_tokens, n_head, D] (16-byte aligned; rounded to f16 for the tensor cores), k, v
  *   [rows, n_head_kv, D] f16 or q8_0 (16-byte aligned), pos, seq int32 [n_tokens], bt int32
  *   [*, max_blocks].
- * launch: a grid of at most the resident blocks (two an SM), RF_DA_WARPS * 32 threads,
+ * launch: a grid of at most the resident blocks (two an SM), rf_da_geo::W * 32 threads,
  *   rf_da_geo::SMEM bytes of dynamic shared memory; ZS >= the splits of any row
  *   (rf_gpu_decode_attention). */
 template <int D, bool Q8>
-__global__ void __launch_bounds__(RF_DA_WARPS * 32, 2) rf_k_decode_attn(rf_da_args a) {
+__global__ void __launch_bounds__(rf_da_geo<D, Q8>::W * 32, 2) rf_k_decode_attn(rf_da_args a) {
 #if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     extern __shared__ __align__(16) unsigned char rf_da_sm[];
-    __shared__ int s_item[RF_DA_WARPS * 32], s_n;
+    __shared__ int s_item[rf_da_geo<D, Q8>::W * 32], s_n;
     rf_pdl_trigger(); /* the merge (a dependent launch) may be scheduled; it waits */
-    const int tid = threadIdx.x, NTH = RF_DA_WARPS * 32;
+    const int tid = threadIdx.x, NTH = rf_da_geo<D, Q8>::W * 32;
     const int64_t total = (int64_t)a.n_tokens * a.n_head_kv * a.ZS, B = gridDim.x;
     for (int64_t r0 = 0; (int64_t)blockIdx.x + B * r0 < total; r0 += NTH) {
         const int64_t item = (int64_t)blockIdx.x + B * (r0 + tid);
@@ -440,10 +519,10 @@ template <int D, bool Q8> static rf_status rf_da_go(rf_gpu_ctx *ctx, const rf_da
     static size_t attr[RF_GPU_MAX_DEVICES];
     const size_t smem = rf_da_geo<D, Q8>::SMEM;
     rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_decode_attn<D, Q8>), smem,
-                                    (RF_DA_WARPS * 32 + 1) * sizeof(int), attr, "rf_k_decode_attn");
+                                    (rf_da_geo<D, Q8>::W * 32 + 1) * sizeof(int), attr, "rf_k_decode_attn");
     if (st) return st;
     /* the grid below is the resident blocks: ask for the largest shared-memory carveout first (a
-     * hint; without it the driver may keep more L1 and fit one block of 110 KB an SM, not two) */
+     * hint; without it the driver may keep more L1 and fit one block of ~110 KB an SM, not two) */
     static int per_sm[RF_GPU_MAX_DEVICES]; /* resident blocks an SM; 0: not asked yet */
     const int dv = ctx->device >= 0 && ctx->device < RF_GPU_MAX_DEVICES ? ctx->device : 0;
     if (!per_sm[dv]) {
@@ -452,19 +531,19 @@ template <int D, bool Q8> static rf_status rf_da_go(rf_gpu_ctx *ctx, const rf_da
                                  (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
             (void)cudaGetLastError(); /* a hint only */
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, rf_k_decode_attn<D, Q8>, RF_DA_WARPS * 32, smem) !=
-            cudaSuccess) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, rf_k_decode_attn<D, Q8>, rf_da_geo<D, Q8>::W * 32,
+                                                          smem) != cudaSuccess) {
             (void)cudaGetLastError();
             n = 2;
         }
         per_sm[dv] = n >= 1 ? n : 1;
     }
-    /* every item once, in at most one wave of resident blocks (two an SM on sm_90 / A100 at D = 64) */
+    /* every item once, in at most one wave of resident blocks (two an SM on sm_90, one on A100 at D = 128) */
     const int64_t total = (int64_t)a.n_tokens * a.n_head_kv * a.ZS;
     const int64_t res = per_sm[dv] * (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
     const unsigned blocks = (unsigned)(total < res ? total : res);
     return rf_gpu_launch(ctx, "rf_k_decode_attn", false, rf_k_decode_attn<D, Q8>, dim3(blocks),
-                         dim3(RF_DA_WARPS * 32), smem, a);
+                         dim3(rf_da_geo<D, Q8>::W * 32), smem, a);
 }
 #endif
 
@@ -538,6 +617,9 @@ extern "C" rf_status rf_gpu_decode_attention(rf_gpu_ctx *ctx, float *out, const 
     rf_da_args a;
     a.part = part, a.pml = pml, a.q = q, a.k = k, a.v = v, a.pos = pos, a.seq = seq, a.bt = block_table;
     a.n_tokens = (int)n_tokens, a.max_blocks = (int)max_blocks, a.bs = (int)block_size, a.n_head = (int)n_head;
+    a.bsh = -1;
+    for (int i = 0; i < 31; i++)
+        if (block_size == (int64_t)1 << i) a.bsh = i;
     a.n_head_kv = (int)n_head_kv, a.G = G, a.scale = scale, a.window = (int)window, a.softcap = softcap;
     a.pmax = pmax, a.kmin = (int)min_keys, a.ZS = ZS;
     if (kv_type == RF_TYPE_Q8_0)
