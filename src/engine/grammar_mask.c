@@ -651,11 +651,47 @@ const uint8_t *rf_gconstraint_mask(rf_gconstraint *c, int32_t *n_allowed) {
     return c->mask;
 }
 
+/* The token's bytes fed through the interned states (the mask walks' table, the same set function
+ * of the same sets as rf_gmatch_feed): a table lookup per byte once a (state, byte) was stepped,
+ * where the recognizer copies and expands every stack per byte. 1 taken, 0 refused (the match
+ * unchanged), -1 not decided here (the table full or out of memory: the caller feeds the bytes). */
+static int dfa_accept(rf_gconstraint *c, const unsigned char *p, int32_t n) {
+    const rf_grammar *g = rf_gmatch_grammar(c->m);
+    gdfa *d = &c->d;
+    if (d->n > DFA_MAX / 2) dfa_reset(d);
+    d->full = false;
+    int32_t id = dfa_intern(g, d, rf_gmatch_state(c->m));
+    for (int32_t k = 0; k < n && id >= 0; k++) {
+        if (!rf_gclass_has(&d->u[id], p[k])) return 0;
+        int32_t nx = d->next[(size_t)id * 256 + p[k]];
+        if (nx == -2) {
+            int r = rf_gstate_step(g, &c->w, &d->st[id], p[k], &c->lv[1]);
+            if (r < 0) return -1; /* past the limits: the recognizer says so itself */
+            nx = r > 0 ? dfa_intern(g, d, &c->lv[1]) : -1;
+            if (d->full) break;
+            d->next[(size_t)id * 256 + p[k]] = nx;
+        }
+        if (nx < 0) return 0;
+        id = nx;
+    }
+    if (d->full || id < 0) {
+        dfa_reset(d);
+        return -1;
+    }
+    return rf_gmatch_set_state(c->m, &d->st[id]) ? 1 : -1;
+}
+
 bool rf_gconstraint_accept(rf_gconstraint *c, int32_t id) {
     if (id < 0 || id >= c->t->n_vocab) return false;
     for (int32_t i = 0; i < c->t->n_eog; i++)
         if (c->t->eog[i] == id) return true;
-    char buf[TRIE_MAX_DEPTH + 1];
+    const int32_t nb = c->t->boff[id + 1] - c->t->boff[id];
+    if (nb > 0) { /* the bytes the trie holds (every step's token: no detokenizing on the step's path) */
+        const unsigned char *p = c->t->bytes + c->t->boff[id];
+        int r = c->mode & RF_GMASK_NO_FAST ? -1 : dfa_accept(c, p, nb);
+        return r >= 0 ? r == 1 : rf_gmatch_feed(c->m, (const char *)p, (size_t)nb);
+    }
+    char buf[TRIE_MAX_DEPTH + 1]; /* not in the trie: empty, too long, or no piece */
     size_t n = 0;
     if (rf_token_to_piece(c->t->v, id, false, buf, sizeof buf, &n) || n > TRIE_MAX_DEPTH) return false;
     return rf_gmatch_feed(c->m, buf, n);
