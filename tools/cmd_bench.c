@@ -4,7 +4,9 @@
  * llama-bench and llama-batched-bench: warm-up excluded, repetitions with mean ± stddev,
  * per-token latency p50/p99, and for generation the bytes read per token against the device's
  * read bandwidth, which bench measures itself first. GPU clocks, temperature and power are
- * read before and after (NVML / ROCm SMI); a throttled run is flagged. */
+ * read before and after (NVML / ROCm SMI); a throttled run is flagged. Under --grammar / -j
+ * (constrained decoding's cost per step) the tgN and batched tests generate under a grammar, and
+ * sequences that complete the grammar's document before n tokens are counted and reported. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,9 +16,11 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cmd_run_opts.h"
 #include "gpu_monitor.h"
 #include "rocmforge/gguf.h"
 #include "backend/backend.h"
+#include "engine/grammar.h"
 
 static const char k_bench_usage[] =
     "usage: rocmforge bench -m MODEL [options]\n"
@@ -34,7 +38,12 @@ static const char k_bench_usage[] =
     "  --kv-type T             KV cache f16 (default), f32, q8_0\n"
     "  -o, --output F          md (default), json or csv\n"
     "  --plot FILE.png         tok/s against depth and batch size (gnuplot)\n"
-    "  --deterministic         batch-invariant kernels (rocmforge run --help)\n";
+    "  --deterministic         batch-invariant kernels (rocmforge run --help)\n"
+    "  --grammar GBNF, --grammar-file FILE, -j, --json-schema JSON, --json-schema-file FILE\n"
+    "                          the tgN and batched tests generate under a grammar or JSON schema (as\n"
+    "                          `run` / `batch`): constrained decoding's cost per step. A sequence that\n"
+    "                          completes the grammar's document before n tokens is reported (it keeps\n"
+    "                          decoding, end-of-generation tokens, its masks then the finished document's)\n";
 
 typedef struct bench_opts {
     const char *model, *plot;
@@ -45,6 +54,7 @@ typedef struct bench_opts {
     int device_index, tp;
     rf_type kv_type;
     int out; /* 0 md, 1 json, 2 csv */
+    rf_run_opts g; /* only its grammar fields: --grammar, --grammar-file, -j, --json-schema(-file) */
 } bench_opts;
 
 static int parse_list(const char *opt, const char *s, int *out, int cap, int *n, long long hi) {
@@ -146,6 +156,15 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->plot = v;
         } else if (!strcmp(a, "--deterministic")) {
             o->deterministic = true;
+        } else if (!strcmp(a, "--grammar") || !strcmp(a, "--grammar-file") || !strcmp(a, "-j") ||
+                   !strcmp(a, "--json-schema") || !strcmp(a, "--json-schema-file")) {
+            NEEDV();
+            if (o->g.grammar || o->g.grammar_file || o->g.json_schema || o->g.json_schema_file)
+                return rf_cli_fail(2, "one of --grammar, --grammar-file, --json-schema, --json-schema-file");
+            if (!strcmp(a, "--grammar")) o->g.grammar = v;
+            else if (!strcmp(a, "--grammar-file")) o->g.grammar_file = v;
+            else if (!strcmp(a, "--json-schema-file")) o->g.json_schema_file = v;
+            else o->g.json_schema = v;
         } else {
             fputs(k_bench_usage, stderr);
             return rf_cli_fail(2, "unknown option '%s' for 'bench'", a);
@@ -269,9 +288,15 @@ typedef struct run_result {
     int max_seqs;        /* most decode tokens in one step */
     int64_t ev_first, ev_dec; /* TOKEN events: first tokens (from a prompt step), later ones */
     int done;
+    /* under a grammar: the requests that drew an end-of-generation token (the grammar's document
+     * complete: its mask admits it only then), and the earliest token count at which one did */
+    const rf_vocab *voc;   /* NULL: no grammar */
+    uint64_t *ended;
+    int n_ended, cap_ended, first_end;
 } run_result;
 
 static void run_result_free(run_result *r) {
+    free(r->ended);
     free(r->lat.v);
     free(r->steady_lat.v);
     free(r->mixed_lat.v);
@@ -284,12 +309,30 @@ static bool on_event(const rf_event *ev, void *user) {
     else if (k == RF_EVENT_TOKEN) {
         if (rf_event_n_gen(ev) > 1) r->ev_dec++;
         else r->ev_first++;
+        if (r->voc && rf_vocab_is_eog(r->voc, rf_event_token(ev))) { /* ignore-eos: it goes on */
+            uint64_t id = rf_event_request(ev);
+            int i = 0;
+            while (i < r->n_ended && r->ended[i] != id) i++;
+            if (i == r->n_ended) {
+                if (r->n_ended == r->cap_ended) {
+                    int cap = r->cap_ended ? 2 * r->cap_ended : 64;
+                    uint64_t *a = realloc(r->ended, (size_t)cap * sizeof *a);
+                    if (!a) return true; /* the count is a report only */
+                    r->ended = a;
+                    r->cap_ended = cap;
+                }
+                r->ended[r->n_ended++] = id;
+                int n = (int)rf_event_n_gen(ev);
+                if (!r->first_end || n < r->first_end) r->first_end = n;
+            }
+        }
     }
     return true;
 }
 
-/* Submits nreq requests of plen random tokens generating ngen tokens each. */
-static int submit_all(rf_engine *e, int nreq, int plen, int ngen, uint64_t *rng, run_result *r) {
+/* Submits nreq requests of plen random tokens generating ngen tokens each (under g, when not
+ * NULL). */
+static int submit_all(rf_engine *e, rf_grammar *g, int nreq, int plen, int ngen, uint64_t *rng, run_result *r) {
     int32_t nv = rf_engine_n_vocab(e);
     int32_t *ids = malloc((size_t)(plen > 0 ? plen : 1) * sizeof(int32_t));
     if (!ids) return rf_cli_fail(1, "out of memory");
@@ -306,6 +349,7 @@ static int submit_all(rf_engine *e, int nreq, int plen, int ngen, uint64_t *rng,
             return rf_cli_fail(1, "%s", rf_last_error());
         }
         rf_request_set_callback(rq, on_event, r);
+        if (g) rf_request_set_grammar(rq, g);
         rf_status st = rf_engine_submit(e, rq, NULL);
         rf_request_free(rq);
         if (st) {
@@ -318,9 +362,9 @@ static int submit_all(rf_engine *e, int nreq, int plen, int ngen, uint64_t *rng,
 }
 
 /* Submits the requests, steps the engine until all are done and sorts each step (run_result). */
-static int run_once(rf_engine *e, int nreq, int plen, int ngen, uint64_t *rng, run_result *r) {
+static int run_once(rf_engine *e, rf_grammar *g, int nreq, int plen, int ngen, uint64_t *rng, run_result *r) {
     r->done = 0;
-    int rc = submit_all(e, nreq, plen, ngen, rng, r);
+    int rc = submit_all(e, g, nreq, plen, ngen, rng, r);
     if (rc) return rc;
     while (r->done < nreq) {
         int64_t p0 = rf_engine_get_stat(e, RF_STAT_PROMPT_TOKENS), g0 = rf_engine_get_stat(e, RF_STAT_GEN_TOKENS);
@@ -360,6 +404,8 @@ typedef struct row {
     double gbps;       /* achieved read bandwidth; NAN for pp */
     double agg_mean, agg_sd;   /* batched: tok/s over every decode step (the ragged aggregate); else NAN */
     double agg_p50, mixed_p50; /* batched: step p50 of every decode step / of prompt steps carrying decodes */
+    int g_ended, g_first;      /* under a grammar: most sequences of a repetition that completed the
+                                * document before n tokens; the fewest tokens at which one did (0: none) */
     int steady_steps, decode_steps, max_seqs; /* batched: per repetition */
 } row;
 
@@ -380,6 +426,7 @@ typedef struct bench_env {
     double kv_pos;              /* K/V bytes per position */
     int64_t kv_bytes, state_bytes; /* the engine's KV pool; a hybrid model's state slots (+ checkpoints) */
     int64_t n_slots, n_ckpt;
+    rf_grammar *g; /* --grammar / -j: the tgN and batched tests' constraint, else NULL */
 } bench_env;
 
 /* The device's read bandwidth, measured first while its memory is still free. */
@@ -499,10 +546,13 @@ static int run_reps(bench_env *v, row *R, int done_tests, int total, uint64_t *r
                     rep < 0 ? 0 : rep + 1, o->reps, done_tests + 1, total);
         else if (rep < 0)
             fprintf(stderr, "bench: %s (test %d of %d)\n", R->test, done_tests + 1, total);
-        if (R->kind == 0) rc = run_once(v->e, 1, o->p, 1, rng, &r);
-        else if (R->kind == 1) rc = run_once(v->e, 1, R->depth > 0 ? R->depth : 1, o->n, rng, &r);
-        else rc = run_once(v->e, R->batch, o->batch_prompt, o->n, rng, &r);
+        if (R->kind && v->g) r.voc = rf_model_vocab(v->m);
+        if (R->kind == 0) rc = run_once(v->e, NULL, 1, o->p, 1, rng, &r);
+        else if (R->kind == 1) rc = run_once(v->e, v->g, 1, R->depth > 0 ? R->depth : 1, o->n, rng, &r);
+        else rc = run_once(v->e, v->g, R->batch, o->batch_prompt, o->n, rng, &r);
         if (!rc && rep >= 0) {
+            if (r.n_ended > R->g_ended) R->g_ended = r.n_ended;
+            if (r.first_end && (!R->g_first || r.first_end < R->g_first)) R->g_first = r.first_end;
             double agg = r.decode_s > 0 ? r.decode_tok / r.decode_s : 0;
             a->agg[rep] = agg;
             if (R->kind == 0) a->ts[rep] = r.prompt_s > 0 ? r.prompt_tok / r.prompt_s : 0;
@@ -592,12 +642,20 @@ static void json_num(const char *key, const char *fmt, double x) {
     else printf(fmt, x);
 }
 
+/* Which constraint the tgN and batched tests ran under, as a JSON value. */
+static const char *grammar_kind(const bench_opts *o) {
+    if (o->g.grammar || o->g.grammar_file) return "\"gbnf\"";
+    if (o->g.json_schema || o->g.json_schema_file) return "\"json_schema\"";
+    return "null";
+}
+
 static void print_json(const bench_env *v, const row *rows, int nrows, const char *base, const char *date) {
     printf("{\"model\": \"%s\", \"ftype\": \"%s\", \"params\": %llu, \"weight_bytes\": %llu, \"device\": \"%s\", "
            "\"driver\": \"%s\", \"read_bw_gbs\": %.1f, \"date\": \"%s\", \"reps\": %d, \"kv_bytes\": %lld, "
-           "\"state_bytes\": %lld, \"state_slots\": %lld,\n \"gpu_before\": ",
+           "\"state_bytes\": %lld, \"state_slots\": %lld, \"grammar\": %s,\n \"gpu_before\": ",
            base, v->info.ftype, (unsigned long long)v->info.n_params, (unsigned long long)v->info.weight_bytes, v->devname,
-           v->driver, v->bw, date, v->o.reps, (long long)v->kv_bytes, (long long)v->state_bytes, (long long)v->n_slots);
+           v->driver, v->bw, date, v->o.reps, (long long)v->kv_bytes, (long long)v->state_bytes, (long long)v->n_slots,
+           grammar_kind(&v->o));
     for (int k = 0; k < 2; k++) {
         const rf_gpu_reading *g = k ? &v->after : &v->before;
         if (!g->ok) printf("null");
@@ -625,6 +683,7 @@ static void print_json(const bench_env *v, const row *rows, int nrows, const cha
             printf(", \"steady_steps\": %d, \"decode_steps\": %d, \"max_seqs_per_step\": %d", R->steady_steps,
                    R->decode_steps, R->max_seqs);
         }
+        if (R->kind && v->g) printf(", \"grammar_ended\": %d, \"grammar_first_end\": %d", R->g_ended, R->g_first);
         printf("}%s\n", i + 1 < nrows ? "," : "");
     }
     printf(" ]}\n");
@@ -666,6 +725,14 @@ static void print_md(const bench_env *v, const row *rows, int nrows, const char 
         printf(" | recurrent state %.1f MiB (%lld slots + %lld checkpoints of %.2f MiB)", v->state_bytes / 1048576.0,
                (long long)v->n_slots, (long long)v->n_ckpt, v->state_bytes / 1048576.0 / (double)(v->n_slots + v->n_ckpt));
     printf("\n\n");
+    if (v->g) { /* the constraint on one line (a GBNF text's rules joined by spaces) */
+        const char *src = v->o.g.grammar_file ? v->o.g.grammar_file : v->o.g.json_schema_file ? v->o.g.json_schema_file
+                          : v->o.g.grammar ? v->o.g.grammar : v->o.g.json_schema;
+        printf("constrained: the tgN and batched tests generate under the %s ",
+               v->o.g.grammar || v->o.g.grammar_file ? "GBNF grammar" : "JSON schema");
+        for (const char *c = src; *c; c++) putchar(*c == '\n' || *c == '\r' ? ' ' : *c);
+        printf(" (a mask every step)\n\n");
+    }
     if (v->exp_bytes > 0)
         printf("experts: %d of %d per token, %.1f MiB of expert weights (a step of B sequences counts the "
                "experts B uniform picks would reach: an upper bound for real routers)\n\n", v->n_exp_used, v->n_exp,
@@ -683,6 +750,12 @@ static void print_md(const bench_env *v, const row *rows, int nrows, const char 
         else printf(" - |\n");
         any_b |= R->kind == 2;
     }
+    for (int i = 0; i < nrows && v->g; i++)
+        if (rows[i].g_ended)
+            printf("\n%s: %d sequence(s) completed the grammar's document before %d tokens (the first at token %d):\n"
+                   "they kept decoding (ignore-eos), end-of-generation tokens under the finished document's masks, so\n"
+                   "those steps were not all open documents; a grammar with no end (docs/PERFORMANCE.md) measures it\n",
+                   rows[i].test, rows[i].g_ended, v->o.n, rows[i].g_first);
     if (any_b) {
         printf("\nbatched (tgN x B seqs): t/s and its step p50/p99 are the steady state, steps in which all B sequences\n"
                "decode (llama-batched-bench's S_TG); 'all decode steps' is every step without prompt tokens, prompts\n"
@@ -751,6 +824,7 @@ int rf_cmd_bench(int argc, char **argv) {
     memset(&v, 0, sizeof v);
     int rc = parse(argc, argv, &v.o);
     if (rc >= 0) return rc;
+    if (rf_run_grammar(&v.o.g, &v.g)) return 2;
     measure_device(&v);
     rc = load_env(&v);
     row rows[40];
@@ -759,7 +833,13 @@ int rf_cmd_bench(int argc, char **argv) {
     if (v.on_gpu) rf_gpu_monitor_read(v.o.device_index, &v.after);
     rf_engine_free(v.e);
     rf_model_free(v.m);
+    rf_grammar_unref(v.g);
     if (rc) return rc;
+    for (int i = 0; i < nrows; i++) /* whatever the format: the batch was not what was asked */
+        if (rows[i].g_ended)
+            fprintf(stderr, "bench: %s: %d sequence(s) completed the grammar's document before %d tokens (the first at "
+                    "token %d); they kept decoding (end-of-generation tokens, the finished document's masks)\n",
+                    rows[i].test, rows[i].g_ended, v.o.n, rows[i].g_first);
 
     const char *base = strrchr(v.o.model, '/');
     base = base ? base + 1 : v.o.model;

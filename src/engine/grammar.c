@@ -262,6 +262,7 @@ bool rf_gstate_accepting(const rf_gstate *s) {
 struct rf_gmatch {
     rf_grammar *g;
     rf_gstate cur, nxt;
+    rf_gstate save; /* feed's copy of cur to fall back to: kept, so a token's feed allocates nothing */
     rf_gwork w;
 };
 
@@ -284,30 +285,29 @@ void rf_gmatch_free(rf_gmatch *m) {
     if (!m) return;
     rf_gstate_free(&m->cur);
     rf_gstate_free(&m->nxt);
+    rf_gstate_free(&m->save);
     free(m->w.buf);
     rf_grammar_unref(m->g);
     free(m);
 }
 
+/* Every decode step of a constrained sequence feeds its token here (rf_gconstraint_accept), on
+ * the step's critical path: cur is saved into the match's own buffers (grown once, reused), not a
+ * fresh copy per token. */
 bool rf_gmatch_feed(rf_gmatch *m, const char *bytes, size_t n) {
-    rf_gstate save = {0};
-    if (!rf_gstate_copy(&save, &m->cur)) {
-        rf_gstate_free(&save);
-        return false;
-    }
+    if (n == 0) return true;
+    if (!rf_gstate_copy(&m->save, &m->cur)) return false;
     for (size_t i = 0; i < n; i++) {
         if (rf_gstate_step(m->g, &m->w, &m->cur, (unsigned char)bytes[i], &m->nxt) <= 0) {
-            rf_gstate t = m->cur;
-            m->cur = save;
-            save = t;
-            rf_gstate_free(&save);
+            rf_gstate t = m->cur; /* back to the state before the token */
+            m->cur = m->save;
+            m->save = t;
             return false;
         }
         rf_gstate t = m->cur;
         m->cur = m->nxt;
         m->nxt = t;
     }
-    rf_gstate_free(&save);
     return true;
 }
 
@@ -336,4 +336,11 @@ bool rf_grammar_accepts(rf_grammar *g, const char *text, size_t n) {
 }
 
 const rf_gstate *rf_gmatch_state(const rf_gmatch *m) { return &m->cur; }
+bool rf_gmatch_set_state(rf_gmatch *m, const rf_gstate *s) {
+    if (!rf_gstate_copy(&m->save, s)) return false; /* cur stays whole when the copy fails */
+    rf_gstate t = m->cur;
+    m->cur = m->save;
+    m->save = t;
+    return true;
+}
 rf_grammar *rf_gmatch_grammar(const rf_gmatch *m) { return m->g; }

@@ -71,6 +71,9 @@ bool rf_gstate_start(const rf_grammar *g, rf_gwork *w, rf_gstate *out);
 int rf_gstate_step(const rf_grammar *g, rf_gwork *w, const rf_gstate *in, unsigned char c, rf_gstate *out);
 bool rf_gstate_accepting(const rf_gstate *s);
 const rf_gstate *rf_gmatch_state(const rf_gmatch *m);
+/* The match's stack set made a copy of s (what it would be after feeding the bytes that lead
+ * there); false when out of memory (the state unchanged). */
+bool rf_gmatch_set_state(rf_gmatch *m, const rf_gstate *s);
 rf_grammar *rf_gmatch_grammar(const rf_gmatch *m);
 
 /* grammar_mask.c, for tests and benchmarks: how a constraint computes masks. NO_CACHE: every

@@ -271,6 +271,7 @@ typedef struct gdfa {
     int32_t n, cap;
     int32_t *slot; /* [DFA_SLOTS] id + 1, 0 empty */
     bool full;     /* a walk met more than DFA_MAX states: it is redone as the plain walk */
+    uint32_t gen;  /* bumped by every reset: ids of an older generation name nothing */
 } gdfa;
 
 struct rf_gconstraint {
@@ -287,6 +288,8 @@ struct rf_gconstraint {
     int mode;    /* RF_GMASK_NO_CACHE | RF_GMASK_NO_FAST (tests, benchmarks) */
     int64_t n_walks, n_fast;
     gdfa d;
+    int32_t cur_id;   /* the match's state's id in d (dfa_accept put it there), -1 unknown */
+    uint32_t cur_gen; /* d's generation when cur_id was taken */
 };
 
 void rf_gconstraint_set_mode(rf_gconstraint *c, int mode) { c->mode = mode; }
@@ -299,6 +302,7 @@ rf_status rf_gconstraint_new(rf_grammar *g, const rf_vocab *v, rf_gconstraint **
     *out = NULL;
     rf_gconstraint *c = calloc(1, sizeof *c);
     if (!c) return rf_set_error(RF_ERR_OOM, "grammar: out of memory");
+    c->cur_id = -1;
     rf_status st = rf_gmatch_new(g, &c->m);
     if (!st && !(c->t = trie_get(v))) st = rf_set_error(RF_ERR_OOM, "grammar: out of memory (vocabulary trie)");
     if (!st) {
@@ -438,6 +442,7 @@ static uint64_t gstate_hash(const rf_gstate *s) {
 }
 
 static void dfa_reset(gdfa *d) {
+    d->gen++;
     d->n = 0;
     d->full = false;
     if (d->slot) memset(d->slot, 0, DFA_SLOTS * sizeof(int32_t));
@@ -651,11 +656,54 @@ const uint8_t *rf_gconstraint_mask(rf_gconstraint *c, int32_t *n_allowed) {
     return c->mask;
 }
 
+/* The token's bytes fed through the interned states (the mask walks' table, the same set function
+ * of the same sets as rf_gmatch_feed): a table lookup per byte once a (state, byte) was stepped,
+ * where the recognizer copies and expands every stack per byte. 1 taken, 0 refused (the match
+ * unchanged), -1 not decided here (the table full or out of memory: the caller feeds the bytes). */
+static int dfa_accept(rf_gconstraint *c, const unsigned char *p, int32_t n) {
+    const rf_grammar *g = rf_gmatch_grammar(c->m);
+    gdfa *d = &c->d;
+    if (d->n > DFA_MAX / 2) dfa_reset(d);
+    d->full = false;
+    /* the state the last accept left is interned already: no hash and compare of it */
+    int32_t id = c->cur_id >= 0 && c->cur_gen == d->gen ? c->cur_id : dfa_intern(g, d, rf_gmatch_state(c->m));
+    for (int32_t k = 0; k < n && id >= 0; k++) {
+        if (!rf_gclass_has(&d->u[id], p[k])) return 0;
+        int32_t nx = d->next[(size_t)id * 256 + p[k]];
+        if (nx == -2) {
+            int r = rf_gstate_step(g, &c->w, &d->st[id], p[k], &c->lv[1]);
+            if (r < 0) return -1; /* past the limits: the recognizer says so itself */
+            nx = r > 0 ? dfa_intern(g, d, &c->lv[1]) : -1;
+            if (d->full) break;
+            d->next[(size_t)id * 256 + p[k]] = nx;
+        }
+        if (nx < 0) return 0;
+        id = nx;
+    }
+    if (d->full || id < 0) {
+        dfa_reset(d);
+        return -1;
+    }
+    if (!rf_gmatch_set_state(c->m, &d->st[id])) return -1;
+    c->cur_id = id;
+    c->cur_gen = d->gen;
+    return 1;
+}
+
 bool rf_gconstraint_accept(rf_gconstraint *c, int32_t id) {
     if (id < 0 || id >= c->t->n_vocab) return false;
     for (int32_t i = 0; i < c->t->n_eog; i++)
         if (c->t->eog[i] == id) return true;
-    char buf[TRIE_MAX_DEPTH + 1];
+    const int32_t nb = c->t->boff[id + 1] - c->t->boff[id];
+    if (nb > 0) { /* the bytes the trie holds (every step's token: no detokenizing on the step's path) */
+        const unsigned char *p = c->t->bytes + c->t->boff[id];
+        int r = c->mode & RF_GMASK_NO_FAST ? -1 : dfa_accept(c, p, nb);
+        if (r >= 0) return r == 1;
+        c->cur_id = -1; /* the recognizer moves the state past what d knows */
+        return rf_gmatch_feed(c->m, (const char *)p, (size_t)nb);
+    }
+    c->cur_id = -1;
+    char buf[TRIE_MAX_DEPTH + 1]; /* not in the trie: empty, too long, or no piece */
     size_t n = 0;
     if (rf_token_to_piece(c->t->v, id, false, buf, sizeof buf, &n) || n > TRIE_MAX_DEPTH) return false;
     return rf_gmatch_feed(c->m, buf, n);

@@ -2,8 +2,9 @@
 # bench.sh — `rocmforge bench` on the CPU with a tiny model: every test kind appears (ppN, tgN,
 # tgN @ dD, batched), -o json is valid JSON with the fields a reader needs (batched: the steady
 # state and the aggregate), -o csv has one row per test, a batched test without a step of every
-# sequence decoding reports no steady figure, --plot writes a PNG (when gnuplot is installed), and
-# bad options fail with a message.
+# sequence decoding reports no steady figure, --plot writes a PNG (when gnuplot is installed),
+# -j / --grammar run the generation tests constrained (early document ends reported), and bad
+# options fail with a message.
 # usage: bash bench.sh <rocmforge> <source-dir>
 set -u
 . "$2/tests/util/cli_common.sh" "$1" "$2"
@@ -59,6 +60,39 @@ if command -v gnuplot >/dev/null; then
 else
     echo "note: gnuplot not installed, --plot not checked"
 fi
+
+# under a grammar (constrained decoding's cost): the tgN and batched tests carry it and say how
+# many sequences completed the document early; a grammar with no end (an array of strings that
+# never closes: the measurement's grammar, docs/PERFORMANCE.md) completes none; ppN is unconstrained
+S='{"type":"object","properties":{"items":{"type":"array","items":{"type":"string"}}},"required":["items"]}'
+G='root ::= "[" items
+items ::= str ", " items
+str ::= "\"" ( [^"\\\x00-\x1f] | "\\" ["\\/bfnrt] )* "\""'
+"${B[@]}" -d 0 -j "$S" -o json >"$T/gj" 2>"$T/err" || fail "bench -j: $(cat "$T/err")"
+"${B[@]}" -d 0 --grammar "$G" -o json >"$T/gg" 2>"$T/err" || fail "bench --grammar: $(cat "$T/err")"
+"${B[@]}" -d 0 --grammar "$G" >"$T/gm" 2>"$T/err" || fail "bench --grammar md: $(cat "$T/err")"
+grep -q "^constrained: the tgN and batched tests generate under the GBNF grammar root ::= " "$T/gm" ||
+    fail "markdown does not name the grammar: $(cat "$T/gm")"
+python3 - "$T/gj" "$T/gg" <<'EOF' || fail "bench under a grammar: $(cat "$T/gj" "$T/gg")"
+import json, sys
+j, g = (json.load(open(f)) for f in sys.argv[1:3])
+assert j["grammar"] == "json_schema" and g["grammar"] == "gbnf", (j["grammar"], g["grammar"])
+for d, endless in ((j, False), (g, True)):
+    for r in d["results"]:
+        if r["test"].startswith("pp"):
+            assert "grammar_ended" not in r, r
+            continue
+        assert r["tok_s"] > 0 and 0 <= r["grammar_ended"] <= r["sequences"], r
+        assert (r["grammar_ended"] > 0) == (r["grammar_first_end"] > 0), r
+        if endless:
+            assert r["grammar_ended"] == 0, r
+        if " x " in r["test"]:
+            assert r["max_seqs_per_step"] == r["sequences"] and r["steady_steps"] > 0, r
+EOF
+"$RF" bench -m "$T/tiny.gguf" -j '{"type":' >/dev/null 2>"$T/err"; rc=$?
+[ $rc = 2 ] && grep -q "JSON schema" "$T/err" || fail "bench: a bad schema: rc $rc, $(cat "$T/err")"
+"$RF" bench -m "$T/tiny.gguf" -j '{}' --grammar 'root ::= "a"' >/dev/null 2>"$T/err"; rc=$?
+[ $rc = 2 ] && grep -q "one of --grammar" "$T/err" || fail "bench: two constraints: rc $rc, $(cat "$T/err")"
 
 "$RF" bench -m "$T/tiny.gguf" -o yaml >/dev/null 2>"$T/err" && fail "-o yaml accepted"
 grep -q "yaml" "$T/err" || fail "-o yaml: no message naming it"

@@ -688,15 +688,20 @@ __global__ void rf_k_penalize(float *logits, int64_t n_vocab, const rf_gpu_sampl
 }
 
 /* mask: for each row r whose record names a mask (mask_ref k > 0), logits the mask's row k - 1
- * leaves out (bit v % 32 of word v / 32 clear) become -inf, in place. launch: one block per
- * row, threads over the vocabulary. exact. */
+ * leaves out (bit v % 32 of word v / 32 clear) become -inf, in place. launch: grid (chunks of
+ * RF_MASK_CHUNK tokens, rows), threads over the chunk: a 128k vocabulary's row is 16 blocks on
+ * as many SMs, where one block per row looped 500 times per thread on one SM, on every masked
+ * step's path (one row: the step's whole mask time). exact. */
+#define RF_MASK_CHUNK 8192
 __global__ void rf_k_grammar_mask(float *logits, int64_t n_vocab, const rf_gpu_sample_row *rows,
                                   const uint32_t *masks, int64_t words) {
-    const int32_t k = rows[blockIdx.x].mask_ref;
+    const int32_t k = rows[blockIdx.y].mask_ref;
     if (k <= 0) return;
     const uint32_t *m = masks + (int64_t)(k - 1) * words;
-    float *x = logits + (int64_t)blockIdx.x * n_vocab;
-    for (int64_t v = threadIdx.x; v < n_vocab; v += blockDim.x)
+    float *x = logits + (int64_t)blockIdx.y * n_vocab;
+    const int64_t v1 = ((int64_t)blockIdx.x + 1) * RF_MASK_CHUNK < n_vocab ? ((int64_t)blockIdx.x + 1) * RF_MASK_CHUNK
+                                                                            : n_vocab;
+    for (int64_t v = (int64_t)blockIdx.x * RF_MASK_CHUNK + threadIdx.x; v < v1; v += blockDim.x)
         if (!((m[v >> 5] >> (v & 31)) & 1u)) x[v] = -INFINITY;
 }
 
@@ -728,7 +733,8 @@ extern "C" rf_status rf_gpu_sample_rows(rf_gpu_ctx *ctx, int32_t *d_out, float *
     if (d_masks) {
         RF_GPU_REQUIRE(mask_words * 32 >= n_vocab, op, "masks of %lld words for %lld tokens", (long long)mask_words,
                        (long long)n_vocab);
-        rf_k_grammar_mask<<<(unsigned)n_rows, 256, 0, ctx->stream>>>(logits, n_vocab, d_rows, d_masks, mask_words);
+        const dim3 grid((unsigned)((n_vocab + RF_MASK_CHUNK - 1) / RF_MASK_CHUNK), (unsigned)n_rows);
+        rf_k_grammar_mask<<<grid, 256, 0, ctx->stream>>>(logits, n_vocab, d_rows, d_masks, mask_words);
         if ((st = RF_GPU_LAUNCHED(ctx, "rf_k_grammar_mask"))) return st;
     }
     int ib = 1;
