@@ -16,7 +16,8 @@
  * Every case also runs the kernels as before the decode speed-up (test hook gpu_pa_old), the
  * plain kernel where the staged one runs (test hook gpu_pa_nostage: K/V read from memory, not
  * from shared-memory stages, another grid) and with the other shape hint
- * (rf_gpu_paged_attention_hint: decode rows / prompt chunks): the same bits. Then a timing table
+ * (rf_gpu_paged_attention_hint: decode rows / prompt chunks) and with at most 1, 2 or 4 rows per
+ * warp (test hook gpu_pa_rows): the same bits. Then a timing table
  * for the llama3-8b shape (32 heads, 8 kv heads, head_dim 128, blocks of 16): decode rows, f16
  * and q8_0 cache, 1 sequence at depth 512/4096/16384 and 64/128/256 sequences at depth
  * 256/1024, old, plain and new (staged) kernels side by side; short-depth decode (time_short:
@@ -321,6 +322,16 @@ static void run_case(rf_rng *r, const pa_case *c) {
     assert_int_equal(ost, RF_OK);
     dev_to(alt, dalt, (size_t)(nt * qd) * 4);
     assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
+    /* 4c: fewer rows per warp (test hook gpu_pa_rows: at most 1, 2 or 4 query rows a block, by
+     * the token count; more blocks per kv head): the same bits */
+    const int rcap = 1 << (int)(nt % 3);
+    const rf_test_hooks rw_hooks = {.gpu_pa_rows = rcap};
+    rf_test_hooks_set(&rw_hooks);
+    ost = call_pa(c, dalt, dq, dk, dv, nt, dpos, dseq, dtab, maxb, max_pos);
+    rf_test_hooks_set(NULL);
+    assert_int_equal(ost, RF_OK);
+    dev_to(alt, dalt, (size_t)(nt * qd) * 4);
+    assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
     /* 5: the other shape hint (decode rows <-> prompt chunks: other rows per warp and tokens per
      * block; correct for any batch, the same bits) */
     assert_int_equal(rf_gpu_paged_attention_hint(g_ctx, dalt, dq, dk, dv,
@@ -331,8 +342,9 @@ static void run_case(rf_rng *r, const pa_case *c) {
                      RF_OK);
     dev_to(alt, dalt, (size_t)(nt * qd) * 4);
     assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
-    fprintf(stderr, "  %-48s bit-identical alone / reversed / old / unstaged kernels / other hint / max_pos %lld, %lld, %lld\n",
-            "", (long long)more[0], (long long)more[1], (long long)more[2]);
+    fprintf(stderr, "  %-48s bit-identical alone / reversed / old / unstaged kernels / rows <= %d / other hint / max_pos "
+                    "%lld, %lld, %lld\n",
+            "", rcap, (long long)more[0], (long long)more[1], (long long)more[2]);
 
     rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dalt), rf_gpu_free(g_ctx, dk);
     rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq), rf_gpu_free(g_ctx, dtab);
@@ -526,11 +538,15 @@ static int cmp_double(const void *a, const void *b) {
  * / 256 / 1024, each call with max_pos = 1023 (what a decode graph step passes: its depth
  * bucket's bound, rf_depth_bucket_keys; 8 splits over gridDim.z, then the reduce kernel) and with
  * max_pos = depth - 1 (what an eager step of those rows passes: up to 128 keys one kernel, mode
- * TOTAL). Microseconds per call (rf_k_paged_attn and its reduce when launched), by device events:
+ * TOTAL); the 70b shape also with 4 rows per warp (70b4: test hook gpu_pa_rows). Microseconds
+ * per call (rf_k_paged_attn and its reduce when launched), by device events:
  *   b2b  200 calls back to back, total / 200 (the kernels' device time with launch gaps);
  *   one  a call alone between two events, the stream idle before it (median of 30);
- *   cold the same after a 256 MiB memset that evicts L2 (the kernels' code and the K/V with it,
- *        as a step's weight reads do between two layers' attention; median of 10);
+ *   cold the same after a call of the other cache type's kernel (f16 <-> q8_0: ~80-130 KB of other
+ *        code through the SMs' instruction caches) and a 256 MiB memset that evicts L2 (the
+ *        kernels' code and the K/V with it), as a step's other kernels and weight reads do
+ *        between two layers' attention; median of 10. The kernels are 5-8k instructions (R = 4:
+ *        ~79 KB, R = 8: ~122 KB of code, sm_90), much of it run once on a short row's path;
  *   wall host time of the launch and a sync (median of 30).
  * Floor rows: the same four for one and for two 1-element rf_gpu_scale launches (an empty kernel's
  * fixed cost), so the rows above read as floor + the kernel's own chain. dk/dv (f16) and qk/qv
@@ -582,10 +598,15 @@ static void time_short(void *dk, void *dv, void *qk, void *qv, const int32_t *pe
         fprintf(stderr, "  %-5s %-4s %4d %5s | %7.1f %7.1f %7.1f %7.1f |\n", nk == 1 ? "floor" : "floor2", "-", nk, "-",
                 col[0], col[1], col[2], col[3]);
     }
-    const int shapes[2] = {32, 64}, nss[2] = {1, 8}, depths[4] = {16, 64, 256, 1024};
+    /* shapes: 8b (R 4 rows per warp), 70b (R 8), 70b with R capped at 4 (test hook gpu_pa_rows:
+     * two blocks per kv head, the R = 4 kernel's code, ~2/3 of R = 8's; the same bits) */
+    const int shapes[3] = {32, 64, 64}, nss[2] = {1, 8}, depths[4] = {16, 64, 256, 1024};
+    const char *sname[3] = {"8b", "70b", "70b4"};
     int32_t hpos[8], hsq[8];
-    for (int si = 0; si < 2; si++)
+    for (int si = 0; si < 3; si++)
         for (int ti = 0; ti < 2; ti++) {
+            const rf_test_hooks r4 = {.gpu_pa_rows = 4};
+            rf_test_hooks_set(si == 2 ? &r4 : NULL);
             if (ti && !qk) continue;
             const rf_type kt = ti ? RF_TYPE_Q8_0 : RF_TYPE_F16;
             void *k = ti ? qk : dk, *vv = ti ? qv : dv;
@@ -622,6 +643,13 @@ static void time_short(void *dk, void *dv, void *qk, void *qv, const int32_t *pe
                             col[mi][c] = -1;
                             if (c == 2 && !flush) continue;
                             for (int i = 0; i < n; i++) {
+                                if (c == 2 && qk) /* the other cache type's kernel: other code in the SMs' caches */
+                                    assert_int_equal(rf_gpu_paged_attention_hint(g_ctx, dout, dq, ti ? dk : qk,
+                                                                                 ti ? dv : qv,
+                                                                                 ti ? RF_TYPE_F16 : RF_TYPE_Q8_0, ns,
+                                                                                 dpos, dseq, dtab, maxb, bs, nh, nhkv,
+                                                                                 D, scale, 0, 0.0f, mp, NULL, true),
+                                                     RF_OK);
                                 if (c == 2) assert_int_equal(rf_gpu_memset(g_ctx, flush, i & 0xff, fbytes), RF_OK);
                                 assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
                                 const double t0 = now_s();
@@ -640,12 +668,13 @@ static void time_short(void *dk, void *dv, void *qk, void *qv, const int32_t *pe
                     }
 #undef RF_SHORT_CALL
                     fprintf(stderr, "  %-5s %-4s %4d %5d | %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f %7.1f %7.1f\n",
-                            si ? "70b" : "8b", ti ? "q8_0" : "f16", ns, depth, col[0][0], col[0][1], col[0][2],
+                            sname[si], ti ? "q8_0" : "f16", ns, depth, col[0][0], col[0][1], col[0][2],
                             col[0][3], col[1][0], col[1][1], col[1][2], col[1][3]);
                     rf_gpu_free(g_ctx, dpos);
                 }
                 rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dseq);
             }
+            rf_test_hooks_set(NULL);
         }
     rf_gpu_timer_destroy(tm);
     if (flush) rf_gpu_free(g_ctx, flush);
