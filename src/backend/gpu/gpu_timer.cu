@@ -16,7 +16,7 @@ extern "C" rf_status rf_gpu_timer_start(rf_gpu_ctx *ctx, void **timer) {
         cudaError_t e = cudaEventCreate(&t->e0);
         if (e == cudaSuccess) {
             e = cudaEventCreate(&t->e1);
-            if (e != cudaSuccess) cudaEventDestroy(t->e0);
+            if (e != cudaSuccess) (void)cudaEventDestroy(t->e0);
         }
         if (e != cudaSuccess) {
             free(t);
@@ -44,7 +44,7 @@ extern "C" rf_status rf_gpu_timer_stop(rf_gpu_ctx *ctx, void *timer, double *us)
 extern "C" void rf_gpu_timer_destroy(void *timer) {
     rf_gpu_timer *t = (rf_gpu_timer *)timer;
     if (!t) return;
-    cudaEventDestroy(t->e0);
-    cudaEventDestroy(t->e1);
+    (void)cudaEventDestroy(t->e0);
+    (void)cudaEventDestroy(t->e1);
     free(t);
 }
