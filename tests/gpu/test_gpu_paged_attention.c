@@ -605,9 +605,9 @@ static void time_short(void *dk, void *dv, void *qk, void *qv, const int32_t *pe
     int32_t hpos[8], hsq[8];
     for (int si = 0; si < 3; si++)
         for (int ti = 0; ti < 2; ti++) {
+            if (ti && !qk) continue;
             const rf_test_hooks r4 = {.gpu_pa_rows = 4};
             rf_test_hooks_set(si == 2 ? &r4 : NULL);
-            if (ti && !qk) continue;
             const rf_type kt = ti ? RF_TYPE_Q8_0 : RF_TYPE_F16;
             void *k = ti ? qk : dk, *vv = ti ? qv : dv;
             const int64_t nh = shapes[si];
