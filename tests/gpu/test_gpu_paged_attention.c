@@ -16,10 +16,13 @@
  * Every case also runs the kernels as before the decode speed-up (test hook gpu_pa_old), the
  * plain kernel where the staged one runs (test hook gpu_pa_nostage: K/V read from memory, not
  * from shared-memory stages, another grid) and with the other shape hint
- * (rf_gpu_paged_attention_hint: decode rows / prompt chunks): the same bits. Then a timing table
+ * (rf_gpu_paged_attention_hint: decode rows / prompt chunks) and with at most 1, 2 or 4 rows per
+ * warp (test hook gpu_pa_rows): the same bits. Then a timing table
  * for the llama3-8b shape (32 heads, 8 kv heads, head_dim 128, blocks of 16): decode rows, f16
  * and q8_0 cache, 1 sequence at depth 512/4096/16384 and 64/128/256 sequences at depth
- * 256/1024, old, plain and new (staged) kernels side by side; a 512-token prompt chunk.
+ * 256/1024, old, plain and new (staged) kernels side by side; short-depth decode (time_short:
+ * 8b and 70b shapes, depths 16-1024, max_pos at the graph bucket's bound and at the real depth,
+ * device events: back to back, alone, after an L2 eviction); a 512-token prompt chunk.
  * Inputs are fresh each run (seed printed; RF_TEST_SEED=<n> replays). Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
@@ -33,6 +36,7 @@ int main(void) {
 #include <stdbool.h>
 #include <time.h>
 
+#include "backend/gpu/gpu_timer.h"
 #include "backend/ref/ref_ops.h"
 #include "core/test_hooks.h"
 
@@ -318,6 +322,16 @@ static void run_case(rf_rng *r, const pa_case *c) {
     assert_int_equal(ost, RF_OK);
     dev_to(alt, dalt, (size_t)(nt * qd) * 4);
     assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
+    /* 4c: fewer rows per warp (test hook gpu_pa_rows: at most 1, 2 or 4 query rows a block, by
+     * the token count; more blocks per kv head): the same bits */
+    const int rcap = 1 << (int)(nt % 3);
+    const rf_test_hooks rw_hooks = {.gpu_pa_rows = rcap};
+    rf_test_hooks_set(&rw_hooks);
+    ost = call_pa(c, dalt, dq, dk, dv, nt, dpos, dseq, dtab, maxb, max_pos);
+    rf_test_hooks_set(NULL);
+    assert_int_equal(ost, RF_OK);
+    dev_to(alt, dalt, (size_t)(nt * qd) * 4);
+    assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
     /* 5: the other shape hint (decode rows <-> prompt chunks: other rows per warp and tokens per
      * block; correct for any batch, the same bits) */
     assert_int_equal(rf_gpu_paged_attention_hint(g_ctx, dalt, dq, dk, dv,
@@ -328,8 +342,9 @@ static void run_case(rf_rng *r, const pa_case *c) {
                      RF_OK);
     dev_to(alt, dalt, (size_t)(nt * qd) * 4);
     assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
-    fprintf(stderr, "  %-48s bit-identical alone / reversed / old / unstaged kernels / other hint / max_pos %lld, %lld, %lld\n",
-            "", (long long)more[0], (long long)more[1], (long long)more[2]);
+    fprintf(stderr, "  %-48s bit-identical alone / reversed / old / unstaged kernels / rows <= %d / other hint / max_pos "
+                    "%lld, %lld, %lld\n",
+            "", rcap, (long long)more[0], (long long)more[1], (long long)more[2]);
 
     rf_gpu_free(g_ctx, dq), rf_gpu_free(g_ctx, dout), rf_gpu_free(g_ctx, dalt), rf_gpu_free(g_ctx, dk);
     rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dseq), rf_gpu_free(g_ctx, dtab);
@@ -513,6 +528,159 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Short-depth decode timing (informative, never fails): llama3-8b (32 heads / 8 kv heads) and
+ * llama2-70b (64 / 8) shapes, head 128, f16 and q8_0 caches, 1 and 8 sequences at depths 16 / 64
+ * / 256 / 1024, each call with max_pos = 1023 (what a decode graph step passes: its depth
+ * bucket's bound, rf_depth_bucket_keys; 8 splits over gridDim.z, then the reduce kernel) and with
+ * max_pos = depth - 1 (what an eager step of those rows passes: up to 128 keys one kernel, mode
+ * TOTAL); the 70b shape also with 4 rows per warp (70b4: test hook gpu_pa_rows). Microseconds
+ * per call (rf_k_paged_attn and its reduce when launched), by device events:
+ *   b2b  200 calls back to back, total / 200 (the kernels' device time with launch gaps);
+ *   one  a call alone between two events, the stream idle before it (median of 30);
+ *   cold the same after a call of the other cache type's kernel (f16 <-> q8_0: ~80-130 KB of other
+ *        code through the SMs' instruction caches) and a 256 MiB memset that evicts L2 (the
+ *        kernels' code and the K/V with it), as a step's other kernels and weight reads do
+ *        between two layers' attention; median of 10. The kernels are 5-8k instructions (R = 4:
+ *        ~79 KB, R = 8: ~122 KB of code, sm_90), much of it run once on a short row's path;
+ *   wall host time of the launch and a sync (median of 30).
+ * Floor rows: the same four for one and for two 1-element rf_gpu_scale launches (an empty kernel's
+ * fixed cost), so the rows above read as floor + the kernel's own chain. dk/dv (f16) and qk/qv
+ * (q8_0, NULL: skipped) are pools of pool_pos positions for 8 kv heads x 128, perm nblk shuffled
+ * blocks of 16. */
+static void time_short(void *dk, void *dv, void *qk, void *qv, const int32_t *perm, int64_t nblk, const float *dq,
+                       float *dout) {
+    const int64_t D = 128, nhkv = 8, bs = 16, maxb = 1024 / bs; /* a table of 1024 keys: pmax up to 1023 */
+    enum { NB2B = 200, NONE = 30, NCOLD = 10 };
+    void *tm = NULL, *flush = NULL;
+    const size_t fbytes = (size_t)256 << 20;
+    if (rf_gpu_alloc(g_ctx, fbytes, &flush)) flush = NULL; /* no room: no cold column */
+    double v[NONE];
+    float *fx = dev_poison(64), *fy = dev_poison(64);
+    assert_int_equal(rf_gpu_memset(g_ctx, fx, 0, 64), RF_OK);
+    fprintf(stderr, "  short-depth decode, head 128, blocks of 16: us per call (kernel + reduce), device events; "
+                    "bucket: max_pos 1023 (a graph step), real: max_pos depth - 1 (eager)\n");
+    fprintf(stderr, "  %-5s %-4s %4s %5s | %7s %7s %7s %7s | %7s %7s %7s %7s\n", "short", "kv", "seqs", "depth",
+            "bkt b2b", "one", "cold", "wall", "real b2b", "one", "cold", "wall");
+    /* floor: one / two empty kernels */
+    for (int nk = 1; nk <= 2; nk++) {
+        double col[4];
+        for (int w = 0; w < 5; w++) assert_int_equal(rf_gpu_scale(g_ctx, fy, fx, 1.0f, 1), RF_OK);
+        assert_int_equal(rf_gpu_timer_start(g_ctx, &tm), RF_OK);
+        for (int i = 0; i < NB2B; i++)
+            for (int k = 0; k < nk; k++) assert_int_equal(rf_gpu_scale(g_ctx, fy, fx, 1.0f, 1), RF_OK);
+        assert_int_equal(rf_gpu_timer_stop(g_ctx, tm, &col[0]), RF_OK);
+        col[0] /= NB2B;
+        for (int c = 1; c < 4; c++) {
+            const int n = c == 2 ? NCOLD : NONE;
+            col[c] = -1;
+            if (c == 2 && !flush) continue;
+            for (int i = 0; i < n; i++) {
+                if (c == 2) assert_int_equal(rf_gpu_memset(g_ctx, flush, i & 0xff, fbytes), RF_OK);
+                assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                const double t0 = now_s();
+                if (c != 3) assert_int_equal(rf_gpu_timer_start(g_ctx, &tm), RF_OK);
+                for (int k = 0; k < nk; k++) assert_int_equal(rf_gpu_scale(g_ctx, fy, fx, 1.0f, 1), RF_OK);
+                if (c != 3) {
+                    assert_int_equal(rf_gpu_timer_stop(g_ctx, tm, &v[i]), RF_OK);
+                } else {
+                    assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                    v[i] = (now_s() - t0) * 1e6;
+                }
+            }
+            qsort(v, (size_t)n, sizeof(double), cmp_double);
+            col[c] = v[n / 2];
+        }
+        fprintf(stderr, "  %-5s %-4s %4d %5s | %7.1f %7.1f %7.1f %7.1f |\n", nk == 1 ? "floor" : "floor2", "-", nk, "-",
+                col[0], col[1], col[2], col[3]);
+    }
+    /* shapes: 8b (R 4 rows per warp), 70b (R 8), 70b with R capped at 4 (test hook gpu_pa_rows:
+     * two blocks per kv head, the R = 4 kernel's code, ~2/3 of R = 8's; the same bits) */
+    const int shapes[3] = {32, 64, 64}, nss[2] = {1, 8}, depths[4] = {16, 64, 256, 1024};
+    const char *sname[3] = {"8b", "70b", "70b4"};
+    int32_t hpos[8], hsq[8];
+    for (int si = 0; si < 3; si++)
+        for (int ti = 0; ti < 2; ti++) {
+            if (ti && !qk) continue;
+            const rf_test_hooks r4 = {.gpu_pa_rows = 4};
+            rf_test_hooks_set(si == 2 ? &r4 : NULL);
+            const rf_type kt = ti ? RF_TYPE_Q8_0 : RF_TYPE_F16;
+            void *k = ti ? qk : dk, *vv = ti ? qv : dv;
+            const int64_t nh = shapes[si];
+            const float scale = 1.0f / sqrtf((float)D);
+            for (int bi = 0; bi < 2; bi++) {
+                const int ns = nss[bi];
+                const int64_t need = ns * maxb;
+                int64_t nrot = nblk / need;
+                if (nrot > 128) nrot = 128;
+                int32_t *dtab = dev_from(perm, (size_t)(nrot * need) * 4);
+                for (int s = 0; s < ns; s++) hsq[s] = s;
+                int32_t *dseq = dev_from(hsq, (size_t)ns * 4);
+                for (int di = 0; di < 4; di++) {
+                    const int depth = depths[di];
+                    for (int s = 0; s < ns; s++) hpos[s] = depth - 1;
+                    int32_t *dpos = dev_from(hpos, (size_t)ns * 4);
+                    double col[2][4];
+                    int call = 0;
+#define RF_SHORT_CALL(mp)                                                                                          \
+    assert_int_equal(rf_gpu_paged_attention_hint(g_ctx, dout, dq, k, vv, kt, ns, dpos, dseq,                       \
+                                                 dtab + (call++ % nrot) * need, maxb, bs, nh, nhkv, D, scale, 0,   \
+                                                 0.0f, (mp), NULL, true),                                          \
+                     RF_OK)
+                    for (int mi = 0; mi < 2; mi++) {
+                        const int64_t mp = mi ? depth - 1 : 1023;
+                        for (int w = 0; w < 5; w++) RF_SHORT_CALL(mp);
+                        assert_int_equal(rf_gpu_timer_start(g_ctx, &tm), RF_OK);
+                        for (int i = 0; i < NB2B; i++) RF_SHORT_CALL(mp);
+                        assert_int_equal(rf_gpu_timer_stop(g_ctx, tm, &col[mi][0]), RF_OK);
+                        col[mi][0] /= NB2B;
+                        for (int c = 1; c < 4; c++) {
+                            const int n = c == 2 ? NCOLD : NONE;
+                            col[mi][c] = -1;
+                            if (c == 2 && !flush) continue;
+                            for (int i = 0; i < n; i++) {
+                                if (c == 2 && qk) /* the other cache type's kernel: other code in the SMs' caches */
+                                    assert_int_equal(rf_gpu_paged_attention_hint(g_ctx, dout, dq, ti ? dk : qk,
+                                                                                 ti ? dv : qv,
+                                                                                 ti ? RF_TYPE_F16 : RF_TYPE_Q8_0, ns,
+                                                                                 dpos, dseq, dtab, maxb, bs, nh, nhkv,
+                                                                                 D, scale, 0, 0.0f, mp, NULL, true),
+                                                     RF_OK);
+                                if (c == 2) assert_int_equal(rf_gpu_memset(g_ctx, flush, i & 0xff, fbytes), RF_OK);
+                                assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                                const double t0 = now_s();
+                                if (c != 3) assert_int_equal(rf_gpu_timer_start(g_ctx, &tm), RF_OK);
+                                RF_SHORT_CALL(mp);
+                                if (c != 3) {
+                                    assert_int_equal(rf_gpu_timer_stop(g_ctx, tm, &v[i]), RF_OK);
+                                } else {
+                                    assert_int_equal(rf_gpu_sync(g_ctx), RF_OK);
+                                    v[i] = (now_s() - t0) * 1e6;
+                                }
+                            }
+                            qsort(v, (size_t)n, sizeof(double), cmp_double);
+                            col[mi][c] = v[n / 2];
+                        }
+                    }
+#undef RF_SHORT_CALL
+                    fprintf(stderr, "  %-5s %-4s %4d %5d | %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f %7.1f %7.1f\n",
+                            sname[si], ti ? "q8_0" : "f16", ns, depth, col[0][0], col[0][1], col[0][2],
+                            col[0][3], col[1][0], col[1][1], col[1][2], col[1][3]);
+                    rf_gpu_free(g_ctx, dpos);
+                }
+                rf_gpu_free(g_ctx, dtab), rf_gpu_free(g_ctx, dseq);
+            }
+            rf_test_hooks_set(NULL);
+        }
+    rf_gpu_timer_destroy(tm);
+    if (flush) rf_gpu_free(g_ctx, flush);
+    rf_gpu_free(g_ctx, fx), rf_gpu_free(g_ctx, fy);
+}
+
 /* Timing (informative, never fails): llama3-8b attention shape over a pool of 64 x 4096
  * positions (1 GiB of K/V); each call of a decode case reads a different set of blocks (block
  * tables rotate over the pool) so that small cases do not run from L2; the largest (256 x 1024)
@@ -608,6 +776,7 @@ static void test_timing(void **state) {
         }
     }
     free(hpos), free(hsq);
+    time_short(dk, dv, qk, qv, perm, nblk, dq, dout);
     if (qk) rf_gpu_free(g_ctx, qk), rf_gpu_free(g_ctx, qv);
     /* one 512-token prompt chunk of one sequence: positions 0..511 and 3584..4095 */
     for (int di = 0; di < 2; di++) {

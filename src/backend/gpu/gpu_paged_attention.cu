@@ -501,7 +501,9 @@ extern "C" rf_status rf_gpu_paged_attention_route(rf_gpu_ctx *ctx, float *out, c
      * several tokens of different sequences would walk their keys one sequence after another,
      * its rows half idle, at the larger R's register count); prompt chunks: consecutive tokens
      * of a sequence fill a warp's rows too, sharing each K/V load */
-    const int R = decode ? rf_pa_pow2((int)(G < rmax ? G : rmax)) : rmax;
+    int R = decode ? rf_pa_pow2((int)(G < rmax ? G : rmax)) : rmax;
+    if (hk && hk->gpu_pa_rows > 0) /* test hook: fewer rows per warp (the same arithmetic per row) */
+        while (R > 1 && R > hk->gpu_pa_rows) R /= 2;
     const int64_t GS = G < R ? G : R, NQ = R / GS, HS = (G + GS - 1) / GS;
     const int64_t X = (n_tokens + NQ - 1) / NQ, Y = n_head_kv * HS;
     RF_GPU_REQUIRE(Y <= 65535, op, "n_head_kv=%lld too large", (long long)n_head_kv);

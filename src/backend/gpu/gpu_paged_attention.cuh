@@ -318,14 +318,17 @@ static __device__ __forceinline__ void rf_pa_tokens(float *out, const int32_t *_
     if (tid < RF_PA_MAXNQ) {
         int st = 0, p = -1, sq = -1;
         if (tid < NQ && t0 + tid < n_tokens) {
+            /* both loads issued together: one round trip before the block's first barrier, not
+             * two (seq has n_tokens entries: always readable; used only as before) */
             p = pos[t0 + tid];
+            const int s = seq[t0 + tid];
             st = 1;
             if (p >= pskip) {
                 st = 0; /* another kernel's row (rf_gpu_decode_attention) */
             } else if (p >= 0) {
                 st = 2;
                 if (p <= pmax) {
-                    sq = seq[t0 + tid];
+                    sq = s;
                     if (sq >= 0) st = 3;
                 }
             }
