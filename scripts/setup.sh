@@ -44,12 +44,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Python oracles used by some tests (the `gguf` reader, jinja2), Selenium (the browser test
-# of the web UI) and the official `openai` and `anthropic` clients (drive `rocmforge serve` in
-# tests/cli/serve*.sh): a private venv, git-ignored.
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import gguf, jinja2, numpy, selenium, openai, anthropic' 2>/dev/null; then
-  echo "setup: creating .venv with gguf, numpy, jinja2 (test oracles), selenium (browser test), openai and anthropic (server tests)"
+# of the web UI), the official `openai` and `anthropic` clients (drive `rocmforge serve` in
+# tests/cli/serve*.sh) and `jsonschema` with its RFC 3339 date/time checker (structured output's
+# answers validated against their schemas): a private venv, git-ignored.
+if [ ! -x .venv/bin/python ] ||
+  ! .venv/bin/python -c 'import gguf, jinja2, numpy, selenium, openai, anthropic, jsonschema, rfc3339_validator' 2>/dev/null; then
+  echo "setup: creating .venv with gguf, numpy, jinja2 (test oracles), selenium (browser test), openai, anthropic and jsonschema (server tests)"
   if [ -x .venv/bin/python ] || python3 -m venv .venv 2>/dev/null; then
-    .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy jinja2 selenium openai anthropic ||
+    .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy jinja2 selenium openai anthropic jsonschema \
+      rfc3339-validator ||
       echo "setup: warning: could not install Python oracles; tests that need them will be skipped" >&2
   else
     echo "setup: warning: python3 -m venv failed; tests that need the Python oracles will be skipped" >&2

@@ -58,7 +58,9 @@ def valid(v, s, path="$", root=None):
         root = s
         if jsonschema is not None:
             try:
-                jsonschema.validate(v, s, format_checker=jsonschema.FormatChecker())
+                # the 2020-12 draft's checker: FormatChecker() merges every draft's and draft 3's
+                # "time" (hh:mm:ss, no offset) wins there, refusing RFC 3339 times
+                jsonschema.validate(v, s, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
             except jsonschema.ValidationError as e:
                 raise Fail(f"jsonschema: {e.message}")
     if s is True or s == {}:
