@@ -55,9 +55,10 @@ typedef struct rf_test_hooks {
     /* rf_gpu_paged_attention: the plain kernel where the staged one (K/V copied into shared
      * memory with cp.async) would run, for a side-by-side timing; the same bits either way */
     bool gpu_pa_nostage;
-    /* rf_gpu_paged_attention: > 0 caps the rows per warp (query rows a block serves) at the power
-     * of two at most this, so that a test can time the kernel's smaller instantiations (less code
-     * on a short row's path) and check them; the same bits either way */
+    /* rf_gpu_paged_attention: > 0 sets the rows per warp (query rows a block serves) at most: the
+     * power of two at most this, for decode rows in place of the default cap (4) and for prompt
+     * chunks below theirs, so that a test can time and check the kernel's other instantiations
+     * (8: the former decode cap); the same bits either way */
     int gpu_pa_rows;
 } rf_test_hooks;
 

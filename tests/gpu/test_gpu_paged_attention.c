@@ -322,9 +322,9 @@ static void run_case(rf_rng *r, const pa_case *c) {
     assert_int_equal(ost, RF_OK);
     dev_to(alt, dalt, (size_t)(nt * qd) * 4);
     assert_true(memcmp(alt, got, (size_t)(nt * qd) * 4) == 0);
-    /* 4c: fewer rows per warp (test hook gpu_pa_rows: at most 1, 2 or 4 query rows a block, by
-     * the token count; more blocks per kv head): the same bits */
-    const int rcap = 1 << (int)(nt % 3);
+    /* 4c: other rows per warp (test hook gpu_pa_rows: at most 1, 2, 4 or 8 query rows a block, by
+     * the token count; 8: the former decode cap, fewer blocks per kv head): the same bits */
+    const int rcap = 1 << (int)(nt % 4);
     const rf_test_hooks rw_hooks = {.gpu_pa_rows = rcap};
     rf_test_hooks_set(&rw_hooks);
     ost = call_pa(c, dalt, dq, dk, dv, nt, dpos, dseq, dtab, maxb, max_pos);
@@ -538,7 +538,7 @@ static int cmp_double(const void *a, const void *b) {
  * / 256 / 1024, each call with max_pos = 1023 (what a decode graph step passes: its depth
  * bucket's bound, rf_depth_bucket_keys; 8 splits over gridDim.z, then the reduce kernel) and with
  * max_pos = depth - 1 (what an eager step of those rows passes: up to 128 keys one kernel, mode
- * TOTAL); the 70b shape also with 4 rows per warp (70b4: test hook gpu_pa_rows). Microseconds
+ * TOTAL); the 70b shape also with 8 rows per warp (70b8, the former decode cap: test hook gpu_pa_rows). Microseconds
  * per call (rf_k_paged_attn and its reduce when launched), by device events:
  *   b2b  200 calls back to back, total / 200 (the kernels' device time with launch gaps);
  *   one  a call alone between two events, the stream idle before it (median of 30);
@@ -598,16 +598,17 @@ static void time_short(void *dk, void *dv, void *qk, void *qv, const int32_t *pe
         fprintf(stderr, "  %-5s %-4s %4d %5s | %7.1f %7.1f %7.1f %7.1f |\n", nk == 1 ? "floor" : "floor2", "-", nk, "-",
                 col[0], col[1], col[2], col[3]);
     }
-    /* shapes: 8b (R 4 rows per warp), 70b (R 8), 70b with R capped at 4 (test hook gpu_pa_rows:
-     * two blocks per kv head, the R = 4 kernel's code, ~2/3 of R = 8's; the same bits) */
+    /* shapes: 8b (R 4 rows per warp), 70b8 (R 8: the former decode cap, test hook gpu_pa_rows), 70b
+     * (the default cap 4: two blocks per kv head, the R = 4 kernel's code, ~2/3 of R = 8's; the
+     * same bits) */
     const int shapes[3] = {32, 64, 64}, nss[2] = {1, 8}, depths[4] = {16, 64, 256, 1024};
-    const char *sname[3] = {"8b", "70b", "70b4"};
+    const char *sname[3] = {"8b", "70b8", "70b"};
     int32_t hpos[8], hsq[8];
     for (int si = 0; si < 3; si++)
         for (int ti = 0; ti < 2; ti++) {
             if (ti && !qk) continue;
-            const rf_test_hooks r4 = {.gpu_pa_rows = 4};
-            rf_test_hooks_set(si == 2 ? &r4 : NULL);
+            const rf_test_hooks r8 = {.gpu_pa_rows = 8};
+            rf_test_hooks_set(si == 1 ? &r8 : NULL);
             const rf_type kt = ti ? RF_TYPE_Q8_0 : RF_TYPE_F16;
             void *k = ti ? qk : dk, *vv = ti ? qv : dv;
             const int64_t nh = shapes[si];

@@ -501,8 +501,17 @@ extern "C" rf_status rf_gpu_paged_attention_route(rf_gpu_ctx *ctx, float *out, c
      * several tokens of different sequences would walk their keys one sequence after another,
      * its rows half idle, at the larger R's register count); prompt chunks: consecutive tokens
      * of a sequence fill a warp's rows too, sharing each K/V load */
-    int R = decode ? rf_pa_pow2((int)(G < rmax ? G : rmax)) : rmax;
-    if (hk && hk->gpu_pa_rows > 0) /* test hook: fewer rows per warp (the same arithmetic per row) */
+    /* decode rows per warp at most RF_PA_DECODE_RMAX (4): a GQA group of 8 query heads takes two
+     * blocks of 4 rows, the R = 4 kernel's code (~2/3 of R = 8's; a short row runs most of it once,
+     * cold: the step's weights have emptied L2 and the instruction caches since the last layer).
+     * Measured on an H200 (test_gpu_paged_attention's short-depth table, 2026-11-29): 70B-shaped
+     * decode rows (64 / 8 heads, head 128) 10.5-15.9 us a call back to back at depths 16-1,024 where
+     * 8 rows took 14.2-19.7, 16-21 us cold where 8 rows took 25-30, 8 sequences at 1,024 keys 52.6
+     * against 61.7 us; the same bits (every case of the test checks the row caps) */
+    int dcap = RF_PA_DECODE_RMAX < rmax ? RF_PA_DECODE_RMAX : rmax;
+    if (hk && hk->gpu_pa_rows > 0) dcap = hk->gpu_pa_rows < rmax ? hk->gpu_pa_rows : rmax; /* test hook: another cap */
+    int R = decode ? rf_pa_pow2((int)(G < dcap ? G : dcap)) : rmax;
+    if (hk && hk->gpu_pa_rows > 0) /* test hook: prompt chunks too (the same arithmetic per row) */
         while (R > 1 && R > hk->gpu_pa_rows) R /= 2;
     const int64_t GS = G < R ? G : R, NQ = R / GS, HS = (G + GS - 1) / GS;
     const int64_t X = (n_tokens + NQ - 1) / NQ, Y = n_head_kv * HS;

@@ -17,6 +17,7 @@
 #define RF_PA_MAXNQ 8        /* tokens per block at most (rows per warp <= 8) */
 #define RF_PA_DECODE_MAX 64  /* up to this many tokens per call: one token per block */
 #define RF_PA_SCRATCH (32u << 20) /* partial states per call at most (bytes), else fewer splits */
+#define RF_PA_DECODE_RMAX 4 /* decode rows per warp at most (rf_gpu_paged_attention_route says why) */
 #if defined(RF_HIP)
 #define RF_PA_RMAX 4 /* rows per warp at most: 8 spills on gfx90a (f16: 224-424 bytes per lane) */
 #else
