@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "cli.h"
 #include "cmd_run_opts.h"
 #include "gpu_monitor.h"
@@ -45,17 +46,6 @@ static const char k_bench_usage[] =
     "                          completes the grammar's document before n tokens is reported (it keeps\n"
     "                          decoding, end-of-generation tokens, its masks then the finished document's)\n";
 
-typedef struct bench_opts {
-    const char *model, *plot;
-    bool deterministic; /* --deterministic: rf_model_set_deterministic */
-    int p, n, reps, threads, batch_prompt;
-    int depths[16], n_depths, batches[16], n_batches;
-    rf_device device;
-    int device_index, tp;
-    rf_type kv_type;
-    int out; /* 0 md, 1 json, 2 csv */
-    rf_run_opts g; /* only its grammar fields: --grammar, --grammar-file, -j, --json-schema(-file) */
-} bench_opts;
 
 static int parse_list(const char *opt, const char *s, int *out, int cap, int *n, long long hi) {
     *n = 0;
@@ -395,39 +385,9 @@ static int run_once(rf_engine *e, rf_grammar *g, int nreq, int plen, int ngen, u
     return 0;
 }
 
-typedef struct row {
-    char test[48];
-    int kind;    /* 0 pp, 1 tg, 2 batched */
-    int depth, batch;
-    double mean, sd;   /* tok/s; batched: the steady state (NAN when no step had every sequence decoding) */
-    double p50, p99;   /* ms per decode step (batched: steady steps); NAN for pp */
-    double gbps;       /* achieved read bandwidth; NAN for pp */
-    double agg_mean, agg_sd;   /* batched: tok/s over every decode step (the ragged aggregate); else NAN */
-    double agg_p50, mixed_p50; /* batched: step p50 of every decode step / of prompt steps carrying decodes */
-    int g_ended, g_first;      /* under a grammar: most sequences of a repetition that completed the
-                                * document before n tokens; the fewest tokens at which one did (0: none) */
-    int steady_steps, decode_steps, max_seqs; /* batched: per repetition */
-} row;
 
 /* ---- the model, the device and the engine ------------------------------------------------ */
 
-typedef struct bench_env {
-    bench_opts o;
-    rf_model *m;
-    rf_engine *e;
-    rf_model_info info;
-    double bw;
-    char devname[256], driver[96];
-    bool on_gpu;
-    rf_gpu_reading before, after;
-    double w_bytes;             /* bytes a decode token reads: weights, one embedding row */
-    double exp_bytes, exp_frac; /* MoE: routed experts' bytes and the fraction one token reads */
-    int32_t n_exp, n_exp_used;
-    double kv_pos;              /* K/V bytes per position */
-    int64_t kv_bytes, state_bytes; /* the engine's KV pool; a hybrid model's state slots (+ checkpoints) */
-    int64_t n_slots, n_ckpt;
-    rf_grammar *g; /* --grammar / -j: the tgN and batched tests' constraint, else NULL */
-} bench_env;
 
 /* The device's read bandwidth, measured first while its memory is still free. */
 static void measure_device(bench_env *v) {
@@ -633,190 +593,6 @@ static int run_tests(bench_env *v, row *rows, int *nrows) {
     return rc;
 }
 
-/* ---- output ------------------------------------------------------------------------------- */
-
-/* A number or JSON's null. */
-static void json_num(const char *key, const char *fmt, double x) {
-    printf(", \"%s\": ", key);
-    if (isnan(x)) printf("null");
-    else printf(fmt, x);
-}
-
-/* Which constraint the tgN and batched tests ran under, as a JSON value. */
-static const char *grammar_kind(const bench_opts *o) {
-    if (o->g.grammar || o->g.grammar_file) return "\"gbnf\"";
-    if (o->g.json_schema || o->g.json_schema_file) return "\"json_schema\"";
-    return "null";
-}
-
-static void print_json(const bench_env *v, const row *rows, int nrows, const char *base, const char *date) {
-    printf("{\"model\": \"%s\", \"ftype\": \"%s\", \"params\": %llu, \"weight_bytes\": %llu, \"device\": \"%s\", "
-           "\"driver\": \"%s\", \"read_bw_gbs\": %.1f, \"date\": \"%s\", \"reps\": %d, \"kv_bytes\": %lld, "
-           "\"state_bytes\": %lld, \"state_slots\": %lld, \"grammar\": %s,\n \"gpu_before\": ",
-           base, v->info.ftype, (unsigned long long)v->info.n_params, (unsigned long long)v->info.weight_bytes, v->devname,
-           v->driver, v->bw, date, v->o.reps, (long long)v->kv_bytes, (long long)v->state_bytes, (long long)v->n_slots,
-           grammar_kind(&v->o));
-    for (int k = 0; k < 2; k++) {
-        const rf_gpu_reading *g = k ? &v->after : &v->before;
-        if (!g->ok) printf("null");
-        else printf("{\"sm_mhz\": %u, \"mem_mhz\": %u, \"temp_c\": %u, \"power_w\": %.1f, \"throttled\": %s}", g->sm_mhz,
-                    g->mem_mhz, g->temp_c, g->power_mw / 1000.0, g->throttled ? "true" : "false");
-        if (!k) printf(", \"gpu_after\": ");
-    }
-    printf(",\n \"results\": [\n");
-    for (int i = 0; i < nrows; i++) {
-        const row *R = &rows[i];
-        printf("  {\"test\": \"%s\", \"depth\": %d, \"sequences\": %d", R->test, R->depth, R->batch);
-        json_num("tok_s", "%.2f", R->mean);
-        json_num("tok_s_sd", "%.2f", R->sd);
-        if (R->kind) {
-            json_num("ms_p50", "%.3f", R->p50);
-            json_num("ms_p99", "%.3f", R->p99);
-            json_num("gb_s", "%.1f", R->gbps);
-            json_num("bw_frac", "%.3f", v->bw > 0 ? R->gbps / v->bw : NAN);
-        }
-        if (R->kind == 2) {
-            json_num("tok_s_aggregate", "%.2f", R->agg_mean);
-            json_num("tok_s_aggregate_sd", "%.2f", R->agg_sd);
-            json_num("ms_p50_aggregate", "%.3f", R->agg_p50);
-            json_num("ms_p50_prompt_steps", "%.3f", R->mixed_p50);
-            printf(", \"steady_steps\": %d, \"decode_steps\": %d, \"max_seqs_per_step\": %d", R->steady_steps,
-                   R->decode_steps, R->max_seqs);
-        }
-        if (R->kind && v->g) printf(", \"grammar_ended\": %d, \"grammar_first_end\": %d", R->g_ended, R->g_first);
-        printf("}%s\n", i + 1 < nrows ? "," : "");
-    }
-    printf(" ]}\n");
-}
-
-/* A CSV cell: the number, or nothing. */
-static void csv_num(const char *fmt, double x) {
-    putchar(',');
-    if (!isnan(x)) printf(fmt, x);
-}
-
-static void print_csv(const bench_env *v, const row *rows, int nrows, const char *base) {
-    printf("model,ftype,device,test,depth,sequences,tok_s,tok_s_sd,ms_p50,ms_p99,gb_s,bw_frac,tok_s_aggregate,"
-           "tok_s_aggregate_sd,steady_steps,decode_steps\n");
-    for (int i = 0; i < nrows; i++) {
-        const row *R = &rows[i];
-        printf("%s,%s,\"%s\",%s,%d,%d", base, v->info.ftype, v->devname, R->test, R->depth, R->batch);
-        csv_num("%.2f", R->mean);
-        csv_num("%.2f", R->sd);
-        csv_num("%.3f", R->p50);
-        csv_num("%.3f", R->p99);
-        csv_num("%.1f", R->gbps);
-        csv_num("%.3f", v->bw > 0 && !isnan(R->gbps) ? R->gbps / v->bw : NAN);
-        csv_num("%.2f", R->agg_mean);
-        csv_num("%.2f", R->agg_sd);
-        if (R->kind == 2) printf(",%d,%d\n", R->steady_steps, R->decode_steps);
-        else printf(",,\n");
-    }
-}
-
-static void print_md(const bench_env *v, const row *rows, int nrows, const char *base, const char *date) {
-    printf("device: %s%s%s | read bandwidth %.1f GB/s (measured) | %s\n", v->devname, v->driver[0] ? " | driver " : "",
-           v->driver, v->bw, date);
-    printf("model: %s | %s | %.1f MiB of weights | %.1f M params | %.1f MiB read per decode token (+ K/V)\n", base,
-           v->info.ftype, v->info.weight_bytes / 1048576.0, v->info.n_params / 1e6,
-           (v->w_bytes - v->exp_bytes * (1 - v->exp_frac)) / 1048576.0);
-    printf("memory: KV pool %.1f MiB", v->kv_bytes / 1048576.0);
-    if (v->n_slots > 0) /* a hybrid model: its recurrent state beside the KV */
-        printf(" | recurrent state %.1f MiB (%lld slots + %lld checkpoints of %.2f MiB)", v->state_bytes / 1048576.0,
-               (long long)v->n_slots, (long long)v->n_ckpt, v->state_bytes / 1048576.0 / (double)(v->n_slots + v->n_ckpt));
-    printf("\n\n");
-    if (v->g) { /* the constraint on one line (a GBNF text's rules joined by spaces) */
-        const char *src = v->o.g.grammar_file ? v->o.g.grammar_file : v->o.g.json_schema_file ? v->o.g.json_schema_file
-                          : v->o.g.grammar ? v->o.g.grammar : v->o.g.json_schema;
-        printf("constrained: the tgN and batched tests generate under the %s ",
-               v->o.g.grammar || v->o.g.grammar_file ? "GBNF grammar" : "JSON schema");
-        for (const char *c = src; *c; c++) putchar(*c == '\n' || *c == '\r' ? ' ' : *c);
-        printf(" (a mask every step)\n\n");
-    }
-    if (v->exp_bytes > 0)
-        printf("experts: %d of %d per token, %.1f MiB of expert weights (a step of B sequences counts the "
-               "experts B uniform picks would reach: an upper bound for real routers)\n\n", v->n_exp_used, v->n_exp,
-               v->exp_bytes / 1048576.0);
-    printf("| test | t/s | ms/step p50 | p99 | GB/s | of bw | all decode steps t/s |\n"
-           "|---|---:|---:|---:|---:|---:|---:|\n");
-    bool any_b = false;
-    for (int i = 0; i < nrows; i++) {
-        const row *R = &rows[i];
-        if (isnan(R->mean)) printf("| %s | - |", R->test);
-        else printf("| %s | %.2f ± %.2f |", R->test, R->mean, R->sd);
-        if (isnan(R->p50)) printf(" - | - | - | - |");
-        else printf(" %.2f | %.2f | %.1f | %.0f%% |", R->p50, R->p99, R->gbps, v->bw > 0 ? 100 * R->gbps / v->bw : 0.0);
-        if (R->kind == 2) printf(" %.2f ± %.2f |\n", R->agg_mean, R->agg_sd);
-        else printf(" - |\n");
-        any_b |= R->kind == 2;
-    }
-    for (int i = 0; i < nrows && v->g; i++)
-        if (rows[i].g_ended)
-            printf("\n%s: %d sequence(s) completed the grammar's document before %d tokens (the first at token %d):\n"
-                   "they kept decoding (ignore-eos), end-of-generation tokens under the finished document's masks, so\n"
-                   "those steps were not all open documents; a grammar with no end (docs/PERFORMANCE.md) measures it\n",
-                   rows[i].test, rows[i].g_ended, v->o.n, rows[i].g_first);
-    if (any_b) {
-        printf("\nbatched (tgN x B seqs): t/s and its step p50/p99 are the steady state, steps in which all B sequences\n"
-               "decode (llama-batched-bench's S_TG); 'all decode steps' is every step without prompt tokens, prompts\n"
-               "streaming in first and sequences finishing one by one after.\n");
-        for (int i = 0; i < nrows; i++) {
-            const row *R = &rows[i];
-            if (R->kind != 2) continue;
-            printf("  %s: %d of %d decode steps had all %d sequences (most in one step: %d); step p50 %.2f ms over "
-                   "all decode steps", R->test, R->steady_steps, R->decode_steps, R->batch, R->max_seqs, R->agg_p50);
-            if (isnan(R->mixed_p50)) printf(", no prompt step carried decodes\n");
-            else printf(", %.2f ms over the prompt steps that carried decodes\n", R->mixed_p50);
-            if (isnan(R->mean))
-                printf("  %s: no step had every sequence decoding (the first finished before the last prompt was in): "
-                       "raise -n\n", R->test);
-        }
-    }
-    if (v->before.ok)
-        printf("\ngpu (%s): before %u/%u MHz (sm/mem) %u C %.0f W | after %u/%u MHz %u C %.0f W\n", v->before.source,
-               v->before.sm_mhz, v->before.mem_mhz, v->before.temp_c, v->before.power_mw / 1000.0, v->after.sm_mhz,
-               v->after.mem_mhz, v->after.temp_c, v->after.power_mw / 1000.0);
-}
-
-/* --plot: tok/s against depth and batch size (gnuplot). */
-static int plot(const bench_env *v, const row *rows, int nrows, const char *base, const char *date) {
-    char tmp[] = "/tmp/rf-bench-XXXXXX";
-    int fd = mkstemp(tmp);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) return rf_cli_fail(1, "--plot: cannot write a temporary file");
-    fprintf(f, "# kind x tok/s sd aggregate\n");
-    for (int i = 0; i < nrows; i++) { /* '?': no figure (a batched test without its steady state) */
-        const row *R = &rows[i];
-        if (!R->kind) continue;
-        fprintf(f, "%d %d", R->kind, R->kind == 1 ? R->depth : R->batch);
-        if (isnan(R->mean)) fprintf(f, " ? ?");
-        else fprintf(f, " %.3f %.3f", R->mean, R->sd);
-        fprintf(f, " %.3f\n", isnan(R->agg_mean) ? (isnan(R->mean) ? 0.0 : R->mean) : R->agg_mean);
-    }
-    fclose(f);
-    FILE *g = popen("gnuplot 2>&1", "w");
-    if (!g) {
-        unlink(tmp);
-        return rf_cli_fail(1, "--plot needs gnuplot (apt-get install gnuplot-nox)");
-    }
-    fprintf(g,
-            "set terminal pngcairo noenhanced size 1100,450 font ',10'\nset output '%s'\n" /* noenhanced: '_' in a file name is not a subscript */
-            "set multiplot layout 1,2 title '%s on %s (tg%d, %s)'\n"
-            "set grid\nset ylabel 'tokens/s'\nset yrange [0:*]\nset datafile missing '?'\n"
-            "set xlabel 'KV depth (positions)'\nset title 'one sequence'\n"
-            "plot '%s' using ($1==1?$2:1/0):3:4 with yerrorlines lw 2 pt 7 title 'tg tok/s'\n"
-            "set xlabel 'sequences at once'\nset title 'batched generation'\nset logscale x 2\n"
-            "plot '%s' using ($1==2?$2:1/0):3:4 with yerrorlines lw 2 pt 7 title 'all decoding (steady)', "
-            "'' using ($1==2?$2:1/0):5 with linespoints lw 1 pt 6 title 'all decode steps'\n"
-            "unset multiplot\n",
-            v->o.plot, base, v->devname, v->o.n, date, tmp, tmp);
-    int prc = pclose(g);
-    unlink(tmp);
-    if (prc != 0) return rf_cli_fail(1, "--plot: gnuplot failed (exit %d); is gnuplot installed (apt-get install gnuplot-nox)?", prc);
-    fprintf(stderr, "bench: wrote %s\n", v->o.plot);
-    return 0;
-}
-
 /* ---- the command ------------------------------------------------------------------------ */
 
 int rf_cmd_bench(int argc, char **argv) {
@@ -846,11 +622,11 @@ int rf_cmd_bench(int argc, char **argv) {
     char date[64];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    if (v.o.out == 1) print_json(&v, rows, nrows, base, date);
-    else if (v.o.out == 2) print_csv(&v, rows, nrows, base);
-    else print_md(&v, rows, nrows, base, date);
+    if (v.o.out == 1) rf_bench_print_json(&v, rows, nrows, base, date);
+    else if (v.o.out == 2) rf_bench_print_csv(&v, rows, nrows, base);
+    else rf_bench_print_md(&v, rows, nrows, base, date);
     if (v.after.ok && v.after.throttled)
         fprintf(stderr, "warning: the GPU's clocks were cut during the run (reasons 0x%llx: power cap or thermal)\n",
                 v.after.reasons);
-    return v.o.plot ? plot(&v, rows, nrows, base, date) : 0;
+    return v.o.plot ? rf_bench_plot(&v, rows, nrows, base, date) : 0;
 }
