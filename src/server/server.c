@@ -231,7 +231,10 @@ static bool start_daemon(srv *s, const rf_server_config *cfg) {
                             MHD_OPTION_URI_LOG_CALLBACK, srv_guard_on_uri, s->guard,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : 0),
                             MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, s,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                            /* no MHD_OPTION_LISTENING_ADDRESS_REUSE: it sets SO_REUSEPORT, with which
+                             * a second server on a busy port started silently and the kernel split the
+                             * connections between the two; libmicrohttpd's default (SO_REUSEADDR)
+                             * still lets a restart bind while old connections sit in TIME_WAIT */
                             MHD_OPTION_END);
     char host[INET6_ADDRSTRLEN] = "?";
     if (ai->ai_family == AF_INET) inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, host, sizeof host);

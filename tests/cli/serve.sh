@@ -27,6 +27,27 @@ out=$("$RF" serve 2>&1); [ $? = 2 ] && grep -q "usage: rocmforge serve" <<<"$out
 out=$("$RF" serve -m x.gguf --port 70000 2>&1); [ $? = 2 ] && grep -q "port" <<<"$out" || fail "--port 70000: $out"
 out=$("$RF" serve -m /nonexistent.gguf --port 0 2>&1); [ $? = 1 ] && grep -q "/nonexistent.gguf" <<<"$out" || fail "missing model: $out"
 
+# a second server on a port a first one holds must fail, not share it (SO_REUSEPORT would let
+# it start, the kernel then splitting the connections between the two)
+T=$(mktemp -d)
+if "$RF" mkmodel --preset tiny --type q8_0 -o "$T/tiny.gguf" >/dev/null 2>&1; then
+    "$RF" serve -m "$T/tiny.gguf" --host 127.0.0.1 --port 0 --device cpu 2>"$T/a.log" &
+    A=$!
+    port=
+    for _ in $(seq 1 100); do
+        port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$T/a.log" | head -1)
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    [ -n "$port" ] || { kill $A; fail "the first server did not listen: $(cat "$T/a.log")"; }
+    out=$(timeout 60 "$RF" serve -m "$T/tiny.gguf" --host 127.0.0.1 --port "$port" --device cpu 2>&1)
+    rc=$?
+    kill $A; wait $A 2>/dev/null
+    [ $rc = 1 ] && grep -q "cannot listen" <<<"$out" || fail "a second server on busy port $port exited $rc: $out"
+    echo "ok   a second server on a busy port ($port) is refused: $(grep -m1 'cannot listen' <<<"$out")"
+fi
+rm -rf "$T"
+
 MODEL=$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f "$MODEL" ] || { echo "SKIP: $MODEL missing (make models)"; exit 77; }
 command -v curl >/dev/null || { echo "SKIP: curl is needed"; exit 77; }
