@@ -10,7 +10,8 @@
 # GPUs are present, on one GPU and on the split over 2: afterwards /metrics must show no KV
 # block used and no sequence running, rocmforge_tp_size and the per-GPU series
 # (rocmforge_gpu_memory_*_bytes, rocmforge_gpu_kv_bytes; none on the CPU), each GPU's free memory
-# unchanged by a storm after a warm-up one, and a normal request must be answered.
+# unchanged by a storm after a warm-up one, and a normal request must be answered. The same storm
+# on a hybrid model (tiny-qwen35moe, CPU and one GPU) must give back every recurrent-state slot.
 # Needs curl and python3; skipped (77) without them or without the server in the build.
 # usage: bash serve_tp.sh <rocmforge> <source-dir>
 set -u
@@ -214,7 +215,7 @@ storm() {
     local name=$1 tp=$2 gpus=$3
     shift 3
     start_server "$name" "$@" --parallel 16 -c 1024
-    python3 "$STORM" "$(cat "$T/$name.port")" "$name" --tp "$tp" --gpus "$gpus" ||
+    python3 "$STORM" "$(cat "$T/$name.port")" "$name" --tp "$tp" --gpus "$gpus" ${STORM_ARGS:-} ||
         fail "storm $name: $(tail -5 "$T/$name.log")"
     stop_server "$name"
 }
@@ -233,4 +234,17 @@ fi
 if [ "$NGPU" -ge 2 ]; then
     storm storm-gpu2 2 2 -- --device gpu --tp 2
 fi
+# a hybrid model (qwen35moe: DeltaNet layers hold a recurrent-state slot per sequence beside the
+# KV blocks of its attention layers): the storm must give every slot back too
+MH="$T/tiny-qwen35moe-q8_0.gguf"
+"$RF" mkmodel --preset tiny-qwen35moe --type q8_0 -o "$MH" >/dev/null 2>&1 || fail "mkmodel tiny-qwen35moe"
+M_SAVE=$M
+M=$MH
+STORM_ARGS="--max-tokens 896" # its chat template's prompt is longer: stay inside -c 1024
+storm storm-hybrid-cpu 1 0 -- --device cpu
+if [ "$NGPU" -ge 1 ]; then
+    storm storm-hybrid-gpu1 1 1 -- --device gpu
+fi
+STORM_ARGS=""
+M=$M_SAVE
 echo "PASS"

@@ -6,7 +6,8 @@ wait in the queue); once every slot runs a sequence and tokens stream, every cli
 reset, like a killed client). Then, once the server reports nothing active, /metrics must show:
 rocmforge_kv_blocks_used 0 (free + cached = total: the one block table of the split has every
 block back, and with it each GPU's pool), rocmforge_sequences_running and _waiting 0, the
-disconnects counted; and a normal request must still be answered.
+disconnects counted, on a hybrid model (rocmforge_state_slots_total > 0) every recurrent-state
+slot back (rocmforge_state_slots_used 0); and a normal request must still be answered.
 
 The per-GPU series (rocmforge_gpu_memory_total_bytes / _free_bytes / rocmforge_gpu_kv_bytes,
 label gpu = the ordinal) must be present for each of the --gpus GPUs (none on the CPU), with
@@ -173,9 +174,16 @@ def storm(i):
     check(used == 0 and free + cached == total, f"storm {i}: {used:.0f} KV blocks used, {free:.0f} free + {cached:.0f} cached of {total:.0f}")
     check(m["rocmforge_sequences_running"] == 0, f"storm {i}: {m['rocmforge_sequences_running']:.0f} sequences running")
     check(mid * 5 // 6 <= gone <= N, f"storm {i}: {gone:.0f} disconnects counted for {mid} clients cut mid-stream")
+    slots = ""
+    if m.get("rocmforge_state_slots_total", 0) > 0:  # a hybrid model: every recurrent-state slot back too
+        s_tot, s_used = m["rocmforge_state_slots_total"], m["rocmforge_state_slots_used"]
+        ck_tot, ck_used = m.get("rocmforge_state_checkpoints_total", 0), m.get("rocmforge_state_checkpoints_used", 0)
+        check(s_used == 0, f"storm {i}: {s_used:.0f} of {s_tot:.0f} recurrent-state slots still held")
+        check(ck_used <= ck_tot, f"storm {i}: {ck_used:.0f} state checkpoints used of {ck_tot:.0f}")
+        slots = f", state slots used {s_used:.0f} of {s_tot:.0f} (checkpoints {ck_used:.0f} of {ck_tot:.0f} hold prefixes)"
     print(f"storm {NAME} #{i}: {N} clients, {running:.0f} sequences running at the cut, {mid} cut mid-stream, "
           f"{gone:.0f} disconnects; after: KV blocks used {used:.0f} ({free:.0f} free + {cached:.0f} cached of {total:.0f}), "
-          f"sequences running {m['rocmforge_sequences_running']:.0f}: PASS")
+          f"sequences running {m['rocmforge_sequences_running']:.0f}{slots}: PASS")
     return m
 
 

@@ -1,6 +1,7 @@
 /* test_hooks_env.c — rocmforge-test's start: the test hooks (src/core/test_hooks.h) from the test
  * variables RF_SERVE_LOAD_DELAY_MS, RF_SERVE_TEST_FAULTS, RF_TP_ONE_DEVICE, RF_TP_CPU_RANKS and
- * RF_TP_SKIP_RANK / RF_TP_SKIP_FROM (a rank that stops taking part in collectives).
+ * RF_TP_SKIP_RANK / RF_TP_SKIP_FROM (a rank that stops taking part in collectives) and RF_PA_ROWS
+ * (the paged attention's rows per warp, to time another cap in a whole step).
  * Linked only into rocmforge-test (tests/CMakeLists.txt), never into rocmforge, which ignores them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,10 +26,14 @@ void rf_test_hooks_from_env(void) {
     const char *sr = getenv("RF_TP_SKIP_RANK"), *sf = getenv("RF_TP_SKIP_FROM");
     h.tp_skip_rank = sr ? atoi(sr) : 0;
     h.tp_skip_from = sf ? atoll(sf) : 1;
-    if (h.serve_load_delay_ms <= 0 && !h.serve_faults && !h.tp_one_device && !h.tp_cpu_ranks && h.tp_skip_rank <= 0)
+    const char *pr = getenv("RF_PA_ROWS");
+    h.gpu_pa_rows = pr ? atoi(pr) : 0;
+    if (h.serve_load_delay_ms <= 0 && !h.serve_faults && !h.tp_one_device && !h.tp_cpu_ranks && h.tp_skip_rank <= 0 &&
+        h.gpu_pa_rows <= 0)
         return;
     fprintf(stderr, "rocmforge-test: test hooks in force (load delay %d ms, serve faults %s, tp on one device %s, "
-            "tp on CPU ranks %s, tp rank %d skipping collectives from the %lldth)\n", h.serve_load_delay_ms, h.serve_faults ? "on" : "off",
-            h.tp_one_device ? "on" : "off", h.tp_cpu_ranks ? "on" : "off", h.tp_skip_rank - 1, (long long)h.tp_skip_from);
+            "tp on CPU ranks %s, tp rank %d skipping collectives from the %lldth, paged attention rows %d)\n", h.serve_load_delay_ms, h.serve_faults ? "on" : "off",
+            h.tp_one_device ? "on" : "off", h.tp_cpu_ranks ? "on" : "off", h.tp_skip_rank - 1, (long long)h.tp_skip_from,
+            h.gpu_pa_rows);
     rf_test_hooks_set(&h);
 }
