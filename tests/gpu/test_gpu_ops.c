@@ -540,6 +540,9 @@ static void test_rmsnorm_quantize_fused(void **state) {
     const struct { rf_type t; int64_t n; } cases[] = {
         {RF_TYPE_Q4_0, 4096}, {RF_TYPE_Q8_0, 2048}, {RF_TYPE_Q4_1, 4096}, {RF_TYPE_Q4_K, 4096},
         {RF_TYPE_Q5_0, 14336}, {RF_TYPE_Q4_0, 576}, {RF_TYPE_Q8_0, 16384},
+        /* a 70B's width (a cluster of 8 blocks a row on sm_90) and gpt-oss's (3 blocks, the last
+         * one partly past the row) */
+        {RF_TYPE_Q4_0, 8192}, {RF_TYPE_Q8_0, 2880},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
         for (int nt = 1; nt <= 3; nt += 2)
@@ -568,6 +571,18 @@ static void test_rmsnorm_quantize_fused(void **state) {
                 const size_t nq = (size_t)tot, rec = ((nq + 255) & ~(size_t)255);
                 assert_memory_equal(qa, qb, nq);
                 assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                /* h written over x (no residual): no block of a row may still read x while
+                 * another writes its slice */
+                {
+                    float *dxs = dev_from(x, tot * 4);
+                    assert_int_equal(rf_gpu_rmsnorm_quantize_x(g_ctx, dxs, q2, cases[c].t, dxs, NULL, dw, nt, n, 1e-5f), RF_OK);
+                    dev_to(b, dxs, tot * 4);
+                    assert_memory_equal(a, b, tot * 4);
+                    dev_to(qb, q2, xb);
+                    assert_memory_equal(qa, qb, nq);
+                    assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                    rf_gpu_free(g_ctx, dxs);
+                }
                 /* with the residual add: x + r formed in the norm's kernel and written back,
                  * against rf_gpu_add then the norm (and rf_gpu_add_rmsnorm without quantizing) */
                 {

@@ -59,6 +59,95 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int
     }
 }
 
+#if defined(RF_CUDA_BUILD)
+/* rmsnorm_quantize_x over a cluster of blocks (CUDA, sm_90): the same output bits, with a
+ * row's elements spread over its nsl = ceil(n / 1024) blocks instead of one. One block per row
+ * left a decode step's norm on one SM: every thread quantized its K elements one after another
+ * (K dependent rounds of warp reductions), 4.9 us for a 4096 row and 7.9 us for 8192 on an H200
+ * (ncu, clocks and caches as they run; 2 of the ~11 kernels of a layer). Here block p of the
+ * cluster normalizes and quantizes slice p only (element p * 1024 + threadIdx.x: the element
+ * and the 32-lane group the single-block kernel's thread held in its round k = p). Each block
+ * still loads the whole row (from L2 after the first) and forms the sum of squares exactly as
+ * rf_k_rmsnorm_quantize_x does (same per-thread order over k, same block sum), so every block
+ * holds the same inv and the outputs are that kernel's bits. The cluster barrier comes after
+ * every block's loads and before any block's stores: x is rewritten in place (x + res) and h
+ * may alias x, so a slice must not change while another block still reads it. launch: grid
+ * (nsl, rows), cluster (nsl, 1, 1), nsl <= 8, 1024 threads. */
+template <int GB, int RK, int K>
+__global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x_cl(float *hout, int8_t *qx, float4 *dx, float *x,
+                                                                   const float *res, const float *w, int n,
+                                                                   float eps) {
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    __shared__ float sh[1024 / 32];
+    const int part = (int)blockIdx.x, row = (int)blockIdx.y;
+    float *xr = x + (int64_t)row * n;
+    float v[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = k * 1024 + threadIdx.x;
+        v[k] = i < n ? xr[i] : 0.0f;
+    }
+    if (res) {
+        const float *rr = res + (int64_t)row * n;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = k * 1024 + threadIdx.x;
+            if (i < n) v[k] = v[k] + rr[i];
+        }
+    }
+    const float inv = rf_rms_inv<K>(v, n, eps, sh);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+    __trap(); /* never launched below sm_90 (rf_gemv_launch_rmsnorm_quantize_x) */
+#endif
+    const int i = part * 1024 + threadIdx.x;
+    if (i - (int)(threadIdx.x % RF_QK) >= n) return; /* whole groups leave together */
+    float own = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        if (k == part) own = v[k];
+    if (res && i < n) xr[i] = own;
+    const float wv = w && i < n ? w[i] : 1.0f;
+    const float hv = own * inv * wv;
+    if (i < n) hout[(int64_t)row * n + i] = hv;
+    rf_quantize_elem<GB, RK>(qx, dx, hv, i, n, row, (int)(threadIdx.x % RF_QK));
+}
+
+/* cudaLaunchKernelEx with the cluster dimension (and programmatic dependent launch where the
+ * context allows it), as rf_gpu_launch otherwise */
+template <typename... KArgs, typename... Args>
+static rf_status rf_xq_launch_cluster(rf_gpu_ctx *ctx, const char *name, void (*k)(KArgs...), dim3 grid, dim3 block,
+                                      unsigned cx, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = ctx->stream;
+    cudaLaunchAttribute attr[2];
+    unsigned na = 0;
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = cx;
+    attr[na].val.clusterDim.y = 1;
+    attr[na].val.clusterDim.z = 1;
+    na++;
+    if (ctx->pdl) {
+        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = na;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return rf_set_error(RF_ERR_DEVICE, "GPU kernel %s: launch failed: %s", name, cudaGetErrorString(e));
+    }
+    return rf_gpu_after_launch(ctx, name);
+}
+#endif
+
 /* glu_quantize_x: y = act(gate) * up (rf_k_swiglu / rf_k_geglu's arithmetic, written as f32)
  * and y quantized as rf_k_quantize_x<GB, FS> does, in one kernel: the FFN's GLU and the down
  * product's activation quantization were two launches. in: gate, up f32 rows of n (n a
@@ -115,9 +204,25 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
     const size_t tot = (size_t)rows * (size_t)n;
     float4 *dx = (float4 *)((char *)xq + ((tot + 255) & ~(size_t)255));
     const int k = (int)((n + 1023) / 1024);
+#if defined(RF_CUDA_BUILD)
+    /* a cluster of blocks a row (rf_k_rmsnorm_quantize_x_cl, the same bits) where the rows alone
+     * would leave most SMs idle, for rows of 8 slices (7,169-8,192 wide) only: on an H200 the
+     * 70B's 8,192 gained 8 us a layer (TP 1 +5.3%, TP 2 +5.7%: docs/perf-gpu.md) while the 8B's
+     * 4,096 (4 blocks) gained nothing measurable; 5-7 slices were not measured. 8 is also the
+     * largest portable cluster. */
+    const bool cl = ctx->info.cc_major >= 9 && k == 8 &&
+                    (int64_t)rows * k <= 2 * (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+#define RF_RQ(GB, FS, K)                                                                             \
+    (cl ? rf_xq_launch_cluster(ctx, "rf_k_rmsnorm_quantize_x_cl", rf_k_rmsnorm_quantize_x_cl<GB, FS, K>,    \
+                               dim3((unsigned)k, (unsigned)rows), dim3(1024), (unsigned)k, h, (int8_t *)xq, dx, \
+                               x, res, w, (int)n, eps)                                                \
+        : rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,   \
+                        dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps))
+#else
 #define RF_RQ(GB, FS, K)                                                                             \
     rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,         \
                   dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
+#endif
 #define RF_RQK(GB, FS)                                                                               \
     (k <= 4 ? RF_RQ(GB, FS, 4) : k <= 8 ? RF_RQ(GB, FS, 8) : RF_RQ(GB, FS, 16))
     switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s */
