@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-decode-profile.sh — where a decode step's time goes, on a GPU machine: Nsight Compute times
 # every kernel of a few decode steps of `rocmforge run` (graph nodes profiled one by one, clocks
-# left alone), then the kernels are summed by name per step, beside the step time measured
+# and caches left alone: ncu's default flush before each kernel made every short kernel start from
+# a cold L2, which a decode step's kernels, reading what the last one wrote, never do), then the kernels are summed by name per step, beside the step time measured
 # without the profiler (the difference is launch gaps and dependency waits).
 #   scripts/gpu-decode-profile.sh MODEL [BIN_DIR]     (logs under $OUT or ./gpu-check-out)
 # env: SKIP (kernels launched before the profiled ones; default: past load and prompt),
@@ -20,12 +21,12 @@ tag=$(basename "$M" .gguf)${RF_GPU_UNFUSED:+-unfused}
 COUNT=${COUNT:-1200}
 SKIP=${SKIP:-}
 if [ -z "$SKIP" ]; then
-    "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
         "$BIN/rocmforge" run -m "$M" --device gpu -p "Hello" -n 1 --ignore-eos >"$OUT/ncu-$tag-prompt.csv" 2>/dev/null
     SKIP=$(grep -c '"gpu__time_duration.sum"' "$OUT/ncu-$tag-prompt.csv")
     SKIP=$((SKIP + 50))
 fi
-"$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+"$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
     --launch-skip "$SKIP" --launch-count "$COUNT" \
     "$BIN/rocmforge" run -m "$M" --device gpu -p "Hello" -n 64 --ignore-eos >"$OUT/ncu-$tag.csv" 2>"$OUT/ncu-$tag.err"
 python3 - "$OUT/ncu-$tag.csv" "$tag" <<'EOF'
