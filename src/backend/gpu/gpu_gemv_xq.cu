@@ -223,8 +223,16 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
     rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,         \
                   dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
 #endif
+#if defined(RF_CUDA_BUILD) /* the cluster kernel only where it can run: K = 8 (k == 8) */
+#define RF_RQ1(GB, FS, K)                                                                            \
+    rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,         \
+                  dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
+#define RF_RQK(GB, FS)                                                                               \
+    (k <= 4 ? RF_RQ1(GB, FS, 4) : k <= 8 ? RF_RQ(GB, FS, 8) : RF_RQ1(GB, FS, 16))
+#else
 #define RF_RQK(GB, FS)                                                                               \
     (k <= 4 ? RF_RQ(GB, FS, 4) : k <= 8 ? RF_RQ(GB, FS, 8) : RF_RQ(GB, FS, 16))
+#endif
     switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s */
     case 5: return RF_RQK(1, 1);
     case 6: return RF_RQK(1, 2);
@@ -241,6 +249,9 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
     }
 #undef RF_RQK
 #undef RF_RQ
+#if defined(RF_CUDA_BUILD)
+#undef RF_RQ1
+#endif
 }
 
 extern "C" size_t rf_gpu_xq_bytes(int64_t n_tokens, int64_t n_in) {
