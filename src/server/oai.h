@@ -35,7 +35,7 @@ typedef enum srv_route {
     SRV_ROUTE_RESPONSES,  /* OpenAI's /v1/responses, stateless (oai_responses.c) */
     SRV_ROUTE_TOKENIZE,   /* llama-server's /tokenize and /detokenize (oai_tokenize.c) */
     SRV_ROUTE_DETOKENIZE,
-    SRV_ROUTE_EMBEDDINGS, /* OpenAI's /v1/embeddings (oai_parse.c, oai_prepare.c) */
+    SRV_ROUTE_EMBEDDINGS, /* OpenAI's /v1/embeddings (oai_embed.c) */
     SRV_ROUTE_COUNT
 } srv_route;
 
@@ -139,7 +139,7 @@ typedef struct srv_params {
     bool parse_output;          /* split reasoning / parse tool calls out of the answer */
     bool think_open;            /* the prompt ends inside <think> */
     rf_grammar *grammar;        /* response_format json_object / json_schema or 'grammar' (owned) */
-    /* embeddings (oai_parse.c): the inputs are `prompts` */
+    /* embeddings (oai_embed.c): the inputs are `prompts` */
     bool embd_base64;           /* encoding_format "base64" (else "float") */
     int64_t dimensions;         /* 'dimensions' as asked (0: not given) */
 } srv_params;
@@ -150,6 +150,11 @@ enum { SRV_TOOL_CHOICE_AUTO = 0, SRV_TOOL_CHOICE_NONE, SRV_TOOL_CHOICE_REQUIRED,
  * checks tools (400 naming a malformed one), tool_choice, parallel_tool_calls,
  * chat_template_kwargs, reasoning_effort, reasoning_format, and builds p->messages_json. */
 int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e);
+/* p->messages_json adjusted for the template (oai_tools.c): harmony reads reasoning as
+ * `thinking`; for a template that drops them, assistant tool calls inlined as the model wrote
+ * them (Hermes) and the tools put in the system message (as text, or as the system message's
+ * `tools` field where the template reads that). A JSON string to free, NULL when out of memory. */
+char *srv_adjust_messages(const srv_params *p, bool harmony, bool inject_tools, bool inline_calls, bool sys_field);
 /* Renders p's chat through the model's template (tools and variables included) and tokenizes
  * it as the engine would (the messages' text plain): sets p->prompt_ids and how the answer is
  * parsed (oai_prepare.c). A template error (raise_exception) is a 400; a prompt longer than
@@ -227,8 +232,10 @@ typedef struct srv_prepared {
  * ids outside [0, n_vocab) are a 400. Returns 0, or -1 with *e. */
 int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e);
 void srv_prepared_free(srv_prepared *pr);
+/* Room for n engine requests and their prompt lengths in out; -1 (a 503 in e) when out of memory. */
+int srv_prepared_alloc(srv_prepared *out, int n, srv_error *e);
 
-/* ---- /v1/embeddings (the body: oai_parse.c; requests, vector: oai_prepare.c) -------------- */
+/* ---- /v1/embeddings (oai_embed.c) ------------------------------------------------------------ */
 
 #define SRV_MAX_EMBED_INPUTS 2048 /* inputs in one /v1/embeddings request (OpenAI's limit) */
 

@@ -1,7 +1,7 @@
 /* oai_parse.c — routing and request bodies to checked parameters (oai.h; the errors in
- * oai_error.c): the body loaded as a JSON object (every route's parser), OpenAI's chat,
- * completions and embeddings bodies (the translated Messages and Responses bodies come here as
- * chat bodies; the parser chosen by route: oai_prepare.c). Every field is checked for its JSON
+ * oai_error.c): the body loaded as a JSON object (every route's parser), OpenAI's chat and
+ * completions bodies (the translated Messages and Responses bodies come here as chat bodies;
+ * embeddings bodies: oai_embed.c; the parser chosen by route: oai_prepare.c). Every field is checked for its JSON
  * type and range here, so that what reaches the engine is valid and a bad request is a 400
  * naming the field; the fuzz target runs this on random bodies. */
 #define _GNU_SOURCE
@@ -504,97 +504,4 @@ void srv_params_free(srv_params *p) {
     free(p->prompt_ids);
     rf_grammar_unref(p->grammar);
     memset(p, 0, sizeof *p);
-}
-
-/* ---- /v1/embeddings: the body (its engine requests: oai_prepare.c) ------------------------ */
-
-/* An array of token ids into *sp (param names the field in errors). */
-static int read_input_ids(json_t *a, srv_prompt *sp, const char *param, srv_error *e) {
-    size_t n = json_array_size(a);
-    if (!n) return srv_bad(e, "input", "'%s' is an empty list of token ids", param);
-    if (!(sp->ids = malloc(n * sizeof *sp->ids))) return oom(e);
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_array_get(a, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-            return srv_bad(e, "input", "'%s'[%zu] must be a token id (an integer >= 0)", param, i);
-        sp->ids[i] = (int32_t)json_integer_value(v);
-    }
-    sp->n_ids = n;
-    return 0;
-}
-
-static int read_input_text(json_t *v, srv_prompt *sp, const char *param, srv_error *e) {
-    size_t n = json_string_length(v);
-    if (!n) return srv_bad(e, "input", "'%s' is an empty string", param);
-    if (!(sp->text = malloc(n + 1))) return oom(e);
-    memcpy(sp->text, json_string_value(v), n + 1);
-    sp->len = n;
-    return 0;
-}
-
-/* 'input': a string, a list of strings, a list of token ids, or a list of lists of ids. */
-static int read_inputs(json_t *in, srv_params *p, srv_error *e) {
-    if (!(in && !json_is_null(in))) return srv_bad(e, "input", "'input' is required");
-    if (!json_is_string(in) && !json_is_array(in))
-        return srv_bad(e, "input", "'input' must be a string or an array, not %s", srv_json_type_name(in));
-    size_t n = json_is_string(in) ? 1 : json_array_size(in);
-    if (!n) return srv_bad(e, "input", "'input' is an empty list");
-    bool ids = json_is_array(in) && json_is_integer(json_array_get(in, 0)); /* one prompt of ids */
-    if (ids) n = 1;
-    if (n > SRV_MAX_EMBED_INPUTS) return srv_bad(e, "input", "'input' has %zu entries; at most %d", n, SRV_MAX_EMBED_INPUTS);
-    if (!(p->prompts = calloc(n, sizeof *p->prompts))) return oom(e);
-    p->n_prompts = n;
-    if (json_is_string(in)) return read_input_text(in, &p->prompts[0], "input", e);
-    if (ids) return read_input_ids(in, &p->prompts[0], "input", e);
-    char param[32];
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_array_get(in, i);
-        snprintf(param, sizeof param, "input[%zu]", i);
-        int rc = json_is_string(v)  ? read_input_text(v, &p->prompts[i], param, e)
-                 : json_is_array(v) ? read_input_ids(v, &p->prompts[i], param, e)
-                                    : srv_bad(e, "input", "'%s' must be a string or a list of token ids, not %s",
-                                                 param, srv_json_type_name(v));
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-static int read_embed_body(json_t *root, srv_params *p, srv_error *e) {
-    json_t *v = json_object_get(root, "model");
-    if ((v && !json_is_null(v))) {
-        if (!json_is_string(v)) return srv_bad(e, "model", "'model' must be a string, not %s", srv_json_type_name(v));
-        if (!(p->model = strndup(json_string_value(v), json_string_length(v)))) return oom(e);
-    }
-    v = json_object_get(root, "encoding_format");
-    if ((v && !json_is_null(v))) {
-        const char *f = json_string_value(v);
-        if (!f || (strcmp(f, "float") && strcmp(f, "base64")))
-            return srv_bad(e, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
-        p->embd_base64 = !strcmp(f, "base64");
-    }
-    v = json_object_get(root, "dimensions");
-    if ((v && !json_is_null(v))) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1)
-            return srv_bad(e, "dimensions", "'dimensions' must be an integer >= 1");
-        p->dimensions = json_integer_value(v);
-    }
-    v = json_object_get(root, "user");
-    if ((v && !json_is_null(v)) && !json_is_string(v))
-        return srv_bad(e, "user", "'user' must be a string, not %s", srv_json_type_name(v));
-    return read_inputs(json_object_get(root, "input"), p, e);
-}
-
-int srv_parse_embeddings(const char *body, size_t len, srv_params *p, srv_error *e) {
-    memset(p, 0, sizeof *p);
-    p->route = SRV_ROUTE_EMBEDDINGS;
-    p->n = 1;
-    p->max_tokens = -1;
-    p->logprobs = -1;
-    p->sp = rf_sampler_default_params();
-    json_t *root = srv_body_object(body, len, e);
-    if (!root) return -1;
-    int rc = read_embed_body(root, p, e);
-    json_decref(root);
-    if (rc) srv_params_free(p);
-    return rc;
 }

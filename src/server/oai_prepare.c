@@ -1,8 +1,7 @@
 /* oai_prepare.c — a request body to engine requests: the parser chosen by route (oai_parse.c's
  * OpenAI bodies; Anthropic Messages and OpenAI Responses bodies through their translators), the
  * chat prompt rendered through the model's template and tokenized, requests built with the
- * prompt counted against the context; OpenAI's /v1/embeddings requests and the vector at the
- * end. */
+ * prompt counted against the context (/v1/embeddings' requests: oai_embed.c). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,120 +23,6 @@ int srv_parse_request(srv_route route, const char *body, size_t len, srv_params 
  * roles and texts: tools, assistant tool calls, tool results, reasoning and template variables.
  * Tokenized as the engine tokenizes chat messages (only the template's own markup becomes
  * special tokens); also decides how the answer will be parsed. ---------------------------- */
-
-/* For templates that ignore `tools` (SmolLM2's, the built-in fallbacks): the tools described
- * in a system message, in the Hermes format the parser reads. */
-static json_t *tools_system_text(const char *tools_json) {
-    json_t *tools = json_loads(tools_json, 0, NULL);
-    if (!tools) return NULL;
-    srv_buf b = {0};
-    static const char HEAD[] = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-                               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
-    static const char TAIL[] = "\n</tools>\n\nFor each function call, return a json object with function name and "
-                               "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-                               "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
-    srv_buf_add(&b, HEAD, strlen(HEAD));
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-        char *s = json_dumps(t, JSON_COMPACT);
-        srv_buf_add(&b, "\n", 1);
-        if (s) srv_buf_add(&b, s, strlen(s));
-        free(s);
-    }
-    srv_buf_add(&b, TAIL, strlen(TAIL));
-    json_decref(tools);
-    json_t *r = b.oom ? NULL : json_stringn(b.p, b.len);
-    srv_buf_free(&b);
-    return r;
-}
-
-/* messages adjusted for the template: harmony reads reasoning as `thinking`; tools put in a
- * system message when the template would drop them */
-static char *adjust_messages(const srv_params *p, bool harmony, bool inject_tools, bool inline_calls, bool sys_field) {
-    json_t *ms = json_loads(p->messages_json, 0, NULL);
-    if (!ms) return NULL;
-    size_t i;
-    json_t *m;
-    if (sys_field && p->tools_json) { /* Phi-4-mini: the functions as JSON text in the system message's `tools` */
-        json_t *tools = json_loads(p->tools_json, 0, NULL), *fns = json_array();
-        json_array_foreach(tools, i, m) json_array_append(fns, json_object_get(m, "function"));
-        char *txt = json_dumps(fns, 0);
-        json_decref(tools);
-        json_decref(fns);
-        json_t *first = json_array_get(ms, 0);
-        json_t *role = json_object_get(first, "role");
-        if (!(json_is_string(role) && !strcmp(json_string_value(role), "system"))) {
-            first = json_pack("{ssss}", "role", "system", "content", "");
-            json_array_insert_new(ms, 0, first);
-        }
-        if (txt && first) json_object_set_new(first, "tools", json_string(txt));
-        free(txt);
-    }
-    if (inline_calls) /* the template drops tool_calls: the calls as the model wrote them (Hermes) */
-        json_array_foreach(ms, i, m) {
-            json_t *tc = json_object_get(m, "tool_calls");
-            if (!json_is_array(tc)) continue;
-            const char *c = json_string_value(json_object_get(m, "content"));
-            srv_buf b = {0};
-            if (c) srv_buf_add(&b, c, strlen(c));
-            size_t k;
-            json_t *call;
-            json_array_foreach(tc, k, call) {
-                json_t *f = json_object_get(call, "function");
-                json_t *one = json_pack("{sOsO}", "name", json_object_get(f, "name"), "arguments", json_object_get(f, "arguments"));
-                char *js = one ? json_dumps(one, 0) : NULL;
-                json_decref(one);
-                if (b.len) srv_buf_add(&b, "\n", 1);
-                srv_buf_add(&b, "<tool_call>\n", 12);
-                if (js) srv_buf_add(&b, js, strlen(js));
-                srv_buf_add(&b, "\n</tool_call>", 13);
-                free(js);
-            }
-            if (!b.oom && b.p) json_object_set_new(m, "content", json_stringn(b.p, b.len));
-            srv_buf_free(&b);
-            json_object_del(m, "tool_calls");
-        }
-    if (harmony)
-        json_array_foreach(ms, i, m) {
-            json_t *rc = json_object_get(m, "reasoning_content");
-            if (rc) {
-                json_object_set(m, "thinking", rc);
-                json_object_del(m, "reasoning_content");
-            }
-        }
-    if (inject_tools) {
-        json_t *txt = tools_system_text(p->tools_json);
-        if (!txt) {
-            json_decref(ms);
-            return NULL;
-        }
-        json_t *first = json_array_get(ms, 0);
-        json_t *role = json_object_get(first, "role");
-        if (first && json_is_string(role) && !strcmp(json_string_value(role), "system")) {
-            const char *c = json_string_value(json_object_get(first, "content"));
-            size_t cl = c ? strlen(c) : 0;
-            char *joined = malloc(cl + 2 + json_string_length(txt) + 1);
-            if (joined) {
-                memcpy(joined, c ? c : "", cl);
-                size_t o = cl;
-                if (cl) {
-                    memcpy(joined + o, "\n\n", 2);
-                    o += 2;
-                }
-                memcpy(joined + o, json_string_value(txt), json_string_length(txt) + 1);
-                json_object_set_new(first, "content", json_string(joined));
-                free(joined);
-            }
-        } else {
-            json_array_insert_new(ms, 0, json_pack("{ssso}", "role", "system", "content", json_incref(txt)));
-        }
-        json_decref(txt);
-    }
-    char *s = json_dumps(ms, JSON_COMPACT);
-    json_decref(ms);
-    return s;
-}
 
 int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *e) {
     const rf_chat_template *t = m ? rf_model_chat_template(m) : NULL;
@@ -164,7 +49,7 @@ int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *
     char *msgs = NULL;
     rf_chat_msg *plain = NULL;
     if (p->messages_json) {
-        msgs = adjust_messages(p, harmony, inject, inline_calls, sys_field);
+        msgs = srv_adjust_messages(p, harmony, inject, inline_calls, sys_field);
         if (!msgs) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while rendering the chat template");
     } else {
         plain = malloc(p->n_msgs * sizeof *plain);
@@ -263,7 +148,7 @@ static rf_status set_options(rf_request *r, const srv_params *p, uint64_t seed) 
 }
 
 /* Room for n engine requests and their prompt lengths in out; -1 (a 503 in e) when out of memory. */
-static int prepared_alloc(srv_prepared *out, int n, srv_error *e) {
+int srv_prepared_alloc(srv_prepared *out, int n, srv_error *e) {
     out->reqs = calloc((size_t)n, sizeof *out->reqs);
     out->n_prompt = calloc((size_t)n, sizeof *out->n_prompt);
     if (!out->reqs || !out->n_prompt) {
@@ -280,7 +165,7 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
     int n = chat ? 1 : (int)p->n_prompts;
     const char *pparam = chat ? "messages" : "prompt";
     if (n < 1) return srv_fail(e, 400, "invalid_request_error", NULL, pparam, "the request has no prompt");
-    if (prepared_alloc(out, n, e)) return -1;
+    if (srv_prepared_alloc(out, n, e)) return -1;
     out->max_tokens = p->max_tokens;
     int32_t nv = rf_engine_n_vocab(eng);
     char pp[64];
@@ -374,97 +259,4 @@ int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t see
     }
     rf_grammar_unref(tool_g);
     return 0;
-}
-
-/* ---- /v1/embeddings: engine requests (the body: oai_parse.c) ------------------------------- */
-
-static int prepare_one(rf_engine *eng, int32_t n_ctx, rf_pooling pooling, const srv_prompt *sp, const char *pp,
-                       rf_request **out, int32_t *n_prompt, srv_error *e) {
-    rf_request *r = *out = rf_request_new();
-    if (!r) return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while preparing the request");
-    int32_t nv = rf_engine_n_vocab(eng);
-    for (size_t k = 0; k < sp->n_ids; k++)
-        if (sp->ids[k] < 0 || sp->ids[k] >= nv)
-            return srv_fail(e, 400, "invalid_request_error", NULL, "input",
-                            "token id %d at index %zu of '%s' is outside the vocabulary [0, %d)", sp->ids[k], k, pp, nv);
-    rf_status st = rf_request_set(r, RF_REQ_EMBED, (double)pooling);
-    if (!st) st = sp->text ? rf_request_set_prompt_text(r, sp->text, sp->len) : rf_request_set_prompt_ids(r, sp->ids, sp->n_ids);
-    if (st) return srv_fail(e, 503, "server_error", NULL, NULL, "preparing '%s': %s", pp, rf_last_error());
-    int32_t np = 0;
-    st = rf_engine_prompt_tokens(eng, r, &np);
-    if ((st == RF_ERR_RANGE && np > n_ctx) || (!st && np > n_ctx))
-        return srv_fail(e, 400, "invalid_request_error", "context_length_exceeded", "input",
-                        "This model's maximum context length is %d tokens. However, '%s' has %s%d tokens. Please "
-                        "reduce the length of the input.", n_ctx, pp, st ? "more than " : "", st ? np - 1 : np);
-    if (st) return srv_fail(e, 400, "invalid_request_error", NULL, "input", "'%s': %s", pp, rf_last_error());
-    if (np <= 0) return srv_fail(e, 400, "invalid_request_error", NULL, "input", "'%s' has no tokens", pp);
-    *n_prompt = np;
-    return 0;
-}
-
-int srv_embed_prepare(rf_engine *eng, int32_t n_ctx, rf_pooling pooling, int32_t n_embd, const srv_params *p,
-                      srv_prepared *out, srv_error *e) {
-    memset(out, 0, sizeof *out);
-    if (pooling == RF_POOLING_NONE)
-        return srv_fail(e, 400, "invalid_request_error", "model_not_supported", "model",
-                        "this model cannot give embeddings: its pooling type (the file's <arch>.pooling_type) is "
-                        "not mean, cls or last");
-    if (p->dimensions && p->dimensions != n_embd)
-        return srv_fail(e, 400, "invalid_request_error", NULL, "dimensions",
-                        "'dimensions' is %lld but this model's embeddings have %d (no other size is offered)",
-                        (long long)p->dimensions, n_embd);
-    int n = (int)p->n_prompts;
-    if (n < 1) return srv_fail(e, 400, "invalid_request_error", NULL, "input", "the request has no input");
-    if (prepared_alloc(out, n, e)) return -1;
-    out->max_tokens = 0;
-    char pp[32];
-    for (int i = 0; i < n; i++) {
-        snprintf(pp, sizeof pp, n > 1 ? "input[%d]" : "input", i);
-        if (prepare_one(eng, n_ctx, pooling, &p->prompts[i], pp, &out->reqs[i], &out->n_prompt[i], e)) {
-            srv_prepared_free(out);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* ---- the vector ---------------------------------------------------------------------------- */
-
-json_t *srv_embedding_json(const float *v, int32_t n, bool base64) {
-    if (!base64) {
-        json_t *a = json_array();
-        for (int32_t i = 0; a && i < n; i++)
-            if (json_array_append_new(a, json_real((double)v[i]))) {
-                json_decref(a);
-                return NULL;
-            }
-        return a;
-    }
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t nb = (size_t)n * 4, no = (nb + 2) / 3 * 4;
-    unsigned char *b = malloc(nb ? nb : 1);
-    char *o = malloc(no + 1);
-    if (!b || !o) {
-        free(b);
-        free(o);
-        return NULL;
-    }
-    for (int32_t i = 0; i < n; i++) { /* little-endian float32, whatever the host */
-        uint32_t u;
-        memcpy(&u, &v[i], 4);
-        for (int k = 0; k < 4; k++) b[(size_t)i * 4 + k] = (unsigned char)(u >> (8 * k));
-    }
-    size_t w = 0;
-    for (size_t i = 0; i < nb; i += 3) {
-        uint32_t x = (uint32_t)b[i] << 16 | (i + 1 < nb ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < nb ? b[i + 2] : 0);
-        o[w++] = tab[x >> 18 & 63];
-        o[w++] = tab[x >> 12 & 63];
-        o[w++] = i + 1 < nb ? tab[x >> 6 & 63] : '=';
-        o[w++] = i + 2 < nb ? tab[x & 63] : '=';
-    }
-    o[w] = 0;
-    json_t *s = json_stringn(o, w);
-    free(b);
-    free(o);
-    return s;
 }
