@@ -123,7 +123,7 @@ typedef struct srv_params {
     char *stop[SRV_MAX_STOP];
     size_t stop_len[SRV_MAX_STOP];
     int n_stop;
-    /* chat: tools and reasoning (oai_tools.c, oai_prepare.c) */
+    /* chat: tools and reasoning (oai_tools.c, oai_request.c) */
     char *messages_json;        /* the messages as the template renders them (tool_calls, tool results) */
     char *tools_json;           /* the tools offered (NULL: none, or tool_choice "none") */
     char *tmpl_vars_json;       /* chat_template_kwargs + reasoning_effort (NULL: none) */
@@ -157,7 +157,7 @@ int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e);
 char *srv_adjust_messages(const srv_params *p, bool harmony, bool inject_tools, bool inline_calls, bool sys_field);
 /* Renders p's chat through the model's template (tools and variables included) and tokenizes
  * it as the engine would (the messages' text plain): sets p->prompt_ids and how the answer is
- * parsed (oai_prepare.c). A template error (raise_exception) is a 400; a prompt longer than
+ * parsed (oai_request.c). A template error (raise_exception) is a 400; a prompt longer than
  * the context a 400 context_length_exceeded. A model without a template: 0, nothing set. */
 int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *e);
 
@@ -173,11 +173,11 @@ int srv_tool_grammar(const srv_params *p, rf_grammar **out, srv_error *e);
  * the peers do); fields this server cannot honour (tools, logit_bias, json response formats,
  * suffix, best_of > n, echo with logprobs) are refused rather than silently dropped. */
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
-/* A request body that must be a JSON object (oai_parse.c; every route's parser loads through
+/* A request body that must be a JSON object (oai_request.c; every route's parser loads through
  * it): NULL with a 400 in *e when it is empty, not JSON (or holds U+0000) or not an object. */
 json_t *srv_body_object(const char *body, size_t len, srv_error *e);
 /* The chat and completions routes' parser that srv_parse_request and the translated
- * Messages/Responses bodies use (oai_parse.c, as srv_parse_request). */
+ * Messages/Responses bodies use (oai_request.c, as srv_parse_request). */
 int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
 

@@ -286,7 +286,7 @@ static json_t *tools_system_text(const char *tools_json) {
     return r;
 }
 
-/* The messages as the template is given them (oai.h); srv_chat_render (oai_prepare.c) asks. */
+/* The messages as the template is given them (oai.h); srv_chat_render (oai_request.c) asks. */
 char *srv_adjust_messages(const srv_params *p, bool harmony, bool inject_tools, bool inline_calls, bool sys_field) {
     json_t *ms = json_loads(p->messages_json, 0, NULL);
     if (!ms) return NULL;
