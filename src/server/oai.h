@@ -183,12 +183,14 @@ void srv_params_free(srv_params *p);
 
 /* ---- other API shapes on the same engine (oai_messages.c, oai_responses.c) ---------------- */
 
-/* Anthropic Messages (POST /v1/messages) and OpenAI Responses (POST /v1/responses) bodies:
- * checked in their own terms (a 400 names their field), translated into a chat/completions
- * body and parsed by srv_parse_openai, so that every sampling check is the same. *p comes
- * back with route SRV_ROUTE_CHAT, n 1, no logprobs and api set. */
-int srv_parse_messages(const char *body, size_t len, srv_params *p, srv_error *e);
-int srv_parse_responses(const char *body, size_t len, srv_params *p, srv_error *e);
+/* Anthropic Messages (POST /v1/messages) and OpenAI Responses (POST /v1/responses) bodies
+ * (root, loaded by srv_parse_request): checked in their own terms (a 400 names their field) and
+ * translated into the chat body `chat` (an empty object given), which srv_parse_request then
+ * parses with srv_parse_openai, so that every sampling check is the same; *p comes back with
+ * route SRV_ROUTE_CHAT, n 1, no logprobs and api set. Responses' 'instructions' are copied into
+ * *instructions (to free). 0, or -1 with *e. */
+int srv_messages_to_chat(json_t *root, json_t *chat, srv_error *e);
+int srv_responses_to_chat(json_t *root, json_t *chat, char **instructions, srv_error *e);
 /* An Anthropic-shaped error: {"type":"error","error":{"type","message"}} with Anthropic's type
  * for the HTTP status (invalid_request_error, authentication_error, permission_error,
  * not_found_error, request_too_large, rate_limit_error, api_error, overloaded_error). */
@@ -239,10 +241,10 @@ int srv_prepared_alloc(srv_prepared *out, int n, srv_error *e);
 
 #define SRV_MAX_EMBED_INPUTS 2048 /* inputs in one /v1/embeddings request (OpenAI's limit) */
 
-/* Parses a /v1/embeddings body: 'input' (a string, an array of strings, an array of token ids or
- * an array of arrays of ids) into p->prompts, 'encoding_format', 'dimensions', 'model'. 0, or -1
- * with a 400 naming the field. */
-int srv_parse_embeddings(const char *body, size_t len, srv_params *p, srv_error *e);
+/* Reads a /v1/embeddings body (root, loaded by srv_parse_request): 'input' (a string, an array of
+ * strings, an array of token ids or an array of arrays of ids) into p->prompts,
+ * 'encoding_format', 'dimensions', 'model'. 0, or -1 with a 400 naming the field (p freed). */
+int srv_parse_embeddings(json_t *root, srv_params *p, srv_error *e);
 /* The engine requests of an embeddings body: one per input, pooled as `pooling` (the model's);
  * 'dimensions' other than n_embd, a pooling the model cannot do, an input with no tokens or one
  * longer than the context (context_length_exceeded) are 400s. 0, or -1 with *e. */

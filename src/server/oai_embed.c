@@ -91,17 +91,14 @@ static int read_embed_body(json_t *root, srv_params *p, srv_error *e) {
     return read_inputs(json_object_get(root, "input"), p, e);
 }
 
-int srv_parse_embeddings(const char *body, size_t len, srv_params *p, srv_error *e) {
+int srv_parse_embeddings(json_t *root, srv_params *p, srv_error *e) {
     memset(p, 0, sizeof *p);
     p->route = SRV_ROUTE_EMBEDDINGS;
     p->n = 1;
     p->max_tokens = -1;
     p->logprobs = -1;
     p->sp = rf_sampler_default_params();
-    json_t *root = srv_body_object(body, len, e);
-    if (!root) return -1;
     int rc = read_embed_body(root, p, e);
-    json_decref(root);
     if (rc) srv_params_free(p);
     return rc;
 }

@@ -72,15 +72,6 @@ const char *srv_route_name(srv_route r) {
     }
 }
 
-/* ---- the parser by route ------------------------------------------------------------------ */
-
-int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
-    if (route == SRV_ROUTE_MESSAGES) return srv_parse_messages(body, len, p, e);
-    if (route == SRV_ROUTE_RESPONSES) return srv_parse_responses(body, len, p, e);
-    if (route == SRV_ROUTE_EMBEDDINGS) return srv_parse_embeddings(body, len, p, e);
-    return srv_parse_openai(route, body, len, p, e);
-}
-
 /* ---- the body ----------------------------------------------------------------------------- */
 
 json_t *srv_body_object(const char *body, size_t len, srv_error *e) {
@@ -494,28 +485,55 @@ out:
     return rc;
 }
 
-void srv_params_free(srv_params *p) {
-    if (!p) return;
-    free(p->model);
-    free(p->instructions);
-    for (size_t i = 0; i < p->n_msgs; i++) {
-        free(p->msgs[i].role);
-        free(p->msgs[i].content);
-    }
-    free(p->msgs);
-    if (p->prompts)
-        for (size_t i = 0; i < p->n_prompts; i++) {
-            free(p->prompts[i].text);
-            free(p->prompts[i].ids);
-        }
-    free(p->prompts);
-    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
-    free(p->messages_json);
-    free(p->tools_json);
-    free(p->tmpl_vars_json);
-    free(p->prompt_ids);
-    rf_grammar_unref(p->grammar);
+
+/* ---- the parser by route: the other API shapes translated into chat bodies, then parsed as
+ * chat; /v1/embeddings read by oai_embed.c ---------------------------------------------------- */
+
+/* A Messages or Responses body: loaded, translated by its translator (oai_messages.c,
+ * oai_responses.c) into a new chat body, then parsed as chat with the API set. */
+static int parse_translated(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
     memset(p, 0, sizeof *p);
+    json_t *root = srv_body_object(body, len, e);
+    if (!root) return -1;
+    json_t *chat = json_object();
+    char *ins = NULL;
+    int rc = !chat                         ? oom(e)
+             : route == SRV_ROUTE_MESSAGES ? srv_messages_to_chat(root, chat, e)
+                                           : srv_responses_to_chat(root, chat, &ins, e);
+    json_decref(root);
+    if (rc) {
+        json_decref(chat);
+        free(ins);
+        return -1;
+    }
+    char *s = json_dumps(chat, JSON_COMPACT);
+    json_decref(chat);
+    if (!s) {
+        free(ins);
+        return oom(e);
+    }
+    rc = srv_parse_openai(SRV_ROUTE_CHAT, s, strlen(s), p, e);
+    free(s);
+    if (rc) {
+        free(ins);
+        return -1;
+    }
+    p->api = route == SRV_ROUTE_MESSAGES ? SRV_API_MESSAGES : SRV_API_RESPONSES;
+    p->instructions = ins;
+    return 0;
+}
+
+int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e) {
+    if (route == SRV_ROUTE_MESSAGES || route == SRV_ROUTE_RESPONSES) return parse_translated(route, body, len, p, e);
+    if (route == SRV_ROUTE_EMBEDDINGS) {
+        memset(p, 0, sizeof *p);
+        json_t *root = srv_body_object(body, len, e);
+        if (!root) return -1;
+        int rc = srv_parse_embeddings(root, p, e);
+        json_decref(root);
+        return rc;
+    }
+    return srv_parse_openai(route, body, len, p, e);
 }
 
 /* ---- the chat prompt: rendered by the server (not the engine) because it carries more than
@@ -614,13 +632,6 @@ int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *
 /* ---- engine requests: checked parameters to requests, with the prompt counted against the
  * context before anything is queued: nothing is ever truncated. ----------------------------- */
 
-void srv_prepared_free(srv_prepared *pr) {
-    if (!pr) return;
-    for (int i = 0; i < pr->n; i++) rf_request_free(pr->reqs ? pr->reqs[i] : NULL);
-    free(pr->reqs);
-    free(pr->n_prompt);
-    memset(pr, 0, sizeof *pr);
-}
 
 /* An engine status from a request call as an HTTP error. */
 static int engine_error(srv_error *e, rf_status st, const char *param) {
@@ -646,17 +657,6 @@ static rf_status set_options(rf_request *r, const srv_params *p, uint64_t seed) 
     return st;
 }
 
-/* Room for n engine requests and their prompt lengths in out; -1 (a 503 in e) when out of memory. */
-int srv_prepared_alloc(srv_prepared *out, int n, srv_error *e) {
-    out->reqs = calloc((size_t)n, sizeof *out->reqs);
-    out->n_prompt = calloc((size_t)n, sizeof *out->n_prompt);
-    if (!out->reqs || !out->n_prompt) {
-        srv_prepared_free(out);
-        return srv_fail(e, 503, "server_error", NULL, NULL, "out of memory while preparing the request");
-    }
-    out->n = n;
-    return 0;
-}
 
 int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e) {
     memset(out, 0, sizeof *out);
