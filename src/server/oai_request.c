@@ -485,7 +485,6 @@ out:
     return rc;
 }
 
-
 /* ---- the parser by route: the other API shapes translated into chat bodies, then parsed as
  * chat; /v1/embeddings read by oai_embed.c ---------------------------------------------------- */
 
@@ -632,7 +631,6 @@ int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *
 /* ---- engine requests: checked parameters to requests, with the prompt counted against the
  * context before anything is queued: nothing is ever truncated. ----------------------------- */
 
-
 /* An engine status from a request call as an HTTP error. */
 static int engine_error(srv_error *e, rf_status st, const char *param) {
     const char *msg = rf_last_error();
@@ -656,7 +654,6 @@ static rf_status set_options(rf_request *r, const srv_params *p, uint64_t seed) 
     if (!st && p->grammar) rf_request_set_grammar(r, p->grammar);
     return st;
 }
-
 
 int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e) {
     memset(out, 0, sizeof *out);
