@@ -1,7 +1,8 @@
 /* engine_events.c — a request's events around its tokens: a sequence set up to generate (its
  * sampler, its text output), a sequence finished (the text held back released, its blocks given
  * back, the DONE event of its choice and of choices never forked), and the event accessors
- * (rf_event_*). A generated token's own TOKEN event is the step's (engine_step.c). */
+ * (rf_event_*). A generated token's own TOKEN event is the step's (engine_step.c); an event made
+ * and handed to the callback: engine_internal.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,24 +33,6 @@ rf_status rf_engine_seq_setup_gen(rf_engine *e, rf_seq *s, rf_req *q, int32_t ch
     if (!st && q->grammar) st = rf_sampler_set_grammar(s->smp, q->grammar, e->m->vocab);
     if (st) return st;
     return rf_textout_init(&s->out, e->m->vocab, q->render_special, q->stops, q->stop_len, q->n_stop);
-}
-
-rf_event rf_engine_done_event(const rf_req *q, int32_t choice, int32_t n_prompt, int32_t n_cached, int32_t n_gen,
-                           rf_finish_reason why, const char *error) {
-    rf_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.kind = RF_EVENT_DONE;
-    ev.req = q->id;
-    ev.choice = choice;
-    ev.token = -1;
-    ev.n_prompt = n_prompt;
-    ev.n_cached = n_cached;
-    ev.n_gen = n_gen;
-    ev.text = "";
-    ev.logprob = NAN;
-    ev.finish = why;
-    ev.error = error ? error : "";
-    return ev;
 }
 
 void rf_engine_finish_seq(rf_engine *e, rf_seq *s, rf_finish_reason why, const char *error) {
