@@ -5,7 +5,9 @@
 #ifndef RF_ENGINE_INTERNAL_H
 #define RF_ENGINE_INTERNAL_H
 
+#include <math.h>
 #include <pthread.h>
+#include <string.h>
 
 #include "engine/scheduler.h"
 #include "model/model.h"
@@ -182,18 +184,41 @@ float rf_sampler_draw(rf_sampler *s);
 const rf_sampler_params *rf_sampler_get_params(const rf_sampler *s);
 int32_t rf_sampler_penalties(rf_sampler *s, int32_t *ids, int32_t *counts, int32_t cap);
 
-/* engine_events.c: a sequence's output turned into events. on_output samples from host logits;
- * the device path asks pre_sample first (true: the sequence finished before sampling, e.g.
- * max_tokens) and then hands the device's id to on_token (logits NULL: no logprobs). */
+/* engine_step.c: a sequence's output turned into its token's event. on_output samples from host
+ * logits; the device path asks pre_sample first (true: the sequence finished before sampling,
+ * e.g. max_tokens) and then hands the device's id to on_token (logits NULL: no logprobs). */
 rf_status rf_engine_on_output(rf_engine *e, rf_seq *s, const float *logits);
 bool rf_engine_pre_sample(rf_engine *e, rf_seq *s);
 void rf_engine_on_token(rf_engine *e, rf_seq *s, int32_t id, const float *logits);
+/* engine_events.c: a sequence finished (why; error for RF_FINISH_ERROR), with its DONE event. */
 void rf_engine_finish_seq(rf_engine *e, rf_seq *s, rf_finish_reason why, const char *error);
-/* The DONE event of choice `choice` of q (text empty), and handing an event to q's callback
- * (false: the callback asked to stop; the request is then cancelled). */
-rf_event rf_engine_done_event(const rf_req *q, int32_t choice, int32_t n_prompt, int32_t n_cached, int32_t n_gen,
-                              rf_finish_reason why, const char *error);
-bool rf_engine_emit(rf_req *q, rf_event *ev);
+/* The DONE event of choice `choice` of q (text empty); a TOKEN event starts from it. Here, beside
+ * rf_engine_emit, so that whoever follows a token sees its event made and handed on. */
+static inline rf_event rf_engine_done_event(const rf_req *q, int32_t choice, int32_t n_prompt, int32_t n_cached,
+                                            int32_t n_gen, rf_finish_reason why, const char *error) {
+    rf_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = RF_EVENT_DONE;
+    ev.req = q->id;
+    ev.choice = choice;
+    ev.token = -1;
+    ev.n_prompt = n_prompt;
+    ev.n_cached = n_cached;
+    ev.n_gen = n_gen;
+    ev.text = "";
+    ev.logprob = NAN;
+    ev.finish = why;
+    ev.error = error ? error : "";
+    return ev;
+}
+/* An event handed to q's callback (false: the callback asked to stop; the request is then
+ * cancelled). */
+static inline bool rf_engine_emit(rf_req *q, rf_event *ev) {
+    if (!q->cb) return true;
+    bool go = q->cb(ev, q->user);
+    if (!go) q->cancel = 1;
+    return go;
+}
 /* Sets a sequence up to generate for request q as choice `choice`. */
 rf_status rf_engine_seq_setup_gen(rf_engine *e, rf_seq *s, rf_req *q, int32_t choice);
 

@@ -1,8 +1,11 @@
 /* engine_step.c — the engine's step: intake and cancellations, the scheduler's plan executed
  * (block copies and state restores; the plan laid out as the forward's batch, a decode step padded
  * to its device-graph bucket, the device's sampling rows; the forward and sampling on the backend),
- * outputs handed to the events, finished sequences retired; and the loops that drive it
- * (rf_engine_run until idle, rf_engine_serve: an engine thread's loop until stopped). */
+ * finished sequences retired; each output's token (sampled, or taken from the device), its
+ * log-probabilities and text, its TOKEN event handed to the request's callback; and the loops
+ * that drive the step (rf_engine_run until idle, rf_engine_serve: an engine thread's loop until
+ * stopped). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,6 +423,137 @@ rf_status rf_engine_exec_step(rf_engine *e, rf_seq *only) {
     rf_engine_snapshot(e);
     return RF_OK;
 }
+
+/* ---- a sequence's output: the token sampled (or taken from the device), its log-probabilities
+ * and text, its TOKEN event handed to the request's callback; the other choices forked off ---- */
+
+/* Forks the other choices of s's request off s after its prompt: they share every block
+ * (reference counts), so the prompt is computed and stored once; the first write into the
+ * shared partial block copies it. */
+static void fork_choices(rf_engine *e, rf_seq *s, const float *logits) {
+    rf_req *q = s->req;
+    while (s->fork_left > 0) {
+        int32_t choice = q->n - s->fork_left;
+        s->fork_left--;
+        rf_seq *c = rf_seq_new(e->max_blocks);
+        rf_status st = c ? rf_seq_append(c, s->tokens, s->n_tokens) : RF_ERR_OOM;
+        if (!st) st = rf_engine_seq_setup_gen(e, c, q, choice);
+        if (st) {
+            rf_event ev = rf_engine_done_event(q, choice, s->n_prompt, s->n_cached, 0, RF_FINISH_ERROR,
+                                     "out of memory while forking a choice");
+            rf_engine_emit(q, &ev);
+            q->n_done++;
+            rf_seq_free(c);
+            continue;
+        }
+        c->n_prompt = s->n_prompt;
+        c->n_computed = s->n_computed;
+        c->n_cached = s->n_cached;
+        c->t_start = s->t_start;
+        memcpy(c->blocks, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+        memcpy(c->hashes, s->hashes, (size_t)s->n_hashed * sizeof(uint64_t));
+        c->n_blocks = s->n_blocks;
+        c->n_hashed = s->n_hashed;
+        c->lookup_done = true;
+        for (int32_t i = 0; i < c->n_blocks; i++) rf_kv_pool_ref(e->pool, c->blocks[i]);
+        rf_seq_state_fork(e, s, c);
+        for (int32_t i = 0; i < s->n_prompt; i++) rf_sampler_accept(c->smp, s->tokens[i]);
+        c->order = s->order; /* same arrival: preempted together with its siblings' rank */
+        q->n_seqs++;
+        if (!rf_engine_queue_running(e, c)) {
+            rf_engine_finish_seq(e, c, RF_FINISH_ERROR, "out of memory while forking a choice");
+            rf_seq_free(c);
+            q->n_seqs--;
+            continue;
+        }
+        rf_engine_on_output(e, c, logits); /* its first token, from the same logits */
+    }
+}
+
+/* Log-probabilities (log-softmax of the raw logits) of the chosen token and the k most likely
+ * ones, highest first, ties by lower id. */
+static void fill_logprobs(rf_engine *e, const rf_req *q, const float *logits, int32_t id, rf_event *ev) {
+    int32_t nv = e->m->hp.n_vocab, k = q->logprobs, n = 0;
+    double mx = -INFINITY, sum = 0;
+    for (int32_t i = 0; i < nv; i++)
+        if (logits[i] > mx) mx = logits[i];
+    for (int32_t i = 0; i < nv; i++)
+        if (!isnan(logits[i])) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    ev->logprob = (float)(logits[id] - lse);
+    float raw[RF_MAX_TOP_LOGPROBS];
+    for (int32_t i = 0; i < nv && k > 0; i++) {
+        float v = logits[i];
+        int32_t j;
+        if (isnan(v)) continue;
+        if (n < k) j = n++;
+        else if (v > raw[k - 1]) j = k - 1;
+        else continue;
+        while (j > 0 && raw[j - 1] < v) {
+            raw[j] = raw[j - 1];
+            ev->top_id[j] = ev->top_id[j - 1];
+            j--;
+        }
+        raw[j] = v;
+        ev->top_id[j] = i;
+    }
+    for (int32_t j = 0; j < n; j++) ev->top_lp[j] = (float)(raw[j] - lse);
+    ev->n_top = n;
+}
+
+bool rf_engine_pre_sample(rf_engine *e, rf_seq *s) {
+    rf_req *q = s->req;
+    if (q->max_tokens >= 0 && s->n_gen >= q->max_tokens) {
+        rf_engine_finish_seq(e, s, RF_FINISH_LENGTH, NULL);
+        return true;
+    }
+    return false;
+}
+
+rf_status rf_engine_on_output(rf_engine *e, rf_seq *s, const float *logits) {
+    if (s->fork_left > 0) fork_choices(e, s, logits);
+    if (rf_engine_pre_sample(e, s)) return RF_OK;
+    if (e->logits_hook) e->logits_hook(e->hook_user, s, logits);
+    rf_engine_on_token(e, s, rf_sampler_sample(s->smp, logits), logits);
+    return RF_OK;
+}
+
+void rf_engine_on_token(rf_engine *e, rf_seq *s, int32_t id, const float *logits) {
+    rf_req *q = s->req;
+    if (id < 0) {
+        rf_engine_finish_seq(e, s, RF_FINISH_ERROR, "every logit is NaN");
+        return;
+    }
+    if (s->t_first == 0) s->t_first = rf_now_ms();
+    rf_status st = rf_seq_append(s, &id, 1);
+    if (st) {
+        rf_engine_finish_seq(e, s, RF_FINISH_ERROR, "out of memory");
+        return;
+    }
+    s->n_gen++;
+    e->st_gen++;
+    rf_sampler_accept(s->smp, id);
+    if (!q->ignore_eos && rf_vocab_is_eog(e->m->vocab, id)) {
+        rf_engine_finish_seq(e, s, RF_FINISH_EOS, NULL);
+        return;
+    }
+    rf_event ev = rf_engine_done_event(q, s->choice, s->n_prompt, s->n_cached, s->n_gen, RF_FINISH_NONE, NULL);
+    ev.kind = RF_EVENT_TOKEN;
+    ev.token = id;
+    if (q->logprobs >= 0 && logits) fill_logprobs(e, q, logits, id, &ev);
+    bool hit = false;
+    if ((st = rf_textout_push(&s->out, id, &ev.text, &ev.len, &hit))) {
+        rf_engine_finish_seq(e, s, RF_FINISH_ERROR, rf_last_error());
+        return;
+    }
+    bool go = rf_engine_emit(q, &ev);
+    if (hit) rf_engine_finish_seq(e, s, RF_FINISH_STOP, NULL);
+    else if (!go) rf_engine_finish_seq(e, s, RF_FINISH_CANCELLED, NULL);
+    else if (s->n_tokens - 1 >= e->n_ctx) rf_engine_finish_seq(e, s, RF_FINISH_CONTEXT, NULL);
+    else if (q->max_tokens >= 0 && s->n_gen >= q->max_tokens) rf_engine_finish_seq(e, s, RF_FINISH_LENGTH, NULL);
+}
+
+/* ---- the loops that drive the step ---- */
 
 bool rf_engine_wait(rf_engine *e, int timeout_ms) {
     pthread_mutex_lock(&e->mu);

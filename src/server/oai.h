@@ -35,7 +35,7 @@ typedef enum srv_route {
     SRV_ROUTE_RESPONSES,  /* OpenAI's /v1/responses, stateless (oai_responses.c) */
     SRV_ROUTE_TOKENIZE,   /* llama-server's /tokenize and /detokenize (oai_tokenize.c) */
     SRV_ROUTE_DETOKENIZE,
-    SRV_ROUTE_EMBEDDINGS, /* OpenAI's /v1/embeddings (oai_parse.c, oai_prepare.c) */
+    SRV_ROUTE_EMBEDDINGS, /* OpenAI's /v1/embeddings (oai_embed.c) */
     SRV_ROUTE_COUNT
 } srv_route;
 
@@ -123,7 +123,7 @@ typedef struct srv_params {
     char *stop[SRV_MAX_STOP];
     size_t stop_len[SRV_MAX_STOP];
     int n_stop;
-    /* chat: tools and reasoning (oai_tools.c, oai_prepare.c) */
+    /* chat: tools and reasoning (oai_tools.c, oai_request.c) */
     char *messages_json;        /* the messages as the template renders them (tool_calls, tool results) */
     char *tools_json;           /* the tools offered (NULL: none, or tool_choice "none") */
     char *tmpl_vars_json;       /* chat_template_kwargs + reasoning_effort (NULL: none) */
@@ -139,7 +139,7 @@ typedef struct srv_params {
     bool parse_output;          /* split reasoning / parse tool calls out of the answer */
     bool think_open;            /* the prompt ends inside <think> */
     rf_grammar *grammar;        /* response_format json_object / json_schema or 'grammar' (owned) */
-    /* embeddings (oai_parse.c): the inputs are `prompts` */
+    /* embeddings (oai_embed.c): the inputs are `prompts` */
     bool embd_base64;           /* encoding_format "base64" (else "float") */
     int64_t dimensions;         /* 'dimensions' as asked (0: not given) */
 } srv_params;
@@ -150,9 +150,14 @@ enum { SRV_TOOL_CHOICE_AUTO = 0, SRV_TOOL_CHOICE_NONE, SRV_TOOL_CHOICE_REQUIRED,
  * checks tools (400 naming a malformed one), tool_choice, parallel_tool_calls,
  * chat_template_kwargs, reasoning_effort, reasoning_format, and builds p->messages_json. */
 int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e);
+/* p->messages_json adjusted for the template (oai_tools.c): harmony reads reasoning as
+ * `thinking`; for a template that drops them, assistant tool calls inlined as the model wrote
+ * them (Hermes) and the tools put in the system message (as text, or as the system message's
+ * `tools` field where the template reads that). A JSON string to free, NULL when out of memory. */
+char *srv_adjust_messages(const srv_params *p, bool harmony, bool inject_tools, bool inline_calls, bool sys_field);
 /* Renders p's chat through the model's template (tools and variables included) and tokenizes
  * it as the engine would (the messages' text plain): sets p->prompt_ids and how the answer is
- * parsed (oai_prepare.c). A template error (raise_exception) is a 400; a prompt longer than
+ * parsed (oai_request.c). A template error (raise_exception) is a 400; a prompt longer than
  * the context a 400 context_length_exceeded. A model without a template: 0, nothing set. */
 int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *e);
 
@@ -168,22 +173,24 @@ int srv_tool_grammar(const srv_params *p, rf_grammar **out, srv_error *e);
  * the peers do); fields this server cannot honour (tools, logit_bias, json response formats,
  * suffix, best_of > n, echo with logprobs) are refused rather than silently dropped. */
 int srv_parse_request(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
-/* A request body that must be a JSON object (oai_parse.c; every route's parser loads through
+/* A request body that must be a JSON object (oai_request.c; every route's parser loads through
  * it): NULL with a 400 in *e when it is empty, not JSON (or holds U+0000) or not an object. */
 json_t *srv_body_object(const char *body, size_t len, srv_error *e);
 /* The chat and completions routes' parser that srv_parse_request and the translated
- * Messages/Responses bodies use (oai_parse.c, as srv_parse_request). */
+ * Messages/Responses bodies use (oai_request.c, as srv_parse_request). */
 int srv_parse_openai(srv_route route, const char *body, size_t len, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
 
 /* ---- other API shapes on the same engine (oai_messages.c, oai_responses.c) ---------------- */
 
-/* Anthropic Messages (POST /v1/messages) and OpenAI Responses (POST /v1/responses) bodies:
- * checked in their own terms (a 400 names their field), translated into a chat/completions
- * body and parsed by srv_parse_openai, so that every sampling check is the same. *p comes
- * back with route SRV_ROUTE_CHAT, n 1, no logprobs and api set. */
-int srv_parse_messages(const char *body, size_t len, srv_params *p, srv_error *e);
-int srv_parse_responses(const char *body, size_t len, srv_params *p, srv_error *e);
+/* Anthropic Messages (POST /v1/messages) and OpenAI Responses (POST /v1/responses) bodies
+ * (root, loaded by srv_parse_request): checked in their own terms (a 400 names their field) and
+ * translated into the chat body `chat` (an empty object given), which srv_parse_request then
+ * parses with srv_parse_openai, so that every sampling check is the same; *p comes back with
+ * route SRV_ROUTE_CHAT, n 1, no logprobs and api set. Responses' 'instructions' are copied into
+ * *instructions (to free). 0, or -1 with *e. */
+int srv_messages_to_chat(json_t *root, json_t *chat, srv_error *e);
+int srv_responses_to_chat(json_t *root, json_t *chat, char **instructions, srv_error *e);
 /* An Anthropic-shaped error: {"type":"error","error":{"type","message"}} with Anthropic's type
  * for the HTTP status (invalid_request_error, authentication_error, permission_error,
  * not_found_error, request_too_large, rate_limit_error, api_error, overloaded_error). */
@@ -227,15 +234,17 @@ typedef struct srv_prepared {
  * ids outside [0, n_vocab) are a 400. Returns 0, or -1 with *e. */
 int srv_prepare(rf_engine *eng, int32_t n_ctx, const srv_params *p, uint64_t seed, srv_prepared *out, srv_error *e);
 void srv_prepared_free(srv_prepared *pr);
+/* Room for n engine requests and their prompt lengths in out; -1 (a 503 in e) when out of memory. */
+int srv_prepared_alloc(srv_prepared *out, int n, srv_error *e);
 
-/* ---- /v1/embeddings (the body: oai_parse.c; requests, vector: oai_prepare.c) -------------- */
+/* ---- /v1/embeddings (oai_embed.c) ------------------------------------------------------------ */
 
 #define SRV_MAX_EMBED_INPUTS 2048 /* inputs in one /v1/embeddings request (OpenAI's limit) */
 
-/* Parses a /v1/embeddings body: 'input' (a string, an array of strings, an array of token ids or
- * an array of arrays of ids) into p->prompts, 'encoding_format', 'dimensions', 'model'. 0, or -1
- * with a 400 naming the field. */
-int srv_parse_embeddings(const char *body, size_t len, srv_params *p, srv_error *e);
+/* Reads a /v1/embeddings body (root, loaded by srv_parse_request): 'input' (a string, an array of
+ * strings, an array of token ids or an array of arrays of ids) into p->prompts,
+ * 'encoding_format', 'dimensions', 'model'. 0, or -1 with a 400 naming the field (p freed). */
+int srv_parse_embeddings(json_t *root, srv_params *p, srv_error *e);
 /* The engine requests of an embeddings body: one per input, pooled as `pooling` (the model's);
  * 'dimensions' other than n_embd, a pooling the model cannot do, an input with no tokens or one
  * longer than the context (context_length_exceeded) are 400s. 0, or -1 with *e. */

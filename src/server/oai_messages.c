@@ -241,7 +241,7 @@ static int check_num(json_t *root, const char *key, double lo, double hi, srv_er
     return 0;
 }
 
-static int translate(json_t *root, json_t *chat, void *arg, srv_error *e) {
+int srv_messages_to_chat(json_t *root, json_t *chat, srv_error *e) {
     json_t *v = json_object_get(root, "max_tokens");
     if (!srv_tr_present(v)) return srv_bad(e, "max_tokens", "'max_tokens' is required");
     if (!json_is_integer(v) || json_integer_value(v) < 1)
@@ -269,8 +269,4 @@ static int translate(json_t *root, json_t *chat, void *arg, srv_error *e) {
     if (!msgs) return srv_tr_oom(e);
     json_object_set_new(chat, "messages", msgs);
     return read_messages(root, msgs, e);
-}
-
-int srv_parse_messages(const char *body, size_t len, srv_params *p, srv_error *e) {
-    return srv_tr_parse(body, len, translate, NULL, SRV_API_MESSAGES, p, e);
 }

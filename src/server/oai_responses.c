@@ -219,21 +219,12 @@ static int translate(json_t *root, json_t *chat, srv_error *e) {
     return read_input(root, msgs, e);
 }
 
-/* translate, then a copy of 'instructions' in *(char **)arg (the chat parse clears p) */
-static int translate_ins(json_t *root, json_t *chat, void *arg, srv_error *e) {
-    char **ins = arg;
+/* translate, then a copy of 'instructions' in *instructions (the chat parse clears p, so the
+ * dispatcher sets it after: oai_request.c) */
+int srv_responses_to_chat(json_t *root, json_t *chat, char **instructions, srv_error *e) {
     int rc = translate(root, chat, e);
     json_t *iv = json_object_get(root, "instructions");
-    if (!rc && json_is_string(iv) && !(*ins = strndup(json_string_value(iv), json_string_length(iv)))) rc = srv_tr_oom(e);
+    if (!rc && json_is_string(iv) && !(*instructions = strndup(json_string_value(iv), json_string_length(iv))))
+        rc = srv_tr_oom(e);
     return rc;
-}
-
-int srv_parse_responses(const char *body, size_t len, srv_params *p, srv_error *e) {
-    char *ins = NULL;
-    if (srv_tr_parse(body, len, translate_ins, &ins, SRV_API_RESPONSES, p, e)) {
-        free(ins);
-        return -1;
-    }
-    p->instructions = ins;
-    return 0;
 }

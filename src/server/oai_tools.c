@@ -2,7 +2,8 @@
  * `tool_choice`, `parallel_tool_calls`, assistant `tool_calls` and `reasoning_content`,
  * `role: tool` results, `chat_template_kwargs`, `reasoning_effort`, `reasoning_format`;
  * checked here (a malformed tool definition is a 400 naming it) and kept as the JSON the chat
- * template renders. */
+ * template renders; then the messages adjusted for the template that renders them (tools and
+ * calls it would drop written into the messages). */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stdio.h>
@@ -140,7 +141,7 @@ static int norm_messages(json_t *root, srv_params *p, srv_error *e) {
                     json_decref(out);
                     return srv_bad(e, pp, "'%s' must be a string", pp);
                 }
-                /* Qwen3-style templates read reasoning_content (gpt-oss's `thinking`: oai_prepare.c) */
+                /* Qwen3-style templates read reasoning_content (gpt-oss's `thinking`: srv_adjust_messages below) */
                 json_object_set(o, "reasoning_content", rc);
             }
         } else if (!strcmp(role, "tool")) {
@@ -254,4 +255,119 @@ int srv_read_chat_extras(json_t *root, srv_params *p, srv_error *e) {
                  (rc && !json_is_null(rc)) || (tc && !json_is_null(tc) && !json_is_array(tc));
     }
     return extras ? norm_messages(root, p, e) : 0;
+}
+
+/* ---- the messages as the template is given them ------------------------------------------- */
+
+/* For templates that ignore `tools` (SmolLM2's, the built-in fallbacks): the tools described
+ * in a system message, in the Hermes format the parser reads. */
+static json_t *tools_system_text(const char *tools_json) {
+    json_t *tools = json_loads(tools_json, 0, NULL);
+    if (!tools) return NULL;
+    srv_buf b = {0};
+    static const char HEAD[] = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+    static const char TAIL[] = "\n</tools>\n\nFor each function call, return a json object with function name and "
+                               "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                               "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+    srv_buf_add(&b, HEAD, strlen(HEAD));
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        char *s = json_dumps(t, JSON_COMPACT);
+        srv_buf_add(&b, "\n", 1);
+        if (s) srv_buf_add(&b, s, strlen(s));
+        free(s);
+    }
+    srv_buf_add(&b, TAIL, strlen(TAIL));
+    json_decref(tools);
+    json_t *r = b.oom ? NULL : json_stringn(b.p, b.len);
+    srv_buf_free(&b);
+    return r;
+}
+
+/* The messages as the template is given them (oai.h); srv_chat_render (oai_request.c) asks. */
+char *srv_adjust_messages(const srv_params *p, bool harmony, bool inject_tools, bool inline_calls, bool sys_field) {
+    json_t *ms = json_loads(p->messages_json, 0, NULL);
+    if (!ms) return NULL;
+    size_t i;
+    json_t *m;
+    if (sys_field && p->tools_json) { /* Phi-4-mini: the functions as JSON text in the system message's `tools` */
+        json_t *tools = json_loads(p->tools_json, 0, NULL), *fns = json_array();
+        json_array_foreach(tools, i, m) json_array_append(fns, json_object_get(m, "function"));
+        char *txt = json_dumps(fns, 0);
+        json_decref(tools);
+        json_decref(fns);
+        json_t *first = json_array_get(ms, 0);
+        json_t *role = json_object_get(first, "role");
+        if (!(json_is_string(role) && !strcmp(json_string_value(role), "system"))) {
+            first = json_pack("{ssss}", "role", "system", "content", "");
+            json_array_insert_new(ms, 0, first);
+        }
+        if (txt && first) json_object_set_new(first, "tools", json_string(txt));
+        free(txt);
+    }
+    if (inline_calls) /* the template drops tool_calls: the calls as the model wrote them (Hermes) */
+        json_array_foreach(ms, i, m) {
+            json_t *tc = json_object_get(m, "tool_calls");
+            if (!json_is_array(tc)) continue;
+            const char *c = json_string_value(json_object_get(m, "content"));
+            srv_buf b = {0};
+            if (c) srv_buf_add(&b, c, strlen(c));
+            size_t k;
+            json_t *call;
+            json_array_foreach(tc, k, call) {
+                json_t *f = json_object_get(call, "function");
+                json_t *one = json_pack("{sOsO}", "name", json_object_get(f, "name"), "arguments", json_object_get(f, "arguments"));
+                char *js = one ? json_dumps(one, 0) : NULL;
+                json_decref(one);
+                if (b.len) srv_buf_add(&b, "\n", 1);
+                srv_buf_add(&b, "<tool_call>\n", 12);
+                if (js) srv_buf_add(&b, js, strlen(js));
+                srv_buf_add(&b, "\n</tool_call>", 13);
+                free(js);
+            }
+            if (!b.oom && b.p) json_object_set_new(m, "content", json_stringn(b.p, b.len));
+            srv_buf_free(&b);
+            json_object_del(m, "tool_calls");
+        }
+    if (harmony)
+        json_array_foreach(ms, i, m) {
+            json_t *rc = json_object_get(m, "reasoning_content");
+            if (rc) {
+                json_object_set(m, "thinking", rc);
+                json_object_del(m, "reasoning_content");
+            }
+        }
+    if (inject_tools) {
+        json_t *txt = tools_system_text(p->tools_json);
+        if (!txt) {
+            json_decref(ms);
+            return NULL;
+        }
+        json_t *first = json_array_get(ms, 0);
+        json_t *role = json_object_get(first, "role");
+        if (first && json_is_string(role) && !strcmp(json_string_value(role), "system")) {
+            const char *c = json_string_value(json_object_get(first, "content"));
+            size_t cl = c ? strlen(c) : 0;
+            char *joined = malloc(cl + 2 + json_string_length(txt) + 1);
+            if (joined) {
+                memcpy(joined, c ? c : "", cl);
+                size_t o = cl;
+                if (cl) {
+                    memcpy(joined + o, "\n\n", 2);
+                    o += 2;
+                }
+                memcpy(joined + o, json_string_value(txt), json_string_length(txt) + 1);
+                json_object_set_new(first, "content", json_string(joined));
+                free(joined);
+            }
+        } else {
+            json_array_insert_new(ms, 0, json_pack("{ssso}", "role", "system", "content", json_incref(txt)));
+        }
+        json_decref(txt);
+    }
+    char *s = json_dumps(ms, JSON_COMPACT);
+    json_decref(ms);
+    return s;
 }

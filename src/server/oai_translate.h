@@ -1,7 +1,7 @@
 /* oai_translate.h — small helpers shared by the request translators of the other API shapes
- * (oai_messages.c, oai_responses.c, oai_tokenize.c): the body loaded, translated and parsed as
- * chat, fields copied, the tools list walked, text parts joined, chat messages appended. Static
- * inline: each translator stays one file. */
+ * (oai_messages.c, oai_responses.c): fields copied, the tools list walked, text parts joined,
+ * chat messages appended. The body is loaded before and the chat body parsed after, by the
+ * parser by route (oai_request.c). Static inline: each translator stays one file. */
 #ifndef RF_SERVER_OAI_TRANSLATE_H
 #define RF_SERVER_OAI_TRANSLATE_H
 
@@ -59,41 +59,6 @@ static inline int srv_tr_take_text(srv_buf *b, json_t **out, srv_error *e) {
     *out = json_stringn(b->p ? b->p : "", b->len);
     srv_buf_free(b);
     return *out ? 0 : srv_tr_oom(e);
-}
-
-/* Parses the translated chat body with srv_parse_openai (one set of sampling checks) and
- * consumes it. */
-static inline int srv_tr_parse_chat(json_t *chat, srv_api api, srv_params *p, srv_error *e) {
-    char *s = json_dumps(chat, JSON_COMPACT);
-    json_decref(chat);
-    if (!s) {
-        memset(p, 0, sizeof *p);
-        return srv_tr_oom(e);
-    }
-    int rc = srv_parse_openai(SRV_ROUTE_CHAT, s, strlen(s), p, e);
-    free(s);
-    if (!rc) p->api = api;
-    return rc;
-}
-
-/* Translates a request of another API shape into a chat body. */
-typedef int (*srv_tr_fn)(json_t *root, json_t *chat, void *arg, srv_error *e);
-
-/* The body loaded as an object, translated by tr (arg passed on) into a new chat body, then parsed
- * as chat (srv_tr_parse_chat) with api; the body's JSON is freed either way. */
-static inline int srv_tr_parse(const char *body, size_t len, srv_tr_fn tr, void *arg, srv_api api, srv_params *p,
-                               srv_error *e) {
-    memset(p, 0, sizeof *p);
-    json_t *root = srv_body_object(body, len, e);
-    if (!root) return -1;
-    json_t *chat = json_object();
-    int rc = chat ? tr(root, chat, arg, e) : srv_tr_oom(e);
-    json_decref(root);
-    if (rc) {
-        json_decref(chat);
-        return -1;
-    }
-    return srv_tr_parse_chat(chat, api, p, e);
 }
 
 /* Turns one entry of the request's 'tools' (t; ty its 'type' when t is an object; pp "tools[i]")

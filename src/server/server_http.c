@@ -263,7 +263,7 @@ static bool auth_ok(srv *s, struct MHD_Connection *c, bool *missing) {
 
 static enum MHD_Result finish_request(srv *s, struct MHD_Connection *c, conn_ctx *cc);
 
-/* /v1/embeddings' engine requests, pooled as the model's file says (oai_prepare.c). */
+/* /v1/embeddings' engine requests, pooled as the model's file says (oai_embed.c). */
 static int embed_prepare(srv *s, const srv_params *p, srv_prepared *pr, srv_error *e) {
     rf_model_info mi;
     memset(pr, 0, sizeof *pr);
