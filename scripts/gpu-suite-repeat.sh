@@ -39,7 +39,6 @@ run_one() { # run_one ROUND TEST GPU_LIST
 : >"$OUT/results"
 for r in $(seq 1 "$N"); do
     start=$(date +%s)
-    i=0
     for lane in $(seq 0 $((LANES - 1))); do
         ( export RF_SYNTH_DIR=/tmp/rf-repeat-$lane; mkdir -p "$RF_SYNTH_DIR"
           j=0
@@ -47,7 +46,6 @@ for r in $(seq 1 "$N"); do
               [ $((j % LANES)) -eq "$lane" ] && run_one "$r" "$t" "$lane"
               j=$((j + 1))
           done ) &
-        i=$((i + 1))
     done
     wait
     if [ -x "$BIN/test_gpu_tp" ]; then

@@ -212,27 +212,20 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
      * largest portable cluster. */
     const bool cl = ctx->info.cc_major >= 9 && k == 8 &&
                     (int64_t)rows * k <= 2 * (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+#endif
 #define RF_RQ(GB, FS, K)                                                                             \
-    (cl ? rf_xq_launch_cluster(ctx, "rf_k_rmsnorm_quantize_x_cl", rf_k_rmsnorm_quantize_x_cl<GB, FS, K>,    \
+    rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,         \
+                  dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
+#if defined(RF_CUDA_BUILD) /* the cluster kernel where it runs: K = 8 (k == 8) */
+#define RF_RQ8(GB, FS)                                                                               \
+    (cl ? rf_xq_launch_cluster(ctx, "rf_k_rmsnorm_quantize_x_cl", rf_k_rmsnorm_quantize_x_cl<GB, FS, 8>,    \
                                dim3((unsigned)k, (unsigned)rows), dim3(1024), (unsigned)k, h, (int8_t *)xq, dx, \
                                x, res, w, (int)n, eps)                                                \
-        : rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,   \
-                        dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps))
+        : RF_RQ(GB, FS, 8))
 #else
-#define RF_RQ(GB, FS, K)                                                                             \
-    rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,         \
-                  dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
+#define RF_RQ8(GB, FS) RF_RQ(GB, FS, 8)
 #endif
-#if defined(RF_CUDA_BUILD) /* the cluster kernel only where it can run: K = 8 (k == 8) */
-#define RF_RQ1(GB, FS, K)                                                                            \
-    rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,         \
-                  dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
-#define RF_RQK(GB, FS)                                                                               \
-    (k <= 4 ? RF_RQ1(GB, FS, 4) : k <= 8 ? RF_RQ(GB, FS, 8) : RF_RQ1(GB, FS, 16))
-#else
-#define RF_RQK(GB, FS)                                                                               \
-    (k <= 4 ? RF_RQ(GB, FS, 4) : k <= 8 ? RF_RQ(GB, FS, 8) : RF_RQ(GB, FS, 16))
-#endif
+#define RF_RQK(GB, FS) (k <= 4 ? RF_RQ(GB, FS, 4) : k <= 8 ? RF_RQ8(GB, FS) : RF_RQ(GB, FS, 16))
     switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s */
     case 5: return RF_RQK(1, 1);
     case 6: return RF_RQK(1, 2);
@@ -248,10 +241,8 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
     default: return RF_RQK(1, 0);
     }
 #undef RF_RQK
+#undef RF_RQ8
 #undef RF_RQ
-#if defined(RF_CUDA_BUILD)
-#undef RF_RQ1
-#endif
 }
 
 extern "C" size_t rf_gpu_xq_bytes(int64_t n_tokens, int64_t n_in) {
