@@ -60,6 +60,10 @@ typedef struct rf_test_hooks {
      * chunks below theirs, so that a test can time and check the kernel's other instantiations
      * (8: the former decode cap); the same bits either way */
     int gpu_pa_rows;
+    /* GPU: the RoPE + KV append and the paged attention launched in stream order, not as
+     * programmatic dependent launches, to time what overlapping them with the kernel before
+     * gives in a whole step; the same bits either way */
+    bool gpu_attn_nopdl;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

@@ -1,7 +1,8 @@
 /* test_hooks_env.c — rocmforge-test's start: the test hooks (src/core/test_hooks.h) from the test
  * variables RF_SERVE_LOAD_DELAY_MS, RF_SERVE_TEST_FAULTS, RF_TP_ONE_DEVICE, RF_TP_CPU_RANKS and
- * RF_TP_SKIP_RANK / RF_TP_SKIP_FROM (a rank that stops taking part in collectives) and RF_PA_ROWS
- * (the paged attention's rows per warp, to time another cap in a whole step).
+ * RF_TP_SKIP_RANK / RF_TP_SKIP_FROM (a rank that stops taking part in collectives), RF_PA_ROWS
+ * (the paged attention's rows per warp, to time another cap in a whole step) and RF_ATTN_NOPDL
+ * (RoPE and attention launched in stream order, for the same kind of timing).
  * Linked only into rocmforge-test (tests/CMakeLists.txt), never into rocmforge, which ignores them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +29,14 @@ void rf_test_hooks_from_env(void) {
     h.tp_skip_from = sf ? atoll(sf) : 1;
     const char *pr = getenv("RF_PA_ROWS");
     h.gpu_pa_rows = pr ? atoi(pr) : 0;
+    h.gpu_attn_nopdl = env_on("RF_ATTN_NOPDL");
     if (h.serve_load_delay_ms <= 0 && !h.serve_faults && !h.tp_one_device && !h.tp_cpu_ranks && h.tp_skip_rank <= 0 &&
-        h.gpu_pa_rows <= 0)
+        h.gpu_pa_rows <= 0 && !h.gpu_attn_nopdl)
         return;
     fprintf(stderr, "rocmforge-test: test hooks in force (load delay %d ms, serve faults %s, tp on one device %s, "
-            "tp on CPU ranks %s, tp rank %d skipping collectives from the %lldth, paged attention rows %d)\n", h.serve_load_delay_ms, h.serve_faults ? "on" : "off",
+            "tp on CPU ranks %s, tp rank %d skipping collectives from the %lldth, paged attention rows %d, "
+            "rope/attention in stream order %s)\n", h.serve_load_delay_ms, h.serve_faults ? "on" : "off",
             h.tp_one_device ? "on" : "off", h.tp_cpu_ranks ? "on" : "off", h.tp_skip_rank - 1, (long long)h.tp_skip_from,
-            h.gpu_pa_rows);
+            h.gpu_pa_rows, h.gpu_attn_nopdl ? "on" : "off");
     rf_test_hooks_set(&h);
 }

@@ -124,7 +124,9 @@ static __device__ __forceinline__ void rf_pa_split_staged(float *sc, float *acc_
  *      aligned), pos, seq int32 [n_tokens], bt int32 [*, max_blocks] (device).
  * out: out f32 [n_tokens, n_head, D].
  * launch: grid (ceil(n_tokens / NQ), n_head_kv * HS, Z), RF_PA_WARPS * RF_WARP_SIZE threads;
- *   NQ * GS <= R <= 8, R * D <= 1024.
+ *   NQ * GS <= R <= 8, R * D <= 1024; a programmatic dependent launch (it reads pos and seq, which
+ *   no kernel writes, before rf_pdl_wait() in rf_pa_tokens, so the launch and that round trip
+ *   overlap the kernel before it).
  * tolerance vs rf_ref_paged_attention on the same K/V values: rel. L2 < 1e-5 (f32 K/V, and f16
  *   K/V against the reference on the f16 values; < 1e-2 against unrounded f32 values; q8_0 K/V
  *   against the reference on the dequantized values d * q, which are exact in f32, so the f32
@@ -384,7 +386,9 @@ static rf_status rf_pa_go(rf_gpu_ctx *ctx, dim3 grid, unsigned threads, const rf
                                         "rf_k_paged_attn");
         if (st) return st;
     }
-    return rf_gpu_launch(ctx, "rf_k_paged_attn", false, rf_k_paged_attn<D, KT, R, ST>, grid, dim3(threads), smem,
+    const rf_test_hooks *hk = rf_test_hooks_get();
+    const bool pdl = !(hk && hk->gpu_attn_nopdl); /* the test hook: in stream order, as before */
+    return rf_gpu_launch(ctx, "rf_k_paged_attn", pdl, rf_k_paged_attn<D, KT, R, ST>, grid, dim3(threads), smem,
                          a.out, a.part, a.pml, a.q, k, v, a.pos, a.seq, a.bt, a.n_tokens, a.max_blocks,
                          a.bs, a.n_head, a.n_head_kv, a.G, a.GS, a.NQ, a.HS, a.scale, a.window,
                          a.softcap, a.pmax, a.mode, a.nsp, a.sinks, a.pf, a.pskip);

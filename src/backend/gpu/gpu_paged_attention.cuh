@@ -337,6 +337,10 @@ static __device__ __forceinline__ void rf_pa_tokens(float *out, const int32_t *_
         s_tpos[tid] = p, s_tseq[tid] = sq, s_tst[tid] = st;
     }
     __syncthreads();
+    /* rf_k_paged_attn is a programmatic dependent launch: it may start while the RoPE + KV append
+     * before it still runs. pos and seq (the step's upload, which no kernel writes) were read
+     * before this wait; q, the K/V cache and everything written come after it. */
+    rf_pdl_wait();
 
     if (z == 0) {
         for (int idx = tid; idx < RD; idx += NT) {

@@ -3,6 +3,8 @@
  * Q/K RMSNorms before it). */
 #include "backend/gpu/gpu_internal.h"
 
+#include "core/test_hooks.h"
+
 /* Angle of pair i at position p. Computed in double: at positions in the thousands an f32 angle
  * is off by ~1e-4 rad, which alone would break the 1e-5 tolerance against the CPU twin. cos and
  * sin are then times the gain af (ggml's attn_factor; x 1.0f is exact). */
@@ -13,6 +15,28 @@ static __device__ __forceinline__ void rf_rope_cs(int32_t p, int64_t i, int64_t 
     if (ff) theta /= (double)ff[i];
     *c = (float)cos(theta) * af;
     *s = (float)sin(theta) * af;
+}
+
+/* The pair index of element d of a head whose first n_rot dims rotate, or -1 where d is not the
+ * first element of a rotated pair (NeoX pairs d with d + n_rot / 2, the normal mode d with d + 1). */
+static __device__ __forceinline__ int64_t rf_rope_pair(int64_t d, int64_t n_rot, int neox) {
+    if (d >= n_rot) return -1;
+    if (neox) return d < n_rot / 2 ? d : -1;
+    return d & 1 ? -1 : d / 2;
+}
+
+/* The fused RoPE + KV-append kernels below are programmatic dependent launches (rf_gpu_launch with
+ * pdl): they may start while the Q/K/V product that feeds them is still running. Before
+ * rf_pdl_wait() a thread reads only the step's positions and the frequency factors, which no
+ * kernel writes, and computes its first pair's angle (double-precision pow, cos and sin: the
+ * longest part of the kernel) off the product's critical path; rf_rope_hold makes the compiler
+ * finish that arithmetic there rather than sink it past the wait. */
+static __device__ __forceinline__ void rf_rope_hold(float &c, float &s) {
+#if defined(RF_CUDA_BUILD) && defined(__CUDA_ARCH__)
+    asm volatile("" : "+f"(c), "+f"(s));
+#else
+    (void)c, (void)s;
+#endif
 }
 
 /* rope: rotates the first n_rot dims of every (t, h) vector in place (rf_ref_rope's contract),
@@ -62,8 +86,16 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
                                     T *vc, int64_t cache_rows) {
     const int64_t nh = n_head + n_head_kv;
     const int64_t total = n_tokens * nh * head_dim, half = n_rot / 2;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
-         e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t e0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    rf_pdl_trigger();
+    float c0 = 0.0f, s0 = 0.0f; /* the angle of this thread's first element's pair, if it has one */
+    if (e0 < total) {
+        const int64_t i = rf_rope_pair(e0 % head_dim, n_rot, neox);
+        if (i >= 0) rf_rope_cs(pos[e0 / head_dim / nh], i, n_rot, base, fscale, ff, af, &c0, &s0);
+    }
+    rf_rope_hold(c0, s0);
+    rf_pdl_wait(); /* q, k, v: the previous kernel's output */
+    for (int64_t e = e0; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t d = e % head_dim, th = e / head_dim, hh = th % nh, t = th / nh;
         const bool is_q = hh < n_head;
         const int64_t h = is_q ? hh : hh - n_head;
@@ -94,8 +126,8 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
             if (d & 1) continue;
             i = d / 2, i0 = d, i1 = d + 1;
         }
-        float c, s;
-        rf_rope_cs(pos[t], i, n_rot, base, fscale, ff, af, &c, &s);
+        float c = c0, s = s0; /* e0's pair: computed before the wait, the same way */
+        if (e != e0) rf_rope_cs(pos[t], i, n_rot, base, fscale, ff, af, &c, &s);
         const float a = ks[i0], b = ks[i1];
         const float r0 = a * c - b * s, r1 = a * s + b * c;
         if (is_q) {
@@ -132,6 +164,12 @@ __global__ void __launch_bounds__(1024)
     const bool is_q = hh < n_head;
     const int64_t h = is_q ? hh : hh - n_head;
     const int d = threadIdx.x;
+    rf_pdl_trigger();
+    const int64_t pi = d < head_dim ? rf_rope_pair(d, n_rot, neox) : -1; /* this thread's pair */
+    float c = 0.0f, s = 0.0f;
+    if (pi >= 0) rf_rope_cs(pos[t], pi, n_rot, base, fscale, ff, af, &c, &s);
+    rf_rope_hold(c, s);
+    rf_pdl_wait(); /* q, k, v: the previous kernel's output */
     const float *src, *w;
     T *kd = NULL;
     float *qo = NULL;
@@ -172,17 +210,8 @@ __global__ void __launch_bounds__(1024)
         else kd[d] = rf_to_cache<T>(x);
         return;
     }
-    const int64_t half = n_rot / 2;
-    int64_t i, i0, i1;
-    if (neox) {
-        if (d >= half) return;
-        i = d, i0 = d, i1 = d + half;
-    } else {
-        if (d & 1) return;
-        i = d / 2, i0 = d, i1 = d + 1;
-    }
-    float c, s;
-    rf_rope_cs(pos[t], i, n_rot, base, fscale, ff, af, &c, &s);
+    if (pi < 0) return; /* the second element of a pair: its partner writes both */
+    const int64_t i0 = d, i1 = neox ? d + n_rot / 2 : d + 1;
     const float a = xs[i0], b = xs[i1];
     const float r0 = a * c - b * s, r1 = a * s + b * c;
     if (is_q) {
@@ -222,19 +251,19 @@ static rf_status rope_append_launch(rf_gpu_ctx *ctx, float *qout, const float *q
                                     const int32_t *slot, float base, float fscale, const float *ff, int neox, float af,
                                     T *kc, T *vc, int64_t cache_rows, const float *qw, const float *kw, int vnorm,
                                     float eps) {
+    const rf_test_hooks *hk = rf_test_hooks_get();
+    const bool pdl = !(hk && hk->gpu_attn_nopdl); /* the test hook: in stream order, as before */
     if (qw || kw || vnorm) {
         const int64_t blocks = n_tokens * (n_head + n_head_kv);
         const int threads = (int)((head_dim + 63) / 64 * 64);
-        rf_k_norm_rope_kv_append<T><<<(unsigned)blocks, threads, 0, ctx->stream>>>(
-            qout, qin, sq, n_head, k, sk, v, sv, n_head_kv, head_dim, n_rot, pos, slot, base, fscale, ff, neox, af, kc,
-            vc, cache_rows, qw, kw, vnorm, eps);
-        return RF_GPU_LAUNCHED(ctx, "rf_k_norm_rope_kv_append");
+        return rf_gpu_launch(ctx, "rf_k_norm_rope_kv_append", pdl, rf_k_norm_rope_kv_append<T>, dim3((unsigned)blocks),
+                             dim3(threads), 0, qout, qin, sq, n_head, k, sk, v, sv, n_head_kv, head_dim, n_rot, pos, slot,
+                             base, fscale, ff, neox, af, kc, vc, cache_rows, qw, kw, vnorm, eps);
     }
     const int64_t total = n_tokens * (n_head + n_head_kv) * head_dim;
-    rf_k_rope_kv_append<T><<<rf_gpu_blocks(total, 256), 256, 0, ctx->stream>>>(
-        qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos, slot, base, fscale, ff, neox,
-        af, kc, vc, cache_rows);
-    return RF_GPU_LAUNCHED(ctx, "rf_k_rope_kv_append");
+    return rf_gpu_launch(ctx, "rf_k_rope_kv_append", pdl, rf_k_rope_kv_append<T>, dim3(rf_gpu_blocks(total, 256)),
+                         dim3(256), 0, qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos,
+                         slot, base, fscale, ff, neox, af, kc, vc, cache_rows);
 }
 
 extern "C" rf_status rf_gpu_norm_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq,
