@@ -1,5 +1,6 @@
 /* gpu_gemv_xq.cu — the activation quantization of the int8-x GEMVs: x f32 -> int8 per 32 with
  * scale and sums (rf_k_quantize_x), in the block order the product kernel reads. */
+#include "backend/gpu/gpu_cluster.cuh"
 #include "backend/gpu/gpu_gemv.cuh"
 #include "backend/gpu/gpu_rmsnorm.cuh"
 
@@ -97,11 +98,7 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x_cl(float *hout, 
         }
     }
     const float inv = rf_rms_inv<K>(v, n, eps, sh);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#elif defined(__CUDA_ARCH__)
-    __trap(); /* never launched below sm_90 (rf_gemv_launch_rmsnorm_quantize_x) */
-#endif
+    rf_cluster_sync(); /* never launched below sm_90 (rf_gemv_launch_rmsnorm_quantize_x) */
     const int i = part * 1024 + threadIdx.x;
     if (i - (int)(threadIdx.x % RF_QK) >= n) return; /* whole groups leave together */
     float own = 0.0f;
@@ -115,37 +112,6 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x_cl(float *hout, 
     rf_quantize_elem<GB, RK>(qx, dx, hv, i, n, row, (int)(threadIdx.x % RF_QK));
 }
 
-/* cudaLaunchKernelEx with the cluster dimension (and programmatic dependent launch where the
- * context allows it), as rf_gpu_launch otherwise */
-template <typename... KArgs, typename... Args>
-static rf_status rf_xq_launch_cluster(rf_gpu_ctx *ctx, const char *name, void (*k)(KArgs...), dim3 grid, dim3 block,
-                                      unsigned cx, Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = ctx->stream;
-    cudaLaunchAttribute attr[2];
-    unsigned na = 0;
-    attr[na].id = cudaLaunchAttributeClusterDimension;
-    attr[na].val.clusterDim.x = cx;
-    attr[na].val.clusterDim.y = 1;
-    attr[na].val.clusterDim.z = 1;
-    na++;
-    if (ctx->pdl) {
-        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[na].val.programmaticStreamSerializationAllowed = 1;
-        na++;
-    }
-    cfg.attrs = attr;
-    cfg.numAttrs = na;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return rf_set_error(RF_ERR_DEVICE, "GPU kernel %s: launch failed: %s", name, cudaGetErrorString(e));
-    }
-    return rf_gpu_after_launch(ctx, name);
-}
 #endif
 
 /* glu_quantize_x: y = act(gate) * up (rf_k_swiglu / rf_k_geglu's arithmetic, written as f32)
@@ -218,9 +184,9 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
                   dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
 #if defined(RF_CUDA_BUILD) /* the cluster kernel where it runs: K = 8 (k == 8) */
 #define RF_RQ8(GB, FS)                                                                               \
-    (cl ? rf_xq_launch_cluster(ctx, "rf_k_rmsnorm_quantize_x_cl", rf_k_rmsnorm_quantize_x_cl<GB, FS, 8>,    \
-                               dim3((unsigned)k, (unsigned)rows), dim3(1024), (unsigned)k, h, (int8_t *)xq, dx, \
-                               x, res, w, (int)n, eps)                                                \
+    (cl ? rf_gpu_launch_cluster(ctx, "rf_k_rmsnorm_quantize_x_cl", true, rf_k_rmsnorm_quantize_x_cl<GB, FS, 8>, \
+                                dim3((unsigned)k, (unsigned)rows), dim3(1024), 0, dim3((unsigned)k, 1, 1), h,   \
+                                (int8_t *)xq, dx, x, res, w, (int)n, eps)                                      \
         : RF_RQ(GB, FS, 8))
 #else
 #define RF_RQ8(GB, FS) RF_RQ(GB, FS, 8)
