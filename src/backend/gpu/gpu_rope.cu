@@ -87,7 +87,6 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
     const int64_t nh = n_head + n_head_kv;
     const int64_t total = n_tokens * nh * head_dim, half = n_rot / 2;
     const int64_t e0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    rf_pdl_trigger();
     float c0 = 0.0f, s0 = 0.0f; /* the angle of this thread's first element's pair, if it has one */
     if (e0 < total) {
         const int64_t i = rf_rope_pair(e0 % head_dim, n_rot, neox);
@@ -95,6 +94,8 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
     }
     rf_rope_hold(c0, s0);
     rf_pdl_wait(); /* q, k, v: the previous kernel's output */
+    rf_pdl_trigger(); /* after the wait: the attention's blocks (shared memory, 8 warps) would
+                       * otherwise sit on the SMs for the whole Q/K/V product */
     for (int64_t e = e0; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t d = e % head_dim, th = e / head_dim, hh = th % nh, t = th / nh;
         const bool is_q = hh < n_head;
@@ -164,12 +165,12 @@ __global__ void __launch_bounds__(1024)
     const bool is_q = hh < n_head;
     const int64_t h = is_q ? hh : hh - n_head;
     const int d = threadIdx.x;
-    rf_pdl_trigger();
     const int64_t pi = d < head_dim ? rf_rope_pair(d, n_rot, neox) : -1; /* this thread's pair */
     float c = 0.0f, s = 0.0f;
     if (pi >= 0) rf_rope_cs(pos[t], pi, n_rot, base, fscale, ff, af, &c, &s);
     rf_rope_hold(c, s);
     rf_pdl_wait(); /* q, k, v: the previous kernel's output */
+    rf_pdl_trigger(); /* after the wait, as rf_k_rope_kv_append */
     const float *src, *w;
     T *kd = NULL;
     float *qo = NULL;
