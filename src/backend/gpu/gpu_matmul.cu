@@ -338,6 +338,7 @@ extern "C" rf_gpu_route_kind rf_gpu_route_for(const rf_gpu_ctx *ctx, rf_type wty
     f.blas = true;
 #endif
     rf_route_knobs(&f.gemv_max, &f.mmq_min, &f.mmq_max);
+    f.mmq_wide = rf_knob_int(RF_KNOB_GPU_MMQ_WIDE);
     /* RF_GPU_W4A16 read per call, so a test may turn it: 1 from the minimum up, 2 (auto, the
      * default) up to RF_GPU_W4A16_MAX as well */
     const int w4 = (int)rf_knob_int(RF_KNOB_GPU_W4A16);
