@@ -23,6 +23,16 @@ void rf_engine_snapshot(rf_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* The bytes of one rank's KV pool: a split over GPUs (or CPU ranks) has one per rank, each of its
+ * shard's KV heads (one GPU: every shard's), which is what rf_kv_bytes_per_pos counts; the pool's
+ * size is fixed when the engine is made. -1 (rf_last_error says why) if the model's K/V row size
+ * cannot be worked out. */
+static int64_t kv_pool_bytes(const rf_engine *e) {
+    uint64_t per_pos = 0;
+    if (rf_kv_bytes_per_pos(e->m, e->kv_type, &per_pos)) return -1;
+    return (int64_t)(per_pos * (uint64_t)e->block_size * (uint64_t)rf_kv_pool_n_blocks(e->pool));
+}
+
 int64_t rf_engine_get_stat(rf_engine *e, rf_engine_stat s) {
     if (!e) return -1;
     int64_t v;
@@ -59,13 +69,9 @@ int64_t rf_engine_get_stat(rf_engine *e, rf_engine_stat s) {
                      : 0;
         break;
     case RF_STAT_KV_BYTES: {
-        /* a split over GPUs (or CPU ranks) has a pool per rank, which rf_kv_bytes_per_pos counts
-         * one of (what each GPU's memory plan needs): every rank's together here */
-        uint64_t per_pos = 0;
-        const int64_t ranks = e->m->tp_be ? e->m->tp : 1;
-        v = rf_kv_bytes_per_pos(e->m, e->kv_type, &per_pos)
-                ? -1
-                : (int64_t)per_pos * e->block_size * rf_kv_pool_n_blocks(e->pool) * ranks;
+        /* a split over GPUs (or CPU ranks) has a pool per rank: every rank's together here */
+        const int64_t ranks = e->m->tp_be ? e->m->tp : 1, one = kv_pool_bytes(e);
+        v = one < 0 ? -1 : one * ranks;
         break;
     }
     case RF_STAT_TP_SIZE: v = e->m->tp > 1 ? e->m->tp : 1; break;
@@ -82,13 +88,7 @@ int64_t rf_engine_get_device_stat(rf_engine *e, int32_t i, rf_engine_device_stat
         rf_set_error(RF_ERR_RANGE, "GPU %d of the engine: it runs on %d GPU(s)", i, rf_engine_n_devices(e));
         return -1;
     }
-    if (s == RF_DEVSTAT_KV_BYTES) {
-        /* each GPU holds one pool of its shard's KV heads (one GPU: every shard's, which is what
-         * rf_kv_bytes_per_pos counts for it); the pool's size is fixed when the engine is made */
-        uint64_t per_pos = 0;
-        if (rf_kv_bytes_per_pos(e->m, e->kv_type, &per_pos)) return -1;
-        return (int64_t)(per_pos * (uint64_t)e->block_size * (uint64_t)rf_kv_pool_n_blocks(e->pool));
-    }
+    if (s == RF_DEVSTAT_KV_BYTES) return kv_pool_bytes(e); /* each GPU holds one pool */
     if (s != RF_DEVSTAT_ORDINAL && s != RF_DEVSTAT_MEM_TOTAL && s != RF_DEVSTAT_MEM_FREE) {
         rf_set_error(RF_ERR_RANGE, "unknown device stat %d", (int)s);
         return -1;
