@@ -90,8 +90,6 @@ static void test_knobs_and_builds(void **state) {
     assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS); /* past MMQ's 128, within 256 */
 }
 
-/* RF_GPU_W4A16=1: W4A16 from w4a16_min tokens, ahead of MMQ and BLAS (auto: up to w4a16_max);
- * never in deterministic mode */
 /* RF_GPU_MMQ_WIDE: rows of at least mmq_wide elements of Q5_0 / Q4_K / Q5_K take MMQ from 4
  * tokens where gemv_mt would (gemv_n 16), Q4_0 ones at 16; narrower rows, other types, fewer
  * tokens, the knob at 0 and devices without gemv_mt keep their routes */
@@ -121,6 +119,8 @@ static void test_wide_rows(void **state) {
     }
 }
 
+/* RF_GPU_W4A16=1: W4A16 from w4a16_min tokens, ahead of MMQ and BLAS (auto: up to w4a16_max);
+ * never in deterministic mode */
 static void test_w4a16(void **state) {
     (void)state;
     for (int64_t n = 1; n <= 600; n += 7) {

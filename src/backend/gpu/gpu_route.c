@@ -42,8 +42,8 @@ rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
      * 34.5 / 34.4, Q5_0 46.0 / 45.1 / 39.7 -> 30.0 / 29.4 / 30.6, Q4_0 30.9 / 30.3 / 34.4 ->
      * 27.2 / 26.1 / 26.9; not Q8_0 (MMQ slower at 4-8) nor Q6_K (47.7 against 30.3 at 8). In the
      * step (llama3-8b, bench -b, same day): Q4_K_M +3.2% at 8 sequences, +1.6% at 16; Q4_0 -0.4%
-     * at 4, -2.3% at 8 (the GLU then no longer quantizes the product's x in its own launch), +2.6%
-     * at 16, hence Q4_0 at 16 only. By n_in alone: the route's askers that know no n_out
+     * at 4, -2.3% at 8, +2.6% at 16 (why it loses at 4-8 was not profiled), hence Q4_0 at 16
+     * only. By n_in alone: the route's askers that know no n_out
      * (rf_gpu_mmq_takes, rf_gpu_matmul_rounds_x) get the same answer. docs/perf-gpu.md. */
     const bool wide = f->mmq_wide > 0 && f->n_in >= f->mmq_wide &&
                       (f->type == RF_TYPE_Q4_0 || f->type == RF_TYPE_Q5_0 || f->type == RF_TYPE_Q4_K ||
