@@ -185,49 +185,74 @@ static __device__ __forceinline__ void rf_mt_block(float (*acc)[4], const uint8_
     }
 }
 
-/* Copies of stage s (chunks s KS .. s KS + KS - 1, those below nch) into the slot at shared
- * address so, by all threads of the block: the weights of the RB rows from r0 (rows past n_out
- * read the last row), or x and its records of BN tokens (tokens past nt read the last token). */
-template <int T, int NF, int KS>
-static __device__ __forceinline__ void rf_mt_issue_w(unsigned so, const uint8_t *w, int64_t row_bytes, int64_t r0,
-                                                     int64_t n_out, int s, int nch) {
+/* A stage's copies of one operand, planned once per thread. The stage's bytes are R rows by P
+ * 16-byte pieces: KS chunks of PC pieces each, chunk kc of row r landing at shared offset
+ * kc CSTR + r RSTR and read from the row's bytes at chunk c = s KS + kc (c CB, less Q6_K's
+ * realignment: CB = 16 PC in every other format). Copy j of thread tid is piece i = tid + 256 j
+ * in row-major order (a warp's copies run along a row's contiguous bytes), its offsets worked
+ * out once, so a stage's copy costs an add and a compare, where working out (chunk, row, piece)
+ * from i at every stage cost ~25 instructions a copy: about a third of the kernel's instructions
+ * at 8 tokens. */
+template <int T, int KS, int R, int P, int PC, int CB, int RSTR, int CSTR> struct rf_mt_plan {
+    static constexpr int NT = RF_MT_NW * 32, NJ = (R * P + NT - 1) / NT;
+    /* Q6_K's realignment depends on the chunk past the stage's first only when KS is not a
+     * multiple of 4 (420 = 4 mod 16): else it is folded into off at make */
+    static constexpr bool REAL = CB % 16 != 0 && KS % 4 != 0;
+    /* P dividing the thread count (x and its records): copy j is copy 0 NT / P rows further
+     * down, so one copy's offsets serve them all (registers: the 16-token Q6_K tile spilled) */
+    static constexpr bool AFF = NT % P == 0;
+    static constexpr int NA = AFF ? 1 : NJ, DR = AFF ? NT / P : 0;
+    int off[NA];          /* copy j's byte past the operand's base at stage 0 (before realignment if REAL) */
+    int lim[NA];          /* copy j is made at stages s with s KS < lim[j] (nch - its chunk; 0: never) */
+    int kc[REAL ? NA : 1]; /* copy j's chunk in the stage (REAL only) */
+    unsigned dst[NA];     /* copy j's shared offset in a slot */
+    int ostep, nj;        /* AFF: off from one copy to the next; copies j < nj are made */
+    /* row(i): the plan's row i as a row past the base, clamped by the caller's rule; rows from
+     * nrows on are not copied at all (x of tokens past the call's: their slots keep whatever they
+     * held, and only their own outputs, never stored, read them; copying the last token there
+     * instead made every block read the same lines several times over: gemv_mt at 4 tokens took
+     * 1.4x its time at 8). Offsets are 32-bit (rf_gemv_mt_ok bounds R rows of a row below 2^31). */
+    template <typename F> __device__ __forceinline__ void make(int64_t stride, int nch, int nrows, F row) {
+#pragma unroll
+        for (int j = 0; j < NA; j++) {
+            const int i = (int)threadIdx.x + NT * j, r = i / P, p = i % P, c = p / PC, col = p % PC;
+            const bool ok = i < R * P && r < nrows;
+            off[j] = ok ? (int)(row(r) * stride) + c * CB + col * 16 - (CB % 16 && !REAL ? rf_mt_off<T>(c) : 0) : 0;
+            lim[j] = ok ? nch - c : 0;
+            if constexpr (REAL) kc[j] = c;
+            dst[j] = (unsigned)(c * CSTR + r * RSTR + col * 16);
+        }
+        if constexpr (AFF) {
+            const int r = (int)threadIdx.x / P, rl = nrows < R ? nrows : R;
+            ostep = (int)(DR * stride);
+            nj = r < rl ? (rl - r + DR - 1) / DR : 0;
+        }
+    }
+    /* the copies of stage s from the operand at base into the slot at shared address so */
+    __device__ __forceinline__ void issue(unsigned so, const uint8_t *base, int s) const {
+        const int sk = s * KS;
+        const uint8_t *sp = base + sk * CB; /* once a stage: each copy adds a 32-bit offset */
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int a = AFF ? 0 : j;
+            if (AFF ? j >= nj || sk >= lim[0] : sk >= lim[a]) continue;
+            int o = off[a] + (AFF ? j * ostep : 0);
+            if constexpr (REAL) o -= rf_mt_off<T>(sk + kc[a]);
+            rf_cp_async16_s(so + dst[a] + (unsigned)(j * DR * RSTR), sp + o);
+        }
+    }
+};
+
+/* The three plans of a tile: the weights of the RB rows from r0 (rows past n_out read the last),
+ * x of the call's tokens and their records (tokens past nt not copied). */
+template <int T, int NF, int KS> struct rf_mt_plans {
     using F = rf_mt_fmt<T>;
     using L = rf_mt_tile<T, NF, KS>;
-    constexpr int CW = F::CW, N = KS * L::RB * CW;
-    static_assert(16 * CW >= F::CB + (F::CB % 16 ? 12 : 0) && 16 * CW <= F::SROW, "the copies cover any chunk");
-#pragma unroll 4
-    for (int i = threadIdx.x; i < N; i += RF_MT_NW * 32) {
-        const int kc = i / (L::RB * CW), row = i / CW % L::RB, col = i % CW, c = s * KS + kc;
-        if (c >= nch) continue;
-        const int64_t r = r0 + row < n_out ? r0 + row : n_out - 1;
-        const uint8_t *src = w + r * row_bytes + (int64_t)c * F::CB - rf_mt_off<T>(c) + col * 16;
-        rf_cp_async16_s(so + (unsigned)((kc * L::RB + row) * F::SROW + col * 16), src);
-    }
-}
-template <int T, int NF, int KS>
-static __device__ __forceinline__ void rf_mt_issue_x(unsigned so, const int8_t *qx, const uint8_t *rec, int nt,
-                                                     int64_t n_in, int s, int nch) {
-    using F = rf_mt_fmt<T>;
-    using L = rf_mt_tile<T, NF, KS>;
-    constexpr int XW = F::KB * 2, RW = F::KB * F::REC / 16; /* 16-byte copies per token and chunk */
-    const int64_t nb = n_in / 32;
-#pragma unroll
-    for (int i = threadIdx.x; i < KS * L::BN * XW; i += RF_MT_NW * 32) {
-        const int kc = i / (L::BN * XW), n = i / XW % L::BN, cc = i % XW, c = s * KS + kc;
-        const int tok = n < nt ? n : nt - 1;
-        if (c < nch)
-            rf_cp_async16_s(so + (unsigned)(L::XO + (kc * L::BN + n) * L::XT + cc * 16),
-                            qx + tok * n_in + (int64_t)c * F::KB * 32 + cc * 16);
-    }
-#pragma unroll
-    for (int i = threadIdx.x; i < KS * L::BN * RW; i += RF_MT_NW * 32) {
-        const int kc = i / (L::BN * RW), n = i / RW % L::BN, cc = i % RW, c = s * KS + kc;
-        const int tok = n < nt ? n : nt - 1;
-        if (c < nch)
-            rf_cp_async16_s(so + (unsigned)(L::RO + (kc * L::BN + n) * L::RS + cc * 16),
-                            rec + (tok * nb + (int64_t)c * F::KB) * F::REC + cc * 16);
-    }
-}
+    static constexpr int XW = F::KB * 2, RW = F::KB * F::REC / 16; /* 16-byte pieces per token and chunk */
+    rf_mt_plan<T, KS, L::RB, KS * F::CW, F::CW, F::CB, F::SROW, L::RB * F::SROW> w;
+    rf_mt_plan<T, KS, L::BN, KS * XW, XW, XW * 16, L::XT, L::BN * L::XT> x;
+    rf_mt_plan<T, KS, L::BN, KS * RW, RW, RW * 16, L::RS, L::BN * L::RS> r;
+};
 
 /* The end of gemv_mt: the KS warps of each row fragment hold partial sums of its outputs (acc:
  * rows g, g + 8 by tokens 2t, 2t + 1 of each token fragment); they are added in ks order
@@ -298,17 +323,26 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
     const int64_t r0 = (int64_t)blockIdx.x * L::RB;
     const int nch = (int)(n_in / 32 / F::KB), nst = (nch + KS - 1) / KS;
     const unsigned base = rf_smem_addr(rf_mt_smem);
+    rf_mt_plans<T, NF, KS> pl;
+    const uint8_t *wb = w + r0 * row_bytes; /* the tile's first row */
+    pl.w.make(row_bytes, nch, L::RB, [&](int i) { return (r0 + i < n_out ? r0 + i : n_out - 1) - r0; });
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
-        if (s < nst) rf_mt_issue_w<T, NF, KS>(base + s * L::BYTES, w, row_bytes, r0, n_out, s, nch);
+        if (s < nst) pl.w.issue(base + s * L::BYTES, wb, s);
         rf_cp_async_commit();
     }
     rf_pdl_trigger();
     rf_pdl_wait();
+    const auto tok = [&](int i) { return (int64_t)(i < nt ? i : nt - 1); };
+    pl.x.make(n_in, nch, nt, tok);
+    pl.r.make(n_in / 32 * F::REC, nch, nt, tok);
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) { /* groups W0..W(ST-2), X0..X(ST-2), then W+X per stage:
                                         * at stage s, wait<ST - 2> leaves stage s landed */
-        if (s < nst) rf_mt_issue_x<T, NF, KS>(base + s * L::BYTES, qx, rec, nt, n_in, s, nch);
+        if (s < nst) {
+            pl.x.issue(base + s * L::BYTES + L::XO, (const uint8_t *)qx, s);
+            pl.r.issue(base + s * L::BYTES + L::RO, rec, s);
+        }
         rf_cp_async_commit();
     }
     const int nfa = (nt + 7) / 8; /* token fragments holding any of the call's tokens */
@@ -323,8 +357,9 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
         const int sn = s + ST - 1;
         if (sn < nst) {
             const unsigned so = base + (unsigned)(sn % ST * L::BYTES);
-            rf_mt_issue_w<T, NF, KS>(so, w, row_bytes, r0, n_out, sn, nch);
-            rf_mt_issue_x<T, NF, KS>(so, qx, rec, nt, n_in, sn, nch);
+            pl.w.issue(so, wb, sn);
+            pl.x.issue(so + L::XO, (const uint8_t *)qx, sn);
+            pl.r.issue(so + L::RO, rec, sn);
         }
         rf_cp_async_commit();
         if (s * KS + ks >= nch) continue; /* this warp's chunk lies past the row */
@@ -408,7 +443,9 @@ static rf_status rf_launch_mt(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const
 }
 
 bool rf_gemv_mt_ok(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
-    if (ctx->info.cc_major < 8 || n_in < 256) return false;
+    /* n_in <= 2^22: a tile's 128 rows of at most 34/32 bytes an element stay below 2^31 bytes
+     * (rf_mt_plan's 32-bit offsets) */
+    if (ctx->info.cc_major < 8 || n_in < 256 || n_in > ((int64_t)1 << 22)) return false;
     const int optin = rf_mt_optin(ctx);
     switch (t) { /* whole chunks, and the 16-token stages of one warp per row fit the device */
     case RF_TYPE_Q4_0: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q4_0>(1) <= optin;
