@@ -35,7 +35,7 @@ typedef struct rf_gpu_route_facts {
                      * multi-token kernel gemv_mt takes the type and width, else 8) */
     int64_t mmq_min, mmq_max; /* RF_GPU_MMQ_MIN, RF_GPU_MMQ_MAX (0: never) */
     int64_t gemv_max;         /* RF_GPU_GEMV_MAX */
-    int64_t mmq_wide;         /* RF_GPU_MMQ_WIDE: rows at least this wide take MMQ from 4 / 16 tokens (0: never) */
+    int64_t mmq_wide;         /* RF_GPU_MMQ_WIDE: rows at least this wide take MMQ at 4..8 tokens (0: never) */
     bool w4a16;               /* RF_GPU_W4A16 on and W4A16 has a kernel for (type, n_in) on this device */
     int64_t w4a16_min;        /* RF_GPU_W4A16_MIN: fewest tokens it takes */
     int64_t w4a16_max;        /* most tokens it takes (auto: RF_GPU_W4A16_MAX); <= 0: no limit */
@@ -43,8 +43,8 @@ typedef struct rf_gpu_route_facts {
 
 /* The route: deterministic mode takes MMQ for every token count where it has a kernel (its
  * result for a token does not depend on the call's token count), else NONE; otherwise MMQ inside
- * [mmq_min, mmq_max] (mmq_min at most 5 where gemv_n is 8: no gemv_mt; where gemv_n is 16, at
- * most 4 for Q5_0 / Q4_K / Q5_K and 16 for Q4_0 with rows of mmq_wide or more), then 1..gemv_n tokens
+ * [mmq_min, mmq_max] (mmq_min at most 5 where gemv_n is 8: no gemv_mt; where gemv_n is 16, MMQ
+ * also at 4..8 tokens for Q5_0 / Q4_K / Q5_K with rows of mmq_wide or more), then 1..gemv_n tokens
  * one GEMV call, MMQ past that up to mmq_max, quantized types up to gemv_max in GEMV groups of
  * 8, the rest BLAS (GEMV groups where the build has no BLAS). With w4a16, W4A16 from w4a16_min
  * tokens on (outside deterministic mode), ahead of MMQ and BLAS. */
