@@ -64,6 +64,10 @@ typedef struct rf_test_hooks {
      * programmatic dependent launches, to time what overlapping them with the kernel before
      * gives in a whole step; the same bits either way */
     bool gpu_attn_nopdl;
+    /* GPU products: > 0 sets the fewest tokens gemv_mt takes under the default route, for every
+     * type (4: the route before Q8_0 and Q4_1 took it from 2 and Q4_0 from 3), for a side-by-side
+     * timing */
+    int gpu_mt_min;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

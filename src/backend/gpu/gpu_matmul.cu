@@ -9,6 +9,7 @@
 #include "core/knobs.h"
 #include "backend/gpu/gpu_gemv.cuh"
 #include "backend/gpu/gpu_route.h"
+#include "core/test_hooks.h"
 #include "rocmforge/quant.h"
 
 /* ---- the GEMV family: 1..8 tokens (1..16 where gemv_mt takes them), each weight read once ---- */
@@ -106,9 +107,17 @@ static bool rf_mt_takes(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_
     /* the default from 4 tokens: on the H200 (2026-11-29, RF_GEMVN_BENCH) 2 tokens through q32s
      * took 1.2-1.7x one token's time and through gemv_mt 1.8-2.5x (Q4_0 4096 -> 14336: 17.2
      * against 24.5 us; 8B step at 2 sequences 4.22 ms through gemv_mt); from 4 gemv_mt wins in
-     * most shapes (Q4_0 4096 -> 28672 at 4: 31.9 against 39.9) */
+     * most shapes (Q4_0 4096 -> 28672 at 4: 31.9 against 39.9). Since gemv_mt's copy plans
+     * (2026-11-30): Q8_0 and Q4_1 from 2 (same table, us at 2 tokens, Q/K/V + gate/up + down of
+     * llama3-8b, q32s -> gemv_mt: Q8_0 95.6 -> 73.5, Q4_1 82.4 -> 74.2; the 8B Q8_0 step, tok/s
+     * at 2 / 3 sequences: 478 / 577 -> 587 / 868), Q4_0 from 3 (a tie at 2, 58.9 -> 59.1; the
+     * 8B Q4_0 step at 3 sequences 822 -> 1,004); the K-quants, Q5_0 / Q5_1 and Q6_K were slower
+     * at 2 (Q4_K 53.8 -> 83.0) and 3 was not measured. The test hook gpu_mt_min sets the bound
+     * for every type, for a side-by-side timing. */
     const int v = ctx->gemv_variant;
-    const int64_t lo = v == 0 ? 4 : 2;
+    const rf_test_hooks *th = rf_test_hooks_get();
+    int64_t lo = v != 0 ? 2 : t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_1 ? 2 : t == RF_TYPE_Q4_0 ? 3 : 4;
+    if (v == 0 && th && th->gpu_mt_min > 0) lo = th->gpu_mt_min;
     return nt >= lo && nt <= 16 && (v == 0 || (v >= 27 && v <= 30)) && rf_has_xq(ctx, t, n_in) &&
            rf_gemv_mt_ok(ctx, t, n_in);
 #endif
