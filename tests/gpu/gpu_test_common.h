@@ -60,7 +60,7 @@ static inline float *host_f32(size_t n) {
 /* Prints and checks a relative L2 error against its tolerance (NaN never passes). */
 static inline void check_rel(const char *what, const float *got, const float *want, size_t n, double tol) {
     double e = rf_rel_l2(got, want, n);
-    fprintf(stderr, "  %-48s n=%-8zu rel_l2=%.3g (tol %.2g)\n", what, n, e, tol);
+    fprintf(stderr, "  %-48s n=%-8zu rel_l2=%.3g (tol %.0e)\n", what, n, e, tol);
     if (!(e < tol)) {
         for (size_t i = 0; i < n; i++)
             if (!(fabs((double)got[i] - want[i]) <= tol * (1 + fabs(want[i])))) {

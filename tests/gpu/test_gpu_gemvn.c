@@ -2,16 +2,14 @@
  * gpu_route.c, sends them to: one GEMV call, gemv_mt for 2..16 tokens, MMQ, GEMV groups) for every
  * type with a fast path (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16; Q4_1, Q5_0, Q5_1) and MXFP4, Q2_K, Q3_K,
  * at real and odd widths and odd heights, outputs poisoned first:
- * - against rf_ref_matmul (accuracy): rel. L2 < 2e-3 where the route keeps x in f32 (tf32 / f32
- *   float order); where it rounds x to int8 per 32, < 6 p + 2e-3, p the rounding model's rel. L2
- *   for this W and x: x' = x + e, e_i independent and uniform in +-d/2 (d the block's step, amax /
- *   127), so E ||W e||^2 = sum over outputs of sum_i w_i^2 d_i^2 / 12 (~0.5% of the outputs' norm
- *   for a Gaussian x, amax ~2.2 sigma). The outputs share e, and rows with a common offset per
- *   block (Q4_1, the K-quants' minimum) ride one combination of it, so ||W e||^2 / E is taken as
- *   chi^2 with as little as 1 degree of freedom: 36 times its mean lies past 2e-9 of it. (A fixed
- *   1e-2, twice the Gaussian figure, failed at random: 45 outputs of 96-wide Q4_1 rows, rel. L2
- *   0.0109; over 5,064 checks of six seeds the ratio to p reached 1.71, mean 0.89.) The twin
- *   below is the sharp check of those types;
+ * - against rf_ref_matmul (accuracy): rel. L2 < 1e-2 where the route rounds x to int8 per 32 (the
+ *   uniform rounding error of a Gaussian x, step amax / 127 with amax ~2.2 sigma, is ~0.5% of an
+ *   output's rms, as in test_gpu_mmq), 2e-3 where it does not (tf32 / f32 float order); for the
+ *   eight types with a twin (below) that rounded-x figure is printed, not asserted: the twin pins
+ *   every output within its float-order bound of the exact value for this x and W, so the distance
+ *   to the f32 reference is then the data's own rounding error, which a fixed 1e-2 does not bound
+ *   (it failed at random, 0.0109 on 45 outputs of 96-wide Q4_1 rows: three blocks of x, where
+ *   the Gaussian figure is no bound);
  * - where x is rounded (those eight), element by element against the GPU's twin computed here in
  *   double: the same rounded x, the dequantized weights, and the one term the kernels take from
  *   elsewhere (Q4_K / Q5_K: the minimum's factor cm = c d sc - dmin m times the f32 sum of the
@@ -137,20 +135,23 @@ static void twin_one(rf_type t, const float *wf, const uint8_t *wrow, const floa
     *bound = n * u / (1.0 - n * u) * a;
 }
 
-/* every element of got within its bound of the twin (printing the worst element's share of it) */
-static void check_twin(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x, int64_t nt,
-                       int64_t n_in, int64_t n_out) {
+/* every element of got within its bound of the twin (printing the worst element's share of it);
+ * *rounded_rel: the twin's rel. L2 against want, the f32-x reference (the rounding's own error) */
+static void check_twin(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x,
+                       const float *want, int64_t nt, int64_t n_in, int64_t n_out, double *rounded_rel) {
     size_t rb;
     assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
     float *wf = host_f32(n_in), *xr = host_f32(nt * n_in);
     for (int64_t k = 0; k < nt; k++) round_like_gpu(x + k * n_in, xr + k * n_in, n_in);
-    double worst = 0.0;
+    double worst = 0.0, d2 = 0.0, y2 = 0.0;
     int64_t bad = -1;
     for (int64_t o = 0; o < n_out; o++) {
         assert_int_equal(rf_dequantize_row(t, w + o * rb, wf, n_in), RF_OK);
         for (int64_t k = 0; k < nt; k++) {
             double tw, bd;
             twin_one(t, wf, w + o * rb, x + k * n_in, xr + k * n_in, n_in, &tw, &bd);
+            const double yw = want[k * n_out + o];
+            d2 += (tw - yw) * (tw - yw), y2 += yw * yw;
             const double e = fabs((double)got[k * n_out + o] - tw), r = bd > 0 ? e / bd : (e > 0 ? INFINITY : 0);
             if (!(r <= worst)) worst = r, bad = k * n_out + o;
         }
@@ -159,37 +160,8 @@ static void check_twin(const char *what, rf_type t, const float *got, const uint
     if (!(worst <= 1.0)) fprintf(stderr, "  element %lld (token %lld, row %lld): got %.9g\n", (long long)bad,
                                  (long long)(bad / n_out), (long long)(bad % n_out), got[bad]);
     assert_true(worst <= 1.0);
+    *rounded_rel = y2 > 0.0 ? sqrt(d2 / y2) : 0.0;
     free(wf), free(xr);
-}
-
-/* The rounding model's rel. L2 of W x' against W x (see the header): sqrt(sum over tokens and
- * outputs of sum_i w_i^2 d_i^2 / 12) / ||want||, d_i the step round_like_gpu gives x_i's block. */
-static double rounding_model_rel(rf_type t, const uint8_t *w, const float *x, const float *want, int64_t nt,
-                                 int64_t n_in, int64_t n_out) {
-    size_t rb;
-    assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
-    float *wf = host_f32(n_in);
-    double *v = calloc((size_t)(nt * (n_in / 32)), sizeof(double)); /* d^2 / 12 per token and block */
-    assert_non_null(v);
-    for (int64_t k = 0; k < nt; k++)
-        for (int64_t b = 0; b < n_in / 32; b++) {
-            float amax = 0.0f;
-            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[k * n_in + b * 32 + i]));
-            const double d = rf_fp16_to_f32(rf_f32_to_fp16(amax / 127.0f));
-            v[k * (n_in / 32) + b] = d * d / 12.0;
-        }
-    double e2 = 0.0, y2 = 0.0;
-    for (int64_t o = 0; o < n_out; o++) {
-        assert_int_equal(rf_dequantize_row(t, w + o * rb, wf, n_in), RF_OK);
-        for (int64_t b = 0; b < n_in / 32; b++) {
-            double w2 = 0.0;
-            for (int i = 0; i < 32; i++) w2 += (double)wf[b * 32 + i] * wf[b * 32 + i];
-            for (int64_t k = 0; k < nt; k++) e2 += w2 * v[k * (n_in / 32) + b];
-        }
-        for (int64_t k = 0; k < nt; k++) y2 += (double)want[k * n_out + o] * want[k * n_out + o];
-    }
-    free(wf), free(v);
-    return y2 > 0.0 ? sqrt(e2 / y2) : 0.0;
 }
 
 /* y = W x through rf_gpu_matmul (under the context's variant) for random W, x; checked against
@@ -221,10 +193,15 @@ static void run_case_v(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n
     char what[128];
     snprintf(what, sizeof what, "%s%s nt=%lld %lldx%lld %s (%s x)", tag, rf_type_name(t), (long long)nt, (long long)n_out,
              (long long)n_in, rf_gpu_route_name(rk), rounds ? "int8" : "f32");
-    const double model = rounds ? rounding_model_rel(t, w, x, want, nt, n_in, n_out) : 0.0;
-    check_rel(what, got, want, nt * n_out, rounds ? 6.0 * model + 2e-3 : 2e-3);
+    if (rounds && has_twin(t)) { /* the twin is the check; the f32-x distance is reported (header) */
+        double rr;
+        check_twin(what, t, got, w, x, want, nt, n_in, n_out, &rr);
+        fprintf(stderr, "  %-48s rel_l2=%.3g from f32 x, the rounded x's own %.3g\n", what,
+                rf_rel_l2(got, want, (size_t)(nt * n_out)), rr);
+    } else {
+        check_rel(what, got, want, nt * n_out, rounds ? 1e-2 : 2e-3);
+    }
     if (t == RF_TYPE_F16) assert_false(rounds); /* unquantized weights never round x */
-    if (rounds && has_twin(t)) check_twin(what, t, got, w, x, nt, n_in, n_out);
     rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
     if (yout) *yout = got;
     else free(got);
