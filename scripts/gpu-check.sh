@@ -8,7 +8,8 @@
 #                                             into build-gpu-carry/
 #   scripts/gpu-check.sh [BIN_DIR]            on the GPU machine (default build-gpu-carry)
 # env: TESTS (default: every test_gpu_*), SAN_TESTS / RACE_TESTS (which tests run under memcheck /
-#      racecheck), SKIP_SAN=1, BENCH=1 (rf_gpu_bench), RF_MODELS_DIR (real models, default models/)
+#      racecheck), SKIP_SAN=1, BENCH=1 (rf_gpu_bench), RF_MODELS_DIR (real models, default models/),
+#      LANES (GPUs the tests are spread over; default every GPU listed, at most 4)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--pack" ]; then
@@ -46,12 +47,26 @@ declare -A RES MEM RACE
 cat "$OUT/device.txt"
 echo "date: $(date -u +%FT%TZ)  seed: ${RF_TEST_SEED:-fresh per test (printed in each log)}"
 
-for t in $TESTS; do
+# LANES GPUs (default: every GPU nvidia-smi lists, at most 4) each run every LANES-th test; results
+# go to files because each lane is its own subshell
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+LANES=${LANES:-$(( NGPU > 4 ? 4 : (NGPU < 1 ? 1 : NGPU) ))}
+mkdir -p "$OUT/res"
+run_test() {  # $1 test, $2 GPU index
+    local t=$1 start rc r
     start=$(date +%s)
-    "$BIN/$t" >"$OUT/$t.log" 2>&1
+    CUDA_VISIBLE_DEVICES=$2 "$BIN/$t" >"$OUT/$t.log" 2>&1
     rc=$?
-    RES[$t]="rc=$rc ($(($(date +%s) - start))s)"
-    case $rc in 0) RES[$t]="PASS ${RES[$t]}" ;; 77) RES[$t]="SKIP ${RES[$t]}" ;; *) RES[$t]="FAIL ${RES[$t]}" ;; esac
+    r="rc=$rc ($(($(date +%s) - start))s, GPU $2)"
+    case $rc in 0) r="PASS $r" ;; 77) r="SKIP $r" ;; *) r="FAIL $r" ;; esac
+    echo "$r" >"$OUT/res/$t"
+}
+for lane in $(seq 0 $((LANES - 1))); do
+    (j=0; for t in $TESTS; do [ $((j % LANES)) -eq "$lane" ] && run_test "$t" "$lane"; j=$((j + 1)); done) &
+done
+wait
+for t in $TESTS; do
+    RES[$t]=$(cat "$OUT/res/$t" 2>/dev/null || echo "NOT RUN")
     echo "== $t: ${RES[$t]}"
     grep -E "FAILED|ERROR|error|RF_TEST_SEED|PASSED|rel. L2|identical|diverges|memory free|tokens x" "$OUT/$t.log" | head -60
 done
@@ -64,24 +79,35 @@ echo "== decode-step trace (rc=$?):"
 grep -E "^\[step|prompt:" "$OUT/trace.log" | head -20
 
 if [ -n "$SAN" ] && [ -z "${SKIP_SAN:-}" ]; then
-    : >"$OUT/sanitizer-memcheck.log"
-    for t in $SAN_TESTS; do
-        echo "### $t" >>"$OUT/sanitizer-memcheck.log"
-        RF_TEST_NO_OOM=1 RF_TEST_QUICK=1 timeout ${SAN_TIMEOUT:-300} "$SAN" --tool memcheck --error-exitcode 99 "$BIN/$t" \
+    # memcheck on GPU 0 and racecheck on the last GPU, at once when there are two
+    RG=$((LANES - 1))
+    (
+        : >"$OUT/sanitizer-memcheck.log"
+        for t in $SAN_TESTS; do
+            echo "### $t" >>"$OUT/sanitizer-memcheck.log"
+            CUDA_VISIBLE_DEVICES=0 RF_TEST_NO_OOM=1 RF_TEST_QUICK=1 timeout ${SAN_TIMEOUT:-300} "$SAN" --tool memcheck \
+                --error-exitcode 99 "$BIN/$t" >>"$OUT/sanitizer-memcheck.log" 2>&1
+            echo "rc=$? $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-memcheck.log" | tail -1)" >"$OUT/res/mem.$t"
+        done
+        echo "### rocmforge run --device gpu (generation)" >>"$OUT/sanitizer-memcheck.log"
+        CUDA_VISIBLE_DEVICES=0 timeout ${SAN_TIMEOUT:-300} "$SAN" --tool memcheck --error-exitcode 99 "$BIN/rocmforge" run \
+            -m "$RF_SYNTH_DIR/check-tiny.gguf" --device gpu -p "Hello there" -n 24 --ignore-eos \
             >>"$OUT/sanitizer-memcheck.log" 2>&1
-        MEM[$t]="rc=$? $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-memcheck.log" | tail -1)"
-    done
-    echo "### rocmforge run --device gpu (generation)" >>"$OUT/sanitizer-memcheck.log"
-    timeout ${SAN_TIMEOUT:-300} "$SAN" --tool memcheck --error-exitcode 99 "$BIN/rocmforge" run -m "$RF_SYNTH_DIR/check-tiny.gguf" \
-        --device gpu -p "Hello there" -n 24 --ignore-eos >>"$OUT/sanitizer-memcheck.log" 2>&1
-    MEM[generation]="rc=$? $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-memcheck.log" | tail -1)"
-    : >"$OUT/sanitizer-racecheck.log"
-    for t in $RACE_TESTS; do
-        echo "### $t" >>"$OUT/sanitizer-racecheck.log"
-        RF_TEST_NO_OOM=1 RF_TEST_QUICK=1 timeout ${SAN_TIMEOUT:-300} "$SAN" --tool racecheck --error-exitcode 99 "$BIN/$t" \
-            >>"$OUT/sanitizer-racecheck.log" 2>&1
-        RACE[$t]="rc=$? $(grep -E "RACECHECK SUMMARY" "$OUT/sanitizer-racecheck.log" | tail -1)"
-    done
+        echo "rc=$? $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-memcheck.log" | tail -1)" >"$OUT/res/mem.generation"
+    ) &
+    [ "$RG" -eq 0 ] && wait
+    (
+        : >"$OUT/sanitizer-racecheck.log"
+        for t in $RACE_TESTS; do
+            echo "### $t" >>"$OUT/sanitizer-racecheck.log"
+            CUDA_VISIBLE_DEVICES=$RG RF_TEST_NO_OOM=1 RF_TEST_QUICK=1 timeout ${SAN_TIMEOUT:-300} "$SAN" --tool racecheck \
+                --error-exitcode 99 "$BIN/$t" >>"$OUT/sanitizer-racecheck.log" 2>&1
+            echo "rc=$? $(grep -E "RACECHECK SUMMARY" "$OUT/sanitizer-racecheck.log" | tail -1)" >"$OUT/res/race.$t"
+        done
+    ) &
+    wait
+    for t in $SAN_TESTS generation; do MEM[$t]=$(cat "$OUT/res/mem.$t" 2>/dev/null || echo "NOT RUN"); done
+    for t in $RACE_TESTS; do RACE[$t]=$(cat "$OUT/res/race.$t" 2>/dev/null || echo "NOT RUN"); done
 fi
 
 if [ -n "${BENCH:-}" ]; then
