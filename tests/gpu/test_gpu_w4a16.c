@@ -8,7 +8,11 @@
  *    the tensor cores: truncated alignment per k16 step, up to 8 splits); a wrong index, nibble,
  *    scale or min of one 32-element sub-block moves an output by ~32 / n_in of that sum, 5x
  *    (n_in 14336) to 60x (4096) above it;
- *  - against rf_ref_matmul (f32 x, exact weights): rel. L2 < 1e-2 (x's int8 rounding, ~0.5%).
+ *  - against rf_ref_matmul (f32 x, exact weights): printed, not asserted, beside the rounded x's
+ *    own distance to it (the twin's): the twin pins every output within its float-order bound of
+ *    the exact value for the rounded x and W, so the f32-x distance is the data's own rounding
+ *    error (~0.5% for Gaussian x), which a fixed 1e-2 does not bound: it failed at random on 77
+ *    outputs of 512-wide Q5_K rows (rel. L2 0.0101, twin check passed), as test_gpu_gemvn's did.
  * On a mismatch it prints the first bad outputs and a map of the bad ones over the 128 x 128
  * tile (rows / 8 by tokens / 8). Each case runs in every tile configuration (RF_W4A16_CFG 0..2).
  * RF_W4A16_BENCH=1 also times each type x llama3-8b shape x 64/128/256/512 tokens: W4A16 (auto,
@@ -182,6 +186,10 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
     assert_int_equal(rf_ref_matmul(ref, w, t, xs, ns, n_in, n_out), RF_OK);
     void *dw = dev_from(w, bytes);
     float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
+    float *tws = host_f32(ns * n_out);
+    for (int64_t i = 0; i < ns * n_out; i++) tws[i] = (float)tw.want[i];
+    const double rr = rf_rel_l2(tws, ref, (size_t)(ns * n_out));
+    free(tws);
     const bool user_cfg = rf_knob_is_set(RF_KNOB_W4A16_CFG);
     for (int cfg = 0; cfg <= (user_cfg ? 0 : 2); cfg++) {
         char v[4];
@@ -200,7 +208,9 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
                  (long long)nt, (long long)n_out, (long long)n_in);
         const int bad = twin_check(&tw, got, what);
         for (int k = 0; k < ns; k++) memcpy(gs + k * n_out, got + tw.samp[k] * n_out, n_out * 4);
-        check_rel(what, gs, ref, ns * n_out, 1e-2); /* against the f32 oracle: x's int8 rounding */
+        /* against the f32 oracle: x's int8 rounding, reported (header) beside the twin's own */
+        fprintf(stderr, "  %-44s rel_l2=%.3g from f32 x, the rounded x's own %.3g\n", what,
+                rf_rel_l2(gs, ref, (size_t)(ns * n_out)), rr);
         assert_int_equal(nan, 0);
         assert_int_equal(bad, 0);
         assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
