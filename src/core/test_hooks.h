@@ -68,6 +68,9 @@ typedef struct rf_test_hooks {
      * type (4: the route before Q8_0 and Q4_1 took it from 2 and Q4_0 from 3), for a side-by-side
      * timing */
     int gpu_mt_min;
+    /* GPU products: gemv_mt's grids of one block an SM keep the format's 2-3 stage ring instead
+     * of the deep one (as many stages as fit), for a side-by-side timing; the same bits either way */
+    bool gpu_mt_shallow;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

@@ -32,13 +32,16 @@ void rf_test_hooks_from_env(void) {
     h.gpu_attn_nopdl = env_on("RF_ATTN_NOPDL");
     const char *mm = getenv("RF_MT_MIN");
     h.gpu_mt_min = mm ? atoi(mm) : 0;
+    h.gpu_mt_shallow = env_on("RF_MT_SHALLOW");
     if (h.serve_load_delay_ms <= 0 && !h.serve_faults && !h.tp_one_device && !h.tp_cpu_ranks && h.tp_skip_rank <= 0 &&
-        h.gpu_pa_rows <= 0 && !h.gpu_attn_nopdl && h.gpu_mt_min <= 0)
+        h.gpu_pa_rows <= 0 && !h.gpu_attn_nopdl && h.gpu_mt_min <= 0 &&
+        !h.gpu_mt_shallow)
         return;
     fprintf(stderr, "rocmforge-test: test hooks in force (load delay %d ms, serve faults %s, tp on one device %s, "
             "tp on CPU ranks %s, tp rank %d skipping collectives from the %lldth, paged attention rows %d, "
-            "rope/attention in stream order %s, gemv_mt from %d tokens)\n", h.serve_load_delay_ms,
+            "rope/attention in stream order %s, gemv_mt from %d tokens, gemv_mt's shallow ring %s)\n", h.serve_load_delay_ms,
             h.serve_faults ? "on" : "off", h.tp_one_device ? "on" : "off", h.tp_cpu_ranks ? "on" : "off", h.tp_skip_rank - 1,
-            (long long)h.tp_skip_from, h.gpu_pa_rows, h.gpu_attn_nopdl ? "on" : "off", h.gpu_mt_min);
+            (long long)h.tp_skip_from, h.gpu_pa_rows, h.gpu_attn_nopdl ? "on" : "off", h.gpu_mt_min,
+            h.gpu_mt_shallow ? "on" : "off");
     rf_test_hooks_set(&h);
 }

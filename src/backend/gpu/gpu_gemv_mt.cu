@@ -4,6 +4,7 @@
  * tokens. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. Twin: rf_cpu_matmul with test_hooks cpu_act =
  * RF_CPU_ACT_GPU (x rounded as rf_k_quantize_x rounds it). */
 #include "backend/gpu/gpu_gemv_dot.cuh" /* rf_qh4 */
+#include "core/test_hooks.h"
 
 #if !defined(RF_HIP) /* mma.sync, cp.async: CUDA only */
 
@@ -34,14 +35,20 @@ template <int T> static __device__ __forceinline__ int rf_mt_off(int c) { return
 /* The block's tile: RB = 128 / KS rows by BN = 8 NF tokens; a stage holds KS consecutive chunks
  * (warp (wr, ks) takes chunk ks of each stage): the rows' bytes (plus 16 a realigned word may
  * read past the last), x (per token KB blocks of 32 plus 16: the 8 tokens g of one fragment load
- * on distinct banks) and the records (per token KB records plus 16). */
-template <int T, int NF, int KS> struct rf_mt_tile {
+ * on distinct banks) and the records (per token KB records plus 16). ST: the format's stages
+ * (2 where they do not fit); DEEP (grids of one block an SM at most, where nothing else shares
+ * the SM's shared memory): as many as fit, up to RF_MT_DEEP, so that more of the row is in flight
+ * while the block's 8 warps decode (two stages fewer took the 4096-row Q4_0 product at 12 tokens
+ * from 27 to 39 us). The results do not depend on ST. */
+#define RF_MT_DEEP 8
+template <int T, int NF, int KS, bool DEEP = false> struct rf_mt_tile {
     using F = rf_mt_fmt<T>;
     static constexpr int WR = RF_MT_NW / KS, RB = 16 * WR, BN = 8 * NF;
     static constexpr int XT = F::KB * 32 + 16, RS = F::KB * F::REC + 16;
     static constexpr int XO = KS * RB * F::SROW + 16, RO = XO + KS * BN * XT;
     static constexpr int BYTES = RO + KS * BN * RS;
-    static constexpr int ST = F::ST * BYTES <= RF_MT_SMEM_MAX ? F::ST : 2;
+    static constexpr int STD = RF_MT_SMEM_MAX / BYTES < RF_MT_DEEP ? RF_MT_SMEM_MAX / BYTES : RF_MT_DEEP;
+    static constexpr int ST = DEEP && STD > F::ST ? STD : F::ST * BYTES <= RF_MT_SMEM_MAX ? F::ST : 2;
     static constexpr int SMEM = ST * BYTES;
 };
 
@@ -309,12 +316,12 @@ static __device__ __forceinline__ void rf_mt_store(float (*acc)[4], float *red, 
  * stages are requested before rf_pdl_wait() (W must not be written by work in flight), x after
  * it. launch: grid ceil(n_out / RB), 256 threads, rf_mt_tile<T, NF, KS>::SMEM bytes of dynamic
  * shared memory. */
-template <int T, int NF, int KS>
+template <int T, int NF, int KS, bool DEEP>
 __global__ void __launch_bounds__(RF_MT_NW * 32, 2) /* 128 registers: ptxas's own choice of 80 spilled Q5_1 */
 rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt, int64_t n_in, int64_t n_out,
              int64_t row_bytes) {
     using F = rf_mt_fmt<T>;
-    using L = rf_mt_tile<T, NF, KS>;
+    using L = rf_mt_tile<T, NF, KS, DEEP>;
     constexpr int ST = L::ST;
     static_assert(RF_WARP_SIZE == 32, "mma.sync: 32-lane warps");
     extern __shared__ __align__(16) uint8_t rf_mt_smem[];
@@ -413,11 +420,11 @@ template <int T> static int rf_mt_ks(const rf_gpu_ctx *ctx, int64_t n_in, int64_
     return ks;
 }
 
-template <int T, int NF, int KS>
+template <int T, int NF, int KS, bool DEEP>
 static rf_status rf_launch_mt_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt,
                                 int64_t n_in, int64_t n_out, int64_t rb) {
-    using L = rf_mt_tile<T, NF, KS>;
-    auto kern = rf_k_gemv_mt<T, NF, KS>;
+    using L = rf_mt_tile<T, NF, KS, DEEP>;
+    auto kern = rf_k_gemv_mt<T, NF, KS, DEEP>;
     static size_t attr[RF_GPU_MAX_DEVICES];
     const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)L::SMEM, 0, attr, "rf_k_gemv_mt");
     if (ast) return ast;
@@ -427,11 +434,28 @@ static rf_status rf_launch_mt_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, con
 template <int T, int NF>
 static rf_status rf_launch_mt_nf(rf_gpu_ctx *ctx, int ks, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
                                  int nt, int64_t n_in, int64_t n_out, int64_t rb) {
+    /* KS 4 and 8 (the shapes of few rows), tiles of 8 tokens: the deep ring where the grid is one
+     * block an SM at most and it fits the device (test hook gpu_mt_shallow: never, for a
+     * side-by-side timing). 16-token tiles keep theirs: deep, llama3-8b Q4_0 / Q8_0 at 16
+     * sequences lost 0.9% / 0.4% (H200), where 4 and 8 sequences of Q4_0 gained 9%. Not Q8_0:
+     * its 8-sequence step lost 1.7-1.8% in two runs (three stages of its rows already hold
+     * more bytes than Q4_0's six) */
+    const rf_test_hooks *th = rf_test_hooks_get();
+    const bool deep = NF == 1 && T != RF_TYPE_Q8_0 && !(th && th->gpu_mt_shallow) &&
+                      (n_out + 128 / ks - 1) / (128 / ks) <= ctx->info.sm_count;
     switch (ks) {
-    case 1: return rf_launch_mt_k<T, NF, 1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
-    case 2: return rf_launch_mt_k<T, NF, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
-    case 4: return rf_launch_mt_k<T, NF, 4>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
-    default: return rf_launch_mt_k<T, NF, 8>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    case 1: return rf_launch_mt_k<T, NF, 1, false>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    case 2: return rf_launch_mt_k<T, NF, 2, false>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    case 4:
+        if constexpr (NF == 1)
+            if (deep && rf_mt_tile<T, NF, 4, true>::SMEM <= rf_mt_optin(ctx))
+                return rf_launch_mt_k<T, NF, 4, true>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+        return rf_launch_mt_k<T, NF, 4, false>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    default:
+        if constexpr (NF == 1)
+            if (deep && rf_mt_tile<T, NF, 8, true>::SMEM <= rf_mt_optin(ctx))
+                return rf_launch_mt_k<T, NF, 8, true>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+        return rf_launch_mt_k<T, NF, 8, false>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
     }
 }
 template <int T>
