@@ -112,11 +112,18 @@ static bool rf_mt_takes(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_
      * llama3-8b, q32s -> gemv_mt: Q8_0 95.6 -> 73.5, Q4_1 82.4 -> 74.2; the 8B Q8_0 step, tok/s
      * at 2 / 3 sequences: 478 / 577 -> 587 / 868), Q4_0 from 3 (a tie at 2, 58.9 -> 59.1; the
      * 8B Q4_0 step at 3 sequences 822 -> 1,004); the K-quants, Q5_0 / Q5_1 and Q6_K were slower
-     * at 2 (Q4_K 53.8 -> 83.0) and 3 was not measured. The test hook gpu_mt_min sets the bound
-     * for every type, for a side-by-side timing. */
+     * at 2 (Q4_K 53.8 -> 83.0) and 3 was not measured. Since gemv_mt's deep ring for grids of
+     * one block an SM (2026-11-30, H200, rocmforge-test with the hook below against the
+     * default, two rounds): Q4_0 from 2 (8B Q4_0 at 2 sequences 680 -> 734 tok/s, the Q6_K LM
+     * head also through gemv_mt at 2 in that run), Q4_K and Q6_K from 3 (8B Q4_K_M at 3: 780 ->
+     * 811); Q4_1 as Q8_0; Q5_0, Q5_1 and Q5_K still from 4 (3 not measured). The test hook
+     * gpu_mt_min sets the bound for every type, for a side-by-side timing. */
     const int v = ctx->gemv_variant;
     const rf_test_hooks *th = rf_test_hooks_get();
-    int64_t lo = v != 0 ? 2 : t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_1 ? 2 : t == RF_TYPE_Q4_0 ? 3 : 4;
+    int64_t lo = v != 0                                                           ? 2
+                 : t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_1 || t == RF_TYPE_Q4_0 ? 2
+                 : t == RF_TYPE_Q4_K || t == RF_TYPE_Q6_K                       ? 3
+                                                                                : 4;
     if (v == 0 && th && th->gpu_mt_min > 0) lo = th->gpu_mt_min;
     return nt >= lo && nt <= 16 && (v == 0 || (v >= 27 && v <= 30)) && rf_has_xq(ctx, t, n_in) &&
            rf_gemv_mt_ok(ctx, t, n_in);
