@@ -90,14 +90,14 @@ static void test_knobs_and_builds(void **state) {
     assert_int_equal(rf_gpu_route(&f), RF_ROUTE_GEMV_GROUPS); /* past MMQ's 128, within 256 */
 }
 
-/* RF_GPU_MMQ_WIDE: rows of at least mmq_wide elements of Q5_0 / Q4_K / Q5_K take MMQ at 4..8
- * tokens where gemv_mt would (gemv_n 16); narrower rows, other types (Q4_0 among them), other
+/* RF_GPU_MMQ_WIDE: rows of at least mmq_wide elements of Q5_0 / Q5_K take MMQ at 4..8
+ * tokens where gemv_mt would (gemv_n 16); narrower rows, other types (Q4_0, Q4_K among them), other
  * token counts, the knob at 0 and devices without gemv_mt keep their routes */
 static void test_wide_rows(void **state) {
     (void)state;
-    const rf_type wide_types[] = {RF_TYPE_Q5_0, RF_TYPE_Q4_K, RF_TYPE_Q5_K};
+    const rf_type wide_types[] = {RF_TYPE_Q5_0, RF_TYPE_Q5_K};
     for (int64_t n = 1; n <= 120; n++) {
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 2; i++) {
             rf_gpu_route_facts f = facts(wide_types[i], n, true);
             f.n_in = 14336, f.mmq_wide = 12288;
             const rf_gpu_route_kind want = n >= 4 && n <= 8 ? RF_ROUTE_MMQ : n <= 16 ? RF_ROUTE_GEMV : n <= 96 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS;
@@ -109,13 +109,15 @@ static void test_wide_rows(void **state) {
             f.mmq_wide = 12288, f.gemv_n = 8; /* no gemv_mt: MMQ from 5, as before */
             assert_int_equal(rf_gpu_route(&f), n <= 4 ? RF_ROUTE_GEMV : n <= 96 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS);
         }
-        /* Q4_0, Q8_0 and Q6_K rows keep gemv_mt (MMQ was slower there) */
+        /* Q4_0, Q8_0, Q6_K and Q4_K rows keep gemv_mt (MMQ was slower there) */
         rf_gpu_route_facts f8 = facts(RF_TYPE_Q8_0, n, true), f6 = facts(RF_TYPE_Q6_K, n, true), f4 = facts(RF_TYPE_Q4_0, n, true);
-        f8.n_in = f6.n_in = f4.n_in = 14336, f8.mmq_wide = f6.mmq_wide = f4.mmq_wide = 12288;
+        rf_gpu_route_facts fk = facts(RF_TYPE_Q4_K, n, true);
+        f8.n_in = f6.n_in = f4.n_in = fk.n_in = 14336, f8.mmq_wide = f6.mmq_wide = f4.mmq_wide = fk.mmq_wide = 12288;
         const rf_gpu_route_kind was = n <= 16 ? RF_ROUTE_GEMV : n <= 96 ? RF_ROUTE_MMQ : RF_ROUTE_BLAS;
         assert_int_equal(rf_gpu_route(&f8), was);
         assert_int_equal(rf_gpu_route(&f6), was);
         assert_int_equal(rf_gpu_route(&f4), was);
+        assert_int_equal(rf_gpu_route(&fk), was);
     }
 }
 

@@ -34,7 +34,7 @@ rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
     const int64_t gemv_n = f->gemv_n < 8 ? 8 : f->gemv_n;
     int64_t mmq_min = f->mmq_min < 1 ? 1 : f->mmq_min;
     if (gemv_n < 16 && mmq_min > 5) mmq_min = 5;
-    /* Wide rows (the down product, 14336 -> 4096 on llama3-8b) of Q5_0 / Q4_K / Q5_K: MMQ at 4..8
+    /* Wide rows (the down product, 14336 -> 4096 on llama3-8b) of Q5_0 / Q5_K: MMQ at 4..8
      * tokens where gemv_mt would take them (its 8-token tile), gemv_mt from 9. gemv_mt gives such
      * a product few blocks (128 of 8 warps on 132 SMs); MMQ splits the row. Per product on an
      * H200 (2026-11-30, RF_GEMVN_BENCH=mt test_gpu_gemvn, us at 4 / 8 / 16 tokens, gemv_mt ->
@@ -43,10 +43,12 @@ rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
      * not Q8_0 (MMQ slower at 4-8) nor Q6_K (47.7 against 30.3 at 8). In the step after the copy
      * plans (llama3-8b, bench -b 4,8,16, 07:09 UTC, knob 0 against 12288 at every count, two
      * rounds): Q4_K_M MMQ +0.9% at 4, +2.0% at 8, -0.9% at 16, hence 4..8; Q4_0 (then at 16
-     * only) -2.1% at 16, hence none. By n_in alone: the route's askers that know no n_out
-     * (rf_gpu_mmq_takes, rf_gpu_matmul_rounds_x) get the same answer. docs/perf-gpu.md. */
-    const bool wide = f->mmq_wide > 0 && f->n_in >= f->mmq_wide &&
-                      (f->type == RF_TYPE_Q5_0 || f->type == RF_TYPE_Q4_K || f->type == RF_TYPE_Q5_K);
+     * only) -2.1% at 16, hence none. Q4_K left the rule with gemv_mt's deep ring (grids of one
+     * block an SM): the 8B Q4_K_M step with the knob off against 12288, 4 / 8 sequences 1,034 /
+     * 2,015 -> 1,079 / 2,077 tok/s (H200, 2026-11-30); Q5_0 and Q5_K were not re-measured. By
+     * n_in alone: the route's askers that know no n_out (rf_gpu_mmq_takes,
+     * rf_gpu_matmul_rounds_x) get the same answer. docs/perf-gpu.md. */
+    const bool wide = f->mmq_wide > 0 && f->n_in >= f->mmq_wide && (f->type == RF_TYPE_Q5_0 || f->type == RF_TYPE_Q5_K);
     if (wide && gemv_n >= 16 && f->mmq && n >= 4 && n <= 8 && n <= f->mmq_max) return RF_ROUTE_MMQ;
     if (f->mmq && n >= mmq_min && n <= f->mmq_max) return RF_ROUTE_MMQ;
     if (n <= gemv_n) return RF_ROUTE_GEMV;
