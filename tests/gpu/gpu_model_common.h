@@ -27,7 +27,7 @@ static inline void mkmodel(const char *preset, const char *type, char *path, siz
     if (access(path, R_OK) == 0) return;
     /* written under a name of this process, then renamed: a test running beside this one (ctest
      * -j, gpu-check.sh's lanes) never sees a half-written file under the final name */
-    char cmd[4096];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "mkdir -p '%s' && '%s' mkmodel --preset %s --type %s --pure -o '%s.%d' >/dev/null 2>&1 && mv -f '%s.%d' '%s'",
              g_dir, cli, preset, type, path, (int)getpid(), path, (int)getpid(), path);
