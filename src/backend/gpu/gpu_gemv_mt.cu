@@ -431,31 +431,32 @@ static rf_status rf_launch_mt_k(rf_gpu_ctx *ctx, float *y, const uint8_t *w, con
     return rf_gpu_launch(ctx, "rf_k_gemv_mt", true, kern, dim3((unsigned)((n_out + L::RB - 1) / L::RB)),
                          dim3(RF_MT_NW * 32), (size_t)L::SMEM, y, w, qx, rec, nt, n_in, n_out, rb);
 }
+/* KS 4 and 8 (the shapes of few rows), tiles of 8 tokens: the deep ring where the grid is one
+ * block an SM at most and it fits the device (test hook gpu_mt_shallow: never, for a side-by-side
+ * timing). Only where the deep tile has more stages than the format's (Q6_K: 2 either way).
+ * 16-token tiles keep theirs: deep, llama3-8b Q4_0 / Q8_0 at 16 sequences lost 0.9% / 0.4%
+ * (H200), where 4 and 8 sequences of Q4_0 gained 9%. Not Q8_0: its 8-sequence step lost 1.7-1.8%
+ * in two runs (three stages of its rows already hold more bytes than Q4_0's six). */
+template <int T, int NF, int KS>
+static rf_status rf_launch_mt_ring(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
+                                   int nt, int64_t n_in, int64_t n_out, int64_t rb) {
+    using D = rf_mt_tile<T, NF, KS, true>;
+    if constexpr (NF == 1 && KS >= 4 && T != RF_TYPE_Q8_0 && D::ST > rf_mt_tile<T, NF, KS>::ST) {
+        const rf_test_hooks *th = rf_test_hooks_get();
+        if (!(th && th->gpu_mt_shallow) && (n_out + D::RB - 1) / D::RB <= ctx->info.sm_count &&
+            D::SMEM <= rf_mt_optin(ctx))
+            return rf_launch_mt_k<T, NF, KS, true>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    }
+    return rf_launch_mt_k<T, NF, KS, false>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+}
 template <int T, int NF>
 static rf_status rf_launch_mt_nf(rf_gpu_ctx *ctx, int ks, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
                                  int nt, int64_t n_in, int64_t n_out, int64_t rb) {
-    /* KS 4 and 8 (the shapes of few rows), tiles of 8 tokens: the deep ring where the grid is one
-     * block an SM at most and it fits the device (test hook gpu_mt_shallow: never, for a
-     * side-by-side timing). 16-token tiles keep theirs: deep, llama3-8b Q4_0 / Q8_0 at 16
-     * sequences lost 0.9% / 0.4% (H200), where 4 and 8 sequences of Q4_0 gained 9%. Not Q8_0:
-     * its 8-sequence step lost 1.7-1.8% in two runs (three stages of its rows already hold
-     * more bytes than Q4_0's six) */
-    const rf_test_hooks *th = rf_test_hooks_get();
-    const bool deep = NF == 1 && T != RF_TYPE_Q8_0 && !(th && th->gpu_mt_shallow) &&
-                      (n_out + 128 / ks - 1) / (128 / ks) <= ctx->info.sm_count;
     switch (ks) {
-    case 1: return rf_launch_mt_k<T, NF, 1, false>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
-    case 2: return rf_launch_mt_k<T, NF, 2, false>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
-    case 4:
-        if constexpr (NF == 1)
-            if (deep && rf_mt_tile<T, NF, 4, true>::SMEM <= rf_mt_optin(ctx))
-                return rf_launch_mt_k<T, NF, 4, true>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
-        return rf_launch_mt_k<T, NF, 4, false>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
-    default:
-        if constexpr (NF == 1)
-            if (deep && rf_mt_tile<T, NF, 8, true>::SMEM <= rf_mt_optin(ctx))
-                return rf_launch_mt_k<T, NF, 8, true>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
-        return rf_launch_mt_k<T, NF, 8, false>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    case 1: return rf_launch_mt_ring<T, NF, 1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    case 2: return rf_launch_mt_ring<T, NF, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    case 4: return rf_launch_mt_ring<T, NF, 4>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
+    default: return rf_launch_mt_ring<T, NF, 8>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
     }
 }
 template <int T>
