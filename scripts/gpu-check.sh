@@ -47,24 +47,29 @@ declare -A RES MEM RACE
 cat "$OUT/device.txt"
 echo "date: $(date -u +%FT%TZ)  seed: ${RF_TEST_SEED:-fresh per test (printed in each log)}"
 
-# LANES GPUs (default: every GPU nvidia-smi lists, at most 4) each run every LANES-th test; results
-# go to files because each lane is its own subshell
+# LANES GPUs (default: every GPU nvidia-smi lists, at most 4) each run every LANES-th test, then
+# test_gpu_tp alone with all of them (it splits models over the GPUs it sees); results go to files
+# because each lane is its own subshell
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 LANES=${LANES:-$(( NGPU > 4 ? 4 : (NGPU < 1 ? 1 : NGPU) ))}
 mkdir -p "$OUT/res"
-run_test() {  # $1 test, $2 GPU index
+run_test() {  # $1 test, $2 GPU indices (CUDA_VISIBLE_DEVICES)
     local t=$1 start rc r
     start=$(date +%s)
     CUDA_VISIBLE_DEVICES=$2 "$BIN/$t" >"$OUT/$t.log" 2>&1
     rc=$?
-    r="rc=$rc ($(($(date +%s) - start))s, GPU $2)"
+    r="rc=$rc ($(($(date +%s) - start))s, GPUs $2)"
     case $rc in 0) r="PASS $r" ;; 77) r="SKIP $r" ;; *) r="FAIL $r" ;; esac
     echo "$r" >"$OUT/res/$t"
 }
 for lane in $(seq 0 $((LANES - 1))); do
-    (j=0; for t in $TESTS; do [ $((j % LANES)) -eq "$lane" ] && run_test "$t" "$lane"; j=$((j + 1)); done) &
+    (j=0; for t in $TESTS; do
+        [ "$t" = test_gpu_tp ] && continue
+        [ $((j % LANES)) -eq "$lane" ] && run_test "$t" "$lane"; j=$((j + 1))
+    done) &
 done
 wait
+case " $TESTS " in *" test_gpu_tp "*) run_test test_gpu_tp "$(seq -s, 0 $((LANES - 1)))" ;; esac
 for t in $TESTS; do
     RES[$t]=$(cat "$OUT/res/$t" 2>/dev/null || echo "NOT RUN")
     echo "== $t: ${RES[$t]}"
