@@ -44,7 +44,7 @@ typedef struct rf_gpu_route_facts {
 /* The route: deterministic mode takes MMQ for every token count where it has a kernel (its
  * result for a token does not depend on the call's token count), else NONE; otherwise MMQ inside
  * [mmq_min, mmq_max] (mmq_min at most 5 where gemv_n is 8: no gemv_mt; where gemv_n is 16, MMQ
- * also at 4..8 tokens for Q5_0 / Q4_K / Q5_K with rows of mmq_wide or more), then 1..gemv_n tokens
+ * also at 4..8 tokens for Q5_0 / Q5_K with rows of mmq_wide or more), then 1..gemv_n tokens
  * one GEMV call, MMQ past that up to mmq_max, quantized types up to gemv_max in GEMV groups of
  * 8, the rest BLAS (GEMV groups where the build has no BLAS). With w4a16, W4A16 from w4a16_min
  * tokens on (outside deterministic mode), ahead of MMQ and BLAS. */
