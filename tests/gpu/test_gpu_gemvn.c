@@ -31,6 +31,7 @@ int main(void) {
 }
 #else
 #include "gpu_test_common.h"
+#include "gpu_twin.h"
 
 #include <time.h>
 
@@ -44,125 +45,6 @@ static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_K, RF_T
 static const rf_type k_mt_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K,
                                      RF_TYPE_Q4_1, RF_TYPE_Q5_0, RF_TYPE_Q5_1};
 #define N_MT (sizeof k_mt_types / sizeof k_mt_types[0])
-
-static bool has_twin(rf_type t) {
-    for (size_t k = 0; k < N_MT; k++)
-        if (k_mt_types[k] == t) return true;
-    return false;
-}
-
-/* x rounded as the GPU's rf_k_quantize_x rounds it (rf_quantize_elem): per 32, d = f16(amax / 127)
- * (f32 beyond f16's range), q = rint(x * (127 / amax)) in f32, x' = d q */
-static void round_like_gpu(const float *x, float *xr, int64_t n) {
-    for (int64_t b = 0; b < n / 32; b++) {
-        const float *xb = x + b * 32;
-        float amax = 0.0f;
-        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(xb[k]));
-        const float d32 = amax / 127.0f, d16 = rf_fp16_to_f32(rf_f32_to_fp16(d32));
-        const float d = d16 <= 65504.0f ? d16 : d32, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        for (int k = 0; k < 32; k++) xr[b * 32 + k] = d * nearbyintf(xb[k] * id);
-    }
-}
-
-/* ggml's q8_1 s of one block of x as rf_k_quantize_x makes it for Q4_1 / Q5_1 weights:
- * f16(amax / 127 * sum q) (f32 beyond f16's range) */
-static double q81_s(const float *xb) {
-    float amax = 0.0f;
-    for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(xb[k]));
-    const float d32 = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int sq = 0;
-    for (int k = 0; k < 32; k++) sq += (int)nearbyintf(xb[k] * id);
-    const float s32 = d32 * (float)sq, s16 = rf_fp16_to_f32(rf_f32_to_fp16(s32));
-    return fabsf(s16) <= 65504.0f ? s16 : s32;
-}
-
-/* Q4_K / Q5_K sub-block j's 6-bit scale and min (ggml's 12-byte field at q) */
-static void k4_sm(int j, const uint8_t *q, int *sc, int *m) {
-    if (j < 4) {
-        *sc = q[j] & 63, *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-/* The twin of y[t, o] in double and its float-order bound (see the header): wf the dequantized
- * row, wrow its bytes, x / xr token t's x and rounded x. */
-static void twin_one(rf_type t, const float *wf, const uint8_t *wrow, const float *x, const float *xr, int64_t n_in,
-                     double *twin, double *bound) {
-    const int64_t nb = n_in / 32;
-    double s = 0.0, a = 0.0;
-    for (int64_t k = 0; k < n_in; k++) {
-        s += (double)wf[k] * xr[k];
-        a += fabs((double)wf[k] * xr[k]);
-    }
-    if (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K) { /* cm (sum x - sum x'), and the terms' sizes */
-        const int bytes = t == RF_TYPE_Q4_K ? 144 : 176;
-        const double c = t == RF_TYPE_Q4_K ? 8.0 : 16.0;
-        /* a keeps sum |w x'|: the dequantized d sc q - dmin m may round in f32 */
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *sb = wrow + (b / 8) * bytes;
-            uint16_t hd, hm;
-            memcpy(&hd, sb, 2), memcpy(&hm, sb + 2, 2);
-            const double d = rf_fp16_to_f32(hd), dmin = rf_fp16_to_f32(hm);
-            int sc, m;
-            k4_sm((int)(b % 8), sb + 4, &sc, &m);
-            double sx = 0.0, sxr = 0.0, ax = 0.0, axr = 0.0;
-            for (int k = 0; k < 32; k++) {
-                sx += x[b * 32 + k], sxr += xr[b * 32 + k];
-                ax += fabs(x[b * 32 + k]), axr += fabs(xr[b * 32 + k]);
-            }
-            s += (c * d * sc - dmin * m) * (sx - sxr);
-            /* |d sc sum (q - c) x'| <= |d sc| c_max sum |x'| (|q - c| <= c); the cm term */
-            a += fabs(d * sc) * c * axr + (fabs(c * d * sc) + fabs(dmin * m)) * ax;
-        }
-    }
-    if (t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_1) { /* d dx sum q x + m s: s is q8_1's, not sum x' */
-        const int bytes = t == RF_TYPE_Q4_1 ? 20 : 24;
-        const double qmax = t == RF_TYPE_Q4_1 ? 15.0 : 31.0;
-        for (int64_t b = 0; b < nb; b++) {
-            uint16_t hd, hm;
-            memcpy(&hd, wrow + b * bytes, 2), memcpy(&hm, wrow + b * bytes + 2, 2);
-            const double d = rf_fp16_to_f32(hd), m = rf_fp16_to_f32(hm), sq = q81_s(x + b * 32);
-            double sxr = 0.0, axr = 0.0;
-            for (int k = 0; k < 32; k++) sxr += xr[b * 32 + k], axr += fabs(xr[b * 32 + k]);
-            s += m * (sq - sxr);
-            a += fabs(d) * qmax * axr + fabs(m * sq);
-        }
-    }
-    const double u = ldexp(1.0, -24), n = (double)(nb + 16);
-    *twin = s;
-    *bound = n * u / (1.0 - n * u) * a;
-}
-
-/* every element of got within its bound of the twin (printing the worst element's share of it);
- * *rounded_rel: the twin's rel. L2 against want, the f32-x reference (the rounding's own error) */
-static void check_twin(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x,
-                       const float *want, int64_t nt, int64_t n_in, int64_t n_out, double *rounded_rel) {
-    size_t rb;
-    assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
-    float *wf = host_f32(n_in), *xr = host_f32(nt * n_in);
-    for (int64_t k = 0; k < nt; k++) round_like_gpu(x + k * n_in, xr + k * n_in, n_in);
-    double worst = 0.0, d2 = 0.0, y2 = 0.0;
-    int64_t bad = -1;
-    for (int64_t o = 0; o < n_out; o++) {
-        assert_int_equal(rf_dequantize_row(t, w + o * rb, wf, n_in), RF_OK);
-        for (int64_t k = 0; k < nt; k++) {
-            double tw, bd;
-            twin_one(t, wf, w + o * rb, x + k * n_in, xr + k * n_in, n_in, &tw, &bd);
-            const double yw = want[k * n_out + o];
-            d2 += (tw - yw) * (tw - yw), y2 += yw * yw;
-            const double e = fabs((double)got[k * n_out + o] - tw), r = bd > 0 ? e / bd : (e > 0 ? INFINITY : 0);
-            if (!(r <= worst)) worst = r, bad = k * n_out + o;
-        }
-    }
-    fprintf(stderr, "  %-48s twin: worst %.3g of the float-order bound\n", what, worst);
-    if (!(worst <= 1.0)) fprintf(stderr, "  element %lld (token %lld, row %lld): got %.9g\n", (long long)bad,
-                                 (long long)(bad / n_out), (long long)(bad % n_out), got[bad]);
-    assert_true(worst <= 1.0);
-    *rounded_rel = y2 > 0.0 ? sqrt(d2 / y2) : 0.0;
-    free(wf), free(xr);
-}
 
 /* y = W x through rf_gpu_matmul (under the context's variant) for random W, x; checked against
  * the reference and, where x is rounded, the twin; *yout (if not NULL) keeps the outputs */
@@ -193,7 +75,7 @@ static void run_case_v(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n
     char what[128];
     snprintf(what, sizeof what, "%s%s nt=%lld %lldx%lld %s (%s x)", tag, rf_type_name(t), (long long)nt, (long long)n_out,
              (long long)n_in, rf_gpu_route_name(rk), rounds ? "int8" : "f32");
-    if (rounds && has_twin(t)) { /* the twin is the check; the f32-x distance is reported (header) */
+    if (rounds && twin_has(t)) { /* the twin is the check; the f32-x distance is reported (header) */
         double rr;
         check_twin(what, t, got, w, x, want, nt, n_in, n_out, &rr);
         fprintf(stderr, "  %-48s rel_l2=%.3g from f32 x, the rounded x's own %.3g\n", what,
