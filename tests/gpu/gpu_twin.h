@@ -100,9 +100,12 @@ static inline void twin_one(rf_type t, const float *wf, const uint8_t *wrow, con
 }
 
 /* every element of got within its bound of the twin (printing the worst element's share of it);
- * *rounded_rel: the twin's rel. L2 against want, the f32-x reference (the rounding's own error) */
-static inline void check_twin(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x,
-                       const float *want, int64_t nt, int64_t n_in, int64_t n_out, double *rounded_rel) {
+ * bias (may be NULL): n_out values the kernel adds to each output in f32 (one more rounding: u
+ * times |twin + bias| on the bound); *rounded_rel: the twin's rel. L2 against want, the f32-x
+ * reference (the rounding's own error) */
+static inline void check_twin_b(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x,
+                                const float *want, const float *bias, int64_t nt, int64_t n_in, int64_t n_out,
+                                double *rounded_rel) {
     size_t rb;
     assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
     float *wf = host_f32(n_in), *xr = host_f32(nt * n_in);
@@ -114,6 +117,10 @@ static inline void check_twin(const char *what, rf_type t, const float *got, con
         for (int64_t k = 0; k < nt; k++) {
             double tw, bd;
             twin_one(t, wf, w + o * rb, x + k * n_in, xr + k * n_in, n_in, &tw, &bd);
+            if (bias) { /* f32 (dot + b): one rounding of a sum within bd of tw + b */
+                tw += bias[o];
+                bd += ldexp(1.0, -24) * (fabs(tw) + bd) * 1.0000001;
+            }
             const double yw = want[k * n_out + o];
             d2 += (tw - yw) * (tw - yw), y2 += yw * yw;
             const double e = fabs((double)got[k * n_out + o] - tw), r = bd > 0 ? e / bd : (e > 0 ? INFINITY : 0);
@@ -126,6 +133,11 @@ static inline void check_twin(const char *what, rf_type t, const float *got, con
     assert_true(worst <= 1.0);
     *rounded_rel = y2 > 0.0 ? sqrt(d2 / y2) : 0.0;
     free(wf), free(xr);
+}
+
+static inline void check_twin(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x,
+                              const float *want, int64_t nt, int64_t n_in, int64_t n_out, double *rounded_rel) {
+    check_twin_b(what, t, got, w, x, want, NULL, nt, n_in, n_out, rounded_rel);
 }
 
 #endif

@@ -12,9 +12,10 @@
  *   from two slots per expert), each weight type, with and without bias; the grouped MMQ at
  *   widths of a partial last chunk (gpt-oss's MXFP4 / Q8_0 2880, qwen3-30b-a3b's Q6_K 768, an
  *   odd count of blocks) with experts chosen unevenly (one takes 3 tokens in 4, some none),
- *   x_per_slot both ways, on a sample of slots: rel. L2 < 1e-2 for the int8-x types (x rounded
- *   to int8 per 32 costs ~0.5% per output, the bound of test_gpu_mmq / test_gpu_quant), < 1e-4
- *   for the f32-x ones (F16 and the types decoded element by element: f32 sums of <= 1024
+ *   x_per_slot both ways, on a sample of slots: for the types with a twin (gpu_twin.h) every
+ *   output within its float-order bound of the exact product for x rounded as the GPU rounds it
+ *   (and the expert's bias added in f32), the f32-x distance printed; MXFP4 rel. L2 < 1e-2 (x
+ *   rounded to int8 per 32 costs ~0.5% per output), < 1e-4 for the f32-x ones (F16 and the types decoded element by element: f32 sums of <= 1024
  *   products, ~1e-6 expected).
  * - moe_combine: rel. L2 < 1e-6 (k <= 8 f32 products summed in order, ~1e-7).
  * - moe_shared_gate: rel. L2 < 1e-5 (its model above test_shared_gate).
@@ -39,6 +40,7 @@ int main(void) {
 }
 #else
 #include "gpu_moe_common.h"
+#include "gpu_twin.h"
 
 /* ---- references (backend.h's contract, double where it sums) ------------------------------ */
 
@@ -251,7 +253,20 @@ static void mid_run(rf_rng *r, const mid_case *c) {
              (long long)c->ne, (long long)c->k, (long long)c->n, (long long)c->n_out, (long long)c->n_in,
              c->bias ? " bias" : "", c->xps ? " per-slot" : "",
              rf_gpu_moe_grouped_takes(g_ctx, c->t, c->n_in, c->n, c->k) ? "grouped" : "gemv");
-    check_rel(what, gs, want, ns * c->n_out, int8_x(c->t) ? 1e-2 : 1e-4);
+    if (twin_has(c->t)) { /* each sampled slot against the twin of its expert's rows and x row */
+        double rr2 = 0.0;
+        for (int i = 0; i < ns; i++) {
+            const int64_t s = samp[i], e = ids[s], xr = c->xps ? s : s / c->k;
+            double rr;
+            check_twin_b(what, c->t, gs + i * c->n_out, w + (size_t)e * c->n_out * rb, x + xr * c->n_in,
+                         want + i * c->n_out, c->bias ? bias + e * c->n_out : NULL, 1, c->n_in, c->n_out, &rr);
+            rr2 += rr * rr;
+        }
+        fprintf(stderr, "  %-48s rel_l2=%.3g from f32 x, the rounded x's own ~%.3g\n", what,
+                rf_rel_l2(gs, want, (size_t)ns * c->n_out), sqrt(rr2 / ns));
+    } else {
+        check_rel(what, gs, want, ns * c->n_out, int8_x(c->t) ? 1e-2 : 1e-4);
+    }
     rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, db), rf_gpu_free(g_ctx, dy), rf_gpu_free(g_ctx, di);
     free(w), free(x), free(bias), free(got), free(ids), free(want), free(gs);
 }
