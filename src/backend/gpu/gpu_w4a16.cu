@@ -17,7 +17,9 @@
  *   the f32 accumulator with the significands aligned to the largest and truncated (a few extra
  *   bits), then normalised toward zero: per step at most ~(17 2^-26 + 2^-23) of the larger of
  *   |acc| and the step's sum of |w x|, taken as 8 u32 (u32 = 2^-24); steps in k order within a
- *   split, splits (<= 8) added in order by rf_k_w4a16_reduce. Bound per output:
+ *   split (RF_W4A16_CFG 3: each half of every chunk summed by its own warp, the two added once at
+ *   the end: fewer steps in a chain, the same bound), splits (<= 8) added in order by
+ *   rf_k_w4a16_reduce. Bound per output:
  *   8 u32 (n_in / 16 + 8) sum_i |w_i x_i|. Against rf_ref_matmul (f32 x, exact weights): the
  *   int8 rounding of x (~0.5% rel. L2, as MMQ / BLAS) and 2^-11 per weight dominate: rel. L2
  *   < 1e-2. (Q8_0 is W8A16 by the same scheme; the name is the family's.)
@@ -31,7 +33,6 @@
 #define RF_W4_BM 128   /* weight rows per block: 4 warps along them, 32 rows (2 m16 fragments) each */
 #define RF_W4_KC 256   /* elements of a row per pipeline stage (a Q4_K super-block, 8 Q4_0 / Q8_0 blocks) */
 #define RF_W4_SB 528   /* a staged token's stride: 512 bytes of f16 x + 16 (ldmatrix rows on distinct banks) */
-#define RF_W4_NTH 256  /* threads per block: 8 warps, 4 along the rows x 2 along the tokens */
 
 #if !defined(RF_HIP) /* mma.sync, ldmatrix, cp.async: CUDA only */
 
@@ -43,16 +44,23 @@ template <> struct rf_w4_fmt<RF_TYPE_Q4_K> { static constexpr int SA = 144; };
 template <> struct rf_w4_fmt<RF_TYPE_Q5_K> { static constexpr int SA = 176; };
 template <> struct rf_w4_fmt<RF_TYPE_Q8_0> { static constexpr int SA = 272; };
 
-/* BN tokens per block (64 or 128; each warp BN / 2 of them), ST stages */
-template <int T, int BN> struct rf_w4_tile {
+/* BN tokens per block (64 or 128), ST stages; warps 4 along the rows x WN along the tokens x KW
+ * along a chunk: KW 1, 8 warps (WN 2, each BN / 2 tokens); BN 64 with KW 2, 8 warps (WN 1, each
+ * all 64 tokens and half of every chunk: each weight fragment decoded by one warp, not two); BN
+ * 128 with KW 2, 16 warps (WN 2, each 64 tokens and half of every chunk) */
+template <int T, int BN, int KW> struct rf_w4_tile {
+    static constexpr int WN = BN == 64 && KW == 2 ? 1 : 2;
+    static constexpr int NTH = 32 * 4 * WN * KW;                        /* threads per block */
     static constexpr int SA = rf_w4_fmt<T>::SA;
     static constexpr int ST = 2;
     static constexpr int ABYTES = RF_W4_BM * SA;
     static constexpr int STAGE = ABYTES + BN * RF_W4_SB;
     static constexpr int SMEM = ST * STAGE;
     /* blocks per SM (Q4_K / Q5_K: 1, their scales would spill at 128 registers) */
-    static constexpr int MINB = T != RF_TYPE_Q4_K && T != RF_TYPE_Q5_K && 2 * SMEM + 2048 <= 228 * 1024 ? 2 : 1;
-    static constexpr int NF = BN / 16;                                  /* n8 fragments per warp */
+    static constexpr int MINB = T != RF_TYPE_Q4_K && T != RF_TYPE_Q5_K && NTH == 256 && 2 * SMEM + 2048 <= 228 * 1024 ? 2 : 1;
+    static constexpr int NF = BN / WN / 8;                              /* n8 fragments per warp */
+    static_assert(KW == 1 || KW == 2, "warps along a chunk: 1 or 2");
+    static_assert(KW == 1 || 4 * WN * (2 * NF * 4) * 32 * 4 <= SMEM, "the k-split's partial sums fit the stages");
 };
 
 /* d += a b for one m16n8k16 f16 tile, f32 accumulators (not volatile: no memory effect, so the
@@ -168,15 +176,16 @@ static __device__ __forceinline__ void rf_w4_kscales(const uint8_t *r, int j, __
  * work in flight). Rows past n_out read the last row, tokens past nt the last token; neither is
  * stored. launch: grid (ceil(nt / BN), ceil(n_out / 128), splits), 256 threads,
  * rf_w4_tile<T, BN>::SMEM bytes of dynamic shared memory. */
-template <int T, int BN>
-__global__ void __launch_bounds__(RF_W4_NTH, rf_w4_tile<T, BN>::MINB)
+template <int T, int BN, int KW>
+__global__ void __launch_bounds__(rf_w4_tile<T, BN, KW>::NTH, rf_w4_tile<T, BN, KW>::MINB)
 rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int n_out, int64_t row_bytes,
            int splits) {
-    using L = rf_w4_tile<T, BN>;
-    constexpr int SA = L::SA, ST = L::ST, NF = L::NF, CW = SA / 16;
+    using L = rf_w4_tile<T, BN, KW>;
+    constexpr int SA = L::SA, ST = L::ST, NF = L::NF, CW = SA / 16, WN = L::WN, NTH = L::NTH;
     extern __shared__ __align__(16) uint8_t rf_w4_smem[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
-    const int wm = warp % 4, wn = warp / 4;
+    /* wn: the warp's half of the tokens (WN 2); wk: its half of each chunk (KW 2: sub-chunks 2 wk, + 1) */
+    const int wm = warp % 4, wn = WN == 2 ? (warp / 4) % 2 : 0, wk = KW == 2 ? warp / (4 * WN) : 0;
     const int r0 = blockIdx.y * RF_W4_BM, t0 = blockIdx.x * BN;
     const int nch = n_in / RF_W4_KC;
     const int kc0 = (int)((int64_t)blockIdx.z * nch / splits), nk = (int)((int64_t)(blockIdx.z + 1) * nch / splits) - kc0;
@@ -187,7 +196,7 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
         const int64_t off = (int64_t)(kc0 + k) * SA;
         const unsigned so = base + (unsigned)(slot * L::STAGE);
 #pragma unroll 4
-        for (int i = tid; i < RF_W4_BM * CW; i += RF_W4_NTH) {
+        for (int i = tid; i < RF_W4_BM * CW; i += NTH) {
             const int row = i / CW, col = i % CW;
             const int r = r0 + row < n_out ? r0 + row : n_out - 1;
             rf_cp_async16_s(so + (unsigned)(row * SA + col * 16), w + (int64_t)r * row_bytes + off + col * 16);
@@ -198,7 +207,7 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
         const int64_t kx = (int64_t)(kc0 + k) * RF_W4_KC;
         const unsigned so = base + (unsigned)(slot * L::STAGE + L::ABYTES);
 #pragma unroll 4
-        for (int i = tid; i < BN * 32; i += RF_W4_NTH) {
+        for (int i = tid; i < BN * 32; i += NTH) {
             const int n = i / 32, c = i % 32, tok = t0 + n < nt ? t0 + n : nt - 1;
             rf_cp_async16_s(so + (unsigned)(n * RF_W4_SB + c * 16), x16 + (int64_t)tok * n_in + kx + c * 8);
         }
@@ -224,6 +233,7 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
             for (int i = 0; i < 4; i++) acc[mf][nf][i] = 0.0f;
     /* ldmatrix.x4 rows of lane: matrix lane / 8 = (tokens + 8 (lane / 16), k + 8 ((lane / 8) % 2)) */
     const unsigned bl = (unsigned)((wn * (BN / 2) + (lane / 16) * 8 + lane % 8) * RF_W4_SB + ((lane / 8) % 2) * 16);
+    (void)wk;
 
     /* one k16 step: A (this warp's two m16 fragments) times the warp's NF n8 fragments of x */
     auto step = [&](unsigned sb, int kk, const uint32_t (*A)[4]) {
@@ -253,7 +263,8 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
 #pragma unroll
             for (int h = 0; h < 2; h++) ra[mf][h] = sl + (32 * wm + 16 * mf + 8 * h + g) * SA;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
+        for (int jj = 0; jj < 4 / KW; jj++) {
+            const int j = KW == 1 ? jj : jj + 2 * wk;
             /* Q4_K / Q5_K: sub-blocks 2j (low nibbles) and 2j + 1 (high) of each row: f16 scale s and min m */
             __half2 SL[2][2], ML[2][2], SH[2][2], MH[2][2];
             if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
@@ -280,6 +291,29 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
                 step(sb, khi, Ahi);
             }
         }
+    }
+    if constexpr (KW == 2) {
+        /* the second half of each chunk's sums (warps wk = 1) added to the first's, through the
+         * stages' memory once every copy has landed and every warp is past its last read */
+        float *part = reinterpret_cast<float *>(rf_w4_smem) + (size_t)(warp % (4 * WN)) * (2 * NF * 4 * 32) + lane;
+        rf_cp_async_wait<0>();
+        __syncthreads();
+        if (wk == 1) {
+#pragma unroll
+            for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+                for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) part[((mf * NF + nf) * 4 + i) * 32] = acc[mf][nf][i];
+        }
+        __syncthreads();
+        if (wk == 1) return;
+#pragma unroll
+        for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+            for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[mf][nf][i] += part[((mf * NF + nf) * 4 + i) * 32];
     }
     float *out = splits > 1 ? y + (int64_t)blockIdx.z * nt * n_out : y;
 #pragma unroll
@@ -317,23 +351,26 @@ __global__ void rf_k_w4a16_x(rf_half *y, const float *x, int64_t n) {
         y[g0 + lane] = rf_act_q8_half(x[g0 + lane]);
 }
 
-template <int T, int BN>
+template <int T, int BN, int KW>
 static rf_status rf_w4a16_launch_t(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in,
                                    int n_out, int64_t rb, int splits) {
-    auto kern = rf_k_w4a16<T, BN>;
-    constexpr int smem = rf_w4_tile<T, BN>::SMEM;
+    auto kern = rf_k_w4a16<T, BN, KW>;
+    constexpr int smem = rf_w4_tile<T, BN, KW>::SMEM;
     static size_t attr[RF_GPU_MAX_DEVICES];
     const rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)smem, 0, attr, "rf_k_w4a16");
     if (st) return st;
     const dim3 grid((unsigned)((nt + BN - 1) / BN), (unsigned)((n_out + RF_W4_BM - 1) / RF_W4_BM), (unsigned)splits);
-    return rf_gpu_launch(ctx, "rf_k_w4a16", true, kern, grid, dim3(RF_W4_NTH), (size_t)smem, y, w, x16, nt, n_in,
+    return rf_gpu_launch(ctx, "rf_k_w4a16", true, kern, grid, dim3(rf_w4_tile<T, BN, KW>::NTH), (size_t)smem, y, w, x16, nt, n_in,
                          n_out, rb, splits);
 }
 template <int T>
-static rf_status rf_w4a16_launch(rf_gpu_ctx *ctx, int bn, float *y, const uint8_t *w, const rf_half *x16, int nt,
+static rf_status rf_w4a16_launch(rf_gpu_ctx *ctx, int bn, int kw, float *y, const uint8_t *w, const rf_half *x16, int nt,
                                  int n_in, int n_out, int64_t rb, int splits) {
-    if (bn == 64) return rf_w4a16_launch_t<T, 64>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
-    return rf_w4a16_launch_t<T, 128>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
+    if (bn == 64 && kw == 2) return rf_w4a16_launch_t<T, 64, 2>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
+    if (bn == 64) return rf_w4a16_launch_t<T, 64, 1>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
+    if constexpr (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q8_0) /* 16 warps at <= 128 registers: not the K-quants' scales */
+        if (kw == 2) return rf_w4a16_launch_t<T, 128, 2>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
+    return rf_w4a16_launch_t<T, 128, 1>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
 }
 #endif /* !RF_HIP */
 
@@ -361,19 +398,28 @@ static rf_status rf_w4a16_check(const char *op, const void *w, rf_type wtype, co
 }
 
 #if !defined(RF_HIP)
-/* Tiles and split-K from the shape: tiles of 64 tokens up to 64, else 128 (RF_W4A16_CFG 1 / 2:
- * always 64 / 128; a measurement knob read at every call, so a test may turn it); the row of chunks
- * split so that the blocks about fill the SMs once (1 block per SM, 2 with Q4_0's tiles of 64)
- * where the tiles alone leave half of them idle, at least 4 chunks per split, at most 8. */
-static_assert(rf_w4_tile<RF_TYPE_Q4_K, 64>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64>::MINB == 1 &&
-                  rf_w4_tile<RF_TYPE_Q8_0, 64>::MINB == 1 && rf_w4_tile<RF_TYPE_Q4_0, 128>::MINB == 1,
+/* Tiles and split-K from the shape: tiles of 64 tokens up to 64 (Q4_0 / Q8_0 with the warps split
+ * along the chunk), else 128 (RF_W4A16_CFG 1 / 2 / 3 / 4: always 64 / 128 / 64 split / 128 split in
+ * 16 warps; a measurement knob read at every call, so a test may turn it); the row of chunks split so that the blocks about fill the SMs once (1
+ * block per SM, 2 with Q4_0's tiles of 64) where the tiles alone leave half of them idle, at least
+ * 4 chunks per split, at most 8. */
+static_assert(rf_w4_tile<RF_TYPE_Q4_K, 64, 1>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64, 1>::MINB == 1 &&
+                  rf_w4_tile<RF_TYPE_Q8_0, 64, 1>::MINB == 1 && rf_w4_tile<RF_TYPE_Q4_0, 128, 1>::MINB == 1 &&
+                  rf_w4_tile<RF_TYPE_Q4_K, 64, 2>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64, 2>::MINB == 1 &&
+                  rf_w4_tile<RF_TYPE_Q8_0, 64, 2>::MINB == 1,
               "rf_w4a16_plan counts 2 blocks per SM for Q4_0's tiles of 64 only");
 static void rf_w4a16_plan(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_in, int64_t n_out, int *bn,
-                          int *splits) {
+                          int *kw, int *splits) {
     const int64_t cfg = rf_knob_int(RF_KNOB_W4A16_CFG);
-    *bn = cfg == 1 ? 64 : cfg == 2 ? 128 : nt <= 64 ? 64 : 128;
+    const bool split_fits = t == RF_TYPE_Q4_0 || t == RF_TYPE_Q8_0; /* the K-quants' scales take registers */
+    *bn = cfg == 1 || cfg == 3 ? 64 : cfg == 2 || cfg == 4 ? 128 : nt <= 64 ? 64 : 128;
+    /* auto: Q4_0 / Q8_0's tiles of 64 split along the row (H200: 8B products at 64 tokens 10-15% faster) */
+    *kw = cfg == 3 || (cfg == 4 && split_fits) || (cfg == 0 && *bn == 64 && split_fits) ? 2 : 1;
     /* blocks per SM: the instance's launch bound (only Q4_0's tiles of 64 fit 2) */
-    const int minb = *bn == 128 ? 1 : t == RF_TYPE_Q4_0 ? rf_w4_tile<RF_TYPE_Q4_0, 64>::MINB : 1;
+    const int minb = *bn == 128                ? 1
+                     : t != RF_TYPE_Q4_0       ? 1
+                     : *kw == 2                ? rf_w4_tile<RF_TYPE_Q4_0, 64, 2>::MINB
+                                               : rf_w4_tile<RF_TYPE_Q4_0, 64, 1>::MINB;
     const int64_t slots = (int64_t)ctx->info.sm_count * minb;
     const int64_t tiles = ((nt + *bn - 1) / *bn) * ((n_out + RF_W4_BM - 1) / RF_W4_BM);
     int64_t s = slots / (tiles > 0 ? tiles : 1);
@@ -385,17 +431,17 @@ static void rf_w4a16_plan(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t 
 
 /* the product from f16 x; part: splits * n_tokens * n_out floats of scratch where splits > 1 */
 static rf_status rf_w4a16_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const rf_half *x16,
-                              int64_t n_tokens, int64_t n_in, int64_t n_out, int bn, int splits, float *part) {
+                              int64_t n_tokens, int64_t n_in, int64_t n_out, int bn, int kw, int splits, float *part) {
     const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
     float *out = splits > 1 ? part : y;
     const uint8_t *wp = (const uint8_t *)w;
     const int nt = (int)n_tokens, ni = (int)n_in, no = (int)n_out;
     rf_status st;
     switch (wtype) {
-    case RF_TYPE_Q4_0: st = rf_w4a16_launch<RF_TYPE_Q4_0>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
-    case RF_TYPE_Q4_K: st = rf_w4a16_launch<RF_TYPE_Q4_K>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
-    case RF_TYPE_Q5_K: st = rf_w4a16_launch<RF_TYPE_Q5_K>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
-    default: st = rf_w4a16_launch<RF_TYPE_Q8_0>(ctx, bn, out, wp, x16, nt, ni, no, rb, splits); break;
+    case RF_TYPE_Q4_0: st = rf_w4a16_launch<RF_TYPE_Q4_0>(ctx, bn, kw, out, wp, x16, nt, ni, no, rb, splits); break;
+    case RF_TYPE_Q4_K: st = rf_w4a16_launch<RF_TYPE_Q4_K>(ctx, bn, kw, out, wp, x16, nt, ni, no, rb, splits); break;
+    case RF_TYPE_Q5_K: st = rf_w4a16_launch<RF_TYPE_Q5_K>(ctx, bn, kw, out, wp, x16, nt, ni, no, rb, splits); break;
+    default: st = rf_w4a16_launch<RF_TYPE_Q8_0>(ctx, bn, kw, out, wp, x16, nt, ni, no, rb, splits); break;
     }
     if (!st && splits > 1) {
         const int64_t ny = n_tokens * n_out;
@@ -416,13 +462,13 @@ extern "C" rf_status rf_gpu_w4a16_f16x(rf_gpu_ctx *ctx, float *y, const void *w,
     return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no W4A16 kernel on HIP", op);
 #else
     RF_GPU_REQUIRE(ctx->info.cc_major >= 8, op, "the f16 tensor-core kernel needs compute capability 8.0+");
-    int bn, splits;
-    rf_w4a16_plan(ctx, wtype, n_tokens, n_in, n_out, &bn, &splits);
+    int bn, kw, splits;
+    rf_w4a16_plan(ctx, wtype, n_tokens, n_in, n_out, &bn, &kw, &splits);
     size_t mark = ctx->scratch_used;
     void *tmp = NULL;
     if (splits > 1 && (st = rf_gpu_tmp(ctx, (size_t)splits * n_tokens * n_out * sizeof(float), &tmp, &mark)))
         return st;
-    st = rf_w4a16_run(ctx, y, w, wtype, (const rf_half *)x16, n_tokens, n_in, n_out, bn, splits, (float *)tmp);
+    st = rf_w4a16_run(ctx, y, w, wtype, (const rf_half *)x16, n_tokens, n_in, n_out, bn, kw, splits, (float *)tmp);
     ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
     return st;
 #endif
@@ -438,8 +484,8 @@ extern "C" rf_status rf_gpu_w4a16(rf_gpu_ctx *ctx, float *y, const void *w, rf_t
     return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no W4A16 kernel on HIP", op);
 #else
     RF_GPU_REQUIRE(ctx->info.cc_major >= 8, op, "the f16 tensor-core kernel needs compute capability 8.0+");
-    int bn, splits;
-    rf_w4a16_plan(ctx, wtype, n_tokens, n_in, n_out, &bn, &splits);
+    int bn, kw, splits;
+    rf_w4a16_plan(ctx, wtype, n_tokens, n_in, n_out, &bn, &kw, &splits);
     const int64_t nx = n_tokens * n_in;
     const size_t xb = ((size_t)nx * 2 + 255) & ~(size_t)255;
     const size_t pb = splits > 1 ? (size_t)splits * n_tokens * n_out * sizeof(float) : 0;
@@ -449,7 +495,7 @@ extern "C" rf_status rf_gpu_w4a16(rf_gpu_ctx *ctx, float *y, const void *w, rf_t
     rf_half *x16 = (rf_half *)tmp;
     st = rf_gpu_launch(ctx, "rf_k_w4a16_x", true, rf_k_w4a16_x, dim3(rf_gpu_blocks(nx, 256)), dim3(256), 0, x16, x, nx);
     if (!st)
-        st = rf_w4a16_run(ctx, y, w, wtype, x16, n_tokens, n_in, n_out, bn, splits, (float *)((char *)tmp + xb));
+        st = rf_w4a16_run(ctx, y, w, wtype, x16, n_tokens, n_in, n_out, bn, kw, splits, (float *)((char *)tmp + xb));
     ctx->scratch_used = mark;
     return st;
 #endif
