@@ -44,13 +44,15 @@ template <> struct rf_w4_fmt<RF_TYPE_Q4_K> { static constexpr int SA = 144; };
 template <> struct rf_w4_fmt<RF_TYPE_Q5_K> { static constexpr int SA = 176; };
 template <> struct rf_w4_fmt<RF_TYPE_Q8_0> { static constexpr int SA = 272; };
 
-/* BN tokens per block (64 or 128), ST stages; warps 4 along the rows x WN along the tokens x KW
- * along a chunk: KW 1, 8 warps (WN 2, each BN / 2 tokens); BN 64 with KW 2, 8 warps (WN 1, each
- * all 64 tokens and half of every chunk: each weight fragment decoded by one warp, not two); BN
- * 128 with KW 2, 16 warps (WN 2, each 64 tokens and half of every chunk) */
+/* BN tokens per block (64 or 128), ST stages; 8 warps, 4 along the rows x WN along the tokens x
+ * KW along a chunk: KW 1 (WN 2, each BN / 2 tokens) or, with BN 64, KW 2 (WN 1, each all 64
+ * tokens and half of every chunk: each weight fragment decoded by one warp, not two). (BN 128 with
+ * KW 2 in 16 warps at <= 128 registers was measured, H200 2026-11-30: no faster than KW 1 at 128
+ * tokens, so not kept.) */
 template <int T, int BN, int KW> struct rf_w4_tile {
-    static constexpr int WN = BN == 64 && KW == 2 ? 1 : 2;
-    static constexpr int NTH = 32 * 4 * WN * KW;                        /* threads per block */
+    static_assert(KW == 1 || BN == 64, "the chunk split in 8 warps: tiles of 64 tokens");
+    static constexpr int WN = 2 / KW;
+    static constexpr int NTH = 256;                                     /* threads per block */
     static constexpr int SA = rf_w4_fmt<T>::SA;
     static constexpr int ST = 2;
     static constexpr int ABYTES = RF_W4_BM * SA;
@@ -101,6 +103,12 @@ static __device__ __forceinline__ uint32_t rf_w4_bytes(const uint8_t *r) {
 static __device__ __forceinline__ __half2 rf_w4_nib(uint32_t v, int sh) {
     return rf_w4_h2(((v >> sh) & 0x000F000Fu) | 0x64006400u);
 }
+/* the halves (1024 + 16 nibble) of v's high nibbles in bytes 0 and 2, unshifted: one LOP3 where
+ * rf_w4_nib(v, 4) takes a shift too (the ALU pipe, at half the issue rate, is what the products of
+ * 64-128 tokens throttle on); times 1/16 in an fma it gives 64 + nibble + the fma's addend exactly */
+static __device__ __forceinline__ __half2 rf_w4_nib16(uint32_t v) {
+    return rf_w4_h2((v & 0x00F000F0u) | 0x64006400u);
+}
 
 /* The A elements one lane decodes from one staged row r for the k16 steps klo (lo) and khi (hi)
  * of sub-chunk (j, c): lo[0], lo[2] / hi[0], hi[2] are its two words of each (rf_k_w4a16's
@@ -113,10 +121,13 @@ static __device__ __forceinline__ void rf_w4_frags(uint32_t *lo, uint32_t *hi, c
         const int b = 2 * j + c;
         const uint32_t v = rf_w4_bytes(r + 18 * b + 2 + 2 * t);
         const __half2 d = rf_w4_hb(*(const uint16_t *)(r + 18 * b)), c8 = __float2half2_rn(1032.0f);
+        const __half2 s16 = __float2half2_rn(0.0625f), c72 = __float2half2_rn(-72.0f);
+        const uint32_t v8 = v >> 8; /* bytes 1, 3 of v in 0, 2 */
+        /* q - 8 exactly either way ((1024 + 16 q) / 16 - 72 in one fma), then one rounding by d */
         lo[0] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 0), c8), d));
-        lo[2] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 8), c8), d));
-        hi[0] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 4), c8), d));
-        hi[2] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v, 12), c8), d));
+        lo[2] = rf_w4_u(__hmul2(__hsub2(rf_w4_nib(v8, 0), c8), d));
+        hi[0] = rf_w4_u(__hmul2(__hfma2(rf_w4_nib16(v), s16, c72), d));
+        hi[2] = rf_w4_u(__hmul2(__hfma2(rf_w4_nib16(v8), s16, c72), d));
     } else if constexpr (T == RF_TYPE_Q4_K || T == RF_TYPE_Q5_K) {
         /* qs at 16 (Q4_K) / 48 (Q5_K): bytes 32 j + 16 c + 2t..; Q5_K's fifth
          * bit: bit 2j / 2j + 1 of qh bytes 16 c + 2t.. (at 16), as bit 4 */
@@ -133,6 +144,15 @@ static __device__ __forceinline__ void rf_w4_frags(uint32_t *lo, uint32_t *hi, c
         const __half2 c0 = __float2half2_rn(1024.0f);
         const __half2 nl = __hneg2(ml), nh = __hneg2(mh);
         auto q = [&](int n, uint32_t hb) { return __hsub2(rf_w4_h2(rf_w4_u(rf_w4_nib(v, n)) | hb), c0); };
+        if constexpr (T == RF_TYPE_Q4_K) { /* the high nibbles without a shift (rf_w4_nib16): q exactly */
+            const __half2 s16 = __float2half2_rn(0.0625f), c64 = __float2half2_rn(-64.0f);
+            const uint32_t v8 = v >> 8;
+            lo[0] = rf_w4_u(__hfma2(q(0, 0), sl, nl));
+            lo[2] = rf_w4_u(__hfma2(__hsub2(rf_w4_nib(v8, 0), c0), sl, nl));
+            hi[0] = rf_w4_u(__hfma2(__hfma2(rf_w4_nib16(v), s16, c64), sh, nh));
+            hi[2] = rf_w4_u(__hfma2(__hfma2(rf_w4_nib16(v8), s16, c64), sh, nh));
+            return;
+        }
         lo[0] = rf_w4_u(__hfma2(q(0, b5[0]), sl, nl));
         lo[2] = rf_w4_u(__hfma2(q(8, b5[1]), sl, nl));
         hi[0] = rf_w4_u(__hfma2(q(4, b5[2]), sh, nh));
@@ -368,8 +388,6 @@ static rf_status rf_w4a16_launch(rf_gpu_ctx *ctx, int bn, int kw, float *y, cons
                                  int n_in, int n_out, int64_t rb, int splits) {
     if (bn == 64 && kw == 2) return rf_w4a16_launch_t<T, 64, 2>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
     if (bn == 64) return rf_w4a16_launch_t<T, 64, 1>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
-    if constexpr (T == RF_TYPE_Q4_0 || T == RF_TYPE_Q8_0) /* 16 warps at <= 128 registers: not the K-quants' scales */
-        if (kw == 2) return rf_w4a16_launch_t<T, 128, 2>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
     return rf_w4a16_launch_t<T, 128, 1>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
 }
 #endif /* !RF_HIP */
@@ -399,8 +417,8 @@ static rf_status rf_w4a16_check(const char *op, const void *w, rf_type wtype, co
 
 #if !defined(RF_HIP)
 /* Tiles and split-K from the shape: tiles of 64 tokens up to 64 (Q4_0 / Q8_0 with the warps split
- * along the chunk), else 128 (RF_W4A16_CFG 1 / 2 / 3 / 4: always 64 / 128 / 64 split / 128 split in
- * 16 warps; a measurement knob read at every call, so a test may turn it); the row of chunks split so that the blocks about fill the SMs once (1
+ * along the chunk), else 128 (RF_W4A16_CFG 1 / 2 / 3: always 64 / 128 / 64 split; a measurement
+ * knob read at every call, so a test may turn it); the row of chunks split so that the blocks about fill the SMs once (1
  * block per SM, 2 with Q4_0's tiles of 64) where the tiles alone leave half of them idle, at least
  * 4 chunks per split, at most 8. */
 static_assert(rf_w4_tile<RF_TYPE_Q4_K, 64, 1>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64, 1>::MINB == 1 &&
@@ -412,9 +430,9 @@ static void rf_w4a16_plan(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t 
                           int *kw, int *splits) {
     const int64_t cfg = rf_knob_int(RF_KNOB_W4A16_CFG);
     const bool split_fits = t == RF_TYPE_Q4_0 || t == RF_TYPE_Q8_0; /* the K-quants' scales take registers */
-    *bn = cfg == 1 || cfg == 3 ? 64 : cfg == 2 || cfg == 4 ? 128 : nt <= 64 ? 64 : 128;
+    *bn = cfg == 1 || cfg == 3 ? 64 : cfg == 2 ? 128 : nt <= 64 ? 64 : 128;
     /* auto: Q4_0 / Q8_0's tiles of 64 split along the row (H200: 8B products at 64 tokens 10-15% faster) */
-    *kw = cfg == 3 || (cfg == 4 && split_fits) || (cfg == 0 && *bn == 64 && split_fits) ? 2 : 1;
+    *kw = cfg == 3 || (cfg == 0 && *bn == 64 && split_fits) ? 2 : 1;
     /* blocks per SM: the instance's launch bound (only Q4_0's tiles of 64 fit 2) */
     const int minb = *bn == 128                ? 1
                      : t != RF_TYPE_Q4_0       ? 1
