@@ -10,8 +10,8 @@
  * float-order bound of the exact product for x rounded as the GPU rounds it (the rel. L2 against
  * f32 x printed beside the rounded x's own: x's int8 rounding, ~0.5% for Gaussian x, a property of
  * the data that a fixed 1e-2 does not bound; it failed at random in test_gpu_gemvn and
- * test_gpu_w4a16); MXFP4: rel. L2 < 1e-2 over the sampled outputs (>= 128). Batch invariance: a token's outputs are bit-identical in calls
- * of 512, 100, 64, 33, 9, 8 and 5 tokens wherever it sits in them; determinism: two calls
+ * test_gpu_w4a16); MXFP4: rel. L2 < 1e-2 over the sampled outputs (>= 128). Batch invariance:
+ * a token's outputs are bit-identical in calls of 512, 100, 64, 33, 9, 8 and 5 tokens wherever it sits in them; determinism: two calls
  * identical; rf_gpu_matmul's products that the router sends here (17..96 tokens by default) too. Every tile
  * configuration (RF_MMQ_CFG 0..5, set per call with rf_knob_override) against the reference at
  * 65..512 tokens and odd shapes, and bit-identical to the others. RF_MMQ_BENCH=1 also times

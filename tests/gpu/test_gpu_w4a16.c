@@ -16,7 +16,8 @@
  * On a mismatch it prints the first bad outputs and a map of the bad ones over the 128 x 128
  * tile (rows / 8 by tokens / 8). Each case runs in every tile configuration (RF_W4A16_CFG 0..3).
  * RF_W4A16_BENCH=1 also times each type x llama3-8b shape x 64/128/256/512 tokens: W4A16 (auto,
- * tiles of 64, of 128, of 64 with the warps split along the row) beside MMQ tiles of 64 (RF_MMQ_CFG=2) and dequantize + cuBLAS.
+ * tiles of 64, of 128, of 64 with the warps split along the chunk) beside MMQ tiles of 64
+ * (RF_MMQ_CFG=2) and dequantize + cuBLAS.
  * Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>

@@ -33,6 +33,7 @@
 #define RF_W4_BM 128   /* weight rows per block: 4 warps along them, 32 rows (2 m16 fragments) each */
 #define RF_W4_KC 256   /* elements of a row per pipeline stage (a Q4_K super-block, 8 Q4_0 / Q8_0 blocks) */
 #define RF_W4_SB 528   /* a staged token's stride: 512 bytes of f16 x + 16 (ldmatrix rows on distinct banks) */
+#define RF_W4_NTH 256  /* threads per block: 8 warps, 4 along the rows x 2 along the tokens or the chunk */
 
 #if !defined(RF_HIP) /* mma.sync, ldmatrix, cp.async: CUDA only */
 
@@ -50,19 +51,17 @@ template <> struct rf_w4_fmt<RF_TYPE_Q8_0> { static constexpr int SA = 272; };
  * KW 2 in 16 warps at <= 128 registers was measured, H200 2026-11-30: no faster than KW 1 at 128
  * tokens, so not kept.) */
 template <int T, int BN, int KW> struct rf_w4_tile {
-    static_assert(KW == 1 || BN == 64, "the chunk split in 8 warps: tiles of 64 tokens");
-    static constexpr int WN = 2 / KW;
-    static constexpr int NTH = 256;                                     /* threads per block */
+    static_assert(KW == 1 || (KW == 2 && BN == 64), "the chunk split in 8 warps: tiles of 64 tokens");
+    static constexpr int WN = 2 / KW;                                   /* warps along the tokens */
     static constexpr int SA = rf_w4_fmt<T>::SA;
     static constexpr int ST = 2;
     static constexpr int ABYTES = RF_W4_BM * SA;
     static constexpr int STAGE = ABYTES + BN * RF_W4_SB;
     static constexpr int SMEM = ST * STAGE;
     /* blocks per SM (Q4_K / Q5_K: 1, their scales would spill at 128 registers) */
-    static constexpr int MINB = T != RF_TYPE_Q4_K && T != RF_TYPE_Q5_K && NTH == 256 && 2 * SMEM + 2048 <= 228 * 1024 ? 2 : 1;
+    static constexpr int MINB = T != RF_TYPE_Q4_K && T != RF_TYPE_Q5_K && 2 * SMEM + 2048 <= 228 * 1024 ? 2 : 1;
     static constexpr int NF = BN / WN / 8;                              /* n8 fragments per warp */
-    static_assert(KW == 1 || KW == 2, "warps along a chunk: 1 or 2");
-    static_assert(KW == 1 || 4 * WN * (2 * NF * 4) * 32 * 4 <= SMEM, "the k-split's partial sums fit the stages");
+    static_assert(KW == 1 || 4 * (2 * NF * 4) * 32 * 4 <= SMEM, "the k-split's partial sums fit the stages");
 };
 
 /* d += a b for one m16n8k16 f16 tile, f32 accumulators (not volatile: no memory effect, so the
@@ -104,8 +103,8 @@ static __device__ __forceinline__ __half2 rf_w4_nib(uint32_t v, int sh) {
     return rf_w4_h2(((v >> sh) & 0x000F000Fu) | 0x64006400u);
 }
 /* the halves (1024 + 16 nibble) of v's high nibbles in bytes 0 and 2, unshifted: one LOP3 where
- * rf_w4_nib(v, 4) takes a shift too (the ALU pipe, at half the issue rate, is what the products of
- * 64-128 tokens throttle on); times 1/16 in an fma it gives 64 + nibble + the fma's addend exactly */
+ * rf_w4_nib(v, 4) takes a shift too (H200: Q4_K's products 2-4% faster, Q4_0's unchanged); times
+ * 1/16 in an fma it gives 64 + nibble + the fma's addend exactly */
 static __device__ __forceinline__ __half2 rf_w4_nib16(uint32_t v) {
     return rf_w4_h2((v & 0x00F000F0u) | 0x64006400u);
 }
@@ -185,9 +184,10 @@ static __device__ __forceinline__ void rf_w4_kscales(const uint8_t *r, int j, __
 
 /* w4a16: y[t, o] for the tokens of blockIdx.x's tile of BN and the rows of blockIdx.y's tile of
  * 128, over the chunks of 256 of blockIdx.z's share of the row (splits > 1: partial sums to
- * y + z * nt * n_out, added by rf_k_w4a16_reduce). x16: f16 [nt, n_in]. Warp (wm, wn) = (warp % 4,
- * warp / 4) owns rows 32 wm .. + 31 (two m16 fragments) by tokens BN / 2 wn .. + BN / 2 - 1 (NF
- * n8 fragments). Per unit of 16 staged bytes of a row's quants (a Q4_0 block's, half of a Q4_K
+ * y + z * nt * n_out, added by rf_k_w4a16_reduce). x16: f16 [nt, n_in]. KW 1: warp (wm, wn) =
+ * (warp % 4, warp / 4) owns rows 32 wm .. + 31 (two m16 fragments) by tokens BN / 2 wn .. + BN / 2
+ * - 1 (NF n8 fragments); KW 2: warp (wm, wk) owns rows 32 wm .. + 31 by all BN tokens over
+ * sub-chunks 2 wk, 2 wk + 1 of every chunk, the halves added at the end. Per unit of 16 staged bytes of a row's quants (a Q4_0 block's, half of a Q4_K
  * sub-block pair's) lane (g, t) reads 4 bytes of rows g, g + 8 that hold its A elements of two
  * k16 steps (low nibbles: one, high: the other), forms 1024 + q as f16 by mask and or, subtracts
  * the centre exactly and scales in f16 (one rounding: the f16 weight), then one mma per
@@ -195,17 +195,17 @@ static __device__ __forceinline__ void rf_w4_kscales(const uint8_t *r, int j, __
  * in a ring of ST stages (W of the first ones requested before rf_pdl_wait: W is not written by
  * work in flight). Rows past n_out read the last row, tokens past nt the last token; neither is
  * stored. launch: grid (ceil(nt / BN), ceil(n_out / 128), splits), 256 threads,
- * rf_w4_tile<T, BN>::SMEM bytes of dynamic shared memory. */
+ * rf_w4_tile<T, BN, KW>::SMEM bytes of dynamic shared memory. */
 template <int T, int BN, int KW>
-__global__ void __launch_bounds__(rf_w4_tile<T, BN, KW>::NTH, rf_w4_tile<T, BN, KW>::MINB)
+__global__ void __launch_bounds__(RF_W4_NTH, rf_w4_tile<T, BN, KW>::MINB)
 rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int n_out, int64_t row_bytes,
            int splits) {
     using L = rf_w4_tile<T, BN, KW>;
-    constexpr int SA = L::SA, ST = L::ST, NF = L::NF, CW = SA / 16, WN = L::WN, NTH = L::NTH;
+    constexpr int SA = L::SA, ST = L::ST, NF = L::NF, CW = SA / 16;
     extern __shared__ __align__(16) uint8_t rf_w4_smem[];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
-    /* wn: the warp's half of the tokens (WN 2); wk: its half of each chunk (KW 2: sub-chunks 2 wk, + 1) */
-    const int wm = warp % 4, wn = WN == 2 ? (warp / 4) % 2 : 0, wk = KW == 2 ? warp / (4 * WN) : 0;
+    /* wn: the warp's half of the tokens (KW 1); wk: its half of each chunk (KW 2) */
+    const int wm = warp % 4, wn = KW == 1 ? (warp / 4) % 2 : 0, wk = KW == 2 ? warp / 4 : 0;
     const int r0 = blockIdx.y * RF_W4_BM, t0 = blockIdx.x * BN;
     const int nch = n_in / RF_W4_KC;
     const int kc0 = (int)((int64_t)blockIdx.z * nch / splits), nk = (int)((int64_t)(blockIdx.z + 1) * nch / splits) - kc0;
@@ -216,7 +216,7 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
         const int64_t off = (int64_t)(kc0 + k) * SA;
         const unsigned so = base + (unsigned)(slot * L::STAGE);
 #pragma unroll 4
-        for (int i = tid; i < RF_W4_BM * CW; i += NTH) {
+        for (int i = tid; i < RF_W4_BM * CW; i += RF_W4_NTH) {
             const int row = i / CW, col = i % CW;
             const int r = r0 + row < n_out ? r0 + row : n_out - 1;
             rf_cp_async16_s(so + (unsigned)(row * SA + col * 16), w + (int64_t)r * row_bytes + off + col * 16);
@@ -227,7 +227,7 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
         const int64_t kx = (int64_t)(kc0 + k) * RF_W4_KC;
         const unsigned so = base + (unsigned)(slot * L::STAGE + L::ABYTES);
 #pragma unroll 4
-        for (int i = tid; i < BN * 32; i += NTH) {
+        for (int i = tid; i < BN * 32; i += RF_W4_NTH) {
             const int n = i / 32, c = i % 32, tok = t0 + n < nt ? t0 + n : nt - 1;
             rf_cp_async16_s(so + (unsigned)(n * RF_W4_SB + c * 16), x16 + (int64_t)tok * n_in + kx + c * 8);
         }
@@ -253,7 +253,6 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
             for (int i = 0; i < 4; i++) acc[mf][nf][i] = 0.0f;
     /* ldmatrix.x4 rows of lane: matrix lane / 8 = (tokens + 8 (lane / 16), k + 8 ((lane / 8) % 2)) */
     const unsigned bl = (unsigned)((wn * (BN / 2) + (lane / 16) * 8 + lane % 8) * RF_W4_SB + ((lane / 8) % 2) * 16);
-    (void)wk;
 
     /* one k16 step: A (this warp's two m16 fragments) times the warp's NF n8 fragments of x */
     auto step = [&](unsigned sb, int kk, const uint32_t (*A)[4]) {
@@ -315,7 +314,7 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
     if constexpr (KW == 2) {
         /* the second half of each chunk's sums (warps wk = 1) added to the first's, through the
          * stages' memory once every copy has landed and every warp is past its last read */
-        float *part = reinterpret_cast<float *>(rf_w4_smem) + (size_t)(warp % (4 * WN)) * (2 * NF * 4 * 32) + lane;
+        float *part = reinterpret_cast<float *>(rf_w4_smem) + (size_t)wm * (2 * NF * 4 * 32) + lane;
         rf_cp_async_wait<0>();
         __syncthreads();
         if (wk == 1) {
@@ -380,7 +379,7 @@ static rf_status rf_w4a16_launch_t(rf_gpu_ctx *ctx, float *y, const uint8_t *w, 
     const rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)smem, 0, attr, "rf_k_w4a16");
     if (st) return st;
     const dim3 grid((unsigned)((nt + BN - 1) / BN), (unsigned)((n_out + RF_W4_BM - 1) / RF_W4_BM), (unsigned)splits);
-    return rf_gpu_launch(ctx, "rf_k_w4a16", true, kern, grid, dim3(rf_w4_tile<T, BN, KW>::NTH), (size_t)smem, y, w, x16, nt, n_in,
+    return rf_gpu_launch(ctx, "rf_k_w4a16", true, kern, grid, dim3(RF_W4_NTH), (size_t)smem, y, w, x16, nt, n_in,
                          n_out, rb, splits);
 }
 template <int T>
@@ -418,9 +417,9 @@ static rf_status rf_w4a16_check(const char *op, const void *w, rf_type wtype, co
 #if !defined(RF_HIP)
 /* Tiles and split-K from the shape: tiles of 64 tokens up to 64 (Q4_0 / Q8_0 with the warps split
  * along the chunk), else 128 (RF_W4A16_CFG 1 / 2 / 3: always 64 / 128 / 64 split; a measurement
- * knob read at every call, so a test may turn it); the row of chunks split so that the blocks about fill the SMs once (1
- * block per SM, 2 with Q4_0's tiles of 64) where the tiles alone leave half of them idle, at least
- * 4 chunks per split, at most 8. */
+ * knob read at every call, so a test may turn it); the row of chunks split so that the blocks
+ * about fill the SMs once (1 block per SM, 2 with Q4_0's tiles of 64) where the tiles alone leave
+ * half of them idle, at least 4 chunks per split, at most 8. */
 static_assert(rf_w4_tile<RF_TYPE_Q4_K, 64, 1>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64, 1>::MINB == 1 &&
                   rf_w4_tile<RF_TYPE_Q8_0, 64, 1>::MINB == 1 && rf_w4_tile<RF_TYPE_Q4_0, 128, 1>::MINB == 1 &&
                   rf_w4_tile<RF_TYPE_Q4_K, 64, 2>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64, 2>::MINB == 1 &&
@@ -431,13 +430,12 @@ static void rf_w4a16_plan(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t 
     const int64_t cfg = rf_knob_int(RF_KNOB_W4A16_CFG);
     const bool split_fits = t == RF_TYPE_Q4_0 || t == RF_TYPE_Q8_0; /* the K-quants' scales take registers */
     *bn = cfg == 1 || cfg == 3 ? 64 : cfg == 2 ? 128 : nt <= 64 ? 64 : 128;
-    /* auto: Q4_0 / Q8_0's tiles of 64 split along the row (H200: 8B products at 64 tokens 10-15% faster) */
+    /* auto: Q4_0 / Q8_0's tiles of 64 split along the chunk (H200: 8B products at 64 tokens 8-14% faster) */
     *kw = cfg == 3 || (cfg == 0 && *bn == 64 && split_fits) ? 2 : 1;
     /* blocks per SM: the instance's launch bound (only Q4_0's tiles of 64 fit 2) */
-    const int minb = *bn == 128                ? 1
-                     : t != RF_TYPE_Q4_0       ? 1
-                     : *kw == 2                ? rf_w4_tile<RF_TYPE_Q4_0, 64, 2>::MINB
-                                               : rf_w4_tile<RF_TYPE_Q4_0, 64, 1>::MINB;
+    const int minb = *bn == 128 || t != RF_TYPE_Q4_0 ? 1
+                     : *kw == 2                       ? rf_w4_tile<RF_TYPE_Q4_0, 64, 2>::MINB
+                                                      : rf_w4_tile<RF_TYPE_Q4_0, 64, 1>::MINB;
     const int64_t slots = (int64_t)ctx->info.sm_count * minb;
     const int64_t tiles = ((nt + *bn - 1) / *bn) * ((n_out + RF_W4_BM - 1) / RF_W4_BM);
     int64_t s = slots / (tiles > 0 ? tiles : 1);
