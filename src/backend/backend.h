@@ -464,6 +464,17 @@ typedef struct rf_tp_comm rf_tp_comm;
 rf_status rf_tp_comm_new(rf_backend *const *bes, int n, size_t p2p_max, rf_tp_comm **out);
 rf_status rf_tp_comm_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n);
 rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs, size_t n);
+/* Whether rf_tp_comm_add_rmsnorm takes a step of rows x n (the peer-to-peer kernels are in use
+ * and their fused norm takes the shape): the same answer for every rank. */
+bool rf_tp_comm_norm_takes(const rf_tp_comm *t, int64_t rows, int64_t n);
+/* Rank r's share of the all-reduce of part (each rank's partial product, left as it was) joined
+ * to the residual stream and normed for next's product: x = x + the sum, y = rmsnorm(x) * w, as
+ * rmsnorm_for with res = the sum (its bits), in one kernel on be's GPU (be = rank r's backend).
+ * Every rank makes the call, in rank order, where rf_tp_comm_norm_takes said yes; it fails as
+ * the all-reduce does once the split was aborted. */
+rf_status rf_tp_comm_add_rmsnorm(rf_tp_comm *t, int rank, rf_backend *be, rf_tensor *y, rf_tensor *x,
+                                 const rf_tensor *part, const rf_tensor *w, int64_t rows, int64_t n, float eps,
+                                 const rf_tensor *next);
 void rf_tp_comm_free(rf_tp_comm *t);
 /* True once a wait on the split timed out (RF_TP_TIMEOUT_MS) or NCCL reported an error: the
  * communicators were aborted (every backend's recorded steps dropped first) and every later

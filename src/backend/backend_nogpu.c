@@ -54,6 +54,16 @@ rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) 
     (void)t, (void)bufs, (void)n;
     return no_gpu();
 }
+bool rf_tp_comm_norm_takes(const rf_tp_comm *t, int64_t rows, int64_t n) {
+    (void)t, (void)rows, (void)n;
+    return false;
+}
+rf_status rf_tp_comm_add_rmsnorm(rf_tp_comm *t, int rank, rf_backend *be, rf_tensor *y, rf_tensor *x,
+                                 const rf_tensor *part, const rf_tensor *w, int64_t rows, int64_t n, float eps,
+                                 const rf_tensor *next) {
+    (void)t, (void)rank, (void)be, (void)y, (void)x, (void)part, (void)w, (void)rows, (void)n, (void)eps, (void)next;
+    return no_gpu();
+}
 void rf_tp_comm_free(rf_tp_comm *t) { (void)t; }
 bool rf_tp_comm_aborted(const rf_tp_comm *t) {
     (void)t;

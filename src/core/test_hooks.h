@@ -71,6 +71,23 @@ typedef struct rf_test_hooks {
     /* GPU products: gemv_mt's grids of one block an SM keep the format's 2-3 stage ring instead
      * of the deep one (as many stages as fit), for a side-by-side timing; the same bits either way */
     bool gpu_mt_shallow;
+    /* --tp over GPUs: the peer-to-peer all-reduce in its pull form (each rank reads its peers'
+     * copies after the barrier) instead of the push form (each rank stores into its peers'
+     * memory before it), for a side-by-side timing; the same bits either way */
+    bool gpu_p2p_pull;
+    /* --tp over GPUs: the p2p all-reduce kernel does not let the next kernel (a programmatic
+     * dependent launch: the norm) launch before it ends, as before that change; the same bits */
+    bool gpu_p2p_notrigger;
+    /* --tp over GPUs: no all-reduce is issued at all (the sums are wrong): a step's time without
+     * them, the most that a cheaper or fused all-reduce could give, for timing only */
+    bool tp_no_reduce;
+    /* --tp over GPUs: the all-reduce kernel, then the norm, where the fused kernel would run
+     * (rf_tp_comm_add_rmsnorm), to time and compare both; the same bits either way */
+    bool tp_norm_unfused;
+    /* GPU backend: op kinds that launch nothing (RF_SKIP_* of gpu_be.h: attention, RoPE + KV
+     * append, the norms, the GLU, the products), so that a step is timed without them: what
+     * each kind costs inside a whole step and its graph; the values are wrong, for timing only */
+    int gpu_skip_ops;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

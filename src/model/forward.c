@@ -302,6 +302,8 @@ typedef struct step {
     rf_batch **b;  /* [ndev] the batch as uploaded to each device */
     int32_t tp, ndev;
     int64_t n, E, D, Hs, HKVs, Qs, KVs, Fs;
+    bool fuse;    /* several GPUs: the all-reduce may run inside the norm that reads its sum */
+    bool pending; /* the last FFN's partial outputs wait for the next norm's all-reduce */
 } step;
 
 /* the layer's tensors as device d holds them (the ops between products read them) */
@@ -508,26 +510,38 @@ static rf_status feed_forward(const step *t, int s, int il) {
     return rf_set_error(RF_ERR_UNSUPPORTED, "forward: layer %d: feed-forward kind %d is not built", il, (int)L->ffn);
 }
 
+/* The norm that starts a block on device d: [x += o, the last block's output,] h = norm(x) for
+ * next's product. Where the last block's all-reduce was left to it (t->pending), GPU d's share
+ * of that all-reduce runs inside the same kernel (rf_tp_dev_reduce_norm: the same bits). */
+static rf_status block_norm(const step *t, int d, const rf_tensor *res, const rf_tensor *w, const rf_tensor *next) {
+    rf_fwd *A = act_of(t->f, d);
+    TRY(rf_model_use(t->m, d));
+    if (t->pending)
+        return rf_tp_dev_reduce_norm(t->m, d, &A->h, &A->x, &A->o, w, t->n, t->E, t->m->hp.norm_eps, next);
+    return rmsnorm_for(rf_model_be(t->m, d), &A->h, &A->x, res, w, t->n, t->E, t->m->hp.norm_eps, next);
+}
+
 /* One layer: norm -> mixer -> (post-norm) -> residual, norm -> feed-forward -> (post-norm) ->
- * residual; each block once per shard, then the all-reduce. */
-static rf_status layer(const step *t, int il) {
+ * residual; each block once per shard, then the all-reduce (over GPUs, inside the next norm where
+ * nothing comes between: no output bias or post-norm, t->fuse). */
+static rf_status layer(step *t, int il) {
     rf_model *m = t->m;
     const rf_hparams *hp = &m->hp;
+    const rf_layer *L = &m->layers[il];
     const int64_t n = t->n, E = t->E;
     /* ---- mixer ---- */
     for (int d = 0; d < t->ndev; d++) {
         /* the previous layer's FFN output joins the residual stream in this norm's kernel */
         const rf_layer *R = layer_on(t, d, il);
-        rf_fwd *A = act_of(t->f, d);
-        TRY(rf_model_use(m, d));
-        TRY(rmsnorm_for(rf_model_be(m, d), &A->h, &A->x, il > 0 ? &A->o : NULL, &R->attn_norm, n, E, hp->norm_eps,
-                        rf_has(&R->wqkv) ? &R->wqkv : &R->wq));
+        TRY(block_norm(t, d, il > 0 ? &act_of(t->f, d)->o : NULL, &R->attn_norm, rf_has(&R->wqkv) ? &R->wqkv : &R->wq));
     }
+    t->pending = false;
     for (int s = 0; s < t->tp; s++) {
         if (t->ndev > 1) TRY(rf_model_use(m, s));
         TRY(mixer(t, s, il));
     }
-    TRY(reduce(t));
+    t->pending = t->fuse && !rf_has(&L->bo) && !rf_has(&L->attn_post_norm);
+    if (!t->pending) TRY(reduce(t));
     for (int d = 0; d < t->ndev; d++) {
         const rf_layer *R = layer_on(t, d, il);
         rf_backend *be = rf_model_be(m, d);
@@ -540,12 +554,16 @@ static rf_status layer(const step *t, int il) {
         const rf_tensor *next = R->ffn == RF_FFN_MOE                      ? &R->ffn_gate_inp /* the router reads h first */
                                 : rf_has(&R->ffn_gu) && be->ops->glu_for ? &R->ffn_gu
                                                                          : &R->ffn_gate;
-        TRY(rmsnorm_for(be, &A->h, &A->x, &A->o, &R->ffn_norm, n, E, hp->norm_eps, next));
+        TRY(block_norm(t, d, &A->o, &R->ffn_norm, next));
     }
+    t->pending = false;
     for (int s = 0; s < t->tp; s++) {
         if (t->ndev > 1) TRY(rf_model_use(m, s));
         TRY(feed_forward(t, s, il));
     }
+    /* (the last layer's sum goes to the final norm, which takes only the wanted rows: not fused) */
+    t->pending = t->fuse && !rf_has(&L->ffn_post_norm) && il + 1 < hp->n_layer;
+    if (t->pending) return RF_OK;
     TRY(reduce(t));
     for (int d = 0; d < t->ndev; d++) {
         const rf_layer *R = layer_on(t, d, il);
@@ -644,6 +662,7 @@ rf_status rf_forward(rf_model *m, rf_fwd *f, rf_batch *b, float *logits_out) {
     step t = {.m = m, .f = f, .b = bp, .tp = tp, .ndev = multi_gpu(m) ? tp : 1, .n = n, .E = hp->n_embd,
               .D = hp->head_dim, .Hs = hp->n_head / tp, .HKVs = shard_head_kv(m)};
     t.Qs = t.Hs * t.D, t.KVs = t.HKVs * t.D, t.Fs = hp->n_ff / tp;
+    t.fuse = t.ndev > 1 && rf_tp_dev_reduce_norm_ok(m, n, hp->n_embd);
     const int64_t E = t.E;
     b->block_size = f->block_size;
     TRY(embed(&t, b, copies));

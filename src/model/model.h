@@ -368,6 +368,13 @@ rf_status rf_model_gpu_info(const rf_model *m, int s, bool memory, rf_backend_in
  * the broadcast of GPU 0's t[0] to every t[s]. */
 rf_status rf_tp_dev_allreduce(rf_model *m, rf_tensor *const *t, int64_t n);
 rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n);
+/* Several GPUs: whether a step of rows x n may sum its partial outputs inside the norm that reads
+ * them (rf_tp_dev_reduce_norm: the peer-to-peer kernels are in use and take the shape), and GPU
+ * d's share of that: x += the GPUs' parts summed, y = rmsnorm(x) * w for next's product, as the
+ * all-reduce then rmsnorm_for (the same bits). Every GPU makes the call, in order. */
+bool rf_tp_dev_reduce_norm_ok(const rf_model *m, int64_t rows, int64_t n);
+rf_status rf_tp_dev_reduce_norm(rf_model *m, int d, rf_tensor *y, rf_tensor *x, const rf_tensor *part,
+                                const rf_tensor *w, int64_t rows, int64_t n, float eps, const rf_tensor *next);
 /* The vocabulary split (docs/tp.md): shard s's rows [*v0, *v0 + *n) of the embedding and the LM
  * head. Every shard but the last holds V / tp rounded down to a multiple of 16 rows; the last
  * takes the rest. */

@@ -142,6 +142,15 @@ rf_status rf_tp_dev_broadcast(rf_model *m, rf_tensor *const *t, int64_t n) {
     return rf_tp_comm_broadcast(m->tp_comm, t, (size_t)n);
 }
 
+bool rf_tp_dev_reduce_norm_ok(const rf_model *m, int64_t rows, int64_t n) {
+    return m->tp_comm && rf_tp_comm_norm_takes(m->tp_comm, rows, n);
+}
+
+rf_status rf_tp_dev_reduce_norm(rf_model *m, int d, rf_tensor *y, rf_tensor *x, const rf_tensor *part,
+                                const rf_tensor *w, int64_t rows, int64_t n, float eps, const rf_tensor *next) {
+    return rf_tp_comm_add_rmsnorm(m->tp_comm, d, m->tp_be[d], y, x, part, w, rows, n, eps, next);
+}
+
 /* the LM head's logit slices into GPU 0's logits: a peer copy across GPUs, a host copy on CPU ranks */
 rf_status rf_tp_dev_gather(rf_model *m, int s, rf_tensor *dst, int64_t col0, const rf_tensor *src, int64_t rows,
                            int64_t width) {

@@ -117,8 +117,7 @@ static void allreduce_all(p2p_rig *g, size_t off, size_t n) {
  * double buffer's race: a rank a call ahead writing the scratch a peer still reads); then the
  * same calls captured into one CUDA graph over every GPU and replayed on new data, eager calls
  * between the replays (the call counters live on the GPUs, so replays and eager calls mix). */
-static void test_p2p_allreduce(void **state) {
-    (void)state;
+static void p2p_allreduce_cases(void) {
     p2p_rig g;
     if (!rig_open(&g, "p2p all-reduce", 60000)) skip();
     rf_rng rng;
@@ -201,6 +200,17 @@ static void test_p2p_allreduce(void **state) {
     rig_close(&g);
 }
 
+/* the cases above for the push form (the default), then for the pull form (test hook) */
+static void test_p2p_allreduce(void **state) {
+    (void)state;
+    printf("  the push form:\n");
+    p2p_allreduce_cases();
+    printf("  the pull form (test hook gpu_p2p_pull):\n");
+    rf_test_hooks_set(&(rf_test_hooks){.gpu_p2p_pull = true});
+    p2p_allreduce_cases();
+    rf_test_hooks_set(NULL);
+}
+
 /* A peer that never comes: only rank 0 launches; its kernel must give up after the timeout, say
  * so through rf_gpu_p2p_failed naming RF_TP_TIMEOUT_MS, and every later call returns at once. */
 static void test_p2p_timeout(void **state) {
@@ -280,11 +290,14 @@ static void test_p2p_bench(void **state) {
            "graph: 10 launches of a graph of 100 calls):\n", g.n, info.name, rf_gpu_nccl_version());
     const size_t sizes[] = {4096, 8192, 8192 * 32, P2P_MAX};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
-        for (int mode = 0; mode < 4; mode++) { /* a line each, as measured: a failure keeps the ones before */
-            const bool nccl = mode & 1, graph = mode >> 1;
-            const double us = bench_one(&g, nccl ? c : NULL, sizes[k], graph);
-            printf("  all-reduce of %7zu floats, %-4s %-5s: %8.2f us per call\n", sizes[k], nccl ? "NCCL" : "p2p",
-                   graph ? "graph" : "eager", us);
+        for (int mode = 0; mode < 6; mode++) { /* a line each, as measured: a failure keeps the ones before */
+            const int form = mode % 3; /* p2p push, p2p pull (test hook), NCCL */
+            const bool graph = mode >= 3;
+            rf_test_hooks_set(form == 1 ? &(rf_test_hooks){.gpu_p2p_pull = true} : NULL);
+            const double us = bench_one(&g, form == 2 ? c : NULL, sizes[k], graph);
+            rf_test_hooks_set(NULL);
+            printf("  all-reduce of %7zu floats, %-8s %-5s: %8.2f us per call\n", sizes[k],
+                   form == 0 ? "p2p push" : form == 1 ? "p2p pull" : "NCCL", graph ? "graph" : "eager", us);
         }
     rf_gpu_comm_free(c);
     rig_close(&g);

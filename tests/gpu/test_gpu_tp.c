@@ -502,73 +502,7 @@ static void engine_tokens(rf_model *m, int32_t out[4][33]) {
     rf_engine_free(e);
 }
 
-static void test_split_p2p_vs_nccl(void **state) {
-    (void)state;
-    rf_test_hooks_set(NULL);
-    const int have = rf_gpu_device_count();
-    if (have < 2) {
-        printf("  split with the p2p all-reduce: skipped, %d GPU(s) present (needs 2)\n", have);
-        skip();
-    }
-    double worst = 0;
-    int cases = 0;
-    for (size_t ci = 0; ci < N_CASES; ci++) {
-        char path[1200];
-        model_path(path, sizeof path, k_cases[ci].preset, k_cases[ci].type);
-        for (int tp = 2; tp <= 2; tp++) { /* (at tp 4 the orders differ: test_split_across_4_gpus judges p2p there) */
-            rf_model *mp = NULL, *mn = NULL;
-            rf_status st = load_mode(path, tp, "p2p", &mp);
-            if (st == RF_ERR_INVALID_ARG) continue; /* heads not divisible: refused as in compare_splits */
-            if (st) fail_msg("load %s at tp %d, RF_TP_ALLREDUCE=p2p: %s", path, tp, rf_last_error());
-            if (load_mode(path, tp, "nccl", &mn)) fail_msg("load %s at tp %d, nccl: %s", path, tp, rf_last_error());
-            const int32_t nv = mp->hp.n_vocab;
-            float *lp = host_f32((size_t)nv), *ln = host_f32((size_t)nv), mgp[N_GEN], mgn[N_GEN];
-            int32_t gp[N_GEN], gn[N_GEN], prompt[N_PROMPT];
-            for (int i = 0; i < N_PROMPT; i++) prompt[i] = (i * 131 + 7) % nv;
-            for (int kvi = 0; kvi < 2; kvi++) {
-                const rf_type kvt = kvi ? RF_TYPE_F16 : RF_TYPE_F32;
-                rf_seq_run(mp, kvt, BLOCK, prompt, N_PROMPT, N_GEN, lp, gp, mgp);
-                rf_seq_run(mn, kvt, BLOCK, prompt, N_PROMPT, N_GEN, ln, gn, mgn);
-                const double rel = rf_rel_l2(lp, ln, (size_t)nv);
-                const double tol = k_cases[ci].quant ? TOL_Q8 : kvi ? TOL_F32_KV16 : TOL_F32;
-                int same = 0;
-                while (same < N_GEN && gp[same] == gn[same]) same++;
-                printf("  %-13s %-9s KV %-3s tp %d: p2p vs NCCL logits rel L2 %.3g (tol %.0e; %s), greedy %d/%d equal%s\n",
-                       k_cases[ci].preset, k_cases[ci].type, rf_type_name(kvt), tp, rel, tol,
-                       memcmp(lp, ln, (size_t)nv * sizeof(float)) ? "not bit-equal" : "bit-equal", same, N_GEN,
-                       same < N_GEN ? " (then a near tie in NCCL's run)" : "");
-                assert_true(rel < tol);
-                assert_true(same == N_GEN || mgn[same] < ARGMAX_TIE);
-                if (rel > worst) worst = rel;
-                cases++;
-            }
-            free(lp), free(ln);
-            rf_model_free(mp);
-            rf_model_free(mn);
-        }
-    }
-    printf("  split, p2p vs NCCL all-reduce: %d cases, worst logits rel L2 %.3g\n", cases, worst);
-    /* the engine with its decode graphs (one graph over every GPU, the p2p kernels inside) */
-    char path[1200];
-    model_path(path, sizeof path, "tiny", "q8_0");
-    int32_t tok[2][4][33];
-    memset(tok, 0, sizeof tok);
-    for (int k = 0; k < 2; k++) {
-        rf_model *m = NULL;
-        if (load_mode(path, 2, k ? "nccl" : "p2p", &m)) fail_msg("load %s: %s", path, rf_last_error());
-        const double t0 = wall_ms();
-        engine_tokens(m, tok[k]);
-        printf("  engine, tiny q8_0 tp 2, %s all-reduce, decode graphs %s: 4 x %d tokens in %.0f ms\n",
-               k ? "NCCL" : "p2p", rf_knob_bool(RF_KNOB_GPU_GRAPHS) && rf_model_graphs_ok(m) ? "on" : "off", tok[k][0][0],
-               wall_ms() - t0);
-        rf_model_free(m);
-    }
-    for (int s = 0; s < 4; s++) {
-        assert_int_equal(tok[0][s][0], 24);
-        assert_memory_equal(tok[0][s], tok[1][s], sizeof tok[0][s]);
-    }
-    printf("  engine: the p2p and NCCL runs' tokens are equal (4 sequences x 24)\n");
-}
+#include "gpu_tp_p2p_split_cases.h"
 
 static void test_nccl_world_size_1(void **state) {
     (void)state;
@@ -763,6 +697,7 @@ int main(void) {
         cmocka_unit_test(test_split_across_2_gpus),
         cmocka_unit_test(test_split_across_4_gpus),
         cmocka_unit_test(test_split_p2p_vs_nccl),
+        cmocka_unit_test(test_split_fused_norm),
         cmocka_unit_test(test_collective_timeout),
     };
     /* RF_TEST_FILTER='test_p2p_*': the p2p all-reduce's cases and its timing alone (a quick run) */

@@ -138,6 +138,7 @@ static rf_status g_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf
                               int mode, float attn_factor) {
     NEED_DEV(b, "rope_store");
     gpu_be *g = GX(be);
+    if (gbe_skip(RF_SKIP_ROPE)) return RF_OK;
     if (kc->type != vc->type || (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32 && kc->type != RF_TYPE_Q8_0))
         return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16, f32 or q8_0 (not %s)",
                             rf_type_name(kc->type));
@@ -243,6 +244,7 @@ static rf_status g_attention(rf_backend *be, rf_tensor *out, const rf_tensor *q,
     NEED_DEV(b, "attention");
     const float *sk = sinks ? (const float *)sinks->data : NULL;
     gpu_be *g = GX(be);
+    if (gbe_skip(RF_SKIP_ATTN)) return RF_OK;
     const gpu_batch *d = dev_of(b);
     const int64_t n = b->n_tokens, row = n_head * head_dim;
     float *o = (float *)out->data;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/gpu/gpu_be.h"
+#include "backend/gpu/gpu_tp_p2p.h"
 #include "rocmforge/quant.h"
 
 
@@ -54,6 +55,7 @@ static rf_status matmul_b(rf_backend *be, rf_tensor *y, const rf_tensor *w, cons
     gpu_be *g = G(be);
     const int64_t n_in = w->ne[0], n_out = w->ne[1];
     rf_status st;
+    if (gbe_skip(RF_SKIP_MATMUL)) return RF_OK;
     if (shares_xq(g, w->type, n_tokens, n_in)) {
         const bool hit = g->xq_src == x->data && g->xq_type == w->type && g->xq_nt == n_tokens && g->xq_nin == n_in;
         if (!hit) {
@@ -104,7 +106,8 @@ rf_status rf_gbe_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const r
         rf_status st = xq_room(g, rows, n, &ok);
         if (st) return st;
         if (ok) {
-            if ((st = rf_gpu_rmsnorm_quantize_x(g->ctx, y->data, g->xq, next->type, x->data, res ? res->data : NULL,
+            if (gbe_skip(RF_SKIP_NORM)) st = RF_OK;
+            else if ((st = rf_gpu_rmsnorm_quantize_x(g->ctx, y->data, g->xq, next->type, x->data, res ? res->data : NULL,
                                                 w ? w->data : NULL, rows, n, eps)))
                 return st;
             xq_note(g, y->data, next->type, rows, n);
@@ -118,6 +121,27 @@ rf_status rf_gbe_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const r
         if (st) return st;
     }
     return rf_gpu_rmsnorm(g->ctx, y->data, x->data, w ? w->data : NULL, rows, n, eps);
+}
+
+/* rmsnorm_for after a split's all-reduce, both in one kernel (rf_gpu_p2p_add_rmsnorm, rank r's
+ * share): x += the ranks' partials summed, y = rmsnorm(x) * w and, where next's product takes a
+ * shared int8 x (as rmsnorm_for decides), its quantization; part is left as it was */
+rf_status rf_gbe_p2p_rmsnorm_for(rf_backend *be, rf_gpu_p2p *p, int rank, rf_tensor *y, rf_tensor *x,
+                                 const rf_tensor *part, const rf_tensor *w, int64_t rows, int64_t n, float eps,
+                                 const rf_tensor *next) {
+    gpu_be *g = GX(be);
+    void *xq = NULL;
+    if (next && shares_xq(g, next->type, rows, n)) {
+        bool ok;
+        rf_status st = xq_room(g, rows, n, &ok);
+        if (st) return st;
+        if (ok) xq = g->xq;
+    }
+    const rf_type t = next ? next->type : RF_TYPE_F32;
+    rf_status st = rf_gpu_p2p_add_rmsnorm(p, rank, y->data, xq, t, x->data, part->data, w ? w->data : NULL, rows, n,
+                                          eps);
+    if (!st && xq) xq_note(g, y->data, t, rows, n);
+    return st;
 }
 
 /* glu whose output the product of `next` reads: with fusions on and that product taking int8
@@ -138,7 +162,8 @@ rf_status rf_gbe_glu_for(rf_backend *be, rf_tensor *y, const rf_tensor *gate, co
         rf_status st = xq_room(g, rows, k, &ok);
         if (st) return st;
         if (ok) {
-            if ((st = rf_gpu_glu_quantize_x(g->ctx, y->data, g->xq, next->type, kind == RF_GLU_GEGLU, gate->data, gs,
+            if (gbe_skip(RF_SKIP_GLU)) st = RF_OK;
+            else if ((st = rf_gpu_glu_quantize_x(g->ctx, y->data, g->xq, next->type, kind == RF_GLU_GEGLU, gate->data, gs,
                                             up->data, us, rows, k)))
                 return st;
             xq_note(g, y->data, next->type, rows, k);

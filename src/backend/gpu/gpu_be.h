@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "backend/gpu/gpu.h"
+#include "core/test_hooks.h"
 
 #define RF_MAX_GRAPHS 128 /* the engine's keys: batch buckets (rf_step_graph_bucket) x depth buckets */
 #define RF_GRAPH_PEN 64 /* penalty entries per row a graph step carries */
@@ -70,6 +71,18 @@ static inline gpu_be *GX(rf_backend *be) {
 }
 
 static inline const gpu_batch *dev_of(const rf_batch *b) { return (const gpu_batch *)b->dev; }
+
+/* Tests only (core/test_hooks.h gpu_skip_ops): whether this kind of op launches nothing, so that
+ * a whole step is timed without it (the values are wrong). Always false in the product. */
+#define RF_SKIP_ATTN 1
+#define RF_SKIP_ROPE 2
+#define RF_SKIP_NORM 4
+#define RF_SKIP_GLU 8
+#define RF_SKIP_MATMUL 16
+static inline bool gbe_skip(int what) {
+    const rf_test_hooks *h = rf_test_hooks_get();
+    return h && (h->gpu_skip_ops & what);
+}
 
 #define NEED_DEV(b, op) \
     if (!(b)->dev) return rf_set_error(RF_ERR_INVALID_ARG, "GPU %s: batch metadata was not uploaded", op)

@@ -215,6 +215,12 @@ static void rf_xq_layout(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n
     *gb = v >= 4 && !rf_mt_takes(ctx, t, nt, n_in) ? rf_q32s_gb(t, n_in) : 1;
     *rk = rf_xq_records(t);
 }
+rf_status rf_gpu_xq_plan(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in, int *gb, int *rk) {
+    const rf_status st = rf_xq_check(ctx, "rf_gpu_xq_plan", wtype, n_tokens, n_in);
+    if (st) return st;
+    rf_xq_layout(ctx, wtype, n_tokens, n_in, gb, rk);
+    return RF_OK;
+}
 extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x,
                                                const float *res, const float *w, int64_t n_tokens, int64_t n_in,
                                                float eps) {

@@ -33,6 +33,9 @@ struct rf_tp_comm {
 typedef struct rf_tp_comm rf_tp_comm;
 extern "C" rf_gpu_ctx *rf_backend_gpu_ctx(rf_backend *be); /* gpu_backend.c */
 extern "C" void rf_backend_gpu_drop_graphs(rf_backend *be);  /* gpu_backend.c */
+extern "C" rf_status rf_gbe_p2p_rmsnorm_for(rf_backend *be, rf_gpu_p2p *p, int rank, rf_tensor *y, rf_tensor *x,
+                                            const rf_tensor *part, const rf_tensor *w, int64_t rows, int64_t n,
+                                            float eps, const rf_tensor *next); /* gpu_backend_products.c */
 
 extern "C" rf_status rf_backend_gpu_use(rf_backend *be) {
     rf_gpu_ctx *ctx = rf_backend_gpu_ctx(be);
@@ -212,9 +215,28 @@ static rf_status p2p_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) 
 }
 
 extern "C" rf_status rf_tp_comm_allreduce(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) {
+    const rf_test_hooks *th = rf_test_hooks_get(); /* tests only: a step timed without its all-reduces */
+    if (th && th->tp_no_reduce) return RF_OK;
     bool p2p = t->p2p != NULL;
     for (int r = 0; r < t->n && p2p; r++) p2p = rf_gpu_p2p_takes(t->p2p, (const float *)bufs[r]->data, n);
     return p2p ? p2p_allreduce(t, bufs, n) : collective(t, bufs, n, true);
+}
+
+extern "C" bool rf_tp_comm_norm_takes(const rf_tp_comm *t, int64_t rows, int64_t n) {
+    const rf_test_hooks *th = rf_test_hooks_get(); /* tests only: the all-reduce, then the norm */
+    if (th && (th->tp_no_reduce || th->tp_norm_unfused)) return false;
+    return t && t->p2p && rf_gpu_p2p_norm_takes(t->p2p, rows, n);
+}
+
+extern "C" rf_status rf_tp_comm_add_rmsnorm(rf_tp_comm *t, int rank, rf_backend *be, rf_tensor *y, rf_tensor *x,
+                                            const rf_tensor *part, const rf_tensor *w, int64_t rows, int64_t n,
+                                            float eps, const rf_tensor *next) {
+    if (!t->p2p) return rf_set_error(RF_ERR_INVALID_ARG, "--tp: the fused all-reduce + norm needs the p2p kernels");
+    rf_status st = rf_gpu_comm_live(t->c);
+    if (st) return st;
+    if (rank == 0) t->issued++; /* one collective (the tp_skip hook counts them) */
+    if ((st = maybe_stall(t, rank))) return st;
+    return rf_gbe_p2p_rmsnorm_for(be, t->p2p, rank, y, x, part, w, rows, n, eps, next);
 }
 
 extern "C" rf_status rf_tp_comm_broadcast(rf_tp_comm *t, rf_tensor *const *bufs, size_t n) {

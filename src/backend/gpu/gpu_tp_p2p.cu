@@ -2,8 +2,11 @@
  * reads its peers' memory directly (cudaDeviceEnablePeerAccess), so one kernel per rank copies its
  * buffer into a peer-visible scratch, meets every peer at a per-block barrier and sums all the
  * copies in rank order, in a few microseconds where an NCCL call inside the graph costs ~10. */
+#include "backend/gpu/gpu_cluster.cuh"
+#include "backend/gpu/gpu_gemv.cuh"
 #include "backend/gpu/gpu_internal.h"
 #include "backend/gpu/gpu_tp_p2p.h"
+#include "core/test_hooks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +35,21 @@
 #define P2P_STOPPED 1
 #define P2P_TIMEOUT 0x10000
 
+/* the fused all-reduce + norm's own channel (rf_k_p2p_add_rmsnorm): NB_NORM blocks at most, each
+ * with a fixed region of 1024 floats (block row * nsl + part holds elements row * n + part * 1024
+ * ...: a function of the block alone, so its region is its own in every call whatever the row
+ * count), flags and counters per block as above, the dead word the main channel's */
+#define NB_NORM 128
+#define NORM_ELEMS (NB_NORM * 1024)
+#define NCTL_FLAGS 0
+#define NCTL_COUNT (NB_NORM * RF_P2P_MAX_RANKS)
+#define NCTL_WORDS (NCTL_COUNT + NB_NORM)
+
 struct rf_p2p_peers {
-    float *scratch[RF_P2P_MAX_RANKS]; /* rank r's scratch: 2 halves of `half` floats (call parity) */
+    float *scratch[RF_P2P_MAX_RANKS]; /* rank r's scratch: 2 halves (call parity) of N slots of `half` floats */
     unsigned *ctl[RF_P2P_MAX_RANKS];  /* rank r's flags array (CTL_*) */
+    float *nscratch[RF_P2P_MAX_RANKS]; /* the norm channel's: 2 halves of N slots of NORM_ELEMS floats */
+    unsigned *nctl[RF_P2P_MAX_RANKS];  /* the norm channel's flags and counters (NCTL_*) */
 };
 
 struct rf_gpu_p2p {
@@ -127,7 +142,8 @@ static __device__ int p2p_wait(const unsigned *flag, unsigned e, const volatile 
 template <int N>
 __global__ void __launch_bounds__(P2P_THREADS)
     rf_k_p2p_allreduce(const __grid_constant__ rf_p2p_peers p, float *buf, long long n, long long half, int rank,
-                       unsigned long long timeout_ns, int *err) {
+                       unsigned long long timeout_ns, int *err, int trigger) {
+    if (trigger) rf_pdl_trigger(); /* the next kernel (the norm) may launch and wait for this one's end */
     __shared__ int s_fail;
     const int b = blockIdx.x, tid = threadIdx.x;
     unsigned *own = p.ctl[rank];
@@ -136,7 +152,7 @@ __global__ void __launch_bounds__(P2P_THREADS)
      * block b of this rank touches counter[b]; the next call's kernel starts after this one ends. */
     const unsigned e = own[CTL_COUNT + b] + 1;
     if (tid == 0) s_fail = 0;
-    const long long off = (long long)(e & 1u) * half, n4 = n >> 2, tail0 = n4 << 2;
+    const long long off = (long long)(e & 1u) * N * half, n4 = n >> 2, tail0 = n4 << 2; /* (slot 0 of the push layout) */
     const long long first = (long long)b * P2P_THREADS + tid, stride = (long long)P2P_BLOCKS * P2P_THREADS;
     float *mine = p.scratch[rank] + off;
     for (long long c = first; c < n4; c += stride) ((float4 *)mine)[c] = ((const float4 *)buf)[c];
@@ -177,15 +193,182 @@ __global__ void __launch_bounds__(P2P_THREADS)
     }
 }
 
+/* The push form of the same all-reduce (the default; test hook gpu_p2p_pull times the pull form
+ * above): each block stores its chunks of buf straight into every peer's scratch, in the slot of
+ * this rank (rank q's scratch holds N slots a half: slot r is what rank r pushed), then signals
+ * and waits as above, and sums in rank order from its own memory (its own chunks from buf). A
+ * peer's store crosses the link once and the flag after it (the release orders them), where the
+ * pull form pays the flag's one-way trip and then a read's round trip. The race argument is the
+ * pull form's with "r writes q's slot r" for "q reads r's scratch": r writes its slot in q's half
+ * (e & 1) at call e + 2 only after passing barrier e + 1, which q's block b signalled in its kernel
+ * of call e + 1, started after q's kernel of call e had read everything. */
+template <int N>
+__global__ void __launch_bounds__(P2P_THREADS)
+    rf_k_p2p_allreduce_push(const __grid_constant__ rf_p2p_peers p, float *buf, long long n, long long half, int rank,
+                            unsigned long long timeout_ns, int *err, int trigger) {
+    if (trigger) rf_pdl_trigger(); /* the next kernel (the norm) may launch and wait for this one's end */
+    __shared__ int s_fail;
+    const int b = blockIdx.x, tid = threadIdx.x;
+    unsigned *own = p.ctl[rank];
+    const unsigned e = own[CTL_COUNT + b] + 1;
+    if (tid == 0) s_fail = 0;
+    const long long off = (long long)(e & 1u) * N * half, n4 = n >> 2, tail0 = n4 << 2;
+    const long long first = (long long)b * P2P_THREADS + tid, stride = (long long)P2P_BLOCKS * P2P_THREADS;
+    for (long long c = first; c < n4; c += stride) {
+        const float4 v = ((const float4 *)buf)[c];
+#pragma unroll
+        for (int q = 0; q < N; q++)
+            if (q != rank) ((float4 *)(p.scratch[q] + off + (long long)rank * half))[c] = v;
+    }
+    if (b == 0 && tid < n - tail0) {
+        const float v = buf[tail0 + tid];
+#pragma unroll
+        for (int q = 0; q < N; q++)
+            if (q != rank) p.scratch[q][off + (long long)rank * half + tail0 + tid] = v;
+    }
+    __syncthreads();
+    if (tid == 0) own[CTL_COUNT + b] = e;
+    if (tid < N && tid != rank) {
+        const int q = tid;
+        p2p_store_release(p.ctl[q] + CTL_FLAGS + b * RF_P2P_MAX_RANKS + rank, e);
+        const int w = p2p_wait(own + CTL_FLAGS + b * RF_P2P_MAX_RANKS + q, e, (const volatile unsigned *)own + CTL_DEAD,
+                               (const volatile int *)err, timeout_ns);
+        if (w == 2) {
+            *(volatile int *)err = P2P_TIMEOUT + rank * 256 + q;
+            for (int r = 0; r < N; r++) *(volatile unsigned *)(p.ctl[r] + CTL_DEAD) = 1u;
+            __threadfence_system();
+        }
+        if (w) s_fail = 1;
+    }
+    __syncthreads();
+    if (s_fail) return;
+    const float *src[N];
+#pragma unroll
+    for (int r = 0; r < N; r++) src[r] = r == rank ? buf : p.scratch[rank] + off + (long long)r * half;
+    for (long long c = first; c < n4; c += stride) {
+        float4 v[N];
+#pragma unroll
+        for (int r = 0; r < N; r++) v[r] = __ldcg((const float4 *)src[r] + c);
+        float4 s = v[0];
+#pragma unroll
+        for (int r = 1; r < N; r++) s.x += v[r].x, s.y += v[r].y, s.z += v[r].z, s.w += v[r].w;
+        ((float4 *)buf)[c] = s;
+    }
+    if (b == 0 && tid < n - tail0) {
+        float s = __ldcg(src[0] + tail0 + tid);
+#pragma unroll
+        for (int r = 1; r < N; r++) s += __ldcg(src[r] + tail0 + tid);
+        buf[tail0 + tid] = s;
+    }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* a float of block `rank`'s shared memory in this cluster (distributed shared memory) */
+static __device__ __forceinline__ float p2p_ld_cluster(const float *smem, unsigned rank) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(smem), r;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
+    return v;
+}
+#else
+static __device__ __forceinline__ float p2p_ld_cluster(const float *smem, unsigned rank) {
+    (void)smem, (void)rank;
+    RF_DEVICE_TRAP();
+    return 0.0f;
+}
+#endif
+
+/* The all-reduce of a decode step's partial product, the residual add and the next block's RMS
+ * norm (and its int8 quantization) in one kernel per rank, where the all-reduce kernel and then
+ * rf_k_rmsnorm_quantize_x(_cl) ran: the same bits as that pair. Block (part, row) of a cluster of
+ * nsl = ceil(n / 1024) blocks a row holds element i = part * 1024 + threadIdx.x of its row:
+ *  1. pushes its rank's partial part[row, i] into every peer's norm scratch (slot rank), signals
+ *     and waits for every peer as rf_k_p2p_allreduce_push does (per block, its own counters);
+ *  2. s = the partials summed in rank order (the all-reduce's bits), v = x + s (the norm's
+ *     residual add);
+ *  3. every block's v into shared memory; after a cluster barrier each thread gathers v[k] =
+ *     element k * 1024 + threadIdx.x from block k (DSMEM), the layout rf_k_rmsnorm_quantize_x's
+ *     thread holds, so rf_rms_inv<8> forms the same sum of squares (the zeros past nsl add
+ *     nothing) and every block the same inv;
+ *  4. a second cluster barrier (no block leaves while another reads its shared memory), then x,
+ *     h = v * inv * w and, with qx, h quantized as rf_quantize_elem<GB, RK> does.
+ * A failed wait (timeout, dead split) still takes both barriers and writes nothing. part is left
+ * as it was. launch: grid (nsl, rows), cluster (nsl, 1, 1), 1024 threads, rows * nsl <= NB_NORM,
+ * n <= 8192 (the host takes up to NORM_FUSE_MAX); a programmatic dependent launch (everything
+ * after its wait). */
+template <int GB, int RK>
+__global__ void __launch_bounds__(1024)
+    rf_k_p2p_add_rmsnorm(const __grid_constant__ rf_p2p_peers p, int nr, int rank, float *hout, int8_t *qx,
+                         float4 *dx, float *x, const float *part, const float *w, int n, float eps,
+                         unsigned long long timeout_ns, int *err) {
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    __shared__ float sh[1024 / 32], sv[1024];
+    __shared__ int s_fail;
+    const int nsl = (int)gridDim.x, pt = (int)blockIdx.x, row = (int)blockIdx.y, tid = (int)threadIdx.x;
+    const int bid = row * nsl + pt, i = pt * 1024 + tid;
+    const long long idx = (long long)row * n + i; /* < NORM_ELEMS: the block's own region */
+    unsigned *own = p.nctl[rank];
+    const unsigned e = own[NCTL_COUNT + bid] + 1;
+    if (tid == 0) s_fail = 0;
+    const long long off = (long long)(e & 1u) * nr * NORM_ELEMS;
+    const float mine = i < n ? part[idx] : 0.0f;
+    if (i < n)
+        for (int q = 0; q < nr; q++)
+            if (q != rank) p.nscratch[q][off + (long long)rank * NORM_ELEMS + idx] = mine;
+    __syncthreads();
+    if (tid == 0) own[NCTL_COUNT + bid] = e;
+    if (tid < nr && tid != rank) {
+        const int q = tid;
+        p2p_store_release(p.nctl[q] + NCTL_FLAGS + bid * RF_P2P_MAX_RANKS + rank, e);
+        const int wt = p2p_wait(own + NCTL_FLAGS + bid * RF_P2P_MAX_RANKS + q, e,
+                                (const volatile unsigned *)p.ctl[rank] + CTL_DEAD, (const volatile int *)err, timeout_ns);
+        if (wt == 2) {
+            *(volatile int *)err = P2P_TIMEOUT + rank * 256 + q;
+            for (int r = 0; r < nr; r++) *(volatile unsigned *)(p.ctl[r] + CTL_DEAD) = 1u;
+            __threadfence_system();
+        }
+        if (wt) s_fail = 1;
+    }
+    __syncthreads();
+    const bool fail = s_fail != 0;
+    float v = 0.0f;
+    if (i < n) {
+        float sum = 0.0f;
+        for (int r = 0; r < nr; r++) {
+            const float pr = r == rank ? mine : __ldcg(p.nscratch[rank] + off + (long long)r * NORM_ELEMS + idx);
+            sum = r == 0 ? pr : sum + pr;
+        }
+        v = x[idx] + sum;
+    }
+    sv[tid] = v;
+    rf_cluster_sync();
+    float vk[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) vk[k] = k < nsl ? (k == pt ? v : p2p_ld_cluster(sv + tid, (unsigned)k)) : 0.0f;
+    const float inv = rf_rms_inv<8>(vk, n, eps, sh);
+    rf_cluster_sync(); /* every block's reads of the others' sv are done */
+    if (fail) return;
+    if (i - (tid % RF_QK) >= n) return; /* whole groups leave together */
+    const float hv = v * inv * (w && i < n ? w[i] : 1.0f);
+    if (i < n) x[idx] = v, hout[idx] = hv;
+    if (qx) rf_quantize_elem<GB, RK>(qx, dx, hv, i, n, row, tid % RF_QK);
+}
+
 /* ---- host side ---------------------------------------------------------------------------- */
 
 static rf_status p2p_alloc_rank(rf_gpu_p2p *p, int r) {
-    const size_t sbytes = 2 * p->half * sizeof(float), cbytes = CTL_WORDS * sizeof(unsigned);
+    const size_t sbytes = 2 * (size_t)p->n * p->half * sizeof(float), cbytes = CTL_WORDS * sizeof(unsigned);
     cudaError_t e = cudaSetDevice(p->ctx[r]->device);
     if (e == cudaSuccess) e = cudaMalloc((void **)&p->peers.scratch[r], sbytes);
     if (e == cudaSuccess) e = cudaMalloc((void **)&p->peers.ctl[r], cbytes);
     if (e == cudaSuccess) e = cudaMemset(p->peers.ctl[r], 0, cbytes);
     if (e == cudaSuccess) e = cudaMemset(p->peers.scratch[r], 0, sbytes);
+    const size_t nsbytes = 2 * (size_t)p->n * NORM_ELEMS * sizeof(float), ncbytes = NCTL_WORDS * sizeof(unsigned);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&p->peers.nscratch[r], nsbytes);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&p->peers.nctl[r], ncbytes);
+    if (e == cudaSuccess) e = cudaMemset(p->peers.nctl[r], 0, ncbytes);
     if (e == cudaSuccess) e = cudaDeviceSynchronize(); /* (the legacy stream: the zeros land before any use) */
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -279,9 +462,15 @@ extern "C" rf_status rf_gpu_p2p_allreduce(rf_gpu_p2p *p, int rank, float *buf, s
     const unsigned long long tns = p->timeout_ms > 0 ? (unsigned long long)p->timeout_ms * 1000000ull : 0ull;
     const dim3 grid(P2P_BLOCKS), block(P2P_THREADS);
     const long long nn = (long long)n, half = (long long)p->half;
+    const rf_test_hooks *th = rf_test_hooks_get(); /* tests only: the pull form, for a side-by-side timing */
+    const bool pull = th && th->gpu_p2p_pull;
+    const int trigger = !(th && th->gpu_p2p_notrigger);
     switch (p->n) {
 #define P2P_CASE(N)                                                                                                    \
-    case N: rf_k_p2p_allreduce<N><<<grid, block, 0, ctx->stream>>>(p->peers, buf, nn, half, rank, tns, p->err_dev); break;
+    case N:                                                                                                            \
+        if (pull) rf_k_p2p_allreduce<N><<<grid, block, 0, ctx->stream>>>(p->peers, buf, nn, half, rank, tns, p->err_dev, trigger); \
+        else rf_k_p2p_allreduce_push<N><<<grid, block, 0, ctx->stream>>>(p->peers, buf, nn, half, rank, tns, p->err_dev, trigger); \
+        break;
         P2P_CASE(2)
         P2P_CASE(3)
         P2P_CASE(4)
@@ -300,6 +489,72 @@ extern "C" rf_status rf_gpu_p2p_allreduce(rf_gpu_p2p *p, int rank, float *buf, s
         return rf_set_error(RF_ERR_DEVICE, "GPU kernel rf_k_p2p_allreduce (rank %d, GPU %d): launch failed: %s", rank,
                             ctx->device, cudaGetErrorString(e));
     return RF_OK;
+}
+
+/* Rows up to 7,168 wide only: on two H200s (docs/tp.md) the fused kernel gained 8% a decode step
+ * at 4,096 (llama3-8b, where the norm after the all-reduce is one block a row) but nothing at
+ * 8,192 (llama2-70b: 133.4 against 133.6 tok/s on 80 layers, -1.3 / -2.5% on 16), where that
+ * norm is already a cluster of 8 blocks and the cross-GPU wait, not the launch, is the cost.
+ * 5-7 slices (5,120-7,168) were not measured: the single-block norm runs there too. */
+#define NORM_FUSE_MAX 7168
+
+extern "C" bool rf_gpu_p2p_norm_takes(const rf_gpu_p2p *p, int64_t rows, int64_t n) {
+    if (!p || rows < 1 || n < 32 || n > NORM_FUSE_MAX || n % 32) return false;
+    if (p->ctx[0]->info.cc_major < 9) return false; /* clusters: sm_90 */
+    const int64_t nsl = (n + 1023) / 1024;
+    return rows * nsl <= NB_NORM;
+}
+
+extern "C" rf_status rf_gpu_p2p_add_rmsnorm(rf_gpu_p2p *p, int rank, float *h, void *xq, rf_type wtype, float *x,
+                                          const float *part, const float *w, int64_t rows, int64_t n, float eps) {
+    if (!p || rank < 0 || rank >= p->n) return rf_set_error(RF_ERR_INVALID_ARG, "p2p add_rmsnorm: rank %d", rank);
+    if (!rf_gpu_p2p_norm_takes(p, rows, n))
+        return rf_set_error(RF_ERR_INVALID_ARG, "p2p add_rmsnorm: %lld rows of %lld (at most %d blocks of 1024)",
+                            (long long)rows, (long long)n, NB_NORM);
+    if (h == x) return rf_set_error(RF_ERR_INVALID_ARG, "p2p add_rmsnorm: h must not alias x");
+    rf_gpu_ctx *ctx = p->ctx[rank];
+    int gb = 1, rk = 0;
+    if (xq) {
+        rf_status st = rf_gpu_xq_plan(ctx, wtype, rows, n, &gb, &rk);
+        if (st) return st;
+        if (((uintptr_t)xq & 15) != 0) return rf_set_error(RF_ERR_INVALID_ARG, "p2p add_rmsnorm: xq not 16-byte aligned");
+    }
+    int dev = 0;
+    (void)cudaGetDevice(&dev);
+    if (dev != ctx->device) RF_GPU_CHECK(cudaSetDevice(ctx->device));
+    const unsigned long long tns = p->timeout_ms > 0 ? (unsigned long long)p->timeout_ms * 1000000ull : 0ull;
+    const size_t tot = (size_t)rows * (size_t)n;
+    int8_t *qx = (int8_t *)xq;
+    float4 *dx = xq ? (float4 *)((char *)xq + ((tot + 255) & ~(size_t)255)) : NULL;
+    const unsigned nsl = (unsigned)((n + 1023) / 1024);
+    const dim3 grid(nsl, (unsigned)rows), block(1024), cl(nsl, 1, 1);
+#define RF_PN(GB, RK)                                                                                                  \
+    rf_gpu_launch_cluster(ctx, "rf_k_p2p_add_rmsnorm", true, rf_k_p2p_add_rmsnorm<GB, RK>, grid, block, 0, cl, p->peers, \
+                          p->n, rank, h, qx, dx, x, part, w, (int)n, eps, tns, p->err_dev)
+    /* no RF_GPU_SYNC wait or op-time flush after this launch (as rf_gpu_p2p_allreduce): the
+     * kernel ends only once every peer's is launched too */
+    const bool sync_each = ctx->sync_each;
+    rf_gpu_op_times *op_times = ctx->op_times;
+    ctx->sync_each = false, ctx->op_times = NULL;
+    rf_status st;
+    switch (gb * 4 + rk) { /* as rf_gemv_launch_rmsnorm_quantize_x */
+    case 5: st = RF_PN(1, 1); break;
+    case 6: st = RF_PN(1, 2); break;
+    case 8: st = RF_PN(2, 0); break;
+    case 9: st = RF_PN(2, 1); break;
+    case 10: st = RF_PN(2, 2); break;
+    case 16: st = RF_PN(4, 0); break;
+    case 17: st = RF_PN(4, 1); break;
+    case 18: st = RF_PN(4, 2); break;
+    case 32: st = RF_PN(8, 0); break;
+    case 33: st = RF_PN(8, 1); break;
+    case 34: st = RF_PN(8, 2); break;
+    default: st = RF_PN(1, 0); break;
+    }
+#undef RF_PN
+    ctx->sync_each = sync_each, ctx->op_times = op_times;
+    if (dev != ctx->device) (void)cudaSetDevice(dev);
+    return st;
 }
 
 extern "C" bool rf_gpu_p2p_failed(const rf_gpu_p2p *p, char *msg, size_t cap) {
@@ -327,6 +582,8 @@ extern "C" void rf_gpu_p2p_free(rf_gpu_p2p *p) {
         (void)cudaStreamSynchronize(p->ctx[r]->stream);
         if (p->peers.scratch[r]) cudaFree(p->peers.scratch[r]);
         if (p->peers.ctl[r]) cudaFree(p->peers.ctl[r]);
+        if (p->peers.nscratch[r]) cudaFree(p->peers.nscratch[r]);
+        if (p->peers.nctl[r]) cudaFree(p->peers.nctl[r]);
     }
     if (p->err) cudaFreeHost((void *)p->err);
     (void)cudaGetLastError();
@@ -349,6 +606,15 @@ extern "C" bool rf_gpu_p2p_takes(const rf_gpu_p2p *p, const float *buf, size_t n
 }
 extern "C" rf_status rf_gpu_p2p_allreduce(rf_gpu_p2p *p, int rank, float *buf, size_t n) {
     (void)p, (void)rank, (void)buf, (void)n;
+    return rf_set_error(RF_ERR_UNSUPPORTED, "p2p all-reduce: not built for HIP");
+}
+extern "C" bool rf_gpu_p2p_norm_takes(const rf_gpu_p2p *p, int64_t rows, int64_t n) {
+    (void)p, (void)rows, (void)n;
+    return false;
+}
+extern "C" rf_status rf_gpu_p2p_add_rmsnorm(rf_gpu_p2p *p, int rank, float *h, void *xq, rf_type wtype, float *x,
+                                          const float *part, const float *w, int64_t rows, int64_t n, float eps) {
+    (void)p, (void)rank, (void)h, (void)xq, (void)wtype, (void)x, (void)part, (void)w, (void)rows, (void)n, (void)eps;
     return rf_set_error(RF_ERR_UNSUPPORTED, "p2p all-reduce: not built for HIP");
 }
 extern "C" bool rf_gpu_p2p_failed(const rf_gpu_p2p *p, char *msg, size_t cap) {
