@@ -491,12 +491,12 @@ extern "C" rf_status rf_gpu_p2p_allreduce(rf_gpu_p2p *p, int rank, float *buf, s
     return RF_OK;
 }
 
-/* Rows up to 7,168 wide only: on two H200s (docs/tp.md) the fused kernel gained 8% a decode step
- * at 4,096 (llama3-8b, where the norm after the all-reduce is one block a row) but nothing at
- * 8,192 (llama2-70b: 133.4 against 133.6 tok/s on 80 layers, -1.3 / -2.5% on 16), where that
- * norm is already a cluster of 8 blocks and the cross-GPU wait, not the launch, is the cost.
- * 5-7 slices (5,120-7,168) were not measured: the single-block norm runs there too. */
-#define NORM_FUSE_MAX 7168
+/* Rows up to 4,096 wide only, where it was measured to pay (two H200s, TP 2, docs/tp.md):
+ * llama3-8b (4,096) +8% a decode step, mistral-small-3's 5,120 -0.5% (two rounds), llama2-70b's
+ * 8,192 -0.1% on 80 layers and -1.3 / -2.5% on 16. Why only the narrow rows gain was not
+ * profiled (in every case the norm after the all-reduce kernel is a programmatic dependent
+ * launch that the all-reduce lets start early). */
+#define NORM_FUSE_MAX 4096
 
 extern "C" bool rf_gpu_p2p_norm_takes(const rf_gpu_p2p *p, int64_t rows, int64_t n) {
     if (!p || rows < 1 || n < 32 || n > NORM_FUSE_MAX || n % 32) return false;

@@ -37,7 +37,7 @@ bool rf_gpu_p2p_takes(const rf_gpu_p2p *p, const float *buf, size_t n);
  * be captured into a CUDA graph (the counters the kernel keeps live on the devices). Leaves the
  * current device as it found it. */
 rf_status rf_gpu_p2p_allreduce(rf_gpu_p2p *p, int rank, float *buf, size_t n);
-/* Whether rf_gpu_p2p_add_rmsnorm takes rows x n: n a multiple of 32 up to 7,168 (where it was
+/* Whether rf_gpu_p2p_add_rmsnorm takes rows x n: n a multiple of 32 up to 4,096 (where it was
  * measured to pay, gpu_tp_p2p.cu), rows * ceil(n / 1024) <= 128 (decode steps), a GPU with
  * thread-block clusters (sm_90). */
 bool rf_gpu_p2p_norm_takes(const rf_gpu_p2p *p, int64_t rows, int64_t n);
