@@ -35,10 +35,10 @@
 #define P2P_STOPPED 1
 #define P2P_TIMEOUT 0x10000
 
-/* the fused all-reduce + norm's own channel (rf_k_p2p_add_rmsnorm): NB_NORM blocks at most, each
- * with a fixed region of 1024 floats (block row * nsl + part holds elements row * n + part * 1024
- * ...: a function of the block alone, so its region is its own in every call whatever the row
- * count), flags and counters per block as above, the dead word the main channel's */
+/* The fused all-reduce + norm's own channel (rf_k_p2p_add_rmsnorm): NB_NORM blocks at most, block
+ * b's region of the scratch the 1,024 floats from b * 1024 in every call (whatever the row count),
+ * with flags and counters per block as above; the dead word is the main channel's. Block b's
+ * region and counter being its own in every call, the argument of the two halves holds per block. */
 #define NB_NORM 128
 #define NORM_ELEMS (NB_NORM * 1024)
 #define NCTL_FLAGS 0
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(1024)
     __shared__ int s_fail;
     const int nsl = (int)gridDim.x, pt = (int)blockIdx.x, row = (int)blockIdx.y, tid = (int)threadIdx.x;
     const int bid = row * nsl + pt, i = pt * 1024 + tid;
-    const long long idx = (long long)row * n + i; /* < NORM_ELEMS: the block's own region */
+    const long long idx = (long long)row * n + i, slot = (long long)bid * 1024 + tid; /* slot: the block's region */
     unsigned *own = p.nctl[rank];
     const unsigned e = own[NCTL_COUNT + bid] + 1;
     if (tid == 0) s_fail = 0;
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(1024)
     const float mine = i < n ? part[idx] : 0.0f;
     if (i < n)
         for (int q = 0; q < nr; q++)
-            if (q != rank) p.nscratch[q][off + (long long)rank * NORM_ELEMS + idx] = mine;
+            if (q != rank) p.nscratch[q][off + (long long)rank * NORM_ELEMS + slot] = mine;
     __syncthreads();
     if (tid == 0) own[NCTL_COUNT + bid] = e;
     if (tid < nr && tid != rank) {
@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(1024)
     if (i < n) {
         float sum = 0.0f;
         for (int r = 0; r < nr; r++) {
-            const float pr = r == rank ? mine : __ldcg(p.nscratch[rank] + off + (long long)r * NORM_ELEMS + idx);
+            const float pr = r == rank ? mine : __ldcg(p.nscratch[rank] + off + (long long)r * NORM_ELEMS + slot);
             sum = r == 0 ? pr : sum + pr;
         }
         v = x[idx] + sum;
