@@ -115,6 +115,30 @@ static __device__ int p2p_wait(const unsigned *flag, unsigned e, const volatile 
     }
 }
 
+/* Thread q of a block (q < nr, q != rank; the others return at once) meets peer q at the block's
+ * barrier of call e: stores e into the peer's flags[blk][rank] (release, system scope) and spins
+ * on its own flags[blk][q] until it reaches e (p2p_wait). A wait that outlived the timeout says
+ * so to the host (err: which rank waited for which) and to every rank (their dead words), then
+ * gives up; any failed wait sets *fail. flags: a channel's flag arrays, one per rank (p.ctl or
+ * p.nctl, both with the flags at offset 0), own = flags[rank]; dead: this rank's dead word (the
+ * main channel's, whichever channel meets). */
+static_assert(CTL_FLAGS == 0 && NCTL_FLAGS == 0, "p2p_meet indexes a channel's flags from its start");
+static __device__ __forceinline__ void p2p_meet(unsigned *const *flags, unsigned *own, const unsigned *dead,
+                                                const rf_p2p_peers &p, int nr, int rank, int blk, unsigned e,
+                                                unsigned long long timeout_ns, int *err, int *fail) {
+    const int q = (int)threadIdx.x;
+    if (q >= nr || q == rank) return;
+    p2p_store_release(flags[q] + blk * RF_P2P_MAX_RANKS + rank, e);
+    const int w = p2p_wait(own + blk * RF_P2P_MAX_RANKS + q, e, (const volatile unsigned *)dead, (const volatile int *)err,
+                           timeout_ns);
+    if (w == 2) { /* q never came: say so to the host and to every rank, then give up */
+        *(volatile int *)err = P2P_TIMEOUT + rank * 256 + q;
+        for (int r = 0; r < nr; r++) *(volatile unsigned *)(p.ctl[r] + CTL_DEAD) = 1u;
+        __threadfence_system();
+    }
+    if (w) *fail = 1;
+}
+
 /* One rank's share of the all-reduce of buf[0..n) (n4 = n / 4 float4 chunks, the n % 4 tail by
  * block 0). Each block b:
  *  1. e = counter[b] + 1 (the call number, the same on every rank; stored back after the copy);
@@ -159,18 +183,7 @@ __global__ void __launch_bounds__(P2P_THREADS)
     if (b == 0 && tid < n - tail0) mine[tail0 + tid] = buf[tail0 + tid];
     __syncthreads();
     if (tid == 0) own[CTL_COUNT + b] = e;
-    if (tid < N && tid != rank) {
-        const int q = tid;
-        p2p_store_release(p.ctl[q] + CTL_FLAGS + b * RF_P2P_MAX_RANKS + rank, e);
-        const int w = p2p_wait(own + CTL_FLAGS + b * RF_P2P_MAX_RANKS + q, e, (const volatile unsigned *)own + CTL_DEAD,
-                               (const volatile int *)err, timeout_ns);
-        if (w == 2) { /* q never came: say so to the host and to every rank, then give up */
-            *(volatile int *)err = P2P_TIMEOUT + rank * 256 + q;
-            for (int r = 0; r < N; r++) *(volatile unsigned *)(p.ctl[r] + CTL_DEAD) = 1u;
-            __threadfence_system();
-        }
-        if (w) s_fail = 1;
-    }
+    p2p_meet(p.ctl, own, own + CTL_DEAD, p, N, rank, b, e, timeout_ns, err, &s_fail);
     __syncthreads();
     if (s_fail) return; /* the split is dead: buf keeps this rank's part; the host fails the step */
     const float *src[N];
@@ -228,18 +241,7 @@ __global__ void __launch_bounds__(P2P_THREADS)
     }
     __syncthreads();
     if (tid == 0) own[CTL_COUNT + b] = e;
-    if (tid < N && tid != rank) {
-        const int q = tid;
-        p2p_store_release(p.ctl[q] + CTL_FLAGS + b * RF_P2P_MAX_RANKS + rank, e);
-        const int w = p2p_wait(own + CTL_FLAGS + b * RF_P2P_MAX_RANKS + q, e, (const volatile unsigned *)own + CTL_DEAD,
-                               (const volatile int *)err, timeout_ns);
-        if (w == 2) {
-            *(volatile int *)err = P2P_TIMEOUT + rank * 256 + q;
-            for (int r = 0; r < N; r++) *(volatile unsigned *)(p.ctl[r] + CTL_DEAD) = 1u;
-            __threadfence_system();
-        }
-        if (w) s_fail = 1;
-    }
+    p2p_meet(p.ctl, own, own + CTL_DEAD, p, N, rank, b, e, timeout_ns, err, &s_fail);
     __syncthreads();
     if (s_fail) return;
     const float *src[N];
@@ -319,18 +321,7 @@ __global__ void __launch_bounds__(1024)
             if (q != rank) p.nscratch[q][off + (long long)rank * NORM_ELEMS + slot] = mine;
     __syncthreads();
     if (tid == 0) own[NCTL_COUNT + bid] = e;
-    if (tid < nr && tid != rank) {
-        const int q = tid;
-        p2p_store_release(p.nctl[q] + NCTL_FLAGS + bid * RF_P2P_MAX_RANKS + rank, e);
-        const int wt = p2p_wait(own + NCTL_FLAGS + bid * RF_P2P_MAX_RANKS + q, e,
-                                (const volatile unsigned *)p.ctl[rank] + CTL_DEAD, (const volatile int *)err, timeout_ns);
-        if (wt == 2) {
-            *(volatile int *)err = P2P_TIMEOUT + rank * 256 + q;
-            for (int r = 0; r < nr; r++) *(volatile unsigned *)(p.ctl[r] + CTL_DEAD) = 1u;
-            __threadfence_system();
-        }
-        if (wt) s_fail = 1;
-    }
+    p2p_meet(p.nctl, own, p.ctl[rank] + CTL_DEAD, p, nr, rank, bid, e, timeout_ns, err, &s_fail);
     __syncthreads();
     const bool fail = s_fail != 0;
     float v = 0.0f;
