@@ -39,6 +39,18 @@ static rf_status xq_room(gpu_be *g, int64_t n_tokens, int64_t n_in, bool *ok) {
     return RF_OK;
 }
 
+/* The xq buffer a kernel that makes a product's input (a norm, the GLU) quantizes it into for a
+ * product of (t, rows, n_in), or NULL where that product shares no int8 x or the buffer cannot
+ * grow now (inside a recording): the product then quantizes its x itself. */
+static rf_status xq_for(gpu_be *g, rf_type t, int64_t rows, int64_t n_in, void **xq) {
+    *xq = NULL;
+    if (!shares_xq(g, t, rows, n_in)) return RF_OK;
+    bool ok;
+    const rf_status st = xq_room(g, rows, n_in, &ok);
+    if (!st && ok) *xq = g->xq;
+    return st;
+}
+
 static void xq_note(gpu_be *g, const void *src, rf_type t, int64_t n_tokens, int64_t n_in) {
     g->xq_src = src;
     g->xq_type = t;
@@ -101,13 +113,13 @@ rf_status rf_gbe_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const r
         if (st) return st;
         res = NULL;
     }
-    if (next && n <= 16384 && shares_xq(g, next->type, rows, n)) {
-        bool ok;
-        rf_status st = xq_room(g, rows, n, &ok);
+    if (next && n <= 16384) {
+        void *xq;
+        rf_status st = xq_for(g, next->type, rows, n, &xq);
         if (st) return st;
-        if (ok) {
-            if (gbe_skip(RF_SKIP_NORM)) st = RF_OK;
-            else if ((st = rf_gpu_rmsnorm_quantize_x(g->ctx, y->data, g->xq, next->type, x->data, res ? res->data : NULL,
+        if (xq) {
+            if (!gbe_skip(RF_SKIP_NORM) &&
+                (st = rf_gpu_rmsnorm_quantize_x(g->ctx, y->data, xq, next->type, x->data, res ? res->data : NULL,
                                                 w ? w->data : NULL, rows, n, eps)))
                 return st;
             xq_note(g, y->data, next->type, rows, n);
@@ -131,15 +143,10 @@ rf_status rf_gbe_p2p_rmsnorm_for(rf_backend *be, rf_gpu_p2p *p, int rank, rf_ten
                                  const rf_tensor *next) {
     gpu_be *g = GX(be);
     void *xq = NULL;
-    if (next && shares_xq(g, next->type, rows, n)) {
-        bool ok;
-        rf_status st = xq_room(g, rows, n, &ok);
-        if (st) return st;
-        if (ok) xq = g->xq;
-    }
+    rf_status st = next ? xq_for(g, next->type, rows, n, &xq) : RF_OK;
+    if (st) return st;
     const rf_type t = next ? next->type : RF_TYPE_F32;
-    rf_status st = rf_gpu_p2p_add_rmsnorm(p, rank, y->data, xq, t, x->data, part->data, w ? w->data : NULL, rows, n,
-                                          eps);
+    st = rf_gpu_p2p_add_rmsnorm(p, rank, y->data, xq, t, x->data, part->data, w ? w->data : NULL, rows, n, eps);
     if (!st && xq) xq_note(g, y->data, t, rows, n);
     return st;
 }
@@ -157,13 +164,13 @@ rf_status rf_gbe_glu_for(rf_backend *be, rf_tensor *y, const rf_tensor *gate, co
             return rf_gpu_swiglu_oai(g->ctx, y->data, gate->data, gs, up->data, us, rows, k);
         return rf_gbe_glu(be, y, gate, up, n, kind);
     }
-    if (k > 0 && rows * k == n && shares_xq(g, next->type, rows, k)) {
-        bool ok;
-        rf_status st = xq_room(g, rows, k, &ok);
+    if (k > 0 && rows * k == n) {
+        void *xq;
+        rf_status st = xq_for(g, next->type, rows, k, &xq);
         if (st) return st;
-        if (ok) {
-            if (gbe_skip(RF_SKIP_GLU)) st = RF_OK;
-            else if ((st = rf_gpu_glu_quantize_x(g->ctx, y->data, g->xq, next->type, kind == RF_GLU_GEGLU, gate->data, gs,
+        if (xq) {
+            if (!gbe_skip(RF_SKIP_GLU) &&
+                (st = rf_gpu_glu_quantize_x(g->ctx, y->data, xq, next->type, kind == RF_GLU_GEGLU, gate->data, gs,
                                             up->data, us, rows, k)))
                 return st;
             xq_note(g, y->data, next->type, rows, k);

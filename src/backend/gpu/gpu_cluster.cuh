@@ -18,11 +18,12 @@ static __device__ __forceinline__ void rf_cluster_sync(void) {
 }
 
 #if defined(RF_CUDA_BUILD)
-/* rf_gpu_launch with clusters of cl blocks (cudaLaunchKernelEx's cluster dimension; the grid a
- * multiple of it), as a programmatic dependent launch where pdl and the context allow it. */
+/* The launch of rf_gpu_launch_cluster without what follows every launch (rf_gpu_after_launch:
+ * RF_GPU_SYNC's wait, the op-time mark): for kernels that end only once kernels on other GPUs
+ * are launched too (gpu_tp_p2p.cu), which a wait right after the launch would never see end. */
 template <typename... KArgs, typename... Args>
-static rf_status rf_gpu_launch_cluster(rf_gpu_ctx *ctx, const char *name, bool pdl, void (*k)(KArgs...), dim3 grid,
-                                       dim3 block, size_t smem, dim3 cl, Args... args) {
+static rf_status rf_gpu_launch_cluster_only(rf_gpu_ctx *ctx, const char *name, bool pdl, void (*k)(KArgs...),
+                                            dim3 grid, dim3 block, size_t smem, dim3 cl, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -42,12 +43,22 @@ static rf_status rf_gpu_launch_cluster(rf_gpu_ctx *ctx, const char *name, bool p
     }
     cfg.attrs = attr;
     cfg.numAttrs = na;
+    ctx->last_kernel = name;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return rf_set_error(RF_ERR_DEVICE, "GPU kernel %s: launch failed: %s", name, cudaGetErrorString(e));
     }
-    return rf_gpu_after_launch(ctx, name);
+    return RF_OK;
+}
+
+/* rf_gpu_launch with clusters of cl blocks (cudaLaunchKernelEx's cluster dimension; the grid a
+ * multiple of it), as a programmatic dependent launch where pdl and the context allow it. */
+template <typename... KArgs, typename... Args>
+static rf_status rf_gpu_launch_cluster(rf_gpu_ctx *ctx, const char *name, bool pdl, void (*k)(KArgs...), dim3 grid,
+                                       dim3 block, size_t smem, dim3 cl, Args... args) {
+    const rf_status st = rf_gpu_launch_cluster_only(ctx, name, pdl, k, grid, block, smem, cl, args...);
+    return st ? st : rf_gpu_after_launch(ctx, name);
 }
 #endif
 

@@ -500,8 +500,10 @@ extern "C" rf_status rf_gpu_p2p_add_rmsnorm(rf_gpu_p2p *p, int rank, float *h, v
                                           const float *part, const float *w, int64_t rows, int64_t n, float eps) {
     if (!p || rank < 0 || rank >= p->n) return rf_set_error(RF_ERR_INVALID_ARG, "p2p add_rmsnorm: rank %d", rank);
     if (!rf_gpu_p2p_norm_takes(p, rows, n))
-        return rf_set_error(RF_ERR_INVALID_ARG, "p2p add_rmsnorm: %lld rows of %lld (at most %d blocks of 1024)",
-                            (long long)rows, (long long)n, NB_NORM);
+        return rf_set_error(RF_ERR_INVALID_ARG,
+                            "p2p add_rmsnorm: %lld rows of %lld not taken (rows of 32..%d, a multiple of 32; rows x "
+                            "ceil(n / 1024) <= %d; sm_90)",
+                            (long long)rows, (long long)n, NORM_FUSE_MAX, NB_NORM);
     if (h == x) return rf_set_error(RF_ERR_INVALID_ARG, "p2p add_rmsnorm: h must not alias x");
     rf_gpu_ctx *ctx = p->ctx[rank];
     int gb = 1, rk = 0;
@@ -520,13 +522,10 @@ extern "C" rf_status rf_gpu_p2p_add_rmsnorm(rf_gpu_p2p *p, int rank, float *h, v
     const unsigned nsl = (unsigned)((n + 1023) / 1024);
     const dim3 grid(nsl, (unsigned)rows), block(1024), cl(nsl, 1, 1);
 #define RF_PN(GB, RK)                                                                                                  \
-    rf_gpu_launch_cluster(ctx, "rf_k_p2p_add_rmsnorm", true, rf_k_p2p_add_rmsnorm<GB, RK>, grid, block, 0, cl, p->peers, \
-                          p->n, rank, h, qx, dx, x, part, w, (int)n, eps, tns, p->err_dev)
-    /* no RF_GPU_SYNC wait or op-time flush after this launch (as rf_gpu_p2p_allreduce): the
-     * kernel ends only once every peer's is launched too */
-    const bool sync_each = ctx->sync_each;
-    rf_gpu_op_times *op_times = ctx->op_times;
-    ctx->sync_each = false, ctx->op_times = NULL;
+    rf_gpu_launch_cluster_only(ctx, "rf_k_p2p_add_rmsnorm", true, rf_k_p2p_add_rmsnorm<GB, RK>, grid, block, 0, cl,     \
+                               p->peers, p->n, rank, h, qx, dx, x, part, w, (int)n, eps, tns, p->err_dev)
+    /* (no RF_GPU_SYNC wait or op-time mark after it, as rf_gpu_p2p_allreduce: the kernel ends only
+     * once every peer's is launched too) */
     rf_status st;
     switch (gb * 4 + rk) { /* as rf_gemv_launch_rmsnorm_quantize_x */
     case 5: st = RF_PN(1, 1); break;
@@ -543,7 +542,6 @@ extern "C" rf_status rf_gpu_p2p_add_rmsnorm(rf_gpu_p2p *p, int rank, float *h, v
     default: st = RF_PN(1, 0); break;
     }
 #undef RF_PN
-    ctx->sync_each = sync_each, ctx->op_times = op_times;
     if (dev != ctx->device) (void)cudaSetDevice(dev);
     return st;
 }
