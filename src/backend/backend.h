@@ -83,8 +83,10 @@ typedef struct rf_batch {
  * that holds max_pos + 1 keys. The engine records a graph per bucket (capped at n_ctx; its
  * max_pos is the bucket's last position) and a backend that picks an attention kernel by depth
  * picks it by this bucket, so an eager step and a recorded one of the same rows take the same
- * kernel. Rounding is the same at both ends: a capped bucket (n_ctx) rounds to the pow2 above it. */
-#define RF_DEPTH_BUCKET_MIN 1024
+ * kernel. Rounding is the same at both ends: a capped bucket (n_ctx) rounds to the pow2 above it.
+ * 256: the GPU's paged attention walks rows of fewer than 256 keys in one block a row group
+ * (RF_GPU_PA_ONE_BLOCK), which a graph step can only know from its bucket. */
+#define RF_DEPTH_BUCKET_MIN 256
 static inline int64_t rf_depth_bucket_keys(int64_t max_pos) {
     int64_t keys = RF_DEPTH_BUCKET_MIN;
     while (keys < max_pos + 1) keys *= 2;

@@ -43,7 +43,8 @@ extern "C" {
     X(GPU_PDL, BOOL, "on", 0, 0, "GPU (sm_90+): programmatic dependent launch")                      \
     X(GPU_UNFUSED, BOOL, "off", 0, 0, "GPU: the unfused decode ops (fused-vs-unfused A/B)")          \
     X(GPU_FLASH, BOOL, "on", 0, 0, "GPU: prompt attention on the tensor-core flash prefill kernel")  \
-    X(GPU_DECODE_MMA_MIN, INT, "16384", 0, 1000000000, "GPU: a decode call takes the tensor-core decode attention for all its rows where its depth bucket (the power of two of at least 1024 holding its deepest row, or the window) reaches this many keys: 16384, the default, from rows past 8,192 keys, where it is faster on the H200 (0 = never)") \
+    X(GPU_PA_ONE_BLOCK, INT, "256", 0, 1000000000, "GPU: a decode call whose depth bucket (the power of two of at least 256 holding its deepest row) is at most this many keys walks each row group's keys in one block (no split states, no second kernel; the same bits) where a kv head's query heads fit one block (up to 4) and the split form would not fill the GPU better (docs/gpu.md); deeper calls split the keys over blocks (0 = always split)") \
+    X(GPU_DECODE_MMA_MIN, INT, "16384", 0, 1000000000, "GPU: a decode call takes the tensor-core decode attention for all its rows where its depth bucket (the power of two of at least 256 holding its deepest row, or the window) reaches this many keys: 16384, the default, from rows past 8,192 keys, where it is faster on the H200 (0 = never)") \
     X(GPU_GEMV_MAX, INT, "64", 0, 1000000000, "GPU: most tokens a quantized product runs as GEMVs") \
     X(GPU_MMQ_MAX, INT, "96", 0, 1000000000, "GPU: most tokens a product runs on MMQ (0 = never)") \
     X(GPU_MMQ_MIN, INT, "17", 1, 1000000000, "GPU: fewest tokens a product runs on MMQ")            \

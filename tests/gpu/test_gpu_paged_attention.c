@@ -441,6 +441,14 @@ static void test_long(void **state) {
     c.q8 = true, c8.q8 = true;
     run_case(&r, &c);
     run_case(&r, &c8);
+    /* short decode rows, one and two splits (depths < 256): one block a row group walks them
+     * (RF_GPU_PA_ONE_BLOCK), where a larger max_pos (run_case's first invariance check) spreads
+     * them over blocks and reduces; 70b-shaped (16 blocks a token) and 8b-shaped, f16 and q8_0 */
+    pa_case cs = {.D = 128, .nh = 64, .nhkv = 8, .bs = 16, .f16 = true, .n_seq = 4, .len = {256, 129, 200, 17},
+                  .nq = {1, 1, 1, 1}, .n_pad = 1, .qscale = 2.0f};
+    run_case(&r, &cs);
+    cs.nh = 32, cs.q8 = true, cs.len[0] = 255;
+    run_case(&r, &cs);
 }
 
 /* Attention sinks: decode tokens of long sequences (keys split over blocks and reduced, per split
@@ -535,10 +543,10 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Short-depth decode timing (informative, never fails): llama3-8b (32 heads / 8 kv heads) and
  * llama2-70b (64 / 8) shapes, head 128, f16 and q8_0 caches, 1 and 8 sequences at depths 16 / 64
- * / 256 / 1024, each call with max_pos = 1023 (what a decode graph step passes: its depth
- * bucket's bound, rf_depth_bucket_keys; 8 splits over gridDim.z, then the reduce kernel) and with
- * max_pos = depth - 1 (what an eager step of those rows passes: up to 128 keys one kernel, mode
- * TOTAL); the 70b shape also with 8 rows per warp (70b8, the former decode cap: test hook gpu_pa_rows). Microseconds
+ * / 256 / 1024, each call with max_pos = 1023 (a graph step's bound in the 1,024-key depth
+ * bucket, rf_depth_bucket_keys: 8 splits over gridDim.z, then the reduce kernel) and with max_pos
+ * = depth - 1 (in the 256-key bucket, depths up to 256: one block a row group walks the row,
+ * RF_GPU_PA_ONE_BLOCK, mode TOTAL; 1,024: the split form again); the 70b shape also with 8 rows per warp (70b8, the former decode cap: test hook gpu_pa_rows). Microseconds
  * per call (rf_k_paged_attn and its reduce when launched), by device events:
  *   b2b  200 calls back to back, total / 200 (the kernels' device time with launch gaps);
  *   one  a call alone between two events, the stream idle before it (median of 30);

@@ -541,8 +541,8 @@ static void test_graph_bucket(void **state) {
         if (b != last) distinct++, last = b;
     }
     assert_int_equal(distinct, 32);
-    /* depth buckets: the smallest power of two >= 1024 holding max_p + 1 keys, n_ctx at most;
-     * the index is its log2 over 1024; every key (batch bucket, masked, depth) stays distinct */
+    /* depth buckets: the smallest power of two >= 256 holding max_p + 1 keys, n_ctx at most;
+     * the index is its log2 over 256; every key (batch bucket, masked, depth) stays distinct */
     for (int32_t n_ctx = 1; n_ctx <= (1 << 20); n_ctx = n_ctx * 3 / 2 + 1)
         for (int32_t max_p = 0; max_p < n_ctx; max_p += 1 + max_p / 7) {
             int32_t idx = -1, k = rf_step_depth_bucket(max_p, n_ctx, &idx);
@@ -556,13 +556,17 @@ static void test_graph_bucket(void **state) {
             if ((int64_t)65536 + RF_STEP_MASKED_KEY + (int64_t)idx * RF_STEP_DEPTH_KEY > INT32_MAX)
                 fail_msg("graph key overflows at depth index %d", idx);
         }
-    int32_t i0, i1, i2;
-    assert_int_equal(rf_step_depth_bucket(0, 16384, &i0), 1024);
+    int32_t i0, i1, i2, i3, i4;
+    assert_int_equal(rf_step_depth_bucket(0, 16384, &i0), 256);
+    assert_int_equal(rf_step_depth_bucket(255, 16384, &i3), 256);
+    assert_int_equal(rf_step_depth_bucket(256, 16384, &i4), 512);
     assert_int_equal(rf_step_depth_bucket(1024, 16384, &i1), 2048);
     assert_int_equal(rf_step_depth_bucket(16383, 20000, &i2), 16384);
     assert_int_equal(i0, 0);
-    assert_int_equal(i1, 1);
-    assert_int_equal(i2, 4);
+    assert_int_equal(i3, 0);
+    assert_int_equal(i4, 1);
+    assert_int_equal(i1, 3);
+    assert_int_equal(i2, 6);
     assert_true(RF_STEP_MASKED_KEY > 65536 && RF_STEP_DEPTH_KEY > RF_STEP_MASKED_KEY);
 }
 

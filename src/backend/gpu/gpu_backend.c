@@ -201,7 +201,7 @@ static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t
  * rows (graph steps are; an eager stretch is when no two consecutive tokens share a sequence).
  * Decode rows take the tensor-core decode kernel (rf_gpu_paged_attention_route), all of them,
  * where the call's depth bucket reaches RF_GPU_DECODE_MMA_MIN keys: the power of two of at least
- * 1024 that holds max_pos + 1 (a graph step's max_pos is already its bucket's bound: the engine's
+ * 256 that holds max_pos + 1 (a graph step's max_pos is already its bucket's bound: the engine's
  * rf_step_depth_bucket), or the window where that is smaller. One kernel for the whole call, by a
  * rule an eager step and a recorded one of the same rows answer alike; a row's split count follows
  * from its own position either way. The batch-invariant mode keeps the paged kernel's bits. */

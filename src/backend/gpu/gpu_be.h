@@ -8,7 +8,8 @@
 #include "backend/gpu/gpu.h"
 #include "core/test_hooks.h"
 
-#define RF_MAX_GRAPHS 128 /* the engine's keys: batch buckets (rf_step_graph_bucket) x depth buckets */
+#define RF_MAX_GRAPHS 256 /* the engine's keys: batch buckets (rf_step_graph_bucket) x depth buckets (16 x 8 at
+                          * --parallel 256, -c 32768), their masked twins where grammars run */
 #define RF_GRAPH_PEN 64 /* penalty entries per row a graph step carries */
 
 /* Device copies of a step's metadata (one allocation, laid out as in the pinned buffer). */

@@ -40,6 +40,7 @@
  * splits. The same pieces feed the same arithmetic: the bits of the plain kernel. */
 #include "backend/gpu/gpu_paged_attention.cuh"
 
+#include "core/knobs.h"
 #include "core/test_hooks.h"
 
 /* The staged variant's dynamic shared memory: per warp a K and a V stage (rf_pa_stg). */
@@ -568,12 +569,26 @@ extern "C" rf_status rf_gpu_paged_attention_route(rf_gpu_ctx *ctx, float *out, c
      * as many blocks as are resident at once (two per SM up to 4 rows per warp, else one), so
      * that a block walks several splits and its copies of the next overlap this one's work;
      * plain: four per SM. The schedule changes no bits (the header comment). */
+    /* decode calls that can see few keys (their depth bucket, RF_GPU_PA_ONE_BLOCK: graph steps
+     * record their bucket's last position as pmax), where one block holds all of a kv head's
+     * query heads, leave each row group to that block: it walks the row's splits in order and
+     * folds them in place, no partial states and no second kernel (which launches and waits for
+     * the whole grid even with nothing to fold). Measured on an H200 (docs/perf-gpu.md): llama3-8b
+     * (4 query heads a kv head) +3.6 to +3.9% a step at depths 128-255, +3.5% at 8 sequences, +5%
+     * at 32; llama2-70b widths (8 a kv head: two blocks) -1 to -2%, so those keep the split form;
+     * deeper rows (three splits and more) lose as one block's walk. And 16 sequences (128 row
+     * groups, over half the SMs) lost 1-2%: where the row groups alone take more than half the
+     * SMs and the split form's grid is still resident at once, the split form stays. */
+    const int64_t one_block = rf_knob_int(RF_KNOB_GPU_PA_ONE_BLOCK);
+    const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+    bool whole = decode && !old && HS == 1 && one_block > 0 && pmax >= 0 && rf_depth_bucket_keys(pmax) <= one_block;
     const int64_t per_sm = gr ? (R <= 4 ? 2 : 1) : 4;
-    const int64_t target = per_sm * (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+    const int64_t target = per_sm * sms;
+    if (whole && 2 * X * Y > sms && 2 * X * Y <= target) whole = false;
     const size_t row_slot = (size_t)n_tokens * (size_t)n_head * ((size_t)D + 2) * sizeof(float);
     int mode = RF_PA_TOTAL;
     int64_t Zb = 1, nsp = 1;
-    if (X * Y < target && nsp_s > 1) {
+    if (!whole && X * Y < target && nsp_s > 1) {
         const int64_t want = (target + X * Y - 1) / (X * Y);
         if (row_slot * (size_t)nsp_s <= RF_PA_SCRATCH) {
             mode = RF_PA_SPLITS, nsp = nsp_s, Zb = want < nsp_s ? want : nsp_s;
