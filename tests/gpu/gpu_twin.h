@@ -9,10 +9,14 @@
 
 #include "rocmforge/quant.h"
 
-/* the types with a twin: those whose integer sums the kernels form from x rounded this way */
+/* the types with a twin: those whose integer sums the kernels form from x rounded this way.
+ * MXFP4 as Q8_0: a block's sum of doubled E2M1 values times x's int8 is an exact integer, its
+ * scale 2^(e - 128) times x's f16 scale an exact product (a power of two; random_weights draws
+ * e in 120..129, far from under- and overflow), so the block's one rounding and the sum over
+ * blocks are all the float error, as the generic bound below counts it for Q8_0 */
 static inline bool twin_has(rf_type t) {
     return t == RF_TYPE_Q4_0 || t == RF_TYPE_Q8_0 || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K ||
-           t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1;
+           t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 || t == RF_TYPE_MXFP4;
 }
 
 /* x rounded as the GPU's rf_k_quantize_x rounds it (rf_quantize_elem): per 32, d = f16(amax / 127)
@@ -132,6 +136,45 @@ static inline void check_twin_b(const char *what, rf_type t, const float *got, c
                                  (long long)(bad / n_out), (long long)(bad % n_out), got[bad]);
     assert_true(worst <= 1.0);
     *rounded_rel = y2 > 0.0 ? sqrt(d2 / y2) : 0.0;
+    free(wf), free(xr);
+}
+
+/* The twin of the BLAS route (rf_gpu_gemm: W dequantized to f16, x through the int8 rounding
+ * then to f16, cuBLAS with f32 accumulation): y = sum f16(w) f16(x') exactly (each product is
+ * exact in f32), bounded by gamma(n_in + 16) times the sum of |terms| (any summation order: the
+ * library picks it), plus, for the types whose dequantized value is more than one product of a
+ * scale and a small integer (all but Q4_0, Q5_0, Q8_0, MXFP4, whose f32 value and its f16
+ * rounding are then the CPU's bits), one f16 ulp (2^-10 relative) per term: the GPU's f32 value
+ * may differ from the CPU's in its last bit and round to the neighbouring f16. */
+static inline void check_twin_blas(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x,
+                                   int64_t nt, int64_t n_in, int64_t n_out) {
+    size_t rb;
+    assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
+    float *wf = host_f32(n_in), *xr = host_f32(nt * n_in);
+    for (int64_t k = 0; k < nt; k++) round_like_gpu(x + k * n_in, xr + k * n_in, n_in);
+    for (int64_t i = 0; i < nt * n_in; i++) xr[i] = rf_fp16_to_f32(rf_f32_to_fp16(xr[i]));
+    const bool exact = t == RF_TYPE_Q4_0 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q8_0 || t == RF_TYPE_MXFP4;
+    const double u = ldexp(1.0, -24), n = (double)(n_in + 16), g = n * u / (1.0 - n * u);
+    double worst = 0.0;
+    int64_t bad = -1;
+    for (int64_t o = 0; o < n_out; o++) {
+        assert_int_equal(rf_dequantize_row(t, w + o * rb, wf, n_in), RF_OK);
+        for (int64_t i = 0; i < n_in; i++) wf[i] = rf_fp16_to_f32(rf_f32_to_fp16(wf[i]));
+        for (int64_t k = 0; k < nt; k++) {
+            double sum = 0.0, a = 0.0;
+            for (int64_t i = 0; i < n_in; i++) {
+                const double p = (double)wf[i] * xr[k * n_in + i];
+                sum += p, a += fabs(p);
+            }
+            const double bd = g * a + (exact ? 0.0 : ldexp(1.0, -10) * a);
+            const double e = fabs((double)got[k * n_out + o] - sum), r = bd > 0 ? e / bd : (e > 0 ? INFINITY : 0);
+            if (!(r <= worst)) worst = r, bad = k * n_out + o;
+        }
+    }
+    fprintf(stderr, "  %-48s twin (f16 operands): worst %.3g of the bound\n", what, worst);
+    if (!(worst <= 1.0)) fprintf(stderr, "  element %lld (token %lld, row %lld): got %.9g\n", (long long)bad,
+                                 (long long)(bad / n_out), (long long)(bad % n_out), got[bad]);
+    assert_true(worst <= 1.0);
     free(wf), free(xr);
 }
 

@@ -5,18 +5,21 @@
  * - against rf_ref_matmul (accuracy): rel. L2 < 1e-2 where the route rounds x to int8 per 32 (the
  *   uniform rounding error of a Gaussian x, step amax / 127 with amax ~2.2 sigma, is ~0.5% of an
  *   output's rms, as in test_gpu_mmq), 2e-3 where it does not (tf32 / f32 float order); for the
- *   eight types with a twin (below) that rounded-x figure is printed, not asserted: the twin pins
- *   every output within its float-order bound of the exact value for this x and W, so the distance
- *   to the f32 reference is then the data's own rounding error, which a fixed 1e-2 does not bound
+ *   nine types with a twin (gpu_twin.h: the fast-path ones and MXFP4) that rounded-x figure is
+ *   printed, not asserted: the twin pins every output within its float-order bound of the exact
+ *   value for this x and W, so the distance to the f32 reference is then the data's own rounding
+ *   error, which a fixed 1e-2 does not bound
  *   (it failed at random, 0.0109 on 45 outputs of 96-wide Q4_1 rows: three blocks of x, where
  *   the Gaussian figure is no bound);
- * - where x is rounded (those eight), element by element against the GPU's twin computed here in
+ * - where x is rounded (those nine), element by element against the GPU's twin computed here in
  *   double: the same rounded x, the dequantized weights, and the one term the kernels take from
  *   elsewhere (Q4_K / Q5_K: the minimum's factor cm = c d sc - dmin m times the f32 sum of the
  *   unrounded x; Q4_1 / Q5_1: m times ggml's q8_1 s = f16(amax / 127 sum q), as the CPU's own
  *   q8_1 path); the two then differ by float order alone, bounded by gamma(nb + 16) times
  *   the sum of the absolute values of the terms (nb blocks of 32 summed one after another, a few
  *   roundings per term: the scale products, the f32 sum of x, the split sums);
+ * - where the route is BLAS (narrow rows past the GEMVs' tokens, any type: x rounded to int8, then
+ *   W and x as f16 operands), against the twin of those operands (gpu_twin.h, check_twin_blas);
  * - every gemv_mt variant (its warps along the row forced to 1, 2, 4, 8) and the q32s loop it
  *   replaced, against the same twin;
  * - gemv_mt's batch invariance: a token's outputs have the same bits in calls of 4..16 tokens.
@@ -75,11 +78,15 @@ static void run_case_v(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n
     char what[128];
     snprintf(what, sizeof what, "%s%s nt=%lld %lldx%lld %s (%s x)", tag, rf_type_name(t), (long long)nt, (long long)n_out,
              (long long)n_in, rf_gpu_route_name(rk), rounds ? "int8" : "f32");
-    if (rounds && twin_has(t)) { /* the twin is the check; the f32-x distance is reported (header) */
+    const bool ints = rk == RF_ROUTE_GEMV || rk == RF_ROUTE_GEMV_GROUPS || rk == RF_ROUTE_MMQ;
+    if (rounds && twin_has(t) && ints) { /* the twin is the check; the f32-x distance is reported (header) */
         double rr;
         check_twin(what, t, got, w, x, want, nt, n_in, n_out, &rr);
         fprintf(stderr, "  %-48s rel_l2=%.3g from f32 x, the rounded x's own %.3g\n", what,
                 rf_rel_l2(got, want, (size_t)(nt * n_out)), rr);
+    } else if (rounds && rk == RF_ROUTE_BLAS && n_in % 32 == 0) { /* f16 operands: their own twin */
+        check_twin_blas(what, t, got, w, x, nt, n_in, n_out);
+        fprintf(stderr, "  %-48s rel_l2=%.3g from f32 x\n", what, rf_rel_l2(got, want, (size_t)(nt * n_out)));
     } else {
         check_rel(what, got, want, nt * n_out, rounds ? 1e-2 : 2e-3);
     }

@@ -6,11 +6,11 @@
  * byte length in MXFP4, gemma4-26b-a4b's 704-wide Q5_0 down experts) at 9, 33, 128 and 512
  * tokens. The reference is computed for a sample of the tokens (first, last, a few between:
  * the double-precision oracle over all of 512 would take minutes; below 128 rows all of them).
- * Accuracy: for the types with a twin (gpu_twin.h: all but MXFP4) every sampled output within its
- * float-order bound of the exact product for x rounded as the GPU rounds it (the rel. L2 against
- * f32 x printed beside the rounded x's own: x's int8 rounding, ~0.5% for Gaussian x, a property of
- * the data that a fixed 1e-2 does not bound; it failed at random in test_gpu_gemvn and
- * test_gpu_w4a16); MXFP4: rel. L2 < 1e-2 over the sampled outputs (>= 128). Batch invariance:
+ * Accuracy: for the types with a twin (gpu_twin.h: every type here) every sampled output within
+ * its float-order bound of the exact product for x rounded as the GPU rounds it (the rel. L2
+ * against f32 x printed beside the rounded x's own: x's int8 rounding, ~0.5% for Gaussian x, a
+ * property of the data that a fixed 1e-2 does not bound; it failed at random in test_gpu_gemvn
+ * and test_gpu_w4a16). Batch invariance:
  * a token's outputs are bit-identical in calls of 512, 100, 64, 33, 9, 8 and 5 tokens wherever it sits in them; determinism: two calls
  * identical; rf_gpu_matmul's products that the router sends here (17..96 tokens by default) too. Every tile
  * configuration (RF_MMQ_CFG 0..5, set per call with rf_knob_override) against the reference at
@@ -41,8 +41,8 @@ static const rf_type k_types[] = {RF_TYPE_Q4_0, RF_TYPE_Q8_0, RF_TYPE_Q6_K, RF_T
                                   RF_TYPE_Q5_0};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
-/* the sampled outputs gs (ns tokens xs) against the twin where the type has one (the f32-x
- * distance printed), else against want (rf_ref_matmul of xs) by rel. L2 < 1e-2 */
+/* the sampled outputs gs (ns tokens xs) against the twin (the f32-x distance printed); a type
+ * without one (none today) against want (rf_ref_matmul of xs) by rel. L2 < 1e-2 */
 static void mmq_check(const char *what, rf_type t, const float *gs, const uint8_t *w, const float *xs, const float *want,
                       int ns, int64_t n_in, int64_t n_out) {
     if (!twin_has(t)) {
@@ -132,7 +132,7 @@ static void test_mmq_vs_ref(void **state) {
 }
 
 /* Rows that end in a partial chunk (8 blocks of 32 per chunk; Q6_K: one or two super-blocks):
- * the checks of test_mmq_vs_ref (run_case: the twin, or rel. L2 < 1e-2 for MXFP4, every output
+ * the checks of test_mmq_vs_ref (run_case: the twin, every output
  * written, two calls identical, rf_gpu_matmul's MMQ route identical), heights
  * of a partial 128-row tile so the last row of the tensor ends the last chunk */
 static void test_mmq_partial(void **state) {
