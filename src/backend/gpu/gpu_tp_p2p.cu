@@ -501,8 +501,8 @@ extern "C" rf_status rf_gpu_p2p_add_rmsnorm(rf_gpu_p2p *p, int rank, float *h, v
     if (!p || rank < 0 || rank >= p->n) return rf_set_error(RF_ERR_INVALID_ARG, "p2p add_rmsnorm: rank %d", rank);
     if (!rf_gpu_p2p_norm_takes(p, rows, n))
         return rf_set_error(RF_ERR_INVALID_ARG,
-                            "p2p add_rmsnorm: %lld rows of %lld not taken (rows of 32..%d, a multiple of 32; rows x "
-                            "ceil(n / 1024) <= %d; sm_90)",
+                            "p2p add_rmsnorm: %lld rows of %lld elements not taken (a row of 32..%d elements, a "
+                            "multiple of 32; rows x ceil(elements / 1024) <= %d; sm_90)",
                             (long long)rows, (long long)n, NORM_FUSE_MAX, NB_NORM);
     if (h == x) return rf_set_error(RF_ERR_INVALID_ARG, "p2p add_rmsnorm: h must not alias x");
     rf_gpu_ctx *ctx = p->ctx[rank];
