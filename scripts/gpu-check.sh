@@ -44,6 +44,9 @@ RACE_TESTS=${RACE_TESTS:-"test_gpu_paged_attention test_gpu_sample test_gpu_atte
 declare -A RES MEM RACE
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; } \
     >"$OUT/device.txt" 2>&1
+# clocks, power limits and throttle reasons: machines of one kind differ by a few percent, and
+# this is what to compare when a number from another call disagrees
+nvidia-smi -q -d CLOCK,POWER,PERFORMANCE >"$OUT/device-clocks.txt" 2>&1
 cat "$OUT/device.txt"
 echo "date: $(date -u +%FT%TZ)  seed: ${RF_TEST_SEED:-fresh per test (printed in each log)}"
 
