@@ -1,7 +1,8 @@
 /* gpu_twin.h — the CPU twin of the GPU's int8-x quantized products (GEMVs, gemv_mt, MMQ: x rounded
  * by rf_k_quantize_x per 32 with an f16 scale): for the rounded x and the exact weights the
  * exact product in double, and a float-order bound per output, so the GPU's outputs and the twin
- * differ by float order alone (test_gpu_gemvn's header states the model). */
+ * differ by float order alone (test_gpu_gemvn's header states the model); and that of the BLAS
+ * route, whose operands are those rounded further to f16 (check_twin_blas). */
 #ifndef RF_GPU_TWIN_H
 #define RF_GPU_TWIN_H
 
@@ -103,6 +104,22 @@ static inline void twin_one(rf_type t, const float *wf, const uint8_t *wrow, con
     *bound = n * u / (1.0 - n * u) * a;
 }
 
+/* keeps in *worst / *bad the largest share of its bound bd an output g at index at takes from
+ * its twin value tw (a NaN output counts as worst: the comparison fails) */
+static inline void twin_keep_worst(double g, double tw, double bd, int64_t at, double *worst, int64_t *bad) {
+    const double e = fabs(g - tw), r = bd > 0 ? e / bd : (e > 0 ? INFINITY : 0);
+    if (!(r <= *worst)) *worst = r, *bad = at;
+}
+
+/* prints the worst share (label: which twin) and fails the test where an output left its bound */
+static inline void twin_verdict(const char *what, const char *label, const float *got, int64_t n_out, double worst,
+                                int64_t bad) {
+    fprintf(stderr, "  %-48s %s: worst %.3g of the float-order bound\n", what, label, worst);
+    if (!(worst <= 1.0)) fprintf(stderr, "  element %lld (token %lld, row %lld): got %.9g\n", (long long)bad,
+                                 (long long)(bad / n_out), (long long)(bad % n_out), got[bad]);
+    assert_true(worst <= 1.0);
+}
+
 /* every element of got within its bound of the twin (printing the worst element's share of it);
  * bias (may be NULL): n_out values the kernel adds to each output in f32 (one more rounding: u
  * times |twin + bias| on the bound); *rounded_rel: the twin's rel. L2 against want, the f32-x
@@ -127,14 +144,10 @@ static inline void check_twin_b(const char *what, rf_type t, const float *got, c
             }
             const double yw = want[k * n_out + o];
             d2 += (tw - yw) * (tw - yw), y2 += yw * yw;
-            const double e = fabs((double)got[k * n_out + o] - tw), r = bd > 0 ? e / bd : (e > 0 ? INFINITY : 0);
-            if (!(r <= worst)) worst = r, bad = k * n_out + o;
+            twin_keep_worst(got[k * n_out + o], tw, bd, k * n_out + o, &worst, &bad);
         }
     }
-    fprintf(stderr, "  %-48s twin: worst %.3g of the float-order bound\n", what, worst);
-    if (!(worst <= 1.0)) fprintf(stderr, "  element %lld (token %lld, row %lld): got %.9g\n", (long long)bad,
-                                 (long long)(bad / n_out), (long long)(bad % n_out), got[bad]);
-    assert_true(worst <= 1.0);
+    twin_verdict(what, "twin", got, n_out, worst, bad);
     *rounded_rel = y2 > 0.0 ? sqrt(d2 / y2) : 0.0;
     free(wf), free(xr);
 }
@@ -167,14 +180,10 @@ static inline void check_twin_blas(const char *what, rf_type t, const float *got
                 sum += p, a += fabs(p);
             }
             const double bd = g * a + (exact ? 0.0 : ldexp(1.0, -10) * a);
-            const double e = fabs((double)got[k * n_out + o] - sum), r = bd > 0 ? e / bd : (e > 0 ? INFINITY : 0);
-            if (!(r <= worst)) worst = r, bad = k * n_out + o;
+            twin_keep_worst(got[k * n_out + o], sum, bd, k * n_out + o, &worst, &bad);
         }
     }
-    fprintf(stderr, "  %-48s twin (f16 operands): worst %.3g of the bound\n", what, worst);
-    if (!(worst <= 1.0)) fprintf(stderr, "  element %lld (token %lld, row %lld): got %.9g\n", (long long)bad,
-                                 (long long)(bad / n_out), (long long)(bad % n_out), got[bad]);
-    assert_true(worst <= 1.0);
+    twin_verdict(what, "twin (f16 operands)", got, n_out, worst, bad);
     free(wf), free(xr);
 }
 

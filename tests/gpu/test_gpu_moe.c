@@ -14,8 +14,9 @@
  *   odd count of blocks) with experts chosen unevenly (one takes 3 tokens in 4, some none),
  *   x_per_slot both ways, on a sample of slots: for the types with a twin (gpu_twin.h) every
  *   output within its float-order bound of the exact product for x rounded as the GPU rounds it
- *   (and the expert's bias added in f32), the f32-x distance printed (MXFP4 too); < 1e-4 for the f32-x ones (F16 and the types decoded element by element: f32 sums of <= 1024
- *   products, ~1e-6 expected).
+ *   (and the expert's bias added in f32), the f32-x distance printed (MXFP4 too); < 1e-4 for
+ *   the f32-x ones (F16 and the types decoded element by element: f32 sums of <= 1024 products,
+ *   ~1e-6 expected).
  * - moe_combine: rel. L2 < 1e-6 (k <= 8 f32 products summed in order, ~1e-7).
  * - moe_shared_gate: rel. L2 < 1e-5 (its model above test_shared_gate).
  * - batch invariance (set_batch_invariant on): a token's matmul_id outputs are the same bits in a

@@ -546,8 +546,9 @@ static int cmp_double(const void *a, const void *b) {
  * / 256 / 1024, each call with max_pos = 1023 (a graph step's bound in the 1,024-key depth
  * bucket, rf_depth_bucket_keys: 8 splits over gridDim.z, then the reduce kernel) and with max_pos
  * = depth - 1 (in the 256-key bucket, depths up to 256: one block a row group walks the row,
- * RF_GPU_PA_ONE_BLOCK, mode TOTAL; 1,024: the split form again); the 70b shape also with 8 rows per warp (70b8, the former decode cap: test hook gpu_pa_rows). Microseconds
- * per call (rf_k_paged_attn and its reduce when launched), by device events:
+ * RF_GPU_PA_ONE_BLOCK, mode TOTAL; 1,024: the split form again); the 70b shape also with 8 rows
+ * per warp (70b8, the former decode cap: test hook gpu_pa_rows). Microseconds per call
+ * (rf_k_paged_attn and its reduce when launched), by device events:
  *   b2b  200 calls back to back, total / 200 (the kernels' device time with launch gaps);
  *   one  a call alone between two events, the stream idle before it (median of 30);
  *   cold the same after a call of the other cache type's kernel (f16 <-> q8_0: ~80-130 KB of other

@@ -564,11 +564,6 @@ extern "C" rf_status rf_gpu_paged_attention_route(rf_gpu_ctx *ctx, float *out, c
         if (gr < 4) gr = 0;
     }
 #endif
-    /* spread the splits over gridDim.z blocks when the rows alone would leave the device idle,
-     * the partial states through memory per split, or per group if that is too large. Staged:
-     * as many blocks as are resident at once (two per SM up to 4 rows per warp, else one), so
-     * that a block walks several splits and its copies of the next overlap this one's work;
-     * plain: four per SM. The schedule changes no bits (the header comment). */
     /* decode calls that can see few keys (their depth bucket, RF_GPU_PA_ONE_BLOCK: graph steps
      * record their bucket's last position as pmax), where one block holds all of a kv head's
      * query heads, leave each row group to that block: it walks the row's splits in order and
@@ -582,6 +577,11 @@ extern "C" rf_status rf_gpu_paged_attention_route(rf_gpu_ctx *ctx, float *out, c
     const int64_t one_block = rf_knob_int(RF_KNOB_GPU_PA_ONE_BLOCK);
     const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
     bool whole = decode && !old && HS == 1 && one_block > 0 && pmax >= 0 && rf_depth_bucket_keys(pmax) <= one_block;
+    /* spread the splits over gridDim.z blocks when the rows alone would leave the device idle,
+     * the partial states through memory per split, or per group if that is too large. Staged:
+     * as many blocks as are resident at once (two per SM up to 4 rows per warp, else one), so
+     * that a block walks several splits and its copies of the next overlap this one's work;
+     * plain: four per SM. The schedule changes no bits (the header comment). */
     const int64_t per_sm = gr ? (R <= 4 ? 2 : 1) : 4;
     const int64_t target = per_sm * sms;
     if (whole && 2 * X * Y > sms && 2 * X * Y <= target) whole = false;
