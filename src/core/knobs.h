@@ -50,8 +50,9 @@ extern "C" {
     X(GPU_MMQ_MIN, INT, "17", 1, 1000000000, "GPU: fewest tokens a product runs on MMQ")            \
     X(GPU_MMQ_WIDE, INT, "12288", 0, 1000000000, "GPU: Q5_0 / Q5_K products with rows at least this wide (the feed-forward's down product) run on MMQ at 4..8 tokens, where the multi-token GEMV would take them (0 = never)") \
     X(GPU_W4A16, INT, "2", 0, 2, "GPU: W4A16 tensor-core products (weights dequantized in registers): 0 off, 1 from RF_GPU_W4A16_MIN tokens up, 2 auto (RF_GPU_W4A16_MIN..RF_GPU_W4A16_MAX tokens)") \
-    X(GPU_W4A16_MIN, INT, "64", 1, 1000000000, "GPU: fewest tokens a product runs on W4A16") \
+    X(GPU_W4A16_MIN, INT, "33", 1, 1000000000, "GPU: fewest tokens a product runs on W4A16") \
     X(GPU_W4A16_MAX, INT, "192", 1, 1000000000, "GPU: most tokens a product runs on W4A16 in auto mode (past it dequantize + cuBLAS wins on an H200)") \
+    X(GPU_W4A16_TMA, INT, "1", 0, 1, "GPU: W4A16 stages filled by the tensor memory accelerator where the GPU has it (sm_90): 1 on, 0 the per-thread copy loops") \
     X(GPU_MOE_GROUPED_MIN, INT, "96", 1, 1000000000, "GPU: fewest token-expert slots a MoE product groups by expert (MMQ)") \
     X(GPU_MOE_FUSE, INT, "3", 0, 3, "GPU: MoE decode fusions on the per-slot GEMV path: 0 none, 1 gate+up+GLU in one kernel, 2 also down+weighted sum in one kernel, 3 also the router bias and the activation quantizations folded into the route and GLU kernels, and on the grouped path one grouping for the three products with the scatter and sum in one kernel") \
     X(GPU_MOE_GGEMV, INT, "-1", -1, 1024, "GPU: most token-expert slots per expert (on average) a MoE feed-forward runs on the grouped GEMV (each chosen expert's rows read once per 8 slots, the bits of one token alone) where the per-slot GEMV stops; past it the grouped MMQ (0 = never; -1, the default: 4 for MXFP4 experts, where it measured faster, never for the others, where the grouped MMQ is: docs/perf-gpu.md)") \

@@ -14,7 +14,7 @@
  *    error (~0.5% for Gaussian x), which a fixed 1e-2 does not bound: it failed at random on 77
  *    outputs of 512-wide Q5_K rows (rel. L2 0.0101, twin check passed), as test_gpu_gemvn's did.
  * On a mismatch it prints the first bad outputs and a map of the bad ones over the 128 x 128
- * tile (rows / 8 by tokens / 8). Each case runs in every tile configuration (RF_W4A16_CFG 0..3).
+ * tile (rows / 8 by tokens / 8). Each case runs in every tile configuration (RF_W4A16_CFG 0..3), its stages filled by the tensor copies and by the copy loops (RF_GPU_W4A16_TMA).
  * RF_W4A16_BENCH=1 also times each type x llama3-8b shape x 64/128/256/512 tokens: W4A16 (auto,
  * tiles of 64, of 128, of 64 with the warps split along the chunk) beside MMQ tiles of 64
  * (RF_MMQ_CFG=2) and dequantize + cuBLAS.
@@ -191,11 +191,15 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
     for (int64_t i = 0; i < ns * n_out; i++) tws[i] = (float)tw.want[i];
     const double rr = rf_rel_l2(tws, ref, (size_t)(ns * n_out));
     free(tws);
-    const bool user_cfg = rf_knob_is_set(RF_KNOB_W4A16_CFG);
-    for (int cfg = 0; cfg <= (user_cfg ? 0 : 3); cfg++) {
+    const bool user_cfg = rf_knob_is_set(RF_KNOB_W4A16_CFG), user_tma = rf_knob_is_set(RF_KNOB_GPU_W4A16_TMA);
+    /* each tile configuration with the stages filled by the tensor copies (sm_90) and by the
+     * copy loops */
+    for (int ci = 0; ci < (user_cfg ? 1 : 4) * (user_tma ? 1 : 2); ci++) {
+        const int cfg = user_cfg ? 0 : ci % 4, tma = user_tma ? -1 : ci / 4;
         char v[4];
         snprintf(v, sizeof v, "%d", cfg);
         if (!user_cfg) assert_int_equal(rf_knob_override(RF_KNOB_W4A16_CFG, v), RF_OK);
+        if (!user_tma) assert_int_equal(rf_knob_override(RF_KNOB_GPU_W4A16_TMA, tma ? "1" : "0"), RF_OK);
         assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
         rf_status st = rf_gpu_w4a16(g_ctx, dy, dw, t, dx, nt, n_in, n_out);
         if (st) fprintf(stderr, "  error: %s\n", rf_last_error());
@@ -205,7 +209,7 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
         for (int64_t i = 0; i < nt * n_out; i++) nan += isnan(got[i]) != 0;
         if (nan) fprintf(stderr, "  %d outputs not written (NaN poison left)\n", nan);
         char what[96];
-        snprintf(what, sizeof what, "w4a16 cfg %d %s nt=%lld %lldx%lld", user_cfg ? -1 : cfg, rf_type_name(t),
+        snprintf(what, sizeof what, "w4a16 cfg %d tma %d %s nt=%lld %lldx%lld", user_cfg ? -1 : cfg, tma, rf_type_name(t),
                  (long long)nt, (long long)n_out, (long long)n_in);
         const int bad = twin_check(&tw, got, what);
         for (int k = 0; k < ns; k++) memcpy(gs + k * n_out, got + tw.samp[k] * n_out, n_out * 4);
@@ -220,6 +224,7 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
         assert_memory_equal(got, got2, nt * n_out * 4);
     }
     if (!user_cfg) assert_int_equal(rf_knob_override(RF_KNOB_W4A16_CFG, NULL), RF_OK);
+    if (!user_tma) assert_int_equal(rf_knob_override(RF_KNOB_GPU_W4A16_TMA, NULL), RF_OK);
     rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
     free(w), free(x), free(got), free(got2), free(tw.want), free(tw.bound), free(xs), free(ref), free(gs);
 }

@@ -12,9 +12,10 @@ rf_gpu_route_kind rf_gpu_route(const rf_gpu_route_facts *f) {
     const int64_t n = f->n_tokens;
     /* batch invariance: only MMQ's reduction order is independent of the token count */
     if (f->invariant) return f->mmq && n >= 1 ? RF_ROUTE_MMQ : RF_ROUTE_NONE;
-    /* W4A16 from RF_GPU_W4A16_MIN tokens (default 64: the 64-sequence 8B Q4_0 step 8.45 ->
-     * 8.06 ms with it from 33 on an H200, 2026-11-29 07:05, while 32 sequences lost 1.2%; per
-     * product at 64 tokens it beats MMQ in 7 of 8 Q4_0/Q4_K shapes, not Q4_0 4096x4096) up to
+    /* W4A16 from RF_GPU_W4A16_MIN tokens (default 33 since its stages are filled by tensor copies:
+     * the 48-sequence 8B Q4_0 step 8.23 -> 6.06 ms on an H200, 2026-11-30, 32 sequences
+     * unchanged; before them it was 64: the 64-sequence step 8.45 -> 8.06 ms with it from 33,
+     * 2026-11-29, while 32 sequences lost 1.2%) up to
      * w4a16_max (auto: RF_GPU_W4A16_MAX, default 192). Measured on an H200 (2026-11-29,
      * tests/gpu/test_gpu_w4a16.c's RF_W4A16_BENCH table, llama3-8b shapes): at 128 tokens W4A16
      * beats MMQ and dequantize + cuBLAS in every type and shape (Q4_0 4096 -> 14336: 72 us against

@@ -1,6 +1,7 @@
-/* gpu_w4a16.cu — W4A16: quantized products of many tokens (64..thousands) on the f16 tensor cores
- * (CUDA sm_80+, mma.sync m16n8k16), the weights kept quantized in memory and dequantized to f16
- * in registers per fragment; Q4_0, Q4_K, Q5_K, Q8_0. Twin: rf_ref_matmul (x as rf_gpu_gemm rounds it).
+/* gpu_w4a16.cu — W4A16: quantized products of many tokens (33..thousands) on the f16 tensor cores
+ * (CUDA sm_80+, mma.sync m16n8k16; on sm_90 the stages filled by tensor copies), the weights kept
+ * quantized in memory and dequantized to f16 in registers per fragment; Q4_0, Q4_K, Q5_K, Q8_0.
+ * Twin: rf_ref_matmul (x as rf_gpu_gemm rounds it).
  *
  * Contract (rf_gpu_w4a16, rf_gpu_w4a16_f16x):
  *   y[t, o] = sum_i W[o, i] x[t, i], y f32 [n_tokens, n_out] row-major (rf_gpu_matmul's layout),
@@ -25,6 +26,11 @@
  *   < 1e-2. (Q8_0 is W8A16 by the same scheme; the name is the family's.)
  * Not batch invariant (splits depend on the token count); deterministic call to call. */
 #include <stdlib.h>
+#include <string.h>
+
+#if !defined(RF_HIP)
+#include <cuda.h> /* CUtensorMap and its encoder's types (the encoder itself through the runtime) */
+#endif
 
 #include "core/knobs.h"
 #include "backend/gpu/gpu_internal.h"
@@ -49,20 +55,88 @@ template <> struct rf_w4_fmt<RF_TYPE_Q8_0> { static constexpr int SA = 272; };
  * KW along a chunk: KW 1 (WN 2, each BN / 2 tokens) or, with BN 64, KW 2 (WN 1, each all 64
  * tokens and half of every chunk: each weight fragment decoded by one warp, not two). (BN 128 with
  * KW 2 in 16 warps at <= 128 registers was measured, H200 2026-11-30: no faster than KW 1 at 128
- * tokens, so not kept.) */
-template <int T, int BN, int KW> struct rf_w4_tile {
+ * tokens, so not kept.) TM: the stages filled by the tensor memory accelerator (sm_90: one thread
+ * issues a stage's copies, rf_k_w4a16's header), x staged as four 128-byte-swizzled column
+ * blocks of BN rows (XBYTES: no padding), a stage's full barrier (8 bytes) after the ring and
+ * 1,024 bytes of room to align the ring (TMA's swizzle works on 1,024-byte-aligned addresses). */
+template <int T, int BN, int KW, bool TM> struct rf_w4_tile {
     static_assert(KW == 1 || (KW == 2 && BN == 64), "the chunk split in 8 warps: tiles of 64 tokens");
     static constexpr int WN = 2 / KW;                                   /* warps along the tokens */
     static constexpr int SA = rf_w4_fmt<T>::SA;
     static constexpr int ST = 2;
     static constexpr int ABYTES = RF_W4_BM * SA;
-    static constexpr int STAGE = ABYTES + BN * RF_W4_SB;
-    static constexpr int SMEM = ST * STAGE;
+    static constexpr int XBYTES = TM ? BN * 512 : BN * RF_W4_SB;
+    static constexpr int STAGE = ABYTES + XBYTES;
+    static_assert(!TM || (ABYTES % 1024 == 0 && STAGE % 1024 == 0), "TMA stages on 1,024-byte boundaries");
+    static constexpr int SMEM = ST * STAGE + (TM ? 1024 + 8 * ST : 0);
     /* blocks per SM (Q4_K / Q5_K: 1, their scales would spill at 128 registers) */
     static constexpr int MINB = T != RF_TYPE_Q4_K && T != RF_TYPE_Q5_K && 2 * SMEM + 2048 <= 228 * 1024 ? 2 : 1;
     static constexpr int NF = BN / WN / 8;                              /* n8 fragments per warp */
-    static_assert(KW == 1 || 4 * (2 * NF * 4) * 32 * 4 <= SMEM, "the k-split's partial sums fit the stages");
+    static_assert(KW == 1 || 4 * (2 * NF * 4) * 32 * 4 <= ST * STAGE, "the k-split's partial sums fit the stages");
 };
+
+/* The tensor memory accelerator (CUDA sm_90; the kernels using it are launched only there and trap
+ * elsewhere): an mbarrier in shared memory that completes a phase once its one arrival and the
+ * bytes it expects have landed, and a 2-D tile copy of a CUtensorMap's box at (c0, c1) into
+ * shared memory, signalling that barrier with its bytes. */
+static __device__ __forceinline__ void rf_w4_bar_init(unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+#else
+    (void)bar;
+    RF_DEVICE_TRAP();
+#endif
+}
+/* the barriers' initialisation and the generic proxy's earlier shared-memory accesses ordered
+ * before the copies that follow (async proxy) */
+static __device__ __forceinline__ void rf_w4_fence_async(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void rf_w4_bar_expect(unsigned bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#else
+    (void)bar, (void)bytes;
+#endif
+}
+static __device__ __forceinline__ void rf_w4_bar_wait(unsigned bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+#else
+    (void)bar, (void)parity;
+#endif
+}
+static __device__ __forceinline__ void rf_w4_tma2d(unsigned dst, const CUtensorMap *map, int c0, int c1, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+#else
+    (void)dst, (void)map, (void)c0, (void)c1, (void)bar;
+    RF_DEVICE_TRAP();
+#endif
+}
+/* the same for a 3-D map's box at (c0, c1, c2) */
+static __device__ __forceinline__ void rf_w4_tma3d(unsigned dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                                   unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+        ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+#else
+    (void)dst, (void)map, (void)c0, (void)c1, (void)c2, (void)bar;
+    RF_DEVICE_TRAP();
+#endif
+}
 
 /* d += a b for one m16n8k16 f16 tile, f32 accumulators (not volatile: no memory effect, so the
  * compiler may interleave them with the next fragments' decoding) */
@@ -194,25 +268,52 @@ static __device__ __forceinline__ void rf_w4_kscales(const uint8_t *r, int j, __
  * fragment pair and k16 step; B by ldmatrix from the staged f16 x. Chunks are staged by cp.async
  * in a ring of ST stages (W of the first ones requested before rf_pdl_wait: W is not written by
  * work in flight). Rows past n_out read the last row, tokens past nt the last token; neither is
- * stored. launch: grid (ceil(nt / BN), ceil(n_out / 128), splits), 256 threads,
- * rf_w4_tile<T, BN, KW>::SMEM bytes of dynamic shared memory. */
-template <int T, int BN, int KW>
-__global__ void __launch_bounds__(RF_W4_NTH, rf_w4_tile<T, BN, KW>::MINB)
+ * stored. TM (sm_90): thread 0 fills a stage with one tensor copy of W's 128 x SA-byte box (map
+ * tw: W as bytes [n_out][row_bytes]) and four of x's 64 x BN boxes (map tx: x16 as f16 [nt][n_in],
+ * 128-byte swizzle: 16-byte column c of token n at n 128 + 16 (c ^ n % 8), so the ldmatrix rows
+ * of a matrix fall on distinct banks without padding), every thread waiting on the stage's
+ * barrier: the per-thread copy loops (a quarter or more of the instructions at 64 tokens) leave
+ * the warps; rows and tokens past the ends read as zeros; neither is stored. launch: grid
+ * (ceil(nt / BN), ceil(n_out / 128), splits), 256 threads, rf_w4_tile<T, BN, KW, TM>::SMEM bytes of
+ * dynamic shared memory. */
+template <int T, int BN, int KW, bool TM>
+__global__ void __launch_bounds__(RF_W4_NTH, rf_w4_tile<T, BN, KW, TM>::MINB)
 rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int n_out, int64_t row_bytes,
-           int splits) {
-    using L = rf_w4_tile<T, BN, KW>;
+           int splits, const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx) {
+    using L = rf_w4_tile<T, BN, KW, TM>;
     constexpr int SA = L::SA, ST = L::ST, NF = L::NF, CW = SA / 16;
-    extern __shared__ __align__(16) uint8_t rf_w4_smem[];
+    extern __shared__ __align__(16) uint8_t rf_w4_smem_raw[];
+    /* TM: the ring from the first 1,024-byte boundary, the barriers after it */
+    uint8_t *const rf_w4_smem =
+        TM ? rf_w4_smem_raw + ((1024u - (rf_smem_addr(rf_w4_smem_raw) & 1023u)) & 1023u) : rf_w4_smem_raw;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     /* wn: the warp's half of the tokens (KW 1); wk: its half of each chunk (KW 2) */
     const int wm = warp % 4, wn = KW == 1 ? (warp / 4) % 2 : 0, wk = KW == 2 ? warp / 4 : 0;
     const int r0 = blockIdx.y * RF_W4_BM, t0 = blockIdx.x * BN;
     const int nch = n_in / RF_W4_KC;
     const int kc0 = (int)((int64_t)blockIdx.z * nch / splits), nk = (int)((int64_t)(blockIdx.z + 1) * nch / splits) - kc0;
-    const unsigned base = rf_smem_addr(rf_w4_smem);
+    const unsigned base = rf_smem_addr(rf_w4_smem), bars = base + (unsigned)(ST * L::STAGE);
+    if constexpr (TM) {
+        if (tid == 0) {
+#pragma unroll
+            for (int i = 0; i < ST; i++) rf_w4_bar_init(bars + 8u * i);
+            rf_w4_fence_async();
+        }
+        __syncthreads();
+    }
 
     auto issue_w = [&](int k, int slot) {
         if (k >= nk) return;
+        if constexpr (TM) { /* the stage's barrier expects W's and x's bytes: one arrival */
+            if (tid == 0) {
+                rf_w4_bar_expect(bars + 8u * slot, (unsigned)(L::ABYTES + L::XBYTES));
+                if constexpr (SA <= 256) /* a box's rows are at most 256 elements: Q8_0's 272 bytes as 17 x 16 */
+                    rf_w4_tma2d(base + (unsigned)(slot * L::STAGE), &tw, (kc0 + k) * SA, r0, bars + 8u * slot);
+                else
+                    rf_w4_tma3d(base + (unsigned)(slot * L::STAGE), &tw, 0, (kc0 + k) * (SA / 16), r0, bars + 8u * slot);
+            }
+            return;
+        }
         const int64_t off = (int64_t)(kc0 + k) * SA;
         const unsigned so = base + (unsigned)(slot * L::STAGE);
 #pragma unroll 4
@@ -224,6 +325,15 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
     };
     auto issue_x = [&](int k, int slot) {
         if (k >= nk) return;
+        if constexpr (TM) {
+            if (tid == 0) {
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    rf_w4_tma2d(base + (unsigned)(slot * L::STAGE + L::ABYTES + q * BN * 128), &tx,
+                                (kc0 + k) * RF_W4_KC + 64 * q, t0, bars + 8u * slot);
+            }
+            return;
+        }
         const int64_t kx = (int64_t)(kc0 + k) * RF_W4_KC;
         const unsigned so = base + (unsigned)(slot * L::STAGE + L::ABYTES);
 #pragma unroll 4
@@ -251,15 +361,24 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
         for (int nf = 0; nf < NF; nf++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mf][nf][i] = 0.0f;
-    /* ldmatrix.x4 rows of lane: matrix lane / 8 = (tokens + 8 (lane / 16), k + 8 ((lane / 8) % 2)) */
-    const unsigned bl = (unsigned)((wn * (BN / 2) + (lane / 16) * 8 + lane % 8) * RF_W4_SB + ((lane / 8) % 2) * 16);
+    /* ldmatrix.x4 rows of lane: matrix lane / 8 = (tokens + 8 (lane / 16), k + 8 ((lane / 8) % 2));
+     * TM: token n's 16-byte column c of a 64-wide block at n 128 + 16 (c ^ n % 8), n % 8 = lane % 8,
+     * c = 2 (kk & 3) + (lane / 8) % 2 for k16 step kk (block kk >> 2): the token's row starts on a
+     * 128-byte boundary, so bl holds 16 ((lane / 8) % 2 ^ n % 8) in its low 7 bits and the step's
+     * column is bl ^ 32 (kk & 3) (one XOR, kk's low bits known after unrolling) */
+    const int bn0 = wn * (BN / 2) + (lane / 16) * 8 + lane % 8;
+    const unsigned bl = TM ? (unsigned)(bn0 * 128 + ((((lane / 8) % 2) ^ (lane % 8)) * 16))
+                           : (unsigned)(bn0 * RF_W4_SB + ((lane / 8) % 2) * 16);
 
     /* one k16 step: A (this warp's two m16 fragments) times the warp's NF n8 fragments of x */
     auto step = [&](unsigned sb, int kk, const uint32_t (*A)[4]) {
 #pragma unroll
         for (int p = 0; p < NF / 2; p++) {
             uint32_t b[4];
-            rf_w4_ldm4(b, sb + bl + (unsigned)(p * 16 * RF_W4_SB + kk * 32));
+            if constexpr (TM)
+                rf_w4_ldm4(b, sb + (unsigned)((kk >> 2) * BN * 128 + p * 16 * 128) + (bl ^ ((unsigned)(kk & 3) << 5)));
+            else
+                rf_w4_ldm4(b, sb + bl + (unsigned)(p * 16 * RF_W4_SB + kk * 32));
 #pragma unroll
             for (int mf = 0; mf < 2; mf++) {
                 rf_w4_mma(acc[mf][2 * p], A[mf], b[0], b[1]);
@@ -269,8 +388,13 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
     };
 
     for (int k = 0; k < nk; k++) {
-        rf_cp_async_wait<ST - 2>();
+        if constexpr (TM)
+            rf_w4_bar_wait(bars + 8u * (k % ST), (unsigned)(k / ST) & 1u);
+        else
+            rf_cp_async_wait<ST - 2>();
         __syncthreads(); /* chunk k visible to all; slot (k - 1) % ST read by all */
+        if constexpr (TM)
+            if (tid == 0) rf_w4_fence_async(); /* those reads before the copies that overwrite the slot */
         issue_w(k + ST - 1, (k + ST - 1) % ST);
         issue_x(k + ST - 1, (k + ST - 1) % ST);
         rf_cp_async_commit();
@@ -315,7 +439,7 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
         /* the second half of each chunk's sums (warps wk = 1) added to the first's, through the
          * stages' memory once every copy has landed and every warp is past its last read */
         float *part = reinterpret_cast<float *>(rf_w4_smem) + (size_t)wm * (2 * NF * 4 * 32) + lane;
-        rf_cp_async_wait<0>();
+        rf_cp_async_wait<0>(); /* TM: every stage issued was waited for in the loop */
         __syncthreads();
         if (wk == 1) {
 #pragma unroll
@@ -370,24 +494,78 @@ __global__ void rf_k_w4a16_x(rf_half *y, const float *x, int64_t n) {
         y[g0 + lane] = rf_act_q8_half(x[g0 + lane]);
 }
 
-template <int T, int BN, int KW>
+/* cuTensorMapEncodeTiled from the driver, through the runtime (no link to libcuda); NULL where the
+ * driver has none. Resolved once (a function-local static: thread-safe). */
+typedef CUresult (*rf_w4_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static rf_w4_encode_fn rf_w4_encoder(void) {
+    static const rf_w4_encode_fn fn = [] {
+        void *f = NULL;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
+#else
+        const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &f, cudaEnableDefault, &q);
+#endif
+        return e == cudaSuccess && q == cudaDriverEntryPointSuccess ? (rf_w4_encode_fn)f : (rf_w4_encode_fn)NULL;
+    }();
+    return fn;
+}
+/* The two maps of a TM launch: W as bytes [n_out][rb] in boxes of 128 rows x SA bytes (SA > 256,
+ * past a box row's limit: as [n_out][rb / 16][16] in boxes of 128 x SA / 16 x 16), x16 as f16
+ * [nt][n_in] in boxes of BN tokens x 64 with the 128-byte swizzle; false if the driver refuses
+ * (the caller then takes the copy loops). */
+static bool rf_w4_maps(CUtensorMap *mw, CUtensorMap *mx, const uint8_t *w, const rf_half *x16, int sa, int bn, int nt,
+                       int n_in, int n_out, int64_t rb) {
+    const rf_w4_encode_fn enc = rf_w4_encoder();
+    if (!enc) return false;
+    const bool w3 = sa > 256;
+    const cuuint64_t wd[3] = {w3 ? 16u : (cuuint64_t)rb, w3 ? (cuuint64_t)rb / 16 : (cuuint64_t)n_out, (cuuint64_t)n_out};
+    const cuuint64_t ws[2] = {w3 ? 16u : (cuuint64_t)rb, (cuuint64_t)rb};
+    const cuuint32_t wb[3] = {w3 ? 16u : (cuuint32_t)sa, w3 ? (cuuint32_t)sa / 16 : RF_W4_BM, RF_W4_BM}, one[3] = {1, 1, 1};
+    const cuuint64_t xd[2] = {(cuuint64_t)n_in, (cuuint64_t)nt}, xs[1] = {(cuuint64_t)n_in * 2};
+    const cuuint32_t xb[2] = {64, (cuuint32_t)bn};
+    return enc(mw, CU_TENSOR_MAP_DATA_TYPE_UINT8, w3 ? 3 : 2, (void *)w, wd, ws, wb, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
+           enc(mx, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)x16, xd, xs, xb, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int T, int BN, int KW, bool TM>
 static rf_status rf_w4a16_launch_t(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in,
-                                   int n_out, int64_t rb, int splits) {
-    auto kern = rf_k_w4a16<T, BN, KW>;
-    constexpr int smem = rf_w4_tile<T, BN, KW>::SMEM;
+                                   int n_out, int64_t rb, int splits, const CUtensorMap *mw, const CUtensorMap *mx) {
+    auto kern = rf_k_w4a16<T, BN, KW, TM>;
+    constexpr int smem = rf_w4_tile<T, BN, KW, TM>::SMEM;
     static size_t attr[RF_GPU_MAX_DEVICES];
     const rf_status st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)smem, 0, attr, "rf_k_w4a16");
     if (st) return st;
     const dim3 grid((unsigned)((nt + BN - 1) / BN), (unsigned)((n_out + RF_W4_BM - 1) / RF_W4_BM), (unsigned)splits);
     return rf_gpu_launch(ctx, "rf_k_w4a16", true, kern, grid, dim3(RF_W4_NTH), (size_t)smem, y, w, x16, nt, n_in,
-                         n_out, rb, splits);
+                         n_out, rb, splits, *mw, *mx);
 }
+/* TM where the device has the tensor memory accelerator (sm_90+), RF_GPU_W4A16_TMA allows it and
+ * the driver encodes both maps, except Q8_0's split tiles of 64 (its 272-byte rows come as 17
+ * boxes of 16 bytes; measured on an H200, 2026-11-30: those tiles 3-6% slower per product and
+ * the 8B Q8_0 64-sequence step -3.5%, where its tiles of 128 gain 20-27%); else the copy loops */
 template <int T>
 static rf_status rf_w4a16_launch(rf_gpu_ctx *ctx, int bn, int kw, float *y, const uint8_t *w, const rf_half *x16, int nt,
                                  int n_in, int n_out, int64_t rb, int splits) {
-    if (bn == 64 && kw == 2) return rf_w4a16_launch_t<T, 64, 2>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
-    if (bn == 64) return rf_w4a16_launch_t<T, 64, 1>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
-    return rf_w4a16_launch_t<T, 128, 1>(ctx, y, w, x16, nt, n_in, n_out, rb, splits);
+    CUtensorMap mw, mx;
+    memset(&mw, 0, sizeof mw), memset(&mx, 0, sizeof mx);
+    const bool tm = ctx->info.cc_major >= 9 && rf_knob_int(RF_KNOB_GPU_W4A16_TMA) != 0 &&
+                    !(rf_w4_fmt<T>::SA > 256 && kw == 2) &&
+                    rf_w4_maps(&mw, &mx, w, x16, rf_w4_fmt<T>::SA, bn, nt, n_in, n_out, rb);
+    if (tm) {
+        if (bn == 64 && kw == 2) return rf_w4a16_launch_t<T, 64, 2, true>(ctx, y, w, x16, nt, n_in, n_out, rb, splits, &mw, &mx);
+        if (bn == 64) return rf_w4a16_launch_t<T, 64, 1, true>(ctx, y, w, x16, nt, n_in, n_out, rb, splits, &mw, &mx);
+        return rf_w4a16_launch_t<T, 128, 1, true>(ctx, y, w, x16, nt, n_in, n_out, rb, splits, &mw, &mx);
+    }
+    if (bn == 64 && kw == 2) return rf_w4a16_launch_t<T, 64, 2, false>(ctx, y, w, x16, nt, n_in, n_out, rb, splits, &mw, &mx);
+    if (bn == 64) return rf_w4a16_launch_t<T, 64, 1, false>(ctx, y, w, x16, nt, n_in, n_out, rb, splits, &mw, &mx);
+    return rf_w4a16_launch_t<T, 128, 1, false>(ctx, y, w, x16, nt, n_in, n_out, rb, splits, &mw, &mx);
 }
 #endif /* !RF_HIP */
 
@@ -420,11 +598,15 @@ static rf_status rf_w4a16_check(const char *op, const void *w, rf_type wtype, co
  * knob read at every call, so a test may turn it); the row of chunks split so that the blocks
  * about fill the SMs once (1 block per SM, 2 with Q4_0's tiles of 64) where the tiles alone leave
  * half of them idle, at least 4 chunks per split, at most 8. */
-static_assert(rf_w4_tile<RF_TYPE_Q4_K, 64, 1>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64, 1>::MINB == 1 &&
-                  rf_w4_tile<RF_TYPE_Q8_0, 64, 1>::MINB == 1 && rf_w4_tile<RF_TYPE_Q4_0, 128, 1>::MINB == 1 &&
-                  rf_w4_tile<RF_TYPE_Q4_K, 64, 2>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64, 2>::MINB == 1 &&
-                  rf_w4_tile<RF_TYPE_Q8_0, 64, 2>::MINB == 1,
+static_assert(rf_w4_tile<RF_TYPE_Q4_K, 64, 1, false>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64, 1, false>::MINB == 1 &&
+                  rf_w4_tile<RF_TYPE_Q8_0, 64, 1, false>::MINB == 1 && rf_w4_tile<RF_TYPE_Q4_0, 128, 1, false>::MINB == 1 &&
+                  rf_w4_tile<RF_TYPE_Q4_K, 64, 2, false>::MINB == 1 && rf_w4_tile<RF_TYPE_Q5_K, 64, 2, false>::MINB == 1 &&
+                  rf_w4_tile<RF_TYPE_Q8_0, 64, 2, false>::MINB == 1,
               "rf_w4a16_plan counts 2 blocks per SM for Q4_0's tiles of 64 only");
+static_assert(rf_w4_tile<RF_TYPE_Q4_0, 64, 2, true>::MINB == rf_w4_tile<RF_TYPE_Q4_0, 64, 2, false>::MINB &&
+                  rf_w4_tile<RF_TYPE_Q4_0, 64, 1, true>::MINB == rf_w4_tile<RF_TYPE_Q4_0, 64, 1, false>::MINB &&
+                  rf_w4_tile<RF_TYPE_Q8_0, 64, 2, true>::MINB == 1 && rf_w4_tile<RF_TYPE_Q4_0, 128, 1, true>::MINB == 1,
+              "the tensor-copy tiles keep the copy loops' blocks per SM");
 static void rf_w4a16_plan(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_in, int64_t n_out, int *bn,
                           int *kw, int *splits) {
     const int64_t cfg = rf_knob_int(RF_KNOB_W4A16_CFG);
@@ -434,8 +616,8 @@ static void rf_w4a16_plan(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t 
     *kw = cfg == 3 || (cfg == 0 && *bn == 64 && split_fits) ? 2 : 1;
     /* blocks per SM: the instance's launch bound (only Q4_0's tiles of 64 fit 2) */
     const int minb = *bn == 128 || t != RF_TYPE_Q4_0 ? 1
-                     : *kw == 2                       ? rf_w4_tile<RF_TYPE_Q4_0, 64, 2>::MINB
-                                                      : rf_w4_tile<RF_TYPE_Q4_0, 64, 1>::MINB;
+                     : *kw == 2                       ? rf_w4_tile<RF_TYPE_Q4_0, 64, 2, false>::MINB
+                                                      : rf_w4_tile<RF_TYPE_Q4_0, 64, 1, false>::MINB;
     const int64_t slots = (int64_t)ctx->info.sm_count * minb;
     const int64_t tiles = ((nt + *bn - 1) / *bn) * ((n_out + RF_W4_BM - 1) / RF_W4_BM);
     int64_t s = slots / (tiles > 0 ? tiles : 1);
