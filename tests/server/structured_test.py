@@ -3,7 +3,9 @@
 `rocmforge serve` on SmolLM2 (CPU, loopback; run by tests/cli/serve_structured.sh; serve_test.py's
 harness): response_format json_schema answers parse and validate against their schema for many
 schemas, seeds and temperatures; json_object answers are JSON objects; llama-server's `grammar`
-field; tool_choice "required" and a named function yield a well-formed call of the model's own
+field, and a grammar that dead-ends (admits no token and not the end) after a prefix: the choice
+ends with finish_reason "stop" and a warning on the server's log, streamed or not, n > 1, no hang;
+tool_choice "required" and a named function yield a well-formed call of the model's own
 (no recorded answers); schemas outside the subset are 400s naming the keyword.
 Answers are validated by the `jsonschema` package (with its format checker) when it is installed,
 and always by the validator below, which covers exactly the subset the server accepts and is
@@ -234,6 +236,38 @@ def test_json_object_and_stream(srv):
     check(r.choices[0].message.content in ("yes!", "no!"), f"grammar: {r.choices[0].message.content!r}")
 
 
+# "a" then "b" then x, which is left-recursive: "a" has a live continuation ("b"), but feeding "b"
+# expands x without end, so after "a" no byte (hence no token) is admitted and the state is not
+# accepting (the end of generation is not allowed either). SmolLM2's vocabulary has every byte,
+# so a dead end has to come from the grammar itself.
+DEAD_END = 'root ::= "a" "b" x\nx ::= x'
+DEAD_WARN = "the grammar admits no token here"
+
+
+def test_grammar_dead_end(srv):
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=KEY, max_retries=0, timeout=30)
+    msgs = [{"role": "user", "content": "Say something."}]
+    before = srv.stderr().count(DEAD_WARN)
+    r = c.chat.completions.create(model=MID, max_tokens=16, temperature=0, messages=msgs, extra_body={"grammar": DEAD_END})
+    ch = r.choices[0]
+    check(ch.finish_reason == "stop" and ch.message.content == "a", f"dead end: {ch.finish_reason} {ch.message.content!r}")
+    check(r.usage.completion_tokens <= 2, f"dead end: {r.usage.completion_tokens} tokens")
+    txt, fin = "", None
+    for x in c.chat.completions.create(model=MID, max_tokens=16, temperature=0, messages=msgs, stream=True,
+                                       extra_body={"grammar": DEAD_END}):
+        if x.choices:
+            txt += x.choices[0].delta.content or ""
+            fin = x.choices[0].finish_reason or fin
+    check(fin == "stop" and txt == "a", f"dead end streamed: {fin} {txt!r}")
+    # several rows dead-ending in the same step, sampled
+    r = c.completions.create(model=MID, prompt="Letters:", max_tokens=16, n=3, temperature=1.0, seed=4,
+                             extra_body={"grammar": DEAD_END})
+    check(len(r.choices) == 3 and all(x.finish_reason == "stop" and x.text == "a" for x in r.choices),
+          f"dead end n=3: {[(x.finish_reason, x.text) for x in r.choices]}")
+    n = srv.stderr().count(DEAD_WARN)
+    check(n >= before + 5, f"dead end: {n - before} warnings on the server's log, expected 5 (one a choice)")
+
+
 def test_unconstrained_unchanged(srv):
     """A constrained request in the batch leaves another request's greedy text unchanged."""
     import threading
@@ -323,6 +357,7 @@ def main():
     srv = Server("--api-key", KEY, "-c", "2048", "-t", "2", "--parallel", "4")
     return server_suite.run(srv, [("bad schemas are 400s", test_bad_schemas),
                                   ("json_object, streaming, completions n=3, GBNF", test_json_object_and_stream),
+                                  ("a grammar's dead end stops the choice", test_grammar_dead_end),
                                   ("unconstrained sequences unchanged", test_unconstrained_unchanged),
                                   ("tool_choice required / named", test_tool_choice),
                                   ("json_schema answers validate", test_schemas)], setup=set_model_id)
