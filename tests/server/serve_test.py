@@ -358,6 +358,20 @@ def test_bad_input(srv):
     st, _, data = raw_chunked(srv, C, big)
     check((st, json.loads(data)["error"]["code"]) in ((413, "request_too_large"), (400, "invalid_framing")),
           f"chunked 413: {st} {data[:200]!r}")
+    # the same limit on every other POST route, by Content-Length and by a chunked upload;
+    # /v1/messages answers in Anthropic's error shape
+    for path in ("/v1/completions", "/v1/messages", "/v1/responses", "/v1/embeddings", "/tokenize", "/detokenize"):
+        for how, (st, hd, data) in (("content-length", req(srv, "POST", path, b"x" * 70000)),
+                                    ("chunked", raw_chunked(srv, path, big))):
+            if how == "chunked" and st == 400:  # libmicrohttpd < 1.0 (above): refused at its headers
+                check(b"chunked request bodies are not accepted" in data, f"{path} chunked: 400 {data[:200]!r}")
+                continue
+            check(st == 413, f"{path} {how}: status {st}, expected 413: {data[:200]!r}")
+            j = json.loads(data)
+            if path == "/v1/messages":
+                check(j.get("type") == "error" and j["error"]["type"] == "request_too_large", f"{path} {how}: {j}")
+            else:
+                check(j["error"]["code"] == "request_too_large", f"{path} {how}: {j}")
     # the server still answers
     st, _, _ = req(srv, "POST", C, ok)
     check(st == 200, f"after bad inputs: {st}")
