@@ -241,6 +241,22 @@ static int check_num(json_t *root, const char *key, double lo, double hi, srv_er
     return 0;
 }
 
+/* thinking {type: enabled | adaptive | disabled, budget_tokens}: a client that asks for thinking
+ * wants it back as thinking blocks, so the answer's <think> block is split off even where the
+ * template does not mention <think> (chat's "reasoning_format": "deepseek"). The budget is not
+ * enforced: max_tokens bounds the whole answer. */
+static int read_thinking(json_t *root, json_t *chat, srv_error *e) {
+    json_t *v = json_object_get(root, "thinking");
+    if (!srv_tr_present(v)) return 0;
+    json_t *ty = json_is_object(v) ? json_object_get(v, "type") : NULL;
+    if (!json_is_string(ty)) return srv_bad(e, "thinking", "'thinking' must be an object with a string 'type'");
+    const char *t = json_string_value(ty);
+    if (!strcmp(t, "enabled") || !strcmp(t, "adaptive")) json_object_set_new(chat, "reasoning_format", json_string("deepseek"));
+    else if (strcmp(t, "disabled"))
+        return srv_bad(e, "thinking.type", "'thinking.type' must be enabled, adaptive or disabled (got '%.40s')", t);
+    return 0;
+}
+
 int srv_messages_to_chat(json_t *root, json_t *chat, srv_error *e) {
     json_t *v = json_object_get(root, "max_tokens");
     if (!srv_tr_present(v)) return srv_bad(e, "max_tokens", "'max_tokens' is required");
@@ -261,7 +277,7 @@ int srv_messages_to_chat(json_t *root, json_t *chat, srv_error *e) {
                 return srv_bad(e, "stop_sequences", "'stop_sequences'[%zu] must be a string", i);
         json_object_set(chat, "stop", v);
     }
-    if (read_tools(root, chat, e)) return -1;
+    if (read_tools(root, chat, e) || read_thinking(root, chat, e)) return -1;
     v = json_object_get(root, "stream");
     if (srv_tr_present(v) && !json_is_boolean(v)) return srv_bad(e, "stream", "'stream' must be a boolean, not %s", srv_json_type_name(v));
     if (srv_tr_copy_sampling(root, chat, e)) return -1;

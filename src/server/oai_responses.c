@@ -210,6 +210,13 @@ static int translate(json_t *root, json_t *chat, srv_error *e) {
             return srv_bad(e, "max_output_tokens", "'max_output_tokens' must be an integer >= 1");
         json_object_set(chat, "max_tokens", v);
     }
+    /* reasoning {effort, summary}: a client that asks for reasoning reads it from the reasoning
+     * item, so the answer's <think> block is split off even where the template does not mention
+     * <think> (chat's "reasoning_format": "deepseek") */
+    v = json_object_get(root, "reasoning");
+    if (srv_tr_present(v) && !json_is_object(v))
+        return srv_bad(e, "reasoning", "'reasoning' must be an object, not %s", srv_json_type_name(v));
+    if (json_is_object(v)) json_object_set_new(chat, "reasoning_format", json_string("deepseek"));
     if (srv_tr_copy_sampling(root, chat, e)) return -1; /* top_k: an extra, as on chat */
     srv_tr_copy(chat, "seed", root, "seed");
     if (text_format(root, chat, e)) return -1;

@@ -257,10 +257,12 @@ static json_t *response(srv_req *r, bool done) {
     return o;
 }
 
+/* The message's content-part and text events: output_index is the message item's place, which
+ * a reasoning item (or a call) before it moves off 0 (api_items stays 0 on the plain path). */
 static json_t *part_event(srv_req *r) {
     char id[80];
     item_id(r, id, sizeof id);
-    return json_pack("{sssisi}", "item_id", id, "output_index", 0, "content_index", 0);
+    return json_pack("{sssisi}", "item_id", id, "output_index", r->api_items, "content_index", 0);
 }
 
 void srv_responses_stream_start(srv_req *r) {

@@ -11,7 +11,9 @@ tool_use), streamed as content_block_start tool_use + input_json_delta and accum
 SDK into the same message; text before a call as its own block; a two-turn loop (tool_use and
 tool_result sent back) renders; Responses' function_call items (call_id, name, arguments),
 streamed with response.function_call_arguments.delta / .done and accumulated by the SDK's
-stream helper; function_call / function_call_output items sent back render.
+stream helper; function_call / function_call_output items sent back render. A recorded `<think>`
+block comes back as Messages' thinking block and Responses' reasoning item when the request asks
+for thinking (`thinking` / `reasoning`), streamed and not, through both SDKs' stream helpers.
 usage: messages_tools_test.py ROCMFORGE_TEST MODEL
 Exit 0 = pass, 1 = fail, 77 = skipped."""
 import json
@@ -104,6 +106,50 @@ def test_responses(srv):
     check(r3.usage.input_tokens > r.usage.input_tokens + 10, f"loop prompt {r3.usage.input_tokens} vs {r.usage.input_tokens}")
 
 
+THINK = "<think>\nThe user asks about the weather.\n</think>\n\nIt is sunny."
+REASON = "The user asks about the weather."
+
+
+def test_thinking(srv):
+    """A `<think>` block in the answer comes back as Anthropic's thinking block (non-streaming:
+    a content block before the text; streaming: content_block_start thinking + thinking_delta,
+    accumulated by the SDK's stream helper) and as the Responses reasoning item (reasoning_text,
+    streamed as response.reasoning_text.delta). SmolLM2's template knows no <think>: the request
+    asks for the split (Anthropic's `thinking`, Responses' `reasoning`)."""
+    kw = dict(model="x", max_tokens=8, messages=[{"role": "user", "content": Q}],
+              thinking={"type": "enabled", "budget_tokens": 1024})
+    m = a_client(srv, THINK).messages.create(**kw)
+    check([c.type for c in m.content] == ["thinking", "text"], f"blocks {m.content}")
+    check(m.content[0].thinking.strip() == REASON and m.content[1].text.strip() == "It is sunny.", f"blocks {m.content}")
+    with a_client(srv, THINK).messages.stream(**kw) as s:
+        evs = list(s)
+        f = s.get_final_message()
+    starts = [e.content_block.type for e in evs if e.type == "content_block_start"]
+    deltas = {e.delta.type for e in evs if e.type == "content_block_delta"}
+    check(starts == ["thinking", "text"] and {"thinking_delta", "text_delta"} <= deltas, f"events {starts} {deltas}")
+    check([c.type for c in f.content] == ["thinking", "text"], f"streamed {f.content}")
+    check(f.content[0].thinking.strip() == REASON and f.content[1].text.strip() == "It is sunny.", f"streamed {f.content}")
+    # without `thinking` the block stays in the text (the template has no <think>)
+    m2 = a_client(srv, THINK).messages.create(**{k: v for k, v in kw.items() if k != "thinking"})
+    check([c.type for c in m2.content] == ["text"] and m2.content[0].text == THINK, f"no thinking asked: {m2.content}")
+    # Responses: the reasoning item, then the message
+    rk = dict(model="x", input=Q, max_output_tokens=8, reasoning={"effort": "low"})
+    r = o_client(srv, THINK).responses.create(**rk)
+    check([o.type for o in r.output] == ["reasoning", "message"], f"output {r.output}")
+    rt = "".join(c.text for c in (r.output[0].content or []))
+    check(rt.strip() == REASON and r.output_text.strip() == "It is sunny.", f"reasoning {r.output[0]} text {r.output_text!r}")
+    # every event of the message's part names the message's place (1), not the reasoning's (0)
+    evs = list(o_client(srv, THINK).responses.create(stream=True, **rk))
+    idx = {e.output_index for e in evs if e.type.startswith(("response.output_text.", "response.content_part."))}
+    check(idx == {1}, f"text events' output_index {idx}")
+    with o_client(srv, THINK).responses.stream(**rk) as s:
+        types = [e.type for e in s]
+        fr = s.get_final_response()
+    check("response.reasoning_text.delta" in types and "response.reasoning_text.done" in types, f"events {types}")
+    check([o.type for o in fr.output] == ["reasoning", "message"] and fr.output_text.strip() == "It is sunny.", f"stream helper {fr.output}")
+    check("".join(c.text for c in fr.output[0].content).strip() == REASON, f"streamed reasoning {fr.output[0]}")
+
+
 def tools_offered(srv):
     s, _, _ = req(srv, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
                                                          "tools": [{"type": "function", "function": {"name": "f"}}]})
@@ -113,7 +159,8 @@ def tools_offered(srv):
 
 def main():
     srv = Server("--api-key", KEY, "-t", "2", env={"RF_SERVE_TEST_FAULTS": "1"})
-    return server_suite.run(srv, [("messages tool_use", test_messages), ("responses function_call", test_responses)],
+    return server_suite.run(srv, [("messages tool_use", test_messages), ("responses function_call", test_responses),
+                                  ("thinking blocks and reasoning items", test_thinking)],
                             setup=tools_offered)
 
 
