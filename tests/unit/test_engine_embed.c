@@ -9,7 +9,10 @@
  *    bits as one request alone with the whole prompt in one step; unit L2 norm;
  *  - no KV kept: after the run no block is used or cached (embeddings publish nothing), also when
  *    requests are cancelled while queued or mid-prompt (DONE cancelled, no vector);
- *  - the model's pooling: last for a file without <arch>.pooling_type; bad RF_REQ_EMBED values. */
+ *  - the model's pooling: last for a file without <arch>.pooling_type; bad RF_REQ_EMBED values;
+ *  - the pooling read from <arch>.pooling_type (copies of the tiny model with the key written:
+ *    u32 0..4, i32 1): cls gives the first token's row (last(P[:1]) of the file without the key),
+ *    mean gives the mean (in the positive cone of the rows, as above) and not the last row. */
 #include "test_util.h"
 
 #include <math.h>
@@ -20,6 +23,7 @@
 
 #include "engine/engine_internal.h"
 #include "test_engine_run.h"
+#include "rocmforge/gguf.h"
 #include "test_embed.h"
 
 static char g_tiny[1200];
@@ -282,11 +286,87 @@ static void test_cancel_and_kv(void **state) {
     rf_model_free(m);
 }
 
+/* A copy of the tiny model with <arch>.pooling_type written (as u32, or i32 when i32 is set). */
+static void with_pooling(const char *dst, int32_t v, bool i32) {
+    rf_gguf *g = NULL;
+    assert_int_equal(rf_gguf_open(g_tiny, &g), RF_OK);
+    const char *arch = NULL;
+    assert_int_equal(rf_gguf_get_str(g, "general.architecture", &arch), RF_OK);
+    char key[96];
+    snprintf(key, sizeof key, "%s.pooling_type", arch);
+    rf_gguf_writer *w = rf_gguf_writer_new();
+    assert_non_null(w);
+    for (int64_t i = 0; i < rf_gguf_n_kv(g); i++)
+        assert_int_equal(rf_gguf_set_value(w, rf_gguf_kv_key(g, i), rf_gguf_kv_value(g, i)), RF_OK);
+    assert_int_equal(i32 ? rf_gguf_set_i32(w, key, v) : rf_gguf_set_u32(w, key, (uint32_t)v), RF_OK);
+    for (int64_t i = 0; i < rf_gguf_n_tensors(g); i++) {
+        const rf_gguf_tensor *t = rf_gguf_tensor_at(g, i);
+        assert_int_equal(rf_gguf_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, NULL, NULL), RF_OK);
+    }
+    assert_int_equal(rf_gguf_write_file(w, dst), RF_OK);
+    rf_gguf_writer_free(w);
+    rf_gguf_close(g);
+}
+
+static rf_pooling pooling_of(int32_t v, bool i32, const char *path) {
+    with_pooling(path, v, i32);
+    rf_model *m = rf_eng_load(path);
+    rf_pooling p = rf_model_pooling(m);
+    rf_model_free(m);
+    return p;
+}
+
+/* The model's pooling from its metadata, and the vectors an embedding request pooled that way
+ * gives (the request's pooling taken from rf_model_pooling, as the server does). */
+static void test_pooling_metadata(void **state) {
+    (void)state;
+    char path[1300];
+    snprintf(path, sizeof path, "%s.pooling.gguf", g_tiny);
+    assert_int_equal(pooling_of(0, false, path), RF_POOLING_LAST);
+    assert_int_equal(pooling_of(3, false, path), RF_POOLING_LAST);
+    assert_int_equal(pooling_of(4, false, path), RF_POOLING_NONE); /* rank: needs a classifier head */
+    assert_int_equal(pooling_of(1, true, path), RF_POOLING_MEAN);
+    assert_int_equal(pooling_of(-1, true, path), RF_POOLING_NONE);
+    int32_t ids[NP];
+    prompt(ids, NP, 3);
+    rf_model *m0 = rf_eng_load(g_tiny); /* no pooling_type: the rows are taken one by one here */
+    rf_model_info mi;
+    assert_int_equal(rf_model_get_info(m0, &mi), RF_OK);
+    static rf_emb_vec last[NP], got, want;
+    for (int q = 0; q < NP; q++) embed1(m0, ids, q + 1, RF_POOLING_LAST, &last[q]);
+    /* cls: the first token's row, whatever follows it */
+    assert_int_equal(pooling_of(2, false, path), RF_POOLING_CLS);
+    rf_model *m = rf_eng_load(path);
+    embed1(m, ids, NP, rf_model_pooling(m), &got);
+    same(&got, &last[0], "cls from the metadata vs the first row");
+    rf_model_free(m);
+    /* mean: a positive combination of every row (rows_of's check), the same bits as a mean asked
+     * of the file without the key, and not the last row */
+    assert_int_equal(pooling_of(1, false, path), RF_POOLING_MEAN);
+    m = rf_eng_load(path);
+    embed1(m, ids, NP, rf_model_pooling(m), &got);
+    rf_model_free(m);
+    unit_norm(&got, mi.n_embd);
+    embed1(m0, ids, NP, RF_POOLING_MEAN, &want);
+    same(&got, &want, "mean from the metadata vs a mean request");
+    assert_true(memcmp(got.v, last[NP - 1].v, (size_t)got.n * sizeof(float)) != 0);
+    double c[NP];
+    double res = lsq(last, NP, &got, c);
+    if (res > 1e-4) fail_msg("mean from the metadata is not a combination of the rows: residual %g", res);
+    double mx = 0;
+    for (int q = 0; q < NP; q++) mx = c[q] > mx ? c[q] : mx;
+    for (int q = 0; q < NP; q++)
+        if (!(c[q] > 0.05 * mx)) fail_msg("row %d's weight in the metadata's mean is %g (largest %g)", q, c[q], mx);
+    rf_model_free(m0);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_tiny),
         cmocka_unit_test(test_batched_tiny),
         cmocka_unit_test(test_cancel_and_kv),
+        cmocka_unit_test(test_pooling_metadata),
         cmocka_unit_test(test_real),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
