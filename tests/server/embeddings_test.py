@@ -12,7 +12,10 @@ pooling_type: last-token pooling):
   - errors in OpenAI's shape: empty input, an empty string or list, bad types, ids outside the
     vocabulary, an input longer than the context (context_length_exceeded), 'dimensions' other than
     n_embd, a bad encoding_format; the API key enforced; GET refused;
-  - clients hanging up mid-batch: cancelled, every KV block back, the server still answers.
+  - clients hanging up mid-batch: cancelled, every KV block back, the server still answers;
+  - the pooling from the file: copies of the model with <arch>.pooling_type written (cls, mean),
+    each served: cls gives the first token's vector (the plain server's vector of that token
+    alone), mean gives neither the last row nor anything but the one row for a one-token input.
 usage: embeddings_test.py ROCMFORGE MODEL
 Exit 0 = pass, 1 = fail (the first failed check is printed)."""
 import base64
@@ -22,9 +25,12 @@ import struct
 import sys
 import threading
 
+import os
 import socket
+import tempfile
 import time
 
+import serve_test
 from serve_test import KEY, Server, check, client, expect_error, metrics, req, wait_idle
 
 import server_suite
@@ -177,11 +183,84 @@ def test_errors(srv):
     (v,) = vectors(post(srv, {"input": "still here"}), 1)
     check(len(v) == 576, "after the errors")
 
+def with_pooling(src, dst, pooling):
+    """A copy of the GGUF file src with <arch>.pooling_type = pooling (u32) added: the key goes
+    first in the metadata, with a padding string key sized so that the header grows by a multiple
+    of the alignment; the tensor infos' offsets are relative to the data section and stay right."""
+    with open(src, "rb") as f:
+        head = f.read(24)
+        magic, ver, n_t, n_kv = struct.unpack("<4sIQQ", head)
+        check(magic == b"GGUF" and ver == 3, f"{src}: not a GGUF v3 file")
+        arch = None
+        # general.architecture is the first key in files written by the converters and by mkmodel
+        (kl,) = struct.unpack("<Q", f.read(8))
+        k = f.read(kl).decode()
+        (ty,) = struct.unpack("<I", f.read(4))
+        if k == "general.architecture" and ty == 8:
+            (vl,) = struct.unpack("<Q", f.read(8))
+            arch = f.read(vl).decode()
+        check(arch, f"{src}: general.architecture is not the first key")
+        f.seek(0)
+        data = f.read()
+    align = 32  # general.alignment: the default (SmolLM2's file sets none)
+    check(b"general.alignment" not in data[:1 << 20], "the file sets general.alignment")
+
+    def kv_str(key, val):
+        return struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(val)) + val
+
+    kv = struct.pack("<Q", len(arch) + 13) + f"{arch}.pooling_type".encode() + struct.pack("<II", 4, pooling)
+    pad_key = b"rocmforge.test.pad"
+    n = len(kv) + len(kv_str(pad_key, b""))
+    kv += kv_str(pad_key, b"x" * ((-n) % align))
+    check(len(kv) % align == 0, "padding")
+    with open(dst, "wb") as f:
+        f.write(struct.pack("<4sIQQ", magic, ver, n_t, n_kv + 2) + kv + data[24:])
+
+
+def test_pooling_file(srv):
+    ids = post_tok(srv, TEXTS[0])
+    check(len(ids) > 3, f"tokens {ids}")
+    (first,) = vectors(post(srv, {"input": ids[:1]}), 1)
+    (last,) = vectors(post(srv, {"input": ids}), 1)
+    (second,) = vectors(post(srv, {"input": ids[:2]}), 1)  # the second row's direction (causal)
+    with tempfile.TemporaryDirectory() as d:
+        for pooling in (2, 1):
+            path = os.path.join(d, f"pool{pooling}.gguf")
+            with_pooling(serve_test.MODEL, path, pooling)
+            other = Server("--api-key", KEY, "-t", "2", "-c", str(N_CTX), model=path)
+            try:
+                (v,) = vectors(post(other, {"input": ids}), 1)
+                (v1,) = vectors(post(other, {"input": ids[:1]}), 1)
+                v2 = vectors(post(other, {"input": [ids, ids[:1]]}), 2)
+                (m2,) = vectors(post(other, {"input": ids[:2]}), 1)
+            finally:
+                other.stop()
+            check(v2 == [v, v1], f"pooling {pooling}: a batch differs from the inputs alone")
+            check(v1 == first, f"pooling {pooling}: a one-token input is not that token's vector")
+            if pooling == 2:
+                check(v == first, f"cls: not the first token's vector (max diff {max(abs(a - b) for a, b in zip(v, first)):.3g})")
+            else:
+                diff_first = max(abs(a - b) for a, b in zip(v, first))
+                diff_last = max(abs(a - b) for a, b in zip(v, last))
+                check(diff_first > 1e-3 and diff_last > 1e-3, f"mean: the first ({diff_first:.3g}) or last ({diff_last:.3g}) row")
+                check(abs(sum(x * x for x in v) - 1) < 1e-4, "mean: not unit norm")
+                # two tokens: h0 + h1 is a combination of the rows' directions with positive
+                # weights (|h0|, |h1|): least squares on the two, residual ~ float32 rounding
+                dot = lambda a, b: sum(x * y for x, y in zip(a, b))
+                g00, g01, g11 = dot(first, first), dot(first, second), dot(second, second)
+                r0, r1 = dot(first, m2), dot(second, m2)
+                det = g00 * g11 - g01 * g01
+                a, b = (r0 * g11 - r1 * g01) / det, (r1 * g00 - r0 * g01) / det
+                res = math.sqrt(sum((z - a * x - b * y) ** 2 for x, y, z in zip(first, second, m2)))
+                check(res < 1e-4 and a > 0 and b > 0, f"mean of two tokens: weights {a:.3g} {b:.3g}, residual {res:.3g}")
+
+
 def main():
     srv = Server("--parallel", "4", "--api-key", KEY, "-t", "2", "-c", str(N_CTX), "-b", "64")
     return server_suite.run(srv, [("shapes, batch = singles", test_shapes), ("token ids", test_ids), ("base64", test_base64),
                                   ("openai SDK", test_sdk), ("beside generation", test_with_generation),
-                                  ("errors", test_errors), ("disconnects", test_disconnect)])
+                                  ("errors", test_errors), ("disconnects", test_disconnect),
+                                  ("pooling from the file", test_pooling_file)])
 
 if __name__ == "__main__":
     sys.exit(main())

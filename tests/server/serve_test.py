@@ -44,10 +44,10 @@ N_TOK = 6 if QUICK else 12
 
 class Server(server_suite.Process):
     """A `rocmforge serve` child process (rf: another binary, e.g. rocmforge-test); .port once it
-    listens, ready once /health is 200 (unless wait_ready=False)."""
+    listens, ready once /health is 200 (unless wait_ready=False); model: another file."""
 
-    def __init__(self, *args, env=None, wait_ready=True, rf=None):
-        super().__init__(rf or RF, MODEL, args, env=env, tag="serve-test")
+    def __init__(self, *args, env=None, wait_ready=True, rf=None, model=None):
+        super().__init__(rf or RF, model or MODEL, args, env=env, tag="serve-test")
         if wait_ready:
             self.wait_ready()
 
