@@ -184,7 +184,8 @@ def test_errors(srv):
                 {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
                 {"system": 5}, {"stop_sequences": "x"}, {"stop_sequences": [1]}, {"top_k": -1}, {"top_p": 2},
                 {"stream": "yes"}, {"tools": [{"type": "web_search_20250305", "name": "w"}]},
-                {"tools": [{"name": "f"}]}, {"tool_choice": {"type": "maybe"}},
+                {"tools": [{"name": "f"}]}, {"tool_choice": {"type": "maybe"}}, {"thinking": {"type": "maybe"}},
+                {"thinking": True},
                 {"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t"}]}]}]:
         anthropic_error(srv, 400, "invalid_request_error", dict(ok, **bad))
     if not tools_supported(srv):  # this tree has no tool calls: tools and tool results are refused

@@ -113,7 +113,7 @@ def test_errors(srv):
                        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0]"),
                        ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0]"),
                        ({"input": [{"type": "computer_call"}]}, "input[0]"),
-                       ({"tools": [{"type": "web_search"}]}, "tools[0]"),
+                       ({"tools": [{"type": "web_search"}]}, "tools[0]"), ({"reasoning": "high"}, "reasoning"),
                        ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
                        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
                        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
