@@ -21,19 +21,9 @@ char *srv_dupn(const char *s, size_t n) {
     return d;
 }
 
-int srv_chat_add_call(srv_chat_out *o, const srv_parse_cfg *cfg, const char *name, size_t name_len,
-                      const char *args, size_t args_len) {
-    if (!cfg->parallel && o->n_calls) return 0;
-    if (o->n_calls == o->cap_calls) {
-        size_t cap = o->cap_calls ? 2 * o->cap_calls : 4;
-        srv_tool_call *c = realloc(o->calls, cap * sizeof *c);
-        if (!c) return -1;
-        o->calls = c;
-        o->cap_calls = cap;
-    }
+void srv_chat_call_id(const srv_parse_cfg *cfg, size_t index, char id[32]) {
     static const char AL[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    char id[32];
-    uint64_t h = mix64(cfg->id_seed ^ mix64(o->n_calls + 1));
+    uint64_t h = mix64(cfg->id_seed ^ mix64(index + 1));
     if (cfg->syntax == SRV_SYNTAX_MISTRAL) {
         for (int i = 0; i < 9; i++, h /= 62) id[i] = AL[h % 62];
         id[9] = 0;
@@ -47,6 +37,20 @@ int srv_chat_add_call(srv_chat_out *o, const srv_parse_cfg *cfg, const char *nam
         }
         id[29] = 0;
     }
+}
+
+int srv_chat_add_call(srv_chat_out *o, const srv_parse_cfg *cfg, const char *name, size_t name_len,
+                      const char *args, size_t args_len) {
+    if (!cfg->parallel && o->n_calls) return 0;
+    if (o->n_calls == o->cap_calls) {
+        size_t cap = o->cap_calls ? 2 * o->cap_calls : 4;
+        srv_tool_call *c = realloc(o->calls, cap * sizeof *c);
+        if (!c) return -1;
+        o->calls = c;
+        o->cap_calls = cap;
+    }
+    char id[32];
+    srv_chat_call_id(cfg, o->n_calls, id);
     srv_tool_call *c = &o->calls[o->n_calls];
     c->id = strdup(id);
     c->name = srv_dupn(name, name_len);
@@ -68,6 +72,9 @@ void srv_chat_out_reset(srv_chat_out *o) {
         free(o->calls[i].arguments);
     }
     o->n_calls = 0;
+    o->open = false;
+    o->open_at = o->open_name.len = o->open_args.len = 0;
+    o->open_name.oom = o->open_args.oom = false;
     o->reasoning.len = o->content.len = 0;
     o->reasoning.oom = o->content.oom = false;
     if (o->reasoning.p) o->reasoning.p[0] = 0;
@@ -80,5 +87,7 @@ void srv_chat_out_free(srv_chat_out *o) {
     free(o->calls);
     srv_buf_free(&o->reasoning);
     srv_buf_free(&o->content);
+    srv_buf_free(&o->open_name);
+    srv_buf_free(&o->open_args);
     memset(o, 0, sizeof *o);
 }

@@ -40,6 +40,12 @@ typedef struct srv_chat_out {
     srv_buf content;     /* the answer */
     srv_tool_call *calls;
     size_t n_calls, cap_calls;
+    /* partial parses (Hermes): the call being written, once its name is whole and its arguments
+     * object has begun; open_args is that object's text so far less the whitespace outside
+     * strings (what no later text changes), open_at where its block starts in the answer */
+    bool open;
+    size_t open_at;
+    srv_buf open_name, open_args;
 } srv_chat_out;
 
 /* Appends a call (a copy of name and args) with its id derived from cfg->id_seed and its index
@@ -47,6 +53,8 @@ typedef struct srv_chat_out {
  * call is kept. Returns 0, or -1 when out of memory. */
 int srv_chat_add_call(srv_chat_out *o, const srv_parse_cfg *cfg, const char *name, size_t name_len,
                       const char *args, size_t args_len);
+/* The id of the call with this index in an answer (char[32]; see srv_chat_add_call). */
+void srv_chat_call_id(const srv_parse_cfg *cfg, size_t index, char id[32]);
 /* Empties o (no call, empty texts) and keeps its memory; srv_chat_out_free releases it. */
 void srv_chat_out_reset(srv_chat_out *o);
 void srv_chat_out_free(srv_chat_out *o);

@@ -263,25 +263,25 @@ static const char *finish_of(const srv_req *r, rf_finish_reason f, size_t n_call
     return srv_finish_str(f);
 }
 
-/* The streamed tool-call deltas as the OpenAI SDKs accumulate them: the first names the call
- * (index, id, type, function.name, empty arguments), the next carries the arguments. */
+/* The streamed tool-call deltas as the OpenAI SDKs accumulate them: a call's first delta names
+ * it (index, id, type, function.name, empty arguments), the next ones carry pieces of its
+ * arguments that the client concatenates (tool_calls.h: srv_call_part). */
 static void emit_calls(srv_req *r, int ci, const srv_chat_delta *d) {
-    for (size_t k = 0; k < d->n_calls; k++) {
-        const srv_tool_call *c = &d->calls[k];
-        for (int part = 0; part < 2; part++) {
-            json_t *f = json_object(), *tc = json_object(), *a = json_array(), *dl = json_object();
-            if (part == 0) json_object_set_new(f, "name", srv_json_bytes(c->name, strlen(c->name)));
-            json_object_set_new(f, "arguments", part ? srv_json_bytes(c->arguments, strlen(c->arguments)) : json_string(""));
-            json_object_set_new(tc, "index", json_integer((json_int_t)(d->first_call + k)));
-            if (part == 0) {
-                json_object_set_new(tc, "id", srv_json_bytes(c->id, strlen(c->id)));
-                json_object_set_new(tc, "type", json_string("function"));
-            }
-            json_object_set_new(tc, "function", f);
-            json_array_append_new(a, tc);
-            json_object_set_new(dl, "tool_calls", a);
-            emit_chunk(r, ci, dl, NULL, 0, NULL, NULL);
+    for (size_t k = 0; k < d->n_parts; k++) {
+        const srv_call_part *c = &d->parts[k];
+        if (!c->name && !c->args_len) continue;
+        json_t *f = json_object(), *tc = json_object(), *a = json_array(), *dl = json_object();
+        if (c->name) json_object_set_new(f, "name", srv_json_bytes(c->name, strlen(c->name)));
+        json_object_set_new(f, "arguments", srv_json_bytes(c->args ? c->args : "", c->args_len));
+        json_object_set_new(tc, "index", json_integer((json_int_t)c->index));
+        if (c->name) {
+            json_object_set_new(tc, "id", srv_json_bytes(c->id, strlen(c->id)));
+            json_object_set_new(tc, "type", json_string("function"));
         }
+        json_object_set_new(tc, "function", f);
+        json_array_append_new(a, tc);
+        json_object_set_new(dl, "tool_calls", a);
+        emit_chunk(r, ci, dl, NULL, 0, NULL, NULL);
     }
 }
 

@@ -96,6 +96,120 @@ static bool add_json_call(srv_chat_out *o, const srv_parse_cfg *cfg, json_t *j, 
 
 /* ---- Hermes / Qwen: <tool_call>{json}</tool_call> ------------------------------------------ */
 
+/* Walks the JSON object at t[i] ('{'), appending its text less the whitespace outside strings
+ * to out. Returns the index just past its closing brace (*done), or where the text ends or
+ * where the first byte JSON cannot have stands (*bad; nothing from it on is appended). Only the
+ * bytes are checked, not the grammar: the final parse (jansson) judges the whole. */
+static size_t obj_scan(const char *t, size_t n, size_t i, srv_buf *out, bool *done, bool *bad) {
+    char stack[64];
+    int depth = 0;
+    bool in_str = false, esc = false;
+    *done = *bad = false;
+    for (; i < n; i++) {
+        unsigned char ch = (unsigned char)t[i];
+        if (in_str) {
+            if (ch < 0x20) break;
+            if (esc) esc = false;
+            else if (ch == '\\') esc = true;
+            else if (ch == '"') in_str = false;
+        } else if (is_ws((char)ch)) {
+            continue;
+        } else if (ch == '{' || ch == '[') {
+            if (depth == (int)sizeof stack) break;
+            stack[depth++] = ch == '{' ? '}' : ']';
+        } else if (ch == '}' || ch == ']') {
+            if (!depth || stack[depth - 1] != (char)ch) break;
+            depth--;
+        } else if (ch == '"') {
+            in_str = true;
+        } else if (!strchr(":,-+.0123456789eEtrufalsn", ch) || !ch) {
+            break;
+        }
+        srv_buf_add(out, t + i, 1);
+        if (!depth) {
+            *done = true;
+            return i + 1;
+        }
+    }
+    *bad = i < n;
+    return i;
+}
+
+/* Bytes at the end of s[0..n) that begin a UTF-8 sequence the text has not finished. */
+static size_t utf8_cut(const char *s, size_t n) {
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        unsigned char c = (unsigned char)s[n - k];
+        if ((c & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
+        size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return need > k ? k : 0;
+    }
+    return 0;
+}
+
+/* The call a Hermes block t[0..n) (the JSON after <tool_call>) is writing, as far as it goes:
+ * {"name": "...", "arguments": {... in that order (how Qwen and Hermes write them). Puts the name
+ * in *name and the arguments object's text so far, less the whitespace outside strings, in
+ * *args; true once the name is whole and the object has begun with no byte JSON cannot have
+ * (*done: the object is closed). Anything else (other keys first, escapes in the name, arguments
+ * as a string) is false: such calls go out whole once they parse. */
+static bool hermes_walk(const char *t, size_t n, srv_buf *name, srv_buf *args, bool *done) {
+    size_t i = 0;
+    bool named = false;
+    *done = false;
+    while (i < n && is_ws(t[i])) i++;
+    if (i == n || t[i++] != '{') return false;
+    for (;;) {
+        while (i < n && is_ws(t[i])) i++;
+        if (i == n || t[i] != '"') return false;
+        size_t k0 = ++i;
+        while (i < n && t[i] != '"' && t[i] != '\\') i++;
+        if (i == n || t[i] != '"') return false;
+        size_t k1 = i++;
+        while (i < n && is_ws(t[i])) i++;
+        if (i == n || t[i++] != ':') return false;
+        while (i < n && is_ws(t[i])) i++;
+        if (i == n) return false;
+        if (!named && k1 - k0 == 4 && !memcmp(t + k0, "name", 4)) {
+            if (t[i] != '"') return false;
+            size_t v0 = ++i;
+            while (i < n && t[i] != '"' && t[i] != '\\' && (unsigned char)t[i] >= 0x20) i++;
+            if (i == n || t[i] != '"' || i == v0) return false;
+            srv_buf_add(name, t + v0, i - v0);
+            named = true;
+            i++;
+            while (i < n && is_ws(t[i])) i++;
+            if (i == n || t[i++] != ',') return false;
+            continue;
+        }
+        if (!named || k1 - k0 != 9 || memcmp(t + k0, "arguments", 9) || t[i] != '{') return false;
+        bool bad;
+        obj_scan(t, n, i, args, done, &bad);
+        if (bad) return false;
+        args->len -= utf8_cut(args->p, args->len); /* a character split across tokens waits */
+        if (args->p) args->p[args->len] = 0;
+        return !name->oom && !args->oom;
+    }
+}
+
+/* A parsed Hermes call's arguments as the model wrote them, less insignificant whitespace, when
+ * they are the same JSON as jansson's compact text: what a stream sent of them is then a prefix. */
+static void hermes_raw_args(const char *t, size_t n, srv_tool_call *c) {
+    srv_buf name = {0}, args = {0};
+    bool done;
+    if (hermes_walk(t, n, &name, &args, &done) && done) {
+        json_t *a = json_loadb(args.p, args.len, 0, NULL), *b = json_loads(c->arguments, 0, NULL);
+        char *d = a && b && json_equal(a, b) ? srv_dupn(args.p, args.len) : NULL;
+        if (d) {
+            free(c->arguments);
+            c->arguments = d;
+        }
+        json_decref(a);
+        json_decref(b);
+    }
+    srv_buf_free(&name);
+    srv_buf_free(&args);
+}
+
 static int parse_hermes(const srv_parse_cfg *cfg, const char *t, size_t n, bool final, srv_chat_out *o) {
     static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
     size_t p = 0;
@@ -111,11 +225,19 @@ static int parse_hermes(const srv_parse_cfg *cfg, const char *t, size_t n, bool 
         srv_buf_add(&o->content, t + p, bi - p);
         size_t j0 = bi + strlen(OPEN);
         const char *c = find(t, n, j0, CLOSE);
-        if (!c && !final) break; /* an open call: wait for its end */
+        if (!c && !final) { /* an open call: wait for its end, and say how far it has come */
+            bool done;
+            if (cfg->parallel || !o->n_calls)
+                o->open = hermes_walk(t + j0, n - j0, &o->open_name, &o->open_args, &done);
+            o->open_at = bi;
+            break;
+        }
         size_t j1 = c ? (size_t)(c - t) : n, after = c ? j1 + strlen(CLOSE) : n;
         json_error_t je;
         json_t *j = json_loadb(t + j0, j1 - j0, 0, &je);
+        size_t before = o->n_calls;
         if (!add_json_call(o, cfg, j, NULL, &err)) srv_buf_add(&o->content, t + bi, after - bi);
+        else if (!err && o->n_calls > before) hermes_raw_args(t + j0, j1 - j0, &o->calls[before]);
         json_decref(j);
         p = after;
     }
@@ -321,6 +443,64 @@ json_t *srv_tool_calls_json(const srv_chat_out *o) {
 
 /* ---- streaming ------------------------------------------------------------------------------ */
 
+static int add_part(srv_chat_stream *s, srv_chat_delta *d, size_t index, const char *id, const char *name,
+                    const char *args, size_t args_len) {
+    if (d->n_parts == s->cap_parts) {
+        size_t cap = s->cap_parts ? 2 * s->cap_parts : 8;
+        srv_call_part *p = realloc(s->parts, cap * sizeof *p);
+        if (!p) return -1;
+        s->parts = p;
+        s->cap_parts = cap;
+        d->parts = p;
+    }
+    s->parts[d->n_parts++] = (srv_call_part){index, id, name, args, args_len};
+    return 0;
+}
+
+/* The calls' parts since the last feed (srv_chat_delta): the streamed call's rest once it
+ * parsed (or its end when it died), calls that parsed whole, then the open call's new bytes. */
+static int stream_parts(srv_chat_stream *s, srv_chat_delta *d) {
+    const srv_chat_out *o = &s->cur;
+    d->parts = s->parts;
+    size_t k = s->sent_calls;
+    int err = 0;
+    if (s->head_sent && o->n_calls > k) { /* it parsed: the rest of its arguments */
+        const char *a = o->calls[k].arguments;
+        size_t al = strlen(a);
+        /* never the case while the walk and jansson agree; else nothing more can be fixed */
+        size_t sent = s->sent_args.len;
+        if (al > sent && (!sent || !memcmp(a, s->sent_args.p, sent)))
+            err |= add_part(s, d, k + s->dead, NULL, NULL, a + sent, al - sent);
+        s->head_sent = false;
+        k++;
+    } else if (s->head_sent && (!o->open || o->open_at != s->head_at)) { /* it did not parse */
+        s->head_sent = false;
+        s->dead++;
+    }
+    for (; k < o->n_calls; k++) {
+        const srv_tool_call *c = &o->calls[k];
+        err |= add_part(s, d, k + s->dead, c->id, c->name, NULL, 0);
+        err |= add_part(s, d, k + s->dead, NULL, NULL, c->arguments, strlen(c->arguments));
+    }
+    s->sent_calls = o->n_calls;
+    if (o->open) {
+        size_t idx = o->n_calls + s->dead;
+        if (!s->head_sent) {
+            s->head_sent = true;
+            s->head_at = o->open_at;
+            s->sent_args.len = 0;
+            srv_chat_call_id(&s->cfg, o->n_calls, s->head_id);
+            err |= add_part(s, d, idx, s->head_id, o->open_name.p, NULL, 0);
+        }
+        size_t sent = s->sent_args.len;
+        if (o->open_args.len > sent) {
+            err |= add_part(s, d, idx, NULL, NULL, o->open_args.p + sent, o->open_args.len - sent);
+            srv_buf_add(&s->sent_args, o->open_args.p + sent, o->open_args.len - sent);
+        }
+    }
+    return err || s->sent_args.oom ? -1 : 0;
+}
+
 int srv_chat_stream_feed(srv_chat_stream *s, const char *t, size_t n, bool final, srv_chat_delta *d) {
     memset(d, 0, sizeof *d);
     if (srv_chat_parse(&s->cfg, t, n, final, &s->cur)) return -1;
@@ -337,6 +517,7 @@ int srv_chat_stream_feed(srv_chat_stream *s, const char *t, size_t n, bool final
         d->content_len = o->content.len - s->sent_content;
         s->sent_content = o->content.len;
     }
+    if (s->arg_deltas) return stream_parts(s, d);
     if (o->n_calls > s->sent_calls) {
         d->calls = o->calls + s->sent_calls;
         d->first_call = s->sent_calls;
@@ -348,6 +529,8 @@ int srv_chat_stream_feed(srv_chat_stream *s, const char *t, size_t n, bool final
 
 void srv_chat_stream_free(srv_chat_stream *s) {
     if (!s) return;
+    free(s->parts);
+    srv_buf_free(&s->sent_args);
     srv_chat_out_free(&s->cur);
     memset(s, 0, sizeof *s);
 }

@@ -30,6 +30,7 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
 TWO = CALL + '\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
 DS = {"reasoning_format": "deepseek"}
 MID = None  # the served model's id (from /v1/models)
+PIECES = {}  # the last streamed chat's argument fragments per call (chat(stream=True))
 THINK = "<think>\nThe user wants the weather; call the tool.\n</think>\n\n"
 
 
@@ -46,6 +47,8 @@ def chat(srv, answer, stream=False, **kw):
         return c.chat.completions.create(**args)
     # accumulate the stream as the SDK's users do
     content, reasoning, calls, finish, chunks = "", "", {}, None, 0
+    global PIECES
+    PIECES = {}  # call index -> non-empty arguments fragments
     for ch in c.chat.completions.create(stream=True, **args):
         chunks += 1
         if not ch.choices:
@@ -58,6 +61,7 @@ def chat(srv, answer, stream=False, **kw):
                 check(tc.id and tc.type == "function" and tc.function.name, f"first tool-call delta lacks id/type/name: {tc}")
                 calls[tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": ""}
             calls[tc.index]["arguments"] += tc.function.arguments or ""
+            PIECES[tc.index] = PIECES.get(tc.index, 0) + bool(tc.function.arguments)
         finish = ch.choices[0].finish_reason or finish
     return content, reasoning, [calls[k] for k in sorted(calls)], finish, chunks
 
@@ -124,9 +128,42 @@ def test_stream(srv):
         m = r.choices[0].message
         check((m.content or "") == content and [t.function.name for t in m.tool_calls or []] == want_names, "stream != non-stream")
         check([t.function.arguments for t in m.tool_calls or []] == [c["arguments"] for c in calls], "arguments differ")
+    # the arguments come in pieces as they are written (the hook streams 3 bytes at a time)
+    long = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Saint-R\u00e9my-de-Provence, Bouches-du-Rh\u00f4ne"}}\n</tool_call>'
+    _, _, calls, finish, _ = chat(srv, long, stream=True)
+    want = chat(srv, long).choices[0].message.tool_calls[0].function.arguments
+    print(f"  a {len(want)}-byte arguments text streamed in {PIECES[0]} pieces")
+    check(PIECES[0] > 10 and calls[0]["arguments"] == want and finish == "tool_calls", f"{PIECES} {calls} {want}")
+    check(json.loads(want)["city"] == "Saint-R\u00e9my-de-Provence, Bouches-du-Rh\u00f4ne", want)
+    # cut off inside the arguments: the call began and ends with what was sent (not JSON); its
+    # text is the content, as without streaming, and the finish reason is not tool_calls
     bad = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'
     content, _, calls, finish, _ = chat(srv, bad, stream=True)
-    check(content == bad and not calls and finish == "stop", f"truncated call streamed as {content!r} {calls} {finish}")
+    check(content == bad and finish == "stop", f"truncated call streamed as {content!r} {calls} {finish}")
+    check([c["name"] for c in calls] == ["get_weather"] and '{"city":"Par'.startswith(calls[0]["arguments"]), f"{calls}")
+
+
+def test_forced_stream(srv):
+    """SmolLM2 forced into a call (tool_choice naming a tool, the grammar doing the forcing) with a
+    long string argument: the stream sends the arguments in several pieces as the tokens come,
+    and they add up to the non-streaming call's arguments, through the SDK's own accumulation."""
+    note = [{"type": "function", "function": {"name": "write_note", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string", "minLength": 40, "maxLength": 200}},
+        "required": ["text"]}}}]
+    args = dict(model=MID, messages=[{"role": "user", "content": "Write a note about Paris."}], tools=note,
+                tool_choice={"type": "function", "function": {"name": "write_note"}}, max_tokens=120, temperature=0)
+    r = client(srv).chat.completions.create(**args)
+    want = r.choices[0].message.tool_calls[0].function.arguments
+    _, _, calls, finish, _ = chat(srv, None, stream=True, **args)
+    print(f"  {len(want)}-byte arguments in {PIECES.get(0)} pieces: {want[:60]!r}")
+    check(len(calls) == 1 and calls[0]["name"] == "write_note" and finish == "tool_calls", f"{calls} {finish}")
+    check(PIECES[0] > 1, f"the arguments came in {PIECES[0]} piece(s)")
+    check(json.loads(calls[0]["arguments"]) == json.loads(want) and len(json.loads(want)["text"]) >= 40, f"{calls} vs {want}")
+    # the SDK's stream helper accumulates the same call
+    with client(srv).chat.completions.stream(**args) as st_:
+        final = st_.get_final_completion()
+    tc = final.choices[0].message.tool_calls[0]
+    check(tc.function.name == "write_note" and json.loads(tc.function.arguments) == json.loads(want), f"{tc}")
 
 
 def test_tool_loop(srv):
@@ -221,7 +258,8 @@ def set_model_id(srv):
 def main():
     srv = Server("--api-key", KEY, "-c", "2048", "-t", "2", env={"RF_SERVE_TEST_FAULTS": "1"})
     return server_suite.run(srv, [("tools rendered", test_tools_rendered), ("tool calls parsed", test_parse),
-                                  ("tool calls streamed", test_stream), ("two-turn tool loop", test_tool_loop),
+                                  ("tool calls streamed", test_stream),
+                                  ("a forced call streamed in pieces", test_forced_stream), ("two-turn tool loop", test_tool_loop),
                                   ("reasoning split", test_reasoning), ("the model's own answer streamed", test_real_stream),
                                   ("bad tool requests", test_bad_requests)], setup=set_model_id)
 

@@ -29,6 +29,53 @@ static bool json_text_eq(const char *a, const char *b) {
     return eq;
 }
 
+/* Streamed with argument deltas (srv_chat_stream.arg_deltas), one byte at a time: each call's
+ * parts add up to a call of the final parse (same id, name and arguments text) or, for a call
+ * whose final parse failed, to what it had sent; the final calls come in order. Returns the most
+ * argument pieces one call got. */
+static size_t check_parts(const char *what, srv_parse_cfg cfg, const char *text, const srv_chat_out *o) {
+    enum { MAXC = 8 };
+    srv_buf id[MAXC] = {{0}}, name[MAXC] = {{0}}, args[MAXC] = {{0}};
+    size_t pieces[MAXC] = {0}, n_seen = 0, most = 0, n = strlen(text);
+    srv_chat_stream s = {.ready = true, .arg_deltas = true, .cfg = cfg};
+    for (size_t i = 0; i <= n; i++) {
+        srv_chat_delta d;
+        assert_int_equal(srv_chat_stream_feed(&s, text, i, i == n, &d), 0);
+        for (size_t k = 0; k < d.n_parts; k++) {
+            const srv_call_part *p = &d.parts[k];
+            assert_true(p->index < MAXC);
+            if (p->name) { /* a call's first part: the next index, once */
+                assert_int_equal(p->index, n_seen);
+                n_seen++;
+                srv_buf_add(&id[p->index], p->id, strlen(p->id));
+                srv_buf_add(&name[p->index], p->name, strlen(p->name));
+            }
+            assert_true(p->index < n_seen);
+            if (p->args_len) pieces[p->index]++;
+            srv_buf_add(&args[p->index], p->args, p->args_len);
+        }
+    }
+    size_t m = 0; /* the final calls, in order, among the streamed ones */
+    for (size_t k = 0; k < n_seen; k++) {
+        if (pieces[k] > most) most = pieces[k];
+        if (m < o->n_calls && !strcmp(id[k].p, o->calls[m].id) && !strcmp(name[k].p, o->calls[m].name) &&
+            args[k].len == strlen(o->calls[m].arguments) && !memcmp(args[k].p ? args[k].p : "", o->calls[m].arguments, args[k].len))
+            m++;
+        else if (m < o->n_calls && !strcmp(id[k].p, o->calls[m].id) && !strcmp(name[k].p, o->calls[m].name))
+            fprintf(stderr, "%s: streamed call %zu has arguments [%.*s], the final parse [%s]\n", what, k, (int)args[k].len,
+                    args[k].p ? args[k].p : "", o->calls[m].arguments);
+    }
+    if (m != o->n_calls) fprintf(stderr, "%s: %zu of %zu final calls streamed (%zu started)\n", what, m, o->n_calls, n_seen);
+    assert_int_equal(m, o->n_calls);
+    for (size_t k = 0; k < MAXC; k++) {
+        srv_buf_free(&id[k]);
+        srv_buf_free(&name[k]);
+        srv_buf_free(&args[k]);
+    }
+    srv_chat_stream_free(&s);
+    return most;
+}
+
 /* the final parse, and the same text streamed one byte at a time */
 static void check_case(const char *what, srv_parse_cfg cfg, const char *text, const want *w) {
     srv_chat_out o = {0};
@@ -74,12 +121,44 @@ static void check_case(const char *what, srv_parse_cfg cfg, const char *text, co
     srv_buf_free(&rs);
     srv_buf_free(&cs);
     srv_chat_stream_free(&s);
+    check_parts(what, cfg, text, &o);
     srv_chat_out_free(&o);
 }
 
 static srv_parse_cfg cfg_of(srv_tool_syntax s) {
     srv_parse_cfg c = {.syntax = s, .tools = true, .reasoning = true, .parallel = true, .id_seed = 42};
     return c;
+}
+
+/* Argument deltas: a Hermes call's arguments stream as the model writes them, less the
+ * whitespace outside strings, a multi-byte character never split; a call that dies after its
+ * first part keeps its index and the next call takes the one after it. */
+static void test_arg_deltas(void **state) {
+    (void)state;
+    srv_parse_cfg c = cfg_of(SRV_SYNTAX_HERMES);
+    const char *t = "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"caf\xc3\xa9 \\\"ok\\\" \\u00e9\", \"n\": [1, -2.5e3, true, null]}}\n</tool_call>";
+    srv_chat_out o = {0};
+    assert_int_equal(srv_chat_parse(&c, t, strlen(t), true, &o), 0);
+    assert_int_equal(o.n_calls, 1);
+    assert_string_equal(o.calls[0].arguments, "{\"text\":\"caf\xc3\xa9 \\\"ok\\\" \\u00e9\",\"n\":[1,-2.5e3,true,null]}");
+    assert_true(check_parts("arg deltas", c, t, &o) > 20); /* byte by byte: a piece per byte */
+    srv_chat_out_free(&o);
+    /* the streamed bytes never end inside a character */
+    srv_chat_stream s = {.ready = true, .arg_deltas = true, .cfg = c};
+    for (size_t i = 0; i <= strlen(t); i++) {
+        srv_chat_delta d;
+        assert_int_equal(srv_chat_stream_feed(&s, t, i, i == strlen(t), &d), 0);
+        for (size_t k = 0; k < d.n_parts; k++)
+            if (d.parts[k].args_len) assert_true((unsigned char)d.parts[k].args[d.parts[k].args_len - 1] != 0xc3);
+    }
+    srv_chat_stream_free(&s);
+    /* a call that dies after it began (bad JSON inside), then a good one */
+    const char *dead = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1 2}}</tool_call><tool_call>{\"name\": \"g\", \"arguments\": {\"b\": 2}}</tool_call>";
+    want wd = {NULL, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1 2}}</tool_call>", 1, {"g"}, {"{\"b\": 2}"}};
+    check_case("dead then good", c, dead, &wd);
+    /* other keys first or arguments as a string: whole once parsed */
+    want wk = {NULL, "", 1, {"f"}, {"{\"a\": 1}"}};
+    check_case("arguments first", c, "<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"f\"}</tool_call>", &wk);
 }
 
 static void test_detect(void **state) {
@@ -308,7 +387,7 @@ static void test_json_out(void **state) {
 int main(void) {
 #ifdef RF_HAVE_SERVER
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_detect),  cmocka_unit_test(test_hermes),  cmocka_unit_test(test_reasoning),
+        cmocka_unit_test(test_detect), cmocka_unit_test(test_arg_deltas),  cmocka_unit_test(test_hermes),  cmocka_unit_test(test_reasoning),
         cmocka_unit_test(test_llama3),  cmocka_unit_test(test_mistral), cmocka_unit_test(test_harmony),
         cmocka_unit_test(test_json_out),
     };
