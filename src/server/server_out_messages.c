@@ -92,10 +92,27 @@ static void block_delta(srv_req *r, const char *type, const char *key, const cha
                       json_pack("{sssiso}", "type", "content_block_delta", "index", r->api_items, "delta", d));
 }
 
-/* Streams what the parse of the text so far commits (final: all of it, and the blocks closed). */
+/* A tool call's parts (tool_calls.h) as tool_use blocks: the first opens the block, the rest
+ * are input_json_delta pieces of its input. */
+static void call_part(srv_req *r, const srv_call_part *p) {
+    if (p->name) {
+        close_block(r);
+        srv_tool_call c = {(char *)p->id, (char *)p->name, NULL};
+        srv_buf_sse_event(&r->out, "content_block_start",
+                          json_pack("{sssiso}", "type", "content_block_start", "index", r->api_items, "content_block",
+                                    tool_use_block(&c, false)));
+        r->api_open = 3;
+    }
+    if (p->args_len && r->api_open == 3) block_delta(r, "input_json_delta", "partial_json", p->args, p->args_len);
+}
+
+/* Streams what the parse of the text so far commits (final: all of it, and the blocks closed).
+ * The open tool_use block's pieces go first: text in the same feed comes after them. */
 static void stream_parsed(srv_req *r, const char *text, size_t len, bool final) {
     srv_chat_delta d;
     if (!srv_choice_feed(r, 0, text, len, final, &d)) return;
+    size_t i = 0;
+    for (; i < d.n_parts && !d.parts[i].name && r->api_open == 3; i++) call_part(r, &d.parts[i]);
     if (d.reasoning_len) {
         open_block(r, 2);
         block_delta(r, "thinking_delta", "thinking", d.reasoning, d.reasoning_len);
@@ -112,16 +129,7 @@ static void stream_parsed(srv_req *r, const char *text, size_t len, bool final) 
             block_delta(r, "text_delta", "text", d.content, d.content_len);
         }
     }
-    for (size_t k = 0; k < d.n_calls; k++) {
-        close_block(r);
-        srv_buf_sse_event(&r->out, "content_block_start",
-                          json_pack("{sssiso}", "type", "content_block_start", "index", r->api_items, "content_block",
-                                    tool_use_block(&d.calls[k], false)));
-        const char *args = d.calls[k].arguments;
-        block_delta(r, "input_json_delta", "partial_json", args, strlen(args));
-        r->api_open = 3;
-        close_block(r);
-    }
+    for (; i < d.n_parts; i++) call_part(r, &d.parts[i]);
     if (final) {
         if (!r->api_items && !r->api_open) open_block(r, 1); /* an empty answer: one empty text block */
         close_block(r);

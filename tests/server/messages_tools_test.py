@@ -28,6 +28,7 @@ import server_suite
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TWO = "Let me look.\n" + CALL + '\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+LONG = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Saint-R\u00e9my-de-Provence, Bouches-du-Rh\u00f4ne"}}\n</tool_call>'
 A_TOOLS = [{"name": "get_weather", "description": "Current weather in a city",
             "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
            {"name": "get_time", "input_schema": {"type": "object", "properties": {}}}]
@@ -67,6 +68,15 @@ def test_messages(srv):
         text = "".join(s.text_stream)
         f2 = s.get_final_message()
     check([c.type for c in f2.content] == ["text", "tool_use", "tool_use"] and text.strip() == "Let me look.", f"two streamed {f2.content}")
+    # a long input streams in pieces (input_json_delta), as the model writes it
+    m6 = a_client(srv, LONG).messages.create(**kw)
+    pieces = [e.delta.partial_json for e in a_client(srv, LONG).messages.create(stream=True, **kw)
+              if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    print(f"  a long input in {len(pieces)} input_json_delta pieces")
+    check(len(pieces) > 10 and json.loads("".join(pieces)) == m6.content[0].input, f"{pieces} vs {m6.content}")
+    with a_client(srv, LONG).messages.stream(**kw) as s:
+        f6 = s.get_final_message()
+    check(f6.content[0].input == m6.content[0].input and f6.stop_reason == "tool_use", f"{f6}")
     # the loop: the call and its result go back; the prompt holds both
     turns = [{"role": "user", "content": Q}, {"role": "assistant", "content": [{"type": "tool_use", "id": b.id, "name": b.name, "input": b.input}]},
              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "18 C, sunny"}]}]
