@@ -163,8 +163,13 @@ struct srv_req {
     int64_t api_seq;       /* Responses: the next event's sequence_number */
     srv_buf api_raw;       /* Messages with several stop sequences: every token's piece, to name the one hit */
     int api_items;         /* parsed answers (tool calls, reasoning): content blocks / output items sent */
-    int api_open;          /* the one open now: 0 none, 1 text / message, 2 thinking / reasoning */
+    int api_open;          /* the one open now: 0 none, 1 text / message, 2 thinking / reasoning, 3 a tool call */
     srv_buf api_ws;        /* whitespace between tool calls, held until text follows (else dropped) */
+    /* Responses: the function_call item open now (api_open 3): its call id, name, stream index
+     * and the arguments sent so far, for its .done events */
+    char *api_call_id, *api_call_name;
+    int api_call_idx;
+    srv_buf api_args;
 };
 
 struct srv {

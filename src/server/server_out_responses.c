@@ -138,11 +138,49 @@ static void close_item(srv_req *r) {
         event(r, "response.content_part.done", o);
         event(r, "response.output_item.done", json_pack("{siso}", "output_index", r->api_items, "item",
                                                         message_item_text(r, cur->content.p ? cur->content.p : "", cur->content.len)));
+    } else if (r->api_open == 3) {
+        char id[80];
+        item_id_of(r, "fc", r->api_call_idx, id, sizeof id);
+        srv_tool_call c = {r->api_call_id, r->api_call_name, r->api_args.p ? r->api_args.p : ""};
+        json_t *o = json_pack("{sssi}", "item_id", id, "output_index", r->api_items);
+        json_object_set_new(o, "name", srv_json_bytes(c.name, strlen(c.name)));
+        json_object_set_new(o, "arguments", srv_json_bytes(c.arguments, r->api_args.len));
+        event(r, "response.function_call_arguments.done", o);
+        event(r, "response.output_item.done", json_pack("{siso}", "output_index", r->api_items, "item", call_item(r, &c, r->api_call_idx, true)));
     } else {
         return;
     }
     r->api_items++;
     r->api_open = 0;
+}
+
+/* A tool call's parts (tool_calls.h) as a function_call item: the first opens it, the rest are
+ * response.function_call_arguments.delta pieces; close_item sends its .done events. */
+static void call_part(srv_req *r, const srv_call_part *p) {
+    if (p->name) {
+        close_item(r);
+        free(r->api_call_id);
+        free(r->api_call_name);
+        r->api_call_id = strdup(p->id);
+        r->api_call_name = strdup(p->name);
+        r->api_call_idx = (int)p->index;
+        r->api_args.len = 0;
+        if (!r->api_call_id || !r->api_call_name) {
+            r->out.oom = true;
+            return;
+        }
+        srv_tool_call c = {r->api_call_id, r->api_call_name, ""};
+        event(r, "response.output_item.added", json_pack("{siso}", "output_index", r->api_items, "item", call_item(r, &c, r->api_call_idx, false)));
+        r->api_open = 3;
+    }
+    if (!p->args_len || r->api_open != 3) return;
+    char id[80];
+    item_id_of(r, "fc", r->api_call_idx, id, sizeof id);
+    json_t *o = json_pack("{sssi}", "item_id", id, "output_index", r->api_items);
+    json_object_set_new(o, "delta", srv_json_bytes(p->args, p->args_len));
+    event(r, "response.function_call_arguments.delta", o);
+    srv_buf_add(&r->api_args, p->args, p->args_len);
+    if (r->api_args.oom) r->out.oom = true;
 }
 
 static void open_item(srv_req *r, int kind) {
@@ -162,6 +200,8 @@ static void open_item(srv_req *r, int kind) {
 static void stream_parsed(srv_req *r, const char *text, size_t len, bool final) {
     srv_chat_delta d;
     if (!srv_choice_feed(r, 0, text, len, final, &d)) return;
+    size_t i = 0; /* the open call's pieces first: text in the same feed comes after them */
+    for (; i < d.n_parts && !d.parts[i].name && r->api_open == 3; i++) call_part(r, &d.parts[i]);
     if (d.reasoning_len) {
         open_item(r, 2);
         char id[80];
@@ -187,23 +227,7 @@ static void stream_parsed(srv_req *r, const char *text, size_t len, bool final) 
         }
         r->api_ws.len = 0;
     }
-    for (size_t k = 0; k < d.n_calls; k++) {
-        close_item(r);
-        const srv_tool_call *c = &d.calls[k];
-        int idx = (int)(d.first_call + k);
-        char id[80];
-        item_id_of(r, "fc", idx, id, sizeof id);
-        event(r, "response.output_item.added", json_pack("{siso}", "output_index", r->api_items, "item", call_item(r, c, idx, false)));
-        json_t *o = json_pack("{sssi}", "item_id", id, "output_index", r->api_items);
-        json_object_set_new(o, "delta", srv_json_bytes(c->arguments, strlen(c->arguments)));
-        event(r, "response.function_call_arguments.delta", o);
-        o = json_pack("{sssi}", "item_id", id, "output_index", r->api_items);
-        json_object_set_new(o, "name", srv_json_bytes(c->name, strlen(c->name)));
-        json_object_set_new(o, "arguments", srv_json_bytes(c->arguments, strlen(c->arguments)));
-        event(r, "response.function_call_arguments.done", o);
-        event(r, "response.output_item.done", json_pack("{siso}", "output_index", r->api_items, "item", call_item(r, c, idx, true)));
-        r->api_items++;
-    }
+    for (; i < d.n_parts; i++) call_part(r, &d.parts[i]);
     if (final) {
         if (!r->api_items && !r->api_open) open_item(r, 1); /* an empty answer: one empty message */
         close_item(r);

@@ -46,6 +46,9 @@ void srv_req_unref(srv_req *r) {
     srv_buf_free(&r->out);
     srv_buf_free(&r->api_raw);
     srv_buf_free(&r->api_ws);
+    srv_buf_free(&r->api_args);
+    free(r->api_call_id);
+    free(r->api_call_name);
     free(r->inject);
     srv_params_free(&r->p);
     pthread_mutex_destroy(&r->mu);
@@ -210,7 +213,7 @@ bool srv_choice_feed(srv_req *r, int ci, const char *text, size_t len, bool fina
     if (!ch->cs.ready) {
         ch->cs.cfg = srv_parse_cfg_for(&r->p, r->id, ci);
         ch->cs.ready = true;
-        ch->cs.arg_deltas = r->p.api != SRV_API_RESPONSES; /* Responses takes calls whole (for now) */
+        ch->cs.arg_deltas = true;
     }
     srv_buf_add(&ch->text, text, len);
     if (ch->text.oom || srv_chat_stream_feed(&ch->cs, ch->text.p ? ch->text.p : "", ch->text.len, final, d)) {

@@ -109,6 +109,19 @@ def test_responses(srv):
             pass
         f = s.get_final_response()
     check([o.type for o in f.output] == ["message", "function_call", "function_call"], f"stream helper {f.output}")
+    # a long call's arguments stream in pieces that add up to the .done event's and the
+    # non-streaming call's arguments
+    want = next(o for o in o_client(srv, LONG).responses.create(**kw).output if o.type == "function_call").arguments
+    evs = list(o_client(srv, LONG).responses.create(stream=True, **kw))
+    pieces = [e.delta for e in evs if e.type == "response.function_call_arguments.delta"]
+    done = [e.arguments for e in evs if e.type == "response.function_call_arguments.done"]
+    print(f"  a long call's arguments in {len(pieces)} response.function_call_arguments.delta events")
+    check(len(pieces) > 10 and "".join(pieces) == want and done == [want], f"{pieces} {done} vs {want}")
+    with o_client(srv, LONG).responses.stream(**kw) as s:
+        for _ in s:
+            pass
+        f = s.get_final_response()
+    check([o.arguments for o in f.output if o.type == "function_call"] == [want], f"stream helper {f.output}")
     c = calls[0]
     loop = [{"role": "user", "content": Q}, {"type": "function_call", "call_id": c.call_id, "name": c.name, "arguments": c.arguments},
             {"type": "function_call_output", "call_id": c.call_id, "output": "18 C, sunny"}]
