@@ -256,6 +256,65 @@ static __device__ __forceinline__ void rf_w4_kscales(const uint8_t *r, int j, __
     *sh = __float2half2_rn(d * (float)sc), *mh = __float2half2_rn(dm * (float)m);
 }
 
+/* rf_k_w4a16's stage filling: chunk k of the block's row of chunks into ring slot slot, the
+ * weights (w) and x (x) apart (W of the first stages goes out before rf_pdl_wait, x after). TM:
+ * thread 0 arms the slot's barrier with both operands' bytes (in w, so both must be issued before
+ * anyone waits) and issues the tensor copies; else every thread issues its share of 16-byte
+ * cp.async copies (rows past n_out copy the last, tokens past nt the last). */
+template <int T, int BN, int KW, bool TM> struct rf_w4_stager {
+    using L = rf_w4_tile<T, BN, KW, TM>;
+    static constexpr int SA = L::SA, CW = SA / 16;
+    const CUtensorMap *tw, *tx; /* TM: the grid constants' addresses */
+    const uint8_t *wp;
+    const rf_half *x16;
+    int64_t row_bytes;
+    unsigned base, bars; /* the ring's and the barriers' shared addresses */
+    int r0, t0, kc0, nk, nt, n_in, n_out;
+
+    __device__ __forceinline__ void w(int k, int slot) const {
+        if (k >= nk) return;
+        const int tid = threadIdx.x;
+        if constexpr (TM) { /* the stage's barrier expects W's and x's bytes: one arrival */
+            if (tid == 0) {
+                rf_w4_bar_expect(bars + 8u * slot, (unsigned)(L::ABYTES + L::XBYTES));
+                if constexpr (SA <= 256) /* a box's rows are at most 256 elements: Q8_0's 272 bytes as 17 x 16 */
+                    rf_w4_tma2d(base + (unsigned)(slot * L::STAGE), tw, (kc0 + k) * SA, r0, bars + 8u * slot);
+                else
+                    rf_w4_tma3d(base + (unsigned)(slot * L::STAGE), tw, 0, (kc0 + k) * (SA / 16), r0, bars + 8u * slot);
+            }
+            return;
+        }
+        const int64_t off = (int64_t)(kc0 + k) * SA;
+        const unsigned so = base + (unsigned)(slot * L::STAGE);
+#pragma unroll 4
+        for (int i = tid; i < RF_W4_BM * CW; i += RF_W4_NTH) {
+            const int row = i / CW, col = i % CW;
+            const int r = r0 + row < n_out ? r0 + row : n_out - 1;
+            rf_cp_async16_s(so + (unsigned)(row * SA + col * 16), wp + (int64_t)r * row_bytes + off + col * 16);
+        }
+    }
+    __device__ __forceinline__ void x(int k, int slot) const {
+        if (k >= nk) return;
+        const int tid = threadIdx.x;
+        if constexpr (TM) {
+            if (tid == 0) {
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    rf_w4_tma2d(base + (unsigned)(slot * L::STAGE + L::ABYTES + q * BN * 128), tx,
+                                (kc0 + k) * RF_W4_KC + 64 * q, t0, bars + 8u * slot);
+            }
+            return;
+        }
+        const int64_t kx = (int64_t)(kc0 + k) * RF_W4_KC;
+        const unsigned so = base + (unsigned)(slot * L::STAGE + L::ABYTES);
+#pragma unroll 4
+        for (int i = tid; i < BN * 32; i += RF_W4_NTH) {
+            const int n = i / 32, c = i % 32, tok = t0 + n < nt ? t0 + n : nt - 1;
+            rf_cp_async16_s(so + (unsigned)(n * RF_W4_SB + c * 16), x16 + (int64_t)tok * n_in + kx + c * 8);
+        }
+    }
+};
+
 /* w4a16: y[t, o] for the tokens of blockIdx.x's tile of BN and the rows of blockIdx.y's tile of
  * 128, over the chunks of 256 of blockIdx.z's share of the row (splits > 1: partial sums to
  * y + z * nt * n_out, added by rf_k_w4a16_reduce). x16: f16 [nt, n_in]. KW 1: warp (wm, wn) =
@@ -281,7 +340,7 @@ __global__ void __launch_bounds__(RF_W4_NTH, rf_w4_tile<T, BN, KW, TM>::MINB)
 rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int n_out, int64_t row_bytes,
            int splits, const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx) {
     using L = rf_w4_tile<T, BN, KW, TM>;
-    constexpr int SA = L::SA, ST = L::ST, NF = L::NF, CW = SA / 16;
+    constexpr int SA = L::SA, ST = L::ST, NF = L::NF;
     extern __shared__ __align__(16) uint8_t rf_w4_smem_raw[];
     /* TM: the ring from the first 1,024-byte boundary, the barriers after it */
     uint8_t *const rf_w4_smem =
@@ -302,56 +361,17 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
         __syncthreads();
     }
 
-    auto issue_w = [&](int k, int slot) {
-        if (k >= nk) return;
-        if constexpr (TM) { /* the stage's barrier expects W's and x's bytes: one arrival */
-            if (tid == 0) {
-                rf_w4_bar_expect(bars + 8u * slot, (unsigned)(L::ABYTES + L::XBYTES));
-                if constexpr (SA <= 256) /* a box's rows are at most 256 elements: Q8_0's 272 bytes as 17 x 16 */
-                    rf_w4_tma2d(base + (unsigned)(slot * L::STAGE), &tw, (kc0 + k) * SA, r0, bars + 8u * slot);
-                else
-                    rf_w4_tma3d(base + (unsigned)(slot * L::STAGE), &tw, 0, (kc0 + k) * (SA / 16), r0, bars + 8u * slot);
-            }
-            return;
-        }
-        const int64_t off = (int64_t)(kc0 + k) * SA;
-        const unsigned so = base + (unsigned)(slot * L::STAGE);
-#pragma unroll 4
-        for (int i = tid; i < RF_W4_BM * CW; i += RF_W4_NTH) {
-            const int row = i / CW, col = i % CW;
-            const int r = r0 + row < n_out ? r0 + row : n_out - 1;
-            rf_cp_async16_s(so + (unsigned)(row * SA + col * 16), w + (int64_t)r * row_bytes + off + col * 16);
-        }
-    };
-    auto issue_x = [&](int k, int slot) {
-        if (k >= nk) return;
-        if constexpr (TM) {
-            if (tid == 0) {
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-                    rf_w4_tma2d(base + (unsigned)(slot * L::STAGE + L::ABYTES + q * BN * 128), &tx,
-                                (kc0 + k) * RF_W4_KC + 64 * q, t0, bars + 8u * slot);
-            }
-            return;
-        }
-        const int64_t kx = (int64_t)(kc0 + k) * RF_W4_KC;
-        const unsigned so = base + (unsigned)(slot * L::STAGE + L::ABYTES);
-#pragma unroll 4
-        for (int i = tid; i < BN * 32; i += RF_W4_NTH) {
-            const int n = i / 32, c = i % 32, tok = t0 + n < nt ? t0 + n : nt - 1;
-            rf_cp_async16_s(so + (unsigned)(n * RF_W4_SB + c * 16), x16 + (int64_t)tok * n_in + kx + c * 8);
-        }
-    };
+    const rf_w4_stager<T, BN, KW, TM> fill{&tw, &tx, w, x16, row_bytes, base, bars, r0, t0, kc0, nk, nt, n_in, n_out};
 #pragma unroll
     for (int k = 0; k < ST - 1; k++) {
-        issue_w(k, k);
+        fill.w(k, k);
         rf_cp_async_commit();
     }
     rf_pdl_trigger();
     rf_pdl_wait();
 #pragma unroll
     for (int k = 0; k < ST - 1; k++) { /* groups W0..W(ST-2), X0..X(ST-2), then W+X per chunk */
-        issue_x(k, k);
+        fill.x(k, k);
         rf_cp_async_commit();
     }
     float acc[2][NF][4];
@@ -395,8 +415,8 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
         __syncthreads(); /* chunk k visible to all; slot (k - 1) % ST read by all */
         if constexpr (TM)
             if (tid == 0) rf_w4_fence_async(); /* those reads before the copies that overwrite the slot */
-        issue_w(k + ST - 1, (k + ST - 1) % ST);
-        issue_x(k + ST - 1, (k + ST - 1) % ST);
+        fill.w(k + ST - 1, (k + ST - 1) % ST);
+        fill.x(k + ST - 1, (k + ST - 1) % ST);
         rf_cp_async_commit();
         const uint8_t *sl = rf_w4_smem + (k % ST) * L::STAGE;
         const unsigned sb = base + (unsigned)((k % ST) * L::STAGE + L::ABYTES);
