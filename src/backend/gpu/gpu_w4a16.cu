@@ -315,6 +315,33 @@ template <int T, int BN, int KW, bool TM> struct rf_w4_stager {
     }
 };
 
+/* KW 2's end: the second half of each chunk's sums (warps wk = 1) added to the first's, in
+ * that order, through the ring (red) once every copy has landed and every warp is past its last
+ * read. Every thread of the block calls it; true for the warps that then store (wk = 0). */
+template <int NF>
+static __device__ __forceinline__ bool rf_w4_join(float (&acc)[2][NF][4], float *red, int wm, int wk, int lane) {
+    float *part = red + (size_t)wm * (2 * NF * 4 * 32) + lane;
+    rf_cp_async_wait<0>(); /* TM: every stage issued was waited for in the loop */
+    __syncthreads();
+    if (wk == 1) {
+#pragma unroll
+        for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+            for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) part[((mf * NF + nf) * 4 + i) * 32] = acc[mf][nf][i];
+    }
+    __syncthreads();
+    if (wk == 1) return false;
+#pragma unroll
+    for (int mf = 0; mf < 2; mf++)
+#pragma unroll
+        for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mf][nf][i] += part[((mf * NF + nf) * 4 + i) * 32];
+    return true;
+}
+
 /* w4a16: y[t, o] for the tokens of blockIdx.x's tile of BN and the rows of blockIdx.y's tile of
  * 128, over the chunks of 256 of blockIdx.z's share of the row (splits > 1: partial sums to
  * y + z * nt * n_out, added by rf_k_w4a16_reduce). x16: f16 [nt, n_in]. KW 1: warp (wm, wn) =
@@ -455,29 +482,8 @@ rf_k_w4a16(float *y, const uint8_t *w, const rf_half *x16, int nt, int n_in, int
             }
         }
     }
-    if constexpr (KW == 2) {
-        /* the second half of each chunk's sums (warps wk = 1) added to the first's, through the
-         * stages' memory once every copy has landed and every warp is past its last read */
-        float *part = reinterpret_cast<float *>(rf_w4_smem) + (size_t)wm * (2 * NF * 4 * 32) + lane;
-        rf_cp_async_wait<0>(); /* TM: every stage issued was waited for in the loop */
-        __syncthreads();
-        if (wk == 1) {
-#pragma unroll
-            for (int mf = 0; mf < 2; mf++)
-#pragma unroll
-                for (int nf = 0; nf < NF; nf++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) part[((mf * NF + nf) * 4 + i) * 32] = acc[mf][nf][i];
-        }
-        __syncthreads();
-        if (wk == 1) return;
-#pragma unroll
-        for (int mf = 0; mf < 2; mf++)
-#pragma unroll
-            for (int nf = 0; nf < NF; nf++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) acc[mf][nf][i] += part[((mf * NF + nf) * 4 + i) * 32];
-    }
+    if constexpr (KW == 2)
+        if (!rf_w4_join<NF>(acc, reinterpret_cast<float *>(rf_w4_smem), wm, wk, lane)) return;
     float *out = splits > 1 ? y + (int64_t)blockIdx.z * nt * n_out : y;
 #pragma unroll
     for (int mf = 0; mf < 2; mf++)
