@@ -23,7 +23,7 @@ char *srv_dupn(const char *s, size_t n) {
 
 void srv_chat_call_id(const srv_parse_cfg *cfg, size_t index, char id[32]) {
     static const char AL[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    uint64_t h = mix64(cfg->id_seed ^ mix64(index + 1));
+    uint64_t h = mix64(cfg->id_seed ^ mix64(index + cfg->id_skip + 1));
     if (cfg->syntax == SRV_SYNTAX_MISTRAL) {
         for (int i = 0; i < 9; i++, h /= 62) id[i] = AL[h % 62];
         id[9] = 0;

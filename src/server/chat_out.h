@@ -27,6 +27,9 @@ typedef struct srv_parse_cfg {
     bool think_open;     /* the prompt ended inside <think> (the answer starts as reasoning) */
     bool parallel;       /* false: only the first tool call is kept */
     uint64_t id_seed;    /* tool-call ids are derived from it and the call's index (stable) */
+    size_t id_skip;      /* added to a call's index for its id: a stream's calls that died after
+                          * their first part went out, so that ids follow the stream's index and
+                          * none repeats (0 elsewhere) */
 } srv_parse_cfg;
 
 typedef struct srv_tool_call {

@@ -473,9 +473,6 @@ static int stream_parts(srv_chat_stream *s, srv_chat_delta *d) {
             err |= add_part(s, d, k + s->dead, NULL, NULL, a + sent, al - sent);
         s->head_sent = false;
         k++;
-    } else if (s->head_sent && (!o->open || o->open_at != s->head_at)) { /* it did not parse */
-        s->head_sent = false;
-        s->dead++;
     }
     for (; k < o->n_calls; k++) {
         const srv_tool_call *c = &o->calls[k];
@@ -504,6 +501,16 @@ static int stream_parts(srv_chat_stream *s, srv_chat_delta *d) {
 int srv_chat_stream_feed(srv_chat_stream *s, const char *t, size_t n, bool final, srv_chat_delta *d) {
     memset(d, 0, sizeof *d);
     if (srv_chat_parse(&s->cfg, t, n, final, &s->cur)) return -1;
+    if (s->arg_deltas && s->head_sent && s->cur.n_calls <= s->sent_calls &&
+        (!s->cur.open || s->cur.open_at != s->head_at)) {
+        /* the streamed call did not parse: it keeps its stream index, and the calls after it
+         * take their ids from theirs (parsed again with the shift before anything is sent, or
+         * a call parsed in this same feed would repeat the dead one's id) */
+        s->head_sent = false;
+        s->dead++;
+        s->cfg.id_skip = s->dead;
+        if (srv_chat_parse(&s->cfg, t, n, final, &s->cur)) return -1;
+    }
     const srv_chat_out *o = &s->cur;
     /* what was sent is a prefix of what the parse now holds (partial parses only commit text
      * no continuation changes); never send less than before */

@@ -30,9 +30,10 @@ static bool json_text_eq(const char *a, const char *b) {
 }
 
 /* Streamed with argument deltas (srv_chat_stream.arg_deltas), one byte at a time: each call's
- * parts add up to a call of the final parse (same id, name and arguments text) or, for a call
- * whose final parse failed, to what it had sent; the final calls come in order. Returns the most
- * argument pieces one call got. */
+ * parts add up to a call of the final parse (same name and arguments text) or, for a call whose
+ * final parse failed, to what it had sent; the final calls come in order; each streamed call's id
+ * is the one of its stream index (so no two repeat, and with no failed call they are the final
+ * parse's). Returns the most argument pieces one call got. */
 static size_t check_parts(const char *what, srv_parse_cfg cfg, const char *text, const srv_chat_out *o) {
     enum { MAXC = 8 };
     srv_buf id[MAXC] = {{0}}, name[MAXC] = {{0}}, args[MAXC] = {{0}};
@@ -58,10 +59,14 @@ static size_t check_parts(const char *what, srv_parse_cfg cfg, const char *text,
     size_t m = 0; /* the final calls, in order, among the streamed ones */
     for (size_t k = 0; k < n_seen; k++) {
         if (pieces[k] > most) most = pieces[k];
-        if (m < o->n_calls && !strcmp(id[k].p, o->calls[m].id) && !strcmp(name[k].p, o->calls[m].name) &&
+        char want_id[32];
+        srv_chat_call_id(&cfg, k, want_id);
+        if (strcmp(id[k].p, want_id)) fprintf(stderr, "%s: streamed call %zu has id %s, its index's is %s\n", what, k, id[k].p, want_id);
+        assert_string_equal(id[k].p, want_id);
+        if (m < o->n_calls && !strcmp(name[k].p, o->calls[m].name) &&
             args[k].len == strlen(o->calls[m].arguments) && !memcmp(args[k].p ? args[k].p : "", o->calls[m].arguments, args[k].len))
             m++;
-        else if (m < o->n_calls && !strcmp(id[k].p, o->calls[m].id) && !strcmp(name[k].p, o->calls[m].name))
+        else if (m < o->n_calls && !strcmp(name[k].p, o->calls[m].name))
             fprintf(stderr, "%s: streamed call %zu has arguments [%.*s], the final parse [%s]\n", what, k, (int)args[k].len,
                     args[k].p ? args[k].p : "", o->calls[m].arguments);
     }
