@@ -213,7 +213,6 @@ bool srv_choice_feed(srv_req *r, int ci, const char *text, size_t len, bool fina
     if (!ch->cs.ready) {
         ch->cs.cfg = srv_parse_cfg_for(&r->p, r->id, ci);
         ch->cs.ready = true;
-        ch->cs.arg_deltas = true;
     }
     srv_buf_add(&ch->text, text, len);
     if (ch->text.oom || srv_chat_stream_feed(&ch->cs, ch->text.p ? ch->text.p : "", ch->text.len, final, d)) {

@@ -501,7 +501,7 @@ static int stream_parts(srv_chat_stream *s, srv_chat_delta *d) {
 int srv_chat_stream_feed(srv_chat_stream *s, const char *t, size_t n, bool final, srv_chat_delta *d) {
     memset(d, 0, sizeof *d);
     if (srv_chat_parse(&s->cfg, t, n, final, &s->cur)) return -1;
-    if (s->arg_deltas && s->head_sent && s->cur.n_calls <= s->sent_calls &&
+    if (s->head_sent && s->cur.n_calls <= s->sent_calls &&
         (!s->cur.open || s->cur.open_at != s->head_at)) {
         /* the streamed call did not parse: it keeps its stream index, and the calls after it
          * take their ids from theirs (parsed again with the shift before anything is sent, or
@@ -524,14 +524,7 @@ int srv_chat_stream_feed(srv_chat_stream *s, const char *t, size_t n, bool final
         d->content_len = o->content.len - s->sent_content;
         s->sent_content = o->content.len;
     }
-    if (s->arg_deltas) return stream_parts(s, d);
-    if (o->n_calls > s->sent_calls) {
-        d->calls = o->calls + s->sent_calls;
-        d->first_call = s->sent_calls;
-        d->n_calls = o->n_calls - s->sent_calls;
-        s->sent_calls = o->n_calls;
-    }
-    return 0;
+    return stream_parts(s, d);
 }
 
 void srv_chat_stream_free(srv_chat_stream *s) {

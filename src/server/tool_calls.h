@@ -37,15 +37,15 @@ int srv_chat_parse(const srv_parse_cfg *cfg, const char *text, size_t n, bool fi
 json_t *srv_tool_calls_json(const srv_chat_out *o);
 
 /* Streaming: what a growing text adds. Feed the whole text so far; *delta gets the new
- * reasoning and content bytes and the calls completed since the last call (indices from
- * `first_call`). Callers send them as deltas; final = true at the end of the text.
+ * reasoning and content bytes and the calls' new parts. Callers send them as deltas; final =
+ * true at the end of the text.
  *
- * With arg_deltas set, calls come as parts instead (`parts`, not `calls`): a call's first part
- * has its id and name, the next ones bytes to append to its arguments, sent as the model writes
- * them (Hermes calls, once the name is whole and the arguments object has begun; other syntaxes'
- * calls in one piece once they parse). A call whose final parse fails after parts went out ends
- * with what was sent (its text is content then, as in the final parse); later calls' stream
- * indices then run one ahead of their index in the final parse. */
+ * A call's first part has its id and name, the next ones bytes to append to its arguments, sent
+ * as the model writes them (Hermes calls, once the name is whole and the arguments object has
+ * begun; other syntaxes' calls in one piece once they parse). A call whose final parse fails
+ * after parts went out ends with what was sent (its text is content then, as in the final
+ * parse); later calls' stream indices then run one ahead of their index in the final parse, and
+ * their ids follow the stream index. */
 typedef struct srv_call_part {
     size_t index;            /* the call's index in the stream */
     const char *id, *name;   /* the call's first part: its id and name (else NULL) */
@@ -54,11 +54,10 @@ typedef struct srv_call_part {
 } srv_call_part;
 typedef struct srv_chat_stream {
     bool ready;          /* cfg set */
-    bool arg_deltas;     /* calls as parts (above) */
     srv_parse_cfg cfg;
     size_t sent_reasoning, sent_content, sent_calls;
     srv_chat_out cur;
-    /* arg_deltas: the call being streamed (its first part is out), and the calls that died */
+    /* the call being streamed (its first part is out), and the calls that died */
     bool head_sent;
     size_t head_at, dead;
     char head_id[32];
@@ -71,9 +70,7 @@ typedef struct srv_chat_delta {
     size_t reasoning_len;
     const char *content;
     size_t content_len;
-    const srv_tool_call *calls; /* new complete calls */
-    size_t n_calls, first_call;
-    const srv_call_part *parts; /* arg_deltas: the calls' parts, in order */
+    const srv_call_part *parts; /* the calls' new parts, in order */
     size_t n_parts;
 } srv_chat_delta;
 int srv_chat_stream_feed(srv_chat_stream *s, const char *text, size_t n, bool final, srv_chat_delta *delta);
