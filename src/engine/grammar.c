@@ -42,6 +42,7 @@ void rf_grammar_unref(rf_grammar *g) {
     free(g);
 }
 int32_t rf_grammar_n_rules(const rf_grammar *g) { return g->n_rules; }
+void rf_grammar_set_control_text(rf_grammar *g, bool on) { g->control_text = on; }
 
 static bool grow(void **p, int32_t *cap, int32_t need, size_t elem) {
     if (need <= *cap) return true;

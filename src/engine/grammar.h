@@ -51,6 +51,11 @@ rf_status rf_grammar_define(rf_grammar *g, int32_t rule, rf_gseq *s);
 /* Checks every referenced rule has a body and sets the start rule. */
 rf_status rf_grammar_finish(rf_grammar *g, int32_t root);
 int32_t rf_grammar_n_rules(const rf_grammar *g);
+/* Whether control tokens (other than end-of-generation ones) are matched by their text (default
+ * false: they are never allowed). Set it, before the grammar is used, for a grammar over output
+ * that renders control tokens, whose markers are control tokens the model must be able to emit
+ * (the server's tool-call grammars for Mistral's [TOOL_CALLS] and harmony's <|channel|>). */
+void rf_grammar_set_control_text(rf_grammar *g, bool on);
 
 /* GBNF text (llama.cpp's grammar syntax) -> a grammar whose root is the rule named "root". */
 rf_status rf_grammar_parse_gbnf(const char *text, size_t len, rf_grammar **out);

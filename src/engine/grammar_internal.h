@@ -29,6 +29,7 @@ struct rf_grammar {
     rf_gclass *cls;
     int32_t n_cls, cap_cls;
     int32_t root;
+    bool control_text; /* control tokens match by their text (rf_grammar_set_control_text) */
     /* token masks shared by every constraint of this grammar (grammar_mask.c): the requests of
      * a batch given one grammar meet the same parse states, so one computes what the others
      * look up; freed with the grammar */

@@ -37,6 +37,7 @@ typedef struct ltable {
 typedef struct vtrie {
     uint64_t uid; /* never reused: a grammar's shared masks name the trie they were made over */
     const rf_vocab *v;
+    bool control; /* control tokens in the trie by their text (rf_grammar_set_control_text) */
     int32_t n_vocab, refs;
     tnode *nodes;
     int32_t n_nodes, cap_nodes;
@@ -106,11 +107,12 @@ static int32_t relayout(const tnode *old, tnode *nw, int32_t at, int32_t *n) {
     return me;
 }
 
-static vtrie *trie_build(const rf_vocab *v) {
+static vtrie *trie_build(const rf_vocab *v, bool control) {
     vtrie *t = calloc(1, sizeof *t);
     int32_t nv = rf_vocab_n_tokens(v);
     if (!t) return NULL;
     t->v = v;
+    t->control = control;
     t->n_vocab = nv;
     t->tok_next = malloc((size_t)nv * sizeof(int32_t));
     t->eog = malloc((size_t)nv * sizeof(int32_t));
@@ -125,9 +127,11 @@ static vtrie *trie_build(const rf_vocab *v) {
     for (int32_t id = 0; id < nv; id++) {
         t->tok_next[id] = -1;
         t->boff[id] = (int32_t)n_bytes;
-        if (rf_vocab_is_eog(v, id)) t->eog[t->n_eog++] = id;
+        bool eog = rf_vocab_is_eog(v, id);
+        if (eog) t->eog[t->n_eog++] = id;
+        if (eog && control) continue; /* only ever allowed where the grammar may end (the mask) */
         size_t n = 0;
-        if (rf_token_to_piece(v, id, false, buf, sizeof buf, &n) || n == 0 || n > TRIE_MAX_DEPTH) continue;
+        if (rf_token_to_piece(v, id, control, buf, sizeof buf, &n) || n == 0 || n > TRIE_MAX_DEPTH) continue;
         if (n_bytes + n > cap_bytes) {
             unsigned char *nb = realloc(t->bytes, cap_bytes *= 2);
             if (!nb || n_bytes + n > (size_t)INT32_MAX) goto fail;
@@ -156,16 +160,16 @@ fail:
     return NULL;
 }
 
-static vtrie *trie_get(const rf_vocab *v) {
+static vtrie *trie_get(const rf_vocab *v, bool control) {
     pthread_mutex_lock(&g_trie_mu);
     vtrie *t = NULL;
     int free_slot = -1;
     for (int i = 0; i < 8; i++) {
-        if (g_tries[i] && g_tries[i]->v == v) t = g_tries[i];
+        if (g_tries[i] && g_tries[i]->v == v && g_tries[i]->control == control) t = g_tries[i];
         else if (!g_tries[i] && free_slot < 0) free_slot = i;
     }
     static uint64_t next_uid = 1;
-    if (!t && free_slot >= 0 && (t = trie_build(v))) g_tries[free_slot] = t, t->uid = next_uid++;
+    if (!t && free_slot >= 0 && (t = trie_build(v, control))) g_tries[free_slot] = t, t->uid = next_uid++;
     if (t) t->refs++;
     pthread_mutex_unlock(&g_trie_mu);
     return t;
@@ -304,7 +308,7 @@ rf_status rf_gconstraint_new(rf_grammar *g, const rf_vocab *v, rf_gconstraint **
     if (!c) return rf_set_error(RF_ERR_OOM, "grammar: out of memory");
     c->cur_id = -1;
     rf_status st = rf_gmatch_new(g, &c->m);
-    if (!st && !(c->t = trie_get(v))) st = rf_set_error(RF_ERR_OOM, "grammar: out of memory (vocabulary trie)");
+    if (!st && !(c->t = trie_get(v, g->control_text))) st = rf_set_error(RF_ERR_OOM, "grammar: out of memory (vocabulary trie)");
     if (!st) {
         c->mask_bytes = (c->t->n_vocab + 7) / 8;
         if (!(c->mask = calloc((size_t)c->mask_bytes, 1))) st = rf_set_error(RF_ERR_OOM, "grammar: out of memory");
@@ -705,7 +709,7 @@ bool rf_gconstraint_accept(rf_gconstraint *c, int32_t id) {
     c->cur_id = -1;
     char buf[TRIE_MAX_DEPTH + 1]; /* not in the trie: empty, too long, or no piece */
     size_t n = 0;
-    if (rf_token_to_piece(c->t->v, id, false, buf, sizeof buf, &n) || n > TRIE_MAX_DEPTH) return false;
+    if (rf_token_to_piece(c->t->v, id, c->t->control, buf, sizeof buf, &n) || n > TRIE_MAX_DEPTH) return false;
     return rf_gmatch_feed(c->m, buf, n);
 }
 
