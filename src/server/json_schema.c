@@ -1,6 +1,6 @@
 /* json_schema.c — JSON Schema (the common subset: types, objects, arrays, $ref to $defs) and "any
- * JSON object" compiled to a byte grammar (engine/grammar.h) for constrained decoding, and the
- * Hermes/Qwen tool-call grammar that enforces tool_choice "required" or a named function. */
+ * JSON object" compiled to a byte grammar (engine/grammar.h) for constrained decoding; the
+ * tool-call grammars (tool_grammar.c) build on the same compiler. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,11 +201,10 @@ static int32_t build_containers(jsc *c) {
     return c->oom ? -1 : 0;
 }
 
-static int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth); /* recursive: objects, arrays, $ref */
 #define schema srv_jsc_schema
+#define literal srv_jsc_literal
 
-/* A literal JSON value (enum / const): its compact text. */
-static void literal(jsc *c, rf_gseq *s, json_t *v) {
+void srv_jsc_literal(jsc *c, rf_gseq *s, json_t *v) {
     char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!t) {
         s->oom = true;
@@ -459,7 +458,7 @@ static int32_t ref_schema(jsc *c, json_t *sc, int depth) {
     return r;
 }
 
-static int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth) {
+int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth) {
     if (depth > MAX_SCHEMA_DEPTH) return fail(c, "%s", "the schema nests too deeply");
     if (json_is_true(sc)) return c->value;
     if (!json_is_object(sc)) return fail(c, "%s", "a schema must be an object");
@@ -528,8 +527,7 @@ static int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth) {
     return c->value;
 }
 
-/* root ::= ws body ws */
-static int finish(jsc *c, int32_t body, rf_grammar **out) {
+int srv_jsc_finish(jsc *c, int32_t body, rf_grammar **out) {
     if (body < 0) return -1;
     rf_gseq s = {0};
     rf_gseq_ref(&s, body);
@@ -544,7 +542,7 @@ static int finish(jsc *c, int32_t body, rf_grammar **out) {
     return 0;
 }
 
-static bool begin(jsc *c, char *err, size_t errlen) {
+bool srv_jsc_begin(jsc *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     c->err = err;
     c->errlen = errlen;
@@ -554,72 +552,27 @@ static bool begin(jsc *c, char *err, size_t errlen) {
     return build_base(c) == 0;
 }
 
+void srv_jsc_forget_refs(jsc *c) {
+    for (size_t i = 0; i < c->n_refs; i++) free(c->refs[i].path);
+    c->n_refs = 0;
+}
+
+void srv_jsc_end(jsc *c) {
+    rf_grammar_unref(c->g);
+    c->g = NULL;
+    srv_jsc_forget_refs(c);
+    free(c->refs);
+    c->refs = NULL;
+}
+
 int srv_json_grammar(json_t *sc, rf_grammar **out, char *err, size_t errlen) {
     jsc c;
     *out = NULL;
     int r = -1;
-    if (begin(&c, err, errlen)) {
+    if (srv_jsc_begin(&c, err, errlen)) {
         c.root = sc;
-        r = finish(&c, sc ? schema(&c, sc, 0) : c.object, out);
+        r = srv_jsc_finish(&c, sc ? schema(&c, sc, 0) : c.object, out);
     }
-    rf_grammar_unref(c.g);
-    for (size_t i = 0; i < c.n_refs; i++) free(c.refs[i].path);
-    free(c.refs);
-    return r;
-}
-
-int srv_tool_call_grammar(json_t *tools, const char *only, bool parallel, rf_grammar **out, char *err, size_t errlen) {
-    jsc c;
-    *out = NULL;
-    int r = -1;
-    if (!begin(&c, err, errlen)) goto done;
-    rf_gseq s = {0};
-    size_t n_alt = 0;
-    for (size_t i = 0; i < json_array_size(tools); i++) {
-        json_t *f = json_object_get(json_array_get(tools, i), "function");
-        json_t *nm = json_object_get(f, "name"), *pa = json_object_get(f, "parameters");
-        if (!json_is_string(nm) || (only && strcmp(only, json_string_value(nm)))) continue;
-        for (size_t k = 0; k < c.n_refs; k++) free(c.refs[k].path); /* each tool's own "#" */
-        c.n_refs = 0;
-        c.root = pa;
-        /* a schema outside the subset: any object keeps the call well-formed. Probed in a
-         * grammar of its own first: a failed compile leaves rules without a body behind. */
-        rf_grammar *probe = NULL;
-        char perr[8];
-        int32_t args = c.object;
-        if (pa && srv_json_grammar(pa, &probe, perr, sizeof perr) == 0) {
-            rf_grammar_unref(probe);
-            if ((args = schema(&c, pa, 0)) < 0) goto done;
-        }
-        if (n_alt++) rf_gseq_alt(&s);
-        lit(&c, &s, "<tool_call>\n{\"name\": ");
-        literal(&c, &s, nm);
-        lit(&c, &s, ", \"arguments\": ");
-        rf_gseq_ref(&s, args);
-        lit(&c, &s, "}\n</tool_call>");
-    }
-    if (!n_alt) {
-        rf_gseq_free(&s);
-        fail(&c, "%s", "no tool to call");
-        goto done;
-    }
-    int32_t call = def(&c, &s);
-    int32_t body = call;
-    if (parallel && call >= 0) { /* calls ::= call ("\n" call)* */
-        int32_t more = rf_grammar_rule(c.g);
-        lit(&c, &s, "\n");
-        rf_gseq_ref(&s, call);
-        rf_gseq_ref(&s, more);
-        rf_gseq_alt(&s);
-        if (more < 0 || rf_grammar_define(c.g, more, &s)) goto done;
-        rf_gseq_ref(&s, call);
-        rf_gseq_ref(&s, more);
-        body = def(&c, &s);
-    }
-    r = finish(&c, body, out);
-done:
-    rf_grammar_unref(c.g);
-    for (size_t i = 0; i < c.n_refs; i++) free(c.refs[i].path);
-    free(c.refs);
+    srv_jsc_end(&c);
     return r;
 }

@@ -1,5 +1,5 @@
-/* json_schema.h — JSON Schema (a common subset) and tool calls compiled to grammars for
- * constrained decoding (json_schema.c). */
+/* json_schema.h — JSON Schema (a common subset) compiled to a grammar for constrained decoding
+ * (json_schema.c); the tool-call grammars are in tool_grammar.h. */
 #ifndef RF_SERVER_JSON_SCHEMA_H
 #define RF_SERVER_JSON_SCHEMA_H
 
@@ -17,10 +17,4 @@
  * and the annotations title/description/default/examples/$schema/$comment. Any other keyword or
  * construct: -1 with err naming it ("unsupported JSON Schema keyword 'not'"). */
 int srv_json_grammar(json_t *schema, rf_grammar **out, char *err, size_t errlen);
-/* The Hermes/Qwen tool-call format, `<tool_call>\n{"name": N, "arguments": A}\n</tool_call>`,
- * one call (or several separated by "\n" when parallel) of the tools in the chat-completions
- * `tools` array (only the one named `only` when not NULL); arguments follow each tool's
- * `parameters` (any object when the schema is outside the subset). */
-int srv_tool_call_grammar(json_t *tools, const char *only, bool parallel, rf_grammar **out, char *err, size_t errlen);
-
 #endif

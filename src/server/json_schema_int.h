@@ -1,6 +1,6 @@
 /* json_schema_int.h — the JSON Schema compiler's state and its two primitives (fail, def) shared
- * by its files, called one way: json_schema.c (types, objects, arrays, $ref) -> json_schema_kw.c
- * (string/number bounds, formats) -> json_schema_regex.c. */
+ * by its files, called one way: tool_grammar.c (tool calls) -> json_schema.c (types, objects,
+ * arrays, $ref) -> json_schema_kw.c (string/number bounds, formats) -> json_schema_regex.c. */
 #ifndef RF_SERVER_JSON_SCHEMA_INT_H
 #define RF_SERVER_JSON_SCHEMA_INT_H
 
@@ -44,6 +44,17 @@ static inline int32_t srv_jsc_def(jsc *c, rf_gseq *s) {
     }
     return r;
 }
+
+/* json_schema.c: a compile's life (begin: a grammar with the base rules; finish: root ::= body
+ * ws, checked, moved to *out; end: whatever is left freed, always called), a schema's rule
+ * (c->root set to the document its $refs resolve against; forget_refs before the next
+ * document), and a JSON value's compact text as literal bytes. */
+bool srv_jsc_begin(jsc *c, char *err, size_t errlen);
+int srv_jsc_finish(jsc *c, int32_t body, rf_grammar **out);
+void srv_jsc_end(jsc *c);
+void srv_jsc_forget_refs(jsc *c);
+int32_t srv_jsc_schema(jsc *c, json_t *sc, int depth);
+void srv_jsc_literal(jsc *c, rf_gseq *s, json_t *v);
 
 /* json_schema_kw.c: "string" with minLength/maxLength/pattern/format, "number"/"integer" with
  * minimum/maximum/exclusive* (each returns a rule or -1 with err set). */

@@ -138,6 +138,7 @@ typedef struct srv_params {
     int syntax;                 /* srv_tool_syntax (tool_calls.h) */
     bool parse_output;          /* split reasoning / parse tool calls out of the answer */
     bool think_open;            /* the prompt ends inside <think> */
+    bool thinks;                /* the template's answers may open with a <think> block */
     rf_grammar *grammar;        /* response_format json_object / json_schema or 'grammar' (owned) */
     /* embeddings (oai_embed.c): the inputs are `prompts` */
     bool embd_base64;           /* encoding_format "base64" (else "float") */
@@ -164,8 +165,9 @@ int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *
 /* response_format (json_object, json_schema) and 'grammar' (GBNF) compiled into p->grammar;
  * a schema outside the supported subset is a 400 naming the keyword (oai_structured.c). */
 int srv_read_structured(json_t *root, srv_params *p, srv_error *e);
-/* tool_choice "required" or a named function, for a template whose calls are Hermes/Qwen
- * <tool_call> blocks: the grammar that forces a call (NULL when nothing is enforced). */
+/* tool_choice "required" or a named function on a chat whose answer is parsed (srv_chat_render):
+ * the grammar that forces a call in the template's syntax, after the reasoning its answers may
+ * open with (tool_grammar.h); NULL when nothing is enforced. */
 int srv_tool_grammar(const srv_params *p, rf_grammar **out, srv_error *e);
 
 /* Parses and checks a request body for a completions route. Returns 0 and fills *p (free with

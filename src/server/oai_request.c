@@ -620,6 +620,7 @@ int srv_chat_render(const rf_model *m, int32_t n_ctx, srv_params *p, srv_error *
     p->n_prompt_ids = cnt;
     p->syntax = syn;
     p->think_open = opens;
+    p->thinks = thinks;
     bool tools = p->tools_json != NULL;
     bool reasoning = p->reasoning_split && (thinks || opens || harmony || p->reasoning_force);
     p->parse_output = tools || reasoning || harmony; /* harmony's answer is its final channel */

@@ -1,13 +1,14 @@
 /* oai_structured.c — structured output on the chat and completions routes: `response_format`
  * (json_object, json_schema) and llama-server's `grammar` (GBNF) read into a compiled grammar
- * (json_schema.c, engine/grammar_gbnf.c), and the tool-call grammar that enforces
- * tool_choice "required" or a named function. */
+ * (json_schema.c, engine/grammar_gbnf.c), and the tool-call grammar (tool_grammar.c) that
+ * enforces tool_choice "required" or a named function. */
 #include <stdio.h>
 #include <string.h>
 
 #include "json_schema.h"
 #include "oai.h"
 #include "tool_calls.h"
+#include "tool_grammar.h"
 
 int srv_read_structured(json_t *root, srv_params *p, srv_error *e) {
     json_t *v = json_object_get(root, "response_format"), *gr = json_object_get(root, "grammar");
@@ -49,13 +50,23 @@ int srv_read_structured(json_t *root, srv_params *p, srv_error *e) {
 
 int srv_tool_grammar(const srv_params *p, rf_grammar **out, srv_error *e) {
     *out = NULL;
-    if (p->grammar || !p->tools_json || (p->tool_choice != SRV_TOOL_CHOICE_REQUIRED && p->tool_choice != SRV_TOOL_CHOICE_NAMED))
+    if (p->grammar || !p->tools_json || !p->parse_output ||
+        (p->tool_choice != SRV_TOOL_CHOICE_REQUIRED && p->tool_choice != SRV_TOOL_CHOICE_NAMED))
         return 0;
-    if (p->syntax != SRV_SYNTAX_HERMES || p->think_open) return 0; /* other formats: rendered, not enforced */
+    srv_tool_grammar_opts o = {0};
+    o.syntax = (srv_tool_syntax)p->syntax;
+    o.parallel = p->parallel_tool_calls;
+    o.control_text = p->render_special; /* the parser reads the markers the output renders */
+    /* the think block the model may write first, where the parser splits it off; a prompt that
+     * opened one leaves the model inside it whatever the split */
+    if (p->think_open) o.think = SRV_THINK_OPEN;
+    else if (p->reasoning_split && (p->thinks || p->reasoning_force)) o.think = SRV_THINK_OPTIONAL;
+    /* unsplit, the block would be the start of a Llama 3 answer, which must be all calls */
+    if (o.think == SRV_THINK_OPEN && !p->reasoning_split && o.syntax == SRV_SYNTAX_LLAMA3) return 0;
     json_error_t je;
     json_t *tools = json_loads(p->tools_json, 0, &je);
     char err[256] = "";
-    int r = tools ? srv_tool_call_grammar(tools, NULL, p->parallel_tool_calls, out, err, sizeof err) : -1;
+    int r = tools ? srv_tool_call_grammar(tools, &o, out, err, sizeof err) : -1; /* tools_json: named tool only */
     json_decref(tools);
     if (r) return srv_fail(e, 503, "server_error", NULL, "tool_choice", "the tool-call grammar failed: %s", err);
     return 0;

@@ -21,6 +21,7 @@
 #include "test_util.h"
 #ifdef RF_HAVE_SERVER
 #include "server/json_schema.h"
+#include "server/tool_grammar.h"
 #endif
 
 static bool acc(rf_grammar *g, const char *s) { return rf_grammar_accepts(g, s, strlen(s)); }
@@ -281,7 +282,10 @@ static void test_tool_call_grammar(void **state) {
     assert_non_null(tools);
     rf_grammar *g = NULL;
     char err[256];
-    assert_int_equal(srv_tool_call_grammar(tools, NULL, false, &g, err, sizeof err), 0);
+    /* the Hermes form; every syntax's and the round trip through the parser: test_tool_grammar */
+    srv_tool_grammar_opts o1 = {SRV_SYNTAX_HERMES, NULL, false, SRV_THINK_NONE, false}, many = o1;
+    many.parallel = true;
+    assert_int_equal(srv_tool_call_grammar(tools, &o1, &g, err, sizeof err), 0);
     const char *one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
     assert_true(acc(g, one));
     assert_true(acc(g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
@@ -291,7 +295,7 @@ static void test_tool_call_grammar(void **state) {
     snprintf(two, sizeof two, "%s\n%s", one, one);
     assert_false(acc(g, two)); /* parallel_tool_calls false */
     rf_grammar_unref(g);
-    assert_int_equal(srv_tool_call_grammar(tools, NULL, true, &g, err, sizeof err), 0);
+    assert_int_equal(srv_tool_call_grammar(tools, &many, &g, err, sizeof err), 0);
     assert_true(acc(g, two));
     rf_grammar_unref(g);
     json_decref(tools);
@@ -300,7 +304,7 @@ static void test_tool_call_grammar(void **state) {
                        "\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":3},\"b\":{\"$ref\":\"#/$defs/x\"}},"
                        "\"$defs\":{\"x\":{\"type\":\"string\",\"not\":{}}}}}}]", 0, NULL);
     assert_non_null(tools);
-    assert_int_equal(srv_tool_call_grammar(tools, NULL, false, &g, err, sizeof err), 0);
+    assert_int_equal(srv_tool_call_grammar(tools, &o1, &g, err, sizeof err), 0);
     assert_true(acc(g, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"zz\": 1}}\n</tool_call>"));
     rf_grammar_unref(g);
     json_decref(tools);
