@@ -424,6 +424,29 @@ static void test_mask_smollm2(void **state) {
     assert_int_equal(rf_grammar_parse_gbnf(src, strlen(src), &g), RF_OK);
     check_mask(v, g, "{\"a\": 123 }");
     rf_grammar_unref(g);
+    /* control tokens: never allowed, unless the grammar matches them by their text (tool calls
+     * whose markers are control tokens); end-of-generation ones only where the grammar may end */
+    int32_t im_start = -1, im_end = -1, nv = rf_vocab_n_tokens(v);
+    for (int32_t id = 0; id < nv; id++) {
+        const char *t = rf_vocab_token_text(v, id);
+        if (t && !strcmp(t, "<|im_start|>")) im_start = id;
+        if (t && !strcmp(t, "<|im_end|>")) im_end = id;
+    }
+    assert_true(im_start >= 0 && im_end >= 0 && rf_vocab_is_eog(v, im_end));
+    const char *ctl = "root ::= \"<|im_start|>\" [a-z] | \"<|im_end|>x\"\n";
+    for (int on = 0; on < 2; on++) {
+        assert_int_equal(rf_grammar_parse_gbnf(ctl, strlen(ctl), &g), RF_OK);
+        rf_grammar_set_control_text(g, on);
+        rf_gconstraint *c;
+        assert_int_equal(rf_gconstraint_new(g, v, &c), RF_OK);
+        int32_t n = 0;
+        const uint8_t *mk = rf_gconstraint_mask(c, &n);
+        assert_int_equal((mk[im_start >> 3] >> (im_start & 7)) & 1, on);
+        assert_int_equal((mk[im_end >> 3] >> (im_end & 7)) & 1, 0);
+        if (on) assert_true(rf_gconstraint_accept(c, im_start)); /* its text taken: "<|im_start|>" */
+        rf_gconstraint_free(c);
+        rf_grammar_unref(g);
+    }
 #ifdef RF_HAVE_SERVER
     char err[256];
     g = schema("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}},\"required\":[\"name\"]}",
