@@ -11,7 +11,10 @@ well-formed fields, and a two-turn tool loop renders the call and its result bac
 usage: tools_test.py ROCMFORGE_TEST MODEL [--quick]
 Exit 0 = pass, 1 = fail (the first failed check is printed)."""
 import json
+import os
+import subprocess
 import sys
+import tempfile
 
 import openai
 
@@ -250,6 +253,49 @@ def test_bad_requests(srv):
     check(s == 200, f"tool_choice required: {s} {data[:200]!r}")
 
 
+def test_forced_llama3(srv):
+    """tool_choice "required" and a named tool on a Llama 3 template (mkmodel's tiny model: random
+    weights, the template of <|start_header_id|> turns, so the answer is read as Llama 3.x JSON
+    calls): the grammar alone makes the call, which parses into tool_calls, streamed or not, and
+    whose arguments follow the tool's schema. A random model spends what the grammar lets it on
+    whitespace (up to 12 bytes at each of the ~10 places between an object's tokens), so the call
+    is bounded, not short: one call (parallel_tool_calls false) of these enum / 0-9 arguments is
+    under 250 bytes with the fixed text, and 320 tokens always reach its end."""
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"type": "string", "enum": ["utc", "local"]}}, "required": ["zone"]}}},
+        {"type": "function", "function": {"name": "set_unit", "parameters": {
+            "type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "n": {"type": "integer", "minimum": 0,
+                                                                             "maximum": 9}},
+            "required": ["unit", "n"]}}}]
+    schema = {"get_time": lambda a: set(a) == {"zone"} and a["zone"] in ("utc", "local"),
+              "set_unit": lambda a: set(a) == {"unit", "n"} and a["unit"] in ("c", "f") and a["n"] in range(10)}
+    with tempfile.TemporaryDirectory() as d:
+        m = os.path.join(d, "tiny.gguf")
+        subprocess.run([st.RF, "mkmodel", "--preset", "tiny", "--type", "q8_0", "-o", m], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tiny = Server("--api-key", KEY, "-c", "1024", "-t", "2", model=m)
+        try:
+            c = client(tiny)
+            mid = c.models.list().data[0].id
+            for choice, names in [("required", set(schema)), ({"type": "function", "function": {"name": "set_unit"}},
+                                                              {"set_unit"})]:
+                args = dict(model=mid, messages=MSGS, tools=tools, tool_choice=choice, max_tokens=320, temperature=0,
+                            parallel_tool_calls=False)
+                r = c.chat.completions.create(**args)
+                ch = r.choices[0]
+                calls = [(t.function.name, json.loads(t.function.arguments)) for t in ch.message.tool_calls or []]
+                print(f"  llama3 template, tool_choice {choice if isinstance(choice, str) else 'named'}: "
+                      f"{calls} ({r.usage.completion_tokens} tokens, content {ch.message.content!r})")
+                check(ch.finish_reason == "tool_calls" and calls and not ch.message.content, f"{ch}")
+                for name, a in calls:
+                    check(name in names and schema[name](a), f"call {name} {a}")
+                content, _, scalls, finish, _ = chat(tiny, None, stream=True, **args)
+                check(finish == "tool_calls" and content == "" and
+                      [(x["name"], json.loads(x["arguments"])) for x in scalls] == calls, f"stream {scalls} {finish}")
+        finally:
+            tiny.stop()
+
+
 def set_model_id(srv):
     global MID
     MID = client(srv).models.list().data[0].id
@@ -261,7 +307,8 @@ def main():
                                   ("tool calls streamed", test_stream),
                                   ("a forced call streamed in pieces", test_forced_stream), ("two-turn tool loop", test_tool_loop),
                                   ("reasoning split", test_reasoning), ("the model's own answer streamed", test_real_stream),
-                                  ("bad tool requests", test_bad_requests)], setup=set_model_id)
+                                  ("bad tool requests", test_bad_requests),
+                                  ("tool_choice forced on a Llama 3 template", test_forced_llama3)], setup=set_model_id)
 
 
 if __name__ == "__main__":
