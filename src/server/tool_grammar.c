@@ -75,6 +75,21 @@ static int32_t repeat(jsc *c, int32_t item, const char *sep, bool parallel) {
     return srv_jsc_def(c, &s);
 }
 
+/* pre {"name": NAME, "KEY": ARGS} post: a call as a JSON object (Llama 3's "parameters",
+ * Hermes' and Mistral's list "arguments"), in the spacing the templates write. */
+static void json_call(jsc *c, rf_gseq *s, const char *pre, json_t *nm, const char *key, int32_t args,
+                      const char *post) {
+    lit(c, s, pre);
+    lit(c, s, "{\"name\": ");
+    srv_jsc_literal(c, s, nm);
+    lit(c, s, ", \"");
+    lit(c, s, key);
+    lit(c, s, "\": ");
+    rf_gseq_ref(s, args);
+    lit(c, s, "}");
+    lit(c, s, post);
+}
+
 /* The alternatives of one call per tool, in the syntax's form (form 1: Mistral's bare
  * name[ARGS]{...}; form 0 everything else), into s. Returns how many tools, or -1. */
 static int call_alts(jsc *c, json_t *tools, const srv_tool_grammar_opts *o, int form, rf_gseq *s) {
@@ -96,24 +111,14 @@ static int call_alts(jsc *c, json_t *tools, const srv_tool_grammar_opts *o, int 
         }
         if (n_alt++) rf_gseq_alt(s);
         switch (o->syntax) {
-        case SRV_SYNTAX_LLAMA3:
-            lit(c, s, "{\"name\": ");
-            srv_jsc_literal(c, s, nm);
-            lit(c, s, ", \"parameters\": ");
-            rf_gseq_ref(s, args);
-            lit(c, s, "}");
-            break;
+        case SRV_SYNTAX_LLAMA3: json_call(c, s, "", nm, "parameters", args, ""); break;
         case SRV_SYNTAX_MISTRAL:
             if (form == 1) {
                 lit(c, s, json_string_value(nm)); /* names are [A-Za-z0-9_.-] (oai_tools.c) */
                 lit(c, s, "[ARGS]");
                 rf_gseq_ref(s, args);
             } else {
-                lit(c, s, "{\"name\": ");
-                srv_jsc_literal(c, s, nm);
-                lit(c, s, ", \"arguments\": ");
-                rf_gseq_ref(s, args);
-                lit(c, s, "}");
+                json_call(c, s, "", nm, "arguments", args, "");
             }
             break;
         case SRV_SYNTAX_HARMONY:
@@ -123,11 +128,7 @@ static int call_alts(jsc *c, json_t *tools, const srv_tool_grammar_opts *o, int 
             rf_gseq_ref(s, args);
             break;
         default: /* Hermes, and no known syntax, which the parser reads as Hermes */
-            lit(c, s, "<tool_call>\n{\"name\": ");
-            srv_jsc_literal(c, s, nm);
-            lit(c, s, ", \"arguments\": ");
-            rf_gseq_ref(s, args);
-            lit(c, s, "}\n</tool_call>");
+            json_call(c, s, "<tool_call>\n", nm, "arguments", args, "\n</tool_call>");
             break;
         }
     }
