@@ -151,20 +151,23 @@ int srv_harmony_parse(const srv_parse_cfg *cfg, const char *t, size_t n, bool fi
         bool closed = e < n || tl;
         bool call = to && tol > 10 && !memcmp(to, "functions.", 10);
         if (call) {
-            if (!closed && !final) break; /* an open call: wait for all of it */
             size_t a0 = b, a1 = e;
             while (a0 < a1 && is_ws(t[a0])) a0++;
             while (a1 > a0 && is_ws(t[a1 - 1])) a1--;
-            json_error_t je;
-            json_t *j = cfg->tools ? json_loadb(t + a0, a1 - a0, 0, &je) : NULL;
-            if (j && json_is_object(j)) {
-                if ((cfg->parallel || o->n_calls == 0) &&
-                    srv_chat_add_call(o, cfg, to + 10, tol - 10, t + a0, a1 - a0))
-                    { json_decref(j); return -1; }
+            if (!closed && !final) { /* an open call: its arguments stream as they come */
+                if (cfg->tools && a0 < n && t[a0] == '{' &&
+                    srv_chat_open_call(o, cfg, p, NULL, 0, to + 10, tol - 10, t, n - harmony_hold(t, n), a0))
+                    return -1;
+                break;
+            }
+            json_t *j = cfg->tools ? json_loadb(t + a0, a1 - a0, 0, NULL) : NULL;
+            bool obj = json_is_object(j);
+            json_decref(j);
+            if (obj) { /* the arguments as a stream sent them (srv_args_scan) */
+                if (srv_chat_add_call_at(o, cfg, p, NULL, 0, to + 10, tol - 10, t, a1, a0)) return -1;
             } else {
                 srv_buf_add(&o->content, t + b, e - b); /* not a call we can return: its text */
             }
-            json_decref(j);
         } else {
             size_t end = e;
             if (!closed && !final) end = n - harmony_hold(t, n);

@@ -97,7 +97,7 @@ static void block_delta(srv_req *r, const char *type, const char *key, const cha
 static void call_part(srv_req *r, const srv_call_part *p) {
     if (p->name) {
         close_block(r);
-        srv_tool_call c = {(char *)p->id, (char *)p->name, NULL};
+        srv_tool_call c = {.id = (char *)p->id, .name = (char *)p->name};
         srv_buf_sse_event(&r->out, "content_block_start",
                           json_pack("{sssiso}", "type", "content_block_start", "index", r->api_items, "content_block",
                                     tool_use_block(&c, false)));

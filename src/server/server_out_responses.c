@@ -141,7 +141,7 @@ static void close_item(srv_req *r) {
     } else if (r->api_open == 3) {
         char id[80];
         item_id_of(r, "fc", r->api_call_idx, id, sizeof id);
-        srv_tool_call c = {r->api_call_id, r->api_call_name, r->api_args.p ? r->api_args.p : ""};
+        srv_tool_call c = {.id = r->api_call_id, .name = r->api_call_name, .arguments = r->api_args.p ? r->api_args.p : ""};
         json_t *o = json_pack("{sssi}", "item_id", id, "output_index", r->api_items);
         json_object_set_new(o, "name", srv_json_bytes(c.name, strlen(c.name)));
         json_object_set_new(o, "arguments", srv_json_bytes(c.arguments, r->api_args.len));
@@ -169,7 +169,7 @@ static void call_part(srv_req *r, const srv_call_part *p) {
             r->out.oom = true;
             return;
         }
-        srv_tool_call c = {r->api_call_id, r->api_call_name, ""};
+        srv_tool_call c = {.id = r->api_call_id, .name = r->api_call_name, .arguments = ""};
         event(r, "response.output_item.added", json_pack("{siso}", "output_index", r->api_items, "item", call_item(r, &c, r->api_call_idx, false)));
         r->api_open = 3;
     }

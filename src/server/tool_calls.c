@@ -56,159 +56,108 @@ srv_parse_cfg srv_parse_cfg_for(const srv_params *p, const char *req_id, int cho
     return c;
 }
 
-/* ---- results ------------------------------------------------------------------------------- */
+/* ---- calls as JSON objects: {"name": ..., "arguments"|"parameters": ...} --------------------
+ * (Hermes blocks, Llama 3.x answers, Mistral lists) */
 
-/* {"name": ..., "arguments"|"parameters": ...} as a call; false when it is not one. The
- * arguments go out as compact JSON text (a string value is taken as the text itself). */
-static bool add_json_call(srv_chat_out *o, const srv_parse_cfg *cfg, json_t *j, const char *id, int *err) {
-    if (!json_is_object(j)) return false;
-    json_t *name = json_object_get(j, "name");
-    json_t *args = json_object_get(j, "arguments");
-    if (!args) args = json_object_get(j, "parameters");
-    if (!json_is_string(name) || json_string_length(name) == 0) return false;
-    char *text = NULL;
-    if (!args || json_is_null(args)) text = strdup("{}");
-    else if (json_is_string(args)) { /* JSON text in a string: only when it is an object */
-        json_t *in = json_loads(json_string_value(args), 0, NULL);
-        bool obj = json_is_object(in);
-        json_decref(in);
-        if (!obj) return false;
-        text = strdup(json_string_value(args));
-    }
-    else if (json_is_object(args)) text = json_dumps(args, JSON_COMPACT);
-    else return false;
-    if (!text) {
-        *err = -1;
-        return true;
-    }
-    size_t before = o->n_calls;
-    if (srv_chat_add_call(o, cfg, json_string_value(name), json_string_length(name), text, strlen(text))) *err = -1;
-    else if (id && o->n_calls > before) {
-        char *d = strdup(id);
-        if (d) {
-            free(o->calls[before].id);
-            o->calls[before].id = d;
-        }
-    }
-    free(text);
+/* Skips whitespace, "key", whitespace, ':' and whitespace at t[*i] when the key is lit. */
+static bool key_is(const char *t, size_t n, size_t *i, const char *lit) {
+    size_t j = *i, k = strlen(lit);
+    while (j < n && is_ws(t[j])) j++;
+    if (!starts(t, n, j, "\"") || !starts(t, n, j + 1, lit) || !starts(t, n, j + 1 + k, "\"")) return false;
+    j += k + 2;
+    while (j < n && is_ws(t[j])) j++;
+    if (j == n || t[j] != ':') return false;
+    j++;
+    while (j < n && is_ws(t[j])) j++;
+    *i = j;
     return true;
 }
 
-/* ---- Hermes / Qwen: <tool_call>{json}</tool_call> ------------------------------------------ */
-
-/* Walks the JSON object at t[i] ('{'), appending its text less the whitespace outside strings
- * to out. Returns the index just past its closing brace (*done), or where the text ends or
- * where the first byte JSON cannot have stands (*bad; nothing from it on is appended). Only the
- * bytes are checked, not the grammar: the final parse (jansson) judges the whole. */
-static size_t obj_scan(const char *t, size_t n, size_t i, srv_buf *out, bool *done, bool *bad) {
-    char stack[64];
-    int depth = 0;
-    bool in_str = false, esc = false;
-    *done = *bad = false;
-    for (; i < n; i++) {
-        unsigned char ch = (unsigned char)t[i];
-        if (in_str) {
-            if (ch < 0x20) break;
-            if (esc) esc = false;
-            else if (ch == '\\') esc = true;
-            else if (ch == '"') in_str = false;
-        } else if (is_ws((char)ch)) {
-            continue;
-        } else if (ch == '{' || ch == '[') {
-            if (depth == (int)sizeof stack) break;
-            stack[depth++] = ch == '{' ? '}' : ']';
-        } else if (ch == '}' || ch == ']') {
-            if (!depth || stack[depth - 1] != (char)ch) break;
-            depth--;
-        } else if (ch == '"') {
-            in_str = true;
-        } else if (!strchr(":,-+.0123456789eEtrufalsn", ch) || !ch) {
-            break;
-        }
-        srv_buf_add(out, t + i, 1);
-        if (!depth) {
-            *done = true;
-            return i + 1;
-        }
-    }
-    *bad = i < n;
-    return i;
-}
-
-/* Bytes at the end of s[0..n) that begin a UTF-8 sequence the text has not finished. */
-static size_t utf8_cut(const char *s, size_t n) {
-    for (size_t k = 1; k <= 3 && k <= n; k++) {
-        unsigned char c = (unsigned char)s[n - k];
-        if ((c & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
-        size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        return need > k ? k : 0;
-    }
-    return 0;
-}
-
-/* The call a Hermes block t[0..n) (the JSON after <tool_call>) is writing, as far as it goes:
- * {"name": "...", "arguments": {... in that order (how Qwen and Hermes write them). Puts the name
- * in *name and the arguments object's text so far, less the whitespace outside strings, in
- * *args; true once the name is whole and the object has begun with no byte JSON cannot have
- * (*done: the object is closed). Anything else (other keys first, escapes in the name, arguments
- * as a string) is false: such calls go out whole once they parse. */
-static bool hermes_walk(const char *t, size_t n, srv_buf *name, srv_buf *args, bool *done) {
-    size_t i = 0;
-    bool named = false;
-    *done = false;
+/* Whether the object at t[i] (after whitespace) begins {"name": "NAME", "arguments"|"parameters":
+ * { — the order models write: then the name, with no escapes, is t[*n0..*n1) and the arguments
+ * object starts at *args_at, and a stream can send the call in pieces. A call written otherwise
+ * (other keys first, escapes in the name, arguments as a string) goes out whole once it parses. */
+static bool call_head(const char *t, size_t n, size_t i, size_t *n0, size_t *n1, size_t *args_at) {
     while (i < n && is_ws(t[i])) i++;
-    if (i == n || t[i++] != '{') return false;
-    for (;;) {
-        while (i < n && is_ws(t[i])) i++;
-        if (i == n || t[i] != '"') return false;
-        size_t k0 = ++i;
-        while (i < n && t[i] != '"' && t[i] != '\\') i++;
-        if (i == n || t[i] != '"') return false;
-        size_t k1 = i++;
-        while (i < n && is_ws(t[i])) i++;
-        if (i == n || t[i++] != ':') return false;
-        while (i < n && is_ws(t[i])) i++;
-        if (i == n) return false;
-        if (!named && k1 - k0 == 4 && !memcmp(t + k0, "name", 4)) {
-            if (t[i] != '"') return false;
-            size_t v0 = ++i;
-            while (i < n && t[i] != '"' && t[i] != '\\' && (unsigned char)t[i] >= 0x20) i++;
-            if (i == n || t[i] != '"' || i == v0) return false;
-            srv_buf_add(name, t + v0, i - v0);
-            named = true;
-            i++;
-            while (i < n && is_ws(t[i])) i++;
-            if (i == n || t[i++] != ',') return false;
-            continue;
-        }
-        if (!named || k1 - k0 != 9 || memcmp(t + k0, "arguments", 9) || t[i] != '{') return false;
-        bool bad;
-        obj_scan(t, n, i, args, done, &bad);
-        if (bad) return false;
-        args->len -= utf8_cut(args->p, args->len); /* a character split across tokens waits */
-        if (args->p) args->p[args->len] = 0;
-        return !name->oom && !args->oom;
-    }
+    if (i == n || t[i++] != '{' || !key_is(t, n, &i, "name") || i == n || t[i] != '"') return false;
+    size_t v0 = ++i;
+    while (i < n && t[i] != '"' && t[i] != '\\' && (unsigned char)t[i] >= 0x20) i++;
+    if (i == n || t[i] != '"' || i == v0) return false;
+    *n0 = v0;
+    *n1 = i++;
+    while (i < n && is_ws(t[i])) i++;
+    if (i == n || t[i++] != ',') return false;
+    if (!key_is(t, n, &i, "arguments") && !key_is(t, n, &i, "parameters")) return false;
+    if (i == n || t[i] != '{') return false;
+    *args_at = i;
+    return true;
 }
 
-/* A parsed Hermes call's arguments as the model wrote them, less insignificant whitespace, when
- * they are the same JSON as jansson's compact text: what a stream sent of them is then a prefix. */
-static void hermes_raw_args(const char *t, size_t n, srv_tool_call *c) {
-    srv_buf name = {0}, args = {0};
-    bool done;
-    if (hermes_walk(t, n, &name, &args, &done) && done) {
-        json_t *a = json_loadb(args.p, args.len, 0, NULL), *b = json_loads(c->arguments, 0, NULL);
-        char *d = a && b && json_equal(a, b) ? srv_dupn(args.p, args.len) : NULL;
-        if (d) {
-            free(c->arguments);
-            c->arguments = d;
+/* The JSON call object in t[p..e) (whitespace around it allowed), starting at `at` in the answer,
+ * added to o (id: the model's, NULL: derived). False when it is no call: not an object, no name,
+ * arguments neither an object nor an object's JSON text in a string, or, written as call_head
+ * reads it, a key repeated so that jansson's call is not the one a stream sent (the stream's
+ * call then dies, as one that does not parse). Its arguments are the text a stream sends
+ * (srv_args_scan) when it has an arguments object, else jansson's compact text. */
+static bool json_call(srv_chat_out *o, const srv_parse_cfg *cfg, const char *t, size_t p, size_t e, size_t at, int *err) {
+    json_t *j = json_loadb(t + p, e - p, 0, NULL);
+    json_t *name = json_object_get(j, "name"), *args = json_object_get(j, "arguments");
+    if (!args) args = json_object_get(j, "parameters");
+    bool ok = json_is_string(name) && json_string_length(name) > 0;
+    size_t nl = ok ? json_string_length(name) : 0, n0, n1, a;
+    if (ok && call_head(t, e, p, &n0, &n1, &a)) { /* what a stream sent must be what parsed */
+        ok = json_is_object(args) && n1 - n0 == nl && !memcmp(t + n0, json_string_value(name), nl);
+        srv_buf raw = {0};
+        size_t end;
+        if (ok) ok = srv_args_scan(t, e, a, &raw, &end) == 1;
+        json_t *r = ok ? json_loadb(raw.p, raw.len, 0, NULL) : NULL;
+        ok = ok && json_equal(r, args);
+        json_decref(r);
+        if (ok && srv_chat_add_call(o, cfg, at, NULL, 0, json_string_value(name), nl, raw.p, raw.len)) *err = -1;
+        if (raw.oom) *err = -1;
+        srv_buf_free(&raw);
+    } else if (ok) {
+        char *text = NULL;
+        if (!args || json_is_null(args)) {
+            text = strdup("{}");
+        } else if (json_is_string(args)) { /* JSON text in a string: only when it is an object */
+            json_t *in = json_loads(json_string_value(args), 0, NULL);
+            ok = json_is_object(in);
+            json_decref(in);
+            if (ok) text = strdup(json_string_value(args));
+        } else if (json_is_object(args)) {
+            text = json_dumps(args, JSON_COMPACT);
+        } else {
+            ok = false;
         }
-        json_decref(a);
-        json_decref(b);
+        if (ok && (!text || srv_chat_add_call(o, cfg, at, NULL, 0, json_string_value(name), nl, text, strlen(text))))
+            *err = -1;
+        free(text);
     }
-    srv_buf_free(&name);
-    srv_buf_free(&args);
+    json_decref(j);
+    return ok;
 }
+
+/* A partial parse's JSON call object at t[p], not closed yet: open when call_head reads it. */
+static int json_open(srv_chat_out *o, const srv_parse_cfg *cfg, const char *t, size_t n, size_t p) {
+    size_t n0, n1, a;
+    return call_head(t, n, p, &n0, &n1, &a) ? srv_chat_open_call(o, cfg, p, NULL, 0, t + n0, n1 - n0, t, n, a) : 0;
+}
+
+/* A JSON call object that is one item of a sequence (Llama 3 answers, Mistral lists) at t[p]
+ * ('{'): 1 when it is a call (added; *end past it), 0 when it may still become one (open, when
+ * streamable), -1 when it is none (then no continuation makes it one). */
+static int json_item(srv_chat_out *o, const srv_parse_cfg *cfg, const char *t, size_t n, size_t p, bool final,
+                     size_t *end, int *err) {
+    int st = srv_args_scan(t, n, p, NULL, end);
+    if (st == 0 && !final) {
+        if (json_open(o, cfg, t, n, p)) *err = -1;
+        return 0;
+    }
+    return st == 1 && json_call(o, cfg, t, p, *end, p, err) ? 1 : -1;
+}
+
+/* ---- Hermes / Qwen: <tool_call>{json}</tool_call> ------------------------------------------ */
 
 static int parse_hermes(const srv_parse_cfg *cfg, const char *t, size_t n, bool final, srv_chat_out *o) {
     static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
@@ -225,133 +174,108 @@ static int parse_hermes(const srv_parse_cfg *cfg, const char *t, size_t n, bool 
         srv_buf_add(&o->content, t + p, bi - p);
         size_t j0 = bi + strlen(OPEN);
         const char *c = find(t, n, j0, CLOSE);
-        if (!c && !final) { /* an open call: wait for its end, and say how far it has come */
-            bool done;
-            if (cfg->parallel || !o->n_calls)
-                o->open = hermes_walk(t + j0, n - j0, &o->open_name, &o->open_args, &done);
-            o->open_at = bi;
+        if (!c && !final) { /* an open call: wait for its end, streaming its arguments */
+            size_t m = n - srv_marker_tail(t, n, CLOSE), n0, n1, a;
+            if (call_head(t, m, j0, &n0, &n1, &a)) err = srv_chat_open_call(o, cfg, bi, NULL, 0, t + n0, n1 - n0, t, m, a);
             break;
         }
         size_t j1 = c ? (size_t)(c - t) : n, after = c ? j1 + strlen(CLOSE) : n;
-        json_error_t je;
-        json_t *j = json_loadb(t + j0, j1 - j0, 0, &je);
-        size_t before = o->n_calls;
-        if (!add_json_call(o, cfg, j, NULL, &err)) srv_buf_add(&o->content, t + bi, after - bi);
-        else if (!err && o->n_calls > before) hermes_raw_args(t + j0, j1 - j0, &o->calls[before]);
-        json_decref(j);
+        if (!json_call(o, cfg, t, j0, j1, bi, &err)) srv_buf_add(&o->content, t + bi, after - bi);
         p = after;
     }
     return err;
 }
 
-/* ---- Llama 3.x: the answer is a JSON call (or several, ';'-separated), maybe after <|python_tag|> */
+/* ---- Llama 3.x: the answer is a JSON call (or several, ';'-separated), maybe after <|python_tag|>.
+ * The calls run from the start; the first thing that is no call ends them, and it and all after
+ * it are content (all of the answer when no call came first). So a call is final once its object
+ * closes, and a stream can send calls as they come. */
 
 static int parse_llama3(const srv_parse_cfg *cfg, const char *t, size_t n, bool final, srv_chat_out *o) {
     static const char TAG[] = "<|python_tag|>";
     size_t i = 0;
     while (i < n && is_ws(t[i])) i++;
     bool tag = starts(t, n, i, TAG);
-    bool maybe = i == n || t[i] == '{' || tag || (n - i < strlen(TAG) && !memcmp(t + i, TAG, n - i));
-    if (!maybe) {
-        srv_buf_add(&o->content, t, n); /* plain text: streamed as it comes */
+    if (!tag && i < n && t[i] != '{') { /* plain text (streamed as it comes), or a tag begun */
+        if (final || n - i >= strlen(TAG) || memcmp(t + i, TAG, n - i)) srv_buf_add(&o->content, t, n);
         return 0;
     }
-    if (!final) return 0; /* a call or the start of one: decided at the end */
-    size_t p = tag ? i + strlen(TAG) : i;
+    size_t p = tag ? i + strlen(TAG) : i, q = 0; /* q: where the content starts if no call follows */
     int err = 0;
-    srv_chat_out tmp = {0};
-    bool ok = true;
-    size_t count = 0;
-    while (ok && !err) {
+    while (!err) {
         while (p < n && (is_ws(t[p]) || t[p] == ';')) p++;
+        if (o->n_calls) q = p;
         if (p == n) break;
-        json_error_t je;
-        json_t *j = json_loadb(t + p, n - p, JSON_DISABLE_EOF_CHECK, &je);
-        if (!j) {
-            ok = false;
-            break;
-        }
-        p += (size_t)je.position;
-        ok = add_json_call(&tmp, cfg, j, NULL, &err);
-        json_decref(j);
-        count++;
+        size_t end;
+        int st = t[p] == '{' ? json_item(o, cfg, t, n, p, final, &end, &err) : -1;
+        if (st < 0) srv_buf_add(&o->content, t + q, n - q);
+        if (st <= 0) break;
+        p = end;
     }
-    if (ok && count && !err) { /* all calls: move them over */
-        for (size_t k = 0; k < tmp.n_calls && !err; k++)
-            err = srv_chat_add_call(o, cfg, tmp.calls[k].name, strlen(tmp.calls[k].name), tmp.calls[k].arguments,
-                                    strlen(tmp.calls[k].arguments));
-    } else {
-        srv_buf_add(&o->content, t, n);
-    }
-    srv_chat_out_free(&tmp);
     return err;
 }
 
-/* ---- Mistral: [TOOL_CALLS][{...}, ...] or [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} ----------- */
+/* ---- Mistral: [TOOL_CALLS][{...}, ...] or [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} ------------
+ * Calls run from the first [TOOL_CALLS] to the end of the answer; as with Llama 3, the first
+ * thing that is no call ends them and is content from there on. */
 
-static bool mistral_calls(const srv_parse_cfg *cfg, const char *t, size_t n, size_t p, srv_chat_out *o, int *err) {
-    static const char TC[] = "[TOOL_CALLS]";
-    size_t any = 0;
-    for (;;) {
-        while (p < n && is_ws(t[p])) p++;
-        if (p == n) return any > 0;
-        if (starts(t, n, p, TC)) {
-            p += strlen(TC);
-            continue;
+/* The list at t[*p] ('['): its calls added as they close (*q: past the last one and its comma).
+ * 1: the list closed (*p past it); 0: it may go on; -1: it went wrong. The model's "id"s are
+ * not kept: a stream sends a call's id before its later keys are written. */
+static int mistral_list(const srv_parse_cfg *cfg, const char *t, size_t n, bool final, size_t *p, size_t *q,
+                        srv_chat_out *o, int *err) {
+    size_t i = *p + 1;
+    for (bool first = true;; first = false) {
+        while (i < n && is_ws(t[i])) i++;
+        if (i < n && !first && t[i] == ']') {
+            *p = i + 1;
+            return 1;
         }
-        json_error_t je;
-        if (t[p] == '[' && !starts(t, n, p, "[ARGS]")) { /* a JSON list of calls */
-            json_t *a = json_loadb(t + p, n - p, JSON_DISABLE_EOF_CHECK, &je);
-            if (!json_is_array(a) || !json_array_size(a)) {
-                json_decref(a);
-                return false;
-            }
-            p += (size_t)je.position;
-            size_t k;
-            json_t *c;
-            json_array_foreach(a, k, c) {
-                json_t *id = json_object_get(c, "id");
-                if (!add_json_call(o, cfg, c, json_is_string(id) ? json_string_value(id) : NULL, err)) {
-                    json_decref(a);
-                    return false;
-                }
-            }
-            json_decref(a);
-            any++;
-            continue;
+        if (i < n && !first) {
+            if (t[i] != ',') return -1;
+            i++;
+            while (i < n && is_ws(t[i])) i++;
+            *q = i;
         }
-        const char *ar = find(t, n, p, "[ARGS]");
-        if (!ar) return false;
-        size_t ne = (size_t)(ar - t);
-        const char *ci = find(t, ne, p, "[CALL_ID]");
-        size_t name_end = ci ? (size_t)(ci - t) : ne;
-        size_t a = p, b = name_end;
-        while (b > a && is_ws(t[b - 1])) b--;
-        if (b == a) return false;
-        for (size_t k = a; k < b; k++)
-            if (t[k] == '[' || t[k] == '{' || is_ws(t[k])) return false;
-        p = ne + strlen("[ARGS]");
-        json_t *args = json_loadb(t + p, n - p, JSON_DISABLE_EOF_CHECK, &je);
-        if (!json_is_object(args)) {
-            json_decref(args);
-            return false;
-        }
-        size_t j0 = p;
-        p += (size_t)je.position;
-        size_t before = o->n_calls;
-        if (srv_chat_add_call(o, cfg, t + a, b - a, t + j0, p - j0)) *err = -1;
-        if (ci && o->n_calls > before) {
-            size_t i0 = (size_t)(ci - t) + strlen("[CALL_ID]"), i1 = ne;
-            while (i1 > i0 && is_ws(t[i1 - 1])) i1--;
-            char *d = srv_dupn(t + i0, i1 - i0);
-            if (d) {
-                free(o->calls[before].id);
-                o->calls[before].id = d;
-            }
-        }
-        json_decref(args);
-        any++;
+        if (i == n) return final ? -1 : 0;
+        size_t end;
+        int st = t[i] == '{' ? json_item(o, cfg, t, n, i, final, &end, err) : -1;
+        if (st <= 0) return st;
+        *q = i = end;
     }
+}
+
+/* name[CALL_ID]id[ARGS]{...} at t[*p]: as mistral_list. */
+static int mistral_named(const srv_parse_cfg *cfg, const char *t, size_t n, bool final, size_t *p, srv_chat_out *o,
+                         int *err) {
+    const char *ar = find(t, n, *p, "[ARGS]");
+    if (!ar) return final ? -1 : 0;
+    size_t ne = (size_t)(ar - t);
+    const char *ci = find(t, ne, *p, "[CALL_ID]");
+    size_t a = *p, b = ci ? (size_t)(ci - t) : ne;
+    while (b > a && is_ws(t[b - 1])) b--;
+    if (b == a) return -1;
+    for (size_t k = a; k < b; k++)
+        if (t[k] == '[' || t[k] == '{' || is_ws(t[k])) return -1;
+    size_t i0 = ci ? (size_t)(ci - t) + strlen("[CALL_ID]") : 0, i1 = ne;
+    while (ci && i1 > i0 && is_ws(t[i1 - 1])) i1--;
+    const char *id = ci && i1 > i0 ? t + i0 : NULL; /* the model's own id */
+    size_t i = ne + strlen("[ARGS]"), end;
+    while (i < n && is_ws(t[i])) i++;
+    if (i == n) return final ? -1 : 0;
+    if (t[i] != '{') return -1;
+    int st = srv_args_scan(t, n, i, NULL, &end);
+    if (st == 0 && !final) {
+        *err = srv_chat_open_call(o, cfg, *p, id, i1 - i0, t + a, b - a, t, n, i);
+        return 0;
+    }
+    json_t *args = st == 1 ? json_loadb(t + i, end - i, 0, NULL) : NULL;
+    bool obj = json_is_object(args);
+    json_decref(args);
+    if (!obj) return -1;
+    if (srv_chat_add_call_at(o, cfg, *p, id, i1 - i0, t + a, b - a, t, end, i)) *err = -1;
+    *p = end;
+    return 1;
 }
 
 static int parse_mistral(const srv_parse_cfg *cfg, const char *t, size_t n, bool final, srv_chat_out *o) {
@@ -362,29 +286,22 @@ static int parse_mistral(const srv_parse_cfg *cfg, const char *t, size_t n, bool
         srv_buf_add(&o->content, t, e);
         return 0;
     }
-    size_t mi = (size_t)(m - t);
-    srv_buf_add(&o->content, t, mi);
-    if (!final) return 0; /* the calls run to the end of the answer */
+    size_t p = (size_t)(m - t), q = p; /* q: where the content starts if no call follows */
+    srv_buf_add(&o->content, t, p);
     int err = 0;
-    srv_chat_out tmp = {0};
-    bool ok = mistral_calls(cfg, t, n, mi, &tmp, &err);
-    if (ok && !err) {
-        for (size_t k = 0; k < tmp.n_calls && !err; k++) {
-            size_t before = o->n_calls;
-            err = srv_chat_add_call(o, cfg, tmp.calls[k].name, strlen(tmp.calls[k].name), tmp.calls[k].arguments,
-                                    strlen(tmp.calls[k].arguments));
-            if (!err && o->n_calls > before) { /* keep the model's own id */
-                char *d = strdup(tmp.calls[k].id);
-                if (d) {
-                    free(o->calls[before].id);
-                    o->calls[before].id = d;
-                }
-            }
+    while (!err) {
+        while (p < n && is_ws(t[p])) p++;
+        if (starts(t, n, p, TC)) {
+            p += strlen(TC);
+            continue;
         }
-    } else {
-        srv_buf_add(&o->content, t + mi, n - mi);
+        if (p == n || (!final && n - p < strlen(TC) && !memcmp(t + p, TC, n - p))) break; /* the end, or a marker begun */
+        int st = t[p] == '[' && !starts(t, n, p, "[ARGS]") ? mistral_list(cfg, t, n, final, &p, &q, o, &err)
+                                                           : mistral_named(cfg, t, n, final, &p, o, &err);
+        if (st < 0) srv_buf_add(&o->content, t + q, n - q);
+        if (st <= 0) break;
+        q = p;
     }
-    srv_chat_out_free(&tmp);
     return err;
 }
 
@@ -458,19 +375,17 @@ static int add_part(srv_chat_stream *s, srv_chat_delta *d, size_t index, const c
 }
 
 /* The calls' parts since the last feed (srv_chat_delta): the streamed call's rest once it
- * parsed (or its end when it died), calls that parsed whole, then the open call's new bytes. */
+ * parsed, calls that parsed whole, then the open call's new bytes. */
 static int stream_parts(srv_chat_stream *s, srv_chat_delta *d) {
     const srv_chat_out *o = &s->cur;
     d->parts = s->parts;
     size_t k = s->sent_calls;
     int err = 0;
-    if (s->head_sent && o->n_calls > k) { /* it parsed: the rest of its arguments */
+    if (s->head_sent && o->n_calls > k) { /* it parsed (stream_head_dead said so): the rest */
         const char *a = o->calls[k].arguments;
-        size_t al = strlen(a);
-        /* never the case while the walk and jansson agree; else nothing more can be fixed */
-        size_t sent = s->sent_args.len;
-        if (al > sent && (!sent || !memcmp(a, s->sent_args.p, sent)))
-            err |= add_part(s, d, k + s->dead, NULL, NULL, a + sent, al - sent);
+        size_t al = strlen(a), sent = s->sent_args.len;
+        /* the parsers take the arguments as srv_args_scan sends them: a prefix, always */
+        if (al > sent && !memcmp(a, s->sent_args.p, sent)) err |= add_part(s, d, k + s->dead, NULL, NULL, a + sent, al - sent);
         s->head_sent = false;
         k++;
     }
@@ -483,11 +398,16 @@ static int stream_parts(srv_chat_stream *s, srv_chat_delta *d) {
     if (o->open) {
         size_t idx = o->n_calls + s->dead;
         if (!s->head_sent) {
+            char id[32];
+            srv_chat_call_id(&s->cfg, o->n_calls, id);
             s->head_sent = true;
             s->head_at = o->open_at;
-            s->sent_args.len = 0;
-            srv_chat_call_id(&s->cfg, o->n_calls, s->head_id);
-            err |= add_part(s, d, idx, s->head_id, o->open_name.p, NULL, 0);
+            s->sent_args.len = s->head_id.len = 0;
+            if (o->open_id.len) srv_buf_add(&s->head_id, o->open_id.p, o->open_id.len);
+            else srv_buf_add(&s->head_id, id, strlen(id));
+            srv_buf_add(&s->sent_args, "", 0);
+            if (s->head_id.oom) return -1;
+            err |= add_part(s, d, idx, s->head_id.p, o->open_name.p, NULL, 0);
         }
         size_t sent = s->sent_args.len;
         if (o->open_args.len > sent) {
@@ -498,11 +418,19 @@ static int stream_parts(srv_chat_stream *s, srv_chat_delta *d) {
     return err || s->sent_args.oom ? -1 : 0;
 }
 
+/* Whether the call being streamed died: it is neither the next call the parse holds (the same
+ * start) nor still open. A later call may have parsed in the same feed: the start tells. */
+static bool stream_head_dead(const srv_chat_stream *s) {
+    const srv_chat_out *o = &s->cur;
+    if (!s->head_sent) return false;
+    if (o->n_calls > s->sent_calls) return o->calls[s->sent_calls].at != s->head_at;
+    return !o->open || o->open_at != s->head_at;
+}
+
 int srv_chat_stream_feed(srv_chat_stream *s, const char *t, size_t n, bool final, srv_chat_delta *d) {
     memset(d, 0, sizeof *d);
     if (srv_chat_parse(&s->cfg, t, n, final, &s->cur)) return -1;
-    if (s->head_sent && s->cur.n_calls <= s->sent_calls &&
-        (!s->cur.open || s->cur.open_at != s->head_at)) {
+    if (stream_head_dead(s)) {
         /* the streamed call did not parse: it keeps its stream index, and the calls after it
          * take their ids from theirs (parsed again with the shift before anything is sent, or
          * a call parsed in this same feed would repeat the dead one's id) */
@@ -531,6 +459,7 @@ void srv_chat_stream_free(srv_chat_stream *s) {
     if (!s) return;
     free(s->parts);
     srv_buf_free(&s->sent_args);
+    srv_buf_free(&s->head_id);
     srv_chat_out_free(&s->cur);
     memset(s, 0, sizeof *s);
 }

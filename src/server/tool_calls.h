@@ -41,11 +41,15 @@ json_t *srv_tool_calls_json(const srv_chat_out *o);
  * true at the end of the text.
  *
  * A call's first part has its id and name, the next ones bytes to append to its arguments, sent
- * as the model writes them (Hermes calls, once the name is whole and the arguments object has
- * begun; other syntaxes' calls in one piece once they parse). A call whose final parse fails
- * after parts went out ends with what was sent (its text is content then, as in the final
- * parse); later calls' stream indices then run one ahead of their index in the final parse, and
- * their ids follow the stream index. */
+ * as the model writes them, in every syntax (Hermes, Llama 3.x JSON, Mistral, harmony): the
+ * first part once the name is whole and the arguments object has begun (each parser reports
+ * that call as chat_out's open call; srv_args_scan gives its bytes so far), with the model's own
+ * id where it wrote one before the arguments (Mistral [CALL_ID]). Only a JSON call object
+ * written with other keys before "name" or arguments as a string goes out in one piece once it
+ * parses. The final parse takes the arguments as srv_args_scan's text, so the parts add up to
+ * exactly its arguments. A call whose final parse fails after parts went out ends with what was
+ * sent (its text is content then, as in the final parse); later calls' stream indices then run
+ * one ahead of their index in the final parse, and their derived ids follow the stream index. */
 typedef struct srv_call_part {
     size_t index;            /* the call's index in the stream */
     const char *id, *name;   /* the call's first part: its id and name (else NULL) */
@@ -57,10 +61,11 @@ typedef struct srv_chat_stream {
     srv_parse_cfg cfg;
     size_t sent_reasoning, sent_content, sent_calls;
     srv_chat_out cur;
-    /* the call being streamed (its first part is out), and the calls that died */
+    /* the call being streamed (its first part is out; head_at: where it starts, as the parse's
+     * srv_tool_call.at and open_at say), and the calls that died */
     bool head_sent;
     size_t head_at, dead;
-    char head_id[32];
+    srv_buf head_id;     /* its id (the model's own, or derived from its stream index) */
     srv_buf sent_args;   /* its arguments sent so far */
     srv_call_part *parts;
     size_t cap_parts;

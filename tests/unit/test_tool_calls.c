@@ -29,19 +29,30 @@ static bool json_text_eq(const char *a, const char *b) {
     return eq;
 }
 
-/* Streamed one byte at a time: each call's
- * parts add up to a call of the final parse (same name and arguments text) or, for a call whose
- * final parse failed, to what it had sent; the final calls come in order; each streamed call's id
- * is the one of its stream index (so no two repeat, and with no failed call they are the final
- * parse's). Returns the most argument pieces one call got. */
-static size_t check_parts(const char *what, srv_parse_cfg cfg, const char *text, const srv_chat_out *o) {
+/* What a stream of the calls' parts held (check_parts). */
+typedef struct seen {
+    size_t most;    /* the most argument pieces one call got */
+    size_t started; /* calls whose first part went out */
+} seen;
+
+/* The random cuts' seed (printed by main): a failure replays with the same cuts. */
+static const unsigned CUT_SEED = 20261201u;
+
+/* Streamed in pieces ending at cuts[0..nc) (the last is the text's length): each call's parts
+ * add up to a call of the final parse (same name and arguments text, byte for byte) or, for a
+ * call whose final parse failed, to what it had sent; the final calls come in order; each
+ * streamed call's id is the final call's (a model's own id, Mistral's [CALL_ID]) or, for a call
+ * after one that died, the one of its stream index (so no two repeat). */
+static seen check_parts_at(const char *what, srv_parse_cfg cfg, const char *text, const srv_chat_out *o,
+                           const size_t *cuts, size_t nc) {
     enum { MAXC = 8 };
     srv_buf id[MAXC] = {{0}}, name[MAXC] = {{0}}, args[MAXC] = {{0}};
-    size_t pieces[MAXC] = {0}, n_seen = 0, most = 0, n = strlen(text);
+    size_t pieces[MAXC] = {0}, n_seen = 0;
+    seen r = {0};
     srv_chat_stream s = {.ready = true, .cfg = cfg};
-    for (size_t i = 0; i <= n; i++) {
+    for (size_t c = 0; c < nc; c++) {
         srv_chat_delta d;
-        assert_int_equal(srv_chat_stream_feed(&s, text, i, i == n, &d), 0);
+        assert_int_equal(srv_chat_stream_feed(&s, text, cuts[c], c + 1 == nc, &d), 0);
         for (size_t k = 0; k < d.n_parts; k++) {
             const srv_call_part *p = &d.parts[k];
             assert_true(p->index < MAXC);
@@ -58,13 +69,16 @@ static size_t check_parts(const char *what, srv_parse_cfg cfg, const char *text,
     }
     size_t m = 0; /* the final calls, in order, among the streamed ones */
     for (size_t k = 0; k < n_seen; k++) {
-        if (pieces[k] > most) most = pieces[k];
+        if (pieces[k] > r.most) r.most = pieces[k];
+        bool match = m < o->n_calls && !strcmp(name[k].p, o->calls[m].name) &&
+                     args[k].len == strlen(o->calls[m].arguments) &&
+                     !memcmp(args[k].p ? args[k].p : "", o->calls[m].arguments, args[k].len);
         char want_id[32];
         srv_chat_call_id(&cfg, k, want_id);
-        if (strcmp(id[k].p, want_id)) fprintf(stderr, "%s: streamed call %zu has id %s, its index's is %s\n", what, k, id[k].p, want_id);
-        assert_string_equal(id[k].p, want_id);
-        if (m < o->n_calls && !strcmp(name[k].p, o->calls[m].name) &&
-            args[k].len == strlen(o->calls[m].arguments) && !memcmp(args[k].p ? args[k].p : "", o->calls[m].arguments, args[k].len))
+        const char *want = match && k == m ? o->calls[m].id : want_id;
+        if (strcmp(id[k].p, want)) fprintf(stderr, "%s: streamed call %zu has id %s, want %s\n", what, k, id[k].p, want);
+        assert_string_equal(id[k].p, want);
+        if (match)
             m++;
         else if (m < o->n_calls && !strcmp(name[k].p, o->calls[m].name))
             fprintf(stderr, "%s: streamed call %zu has arguments [%.*s], the final parse [%s]\n", what, k, (int)args[k].len,
@@ -78,11 +92,47 @@ static size_t check_parts(const char *what, srv_parse_cfg cfg, const char *text,
         srv_buf_free(&args[k]);
     }
     srv_chat_stream_free(&s);
-    return most;
+    r.started = n_seen;
+    return r;
 }
 
-/* the final parse, and the same text streamed one byte at a time */
-static void check_case(const char *what, srv_parse_cfg cfg, const char *text, const want *w) {
+/* one byte at a time */
+static seen check_parts(const char *what, srv_parse_cfg cfg, const char *text, const srv_chat_out *o) {
+    size_t n = strlen(text);
+    size_t *cuts = malloc((n + 1) * sizeof *cuts);
+    assert_non_null(cuts);
+    for (size_t i = 0; i <= n; i++) cuts[i] = i;
+    seen r = check_parts_at(what, cfg, text, o, cuts, n + 1);
+    free(cuts);
+    return r;
+}
+
+/* in random pieces of 1 to 12 bytes (an LCG from *seed), several times; a run starts no call the
+ * byte-by-byte one did not (a call that dies may go by unseen between two cuts) */
+static void check_parts_random(const char *what, srv_parse_cfg cfg, const char *text, const srv_chat_out *o,
+                               size_t started, unsigned *seed) {
+    size_t n = strlen(text);
+    size_t *cuts = malloc((n + 2) * sizeof *cuts);
+    assert_non_null(cuts);
+    for (int run = 0; run < 8; run++) {
+        size_t nc = 0, at = 0;
+        cuts[nc++] = 0;
+        while (at < n) {
+            *seed = *seed * 1103515245u + 12345u;
+            size_t step = 1 + (*seed >> 16) % 12;
+            at = at + step < n ? at + step : n;
+            cuts[nc++] = at;
+        }
+        seen r = check_parts_at(what, cfg, text, o, cuts, nc);
+        if (r.started > started) fprintf(stderr, "%s: random cuts (run %d) started %zu calls, byte by byte %zu\n", what, run, r.started, started);
+        assert_true(r.started <= started);
+    }
+    free(cuts);
+}
+
+/* the final parse, and the same text streamed one byte at a time and in random cuts; returns
+ * what the byte-by-byte stream held */
+static seen check_case(const char *what, srv_parse_cfg cfg, const char *text, const want *w) {
     srv_chat_out o = {0};
     size_t n = strlen(text);
     assert_int_equal(srv_chat_parse(&cfg, text, n, true, &o), 0);
@@ -117,8 +167,11 @@ static void check_case(const char *what, srv_parse_cfg cfg, const char *text, co
     srv_buf_free(&rs);
     srv_buf_free(&cs);
     srv_chat_stream_free(&s);
-    check_parts(what, cfg, text, &o);
+    unsigned seed = CUT_SEED;
+    seen st = check_parts(what, cfg, text, &o);
+    check_parts_random(what, cfg, text, &o, st.started, &seed);
     srv_chat_out_free(&o);
+    return st;
 }
 
 static srv_parse_cfg cfg_of(srv_tool_syntax s) {
@@ -137,7 +190,7 @@ static void test_arg_deltas(void **state) {
     assert_int_equal(srv_chat_parse(&c, t, strlen(t), true, &o), 0);
     assert_int_equal(o.n_calls, 1);
     assert_string_equal(o.calls[0].arguments, "{\"text\":\"caf\xc3\xa9 \\\"ok\\\" \\u00e9\",\"n\":[1,-2.5e3,true,null]}");
-    assert_true(check_parts("arg deltas", c, t, &o) > 20); /* byte by byte: a piece per byte */
+    assert_true(check_parts("arg deltas", c, t, &o).most > 20); /* byte by byte: a piece per byte */
     srv_chat_out_free(&o);
     /* the streamed bytes never end inside a character */
     srv_chat_stream s = {.ready = true, .cfg = c};
@@ -155,6 +208,91 @@ static void test_arg_deltas(void **state) {
     /* other keys first or arguments as a string: whole once parsed */
     want wk = {NULL, "", 1, {"f"}, {"{\"a\": 1}"}};
     check_case("arguments first", c, "<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"f\"}</tool_call>", &wk);
+}
+
+/* A family's recorded answer checked as check_case does, and: `started` calls began in the
+ * byte-by-byte stream (one more than the final calls for each that died), and some call's
+ * arguments came in at least `pieces` pieces (1: whole). */
+static void check_pieces(const char *what, srv_parse_cfg cfg, const char *text, const want *w, size_t started,
+                         size_t pieces) {
+    seen r = check_case(what, cfg, text, w);
+    if (r.started != started || (pieces > 1 ? r.most < pieces : r.most != pieces))
+        fprintf(stderr, "%s: %zu calls started (want %zu), at most %zu argument pieces (want %s%zu)\n", what, r.started,
+                started, r.most, pieces > 1 ? ">= " : "", pieces);
+    assert_int_equal(r.started, started);
+    if (pieces > 1) assert_true(r.most >= pieces);
+    else assert_int_equal(r.most, pieces);
+}
+
+/* Argument pieces in every syntax: Llama 3.x JSON calls, Mistral [TOOL_CALLS] (both forms) and
+ * harmony calls stream their arguments as the model writes them, as Hermes calls do; calls
+ * written in another key order go out whole; a call that dies ends with what was sent. */
+static void test_arg_pieces(void **state) {
+    (void)state;
+    srv_parse_cfg c = cfg_of(SRV_SYNTAX_LLAMA3);
+    const char *fl = "{\"origin\": \"San Francisco\", \"destination\": \"Tokyo\", \"date\": \"2024-11-05\", \"passengers\": 2}";
+    want w1 = {NULL, "", 1, {"search_flights"}, {fl}};
+    check_pieces("llama3 long", c,
+                 "{\"name\": \"search_flights\", \"parameters\": {\"origin\": \"San Francisco\", \"destination\": \"Tokyo\", "
+                 "\"date\": \"2024-11-05\", \"passengers\": 2}}",
+                 &w1, 1, 40);
+    want w2 = {NULL, "", 2, {"get_weather", "get_time"}, {"{\"city\": \"Paris\", \"unit\": \"celsius\"}", "{\"timezone\": \"Europe/Paris\"}"}};
+    check_pieces("llama3 tag, two", c,
+                 "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}; "
+                 "{\"name\": \"get_time\", \"arguments\": {\"timezone\": \"Europe/Paris\"}}\n",
+                 &w2, 2, 20);
+    want wo = {NULL, "", 1, {"get_weather"}, {"{\"city\": \"Paris\"}"}};
+    check_pieces("llama3 parameters first", c, "{\"parameters\": {\"city\": \"Paris\"}, \"name\": \"get_weather\"}", &wo, 1, 1);
+    const char *dup = "{\"name\": \"f\", \"parameters\": {\"a\": 1}, \"parameters\": {\"a\": 2}}";
+    want wd = {NULL, dup, 0, {0}, {0}};
+    check_pieces("llama3 repeated key", c, dup, &wd, 1, 2);
+    const char *cut = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"San Fra";
+    want wc = {NULL, cut, 0, {0}, {0}};
+    check_pieces("llama3 truncated", c, cut, &wc, 1, 10);
+    want wt = {NULL, "Let me know.", 1, {"f"}, {"{\"a\": 1}"}};
+    check_pieces("llama3 call, then text", c, "{\"name\": \"f\", \"parameters\": {\"a\": 1}} Let me know.", &wt, 1, 2);
+    want wb = {NULL, "{\"name\": \"b\", \"parameters\": {\"y\": 1 2}}", 1, {"a"}, {"{\"x\": 1}"}};
+    check_pieces("llama3 good, bad", c, "{\"name\": \"a\", \"parameters\": {\"x\": 1}}; {\"name\": \"b\", \"parameters\": {\"y\": 1 2}}",
+                 &wb, 2, 2);
+
+    c = cfg_of(SRV_SYNTAX_MISTRAL);
+    want m1 = {NULL, "", 1, {"search_flights"}, {fl}};
+    const char *withid = "[TOOL_CALLS]search_flights[CALL_ID]a1B2c3D4e[ARGS]{\"origin\": \"San Francisco\", \"destination\": "
+                         "\"Tokyo\", \"date\": \"2024-11-05\", \"passengers\": 2}";
+    check_pieces("mistral v11 long, model id", c, withid, &m1, 1, 40); /* check_parts: the model's id streamed */
+    check_pieces("mistral v11 two", c,
+                 "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}[TOOL_CALLS]get_time[ARGS]"
+                 "{\"timezone\": \"Europe/Paris\"}",
+                 &w2, 2, 20);
+    check_pieces("mistral v3 list", c,
+                 "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}, "
+                 "{\"name\": \"get_time\", \"arguments\": {\"timezone\": \"Europe/Paris\"}}]",
+                 &w2, 2, 20);
+    want mb = {NULL, "[TOOL_CALLS]b[ARGS]{\"y\": 1 2}", 1, {"a"}, {"{\"x\": 1}"}};
+    check_pieces("mistral good, bad", c, "[TOOL_CALLS]a[ARGS]{\"x\": 1}[TOOL_CALLS]b[ARGS]{\"y\": 1 2}", &mb, 2, 2);
+    const char *mcut = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"San Fra";
+    want mc = {NULL, mcut, 0, {0}, {0}};
+    check_pieces("mistral truncated", c, mcut, &mc, 1, 10);
+    want ml = {NULL, "{\"name\": \"b\", \"arguments\": {\"y\": ", 1, {"a"}, {"{\"x\": 1}"}};
+    check_pieces("mistral list truncated", c,
+                 "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {\"y\": ", &ml, 2, 2);
+
+    c = cfg_of(SRV_SYNTAX_HARMONY);
+    want h1 = {"Need flights.", "", 1, {"search_flights"}, {fl}};
+    check_pieces("harmony long", c,
+                 "<|channel|>analysis<|message|>Need flights.<|end|><|start|>assistant<|channel|>commentary "
+                 "to=functions.search_flights <|constrain|>json<|message|>{\"origin\": \"San Francisco\", \"destination\": "
+                 "\"Tokyo\", \"date\": \"2024-11-05\", \"passengers\": 2}<|call|>",
+                 &h1, 1, 40);
+    /* a call that dies, then one whose id follows its stream index (check_parts) */
+    want hd = {NULL, "{\"x\": 1 2}", 1, {"b"}, {"{\"y\": \"two\"}"}};
+    check_pieces("harmony dead, good", c,
+                 "<|channel|>commentary to=functions.a <|constrain|>json<|message|>{\"x\": 1 2}<|call|><|start|>assistant"
+                 "<|channel|>commentary to=functions.b <|constrain|>json<|message|>{\"y\": \"two\"}<|call|>",
+                 &hd, 2, 2);
+    const char *hcut = "<|channel|>commentary to=functions.a <|constrain|>json<|message|>{\"x\": \"abcdefgh";
+    want hc = {NULL, "{\"x\": \"abcdefgh", 0, {0}, {0}};
+    check_pieces("harmony truncated", c, hcut, &hc, 1, 10);
 }
 
 static void test_detect(void **state) {
@@ -382,8 +520,9 @@ static void test_json_out(void **state) {
 
 int main(void) {
 #ifdef RF_HAVE_SERVER
+    printf("random cuts: seed %u\n", CUT_SEED);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_detect), cmocka_unit_test(test_arg_deltas),  cmocka_unit_test(test_hermes),  cmocka_unit_test(test_reasoning),
+        cmocka_unit_test(test_detect), cmocka_unit_test(test_arg_deltas), cmocka_unit_test(test_arg_pieces),  cmocka_unit_test(test_hermes),  cmocka_unit_test(test_reasoning),
         cmocka_unit_test(test_llama3),  cmocka_unit_test(test_mistral), cmocka_unit_test(test_harmony),
         cmocka_unit_test(test_json_out),
     };
