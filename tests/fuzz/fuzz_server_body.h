@@ -115,10 +115,67 @@ static void rf_fuzz_srv_check_error(const srv_error *e) {
     free(j);
 }
 
+/* A stream of t[0..n) fed at cuts[0..nc) (the last is n) against its final parse o: the texts
+ * add up to the final parse's; calls start in index order, pieces only for started calls; the
+ * final calls come in order among the started ones, each with its name and exactly its arguments
+ * (what the stream sent of a call is a prefix of the final parse, in every syntax); a started
+ * call's id is its final call's, or its stream index's after one that died. */
+static void rf_fuzz_srv_stream(const srv_parse_cfg *cfg, const char *t, size_t n, const srv_chat_out *o,
+                               const size_t *cuts, size_t nc) {
+    enum { MAXC = 16 };
+    srv_buf id[MAXC] = {{0}}, name[MAXC] = {{0}}, args[MAXC] = {{0}};
+    srv_chat_stream s = {.ready = true, .cfg = *cfg};
+    size_t r = 0, c = 0, started = 0;
+    for (size_t i = 0; i < nc; i++) {
+        srv_chat_delta d;
+        RF_FUZZ_CHECK(srv_chat_stream_feed(&s, t, cuts[i], i + 1 == nc, &d) == 0);
+        r += d.reasoning_len;
+        c += d.content_len;
+        for (size_t k = 0; k < d.n_parts; k++) {
+            const srv_call_part *p = &d.parts[k];
+            if (p->name) {
+                RF_FUZZ_CHECK(p->index == started++ && p->id);
+                if (p->index < MAXC) {
+                    srv_buf_add(&id[p->index], p->id, strlen(p->id));
+                    srv_buf_add(&name[p->index], p->name, strlen(p->name));
+                }
+            }
+            RF_FUZZ_CHECK(p->index < started);
+            if (p->index < MAXC) srv_buf_add(&args[p->index], p->args ? p->args : "", p->args_len);
+        }
+    }
+    RF_FUZZ_CHECK(r == o->reasoning.len && c == o->content.len && started >= o->n_calls);
+    size_t m = 0;
+    for (size_t k = 0; k < started && k < MAXC; k++) {
+        bool match = m < o->n_calls && !strcmp(name[k].p, o->calls[m].name) &&
+                     args[k].len == strlen(o->calls[m].arguments) &&
+                     !memcmp(args[k].p ? args[k].p : "", o->calls[m].arguments, args[k].len);
+        char gen[32];
+        srv_chat_call_id(cfg, k, gen);
+        /* Mistral: an id the model wrote ([CALL_ID]) is the call's, after a dead call too */
+        RF_FUZZ_CHECK(!strcmp(id[k].p, match && k == m ? o->calls[m].id : gen) ||
+                      (cfg->syntax == SRV_SYNTAX_MISTRAL && !(match && k == m)));
+        if (match) m++;
+    }
+    RF_FUZZ_CHECK(started > MAXC || m == o->n_calls);
+    for (size_t k = 0; k < MAXC; k++) {
+        srv_buf_free(&id[k]);
+        srv_buf_free(&name[k]);
+        srv_buf_free(&args[k]);
+    }
+    srv_chat_stream_free(&s);
+}
+
 /* The answer parsers (tool_calls.h) on the same bytes as a model's text, in every syntax:
- * never an error but out of memory, call arguments always a JSON object, and fed in three
- * growing pieces the deltas add up to the final parse. */
+ * never an error but out of memory, call arguments always a JSON object, and streamed (in three
+ * growing pieces, and for short texts in steps of 1 to 5 bytes) as rf_fuzz_srv_stream checks. */
 static void rf_fuzz_srv_answer(const char *t, size_t n) {
+    size_t step = 1 + n % 5, nc = n <= 2048 ? (n + step - 1) / step + 1 : 0;
+    size_t *steps = nc ? malloc(nc * sizeof *steps) : NULL;
+    if (steps) {
+        for (size_t i = 0; i + 1 < nc; i++) steps[i] = i * step;
+        steps[nc - 1] = n;
+    }
     for (int syn = SRV_SYNTAX_NONE; syn <= SRV_SYNTAX_HARMONY; syn++) {
         srv_parse_cfg cfg = {.syntax = (srv_tool_syntax)syn, .tools = true, .reasoning = true, .parallel = true,
                              .think_open = (n & 1) != 0, .id_seed = 1};
@@ -129,26 +186,12 @@ static void rf_fuzz_srv_answer(const char *t, size_t n) {
             RF_FUZZ_CHECK(json_is_object(a));
             json_decref(a);
         }
-        /* streamed in three cuts: the texts add up to the final parse's; calls start in index
-         * order, pieces only for started calls, and every final call starts (a dead one may
-         * start too) */
-        srv_chat_stream s = {.ready = true, .cfg = cfg};
-        size_t r = 0, c = 0, started = 0;
         size_t cut[3] = {n / 3, 2 * n / 3, n};
-        for (int i = 0; i < 3; i++) {
-            srv_chat_delta d;
-            RF_FUZZ_CHECK(srv_chat_stream_feed(&s, t, cut[i], i == 2, &d) == 0);
-            r += d.reasoning_len;
-            c += d.content_len;
-            for (size_t k = 0; k < d.n_parts; k++) {
-                if (d.parts[k].name) RF_FUZZ_CHECK(d.parts[k].index == started++ && d.parts[k].id);
-                RF_FUZZ_CHECK(d.parts[k].index < started);
-            }
-        }
-        RF_FUZZ_CHECK(r == o.reasoning.len && c == o.content.len && started >= o.n_calls);
-        srv_chat_stream_free(&s);
+        rf_fuzz_srv_stream(&cfg, t, n, &o, cut, 3);
+        if (steps) rf_fuzz_srv_stream(&cfg, t, n, &o, steps, nc);
         srv_chat_out_free(&o);
     }
+    free(steps);
 }
 
 /* /v1/embeddings: parse, prepare with the model's pooling (every input counted against the
