@@ -205,6 +205,12 @@ static void test_arg_deltas(void **state) {
     const char *dead = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1 2}}</tool_call><tool_call>{\"name\": \"g\", \"arguments\": {\"b\": 2}}</tool_call>";
     want wd = {NULL, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1 2}}</tool_call>", 1, {"g"}, {"{\"b\": 2}"}};
     check_case("dead then good", c, dead, &wd);
+    /* the dead call's end and the next call's whole text in one feed: the next is its own call */
+    srv_chat_out od = {0};
+    assert_int_equal(srv_chat_parse(&c, dead, strlen(dead), true, &od), 0);
+    size_t cuts[] = {40, strlen(dead)};
+    assert_int_equal(check_parts_at("dead, good in one feed", c, dead, &od, cuts, 2).started, 2);
+    srv_chat_out_free(&od);
     /* other keys first or arguments as a string: whole once parsed */
     want wk = {NULL, "", 1, {"f"}, {"{\"a\": 1}"}};
     check_case("arguments first", c, "<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"f\"}</tool_call>", &wk);
