@@ -72,7 +72,7 @@ static json_t *norm_call(json_t *c, const char *pp, srv_error *e) {
         args = json_object();
     } else if (json_is_string(a)) {
         json_error_t je;
-        args = json_loadb(json_string_value(a), json_string_length(a), 0, &je);
+        args = json_loadb(json_string_value(a), json_string_length(a), JSON_ALLOW_NUL, &je);
         if (!json_is_object(args)) {
             json_decref(args);
             args = json_incref(a); /* not an object: passed on as the text it is */

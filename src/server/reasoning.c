@@ -147,9 +147,15 @@ int srv_harmony_parse(const srv_parse_cfg *cfg, const char *t, size_t n, bool fi
         size_t chl, tol;
         harmony_header(t + p, (size_t)(msg - t) - p, &ch, &chl, &to, &tol);
         size_t b = (size_t)(msg - t) + 11, tl;
-        size_t e = harmony_body_end(t, n, b, &tl);
-        bool closed = e < n || tl;
         bool call = to && tol > 10 && !memcmp(to, "functions.", 10);
+        /* a call's JSON object may hold a terminator's text ("<|end|>") in its strings: its
+         * message ends at the first terminator after the object (none yet while it is open) */
+        size_t k = b, oend = b;
+        while (call && k < n && is_ws(t[k])) k++;
+        const int sc = call && k < n && t[k] == '{' ? srv_args_scan(t, n, k, NULL, &oend) : -1;
+        size_t e = sc == 0 ? n : harmony_body_end(t, n, sc == 1 ? oend : b, &tl);
+        if (sc == 0) tl = 0;
+        bool closed = e < n || tl;
         if (call) {
             size_t a0 = b, a1 = e;
             while (a0 < a1 && is_ws(t[a0])) a0++;
@@ -160,7 +166,7 @@ int srv_harmony_parse(const srv_parse_cfg *cfg, const char *t, size_t n, bool fi
                     return -1;
                 break;
             }
-            json_t *j = cfg->tools ? json_loadb(t + a0, a1 - a0, 0, NULL) : NULL;
+            json_t *j = cfg->tools ? json_loadb(t + a0, a1 - a0, JSON_ALLOW_NUL, NULL) : NULL;
             bool obj = json_is_object(j);
             json_decref(j);
             if (obj) { /* the arguments as a stream sent them (srv_args_scan) */

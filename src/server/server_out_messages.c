@@ -39,7 +39,7 @@ static json_t *tool_use_block(const srv_tool_call *c, bool with_input) {
     if (!b) return NULL;
     json_object_set_new(b, "id", srv_json_bytes(c->id, strlen(c->id)));
     json_object_set_new(b, "name", srv_json_bytes(c->name, strlen(c->name)));
-    json_t *in = with_input ? json_loads(c->arguments, 0, NULL) : NULL;
+    json_t *in = with_input ? json_loads(c->arguments, JSON_ALLOW_NUL, NULL) : NULL;
     json_object_set_new(b, "input", json_is_object(in) ? in : (json_decref(in), json_object()));
     return b;
 }

@@ -100,7 +100,7 @@ static bool call_head(const char *t, size_t n, size_t i, size_t *n0, size_t *n1,
  * call then dies, as one that does not parse). Its arguments are the text a stream sends
  * (srv_args_scan) when it has an arguments object, else jansson's compact text. */
 static bool json_call(srv_chat_out *o, const srv_parse_cfg *cfg, const char *t, size_t p, size_t e, size_t at, int *err) {
-    json_t *j = json_loadb(t + p, e - p, 0, NULL);
+    json_t *j = json_loadb(t + p, e - p, JSON_ALLOW_NUL, NULL); /* \u0000 is JSON */
     json_t *name = json_object_get(j, "name"), *args = json_object_get(j, "arguments");
     if (!args) args = json_object_get(j, "parameters");
     bool ok = json_is_string(name) && json_string_length(name) > 0;
@@ -110,7 +110,7 @@ static bool json_call(srv_chat_out *o, const srv_parse_cfg *cfg, const char *t, 
         srv_buf raw = {0};
         size_t end;
         if (ok) ok = srv_args_scan(t, e, a, &raw, &end) == 1;
-        json_t *r = ok ? json_loadb(raw.p, raw.len, 0, NULL) : NULL;
+        json_t *r = ok ? json_loadb(raw.p, raw.len, JSON_ALLOW_NUL, NULL) : NULL;
         ok = ok && json_equal(r, args);
         json_decref(r);
         if (ok && srv_chat_add_call(o, cfg, at, NULL, 0, json_string_value(name), nl, raw.p, raw.len)) *err = -1;
@@ -121,10 +121,10 @@ static bool json_call(srv_chat_out *o, const srv_parse_cfg *cfg, const char *t, 
         if (!args || json_is_null(args)) {
             text = strdup("{}");
         } else if (json_is_string(args)) { /* JSON text in a string: only when it is an object */
-            json_t *in = json_loads(json_string_value(args), 0, NULL);
+            json_t *in = json_loadb(json_string_value(args), json_string_length(args), JSON_ALLOW_NUL, NULL);
             ok = json_is_object(in);
+            if (ok) text = json_dumps(in, JSON_COMPACT); /* as the docs say; and whole: the string may hold a NUL */
             json_decref(in);
-            if (ok) text = strdup(json_string_value(args));
         } else if (json_is_object(args)) {
             text = json_dumps(args, JSON_COMPACT);
         } else {
@@ -172,8 +172,12 @@ static int parse_hermes(const srv_parse_cfg *cfg, const char *t, size_t n, bool 
         }
         size_t bi = (size_t)(b - t);
         srv_buf_add(&o->content, t + p, bi - p);
-        size_t j0 = bi + strlen(OPEN);
-        const char *c = find(t, n, j0, CLOSE);
+        size_t j0 = bi + strlen(OPEN), k = j0, oend;
+        while (k < n && is_ws(t[k])) k++;
+        /* a JSON object's strings may hold "</tool_call>" as data: the block ends at the first
+         * closing tag after the object (none yet while the object is open) */
+        const int sc = k < n && t[k] == '{' ? srv_args_scan(t, n, k, NULL, &oend) : -1;
+        const char *c = sc == 0 ? NULL : find(t, n, sc == 1 ? oend : j0, CLOSE);
         if (!c && !final) { /* an open call: wait for its end, streaming its arguments */
             size_t m = n - srv_marker_tail(t, n, CLOSE), n0, n1, a;
             if (call_head(t, m, j0, &n0, &n1, &a)) err = srv_chat_open_call(o, cfg, bi, NULL, 0, t + n0, n1 - n0, t, m, a);
@@ -269,7 +273,7 @@ static int mistral_named(const srv_parse_cfg *cfg, const char *t, size_t n, bool
         *err = srv_chat_open_call(o, cfg, *p, id, i1 - i0, t + a, b - a, t, n, i);
         return 0;
     }
-    json_t *args = st == 1 ? json_loadb(t + i, end - i, 0, NULL) : NULL;
+    json_t *args = st == 1 ? json_loadb(t + i, end - i, JSON_ALLOW_NUL, NULL) : NULL;
     bool obj = json_is_object(args);
     json_decref(args);
     if (!obj) return -1;
