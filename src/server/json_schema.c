@@ -54,12 +54,22 @@ static int32_t build_base(jsc *c) {
     for (const char *p = "\"\\/bfnrt"; *p; p++) rf_gclass_set(&esc, (unsigned char)*p, (unsigned char)*p);
     rf_gseq_class(g, &s, &esc);
     rf_gseq_alt(&s);
-    lit(c, &s, "\\u");
-    rf_gclass hex = {{0}};
+    /* \uXXXX but \u0000: jansson (what the server reads a JSON answer with) keeps no NUL in an
+     * object key, so a key holding one would make a call the grammar admitted fail to parse;
+     * "\u" then 0 to 3 zeros, a nonzero digit, the rest any */
+    rf_gclass hex = {{0}}, nz = {{0}};
     rf_gclass_set(&hex, '0', '9');
     rf_gclass_set(&hex, 'a', 'f');
     rf_gclass_set(&hex, 'A', 'F');
-    for (int i = 0; i < 4; i++) rf_gseq_class(g, &s, &hex);
+    nz = hex;
+    nz.bits['0' >> 3] &= (uint8_t)~(1u << ('0' & 7));
+    static const char *const zeros[4] = {"\\u", "\\u0", "\\u00", "\\u000"};
+    for (int z = 0; z < 4; z++) {
+        if (z) rf_gseq_alt(&s);
+        lit(c, &s, zeros[z]);
+        rf_gseq_class(g, &s, &nz);
+        for (int i = z + 1; i < 4; i++) rf_gseq_class(g, &s, &hex);
+    }
     /* UTF-8 sequences of 2-4 bytes (no overlongs, no surrogates) */
     static const unsigned char u8[][4][2] = {
         {{0xC2, 0xDF}, {0x80, 0xBF}, {0, 0}, {0, 0}},       {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}, {0, 0}},

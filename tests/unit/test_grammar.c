@@ -75,9 +75,10 @@ static void test_json_object(void **state) {
     rf_grammar *g = schema(NULL, err, sizeof err);
     assert_non_null(g);
     const char *yes[] = {"{}", "{\"a\":1}", "{ \"a\" : [1, -2.5e+3, \"x\\n\\u00e9\", true, null, {\"b\": {}}] }",
-                         "{\"é\":\"日本\"}", "{\"a\": 0.5}\n"};
+                         "{\"é\":\"日本\"}", "{\"a\": 0.5}\n", "{\"\\u0001\\u0010\\u0100\\u1000\\uFFFF\": \"\\u00A0\"}"};
+    /* \u0000 is JSON but not admitted: jansson, which reads the answers, refuses it in a key */
     const char *no[] = {"{\"a\":1,}", "[1]", "{\"a\":01}", "\"x\"", " {}", "{\"a\":1.}", "{\"a\":\"\x01\"}",
-                        "{\"a\":\"\xC3\"}", "{\"a\" 1}", "{}}"};
+                        "{\"a\":\"\xC3\"}", "{\"a\" 1}", "{}}", "{\"a\\u0000\": 1}", "{\"a\": \"\\u0000\"}"};
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) assert_true(acc(g, yes[i]));
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) assert_false(acc(g, no[i]));
     rf_grammar_unref(g);
