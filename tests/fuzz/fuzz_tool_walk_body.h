@@ -197,7 +197,7 @@ static const char *const rf_tw_tool_sets[] = {
 /* One case from its byte b: bits 0-1 the syntax (Hermes, Llama 3, Mistral, harmony), 2 parallel
  * calls, 3-4 the reasoning shape (none, optional, opened; harmony: none, its analysis message is
  * always optional), 5 a named function, 7 the tool list; then a walk steered by src. */
-static bool rf_tw_case(uint8_t b, rf_tw_src *src) {
+static inline bool rf_tw_case(uint8_t b, rf_tw_src *src) { /* inline: unused where only walks are wanted */
     static json_t *sets[2];
     if (!sets[0])
         for (int i = 0; i < 2; i++) RF_FUZZ_CHECK((sets[i] = json_loads(rf_tw_tool_sets[i], 0, NULL)) != NULL);
