@@ -57,11 +57,11 @@ static int32_t build_base(jsc *c) {
     /* \uXXXX but \u0000: jansson (what the server reads a JSON answer with) keeps no NUL in an
      * object key, so a key holding one would make a call the grammar admitted fail to parse;
      * "\u" then 0 to 3 zeros, a nonzero digit, the rest any */
-    rf_gclass hex = {{0}}, nz = {{0}};
+    rf_gclass hex = {{0}};
     rf_gclass_set(&hex, '0', '9');
     rf_gclass_set(&hex, 'a', 'f');
     rf_gclass_set(&hex, 'A', 'F');
-    nz = hex;
+    rf_gclass nz = hex;
     nz.bits['0' >> 3] &= (uint8_t)~(1u << ('0' & 7));
     static const char *const zeros[4] = {"\\u", "\\u0", "\\u00", "\\u000"};
     for (int z = 0; z < 4; z++) {

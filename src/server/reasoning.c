@@ -146,7 +146,7 @@ int srv_harmony_parse(const srv_parse_cfg *cfg, const char *t, size_t n, bool fi
         const char *ch, *to;
         size_t chl, tol;
         harmony_header(t + p, (size_t)(msg - t) - p, &ch, &chl, &to, &tol);
-        size_t b = (size_t)(msg - t) + 11, tl;
+        size_t b = (size_t)(msg - t) + 11, tl = 0;
         bool call = to && tol > 10 && !memcmp(to, "functions.", 10);
         /* a call's JSON object may hold a terminator's text ("<|end|>") in its strings: its
          * message ends at the first terminator after the object (none yet while it is open) */
@@ -154,11 +154,9 @@ int srv_harmony_parse(const srv_parse_cfg *cfg, const char *t, size_t n, bool fi
         while (call && k < n && is_ws(t[k])) k++;
         const int sc = call && k < n && t[k] == '{' ? srv_args_scan(t, n, k, NULL, &oend) : -1;
         size_t e = sc == 0 ? n : harmony_body_end(t, n, sc == 1 ? oend : b, &tl);
-        if (sc == 0) tl = 0;
         bool closed = e < n || tl;
         if (call) {
-            size_t a0 = b, a1 = e;
-            while (a0 < a1 && is_ws(t[a0])) a0++;
+            size_t a0 = k < e ? k : e, a1 = e; /* k: past the body's leading whitespace */
             while (a1 > a0 && is_ws(t[a1 - 1])) a1--;
             if (!closed && !final) { /* an open call: its arguments stream as they come */
                 if (cfg->tools && a0 < n && t[a0] == '{' &&
