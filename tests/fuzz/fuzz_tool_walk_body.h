@@ -49,19 +49,29 @@ static const char *const rf_tw_markers[] = {"</tool_call>", "<tool_call>", "[TOO
                                            "<|message|>", "<|constrain|>", "</think>", "<think>", "<|python_tag|>",
                                            "{\"name\": \"get_time\", \"parameters\": {}}"};
 
+/* How long a walk can be. Free steps: at most 8 + 255; each appends one byte or one marker (41
+ * bytes at the most). Then the finish closes what is open, one construct at a time: a closer
+ * comes round within 6 steps (13 bytes each at the most), whitespace runs are at most 12 bytes
+ * (the JSON grammar's cap), and closers never open an object or array, so the finish meets no
+ * level the free steps or the schema's required members did not open: ~150 bytes a level, at
+ * most 263 + the schema's depth levels. Together under 263 x 41 + 300 x 150 = 56 KB: a walk that
+ * reaches RF_TW_CAP is not a long text but a finish that does not converge (a fault). */
+#define RF_TW_CAP (64u << 10)
+
 /* A text g admits, into out[0..cap) (NUL-terminated): the first byte from src sets how many steps
- * walk freely (8 + 4 x it); each free step takes a byte c from src and appends a marker (c >= 240,
- * above) where the grammar takes it, else the first of c, c + 1, ... (1..255, wrapping) that g takes next, and once the text is a whole sentence a byte
- * below 64 ends it. Past the free steps, or when src runs out, the walk finishes: it ends at the
- * first whole sentence, trying the closers above (in turn) before the byte scan. Returns the length, or -1
- * when the text would reach cap. A text that is not whole and takes no byte is the grammar's
- * fault (a forced call must always be completable): it traps. */
+ * walk freely (8 + it); each free step takes a byte c from src and appends a marker (c >= 240,
+ * above) where the grammar takes it, else the first of c, c + 1, ... (1..255, wrapping) that g
+ * takes next, and once the text is a whole sentence a byte below 64 ends it. Past the free steps,
+ * or when src runs out, the walk finishes: it ends at the first whole sentence, trying the
+ * closers above (in turn) before the byte scan. Returns the length, or -1 when the text would
+ * reach cap. A text that is not whole and takes no byte is the grammar's fault (a forced call
+ * must always be completable): it traps. */
 static long rf_tw_walk(rf_grammar *g, rf_tw_src *src, char *out, size_t cap) {
     rf_gmatch *m = NULL;
     if (rf_gmatch_new(g, &m) != RF_OK) return -1;
     uint8_t lb = 0;
     (void)rf_tw_byte(src, &lb);
-    const size_t free_steps = 8 + 4 * (size_t)lb;
+    const size_t free_steps = 8 + (size_t)lb;
     size_t n = 0, steps = 0;
     long r = -1;
     for (;; steps++) {
@@ -162,19 +172,18 @@ static void rf_tw_check(json_t *tools, const srv_tool_grammar_opts *o, const cha
     srv_chat_out_free(&out);
 }
 
-/* One walk of the grammar of (tools, o) steered by src, and its check. Returns whether a whole
- * text came of it (not when it would pass 4 KiB). */
-static bool rf_tw_one(json_t *tools, const srv_tool_grammar_opts *o, rf_tw_src *src) {
+/* One walk of the grammar of (tools, o) steered by src, and its check. Returns the text's length
+ * (-1: it reached RF_TW_CAP, which the bound above says a finishing walk does not). */
+static long rf_tw_one(json_t *tools, const srv_tool_grammar_opts *o, rf_tw_src *src) {
     rf_grammar *g = NULL;
     char err[256];
     RF_FUZZ_CHECK(srv_tool_call_grammar(tools, o, &g, err, sizeof err) == 0);
-    enum { CAP = 4096 };
-    char *t = malloc(CAP);
-    long n = t ? rf_tw_walk(g, src, t, CAP) : -1;
+    char *t = malloc(RF_TW_CAP);
+    long n = t ? rf_tw_walk(g, src, t, RF_TW_CAP) : -1;
     if (n >= 0) rf_tw_check(tools, o, t, (size_t)n, src);
     free(t);
     rf_grammar_unref(g);
-    return n >= 0;
+    return n;
 }
 
 /* Tools whose schemas reach every part of the JSON grammar: strings (escapes, UTF-8, formats,
@@ -196,8 +205,8 @@ static const char *const rf_tw_tool_sets[] = {
 
 /* One case from its byte b: bits 0-1 the syntax (Hermes, Llama 3, Mistral, harmony), 2 parallel
  * calls, 3-4 the reasoning shape (none, optional, opened; harmony: none, its analysis message is
- * always optional), 5 a named function, 7 the tool list; then a walk steered by src. */
-static inline bool rf_tw_case(uint8_t b, rf_tw_src *src) { /* inline: unused where only walks are wanted */
+ * always optional), 5 a named function, 7 the tool list; then a walk steered by src (rf_tw_one). */
+static inline long rf_tw_case(uint8_t b, rf_tw_src *src) { /* inline: unused where only walks are wanted */
     static json_t *sets[2];
     if (!sets[0])
         for (int i = 0; i < 2; i++) RF_FUZZ_CHECK((sets[i] = json_loads(rf_tw_tool_sets[i], 0, NULL)) != NULL);

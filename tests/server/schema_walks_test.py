@@ -48,8 +48,8 @@ def main():
     for ln in r.stdout.decode().split("\n")[:-1]:  # not splitlines: it splits at U+2028 too
         i, text = ln.split("\t", 1)
         name, sc = schemas[int(i)]
-        if text.startswith("ERROR"):
-            print(f"FAIL {name}: the schema does not compile: {text}")
+        if text.startswith("ERROR") or text == "UNFINISHED":
+            print(f"FAIL {name}: {'the schema does not compile: ' + text if text != 'UNFINISHED' else 'a walk reached RF_TW_CAP (fuzz_tool_walk_body.h: a finish that does not converge)'}")
             bad += 1
             continue
         doc = json.loads(text)
@@ -61,11 +61,11 @@ def main():
             bad += 1
             if bad <= 10:
                 print(f"FAIL {name}: {e}: {doc!r}")
-    short = [schemas[i][0] for i, c in enumerate(counts) if c < WALKS // 2]
+    short = [schemas[i][0] for i, c in enumerate(counts) if c != WALKS]
     for i, c in enumerate(counts):
         print(f"  {schemas[i][0]}: {c} walks valid")
     if short:
-        print(f"FAIL: fewer than {WALKS // 2} whole walks for {short}")
+        print(f"FAIL: not all {WALKS} walks whole and valid for {short}")
         bad += 1
     total = sum(counts)
     print(f"schema_walks_test: {total} documents over {len(schemas)} schemas validate, {bad} failures -> "
