@@ -31,8 +31,9 @@ test: build models
 test-asan: setup models
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRF_SANITIZE=ON -DRF_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-asan -j$(JOBS)
-	# cli_hip_build is a compile check of the HIP kernels (hipcc), no host code runs under the sanitizers
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS) -E cli_hip_build
+	# cli_hip_build is a compile check of the HIP kernels (hipcc), no host code runs under the sanitizers;
+	# cli_fuzz_targets builds its own ASan + UBSan binaries (make test runs it)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS) -E 'cli_hip_build|cli_fuzz_targets'
 
 fuzz: setup
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRF_FUZZ=ON -DRF_CUDA=OFF
