@@ -2,7 +2,8 @@
  * facts, checked on the host in every build: the route of each token count under the default
  * knobs (one GEMV call up to 16 tokens where gemv_mt takes the type, else 8), deterministic mode
  * (MMQ for every count or an error, never a count-dependent kernel), types without MMQ, builds
- * without BLAS and the knobs' edges. */
+ * without BLAS and the knobs' edges; and the decode attention's kernel by depth bucket, cache type,
+ * window, mode and knobs (rf_gpu_attn_decode_mma). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,44 @@ static void test_w4a16(void **state) {
     assert_string_equal(rf_gpu_route_name(RF_ROUTE_W4A16), "w4a16");
 }
 
+static bool attn(int64_t bucket, rf_type kv) {
+    const rf_gpu_attn_facts f = {.decode = true, .bucket_keys = bucket, .kv_type = kv, .mma_min = 16384,
+                                 .mma_short = 4096}; /* the knobs' defaults (docs/knobs.md) */
+    return rf_gpu_attn_decode_mma(&f);
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    for (int64_t b = 256; b <= (1 << 20); b *= 2) {
+        /* f16: the decode kernel up to 4,096 keys and from 16,384; the 8,192-key bucket paged */
+        if (attn(b, RF_TYPE_F16) != (b != 8192)) fail_msg("f16 bucket %lld", (long long)b);
+        /* q8_0 (and f32, which the decode kernel does not read): from 16,384 only */
+        if (attn(b, RF_TYPE_Q8_0) != (b >= 16384)) fail_msg("q8_0 bucket %lld", (long long)b);
+        if (attn(b, RF_TYPE_F32) != (b >= 16384)) fail_msg("f32 bucket %lld", (long long)b);
+        rf_gpu_attn_facts f = {.decode = true, .bucket_keys = b, .kv_type = RF_TYPE_F16, .mma_min = 16384,
+                               .mma_short = 4096};
+        f.invariant = true; /* --deterministic: the paged kernel's bits at every depth */
+        assert_false(rf_gpu_attn_decode_mma(&f));
+        f.invariant = false, f.decode = false; /* prompt chunks: never */
+        assert_false(rf_gpu_attn_decode_mma(&f));
+        f.decode = true, f.mma_short = 0; /* the short rule off: the deep one alone */
+        assert_int_equal(rf_gpu_attn_decode_mma(&f), b >= 16384);
+        f.mma_min = 0, f.mma_short = 4096; /* the deep rule off: the short one alone */
+        assert_int_equal(rf_gpu_attn_decode_mma(&f), b <= 4096);
+        f.mma_short = 0; /* both off: never */
+        assert_false(rf_gpu_attn_decode_mma(&f));
+        f.mma_min = 1; /* 1: every decode call */
+        assert_true(rf_gpu_attn_decode_mma(&f));
+        /* a window smaller than the bucket decides instead: 4,096 keys of window at any depth is
+         * short; 8,192 keeps deep rows in the paged kernel's bucket */
+        f.mma_min = 16384, f.mma_short = 4096, f.window = 4096;
+        assert_true(rf_gpu_attn_decode_mma(&f));
+        f.window = 8192;
+        assert_int_equal(rf_gpu_attn_decode_mma(&f), b <= 4096);
+    }
+    assert_false(attn(0, RF_TYPE_F16)); /* no row with a position */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_w4a16),
@@ -148,6 +187,7 @@ int main(void) {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_knobs_and_builds),
+        cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include "backend/backend_common.h"
 #include "backend/gpu/gpu_be.h"
 #include "backend/gpu/gpu_deltanet.h"
+#include "backend/gpu/gpu_route.h"
 #include "rocmforge/quant.h"
 
 static rf_status row_bytes(rf_type type, int64_t n, size_t *out) {
@@ -200,20 +201,22 @@ static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t
 /* The paged-attention kernel over tokens [t0, t1) of the batch, told whether they are decode
  * rows (graph steps are; an eager stretch is when no two consecutive tokens share a sequence).
  * Decode rows take the tensor-core decode kernel (rf_gpu_paged_attention_route), all of them,
- * where the call's depth bucket reaches RF_GPU_DECODE_MMA_MIN keys, or with an f16 cache is at most
- * RF_GPU_DECODE_MMA_SHORT (measured faster there, docs/gpu.md "Routing"; the 8,192-key bucket
- * between them stays paged, faster for one sequence): the bucket is the power of two of at least
+ * where rf_gpu_attn_decode_mma says (gpu_route.c: the call's depth bucket reaches
+ * RF_GPU_DECODE_MMA_MIN keys, or with an f16 cache is at most RF_GPU_DECODE_MMA_SHORT; the
+ * 8,192-key bucket between them stays paged): the bucket is the power of two of at least
  * 256 that holds max_pos + 1 (a graph step's max_pos is already its bucket's bound: the engine's
  * rf_step_depth_bucket), or the window where that is smaller. One kernel for the whole call, by a
  * rule an eager step and a recorded one of the same rows answer alike; a row's split count follows
  * from its own position either way. The batch-invariant mode keeps the paged kernel's bits. */
 static int64_t mma_min_keys(const gpu_be *g, const gpu_batch *d, bool decode, int64_t window, rf_type kv) {
-    const int64_t least = rf_knob_int(RF_KNOB_GPU_DECODE_MMA_MIN);
-    const int64_t most = kv == RF_TYPE_F16 ? rf_knob_int(RF_KNOB_GPU_DECODE_MMA_SHORT) : 0;
-    if (!decode || g->invariant || d->max_pos < 0) return 0;
-    int64_t keys = rf_depth_bucket_keys(d->max_pos);
-    if (window > 0 && window < keys) keys = window;
-    return (least > 0 && keys >= least) || keys <= most ? 1 : 0;
+    const rf_gpu_attn_facts f = {.decode = decode,
+                                 .invariant = g->invariant,
+                                 .bucket_keys = d->max_pos < 0 ? 0 : rf_depth_bucket_keys(d->max_pos),
+                                 .window = window,
+                                 .kv_type = kv,
+                                 .mma_min = rf_knob_int(RF_KNOB_GPU_DECODE_MMA_MIN),
+                                 .mma_short = rf_knob_int(RF_KNOB_GPU_DECODE_MMA_SHORT)};
+    return rf_gpu_attn_decode_mma(&f) ? 1 : 0;
 }
 
 static rf_status attn_paged(gpu_be *g, float *out, const float *q, const rf_tensor *k, const rf_tensor *v,

@@ -70,3 +70,14 @@ const char *rf_gpu_route_name(rf_gpu_route_kind k) {
     default: return "none";
     }
 }
+
+bool rf_gpu_attn_decode_mma(const rf_gpu_attn_facts *f) {
+    if (!f->decode || f->invariant || f->bucket_keys <= 0) return false;
+    const int64_t keys = f->window > 0 && f->window < f->bucket_keys ? f->window : f->bucket_keys;
+    /* measured on the H200 (docs/gpu.md, "Routing"): with an f16 cache the decode kernel is faster
+     * for buckets up to 4,096 keys at 1-256 sequences and from 16,384, the paged kernel for one
+     * sequence in the 8,192-key bucket; with q8_0 the paged kernel leads below 16,384 at 1-32
+     * sequences */
+    if (f->mma_min > 0 && keys >= f->mma_min) return true;
+    return f->kv_type == RF_TYPE_F16 && keys <= f->mma_short;
+}

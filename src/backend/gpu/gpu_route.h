@@ -65,6 +65,25 @@ bool rf_gpu_gemv_rounds_x(const rf_gpu_ctx *ctx, rf_type type, int64_t n_in);
 /* the route's name, for traces and test messages */
 const char *rf_gpu_route_name(rf_gpu_route_kind k);
 
+/* What a decode call's attention kernel depends on: the tensor-core decode kernel
+ * (gpu_decode_attention.cu) for all the call's rows, or the paged kernel (gpu_paged_attention.cu) */
+typedef struct rf_gpu_attn_facts {
+    bool decode;         /* a decode call (graph steps; eager stretches of one token a sequence) */
+    bool invariant;      /* --deterministic: the paged kernel's bits, always */
+    int64_t bucket_keys; /* rf_depth_bucket_keys(max_pos) of the call's deepest row; <= 0: no row */
+    int64_t window;      /* the layer's sliding window (0: none) */
+    rf_type kv_type;     /* the cache's type */
+    int64_t mma_min;     /* RF_GPU_DECODE_MMA_MIN: buckets of at least this many keys (0: none) */
+    int64_t mma_short;   /* RF_GPU_DECODE_MMA_SHORT: f16 caches' buckets of at most this many (0: none) */
+} rf_gpu_attn_facts;
+
+/* Whether a decode call takes the decode kernel: its keys (the bucket, or the window where that is
+ * smaller) reach mma_min or, with an f16 cache, are at most mma_short; never outside decode calls
+ * nor in the batch-invariant mode. A function of the bucket, not of the rows' own positions, so
+ * an eager step and a recorded one of the same rows take the same kernel. Where the decode kernel
+ * has no variant for the call's shape, rf_gpu_paged_attention_route still takes the paged one. */
+bool rf_gpu_attn_decode_mma(const rf_gpu_attn_facts *f);
+
 #ifdef __cplusplus
 }
 #endif
