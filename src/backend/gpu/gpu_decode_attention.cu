@@ -500,21 +500,6 @@ rf_k_decode_merge(float *out, const float *__restrict__ part, const float2 *__re
 /* ---- host ------------------------------------------------------------------------------- */
 
 #if !defined(RF_HIP)
-/* the device lets a block have `smem` bytes of shared memory (opt-in); read once per device */
-static bool rf_da_smem_ok(rf_gpu_ctx *ctx, size_t smem) {
-    static int optin[RF_GPU_MAX_DEVICES]; /* 0: not read yet, -1: unknown */
-    const int d = ctx->device >= 0 && ctx->device < RF_GPU_MAX_DEVICES ? ctx->device : 0;
-    if (!optin[d]) {
-        int v = 0;
-        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device) != cudaSuccess) {
-            (void)cudaGetLastError();
-            v = -1;
-        }
-        optin[d] = v > 0 ? v : -1;
-    }
-    return optin[d] > 0 && (size_t)optin[d] >= smem;
-}
-
 template <int D, bool Q8> static rf_status rf_da_go(rf_gpu_ctx *ctx, const rf_da_args &a) {
     static size_t attr[RF_GPU_MAX_DEVICES];
     const size_t smem = rf_da_geo<D, Q8>::SMEM;
@@ -558,7 +543,7 @@ extern "C" bool rf_gpu_decode_attention_supported(rf_gpu_ctx *ctx, rf_type kv_ty
     if (n_head_kv < 1 || n_head < n_head_kv || n_head % n_head_kv != 0 || n_head / n_head_kv > 8) return false;
     const size_t smem = head_dim == 64 ? (kv_type == RF_TYPE_Q8_0 ? rf_da_geo<64, true>::SMEM : rf_da_geo<64, false>::SMEM)
                                        : (kv_type == RF_TYPE_Q8_0 ? rf_da_geo<128, true>::SMEM : rf_da_geo<128, false>::SMEM);
-    return rf_da_smem_ok(ctx, smem);
+    return rf_gpu_smem_optin(ctx) >= smem;
 #endif
 }
 

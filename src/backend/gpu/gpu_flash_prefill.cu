@@ -405,17 +405,7 @@ extern "C" bool rf_gpu_flash_prefill_supported(rf_gpu_ctx *ctx, rf_type kv_type,
     if (ctx->info.cc_major < 8) return false;
     if (head_dim == 256 || head_dim == 512) { /* split heads: f16 or q8_0, where the shared memory fits */
         if (kv_type != RF_TYPE_F16 && kv_type != RF_TYPE_Q8_0) return false;
-        static int optin[RF_GPU_MAX_DEVICES]; /* bytes per block the device allows; 0: not read yet */
-        const int d = ctx->device >= 0 && ctx->device < RF_GPU_MAX_DEVICES ? ctx->device : 0;
-        if (!optin[d]) {
-            int v = 0;
-            if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device) != cudaSuccess) {
-                (void)cudaGetLastError();
-                return false;
-            }
-            optin[d] = v > 0 ? v : -1;
-        }
-        return (size_t)optin[d] >= (head_dim == 256 ? rf_fp_geo<256>::smem : rf_fp_geo<512>::smem) && optin[d] > 0;
+        return rf_gpu_smem_optin(ctx) >= (head_dim == 256 ? rf_fp_geo<256>::smem : rf_fp_geo<512>::smem);
     }
     return (kv_type == RF_TYPE_F16 && (head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128)) ||
            (kv_type == RF_TYPE_Q8_0 && (head_dim == 64 || head_dim == 96 || head_dim == 128));

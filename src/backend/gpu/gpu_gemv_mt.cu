@@ -379,20 +379,6 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
     rf_mt_store<NF, KS, L::WR>(acc, (float *)rf_mt_smem, y, nt, r0, n_out);
 }
 
-/* the device's shared memory one block may opt in to, asked once per GPU */
-static int rf_mt_optin(const rf_gpu_ctx *ctx) {
-    static int v[RF_GPU_MAX_DEVICES];
-    const int d = ctx->device >= 0 && ctx->device < RF_GPU_MAX_DEVICES ? ctx->device : 0;
-    if (!v[d]) {
-        int x = 0;
-        if (cudaDeviceGetAttribute(&x, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device) != cudaSuccess || x < 1) {
-            (void)cudaGetLastError();
-            x = 48 * 1024;
-        }
-        v[d] = x;
-    }
-    return v[d];
-}
 /* the shared memory of KS = ks, the larger of the 8- and 16-token tiles (their stage counts may
  * differ), so the choice of KS does not depend on the token count */
 template <int T, int KS> static constexpr int rf_mt_smem_ks() {
@@ -409,7 +395,7 @@ template <int T> static int rf_mt_smem(int ks) {
  * count (a token's bits do not depend on the call's count). */
 template <int T> static int rf_mt_ks(const rf_gpu_ctx *ctx, int64_t n_in, int64_t n_out) {
     const int64_t nch = n_in / 32 / rf_mt_fmt<T>::KB;
-    const int optin = rf_mt_optin(ctx), v = ctx->gemv_variant;
+    const int optin = (int)rf_gpu_smem_optin(ctx), v = ctx->gemv_variant;
     int ks = 1;
     if (v >= 27 && v <= 30) ks = 1 << (v - 27);
     else
@@ -444,7 +430,7 @@ static rf_status rf_launch_mt_ring(rf_gpu_ctx *ctx, float *y, const uint8_t *w, 
     if constexpr (NF == 1 && KS >= 4 && T != RF_TYPE_Q8_0 && D::ST > rf_mt_tile<T, NF, KS>::ST) {
         const rf_test_hooks *th = rf_test_hooks_get();
         if (!(th && th->gpu_mt_shallow) && (n_out + D::RB - 1) / D::RB <= ctx->info.sm_count &&
-            D::SMEM <= rf_mt_optin(ctx))
+            D::SMEM <= (int)rf_gpu_smem_optin(ctx))
             return rf_launch_mt_k<T, NF, KS, true>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
     }
     return rf_launch_mt_k<T, NF, KS, false>(ctx, y, w, qx, rec, nt, n_in, n_out, rb);
@@ -471,7 +457,7 @@ bool rf_gemv_mt_ok(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
     /* n_in <= 2^22: a tile's 128 rows of at most 34/32 bytes an element stay below 2^31 bytes
      * (rf_mt_plan's 32-bit offsets) */
     if (ctx->info.cc_major < 8 || n_in < 256 || n_in > ((int64_t)1 << 22)) return false;
-    const int optin = rf_mt_optin(ctx);
+    const int optin = (int)rf_gpu_smem_optin(ctx);
     switch (t) { /* whole chunks, and the 16-token stages of one warp per row fit the device */
     case RF_TYPE_Q4_0: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q4_0>(1) <= optin;
     case RF_TYPE_Q4_1: return n_in % 256 == 0 && rf_mt_smem<RF_TYPE_Q4_1>(1) <= optin;

@@ -121,6 +121,27 @@ static inline rf_status rf_gpu_smem_attr(rf_gpu_ctx *ctx, const void *kern, size
     return RF_OK;
 }
 
+/* The shared memory one block may opt in to on the context's GPU, asked once per device; 48 KiB
+ * where it cannot be asked (a failed query, HIP builds: every kernel's default limit). */
+static inline size_t rf_gpu_smem_optin(const rf_gpu_ctx *ctx) {
+#if defined(RF_CUDA_BUILD)
+    static int v[RF_GPU_MAX_DEVICES];
+    const int d = ctx->device >= 0 && ctx->device < RF_GPU_MAX_DEVICES ? ctx->device : 0;
+    if (!v[d]) {
+        int x = 0;
+        if (cudaDeviceGetAttribute(&x, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device) != cudaSuccess || x < 1) {
+            (void)cudaGetLastError();
+            x = 48 * 1024;
+        }
+        v[d] = x;
+    }
+    return (size_t)v[d];
+#else
+    (void)ctx;
+    return 48 * 1024;
+#endif
+}
+
 /* Host-side argument check: RF_ERR_INVALID_ARG naming the op. */
 #define RF_GPU_REQUIRE(cond, op, fmt, ...)                                                   \
     do {                                                                                     \
