@@ -335,6 +335,12 @@ static void test_fused_ffn(void **state) {
     ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q6_K, 128, 8, 1, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
     ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q4_K, 64, 8, 3, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
     ffn_case(&r, RF_TYPE_Q5_K, RF_TYPE_Q6_K, 64, 6, 2, 1024, 512, true, RF_GLU_GEGLU, RF_MOE_SIGMOID, true);
+    /* the K-quant kernels' plain forms (RF_GPU_MOE_STAGE off: each lane reads its super-block
+     * from global memory) give the same bits as the staged ones above */
+    assert_int_equal(rf_knob_override(RF_KNOB_GPU_MOE_STAGE, "off"), RF_OK);
+    ffn_case(&r, RF_TYPE_Q4_K, RF_TYPE_Q6_K, 128, 8, 1, 2048, 768, false, RF_GLU_SWIGLU, RF_MOE_SOFTMAX, false);
+    ffn_case(&r, RF_TYPE_Q5_K, RF_TYPE_Q4_K, 64, 6, 2, 1024, 512, true, RF_GLU_GEGLU, RF_MOE_SIGMOID, true);
+    assert_int_equal(rf_knob_override(RF_KNOB_GPU_MOE_STAGE, NULL), RF_OK);
     /* gpt-oss's: 2880 wide, 32 experts, top-4, biases, the router's bias, its GLU and gating */
     ffn_case(&r, RF_TYPE_MXFP4, RF_TYPE_MXFP4, 32, 4, 1, 2880, 2880, true, RF_GLU_SWIGLU_OAI, RF_MOE_SOFTMAX_TOPK, true);
     ffn_case(&r, RF_TYPE_MXFP4, RF_TYPE_MXFP4, 32, 4, 2, 256, 2880, true, RF_GLU_SWIGLU_OAI, RF_MOE_SOFTMAX_TOPK, true);

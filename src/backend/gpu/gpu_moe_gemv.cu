@@ -3,6 +3,7 @@
  * (gpu_gemv_dot.cuh, through gpu_moe.cuh's unit dot) or, for the other types, f32 x; and its
  * decode fusions (gate and up with the GLU; down with the router-weighted sum). The same GEMV
  * over expert tiles of sorted slots is gpu_moe_ggemv.cu's; gpu_moe.cu dispatches. */
+#include "core/knobs.h"
 #include "backend/gpu/gpu_moe.cuh"
 
 #define RF_MOE_GEMV_THREADS 128 /* threads per block: rows of LPR lanes each */
@@ -170,6 +171,165 @@ rf_k_moe_gemv_comb(float *y, const uint8_t *w, rf_type t, const int8_t *qx, cons
     }
 }
 
+/* ---- staged forms of moe_gemv_gluq and moe_gemv_comb (K-quant experts) ----------------------
+ * A lane dots a whole unit, for the K-quants a super-block of 144-210 bytes, so the plain kernels'
+ * 16-byte loads fall a super-block apart across a warp: each load touches 32 sectors for half
+ * their bytes. At one token that bound the kernels on L1 wavefronts (ncu, qwen3-30b-a3b Q4_K,
+ * H200 2026-12-01: rf_k_moe_gemv_gluq 18 us, L1/TEX 88% busy, 0.12 eligible warps a scheduler,
+ * stalled on L1TEX). The staged forms first copy the block's weight runs (rows of one expert are
+ * contiguous) and the x units they read into shared memory, a warp's 16-byte copies side by side
+ * (cp.async on CUDA sm_80+), then each lane dots its unit from there: the same bytes dotted in
+ * the same order as the plain kernels, so the same bits (test_gpu_moe_fused). */
+
+/* Copies bytes [src, src + len) into dst as whole 16-byte words from src's 16-byte boundary
+ * (reading at most 15 bytes before and after them: inside a 16-byte aligned allocation and its
+ * tail padding, rf_gpu_alloc) by threads tid of nthr, uncommitted cp.async copies where there
+ * are; returns the offset of src's first byte in dst. A run takes rf_moe_run_bytes(len) of dst. */
+static __device__ __forceinline__ int rf_moe_stage(uint8_t *dst, const uint8_t *src, int len, int tid, int nthr) {
+    const uint4 *a = (const uint4 *)((uintptr_t)src & ~(uintptr_t)15);
+    const int off = (int)(src - (const uint8_t *)a), nw = (off + len + 15) / 16;
+    for (int i = tid; i < nw; i += nthr) rf_cp_async16((uint4 *)dst + i, a + i);
+    return off;
+}
+/* the shared memory of a staged run of len bytes: its words, the shift of up to 15 bytes and the
+ * word rf_moe_words reads past a Q6_K super-block */
+static __host__ __device__ constexpr int rf_moe_run_bytes(int len) { return (len + 15 + 4 + 15) / 16 * 16; }
+
+/* x units in shared memory: unit u of a token row at u XS bytes, its int8 values then its records
+ * (so rf_moe_xload reads unit 0 of (xs + u XS, xs + u XS + UE)); XS a multiple of 16 that is not
+ * one of 128, so the 8 lanes of a 16-byte load phase reading units u..u+7 hit distinct banks */
+template <int T> struct rf_moe_xs {
+    using F = rf_moe_fmt<T>;
+    static constexpr int RB = F::UE / 32 * F::REC, RAW = (F::UE + RB + 15) / 16 * 16;
+    static constexpr int XS = RAW % 128 ? RAW : RAW + 16;
+};
+/* token row xr of the quantized x (qx: rows of n_in int8; rec: REC bytes per 32) into xs in that
+ * layout by threads tid of nthr: uncommitted 16-byte cp.async copies (K-quants: a unit's 256 int8
+ * and 8 records of 16 bytes, each 16-byte aligned), all in flight at once (plain 4-byte copies
+ * in a loop waited on each load: ~1 L2 latency per pass) */
+template <int T>
+static __device__ __forceinline__ void rf_moe_stage_x(uint8_t *xs, const int8_t *qx, const uint8_t *rec, int xr,
+                                                      int n_in, int tid, int nthr) {
+    using F = rf_moe_fmt<T>;
+    using X = rf_moe_xs<T>;
+    static_assert(F::K, "staged x: the K-quants' layout");
+    constexpr int WQ = F::UE / 16, WU = WQ + X::RB / 16; /* 16-byte words of a unit's int8, of the whole unit */
+    const int nu = n_in / F::UE;
+    const uint4 *q = (const uint4 *)(qx + (int64_t)xr * n_in);
+    const uint4 *rc = (const uint4 *)(rec + (int64_t)xr * (n_in / 32) * F::REC);
+    for (int i = tid; i < nu * WU; i += nthr) {
+        const int u = i / WU, w = i % WU;
+        rf_cp_async16((uint4 *)(xs + u * X::XS) + w, w < WQ ? q + u * WQ + w : rc + u * (X::RB / 16) + w - WQ);
+    }
+}
+/* rf_moe_row over a staged weight row wr and a staged x row xs (the same adds in the same order) */
+template <int T, int LPR>
+static __device__ __forceinline__ float rf_moe_row_s(const uint8_t *wr, const uint8_t *xs, int n_in, int sub) {
+    using F = rf_moe_fmt<T>;
+    float acc = 0.0f;
+    for (int u = sub; u < n_in / F::UE; u += LPR) {
+        rf_moe_wu<T> a;
+        rf_moe_xu<T> x;
+        rf_moe_wload<T>(a, wr, u);
+        rf_moe_xload<T>(x, 0, (const int8_t *)(xs + u * rf_moe_xs<T>::XS), xs + u * rf_moe_xs<T>::XS + F::UE);
+        acc = __fadd_rn(acc, rf_moe_xdot<T>(a, x));
+    }
+#pragma unroll
+    for (int m = LPR / 2; m > 0; m >>= 1) acc += RF_SHFL_XOR(acc, m);
+    return acc;
+}
+
+/* moe_gemv_gluq staged (K-quants): the block's 32 gate rows and 32 up rows (two runs of 32
+ * row_bytes, wrun bytes of shared memory apart) and the token's x units, then moe_gemv_gluq's
+ * arithmetic. launch as moe_gemv_gluq with 2 wrun + the x units' bytes of dynamic shared memory. */
+template <int T, int LPR>
+__global__ void __launch_bounds__(32 * LPR)
+rf_k_moe_gemv_gluqs(float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg, const uint8_t *wu, rf_type t,
+                    const int8_t *qx, const uint8_t *rec, const float *x, const int32_t *ids, const float *bg,
+                    const float *bu, int n_in, int n_out, int64_t row_bytes, int k, int n_expert, int kind, int s0,
+                    int wrun) {
+    extern __shared__ uint4 rf_moe_smem[];
+    __shared__ float ys[32];
+    (void)t, (void)x;
+    uint8_t *sm = (uint8_t *)rf_moe_smem, *xs = sm + 2 * wrun;
+    const int tid = (int)threadIdx.x, nthr = 32 * LPR;
+    const int s = s0 + (int)blockIdx.y, sub = tid % LPR, r = tid / LPR;
+    const int row = (int)blockIdx.x * 32 + r;
+    const int e = rf_moe_expert(ids, s, n_expert);
+    const int64_t w0 = ((int64_t)e * n_out + (int64_t)blockIdx.x * 32) * row_bytes;
+    const int len = 32 * (int)row_bytes;
+    const int og = rf_moe_stage(sm, wg + w0, len, tid, nthr), ou = rf_moe_stage(sm + wrun, wu + w0, len, tid, nthr);
+    rf_moe_stage_x<T>(xs, qx, rec, s / k, n_in, tid, nthr);
+    rf_cp_async_commit();
+    rf_cp_async_wait<0>();
+    __syncthreads();
+    const float ag = rf_moe_row_s<T, LPR>(sm + og + (int64_t)r * row_bytes, xs, n_in, sub);
+    const float au = rf_moe_row_s<T, LPR>(sm + wrun + ou + (int64_t)r * row_bytes, xs, n_in, sub);
+    if (sub == 0) {
+        const int64_t bo = (int64_t)e * n_out + row;
+        const float v = rf_moe_glu(kind, ag + (bg ? bg[bo] : 0.0f), au + (bu ? bu[bo] : 0.0f));
+        y[(int64_t)s * n_out + row] = v;
+        ys[r] = v;
+    }
+    __syncthreads();
+    if (tid < 32) {
+        const int i = (int)blockIdx.x * 32 + tid;
+        if (rkd == 0) rf_quantize_elem<1, 0>(qd, dd, ys[tid], i, n_out, s, tid);
+        else if (rkd == 1) rf_quantize_elem<1, 1>(qd, dd, ys[tid], i, n_out, s, tid);
+        else rf_quantize_elem<1, 2>(qd, dd, ys[tid], i, n_out, s, tid);
+    }
+}
+
+/* moe_gemv_comb staged (K-quants): for each of the token's k slots, the block's rows of that
+ * slot's expert (one run of up to rpb rows, wrun bytes apart) and the slot's x units (xb bytes
+ * apart), then moe_gemv_comb's arithmetic over rpb rows a block (any rpb with rpb k <=
+ * RF_MOE_COMB_PAIRS: its groups take the pairs in rounds). launch: grid (ceil(n_out / rpb),
+ * tokens), 128 threads, k (wrun + xb) bytes of dynamic shared memory. */
+template <int T, int LPR>
+__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
+rf_k_moe_gemv_combs(float *y, const uint8_t *w, rf_type t, const int8_t *qx, const uint8_t *rec, const float *x,
+                    const int32_t *ids, const float *bias, const float *wts, int n_in, int n_out, int64_t row_bytes,
+                    int k, int n_expert, int rpb, int t0, int wrun, int xb) {
+    constexpr int G = RF_MOE_GEMV_THREADS / LPR;
+    extern __shared__ uint4 rf_moe_smem[];
+    __shared__ float zs[RF_MOE_COMB_PAIRS];
+    (void)t, (void)x;
+    uint8_t *sm = (uint8_t *)rf_moe_smem, *xs = sm + (int64_t)k * wrun;
+    const int tid = (int)threadIdx.x, tok = t0 + (int)blockIdx.y, sub = tid % LPR, grp = tid / LPR;
+    const int o0 = (int)blockIdx.x * rpb, np = rpb * k, nr = n_out - o0 < rpb ? n_out - o0 : rpb;
+    for (int j = 0; j < k; j++) {
+        const int e = rf_moe_expert(ids, tok * k + j, n_expert);
+        (void)rf_moe_stage(sm + (int64_t)j * wrun, w + ((int64_t)e * n_out + o0) * row_bytes, nr * (int)row_bytes,
+                           tid, RF_MOE_GEMV_THREADS);
+    }
+    for (int j = 0; j < k; j++) rf_moe_stage_x<T>(xs + (int64_t)j * xb, qx, rec, tok * k + j, n_in, tid, RF_MOE_GEMV_THREADS);
+    rf_cp_async_commit();
+    rf_cp_async_wait<0>();
+    __syncthreads();
+    for (int p0 = 0; p0 < np; p0 += G) {
+        const int p = p0 + grp, pc = p < np ? p : np - 1, j = pc / rpb, row = o0 + pc % rpb;
+        const int rowc = row < n_out ? row : n_out - 1, s = tok * k + j, e = rf_moe_expert(ids, s, n_expert);
+        const uint8_t *src = w + ((int64_t)e * n_out + o0) * row_bytes; /* where its run was staged from */
+        const int off = (int)((uintptr_t)src & 15);
+        const float acc = rf_moe_row_s<T, LPR>(sm + (int64_t)j * wrun + off + (int64_t)(rowc - o0) * row_bytes,
+                                               xs + (int64_t)j * xb, n_in, sub);
+        if (sub == 0 && p < np) zs[p] = acc + (bias ? bias[(int64_t)e * n_out + rowc] : 0.0f);
+    }
+    __syncthreads();
+    const int r = tid, row = o0 + r;
+    if (r < rpb && row < n_out) {
+        float out = 0.0f;
+        for (int j = 0; j < k; j++) out = __fmaf_rn(wts[tok * k + j], zs[j * rpb + r], out);
+        y[(int64_t)tok * n_out + row] = out;
+    }
+}
+
+/* whether the staged forms take type t: the K-quants (the 32-element types' blocks of 17-34
+ * bytes already lie side by side across a warp) */
+static bool rf_moe_stages(rf_type t) {
+    return (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K) && rf_knob_bool(RF_KNOB_GPU_MOE_STAGE);
+}
+
 /* a row's lanes for type T (RF_MOE_F32X: of runtime type t) over rows of n_in */
 template <int T> static int rf_moe_lanes(rf_type t, int64_t n_in) {
     if constexpr (T != RF_MOE_F32X) return rf_moe_lpr(n_in / rf_moe_fmt<T>::UE);
@@ -223,6 +383,24 @@ static rf_status rf_moe_launch_gluq(rf_gpu_ctx *ctx, float *y, int8_t *qd, float
     } else {
         const int lpr = rf_moe_lanes<T>(t, n_in);
         const dim3 grid((unsigned)(n_out / 32), (unsigned)ns);
+        if constexpr (rf_moe_fmt<T>::K) {
+            const int wrun = rf_moe_run_bytes(32 * (int)rb);
+            const size_t smem = 2 * (size_t)wrun + (size_t)(n_in / rf_moe_fmt<T>::UE) * rf_moe_xs<T>::XS;
+            if (rf_moe_stages(t) && smem <= rf_gpu_smem_optin(ctx)) {
+                static size_t attr[4][RF_GPU_MAX_DEVICES];
+                const int li = lpr == 2 ? 0 : lpr == 4 ? 1 : 2;
+                const char *nms = "rf_k_moe_gemv_gluqs";
+                rf_status st;
+#define RF_GQS(L)                                                                                                 \
+    ((st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_moe_gemv_gluqs<T, L>), smem, 32 * sizeof(float), \
+                            attr[li], nms)) ? st                                                                  \
+     : rf_gpu_launch(ctx, nms, false, rf_k_moe_gemv_gluqs<T, L>, grid, dim3(32 * L), smem, y, qd, dd, rkd, wg, wu, t, qx, \
+                     rec, (const float *)NULL, ids, bg, bu, n_in, n_out, rb, k, n_expert, kind, s0, wrun))
+                return lpr == 2 ? RF_GQS(2) : lpr == 4 ? RF_GQS(4) : lpr == 8 ? RF_GQS(8)
+                                : rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_gluq_launch: rows of %d units", n_in);
+#undef RF_GQS
+            }
+        }
         const char *nm = "rf_k_moe_gemv_gluq";
 #define RF_GQL(L)                                                                                                \
     rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_gluq<T, L>, grid, dim3(32 * L), 0, y, qd, dd, rkd, wg, wu, t, qx, rec, \
@@ -244,6 +422,28 @@ static rf_status rf_moe_launch_comb(rf_gpu_ctx *ctx, float *y, const uint8_t *w,
         return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_comb_launch: k=%d above %d", k, RF_MOE_COMB_PAIRS);
     const dim3 grid((unsigned)((n_out + rpb - 1) / rpb), (unsigned)nt);
     rf_status st;
+    if constexpr (T != RF_MOE_F32X && rf_moe_fmt<T>::K) {
+        /* rows a block: as many as its pairs hold (each block stages every slot's x, so more
+         * rows a block read it fewer times; 8 rather than 4 rows at k = 8: +2-5% qwen3-30b-a3b
+         * decode, H200 2026-12-01); which block computes a row does not change its bits */
+        const int rps = RF_MOE_COMB_PAIRS / k > 1 ? RF_MOE_COMB_PAIRS / k : 1;
+        const dim3 gs((unsigned)((n_out + rps - 1) / rps), (unsigned)nt);
+        const int wrun = rf_moe_run_bytes(rps * (int)rb), xb = (n_in / rf_moe_fmt<T>::UE) * rf_moe_xs<T>::XS;
+        const size_t smem = (size_t)k * (size_t)(wrun + xb);
+        if (qx && rf_moe_stages(t) && smem <= rf_gpu_smem_optin(ctx)) {
+            static size_t attr[4][RF_GPU_MAX_DEVICES];
+            const int li = lpr == 2 ? 0 : lpr == 4 ? 1 : lpr == 8 ? 2 : 3;
+            const char *nms = "rf_k_moe_gemv_combs";
+            const dim3 b(RF_MOE_GEMV_THREADS);
+#define RF_GCS(L)                                                                                                 \
+    ((st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_moe_gemv_combs<T, L>), smem,                 \
+                            RF_MOE_COMB_PAIRS * sizeof(float), attr[li], nms)) ? st                               \
+     : rf_gpu_launch(ctx, nms, false, rf_k_moe_gemv_combs<T, L>, gs, b, smem, y, w, t, qx, rec, x, ids, bias, wts, \
+                     n_in, n_out, rb, k, n_expert, rps, t0, wrun, xb))
+            return lpr == 2 ? RF_GCS(2) : lpr == 4 ? RF_GCS(4) : lpr == 8 ? RF_GCS(8) : RF_GCS(32);
+#undef RF_GCS
+        }
+    }
     RF_MOE_BY_LANES(st, lpr, "rf_k_moe_gemv_comb", rf_k_moe_gemv_comb, T, grid, y, w, t, qx, rec, x, ids, bias, wts,
                     n_in, n_out, rb, k, n_expert, rpb, t0);
     return st;
