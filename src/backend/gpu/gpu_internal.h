@@ -243,6 +243,9 @@ rf_status rf_moe_gemv_tiles_launch(rf_gpu_ctx *ctx, float *ys, const void *w, rf
  * the same values quantized as rf_k_quantize_x<1, rkd> into xqd's sorted rows
  * (rf_gpu_xq_bytes(nk, n_out); n_out a multiple of 32) for the down product; at most 65535 tiles
  * and slots */
+/* whether the grouped GEMV runs its staged form for K-quant rows of n_in of type t (the knob
+ * RF_GPU_MOE_STAGE on, the gate + up block's shared memory within the device's limit) */
+bool rf_moe_ggemv_staged(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in);
 rf_status rf_moe_ggemv_glu_launch(rf_gpu_ctx *ctx, float *g, void *xqd, int rkd, const void *wg, const void *wu,
                                   rf_type t, const int8_t *qx, const uint8_t *rec, const int32_t *src,
                                   const int4 *tiles, int64_t n_tiles, const float *bg, const float *bu, int64_t n_in,

@@ -1,12 +1,14 @@
 /* gpu_moe.cuh — the device functions the MoE kernels (gpu_moe.cu, gpu_moe_gemv.cu,
- * gpu_moe_ggemv.cu) share: the GLU, and the int8-x dot of one unit of an expert row, split into
+ * gpu_moe_ggemv.cu) share: the GLU, the int8-x dot of one unit of an expert row, split into
  * the unit's load (decode) and its dot with one token's x so that the grouped GEMV can read a
- * unit once for several tokens with the bits of the one-token kernels. (Their folded activation
+ * unit once for several tokens with the bits of the one-token kernels, and the copies of the
+ * staged K-quant kernels into shared memory. (Their folded activation
  * quantization is rf_quantize_elem<1, RK>, gpu_gemv.cuh: the bits rf_k_quantize_x writes in its
  * in-order layout.) */
 #ifndef RF_GPU_MOE_CUH
 #define RF_GPU_MOE_CUH
 
+#include "core/knobs.h"                 /* RF_GPU_MOE_STAGE */
 #include "backend/backend.h"            /* rf_glu_kind */
 #include "backend/gpu/gpu_gemv.cuh"     /* RF_QK, rf_quantize_elem */
 #include "backend/gpu/gpu_gemv_dot.cuh" /* the formats' dots */
@@ -130,6 +132,59 @@ static __device__ __forceinline__ float rf_moe_unit_dot(const uint8_t *wr, int u
     rf_moe_wload<T>(a, wr, u);
     rf_moe_xload<T>(x, u, qx, rec);
     return rf_moe_xdot<T>(a, x);
+}
+
+/* ---- staging through shared memory (the staged K-quant kernels, gpu_moe_gemv.cu and
+ * gpu_moe_ggemv.cu): a lane there dots a whole super-block of 144-210 bytes, so reading it
+ * straight from global memory puts a warp's 16-byte loads a super-block apart, each touching 32
+ * sectors for half their bytes (L1-wavefront bound: docs/perf-gpu.md); the staged kernels copy
+ * the weight runs and x units a block reads with whole-warp 16-byte copies first. */
+
+/* Copies bytes [src, src + len) into dst as whole 16-byte words from src's 16-byte boundary
+ * (reading at most 15 bytes before and after them: inside a 16-byte aligned allocation and its
+ * tail padding, rf_gpu_alloc) by threads tid of nthr, uncommitted cp.async copies where there
+ * are; returns the offset of src's first byte in dst. A run takes rf_moe_run_bytes(len) of dst. */
+static __device__ __forceinline__ int rf_moe_stage(uint8_t *dst, const uint8_t *src, int len, int tid, int nthr) {
+    const uint4 *a = (const uint4 *)((uintptr_t)src & ~(uintptr_t)15);
+    const int off = (int)(src - (const uint8_t *)a), nw = (off + len + 15) / 16;
+    for (int i = tid; i < nw; i += nthr) rf_cp_async16((uint4 *)dst + i, a + i);
+    return off;
+}
+/* the shared memory of a staged run of len bytes: its words, the shift of up to 15 bytes and the
+ * word rf_moe_words reads past a Q6_K super-block */
+static __host__ __device__ constexpr int rf_moe_run_bytes(int len) { return (len + 15 + 4 + 15) / 16 * 16; }
+
+/* x units in shared memory: unit u of a token row at u XS bytes, its int8 values then its records
+ * (so rf_moe_xload reads unit 0 of (xs + u XS, xs + u XS + UE)); XS a multiple of 16 that is not
+ * one of 128, so the 8 lanes of a 16-byte load phase reading units u..u+7 hit distinct banks */
+template <int T> struct rf_moe_xs {
+    using F = rf_moe_fmt<T>;
+    static constexpr int RB = F::UE / 32 * F::REC, RAW = (F::UE + RB + 15) / 16 * 16;
+    static constexpr int XS = RAW % 128 ? RAW : RAW + 16;
+};
+/* token row xr of the quantized x (qx: rows of n_in int8; rec: REC bytes per 32) into xs in that
+ * layout by threads tid of nthr: uncommitted 16-byte cp.async copies (K-quants: a unit's 256 int8
+ * and 8 records of 16 bytes, each 16-byte aligned), all in flight at once (plain 4-byte copies
+ * in a loop waited on each load: ~1 L2 latency per pass) */
+template <int T>
+static __device__ __forceinline__ void rf_moe_stage_x(uint8_t *xs, const int8_t *qx, const uint8_t *rec, int xr,
+                                                      int n_in, int tid, int nthr) {
+    using F = rf_moe_fmt<T>;
+    using X = rf_moe_xs<T>;
+    static_assert(F::K, "staged x: the K-quants' layout");
+    constexpr int WQ = F::UE / 16, WU = WQ + X::RB / 16; /* 16-byte words of a unit's int8, of the whole unit */
+    const int nu = n_in / F::UE;
+    const uint4 *q = (const uint4 *)(qx + (int64_t)xr * n_in);
+    const uint4 *rc = (const uint4 *)(rec + (int64_t)xr * (n_in / 32) * F::REC);
+    for (int i = tid; i < nu * WU; i += nthr) {
+        const int u = i / WU, w = i % WU;
+        rf_cp_async16((uint4 *)(xs + u * X::XS) + w, w < WQ ? q + u * WQ + w : rc + u * (X::RB / 16) + w - WQ);
+    }
+}
+/* whether the staged forms take type t: the K-quants (the 32-element types' blocks of 17-34
+ * bytes already lie side by side across a warp) */
+static inline bool rf_moe_stages(rf_type t) {
+    return (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K) && rf_knob_bool(RF_KNOB_GPU_MOE_STAGE);
 }
 
 /* lanes per row: the fewest of 2, 4, 8, 32 covering the row's units (idle lanes past them) */

@@ -3,7 +3,6 @@
  * (gpu_gemv_dot.cuh, through gpu_moe.cuh's unit dot) or, for the other types, f32 x; and its
  * decode fusions (gate and up with the GLU; down with the router-weighted sum). The same GEMV
  * over expert tiles of sorted slots is gpu_moe_ggemv.cu's; gpu_moe.cu dispatches. */
-#include "core/knobs.h"
 #include "backend/gpu/gpu_moe.cuh"
 
 #define RF_MOE_GEMV_THREADS 128 /* threads per block: rows of LPR lanes each */
@@ -181,47 +180,6 @@ rf_k_moe_gemv_comb(float *y, const uint8_t *w, rf_type t, const int8_t *qx, cons
  * (cp.async on CUDA sm_80+), then each lane dots its unit from there: the same bytes dotted in
  * the same order as the plain kernels, so the same bits (test_gpu_moe_fused). */
 
-/* Copies bytes [src, src + len) into dst as whole 16-byte words from src's 16-byte boundary
- * (reading at most 15 bytes before and after them: inside a 16-byte aligned allocation and its
- * tail padding, rf_gpu_alloc) by threads tid of nthr, uncommitted cp.async copies where there
- * are; returns the offset of src's first byte in dst. A run takes rf_moe_run_bytes(len) of dst. */
-static __device__ __forceinline__ int rf_moe_stage(uint8_t *dst, const uint8_t *src, int len, int tid, int nthr) {
-    const uint4 *a = (const uint4 *)((uintptr_t)src & ~(uintptr_t)15);
-    const int off = (int)(src - (const uint8_t *)a), nw = (off + len + 15) / 16;
-    for (int i = tid; i < nw; i += nthr) rf_cp_async16((uint4 *)dst + i, a + i);
-    return off;
-}
-/* the shared memory of a staged run of len bytes: its words, the shift of up to 15 bytes and the
- * word rf_moe_words reads past a Q6_K super-block */
-static __host__ __device__ constexpr int rf_moe_run_bytes(int len) { return (len + 15 + 4 + 15) / 16 * 16; }
-
-/* x units in shared memory: unit u of a token row at u XS bytes, its int8 values then its records
- * (so rf_moe_xload reads unit 0 of (xs + u XS, xs + u XS + UE)); XS a multiple of 16 that is not
- * one of 128, so the 8 lanes of a 16-byte load phase reading units u..u+7 hit distinct banks */
-template <int T> struct rf_moe_xs {
-    using F = rf_moe_fmt<T>;
-    static constexpr int RB = F::UE / 32 * F::REC, RAW = (F::UE + RB + 15) / 16 * 16;
-    static constexpr int XS = RAW % 128 ? RAW : RAW + 16;
-};
-/* token row xr of the quantized x (qx: rows of n_in int8; rec: REC bytes per 32) into xs in that
- * layout by threads tid of nthr: uncommitted 16-byte cp.async copies (K-quants: a unit's 256 int8
- * and 8 records of 16 bytes, each 16-byte aligned), all in flight at once (plain 4-byte copies
- * in a loop waited on each load: ~1 L2 latency per pass) */
-template <int T>
-static __device__ __forceinline__ void rf_moe_stage_x(uint8_t *xs, const int8_t *qx, const uint8_t *rec, int xr,
-                                                      int n_in, int tid, int nthr) {
-    using F = rf_moe_fmt<T>;
-    using X = rf_moe_xs<T>;
-    static_assert(F::K, "staged x: the K-quants' layout");
-    constexpr int WQ = F::UE / 16, WU = WQ + X::RB / 16; /* 16-byte words of a unit's int8, of the whole unit */
-    const int nu = n_in / F::UE;
-    const uint4 *q = (const uint4 *)(qx + (int64_t)xr * n_in);
-    const uint4 *rc = (const uint4 *)(rec + (int64_t)xr * (n_in / 32) * F::REC);
-    for (int i = tid; i < nu * WU; i += nthr) {
-        const int u = i / WU, w = i % WU;
-        rf_cp_async16((uint4 *)(xs + u * X::XS) + w, w < WQ ? q + u * WQ + w : rc + u * (X::RB / 16) + w - WQ);
-    }
-}
 /* rf_moe_row over a staged weight row wr and a staged x row xs (the same adds in the same order) */
 template <int T, int LPR>
 static __device__ __forceinline__ float rf_moe_row_s(const uint8_t *wr, const uint8_t *xs, int n_in, int sub) {
@@ -324,11 +282,6 @@ rf_k_moe_gemv_combs(float *y, const uint8_t *w, rf_type t, const int8_t *qx, con
     }
 }
 
-/* whether the staged forms take type t: the K-quants (the 32-element types' blocks of 17-34
- * bytes already lie side by side across a warp) */
-static bool rf_moe_stages(rf_type t) {
-    return (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K) && rf_knob_bool(RF_KNOB_GPU_MOE_STAGE);
-}
 
 /* a row's lanes for type T (RF_MOE_F32X: of runtime type t) over rows of n_in */
 template <int T> static int rf_moe_lanes(rf_type t, int64_t n_in) {

@@ -43,6 +43,7 @@ struct rf_moe_gg_args {
     const float *bg, *bu;     /* NP 2: NULL or [n_expert, n_out] */
     int n_in, n_out, kind; /* kind: rf_glu_kind */
     int64_t row_bytes;
+    int wrun, xb;          /* staged form: bytes of shared memory a weight run takes, a slot's x units */
 };
 
 /* moe_ggemv: for each slot j of the tile (sorted row p = p0 + j) and row o of the block's 32,
@@ -54,11 +55,13 @@ struct rf_moe_gg_args {
  * the LPR lanes, the biases added after: rf_moe_row's operations (the per-slot and decode
  * kernels') in its order, so a slot's bits never depend on its tile or path. n_out a multiple
  * of 32 for NP 2. launch: grid (ceil(n_out / 32), tiles), NT threads. */
-template <int T, int LPR, int NP>
+template <int T, int LPR, int NP, bool STG>
 __global__ void __launch_bounds__((rf_gg_shape<T, LPR, NP>::NT)) rf_k_moe_ggemv(const rf_moe_gg_args a) {
     using S = rf_gg_shape<T, LPR, NP>;
     constexpr int R = S::R, BN = RF_MOE_TILE, REC = rf_moe_fmt<T>::REC, UE = rf_moe_fmt<T>::UE;
+    static_assert(!STG || (rf_moe_fmt<T>::K && R == 1), "the staged form: K-quants, one row a group");
     __shared__ float ysh[NP == 2 ? BN : 1][32];
+    extern __shared__ uint4 rf_gg_smem[]; /* STG: NP weight runs of the block's 32 rows, then the tile's x units */
     const int4 tl = a.tiles[blockIdx.y];
     if (tl.x < 0) return; /* the whole block: nothing below it syncs */
     const int e = tl.x, np = tl.z - tl.y, sub = (int)threadIdx.x % LPR, grp = (int)threadIdx.x / LPR;
@@ -71,6 +74,20 @@ __global__ void __launch_bounds__((rf_gg_shape<T, LPR, NP>::NT)) rf_k_moe_ggemv(
     }
     const uint8_t *wb[NP] = {a.w0};
     if constexpr (NP == 2) wb[1] = a.w1;
+    uint8_t *sm = (uint8_t *)rf_gg_smem, *xs = sm + NP * a.wrun;
+    const int row0 = (int)blockIdx.x * 32;
+    int woff[NP] = {0};
+    if constexpr (STG) { /* the block's rows of each weight and the tile's x units, then the same dots */
+        const int nr = n_out - row0 < 32 ? n_out - row0 : 32;
+#pragma unroll
+        for (int q = 0; q < NP; q++)
+            woff[q] = rf_moe_stage(sm + q * a.wrun, wb[q] + ((int64_t)e * n_out + row0) * a.row_bytes,
+                                   nr * (int)a.row_bytes, (int)threadIdx.x, S::NT);
+        for (int j = 0; j < np; j++) rf_moe_stage_x<T>(xs + j * a.xb, a.qx, a.rec, xrow[j], n_in, (int)threadIdx.x, S::NT);
+        rf_cp_async_commit();
+        rf_cp_async_wait<0>();
+        __syncthreads();
+    }
 #pragma unroll 1
     for (int ps = 0; ps < S::P; ps++) {
         const int rl = (ps * S::G + grp) * R; /* the group's first row of the pass, in the block */
@@ -92,12 +109,24 @@ __global__ void __launch_bounds__((rf_gg_shape<T, LPR, NP>::NT)) rf_k_moe_ggemv(
 #pragma unroll
             for (int q = 0; q < NP; q++)
 #pragma unroll
-                for (int i = 0; i < R; i++) rf_moe_wload<T>(wv[q][i], wb[q] + wo[i], u);
+                for (int i = 0; i < R; i++) {
+                    if constexpr (STG) { /* row rl + i of the staged run (a clamped row: the last one) */
+                        const int rr = row0 + rl + i < n_out ? rl + i : n_out - 1 - row0;
+                        rf_moe_wload<T>(wv[q][i], sm + q * a.wrun + woff[q] + (int64_t)rr * a.row_bytes, u);
+                    } else {
+                        rf_moe_wload<T>(wv[q][i], wb[q] + wo[i], u);
+                    }
+                }
 #pragma unroll
             for (int j = 0; j < BN; j++)
                 if (j < np) { /* the slot's unit of x read once for the NP R weight units */
                     rf_moe_xu<T> xu;
-                    rf_moe_xload<T>(xu, u, a.qx + (int64_t)xrow[j] * n_in, a.rec + (int64_t)xrow[j] * rb);
+                    if constexpr (STG) {
+                        const uint8_t *xu0 = xs + j * a.xb + u * rf_moe_xs<T>::XS;
+                        rf_moe_xload<T>(xu, 0, (const int8_t *)xu0, xu0 + UE);
+                    } else {
+                        rf_moe_xload<T>(xu, u, a.qx + (int64_t)xrow[j] * n_in, a.rec + (int64_t)xrow[j] * rb);
+                    }
 #pragma unroll
                     for (int q = 0; q < NP; q++)
 #pragma unroll
@@ -145,6 +174,22 @@ __global__ void __launch_bounds__((rf_gg_shape<T, LPR, NP>::NT)) rf_k_moe_ggemv(
     }
 }
 
+/* the staged form's shared memory: NP runs of the block's 32 rows, a tile's x units */
+template <int T> static size_t rf_gg_smem(int np, int64_t n_in, int64_t row_bytes) {
+    return (size_t)np * rf_moe_run_bytes(32 * (int)row_bytes) + (size_t)RF_MOE_TILE * (n_in / rf_moe_fmt<T>::UE) * rf_moe_xs<T>::XS;
+}
+
+bool rf_moe_ggemv_staged(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
+    size_t smem;
+    switch (t) {
+    case RF_TYPE_Q4_K: smem = rf_gg_smem<RF_TYPE_Q4_K>(2, n_in, n_in / 256 * 144); break;
+    case RF_TYPE_Q5_K: smem = rf_gg_smem<RF_TYPE_Q5_K>(2, n_in, n_in / 256 * 176); break;
+    case RF_TYPE_Q6_K: smem = rf_gg_smem<RF_TYPE_Q6_K>(2, n_in, n_in / 256 * 210); break;
+    default: return false;
+    }
+    return n_in % 256 == 0 && n_in <= (1 << 20) && rf_moe_stages(t) && smem <= rf_gpu_smem_optin(ctx);
+}
+
 /* the launch of rf_k_moe_ggemv<T, lanes, NP> over n_tiles tiles (at most 65535) */
 template <int T, int NP>
 static rf_status rf_gg_launch(rf_gpu_ctx *ctx, const rf_moe_gg_args &a, int n_tiles) {
@@ -153,9 +198,26 @@ static rf_status rf_gg_launch(rf_gpu_ctx *ctx, const rf_moe_gg_args &a, int n_ti
     } else {
         const int lpr = rf_moe_lpr(a.n_in / rf_moe_fmt<T>::UE);
         const dim3 grid((unsigned)((a.n_out + 31) / 32), (unsigned)n_tiles);
+        if constexpr (rf_moe_fmt<T>::K) { /* the staged form where the shared memory fits */
+            rf_moe_gg_args b = a;
+            b.wrun = rf_moe_run_bytes(32 * (int)a.row_bytes), b.xb = a.n_in / rf_moe_fmt<T>::UE * rf_moe_xs<T>::XS;
+            const size_t smem = rf_gg_smem<T>(NP, a.n_in, a.row_bytes);
+            if (rf_moe_stages((rf_type)T) && smem <= rf_gpu_smem_optin(ctx)) {
+                static size_t attr[4][RF_GPU_MAX_DEVICES];
+                const int li = lpr == 2 ? 0 : lpr == 4 ? 1 : lpr == 8 ? 2 : 3;
+                const char *nms = NP == 2 ? "rf_k_moe_ggemv_glus" : "rf_k_moe_ggemvs";
+                rf_status st;
+#define RF_GGS(L)                                                                                                 \
+    ((st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_moe_ggemv<T, L, NP, true>), smem,            \
+                            sizeof(float) * 32 * (NP == 2 ? RF_MOE_TILE : 1), attr[li], nms)) ? st                \
+     : rf_gpu_launch(ctx, nms, false, rf_k_moe_ggemv<T, L, NP, true>, grid, dim3(rf_gg_shape<T, L, NP>::NT), smem, b))
+                return lpr == 2 ? RF_GGS(2) : lpr == 4 ? RF_GGS(4) : lpr == 8 ? RF_GGS(8) : RF_GGS(32);
+#undef RF_GGS
+            }
+        }
         const char *nm = NP == 2 ? "rf_k_moe_ggemv_glu" : "rf_k_moe_ggemv";
 #define RF_GGL(L) \
-    rf_gpu_launch(ctx, nm, false, rf_k_moe_ggemv<T, L, NP>, grid, dim3(rf_gg_shape<T, L, NP>::NT), 0, a)
+    rf_gpu_launch(ctx, nm, false, rf_k_moe_ggemv<T, L, NP, false>, grid, dim3(rf_gg_shape<T, L, NP>::NT), 0, a)
         return lpr == 2 ? RF_GGL(2) : lpr == 4 ? RF_GGL(4) : lpr == 8 ? RF_GGL(8) : RF_GGL(32);
 #undef RF_GGL
     }
