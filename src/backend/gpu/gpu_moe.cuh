@@ -181,10 +181,18 @@ static __device__ __forceinline__ void rf_moe_stage_x(uint8_t *xs, const int8_t 
         rf_cp_async16((uint4 *)(xs + u * X::XS) + w, w < WQ ? q + u * WQ + w : rc + u * (X::RB / 16) + w - WQ);
     }
 }
+/* the staged forms are built for CUDA only (measured there; HIP builds run the plain kernels and
+ * do not compile the staged templates) */
+#if defined(RF_HIP)
+#define RF_MOE_STAGED 0
+#else
+#define RF_MOE_STAGED 1
+#endif
 /* whether the staged forms take type t: the K-quants (the 32-element types' blocks of 17-34
  * bytes already lie side by side across a warp) */
 static inline bool rf_moe_stages(rf_type t) {
-    return (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K) && rf_knob_bool(RF_KNOB_GPU_MOE_STAGE);
+    return RF_MOE_STAGED && (t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K) &&
+           rf_knob_bool(RF_KNOB_GPU_MOE_STAGE);
 }
 
 /* lanes per row: the fewest of 2, 4, 8, 32 covering the row's units (idle lanes past them) */

@@ -336,7 +336,7 @@ static rf_status rf_moe_launch_gluq(rf_gpu_ctx *ctx, float *y, int8_t *qd, float
     } else {
         const int lpr = rf_moe_lanes<T>(t, n_in);
         const dim3 grid((unsigned)(n_out / 32), (unsigned)ns);
-        if constexpr (rf_moe_fmt<T>::K) {
+        if constexpr (RF_MOE_STAGED && rf_moe_fmt<T>::K) {
             const int wrun = rf_moe_run_bytes(32 * (int)rb);
             const size_t smem = 2 * (size_t)wrun + (size_t)(n_in / rf_moe_fmt<T>::UE) * rf_moe_xs<T>::XS;
             if (rf_moe_stages(t) && smem <= rf_gpu_smem_optin(ctx)) {
@@ -375,7 +375,7 @@ static rf_status rf_moe_launch_comb(rf_gpu_ctx *ctx, float *y, const uint8_t *w,
         return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_comb_launch: k=%d above %d", k, RF_MOE_COMB_PAIRS);
     const dim3 grid((unsigned)((n_out + rpb - 1) / rpb), (unsigned)nt);
     rf_status st;
-    if constexpr (T != RF_MOE_F32X && rf_moe_fmt<T>::K) {
+    if constexpr (RF_MOE_STAGED && T != RF_MOE_F32X && rf_moe_fmt<T>::K) {
         /* rows a block: as many as its pairs hold (each block stages every slot's x, so more
          * rows a block read it fewer times; 8 rather than 4 rows at k = 8: +2-5% qwen3-30b-a3b
          * decode, H200 2026-12-01); which block computes a row does not change its bits */

@@ -175,16 +175,16 @@ __global__ void __launch_bounds__((rf_gg_shape<T, LPR, NP>::NT)) rf_k_moe_ggemv(
 }
 
 /* the staged form's shared memory: NP runs of the block's 32 rows, a tile's x units */
-template <int T> static size_t rf_gg_smem(int np, int64_t n_in, int64_t row_bytes) {
+template <int T> static size_t rf_gg_smem_bytes(int np, int64_t n_in, int64_t row_bytes) {
     return (size_t)np * rf_moe_run_bytes(32 * (int)row_bytes) + (size_t)RF_MOE_TILE * (n_in / rf_moe_fmt<T>::UE) * rf_moe_xs<T>::XS;
 }
 
 bool rf_moe_ggemv_staged(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
     size_t smem;
     switch (t) {
-    case RF_TYPE_Q4_K: smem = rf_gg_smem<RF_TYPE_Q4_K>(2, n_in, n_in / 256 * 144); break;
-    case RF_TYPE_Q5_K: smem = rf_gg_smem<RF_TYPE_Q5_K>(2, n_in, n_in / 256 * 176); break;
-    case RF_TYPE_Q6_K: smem = rf_gg_smem<RF_TYPE_Q6_K>(2, n_in, n_in / 256 * 210); break;
+    case RF_TYPE_Q4_K: smem = rf_gg_smem_bytes<RF_TYPE_Q4_K>(2, n_in, n_in / 256 * 144); break;
+    case RF_TYPE_Q5_K: smem = rf_gg_smem_bytes<RF_TYPE_Q5_K>(2, n_in, n_in / 256 * 176); break;
+    case RF_TYPE_Q6_K: smem = rf_gg_smem_bytes<RF_TYPE_Q6_K>(2, n_in, n_in / 256 * 210); break;
     default: return false;
     }
     return n_in % 256 == 0 && n_in <= (1 << 20) && rf_moe_stages(t) && smem <= rf_gpu_smem_optin(ctx);
@@ -198,10 +198,10 @@ static rf_status rf_gg_launch(rf_gpu_ctx *ctx, const rf_moe_gg_args &a, int n_ti
     } else {
         const int lpr = rf_moe_lpr(a.n_in / rf_moe_fmt<T>::UE);
         const dim3 grid((unsigned)((a.n_out + 31) / 32), (unsigned)n_tiles);
-        if constexpr (rf_moe_fmt<T>::K) { /* the staged form where the shared memory fits */
+        if constexpr (RF_MOE_STAGED && rf_moe_fmt<T>::K) { /* the staged form where the shared memory fits */
             rf_moe_gg_args b = a;
             b.wrun = rf_moe_run_bytes(32 * (int)a.row_bytes), b.xb = a.n_in / rf_moe_fmt<T>::UE * rf_moe_xs<T>::XS;
-            const size_t smem = rf_gg_smem<T>(NP, a.n_in, a.row_bytes);
+            const size_t smem = rf_gg_smem_bytes<T>(NP, a.n_in, a.row_bytes);
             if (rf_moe_stages((rf_type)T) && smem <= rf_gpu_smem_optin(ctx)) {
                 static size_t attr[4][RF_GPU_MAX_DEVICES];
                 const int li = lpr == 2 ? 0 : lpr == 4 ? 1 : lpr == 8 ? 2 : 3;
