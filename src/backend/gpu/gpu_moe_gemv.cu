@@ -101,81 +101,12 @@ rf_k_moe_gemv_glu(float *y, const uint8_t *wg, const uint8_t *wu, rf_type t, con
     }
 }
 
-/* moe_gemv_gluq: moe_gemv_glu over 32 rows a block (32 LPR threads: LPR <= 8), and the block's
- * 32 outputs of slot s, one 32-element group of the down product's x, quantized as
- * rf_k_quantize_x<1, rkd> does (qd / dd: rows of n_out) by the first warp from shared memory: y
- * is moe_gemv_glu's bits and qd / dd quantize_x's of that y, one launch where there were two.
- * n_out a multiple of 32. launch: grid (n_out / 32, slots), 32 LPR threads. */
-template <int T, int LPR>
-__global__ void __launch_bounds__(32 * LPR)
-rf_k_moe_gemv_gluq(float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg, const uint8_t *wu, rf_type t,
-                   const int8_t *qx, const uint8_t *rec, const float *x, const int32_t *ids, const float *bg,
-                   const float *bu, int n_in, int n_out, int64_t row_bytes, int k, int n_expert, int kind, int s0) {
-    __shared__ float ys[32];
-    const int s = s0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR, r = (int)threadIdx.x / LPR;
-    const int row = (int)blockIdx.x * 32 + r;
-    const int e = rf_moe_expert(ids, s, n_expert);
-    const int64_t wo = ((int64_t)e * n_out + row) * row_bytes;
-    const float ag = rf_moe_row<T, LPR>(wg + wo, t, qx, rec, x, s / k, n_in, sub);
-    const float au = rf_moe_row<T, LPR>(wu + wo, t, qx, rec, x, s / k, n_in, sub);
-    if (sub == 0) {
-        const int64_t bo = (int64_t)e * n_out + row;
-        const float v = rf_moe_glu(kind, ag + (bg ? bg[bo] : 0.0f), au + (bu ? bu[bo] : 0.0f));
-        y[(int64_t)s * n_out + row] = v;
-        ys[r] = v;
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < 32) { /* rkd: the down weight's record kind, one branch for the warp */
-        const int i = (int)blockIdx.x * 32 + (int)threadIdx.x, l = (int)threadIdx.x;
-        if (rkd == 0) rf_quantize_elem<1, 0>(qd, dd, ys[l], i, n_out, s, l);
-        else if (rkd == 1) rf_quantize_elem<1, 1>(qd, dd, ys[l], i, n_out, s, l);
-        else rf_quantize_elem<1, 2>(qd, dd, ys[l], i, n_out, s, l);
-    }
-}
-
-/* moe_gemv_comb: the down products of token tok = t0 + blockIdx.y's k slots (x per slot) and
- * their weighted sum: y[tok, o] = sum over j = 0..k-1 in order of wts[tok k + j] z_j with z_j =
- * W_e[o] . x[tok k + j] (+ bias[e, o]), e = ids[tok k + j]. The slots run in parallel: the
- * block's 128 / LPR groups of LPR lanes take its R rows' R k (slot, row) pairs, pair p = j R + r
- * (slot j, row o0 + r: neighbouring groups read neighbouring rows of one expert), in rounds of
- * the group count (uniform over the block, so every lane of a warp meets the butterfly; a group
- * past the last pair recomputes it and stores nothing); each z_j is moe_gemv's operations in its
- * order, kept in shared memory; then thread r sums its row's k terms as moe_combine does
- * (explicit fma from 0, j = 0..k-1). So y is the bits of matmul_id then moe_combine, a token's
- * sum never sees the other tokens (batch invariant), and a token has as many blocks as the
- * per-slot GEMV gives its k slots (R = max(1, groups / k) rows a block). R k <= RF_MOE_COMB_PAIRS.
- * launch: grid (ceil(n_out / R), tokens), 128 threads. */
-#define RF_MOE_COMB_PAIRS 64
-template <int T, int LPR>
-__global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
-rf_k_moe_gemv_comb(float *y, const uint8_t *w, rf_type t, const int8_t *qx, const uint8_t *rec, const float *x,
-                   const int32_t *ids, const float *bias, const float *wts, int n_in, int n_out, int64_t row_bytes,
-                   int k, int n_expert, int rpb, int t0) {
-    constexpr int G = RF_MOE_GEMV_THREADS / LPR;
-    __shared__ float zs[RF_MOE_COMB_PAIRS];
-    const int tok = t0 + (int)blockIdx.y, sub = (int)threadIdx.x % LPR, grp = (int)threadIdx.x / LPR;
-    const int o0 = (int)blockIdx.x * rpb, np = rpb * k;
-    for (int p0 = 0; p0 < np; p0 += G) {
-        const int p = p0 + grp, pc = p < np ? p : np - 1, j = pc / rpb, row = o0 + pc % rpb;
-        const int rowc = row < n_out ? row : n_out - 1, s = tok * k + j, e = rf_moe_expert(ids, s, n_expert);
-        const float acc = rf_moe_row<T, LPR>(w + ((int64_t)e * n_out + rowc) * row_bytes, t, qx, rec, x, s, n_in, sub);
-        if (sub == 0 && p < np) zs[p] = acc + (bias ? bias[(int64_t)e * n_out + rowc] : 0.0f);
-    }
-    __syncthreads();
-    const int r = (int)threadIdx.x, row = o0 + r;
-    if (r < rpb && row < n_out) {
-        float out = 0.0f;
-        for (int j = 0; j < k; j++) out = __fmaf_rn(wts[tok * k + j], zs[j * rpb + r], out);
-        y[(int64_t)tok * n_out + row] = out;
-    }
-}
-
-/* ---- staged forms of moe_gemv_gluq and moe_gemv_comb (K-quant experts) ----------------------
+/* ---- the decode fusions; their staged forms (STG: K-quant experts) -------------------------
  * A lane dots a whole unit, for the K-quants a super-block of 144-210 bytes, so the plain kernels'
  * 16-byte loads fall a super-block apart across a warp: each load touches 32 sectors for half
  * their bytes. At one token that bound the kernels on L1 wavefronts (ncu, qwen3-30b-a3b Q4_K,
  * H200 2026-12-01: rf_k_moe_gemv_gluq 18 us, L1/TEX 88% busy, 0.12 eligible warps a scheduler,
- * stalled on L1TEX). The staged forms first copy the block's weight runs (rows of one expert are
+ * stalled on L1TEX). The staged forms (STG) first copy the block's weight runs (rows of one expert are
  * contiguous) and the x units they read into shared memory, a warp's 16-byte copies side by side
  * (cp.async on CUDA sm_80+), then each lane dots its unit from there: the same bytes dotted in
  * the same order as the plain kernels, so the same bits (test_gpu_moe_fused). */
@@ -197,32 +128,42 @@ static __device__ __forceinline__ float rf_moe_row_s(const uint8_t *wr, const ui
     return acc;
 }
 
-/* moe_gemv_gluq staged (K-quants): the block's 32 gate rows and 32 up rows (two runs of 32
- * row_bytes, wrun bytes of shared memory apart) and the token's x units, then moe_gemv_gluq's
- * arithmetic. launch as moe_gemv_gluq with 2 wrun + the x units' bytes of dynamic shared memory. */
-template <int T, int LPR>
+/* moe_gemv_gluq: moe_gemv_glu over 32 rows a block (32 LPR threads: LPR <= 8), and the block's
+ * 32 outputs of slot s, one 32-element group of the down product's x, quantized as
+ * rf_k_quantize_x<1, rkd> does (qd / dd: rows of n_out) by the first warp from shared memory: y
+ * is moe_gemv_glu's bits and qd / dd quantize_x's of that y, one launch where there were two.
+ * n_out a multiple of 32. STG (K-quants, CUDA): the block's 32 gate rows and 32 up rows (two
+ * runs of 32 row_bytes, wrun bytes of shared memory apart) and the token's x units are staged
+ * first, then the same arithmetic. launch: grid (n_out / 32, slots), 32 LPR threads; STG: 2 wrun
+ * + the x units' bytes of dynamic shared memory. */
+template <int T, int LPR, bool STG>
 __global__ void __launch_bounds__(32 * LPR)
-rf_k_moe_gemv_gluqs(float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg, const uint8_t *wu, rf_type t,
-                    const int8_t *qx, const uint8_t *rec, const float *x, const int32_t *ids, const float *bg,
-                    const float *bu, int n_in, int n_out, int64_t row_bytes, int k, int n_expert, int kind, int s0,
-                    int wrun) {
+rf_k_moe_gemv_gluq(float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg, const uint8_t *wu, rf_type t,
+                   const int8_t *qx, const uint8_t *rec, const float *x, const int32_t *ids, const float *bg,
+                   const float *bu, int n_in, int n_out, int64_t row_bytes, int k, int n_expert, int kind, int s0,
+                   int wrun) {
     extern __shared__ uint4 rf_moe_smem[];
     __shared__ float ys[32];
-    (void)t, (void)x;
-    uint8_t *sm = (uint8_t *)rf_moe_smem, *xs = sm + 2 * wrun;
-    const int tid = (int)threadIdx.x, nthr = 32 * LPR;
-    const int s = s0 + (int)blockIdx.y, sub = tid % LPR, r = tid / LPR;
+    const int tid = (int)threadIdx.x, s = s0 + (int)blockIdx.y, sub = tid % LPR, r = tid / LPR;
     const int row = (int)blockIdx.x * 32 + r;
     const int e = rf_moe_expert(ids, s, n_expert);
-    const int64_t w0 = ((int64_t)e * n_out + (int64_t)blockIdx.x * 32) * row_bytes;
-    const int len = 32 * (int)row_bytes;
-    const int og = rf_moe_stage(sm, wg + w0, len, tid, nthr), ou = rf_moe_stage(sm + wrun, wu + w0, len, tid, nthr);
-    rf_moe_stage_x<T>(xs, qx, rec, s / k, n_in, tid, nthr);
-    rf_cp_async_commit();
-    rf_cp_async_wait<0>();
-    __syncthreads();
-    const float ag = rf_moe_row_s<T, LPR>(sm + og + (int64_t)r * row_bytes, xs, n_in, sub);
-    const float au = rf_moe_row_s<T, LPR>(sm + wrun + ou + (int64_t)r * row_bytes, xs, n_in, sub);
+    float ag, au;
+    if constexpr (STG) {
+        uint8_t *sm = (uint8_t *)rf_moe_smem, *xs = sm + 2 * wrun;
+        const int64_t w0 = ((int64_t)e * n_out + (int64_t)blockIdx.x * 32) * row_bytes;
+        const int len = 32 * (int)row_bytes, nthr = 32 * LPR;
+        const int og = rf_moe_stage(sm, wg + w0, len, tid, nthr), ou = rf_moe_stage(sm + wrun, wu + w0, len, tid, nthr);
+        rf_moe_stage_x<T>(xs, qx, rec, s / k, n_in, tid, nthr);
+        rf_cp_async_commit();
+        rf_cp_async_wait<0>();
+        __syncthreads();
+        ag = rf_moe_row_s<T, LPR>(sm + og + (int64_t)r * row_bytes, xs, n_in, sub);
+        au = rf_moe_row_s<T, LPR>(sm + wrun + ou + (int64_t)r * row_bytes, xs, n_in, sub);
+    } else {
+        const int64_t wo = ((int64_t)e * n_out + row) * row_bytes;
+        ag = rf_moe_row<T, LPR>(wg + wo, t, qx, rec, x, s / k, n_in, sub);
+        au = rf_moe_row<T, LPR>(wu + wo, t, qx, rec, x, s / k, n_in, sub);
+    }
     if (sub == 0) {
         const int64_t bo = (int64_t)e * n_out + row;
         const float v = rf_moe_glu(kind, ag + (bg ? bg[bo] : 0.0f), au + (bu ? bu[bo] : 0.0f));
@@ -230,7 +171,7 @@ rf_k_moe_gemv_gluqs(float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg
         ys[r] = v;
     }
     __syncthreads();
-    if (tid < 32) {
+    if (tid < 32) { /* rkd: the down weight's record kind, one branch for the warp */
         const int i = (int)blockIdx.x * 32 + tid;
         if (rkd == 0) rf_quantize_elem<1, 0>(qd, dd, ys[tid], i, n_out, s, tid);
         else if (rkd == 1) rf_quantize_elem<1, 1>(qd, dd, ys[tid], i, n_out, s, tid);
@@ -238,50 +179,69 @@ rf_k_moe_gemv_gluqs(float *y, int8_t *qd, float4 *dd, int rkd, const uint8_t *wg
     }
 }
 
-/* moe_gemv_comb staged (K-quants): for each of the token's k slots, the block's rows of that
- * slot's expert (one run of up to rpb rows, wrun bytes apart) and the slot's x units (xb bytes
- * apart), then moe_gemv_comb's arithmetic over rpb rows a block (any rpb with rpb k <=
- * RF_MOE_COMB_PAIRS: its groups take the pairs in rounds). launch: grid (ceil(n_out / rpb),
- * tokens), 128 threads, k (wrun + xb) bytes of dynamic shared memory. */
-template <int T, int LPR>
+/* moe_gemv_comb: the down products of token tok = t0 + blockIdx.y's k slots (x per slot) and
+ * their weighted sum: y[tok, o] = sum over j = 0..k-1 in order of wts[tok k + j] z_j with z_j =
+ * W_e[o] . x[tok k + j] (+ bias[e, o]), e = ids[tok k + j]. The slots run in parallel: the
+ * block's 128 / LPR groups of LPR lanes take its R rows' R k (slot, row) pairs, pair p = j R + r
+ * (slot j, row o0 + r: neighbouring groups read neighbouring rows of one expert), in rounds of
+ * the group count (uniform over the block, so every lane of a warp meets the butterfly; a group
+ * past the last pair recomputes it and stores nothing); each z_j is moe_gemv's operations in its
+ * order, kept in shared memory; then thread r sums its row's k terms as moe_combine does
+ * (explicit fma from 0, j = 0..k-1). So y is the bits of matmul_id then moe_combine, a token's
+ * sum never sees the other tokens (batch invariant), and a token has as many blocks as the
+ * per-slot GEMV gives its k slots (R = max(1, groups / k) rows a block). R k <= RF_MOE_COMB_PAIRS.
+ * STG (K-quants, CUDA): for each of the k slots the block's rows of its expert (one run of up to
+ * rpb rows, wrun bytes apart) and the slot's x units (xb bytes apart) are staged first (any rpb
+ * with rpb k <= RF_MOE_COMB_PAIRS: the groups take the pairs in rounds). launch: grid
+ * (ceil(n_out / R), tokens), 128 threads; STG: k (wrun + xb) bytes of dynamic shared memory. */
+#define RF_MOE_COMB_PAIRS 64
+template <int T, int LPR, bool STG>
 __global__ void __launch_bounds__(RF_MOE_GEMV_THREADS)
-rf_k_moe_gemv_combs(float *y, const uint8_t *w, rf_type t, const int8_t *qx, const uint8_t *rec, const float *x,
-                    const int32_t *ids, const float *bias, const float *wts, int n_in, int n_out, int64_t row_bytes,
-                    int k, int n_expert, int rpb, int t0, int wrun, int xb) {
+rf_k_moe_gemv_comb(float *y, const uint8_t *w, rf_type t, const int8_t *qx, const uint8_t *rec, const float *x,
+                   const int32_t *ids, const float *bias, const float *wts, int n_in, int n_out, int64_t row_bytes,
+                   int k, int n_expert, int rpb, int t0, int wrun, int xb) {
     constexpr int G = RF_MOE_GEMV_THREADS / LPR;
     extern __shared__ uint4 rf_moe_smem[];
     __shared__ float zs[RF_MOE_COMB_PAIRS];
-    (void)t, (void)x;
-    uint8_t *sm = (uint8_t *)rf_moe_smem, *xs = sm + (int64_t)k * wrun;
     const int tid = (int)threadIdx.x, tok = t0 + (int)blockIdx.y, sub = tid % LPR, grp = tid / LPR;
-    const int o0 = (int)blockIdx.x * rpb, np = rpb * k, nr = n_out - o0 < rpb ? n_out - o0 : rpb;
-    for (int j = 0; j < k; j++) {
-        const int e = rf_moe_expert(ids, tok * k + j, n_expert);
-        (void)rf_moe_stage(sm + (int64_t)j * wrun, w + ((int64_t)e * n_out + o0) * row_bytes, nr * (int)row_bytes,
-                           tid, RF_MOE_GEMV_THREADS);
+    const int o0 = (int)blockIdx.x * rpb, np = rpb * k;
+    if constexpr (STG) {
+        uint8_t *sm = (uint8_t *)rf_moe_smem, *xs = sm + (int64_t)k * wrun;
+        const int nr = n_out - o0 < rpb ? n_out - o0 : rpb;
+        for (int j = 0; j < k; j++) {
+            const int e = rf_moe_expert(ids, tok * k + j, n_expert);
+            (void)rf_moe_stage(sm + (int64_t)j * wrun, w + ((int64_t)e * n_out + o0) * row_bytes,
+                               nr * (int)row_bytes, tid, RF_MOE_GEMV_THREADS);
+        }
+        for (int j = 0; j < k; j++)
+            rf_moe_stage_x<T>(xs + (int64_t)j * xb, qx, rec, tok * k + j, n_in, tid, RF_MOE_GEMV_THREADS);
+        rf_cp_async_commit();
+        rf_cp_async_wait<0>();
+        __syncthreads();
     }
-    for (int j = 0; j < k; j++) rf_moe_stage_x<T>(xs + (int64_t)j * xb, qx, rec, tok * k + j, n_in, tid, RF_MOE_GEMV_THREADS);
-    rf_cp_async_commit();
-    rf_cp_async_wait<0>();
-    __syncthreads();
     for (int p0 = 0; p0 < np; p0 += G) {
         const int p = p0 + grp, pc = p < np ? p : np - 1, j = pc / rpb, row = o0 + pc % rpb;
         const int rowc = row < n_out ? row : n_out - 1, s = tok * k + j, e = rf_moe_expert(ids, s, n_expert);
-        const uint8_t *src = w + ((int64_t)e * n_out + o0) * row_bytes; /* where its run was staged from */
-        const int off = (int)((uintptr_t)src & 15);
-        const float acc = rf_moe_row_s<T, LPR>(sm + (int64_t)j * wrun + off + (int64_t)(rowc - o0) * row_bytes,
-                                               xs + (int64_t)j * xb, n_in, sub);
+        float acc;
+        if constexpr (STG) {
+            const uint8_t *src = w + ((int64_t)e * n_out + o0) * row_bytes; /* where its run was staged from */
+            const int off = (int)((uintptr_t)src & 15);
+            const uint8_t *sm = (const uint8_t *)rf_moe_smem, *xs = sm + (int64_t)k * wrun;
+            acc = rf_moe_row_s<T, LPR>(sm + (int64_t)j * wrun + off + (int64_t)(rowc - o0) * row_bytes,
+                                       xs + (int64_t)j * xb, n_in, sub);
+        } else {
+            acc = rf_moe_row<T, LPR>(w + ((int64_t)e * n_out + rowc) * row_bytes, t, qx, rec, x, s, n_in, sub);
+        }
         if (sub == 0 && p < np) zs[p] = acc + (bias ? bias[(int64_t)e * n_out + rowc] : 0.0f);
     }
     __syncthreads();
-    const int r = tid, row = o0 + r;
-    if (r < rpb && row < n_out) {
+    const int row = o0 + tid;
+    if (tid < rpb && row < n_out) {
         float out = 0.0f;
-        for (int j = 0; j < k; j++) out = __fmaf_rn(wts[tok * k + j], zs[j * rpb + r], out);
+        for (int j = 0; j < k; j++) out = __fmaf_rn(wts[tok * k + j], zs[j * rpb + tid], out);
         y[(int64_t)tok * n_out + row] = out;
     }
 }
-
 
 /* a row's lanes for type T (RF_MOE_F32X: of runtime type t) over rows of n_in */
 template <int T> static int rf_moe_lanes(rf_type t, int64_t n_in) {
@@ -342,13 +302,13 @@ static rf_status rf_moe_launch_gluq(rf_gpu_ctx *ctx, float *y, int8_t *qd, float
             if (rf_moe_stages(t) && smem <= rf_gpu_smem_optin(ctx)) {
                 static size_t attr[4][RF_GPU_MAX_DEVICES];
                 const int li = lpr == 2 ? 0 : lpr == 4 ? 1 : 2;
-                const char *nms = "rf_k_moe_gemv_gluqs";
+                const char *nms = "rf_k_moe_gemv_gluq (staged)";
                 rf_status st;
 #define RF_GQS(L)                                                                                                 \
-    ((st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_moe_gemv_gluqs<T, L>), smem, 32 * sizeof(float), \
-                            attr[li], nms)) ? st                                                                  \
-     : rf_gpu_launch(ctx, nms, false, rf_k_moe_gemv_gluqs<T, L>, grid, dim3(32 * L), smem, y, qd, dd, rkd, wg, wu, t, qx, \
-                     rec, (const float *)NULL, ids, bg, bu, n_in, n_out, rb, k, n_expert, kind, s0, wrun))
+    ((st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_moe_gemv_gluq<T, L, true>), smem,           \
+                            32 * sizeof(float), attr[li], nms)) ? st                                              \
+     : rf_gpu_launch(ctx, nms, false, rf_k_moe_gemv_gluq<T, L, true>, grid, dim3(32 * L), smem, y, qd, dd, rkd, wg, \
+                     wu, t, qx, rec, (const float *)NULL, ids, bg, bu, n_in, n_out, rb, k, n_expert, kind, s0, wrun))
                 return lpr == 2 ? RF_GQS(2) : lpr == 4 ? RF_GQS(4) : lpr == 8 ? RF_GQS(8)
                                 : rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_gluq_launch: rows of %d units", n_in);
 #undef RF_GQS
@@ -356,8 +316,8 @@ static rf_status rf_moe_launch_gluq(rf_gpu_ctx *ctx, float *y, int8_t *qd, float
         }
         const char *nm = "rf_k_moe_gemv_gluq";
 #define RF_GQL(L)                                                                                                \
-    rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_gluq<T, L>, grid, dim3(32 * L), 0, y, qd, dd, rkd, wg, wu, t, qx, rec, \
-                  (const float *)NULL, ids, bg, bu, n_in, n_out, rb, k, n_expert, kind, s0)
+    rf_gpu_launch(ctx, nm, false, rf_k_moe_gemv_gluq<T, L, false>, grid, dim3(32 * L), 0, y, qd, dd, rkd, wg, wu, t, \
+                  qx, rec, (const float *)NULL, ids, bg, bu, n_in, n_out, rb, k, n_expert, kind, s0, 0)
         return lpr == 2 ? RF_GQL(2) : lpr == 4 ? RF_GQL(4) : lpr == 8 ? RF_GQL(8)
                         : rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_gluq_launch: rows of %d units", n_in);
 #undef RF_GQL
@@ -374,7 +334,6 @@ static rf_status rf_moe_launch_comb(rf_gpu_ctx *ctx, float *y, const uint8_t *w,
     if (rpb * k > RF_MOE_COMB_PAIRS)
         return rf_set_error(RF_ERR_INVALID_ARG, "rf_moe_gemv_comb_launch: k=%d above %d", k, RF_MOE_COMB_PAIRS);
     const dim3 grid((unsigned)((n_out + rpb - 1) / rpb), (unsigned)nt);
-    rf_status st;
     if constexpr (RF_MOE_STAGED && T != RF_MOE_F32X && rf_moe_fmt<T>::K) {
         /* rows a block: as many as its pairs hold (each block stages every slot's x, so more
          * rows a block read it fewer times; 8 rather than 4 rows at k = 8: +2-5% qwen3-30b-a3b
@@ -386,20 +345,23 @@ static rf_status rf_moe_launch_comb(rf_gpu_ctx *ctx, float *y, const uint8_t *w,
         if (qx && rf_moe_stages(t) && smem <= rf_gpu_smem_optin(ctx)) {
             static size_t attr[4][RF_GPU_MAX_DEVICES];
             const int li = lpr == 2 ? 0 : lpr == 4 ? 1 : lpr == 8 ? 2 : 3;
-            const char *nms = "rf_k_moe_gemv_combs";
+            const char *nms = "rf_k_moe_gemv_comb (staged)";
             const dim3 b(RF_MOE_GEMV_THREADS);
+            rf_status st;
 #define RF_GCS(L)                                                                                                 \
-    ((st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_moe_gemv_combs<T, L>), smem,                 \
+    ((st = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(rf_k_moe_gemv_comb<T, L, true>), smem,           \
                             RF_MOE_COMB_PAIRS * sizeof(float), attr[li], nms)) ? st                               \
-     : rf_gpu_launch(ctx, nms, false, rf_k_moe_gemv_combs<T, L>, gs, b, smem, y, w, t, qx, rec, x, ids, bias, wts, \
-                     n_in, n_out, rb, k, n_expert, rps, t0, wrun, xb))
+     : rf_gpu_launch(ctx, nms, false, rf_k_moe_gemv_comb<T, L, true>, gs, b, smem, y, w, t, qx, rec, x, ids, bias, \
+                     wts, n_in, n_out, rb, k, n_expert, rps, t0, wrun, xb))
             return lpr == 2 ? RF_GCS(2) : lpr == 4 ? RF_GCS(4) : lpr == 8 ? RF_GCS(8) : RF_GCS(32);
 #undef RF_GCS
         }
     }
-    RF_MOE_BY_LANES(st, lpr, "rf_k_moe_gemv_comb", rf_k_moe_gemv_comb, T, grid, y, w, t, qx, rec, x, ids, bias, wts,
-                    n_in, n_out, rb, k, n_expert, rpb, t0);
-    return st;
+#define RF_GCL(L)                                                                                                 \
+    rf_gpu_launch(ctx, "rf_k_moe_gemv_comb", false, rf_k_moe_gemv_comb<T, L, false>, grid, dim3(RF_MOE_GEMV_THREADS), \
+                  0, y, w, t, qx, rec, x, ids, bias, wts, n_in, n_out, rb, k, n_expert, rpb, t0, 0, 0)
+    return lpr == 2 ? RF_GCL(2) : lpr == 4 ? RF_GCL(4) : lpr == 8 ? RF_GCL(8) : RF_GCL(32);
+#undef RF_GCL
 }
 
 /* the record kind rf_k_quantize_x makes for a type of the int8-x path: 0 (d, sum), 1 (+ f32 sum),
