@@ -15,8 +15,9 @@
 #   (the other ggml backends may be left out); carried to the device with the run's `carry`.
 # env: BIN (dir holding rocmforge; default build-gpu-carry, else build), OUT (logs; default
 #      ./bench-out), MODELS_DIR (/tmp/rf-models), LLAMA_SRC (.carry/peer/llama-src.tar.xz),
-#      LLAMA_DIR (/tmp/llama.cpp), CASES ("preset:type ..."), REPS (3), BATCHED (the case that
-#      also gets depths and batch sizes; llama3-8b:q4_0), DEPTH (4096), NPL (1,8,32,64)
+#      LLAMA_DIR (/tmp/llama.cpp), CASES ("preset:type[:layers] ...": layers, where given, is
+#      mkmodel's --layers), REPS (3), BATCHED (the cases that also get depths and batch sizes;
+#      llama3-8b:q4_0), DEPTH (4096; empty: depth 0 only), NPL (1,8,32,64)
 # llama.cpp is built on the machine from a fetched snapshot and never committed here.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,8 +37,11 @@ DEPTH=${DEPTH:-4096}
 NPL=${NPL:-1,8,32,64}
 mkdir -p "$OUT" "$MODELS_DIR"
 export LD_LIBRARY_PATH="$BIN:$LLAMA_DIR/build/bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-model_path() { echo "$MODELS_DIR/${1%%:*}-${1##*:}.gguf"; }
-tag() { echo "${1%%:*}-${1##*:}"; }
+# a case preset:type[:layers] -> its fields, its tag (preset-type[-Llayers]) and its file
+case_fields() { IFS=: read -r C_PRESET C_TYPE C_LAYERS <<<"$1"; }
+tag() { case_fields "$1"; echo "$C_PRESET-$C_TYPE${C_LAYERS:+-L$C_LAYERS}"; }
+model_path() { echo "$MODELS_DIR/$(tag "$1").gguf"; }
+is_batched() { case " $BATCHED " in *" $1 "*) return 0 ;; esac; return 1; }
 
 phase_peer() {
     [ -s "$LLAMA_SRC" ] || { echo "peer: no snapshot tarball at $LLAMA_SRC"; return 1; }
@@ -65,7 +69,9 @@ phase_models() {
         m=$(model_path "$c")
         [ -s "$m" ] && continue
         t0=$(date +%s)
-        "$BIN/rocmforge" mkmodel --preset "${c%%:*}" --type "${c##*:}" -o "$m.part" -q && mv "$m.part" "$m" ||
+        case_fields "$c"
+        "$BIN/rocmforge" mkmodel --preset "$C_PRESET" --type "$C_TYPE" ${C_LAYERS:+--layers "$C_LAYERS"} \
+            -o "$m.part" -q && mv "$m.part" "$m" ||
             { echo "mkmodel $c failed"; return 1; }
         echo "models: $c in $(($(date +%s) - t0)) s, $(du -h "$m" | cut -f1)"
     done
@@ -82,17 +88,17 @@ phase_bench() {
         t=$(tag "$c")
         [ -s "$m" ] || { echo "bench: $m missing (run the models phase)"; continue; }
         extra=(-b 0)
-        [ "$c" = "$BATCHED" ] && extra=(-d "0,$DEPTH" -b "$NPL")
+        is_batched "$c" && extra=(-d "0${DEPTH:+,$DEPTH}" -b "$NPL")
         echo "bench: rocmforge $c"
         "$BIN/rocmforge" bench -m "$m" --device gpu -p 512 -n 128 -r "$REPS" "${extra[@]}" -o json \
             >"$OUT/rf-$t.json" 2>"$OUT/rf-$t.err" || { echo "  failed:"; tail -3 "$OUT/rf-$t.err"; }
         [ $peer = 1 ] || continue
         echo "bench: llama-bench $c"
         local d=()
-        [ "$c" = "$BATCHED" ] && d=(-d "0,$DEPTH")
+        is_batched "$c" && [ -n "$DEPTH" ] && d=(-d "0,$DEPTH")
         "$LLAMA_DIR/build/bin/llama-bench" -m "$m" -ngl 99 -fa 1 -p 512 -n 128 -r "$REPS" "${d[@]}" -o json \
             >"$OUT/peer-$t.json" 2>"$OUT/peer-$t.err" || { echo "  failed:"; tail -3 "$OUT/peer-$t.err"; }
-        if [ "$c" = "$BATCHED" ]; then
+        if is_batched "$c"; then
             echo "bench: llama-batched-bench $c"
             # the context holds every sequence's 128 + 128 positions (at least the 20480 used before)
             local maxpl ctx
@@ -109,7 +115,10 @@ phase_bench() {
 phase_table() {
     python3 - "$OUT" "$CASES" "$BATCHED" <<'EOF'
 import json, os, sys
-out, cases, batched = sys.argv[1], sys.argv[2].split(), sys.argv[3]
+out, cases, batched = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+def tag(c):
+    f = c.split(":")
+    return f"{f[0]}-{f[1]}" + (f"-L{f[2]}" if len(f) > 2 and f[2] else "")
 def load(p):
     try:
         return json.load(open(p))
@@ -129,7 +138,7 @@ print(f"\ndevice: {dev}\nllama.cpp: {ver}")
 print("\n| model | test | rocmforge tok/s | GB/s (of bw) | llama.cpp tok/s | ratio |")
 print("|---|---|---:|---:|---:|---:|")
 for c in cases:
-    t = c.replace(":", "-")
+    t = tag(c)
     d = load(f"{out}/rf-{t}.json")
     pr = peer_rows(t)
     if not d:
@@ -144,34 +153,35 @@ for c in cases:
         ratio = f"{x['tok_s'] / p:.2f}" if p else "-"
         ps = f"{p:.1f}" if p else "-"
         print(f"| {c} | {x['test']} | {x['tok_s']:.1f} ± {x['tok_s_sd']:.1f} | {gb} | {ps} | {ratio} |")
-t = batched.replace(":", "-")
-d = load(f"{out}/rf-{t}.json")
-peer = {}
-if os.path.exists(f"{out}/peer-batched-{t}.jsonl"):
-    for line in open(f"{out}/peer-batched-{t}.jsonl"):
-        try:
-            x = json.loads(line)
-            peer[x["pl"]] = x["speed_tg"]
-        except Exception:
-            pass
-def f1(x, fmt=".1f"):
-    return "-" if x is None else format(x, fmt)
-if d:
-    # like with like: ours with all B sequences decoding (steady) beside llama-batched-bench's
-    # S_TG (B sequences decoding in lockstep after every prompt); our aggregate over every decode
-    # step (prompts streaming in first, sequences finishing one by one) is shown apart
-    print(f"\nbatched generation, {batched}: tok/s with all B sequences decoding")
-    print("| sequences | rocmforge steady tok/s | step p50 ms | p99 ms | llama-batched-bench S_TG | ratio | rocmforge all decode steps tok/s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for x in d["results"]:
-        if " x " not in x["test"]:
-            continue
-        s = x["sequences"]
-        p = peer.get(s)
-        st = x.get("tok_s")
-        ratio = f"{st / p:.2f}" if p and st else "-"
-        print(f"| {s} | {f1(st)} | {f1(x.get('ms_p50'), '.2f')} | {f1(x.get('ms_p99'), '.2f')} | {f1(p)} | {ratio} | "
-              f"{f1(x.get('tok_s_aggregate'))} |")
+for bc in batched:
+    t = tag(bc)
+    d = load(f"{out}/rf-{t}.json")
+    peer = {}
+    if os.path.exists(f"{out}/peer-batched-{t}.jsonl"):
+        for line in open(f"{out}/peer-batched-{t}.jsonl"):
+            try:
+                x = json.loads(line)
+                peer[x["pl"]] = x["speed_tg"]
+            except Exception:
+                pass
+    def f1(x, fmt=".1f"):
+        return "-" if x is None else format(x, fmt)
+    if d:
+        # like with like: ours with all B sequences decoding (steady) beside llama-batched-bench's
+        # S_TG (B sequences decoding in lockstep after every prompt); our aggregate over every decode
+        # step (prompts streaming in first, sequences finishing one by one) is shown apart
+        print(f"\nbatched generation, {bc}: tok/s with all B sequences decoding")
+        print("| sequences | rocmforge steady tok/s | step p50 ms | p99 ms | llama-batched-bench S_TG | ratio | rocmforge all decode steps tok/s |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for x in d["results"]:
+            if " x " not in x["test"]:
+                continue
+            s = x["sequences"]
+            p = peer.get(s)
+            st = x.get("tok_s")
+            ratio = f"{st / p:.2f}" if p and st else "-"
+            print(f"| {s} | {f1(st)} | {f1(x.get('ms_p50'), '.2f')} | {f1(x.get('ms_p99'), '.2f')} | {f1(p)} | {ratio} | "
+                  f"{f1(x.get('tok_s_aggregate'))} |")
 EOF
 }
 
