@@ -9,7 +9,9 @@
 #   scripts/gpu-check.sh [BIN_DIR]            on the GPU machine (default build-gpu-carry)
 # env: TESTS (default: every test_gpu_*), SAN_TESTS / RACE_TESTS (which tests run under memcheck /
 #      racecheck), SKIP_SAN=1, BENCH=1 (rf_gpu_bench), RF_MODELS_DIR (real models, default models/),
-#      LANES (GPUs the tests are spread over; default every GPU listed, at most 4)
+#      LANES (test lanes run at once, lane i on GPU i mod the GPU count; default every GPU listed, at
+#      most 4; more lanes than GPUs share them, for a suite of mostly small kernels: how much
+#      wall time that saves on one GPU is not measured yet)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--pack" ]; then
@@ -50,11 +52,13 @@ nvidia-smi -q -d CLOCK,POWER,PERFORMANCE >"$OUT/device-clocks.txt" 2>&1
 cat "$OUT/device.txt"
 echo "date: $(date -u +%FT%TZ)  seed: ${RF_TEST_SEED:-fresh per test (printed in each log)}"
 
-# LANES GPUs (default: every GPU nvidia-smi lists, at most 4) each run every LANES-th test, then
-# test_gpu_tp alone with all of them (it splits models over the GPUs it sees); results go to files
-# because each lane is its own subshell
+# LANES lanes (default: every GPU nvidia-smi lists, at most 4) each run every LANES-th test on GPU
+# lane mod NGPU, then test_gpu_tp alone with every GPU used (it splits models over the GPUs it
+# sees); results go to files because each lane is its own subshell
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 LANES=${LANES:-$(( NGPU > 4 ? 4 : (NGPU < 1 ? 1 : NGPU) ))}
+[ "$NGPU" -ge 1 ] || NGPU=1
+GPUS=$(( LANES < NGPU ? LANES : NGPU ))   # the GPUs the lanes use: 0 .. GPUS-1
 mkdir -p "$OUT/res"
 run_test() {  # $1 test, $2 GPU indices (CUDA_VISIBLE_DEVICES)
     local t=$1 start rc r
@@ -68,11 +72,11 @@ run_test() {  # $1 test, $2 GPU indices (CUDA_VISIBLE_DEVICES)
 for lane in $(seq 0 $((LANES - 1))); do
     (j=0; for t in $TESTS; do
         [ "$t" = test_gpu_tp ] && continue
-        [ $((j % LANES)) -eq "$lane" ] && run_test "$t" "$lane"; j=$((j + 1))
+        [ $((j % LANES)) -eq "$lane" ] && run_test "$t" "$((lane % GPUS))"; j=$((j + 1))
     done) &
 done
 wait
-case " $TESTS " in *" test_gpu_tp "*) run_test test_gpu_tp "$(seq -s, 0 $((LANES - 1)))" ;; esac
+case " $TESTS " in *" test_gpu_tp "*) run_test test_gpu_tp "$(seq -s, 0 $((GPUS - 1)))" ;; esac
 for t in $TESTS; do
     RES[$t]=$(cat "$OUT/res/$t" 2>/dev/null || echo "NOT RUN")
     echo "== $t: ${RES[$t]}"
@@ -88,7 +92,7 @@ grep -E "^\[step|prompt:" "$OUT/trace.log" | head -20
 
 if [ -n "$SAN" ] && [ -z "${SKIP_SAN:-}" ]; then
     # memcheck on GPU 0 and racecheck on the last GPU, at once when there are two
-    RG=$((LANES - 1))
+    RG=$((GPUS - 1))
     (
         : >"$OUT/sanitizer-memcheck.log"
         for t in $SAN_TESTS; do
