@@ -33,7 +33,7 @@ LLAMA_DIR=${LLAMA_DIR:-/tmp/llama.cpp}
 CASES=${CASES:-"llama3-8b:f16 llama3-8b:q8_0 llama3-8b:q4_0 llama3-8b:q4_k_m llama3.2-1b:f16 llama3.2-1b:q4_0"}
 REPS=${REPS:-3}
 BATCHED=${BATCHED:-llama3-8b:q4_0}
-DEPTH=${DEPTH:-4096}
+DEPTH=${DEPTH-4096}   # set and empty: depth 0 only
 NPL=${NPL:-1,8,32,64}
 mkdir -p "$OUT" "$MODELS_DIR"
 export LD_LIBRARY_PATH="$BIN:$LLAMA_DIR/build/bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -117,8 +117,8 @@ phase_table() {
 import json, os, sys
 out, cases, batched = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 def tag(c):
-    f = c.split(":")
-    return f"{f[0]}-{f[1]}" + (f"-L{f[2]}" if len(f) > 2 and f[2] else "")
+    f = c.split(":") + ["", ""]
+    return f"{f[0]}-{f[1]}" + (f"-L{f[2]}" if f[2] else "")
 def load(p):
     try:
         return json.load(open(p))
@@ -135,8 +135,10 @@ def peer_rows(t):
 dev = open(f"{out}/device.txt").read().strip() if os.path.exists(f"{out}/device.txt") else "?"
 ver = open(f"{out}/peer-version.txt").read().strip().replace("\n", "; ") if os.path.exists(f"{out}/peer-version.txt") else "no peer"
 print(f"\ndevice: {dev}\nllama.cpp: {ver}")
-print("\n| model | test | rocmforge tok/s | GB/s (of bw) | llama.cpp tok/s | ratio |")
-print("|---|---|---:|---:|---:|---:|")
+# bytes a token: what one decode token read, GB/s over tok/s (the weights, of a MoE file only its
+# k experts, and the KV cache at that depth)
+print("\n| model | test | rocmforge tok/s | GB/s (of bw) | bytes a token | llama.cpp tok/s | ratio |")
+print("|---|---|---:|---:|---:|---:|---:|")
 for c in cases:
     t = tag(c)
     d = load(f"{out}/rf-{t}.json")
@@ -150,9 +152,10 @@ for c in cases:
             continue
         p = pr.get(x["test"])
         gb = f"{x['gb_s']:.0f} ({100 * x['bw_frac']:.0f}%)" if x.get("gb_s") else "-"
+        bt = f"{x['gb_s'] / x['tok_s']:.3f} GB" if x.get("gb_s") and x.get("tok_s") else "-"
         ratio = f"{x['tok_s'] / p:.2f}" if p else "-"
         ps = f"{p:.1f}" if p else "-"
-        print(f"| {c} | {x['test']} | {x['tok_s']:.1f} ± {x['tok_s_sd']:.1f} | {gb} | {ps} | {ratio} |")
+        print(f"| {c} | {x['test']} | {x['tok_s']:.1f} ± {x['tok_s_sd']:.1f} | {gb} | {bt} | {ps} | {ratio} |")
 for bc in batched:
     t = tag(bc)
     d = load(f"{out}/rf-{t}.json")
