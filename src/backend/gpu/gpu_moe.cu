@@ -473,8 +473,8 @@ static bool rf_moe_per_slot(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n,
 
 /* whether the fused ops of level lvl (RF_GPU_MOE_FUSE: matmul_id_glu 1, matmul_id_combine 2,
  * moe_ffn 3) take the grouped GEMV (gpu_moe_ggemv.cu) for a product of type t over rows of n_in:
- * few slots per expert (batched decode: at most RF_GPU_MOE_GGEMV on average, by default 4 for MXFP4 and
- * none for the other types: RF_MOE_GGEMV_MXFP4), from
+ * few slots per expert (batched decode: at most RF_GPU_MOE_GGEMV on average, by default 4 for MXFP4,
+ * 3 for K-quants where the staged form runs and none for the other types: below), from
  * RF_GPU_MOE_GGEMV_MIN slots or, that 0, wherever the per-slot GEMV stops (slot counts where the
  * grouped MMQ or the unfused tiled GEMV would run); the int8-x types; not in batch-invariant
  * mode (there the grouped MMQ sums every slot count, its own bits); CUDA only. The bound's model (H200,
