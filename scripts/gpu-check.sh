@@ -2,7 +2,8 @@
 # gpu-check.sh — the GPU checks in one call on a machine WITH a GPU: the GPU test suite (kernels
 # against their CPU twins, the whole forward against the CPU engine), compute-sanitizer memcheck
 # and racecheck, a short generation under memcheck, a decode-step transfer trace, and optionally
-# the GEMV micro-benchmark. Logs go under $OUT (or ./gpu-check-out); a short table is printed last.
+# the GEMV micro-benchmark. Logs go under $OUT (or ./gpu-check-out), all of them also in
+# $OUT/logs.tgz; a short table is printed last.
 #   scripts/gpu-check.sh --pack [BUILD_DIR]   on the build machine: build with CUDA (RF_SHARED) and
 #                                             collect the binaries, librocmforge.so (+ libcmocka)
 #                                             into build-gpu-carry/
@@ -134,4 +135,7 @@ for t in $TESTS; do printf "%-28s %s\n" "$t" "${RES[$t]}"; done
 for t in "${!MEM[@]}"; do printf "memcheck  %-18s %s\n" "$t" "${MEM[$t]}"; done
 for t in "${!RACE[@]}"; do printf "racecheck %-18s %s\n" "$t" "${RACE[$t]}"; done
 [ -f "$OUT/bench.log" ] && cat "$OUT/bench.log"
+# every log in one file as well: machines lent by the call return only a few files from $OUT
+tar -czf "$OUT/logs.tgz.part" -C "$OUT" --exclude=logs.tgz --exclude=logs.tgz.part . 2>/dev/null &&
+    mv "$OUT/logs.tgz.part" "$OUT/logs.tgz"
 exit 0
