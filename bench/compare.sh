@@ -156,6 +156,8 @@ for c in cases:
         ratio = f"{x['tok_s'] / p:.2f}" if p else "-"
         ps = f"{p:.1f}" if p else "-"
         print(f"| {c} | {x['test']} | {x['tok_s']:.1f} ± {x['tok_s_sd']:.1f} | {gb} | {bt} | {ps} | {ratio} |")
+def f1(x, fmt=".1f"):
+    return "-" if x is None else format(x, fmt)
 for bc in batched:
     t = tag(bc)
     d = load(f"{out}/rf-{t}.json")
@@ -167,8 +169,6 @@ for bc in batched:
                 peer[x["pl"]] = x["speed_tg"]
             except Exception:
                 pass
-    def f1(x, fmt=".1f"):
-        return "-" if x is None else format(x, fmt)
     if d:
         # like with like: ours with all B sequences decoding (steady) beside llama-batched-bench's
         # S_TG (B sequences decoding in lockstep after every prompt); our aggregate over every decode

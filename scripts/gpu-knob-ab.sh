@@ -27,14 +27,11 @@ for r in $(seq 1 "$ROUNDS"); do
     for v in $VALUES; do
         f="$OUT/v${v}-r$r.json"
         echo "gpu-knob-ab: round $r of $ROUNDS, $KNOB=$v"
+        if [ "$v" = - ]; then knob=(-u "$KNOB"); else knob=("$KNOB=$v"); fi
         # shellcheck disable=SC2086 # EXTRA is a list of arguments
-        if [ "$v" = - ]; then
-            env -u "$KNOB" "$BIN/rocmforge" bench -m "$MODEL" --device "$DEVICE" -p 0 -n "$N" -b "$BATCH" \
-                --batch-prompt "$PROMPT" -r 1 -o json ${EXTRA:-} >"$f" 2>"$f.err"
-        else
-            env "$KNOB=$v" "$BIN/rocmforge" bench -m "$MODEL" --device "$DEVICE" -p 0 -n "$N" -b "$BATCH" \
-                --batch-prompt "$PROMPT" -r 1 -o json ${EXTRA:-} >"$f" 2>"$f.err"
-        fi || { echo "  failed:"; tail -3 "$f.err"; }
+        env "${knob[@]}" "$BIN/rocmforge" bench -m "$MODEL" --device "$DEVICE" -p 0 -n "$N" -b "$BATCH" \
+            --batch-prompt "$PROMPT" -r 1 -o json ${EXTRA:-} >"$f" 2>"$f.err" ||
+            { echo "  failed:"; tail -3 "$f.err"; }
     done
 done
 python3 - "$OUT" "$KNOB" "$VALUES" "$ROUNDS" "$MODEL" <<'EOF' | tee "$OUT/table.md"

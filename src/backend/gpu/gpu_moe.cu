@@ -488,10 +488,10 @@ static bool rf_moe_per_slot(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n,
 /* RF_GPU_MOE_GGEMV's default (-1) by the expert type: MXFP4 up to 4 slots an expert (H200,
  * gpt-oss-20b, step p50 at 16/24/32/48/64 sequences: 9.42/10.94/12.38/15.74/16.72 ms against the
  * grouped MMQ's 9.37/13.71/14.31/15.92/16.62: -20% at 24, -13% at 32, even elsewhere; 6 lost 1.4%
- * at 48); the K-quants up to 2 where the staged form runs (H200, qwen3-30b-a3b Q4_K_M 12 layers,
+ * at 48); the K-quants up to 3 where the staged form runs (H200, qwen3-30b-a3b Q4_K_M 12 layers,
  * 2026-12-01, against the grouped MMQ: 16 sequences (1 an expert) 5,060 -> 6,361-6,389 tok/s, 32
- * (2) 7,332-7,388 -> 8,592-8,621, 48 (3) 9,688 -> 10,414, 64 (4) 12,338-12,344 -> 11,989-12,054:
- * so up to 3), never without it (25% slower at 32 sequences, docs/perf-gpu.md) */
+ * (2) 7,332-7,388 -> 8,592-8,621, 48 (3) 9,688 -> 10,414, 64 (4) 12,338-12,344 -> 11,989-12,054),
+ * never without it (25% slower at 32 sequences, docs/perf-gpu.md) */
 #define RF_MOE_GGEMV_MXFP4 4
 #define RF_MOE_GGEMV_KSTAGED 3
 
