@@ -26,7 +26,9 @@
  * knobs pick with RF_GPU_MOE_GGEMV=0 (old) and 8 (new) at 8, 16, 32, 64 tokens, for
  * qwen3-30b-a3b, gpt-oss-20b, qwen3.6-35b-a3b (moe_ffn) and gemma4-26b-a4b (Q4_K gate/up, Q5_0
  * down, through matmul_id_glu + matmul_id_combine with the route), random weights; the experts'
- * bytes the step reads and that over the time; RF_MOE_GGEMV_BENCH_ONLY=1 runs only that.
+ * bytes the step reads and that over the time; RF_MOE_GGEMV_BENCH_ONLY=1 runs only that;
+ * RF_MOE_GGEMV_BENCH_SHAPE=name / RF_MOE_GGEMV_BENCH_N=n keep one shape / one count (a profiler's
+ * run of one kernel).
  * Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
@@ -335,6 +337,8 @@ static double step_mb(const moe *m, int64_t n) {
 
 static void bench_shape(const char *name, rf_rng *r, rf_type tg, rf_type td, int64_t ne, int64_t k, int64_t dim,
                         int64_t ff, bool bias, rf_glu_kind glu, rf_moe_gating gating, int ops) {
+    const char *only = getenv("RF_MOE_GGEMV_BENCH_SHAPE"), *only_n = getenv("RF_MOE_GGEMV_BENCH_N");
+    if (only && strcmp(only, name) != 0) return;
     moe m;
     moe_make(r, &m, tg, td, ne, k, dim, ff, bias, glu, gating, bias, 64);
     /* the bench's routing: random logits (no forced experts), as the synthetic models' routers */
@@ -344,6 +348,7 @@ static void bench_shape(const char *name, rf_rng *r, rf_type tg, rf_type td, int
            ops ? " (matmul_id_glu + matmul_id_combine)" : " (moe_ffn)");
     const int64_t ns[] = {8, 16, 32, 64};
     for (size_t i = 0; i < 4; i++) {
+        if (only_n && atoll(only_n) != ns[i]) continue;
         const double mb = step_mb(&m, ns[i]);
         knobs("0", NULL);
         const double old = bench_block(&m, ns[i], ops);
