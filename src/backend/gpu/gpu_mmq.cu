@@ -650,10 +650,13 @@ extern "C" bool rf_gpu_mmq_supported(rf_type t, int64_t n_in) {
  * blocks per SM (what the 32-token tiles and Q4_0's 2-stage 64-token tiles hold), from the
  * shape and device alone (never the token count: batch invariance), at least 2 chunks per
  * split, at most 8 splits. RF_MMQ_SLOTS=1 (measurement knob): fill 1 block per SM, at least 4
- * chunks per split, the first choice. H100, Q4_0: 4096x4096 at 16 / 32 tokens 18.0 / 21.8 ->
- * 14.2 / 15.9 us, 6144x4096 at 32 35.3 -> 22.0, 4096x14336 at 32 47.2 -> 36.8, but at 128
- * tokens 33.3 -> 38.8; llama3-8b decode at 16 / 32 / 64 sequences 2,525 / 4,434 / 6,277 ->
- * 2,843 / 5,188 / 6,914 tok/s (docs/perf-gpu.md, "MMQ"). */
+ * chunks per split, the first choice. Splits against none, H100, Q4_0: 4096x4096 at 16 / 32
+ * tokens 18.0 / 21.8 -> 14.2 / 15.9 us, 6144x4096 at 32 35.3 -> 22.0, 4096x14336 at 32 47.2 ->
+ * 36.8, but at 128 tokens 33.3 -> 38.8; llama3-8b decode at 16 / 32 / 64 sequences 2,525 /
+ * 4,434 / 6,277 -> 2,843 / 5,188 / 6,914 tok/s (docs/perf-gpu.md, "MMQ"). RF_MMQ_SLOTS=3-4:
+ * more splits (H200, 2026-12-01: qwen3-8b Q4_K_M's gate/up, 192 row tiles, in 2 splits at 3:
+ * +3.6% at 32 sequences, none at 1 and 16); not the default while the other shapes it moves
+ * (e.g. 8B's 6,144-row QKV from 5 to 8 splits) are unmeasured. */
 static int rf_mmq_splits(const rf_gpu_ctx *ctx, int64_t n_in, int64_t n_out, int kb) {
     static int slots = -1;
     if (slots < 0) {
@@ -661,7 +664,7 @@ static int rf_mmq_splits(const rf_gpu_ctx *ctx, int64_t n_in, int64_t n_out, int
     }
     const int64_t mt = (n_out + RF_MMQ_BM - 1) / RF_MMQ_BM, nch = (n_in / 32 + kb - 1) / kb; /* a partial chunk counts */
     int64_t s = slots * ctx->info.sm_count / mt;
-    if (s > nch / (slots == 2 ? 2 : 4)) s = nch / (slots == 2 ? 2 : 4);
+    if (s > nch / (slots == 1 ? 4 : 2)) s = nch / (slots == 1 ? 4 : 2);
     if (s > 8) s = 8;
     return s < 1 ? 1 : (int)s;
 }
