@@ -275,68 +275,10 @@ static void test_gpt_oss_plan(void **state) {
     rf_model_free(m);
 }
 
-/* The tiny gpt-oss f32 file rewritten with one change, as check_moe_refused does for qwen3moe:
- * key `key` set to u32 `val` (removed when val < 0) or tensor `tname` given a smaller shape;
- * loading must fail with `want` in one line naming `needle`. */
-static void check_gpt_oss_refused(const char *key, int64_t val, const char *tname, uint32_t n_dims, const int64_t *ne,
-                                  rf_status want, const char *needle) {
-    char src[512], dst[512];
-    snprintf(src, sizeof src, "%s/tiny-gpt-oss.f32.gguf", g_dir);
-    if (access(src, R_OK) != 0) {
-        rf_mkmodel_opts o = {.preset = "tiny-gpt-oss", .type = "f32", .seed = 0};
-        if (rf_mkmodel_write(&o, src)) fail_msg("mkmodel: %s", rf_last_error());
-    }
-    snprintf(dst, sizeof dst, "%s/bad-gpt-oss.gguf", g_dir);
-    rf_gguf *g = NULL;
-    assert_int_equal(rf_gguf_open(src, &g), RF_OK);
-    rf_gguf_writer *w = rf_gguf_writer_new();
-    assert_non_null(w);
-    for (int64_t i = 0; i < rf_gguf_n_kv(g); i++) {
-        const char *k = rf_gguf_kv_key(g, i);
-        if (key && !strcmp(k, key)) continue;
-        assert_int_equal(rf_gguf_set_value(w, k, rf_gguf_kv_value(g, i)), RF_OK);
-    }
-    if (key && val >= 0) assert_int_equal(rf_gguf_set_u32(w, key, (uint32_t)val), RF_OK);
-    for (int64_t i = 0; i < rf_gguf_n_tensors(g); i++) {
-        const rf_gguf_tensor *t = rf_gguf_tensor_at(g, i);
-        const bool mod = tname && !strcmp(t->name, tname);
-        assert_int_equal(rf_gguf_add_tensor(w, t->name, t->type, mod ? n_dims : t->n_dims, mod ? ne : t->ne, t->data,
-                                            NULL, NULL),
-                         RF_OK);
-    }
-    assert_int_equal(rf_gguf_write_file(w, dst), RF_OK);
-    rf_gguf_writer_free(w);
-    rf_gguf_close(g);
-    rf_model_params mp = rf_model_default_params();
-    mp.device = RF_DEVICE_CPU;
-    mp.n_threads = 1;
-    rf_model *m = NULL;
-    rf_status st = rf_model_load(dst, &mp, &m);
-    printf("  %s\n", rf_last_error());
-    assert_int_equal(st, want);
-    assert_null(m);
-    assert_non_null(strstr(rf_last_error(), needle));
-    assert_null(strchr(rf_last_error(), '\n'));
-}
-
-/* gpt-oss files missing what its layers need, or with sinks / expert biases of the wrong shape. */
-static void test_gpt_oss_refusals(void **state) {
-    (void)state;
-    check_gpt_oss_refused("gpt-oss.attention.sliding_window", -1, NULL, 0, NULL, RF_ERR_NOT_FOUND,
-                          "gpt-oss.attention.sliding_window");
-    check_gpt_oss_refused("gpt-oss.attention.sliding_window", 0, NULL, 0, NULL, RF_ERR_RANGE,
-                          "gpt-oss.attention.sliding_window");
-    check_gpt_oss_refused("gpt-oss.rope.scaling.original_context_length", -1, NULL, 0, NULL, RF_ERR_NOT_FOUND,
-                          "gpt-oss.rope.scaling.original_context_length");
-    const int64_t sk[1] = {4}, eb[2] = {128, 8};
-    check_gpt_oss_refused(NULL, 0, "blk.1.attn_sinks.weight", 1, sk, RF_ERR_FORMAT, "blk.1.attn_sinks.weight");
-    check_gpt_oss_refused(NULL, 0, "blk.0.ffn_up_exps.bias", 2, eb, RF_ERR_FORMAT, "blk.0.ffn_up_exps.bias");
-}
-
-/* The tiny qwen3moe file rewritten with one change: key `key` set to u32 `val` (or removed when
- * val < 0), or tensor `tname` given the shape ne[0..n_dims) (its bytes are the original's
- * prefix: the new shape is never larger). Loading must fail with `want`, the message naming
- * `needle`. */
+/* The tiny f32 file of mkmodel preset `preset` rewritten with one change: key `key` set to u32
+ * `val` (or removed when val < 0), or tensor `tname` given the shape ne[0..n_dims) (its bytes
+ * are the original's prefix: the new shape is never larger). Loading must fail with `want`, the
+ * message naming `needle`, in one line. */
 static void check_refused_in(const char *preset, const char *key, int64_t val, const char *tname, uint32_t n_dims,
                              const int64_t *ne, rf_status want, const char *needle) {
     char src[512], dst[512];
@@ -345,7 +287,7 @@ static void check_refused_in(const char *preset, const char *key, int64_t val, c
         rf_mkmodel_opts o = {.preset = preset, .type = "f32", .seed = 0};
         if (rf_mkmodel_write(&o, src)) fail_msg("mkmodel: %s", rf_last_error());
     }
-    snprintf(dst, sizeof dst, "%s/bad-moe.gguf", g_dir);
+    snprintf(dst, sizeof dst, "%s/refused.gguf", g_dir);
     rf_gguf *g = NULL;
     assert_int_equal(rf_gguf_open(src, &g), RF_OK);
     rf_gguf_writer *w = rf_gguf_writer_new();
@@ -377,6 +319,22 @@ static void check_refused_in(const char *preset, const char *key, int64_t val, c
     assert_non_null(strstr(rf_last_error(), needle));
     assert_null(strchr(rf_last_error(), '\n')); /* one line */
 }
+
+/* gpt-oss files missing what its layers need, or with sinks / expert biases of the wrong shape. */
+static void test_gpt_oss_refusals(void **state) {
+    (void)state;
+    check_refused_in("tiny-gpt-oss", "gpt-oss.attention.sliding_window", -1, NULL, 0, NULL, RF_ERR_NOT_FOUND,
+                     "gpt-oss.attention.sliding_window");
+    check_refused_in("tiny-gpt-oss", "gpt-oss.attention.sliding_window", 0, NULL, 0, NULL, RF_ERR_RANGE,
+                     "gpt-oss.attention.sliding_window");
+    check_refused_in("tiny-gpt-oss", "gpt-oss.rope.scaling.original_context_length", -1, NULL, 0, NULL,
+                     RF_ERR_NOT_FOUND, "gpt-oss.rope.scaling.original_context_length");
+    const int64_t sk[1] = {4}, eb[2] = {128, 8};
+    check_refused_in("tiny-gpt-oss", NULL, 0, "blk.1.attn_sinks.weight", 1, sk, RF_ERR_FORMAT,
+                     "blk.1.attn_sinks.weight");
+    check_refused_in("tiny-gpt-oss", NULL, 0, "blk.0.ffn_up_exps.bias", 2, eb, RF_ERR_FORMAT, "blk.0.ffn_up_exps.bias");
+}
+
 static void check_moe_refused(const char *key, int64_t val, const char *tname, uint32_t n_dims, const int64_t *ne,
                               rf_status want, const char *needle) {
     check_refused_in("tiny-qwen3moe", key, val, tname, n_dims, ne, want, needle);
