@@ -135,7 +135,8 @@ for t in $TESTS; do printf "%-28s %s\n" "$t" "${RES[$t]}"; done
 for t in "${!MEM[@]}"; do printf "memcheck  %-18s %s\n" "$t" "${MEM[$t]}"; done
 for t in "${!RACE[@]}"; do printf "racecheck %-18s %s\n" "$t" "${RACE[$t]}"; done
 [ -f "$OUT/bench.log" ] && cat "$OUT/bench.log"
-# every log in one file as well: machines lent by the call return only a few files from $OUT
-tar -czf "$OUT/logs.tgz.part" -C "$OUT" --exclude=logs.tgz --exclude=logs.tgz.part . 2>/dev/null &&
-    mv "$OUT/logs.tgz.part" "$OUT/logs.tgz"
+# every log in one file as well: machines lent by the call return only a few files from $OUT. The
+# tar is written outside $OUT: one written inside changes the directory it reads, tar exits 1
+# ("file changed as we read it") and the archive was left as logs.tgz.part
+LT=$(mktemp) && tar -czf "$LT" -C "$OUT" --exclude=./logs.tgz . && chmod 644 "$LT" && mv "$LT" "$OUT/logs.tgz"
 exit 0
