@@ -195,8 +195,17 @@ static inline bool rf_moe_stages(rf_type t) {
            rf_knob_bool(RF_KNOB_GPU_MOE_STAGE);
 }
 
-/* lanes per row: the fewest of 2, 4, 8, 32 covering the row's units (idle lanes past them) */
-static inline int rf_moe_lpr(int64_t units) { return units <= 2 ? 2 : units <= 4 ? 4 : units <= 8 ? 8 : 32; }
+/* lanes per row: the fewest of 2, 4, 8 covering the row's units; past 8, a warp a row, except
+ * rows of 9-31 units, where a warp would idle most lanes (gemma4-26b-a4b's Q4_K gate/up: 11
+ * super-blocks kept 11 of 32 lanes busy): of 4, 8 and 32 the lanes that pad the row least, ties
+ * to the wider (fewer passes). The bits of a slot depend on this choice, the same in every MoE
+ * GEMV kernel (per-slot, decode, grouped), so a token alone and in a batch still agree. */
+static inline int rf_moe_lpr(int64_t units) {
+    if (units <= 8) return units <= 2 ? 2 : units <= 4 ? 4 : 8;
+    if (units >= 32) return 32;
+    const int64_t p4 = (units + 3) / 4 * 4, p8 = (units + 7) / 8 * 8;
+    return p8 <= p4 ? (p8 < 32 ? 8 : 32) : (p4 < 32 ? 4 : 32);
+}
 
 /* RF_MOE_F32X: the template type of the f32-x path (rf_moe_row over f32 x, any type) */
 #define RF_MOE_F32X (-1)

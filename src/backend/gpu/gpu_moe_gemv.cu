@@ -62,7 +62,7 @@ static __device__ __forceinline__ int rf_moe_expert(const int32_t *ids, int s, i
 
 /* moe_gemv: y[s, o] = W_e[o] . x_r (+ bias[e, o]) for slot s = s0 + blockIdx.y, e = ids[s]
  * clamped to [0, n_expert), r = s with x_per_slot, else s / k; W: n_expert * n_out rows of
- * row_bytes; x as rf_moe_row takes it (LPR 2, 4, 8 or 32: the fewest covering a row's units).
+ * row_bytes; x as rf_moe_row takes it (LPR 2, 4, 8 or 32: rf_moe_lpr's of the row's units).
  * Not a programmatic dependent launch (ids come from the kernel before). launch: grid
  * (ceil(n_out / (128 / LPR)), slots), 128 threads. */
 template <int T, int LPR>
@@ -407,7 +407,7 @@ rf_status rf_moe_gemv_glu_launch(rf_gpu_ctx *ctx, float *y, const void *wg, cons
     return st;
 }
 
-/* whether rf_moe_gemv_gluq_launch takes (t, n_in, n_out): int8 x, rows of at most 8 units */
+/* whether rf_moe_gemv_gluq_launch takes (t, n_in, n_out): int8 x, rows on at most 8 lanes */
 bool rf_moe_gemv_gluq_takes(rf_type t, int64_t n_in, int64_t n_out) {
     const int rk = rf_moe_gemv_rk(t, n_in);
     if (rk < 0 || n_out % 32) return false;
