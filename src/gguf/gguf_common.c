@@ -1,5 +1,5 @@
 /* gguf_common.c — pieces shared by the GGUF reader and writer: metadata type names and sizes,
- * tensor byte sizes (validation), the bump arena and deep copies of metadata values. */
+ * tensor byte sizes (validation) and deep copies of metadata values into an arena. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,52 +54,9 @@ bool rf_gguf__tensor_bytes(int type, uint32_t n_dims, const int64_t *ne, uint64_
     return true;
 }
 
-/* ---- arena ----------------------------------------------------------------------------- */
-
-struct rf_gguf_arena_chunk {
-    rf_gguf_arena_chunk *next;
-    size_t used, cap;
-    _Alignas(16) unsigned char mem[];
-};
-
-void *rf_gguf__arena_alloc(rf_gguf_arena *a, size_t size) {
-    size = (size + 15) & ~(size_t)15;
-    if (size == 0) size = 16;
-    rf_gguf_arena_chunk *c = a->head;
-    if (!c || c->cap - c->used < size) {
-        size_t cap = size > ((size_t)1 << 16) ? size : ((size_t)1 << 16);
-        if (cap > SIZE_MAX - sizeof *c) return NULL;
-        c = malloc(sizeof *c + cap);
-        if (!c) return NULL;
-        c->used = 0;
-        c->cap = cap;
-        /* a big one-off block goes behind the current chunk so its free space stays usable */
-        if (a->head && size > ((size_t)1 << 16)) {
-            c->next = a->head->next;
-            a->head->next = c;
-        } else {
-            c->next = a->head;
-            a->head = c;
-        }
-    }
-    void *p = c->mem + c->used;
-    c->used += size;
-    return p;
-}
-
-void rf_gguf__arena_free(rf_gguf_arena *a) {
-    rf_gguf_arena_chunk *c = a->head;
-    while (c) {
-        rf_gguf_arena_chunk *n = c->next;
-        free(c);
-        c = n;
-    }
-    a->head = NULL;
-}
-
-static bool copy_str(rf_gguf_arena *a, rf_gguf_str *dst, const rf_gguf_str *src) {
+static bool copy_str(rf_arena *a, rf_gguf_str *dst, const rf_gguf_str *src) {
     if (src->len >= SIZE_MAX) return false;
-    char *p = rf_gguf__arena_alloc(a, (size_t)src->len + 1);
+    char *p = rf_arena_alloc(a, (size_t)src->len + 1, NULL);
     if (!p) return false;
     if (src->len) memcpy(p, src->ptr, (size_t)src->len);
     p[src->len] = 0;
@@ -108,7 +65,7 @@ static bool copy_str(rf_gguf_arena *a, rf_gguf_str *dst, const rf_gguf_str *src)
     return true;
 }
 
-bool rf_gguf__value_copy(rf_gguf_arena *a, rf_gguf_value *dst, const rf_gguf_value *src) {
+bool rf_gguf__value_copy(rf_arena *a, rf_gguf_value *dst, const rf_gguf_value *src) {
     *dst = *src;
     if (src->type == RF_GGUF_STRING) return copy_str(a, &dst->v.str, &src->v.str);
     if (src->type != RF_GGUF_ARRAY) return true;
@@ -119,7 +76,7 @@ bool rf_gguf__value_copy(rf_gguf_arena *a, rf_gguf_value *dst, const rf_gguf_val
                                       : rf_gguf__scalar_size(et);
     if (esz == 0) return false;
     if (n > SIZE_MAX / esz) return false;
-    void *d = rf_gguf__arena_alloc(a, (size_t)n * esz);
+    void *d = rf_arena_alloc(a, (size_t)n * esz, NULL);
     if (!d) return false;
     dst->v.arr.data = d;
     if (et == RF_GGUF_STRING) {

@@ -1,8 +1,10 @@
 /* gguf_internal.h — what the GGUF reader, writer and their tests share but users do not:
- * limits from the spec, the tensor-type size lookup used for validation, and a bump arena. */
+ * limits from the spec, the tensor-type size lookup used for validation, and deep copies of
+ * values into an arena (core/arena.h). */
 #ifndef RF_GGUF_INTERNAL_H
 #define RF_GGUF_INTERNAL_H
 
+#include "core/arena.h"
 #include "rocmforge/gguf.h"
 
 #define RF_GGUF_MAGIC "GGUF"
@@ -25,17 +27,8 @@ bool rf_gguf__tensor_bytes(int type, uint32_t n_dims, const int64_t *ne, uint64_
 /* Size in bytes of one scalar of a metadata type (0 for STRING/ARRAY/invalid). */
 size_t rf_gguf__scalar_size(rf_gguf_type t);
 
-/* A bump allocator: many small allocations, freed together. Allocations are 16-byte aligned. */
-typedef struct rf_gguf_arena_chunk rf_gguf_arena_chunk;
-typedef struct rf_gguf_arena {
-    rf_gguf_arena_chunk *head;
-} rf_gguf_arena;
-
-void *rf_gguf__arena_alloc(rf_gguf_arena *a, size_t size); /* NULL on OOM; size 0 is fine */
-void rf_gguf__arena_free(rf_gguf_arena *a);
-
 /* Deep copy of a value into an arena (strings get a NUL); false on OOM. */
-bool rf_gguf__value_copy(rf_gguf_arena *a, rf_gguf_value *dst, const rf_gguf_value *src);
+bool rf_gguf__value_copy(rf_arena *a, rf_gguf_value *dst, const rf_gguf_value *src);
 
 /* FNV-1a hash of a byte string (hash tables for keys and tensor names). */
 static inline uint64_t rf_gguf__hash(const char *s, size_t n) {

@@ -38,7 +38,7 @@ struct rf_gguf {
     size_t kv_hash_cap;
     int64_t *t_hash;
     size_t t_hash_cap;
-    rf_gguf_arena arena;
+    rf_arena arena;
 };
 
 /* ---- byte cursor ------------------------------------------------------------------------ */
@@ -78,7 +78,7 @@ static rf_status rd_u64(cursor *c, uint64_t *v, const char *field) {
 
 /* Reads a string (u64 length + bytes) into the arena, NUL-terminated. `max_len` bounds it
  * (keys, tensor names); UINT64_MAX for values. */
-static rf_status rd_str(cursor *c, rf_gguf_arena *a, rf_gguf_str *out, uint64_t max_len,
+static rf_status rd_str(cursor *c, rf_arena *a, rf_gguf_str *out, uint64_t max_len,
                         const char *field) {
     uint64_t at = c->pos, len = 0;
     rf_status st = rd_u64(c, &len, field);
@@ -89,7 +89,7 @@ static rf_status rd_str(cursor *c, rf_gguf_arena *a, rf_gguf_str *out, uint64_t 
                             " (byte offset %" PRIu64 ")",
                             c->ctx, field, len, max_len, at);
     if (remaining(c) < len) return truncated(c, field, len);
-    char *s = rf_gguf__arena_alloc(a, (size_t)len + 1);
+    char *s = rf_arena_alloc(a, (size_t)len + 1, NULL);
     if (!s) return rf_set_error(RF_ERR_OOM, "gguf: out of memory reading %s", c->ctx);
     memcpy(s, c->p + c->pos, (size_t)len);
     s[len] = 0;
@@ -148,7 +148,7 @@ static rf_status rd_type(cursor *c, rf_gguf_type *t, const char *field) {
 }
 
 /* Reads an array payload (elem type u32, count u64, items) into out (type ARRAY). */
-static rf_status rd_array(cursor *c, rf_gguf_arena *a, rf_gguf_value *out, int depth) {
+static rf_status rd_array(cursor *c, rf_arena *a, rf_gguf_value *out, int depth) {
     uint64_t at = c->pos;
     rf_gguf_type et = RF_GGUF_UINT8;
     uint64_t n = 0;
@@ -172,7 +172,7 @@ static rf_status rd_array(cursor *c, rf_gguf_arena *a, rf_gguf_value *out, int d
                : et == RF_GGUF_ARRAY  ? sizeof(rf_gguf_value)
                                       : rf_gguf__scalar_size(et);
     if (n > SIZE_MAX / esz) return rf_set_error(RF_ERR_OOM, "gguf: %s: array too large", c->ctx);
-    void *data = rf_gguf__arena_alloc(a, (size_t)n * esz);
+    void *data = rf_arena_alloc(a, (size_t)n * esz, NULL);
     if (!data) return rf_set_error(RF_ERR_OOM, "gguf: out of memory reading %s", c->ctx);
     out->type = RF_GGUF_ARRAY;
     out->v.arr.elem_type = et;
@@ -198,7 +198,7 @@ static rf_status rd_array(cursor *c, rf_gguf_arena *a, rf_gguf_value *out, int d
     return RF_OK;
 }
 
-static rf_status rd_value(cursor *c, rf_gguf_arena *a, rf_gguf_type t, rf_gguf_value *out) {
+static rf_status rd_value(cursor *c, rf_arena *a, rf_gguf_type t, rf_gguf_value *out) {
     if (t == RF_GGUF_STRING) {
         out->type = RF_GGUF_STRING;
         return rd_str(c, a, &out->v.str, UINT64_MAX, "string value");
@@ -532,7 +532,7 @@ rf_status rf_gguf_open(const char *path, rf_gguf **out) {
 
 void rf_gguf_close(rf_gguf *g) {
     if (!g) return;
-    rf_gguf__arena_free(&g->arena);
+    rf_arena_free(&g->arena);
     free(g->kv);
     free(g->kv_hash);
     free(g->tensors);

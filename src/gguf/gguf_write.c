@@ -35,7 +35,7 @@ struct rf_gguf_writer {
     int64_t n_kv, cap_kv;
     wtensor *t;
     int64_t n_t, cap_t;
-    rf_gguf_arena arena;
+    rf_arena arena;
 };
 
 rf_gguf_writer *rf_gguf_writer_new(void) { return calloc(1, sizeof(rf_gguf_writer)); }
@@ -44,7 +44,7 @@ void rf_gguf_writer_free(rf_gguf_writer *w) {
     if (!w) return;
     free(w->kv);
     free(w->t);
-    rf_gguf__arena_free(&w->arena);
+    rf_arena_free(&w->arena);
     free(w);
 }
 
@@ -128,7 +128,7 @@ rf_status rf_gguf_set_value(rf_gguf_writer *w, const char *key, const rf_gguf_va
         w->kv = n;
         w->cap_kv = cap;
     }
-    char *k = rf_gguf__arena_alloc(&w->arena, klen + 1);
+    char *k = rf_arena_alloc(&w->arena, klen + 1, NULL);
     if (!k) return rf_set_error(RF_ERR_OOM, "gguf writer: out of memory");
     memcpy(k, key, klen + 1);
     w->kv[w->n_kv].key = k;
@@ -246,7 +246,7 @@ rf_status rf_gguf_add_tensor(rf_gguf_writer *w, const char *name, rf_type type, 
         w->t = n;
         w->cap_t = cap;
     }
-    char *nm = rf_gguf__arena_alloc(&w->arena, nlen + 1);
+    char *nm = rf_arena_alloc(&w->arena, nlen + 1, NULL);
     if (!nm) return rf_set_error(RF_ERR_OOM, "gguf writer: out of memory");
     memcpy(nm, name, nlen + 1);
     wtensor *t = &w->t[w->n_t++];

@@ -8,21 +8,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/arena.h"
 #include "template/jinja.h"
 
 /* ---- arena: everything a parse or a render allocates lives here and dies with it ---------- */
 
-typedef struct jarena_chunk {
-    struct jarena_chunk *next;
-    size_t used, cap;
-    max_align_t data[];
-} jarena_chunk;
-
 typedef struct jarena {
-    jarena_chunk *head;
-    size_t total, limit; /* bytes obtained from malloc; limit 0 = none */
-    jmp_buf *fail;       /* longjmp target when malloc fails or the limit is hit */
-    int fail_code;       /* 1 = OOM, 2 = limit; set before the jump */
+    rf_arena ar;   /* ar.limit: the bytes a parse or render may hold (0 = none) */
+    jmp_buf *fail; /* longjmp target when malloc fails or the limit is hit */
+    int fail_code; /* 1 = OOM, 2 = limit (rf_arena_fail); set before the jump */
 } jarena;
 
 void *ja_alloc(jarena *a, size_t n);              /* zeroed; jumps to a->fail on failure */

@@ -273,7 +273,7 @@ rf_status rf_jinja_parse(const char *src, size_t len, rf_jinja **out) {
     }
     p->a = &t->arena;
     t->arena.fail = &p->jb;
-    t->arena.limit = (size_t)64 << 20;
+    t->arena.ar.limit = (size_t)64 << 20;
     if (setjmp(p->jb)) {
         rf_status st = p->st;
         if (t->arena.fail_code) {

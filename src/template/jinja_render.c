@@ -156,7 +156,7 @@ rf_status rf_jinja_render_data(const rf_jinja *t, const json_t *vars, const char
     c->now = now;
     c->trusted = trusted;
     c->a.fail = &c->jb;
-    c->a.limit = c->lim.max_memory;
+    c->a.ar.limit = c->lim.max_memory;
     if (setjmp(c->jb)) {
         rf_status st = c->st;
         if (c->a.fail_code == 1) { st = RF_ERR_OOM; snprintf(c->msg, sizeof c->msg, "chat template: out of memory while rendering"); }
