@@ -70,12 +70,17 @@ typedef struct rf_batch {
     int32_t n_sample, n_pen;
     const struct rf_sample_row *sample_rows;
     const int32_t *pen_ids, *pen_counts;
-    /* grammar masks (structured output) for device sampling: masks not NULL makes a masked step
-     * (a recorded graph of one keeps room for a mask per sample row); n_mask rows of mask_words
-     * words, bit i % 32 of word i / 32 set where token i is allowed; a row's mask_ref names its
-     * mask. Masks apply after the penalties, before the draw, as rf_sampler does on the host. */
+    /* grammar masks (structured output) for device sampling: mask_fill not NULL makes a masked
+     * step (a recorded graph of one keeps room for a mask per sample row) of n_mask rows of
+     * mask_words words, bit i % 32 of word i / 32 set where token i is allowed; a row's mask_ref
+     * names its mask. The backend calls mask_fill(mask_user, dst) once in the step to have the
+     * n_mask rows written to dst (host memory it owns): a GPU backend while the device runs the
+     * forward (the masks are the step's host work), the rows then sent up before the sampler.
+     * A failed fill fails the step. Masks apply after the penalties, before the draw, as
+     * rf_sampler does on the host. */
     int32_t n_mask, mask_words;
-    const uint32_t *masks;
+    rf_status (*mask_fill)(void *user, uint32_t *dst);
+    void *mask_user;
     void *dev;                  /* backend copy of the above (NULL on the CPU) */
 } rf_batch;
 

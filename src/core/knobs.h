@@ -37,6 +37,7 @@ extern "C" {
     X(CPU_F32_MATMUL, BOOL, "off", 0, 0, "CPU: products in f32 on dequantized weights (exact-mode checks)") \
     X(POOL_SPIN, INT, "2000", 1, 1000000000, "CPU thread pool: spin iterations before a worker sleeps") \
     X(GPU_GRAPHS, BOOL, "on", 0, 0, "GPU: decode steps replayed as CUDA/HIP graphs (off: kernel by kernel)") \
+    X(GPU_MASK_OVERLAP, INT, "32", 0, 1000000000, "GPU: fewest sampled rows a structured-output step has for its grammar masks to be written by a host task while the device runs the forward (fewer: before the step is sent; 0 = never; docs/server.md)") \
     X(GPU_STEP_TRACE, BOOL, "off", 0, 0, "engine on a GPU: one stderr line per step (tokens, copies, graph launches)") \
     X(GPU_OP_TIMES, BOOL, "off", 0, 0, "GPU: time every eager kernel by name, table on stderr at exit (with RF_GPU_GRAPHS=0)") \
     X(GPU_SYNC, BOOL, "off", 0, 0, "GPU: synchronize after every kernel so a fault names it (slow)") \

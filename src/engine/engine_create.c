@@ -164,10 +164,12 @@ rf_status rf_engine_create(rf_model *m, const rf_engine_config *c, rf_engine **o
     e->s_rows = malloc((size_t)n_batch * sizeof(rf_sample_row));
     e->s_ids = malloc((size_t)n_batch * sizeof(int32_t));
     e->s_none = calloc((size_t)n_batch, sizeof(bool));
+    e->s_mask_seq = malloc((size_t)n_batch * sizeof(rf_seq *));
+    e->s_mask_row = malloc((size_t)n_batch * sizeof(int32_t));
     e->s_mask_words = (int32_t)((nv + 31) / 32);
     e->lp_work = malloc((size_t)nv * sizeof(float));
     if (!e->b_ids || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_out || !e->b_seqs || !e->lp_work || !e->s_rows ||
-        !e->s_ids || !e->s_none) {
+        !e->s_ids || !e->s_none || !e->s_mask_seq || !e->s_mask_row) {
         rf_engine_free(e);
         return rf_set_error(RF_ERR_OOM, "engine: out of memory");
     }
@@ -222,7 +224,8 @@ void rf_engine_free(rf_engine *e) {
     free(e->s_rows);
     free(e->s_ids);
     free(e->s_none);
-    free(e->s_masks);
+    free(e->s_mask_seq);
+    free(e->s_mask_row);
     free(e->pen_ids);
     free(e->pen_counts);
     free(e->b_table);

@@ -117,8 +117,11 @@ struct rf_engine {
     float *lp_work;          /* [n_vocab] log-softmax for logprobs */
     rf_sample_row *s_rows;   /* device sampling: a row per output, penalties, the ids */
     int32_t *s_ids, *pen_ids, *pen_counts, pen_cap;
-    uint32_t *s_masks;       /* grammar masks of a masked step: [rows, s_mask_words] */
-    size_t s_masks_cap;      /* words held */
+    /* a masked step's grammar rows, mask k for sample row s_mask_row[k] of sequence
+     * s_mask_seq[k] (k < s_n_mask), written when the backend asks (rf_step_mask_fill) */
+    rf_seq **s_mask_seq;     /* [n_batch] */
+    int32_t *s_mask_row;     /* [n_batch] */
+    int32_t s_n_mask;
     int32_t s_mask_words;    /* (n_vocab + 31) / 32 */
     bool *s_none;            /* [n_batch] per sample row: its grammar admitted no token */
     rf_seq **b_seqs;         /* [n_batch] the step's sequences, by batch sequence index */

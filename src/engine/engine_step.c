@@ -162,35 +162,32 @@ static rf_status pen_room(rf_engine *e, int32_t need) {
     return RF_OK;
 }
 
-/* Row `row`'s grammar mask (rf_sampler's, for its next draw) appended to the step's masks; a
- * grammar that admits nothing leaves the row unmasked and *none set (the pick then ends the
- * choice, rf_sampler_grammar_pick). The mask is the host's byte mask read as little-endian words
- * (bit i % 32 of word i / 32 is bit i % 8 of byte i / 8): a plain copy on a little-endian host. */
-static rf_status grammar_row(rf_engine *e, rf_seq *s, rf_sample_row *row, bool *none, rf_step_batch *sb) {
-    int32_t n_ok = 0;
-    const uint8_t *m = rf_sampler_grammar_mask(s->smp, &n_ok);
-    if (!m || n_ok == 0) {
-        *none = true;
-        return RF_OK;
-    }
-    const size_t W = (size_t)e->s_mask_words, need = (size_t)(sb->n_mask + 1) * W;
-    if (need > e->s_masks_cap) {
-        size_t cap = need * 2;
-        uint32_t *a = realloc(e->s_masks, cap * sizeof(uint32_t));
-        if (!a) return rf_set_error(RF_ERR_OOM, "grammar masks: out of memory");
-        e->s_masks = a;
-        e->s_masks_cap = cap;
-    }
-    uint32_t *dst = e->s_masks + (size_t)sb->n_mask * W;
-    const size_t nb = ((size_t)e->m->hp.n_vocab + 7) / 8;
+/* Writes the step's grammar masks (rf_batch.mask_fill; user: the engine): mask k is the one
+ * s_mask_seq[k]'s sampler gives for its next draw (rf_sampler_grammar_mask), the host's byte
+ * mask read as little-endian words (bit i % 32 of word i / 32 is bit i % 8 of byte i / 8: a
+ * plain copy on a little-endian host). A grammar that admits nothing gets a mask of every
+ * token, as if unmasked, and s_none set: the pick then ends the choice
+ * (rf_sampler_grammar_pick). The backend calls this inside the step, on the engine's thread;
+ * nothing the step ran since rf_step_sample_rows changed a sampler. */
+static rf_status mask_fill(void *user, uint32_t *dst) {
+    rf_engine *e = user;
+    const size_t W = (size_t)e->s_mask_words, nb = ((size_t)e->m->hp.n_vocab + 7) / 8;
+    for (int32_t k = 0; k < e->s_n_mask; k++, dst += W) {
+        int32_t n_ok = 0;
+        const uint8_t *m = rf_sampler_grammar_mask(e->s_mask_seq[k]->smp, &n_ok);
+        if (!m || n_ok == 0) {
+            e->s_none[e->s_mask_row[k]] = true;
+            memset(dst, 0xff, W * sizeof(uint32_t));
+            continue;
+        }
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    dst[W - 1] = 0; /* the tail bytes past nb */
-    memcpy(dst, m, nb);
+        dst[W - 1] = 0; /* the tail bytes past nb */
+        memcpy(dst, m, nb);
 #else
-    memset(dst, 0, W * sizeof(uint32_t));
-    for (size_t k = 0; k < nb; k++) dst[k / 4] |= (uint32_t)m[k] << (8 * (k % 4));
+        memset(dst, 0, W * sizeof(uint32_t));
+        for (size_t i = 0; i < nb; i++) dst[i / 4] |= (uint32_t)m[i] << (8 * (i % 4));
 #endif
-    row->mask_ref = ++sb->n_mask;
+    }
     return RF_OK;
 }
 
@@ -199,11 +196,6 @@ static rf_status grammar_row(rf_engine *e, rf_seq *s, rf_sample_row *row, bool *
  * rows. A sequence that finishes before sampling (max_tokens) draws nothing, as on the host. */
 rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch *sb) {
     int32_t r = 0, n_pen = 0;
-    if (sb->masked && !e->s_masks) { /* a masked step always names its (maybe empty) masks */
-        if (!(e->s_masks = malloc((size_t)e->s_mask_words * sizeof(uint32_t))))
-            return rf_set_error(RF_ERR_OOM, "grammar masks: out of memory");
-        e->s_masks_cap = (size_t)e->s_mask_words;
-    }
     for (int32_t i = 0; i < p->n_items; i++) {
         rf_seq *s = p->items[i].s;
         if (s->n_computed + p->items[i].n != s->n_tokens) continue;
@@ -220,9 +212,10 @@ rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch
         e->s_none[r - 1] = false;
         if (s->req->max_tokens >= 0 && s->n_gen >= s->req->max_tokens) continue; /* finishes unsampled */
         row->u = rf_sampler_draw(s->smp);
-        if (sb->masked && rf_sampler_has_grammar(s->smp)) {
-            rf_status st = grammar_row(e, s, row, &e->s_none[r - 1], sb);
-            if (st) return st;
+        if (sb->masked && rf_sampler_has_grammar(s->smp)) { /* its mask: written by mask_fill */
+            e->s_mask_seq[sb->n_mask] = s;
+            e->s_mask_row[sb->n_mask] = r - 1;
+            row->mask_ref = ++sb->n_mask;
         }
         for (;;) {
             int32_t got = rf_sampler_penalties(s->smp, e->pen_ids ? e->pen_ids + n_pen : NULL,
@@ -238,6 +231,7 @@ rf_status rf_step_sample_rows(rf_engine *e, const rf_step_plan *p, rf_step_batch
         }
     }
     for (; r < sb->bucket; r++) memset(&e->s_rows[r], 0, sizeof e->s_rows[r]); /* padding: greedy, ignored */
+    e->s_n_mask = sb->n_mask;
     sb->n_rows = r;
     sb->n_pen = n_pen;
     return RF_OK;
@@ -334,8 +328,8 @@ static rf_status run_batch(rf_engine *e, rf_step_batch *sb, int32_t n_items) {
                   .state_slot = e->spool ? e->b_state : NULL, .n_out = bucket ? bucket : sb->n_out,
                   .out_rows = e->b_out, .max_pos = bucket ? sb->max_pos : 0, .n_sample = sb->n_rows,
                   .n_pen = sb->n_pen, .sample_rows = e->s_rows, .pen_ids = e->pen_ids, .pen_counts = e->pen_counts,
-                  .n_mask = sb->n_mask, .mask_words = e->s_mask_words, .masks = sb->masked ? e->s_masks : NULL,
-                  .dev = NULL};
+                  .n_mask = sb->n_mask, .mask_words = e->s_mask_words, .mask_fill = sb->masked ? mask_fill : NULL,
+                  .mask_user = e, .dev = NULL};
     rf_status st;
     if (sb->gmode == RF_GRAPH_REPLAY) st = be->ops->batch_upload(be, &b);
     else

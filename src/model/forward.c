@@ -584,7 +584,7 @@ static rf_status embed(step *t, rf_batch *b, rf_batch *copies) {
     rf_model *m = t->m;
     for (int d = 0; d < t->ndev; d++) {
         rf_backend *be = rf_model_be(m, d);
-        if (d) copies[d] = *b, copies[d].dev = NULL;
+        if (d) copies[d] = *b, copies[d].dev = NULL, copies[d].mask_fill = NULL; /* only GPU 0 samples */
         t->b[d] = d ? &copies[d] : b;
         TRY(rf_model_use(m, d));
         if (be->ops->batch_upload) TRY(be->ops->batch_upload(be, t->b[d]));

@@ -215,6 +215,7 @@ rf_status rf_model_graph_others(rf_model *m, const rf_batch *b, int mode) {
         rf_backend *be = m->tp_be[s];
         rf_batch copy = *b;
         copy.dev = NULL;
+        copy.mask_fill = NULL; /* only GPU 0 samples */
         if ((st = rf_model_use(m, s))) break;
         if (mode == RF_GRAPH_REPLAY && (st = be->ops->batch_upload(be, &copy))) break; /* the pinned buffer */
         st = rf_backend_gpu_graph_run(be);

@@ -1,6 +1,7 @@
 /* test_gpu_grammar.c — structured output's token masks on the GPU sampler (issue 28): requests
  * constrained by a grammar, sampled on the device (each row's mask sent up with the step,
- * applied after the penalties and before the draw; decode steps as recorded graphs), give the
+ * written by the host while the device runs the forward or before the step is sent, applied
+ * after the penalties and before the draw; decode steps as recorded graphs), give the
  * tokens the host sampler gives from the same logits (the same requests with logprobs on, which
  * sample on the host, the steps eager: the decode step's logits have the same bits either way),
  * constrained and unconstrained sequences together, greedy and sampled, with penalties; every
@@ -9,6 +10,7 @@
  * Skips (77) without a GPU. */
 #include "gpu_model_common.h"
 
+#include "core/knobs.h"
 #include "engine/grammar.h"
 
 enum { NQ = 4, GT = 40 };
@@ -63,8 +65,11 @@ static void submit_mix(rf_engine *e, rf_grammar *g, rf_grammar *g_none, const in
         if (rf_engine_step(e)) fail_msg("step: %s", rf_last_error());
 }
 
-static void test_masks_on_device(void **state) {
-    (void)state;
+/* The mix on the device and on the host with RF_GPU_MASK_OVERLAP at `overlap` (read when the
+ * backend is made): each choice's tokens equal on both paths and constrained texts inside the
+ * grammar; *uploads and *launches: the device phase's counts. */
+static void run_mix(const char *overlap, q_out *dev, long long *uploads, long long *launches) {
+    assert_int_equal(rf_knob_override(RF_KNOB_GPU_MASK_OVERLAP, overlap), RF_OK);
     char path[1200];
     mkmodel("tiny", "q8_0", path, sizeof path);
     rf_model *m = load(path, RF_DEVICE_GPU);
@@ -80,16 +85,18 @@ static void test_masks_on_device(void **state) {
     rf_grammar *g_none = gbnf("root ::= \"\"\n");
     int32_t prompt[16];
     for (int i = 0; i < 16; i++) prompt[i] = 7 + (i * 131) % (m->hp.n_vocab - 20);
-    q_out dev[NQ], host[NQ];
+    q_out host[NQ];
     rf_backend_info i0, i1, i2;
     assert_int_equal(m->be->ops->info(m->be, false, &i0), RF_OK);
     submit_mix(e, g, g_none, prompt, 8, dev, false);
     assert_int_equal(m->be->ops->info(m->be, false, &i1), RF_OK);
     submit_mix(e, g, g_none, prompt, 8, host, true);
     assert_int_equal(m->be->ops->info(m->be, false, &i2), RF_OK);
-    printf("  graph launches: %lld with masks on the device, %lld with host sampling\n",
-           (long long)(i1.launches - i0.launches), (long long)(i2.launches - i1.launches));
-    assert_true(i1.launches - i0.launches >= GT / 2); /* the masked decode steps ran as graphs */
+    *uploads = (long long)(i1.uploads - i0.uploads);
+    *launches = (long long)(i1.launches - i0.launches);
+    printf("  RF_GPU_MASK_OVERLAP=%s: %lld graph launches and %lld uploads with masks on the device, %lld launches "
+           "with host sampling\n", overlap, *launches, *uploads, (long long)(i2.launches - i1.launches));
+    assert_true(*launches >= GT / 2); /* the masked decode steps ran as graphs */
     for (int k = 0; k < NQ; k++) {
         printf("  request %d (%s): device %d tokens, host %d tokens, finish %d / %d, text \"%.*s\"\n", k,
                k == 0 || k == 2 ? "grammar" : k == 3 ? "grammar admitting nothing" : "free", dev[k].n, host[k].n,
@@ -113,6 +120,24 @@ static void test_masks_on_device(void **state) {
     rf_grammar_unref(g_none);
     rf_engine_free(e);
     rf_model_free(m);
+    rf_knob_override(RF_KNOB_GPU_MASK_OVERLAP, NULL);
+}
+
+/* Masks written by a host task while the device runs the forward (RF_GPU_MASK_OVERLAP 1: steps
+ * of any row count; the masks go up in a copy of their own) and before the step is sent (0): the
+ * same tokens, each equal to the host sampler's; the overlapped steps each made one more upload. */
+static void test_masks_on_device(void **state) {
+    (void)state;
+    q_out late[NQ], early[NQ];
+    long long up_late, up_early, l_late, l_early;
+    run_mix("1", late, &up_late, &l_late);
+    run_mix("0", early, &up_early, &l_early);
+    for (int k = 0; k < NQ; k++) {
+        assert_int_equal(late[k].n, early[k].n);
+        assert_memory_equal(late[k].tok, early[k].tok, (size_t)late[k].n * sizeof(int32_t));
+    }
+    assert_int_equal(l_late, l_early);
+    assert_true(up_late > up_early); /* a masked step's own copy of its masks: the late path ran */
 }
 
 static int setup(void **state) {

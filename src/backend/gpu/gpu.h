@@ -66,6 +66,14 @@ rf_status rf_gpu_mem_info(rf_gpu_ctx *ctx, size_t *free_bytes, size_t *total_byt
 /* Pinned (page-locked) host memory, for uploads that overlap compute; RF_ERR_OOM on failure. */
 rf_status rf_gpu_host_alloc(size_t bytes, void **p);
 void rf_gpu_host_free(void *p);
+/* A host task beside the stream: fn(user) runs on the runtime's own host thread once the work
+ * queued on ctx's stream so far has run, while what is queued after it runs on the device;
+ * rf_gpu_host_task_join makes the stream's later work wait for the task. Recorded into a graph
+ * it is a host node beside the kernels that follow, run at every launch of the graph. fn makes
+ * no GPU call (the runtime forbids it there) and shares nothing with the caller's thread until
+ * the join has been waited for (rf_gpu_sync joins a task left open). One task at a time. */
+rf_status rf_gpu_host_task(rf_gpu_ctx *ctx, void (*fn)(void *), void *user);
+rf_status rf_gpu_host_task_join(rf_gpu_ctx *ctx);
 /* Asynchronous copies on the context's stream (src of an upload should be pinned). */
 rf_status rf_gpu_upload_async(rf_gpu_ctx *ctx, void *d_dst, const void *src, size_t bytes);
 rf_status rf_gpu_copy(rf_gpu_ctx *ctx, void *d_dst, const void *d_src, size_t bytes);

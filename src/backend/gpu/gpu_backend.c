@@ -488,6 +488,7 @@ static rf_status g_init(void *impl, void *arg) {
     snprintf(g->name, sizeof g->name, "%s", gi.name); /* once: op info hands it out */
     g->fuse = !rf_knob_bool(RF_KNOB_GPU_UNFUSED);
     g->flash = rf_knob_bool(RF_KNOB_GPU_FLASH);
+    g->mask_late_rows = rf_knob_int(RF_KNOB_GPU_MASK_OVERLAP);
     return RF_OK;
 }
 

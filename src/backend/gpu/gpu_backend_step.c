@@ -48,11 +48,21 @@ static rf_status pin_settle(gpu_be *g) {
     return st;
 }
 
+/* The step's host task (rf_gpu_host_task) of a late-filled masked step: its masks written into
+ * the pinned rows while the device runs the forward; the status read after the step's wait. */
+static void late_fill(void *p) {
+    gpu_be *g = p;
+    g->mask_st = g->dev.mask_fill(g->dev.mask_user, g->dev.h_masks);
+}
+
 /* Packs the step's metadata (ids, positions, sequences, slots, output rows, block tables, and
  * the sampling records with their penalties) into the pinned buffer and sends it up in one copy;
  * in a replayed step the recorded graph makes that copy. The layout depends only on the sizes,
  * so a recording fits every step of its bucket: in graph modes the penalty room is a fixed
- * RF_GRAPH_PEN entries per row. */
+ * RF_GRAPH_PEN entries per row. A masked step's grammar masks are written into it here, or
+ * (mask_late_rows) by a host task forked off the stream here, which runs while the device runs the
+ * forward (a host node of a recorded step's graph); they then go up in a copy of their own
+ * just before the sampler. */
 rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
     gpu_be *g = GX(be);
     size_t nt = (size_t)b->n_tokens, tab = (size_t)b->n_seqs * (size_t)b->max_blocks;
@@ -63,18 +73,21 @@ rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
         return rf_set_error(RF_ERR_INTERNAL, "GPU graph step with %d penalty entries (room for %zu)", b->n_pen, pen_room);
     }
     /* a masked step: room for every row's mask in graph modes (the layout depends on sizes only) */
-    const size_t words = b->masks ? (size_t)b->mask_words : 0;
-    const size_t mask_room = !b->masks ? 0 : g->mode != RF_GRAPH_NONE ? ns : (size_t)b->n_mask;
-    if (b->masks && ((size_t)b->n_mask > ns || b->mask_words < 1)) {
+    const bool masked = b->mask_fill != NULL;
+    const bool late = masked && g->mask_late_rows > 0 && (int64_t)ns >= g->mask_late_rows;
+    const size_t words = masked ? (size_t)b->mask_words : 0;
+    const size_t mask_room = !masked ? 0 : g->mode != RF_GRAPH_NONE ? ns : (size_t)b->n_mask;
+    if (masked && ((size_t)b->n_mask > ns || b->mask_words < 1)) {
         rf_gbe_drop_capture(g);
         return rf_set_error(RF_ERR_INTERNAL, "GPU step with %d grammar masks of %d words for %zu rows", b->n_mask,
                             b->mask_words, ns);
     }
     size_t o_meta = 0, meta = up256((4 * nt + (size_t)b->n_out + tab + nss) * 4);
     size_t o_rows = meta, o_pid = o_rows + up256(ns * sizeof(rf_gpu_sample_row));
+    /* the masks last of what goes up: written later, they go up on their own (late) */
     size_t o_pcnt = o_pid + up256(pen_room * 4), o_mask = o_pcnt + up256(pen_room * 4);
     size_t o_ids = o_mask + up256(mask_room * words * 4);
-    size_t up = o_ids, bytes = o_ids + up256(ns * 4);
+    size_t up = late ? o_mask : o_ids, bytes = o_ids + up256(ns * 4);
     rf_status st;
     if ((st = pin_settle(g))) {
         rf_gbe_drop_capture(g);
@@ -123,10 +136,14 @@ rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
         hr[i].frequency_penalty = r->frequency_penalty;
         hr[i].pen_off = r->pen_off;
         hr[i].pen_n = r->pen_n;
-        hr[i].mask_ref = b->masks ? r->mask_ref : 0;
+        hr[i].mask_ref = masked ? r->mask_ref : 0;
         any |= r->pen_n > 0;
     }
-    if (b->masks && b->n_mask) memcpy(g->pin + o_mask, b->masks, (size_t)b->n_mask * words * 4);
+    /* the masks now, or by the step's host task (late) */
+    if (masked && !late && (st = b->mask_fill(b->mask_user, (uint32_t *)(g->pin + o_mask)))) {
+        rf_gbe_drop_capture(g);
+        return st;
+    }
     if (b->n_pen) {
         memcpy(g->pin + o_pid, b->pen_ids, (size_t)b->n_pen * 4);
         memcpy(g->pin + o_pcnt, b->pen_counts, (size_t)b->n_pen * 4);
@@ -145,12 +162,22 @@ rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
     g->dev.d_ids = (int32_t *)(g->dmeta + o_ids);
     g->dev.h_ids = (int32_t *)(g->pin + o_ids);
     g->dev.any_penalty = any;
-    g->dev.masks = b->masks ? (const uint32_t *)(g->dmeta + o_mask) : NULL;
+    g->dev.masks = masked ? (const uint32_t *)(g->dmeta + o_mask) : NULL;
     g->dev.mask_words = (int64_t)words;
+    g->dev.mask_fill = b->mask_fill;
+    g->dev.mask_user = b->mask_user;
+    g->dev.h_masks = (uint32_t *)(g->pin + o_mask);
+    g->dev.mask_bytes = mask_room * words * 4;
+    g->dev.late = late;
     b->dev = &g->dev;
-    if (g->mode == RF_GRAPH_REPLAY) return RF_OK;
+    g->mask_st = RF_OK;
+    if (g->mode == RF_GRAPH_REPLAY) return RF_OK; /* the graph runs the copy and the task */
     g->n_up++;
     if ((st = rf_gpu_upload_async(g->ctx, g->dmeta, g->pin, up))) return st;
+    if (late && (st = rf_gpu_host_task(g->ctx, late_fill, g))) {
+        rf_gbe_drop_capture(g);
+        return st;
+    }
     /* a recording's copy runs when its graph is launched, and that step waits for its ids */
     if (g->mode == RF_GRAPH_CAPTURE) return RF_OK;
     if ((st = rf_gpu_fence_record(g->ctx, &g->pin_fence))) return st;
@@ -170,8 +197,19 @@ rf_status rf_gbe_sample(rf_backend *be, const rf_tensor *logits, const rf_batch 
     if (g->mode == RF_GRAPH_REPLAY) {
         g->n_launch++;
         g->n_down++; /* inside the graph */
+        g->n_up += d->late;
         if ((st = rf_gpu_graph_launch(g->ctx, g->graphs[g->cur].exec))) return st;
     } else {
+        /* late masks: their copy waits for the host task that writes them */
+        if (d->late) {
+            g->n_up++;
+            st = rf_gpu_host_task_join(g->ctx);
+            if (!st && d->mask_bytes) st = rf_gpu_upload_async(g->ctx, (void *)d->masks, d->h_masks, d->mask_bytes);
+            if (st) {
+                rf_gbe_drop_capture(g);
+                return st;
+            }
+        }
         if ((st = rf_gpu_sample_rows(g->ctx, d->d_ids, logits->data, (int64_t)n, logits->ne[0], d->rows, d->pen_ids,
                                      d->pen_counts, d->any_penalty, d->masks, d->mask_words))) {
             rf_gbe_drop_capture(g);
@@ -195,6 +233,7 @@ rf_status rf_gbe_sample(rf_backend *be, const rf_tensor *logits, const rf_batch 
     }
     g->mode = RF_GRAPH_NONE;
     if ((st = rf_gpu_sync(g->ctx))) return st;
+    if (d->late && g->mask_st) return rf_set_error(g->mask_st, "GPU step: its grammar masks could not be written");
     memcpy(ids_out, d->h_ids, n * 4);
     return RF_OK;
 }

@@ -22,6 +22,14 @@ typedef struct gpu_batch {
     bool any_penalty;
     const uint32_t *masks; /* a masked step's grammar masks (rows of mask_words), else NULL */
     int64_t mask_words;
+    /* a masked step's fill (rf_batch.mask_fill) and its pinned rows, mask_bytes of them sent up
+     * to masks; late: the rows written by a host task while the device runs the forward, their
+     * copy queued behind the task's join */
+    rf_status (*mask_fill)(void *user, uint32_t *dst);
+    void *mask_user;
+    uint32_t *h_masks;
+    size_t mask_bytes;
+    bool late;
 } gpu_batch;
 
 typedef struct gpu_be {
@@ -33,6 +41,12 @@ typedef struct gpu_be {
     char *dmeta;      /* its device copy */
     size_t meta_cap;
     gpu_batch dev;
+    /* grammar masks written by a host task while the device runs the step, in steps of at least
+     * this many sampled rows (RF_GPU_MASK_OVERLAP; 0: never), and that task's status (read after
+     * the step's wait). A step's row count is part of its graph's key (the bucket), so a
+     * recording and its replays agree. */
+    int64_t mask_late_rows;
+    rf_status mask_st;
     /* decode-step graphs, one per engine key (batch-size bucket, depth bucket, masked or not) */
     struct {
         int key, seen;

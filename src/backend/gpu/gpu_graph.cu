@@ -1,6 +1,7 @@
 /* gpu_graph.cu — recording a stream's work into a graph and replaying it: the decode step is
- * captured once per batch-size bucket and then launched as one graph per step (docs/ARCHITECTURE.md §5.2).
- * Host glue only; the recorded kernels are the ordinary ones. */
+ * captured once per batch-size bucket and then launched as one graph per step (docs/ARCHITECTURE.md §5.2);
+ * a host task forked off the stream (a host node in a graph). Host glue only; the recorded
+ * kernels are the ordinary ones. */
 #include "backend/gpu/gpu_internal.h"
 
 extern "C" rf_status rf_gpu_capture_begin(rf_gpu_ctx *ctx) {
@@ -8,8 +9,25 @@ extern "C" rf_status rf_gpu_capture_begin(rf_gpu_ctx *ctx) {
     return RF_OK;
 }
 
+extern "C" rf_status rf_gpu_host_task(rf_gpu_ctx *ctx, void (*fn)(void *), void *user) {
+    RF_GPU_CHECK(cudaEventRecord(ctx->task_fork, ctx->stream));
+    RF_GPU_CHECK(cudaStreamWaitEvent(ctx->side, ctx->task_fork, 0));
+    RF_GPU_CHECK(cudaLaunchHostFunc(ctx->side, fn, user));
+    RF_GPU_CHECK(cudaEventRecord(ctx->task_done, ctx->side));
+    ctx->task_open = true;
+    return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_host_task_join(rf_gpu_ctx *ctx) {
+    if (!ctx->task_open) return RF_OK;
+    ctx->task_open = false;
+    RF_GPU_CHECK(cudaStreamWaitEvent(ctx->stream, ctx->task_done, 0));
+    return RF_OK;
+}
+
 extern "C" rf_status rf_gpu_capture_end(rf_gpu_ctx *ctx, void **exec) {
     *exec = NULL;
+    (void)rf_gpu_host_task_join(ctx); /* a recording ends with every fork joined */
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(ctx->stream, &g);
     if (e != cudaSuccess || !g) {

@@ -10,6 +10,9 @@ struct rf_gpu_ctx {
     int device;
     cudaStream_t stream;
     cudaEvent_t join_ev;    /* joins this stream into (or back out of) another GPU's recording */
+    cudaStream_t side;      /* a host task's stream (rf_gpu_host_task), forked off and joined back */
+    cudaEvent_t task_fork, task_done;
+    bool task_open;         /* a task queued and not joined yet */
 #if !defined(RF_GPU_NO_BLAS)
     cublasHandle_t blas;
     void *blas_ws;          /* the handle's own workspace: no allocation inside a graph capture */

@@ -41,7 +41,13 @@ extern "C" rf_status rf_gpu_init(int device, rf_gpu_ctx **out) {
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&c->join_ev, cudaEventDisableTiming)) != cudaSuccess) {
+        (e = cudaEventCreateWithFlags(&c->join_ev, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->task_fork, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->task_done, cudaEventDisableTiming)) != cudaSuccess) {
+        if (c->task_fork) cudaEventDestroy(c->task_fork);
+        if (c->side) cudaStreamDestroy(c->side);
+        if (c->join_ev) cudaEventDestroy(c->join_ev);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
         return rf_set_error(RF_ERR_DEVICE, "GPU %d: init failed: %s", device, cudaGetErrorString(e));
@@ -95,6 +101,10 @@ extern "C" void rf_gpu_destroy(rf_gpu_ctx *ctx) {
     if (ctx->blas) cublasDestroy(ctx->blas);
     if (ctx->blas_ws) cudaFree(ctx->blas_ws);
 #endif
+    if (ctx->side) cudaStreamSynchronize(ctx->side);
+    if (ctx->task_fork) cudaEventDestroy(ctx->task_fork);
+    if (ctx->task_done) cudaEventDestroy(ctx->task_done);
+    if (ctx->side) cudaStreamDestroy(ctx->side);
     if (ctx->join_ev) cudaEventDestroy(ctx->join_ev);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     free(ctx);
@@ -173,6 +183,8 @@ extern "C" rf_status rf_gpu_memset(rf_gpu_ctx *ctx, void *d_dst, int byte, size_
 }
 
 extern "C" rf_status rf_gpu_sync(rf_gpu_ctx *ctx) {
+    rf_status jst = rf_gpu_host_task_join(ctx); /* a task left open (a failed step) is waited for too */
+    if (jst) return jst;
     if (ctx->watch) return rf_gpu_watch_wait(ctx, NULL, "a wait for a step"); /* a split's: bounded */
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     if (e != cudaSuccess)
