@@ -474,7 +474,8 @@ static bool rf_moe_per_slot(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n,
 /* whether the fused ops of level lvl (RF_GPU_MOE_FUSE: matmul_id_glu 1, matmul_id_combine 2,
  * moe_ffn 3) take the grouped GEMV (gpu_moe_ggemv.cu) for a product of type t over rows of n_in:
  * few slots per expert (batched decode: at most RF_GPU_MOE_GGEMV on average, by default 4 for MXFP4,
- * 3 for K-quants where the staged form runs and none for the other types: below), from
+ * 3 for K-quants where the staged form runs and for Q5_0 / Q8_0 rows of 9-31 blocks, none for the
+ * others: below), from
  * RF_GPU_MOE_GGEMV_MIN slots or, that 0, wherever the per-slot GEMV stops (slot counts where the
  * grouped MMQ or the unfused tiled GEMV would run); the int8-x types; not in batch-invariant
  * mode (there the grouped MMQ sums every slot count, its own bits); CUDA only. The bound's model (H200,
@@ -491,9 +492,19 @@ static bool rf_moe_per_slot(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n,
  * at 48); the K-quants up to 3 where the staged form runs (H200, qwen3-30b-a3b Q4_K_M 12 layers,
  * 2026-12-01, against the grouped MMQ: 16 sequences (1 an expert) 5,060 -> 6,361-6,389 tok/s, 32
  * (2) 7,332-7,388 -> 8,592-8,621, 48 (3) 9,688 -> 10,414, 64 (4) 12,338-12,344 -> 11,989-12,054),
- * never without it (25% slower at 32 sequences, docs/perf-gpu.md) */
+ * never without it (25% slower at 32 sequences, docs/perf-gpu.md); Q5_0 and Q8_0 rows of 9-31 blocks up to
+ * 3 (4 or 8 lanes a row, rf_moe_lpr; the types llama-quantize gives K-quant expert rows whose width is
+ * no multiple of 256: H200, gemma4-26b-a4b Q4_K_M 6 layers, down rows of 704, Q5_0 and Q8_0, with
+ * RF_GPU_MOE_GGEMV=3, 2026-12-01, against the grouped MMQ: 16 sequences 5,633-5,638 -> 6,229-6,246
+ * tok/s, 32 8,060-8,067 -> 8,557-8,659; Q5_0 alone 5,974 / 8,278; other widths and types not measured) */
 #define RF_MOE_GGEMV_MXFP4 4
 #define RF_MOE_GGEMV_KSTAGED 3
+#define RF_MOE_GGEMV_SHORT 3
+
+/* Q5_0 / Q8_0 rows of 9-31 blocks: the rows rf_moe_lpr gives 4 or 8 lanes */
+static inline bool rf_moe_ggemv_short(rf_type t, int64_t n_in) {
+    return (t == RF_TYPE_Q5_0 || t == RF_TYPE_Q8_0) && n_in % 32 == 0 && n_in / 32 >= 9 && n_in / 32 <= 31;
+}
 
 static bool rf_moe_ggemv_fits(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t n, int64_t k, int64_t n_expert,
                               int lvl) {
@@ -505,6 +516,7 @@ static bool rf_moe_ggemv_fits(rf_gpu_ctx *ctx, rf_type t, int64_t n_in, int64_t 
     const int64_t nk = n * k, most = knob >= 0                          ? knob
                                      : t == RF_TYPE_MXFP4                  ? RF_MOE_GGEMV_MXFP4
                                      : rf_moe_ggemv_staged(ctx, t, n_in) ? RF_MOE_GGEMV_KSTAGED
+                                     : rf_moe_ggemv_short(t, n_in)         ? RF_MOE_GGEMV_SHORT
                                                                            : 0;
     return rf_knob_int(RF_KNOB_GPU_MOE_FUSE) >= lvl && most > 0 && !ctx->invariant && k <= RF_MOE_MAX_K &&
            nk <= 65535 && nk <= most * n_expert && (nk + RF_MOE_TILE - 1) / RF_MOE_TILE + n_expert <= 65535 &&
