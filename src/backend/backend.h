@@ -74,9 +74,10 @@ typedef struct rf_batch {
      * step (a recorded graph of one keeps room for a mask per sample row) of n_mask rows of
      * mask_words words, bit i % 32 of word i / 32 set where token i is allowed; a row's mask_ref
      * names its mask. The backend calls mask_fill(mask_user, dst) once in the step to have the
-     * n_mask rows written to dst (host memory it owns): a GPU backend while the device runs the
-     * forward (the masks are the step's host work), the rows then sent up before the sampler.
-     * A failed fill fails the step. Masks apply after the penalties, before the draw, as
+     * n_mask rows written to dst (host memory it owns), before the sampler reads them: a GPU
+     * backend, in steps of many rows, from the runtime's host thread while the device runs the
+     * forward (the masks are the step's host work; the caller's thread is then inside the
+     * step's ops, touching no sampler). A failed fill fails the step. Masks apply after the penalties, before the draw, as
      * rf_sampler does on the host. */
     int32_t n_mask, mask_words;
     rf_status (*mask_fill)(void *user, uint32_t *dst);

@@ -118,7 +118,7 @@ struct rf_engine {
     rf_sample_row *s_rows;   /* device sampling: a row per output, penalties, the ids */
     int32_t *s_ids, *pen_ids, *pen_counts, pen_cap;
     /* a masked step's grammar rows, mask k for sample row s_mask_row[k] of sequence
-     * s_mask_seq[k] (k < s_n_mask), written when the backend asks (rf_step_mask_fill) */
+     * s_mask_seq[k] (k < s_n_mask), written when the backend asks (mask_fill in engine_step.c) */
     rf_seq **s_mask_seq;     /* [n_batch] */
     int32_t *s_mask_row;     /* [n_batch] */
     int32_t s_n_mask;

@@ -167,8 +167,10 @@ static rf_status pen_room(rf_engine *e, int32_t need) {
  * mask read as little-endian words (bit i % 32 of word i / 32 is bit i % 8 of byte i / 8: a
  * plain copy on a little-endian host). A grammar that admits nothing gets a mask of every
  * token, as if unmasked, and s_none set: the pick then ends the choice
- * (rf_sampler_grammar_pick). The backend calls this inside the step, on the engine's thread;
- * nothing the step ran since rf_step_sample_rows changed a sampler. */
+ * (rf_sampler_grammar_pick). The backend calls this once inside the step: on the engine's
+ * thread, or (the GPU's overlap) on the runtime's host thread while the engine's thread waits
+ * in the step; either way nothing touches a sampler between rf_step_sample_rows and the step's
+ * end, so it reads the state the rows were made from. */
 static rf_status mask_fill(void *user, uint32_t *dst) {
     rf_engine *e = user;
     const size_t W = (size_t)e->s_mask_words, nb = ((size_t)e->m->hp.n_vocab + 7) / 8;
