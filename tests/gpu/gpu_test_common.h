@@ -15,8 +15,11 @@
 
 static rf_gpu_ctx *g_ctx;
 
-/* Exit 77 (skipped) when no GPU is usable; else open device 0 for the whole test program. */
+/* Exit 77 (skipped) when no GPU is usable; else open device 0 for the whole test program.
+ * stdout is line-buffered from here: under a sanitizer's timeout (a pipe or a file, not a
+ * terminal) the cases finished so far still reach the log when the run is killed. */
 static inline void gpu_test_init_or_skip(const char *test) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (rf_gpu_device_count() <= 0) {
         fprintf(stderr, "%s: skipped, no GPU present (device count 0)\n", test);
         exit(RF_TEST_SKIP);
