@@ -63,6 +63,7 @@ extern "C" {
     X(MMQ_CFG, INT, "0", 0, 5, "GPU MMQ tiles: 0 auto, 1 32-token, 2 64-token 2-stage, 3 64-token, 4 128-token, 5 128-token 2-stage") \
     X(W4A16_CFG, INT, "0", 0, 3, "GPU W4A16 tiles: 0 auto (64 tokens up to 64, Q4_0 / Q8_0 split along the row; else 128), 1 64-token, 2 128-token, 3 64-token with the warps split along the row") \
     X(MMQ_SLOTS, INT, "2", 1, 4, "GPU MMQ split-K: blocks per SM the splits aim to fill")           \
+    X(MMQ_X256, BOOL, "on", 0, 0, "GPU MMQ: the K-quants' (Q4_K, Q5_K, Q6_K) dense products take x quantized per 256 and scale once a super-block (off: per 32 and once a block, the earlier kernels, in the default tiles)") \
     X(SAMPLE_SPLIT, BOOL, "off", 0, 0, "GPU sampler: split the vocabulary over blocks above 4 rows too") \
     X(SAMPLE_NO_SPLIT, BOOL, "off", 0, 0, "GPU sampler: never split the vocabulary (one block a row)") \
     X(BENCH_CALLS, INT, "64", 1, 1000000, "GPU micro-benchmark: fewest product calls per captured graph")

@@ -1,5 +1,5 @@
 /* gpu_twin.h — the CPU twin of the GPU's int8-x quantized products (GEMVs, gemv_mt, MMQ: x rounded
- * by rf_k_quantize_x per 32 with an f16 scale): for the rounded x and the exact weights the
+ * by rf_k_quantize_x per 32 with an f16 scale; the MMQ's K-quants per 256, check_twin_mmq): for the rounded x and the exact weights the
  * exact product in double, and a float-order bound per output, so the GPU's outputs and the twin
  * differ by float order alone (test_gpu_gemvn's header states the model); and that of the BLAS
  * route, whose operands are those rounded further to f16 (check_twin_blas). */
@@ -185,6 +185,95 @@ static inline void check_twin_blas(const char *what, rf_type t, const float *got
     }
     twin_verdict(what, "twin (f16 operands)", got, n_out, worst, bad);
     free(wf), free(xr);
+}
+
+/* ---- the MMQ's dense K-quant products (rf_gpu_mmq: Q4_K, Q5_K, Q6_K) take x per 256 ----------
+ * rf_k_quantize_x256: per 256 elements d = amax / 127 in f32, q = rint(x * (127 / amax)) in f32,
+ * x' = d q; the kernel sums each super-block's integer products exactly and scales once a
+ * super-block: y_s = d_x (d I1 - dmin I2) (Q6_K: d d_x I1) with I1 = sum_j sc_j sum_k q_k qx_k,
+ * I2 = sum_j m_j sum_k qx_k, which equals sum_k (d sc_j q_k - dmin m_j) x'_k exactly. Its float
+ * error: I1's conversion, the two products, the difference and the product by d_x (4 roundings a
+ * super-block term, each relative to at most |d_x| (|d I1| + |dmin I2|) <= sum_k (|d sc_j q_k x'_k|
+ * + |dmin m_j x'_k|)), then the running sum over the n_in / 256 super-blocks and the sum of at
+ * most 8 splits: gamma(n_in / 256 + 12) <= gamma(n_in / 32 + 16) (twin_one's n) times that sum. */
+static inline bool twin_x256(rf_type t) { return t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K; }
+
+static inline void round_like_gpu_256(const float *x, float *xr, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++) {
+        const float *xb = x + b * 256;
+        float amax = 0.0f;
+        for (int k = 0; k < 256; k++) amax = fmaxf(amax, fabsf(xb[k]));
+        const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int k = 0; k < 256; k++) xr[b * 256 + k] = d * nearbyintf(xb[k] * id);
+    }
+}
+
+/* element e of a K-quant super-block sb: its integer q (Q6_K: q - 32) and its scale's and min's
+ * factors (w = fd q - fm exactly: Q4_K / Q5_K fd = d sc_j, fm = dmin m_j; Q6_K fd = d sc16, fm 0) */
+static inline void twin_k_elem(rf_type t, const uint8_t *sb, int e, int *q, double *fd, double *fm) {
+    if (t == RF_TYPE_Q6_K) {
+        const int h = e / 128, r = e % 128, k = r / 32, l = r % 32;
+        const uint8_t byte = sb[64 * h + l + 32 * (k & 1)];
+        const int lo = k < 2 ? (byte & 0xF) : (byte >> 4), hi = (sb[128 + 32 * h + l] >> (2 * k)) & 3;
+        uint16_t hd;
+        memcpy(&hd, sb + 208, 2);
+        *q = (lo | (hi << 4)) - 32;
+        *fd = (double)rf_fp16_to_f32(hd) * (int8_t)sb[192 + e / 16], *fm = 0.0;
+        return;
+    }
+    const int j = e / 32, l = e % 32, qo = t == RF_TYPE_Q4_K ? 16 : 48;
+    const uint8_t byte = sb[qo + 32 * (j / 2) + l];
+    int v = j % 2 ? byte >> 4 : byte & 0xF;
+    if (t == RF_TYPE_Q5_K) v |= ((sb[16 + l] >> j) & 1) << 4;
+    uint16_t hd, hm;
+    memcpy(&hd, sb, 2), memcpy(&hm, sb + 2, 2);
+    int sc, m;
+    twin_k4_sm(j, sb + 4, &sc, &m);
+    *q = v;
+    *fd = (double)rf_fp16_to_f32(hd) * sc, *fm = (double)rf_fp16_to_f32(hm) * m;
+}
+
+/* every element of got within its bound (above) of the exact product of x rounded per 256 */
+static inline void check_twin_x256(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x,
+                                   const float *want, int64_t nt, int64_t n_in, int64_t n_out, double *rounded_rel) {
+    size_t rb;
+    assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
+    const int sbb = t == RF_TYPE_Q4_K ? 144 : t == RF_TYPE_Q5_K ? 176 : 210;
+    float *xr = host_f32(nt * n_in);
+    for (int64_t k = 0; k < nt; k++) round_like_gpu_256(x + k * n_in, xr + k * n_in, n_in);
+    const double u = ldexp(1.0, -24), n = (double)(n_in / 32 + 16), g = n * u / (1.0 - n * u);
+    double *wv = malloc((size_t)n_in * sizeof *wv), *wa = malloc((size_t)n_in * sizeof *wa); /* a row: w, |terms| */
+    assert_non_null(wv), assert_non_null(wa);
+    double worst = 0.0, d2 = 0.0, y2 = 0.0;
+    int64_t bad = -1;
+    for (int64_t o = 0; o < n_out; o++) {
+        for (int64_t i = 0; i < n_in; i++) {
+            int q;
+            double fd, fm;
+            twin_k_elem(t, w + o * rb + (i / 256) * sbb, (int)(i % 256), &q, &fd, &fm);
+            wv[i] = fd * q - fm, wa[i] = fabs(fd * q) + fabs(fm);
+        }
+        for (int64_t k = 0; k < nt; k++) {
+            double sum = 0.0, a = 0.0;
+            for (int64_t i = 0; i < n_in; i++) {
+                const double xv = xr[k * n_in + i];
+                sum += wv[i] * xv, a += wa[i] * fabs(xv);
+            }
+            const double yw = want[k * n_out + o];
+            d2 += (sum - yw) * (sum - yw), y2 += yw * yw;
+            twin_keep_worst(got[k * n_out + o], sum, g * a, k * n_out + o, &worst, &bad);
+        }
+    }
+    twin_verdict(what, "twin (x per 256)", got, n_out, worst, bad);
+    *rounded_rel = y2 > 0.0 ? sqrt(d2 / y2) : 0.0;
+    free(xr), free(wv), free(wa);
+}
+
+/* the twin of rf_gpu_mmq's product of type t (x per 256 for the K-quants, else per 32) */
+static inline void check_twin_mmq(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x,
+                                  const float *want, int64_t nt, int64_t n_in, int64_t n_out, double *rounded_rel) {
+    if (twin_x256(t)) check_twin_x256(what, t, got, w, x, want, nt, n_in, n_out, rounded_rel);
+    else check_twin_b(what, t, got, w, x, want, NULL, nt, n_in, n_out, rounded_rel);
 }
 
 static inline void check_twin(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x,

@@ -81,7 +81,8 @@ static void run_case_v(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n
     const bool ints = rk == RF_ROUTE_GEMV || rk == RF_ROUTE_GEMV_GROUPS || rk == RF_ROUTE_MMQ;
     if (rounds && twin_has(t) && ints) { /* the twin is the check; the f32-x distance is reported (header) */
         double rr;
-        check_twin(what, t, got, w, x, want, nt, n_in, n_out, &rr);
+        if (rk == RF_ROUTE_MMQ) check_twin_mmq(what, t, got, w, x, want, nt, n_in, n_out, &rr);
+        else check_twin(what, t, got, w, x, want, nt, n_in, n_out, &rr);
         fprintf(stderr, "  %-48s rel_l2=%.3g from f32 x, the rounded x's own %.3g\n", what,
                 rf_rel_l2(got, want, (size_t)(nt * n_out)), rr);
     } else if (rounds && rk == RF_ROUTE_BLAS && n_in % 32 == 0) { /* f16 operands: their own twin */

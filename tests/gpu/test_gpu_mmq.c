@@ -7,7 +7,8 @@
  * tokens. The reference is computed for a sample of the tokens (first, last, a few between:
  * the double-precision oracle over all of 512 would take minutes; below 128 rows all of them).
  * Accuracy: for the types with a twin (gpu_twin.h: every type here) every sampled output within
- * its float-order bound of the exact product for x rounded as the GPU rounds it (the rel. L2
+ * its float-order bound of the exact product for x rounded as the GPU rounds it (per 32; the
+ * K-quants per 256, gpu_twin.h's check_twin_mmq states that bound) (the rel. L2
  * against f32 x printed beside the rounded x's own: x's int8 rounding, ~0.5% for Gaussian x, a
  * property of the data that a fixed 1e-2 does not bound; it failed at random in test_gpu_gemvn
  * and test_gpu_w4a16). Batch invariance:
@@ -50,7 +51,7 @@ static void mmq_check(const char *what, rf_type t, const float *gs, const uint8_
         return;
     }
     double rr;
-    check_twin(what, t, gs, w, xs, want, ns, n_in, n_out, &rr);
+    check_twin_mmq(what, t, gs, w, xs, want, ns, n_in, n_out, &rr);
     fprintf(stderr, "  %-48s rel_l2=%.3g from f32 x, the rounded x's own %.3g\n", what,
             rf_rel_l2(gs, want, (size_t)ns * n_out), rr);
 }

@@ -158,6 +158,7 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
 rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int gb, int rk, bool geglu,
                                         const float *gate, int64_t gs, const float *up, int64_t us, int rows,
                                         int64_t n);
+/* ... alone (rk 3, gb 1, CUDA: one scale per 256, rf_k_quantize_x256, the MMQ's K-quant x) */
 rf_status rf_gemv_launch_quantize_x(rf_gpu_ctx *ctx, void *xq, int gb, int rk, const float *x,
                                     int nt, int64_t n_in);
 /* gpu_gemv_q32.cu: gemv_q32 (variants 1..3; HIP's only int8-x kernel), Q4_0 .. Q8_0; bias: NULL,

@@ -29,6 +29,44 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
     rf_quantize_elem<GB, RK>(qx, dx, v, i, n_in, (int)blockIdx.y, (int)(threadIdx.x % RF_QK));
 }
 
+#if !defined(RF_HIP)
+/* quantize_x256 (rk 3: the MMQ's x for K-quant weights, CUDA): x per 256 elements (one K-quant
+ * super-block) with one f32 scale over the 256, d = amax / 127 (ggml's Q8_K), q = rint(x * (127 /
+ * amax)) in f32 as rf_quantize_elem rounds, so that the product sums a super-block's 8 blocks in
+ * int32 and scales once (rf_k_mmq); the records of each 32-block as rf_k_quantize_x<1, 1>'s:
+ * (d of its 256, the block's int sum, 0, the int sum of its first 16). A NaN among the 256 makes
+ * d NaN (it must reach y). in: x f32 [nt, n_in], n_in a multiple of 256; out as rf_k_quantize_x
+ * with GB 1. launch: grid (n_in / 256, nt), 256 threads (programmatic dependent launch allowed). */
+__global__ void __launch_bounds__(256) rf_k_quantize_x256(int8_t *qx, float4 *dx, const float *x, int n_in) {
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    __shared__ float sa[8], ss[8];
+    const int lane = threadIdx.x % 32, wp = threadIdx.x / 32, i = blockIdx.x * 256 + threadIdx.x;
+    const int64_t e = (int64_t)blockIdx.y * n_in + i;
+    const float v = x[e];
+    float amax = fabsf(v), sum = v;
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    }
+    if (lane == 0) sa[wp] = amax, ss[wp] = sum;
+    __syncthreads();
+    amax = sa[0], sum = ss[0];
+#pragma unroll
+    for (int k = 1; k < 8; k++) amax = fmaxf(amax, sa[k]), sum += ss[k];
+    const float d = sum != sum ? sum : amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * id);
+    int qs = q, qlo = q;
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) qs += __shfl_xor_sync(0xffffffffu, qs, m);
+#pragma unroll
+    for (int m = 8; m > 0; m >>= 1) qlo += __shfl_xor_sync(0xffffffffu, qlo, m);
+    qx[e] = (int8_t)q;
+    if (lane == 0) dx[(int64_t)blockIdx.y * (n_in / 32) + i / 32] = make_float4(d, __int_as_float(qs), 0.0f, __int_as_float(qlo));
+}
+#endif
+
 /* rmsnorm_quantize_x: h = rmsnorm(x) * w (rf_k_rmsnorm_v's arithmetic: f32 h written too, for
  * products that take f32 x) and h quantized as rf_k_quantize_x<GB, FS> does, in one kernel: a
  * decode step's norm and its activation quantization were two launches, each a memory latency
@@ -221,8 +259,14 @@ rf_status rf_gemv_launch_quantize_x(rf_gpu_ctx *ctx, void *xq, int gb, int rk, c
     const size_t n = (size_t)nt * (size_t)n_in;
     float4 *dx = (float4 *)((char *)xq + ((n + 255) & ~(size_t)255));
     const dim3 grid(rf_gpu_blocks(n_in, 256), (unsigned)nt), block(256);
+#if !defined(RF_HIP)
+    if (rk == 3) {
+        if (gb != 1 || n_in % 256) return rf_set_error(RF_ERR_INVALID_ARG, "rf_k_quantize_x256: gb %d, n_in %lld", gb, (long long)n_in);
+        return rf_gpu_launch(ctx, "rf_k_quantize_x256", true, rf_k_quantize_x256, grid, block, 0, (int8_t *)xq, dx, x, (int)n_in);
+    }
+#endif
 #define RF_QX(GB, FS) rf_gpu_launch(ctx, "rf_k_quantize_x", true, rf_k_quantize_x<GB, FS>, grid, block, 0, (int8_t *)xq, dx, x, (int)n_in)
-    switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s */
+    switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s (3: above) */
     case 5: return RF_QX(1, 1);
     case 6: return RF_QX(1, 2);
     case 8: return RF_QX(2, 0);

@@ -1,6 +1,7 @@
 /* gpu_mmq.cu — MMQ: quantized products of many tokens (9 .. thousands) on the int8 tensor cores
  * (CUDA sm_80+, mma.sync): each weight tile is read once per 64 tokens, x quantized once per
- * call (rf_k_quantize_x's q8 blocks, as the GEMVs); Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. */
+ * call (rf_k_quantize_x's q8 blocks, as the GEMVs; for the K-quants' dense products one scale per
+ * 256, rf_k_quantize_x256); Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4. */
 #include <stdlib.h>
 
 #include "core/knobs.h"
@@ -208,8 +209,9 @@ static __device__ __forceinline__ void rf_mmq_a_ua(const uint8_t *smem, int ro, 
 /* The aligned formats' A fragment words of block b for lane (g, t) of a staged row r whose chunk
  * starts at r (offsets compile-time constants once unrolled, but for Q6_K's second super-block):
  * lo, hi, d and sc as rf_mmq_a_ua; cm: Q4_K / Q5_K's f32 factor of the block's x sum
- * (c d sc - dmin m, the centre and the minimum). */
-template <int T>
+ * (c d sc - dmin m, the centre and the minimum). XS (x per 256, rf_k_mmq): Q4_K / Q5_K give
+ * the super-block's d and dmin in d and cm and the block's 6-bit scale and min in sc. */
+template <int T, int XS>
 static __device__ __forceinline__ void rf_mmq_a_al(const uint8_t *r, int t, int b, uint32_t *lo, uint32_t *hi,
                                                    float *d, float *cm, int *sc) {
     const uint8_t *rt = r + 4 * t; /* rt: offsets known at compile time */
@@ -239,9 +241,13 @@ static __device__ __forceinline__ void rf_mmq_a_al(const uint8_t *r, int t, int 
         int s, m;
         rf_k4_sm(b, r + 4, &s, &m);
         const float dd = rf_h2f_bits(*(const uint16_t *)r), dmin = rf_h2f_bits(*(const uint16_t *)(r + 2));
-        constexpr float C = T == RF_TYPE_Q4_K ? 8.0f : 16.0f;
-        *d = dd * rf_mmq_i2f(s); /* = (float)sc, (float)m: 0..63 */
-        *cm = C * *d - dmin * rf_mmq_i2f(m);
+        if constexpr (XS) {
+            *d = dd, *cm = dmin, sc[0] = s, sc[1] = m;
+        } else {
+            constexpr float C = T == RF_TYPE_Q4_K ? 8.0f : 16.0f;
+            *d = dd * rf_mmq_i2f(s); /* = (float)sc, (float)m: 0..63 */
+            *cm = C * *d - dmin * rf_mmq_i2f(m);
+        }
     } else { /* Q6_K: block b = 8 s + 4 hh + kk of super-block s (at 210 s) */
         const int s = b / 8, hh = b % 8 / 4, kk = b % 4, o = 210 * s;
         const uint32_t l0 = rf_mmq_word(rt, o + 64 * hh + 32 * (kk & 1));
@@ -323,9 +329,11 @@ static __device__ __forceinline__ void rf_mmq_issue_x(unsigned base, const int8_
 /* rf_k_mmq's products of block b: for each of the warp's token fragments nf < nfa (B: words t,
  * 4 + t of token 8 nf + g's block b at sx; records of tokens 8 nf + 2t, + 1 at sr) and m16
  * fragments mf (A, D, CM, SC: rf_mmq_a_al / rf_mmq_a_ua), one mma, its exact int32 sum scaled
- * into acc (see rf_k_mmq) */
-template <int T, int WN, int STX>
-static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], const uint32_t (&A)[WN][4],
+ * into acc (see rf_k_mmq); XS (K-quants, x per 256): added in int32 into the super-block's
+ * I1 (the sum of the blocks' integer scale times their mma sum), scaled by rf_mmq_flush */
+template <int T, int WN, int STX, int XS>
+static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], int (&I1)[WN][4][4],
+                                                  const uint32_t (&A)[WN][4],
                                                   const float (&D)[WN][2], const float (&CM)[WN][2],
                                                   const int (&SC)[WN][2][2], const uint8_t *sx, const uint8_t *sr,
                                                   int b, int t, int nfa) {
@@ -350,6 +358,14 @@ static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], const 
                 rf_mmq_k16u(sh4, A[mf][2], A[mf][3], X[1], -32 * (sx0 - lo0), -32 * (sx1 - lo1));
 #pragma unroll
                 for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
+                if constexpr (XS)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) I1[mf][nf][i] += s[i];
+            } else if constexpr (XS) { /* Q4_K / Q5_K: q unsigned, no centre (the mins: rf_mmq_flush) */
+                const int c[4] = {0, 0, 0, 0};
+                rf_mmq_k32<true>(s, A[mf], X, c);
+#pragma unroll
+                for (int i = 0; i < 4; i++) I1[mf][nf][i] += SC[mf][i / 2][0] * s[i];
             } else if constexpr (B == RF_TYPE_Q8_0 || B == RF_TYPE_MXFP4) { /* signed values */
                 const int c[4] = {RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC, RF_MMQ_MAGIC};
                 rf_mmq_k32<false>(s, A[mf], X, c);
@@ -359,6 +375,7 @@ static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], const 
                 const int c[4] = {c0, c1, c0, c1};
                 rf_mmq_k32<true>(s, A[mf], X, c);
             }
+            if constexpr (!XS)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const float dw = D[mf][i / 2], dxv = i % 2 ? dx1 : dx0;
@@ -368,6 +385,46 @@ static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], const 
                     acc[mf][nf][i] += CM[mf][i / 2] * *(const float *)((i % 2 ? q1 : q0) + 8);
             }
         }
+    }
+}
+
+/* XS: the super-block ending at block b (its 8 blocks from b - 7) into acc, I1 reset: y += d_x
+ * (d I1 - dmin I2) (Q4_K / Q5_K; D, CM: the rows' d and dmin; I2 = sum_j m_j s_j of the 8 blocks'
+ * mins, from the staged rows ra, and the tokens' int x sums s_j, < 8 * 63 * 32 * 127 < 2^22:
+ * exact through the bias) or d d_x I1 (Q6_K, D its d); d_x the tokens' one scale of the 256
+ * (their records of block b); |I1| may pass 2^24 (one rounding in the conversion) */
+template <int T, int WN, int STX>
+static __device__ __forceinline__ void rf_mmq_flush(float (&acc)[WN][4][4], int (&I1)[WN][4][4],
+                                                    const float (&D)[WN][2], const float (&CM)[WN][2],
+                                                    const uint8_t *const (&ra)[WN][2], const uint8_t *sr, int b,
+                                                    int nfa) {
+    using F = rf_mmq_fmt<T>;
+    using L = rf_mmq_stage<T, WN, STX>;
+    constexpr int B = rf_mmq_base<T>::v;
+#pragma unroll
+    for (int nf = 0; nf < 4; nf++) {
+        if (nf >= nfa) break;
+        const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC;
+        const float dx0 = *(const float *)q0, dx1 = *(const float *)(q0 + L::RS);
+#pragma unroll
+        for (int mf = 0; mf < WN; mf++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float dxv = i % 2 ? dx1 : dx0, f1 = (float)I1[mf][nf][i];
+                if constexpr (B == RF_TYPE_Q6_K) {
+                    acc[mf][nf][i] += D[mf][i / 2] * dxv * f1;
+                } else {
+                    int i2 = RF_MMQ_MAGIC;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        int sc, m;
+                        rf_k4_sm(j, ra[mf][i / 2] + 4, &sc, &m);
+                        i2 += m * *(const int *)(q0 + (i % 2) * L::RS + (j - 7) * F::REC + 4);
+                    }
+                    acc[mf][nf][i] += dxv * (D[mf][i / 2] * f1 - CM[mf][i / 2] * rf_mmq_unbias(i2));
+                }
+                I1[mf][nf][i] = 0;
+            }
     }
 }
 
@@ -396,8 +453,14 @@ static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], const 
  * = (expert e, first row t0, end row t1) of x's rows sorted by expert (e < 0: an unused tile,
  * the block exits), W is expert e's n_out rows of the n_expert * n_out, rows t0 .. t1 - 1 of y
  * are written; splits 1. The table is the previous kernel's output: such a launch must not be a
- * programmatic dependent one (it is read before rf_pdl_wait). */
-template <int T, int WN, int STX>
+ * programmatic dependent one (it is read before rf_pdl_wait).
+ * XS (Q4_K, Q5_K, Q6_K; rf_gpu_mmq's dense products): x quantized per 256 with one scale
+ * (rf_k_quantize_x256), so a super-block's 8 blocks add in int32 (each block's mma sum times its
+ * integer scale; Q4_K / Q5_K: unsigned q, the mins' term sum m_j (block j's int x sum) beside
+ * it) and the f32 scaling runs once a super-block (rf_mmq_flush) instead of once a block: ~44
+ * instructions an mma were ~12 of the block's 8 conversions, products and sums. The same
+ * operations in the same order at every WN, STX and token count (batch invariance as above). */
+template <int T, int WN, int STX, int XS>
 __global__ void __launch_bounds__(RF_MMQ_NW * 32, rf_mmq_stage<T, WN, STX>::MINB)
 rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int nt, int n_in,
          int n_out, int64_t row_bytes, int splits, const int4 *tiles) {
@@ -443,6 +506,13 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
         for (int nf = 0; nf < 4; nf++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mf][nf][i] = 0.0f;
+    int I1[MF][4][4]; /* XS: the super-block's integer sums (rf_mmq_mma) */
+#pragma unroll
+    for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+        for (int nf = 0; nf < 4; nf++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) I1[mf][nf][i] = 0;
     int ral[MF][2]; /* UA: the staged rows g, g + 8 of each m16 fragment: row start address mod 16 */
 #pragma unroll
     for (int mf = 0; mf < MF; mf++)
@@ -491,9 +561,11 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
                     if constexpr (UA)
                         rf_mmq_a_ua<B>(rf_mmq_smem, ro[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], SC[mf][h]);
                     else
-                        rf_mmq_a_al<T>(ra[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], &CM[mf][h], SC[mf][h]);
+                        rf_mmq_a_al<T, XS>(ra[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], &CM[mf][h], SC[mf][h]);
                 }
-            rf_mmq_mma<T, WN, STX>(acc, A, D, CM, SC, sx, sr, b, t, nfa);
+            rf_mmq_mma<T, WN, STX, XS>(acc, I1, A, D, CM, SC, sx, sr, b, t, nfa);
+            if constexpr (XS)
+                if (b % 8 == 7) rf_mmq_flush<T, WN, STX>(acc, I1, D, CM, ra, sr, b, nfa);
         }
     }
     float *out = tiles ? y : y + (int64_t)blockIdx.z * nt * n_out;
@@ -521,11 +593,11 @@ __global__ void rf_k_mmq_reduce(float *y, const float *part, int64_t n, int spli
 }
 
 /* the product kernel for T: dynamic shared memory allowed once per type, then the launch */
-template <int T, int WN, int STX = 0>
+template <int T, int WN, int STX = 0, int XS = 0>
 static rf_status rf_launch_mmq_wn(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
                                   int nt, int n_in, int n_out, int64_t rb, int splits,
                                   const int4 *tiles = nullptr, int n_tiles = 0) {
-    auto kern = rf_k_mmq<T, WN, STX>;
+    auto kern = rf_k_mmq<T, WN, STX, XS>;
     constexpr int smem = rf_mmq_stage<T, WN, STX>::SMEM, BN = rf_mmq_stage<T, WN, STX>::BN;
     static size_t attr[RF_GPU_MAX_DEVICES];
     const rf_status ast = rf_gpu_smem_attr(ctx, reinterpret_cast<const void *>(kern), (size_t)smem, 0, attr, "rf_k_mmq");
@@ -535,6 +607,11 @@ static rf_status rf_launch_mmq_wn(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     return rf_gpu_launch(ctx, tiles ? "rf_k_mmq (grouped)" : "rf_k_mmq", !tiles, kern, grid, dim3(RF_MMQ_NW * 32),
                          (size_t)smem, y, w, qx, rec, nt, n_in, n_out, rb, splits, tiles);
 }
+/* RF_MMQ_X256 (read at every call, so that a test may change it with rf_knob_override): the
+ * K-quants' dense products on x per 256 (rf_k_mmq's XS); off, the per-32 kernels in the default
+ * tiles (a measurement knob: the two round x differently, so a token's bits differ between them) */
+static bool rf_mmq_x256(void) { return rf_knob_bool(RF_KNOB_MMQ_X256); }
+
 /* tiles of 32 tokens (8 warps along the rows: every warp busy) up to 32 tokens, of 64 in 2
  * stages past that;
  * each output's arithmetic is the same in all (batch invariance holds across them). RF_MMQ_CFG
@@ -546,22 +623,27 @@ static rf_status rf_launch_mmq_wn(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
 template <int T>
 static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
                                int nt, int n_in, int n_out, int64_t rb, int splits) {
+    constexpr int B = rf_mmq_base<T>::v;
+    constexpr int XS = B == RF_TYPE_Q4_K || B == RF_TYPE_Q5_K || B == RF_TYPE_Q6_K; /* x per 256 */
+    if (XS && !rf_mmq_x256()) /* the earlier per-32 kernels (those the grouped products keep) */
+        return nt <= 32 ? rf_launch_mmq_wn<T, 1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits)
+                        : rf_launch_mmq_wn<T, 2, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
     const int cfg = (int)rf_knob_int(RF_KNOB_MMQ_CFG);
     if constexpr (T != RF_TYPE_Q6_K && !rf_mmq_fmt<T>::UA) {
-        if (cfg == 4) return rf_launch_mmq_wn<T, 4>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+        if (cfg == 4) return rf_launch_mmq_wn<T, 4, 0, XS>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
         if (cfg == 5) {
             constexpr int S5 = rf_mmq_stage<T, 4>::ST == 2 ? 0 : 2; /* one instance where the default is 2 */
-            return rf_launch_mmq_wn<T, 4, S5>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+            return rf_launch_mmq_wn<T, 4, S5, XS>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
         }
     }
     if (cfg == 1 || (nt <= 32 && cfg != 4 && cfg != 5))
-        return rf_launch_mmq_wn<T, 1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+        return rf_launch_mmq_wn<T, 1, 0, XS>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
     /* the default past 32 tokens: tiles of 64 in 2 stages, the fastest configuration at every type
      * (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), shape (4096-28672 rows) and count (64-512 tokens) measured
      * on an H200 (docs/PERFORMANCE.md, 2026-11-29: e.g. Q8_0 28672 x 4096 at 64 tokens 94.8 us
      * against 120.3 in the format's stages, 192.2 with tiles of 128) */
-    if (cfg == 2 || cfg == 0) return rf_launch_mmq_wn<T, 2, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
-    return rf_launch_mmq_wn<T, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+    if (cfg == 2 || cfg == 0) return rf_launch_mmq_wn<T, 2, 2, XS>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
+    return rf_launch_mmq_wn<T, 2, 0, XS>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
 }
 #endif
 
@@ -694,7 +776,8 @@ extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
     void *tmp;
     rf_status st = rf_gpu_tmp(ctx, xqb + pb, &tmp, &mark);
     if (st) return st;
-    const int rk = wtype == RF_TYPE_Q6_K || wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K ? 1 : 0;
+    const bool kq = wtype == RF_TYPE_Q6_K || wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K;
+    const int rk = kq ? (rf_mmq_x256() ? 3 : 1) : 0; /* K-quants: x per 256 (rf_launch_mmq's XS) */
     st = rf_gemv_launch_quantize_x(ctx, tmp, 1, rk, x, (int)n_tokens, n_in);
     const size_t n = (size_t)n_tokens * (size_t)n_in;
     const int8_t *qx = (const int8_t *)tmp;
