@@ -8,6 +8,7 @@
 
 #include "gpu_test_common.h"
 
+#include "core/knobs.h"
 #include "rocmforge/quant.h"
 
 /* the types with a twin: those whose integer sums the kernels form from x rounded this way.
@@ -269,10 +270,11 @@ static inline void check_twin_x256(const char *what, rf_type t, const float *got
     free(xr), free(wv), free(wa);
 }
 
-/* the twin of rf_gpu_mmq's product of type t (x per 256 for the K-quants, else per 32) */
+/* the twin of rf_gpu_mmq's product of type t (x per 256 for the K-quants, else per 32; per 32 for
+ * all under RF_MMQ_X256=off) */
 static inline void check_twin_mmq(const char *what, rf_type t, const float *got, const uint8_t *w, const float *x,
                                   const float *want, int64_t nt, int64_t n_in, int64_t n_out, double *rounded_rel) {
-    if (twin_x256(t)) check_twin_x256(what, t, got, w, x, want, nt, n_in, n_out, rounded_rel);
+    if (twin_x256(t) && rf_knob_bool(RF_KNOB_MMQ_X256)) check_twin_x256(what, t, got, w, x, want, nt, n_in, n_out, rounded_rel);
     else check_twin_b(what, t, got, w, x, want, NULL, nt, n_in, n_out, rounded_rel);
 }
 

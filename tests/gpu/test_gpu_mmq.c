@@ -15,7 +15,8 @@
  * a token's outputs are bit-identical in calls of 512, 100, 64, 33, 9, 8 and 5 tokens wherever it sits in them; determinism: two calls
  * identical; rf_gpu_matmul's products that the router sends here (17..96 tokens by default) too. Every tile
  * configuration (RF_MMQ_CFG 0..5, set per call with rf_knob_override) against the reference at
- * 65..512 tokens and odd shapes, and bit-identical to the others. RF_MMQ_BENCH=1 also times
+ * 65..512 tokens and odd shapes, and bit-identical to the others; RF_MMQ_X256=off (the K-quants on
+ * the per-32 kernels) against the per-32 twin. RF_MMQ_BENCH=1 also times
  * MMQ against the earlier paths (GEMV in groups of 8, dequantize + cuBLAS); RF_MMQ_BENCH_CFG=1
  * times every configuration at 64..512 tokens beside dequantize + cuBLAS (us and int8 TOPS);
  * its cases 10.. are gpt-oss-20b's products (MXFP4 experts 2880 -> 2880 / 5760, Q8_0 attention
@@ -426,6 +427,21 @@ static void bench_cfg(void) {
         }
 }
 
+/* RF_MMQ_X256=off (a measurement knob: the K-quants' dense products on the per-32 kernels, the
+ * grouped products' own): the checks of test_mmq_vs_ref against the per-32 twin */
+static void test_mmq_x256_off(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 31);
+    assert_int_equal(rf_knob_override(RF_KNOB_MMQ_X256, "off"), RF_OK);
+    const rf_type ts[] = {RF_TYPE_Q4_K, RF_TYPE_Q5_K, RF_TYPE_Q6_K};
+    const int64_t nts[] = {9, 33, 100};
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++)
+        for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) run_case(&r, ts[ti], nts[k], 4096, 300);
+    run_case(&r, RF_TYPE_Q6_K, 33, 768, 2048); /* the unaligned Q6_K rows */
+    assert_int_equal(rf_knob_override(RF_KNOB_MMQ_X256, NULL), RF_OK); /* unset again */
+}
+
 static void test_mmq_bench(void **state) {
     (void)state;
     if (getenv("RF_MMQ_BENCH")) bench();
@@ -440,6 +456,7 @@ int main(void) {
         cmocka_unit_test(test_mmq_partial),
         cmocka_unit_test(test_mmq_batch_invariance),
         cmocka_unit_test(test_mmq_configs),
+        cmocka_unit_test(test_mmq_x256_off),
         cmocka_unit_test(test_mmq_bench),
     };
     const struct CMUnitTest just_bench[] = {cmocka_unit_test(test_mmq_bench)};

@@ -31,7 +31,7 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
 
 #if !defined(RF_HIP)
 /* quantize_x256 (rk 3: the MMQ's x for K-quant weights, CUDA): x per 256 elements (one K-quant
- * super-block) with one f32 scale over the 256, d = amax / 127 (ggml's Q8_K), q = rint(x * (127 /
+ * super-block) with one f32 scale over the 256 (as ggml's Q8_K), d = amax / 127, q = rint(x * (127 /
  * amax)) in f32 as rf_quantize_elem rounds, so that the product sums a super-block's 8 blocks in
  * int32 and scales once (rf_k_mmq); the records of each 32-block as rf_k_quantize_x<1, 1>'s:
  * (d of its 256, the block's int sum, 0, the int sum of its first 16). A NaN among the 256 makes
