@@ -21,18 +21,22 @@ static inline bool twin_has(rf_type t) {
            t == RF_TYPE_Q4_1 || t == RF_TYPE_Q5_0 || t == RF_TYPE_Q5_1 || t == RF_TYPE_MXFP4;
 }
 
-/* x rounded as the GPU's rf_k_quantize_x rounds it (rf_quantize_elem): per 32, d = f16(amax / 127)
- * (f32 beyond f16's range), q = rint(x * (127 / amax)) in f32, x' = d q */
-static inline void round_like_gpu(const float *x, float *xr, int64_t n) {
-    for (int64_t b = 0; b < n / 32; b++) {
-        const float *xb = x + b * 32;
+/* x rounded per blk elements: d = amax / 127, kept as f16 where f16 (and within its range), q =
+ * rint(x * (127 / amax)) in f32, x' = d q */
+static inline void round_blocks(const float *x, float *xr, int64_t n, int blk, bool f16) {
+    for (int64_t b = 0; b < n / blk; b++) {
+        const float *xb = x + b * blk;
         float amax = 0.0f;
-        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(xb[k]));
-        const float d32 = amax / 127.0f, d16 = rf_fp16_to_f32(rf_f32_to_fp16(d32));
+        for (int k = 0; k < blk; k++) amax = fmaxf(amax, fabsf(xb[k]));
+        const float d32 = amax / 127.0f, d16 = f16 ? rf_fp16_to_f32(rf_f32_to_fp16(d32)) : d32;
         const float d = d16 <= 65504.0f ? d16 : d32, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        for (int k = 0; k < 32; k++) xr[b * 32 + k] = d * nearbyintf(xb[k] * id);
+        for (int k = 0; k < blk; k++) xr[b * blk + k] = d * nearbyintf(xb[k] * id);
     }
 }
+
+/* x rounded as the GPU's rf_k_quantize_x rounds it (rf_quantize_elem): per 32, d = f16(amax / 127)
+ * (f32 beyond f16's range) */
+static inline void round_like_gpu(const float *x, float *xr, int64_t n) { round_blocks(x, xr, n, 32, true); }
 
 /* ggml's q8_1 s of one block of x as rf_k_quantize_x makes it for Q4_1 / Q5_1 weights:
  * f16(amax / 127 * sum q) (f32 beyond f16's range) */
@@ -199,15 +203,6 @@ static inline void check_twin_blas(const char *what, rf_type t, const float *got
  * most 8 splits: gamma(n_in / 256 + 12) <= gamma(n_in / 32 + 16) (twin_one's n) times that sum. */
 static inline bool twin_x256(rf_type t) { return t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K || t == RF_TYPE_Q6_K; }
 
-static inline void round_like_gpu_256(const float *x, float *xr, int64_t n) {
-    for (int64_t b = 0; b < n / 256; b++) {
-        const float *xb = x + b * 256;
-        float amax = 0.0f;
-        for (int k = 0; k < 256; k++) amax = fmaxf(amax, fabsf(xb[k]));
-        const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        for (int k = 0; k < 256; k++) xr[b * 256 + k] = d * nearbyintf(xb[k] * id);
-    }
-}
 
 /* element e of a K-quant super-block sb: its integer q (Q6_K: q - 32) and its scale's and min's
  * factors (w = fd q - fm exactly: Q4_K / Q5_K fd = d sc_j, fm = dmin m_j; Q6_K fd = d sc16, fm 0) */
@@ -241,7 +236,7 @@ static inline void check_twin_x256(const char *what, rf_type t, const float *got
     assert_int_equal(rf_row_size(t, n_in, &rb), RF_OK);
     const int sbb = t == RF_TYPE_Q4_K ? 144 : t == RF_TYPE_Q5_K ? 176 : 210;
     float *xr = host_f32(nt * n_in);
-    for (int64_t k = 0; k < nt; k++) round_like_gpu_256(x + k * n_in, xr + k * n_in, n_in);
+    for (int64_t k = 0; k < nt; k++) round_blocks(x + k * n_in, xr + k * n_in, n_in, 256, false);
     const double u = ldexp(1.0, -24), n = (double)(n_in / 32 + 16), g = n * u / (1.0 - n * u);
     double *wv = malloc((size_t)n_in * sizeof *wv), *wa = malloc((size_t)n_in * sizeof *wa); /* a row: w, |terms| */
     assert_non_null(wv), assert_non_null(wa);

@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(256) rf_k_quantize_x256(int8_t *qx, float4 *dx
     float amax = fabsf(v), sum = v;
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        sum += __shfl_xor_sync(0xffffffffu, sum, m);
+        amax = fmaxf(amax, RF_SHFL_XOR(amax, m));
+        sum += RF_SHFL_XOR(sum, m);
     }
     if (lane == 0) sa[wp] = amax, ss[wp] = sum;
     __syncthreads();
@@ -59,9 +59,9 @@ __global__ void __launch_bounds__(256) rf_k_quantize_x256(int8_t *qx, float4 *dx
     const int q = __float2int_rn(v * id);
     int qs = q, qlo = q;
 #pragma unroll
-    for (int m = 16; m > 0; m >>= 1) qs += __shfl_xor_sync(0xffffffffu, qs, m);
+    for (int m = 16; m > 0; m >>= 1) qs += RF_SHFL_XOR(qs, m);
 #pragma unroll
-    for (int m = 8; m > 0; m >>= 1) qlo += __shfl_xor_sync(0xffffffffu, qlo, m);
+    for (int m = 8; m > 0; m >>= 1) qlo += RF_SHFL_XOR(qlo, m);
     qx[e] = (int8_t)q;
     if (lane == 0) dx[(int64_t)blockIdx.y * (n_in / 32) + i / 32] = make_float4(d, __int_as_float(qs), 0.0f, __int_as_float(qlo));
 }

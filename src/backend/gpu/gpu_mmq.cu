@@ -101,7 +101,9 @@ static __device__ __forceinline__ void rf_mmq_flush(float (&acc)[WN][4][4], int 
                 } else {
                     int i2 = RF_MMQ_MAGIC;
 #pragma unroll
-                    for (int j = 0; j < 8; j++) {
+                    for (int j = 0; j < 8; j++) { /* decoded here per output: decoding them once
+                                                   * before the loops gave the same instruction
+                                                   * count (nvdisasm), the compiler keeps them */
                         int sc, m;
                         rf_k4_sm(j, ra[mf][i / 2] + 4, &sc, &m);
                         i2 += m * *(const int *)(q0 + (i % 2) * L::RS + (j - 7) * F::REC + 4);
@@ -185,19 +187,13 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
     /* token fragments of this warp holding any of the call's tokens */
     const int nfa = ntile - 32 * wn <= 0 ? 0 : ntile - 32 * wn >= 32 ? 4 : (ntile - 32 * wn + 7) / 8;
     float acc[MF][4][4];
-#pragma unroll
-    for (int mf = 0; mf < MF; mf++)
-#pragma unroll
-        for (int nf = 0; nf < 4; nf++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mf][nf][i] = 0.0f;
     int I1[MF][4][4]; /* XS: the super-block's integer sums (rf_mmq_mma) */
 #pragma unroll
     for (int mf = 0; mf < MF; mf++)
 #pragma unroll
         for (int nf = 0; nf < 4; nf++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) I1[mf][nf][i] = 0;
+            for (int i = 0; i < 4; i++) acc[mf][nf][i] = 0.0f, I1[mf][nf][i] = 0;
     int ral[MF][2]; /* UA: the staged rows g, g + 8 of each m16 fragment: row start address mod 16 */
 #pragma unroll
     for (int mf = 0; mf < MF; mf++)
@@ -292,11 +288,6 @@ static rf_status rf_launch_mmq_wn(rf_gpu_ctx *ctx, float *y, const uint8_t *w, c
     return rf_gpu_launch(ctx, tiles ? "rf_k_mmq (grouped)" : "rf_k_mmq", !tiles, kern, grid, dim3(RF_MMQ_NW * 32),
                          (size_t)smem, y, w, qx, rec, nt, n_in, n_out, rb, splits, tiles);
 }
-/* RF_MMQ_X256 (read at every call, so that a test may change it with rf_knob_override): the
- * K-quants' dense products on x per 256 (rf_k_mmq's XS); off, the per-32 kernels in the default
- * tiles (a measurement knob: the two round x differently, so a token's bits differ between them) */
-static bool rf_mmq_x256(void) { return rf_knob_bool(RF_KNOB_MMQ_X256); }
-
 /* tiles of 32 tokens (8 warps along the rows: every warp busy) up to 32 tokens, of 64 in 2
  * stages past that;
  * each output's arithmetic is the same in all (batch invariance holds across them). RF_MMQ_CFG
@@ -307,10 +298,10 @@ static bool rf_mmq_x256(void) { return rf_knob_bool(RF_KNOB_MMQ_X256); }
  * 5 = the same in 2 stages (Q6_K and the unaligned formats: 4 and 5 are 3, fewer instances to build). */
 template <int T>
 static rf_status rf_launch_mmq(rf_gpu_ctx *ctx, float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec,
-                               int nt, int n_in, int n_out, int64_t rb, int splits) {
+                               int nt, int n_in, int n_out, int64_t rb, int splits, bool x256) {
     constexpr int B = rf_mmq_base<T>::v;
     constexpr int XS = B == RF_TYPE_Q4_K || B == RF_TYPE_Q5_K || B == RF_TYPE_Q6_K; /* x per 256 */
-    if (XS && !rf_mmq_x256()) /* the earlier per-32 kernels (those the grouped products keep) */
+    if (XS && !x256) /* the earlier per-32 kernels (those the grouped products keep) */
         return nt <= 32 ? rf_launch_mmq_wn<T, 1>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits)
                         : rf_launch_mmq_wn<T, 2, 2>(ctx, y, w, qx, rec, nt, n_in, n_out, rb, splits);
     const int cfg = (int)rf_knob_int(RF_KNOB_MMQ_CFG);
@@ -462,7 +453,11 @@ extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
     rf_status st = rf_gpu_tmp(ctx, xqb + pb, &tmp, &mark);
     if (st) return st;
     const bool kq = wtype == RF_TYPE_Q6_K || wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K;
-    const int rk = kq ? (rf_mmq_x256() ? 3 : 1) : 0; /* K-quants: x per 256 (rf_launch_mmq's XS) */
+    /* RF_MMQ_X256 (read at every call, so that a test may change it with rf_knob_override; once,
+     * so that x's rounding and the kernels agree): the K-quants on x per 256 (rf_k_mmq's XS); off,
+     * the per-32 kernels in the default tiles (a measurement knob: a token's bits differ) */
+    const bool x256 = kq && rf_knob_bool(RF_KNOB_MMQ_X256);
+    const int rk = kq ? (x256 ? 3 : 1) : 0; /* K-quants: x per 256 (rf_launch_mmq's XS) */
     st = rf_gemv_launch_quantize_x(ctx, tmp, 1, rk, x, (int)n_tokens, n_in);
     const size_t n = (size_t)n_tokens * (size_t)n_in;
     const int8_t *qx = (const int8_t *)tmp;
@@ -471,7 +466,7 @@ extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_typ
     const uint8_t *wp = (const uint8_t *)w;
     const int nt = (int)n_tokens, ni = (int)n_in, no = (int)n_out;
     if (!st) {
-#define RF_MMQ_D(K) rf_launch_mmq<K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits)
+#define RF_MMQ_D(K) rf_launch_mmq<K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits, x256)
         switch (kt) {
         case RF_TYPE_Q4_0: st = RF_MMQ_D(RF_TYPE_Q4_0); break;
         case RF_TYPE_Q5_0: st = RF_MMQ_D(RF_TYPE_Q5_0); break;
