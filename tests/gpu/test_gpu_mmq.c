@@ -13,7 +13,8 @@
  * property of the data that a fixed 1e-2 does not bound; it failed at random in test_gpu_gemvn
  * and test_gpu_w4a16). Batch invariance:
  * a token's outputs are bit-identical in calls of 512, 100, 64, 33, 9, 8 and 5 tokens wherever it sits in them; determinism: two calls
- * identical; rf_gpu_matmul's products that the router sends here (17..96 tokens by default) too. Every tile
+ * identical; rf_gpu_matmul's products that the router sends here (17..96 tokens by default) too, and there
+ * x quantized beforehand (rf_gpu_quantize_x + rf_gpu_gemv_xq[_bias]) the same bits. Every tile
  * configuration (RF_MMQ_CFG 0..5, set per call with rf_knob_override) against the reference at
  * 65..512 tokens and odd shapes, and bit-identical to the others; RF_MMQ_X256=off (the K-quants on
  * the per-32 kernels) against the per-32 twin. RF_MMQ_BENCH=1 also times
@@ -103,6 +104,34 @@ static void run_case(rf_rng *r, rf_type t, int64_t nt, int64_t n_in, int64_t n_o
         assert_int_equal(rf_gpu_matmul(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
         dev_to(got2, dy, nt * n_out * 4);
         assert_memory_equal(got, got2, nt * n_out * 4);
+        /* x quantized beforehand, as the norm's and the GLU's fused quantizers write it
+         * (rf_gpu_quantize_x in the layout rf_gpu_xq_layout names), then rf_gpu_gemv_xq: the same
+         * bits; with a bias, each output plus its row's bias (one f32 add) */
+        if (rf_gpu_gemv_has_xq(g_ctx, t, nt, n_in)) {
+            int gb, rk;
+            assert_int_equal(rf_gpu_xq_layout(g_ctx, t, nt, n_in, &gb, &rk), RF_OK);
+            assert_int_equal(gb, 1);
+            assert_int_equal(rk, rf_gpu_mmq_rk(t));
+            void *xq = dev_poison(rf_gpu_xq_bytes(nt, n_in));
+            assert_int_equal(rf_gpu_quantize_x(g_ctx, xq, t, dx, nt, n_in), RF_OK);
+            assert_int_equal(rf_gpu_memset(g_ctx, dy, 0xFF, nt * n_out * 4), RF_OK);
+            assert_int_equal(rf_gpu_gemv_xq(g_ctx, dy, dw, t, xq, nt, n_in, n_out), RF_OK);
+            dev_to(got2, dy, nt * n_out * 4);
+            assert_memory_equal(got, got2, nt * n_out * 4);
+            float *bias = host_f32(n_out);
+            rf_rng_fill_normal(r, bias, n_out, 1.0f);
+            float *db = dev_from(bias, n_out * 4);
+            assert_int_equal(rf_gpu_gemv_xq_bias(g_ctx, dy, dw, t, xq, db, nt, n_in, n_out), RF_OK);
+            dev_to(got2, dy, nt * n_out * 4);
+            for (int64_t i = 0; i < nt * n_out; i++) {
+                const float e = got[i] + bias[i % n_out];
+                assert_memory_equal(&got2[i], &e, 4);
+            }
+            /* records another than the type's */
+            assert_int_equal(rf_gpu_mmq_xq(g_ctx, dy, dw, t, xq, 2, nt, n_in, n_out), RF_ERR_INVALID_ARG);
+            rf_gpu_free(g_ctx, xq), rf_gpu_free(g_ctx, db);
+            free(bias);
+        }
     }
     rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
     free(w), free(x), free(got), free(got2), free(xs), free(want), free(gs), free(samp);

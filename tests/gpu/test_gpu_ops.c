@@ -532,7 +532,8 @@ static void test_norm_rope_fused(void **state) {
 /* RMSNorm + activation quantization in one kernel against rf_gpu_rmsnorm then
  * rf_gpu_quantize_x: h and the quantized x byte-identical, for the x orders and record kinds the
  * products take (Q4_0 and Q8_0: groups of 8 blocks, Q4_1 and Q4_K: with sums, Q5_0 wide rows),
- * 1 and 3 tokens, with and without a norm weight. */
+ * 1 and 3 tokens (the GEMV's layouts) and 32 (MMQ's: in order; the K-quants per 256, rows of 2560
+ * ending inside a round of 1024, 8192 on a cluster, 12288), with and without a norm weight. */
 static void test_rmsnorm_quantize_fused(void **state) {
     (void)state;
     rf_rng r;
@@ -543,10 +544,13 @@ static void test_rmsnorm_quantize_fused(void **state) {
         /* a 70B's width (a cluster of 8 blocks a row on sm_90) and gpt-oss's (3 blocks, the last
          * one partly past the row) */
         {RF_TYPE_Q4_0, 8192}, {RF_TYPE_Q8_0, 2880},
+        {RF_TYPE_Q6_K, 12288}, {RF_TYPE_Q5_K, 2560}, {RF_TYPE_Q4_K, 8192},
     };
+    const int nts[] = {1, 3, 32};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
-        for (int nt = 1; nt <= 3; nt += 2)
+        for (size_t ni = 0; ni < sizeof nts / sizeof *nts; ni++)
             for (int withw = 0; withw < 2; withw++) {
+                const int nt = nts[ni];
                 const int64_t n = cases[c].n, tot = n * nt;
                 if (!rf_gpu_gemv_has_xq(g_ctx, cases[c].t, nt, n)) continue;
                 float *x = host_f32(tot), *w = host_f32(n);
@@ -652,6 +656,37 @@ static void test_rmsnorm_quantize_fused(void **state) {
                 rf_gpu_free(g_ctx, q1), rf_gpu_free(g_ctx, q2);
                 free(x), free(w), free(a), free(b), free(qa), free(qb);
             }
+}
+
+/* x per 256 (the MMQ's x for K-quant weights, 32 tokens): a NaN in one super-block makes that
+ * super-block's scale NaN in all 8 of its records (it must reach y) and no other's. */
+static void test_quantize_x256_nan(void **state) {
+    (void)state;
+    const int nt = 32;
+    const int64_t n = 512;
+    int gb, rk;
+    if (rf_gpu_xq_layout(g_ctx, RF_TYPE_Q4_K, nt, n, &gb, &rk) != RF_OK || rk != 3) {
+        fprintf(stderr, "  skipped: Q4_K at %d tokens does not take x per 256 here\n", nt);
+        return;
+    }
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 41);
+    float *x = host_f32(nt * n);
+    rf_rng_fill_normal(&r, x, nt * n, 1.0f);
+    x[5 * n + 300] = NAN;
+    float *dx = dev_from(x, nt * n * 4);
+    const size_t xb = rf_gpu_xq_bytes(nt, n), rec = ((size_t)nt * n + 255) & ~(size_t)255;
+    void *xq = dev_poison(xb);
+    assert_int_equal(rf_gpu_quantize_x(g_ctx, xq, RF_TYPE_Q4_K, dx, nt, n), RF_OK);
+    uint8_t *h = malloc(xb);
+    dev_to(h, xq, xb);
+    const float *d = (const float *)(h + rec); /* float4 records: d first */
+    for (int64_t b = 0; b < nt * n / 32; b++) {
+        const bool poisoned = b >= (5 * n + 256) / 32 && b < (6 * n) / 32;
+        assert_int_equal(isnan(d[4 * b]) != 0, poisoned);
+    }
+    rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, xq);
+    free(x), free(h);
 }
 
 /* rf_gpu_add_norm (gemma4's post-norm, residual add, layer scale and next norm in one kernel)
@@ -767,7 +802,7 @@ int main(void) {
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_rope_kv_append),
         cmocka_unit_test(test_kv_q8),
         cmocka_unit_test(test_rope_qkv_fused), cmocka_unit_test(test_norm_rope_fused),
-        cmocka_unit_test(test_rmsnorm_quantize_fused),
+        cmocka_unit_test(test_rmsnorm_quantize_fused), cmocka_unit_test(test_quantize_x256_nan),
         cmocka_unit_test(test_add_norm_fused),
         cmocka_unit_test(test_errors),        cmocka_unit_test(test_backend_info),
     };

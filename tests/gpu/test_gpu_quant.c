@@ -429,6 +429,10 @@ static void test_gemv(void **state) {
     assert_int_equal(rf_gpu_quantize_x(g_ctx, NULL, RF_TYPE_F16, NULL, 1, 256), RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_quantize_x(g_ctx, NULL, RF_TYPE_Q6_K, NULL, 1, 256), RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_gemv_xq(g_ctx, NULL, NULL, RF_TYPE_F16, NULL, 1, 256, 1), RF_ERR_INVALID_ARG);
+    /* one token past the GEMV's count where no MMQ pair takes over (Q4_1: no MMQ; Q8_0's 17 tokens
+     * are MMQ's pair, rf_gpu_xq_layout), and NULL memory where one does */
+    assert_int_equal(rf_gpu_gemv_xq(g_ctx, NULL, NULL, RF_TYPE_Q4_1, NULL, rf_gpu_gemv_max_tokens(g_ctx, RF_TYPE_Q4_1, 256) + 1, 256, 1),
+                     RF_ERR_INVALID_ARG);
     assert_int_equal(rf_gpu_gemv_xq(g_ctx, NULL, NULL, RF_TYPE_Q8_0, NULL, rf_gpu_gemv_max_tokens(g_ctx, RF_TYPE_Q8_0, 256) + 1, 256, 1),
                      RF_ERR_INVALID_ARG);
 }

@@ -220,6 +220,13 @@ rf_status rf_gpu_gemm(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, c
 rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
                      int64_t n_tokens, int64_t n_in, int64_t n_out);
 bool rf_gpu_mmq_supported(rf_type wtype, int64_t n_in);
+/* rf_gpu_mmq_xq: rf_gpu_mmq from x already quantized (rf_gpu_quantize_x, the fused norm and GLU
+ * quantizers, where rf_gpu_xq_layout says the product runs on MMQ): xq in order with records rk,
+ * rf_gpu_mmq_rk(wtype) at the time x was quantized (K-quants 3 or 1, the others 0; another rk:
+ * RF_ERR_INVALID_ARG). The same y as rf_gpu_mmq on the x xq was made from. */
+rf_status rf_gpu_mmq_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq, int rk,
+                        int64_t n_tokens, int64_t n_in, int64_t n_out);
+int rf_gpu_mmq_rk(rf_type wtype);
 /* W4A16 (gpu_w4a16.cu): y = W x on the f16 tensor cores, W dequantized to f16 in registers per
  * fragment (never whole), x rounded as rf_gpu_gemm rounds it (int8 per 32, then f16) or, with
  * _f16x, given in f16 [n_tokens, n_in]. rf_gpu_w4a16_supported: CUDA (cc 8.0+ checked by the
@@ -242,13 +249,19 @@ bool rf_gpu_matmul_rounds_x(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, in
  * n_in) bytes of device memory (16-byte aligned), int8 per 32 plus scales in the order the
  * product kernel for (wtype, n_in, n_tokens) and the context's variant reads them.
  * rf_gpu_gemv_xq: y = W x from such an xq, for the same wtype, n_tokens and n_in (and variant).
+ * Where the router sends the product to MMQ (17..96 tokens by default) and RF_GPU_MMQ_XQ is on, the
+ * pair is the MMQ's (x in order, rf_gpu_mmq_rk's records; the product rf_gpu_mmq_xq).
+ * rf_gpu_xq_layout: the order (gb) and records (rk) of that xq, so that a caller may reuse one
+ * quantized x for products of several types that read the same layout.
  * Shapes and types are checked as in rf_gpu_gemv; other types: RF_ERR_INVALID_ARG. */
+rf_status rf_gpu_xq_layout(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in, int *gb, int *rk);
 size_t rf_gpu_xq_bytes(int64_t n_tokens, int64_t n_in);
 rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const float *x,
                             int64_t n_tokens, int64_t n_in);
 /* rf_gpu_rmsnorm_quantize_x: h f32 [n_tokens, n_in] = rf_gpu_rmsnorm(x, w, eps) (h may alias
  * x; n_in <= 16384) and the xq of h for wtype, as rf_gpu_quantize_x would make it, in one
- * kernel; with res (not NULL) x = x + res is formed first and written back (rf_gpu_add_rmsnorm). rf_gpu_gemv_has_xq: whether (wtype, n_tokens, n_in) has the int8-x form at all. */
+ * kernel; with res (not NULL) x = x + res is formed first and written back (rf_gpu_add_rmsnorm). rf_gpu_gemv_has_xq:
+ * whether the product of (wtype, n_tokens, n_in) takes such an xq (one GEMV call, or MMQ as above). */
 /* rf_gpu_add_rmsnorm: x = x + res (res not NULL; written back, as rf_gpu_add), then y =
  * rf_gpu_rmsnorm(x, w, eps), in one kernel; n <= 16384; y must not alias x with res. */
 rf_status rf_gpu_add_rmsnorm(rf_gpu_ctx *ctx, float *y, float *x, const float *res, const float *w, int64_t rows,

@@ -11,9 +11,11 @@
 
 
 /* whether the product of (type, n_in) for n_tokens has the int8-x form whose quantized x one
- * kernel can make for several products */
-static bool shares_xq(gpu_be *g, rf_type t, int64_t n_tokens, int64_t n_in) {
-    return g->fuse && rf_gpu_gemv_has_xq(g->ctx, t, n_tokens, n_in);
+ * kernel can make for several products (a GEMV call or, with RF_GPU_MMQ_XQ, MMQ); gemv_only: the
+ * GEMV's alone (the tensor-parallel norm, whose quantizer has no per-256 form) */
+static bool shares_xq(gpu_be *g, rf_type t, int64_t n_tokens, int64_t n_in, bool gemv_only) {
+    return g->fuse && rf_gpu_gemv_has_xq(g->ctx, t, n_tokens, n_in) &&
+           (!gemv_only || !rf_gpu_mmq_takes(g->ctx, t, n_tokens, n_in));
 }
 
 /* the xq buffer large enough for n_tokens x n_in; false (and no error) where it would have to
@@ -42,20 +44,26 @@ static rf_status xq_room(gpu_be *g, int64_t n_tokens, int64_t n_in, bool *ok) {
 /* The xq buffer a kernel that makes a product's input (a norm, the GLU) quantizes it into for a
  * product of (t, rows, n_in), or NULL where that product shares no int8 x or the buffer cannot
  * grow now (inside a recording): the product then quantizes its x itself. */
-static rf_status xq_for(gpu_be *g, rf_type t, int64_t rows, int64_t n_in, void **xq) {
+static rf_status xq_for(gpu_be *g, rf_type t, int64_t rows, int64_t n_in, bool gemv_only, void **xq) {
     *xq = NULL;
-    if (!shares_xq(g, t, rows, n_in)) return RF_OK;
+    if (!shares_xq(g, t, rows, n_in, gemv_only)) return RF_OK;
     bool ok;
     const rf_status st = xq_room(g, rows, n_in, &ok);
     if (!st && ok) *xq = g->xq;
     return st;
 }
 
-static void xq_note(gpu_be *g, const void *src, rf_type t, int64_t n_tokens, int64_t n_in) {
+/* the xq buffer holds src quantized for products of type t (n_tokens x n_in), in the layout
+ * rf_gpu_xq_layout gives, which products of other types reading the same layout reuse (Q4_K and
+ * Q6_K on MMQ: x per 256) */
+static rf_status xq_note(gpu_be *g, const void *src, rf_type t, int64_t n_tokens, int64_t n_in) {
+    g->xq_src = NULL;
+    const rf_status st = rf_gpu_xq_layout(g->ctx, t, n_tokens, n_in, &g->xq_gb, &g->xq_rk);
+    if (st) return st;
     g->xq_src = src;
-    g->xq_type = t;
     g->xq_nt = n_tokens;
     g->xq_nin = n_in;
+    return RF_OK;
 }
 
 /* A product. With fusions on, a decode product with the int8-x form quantizes x once into the
@@ -68,15 +76,18 @@ static rf_status matmul_b(rf_backend *be, rf_tensor *y, const rf_tensor *w, cons
     const int64_t n_in = w->ne[0], n_out = w->ne[1];
     rf_status st;
     if (gbe_skip(RF_SKIP_MATMUL)) return RF_OK;
-    if (shares_xq(g, w->type, n_tokens, n_in)) {
-        const bool hit = g->xq_src == x->data && g->xq_type == w->type && g->xq_nt == n_tokens && g->xq_nin == n_in;
+    if (shares_xq(g, w->type, n_tokens, n_in, false)) {
+        int gb, rk;
+        if ((st = rf_gpu_xq_layout(g->ctx, w->type, n_tokens, n_in, &gb, &rk))) return st;
+        const bool hit = g->xq_src == x->data && g->xq_gb == gb && g->xq_rk == rk && g->xq_nt == n_tokens &&
+                         g->xq_nin == n_in;
         if (!hit) {
             bool ok;
             g->xq_src = NULL;
             if ((st = xq_room(g, n_tokens, n_in, &ok))) return st;
             if (ok) {
                 if ((st = rf_gpu_quantize_x(g->ctx, g->xq, w->type, x->data, n_tokens, n_in))) return st;
-                xq_note(g, x->data, w->type, n_tokens, n_in);
+                if ((st = xq_note(g, x->data, w->type, n_tokens, n_in))) return st;
             }
         }
         if (g->xq_src) {
@@ -115,15 +126,14 @@ rf_status rf_gbe_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const r
     }
     if (next && n <= 16384) {
         void *xq;
-        rf_status st = xq_for(g, next->type, rows, n, &xq);
+        rf_status st = xq_for(g, next->type, rows, n, false, &xq);
         if (st) return st;
         if (xq) {
             if (!gbe_skip(RF_SKIP_NORM) &&
                 (st = rf_gpu_rmsnorm_quantize_x(g->ctx, y->data, xq, next->type, x->data, res ? res->data : NULL,
                                                 w ? w->data : NULL, rows, n, eps)))
                 return st;
-            xq_note(g, y->data, next->type, rows, n);
-            return RF_OK;
+            return xq_note(g, y->data, next->type, rows, n);
         }
     }
     if (res && n <= 16384)
@@ -143,11 +153,11 @@ rf_status rf_gbe_p2p_rmsnorm_for(rf_backend *be, rf_gpu_p2p *p, int rank, rf_ten
                                  const rf_tensor *next) {
     gpu_be *g = GX(be);
     void *xq = NULL;
-    rf_status st = next ? xq_for(g, next->type, rows, n, &xq) : RF_OK;
+    rf_status st = next ? xq_for(g, next->type, rows, n, true, &xq) : RF_OK;
     if (st) return st;
     const rf_type t = next ? next->type : RF_TYPE_F32;
     st = rf_gpu_p2p_add_rmsnorm(p, rank, y->data, xq, t, x->data, part->data, w ? w->data : NULL, rows, n, eps);
-    if (!st && xq) xq_note(g, y->data, t, rows, n);
+    if (!st && xq) st = xq_note(g, y->data, t, rows, n);
     return st;
 }
 
@@ -166,15 +176,14 @@ rf_status rf_gbe_glu_for(rf_backend *be, rf_tensor *y, const rf_tensor *gate, co
     }
     if (k > 0 && rows * k == n) {
         void *xq;
-        rf_status st = xq_for(g, next->type, rows, k, &xq);
+        rf_status st = xq_for(g, next->type, rows, k, false, &xq);
         if (st) return st;
         if (xq) {
             if (!gbe_skip(RF_SKIP_GLU) &&
                 (st = rf_gpu_glu_quantize_x(g->ctx, y->data, xq, next->type, kind == RF_GLU_GEGLU, gate->data, gs,
                                             up->data, us, rows, k)))
                 return st;
-            xq_note(g, y->data, next->type, rows, k);
-            return RF_OK;
+            return xq_note(g, y->data, next->type, rows, k);
         }
     }
     if (k > 0 && rows * k == n && (gs != k || us != k))

@@ -65,13 +65,14 @@ typedef struct gpu_be {
     char name[256];                 /* the device's name (op info) */
     /* Fusions (RF_GPU_UNFUSED=1 turns them off, for A/B runs and the fused-vs-unfused test):
      * rope_store, norm_rope_store, and one activation quantization shared by consecutive products of the same
-     * x (Q, K, V; gate, up). xq_src is the f32 x that xq holds quantized for (xq_type, xq_nt,
-     * xq_nin); any op other than a product reading it ends that (it may write x). */
+     * x (Q, K, V; gate, up). xq_src is the f32 x that xq holds quantized in the layout (xq_gb,
+     * xq_rk: rf_gpu_xq_layout) for xq_nt x xq_nin; any op other than a product reading it ends
+     * that (it may write x). */
     bool fuse;
     bool flash; /* prompt runs on the tensor-core prefill kernel (RF_GPU_FLASH=0: off, for A/B runs) */
     bool invariant; /* batch-invariant mode (rf_gbe_set_batch_invariant): no flash prefill */
     const void *xq_src;
-    rf_type xq_type;
+    int xq_gb, xq_rk;
     int64_t xq_nt, xq_nin;
     void *xq;
     size_t xq_cap;

@@ -29,21 +29,18 @@ __global__ void rf_k_quantize_x(int8_t *qx, float4 *dx, const float *x, int n_in
     rf_quantize_elem<GB, RK>(qx, dx, v, i, n_in, (int)blockIdx.y, (int)(threadIdx.x % RF_QK));
 }
 
-#if !defined(RF_HIP)
-/* quantize_x256 (rk 3: the MMQ's x for K-quant weights, CUDA): x per 256 elements (one K-quant
- * super-block) with one f32 scale over the 256 (as ggml's Q8_K), d = amax / 127, q = rint(x * (127 /
- * amax)) in f32 as rf_quantize_elem rounds, so that the product sums a super-block's 8 blocks in
- * int32 and scales once (rf_k_mmq); the records of each 32-block as rf_k_quantize_x<1, 1>'s:
- * (d of its 256, the block's int sum, 0, the int sum of its first 16). A NaN among the 256 makes
- * d NaN (it must reach y). in: x f32 [nt, n_in], n_in a multiple of 256; out as rf_k_quantize_x
- * with GB 1. launch: grid (n_in / 256, nt), 256 threads (programmatic dependent launch allowed). */
-__global__ void __launch_bounds__(256) rf_k_quantize_x256(int8_t *qx, float4 *dx, const float *x, int n_in) {
-    rf_pdl_trigger();
-    rf_pdl_wait();
-    __shared__ float sa[8], ss[8];
-    const int lane = threadIdx.x % 32, wp = threadIdx.x / 32, i = blockIdx.x * 256 + threadIdx.x;
-    const int64_t e = (int64_t)blockIdx.y * n_in + i;
-    const float v = x[e];
+/* x per 256 (rk 3: the MMQ's x for K-quant weights, CUDA): one super-block of 256 elements held
+ * by 8 consecutive warps of the block (threads 256 s .. 256 s + 255), element v at e (its offset in
+ * qx; its record at e / 32), with one f32 scale over the 256 (as ggml's Q8_K), d = amax / 127, q =
+ * rint(x * (127 / amax)) in f32 as rf_quantize_elem rounds, so that the product sums a super-block's
+ * 8 blocks in int32 and scales once (rf_k_mmq); the records of each 32-block as rf_k_quantize_x<1,
+ * 1>'s: (d of its 256, the block's int sum, 0, the int sum of its first 16). A NaN among the 256
+ * makes d NaN (it must reach y). sa, ss: shared floats, one per warp of the block; every thread of
+ * the block calls it (a __syncthreads inside, so a caller calling it again must pass other sa / ss
+ * or synchronize first); valid false: v is 0 and nothing is stored (a row's end). */
+static __device__ __forceinline__ void rf_quantize_256(int8_t *qx, float4 *dx, float v, int64_t e, bool valid,
+                                                       float *sa, float *ss) {
+    const int lane = threadIdx.x % 32, wp = threadIdx.x / 32, w0 = wp & ~7;
     float amax = fabsf(v), sum = v;
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) {
@@ -52,9 +49,9 @@ __global__ void __launch_bounds__(256) rf_k_quantize_x256(int8_t *qx, float4 *dx
     }
     if (lane == 0) sa[wp] = amax, ss[wp] = sum;
     __syncthreads();
-    amax = sa[0], sum = ss[0];
+    amax = sa[w0], sum = ss[w0];
 #pragma unroll
-    for (int k = 1; k < 8; k++) amax = fmaxf(amax, sa[k]), sum += ss[k];
+    for (int k = 1; k < 8; k++) amax = fmaxf(amax, sa[w0 + k]), sum += ss[w0 + k];
     const float d = sum != sum ? sum : amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
     const int q = __float2int_rn(v * id);
     int qs = q, qlo = q;
@@ -62,8 +59,21 @@ __global__ void __launch_bounds__(256) rf_k_quantize_x256(int8_t *qx, float4 *dx
     for (int m = 16; m > 0; m >>= 1) qs += RF_SHFL_XOR(qs, m);
 #pragma unroll
     for (int m = 8; m > 0; m >>= 1) qlo += RF_SHFL_XOR(qlo, m);
+    if (!valid) return;
     qx[e] = (int8_t)q;
-    if (lane == 0) dx[(int64_t)blockIdx.y * (n_in / 32) + i / 32] = make_float4(d, __int_as_float(qs), 0.0f, __int_as_float(qlo));
+    if (lane == 0) dx[e / 32] = make_float4(d, __int_as_float(qs), 0.0f, __int_as_float(qlo));
+}
+
+#if !defined(RF_HIP)
+/* quantize_x256: x f32 [nt, n_in] (n_in a multiple of 256) -> rf_quantize_256's x per 256, laid
+ * out as rf_k_quantize_x's with GB 1. launch: grid (n_in / 256, nt), 256 threads (programmatic
+ * dependent launch allowed). */
+__global__ void __launch_bounds__(256) rf_k_quantize_x256(int8_t *qx, float4 *dx, const float *x, int n_in) {
+    rf_pdl_trigger();
+    rf_pdl_wait();
+    __shared__ float sa[8], ss[8];
+    const int64_t e = (int64_t)blockIdx.y * n_in + blockIdx.x * 256 + threadIdx.x;
+    rf_quantize_256(qx, dx, x[e], e, true, sa, ss);
 }
 #endif
 
@@ -74,8 +84,10 @@ __global__ void __launch_bounds__(256) rf_k_quantize_x256(int8_t *qx, float4 *dx
  * 32-group per k. in: x f32 [rows, n], w f32 [n] or NULL (n a multiple of 32, <= 1024 K);
  * res f32 [rows, n] or NULL: x = x + res first, written back (h must not alias x then);
  * out: h f32 [rows, n] (may alias x without res), qx/dx as rf_k_quantize_x. launch: one block per row, 1024
- * threads (a multiple of the group size on every target). twin: rf_ref_rmsnorm then
- * rf_k_quantize_x (bit-identical to that pair on the GPU where h is). */
+ * threads (a multiple of the group size on every target). RK 3 (the MMQ's x for K-quant weights,
+ * n a multiple of 256): x per 256 (rf_quantize_256), a round's four super-blocks reduced through
+ * shared memory, one barrier a round. twin: rf_ref_rmsnorm then rf_k_quantize_x (or
+ * rf_k_quantize_x256; bit-identical to that pair on the GPU where h is). */
 template <int GB, int RK, int K>
 __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int8_t *qx, float4 *dx, float *x,
                                                                 const float *res, const float *w, int n,
@@ -88,13 +100,25 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int
     rf_rms_load_row<K>(v, wv, xr, res, w, n);
     const float inv = rf_rms_inv<K>(v, n, eps, sh);
     float *hr = hout + (int64_t)blockIdx.x * n;
+    if constexpr (RK == 3) { /* x per 256: every thread reaches each round's barrier */
+        __shared__ float sa[2][1024 / 32], ss[2][1024 / 32]; /* by round parity: one barrier a round */
 #pragma unroll
-    for (int k = 0; k < K; k++) {
-        const int i = k * 1024 + threadIdx.x;
-        if (i - (int)(threadIdx.x % RF_QK) >= n) break; /* whole groups leave together */
-        const float hv = v[k] * inv * wv[k];
-        if (i < n) hr[i] = hv;
-        rf_quantize_elem<GB, RK>(qx, dx, hv, i, n, (int)blockIdx.x, (int)(threadIdx.x % RF_QK));
+        for (int k = 0; k < K; k++) {
+            if (k * 1024 >= n) break; /* the same for the whole block */
+            const int i = k * 1024 + threadIdx.x;
+            const float hv = i < n ? v[k] * inv * wv[k] : 0.0f;
+            if (i < n) hr[i] = hv;
+            rf_quantize_256(qx, dx, hv, (int64_t)blockIdx.x * n + i, i < n, sa[k & 1], ss[k & 1]);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = k * 1024 + threadIdx.x;
+            if (i - (int)(threadIdx.x % RF_QK) >= n) break; /* whole groups leave together */
+            const float hv = v[k] * inv * wv[k];
+            if (i < n) hr[i] = hv;
+            rf_quantize_elem<GB, RK>(qx, dx, hv, i, n, (int)blockIdx.x, (int)(threadIdx.x % RF_QK));
+        }
     }
 }
 
@@ -138,16 +162,21 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x_cl(float *hout, 
     const float inv = rf_rms_inv<K>(v, n, eps, sh);
     rf_cluster_sync(); /* never launched below sm_90 (rf_gemv_launch_rmsnorm_quantize_x) */
     const int i = part * 1024 + threadIdx.x;
-    if (i - (int)(threadIdx.x % RF_QK) >= n) return; /* whole groups leave together */
+    if (RK != 3 && i - (int)(threadIdx.x % RF_QK) >= n) return; /* whole groups leave together */
     float own = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; k++)
         if (k == part) own = v[k];
     if (res && i < n) xr[i] = own;
     const float wv = w && i < n ? w[i] : 1.0f;
-    const float hv = own * inv * wv;
+    const float hv = i < n ? own * inv * wv : 0.0f;
     if (i < n) hout[(int64_t)row * n + i] = hv;
-    rf_quantize_elem<GB, RK>(qx, dx, hv, i, n, row, (int)(threadIdx.x % RF_QK));
+    if constexpr (RK == 3) {
+        __shared__ float sa[1024 / 32], ss[1024 / 32];
+        rf_quantize_256(qx, dx, hv, (int64_t)row * n + i, i < n, sa, ss);
+    } else {
+        rf_quantize_elem<GB, RK>(qx, dx, hv, i, n, row, (int)(threadIdx.x % RF_QK));
+    }
 }
 
 #endif
@@ -156,15 +185,16 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x_cl(float *hout, 
  * and y quantized as rf_k_quantize_x<GB, FS> does, in one kernel: the FFN's GLU and the down
  * product's activation quantization were two launches. in: gate, up f32 rows of n (n a
  * multiple of 32) at strides gs, us (the halves of a joined gate/up product, or packed);
- * out: y f32 [rows, n] packed (may alias packed gate or up), qx/dx as rf_k_quantize_x. launch as
- * rf_k_quantize_x: grid (ceil(n / 256), rows), 256 threads. */
+ * out: y f32 [rows, n] packed (may alias packed gate or up), qx/dx as rf_k_quantize_x (RK 3: as
+ * rf_k_quantize_x256, a block's 256 elements one super-block). launch as rf_k_quantize_x: grid
+ * (ceil(n / 256), rows), 256 threads. */
 template <int GB, int RK, bool GEGLU>
 __global__ void rf_k_glu_quantize_x(float *y, int8_t *qx, float4 *dx, const float *gate, int64_t gs,
                                     const float *up, int64_t us, int n_in) {
     rf_pdl_trigger();
     rf_pdl_wait();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i - (int)(threadIdx.x % RF_QK) >= n_in) return; /* whole groups leave together */
+    if (RK != 3 && i - (int)(threadIdx.x % RF_QK) >= n_in) return; /* whole groups leave together */
     const int64_t e = (int64_t)blockIdx.y * n_in + i;
     float v = 0.0f;
     if (i < n_in) {
@@ -172,7 +202,12 @@ __global__ void rf_k_glu_quantize_x(float *y, int8_t *qx, float4 *dx, const floa
         v = (GEGLU ? rf_gelu_tanh(gv) : rf_silu(gv)) * uv;
         y[e] = v;
     }
-    rf_quantize_elem<GB, RK>(qx, dx, v, i, n_in, (int)blockIdx.y, (int)(threadIdx.x % RF_QK));
+    if constexpr (RK == 3) { /* a block of 256 is one super-block (n_in a multiple of 256) */
+        __shared__ float sa[8], ss[8];
+        rf_quantize_256(qx, dx, v, e, i < n_in, sa, ss);
+    } else {
+        rf_quantize_elem<GB, RK>(qx, dx, v, i, n_in, (int)blockIdx.y, (int)(threadIdx.x % RF_QK));
+    }
 }
 
 rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int gb, int rk, bool geglu,
@@ -186,7 +221,10 @@ rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int
                            (int8_t *)xq, dx, gate, gs, up, us, (int)n)                                       \
            : rf_gpu_launch(ctx, "rf_k_glu_quantize_x", true, rf_k_glu_quantize_x<GB, FS, false>, grid, block, 0, y, \
                            (int8_t *)xq, dx, gate, gs, up, us, (int)n))
-    switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s */
+    switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s, 3 x per 256 */
+#if !defined(RF_HIP)
+    case 7: return RF_GQ(1, 3);
+#endif
     case 5: return RF_GQ(1, 1);
     case 6: return RF_GQ(1, 2);
     case 8: return RF_GQ(2, 0);
@@ -220,17 +258,20 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
 #define RF_RQ(GB, FS, K)                                                                             \
     rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,         \
                   dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
-#if defined(RF_CUDA_BUILD) /* the cluster kernel where it runs: K = 8 (k == 8) */
-#define RF_RQ8(GB, FS)                                                                               \
-    (cl ? rf_gpu_launch_cluster(ctx, "rf_k_rmsnorm_quantize_x_cl", true, rf_k_rmsnorm_quantize_x_cl<GB, FS, 8>, \
+#if defined(RF_CUDA_BUILD) /* the cluster kernel where it runs (K: 4 or 8, k <= K slices) */
+#define RF_RQC(GB, FS, K)                                                                            \
+    (cl ? rf_gpu_launch_cluster(ctx, "rf_k_rmsnorm_quantize_x_cl", true, rf_k_rmsnorm_quantize_x_cl<GB, FS, K>, \
                                 dim3((unsigned)k, (unsigned)rows), dim3(1024), 0, dim3((unsigned)k, 1, 1), h,   \
                                 (int8_t *)xq, dx, x, res, w, (int)n, eps)                                      \
-        : RF_RQ(GB, FS, 8))
+        : RF_RQ(GB, FS, K))
 #else
-#define RF_RQ8(GB, FS) RF_RQ(GB, FS, 8)
+#define RF_RQC(GB, FS, K) RF_RQ(GB, FS, K)
 #endif
-#define RF_RQK(GB, FS) (k <= 4 ? RF_RQ(GB, FS, 4) : k <= 8 ? RF_RQ8(GB, FS) : RF_RQ(GB, FS, 16))
-    switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s */
+#define RF_RQK(GB, FS) (k <= 4 ? RF_RQC(GB, FS, 4) : k <= 8 ? RF_RQC(GB, FS, 8) : RF_RQ(GB, FS, 16))
+    switch (gb * 4 + rk) { /* records: rk 0 plain, 1 with f32 sums, 2 with ggml's q8_1 s, 3 x per 256 */
+#if !defined(RF_HIP)
+    case 7: return RF_RQK(1, 3);
+#endif
     case 5: return RF_RQK(1, 1);
     case 6: return RF_RQK(1, 2);
     case 8: return RF_RQK(2, 0);
@@ -245,7 +286,7 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
     default: return RF_RQK(1, 0);
     }
 #undef RF_RQK
-#undef RF_RQ8
+#undef RF_RQC
 #undef RF_RQ
 }
 

@@ -174,16 +174,34 @@ static rf_status rf_q32_product(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_
     return rf_gemv_launch_q32(ctx, v, y, w, t, qx, dx, nt, n_in, n_out, rb, bias);
 }
 
-/* the checks rf_gpu_quantize_x and rf_gpu_gemv_xq share (op names the caller) */
-static rf_status rf_xq_check(const rf_gpu_ctx *ctx, const char *op, rf_type wtype,
-                             int64_t n_tokens, int64_t n_in) {
-    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= rf_gemv_max_nt(ctx, wtype, n_in), op, "n_tokens=%lld outside 1..%d",
-                   (long long)n_tokens, rf_gemv_max_nt(ctx, wtype, n_in));
-    RF_GPU_REQUIRE(n_in >= RF_QK && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28), op,
-                   "n_in=%lld not a multiple of 32 in 32..2^28", (long long)n_in);
-    RF_GPU_REQUIRE(rf_has_xq(ctx, wtype, n_in), op,
-                   "weight type %d has no int8-x product for n_in=%lld (32-element formats; Q4_K, "
-                   "Q5_K, Q6_K with CUDA and n_in a multiple of 256 up to 16384)", (int)wtype, (long long)n_in);
+/* Where x is quantized before the product (rf_gpu_quantize_x, the norm's and the GLU's fused
+ * quantizers) and in which layout, for a product of (t, n_tokens, n_in): the GEMV's, where one
+ * call takes n_tokens and the type has the int8-x form (rf_gpu_gemv's two halves); else MMQ's, where
+ * the router sends the product there (rf_gpu_route_for) and RF_GPU_MMQ_XQ is on, in order with
+ * rf_gpu_mmq_rk's records (*mmq true), so that the op making x quantizes it for the product as
+ * rf_gpu_mmq would, one kernel fewer. RF_ERR_INVALID_ARG (op names the caller) where neither:
+ * that product takes f32 x. */
+static rf_status rf_xq_plan(rf_gpu_ctx *ctx, const char *op, rf_type wtype, int64_t n_tokens, int64_t n_in, int *gb,
+                            int *rk, bool *mmq) {
+    RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 65535 && n_in >= RF_QK && n_in % RF_QK == 0 &&
+                       n_in <= ((int64_t)1 << 28) && n_tokens * n_in <= 0x7fffffff, op,
+                   "n_tokens=%lld, n_in=%lld (n_in a multiple of 32 in 32..2^28)", (long long)n_tokens, (long long)n_in);
+    *mmq = false;
+    if (n_tokens <= rf_gemv_max_nt(ctx, wtype, n_in) && rf_has_xq(ctx, wtype, n_in)) {
+        const int v = rf_q32_variant(ctx, wtype, n_in, 1);
+        *gb = v >= 4 && !rf_mt_takes(ctx, wtype, n_tokens, n_in) ? rf_q32s_gb(wtype, n_in) : 1; /* gemv_mt: in order */
+        *rk = rf_xq_records(wtype);
+        return RF_OK;
+    }
+    *mmq = rf_knob_bool(RF_KNOB_GPU_MMQ_XQ) && rf_gpu_mmq_supported(wtype, n_in) &&
+           rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1) == RF_ROUTE_MMQ;
+    RF_GPU_REQUIRE(*mmq, op,
+                   "weight type %d with n_tokens=%lld, n_in=%lld has no int8-x product: the GEMV's (%d tokens at most; "
+                   "32-element formats; Q4_K, Q5_K, Q6_K with CUDA and n_in a multiple of 256 up to 16384) or MMQ's "
+                   "(where the router sends the product there, RF_GPU_MMQ_XQ on)", (int)wtype, (long long)n_tokens,
+                   (long long)n_in, rf_gemv_max_nt(ctx, wtype, n_in));
+    *gb = 1;
+    *rk = rf_gpu_mmq_rk(wtype);
     return RF_OK;
 }
 
@@ -202,35 +220,37 @@ static rf_status rf_xq_gemv(rf_gpu_ctx *ctx, float *y, const uint8_t *w, rf_type
 extern "C" rf_status rf_gpu_quantize_x(rf_gpu_ctx *ctx, void *xq, rf_type wtype, const float *x,
                                        int64_t n_tokens, int64_t n_in) {
     const char *op = "rf_gpu_quantize_x";
-    const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
+    int gb, rk;
+    bool mmq;
+    const rf_status st = rf_xq_plan(ctx, op, wtype, n_tokens, n_in, &gb, &rk, &mmq);
     if (st) return st;
     RF_GPU_REQUIRE(xq && x && ((uintptr_t)xq & 15) == 0 && ((uintptr_t)x & 15) == 0, op,
                    "x and xq must be 16-byte aligned device memory (rf_gpu_alloc)");
-    return rf_q32_quantize(ctx, xq, wtype, x, (int)n_tokens, n_in);
+    return rf_gemv_launch_quantize_x(ctx, xq, gb, rk, x, (int)n_tokens, n_in);
 }
 
-/* the x order and record kind rf_q32_quantize writes for nt tokens of (t, n_in) */
-static void rf_xq_layout(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_in, int *gb, int *rk) {
-    const int v = rf_q32_variant(ctx, t, n_in, 1);
-    *gb = v >= 4 && !rf_mt_takes(ctx, t, nt, n_in) ? rf_q32s_gb(t, n_in) : 1;
-    *rk = rf_xq_records(t);
-}
+/* the GEMV's layout only (the tensor-parallel norm's quantizer, which has no per-256 form) */
 rf_status rf_gpu_xq_plan(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in, int *gb, int *rk) {
-    const rf_status st = rf_xq_check(ctx, "rf_gpu_xq_plan", wtype, n_tokens, n_in);
-    if (st) return st;
-    rf_xq_layout(ctx, wtype, n_tokens, n_in, gb, rk);
-    return RF_OK;
+    bool mmq;
+    const rf_status st = rf_xq_plan(ctx, "rf_gpu_xq_plan", wtype, n_tokens, n_in, gb, rk, &mmq);
+    if (!st && mmq) return rf_set_error(RF_ERR_INVALID_ARG, "rf_gpu_xq_plan: %lld tokens of type %d run on MMQ",
+                                        (long long)n_tokens, (int)wtype);
+    return st;
+}
+extern "C" rf_status rf_gpu_xq_layout(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in, int *gb, int *rk) {
+    bool mmq;
+    return rf_xq_plan(ctx, "rf_gpu_xq_layout", wtype, n_tokens, n_in, gb, rk, &mmq);
 }
 extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x,
                                                const float *res, const float *w, int64_t n_tokens, int64_t n_in,
                                                float eps) {
     const char *op = "rf_gpu_rmsnorm_quantize_x";
-    const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
+    int gb, rk;
+    bool mmq;
+    const rf_status st = rf_xq_plan(ctx, op, wtype, n_tokens, n_in, &gb, &rk, &mmq);
     if (st) return st;
     RF_GPU_REQUIRE(n_in <= 16384, op, "n_in=%lld above 16384", (long long)n_in);
     RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0, op, "xq must be 16-byte aligned (rf_gpu_alloc memory)");
-    int gb, rk;
-    rf_xq_layout(ctx, wtype, n_tokens, n_in, &gb, &rk);
     RF_GPU_REQUIRE(!res || h != x, op, "h must not alias x with a residual");
     return rf_gemv_launch_rmsnorm_quantize_x(ctx, h, xq, gb, rk, x, res, w, (int)n_tokens, n_in, eps);
 }
@@ -239,21 +259,24 @@ extern "C" rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, 
                                            const float *gate, int64_t gs, const float *up, int64_t us,
                                            int64_t n_tokens, int64_t n_in) {
     const char *op = "rf_gpu_glu_quantize_x";
-    const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
+    int gb, rk;
+    bool mmq;
+    const rf_status st = rf_xq_plan(ctx, op, wtype, n_tokens, n_in, &gb, &rk, &mmq);
     if (st) return st;
     RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0, op, "xq must be 16-byte aligned (rf_gpu_alloc memory)");
-    int gb, rk;
-    rf_xq_layout(ctx, wtype, n_tokens, n_in, &gb, &rk);
     RF_GPU_REQUIRE(gs >= n_in && us >= n_in, op, "row strides %lld, %lld below n_in=%lld", (long long)gs,
                    (long long)us, (long long)n_in);
     return rf_gemv_launch_glu_quantize_x(ctx, y, xq, gb, rk, geglu, gate, gs, up, us, (int)n_tokens, n_in);
 }
 
 extern "C" bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in) {
-    /* only where the router sends the product to one GEMV call (not MMQ, which quantizes its own,
-     * nor deterministic mode, where every product goes through rf_gpu_matmul) */
-    return n_tokens >= 1 && n_in >= RF_QK && n_tokens <= rf_gemv_max_nt(ctx, wtype, n_in) && n_in % RF_QK == 0 && n_in <= ((int64_t)1 << 28) &&
-           rf_has_xq(ctx, wtype, n_in) && rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1) == RF_ROUTE_GEMV;
+    /* where the router sends the product to one GEMV call, or to MMQ with RF_GPU_MMQ_XQ on (not
+     * where it quantizes inside a larger path: the BLAS, W4A16, the GEMV groups) */
+    if (n_tokens < 1 || n_tokens > 65535 || n_in < RF_QK || n_in % RF_QK || n_in > ((int64_t)1 << 28)) return false;
+    const rf_gpu_route_kind r = rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1);
+    const bool gemv = n_tokens <= rf_gemv_max_nt(ctx, wtype, n_in) && rf_has_xq(ctx, wtype, n_in); /* rf_xq_plan's */
+    if (r == RF_ROUTE_GEMV) return gemv;
+    return r == RF_ROUTE_MMQ && !gemv && rf_knob_bool(RF_KNOB_GPU_MMQ_XQ) && rf_gpu_mmq_supported(wtype, n_in);
 }
 
 extern "C" bool rf_gpu_gemv_rounds_x(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in) {
@@ -269,11 +292,17 @@ extern "C" rf_status rf_gpu_gemv_xq_bias(rf_gpu_ctx *ctx, float *y, const void *
                                          const void *xq, const float *bias, int64_t n_tokens, int64_t n_in,
                                          int64_t n_out) {
     const char *op = "rf_gpu_gemv_xq";
-    const rf_status st = rf_xq_check(ctx, op, wtype, n_tokens, n_in);
+    int gb, rk;
+    bool mmq;
+    rf_status st = rf_xq_plan(ctx, op, wtype, n_tokens, n_in, &gb, &rk, &mmq);
     if (st) return st;
     RF_GPU_REQUIRE(n_out >= 1 && n_out <= 0x7fffffff, op, "n_out=%lld", (long long)n_out);
-    RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)xq & 15) == 0 && ((uintptr_t)y & 3) == 0,
-                   op, "w and xq must be 16-byte aligned (rf_gpu_alloc memory)");
+    RF_GPU_REQUIRE(w && xq && y && ((uintptr_t)w & 15) == 0 && ((uintptr_t)xq & 15) == 0 && ((uintptr_t)y & 3) == 0,
+                   op, "w and xq must be 16-byte aligned device memory (rf_gpu_alloc)");
+    if (mmq) { /* the MMQ has no bias epilogue: the bias kernel after it */
+        st = rf_gpu_mmq_xq(ctx, y, w, wtype, xq, rk, n_tokens, n_in, n_out);
+        return st || !bias ? st : rf_gpu_add_bias(ctx, y, bias, n_tokens, n_out);
+    }
     return rf_q32_product(ctx, y, (const uint8_t *)w, wtype, xq, (int)n_tokens, n_in, n_out, false, bias);
 }
 

@@ -427,67 +427,119 @@ static int rf_mmq_splits(const rf_gpu_ctx *ctx, int64_t n_in, int64_t n_out, int
     return s < 1 ? 1 : (int)s;
 }
 
-extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
-                                int64_t n_tokens, int64_t n_in, int64_t n_out) {
-    const char *op = "rf_gpu_mmq";
+/* the records of the MMQ's x for weights of type t: 3 (x per 256, rf_k_mmq's XS) for the K-quants
+ * with RF_MMQ_X256 on (a measurement knob, read at every call so that a test may change it with
+ * rf_knob_override), 1 (per 32 with sums) with it off, 0 for the 32-element formats */
+extern "C" int rf_gpu_mmq_rk(rf_type t) {
+    const bool kq = t == RF_TYPE_Q6_K || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K;
+    return kq ? (rf_knob_bool(RF_KNOB_MMQ_X256) ? 3 : 1) : 0;
+}
+
+/* the checks of both entries */
+static rf_status rf_mmq_check(const rf_gpu_ctx *ctx, const char *op, const void *w, rf_type wtype, const void *x,
+                              const float *y, int64_t n_tokens, int64_t n_in, int64_t n_out) {
     RF_GPU_REQUIRE(rf_gpu_mmq_supported(wtype, n_in), op, "weight type %d with n_in=%lld has no MMQ kernel "
                    "(CUDA: Q4_0, Q5_0, Q8_0, MXFP4 with n_in a multiple of 32, Q4_K, Q5_K, Q6_K of 256; n_in >= 256)",
                    (int)wtype, (long long)n_in);
     RF_GPU_REQUIRE(n_tokens >= 1 && n_tokens <= 65535 && n_out >= 1 && n_out <= 0x7fffffff &&
                        n_tokens * n_in <= 0x7fffffff, op, "shape %lld x %lld x %lld", (long long)n_tokens,
                    (long long)n_in, (long long)n_out);
-    RF_GPU_REQUIRE(((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 3) == 0, op,
-                   "w and x must be 16-byte aligned (rf_gpu_alloc memory)");
-#if defined(RF_HIP)
-    (void)ctx, (void)y, (void)x;
-    return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no MMQ kernel on HIP", op);
-#else
+    RF_GPU_REQUIRE(w && x && y && ((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 3) == 0, op,
+                   "w and x must be 16-byte aligned device memory (rf_gpu_alloc)");
+#if !defined(RF_HIP)
     RF_GPU_REQUIRE(ctx->info.cc_major >= 8, op, "the int8 tensor-core kernel needs compute capability 8.0+");
+#else
+    (void)ctx;
+#endif
+    return RF_OK;
+}
+
+#if !defined(RF_HIP)
+/* the split-K partial sums' bytes for the product of (wtype, n_tokens, n_in, n_out): 0 without splits */
+static size_t rf_mmq_part_bytes(const rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    const int kt = rf_mmq_kernel_type(wtype, n_in), splits = rf_mmq_splits(ctx, n_in, n_out, kt == RF_TYPE_Q6_K ? 16 : 8);
+    return splits > 1 ? (size_t)splits * n_tokens * n_out * sizeof(float) : 0;
+}
+
+/* the product from x quantized as rf_gemv_launch_quantize_x(gb 1, rk) writes it at xq (int8 x,
+ * then the records 256-byte aligned), the split-K partial sums at tmp (rf_mmq_part_bytes of
+ * scratch; NULL: taken here) and their sum */
+static rf_status rf_mmq_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq, int rk,
+                            int64_t n_tokens, int64_t n_in, int64_t n_out, void *tmp) {
     const int kt = rf_mmq_kernel_type(wtype, n_in), kb = kt == RF_TYPE_Q6_K ? 16 : 8;
     const int splits = rf_mmq_splits(ctx, n_in, n_out, kb);
     const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
-    const size_t xqb = (rf_gpu_xq_bytes(n_tokens, n_in) + 255) & ~(size_t)255;
-    const size_t pb = splits > 1 ? (size_t)splits * n_tokens * n_out * sizeof(float) : 0;
+    const size_t pb = tmp ? 0 : rf_mmq_part_bytes(ctx, wtype, n_tokens, n_in, n_out);
     size_t mark;
-    void *tmp;
-    rf_status st = rf_gpu_tmp(ctx, xqb + pb, &tmp, &mark);
+    rf_status st = pb ? rf_gpu_tmp(ctx, pb, &tmp, &mark) : RF_OK;
     if (st) return st;
-    const bool kq = wtype == RF_TYPE_Q6_K || wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K;
-    /* RF_MMQ_X256 (read at every call, so that a test may change it with rf_knob_override; once,
-     * so that x's rounding and the kernels agree): the K-quants on x per 256 (rf_k_mmq's XS); off,
-     * the per-32 kernels in the default tiles (a measurement knob: a token's bits differ) */
-    const bool x256 = kq && rf_knob_bool(RF_KNOB_MMQ_X256);
-    const int rk = kq ? (x256 ? 3 : 1) : 0; /* K-quants: x per 256 (rf_launch_mmq's XS) */
-    st = rf_gemv_launch_quantize_x(ctx, tmp, 1, rk, x, (int)n_tokens, n_in);
     const size_t n = (size_t)n_tokens * (size_t)n_in;
-    const int8_t *qx = (const int8_t *)tmp;
-    const uint8_t *rec = (const uint8_t *)tmp + ((n + 255) & ~(size_t)255);
-    float *out = splits > 1 ? (float *)((char *)tmp + xqb) : y;
+    const int8_t *qx = (const int8_t *)xq;
+    const uint8_t *rec = (const uint8_t *)xq + ((n + 255) & ~(size_t)255);
+    float *out = splits > 1 ? (float *)tmp : y;
     const uint8_t *wp = (const uint8_t *)w;
     const int nt = (int)n_tokens, ni = (int)n_in, no = (int)n_out;
-    if (!st) {
+    const bool x256 = rk == 3;
 #define RF_MMQ_D(K) rf_launch_mmq<K>(ctx, out, wp, qx, rec, nt, ni, no, rb, splits, x256)
-        switch (kt) {
-        case RF_TYPE_Q4_0: st = RF_MMQ_D(RF_TYPE_Q4_0); break;
-        case RF_TYPE_Q5_0: st = RF_MMQ_D(RF_TYPE_Q5_0); break;
-        case RF_TYPE_Q8_0: st = RF_MMQ_D(RF_TYPE_Q8_0); break;
-        case RF_TYPE_Q4_K: st = RF_MMQ_D(RF_TYPE_Q4_K); break;
-        case RF_TYPE_Q5_K: st = RF_MMQ_D(RF_TYPE_Q5_K); break;
-        case RF_TYPE_MXFP4: st = RF_MMQ_D(RF_TYPE_MXFP4); break;
-        case RF_MMQ_UA(RF_TYPE_Q4_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q4_0)); break;
-        case RF_MMQ_UA(RF_TYPE_Q5_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q5_0)); break;
-        case RF_MMQ_UA(RF_TYPE_Q8_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q8_0)); break;
-        case RF_MMQ_UA(RF_TYPE_Q6_K): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q6_K)); break;
-        default: st = RF_MMQ_D(RF_TYPE_Q6_K); break;
-        }
-#undef RF_MMQ_D
+    switch (kt) {
+    case RF_TYPE_Q4_0: st = RF_MMQ_D(RF_TYPE_Q4_0); break;
+    case RF_TYPE_Q5_0: st = RF_MMQ_D(RF_TYPE_Q5_0); break;
+    case RF_TYPE_Q8_0: st = RF_MMQ_D(RF_TYPE_Q8_0); break;
+    case RF_TYPE_Q4_K: st = RF_MMQ_D(RF_TYPE_Q4_K); break;
+    case RF_TYPE_Q5_K: st = RF_MMQ_D(RF_TYPE_Q5_K); break;
+    case RF_TYPE_MXFP4: st = RF_MMQ_D(RF_TYPE_MXFP4); break;
+    case RF_MMQ_UA(RF_TYPE_Q4_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q4_0)); break;
+    case RF_MMQ_UA(RF_TYPE_Q5_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q5_0)); break;
+    case RF_MMQ_UA(RF_TYPE_Q8_0): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q8_0)); break;
+    case RF_MMQ_UA(RF_TYPE_Q6_K): st = RF_MMQ_D(RF_MMQ_UA(RF_TYPE_Q6_K)); break;
+    default: st = RF_MMQ_D(RF_TYPE_Q6_K); break;
     }
+#undef RF_MMQ_D
     if (!st && splits > 1) {
         const int64_t ny = n_tokens * n_out;
         st = rf_gpu_launch(ctx, "rf_k_mmq_reduce", true, rf_k_mmq_reduce, dim3(rf_gpu_blocks(ny, 256)), dim3(256), 0,
                            y, (const float *)out, ny, splits);
     }
+    if (pb) ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
+    return st;
+}
+#endif
+
+extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
+                                int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    const char *op = "rf_gpu_mmq";
+    rf_status st = rf_mmq_check(ctx, op, w, wtype, x, y, n_tokens, n_in, n_out);
+    if (st) return st;
+#if defined(RF_HIP)
+    return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no MMQ kernel on HIP", op);
+#else
+    /* rk read once, so that x's rounding and the kernels agree */
+    const int rk = rf_gpu_mmq_rk(wtype);
+    size_t mark;
+    void *xq;
+    /* x's quantization and the partial sums in one piece of scratch (the arena grows only while
+     * nothing else is in use) */
+    const size_t xqb = (rf_gpu_xq_bytes(n_tokens, n_in) + 255) & ~(size_t)255,
+                 pb = rf_mmq_part_bytes(ctx, wtype, n_tokens, n_in, n_out);
+    if ((st = rf_gpu_tmp(ctx, xqb + pb, &xq, &mark))) return st;
+    st = rf_gemv_launch_quantize_x(ctx, xq, 1, rk, x, (int)n_tokens, n_in);
+    if (!st) st = rf_mmq_run(ctx, y, w, wtype, xq, rk, n_tokens, n_in, n_out, pb ? (char *)xq + xqb : NULL);
     ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
     return st;
+#endif
+}
+
+extern "C" rf_status rf_gpu_mmq_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq, int rk,
+                                   int64_t n_tokens, int64_t n_in, int64_t n_out) {
+    const char *op = "rf_gpu_mmq_xq";
+    const rf_status st = rf_mmq_check(ctx, op, w, wtype, xq, y, n_tokens, n_in, n_out);
+    if (st) return st;
+    const bool kq = wtype == RF_TYPE_Q6_K || wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K;
+    RF_GPU_REQUIRE(kq ? rk == 1 || (rk == 3 && n_in % 256 == 0) : rk == 0, op,
+                   "records %d for weight type %d (K-quants: 1 or 3, the others 0)", rk, (int)wtype);
+#if defined(RF_HIP)
+    return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no MMQ kernel on HIP", op);
+#else
+    return rf_mmq_run(ctx, y, w, wtype, xq, rk, n_tokens, n_in, n_out, NULL);
 #endif
 }
