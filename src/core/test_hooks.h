@@ -88,6 +88,10 @@ typedef struct rf_test_hooks {
      * append, the norms, the GLU, the products), so that a step is timed without them: what
      * each kind costs inside a whole step and its graph; the values are wrong, for timing only */
     int gpu_skip_ops;
+    /* GPU: the fused norm + quantization on one block a row where the cluster of blocks (one a
+     * 1,024-element slice) would run, for a side-by-side timing and to test both kernels; the
+     * same bits either way */
+    bool gpu_norm_nocl;
 } rf_test_hooks;
 
 #define RF_CPU_ACT_GGML 0

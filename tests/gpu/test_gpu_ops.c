@@ -12,6 +12,7 @@ int main(void) {
 #include "gpu_test_common.h"
 
 #include "backend/backend.h"
+#include "core/test_hooks.h"
 #include "backend/ref/ref_ops.h"
 
 static const int64_t k_sizes[] = {1, 7, 31, 256, 1000, 4097, 6144, 16384};
@@ -534,8 +535,18 @@ static void test_norm_rope_fused(void **state) {
  * products take (Q4_0 and Q8_0: groups of 8 blocks, Q4_1 and Q4_K: with sums, Q5_0 wide rows),
  * 1 and 3 tokens (the GEMV's layouts) and 32 (MMQ's: in order; the K-quants per 256, rows of 2560
  * ending inside a round of 1024, 8192 on a cluster, 12288), with and without a norm weight. */
+static void rmsnorm_quantize_cases(void);
 static void test_rmsnorm_quantize_fused(void **state) {
     (void)state;
+    rmsnorm_quantize_cases();
+    /* the norm on one block a row where a cluster of blocks would run (the test hook): the same bits */
+    rf_test_hooks h = {0};
+    h.gpu_norm_nocl = true;
+    rf_test_hooks_set(&h);
+    rmsnorm_quantize_cases();
+    rf_test_hooks_set(NULL);
+}
+static void rmsnorm_quantize_cases(void) {
     rf_rng r;
     rf_rng_init(&r, rf_test_seed() + 7);
     const struct { rf_type t; int64_t n; } cases[] = {

@@ -39,6 +39,7 @@ void rf_test_hooks_from_env(void) {
     h.gpu_p2p_notrigger = env_on("RF_P2P_NOTRIGGER");
     h.tp_no_reduce = env_on("RF_TP_NO_REDUCE");
     h.tp_norm_unfused = env_on("RF_TP_UNFUSED");
+    h.gpu_norm_nocl = env_on("RF_NORM_NOCL");
     const char *so = getenv("RF_SKIP_OPS"); /* a comma list of attn, rope, norm, glu, matmul */
     if (so) {
         static const char *const names[] = {"attn", "rope", "norm", "glu", "matmul"};
@@ -47,13 +48,14 @@ void rf_test_hooks_from_env(void) {
     }
     if (h.serve_load_delay_ms <= 0 && !h.serve_faults && !h.tp_one_device && !h.tp_cpu_ranks && h.tp_skip_rank <= 0 &&
         h.gpu_pa_rows <= 0 && !h.gpu_attn_nopdl && h.gpu_mt_min <= 0 &&
-        !h.gpu_mt_shallow && !h.gpu_p2p_pull && !h.gpu_p2p_notrigger && !h.tp_no_reduce && !h.tp_norm_unfused && !h.gpu_skip_ops)
+        !h.gpu_mt_shallow && !h.gpu_p2p_pull && !h.gpu_p2p_notrigger && !h.tp_no_reduce && !h.tp_norm_unfused && !h.gpu_skip_ops &&
+        !h.gpu_norm_nocl)
         return;
     fprintf(stderr, "rocmforge-test: test hooks in force (load delay %d ms, serve faults %s, tp on one device %s, "
             "tp on CPU ranks %s, tp rank %d skipping collectives from the %lldth, paged attention rows %d, "
-            "rope/attention in stream order %s, gemv_mt from %d tokens, gemv_mt's shallow ring %s, p2p pull %s, p2p no trigger %s, no tp reduce %s, tp norm unfused %s, skipped GPU ops %#x)\n", h.serve_load_delay_ms,
+            "rope/attention in stream order %s, gemv_mt from %d tokens, gemv_mt's shallow ring %s, p2p pull %s, p2p no trigger %s, no tp reduce %s, tp norm unfused %s, skipped GPU ops %#x, norm on one block a row %s)\n", h.serve_load_delay_ms,
             h.serve_faults ? "on" : "off", h.tp_one_device ? "on" : "off", h.tp_cpu_ranks ? "on" : "off", h.tp_skip_rank - 1,
             (long long)h.tp_skip_from, h.gpu_pa_rows, h.gpu_attn_nopdl ? "on" : "off", h.gpu_mt_min,
-            h.gpu_mt_shallow ? "on" : "off", h.gpu_p2p_pull ? "on" : "off", h.gpu_p2p_notrigger ? "on" : "off", h.tp_no_reduce ? "on" : "off", h.tp_norm_unfused ? "on" : "off", h.gpu_skip_ops);
+            h.gpu_mt_shallow ? "on" : "off", h.gpu_p2p_pull ? "on" : "off", h.gpu_p2p_notrigger ? "on" : "off", h.tp_no_reduce ? "on" : "off", h.tp_norm_unfused ? "on" : "off", h.gpu_skip_ops, h.gpu_norm_nocl ? "on" : "off");
     rf_test_hooks_set(&h);
 }

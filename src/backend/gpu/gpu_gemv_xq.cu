@@ -3,6 +3,7 @@
 #include "backend/gpu/gpu_cluster.cuh"
 #include "backend/gpu/gpu_gemv.cuh"
 #include "backend/gpu/gpu_rmsnorm.cuh"
+#include "core/test_hooks.h"
 
 /* ---- x quantization ------------------------------------------------------------------------
  * quantize_x: for each 32-element group g of x: d = f16(max|x| / 127), qx = rint(x * 127 / max|x|),
@@ -247,12 +248,17 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
     float4 *dx = (float4 *)((char *)xq + ((tot + 255) & ~(size_t)255));
     const int k = (int)((n + 1023) / 1024);
 #if defined(RF_CUDA_BUILD)
-    /* a cluster of blocks a row (rf_k_rmsnorm_quantize_x_cl, the same bits) where the rows alone
-     * would leave most SMs idle, for rows of 8 slices (7,169-8,192 wide) only: on an H200 the
-     * 70B's 8,192 gained 8 us a layer (TP 1 +5.3%, TP 2 +5.7%: docs/perf-gpu.md) while the 8B's
-     * 4,096 (4 blocks) gained nothing measurable; 5-7 slices were not measured. 8 is also the
+    /* a cluster of blocks a row (rf_k_rmsnorm_quantize_x_cl, the same bits) for rows of 2..8
+     * slices where the rows alone would leave most SMs idle (rows x slices at most 2 blocks an
+     * SM). First for rows of 8 only: on an H200 the 70B's 8,192 gained 8 us a layer (TP 1 +5.3%,
+     * TP 2 +5.7%: docs/perf-gpu.md), while the 8B's 4,096 (4 blocks) gained nothing measurable
+     * then. Since the MMQ takes x from these norms (x per 256: each round of the single-block
+     * kernel waits on a barrier), for 2..8 (H200, 2026-12-02, qwen3-8b Q4_K_M, `bench -p 0 -n 64
+     * --batch-prompt 128`, 2 rounds, the old rule as test hook RF_NORM_NOCL): 1 / 16 / 32 / 64
+     * sequences 417 / 2,667 / 4,269 / 5,955 -> 428 / 2,737 / 4,359 / 5,952 tok/s. 8 is also the
      * largest portable cluster. */
-    const bool cl = ctx->info.cc_major >= 9 && k == 8 &&
+    const rf_test_hooks *th = rf_test_hooks_get();
+    const bool cl = ctx->info.cc_major >= 9 && k >= 2 && k <= 8 && !(th && th->gpu_norm_nocl) &&
                     (int64_t)rows * k <= 2 * (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
 #endif
 #define RF_RQ(GB, FS, K)                                                                             \
