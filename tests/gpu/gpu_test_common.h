@@ -17,9 +17,13 @@ static rf_gpu_ctx *g_ctx;
 
 /* Exit 77 (skipped) when no GPU is usable; else open device 0 for the whole test program.
  * stdout is line-buffered from here: under a sanitizer's timeout (a pipe or a file, not a
- * terminal) the cases finished so far still reach the log when the run is killed. */
+ * terminal) the cases finished so far still reach the log when the run is killed.
+ * RF_TEST_FILTER=PATTERN (cmocka's, * and ?): only the cases it matches, e.g. one case under a
+ * sanitizer. */
 static inline void gpu_test_init_or_skip(const char *test) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *filter = getenv("RF_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     if (rf_gpu_device_count() <= 0) {
         fprintf(stderr, "%s: skipped, no GPU present (device count 0)\n", test);
         exit(RF_TEST_SKIP);
