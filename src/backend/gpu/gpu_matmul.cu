@@ -145,13 +145,23 @@ extern "C" int rf_gpu_gemv_mt_ks(const rf_gpu_ctx *ctx, rf_type t, int64_t n_in,
 #endif
 }
 
-/* quantize_x into xq for the product rf_q32_variant picks (its x order); n_out does not change
+/* whether one GEMV call takes nt tokens of (t, n_in) on int8 x */
+static bool rf_xq_gemv_takes(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_in) {
+    return nt <= rf_gemv_max_nt(ctx, t, n_in) && rf_has_xq(ctx, t, n_in);
+}
+/* the x order (gb) and records (rk) of the product rf_q32_variant picks; n_out does not change
  * the order, only the variant's kernel among 1..3, which share it */
+static void rf_xq_layout(const rf_gpu_ctx *ctx, rf_type t, int64_t nt, int64_t n_in, int *gb, int *rk) {
+    const int v = rf_q32_variant(ctx, t, n_in, 1);
+    *gb = v >= 4 && !rf_mt_takes(ctx, t, nt, n_in) ? rf_q32s_gb(t, n_in) : 1; /* gemv_mt: in order */
+    *rk = rf_xq_records(t);
+}
+/* quantize_x into xq for that product */
 static rf_status rf_q32_quantize(rf_gpu_ctx *ctx, void *xq, rf_type t, const float *x, int nt,
                                  int64_t n_in) {
-    const int v = rf_q32_variant(ctx, t, n_in, 1);
-    const int gb = v >= 4 && !rf_mt_takes(ctx, t, nt, n_in) ? rf_q32s_gb(t, n_in) : 1; /* gemv_mt: in order */
-    return rf_gemv_launch_quantize_x(ctx, xq, gb, rf_xq_records(t), x, nt, n_in);
+    int gb, rk;
+    rf_xq_layout(ctx, t, nt, n_in, &gb, &rk);
+    return rf_gemv_launch_quantize_x(ctx, xq, gb, rk, x, nt, n_in);
 }
 /* whole: x was quantized by the kernel right before (rf_gpu_gemv), which the default tuning
  * takes into account; bias (not NULL): y += bias per output row, in the product's store */
@@ -187,10 +197,8 @@ static rf_status rf_xq_plan(rf_gpu_ctx *ctx, const char *op, rf_type wtype, int6
                        n_in <= ((int64_t)1 << 28) && n_tokens * n_in <= 0x7fffffff, op,
                    "n_tokens=%lld, n_in=%lld (n_in a multiple of 32 in 32..2^28)", (long long)n_tokens, (long long)n_in);
     *mmq = false;
-    if (n_tokens <= rf_gemv_max_nt(ctx, wtype, n_in) && rf_has_xq(ctx, wtype, n_in)) {
-        const int v = rf_q32_variant(ctx, wtype, n_in, 1);
-        *gb = v >= 4 && !rf_mt_takes(ctx, wtype, n_tokens, n_in) ? rf_q32s_gb(wtype, n_in) : 1; /* gemv_mt: in order */
-        *rk = rf_xq_records(wtype);
+    if (rf_xq_gemv_takes(ctx, wtype, n_tokens, n_in)) {
+        rf_xq_layout(ctx, wtype, n_tokens, n_in, gb, rk);
         return RF_OK;
     }
     *mmq = rf_knob_bool(RF_KNOB_GPU_MMQ_XQ) && rf_gpu_mmq_supported(wtype, n_in) &&
@@ -274,7 +282,7 @@ extern "C" bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tok
      * where it quantizes inside a larger path: the BLAS, W4A16, the GEMV groups) */
     if (n_tokens < 1 || n_tokens > 65535 || n_in < RF_QK || n_in % RF_QK || n_in > ((int64_t)1 << 28)) return false;
     const rf_gpu_route_kind r = rf_gpu_route_for(ctx, wtype, n_tokens, n_in, 1);
-    const bool gemv = n_tokens <= rf_gemv_max_nt(ctx, wtype, n_in) && rf_has_xq(ctx, wtype, n_in); /* rf_xq_plan's */
+    const bool gemv = rf_xq_gemv_takes(ctx, wtype, n_tokens, n_in); /* rf_xq_plan's first choice */
     if (r == RF_ROUTE_GEMV) return gemv;
     return r == RF_ROUTE_MMQ && !gemv && rf_knob_bool(RF_KNOB_GPU_MMQ_XQ) && rf_gpu_mmq_supported(wtype, n_in);
 }

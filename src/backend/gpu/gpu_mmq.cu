@@ -430,10 +430,8 @@ static int rf_mmq_splits(const rf_gpu_ctx *ctx, int64_t n_in, int64_t n_out, int
 /* the records of the MMQ's x for weights of type t: 3 (x per 256, rf_k_mmq's XS) for the K-quants
  * with RF_MMQ_X256 on (a measurement knob, read at every call so that a test may change it with
  * rf_knob_override), 1 (per 32 with sums) with it off, 0 for the 32-element formats */
-extern "C" int rf_gpu_mmq_rk(rf_type t) {
-    const bool kq = t == RF_TYPE_Q6_K || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K;
-    return kq ? (rf_knob_bool(RF_KNOB_MMQ_X256) ? 3 : 1) : 0;
-}
+static bool rf_mmq_kquant(rf_type t) { return t == RF_TYPE_Q6_K || t == RF_TYPE_Q4_K || t == RF_TYPE_Q5_K; }
+extern "C" int rf_gpu_mmq_rk(rf_type t) { return rf_mmq_kquant(t) ? (rf_knob_bool(RF_KNOB_MMQ_X256) ? 3 : 1) : 0; }
 
 /* the checks of both entries */
 static rf_status rf_mmq_check(const rf_gpu_ctx *ctx, const char *op, const void *w, rf_type wtype, const void *x,
@@ -534,8 +532,7 @@ extern "C" rf_status rf_gpu_mmq_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_
     const char *op = "rf_gpu_mmq_xq";
     const rf_status st = rf_mmq_check(ctx, op, w, wtype, xq, y, n_tokens, n_in, n_out);
     if (st) return st;
-    const bool kq = wtype == RF_TYPE_Q6_K || wtype == RF_TYPE_Q4_K || wtype == RF_TYPE_Q5_K;
-    RF_GPU_REQUIRE(kq ? rk == 1 || (rk == 3 && n_in % 256 == 0) : rk == 0, op,
+    RF_GPU_REQUIRE(rf_mmq_kquant(wtype) ? rk == 1 || (rk == 3 && n_in % 256 == 0) : rk == 0, op,
                    "records %d for weight type %d (K-quants: 1 or 3, the others 0)", rk, (int)wtype);
 #if defined(RF_HIP)
     return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no MMQ kernel on HIP", op);
