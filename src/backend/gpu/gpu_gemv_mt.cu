@@ -147,11 +147,12 @@ static __device__ __forceinline__ void rf_mt_row(const uint8_t *r, int t, int b,
 /* One block b of the chunk, rows g, g + 8 (ra, rb) against NF fragments of 8 tokens: x words t
  * and 4 + t of token g of each fragment at sx (fragment stride 8 XT), records of tokens 2t,
  * 2t + 1 at sr (fragment stride 8 RS); acc[nf][i]: rows g (i < 2), g + 8 by tokens 2t, 2t + 1
- * += d_w d_x s (+ cm * the record's sum of x for Q4_K / Q5_K, Q4_1 / Q5_1). Fragments wholly
- * past the call's tokens (nf >= nfa) are skipped. */
+ * += d_w d_x s (+ cm * the record's sum of x for Q4_K / Q5_K, Q4_1 / Q5_1). Every fragment holds
+ * some of the call's tokens (NF 1 up to 8 tokens, 2 from 9): no guard, which would keep the two
+ * mma of NF 2 from overlapping (rf_mmq_mma's note). */
 template <int T, int NF, int XT, int RS>
 static __device__ __forceinline__ void rf_mt_block(float (*acc)[4], const uint8_t *ra, const uint8_t *rb, const uint8_t *sx,
-                                                   const uint8_t *sr, int t, int b, int nfa) {
+                                                   const uint8_t *sr, int t, int b) {
     using F = rf_mt_fmt<T>;
     uint32_t A[4];
     float D[2], CM[2] = {0.0f, 0.0f};
@@ -160,7 +161,6 @@ static __device__ __forceinline__ void rf_mt_block(float (*acc)[4], const uint8_
     rf_mt_row<T>(rb, t, b, A[1], A[3], D[1], CM[1], SC[1][0], SC[1][1]);
 #pragma unroll
     for (int nf = 0; nf < NF; nf++) {
-        if (nf >= nfa) break;
         const uint8_t *xp = sx + nf * 8 * XT + b * 32 + 4 * t;
         const int X[2] = {*(const int *)xp, *(const int *)(xp + 16)};
         const uint8_t *q0 = sr + nf * 8 * RS + b * F::REC, *q1 = q0 + RS;
@@ -302,7 +302,7 @@ static __device__ __forceinline__ void rf_mt_store(float (*acc)[4], float *red, 
  * of blockIdx.x's tile. W: n_out rows of row_bytes in ggml's layout (n_in a multiple of 32 KB);
  * qx / rec: rf_k_quantize_x's x with GB = 1 (in order) and records of REC bytes. Warp (wr, ks) =
  * (warp % WR, warp / WR) owns rows 16 wr .. 16 wr + 15 (one m16 fragment) by all tokens (NF n8
- * fragments, those wholly past nt skipped) over chunks ks, ks + KS, ...: per 32-element block
+ * fragments) over chunks ks, ks + KS, ...: per 32-element block
  * one mma per fragment gives the exact int32 sum of q x (Q4_0 / Q5_0 / Q4_K / Q5_K: their centres
  * 8 / 16 / 8 / 16 taken off in the mma's c operand, which also adds the bias of rf_mt_unbias;
  * Q4_1 / Q5_1 uncentred, their minimum times q8_1's s added as the K-quants' cm term; Q6_K: two k16
@@ -352,7 +352,6 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
         }
         rf_cp_async_commit();
     }
-    const int nfa = (nt + 7) / 8; /* token fragments holding any of the call's tokens */
     float acc[NF][4];
 #pragma unroll
     for (int nf = 0; nf < NF; nf++)
@@ -374,7 +373,7 @@ rf_k_gemv_mt(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, i
         const uint8_t *ra = sl + (ks * L::RB + 16 * wr + g) * F::SROW + rf_mt_off<T>(s * KS + ks), *rb = ra + 8 * F::SROW;
         const uint8_t *sx = sl + L::XO + (ks * L::BN + g) * L::XT, *sr = sl + L::RO + (ks * L::BN + 2 * t) * L::RS;
 #pragma unroll
-        for (int b = 0; b < F::KB; b++) rf_mt_block<T, NF, L::XT, L::RS>(acc, ra, rb, sx, sr, t, b, nfa);
+        for (int b = 0; b < F::KB; b++) rf_mt_block<T, NF, L::XT, L::RS>(acc, ra, rb, sx, sr, t, b);
     }
     rf_mt_store<NF, KS, L::WR>(acc, (float *)rf_mt_smem, y, nt, r0, n_out);
 }

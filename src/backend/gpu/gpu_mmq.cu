@@ -11,23 +11,25 @@
 
 #if !defined(RF_HIP) /* mma.sync, cp.async: CUDA only */
 
-/* rf_k_mmq's products of block b: for each of the warp's token fragments nf < nfa (B: words t,
+/* rf_k_mmq's products of block b: for each of the warp's four token fragments nf (B: words t,
  * 4 + t of token 8 nf + g's block b at sx; records of tokens 8 nf + 2t, + 1 at sr) and m16
  * fragments mf (A, D, CM, SC: rf_mmq_a_al / rf_mmq_a_ua), one mma, its exact int32 sum scaled
  * into acc (see rf_k_mmq); XS (K-quants, x per 256): added in int32 into the super-block's
- * I1 (the sum of the blocks' integer scale times their mma sum), scaled by rf_mmq_flush */
+ * I1 (the sum of the blocks' integer scale times their mma sum), scaled by rf_mmq_flush.
+ * Fragments past the call's tokens are computed too (their staged x is the last token's, their
+ * sums never stored): a guard around each mma made every mma wait for the one before (one
+ * basic block each, the same registers), 4 mma a block in a chain at 16 warps an SM. */
 template <int T, int WN, int STX, int XS>
 static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], int (&I1)[WN][4][4],
                                                   const uint32_t (&A)[WN][4],
                                                   const float (&D)[WN][2], const float (&CM)[WN][2],
                                                   const int (&SC)[WN][2][2], const uint8_t *sx, const uint8_t *sr,
-                                                  int b, int t, int nfa) {
+                                                  int b, int t) {
     using F = rf_mmq_fmt<T>;
     using L = rf_mmq_stage<T, WN, STX>;
     constexpr int MF = WN, B = rf_mmq_base<T>::v;
 #pragma unroll
     for (int nf = 0; nf < 4; nf++) {
-        if (nf >= nfa) break;
         const int X[2] = {*(const int *)(sx + nf * 8 * L::XT + b * 32 + 4 * t),
                           *(const int *)(sx + nf * 8 * L::XT + b * 32 + 16 + 4 * t)};
         const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC, *q1 = q0 + L::RS;
@@ -81,14 +83,12 @@ static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], int (&
 template <int T, int WN, int STX>
 static __device__ __forceinline__ void rf_mmq_flush(float (&acc)[WN][4][4], int (&I1)[WN][4][4],
                                                     const float (&D)[WN][2], const float (&CM)[WN][2],
-                                                    const uint8_t *const (&ra)[WN][2], const uint8_t *sr, int b,
-                                                    int nfa) {
+                                                    const uint8_t *const (&ra)[WN][2], const uint8_t *sr, int b) {
     using F = rf_mmq_fmt<T>;
     using L = rf_mmq_stage<T, WN, STX>;
     constexpr int B = rf_mmq_base<T>::v;
 #pragma unroll
     for (int nf = 0; nf < 4; nf++) {
-        if (nf >= nfa) break;
         const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC;
         const float dx0 = *(const float *)q0, dx1 = *(const float *)(q0 + L::RS);
 #pragma unroll
@@ -121,7 +121,7 @@ static __device__ __forceinline__ void rf_mmq_flush(float (&acc)[WN][4][4], int 
  * n_out rows of row_bytes in ggml's layout (n_in a multiple of 32 KB), qx / rec:
  * rf_k_quantize_x's x with GB = 1 (in order) and records of REC bytes. Warp (wm, wn) = (warp %
  * (8 / WN), warp / (8 / WN)) owns rows 16 WN wm .. + 16 WN - 1 (WN m16 fragments) by tokens
- * 32 wn .. + 31 (four n8 fragments, those wholly past the call's tokens skipped); per
+ * 32 wn .. + 31 (four n8 fragments; a warp with none of the call's tokens skips the chunks); per
  * 32-element block b, one mma per fragment pair gives the exact int32 sum of q x (Q4_0 / Q4_K /
  * Q5_K: their centres 8 / 8 / 16 taken off in the mma's c operand, - c sum x, which also adds
  * the bias of rf_mmq_unbias; Q6_K: two k16 products, one per 16-element half with its int8
@@ -244,9 +244,9 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
                     else
                         rf_mmq_a_al<T, XS>(ra[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], &CM[mf][h], SC[mf][h]);
                 }
-            rf_mmq_mma<T, WN, STX, XS>(acc, I1, A, D, CM, SC, sx, sr, b, t, nfa);
+            rf_mmq_mma<T, WN, STX, XS>(acc, I1, A, D, CM, SC, sx, sr, b, t);
             if constexpr (XS)
-                if (b % 8 == 7) rf_mmq_flush<T, WN, STX>(acc, I1, D, CM, ra, sr, b, nfa);
+                if (b % 8 == 7) rf_mmq_flush<T, WN, STX>(acc, I1, D, CM, ra, sr, b);
         }
     }
     float *out = tiles ? y : y + (int64_t)blockIdx.z * nt * n_out;
