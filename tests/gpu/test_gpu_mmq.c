@@ -23,7 +23,8 @@
  * its cases 10.. are gpt-oss-20b's products (MXFP4 experts 2880 -> 2880 / 5760, Q8_0 attention
  * 2880 -> 4096 / 512) and qwen3-30b-a3b's Q6_K down expert (768 -> 2048), 15.. gemma4-26b-a4b's
  * Q5_0 down expert (704 -> 2816) and an aligned Q5_0 4096 x 4096.
- * Skips (77) without a GPU. */
+ * test_mmq_mins_exact: the K-quants' mins term alone (d = 0) to the exact integer. Skips (77)
+ * without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
 int main(void) {
@@ -471,6 +472,66 @@ static void test_mmq_x256_off(void **state) {
     assert_int_equal(rf_knob_override(RF_KNOB_MMQ_X256, NULL), RF_OK); /* unset again */
 }
 
+/* The K-quants' mins term alone, exactly: Q4_K / Q5_K rows with d = 0 and dmin = 1 (each weight
+ * -m_j, its block's min) against x of integers in [-127, 127] with 127 first in every 256 (so x's
+ * scale is 1 and its int8 values are x): y[t, o] = -sum_j m_j(o) s_j(t) over the row's blocks,
+ * an integer below 2^24 (4 super-blocks: |y| <= 4 * 8 * 63 * 4064), which the kernel's sums
+ * (the flush's f16 mma of rf_mmq_mins, the splits' adds) must give exactly, at tiles of 32 and
+ * 64 tokens */
+static void test_mmq_mins_exact(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 47);
+    const int64_t n_in = 1024, n_out = 300, nts[] = {20, 32, 64, 96};
+    const rf_type ts[] = {RF_TYPE_Q4_K, RF_TYPE_Q5_K};
+    for (size_t ti = 0; ti < 2; ti++) {
+        const rf_type t = ts[ti];
+        const int bb = t == RF_TYPE_Q4_K ? 144 : 176, nsb = (int)(n_in / 256);
+        uint8_t *w = malloc((size_t)n_out * nsb * bb);
+        for (size_t i = 0; i < (size_t)n_out * nsb * bb; i++) w[i] = (uint8_t)(rf_rng_u64(&r) >> 24);
+        for (int64_t b = 0; b < n_out * nsb; b++) { /* d = +0, dmin = 1; a block with every min 63 */
+            uint8_t *blk = w + b * bb;
+            blk[0] = blk[1] = 0, blk[2] = 0x00, blk[3] = 0x3C;
+            if (b == 5) memset(blk + 4, 0xFF, 12);
+        }
+        for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+            const int64_t nt = nts[k];
+            float *x = host_f32(nt * n_in), *got = host_f32(nt * n_out);
+            for (int64_t i = 0; i < nt * n_in; i++)
+                x[i] = i % 256 == 0 ? 127.0f : (float)((int)(rf_rng_u64(&r) % 255u) - 127);
+            if (k == 1) /* every x 127 or -127 in token 3: the block sums at their bound */
+                for (int64_t i = 1; i < n_in; i++) x[3 * n_in + i] = i / 32 % 2 ? -127.0f : 127.0f;
+            void *dw = dev_from(w, (size_t)n_out * nsb * bb);
+            float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
+            assert_int_equal(rf_gpu_mmq(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
+            dev_to(got, dy, nt * n_out * 4);
+            int64_t bad = 0;
+            for (int64_t tk = 0; tk < nt; tk++)
+                for (int64_t o = 0; o < n_out; o++) {
+                    int64_t want = 0;
+                    for (int sb = 0; sb < nsb; sb++) {
+                        const uint8_t *q = w + (o * nsb + sb) * bb + 4;
+                        for (int j = 0; j < 8; j++) {
+                            const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+                            int64_t sj = 0;
+                            for (int e = 0; e < 32; e++) sj += (int64_t)x[tk * n_in + sb * 256 + j * 32 + e];
+                            want -= m * sj;
+                        }
+                    }
+                    if (got[tk * n_out + o] != (float)want && bad++ < 3)
+                        fprintf(stderr, "  %s nt=%lld token %lld row %lld: %.1f, exact %lld\n", rf_type_name(t),
+                                (long long)nt, (long long)tk, (long long)o, got[tk * n_out + o], (long long)want);
+                }
+            fprintf(stderr, "  mins exact %s nt=%lld: %lld of %lld outputs differ\n", rf_type_name(t), (long long)nt,
+                    (long long)bad, (long long)(nt * n_out));
+            assert_int_equal(bad, 0);
+            rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
+            free(x), free(got);
+        }
+        free(w);
+    }
+}
+
 static void test_mmq_bench(void **state) {
     (void)state;
     if (getenv("RF_MMQ_BENCH")) bench();
@@ -486,6 +547,7 @@ int main(void) {
         cmocka_unit_test(test_mmq_batch_invariance),
         cmocka_unit_test(test_mmq_configs),
         cmocka_unit_test(test_mmq_x256_off),
+        cmocka_unit_test(test_mmq_mins_exact),
         cmocka_unit_test(test_mmq_bench),
     };
     const struct CMUnitTest just_bench[] = {cmocka_unit_test(test_mmq_bench)};

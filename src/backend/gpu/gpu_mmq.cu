@@ -77,9 +77,10 @@ static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], int (&
 
 /* XS: the super-block ending at block b (its 8 blocks from b - 7) into acc, I1 reset: y += d_x
  * (d I1 - dmin I2) (Q4_K / Q5_K; D, CM: the rows' d and dmin; I2 = sum_j m_j s_j of the 8 blocks'
- * mins, from the staged rows ra, and the tokens' int x sums s_j, < 8 * 63 * 32 * 127 < 2^22:
- * exact through the bias) or d d_x I1 (Q6_K, D its d); d_x the tokens' one scale of the 256
- * (their records of block b); |I1| may pass 2^24 (one rounding in the conversion) */
+ * mins, from the staged rows ra, and the tokens' int x sums s_j) or d d_x I1 (Q6_K, D its d); d_x
+ * the tokens' one scale of the 256 (their records of block b); |I1| may pass 2^24 (one rounding
+ * in the conversion). I2 of a fragment pair is one f16 mma (rf_mmq_mins), exact: the integer sum
+ * the earlier 8 multiply-adds an output made, in the same f32 (the same bits). */
 template <int T, int WN, int STX>
 static __device__ __forceinline__ void rf_mmq_flush(float (&acc)[WN][4][4], int (&I1)[WN][4][4],
                                                     const float (&D)[WN][2], const float (&CM)[WN][2],
@@ -87,31 +88,34 @@ static __device__ __forceinline__ void rf_mmq_flush(float (&acc)[WN][4][4], int 
     using F = rf_mmq_fmt<T>;
     using L = rf_mmq_stage<T, WN, STX>;
     constexpr int B = rf_mmq_base<T>::v;
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    uint32_t MA[WN][4]; /* Q4_K / Q5_K: the rows' mins as rf_mmq_mins' A fragments */
+    if constexpr (B != RF_TYPE_Q6_K)
+#pragma unroll
+        for (int mf = 0; mf < WN; mf++) rf_mmq_mins_a(MA[mf], ra[mf][0] + 4, ra[mf][1] + 4, t);
 #pragma unroll
     for (int nf = 0; nf < 4; nf++) {
         const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC;
         const float dx0 = *(const float *)q0, dx1 = *(const float *)(q0 + L::RS);
+        uint32_t X0 = 0, X1 = 0; /* Q4_K / Q5_K: token 8 nf + g's block sums s_2t, s_2t+1 as rf_mmq_mins' B */
+        if constexpr (B != RF_TYPE_Q6_K) {
+            const uint8_t *qg = q0 + (g - 2 * t) * L::RS + (2 * t - 7) * F::REC + 4; /* its record of block b - 7 + 2t */
+            rf_mmq_mins_b(&X0, &X1, *(const int *)qg, *(const int *)(qg + F::REC));
+        }
 #pragma unroll
-        for (int mf = 0; mf < WN; mf++)
+        for (int mf = 0; mf < WN; mf++) {
+            float i2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if constexpr (B != RF_TYPE_Q6_K) rf_mmq_mins(i2, MA[mf], X0, X1);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const float dxv = i % 2 ? dx1 : dx0, f1 = (float)I1[mf][nf][i];
-                if constexpr (B == RF_TYPE_Q6_K) {
+                if constexpr (B == RF_TYPE_Q6_K)
                     acc[mf][nf][i] += D[mf][i / 2] * dxv * f1;
-                } else {
-                    int i2 = RF_MMQ_MAGIC;
-#pragma unroll
-                    for (int j = 0; j < 8; j++) { /* decoded here per output: decoding them once
-                                                   * before the loops gave the same instruction
-                                                   * count (nvdisasm), the compiler keeps them */
-                        int sc, m;
-                        rf_k4_sm(j, ra[mf][i / 2] + 4, &sc, &m);
-                        i2 += m * *(const int *)(q0 + (i % 2) * L::RS + (j - 7) * F::REC + 4);
-                    }
-                    acc[mf][nf][i] += dxv * (D[mf][i / 2] * f1 - CM[mf][i / 2] * rf_mmq_unbias(i2));
-                }
+                else
+                    acc[mf][nf][i] += dxv * (D[mf][i / 2] * f1 - CM[mf][i / 2] * i2[i]);
                 I1[mf][nf][i] = 0;
             }
+        }
     }
 }
 

@@ -108,6 +108,47 @@ static __device__ __forceinline__ void rf_mmq_k16u(int *d, uint32_t a0, uint32_t
         : "r"(a0), "r"(a1), "r"(b), "r"(c0), "r"(c1), "r"(c0), "r"(c1));
 }
 
+/* The mins' term of the K-quants' XS flush, I2 = sum_j m_j s_j over a super-block's 8 blocks (m_j
+ * a row's 6-bit min, s_j a token's int x sum, |s_j| <= 32 * 127), as one m16n8k16 f16 mma of
+ * A = [m_j | 64 m_j] by B = [s_j mod 64 | floor(s_j / 64)] (k = j | 8 + j): every operand an
+ * integer f16 holds exactly (m <= 63, 64 m <= 4032, s mod 64 <= 63, |floor(s / 64)| <= 64), every
+ * product below 2^18 and every sum below 8 * 63 * 4064 < 2^22, so the f32 result is the exact
+ * integer (the tensor cores align a step's products to the largest with more than the 24 bits
+ * these need). Small integers v become f16 by their bits: 0x6400 + v is 1024 + v for 0 <= v < 1024. */
+static __device__ __forceinline__ uint32_t rf_mmq_h2sub(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+/* lane (g, t)'s A fragment (rows g, g + 8 at their Q4_K / Q5_K scale bytes q0, q1; k = 2t, 2t + 1
+ * and 8 + 2t, 9 + 2t): the mins m_2t, m_2t+1 of each row (rf_k4_sm's packing), then 64 times them */
+static __device__ __forceinline__ void rf_mmq_mins_a(uint32_t (&a)[4], const uint8_t *q0, const uint8_t *q1, int t) {
+    const uint8_t *q[2] = {q0, q1};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const uint32_t w1 = *(const uint32_t *)(q[h] + 4), w2 = *(const uint32_t *)(q[h] + 8);
+        const int u = 16 * (t & 1);
+        /* blocks 2t, 2t + 1 as two bytes: j < 4: bytes j of q + 4, low 6 bits; else the high
+         * nibbles of bytes j of q + 4 (w2's j - 4) under the top 2 bits of byte j of q (w1's j - 4) */
+        const uint32_t pr = t < 2 ? (w1 >> u) & 0x3F3Fu : ((w2 >> (u + 4)) & 0x0F0Fu) | (((w1 >> (u + 6)) & 0x0303u) << 4);
+        const uint32_t m = rf_mmq_h2sub(__byte_perm(pr, 0x6464u, 0x5140u), 0x64006400u); /* (m_2t, m_2t+1) */
+        uint32_t m64;
+        asm("mul.f16x2 %0, %1, %2;" : "=r"(m64) : "r"(m), "r"(0x54005400u)); /* times 64 */
+        a[h] = m, a[2 + h] = m64;
+    }
+}
+/* lane (g, t)'s B fragment: token g's s_2t, s_2t+1 as (s mod 64) in b0, floor(s / 64) in b1 */
+static __device__ __forceinline__ void rf_mmq_mins_b(uint32_t *b0, uint32_t *b1, int s0, int s1) {
+    *b0 = rf_mmq_h2sub(((uint32_t)s0 & 63u) | (((uint32_t)s1 & 63u) << 16) | 0x64006400u, 0x64006400u);
+    *b1 = rf_mmq_h2sub((uint32_t)((s0 >> 6) + 64) | ((uint32_t)((s1 >> 6) + 64) << 16) | 0x64006400u, 0x64406440u);
+}
+/* d = a b (f32 accumulators from zero) */
+static __device__ __forceinline__ void rf_mmq_mins(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 /* the 4 bytes at byte p of a staged row r, p even (a compile-time constant once unrolled, but
  * for Q6_K's second super-block) */
 static __device__ __forceinline__ uint32_t rf_mmq_word(const uint8_t *r, int p) {
