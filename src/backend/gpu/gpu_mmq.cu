@@ -43,11 +43,13 @@ static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], int (&
                 int sl4[4], sh4[4];
                 rf_mmq_k16u(sl4, A[mf][0], A[mf][1], X[0], -32 * lo0, -32 * lo1);
                 rf_mmq_k16u(sh4, A[mf][2], A[mf][3], X[1], -32 * (sx0 - lo0), -32 * (sx1 - lo1));
+                if constexpr (XS) /* two multiply-adds into the super-block's sum (integers: any order) */
 #pragma unroll
-                for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
-                if constexpr (XS)
+                    for (int i = 0; i < 4; i++)
+                        I1[mf][nf][i] += SC[mf][i / 2][0] * sl4[i], I1[mf][nf][i] += SC[mf][i / 2][1] * sh4[i];
+                else
 #pragma unroll
-                    for (int i = 0; i < 4; i++) I1[mf][nf][i] += s[i];
+                    for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
             } else if constexpr (XS) { /* Q4_K / Q5_K: q unsigned, no centre (the mins: rf_mmq_flush) */
                 const int c[4] = {0, 0, 0, 0};
                 rf_mmq_k32<true>(s, A[mf], X, c);
