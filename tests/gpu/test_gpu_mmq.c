@@ -23,8 +23,8 @@
  * its cases 10.. are gpt-oss-20b's products (MXFP4 experts 2880 -> 2880 / 5760, Q8_0 attention
  * 2880 -> 4096 / 512) and qwen3-30b-a3b's Q6_K down expert (768 -> 2048), 15.. gemma4-26b-a4b's
  * Q5_0 down expert (704 -> 2816) and an aligned Q5_0 4096 x 4096.
- * test_mmq_mins_exact: the K-quants' mins term alone (d = 0) to the exact integer. Skips (77)
- * without a GPU. */
+ * test_mmq_mins_exact: the K-quants' mins term alone (d = 0) to the exact integer;
+ * test_mmq_q6k_centre_exact: Q6_K's centre term cancels q = 32 exactly. Skips (77) without a GPU. */
 #if !defined(RF_HAVE_GPU)
 #include <stdio.h>
 int main(void) {
@@ -532,6 +532,48 @@ static void test_mmq_mins_exact(void **state) {
     }
 }
 
+/* Q6_K's centre term exactly: every q = 32 (ql 0, qh 0b10 each), random int8 scales, d = 1, so
+ * each half-block's mma sum is 32 times its x sum and the centre (rf_mmq_flush's f16 mma) must
+ * take off exactly that: every output 0, at tiles of 32 and 64 tokens, aligned (4096) and
+ * unaligned (768) rows */
+static void test_mmq_q6k_centre_exact(void **state) {
+    (void)state;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 53);
+    const int64_t n_out = 300, n_ins[] = {4096, 768}, nts[] = {20, 32, 64, 96};
+    for (size_t ii = 0; ii < 2; ii++) {
+        const int64_t n_in = n_ins[ii], nsb = n_in / 256;
+        uint8_t *w = malloc((size_t)(n_out * nsb * 210));
+        for (int64_t b = 0; b < n_out * nsb; b++) {
+            uint8_t *blk = w + b * 210;
+            memset(blk, 0x00, 128), memset(blk + 128, 0xAA, 64);
+            for (int k = 0; k < 16; k++) blk[192 + k] = (uint8_t)(rf_rng_u64(&r) >> 24);
+            if (b == 7) blk[192] = 0x80, blk[193] = 0x7F; /* -128, 127 */
+            blk[208] = 0x00, blk[209] = 0x3C;
+        }
+        for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+            const int64_t nt = nts[k];
+            float *x = host_f32(nt * n_in), *got = host_f32(nt * n_out);
+            rf_rng_fill_normal(&r, x, nt * n_in, 1.0f);
+            void *dw = dev_from(w, (size_t)(n_out * nsb * 210));
+            float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
+            assert_int_equal(rf_gpu_mmq(g_ctx, dy, dw, RF_TYPE_Q6_K, dx, nt, n_in, n_out), RF_OK);
+            dev_to(got, dy, nt * n_out * 4);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < nt * n_out; i++)
+                if (got[i] != 0.0f && bad++ < 3)
+                    fprintf(stderr, "  q6_K n_in=%lld nt=%lld output %lld: %g, exact 0\n", (long long)n_in, (long long)nt,
+                            (long long)i, got[i]);
+            fprintf(stderr, "  q6_K centre exact n_in=%lld nt=%lld: %lld of %lld outputs differ\n", (long long)n_in,
+                    (long long)nt, (long long)bad, (long long)(nt * n_out));
+            assert_int_equal(bad, 0);
+            rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
+            free(x), free(got);
+        }
+        free(w);
+    }
+}
+
 static void test_mmq_bench(void **state) {
     (void)state;
     if (getenv("RF_MMQ_BENCH")) bench();
@@ -548,6 +590,7 @@ int main(void) {
         cmocka_unit_test(test_mmq_configs),
         cmocka_unit_test(test_mmq_x256_off),
         cmocka_unit_test(test_mmq_mins_exact),
+        cmocka_unit_test(test_mmq_q6k_centre_exact),
         cmocka_unit_test(test_mmq_bench),
     };
     const struct CMUnitTest just_bench[] = {cmocka_unit_test(test_mmq_bench)};

@@ -11,25 +11,29 @@
 
 #if !defined(RF_HIP) /* mma.sync, cp.async: CUDA only */
 
+template <bool V> struct rf_mmq_tag { static constexpr bool v = V; }; /* a compile-time choice passed to a lambda */
+
 /* rf_k_mmq's products of block b: for each of the warp's four token fragments nf (B: words t,
  * 4 + t of token 8 nf + g's block b at sx; records of tokens 8 nf + 2t, + 1 at sr) and m16
  * fragments mf (A, D, CM, SC: rf_mmq_a_al / rf_mmq_a_ua), one mma, its exact int32 sum scaled
  * into acc (see rf_k_mmq); XS (K-quants, x per 256): added in int32 into the super-block's
  * I1 (the sum of the blocks' integer scale times their mma sum), scaled by rf_mmq_flush.
- * Fragments past the call's tokens are computed too (their staged x is the last token's, their
- * sums never stored): a guard around each mma made every mma wait for the one before (one
- * basic block each, the same registers), 4 mma a block in a chain at 16 warps an SM. */
-template <int T, int WN, int STX, int XS>
+ * G: fragments nf >= nfa (wholly past the warp's tokens) skipped. Without G all four are
+ * computed (their staged x is the last token's, their sums never stored): the guard around each
+ * mma made every mma wait for the one before (one basic block each, the same registers), 4 mma a
+ * block in a chain at 16 warps an SM, so rf_k_mmq takes it only for warps of 1-2 fragments. */
+template <int T, int WN, int STX, int XS, bool G>
 static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], int (&I1)[WN][4][4],
                                                   const uint32_t (&A)[WN][4],
                                                   const float (&D)[WN][2], const float (&CM)[WN][2],
                                                   const int (&SC)[WN][2][2], const uint8_t *sx, const uint8_t *sr,
-                                                  int b, int t) {
+                                                  int b, int t, int nfa) {
     using F = rf_mmq_fmt<T>;
     using L = rf_mmq_stage<T, WN, STX>;
     constexpr int MF = WN, B = rf_mmq_base<T>::v;
 #pragma unroll
     for (int nf = 0; nf < 4; nf++) {
+        if (G && nf >= nfa) break;
         const int X[2] = {*(const int *)(sx + nf * 8 * L::XT + b * 32 + 4 * t),
                           *(const int *)(sx + nf * 8 * L::XT + b * 32 + 16 + 4 * t)};
         const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC, *q1 = q0 + L::RS;
@@ -38,18 +42,20 @@ static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], int (&
 #pragma unroll
         for (int mf = 0; mf < MF; mf++) {
             int s[4];
-            if constexpr (B == RF_TYPE_Q6_K) {
+            if constexpr (B == RF_TYPE_Q6_K && XS) { /* q unsigned, the centre 32 in rf_mmq_flush */
+                int sl4[4], sh4[4];
+                rf_mmq_k16u(sl4, A[mf][0], A[mf][1], X[0], 0, 0);
+                rf_mmq_k16u(sh4, A[mf][2], A[mf][3], X[1], 0, 0);
+#pragma unroll
+                for (int i = 0; i < 4; i++) /* two multiply-adds into the super-block's sum (integers: any order) */
+                    I1[mf][nf][i] += SC[mf][i / 2][0] * sl4[i], I1[mf][nf][i] += SC[mf][i / 2][1] * sh4[i];
+            } else if constexpr (B == RF_TYPE_Q6_K) {
                 const int lo0 = *(const int *)(q0 + 12), lo1 = *(const int *)(q1 + 12);
                 int sl4[4], sh4[4];
                 rf_mmq_k16u(sl4, A[mf][0], A[mf][1], X[0], -32 * lo0, -32 * lo1);
                 rf_mmq_k16u(sh4, A[mf][2], A[mf][3], X[1], -32 * (sx0 - lo0), -32 * (sx1 - lo1));
-                if constexpr (XS) /* two multiply-adds into the super-block's sum (integers: any order) */
 #pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        I1[mf][nf][i] += SC[mf][i / 2][0] * sl4[i], I1[mf][nf][i] += SC[mf][i / 2][1] * sh4[i];
-                else
-#pragma unroll
-                    for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
+                for (int i = 0; i < 4; i++) s[i] = SC[mf][i / 2][0] * sl4[i] + SC[mf][i / 2][1] * sh4[i];
             } else if constexpr (XS) { /* Q4_K / Q5_K: q unsigned, no centre (the mins: rf_mmq_flush) */
                 const int c[4] = {0, 0, 0, 0};
                 rf_mmq_k32<true>(s, A[mf], X, c);
@@ -79,37 +85,48 @@ static __device__ __forceinline__ void rf_mmq_mma(float (&acc)[WN][4][4], int (&
 
 /* XS: the super-block ending at block b (its 8 blocks from b - 7) into acc, I1 reset: y += d_x
  * (d I1 - dmin I2) (Q4_K / Q5_K; D, CM: the rows' d and dmin; I2 = sum_j m_j s_j of the 8 blocks'
- * mins, from the staged rows ra, and the tokens' int x sums s_j) or d d_x I1 (Q6_K, D its d); d_x
- * the tokens' one scale of the 256 (their records of block b); |I1| may pass 2^24 (one rounding
- * in the conversion). I2 of a fragment pair is one f16 mma (rf_mmq_mins), exact: the integer sum
- * the earlier 8 multiply-adds an output made, in the same f32 (the same bits). */
-template <int T, int WN, int STX>
+ * mins, from the rows' staged chunks ra, and the tokens' int x sums s_j) or d d_x (I1 - 32 I2) (Q6_K, D
+ * its d; I2 = sum_k sc_k h_k of the 16 half-blocks' int8 scales and the tokens' int x sums h_k:
+ * the centre 32 that the mma's c operand took off before); d_x the tokens' one scale of the 256
+ * (their records of block b); |I1| may pass 2^24 (one rounding in the conversion). I2 of a
+ * fragment pair is one f16 mma (rf_mmq_mins), exact: the integer the earlier multiply-adds made,
+ * so the same bits. */
+template <int T, int WN, int STX, bool G>
 static __device__ __forceinline__ void rf_mmq_flush(float (&acc)[WN][4][4], int (&I1)[WN][4][4],
                                                     const float (&D)[WN][2], const float (&CM)[WN][2],
-                                                    const uint8_t *const (&ra)[WN][2], const uint8_t *sr, int b) {
+                                                    const uint8_t *const (&ra)[WN][2], const uint8_t *sr, int b,
+                                                    int nfa) {
     using F = rf_mmq_fmt<T>;
     using L = rf_mmq_stage<T, WN, STX>;
     constexpr int B = rf_mmq_base<T>::v;
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    uint32_t MA[WN][4]; /* Q4_K / Q5_K: the rows' mins as rf_mmq_mins' A fragments */
-    if constexpr (B != RF_TYPE_Q6_K)
+    uint32_t MA[WN][4]; /* the rows' mins (Q4_K / Q5_K) or 16 scales (Q6_K) as rf_mmq_mins' A fragments */
 #pragma unroll
-        for (int mf = 0; mf < WN; mf++) rf_mmq_mins_a(MA[mf], ra[mf][0] + 4, ra[mf][1] + 4, t);
+    for (int mf = 0; mf < WN; mf++)
+        if constexpr (B != RF_TYPE_Q6_K) rf_mmq_mins_a(MA[mf], ra[mf][0] + 4, ra[mf][1] + 4, t);
+        else rf_mmq_scales_a(MA[mf], ra[mf][0] + 210 * (b / 8) + 192, ra[mf][1] + 210 * (b / 8) + 192, t);
 #pragma unroll
     for (int nf = 0; nf < 4; nf++) {
+        if (G && nf >= nfa) break;
         const uint8_t *q0 = sr + nf * 8 * L::RS + b * F::REC;
         const float dx0 = *(const float *)q0, dx1 = *(const float *)(q0 + L::RS);
-        uint32_t X0 = 0, X1 = 0; /* Q4_K / Q5_K: token 8 nf + g's block sums s_2t, s_2t+1 as rf_mmq_mins' B */
+        uint32_t X0, X1; /* token 8 nf + g's block sums s_2t, s_2t+1 (Q4_K / Q5_K) or half-block sums
+                          * of blocks t, t + 4 (Q6_K) as rf_mmq_mins' B */
         if constexpr (B != RF_TYPE_Q6_K) {
             const uint8_t *qg = q0 + (g - 2 * t) * L::RS + (2 * t - 7) * F::REC + 4; /* its record of block b - 7 + 2t */
             rf_mmq_mins_b(&X0, &X1, *(const int *)qg, *(const int *)(qg + F::REC));
+        } else {
+            const uint8_t *qg = q0 + (g - 2 * t) * L::RS + (t - 7) * F::REC; /* its record of block b - 7 + t */
+            X0 = rf_mmq_halves_b(*(const int *)(qg + 4), *(const int *)(qg + 12));
+            X1 = rf_mmq_halves_b(*(const int *)(qg + 4 * F::REC + 4), *(const int *)(qg + 4 * F::REC + 12));
         }
 #pragma unroll
         for (int mf = 0; mf < WN; mf++) {
             float i2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if constexpr (B != RF_TYPE_Q6_K) rf_mmq_mins(i2, MA[mf], X0, X1);
+            rf_mmq_mins(i2, MA[mf], X0, X1);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
+                if constexpr (B == RF_TYPE_Q6_K) I1[mf][nf][i] -= 32 * __float2int_rn(i2[i]); /* the centre, exact */
                 const float dxv = i % 2 ? dx1 : dx0, f1 = (float)I1[mf][nf][i];
                 if constexpr (B == RF_TYPE_Q6_K)
                     acc[mf][nf][i] += D[mf][i / 2] * dxv * f1;
@@ -127,7 +144,8 @@ static __device__ __forceinline__ void rf_mmq_flush(float (&acc)[WN][4][4], int 
  * n_out rows of row_bytes in ggml's layout (n_in a multiple of 32 KB), qx / rec:
  * rf_k_quantize_x's x with GB = 1 (in order) and records of REC bytes. Warp (wm, wn) = (warp %
  * (8 / WN), warp / (8 / WN)) owns rows 16 WN wm .. + 16 WN - 1 (WN m16 fragments) by tokens
- * 32 wn .. + 31 (four n8 fragments; a warp with none of the call's tokens skips the chunks); per
+ * 32 wn .. + 31 (four n8 fragments; a warp with none of the call's tokens skips the chunks, one
+ * whose tokens fill 1-2 of them skips the others: rf_mmq_mma's G); per
  * 32-element block b, one mma per fragment pair gives the exact int32 sum of q x (Q4_0 / Q4_K /
  * Q5_K: their centres 8 / 8 / 16 taken off in the mma's c operand, - c sum x, which also adds
  * the bias of rf_mmq_unbias; Q6_K: two k16 products, one per 16-element half with its int8
@@ -232,28 +250,40 @@ rf_k_mmq(float *y, const uint8_t *w, const int8_t *qx, const uint8_t *rec, int n
                 ra[mf][h] = sl + (16 * MF * wm + 16 * mf + 8 * h + g) * F::SROW;
                 ro[mf][h] = (k % ST) * L::BYTES + (16 * MF * wm + 16 * mf + 8 * h + g) * F::SROW + ((ral[mf][h] + offm) & 15);
             }
-        (void)ro, (void)nbv;
+        const uint8_t *rd[MF][2]; /* the rows' staged chunk as rf_mmq_flush reads it */
 #pragma unroll
-        for (int b = 0; b < KB; b++) {
-            if (UA && b >= nbv) break; /* a partial last chunk: the row ends at block nbv */
-            /* the A fragments of block b (lane (g, t): words t and 4 + t of rows g, g + 8) and
-             * the rows' f32 factors */
-            uint32_t A[MF][4];
-            float D[MF][2], CM[MF][2];
-            int SC[MF][2][2]; /* Q6_K: the two halves' int8 scales */
+        for (int mf = 0; mf < MF; mf++)
 #pragma unroll
-            for (int mf = 0; mf < MF; mf++)
+            for (int h = 0; h < 2; h++) rd[mf][h] = UA ? rf_mmq_smem + ro[mf][h] : ra[mf][h];
+        (void)nbv;
+        /* the chunk's blocks, G: fragments past the warp's tokens skipped (a grouped product's
+         * tiles of a few tokens), else all four computed (rf_mmq_mma's note) */
+        const auto blocks = [&](auto guarded) {
+            constexpr bool G = decltype(guarded)::v;
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    if constexpr (UA)
-                        rf_mmq_a_ua<B>(rf_mmq_smem, ro[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], SC[mf][h]);
-                    else
-                        rf_mmq_a_al<T, XS>(ra[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], &CM[mf][h], SC[mf][h]);
-                }
-            rf_mmq_mma<T, WN, STX, XS>(acc, I1, A, D, CM, SC, sx, sr, b, t);
-            if constexpr (XS)
-                if (b % 8 == 7) rf_mmq_flush<T, WN, STX>(acc, I1, D, CM, ra, sr, b);
-        }
+            for (int b = 0; b < KB; b++) {
+                if (UA && b >= nbv) break; /* a partial last chunk: the row ends at block nbv */
+                /* the A fragments of block b (lane (g, t): words t and 4 + t of rows g, g + 8) and
+                 * the rows' f32 factors */
+                uint32_t A[MF][4];
+                float D[MF][2], CM[MF][2];
+                int SC[MF][2][2]; /* Q6_K: the two halves' int8 scales */
+#pragma unroll
+                for (int mf = 0; mf < MF; mf++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        if constexpr (UA)
+                            rf_mmq_a_ua<B>(rf_mmq_smem, ro[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], SC[mf][h]);
+                        else
+                            rf_mmq_a_al<T, XS>(ra[mf][h], t, b, &A[mf][h], &A[mf][2 + h], &D[mf][h], &CM[mf][h], SC[mf][h]);
+                    }
+                rf_mmq_mma<T, WN, STX, XS, G>(acc, I1, A, D, CM, SC, sx, sr, b, t, nfa);
+                if constexpr (XS)
+                    if (b % 8 == 7) rf_mmq_flush<T, WN, STX, G>(acc, I1, D, CM, rd, sr, b, nfa);
+            }
+        };
+        if (nfa >= 3) blocks(rf_mmq_tag<false>{});
+        else blocks(rf_mmq_tag<true>{});
     }
     float *out = tiles ? y : y + (int64_t)blockIdx.z * nt * n_out;
 #pragma unroll

@@ -142,6 +142,26 @@ static __device__ __forceinline__ void rf_mmq_mins_b(uint32_t *b0, uint32_t *b1,
     *b0 = rf_mmq_h2sub(((uint32_t)s0 & 63u) | (((uint32_t)s1 & 63u) << 16) | 0x64006400u, 0x64006400u);
     *b1 = rf_mmq_h2sub((uint32_t)((s0 >> 6) + 64) | ((uint32_t)((s1 >> 6) + 64) << 16) | 0x64006400u, 0x64406440u);
 }
+/* Q6_K's centre term as the same mma: A = the row's 16 int8 scales sc_k (k = 0..15, at q: the
+ * super-block's byte 192), B = a token's 16 half-block x sums h_k (|h_k| <= 16 * 127 < 2^11), all
+ * exact in f16; products below 2^18 and sums below 16 * 128 * 2032 < 2^22: the exact integer.
+ * Lane (g, t)'s A: rows g, g + 8 at q0, q1, k = 2t, 2t + 1 and 8 + 2t, 9 + 2t (byte loads: the
+ * super-block sits at any even offset, and at any offset in the unaligned kernels) */
+static __device__ __forceinline__ void rf_mmq_scales_a(uint32_t (&a)[4], const uint8_t *q0, const uint8_t *q1, int t) {
+    const uint8_t *q[2] = {q0, q1};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int8_t *s = (const int8_t *)q[h] + 2 * t;
+        const __half2 lo = __halves2half2(__int2half_rn(s[0]), __int2half_rn(s[1]));
+        const __half2 hi = __halves2half2(__int2half_rn(s[8]), __int2half_rn(s[9]));
+        a[h] = *reinterpret_cast<const uint32_t *>(&lo), a[2 + h] = *reinterpret_cast<const uint32_t *>(&hi);
+    }
+}
+/* a block's two half sums (the record's int sum s and first half's lo) as B's f16 pair (lo, s - lo) */
+static __device__ __forceinline__ uint32_t rf_mmq_halves_b(int s, int lo) {
+    const __half2 h = __halves2half2(__int2half_rn(lo), __int2half_rn(s - lo));
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
 /* d = a b (f32 accumulators from zero) */
 static __device__ __forceinline__ void rf_mmq_mins(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
