@@ -167,8 +167,9 @@ static __device__ __forceinline__ void rf_mmq_flush(float (&acc)[WN][4][4], int 
  * programmatic dependent one (it is read before rf_pdl_wait).
  * XS (Q4_K, Q5_K, Q6_K; rf_gpu_mmq's dense products): x quantized per 256 with one scale
  * (rf_k_quantize_x256), so a super-block's 8 blocks add in int32 (each block's mma sum times its
- * integer scale; Q4_K / Q5_K: unsigned q, the mins' term sum m_j (block j's int x sum) beside
- * it) and the f32 scaling runs once a super-block (rf_mmq_flush) instead of once a block: ~44
+ * integer scale; all three: unsigned q, no centre in the mma; the mins' term of Q4_K / Q5_K and
+ * the centre of Q6_K once a super-block as an f16 mma in rf_mmq_flush) and the f32 scaling runs
+ * once a super-block (rf_mmq_flush) instead of once a block: ~44
  * instructions an mma were ~12 of the block's 8 conversions, products and sums. The same
  * operations in the same order at every WN, STX and token count (batch invariance as above). */
 template <int T, int WN, int STX, int XS>
