@@ -351,13 +351,23 @@ static rf_status mixer_attention(const step *t, int s, int il) {
     rf_tensor *po = t->ndev > 1 || s == 0 ? &A->o : &t->f->part[s - 1];
     rf_tensor q = shard_act(&A->q, Qs, t->tp), k = shard_act(&A->k, KVs, t->tp), v = shard_act(&A->v, KVs, t->tp),
               att = shard_act(&A->att, Qs, t->tp);
-    if (rf_has(&S->wqkv) && op->rope_store && S->rope) {
-        /* one product for Q, K and V; their columns are read in place by rope_store */
-        TRY(op->matmul(be, &A->qkv, &S->wqkv, &A->h, n));
-        rf_tensor jq = joined_cols(&A->qkv, 0, Qs, n), jk = joined_cols(&A->qkv, Qs, KVs, n),
-                  jv = joined_cols(&A->qkv, Qs + KVs, KVs, n);
-        TRY(op->rope_store(be, &q, &jq, &jk, &jv, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
-                           rope_ff, hp->rope_mode, hp->rope_attn_factor));
+    const bool qn = rf_has(&S->q_norm), kn = rf_has(&S->k_norm);
+    if (rf_has(&S->wqkv) && op->rope_store && S->rope && (!(qn || kn) || op->norm_rope_store)) {
+        /* one product for Q, K and V (or Q and K, V its own: wqkv_qk); their columns are read in
+         * place by the (norm +) RoPE + store, the product's rows packed at its own width */
+        rf_tensor qkv = A->qkv;
+        qkv.ne[0] = S->wqkv.ne[1], qkv.nb1 = (size_t)S->wqkv.ne[1] * 4, qkv.owned = false;
+        TRY(op->matmul(be, &qkv, &S->wqkv, &A->h, n));
+        rf_tensor jq = joined_cols(&qkv, 0, Qs, n), jk = joined_cols(&qkv, Qs, KVs, n), jv = v;
+        if (S->wqkv_qk) TRY(op->matmul(be, &v, &S->wv, &A->h, n));
+        else jv = joined_cols(&qkv, Qs + KVs, KVs, n);
+        if (qn || kn)
+            TRY(op->norm_rope_store(be, &q, &jq, &jk, &jv, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base,
+                                    S->rope_scale, rope_ff, hp->rope_mode, hp->rope_attn_factor,
+                                    qn ? &S->q_norm : NULL, kn ? &S->k_norm : NULL, false, hp->norm_eps));
+        else
+            TRY(op->rope_store(be, &q, &jq, &jk, &jv, kc, vc, b, Hs, HKVs, D, hp->n_rot, S->rope_base, S->rope_scale,
+                               rope_ff, hp->rope_mode, hp->rope_attn_factor));
     } else {
         /* with their biases (qwen2, gpt-oss) */
         TRY(matmul_bias(be, &q, &S->wq, &A->h, rf_has(&S->bq) ? &S->bq : NULL, n, Qs));
@@ -365,7 +375,6 @@ static rf_status mixer_attention(const step *t, int s, int il) {
         TRY(matmul_bias(be, &v, &S->wv, &A->h, rf_has(&S->bv) ? &S->bv : NULL, n, KVs));
         /* per-head RMSNorm (qwen3, gemma3): rows of one head; with norm_rope_store, in the RoPE + cache
          * store (one launch where three ran) */
-        const bool qn = rf_has(&S->q_norm), kn = rf_has(&S->k_norm);
         const bool norm_in_rope = (qn || kn) && S->rope && op->norm_rope_store;
         if (qn && !norm_in_rope) TRY(op->rmsnorm(be, &q, &q, &S->q_norm, n * Hs, D, hp->norm_eps));
         if (kn && !norm_in_rope) TRY(op->rmsnorm(be, &k, &k, &S->k_norm, n * HKVs, D, hp->norm_eps));

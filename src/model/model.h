@@ -123,6 +123,7 @@ typedef struct rf_layer {
     /* joined products: [wq; wk; wv] and [ffn_gate; ffn_up], stored so in the file (phi3) or
      * joined by the backend (weight_join); the parts are then views into these */
     rf_tensor wqkv, ffn_gu;
+    bool wqkv_qk;              /* wqkv joins [wq; wk] alone: wv's type differs (a K-quant mix), V its own product */
     rf_tensor attn_sinks;      /* f32 [n_head]: per-head softmax sink logits (gpt-oss), or unbound */
     /* mixture of experts (ffn == RF_FFN_MOE): the router [n_embd -> n_expert] (+ its bias, gpt-oss;
      * + exp_probs_b, a selection-only bias), the experts as one weight of n_expert * n_ff_exp rows

@@ -386,6 +386,7 @@ rf_status rf_model_shard(rf_model *m, int32_t tp) {
             /* the shard reads the parts apart: no joined products */
             memset(&S->wqkv, 0, sizeof S->wqkv);
             memset(&S->ffn_gu, 0, sizeof S->ffn_gu);
+            S->wqkv_qk = false;
             int64_t q0 = s * Hs * D, kv0 = (HKV % tp == 0 ? s * HKVs : s * Hs / G) * D;
             S->wq = slice_rows(&L->wq, q0, Hs * D);
             S->wk = slice_rows(&L->wk, kv0, HKVs * D);

@@ -365,14 +365,24 @@ static rf_status load_ffn(rf_model *m, rf_layer *L, int il) {
 }
 
 /* Where the backend joins weights (weight_join): one product for Q/K/V and one for gate/up.
- * Q/K/V only where the layer reads them through the one fused RoPE + store (no biases, no Q/K
- * norms, RoPE on); weights the file already joins stay as they are. */
+ * Q/K/V only where the layer reads them through the one fused (norm +) RoPE + store: no biases,
+ * RoPE on, Q/K norms only where the backend fuses them in (norm_rope_store). Where V's type
+ * differs from Q's and K's (the more-bits layers of a K-quant mix) Q and K alone are joined.
+ * Weights the file already joins stay as they are. */
 static rf_status join_for_backend(rf_model *m, rf_layer *L) {
-    if (!m->be->ops->weight_join || m->tp_be) return RF_OK; /* several GPUs: joined per shard (model_tp.c) */
+    const rf_backend_ops *op = m->be->ops;
+    if (!op->weight_join || m->tp_be) return RF_OK; /* several GPUs: joined per shard (model_tp.c) */
     rf_status js;
-    if (!rf_has(&L->wqkv) && !rf_has(&L->bq) && !rf_has(&L->q_norm) && !rf_has(&L->k_norm) && L->rope) {
+    const bool norms = rf_has(&L->q_norm) || rf_has(&L->k_norm);
+    if (L->mixer == RF_MIXER_ATTENTION && !L->attn_gate && !rf_has(&L->wqkv) && !rf_has(&L->bq) &&
+        !rf_has(&L->bk) && !rf_has(&L->bv) && L->rope && op->rope_store && (!norms || op->norm_rope_store)) {
         rf_tensor *qkv[] = {&L->wq, &L->wk, &L->wv};
-        if ((js = m->be->ops->weight_join(m->be, qkv, 3, &L->wqkv)) && js != RF_ERR_UNSUPPORTED) return js;
+        js = op->weight_join(m->be, qkv, 3, &L->wqkv);
+        if (js == RF_ERR_UNSUPPORTED && L->wv.type != L->wq.type) {
+            js = op->weight_join(m->be, qkv, 2, &L->wqkv);
+            L->wqkv_qk = js == RF_OK;
+        }
+        if (js && js != RF_ERR_UNSUPPORTED) return js;
     }
     if (!rf_has(&L->ffn_gu)) {
         rf_tensor *gu[] = {&L->ffn_gate, &L->ffn_up};
