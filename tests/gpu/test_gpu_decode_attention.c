@@ -21,7 +21,9 @@
  *   model, rounded up: rel. L2 < 2e-3 (rf_gpu_flash_prefill's bounds, the same roundings).
  * Bits: a token alone and among the others (also in reversed order) gives the same bits (splits
  * fixed by the row's own key count); rf_gpu_paged_attention_route gives rows below min_keys - 1
- * the paged kernel's bits and the others this kernel's; padding rows zeros, invalid rows NaN.
+ * the paged kernel's bits and the others this kernel's; padding rows zeros, invalid rows NaN, also
+ * in calls of at most 256 keys (one split a row), whose rows the attention kernel writes without
+ * the merge kernel: every case's bits the same through the merge (RF_GPU_DECODE_MMA_DIRECT off).
  * Timing (printed, nothing checked): llama3-8b's shape (32 / 8 heads, head dim 128, blocks of 16),
  * 1 and 8 sequences at depths 1,024 .. 32,768, f16 and q8_0: us per call of the paged kernel
  * (rf_gpu_paged_attention_hint, decode), this kernel, and the route at threshold 2048, for the
@@ -31,6 +33,7 @@
  * RF_TEST_QUICK (sanitizer runs): the cases of <= 6,000 keys, no timing.
  * Inputs are fresh each run (seed printed; RF_TEST_SEED=<n> replays). Skips (77) without a GPU
  * or where the kernel is not built (HIP, sm < 80). */
+#include "core/knobs.h"
 #include "gpu_test_common.h"
 
 #include <time.h>
@@ -171,6 +174,20 @@ static double run_case(rf_rng *r, const da_case *c, rf_type kt) {
     for (int64_t i = 0; i < ns * qd; i++)
         if (isnan(got[i])) fail_msg("NaN at %lld", (long long)i);
     const double rel = rel_l2(got, want, (size_t)(ns * qd));
+    /* through the merge kernel (RF_GPU_DECODE_MMA_DIRECT off; a call of one split a row skips it by
+     * default): the same bits */
+    if (!rf_knob_is_set(RF_KNOB_GPU_DECODE_MMA_DIRECT)) {
+        float *merged = host_f32((size_t)(ns * qd));
+        assert_int_equal(rf_knob_override(RF_KNOB_GPU_DECODE_MMA_DIRECT, "off"), RF_OK);
+        assert_int_equal(rf_gpu_memset(g_ctx, dout, 0xFF, (size_t)(ns * qd) * 4), RF_OK);
+        assert_int_equal(rf_gpu_decode_attention(g_ctx, dout, dq, p.dk, p.dv, kt, ns, dpos, dseq, p.dtab, p.maxb,
+                                                 c->bs, c->nh, c->nhkv, D, scale, c->window, c->softcap, maxp, dsk, 1),
+                         RF_OK);
+        assert_int_equal(rf_knob_override(RF_KNOB_GPU_DECODE_MMA_DIRECT, NULL), RF_OK);
+        dev_to(merged, dout, (size_t)(ns * qd) * 4);
+        if (memcmp(merged, got, (size_t)(ns * qd) * 4)) fail_msg("through the merge kernel: other bits");
+        free(merged);
+    }
 
     /* each token alone (its own max_pos), from the last to the first: the same bits */
     for (int s = ns - 1; s >= 0; s--) {
@@ -207,6 +224,10 @@ static const da_case g_cases[] = {
     {64, 64, 8, 16, 128, 0, true, 2, {5000, 1200}},
     {128, 8, 4, 16, 0, 30, false, 2, {2000, 6000}},
     {128, 32, 8, 16, 4096, 0, false, 3, {16384, 5000, 3000}},
+    /* one split a row (at most 256 keys: no merge kernel), with sinks and a window, softcap */
+    {128, 32, 8, 16, 0, 0, false, 5, {1, 17, 200, 255, 256}},
+    {64, 64, 8, 16, 128, 0, true, 2, {250, 100}},
+    {128, 8, 4, 7, 0, 30, false, 2, {5, 129}},
 };
 
 static void test_decode_vs_ref(void **state) {
@@ -237,29 +258,26 @@ static void test_decode_vs_ref(void **state) {
  * padding row and an invalid one; each row takes its kernel's bits. Threshold 2048, then 1: every
  * row the decode kernel's and the paged kernel not launched, so the merge writes the padding row's
  * zeros itself. */
-static void test_route(void **state) {
-    (void)state;
+static void route_case(const int32_t *len, int32_t maxp, int64_t kmin_hi, int32_t bad_pos) {
     for (int q8 = 0; q8 < 2; q8++) {
         const rf_type kt = q8 ? RF_TYPE_Q8_0 : RF_TYPE_F16;
         if (!rf_gpu_decode_attention_supported(g_ctx, kt, 128, 32, 8)) skip();
         rf_rng r;
-        rf_rng_init(&r, rf_test_seed() + 3 + (uint64_t)q8);
+        rf_rng_init(&r, rf_test_seed() + 3 + (uint64_t)q8 + (uint64_t)maxp);
         const int64_t D = 128, nh = 32, nhkv = 8, bs = 16, qd = nh * D;
-        const int32_t len[5] = {3000, 100, 2048, 2047, 6000};
         da_pool p;
         pool_make(&r, &p, len, 5, bs, nhkv * D, q8);
         /* tokens: the 5 sequences' last positions, then a padding row and an invalid one */
         const int nt = 7;
         int32_t pos[7], seq[7];
         for (int s = 0; s < 5; s++) pos[s] = len[s] - 1, seq[s] = s;
-        pos[5] = -1, seq[5] = 0, pos[6] = 2500, seq[6] = -1;
+        pos[5] = -1, seq[5] = 0, pos[6] = bad_pos, seq[6] = -1;
         float *q = host_f32((size_t)(nt * qd)), *got = host_f32((size_t)(nt * qd)), *pa = host_f32((size_t)(nt * qd));
         float *da = host_f32((size_t)(nt * qd)), *want = host_f32((size_t)(nt * qd));
         for (int64_t i = 0; i < nt * qd; i++) q[i] = rf_fp16_to_f32(rf_f32_to_fp16(rf_rng_normal(&r) * 0.6f));
         const float scale = 1.0f / sqrtf((float)D);
         float *dq = dev_from(q, (size_t)(nt * qd) * 4), *dout = dev_poison((size_t)(nt * qd) * 4);
         int32_t *dpos = dev_from(pos, sizeof pos), *dseq = dev_from(seq, sizeof seq);
-        const int64_t maxp = 5999;
         assert_int_equal(rf_gpu_paged_attention_hint(g_ctx, dout, dq, p.dk, p.dv, kt, nt, dpos, dseq, p.dtab, p.maxb,
                                                      bs, nh, nhkv, D, scale, 0, 0.0f, maxp, NULL, true),
                          RF_OK);
@@ -268,7 +286,7 @@ static void test_route(void **state) {
                                                 0, 0.0f, NULL),
                          RF_OK);
         for (int km = 0; km < 2; km++) {
-            const int64_t kmin = km ? 1 : 2048;
+            const int64_t kmin = km ? 1 : kmin_hi;
             assert_int_equal(rf_gpu_memset(g_ctx, dout, 0xFF, (size_t)(nt * qd) * 4), RF_OK);
             assert_int_equal(rf_gpu_paged_attention_route(g_ctx, dout, dq, p.dk, p.dv, kt, nt, dpos, dseq, p.dtab,
                                                           p.maxb, bs, nh, nhkv, D, scale, 0, 0.0f, maxp, NULL, true,
@@ -307,6 +325,14 @@ static void test_route(void **state) {
         free(q), free(got), free(pa), free(da), free(want);
         pool_free(&p);
     }
+}
+
+static void test_route(void **state) {
+    (void)state;
+    const int32_t deep[5] = {3000, 100, 2048, 2047, 6000}, shallow[5] = {200, 100, 256, 255, 17};
+    route_case(deep, 5999, 2048, 2500);
+    /* at most 256 keys: one split a row, the rows (padding zeros, invalid NaN) written without the merge */
+    route_case(shallow, 255, 100, 150);
 }
 
 static double now_s(void) {

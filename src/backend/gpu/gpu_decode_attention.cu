@@ -3,6 +3,7 @@
  * up to 8) as the 8 columns of mma.sync m16n8k16 and 16 keys as its rows, the keys split over
  * blocks so that one sequence fills the device, the splits merged in a fixed order. CUDA sm_80+
  * only (elsewhere rf_gpu_decode_attention_supported is false). Twin: rf_ref_paged_attention. */
+#include "core/knobs.h"
 #include "backend/gpu/gpu_mma.cuh"
 #include "backend/gpu/gpu_paged_attention.cuh"
 
@@ -286,6 +287,11 @@ struct rf_da_args {
     int window;
     float softcap;
     int pmax, kmin, ZS;
+    /* out not NULL (ZS 1: one split a row): the items write the rows' results there, with head
+     * h's sink (sinks NULL: none), and the kernel the padding rows' zeros and the invalid rows'
+     * NaN, as rf_k_decode_merge would (the same bits), which is then not launched */
+    float *out;
+    const float *sinks;
 };
 
 /* The split of a work item (t, hk, z) for its row, or false where the item has no work: the
@@ -394,6 +400,10 @@ static __device__ __forceinline__ void rf_da_item(const rf_da_args &a, unsigned 
             const int md = rf_pa_factors(M, den, ml.x, ml.y, fa, fb);
             num = rf_pa_apply(num, Om[(w * 8 + h) * C::OMS + (Q8 ? d + d / 32 : d)], md, fa, fb);
         }
+        if (a.out) { /* the row's one split: rf_k_decode_merge's fold of one state is (M, den, num) itself */
+            a.out[(head0 + h) * D + d] = rf_pa_final_sink(M, den, num, a.sinks, (int64_t)hk * a.G + h);
+            continue;
+        }
         const int64_t si = (head0 + h) * a.ZS + z;
         a.part[si * D + d] = num;
         if (d == 0) a.pml[si] = make_float2(M, den);
@@ -424,6 +434,14 @@ __global__ void __launch_bounds__(rf_da_geo<D, Q8>::W * 32, 2) rf_k_decode_attn(
     __shared__ int s_item[rf_da_geo<D, Q8>::W * 32], s_n;
     rf_pdl_trigger(); /* the merge (a dependent launch) may be scheduled; it waits */
     const int tid = threadIdx.x, NTH = rf_da_geo<D, Q8>::W * 32;
+    if (a.out) { /* rows without work written as rf_k_decode_merge writes them */
+        const int64_t rd = (int64_t)a.n_head * D;
+        for (int64_t i = (int64_t)blockIdx.x * NTH + tid; i < (int64_t)a.n_tokens * rd; i += (int64_t)gridDim.x * NTH) {
+            const int t = (int)(i / rd), p = a.pos[t];
+            if (p < 0 && a.kmin <= 1) a.out[i] = 0.0f;
+            else if (p >= 0 && p + 1 >= a.kmin && (p > a.pmax || a.seq[t] < 0)) a.out[i] = __int_as_float(0x7fc00000);
+        }
+    }
     const int64_t total = (int64_t)a.n_tokens * a.n_head_kv * a.ZS, B = gridDim.x;
     for (int64_t r0 = 0; (int64_t)blockIdx.x + B * r0 < total; r0 += NTH) {
         const int64_t item = (int64_t)blockIdx.x + B * (r0 + tid);
@@ -607,11 +625,15 @@ extern "C" rf_status rf_gpu_decode_attention(rf_gpu_ctx *ctx, float *out, const 
         if (block_size == (int64_t)1 << i) a.bsh = i;
     a.n_head_kv = (int)n_head_kv, a.G = G, a.scale = scale, a.window = (int)window, a.softcap = softcap;
     a.pmax = pmax, a.kmin = (int)min_keys, a.ZS = ZS;
+    /* one split a row (a depth bucket of 256 keys): no merge kernel (RF_GPU_DECODE_MMA_DIRECT, read at
+     * every call: a test compares both ways) */
+    const bool direct = ZS == 1 && rf_knob_bool(RF_KNOB_GPU_DECODE_MMA_DIRECT);
+    a.out = direct ? out : NULL, a.sinks = sinks;
     if (kv_type == RF_TYPE_Q8_0)
         st = D == 64 ? rf_da_go<64, true>(ctx, a) : rf_da_go<128, true>(ctx, a);
     else
         st = D == 64 ? rf_da_go<64, false>(ctx, a) : rf_da_go<128, false>(ctx, a);
-    if (!st)
+    if (!st && !direct)
         st = rf_gpu_launch(ctx, "rf_k_decode_merge", true, rf_k_decode_merge, dim3((unsigned)n_tokens, (unsigned)n_head),
                            dim3((unsigned)D), 0, out, (const float *)part, (const float2 *)pml, pos, seq, a.n_head, D,
                            a.window, pmax, a.kmin, ZS, sinks);
