@@ -232,7 +232,8 @@ typedef struct rf_backend_ops {
      * attn_q_norm / attn_k_norm): each head_dim row of q is rmsnorm(row, q_norm, eps) before its
      * RoPE, each row of k rmsnorm(row, k_norm, eps) (q_norm or k_norm NULL: that one not normed), with
      * v_norm each row of v rmsnorm(row, NULL, eps) before its store (gemma4), as op rmsnorm computes
-     * them; k and v are left unspecified afterwards. Same errors as rope_store. */
+     * them; k and v are left unspecified afterwards. q, k, v may be row views as rope_store's
+     * (the columns of one joined product). Same errors as rope_store. */
     rf_status (*norm_rope_store)(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf_tensor *k, rf_tensor *v,
                                  rf_tensor *kc, rf_tensor *vc, const rf_batch *b, int64_t n_head, int64_t n_head_kv,
                                  int64_t head_dim, int64_t n_rot, float freq_base, float freq_scale,

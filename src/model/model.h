@@ -120,8 +120,8 @@ typedef struct rf_layer {
     rf_ffn_kind ffn;
     rf_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm, attn_post_norm;
     rf_tensor ffn_norm, ffn_gate, ffn_up, ffn_down, ffn_post_norm;
-    /* joined products: [wq; wk; wv] and [ffn_gate; ffn_up], stored so in the file (phi3) or
-     * joined by the backend (weight_join); the parts are then views into these */
+    /* joined products: [wq; wk; wv] (or [wq; wk], wqkv_qk) and [ffn_gate; ffn_up], stored so in
+     * the file (phi3) or joined by the backend (weight_join); the parts are then views into these */
     rf_tensor wqkv, ffn_gu;
     bool wqkv_qk;              /* wqkv joins [wq; wk] alone: wv's type differs (a K-quant mix), V its own product */
     rf_tensor attn_sinks;      /* f32 [n_head]: per-head softmax sink logits (gpt-oss), or unbound */

@@ -159,7 +159,8 @@ static rf_status g_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf
 }
 
 /* norm_rope_store in one kernel: the per-head Q/K (and V) RMSNorms, then rope_store's work. Fusions
- * off (RF_GPU_UNFUSED), or a head past the kernel's 1024 threads: the norms, then rope_store. */
+ * off (RF_GPU_UNFUSED), or a head past the kernel's 1024 threads: the norms, then rope_store, which
+ * needs packed rows (joined Q/K/V columns come only with fusions on: rf_gbe_weight_join). */
 static rf_status g_norm_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf_tensor *k, rf_tensor *v,
                                    rf_tensor *kc, rf_tensor *vc, const rf_batch *b, int64_t n_head, int64_t n_head_kv,
                                    int64_t head_dim, int64_t n_rot, float freq_base, float freq_scale,
