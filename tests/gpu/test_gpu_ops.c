@@ -426,6 +426,48 @@ static size_t cache_bytes(rf_type ct, int64_t rows, int64_t n_kv) {
  * rotation), f32, f16 and q8_0 caches, Q normed only, K normed only, both; Q in place from packed
  * rows, or out of place from the strided columns of one joined Q/K/V row. norms: bit 0 Q, bit 1 K,
  * bit 2 V. */
+/* The joined Q/K/V rows [T, W] as a product's split-K partial sums (np random arrays T * W apart,
+ * rf_gpu_mmq_xq_parts' layout), read by rf_gpu_norm_rope_qkv_append_parts with q and k (and v,
+ * unless v_apart) views of the parts, against rf_gpu_sum_parts then rf_gpu_norm_rope_qkv_append
+ * on the sum: Q and both caches bit-identical. v_apart: V is a packed array of its own (qwen3's
+ * Q|K joined beside a V of another type), read as it is (npv 1). */
+static void norm_rope_parts_case(rf_rng *r, int64_t T, int64_t H, int64_t HKV, int64_t D, int64_t R, int mode,
+                                 rf_type ct, const float *wq, const float *wk, int vnorm, const float *dff,
+                                 const int32_t *dpos, const int32_t *dslot, int np, int v_apart) {
+    const int64_t ROWS = 24, nq = T * H * D, nk = T * HKV * D, W = (H + 2 * HKV) * D, n = T * W;
+    const float eps = 1e-6f, gain = mode ? 1.19f : 1.0f;
+    float *pp = host_f32(n * np), *vv = host_f32(nk);
+    rf_rng_fill_normal(r, pp, n * np, 1.0f);
+    rf_rng_fill_normal(r, vv, nk, 1.0f);
+    float *dp = dev_from(pp, n * np * 4), *dsum = dev_poison(n * 4), *dvv = dev_from(vv, nk * 4);
+    const size_t cb = cache_bytes(ct, ROWS, HKV * D);
+    void *kc1 = dev_poison(cb), *vc1 = dev_poison(cb), *kc2 = dev_poison(cb), *vc2 = dev_poison(cb);
+    float *dq1 = dev_poison(nq * 4), *dq2 = dev_poison(nq * 4);
+    assert_int_equal(rf_gpu_sum_parts(g_ctx, dsum, dp, n, np), RF_OK);
+    assert_int_equal(rf_gpu_norm_rope_qkv_append(g_ctx, dq1, dsum, W, H, dsum + H * D, W,
+                                                 v_apart ? dvv : dsum + (H + HKV) * D, v_apart ? HKV * D : W, T, HKV,
+                                                 D, R, dpos, dslot, 5e5f, 1.0f, dff, mode, gain, kc1, vc1, ct, ROWS, wq,
+                                                 wk, vnorm, eps),
+                     RF_OK);
+    assert_int_equal(rf_gpu_norm_rope_qkv_append_parts(g_ctx, dq2, dp, W, H, dp + H * D, W,
+                                                       v_apart ? dvv : dp + (H + HKV) * D, v_apart ? HKV * D : W, T,
+                                                       HKV, D, R, dpos, dslot, 5e5f, 1.0f, dff, mode, gain, kc2, vc2,
+                                                       ct, ROWS, wq, wk, vnorm, eps, np, v_apart ? 1 : np, n),
+                     RF_OK);
+    float *q1 = host_f32(nq), *q2 = host_f32(nq);
+    uint8_t *a = malloc(cb), *b = malloc(cb);
+    dev_to(q1, dq1, nq * 4), dev_to(q2, dq2, nq * 4);
+    assert_memory_equal(q1, q2, nq * 4);
+    dev_to(a, kc1, cb), dev_to(b, kc2, cb);
+    assert_memory_equal(a, b, cb);
+    dev_to(a, vc1, cb), dev_to(b, vc2, cb);
+    assert_memory_equal(a, b, cb);
+    rf_gpu_free(g_ctx, dp), rf_gpu_free(g_ctx, dsum), rf_gpu_free(g_ctx, dvv), rf_gpu_free(g_ctx, kc1);
+    rf_gpu_free(g_ctx, vc1), rf_gpu_free(g_ctx, kc2), rf_gpu_free(g_ctx, vc2), rf_gpu_free(g_ctx, dq1);
+    rf_gpu_free(g_ctx, dq2);
+    free(pp), free(vv), free(q1), free(q2), free(a), free(b);
+}
+
 static void norm_rope_case(rf_rng *r, int64_t T, int64_t H, int64_t HKV, int64_t D, int64_t R, int mode,
                            rf_type ct, int norms, int joined, const float *ff) {
     const int64_t ROWS = 24, nq = T * H * D, nk = T * HKV * D, W = (H + 2 * HKV) * D;
@@ -491,6 +533,14 @@ static void norm_rope_case(rf_rng *r, int64_t T, int64_t H, int64_t HKV, int64_t
         rf_ref_rope(q, T, H, D, R, H * D, D, pos, 5e5f, 1.0f, ff, mode);
         check_rel("norm_rope_qkv_append Q vs the CPU oracle", q2, q, nq, 1e-5);
     }
+    /* joined rows as split-K partial sums: with this case's norms and without any (rope_store's
+     * kernel), 2, 3, 5 and 8 parts, V among them or apart */
+    if (joined) {
+        norm_rope_parts_case(r, T, H, HKV, D, R, mode, ct, wq, wk, (norms & 4) != 0, dff, dpos, dslot, 8, 0);
+        norm_rope_parts_case(r, T, H, HKV, D, R, mode, ct, NULL, NULL, 0, dff, dpos, dslot, 2, 1);
+        norm_rope_parts_case(r, T, H, HKV, D, R, mode, ct, wq, wk, (norms & 4) != 0, dff, dpos, dslot, 3, 1);
+        norm_rope_parts_case(r, T, H, HKV, D, R, mode, ct, NULL, NULL, 0, dff, dpos, dslot, 5, 0);
+    }
     rf_gpu_free(g_ctx, dq1), rf_gpu_free(g_ctx, dk1), rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dqw);
     rf_gpu_free(g_ctx, dkw), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dslot), rf_gpu_free(g_ctx, dq2);
     rf_gpu_free(g_ctx, dsrc), rf_gpu_free(g_ctx, kc1), rf_gpu_free(g_ctx, vc1), rf_gpu_free(g_ctx, kc2);
@@ -527,7 +577,8 @@ static void test_norm_rope_fused(void **state) {
             norm_rope_case(&r, T, 16, 8, 256, 256, RF_ROPE_NEOX, cts[ci], 7, T == 1, NULL);
             n += 2;
         }
-    fprintf(stderr, "  norm_rope_qkv_append: %d cases bit-identical to rmsnorm, rmsnorm, rope_qkv_append\n", n);
+    fprintf(stderr, "  norm_rope_qkv_append: %d cases bit-identical to rmsnorm, rmsnorm, rope_qkv_append (joined rows "
+                    "also from split-K parts)\n", n);
 }
 
 /* RMSNorm + activation quantization in one kernel against rf_gpu_rmsnorm then
@@ -627,6 +678,38 @@ static void rmsnorm_quantize_cases(void) {
                     assert_memory_equal(a, b, tot * 4);
                     rf_gpu_free(g_ctx, dxa), rf_gpu_free(g_ctx, dxb), rf_gpu_free(g_ctx, dxc), rf_gpu_free(g_ctx, dr);
                     free(rr);
+                }
+                /* the residual as a product's split-K partial sums (2, 5, 8 of them), added in the
+                 * norm's kernel: against rf_gpu_sum_parts (itself against the host's sum in the
+                 * same order) then the norm with that residual; h, xq and x the same bits */
+                for (int np = 2; np <= 8; np += 3) {
+                    float *pp = host_f32(tot * np), *sum = host_f32(tot), *got = host_f32(tot);
+                    rf_rng_fill_normal(&r, pp, tot * np, 1.0f);
+                    for (int64_t i = 0; i < tot; i++) {
+                        float acc = pp[i];
+                        for (int j = 1; j < np; j++) acc += pp[(int64_t)j * tot + i];
+                        sum[i] = acc;
+                    }
+                    float *dp = dev_from(pp, tot * np * 4), *dr = dev_poison(tot * 4);
+                    float *dxa = dev_from(x, tot * 4), *dxb = dev_from(x, tot * 4);
+                    assert_int_equal(rf_gpu_sum_parts(g_ctx, dr, dp, tot, np), RF_OK);
+                    dev_to(got, dr, tot * 4);
+                    assert_memory_equal(got, sum, tot * 4);
+                    assert_int_equal(rf_gpu_rmsnorm_quantize_x(g_ctx, h1, q1, cases[c].t, dxa, dr, dw, nt, n, 1e-5f), RF_OK);
+                    assert_int_equal(rf_gpu_rmsnorm_quantize_x_parts(g_ctx, h2, q2, cases[c].t, dxb, dp, np, dw, nt, n,
+                                                                     1e-5f), RF_OK);
+                    dev_to(a, h1, tot * 4);
+                    dev_to(b, h2, tot * 4);
+                    assert_memory_equal(a, b, tot * 4);
+                    dev_to(qa, q1, xb);
+                    dev_to(qb, q2, xb);
+                    assert_memory_equal(qa, qb, nq);
+                    assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                    dev_to(a, dxa, tot * 4);
+                    dev_to(b, dxb, tot * 4);
+                    assert_memory_equal(a, b, tot * 4);
+                    rf_gpu_free(g_ctx, dp), rf_gpu_free(g_ctx, dr), rf_gpu_free(g_ctx, dxa), rf_gpu_free(g_ctx, dxb);
+                    free(pp), free(sum), free(got);
                 }
                 /* the GLU fused with the quantization, against rf_gpu_swiglu / geglu then
                  * rf_gpu_quantize_x: x as gate, w's row repeated as up */

@@ -175,6 +175,18 @@ rf_status rf_gpu_norm_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float 
                                       const float *freq_factors, int mode, float attn_factor, void *k_cache,
                                       void *v_cache, rf_type cache_type, int64_t cache_rows, const float *q_norm,
                                       const float *k_norm, int v_norm, float eps);
+/* rf_gpu_norm_rope_qkv_append_parts: the same with qin and k (np arrays) and v (npv arrays) views of a
+ * product's split-K partial sums ps floats apart (rf_gpu_mmq_xq_parts), each value summed in
+ * order as it is read: the bits of rf_gpu_sum_parts then rf_gpu_norm_rope_qkv_append (np, npv
+ * 1..8; with np > 1 not in place). */
+rf_status rf_gpu_norm_rope_qkv_append_parts(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq, int64_t n_head,
+                                            const float *k, int64_t sk, const float *v, int64_t sv, int64_t n_tokens,
+                                            int64_t n_head_kv, int64_t head_dim, int64_t n_rot, const int32_t *pos,
+                                            const int32_t *slot, float freq_base, float freq_scale,
+                                            const float *freq_factors, int mode, float attn_factor, void *k_cache,
+                                            void *v_cache, rf_type cache_type, int64_t cache_rows,
+                                            const float *q_norm, const float *k_norm, int v_norm, float eps, int np,
+                                            int npv, int64_t ps);
 rf_status rf_gpu_rope_kv_append(rf_gpu_ctx *ctx, const float *k, const float *v,
                                 int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
                                 int64_t n_rot, const int32_t *pos, const int32_t *slot,
@@ -226,6 +238,16 @@ bool rf_gpu_mmq_supported(rf_type wtype, int64_t n_in);
  * RF_ERR_INVALID_ARG). The same y as rf_gpu_mmq on the x xq was made from. */
 rf_status rf_gpu_mmq_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq, int rk,
                         int64_t n_tokens, int64_t n_in, int64_t n_out);
+/* rf_gpu_mmq_xq_parts: rf_gpu_mmq_xq, except that where the product runs in split-K splits whose
+ * partial sums fit in parts (cap bytes, device memory) it leaves them there unsummed: *np = the
+ * splits, split j's [n_tokens, n_out] at parts + j * n_tokens * n_out, and y is not written (its
+ * value is those parts summed in order: rf_gpu_sum_parts, or a norm that takes them,
+ * rf_gpu_rmsnorm_quantize_x_parts). Else *np = 0 and y is written as rf_gpu_mmq_xq writes it.
+ * rf_gpu_sum_parts: y[i] = parts[0][i] + ... + parts[np - 1][i] in that order (i < n, parts n
+ * apart, np 1..8): the sum rf_gpu_mmq_xq would have written. */
+rf_status rf_gpu_mmq_xq_parts(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq, int rk,
+                              int64_t n_tokens, int64_t n_in, int64_t n_out, float *parts, size_t cap, int *np);
+rf_status rf_gpu_sum_parts(rf_gpu_ctx *ctx, float *y, const float *parts, int64_t n, int np);
 int rf_gpu_mmq_rk(rf_type wtype);
 /* W4A16 (gpu_w4a16.cu): y = W x on the f16 tensor cores, W dequantized to f16 in registers per
  * fragment (never whole), x rounded as rf_gpu_gemm rounds it (int8 per 32, then f16) or, with
@@ -273,6 +295,12 @@ rf_status rf_gpu_add_norm(rf_gpu_ctx *ctx, float *x, float *o, const float *wo, 
                           float sy, int64_t rows, int64_t n, float eps);
 rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x, const float *res,
                                     const float *w, int64_t n_tokens, int64_t n_in, float eps);
+/* rf_gpu_rmsnorm_quantize_x_parts: the same with the residual given as np (1..8) arrays of
+ * [n_tokens, n_in], n_tokens * n_in apart (a product's split-K partial sums, rf_gpu_mmq_xq_parts),
+ * summed in order before the add: the bits of rf_gpu_sum_parts then rf_gpu_rmsnorm_quantize_x. */
+rf_status rf_gpu_rmsnorm_quantize_x_parts(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x,
+                                          const float *res, int np, const float *w, int64_t n_tokens, int64_t n_in,
+                                          float eps);
 bool rf_gpu_gemv_has_xq(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in);
 /* rf_gpu_glu_quantize_x: y f32 [n_tokens, n_in] packed = act(gate) * up as rf_gpu_swiglu /
  * geglu, gate and up rows at strides gs, us (floats; y may alias them when packed), and the xq
@@ -291,6 +319,11 @@ rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype
  * one f32 add per output. */
 rf_status rf_gpu_gemv_xq_bias(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
                               const float *bias, int64_t n_tokens, int64_t n_in, int64_t n_out);
+/* rf_gpu_gemv_xq_parts: rf_gpu_gemv_xq, leaving the split-K partial sums unsummed in parts (cap
+ * bytes, 16-byte aligned) where the product runs on MMQ in splits that fit (*np > 0, y not
+ * written: rf_gpu_mmq_xq_parts); else *np = 0 and y written. */
+rf_status rf_gpu_gemv_xq_parts(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
+                               int64_t n_tokens, int64_t n_in, int64_t n_out, float *parts, size_t cap, int *np);
 /* Selects a GEMV kernel variant (0 = default, 1..30 = the variants listed in gpu_matmul.cu); for
  * the benchmark's sweep and tests. */
 void rf_gpu_set_gemv_variant(rf_gpu_ctx *ctx, int variant);

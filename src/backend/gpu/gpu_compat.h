@@ -196,6 +196,20 @@ static __device__ __forceinline__ float rf_block_sum(float v, float *sh) {
     v = lane < nwarps ? sh[lane] : 0.0f;
     return rf_warp_sum(v);
 }
+/* p[0] + p[ps] + ... + p[(np - 1) ps] added in that order (rf_k_mmq_reduce's sum of a product's
+ * split-K partials, so a kernel that takes them sees the reduced value's bits), np in 1..8; every
+ * load issued before the first add */
+static __device__ __forceinline__ float rf_parts_sum(const float *p, int np, int64_t ps) {
+    float a[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) a[j] = j < np ? p[j * ps] : 0.0f;
+    float s = a[0];
+#pragma unroll
+    for (int j = 1; j < 8; j++)
+        if (j < np) s += a[j];
+    return s;
+}
+
 /* The RMS norm's 1 / sqrt(mean(v^2) + eps) over a block's row of n held as v[0..K) per thread
  * (element k * blockDim.x + threadIdx.x, zeros past n): each thread's squares summed over k in
  * order, then rf_block_sum. One definition, so every fused norm kernel (rmsnorm_v, add_norm,

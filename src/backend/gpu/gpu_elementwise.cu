@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_v(float *y, float *x, const
     float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
     float v[K], wv[K];
-    rf_rms_load_row<K>(v, wv, xr, res, w, n);
+    rf_rms_load_row<K>(v, wv, xr, res, 1, 0, w, n);
     const float inv = rf_rms_inv<K>(v, n, eps, sh);
 #pragma unroll
     for (int k = 0; k < K; k++) {

@@ -147,13 +147,15 @@ static __device__ __forceinline__ void rf_mma_tile_store(float (*red)[16][8], co
 /* gpu_gemv_xq.cu: rf_k_quantize_x into xq (qx, then the records at rf_gpu_xq_bytes' offset) in
  * the x order of groups of gb blocks, fs: records with the f32 sums */
 /* ... and fused with the RMSNorm before it: h = rmsnorm(x) * w written as f32 and quantized
- * (rows tokens, n <= 16384 a multiple of 32) */
+ * (rows tokens, n <= 16384 a multiple of 32); res (or NULL): np arrays of rows x n, summed in
+ * order and added to x first (np 1..8) */
 /* the x order (gb) and record kind (rk) that rf_gpu_rmsnorm_quantize_x writes for a product of
  * (wtype, n_tokens, n_in), checked as it checks (gpu_matmul.cu): for kernels elsewhere that
  * quantize a product's x themselves (gpu_tp_p2p.cu) */
 rf_status rf_gpu_xq_plan(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_tokens, int64_t n_in, int *gb, int *rk);
 rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, int rk, float *x,
-                                            const float *res, const float *w, int rows, int64_t n, float eps);
+                                            const float *res, int np, const float *w, int rows, int64_t n,
+                                            float eps);
 /* ... and fused with the GLU before it: y = act(gate) * up written as f32 and quantized */
 rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int gb, int rk, bool geglu,
                                         const float *gate, int64_t gs, const float *up, int64_t us, int rows,

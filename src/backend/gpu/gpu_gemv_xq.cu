@@ -83,7 +83,9 @@ __global__ void __launch_bounds__(256) rf_k_quantize_x256(int8_t *qx, float4 *dx
  * decode step's norm and its activation quantization were two launches, each a memory latency
  * plus a dependency wait. Element i = k * 1024 + threadIdx.x, so each warp's 32 lanes hold one
  * 32-group per k. in: x f32 [rows, n], w f32 [n] or NULL (n a multiple of 32, <= 1024 K);
- * res f32 [rows, n] or NULL: x = x + res first, written back (h must not alias x then);
+ * res f32 [rows, n] or NULL: x = x + res first, written back (h must not alias x then); res may
+ * be np arrays rows * n apart, a product's split-K partials, summed first (rf_parts_sum: the bits
+ * of rf_k_mmq_reduce's sum, so the same as that kernel and then this one with np 1);
  * out: h f32 [rows, n] (may alias x without res), qx/dx as rf_k_quantize_x. launch: one block per row, 1024
  * threads (a multiple of the group size on every target). RK 3 (the MMQ's x for K-quant weights,
  * n a multiple of 256): x per 256 (rf_quantize_256), a round's four super-blocks reduced through
@@ -91,14 +93,14 @@ __global__ void __launch_bounds__(256) rf_k_quantize_x256(int8_t *qx, float4 *dx
  * rf_k_quantize_x256; bit-identical to that pair on the GPU where h is). */
 template <int GB, int RK, int K>
 __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int8_t *qx, float4 *dx, float *x,
-                                                                const float *res, const float *w, int n,
+                                                                const float *res, int np, const float *w, int n,
                                                                 float eps) {
     rf_pdl_trigger();
     rf_pdl_wait();
     __shared__ float sh[1024 / 32];
     float *xr = x + (int64_t)blockIdx.x * n;
     float v[K], wv[K];
-    rf_rms_load_row<K>(v, wv, xr, res, w, n);
+    rf_rms_load_row<K>(v, wv, xr, res, np, (int64_t)gridDim.x * n, w, n);
     const float inv = rf_rms_inv<K>(v, n, eps, sh);
     float *hr = hout + (int64_t)blockIdx.x * n;
     if constexpr (RK == 3) { /* x per 256: every thread reaches each round's barrier */
@@ -124,50 +126,44 @@ __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x(float *hout, int
 }
 
 #if defined(RF_CUDA_BUILD)
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
 /* rmsnorm_quantize_x over a cluster of blocks (CUDA, sm_90): the same output bits, with a
  * row's elements spread over its nsl = ceil(n / 1024) blocks instead of one. One block per row
  * left a decode step's norm on one SM: every thread quantized its K elements one after another
  * (K dependent rounds of warp reductions), 4.9 us for a 4096 row and 7.9 us for 8192 on an H200
  * (ncu, clocks and caches as they run; 2 of the ~11 kernels of a layer). Here block p of the
- * cluster normalizes and quantizes slice p only (element p * 1024 + threadIdx.x: the element
- * and the 32-lane group the single-block kernel's thread held in its round k = p). Each block
- * still loads the whole row (from L2 after the first) and forms the sum of squares exactly as
- * rf_k_rmsnorm_quantize_x does (same per-thread order over k, same block sum), so every block
- * holds the same inv and the outputs are that kernel's bits. The cluster barrier comes after
- * every block's loads and before any block's stores: x is rewritten in place (x + res) and h
- * may alias x, so a slice must not change while another block still reads it. launch: grid
- * (nsl, rows), cluster (nsl, 1, 1), nsl <= 8, 1024 threads. */
+ * cluster loads, normalizes and quantizes slice p only (element p * 1024 + threadIdx.x: the
+ * element and the 32-lane group the single-block kernel's thread held in its round k = p): x +
+ * res (res's np arrays summed as rf_parts_sum does) goes to the block's shared memory, and after
+ * a cluster barrier each thread reads the row's other slices from the other blocks' shared
+ * memory, so every block forms the sum of squares exactly as rf_k_rmsnorm_quantize_x does (same
+ * per-thread order over k, same block sum), holds the same inv, and the outputs are that
+ * kernel's bits. A block touches only its own slice of x in global memory; the second barrier
+ * keeps each block's shared slice alive until every block has read it. launch: grid (nsl,
+ * rows), cluster (nsl, 1, 1), nsl <= 8, 1024 threads. */
 template <int GB, int RK, int K>
 __global__ void __launch_bounds__(1024) rf_k_rmsnorm_quantize_x_cl(float *hout, int8_t *qx, float4 *dx, float *x,
-                                                                   const float *res, const float *w, int n,
+                                                                   const float *res, int np, const float *w, int n,
                                                                    float eps) {
     rf_pdl_trigger();
     rf_pdl_wait();
-    __shared__ float sh[1024 / 32];
-    const int part = (int)blockIdx.x, row = (int)blockIdx.y;
+    __shared__ float sh[1024 / 32], slice[1024];
+    const int part = (int)blockIdx.x, row = (int)blockIdx.y, nsl = (int)gridDim.x;
+    const int i = part * 1024 + threadIdx.x;
     float *xr = x + (int64_t)row * n;
+    float own = i < n ? xr[i] : 0.0f;
+    if (res && i < n) own = own + rf_parts_sum(res + (int64_t)row * n + i, np, (int64_t)gridDim.y * n);
+    slice[threadIdx.x] = own;
+    cg::cluster_group cl = cg::this_cluster();
+    rf_cluster_sync(); /* never launched below sm_90 (rf_gemv_launch_rmsnorm_quantize_x) */
     float v[K];
 #pragma unroll
-    for (int k = 0; k < K; k++) {
-        const int i = k * 1024 + threadIdx.x;
-        v[k] = i < n ? xr[i] : 0.0f;
-    }
-    if (res) {
-        const float *rr = res + (int64_t)row * n;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int i = k * 1024 + threadIdx.x;
-            if (i < n) v[k] = v[k] + rr[i];
-        }
-    }
+    for (int k = 0; k < K; k++) v[k] = k < nsl ? cl.map_shared_rank(slice, k)[threadIdx.x] : 0.0f;
     const float inv = rf_rms_inv<K>(v, n, eps, sh);
-    rf_cluster_sync(); /* never launched below sm_90 (rf_gemv_launch_rmsnorm_quantize_x) */
-    const int i = part * 1024 + threadIdx.x;
+    rf_cluster_sync(); /* every block's slice read: a block may leave from here */
     if (RK != 3 && i - (int)(threadIdx.x % RF_QK) >= n) return; /* whole groups leave together */
-    float own = 0.0f;
-#pragma unroll
-    for (int k = 0; k < K; k++)
-        if (k == part) own = v[k];
     if (res && i < n) xr[i] = own;
     const float wv = w && i < n ? w[i] : 1.0f;
     const float hv = i < n ? own * inv * wv : 0.0f;
@@ -243,7 +239,8 @@ rf_status rf_gemv_launch_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, int
 }
 
 rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, int gb, int rk, float *x,
-                                            const float *res, const float *w, int rows, int64_t n, float eps) {
+                                            const float *res, int np, const float *w, int rows, int64_t n,
+                                            float eps) {
     const size_t tot = (size_t)rows * (size_t)n;
     float4 *dx = (float4 *)((char *)xq + ((tot + 255) & ~(size_t)255));
     const int k = (int)((n + 1023) / 1024);
@@ -263,12 +260,12 @@ rf_status rf_gemv_launch_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq,
 #endif
 #define RF_RQ(GB, FS, K)                                                                             \
     rf_gpu_launch(ctx, "rf_k_rmsnorm_quantize_x", true, rf_k_rmsnorm_quantize_x<GB, FS, K>,         \
-                  dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, w, (int)n, eps)
+                  dim3((unsigned)rows), dim3(1024), 0, h, (int8_t *)xq, dx, x, res, np, w, (int)n, eps)
 #if defined(RF_CUDA_BUILD) /* the cluster kernel where it runs (K: 4 or 8, k <= K slices) */
 #define RF_RQC(GB, FS, K)                                                                            \
     (cl ? rf_gpu_launch_cluster(ctx, "rf_k_rmsnorm_quantize_x_cl", true, rf_k_rmsnorm_quantize_x_cl<GB, FS, K>, \
                                 dim3((unsigned)k, (unsigned)rows), dim3(1024), 0, dim3((unsigned)k, 1, 1), h,   \
-                                (int8_t *)xq, dx, x, res, w, (int)n, eps)                                      \
+                                (int8_t *)xq, dx, x, res, np, w, (int)n, eps)                                  \
         : RF_RQ(GB, FS, K))
 #else
 #define RF_RQC(GB, FS, K) RF_RQ(GB, FS, K)

@@ -249,9 +249,9 @@ extern "C" rf_status rf_gpu_xq_layout(rf_gpu_ctx *ctx, rf_type wtype, int64_t n_
     bool mmq;
     return rf_xq_plan(ctx, "rf_gpu_xq_layout", wtype, n_tokens, n_in, gb, rk, &mmq);
 }
-extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x,
-                                               const float *res, const float *w, int64_t n_tokens, int64_t n_in,
-                                               float eps) {
+extern "C" rf_status rf_gpu_rmsnorm_quantize_x_parts(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x,
+                                                     const float *res, int np, const float *w, int64_t n_tokens,
+                                                     int64_t n_in, float eps) {
     const char *op = "rf_gpu_rmsnorm_quantize_x";
     int gb, rk;
     bool mmq;
@@ -260,7 +260,13 @@ extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *
     RF_GPU_REQUIRE(n_in <= 16384, op, "n_in=%lld above 16384", (long long)n_in);
     RF_GPU_REQUIRE(((uintptr_t)xq & 15) == 0, op, "xq must be 16-byte aligned (rf_gpu_alloc memory)");
     RF_GPU_REQUIRE(!res || h != x, op, "h must not alias x with a residual");
-    return rf_gemv_launch_rmsnorm_quantize_x(ctx, h, xq, gb, rk, x, res, w, (int)n_tokens, n_in, eps);
+    RF_GPU_REQUIRE(np >= 1 && np <= 8, op, "%d residual parts (1..8)", np);
+    return rf_gemv_launch_rmsnorm_quantize_x(ctx, h, xq, gb, rk, x, res, np, w, (int)n_tokens, n_in, eps);
+}
+extern "C" rf_status rf_gpu_rmsnorm_quantize_x(rf_gpu_ctx *ctx, float *h, void *xq, rf_type wtype, float *x,
+                                               const float *res, const float *w, int64_t n_tokens, int64_t n_in,
+                                               float eps) {
+    return rf_gpu_rmsnorm_quantize_x_parts(ctx, h, xq, wtype, x, res, 1, w, n_tokens, n_in, eps);
 }
 
 extern "C" rf_status rf_gpu_glu_quantize_x(rf_gpu_ctx *ctx, float *y, void *xq, rf_type wtype, bool geglu,
@@ -296,9 +302,12 @@ extern "C" rf_status rf_gpu_gemv_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf
     return rf_gpu_gemv_xq_bias(ctx, y, w, wtype, xq, NULL, n_tokens, n_in, n_out);
 }
 
-extern "C" rf_status rf_gpu_gemv_xq_bias(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
-                                         const void *xq, const float *bias, int64_t n_tokens, int64_t n_in,
-                                         int64_t n_out) {
+/* rf_gpu_gemv_xq_bias, or with parts (not NULL, no bias) the split-K partial sums left there
+ * unsummed where the product runs on MMQ in splits that fit in cap bytes (*np = the splits; else
+ * 0 and y written) */
+static rf_status rf_gemv_xq_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
+                                const float *bias, int64_t n_tokens, int64_t n_in, int64_t n_out, float *parts,
+                                size_t cap, int *np) {
     const char *op = "rf_gpu_gemv_xq";
     int gb, rk;
     bool mmq;
@@ -308,10 +317,25 @@ extern "C" rf_status rf_gpu_gemv_xq_bias(rf_gpu_ctx *ctx, float *y, const void *
     RF_GPU_REQUIRE(w && xq && y && ((uintptr_t)w & 15) == 0 && ((uintptr_t)xq & 15) == 0 && ((uintptr_t)y & 3) == 0,
                    op, "w and xq must be 16-byte aligned device memory (rf_gpu_alloc)");
     if (mmq) { /* the MMQ has no bias epilogue: the bias kernel after it */
-        st = rf_gpu_mmq_xq(ctx, y, w, wtype, xq, rk, n_tokens, n_in, n_out);
+        st = parts && !bias ? rf_gpu_mmq_xq_parts(ctx, y, w, wtype, xq, rk, n_tokens, n_in, n_out, parts, cap, np)
+                            : rf_gpu_mmq_xq(ctx, y, w, wtype, xq, rk, n_tokens, n_in, n_out);
         return st || !bias ? st : rf_gpu_add_bias(ctx, y, bias, n_tokens, n_out);
     }
     return rf_q32_product(ctx, y, (const uint8_t *)w, wtype, xq, (int)n_tokens, n_in, n_out, false, bias);
+}
+
+extern "C" rf_status rf_gpu_gemv_xq_bias(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,
+                                         const void *xq, const float *bias, int64_t n_tokens, int64_t n_in,
+                                         int64_t n_out) {
+    return rf_gemv_xq_run(ctx, y, w, wtype, xq, bias, n_tokens, n_in, n_out, NULL, 0, NULL);
+}
+
+extern "C" rf_status rf_gpu_gemv_xq_parts(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
+                                          int64_t n_tokens, int64_t n_in, int64_t n_out, float *parts, size_t cap,
+                                          int *np) {
+    *np = 0;
+    RF_GPU_REQUIRE(parts && ((uintptr_t)parts & 15) == 0, "rf_gpu_gemv_xq_parts", "parts must be 16-byte aligned");
+    return rf_gemv_xq_run(ctx, y, w, wtype, xq, NULL, n_tokens, n_in, n_out, parts, cap, np);
 }
 
 extern "C" rf_status rf_gpu_gemv(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype,

@@ -498,12 +498,21 @@ static size_t rf_mmq_part_bytes(const rf_gpu_ctx *ctx, rf_type wtype, int64_t n_
 
 /* the product from x quantized as rf_gemv_launch_quantize_x(gb 1, rk) writes it at xq (int8 x,
  * then the records 256-byte aligned), the split-K partial sums at tmp (rf_mmq_part_bytes of
- * scratch; NULL: taken here) and their sum */
+ * scratch; NULL: taken here) and their sum; with keep (not NULL) and tmp the caller's (keep_cap
+ * bytes), a product in splits that fit leaves its partial sums at tmp unsummed and says how many
+ * (*keep; 0 where it wrote y) */
 static rf_status rf_mmq_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq, int rk,
-                            int64_t n_tokens, int64_t n_in, int64_t n_out, void *tmp) {
+                            int64_t n_tokens, int64_t n_in, int64_t n_out, void *tmp, size_t keep_cap = 0,
+                            int *keep = nullptr) {
     const int kt = rf_mmq_kernel_type(wtype, n_in), kb = kt == RF_TYPE_Q6_K ? 16 : 8;
     const int splits = rf_mmq_splits(ctx, n_in, n_out, kb);
     const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
+    if (keep) {
+        *keep = 0;
+        const size_t need = splits > 1 ? rf_mmq_part_bytes(ctx, wtype, n_tokens, n_in, n_out) : 0;
+        if (need && need <= keep_cap) *keep = splits;
+        else tmp = NULL;
+    }
     const size_t pb = tmp ? 0 : rf_mmq_part_bytes(ctx, wtype, n_tokens, n_in, n_out);
     size_t mark;
     rf_status st = pb ? rf_gpu_tmp(ctx, pb, &tmp, &mark) : RF_OK;
@@ -530,7 +539,7 @@ static rf_status rf_mmq_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wt
     default: st = RF_MMQ_D(RF_TYPE_Q6_K); break;
     }
 #undef RF_MMQ_D
-    if (!st && splits > 1) {
+    if (!st && splits > 1 && !(keep && *keep)) {
         const int64_t ny = n_tokens * n_out;
         st = rf_gpu_launch(ctx, "rf_k_mmq_reduce", true, rf_k_mmq_reduce, dim3(rf_gpu_blocks(ny, 256)), dim3(256), 0,
                            y, (const float *)out, ny, splits);
@@ -539,6 +548,17 @@ static rf_status rf_mmq_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wt
     return st;
 }
 #endif
+
+extern "C" rf_status rf_gpu_sum_parts(rf_gpu_ctx *ctx, float *y, const float *parts, int64_t n, int np) {
+    const char *op = "rf_gpu_sum_parts";
+    RF_GPU_REQUIRE(y && parts && n >= 1 && np >= 1 && np <= 8, op, "%lld elements in %d parts", (long long)n, np);
+#if defined(RF_HIP) /* no MMQ there: nothing leaves its parts */
+    return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no MMQ kernel on HIP", op);
+#else
+    return rf_gpu_launch(ctx, "rf_k_mmq_reduce", true, rf_k_mmq_reduce, dim3(rf_gpu_blocks(n, 256)), dim3(256), 0, y,
+                         parts, n, np);
+#endif
+}
 
 extern "C" rf_status rf_gpu_mmq(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const float *x,
                                 int64_t n_tokens, int64_t n_in, int64_t n_out) {
@@ -575,5 +595,22 @@ extern "C" rf_status rf_gpu_mmq_xq(rf_gpu_ctx *ctx, float *y, const void *w, rf_
     return rf_set_error(RF_ERR_UNSUPPORTED, "%s: no MMQ kernel on HIP", op);
 #else
     return rf_mmq_run(ctx, y, w, wtype, xq, rk, n_tokens, n_in, n_out, NULL);
+#endif
+}
+
+extern "C" rf_status rf_gpu_mmq_xq_parts(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wtype, const void *xq,
+                                         int rk, int64_t n_tokens, int64_t n_in, int64_t n_out, float *parts,
+                                         size_t cap, int *np) {
+    *np = 0;
+#if defined(RF_HIP)
+    (void)parts, (void)cap;
+    return rf_gpu_mmq_xq(ctx, y, w, wtype, xq, rk, n_tokens, n_in, n_out);
+#else
+    const char *op = "rf_gpu_mmq_xq";
+    const rf_status st = rf_mmq_check(ctx, op, w, wtype, xq, y, n_tokens, n_in, n_out);
+    if (st) return st;
+    RF_GPU_REQUIRE(rf_mmq_kquant(wtype) ? rk == 1 || (rk == 3 && n_in % 256 == 0) : rk == 0, op,
+                   "records %d for weight type %d (K-quants: 1 or 3, the others 0)", rk, (int)wtype);
+    return rf_mmq_run(ctx, y, w, wtype, xq, rk, n_tokens, n_in, n_out, parts, cap, np);
 #endif
 }

@@ -7,11 +7,12 @@
 #include "backend/gpu/gpu_compat.h"
 
 /* Block row blockIdx.x of x (xr, n wide) as v[k] = element k * 1024 + threadIdx.x (zeros past n)
- * and w's elements as wv (ones without w); with res (not NULL) v = x + res first, written back to
- * xr (the residual add before the norm, rf_k_add's x + r). */
+ * and w's elements as wv (ones without w); with res (not NULL) v = x + r first, written back to
+ * xr (the residual add before the norm, rf_k_add's x + r), r the sum of res's np arrays ps apart
+ * (rf_parts_sum; np 1: res itself). */
 template <int K>
 static __device__ __forceinline__ void rf_rms_load_row(float (&v)[K], float (&wv)[K], float *xr, const float *res,
-                                                       const float *w, int n) {
+                                                       int np, int64_t ps, const float *w, int n) {
 #pragma unroll
     for (int k = 0; k < K; k++) {
         const int i = k * 1024 + threadIdx.x;
@@ -24,7 +25,7 @@ static __device__ __forceinline__ void rf_rms_load_row(float (&v)[K], float (&wv
         for (int k = 0; k < K; k++) {
             const int i = k * 1024 + threadIdx.x;
             if (i < n) {
-                v[k] = v[k] + rr[i];
+                v[k] = v[k] + rf_parts_sum(rr + i, np, ps);
                 xr[i] = v[k];
             }
         }

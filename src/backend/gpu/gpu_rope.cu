@@ -76,14 +76,16 @@ template <> __device__ __forceinline__ rf_half rf_to_cache<rf_half>(float v) {
  * (t, h, d) over the n_head query heads then the n_head_kv key/value heads, grid-stride: a
  * thread owning the first element of a rotated pair reads and writes both, the partner writes
  * nothing for Q and K. One kernel where the unfused step takes four (rope Q, rope K, store K,
- * store V). twin rf_ref_rope then a copy/convert; tolerance rel. L2 < 1e-5 (f32 cache),
- * < 1e-2 (f16); Q bit-identical to rf_k_rope. */
+ * store V). With np > 1 (npv > 1), q and k (v) are views of a product's split-K partial sums,
+ * np (npv) arrays ps apart, each value summed as it is read (rf_parts_sum: the bits of the
+ * reduced product). twin rf_ref_rope then a copy/convert; tolerance rel. L2 < 1e-5 (f32
+ * cache), < 1e-2 (f16); Q bit-identical to rf_k_rope. */
 template <typename T>
 __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, int64_t n_head, const float *k,
                                     int64_t sk, const float *v, int64_t sv, int64_t n_tokens, int64_t n_head_kv,
                                     int64_t head_dim, int64_t n_rot, const int32_t *pos, const int32_t *slot,
                                     float base, float fscale, const float *ff, int neox, float af, T *kc,
-                                    T *vc, int64_t cache_rows) {
+                                    T *vc, int64_t cache_rows, int np, int npv, int64_t ps) {
     const int64_t nh = n_head + n_head_kv;
     const int64_t total = n_tokens * nh * head_dim, half = n_rot / 2;
     const int64_t e0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -111,11 +113,13 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
             if (sl < 0 || sl >= cache_rows) continue;
             ks = k + t * sk + h * head_dim;
             kd = kc + ((int64_t)sl * n_head_kv + h) * head_dim;
-            vc[((int64_t)sl * n_head_kv + h) * head_dim + d] = rf_to_cache<T>(v[t * sv + h * head_dim + d]);
+            vc[((int64_t)sl * n_head_kv + h) * head_dim + d] =
+                rf_to_cache<T>(rf_parts_sum(v + t * sv + h * head_dim + d, npv, ps));
         }
         if (d >= n_rot) {
-            if (is_q) qo[d] = ks[d];
-            else kd[d] = rf_to_cache<T>(ks[d]);
+            const float x = rf_parts_sum(ks + d, np, ps);
+            if (is_q) qo[d] = x;
+            else kd[d] = rf_to_cache<T>(x);
             continue;
         }
         /* pair index and whether d is its first element */
@@ -129,7 +133,7 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
         }
         float c = c0, s = s0; /* e0's pair: computed before the wait, the same way */
         if (e != e0) rf_rope_cs(pos[t], i, n_rot, base, fscale, ff, af, &c, &s);
-        const float a = ks[i0], b = ks[i1];
+        const float a = rf_parts_sum(ks + i0, np, ps), b = rf_parts_sum(ks + i1, np, ps);
         const float r0 = a * c - b * s, r1 = a * s + b * c;
         if (is_q) {
             qo[i0] = r0;
@@ -149,7 +153,8 @@ __global__ void rf_k_rope_kv_append(float *qout, const float *qin, int64_t sq, i
  * elements, then the warp sums; the warps rmsnorm_v's 1024 threads have past the row add exact
  * zeros), inv = rsqrtf(ss / n + eps), x * inv * w. The normed row goes through shared memory to
  * the thread of its rotated pair, whose arithmetic is rf_k_rope_kv_append's: Q, K and V
- * bit-identical to rf_gpu_rmsnorm per row then rf_gpu_rope_qkv_append. launch: one block per
+ * bit-identical to rf_gpu_rmsnorm per row then rf_gpu_rope_qkv_append (np, npv, ps: as there, split-K
+ * partial sums summed as read). launch: one block per
  * (t, head) over the n_head query heads then the n_head_kv key/value heads, blockDim head_dim
  * rounded up to 64 (a multiple of either warp width). */
 template <typename T>
@@ -158,7 +163,7 @@ __global__ void __launch_bounds__(1024)
                              const float *v, int64_t sv, int64_t n_head_kv, int64_t head_dim, int64_t n_rot,
                              const int32_t *pos, const int32_t *slot, float base, float fscale, const float *ff,
                              int neox, float af, T *kc, T *vc, int64_t cache_rows, const float *qw, const float *kw,
-                             int vnorm, float eps) {
+                             int vnorm, float eps, int np, int npv, int64_t ps) {
     __shared__ float sh[1024 / 32];
     __shared__ float xs[1024];
     const int64_t nh = n_head + n_head_kv, t = blockIdx.x / nh, hh = blockIdx.x % nh;
@@ -184,7 +189,7 @@ __global__ void __launch_bounds__(1024)
         src = k + t * sk + h * head_dim;
         kd = kc + ((int64_t)sl * n_head_kv + h) * head_dim;
         w = kw;
-        float y = d < head_dim ? v[t * sv + h * head_dim + d] : 0.0f;
+        float y = d < head_dim ? rf_parts_sum(v + t * sv + h * head_dim + d, npv, ps) : 0.0f;
         if (vnorm) { /* gemma4's V: RMS-normed without a gain (rmsnorm_v's w NULL: times 1) */
             float ss = 0.0f;
             ss += y * y;
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(1024)
         }
         if (d < head_dim) vc[((int64_t)sl * n_head_kv + h) * head_dim + d] = rf_to_cache<T>(y);
     }
-    float x = d < head_dim ? src[d] : 0.0f;
+    float x = d < head_dim ? rf_parts_sum(src + d, np, ps) : 0.0f;
     if (w) { /* uniform over the block */
         const float wv = d < head_dim ? w[d] : 1.0f;
         float ss = 0.0f;
@@ -251,7 +256,7 @@ static rf_status rope_append_launch(rf_gpu_ctx *ctx, float *qout, const float *q
                                     int64_t n_head_kv, int64_t head_dim, int64_t n_rot, const int32_t *pos,
                                     const int32_t *slot, float base, float fscale, const float *ff, int neox, float af,
                                     T *kc, T *vc, int64_t cache_rows, const float *qw, const float *kw, int vnorm,
-                                    float eps) {
+                                    float eps, int np, int npv, int64_t ps) {
     const rf_test_hooks *hk = rf_test_hooks_get();
     const bool pdl = !(hk && hk->gpu_attn_nopdl); /* the test hook: in stream order, as before */
     if (qw || kw || vnorm) {
@@ -259,23 +264,24 @@ static rf_status rope_append_launch(rf_gpu_ctx *ctx, float *qout, const float *q
         const int threads = (int)((head_dim + 63) / 64 * 64);
         return rf_gpu_launch(ctx, "rf_k_norm_rope_kv_append", pdl, rf_k_norm_rope_kv_append<T>, dim3((unsigned)blocks),
                              dim3(threads), 0, qout, qin, sq, n_head, k, sk, v, sv, n_head_kv, head_dim, n_rot, pos, slot,
-                             base, fscale, ff, neox, af, kc, vc, cache_rows, qw, kw, vnorm, eps);
+                             base, fscale, ff, neox, af, kc, vc, cache_rows, qw, kw, vnorm, eps, np, npv, ps);
     }
     const int64_t total = n_tokens * (n_head + n_head_kv) * head_dim;
     return rf_gpu_launch(ctx, "rf_k_rope_kv_append", pdl, rf_k_rope_kv_append<T>, dim3(rf_gpu_blocks(total, 256)),
                          dim3(256), 0, qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot, pos,
-                         slot, base, fscale, ff, neox, af, kc, vc, cache_rows);
+                         slot, base, fscale, ff, neox, af, kc, vc, cache_rows, np, npv, ps);
 }
 
-extern "C" rf_status rf_gpu_norm_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq,
-                                                 int64_t n_head, const float *k, int64_t sk, const float *v,
-                                                 int64_t sv, int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
-                                                 int64_t n_rot, const int32_t *pos, const int32_t *slot,
-                                                 float freq_base, float freq_scale, const float *freq_factors,
-                                                 int mode, float attn_factor, void *k_cache, void *v_cache,
-                                                 rf_type cache_type, int64_t cache_rows, const float *q_norm,
-                                                 const float *k_norm, int v_norm, float eps) {
+extern "C" rf_status rf_gpu_norm_rope_qkv_append_parts(
+    rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq, int64_t n_head, const float *k, int64_t sk,
+    const float *v, int64_t sv, int64_t n_tokens, int64_t n_head_kv, int64_t head_dim, int64_t n_rot,
+    const int32_t *pos, const int32_t *slot, float freq_base, float freq_scale, const float *freq_factors, int mode,
+    float attn_factor, void *k_cache, void *v_cache, rf_type cache_type, int64_t cache_rows, const float *q_norm,
+    const float *k_norm, int v_norm, float eps, int np, int npv, int64_t ps) {
     const char *op = "rf_gpu_rope_qkv_append";
+    RF_GPU_REQUIRE(np >= 1 && np <= 8 && npv >= 1 && npv <= 8 && (np == 1 || (ps >= 1 && qin != qout)) &&
+                       (npv == 1 || ps >= 1),
+                   op, "%d / %d split-K parts %lld apart (1..8; not in place)", np, npv, (long long)ps);
     RF_GPU_REQUIRE(n_rot >= 0 && n_rot % 2 == 0 && n_rot <= head_dim, op,
                    "n_rot=%lld must be even and <= head_dim=%lld", (long long)n_rot,
                    (long long)head_dim);
@@ -309,7 +315,7 @@ extern "C" rf_status rf_gpu_norm_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, c
         float *ks = (float *)tmp, *vs = ks + n_tokens * kvd;
         st = rope_append_launch<float>(ctx, qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot,
                                        pos, NULL, freq_base, freq_scale, freq_factors, neox, attn_factor, ks, vs,
-                                       n_tokens, q_norm, k_norm, v_norm, eps);
+                                       n_tokens, q_norm, k_norm, v_norm, eps, np, npv, ps);
         if (!st) st = rf_gpu_kv_store_q8(ctx, k_cache, cache_rows, ks, kvd, n_tokens, kvd, slot);
         if (!st) st = rf_gpu_kv_store_q8(ctx, v_cache, cache_rows, vs, kvd, n_tokens, kvd, slot);
         ctx->scratch_used = mark;
@@ -318,10 +324,24 @@ extern "C" rf_status rf_gpu_norm_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, c
     if (cache_type == RF_TYPE_F16)
         return rope_append_launch<rf_half>(ctx, qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim,
                                            n_rot, pos, slot, freq_base, freq_scale, freq_factors, neox, attn_factor,
-                                           (rf_half *)k_cache, (rf_half *)v_cache, cache_rows, q_norm, k_norm, v_norm, eps);
+                                           (rf_half *)k_cache, (rf_half *)v_cache, cache_rows, q_norm, k_norm, v_norm, eps,
+                                           np, npv, ps);
     return rope_append_launch<float>(ctx, qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim, n_rot,
                                      pos, slot, freq_base, freq_scale, freq_factors, neox, attn_factor,
-                                     (float *)k_cache, (float *)v_cache, cache_rows, q_norm, k_norm, v_norm, eps);
+                                     (float *)k_cache, (float *)v_cache, cache_rows, q_norm, k_norm, v_norm, eps, np, npv, ps);
+}
+
+extern "C" rf_status rf_gpu_norm_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq,
+                                                 int64_t n_head, const float *k, int64_t sk, const float *v,
+                                                 int64_t sv, int64_t n_tokens, int64_t n_head_kv, int64_t head_dim,
+                                                 int64_t n_rot, const int32_t *pos, const int32_t *slot,
+                                                 float freq_base, float freq_scale, const float *freq_factors,
+                                                 int mode, float attn_factor, void *k_cache, void *v_cache,
+                                                 rf_type cache_type, int64_t cache_rows, const float *q_norm,
+                                                 const float *k_norm, int v_norm, float eps) {
+    return rf_gpu_norm_rope_qkv_append_parts(ctx, qout, qin, sq, n_head, k, sk, v, sv, n_tokens, n_head_kv, head_dim,
+                                             n_rot, pos, slot, freq_base, freq_scale, freq_factors, mode, attn_factor,
+                                             k_cache, v_cache, cache_type, cache_rows, q_norm, k_norm, v_norm, eps, 1, 1, 0);
 }
 
 extern "C" rf_status rf_gpu_rope_qkv_append(rf_gpu_ctx *ctx, float *qout, const float *qin, int64_t sq,
