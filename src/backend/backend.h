@@ -191,6 +191,14 @@ typedef struct rf_backend_ops {
      * store (one launch where two ran). */
     rf_status (*matmul_bias)(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, const rf_tensor *b,
                              int64_t n_tokens);
+    /* Optional (NULL: the forward calls matmul): matmul for a y whose only reader is the next
+     * rmsnorm_for, as its res (the attention output and the FFN down product, which join the
+     * residual stream in the next block's norm), or the next rope_store / norm_rope_store, as the
+     * q, k (and v) views of a joined Q/K/V product. The backend may leave y unsummed until that
+     * op reads it (the GPU's split-K partial sums, added by that op's kernel in the order its
+     * reduce adds them: the same bits). No op in between may read or write y, and that op must
+     * come before the next matmul_sum_next. */
+    rf_status (*matmul_sum_next)(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens);
     /* rf_ref_rmsnorm over rows x n (w f32 [n] or NULL); y may alias x. */
     rf_status (*rmsnorm)(rf_backend *be, rf_tensor *y, const rf_tensor *x, const rf_tensor *w,
                          int64_t rows, int64_t n, float eps);
@@ -515,6 +523,8 @@ rf_status rf_backend_gpu_mem(rf_backend *be, size_t *free_bytes, size_t *total_b
 const char *rf_backend_gpu_name(rf_backend *be);
 /* Host<->device transfers and graph launches so far (as op info's counters). */
 void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *downloads, int64_t *launches);
+/* Products whose split-K sums were left to the next norm (matmul_sum_next) so far. */
+int64_t rf_backend_gpu_parts_kept(rf_backend *be);
 /* The device's ordinal (as op info's device). */
 int rf_backend_gpu_device(rf_backend *be);
 #endif

@@ -52,6 +52,7 @@ extern "C" {
     X(GPU_MMQ_MAX, INT, "96", 0, 1000000000, "GPU: most tokens a product runs on MMQ (0 = never)") \
     X(GPU_MMQ_MIN, INT, "17", 1, 1000000000, "GPU: fewest tokens a product runs on MMQ")            \
     X(GPU_MMQ_XQ, BOOL, "on", 0, 0, "GPU: MMQ products take x quantized by the kernel that makes it (the norm's, the GLU's), shared by the products of one x (off: each MMQ product quantizes its own x; the same bits)") \
+    X(GPU_SPLITK_FUSED, BOOL, "on", 0, 0, "GPU: an MMQ product in split-K splits whose output only the next op reads (Q/K/V: the RoPE + cache store; the attention output and the FFN down product: the next norm) leaves its partial sums to that op's kernel, which adds them in the reduce's order (off: rf_k_mmq_reduce sums them first; the same bits)") \
     X(GPU_MMQ_WIDE, INT, "12288", 0, 1000000000, "GPU: Q5_0 / Q5_K products with rows at least this wide (the feed-forward's down product) run on MMQ at 4..8 tokens, where the multi-token GEMV would take them (0 = never)") \
     X(GPU_W4A16, INT, "2", 0, 2, "GPU: W4A16 tensor-core products (weights dequantized in registers): 0 off, 1 from RF_GPU_W4A16_MIN tokens up, 2 auto (RF_GPU_W4A16_MIN..RF_GPU_W4A16_MAX tokens)") \
     X(GPU_W4A16_MIN, INT, "33", 1, 1000000000, "GPU: fewest tokens a product runs on W4A16") \

@@ -288,6 +288,15 @@ static rf_status matmul_bias(rf_backend *be, rf_tensor *y, const rf_tensor *w, c
     return st ? st : be->ops->add_bias(be, y, b, n, n_out);
 }
 
+/* y = W x where only the next op reading y is the norm that adds it as the residual, or the
+ * RoPE + cache store that reads its Q/K/V columns (sum_next): the backend may leave the
+ * product's last sum to that op's kernel (matmul_sum_next); else matmul. */
+static rf_status matmul_to(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n,
+                           bool sum_next) {
+    if (sum_next && be->ops->matmul_sum_next) return be->ops->matmul_sum_next(be, y, w, x, n);
+    return be->ops->matmul(be, y, w, x, n);
+}
+
 /* One step's fixed facts for the layer blocks below. Tensor parallelism (model_tp.c): each
  * layer's attention and FFN run once per shard with the shard's weights, heads and KV pool.
  * On one backend (ndev 1) shard 0 writes o, shards 1.. their partial products to f->part, the
@@ -357,7 +366,7 @@ static rf_status mixer_attention(const step *t, int s, int il) {
          * place by the (norm +) RoPE + store, the product's rows packed at its own width */
         rf_tensor qkv = A->qkv;
         qkv.ne[0] = S->wqkv.ne[1], qkv.nb1 = (size_t)S->wqkv.ne[1] * 4, qkv.owned = false;
-        TRY(op->matmul(be, &qkv, &S->wqkv, &A->h, n));
+        TRY(matmul_to(be, &qkv, &S->wqkv, &A->h, n, true)); /* read next by the (norm +) RoPE + store */
         rf_tensor jq = joined_cols(&qkv, 0, Qs, n), jk = joined_cols(&qkv, Qs, KVs, n), jv = v;
         if (S->wqkv_qk) TRY(op->matmul(be, &v, &S->wv, &A->h, n));
         else jv = joined_cols(&qkv, Qs + KVs, KVs, n);
@@ -399,7 +408,10 @@ static rf_status mixer_attention(const step *t, int s, int il) {
     }
     TRY(op->attention(be, &att, &q, kc, vc, b, Hs, HKVs, D, hp->attn_scale, S->is_swa ? hp->n_swa : 0, 0.0f,
                       rf_has(&S->attn_sinks) ? &S->attn_sinks : NULL));
-    /* a shard's: the partial sum over its heads; unsplit, with the output bias (o_bias_in_product) */
+    /* a shard's: the partial sum over its heads; unsplit, with the output bias (o_bias_in_product);
+     * unsplit without a bias or post-norm, read next only by the FFN norm (layer) */
+    if (t->tp == 1 && !rf_has(&S->bo) && !rf_has(&S->attn_post_norm))
+        return matmul_to(be, po, &S->wo, &att, n, true);
     return matmul_bias(be, po, &S->wo, &att, o_bias_in_product(t, S) ? &S->bo : NULL, n, t->E);
 }
 
@@ -427,7 +439,9 @@ static rf_status ffn_dense_glu(const step *t, int s, int il) {
         if (op->glu_for) TRY(op->glu_for(be, &g, &g, &u, n * Fs, m->hp.glu, &S->ffn_down));
         else TRY(op->glu(be, &g, &g, &u, n * Fs, m->hp.glu));
     }
-    return op->matmul(be, po, &S->ffn_down, &g, n);
+    /* unsplit without a post-norm and not the last layer: read next only by the next layer's
+     * attention norm (layer) */
+    return matmul_to(be, po, &S->ffn_down, &g, n, t->tp == 1 && !rf_has(&S->ffn_post_norm) && il + 1 < m->hp.n_layer);
 }
 
 /* The shared expert (qwen35moe, qwen3next; one backend, unsplit: model_weights.c refuses it with

@@ -23,6 +23,8 @@
 #include "core/test_hooks.h"
 #include "gpu_model_common.h"
 
+#include "backend/backend.h"
+
 #include "greedy_prompts.h"
 
 static int setup(void **state) {
@@ -587,6 +589,49 @@ static void test_engine_gpu(void **state) {
     if (access(path, R_OK) == 0) engine_invariance(path, "SmolLM2 Q4_1");
 }
 
+/* ---- split-K sums left to the norm ------------------------------------------------------ */
+
+/* Steps of 24 tokens (MMQ's range) of qwen3-0.6b's shapes, whose Q/K/V, attention output and FFN
+ * down products run in split-K splits: with RF_GPU_SPLITK_FUSED on, their partial sums are added
+ * by the kernel that reads them next (the norm + RoPE + cache store, the next norm:
+ * matmul_sum_next), off by rf_k_mmq_reduce first. The logits must be the same bits, and with it
+ * on some products must have left their sums (else nothing was compared). Two chunks: the
+ * second's attention reads the first's cached keys too. */
+static void test_splitk_in_norm(void **state) {
+    (void)state;
+    char path[1200];
+    mkmodel("qwen3-0.6b", "q4_k_m", path, sizeof path);
+    rf_model *m = load(path, RF_DEVICE_GPU);
+    const int32_t nv = m->hp.n_vocab;
+    rf_rng r;
+    rf_rng_init(&r, rf_test_seed() + 29);
+    int32_t ids[48];
+    random_prompt(&r, ids, 48, nv);
+    float *lg[2];
+    int64_t kept[2];
+    for (int on = 0; on < 2; on++) {
+        rf_knob_override(RF_KNOB_GPU_SPLITK_FUSED, on ? "on" : "off");
+        rf_session *s = session(m, 128);
+        const int64_t k0 = rf_backend_gpu_parts_kept(m->be);
+        if (rf_session_eval(s, ids, 24, false) || rf_session_eval(s, ids + 24, 24, false))
+            fail_msg("eval: %s", rf_last_error());
+        kept[on] = rf_backend_gpu_parts_kept(m->be) - k0;
+        lg[on] = malloc((size_t)nv * sizeof(float));
+        const float *l = rf_session_logits(s, 23); /* the last position's (all_logits false) */
+        if (!l) fail_msg("no logits of position 23");
+        memcpy(lg[on], l, (size_t)nv * sizeof(float));
+        rf_session_free(s);
+    }
+    rf_knob_override(RF_KNOB_GPU_SPLITK_FUSED, NULL);
+    printf("  split-K sums in the next op: %lld products left their sums to it over 2 steps of 24 tokens "
+           "(%d layers); logits the same bits as through the reduce\n", (long long)kept[1], (int)m->hp.n_layer);
+    assert_int_equal(kept[0], 0);
+    assert_true(kept[1] > 0);
+    assert_memory_equal(lg[0], lg[1], (size_t)nv * sizeof(float));
+    free(lg[0]), free(lg[1]);
+    rf_model_free(m);
+}
+
 /* ---- device memory returns ------------------------------------------------------------ */
 
 static void test_memory(void **state) {
@@ -624,6 +669,7 @@ int main(void) {
         cmocka_unit_test(test_kv_q8),
         cmocka_unit_test(test_real_models),
         cmocka_unit_test(test_engine_gpu),
+        cmocka_unit_test(test_splitk_in_norm),
     };
     /* RF_TEST_FILTER=pattern runs the matching tests only (device runs repeat one) */
     const char *f = getenv("RF_TEST_FILTER");

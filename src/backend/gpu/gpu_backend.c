@@ -139,23 +139,33 @@ static rf_status g_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *q, rf
                               int mode, float attn_factor) {
     NEED_DEV(b, "rope_store");
     gpu_be *g = GX(be);
-    if (gbe_skip(RF_SKIP_ROPE)) return RF_OK;
+    if (gbe_skip(RF_SKIP_ROPE)) {
+        g->pend_y = NULL;
+        return RF_OK;
+    }
     if (kc->type != vc->type || (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32 && kc->type != RF_TYPE_Q8_0))
         return rf_set_error(RF_ERR_UNSUPPORTED, "the GPU KV cache holds f16, f32 or q8_0 (not %s)",
                             rf_type_name(kc->type));
     const int64_t sq = (int64_t)(q->nb1 / 4), sk = (int64_t)(k->nb1 / 4), sv = (int64_t)(v->nb1 / 4);
     const bool packed = sq == n_head * head_dim && sk == n_head_kv * head_dim && sv == n_head_kv * head_dim;
-    if (!g->fuse && packed && q_out->data == q->data) { /* the unfused composition, for A/B runs */
-        rf_status st;
+    const bool unfused = !g->fuse && packed && q_out->data == q->data;
+    /* q, k, v may be a matmul_sum_next product's split-K sums, added as the kernel reads them */
+    const float *qs = q->data, *ks = k->data, *vs = v->data;
+    int np, npv;
+    int64_t ps;
+    rf_status st = rf_gbe_take_parts_qkv(g, !unfused && q_out->data != q->data, &qs, &ks, &vs, &np, &npv, &ps);
+    if (st) return st;
+    if (unfused) { /* the unfused composition, for A/B runs */
         if ((st = g_rope(be, q, b, n_head, head_dim, n_rot, freq_base, freq_scale, ff, mode, attn_factor)) ||
             (st = g_rope(be, k, b, n_head_kv, head_dim, n_rot, freq_base, freq_scale, ff, mode, attn_factor)) ||
             (st = g_kv_store(be, kc, k, b)))
             return st;
         return g_kv_store(be, vc, v, b);
     }
-    return rf_gpu_rope_qkv_append(g->ctx, q_out->data, q->data, sq, n_head, k->data, sk, v->data, sv, b->n_tokens,
-                                  n_head_kv, head_dim, n_rot, dev_of(b)->pos, dev_of(b)->slot, freq_base, freq_scale,
-                                  ff ? ff->data : NULL, mode, attn_factor, kc->data, vc->data, kc->type, kc->ne[1]);
+    return rf_gpu_norm_rope_qkv_append_parts(g->ctx, q_out->data, qs, sq, n_head, ks, sk, vs, sv, b->n_tokens,
+                                             n_head_kv, head_dim, n_rot, dev_of(b)->pos, dev_of(b)->slot, freq_base,
+                                             freq_scale, ff ? ff->data : NULL, mode, attn_factor, kc->data, vc->data,
+                                             kc->type, kc->ne[1], NULL, NULL, 0, 0.0f, np, npv, ps);
 }
 
 /* norm_rope_store in one kernel: the per-head Q/K (and V) RMSNorms, then rope_store's work. Fusions
@@ -172,7 +182,8 @@ static rf_status g_norm_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *
     const bool packed = sq == n_head * head_dim && sk == n_head_kv * head_dim && sv == n_head_kv * head_dim;
     if (!g->fuse || head_dim > 1024 || kc->type != vc->type ||
         (kc->type != RF_TYPE_F16 && kc->type != RF_TYPE_F32 && kc->type != RF_TYPE_Q8_0)) {
-        rf_status st;
+        rf_status st = rf_gbe_flush_parts(g); /* the ops below read q, k, v as they are */
+        if (st) return st;
         if (!packed) return rf_set_error(RF_ERR_UNSUPPORTED, "norm_rope_store: unfused needs packed q, k and v rows");
         if (q_norm && (st = g_rmsnorm(be, q, q, q_norm, b->n_tokens * n_head, head_dim, eps))) return st;
         if (k_norm && (st = g_rmsnorm(be, k, k, k_norm, b->n_tokens * n_head_kv, head_dim, eps))) return st;
@@ -180,11 +191,16 @@ static rf_status g_norm_rope_store(rf_backend *be, rf_tensor *q_out, rf_tensor *
         return g_rope_store(be, q_out, q, k, v, kc, vc, b, n_head, n_head_kv, head_dim, n_rot, freq_base, freq_scale,
                             ff, mode, attn_factor);
     }
-    return rf_gpu_norm_rope_qkv_append(g->ctx, q_out->data, q->data, sq, n_head, k->data, sk, v->data, sv,
-                                       b->n_tokens, n_head_kv, head_dim, n_rot, dev_of(b)->pos, dev_of(b)->slot,
-                                       freq_base, freq_scale, ff ? ff->data : NULL, mode, attn_factor, kc->data,
-                                       vc->data, kc->type, kc->ne[1], q_norm ? q_norm->data : NULL,
-                                       k_norm ? k_norm->data : NULL, v_norm, eps);
+    const float *qs = q->data, *ks = k->data, *vs = v->data;
+    int np, npv;
+    int64_t ps;
+    rf_status st = rf_gbe_take_parts_qkv(g, q_out->data != q->data, &qs, &ks, &vs, &np, &npv, &ps);
+    if (st) return st;
+    return rf_gpu_norm_rope_qkv_append_parts(g->ctx, q_out->data, qs, sq, n_head, ks, sk, vs, sv, b->n_tokens,
+                                             n_head_kv, head_dim, n_rot, dev_of(b)->pos, dev_of(b)->slot, freq_base,
+                                             freq_scale, ff ? ff->data : NULL, mode, attn_factor, kc->data,
+                                             vc->data, kc->type, kc->ne[1], q_norm ? q_norm->data : NULL,
+                                             k_norm ? k_norm->data : NULL, v_norm, eps, np, npv, ps);
 }
 
 static rf_status g_copy_rows(rf_backend *be, rf_tensor *t, int64_t dst0, int64_t src0, int64_t n) {
@@ -400,6 +416,8 @@ void rf_backend_gpu_counters(rf_backend *be, int64_t *uploads, int64_t *download
     *launches = g->n_launch;
 }
 
+int64_t rf_backend_gpu_parts_kept(rf_backend *be) { return G(be)->parts_kept; }
+
 static rf_status g_info(rf_backend *be, bool memory, rf_backend_info *out) {
     gpu_be *g = G(be); /* writes nothing of g: a server's metrics thread calls this while the engine steps */
     *out = (rf_backend_info){.name = g->name, .device = g->device};
@@ -423,6 +441,7 @@ static void g_destroy(rf_backend *be) {
         if (g->ctx) {
             rf_gpu_free(g->ctx, g->dmeta);
             rf_gpu_free(g->ctx, g->xq);
+            rf_gpu_free(g->ctx, g->parts);
             rf_gpu_destroy(g->ctx);
         }
         free(g);
@@ -444,6 +463,7 @@ static const rf_backend_ops gpu_ops = {
     .matmul = rf_gbe_matmul,
     .add_bias = g_add_bias,
     .matmul_bias = rf_gbe_matmul_bias,
+    .matmul_sum_next = rf_gbe_matmul_sum_next,
     .rmsnorm = g_rmsnorm,
     .add_norm = g_add_norm,
     .rmsnorm_for = rf_gbe_rmsnorm_for,

@@ -7,6 +7,7 @@
 
 #include "backend/gpu/gpu_be.h"
 #include "backend/gpu/gpu_tp_p2p.h"
+#include "core/knobs.h"
 #include "rocmforge/quant.h"
 
 
@@ -66,15 +67,44 @@ static rf_status xq_note(gpu_be *g, const void *src, rf_type t, int64_t n_tokens
     return RF_OK;
 }
 
+/* the parts buffer large enough for an n_tokens x n_out product's split-K partial sums (at most 8
+ * splits); false (and no error) for products past decode's sizes (more than 128 tokens) or
+ * where it would have to grow inside a graph recording. Sized for the MMQ's most tokens at once,
+ * so that a recording finds it large enough. */
+static rf_status parts_room(gpu_be *g, int64_t n_tokens, int64_t n_out, bool *ok) {
+    *ok = false;
+    if (n_tokens > 128) return RF_OK;
+    const size_t need = (size_t)8 * (size_t)n_tokens * (size_t)n_out * sizeof(float);
+    if (need > g->parts_cap) {
+        if (g->mode == RF_GRAPH_CAPTURE) return RF_OK;
+        rf_status st = rf_gpu_sync(g->ctx); /* the old buffer may still be read */
+        if (st) return st;
+        rf_gpu_free(g->ctx, g->parts);
+        g->parts = NULL;
+        g->parts_cap = 0;
+        const size_t cap = (size_t)8 * (size_t)(n_tokens > 96 ? n_tokens : 96) * (size_t)n_out * sizeof(float);
+        if ((st = rf_gpu_alloc(g->ctx, cap, &g->parts))) return st;
+        g->parts_cap = cap;
+        g->epoch++; /* recorded graphs read the old buffer */
+    }
+    *ok = true;
+    return RF_OK;
+}
+
 /* A product. With fusions on, a decode product with the int8-x form quantizes x once into the
  * backend's xq buffer (or finds it there, made by rmsnorm_for) and the next products of the
  * same x (Q, K, V; gate, up) reuse it: one activation-quantization kernel where three (or two)
  * ran. A recording that would need a larger buffer falls back to the whole product. */
 static rf_status matmul_b(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, const float *bias,
-                          int64_t n_tokens) {
+                          int64_t n_tokens, bool to_res) {
     gpu_be *g = G(be);
     const int64_t n_in = w->ne[0], n_out = w->ne[1];
     rf_status st;
+    if (g->pend_y && (rf_gbe_in_pend(g, x->data) || rf_gbe_in_pend(g, y->data))) {
+        g->pend_y = NULL;
+        return rf_set_error(RF_ERR_INTERNAL, "GPU matmul: a product's split-K sums still wait for the op that "
+                                             "reads them (matmul_sum_next)");
+    }
     if (gbe_skip(RF_SKIP_MATMUL)) return RF_OK;
     if (shares_xq(g, w->type, n_tokens, n_in, false)) {
         int gb, rk;
@@ -90,6 +120,24 @@ static rf_status matmul_b(rf_backend *be, rf_tensor *y, const rf_tensor *w, cons
                 if ((st = xq_note(g, x->data, w->type, n_tokens, n_in))) return st;
             }
         }
+        if (g->xq_src && to_res && !bias && !g->pend_y && rf_knob_bool(RF_KNOB_GPU_SPLITK_FUSED)) {
+            /* the split-K sums left to the op that reads y next (matmul_sum_next) */
+            bool ok;
+            if ((st = parts_room(g, n_tokens, n_out, &ok))) return st;
+            if (ok) {
+                int np = 0;
+                st = rf_gpu_gemv_xq_parts(g->ctx, y->data, w->data, w->type, g->xq, n_tokens, n_in, n_out,
+                                          (float *)g->parts, g->parts_cap, &np);
+                if (!st && np > 0) {
+                    g->pend_y = y->data;
+                    g->pend_np = np;
+                    g->pend_n = n_tokens * n_out;
+                    g->parts_kept++;
+                }
+                if (y->data == g->xq_src) g->xq_src = NULL;
+                return st;
+            }
+        }
         if (g->xq_src) {
             st = rf_gpu_gemv_xq_bias(g->ctx, y->data, w->data, w->type, g->xq, bias, n_tokens, n_in, n_out);
             if (y->data == g->xq_src) g->xq_src = NULL;
@@ -101,7 +149,14 @@ static rf_status matmul_b(rf_backend *be, rf_tensor *y, const rf_tensor *w, cons
     return st || !bias ? st : rf_gpu_add_bias(g->ctx, y->data, bias, n_tokens, n_out);
 }
 rf_status rf_gbe_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens) {
-    return matmul_b(be, y, w, x, NULL, n_tokens);
+    return matmul_b(be, y, w, x, NULL, n_tokens, false);
+}
+/* the product whose y only the next rmsnorm_for (as res) or rope_store / norm_rope_store (q, k,
+ * v as views of y) reads: where it runs on MMQ in splits (RF_GPU_SPLITK_FUSED on), its partial
+ * sums wait in g->parts for that op's kernel (one product at a time; a product between reads
+ * and writes neither y nor the parts) */
+rf_status rf_gbe_matmul_sum_next(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens) {
+    return matmul_b(be, y, w, x, NULL, n_tokens, true);
 }
 /* the product and its bias: in the int8-x GEMV's store where the product takes that path (decode
  * with fusions on), else rf_gpu_add_bias after it */
@@ -110,15 +165,34 @@ rf_status rf_gbe_matmul_bias(rf_backend *be, rf_tensor *y, const rf_tensor *w, c
     if (b->type != RF_TYPE_F32 || b->ne[0] != w->ne[1])
         return rf_set_error(RF_ERR_INVALID_ARG, "matmul_bias: bias of %lld (type %d) for %lld outputs",
                             (long long)b->ne[0], (int)b->type, (long long)w->ne[1]);
-    return matmul_b(be, y, w, x, (const float *)b->data, n_tokens);
+    return matmul_b(be, y, w, x, (const float *)b->data, n_tokens, false);
 }
 
 /* [x += res, then] rmsnorm whose output the product of `next` reads: with fusions on and that
  * product taking int8 x, one kernel writes y and its quantization for next's type (rf_gbe_matmul
- * finds it); the residual add is always in the norm's kernel */
+ * finds it); the residual add is always in the norm's kernel. Where res is a matmul_sum_next product
+ * whose split-K sums wait (g->pend_y), that kernel adds them (in the reduce's order), else they
+ * are summed into res first. */
 rf_status rf_gbe_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const rf_tensor *res, const rf_tensor *w,
                                int64_t rows, int64_t n, float eps, const rf_tensor *next) {
     gpu_be *g = GX(be);
+    const float *parts = NULL;
+    int np = 1;
+    if (g->pend_y) {
+        const bool mine = res && res->data == g->pend_y && g->pend_n == rows * n;
+        g->pend_y = NULL;
+        if (!mine)
+            return rf_set_error(RF_ERR_INTERNAL, "GPU rmsnorm_for: a product's split-K sums wait for a norm of "
+                                                 "another residual (matmul_sum_next)");
+        parts = (const float *)g->parts;
+        np = g->pend_np;
+    }
+    if (parts && !(g->fuse && next && n <= 16384)) { /* a path below without the parts' form: their sum first */
+        rf_status st = rf_gpu_sum_parts(g->ctx, res->data, parts, rows * n, np);
+        if (st) return st;
+        parts = NULL;
+        np = 1;
+    }
     if (res && !g->fuse) { /* the unfused composition, for A/B runs */
         rf_status st = rf_gpu_add(g->ctx, x->data, x->data, res->data, rows * n);
         if (st) return st;
@@ -130,10 +204,15 @@ rf_status rf_gbe_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const r
         if (st) return st;
         if (xq) {
             if (!gbe_skip(RF_SKIP_NORM) &&
-                (st = rf_gpu_rmsnorm_quantize_x(g->ctx, y->data, xq, next->type, x->data, res ? res->data : NULL,
-                                                w ? w->data : NULL, rows, n, eps)))
+                (st = rf_gpu_rmsnorm_quantize_x_parts(g->ctx, y->data, xq, next->type, x->data,
+                                                      parts ? parts : res ? res->data : NULL, np, w ? w->data : NULL,
+                                                      rows, n, eps)))
                 return st;
             return xq_note(g, y->data, next->type, rows, n);
+        }
+        if (parts) { /* no shared x for next: the parts summed, then the plain fused norm */
+            if ((st = rf_gpu_sum_parts(g->ctx, res->data, parts, rows * n, np))) return st;
+            parts = NULL;
         }
     }
     if (res && n <= 16384)

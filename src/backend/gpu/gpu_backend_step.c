@@ -65,6 +65,7 @@ static void late_fill(void *p) {
  * just before the sampler. */
 rf_status rf_gbe_batch_upload(rf_backend *be, rf_batch *b) {
     gpu_be *g = GX(be);
+    g->pend_y = NULL; /* a step that failed between a matmul_sum_next and its norm left nothing to add */
     size_t nt = (size_t)b->n_tokens, tab = (size_t)b->n_seqs * (size_t)b->max_blocks;
     size_t ns = (size_t)b->n_sample, nss = b->state_slot ? (size_t)b->n_seqs : 0;
     size_t pen_room = g->mode != RF_GRAPH_NONE ? ns * RF_GRAPH_PEN : (size_t)b->n_pen;

@@ -76,6 +76,15 @@ typedef struct gpu_be {
     int64_t xq_nt, xq_nin;
     void *xq;
     size_t xq_cap;
+    /* a matmul_sum_next product's split-K partial sums, left for the next rmsnorm_for to add (their
+     * sum is y = pend_y's value): pend_np arrays of pend_n floats at parts (parts_cap bytes);
+     * pend_y NULL: none waits. parts_kept counts such products (rf_backend_gpu_parts_kept). */
+    const void *pend_y;
+    int pend_np;
+    int64_t pend_n;
+    void *parts;
+    size_t parts_cap;
+    int64_t parts_kept;
 } gpu_be;
 
 #define G(be) ((gpu_be *)(be)->impl)
@@ -118,8 +127,20 @@ rf_status rf_gbe_sample(rf_backend *be, const rf_tensor *logits, const rf_batch 
 int rf_gbe_graph_begin(rf_backend *be, const void *owner, int key);
 void rf_gbe_graph_abort(rf_backend *be);
 rf_status rf_gbe_set_batch_invariant(rf_backend *be, bool on);
+/* gpu_backend_parts.c: a matmul_sum_next product's wait (g->pend_y): rf_gbe_in_pend, whether p
+ * points into its y; rf_gbe_flush_parts, its sums written into y (rf_gpu_sum_parts) and the wait
+ * ended (RF_OK where none waits); rf_gbe_take_parts_qkv, for an op reading q, k, v (views): where the waiting y is
+ * behind q and k and/or v and the op can take parts (can), the views become their places in the
+ * first parts array, *np (q and k) / *npv (v) the counts (1 for a view outside y), *ps the
+ * distance, and the wait ends; where it cannot, the sums go into y first; where it waits for
+ * another op, RF_ERR_INTERNAL */
+bool rf_gbe_in_pend(const gpu_be *g, const void *p);
+rf_status rf_gbe_flush_parts(gpu_be *g);
+rf_status rf_gbe_take_parts_qkv(gpu_be *g, bool can, const float **q, const float **k, const float **v, int *np,
+                                int *npv, int64_t *ps);
 /* gpu_backend_products.c: the products and the ops that prepare a product's quantized x */
 rf_status rf_gbe_matmul(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens);
+rf_status rf_gbe_matmul_sum_next(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, int64_t n_tokens);
 rf_status rf_gbe_matmul_bias(rf_backend *be, rf_tensor *y, const rf_tensor *w, const rf_tensor *x, const rf_tensor *b,
                              int64_t n_tokens);
 rf_status rf_gbe_rmsnorm_for(rf_backend *be, rf_tensor *y, rf_tensor *x, const rf_tensor *res, const rf_tensor *w,
