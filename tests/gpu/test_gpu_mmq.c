@@ -472,6 +472,29 @@ static void test_mmq_x256_off(void **state) {
     assert_int_equal(rf_knob_override(RF_KNOB_MMQ_X256, NULL), RF_OK); /* unset again */
 }
 
+/* w (wb bytes of type t, n_out rows of n_in) times x [nt, n_in] on MMQ against want [nt, n_out]
+ * exactly: the outputs that differ counted (the first three printed, named by what) and none
+ * allowed. The exactness tests below pick inputs whose every output is an integer the kernel's
+ * sums must reach without rounding. */
+static void mmq_expect_exact(rf_type t, const uint8_t *w, size_t wb, const float *x, int64_t nt, int64_t n_in,
+                             int64_t n_out, const float *want, const char *what) {
+    float *got = host_f32(nt * n_out);
+    void *dw = dev_from(w, wb);
+    float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
+    assert_int_equal(rf_gpu_mmq(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
+    dev_to(got, dy, nt * n_out * 4);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < nt * n_out; i++)
+        if (got[i] != want[i] && bad++ < 3)
+            fprintf(stderr, "  %s n_in=%lld nt=%lld token %lld row %lld: %.1f, exact %.1f\n", what, (long long)n_in,
+                    (long long)nt, (long long)(i / n_out), (long long)(i % n_out), got[i], want[i]);
+    fprintf(stderr, "  %s n_in=%lld nt=%lld: %lld of %lld outputs differ\n", what, (long long)n_in, (long long)nt,
+            (long long)bad, (long long)(nt * n_out));
+    assert_int_equal(bad, 0);
+    rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
+    free(got);
+}
+
 /* The K-quants' mins term alone, exactly: Q4_K / Q5_K rows with d = 0 and dmin = 1 (each weight
  * -m_j, its block's min) against x of integers in [-127, 127] with 127 first in every 256 (so x's
  * scale is 1 and its int8 values are x): y[t, o] = -sum_j m_j(o) s_j(t) over the row's blocks,
@@ -496,37 +519,28 @@ static void test_mmq_mins_exact(void **state) {
         }
         for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
             const int64_t nt = nts[k];
-            float *x = host_f32(nt * n_in), *got = host_f32(nt * n_out);
+            float *x = host_f32(nt * n_in), *want = host_f32(nt * n_out);
             for (int64_t i = 0; i < nt * n_in; i++)
                 x[i] = i % 256 == 0 ? 127.0f : (float)((int)(rf_rng_u64(&r) % 255u) - 127);
             if (k == 1) /* every x 127 or -127 in token 3: the block sums at their bound */
                 for (int64_t i = 1; i < n_in; i++) x[3 * n_in + i] = i / 32 % 2 ? -127.0f : 127.0f;
-            void *dw = dev_from(w, (size_t)n_out * nsb * bb);
-            float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
-            assert_int_equal(rf_gpu_mmq(g_ctx, dy, dw, t, dx, nt, n_in, n_out), RF_OK);
-            dev_to(got, dy, nt * n_out * 4);
-            int64_t bad = 0;
             for (int64_t tk = 0; tk < nt; tk++)
                 for (int64_t o = 0; o < n_out; o++) {
-                    int64_t want = 0;
+                    int64_t y = 0;
                     for (int sb = 0; sb < nsb; sb++) {
                         const uint8_t *q = w + (o * nsb + sb) * bb + 4;
                         for (int j = 0; j < 8; j++) {
                             const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
                             int64_t sj = 0;
                             for (int e = 0; e < 32; e++) sj += (int64_t)x[tk * n_in + sb * 256 + j * 32 + e];
-                            want -= m * sj;
+                            y -= m * sj;
                         }
                     }
-                    if (got[tk * n_out + o] != (float)want && bad++ < 3)
-                        fprintf(stderr, "  %s nt=%lld token %lld row %lld: %.1f, exact %lld\n", rf_type_name(t),
-                                (long long)nt, (long long)tk, (long long)o, got[tk * n_out + o], (long long)want);
+                    want[tk * n_out + o] = (float)y; /* |y| < 2^24: exact in f32 */
                 }
-            fprintf(stderr, "  mins exact %s nt=%lld: %lld of %lld outputs differ\n", rf_type_name(t), (long long)nt,
-                    (long long)bad, (long long)(nt * n_out));
-            assert_int_equal(bad, 0);
-            rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
-            free(x), free(got);
+            mmq_expect_exact(t, w, (size_t)n_out * nsb * bb, x, nt, n_in, n_out, want,
+                             t == RF_TYPE_Q4_K ? "mins exact q4_K" : "mins exact q5_K");
+            free(x), free(want);
         }
         free(w);
     }
@@ -553,22 +567,11 @@ static void test_mmq_q6k_centre_exact(void **state) {
         }
         for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
             const int64_t nt = nts[k];
-            float *x = host_f32(nt * n_in), *got = host_f32(nt * n_out);
+            float *x = host_f32(nt * n_in), *want = host_f32(nt * n_out);
             rf_rng_fill_normal(&r, x, nt * n_in, 1.0f);
-            void *dw = dev_from(w, (size_t)(n_out * nsb * 210));
-            float *dx = dev_from(x, nt * n_in * 4), *dy = dev_poison(nt * n_out * 4);
-            assert_int_equal(rf_gpu_mmq(g_ctx, dy, dw, RF_TYPE_Q6_K, dx, nt, n_in, n_out), RF_OK);
-            dev_to(got, dy, nt * n_out * 4);
-            int64_t bad = 0;
-            for (int64_t i = 0; i < nt * n_out; i++)
-                if (got[i] != 0.0f && bad++ < 3)
-                    fprintf(stderr, "  q6_K n_in=%lld nt=%lld output %lld: %g, exact 0\n", (long long)n_in, (long long)nt,
-                            (long long)i, got[i]);
-            fprintf(stderr, "  q6_K centre exact n_in=%lld nt=%lld: %lld of %lld outputs differ\n", (long long)n_in,
-                    (long long)nt, (long long)bad, (long long)(nt * n_out));
-            assert_int_equal(bad, 0);
-            rf_gpu_free(g_ctx, dw), rf_gpu_free(g_ctx, dx), rf_gpu_free(g_ctx, dy);
-            free(x), free(got);
+            memset(want, 0, (size_t)(nt * n_out) * sizeof(float));
+            mmq_expect_exact(RF_TYPE_Q6_K, w, (size_t)(n_out * nsb * 210), x, nt, n_in, n_out, want, "q6_K centre exact");
+            free(x), free(want);
         }
         free(w);
     }
