@@ -157,6 +157,21 @@ static void test_causal_mask(void **state) {
     }
 }
 
+/* the outputs of two ways of making a product's input the same bits: h (tot floats) and the used
+ * bytes of xq (int8 x, then the records after the 256-byte-aligned int8 part: the padding between
+ * them is never written by either). Leaves h1 in a, h2 in b, q1 in qa, q2 in qb (xb bytes). */
+static void same_h_xq(const float *h1, const float *h2, const void *q1, const void *q2, int64_t tot, size_t xb,
+                      float *a, float *b, uint8_t *qa, uint8_t *qb) {
+    const size_t nq = (size_t)tot, rec = (nq + 255) & ~(size_t)255;
+    dev_to(a, h1, nq * 4);
+    dev_to(b, h2, nq * 4);
+    assert_memory_equal(a, b, nq * 4);
+    dev_to(qa, q1, xb);
+    dev_to(qb, q2, xb);
+    assert_memory_equal(qa, qb, nq);
+    assert_memory_equal(qa + rec, qb + rec, xb - rec);
+}
+
 static void rmsnorm_quantize_cases(void);
 static void test_rmsnorm_quantize_fused(void **state) {
     (void)state;
@@ -197,27 +212,14 @@ static void rmsnorm_quantize_cases(void) {
                 assert_int_equal(rf_gpu_quantize_x(g_ctx, q1, cases[c].t, h1, nt, n), RF_OK);
                 assert_int_equal(rf_gpu_rmsnorm_quantize_x(g_ctx, h2, q2, cases[c].t, dx, NULL, dw, nt, n, 1e-5f), RF_OK);
                 float *a = host_f32(tot), *b = host_f32(tot);
-                dev_to(a, h1, tot * 4);
-                dev_to(b, h2, tot * 4);
-                assert_memory_equal(a, b, tot * 4);
                 uint8_t *qa = malloc(xb), *qb = malloc(xb);
-                dev_to(qa, q1, xb);
-                dev_to(qb, q2, xb);
-                /* the used bytes: int8 x, then the records after the 256-byte-aligned int8 part
-                 * (padding between them is never written by either) */
-                const size_t nq = (size_t)tot, rec = ((nq + 255) & ~(size_t)255);
-                assert_memory_equal(qa, qb, nq);
-                assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                same_h_xq(h1, h2, q1, q2, tot, xb, a, b, qa, qb);
                 /* h written over x (no residual): no block of a row may still read x while
                  * another writes its slice */
                 {
                     float *dxs = dev_from(x, tot * 4);
                     assert_int_equal(rf_gpu_rmsnorm_quantize_x(g_ctx, dxs, q2, cases[c].t, dxs, NULL, dw, nt, n, 1e-5f), RF_OK);
-                    dev_to(b, dxs, tot * 4);
-                    assert_memory_equal(a, b, tot * 4);
-                    dev_to(qb, q2, xb);
-                    assert_memory_equal(qa, qb, nq);
-                    assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                    same_h_xq(h1, dxs, q1, q2, tot, xb, a, b, qa, qb);
                     rf_gpu_free(g_ctx, dxs);
                 }
                 /* with the residual add: x + r formed in the norm's kernel and written back,
@@ -231,13 +233,7 @@ static void rmsnorm_quantize_cases(void) {
                     assert_int_equal(rf_gpu_rmsnorm(g_ctx, h1, dxa, dw, nt, n, 1e-5f), RF_OK);
                     assert_int_equal(rf_gpu_quantize_x(g_ctx, q1, cases[c].t, h1, nt, n), RF_OK);
                     assert_int_equal(rf_gpu_rmsnorm_quantize_x(g_ctx, h2, q2, cases[c].t, dxb, dr, dw, nt, n, 1e-5f), RF_OK);
-                    dev_to(a, h1, tot * 4);
-                    dev_to(b, h2, tot * 4);
-                    assert_memory_equal(a, b, tot * 4);
-                    dev_to(qa, q1, xb);
-                    dev_to(qb, q2, xb);
-                    assert_memory_equal(qa, qb, nq);
-                    assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                    same_h_xq(h1, h2, q1, q2, tot, xb, a, b, qa, qb);
                     dev_to(a, dxa, tot * 4);
                     dev_to(b, dxb, tot * 4);
                     assert_memory_equal(a, b, tot * 4);
@@ -269,13 +265,7 @@ static void rmsnorm_quantize_cases(void) {
                     assert_int_equal(rf_gpu_rmsnorm_quantize_x(g_ctx, h1, q1, cases[c].t, dxa, dr, dw, nt, n, 1e-5f), RF_OK);
                     assert_int_equal(rf_gpu_rmsnorm_quantize_x_parts(g_ctx, h2, q2, cases[c].t, dxb, dp, np, dw, nt, n,
                                                                      1e-5f), RF_OK);
-                    dev_to(a, h1, tot * 4);
-                    dev_to(b, h2, tot * 4);
-                    assert_memory_equal(a, b, tot * 4);
-                    dev_to(qa, q1, xb);
-                    dev_to(qb, q2, xb);
-                    assert_memory_equal(qa, qb, nq);
-                    assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                    same_h_xq(h1, h2, q1, q2, tot, xb, a, b, qa, qb);
                     dev_to(a, dxa, tot * 4);
                     dev_to(b, dxb, tot * 4);
                     assert_memory_equal(a, b, tot * 4);
@@ -289,13 +279,7 @@ static void rmsnorm_quantize_cases(void) {
                     assert_int_equal((geglu ? rf_gpu_geglu : rf_gpu_swiglu)(g_ctx, h1, dx, dup, tot), RF_OK);
                     assert_int_equal(rf_gpu_quantize_x(g_ctx, q1, cases[c].t, h1, nt, n), RF_OK);
                     assert_int_equal(rf_gpu_glu_quantize_x(g_ctx, h2, q2, cases[c].t, geglu, dx, n, dup, n, nt, n), RF_OK);
-                    dev_to(a, h1, tot * 4);
-                    dev_to(b, h2, tot * 4);
-                    assert_memory_equal(a, b, tot * 4);
-                    dev_to(qa, q1, xb);
-                    dev_to(qb, q2, xb);
-                    assert_memory_equal(qa, qb, nq);
-                    assert_memory_equal(qa + rec, qb + rec, xb - rec);
+                    same_h_xq(h1, h2, q1, q2, tot, xb, a, b, qa, qb);
                     /* gate and up as the halves of joined [gate | up] rows (stride 2n): the
                      * fused kernel and rf_gpu_glu_rows give the packed results above */
                     float *jh = host_f32(2 * tot);
@@ -306,10 +290,7 @@ static void rmsnorm_quantize_cases(void) {
                     float *dj = dev_from(jh, 2 * tot * 4);
                     assert_int_equal(rf_gpu_glu_quantize_x(g_ctx, h2, q2, cases[c].t, geglu, dj, 2 * n, dj + n, 2 * n, nt, n),
                                      RF_OK);
-                    dev_to(b, h2, tot * 4);
-                    assert_memory_equal(a, b, tot * 4);
-                    dev_to(qb, q2, xb);
-                    assert_memory_equal(qa, qb, nq);
+                    same_h_xq(h1, h2, q1, q2, tot, xb, a, b, qa, qb);
                     assert_int_equal(rf_gpu_glu_rows(g_ctx, h2, dj, 2 * n, dj + n, 2 * n, nt, n, geglu), RF_OK);
                     dev_to(b, h2, tot * 4);
                     assert_memory_equal(a, b, tot * 4);

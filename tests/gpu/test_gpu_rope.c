@@ -395,12 +395,10 @@ static void norm_rope_case(rf_rng *r, int64_t T, int64_t H, int64_t HKV, int64_t
     }
     /* joined rows as split-K partial sums: with this case's norms and without any (rope_store's
      * kernel), 2, 3, 5 and 8 parts, V among them or apart */
-    if (joined) {
-        norm_rope_parts_case(r, T, H, HKV, D, R, mode, ct, wq, wk, (norms & 4) != 0, dff, dpos, dslot, 8, 0);
-        norm_rope_parts_case(r, T, H, HKV, D, R, mode, ct, NULL, NULL, 0, dff, dpos, dslot, 2, 1);
-        norm_rope_parts_case(r, T, H, HKV, D, R, mode, ct, wq, wk, (norms & 4) != 0, dff, dpos, dslot, 3, 1);
-        norm_rope_parts_case(r, T, H, HKV, D, R, mode, ct, NULL, NULL, 0, dff, dpos, dslot, 5, 0);
-    }
+    const struct { bool normed; int np, v_apart; } parts[] = {{true, 8, 0}, {false, 2, 1}, {true, 3, 1}, {false, 5, 0}};
+    for (size_t i = 0; joined && i < sizeof parts / sizeof *parts; i++)
+        norm_rope_parts_case(r, T, H, HKV, D, R, mode, ct, parts[i].normed ? wq : NULL, parts[i].normed ? wk : NULL,
+                             parts[i].normed && (norms & 4) != 0, dff, dpos, dslot, parts[i].np, parts[i].v_apart);
     rf_gpu_free(g_ctx, dq1), rf_gpu_free(g_ctx, dk1), rf_gpu_free(g_ctx, dv), rf_gpu_free(g_ctx, dqw);
     rf_gpu_free(g_ctx, dkw), rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dslot), rf_gpu_free(g_ctx, dq2);
     rf_gpu_free(g_ctx, dsrc), rf_gpu_free(g_ctx, kc1), rf_gpu_free(g_ctx, vc1), rf_gpu_free(g_ctx, kc2);

@@ -19,27 +19,32 @@ static bool shares_xq(gpu_be *g, rf_type t, int64_t n_tokens, int64_t n_in, bool
            (!gemv_only || !rf_gpu_mmq_takes(g->ctx, t, n_tokens, n_in));
 }
 
-/* the xq buffer large enough for n_tokens x n_in; false (and no error) where it would have to
- * grow inside a graph recording (no allocation may be recorded) */
-static rf_status xq_room(gpu_be *g, int64_t n_tokens, int64_t n_in, bool *ok) {
+/* a backend-owned buffer (*buf, *cap bytes) made at least need bytes (want where it grows);
+ * false (and no error) where it would have to grow inside a graph recording (no allocation may be
+ * recorded) */
+static rf_status grow_room(gpu_be *g, void **buf, size_t *cap, size_t need, size_t want, bool *ok) {
     *ok = false;
-    size_t need = rf_gpu_xq_bytes(n_tokens, n_in);
-    if (need > g->xq_cap) {
+    if (need > *cap) {
         if (g->mode == RF_GRAPH_CAPTURE) return RF_OK;
         rf_status st = rf_gpu_sync(g->ctx); /* the old buffer may still be read */
         if (st) return st;
-        rf_gpu_free(g->ctx, g->xq);
-        g->xq = NULL;
-        g->xq_cap = 0;
-        /* one GEMV call takes up to 16 tokens (gemv_mt): room for them, so a step's graph
-         * recording does not fall back for lack of it */
-        size_t cap = rf_gpu_xq_bytes(n_tokens > 16 ? n_tokens : 16, n_in < 16384 ? 16384 : n_in);
-        if ((st = rf_gpu_alloc(g->ctx, cap, &g->xq))) return st;
-        g->xq_cap = cap;
+        rf_gpu_free(g->ctx, *buf);
+        *buf = NULL;
+        *cap = 0;
+        if ((st = rf_gpu_alloc(g->ctx, want, buf))) return st;
+        *cap = want;
         g->epoch++; /* recorded graphs read the old buffer */
     }
     *ok = true;
     return RF_OK;
+}
+
+/* the xq buffer large enough for n_tokens x n_in (grow_room's false inside a recording). One GEMV
+ * call takes up to 16 tokens (gemv_mt): it grows with room for them, so a step's graph recording
+ * does not fall back for lack of it. */
+static rf_status xq_room(gpu_be *g, int64_t n_tokens, int64_t n_in, bool *ok) {
+    return grow_room(g, &g->xq, &g->xq_cap, rf_gpu_xq_bytes(n_tokens, n_in),
+                     rf_gpu_xq_bytes(n_tokens > 16 ? n_tokens : 16, n_in < 16384 ? 16384 : n_in), ok);
 }
 
 /* The xq buffer a kernel that makes a product's input (a norm, the GLU) quantizes it into for a
@@ -74,21 +79,9 @@ static rf_status xq_note(gpu_be *g, const void *src, rf_type t, int64_t n_tokens
 static rf_status parts_room(gpu_be *g, int64_t n_tokens, int64_t n_out, bool *ok) {
     *ok = false;
     if (n_tokens > 128) return RF_OK;
-    const size_t need = (size_t)8 * (size_t)n_tokens * (size_t)n_out * sizeof(float);
-    if (need > g->parts_cap) {
-        if (g->mode == RF_GRAPH_CAPTURE) return RF_OK;
-        rf_status st = rf_gpu_sync(g->ctx); /* the old buffer may still be read */
-        if (st) return st;
-        rf_gpu_free(g->ctx, g->parts);
-        g->parts = NULL;
-        g->parts_cap = 0;
-        const size_t cap = (size_t)8 * (size_t)(n_tokens > 96 ? n_tokens : 96) * (size_t)n_out * sizeof(float);
-        if ((st = rf_gpu_alloc(g->ctx, cap, &g->parts))) return st;
-        g->parts_cap = cap;
-        g->epoch++; /* recorded graphs read the old buffer */
-    }
-    *ok = true;
-    return RF_OK;
+    const size_t row = (size_t)8 * (size_t)n_out * sizeof(float);
+    return grow_room(g, &g->parts, &g->parts_cap, row * (size_t)n_tokens, row * (size_t)(n_tokens > 96 ? n_tokens : 96),
+                     ok);
 }
 
 /* A product. With fusions on, a decode product with the int8-x form quantizes x once into the

@@ -507,13 +507,12 @@ static rf_status rf_mmq_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wt
     const int kt = rf_mmq_kernel_type(wtype, n_in), kb = kt == RF_TYPE_Q6_K ? 16 : 8;
     const int splits = rf_mmq_splits(ctx, n_in, n_out, kb);
     const int64_t rb = n_in / rf_gq_block((int)wtype) * rf_gq_bytes((int)wtype);
+    const size_t part = rf_mmq_part_bytes(ctx, wtype, n_tokens, n_in, n_out); /* 0: one split */
     if (keep) {
-        *keep = 0;
-        const size_t need = splits > 1 ? rf_mmq_part_bytes(ctx, wtype, n_tokens, n_in, n_out) : 0;
-        if (need && need <= keep_cap) *keep = splits;
-        else tmp = NULL;
+        *keep = part && part <= keep_cap ? splits : 0;
+        if (!*keep) tmp = NULL;
     }
-    const size_t pb = tmp ? 0 : rf_mmq_part_bytes(ctx, wtype, n_tokens, n_in, n_out);
+    const size_t pb = tmp ? 0 : part;
     size_t mark;
     rf_status st = pb ? rf_gpu_tmp(ctx, pb, &tmp, &mark) : RF_OK;
     if (st) return st;
@@ -539,11 +538,7 @@ static rf_status rf_mmq_run(rf_gpu_ctx *ctx, float *y, const void *w, rf_type wt
     default: st = RF_MMQ_D(RF_TYPE_Q6_K); break;
     }
 #undef RF_MMQ_D
-    if (!st && splits > 1 && !(keep && *keep)) {
-        const int64_t ny = n_tokens * n_out;
-        st = rf_gpu_launch(ctx, "rf_k_mmq_reduce", true, rf_k_mmq_reduce, dim3(rf_gpu_blocks(ny, 256)), dim3(256), 0,
-                           y, (const float *)out, ny, splits);
-    }
+    if (!st && splits > 1 && !(keep && *keep)) st = rf_gpu_sum_parts(ctx, y, out, n_tokens * n_out, splits);
     if (pb) ctx->scratch_used = mark; /* stream order (and rf_pdl_wait) protects the reuse */
     return st;
 }
