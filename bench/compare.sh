@@ -18,7 +18,12 @@
 #      LLAMA_DIR (/tmp/llama.cpp), CASES ("preset:type[:layers] ...": layers, where given, is
 #      mkmodel's --layers), REPS (3), BATCHED (the cases that also get depths and batch sizes;
 #      llama3-8b:q4_0), DEPTH (4096; empty: depth 0 only), NPL (1,8,32,64)
-# llama.cpp is built on the machine from a fetched snapshot and never committed here.
+# llama.cpp is built on the machine from a fetched snapshot and never committed here. Built
+# elsewhere instead (a build VM without a driver: configure as phase_peer does, with
+# -DGGML_NATIVE=OFF -DGGML_AVX2=ON and -DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,DIR where DIR holds
+# libcuda.so.1 -> the toolkit's stubs/libcuda.so), carry build/bin's executables and libraries and
+# point LLAMA_DIR at the folder holding build/bin (a stripped sm_90 libggml-cuda is ~58 MB, ~38 MB
+# under xz: with the tree, within a call's 64 MiB only in a call of its own).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-}
