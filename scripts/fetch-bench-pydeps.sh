@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fetch-bench-pydeps.sh — downloads the `openai` client and everything it needs as wheels for
 # the GPU machine (CPython 3.12, manylinux x86_64, no package registry there) into .carry/pydeps
-# (git-ignored: /.carry/ is in .git/info/exclude). scripts/serve-compare.sh installs them there
+# (git-ignored: /.carry/ is in .gitignore). scripts/serve-compare.sh installs them there
 # with `pip install --no-index --find-links`. Run here, where pip reaches PyPI; then carry
 # .carry/pydeps in the device call.
 # usage: scripts/fetch-bench-pydeps.sh [DEST]   (default .carry/pydeps)
