@@ -204,6 +204,23 @@ static void test_rope_kv_append(void **state) {
 /* The fused RoPE + KV append with the query (one kernel) against its unfused composition:
  * rf_gpu_rope over Q, then rf_gpu_rope_kv_append for K and V. Q, K and V must be bit-identical
  * (same per-element arithmetic), for GQA 8/2 and head dim 64 with a partial rotation. */
+/* Two runs of a RoPE + cache store the same bits: Q (nq floats at dqa, dqb) and both caches (cb
+ * bytes each). qb (NULL: not wanted): host room for nq floats, left holding dqb's Q. */
+static void same_q_caches(const float *dqa, const float *dqb, int64_t nq, const void *ka, const void *kb,
+                          const void *va, const void *vb, size_t cb, float *qb) {
+    float *qa = host_f32(nq), *qo = qb ? qb : host_f32(nq);
+    uint8_t *a = malloc(cb), *b = malloc(cb);
+    assert_non_null(a), assert_non_null(b);
+    dev_to(qa, dqa, (size_t)nq * 4), dev_to(qo, dqb, (size_t)nq * 4);
+    assert_memory_equal(qa, qo, (size_t)nq * 4);
+    dev_to(a, ka, cb), dev_to(b, kb, cb);
+    assert_memory_equal(a, b, cb);
+    dev_to(a, va, cb), dev_to(b, vb, cb);
+    assert_memory_equal(a, b, cb);
+    free(qa), free(a), free(b);
+    if (!qb) free(qo);
+}
+
 static void test_rope_qkv_fused(void **state) {
     (void)state;
     rf_rng r;
@@ -243,32 +260,15 @@ static void test_rope_qkv_fused(void **state) {
             assert_int_equal(rf_gpu_rope_qkv_append(g_ctx, dq3, dj, W, H, dj + H * D, W, dj + (H + HKV) * D, W, T, HKV, D,
                                                     R, dpos, dslot, 5e5f, 1.0f, NULL, mode, gain, kc3, vc3, RF_TYPE_F16, ROWS),
                              RF_OK);
-            float *q3 = host_f32(nq);
-            uint8_t *c3 = malloc(cb), *c1 = malloc(cb);
-            dev_to(q3, dq3, nq * 4);
-            float *q1h = host_f32(nq);
-            dev_to(q1h, dq1, nq * 4);
-            assert_memory_equal(q1h, q3, nq * 4);
-            dev_to(c1, kc1, cb), dev_to(c3, kc3, cb);
-            assert_memory_equal(c1, c3, cb);
-            dev_to(c1, vc1, cb), dev_to(c3, vc3, cb);
-            assert_memory_equal(c1, c3, cb);
+            same_q_caches(dq1, dq3, nq, kc1, kc3, vc1, vc3, cb, NULL);
             rf_gpu_free(g_ctx, dj), rf_gpu_free(g_ctx, dq3), rf_gpu_free(g_ctx, kc3), rf_gpu_free(g_ctx, vc3);
-            free(joined), free(q3), free(q1h), free(c3), free(c1);
+            free(joined);
         }
-        float *q1 = host_f32(nq), *q2 = host_f32(nq);
-        uint8_t *a = malloc(cb), *b = malloc(cb);
-        dev_to(q1, dq1, nq * 4);
-        dev_to(q2, dq2, nq * 4);
-        assert_memory_equal(q1, q2, nq * 4);
-        dev_to(a, kc1, cb), dev_to(b, kc2, cb);
-        assert_memory_equal(a, b, cb);
-        dev_to(a, vc1, cb), dev_to(b, vc2, cb);
-        assert_memory_equal(a, b, cb);
+        same_q_caches(dq1, dq2, nq, kc1, kc2, vc1, vc2, cb, NULL);
         rf_gpu_free(g_ctx, dq1), rf_gpu_free(g_ctx, dq2), rf_gpu_free(g_ctx, dk), rf_gpu_free(g_ctx, dv);
         rf_gpu_free(g_ctx, dpos), rf_gpu_free(g_ctx, dslot);
         rf_gpu_free(g_ctx, kc1), rf_gpu_free(g_ctx, vc1), rf_gpu_free(g_ctx, kc2), rf_gpu_free(g_ctx, vc2);
-        free(q), free(k), free(v), free(q1), free(q2), free(a), free(b);
+        free(q), free(k), free(v);
     }
 }
 
@@ -314,18 +314,11 @@ static void norm_rope_parts_case(rf_rng *r, int64_t T, int64_t H, int64_t HKV, i
                                                        HKV, D, R, dpos, dslot, 5e5f, 1.0f, dff, mode, gain, kc2, vc2,
                                                        ct, ROWS, wq, wk, vnorm, eps, np, v_apart ? 1 : np, n),
                      RF_OK);
-    float *q1 = host_f32(nq), *q2 = host_f32(nq);
-    uint8_t *a = malloc(cb), *b = malloc(cb);
-    dev_to(q1, dq1, nq * 4), dev_to(q2, dq2, nq * 4);
-    assert_memory_equal(q1, q2, nq * 4);
-    dev_to(a, kc1, cb), dev_to(b, kc2, cb);
-    assert_memory_equal(a, b, cb);
-    dev_to(a, vc1, cb), dev_to(b, vc2, cb);
-    assert_memory_equal(a, b, cb);
+    same_q_caches(dq1, dq2, nq, kc1, kc2, vc1, vc2, cb, NULL);
     rf_gpu_free(g_ctx, dp), rf_gpu_free(g_ctx, dsum), rf_gpu_free(g_ctx, dvv), rf_gpu_free(g_ctx, kc1);
     rf_gpu_free(g_ctx, vc1), rf_gpu_free(g_ctx, kc2), rf_gpu_free(g_ctx, vc2), rf_gpu_free(g_ctx, dq1);
     rf_gpu_free(g_ctx, dq2);
-    free(pp), free(vv), free(q1), free(q2), free(a), free(b);
+    free(pp), free(vv);
 }
 
 static void norm_rope_case(rf_rng *r, int64_t T, int64_t H, int64_t HKV, int64_t D, int64_t R, int mode,
@@ -378,14 +371,8 @@ static void norm_rope_case(rf_rng *r, int64_t T, int64_t H, int64_t HKV, int64_t
                          RF_OK);
         dsrc = dk2;
     }
-    float *q1 = host_f32(nq), *q2 = host_f32(nq);
-    uint8_t *a = malloc(cb), *b = malloc(cb);
-    dev_to(q1, dq1, nq * 4), dev_to(q2, dq2, nq * 4);
-    assert_memory_equal(q1, q2, nq * 4);
-    dev_to(a, kc1, cb), dev_to(b, kc2, cb);
-    assert_memory_equal(a, b, cb);
-    dev_to(a, vc1, cb), dev_to(b, vc2, cb);
-    assert_memory_equal(a, b, cb);
+    float *q2 = host_f32(nq);
+    same_q_caches(dq1, dq2, nq, kc1, kc2, vc1, vc2, cb, q2);
     /* and Q against the CPU oracle (rf_ref_rmsnorm then rf_ref_rope; rel. L2 < 1e-5 as each op's
      * own test): a norm that did not run fails here even where both GPU paths agree */
     if (wq && gain == 1.0f) {
@@ -404,7 +391,7 @@ static void norm_rope_case(rf_rng *r, int64_t T, int64_t H, int64_t HKV, int64_t
     rf_gpu_free(g_ctx, dsrc), rf_gpu_free(g_ctx, kc1), rf_gpu_free(g_ctx, vc1), rf_gpu_free(g_ctx, kc2);
     rf_gpu_free(g_ctx, vc2), rf_gpu_free(g_ctx, dv2);
     if (dff) rf_gpu_free(g_ctx, dff);
-    free(q), free(k), free(v), free(qw), free(kw), free(q1), free(q2), free(a), free(b);
+    free(q), free(k), free(v), free(qw), free(kw), free(q2);
 }
 
 static void test_norm_rope_fused(void **state) {
